@@ -1,0 +1,344 @@
+"""Shared BPE model and binary token caches for large parallel corpora (no torch needed).
+
+Everything here is safe to call from several processes at once (Ray/Optuna trials, DDP ranks):
+work happens under an exclusive ``fcntl.flock`` on a lock file next to the artefact, results are
+written to a temporary name and published with ``os.replace``, so a reader either finds nothing
+(and waits for the lock) or a complete file, never a half-written one.
+
+Cache layout under ``cache_dir``::
+
+    bpe-<key>.model / bpe-<key>.vocab        sentencepiece model shared by both languages
+    tok-<key>/tokens.bin                     all token ids of one text file, uint16 or int32
+    tok-<key>/offsets.bin                    int64 (n_lines + 1,), line i is tokens[off[i]:off[i+1]]
+    tok-<key>/meta.json                      n_lines, n_tokens, dtype, source file, model key
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+try:  # POSIX only; elsewhere the caches still work, just without the cross-process guard
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+CACHE_FORMAT = 1  # bump when the on-disk layout or the encoding options change
+
+
+# --------------------------------------------------------------------------------------------
+# files
+# --------------------------------------------------------------------------------------------
+def file_fingerprint(path: str, block: int = 1 << 16, samples: int = 16) -> str:
+    """A cheap content key: size plus sha256 of ``samples`` evenly spaced 64 KiB blocks.
+
+    Head and tail are always among the blocks; files up to ``block * samples`` bytes are hashed
+    whole. The key does not depend on the path or mtime, so copying the data keeps the cache.
+    """
+    size = os.path.getsize(path)
+    h = hashlib.sha256(f"size={size};".encode())
+    with open(path, "rb") as fh:
+        if size <= block * samples:
+            h.update(fh.read())
+        else:
+            for k in range(samples):
+                fh.seek((size - block) * k // (samples - 1))
+                h.update(fh.read(block))
+    return h.hexdigest()[:20]
+
+
+def count_lines(path: str, chunk: int = 1 << 24) -> int:
+    """Number of lines as :func:`iter_lines` yields them (a last line without ``\\n`` counts)."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while True:
+            buf = fh.read(chunk)
+            if not buf:
+                break
+            n += buf.count(b"\n")
+            last = buf[-1:]
+    return n + (last != b"\n")
+
+
+def iter_lines(path: str) -> Iterator[str]:
+    """Stream the lines of a UTF-8 file without the line ending.
+
+    Splits on ``\\n`` only (so a stray ``\\r`` or U+2028 inside a sentence cannot shift the
+    alignment of a parallel corpus); strips one trailing ``\\r``. Undecodable bytes become U+FFFD.
+    """
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
+        for line in fh:
+            if line.endswith("\n"):
+                line = line[:-1]
+            if line.endswith("\r"):
+                line = line[:-1]
+            yield line
+
+
+def read_lines(path: str) -> list[str]:
+    """All lines of a (small) file, as :func:`iter_lines` yields them."""
+    return list(iter_lines(path))
+
+
+@contextlib.contextmanager
+def file_lock(path: str) -> Iterator[None]:
+    """Exclusive inter-process lock held on ``path`` (created if needed) for the ``with`` body."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a+") as fh:
+        if fcntl is not None:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------------------------
+# BPE model
+# --------------------------------------------------------------------------------------------
+def bpe_cache_key(
+    train_files: Sequence[str],
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 0.9995,
+    sample_sentences: int = 2_000_000,
+) -> str:
+    """Key of the shared model: content of the training files (order-free), size and options."""
+    prints = sorted(file_fingerprint(p) for p in train_files)  # en-de and de-en share one model
+    spec = dict(
+        fmt=CACHE_FORMAT, files=prints, vocab_size=vocab_size, model_type=model_type,
+        character_coverage=character_coverage, sample_sentences=sample_sentences,
+        ids=[PAD_ID, BOS_ID, EOS_ID, UNK_ID], normalization="identity", byte_fallback=True,
+    )
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ensure_bpe_model(
+    train_files: Sequence[str],
+    cache_dir: str,
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 0.9995,
+    sample_sentences: int = 2_000_000,
+    num_threads: Optional[int] = None,
+    seed: int = 0,
+) -> tuple[str, bool]:
+    """Train (once) a shared sentencepiece model on ``train_files`` or reuse the cached one.
+
+    Ids are pad=0, bos=1, eos=2, unk=3; the normaliser is the identity, extra whitespace is kept and
+    byte fallback is on, so ``decode(encode(line)) == line`` for any UTF-8 line. At most
+    ``sample_sentences`` lines (sampled by sentencepiece) are used for training, so a 52M-pair
+    corpus does not have to fit in memory. ``hard_vocab_limit`` is off: a small corpus yields a
+    smaller vocabulary instead of an error; read the real size from the model.
+
+    Returns:
+        (path of the ``.model`` file, True if it was found in the cache, False if trained now)
+    """
+    key = bpe_cache_key(train_files, vocab_size, model_type, character_coverage, sample_sentences)
+    final = os.path.join(cache_dir, f"bpe-{key}.model")
+    if os.path.exists(final):
+        return final, True
+    with file_lock(os.path.join(cache_dir, f"bpe-{key}.lock")):
+        if os.path.exists(final):  # another process trained it while we waited
+            return final, True
+        import sentencepiece as spm
+
+        tmpdir = tempfile.mkdtemp(prefix=f".bpe-{key}-", dir=cache_dir)
+        try:
+            prefix = os.path.join(tmpdir, "m")
+            threads = num_threads or min(os.cpu_count() or 1, 16)
+            if any("," in p for p in train_files):  # sentencepiece splits input= on commas
+                inputs = {"sentence_iterator": _chain_lines(train_files)}
+            else:
+                inputs = {"input": ",".join(train_files)}
+            t0 = time.perf_counter()
+            spm.set_random_generator_seed(seed)
+            spm.SentencePieceTrainer.train(
+                **inputs, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+                character_coverage=character_coverage, byte_fallback=True,
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                add_dummy_prefix=True, hard_vocab_limit=False,
+                pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+                pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
+                input_sentence_size=sample_sentences, shuffle_input_sentence=True,
+                num_threads=threads, minloglevel=2,
+            )
+            # the .vocab first: whoever sees the .model may rely on both being there
+            os.replace(prefix + ".vocab", final[: -len(".model")] + ".vocab")
+            os.replace(prefix + ".model", final)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        log.info("trained %s BPE (vocab %d) on %s in %.1fs -> %s", model_type, vocab_size,
+                 ", ".join(train_files), time.perf_counter() - t0, final)
+    return final, False
+
+
+def _chain_lines(paths: Sequence[str]) -> Iterator[str]:
+    for p in paths:
+        yield from iter_lines(p)
+
+
+def load_sentencepiece(model_path: str):
+    """A ``SentencePieceProcessor`` for ``model_path``."""
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=model_path)
+
+
+# --------------------------------------------------------------------------------------------
+# binary token caches
+# --------------------------------------------------------------------------------------------
+class TokenizedCorpus:
+    """Read-only view of one encoded text file: ``corpus[i]`` is line i's ids, no EOS.
+
+    The arrays are numpy memmaps opened lazily, and dropped when pickled, so DataLoader workers
+    reopen them instead of copying the corpus.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        with open(os.path.join(directory, "meta.json")) as fh:
+            self.meta: dict = json.load(fh)
+        self.n_lines: int = int(self.meta["n_lines"])
+        self.n_tokens: int = int(self.meta["n_tokens"])
+        self.dtype = np.dtype(self.meta["dtype"])
+        self._tokens: Optional[np.ndarray] = None
+        self._offsets: Optional[np.ndarray] = None
+
+    def _open(self) -> None:
+        self._offsets = np.memmap(os.path.join(self.directory, "offsets.bin"), dtype=np.int64,
+                                  mode="r", shape=(self.n_lines + 1,))
+        if self.n_tokens:
+            self._tokens = np.memmap(os.path.join(self.directory, "tokens.bin"), dtype=self.dtype,
+                                     mode="r", shape=(self.n_tokens,))
+        else:  # np.memmap refuses empty files
+            self._tokens = np.zeros(0, dtype=self.dtype)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64 (n_lines + 1,)."""
+        if self._offsets is None:
+            self._open()
+        return self._offsets  # type: ignore[return-value]
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """(n_tokens,) uint16 or int32."""
+        if self._tokens is None:
+            self._open()
+        return self._tokens  # type: ignore[return-value]
+
+    def lengths(self) -> np.ndarray:
+        """int64 (n_lines,): tokens per line, EOS not counted."""
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return self.n_lines
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        off = self.offsets
+        return self.tokens[off[i]: off[i + 1]]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_tokens"] = state["_offsets"] = None
+        return state
+
+
+def token_cache_dir(cache_dir: str, model_key: str, text_path: str) -> str:
+    """Directory of the cache of ``text_path`` encoded with the model whose key is ``model_key``."""
+    spec = f"{CACHE_FORMAT};{model_key};{file_fingerprint(text_path)}"
+    return os.path.join(cache_dir, "tok-" + hashlib.sha256(spec.encode()).hexdigest()[:16])
+
+
+def ensure_encoded(
+    text_path: str,
+    model_path: str,
+    cache_dir: str,
+    chunk_lines: int = 50_000,
+    num_threads: Optional[int] = None,
+) -> tuple[TokenizedCorpus, bool]:
+    """Encode ``text_path`` with the model into the binary cache once; reuse it afterwards.
+
+    The text is streamed in chunks of ``chunk_lines`` lines (memory stays flat for any corpus
+    size); token ids go to ``tokens.bin`` (uint16 when the vocabulary allows), line boundaries to
+    ``offsets.bin``. Whitespace-only lines are stored as empty (zero tokens) so length filtering
+    counts them as empty; every other line decodes back exactly.
+
+    Returns:
+        (the corpus, True if it was a cache hit)
+    """
+    model_key = os.path.basename(model_path)[len("bpe-"): -len(".model")]
+    final = token_cache_dir(cache_dir, model_key, text_path)
+    if os.path.exists(os.path.join(final, "meta.json")):
+        return TokenizedCorpus(final), True
+    with file_lock(final + ".lock"):
+        if os.path.exists(os.path.join(final, "meta.json")):
+            return TokenizedCorpus(final), True
+        sp = load_sentencepiece(model_path)
+        dtype = np.uint16 if sp.get_piece_size() <= np.iinfo(np.uint16).max + 1 else np.int32
+        threads = num_threads or min(os.cpu_count() or 1, 16)
+        tmp = tempfile.mkdtemp(prefix=".tok-", dir=cache_dir)
+        try:
+            t0 = time.perf_counter()
+            n_lines, n_tokens = _encode_stream(sp, text_path, tmp, dtype, chunk_lines, threads)
+            meta = dict(n_lines=n_lines, n_tokens=n_tokens, dtype=np.dtype(dtype).name,
+                        source=os.path.abspath(text_path), model=os.path.abspath(model_path),
+                        format=CACHE_FORMAT)
+            with open(os.path.join(tmp, "meta.json"), "w") as fh:
+                json.dump(meta, fh, indent=1)
+            if os.path.exists(final):  # a crashed writer's leftover without meta.json
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        secs = time.perf_counter() - t0
+        log.info("encoded %s: %d lines, %d tokens in %.1fs (%.0f lines/s) -> %s", text_path,
+                 n_lines, n_tokens, secs, n_lines / max(secs, 1e-9), final)
+    return TokenizedCorpus(final), False
+
+
+def _encode_stream(sp, text_path: str, out_dir: str, dtype, chunk_lines: int,
+                   threads: int) -> tuple[int, int]:
+    n_lines = n_tokens = 0
+    with open(os.path.join(out_dir, "tokens.bin"), "wb") as tok_fh, \
+            open(os.path.join(out_dir, "offsets.bin"), "wb") as off_fh:
+        off_fh.write(np.zeros(1, dtype=np.int64).tobytes())
+        chunk: list[str] = []
+        for line in iter_lines(text_path):
+            chunk.append(line)
+            if len(chunk) == chunk_lines:
+                n_tokens = _write_chunk(sp, chunk, tok_fh, off_fh, dtype, n_tokens, threads)
+                n_lines += len(chunk)
+                chunk = []
+        if chunk:
+            n_tokens = _write_chunk(sp, chunk, tok_fh, off_fh, dtype, n_tokens, threads)
+            n_lines += len(chunk)
+    return n_lines, n_tokens
+
+
+def _write_chunk(sp, lines: list[str], tok_fh: io.BufferedWriter, off_fh: io.BufferedWriter,
+                 dtype, start: int, threads: int) -> int:
+    lines = [line if line and not line.isspace() else "" for line in lines]  # blank = empty
+    ids = sp.encode(lines, out_type=int, num_threads=threads)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (chunk,)
+    total = int(lengths.sum())
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=total)  # (total,)
+    tok_fh.write(flat.tobytes())
+    off_fh.write((start + np.cumsum(lengths)).tobytes())
+    return start + total

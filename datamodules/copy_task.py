@@ -1,0 +1,156 @@
+"""The copy task: the target is the source. Generated in memory from a seed, no disk needed.
+
+    dm = CopyTaskDataModule(vocab_size=20, max_length=10)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))   # dict per docs/CONTRACTS.md
+
+Symbols are the ids ``4 .. vocab_size + 3`` (0-3 are pad/bos/eos/unk); sequence lengths are uniform
+in ``[min_length, max_length]`` (an empty sequence becomes just EOS). Each split is generated from
+its own seed derived from ``seed`` (``numpy.random.SeedSequence(seed).spawn(3)``), as one flat
+token array plus offsets, so 100k examples take milliseconds.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+FIRST_SYMBOL = 4
+SPLITS = ("train", "val", "test")
+
+
+class CopyDataset(Dataset):
+    """Sequences stored as one flat int64 array and offsets; item i is ``tokens[offsets[i]:offsets[i+1]]``."""
+
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray) -> None:
+        self.tokens = tokens
+        self.offsets = offsets
+
+    @classmethod
+    def generate(
+        cls, size: int, vocab_size: int, min_length: int, max_length: int, rng: np.random.Generator
+    ) -> "CopyDataset":
+        lengths = rng.integers(min_length, max_length + 1, size=size)  # (N,)
+        offsets = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + vocab_size, size=int(offsets[-1]), dtype=np.int64)
+        return cls(tokens, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.tokens[self.offsets[index] : self.offsets[index + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def collate_copy(examples: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+    """Pad a list of symbol sequences into a batch dict: src == tgt == symbols + EOS, right-padded."""
+    lengths = torch.tensor([len(x) + 1 for x in examples], dtype=torch.long)  # (B,) incl. EOS
+    width = int(lengths.max()) if len(examples) else 1
+    src = torch.full((len(examples), width), PAD_ID, dtype=torch.long)  # (B, S)
+    for row, seq in enumerate(examples):
+        src[row, : len(seq)] = torch.from_numpy(np.ascontiguousarray(seq))
+        src[row, len(seq)] = EOS_ID
+    return {"src": src, "src_lengths": lengths, "tgt": src.clone(), "tgt_lengths": lengths.clone()}
+
+
+class CopyTaskDataModule(pl.LightningDataModule):
+    """Random symbol sequences to copy.
+
+    Args:
+        vocab_size: number of distinct symbols (ids 4 .. vocab_size + 3).
+        max_length, min_length: sequence lengths (without EOS), uniform in [min_length, max_length].
+        train_size, val_size, test_size: examples per split.
+        batch_size: examples per batch.
+        seed: generation seed; the splits use distinct seeds derived from it.
+        num_workers: DataLoader workers.
+    """
+
+    pad_id = PAD_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+    unk_id = UNK_ID
+
+    def __init__(
+        self,
+        vocab_size: int = 20,
+        max_length: int = 10,
+        min_length: int = 0,
+        train_size: int = 100_000,
+        val_size: int = 1000,
+        test_size: int = 1000,
+        batch_size: int = 64,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        if not 0 <= min_length <= max_length:
+            raise ValueError(f"need 0 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.save_hyperparameters()
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+        self.min_length = min_length
+        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.batch_size = batch_size
+        self.seed = seed
+        self.num_workers = num_workers
+        self.src_vocab_size = vocab_size + FIRST_SYMBOL
+        self.tgt_vocab_size = vocab_size + FIRST_SYMBOL
+        self.max_source_len = max_length + 1
+        self.datasets: dict[str, CopyDataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        seeds = np.random.SeedSequence(self.seed).spawn(len(SPLITS))
+        for split, seed_seq in zip(SPLITS, seeds):
+            rng = np.random.default_rng(seed_seq)
+            self.datasets[split] = CopyDataset.generate(
+                self.sizes[split], self.vocab_size, self.min_length, self.max_length, rng
+            )
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if not self.datasets:
+            self.setup()
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            generator=generator,
+            collate_fn=collate_copy,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def ids_to_text(self, ids: Sequence[int] | torch.Tensor) -> str:
+        """Space-joined symbol ids up to the first EOS, specials dropped: ``[7, 12, 5, 2, 0] -> "7 12 5"``."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        words = []
+        for token in ids:
+            if token == EOS_ID:
+                break
+            if token >= FIRST_SYMBOL:
+                words.append(str(token))
+        return " ".join(words)

@@ -1,0 +1,457 @@
+"""WMT'17 translation data (en-cs, en-de, en-fi, en-tr, either direction) with a shared BPE vocabulary.
+
+    dm = WMT17DataModule(pair="en-de", data_dir="data/wmt17/en-de", vocab_size=16000,
+                         max_len=80, batch_tokens=4096)
+    dm.prepare_data()            # once per node: BPE model + binary token caches (cache hits later)
+    dm.setup("fit")
+    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, max_source_len=dm.max_source_len)
+    pl.Trainer(use_distributed_sampler=False).fit(model, datamodule=dm)
+
+File layout (``source="files"``): ``data_dir`` holds line-aligned, one-sentence-per-line UTF-8 files
+``{prefix}.{lang}`` for the three splits; with ``pair="en-de"``::
+
+    train.en  train.de                 training corpus
+    newstest2015.en  newstest2015.de   validation
+    newstest2016.en  newstest2016.de   test
+
+Default prefixes per pair are in :data:`PAIR_DEFAULTS` (en-tr has no newstest2015: it validates on
+newsdev2016). Any prefix can be overridden (``train_prefix`` / ``valid_prefix`` / ``test_prefix``;
+``test_prefix=""`` means no test split). To build ``train.{en,xx}``, concatenate the WMT'17 parallel
+corpora of the pair in the same order on both sides, e.g. for en-de::
+
+    cat europarl-v7.de-en.en commoncrawl.de-en.en news-commentary-v12.de-en.en rapid2016.de-en.en > train.en
+    cat europarl-v7.de-en.de commoncrawl.de-en.de news-commentary-v12.de-en.de rapid2016.de-en.de > train.de
+
+(en-cs adds CzEng 1.6, en-fi uses Europarl v8, Wiki Headlines and Rapid 2016, en-tr is SETIMES2), then
+Moses-tokenize every file (``tokenizer.perl -l <lang>`` with its default ``&apos;``/``&quot;`` escaping,
+as in the test sample). The "preprocessed" WMT'17 release ships tokenized (and truecased) files;
+point the prefixes at them (e.g. ``train_prefix="corpus.tc"``) or symlink them to the default
+names. Test sets distributed as SGML must be stripped to plain lines first. ``moses_tokenized=True`` (the default for files) means the text is
+Moses-tokenized, so ``ids_to_text`` gives tokenized text for ``val/bleu`` and ``detokenize`` undoes it
+for ``val/sacrebleu``.
+
+``source="hf"`` fetches the same splits with Hugging Face ``datasets`` (needs internet): the training
+corpus from the ``wmt17`` builder and validation/test from ``wmt16`` (whose validation/test are
+newstest2015/newstest2016, newsdev2016/newstest2016 for tr), writes them to the layout above, and
+goes on identically. That text is not tokenized (``moses_tokenized`` defaults to False there, and
+``detokenize`` is then the identity).
+
+Caches (``cache_dir``, default ``<data_dir>/.cache``): the sentencepiece model, keyed by the content
+of the two training files (order-free, so en-de and de-en share it), the vocabulary size and the
+BPE options, trained once under a file lock; and each split/language encoded once into a numpy
+token file + offsets (see :mod:`datamodules.bpe`), which is what trials and DataLoader workers read.
+
+Batching: length-bucketed batches under a token budget (``batch_tokens``, padded size per side) or
+a fixed ``batch_size``; deterministic per ``(seed, epoch)``; each DDP rank takes an equal share of
+the batches. The Trainer must not replace the sampler: pass ``use_distributed_sampler=False``
+(a multi-device Trainer without it gets a clear error from :meth:`train_dataloader`).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import tempfile
+from typing import Optional, Sequence
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from .bpe import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizedCorpus, bpe_cache_key, count_lines,
+                  ensure_bpe_model, ensure_encoded, file_lock, load_sentencepiece, read_lines,
+                  token_cache_dir)
+from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
+from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WMT17DataModule", "PAIR_DEFAULTS", "bleu_scores", "moses_detokenize", "unescape"]
+
+SPLITS = ("train", "valid", "test")
+
+#: Default file prefixes per non-English language of the pair (the paper's four pairs).
+PAIR_DEFAULTS: dict[str, dict[str, str]] = {
+    "cs": dict(train="train", valid="newstest2015", test="newstest2016"),
+    "de": dict(train="train", valid="newstest2015", test="newstest2016"),
+    "fi": dict(train="train", valid="newstest2015", test="newstest2016"),
+    # en-tr entered WMT in 2016: no newstest2015; WMT'16/'17 used newsdev2016 for development
+    "tr": dict(train="train", valid="newsdev2016", test="newstest2016"),
+}
+_FALLBACK_DEFAULTS = dict(train="train", valid="newstest2015", test="newstest2016")
+
+#: Hugging Face datasets used by ``source="hf"``: (dataset, split) per split, config "<xx>-en".
+HF_SPLITS: dict[str, tuple[str, str]] = {
+    "train": ("wmt/wmt17", "train"),
+    "valid": ("wmt/wmt16", "validation"),  # newstest2015 (newsdev2016 for tr-en)
+    "test": ("wmt/wmt16", "test"),  # newstest2016
+}
+
+
+class WMT17DataModule(pl.LightningDataModule):
+    """WMT'17 parallel text -> shared BPE -> cached ids -> length-bucketed batches (CONTRACTS.md).
+
+    Args:
+        pair: ``"src-tgt"``, e.g. ``"en-de"`` (English to German) or ``"de-en"``.
+        data_dir: folder with the ``{prefix}.{lang}`` files (written there for ``source="hf"``).
+        vocab_size: shared BPE vocabulary size (the real size is read back from the model).
+        max_len: training pairs with more than ``max_len`` BPE tokens (EOS not counted) on either
+            side are dropped, as are pairs with an empty side; both counts are logged.
+        batch_tokens: padded tokens per side per batch; ignored when ``batch_size`` is given.
+        batch_size: fixed sentences per batch (still length-bucketed).
+        eval_batch_tokens, eval_batch_size: the same for validation/test (default: the training ones).
+        max_sentences: optional cap on sentences per token-budget batch.
+        eval_max_len: drop longer validation/test pairs too (default None: keep all but empties).
+        source: ``"files"`` or ``"hf"`` (Hugging Face ``datasets``; needs internet).
+        train_prefix, valid_prefix, test_prefix: file prefixes (None: :data:`PAIR_DEFAULTS`;
+            ``test_prefix=""``: no test split).
+        cache_dir: BPE and token caches (default ``<data_dir>/.cache``).
+        bpe_model_type: sentencepiece ``model_type`` (``"bpe"`` or ``"unigram"``).
+        character_coverage: sentencepiece coverage; rarer characters fall back to bytes.
+        bpe_sample_sentences: at most this many training lines (both sides) train the BPE.
+        moses_tokenized: the text is Moses-tokenized (None: True for files, False for hf).
+        detokenizer: ``"builtin"`` Moses-style rules, or ``"sacremoses"`` when installed.
+        shuffle, seed: training batch order, deterministic per (seed, epoch).
+        num_workers: DataLoader workers (token caches are memory-mapped, not copied).
+        encode_threads: sentencepiece threads for encoding/training (default: all cores, <= 16).
+        hf_cache_dir: ``cache_dir`` for ``datasets.load_dataset``.
+    """
+
+    def __init__(
+        self,
+        pair: str = "en-de",
+        data_dir: str = "data/wmt17/en-de",
+        vocab_size: int = 16000,
+        max_len: int = 80,
+        batch_tokens: Optional[int] = 4096,
+        batch_size: Optional[int] = None,
+        eval_batch_tokens: Optional[int] = None,
+        eval_batch_size: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        eval_max_len: Optional[int] = None,
+        source: str = "files",
+        train_prefix: Optional[str] = None,
+        valid_prefix: Optional[str] = None,
+        test_prefix: Optional[str] = None,
+        cache_dir: Optional[str] = None,
+        bpe_model_type: str = "bpe",
+        character_coverage: float = 0.9995,
+        bpe_sample_sentences: int = 2_000_000,
+        moses_tokenized: Optional[bool] = None,
+        detokenizer: str = "builtin",
+        shuffle: bool = True,
+        seed: int = 0,
+        num_workers: int = 0,
+        encode_threads: Optional[int] = None,
+        hf_cache_dir: Optional[str] = None,
+    ) -> None:
+        super().__init__()
+        langs = pair.split("-")
+        if len(langs) != 2 or not all(langs) or langs[0] == langs[1]:
+            raise ValueError(f"pair must look like 'en-de' (source-target), got {pair!r}")
+        if source not in ("files", "hf"):
+            raise ValueError(f"source must be 'files' or 'hf', got {source!r}")
+        if batch_size is None and batch_tokens is None:
+            raise ValueError("give batch_tokens or batch_size")
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        self.pair = pair
+        self.src_lang, self.tgt_lang = langs
+        self.data_dir = data_dir
+        self.vocab_size = vocab_size
+        self.max_len = max_len
+        self.batch_tokens = None if batch_size is not None else batch_tokens
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size if eval_batch_size is not None else (
+            None if eval_batch_tokens is not None else batch_size)
+        self.eval_batch_tokens = None if self.eval_batch_size is not None else (
+            eval_batch_tokens if eval_batch_tokens is not None else self.batch_tokens)
+        self.max_sentences = max_sentences
+        self.eval_max_len = eval_max_len
+        self.source = source
+        other = self.tgt_lang if self.src_lang == "en" else self.src_lang
+        defaults = PAIR_DEFAULTS.get(other, _FALLBACK_DEFAULTS)
+        self.prefixes: dict[str, str] = dict(
+            train=defaults["train"] if train_prefix is None else train_prefix,
+            valid=defaults["valid"] if valid_prefix is None else valid_prefix,
+            test=defaults["test"] if test_prefix is None else test_prefix,
+        )
+        if not self.prefixes["train"] or not self.prefixes["valid"]:
+            raise ValueError("train_prefix and valid_prefix cannot be empty")
+        self.cache_dir = cache_dir or os.path.join(data_dir, ".cache")
+        self.bpe_model_type = bpe_model_type
+        self.character_coverage = character_coverage
+        self.bpe_sample_sentences = bpe_sample_sentences
+        self.moses_tokenized = (source == "files") if moses_tokenized is None else moses_tokenized
+        self.detokenizer = detokenizer
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_workers = num_workers
+        self.encode_threads = encode_threads
+        self.hf_cache_dir = hf_cache_dir
+
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+        self.src_vocab_size: Optional[int] = None
+        self.tgt_vocab_size: Optional[int] = None
+        self.max_source_len: Optional[int] = None
+        self.max_target_len: Optional[int] = None
+        self.bpe_model_path: Optional[str] = None
+        #: first outcome per artefact in this instance: "trained"/"encoded" or "hit"
+        self.cache_report: dict[str, str] = {}
+        #: per split: dict(total=, empty=, too_long=, kept=)
+        self.filter_stats: dict[str, dict[str, int]] = {}
+        self.datasets: dict[str, ParallelTokenDataset] = {}
+        self._sp = None
+        self._detok = make_detokenizer(detokenizer if self.moses_tokenized else "none", self.tgt_lang)
+
+    # ------------------------------------------------------------------ files
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """Splits configured (test only with a non-empty ``test_prefix``)."""
+        return tuple(s for s in SPLITS if self.prefixes[s])
+
+    def path(self, split: str, lang: str) -> str:
+        """Path of one side of one split: ``<data_dir>/<prefix>.<lang>``."""
+        return os.path.join(self.data_dir, f"{self.prefixes[split]}.{lang}")
+
+    def _layout(self) -> str:
+        a, b = sorted((self.src_lang, self.tgt_lang))
+        rows = [f"  {self.prefixes[s]}.{a} / {self.prefixes[s]}.{b}  ({s})" for s in self.splits]
+        return ("expected layout under data_dir: one sentence per line, UTF-8, the two files of a "
+                "split line-aligned:\n" + "\n".join(rows) +
+                "\n(override names with train_prefix/valid_prefix/test_prefix; see "
+                "datamodules/wmt17.py for how to build the files, or use source='hf' online)")
+
+    def _check_files(self) -> None:
+        for split in self.splits:
+            for lang in (self.src_lang, self.tgt_lang):
+                p = self.path(split, lang)
+                if not os.path.isfile(p):
+                    raise FileNotFoundError(
+                        f"WMT17DataModule(pair={self.pair!r}): missing {split} file {p}\n"
+                        f"{self._layout()}")
+
+    def _check_line_counts(self, split: str) -> None:
+        a, b = self.path(split, self.src_lang), self.path(split, self.tgt_lang)
+        na, nb = count_lines(a), count_lines(b)
+        if na != nb:
+            raise ValueError(f"{split}: {a} has {na} lines but {b} has {nb} lines; the two sides "
+                             "of a parallel corpus must be line-aligned")
+
+    # ------------------------------------------------------------------ caches
+    def _train_files(self) -> list[str]:
+        return [self.path("train", lang) for lang in sorted((self.src_lang, self.tgt_lang))]
+
+    def _prepare(self) -> dict[tuple[str, str], TokenizedCorpus]:
+        """Files checked, BPE model and all token caches present (built here if missing)."""
+        self._check_files()
+        os.makedirs(self.cache_dir, exist_ok=True)
+        train_files = self._train_files()
+        key = bpe_cache_key(train_files, self.vocab_size, self.bpe_model_type,
+                            self.character_coverage, self.bpe_sample_sentences)
+        if not os.path.exists(os.path.join(self.cache_dir, f"bpe-{key}.model")):
+            self._check_line_counts("train")  # fail fast, before minutes of BPE training
+        model, hit = ensure_bpe_model(train_files, self.cache_dir, self.vocab_size,
+                                      self.bpe_model_type, self.character_coverage,
+                                      self.bpe_sample_sentences, self.encode_threads, self.seed)
+        self.cache_report.setdefault("bpe", "hit" if hit else "trained")
+        log.info("BPE model %s (%s)", model, "cache hit" if hit else "trained now")
+        self.bpe_model_path = model
+        corpora: dict[tuple[str, str], TokenizedCorpus] = {}
+        for split in self.splits:
+            paths = {lang: self.path(split, lang) for lang in (self.src_lang, self.tgt_lang)}
+            if not all(os.path.exists(os.path.join(token_cache_dir(self.cache_dir, key, p),
+                                                   "meta.json")) for p in paths.values()):
+                self._check_line_counts(split)
+            for lang, p in paths.items():
+                corpus, hit = ensure_encoded(p, model, self.cache_dir, num_threads=self.encode_threads)
+                self.cache_report.setdefault(f"{split}.{lang}", "hit" if hit else "encoded")
+                corpora[split, lang] = corpus
+            a, b = corpora[split, self.src_lang], corpora[split, self.tgt_lang]
+            if len(a) != len(b):
+                raise ValueError(f"{split}: {paths[self.src_lang]} has {len(a)} lines but "
+                                 f"{paths[self.tgt_lang]} has {len(b)} lines; the two sides of a "
+                                 "parallel corpus must be line-aligned")
+        return corpora
+
+    def prepare_data(self) -> None:
+        """Download (``source="hf"``), check the files, train/reuse BPE, encode/reuse every split."""
+        if self.source == "hf":
+            self._download_hf()
+        self._prepare()
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Open the caches (building them if ``prepare_data`` did not), filter, build datasets."""
+        if self.datasets:
+            return
+        corpora = self._prepare()
+        self._sp = load_sentencepiece(self.bpe_model_path)
+        size = int(self._sp.get_piece_size())
+        if size < self.vocab_size:
+            log.warning("BPE vocabulary has %d pieces, fewer than vocab_size=%d (small corpus)",
+                        size, self.vocab_size)
+        self.src_vocab_size = self.tgt_vocab_size = size
+        for split in self.splits:
+            src, tgt = corpora[split, self.src_lang], corpora[split, self.tgt_lang]
+            limit = self.max_len if split == "train" else self.eval_max_len
+            keep = self._filter(split, src, tgt, limit)
+            refs = None if split == "train" else read_lines(self.path(split, self.tgt_lang))
+            self.datasets[split] = ParallelTokenDataset(src, tgt, keep, refs)
+        nonempty = [d for d in self.datasets.values() if len(d)]
+        if not len(self.datasets["train"]):
+            raise ValueError("no training pair survived the length filter; raise max_len")
+        self.max_source_len = int(max(d.src_lengths.max() for d in nonempty))
+        self.max_target_len = int(max(d.tgt_lengths.max() for d in nonempty))
+
+    def _filter(self, split: str, src: TokenizedCorpus, tgt: TokenizedCorpus,
+                limit: Optional[int]) -> np.ndarray:
+        ls, lt = src.lengths(), tgt.lengths()  # (N,), (N,)
+        empty = (ls == 0) | (lt == 0)
+        too_long = ~empty & ((ls > limit) | (lt > limit)) if limit else np.zeros_like(empty)
+        keep = np.flatnonzero(~(empty | too_long))
+        stats = dict(total=len(ls), empty=int(empty.sum()), too_long=int(too_long.sum()),
+                     kept=len(keep))
+        self.filter_stats[split] = stats
+        level = logging.WARNING if split != "train" and len(keep) < len(ls) else logging.INFO
+        log.log(level, "dropped %d empty and %d over-long pairs of %d in %s (max_len=%s)",
+                stats["empty"], stats["too_long"], stats["total"], split, limit)
+        return keep
+
+    # ------------------------------------------------------------------ loaders
+    def _rank_world(self) -> tuple[int, int]:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        trainer = self.trainer
+        if trainer is not None:
+            return int(trainer.global_rank), int(trainer.world_size)
+        return 0, 1
+
+    def _check_trainer(self) -> None:
+        trainer = self.trainer
+        connector = getattr(trainer, "_accelerator_connector", None)
+        if trainer is not None and trainer.world_size > 1 and getattr(
+                connector, "use_distributed_sampler", False):
+            raise RuntimeError(
+                "WMT17DataModule shards its own length-bucketed batches across ranks; create the "
+                "Trainer with use_distributed_sampler=False so Lightning does not replace them")
+
+    def batch_sampler(self, split: str, rank: Optional[int] = None,
+                      world_size: Optional[int] = None) -> TokenBucketBatchSampler:
+        """The batch sampler of a split (rank/world_size default to the running job's)."""
+        if split not in self.datasets:
+            raise RuntimeError(f"no {split!r} split: call setup() first (test needs test_prefix)")
+        r, w = self._rank_world()
+        ds = self.datasets[split]
+        train = split == "train"
+        return TokenBucketBatchSampler(
+            ds.src_lengths, ds.tgt_lengths,
+            batch_tokens=self.batch_tokens if train else self.eval_batch_tokens,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=self.shuffle and train, seed=self.seed,
+            rank=r if rank is None else rank, world_size=w if world_size is None else world_size,
+            max_sentences=self.max_sentences)
+
+    def _loader(self, split: str) -> DataLoader:
+        self._check_trainer()
+        return DataLoader(
+            self.datasets[split], batch_sampler=self.batch_sampler(split),
+            collate_fn=functools.partial(collate_pairs, pad_id=self.pad_id, eos_id=self.eos_id),
+            num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("valid")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    # ------------------------------------------------------------------ text
+    @property
+    def sp(self):
+        """The shared ``SentencePieceProcessor`` (after setup)."""
+        if self._sp is None:
+            if self.bpe_model_path is None:
+                raise RuntimeError("call setup() first")
+            self._sp = load_sentencepiece(self.bpe_model_path)
+        return self._sp
+
+    def text_to_ids(self, text: str) -> list[int]:
+        """BPE ids of one line of (tokenized) text, no EOS."""
+        return self.sp.encode(text, out_type=int)
+
+    def ids_to_text(self, ids: Sequence[int]) -> str:
+        """Ids -> BPE-merged text (tokenized, as in the files); stops at EOS, drops pad/bos/unk."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        out = []
+        for t in ids:
+            if t == self.eos_id:
+                break
+            if t not in (self.pad_id, self.bos_id, self.unk_id):
+                out.append(int(t))
+        return self.sp.decode(out)
+
+    def detokenize(self, text: str) -> str:
+        """Moses-style detokenization of tokenized target text (identity for raw text)."""
+        return self._detok(text)
+
+    def bleu(self, hyps: Sequence[str], refs: Sequence[str]) -> dict:
+        """:func:`~datamodules.wmt_text.bleu_scores` with this datamodule's detokenizer."""
+        return bleu_scores(hyps, refs, self.detokenize)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_sp"] = None  # reloaded from bpe_model_path on demand
+        return state
+
+    # ------------------------------------------------------------------ Hugging Face
+    def _download_hf(self) -> None:
+        """Write the splits from Hugging Face ``datasets`` into the files layout (once)."""
+        try:
+            import datasets
+        except ImportError as err:
+            raise ImportError(
+                "WMT17DataModule(source='hf') needs the Hugging Face `datasets` package: "
+                "pip install datasets; this needs internet. Offline, put the WMT'17 files under "
+                f"data_dir and use source='files'.\n{self._layout()}") from err
+        if "en" not in (self.src_lang, self.tgt_lang):
+            raise ValueError(f"source='hf' supports English pairs only, got {self.pair!r}")
+        other = self.tgt_lang if self.src_lang == "en" else self.src_lang
+        if other not in PAIR_DEFAULTS:
+            raise ValueError(f"source='hf' supports {sorted(PAIR_DEFAULTS)} with English, "
+                             f"got {self.pair!r}")
+        config = f"{other}-en"
+        os.makedirs(self.data_dir, exist_ok=True)
+        with file_lock(os.path.join(self.data_dir, ".hf-download.lock")):
+            for split in self.splits:
+                paths = {lang: self.path(split, lang) for lang in (self.src_lang, self.tgt_lang)}
+                if all(os.path.exists(p) for p in paths.values()):
+                    continue
+                name, hf_split = HF_SPLITS[split]
+                log.info("downloading %s/%s split %s -> %s", name, config, hf_split, paths)
+                ds = datasets.load_dataset(name, config, split=hf_split, cache_dir=self.hf_cache_dir)
+                _write_parallel(ds, paths)
+
+
+def _write_parallel(ds, paths: dict[str, str]) -> None:
+    """Write a ``translation`` dataset to one file per language atomically, one line per pair."""
+    tmp = {lang: tempfile.NamedTemporaryFile("w", encoding="utf-8", delete=False,
+                                             dir=os.path.dirname(p) or ".", suffix=".tmp")
+           for lang, p in paths.items()}
+    try:
+        for rows in ds.iter(batch_size=10_000):
+            for pair in rows["translation"]:
+                for lang, fh in tmp.items():
+                    fh.write(" ".join(pair[lang].split()) + "\n")  # no embedded newlines
+        for lang, fh in tmp.items():
+            fh.close()
+            os.replace(fh.name, paths[lang])
+    finally:
+        for fh in tmp.values():
+            fh.close()
+            if os.path.exists(fh.name):
+                os.unlink(fh.name)

@@ -1,0 +1,40 @@
+"""Bahdanau (additive) attention: score_j = v^T tanh(W_q q + W_k s_j)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .base import Attention, register_attention
+from .functional import masked_softmax
+
+
+@register_attention("bahdanau")
+class BahdanauAttention(Attention):
+    """Additive attention (Bahdanau et al. 2015). The key projection W_k s is source-only, so
+    ``precompute`` does it once; a step costs one (H x A) projection plus O(S*A).
+
+    Args:
+        query_dim: size H of the decoder state.
+        memory_dim: size D of the encoder states.
+        attention_dim: width A of the hidden scoring layer (default: H).
+    """
+
+    def __init__(self, query_dim: int, memory_dim: int, attention_dim: Optional[int] = None) -> None:
+        super().__init__(query_dim, memory_dim)
+        self.attention_dim = attention_dim or query_dim
+        self.query_proj = nn.Linear(query_dim, self.attention_dim, bias=False)  # W_q
+        self.key_proj = nn.Linear(memory_dim, self.attention_dim, bias=False)  # W_k
+        self.v = nn.Linear(self.attention_dim, 1, bias=False)
+
+    def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
+        return {"memory": memory, "mask": mask, "keys": self.key_proj(memory)}  # keys (B, S, A)
+
+    def step(self, query, cache, state, need_weights=False):
+        q = self.query_proj(query)  # (B, A)
+        hidden = torch.tanh(cache["keys"] + q[:, None, :])  # (B, S, A)
+        scores = self.v(hidden).squeeze(-1)  # (B, S)
+        weights = masked_softmax(scores, cache["mask"])  # (B, S)
+        ctx = torch.einsum("bs,bsd->bd", weights, cache["memory"])  # (B, D)
+        return ctx, state, weights if need_weights else None

@@ -1,0 +1,149 @@
+"""The two-phase attention interface shared by every mechanism, and its registry.
+
+Decoding is incremental, so each mechanism splits its work in two:
+
+    cache = attn.precompute(memory, mask)     # once per source sentence
+    state = attn.initial_state(cache)          # recurrent alignment, or None
+    ctx, state, weights = attn.step(query, cache, state, need_weights=False)   # once per target step
+
+``cache`` and ``state`` are tensors, or (nested) tuples/dicts of tensors, or None, always with the
+batch dimension first, so beam search can expand and reorder them generically
+(:func:`map_batch`), without mechanism-specific code.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, ClassVar, Optional
+
+import torch
+from torch import nn
+
+Cache = Any  # tensor | tuple | dict of tensors (batch first)
+State = Any  # tensor | tuple | dict of tensors (batch first) | None
+
+ATTENTION_REGISTRY: dict[str, type["Attention"]] = {}
+
+
+def register_attention(name: str) -> Callable[[type["Attention"]], type["Attention"]]:
+    """Class decorator: make a mechanism buildable by ``build_attention(name, ...)``."""
+
+    def deco(cls: type["Attention"]) -> type["Attention"]:
+        if name in ATTENTION_REGISTRY and ATTENTION_REGISTRY[name] is not cls:
+            raise ValueError(f"attention {name!r} is registered twice")
+        cls.name = name
+        ATTENTION_REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def attention_options(name: str) -> dict[str, Any]:
+    """The options (constructor keyword arguments besides the dims) a mechanism accepts, with defaults."""
+    cls = _lookup(name)
+    sig = inspect.signature(cls.__init__)
+    out = {}
+    for pname, p in sig.parameters.items():
+        if pname in ("self", "query_dim", "memory_dim") or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        out[pname] = None if p.default is inspect.Parameter.empty else p.default
+    return out
+
+
+def _lookup(name: str) -> type["Attention"]:
+    try:
+        return ATTENTION_REGISTRY[name]
+    except KeyError:
+        valid = ", ".join(sorted(ATTENTION_REGISTRY))
+        raise ValueError(f"unknown attention {name!r}; valid names: {valid}") from None
+
+
+def build_attention(name: str, query_dim: int, memory_dim: int, **options: Any) -> "Attention":
+    """Build a registered mechanism by name.
+
+    Args:
+        name: registry name (``none``, ``bahdanau``, ``memory``, ...).
+        query_dim: size H of the decoder state that queries the attention.
+        memory_dim: size D of the encoder states attended over.
+        **options: the mechanism's own options (e.g. ``K`` for memory attention). An option the
+            mechanism does not take raises, listing the ones it does.
+    """
+    cls = _lookup(name)
+    allowed = attention_options(name)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"attention {name!r} got unknown option(s) {unknown}; it accepts: "
+            f"{', '.join(allowed) or '(no options)'}"
+        )
+    return cls(query_dim=query_dim, memory_dim=memory_dim, **options)
+
+
+def map_batch(fn: Callable[[torch.Tensor], torch.Tensor], tree: Any) -> Any:
+    """Apply ``fn`` to every tensor in a (nested) tuple/list/dict, e.g. ``index_select`` on dim 0."""
+    if tree is None:
+        return None
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: map_batch(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(map_batch(fn, v) for v in tree)
+    return tree  # ints, floats, strings pass through unchanged
+
+
+class Attention(nn.Module):
+    """Base class of every mechanism. Subclasses implement ``precompute`` and ``step``.
+
+    Args:
+        query_dim: size H of the decoder state (the query).
+        memory_dim: size D of the encoder states (the memory).
+    """
+
+    name: ClassVar[str] = "?"
+    #: whether ``step`` reads ``state`` (recurrent alignment), so the decoder must carry it
+    recurrent: ClassVar[bool] = False
+
+    def __init__(self, query_dim: int, memory_dim: int) -> None:
+        super().__init__()
+        self.query_dim = query_dim
+        self.memory_dim = memory_dim
+
+    @property
+    def context_dim(self) -> int:
+        """Size of the returned context vector (D unless a value map changes it)."""
+        return self.memory_dim
+
+    def precompute(self, memory: torch.Tensor, mask: torch.Tensor) -> Cache:
+        """Source-only work, once per sentence.
+
+        Args:
+            memory: encoder states (B, S, D).
+            mask: (B, S) bool, True at real tokens.
+        Returns:
+            the cache ``step`` reads: tensors or tuples/dicts of tensors, batch first.
+        """
+        raise NotImplementedError
+
+    def initial_state(self, cache: Cache) -> State:
+        """The recurrent state before the first target step (None for stateless mechanisms)."""
+        return None
+
+    def step(
+        self, query: torch.Tensor, cache: Cache, state: State, need_weights: bool = False
+    ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
+        """One target step.
+
+        Args:
+            query: decoder state (B, H).
+            cache: what ``precompute`` returned.
+            state: what ``initial_state`` or the previous ``step`` returned.
+            need_weights: also return the alignment over source positions (costs O(S) for
+                mechanisms that otherwise avoid it, e.g. memory attention).
+        Returns:
+            ctx (B, context_dim), the new state, and weights (B, S) or None.
+        """
+        raise NotImplementedError
+
+    def extra_weights(self, query: torch.Tensor, cache: Cache, state: State) -> dict[str, torch.Tensor]:
+        """Mechanism-specific alignments for visualisation (memory attention: alpha and beta)."""
+        return {}

@@ -1,0 +1,54 @@
+"""Key-value (scaled dot-product) attention with learned query, key and value maps."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .base import Attention, register_attention
+from .functional import masked_softmax
+
+
+@register_attention("key_value")
+class KeyValueAttention(Attention):
+    """alpha = softmax_j((W_K s_j)^T (W_Q h) / sqrt(d_k)); ctx = sum_j alpha_j W_V s_j.
+
+    The maps have no bias, so ``ctx == W_V(sum_j alpha_j s_j)`` exactly, and a fully masked row
+    (all alpha zero) gives a zero context.
+
+    Args:
+        query_dim: size H of the decoder state.
+        memory_dim: size D of the encoder states.
+        key_dim: d_k, the size of keys and queries (default D).
+        value_dim: size of the values, hence of the context (default D).
+    """
+
+    def __init__(
+        self, query_dim: int, memory_dim: int, key_dim: Optional[int] = None, value_dim: Optional[int] = None
+    ) -> None:
+        super().__init__(query_dim, memory_dim)
+        self.key_dim = key_dim or memory_dim
+        self.value_dim = value_dim or memory_dim
+        self.query_proj = nn.Linear(query_dim, self.key_dim, bias=False)  # W_Q
+        self.key_proj = nn.Linear(memory_dim, self.key_dim, bias=False)  # W_K
+        self.value_proj = nn.Linear(memory_dim, self.value_dim, bias=False)  # W_V
+
+    @property
+    def context_dim(self) -> int:
+        return self.value_dim
+
+    def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
+        return {
+            "keys": self.key_proj(memory),  # (B, S, d_k)
+            "values": self.value_proj(memory),  # (B, S, d_v)
+            "mask": mask,
+        }
+
+    def step(self, query, cache, state, need_weights=False):
+        q = self.query_proj(query)  # (B, d_k)
+        scores = torch.einsum("bsk,bk->bs", cache["keys"], q) / math.sqrt(self.key_dim)  # (B, S)
+        weights = masked_softmax(scores, cache["mask"])  # (B, S)
+        ctx = torch.einsum("bs,bsv->bv", weights, cache["values"])  # (B, d_v)
+        return ctx, state, weights if need_weights else None

@@ -1,0 +1,98 @@
+"""Luong et al. (2015) local attention: content attention inside a window [p_t - D, p_t + D],
+shaped by a Gaussian centred at p_t. local-m puts p_t at the step index (monotonic alignment),
+local-p predicts it from the decoder state.
+
+Conventions: source positions are 0-based (s = 0..S-1); the window half-width D is the
+``window`` option, sigma = D / 2. The content score is Luong's "general" q^T W s_j, softmaxed over
+the real positions inside the window. As in Luong et al. (eq. 10), the Gaussian-weighted
+weights are *not* renormalised: they sum to at most 1, and the context is the correspondingly
+shrunken weighted sum. Positions outside the sentence or the window get exactly 0.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import Attention, register_attention
+from .functional import masked_softmax
+
+
+class _LocalAttention(Attention):
+    """Shared window, score and Gaussian; subclasses say where the window is centred."""
+
+    def __init__(self, query_dim: int, memory_dim: int, window: int = 10) -> None:
+        super().__init__(query_dim, memory_dim)
+        if window < 1:
+            raise ValueError(f"{self.name}: window must be >= 1 (sigma = window / 2), got {window}")
+        self.window = window
+        self.sigma = window / 2
+        self.W = nn.Linear(memory_dim, query_dim, bias=False)  # Luong "general" score
+
+    def center(self, query: torch.Tensor, cache, state) -> torch.Tensor:
+        """The window centre p_t, (B,) float, in 0-based source positions."""
+        raise NotImplementedError
+
+    def _next_state(self, state):
+        return state
+
+    def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
+        return {"memory": memory, "mask": mask, "keys": self.W(memory)}  # keys (B, S, H)
+
+    def step(self, query, cache, state, need_weights=False):
+        mask = cache["mask"]
+        p_t = self.center(query, cache, state)  # (B,)
+        positions = torch.arange(mask.shape[1], device=query.device, dtype=query.dtype)  # (S,)
+        offset = positions[None, :] - p_t[:, None]  # (B, S) s - p_t
+        in_window = offset.abs() <= self.window  # (B, S)
+        scores = torch.einsum("bsh,bh->bs", cache["keys"], query)  # (B, S)
+        align = masked_softmax(scores, mask & in_window)  # (B, S), 0 outside sentence/window
+        gaussian = torch.exp(-offset.square() / (2 * self.sigma**2))  # (B, S)
+        weights = align * gaussian  # (B, S) not renormalised (Luong eq. 10)
+        ctx = torch.einsum("bs,bsd->bd", weights, cache["memory"])  # (B, D)
+        return ctx, self._next_state(state), weights if need_weights else None
+
+
+@register_attention("local_m")
+class LocalMonotonicAttention(_LocalAttention):
+    """local-m: p_t = t, the decoder step index (0 at the first step), carried in the state.
+
+    Args:
+        query_dim: size H of the decoder state.
+        memory_dim: size D of the encoder states.
+        window: half-width D of the window [p_t - D, p_t + D].
+    """
+
+    recurrent = True
+
+    def initial_state(self, cache):
+        mask = cache["mask"]
+        return {"t": torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device)}  # (B,)
+
+    def center(self, query, cache, state):
+        return state["t"].to(query.dtype)  # (B,)
+
+    def _next_state(self, state):
+        return {"t": state["t"] + 1}  # (B,)
+
+
+@register_attention("local_p")
+class LocalPredictiveAttention(_LocalAttention):
+    """local-p: p_t = S_real * sigmoid(v_p^T tanh(W_p h_t)), S_real the sentence's real length.
+
+    The Gaussian keeps p_t differentiable, so the position predictor trains through it.
+
+    Args:
+        query_dim: size H of the decoder state.
+        memory_dim: size D of the encoder states.
+        window: half-width D of the window [p_t - D, p_t + D].
+    """
+
+    def __init__(self, query_dim: int, memory_dim: int, window: int = 10) -> None:
+        super().__init__(query_dim, memory_dim, window)
+        self.W_p = nn.Linear(query_dim, query_dim, bias=False)
+        self.v_p = nn.Linear(query_dim, 1, bias=False)
+
+    def center(self, query, cache, state):
+        length = cache["mask"].sum(dim=1).to(query.dtype)  # (B,)
+        gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)  # (B,)
+        return length * gate  # (B,)

@@ -1,0 +1,141 @@
+"""Memory attention (Britz, Guan & Luong 2017, "Efficient Attention using a Fixed-Size Memory
+Representation"): the source is summarised once into K vectors, so a decoder step is O(K*D)
+whatever the source length.
+
+    precompute:  alpha = score_enc(W_alpha s_t)            (B, S, K), 0 at padded t
+                 C_k   = sum_t alpha_tk s_t                 (B, K, D)
+    step:        beta  = score_dec(W_beta h)                (B, K)
+                 c     = sum_k beta_k C_k                   (B, D)
+
+The alignment over source positions, sum_k alpha_tk beta_k, is only formed when asked for
+(``need_weights=True`` or ``extra_weights``); the step itself never reads anything of size S.
+
+Reading of the paper's position encodings (eq. 10-11): L is a fixed (K x S_max) matrix with
+L_ks = (1 - k/K)(1 - s/S_max) + (k/K)(s/S_max), 1-based; for source position s the K encoder
+scores *before* the scoring function are multiplied elementwise by the column l_s,
+alpha^PE_s = score_enc(W_alpha h_s o l_s). Padded positions are zeroed after that product (and,
+for a softmax over positions, excluded from it).
+
+Why ``encoder_normalization`` exists: eq. 5 normalises the encoder softmax over K for each
+source position ("K", the default), so every source state hands out a unit of mass over the K
+slots; C_k is then a *sum* whose scale grows with the sentence length. Normalising over the
+source positions for each k instead ("S") makes each C_k a convex combination of encoder
+states, a length-independent summary. The paper's text admits both readings, so the sweep can
+compare them. It has no effect with sigmoid encoder scoring (which normalises over nothing).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .base import Attention, register_attention
+from .functional import masked_softmax
+from .functional import position_encoding as position_encoding_matrix  # the option shadows the name
+
+SCORINGS = ("softmax", "sigmoid")
+NORMALIZATIONS = ("K", "S")
+
+
+def _softmax_over_k(pre: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(pre, dim=-1) * mask[..., None].to(pre.dtype)  # (B, S, K)
+
+
+def _softmax_over_s(pre: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked_softmax(pre, mask[..., None], dim=1)  # (B, S, K)
+
+
+def _sigmoid_masked(pre: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(pre) * mask[..., None].to(pre.dtype)  # (B, S, K)
+
+
+#: (encoder_scoring, encoder_normalization) -> alpha from pre-activations (B, S, K) and mask (B, S)
+_ENCODER_SCORES: dict[tuple[str, str], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    ("softmax", "K"): _softmax_over_k,
+    ("softmax", "S"): _softmax_over_s,
+    ("sigmoid", "K"): _sigmoid_masked,
+    ("sigmoid", "S"): _sigmoid_masked,
+}
+#: decoder_scoring -> beta from pre-activations (B, K)
+_DECODER_SCORES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softmax": lambda pre: torch.softmax(pre, dim=-1),
+    "sigmoid": torch.sigmoid,
+}
+
+
+def _check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"memory attention: {option}={value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+@register_attention("memory")
+class MemoryAttention(Attention):
+    """Fixed-size memory attention.
+
+    Args:
+        query_dim: size H of the decoder state.
+        memory_dim: size D of the encoder states.
+        K: number of memory vectors.
+        encoder_scoring: "softmax" or "sigmoid", the function turning W_alpha s_t into alpha_t.
+        decoder_scoring: "softmax" or "sigmoid", the function turning W_beta h into beta.
+        position_encoding: multiply the encoder scores by the eq. 10 position encodings.
+        max_source_len: S of eq. 10 (only used with position encodings; a longer source raises).
+        encoder_normalization: axis of the encoder softmax: "K" (eq. 5) or "S" (see module doc).
+    """
+
+    def __init__(
+        self,
+        query_dim: int,
+        memory_dim: int,
+        K: int = 32,
+        encoder_scoring: str = "softmax",
+        decoder_scoring: str = "softmax",
+        position_encoding: bool = False,
+        max_source_len: int = 256,
+        encoder_normalization: str = "K",
+    ) -> None:
+        super().__init__(query_dim, memory_dim)
+        if K < 1:
+            raise ValueError(f"memory attention: K must be >= 1, got {K}")
+        _check_choice("encoder_scoring", encoder_scoring, SCORINGS)
+        _check_choice("decoder_scoring", decoder_scoring, SCORINGS)
+        _check_choice("encoder_normalization", encoder_normalization, NORMALIZATIONS)
+        self.K = K
+        self.encoder_scoring = encoder_scoring
+        self.decoder_scoring = decoder_scoring
+        self.encoder_normalization = encoder_normalization
+        self.use_position_encoding = position_encoding
+        self.max_source_len = max_source_len
+        self._encoder_score = _ENCODER_SCORES[(encoder_scoring, encoder_normalization)]
+        self._decoder_score = _DECODER_SCORES[decoder_scoring]
+        self.W_alpha = nn.Linear(memory_dim, K)
+        self.W_beta = nn.Linear(query_dim, K)
+        if position_encoding:
+            self.register_buffer("pe", position_encoding_matrix(K, max_source_len), persistent=False)
+
+    def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
+        S = memory.shape[1]
+        pre = self.W_alpha(memory)  # (B, S, K)
+        if self.use_position_encoding:
+            if S > self.max_source_len:
+                raise ValueError(
+                    f"memory attention: the position encodings cover max_source_len={self.max_source_len} "
+                    f"positions, but the source has {S}; build it with a larger max_source_len."
+                )
+            pre = pre * self.pe[:, :S].T.to(pre.dtype)  # (B, S, K) o l_s
+        alpha = self._encoder_score(pre, mask)  # (B, S, K), 0 at padded positions
+        C = torch.einsum("bsk,bsd->bkd", alpha, memory)  # (B, K, D)
+        return {"C": C, "alpha": alpha}
+
+    def _beta(self, query: torch.Tensor) -> torch.Tensor:
+        return self._decoder_score(self.W_beta(query))  # (B, K)
+
+    def step(self, query, cache, state, need_weights=False):
+        beta = self._beta(query)  # (B, K)
+        ctx = torch.einsum("bk,bkd->bd", beta, cache["C"])  # (B, D)
+        weights = torch.einsum("bsk,bk->bs", cache["alpha"], beta) if need_weights else None  # (B, S)
+        return ctx, state, weights
+
+    def extra_weights(self, query, cache, state):
+        return {"alpha": cache["alpha"], "beta": self._beta(query)}  # (B, S, K), (B, K)

@@ -1,0 +1,326 @@
+"""Seq2SeqModule: the LightningModule that trains, validates and decodes one attention variant.
+
+    import lightning.pytorch as pl
+    from datamodules import CopyTaskDataModule
+    from lightning_modules import Seq2SeqModule
+
+    dm = CopyTaskDataModule(max_length=10)
+    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="memory",
+                          attention_kwargs={"K": 16}, max_source_len=dm.max_source_len)
+    pl.Trainer(max_steps=2000).fit(model, datamodule=dm)
+
+Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss``,
+``val/token_acc`` (teacher-forced argmax accuracy over non-pad target tokens), ``val/bleu``
+(sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), ``val/decode_seconds`` (time spent in
+decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
+datamodule can ``detokenize``; the same under ``test/``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+
+from .attention import attention_options
+from .seq2seq import Seq2Seq, get_preset
+
+TRAIN_LOSS = "train/loss"
+VAL_LOSS = "val/loss"
+VAL_TOKEN_ACC = "val/token_acc"
+VAL_BLEU = "val/bleu"
+VAL_SACREBLEU = "val/sacrebleu"
+VAL_DECODE_SECONDS = "val/decode_seconds"
+TEST_LOSS = "test/loss"
+TEST_TOKEN_ACC = "test/token_acc"
+TEST_BLEU = "test/bleu"
+TEST_SACREBLEU = "test/sacrebleu"
+TEST_DECODE_SECONDS = "test/decode_seconds"
+
+METRICS: dict[str, dict[str, str]] = {
+    "train": {"loss": TRAIN_LOSS},
+    "val": {
+        "loss": VAL_LOSS,
+        "token_acc": VAL_TOKEN_ACC,
+        "bleu": VAL_BLEU,
+        "sacrebleu": VAL_SACREBLEU,
+        "decode_seconds": VAL_DECODE_SECONDS,
+    },
+    "test": {
+        "loss": TEST_LOSS,
+        "token_acc": TEST_TOKEN_ACC,
+        "bleu": TEST_BLEU,
+        "sacrebleu": TEST_SACREBLEU,
+        "decode_seconds": TEST_DECODE_SECONDS,
+    },
+}
+
+
+class _DecodeBuffer:
+    """Hypotheses, references and decode time accumulated over one evaluation epoch."""
+
+    def __init__(self) -> None:
+        self.hyps: list[str] = []
+        self.refs: list[str] = []
+        self.seconds = 0.0
+
+
+class Seq2SeqModule(pl.LightningModule):
+    """Attention seq2seq trained with teacher-forced cross-entropy and Adam.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (the datamodule's attributes).
+        attention: registered mechanism name; attention_kwargs: its options (e.g. ``{"K": 16}``).
+        preset: a ``PRESETS`` name; the size arguments below override it when not None.
+        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes.
+        max_source_len: longest source incl. EOS (memory and luong_location attention need it).
+        pad_id, bos_id, eos_id: special token ids.
+        lr, weight_decay: Adam settings.
+        val_beam_size: 1 decodes greedily in validation/test, more uses beam search.
+        length_penalty: beam search's length normalisation exponent.
+        max_decode_len: most decoding steps (default 2 * longest source + 10).
+        val_decode: decode the validation set to log BLEU and decode time.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        attention: str = "bahdanau",
+        attention_kwargs: dict | None = None,
+        preset: str = "tiny",
+        embedding_dim: int | None = None,
+        hidden_size: int | None = None,
+        encoder_layers: int | None = None,
+        decoder_layers: int | None = None,
+        dropout: float | None = None,
+        bidirectional: bool | None = None,
+        max_source_len: int = 256,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        val_beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_decode_len: int | None = None,
+        val_decode: bool = True,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        sizes = get_preset(preset)
+        overrides = dict(
+            embedding_dim=embedding_dim,
+            hidden_size=hidden_size,
+            encoder_layers=encoder_layers,
+            decoder_layers=decoder_layers,
+            dropout=dropout,
+            bidirectional=bidirectional,
+        )
+        sizes.update({k: v for k, v in overrides.items() if v is not None})
+        if val_beam_size < 1:
+            raise ValueError(f"val_beam_size must be >= 1 (1 = greedy), got {val_beam_size}")
+        self.model = Seq2Seq(
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            max_source_len=max_source_len,
+            pad_id=pad_id,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            **sizes,
+        )
+        self._buffers: dict[str, _DecodeBuffer] = {}
+        self.last_bleu_signature: Optional[str] = None
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits (B, T, V); see :meth:`Seq2Seq.forward`."""
+        return self.model(src, src_lengths, tgt_in)
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "train")
+
+    # ---------------------------------------------------------------- validation
+    def on_validation_epoch_start(self) -> None:
+        self._buffers["val"] = _DecodeBuffer()
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_decode_metrics("val")
+
+    # ---------------------------------------------------------------- test
+    def on_test_epoch_start(self) -> None:
+        self._buffers["test"] = _DecodeBuffer()
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_decode_metrics("test")
+
+    # ---------------------------------------------------------------- optimisation
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+    # ---------------------------------------------------------------- other hooks
+    def setup(self, stage: str) -> None:
+        """Fail early when the data has longer sources than a position-dependent mechanism was built for."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        data_max = getattr(datamodule, "max_source_len", None)
+        if data_max is None or "max_source_len" not in attention_options(self.hparams.attention):
+            return
+        built = self.model.attention_kwargs.get("max_source_len", self.hparams.max_source_len)
+        if data_max > built:
+            raise ValueError(
+                f"the datamodule's sources are up to {data_max} tokens (incl. EOS) but attention "
+                f"{self.hparams.attention!r} was built for max_source_len={built}; pass "
+                f"max_source_len={data_max} (or larger) to Seq2SeqModule"
+            )
+
+    # ---------------------------------------------------------------- internals
+    def _shared_step(self, batch: dict[str, Any], stage: str) -> torch.Tensor:
+        src, src_lengths, tgt = batch["src"], batch["src_lengths"], batch["tgt"]
+        batch_size = src.shape[0]
+        logits = self.model(src, src_lengths, self.model.shift_target(tgt))  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=self.hparams.pad_id
+        )
+        names = METRICS[stage]
+        if stage == "train":
+            self.log(names["loss"], loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size)
+            return loss
+        real = tgt != self.hparams.pad_id  # (B, T)
+        correct = ((logits.argmax(-1) == tgt) & real).sum()
+        token_acc = correct.float() / real.sum().clamp(min=1)
+        self.log(names["loss"], loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
+        self.log(names["token_acc"], token_acc, batch_size=batch_size, sync_dist=True)
+        if self.hparams.val_decode:
+            self._decode_into_buffer(batch, stage)
+        return loss
+
+    def decode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
+        """Decode with the configured strategy (greedy or beam): tokens (B, T')."""
+        if self.hparams.val_beam_size == 1:
+            tokens, _ = self.model.greedy_decode(src, src_lengths, self.hparams.max_decode_len)
+            return tokens
+        return self.model.beam_search(
+            src,
+            src_lengths,
+            beam_size=self.hparams.val_beam_size,
+            max_len=self.hparams.max_decode_len,
+            length_penalty=self.hparams.length_penalty,
+        )
+
+    def _decode_into_buffer(self, batch: dict[str, Any], stage: str) -> None:
+        buffer = self._buffers.setdefault(stage, _DecodeBuffer())
+        on_cuda = batch["src"].is_cuda
+        if on_cuda:
+            torch.cuda.synchronize(batch["src"].device)
+        start = time.perf_counter()
+        tokens = self.decode(batch["src"], batch["src_lengths"])  # (B, T')
+        if on_cuda:
+            torch.cuda.synchronize(batch["src"].device)
+        buffer.seconds += time.perf_counter() - start
+        buffer.hyps.extend(self.ids_to_text(row) for row in tokens.tolist())
+        if batch.get("references") is not None:
+            buffer.refs.extend(batch["references"])
+        else:
+            buffer.refs.extend(self.ids_to_text(row) for row in batch["tgt"].tolist())
+
+    def _log_decode_metrics(self, stage: str) -> None:
+        buffer = self._buffers.pop(stage, None)
+        if not self.hparams.val_decode or buffer is None:
+            return
+        import sacrebleu  # lazy: only needed once per evaluation epoch
+
+        hyps, refs, seconds = buffer.hyps, buffer.refs, buffer.seconds
+        if self.trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list[Any] = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(gathered, (hyps, refs, seconds))
+            hyps = [h for part in gathered for h in part[0]]
+            refs = [r for part in gathered for r in part[1]]
+            seconds = sum(part[2] for part in gathered)
+        names = METRICS[stage]
+        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score if hyps else 0.0
+        self.log(names["bleu"], float(bleu), prog_bar=True)
+        self.log(names["decode_seconds"], float(seconds))
+        detokenize = getattr(self._datamodule(), "detokenize", None)
+        if detokenize is not None and hyps:
+            from sacrebleu.metrics import BLEU
+
+            metric = BLEU()
+            score = metric.corpus_score([detokenize(h) for h in hyps], [[detokenize(r) for r in refs]])
+            self.last_bleu_signature = str(metric.get_signature())
+            self.log(names["sacrebleu"], float(score.score))
+
+    def _datamodule(self) -> Any:
+        if self._trainer is None:
+            return None
+        return getattr(self.trainer, "datamodule", None)
+
+    def ids_to_text(self, ids: list[int]) -> str:
+        """The datamodule's ``ids_to_text``; without one, space-joined ids up to EOS, specials dropped."""
+        datamodule = self._datamodule()
+        if datamodule is not None and hasattr(datamodule, "ids_to_text"):
+            return datamodule.ids_to_text(ids)
+        hp = self.hparams
+        out = []
+        for token in ids:
+            if token == hp.eos_id:
+                break
+            if token not in (hp.pad_id, hp.bos_id, hp.eos_id):
+                out.append(str(token))
+        return " ".join(out)
+
+    def _token_string(self, token: int) -> str:
+        hp = self.hparams
+        specials = {hp.pad_id: "<pad>", hp.bos_id: "<s>", hp.eos_id: "</s>"}
+        if token in specials:
+            return specials[token]
+        datamodule = self._datamodule()
+        if datamodule is not None and hasattr(datamodule, "ids_to_text"):
+            text = datamodule.ids_to_text([token])
+            return text if text else str(token)
+        return str(token)
+
+    @torch.no_grad()
+    def attention_heatmaps(self, batch: dict[str, Any], max_items: int = 4) -> list[dict[str, Any]]:
+        """Greedy-decode the first ``max_items`` sentences of a batch and return their alignments.
+
+        Returns:
+            one dict per sentence: ``source`` (list[str], incl. EOS), ``output`` (list[str], incl.
+            EOS), ``weights`` numpy array (T, S); plus ``alpha`` (S, K) and ``beta`` (T, K) when the
+            mechanism provides them (memory attention). Data only; plotting is elsewhere.
+        """
+        src = batch["src"][:max_items].to(self.device)  # (N, S)
+        src_lengths = batch["src_lengths"][:max_items].to(self.device)  # (N,)
+        was_training = self.training
+        self.eval()
+        try:
+            trace = self.model.attention_trace(src, src_lengths, self.hparams.max_decode_len)
+        finally:
+            self.train(was_training)
+        items = []
+        for i in range(src.shape[0]):
+            s_len = int(src_lengths[i])
+            t_len = int(trace["lengths"][i])
+            item: dict[str, Any] = {
+                "source": [self._token_string(t) for t in src[i, :s_len].tolist()],
+                "output": [self._token_string(t) for t in trace["tokens"][i, :t_len].tolist()],
+                "weights": trace["weights"][i, :t_len, :s_len].float().cpu().numpy(),
+            }
+            if "alpha" in trace:  # (N, T, S, K); the encoder scores do not change with the step
+                item["alpha"] = trace["alpha"][i, 0, :s_len].float().cpu().numpy()  # (S, K)
+            if "beta" in trace:
+                item["beta"] = trace["beta"][i, :t_len].float().cpu().numpy()  # (T, K)
+            items.append(item)
+        return items
+
+
+__all__ = ["Seq2SeqModule", "METRICS"]

@@ -1,0 +1,506 @@
+"""Encoder-decoder with pluggable attention: teacher-forced training, greedy and beam decoding.
+
+Plain ``nn.Module`` code (no Lightning) so the model can be reused anywhere::
+
+    model = Seq2Seq.from_preset("tiny", src_vocab_size=24, tgt_vocab_size=24, attention="memory",
+                                attention_kwargs={"K": 16}, max_source_len=11)
+    logits = model(src, src_lengths, tgt_in)                       # (B, T, V), teacher forcing
+    tokens, lengths = model.greedy_decode(src, src_lengths, max_len=20)
+    tokens = model.beam_search(src, src_lengths, beam_size=10, max_len=20)
+
+Architecture choices (documented once, here):
+
+* Encoder: embeddings -> dropout -> (bi)LSTM stack over packed sequences. A bidirectional encoder
+  uses ``hidden_size // 2`` units per direction, so the memory it produces has size
+  ``D = hidden_size``, equal to the decoder's query size (dot-product attention needs H == D).
+* Bridge: ``tanh(W [final states of every encoder layer and direction])`` gives the decoder's
+  initial (h, c) for every decoder layer (separate linears for h and c), so the encoder and
+  decoder may have different depths and the no-attention baseline is a real seq2seq model.
+* Decoder (input feeding, DESIGN.md's form): step i reads ``x_i = [emb(y_{i-1}); c_{i-1}]``,
+  runs one ``nn.LSTMCell`` per layer, queries the attention with the top state ``h_i`` to get the
+  context ``c_i``, and predicts ``softmax(W [h_i; c_i] + b)``. ``c_0 = 0``. No extra tanh layer:
+  the fed-back vector is the raw context ``c_{i-1}``.
+* Beam search ranks hypotheses by their length-normalised log-probability
+  ``score / len ** length_penalty`` (len counts EOS) at every step; finished hypotheses stay in
+  the beam with a frozen score and length (they can only be displaced by a better-normalised
+  hypothesis), so ``beam_size=1`` is exactly greedy decoding.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .attention import attention_options, build_attention, map_batch
+from .attention.base import Attention
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(embedding_dim=32, hidden_size=64, encoder_layers=1, decoder_layers=1, dropout=0.0, bidirectional=True),
+    "paper_copy": dict(
+        embedding_dim=256, hidden_size=256, encoder_layers=2, decoder_layers=2, dropout=0.2, bidirectional=True
+    ),
+    "paper_wmt": dict(
+        embedding_dim=512, hidden_size=512, encoder_layers=2, decoder_layers=2, dropout=0.2, bidirectional=True
+    ),
+}
+
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+
+LSTMState = tuple[list[torch.Tensor], list[torch.Tensor]]  # per-layer h (B, H) and c (B, H)
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    """A copy of a preset's size arguments; an unknown name raises listing the valid ones."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}")
+    return dict(PRESETS[name])
+
+
+def source_mask(src_lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(B, S) bool, True at real tokens."""
+    positions = torch.arange(max_len, device=src_lengths.device)  # (S,)
+    return positions.unsqueeze(0) < src_lengths.unsqueeze(1)  # (B, S)
+
+
+class Encoder(nn.Module):
+    """Embeddings -> dropout -> (bi)LSTM stack, run on packed sequences, plus the bridge.
+
+    Args:
+        vocab_size: source vocabulary size.
+        embedding_dim: embedding size E.
+        hidden_size: size D of the produced memory (split over the two directions if bidirectional).
+        num_layers: LSTM layers.
+        dropout: dropout on embeddings and between LSTM layers.
+        bidirectional: run a backward LSTM as well.
+        decoder_layers: number of decoder layers the bridge initialises.
+        decoder_hidden_size: size of each decoder layer's state.
+        pad_id: padding id (its embedding is zero and gets no gradient).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
+        bidirectional: bool,
+        decoder_layers: int,
+        decoder_hidden_size: int,
+        pad_id: int = PAD_ID,
+    ) -> None:
+        super().__init__()
+        if bidirectional and hidden_size % 2:
+            raise ValueError(f"a bidirectional encoder needs an even hidden_size (got {hidden_size})")
+        self.num_directions = 2 if bidirectional else 1
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.decoder_layers = decoder_layers
+        self.decoder_hidden_size = decoder_hidden_size
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = nn.LSTM(
+            embedding_dim,
+            hidden_size // self.num_directions,
+            num_layers=num_layers,
+            dropout=dropout if num_layers > 1 else 0.0,
+            bidirectional=bidirectional,
+            batch_first=True,
+        )
+        final_size = num_layers * hidden_size  # every layer's final state, both directions
+        self.bridge_h = nn.Linear(final_size, decoder_layers * decoder_hidden_size)
+        self.bridge_c = nn.Linear(final_size, decoder_layers * decoder_hidden_size)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, LSTMState]:
+        """Encode a padded batch.
+
+        Args:
+            src: (B, S) source ids, right-padded.
+            src_lengths: (B,) real lengths (>= 1).
+        Returns:
+            memory (B, S, D) (zeros at padding), mask (B, S) True at real tokens, and the decoder's
+            initial state: lists (one entry per decoder layer) of h (B, H) and c (B, H).
+        """
+        batch, seq_len = src.shape
+        emb = self.dropout(self.embedding(src))  # (B, S, E)
+        packed = pack_padded_sequence(emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, (h_n, c_n) = self.rnn(packed)  # h_n, c_n: (layers * dirs, B, D / dirs)
+        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=seq_len)  # (B, S, D)
+        mask = source_mask(src_lengths, seq_len)  # (B, S)
+        h0 = torch.tanh(self.bridge_h(h_n.transpose(0, 1).reshape(batch, -1)))  # (B, L_dec * H)
+        c0 = torch.tanh(self.bridge_c(c_n.transpose(0, 1).reshape(batch, -1)))  # (B, L_dec * H)
+        h0 = h0.view(batch, self.decoder_layers, self.decoder_hidden_size)  # (B, L_dec, H)
+        c0 = c0.view(batch, self.decoder_layers, self.decoder_hidden_size)  # (B, L_dec, H)
+        hs = [h0[:, layer].contiguous() for layer in range(self.decoder_layers)]
+        cs = [c0[:, layer].contiguous() for layer in range(self.decoder_layers)]
+        return memory, mask, (hs, cs)
+
+
+class Decoder(nn.Module):
+    """LSTM-cell stack with input feeding and attention; one call of :meth:`step` per target token.
+
+    Args:
+        vocab_size: target vocabulary size V.
+        embedding_dim: embedding size E.
+        hidden_size: state size H of every layer (the attention's query size).
+        num_layers: LSTM layers.
+        dropout: dropout on embeddings, between layers and before the output layer.
+        attention: a built mechanism (query_dim H, memory_dim D).
+        pad_id: padding id.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
+        attention: Attention,
+        pad_id: int = PAD_ID,
+    ) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.attention = attention
+        self.context_dim = attention.context_dim
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id)
+        self.dropout_p = dropout
+        self.dropout = nn.Dropout(dropout)
+        sizes = [embedding_dim + self.context_dim] + [hidden_size] * (num_layers - 1)
+        self.cells = nn.ModuleList(nn.LSTMCell(size, hidden_size) for size in sizes)
+        self.out = nn.Linear(hidden_size + self.context_dim, vocab_size)
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(x) if self.training and self.dropout_p > 0 else x
+
+    def _cells(
+        self, x: torch.Tensor, hs: list[torch.Tensor], cs: list[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        new_h, new_c = [], []
+        last = self.num_layers - 1
+        for layer, cell in enumerate(self.cells):
+            h, c = cell(x, (hs[layer], cs[layer]))  # (B, H), (B, H)
+            new_h.append(h)
+            new_c.append(c)
+            x = self._drop(h) if layer < last else h
+        return new_h, new_c
+
+    def step(
+        self,
+        y_prev: torch.Tensor,
+        state: LSTMState,
+        ctx_prev: torch.Tensor,
+        cache: Any,
+        attn_state: Any,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, LSTMState, torch.Tensor, Any, Optional[torch.Tensor]]:
+        """One decoding step.
+
+        Args:
+            y_prev: (B,) previous tokens.
+            state: per-layer h and c lists.
+            ctx_prev: (B, C) previous context (input feeding).
+            cache, attn_state: the attention's cache and recurrent state.
+            need_weights: ask the attention for its alignment.
+        Returns:
+            logits (B, V), new LSTM state, context (B, C), new attention state, weights (B, S) or None.
+        """
+        x = torch.cat([self._drop(self.embedding(y_prev)), ctx_prev], dim=-1)  # (B, E + C)
+        hs, cs = self._cells(x, state[0], state[1])
+        ctx, attn_state, weights = self.attention.step(hs[-1], cache, attn_state, need_weights)  # (B, C)
+        logits = self.out(self._drop(torch.cat([hs[-1], ctx], dim=-1)))  # (B, V)
+        return logits, (hs, cs), ctx, attn_state, weights
+
+    def forward(self, tgt_in: torch.Tensor, state: LSTMState, cache: Any, attn_state: Any) -> torch.Tensor:
+        """Teacher forcing over a whole target.
+
+        Args:
+            tgt_in: (B, T) decoder inputs (BOS followed by the shifted target).
+            state: initial per-layer h and c from the bridge.
+        Returns:
+            logits (B, T, V).
+        """
+        batch, steps = tgt_in.shape
+        emb = self._drop(self.embedding(tgt_in))  # (B, T, E)
+        hs, cs = state
+        ctx = emb.new_zeros(batch, self.context_dim)  # (B, C)
+        outputs = []
+        for t in range(steps):
+            x = torch.cat([emb[:, t], ctx], dim=-1)  # (B, E + C)
+            hs, cs = self._cells(x, hs, cs)
+            ctx, attn_state, _ = self.attention.step(hs[-1], cache, attn_state, False)  # (B, C)
+            outputs.append(torch.cat([hs[-1], ctx], dim=-1))  # (B, H + C)
+        features = torch.stack(outputs, dim=1)  # (B, T, H + C)
+        return self.out(self._drop(features))  # (B, T, V)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder, bridge, attention and input-feeding decoder.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids per docs/CONTRACTS.md).
+        attention: registered mechanism name (``lightning_modules.attention.ATTENTION_REGISTRY``).
+        attention_kwargs: the mechanism's own options (e.g. ``{"K": 16}``).
+        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes.
+        max_source_len: longest source (incl. EOS) the model must handle; passed to mechanisms that
+            take a ``max_source_len`` option (memory, luong_location) unless set in attention_kwargs.
+        pad_id, bos_id, eos_id: special token ids.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        attention: str = "bahdanau",
+        attention_kwargs: Optional[dict[str, Any]] = None,
+        embedding_dim: int = 32,
+        hidden_size: int = 64,
+        encoder_layers: int = 1,
+        decoder_layers: int = 1,
+        dropout: float = 0.0,
+        bidirectional: bool = True,
+        max_source_len: int = 256,
+        pad_id: int = PAD_ID,
+        bos_id: int = BOS_ID,
+        eos_id: int = EOS_ID,
+    ) -> None:
+        super().__init__()
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.tgt_vocab_size = tgt_vocab_size
+        self.max_source_len = max_source_len
+        options = dict(attention_kwargs or {})
+        if "max_source_len" in attention_options(attention) and options.get("max_source_len") is None:
+            options["max_source_len"] = max_source_len
+        self.attention_name = attention
+        self.attention_kwargs = options
+        self.encoder = Encoder(
+            src_vocab_size,
+            embedding_dim,
+            hidden_size,
+            encoder_layers,
+            dropout,
+            bidirectional,
+            decoder_layers=decoder_layers,
+            decoder_hidden_size=hidden_size,
+            pad_id=pad_id,
+        )
+        attn = build_attention(attention, query_dim=hidden_size, memory_dim=hidden_size, **options)
+        self.decoder = Decoder(tgt_vocab_size, embedding_dim, hidden_size, decoder_layers, dropout, attn, pad_id)
+
+    @classmethod
+    def from_preset(cls, preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "Seq2Seq":
+        """Build from a :data:`PRESETS` entry; keyword arguments that are not None override it."""
+        sizes = get_preset(preset)
+        sizes.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **sizes)
+
+    @property
+    def attention(self) -> Attention:
+        return self.decoder.attention
+
+    # ---------------------------------------------------------------- shared pieces
+    def _start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[LSTMState, Any, Any]:
+        memory, mask, state = self.encoder(src, src_lengths)  # (B, S, D), (B, S)
+        cache = self.attention.precompute(memory, mask)
+        return state, cache, self.attention.initial_state(cache)
+
+    @staticmethod
+    def _default_max_len(src_lengths: torch.Tensor, max_len: Optional[int]) -> int:
+        return int(max_len) if max_len is not None else int(src_lengths.max()) * 2 + 10
+
+    def _finish(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pad after the first EOS, trim to the longest output; lengths count EOS."""
+        steps = tokens.shape[1]
+        is_eos = tokens == self.eos_id  # (B, T)
+        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full_like(is_eos[:, 0], steps, dtype=torch.long))
+        lengths = torch.clamp(first + 1, max=steps)  # (B,)
+        keep = torch.arange(steps, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
+        tokens = tokens.masked_fill(~keep, self.pad_id)
+        width = int(lengths.max()) if tokens.shape[0] else 0
+        return tokens[:, :width], lengths
+
+    # ---------------------------------------------------------------- training
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits.
+
+        Args:
+            src: (B, S) source ids; src_lengths: (B,) real lengths incl. EOS.
+            tgt_in: (B, T) decoder inputs: BOS then the target shifted right.
+        Returns:
+            logits (B, T, V).
+        """
+        state, cache, attn_state = self._start(src, src_lengths)
+        return self.decoder(tgt_in, state, cache, attn_state)
+
+    def shift_target(self, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, T) target -> (B, T) decoder input: BOS followed by tgt[:, :-1]."""
+        bos = tgt.new_full((tgt.shape[0], 1), self.bos_id)  # (B, 1)
+        return torch.cat([bos, tgt[:, :-1]], dim=1)  # (B, T)
+
+    # ---------------------------------------------------------------- decoding
+    @torch.inference_mode()
+    def greedy_decode(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: Optional[int] = None, check_every: int = 4
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy decoding of a batch (call ``eval()`` first).
+
+        Args:
+            src: (B, S); src_lengths: (B,).
+            max_len: most target steps (default 2 * longest source + 10).
+            check_every: steps between the (syncing) "all finished?" checks.
+        Returns:
+            tokens (B, T') ending in EOS then padding, and lengths (B,) incl. EOS (T' if no EOS).
+        """
+        max_len = self._default_max_len(src_lengths, max_len)
+        state, cache, attn_state = self._start(src, src_lengths)
+        batch = src.shape[0]
+        y = src.new_full((batch,), self.bos_id)  # (B,)
+        ctx = state[0][0].new_zeros(batch, self.decoder.context_dim)  # (B, C)
+        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
+        outputs = []
+        step = self.decoder.step
+        for t in range(max_len):
+            logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B, V)
+            y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
+            outputs.append(y)
+            finished = finished | (y == self.eos_id)
+            if (t + 1) % check_every == 0 and bool(finished.all()):
+                break
+        return self._finish(torch.stack(outputs, dim=1))
+
+    @torch.inference_mode()
+    def beam_search(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        beam_size: int = 10,
+        max_len: Optional[int] = None,
+        length_penalty: float = 1.0,
+        return_scores: bool = False,
+        check_every: int = 4,
+    ) -> Any:
+        """Beam search over all sentences and beams at once (call ``eval()`` first).
+
+        Hypotheses are ranked by ``sum log p / len ** length_penalty`` (len counts EOS; 0 disables
+        the normalisation). Finished hypotheses stay in the beam, extending only with padding at
+        no cost. The source cache is expanded once; LSTM and attention state are reordered with
+        one generic ``index_select`` per step.
+
+        Args:
+            src: (B, S); src_lengths: (B,).
+            beam_size: beams per sentence (<= target vocabulary size).
+            max_len: most target steps (default 2 * longest source + 10).
+            length_penalty: the exponent alpha.
+            return_scores: also return lengths (B,) and normalised scores (B,).
+        Returns:
+            tokens (B, T') of the best hypothesis per sentence (EOS then padding), or
+            (tokens, lengths, scores) when ``return_scores``.
+        """
+        if not 1 <= beam_size <= self.tgt_vocab_size:
+            raise ValueError(f"beam_size must be in [1, {self.tgt_vocab_size}] (the target vocabulary); got {beam_size}")
+        max_len = self._default_max_len(src_lengths, max_len)
+        batch, k, vocab = src.shape[0], beam_size, self.tgt_vocab_size
+        state, cache, attn_state = self._start(src, src_lengths)
+        expand = torch.arange(batch, device=src.device).repeat_interleave(k)  # (B*k,)
+        cache = map_batch(lambda x: x.index_select(0, expand), cache)
+        attn_state = map_batch(lambda x: x.index_select(0, expand), attn_state)
+        state = map_batch(lambda x: x.index_select(0, expand), state)
+        n = batch * k
+        y = src.new_full((n,), self.bos_id)  # (B*k,)
+        ctx = state[0][0].new_zeros(n, self.decoder.context_dim)  # (B*k, C)
+        scores = torch.zeros(batch, k, device=src.device)  # (B, k) raw log-prob sums
+        scores[:, 1:] = float("-inf")  # only the first beam is alive at the start
+        scores = scores.view(n)  # (B*k,)
+        finished = torch.zeros(n, dtype=torch.bool, device=src.device)  # (B*k,)
+        lengths = torch.zeros(n, dtype=torch.long, device=src.device)  # (B*k,)
+        # a finished hypothesis extends with padding at zero cost and nothing else
+        frozen_row = torch.full((vocab,), float("-inf"), device=src.device)  # (V,)
+        frozen_row[self.pad_id] = 0.0
+        row_offset = (torch.arange(batch, device=src.device) * k).unsqueeze(1)  # (B, 1)
+        history_tokens, history_parents = [], []
+        step = self.decoder.step
+        for t in range(max_len):
+            logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B*k, V)
+            logp = torch.log_softmax(logits.float(), dim=-1)  # (B*k, V)
+            logp = torch.where(finished.unsqueeze(1), frozen_row, logp)  # (B*k, V)
+            cand = scores.unsqueeze(1) + logp  # (B*k, V)
+            cand_len = torch.where(finished, lengths, torch.full_like(lengths, t + 1))  # (B*k,)
+            if length_penalty:
+                norm = cand / cand_len.float().pow(length_penalty).unsqueeze(1)  # (B*k, V)
+            else:
+                norm = cand
+            _, top = norm.view(batch, k * vocab).topk(k, dim=1)  # (B, k)
+            parent = (row_offset + top // vocab).view(n)  # (B*k,) flat index of the parent beam
+            y = (top % vocab).view(n)  # (B*k,)
+            scores = cand.view(batch, k * vocab).gather(1, top).view(n)  # (B*k,)
+            lengths = cand_len.index_select(0, parent)  # (B*k,)
+            finished = finished.index_select(0, parent) | (y == self.eos_id)  # (B*k,)
+            history_tokens.append(y)
+            history_parents.append(parent)
+            state = map_batch(lambda x: x.index_select(0, parent), state)
+            attn_state = map_batch(lambda x: x.index_select(0, parent), attn_state)
+            ctx = ctx.index_select(0, parent)  # (B*k, C)
+            if (t + 1) % check_every == 0 and bool(finished.all()):
+                break
+        final = scores / lengths.float().pow(length_penalty) if length_penalty else scores  # (B*k,)
+        best_score, best = final.view(batch, k).max(dim=1)  # (B,), (B,)
+        slot = (row_offset.squeeze(1) + best)  # (B,)
+        out = []
+        for tokens_t, parents_t in zip(reversed(history_tokens), reversed(history_parents)):
+            out.append(tokens_t.index_select(0, slot))  # (B,)
+            slot = parents_t.index_select(0, slot)
+        tokens, out_lengths = self._finish(torch.stack(out[::-1], dim=1))  # (B, T')
+        if return_scores:
+            return tokens, out_lengths, best_score
+        return tokens
+
+    @torch.inference_mode()
+    def attention_trace(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: Optional[int] = None
+    ) -> dict[str, torch.Tensor]:
+        """Greedy-decode one batch, collecting the alignments (for plots, not speed).
+
+        Returns:
+            a dict with ``tokens`` (B, T), ``lengths`` (B,), ``weights`` (B, T, S), and each of the
+            mechanism's :meth:`~Attention.extra_weights` stacked per step as (B, T, ...) (memory
+            attention: ``alpha`` (B, T, S, K), the same at every step, and ``beta`` (B, T, K)).
+        """
+        max_len = self._default_max_len(src_lengths, max_len)
+        state, cache, attn_state = self._start(src, src_lengths)
+        batch = src.shape[0]
+        y = src.new_full((batch,), self.bos_id)  # (B,)
+        ctx = state[0][0].new_zeros(batch, self.decoder.context_dim)  # (B, C)
+        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        outputs, weights = [], []
+        extras: dict[str, list[torch.Tensor]] = {}
+        for _ in range(max_len):
+            # the query the attention will see is the top state after this step's LSTM update,
+            # so run the step first and ask for the extras with the same query and prior state
+            prev_attn_state = attn_state
+            x = torch.cat([self.decoder.embedding(y), ctx], dim=-1)  # (B, E + C)
+            hs, cs = self.decoder._cells(x, state[0], state[1])
+            query = hs[-1]  # (B, H)
+            ctx, attn_state, w = self.attention.step(query, cache, prev_attn_state, True)  # (B, C), (B, S)
+            for key, value in self.attention.extra_weights(query, cache, prev_attn_state).items():
+                extras.setdefault(key, []).append(value)
+            logits = self.decoder.out(torch.cat([query, ctx], dim=-1))  # (B, V)
+            state = (hs, cs)
+            y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
+            outputs.append(y)
+            weights.append(w if w is not None else query.new_zeros(batch, src.shape[1]))
+            finished = finished | (y == self.eos_id)
+            if bool(finished.all()):
+                break
+        tokens, lengths = self._finish(torch.stack(outputs, dim=1))
+        steps = tokens.shape[1]
+        result: dict[str, torch.Tensor] = {
+            "tokens": tokens,
+            "lengths": lengths,
+            "weights": torch.stack(weights[:steps], dim=1),  # (B, T, S)
+        }
+        for key, values in extras.items():
+            result[key] = torch.stack(values[:steps], dim=1)  # (B, T, ...)
+        return result

@@ -1,0 +1,134 @@
+"""Run a sweep: ``python sweeps/launch.py sweeps/k_vs_length.yaml [options]``.
+
+    --dry-run              validate, print the trial table and count, start nothing
+    --smoke                the same grid, scaled down (tiny model, few steps) to finish in minutes on CPU
+    --resume               continue an interrupted sweep: finished trials are kept, the rest
+                           continue from their last checkpoint
+    --address ADDR         an existing Ray cluster (auto, HOST:6379, ray://HOST:10001); default: local Ray
+    --set KEY=VALUE        override any spec key (repeatable), e.g. --set trainer.max_steps=500
+    --output DIR           results, W&B offline runs and (by default) checkpoints; default sweep-results/
+
+Results land in ``<output>/<name>/``: results.csv, results.md, PNG plots. W&B logs online when an
+API key is present (environment or ``wandb login``), offline otherwise, and the command to upload
+offline runs is printed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable, not sweeps/ itself
+    _here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+    sys.path.insert(0, str(_here.parent))
+
+from sweeps.spec import Sweep, SpecError, load_spec  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="sweeps/launch.py",
+        description="Run an attention-variant sweep on Ray Tune (+ Optuna), logged to W&B.",
+    )
+    p.add_argument("spec", help="the sweep file, e.g. sweeps/k_vs_length.yaml")
+    p.add_argument("--address", default=None, help="Ray cluster address (auto, HOST:PORT, ray://HOST:10001); default: start a local Ray")
+    p.add_argument("--smoke", action="store_true", help="scaled-down run of the same grid (minutes on a CPU)")
+    p.add_argument("--dry-run", action="store_true", help="validate and list the trials; start nothing")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from its storage")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a spec key (repeatable)")
+    p.add_argument("--output", default="sweep-results", help="folder for results (default: sweep-results)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance (default: all)")
+    p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2], help="Tune's console verbosity")
+    return p.parse_args(argv)
+
+
+def trial_table(sweep: Sweep) -> str:
+    r = sweep.spec.resources
+    res = f"cpu={r.cpu:g}" + (f" gpu={r.gpu:g}" if r.gpu else "") + (f" workers={r.workers}" if r.workers > 1 else "")
+    samples = sweep.spec.num_samples if sweep.has_search else 1
+    rows = [("#", "cell", "seed", "samples", "resources")]
+    rows += [(str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    search = ""
+    if sweep.has_search:
+        keys = ", ".join(sweep.spec.parameters)
+        search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
+    lines.append(
+        f"{len(sweep.cells)} cells x {len(sweep.spec.seeds)} seed(s) = {len(sweep.plans)} grid points, "
+        f"{sweep.num_trials} trials{search}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        sweep = load_spec(args.spec, overrides=args.overrides, smoke=args.smoke)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"sweep {sweep.name}{' (smoke)' if args.smoke else ''}: {args.spec}")
+    print(trial_table(sweep))
+    if args.dry_run:
+        return 0
+
+    from sweeps.runner import LaunchError, Paths, init_ray, resolve_wandb_mode, run_tune, sweep_settings, wandb_sync_hint
+    from sweeps.results import print_table, row_from_result, results_frame, write_results
+    from sweeps.trial import resolve_plan
+
+    spec = sweep.spec
+    output = Path(args.output).resolve()
+    out_dir = output / sweep.name
+    paths = Paths(output=output, storage=spec.storage.path or str(output))
+    try:
+        mode = resolve_wandb_mode(spec.wandb.mode)
+        os.environ["WANDB_MODE"] = mode
+        os.environ.setdefault("WANDB_SILENT", "true")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # Only non-secret settings travel to the workers; the API key stays in each node's environment.
+        runtime_env = {"env_vars": {"WANDB_MODE": mode, "WANDB_SILENT": "true", "PYTHONWARNINGS": "ignore::DeprecationWarning"}}
+        init_ray(args.address, runtime_env, num_cpus=args.num_cpus)
+        settings = sweep_settings(sweep, paths, mode)
+        interrupted = False
+        try:
+            outcomes = run_tune(sweep, paths, settings, resume=args.resume, verbose=args.verbose)
+        except KeyboardInterrupt:
+            interrupted = True
+            outcomes = []
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    rows = []
+    search_keys = list(spec.parameters)
+    for _, grid in outcomes:
+        for result in grid:
+            if result.config and "plan" in result.config:
+                plan = resolve_plan(result.config)
+                rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"]))
+    written = write_results(rows, out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}")
+    df = results_frame(rows)
+    print()
+    if not df.empty:
+        print_table(df)
+    print("\nwrote " + ", ".join(str(p) for p in written.values()))
+    hint = wandb_sync_hint(out_dir) if mode == "offline" else None
+    if hint:
+        print(f"W&B ran offline; upload the runs with:\n  {hint}")
+    resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (" --smoke" if args.smoke else "")
+    if interrupted:
+        print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
+        return 130
+    failed = df[df["status"] == "error"] if not df.empty else df
+    if len(failed):
+        print(f"{len(failed)} trial(s) failed (see results.md); retry them with:\n  {resume_cmd}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

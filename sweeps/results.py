@@ -1,0 +1,151 @@
+"""A finished (or interrupted) sweep's results: one row per trial, a paper-style table, plots.
+
+Writes into ``<output>/<name>/``: ``results.csv`` (every trial), ``results.md`` (pivoted like the
+paper's Table 1: rows length x model, columns BLEU and decode time; the best trial per cell when
+Optuna searched nuisance parameters, the mean over seeds) and PNG plots.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import pandas as pd
+
+from .spec import column_name
+
+METRIC_COLUMNS = ["val/bleu", "val/decode_seconds", "val/loss", "val/token_acc"]
+FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status"]
+TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error"]
+
+
+def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
+    """``memory K=32``, ``bahdanau``, ``memory K=16 encoder_scoring=sigmoid`` ... from what varies."""
+    parts = [str(model.get("attention", "?"))]
+    for key, value in grid.items():
+        if key.startswith("model.") and key != "model.attention":
+            parts.append(f"{column_name(key)}={value}")
+    return " ".join(parts)
+
+
+def row_from_result(result, plan: dict[str, Any], search_keys: Iterable[str], max_steps: int) -> dict[str, Any]:
+    metrics = dict(result.metrics or {})
+    model, task, grid = plan["model"], plan["task"], plan["grid"]
+    attention = model.get("attention", "bahdanau")
+    k = model.get("K")
+    if attention == "memory" and k is None:
+        from lightning_modules.attention import attention_options
+
+        k = attention_options("memory").get("K")
+    if result.error is not None:
+        status = "error"
+    elif not metrics:
+        status = "pending"
+    elif metrics.get("step", 0) < max_steps:
+        status = "stopped"  # early-terminated by ASHA, or interrupted
+    else:
+        status = "done"
+    row: dict[str, Any] = {
+        "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,
+        "cell": plan["cell"],
+        "model": model_label(model, grid),
+        "attention": attention,
+        "K": k if attention == "memory" else None,
+        "length": task.get("max_length", task.get("max_len")),
+        "seed": plan["seed"],
+        "status": status,
+    }
+    for key, value in grid.items():
+        row.setdefault(column_name(key), value)
+    for key in search_keys:
+        row[f"param:{key}"] = _lookup(plan, key)
+    for m in METRIC_COLUMNS:
+        row[m] = metrics.get(m)
+    row["train_time_s"] = metrics.get("train_time_s")
+    row["step"] = metrics.get("step")
+    row["checkpoint"] = result.checkpoint.path if result.checkpoint is not None else None
+    row["error"] = _short_error(result.error) if result.error is not None else None
+    return row
+
+
+def _lookup(plan: dict[str, Any], dotted: str) -> Any:
+    node: Any = plan
+    for p in dotted.split("."):
+        node = node.get(p) if isinstance(node, dict) else None
+    return node
+
+
+def _short_error(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[-1] if text else type(err).__name__)[:300]
+
+
+def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
+    middle = [c for c in df.columns if c not in FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS]
+    order = [c for c in FIRST_COLUMNS if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
+    return df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
+
+
+def paper_table(df: pd.DataFrame, metric: str = "val/bleu", mode: str = "max") -> pd.DataFrame:
+    """Rows (length, model), columns BLEU / decode seconds / trials: best trial per (cell, seed)
+    by the sweep's metric, then the mean over seeds."""
+    done = df[df["status"].isin(["done", "stopped"])].copy()
+    if done.empty:
+        return pd.DataFrame()
+    done = done.dropna(subset=[metric]) if metric in done else done
+    asc = mode == "min"
+    best = done.sort_values(metric, ascending=asc).groupby(["cell", "seed"], dropna=False).head(1)
+    keys = [k for k in ("length", "model") if best[k].notna().any()]
+    agg = best.groupby(keys, dropna=False).agg(
+        BLEU=("val/bleu", "mean"),
+        decode_s=("val/decode_seconds", "mean"),
+        loss=("val/loss", "mean"),
+        seeds=("seed", "nunique"),
+    )
+    return agg.reset_index()
+
+
+def write_results(rows: list[dict[str, Any]], out_dir: Path, metric: str, mode: str, title: str) -> dict[str, Path]:
+    """Write results.csv, results.md and the plots; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = results_frame(rows)
+    paths = {"csv": out_dir / "results.csv", "md": out_dir / "results.md"}
+    df.to_csv(paths["csv"], index=False)
+    table = paper_table(df, metric, mode)
+    counts = df["status"].value_counts().to_dict() if not df.empty else {}
+    lines = [f"# {title}", "", "Trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), ""]
+    if table.empty:
+        lines.append("No finished trials yet.")
+    else:
+        lines.append(
+            table.to_markdown(index=False, floatfmt=".3f")
+            if _has_tabulate()
+            else table.to_string(index=False)
+        )
+        lines += ["", f"BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; decode_s: "
+                  "seconds to decode the validation set (data loading excluded). Best trial per cell, mean over seeds."]
+    errors = df[df["status"] == "error"] if not df.empty else df
+    if not errors.empty:
+        lines += ["", "## Failed trials", ""]
+        lines += [f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples()]
+    paths["md"].write_text("\n".join(lines) + "\n")
+    from .plots import plot_results
+
+    paths.update(plot_results(df, out_dir))
+    return paths
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:
+    cols = [c for c in ["cell", "seed", "status", "val/bleu", "val/decode_seconds", "val/loss", "train_time_s"] if c in df]
+    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)

@@ -1,0 +1,288 @@
+"""Turn a validated :class:`~sweeps.spec.Sweep` into Ray Tune runs, and their results into rows.
+
+Without nuisance ``parameters`` the whole grid is one Tune experiment (a ``grid_search`` over the
+resolved trial plans), so cells run concurrently. With them, each (cell, seed) is its own Optuna
+study -- Optuna's searcher cannot take a grid -- run one after another under
+``<storage>/<name>/studies/``, with the Optuna journal on the driver's disk so studies resume.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import urlparse
+
+from .spec import Sweep, TrialPlan
+
+PLAN_KEY = "plan"
+
+
+class LaunchError(RuntimeError):
+    """A problem outside the spec (cluster, credentials, storage): message says what to do."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray and W&B set-up
+
+
+def check_address(address: str, timeout: float = 5.0) -> None:
+    """Fail fast with a clear message when a cluster address can't be reached."""
+    if address in ("auto", "local"):
+        return
+    parsed = urlparse(address if "://" in address else f"ray://{address}")
+    host, port = parsed.hostname, parsed.port
+    if not host or not port:
+        raise LaunchError(f"--address {address!r}: expected HOST:PORT, ray://HOST:10001 or auto")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}). Is the head node up "
+            f"(`ray status` on it), is the port open from here, and is it the GCS port (6379) or the "
+            f"Ray Client port (ray://HOST:10001)? Leave out --address to run on a local Ray instance."
+        ) from None
+
+
+def init_ray(address: Optional[str], runtime_env: dict[str, Any], num_cpus: Optional[int] = None):
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    if ray.is_initialized():
+        return
+    if address is None:
+        cpus = num_cpus or os.cpu_count() or 1
+        ray.init(
+            num_cpus=cpus,
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            object_store_memory=min(2 * 2**30, max(78 * 2**20, cpus * 256 * 2**20)),
+            log_to_driver=True,
+        )
+        return
+    check_address(address)
+    try:
+        ray.init(address=address, runtime_env=runtime_env)
+    except ConnectionError as exc:
+        raise LaunchError(
+            f"no Ray cluster at {address}: {exc}. Start one (`ray start --head`, see cluster/README.md) "
+            f"or leave out --address for a local instance."
+        ) from None
+
+
+def wandb_has_credentials() -> bool:
+    """True when W&B can go online: an API key in the environment or in W&B's own login (netrc)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        import netrc
+
+        host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+        return netrc.netrc().authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    env = os.environ.get("WANDB_MODE")
+    if env in ("offline", "disabled", "online") and mode == "auto":
+        return env
+    if mode == "auto":
+        return "online" if wandb_has_credentials() else "offline"
+    if mode == "online" and not wandb_has_credentials():
+        raise LaunchError(
+            "wandb.mode is online but no W&B credentials were found: `export WANDB_API_KEY=...` or "
+            "`wandb login` (never put the key in the sweep file), or use wandb.mode: offline"
+        )
+    return mode
+
+
+# ----------------------------------------------------------------------------------------------
+# Tune
+
+
+@dataclass
+class Paths:
+    output: Path  # local folder for results, W&B files and the Optuna journal
+    storage: str  # Ray Tune storage root (local path or s3:// gs://)
+
+    def experiment(self, name: str) -> str:
+        return self.storage.rstrip("/") + "/" + name
+
+
+def sweep_settings(sweep: Sweep, paths: Paths, wandb_mode: str) -> dict[str, Any]:
+    spec = sweep.spec
+    out = paths.output / sweep.name
+    return {
+        "name": sweep.name,
+        "has_search": sweep.has_search,
+        "resources": spec.resources.model_dump(),
+        "wandb": {**spec.wandb.model_dump(), "mode": wandb_mode},
+        "wandb_dir": str(out),
+        "chaos_step": spec.chaos.fail_once_at_step,
+        "chaos_dir": str(out / "chaos"),
+        "metric": spec.metric.name,
+    }
+
+
+def trial_resources(sweep: Sweep):
+    from ray import tune
+
+    r = sweep.spec.resources
+    if r.workers > 1:
+        # the trial itself is a thin driver; Ray Train places the workers in their own group
+        bundles = [{"CPU": 1}] + [{"CPU": r.cpu, "GPU": r.gpu} if r.gpu else {"CPU": r.cpu} for _ in range(r.workers)]
+        return tune.PlacementGroupFactory(bundles, strategy="PACK")
+    res = {"cpu": r.cpu}
+    if r.gpu:
+        res["gpu"] = r.gpu
+    return res
+
+
+def make_scheduler(sweep: Sweep):
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    et = sweep.spec.early_terminate
+    if et.type == "asha":
+        max_t = et.max_t or max(et.grace_period, _reports_per_trial(sweep))
+        return ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=max_t,
+            grace_period=min(et.grace_period, max_t),
+            reduction_factor=et.reduction_factor,
+        )
+    return FIFOScheduler()
+
+
+def _reports_per_trial(sweep: Sweep) -> int:
+    t = sweep.spec.trainer
+    if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
+        return max(1, t.max_steps // t.val_check_interval)
+    return 100
+
+
+def make_run_config(sweep: Sweep, paths: Paths, name: str, verbose: int):
+    from ray import tune
+
+    spec = sweep.spec
+    return tune.RunConfig(
+        name=name,
+        storage_path=paths.storage,
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
+        verbose=verbose,
+    )
+
+
+def optuna_space(sweep: Sweep) -> dict[str, Any]:
+    import optuna.distributions as od
+
+    space = {}
+    for key, p in sweep.spec.parameters.items():
+        dist = p.resolved_distribution()
+        if dist == "categorical":
+            space[key] = od.CategoricalDistribution(p.values)
+        elif dist == "int_uniform":
+            space[key] = od.IntDistribution(int(p.min), int(p.max))
+        elif dist == "log_uniform_values":
+            space[key] = od.FloatDistribution(p.min, p.max, log=True)
+        else:
+            space[key] = od.FloatDistribution(p.min, p.max)
+    return space
+
+
+def run_tune(sweep: Sweep, paths: Paths, settings: dict[str, Any], resume: bool, verbose: int = 1) -> list:
+    """Run (or resume) every Tune experiment of the sweep; returns ``[(plan_or_None, ResultGrid)]``."""
+    from ray import tune
+
+    from .trial import run_trial
+
+    spec = sweep.spec
+    trainable = tune.with_resources(run_trial, trial_resources(sweep))
+    outcomes = []
+    if not sweep.has_search:
+        name = sweep.name
+        param_space = {PLAN_KEY: tune.grid_search([p.config() for p in sweep.plans]), "sweep": settings}
+        tuner = _tuner_or_restore(
+            paths.experiment(name), resume, trainable, param_space,
+            tune.TuneConfig(
+                metric=spec.metric.name,
+                mode=spec.metric.mode,
+                scheduler=make_scheduler(sweep),
+                max_concurrent_trials=spec.max_concurrent_trials,
+            ),
+            make_run_config(sweep, paths, name, verbose),
+        )
+        outcomes.append((None, tuner.fit()))
+        return outcomes
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    from ray.tune.search.optuna import OptunaSearch
+
+    journal = paths.output / sweep.name / "optuna.journal"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    for plan in sweep.plans:
+        study = f"{plan.cell.slug}-seed{plan.seed}"
+        name = f"{sweep.name}/studies/{study}"
+        sampler = (
+            optuna.samplers.TPESampler(seed=spec.search.seed + plan.seed)
+            if spec.search.sampler == "tpe"
+            else optuna.samplers.RandomSampler(seed=spec.search.seed + plan.seed)
+        )
+        searcher = OptunaSearch(
+            space=optuna_space(sweep),
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            sampler=sampler,
+            study_name=f"{sweep.name}/{study}",
+            storage=storage,
+        )
+        tuner = _tuner_or_restore(
+            paths.experiment(name), resume, trainable, {PLAN_KEY: plan.config(), "sweep": settings},
+            tune.TuneConfig(
+                search_alg=searcher,
+                scheduler=make_scheduler(sweep),
+                num_samples=spec.num_samples,
+                max_concurrent_trials=spec.max_concurrent_trials,
+            ),
+            make_run_config(sweep, paths, name, verbose),
+        )
+        outcomes.append((plan, tuner.fit()))
+    return outcomes
+
+
+def _tuner_or_restore(path: str, resume: bool, trainable, param_space, tune_config, run_config):
+    from ray import tune
+
+    if resume and tune.Tuner.can_restore(path):
+        print(f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints")
+        return tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True, param_space=param_space)
+    if not resume and _exists(path):
+        raise LaunchError(
+            f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
+            f"--output (or storage.path), or delete the folder to start again."
+        )
+    return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
+
+
+def _exists(path: str) -> bool:
+    if "://" in path:
+        from ray import tune
+
+        return tune.Tuner.can_restore(path)
+    return Path(path).exists() and any(Path(path).iterdir())
+
+
+def wandb_sync_hint(out_dir: Path) -> Optional[str]:
+    runs = sorted((out_dir / "wandb").glob("offline-run-*"))
+    if not runs:
+        return None
+    return f"wandb sync --include-offline {out_dir / 'wandb'}/offline-run-*"

@@ -1,0 +1,139 @@
+"""The sweep file: validation messages, grid expansion, the shipped studies. No Ray needed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps.spec import SpecError, build_sweep, expand_grid, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+
+def base_spec(**over):
+    spec = {
+        "name": "t",
+        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
+        "trainer": {"max_steps": 10},
+    }
+    spec.update(over)
+    return spec
+
+
+def error_of(raw) -> str:
+    with pytest.raises(SpecError) as info:
+        build_sweep(raw, source="x.yaml")
+    return str(info.value)
+
+
+def test_grid_variants_concatenate_and_axes_cross():
+    cells = expand_grid(
+        {
+            "task.max_length": [10, 50],
+            "model": [{"attention": "none"}, {"attention": "memory", "K": [1, 4, 16]}, {"attention": "bahdanau"}],
+        },
+        "x",
+    )
+    assert len(cells) == 2 * (1 + 3 + 1)
+    names = [c.name for c in cells]
+    assert "length=10 attention=memory K=16" in names
+    assert "length=50 attention=none" in names
+    # no meaningless combinations: K only appears with memory attention
+    assert not any("K=" in n and "memory" not in n for n in names)
+
+
+def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", "sweeps/k_vs_length.yaml", "--dry-run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit() and " cells x " not in line]
+    assert len(rows) == 28
+    assert "28 trials" in out.stdout
+    for length in (10, 50, 100, 200):
+        for model in ("attention=none", "attention=bahdanau", *(f"attention=memory K={k}" for k in (1, 4, 16, 32, 64))):
+            assert any(f"length={length} {model}" in r for r in rows), (length, model)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke"])
+def test_shipped_studies_validate(path, smoke):
+    sweep = load_spec(path, smoke=smoke)
+    assert sweep.plans
+    if smoke:
+        assert all(p.model.get("preset") == "tiny" for p in sweep.plans)
+        full = load_spec(path)
+        assert len(sweep.cells) == len(full.cells), "--smoke must keep the grid's shape"
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda s: s.update(shedule={"type": "asha"}), ["shedule", "unknown key", "early_terminate"]),
+        (lambda s: s["trainer"].update(max_step=5), ["trainer.max_step", "unknown key", "max_steps"]),
+        (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1"]),
+        (lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}), ["metric.goal", "maximize", "minimize"]),
+        (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
+        (lambda s: s["task"].update(max_lenght=7), ["task.max_lenght", "unknown copy task setting", "max_length"]),
+        (lambda s: s["task"].update(train_size="many"), ["task.train_size", "int"]),
+        (lambda s: s["model"].update(hiden_size=7), ["model.hiden_size", "hidden_size"]),
+        (lambda s: s["model"].update(preset="huge"), ["model.preset", "paper_copy"]),
+        (lambda s: s["model"].update(src_vocab_size=9), ["model.src_vocab_size", "derived"]),
+        (lambda s: s["grid"]["model"].append({"attention": "bahdanau", "K": [8]}), ["grid.model[2].K", "bahdanau"]),
+        (lambda s: s["grid"]["model"].append({"attention": "fancy"}), ["grid.model[2].attention", "unknown attention", "memory"]),
+        (lambda s: s["grid"].update({"model.lr": 0.1}), ["grid.model.lr", "non-empty list"]),
+        (lambda s: s["grid"].update({"lr": [0.1]}), ["grid.lr", "dotted"]),
+        (lambda s: s["grid"]["model"][1].update(encoder_scoring=["softmax", "tanh"]), ["grid.model[1].encoder_scoring"]),
+        (lambda s: s.update(parameters={"model.lr": {"min": 0.1, "max": 0.01}}), ["parameters.model.lr", "below max"]),
+        (lambda s: s.update(parameters={"model.lr": {"min": 0.1}}), ["parameters.model.lr", "min", "max"]),
+        (lambda s: s.update(resources={"gpu": 1.5}), ["resources.gpu", "whole number"]),
+        (lambda s: s.update(name="my sweep"), ["name", "letters"]),
+    ],
+)
+def test_bad_specs_name_the_key_and_what_is_allowed(mutate, expected):
+    raw = base_spec()
+    mutate(raw)
+    msg = error_of(raw)
+    assert msg.startswith("x.yaml: ")
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def test_overrides_and_their_errors():
+    sweep = build_sweep(base_spec(), overrides=["trainer.max_steps=77", "model.lr=0.01", "grid.task.max_length=[3, 4]"])
+    assert all(p.trainer["max_steps"] == 77 and p.model["lr"] == 0.01 for p in sweep.plans)
+    assert len(sweep.plans) == 2 * 3
+    assert sorted({p.task["max_length"] for p in sweep.plans}) == [3, 4]
+    assert "--set trainer" in error_of_override(["trainer"])
+    msg = error_of_override(["trainer.bogus=1"])
+    assert "trainer.bogus: unknown key" in msg and "max_steps" in msg
+
+
+def error_of_override(over):
+    with pytest.raises(SpecError) as info:
+        build_sweep(base_spec(), overrides=over)
+    return str(info.value)
+
+
+def test_cli_reports_bad_spec_without_traceback(tmp_path):
+    raw = base_spec()
+    raw["model"]["attention_dim"] = 8  # a bahdanau option, invalid for the none/memory variants
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(bad), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert "model.attention_dim" in out.stderr and "not a model setting nor an option of attention" in out.stderr
+    missing = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert missing.returncode == 2 and "no such sweep file" in missing.stderr and "Traceback" not in missing.stderr
