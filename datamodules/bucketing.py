@@ -30,10 +30,11 @@ class ParallelTokenDataset(Dataset):
                  references: Optional[Sequence[str]] = None) -> None:
         self.src = src
         self.tgt = tgt
-        self.keep = np.asarray(keep, dtype=np.int64)  # (N,)
+        # int32 halves the footprint at 52M pairs (and in spawned DataLoader workers)
+        self.keep = np.asarray(keep, dtype=np.int64 if src.n_lines >= 2**31 else np.int32)  # (N,)
         self.references = references
-        self.src_lengths = src.lengths()[self.keep] + 1  # (N,) incl. EOS
-        self.tgt_lengths = tgt.lengths()[self.keep] + 1  # (N,) incl. EOS
+        self.src_lengths = (src.lengths()[self.keep] + 1).astype(np.int32)  # (N,) incl. EOS
+        self.tgt_lengths = (tgt.lengths()[self.keep] + 1).astype(np.int32)  # (N,) incl. EOS
 
     def __len__(self) -> int:
         return len(self.keep)
@@ -83,12 +84,12 @@ class _EpochHook:
 class TokenBucketBatchSampler:
     """Yields lists of dataset positions; batches hold sentences of similar length.
 
-    Sorting is by source then target length (ties broken randomly per epoch when shuffling), then
-    the sorted order is cut greedily so that ``max_len_in_batch * n_sentences <= batch_tokens``
+    Sorting is by source then target length (ties broken by a ``seed``-drawn key when shuffling),
+    then the sorted order is cut greedily so that ``max_len_in_batch * n_sentences <= batch_tokens``
     for source and for target separately (padded size), or into runs of ``batch_size``. A single
-    sentence longer than the budget gets a batch of its own. With ``shuffle`` the batch order is
-    permuted per epoch (``set_epoch``); everything is a function of ``(seed, epoch)``, so all
-    ranks agree. Rank r of W takes batches r, r+W, ...; the batch list is first padded by
+    sentence longer than the budget gets a batch of its own. The batches are built once (so their
+    count, which Lightning reads once, never changes); with ``shuffle`` their order is permuted per
+    epoch (``set_epoch``). Everything is a function of ``(seed, epoch)``, so all ranks agree. Rank r of W takes batches r, r+W, ...; the batch list is first padded by
     repeating its head so every rank gets the same count.
 
     Args:
@@ -107,8 +108,8 @@ class TokenBucketBatchSampler:
             raise ValueError("give exactly one of batch_tokens and batch_size")
         if batch_tokens is not None and batch_tokens < 1 or batch_size is not None and batch_size < 1:
             raise ValueError("batch_tokens / batch_size must be positive")
-        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)  # (N,)
-        self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)  # (N,)
+        self.src_lengths = np.asarray(src_lengths)  # (N,) int
+        self.tgt_lengths = np.asarray(tgt_lengths)  # (N,) int
         if self.src_lengths.shape != self.tgt_lengths.shape:
             raise ValueError("src_lengths and tgt_lengths differ in size")
         if world_size is None or rank is None:
@@ -127,31 +128,34 @@ class TokenBucketBatchSampler:
         self.world_size = world_size
         self.epoch = 0
         self.sampler = _EpochHook(self)
-        self._cache: tuple[int, list[np.ndarray]] | None = None
+        self._batches: Optional[list[np.ndarray]] = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
+    def _composition(self) -> list[np.ndarray]:
+        """The batches, shortest first; fixed for a given seed, so every epoch has the same count."""
+        if self._batches is None:
+            n = len(self.src_lengths)
+            tie = np.random.default_rng(self.seed).random(n) if self.shuffle else np.arange(n)
+            order = np.lexsort((tie, self.tgt_lengths, self.src_lengths))  # (N,) shortest first
+            if self.fixed_batch_size is not None:
+                bounds = list(range(0, n, self.fixed_batch_size)) + [n]
+            else:
+                bounds = _greedy_bounds(self.src_lengths[order].tolist(),
+                                        self.tgt_lengths[order].tolist(), self.batch_tokens,
+                                        self.max_sentences or n)
+            self._batches = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return self._batches
+
     def all_batches(self, epoch: Optional[int] = None) -> list[np.ndarray]:
         """Every batch of the epoch before sharding (int64 arrays of positions)."""
+        batches = self._composition()
+        if not self.shuffle:
+            return batches
         epoch = self.epoch if epoch is None else epoch
-        if self._cache is not None and self._cache[0] == epoch:
-            return self._cache[1]
-        n = len(self.src_lengths)
-        rng = np.random.default_rng([self.seed, epoch])
-        tie = rng.random(n) if self.shuffle else np.arange(n)
-        order = np.lexsort((tie, self.tgt_lengths, self.src_lengths))  # (N,) shortest first
-        if self.fixed_batch_size is not None:
-            bounds = list(range(0, n, self.fixed_batch_size)) + [n]
-        else:
-            bounds = _greedy_bounds(self.src_lengths[order].tolist(),
-                                    self.tgt_lengths[order].tolist(), self.batch_tokens,
-                                    self.max_sentences or n)
-        batches = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-        if self.shuffle:
-            batches = [batches[k] for k in rng.permutation(len(batches))]
-        self._cache = (epoch, batches)
-        return batches
+        perm = np.random.default_rng([self.seed, epoch]).permutation(len(batches))
+        return [batches[k] for k in perm]
 
     def rank_batches(self, epoch: Optional[int] = None) -> list[np.ndarray]:
         """This rank's batches of the epoch (equal count on every rank)."""

@@ -94,7 +94,9 @@ class CopyTaskDataModule(pl.LightningDataModule):
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
         if not 0 <= min_length <= max_length:
-            raise ValueError(f"need 0 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}")
+            raise ValueError(
+                f"need 0 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.save_hyperparameters()

@@ -315,7 +315,8 @@ class Seq2Seq(nn.Module):
         """Pad after the first EOS, trim to the longest output; lengths count EOS."""
         steps = tokens.shape[1]
         is_eos = tokens == self.eos_id  # (B, T)
-        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full_like(is_eos[:, 0], steps, dtype=torch.long))
+        no_eos = torch.full_like(is_eos[:, 0], steps, dtype=torch.long)  # (B,)
+        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), no_eos)  # (B,) index of the first EOS
         lengths = torch.clamp(first + 1, max=steps)  # (B,)
         keep = torch.arange(steps, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
         tokens = tokens.masked_fill(~keep, self.pad_id)
@@ -400,7 +401,9 @@ class Seq2Seq(nn.Module):
             (tokens, lengths, scores) when ``return_scores``.
         """
         if not 1 <= beam_size <= self.tgt_vocab_size:
-            raise ValueError(f"beam_size must be in [1, {self.tgt_vocab_size}] (the target vocabulary); got {beam_size}")
+            raise ValueError(
+                f"beam_size must be in [1, {self.tgt_vocab_size}] (the target vocabulary size); got {beam_size}"
+            )
         max_len = self._default_max_len(src_lengths, max_len)
         batch, k, vocab = src.shape[0], beam_size, self.tgt_vocab_size
         state, cache, attn_state = self._start(src, src_lengths)

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from sweeps.runner import LaunchError, Paths, init_ray, resolve_wandb_mode, run_tune, sweep_settings, wandb_sync_hint
-    from sweeps.results import print_table, row_from_result, results_frame, write_results
+    from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results
     from sweeps.trial import resolve_plan
 
     spec = sweep.spec
@@ -106,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     search_keys = list(spec.parameters)
     for _, grid in outcomes:
-        for result in grid:
-            if result.config and "plan" in result.config:
+        # Tune catches SIGINT itself and returns normally: unfinished trials are how we know
+        interrupted |= len(grid) > grid.num_terminated + grid.num_errors
+        for result, status in zip(grid, trial_statuses(grid)):
+            if result.config and "plans" in result.config:
                 plan = resolve_plan(result.config)
-                rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"]))
+                rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
     written = write_results(rows, out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}")
     df = results_frame(rows)
     print()

@@ -27,7 +27,17 @@ def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def row_from_result(result, plan: dict[str, Any], search_keys: Iterable[str], max_steps: int) -> dict[str, Any]:
+def trial_statuses(grid) -> list[Optional[str]]:
+    """Tune's status per result (TERMINATED, ERROR, PENDING, PAUSED...), in the grid's order."""
+    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
+    if trials is None or len(trials) != len(grid):
+        return [None] * len(grid)
+    return [t.status for t in trials]
+
+
+def row_from_result(
+    result, plan: dict[str, Any], search_keys: Iterable[str], max_steps: int, tune_status: Optional[str] = None
+) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
     model, task, grid = plan["model"], plan["task"], plan["grid"]
     attention = model.get("attention", "bahdanau")
@@ -36,12 +46,12 @@ def row_from_result(result, plan: dict[str, Any], search_keys: Iterable[str], ma
         from lightning_modules.attention import attention_options
 
         k = attention_options("memory").get("K")
-    if result.error is not None:
+    if result.error is not None or tune_status == "ERROR":
         status = "error"
-    elif not metrics:
-        status = "pending"
+    elif tune_status not in (None, "TERMINATED") or not metrics:
+        status = "unfinished"  # interrupted: `--resume` continues it
     elif metrics.get("step", 0) < max_steps:
-        status = "stopped"  # early-terminated by ASHA, or interrupted
+        status = "stopped"  # early-terminated by ASHA
     else:
         status = "done"
     row: dict[str, Any] = {

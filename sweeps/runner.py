@@ -8,9 +8,8 @@ study -- Optuna's searcher cannot take a grid -- run one after another under
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -18,7 +17,20 @@ from urllib.parse import urlparse
 
 from .spec import Sweep, TrialPlan
 
-PLAN_KEY = "plan"
+def plan_key(plan: TrialPlan) -> str:
+    """The trial's label in Tune's tables and W&B: ``attention=memory K=16 seed=0``."""
+    return f"{plan.cell.name} seed={plan.seed}"
+
+
+def plan_space(plans: list[TrialPlan]) -> dict[str, Any]:
+    """Every plan under its label; a trial's ``config["cell"]`` picks one. Keeping the plans out of
+    the varying parameter keeps Tune's tables and trial folder names short and readable."""
+    return {plan_key(p): p.config() for p in plans}
+
+
+def trial_dirname(trial) -> str:
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", str(trial.config.get("cell", "")))[:80]
+    return f"{trial.trial_id}_{label}"
 
 
 class LaunchError(RuntimeError):
@@ -52,7 +64,8 @@ def init_ray(address: Optional[str], runtime_env: dict[str, Any], num_cpus: Opti
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    if address is not None:
+        check_address(address)
     if ray.is_initialized():
         return
     if address is None:
@@ -65,7 +78,6 @@ def init_ray(address: Optional[str], runtime_env: dict[str, Any], num_cpus: Opti
             log_to_driver=True,
         )
         return
-    check_address(address)
     try:
         ray.init(address=address, runtime_env=runtime_env)
     except ConnectionError as exc:
@@ -207,7 +219,11 @@ def run_tune(sweep: Sweep, paths: Paths, settings: dict[str, Any], resume: bool,
     outcomes = []
     if not sweep.has_search:
         name = sweep.name
-        param_space = {PLAN_KEY: tune.grid_search([p.config() for p in sweep.plans]), "sweep": settings}
+        param_space = {
+            "cell": tune.grid_search([plan_key(p) for p in sweep.plans]),
+            "plans": plan_space(sweep.plans),
+            "sweep": settings,
+        }
         tuner = _tuner_or_restore(
             paths.experiment(name), resume, trainable, param_space,
             tune.TuneConfig(
@@ -215,10 +231,11 @@ def run_tune(sweep: Sweep, paths: Paths, settings: dict[str, Any], resume: bool,
                 mode=spec.metric.mode,
                 scheduler=make_scheduler(sweep),
                 max_concurrent_trials=spec.max_concurrent_trials,
+                trial_dirname_creator=trial_dirname,
             ),
             make_run_config(sweep, paths, name, verbose),
         )
-        outcomes.append((None, tuner.fit()))
+        outcomes.append((None, _fit(tuner, paths.experiment(name), trainable)))
         return outcomes
 
     import optuna
@@ -246,17 +263,28 @@ def run_tune(sweep: Sweep, paths: Paths, settings: dict[str, Any], resume: bool,
             storage=storage,
         )
         tuner = _tuner_or_restore(
-            paths.experiment(name), resume, trainable, {PLAN_KEY: plan.config(), "sweep": settings},
+            paths.experiment(name), resume, trainable,
+            {"cell": plan_key(plan), "plans": plan_space([plan]), "sweep": settings},
             tune.TuneConfig(
                 search_alg=searcher,
                 scheduler=make_scheduler(sweep),
                 num_samples=spec.num_samples,
                 max_concurrent_trials=spec.max_concurrent_trials,
+                trial_dirname_creator=trial_dirname,
             ),
             make_run_config(sweep, paths, name, verbose),
         )
-        outcomes.append((plan, tuner.fit()))
+        outcomes.append((plan, _fit(tuner, paths.experiment(name), trainable)))
     return outcomes
+
+
+def _fit(tuner, path: str, trainable):
+    """Run the experiment, then read its results back from storage: after a SIGINT, Tune returns
+    normally and only the saved state says which trials are unfinished (PENDING)."""
+    from ray import tune
+
+    tuner.fit()
+    return tune.Tuner.restore(path, trainable=trainable).get_results()
 
 
 def _tuner_or_restore(path: str, resume: bool, trainable, param_space, tune_config, run_config):

@@ -74,7 +74,7 @@ class Chaos(pl.Callback):
 
 def resolve_plan(config: dict[str, Any]) -> dict[str, Any]:
     """The trial's plan with any Optuna-sampled ``section.key`` values written in."""
-    plan = json.loads(json.dumps(config["plan"]))  # deep copy, plain types
+    plan = json.loads(json.dumps(config["plans"][config["cell"]]))  # deep copy, plain types
     for key, value in config.items():
         if "." in key:
             section, rest = key.split(".", 1)
@@ -149,8 +149,9 @@ def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
 
 
 def run_trial(config: dict[str, Any]) -> None:
-    """Tune function trainable. ``config["plan"]`` is a resolved :class:`sweeps.spec.TrialPlan`
-    config, ``config["sweep"]`` the sweep-wide settings; dotted keys are Optuna's samples."""
+    """Tune function trainable. ``config["plans"][config["cell"]]`` is a resolved
+    :class:`sweeps.spec.TrialPlan` config, ``config["sweep"]`` the sweep-wide settings; dotted keys
+    are Optuna's samples."""
     plan = resolve_plan(config)
     sweep = config["sweep"]
     if sweep["resources"]["workers"] > 1:

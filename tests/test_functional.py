@@ -82,9 +82,8 @@ def test_parallel_with_given_logs_matches_energy_form():
     energy = 10 * torch.randn(2, 50)
     p = torch.sigmoid(energy)
     previous = _previous_alignments(2, 50)["spread"]
-    exact = monotonic_alignment(
-        p, previous, "parallel", log_p=-torch.nn.functional.softplus(-energy), log_1mp=-torch.nn.functional.softplus(energy)
-    )
+    softplus = torch.nn.functional.softplus
+    exact = monotonic_alignment(p, previous, "parallel", log_p=-softplus(-energy), log_1mp=-softplus(energy))
     reference = monotonic_alignment(p.double(), previous.double(), "recursive").float()
     torch.testing.assert_close(exact, reference, atol=1e-6, rtol=0)
 

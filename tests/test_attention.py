@@ -1,0 +1,390 @@
+"""Tests of the attention mechanisms. The generic tests are parametrised over the registry, so a
+newly registered mechanism is tested by being registered; mechanism-specific ones follow."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from lightning_modules.attention import ATTENTION_REGISTRY, build_attention, map_batch
+from lightning_modules.attention.functional import monotonic_alignment, position_encoding
+
+torch.set_num_threads(1)
+
+B, S, H, D = 4, 9, 8, 8  # H == D so luong_dot can be built with the same dims as the rest
+LENGTHS = [9, 5, 0, 2]  # row 2 is fully masked
+NAMES = sorted(ATTENTION_REGISTRY)
+
+#: small, test-friendly options (anything not listed gets its defaults)
+OPTIONS = {
+    "memory": {"K": 4},
+    "local_m": {"window": 2},
+    "local_p": {"window": 2},
+    "luong_location": {"max_source_len": 16},
+    "monotonic": {"score_bias_init": 0.0},  # so the hard mode both stops and moves on
+}
+
+#: mechanisms whose context is a linear map of sum_j w_j s_j rather than that sum itself
+CONTEXT_MAPS = {"key_value": lambda attn, x: attn.value_proj(x)}
+
+
+def build(name: str, training: bool = False, **overrides):
+    torch.manual_seed(0)
+    attn = build_attention(name, query_dim=H, memory_dim=D, **{**OPTIONS.get(name, {}), **overrides})
+    return attn.train(training)
+
+
+def make_inputs(batch=B, src_len=S, lengths=LENGTHS, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    memory = torch.randn(batch, src_len, D, generator=g)
+    mask = torch.arange(src_len)[None, :] < torch.tensor(lengths)[:, None]  # (B, S)
+    queries = torch.randn(6, batch, H, generator=g)  # one query per decode step
+    return memory, mask, queries
+
+
+def expected_context(name, attn, weights, memory):
+    weighted = torch.einsum("bs,bsd->bd", weights, memory)
+    return CONTEXT_MAPS.get(name, lambda a, x: x)(attn, weighted)
+
+
+def decode(attn, memory, mask, queries, need_weights=True):
+    cache = attn.precompute(memory, mask)
+    state = attn.initial_state(cache)
+    outs = []
+    for query in queries:
+        ctx, state, weights = attn.step(query, cache, state, need_weights=need_weights)
+        outs.append((ctx, weights))
+    return outs
+
+
+# ---- generic, over the registry -------------------------------------------------------------
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", NAMES)
+def test_shapes_masking_and_context(name, training):
+    attn = build(name, training)
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    state = attn.initial_state(cache)
+    for query in queries[:5]:  # a 5-step decode with the state carried
+        ctx, state, weights = attn.step(query, cache, state, need_weights=True)
+        assert ctx.shape == (B, attn.context_dim)
+        assert weights.shape == (B, S)
+        assert torch.isfinite(ctx).all() and torch.isfinite(weights).all()
+        assert torch.all(weights[~mask] == 0), "padded positions must get exactly 0"
+        assert torch.all(weights[2] == 0) and torch.all(ctx[2] == 0), "fully masked row"
+        torch.testing.assert_close(ctx, expected_context(name, attn, weights, memory), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_need_weights_false_returns_none(name):
+    attn = build(name)
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    ctx, _, weights = attn.step(queries[0], cache, attn.initial_state(cache), need_weights=False)
+    assert weights is None
+    ctx_w, _, _ = attn.step(queries[0], cache, attn.initial_state(cache), need_weights=True)
+    torch.testing.assert_close(ctx, ctx_w)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_eval_is_deterministic(name):
+    attn = build(name, training=False)
+    memory, mask, queries = make_inputs()
+    first, second = decode(attn, memory, mask, queries), decode(attn, memory, mask, queries)
+    for (c1, w1), (c2, w2) in zip(first, second):
+        assert torch.equal(c1, c2) and torch.equal(w1, w2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_option_raises_listing_valid_ones(name):
+    with pytest.raises(ValueError, match="accepts"):
+        build_attention(name, query_dim=H, memory_dim=D, no_such_option=1)
+
+
+def test_unknown_name_raises_listing_valid_ones():
+    with pytest.raises(ValueError, match="valid names: .*bahdanau.*memory.*monotonic"):
+        build_attention("no_such_attention", query_dim=H, memory_dim=D)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cache_and_state_survive_batch_reordering(name):
+    """Beam search: expand the cache once (repeat_interleave), reorder the state every step."""
+    attn = build(name)
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    state = attn.initial_state(cache)
+    # reference: two plain steps
+    _, state1, _ = attn.step(queries[0], cache, state, need_weights=True)
+    ctx2, _, w2 = attn.step(queries[1], cache, state1, need_weights=True)
+    # beam-style: expand x2, then at step 2 reorder the state by a permutation of the beams
+    expand = torch.arange(B).repeat_interleave(2)  # (2B,)
+    big_cache = map_batch(lambda t: t.index_select(0, expand), cache)
+    big_state = attn.initial_state(big_cache)
+    _, big_state1, _ = attn.step(queries[0][expand], big_cache, big_state, need_weights=True)
+    order = torch.arange(2 * B).view(B, 2).flip(1).reshape(-1)  # swap beams within each sentence
+    big_state1 = map_batch(lambda t: t.index_select(0, order), big_state1)
+    big_ctx2, _, big_w2 = attn.step(queries[1][expand][order], big_cache, big_state1, need_weights=True)
+    torch.testing.assert_close(big_ctx2, ctx2[expand][order], atol=1e-6, rtol=0)
+    torch.testing.assert_close(big_w2, w2[expand][order], atol=1e-6, rtol=0)
+    # a genuine permutation of the sentences: outputs permute with them
+    perm = torch.tensor([2, 0, 3, 1])
+    p_cache = map_batch(lambda t: t.index_select(0, perm), cache)
+    p_state1 = map_batch(lambda t: t.index_select(0, perm), state1)
+    p_ctx2, _, p_w2 = attn.step(queries[1][perm], p_cache, p_state1, need_weights=True)
+    torch.testing.assert_close(p_ctx2, ctx2[perm], atol=1e-6, rtol=0)
+    torch.testing.assert_close(p_w2, w2[perm], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_non_recurrent_mechanisms_ignore_state(name):
+    attn = build(name)
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    if attn.recurrent:
+        assert attn.initial_state(cache) is not None
+        return
+    assert attn.initial_state(cache) is None
+    ctx, state, _ = attn.step(queries[0], cache, None)
+    assert state is None and torch.isfinite(ctx).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_are_finite_in_training(name):
+    attn = build(name, training=True)
+    memory, mask, queries = make_inputs()
+    memory.requires_grad_(True)
+    total = sum(ctx.square().sum() + w.sum() for ctx, w in decode(attn, memory, mask, queries[:3]))
+    if not total.requires_grad:  # "none" has nothing to train
+        return
+    total.backward()
+    assert torch.isfinite(memory.grad).all()
+    for param in attn.parameters():
+        assert param.grad is None or torch.isfinite(param.grad).all()
+
+
+# ---- Luong ---------------------------------------------------------------------------------
+def test_luong_dot_needs_equal_sizes():
+    with pytest.raises(ValueError, match="query_dim=8, memory_dim=6.*luong_general"):
+        build_attention("luong_dot", query_dim=8, memory_dim=6)
+
+
+def test_luong_location_rejects_long_sources():
+    attn = build("luong_location", max_source_len=5)
+    memory, mask, _ = make_inputs()  # S = 9 > 5
+    with pytest.raises(ValueError, match="max_source_len=5.*9"):
+        attn.precompute(memory, mask)
+
+
+def test_option_sizes_are_respected():
+    memory, mask, queries = make_inputs()
+    kv = build("key_value", key_dim=3, value_dim=5)
+    assert kv.context_dim == 5
+    ctx, _, _ = kv.step(queries[0], kv.precompute(memory, mask), None)
+    assert ctx.shape == (B, 5)
+    bahdanau = build("bahdanau", attention_dim=3)
+    assert bahdanau.precompute(memory, mask)["keys"].shape == (B, S, 3)
+
+
+# ---- local-m / local-p ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["local_m", "local_p"])
+def test_local_weights_vanish_outside_the_window(name):
+    window = 2
+    attn = build(name, window=window)
+    memory, mask, queries = make_inputs(src_len=16, lengths=[16, 11, 0, 6])
+    cache = attn.precompute(memory, mask)
+    state = attn.initial_state(cache)
+    positions = torch.arange(16.0)
+    for query in queries:
+        centre = attn.center(query, cache, state)  # (B,)
+        _, state, weights = attn.step(query, cache, state, need_weights=True)
+        outside = (positions[None, :] - centre[:, None]).abs() > window
+        assert torch.all(weights[outside] == 0) and torch.all(weights[~mask] == 0)
+        # Luong's Gaussian is not renormalised: weights <= 1 in total, < 1 unless all at p_t
+        assert torch.all(weights.sum(1) <= 1 + 1e-6)
+
+
+def test_local_m_centre_is_the_step_index():
+    attn = build("local_m")
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    state = attn.initial_state(cache)
+    for t, query in enumerate(queries):
+        assert torch.equal(attn.center(query, cache, state), torch.full((B,), float(t)))
+        _, state, _ = attn.step(query, cache, state)
+
+
+def test_local_p_centre_lies_in_the_sentence():
+    attn = build("local_p")
+    memory, mask, queries = make_inputs()
+    centre = attn.center(queries[0], attn.precompute(memory, mask), None)
+    assert torch.all(centre >= 0) and torch.all(centre <= torch.tensor(LENGTHS, dtype=torch.float))
+
+
+# ---- memory attention ----------------------------------------------------------------------
+def _step_flops(attn, src_len, need_weights):
+    memory, mask, queries = make_inputs(src_len=src_len, lengths=[src_len, 3, 0, 1])
+    cache = attn.precompute(memory, mask)
+    with FlopCounterMode(display=False) as counter:
+        attn.step(queries[0], cache, None, need_weights=need_weights)
+    return counter.get_total_flops()
+
+
+def test_memory_step_cost_does_not_grow_with_source_length():
+    attn = build("memory")
+    short, long = _step_flops(attn, 10, False), _step_flops(attn, 1000, False)
+    assert short == long > 0
+    # the counter does see S-sized work when the alignment over positions is asked for
+    assert _step_flops(attn, 1000, True) > _step_flops(attn, 10, True)
+    # and the tensor the hot step reads has no source axis
+    memory, mask, _ = make_inputs(src_len=1000, lengths=[1000, 3, 0, 1])
+    assert attn.precompute(memory, mask)["C"].shape == (B, 4, D)
+
+
+@pytest.mark.parametrize("normalization", ["K", "S"])
+@pytest.mark.parametrize("decoder_scoring", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("encoder_scoring", ["softmax", "sigmoid"])
+def test_memory_scoring_pairs(encoder_scoring, decoder_scoring, normalization):
+    attn = build(
+        "memory", encoder_scoring=encoder_scoring, decoder_scoring=decoder_scoring, encoder_normalization=normalization
+    )
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    ctx, _, weights = attn.step(queries[0], cache, None, need_weights=True)
+    extra = attn.extra_weights(queries[0], cache, None)
+    alpha, beta = extra["alpha"], extra["beta"]
+    assert alpha.shape == (B, S, 4) and beta.shape == (B, 4)
+    assert torch.all(alpha[~mask] == 0)
+    torch.testing.assert_close(weights, torch.einsum("bsk,bk->bs", alpha, beta))
+    torch.testing.assert_close(ctx, torch.einsum("bs,bsd->bd", weights, memory), atol=1e-5, rtol=0)
+    if encoder_scoring == "softmax" and normalization == "K":  # eq. 5: over K for each position
+        torch.testing.assert_close(alpha.sum(2), mask.float())
+    elif encoder_scoring == "softmax":  # over the real positions for each k: C_k convex
+        torch.testing.assert_close(alpha.sum(1), mask.any(1, keepdim=True).float().expand(B, 4))
+    else:
+        assert torch.all((alpha[mask] > 0) & (alpha[mask] < 1))
+    if decoder_scoring == "softmax":
+        torch.testing.assert_close(beta.sum(1), torch.ones(B))
+    else:
+        assert torch.all((beta > 0) & (beta < 1)) and not torch.allclose(beta.sum(1), torch.ones(B))
+
+
+def test_memory_position_encoding_multiplies_scores_before_masking():
+    attn = build("memory", position_encoding=True, max_source_len=12)
+    memory, mask, queries = make_inputs()
+    alpha = attn.precompute(memory, mask)["alpha"]
+    pe = position_encoding(4, 12)[:, :S].T  # (S, K): l_s for s = 1..S of S_max = 12
+    expected = torch.softmax(attn.W_alpha(memory) * pe, dim=-1) * mask[..., None]
+    torch.testing.assert_close(alpha, expected)
+    with pytest.raises(ValueError, match="max_source_len=5"):
+        build("memory", position_encoding=True, max_source_len=5).precompute(memory, mask)
+
+
+@pytest.mark.parametrize("option", ["encoder_scoring", "decoder_scoring", "encoder_normalization"])
+def test_memory_rejects_unknown_choices(option):
+    with pytest.raises(ValueError, match=f"{option}='tanh'.*'"):
+        build("memory", **{option: "tanh"})
+
+
+# ---- monotonic -----------------------------------------------------------------------------
+def test_monotonic_mechanism_parallel_equals_recursive():
+    memory, mask, queries = make_inputs()
+    outs = {}
+    for mode in ["parallel", "recursive"]:
+        attn = build("monotonic", training=True, mode=mode, sigmoid_noise=0.0, score_bias_init=-1.0)
+        outs[mode] = decode(attn, memory, mask, queries)
+    for (cp, wp), (cr, wr) in zip(outs["parallel"], outs["recursive"]):
+        torch.testing.assert_close(wp, wr, atol=1e-5, rtol=0)
+        torch.testing.assert_close(cp, cr, atol=1e-5, rtol=0)
+        assert torch.all(wp.sum(1) <= 1 + 1e-5)
+
+
+def test_monotonic_noise_only_in_training():
+    attn = build("monotonic", training=True)
+    memory, mask, queries = make_inputs()
+    first, second = decode(attn, memory, mask, queries[:2]), decode(attn, memory, mask, queries[:2])
+    assert not torch.equal(first[1][1], second[1][1]), "two training calls should differ (noise)"
+    attn.eval()
+    first, second = decode(attn, memory, mask, queries[:2]), decode(attn, memory, mask, queries[:2])
+    assert torch.equal(first[1][1], second[1][1])
+
+
+def _hard_decode(attn, memory, mask, queries):
+    cache = attn.precompute(memory, mask)
+    state = attn.initial_state(cache)
+    rows = []
+    for query in queries:
+        _, state, weights = attn.step(query, cache, state, need_weights=True)
+        rows.append(weights)
+    return torch.stack(rows, dim=1)  # (B, T, S)
+
+
+def test_monotonic_hard_decode_is_monotonic_and_matches_the_maths():
+    torch.manual_seed(3)
+    batch, src_len, steps = 16, 12, 20
+    attn = build("monotonic", score_bias_init=-0.5).eval()
+    with torch.no_grad():
+        attn.g.fill_(2.0)  # spread the energies so both outcomes occur
+    lengths = torch.randint(1, src_len + 1, (batch,)).tolist()
+    memory, mask, _ = make_inputs(batch=batch, src_len=src_len, lengths=lengths)
+    queries = torch.randn(steps, batch, H)
+    with torch.no_grad():
+        hard = _hard_decode(attn, memory, mask, queries)  # (B, T, S)
+    assert torch.all((hard == 0) | (hard == 1))
+    sums = hard.sum(2)  # (B, T)
+    assert torch.all((sums == 0) | (sums == 1))
+    assert torch.all(hard[~mask[:, None, :].expand_as(hard)] == 0)
+    # once a row attends nowhere it stays there; while it attends, it never moves back
+    assert torch.all(sums[:, 1:] <= sums[:, :-1])
+    pos = hard.argmax(2)  # (B, T)
+    attending = sums[:, 1:] == 1
+    assert torch.all(pos[:, 1:][attending] >= pos[:, :-1][attending])
+    assert sums[:, -1].any() and not sums[:, -1].all(), "want some rows attending and some run off"
+    # the linear-time scan agrees with the functional hard alignment on full energies
+    cache = attn.precompute(memory, mask)
+    previous = attn._as_soft_state(attn.initial_state(cache), cache)
+    with torch.no_grad():
+        for t, query in enumerate(queries):
+            energy = attn._energy(cache["keys"], attn.W_h(query)[:, None, :])  # (B, S)
+            p = torch.sigmoid(energy) * mask
+            previous = monotonic_alignment(p, previous, "hard")
+            torch.testing.assert_close(previous, hard[:, t])
+
+
+def test_monotonic_hard_decode_is_linear_time(monkeypatch):
+    batch, src_len, steps = 8, 30, 25
+    attn = build("monotonic", score_bias_init=-1.0).eval()
+    memory, mask, _ = make_inputs(batch=batch, src_len=src_len, lengths=[30, 30, 25, 17, 9, 30, 1, 0])
+    queries = torch.randn(steps, batch, H)
+    evaluated = []
+    energy = attn._energy
+
+    def counting_energy(keys, query_proj):
+        evaluated.append(keys.shape[:-1].numel())
+        return energy(keys, query_proj)
+
+    monkeypatch.setattr(attn, "_energy", counting_energy)
+    with torch.no_grad():
+        _hard_decode(attn, memory, mask, queries)
+    assert 0 < sum(evaluated) <= batch * (src_len + steps)
+    assert max(evaluated) <= batch  # one candidate per scanning row at a time, never (B, S)
+
+
+def test_monotonic_states_convert_between_modes():
+    attn = build("monotonic", training=True, sigmoid_noise=0.0)
+    memory, mask, queries = make_inputs()
+    cache = attn.precompute(memory, mask)
+    _, state, _ = attn.step(queries[0], cache, attn.initial_state(cache))
+    assert set(state) == {"alignment"}
+    attn.eval()  # switch to hard decoding mid-way
+    ctx, state, weights = attn.step(queries[1], cache, state, need_weights=True)
+    assert set(state) == {"pos", "done"} and torch.all(weights[~mask] == 0)
+    attn.train()
+    _, state, weights = attn.step(queries[2], cache, state, need_weights=True)
+    assert set(state) == {"alignment"} and math.isfinite(weights.sum().item())
+
+
+def test_monotonic_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="parallel, recursive, hard"):
+        build("monotonic", mode="soft")

@@ -1,0 +1,188 @@
+"""Sweeps end to end on a real local Ray instance, real Optuna and W&B in offline mode."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ray = pytest.importorskip("ray")
+
+from sweeps.launch import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "wandb-key-that-must-never-be-written-0123456789"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def tiny_spec(name: str, **over) -> dict:
+    spec = {
+        "name": name,
+        "task": {"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
+        "trainer": {"max_steps": 20, "val_check_interval": 10},
+        "resources": {"cpu": 1},
+        "wandb": {"project": "test", "tags": ["pytest"]},
+    }
+    for key, value in over.items():
+        spec[key] = value
+    return spec
+
+
+def write_spec(tmp_path: Path, spec: dict) -> Path:
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def result_steps(trial_dir: Path) -> list[int]:
+    lines = (trial_dir / "result.json").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines if line.strip()]
+
+
+def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
+    spec = write_spec(tmp_path, tiny_spec("e2e"))
+    out = tmp_path / "out"
+    assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
+
+    sweep_dir = out / "e2e"
+    df = pd.read_csv(sweep_dir / "results.csv")
+    assert len(df) == 2
+    assert set(df["attention"]) == {"none", "memory"}
+    assert (df["status"] == "done").all()
+    assert df.loc[df["attention"] == "memory", "K"].tolist() == [4]
+    for col in ("val/bleu", "val/decode_seconds", "val/loss", "train_time_s", "length", "seed"):
+        assert df[col].notna().all(), col
+    assert (df["step"] == 20).all()
+    for ckpt in df["checkpoint"]:
+        assert (Path(ckpt) / "checkpoint.ckpt").stat().st_size > 0
+    md = (sweep_dir / "results.md").read_text()
+    assert "| memory K=4" in md.replace("  ", " ") or "memory K=4" in md
+    assert (sweep_dir / "decode_vs_length.png").exists() or (sweep_dir / "bleu_vs_k.png").exists()
+
+    runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2, "one W&B run per trial, none duplicated"
+    assert all(list(r.glob("*.wandb")) for r in runs)
+
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the W&B key was written to {leaked}"
+
+
+def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
+    spec = tiny_spec(
+        "chaos",
+        grid={"model": [{"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        chaos={"fail_once_at_step": 25},
+        failure={"max_failures": 1},
+        wandb={"mode": "disabled"},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
+    df = pd.read_csv(out / "chaos" / "results.csv")
+    assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
+    assert len(list((out / "chaos" / "chaos").glob("*.failed"))) == 1, "the injected failure happened"
+    trial_dir = next(p for p in (out / "chaos").iterdir() if (p / "result.json").exists())
+    steps = result_steps(trial_dir)
+    # resumed from the step-20 checkpoint: no step reported twice, nothing restarted from zero
+    assert steps == [10, 20, 30, 40]
+
+
+def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path):
+    spec = tiny_spec(
+        "search",
+        grid={"model": [{"attention": "memory", "K": 2}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"},
+                    "model.dropout": {"values": [0.0, 0.1]}},
+        num_samples=2,
+        trainer={"max_steps": 10, "val_check_interval": 10},
+        wandb={"mode": "disabled"},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
+    df = pd.read_csv(out / "search" / "results.csv")
+    assert len(df) == 2
+    lrs = df["param:model.lr"].tolist()
+    assert len(set(lrs)) == 2 and all(1e-4 <= v <= 1e-2 for v in lrs)
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(out / "search" / "optuna.journal")))
+    (summary,) = optuna.get_all_study_summaries(storage)
+    assert summary.n_trials == 2 and "K-2" in summary.study_name
+
+
+def test_unreachable_address_fails_fast(tmp_path, capsys):
+    spec = write_spec(tmp_path, tiny_spec("addr"))
+    start = time.monotonic()
+    code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in err and "--address" in err
+    assert time.monotonic() - start < 30
+
+
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
+    """A real interruption: SIGINT to the launcher while the second trial runs, then --resume."""
+    spec = tiny_spec(
+        "resume",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        trainer={"max_steps": 300, "val_check_interval": 10},
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+    )
+    spec["task"]["max_length"] = 3
+    path = write_spec(tmp_path, spec)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    exp = out / "resume"
+    deadline = time.monotonic() + 240
+    finished, running = None, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
+        done = [d for d in dirs if result_steps(d) and result_steps(d)[-1] == 300]
+        live = [d for d in dirs if d not in done and len(result_steps(d)) >= 2]
+        if done and live:
+            finished, running = done[0], live[0]
+            break
+        time.sleep(0.5)
+    assert finished is not None, "the first trial never finished"
+    proc.send_signal(signal.SIGINT)
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, log
+    assert "--resume" in log
+    finished_lines = (finished / "result.json").read_text()
+    before = result_steps(running)
+    assert before[-1] < 300
+    df = pd.read_csv(exp / "results.csv")
+    assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
+
+    code = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
+    steps = result_steps(running)
+    after = steps[len(before):]
+    assert steps[: len(before)] == before and after and after[-1] == 300
+    # continued from its last checkpoint (at most one report interval is redone), not from step 0
+    assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
+    df = pd.read_csv(exp / "results.csv")
+    assert sorted(df["status"]) == ["done", "done"]
