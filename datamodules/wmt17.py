@@ -118,6 +118,10 @@ class WMT17DataModule(pl.LightningDataModule):
         hf_cache_dir: ``cache_dir`` for ``datasets.load_dataset``.
     """
 
+    #: shards its own batches across DDP ranks: the Trainer must not wrap the sampler
+    handles_distributed_sampling = True
+
+
     def __init__(
         self,
         pair: str = "en-de",

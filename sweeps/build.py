@@ -81,3 +81,16 @@ def build_module(model: dict[str, Any], dm: pl.LightningDataModule):
     if "max_source_len" not in model and getattr(dm, "max_source_len", None):
         kwargs["max_source_len"] = int(dm.max_source_len)
     return Seq2SeqModule(**kwargs)
+
+
+def prepare_data(tasks: list[dict[str, Any]], seed: int = 0) -> None:
+    """Run each distinct task's ``prepare_data`` once, in the driver, before any trial starts:
+    WMT'17 trains its shared BPE model and token caches here, never once per trial. A missing or
+    malformed data file fails here, before Ray schedules anything."""
+    seen = set()
+    for task in tasks:
+        key = repr(sorted(task.items()))
+        if key in seen or task["name"] == "copy":  # generated in memory: nothing to prepare
+            continue
+        seen.add(key)
+        build_datamodule(task, seed).prepare_data()

@@ -91,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         # Only non-secret settings travel to the workers; the API key stays in each node's environment.
         runtime_env = {"env_vars": {"WANDB_MODE": mode, "WANDB_SILENT": "true", "PYTHONWARNINGS": "ignore::DeprecationWarning"}}
+        try:
+            from sweeps.build import prepare_data
+
+            prepare_data([p.task for p in sweep.plans])
+        except (FileNotFoundError, ValueError, ImportError) as exc:
+            raise LaunchError(f"preparing the data failed: {exc}") from None
         init_ray(args.address, runtime_env, num_cpus=args.num_cpus)
         settings = sweep_settings(sweep, paths, mode)
         interrupted = False

@@ -23,6 +23,7 @@ import copy
 import inspect
 import itertools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -375,12 +376,11 @@ def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> No
     parts = key.split(".")
     if not all(parts):
         raise SpecError(origin, "empty part in dotted key", source)
-    if parts[0] == "grid":
-        # grid keys are themselves dotted: grid.task.max_length -> raw["grid"]["task.max_length"]
-        raw.setdefault("grid", {})
-        if raw["grid"] is None:
-            raw["grid"] = {}
-        raw["grid"][".".join(parts[1:])] = value
+    if parts[0] in ("grid", "parameters") and len(parts) > 1:
+        # their keys are themselves dotted: grid.task.max_length -> raw["grid"]["task.max_length"]
+        if not isinstance(raw.get(parts[0]), dict):
+            raw[parts[0]] = {}
+        raw[parts[0]][".".join(parts[1:])] = value
         return
     node = raw
     for p in parts[:-1]:
@@ -460,7 +460,23 @@ def _resolve(spec: SweepSpec, cell: Cell) -> tuple[dict, dict, dict]:
     for key, value in cell.values.items():
         section, rest = key.split(".", 1)
         _nested_set(sections[section], rest, value)
+    _resolve_paths(task)
     return task, model, trainer
+
+
+def _resolve_paths(task: dict[str, Any]) -> None:
+    """``*_dir`` settings: fill in ``{pair}``-style fields from the task's own values, and make
+    local paths absolute (trials run in their own working directories)."""
+    fields = {k: v for k, v in task.items() if isinstance(v, (str, int, float))}
+    for key, value in list(task.items()):
+        if key.endswith("_dir") and isinstance(value, str) and value:
+            try:
+                value = value.format(**fields)
+            except (KeyError, IndexError, ValueError):
+                pass  # left as written; the datamodule reports a missing path clearly
+            if "://" not in value:
+                value = os.path.abspath(os.path.expanduser(value))
+            task[key] = value
 
 
 def _nested_set(d: dict, dotted: str, value: Any) -> None:

@@ -198,6 +198,7 @@ def run_trial(config: dict[str, Any]) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=ctx.get_trial_dir() if hasattr(ctx, "get_trial_dir") else None,
+        use_distributed_sampler=not getattr(dm, "handles_distributed_sampling", False),
         **trainer_kwargs(plan["trainer"]),
     )
     try:
