@@ -344,7 +344,12 @@ class Seq2Seq(nn.Module):
     # ---------------------------------------------------------------- decoding
     @torch.inference_mode()
     def greedy_decode(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: Optional[int] = None, check_every: int = 4
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        max_len: Optional[int] = None,
+        check_every: int = 4,
+        min_len: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decoding of a batch (call ``eval()`` first).
 
@@ -352,6 +357,8 @@ class Seq2Seq(nn.Module):
             src: (B, S); src_lengths: (B,).
             max_len: most target steps (default 2 * longest source + 10).
             check_every: steps between the (syncing) "all finished?" checks.
+            min_len: EOS is masked out for the first ``min_len`` steps; ``min_len=max_len`` makes
+                every sentence take exactly ``max_len`` steps (fixed work, for speed benchmarks).
         Returns:
             tokens (B, T') ending in EOS then padding, and lengths (B,) incl. EOS (T' if no EOS).
         """
@@ -365,6 +372,8 @@ class Seq2Seq(nn.Module):
         step = self.decoder.step
         for t in range(max_len):
             logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B, V)
+            if t < min_len:
+                logits[:, self.eos_id] = float("-inf")
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
             outputs.append(y)
             finished = finished | (y == self.eos_id)
@@ -382,6 +391,7 @@ class Seq2Seq(nn.Module):
         length_penalty: float = 1.0,
         return_scores: bool = False,
         check_every: int = 4,
+        min_len: int = 0,
     ) -> Any:
         """Beam search over all sentences and beams at once (call ``eval()`` first).
 
@@ -396,6 +406,9 @@ class Seq2Seq(nn.Module):
             max_len: most target steps (default 2 * longest source + 10).
             length_penalty: the exponent alpha.
             return_scores: also return lengths (B,) and normalised scores (B,).
+            check_every: steps between the (syncing) "all finished?" checks.
+            min_len: EOS is masked out (before the softmax) for the first ``min_len`` steps;
+                ``min_len=max_len`` makes every hypothesis take exactly ``max_len`` steps.
         Returns:
             tokens (B, T') of the best hypothesis per sentence (EOS then padding), or
             (tokens, lengths, scores) when ``return_scores``.
@@ -427,6 +440,8 @@ class Seq2Seq(nn.Module):
         step = self.decoder.step
         for t in range(max_len):
             logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B*k, V)
+            if t < min_len:
+                logits[:, self.eos_id] = float("-inf")
             logp = torch.log_softmax(logits.float(), dim=-1)  # (B*k, V)
             logp = torch.where(finished.unsqueeze(1), frozen_row, logp)  # (B*k, V)
             cand = scores.unsqueeze(1) + logp  # (B*k, V)

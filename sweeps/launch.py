@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from sweeps.runner import LaunchError, Paths, init_ray, resolve_wandb_mode, run_tune, sweep_settings, wandb_sync_hint
+    from sweeps.runner import LaunchError, Paths, check_cluster, init_ray, resolve_wandb_mode, run_tune, sweep_settings, wandb_sync_hint
     from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results
     from sweeps.trial import resolve_plan
 
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             prepare_data([p.task for p in sweep.plans])
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise LaunchError(f"preparing the data failed: {exc}") from None
-        init_ray(args.address, runtime_env, num_cpus=args.num_cpus)
+        init_ray(args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1)
+        check_cluster(sweep, paths, args.address)
         settings = sweep_settings(sweep, paths, mode)
         interrupted = False
         try:

@@ -60,10 +60,35 @@ def check_address(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
-def init_ray(address: Optional[str], runtime_env: dict[str, Any], num_cpus: Optional[int] = None):
+def check_ddp_dependencies() -> None:
+    """DDP trials run Ray Train V2 inside Tune, which needs the dashboard's state API
+    (``ray[default]``): without it the worker placement-group cleaner hangs the sweep."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    err = get_dashboard_dependency_error()
+    if err is not None:
+        raise LaunchError(
+            f"resources.workers > 1 (DDP trials) needs ray[default] on every node, not only ray[tune] "
+            f"({err}). Install it with `pip install \"ray[default]=={_ray_version()}\"`, or set resources.workers: 1."
+        )
+
+
+def _ray_version() -> str:
+    import ray
+
+    return ray.__version__
+
+
+def init_ray(
+    address: Optional[str], runtime_env: dict[str, Any], num_cpus: Optional[int] = None, dashboard: bool = False
+) -> None:
+    """Connect to ``address`` or start a local Ray. ``dashboard``: start the local instance with
+    its dashboard (Ray Train V2, used by DDP trials, needs it)."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if dashboard:
+        check_ddp_dependencies()
     if address is not None:
         check_address(address)
     if ray.is_initialized():
@@ -72,7 +97,7 @@ def init_ray(address: Optional[str], runtime_env: dict[str, Any], num_cpus: Opti
         cpus = num_cpus or os.cpu_count() or 1
         ray.init(
             num_cpus=cpus,
-            include_dashboard=False,
+            include_dashboard=dashboard,
             runtime_env=runtime_env,
             object_store_memory=min(2 * 2**30, max(78 * 2**20, cpus * 256 * 2**20)),
             log_to_driver=True,
@@ -85,6 +110,103 @@ def init_ray(address: Optional[str], runtime_env: dict[str, Any], num_cpus: Opti
             f"no Ray cluster at {address}: {exc}. Start one (`ray start --head`, see cluster/README.md) "
             f"or leave out --address for a local instance."
         ) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Clusters: storage every node can reach, and resources the cluster can give
+
+
+# Filesystems that live on one machine's disk or memory: a storage path on one of them is not seen
+# by the other nodes. Anything else (nfs, nfs4, lustre, gpfs, beegfs, cephfs, fuse.* mounts of a
+# bucket...) is taken to be shared.
+NODE_LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "tmpfs", "overlay", "f2fs", "vfat", "ramfs", "apfs"}
+)
+
+
+def filesystem_type(path: str) -> Optional[str]:
+    """Type of the filesystem holding ``path`` (from /proc/mounts), or None where unknown."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    target = Path(path).expanduser().resolve()
+    best, best_type = -1, None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount = parts[1].replace("\\040", " ")
+        if (target == Path(mount) or Path(mount) in target.parents) and len(mount) > best:
+            best, best_type = len(mount), parts[2]
+    return best_type
+
+
+def storage_problem(storage: str, node_hosts: set[str], driver_host: str, fstype: Optional[str]) -> Optional[str]:
+    """Why ``storage`` can't hold a sweep on these nodes, or None when it can.
+
+    A local path is fine while every node runs on the driver's host; with nodes on other hosts it
+    has to be a shared filesystem (mounted at the same path everywhere) or a bucket.
+    """
+    if "://" in storage and not storage.startswith("file://"):
+        return None
+    others = sorted(h for h in node_hosts if h != driver_host)
+    if not others:
+        return None
+    if fstype is None or fstype not in NODE_LOCAL_FILESYSTEMS:
+        return None
+    return (
+        f"storage path {storage} is on this machine's local disk ({fstype}), but the cluster has nodes "
+        f"on {len(others)} other host(s) ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
+        f"their checkpoints would not reach it and a trial moved to another node could not resume. "
+        f"Set storage.path to a bucket (s3://BUCKET/sweeps, gs://BUCKET/sweeps) or to a shared "
+        f"filesystem mounted at the same path on every node, e.g. --set storage.path=/shared/sweeps "
+        f"(see cluster/README.md)."
+    )
+
+
+def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> None:
+    """Fit the sweep to the Ray it is connected to; call after :func:`init_ray`.
+
+    - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
+    - no GPU on a local machine: trials fall back to CPU (``resources.gpu`` set to 0);
+      on a cluster without GPUs a warning only (an autoscaler may still add GPU nodes);
+    - DDP trials: Tune sees only each trial's driver, so unless the spec caps it,
+      ``max_concurrent_trials`` is set to what the cluster's CPUs and GPUs hold at once.
+    """
+    import ray
+
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    hosts = {n["NodeManagerAddress"] for n in alive}
+    driver_node = ray.get_runtime_context().get_node_id()
+    driver_host = next((n["NodeManagerAddress"] for n in alive if n["NodeID"] == driver_node), "")
+    local_path = paths.storage.removeprefix("file://")
+    problem = storage_problem(paths.storage, hosts, driver_host, filesystem_type(local_path))
+    if problem:
+        raise LaunchError(problem)
+
+    r = sweep.spec.resources
+    total = ray.cluster_resources()
+    gpus = float(total.get("GPU", 0))
+    if r.gpu and not gpus:
+        if address is None:
+            print(f"no GPU visible: trials run on CPU (resources.gpu {r.gpu:g} -> 0)")
+            r.gpu = 0.0
+        else:
+            print(
+                f"warning: the cluster has no GPU now; trials asking for resources.gpu={r.gpu:g} wait "
+                f"until GPU nodes join (an autoscaler adds them), or run with --set resources.gpu=0"
+            )
+    if r.workers > 1 and sweep.spec.max_concurrent_trials is None:
+        per_trial_cpu = 1 + r.workers * r.cpu  # the trial's driver + its workers
+        fits = int(float(total.get("CPU", 0)) // per_trial_cpu)
+        if r.gpu and gpus:
+            fits = min(fits, int(gpus // (r.workers * r.gpu)))
+        sweep.spec.max_concurrent_trials = max(1, fits)
+        print(
+            f"DDP trials ({r.workers} workers each): at most {sweep.spec.max_concurrent_trials} at a time on "
+            f"this cluster (set max_concurrent_trials to change it, e.g. on an autoscaling cluster)"
+        )
 
 
 def wandb_has_credentials() -> bool:
@@ -139,17 +261,20 @@ def sweep_settings(sweep: Sweep, paths: Paths, wandb_mode: str) -> dict[str, Any
         "chaos_step": spec.chaos.fail_once_at_step,
         "chaos_dir": str(out / "chaos"),
         "metric": spec.metric.name,
+        # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
+        "train_storage": paths.experiment(sweep.name) + "/ddp",
+        "keep_checkpoints": spec.storage.keep_checkpoints,
     }
 
 
-def trial_resources(sweep: Sweep):
-    from ray import tune
-
+def trial_resources(sweep: Sweep) -> dict[str, float]:
+    """What Tune reserves per trial: ``cpu`` and a (fractional) ``gpu``. For DDP trials
+    (``workers`` > 1) only the trial's driver, one CPU: Ray Train V2 reserves the workers in a
+    placement group of its own (a bundle per worker, see :mod:`sweeps.ddp`), so reserving them
+    here as well would hold every worker's resources twice."""
     r = sweep.spec.resources
     if r.workers > 1:
-        # the trial itself is a thin driver; Ray Train places the workers in their own group
-        bundles = [{"CPU": 1}] + [{"CPU": r.cpu, "GPU": r.gpu} if r.gpu else {"CPU": r.cpu} for _ in range(r.workers)]
-        return tune.PlacementGroupFactory(bundles, strategy="PACK")
+        return {"cpu": 1}
     res = {"cpu": r.cpu}
     if r.gpu:
         res["gpu"] = r.gpu

@@ -35,8 +35,9 @@ class TuneReport(pl.Callback):
     ``Callback`` class as the Trainer in use.
     """
 
-    def __init__(self, time_offset: float = 0.0) -> None:
+    def __init__(self, time_offset: float = 0.0, extra_metrics: Optional[dict[str, Any]] = None) -> None:
         self.time_offset = time_offset
+        self.extra_metrics = dict(extra_metrics or {})
         self.start = time.perf_counter()
         self.last_reported_step = -1
 
@@ -50,12 +51,19 @@ class TuneReport(pl.Callback):
 
     def report(self, trainer: pl.Trainer) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+        metrics.update(self.extra_metrics)
         metrics.update(step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds())
         with tempfile.TemporaryDirectory() as tmp:
+            # collective under DDP: every rank calls it, rank 0 writes the file
             trainer.save_checkpoint(os.path.join(tmp, CHECKPOINT_FILE))
-            Path(tmp, EXTRA_FILE).write_text(json.dumps({"train_time_s": metrics["train_time_s"]}))
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+            if trainer.is_global_zero:
+                Path(tmp, EXTRA_FILE).write_text(json.dumps({"train_time_s": metrics["train_time_s"]}))
+            self.send(metrics, tmp, trainer)
         self.last_reported_step = trainer.global_step
+
+    def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
+        """Hand one report to Ray: here Tune's session; :mod:`sweeps.ddp` sends to Ray Train."""
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
 
 
 class Chaos(pl.Callback):
@@ -84,6 +92,39 @@ def resolve_plan(config: dict[str, Any]) -> dict[str, Any]:
                 node = node.setdefault(p, {})
             node[parts[-1]] = value.item() if hasattr(value, "item") else value
     return plan
+
+
+def placement_metrics() -> dict[str, str]:
+    """Where Ray placed this process: its node id and the GPU ids Ray assigned ("" for none).
+    Reported with every result, so a sweep's placement on a cluster can be read back."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
+
+
+def restore_checkpoint(checkpoint, local_dir: str) -> tuple[Optional[str], float]:
+    """Copy a reported checkpoint to ``local_dir``; returns (Lightning ckpt path or None, train time so far)."""
+    if checkpoint is None:
+        return None, 0.0
+    time_offset = 0.0
+    with checkpoint.as_directory() as d:
+        if not os.path.exists(os.path.join(d, CHECKPOINT_FILE)):
+            return None, 0.0
+        shutil.copy(os.path.join(d, CHECKPOINT_FILE), local_dir)
+        extra = Path(d, EXTRA_FILE)
+        if extra.exists():
+            time_offset = float(json.loads(extra.read_text()).get("train_time_s", 0.0))
+    return os.path.join(local_dir, CHECKPOINT_FILE), time_offset
+
+
+def finish_fit(trainer: pl.Trainer, module: pl.LightningModule, dm: pl.LightningDataModule, report: TuneReport) -> None:
+    """After ``fit``: when the run ended between validations, validate once more so the final
+    model is what the trial reports."""
+    if report.last_reported_step != trainer.global_step:
+        trainer.validate(module, datamodule=dm, verbose=False)
+        if report.last_reported_step != trainer.global_step:
+            report.report(trainer)
 
 
 def pick_accelerator() -> tuple[str, int]:
@@ -169,19 +210,10 @@ def run_trial(config: dict[str, Any]) -> None:
     dm.setup("fit")
     module = build_module(plan["model"], dm)
 
-    ckpt_path: Optional[str] = None
-    time_offset = 0.0
     local_ckpt_dir = tempfile.mkdtemp(prefix="trial-resume-")
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            shutil.copy(os.path.join(d, CHECKPOINT_FILE), local_ckpt_dir)
-            extra = Path(d, EXTRA_FILE)
-            if extra.exists():
-                time_offset = float(json.loads(extra.read_text()).get("train_time_s", 0.0))
-        ckpt_path = os.path.join(local_ckpt_dir, CHECKPOINT_FILE)
+    ckpt_path, time_offset = restore_checkpoint(tune.get_checkpoint(), local_ckpt_dir)
 
-    report = TuneReport(time_offset=time_offset)
+    report = TuneReport(time_offset=time_offset, extra_metrics=placement_metrics())
     callbacks: list[pl.Callback] = [report]
     chaos_step = sweep.get("chaos_step")
     if chaos_step:
@@ -203,11 +235,7 @@ def run_trial(config: dict[str, Any]) -> None:
     )
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
-        if report.last_reported_step != trainer.global_step:
-            # the run ended between validations: validate once more so the final model is reported
-            trainer.validate(module, datamodule=dm, verbose=False)
-            if report.last_reported_step != trainer.global_step:
-                report.report(trainer)
+        finish_fit(trainer, module, dm, report)
         if sweep["wandb"].get("log_heatmaps", True):
             try:
                 log_heatmaps(logger, module, dm)

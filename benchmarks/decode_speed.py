@@ -1,0 +1,268 @@
+"""Decode speed per attention mechanism and source length, greedy and beam: Britz et al.'s Table 1
+timing column (and Raffel et al.'s claim for hard monotonic attention), measured side by side.
+
+Run it (from the repository root):
+
+    .venv/bin/python benchmarks/decode_speed.py --quick --output bench-out        # < 3 min, 2 CPU cores
+    .venv/bin/python benchmarks/decode_speed.py --output bench-out                # the full grid
+    .venv/bin/python benchmarks/decode_speed.py --device cuda --threads 4 --output bench-gpu
+    .venv/bin/python benchmarks/decode_speed.py --mechanisms none memory:K=32 bahdanau \\
+        --lengths 200 --modes beam --output bench-out
+
+Writes ``DIR/decode_speed.csv`` (one row per mechanism x length x mode: ``mechanism``, ``length``,
+``mode``, ``seconds`` = median over the repeats, ``per_step_ms``, ``min_seconds``, ``repeats``,
+``batch``, ``beam``, ``steps``, ``preset``, ``device``, ``threads``), ``DIR/decode_speed.png``
+(seconds vs length, one panel per mode) and ``DIR/decode_speed.md`` (the printed tables and ratios,
+with the machine named).
+
+What is timed: ``Seq2Seq.greedy_decode`` / ``Seq2Seq.beam_search`` (encoder, attention
+precompute, the decode loop, beam bookkeeping and backtracking) on one fixed batch that is
+already on the device; building the batch and the model is not timed. One untimed warm-up run,
+then ``--repeats`` timed runs; the median is reported.
+
+Every mechanism does the same work: the models have random weights, so left alone they would
+emit EOS at different steps. The decode runs with ``min_len = max_len = L + 1`` (EOS masked out
+until the last step), i.e. exactly the L + 1 steps a perfect copy model takes on a length-L copy
+task, for every mechanism, greedy and beam alike. Every sentence in the batch has length L.
+
+Mechanisms are given as ``name[:key=value,...]``: ``none``, ``memory:K=32``, ``bahdanau``,
+``luong`` (= ``luong_general``), ``local`` (= ``local_p``), ``monotonic``, or any registered name
+with options. The model is the same for all (``--preset``, default ``paper_copy``: 2-layer
+bidirectional 256-unit encoder, 2-layer 256-unit decoder). Hard monotonic attention is built with
+its energy bias at 0 instead of -4: with random weights about half of the energies then exceed the
+0.5 threshold, so the scan walks the source roughly one position per step, as a trained model
+on a monotone task would, instead of running off the end at the first step and attending nowhere
+(which would make it look as cheap as no attention).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine_info, machine_line, resolve_device, time_call, write_csv  # noqa: E402
+
+from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
+
+ALIASES = {"luong": "luong_general", "local": "local_p"}
+FULL_MECHANISMS = [
+    "none",
+    "memory:K=1",
+    "memory:K=4",
+    "memory:K=16",
+    "memory:K=32",
+    "memory:K=64",
+    "bahdanau",
+    "luong",
+    "local",
+    "monotonic",
+]
+FULL_LENGTHS = [10, 50, 100, 200, 400, 800]
+QUICK_MECHANISMS = ["none", "memory:K=4", "memory:K=32", "bahdanau", "luong", "local", "monotonic"]
+QUICK_LENGTHS = [10, 50, 200]
+VOCAB = 24  # the copy task's: 20 symbols + 4 specials
+#: options the benchmark adds to a mechanism unless the spec sets them (see the module docstring)
+BENCH_DEFAULTS: dict[str, dict[str, Any]] = {"monotonic": {"score_bias_init": 0.0}}
+
+
+def parse_mechanism(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"memory:K=32,position_encoding=true"`` -> ("memory", {"K": 32, "position_encoding": True})."""
+    name, _, rest = spec.partition(":")
+    name = ALIASES.get(name.strip(), name.strip())
+    options: dict[str, Any] = dict(BENCH_DEFAULTS.get(name, {}))
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise SystemExit(f"bad mechanism option {part!r} in {spec!r}: expected key=value")
+        options[key.strip()] = _parse_value(value.strip())
+    return name, options
+
+
+def _parse_value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def build_model(spec: str, length: int, preset: str, device: torch.device, seed: int) -> Seq2Seq:
+    """The benchmark's model for one mechanism, eval mode, on ``device``."""
+    name, options = parse_mechanism(spec)
+    torch.manual_seed(seed)
+    model = Seq2Seq.from_preset(
+        preset, VOCAB, VOCAB, attention=name, attention_kwargs=options, max_source_len=length + 1, dropout=0.0
+    )
+    return model.eval().to(device)
+
+
+def make_batch(batch: int, length: int, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy-task batch: ``batch`` sentences of exactly ``length`` symbols, then EOS."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (batch, length + 1), generator=gen)  # (B, L + 1)
+    src[:, -1] = 2  # EOS
+    lengths = torch.full((batch,), length + 1, dtype=torch.long)  # (B,)
+    return src.to(device), lengths.to(device)
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Time every mechanism x length x mode; returns the CSV rows."""
+    device = resolve_device(args.device)
+    rows = []
+    for length in args.lengths:
+        src, src_lengths = make_batch(args.batch, length, device, args.seed)
+        steps = length + 1
+        for spec in args.mechanisms:
+            model = build_model(spec, length, args.preset, device, args.seed)
+            for mode in args.modes:
+                if mode == "greedy":
+                    fn = lambda: model.greedy_decode(src, src_lengths, max_len=steps, min_len=steps)  # noqa: E731
+                else:
+                    fn = lambda: model.beam_search(  # noqa: E731
+                        src, src_lengths, beam_size=args.beam, max_len=steps, min_len=steps
+                    )
+                median, times = time_call(fn, device, args.warmup, args.repeats)
+                row = {
+                    "mechanism": spec,
+                    "length": length,
+                    "mode": mode,
+                    "seconds": round(median, 6),
+                    "per_step_ms": round(1000 * median / steps, 4),
+                    "min_seconds": round(min(times), 6),
+                    "repeats": args.repeats,
+                    "batch": args.batch,
+                    "beam": args.beam if mode == "beam" else 1,
+                    "steps": steps,
+                    "preset": args.preset,
+                    "device": str(device),
+                    "threads": torch.get_num_threads(),
+                }
+                rows.append(row)
+                if not args.silent:
+                    print(f"  {spec:>14} L={length:<4} {mode:<6} {median:8.4f} s", flush=True)
+            del model
+    return rows
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> str:
+    """The seconds table (mechanism x length, per mode) and the ratios, as Markdown."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    order = list(dict.fromkeys(df["mechanism"]))
+    lines: list[str] = []
+    for mode, g in df.groupby("mode", sort=False):
+        table = g.pivot(index="mechanism", columns="length", values="seconds").reindex(order)
+        lines += [f"### Decode seconds, {mode} (median)", "", _markdown(table, ".4f"), ""]
+        if "none" in table.index:
+            ratio = table.div(table.loc["none"], axis=1).drop(index="none")
+            lines += [f"### {mode}: time / no-attention time", "", _markdown(ratio, ".2f"), ""]
+        memories = [m for m in table.index if m.startswith("memory")]
+        if "bahdanau" in table.index and memories:
+            ratio = (table.loc["bahdanau"] / table.loc[memories]).rename(index=lambda m: f"bahdanau / {m}")
+            lines += [f"### {mode}: Bahdanau time / memory time", "", _markdown(ratio, ".2f"), ""]
+    return "\n".join(lines)
+
+
+def _markdown(table: Any, fmt: str) -> str:
+    table = table.copy()
+    table.columns = [f"L={c}" for c in table.columns]
+    try:
+        return table.to_markdown(floatfmt=fmt)
+    except ImportError:  # tabulate missing
+        return table.to_string(float_format=lambda v: format(v, fmt))
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
+    """Seconds vs length (log-log), one line per mechanism, one panel per mode."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return None
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        for spec in dict.fromkeys(r["mechanism"] for r in rows):
+            pts = sorted((r["length"], r["seconds"]) for r in rows if r["mode"] == mode and r["mechanism"] == spec)
+            style = "--" if spec == "none" else "-"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=spec)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("source length L (decode L + 1 steps)")
+        ax.set_ylabel("seconds per batch (median)")
+        ax.set_title(f"{mode} decoding" + (f" (beam {rows[0].get('beam', '')})" if mode == "beam" else ""))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0, -1].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output", type=Path, default=Path("bench-out"), help="folder for the CSV, PNG and Markdown")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_MECHANISMS} x L in {QUICK_LENGTHS}, fewer repeats")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    p.add_argument("--mechanisms", nargs="+", help=f"default {FULL_MECHANISMS}")
+    p.add_argument("--lengths", nargs="+", type=int, help=f"default {FULL_LENGTHS}")
+    p.add_argument("--modes", nargs="+", choices=["greedy", "beam"], default=["greedy", "beam"])
+    p.add_argument("--preset", default="paper_copy", help="model size preset (the same for every mechanism)")
+    p.add_argument("--batch", type=int, help="sentences per batch (default 32; 16 with --quick)")
+    p.add_argument("--beam", type=int, default=10, help="beam size of the beam mode")
+    p.add_argument("--repeats", type=int, help="timed runs per cell (default 5; 3 with --quick)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per cell")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--silent", action="store_true", help="no per-cell progress lines")
+    args = p.parse_args(argv)
+    args.mechanisms = args.mechanisms or (QUICK_MECHANISMS if args.quick else FULL_MECHANISMS)
+    args.lengths = args.lengths or (QUICK_LENGTHS if args.quick else FULL_LENGTHS)
+    args.batch = args.batch or (16 if args.quick else 32)
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
+    """Run the benchmark; returns the paths written (csv, md, png)."""
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    info = machine_info(resolve_device(args.device))
+    header = machine_line(info)
+    print(header, flush=True)
+    print(
+        f"model {args.preset}, batch {args.batch}, beam {args.beam}, {args.warmup} warm-up + "
+        f"{args.repeats} timed runs (median), exactly L + 1 decode steps",
+        flush=True,
+    )
+    rows = run(args)
+    paths = {"csv": write_csv(rows, args.output / "decode_speed.csv")}
+    summary = summarise(rows)
+    print("\n" + summary)
+    settings = f"model {args.preset}, batch {args.batch}, beam {args.beam}, median of {args.repeats}"
+    paths["md"] = args.output / "decode_speed.md"
+    paths["md"].write_text(f"# Decode speed\n\n{header}\n\n{settings}\n\n{summary}\n")
+    png = plot(rows, args.output / "decode_speed.png")
+    if png is not None:
+        paths["png"] = png
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return paths
+
+
+if __name__ == "__main__":
+    main()
