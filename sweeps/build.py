@@ -24,6 +24,11 @@ def datamodule_class(task_name: str) -> type[pl.LightningDataModule]:
     raise ValueError(f"unknown task {task_name!r}; valid: copy, wmt17")
 
 
+def datamodule_param_types(task_name: str) -> dict[str, Any]:
+    """The task's datamodule settings: name -> annotation."""
+    return {k: ann for k, (ann, _) in _params(datamodule_class(task_name).__init__).items()}
+
+
 def module_signature_params() -> dict[str, tuple[Any, Any]]:
     """Seq2SeqModule's constructor arguments: name -> (annotation, default)."""
     from lightning_modules.module import Seq2SeqModule

@@ -491,15 +491,14 @@ def _origin(cell: Cell, key: str, default: str) -> str:
 
 
 def _validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: str) -> None:
-    from .build import datamodule_class, module_signature_params, attention_param_types
+    from .build import attention_param_types, datamodule_param_types, module_signature_params
 
     try:
         TrainerSpec.model_validate(trainer)
     except ValidationError as exc:
         raise SpecError("", "trainer." + _format_validation(exc).lstrip(), source) from None
 
-    dm_cls = datamodule_class(task["name"])
-    dm_params = _signature_types(dm_cls)
+    dm_params = datamodule_param_types(task["name"])
     for key, value in task.items():
         if key == "name":
             continue
@@ -546,25 +545,6 @@ def _validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: s
     preset = model.get("preset", mod_params["preset"][1])
     if preset not in PRESETS:
         raise SpecError(_origin(cell, "model.preset", "model.preset"), f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}", source)
-
-
-def _signature_types(cls: type) -> dict[str, Any]:
-    sig = inspect.signature(cls.__init__)
-    hints = _hints(cls.__init__)
-    return {
-        n: hints.get(n, Any)
-        for n, p in sig.parameters.items()
-        if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-    }
-
-
-def _hints(fn) -> dict[str, Any]:
-    import typing
-
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward refs: skip type checks rather than fail
-        return {}
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:

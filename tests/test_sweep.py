@@ -165,7 +165,9 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
             finished, running = done[0], live[0]
             break
         time.sleep(0.5)
-    assert finished is not None, "the first trial never finished"
+    if finished is None:
+        proc.kill()
+        pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])
     proc.send_signal(signal.SIGINT)
     log = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, log
