@@ -223,7 +223,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--lengths", nargs="+", type=int, help=f"default {FULL_LENGTHS}")
     p.add_argument("--modes", nargs="+", choices=["greedy", "beam"], default=["greedy", "beam"])
     p.add_argument("--preset", default="paper_copy", help="model size preset (the same for every mechanism)")
-    p.add_argument("--batch", type=int, help="sentences per batch (default 32; 16 with --quick)")
+    p.add_argument("--batch", type=int, help="sentences per batch (default 32; 4 with --quick)")
     p.add_argument("--beam", type=int, default=10, help="beam size of the beam mode")
     p.add_argument("--repeats", type=int, help="timed runs per cell (default 5; 3 with --quick)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per cell")
@@ -233,7 +233,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.mechanisms = args.mechanisms or (QUICK_MECHANISMS if args.quick else FULL_MECHANISMS)
     args.lengths = args.lengths or (QUICK_LENGTHS if args.quick else FULL_LENGTHS)
-    args.batch = args.batch or (16 if args.quick else 32)
+    args.batch = args.batch or (4 if args.quick else 32)
     args.repeats = args.repeats or (3 if args.quick else 5)
     return args
 

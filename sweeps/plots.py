@@ -12,37 +12,62 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
-def heatmap_figure(item: dict[str, Any], title: str = ""):
-    """Alignment heatmap (target rows x source columns) from ``Seq2SeqModule.attention_heatmaps``.
+#: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
+MAX_VECTOR_PANELS = 6
 
-    For memory attention (``alpha``/``beta`` present) three panels, as in Britz et al. Fig. 6-8:
-    encoder scores alpha (S x K), decoder scores beta (T x K) and their product (T x S).
+
+def heatmap_figure(item: dict[str, Any], title: str = ""):
+    """Alignment heatmaps of one sentence from ``Seq2SeqModule.attention_heatmaps``, Britz et al. style.
+
+    Every mechanism: the alignment (output rows x source columns, T x S). Memory attention
+    (``alpha`` (S, K) and ``beta`` (T, K) present), as in the paper's Fig. 6-8: a first row with the
+    encoder scores alpha (K x S), the decoder scores beta (T x K) and the combined alignment
+    sum_k beta_tk alpha_sk (T x S); a second row with the per-vector alignments beta_tk alpha_sk
+    (T x S) of the ``MAX_VECTOR_PANELS`` vectors with the most decoder mass, each titled with k and
+    its share of that mass. Returns the matplotlib Figure (the caller saves or logs and closes it).
     """
-    weights = np.asarray(item["weights"])
+    weights = np.asarray(item["weights"], dtype=float)  # (T, S)
     src, out = list(item.get("source", [])), list(item.get("output", []))
-    has_memory = "alpha" in item and "beta" in item
-    ncols = 3 if has_memory else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(4.2 * ncols, 4), squeeze=False)
-    ax = axes[0, -1]
-    ax.imshow(weights, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_xlabel("source")
-    ax.set_ylabel("output")
-    ax.set_title("alignment" + (" (alpha x beta)" if has_memory else ""))
-    _ticks(ax, src, out, weights.shape)
-    if has_memory:
-        alpha, beta = np.asarray(item["alpha"]), np.asarray(item["beta"])
-        axes[0, 0].imshow(alpha.T, aspect="auto", cmap="viridis", interpolation="nearest")
-        axes[0, 0].set_title("encoder scores alpha (K x S)")
-        axes[0, 0].set_xlabel("source")
-        axes[0, 0].set_ylabel("k")
-        axes[0, 1].imshow(beta, aspect="auto", cmap="viridis", interpolation="nearest")
-        axes[0, 1].set_title("decoder scores beta (T x K)")
-        axes[0, 1].set_xlabel("k")
-        axes[0, 1].set_ylabel("output")
+    if "alpha" not in item or "beta" not in item:
+        fig, ax = plt.subplots(figsize=(4.6, 4.2))
+        _heatmap(ax, weights, "alignment", "source", "output")
+        _ticks(ax, src, out, weights.shape)
+    else:
+        alpha = np.asarray(item["alpha"], dtype=float)  # (S, K)
+        beta = np.asarray(item["beta"], dtype=float)  # (T, K)
+        mass = beta.sum(axis=0)  # (K,) decoder mass per vector
+        chosen = np.argsort(-mass, kind="stable")[: min(MAX_VECTOR_PANELS, alpha.shape[1])]
+        ncols = max(3, len(chosen))
+        fig = plt.figure(figsize=(3.0 * ncols, 6.4))
+        grid = fig.add_gridspec(2, ncols, height_ratios=[1.25, 1])
+        third = ncols // 3
+        ax_a = fig.add_subplot(grid[0, :third])
+        ax_b = fig.add_subplot(grid[0, third : 2 * third])
+        ax_c = fig.add_subplot(grid[0, 2 * third :])
+        _heatmap(ax_a, alpha.T, f"encoder scores alpha (K={alpha.shape[1]} x S)", "source", "memory vector k")
+        vectors = [str(k + 1) for k in range(alpha.shape[1])]  # 1-based, as in the per-vector titles
+        _ticks(ax_a, src, vectors, alpha.T.shape)
+        _heatmap(ax_b, beta, "decoder scores beta (T x K)", "memory vector k", "output")
+        _ticks(ax_b, vectors, out, beta.shape)
+        _heatmap(ax_c, weights, "combined: sum_k beta_k alpha_k", "source", "output")
+        _ticks(ax_c, src, out, weights.shape)
+        total = float(mass.sum()) or 1.0
+        for col, k in enumerate(chosen):
+            ax = fig.add_subplot(grid[1, col])
+            per_vector = np.outer(beta[:, k], alpha[:, k])  # (T, S)
+            _heatmap(ax, per_vector, f"vector k={k + 1} ({100 * mass[k] / total:.0f}% of beta)", "source", "output")
+            _ticks(ax, src if len(src) <= 20 else [], out if len(out) <= 20 else [], per_vector.shape)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _heatmap(ax, values: np.ndarray, title: str, xlabel: str, ylabel: str) -> None:
+    ax.imshow(values, aspect="auto", cmap="Greys", interpolation="nearest")  # darker = more weight
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
 
 
 def _ticks(ax, src: list, out: list, shape: tuple) -> None:

@@ -2,7 +2,8 @@
 
 Writes into ``<output>/<name>/``: ``results.csv`` (every trial), ``results.md`` (pivoted like the
 paper's Table 1: rows length x model, columns BLEU and decode time; the best trial per cell when
-Optuna searched nuisance parameters, the mean over seeds) and PNG plots.
+Optuna searched nuisance parameters, the mean over seeds; then the BLEU-vs-decode-time Pareto
+front) and PNG plots, written by :mod:`sweeps.report` (which can rebuild them from the CSV).
 """
 from __future__ import annotations
 
@@ -118,32 +119,15 @@ def paper_table(df: pd.DataFrame, metric: str = "val/bleu", mode: str = "max") -
 
 
 def write_results(rows: list[dict[str, Any]], out_dir: Path, metric: str, mode: str, title: str) -> dict[str, Path]:
-    """Write results.csv, results.md and the plots; returns their paths."""
+    """Write results.csv, then the local report (results.md, plots, pareto.png; see
+    :func:`sweeps.report.build_local_report`); returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     df = results_frame(rows)
-    paths = {"csv": out_dir / "results.csv", "md": out_dir / "results.md"}
+    paths = {"csv": out_dir / "results.csv"}
     df.to_csv(paths["csv"], index=False)
-    table = paper_table(df, metric, mode)
-    counts = df["status"].value_counts().to_dict() if not df.empty else {}
-    lines = [f"# {title}", "", "Trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), ""]
-    if table.empty:
-        lines.append("No finished trials yet.")
-    else:
-        lines.append(
-            table.to_markdown(index=False, floatfmt=".3f")
-            if _has_tabulate()
-            else table.to_string(index=False)
-        )
-        lines += ["", f"BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; decode_s: "
-                  "seconds to decode the validation set (data loading excluded). Best trial per cell, mean over seeds."]
-    errors = df[df["status"] == "error"] if not df.empty else df
-    if not errors.empty:
-        lines += ["", "## Failed trials", ""]
-        lines += [f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples()]
-    paths["md"].write_text("\n".join(lines) + "\n")
-    from .plots import plot_results
+    from .report import build_local_report
 
-    paths.update(plot_results(df, out_dir))
+    paths.update(build_local_report(out_dir, metric, mode, title))
     return paths
 
 

@@ -111,7 +111,8 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
         parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"},
                     "model.dropout": {"values": [0.0, 0.1]}},
         num_samples=2,
-        trainer={"max_steps": 10, "val_check_interval": 10},
+        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        trainer={"max_steps": 10, "val_check_interval": 5},
         wandb={"mode": "disabled"},
     )
     out = tmp_path / "out"

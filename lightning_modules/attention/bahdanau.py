@@ -36,5 +36,5 @@ class BahdanauAttention(Attention):
         hidden = torch.tanh(cache["keys"] + q[:, None, :])  # (B, S, A)
         scores = self.v(hidden).squeeze(-1)  # (B, S)
         weights = masked_softmax(scores, cache["mask"])  # (B, S)
-        ctx = torch.einsum("bs,bsd->bd", weights, cache["memory"])  # (B, D)
+        ctx = torch.bmm(weights.unsqueeze(1), cache["memory"]).squeeze(1)  # (B, D)
         return ctx, state, weights if need_weights else None

@@ -133,7 +133,7 @@ class MemoryAttention(Attention):
 
     def step(self, query, cache, state, need_weights=False):
         beta = self._beta(query)  # (B, K)
-        ctx = torch.einsum("bk,bkd->bd", beta, cache["C"])  # (B, D)
+        ctx = torch.bmm(beta.unsqueeze(1), cache["C"]).squeeze(1)  # (B, D); bmm: half einsum's overhead
         weights = torch.einsum("bsk,bk->bs", cache["alpha"], beta) if need_weights else None  # (B, S)
         return ctx, state, weights
 

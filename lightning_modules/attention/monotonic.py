@@ -131,22 +131,29 @@ class MonotonicAttention(Attention):
         return ctx, {"alignment": alignment}, alignment if need_weights else None
 
     def _hard_step(self, query, cache, state, need_weights):
-        keys, mask, end, memory = cache["keys"], cache["mask"], cache["end"], cache["memory"]
-        B, S = mask.shape
-        query_proj = self.W_h(query)  # (B, A)
+        keys, end, memory = cache["keys"], cache["end"], cache["memory"]
+        B, S = cache["mask"].shape
+        done = state["done"]  # (B,)
         pos = state["pos"].clone()  # (B,) scan position, never decreases
-        scanning = ~state["done"]  # (B,)
-        while True:
-            rows = (scanning & (pos < end)).nonzero().squeeze(1)  # (n,) rows still looking
-            if rows.numel() == 0:
-                break
-            cand = pos[rows]  # (n,) one candidate position per scanning row
-            energy = self._energy(keys[rows, cand], query_proj[rows])  # (n,) O(n * A)
-            stop = (torch.sigmoid(energy) > 0.5) & mask[rows, cand]  # (n,)
-            scanning[rows[stop]] = False
-            pos[rows[~stop]] += 1
-        # rows still "scanning" ran off the end without stopping: they attend nowhere from now on
-        attended = ~state["done"] & ~scanning  # (B,)
+        # the still-scanning rows, kept compact: each pass evaluates one candidate per active row
+        # and drops the rows that stopped or ran off, so nothing of size B or S is touched per pass
+        rows = ((~done) & (pos < end)).nonzero().squeeze(1)  # (n,)
+        if rows.numel():
+            cand = pos.index_select(0, rows)  # (n,) one candidate position per active row
+            query_proj = self.W_h(query.index_select(0, rows))  # (n, A)
+            row_end = end.index_select(0, rows)  # (n,)
+            while True:
+                energy = self._energy(keys[rows, cand], query_proj)  # (n,) O(n * A)
+                move = (energy <= 0).long()  # (n,) p <= 0.5: look further; cand < end is a real token
+                cand = cand + move  # (n,)
+                pos.index_copy_(0, rows, cand)
+                going = (move == 1) & (cand < row_end)  # (n,)
+                rows, cand = rows[going], cand[going]  # (n',)
+                if rows.numel() == 0:  # the one sync per pass
+                    break
+                query_proj, row_end = query_proj[going], row_end[going]
+        # a row stopped inside its sentence iff pos < end; rows that ran off attend nowhere from now on
+        attended = ~done & (pos < end)  # (B,)
         index = pos.clamp(max=S - 1)  # (B,)
         keep = attended.to(memory.dtype)[:, None]  # (B, 1)
         ctx = memory[torch.arange(B, device=memory.device), index] * keep  # (B, D)

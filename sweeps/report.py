@@ -1,0 +1,206 @@
+"""The local report of a finished sweep, rebuilt from its results.csv, and optionally a W&B Report.
+
+    python -m sweeps.report sweep-results/k_vs_length                # results.md + PNGs
+    python -m sweeps.report sweep-results/k_vs_length --wandb --entity ME --project memory-attention
+
+Local report (in the sweep folder): ``results.md`` (the paper-style table from
+:func:`sweeps.results.paper_table`, a Pareto table of BLEU vs decode time, the plots) and
+``pareto.png``: one point per model (and length), BLEU against decode seconds, the Pareto front
+(no other point is both faster and at least as good) drawn and its points labelled, e.g.
+"memory K=32", so the table answers "which K buys how much BLEU for how much time".
+
+``--wandb`` builds a W&B Report for the sweep's group (``wandb_workspaces.reports.v2``, from the
+``wandb-workspaces`` package) with the results table, BLEU-vs-decode-time scatter and per-metric
+line plots, and saves it (needs an API key and network).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+
+BLEU, SECONDS = "val/bleu", "val/decode_seconds"
+
+
+def pareto_front(df: pd.DataFrame, quality: str = BLEU, cost: str = SECONDS) -> pd.Series:
+    """Bool per row: True where no other row has ``cost`` <= and ``quality`` >= with one strict.
+
+    Rows with a missing quality or cost are never on the front. Ties (equal cost and quality)
+    are all on the front.
+    """
+    on_front = pd.Series(False, index=df.index)
+    valid = df[[quality, cost]].dropna()
+    q, c = valid[quality].to_numpy(), valid[cost].to_numpy()
+    for i, idx in enumerate(valid.index):
+        dominated = ((c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))).any()
+        on_front[idx] = not dominated
+    return on_front
+
+
+def model_points(df: pd.DataFrame) -> pd.DataFrame:
+    """One point per (length, model): mean BLEU and decode seconds of finished trials."""
+    done = df[df["status"].isin(["done", "stopped"])] if "status" in df else df
+    done = done.dropna(subset=[BLEU, SECONDS])
+    if done.empty:
+        return pd.DataFrame(columns=["length", "model", BLEU, SECONDS, "pareto"])
+    keys = ["length", "model"] if "length" in done and done["length"].notna().any() else ["model"]
+    points = done.groupby(keys, dropna=False)[[BLEU, SECONDS]].mean().reset_index()
+    if "length" not in points:
+        points.insert(0, "length", None)
+    fronts = [pareto_front(g) for _, g in points.groupby("length", dropna=False)]
+    points["pareto"] = pd.concat(fronts).reindex(points.index).fillna(False).astype(bool)
+    return points.sort_values(["length", SECONDS], na_position="first", kind="stable").reset_index(drop=True)
+
+
+def pareto_figure(points: pd.DataFrame):
+    """BLEU vs decode seconds, one colour per length, front as a step line, front points labelled."""
+    from .plots import plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    for length, g in points.groupby("length", dropna=False):
+        label = f"L={int(length)}" if pd.notna(length) else "all"
+        dots = ax.scatter(g[SECONDS], g[BLEU], s=22, alpha=0.6, label=label)
+        front = g[g["pareto"]].sort_values(SECONDS)
+        colour = dots.get_facecolor()[0]
+        ax.step(front[SECONDS], front[BLEU], where="post", color=colour, lw=1.2)
+        ax.scatter(front[SECONDS], front[BLEU], s=60, facecolors="none", edgecolors=colour, lw=1.5)
+        for _, row in g.iterrows():
+            ax.annotate(
+                str(row["model"]),
+                (row[SECONDS], row[BLEU]),
+                fontsize=7 if row["pareto"] else 6,
+                alpha=1.0 if row["pareto"] else 0.55,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    ax.set_xlabel("decode time over the validation set (s)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("Quality vs speed (circled + line: Pareto front)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def pareto_markdown(points: pd.DataFrame) -> str:
+    """The front per length as a table: model, BLEU, seconds, BLEU gained and time paid vs the previous point."""
+    lines = ["| length | model | BLEU | decode s | +BLEU | +seconds |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for length, g in points[points["pareto"]].groupby("length", dropna=False):
+        previous = None
+        for _, row in g.sort_values(SECONDS).iterrows():
+            bleu, seconds = float(row[BLEU]), float(row[SECONDS])
+            gain = "" if previous is None else f"{bleu - previous[0]:+.2f}"
+            paid = "" if previous is None else f"{seconds - previous[1]:+.3f}"
+            lines.append(f"| {length} | {row['model']} | {bleu:.2f} | {seconds:.3f} | {gain} | {paid} |")
+            previous = (bleu, seconds)
+    return "\n".join(lines)
+
+
+def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", title: Optional[str] = None) -> dict[str, Path]:
+    """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv``."""
+    from .plots import plot_results, save_figure
+    from .results import paper_table
+
+    df = pd.read_csv(sweep_dir / "results.csv")
+    paths: dict[str, Path] = dict(plot_results(df, sweep_dir))
+    points = model_points(df)
+    title = title or sweep_dir.name
+    counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
+    lines = [f"# {title}", "", "Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), ""]
+    table = paper_table(df, metric, mode) if not df.empty else pd.DataFrame()
+    if table.empty:
+        lines.append("No finished trials yet.")
+    else:
+        lines += ["## Results (best trial per cell, mean over seeds)", "", _to_markdown(table), ""]
+        lines.append(
+            "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; decode_s: seconds to "
+            "decode the validation set (data loading excluded)."
+        )
+    if not points.empty:
+        paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")
+        lines += ["", "## Quality vs speed: the Pareto front", "", pareto_markdown(points), ""]
+        lines.append("Each step along the front: the BLEU a slower model buys and the seconds it costs.")
+    errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
+    if not errors.empty:
+        lines += ["", "## Failed trials", ""]
+        lines += [f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples()]
+    if paths:
+        lines += ["", "## Figures", ""] + [f"![{name}]({p.name})" for name, p in paths.items()]
+    paths["md"] = sweep_dir / "results.md"
+    paths["md"].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def _to_markdown(table: pd.DataFrame) -> str:
+    try:
+        return table.to_markdown(index=False, floatfmt=".3f")
+    except ImportError:
+        return table.to_string(index=False)
+
+
+# ------------------------------------------------------------------------------------ W&B report
+def _reports_api() -> Any:
+    try:
+        import wandb_workspaces.reports.v2 as wr
+    except ImportError as err:
+        raise SystemExit(
+            "building a W&B Report needs the `wandb-workspaces` package (pip install wandb-workspaces, "
+            "or the project's [sweep] extra)"
+        ) from err
+    return wr
+
+
+def build_wandb_report(entity: str, project: str, group: str, title: Optional[str] = None, points: Optional[pd.DataFrame] = None) -> Any:
+    """A ``wandb_workspaces.reports.v2.Report`` for one sweep group (not saved; call ``.save()``).
+
+    Blocks: a title and intro, the Pareto table as Markdown (when ``points`` is given), and a
+    panel grid over the group's runs with a BLEU-vs-decode-time scatter, BLEU and loss curves,
+    decode time by run and the attention heatmap images.
+    """
+    wr = _reports_api()
+    runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group == '{group}'")
+    panels = [
+        wr.ScatterPlot(title="BLEU vs decode time", x=SECONDS, y=BLEU),
+        wr.LinePlot(title="validation BLEU", x="Step", y=[BLEU]),
+        wr.LinePlot(title="validation loss", x="Step", y=["val/loss"]),
+        wr.BarPlot(title="decode seconds", metrics=[SECONDS]),
+        wr.MediaBrowser(title="attention heatmaps", media_keys=["val/attention"]),
+    ]
+    blocks: list[Any] = [
+        wr.H1(text=title or f"Sweep {group}"),
+        wr.P(text=f"Runs of W&B group '{group}' in {entity}/{project}: quality against decode speed."),
+    ]
+    if points is not None and not points.empty:
+        blocks += [wr.H2(text="Pareto front (BLEU vs decode seconds)"), wr.MarkdownBlock(text=pareto_markdown(points))]
+    blocks.append(wr.PanelGrid(runsets=[runset], panels=panels))
+    return wr.Report(project=project, entity=entity, title=title or f"Sweep {group}", blocks=blocks)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
+    p = argparse.ArgumentParser(description="Rebuild a sweep's local report (and optionally a W&B Report).")
+    p.add_argument("sweep_dir", type=Path, help="<output>/<name>, the folder holding results.csv")
+    p.add_argument("--metric", default=BLEU)
+    p.add_argument("--mode", default="max", choices=["max", "min"])
+    p.add_argument("--title")
+    p.add_argument("--wandb", action="store_true", help="also build and save a W&B Report for the group")
+    p.add_argument("--entity", help="W&B entity (default: the API key's)")
+    p.add_argument("--project", default="memory-attention")
+    p.add_argument("--group", help="W&B group (default: the folder's name)")
+    args = p.parse_args(argv)
+    paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
+    for path in paths.values():
+        print(path)
+    if args.wandb:
+        import wandb
+
+        entity = args.entity or wandb.Api().default_entity
+        points = model_points(pd.read_csv(args.sweep_dir / "results.csv"))
+        report = build_wandb_report(entity, args.project, args.group or args.sweep_dir.name, args.title, points)
+        report.save()
+        print(f"W&B report: {report.url}")
+    return paths
+
+
+if __name__ == "__main__":
+    main()

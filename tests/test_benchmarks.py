@@ -1,0 +1,88 @@
+"""The two benchmark scripts run end to end in a tiny configuration and write their CSVs."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_modules.seq2seq import Seq2Seq
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str):
+    """Import benchmarks/<name>.py as a module (the folder is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
+    bench = load("decode_speed")
+    mechanisms = ["none", "memory:K=4", "bahdanau", "luong", "local", "monotonic"]
+    argv = ["--mechanisms", *mechanisms, "--lengths", "4", "7", "--preset", "tiny", "--batch", "2",
+            "--beam", "3", "--repeats", "1", "--warmup", "0", "--output", str(tmp_path), "--silent"]
+    paths = bench.main(argv)
+    rows = read_csv(paths["csv"])
+    assert {"mechanism", "length", "mode", "seconds"} <= set(rows[0])
+    assert len(rows) == len(mechanisms) * 2 * 2
+    assert {(r["mechanism"], int(r["length"]), r["mode"]) for r in rows} == {
+        (m, L, mode) for m in mechanisms for L in (4, 7) for mode in ("greedy", "beam")
+    }
+    assert all(float(r["seconds"]) > 0 for r in rows)
+    assert all(int(r["steps"]) == int(r["length"]) + 1 for r in rows)
+    assert paths["png"].stat().st_size > 0
+    out = capsys.readouterr().out
+    assert "machine:" in out and "time / no-attention time" in out and "bahdanau / memory:K=4" in out
+
+
+def test_decode_speed_mechanism_specs():
+    bench = load("decode_speed")
+    assert bench.parse_mechanism("memory:K=32,position_encoding=true") == (
+        "memory", {"K": 32, "position_encoding": True})
+    assert bench.parse_mechanism("luong")[0] == "luong_general"
+    assert bench.parse_mechanism("local")[0] == "local_p"
+    assert bench.parse_mechanism("monotonic") == ("monotonic", {"score_bias_init": 0.0})
+
+
+@pytest.mark.parametrize("attention", ["none", "memory", "bahdanau", "monotonic"])
+def test_min_len_forces_the_same_number_of_steps(attention):
+    """With min_len = max_len every mechanism decodes exactly max_len steps (what the benchmark times)."""
+    model = Seq2Seq(12, 12, attention=attention, max_source_len=6).eval()
+    with torch.no_grad():  # make EOS the favourite token, so without min_len decoding stops at once
+        model.decoder.out.bias[2] = 50.0
+    src = torch.randint(4, 12, (3, 6))
+    src_lengths = torch.full((3,), 6)
+    tokens, lengths = model.greedy_decode(src, src_lengths, max_len=9)
+    assert lengths.tolist() == [1, 1, 1]
+    tokens, lengths = model.greedy_decode(src, src_lengths, max_len=9, min_len=9)
+    assert tokens.shape == (3, 9) and not (tokens[:, :-1] == 2).any()
+    beams = model.beam_search(src, src_lengths, beam_size=3, max_len=9, min_len=9)
+    assert beams.shape == (3, 9) and not (beams[:, :-1] == 2).any()
+
+
+def test_attention_step_tiny_run_writes_csv(tmp_path, capsys):
+    bench = load("attention_step")
+    argv = ["--sources", "5", "12", "--targets", "3", "6", "--batch", "2", "--dim", "16", "--K", "4",
+            "--repeats", "1", "--warmup", "0", "--output", str(tmp_path), "--silent"]
+    paths = bench.main(argv)
+    rows = read_csv(paths["csv"])
+    assert {"mechanism", "S", "T", "seconds", "speedup_vs_softmax"} <= set(rows[0])
+    assert {(r["mechanism"], int(r["S"]), int(r["T"])) for r in rows} == {
+        (m, S, T) for m in ("softmax", "monotonic", "memory") for S in (5, 12) for T in (3, 6)
+    }
+    assert all(float(r["seconds"]) > 0 for r in rows)
+    assert all(float(r["speedup_vs_softmax"]) == 1.0 for r in rows if r["mechanism"] == "softmax")
+    assert paths["png"].stat().st_size > 0
+    assert "softmax time / monotonic time" in capsys.readouterr().out

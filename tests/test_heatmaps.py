@@ -1,0 +1,60 @@
+"""The heatmap command writes one non-blank PNG of the expected size per mechanism."""
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+import torch
+
+from lightning_modules import Seq2SeqModule
+from lightning_modules.attention import ATTENTION_REGISTRY
+from sweeps import heatmaps, plots
+
+DPI = 110  # sweeps.plots.save_figure's default
+
+
+def check_png(path, width_in: float, height_in: float) -> np.ndarray:
+    image = mpimg.imread(path)  # (H, W, C) floats in [0, 1]
+    assert image.ndim == 3 and image.shape[2] in (3, 4)
+    assert image.shape[:2] == (round(height_in * DPI), round(width_in * DPI))
+    rgb = image[..., :3]
+    assert rgb.std() > 0.02, "blank image"
+    assert (rgb < 0.5).mean() > 0.01, "almost nothing drawn"
+    return image
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_REGISTRY))
+def test_heatmap_command_writes_a_png_per_mechanism(name, tmp_path):
+    argv = ["--attention", name, "--output", str(tmp_path), "--n", "1", "--max-length", "6"]
+    if name == "memory":
+        argv += ["--K", "4"]
+    paths = heatmaps.main(argv)
+    assert [p.name for p in paths] == [f"{name}_K4_0.png" if name == "memory" else f"{name}_0.png"]
+    if name == "memory":  # alpha, beta, combined on top; one panel per memory vector below
+        check_png(paths[0], 3.0 * 4, 6.4)
+    else:
+        check_png(paths[0], 4.6, 4.2)
+
+
+def test_memory_figure_has_per_vector_panels():
+    rng = np.random.default_rng(0)
+    alpha, beta = rng.random((7, 10)), rng.random((5, 10))  # (S, K), (T, K)
+    item = {"source": list("abcdefg"), "output": list("vwxyz"), "alpha": alpha, "beta": beta, "weights": beta @ alpha.T}
+    fig = plots.heatmap_figure(item, "memory")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(fig.axes) == 3 + plots.MAX_VECTOR_PANELS
+    top = int(np.argmax(beta.sum(0)))
+    assert titles[3].startswith(f"vector k={top + 1} ")  # most-used vector first
+    plots.plt.close(fig)
+
+
+def test_heatmap_command_reads_a_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    module = Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 3}, max_source_len=9)
+    ckpt = tmp_path / "model.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                "pytorch-lightning_version": pl.__version__}, ckpt)
+    paths = heatmaps.main([str(ckpt), "--output", str(tmp_path / "png"), "--n", "2"])
+    assert [p.name for p in paths] == ["memory_K3_0.png", "memory_K3_1.png"]
+    check_png(paths[1], 3.0 * 3, 6.4)
