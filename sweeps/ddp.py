@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -27,7 +28,9 @@ import torch
 
 from .build import build_datamodule, build_module
 from .trial import (
+    Chaos,
     TuneReport,
+    close_wandb,
     finish_fit,
     log_heatmaps,
     make_wandb_logger,
@@ -113,6 +116,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     ckpt_path, time_offset = restore_checkpoint(ray.train.get_checkpoint(), local_ckpt_dir)
     extra = {**placement_metrics(), "world_size": world_size}
     report = TrainReport(time_offset=time_offset, extra_metrics=extra)
+    callbacks: list[pl.Callback] = [report]
+    if sweep.get("chaos_step") and rank == 0:
+        # rank 0 fails; Ray Train then stops the other ranks and the whole trial is retried
+        callbacks.append(Chaos(sweep["chaos_step"], Path(sweep["chaos_dir"]) / f"{trial_id}.failed"))
     logger = make_wandb_logger({"sweep": sweep}, plan, trial_id, trial_name) if rank == 0 else None
     use_gpu = bool(sweep["resources"]["gpu"]) and torch.cuda.is_available()
     trainer = pl.Trainer(
@@ -121,7 +128,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         strategy=RayDDPStrategy(),
         plugins=[RayLightningEnvironment()],
         logger=logger if logger is not None else False,
-        callbacks=[report],
+        callbacks=callbacks,
         enable_checkpointing=False,  # checkpoints go to Ray Train through TrainReport
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -138,9 +145,5 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             except Exception as exc:  # a plotting problem must not fail a finished trial
                 print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
     finally:
-        if logger is not None:
-            import wandb
-
-            if wandb.run is not None:
-                wandb.finish()
+        close_wandb(logger)
         shutil.rmtree(local_ckpt_dir, ignore_errors=True)

@@ -73,7 +73,8 @@ def row_from_result(
         row[m] = metrics.get(m)
     row["train_time_s"] = metrics.get("train_time_s")
     row["step"] = metrics.get("step")
-    row["checkpoint"] = result.checkpoint.path if result.checkpoint is not None else None
+    # DDP trials: Ray Train keeps the checkpoint and reports its path as a metric
+    row["checkpoint"] = result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
     row["error"] = _short_error(result.error) if result.error is not None else None
     return row
 

@@ -96,6 +96,7 @@ def init_ray(
     if address is None:
         cpus = num_cpus or os.cpu_count() or 1
         ray.init(
+            address="local",  # a new instance, even when a `ray start` cluster runs on this machine
             num_cpus=cpus,
             include_dashboard=dashboard,
             runtime_env=runtime_env,
@@ -176,14 +177,15 @@ def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> None:
     """
     import ray
 
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    hosts = {n["NodeManagerAddress"] for n in alive}
-    driver_node = ray.get_runtime_context().get_node_id()
-    driver_host = next((n["NodeManagerAddress"] for n in alive if n["NodeID"] == driver_node), "")
-    local_path = paths.storage.removeprefix("file://")
-    problem = storage_problem(paths.storage, hosts, driver_host, filesystem_type(local_path))
-    if problem:
-        raise LaunchError(problem)
+    if not (address or "").startswith("ray://"):  # through Ray Client, Tune runs on the head, not here
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        hosts = {n["NodeManagerAddress"] for n in alive}
+        driver_node = ray.get_runtime_context().get_node_id()
+        driver_host = next((n["NodeManagerAddress"] for n in alive if n["NodeID"] == driver_node), "")
+        local_path = paths.storage.removeprefix("file://")
+        problem = storage_problem(paths.storage, hosts, driver_host, filesystem_type(local_path))
+        if problem:
+            raise LaunchError(problem)
 
     r = sweep.spec.resources
     total = ray.cluster_resources()
@@ -281,13 +283,17 @@ def trial_resources(sweep: Sweep) -> dict[str, float]:
     return res
 
 
-def make_scheduler(sweep: Sweep):
+def make_scheduler(sweep: Sweep, with_metric: bool = False):
+    """FIFO or ASHA. ``with_metric``: give ASHA the metric itself (when an Optuna searcher, not
+    ``TuneConfig``, holds it: Tune refuses the metric in two places)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     et = sweep.spec.early_terminate
     if et.type == "asha":
         max_t = et.max_t or max(et.grace_period, _reports_per_trial(sweep))
+        metric = {"metric": sweep.spec.metric.name, "mode": sweep.spec.metric.mode} if with_metric else {}
         return ASHAScheduler(
+            **metric,
             time_attr="training_iteration",
             max_t=max_t,
             grace_period=min(et.grace_period, max_t),
@@ -392,7 +398,7 @@ def run_tune(sweep: Sweep, paths: Paths, settings: dict[str, Any], resume: bool,
             {"cell": plan_key(plan), "plans": plan_space([plan]), "sweep": settings},
             tune.TuneConfig(
                 search_alg=searcher,
-                scheduler=make_scheduler(sweep),
+                scheduler=make_scheduler(sweep, with_metric=True),
                 num_samples=spec.num_samples,
                 max_concurrent_trials=spec.max_concurrent_trials,
                 trial_dirname_creator=trial_dirname,

@@ -242,9 +242,17 @@ def run_trial(config: dict[str, Any]) -> None:
             except Exception as exc:  # a plotting problem must not fail a finished trial
                 print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
     finally:
-        if logger is not None:
-            import wandb
-
-            if wandb.run is not None:
-                wandb.finish()
+        close_wandb(logger)
         shutil.rmtree(local_ckpt_dir, ignore_errors=True)
+
+
+def close_wandb(logger) -> None:
+    """Finish the trial's W&B run and stop W&B's service while this process is whole: left to
+    exit time, its teardown races Ray's worker shutdown and prints a ConnectionResetError."""
+    if logger is None:
+        return
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish()
+    wandb.teardown()

@@ -1,0 +1,568 @@
+"""Sweeps on a Ray cluster: placement, fault tolerance, DDP trials, and the cluster configs.
+
+The cluster tests start a multi-node Ray cluster on this one machine (``ray.cluster_utils.Cluster``;
+the nodes declare GPUs that do not exist, so Ray's placement can be checked while the trials
+themselves train on CPU) and run sweeps against it through ``launch.py --address``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+ray = pytest.importorskip("ray")
+
+from sweeps.launch import main  # noqa: E402
+from sweeps.runner import storage_problem  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER_DIR = ROOT / "cluster"
+SECRET = "wandb-key-that-must-never-be-written-0123456789"
+SMALL_STORE = 80 * 2**20
+GPU_NODES = 3
+
+
+def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": name,
+        "task": {"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
+        "trainer": {"max_steps": 20, "val_check_interval": 10},
+        "resources": {"cpu": 1},
+        "wandb": {"mode": "disabled"},
+    }
+    spec.update(over)
+    return spec
+
+
+def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def trial_results(exp: Path) -> dict[Path, list[dict[str, Any]]]:
+    """Every trial folder of an experiment and its reported results, in order."""
+    out = {}
+    for f in sorted(exp.glob("*/result.json")):
+        out[f.parent] = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# A three-node cluster with fake GPUs
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head (no CPUs: trials can only land on the workers) + 3 nodes of 2 CPUs and 1 fake GPU."""
+    from ray.cluster_utils import Cluster
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        mp.setenv("WANDB_SILENT", "true")
+        if ray.is_initialized():
+            ray.shutdown()
+        c = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "object_store_memory": SMALL_STORE, "include_dashboard": False},
+        )
+        nodes = [c.add_node(num_cpus=2, num_gpus=1, object_store_memory=SMALL_STORE) for _ in range(GPU_NODES)]
+        c.wait_for_nodes()
+        try:
+            yield c, nodes
+        finally:
+            ray.shutdown()
+            c.shutdown()
+
+
+class ResourceSampler(threading.Thread):
+    """Samples how many GPUs the cluster has handed out, while a sweep runs in the main thread."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.period = period
+        self.peak_gpus_in_use = 0.0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if ray.is_initialized():
+                try:
+                    total = ray.cluster_resources().get("GPU", 0.0)
+                    free = ray.available_resources().get("GPU", 0.0)
+                    self.peak_gpus_in_use = max(self.peak_gpus_in_use, total - free)
+                except Exception:
+                    pass
+            time.sleep(self.period)
+
+
+def test_trials_spread_over_nodes_and_pack_on_fractional_gpus(cluster, tmp_path):
+    c, nodes = cluster
+    spec = tiny_spec(
+        "placement",
+        grid={"model": [{"attention": "none"}, {"attention": "memory", "K": 4},
+                        {"attention": "bahdanau"}, {"attention": "luong_dot"}]},
+        trainer={"max_steps": 30, "val_check_interval": 10},
+        resources={"cpu": 1, "gpu": 0.5},
+    )
+    out = tmp_path / "out"
+    sampler = ResourceSampler()
+    sampler.start()
+    try:
+        code = main([str(write_spec(tmp_path, spec)), "--address", c.address, "--output", str(out), "--verbose", "0"])
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    assert code == 0
+    df = pd.read_csv(out / "placement" / "results.csv")
+    assert len(df) == 4 and (df["status"] == "done").all() and (df["step"] == 30).all()
+
+    placed = [rows[-1] for rows in trial_results(out / "placement").values()]
+    assert len(placed) == 4
+    worker_ids = {n.node_id for n in nodes}
+    per_node = Counter(r["node_id"] for r in placed)
+    print("trials per node:", {k[:8]: v for k, v in per_node.items()}, "peak GPUs in use:", sampler.peak_gpus_in_use)
+    assert set(per_node) <= worker_ids, "a trial ran on the head, which has no CPUs for trials"
+    assert len(per_node) >= 2, f"all trials on one node: {per_node}"
+    assert max(per_node.values()) == 2, "some node's one GPU is shared by two trials"
+    assert all(r["gpu_ids"] == "0" for r in placed), "every trial was given (a share of) its node's GPU 0"
+    # all four held their half GPU at once: 2 GPUs in use, so two trials per GPU on the busy nodes
+    assert sampler.peak_gpus_in_use == pytest.approx(2.0)
+
+
+def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(cluster, tmp_path):
+    """One trial finishes, then the node running the next is removed mid-trial: the trial
+    resumes from its last checkpoint on another node, and every result is present at the end."""
+    c, nodes = cluster
+    spec = tiny_spec(
+        "lostnode",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        trainer={"max_steps": 80, "val_check_interval": 10},
+        resources={"cpu": 1, "gpu": 0.5},
+        max_concurrent_trials=1,
+        failure={"max_failures": 2},
+    )
+    spec["task"]["max_length"] = 3
+    out = tmp_path / "out"
+    exp = out / "lostnode"
+    seen: dict[str, Any] = {}
+
+    def remove_busy_node() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            trials = trial_results(exp) if exp.exists() else {}
+            done = [d for d, rows in trials.items() if rows and rows[-1]["step"] == 80]
+            live = [d for d, rows in trials.items() if d not in done and len(rows) >= 3]
+            if done and live:
+                rows = trials[live[0]]
+                victim = next((n for n in nodes if n.node_id == rows[-1]["node_id"]), None)
+                if victim is None:
+                    seen["error"] = "trial not on a removable worker node"
+                    return
+                seen.update(
+                    trial=live[0], steps=[r["step"] for r in rows], node=victim.node_id,
+                    finished=done[0], finished_node=trials[done[0]][-1]["node_id"],
+                    finished_lines=(done[0] / "result.json").read_text(),
+                )
+                c.remove_node(victim)
+                return
+            time.sleep(0.2)
+        seen["error"] = "never saw a finished trial next to a running one"
+
+    watcher = threading.Thread(target=remove_busy_node, daemon=True)
+    watcher.start()
+    code = main([str(write_spec(tmp_path, spec)), "--address", c.address, "--output", str(out), "--verbose", "0"])
+    watcher.join(timeout=5)
+    assert "error" not in seen, seen.get("error")
+    assert code == 0
+
+    df = pd.read_csv(exp / "results.csv")
+    assert sorted(df["status"]) == ["done", "done"] and (df["step"] == 80).all()
+    assert (seen["finished"] / "result.json").read_text() == seen["finished_lines"], "a finished trial was re-run"
+    rows = trial_results(exp)[seen["trial"]]
+    steps = [r["step"] for r in rows]
+    before = seen["steps"]
+    after = steps[len(before):]
+    assert steps[: len(before)] == before and after[-1] == 80
+    # continued from its last checkpoint (a report in flight when the node died may be redone)
+    assert after[0] >= before[-1] > 10, f"restarted instead of resuming: {before} then {after}"
+    assert rows[-1]["node_id"] != seen["node"], "resumed on another node"
+    print(f"steps {before} | {after}; removed node {seen['node'][:8]} at step {before[-1]}; resumed at {after[0]} on {rows[-1]['node_id'][:8]}; "
+          f"finished trial ran on {'the removed node' if seen['finished_node'] == seen['node'] else 'another node'}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-worker DDP trials
+
+
+def run_ddp_sweep(tmp_path: Path, spec: dict[str, Any], env: dict[str, str]) -> Path:
+    """``launch.py`` in a fresh process, on its own local Ray with the dashboard (Ray Train V2 inside
+    Tune needs it) and 4 logical CPUs on this 2-core machine: 1 trial driver + 2 workers."""
+    pytest.importorskip("ray.dashboard.optional_deps", reason="DDP trials need ray[default]")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "sweeps/launch.py", str(write_spec(tmp_path, spec)), "--num-cpus", "4",
+           "--output", str(out), "--verbose", "0"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), **env}, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_two_worker_ddp_trial_trains_and_reports(tmp_path):
+    """A 2-worker DDP trial (gloo on CPU) through the command line; W&B offline, from rank 0 only."""
+    spec = tiny_spec(
+        "ddp",
+        grid={"model": [{"attention": "memory", "K": 4}]},
+        resources={"cpu": 1, "workers": 2},
+        wandb={"project": "test", "mode": "offline"},
+    )
+    out = run_ddp_sweep(tmp_path, spec, {"WANDB_API_KEY": SECRET, "WANDB_MODE": "offline"})
+    df = pd.read_csv(out / "ddp" / "results.csv")
+    assert df["status"].tolist() == ["done"] and df["step"].tolist() == [20]
+    assert df["val/bleu"].notna().all() and df["val/loss"].notna().all()
+    ((trial_dir, rows),) = trial_results(out / "ddp").items()
+    assert [r["step"] for r in rows] == [10, 20]
+    assert all(r["world_size"] == 2 for r in rows), "trained by two DDP ranks"
+    train_run = out / "ddp" / "ddp" / f"train-{rows[-1]['trial_id']}"
+    assert list(train_run.glob("checkpoint_*/checkpoint.ckpt")), "Ray Train kept the checkpoints under the run's name"
+    runs = list((out / "ddp" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, "W&B logs from rank 0 only"
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the W&B key was written to {leaked}"
+
+
+@pytest.mark.slow
+def test_ddp_trial_whose_worker_fails_resumes_from_its_train_checkpoint(tmp_path):
+    """Rank 0 raises once at step 25: Ray Train stops the run, Tune retries the trial, and the new
+    driver restores the Train run ``train-<trial id>`` so both ranks continue from step 20."""
+    spec = tiny_spec(
+        "ddpchaos",
+        grid={"model": [{"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        resources={"cpu": 1, "workers": 2},
+        chaos={"fail_once_at_step": 25},
+        failure={"max_failures": 1},
+    )
+    out = run_ddp_sweep(tmp_path, spec, {})
+    df = pd.read_csv(out / "ddpchaos" / "results.csv")
+    assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
+    assert len(list((out / "ddpchaos" / "chaos").glob("*.failed"))) == 1, "the injected failure happened"
+    ((_, rows),) = trial_results(out / "ddpchaos").items()
+    assert [r["step"] for r in rows] == [10, 20, 30, 40], "resumed from step 20, not from zero"
+    assert all(r["world_size"] == 2 for r in rows)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Storage on a multi-host cluster
+
+
+@pytest.mark.parametrize(
+    "storage, hosts, fstype, ok",
+    [
+        ("/home/me/sweep-results", {"10.0.0.1"}, "ext4", True),  # one machine: local disk is fine
+        ("/home/me/sweep-results", {"10.0.0.1", "10.0.0.2"}, "ext4", False),  # other hosts can't see it
+        ("/tmp/sweeps", {"10.0.0.1", "10.0.0.2"}, "overlay", False),  # a container's own filesystem
+        ("/shared/sweeps", {"10.0.0.1", "10.0.0.2"}, "nfs4", True),
+        ("/lustre/sweeps", {"10.0.0.1", "10.0.0.2"}, "lustre", True),
+        ("s3://bucket/sweeps", {"10.0.0.1", "10.0.0.2"}, None, True),
+        ("gs://bucket/sweeps", {"10.0.0.1", "10.0.0.2"}, None, True),
+    ],
+)
+def test_storage_must_be_shared_when_nodes_span_hosts(storage, hosts, fstype, ok):
+    problem = storage_problem(storage, hosts, "10.0.0.1", fstype)
+    assert (problem is None) == ok, problem
+    if problem:
+        assert "s3://" in problem and "storage.path" in problem and "10.0.0.2" in problem
+
+
+class _FakeContext:
+    def get_node_id(self) -> str:
+        return "n0"
+
+
+def fake_cluster(monkeypatch, hosts: list[str], resources: dict[str, float]) -> None:
+    """Make ``ray.nodes()`` & co. describe a cluster with a node on each of ``hosts`` (the first
+    one the driver's), without starting Ray."""
+    nodes = [{"NodeID": f"n{i}", "Alive": True, "NodeManagerAddress": h} for i, h in enumerate(hosts)]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: dict(resources))
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: _FakeContext())
+
+
+def load_tiny(tmp_path: Path, **over: Any):
+    from sweeps.spec import load_spec
+
+    return load_spec(str(write_spec(tmp_path, tiny_spec("fit", **over))))
+
+
+def test_no_gpu_on_a_local_machine_falls_back_to_cpu(tmp_path, monkeypatch, capsys):
+    from sweeps.runner import Paths, check_cluster
+
+    sweep = load_tiny(tmp_path, resources={"cpu": 1, "gpu": 0.5})
+    fake_cluster(monkeypatch, ["10.0.0.1"], {"CPU": 2})
+    check_cluster(sweep, Paths(output=tmp_path, storage=str(tmp_path)), address=None)
+    assert sweep.spec.resources.gpu == 0
+    assert "trials run on CPU" in capsys.readouterr().out
+
+
+def test_no_gpu_on_a_cluster_warns_and_keeps_the_request(tmp_path, monkeypatch, capsys):
+    from sweeps.runner import Paths, check_cluster
+
+    sweep = load_tiny(tmp_path, resources={"cpu": 1, "gpu": 1})
+    fake_cluster(monkeypatch, ["10.0.0.1"], {"CPU": 8})
+    check_cluster(sweep, Paths(output=tmp_path, storage=str(tmp_path)), address="10.0.0.1:6379")
+    assert sweep.spec.resources.gpu == 1
+    assert "no GPU" in capsys.readouterr().out
+
+
+def test_ddp_trials_are_capped_to_what_the_cluster_holds(tmp_path, monkeypatch):
+    from sweeps.runner import Paths, check_cluster, trial_resources
+
+    sweep = load_tiny(tmp_path, resources={"cpu": 4, "gpu": 1, "workers": 4})
+    fake_cluster(monkeypatch, ["10.0.0.1"], {"CPU": 64, "GPU": 8})
+    check_cluster(sweep, Paths(output=tmp_path, storage=str(tmp_path)), address="auto")
+    assert sweep.spec.max_concurrent_trials == 2  # 8 GPUs / 4 per trial (CPUs: 64 // 17 = 3)
+    assert trial_resources(sweep) == {"cpu": 1}  # Tune reserves the driver; Ray Train the workers
+
+
+def test_local_storage_on_a_multi_host_cluster_fails_before_the_sweep(tmp_path, monkeypatch):
+    from sweeps.runner import LaunchError, Paths, check_cluster
+
+    sweep = load_tiny(tmp_path)
+    fake_cluster(monkeypatch, ["10.0.0.1", "10.0.0.2"], {"CPU": 8})
+    monkeypatch.setattr("sweeps.runner.filesystem_type", lambda path: "ext4")
+    with pytest.raises(LaunchError, match="storage.path"):
+        check_cluster(sweep, Paths(output=tmp_path, storage=str(tmp_path)), address="10.0.0.1:6379")
+    check_cluster(sweep, Paths(output=tmp_path, storage="s3://bucket/sweeps"), address="10.0.0.1:6379")
+
+
+# ----------------------------------------------------------------------------------------------
+# The cluster configs: they parse, carry the keys their tools require, and run real commands
+
+
+@pytest.fixture(scope="module")
+def launch_flags() -> set[str]:
+    """Flags ``sweeps/launch.py --help`` lists."""
+    proc = subprocess.run([sys.executable, "sweeps/launch.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return set(re.findall(r"(--[a-z][a-z-]*)", proc.stdout))
+
+
+def _click_flags(command) -> set[str]:
+    return {opt.split("=")[0] for p in command.params for opt in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])}
+
+
+@pytest.fixture(scope="module")
+def ray_flags() -> dict[str, set[str]]:
+    """Flags of the ``ray`` CLI commands the configs use, read from Ray's own click commands."""
+    from ray.dashboard.modules.job.cli import job_cli_group
+    from ray.scripts import scripts
+
+    return {
+        "start": _click_flags(scripts.start),
+        "stop": _click_flags(scripts.stop),
+        "status": _click_flags(scripts.status),
+        "up": _click_flags(scripts.up),
+        "down": _click_flags(scripts.down),
+        "exec": _click_flags(scripts.exec),
+        "attach": _click_flags(scripts.attach),
+        "dashboard": _click_flags(scripts.dashboard),
+        "job submit": _click_flags(job_cli_group.commands["submit"]),
+    }
+
+
+def shell_commands(text: str) -> list[list[str]]:
+    """Simple commands in a shell script or README code block, as word lists: line continuations
+    joined, split at shell operators (``;``, ``&&``, ``|``, ``&``, redirections...) outside quotes;
+    leading ``VAR=value`` assignments, ``srun ...`` wrappers and ``$ `` prompts dropped; the
+    command string of ``ray exec CONFIG "CMD"`` parsed as well."""
+    text = re.sub(r"\\\n\s*", " ", text)
+    commands: list[list[str]] = []
+    for line in text.splitlines():
+        line = line.strip().removeprefix("$ ")
+        if not line or line.startswith("#"):
+            continue
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        try:
+            tokens = list(lexer)
+        except ValueError:
+            continue
+        words: list[str] = []
+        for tok in tokens + [";"]:
+            if tok and set(tok) <= set(";&|()<>"):
+                words = _strip_prefixes(words)
+                if words:
+                    commands.append(words)
+                    if words[:2] == ["ray", "exec"] and len(words) > 3:
+                        commands += shell_commands(words[3])
+                words = []
+            else:
+                words.append(tok)
+    return commands
+
+
+def _strip_prefixes(words: list[str]) -> list[str]:
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]
+    if words and words[0] in ("srun", "exec", "timeout"):
+        words = _drop_wrapper(words)
+    return words
+
+
+def _drop_wrapper(words: list[str]) -> list[str]:
+    """``srun --nodes=1 -w "$node" ray start ...`` -> ``ray start ...``."""
+    for i, w in enumerate(words):
+        if w in ("ray", "python", "python3", "pip") or w.endswith("/python"):
+            return words[i:]
+    return []
+
+
+def check_commands(commands: list[list[str]], launch_flags: set[str], ray_flags: dict[str, set[str]]) -> list[str]:
+    """Commands that use a flag their tool does not have, or a file that isn't in the repository."""
+    bad = []
+    for words in commands:
+        for w in words:
+            if re.fullmatch(r"cluster/[\w.-]+", w) and not (ROOT / w).exists():
+                bad.append(f"no file {w} (in {' '.join(words)})")
+        if words[0] == "ray" and len(words) > 1:
+            sub = "job submit" if words[1:3] == ["job", "submit"] else words[1]
+            if sub in ray_flags:
+                after = words.index("--") if "--" in words else len(words)
+                used = {w.split("=")[0] for w in words[:after] if w.startswith("--")}
+                inner = words[after + 1:]
+                if unknown := used - ray_flags[sub]:
+                    bad.append(f"ray {sub}: {sorted(unknown)} in {' '.join(words)}")
+                if inner:
+                    bad += check_commands([inner], launch_flags, ray_flags)
+                continue
+        launch = next((i for i, w in enumerate(words) if w.endswith("sweeps/launch.py")), None)
+        if launch is not None and (words[0].startswith("python") or words[0].endswith("/python")):
+            if unknown := {w.split("=")[0] for w in words[launch:] if w.startswith("--")} - launch_flags:
+                bad.append(f"launch.py: {sorted(unknown)} in {' '.join(words)}")
+            spec = next((w for w in words[launch + 1:] if w.endswith(".yaml")), None)
+            if spec and not spec.startswith("$") and not (ROOT / spec).exists():
+                bad.append(f"launch.py: no sweep file {spec}")
+    return bad
+
+
+def test_ray_up_config_is_valid_for_the_cluster_launcher(launch_flags, ray_flags):
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    cfg = yaml.safe_load((CLUSTER_DIR / "aws-gpu.yaml").read_text())
+    validate_config(prepare_config(cfg))  # Ray's own schema, after filling in the provider defaults
+    for key in ("provider", "available_node_types", "head_node_type", "setup_commands",
+                "head_start_ray_commands", "worker_start_ray_commands"):
+        assert cfg.get(key), key
+    assert cfg["head_node_type"] in cfg["available_node_types"]
+    for name, node in cfg["available_node_types"].items():
+        assert {"resources", "node_config"} <= set(node), name
+    gpu_types = [n for n in cfg["available_node_types"].values() if n["resources"].get("GPU")]
+    assert gpu_types, "a GPU worker type"
+    assert cfg["docker"]["image"] == f"rayproject/ray:{ray.__version__}-py311-gpu"
+    commands = [w for c in cfg["setup_commands"] + cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"]
+                for w in shell_commands(c)]
+    assert any(c[:3] == ["ray", "start", "--head"] for c in commands)
+    assert any(c[:2] == ["ray", "start"] and any(w.startswith("--address") for w in c) for c in commands)
+    assert any(c[:2] == ["pip", "install"] and any(".[sweep]" in w for w in c) for c in commands)
+    assert not check_commands(commands, launch_flags, ray_flags)
+    assert "WANDB_API_KEY=" not in (CLUSTER_DIR / "aws-gpu.yaml").read_text().replace('WANDB_API_KEY="$(', "")
+
+
+def test_kuberay_manifest_has_the_keys_kuberay_requires():
+    docs = [d for d in yaml.safe_load_all((CLUSTER_DIR / "kuberay.yaml").read_text()) if d]
+    (rc,) = [d for d in docs if d.get("kind") == "RayCluster"]
+    assert rc["apiVersion"] == "ray.io/v1" and rc["metadata"]["name"]
+    spec = rc["spec"]
+    assert spec["rayVersion"] == ray.__version__
+    head = spec["headGroupSpec"]
+    assert "rayStartParams" in head
+    groups = spec["workerGroupSpecs"]
+    assert groups and all({"groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template"} <= set(g) for g in groups)
+    assert any(c["resources"]["limits"].get("nvidia.com/gpu") for g in groups for c in g["template"]["spec"]["containers"])
+    for pod in [head["template"]] + [g["template"] for g in groups]:
+        (container,) = [c for c in pod["spec"]["containers"] if c["name"].startswith("ray-")]
+        assert container["image"].startswith(f"rayproject/ray:{ray.__version__}-py311")
+        env = {e["name"]: e for e in container.get("env", [])}
+        key = env["WANDB_API_KEY"]
+        assert "value" not in key and key["valueFrom"]["secretKeyRef"]["name"], "the W&B key comes from a Secret"
+        mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+        assert "/mnt/sweeps" in mounts, "shared storage on every pod"
+    pvcs = [d for d in docs if d.get("kind") == "PersistentVolumeClaim"]
+    assert pvcs and pvcs[0]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_slurm_script_starts_ray_then_the_sweep(launch_flags, ray_flags):
+    text = (CLUSTER_DIR / "slurm.sbatch").read_text()
+    assert text.startswith("#!/bin/bash")
+    assert subprocess.run(["bash", "-n", str(CLUSTER_DIR / "slurm.sbatch")]).returncode == 0
+    sbatch = dict(re.findall(r"^#SBATCH --([a-z-]+)(?:=(\S+))?", text, flags=re.M))
+    assert {"nodes", "gpus-per-node", "cpus-per-task", "ntasks-per-node", "time"} <= set(sbatch)
+    commands = shell_commands(text)
+    assert any(c[:3] == ["ray", "start", "--head"] and "--block" in c for c in commands)
+    assert any(c[:2] == ["ray", "start"] and any(w.startswith("--address") for w in c) and "--block" in c for c in commands)
+    launches = [c for c in commands if c[0].startswith("python") and any(w.endswith("sweeps/launch.py") for w in c)]
+    assert launches and all("--address" in " ".join(c) for c in launches)
+    assert not check_commands(commands, launch_flags, ray_flags)
+    assert "WANDB_API_KEY=" not in text
+
+
+def test_readme_commands_exist(launch_flags, ray_flags):
+    text = (CLUSTER_DIR / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, flags=re.S)
+    assert blocks
+    commands = [c for b in blocks for c in shell_commands(b)]
+    for needed in (["ray", "up"], ["kubectl", "apply"], ["sbatch"], ["ray", "job", "submit"]):
+        assert any(c[: len(needed)] == needed for c in commands), needed
+    assert any(any(w.endswith("sweeps/launch.py") for w in c) and "--address" in c for c in commands)
+    assert not check_commands(commands, launch_flags, ray_flags)
+    for f in re.findall(r"\bcluster/[\w.-]+\.(?:yaml|sbatch|txt)\b", text):
+        assert (ROOT / f).exists(), f
+    assert not re.search(r"WANDB_API_KEY=[\"']?[0-9a-f]{20,}", text), "no literal key in the README"
+
+
+def test_cluster_requirements_match_pyproject():
+    """``cluster/requirements.txt`` (for ``ray job submit``) = the project's dependencies and its
+    ``[sweep]`` extra, less Ray (which the ``rayproject/ray`` image brings)."""
+    import tomllib
+
+    def name(req: str) -> str:
+        return re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower()
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {name(r) for r in project["dependencies"] + project["optional-dependencies"]["sweep"]} - {"ray"}
+    lines = [ln for ln in (CLUSTER_DIR / "requirements.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert {name(ln) for ln in lines} == wanted
+
+
+def test_command_checker_catches_unknown_flags_and_files(launch_flags, ray_flags):
+    """The checker the config tests rely on does fail on a wrong flag or a missing file."""
+    bad = shell_commands(
+        "ray start --head --num-gpu=1\n"
+        "python sweeps/launch.py sweeps/quickstart.yaml --adress auto\n"
+        "ray job submit --working-dir . -- python sweeps/launch.py sweeps/nope.yaml\n"
+        'ray exec cluster/aws-gpu.yaml "cd x && python sweeps/launch.py sweeps/quickstart.yaml --smok"\n'
+        "ray up cluster/missing.yaml\n"
+    )
+    problems = check_commands(bad, launch_flags, ray_flags)
+    assert len(problems) == 5, problems
