@@ -18,7 +18,6 @@ driver alike. W&B logs from rank 0 only.
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,7 @@ from .build import build_datamodule, build_module
 from .trial import (
     Chaos,
     TuneReport,
-    close_wandb,
-    finish_fit,
-    log_heatmaps,
+    fit_trial,
     make_wandb_logger,
     placement_metrics,
     restore_checkpoint,
@@ -136,14 +133,5 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         **trainer_kwargs(plan["trainer"]),
     )
     trainer = prepare_trainer(trainer)
-    try:
-        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
-        finish_fit(trainer, module, dm, report)
-        if rank == 0 and sweep["wandb"].get("log_heatmaps", True):
-            try:
-                log_heatmaps(logger, module, dm)
-            except Exception as exc:  # a plotting problem must not fail a finished trial
-                print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
-    finally:
-        close_wandb(logger)
-        shutil.rmtree(local_ckpt_dir, ignore_errors=True)
+    fit_trial(trainer, module, dm, report, logger, ckpt_path, local_ckpt_dir,
+              heatmaps=rank == 0 and sweep["wandb"].get("log_heatmaps", True), trial_id=trial_id)

@@ -132,15 +132,6 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, metric: str, mode: 
     return paths
 
 
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
-
-
 def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:
     cols = [c for c in ["cell", "seed", "status", "val/bleu", "val/decode_seconds", "val/loss", "train_time_s"] if c in df]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)

@@ -280,7 +280,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     path = Path(path)
     source = str(path)
     if not path.exists():
-        raise SpecError("", f"no such sweep file; the shipped ones are in sweeps/*.yaml", source)
+        raise SpecError("", "no such sweep file; the shipped ones are in sweeps/*.yaml", source)
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

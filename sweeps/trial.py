@@ -233,10 +233,27 @@ def run_trial(config: dict[str, Any]) -> None:
         use_distributed_sampler=not getattr(dm, "handles_distributed_sampling", False),
         **trainer_kwargs(plan["trainer"]),
     )
+    fit_trial(trainer, module, dm, report, logger, ckpt_path, local_ckpt_dir,
+              heatmaps=sweep["wandb"].get("log_heatmaps", True), trial_id=trial_id)
+
+
+def fit_trial(
+    trainer: pl.Trainer,
+    module: pl.LightningModule,
+    dm: pl.LightningDataModule,
+    report: TuneReport,
+    logger,
+    ckpt_path: Optional[str],
+    local_ckpt_dir: str,
+    heatmaps: bool,
+    trial_id: str,
+) -> None:
+    """Fit (from ``ckpt_path`` when resuming), report the final model, log heatmaps, and close W&B
+    and the local checkpoint copy whatever happens."""
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         finish_fit(trainer, module, dm, report)
-        if sweep["wandb"].get("log_heatmaps", True):
+        if heatmaps:
             try:
                 log_heatmaps(logger, module, dm)
             except Exception as exc:  # a plotting problem must not fail a finished trial

@@ -18,3 +18,13 @@ def _single_thread_torch():
 def _seed_torch():
     """Each test starts from the same torch seed."""
     torch.manual_seed(0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the multi-node cluster tests before any other test that starts Ray in this process.
+
+    Ray 2.60 cannot join a ``ray.cluster_utils.Cluster`` from a process that already ran and shut
+    down a local instance: the new GCS takes the old driver's exit for its own driver's and kills
+    every actor it creates ("Actor may be already destroyed"). The reverse order works.
+    """
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_cluster.py") else 1)
