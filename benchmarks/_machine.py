@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: naming the machine, timing a callable, writing a CSV."""
+"""Helpers shared by the benchmark scripts: naming the machine, timing a callable, writing results."""
 from __future__ import annotations
 
 import csv
@@ -77,3 +77,39 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def markdown_table(table: Any, fmt: str, column_prefix: str = "", index_prefix: str = "") -> str:
+    """A pandas table as Markdown (plain text when tabulate is missing), labels prefixed."""
+    table = table.copy()
+    if index_prefix:
+        table.index = [f"{index_prefix}{i}" for i in table.index]
+    table.columns = [f"{column_prefix}{c}" for c in table.columns]
+    try:
+        return table.to_markdown(floatfmt=fmt)
+    except ImportError:  # tabulate missing
+        return table.to_string(float_format=lambda v: format(v, fmt))
+
+
+def write_outputs(
+    rows: Sequence[dict[str, Any]],
+    output: Path,
+    stem: str,
+    title: str,
+    header: str,
+    settings: str,
+    summarise: Callable[[Sequence[dict[str, Any]]], str],
+    plot: Callable[[Sequence[dict[str, Any]], Path], Any],
+) -> dict[str, Path]:
+    """Write ``<stem>.csv``, ``<stem>.md`` (machine, settings, summary) and ``<stem>.png``; print
+    the summary; return the paths written."""
+    paths = {"csv": write_csv(rows, output / f"{stem}.csv")}
+    summary = summarise(rows)
+    print("\n" + summary)
+    paths["md"] = output / f"{stem}.md"
+    paths["md"].write_text(f"# {title}\n\n{header}\n\n{settings}\n\n{summary}\n")
+    png = plot(rows, output / f"{stem}.png")
+    if png is not None:
+        paths["png"] = png
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return paths

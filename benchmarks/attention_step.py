@@ -31,7 +31,14 @@ from typing import Any, Optional, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info, machine_line, resolve_device, time_call, write_csv  # noqa: E402
+from _machine import (  # noqa: E402
+    machine_info,
+    machine_line,
+    markdown_table,
+    resolve_device,
+    time_call,
+    write_outputs,
+)
 
 from lightning_modules.attention import build_attention  # noqa: E402
 from lightning_modules.attention.base import Attention  # noqa: E402
@@ -108,21 +115,11 @@ def summarise(rows: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
     for name, g in df.groupby("mechanism", sort=False):
         table = g.pivot(index="S", columns="T", values="seconds") * 1e3
-        lines += [f"### {name}: milliseconds for precompute + T steps", "", _markdown(table, ".3f"), ""]
+        lines += [f"### {name}: milliseconds for precompute + T steps", "", markdown_table(table, ".3f", "T=", "S="), ""]
         if name != "softmax" and g["speedup_vs_softmax"].notna().all():
             speed = g.pivot(index="S", columns="T", values="speedup_vs_softmax")
-            lines += [f"### softmax time / {name} time", "", _markdown(speed, ".2f"), ""]
+            lines += [f"### softmax time / {name} time", "", markdown_table(speed, ".2f", "T=", "S="), ""]
     return "\n".join(lines)
-
-
-def _markdown(table: Any, fmt: str) -> str:
-    table = table.copy()
-    table.index = [f"S={s}" for s in table.index]
-    table.columns = [f"T={t}" for t in table.columns]
-    try:
-        return table.to_markdown(floatfmt=fmt)
-    except ImportError:
-        return table.to_string(float_format=lambda v: format(v, fmt))
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
@@ -188,18 +185,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
     torch.set_num_threads(args.threads)
     header = machine_line(machine_info(resolve_device(args.device)))
     print(header, flush=True)
-    print(f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}", flush=True)
-    rows = run(args)
-    paths = {"csv": write_csv(rows, args.output / "attention_step.csv")}
-    summary = summarise(rows)
-    print("\n" + summary)
-    paths["md"] = args.output / "attention_step.md"
     settings = f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}"
-    paths["md"].write_text(f"# Attention step alone\n\n{header}\n\n{settings}\n\n{summary}\n")
-    png = plot(rows, args.output / "attention_step.png")
-    if png is not None:
-        paths["png"] = png
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    print(settings, flush=True)
+    rows = run(args)
+    paths = write_outputs(rows, args.output, "attention_step", "Attention step alone", header, settings, summarise, plot)
     return paths
 
 

@@ -44,7 +44,14 @@ from typing import Any, Optional, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info, machine_line, resolve_device, time_call, write_csv  # noqa: E402
+from _machine import (  # noqa: E402
+    machine_info,
+    machine_line,
+    markdown_table,
+    resolve_device,
+    time_call,
+    write_outputs,
+)
 
 from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
 
@@ -163,24 +170,15 @@ def summarise(rows: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
     for mode, g in df.groupby("mode", sort=False):
         table = g.pivot(index="mechanism", columns="length", values="seconds").reindex(order)
-        lines += [f"### Decode seconds, {mode} (median)", "", _markdown(table, ".4f"), ""]
+        lines += [f"### Decode seconds, {mode} (median)", "", markdown_table(table, ".4f", "L="), ""]
         if "none" in table.index:
             ratio = table.div(table.loc["none"], axis=1).drop(index="none")
-            lines += [f"### {mode}: time / no-attention time", "", _markdown(ratio, ".2f"), ""]
+            lines += [f"### {mode}: time / no-attention time", "", markdown_table(ratio, ".2f", "L="), ""]
         memories = [m for m in table.index if m.startswith("memory")]
         if "bahdanau" in table.index and memories:
             ratio = (table.loc["bahdanau"] / table.loc[memories]).rename(index=lambda m: f"bahdanau / {m}")
-            lines += [f"### {mode}: Bahdanau time / memory time", "", _markdown(ratio, ".2f"), ""]
+            lines += [f"### {mode}: Bahdanau time / memory time", "", markdown_table(ratio, ".2f", "L="), ""]
     return "\n".join(lines)
-
-
-def _markdown(table: Any, fmt: str) -> str:
-    table = table.copy()
-    table.columns = [f"L={c}" for c in table.columns]
-    try:
-        return table.to_markdown(floatfmt=fmt)
-    except ImportError:  # tabulate missing
-        return table.to_string(float_format=lambda v: format(v, fmt))
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
@@ -251,16 +249,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
         flush=True,
     )
     rows = run(args)
-    paths = {"csv": write_csv(rows, args.output / "decode_speed.csv")}
-    summary = summarise(rows)
-    print("\n" + summary)
     settings = f"model {args.preset}, batch {args.batch}, beam {args.beam}, median of {args.repeats}"
-    paths["md"] = args.output / "decode_speed.md"
-    paths["md"].write_text(f"# Decode speed\n\n{header}\n\n{settings}\n\n{summary}\n")
-    png = plot(rows, args.output / "decode_speed.png")
-    if png is not None:
-        paths["png"] = png
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    paths = write_outputs(rows, args.output, "decode_speed", "Decode speed", header, settings, summarise, plot)
     return paths
 
 

@@ -24,34 +24,20 @@ import yaml
 
 ray = pytest.importorskip("ray")
 
+import sweep_helpers  # noqa: E402
+from sweep_helpers import write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 from sweeps.runner import storage_problem  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = ROOT / "cluster"
-SECRET = "wandb-key-that-must-never-be-written-0123456789"
+SECRET = sweep_helpers.SECRET
 SMALL_STORE = 80 * 2**20
 GPU_NODES = 3
 
 
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "name": name,
-        "task": {"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
-        "model": {"preset": "tiny"},
-        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
-        "trainer": {"max_steps": 20, "val_check_interval": 10},
-        "resources": {"cpu": 1},
-        "wandb": {"mode": "disabled"},
-    }
-    spec.update(over)
-    return spec
-
-
-def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
-    path = tmp_path / f"{spec['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return sweep_helpers.tiny_spec(name, **{"wandb": {"mode": "disabled"}, **over})
 
 
 def trial_results(exp: Path) -> dict[Path, list[dict[str, Any]]]:

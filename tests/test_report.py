@@ -72,7 +72,7 @@ def test_wandb_report_missing_package_has_a_clear_message(monkeypatch):
 
 
 def test_wandb_report_construction(tmp_path):
-    wr = pytest.importorskip("wandb_workspaces.reports.v2")
+    pytest.importorskip("wandb_workspaces.reports.v2")
     results_csv(tmp_path)
     points = report.model_points(pd.read_csv(tmp_path / "results.csv"))
     rep = report.build_wandb_report("me", "proj", "k_vs_length", title="K vs length", points=points)

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 ray = pytest.importorskip("ray")
 
+from sweep_helpers import SECRET, tiny_spec, write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRET = "wandb-key-that-must-never-be-written-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -32,27 +31,6 @@ def local_ray():
     # Ray instances later tests start in this process
     os.environ.clear()
     os.environ.update(saved)
-
-
-def tiny_spec(name: str, **over) -> dict:
-    spec = {
-        "name": name,
-        "task": {"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
-        "model": {"preset": "tiny"},
-        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
-        "trainer": {"max_steps": 20, "val_check_interval": 10},
-        "resources": {"cpu": 1},
-        "wandb": {"project": "test", "tags": ["pytest"]},
-    }
-    for key, value in over.items():
-        spec[key] = value
-    return spec
-
-
-def write_spec(tmp_path: Path, spec: dict) -> Path:
-    path = tmp_path / f"{spec['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def result_steps(trial_dir: Path) -> list[int]:
@@ -84,6 +62,8 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
     runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2, "one W&B run per trial, none duplicated"
     assert all(list(r.glob("*.wandb")) for r in runs)
+    # attention heatmaps logged as W&B images (drawn for the memory-attention run's alpha/beta too)
+    assert all(list(r.glob("files/media/images/val/attention_*.png")) for r in runs)
 
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked, f"the W&B key was written to {leaked}"

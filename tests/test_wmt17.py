@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from datamodules import WMT17DataModule
-from datamodules.bpe import ensure_bpe_model, ensure_encoded, read_lines
+from datamodules.bpe import read_lines
 from datamodules.bucketing import TokenBucketBatchSampler
 from datamodules.wmt17 import PAIR_DEFAULTS
 from datamodules.wmt_text import bleu_scores, moses_detokenize, unescape
