@@ -30,6 +30,7 @@ test-slow: venv
 
 bench: venv
 	$(BIN)/python benchmarks/decode_speed.py --quick --output bench-out
+	$(BIN)/python benchmarks/attention_step.py --quick --output bench-out
 
 clean:
 	rm -rf $(VENV) sweep-results bench-out
