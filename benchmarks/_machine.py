@@ -113,3 +113,18 @@ def write_outputs(
         paths["png"] = png
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return paths
+
+
+def pyplot_or_none():
+    """matplotlib.pyplot on the Agg backend, or None (with a note) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        import sys
+
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return None
+    return plt

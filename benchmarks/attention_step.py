@@ -35,6 +35,7 @@ from _machine import (  # noqa: E402
     machine_info,
     machine_line,
     markdown_table,
+    pyplot_or_none,
     resolve_device,
     time_call,
     write_outputs,
@@ -124,15 +125,11 @@ def summarise(rows: Sequence[dict[str, Any]]) -> str:
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
     """One heatmap of softmax time / mechanism time per non-softmax mechanism."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import pandas as pd
-    except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
+    plt = pyplot_or_none()
+    if plt is None:
         return None
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     others = [m for m in dict.fromkeys(df["mechanism"]) if m != "softmax"]
     if "softmax" not in set(df["mechanism"]) or not others:

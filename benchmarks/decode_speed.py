@@ -48,6 +48,7 @@ from _machine import (  # noqa: E402
     machine_info,
     machine_line,
     markdown_table,
+    pyplot_or_none,
     resolve_device,
     time_call,
     write_outputs,
@@ -183,13 +184,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> str:
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
     """Seconds vs length (log-log), one line per mechanism, one panel per mode."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
+    plt = pyplot_or_none()
+    if plt is None:
         return None
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), squeeze=False)
