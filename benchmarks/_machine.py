@@ -128,3 +128,24 @@ def pyplot_or_none():
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return None
     return plt
+
+
+def announce(device_name: str, threads: int, settings: str) -> str:
+    """Set torch's thread count, print the machine line and the run's settings; return the
+    machine line (for the Markdown report)."""
+    torch.set_num_threads(threads)
+    header = machine_line(machine_info(resolve_device(device_name)))
+    print(header, flush=True)
+    print(settings, flush=True)
+    return header
+
+
+def save_png(fig, path: Path) -> Path:
+    """Lay out, write and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -31,15 +31,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import (  # noqa: E402
-    machine_info,
-    machine_line,
-    markdown_table,
-    pyplot_or_none,
-    resolve_device,
-    time_call,
-    write_outputs,
-)
+from _machine import announce, markdown_table, pyplot_or_none, resolve_device, save_png, time_call, write_outputs  # noqa: E402
 
 from lightning_modules.attention import build_attention  # noqa: E402
 from lightning_modules.attention.base import Attention  # noqa: E402
@@ -146,11 +138,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
         ax.set_ylabel("S (source length)")
         ax.set_title(f"softmax / {name} time")
         fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -179,14 +167,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
     """Run the benchmark; returns the paths written (csv, md, png)."""
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    header = machine_line(machine_info(resolve_device(args.device)))
-    print(header, flush=True)
     settings = f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}"
-    print(settings, flush=True)
+    header = announce(args.device, args.threads, settings)
     rows = run(args)
-    paths = write_outputs(rows, args.output, "attention_step", "Attention step alone", header, settings, summarise, plot)
-    return paths
+    return write_outputs(rows, args.output, "attention_step", "Attention step alone", header, settings, summarise, plot)
 
 
 if __name__ == "__main__":

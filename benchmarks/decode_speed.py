@@ -45,11 +45,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import (  # noqa: E402
-    machine_info,
-    machine_line,
+    announce,
     markdown_table,
     pyplot_or_none,
     resolve_device,
+    save_png,
     time_call,
     write_outputs,
 )
@@ -201,11 +201,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
         ax.set_title(f"{mode} decoding" + (f" (beam {rows[0].get('beam', '')})" if mode == "beam" else ""))
         ax.grid(True, which="both", alpha=0.3)
     axes[0, -1].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -235,19 +231,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
     """Run the benchmark; returns the paths written (csv, md, png)."""
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    info = machine_info(resolve_device(args.device))
-    header = machine_line(info)
-    print(header, flush=True)
-    print(
+    settings = (
         f"model {args.preset}, batch {args.batch}, beam {args.beam}, {args.warmup} warm-up + "
-        f"{args.repeats} timed runs (median), exactly L + 1 decode steps",
-        flush=True,
+        f"{args.repeats} timed runs (median), exactly L + 1 decode steps"
     )
+    header = announce(args.device, args.threads, settings)
     rows = run(args)
-    settings = f"model {args.preset}, batch {args.batch}, beam {args.beam}, median of {args.repeats}"
-    paths = write_outputs(rows, args.output, "decode_speed", "Decode speed", header, settings, summarise, plot)
-    return paths
+    return write_outputs(rows, args.output, "decode_speed", "Decode speed", header, settings, summarise, plot)
 
 
 if __name__ == "__main__":
