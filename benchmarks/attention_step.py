@@ -31,7 +31,15 @@ from typing import Any, Optional, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import announce, markdown_table, pyplot_or_none, resolve_device, save_png, time_call, write_outputs  # noqa: E402
+from _machine import (  # noqa: E402
+    announce,
+    markdown_table,
+    pyplot_or_none,
+    resolve_device,
+    save_png,
+    time_call,
+    write_outputs,
+)
 
 from lightning_modules.attention import build_attention  # noqa: E402
 from lightning_modules.attention.base import Attention  # noqa: E402
