@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -167,8 +168,8 @@ def ensure_bpe_model(
                 inputs = {"input": ",".join(train_files)}
             t0 = time.perf_counter()
             spm.set_random_generator_seed(seed)
-            spm.SentencePieceTrainer.train(
-                **inputs, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+            _train_sentencepiece(spm, vocab_size,
+                **inputs, model_prefix=prefix, model_type=model_type,
                 character_coverage=character_coverage, byte_fallback=True,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
                 add_dummy_prefix=True, hard_vocab_limit=False,
@@ -185,6 +186,19 @@ def ensure_bpe_model(
         log.info("trained %s BPE (vocab %d) on %s in %.1fs -> %s", model_type, vocab_size,
                  ", ".join(train_files), time.perf_counter() - t0, final)
     return final, False
+
+
+def _train_sentencepiece(spm, vocab_size: int, **options) -> None:
+    """``SentencePieceTrainer.train``; a vocabulary too small for the corpus becomes a ValueError."""
+    try:
+        spm.SentencePieceTrainer.train(vocab_size=vocab_size, **options)
+    except RuntimeError as err:
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(err))
+        if needed is None:
+            raise
+        raise ValueError(f"vocab_size={vocab_size} is too small for this corpus: its characters and "
+                         f"the special/byte pieces need at least {needed.group(1)}; raise vocab_size"
+                         ) from None
 
 
 def _chain_lines(paths: Sequence[str]) -> Iterator[str]:

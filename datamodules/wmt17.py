@@ -1,7 +1,9 @@
 """WMT'17 translation data (en-cs, en-de, en-fi, en-tr, either direction) with a shared BPE vocabulary.
 
+    python -m datamodules.wmt17 fetch --pair en-de --to data/wmt17/en-de    # the paper's release
+
     dm = WMT17DataModule(pair="en-de", data_dir="data/wmt17/en-de", vocab_size=16000,
-                         max_len=80, batch_tokens=4096)
+                         max_len=80, batch_tokens=4096)      # download=True fetches in prepare_data
     dm.prepare_data()            # once per node: BPE model + binary token caches (cache hits later)
     dm.setup("fit")
     model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, max_source_len=dm.max_source_len)
@@ -16,25 +18,19 @@ File layout (``source="files"``): ``data_dir`` holds line-aligned, one-sentence-
 
 Default prefixes per pair are in :data:`PAIR_DEFAULTS` (en-tr has no newstest2015: it validates on
 newsdev2016). Any prefix can be overridden (``train_prefix`` / ``valid_prefix`` / ``test_prefix``;
-``test_prefix=""`` means no test split). To build ``train.{en,xx}``, concatenate the WMT'17 parallel
-corpora of the pair in the same order on both sides, e.g. for en-de::
+``test_prefix=""`` means no test split). The ``fetch`` command (:mod:`datamodules.wmt17_fetch`)
+downloads the paper's data, the WMT'17 "preprocessed" release (Moses-tokenized and truecased), and
+writes exactly this layout; ``download=True`` makes :meth:`prepare_data` do the same when files are
+missing (off by default, so nothing downloads by surprise). ``moses_tokenized=True`` (the default
+for files) means the text is Moses-tokenized, so ``ids_to_text`` gives tokenized text for
+``val/bleu`` and ``detokenize`` undoes it for ``val/sacrebleu``.
 
-    cat europarl-v7.de-en.en commoncrawl.de-en.en news-commentary-v12.de-en.en rapid2016.de-en.en > train.en
-    cat europarl-v7.de-en.de commoncrawl.de-en.de news-commentary-v12.de-en.de rapid2016.de-en.de > train.de
-
-(en-cs adds CzEng 1.6, en-fi uses Europarl v8, Wiki Headlines and Rapid 2016, en-tr is SETIMES2), then
-Moses-tokenize every file (``tokenizer.perl -l <lang>`` with its default ``&apos;``/``&quot;`` escaping,
-as in the test sample). The "preprocessed" WMT'17 release ships tokenized (and truecased) files;
-point the prefixes at them (e.g. ``train_prefix="corpus.tc"``) or symlink them to the default
-names. Test sets distributed as SGML must be stripped to plain lines first. ``moses_tokenized=True`` (the default for files) means the text is
-Moses-tokenized, so ``ids_to_text`` gives tokenized text for ``val/bleu`` and ``detokenize`` undoes it
-for ``val/sacrebleu``.
-
-``source="hf"`` fetches the same splits with Hugging Face ``datasets`` (needs internet): the training
-corpus from the ``wmt17`` builder and validation/test from ``wmt16`` (whose validation/test are
-newstest2015/newstest2016, newsdev2016/newstest2016 for tr), writes them to the layout above, and
-goes on identically. That text is not tokenized (``moses_tokenized`` defaults to False there, and
-``detokenize`` is then the identity).
+``source="hf"`` fetches the same splits with Hugging Face ``datasets`` (needs internet, or a local
+copy: ``hf_train``/``hf_eval`` take any name or folder ``datasets.load_dataset`` accepts): the
+training corpus from ``wmt/wmt17`` and validation/test from ``wmt/wmt16`` (whose validation/test are
+newstest2015/newstest2016, newsdev2016/newstest2016 for tr), config ``<xx>-en``, writes them to the
+layout above, and goes on identically. That text is not tokenized (``moses_tokenized`` defaults to
+False there, and ``detokenize`` is then the identity).
 
 Caches (``cache_dir``, default ``<data_dir>/.cache``): the sentencepiece model, keyed by the content
 of the two training files (order-free, so en-de and de-en share it), the vocabulary size and the
@@ -52,7 +48,9 @@ import functools
 import logging
 import os
 import tempfile
-from typing import Optional, Sequence
+from typing import Annotated, Literal, Optional, Sequence
+
+from annotated_types import Ge, Interval
 
 import lightning.pytorch as pl
 import numpy as np
@@ -63,6 +61,7 @@ from .bpe import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizedCorpus, bpe_cache_key
                   ensure_bpe_model, ensure_encoded, file_lock, load_sentencepiece, read_lines,
                   token_cache_dir)
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
+from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, other_language
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
 
 log = logging.getLogger(__name__)
@@ -70,23 +69,16 @@ log = logging.getLogger(__name__)
 __all__ = ["WMT17DataModule", "PAIR_DEFAULTS", "bleu_scores", "moses_detokenize", "unescape"]
 
 SPLITS = ("train", "valid", "test")
+#: smallest BPE vocabulary: 4 special ids + 256 byte-fallback pieces (a corpus with many distinct
+#: characters needs more; sentencepiece then says how many)
+MIN_VOCAB = 260
 
-#: Default file prefixes per non-English language of the pair (the paper's four pairs).
-PAIR_DEFAULTS: dict[str, dict[str, str]] = {
-    "cs": dict(train="train", valid="newstest2015", test="newstest2016"),
-    "de": dict(train="train", valid="newstest2015", test="newstest2016"),
-    "fi": dict(train="train", valid="newstest2015", test="newstest2016"),
-    # en-tr entered WMT in 2016: no newstest2015; WMT'16/'17 used newsdev2016 for development
-    "tr": dict(train="train", valid="newsdev2016", test="newstest2016"),
-}
 _FALLBACK_DEFAULTS = dict(train="train", valid="newstest2015", test="newstest2016")
 
-#: Hugging Face datasets used by ``source="hf"``: (dataset, split) per split, config "<xx>-en".
-HF_SPLITS: dict[str, tuple[str, str]] = {
-    "train": ("wmt/wmt17", "train"),
-    "valid": ("wmt/wmt16", "validation"),  # newstest2015 (newsdev2016 for tr-en)
-    "test": ("wmt/wmt16", "test"),  # newstest2016
-}
+#: Hugging Face split per split of ``source="hf"`` (config "<xx>-en"); train comes from ``hf_train``
+#: (wmt/wmt17), valid/test from ``hf_eval`` (wmt/wmt16: newstest2015, or newsdev2016 for tr-en;
+#: newstest2016)
+HF_SPLITS: dict[str, str] = {"train": "train", "valid": "validation", "test": "test"}
 
 
 class WMT17DataModule(pl.LightningDataModule):
@@ -115,6 +107,12 @@ class WMT17DataModule(pl.LightningDataModule):
         shuffle, seed: training batch order, deterministic per (seed, epoch).
         num_workers: DataLoader workers (token caches are memory-mapped, not copied).
         encode_threads: sentencepiece threads for encoding/training (default: all cores, <= 16).
+        download: let :meth:`prepare_data` fetch the WMT'17 preprocessed release into ``data_dir``
+            when files are missing (``source="files"``, default prefixes; see
+            :mod:`datamodules.wmt17_fetch`). Off by default: nothing downloads by surprise.
+        release_url: root of the release (a mirror; :data:`~datamodules.wmt17_fetch.RELEASE_URL`).
+        hf_train, hf_eval: ``datasets.load_dataset`` names (or local folders) of the training and
+            of the validation/test data for ``source="hf"``.
         hf_cache_dir: ``cache_dir`` for ``datasets.load_dataset``.
     """
 
@@ -126,28 +124,32 @@ class WMT17DataModule(pl.LightningDataModule):
         self,
         pair: str = "en-de",
         data_dir: str = "data/wmt17/en-de",
-        vocab_size: int = 16000,
-        max_len: int = 80,
-        batch_tokens: Optional[int] = 4096,
-        batch_size: Optional[int] = None,
-        eval_batch_tokens: Optional[int] = None,
-        eval_batch_size: Optional[int] = None,
-        max_sentences: Optional[int] = None,
-        eval_max_len: Optional[int] = None,
-        source: str = "files",
+        vocab_size: Annotated[int, Ge(MIN_VOCAB)] = 16000,
+        max_len: Annotated[int, Ge(1)] = 80,
+        batch_tokens: Optional[Annotated[int, Ge(1)]] = 4096,
+        batch_size: Optional[Annotated[int, Ge(1)]] = None,
+        eval_batch_tokens: Optional[Annotated[int, Ge(1)]] = None,
+        eval_batch_size: Optional[Annotated[int, Ge(1)]] = None,
+        max_sentences: Optional[Annotated[int, Ge(1)]] = None,
+        eval_max_len: Optional[Annotated[int, Ge(1)]] = None,
+        source: Literal["files", "hf"] = "files",
         train_prefix: Optional[str] = None,
         valid_prefix: Optional[str] = None,
         test_prefix: Optional[str] = None,
         cache_dir: Optional[str] = None,
-        bpe_model_type: str = "bpe",
-        character_coverage: float = 0.9995,
-        bpe_sample_sentences: int = 2_000_000,
+        bpe_model_type: Literal["bpe", "unigram"] = "bpe",
+        character_coverage: Annotated[float, Interval(gt=0.0, le=1.0)] = 0.9995,
+        bpe_sample_sentences: Annotated[int, Ge(1)] = 2_000_000,
         moses_tokenized: Optional[bool] = None,
-        detokenizer: str = "builtin",
+        detokenizer: Literal["builtin", "sacremoses"] = "builtin",
         shuffle: bool = True,
-        seed: int = 0,
-        num_workers: int = 0,
-        encode_threads: Optional[int] = None,
+        seed: Annotated[int, Ge(0)] = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
+        encode_threads: Optional[Annotated[int, Ge(1)]] = None,
+        download: bool = False,
+        release_url: str = RELEASE_URL,
+        hf_train: str = "wmt/wmt17",
+        hf_eval: str = "wmt/wmt16",
         hf_cache_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
@@ -193,6 +195,10 @@ class WMT17DataModule(pl.LightningDataModule):
         self.seed = seed
         self.num_workers = num_workers
         self.encode_threads = encode_threads
+        self.download = download
+        self.release_url = release_url
+        self.hf_train = hf_train
+        self.hf_eval = hf_eval
         self.hf_cache_dir = hf_cache_dir
 
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
@@ -224,8 +230,9 @@ class WMT17DataModule(pl.LightningDataModule):
         rows = [f"  {self.prefixes[s]}.{a} / {self.prefixes[s]}.{b}  ({s})" for s in self.splits]
         return ("expected layout under data_dir: one sentence per line, UTF-8, the two files of a "
                 "split line-aligned:\n" + "\n".join(rows) +
-                "\n(override names with train_prefix/valid_prefix/test_prefix; see "
-                "datamodules/wmt17.py for how to build the files, or use source='hf' online)")
+                "\n(override names with train_prefix/valid_prefix/test_prefix). Get the paper's data "
+                f"with `python -m datamodules.wmt17 fetch --pair {self.pair} --to {self.data_dir}` "
+                "or download=True; offline, see `python -m datamodules.wmt17 fetch --help`")
 
     def _check_files(self) -> None:
         for split in self.splits:
@@ -280,9 +287,13 @@ class WMT17DataModule(pl.LightningDataModule):
         return corpora
 
     def prepare_data(self) -> None:
-        """Download (``source="hf"``), check the files, train/reuse BPE, encode/reuse every split."""
+        """Download (``source="hf"``, or ``download=True``) if needed, check the files, train/reuse
+        BPE, encode/reuse every split."""
         if self.source == "hf":
             self._download_hf()
+        elif self.download and not all(os.path.isfile(self.path(split, lang)) for split in self.splits
+                                       for lang in (self.src_lang, self.tgt_lang)):
+            fetch(self.pair, self.data_dir, base_url=self.release_url)
         self._prepare()
 
     # ------------------------------------------------------------------ setup
@@ -422,21 +433,15 @@ class WMT17DataModule(pl.LightningDataModule):
                 "WMT17DataModule(source='hf') needs the Hugging Face `datasets` package: "
                 "pip install datasets; this needs internet. Offline, put the WMT'17 files under "
                 f"data_dir and use source='files'.\n{self._layout()}") from err
-        if "en" not in (self.src_lang, self.tgt_lang):
-            raise ValueError(f"source='hf' supports English pairs only, got {self.pair!r}")
-        other = self.tgt_lang if self.src_lang == "en" else self.src_lang
-        if other not in PAIR_DEFAULTS:
-            raise ValueError(f"source='hf' supports {sorted(PAIR_DEFAULTS)} with English, "
-                             f"got {self.pair!r}")
-        config = f"{other}-en"
+        config = f"{other_language(self.pair)}-en"
         os.makedirs(self.data_dir, exist_ok=True)
         with file_lock(os.path.join(self.data_dir, ".hf-download.lock")):
             for split in self.splits:
                 paths = {lang: self.path(split, lang) for lang in (self.src_lang, self.tgt_lang)}
                 if all(os.path.exists(p) for p in paths.values()):
                     continue
-                name, hf_split = HF_SPLITS[split]
-                log.info("downloading %s/%s split %s -> %s", name, config, hf_split, paths)
+                name, hf_split = (self.hf_train if split == "train" else self.hf_eval), HF_SPLITS[split]
+                log.info("loading %s/%s split %s -> %s", name, config, hf_split, paths)
                 ds = datasets.load_dataset(name, config, split=hf_split, cache_dir=self.hf_cache_dir)
                 _write_parallel(ds, paths)
 
@@ -459,3 +464,11 @@ def _write_parallel(ds, paths: dict[str, str]) -> None:
             fh.close()
             if os.path.exists(fh.name):
                 os.unlink(fh.name)
+
+
+if __name__ == "__main__":  # python -m datamodules.wmt17 fetch --pair en-de --to DIR
+    import sys
+
+    from .wmt17_fetch import main
+
+    sys.exit(main())
