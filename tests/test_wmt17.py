@@ -8,7 +8,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,14 +62,24 @@ def test_bpe_trained_once_then_cache_hit_for_both_directions(tmp_path):
 
 
 # Runs in a bare interpreter: loads datamodules/bpe.py by path (numpy + sentencepiece only, no
-# torch import), waits for the go-file so both processes start together, prints its outcome.
+# torch import). Every sentencepiece training appends a line to a marker file and lasts >= 2 s, and
+# both racers wait until both are ready, so without the lock both would train (two marker lines).
 _RACER = r"""
 import importlib.util, json, os, sys, time
+import sentencepiece as spm
 spec = importlib.util.spec_from_file_location("bpe", sys.argv[1])
 bpe = importlib.util.module_from_spec(spec); spec.loader.exec_module(bpe)
-cache, go, files = sys.argv[2], sys.argv[3], sys.argv[4:]
-while not os.path.exists(go):
-    time.sleep(0.005)
+cache, ready_dir, marker, me, files = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+real_train = spm.SentencePieceTrainer.train
+def counted_train(*args, **kwargs):
+    with open(marker, "a") as fh:
+        fh.write(me + "\n")
+    time.sleep(2.0)  # the other racer is surely past its own cache check by now
+    return real_train(*args, **kwargs)
+spm.SentencePieceTrainer.train = counted_train
+open(os.path.join(ready_dir, me), "w").close()
+while len(os.listdir(ready_dir)) < 2:
+    time.sleep(0.002)
 model, hit = bpe.ensure_bpe_model(files, cache, int(os.environ["VOCAB"]), num_threads=1)
 corpus, tok_hit = bpe.ensure_encoded(files[1], model, cache, num_threads=1)
 print(json.dumps([hit, tok_hit, len(corpus), corpus.n_tokens]))
@@ -79,20 +88,19 @@ print(json.dumps([hit, tok_hit, len(corpus), corpus.n_tokens]))
 
 def test_two_processes_at_once_build_each_cache_once(tmp_path):
     bpe_py = Path(__file__).parents[1] / "datamodules" / "bpe.py"
-    go = tmp_path / "go"
-    cache = tmp_path / "cache"
-    args = [sys.executable, "-c", _RACER, str(bpe_py), str(cache), str(go),
-            str(TINY / "train.de"), str(TINY / "train.en")]
+    ready, marker, cache = tmp_path / "ready", tmp_path / "trainings", tmp_path / "cache"
+    ready.mkdir()
     env = dict(os.environ, VOCAB=str(VOCAB))
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for _ in range(2)]
-    time.sleep(0.5)  # let both interpreters reach the wait loop
-    go.touch()
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(bpe_py), str(cache), str(ready),
+                               str(marker), str(i), str(TINY / "train.de"), str(TINY / "train.en")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         results.append(json.loads(out))
+    assert len(marker.read_text().splitlines()) == 1  # one training, though both raced for it
     assert sorted(r[0] for r in results) == [False, True]  # one trained, the other reused it
     assert sorted(r[1] for r in results) == [False, True]
     assert results[0][2:] == results[1][2:] and results[0][2] == 1000
@@ -250,6 +258,49 @@ def test_hf_source_without_datasets_says_how_to_fix(tmp_path, monkeypatch):
     assert not d.moses_tokenized
     with pytest.raises(ImportError, match="pip install datasets; this needs internet"):
         d.prepare_data()
+
+
+def _hub_folder(root: Path) -> Path:
+    """A local dataset in the Hub's layout of wmt/wmt16 and wmt/wmt17 (config "de-en", parquet files
+    of ``{"translation": {"de": ..., "en": ...}}`` rows, configs declared in README.md), built from
+    the shipped slice: train = its 1,000 pairs, validation/test = its 50 valid pairs split 25/25."""
+    datasets = pytest.importorskip("datasets")
+    text = {f"{split}.{lang}": read_lines(str(TINY / f"{split}.{lang}"))
+            for split in ("train", "valid") for lang in ("en", "de")}
+    splits = {"train": slice(None), "validation": slice(0, 25), "test": slice(25, None)}
+    (root / "de-en").mkdir(parents=True)
+    for split, part in splits.items():
+        src = "train" if split == "train" else "valid"
+        rows = [{"de": de, "en": en} for de, en in zip(text[f"{src}.de"][part], text[f"{src}.en"][part])]
+        datasets.Dataset.from_dict({"translation": rows}).to_parquet(
+            str(root / "de-en" / f"{split}-00000-of-00001.parquet"))
+    (root / "README.md").write_text("---\nconfigs:\n- config_name: de-en\n  data_files:\n" + "".join(
+        f"  - split: {split}\n    path: de-en/{split}-*\n" for split in splits) + "---\n")
+    return root
+
+
+def test_hf_source_loads_a_datasets_folder_and_trains_the_same_pipeline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = _hub_folder(tmp_path / "hub")
+    d = WMT17DataModule(pair="en-de", data_dir=str(tmp_path / "data"), source="hf",
+                        hf_train=str(hub), hf_eval=str(hub), hf_cache_dir=str(tmp_path / "hf-cache"),
+                        vocab_size=VOCAB, max_len=100, batch_tokens=BUDGET,
+                        cache_dir=str(tmp_path / "cache"))
+    d.prepare_data()
+    d.setup("fit")
+    normalised = lambda name: [" ".join(line.split()) for line in read_lines(str(TINY / name))]
+    assert read_lines(d.path("train", "de")) == normalised("train.de")
+    assert d.path("valid", "en").endswith("newstest2015.en")  # written under the default names
+    assert read_lines(d.path("valid", "en")) == normalised("valid.en")[:25]
+    assert read_lines(d.path("test", "de")) == normalised("valid.de")[25:]
+    assert d.filter_stats["train"]["total"] == 1000 and len(d.datasets["train"]) == d.filter_stats["train"]["kept"]
+    batch = next(iter(d.val_dataloader()))
+    assert batch["references"][0] in normalised("valid.de")[:25]
+    assert not d.moses_tokenized and d.detokenize("a , b") == "a , b"  # raw text: no detokenizer
+    mtime = os.path.getmtime(d.path("train", "en"))
+    d.prepare_data()  # files present: nothing is loaded or written again
+    assert os.path.getmtime(d.path("train", "en")) == mtime
 
 
 def test_pair_defaults_and_paths():
