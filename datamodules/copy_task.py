@@ -11,7 +11,11 @@ token array plus offsets, so 100k examples take milliseconds.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Annotated, Sequence
+
+from annotated_types import Ge
+
+from .ranges import check_ranges
 
 import lightning.pytorch as pl
 import numpy as np
@@ -80,25 +84,22 @@ class CopyTaskDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        vocab_size: int = 20,
-        max_length: int = 10,
-        min_length: int = 0,
-        train_size: int = 100_000,
-        val_size: int = 1000,
-        test_size: int = 1000,
-        batch_size: int = 64,
-        seed: int = 0,
-        num_workers: int = 0,
+        vocab_size: Annotated[int, Ge(1)] = 20,
+        max_length: Annotated[int, Ge(1)] = 10,
+        min_length: Annotated[int, Ge(0)] = 0,
+        train_size: Annotated[int, Ge(1)] = 100_000,
+        val_size: Annotated[int, Ge(1)] = 1000,
+        test_size: Annotated[int, Ge(0)] = 1000,
+        batch_size: Annotated[int, Ge(1)] = 64,
+        seed: Annotated[int, Ge(0)] = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
     ) -> None:
         super().__init__()
-        if vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-        if not 0 <= min_length <= max_length:
+        check_ranges(CopyTaskDataModule.__init__, locals())
+        if min_length > max_length:
             raise ValueError(
                 f"need 0 <= min_length <= max_length, got min_length={min_length}, max_length={max_length}"
             )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.save_hyperparameters()
         self.vocab_size = vocab_size
         self.max_length = max_length

@@ -61,6 +61,7 @@ from .bpe import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizedCorpus, bpe_cache_key
                   ensure_bpe_model, ensure_encoded, file_lock, load_sentencepiece, read_lines,
                   token_cache_dir)
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
+from .ranges import check_ranges
 from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, other_language
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
 
@@ -153,6 +154,7 @@ class WMT17DataModule(pl.LightningDataModule):
         hf_cache_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
+        check_ranges(WMT17DataModule.__init__, locals())
         langs = pair.split("-")
         if len(langs) != 2 or not all(langs) or langs[0] == langs[1]:
             raise ValueError(f"pair must look like 'en-de' (source-target), got {pair!r}")
@@ -160,8 +162,6 @@ class WMT17DataModule(pl.LightningDataModule):
             raise ValueError(f"source must be 'files' or 'hf', got {source!r}")
         if batch_size is None and batch_tokens is None:
             raise ValueError("give batch_tokens or batch_size")
-        if max_len < 1:
-            raise ValueError(f"max_len must be >= 1, got {max_len}")
         self.pair = pair
         self.src_lang, self.tgt_lang = langs
         self.data_dir = data_dir

@@ -1,12 +1,15 @@
 """CopyTaskDataModule: determinism, lengths, batch format per docs/CONTRACTS.md (fast)."""
 from __future__ import annotations
 
-import time
+import typing
 
+import annotated_types
 import numpy as np
+import pytest
 import torch
 
 from datamodules import CopyTaskDataModule
+from datamodules.ranges import declared_ranges
 
 
 def make(**kwargs) -> CopyTaskDataModule:
@@ -65,9 +68,19 @@ def test_ids_to_text():
     assert dm.ids_to_text([2]) == ""
 
 
-def test_generation_is_fast():
-    start = time.perf_counter()
-    dm = CopyTaskDataModule(train_size=100_000, max_length=50)
-    dm.setup("fit")
-    assert time.perf_counter() - start < 2.0
-    assert len(dm.datasets["train"]) == 100_000
+
+@pytest.mark.parametrize("key,value,bound", [
+    ("vocab_size", 0, ">= 1"), ("max_length", 0, ">= 1"), ("train_size", 0, ">= 1"),
+    ("val_size", 0, ">= 1"), ("batch_size", 0, ">= 1"), ("min_length", -1, ">= 0"),
+    ("num_workers", -2, ">= 0"),
+])
+def test_out_of_range_arguments_fail_naming_the_argument(key, value, bound):
+    with pytest.raises(ValueError, match=f"^CopyTaskDataModule: {key} must be {bound}, got {value}$"):
+        CopyTaskDataModule(**{key: value})
+
+
+def test_ranges_are_declared_as_plain_annotated_types_markers():
+    hints = typing.get_type_hints(CopyTaskDataModule.__init__, include_extras=True)
+    assert hints["batch_size"].__metadata__ == (annotated_types.Ge(1),)
+    assert declared_ranges(CopyTaskDataModule.__init__)["test_size"] == ((">=", 0),)
+    assert "seed" in declared_ranges(CopyTaskDataModule.__init__)

@@ -313,6 +313,20 @@ def test_pair_defaults_and_paths():
         WMT17DataModule(pair="en")
 
 
+@pytest.mark.parametrize("key,value,message", [
+    ("vocab_size", 0, "vocab_size must be >= 260, got 0"),
+    ("max_len", 0, "max_len must be >= 1, got 0"),
+    ("batch_tokens", 0, "batch_tokens must be >= 1, got 0"),
+    ("character_coverage", 1.5, "character_coverage must be <= 1.0, got 1.5"),
+    ("character_coverage", 0.0, "character_coverage must be > 0.0, got 0.0"),
+    ("eval_max_len", -1, "eval_max_len must be >= 1, got -1"),
+])
+def test_out_of_range_arguments_fail_naming_the_argument(key, value, message):
+    with pytest.raises(ValueError, match=f"^WMT17DataModule: {message}$"):
+        WMT17DataModule(**{key: value})
+    assert WMT17DataModule(eval_max_len=None).eval_max_len is None  # None stays allowed
+
+
 def test_datasets_pickle_without_copying_the_corpus(dm):
     ds = dm.datasets["train"]
     blob = pickle.dumps(ds)
