@@ -371,3 +371,26 @@ def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path):
     assert 0.0 <= float(metrics["val/bleu"]) <= 100.0
     assert 0.0 <= float(metrics["val/sacrebleu"]) <= 100.0
     assert model.last_bleu_signature.startswith("nrefs:1") and "tok:13a" in model.last_bleu_signature
+
+
+def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, release, tmp_path):
+    """sweeps/wmt17.yaml with download on: the launcher's one prepare_data pass over the study's
+    plans (before Ray starts) fetches each pair once; each trial's own prepare_data downloads
+    nothing and hits the BPE/token caches."""
+    from sweeps.build import build_datamodule, prepare_data
+    from sweeps.spec import load_spec
+
+    sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml", smoke=True, overrides=[
+        "task.download=true", f"task.release_url={server.url}",
+        f"task.data_dir={tmp_path}/wmt17/{{pair}}", f"task.cache_dir={tmp_path}/cache",
+        "task.valid_prefix=newstest2015", "task.test_prefix=newstest2016"])
+    tasks = [plan.task for plan in sweep.plans]
+    assert len(tasks) == 5 and all(t["download"] is True for t in tasks)
+    prepare_data(tasks)  # what sweeps/launch.py runs in the driver
+    assert all(server.gets[path] == 1 for path in release)
+    dm = build_datamodule(tasks[-1], seed=0)  # what a trial runs
+    dm.prepare_data()
+    assert set(dm.cache_report.values()) == {"hit"}
+    assert sum(server.gets.values()) == len(release)
+    assert (tmp_path / "wmt17" / "en-de" / "newstest2016.de").read_bytes() == \
+        expected_layout()["newstest2016.de"]
