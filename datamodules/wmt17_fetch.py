@@ -138,7 +138,8 @@ def hand_placement_hint(pair: str, directory: str, base_url: str = RELEASE_URL) 
     other = other_language(pair)
     names = ",".join(release_files(other))
     return (f"offline, fetch {base_url.rstrip('/')}/{other}-en/{{{names}}} elsewhere, copy them "
-            f"into {os.path.join(directory, DOWNLOAD_DIR)}/ and rerun (see --help)")
+            f"into {os.path.join(directory, DOWNLOAD_DIR)}/ and rerun (see `python -m "
+            "datamodules.wmt17 fetch --help`)")
 
 
 def fetch(
@@ -267,16 +268,19 @@ def _download_once(url: str, part: str, progress: bool, timeout: float, pair: st
     try:
         resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have:  # the part is not a prefix of the file (changed upstream?)
-            os.remove(part)
+        if exc.code == 416 and have:  # nothing left to send from offset `have`
+            total = re.fullmatch(r"bytes \*/(\d+)", exc.headers.get("Content-Range", "") or "")
+            if total and int(total.group(1)) == have:
+                return 0  # the part is already whole (a run stopped before renaming it)
+            os.remove(part)  # longer than the file: not a prefix of it (changed upstream?)
             return _download_once(url, part, progress, timeout, pair, directory)
-        raise FetchError(f"HTTP {exc.code} {exc.reason} for {url}: check --base-url and the pair; "
-                         f"{hand_placement_hint(pair, directory, _release_root(url))}") from None
+        hint = hand_placement_hint(pair, directory, _release_root(url))
+        raise FetchError(f"HTTP {exc.code} {exc.reason} for {url}: check --base-url (release_url) "
+                         f"and the pair; {hint}") from None
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise FetchError(f"cannot reach {url} ({reason}): check the network or proxy, or use "
-                         f"--base-url for a mirror; {hand_placement_hint(pair, directory, _release_root(url))}"
-                         ) from None
+        hint = hand_placement_hint(pair, directory, _release_root(url))
+        raise FetchError(f"cannot reach {url} ({getattr(exc, 'reason', exc)}): check the network "
+                         f"or proxy, or use --base-url (release_url) for a mirror; {hint}") from None
     with resp:
         total = _total_size(resp, have)
         if resp.status != 206:  # the server ignored the Range header: start over
@@ -340,7 +344,7 @@ def _check_space(folder: str, needed: int, what: str) -> None:
     if free < needed:
         raise FetchError(f"not enough space for {what}: {needed / 1e6:,.0f} MB needed, "
                          f"{free / 1e6:,.0f} MB free on the filesystem of {folder}; free space or "
-                         "fetch to another --to")
+                         "fetch to another --to (data_dir)")
 
 
 def _write(fh, data: bytes, path: str) -> None:
@@ -353,10 +357,10 @@ def _write(fh, data: bytes, path: str) -> None:
 def _disk_error(exc: OSError, path: str) -> FetchError:
     if exc.errno in _DISK_FULL:
         return FetchError(f"cannot write {path}: {os.strerror(exc.errno)} (disk full or a quota/"
-                          "file-size limit); free space or fetch to another --to, then run the "
+                          "file-size limit); free space or fetch to another --to (data_dir), then run the "
                           "same command again (finished downloads are kept)")
     return FetchError(f"cannot write {path}: {exc.strerror or exc}; check the permissions of "
-                      f"{os.path.dirname(path)} or fetch to another --to")
+                      f"{os.path.dirname(path)} or fetch to another --to (data_dir)")
 
 
 def _sha256(path: str) -> str:
@@ -447,9 +451,11 @@ def _writable_dir(directory: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise FetchError(f"cannot create {directory}: {exc.strerror or exc}; choose another --to") from None
+        raise FetchError(f"cannot create {directory}: {exc.strerror or exc}; choose another --to "
+                         "(data_dir)") from None
     if not os.access(directory, os.W_OK):
-        raise FetchError(f"{directory} is not writable; choose another --to or fix its permissions")
+        raise FetchError(f"{directory} is not writable; choose another --to (data_dir) or fix its "
+                         "permissions")
 
 
 # ------------------------------------------------------------------------------------ command line

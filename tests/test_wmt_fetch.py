@@ -110,7 +110,10 @@ class ReleaseServer:
                     server.ranges.append((self.path, rng))
                     start = int(rng.removeprefix("bytes=").split("-")[0])
                     if start >= len(data):
-                        self.send_error(416, "Range Not Satisfiable")
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
                         return
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -210,7 +213,7 @@ def test_interrupted_download_resumes_without_fetching_bytes_twice(server, relea
 def test_broken_transfer_is_resumed_within_one_call(server, release, tmp_path):
     size = len(release[CORPUS_EN])
     server.cut[CORPUS_EN] = size // 2
-    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=1)
+    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=1, progress=True)
     assert report.outcome == "fetched" and server.gets[CORPUS_EN] == 2
     assert server.sent[CORPUS_EN] == size
     assert (tmp_path / "train.en").read_bytes() == expected_layout()["train.en"]
@@ -334,6 +337,15 @@ def test_archives_placed_by_hand_are_used_offline(release, tmp_path):
     report = fetch("en-de", str(tmp_path), base_url="http://127.0.0.1:9/unreachable")
     assert report.outcome == "fetched" and sum(report.received.values()) == 0
     assert (tmp_path / "newstest2016.en").read_bytes() == expected_layout()["newstest2016.en"]
+
+
+def test_a_whole_part_file_left_by_a_stopped_run_is_not_downloaded_again(server, release, tmp_path):
+    (tmp_path / ".download").mkdir()
+    (tmp_path / ".download" / "dev.tgz.part").write_bytes(release[DEV])  # stopped before the rename
+    report = fetch("en-de", str(tmp_path), base_url=server.url)
+    assert report.received["dev.tgz"] == 0 and server.sent[DEV] == 0
+    assert server.ranges == [(DEV, f"bytes={len(release[DEV])}-")]  # answered 416 with the size
+    assert (tmp_path / "newstest2015.en").read_bytes() == expected_layout()["newstest2015.en"]
 
 
 def test_checksum_mismatch_is_rejected(server, tmp_path):
