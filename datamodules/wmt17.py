@@ -44,6 +44,13 @@ the batches. The Trainer must not replace the sampler: pass ``use_distributed_sa
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m datamodules.wmt17 fetch ...`: before torch is imported
+    import sys
+
+    from .wmt17_fetch import main
+
+    sys.exit(main())
+
 import functools
 import logging
 import os
@@ -464,11 +471,3 @@ def _write_parallel(ds, paths: dict[str, str]) -> None:
             fh.close()
             if os.path.exists(fh.name):
                 os.unlink(fh.name)
-
-
-if __name__ == "__main__":  # python -m datamodules.wmt17 fetch --pair en-de --to DIR
-    import sys
-
-    from .wmt17_fetch import main
-
-    sys.exit(main())

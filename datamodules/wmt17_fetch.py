@@ -235,6 +235,9 @@ def _download(url: str, dest: str, progress: bool, timeout: float, retries: int,
     """``url`` -> ``dest`` through ``dest.part``, resuming it; returns the bytes received."""
     part = dest + ".part"
     received = 0
+    log.info("%s: downloading %s%s", pair, url,
+             f" (resuming at {os.path.getsize(part):,} bytes)" if os.path.exists(part) else "")
+    t0 = time.perf_counter()
     for attempt in range(retries + 1):
         try:
             received += _download_once(url, part, progress, timeout, pair, directory)
@@ -242,7 +245,8 @@ def _download(url: str, dest: str, progress: bool, timeout: float, retries: int,
         except _Interrupted as exc:
             if attempt == retries:
                 raise FetchError(
-                    f"download of {url} broke off at {exc.have:,} of {exc.total or '?'} bytes "
+                    f"download of {url} broke off at {exc.have:,} of "
+                    f"{'?' if exc.total is None else format(exc.total, ',')} bytes "
                     f"({exc.reason}); the partial file {part} is kept: run the same command again "
                     "to resume") from None
             received += exc.got
@@ -250,6 +254,10 @@ def _download(url: str, dest: str, progress: bool, timeout: float, retries: int,
             log.warning("download of %s broke off (%s); resuming in %ds", url, exc.reason, wait)
             time.sleep(wait)
     os.replace(part, dest)
+    secs = time.perf_counter() - t0
+    log.info("%s: %s complete, %s bytes (%s received in %.1f s, %.1f MB/s)", pair,
+             os.path.basename(dest), f"{os.path.getsize(dest):,}", f"{received:,}", secs,
+             received / 1e6 / max(secs, 1e-9))
     return received
 
 
@@ -492,7 +500,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cmd.add_argument("--retries", type=int, default=3,
                      help="resumed attempts when a transfer breaks off (default 3)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # stderr: errors
     try:
         sums = read_sha256sums(args.sha256sums) if args.sha256sums else None
         report = fetch(args.pair, args.to, base_url=args.base_url, checksums=sums,
