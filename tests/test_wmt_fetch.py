@@ -265,13 +265,11 @@ def test_two_processes_at_once_download_once(server, release, tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(ROOT), str(out), server.url,
                                str(ready), str(i)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]
-    results = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=120)
-        assert p.returncode == 0, stderr
-        results.append(json.loads(stdout))
+    finished = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    assert all(server.gets[path] == 1 for path in release), server.gets  # each requested once
+    assert [code for _, code in finished] == [0, 0], [err for (_, err), _ in finished]
+    results = [json.loads(out) for (out, _), _ in finished]
     assert sorted(r[0] for r in results) == ["fetched", "present"]
-    assert all(server.gets[path] == 1 for path in release)  # each file requested once
     assert sum(server.sent.values()) == sum(len(d) for d in release.values())
     assert final_files(out) == sorted(LAYOUT + ["newstest2014.de", "newstest2014.en", MANIFEST])
 
