@@ -162,6 +162,9 @@ class WMT17DataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         check_ranges(WMT17DataModule.__init__, locals())
+        # Lightning stores these in every checkpoint written by trainer.fit(model, dm), so the
+        # timing command (python -m sweeps.timing CKPT) can rebuild the data from the checkpoint alone
+        self.save_hyperparameters()
         langs = pair.split("-")
         if len(langs) != 2 or not all(langs) or langs[0] == langs[1]:
             raise ValueError(f"pair must look like 'en-de' (source-target), got {pair!r}")

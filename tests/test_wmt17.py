@@ -363,3 +363,10 @@ def test_tiny_model_validation_loss_falls_on_10k_sample(tmp_path):
           f"val/sacrebleu {after['val/sacrebleu']:.2f}, steps {trainer.global_step}")
     assert after["val/loss"] < before - 0.5, (before, after)  # measured: 7.60 -> 6.15
     assert 0.0 <= after["val/bleu"] <= 100.0 and "val/sacrebleu" in after
+
+
+def test_settings_are_saved_for_checkpoints_and_rebuild_the_same_data(dm):
+    """trainer.fit(model, dm) writes dm.hparams into the checkpoint: they alone rebuild the data."""
+    again = WMT17DataModule(**dm.hparams)
+    assert again.prefixes == dm.prefixes and again.cache_dir == dm.cache_dir
+    assert again.path("valid", "de") == dm.path("valid", "de") and again.vocab_size == dm.vocab_size
