@@ -9,7 +9,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_modules.attention import ATTENTION_REGISTRY, build_attention, map_batch
-from lightning_modules.attention.functional import monotonic_alignment, position_encoding
+from lightning_modules.attention.functional import (
+    monotonic_alignment,
+    position_encoding,
+    sentence_position_encoding,
+)
 
 torch.set_num_threads(1)
 
@@ -270,15 +274,57 @@ def test_memory_scoring_pairs(encoder_scoring, decoder_scoring, normalization):
         assert torch.all((beta > 0) & (beta < 1)) and not torch.allclose(beta.sum(1), torch.ones(B))
 
 
-def test_memory_position_encoding_multiplies_scores_before_masking():
+def test_memory_position_encoding_is_renormalised_per_sentence():
+    """alpha^PE_s = score_enc(W_alpha h_s o l_s) with each sentence's own renormalised l (§3.2);
+    the un-renormalised columns of L remain an option."""
     attn = build("memory", position_encoding=True, max_source_len=12)
     memory, mask, queries = make_inputs()
     alpha = attn.precompute(memory, mask)["alpha"]
-    pe = position_encoding(4, 12)[:, :S].T  # (S, K): l_s for s = 1..S of S_max = 12
-    expected = torch.softmax(attn.W_alpha(memory) * pe, dim=-1) * mask[..., None]
+    L = position_encoding(4, 12)[:, :S]  # (K, S) of S_max = 12
+    l = sentence_position_encoding(L, mask)  # (B, S, K), jagged
+    assert not torch.allclose(l[0], l[1])  # a 9- and a 5-token sentence get different encodings
+    expected = torch.softmax(attn.W_alpha(memory) * l, dim=-1) * mask[..., None]
     torch.testing.assert_close(alpha, expected)
+    raw = build("memory", position_encoding=True, max_source_len=12, position_encoding_normalization="none")
+    expected_raw = torch.softmax(raw.W_alpha(memory) * L.T, dim=-1) * mask[..., None]
+    torch.testing.assert_close(raw.precompute(memory, mask)["alpha"], expected_raw)
     with pytest.raises(ValueError, match="max_source_len=5"):
         build("memory", position_encoding=True, max_source_len=5).precompute(memory, mask)
+
+
+def test_memory_projections_have_no_bias_unless_asked():
+    """Eqs. 5, 7 and 9 have no bias terms; ``bias=True`` restores them."""
+    attn = build("memory")
+    assert attn.W_alpha.bias is None and attn.W_beta.bias is None
+    with_bias = build("memory", bias=True)
+    assert with_bias.W_alpha.bias is not None and with_bias.W_beta.bias is not None
+
+
+def test_key_value_is_unscaled_unless_asked():
+    memory, mask, queries = make_inputs()
+    plain, scaled = build("key_value"), build("key_value", scaled=True)  # same seed, same weights
+    q, keys = plain.query_proj(queries[0]), plain.key_proj(memory)  # (B, d), (B, S, d)
+    scores = torch.einsum("bsk,bk->bs", keys, q)  # (B, S)
+    for attn, divisor in ((plain, 1.0), (scaled, math.sqrt(D))):
+        _, _, weights = attn.step(queries[0], attn.precompute(memory, mask), None, need_weights=True)
+        torch.testing.assert_close(weights, torch.softmax(scores / divisor + (~mask) * -1e30, dim=-1) * mask)
+
+
+def test_every_mechanism_takes_query_and_memory_sizes_separately():
+    """A bidirectional encoder gives D = 2H: every mechanism but those declaring equal_sizes builds
+    and steps with H != D, returning contexts of its context_dim."""
+    memory = torch.randn(2, 5, 2 * H)  # (B, S, D = 2H)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    for name in NAMES:
+        cls = ATTENTION_REGISTRY[name]
+        if cls.equal_sizes:
+            with pytest.raises(ValueError, match="bidirectional=false"):
+                build_attention(name, query_dim=H, memory_dim=2 * H, **OPTIONS.get(name, {}))
+            continue
+        attn = build_attention(name, query_dim=H, memory_dim=2 * H, **OPTIONS.get(name, {})).eval()
+        cache = attn.precompute(memory, mask)
+        ctx, _, _ = attn.step(torch.randn(2, H), cache, attn.initial_state(cache))
+        assert ctx.shape == (2, attn.context_dim)
 
 
 @pytest.mark.parametrize("option", ["encoder_scoring", "decoder_scoring", "encoder_normalization"])

@@ -102,6 +102,8 @@ class Attention(nn.Module):
     name: ClassVar[str] = "?"
     #: whether ``step`` reads ``state`` (recurrent alignment), so the decoder must carry it
     recurrent: ClassVar[bool] = False
+    #: whether the mechanism needs query_dim == memory_dim (its constructor raises otherwise)
+    equal_sizes: ClassVar[bool] = False
 
     def __init__(self, query_dim: int, memory_dim: int) -> None:
         super().__init__()

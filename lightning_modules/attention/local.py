@@ -10,7 +10,10 @@ shrunken weighted sum. Positions outside the sentence or the window get exactly 
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import nn
 
 from .base import Attention, register_attention
@@ -20,7 +23,7 @@ from .functional import masked_softmax
 class _LocalAttention(Attention):
     """Shared window, score and Gaussian; subclasses say where the window is centred."""
 
-    def __init__(self, query_dim: int, memory_dim: int, window: int = 10) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, window: Annotated[int, Ge(1)] = 10) -> None:
         super().__init__(query_dim, memory_dim)
         if window < 1:
             raise ValueError(f"{self.name}: window must be >= 1 (sigma = window / 2), got {window}")
@@ -87,7 +90,7 @@ class LocalPredictiveAttention(_LocalAttention):
         window: half-width D of the window [p_t - D, p_t + D].
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, window: int = 10) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, window: Annotated[int, Ge(1)] = 10) -> None:
         super().__init__(query_dim, memory_dim, window)
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)

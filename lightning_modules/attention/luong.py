@@ -2,7 +2,10 @@
 location-based score computed from the decoder state alone."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import nn
 
 from .base import Attention, register_attention
@@ -32,14 +35,19 @@ class _ContentAttention(Attention):
 
 @register_attention("luong_dot")
 class LuongDotAttention(_ContentAttention):
-    """score_j = q^T s_j. Needs H == D (no parameters to bridge the two sizes)."""
+    """score_j = q^T s_j. Needs H == D (no parameters to bridge the two sizes): with a
+    bidirectional encoder (D = 2 x units per direction) build the encoder unidirectional, or use
+    luong_general, whose q^T W s_j is exactly a projected dot product."""
+
+    equal_sizes = True
 
     def __init__(self, query_dim: int, memory_dim: int) -> None:
         if query_dim != memory_dim:
             raise ValueError(
                 f"luong_dot scores q^T s_j, so the decoder size must equal the encoder size; got "
-                f"query_dim={query_dim}, memory_dim={memory_dim}. Make them equal, or use "
-                "luong_general (q^T W s_j), which maps between the two sizes."
+                f"query_dim={query_dim}, memory_dim={memory_dim}. Make them equal (a bidirectional "
+                "encoder gives D = 2 x hidden_size: set bidirectional=false), or use luong_general "
+                "(q^T W s_j), which maps between the two sizes."
             )
         super().__init__(query_dim, memory_dim)
 
@@ -95,7 +103,7 @@ class LuongLocationAttention(Attention):
         max_source_len: longest source the score layer covers; a longer source raises.
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, max_source_len: int = 256) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, max_source_len: Annotated[int, Ge(1)] = 256) -> None:
         super().__init__(query_dim, memory_dim)
         self.max_source_len = max_source_len
         self.W_a = nn.Linear(query_dim, max_source_len)

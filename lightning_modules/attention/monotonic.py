@@ -26,9 +26,10 @@ a hard state becomes its one-hot row, a soft alignment its argmax (or "done" if 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
+from annotated_types import Ge
 from torch import nn
 from torch.nn import functional as F
 
@@ -56,9 +57,9 @@ class MonotonicAttention(Attention):
         self,
         query_dim: int,
         memory_dim: int,
-        attention_dim: Optional[int] = None,
+        attention_dim: Optional[Annotated[int, Ge(1)]] = None,
         score_bias_init: float = -4.0,
-        sigmoid_noise: float = 1.0,
+        sigmoid_noise: Annotated[float, Ge(0)] = 1.0,
         mode: Optional[str] = None,
     ) -> None:
         super().__init__(query_dim, memory_dim)
