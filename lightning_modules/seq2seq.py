@@ -418,13 +418,16 @@ class Seq2Seq(nn.Module):
         return_scores: bool = False,
         check_every: int = 4,
         min_len: int = 0,
+        share_cache: bool = True,
     ) -> Any:
         """Beam search over all sentences and beams at once (call ``eval()`` first).
 
         ``beam_size`` unfinished hypotheses per sentence, plus a pool of finished ones (see the
         module docstring). Finished hypotheses are ranked by ``sum log p / len ** length_penalty``
-        (len counts EOS; 0 disables the normalisation). The source cache is expanded once; LSTM
-        and attention state are reordered with one generic ``index_select`` per step.
+        (len counts EOS; 0 disables the normalisation). The attention's source-only cache stays at
+        one row per sentence, shared by its beams, when the mechanism allows it
+        (``Attention.shares_cache``); otherwise it is copied to every beam once. LSTM and
+        attention state are reordered with one generic ``index_select`` per step.
 
         Args:
             src: (B, S); src_lengths: (B,).
@@ -435,6 +438,8 @@ class Seq2Seq(nn.Module):
             check_every: steps between the (syncing) "all sentences done?" checks.
             min_len: EOS is masked out (before the softmax) for the first ``min_len`` steps;
                 ``min_len=max_len`` makes every hypothesis take exactly ``max_len`` steps.
+            share_cache: False copies the cache to every beam even where it could be shared (the
+                generic path, kept as the reference the shared one is tested against).
         Returns:
             tokens (B, T') of the best hypothesis per sentence (EOS then padding), or
             (tokens, lengths, scores) when ``return_scores``.
@@ -448,7 +453,8 @@ class Seq2Seq(nn.Module):
         device = src.device
         state, cache, attn_state = self._start(src, src_lengths)
         expand = torch.arange(batch, device=device).repeat_interleave(k)  # (B*k,)
-        cache = map_batch(lambda x: x.index_select(0, expand), cache)
+        if not (share_cache and self.attention.shares_cache):
+            cache = map_batch(lambda x: x.index_select(0, expand), cache)  # (B*k, ...) a copy per beam
         attn_state = map_batch(lambda x: x.index_select(0, expand), attn_state)
         state = map_batch(lambda x: x.index_select(0, expand), state)
         n = batch * k

@@ -265,3 +265,17 @@ def test_beam_search_returns_an_early_eos_that_is_the_best_hypothesis():
     assert abs(float(scores[0]) - float(log_probs[0, 0, EOS_ID])) < 1e-5
     batched = model.beam_search(src.repeat(3, 1), src_lengths.repeat(3), beam_size=2, max_len=max_len)
     assert batched.tolist() == [[EOS_ID]] * 3
+
+
+@pytest.mark.parametrize("attention", MECHANISMS)
+def test_beam_search_with_a_shared_cache_equals_the_expanded_one(attention):
+    """Sharing each sentence's source-only cache across its beams changes no output: the same
+    tokens and scores as copying the cache to every beam (the generic reference path)."""
+    model = make_model(attention, seed=5)
+    batch = make_batch([9, 2, 5, 12, 1], seed=5)
+    args = dict(beam_size=4, max_len=16, return_scores=True)
+    shared = model.beam_search(batch["src"], batch["src_lengths"], **args)
+    expanded = model.beam_search(batch["src"], batch["src_lengths"], share_cache=False, **args)
+    assert model.attention.shares_cache  # every registered mechanism shares its cache
+    assert torch.equal(shared[0], expanded[0]) and torch.equal(shared[1], expanded[1])
+    torch.testing.assert_close(shared[2], expanded[2], rtol=0, atol=1e-5)

@@ -8,7 +8,7 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
 
@@ -46,6 +46,8 @@ class KeyValueAttention(Attention):
         self.value_proj = nn.Linear(memory_dim, self.value_dim, bias=False)  # W_V
         self.scale = 1 / math.sqrt(self.key_dim) if scaled else 1.0
 
+    shares_cache = True
+
     @property
     def context_dim(self) -> int:
         return self.value_dim
@@ -58,8 +60,10 @@ class KeyValueAttention(Attention):
         }
 
     def step(self, query, cache, state, need_weights=False):
-        q = self.query_proj(query)  # (B, d_k)
-        scores = torch.einsum("bsk,bk->bs", cache["keys"], q) * self.scale  # (B, S)
-        weights = masked_softmax(scores, cache["mask"])  # (B, S)
-        ctx = torch.einsum("bs,bsv->bv", weights, cache["values"])  # (B, d_v)
-        return ctx, state, weights if need_weights else None
+        keys = cache["keys"]  # (Bc, S, d_k), shared by the G beams of each sentence
+        Bc, G = keys.shape[0], beam_groups(query, keys.shape[0])
+        q = self.query_proj(query).view(Bc, G, -1)  # (Bc, G, d_k)
+        scores = torch.einsum("bsk,bgk->bgs", keys, q) * self.scale  # (Bc, G, S)
+        weights = masked_softmax(scores, cache["mask"].unsqueeze(1))  # (Bc, G, S)
+        ctx = torch.bmm(weights, cache["values"]).view(query.shape[0], -1)  # (N, d_v)
+        return ctx, state, weights.view(query.shape[0], -1) if need_weights else None  # (N, S)

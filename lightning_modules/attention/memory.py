@@ -44,7 +44,7 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax, sentence_position_encoding
 from .functional import position_encoding as position_encoding_matrix  # the option shadows the name
 
@@ -137,6 +137,8 @@ class MemoryAttention(Attention):
         if position_encoding:
             self.register_buffer("pe", position_encoding_matrix(K, max_source_len), persistent=False)
 
+    shares_cache = True
+
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         S = memory.shape[1]
         pre = self.W_alpha(memory)  # (B, S, K)
@@ -159,9 +161,13 @@ class MemoryAttention(Attention):
         return self._decoder_score(self.W_beta(query))  # (B, K)
 
     def step(self, query, cache, state, need_weights=False):
-        beta = self._beta(query)  # (B, K)
-        ctx = torch.bmm(beta.unsqueeze(1), cache["C"]).squeeze(1)  # (B, D); bmm: half einsum's overhead
-        weights = torch.einsum("bsk,bk->bs", cache["alpha"], beta) if need_weights else None  # (B, S)
+        C = cache["C"]  # (Bc, K, D), one per sentence, shared by its G beams
+        G = beam_groups(query, C.shape[0])
+        beta = self._beta(query).view(C.shape[0], G, self.K)  # (Bc, G, K)
+        ctx = torch.bmm(beta, C).view(query.shape[0], -1)  # (N, D); bmm: half einsum's overhead
+        weights = None
+        if need_weights:
+            weights = torch.einsum("bsk,bgk->bgs", cache["alpha"], beta).reshape(query.shape[0], -1)  # (N, S)
         return ctx, state, weights
 
     def extra_weights(self, query, cache, state):
