@@ -82,7 +82,8 @@ class Seq2SeqModule(pl.LightningModule):
         src_vocab_size, tgt_vocab_size: vocabulary sizes (the datamodule's attributes).
         attention: registered mechanism name; attention_kwargs: its options (e.g. ``{"K": 16}``).
         preset: a ``PRESETS`` name; the size arguments below override it when not None.
-        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes.
+        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes
+            (hidden_size: decoder units, and encoder units per direction; dropout on cell inputs).
         max_source_len: longest source incl. EOS (memory and luong_location attention need it).
         pad_id, bos_id, eos_id: special token ids.
         lr, weight_decay: Adam settings (default: the paper's Adam at 1e-4, no weight decay).

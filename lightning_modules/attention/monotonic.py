@@ -114,7 +114,10 @@ class MonotonicAttention(Attention):
         # one past the last real position (the hard scan's end), 0 for an empty row
         last = S - mask.flip(1).to(torch.uint8).argmax(dim=1)  # (B,)
         end = torch.where(mask.any(dim=1), last, torch.zeros_like(last))  # (B,)
-        return {"memory": memory, "mask": mask, "keys": self.W_s(memory), "end": end}  # keys (B, S, A)
+        # the keys padded with scan_chunk zero rows, so a hard step's window never needs clamping
+        keys_ahead = F.pad(self.W_s(memory), (0, 0, 0, self.scan_chunk))  # (B, S + C, A)
+        keys = keys_ahead[:, :S]  # (B, S, A)
+        return {"memory": memory, "mask": mask, "keys": keys, "keys_ahead": keys_ahead, "end": end}
 
     def initial_state(self, cache):
         mask = cache["mask"]
@@ -148,41 +151,41 @@ class MonotonicAttention(Attention):
         return ctx, {"alignment": alignment}, alignment if need_weights else None
 
     def _hard_step(self, query, cache, state, need_weights):
-        keys, end, memory = cache["keys"], cache["end"], cache["memory"]
+        keys, memory = cache["keys_ahead"], cache["memory"]  # (Bc, S + C, A), (Bc, S, D)
         Bc, S = cache["mask"].shape
-        N = query.shape[0]  # query rows: Bc sentences x G beams each (G = 1 outside beam search)
-        srow = torch.arange(N, device=query.device) // beam_groups(query, Bc)  # (N,) each row's sentence
-        done, pos = state["done"], state["pos"]  # (N,), (N,)
-        end = end.index_select(0, srow) if N != Bc else end  # (N,)
-        active = ~done & (pos < end)  # (N,) rows still scanning
+        N, C = query.shape[0], self.scan_chunk  # query rows: Bc sentences x G beams each
+        G = beam_groups(query, Bc)
+        srow = torch.arange(N, device=query.device)  # (N,) each query row's sentence (cache row)
+        srow = srow // G if G > 1 else srow
+        end = cache["end"].index_select(0, srow) if G > 1 else cache["end"]  # (N,)
+        limit = end.masked_fill(state["done"], 0)  # (N,) rows that stopped for good scan nothing
+        pos = state["pos"]  # (N,)
         query_proj = self.W_h(query)  # (N, A)
         # 1) one batched window of C candidates ahead of every row's position
-        C = self.scan_chunk
         window = pos[:, None] + torch.arange(C, device=pos.device)  # (N, C)
-        in_sentence = (window < end[:, None]) & active[:, None]  # (N, C)
-        cand_keys = keys[srow[:, None], window.clamp(max=S - 1)]  # (N, C, A)
-        hit = (self._energy(cand_keys, query_proj[:, None, :]) > 0) & in_sentence  # (N, C) p > 0.5
-        found = hit.any(dim=1)  # (N,)
-        new_pos = torch.where(found, pos + hit.to(torch.uint8).argmax(dim=1), pos + C)  # (N,) first hit
+        flat = (srow * (S + C))[:, None] + window  # (N, C) rows of keys_ahead viewed as (Bc*(S+C), A)
+        cand = keys.reshape(Bc * (S + C), -1).index_select(0, flat.view(-1)).view(N, C, -1)  # (N, C, A)
+        hit = (self._energy(cand, query_proj[:, None, :]) > 0) & (window < limit[:, None])  # (N, C) p > 0.5
+        first = F.pad(hit, (0, 1), value=True).to(torch.uint8).argmax(dim=1)  # (N,) C where no hit
+        new_pos = pos + first  # (N,) the first hit at or after pos: never moves back
         # 2) the rows whose window held no hit but did not reach the sentence end: their whole
         #    remaining sentence at once. The nonzero() is the step's one host sync.
-        rows = (active & ~found & (pos + C < end)).nonzero().squeeze(1)  # (n,)
+        rows = ((first == C) & (new_pos < limit)).nonzero().squeeze(1)  # (n,)
         if rows.numel():
             positions = torch.arange(S, device=pos.device)  # (S,)
-            rest = (positions >= (pos + C).index_select(0, rows)[:, None]) & (
-                positions < end.index_select(0, rows)[:, None]
-            )  # (n, S)
-            energy = self._energy(keys.index_select(0, srow.index_select(0, rows)), query_proj[rows, None, :])  # (n, S)
+            row_limit = limit.index_select(0, rows)  # (n,)
+            rest = (positions >= new_pos.index_select(0, rows)[:, None]) & (positions < row_limit[:, None])  # (n, S)
+            energy = self._energy(cache["keys"].index_select(0, srow.index_select(0, rows)), query_proj[rows, None, :])
             hit_rest = (energy > 0) & rest  # (n, S)
-            first = torch.where(hit_rest.any(dim=1), hit_rest.to(torch.uint8).argmax(dim=1), end.index_select(0, rows))
-            new_pos = new_pos.index_copy(0, rows, first)  # (N,)
+            found = torch.where(hit_rest.any(dim=1), hit_rest.to(torch.uint8).argmax(dim=1), row_limit)  # (n,)
+            new_pos = new_pos.index_copy(0, rows, found)  # (N,)
         # a row attends iff it stopped inside its sentence; one that ran off attends nowhere from now on
-        attended = active & (new_pos < end)  # (N,)
-        pos = torch.where(active, new_pos, pos)  # (N,) never moves back
-        index = pos.clamp(max=S - 1)  # (N,)
+        attended = new_pos < limit  # (N,)
+        index = new_pos.clamp(max=S - 1)  # (N,)
         keep = attended.to(memory.dtype)[:, None]  # (N, 1)
-        ctx = memory[srow, index] * keep  # (N, D)
-        new_state = {"pos": pos, "done": ~attended}
+        ctx = memory.reshape(Bc * S, -1).index_select(0, srow * S + index) * keep  # (N, D)
+        # rows that ran off keep their last position, so every later window stays inside keys_ahead
+        new_state = {"pos": torch.where(attended, new_pos, pos), "done": ~attended}
         weights = F.one_hot(index, S).to(memory.dtype) * keep if need_weights else None  # (N, S)
         return ctx, new_state, weights
 
