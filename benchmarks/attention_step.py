@@ -6,6 +6,7 @@ Run it (from the repository root):
     .venv/bin/python benchmarks/attention_step.py --quick --output bench-out     # ~1 min, 2 CPU cores
     .venv/bin/python benchmarks/attention_step.py --output bench-out              # S, T in 10..1000
     .venv/bin/python benchmarks/attention_step.py --device cuda --output bench-gpu
+    .venv/bin/python benchmarks/attention_step.py --square 50 128 500 --output bench-out   # S = T only
 
 What is timed, per (mechanism, S, T): ``precompute`` over a random (B, S, D) memory, then T calls
 of ``step`` with precomputed random queries (B, H), ``need_weights=False`` (the decoder's hot
@@ -14,8 +15,12 @@ path). Inputs are built before timing; one warm-up, ``--repeats`` timed runs, me
 Mechanisms (all with H = D = ``--dim``): ``softmax`` = Bahdanau's additive attention, O(S) per
 step; ``monotonic`` = hard monotonic attention in eval mode, O(S + T) per sequence, with its energy
 bias at 0 so that about half of the random energies stop the scan (it walks the source about one
-position per step instead of running off the end at step one); ``memory`` = memory attention with
-``--K`` vectors, O(S*K*D) once, then O(K*D) per step.
+position per step instead of running off the end at step one), each step a window of
+``scan_chunk`` energies; ``memory`` = memory attention with ``--K`` vectors, O(S*K*D) once, then
+O(K*D) per step.
+
+The summary prints, besides the grids, one "S = T" table (milliseconds and softmax time /
+mechanism time side by side) for the cells with S = T: ``--square`` runs only those.
 
 Writes ``DIR/attention_step.csv`` (``mechanism``, ``S``, ``T``, ``seconds``, ``speedup_vs_softmax``,
 ``batch``, ``dim``, ``device``, ``threads``), ``DIR/attention_step.md`` (speed-up grids, rows S,
@@ -81,7 +86,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for S in args.sources:
         memory = torch.randn(args.batch, S, args.dim, device=device)  # (B, S, D)
         mask = torch.ones(args.batch, S, dtype=torch.bool, device=device)  # (B, S)
-        for T in args.targets:
+        for T in [S] if args.square else args.targets:
             queries = torch.randn(T, args.batch, args.dim, device=device)  # (T, B, H)
             cell = {}
             for name, attn in models.items():
@@ -108,12 +113,38 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def square_table(rows: Sequence[dict[str, Any]]) -> Any:
+    """The S = T cells side by side: milliseconds per mechanism and softmax / mechanism time.
+
+    Returns a pandas DataFrame indexed by S (= T), or None when no cell has S = T."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    df = df[df["S"] == df["T"]]
+    if df.empty:
+        return None
+    table = df.pivot(index="S", columns="mechanism", values="seconds") * 1e3  # ms
+    table = table[list(dict.fromkeys(df["mechanism"]))].rename(columns=lambda m: f"{m} ms")
+    if "softmax" in set(df["mechanism"]):
+        for name in dict.fromkeys(df["mechanism"]):
+            if name != "softmax":
+                speed = df[df["mechanism"] == name].set_index("S")["speedup_vs_softmax"]
+                table[f"softmax / {name}"] = speed
+    return table
+
+
 def summarise(rows: Sequence[dict[str, Any]]) -> str:
-    """Seconds and speed-up grids (rows S, columns T) as Markdown."""
+    """The S = T table, then seconds and speed-up grids (rows S, columns T), as Markdown."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
     lines: list[str] = []
+    square = square_table(rows)
+    if square is not None:
+        lines += ["### S = T: milliseconds for precompute + T steps, and softmax time / mechanism time", ""]
+        lines += [markdown_table(square, ".2f", "", "S=T="), ""]
+        if (df["S"] == df["T"]).all():  # --square: the grids would only repeat their diagonals
+            return "\n".join(lines)
     for name, g in df.groupby("mechanism", sort=False):
         table = g.pivot(index="S", columns="T", values="seconds") * 1e3
         lines += [f"### {name}: milliseconds for precompute + T steps", "", markdown_table(table, ".3f", "T=", "S="), ""]
@@ -157,6 +188,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--mechanisms", nargs="+", default=MECHANISMS, choices=MECHANISMS)
     p.add_argument("--sources", nargs="+", type=int, help=f"source lengths S (default {FULL_SIZES})")
     p.add_argument("--targets", nargs="+", type=int, help=f"output lengths T (default {FULL_SIZES})")
+    p.add_argument("--square", nargs="+", type=int, help="run only the cells S = T for these sizes")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--dim", type=int, default=256, help="H = D = attention width")
     p.add_argument("--K", type=int, default=32, help="memory vectors of the memory mechanism")
@@ -166,7 +198,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--silent", action="store_true")
     args = p.parse_args(argv)
-    args.sources = args.sources or (QUICK_SOURCES if args.quick else FULL_SIZES)
+    if args.square and (args.sources or args.targets):
+        p.error("--square runs S = T cells; give it the sizes instead of --sources/--targets")
+    args.sources = args.square or args.sources or (QUICK_SOURCES if args.quick else FULL_SIZES)
     args.targets = args.targets or (QUICK_TARGETS if args.quick else FULL_SIZES)
     args.repeats = args.repeats or (3 if args.quick else 5)
     return args

@@ -7,13 +7,14 @@ Run it (from the repository root):
     .venv/bin/python benchmarks/decode_speed.py --output bench-out                # the full grid
     .venv/bin/python benchmarks/decode_speed.py --device cuda --threads 4 --output bench-gpu
     .venv/bin/python benchmarks/decode_speed.py --mechanisms none memory:K=32 bahdanau \\
-        --lengths 200 --modes beam --output bench-out
+        --lengths 50 200 --batch 16 --output bench-out     # the headline ratios, greedy and beam 10
 
 Writes ``DIR/decode_speed.csv`` (one row per mechanism x length x mode: ``mechanism``, ``length``,
 ``mode``, ``seconds`` = median over the repeats, ``per_step_ms``, ``min_seconds``, ``repeats``,
 ``batch``, ``beam``, ``steps``, ``preset``, ``device``, ``threads``), ``DIR/decode_speed.png``
 (seconds vs length, one panel per mode) and ``DIR/decode_speed.md`` (the printed tables and ratios,
-with the machine named).
+with the machine named). The first table puts the headline ratios side by side, greedy and beam:
+each memory spec's time / no-attention time and Bahdanau's time / each memory spec's time.
 
 What is timed: ``Seq2Seq.greedy_decode`` / ``Seq2Seq.beam_search`` (encoder, attention
 precompute, the decode loop, beam bookkeeping and backtracking) on one fixed batch that is
@@ -162,13 +163,41 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def ratio_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headline ratios: per mode and length, memory / none and bahdanau / memory (median
+    seconds), for every memory spec present. Returns dicts with ``mode``, ``length``,
+    ``numerator``, ``denominator``, ``ratio``."""
+    seconds = {(r["mode"], r["length"], r["mechanism"]): r["seconds"] for r in rows}
+    specs = list(dict.fromkeys(r["mechanism"] for r in rows))
+    memories = [m for m in specs if m.startswith("memory")]
+    pairs = [(m, "none") for m in memories] + [("bahdanau", m) for m in memories]
+    out = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        for length in dict.fromkeys(r["length"] for r in rows):
+            for num, den in pairs:
+                if (mode, length, num) in seconds and (mode, length, den) in seconds:
+                    ratio = seconds[(mode, length, num)] / seconds[(mode, length, den)]
+                    out.append({"mode": mode, "length": length, "numerator": num, "denominator": den, "ratio": ratio})
+    return out
+
+
 def summarise(rows: Sequence[dict[str, Any]]) -> str:
-    """The seconds table (mechanism x length, per mode) and the ratios, as Markdown."""
+    """The headline ratios side by side, then the seconds table (mechanism x length, per mode)
+    and the ratios per mode, as Markdown."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
     order = list(dict.fromkeys(df["mechanism"]))
     lines: list[str] = []
+    headline = ratio_rows(rows)
+    if headline:
+        beam = next((r["beam"] for r in rows if r["mode"] == "beam"), None)
+        hd = pd.DataFrame(headline)
+        hd["ratio_name"] = hd["numerator"] + " / " + hd["denominator"]
+        hd["column"] = hd["mode"].map(lambda m: f"beam {beam}" if m == "beam" else m) + ", L=" + hd["length"].astype(str)
+        table = hd.pivot(index="ratio_name", columns="column", values="ratio")
+        table = table.reindex(index=list(dict.fromkeys(hd["ratio_name"])), columns=list(dict.fromkeys(hd["column"])))
+        lines += ["### Headline ratios (median decode time)", "", markdown_table(table, ".3f"), ""]
     for mode, g in df.groupby("mode", sort=False):
         table = g.pivot(index="mechanism", columns="length", values="seconds").reindex(order)
         lines += [f"### Decode seconds, {mode} (median)", "", markdown_table(table, ".4f", "L="), ""]

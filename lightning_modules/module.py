@@ -18,11 +18,12 @@ datamodule can ``detokenize``; the same under ``test/``.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Gt, Interval
 
 from .attention import attention_options
 from .seq2seq import Seq2Seq, get_preset
@@ -58,6 +59,13 @@ METRICS: dict[str, dict[str, str]] = {
 }
 
 
+# Value ranges, declared once here (plain annotated_types markers: pydantic's TypeAdapter and
+# typing.get_type_hints(include_extras=True) both read them).
+PositiveInt = Annotated[int, Ge(1)]
+TokenId = Annotated[int, Ge(0)]
+Probability = Annotated[float, Interval(ge=0, lt=1)]
+
+
 class _DecodeBuffer:
     """Hypotheses, references and decode time accumulated over one evaluation epoch."""
 
@@ -74,11 +82,13 @@ class Seq2SeqModule(pl.LightningModule):
         src_vocab_size, tgt_vocab_size: vocabulary sizes (the datamodule's attributes).
         attention: registered mechanism name; attention_kwargs: its options (e.g. ``{"K": 16}``).
         preset: a ``PRESETS`` name; the size arguments below override it when not None.
-        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes.
+        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes
+            (hidden_size: decoder units, and encoder units per direction; dropout on cell inputs).
         max_source_len: longest source incl. EOS (memory and luong_location attention need it).
         pad_id, bos_id, eos_id: special token ids.
-        lr, weight_decay: Adam settings.
-        val_beam_size: 1 decodes greedily in validation/test, more uses beam search.
+        lr, weight_decay: Adam settings (default: the paper's Adam at 1e-4, no weight decay).
+        val_beam_size: 1 decodes greedily in validation/test, more uses beam search (the
+            paper's 10 is set by the studies; greedy keeps validation cheap by default).
         length_penalty: beam search's length normalisation exponent.
         max_decode_len: most decoding steps (default 2 * longest source + 10).
         val_decode: decode the validation set to log BLEU and decode time.
@@ -86,26 +96,26 @@ class Seq2SeqModule(pl.LightningModule):
 
     def __init__(
         self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
+        src_vocab_size: PositiveInt,
+        tgt_vocab_size: PositiveInt,
         attention: str = "bahdanau",
         attention_kwargs: dict | None = None,
         preset: str = "tiny",
-        embedding_dim: int | None = None,
-        hidden_size: int | None = None,
-        encoder_layers: int | None = None,
-        decoder_layers: int | None = None,
-        dropout: float | None = None,
+        embedding_dim: PositiveInt | None = None,
+        hidden_size: PositiveInt | None = None,
+        encoder_layers: PositiveInt | None = None,
+        decoder_layers: PositiveInt | None = None,
+        dropout: Probability | None = None,
         bidirectional: bool | None = None,
-        max_source_len: int = 256,
-        pad_id: int = 0,
-        bos_id: int = 1,
-        eos_id: int = 2,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        val_beam_size: int = 1,
-        length_penalty: float = 1.0,
-        max_decode_len: int | None = None,
+        max_source_len: PositiveInt = 256,
+        pad_id: TokenId = 0,
+        bos_id: TokenId = 1,
+        eos_id: TokenId = 2,
+        lr: Annotated[float, Gt(0)] = 1e-4,
+        weight_decay: Annotated[float, Ge(0)] = 0.0,
+        val_beam_size: PositiveInt = 1,
+        length_penalty: Annotated[float, Ge(0)] = 1.0,
+        max_decode_len: PositiveInt | None = None,
         val_decode: bool = True,
     ) -> None:
         super().__init__()

@@ -10,9 +10,11 @@ Plain ``nn.Module`` code (no Lightning) so the model can be reused anywhere::
 
 Architecture choices (documented once, here):
 
-* Encoder: embeddings -> dropout -> (bi)LSTM stack over packed sequences. A bidirectional encoder
-  uses ``hidden_size // 2`` units per direction, so the memory it produces has size
-  ``D = hidden_size``, equal to the decoder's query size (dot-product attention needs H == D).
+* Encoder: embeddings -> dropout -> (bi)LSTM stack over packed sequences. ``hidden_size`` is the
+  number of units *per direction* (google/seq2seq's reading of the paper's "256-unit
+  bidirectional LSTM"), so a bidirectional encoder's memory has size ``D = 2 * hidden_size``
+  (``Encoder.output_size``), twice the decoder's query size H; every mechanism takes H and D
+  separately (luong_dot, which needs H == D, raises and names the fix).
 * Bridge: ``tanh(W [final states of every encoder layer and direction])`` gives the decoder's
   initial (h, c) for every decoder layer (separate linears for h and c), so the encoder and
   decoder may have different depths and the no-attention baseline is a real seq2seq model.
@@ -20,10 +22,18 @@ Architecture choices (documented once, here):
   runs one ``nn.LSTMCell`` per layer, queries the attention with the top state ``h_i`` to get the
   context ``c_i``, and predicts ``softmax(W [h_i; c_i] + b)``. ``c_0 = 0``. No extra tanh layer:
   the fed-back vector is the raw context ``c_{i-1}``.
-* Beam search ranks hypotheses by their length-normalised log-probability
-  ``score / len ** length_penalty`` (len counts EOS) at every step; finished hypotheses stay in
-  the beam with a frozen score and length (they can only be displaced by a better-normalised
-  hypothesis), so ``beam_size=1`` is exactly greedy decoding.
+* Dropout as the paper ("applied to the input of each cell"): on the encoder's embeddings and
+  between its layers, on the decoder's whole first-cell input ``[emb(y_{i-1}); c_{i-1}]`` (the
+  fed-back context included) and between its layers; nowhere else (not before the output layer).
+* Beam search keeps ``beam_size`` unfinished hypotheses per sentence and a separate pool of
+  finished ones. Each step ranks the ``2 * beam_size`` best extensions by log-probability (all
+  unfinished hypotheses have the same length, so this is also the length-normalised order);
+  those ending in EOS among the first ``beam_size`` enter the pool with their normalised score
+  ``score / len ** length_penalty`` (len counts EOS), the best ``beam_size`` others stay alive.
+  A sentence is done once ``beam_size`` hypotheses finished and the pool's best beats the best
+  live hypothesis at its current length; the result is the pool's best by
+  normalised score (an unfinished hypothesis only where none finished by ``max_len``). A
+  finished hypothesis is never lost to partial ones, and ``beam_size=1`` is exactly greedy.
 """
 from __future__ import annotations
 
@@ -38,6 +48,10 @@ from .attention.base import Attention
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(embedding_dim=32, hidden_size=64, encoder_layers=1, decoder_layers=1, dropout=0.0, bidirectional=True),
+    # Britz et al. (2017) §4.1 / §4.2: 2-layer 256-unit (copy) / 512-unit (WMT) bidirectional LSTM
+    # encoder (units per direction, so memory size 512 / 1024), 2-layer decoder of the same units,
+    # embeddings 256 / 512, dropout 0.2 on the input of each cell. Adam 1e-4, batch 128 and beam 10
+    # are training settings: the studies (sweeps/*.yaml) set them.
     "paper_copy": dict(
         embedding_dim=256, hidden_size=256, encoder_layers=2, decoder_layers=2, dropout=0.2, bidirectional=True
     ),
@@ -58,6 +72,16 @@ def get_preset(name: str) -> dict[str, Any]:
     return dict(PRESETS[name])
 
 
+def attention_dims(preset: str, hidden_size: Optional[int] = None, bidirectional: Optional[bool] = None) -> tuple[int, int]:
+    """(query_dim H, memory_dim D) of the attention in a model built from ``preset`` with these
+    overrides: H = hidden_size, D = hidden_size x directions. For checking a mechanism's options
+    (e.g. luong_dot's H == D) before any model is built."""
+    sizes = get_preset(preset)
+    hidden = hidden_size if hidden_size is not None else sizes["hidden_size"]
+    bidi = bidirectional if bidirectional is not None else sizes["bidirectional"]
+    return hidden, hidden * (2 if bidi else 1)
+
+
 def source_mask(src_lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """(B, S) bool, True at real tokens."""
     positions = torch.arange(max_len, device=src_lengths.device)  # (S,)
@@ -70,9 +94,10 @@ class Encoder(nn.Module):
     Args:
         vocab_size: source vocabulary size.
         embedding_dim: embedding size E.
-        hidden_size: size D of the produced memory (split over the two directions if bidirectional).
+        hidden_size: LSTM units per direction; the memory has size ``output_size`` =
+            ``hidden_size`` x directions.
         num_layers: LSTM layers.
-        dropout: dropout on embeddings and between LSTM layers.
+        dropout: dropout on the input of each layer (the embeddings, and between LSTM layers).
         bidirectional: run a backward LSTM as well.
         decoder_layers: number of decoder layers the bridge initialises.
         decoder_hidden_size: size of each decoder layer's state.
@@ -92,10 +117,9 @@ class Encoder(nn.Module):
         pad_id: int = PAD_ID,
     ) -> None:
         super().__init__()
-        if bidirectional and hidden_size % 2:
-            raise ValueError(f"a bidirectional encoder needs an even hidden_size (got {hidden_size})")
         self.num_directions = 2 if bidirectional else 1
         self.hidden_size = hidden_size
+        self.output_size = hidden_size * self.num_directions
         self.num_layers = num_layers
         self.decoder_layers = decoder_layers
         self.decoder_hidden_size = decoder_hidden_size
@@ -103,13 +127,13 @@ class Encoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.rnn = nn.LSTM(
             embedding_dim,
-            hidden_size // self.num_directions,
+            hidden_size,
             num_layers=num_layers,
             dropout=dropout if num_layers > 1 else 0.0,
             bidirectional=bidirectional,
             batch_first=True,
         )
-        final_size = num_layers * hidden_size  # every layer's final state, both directions
+        final_size = num_layers * self.output_size  # every layer's final state, both directions
         self.bridge_h = nn.Linear(final_size, decoder_layers * decoder_hidden_size)
         self.bridge_c = nn.Linear(final_size, decoder_layers * decoder_hidden_size)
 
@@ -126,7 +150,7 @@ class Encoder(nn.Module):
         batch, seq_len = src.shape
         emb = self.dropout(self.embedding(src))  # (B, S, E)
         packed = pack_padded_sequence(emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, (h_n, c_n) = self.rnn(packed)  # h_n, c_n: (layers * dirs, B, D / dirs)
+        out, (h_n, c_n) = self.rnn(packed)  # h_n, c_n: (layers * dirs, B, hidden_size)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=seq_len)  # (B, S, D)
         mask = source_mask(src_lengths, seq_len)  # (B, S)
         h0 = torch.tanh(self.bridge_h(h_n.transpose(0, 1).reshape(batch, -1)))  # (B, L_dec * H)
@@ -146,7 +170,7 @@ class Decoder(nn.Module):
         embedding_dim: embedding size E.
         hidden_size: state size H of every layer (the attention's query size).
         num_layers: LSTM layers.
-        dropout: dropout on embeddings, between layers and before the output layer.
+        dropout: dropout on the input of each cell: [embedding; fed-back context], and between layers.
         attention: a built mechanism (query_dim H, memory_dim D).
         pad_id: padding id.
     """
@@ -208,10 +232,10 @@ class Decoder(nn.Module):
         Returns:
             logits (B, V), new LSTM state, context (B, C), new attention state, weights (B, S) or None.
         """
-        x = torch.cat([self._drop(self.embedding(y_prev)), ctx_prev], dim=-1)  # (B, E + C)
+        x = self._drop(torch.cat([self.embedding(y_prev), ctx_prev], dim=-1))  # (B, E + C)
         hs, cs = self._cells(x, state[0], state[1])
         ctx, attn_state, weights = self.attention.step(hs[-1], cache, attn_state, need_weights)  # (B, C)
-        logits = self.out(self._drop(torch.cat([hs[-1], ctx], dim=-1)))  # (B, V)
+        logits = self.out(torch.cat([hs[-1], ctx], dim=-1))  # (B, V)
         return logits, (hs, cs), ctx, attn_state, weights
 
     def forward(self, tgt_in: torch.Tensor, state: LSTMState, cache: Any, attn_state: Any) -> torch.Tensor:
@@ -224,17 +248,17 @@ class Decoder(nn.Module):
             logits (B, T, V).
         """
         batch, steps = tgt_in.shape
-        emb = self._drop(self.embedding(tgt_in))  # (B, T, E)
+        emb = self.embedding(tgt_in)  # (B, T, E)
         hs, cs = state
         ctx = emb.new_zeros(batch, self.context_dim)  # (B, C)
         outputs = []
         for t in range(steps):
-            x = torch.cat([emb[:, t], ctx], dim=-1)  # (B, E + C)
+            x = self._drop(torch.cat([emb[:, t], ctx], dim=-1))  # (B, E + C)
             hs, cs = self._cells(x, hs, cs)
             ctx, attn_state, _ = self.attention.step(hs[-1], cache, attn_state, False)  # (B, C)
             outputs.append(torch.cat([hs[-1], ctx], dim=-1))  # (B, H + C)
         features = torch.stack(outputs, dim=1)  # (B, T, H + C)
-        return self.out(self._drop(features))  # (B, T, V)
+        return self.out(features)  # (B, T, V)
 
 
 class Seq2Seq(nn.Module):
@@ -244,7 +268,8 @@ class Seq2Seq(nn.Module):
         src_vocab_size, tgt_vocab_size: vocabulary sizes (ids per docs/CONTRACTS.md).
         attention: registered mechanism name (``lightning_modules.attention.ATTENTION_REGISTRY``).
         attention_kwargs: the mechanism's own options (e.g. ``{"K": 16}``).
-        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes.
+        embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes
+            (``hidden_size``: decoder units, and encoder units per direction).
         max_source_len: longest source (incl. EOS) the model must handle; passed to mechanisms that
             take a ``max_source_len`` option (memory, luong_location) unless set in attention_kwargs.
         pad_id, bos_id, eos_id: special token ids.
@@ -287,7 +312,8 @@ class Seq2Seq(nn.Module):
             decoder_hidden_size=hidden_size,
             pad_id=pad_id,
         )
-        attn = build_attention(attention, query_dim=hidden_size, memory_dim=hidden_size, **options)
+        memory_dim = self.encoder.output_size  # D = 2 * hidden_size when bidirectional
+        attn = build_attention(attention, query_dim=hidden_size, memory_dim=memory_dim, **options)
         self.decoder = Decoder(tgt_vocab_size, embedding_dim, hidden_size, decoder_layers, dropout, attn, pad_id)
 
     @classmethod
@@ -392,13 +418,16 @@ class Seq2Seq(nn.Module):
         return_scores: bool = False,
         check_every: int = 4,
         min_len: int = 0,
+        share_cache: bool = True,
     ) -> Any:
         """Beam search over all sentences and beams at once (call ``eval()`` first).
 
-        Hypotheses are ranked by ``sum log p / len ** length_penalty`` (len counts EOS; 0 disables
-        the normalisation). Finished hypotheses stay in the beam, extending only with padding at
-        no cost. The source cache is expanded once; LSTM and attention state are reordered with
-        one generic ``index_select`` per step.
+        ``beam_size`` unfinished hypotheses per sentence, plus a pool of finished ones (see the
+        module docstring). Finished hypotheses are ranked by ``sum log p / len ** length_penalty``
+        (len counts EOS; 0 disables the normalisation). The attention's source-only cache stays at
+        one row per sentence, shared by its beams, when the mechanism allows it
+        (``Attention.shares_cache``); otherwise it is copied to every beam once. LSTM and
+        attention state are reordered with one generic ``index_select`` per step.
 
         Args:
             src: (B, S); src_lengths: (B,).
@@ -406,9 +435,11 @@ class Seq2Seq(nn.Module):
             max_len: most target steps (default 2 * longest source + 10).
             length_penalty: the exponent alpha.
             return_scores: also return lengths (B,) and normalised scores (B,).
-            check_every: steps between the (syncing) "all finished?" checks.
+            check_every: steps between the (syncing) "all sentences done?" checks.
             min_len: EOS is masked out (before the softmax) for the first ``min_len`` steps;
                 ``min_len=max_len`` makes every hypothesis take exactly ``max_len`` steps.
+            share_cache: False copies the cache to every beam even where it could be shared (the
+                generic path, kept as the reference the shared one is tested against).
         Returns:
             tokens (B, T') of the best hypothesis per sentence (EOS then padding), or
             (tokens, lengths, scores) when ``return_scores``.
@@ -419,23 +450,29 @@ class Seq2Seq(nn.Module):
             )
         max_len = self._default_max_len(src_lengths, max_len)
         batch, k, vocab = src.shape[0], beam_size, self.tgt_vocab_size
+        device = src.device
         state, cache, attn_state = self._start(src, src_lengths)
-        expand = torch.arange(batch, device=src.device).repeat_interleave(k)  # (B*k,)
-        cache = map_batch(lambda x: x.index_select(0, expand), cache)
+        expand = torch.arange(batch, device=device).repeat_interleave(k)  # (B*k,)
+        if not (share_cache and self.attention.shares_cache):
+            cache = map_batch(lambda x: x.index_select(0, expand), cache)  # (B*k, ...) a copy per beam
         attn_state = map_batch(lambda x: x.index_select(0, expand), attn_state)
         state = map_batch(lambda x: x.index_select(0, expand), state)
         n = batch * k
         y = src.new_full((n,), self.bos_id)  # (B*k,)
         ctx = state[0][0].new_zeros(n, self.decoder.context_dim)  # (B*k, C)
-        scores = torch.zeros(batch, k, device=src.device)  # (B, k) raw log-prob sums
+        scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-prob sums of the live beams
         scores[:, 1:] = float("-inf")  # only the first beam is alive at the start
         scores = scores.view(n)  # (B*k,)
-        finished = torch.zeros(n, dtype=torch.bool, device=src.device)  # (B*k,)
-        lengths = torch.zeros(n, dtype=torch.long, device=src.device)  # (B*k,)
-        # a finished hypothesis extends with padding at zero cost and nothing else
-        frozen_row = torch.full((vocab,), float("-inf"), device=src.device)  # (V,)
-        frozen_row[self.pad_id] = 0.0
-        row_offset = (torch.arange(batch, device=src.device) * k).unsqueeze(1)  # (B, 1)
+        row_offset = (torch.arange(batch, device=device) * k).unsqueeze(1)  # (B, 1)
+        width = 2 * k  # candidates ranked per sentence: at most k of them end in EOS
+        in_first_k = (torch.arange(width, device=device) < k).unsqueeze(0)  # (1, 2k)
+        # the finished pool, kept as its best member per sentence: normalised score, the step whose
+        # token was its EOS, and the live row (of the step before) it extended
+        pool_score = torch.full((batch,), float("-inf"), device=device)  # (B,)
+        pool_step = torch.full((batch,), -1, dtype=torch.long, device=device)  # (B,)
+        pool_parent = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
+        pool_count = torch.zeros(batch, dtype=torch.long, device=device)  # (B,) hypotheses finished so far
+        done = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
         history_tokens, history_parents = [], []
         step = self.decoder.step
         for t in range(max_len):
@@ -443,34 +480,54 @@ class Seq2Seq(nn.Module):
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             logp = torch.log_softmax(logits.float(), dim=-1)  # (B*k, V)
-            logp = torch.where(finished.unsqueeze(1), frozen_row, logp)  # (B*k, V)
-            cand = scores.unsqueeze(1) + logp  # (B*k, V)
-            cand_len = torch.where(finished, lengths, torch.full_like(lengths, t + 1))  # (B*k,)
-            if length_penalty:
-                norm = cand / cand_len.float().pow(length_penalty).unsqueeze(1)  # (B*k, V)
-            else:
-                norm = cand
-            _, top = norm.view(batch, k * vocab).topk(k, dim=1)  # (B, k)
-            parent = (row_offset + top // vocab).view(n)  # (B*k,) flat index of the parent beam
-            y = (top % vocab).view(n)  # (B*k,)
-            scores = cand.view(batch, k * vocab).gather(1, top).view(n)  # (B*k,)
-            lengths = cand_len.index_select(0, parent)  # (B*k,)
-            finished = finished.index_select(0, parent) | (y == self.eos_id)  # (B*k,)
+            cand = (scores.unsqueeze(1) + logp).view(batch, k * vocab)  # (B, k*V)
+            top_scores, top = cand.topk(width, dim=1)  # (B, 2k) best first
+            top_tokens = top % vocab  # (B, 2k)
+            top_parents = row_offset + top // vocab  # (B, 2k) flat index of the live parent row
+            is_eos = top_tokens == self.eos_id  # (B, 2k)
+            # EOS among the first k candidates finishes a hypothesis (of a sentence still searching)
+            finishing = is_eos & in_first_k & ~done.unsqueeze(1) & torch.isfinite(top_scores)  # (B, 2k)
+            norm = top_scores / float(t + 1) ** length_penalty if length_penalty else top_scores  # (B, 2k)
+            best_new, best_at = torch.where(finishing, norm, float("-inf")).max(dim=1)  # (B,), (B,)
+            better = best_new > pool_score  # (B,)
+            pool_score = torch.where(better, best_new, pool_score)
+            pool_step = torch.where(better, torch.full_like(pool_step, t), pool_step)
+            pool_parent = torch.where(better, top_parents.gather(1, best_at.unsqueeze(1)).squeeze(1), pool_parent)
+            # the k best candidates that do not end in EOS stay alive (stable: best first)
+            keep = (~is_eos).to(torch.uint8).argsort(dim=1, descending=True, stable=True)[:, :k]  # (B, k)
+            live_scores = top_scores.gather(1, keep)  # (B, k)
+            y = top_tokens.gather(1, keep).view(n)  # (B*k,)
+            parent = top_parents.gather(1, keep).view(n)  # (B*k,)
+            scores = live_scores.view(n)  # (B*k,)
+            # done once k hypotheses finished and the best of them beats the best live one (at its length)
+            live_best = live_scores[:, 0] / float(t + 1) ** length_penalty if length_penalty else live_scores[:, 0]
+            pool_count = pool_count + finishing.sum(dim=1)  # (B,)
+            done = done | ((pool_count >= k) & (pool_score >= live_best))  # (B,)
             history_tokens.append(y)
             history_parents.append(parent)
             state = map_batch(lambda x: x.index_select(0, parent), state)
             attn_state = map_batch(lambda x: x.index_select(0, parent), attn_state)
             ctx = ctx.index_select(0, parent)  # (B*k, C)
-            if (t + 1) % check_every == 0 and bool(finished.all()):
+            if (t + 1) % check_every == 0 and bool(done.all()):
                 break
-        final = scores / lengths.float().pow(length_penalty) if length_penalty else scores  # (B*k,)
-        best_score, best = final.view(batch, k).max(dim=1)  # (B,), (B,)
-        slot = (row_offset.squeeze(1) + best)  # (B,)
-        out = []
-        for tokens_t, parents_t in zip(reversed(history_tokens), reversed(history_parents)):
-            out.append(tokens_t.index_select(0, slot))  # (B,)
-            slot = parents_t.index_select(0, slot)
-        tokens, out_lengths = self._finish(torch.stack(out[::-1], dim=1))  # (B, T')
+        steps = len(history_tokens)
+        # where nothing finished, the best live hypothesis (slot 0: the live beams are best first)
+        unfinished = pool_step < 0  # (B,)
+        best_live = row_offset.squeeze(1)  # (B,)
+        live_norm = scores.index_select(0, best_live)  # (B,)
+        if length_penalty:
+            live_norm = live_norm / float(steps) ** length_penalty
+        best_score = torch.where(unfinished, live_norm, pool_score)  # (B,)
+        end = torch.where(unfinished, torch.full_like(pool_step, steps), pool_step)  # (B,) tokens before it
+        slot = torch.where(unfinished, best_live, pool_parent)  # (B,) live row at step end - 1
+        out = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)  # (B, T)
+        for t in range(steps - 1, -1, -1):
+            active = t < end  # (B,)
+            out[:, t] = torch.where(active, history_tokens[t].index_select(0, slot), out[:, t])
+            slot = torch.where(active, history_parents[t].index_select(0, slot), slot)
+        rows = torch.arange(batch, device=device)[~unfinished]  # the finished sentences
+        out[rows, end[~unfinished]] = self.eos_id
+        tokens, out_lengths = self._finish(out)  # (B, T')
         if return_scores:
             return tokens, out_lengths, best_score
         return tokens

@@ -9,7 +9,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_modules.attention import ATTENTION_REGISTRY, build_attention, map_batch
-from lightning_modules.attention.functional import monotonic_alignment, position_encoding
+from lightning_modules.attention.functional import (
+    monotonic_alignment,
+    position_encoding,
+    sentence_position_encoding,
+)
 
 torch.set_num_threads(1)
 
@@ -135,6 +139,38 @@ def test_cache_and_state_survive_batch_reordering(name):
     p_ctx2, _, p_w2 = attn.step(queries[1][perm], p_cache, p_state1, need_weights=True)
     torch.testing.assert_close(p_ctx2, ctx2[perm], atol=1e-6, rtol=0)
     torch.testing.assert_close(p_w2, w2[perm], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", NAMES)
+def test_a_cache_shared_by_groups_of_query_rows_equals_a_copied_one(name, training):
+    """With ``shares_cache``, G consecutive query rows (a sentence's beams) read one cache row:
+    contexts, weights and states equal those from a cache copied to every row."""
+    attn = build(name)
+    if not attn.shares_cache:
+        pytest.skip(f"{name} does not share its cache")
+    attn.train(training)
+    G = 3
+    memory, mask, queries = make_inputs()
+    rows = torch.arange(B).repeat_interleave(G)  # (B*G,)
+    cache = attn.precompute(memory, mask)
+    copied = map_batch(lambda x: x.index_select(0, rows), cache)
+    state = map_batch(lambda x: x.index_select(0, rows), attn.initial_state(cache))
+    state_copied = state
+    for query in queries[:3]:
+        q = query.index_select(0, rows) + 0.1 * torch.randn(B * G, H)  # the beams differ
+        torch.manual_seed(7)  # the same training noise for both
+        ctx, state, w = attn.step(q, cache, state, need_weights=True)
+        torch.manual_seed(7)
+        ctx_c, state_copied, w_c = attn.step(q, copied, state_copied, need_weights=True)
+        torch.testing.assert_close(ctx, ctx_c, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(w, w_c, rtol=1e-5, atol=1e-6)
+        flat, flat_c = [], []
+        map_batch(flat.append, state)
+        map_batch(flat_c.append, state_copied)
+        assert len(flat) == len(flat_c) and all(torch.equal(x, y) for x, y in zip(flat, flat_c))
+    with pytest.raises(ValueError, match="whole number of rows"):
+        attn.step(queries[0][:3], cache, attn.initial_state(cache))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -270,15 +306,57 @@ def test_memory_scoring_pairs(encoder_scoring, decoder_scoring, normalization):
         assert torch.all((beta > 0) & (beta < 1)) and not torch.allclose(beta.sum(1), torch.ones(B))
 
 
-def test_memory_position_encoding_multiplies_scores_before_masking():
+def test_memory_position_encoding_is_renormalised_per_sentence():
+    """alpha^PE_s = score_enc(W_alpha h_s o l_s) with each sentence's own renormalised l (§3.2);
+    the un-renormalised columns of L remain an option."""
     attn = build("memory", position_encoding=True, max_source_len=12)
     memory, mask, queries = make_inputs()
     alpha = attn.precompute(memory, mask)["alpha"]
-    pe = position_encoding(4, 12)[:, :S].T  # (S, K): l_s for s = 1..S of S_max = 12
-    expected = torch.softmax(attn.W_alpha(memory) * pe, dim=-1) * mask[..., None]
+    L = position_encoding(4, 12)[:, :S]  # (K, S) of S_max = 12
+    l = sentence_position_encoding(L, mask)  # (B, S, K), jagged
+    assert not torch.allclose(l[0], l[1])  # a 9- and a 5-token sentence get different encodings
+    expected = torch.softmax(attn.W_alpha(memory) * l, dim=-1) * mask[..., None]
     torch.testing.assert_close(alpha, expected)
+    raw = build("memory", position_encoding=True, max_source_len=12, position_encoding_normalization="none")
+    expected_raw = torch.softmax(raw.W_alpha(memory) * L.T, dim=-1) * mask[..., None]
+    torch.testing.assert_close(raw.precompute(memory, mask)["alpha"], expected_raw)
     with pytest.raises(ValueError, match="max_source_len=5"):
         build("memory", position_encoding=True, max_source_len=5).precompute(memory, mask)
+
+
+def test_memory_projections_have_no_bias_unless_asked():
+    """Eqs. 5, 7 and 9 have no bias terms; ``bias=True`` restores them."""
+    attn = build("memory")
+    assert attn.W_alpha.bias is None and attn.W_beta.bias is None
+    with_bias = build("memory", bias=True)
+    assert with_bias.W_alpha.bias is not None and with_bias.W_beta.bias is not None
+
+
+def test_key_value_is_unscaled_unless_asked():
+    memory, mask, queries = make_inputs()
+    plain, scaled = build("key_value"), build("key_value", scaled=True)  # same seed, same weights
+    q, keys = plain.query_proj(queries[0]), plain.key_proj(memory)  # (B, d), (B, S, d)
+    scores = torch.einsum("bsk,bk->bs", keys, q)  # (B, S)
+    for attn, divisor in ((plain, 1.0), (scaled, math.sqrt(D))):
+        _, _, weights = attn.step(queries[0], attn.precompute(memory, mask), None, need_weights=True)
+        torch.testing.assert_close(weights, torch.softmax(scores / divisor + (~mask) * -1e30, dim=-1) * mask)
+
+
+def test_every_mechanism_takes_query_and_memory_sizes_separately():
+    """A bidirectional encoder gives D = 2H: every mechanism but those declaring equal_sizes builds
+    and steps with H != D, returning contexts of its context_dim."""
+    memory = torch.randn(2, 5, 2 * H)  # (B, S, D = 2H)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    for name in NAMES:
+        cls = ATTENTION_REGISTRY[name]
+        if cls.equal_sizes:
+            with pytest.raises(ValueError, match="bidirectional=false"):
+                build_attention(name, query_dim=H, memory_dim=2 * H, **OPTIONS.get(name, {}))
+            continue
+        attn = build_attention(name, query_dim=H, memory_dim=2 * H, **OPTIONS.get(name, {})).eval()
+        cache = attn.precompute(memory, mask)
+        ctx, _, _ = attn.step(torch.randn(2, H), cache, attn.initial_state(cache))
+        assert ctx.shape == (2, attn.context_dim)
 
 
 @pytest.mark.parametrize("option", ["encoder_scoring", "decoder_scoring", "encoder_normalization"])
@@ -353,22 +431,73 @@ def test_monotonic_hard_decode_is_monotonic_and_matches_the_maths():
 
 
 def test_monotonic_hard_decode_is_linear_time(monkeypatch):
-    batch, src_len, steps = 8, 30, 25
-    attn = build("monotonic", score_bias_init=-1.0).eval()
+    """Each step evaluates one window of scan_chunk energies per row; only a row whose window held
+    no hit evaluates its remaining sentence, which moves it on by >= scan_chunk or ends it."""
+    batch, src_len, steps, chunk = 8, 30, 25, 4
+    attn = build("monotonic", score_bias_init=-1.0, scan_chunk=chunk).eval()
     memory, mask, _ = make_inputs(batch=batch, src_len=src_len, lengths=[30, 30, 25, 17, 9, 30, 1, 0])
     queries = torch.randn(steps, batch, H)
-    evaluated = []
+    shapes = []
     energy = attn._energy
 
     def counting_energy(keys, query_proj):
-        evaluated.append(keys.shape[:-1].numel())
+        shapes.append(tuple(keys.shape[:-1]))
         return energy(keys, query_proj)
 
     monkeypatch.setattr(attn, "_energy", counting_energy)
     with torch.no_grad():
         _hard_decode(attn, memory, mask, queries)
-    assert 0 < sum(evaluated) <= batch * (src_len + steps)
-    assert max(evaluated) <= batch  # one candidate per scanning row at a time, never (B, S)
+    windows = [s for s in shapes if s == (batch, chunk)]
+    rests = [s for s in shapes if s != (batch, chunk)]
+    assert len(windows) == steps  # one batched window per step, never (B, S) for every row
+    assert all(n <= batch and width == src_len for n, width in rests)
+    assert 0 < sum(n for n, _ in rests) <= batch * (src_len // chunk + 1)  # jumps past a window
+
+
+def _hard_reference(energy: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Brute force, one row and one step at a time: the first j >= previous position with
+    energy > 0 (p > 0.5) inside the sentence, else -1 from then on. energy (B, T, S) -> (B, T)."""
+    B, T, _ = energy.shape
+    out = torch.full((B, T), -1, dtype=torch.long)
+    for b in range(B):
+        pos, done = 0, lengths[b] == 0
+        for t in range(T):
+            if done:
+                continue
+            j = pos
+            while j < lengths[b] and energy[b, t, j] <= 0:
+                j += 1
+            if j < lengths[b]:
+                pos = out[b, t] = j
+            else:
+                done = True
+    return out
+
+
+@pytest.mark.parametrize("src_len,steps", [(200, 200), (200, 40), (40, 200), (7, 12)])
+@pytest.mark.parametrize("bias", [-2.0, 0.0, 1.5], ids=["long-jumps", "even", "short-jumps"])
+def test_monotonic_hard_equals_brute_force_reference(src_len, steps, bias):
+    """Hard mode, batched with sentences of different lengths, against the scalar reference on
+    the same energies (float64, so no energy is so close to 0 that rounding could flip it)."""
+    torch.manual_seed(int(src_len * 7 + steps + bias * 10))
+    batch = 12
+    attn = build("monotonic", score_bias_init=bias).double().eval()
+    with torch.no_grad():
+        attn.g.fill_(3.0)  # spread the energies so both outcomes occur often
+    lengths = [src_len, 0, 1] + torch.randint(1, src_len + 1, (batch - 3,)).tolist()
+    memory = torch.randn(batch, src_len, D, dtype=torch.float64)
+    mask = torch.arange(src_len)[None, :] < torch.tensor(lengths)[:, None]  # (B, S)
+    queries = torch.randn(steps, batch, H, dtype=torch.float64)
+    with torch.no_grad():
+        hard = _hard_decode(attn, memory, mask, queries)  # (B, T, S)
+        cache = attn.precompute(memory, mask)
+        energy = torch.stack(
+            [attn._energy(cache["keys"], attn.W_h(q)[:, None, :]) for q in queries], dim=1
+        )  # (B, T, S)
+    expected = _hard_reference(energy, lengths)  # (B, T)
+    got = torch.where(hard.sum(2) > 0, hard.argmax(2), torch.full_like(expected, -1))  # (B, T)
+    assert torch.equal(got, expected)
+    assert (expected >= 0).any()  # some rows attend somewhere
 
 
 def test_monotonic_states_convert_between_modes():

@@ -40,11 +40,20 @@ def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
     assert {(r["mechanism"], int(r["length"]), r["mode"]) for r in rows} == {
         (m, L, mode) for m in mechanisms for L in (4, 7) for mode in ("greedy", "beam")
     }
-    assert all(float(r["seconds"]) > 0 for r in rows)
+    assert all(float(r["min_seconds"]) <= float(r["seconds"]) for r in rows)  # median >= fastest run
     assert all(int(r["steps"]) == int(r["length"]) + 1 for r in rows)
     assert paths["png"].stat().st_size > 0
     out = capsys.readouterr().out
     assert "machine:" in out and "time / no-attention time" in out and "bahdanau / memory:K=4" in out
+    # the headline ratios are each cell's seconds over the right baseline's, same mode and length
+    seconds = {(r["mechanism"], int(r["length"]), r["mode"]): float(r["seconds"]) for r in rows}
+    ratios = bench.ratio_rows([{**r, "length": int(r["length"]), "seconds": float(r["seconds"])} for r in rows])
+    assert {(r["numerator"], r["denominator"]) for r in ratios} == {("memory:K=4", "none"), ("bahdanau", "memory:K=4")}
+    assert len(ratios) == 2 * 2 * 2  # two ratios x two lengths x two modes
+    for r in ratios:
+        expected = seconds[(r["numerator"], r["length"], r["mode"])] / seconds[(r["denominator"], r["length"], r["mode"])]
+        assert r["ratio"] == pytest.approx(expected)
+    assert "Headline ratios" in out and "beam 3, L=7" in out
 
 
 def test_decode_speed_mechanism_specs():
@@ -82,7 +91,26 @@ def test_attention_step_tiny_run_writes_csv(tmp_path, capsys):
     assert {(r["mechanism"], int(r["S"]), int(r["T"])) for r in rows} == {
         (m, S, T) for m in ("softmax", "monotonic", "memory") for S in (5, 12) for T in (3, 6)
     }
-    assert all(float(r["seconds"]) > 0 for r in rows)
-    assert all(float(r["speedup_vs_softmax"]) == 1.0 for r in rows if r["mechanism"] == "softmax")
+    softmax = {(int(r["S"]), int(r["T"])): float(r["seconds"]) for r in rows if r["mechanism"] == "softmax"}
+    for r in rows:  # each speed-up is the same cell's softmax time over this mechanism's time
+        expected = softmax[(int(r["S"]), int(r["T"]))] / float(r["seconds"])
+        assert float(r["speedup_vs_softmax"]) == pytest.approx(expected, rel=2e-3, abs=2e-3)
     assert paths["png"].stat().st_size > 0
     assert "softmax time / monotonic time" in capsys.readouterr().out
+
+
+def test_attention_step_square_prints_the_s_equals_t_table(tmp_path, capsys):
+    bench = load("attention_step")
+    argv = ["--square", "5", "9", "--batch", "2", "--dim", "16", "--K", "4",
+            "--repeats", "1", "--warmup", "0", "--output", str(tmp_path), "--silent"]
+    rows = read_csv(bench.main(argv)["csv"])
+    assert {(int(r["S"]), int(r["T"])) for r in rows} == {(5, 5), (9, 9)}  # only S = T cells
+    table = bench.square_table([{**r, "S": int(r["S"]), "T": int(r["T"]), "seconds": float(r["seconds"]),
+                                 "speedup_vs_softmax": float(r["speedup_vs_softmax"])} for r in rows])
+    assert list(table.index) == [5, 9]
+    assert {"softmax ms", "monotonic ms", "memory ms", "softmax / monotonic", "softmax / memory"} <= set(table.columns)
+    for S in (5, 9):
+        assert table.loc[S, "softmax / monotonic"] == pytest.approx(
+            table.loc[S, "softmax ms"] / table.loc[S, "monotonic ms"], rel=2e-3, abs=2e-3
+        )
+    assert "S = T" in capsys.readouterr().out

@@ -4,7 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_modules.attention.functional import masked_softmax, monotonic_alignment, position_encoding
+from lightning_modules.attention.functional import (
+    masked_softmax,
+    monotonic_alignment,
+    position_encoding,
+    sentence_position_encoding,
+)
 
 torch.set_num_threads(1)
 
@@ -40,6 +45,28 @@ def test_position_encoding_matches_eq10_by_hand():
     assert L[0, 4].item() == pytest.approx(0.75 * 0.0 + 0.25 * 1.0)  # k=1, s=5: 0.25
     assert L[3, 4].item() == pytest.approx(1.0)  # k=K, s=S
     assert L[2, 3].item() == pytest.approx(0.25 * 0.2 + 0.75 * 0.8)  # k=3, s=4: 0.65
+
+
+
+def test_sentence_position_encoding_renormalises_a_3_token_sentence_by_hand():
+    """Britz et al. §3.2: columns past the sentence are masked out, each row renormalised over its
+    real positions. K = 4, S = 10, a 3-token sentence beside a full one (a jagged batch)."""
+    L = position_encoding(4, 10)  # (K, S)
+    mask = torch.arange(10)[None, :] < torch.tensor([3, 10])[:, None]  # (2, 10)
+    l = sentence_position_encoding(L, mask)  # (2, S, K)
+    # rows of L over s = 1..3 (by hand): k=1 .70 .65 .60 (sum 1.95), k=2 .5 .5 .5 (1.50),
+    # k=3 .30 .35 .40 (1.05), k=4 .1 .2 .3 (0.60)
+    by_hand = torch.tensor(
+        [[0.70 / 1.95, 0.5 / 1.5, 0.30 / 1.05, 0.1 / 0.6],
+         [0.65 / 1.95, 0.5 / 1.5, 0.35 / 1.05, 0.2 / 0.6],
+         [0.60 / 1.95, 0.5 / 1.5, 0.40 / 1.05, 0.3 / 0.6]]
+    )  # (s, k)
+    torch.testing.assert_close(l[0, :3], by_hand)
+    assert (l[0, 3:] == 0).all()  # exactly zero beyond the sentence
+    torch.testing.assert_close(l.sum(dim=1), torch.ones(2, 4))  # every row sums to 1 over real positions
+    torch.testing.assert_close(l[1], L.T / L.sum(dim=1))  # a full-width sentence: L renormalised
+    empty = sentence_position_encoding(L, torch.zeros(1, 10, dtype=torch.bool))
+    assert (empty == 0).all() and torch.isfinite(empty).all()
 
 
 # ---- monotonic alignment ------------------------------------------------------------------

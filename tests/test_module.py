@@ -44,6 +44,8 @@ def quick_trainer(**kwargs) -> pl.Trainer:
 
 
 def module_for(dm: CopyTaskDataModule, attention: str, **kwargs) -> Seq2SeqModule:
+    if ATTENTION_REGISTRY[attention].equal_sizes:  # luong_dot needs D == H: a unidirectional encoder
+        kwargs.setdefault("bidirectional", False)
     return Seq2SeqModule(
         dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=dm.max_source_len, **kwargs
     )
@@ -105,11 +107,14 @@ def test_detokenized_sacrebleu_and_signature():
     assert model.last_bleu_signature is not None and "nrefs:1" in model.last_bleu_signature
 
 
-def test_references_from_the_batch_are_used():
-    """With a perfect hypothesis source (the references themselves) BLEU is 100, so the key is read."""
+def test_a_perfect_copier_scores_bleu_100_and_batch_references_are_used():
+    """Decoding that returns the sources (a perfect copier) gives val/bleu 100 through the module's
+    own sacreBLEU path; a batch's ``references`` key replaces ids_to_text(tgt) as the reference."""
     dm = small_copy()
     model = module_for(dm, "none")
     model.decode = lambda src, src_lengths: src  # a perfect copier: hypotheses == sources
+    results = quick_trainer().validate(model, datamodule=dm, verbose=False)[0]
+    assert results[VAL_BLEU] == pytest.approx(100.0)
     batch = next(iter(dm.val_dataloader()))
     model._decode_into_buffer(batch, "val")
     buffer = model._buffers["val"]
@@ -124,6 +129,33 @@ def test_configuration_errors_list_the_valid_choices():
         Seq2SeqModule(24, 24, attention="none", preset="enormous")
     with pytest.raises(ValueError, match="valid names: .*none"):
         Seq2SeqModule(24, 24, attention="nope")
+
+
+def test_paper_optimiser_is_the_default():
+    """Britz et al.: Adam at 1e-4 (the module default; the studies set batch, steps and beam)."""
+    model = Seq2SeqModule(24, 24, attention="none")
+    optimiser = model.configure_optimizers()
+    assert isinstance(optimiser, torch.optim.Adam) and optimiser.param_groups[0]["lr"] == 1e-4
+
+
+def test_value_ranges_are_declared_in_the_signature():
+    """Each setting's range is an annotated_types marker on the constructor, readable by pydantic."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    hints = typing.get_type_hints(Seq2SeqModule.__init__, include_extras=True)
+    bad = {"lr": 0.0, "dropout": 1.0, "val_beam_size": 0, "hidden_size": 0, "max_source_len": -1}
+    good = {"lr": 1e-4, "dropout": 0.2, "val_beam_size": 10, "hidden_size": 256, "max_decode_len": None}
+    for name, value in bad.items():
+        with pytest.raises(ValidationError):
+            TypeAdapter(hints[name]).validate_python(value)
+    for name, value in good.items():
+        assert TypeAdapter(hints[name]).validate_python(value) == value
+    from lightning_modules.attention.memory import MemoryAttention
+
+    with pytest.raises(ValidationError):
+        TypeAdapter(typing.get_type_hints(MemoryAttention.__init__, include_extras=True)["K"]).validate_python(0)
 
 
 def test_preset_overrides():

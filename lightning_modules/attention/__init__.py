@@ -1,5 +1,13 @@
 """Attention mechanisms behind one registry: ``build_attention(name, query_dim=, memory_dim=, **options)``."""
-from .base import ATTENTION_REGISTRY, Attention, attention_options, build_attention, map_batch, register_attention
+from .base import (
+    ATTENTION_REGISTRY,
+    Attention,
+    attention_options,
+    beam_groups,
+    build_attention,
+    map_batch,
+    register_attention,
+)
 
 # Importing a mechanism's module registers it. One file per mechanism.
 from . import none  # noqa: F401  (registers "none")
@@ -9,6 +17,7 @@ __all__ = [
     "ATTENTION_REGISTRY",
     "Attention",
     "attention_options",
+    "beam_groups",
     "build_attention",
     "map_batch",
     "register_attention",

@@ -1,12 +1,13 @@
 """Bahdanau (additive) attention: score_j = v^T tanh(W_q q + W_k s_j)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
+from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
 
@@ -21,20 +22,24 @@ class BahdanauAttention(Attention):
         attention_dim: width A of the hidden scoring layer (default: H).
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, attention_dim: Optional[int] = None) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, attention_dim: Optional[Annotated[int, Ge(1)]] = None) -> None:
         super().__init__(query_dim, memory_dim)
         self.attention_dim = attention_dim or query_dim
         self.query_proj = nn.Linear(query_dim, self.attention_dim, bias=False)  # W_q
         self.key_proj = nn.Linear(memory_dim, self.attention_dim, bias=False)  # W_k
         self.v = nn.Linear(self.attention_dim, 1, bias=False)
 
+    shares_cache = True
+
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         return {"memory": memory, "mask": mask, "keys": self.key_proj(memory)}  # keys (B, S, A)
 
     def step(self, query, cache, state, need_weights=False):
-        q = self.query_proj(query)  # (B, A)
-        hidden = torch.tanh(cache["keys"] + q[:, None, :])  # (B, S, A)
-        scores = self.v(hidden).squeeze(-1)  # (B, S)
-        weights = masked_softmax(scores, cache["mask"])  # (B, S)
-        ctx = torch.bmm(weights.unsqueeze(1), cache["memory"]).squeeze(1)  # (B, D)
-        return ctx, state, weights if need_weights else None
+        keys = cache["keys"]  # (Bc, S, A), shared by the G beams of each sentence
+        Bc, G = keys.shape[0], beam_groups(query, keys.shape[0])
+        q = self.query_proj(query).view(Bc, G, 1, -1)  # (Bc, G, 1, A)
+        hidden = torch.tanh(keys.unsqueeze(1) + q)  # (Bc, G, S, A)
+        scores = self.v(hidden).squeeze(-1)  # (Bc, G, S)
+        weights = masked_softmax(scores, cache["mask"].unsqueeze(1))  # (Bc, G, S)
+        ctx = torch.bmm(weights, cache["memory"]).view(query.shape[0], -1)  # (N, D)
+        return ctx, state, weights.view(query.shape[0], -1) if need_weights else None  # (N, S)

@@ -9,6 +9,12 @@ Decoding is incremental, so each mechanism splits its work in two:
 ``cache`` and ``state`` are tensors, or (nested) tuples/dicts of tensors, or None, always with the
 batch dimension first, so beam search can expand and reorder them generically
 (:func:`map_batch`), without mechanism-specific code.
+
+Sharing the cache across beams: a mechanism that sets ``shares_cache = True`` accepts a query
+with G times as many rows as the cache (G = beams per sentence, rows sentence-major: query row
+i reads cache row ``i // G``; see :func:`beam_groups`). Beam search then keeps the source-only
+cache at one row per sentence and expands only the per-beam ``state``; for the other mechanisms
+it copies the cache to every beam, as before.
 """
 from __future__ import annotations
 
@@ -78,6 +84,24 @@ def build_attention(name: str, query_dim: int, memory_dim: int, **options: Any) 
     return cls(query_dim=query_dim, memory_dim=memory_dim, **options)
 
 
+def beam_groups(query: torch.Tensor, cache_rows: int) -> int:
+    """G, the query rows that share each cache row (1 outside beam search).
+
+    Args:
+        query: (N, ...) with N = cache_rows * G, rows grouped sentence-major.
+        cache_rows: the cache's batch size.
+    """
+    rows = query.shape[0]
+    if cache_rows == 0 or rows == cache_rows:
+        return 1
+    if rows % cache_rows:
+        raise ValueError(
+            f"attention step: {rows} query rows cannot share a cache of {cache_rows} rows; the query "
+            "must have a whole number of rows (beams) per cache row (sentence)"
+        )
+    return rows // cache_rows
+
+
 def map_batch(fn: Callable[[torch.Tensor], torch.Tensor], tree: Any) -> Any:
     """Apply ``fn`` to every tensor in a (nested) tuple/list/dict, e.g. ``index_select`` on dim 0."""
     if tree is None:
@@ -102,6 +126,10 @@ class Attention(nn.Module):
     name: ClassVar[str] = "?"
     #: whether ``step`` reads ``state`` (recurrent alignment), so the decoder must carry it
     recurrent: ClassVar[bool] = False
+    #: whether the mechanism needs query_dim == memory_dim (its constructor raises otherwise)
+    equal_sizes: ClassVar[bool] = False
+    #: whether ``step`` accepts a cache shared by G query rows each (see the module docstring)
+    shares_cache: ClassVar[bool] = False
 
     def __init__(self, query_dim: int, memory_dim: int) -> None:
         super().__init__()

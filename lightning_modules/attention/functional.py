@@ -4,7 +4,8 @@ Everything here is a plain function of tensors so the tests of the maths are tes
 mechanisms that call it:
 
 - :func:`masked_softmax`: softmax over the real positions only; padding gets exactly 0.
-- :func:`position_encoding`: the K x S position-encoding matrix of Britz et al. (2017), eq. 10.
+- :func:`position_encoding`: the K x S position-encoding matrix of Britz et al. (2017), eq. 10,
+  and :func:`sentence_position_encoding`: its per-sentence masked, renormalised form (§3.2).
 - :func:`monotonic_alignment`: Raffel et al.'s (2017) monotonic alignment, as the slow recursive
   reference, the parallel log-space form used in training, or the hard (test-time) form.
 """
@@ -49,6 +50,21 @@ def position_encoding(K: int, S: int, dtype: torch.dtype = torch.float32, device
     k = torch.arange(1, K + 1, dtype=dtype, device=device) / K  # (K,)
     s = torch.arange(1, S + 1, dtype=dtype, device=device) / S  # (S,)
     return torch.outer(1 - k, 1 - s) + torch.outer(k, s)  # (K, S)
+
+
+def sentence_position_encoding(pe: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each sentence's own position encodings: L masked to its real positions, rows renormalised.
+
+    Args:
+        pe: (K, S) the eq. 10 matrix, cut to the batch width S.
+        mask: (B, S) bool, True at real tokens.
+    Returns:
+        (B, S, K): column l_s of each sentence, each k summing to 1 over the real positions and
+        exactly 0 at padding (an empty sentence gets all zeros).
+    """
+    masked = pe.T.unsqueeze(0) * mask.unsqueeze(-1).to(pe.dtype)  # (B, S, K)
+    total = masked.sum(dim=1, keepdim=True)  # (B, 1, K)
+    return masked / total.clamp(min=torch.finfo(pe.dtype).tiny)  # (B, S, K)
 
 
 def _logs_from_p(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,19 +1,23 @@
-"""Key-value (scaled dot-product) attention with learned query, key and value maps."""
+"""Key-value (dot-product) attention with learned query, key and value maps."""
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
+from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
 
 @register_attention("key_value")
 class KeyValueAttention(Attention):
-    """alpha = softmax_j((W_K s_j)^T (W_Q h) / sqrt(d_k)); ctx = sum_j alpha_j W_V s_j.
+    """alpha = softmax_j((W_K s_j)^T (W_Q h)); ctx = sum_j alpha_j W_V s_j.
+
+    Unscaled by default, as the seeds' lecture notes write it; ``scaled=True`` divides the scores
+    by sqrt(d_k) (Vaswani et al.'s scaled dot product).
 
     The maps have no bias, so ``ctx == W_V(sum_j alpha_j s_j)`` exactly, and a fully masked row
     (all alpha zero) gives a zero context.
@@ -23,10 +27,16 @@ class KeyValueAttention(Attention):
         memory_dim: size D of the encoder states.
         key_dim: d_k, the size of keys and queries (default D).
         value_dim: size of the values, hence of the context (default D).
+        scaled: divide the scores by sqrt(d_k).
     """
 
     def __init__(
-        self, query_dim: int, memory_dim: int, key_dim: Optional[int] = None, value_dim: Optional[int] = None
+        self,
+        query_dim: int,
+        memory_dim: int,
+        key_dim: Optional[Annotated[int, Ge(1)]] = None,
+        value_dim: Optional[Annotated[int, Ge(1)]] = None,
+        scaled: bool = False,
     ) -> None:
         super().__init__(query_dim, memory_dim)
         self.key_dim = key_dim or memory_dim
@@ -34,6 +44,9 @@ class KeyValueAttention(Attention):
         self.query_proj = nn.Linear(query_dim, self.key_dim, bias=False)  # W_Q
         self.key_proj = nn.Linear(memory_dim, self.key_dim, bias=False)  # W_K
         self.value_proj = nn.Linear(memory_dim, self.value_dim, bias=False)  # W_V
+        self.scale = 1 / math.sqrt(self.key_dim) if scaled else 1.0
+
+    shares_cache = True
 
     @property
     def context_dim(self) -> int:
@@ -47,8 +60,10 @@ class KeyValueAttention(Attention):
         }
 
     def step(self, query, cache, state, need_weights=False):
-        q = self.query_proj(query)  # (B, d_k)
-        scores = torch.einsum("bsk,bk->bs", cache["keys"], q) / math.sqrt(self.key_dim)  # (B, S)
-        weights = masked_softmax(scores, cache["mask"])  # (B, S)
-        ctx = torch.einsum("bs,bsv->bv", weights, cache["values"])  # (B, d_v)
-        return ctx, state, weights if need_weights else None
+        keys = cache["keys"]  # (Bc, S, d_k), shared by the G beams of each sentence
+        Bc, G = keys.shape[0], beam_groups(query, keys.shape[0])
+        q = self.query_proj(query).view(Bc, G, -1)  # (Bc, G, d_k)
+        scores = torch.einsum("bsk,bgk->bgs", keys, q) * self.scale  # (Bc, G, S)
+        weights = masked_softmax(scores, cache["mask"].unsqueeze(1))  # (Bc, G, S)
+        ctx = torch.bmm(weights, cache["values"]).view(query.shape[0], -1)  # (N, d_v)
+        return ctx, state, weights.view(query.shape[0], -1) if need_weights else None  # (N, S)

@@ -10,17 +10,20 @@ shrunken weighted sum. Positions outside the sentence or the window get exactly 
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
 
 class _LocalAttention(Attention):
     """Shared window, score and Gaussian; subclasses say where the window is centred."""
 
-    def __init__(self, query_dim: int, memory_dim: int, window: int = 10) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, window: Annotated[int, Ge(1)] = 10) -> None:
         super().__init__(query_dim, memory_dim)
         if window < 1:
             raise ValueError(f"{self.name}: window must be >= 1 (sigma = window / 2), got {window}")
@@ -28,8 +31,10 @@ class _LocalAttention(Attention):
         self.sigma = window / 2
         self.W = nn.Linear(memory_dim, query_dim, bias=False)  # Luong "general" score
 
+    shares_cache = True
+
     def center(self, query: torch.Tensor, cache, state) -> torch.Tensor:
-        """The window centre p_t, (B,) float, in 0-based source positions."""
+        """The window centre p_t, (N,) float, in 0-based source positions (one per query row)."""
         raise NotImplementedError
 
     def _next_state(self, state):
@@ -39,17 +44,19 @@ class _LocalAttention(Attention):
         return {"memory": memory, "mask": mask, "keys": self.W(memory)}  # keys (B, S, H)
 
     def step(self, query, cache, state, need_weights=False):
-        mask = cache["mask"]
-        p_t = self.center(query, cache, state)  # (B,)
-        positions = torch.arange(mask.shape[1], device=query.device, dtype=query.dtype)  # (S,)
-        offset = positions[None, :] - p_t[:, None]  # (B, S) s - p_t
-        in_window = offset.abs() <= self.window  # (B, S)
-        scores = torch.einsum("bsh,bh->bs", cache["keys"], query)  # (B, S)
-        align = masked_softmax(scores, mask & in_window)  # (B, S), 0 outside sentence/window
-        gaussian = torch.exp(-offset.square() / (2 * self.sigma**2))  # (B, S)
-        weights = align * gaussian  # (B, S) not renormalised (Luong eq. 10)
-        ctx = torch.einsum("bs,bsd->bd", weights, cache["memory"])  # (B, D)
-        return ctx, self._next_state(state), weights if need_weights else None
+        mask = cache["mask"]  # (Bc, S), shared by the G beams of each sentence
+        Bc, S = mask.shape
+        G = beam_groups(query, Bc)
+        p_t = self.center(query, cache, state)  # (N,)
+        positions = torch.arange(S, device=query.device, dtype=query.dtype)  # (S,)
+        offset = (positions[None, :] - p_t[:, None]).view(Bc, G, S)  # (Bc, G, S) s - p_t
+        in_window = offset.abs() <= self.window  # (Bc, G, S)
+        scores = torch.einsum("bsh,bgh->bgs", cache["keys"], query.view(Bc, G, -1))  # (Bc, G, S)
+        align = masked_softmax(scores, mask.unsqueeze(1) & in_window)  # (Bc, G, S), 0 outside sentence/window
+        gaussian = torch.exp(-offset.square() / (2 * self.sigma**2))  # (Bc, G, S)
+        weights = align * gaussian  # (Bc, G, S) not renormalised (Luong eq. 10)
+        ctx = torch.bmm(weights, cache["memory"]).view(query.shape[0], -1)  # (N, D)
+        return ctx, self._next_state(state), weights.view(query.shape[0], S) if need_weights else None
 
 
 @register_attention("local_m")
@@ -87,12 +94,13 @@ class LocalPredictiveAttention(_LocalAttention):
         window: half-width D of the window [p_t - D, p_t + D].
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, window: int = 10) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, window: Annotated[int, Ge(1)] = 10) -> None:
         super().__init__(query_dim, memory_dim, window)
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
     def center(self, query, cache, state):
-        length = cache["mask"].sum(dim=1).to(query.dtype)  # (B,)
+        length = cache["mask"].sum(dim=1).to(query.dtype)  # (Bc,)
+        length = length.repeat_interleave(beam_groups(query, length.shape[0]))  # (N,) per query row
         gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)  # (B,)
         return length * gate  # (B,)

@@ -2,11 +2,27 @@
 location-based score computed from the decoder state alone."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
+
+
+def _attend(query: torch.Tensor, scores: torch.Tensor, cache, need_weights: bool):
+    """Softmax over each sentence's real positions and the weighted sum of its memory.
+
+    Args:
+        query: (N, H), N = Bc * G rows; scores: (Bc, G, S) for the G query rows of each sentence.
+    Returns:
+        ctx (N, D) and weights (N, S) or None.
+    """
+    weights = masked_softmax(scores, cache["mask"].unsqueeze(1))  # (Bc, G, S)
+    ctx = torch.bmm(weights, cache["memory"]).view(query.shape[0], -1)  # (N, D)
+    return ctx, weights.view(query.shape[0], -1) if need_weights else None  # (N, S)
 
 
 class _ContentAttention(Attention):
@@ -14,32 +30,41 @@ class _ContentAttention(Attention):
     weighted sum of the memory. Subclasses provide ``_keys`` (source-only, precomputed) and
     ``_scores``."""
 
+    shares_cache = True
+
     def _keys(self, memory: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """query (Bc, G, H) and keys (Bc, S, X) -> scores (Bc, G, S)."""
         raise NotImplementedError
 
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         return {"memory": memory, "mask": mask, "keys": self._keys(memory)}
 
     def step(self, query, cache, state, need_weights=False):
-        scores = self._scores(query, cache["keys"])  # (B, S)
-        weights = masked_softmax(scores, cache["mask"])  # (B, S)
-        ctx = torch.einsum("bs,bsd->bd", weights, cache["memory"])  # (B, D)
-        return ctx, state, weights if need_weights else None
+        keys = cache["keys"]  # (Bc, S, X), shared by the G beams of each sentence
+        Bc, G = keys.shape[0], beam_groups(query, keys.shape[0])
+        scores = self._scores(query.view(Bc, G, -1), keys)  # (Bc, G, S)
+        ctx, weights = _attend(query, scores, cache, need_weights)
+        return ctx, state, weights
 
 
 @register_attention("luong_dot")
 class LuongDotAttention(_ContentAttention):
-    """score_j = q^T s_j. Needs H == D (no parameters to bridge the two sizes)."""
+    """score_j = q^T s_j. Needs H == D (no parameters to bridge the two sizes): with a
+    bidirectional encoder (D = 2 x units per direction) build the encoder unidirectional, or use
+    luong_general, whose q^T W s_j is exactly a projected dot product."""
+
+    equal_sizes = True
 
     def __init__(self, query_dim: int, memory_dim: int) -> None:
         if query_dim != memory_dim:
             raise ValueError(
                 f"luong_dot scores q^T s_j, so the decoder size must equal the encoder size; got "
-                f"query_dim={query_dim}, memory_dim={memory_dim}. Make them equal, or use "
-                "luong_general (q^T W s_j), which maps between the two sizes."
+                f"query_dim={query_dim}, memory_dim={memory_dim}. Make them equal (a bidirectional "
+                "encoder gives D = 2 x hidden_size: set bidirectional=false), or use luong_general "
+                "(q^T W s_j), which maps between the two sizes."
             )
         super().__init__(query_dim, memory_dim)
 
@@ -47,7 +72,7 @@ class LuongDotAttention(_ContentAttention):
         return memory  # (B, S, D)
 
     def _scores(self, query, keys):
-        return torch.einsum("bsd,bd->bs", keys, query)  # (B, S)
+        return torch.einsum("bsd,bgd->bgs", keys, query)  # (Bc, G, S)
 
 
 @register_attention("luong_general")
@@ -62,7 +87,7 @@ class LuongGeneralAttention(_ContentAttention):
         return self.W(memory)  # (B, S, H)
 
     def _scores(self, query, keys):
-        return torch.einsum("bsh,bh->bs", keys, query)  # (B, S)
+        return torch.einsum("bsh,bgh->bgs", keys, query)  # (Bc, G, S)
 
 
 @register_attention("luong_concat")
@@ -80,8 +105,8 @@ class LuongConcatAttention(_ContentAttention):
         return self.W_s(memory)  # (B, S, H)
 
     def _scores(self, query, keys):
-        hidden = torch.tanh(keys + self.W_q(query)[:, None, :])  # (B, S, H)
-        return self.v(hidden).squeeze(-1)  # (B, S)
+        hidden = torch.tanh(keys.unsqueeze(1) + self.W_q(query).unsqueeze(2))  # (Bc, G, S, H)
+        return self.v(hidden).squeeze(-1)  # (Bc, G, S)
 
 
 @register_attention("luong_location")
@@ -95,7 +120,7 @@ class LuongLocationAttention(Attention):
         max_source_len: longest source the score layer covers; a longer source raises.
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, max_source_len: int = 256) -> None:
+    def __init__(self, query_dim: int, memory_dim: int, max_source_len: Annotated[int, Ge(1)] = 256) -> None:
         super().__init__(query_dim, memory_dim)
         self.max_source_len = max_source_len
         self.W_a = nn.Linear(query_dim, max_source_len)
@@ -109,9 +134,11 @@ class LuongLocationAttention(Attention):
             )
         return {"memory": memory, "mask": mask}
 
+    shares_cache = True
+
     def step(self, query, cache, state, need_weights=False):
-        S = cache["mask"].shape[1]
-        scores = self.W_a(query)[:, :S]  # (B, S)
-        weights = masked_softmax(scores, cache["mask"])  # (B, S)
-        ctx = torch.einsum("bs,bsd->bd", weights, cache["memory"])  # (B, D)
-        return ctx, state, weights if need_weights else None
+        Bc, S = cache["mask"].shape
+        G = beam_groups(query, Bc)
+        scores = self.W_a(query)[:, :S].reshape(Bc, G, S)  # (Bc, G, S)
+        ctx, weights = _attend(query, scores, cache, need_weights)
+        return ctx, state, weights

@@ -10,11 +10,24 @@ whatever the source length.
 The alignment over source positions, sum_k alpha_tk beta_k, is only formed when asked for
 (``need_weights=True`` or ``extra_weights``); the step itself never reads anything of size S.
 
-Reading of the paper's position encodings (eq. 10-11): L is a fixed (K x S_max) matrix with
-L_ks = (1 - k/K)(1 - s/S_max) + (k/K)(s/S_max), 1-based; for source position s the K encoder
-scores *before* the scoring function are multiplied elementwise by the column l_s,
-alpha^PE_s = score_enc(W_alpha h_s o l_s). Padded positions are zeroed after that product (and,
-for a softmax over positions, excluded from it).
+Reading of the paper's position encodings (eq. 10-11 and the sentence after eq. 10): L is a
+(K x S) matrix with L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S), 1-based, S = ``max_source_len`` (the
+longest source the model supports). "The elements of the matrix that fall beyond the sequence
+lengths are then masked out and the remaining elements are renormalized across the timestep
+dimension": so each sentence of length n gets its own jagged l_ks = L_ks / sum_{s'<=n} L_ks'
+for s <= n and 0 beyond (every row sums to 1 over the sentence's real positions). For source
+position s the K encoder scores *before* the scoring function are multiplied elementwise by the
+column l_s, alpha^PE_s = score_enc(W_alpha h_s o l_s).
+
+Options and defaults:
+
+- ``position_encoding_normalization="sentence"`` (default) is the reading above;
+  ``"none"`` multiplies in the un-renormalised columns of L (this project's earlier behaviour,
+  kept to compare against: for a 3-token sentence with K=4, S=10 its rows sum to 1.95 / 1.50 /
+  1.05 / 0.60 over the real positions).
+- ``bias=False`` (default): W_alpha and W_beta are bias-free as in eqs. 5, 7 and 9; ``True``
+  adds biases (the earlier behaviour; with position encodings the encoder bias is then scaled by
+  l_s too).
 
 Why ``encoder_normalization`` exists: eq. 5 normalises the encoder softmax over K for each
 source position ("K", the default), so every source state hands out a unit of mass over the K
@@ -25,17 +38,20 @@ compare them. It has no effect with sigmoid encoder scoring (which normalises ov
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Annotated, Callable
 
 import torch
+from annotated_types import Ge
 from torch import nn
 
-from .base import Attention, register_attention
-from .functional import masked_softmax
+from .base import Attention, beam_groups, register_attention
+from .functional import masked_softmax, sentence_position_encoding
 from .functional import position_encoding as position_encoding_matrix  # the option shadows the name
 
 SCORINGS = ("softmax", "sigmoid")
 NORMALIZATIONS = ("K", "S")
+PE_NORMALIZATIONS = ("sentence", "none")
+
 
 
 def _softmax_over_k(pre: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -82,18 +98,23 @@ class MemoryAttention(Attention):
         position_encoding: multiply the encoder scores by the eq. 10 position encodings.
         max_source_len: S of eq. 10 (only used with position encodings; a longer source raises).
         encoder_normalization: axis of the encoder softmax: "K" (eq. 5) or "S" (see module doc).
+        position_encoding_normalization: "sentence" (renormalised per sentence, the paper) or
+            "none" (see module doc).
+        bias: give W_alpha and W_beta bias terms (the paper's eqs. have none).
     """
 
     def __init__(
         self,
         query_dim: int,
         memory_dim: int,
-        K: int = 32,
+        K: Annotated[int, Ge(1)] = 32,
         encoder_scoring: str = "softmax",
         decoder_scoring: str = "softmax",
         position_encoding: bool = False,
-        max_source_len: int = 256,
+        max_source_len: Annotated[int, Ge(1)] = 256,
         encoder_normalization: str = "K",
+        position_encoding_normalization: str = "sentence",
+        bias: bool = False,
     ) -> None:
         super().__init__(query_dim, memory_dim)
         if K < 1:
@@ -101,18 +122,22 @@ class MemoryAttention(Attention):
         _check_choice("encoder_scoring", encoder_scoring, SCORINGS)
         _check_choice("decoder_scoring", decoder_scoring, SCORINGS)
         _check_choice("encoder_normalization", encoder_normalization, NORMALIZATIONS)
+        _check_choice("position_encoding_normalization", position_encoding_normalization, PE_NORMALIZATIONS)
         self.K = K
         self.encoder_scoring = encoder_scoring
         self.decoder_scoring = decoder_scoring
         self.encoder_normalization = encoder_normalization
         self.use_position_encoding = position_encoding
         self.max_source_len = max_source_len
+        self.position_encoding_normalization = position_encoding_normalization
         self._encoder_score = _ENCODER_SCORES[(encoder_scoring, encoder_normalization)]
         self._decoder_score = _DECODER_SCORES[decoder_scoring]
-        self.W_alpha = nn.Linear(memory_dim, K)
-        self.W_beta = nn.Linear(query_dim, K)
+        self.W_alpha = nn.Linear(memory_dim, K, bias=bias)
+        self.W_beta = nn.Linear(query_dim, K, bias=bias)
         if position_encoding:
             self.register_buffer("pe", position_encoding_matrix(K, max_source_len), persistent=False)
+
+    shares_cache = True
 
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         S = memory.shape[1]
@@ -123,7 +148,11 @@ class MemoryAttention(Attention):
                     f"memory attention: the position encodings cover max_source_len={self.max_source_len} "
                     f"positions, but the source has {S}; build it with a larger max_source_len."
                 )
-            pre = pre * self.pe[:, :S].T.to(pre.dtype)  # (B, S, K) o l_s
+            pe = self.pe[:, :S].to(pre.dtype)  # (K, S)
+            if self.position_encoding_normalization == "sentence":
+                pre = pre * sentence_position_encoding(pe, mask)  # (B, S, K) o l_s, jagged per sentence
+            else:
+                pre = pre * pe.T  # (B, S, K) o l_s, the columns of L as they are
         alpha = self._encoder_score(pre, mask)  # (B, S, K), 0 at padded positions
         C = torch.einsum("bsk,bsd->bkd", alpha, memory)  # (B, K, D)
         return {"C": C, "alpha": alpha}
@@ -132,9 +161,13 @@ class MemoryAttention(Attention):
         return self._decoder_score(self.W_beta(query))  # (B, K)
 
     def step(self, query, cache, state, need_weights=False):
-        beta = self._beta(query)  # (B, K)
-        ctx = torch.bmm(beta.unsqueeze(1), cache["C"]).squeeze(1)  # (B, D); bmm: half einsum's overhead
-        weights = torch.einsum("bsk,bk->bs", cache["alpha"], beta) if need_weights else None  # (B, S)
+        C = cache["C"]  # (Bc, K, D), one per sentence, shared by its G beams
+        G = beam_groups(query, C.shape[0])
+        beta = self._beta(query).view(C.shape[0], G, self.K)  # (Bc, G, K)
+        ctx = torch.bmm(beta, C).view(query.shape[0], -1)  # (N, D); bmm: half einsum's overhead
+        weights = None
+        if need_weights:
+            weights = torch.einsum("bsk,bgk->bgs", cache["alpha"], beta).reshape(query.shape[0], -1)  # (N, S)
         return ctx, state, weights
 
     def extra_weights(self, query, cache, state):

@@ -13,12 +13,17 @@ Modes (option ``mode``; None means "parallel" in training and "hard" in eval):
   (:func:`~.functional.monotonic_alignment`), with the exact log p = -softplus(-e) and
   log(1 - p) = -softplus(e). State: {"alignment": (B, S)}, starting one-hot at position 0.
 - "recursive": the same expectation by the slow loop over j (a reference, for tests).
-- "hard": test-time decoding. State: {"pos": (B,) long, "done": (B,) bool}. Each step scans
-  forward from the previous position, evaluating the energy of one candidate position per
-  still-scanning row at a time, and attends to the first j with p_ij > 0.5; a row that finds
-  none attends nowhere (zero context, zero weights) and keeps doing so. The scan never moves
-  back, so a whole decode evaluates at most S + T energies per row. Without noise (eval) the
-  result is deterministic.
+- "hard": test-time decoding. State: {"pos": (B,) long, "done": (B,) bool}. Each step attends to
+  the first j at or after the previous position with p_ij > 0.5; a row that finds none attends
+  nowhere (zero context, zero weights) and keeps doing so; it never moves back. Without noise
+  (eval) the result is deterministic. The scan is batched: each step evaluates the energies of a
+  window of ``scan_chunk`` positions ahead of every row's position in one tensor op; only rows
+  whose window held no hit and did not reach the sentence end (a jump of more than
+  ``scan_chunk`` positions, or running off the end) evaluate their whole remaining sentence, in
+  one more op. So a step costs a fixed handful of tensor ops and one host sync (deciding whether
+  that second op is needed), on CPU and GPU alike. Energy evaluations per row: ``scan_chunk``
+  per step, plus at most S for each jump past a window, which moves the row on by at least
+  ``scan_chunk`` positions or ends it.
 
 A state built in one mode is converted if a step runs in the other (e.g. ``.eval()`` mid-way):
 a hard state becomes its one-hot row, a soft alignment its argmax (or "done" if it is all zero).
@@ -26,13 +31,14 @@ a hard state becomes its one-hot row, a soft alignment its argmax (or "done" if 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
+from annotated_types import Ge
 from torch import nn
 from torch.nn import functional as F
 
-from .base import Attention, register_attention
+from .base import Attention, beam_groups, map_batch, register_attention
 from .functional import MONOTONIC_MODES, monotonic_alignment
 
 
@@ -48,24 +54,31 @@ class MonotonicAttention(Attention):
         sigmoid_noise: std of the pre-sigmoid Gaussian noise in training mode (0 disables it).
         mode: None (soft "parallel" in training, "hard" in eval), or force "parallel",
             "recursive" or "hard".
+        scan_chunk: positions whose energies a hard step evaluates at once ahead of the previous
+            position (see the module docstring; results do not depend on it).
     """
 
     recurrent = True
+    shares_cache = True
 
     def __init__(
         self,
         query_dim: int,
         memory_dim: int,
-        attention_dim: Optional[int] = None,
+        attention_dim: Optional[Annotated[int, Ge(1)]] = None,
         score_bias_init: float = -4.0,
-        sigmoid_noise: float = 1.0,
+        sigmoid_noise: Annotated[float, Ge(0)] = 1.0,
         mode: Optional[str] = None,
+        scan_chunk: Annotated[int, Ge(1)] = 8,
     ) -> None:
         super().__init__(query_dim, memory_dim)
         if mode is not None and mode not in MONOTONIC_MODES:
             raise ValueError(f"monotonic: mode={mode!r} is not None or one of {', '.join(MONOTONIC_MODES)}")
         if sigmoid_noise < 0:
             raise ValueError(f"monotonic: sigmoid_noise is a standard deviation, got {sigmoid_noise}")
+        if scan_chunk < 1:
+            raise ValueError(f"monotonic: scan_chunk must be >= 1, got {scan_chunk}")
+        self.scan_chunk = scan_chunk
         A = attention_dim or query_dim
         self.attention_dim = A
         self.mode = mode
@@ -101,7 +114,10 @@ class MonotonicAttention(Attention):
         # one past the last real position (the hard scan's end), 0 for an empty row
         last = S - mask.flip(1).to(torch.uint8).argmax(dim=1)  # (B,)
         end = torch.where(mask.any(dim=1), last, torch.zeros_like(last))  # (B,)
-        return {"memory": memory, "mask": mask, "keys": self.W_s(memory), "end": end}  # keys (B, S, A)
+        # the keys padded with scan_chunk zero rows, so a hard step's window never needs clamping
+        keys_ahead = F.pad(self.W_s(memory), (0, 0, 0, self.scan_chunk))  # (B, S + C, A)
+        keys = keys_ahead[:, :S]  # (B, S, A)
+        return {"memory": memory, "mask": mask, "keys": keys, "keys_ahead": keys_ahead, "end": end}
 
     def initial_state(self, cache):
         mask = cache["mask"]
@@ -118,6 +134,10 @@ class MonotonicAttention(Attention):
         mode = self._current_mode()
         if mode == "hard":
             return self._hard_step(query, cache, self._as_hard_state(state), need_weights)
+        G = beam_groups(query, cache["mask"].shape[0])
+        if G > 1:  # the soft modes are not a decode hot path: give every query row its cache row
+            rows = torch.arange(query.shape[0], device=query.device) // G  # (N,)
+            cache = map_batch(lambda x: x.index_select(0, rows), cache)
         previous = self._as_soft_state(state, cache)  # (B, S)
         mask = cache["mask"]
         energy = self._energy(cache["keys"], self.W_h(query)[:, None, :])  # (B, S)
@@ -131,34 +151,42 @@ class MonotonicAttention(Attention):
         return ctx, {"alignment": alignment}, alignment if need_weights else None
 
     def _hard_step(self, query, cache, state, need_weights):
-        keys, end, memory = cache["keys"], cache["end"], cache["memory"]
-        B, S = cache["mask"].shape
-        done = state["done"]  # (B,)
-        pos = state["pos"].clone()  # (B,) scan position, never decreases
-        # the still-scanning rows, kept compact: each pass evaluates one candidate per active row
-        # and drops the rows that stopped or ran off, so nothing of size B or S is touched per pass
-        rows = ((~done) & (pos < end)).nonzero().squeeze(1)  # (n,)
+        keys, memory = cache["keys_ahead"], cache["memory"]  # (Bc, S + C, A), (Bc, S, D)
+        Bc, S = cache["mask"].shape
+        N, C = query.shape[0], self.scan_chunk  # query rows: Bc sentences x G beams each
+        G = beam_groups(query, Bc)
+        srow = torch.arange(N, device=query.device)  # (N,) each query row's sentence (cache row)
+        srow = srow // G if G > 1 else srow
+        end = cache["end"].index_select(0, srow) if G > 1 else cache["end"]  # (N,)
+        limit = end.masked_fill(state["done"], 0)  # (N,) rows that stopped for good scan nothing
+        pos = state["pos"]  # (N,)
+        query_proj = self.W_h(query)  # (N, A)
+        # 1) one batched window of C candidates ahead of every row's position
+        window = pos[:, None] + torch.arange(C, device=pos.device)  # (N, C)
+        flat = (srow * (S + C))[:, None] + window  # (N, C) rows of keys_ahead viewed as (Bc*(S+C), A)
+        cand = keys.reshape(Bc * (S + C), -1).index_select(0, flat.view(-1)).view(N, C, -1)  # (N, C, A)
+        hit = (self._energy(cand, query_proj[:, None, :]) > 0) & (window < limit[:, None])  # (N, C) p > 0.5
+        first = F.pad(hit, (0, 1), value=True).to(torch.uint8).argmax(dim=1)  # (N,) C where no hit
+        new_pos = pos + first  # (N,) the first hit at or after pos: never moves back
+        # 2) the rows whose window held no hit but did not reach the sentence end: their whole
+        #    remaining sentence at once. The nonzero() is the step's one host sync.
+        rows = ((first == C) & (new_pos < limit)).nonzero().squeeze(1)  # (n,)
         if rows.numel():
-            cand = pos.index_select(0, rows)  # (n,) one candidate position per active row
-            query_proj = self.W_h(query.index_select(0, rows))  # (n, A)
-            row_end = end.index_select(0, rows)  # (n,)
-            while True:
-                energy = self._energy(keys[rows, cand], query_proj)  # (n,) O(n * A)
-                move = (energy <= 0).long()  # (n,) p <= 0.5: look further; cand < end is a real token
-                cand = cand + move  # (n,)
-                pos.index_copy_(0, rows, cand)
-                going = (move == 1) & (cand < row_end)  # (n,)
-                rows, cand = rows[going], cand[going]  # (n',)
-                if rows.numel() == 0:  # the one sync per pass
-                    break
-                query_proj, row_end = query_proj[going], row_end[going]
-        # a row stopped inside its sentence iff pos < end; rows that ran off attend nowhere from now on
-        attended = ~done & (pos < end)  # (B,)
-        index = pos.clamp(max=S - 1)  # (B,)
-        keep = attended.to(memory.dtype)[:, None]  # (B, 1)
-        ctx = memory[torch.arange(B, device=memory.device), index] * keep  # (B, D)
-        new_state = {"pos": pos, "done": ~attended}
-        weights = F.one_hot(index, S).to(memory.dtype) * keep if need_weights else None  # (B, S)
+            positions = torch.arange(S, device=pos.device)  # (S,)
+            row_limit = limit.index_select(0, rows)  # (n,)
+            rest = (positions >= new_pos.index_select(0, rows)[:, None]) & (positions < row_limit[:, None])  # (n, S)
+            energy = self._energy(cache["keys"].index_select(0, srow.index_select(0, rows)), query_proj[rows, None, :])
+            hit_rest = (energy > 0) & rest  # (n, S)
+            found = torch.where(hit_rest.any(dim=1), hit_rest.to(torch.uint8).argmax(dim=1), row_limit)  # (n,)
+            new_pos = new_pos.index_copy(0, rows, found)  # (N,)
+        # a row attends iff it stopped inside its sentence; one that ran off attends nowhere from now on
+        attended = new_pos < limit  # (N,)
+        index = new_pos.clamp(max=S - 1)  # (N,)
+        keep = attended.to(memory.dtype)[:, None]  # (N, 1)
+        ctx = memory.reshape(Bc * S, -1).index_select(0, srow * S + index) * keep  # (N, D)
+        # rows that ran off keep their last position, so every later window stays inside keys_ahead
+        new_state = {"pos": torch.where(attended, new_pos, pos), "done": ~attended}
+        weights = F.one_hot(index, S).to(memory.dtype) * keep if need_weights else None  # (N, S)
         return ctx, new_state, weights
 
     # ---- state conversion between soft and hard modes ----------------------------------
