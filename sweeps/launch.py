@@ -76,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from sweeps.runner import LaunchError, Paths, check_cluster, init_ray, resolve_wandb_mode, run_tune, sweep_settings, wandb_sync_hint
-    from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results
-    from sweeps.trial import resolve_plan
+    from sweeps.cluster import LaunchError, Paths, check_cluster, init_ray
+    from sweeps.experiment import make_settings, run_tune
+    from sweeps.report import build_local_report
+    from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results_csv
+    from sweeps.trial_kit import resolve_plan
+    from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
     spec = sweep.spec
     output = Path(args.output).resolve()
@@ -98,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise LaunchError(f"preparing the data failed: {exc}") from None
         init_ray(args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1)
-        check_cluster(sweep, paths, args.address)
-        settings = sweep_settings(sweep, paths, mode)
+        fit = check_cluster(sweep, paths, args.address)
+        settings = make_settings(sweep, paths, mode, fit)
         interrupted = False
         try:
-            outcomes = run_tune(sweep, paths, settings, resume=args.resume, verbose=args.verbose)
+            outcomes = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose)
         except KeyboardInterrupt:
             interrupted = True
             outcomes = []
@@ -119,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             if result.config and "plans" in result.config:
                 plan = resolve_plan(result.config)
                 rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
-    written = write_results(rows, out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}")
+    written = {"csv": write_results_csv(rows, out_dir)}
+    written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)
     print()
     if not df.empty:

@@ -1,0 +1,183 @@
+"""The grid: expansion of the ``grid`` block into cells, and each cell into resolved trial plans.
+
+```yaml
+grid:
+  task.max_length: [10, 50]            # a dotted key with a list: one axis of the cross product
+  model:                               # a section with a list of dicts: variants, concatenated
+    - {attention: none}
+    - {attention: memory, K: [1, 4]}   # lists inside a variant expand within that variant
+```
+
+gives 2 x (1 + 2) = 6 cells.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dotted import set_dotted
+from .schema import SpecError, SweepSpec
+
+SECTIONS = ("task", "model", "trainer")
+# Column names in results for well-known keys.
+COLUMN_NAMES = {"task.max_length": "length", "task.max_len": "length"}
+
+
+@dataclass
+class Cell:
+    """One point of the scientific grid: the dotted values that vary, and where each was written."""
+
+    values: dict[str, Any]
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """Human-readable, e.g. ``length=10 attention=memory K=16``."""
+        return " ".join(f"{column_name(k)}={_fmt(v)}" for k, v in self.values.items()) or "default"
+
+    @property
+    def slug(self) -> str:
+        """Filesystem- and URL-safe, e.g. ``length-10_attention-memory_K-16``."""
+        s = "_".join(f"{column_name(k)}-{_fmt(v)}" for k, v in self.values.items()) or "default"
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "-", s)
+
+
+@dataclass
+class TrialPlan:
+    """A fully resolved trial (or, with nuisance parameters, an Optuna study of ``num_samples``)."""
+
+    cell: Cell
+    seed: int
+    task: dict[str, Any]
+    model: dict[str, Any]
+    trainer: dict[str, Any]
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "cell": self.cell.name,
+            "cell_slug": self.cell.slug,
+            "grid": dict(self.cell.values),
+            "seed": self.seed,
+            "task": copy.deepcopy(self.task),
+            "model": copy.deepcopy(self.model),
+            "trainer": copy.deepcopy(self.trainer),
+        }
+
+
+@dataclass
+class Sweep:
+    spec: SweepSpec
+    source: str
+    cells: list[Cell]
+    plans: list[TrialPlan]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def has_search(self) -> bool:
+        return bool(self.spec.parameters)
+
+    @property
+    def num_trials(self) -> int:
+        per_plan = self.spec.num_samples
+        return len(self.plans) * per_plan
+
+
+def column_name(key: str) -> str:
+    return COLUMN_NAMES.get(key, key.split(".")[-1])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
+    """Expand ``grid`` into cells: axes cross, section variant lists concatenate."""
+    axes: list[list[tuple[dict[str, Any], dict[str, str]]]] = []
+    for key, spec in grid.items():
+        path = f"grid.{key}"
+        if key in SECTIONS and isinstance(spec, list) and all(isinstance(v, dict) for v in spec):
+            options = []
+            for i, variant in enumerate(spec):
+                vkeys = list(variant)
+                lists = [variant[k] if isinstance(variant[k], list) else [variant[k]] for k in vkeys]
+                for j, k in enumerate(vkeys):
+                    if not lists[j]:
+                        raise SpecError(f"{path}[{i}].{k}", "empty list of values", source)
+                for combo in itertools.product(*lists):
+                    vals = {f"{key}.{k}": v for k, v in zip(vkeys, combo)}
+                    origins = {f"{key}.{k}": f"{path}[{i}].{k}" for k in vkeys}
+                    options.append((vals, origins))
+            if not options:
+                raise SpecError(path, "empty list of variants", source)
+            axes.append(options)
+            continue
+        if isinstance(spec, dict) and set(spec) == {"values"}:
+            spec = spec["values"]
+        if "." not in key or key.split(".")[0] not in SECTIONS:
+            raise SpecError(
+                path,
+                f"grid keys are dotted paths into {', '.join(SECTIONS)} (e.g. task.max_length, model.K), "
+                "or a section name with a list of variant mappings",
+                source,
+            )
+        if not isinstance(spec, list) or not spec:
+            raise SpecError(path, "must be a non-empty list of values (fixed settings go in task/model/trainer)", source)
+        axes.append([({key: v}, {key: path}) for v in spec])
+    cells = []
+    for combo in itertools.product(*axes):
+        vals: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for v, o in combo:
+            for k in v:
+                if k in vals:
+                    raise SpecError(o[k], f"{k} is set by two grid entries ({origins[k]} and {o[k]})", source)
+            vals.update(v)
+            origins.update(o)
+        cells.append(Cell(vals, origins))
+    if not cells:
+        cells = [Cell({}, {})]
+    seen = set()
+    for c in cells:
+        if c.slug in seen:
+            raise SpecError("grid", f"two cells share the name {c.name!r}; make the grid values distinct", source)
+        seen.add(c.slug)
+    return cells
+
+
+
+def resolve_sections(spec: SweepSpec, values: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """The task, model and trainer sections of a trial: the spec's fixed settings with ``values``
+    (dotted keys: a cell's grid values, Optuna's samples) written in, ``*_dir`` paths resolved."""
+    task = copy.deepcopy(spec.task)
+    model = copy.deepcopy(spec.model)
+    trainer = spec.trainer.model_dump()
+    sections = {"task": task, "model": model, "trainer": trainer}
+    for key, value in values.items():
+        set_dotted(sections, key, value)
+    _resolve_paths(task)
+    return task, model, trainer
+
+
+def _resolve_paths(task: dict[str, Any]) -> None:
+    """``*_dir`` settings: fill in ``{pair}``-style fields from the task's own values, and make
+    local paths absolute (trials run in their own working directories)."""
+    fields = {k: v for k, v in task.items() if isinstance(v, (str, int, float))}
+    for key, value in list(task.items()):
+        if key.endswith("_dir") and isinstance(value, str) and value:
+            try:
+                value = value.format(**fields)
+            except (KeyError, IndexError, ValueError):
+                pass  # left as written; the datamodule reports a missing path clearly
+            if "://" not in value:
+                value = os.path.abspath(os.path.expanduser(value))
+            task[key] = value
+
