@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
     from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results_csv
-    from sweeps.trial_kit import resolve_plan
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
     spec = sweep.spec
@@ -105,23 +104,22 @@ def main(argv: list[str] | None = None) -> int:
         settings = make_settings(sweep, paths, mode, fit)
         interrupted = False
         try:
-            outcomes = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose)
+            grid = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose)
         except KeyboardInterrupt:
-            interrupted = True
-            outcomes = []
+            interrupted, grid = True, []
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
     rows = []
     search_keys = list(spec.parameters)
-    for _, grid in outcomes:
-        # Tune catches SIGINT itself and returns normally: unfinished trials are how we know
-        interrupted |= len(grid) > grid.num_terminated + grid.num_errors
-        for result, status in zip(grid, trial_statuses(grid)):
-            if result.config and "plans" in result.config:
-                plan = resolve_plan(result.config)
-                rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+    if grid:
+        # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
+        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
+    for result, status in zip(grid, trial_statuses(grid) if grid else []):
+        if result.config and "cell" in result.config:
+            plan = settings.plan(result.config)
+            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
     written = {"csv": write_results_csv(rows, out_dir)}
     written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from .dotted import set_dotted
-from .grid import Sweep, TrialPlan, expand_grid, resolve_sections
+from .grid import Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from .schema import SpecError, SweepSpec, format_validation
 from .validate import check_sections, validate_cell
 
@@ -57,8 +57,9 @@ def build_sweep(
     check_sections(spec, source)
     cells = expand_grid(spec.grid, source)
     plans = []
+    base = base_sections(spec)
     for cell in cells:
-        task, model, trainer = resolve_sections(spec, cell.values)
+        task, model, trainer = resolve_sections(base, cell.values)
         validate_cell(task, model, trainer, cell, source)
         for seed in spec.seeds:
             plans.append(TrialPlan(cell, seed, task, model, trainer))
