@@ -151,7 +151,7 @@ def run_tune(sweep: Sweep, paths: Paths, settings: TrialSettings, fit: ClusterFi
                 search_alg=searcher,
                 scheduler=make_scheduler(sweep),
                 num_samples=sweep.num_trials,
-                max_concurrent_trials=fit.max_concurrent_trials,
+                max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
                 trial_dirname_creator=trial_dirname,
             ),
             run_config=make_run_config(sweep, paths, callbacks, verbose),

@@ -17,7 +17,7 @@ import itertools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from .dotted import set_dotted
 from .schema import SpecError, SweepSpec
@@ -97,6 +97,23 @@ class Sweep:
     def param_columns(self) -> dict[str, str]:
         """Flat trial-config name -> dotted key, for every Optuna parameter (``lr`` -> ``model.lr``)."""
         return self._columns()[1]
+
+    def early_stopping_note(self) -> Optional[str]:
+        """What ``--dry-run`` says about early stopping (which runs per (cell, seed), see
+        :mod:`sweeps.scheduling`), or None without it."""
+        if self.spec.early_terminate.type == "none":
+            return None
+        n = self.spec.num_samples if self.has_search else 1
+        if n < 2:
+            why = "num_samples is 1" if self.has_search else "there are no Optuna parameters"
+            return (
+                f"early_terminate {self.spec.early_terminate.type}: it compares trials only within one (cell, seed), "
+                f"and each holds a single trial ({why}): there is nothing to stop; every trial runs to the end"
+            )
+        return (
+            f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
+            f"among themselves only; no cell is stopped because another scores higher"
+        )
 
     def _columns(self) -> tuple[dict[str, str], dict[str, str]]:
         grid_keys = list(dict.fromkeys(k for c in self.cells for k in c.values))

@@ -15,8 +15,11 @@ from .schema import SpecError, SweepSpec, format_validation
 from .validate import check_sections, validate_cell
 
 
-def load_spec(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Sweep:
-    """Read, override, validate and expand a sweep file. Raises SpecError with the key path."""
+def load_spec(
+    path: str | Path, overrides: list[str] | None = None, smoke: bool = False, profile: str | None = None
+) -> Sweep:
+    """Read, override (a named profile, then ``--set`` overrides), validate and expand a sweep
+    file. ``smoke`` is ``profile="smoke"``. Raises SpecError with the key path."""
     path = Path(path)
     source = str(path)
     if not path.exists():
@@ -27,19 +30,22 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         raise SpecError("", f"not valid YAML: {exc}", source) from None
     if not isinstance(raw, dict):
         raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
-    return build_sweep(raw, source=source, overrides=overrides, smoke=smoke)
+    return build_sweep(raw, source=source, overrides=overrides, smoke=smoke, profile=profile)
 
 
 def build_sweep(
-    raw: dict[str, Any], source: str = "<spec>", overrides: list[str] | None = None, smoke: bool = False
+    raw: dict[str, Any],
+    source: str = "<spec>",
+    overrides: list[str] | None = None,
+    smoke: bool = False,
+    profile: str | None = None,
 ) -> Sweep:
     raw = copy.deepcopy(raw)
     if smoke:
-        smoke_over = raw.get("smoke") or {}
-        if not isinstance(smoke_over, dict):
-            raise SpecError("smoke", "must be a mapping of dotted keys to values", source)
-        for key, value in {**SMOKE_DEFAULTS, **smoke_over}.items():
-            _set_dotted(raw, key, value, f"smoke.{key}", source)
+        profile = "smoke"
+    if profile is not None:
+        for key, (value, origin) in profile_overrides(raw, profile, source).items():
+            _set_dotted(raw, key, value, origin, source)
     for item in overrides or []:
         if "=" not in item:
             raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
@@ -66,8 +72,35 @@ def build_sweep(
     return Sweep(spec=spec, source=source, cells=cells, plans=plans)
 
 
-# What --smoke does to every study: the same grid shape, scaled down to finish in minutes on a CPU.
-# A study's own `smoke:` block is applied after these (e.g. to shorten its sequence lengths).
+def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:
+    """The dotted overrides of profile ``name`` -> (value, where it was written). Profiles live in
+    the study's ``profiles: {NAME: {dotted.key: value}}`` block; ``smoke`` (the plumbing profile)
+    always exists: :data:`SMOKE_DEFAULTS`, then the study's older ``smoke:`` block, then
+    ``profiles.smoke``."""
+    blocks: list[tuple[str, Any]] = []
+    if name == "smoke":
+        blocks += [("smoke", raw.get("smoke") or {})]
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise SpecError("profiles", "must be a mapping of profile names to mappings of dotted keys", source)
+    if name in profiles:
+        blocks.append((f"profiles.{name}", profiles[name] or {}))
+    elif name != "smoke":
+        have = ", ".join(["smoke", *sorted(profiles)])
+        raise SpecError(f"--profile {name}", f"this study has no such profile; it has: {have}", source)
+    out: dict[str, tuple[Any, str]] = {}
+    if name == "smoke":
+        out.update({k: (v, f"smoke defaults: {k}") for k, v in SMOKE_DEFAULTS.items()})
+    for where, block in blocks:
+        if not isinstance(block, dict):
+            raise SpecError(where, "must be a mapping of dotted keys to values", source)
+        out.update({k: (v, f"{where}.{k}") for k, v in block.items()})
+    return out
+
+
+# What --smoke (the `smoke` profile) does to every study: the same grid shape, scaled down to
+# finish in minutes on a CPU. A study's own `smoke:` block and `profiles.smoke` are applied after
+# these (e.g. to shorten its sequence lengths).
 SMOKE_DEFAULTS: dict[str, Any] = {
     "model.preset": "tiny",
     "trainer.max_steps": 60,
