@@ -138,3 +138,75 @@ def test_asha_never_stops_a_cell_because_another_scores_higher(local_ray, tmp_pa
     df = pd.read_csv(out / "asha" / "results.csv").set_index("lr")
     assert df.loc[0.05, "val/loss"] < df.loc[1e-7, "val/loss"], "the cells differ as intended"
     assert df.loc[1e-7, "step"] == 30 and df.loc[1e-7, "status"] == "done"
+
+
+@pytest.mark.slow
+def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path):
+    """SIGINT to the launcher while the second of four trials (2 cells x 2 samples) runs, then
+    --resume: no finished trial re-runs, and every Optuna study ends with exactly its 2 trials,
+    each tied to a Ray trial."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    spec = tiny_spec(
+        "resume_optuna",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        trainer={"max_steps": 200, "val_check_interval": 10},
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+    )
+    spec["task"]["max_length"] = 3
+    path = write_spec(tmp_path, spec)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(root / "sweeps" / "launch.py"), str(path), "--output", str(out),
+           "--num-cpus", "2", "--verbose", "0", "--address", "local"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    exp = out / "resume_optuna"
+    deadline = time.monotonic() + 300
+    finished = running = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
+        steps = {d: [r["step"] for r in results_of(d)] for d in dirs}
+        done = [d for d in dirs if steps[d] and steps[d][-1] == 200]
+        live = [d for d in dirs if d not in done and len(steps[d]) >= 2]
+        if done and live:
+            finished, running = done[0], live[0]
+            break
+        time.sleep(0.5)
+    if finished is None:
+        proc.kill()
+        pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])
+    proc.send_signal(signal.SIGINT)
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, log
+    finished_lines = (finished / "result.json").read_text()
+
+    again = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
+    trial_dirs = {p.parent.name.split("_")[0]: p.parent for p in exp.glob("*/params.json")}
+    assert len(trial_dirs) == 4, sorted(trial_dirs)
+    for d in trial_dirs.values():
+        assert [r["step"] for r in results_of(d)][-1] == 200
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(exp / "optuna.journal")))
+    names = optuna.get_all_study_names(storage)
+    assert len(names) == 2
+    ray_ids = []
+    for name in names:
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+        assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, (name, trials)
+        ray_ids += [t.user_attrs["ray_trial_id"] for t in trials]
+    assert sorted(ray_ids) == sorted(trial_dirs), "the journal and Tune's trials agree"
+    df = pd.read_csv(exp / "results.csv")
+    assert sorted(df["status"]) == ["done"] * 4
