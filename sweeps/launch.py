@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.cluster import LaunchError, Paths, check_cluster, init_ray
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
-    from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results_csv
+    from sweeps.results import print_table, result_rows, results_frame, write_results_csv
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
     spec = sweep.spec
@@ -130,14 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     rows = []
-    search_keys = list(spec.parameters)
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
-    for result, status in zip(grid, trial_statuses(grid) if grid else []):
-        if result.config and "cell" in result.config:
-            plan = settings.plan(result.config)
-            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+        rows = result_rows(grid, settings.plan, spec.parameters)
     written = {"csv": write_results_csv(rows, out_dir)}
     written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)

@@ -5,7 +5,7 @@ file; this module knows nothing of reports.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
@@ -74,6 +74,18 @@ def row_from_result(
     row["checkpoint"] = result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
     row["error"] = _short_error(result.error) if result.error is not None else None
     return row
+
+
+def result_rows(grid, plan_of: Callable[[dict[str, Any]], dict[str, Any]], search_keys: Iterable[str]) -> list[dict[str, Any]]:
+    """One row per trial of a Tune ``ResultGrid``; ``plan_of`` rebuilds a trial's plan from its
+    config (:meth:`sweeps.settings.TrialSettings.plan`)."""
+    rows = []
+    search_keys = list(search_keys)
+    for result, status in zip(grid, trial_statuses(grid)):
+        if result.config and "cell" in result.config:
+            plan = plan_of(result.config)
+            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+    return rows
 
 
 def _short_error(err: BaseException) -> str:
