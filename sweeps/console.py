@@ -58,11 +58,18 @@ class StudyConsole(Callback):
         self._last_table = 0.0
         self._last_line = 0.0
         self._last_counts: Counter = Counter()
+        self._done_before: Optional[int] = None  # trials a resumed study had finished already
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["out"] = None
         return state
+
+    def setup(self, **info) -> None:
+        """At the start of every run, a resumed one included: the clocks start now."""
+        self._start = time.monotonic()
+        self._last_table = self._last_line = 0.0
+        self._done_before: Optional[int] = None
 
     def _print(self, text: str) -> None:
         print(text, file=self.out or sys.stdout, flush=True)
@@ -75,7 +82,10 @@ class StudyConsole(Callback):
         pending = self.total - finished - failed - running
         elapsed = time.monotonic() - self._start
         done = finished + failed
-        eta = _duration(elapsed / done * (self.total - done)) if done else "?"
+        if self._done_before is None:
+            self._done_before = done
+        done_now = done - self._done_before  # the rate counts this run's trials only
+        eta = _duration(elapsed / done_now * (self.total - done)) if done_now else "?"
         return (
             f"[{self.total} trials] {finished} finished, {running} running, {pending} pending, {failed} failed"
             f" | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"

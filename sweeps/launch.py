@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a spec key (repeatable)")
     p.add_argument("--output", default="sweep-results", help="folder for results (default: sweep-results)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance (default: all)")
-    p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2], help="Tune's console verbosity")
+    p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2],
+                   help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter")
     return p.parse_args(argv)
 
 
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"W&B ran offline; upload the runs with:\n  {hint}")
     resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (
         f" --profile {profile}" if profile else ""
-    ) + "".join(f" --set {o}" for o in args.overrides)
+    ) + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
     if interrupted:
         print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
         return 130
