@@ -58,7 +58,6 @@ class StudyConsole(Callback):
         self._last_table = 0.0
         self._last_line = 0.0
         self._last_counts: Counter = Counter()
-        self._done_before: Optional[int] = None  # trials a resumed study had finished already
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -69,7 +68,6 @@ class StudyConsole(Callback):
         """At the start of every run, a resumed one included: the clocks start now."""
         self._start = time.monotonic()
         self._last_table = self._last_line = 0.0
-        self._done_before: Optional[int] = None
 
     def _print(self, text: str) -> None:
         print(text, file=self.out or sys.stdout, flush=True)
@@ -82,14 +80,20 @@ class StudyConsole(Callback):
         pending = self.total - finished - failed - running
         elapsed = time.monotonic() - self._start
         done = finished + failed
-        if self._done_before is None:
-            self._done_before = done
-        done_now = done - self._done_before  # the rate counts this run's trials only
-        eta = _duration(elapsed / done_now * (self.total - done)) if done_now else "?"
+        eta = self._eta(trials, running, pending)
         return (
             f"[{self.total} trials] {finished} finished, {running} running, {pending} pending, {failed} failed"
             f" | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"
         )
+
+    def _eta(self, trials: list, running: int, pending: int) -> str:
+        """Trials still to run x the mean duration of finished ones / the trials running at once."""
+        durations = [(t.last_result or {}).get("time_total_s") for t in trials if t.status == "TERMINATED"]
+        durations = [d for d in durations if d]
+        if not durations:
+            return "?"
+        mean = sum(durations) / len(durations)
+        return _duration(mean * (running + pending) / max(1, running))
 
     def table(self, trials: list) -> str:
         sign = -1.0 if self.mode == "max" else 1.0
