@@ -4,7 +4,7 @@
     python -m sweeps.report sweep-results/k_vs_length --wandb --entity ME --project memory-attention
 
 Local report (in the sweep folder): ``results.md`` (the paper-style table from
-:func:`sweeps.results.paper_table`, a Pareto table of BLEU vs decode time, the plots) and
+:func:`paper_table`, a Pareto table of BLEU vs decode time, the plots) and
 ``pareto.png``: one point per model (and length), BLEU against decode seconds, the Pareto front
 (no other point is both faster and at least as good) drawn and its points labelled, e.g.
 "memory K=32", so the table answers "which K buys how much BLEU for how much time".
@@ -97,10 +97,28 @@ def pareto_markdown(points: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def paper_table(df: pd.DataFrame, metric: str = "val/bleu", mode: str = "max") -> pd.DataFrame:
+    """Rows (length, model), columns BLEU / decode seconds / trials: best trial per (cell, seed)
+    by the sweep's metric, then the mean over seeds."""
+    done = df[df["status"].isin(["done", "stopped"])].copy()
+    if done.empty:
+        return pd.DataFrame()
+    done = done.dropna(subset=[metric]) if metric in done else done
+    asc = mode == "min"
+    best = done.sort_values(metric, ascending=asc).groupby(["cell", "seed"], dropna=False).head(1)
+    keys = [k for k in ("length", "model") if best[k].notna().any()]
+    agg = best.groupby(keys, dropna=False).agg(
+        BLEU=("val/bleu", "mean"),
+        decode_s=("val/decode_seconds", "mean"),
+        loss=("val/loss", "mean"),
+        seeds=("seed", "nunique"),
+    )
+    return agg.reset_index()
+
+
 def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", title: Optional[str] = None) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv``."""
     from .plots import plot_results, save_figure
-    from .results import paper_table
 
     df = pd.read_csv(sweep_dir / "results.csv")
     paths: dict[str, Path] = dict(plot_results(df, sweep_dir))

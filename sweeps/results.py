@@ -1,18 +1,15 @@
-"""A finished (or interrupted) sweep's results: one row per trial, a paper-style table, plots.
-
-Writes into ``<output>/<name>/``: ``results.csv`` (every trial), ``results.md`` (pivoted like the
-paper's Table 1: rows length x model, columns BLEU and decode time; the best trial per cell when
-Optuna searched nuisance parameters, the mean over seeds; then the BLEU-vs-decode-time Pareto
-front) and PNG plots, written by :mod:`sweeps.report` (which can rebuild them from the CSV).
+"""A finished (or interrupted) sweep's results: one row per trial, written to
+``<output>/<name>/results.csv``. The report (:mod:`sweeps.report`: results.md, plots) reads that
+file; this module knows nothing of reports.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
-from .spec import column_name
+from .spec import column_name, get_dotted
 
 METRIC_COLUMNS = ["val/bleu", "val/decode_seconds", "val/loss", "val/token_acc"]
 FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status"]
@@ -68,7 +65,7 @@ def row_from_result(
     for key, value in grid.items():
         row.setdefault(column_name(key), value)
     for key in search_keys:
-        row[f"param:{key}"] = _lookup(plan, key)
+        row[f"param:{key}"] = get_dotted(plan, key)
     for m in METRIC_COLUMNS:
         row[m] = metrics.get(m)
     row["train_time_s"] = metrics.get("train_time_s")
@@ -79,11 +76,16 @@ def row_from_result(
     return row
 
 
-def _lookup(plan: dict[str, Any], dotted: str) -> Any:
-    node: Any = plan
-    for p in dotted.split("."):
-        node = node.get(p) if isinstance(node, dict) else None
-    return node
+def result_rows(grid, plan_of: Callable[[dict[str, Any]], dict[str, Any]], search_keys: Iterable[str]) -> list[dict[str, Any]]:
+    """One row per trial of a Tune ``ResultGrid``; ``plan_of`` rebuilds a trial's plan from its
+    config (:meth:`sweeps.settings.TrialSettings.plan`)."""
+    rows = []
+    search_keys = list(search_keys)
+    for result, status in zip(grid, trial_statuses(grid)):
+        if result.config and "cell" in result.config:
+            plan = plan_of(result.config)
+            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+    return rows
 
 
 def _short_error(err: BaseException) -> str:
@@ -100,36 +102,12 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
 
 
-def paper_table(df: pd.DataFrame, metric: str = "val/bleu", mode: str = "max") -> pd.DataFrame:
-    """Rows (length, model), columns BLEU / decode seconds / trials: best trial per (cell, seed)
-    by the sweep's metric, then the mean over seeds."""
-    done = df[df["status"].isin(["done", "stopped"])].copy()
-    if done.empty:
-        return pd.DataFrame()
-    done = done.dropna(subset=[metric]) if metric in done else done
-    asc = mode == "min"
-    best = done.sort_values(metric, ascending=asc).groupby(["cell", "seed"], dropna=False).head(1)
-    keys = [k for k in ("length", "model") if best[k].notna().any()]
-    agg = best.groupby(keys, dropna=False).agg(
-        BLEU=("val/bleu", "mean"),
-        decode_s=("val/decode_seconds", "mean"),
-        loss=("val/loss", "mean"),
-        seeds=("seed", "nunique"),
-    )
-    return agg.reset_index()
-
-
-def write_results(rows: list[dict[str, Any]], out_dir: Path, metric: str, mode: str, title: str) -> dict[str, Path]:
-    """Write results.csv, then the local report (results.md, plots, pareto.png; see
-    :func:`sweeps.report.build_local_report`); returns their paths."""
+def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
+    """Write ``out_dir/results.csv`` (every trial); the report (:mod:`sweeps.report`) reads it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = results_frame(rows)
-    paths = {"csv": out_dir / "results.csv"}
-    df.to_csv(paths["csv"], index=False)
-    from .report import build_local_report
-
-    paths.update(build_local_report(out_dir, metric, mode, title))
-    return paths
+    path = out_dir / "results.csv"
+    results_frame(rows).to_csv(path, index=False)
+    return path
 
 
 def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:

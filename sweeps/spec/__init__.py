@@ -1,0 +1,23 @@
+"""The sweep file: schema (:mod:`.schema`), grid expansion (:mod:`.grid`), cell validation
+(:mod:`.validate`) and loading (:mod:`.load`).
+
+A sweep file is one study. ``load_spec(path)`` parses and validates it completely -- every key,
+every grid cell's resolved model and data settings, every nuisance distribution -- before Ray is
+started, and raises :class:`SpecError` naming the key's path and what is allowed. The grid is the
+*scientific* comparison; ``parameters`` (W&B Sweeps' shape) are *nuisance* parameters that Optuna
+tunes inside each cell with a budget of ``num_samples`` trials.
+"""
+from .dotted import get_dotted, set_dotted
+from .grid import (
+    COLUMN_NAMES, SECTIONS, Cell, Sweep, TrialPlan, base_sections, column_name, expand_grid, flat_columns,
+    resolve_sections,
+)
+from .load import SMOKE_DEFAULTS, build_sweep, load_spec
+from .schema import ParamSpec, SpecError, SweepSpec, TrainerSpec
+from .validate import DERIVED_MODEL_KEYS, TASKS
+
+__all__ = [
+    "COLUMN_NAMES", "DERIVED_MODEL_KEYS", "SECTIONS", "SMOKE_DEFAULTS", "TASKS", "Cell", "ParamSpec",
+    "SpecError", "Sweep", "SweepSpec", "TrainerSpec", "TrialPlan", "base_sections", "build_sweep",
+    "column_name", "expand_grid", "flat_columns", "get_dotted", "load_spec", "resolve_sections", "set_dotted",
+]

@@ -1,0 +1,210 @@
+"""The sweep file's schema: pydantic models of every key a study may set, and :class:`SpecError`.
+
+Unknown keys and bad values fail here with the key's path and what is allowed
+(:func:`format_validation`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+class SpecError(ValueError):
+    """A problem in a sweep file. ``str(err)`` is a complete, user-facing message."""
+
+    def __init__(self, path: str, message: str, source: str | None = None) -> None:
+        self.path = path
+        self.message = message
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricSpec(_Strict):
+    name: str = "val/bleu"
+    goal: Literal["maximize", "minimize"] = "maximize"
+
+    @property
+    def mode(self) -> str:
+        return "max" if self.goal == "maximize" else "min"
+
+
+class EarlyTerminateSpec(_Strict):
+    """ASHA in Ray's vocabulary. One unit of ``grace_period``/``max_t`` is one validation report."""
+
+    type: Literal["none", "asha"] = "none"
+    grace_period: int = Field(1, ge=1)
+    reduction_factor: float = Field(2.0, gt=1)
+    max_t: Optional[int] = Field(None, ge=1)
+
+
+class ResourcesSpec(_Strict):
+    """Per trial. ``gpu`` may be fractional (several trials packed on one GPU); ``workers`` > 1
+    runs the trial as a DDP job of that many Ray Train workers, each with ``cpu``/``gpu``."""
+
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0)
+    workers: int = Field(1, ge=1)
+
+    @field_validator("gpu")
+    @classmethod
+    def _whole_or_fraction(cls, v: float) -> float:
+        if v > 1 and v != int(v):
+            raise ValueError("gpu above 1 must be a whole number (fractions only pack several trials on one GPU)")
+        return v
+
+
+class TrainerSpec(_Strict):
+    """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
+
+    max_steps: int = Field(1000, ge=1)
+    max_epochs: Optional[int] = Field(None, ge=1)
+    val_check_interval: Optional[Union[int, float]] = None
+    check_val_every_n_epoch: Optional[int] = Field(None, ge=1)
+    limit_train_batches: Optional[Union[int, float]] = None
+    limit_val_batches: Optional[Union[int, float]] = None
+    gradient_clip_val: Optional[float] = Field(1.0, ge=0)
+    accumulate_grad_batches: int = Field(1, ge=1)
+    precision: str = "32-true"
+    log_every_n_steps: int = Field(50, ge=1)
+    deterministic: bool = False
+
+
+class StorageSpec(_Strict):
+    """Where Ray keeps trial directories and checkpoints: a local path (default: the --output
+    folder) or shared storage (``s3://...``, ``gs://...``, an NFS path) for multi-node clusters."""
+
+    path: Optional[str] = None
+    keep_checkpoints: int = Field(2, ge=1)
+
+
+class FailureSpec(_Strict):
+    max_failures: int = Field(2, ge=0)
+
+
+class WandbSpec(_Strict):
+    project: str = "memory-attention"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: list[str] = Field(default_factory=list)
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    log_heatmaps: bool = True
+
+
+class SearchSpec(_Strict):
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int = 0
+
+
+class ChaosSpec(_Strict):
+    """Fault injection for testing recovery: each trial raises once at this global step."""
+
+    fail_once_at_step: Optional[int] = Field(None, ge=1)
+
+
+class ParamSpec(_Strict):
+    """A nuisance parameter in W&B Sweeps' shape."""
+
+    values: Optional[list[Any]] = None
+    min: Optional[float] = None
+    max: Optional[float] = None
+    distribution: Optional[Literal["categorical", "uniform", "log_uniform_values", "int_uniform"]] = None
+
+    def resolved_distribution(self) -> str:
+        if self.values is not None:
+            if self.distribution not in (None, "categorical"):
+                raise ValueError("`values` goes with distribution categorical (or none)")
+            if not self.values:
+                raise ValueError("`values` is empty")
+            return "categorical"
+        if self.min is None or self.max is None:
+            raise ValueError("give either `values: [...]` or both `min` and `max`")
+        if not self.min < self.max:
+            raise ValueError(f"min ({self.min}) must be below max ({self.max})")
+        dist = self.distribution or (
+            "int_uniform" if float(self.min).is_integer() and float(self.max).is_integer() else "uniform"
+        )
+        if dist == "log_uniform_values" and self.min <= 0:
+            raise ValueError("log_uniform_values needs min > 0")
+        if dist == "categorical":
+            raise ValueError("distribution categorical needs `values`")
+        return dist
+
+
+class SweepSpec(_Strict):
+    name: str
+    description: str = ""
+    task: dict[str, Any]
+    model: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, Any] = Field(default_factory=dict)
+    parameters: dict[str, ParamSpec] = Field(default_factory=dict)
+    num_samples: int = Field(1, ge=1)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    metric: MetricSpec = Field(default_factory=MetricSpec)
+    early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    max_concurrent_trials: Optional[int] = Field(None, ge=1)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    failure: FailureSpec = Field(default_factory=FailureSpec)
+    wandb: WandbSpec = Field(default_factory=WandbSpec)
+    chaos: ChaosSpec = Field(default_factory=ChaosSpec)
+    smoke: dict[str, Any] = Field(default_factory=dict)  # older spelling of profiles.smoke, still accepted
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+                raise ValueError(f"profile name {name!r}: use letters, digits, '_', '-' (it is typed as --profile NAME)")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError("use letters, digits, '_', '-', '.' only (it names folders and W&B groups)")
+        return v
+
+
+def format_validation(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            parent = err["loc"][:-1]
+            allowed = allowed_keys(parent)
+            msg = f"unknown key; allowed here: {', '.join(allowed)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        elif err["type"] == "literal_error":
+            msg = f"{msg} (got {err.get('input')!r})"
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+
+
+def allowed_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] = SweepSpec
+    for part in loc:
+        fld = model.model_fields.get(str(part))
+        ann = getattr(fld, "annotation", None)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            # dict[str, ParamSpec] and friends: look through the dict to the value model
+            args = getattr(ann, "__args__", ())
+            nxt = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            if nxt is None:
+                continue
+            model = nxt
+    return sorted(model.model_fields)
+
+

@@ -1,0 +1,159 @@
+"""Cell validation: a cell's resolved task, model and trainer settings checked against the
+datamodule's, Seq2SeqModule's and the attention mechanism's constructor signatures (and the
+ranges they declare), so a bad value fails before Ray starts, naming where it was written."""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Any, Optional
+
+from pydantic import TypeAdapter, ValidationError
+
+from .grid import Cell
+from .schema import SpecError, SweepSpec, TrainerSpec, format_validation
+
+TASKS = ("copy", "wmt17")
+# Module arguments the trial fills in from the datamodule; a spec may not set them.
+DERIVED_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
+
+
+def check_sections(spec: SweepSpec, source: str) -> None:
+    name = spec.task.get("name")
+    if name not in TASKS:
+        raise SpecError("task.name", f"must be one of {', '.join(TASKS)} (got {name!r})", source)
+
+
+def _origin(cell: Cell, key: str, default: str) -> str:
+    return cell.origins.get(key, default)
+
+
+def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: str) -> None:
+    from ..build import attention_param_types, datamodule_param_types, module_signature_params
+
+    problem = _trainer_problem(trainer)
+    if problem:
+        raise SpecError("", "trainer." + problem, source)
+
+    dm_params = datamodule_param_types(task["name"])
+    for key, value in task.items():
+        if key == "name":
+            continue
+        where = _origin(cell, f"task.{key}", f"task.{key}")
+        if key not in dm_params:
+            raise SpecError(where, f"unknown {task['name']} task setting; allowed: {', '.join(sorted(dm_params))}", source)
+        _check_type(dm_params[key], value, where, source)
+
+    mod_params = module_signature_params()
+    attention = model.get("attention", mod_params["attention"][1])
+    try:
+        att_params = attention_param_types(attention)
+    except ValueError as exc:
+        raise SpecError(_origin(cell, "model.attention", "model.attention"), str(exc), source) from None
+    for key, value in model.items():
+        where = _origin(cell, f"model.{key}", f"model.{key}")
+        if key in DERIVED_MODEL_KEYS:
+            raise SpecError(where, "is derived from the data (the trial fills it in); remove it", source)
+        if key == "attention_kwargs":
+            raise SpecError(where, "put attention options straight under model (e.g. model.K: 16)", source)
+        if key in mod_params:
+            _check_type(mod_params[key][0], value, where, source)
+        elif key in att_params:
+            _check_type(att_params[key], value, where, source)
+        else:
+            raise SpecError(
+                where,
+                f"not a model setting nor an option of attention {attention!r}. Model settings: "
+                f"{', '.join(sorted(k for k in mod_params if k not in DERIVED_MODEL_KEYS))}; "
+                f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
+                source,
+            )
+    att_opts = {k: v for k, v in model.items() if k not in mod_params}
+    problem = _attention_problem(attention, att_opts)
+    if problem:
+        key = next((k for k in att_opts if k in problem), None)
+        where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
+        raise SpecError(where, problem, source)
+    from lightning_modules.seq2seq import PRESETS
+
+    preset = model.get("preset", mod_params["preset"][1])
+    if preset not in PRESETS:
+        raise SpecError(_origin(cell, "model.preset", "model.preset"), f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}", source)
+
+
+def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return
+    try:
+        problem = _type_problem(annotation, type(value), value)  # cached: grids repeat their values
+    except TypeError:  # an unhashable value (a list, a dict)
+        problem = _type_problem.__wrapped__(annotation, type(value), value)
+    if problem:
+        raise SpecError(where, problem, source)
+
+
+# A large grid holds the same settings in many cells: each distinct check runs once (10,000 cells
+# would otherwise build 10,000 attention modules and 90,000 pydantic validators).
+
+
+def _frozen(d: dict) -> tuple:
+    """A hashable key for a settings mapping (values that are lists or dicts by their repr)."""
+    return tuple(sorted((k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in d.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _type_adapter(annotation: Any) -> TypeAdapter:
+    return TypeAdapter(annotation)
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
+    """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
+    try:
+        try:
+            adapter = _type_adapter(annotation)
+        except TypeError:  # an unhashable annotation
+            adapter = TypeAdapter(annotation)
+        adapter.validate_python(value, strict=False)
+    except ValidationError as exc:
+        msg = exc.errors()[0]["msg"]
+        return f"{msg} (got {value!r}; expected {_type_name(annotation)})"
+    except Exception:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN is not a valid setting"
+    return None
+
+
+_TRAINER_CHECKS: dict[tuple, Optional[str]] = {}
+_ATTENTION_CHECKS: dict[tuple, Optional[str]] = {}
+
+
+def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
+    key = _frozen(trainer)
+    if key not in _TRAINER_CHECKS:
+        try:
+            TrainerSpec.model_validate(trainer)
+            _TRAINER_CHECKS[key] = None
+        except ValidationError as exc:
+            _TRAINER_CHECKS[key] = format_validation(exc).lstrip()
+    return _TRAINER_CHECKS[key]
+
+
+def _attention_problem(attention: str, options: dict[str, Any]) -> Optional[str]:
+    """Values the mechanism itself rejects (e.g. encoder_scoring: tanh): each distinct attention
+    configuration is built once, with tiny dims."""
+    key = (attention, _frozen(options))
+    if key not in _ATTENTION_CHECKS:
+        from lightning_modules.attention import build_attention
+
+        try:
+            build_attention(attention, query_dim=8, memory_dim=8, **options)
+            _ATTENTION_CHECKS[key] = None
+        except (ValueError, TypeError) as exc:
+            _ATTENTION_CHECKS[key] = str(exc)
+    return _ATTENTION_CHECKS[key]
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
