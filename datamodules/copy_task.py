@@ -11,11 +11,12 @@ token array plus offsets, so 100k examples take milliseconds.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Annotated, Sequence
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from annotated_types import Ge
 from torch.utils.data import DataLoader, Dataset
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -80,13 +81,13 @@ class CopyTaskDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        vocab_size: int = 20,
-        max_length: int = 10,
-        min_length: int = 0,
-        train_size: int = 100_000,
-        val_size: int = 1000,
-        test_size: int = 1000,
-        batch_size: int = 64,
+        vocab_size: Annotated[int, Ge(1)] = 20,
+        max_length: Annotated[int, Ge(1)] = 10,
+        min_length: Annotated[int, Ge(0)] = 0,
+        train_size: Annotated[int, Ge(1)] = 100_000,
+        val_size: Annotated[int, Ge(1)] = 1000,
+        test_size: Annotated[int, Ge(0)] = 1000,
+        batch_size: Annotated[int, Ge(1)] = 64,
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:

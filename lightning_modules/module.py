@@ -18,11 +18,12 @@ datamodule can ``detokenize``; the same under ``test/``.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from annotated_types import Gt
 
 from .attention import attention_options
 from .seq2seq import Seq2Seq, get_preset
@@ -101,7 +102,7 @@ class Seq2SeqModule(pl.LightningModule):
         pad_id: int = 0,
         bos_id: int = 1,
         eos_id: int = 2,
-        lr: float = 1e-3,
+        lr: Annotated[float, Gt(0)] = 1e-3,
         weight_decay: float = 0.0,
         val_beam_size: int = 1,
         length_penalty: float = 1.0,

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from sweeps.cluster import LaunchError, Paths, check_cluster, init_ray
+    from sweeps.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
     from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results_csv
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = output / sweep.name
     paths = Paths(output=output, storage=spec.storage.path or str(output))
     try:
+        check_writable(output, "--output")
+        if spec.storage.path:
+            check_writable(spec.storage.path, "storage.path")
         mode = resolve_wandb_mode(spec.wandb.mode)
         os.environ["WANDB_MODE"] = mode
         os.environ.setdefault("WANDB_SILENT", "true")

@@ -79,7 +79,7 @@ def test_shipped_studies_validate(path, smoke):
     [
         (lambda s: s.update(shedule={"type": "asha"}), ["shedule", "unknown key", "early_terminate"]),
         (lambda s: s["trainer"].update(max_step=5), ["trainer.max_step", "unknown key", "max_steps"]),
-        (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1"]),
+        (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1", "got 0"]),
         (lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}), ["metric.goal", "maximize", "minimize"]),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
         (lambda s: s["task"].update(max_lenght=7), ["task.max_lenght", "unknown copy task setting", "max_length"]),
@@ -154,3 +154,59 @@ def test_wmt_paths_are_filled_in_per_pair_and_made_absolute():
     assert len(sweep.cells) == 4 * (4 + 1)  # pairs x (memory K x PE, bahdanau)
     smoke = load_spec(ROOT / "sweeps" / "wmt17.yaml", smoke=True)
     assert all(Path(p.task["data_dir"]).is_absolute() and Path(p.task["data_dir"]).exists() for p in smoke.plans)
+
+
+@pytest.mark.parametrize(
+    "section, key, value, allowed",
+    [
+        ("task", "batch_size", 0, ">= 1"),
+        ("task", "max_length", 0, ">= 1"),
+        ("task", "vocab_size", 0, ">= 1"),
+        ("task", "train_size", 0, ">= 1"),
+        ("model", "lr", -0.003, "> 0"),
+        ("trainer", "val_check_interval", 0, "greater than 0"),
+    ],
+)
+def test_dry_run_rejects_out_of_range_values_naming_the_key(tmp_path, capsys, section, key, value, allowed):
+    """Ranges come from the constructors' Annotated markers (datamodule, Seq2SeqModule) and the
+    schema's Field constraints; --dry-run catches them before anything runs."""
+    from sweeps.launch import main
+
+    raw = base_spec()
+    raw[section][key] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{section}.{key}" in err and allowed in err and repr(value) in err
+
+
+def test_search_ranges_are_checked_like_fixed_settings():
+    msg = error_of(base_spec(parameters={"model.lr": {"min": -0.1, "max": 0.01}}))
+    assert "parameters.model.lr" in msg and "> 0" in msg
+    msg = error_of(base_spec(parameters={"task.batch_size": {"values": [0, 8]}}))
+    assert "parameters.task.batch_size" in msg and ">= 1" in msg
+
+
+def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_path, capsys):
+    ray = pytest.importorskip("ray")
+    from sweeps.launch import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    assert main([str(spec), "--set", "trainer.max_steps=[1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--set trainer.max_steps" in err and "cannot parse" in err
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main([str(spec), "--output", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--output {blocker / 'out'}" in err and "cannot create" in err
+
+    out = tmp_path / "out"
+    assert main([str(spec), "--output", str(out), "--set", f"storage.path={blocker / 'ckpt'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"storage.path {blocker / 'ckpt'}" in err
+    assert not ray.is_initialized(), "nothing may start before the folders are known to be writable"

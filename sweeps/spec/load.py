@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from .dotted import set_dotted
-from .grid import Sweep, TrialPlan, expand_grid, resolve_sections
+from .grid import Cell, Sweep, TrialPlan, expand_grid, resolve_sections
 from .schema import SpecError, SweepSpec, format_validation
 from .validate import check_sections, validate_cell
 
@@ -44,7 +44,14 @@ def build_sweep(
         if "=" not in item:
             raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
         key, text = item.split("=", 1)
-        _set_dotted(raw, key.strip(), yaml.safe_load(text), f"--set {key.strip()}", source)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise SpecError(
+                f"--set {key.strip()}", f"cannot parse the value {text!r} (YAML, e.g. 100, 0.5, [1, 2], "
+                f"'text'); quote it for the shell, e.g. --set \"{key.strip()}=[1, 2]\"", source,
+            ) from None
+        _set_dotted(raw, key.strip(), value, f"--set {key.strip()}", source)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
@@ -60,6 +67,7 @@ def build_sweep(
     for cell in cells:
         task, model, trainer = resolve_sections(spec, cell.values)
         validate_cell(task, model, trainer, cell, source)
+        _validate_search_bounds(spec, task, model, trainer, cell, source)
         for seed in spec.seeds:
             plans.append(TrialPlan(cell, seed, task, model, trainer))
     return Sweep(spec=spec, source=source, cells=cells, plans=plans)
@@ -78,6 +86,23 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 }
 
 
+
+
+def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str) -> None:
+    """Every value Optuna may sample in this cell (each categorical value, a range's both ends)
+    passes the same checks as a fixed setting, reported at ``parameters.<key>``."""
+    for key, p in spec.parameters.items():
+        candidates = p.values if p.values is not None else [p.min, p.max]
+        if p.values is None and p.resolved_distribution() == "int_uniform":
+            candidates = [int(p.min), int(p.max)]
+        for value in candidates:
+            sections = {"task": copy.deepcopy(task), "model": copy.deepcopy(model), "trainer": copy.deepcopy(trainer)}
+            try:
+                set_dotted(sections, key, value)
+            except ValueError as exc:
+                raise SpecError(f"parameters.{key}", str(exc), source) from None
+            probe = Cell(cell.values, {**cell.origins, key: f"parameters.{key}"})
+            validate_cell(sections["task"], sections["model"], sections["trainer"], probe, source)
 
 
 def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> None:

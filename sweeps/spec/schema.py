@@ -6,7 +6,7 @@ Unknown keys and bad values fail here with the key's path and what is allowed
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -59,15 +59,20 @@ class ResourcesSpec(_Strict):
         return v
 
 
+# A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.
+Positive = Annotated[Union[int, float], Field(gt=0)]
+NonNegative = Annotated[Union[int, float], Field(ge=0)]
+
+
 class TrainerSpec(_Strict):
     """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
 
     max_steps: int = Field(1000, ge=1)
     max_epochs: Optional[int] = Field(None, ge=1)
-    val_check_interval: Optional[Union[int, float]] = None
+    val_check_interval: Optional[Positive] = None
     check_val_every_n_epoch: Optional[int] = Field(None, ge=1)
-    limit_train_batches: Optional[Union[int, float]] = None
-    limit_val_batches: Optional[Union[int, float]] = None
+    limit_train_batches: Optional[Positive] = None
+    limit_val_batches: Optional[NonNegative] = None  # 0 turns validation off
     gradient_clip_val: Optional[float] = Field(1.0, ge=0)
     accumulate_grad_batches: int = Field(1, ge=1)
     precision: str = "32-true"
@@ -176,7 +181,7 @@ def format_validation(exc: ValidationError) -> str:
             msg = f"unknown key; allowed here: {', '.join(allowed)}"
         elif err["type"] == "missing":
             msg = "required key is missing"
-        elif err["type"] == "literal_error":
+        elif err["type"] in ("literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal"):
             msg = f"{msg} (got {err.get('input')!r})"
         lines.append(f"{loc}: {msg}")
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)

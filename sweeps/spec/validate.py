@@ -85,18 +85,57 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
+    """``value`` against a constructor parameter's annotation, including the range its
+    ``Annotated[..., Ge(1)]`` markers declare."""
     if annotation is Any or annotation is inspect.Parameter.empty:
-        return
-    try:
-        TypeAdapter(annotation).validate_python(value, strict=False)
-    except ValidationError as exc:
-        msg = exc.errors()[0]["msg"]
-        raise SpecError(where, f"{msg} (got {value!r}; expected {_type_name(annotation)})", source) from None
-    except Exception:
         return
     if isinstance(value, float) and math.isnan(value):
         raise SpecError(where, "NaN is not a valid setting", source)
+    try:
+        TypeAdapter(annotation).validate_python(value, strict=False)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        allowed = allowed_range(annotation)
+        if allowed and err["type"] in _RANGE_ERRORS:
+            raise SpecError(where, f"{value!r} is out of range; allowed: {allowed}", source) from None
+        raise SpecError(where, f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})", source) from None
+    except Exception:
+        return
+
+
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}
+_BOUNDS = (("gt", "> {}"), ("ge", ">= {}"), ("lt", "< {}"), ("le", "<= {}"), ("multiple_of", "a multiple of {}"))
+
+
+def allowed_range(annotation: Any) -> str:
+    """The range an annotation's markers declare, e.g. ``>= 1`` or ``>= 0 and < 1`` ("" for none).
+    Reads annotated-types markers (``Ge(1)``, ``Interval(ge=0, lt=1)``) and pydantic ``Field``
+    constraints, through ``Optional``/``Union``."""
+    parts: list[str] = []
+    for marker in _range_markers(annotation):
+        for name, text in _BOUNDS:
+            bound = getattr(marker, name, None)
+            if bound is not None and text.format(bound) not in parts:
+                parts.append(text.format(bound))
+    return " and ".join(parts)
+
+
+def _range_markers(annotation: Any) -> list[Any]:
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *metadata = typing.get_args(annotation)
+        found = []
+        for m in metadata:  # pydantic's FieldInfo keeps its constraints in .metadata
+            found += list(getattr(m, "metadata", None) or [m])
+        return found + _range_markers(base)
+    return [m for arg in typing.get_args(annotation) for m in _range_markers(arg)]
 
 
 def _type_name(annotation: Any) -> str:
+    import typing
+
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
