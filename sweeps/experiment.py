@@ -51,6 +51,7 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
         train_storage=paths.experiment(sweep.name) + "/ddp",
         keep_checkpoints=spec.storage.keep_checkpoints,
         chaos_step=spec.chaos.fail_once_at_step,
+        chaos_before_report=spec.chaos.fail_before_first_report,
         has_search=sweep.has_search,
     )
 

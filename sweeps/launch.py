@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
-    from sweeps.results import print_table, row_from_result, results_frame, trial_statuses, write_results_csv
+    from sweeps.results import (
+        failure_summary, missing_rows, print_table, row_from_result, results_frame, trial_states, write_results_csv,
+    )
     from sweeps.trial_kit import resolve_plan
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
@@ -121,10 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     for _, grid in outcomes:
         # Tune catches SIGINT itself and returns normally: unfinished trials are how we know
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors
-        for result, status in zip(grid, trial_statuses(grid)):
-            if result.config and "plans" in result.config:
-                plan = resolve_plan(result.config)
+        for result, (status, config) in zip(grid, trial_states(grid)):
+            if "plans" in config:
+                plan = resolve_plan(config)
                 rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+    # every planned trial has a row, even one Tune never created
+    samples = spec.num_samples if sweep.has_search else 1
+    rows += missing_rows(sweep.plans, rows, samples, "unfinished" if interrupted else "error")
     written = {"csv": write_results_csv(rows, out_dir)}
     written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)
@@ -139,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted:
         print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
         return 130
-    failed = df[df["status"] == "error"] if not df.empty else df
-    if len(failed):
-        print(f"{len(failed)} trial(s) failed (see results.md); retry them with:\n  {resume_cmd}", file=sys.stderr)
+    failed = failure_summary(df)
+    if failed:
+        print(f"{len(failed)} of {len(df)} trial(s) failed (their rows in results.md say why):", file=sys.stderr)
+        print("\n".join(failed), file=sys.stderr)
+        print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
         return 1
     return 0
 

@@ -27,10 +27,16 @@ def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
 
 def trial_statuses(grid) -> list[Optional[str]]:
     """Tune's status per result (TERMINATED, ERROR, PENDING, PAUSED...), in the grid's order."""
+    return [status for status, _ in trial_states(grid)]
+
+
+def trial_states(grid) -> list[tuple[Optional[str], dict[str, Any]]]:
+    """(Tune's status, the trial's config) per result, in the grid's order. The config comes from
+    the trial itself: a trial that failed before its first report has no ``result.config``."""
     trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
     if trials is None or len(trials) != len(grid):
-        return [None] * len(grid)
-    return [t.status for t in trials]
+        return [(None, result.config or {}) for result in grid]
+    return [(t.status, result.config or t.config or {}) for t, result in zip(trials, grid)]
 
 
 def row_from_result(
@@ -74,6 +80,33 @@ def row_from_result(
     row["checkpoint"] = result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
     row["error"] = _short_error(result.error) if result.error is not None else None
     return row
+
+
+def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str) -> list[dict[str, Any]]:
+    """A row for every planned trial that has none (Tune never created it, e.g. a sweep stopped
+    before Optuna sampled it): ``samples`` trials per plan (cell and seed), marked ``status``."""
+    seen: dict[tuple[str, int], int] = {}
+    for row in rows:
+        seen[(row["cell"], row["seed"])] = seen.get((row["cell"], row["seed"]), 0) + 1
+    out = []
+    for plan in plans:
+        config = plan.config()
+        for _ in range(samples - seen.get((config["cell"], config["seed"]), 0)):
+            model, task = config["model"], config["task"]
+            out.append({
+                "trial_id": None, "cell": config["cell"], "model": model_label(model, config["grid"]),
+                "attention": model.get("attention", "bahdanau"), "K": model.get("K"),
+                "length": task.get("max_length", task.get("max_len")), "seed": config["seed"], "status": status,
+                **{column_name(k): v for k, v in config["grid"].items()},
+                "error": "never started" if status == "error" else None,
+            })
+    return out
+
+
+def failure_summary(df: pd.DataFrame) -> list[str]:
+    """One line per failed trial: its cell, seed, id and the last line of its error."""
+    failed = df[df["status"] == "error"] if not df.empty else df
+    return [f"  {r.cell} seed={r.seed} [{r.trial_id}]: {r.error}" for r in failed.itertuples()]
 
 
 def _short_error(err: BaseException) -> str:

@@ -215,6 +215,8 @@ def prepare_trial(
     """Seed, build and set up the datamodule and module, copy ``checkpoint`` (a Ray checkpoint or
     None) to local disk, and make the callbacks (``report_cls`` first; the chaos callback when the
     spec asks for it and ``with_chaos``)."""
+    if settings.chaos_before_report and with_chaos:
+        raise ChaosError("chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)")
     torch.set_num_threads(max(1, int(settings.resources.cpu)))
     pl.seed_everything(plan["seed"], workers=True, verbose=False)
     dm = build_datamodule(plan["task"], plan["seed"])

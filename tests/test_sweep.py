@@ -89,6 +89,21 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
     assert steps == [10, 20, 30, 40]
 
 
+def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_fails(local_ray, tmp_path, capsys):
+    spec = tiny_spec("doomed", chaos={"fail_before_first_report": True}, failure={"max_failures": 1},
+                     wandb={"mode": "disabled"})
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 1
+    df = pd.read_csv(out / "doomed" / "results.csv")
+    assert sorted(df["cell"]) == ["K=4 attention=memory", "attention=none"], "every planned trial has a row"
+    assert (df["status"] == "error").all()
+    assert df["error"].str.endswith("injected failure before the first report (sweep spec `chaos.fail_before_first_report`)").all()
+    md = (out / "doomed" / "results.md").read_text()
+    assert "Trials: 2 error" in md and "## Failed trials" in md
+    err = capsys.readouterr().err
+    assert "2 of 2 trial(s) failed" in err and "attention=none seed=0" in err and "--resume" in err
+
+
 def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path):
     spec = tiny_spec(
         "search",
@@ -115,14 +130,13 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
     assert summary.n_trials == 2 and "K-2" in summary.study_name
 
 
-def test_unreachable_address_fails_fast(tmp_path, capsys):
+def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
     spec = write_spec(tmp_path, tiny_spec("addr"))
-    start = time.monotonic()
     code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
     assert code == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in err and "--address" in err
-    assert time.monotonic() - start < 30
+    assert len(err.splitlines()) == 1, err
 
 
 def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):

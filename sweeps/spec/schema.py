@@ -107,9 +107,12 @@ class SearchSpec(_Strict):
 
 
 class ChaosSpec(_Strict):
-    """Fault injection for testing recovery: each trial raises once at this global step."""
+    """Fault injection for testing recovery: ``fail_once_at_step``: each trial raises once at this
+    global step; ``fail_before_first_report``: every attempt of every trial raises while it sets
+    up, before it reports anything (a trial that never produces a result)."""
 
     fail_once_at_step: Optional[int] = Field(None, ge=1)
+    fail_before_first_report: bool = False
 
 
 class ParamSpec(_Strict):
