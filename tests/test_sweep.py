@@ -104,6 +104,57 @@ def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_
     assert "2 of 2 trial(s) failed" in err and "attention=none seed=0" in err and "--resume" in err
 
 
+def test_truncated_newest_checkpoint_is_skipped_and_the_trial_finishes_from_the_previous_one(local_ray, tmp_path):
+    spec = tiny_spec(
+        "torn",
+        grid={"model": [{"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        chaos={"fail_once_at_step": 25},
+        failure={"max_failures": 0},  # the trial stays failed, with checkpoints at steps 10 and 20
+        wandb={"mode": "disabled"},
+    )
+    path, out = write_spec(tmp_path, spec), tmp_path / "out"
+    args = [str(path), "--output", str(out), "--verbose", "0"]
+    assert main(args) == 1
+    trial_dir = next(p for p in (out / "torn").iterdir() if (p / "result.json").exists())
+    assert result_steps(trial_dir) == [10, 20]
+    newest = sorted(trial_dir.glob("checkpoint_*"))[-1] / "checkpoint.ckpt"
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])  # a crash in the middle of writing it
+
+    assert main(args + ["--resume"]) == 0
+    lines = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
+    # continued from step 10 (the intact checkpoint): step 20 is reported again, nothing from step 0
+    assert [r["step"] for r in lines] == [10, 20, 20, 30, 40]
+    assert lines[-1]["skipped_checkpoints"] == 1 and lines[-1]["resumed_from"] == "checkpoint_000000"
+    df = pd.read_csv(out / "torn" / "results.csv")
+    assert df["status"].tolist() == ["done"]
+
+
+def test_when_no_checkpoint_loads_the_trial_restarts_from_step_0_and_says_so(tmp_path):
+    import torch
+    from ray import tune
+    from sweeps.trial_kit import CHECKPOINT_FILE, restore_checkpoint
+
+    for i, content in enumerate([b"torn", b""]):
+        (tmp_path / f"checkpoint_00000{i}").mkdir()
+        (tmp_path / f"checkpoint_00000{i}" / CHECKPOINT_FILE).write_bytes(content)
+    said = []
+    newest = tune.Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))
+    restored = restore_checkpoint(newest, str(tmp_path), log=said.append)
+    assert restored.ckpt_path is None and restored.skipped == 2
+    assert "checkpoint_000001 does not load" in said[0] and "checkpoint_000000 does not load" in said[1]
+    assert "restarts from step 0" in said[-1]
+
+    torch.save({"state_dict": {}}, tmp_path / "checkpoint_000000" / CHECKPOINT_FILE)  # the older one is whole
+    said.clear()
+    local = tmp_path / "local"
+    local.mkdir()
+    restored = restore_checkpoint(newest, str(local), log=said.append)
+    assert (restored.name, restored.skipped) == ("checkpoint_000000", 1)
+    assert restored.ckpt_path == str(local / CHECKPOINT_FILE) and "resuming from" in said[-1]
+
+
 def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path):
     spec = tiny_spec(
         "search",
