@@ -31,7 +31,6 @@ from .trial_kit import (
     make_wandb_logger,
     placement_metrics,
     prepare_trial,
-    resolve_plan,
 )
 
 
@@ -56,7 +55,7 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     ``tune.with_parameters(run_ddp_trial, settings=...)``).
 
     Args:
-        config: the trial's Tune config (its plan; see :func:`sweeps.trial_kit.resolve_plan`).
+        config: the trial's Tune config (its plan; see :meth:`sweeps.settings.TrialSettings.plan`).
         settings: the study-wide settings.
     """
     import ray.train
@@ -64,7 +63,7 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    plan = resolve_plan(config)
+    plan = settings.plan(config)
     res = settings.resources
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()

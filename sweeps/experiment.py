@@ -1,10 +1,13 @@
-"""The Tune experiment of a study: the param space, the trainable (single-process or DDP), the
-scheduler, and running or resuming it.
+"""The ONE Tune experiment of a study, with or without Optuna: the trainable (single-process or
+DDP), the searcher that hands out every cell's trials (:mod:`sweeps.search`), early stopping
+within a (cell, seed) (:mod:`sweeps.scheduling`), the console (:mod:`sweeps.console`), and
+running or resuming it under ``<storage>/<name>/``.
 
-Without nuisance ``parameters`` the whole grid is one Tune experiment (a ``grid_search`` over the
-resolved trial plans), so cells run concurrently. With them, each (cell, seed) is its own Optuna
-study -- Optuna's searcher cannot take a grid -- run one after another under
-``<storage>/<name>/studies/``, with the Optuna journal on the driver's disk so studies resume.
+A trial's config holds only its own plan as flat, readable keys -- ``cell``, ``seed``, the grid
+values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) -- so
+``ExperimentAnalysis``, ``get_best_config()``, TensorBoard HParams and W&B show them as columns,
+and a trial's stored config does not grow with the grid. The study's fixed settings reach the
+trainables once, through ``tune.with_parameters`` (:class:`sweeps.settings.TrialSettings`).
 """
 from __future__ import annotations
 
@@ -14,18 +17,7 @@ from typing import Any
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import Resources, TrialSettings, WandbSettings
-from .spec import Sweep, TrialPlan
-
-
-def plan_key(plan: TrialPlan) -> str:
-    """The trial's label in Tune's tables and W&B: ``attention=memory K=16 seed=0``."""
-    return f"{plan.cell.name} seed={plan.seed}"
-
-
-def plan_space(plans: list[TrialPlan]) -> dict[str, Any]:
-    """Every plan under its label; a trial's ``config["cell"]`` picks one. Keeping the plans out of
-    the varying parameter keeps Tune's tables and trial folder names short and readable."""
-    return {plan_key(p): p.config() for p in plans}
+from .spec import Sweep, base_sections
 
 
 def trial_dirname(trial) -> str:
@@ -53,6 +45,9 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
         chaos_step=spec.chaos.fail_once_at_step,
         chaos_before_report=spec.chaos.fail_before_first_report,
         has_search=sweep.has_search,
+        base=base_sections(spec),
+        grid_columns=sweep.grid_columns,
+        param_columns=sweep.param_columns,
     )
 
 
@@ -82,150 +77,90 @@ def make_trainable(settings: TrialSettings):
     return tune.with_resources(tune.with_parameters(fn, settings=settings), trial_resources(settings))
 
 
-def make_scheduler(sweep: Sweep, with_metric: bool = False):
-    """FIFO or ASHA. ``with_metric``: give ASHA the metric itself (when an Optuna searcher, not
-    ``TuneConfig``, holds it: Tune refuses the metric in two places)."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    et = sweep.spec.early_terminate
-    if et.type == "asha":
-        max_t = et.max_t or max(et.grace_period, _reports_per_trial(sweep))
-        metric = {"metric": sweep.spec.metric.name, "mode": sweep.spec.metric.mode} if with_metric else {}
-        return ASHAScheduler(
-            **metric,
-            time_attr="training_iteration",
-            max_t=max_t,
-            grace_period=min(et.grace_period, max_t),
-            reduction_factor=et.reduction_factor,
-        )
-    return FIFOScheduler()
-
-
-def _reports_per_trial(sweep: Sweep) -> int:
-    t = sweep.spec.trainer
-    if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
-        return max(1, t.max_steps // t.val_check_interval)
-    return 100
-
-
-def make_run_config(sweep: Sweep, paths: Paths, name: str, verbose: int):
+def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
     from ray import tune
 
     spec = sweep.spec
     return tune.RunConfig(
-        name=name,
+        name=sweep.name,
         storage_path=paths.storage,
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
-        verbose=verbose,
+        callbacks=callbacks,
+        verbose=1 if verbose >= 2 else 0,  # 0/1: our console (sweeps.console) only; 2: Tune's too
     )
 
 
-def optuna_space(sweep: Sweep) -> dict[str, Any]:
-    import optuna.distributions as od
-
-    space = {}
-    for key, p in sweep.spec.parameters.items():
-        dist = p.resolved_distribution()
-        if dist == "categorical":
-            space[key] = od.CategoricalDistribution(p.values)
-        elif dist == "int_uniform":
-            space[key] = od.IntDistribution(int(p.min), int(p.max))
-        elif dist == "log_uniform_values":
-            space[key] = od.FloatDistribution(p.min, p.max, log=True)
-        else:
-            space[key] = od.FloatDistribution(p.min, p.max)
-    return space
-
-
-def run_tune(sweep: Sweep, paths: Paths, settings: TrialSettings, fit: ClusterFit, resume: bool, verbose: int = 1) -> list:
-    """Run (or resume) every Tune experiment of the sweep; returns ``[(plan_or_None, ResultGrid)]``."""
-    from ray import tune
+def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
+    """The study's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
+    one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
+    from .search import StudySearcher, StudyUnit, optuna_distributions
 
     spec = sweep.spec
+    index = {c.slug: i for i, c in enumerate(sweep.cells)}
+    units = [
+        StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns))
+        for p in sweep.plans
+    ]
+    space, journal = None, None
+    if sweep.has_search:
+        space = optuna_distributions(spec.parameters, sweep.param_columns)
+        journal_path = paths.output / sweep.name / "optuna.journal"
+        journal_path.parent.mkdir(parents=True, exist_ok=True)
+        journal = str(journal_path)
+    return StudySearcher(
+        units,
+        num_samples=spec.num_samples if sweep.has_search else 1,
+        metric=spec.metric.name,
+        mode=spec.metric.mode,
+        space=space,
+        journal=journal,
+        sampler=spec.search.sampler,
+        sampler_seed=spec.search.seed,
+        wandb_enabled=wandb_mode != "disabled",
+    )
+
+
+def run_tune(sweep: Sweep, paths: Paths, settings: TrialSettings, fit: ClusterFit, resume: bool, verbose: int = 1):
+    """Run (or resume) the study's Tune experiment; returns its ``ResultGrid``, read back from
+    storage."""
+    from ray import tune
+
+    from .console import StudyConsole
+    from .scheduling import make_scheduler
+    from .search import OptunaLinks
+
+    path = paths.experiment(sweep.name)
     trainable = make_trainable(settings)
-    outcomes = []
-    if not sweep.has_search:
-        name = sweep.name
-        param_space = {
-            "cell": tune.grid_search([plan_key(p) for p in sweep.plans]),
-            "plans": plan_space(sweep.plans),
-        }
-        tuner = _tuner_or_restore(
-            paths.experiment(name), resume, trainable, param_space,
-            tune.TuneConfig(
-                metric=spec.metric.name,
-                mode=spec.metric.mode,
-                scheduler=make_scheduler(sweep),
-                max_concurrent_trials=fit.max_concurrent_trials,
-                trial_dirname_creator=trial_dirname,
-            ),
-            make_run_config(sweep, paths, name, verbose),
-        )
-        outcomes.append((None, _fit(tuner, paths.experiment(name), trainable)))
-        return outcomes
-
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-    from ray.tune.search.optuna import OptunaSearch
-
-    journal = paths.output / sweep.name / "optuna.journal"
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    storage = JournalStorage(JournalFileBackend(str(journal)))
-    for plan in sweep.plans:
-        study = f"{plan.cell.slug}-seed{plan.seed}"
-        name = f"{sweep.name}/studies/{study}"
-        sampler = (
-            optuna.samplers.TPESampler(seed=spec.search.seed + plan.seed)
-            if spec.search.sampler == "tpe"
-            else optuna.samplers.RandomSampler(seed=spec.search.seed + plan.seed)
-        )
-        searcher = OptunaSearch(
-            space=optuna_space(sweep),
-            metric=spec.metric.name,
-            mode=spec.metric.mode,
-            sampler=sampler,
-            study_name=f"{sweep.name}/{study}",
-            storage=storage,
-        )
-        tuner = _tuner_or_restore(
-            paths.experiment(name), resume, trainable,
-            {"cell": plan_key(plan), "plans": plan_space([plan])},
-            tune.TuneConfig(
-                search_alg=searcher,
-                scheduler=make_scheduler(sweep, with_metric=True),
-                num_samples=spec.num_samples,
-                max_concurrent_trials=fit.max_concurrent_trials,
-                trial_dirname_creator=trial_dirname,
-            ),
-            make_run_config(sweep, paths, name, verbose),
-        )
-        outcomes.append((plan, _fit(tuner, paths.experiment(name), trainable)))
-    return outcomes
-
-
-def _fit(tuner, path: str, trainable):
-    """Run the experiment, then read its results back from storage: after a SIGINT, Tune returns
-    normally and only the saved state says which trials are unfinished (PENDING)."""
-    from ray import tune
-
-    tuner.fit()
-    return tune.Tuner.restore(path, trainable=trainable).get_results()
-
-
-def _tuner_or_restore(path: str, resume: bool, trainable, param_space, tune_config, run_config):
-    from ray import tune
-
     if resume and tune.Tuner.can_restore(path):
         print(f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints")
-        return tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True, param_space=param_space)
-    if not resume and _exists(path):
-        raise LaunchError(
-            f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
-            f"--output (or storage.path), or delete the folder to start again."
+        tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        if not resume and _exists(path):
+            raise LaunchError(
+                f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
+                f"--output (or storage.path), or delete the folder to start again."
+            )
+        searcher = make_searcher(sweep, paths, settings.wandb.mode)
+        callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
+        if verbose >= 1:
+            columns = list(sweep.grid_columns) + list(sweep.param_columns)
+            callbacks.append(StudyConsole(sweep.num_trials, columns, sweep.spec.metric.name, sweep.spec.metric.mode))
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                scheduler=make_scheduler(sweep),
+                num_samples=sweep.num_trials,
+                max_concurrent_trials=fit.max_concurrent_trials,
+                trial_dirname_creator=trial_dirname,
+            ),
+            run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
-    return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
+    tuner.fit()
+    # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
+    # state says which trials are unfinished (PENDING).
+    return tune.Tuner.restore(path, trainable=trainable).get_results()
 
 
 def _exists(path: str) -> bool:
@@ -234,5 +169,3 @@ def _exists(path: str) -> bool:
 
         return tune.Tuner.can_restore(path)
     return Path(path).exists() and any(Path(path).iterdir())
-
-

@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.results import (
         failure_summary, missing_rows, print_table, row_from_result, results_frame, trial_states, write_results_csv,
     )
-    from sweeps.trial_kit import resolve_plan
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
     spec = sweep.spec
@@ -110,26 +109,24 @@ def main(argv: list[str] | None = None) -> int:
         settings = make_settings(sweep, paths, mode, fit)
         interrupted = False
         try:
-            outcomes = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose)
+            grid = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose)
         except KeyboardInterrupt:
-            interrupted = True
-            outcomes = []
+            interrupted, grid = True, []
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
     rows = []
     search_keys = list(spec.parameters)
-    for _, grid in outcomes:
-        # Tune catches SIGINT itself and returns normally: unfinished trials are how we know
-        interrupted |= len(grid) > grid.num_terminated + grid.num_errors
-        for result, (status, config) in zip(grid, trial_states(grid)):
-            if "plans" in config:
-                plan = resolve_plan(config)
-                rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+    if grid:
+        # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
+        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
+    for result, (status, config) in zip(grid, trial_states(grid) if grid else []):
+        if "cell" in config:
+            plan = settings.plan(config)
+            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
     # every planned trial has a row, even one Tune never created
-    samples = spec.num_samples if sweep.has_search else 1
-    rows += missing_rows(sweep.plans, rows, samples, "unfinished" if interrupted else "error")
+    rows += missing_rows(sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error")
     written = {"csv": write_results_csv(rows, out_dir)}
     written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)

@@ -90,14 +90,12 @@ def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int,
         seen[(row["cell"], row["seed"])] = seen.get((row["cell"], row["seed"]), 0) + 1
     out = []
     for plan in plans:
-        config = plan.config()
-        for _ in range(samples - seen.get((config["cell"], config["seed"]), 0)):
-            model, task = config["model"], config["task"]
+        for _ in range(samples - seen.get((plan.cell.name, plan.seed), 0)):
             out.append({
-                "trial_id": None, "cell": config["cell"], "model": model_label(model, config["grid"]),
-                "attention": model.get("attention", "bahdanau"), "K": model.get("K"),
-                "length": task.get("max_length", task.get("max_len")), "seed": config["seed"], "status": status,
-                **{column_name(k): v for k, v in config["grid"].items()},
+                "trial_id": None, "cell": plan.cell.name, "model": model_label(plan.model, plan.cell.values),
+                "attention": plan.model.get("attention", "bahdanau"), "K": plan.model.get("K"),
+                "length": plan.task.get("max_length", plan.task.get("max_len")), "seed": plan.seed,
+                "status": status, **{column_name(k): v for k, v in plan.cell.values.items()},
                 "error": "never started" if status == "error" else None,
             })
     return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .spec.grid import resolve_sections
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -31,9 +33,10 @@ class WandbSettings:
 class TrialSettings:
     """What a trainable needs besides its own plan.
 
-    ``base`` holds the study's fixed task/model/trainer sections and ``columns`` maps each flat
-    config key of a trial (``attention``, ``K``, ``length``, ``lr``) to its dotted spec key, so a
-    trial rebuilds its whole plan from its small config.
+    ``base`` holds the study's fixed task/model/trainer sections; ``grid_columns`` and
+    ``param_columns`` map each flat config key of a trial (``attention``, ``K``, ``length``;
+    ``lr``) to its dotted spec key, so a trial rebuilds its whole plan from its small config
+    (:meth:`plan`).
     """
 
     name: str
@@ -48,4 +51,23 @@ class TrialSettings:
     chaos_before_report: bool = False
     has_search: bool = False
     base: dict[str, Any] = field(default_factory=dict)
-    columns: dict[str, str] = field(default_factory=dict)
+    grid_columns: dict[str, str] = field(default_factory=dict)
+    param_columns: dict[str, str] = field(default_factory=dict)
+
+    def plan(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A trial's whole plan from its Tune config: ``cell``, ``seed``, ``grid`` and ``params``
+        (dotted keys), ``config`` (the flat keys as Tune holds them) and the resolved ``task``,
+        ``model`` and ``trainer`` sections."""
+        flat = {k: _plain(v) for k, v in config.items()}
+        grid = {key: flat[name] for name, key in self.grid_columns.items() if name in flat}
+        params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}
+        task, model, trainer = resolve_sections(self.base, {**grid, **params})
+        return {
+            "cell": flat["cell"], "seed": int(flat["seed"]), "grid": grid, "params": params, "config": flat,
+            "task": task, "model": model, "trainer": trainer,
+        }
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (Optuna's samples can be) as plain Python values."""
+    return value.item() if hasattr(value, "item") else value

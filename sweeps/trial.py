@@ -17,7 +17,6 @@ from .trial_kit import (
     pick_accelerator,
     placement_metrics,
     prepare_trial,
-    resolve_plan,
 )
 
 
@@ -25,10 +24,10 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     """Tune function trainable (wrapped by ``tune.with_parameters(run_trial, settings=...)``).
 
     Args:
-        config: the trial's Tune config (its plan; see :func:`sweeps.trial_kit.resolve_plan`).
+        config: the trial's Tune config (its plan; see :meth:`sweeps.settings.TrialSettings.plan`).
         settings: the study-wide settings.
     """
-    plan = resolve_plan(config)
+    plan = settings.plan(config)
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
     parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())

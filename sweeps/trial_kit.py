@@ -1,5 +1,5 @@
 """The trial kit: what the single-process trainable (:mod:`sweeps.trial`) and the DDP trainable
-(:mod:`sweeps.ddp`) share -- resolving the trial's plan, seeding, data and module, restoring a
+(:mod:`sweeps.ddp`) share -- seeding, data and module, restoring a
 checkpoint, the report-to-Ray callback, fault injection, the W&B logger, the Trainer's arguments,
 and fitting.
 
@@ -25,7 +25,6 @@ from ray import tune
 
 from .build import build_datamodule, build_module
 from .settings import TrialSettings
-from .spec.dotted import set_dotted
 
 CHECKPOINT_FILE = "checkpoint.ckpt"
 EXTRA_FILE = "trial_state.json"
@@ -84,15 +83,6 @@ class Chaos(pl.Callback):
             self.marker.parent.mkdir(parents=True, exist_ok=True)
             self.marker.write_text("failed once\n")
             raise ChaosError(f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)")
-
-
-def resolve_plan(config: dict[str, Any]) -> dict[str, Any]:
-    """The trial's plan with any Optuna-sampled ``section.key`` values written in."""
-    plan = json.loads(json.dumps(config["plans"][config["cell"]]))  # deep copy, plain types
-    for key, value in config.items():
-        if "." in key:
-            set_dotted(plan, key, value.item() if hasattr(value, "item") else value)
-    return plan
 
 
 def placement_metrics() -> dict[str, str]:
@@ -213,7 +203,9 @@ def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: s
         return None
     from lightning.pytorch.loggers import WandbLogger
 
-    run_config = {**plan, "trial_id": trial_id, "sweep": settings.name}
+    # the flat keys (attention, K, length, lr...) first: they are the run table's columns
+    sections = {k: plan[k] for k in ("task", "model", "trainer")}
+    run_config = {**plan["config"], **sections, "trial_id": trial_id, "sweep": settings.name}
     return WandbLogger(
         project=wb.project,
         entity=wb.entity,

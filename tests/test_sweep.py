@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def local_ray():
     saved = dict(os.environ)
     os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
     yield
     ray.shutdown()
     # ray.init and the launcher set variables (RAY_AUTH_MODE, WANDB_MODE...) that would leak into

@@ -8,13 +8,16 @@ started, and raises :class:`SpecError` naming the key's path and what is allowed
 tunes inside each cell with a budget of ``num_samples`` trials.
 """
 from .dotted import get_dotted, set_dotted
-from .grid import COLUMN_NAMES, SECTIONS, Cell, Sweep, TrialPlan, column_name, expand_grid, resolve_sections
+from .grid import (
+    COLUMN_NAMES, SECTIONS, Cell, Sweep, TrialPlan, base_sections, column_name, expand_grid, flat_columns,
+    resolve_sections,
+)
 from .load import SMOKE_DEFAULTS, build_sweep, load_spec
 from .schema import ParamSpec, SpecError, SweepSpec, TrainerSpec
 from .validate import DERIVED_MODEL_KEYS, TASKS
 
 __all__ = [
     "COLUMN_NAMES", "DERIVED_MODEL_KEYS", "SECTIONS", "SMOKE_DEFAULTS", "TASKS", "Cell", "ParamSpec",
-    "SpecError", "Sweep", "SweepSpec", "TrainerSpec", "TrialPlan", "build_sweep", "column_name",
-    "expand_grid", "get_dotted", "load_spec", "resolve_sections", "set_dotted",
+    "SpecError", "Sweep", "SweepSpec", "TrainerSpec", "TrialPlan", "base_sections", "build_sweep",
+    "column_name", "expand_grid", "flat_columns", "get_dotted", "load_spec", "resolve_sections", "set_dotted",
 ]

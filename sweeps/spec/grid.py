@@ -56,16 +56,16 @@ class TrialPlan:
     model: dict[str, Any]
     trainer: dict[str, Any]
 
-    def config(self) -> dict[str, Any]:
-        return {
-            "cell": self.cell.name,
-            "cell_slug": self.cell.slug,
-            "grid": dict(self.cell.values),
-            "seed": self.seed,
-            "task": copy.deepcopy(self.task),
-            "model": copy.deepcopy(self.model),
-            "trainer": copy.deepcopy(self.trainer),
-        }
+    @property
+    def study(self) -> str:
+        """The (cell, seed) unit: an Optuna study's name suffix, early stopping's bracket."""
+        return f"{self.cell.slug}-seed{self.seed}"
+
+    def trial_config(self, columns: dict[str, str]) -> dict[str, Any]:
+        """What Tune stores for a trial of this plan: the cell's name, the seed and the grid values
+        under their flat column names (``columns``: flat name -> dotted key)."""
+        flat = {name: self.cell.values[key] for name, key in columns.items() if key in self.cell.values}
+        return {"cell": self.cell.name, "seed": self.seed, **flat}
 
 
 @dataclass
@@ -87,6 +87,37 @@ class Sweep:
     def num_trials(self) -> int:
         per_plan = self.spec.num_samples
         return len(self.plans) * per_plan
+
+    @property
+    def grid_columns(self) -> dict[str, str]:
+        """Flat trial-config name -> dotted key, for every grid key (``attention`` -> ``model.attention``)."""
+        return self._columns()[0]
+
+    @property
+    def param_columns(self) -> dict[str, str]:
+        """Flat trial-config name -> dotted key, for every Optuna parameter (``lr`` -> ``model.lr``)."""
+        return self._columns()[1]
+
+    def _columns(self) -> tuple[dict[str, str], dict[str, str]]:
+        grid_keys = list(dict.fromkeys(k for c in self.cells for k in c.values))
+        names = flat_columns(grid_keys + list(self.spec.parameters))
+        return {n: k for n, k in names.items() if k in grid_keys}, {n: k for n, k in names.items() if k not in grid_keys}
+
+
+# Keys every trial config has besides its grid and sampled values.
+RESERVED_COLUMNS = ("cell", "seed")
+
+
+def flat_columns(keys: list[str]) -> dict[str, str]:
+    """Readable, unique config names for dotted keys: ``model.K`` -> ``K``, ``task.max_length`` ->
+    ``length``; a key whose short name is taken (two sections' ``dropout``, or ``task.seed``)
+    keeps its dotted name."""
+    short = [column_name(k) for k in keys]
+    out = {}
+    for key, name in zip(keys, short):
+        unique = short.count(name) == 1 and name not in RESERVED_COLUMNS
+        out[name if unique else key] = key
+    return out
 
 
 def column_name(key: str) -> str:
@@ -154,17 +185,20 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
 
 
 
-def resolve_sections(spec: SweepSpec, values: dict[str, Any]) -> tuple[dict, dict, dict]:
-    """The task, model and trainer sections of a trial: the spec's fixed settings with ``values``
-    (dotted keys: a cell's grid values, Optuna's samples) written in, ``*_dir`` paths resolved."""
-    task = copy.deepcopy(spec.task)
-    model = copy.deepcopy(spec.model)
-    trainer = spec.trainer.model_dump()
-    sections = {"task": task, "model": model, "trainer": trainer}
+def base_sections(spec: SweepSpec) -> dict[str, dict[str, Any]]:
+    """The study's fixed task, model and trainer settings, before any grid or sampled value."""
+    return {"task": spec.task, "model": spec.model, "trainer": spec.trainer.model_dump()}
+
+
+def resolve_sections(base: dict[str, dict[str, Any]], values: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """The task, model and trainer sections of a trial: ``base`` (:func:`base_sections`) with
+    ``values`` (dotted keys: a cell's grid values, Optuna's samples) written in, ``*_dir`` paths
+    resolved."""
+    sections = copy.deepcopy(base)
     for key, value in values.items():
         set_dotted(sections, key, value)
-    _resolve_paths(task)
-    return task, model, trainer
+    _resolve_paths(sections["task"])
+    return sections["task"], sections["model"], sections["trainer"]
 
 
 def _resolve_paths(task: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from .dotted import set_dotted
-from .grid import Cell, Sweep, TrialPlan, expand_grid, resolve_sections
+from .grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from .schema import SpecError, SweepSpec, format_validation
 from .validate import check_sections, validate_cell
 
@@ -64,8 +64,9 @@ def build_sweep(
     check_sections(spec, source)
     cells = expand_grid(spec.grid, source)
     plans = []
+    base = base_sections(spec)
     for cell in cells:
-        task, model, trainer = resolve_sections(spec, cell.values)
+        task, model, trainer = resolve_sections(base, cell.values)
         validate_cell(task, model, trainer, cell, source)
         _validate_search_bounds(spec, task, model, trainer, cell, source)
         for seed in spec.seeds:

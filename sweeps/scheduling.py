@@ -1,0 +1,105 @@
+"""Early stopping inside a (cell, seed) only.
+
+The comparison between grid cells is what a study measures, so a scheduler must never stop a
+trial of one cell because another cell scores higher. :class:`PerStudyScheduler` keeps one
+scheduler (ASHA) per (cell, seed) -- the unit Optuna searches -- and routes each trial's events to
+its own: ASHA compares only the nuisance samples of one cell and seed. A unit of a single trial
+(no ``parameters``, or ``num_samples: 1``) has nothing to compare, and its trials run to the end
+(``--dry-run`` says so).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+from .spec import Sweep
+
+
+def study_key(config: dict[str, Any]) -> tuple[str, Any]:
+    """The (cell, seed) a trial belongs to, from its config."""
+    return config.get("cell"), config.get("seed")
+
+
+class PerStudyScheduler(FIFOScheduler):
+    """One scheduler per (cell, seed), made by ``factory`` when the unit's first trial arrives.
+    Trials are started in FIFO order; results, completions and removals go to the trial's own."""
+
+    def __init__(self, factory: Callable[[], TrialScheduler], metric: str, mode: str) -> None:
+        super().__init__()
+        self.factory = factory
+        self._metric, self._mode = metric, mode
+        self.schedulers: dict[tuple[str, Any], TrialScheduler] = {}
+
+    def set_search_properties(self, metric: Optional[str], mode: Optional[str], **spec) -> bool:
+        return True  # built with its metric and mode
+
+    def _of(self, trial) -> TrialScheduler:
+        key = study_key(trial.config)
+        if key not in self.schedulers:
+            self.schedulers[key] = self.factory()
+        return self.schedulers[key]
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        return self._of(trial).on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        self._of(trial).on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_remove(tune_controller, trial)
+
+    def debug_string(self) -> str:
+        return f"early stopping per (cell, seed): {len(self.schedulers)} scheduler(s)"
+
+
+def make_scheduler(sweep: Sweep) -> TrialScheduler:
+    """FIFO, or ASHA per (cell, seed) (``early_terminate.type: asha``). One unit of
+    ``grace_period``/``max_t`` is one validation report."""
+    et = sweep.spec.early_terminate
+    metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
+    if et.type != "asha":
+        return FIFOScheduler()
+    max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
+
+    def asha() -> TrialScheduler:
+        return ASHAScheduler(
+            metric=metric,
+            mode=mode,
+            time_attr="training_iteration",
+            max_t=max_t,
+            grace_period=min(et.grace_period, max_t),
+            reduction_factor=et.reduction_factor,
+        )
+
+    return PerStudyScheduler(asha, metric, mode)
+
+
+def reports_per_trial(sweep: Sweep) -> int:
+    t = sweep.spec.trainer
+    if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
+        return max(1, t.max_steps // t.val_check_interval)
+    return 100
+
+
+def early_stopping_note(sweep: Sweep) -> Optional[str]:
+    """What ``--dry-run`` says about early stopping, or None without it."""
+    if sweep.spec.early_terminate.type == "none":
+        return None
+    n = sweep.spec.num_samples if sweep.has_search else 1
+    if n < 2:
+        why = "num_samples is 1" if sweep.has_search else "there are no Optuna parameters"
+        return (
+            f"early_terminate {sweep.spec.early_terminate.type}: it compares trials only within one (cell, seed), "
+            f"and each holds a single trial ({why}): there is nothing to stop; every trial runs to the end"
+        )
+    return (
+        f"early_terminate {sweep.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
+        f"among themselves only; no cell is stopped because another scores higher"
+    )
