@@ -17,7 +17,7 @@ from typing import Any
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import Resources, TrialSettings, WandbSettings
-from .spec import Sweep, base_sections
+from .spec import LAUNCH_FILE, Sweep, base_sections
 
 
 def trial_dirname(trial) -> str:
@@ -168,4 +168,5 @@ def _exists(path: str) -> bool:
         from ray import tune
 
         return tune.Tuner.can_restore(path)
-    return Path(path).exists() and any(Path(path).iterdir())
+    # the launcher's record of the run's overrides comes first and does not count
+    return Path(path).exists() and any(p.name != LAUNCH_FILE for p in Path(path).iterdir())

@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.spec import Sweep, SpecError, load_spec  # noqa: E402
+from sweeps.spec import LAUNCH_FILE, Sweep, SpecError, load_spec, resume_launch, save_launch  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         sweep = load_spec(args.spec, overrides=args.overrides, smoke=args.smoke)
+        if args.resume:  # the first run's --set and --smoke, stored beside its results
+            first = resume_launch(Path(args.output).resolve() / sweep.name, args.overrides, args.smoke, args.spec)
+            if first != (args.overrides, args.smoke):
+                args.overrides, args.smoke = first
+                print("resuming with the first run's overrides: " + " ".join(f"--set {o}" for o in args.overrides))
+                sweep = load_spec(args.spec, overrides=args.overrides, smoke=args.smoke)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -96,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["WANDB_MODE"] = mode
         os.environ.setdefault("WANDB_SILENT", "true")
         out_dir.mkdir(parents=True, exist_ok=True)
+        if not args.resume and not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
+            save_launch(out_dir, args.overrides, args.smoke)  # a new sweep: what --resume will reuse
         # Only non-secret settings travel to the workers; the API key stays in each node's environment.
         runtime_env = {"env_vars": {"WANDB_MODE": mode, "WANDB_SILENT": "true", "PYTHONWARNINGS": "ignore::DeprecationWarning"}}
         try:

@@ -210,3 +210,16 @@ def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"storage.path {blocker / 'ckpt'}" in err
     assert not ray.is_initialized(), "nothing may start before the folders are known to be writable"
+
+
+def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
+    from sweeps.spec import resume_launch, save_launch
+
+    save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], smoke=False)
+    assert resume_launch(tmp_path, [], False, "x.yaml") == (["trainer.max_steps=300", "model.lr=0.01"], False)
+    assert resume_launch(tmp_path, ["trainer.max_steps= 300"], False, "x.yaml")[0][0] == "trainer.max_steps=300"
+    with pytest.raises(SpecError, match=r"--set seeds: --resume continues .*seeds unset"):
+        resume_launch(tmp_path, ["seeds=[1]"], False, "x.yaml")
+    with pytest.raises(SpecError, match="--smoke: the first run was not a --smoke run"):
+        resume_launch(tmp_path, [], True, "x.yaml")
+    assert resume_launch(tmp_path / "older", ["seeds=[1]"], False, "x.yaml") == (["seeds=[1]"], False)

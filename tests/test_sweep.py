@@ -191,11 +191,12 @@ def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
 
 
 def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
-    """A real interruption: SIGINT to the launcher while the second trial runs, then --resume."""
+    """A real interruption: SIGINT to the launcher while the second trial runs, then --resume,
+    which keeps the first run's --set overrides."""
     spec = tiny_spec(
         "resume",
         grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        trainer={"max_steps": 300, "val_check_interval": 10},
+        trainer={"max_steps": 3000, "val_check_interval": 10},  # the first run's --set makes it 300
         max_concurrent_trials=1,
         wandb={"mode": "disabled"},
     )
@@ -204,7 +205,8 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd + ["--set", "trainer.max_steps=300"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     exp = out / "resume"
     deadline = time.monotonic() + 240
     finished, running = None, None
@@ -229,8 +231,16 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
 
+    # a --set that changes the first run's overrides is refused before anything starts
+    refused = subprocess.run(cmd + ["--resume", "--set", "trainer.max_steps=50"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--resume continues the first run with its own overrides" in refused.stderr
+    assert "trainer.max_steps=300" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+    # resumed without --set: the first run's trainer.max_steps=300 still holds (not the file's 3000)
     code = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    assert "resuming with the first run's overrides: --set trainer.max_steps=300" in code.stdout
     assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
     steps = result_steps(running)
     after = steps[len(before):]

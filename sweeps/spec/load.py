@@ -3,6 +3,7 @@ trial plans. :func:`load_spec` is what the launcher calls."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +41,8 @@ def build_sweep(
             raise SpecError("smoke", "must be a mapping of dotted keys to values", source)
         for key, value in {**SMOKE_DEFAULTS, **smoke_over}.items():
             _set_dotted(raw, key, value, f"smoke.{key}", source)
-    for item in overrides or []:
-        if "=" not in item:
-            raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
-        key, text = item.split("=", 1)
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise SpecError(
-                f"--set {key.strip()}", f"cannot parse the value {text!r} (YAML, e.g. 100, 0.5, [1, 2], "
-                f"'text'); quote it for the shell, e.g. --set \"{key.strip()}=[1, 2]\"", source,
-            ) from None
-        _set_dotted(raw, key.strip(), value, f"--set {key.strip()}", source)
+    for key, value in parse_overrides(overrides or [], source).items():
+        _set_dotted(raw, key, value, f"--set {key}", source)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
@@ -87,6 +78,60 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 }
 
 
+
+
+def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
+    """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
+        key, text = (part.strip() for part in item.split("=", 1))
+        try:
+            parsed[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise SpecError(
+                f"--set {key}", f"cannot parse the value {text!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
+                f"quote it for the shell, e.g. --set \"{key}=[1, 2]\"", source,
+            ) from None
+    return parsed
+
+
+LAUNCH_FILE = "launch.json"  # beside a sweep's results: the --set overrides and --smoke of its first run
+
+
+def save_launch(out_dir: Path, overrides: list[str], smoke: bool) -> Path:
+    """Record how a sweep was started, so ``--resume`` continues it with the same settings."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LAUNCH_FILE
+    path.write_text(json.dumps({"overrides": list(overrides), "smoke": smoke}, indent=2) + "\n")
+    return path
+
+
+def resume_launch(out_dir: Path, overrides: list[str], smoke: bool, source: str) -> tuple[list[str], bool]:
+    """The first run's overrides and --smoke, for ``--resume``. New ``--set`` values may repeat
+    them but not change or add to them (the trials already run were planned without); raises
+    SpecError saying which. Without a record (a sweep from an older version) the given ones stand."""
+    path = out_dir / LAUNCH_FILE
+    if not path.exists():
+        return overrides, smoke
+    first = json.loads(path.read_text())
+    before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
+    changed = [k for k in now if k not in before or before[k] != now[k]]
+    if changed:
+        was = ", ".join(f"{k}={before[k]!r}" if k in before else f"{k} unset" for k in changed)
+        raise SpecError(
+            f"--set {changed[0]}",
+            f"--resume continues the first run with its own overrides ({was} there; recorded in {path}); "
+            f"drop the --set to continue, or start a new sweep with another --output",
+            source,
+        )
+    if bool(first["smoke"]) != smoke:
+        raise SpecError(
+            "--smoke", f"the first run was {'' if first['smoke'] else 'not '}a --smoke run (recorded in {path}); "
+            f"resume it the same way", source,
+        )
+    return list(first["overrides"]), smoke
 
 
 def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str) -> None:
