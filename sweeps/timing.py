@@ -238,11 +238,16 @@ def load_module(path: str | Path) -> pl.LightningModule:
     return Seq2SeqModule.load_from_checkpoint(str(checkpoint_file(path)), map_location="cpu")
 
 
-def saved_data_settings(path: str | Path) -> dict[str, Any]:
-    """The datamodule settings a checkpoint stores ({} when it was not written by
-    ``trainer.fit(model, datamodule=dm)``)."""
+def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's module hyperparameters and its datamodule settings ({} when it was not
+    written by ``trainer.fit(model, datamodule=dm)`` or the datamodule saves no hyperparameters)."""
     ckpt = torch.load(checkpoint_file(path), map_location="cpu", weights_only=False)  # the user's own file
-    return dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
+    return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
+
+
+def saved_data_settings(path: str | Path) -> dict[str, Any]:
+    """The datamodule settings a checkpoint stores (see :func:`read_settings`)."""
+    return read_settings(path)[1]
 
 
 def infer_task(settings: Mapping[str, Any]) -> str:
@@ -282,8 +287,6 @@ def data_task(
     saved_cache = settings.get("cache_dir")
     if "data_dir" in overrides and "cache_dir" not in overrides and saved_cache and not os.path.isdir(saved_cache):
         merged["cache_dir"] = None  # the old cache went with the old folder: <data_dir>/.cache
-    if "num_workers" in valid:
-        merged["num_workers"] = 0  # every batch is built before timing: worker processes only cost
     return {"name": name, **merged}
 
 
@@ -327,7 +330,10 @@ def time_checkpoint(
     """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
     :func:`measure_decode_time` over one split."""
     module = load_module(checkpoint)
-    dm = build_datamodule(dict(task), seed)
+    task = dict(task)
+    if "num_workers" in datamodule_param_types(task["name"]):
+        task["num_workers"] = 0  # every batch is built before timing: worker processes would only cost
+    dm = build_datamodule(task, seed)
     loader = split_batches(dm, split)
     check_vocabulary(module, dm)
     return measure_decode_time(module, loader, device, beam_size, repeats, warmup, threads)
@@ -663,13 +669,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise TimingError(f"unknown split {args.split!r}; valid: {', '.join(SPLITS)}")
         overrides = _data_overrides(args)
         ckpt = checkpoint_file(args.checkpoint)
-        task = data_task(saved_data_settings(ckpt), args.task, overrides)
-        module = load_module(ckpt)
-        print(f"checkpoint   {ckpt} (attention {module.hparams.attention}; data {describe(task)})", flush=True)
-        dm = build_datamodule(task, int(task.get("seed") or 0))
-        loader = split_batches(dm, args.split)
-        check_vocabulary(module, dm)
-        timing = measure_decode_time(module, loader, args.device, args.beam, args.repeats, args.warmup, args.threads)
+        hparams, saved = read_settings(ckpt)
+        task = data_task(saved, args.task, overrides)
+        print(f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})", flush=True)
+        timing = time_checkpoint(ckpt, task, int(task.get("seed") or 0), args.split, args.device, args.beam,
+                                 args.repeats, args.warmup, args.threads)
     except TimingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
