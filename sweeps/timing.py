@@ -76,6 +76,7 @@ class DecodeTiming:
     seconds: tuple[float, ...]  # every timed pass, in order
     per_sentence_seconds: float  # median / sentences
     sentences: int
+    output_tokens: int  # tokens decoded over the split, EOS included (a model that stops early decodes less)
     batches: int
     beam_size: int
     warmup: int
@@ -93,8 +94,8 @@ class DecodeTiming:
 
     @classmethod
     def from_runs(
-        cls, seconds: Sequence[float], *, sentences: int, batches: int, beam_size: int, warmup: int,
-        device: str, threads: int,
+        cls, seconds: Sequence[float], *, sentences: int, output_tokens: int, batches: int, beam_size: int,
+        warmup: int, device: str, threads: int,
     ) -> "DecodeTiming":
         runs = tuple(float(s) for s in seconds)
         q1, _, q3 = statistics.quantiles(runs, n=4, method="inclusive") if len(runs) > 1 else runs * 3
@@ -102,7 +103,8 @@ class DecodeTiming:
         return cls(
             median_seconds=median, min_seconds=min(runs), max_seconds=max(runs), q1_seconds=q1,
             q3_seconds=q3, seconds=runs, per_sentence_seconds=median / sentences, sentences=sentences,
-            batches=batches, beam_size=beam_size, warmup=warmup, device=device, threads=threads,
+            output_tokens=output_tokens, batches=batches, beam_size=beam_size, warmup=warmup, device=device,
+            threads=threads,
             torch_version=torch.__version__,
         )
 
@@ -177,9 +179,8 @@ def measure_decode_time(
         raise TimingError("the split has no sentences to decode")
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
-    def decode_split() -> None:
-        for src, src_lengths in on_device:
-            module.decode(src, src_lengths)  # (B, T') tokens, discarded
+    def decode_split() -> list[torch.Tensor]:
+        return [module.decode(src, src_lengths) for src, src_lengths in on_device]  # [(B, T')]
 
     previous_threads = torch.get_num_threads()
     if threads is not None:
@@ -192,15 +193,17 @@ def measure_decode_time(
             for _ in range(repeats):
                 sync()
                 start = time.perf_counter()
-                decode_split()
+                outputs = decode_split()
                 sync()
                 runs.append(time.perf_counter() - start)
             used_threads = torch.get_num_threads()
+            pad_id = module.hparams.pad_id
+            output_tokens = sum(int((tokens != pad_id).sum()) for tokens in outputs)  # counted after timing
     finally:
         torch.set_num_threads(previous_threads)
     return DecodeTiming.from_runs(
-        runs, sentences=sentences, batches=len(on_device), beam_size=beam, warmup=warmup,
-        device=str(device), threads=used_threads,
+        runs, sentences=sentences, output_tokens=output_tokens, batches=len(on_device), beam_size=beam,
+        warmup=warmup, device=str(device), threads=used_threads,
     )
 
 
@@ -608,13 +611,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     p.add_argument("checkpoint", help="a Lightning .ckpt file, or a trial's checkpoint folder")
     p.add_argument("--split", default="valid", help="valid (default) or test")
-    p.add_argument("--beam", type=int, default=None, help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)")
     p.add_argument("--repeats", type=int, default=5, help="timed passes over the split (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    p.add_argument("--task", default=None, help=f"{'|'.join(TASKS)}: needed only when the checkpoint stores no datamodule settings")
-    p.add_argument("--data-dir", default=None, help="where the data files are now (WMT), if not where the checkpoint says")
+    p.add_argument("--task", default=None, choices=TASKS,
+                   help="the data's task; needed only when the checkpoint stores no datamodule settings")
+    p.add_argument("--data-dir", default=None,
+                   help="where the data files are now (WMT), if not where the checkpoint says")
     p.add_argument("--cache-dir", default=None, help="the BPE/token cache folder (WMT)")
     p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                    help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)")
@@ -652,7 +658,8 @@ def report_lines(timing: DecodeTiming, split: str) -> list[str]:
     """The command's summary of one timing."""
     t = timing
     return [
-        f"split        {split}: {t.sentences} sentences in {t.batches} batches (moved to {t.device} before timing)",
+        f"split        {split}: {t.sentences} sentences in {t.batches} batches (moved to {t.device} before timing), "
+        f"{t.output_tokens} tokens decoded",
         f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}, "
         f"{t.threads} thread(s), torch {t.torch_version}; {t.warmup} warm-up + {t.repeats} timed runs",
         f"whole split  {t.median_seconds:.4f} s  (median of {t.repeats}; min {t.min_seconds:.4f}, "

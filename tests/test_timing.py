@@ -105,13 +105,14 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
     dm = CopyTaskDataModule(**COPY)
     dm.setup("validate")
     loader = CountingLoader(dm.val_dataloader())
-    calls = {"decode": 0, "beam": 0, "threads": set()}
+    calls = {"decode": 0, "beam": 0, "threads": set(), "tokens": []}
     decode, beam_search = module.decode, module.model.beam_search
 
     def counting_decode(src, src_lengths):
         calls["decode"] += 1
         calls["threads"].add(torch.get_num_threads())
-        return decode(src, src_lengths)
+        calls["tokens"].append(decode(src, src_lengths))  # (B, T')
+        return calls["tokens"][-1]
 
     def counting_beam(*args, **kwargs):
         calls["beam"] += 1
@@ -131,6 +132,7 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
     assert timing.min_seconds == min(timing.seconds) <= timing.q1_seconds <= timing.median_seconds
     assert timing.median_seconds <= timing.q3_seconds <= timing.max_seconds == max(timing.seconds)
     assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (24, batches, 3, 2)
+    assert timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
     assert timing.per_sentence_seconds == pytest.approx(timing.median_seconds / 24)
     assert (timing.device, timing.threads, timing.torch_version) == ("cpu", 2, torch.__version__)
     assert DecodeTiming.from_dict(json.loads(json.dumps(timing.to_dict()))) == timing
