@@ -50,6 +50,11 @@ import torch
 
 from .build import build_datamodule, datamodule_param_types
 
+__all__ = [
+    "DecodeTiming", "TimingError", "TimingJob", "TimingOutcome", "TimingRecord", "TimingSettings",
+    "measure_decode_time", "time_checkpoint", "run_timing_stage", "read_record", "TIMING_FILE",
+]
+
 TIMING_FILE = "timing.json"
 SPLITS = ("valid", "test")
 TASKS = ("copy", "wmt17")  # the task names sweeps.build.datamodule_class knows
@@ -238,7 +243,7 @@ def load_module(path: str | Path) -> pl.LightningModule:
     """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
     from lightning_modules.module import Seq2SeqModule
 
-    return Seq2SeqModule.load_from_checkpoint(str(checkpoint_file(path)), map_location="cpu")
+    return Seq2SeqModule.load_from_checkpoint(str(checkpoint_file(path)), map_location="cpu", weights_only=False)
 
 
 def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:

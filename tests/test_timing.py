@@ -233,8 +233,13 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto")
     lines: list[str] = []
 
-    first = run_timing_stage(jobs, settings, log=lines.append)
-    assert [o.status for o in first] == ["timed", "timed"], [o.error for o in first]
+    broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},
+                                 output_dir=str(tmp_path / "trial_broken"))
+    first = run_timing_stage([jobs[0], broken, jobs[1]], settings, log=lines.append)
+    assert [o.status for o in first] == ["timed", "error", "timed"], [o.error for o in first]
+    assert "bogus" in first[1].error and len(first[1].error.splitlines()) == 1, first[1].error
+    assert not (tmp_path / "trial_broken" / TIMING_FILE).exists()
+    first = [first[0], first[2]]
     records = [read_record(job.output_dir) for job in jobs]
     for job, outcome, record in zip(jobs, first, records):
         assert record == outcome.record and record.trial_id == job.trial_id
@@ -243,7 +248,7 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         assert not list(Path(job.output_dir).glob(".timing.json.*")), "no temporary file left behind"
     a, b = sorted(records, key=lambda r: r.started_at)
     assert a.finished_at <= b.started_at, "the two timings overlapped"
-    assert len(lines) == 2 and all("median of 2" in line for line in lines)
+    assert sum("median of 2" in line for line in lines) == 2 and sum("broken: failed" in line for line in lines) == 1
 
     mtimes = [job.result_path.stat().st_mtime_ns for job in jobs]
     second = run_timing_stage(jobs, settings, log=None)
