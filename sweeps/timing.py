@@ -43,10 +43,12 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import (Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, Optional, Sequence, get_args,
+                    get_origin, get_type_hints)
 
 import lightning.pytorch as pl
 import torch
+from annotated_types import Ge
 
 from .build import build_datamodule, datamodule_param_types
 
@@ -109,8 +111,7 @@ class DecodeTiming:
             median_seconds=median, min_seconds=min(runs), max_seconds=max(runs), q1_seconds=q1,
             q3_seconds=q3, seconds=runs, per_sentence_seconds=median / sentences, sentences=sentences,
             output_tokens=output_tokens, batches=batches, beam_size=beam_size, warmup=warmup, device=device,
-            threads=threads,
-            torch_version=torch.__version__,
+            threads=threads, torch_version=torch.__version__,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +125,10 @@ class DecodeTiming:
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise TimingError(f"unknown device {name!r}; use cpu or cuda[:N]") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TimingError(f"device {name!s} asked for, but torch sees no CUDA device; use cpu")
     return device
@@ -217,16 +221,15 @@ def measure_decode_time(
 
 
 def checkpoint_file(path: str | Path) -> Path:
-    """The Lightning checkpoint file: ``path`` itself, or ``checkpoint.ckpt`` inside a trial's
-    checkpoint folder."""
+    """The Lightning checkpoint file: ``path`` itself, or the one ``.ckpt`` file inside a folder
+    (a sweep trial's checkpoint folder holds ``checkpoint.ckpt``)."""
     p = Path(path)
     if p.is_dir():
-        from .trial import CHECKPOINT_FILE
-
-        inner = p / CHECKPOINT_FILE
-        if not inner.is_file():
-            raise TimingError(f"checkpoint folder {p} holds no {CHECKPOINT_FILE}; pass the .ckpt file itself")
-        return inner
+        found = sorted(p.glob("*.ckpt"))
+        if len(found) != 1:
+            held = f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})" if found else "no .ckpt file"
+            raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
+        return found[0]
     if not p.is_file():
         raise TimingError(f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder")
     return p
@@ -382,12 +385,22 @@ class TimingJob:
 @dataclass(frozen=True)
 class TimingSettings:
     """Stage-wide settings: ``repeats`` timed passes after ``warmup`` untimed ones, ``threads``
-    torch threads, ``device`` ``auto`` (a GPU per job where the cluster has GPUs), ``cpu`` or ``cuda``."""
+    torch threads, ``device`` ``auto`` (a GPU per job where the cluster has GPUs), ``cpu`` or ``cuda``.
+    The ranges are the ``Annotated`` markers, checked on construction."""
 
-    repeats: int = 5
-    warmup: int = 1
-    threads: int = 1
-    device: str = "auto"
+    repeats: Annotated[int, Ge(1)] = 5
+    warmup: Annotated[int, Ge(0)] = 1
+    threads: Annotated[int, Ge(1)] = 1
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def __post_init__(self) -> None:
+        for name, hint in get_type_hints(type(self), include_extras=True).items():
+            value = getattr(self, name)
+            for marker in getattr(hint, "__metadata__", ()):
+                if isinstance(marker, Ge) and not value >= marker.ge:
+                    raise TimingError(f"timing {name} must be >= {marker.ge}, got {value}")
+            if get_origin(hint) is Literal and value not in get_args(hint):
+                raise TimingError(f"timing {name} must be one of {', '.join(get_args(hint))}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -588,8 +601,6 @@ def run_timing_stage(
 
 def _lanes(settings: TimingSettings, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
     has_gpu = float(total.get("GPU", 0)) > 0
-    if settings.device not in ("auto", "cpu", "cuda"):
-        raise TimingError(f"timing device must be auto, cpu or cuda, got {settings.device!r}")
     if settings.device == "cuda" and not has_gpu:
         raise TimingError("timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto")
     lanes = plan_lanes(nodes, use_gpu=settings.device == "cuda" or (settings.device == "auto" and has_gpu))

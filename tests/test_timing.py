@@ -20,6 +20,7 @@ from sweeps.build import build_module
 from sweeps.timing import (
     TIMING_FILE,
     DecodeTiming,
+    TimingError,
     TimingJob,
     TimingSettings,
     already_timed,
@@ -173,6 +174,8 @@ def one_line_error(capsys) -> str:
 def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert main([str(tmp_path / "nope.ckpt")]) == 2
     assert "not found" in one_line_error(capsys)
+    assert main([str(tmp_path)]) == 2
+    assert "holds no .ckpt file" in one_line_error(capsys)
 
     ckpt, options = wmt_ckpt
     assert main([str(ckpt), "--split", "test", *options]) == 2
@@ -193,6 +196,15 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert main([str(bare), "--task", "copy", "--data", "vocab_size=8", "--data", "max_length=6",
                  "--data", "val_size=10", "--repeats", "1"]) == 0
     assert "valid: 10 sentences" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"repeats": 0}, "repeats must be >= 1"), ({"warmup": -1}, "warmup must be >= 0"),
+    ({"threads": 0}, "threads must be >= 1"), ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
+])
+def test_stage_settings_are_checked_when_made(bad, message):
+    with pytest.raises(TimingError, match=message):
+        TimingSettings(**bad)
 
 
 def test_lanes_hold_a_whole_node_or_a_gpu_with_its_cpu_share():
