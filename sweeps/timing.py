@@ -3,17 +3,19 @@
 Run it (from the repository root):
 
     python -m sweeps.timing CKPT                              # the checkpoint's own data, validation split
-    python -m sweeps.timing CKPT --split valid --beam 10      # Britz et al.'s Table 3 (WMT'17 en-de
-                                                              # newstest2015, 2,169 sentences, beam 10)
-    python -m sweeps.timing CKPT --data-dir data/wmt17/en-de  # the WMT files have moved since training
-    python -m sweeps.timing CKPT --device cuda --repeats 10 --json timing.json
-    python -m sweeps.timing model.ckpt --task wmt17 --data-dir DIR --data valid_prefix=newstest2015
+    python -m sweeps.timing CKPT --split test --beam 10 --repeats 5 --threads 1
+    python -m sweeps.timing CKPT --device cuda --json timing.json
+    # Britz et al.'s Table 3: WMT'17 en-de newstest2015 (2,169 sentences), beam 10
+    python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
+        --data vocab_size=16000 --data max_len=80
 
-``CKPT`` is a Lightning checkpoint, or a sweep trial's checkpoint folder holding ``checkpoint.ckpt``.
-The data come from the checkpoint itself: a checkpoint written by ``trainer.fit(model,
-datamodule=dm)`` stores the datamodule's settings (``datamodule_hyper_parameters``), from which the
-task (copy or wmt17) is recognised; ``--task``, ``--data-dir``, ``--cache-dir`` and ``--data
-KEY=VALUE`` override or replace them.
+``CKPT`` is a Lightning checkpoint, or a folder holding one ``.ckpt`` (a sweep trial's checkpoint).
+The data come from the checkpoint where it can say: a checkpoint written by ``trainer.fit(model,
+datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperparameters()``
+(``CopyTaskDataModule`` does), from which the task is recognised. ``WMT17DataModule`` does not
+(yet), so for WMT checkpoints name the data: ``--task wmt17``, ``--data-dir``, ``--cache-dir`` and
+``--data KEY=VALUE`` for any other setting the model was trained with (they also override what a
+checkpoint stores).
 
 What is timed (:func:`measure_decode_time`): ``Seq2SeqModule.decode`` -- the decoding that
 ``val/decode_seconds`` times during training (encoder, attention precompute, greedy or beam search)
