@@ -7,7 +7,7 @@ Run it (from the repository root):
     python -m sweeps.timing CKPT --device cuda --json timing.json
     # Britz et al.'s Table 3: WMT'17 en-de newstest2015 (2,169 sentences), beam 10
     python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
-        --data vocab_size=16000 --data max_len=80
+        --data vocab_size=16000
 
 ``CKPT`` is a Lightning checkpoint, or a folder holding one ``.ckpt`` (a sweep trial's checkpoint).
 The data come from the checkpoint where it can say: a checkpoint written by ``trainer.fit(model,
