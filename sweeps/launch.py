@@ -129,10 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
+    plans = {}
     for result, (status, config) in zip(grid, trial_states(grid) if grid else []):
         if "cell" in config:
             plan = settings.plan(config)
             rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+            plans[rows[-1]["trial_id"]] = (plan, str(result.path))
+    if spec.timing.enabled and not interrupted:
+        time_finished_trials(rows, plans, out_dir, spec.timing)
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error")
     written = {"csv": write_results_csv(rows, out_dir)}
@@ -156,6 +160,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
         return 1
     return 0
+
+
+def time_finished_trials(rows: list[dict], plans: dict[str, tuple[dict, str]], out_dir: Path, timing) -> None:
+    """The decode-timing stage (:mod:`sweeps.timing`) on every finished trial's final checkpoint,
+    each alone on a node; a trial timed before for the same checkpoint (``--resume``) is not timed
+    again. Writes ``decode_seconds`` and its spread into the rows."""
+    from sweeps.results import attach_timing
+    from sweeps.timing import TimingJob, TimingSettings, run_timing_stage
+
+    jobs, timed_rows = [], []
+    for row in rows:
+        if row["status"] not in ("done", "stopped") or not row.get("checkpoint"):
+            continue
+        plan, trial_dir = plans[row["trial_id"]]
+        # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
+        folder = trial_dir if "://" not in trial_dir else str(out_dir / "timing" / row["trial_id"])
+        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan["task"],
+                              output_dir=folder, seed=plan["seed"], split=timing.split))
+        timed_rows.append(row)
+    if not jobs:
+        return
+    print(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
+          f"(median of {timing.repeats}, {timing.threads} thread(s)):")
+    settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device)
+    for row, outcome in zip(timed_rows, run_timing_stage(jobs, settings)):
+        attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
 
 
 if __name__ == "__main__":

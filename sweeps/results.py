@@ -11,9 +11,12 @@ import pandas as pd
 
 from .spec import column_name, get_dotted
 
-METRIC_COLUMNS = ["val/bleu", "val/decode_seconds", "val/loss", "val/token_acc"]
+# decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
+# val/decode_seconds: measured during training, beside other trials: a training-time signal only.
+TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats"]
+METRIC_COLUMNS = ["val/bleu", *TIMING_COLUMNS, "val/decode_seconds", "val/loss", "val/token_acc"]
 FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status"]
-TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error"]
+TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
 
 
 def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
@@ -101,6 +104,19 @@ def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int,
     return out
 
 
+def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: Optional[str] = None) -> None:
+    """Write one trial's isolated decode timing (a ``DecodeTiming.to_dict()``) into its row, or
+    the timing stage's error into ``timing_error``."""
+    if timing is not None:
+        row.update(
+            decode_seconds=timing["median_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
+            decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
+            decode_repeats=timing["repeats"],
+        )
+    if error is not None:
+        row["timing_error"] = error
+
+
 def failure_summary(df: pd.DataFrame) -> list[str]:
     """One line per failed trial: its cell, seed, id and the last line of its error."""
     failed = df[df["status"] == "error"] if not df.empty else df
@@ -118,7 +134,27 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
     middle = [c for c in df.columns if c not in FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS]
     order = [c for c in FIRST_COLUMNS if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
-    return df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
+    df = df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
+    return keep_integers(df)
+
+
+def keep_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """Settings and counts that are whole numbers (K, length, seed, step, integer grid values)
+    as integers, missing values and all (pandas' ``Int64``): ``K=16``, not ``16.0``. Measurements
+    (metrics, seconds) and Optuna's samples keep their type."""
+    measured = set(METRIC_COLUMNS) | {"train_time_s"}
+    for c in df.columns:
+        if c in measured or c.startswith("param:") or df[c].dtype.kind != "f":
+            continue
+        values = df[c].dropna()
+        if not values.empty and (values == values.round()).all():
+            df[c] = df[c].astype("Int64")
+    return df
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """A results.csv as written by :func:`write_results_csv`, integers kept integers."""
+    return keep_integers(pd.read_csv(path))
 
 
 def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
@@ -130,5 +166,5 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
 
 
 def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:
-    cols = [c for c in ["cell", "seed", "status", "val/bleu", "val/decode_seconds", "val/loss", "train_time_s"] if c in df]
+    cols = [c for c in ["cell", "seed", "status", "val/bleu", "decode_seconds", "decode_seconds_iqr", "val/loss", "train_time_s"] if c in df]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)

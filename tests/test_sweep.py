@@ -38,11 +38,12 @@ def result_steps(trial_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
-def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
+def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
     spec = write_spec(tmp_path, tiny_spec("e2e"))
     out = tmp_path / "out"
     assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
+    printed = capsys.readouterr().out
 
     sweep_dir = out / "e2e"
     df = pd.read_csv(sweep_dir / "results.csv")
@@ -50,8 +51,16 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
     assert set(df["attention"]) == {"none", "memory"}
     assert (df["status"] == "done").all()
     assert df.loc[df["attention"] == "memory", "K"].tolist() == [4]
-    for col in ("val/bleu", "val/decode_seconds", "val/loss", "train_time_s", "length", "seed"):
+    for col in ("val/bleu", "decode_seconds", "decode_seconds_iqr", "val/decode_seconds", "val/loss", "train_time_s",
+                "length", "seed"):
         assert df[col].notna().all(), col
+    # the timing stage: one timing.json beside each trial, the median of 5 runs taken alone
+    timings = {p.parent.name.split("_")[0]: json.loads(p.read_text()) for p in (out / "e2e").glob("*/timing.json")}
+    assert sorted(timings) == sorted(df["trial_id"])
+    for row in df.itertuples():
+        t = timings[row.trial_id]["timing"]
+        assert row.decode_seconds == pytest.approx(t["median_seconds"]) and t["repeats"] == 5
+        assert row.decode_seconds_iqr == pytest.approx(t["iqr_seconds"])
     assert (df["step"] == 20).all()
     for ckpt in df["checkpoint"]:
         assert (Path(ckpt) / "checkpoint.ckpt").stat().st_size > 0
@@ -67,6 +76,22 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
 
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked, f"the W&B key was written to {leaked}"
+
+    # the printed upload command runs, as printed, on the installed wandb (dry run: no network)
+    hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
+    assert hint.startswith("wandb sync ") and "--include-offline" not in hint
+    bin_dir = str(Path(sys.executable).parent)
+    sync = subprocess.run(hint.replace("wandb sync", "wandb sync --dry-run", 1), shell=True, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]})
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+    assert all(r.name in sync.stdout + sync.stderr for r in runs)
+
+    # --resume of a finished sweep does not time a trial twice
+    before = {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")}
+    assert main([str(spec), "--output", str(out), "--verbose", "0", "--resume"]) == 0
+    assert "already timed" in capsys.readouterr().out
+    assert {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")} == before
+    assert pd.read_csv(sweep_dir / "results.csv")["decode_seconds"].tolist() == df["decode_seconds"].tolist()
 
 
 def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):

@@ -106,6 +106,20 @@ class SearchSpec(_Strict):
     seed: int = 0
 
 
+class TimingSpec(_Strict):
+    """The decode-timing stage after the Tune run (:mod:`sweeps.timing`): each finished trial's
+    final model decodes the ``split`` alone on a node (or a GPU), ``warmup`` untimed passes, then
+    ``repeats`` timed ones (the median is the results' ``decode_seconds``), ``threads`` torch
+    threads on CPU, the study's beam size."""
+
+    enabled: bool = True
+    repeats: int = Field(5, ge=1)
+    warmup: int = Field(1, ge=0)
+    threads: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    split: Literal["valid", "test"] = "valid"
+
+
 class ChaosSpec(_Strict):
     """Fault injection for testing recovery: ``fail_once_at_step``: each trial raises once at this
     global step; ``fail_before_first_report``: every attempt of every trial raises while it sets
@@ -162,6 +176,7 @@ class SweepSpec(_Strict):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)
     wandb: WandbSpec = Field(default_factory=WandbSpec)
+    timing: TimingSpec = Field(default_factory=TimingSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     smoke: dict[str, Any] = Field(default_factory=dict)
 
