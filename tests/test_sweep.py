@@ -101,12 +101,16 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
         trainer={"max_steps": 40, "val_check_interval": 10},
         chaos={"fail_once_at_step": 25},
         failure={"max_failures": 1},
-        wandb={"mode": "disabled"},
+        wandb={"mode": "offline", "log_heatmaps": False},
+        timing={"enabled": False},
     )
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
     df = pd.read_csv(out / "chaos" / "results.csv")
     assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
+    # the retry continued the trial's own W&B run: two offline segments, one run id (the trial's)
+    runs = sorted((out / "chaos" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and {r.name.rsplit("-", 1)[-1] for r in runs} == {df["trial_id"][0]}
     assert len(list((out / "chaos" / "chaos").glob("*.failed"))) == 1, "the injected failure happened"
     trial_dir = next(p for p in (out / "chaos").iterdir() if (p / "result.json").exists())
     steps = result_steps(trial_dir)
