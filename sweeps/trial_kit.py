@@ -85,13 +85,15 @@ class Chaos(pl.Callback):
             raise ChaosError(f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)")
 
 
-def placement_metrics() -> dict[str, str]:
-    """Where Ray placed this process: its node id and the GPU ids Ray assigned ("" for none).
-    Reported with every result, so a sweep's placement on a cluster can be read back."""
+def placement_metrics() -> dict[str, Any]:
+    """Where Ray placed this process: its node id, the GPU ids Ray assigned ("" for none) and the
+    share of a GPU it holds (``gpu_share``, e.g. 0.5 when trials pack two to a GPU). Reported with
+    every result, so a sweep's placement on a cluster can be read back."""
     import ray
 
     ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
+    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
+            "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0))}
 
 
 @dataclass

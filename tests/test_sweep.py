@@ -278,3 +278,19 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "done"]
+
+
+def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_request(local_ray, tmp_path, capsys):
+    """check_cluster against this machine's real Ray instance, which has no GPU."""
+    from sweeps.cluster import Paths, check_cluster
+    from sweeps.spec import load_spec
+
+    assert not ray.cluster_resources().get("GPU")
+    sweep = load_spec(write_spec(tmp_path, tiny_spec("fit", resources={"cpu": 1, "gpu": 0.5})))
+    paths = Paths(output=tmp_path, storage=str(tmp_path))
+    assert check_cluster(sweep, paths, address=None).gpu == 0
+    assert sweep.spec.resources.gpu == 0.5, "the validated spec is left as written"
+    assert "trials run on CPU" in capsys.readouterr().out
+    # a cluster (an --address) may still get GPU nodes from its autoscaler: warn, keep the request
+    assert check_cluster(sweep, paths, address="127.0.0.1:6379").gpu == 0.5
+    assert "the cluster has no GPU now" in capsys.readouterr().out
