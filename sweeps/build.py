@@ -5,6 +5,7 @@ from a results row) without the orchestration stack.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from typing import Any
@@ -24,11 +25,15 @@ def datamodule_class(task_name: str) -> type[pl.LightningDataModule]:
     raise ValueError(f"unknown task {task_name!r}; valid: copy, wmt17")
 
 
+@functools.cache
 def datamodule_param_types(task_name: str) -> dict[str, Any]:
-    """The task's datamodule settings: name -> annotation (with its ``Annotated`` range markers)."""
+    """The task's datamodule settings: name -> annotation (with its ``Annotated`` range markers).
+    Cached (as are the two below): a large grid validates thousands of cells against the same
+    signatures; callers must not mutate it."""
     return {k: ann for k, (ann, _) in _params(datamodule_class(task_name).__init__).items()}
 
 
+@functools.cache
 def module_signature_params() -> dict[str, tuple[Any, Any]]:
     """Seq2SeqModule's constructor arguments: name -> (annotation, default)."""
     from lightning_modules.module import Seq2SeqModule
@@ -36,6 +41,7 @@ def module_signature_params() -> dict[str, tuple[Any, Any]]:
     return _params(Seq2SeqModule.__init__)
 
 
+@functools.cache
 def attention_param_types(attention: str) -> dict[str, Any]:
     """The options of one attention mechanism: name -> annotation. Raises ValueError if unknown."""
     from lightning_modules.attention import ATTENTION_REGISTRY, attention_options

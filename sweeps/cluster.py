@@ -48,22 +48,22 @@ def check_writable(path: str | Path, what: str) -> None:
 # Ray set-up
 
 
-def check_address(address: str, timeout: float = 5.0) -> None:
-    """Fail fast with a clear message when a cluster address can't be reached."""
+def check_address(address: str, timeout: float = 5.0, source: str = "--address") -> None:
+    """Fail fast with a clear message when a cluster address (from ``source``) can't be reached."""
     if address in ("auto", "local"):
         return
     parsed = urlparse(address if "://" in address else f"ray://{address}")
     host, port = parsed.hostname, parsed.port
     if not host or not port:
-        raise LaunchError(f"--address {address!r}: expected HOST:PORT, ray://HOST:10001 or auto")
+        raise LaunchError(f"{source} {address!r}: expected HOST:PORT, ray://HOST:10001, auto or local")
     try:
         with socket.create_connection((host, port), timeout=timeout):
             pass
     except OSError as exc:
         raise LaunchError(
-            f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}). Is the head node up "
+            f"cannot reach the Ray cluster at {address} (from {source}; {exc.strerror or exc}). Is the head node up "
             f"(`ray status` on it), is the port open from here, and is it the GCS port (6379) or the "
-            f"Ray Client port (ray://HOST:10001)? Leave out --address to run on a local Ray instance."
+            f"Ray Client port (ray://HOST:10001)? Run with --address local for a private instance on this machine."
         ) from None
 
 
@@ -86,38 +86,90 @@ def _ray_version() -> str:
     return ray.__version__
 
 
+@dataclass(frozen=True)
+class RayConnection:
+    """Which Ray the launcher joined: ``address`` None for a fresh instance on this machine."""
+
+    address: Optional[str]
+    how: str
+
+
+def choose_address(address: Optional[str]) -> RayConnection:
+    """Ray's own convention: ``--address`` if given (``local``: a private new instance), else
+    ``RAY_ADDRESS`` if set, else the cluster ``ray start`` runs on this machine if there is one,
+    else a fresh local instance."""
+    if address == "local":
+        return RayConnection(None, "a private local Ray instance (--address local)")
+    if address:
+        return RayConnection(address, f"the Ray cluster at {address} (--address)")
+    env = os.environ.get("RAY_ADDRESS")
+    if env:
+        return RayConnection(env, f"the Ray cluster at {env} (RAY_ADDRESS)")
+    from ray._private.services import find_bootstrap_address
+
+    found = find_bootstrap_address(None)  # what the last `ray start` on this machine wrote
+    if found and _reachable(found):
+        return RayConnection(found, f"the `ray start` cluster on this machine at {found}")
+    return RayConnection(None, "a new local Ray instance (no --address, no RAY_ADDRESS, no `ray start` cluster here)")
+
+
+def _reachable(address: str, timeout: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def init_ray(
     address: Optional[str], runtime_env: dict[str, Any], num_cpus: Optional[int] = None, dashboard: bool = False
-) -> None:
-    """Connect to ``address`` or start a local Ray. ``dashboard``: start the local instance with
-    its dashboard (Ray Train V2, used by DDP trials, needs it)."""
+) -> RayConnection:
+    """Join the Ray :func:`choose_address` picks (or start one), and say in one line which it is
+    (nodes, CPUs, GPUs). ``dashboard``: start a local instance with its dashboard (Ray Train V2,
+    used by DDP trials, needs it). Returns what it joined."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if dashboard:
         check_ddp_dependencies()
-    if address is not None:
-        check_address(address)
+    conn = choose_address(address)
     if ray.is_initialized():
-        return
-    if address is None:
-        cpus = num_cpus or os.cpu_count() or 1
-        ray.init(
-            address="local",  # a new instance, even when a `ray start` cluster runs on this machine
-            num_cpus=cpus,
-            include_dashboard=dashboard,
-            runtime_env=runtime_env,
-            object_store_memory=min(2 * 2**30, max(78 * 2**20, cpus * 256 * 2**20)),
-            log_to_driver=True,
-        )
-        return
-    try:
-        ray.init(address=address, runtime_env=runtime_env)
-    except ConnectionError as exc:
-        raise LaunchError(
-            f"no Ray cluster at {address}: {exc}. Start one (`ray start --head`, see cluster/README.md) "
-            f"or leave out --address for a local instance."
-        ) from None
+        conn = RayConnection(conn.address, "the Ray instance this process already runs")
+    else:
+        if conn.address is not None:
+            check_address(conn.address, source="RAY_ADDRESS" if "(RAY_ADDRESS)" in conn.how else "--address")
+        if conn.address is None:
+            print("starting a local Ray instance ...", flush=True)
+            cpus = num_cpus or os.cpu_count() or 1
+            ray.init(
+                address="local",  # a new instance, even when RAY_ADDRESS or a `ray start` cluster exists
+                num_cpus=cpus,
+                include_dashboard=dashboard,
+                runtime_env=runtime_env,
+                object_store_memory=min(2 * 2**30, max(78 * 2**20, cpus * 256 * 2**20)),
+                log_to_driver=True,
+            )
+        else:
+            print(f"connecting to {conn.address} ...", flush=True)
+            try:
+                ray.init(address=conn.address, runtime_env=runtime_env)
+            except ConnectionError as exc:
+                raise LaunchError(
+                    f"no Ray cluster at {conn.address}: {exc}. Start one (`ray start --head`, see cluster/README.md), "
+                    f"or run with --address local for a private instance on this machine."
+                ) from None
+    print(f"Ray: joined {conn.how}: {describe_cluster()}", flush=True)
+    return conn
+
+
+def describe_cluster() -> str:
+    """``3 node(s), 12 CPUs, 2 GPUs`` of the Ray this process is connected to."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    return f"{len(nodes)} node(s), {total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,7 +232,8 @@ class ClusterFit:
     Attributes:
         gpu: GPUs per trial (per DDP worker when ``workers`` > 1): the spec's request, or 0 when
             no GPU is visible on a local machine.
-        max_concurrent_trials: the spec's cap, or for DDP trials what the cluster holds at once.
+        max_concurrent_trials: the spec's cap; for DDP trials without one, what the cluster holds
+            at once; otherwise the budget Tune gives a grid (200, or 1.1 x the cluster's CPUs).
     """
 
     gpu: float
@@ -194,7 +247,8 @@ def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> Cluster
     - no GPU on a local machine: trials fall back to CPU (``gpu`` 0 in the returned fit);
       on a cluster without GPUs a warning only (an autoscaler may still add GPU nodes);
     - DDP trials: Tune sees only each trial's driver, so unless the spec caps it,
-      ``max_concurrent_trials`` is what the cluster's CPUs and GPUs hold at once.
+      ``max_concurrent_trials`` is what the cluster's CPUs and GPUs hold at once;
+    - other trials without a cap: Tune's own budget for a grid (see :class:`ClusterFit`).
     """
     import ray
 
@@ -231,5 +285,9 @@ def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> Cluster
             f"DDP trials ({r.workers} workers each): at most {max_concurrent} at a time on "
             f"this cluster (set max_concurrent_trials to change it, e.g. on an autoscaling cluster)"
         )
+    if max_concurrent is None:
+        # Tune's own budget for a grid (200 or 1.1 x the CPUs): every cell's trials go out together,
+        # and an autoscaler sees the whole demand. (A custom searcher alone would get one at a time.)
+        max_concurrent = max(200, int(1.1 * float(total.get("CPU", 0))))
     return ClusterFit(gpu=gpu, max_concurrent_trials=max_concurrent)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Callable, Optional
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import Resources, TrialSettings, WandbSettings
@@ -65,14 +65,15 @@ def trial_resources(settings: TrialSettings) -> dict[str, float]:
     return res
 
 
-def make_trainable(settings: TrialSettings):
-    """The trainable this study's trials run: single-process or DDP, with its resources and the
-    study-wide settings bound (stored once in Ray's object store, not in every trial's config)."""
+def make_trainable(settings: TrialSettings, fn: Optional[Callable[[dict, TrialSettings], None]] = None):
+    """The trainable this study's trials run: single-process or DDP (or ``fn``, e.g. the scale
+    benchmark's stand-in), with its resources and the study-wide settings bound (stored once in
+    Ray's object store, not in every trial's config)."""
     from ray import tune
 
-    if settings.resources.workers > 1:
+    if fn is None and settings.resources.workers > 1:
         from .ddp import run_ddp_trial as fn
-    else:
+    elif fn is None:
         from .trial import run_trial as fn
     return tune.with_resources(tune.with_parameters(fn, settings=settings), trial_resources(settings))
 
@@ -121,9 +122,17 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
     )
 
 
-def run_tune(sweep: Sweep, paths: Paths, settings: TrialSettings, fit: ClusterFit, resume: bool, verbose: int = 1):
+def run_tune(
+    sweep: Sweep,
+    paths: Paths,
+    settings: TrialSettings,
+    fit: ClusterFit,
+    resume: bool,
+    verbose: int = 1,
+    trainable_fn: Optional[Callable[[dict, TrialSettings], None]] = None,
+):
     """Run (or resume) the study's Tune experiment; returns its ``ResultGrid``, read back from
-    storage."""
+    storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in)."""
     from ray import tune
 
     from .console import StudyConsole
@@ -131,7 +140,7 @@ def run_tune(sweep: Sweep, paths: Paths, settings: TrialSettings, fit: ClusterFi
     from .search import OptunaLinks
 
     path = paths.experiment(sweep.name)
-    trainable = make_trainable(settings)
+    trainable = make_trainable(settings, trainable_fn)
     if resume and tune.Tuner.can_restore(path):
         print(f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints")
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
@@ -152,7 +161,7 @@ def run_tune(sweep: Sweep, paths: Paths, settings: TrialSettings, fit: ClusterFi
                 search_alg=searcher,
                 scheduler=make_scheduler(sweep),
                 num_samples=sweep.num_trials,
-                max_concurrent_trials=fit.max_concurrent_trials,
+                max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
                 trial_dirname_creator=trial_dirname,
             ),
             run_config=make_run_config(sweep, paths, callbacks, verbose),

@@ -1,10 +1,14 @@
 """Run a sweep: ``python sweeps/launch.py sweeps/k_vs_length.yaml [options]``.
 
     --dry-run              validate, print the trial table and count, start nothing
-    --smoke                the same grid, scaled down (tiny model, few steps) to finish in minutes on CPU
+    --profile NAME         apply the study's named profile of overrides (its `profiles:` block)
+    --smoke                the plumbing profile: the same grid, scaled down (tiny model, few steps)
+                           to finish in minutes on CPU; proves nothing about the science
     --resume               continue an interrupted sweep: finished trials are kept, the rest
                            continue from their last checkpoint
-    --address ADDR         an existing Ray cluster (auto, HOST:6379, ray://HOST:10001); default: local Ray
+    --address ADDR         the Ray to join (HOST:6379, ray://HOST:10001, auto; `local`: a private
+                           instance). Default, as Ray's own: RAY_ADDRESS if set, else the cluster
+                           `ray start` runs on this machine, else a new local instance
     --set KEY=VALUE        override any spec key (repeatable), e.g. --set trainer.max_steps=500
     --output DIR           results, W&B offline runs and (by default) checkpoints; default sweep-results/
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -33,8 +38,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Run an attention-variant sweep on Ray Tune (+ Optuna), logged to W&B.",
     )
     p.add_argument("spec", help="the sweep file, e.g. sweeps/k_vs_length.yaml")
-    p.add_argument("--address", default=None, help="Ray cluster address (auto, HOST:PORT, ray://HOST:10001); default: start a local Ray")
-    p.add_argument("--smoke", action="store_true", help="scaled-down run of the same grid (minutes on a CPU)")
+    p.add_argument(
+        "--address", default=None,
+        help="Ray to join: HOST:PORT, ray://HOST:10001, auto, or local (a private instance); default: "
+        "RAY_ADDRESS, else the `ray start` cluster on this machine, else a new local instance",
+    )
+    p.add_argument("--profile", default=None, metavar="NAME", help="apply the study's named profile of overrides")
+    p.add_argument("--smoke", action="store_true", help="the plumbing profile: same grid, scaled down (minutes on a CPU)")
     p.add_argument("--dry-run", action="store_true", help="validate and list the trials; start nothing")
     p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from its storage")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a spec key (repeatable)")
@@ -66,19 +76,27 @@ def trial_table(sweep: Sweep) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.smoke and args.profile not in (None, "smoke"):
+        print(f"error: --smoke is --profile smoke; pick one of --smoke and --profile {args.profile}", file=sys.stderr)
+        return 2
+    profile = "smoke" if args.smoke else args.profile
     try:
-        sweep = load_spec(args.spec, overrides=args.overrides, smoke=args.smoke)
-        if args.resume:  # the first run's --set and --smoke, stored beside its results
-            first = resume_launch(Path(args.output).resolve() / sweep.name, args.overrides, args.smoke, args.spec)
-            if first != (args.overrides, args.smoke):
-                args.overrides, args.smoke = first
-                print("resuming with the first run's overrides: " + " ".join(f"--set {o}" for o in args.overrides))
-                sweep = load_spec(args.spec, overrides=args.overrides, smoke=args.smoke)
+        sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
+        if args.resume:  # the first run's --set and profile, stored beside its results
+            first = resume_launch(Path(args.output).resolve() / sweep.name, args.overrides, profile, args.spec)
+            if first != (args.overrides, profile):
+                args.overrides, profile = first
+                print("resuming with the first run's overrides: "
+                      + " ".join([f"--set {o}" for o in args.overrides] + ([f"--profile {profile}"] if profile else [])))
+                sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"sweep {sweep.name}{' (smoke)' if args.smoke else ''}: {args.spec}")
+    print(f"sweep {sweep.name}{f' (profile {profile})' if profile else ''}: {args.spec}")
     print(trial_table(sweep))
+    note = sweep.early_stopping_note()
+    if note:
+        print(note)
     if args.dry_run:
         return 0
 
@@ -86,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
     from sweeps.results import (
-        failure_summary, missing_rows, print_table, row_from_result, results_frame, trial_states, write_results_csv,
+        failure_summary, missing_rows, print_table, result_rows, results_frame, write_results_csv,
     )
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
@@ -103,17 +121,19 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("WANDB_SILENT", "true")
         out_dir.mkdir(parents=True, exist_ok=True)
         if not args.resume and not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
-            save_launch(out_dir, args.overrides, args.smoke)  # a new sweep: what --resume will reuse
+            save_launch(out_dir, args.overrides, profile)  # a new sweep: what --resume will reuse
         # Only non-secret settings travel to the workers; the API key stays in each node's environment.
         runtime_env = {"env_vars": {"WANDB_MODE": mode, "WANDB_SILENT": "true", "PYTHONWARNINGS": "ignore::DeprecationWarning"}}
         try:
             from sweeps.build import prepare_data
 
+            if any(p.task["name"] != "copy" for p in sweep.plans):
+                print("preparing the data (tokenizer and token caches, once for all trials) ...", flush=True)
             prepare_data([p.task for p in sweep.plans])
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise LaunchError(f"preparing the data failed: {exc}") from None
-        init_ray(args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1)
-        fit = check_cluster(sweep, paths, args.address)
+        conn = init_ray(args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1)
+        fit = check_cluster(sweep, paths, conn.address)
         settings = make_settings(sweep, paths, mode, fit)
         interrupted = False
         try:
@@ -124,17 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    rows = []
-    search_keys = list(spec.parameters)
+    rows, plans = [], {}
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
-    plans = {}
-    for result, (status, config) in zip(grid, trial_states(grid) if grid else []):
-        if "cell" in config:
-            plan = settings.plan(config)
-            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
-            plans[rows[-1]["trial_id"]] = (plan, str(result.path))
+        rows, plans = result_rows(grid, settings.plan, spec.parameters)
     if spec.timing.enabled and not interrupted:
         time_finished_trials(rows, plans, out_dir, spec.timing)
     # every planned trial has a row, even one Tune never created
@@ -149,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     hint = wandb_sync_hint(out_dir) if mode == "offline" else None
     if hint:
         print(f"W&B ran offline; upload the runs with:\n  {hint}")
-    resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (" --smoke" if args.smoke else "")
+    resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (
+        f" --profile {profile}" if profile else ""
+    ) + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
     if interrupted:
         print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
         return 130

@@ -5,7 +5,7 @@ file; this module knows nothing of reports.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
@@ -121,6 +121,23 @@ def failure_summary(df: pd.DataFrame) -> list[str]:
     """One line per failed trial: its cell, seed, id and the last line of its error."""
     failed = df[df["status"] == "error"] if not df.empty else df
     return [f"  {r.cell} seed={r.seed} [{r.trial_id}]: {r.error}" for r in failed.itertuples()]
+
+
+def result_rows(
+    grid, plan_of: Callable[[dict[str, Any]], dict[str, Any]], search_keys: Iterable[str]
+) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], str]]]:
+    """One row per trial of a Tune ``ResultGrid``, and per trial id its plan and trial folder;
+    ``plan_of`` rebuilds a trial's plan from its config (:meth:`sweeps.settings.TrialSettings.plan`).
+    A trial that failed before its first report has no ``result.config``: its config comes from
+    Tune's trial record (:func:`trial_states`)."""
+    rows, plans = [], {}
+    search_keys = list(search_keys)
+    for result, (status, config) in zip(grid, trial_states(grid)):
+        if "cell" in config:
+            plan = plan_of(config)
+            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+            plans[rows[-1]["trial_id"]] = (plan, str(result.path))
+    return rows, plans
 
 
 def _short_error(err: BaseException) -> str:

@@ -5,7 +5,7 @@ trial of one cell because another cell scores higher. :class:`PerStudyScheduler`
 scheduler (ASHA) per (cell, seed) -- the unit Optuna searches -- and routes each trial's events to
 its own: ASHA compares only the nuisance samples of one cell and seed. A unit of a single trial
 (no ``parameters``, or ``num_samples: 1``) has nothing to compare, and its trials run to the end
-(``--dry-run`` says so).
+(``--dry-run`` says so: :meth:`sweeps.spec.Sweep.early_stopping_note`).
 """
 from __future__ import annotations
 
@@ -86,20 +86,3 @@ def reports_per_trial(sweep: Sweep) -> int:
     if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
         return max(1, t.max_steps // t.val_check_interval)
     return 100
-
-
-def early_stopping_note(sweep: Sweep) -> Optional[str]:
-    """What ``--dry-run`` says about early stopping, or None without it."""
-    if sweep.spec.early_terminate.type == "none":
-        return None
-    n = sweep.spec.num_samples if sweep.has_search else 1
-    if n < 2:
-        why = "num_samples is 1" if sweep.has_search else "there are no Optuna parameters"
-        return (
-            f"early_terminate {sweep.spec.early_terminate.type}: it compares trials only within one (cell, seed), "
-            f"and each holds a single trial ({why}): there is nothing to stop; every trial runs to the end"
-        )
-    return (
-        f"early_terminate {sweep.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
-        f"among themselves only; no cell is stopped because another scores higher"
-    )

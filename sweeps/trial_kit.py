@@ -242,6 +242,23 @@ def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
         plt.close(fig)
 
 
+# Lines every trial would print at every start or report, forwarded to the study's console.
+QUIET_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",  # GPU/TPU available, tips
+    "lightning.fabric.utilities.rank_zero",
+    "ray.train._internal.storage",  # "Checkpoint successfully created at ..."
+    "ray.train.v2._internal.execution.storage",
+)
+
+
+def quiet_logs() -> None:
+    """Raise the per-trial banners to warnings only; warnings and errors still reach the console."""
+    import logging
+
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 @dataclass
 class TrialParts:
     """A trial's objects before its Trainer: data, module, the checkpoint to resume from, the
@@ -267,6 +284,7 @@ def prepare_trial(
     """Seed, build and set up the datamodule and module, copy ``checkpoint`` (a Ray checkpoint or
     None) to local disk, and make the callbacks (``report_cls`` first; the chaos callback when the
     spec asks for it and ``with_chaos``)."""
+    quiet_logs()
     if settings.chaos_before_report and with_chaos:
         raise ChaosError("chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)")
     torch.set_num_threads(max(1, int(settings.resources.cpu)))

@@ -171,7 +171,7 @@ def run_ddp_sweep(tmp_path: Path, spec: dict[str, Any], env: dict[str, str]) -> 
     Tune needs it) and 4 logical CPUs on this 2-core machine: 1 trial driver + 2 workers."""
     pytest.importorskip("ray.dashboard.optional_deps", reason="DDP trials need ray[default]")
     out = tmp_path / "out"
-    cmd = [sys.executable, "sweeps/launch.py", str(write_spec(tmp_path, spec)), "--num-cpus", "4",
+    cmd = [sys.executable, "sweeps/launch.py", str(write_spec(tmp_path, spec)), "--num-cpus", "4", "--address", "local",
            "--output", str(out), "--verbose", "0"]
     proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), **env}, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -156,6 +156,56 @@ def test_wmt_paths_are_filled_in_per_pair_and_made_absolute():
     assert all(Path(p.task["data_dir"]).is_absolute() and Path(p.task["data_dir"]).exists() for p in smoke.plans)
 
 
+def test_named_profiles_and_the_smoke_profile():
+    raw = base_spec(
+        smoke={"task.max_length": 3},  # the older spelling of profiles.smoke
+        profiles={"cpu": {"trainer.max_steps": 500, "grid.task.max_length": [4, 6]}, "smoke": {"task.val_size": 8}},
+    )
+    cpu = build_sweep(raw, profile="cpu")
+    assert {p.trainer["max_steps"] for p in cpu.plans} == {500}
+    assert sorted({p.task["max_length"] for p in cpu.plans}) == [4, 6]
+    assert {p.model["preset"] for p in cpu.plans} == {"tiny"}  # smoke's defaults are not applied
+    smoke = build_sweep(raw, smoke=True)
+    assert smoke.spec.trainer.max_steps == 60  # SMOKE_DEFAULTS
+    assert {(p.task["max_length"], p.task["val_size"]) for p in smoke.plans} == {(3, 8)}
+    assert build_sweep(raw, profile="smoke").spec == smoke.spec
+    with pytest.raises(SpecError, match="no such profile; it has: smoke, cpu"):
+        build_sweep(raw, profile="gpu")
+    assert "profile name 'a b'" in error_of(base_spec(profiles={"a b": {}}))
+
+
+def test_trial_configs_are_flat_readable_and_unique():
+    from sweeps.spec import flat_columns
+
+    sweep = build_sweep(
+        base_spec(grid={"task.max_length": [3], "model": [{"attention": "memory", "K": 2}]},
+                  parameters={"model.lr": {"min": 0.001, "max": 0.1}, "model.dropout": {"values": [0.0, 0.1]}})
+    )
+    assert sweep.grid_columns == {"length": "task.max_length", "attention": "model.attention", "K": "model.K"}
+    assert sweep.param_columns == {"lr": "model.lr", "dropout": "model.dropout"}
+    assert sweep.plans[0].trial_config(sweep.grid_columns) == {
+        "cell": "length=3 attention=memory K=2", "seed": 0, "length": 3, "attention": "memory", "K": 2,
+    }
+    # a short name two keys share, or a reserved one, keeps its dotted form
+    assert flat_columns(["model.dropout", "task.dropout", "task.seed", "model.K"]) == {
+        "model.dropout": "model.dropout", "task.dropout": "task.dropout", "task.seed": "task.seed", "K": "model.K",
+    }
+
+
+def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path):
+    raw = base_spec(early_terminate={"type": "asha"})
+    path = tmp_path / "asha.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(path), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "each holds a single trial" in out.stdout and "nothing to stop" in out.stdout
+    searched = build_sweep(base_spec(early_terminate={"type": "asha"}, num_samples=4,
+                                     parameters={"model.lr": {"min": 0.001, "max": 0.1}}))
+    assert "compares the 4 trials of each (cell, seed) among themselves only" in searched.early_stopping_note()
+
+
 @pytest.mark.parametrize(
     "section, key, value, allowed",
     [
@@ -215,11 +265,11 @@ def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_
 def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
     from sweeps.spec import resume_launch, save_launch
 
-    save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], smoke=False)
-    assert resume_launch(tmp_path, [], False, "x.yaml") == (["trainer.max_steps=300", "model.lr=0.01"], False)
-    assert resume_launch(tmp_path, ["trainer.max_steps= 300"], False, "x.yaml")[0][0] == "trainer.max_steps=300"
+    save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], profile="smoke")
+    assert resume_launch(tmp_path, [], None, "x.yaml") == (["trainer.max_steps=300", "model.lr=0.01"], "smoke")
+    assert resume_launch(tmp_path, ["trainer.max_steps= 300"], "smoke", "x.yaml")[0][0] == "trainer.max_steps=300"
     with pytest.raises(SpecError, match=r"--set seeds: --resume continues .*seeds unset"):
-        resume_launch(tmp_path, ["seeds=[1]"], False, "x.yaml")
-    with pytest.raises(SpecError, match="--smoke: the first run was not a --smoke run"):
-        resume_launch(tmp_path, [], True, "x.yaml")
-    assert resume_launch(tmp_path / "older", ["seeds=[1]"], False, "x.yaml") == (["seeds=[1]"], False)
+        resume_launch(tmp_path, ["seeds=[1]"], None, "x.yaml")
+    with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
+        resume_launch(tmp_path, [], "cpu", "x.yaml")
+    assert resume_launch(tmp_path / "older", ["seeds=[1]"], None, "x.yaml") == (["seeds=[1]"], None)

@@ -232,7 +232,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     spec["task"]["max_length"] = 3
     path = write_spec(tmp_path, spec)
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0"]
+    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0", "--address", "local"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen(cmd + ["--set", "trainer.max_steps=300"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

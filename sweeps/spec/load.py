@@ -16,8 +16,11 @@ from .schema import SpecError, SweepSpec, format_validation
 from .validate import check_sections, validate_cell
 
 
-def load_spec(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Sweep:
-    """Read, override, validate and expand a sweep file. Raises SpecError with the key path."""
+def load_spec(
+    path: str | Path, overrides: list[str] | None = None, smoke: bool = False, profile: str | None = None
+) -> Sweep:
+    """Read, override (a named profile, then ``--set`` overrides), validate and expand a sweep
+    file. ``smoke`` is ``profile="smoke"``. Raises SpecError with the key path."""
     path = Path(path)
     source = str(path)
     if not path.exists():
@@ -28,19 +31,22 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         raise SpecError("", f"not valid YAML: {exc}", source) from None
     if not isinstance(raw, dict):
         raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
-    return build_sweep(raw, source=source, overrides=overrides, smoke=smoke)
+    return build_sweep(raw, source=source, overrides=overrides, smoke=smoke, profile=profile)
 
 
 def build_sweep(
-    raw: dict[str, Any], source: str = "<spec>", overrides: list[str] | None = None, smoke: bool = False
+    raw: dict[str, Any],
+    source: str = "<spec>",
+    overrides: list[str] | None = None,
+    smoke: bool = False,
+    profile: str | None = None,
 ) -> Sweep:
     raw = copy.deepcopy(raw)
     if smoke:
-        smoke_over = raw.get("smoke") or {}
-        if not isinstance(smoke_over, dict):
-            raise SpecError("smoke", "must be a mapping of dotted keys to values", source)
-        for key, value in {**SMOKE_DEFAULTS, **smoke_over}.items():
-            _set_dotted(raw, key, value, f"smoke.{key}", source)
+        profile = "smoke"
+    if profile is not None:
+        for key, (value, origin) in profile_overrides(raw, profile, source).items():
+            _set_dotted(raw, key, value, origin, source)
     for key, value in parse_overrides(overrides or [], source).items():
         _set_dotted(raw, key, value, f"--set {key}", source)
     try:
@@ -65,8 +71,35 @@ def build_sweep(
     return Sweep(spec=spec, source=source, cells=cells, plans=plans)
 
 
-# What --smoke does to every study: the same grid shape, scaled down to finish in minutes on a CPU.
-# A study's own `smoke:` block is applied after these (e.g. to shorten its sequence lengths).
+def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:
+    """The dotted overrides of profile ``name`` -> (value, where it was written). Profiles live in
+    the study's ``profiles: {NAME: {dotted.key: value}}`` block; ``smoke`` (the plumbing profile)
+    always exists: :data:`SMOKE_DEFAULTS`, then the study's older ``smoke:`` block, then
+    ``profiles.smoke``."""
+    blocks: list[tuple[str, Any]] = []
+    if name == "smoke":
+        blocks += [("smoke", raw.get("smoke") or {})]
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise SpecError("profiles", "must be a mapping of profile names to mappings of dotted keys", source)
+    if name in profiles:
+        blocks.append((f"profiles.{name}", profiles[name] or {}))
+    elif name != "smoke":
+        have = ", ".join(["smoke", *sorted(profiles)])
+        raise SpecError(f"--profile {name}", f"this study has no such profile; it has: {have}", source)
+    out: dict[str, tuple[Any, str]] = {}
+    if name == "smoke":
+        out.update({k: (v, f"smoke defaults: {k}") for k, v in SMOKE_DEFAULTS.items()})
+    for where, block in blocks:
+        if not isinstance(block, dict):
+            raise SpecError(where, "must be a mapping of dotted keys to values", source)
+        out.update({k: (v, f"{where}.{k}") for k, v in block.items()})
+    return out
+
+
+# What --smoke (the `smoke` profile) does to every study: the same grid shape, scaled down to
+# finish in minutes on a CPU. A study's own `smoke:` block and `profiles.smoke` are applied after
+# these (e.g. to shorten its sequence lengths).
 SMOKE_DEFAULTS: dict[str, Any] = {
     "model.preset": "tiny",
     "trainer.max_steps": 60,
@@ -97,24 +130,25 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
     return parsed
 
 
-LAUNCH_FILE = "launch.json"  # beside a sweep's results: the --set overrides and --smoke of its first run
+LAUNCH_FILE = "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
 
 
-def save_launch(out_dir: Path, overrides: list[str], smoke: bool) -> Path:
+def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
-    path.write_text(json.dumps({"overrides": list(overrides), "smoke": smoke}, indent=2) + "\n")
+    path.write_text(json.dumps({"overrides": list(overrides), "profile": profile}, indent=2) + "\n")
     return path
 
 
-def resume_launch(out_dir: Path, overrides: list[str], smoke: bool, source: str) -> tuple[list[str], bool]:
-    """The first run's overrides and --smoke, for ``--resume``. New ``--set`` values may repeat
-    them but not change or add to them (the trials already run were planned without); raises
-    SpecError saying which. Without a record (a sweep from an older version) the given ones stand."""
+def resume_launch(out_dir: Path, overrides: list[str], profile: str | None, source: str) -> tuple[list[str], str | None]:
+    """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
+    New ``--set`` values may repeat them but not change or add to them (the trials already run
+    were planned without); raises SpecError saying which. Without a record (a sweep from an
+    older version) the given ones stand."""
     path = out_dir / LAUNCH_FILE
     if not path.exists():
-        return overrides, smoke
+        return overrides, profile
     first = json.loads(path.read_text())
     before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
     changed = [k for k in now if k not in before or before[k] != now[k]]
@@ -126,12 +160,12 @@ def resume_launch(out_dir: Path, overrides: list[str], smoke: bool, source: str)
             f"drop the --set to continue, or start a new sweep with another --output",
             source,
         )
-    if bool(first["smoke"]) != smoke:
+    if profile is not None and profile != first.get("profile"):
         raise SpecError(
-            "--smoke", f"the first run was {'' if first['smoke'] else 'not '}a --smoke run (recorded in {path}); "
-            f"resume it the same way", source,
+            "--profile", f"the first run used profile {first.get('profile')!r}, not {profile!r} (recorded in "
+            f"{path}); resume it with --profile {first.get('profile')} or with no --profile", source,
         )
-    return list(first["overrides"]), smoke
+    return list(first["overrides"]), first.get("profile")
 
 
 def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str) -> None:

@@ -178,7 +178,16 @@ class SweepSpec(_Strict):
     wandb: WandbSpec = Field(default_factory=WandbSpec)
     timing: TimingSpec = Field(default_factory=TimingSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
-    smoke: dict[str, Any] = Field(default_factory=dict)
+    smoke: dict[str, Any] = Field(default_factory=dict)  # older spelling of profiles.smoke, still accepted
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+                raise ValueError(f"profile name {name!r}: use letters, digits, '_', '-' (it is typed as --profile NAME)")
+        return v
 
     @field_validator("name")
     @classmethod

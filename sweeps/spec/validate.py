@@ -3,9 +3,10 @@ datamodule's, Seq2SeqModule's and the attention mechanism's constructor signatur
 ranges they declare), so a bad value fails before Ray starts, naming where it was written."""
 from __future__ import annotations
 
+import functools
 import inspect
 import math
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -30,10 +31,9 @@ def _origin(cell: Cell, key: str, default: str) -> str:
 def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: str) -> None:
     from ..build import attention_param_types, datamodule_param_types, module_signature_params
 
-    try:
-        TrainerSpec.model_validate(trainer)
-    except ValidationError as exc:
-        raise SpecError("", "trainer." + format_validation(exc).lstrip(), source) from None
+    problem = _trainer_problem(trainer)
+    if problem:
+        raise SpecError("", "trainer." + problem, source)
 
     dm_params = datamodule_param_types(task["name"])
     for key, value in task.items():
@@ -69,14 +69,11 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
                 source,
             )
     att_opts = {k: v for k, v in model.items() if k not in mod_params}
-    try:  # values the mechanism itself rejects (e.g. encoder_scoring: tanh); tiny dims, cheap
-        from lightning_modules.attention import build_attention
-
-        build_attention(attention, query_dim=8, memory_dim=8, **att_opts)
-    except (ValueError, TypeError) as exc:
-        key = next((k for k in att_opts if k in str(exc)), None)
+    problem = _attention_problem(attention, att_opts)
+    if problem:
+        key = next((k for k in att_opts if k in problem), None)
         where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
-        raise SpecError(where, str(exc), source) from None
+        raise SpecError(where, problem, source)
     from lightning_modules.seq2seq import PRESETS
 
     preset = model.get("preset", mod_params["preset"][1])
@@ -89,18 +86,78 @@ def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
     ``Annotated[..., Ge(1)]`` markers declare."""
     if annotation is Any or annotation is inspect.Parameter.empty:
         return
-    if isinstance(value, float) and math.isnan(value):
-        raise SpecError(where, "NaN is not a valid setting", source)
     try:
-        TypeAdapter(annotation).validate_python(value, strict=False)
+        problem = _type_problem(annotation, type(value), value)  # cached: grids repeat their values
+    except TypeError:  # an unhashable value (a list, a dict)
+        problem = _type_problem.__wrapped__(annotation, type(value), value)
+    if problem:
+        raise SpecError(where, problem, source)
+
+
+# A large grid holds the same settings in many cells: each distinct check runs once (10,000 cells
+# would otherwise build 10,000 attention modules and 90,000 pydantic validators).
+
+
+def _frozen(d: dict) -> tuple:
+    """A hashable key for a settings mapping (values that are lists or dicts by their repr)."""
+    return tuple(sorted((k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in d.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _type_adapter(annotation: Any) -> TypeAdapter:
+    return TypeAdapter(annotation)
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
+    """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
+    try:
+        try:
+            adapter = _type_adapter(annotation)
+        except TypeError:  # an unhashable annotation
+            adapter = TypeAdapter(annotation)
+        adapter.validate_python(value, strict=False)
     except ValidationError as exc:
         err = exc.errors()[0]
         allowed = allowed_range(annotation)
         if allowed and err["type"] in _RANGE_ERRORS:
-            raise SpecError(where, f"{value!r} is out of range; allowed: {allowed}", source) from None
-        raise SpecError(where, f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})", source) from None
+            return f"{value!r} is out of range; allowed: {allowed}"
+        return f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})"
     except Exception:
-        return
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN is not a valid setting"
+    return None
+
+
+_TRAINER_CHECKS: dict[tuple, Optional[str]] = {}
+_ATTENTION_CHECKS: dict[tuple, Optional[str]] = {}
+
+
+def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
+    key = _frozen(trainer)
+    if key not in _TRAINER_CHECKS:
+        try:
+            TrainerSpec.model_validate(trainer)
+            _TRAINER_CHECKS[key] = None
+        except ValidationError as exc:
+            _TRAINER_CHECKS[key] = format_validation(exc).lstrip()
+    return _TRAINER_CHECKS[key]
+
+
+def _attention_problem(attention: str, options: dict[str, Any]) -> Optional[str]:
+    """Values the mechanism itself rejects (e.g. encoder_scoring: tanh): each distinct attention
+    configuration is built once, with tiny dims."""
+    key = (attention, _frozen(options))
+    if key not in _ATTENTION_CHECKS:
+        from lightning_modules.attention import build_attention
+
+        try:
+            build_attention(attention, query_dim=8, memory_dim=8, **options)
+            _ATTENTION_CHECKS[key] = None
+        except (ValueError, TypeError) as exc:
+            _ATTENTION_CHECKS[key] = str(exc)
+    return _ATTENTION_CHECKS[key]
 
 
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}

@@ -1,0 +1,212 @@
+"""One Tune experiment per study, on a real local Ray: compact trial configs read back with Ray's
+own ExperimentAnalysis, every cell's Optuna trials running at once (read back with Optuna's own
+load_study), and early stopping that never crosses cells."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from sweep_helpers import tiny_spec, write_spec  # noqa: E402
+from sweeps.launch import main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    saved = dict(os.environ)
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def results_of(trial_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
+
+
+def test_four_cell_study_reads_back_as_flat_columns(local_ray, tmp_path):
+    spec = tiny_spec(
+        "flat",
+        grid={"task.max_length": [3, 4], "model": [{"attention": "none"}, {"attention": "memory", "K": 2}]},
+        trainer={"max_steps": 4, "val_check_interval": 2},
+        wandb={"mode": "disabled"},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--address", "local"]) == 0
+
+    from ray.tune import ExperimentAnalysis
+
+    exp = out / "flat"
+    analysis = ExperimentAnalysis(str(exp))
+    df = analysis.dataframe()
+    config_cols = {c for c in df.columns if c.startswith("config/")}
+    assert config_cols == {"config/cell", "config/seed", "config/attention", "config/K", "config/length"}
+    assert len(df) == 4
+    assert sorted(zip(df["config/length"], df["config/attention"])) == [
+        (3, "memory"), (3, "none"), (4, "memory"), (4, "none")
+    ]
+    best = analysis.get_best_config(metric="val/loss", mode="min")
+    assert {"attention", "length", "seed"} <= set(best)
+    params = sorted(exp.glob("*/params.json"))
+    assert len(params) == 4
+    for p in params:
+        assert p.stat().st_size < 20_000
+        config = json.loads(p.read_text())
+        # only this trial's own plan: its cell's values, nothing of any other cell
+        assert set(config) <= {"cell", "seed", "attention", "K", "length"}
+        assert set(config["cell"].split()) == {f"{k}={config[k]}" for k in ("length", "attention", "K") if k in config}
+
+
+def _span(trial_dir: Path) -> tuple[float, float]:
+    """(start, end) wall-clock seconds of a trial, from its recorded results."""
+    rows = results_of(trial_dir)
+    first = rows[0]
+    return first["timestamp"] - first["time_total_s"], rows[-1]["timestamp"]
+
+
+def test_optuna_studies_of_both_cells_run_at_the_same_time(local_ray, tmp_path):
+    spec = tiny_spec(
+        "both",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        trainer={"max_steps": 20, "val_check_interval": 10},
+        wandb={"mode": "offline", "log_heatmaps": False},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--address", "local"]) == 0
+
+    exp = out / "both"
+    spans: dict[str, list[tuple[float, float]]] = {"none": [], "bahdanau": []}
+    trial_dirs = {}
+    for params in exp.glob("*/params.json"):
+        config = json.loads(params.read_text())
+        spans[config["attention"]].append(_span(params.parent))
+        trial_dirs[params.parent.name.split("_")[0]] = params.parent
+    assert len(spans["none"]) == 2 and len(spans["bahdanau"]) == 2
+    overlaps = [
+        (a, b) for a in spans["none"] for b in spans["bahdanau"] if max(a[0], b[0]) < min(a[1], b[1])
+    ]
+    assert overlaps, f"no trial of one cell ran while a trial of the other did: {spans}"
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(exp / "optuna.journal")))
+    names = optuna.get_all_study_names(storage)
+    assert sorted(names) == ["both/attention-bahdanau-seed0", "both/attention-none-seed0"]
+    lrs = []
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=storage)
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        assert len(complete) == 2
+        for t in complete:
+            ray_id = t.user_attrs["ray_trial_id"]
+            assert ray_id in trial_dirs
+            assert t.user_attrs["wandb_run_id"] == ray_id
+            ckpt = Path(t.user_attrs["checkpoint_path"])
+            assert (ckpt / "checkpoint.ckpt").exists() and trial_dirs[ray_id] in ckpt.parents
+            lrs.append(t.params["lr"])
+    assert len(set(lrs)) == 4, "each cell's sampler has its own seed: no two cells draw the same samples"
+    runs = sorted((exp / "wandb").glob("offline-run-*"))
+    assert {r.name.rsplit("-", 1)[-1] for r in runs} == set(trial_dirs)
+
+
+def test_asha_never_stops_a_cell_because_another_scores_higher(local_ray, tmp_path):
+    """Cell lr=0.05 learns, cell lr=1e-7 cannot. The strong cell runs first (one trial at a time);
+    an ASHA over the whole study would stop the weak cell's trial at its first report."""
+    spec = tiny_spec(
+        "asha",
+        grid={"model.lr": [0.05, 1e-7]},
+        model={"preset": "tiny", "attention": "none"},
+        metric={"name": "val/loss", "goal": "minimize"},
+        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        trainer={"max_steps": 30, "val_check_interval": 10},
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--address", "local"]) == 0
+    df = pd.read_csv(out / "asha" / "results.csv").set_index("lr")
+    assert df.loc[0.05, "val/loss"] < df.loc[1e-7, "val/loss"], "the cells differ as intended"
+    assert df.loc[1e-7, "step"] == 30 and df.loc[1e-7, "status"] == "done"
+
+
+@pytest.mark.slow
+def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path):
+    """SIGINT to the launcher while the second of four trials (2 cells x 2 samples) runs, then
+    --resume: no finished trial re-runs, and every Optuna study ends with exactly its 2 trials,
+    each tied to a Ray trial."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    spec = tiny_spec(
+        "resume_optuna",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        trainer={"max_steps": 200, "val_check_interval": 10},
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+    )
+    spec["task"]["max_length"] = 3
+    path = write_spec(tmp_path, spec)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(root / "sweeps" / "launch.py"), str(path), "--output", str(out),
+           "--num-cpus", "2", "--verbose", "0", "--address", "local"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    exp = out / "resume_optuna"
+    deadline = time.monotonic() + 300
+    finished = running = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
+        steps = {d: [r["step"] for r in results_of(d)] for d in dirs}
+        done = [d for d in dirs if steps[d] and steps[d][-1] == 200]
+        live = [d for d in dirs if d not in done and len(steps[d]) >= 2]
+        if done and live:
+            finished, running = done[0], live[0]
+            break
+        time.sleep(0.5)
+    if finished is None:
+        proc.kill()
+        pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])
+    proc.send_signal(signal.SIGINT)
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, log
+    finished_lines = (finished / "result.json").read_text()
+
+    again = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
+    trial_dirs = {p.parent.name.split("_")[0]: p.parent for p in exp.glob("*/params.json")}
+    assert len(trial_dirs) == 4, sorted(trial_dirs)
+    for d in trial_dirs.values():
+        assert [r["step"] for r in results_of(d)][-1] == 200
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(exp / "optuna.journal")))
+    names = optuna.get_all_study_names(storage)
+    assert len(names) == 2
+    ray_ids = []
+    for name in names:
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+        assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, (name, trials)
+        ray_ids += [t.user_attrs["ray_trial_id"] for t in trials]
+    assert sorted(ray_ids) == sorted(trial_dirs), "the journal and Tune's trials agree"
+    df = pd.read_csv(exp / "results.csv")
+    assert sorted(df["status"]) == ["done"] * 4
