@@ -570,7 +570,11 @@ def run_timing_stage(
         if outcome.status == "error":
             say(f"[timing] trial {outcome.job.trial_id}: {outcome.error}")
     if pending:
-        lanes = _lanes(settings, ray.nodes(), ray.cluster_resources())
+        total, free_now = ray.cluster_resources(), ray.available_resources()
+        lanes = _lanes(settings, ray.nodes(), total)
+        if free_now.get("CPU", 0) < total.get("CPU", 0):
+            say(f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
+                f"waits until its whole node is (is other Ray work still running?)")
         task = ray.remote(max_retries=0)(run_job)
         free = deque(lanes)
         running: dict[Any, tuple[int, Lane]] = {}
