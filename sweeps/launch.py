@@ -5,16 +5,22 @@
     --smoke                the plumbing profile: the same grid, scaled down (tiny model, few steps)
                            to finish in minutes on CPU; proves nothing about the science
     --resume               continue an interrupted sweep: finished trials are kept, the rest
-                           continue from their last checkpoint
+                           continue from their last checkpoint; the first run's --set overrides
+                           and profile are reused (launch.json), new conflicting ones refused
     --address ADDR         the Ray to join (HOST:6379, ray://HOST:10001, auto; `local`: a private
                            instance). Default, as Ray's own: RAY_ADDRESS if set, else the cluster
                            `ray start` runs on this machine, else a new local instance
     --set KEY=VALUE        override any spec key (repeatable), e.g. --set trainer.max_steps=500
     --output DIR           results, W&B offline runs and (by default) checkpoints; default sweep-results/
 
-Results land in ``<output>/<name>/``: results.csv, results.md, PNG plots. W&B logs online when an
-API key is present (environment or ``wandb login``), offline otherwise, and the command to upload
-offline runs is printed at the end.
+After the Tune run, the decode-timing stage (:mod:`sweeps.timing`, the spec's ``timing`` block)
+times each finished trial's final model alone on a node: the results' ``decode_seconds``.
+Results land in ``<output>/<name>/``: results.csv (a row for every planned trial, failed ones
+included), results.md, PNG plots. W&B logs online when an API key is present (environment or
+``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
+
+Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
+--set value, --output or storage.path (one line, nothing started); 130 interrupted.
 """
 from __future__ import annotations
 
