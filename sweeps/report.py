@@ -210,7 +210,8 @@ def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", t
 
 def _to_markdown(table: pd.DataFrame) -> str:
     try:
-        return table.to_markdown(index=False, floatfmt=".3f")
+        # the cells are already formatted (mean +- std, each metric's digits): no re-parsing
+        return table.to_markdown(index=False, disable_numparse=True)
     except ImportError:
         return table.to_string(index=False)
 

@@ -115,9 +115,11 @@ def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     md = paths["md"].read_text()
     assert "best trial by the study's metric (val/bleu, max) over its Optuna samples" in md.split("## Results")[0]
     table_line = next(line for line in md.splitlines() if line.startswith("|") and "bahdanau" in line)
-    assert "30.10 ± 1.41" in table_line and " 12 |" in table_line and "12.0" not in md
+    assert "30.10 ± 1.41" in table_line and table_line.split("|")[1].strip() == "12" and "12.0" not in md
     front = [line for line in md.split("## Quality vs speed")[1].splitlines() if "| bahdanau |" in line]
     assert front and "| 30.10 | 0.6000 |" in front[0], "the front shows the table's numbers"
+    memory_line = next(line for line in md.splitlines() if line.startswith("|") and "memory K=16" in line)
+    assert "| 20.00 " in memory_line and "| 0.2000 " in memory_line, "one seed: the mean, as formatted"
     points = report.model_points(df)
     assert points.set_index("model").loc["bahdanau", BLEU] == pytest.approx(bahdanau[BLEU])
     assert results_frame(rows)["K"].dropna().tolist() == [16]
