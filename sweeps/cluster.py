@@ -134,11 +134,11 @@ def init_ray(
     if dashboard:
         check_ddp_dependencies()
     conn = choose_address(address)
+    if conn.address is not None:
+        check_address(conn.address, source="RAY_ADDRESS" if "(RAY_ADDRESS)" in conn.how else "--address")
     if ray.is_initialized():
         conn = RayConnection(conn.address, "the Ray instance this process already runs")
     else:
-        if conn.address is not None:
-            check_address(conn.address, source="RAY_ADDRESS" if "(RAY_ADDRESS)" in conn.how else "--address")
         if conn.address is None:
             print("starting a local Ray instance ...", flush=True)
             cpus = num_cpus or os.cpu_count() or 1

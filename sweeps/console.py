@@ -64,6 +64,11 @@ class StudyConsole(Callback):
         state["out"] = None
         return state
 
+    def setup(self, **info) -> None:
+        """At the start of every run, a resumed one included: the clocks start now."""
+        self._start = time.monotonic()
+        self._last_table = self._last_line = 0.0
+
     def _print(self, text: str) -> None:
         print(text, file=self.out or sys.stdout, flush=True)
 
@@ -75,11 +80,20 @@ class StudyConsole(Callback):
         pending = self.total - finished - failed - running
         elapsed = time.monotonic() - self._start
         done = finished + failed
-        eta = _duration(elapsed / done * (self.total - done)) if done else "?"
+        eta = self._eta(trials, running, pending)
         return (
             f"[{self.total} trials] {finished} finished, {running} running, {pending} pending, {failed} failed"
             f" | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"
         )
+
+    def _eta(self, trials: list, running: int, pending: int) -> str:
+        """Trials still to run x the mean duration of finished ones / the trials running at once."""
+        durations = [(t.last_result or {}).get("time_total_s") for t in trials if t.status == "TERMINATED"]
+        durations = [d for d in durations if d]
+        if not durations:
+            return "?"
+        mean = sum(durations) / len(durations)
+        return _duration(mean * (running + pending) / max(1, running))
 
     def table(self, trials: list) -> str:
         sign = -1.0 if self.mode == "max" else 1.0

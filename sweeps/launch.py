@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a spec key (repeatable)")
     p.add_argument("--output", default="sweep-results", help="folder for results (default: sweep-results)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance (default: all)")
-    p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2], help="Tune's console verbosity")
+    p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2],
+                   help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter")
     return p.parse_args(argv)
 
 

@@ -31,7 +31,7 @@ def results_of(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
 
 
-def test_four_cell_study_reads_back_as_flat_columns(local_ray, tmp_path):
+def test_four_cell_study_reads_back_as_flat_columns(local_ray, tmp_path, capsys):
     spec = tiny_spec(
         "flat",
         grid={"task.max_length": [3, 4], "model": [{"attention": "none"}, {"attention": "memory", "K": 2}]},
@@ -39,7 +39,17 @@ def test_four_cell_study_reads_back_as_flat_columns(local_ray, tmp_path):
         wandb={"mode": "disabled"},
     )
     out = tmp_path / "out"
-    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--address", "local"]) == 0
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "1", "--address", "local"]) == 0
+
+    # the console: a trial table with the grid columns, the metric, step and training time, and a
+    # progress line; no config dumps
+    console = capsys.readouterr().out
+    assert "Ray: joined" in console
+    header = next(line for line in console.splitlines() if line.startswith("trial ") and " status " in line)
+    assert header.split()[0] == "trial" and header.split()[-4:] == ["status", "val/bleu", "step", "train_s"]
+    assert set(header.split()[1:-4]) == {"length", "attention", "K"}
+    assert "[4 trials] 4 finished, 0 running, 0 pending, 0 failed" in console
+    assert "'task'" not in console and "plans" not in console
 
     from ray.tune import ExperimentAnalysis
 
