@@ -210,16 +210,12 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
     assert summary.n_trials == 2 and "K-2" in summary.study_name
 
 
-def test_unreachable_address_fails_with_one_clear_line(tmp_path):
-    """In a fresh process: this one already runs Ray (the module's fixture), which the launcher
-    would use instead."""
+def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
+    """Checked first, even in a process that already runs Ray (this module's fixture)."""
     spec = write_spec(tmp_path, tiny_spec("addr"))
-    proc = subprocess.run(
-        [sys.executable, "sweeps/launch.py", str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
-    )
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    err = proc.stderr.strip()
+    code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in err and "--address" in err
     assert len(err.splitlines()) == 1, err
 
