@@ -27,8 +27,9 @@ def datamodule_class(task_name: str) -> type[pl.LightningDataModule]:
 
 @functools.cache
 def datamodule_param_types(task_name: str) -> dict[str, Any]:
-    """The task's datamodule settings: name -> annotation. Cached (as are the two below): a large
-    grid validates thousands of cells against the same signatures; callers must not mutate it."""
+    """The task's datamodule settings: name -> annotation (with its ``Annotated`` range markers).
+    Cached (as are the two below): a large grid validates thousands of cells against the same
+    signatures; callers must not mutate it."""
     return {k: ann for k, (ann, _) in _params(datamodule_class(task_name).__init__).items()}
 
 
@@ -52,7 +53,7 @@ def attention_param_types(attention: str) -> dict[str, Any]:
 
 def _params(fn) -> dict[str, tuple[Any, Any]]:
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)  # keep Annotated range markers
     except Exception:
         hints = {}
     out = {}

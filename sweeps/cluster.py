@@ -25,6 +25,25 @@ class Paths:
         return self.storage.rstrip("/") + "/" + name
 
 
+def check_writable(path: str | Path, what: str) -> None:
+    """Create the folder ``path`` if needed and write a probe file in it, before anything starts;
+    raises :class:`LaunchError` naming ``what`` (``--output``, ``storage.path``) when it can't.
+    Buckets (``s3://``, ``gs://``) are left to Ray."""
+    text = str(path)
+    if "://" in text and not text.startswith("file://"):
+        return
+    folder = Path(text.removeprefix("file://")).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_text("ok\n")
+        probe.unlink()
+    except OSError as exc:
+        raise LaunchError(
+            f"{what} {text}: cannot create or write there ({exc.strerror or exc}); choose a folder you can write to"
+        ) from None
+
+
 # ----------------------------------------------------------------------------------------------
 # Ray set-up
 

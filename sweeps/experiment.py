@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import Resources, TrialSettings, WandbSettings
-from .spec import Sweep, base_sections
+from .spec import LAUNCH_FILE, Sweep, base_sections
 
 
 def trial_dirname(trial) -> str:
@@ -43,6 +43,7 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
         train_storage=paths.experiment(sweep.name) + "/ddp",
         keep_checkpoints=spec.storage.keep_checkpoints,
         chaos_step=spec.chaos.fail_once_at_step,
+        chaos_before_report=spec.chaos.fail_before_first_report,
         has_search=sweep.has_search,
         base=base_sections(spec),
         grid_columns=sweep.grid_columns,
@@ -176,4 +177,5 @@ def _exists(path: str) -> bool:
         from ray import tune
 
         return tune.Tuner.can_restore(path)
-    return Path(path).exists() and any(Path(path).iterdir())
+    # the launcher's record of the run's overrides comes first and does not count
+    return Path(path).exists() and any(p.name != LAUNCH_FILE for p in Path(path).iterdir())

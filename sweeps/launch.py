@@ -5,16 +5,22 @@
     --smoke                the plumbing profile: the same grid, scaled down (tiny model, few steps)
                            to finish in minutes on CPU; proves nothing about the science
     --resume               continue an interrupted sweep: finished trials are kept, the rest
-                           continue from their last checkpoint
+                           continue from their last checkpoint; the first run's --set overrides
+                           and profile are reused (launch.json), new conflicting ones refused
     --address ADDR         the Ray to join (HOST:6379, ray://HOST:10001, auto; `local`: a private
                            instance). Default, as Ray's own: RAY_ADDRESS if set, else the cluster
                            `ray start` runs on this machine, else a new local instance
     --set KEY=VALUE        override any spec key (repeatable), e.g. --set trainer.max_steps=500
     --output DIR           results, W&B offline runs and (by default) checkpoints; default sweep-results/
 
-Results land in ``<output>/<name>/``: results.csv, results.md, PNG plots. W&B logs online when an
-API key is present (environment or ``wandb login``), offline otherwise, and the command to upload
-offline runs is printed at the end.
+After the Tune run, the decode-timing stage (:mod:`sweeps.timing`, the spec's ``timing`` block)
+times each finished trial's final model alone on a node: the results' ``decode_seconds``.
+Results land in ``<output>/<name>/``: results.csv (a row for every planned trial, failed ones
+included), results.md, PNG plots. W&B logs online when an API key is present (environment or
+``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
+
+Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
+--set value, --output or storage.path (one line, nothing started); 130 interrupted.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.spec import Sweep, SpecError, load_spec  # noqa: E402
+from sweeps.spec import LAUNCH_FILE, Sweep, SpecError, load_spec, resume_launch, save_launch  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     profile = "smoke" if args.smoke else args.profile
     try:
         sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
+        if args.resume:  # the first run's --set and profile, stored beside its results
+            first = resume_launch(Path(args.output).resolve() / sweep.name, args.overrides, profile, args.spec)
+            if first != (args.overrides, profile):
+                args.overrides, profile = first
+                print("resuming with the first run's overrides: "
+                      + " ".join([f"--set {o}" for o in args.overrides] + ([f"--profile {profile}"] if profile else [])))
+                sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -94,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from sweeps.cluster import LaunchError, Paths, check_cluster, init_ray
+    from sweeps.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
-    from sweeps.results import print_table, result_rows, results_frame, write_results_csv
+    from sweeps.results import (
+        failure_summary, missing_rows, print_table, result_rows, results_frame, write_results_csv,
+    )
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
     spec = sweep.spec
@@ -105,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = output / sweep.name
     paths = Paths(output=output, storage=spec.storage.path or str(output))
     try:
+        check_writable(output, "--output")
+        if spec.storage.path:
+            check_writable(spec.storage.path, "storage.path")
         mode = resolve_wandb_mode(spec.wandb.mode)
         os.environ["WANDB_MODE"] = mode
         os.environ.setdefault("WANDB_SILENT", "true")
         out_dir.mkdir(parents=True, exist_ok=True)
+        if not args.resume and not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
+            save_launch(out_dir, args.overrides, profile)  # a new sweep: what --resume will reuse
         # Only non-secret settings travel to the workers; the API key stays in each node's environment.
         runtime_env = {"env_vars": {"WANDB_MODE": mode, "WANDB_SILENT": "true", "PYTHONWARNINGS": "ignore::DeprecationWarning"}}
         try:
@@ -131,11 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    rows = []
+    rows, plans = [], {}
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
-        rows = result_rows(grid, settings.plan, spec.parameters)
+        rows, plans = result_rows(grid, settings.plan, spec.parameters)
+    if spec.timing.enabled and not interrupted:
+        time_finished_trials(rows, plans, out_dir, spec.timing)
+    # every planned trial has a row, even one Tune never created
+    rows += missing_rows(sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error")
     written = {"csv": write_results_csv(rows, out_dir)}
     written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)
@@ -152,11 +176,39 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted:
         print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
         return 130
-    failed = df[df["status"] == "error"] if not df.empty else df
-    if len(failed):
-        print(f"{len(failed)} trial(s) failed (see results.md); retry them with:\n  {resume_cmd}", file=sys.stderr)
+    failed = failure_summary(df)
+    if failed:
+        print(f"{len(failed)} of {len(df)} trial(s) failed (their rows in results.md say why):", file=sys.stderr)
+        print("\n".join(failed), file=sys.stderr)
+        print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
         return 1
     return 0
+
+
+def time_finished_trials(rows: list[dict], plans: dict[str, tuple[dict, str]], out_dir: Path, timing) -> None:
+    """The decode-timing stage (:mod:`sweeps.timing`) on every finished trial's final checkpoint,
+    each alone on a node; a trial timed before for the same checkpoint (``--resume``) is not timed
+    again. Writes ``decode_seconds`` and its spread into the rows."""
+    from sweeps.results import attach_timing
+    from sweeps.timing import TimingJob, TimingSettings, run_timing_stage
+
+    jobs, timed_rows = [], []
+    for row in rows:
+        if row["status"] not in ("done", "stopped") or not row.get("checkpoint"):
+            continue
+        plan, trial_dir = plans[row["trial_id"]]
+        # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
+        folder = trial_dir if "://" not in trial_dir else str(out_dir / "timing" / row["trial_id"])
+        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan["task"],
+                              output_dir=folder, seed=plan["seed"], split=timing.split))
+        timed_rows.append(row)
+    if not jobs:
+        return
+    print(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
+          f"(median of {timing.repeats}, {timing.threads} thread(s)):")
+    settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device)
+    for row, outcome in zip(timed_rows, run_timing_stage(jobs, settings)):
+        attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
 
 
 if __name__ == "__main__":

@@ -77,33 +77,37 @@ def _ticks(ax, src: list, out: list, shape: tuple) -> None:
         ax.set_yticks(range(len(out)), out, fontsize=7)
 
 
-def plot_results(df: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
-    """BLEU vs K per length (memory attention, baselines as dashed lines), decode time vs length
-    per model, and BLEU vs decode time. Returns the paths written."""
+def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """The report's figures from ``sweeps.report.cell_summary`` (one row per cell, mean +- std
+    over seeds of each seed's best trial): BLEU vs K per length (memory attention, error bars over
+    seeds; other models as dashed lines) and decode time vs length per model. Returns the paths."""
     paths: dict[str, Path] = {}
-    ok = df[df["status"].isin(["done", "stopped"])] if not df.empty else df
-    if ok.empty or "val/bleu" not in ok:
+    if summary.empty or "val/bleu" not in summary:
         return paths
-    mem = ok[(ok["attention"] == "memory") & ok["K"].notna()]
+    mem = summary[(summary["attention"] == "memory") & summary["K"].notna()] if "K" in summary else summary.iloc[0:0]
     if not mem.empty:
         fig, ax = plt.subplots(figsize=(5.5, 4))
         for length, g in mem.groupby("length", dropna=False):
-            s = g.groupby("K")["val/bleu"].max().sort_index()
-            line = ax.plot(s.index, s.values, marker="o", label=f"L={length}")[0]
-            base = ok[(ok["length"] == length) & (ok["attention"] != "memory")] if pd.notna(length) else ok[ok["attention"] != "memory"]
-            for model, b in base.groupby("model"):
-                ax.axhline(b["val/bleu"].max(), ls="--", lw=0.8, color=line.get_color(), alpha=0.6)
+            g = g.sort_values("K")
+            line = ax.errorbar(g["K"].astype(float), g["val/bleu"], yerr=g["val/bleu_std"].fillna(0), marker="o",
+                               capsize=3, label=f"L={length}")[0]
+            others = summary[summary["attention"] != "memory"]
+            if pd.notna(length):
+                others = others[others["length"] == length]
+            for bleu in others["val/bleu"]:
+                ax.axhline(bleu, ls="--", lw=0.8, color=line.get_color(), alpha=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("K (memory vectors)")
         ax.set_ylabel("BLEU")
         ax.set_title("BLEU vs K (dashed: other models at that length)")
         ax.legend(fontsize=8)
         paths["bleu_vs_k"] = _save(fig, out_dir / "bleu_vs_k.png")
-    if ok["length"].notna().any() and ok["val/decode_seconds"].notna().any():
+    if "length" in summary and summary["length"].notna().any() and summary["decode_seconds"].notna().any():
         fig, ax = plt.subplots(figsize=(5.5, 4))
-        for model, g in ok.groupby("model"):
-            s = g.groupby("length")["val/decode_seconds"].median().sort_index()
-            ax.plot(s.index, s.values, marker="o", label=model)
+        for model, g in summary.dropna(subset=["decode_seconds"]).groupby("model"):
+            g = g.sort_values("length")
+            ax.errorbar(g["length"].astype(float), g["decode_seconds"], yerr=g["decode_seconds_std"].fillna(0),
+                        marker="o", capsize=3, label=model)
         ax.set_xlabel("sequence length L")
         ax.set_ylabel("decode time over validation set (s)")
         ax.set_title("Decode time vs length")

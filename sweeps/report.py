@@ -21,7 +21,54 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
-BLEU, SECONDS = "val/bleu", "val/decode_seconds"
+BLEU = "val/bleu"
+# The isolated timing stage's median (sweeps.timing): what tables, plots and the front show.
+SECONDS = "decode_seconds"
+# Measured during training, beside other trials: a progress signal, shown only when no timing ran.
+TRAINING_SECONDS = "val/decode_seconds"
+
+SUMMARY_RULE = (
+    "One rule everywhere (table, Pareto front, plots): per cell, the best trial by the study's metric "
+    "({metric}, {mode}) over its Optuna samples, for each seed; then the mean +- std over seeds."
+)
+
+
+def cell_summary(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.DataFrame:
+    """The summary rule: per (cell, seed) the best finished trial by ``metric`` over its Optuna
+    samples; per cell the mean and std over seeds of BLEU, decode seconds and loss.
+
+    Returns one row per cell: ``cell``, ``length``, ``model``, ``attention``, ``K``, the means under
+    the metric names (``val/bleu``, ``decode_seconds``, ``val/loss``), ``<name>_std`` (NaN for one
+    seed), ``seeds`` and ``trials`` (finished trials the best were chosen from).
+    """
+    done = df[df["status"].isin(["done", "stopped"])] if "status" in df else df
+    if metric in done:
+        done = done.dropna(subset=[metric])
+    if done.empty:
+        return pd.DataFrame()
+    seconds = seconds_column(df)
+    best = done.sort_values(metric, ascending=mode == "min", kind="stable").groupby(["cell", "seed"], dropna=False).head(1)
+    values = [c for c in (BLEU, seconds, "val/loss") if c in best]
+    groups = best.groupby("cell", dropna=False, sort=False)
+    summary = groups[values].mean()
+    for c in values:
+        summary[f"{c}_std"] = groups[c].std()
+    summary["seeds"] = groups["seed"].nunique()
+    summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
+    labels = [c for c in ("length", "model", "attention", "K") if c in best]
+    summary = best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
+    if seconds != SECONDS:
+        summary = summary.rename(columns={seconds: SECONDS, f"{seconds}_std": f"{SECONDS}_std"})
+    for c in ("length", "K"):
+        if c in summary and summary[c].notna().any():
+            summary[c] = summary[c].astype("Int64")
+    sort = [c for c in ("length", "model") if c in summary]
+    return summary.sort_values(sort, na_position="first", kind="stable").reset_index(drop=True)
+
+
+def seconds_column(df: pd.DataFrame) -> str:
+    """``decode_seconds`` (the timing stage) when any trial has it, else the training-time signal."""
+    return SECONDS if SECONDS in df and df[SECONDS].notna().any() else TRAINING_SECONDS
 
 
 def pareto_front(df: pd.DataFrame, quality: str = BLEU, cost: str = SECONDS) -> pd.Series:
@@ -39,16 +86,15 @@ def pareto_front(df: pd.DataFrame, quality: str = BLEU, cost: str = SECONDS) -> 
     return on_front
 
 
-def model_points(df: pd.DataFrame) -> pd.DataFrame:
-    """One point per (length, model): mean BLEU and decode seconds of finished trials."""
-    done = df[df["status"].isin(["done", "stopped"])] if "status" in df else df
-    done = done.dropna(subset=[BLEU, SECONDS])
-    if done.empty:
+def model_points(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.DataFrame:
+    """One point per cell (:func:`cell_summary`: the summary rule), with its Pareto front
+    (``pareto``) among the cells of the same length."""
+    points = cell_summary(df, metric, mode)
+    if points.empty:
         return pd.DataFrame(columns=["length", "model", BLEU, SECONDS, "pareto"])
-    keys = ["length", "model"] if "length" in done and done["length"].notna().any() else ["model"]
-    points = done.groupby(keys, dropna=False)[[BLEU, SECONDS]].mean().reset_index()
-    if "length" not in points:
-        points.insert(0, "length", None)
+    points = points.dropna(subset=[BLEU, SECONDS]).reset_index(drop=True)
+    if points.empty:
+        return pd.DataFrame(columns=["length", "model", BLEU, SECONDS, "pareto"])
     fronts = [pareto_front(g) for _, g in points.groupby("length", dropna=False)]
     points["pareto"] = pd.concat(fronts).reindex(points.index).fillna(False).astype(bool)
     return points.sort_values(["length", SECONDS], na_position="first", kind="stable").reset_index(drop=True)
@@ -91,50 +137,62 @@ def pareto_markdown(points: pd.DataFrame) -> str:
         for _, row in g.sort_values(SECONDS).iterrows():
             bleu, seconds = float(row[BLEU]), float(row[SECONDS])
             gain = "" if previous is None else f"{bleu - previous[0]:+.2f}"
-            paid = "" if previous is None else f"{seconds - previous[1]:+.3f}"
-            lines.append(f"| {length} | {row['model']} | {bleu:.2f} | {seconds:.3f} | {gain} | {paid} |")
+            paid = "" if previous is None else f"{seconds - previous[1]:+.4f}"
+            lines.append(f"| {length} | {row['model']} | {bleu:.2f} | {seconds:.4f} | {gain} | {paid} |")
             previous = (bleu, seconds)
     return "\n".join(lines)
 
 
-def paper_table(df: pd.DataFrame, metric: str = "val/bleu", mode: str = "max") -> pd.DataFrame:
-    """Rows (length, model), columns BLEU / decode seconds / trials: best trial per (cell, seed)
-    by the sweep's metric, then the mean over seeds."""
-    done = df[df["status"].isin(["done", "stopped"])].copy()
-    if done.empty:
+def paper_table(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.DataFrame:
+    """Rows (length, model), columns BLEU / decode seconds / loss / seeds: :func:`cell_summary`,
+    with ``mean +- std`` where there are several seeds."""
+    summary = cell_summary(df, metric, mode)
+    if summary.empty:
         return pd.DataFrame()
-    done = done.dropna(subset=[metric]) if metric in done else done
-    asc = mode == "min"
-    best = done.sort_values(metric, ascending=asc).groupby(["cell", "seed"], dropna=False).head(1)
-    keys = [k for k in ("length", "model") if best[k].notna().any()]
-    agg = best.groupby(keys, dropna=False).agg(
-        BLEU=("val/bleu", "mean"),
-        decode_s=("val/decode_seconds", "mean"),
-        loss=("val/loss", "mean"),
-        seeds=("seed", "nunique"),
-    )
-    return agg.reset_index()
+    keys = [k for k in ("length", "model") if k in summary and summary[k].notna().any()]
+    if summary[keys].duplicated().any():  # cells differing in more than length and model
+        keys = ["cell"]
+    table = summary[keys].copy()
+    for name, column, digits in (("BLEU", BLEU, 2), ("decode_s", SECONDS, 4), ("loss", "val/loss", 3)):
+        if column in summary:
+            table[name] = [_mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])]
+    table["seeds"] = summary["seeds"]
+    return table
+
+
+def _mean_std(mean: float, std: float, digits: int) -> str:
+    if pd.isna(mean):
+        return ""
+    return f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
 
 
 def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", title: Optional[str] = None) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv``."""
     from .plots import plot_results, save_figure
+    from .results import read_results
 
-    df = pd.read_csv(sweep_dir / "results.csv")
-    paths: dict[str, Path] = dict(plot_results(df, sweep_dir))
-    points = model_points(df)
+    df = read_results(sweep_dir / "results.csv")
+    summary = cell_summary(df, metric, mode)
+    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir))
+    points = model_points(df, metric, mode)
     title = title or sweep_dir.name
     counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
-    lines = [f"# {title}", "", "Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), ""]
-    table = paper_table(df, metric, mode) if not df.empty else pd.DataFrame()
+    lines = [f"# {title}", "", SUMMARY_RULE.format(metric=metric, mode=mode), ""]
+    lines += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), ""]
+    table = paper_table(df, metric, mode)
     if table.empty:
         lines.append("No finished trials yet.")
     else:
-        lines += ["## Results (best trial per cell, mean over seeds)", "", _to_markdown(table), ""]
-        lines.append(
-            "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; decode_s: seconds to "
-            "decode the validation set (data loading excluded)."
-        )
+        lines += ["## Results", "", _to_markdown(table), ""]
+        if seconds_column(df) == SECONDS:
+            timing = ("decode_s: the decode-timing stage's median seconds to decode the validation set, each "
+                      "model alone on its node after the Tune run (data loading excluded; spread per trial in "
+                      "results.csv: decode_seconds_iqr/min/max). val/decode_seconds in results.csv and W&B is "
+                      "measured during training beside other trials: a training-time signal only.")
+        else:
+            timing = ("decode_s: val/decode_seconds, measured during training beside other trials (the timing "
+                      "stage did not run): a training-time signal, not a speed measurement.")
+        lines.append("BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; " + timing)
     if not points.empty:
         paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")
         lines += ["", "## Quality vs speed: the Pareto front", "", pareto_markdown(points), ""]
@@ -152,7 +210,8 @@ def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", t
 
 def _to_markdown(table: pd.DataFrame) -> str:
     try:
-        return table.to_markdown(index=False, floatfmt=".3f")
+        # the cells are already formatted (mean +- std, each metric's digits): no re-parsing
+        return table.to_markdown(index=False, disable_numparse=True)
     except ImportError:
         return table.to_string(index=False)
 
@@ -213,7 +272,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
         import wandb
 
         entity = args.entity or wandb.Api().default_entity
-        points = model_points(pd.read_csv(args.sweep_dir / "results.csv"))
+        from .results import read_results
+
+        points = model_points(read_results(args.sweep_dir / "results.csv"), args.metric, args.mode)
         report = build_wandb_report(entity, args.project, args.group or args.sweep_dir.name, args.title, points)
         report.save()
         print(f"W&B report: {report.url}")

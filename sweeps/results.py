@@ -11,9 +11,12 @@ import pandas as pd
 
 from .spec import column_name, get_dotted
 
-METRIC_COLUMNS = ["val/bleu", "val/decode_seconds", "val/loss", "val/token_acc"]
+# decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
+# val/decode_seconds: measured during training, beside other trials: a training-time signal only.
+TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats"]
+METRIC_COLUMNS = ["val/bleu", *TIMING_COLUMNS, "val/decode_seconds", "val/loss", "val/token_acc"]
 FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status"]
-TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error"]
+TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
 
 
 def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
@@ -27,10 +30,16 @@ def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
 
 def trial_statuses(grid) -> list[Optional[str]]:
     """Tune's status per result (TERMINATED, ERROR, PENDING, PAUSED...), in the grid's order."""
+    return [status for status, _ in trial_states(grid)]
+
+
+def trial_states(grid) -> list[tuple[Optional[str], dict[str, Any]]]:
+    """(Tune's status, the trial's config) per result, in the grid's order. The config comes from
+    the trial itself: a trial that failed before its first report has no ``result.config``."""
     trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
     if trials is None or len(trials) != len(grid):
-        return [None] * len(grid)
-    return [t.status for t in trials]
+        return [(None, result.config or {}) for result in grid]
+    return [(t.status, result.config or t.config or {}) for t, result in zip(trials, grid)]
 
 
 def row_from_result(
@@ -76,16 +85,59 @@ def row_from_result(
     return row
 
 
-def result_rows(grid, plan_of: Callable[[dict[str, Any]], dict[str, Any]], search_keys: Iterable[str]) -> list[dict[str, Any]]:
-    """One row per trial of a Tune ``ResultGrid``; ``plan_of`` rebuilds a trial's plan from its
-    config (:meth:`sweeps.settings.TrialSettings.plan`)."""
-    rows = []
+def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str) -> list[dict[str, Any]]:
+    """A row for every planned trial that has none (Tune never created it, e.g. a sweep stopped
+    before Optuna sampled it): ``samples`` trials per plan (cell and seed), marked ``status``."""
+    seen: dict[tuple[str, int], int] = {}
+    for row in rows:
+        seen[(row["cell"], row["seed"])] = seen.get((row["cell"], row["seed"]), 0) + 1
+    out = []
+    for plan in plans:
+        for _ in range(samples - seen.get((plan.cell.name, plan.seed), 0)):
+            out.append({
+                "trial_id": None, "cell": plan.cell.name, "model": model_label(plan.model, plan.cell.values),
+                "attention": plan.model.get("attention", "bahdanau"), "K": plan.model.get("K"),
+                "length": plan.task.get("max_length", plan.task.get("max_len")), "seed": plan.seed,
+                "status": status, **{column_name(k): v for k, v in plan.cell.values.items()},
+                "error": "never started" if status == "error" else None,
+            })
+    return out
+
+
+def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: Optional[str] = None) -> None:
+    """Write one trial's isolated decode timing (a ``DecodeTiming.to_dict()``) into its row, or
+    the timing stage's error into ``timing_error``."""
+    if timing is not None:
+        row.update(
+            decode_seconds=timing["median_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
+            decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
+            decode_repeats=timing["repeats"],
+        )
+    if error is not None:
+        row["timing_error"] = error
+
+
+def failure_summary(df: pd.DataFrame) -> list[str]:
+    """One line per failed trial: its cell, seed, id and the last line of its error."""
+    failed = df[df["status"] == "error"] if not df.empty else df
+    return [f"  {r.cell} seed={r.seed} [{r.trial_id}]: {r.error}" for r in failed.itertuples()]
+
+
+def result_rows(
+    grid, plan_of: Callable[[dict[str, Any]], dict[str, Any]], search_keys: Iterable[str]
+) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], str]]]:
+    """One row per trial of a Tune ``ResultGrid``, and per trial id its plan and trial folder;
+    ``plan_of`` rebuilds a trial's plan from its config (:meth:`sweeps.settings.TrialSettings.plan`).
+    A trial that failed before its first report has no ``result.config``: its config comes from
+    Tune's trial record (:func:`trial_states`)."""
+    rows, plans = [], {}
     search_keys = list(search_keys)
-    for result, status in zip(grid, trial_statuses(grid)):
-        if result.config and "cell" in result.config:
-            plan = plan_of(result.config)
+    for result, (status, config) in zip(grid, trial_states(grid)):
+        if "cell" in config:
+            plan = plan_of(config)
             rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
-    return rows
+            plans[rows[-1]["trial_id"]] = (plan, str(result.path))
+    return rows, plans
 
 
 def _short_error(err: BaseException) -> str:
@@ -99,7 +151,27 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
     middle = [c for c in df.columns if c not in FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS]
     order = [c for c in FIRST_COLUMNS if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
-    return df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
+    df = df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
+    return keep_integers(df)
+
+
+def keep_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """Settings and counts that are whole numbers (K, length, seed, step, integer grid values)
+    as integers, missing values and all (pandas' ``Int64``): ``K=16``, not ``16.0``. Measurements
+    (metrics, seconds) and Optuna's samples keep their type."""
+    measured = set(METRIC_COLUMNS) | {"train_time_s"}
+    for c in df.columns:
+        if c in measured or c.startswith("param:") or df[c].dtype.kind != "f":
+            continue
+        values = df[c].dropna()
+        if not values.empty and (values == values.round()).all():
+            df[c] = df[c].astype("Int64")
+    return df
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """A results.csv as written by :func:`write_results_csv`, integers kept integers."""
+    return keep_integers(pd.read_csv(path))
 
 
 def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
@@ -111,5 +183,5 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
 
 
 def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:
-    cols = [c for c in ["cell", "seed", "status", "val/bleu", "val/decode_seconds", "val/loss", "train_time_s"] if c in df]
+    cols = [c for c in ["cell", "seed", "status", "val/bleu", "decode_seconds", "decode_seconds_iqr", "val/loss", "train_time_s"] if c in df]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)

@@ -48,6 +48,7 @@ class TrialSettings:
     train_storage: str  # DDP trials: where Ray Train keeps train-<trial id> runs
     keep_checkpoints: int = 2
     chaos_step: Optional[int] = None
+    chaos_before_report: bool = False
     has_search: bool = False
     base: dict[str, Any] = field(default_factory=dict)
     grid_columns: dict[str, str] = field(default_factory=dict)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -59,8 +60,7 @@ class TuneReport(pl.Callback):
         metrics.update(self.extra_metrics)
         metrics.update(step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds())
         with tempfile.TemporaryDirectory() as tmp:
-            # collective under DDP: every rank calls it, rank 0 writes the file
-            trainer.save_checkpoint(os.path.join(tmp, CHECKPOINT_FILE))
+            save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
             if trainer.is_global_zero:
                 Path(tmp, EXTRA_FILE).write_text(json.dumps({"train_time_s": metrics["train_time_s"]}))
             self.send(metrics, tmp, trainer)
@@ -85,28 +85,88 @@ class Chaos(pl.Callback):
             raise ChaosError(f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)")
 
 
-def placement_metrics() -> dict[str, str]:
-    """Where Ray placed this process: its node id and the GPU ids Ray assigned ("" for none).
-    Reported with every result, so a sweep's placement on a cluster can be read back."""
+def placement_metrics() -> dict[str, Any]:
+    """Where Ray placed this process: its node id, the GPU ids Ray assigned ("" for none) and the
+    share of a GPU it holds (``gpu_share``, e.g. 0.5 when trials pack two to a GPU). Reported with
+    every result, so a sweep's placement on a cluster can be read back."""
     import ray
 
     ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
+    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
+            "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0))}
 
 
-def restore_checkpoint(checkpoint, local_dir: str) -> tuple[Optional[str], float]:
-    """Copy a reported checkpoint to ``local_dir``; returns (Lightning ckpt path or None, train time so far)."""
+@dataclass
+class Restored:
+    """What :func:`restore_checkpoint` found: the local Lightning checkpoint to resume from (None:
+    start at step 0), the training time already spent, the checkpoint folder used and how many
+    newer ones did not load."""
+
+    ckpt_path: Optional[str] = None
+    time_offset: float = 0.0
+    name: str = ""
+    skipped: int = 0
+
+
+def checkpoint_candidates(checkpoint) -> list:
+    """``checkpoint`` (a Ray ``Checkpoint``) and then the older ``checkpoint_NNNNNN`` folders of
+    the same trial, newest first, on whatever filesystem holds them (local disk, NFS, a bucket)."""
+    import pyarrow.fs
+
+    fs, path = checkpoint.filesystem, checkpoint.path.rstrip("/")
+    parent, name = os.path.dirname(path), os.path.basename(path)
+    try:
+        infos = fs.get_file_info(pyarrow.fs.FileSelector(parent))
+    except OSError:
+        infos = []
+    older = sorted(
+        (i.base_name for i in infos if i.type == pyarrow.fs.FileType.Directory
+         and re.fullmatch(r"checkpoint_\d+", i.base_name) and i.base_name < name),
+        reverse=True,
+    )
+    return [checkpoint] + [type(checkpoint)(path=f"{parent}/{n}", filesystem=fs) for n in older]
+
+
+def restore_checkpoint(checkpoint, local_dir: str, log=print) -> Restored:
+    """Copy the newest of the trial's checkpoints that loads to ``local_dir``.
+
+    A checkpoint that does not load (truncated by a crash, say) is skipped for the previous one,
+    and the log says so; when none loads the trial starts again from step 0 and says that --
+    never the same failing restore on every retry."""
     if checkpoint is None:
-        return None, 0.0
-    time_offset = 0.0
-    with checkpoint.as_directory() as d:
-        if not os.path.exists(os.path.join(d, CHECKPOINT_FILE)):
-            return None, 0.0
-        shutil.copy(os.path.join(d, CHECKPOINT_FILE), local_dir)
-        extra = Path(d, EXTRA_FILE)
-        if extra.exists():
-            time_offset = float(json.loads(extra.read_text()).get("train_time_s", 0.0))
-    return os.path.join(local_dir, CHECKPOINT_FILE), time_offset
+        return Restored()
+    skipped = 0
+    for candidate in checkpoint_candidates(checkpoint):
+        target = os.path.join(local_dir, CHECKPOINT_FILE)
+        try:
+            with candidate.as_directory() as d:
+                shutil.copy(os.path.join(d, CHECKPOINT_FILE), target)
+                extra = Path(d, EXTRA_FILE)
+                time_offset = float(json.loads(extra.read_text()).get("train_time_s", 0.0)) if extra.exists() else 0.0
+            torch.load(target, map_location="cpu", weights_only=False)  # our own file: does it load whole?
+        except Exception as exc:  # noqa: BLE001 -- any unreadable checkpoint is skipped the same way
+            lines = str(exc).strip().splitlines()
+            log(f"checkpoint {candidate.path} does not load ({lines[-1] if lines else type(exc).__name__}); "
+                f"trying the previous one")
+            skipped += 1
+            continue
+        name = os.path.basename(candidate.path.rstrip("/"))
+        if skipped:
+            log(f"resuming from {candidate.path}, the newest checkpoint that loads ({skipped} newer skipped)")
+        return Restored(target, time_offset, name, skipped)
+    log(f"none of this trial's {skipped} checkpoint(s) loads: training restarts from step 0")
+    return Restored(skipped=skipped)
+
+
+def save_checkpoint_atomic(trainer: pl.Trainer, path: str) -> None:
+    """``trainer.save_checkpoint`` to a temporary name, flushed to disk, then renamed: a crash
+    mid-write leaves no half-written ``path``. Collective under DDP (rank 0 writes)."""
+    partial = path + ".partial"
+    trainer.save_checkpoint(partial)
+    if trainer.is_global_zero:
+        with open(partial, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(partial, path)
 
 
 def finish_fit(trainer: pl.Trainer, module: pl.LightningModule, dm: pl.LightningDataModule, report: TuneReport) -> None:
@@ -225,6 +285,8 @@ def prepare_trial(
     None) to local disk, and make the callbacks (``report_cls`` first; the chaos callback when the
     spec asks for it and ``with_chaos``)."""
     quiet_logs()
+    if settings.chaos_before_report and with_chaos:
+        raise ChaosError("chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)")
     torch.set_num_threads(max(1, int(settings.resources.cpu)))
     pl.seed_everything(plan["seed"], workers=True, verbose=False)
     dm = build_datamodule(plan["task"], plan["seed"])
@@ -232,12 +294,14 @@ def prepare_trial(
     dm.setup("fit")
     module = build_module(plan["model"], dm)
     local_ckpt_dir = tempfile.mkdtemp(prefix="trial-resume-")
-    ckpt_path, time_offset = restore_checkpoint(checkpoint, local_ckpt_dir)
-    report = report_cls(time_offset=time_offset, extra_metrics=extra_metrics)
+    restored = restore_checkpoint(checkpoint, local_ckpt_dir, log=lambda msg: print(f"[trial {trial_id}] {msg}", flush=True))
+    # reported with every result, so a recovery can be read back from result.json and results.csv
+    extra_metrics = {**extra_metrics, "resumed_from": restored.name, "skipped_checkpoints": restored.skipped}
+    report = report_cls(time_offset=restored.time_offset, extra_metrics=extra_metrics)
     callbacks: list[pl.Callback] = [report]
     if settings.chaos_step and with_chaos:
         callbacks.append(Chaos(settings.chaos_step, Path(settings.chaos_dir) / f"{trial_id}.failed"))
-    return TrialParts(dm, module, ckpt_path, local_ckpt_dir, report, callbacks)
+    return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
 
 
 def common_trainer_kwargs(plan: dict[str, Any], parts: TrialParts, logger) -> dict[str, Any]:

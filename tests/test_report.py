@@ -85,3 +85,41 @@ def test_wandb_report_construction(tmp_path):
     scatter = grid.panels[0]
     assert type(scatter).__name__ == "ScatterPlot" and scatter.x == SEC and scatter.y == BLEU
     assert {type(p).__name__ for p in grid.panels} >= {"LinePlot", "BarPlot", "MediaBrowser"}
+
+
+def test_one_summary_rule_for_table_front_and_plots(tmp_path):
+    """Per cell: the best trial by the metric over Optuna samples for each seed, then mean +- std
+    over seeds -- the same numbers in the table, the Pareto front and what the plots draw."""
+    from sweeps.results import read_results, results_frame, write_results_csv
+
+    rows = []
+    for seed, samples in ((0, [(31.1, 0.50), (0.0, 0.90)]), (1, [(29.1, 0.70), (10.0, 0.10)])):
+        for i, (bleu, sec) in enumerate(samples):
+            rows.append({"trial_id": f"b{seed}{i}", "cell": "attention=bahdanau", "model": "bahdanau", "attention": "bahdanau",
+                         "K": None, "length": 12, "seed": seed, "status": "done", BLEU: bleu, SEC: sec, "val/loss": 1.0})
+    rows.append({"trial_id": "m", "cell": "attention=memory K=16", "model": "memory K=16", "attention": "memory",
+                 "K": 16, "length": 12, "seed": 0, "status": "done", BLEU: 20.0, SEC: 0.2, "val/loss": 2.0})
+    write_results_csv(rows, tmp_path)
+    assert "memory K=16,memory,16," in (tmp_path / "results.csv").read_text(), "K stays an integer"
+    df = read_results(tmp_path / "results.csv")
+    assert str(df["K"].dtype) == "Int64" and df["length"].dtype.kind == "i"
+
+    summary = report.cell_summary(df)
+    bahdanau = summary[summary["model"] == "bahdanau"].iloc[0]
+    assert bahdanau[BLEU] == pytest.approx((31.1 + 29.1) / 2)  # best sample per seed, not all samples
+    assert bahdanau[f"{BLEU}_std"] == pytest.approx(pd.Series([31.1, 29.1]).std())
+    assert bahdanau[SEC] == pytest.approx((0.50 + 0.70) / 2)  # the best trials' times, not the fastest
+    assert (bahdanau["seeds"], bahdanau["trials"]) == (2, 4)
+
+    paths = report.main([str(tmp_path)])
+    md = paths["md"].read_text()
+    assert "best trial by the study's metric (val/bleu, max) over its Optuna samples" in md.split("## Results")[0]
+    table_line = next(line for line in md.splitlines() if line.startswith("|") and "bahdanau" in line)
+    assert "30.10 ± 1.41" in table_line and table_line.split("|")[1].strip() == "12" and "12.0" not in md
+    front = [line for line in md.split("## Quality vs speed")[1].splitlines() if "| bahdanau |" in line]
+    assert front and "| 30.10 | 0.6000 |" in front[0], "the front shows the table's numbers"
+    memory_line = next(line for line in md.splitlines() if line.startswith("|") and "memory K=16" in line)
+    assert "| 20.00 " in memory_line and "| 0.2000 " in memory_line, "one seed: the mean, as formatted"
+    points = report.model_points(df)
+    assert points.set_index("model").loc["bahdanau", BLEU] == pytest.approx(bahdanau[BLEU])
+    assert results_frame(rows)["K"].dropna().tolist() == [16]

@@ -79,7 +79,7 @@ def test_shipped_studies_validate(path, smoke):
     [
         (lambda s: s.update(shedule={"type": "asha"}), ["shedule", "unknown key", "early_terminate"]),
         (lambda s: s["trainer"].update(max_step=5), ["trainer.max_step", "unknown key", "max_steps"]),
-        (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1"]),
+        (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1", "got 0"]),
         (lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}), ["metric.goal", "maximize", "minimize"]),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
         (lambda s: s["task"].update(max_lenght=7), ["task.max_lenght", "unknown copy task setting", "max_length"]),
@@ -204,3 +204,72 @@ def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path):
     searched = build_sweep(base_spec(early_terminate={"type": "asha"}, num_samples=4,
                                      parameters={"model.lr": {"min": 0.001, "max": 0.1}}))
     assert "compares the 4 trials of each (cell, seed) among themselves only" in searched.early_stopping_note()
+
+
+@pytest.mark.parametrize(
+    "section, key, value, allowed",
+    [
+        ("task", "batch_size", 0, ">= 1"),
+        ("task", "max_length", 0, ">= 1"),
+        ("task", "vocab_size", 0, ">= 1"),
+        ("task", "train_size", 0, ">= 1"),
+        ("model", "lr", -0.003, "> 0"),
+        ("trainer", "val_check_interval", 0, "greater than 0"),
+    ],
+)
+def test_dry_run_rejects_out_of_range_values_naming_the_key(tmp_path, capsys, section, key, value, allowed):
+    """Ranges come from the constructors' Annotated markers (datamodule, Seq2SeqModule) and the
+    schema's Field constraints; --dry-run catches them before anything runs."""
+    from sweeps.launch import main
+
+    raw = base_spec()
+    raw[section][key] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{section}.{key}" in err and allowed in err and repr(value) in err
+
+
+def test_search_ranges_are_checked_like_fixed_settings():
+    msg = error_of(base_spec(parameters={"model.lr": {"min": -0.1, "max": 0.01}}))
+    assert "parameters.model.lr" in msg and "> 0" in msg
+    msg = error_of(base_spec(parameters={"task.batch_size": {"values": [0, 8]}}))
+    assert "parameters.task.batch_size" in msg and ">= 1" in msg
+
+
+def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_path, capsys):
+    ray = pytest.importorskip("ray")
+    from sweeps.launch import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    assert main([str(spec), "--set", "trainer.max_steps=[1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--set trainer.max_steps" in err and "cannot parse" in err
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main([str(spec), "--output", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--output {blocker / 'out'}" in err and "cannot create" in err
+
+    out = tmp_path / "out"
+    assert main([str(spec), "--output", str(out), "--set", f"storage.path={blocker / 'ckpt'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"storage.path {blocker / 'ckpt'}" in err
+    assert not ray.is_initialized(), "nothing may start before the folders are known to be writable"
+
+
+def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
+    from sweeps.spec import resume_launch, save_launch
+
+    save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], profile="smoke")
+    assert resume_launch(tmp_path, [], None, "x.yaml") == (["trainer.max_steps=300", "model.lr=0.01"], "smoke")
+    assert resume_launch(tmp_path, ["trainer.max_steps= 300"], "smoke", "x.yaml")[0][0] == "trainer.max_steps=300"
+    with pytest.raises(SpecError, match=r"--set seeds: --resume continues .*seeds unset"):
+        resume_launch(tmp_path, ["seeds=[1]"], None, "x.yaml")
+    with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
+        resume_launch(tmp_path, [], "cpu", "x.yaml")
+    assert resume_launch(tmp_path / "older", ["seeds=[1]"], None, "x.yaml") == (["seeds=[1]"], None)

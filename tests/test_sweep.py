@@ -38,11 +38,12 @@ def result_steps(trial_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
-def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
+def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
     spec = write_spec(tmp_path, tiny_spec("e2e"))
     out = tmp_path / "out"
     assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
+    printed = capsys.readouterr().out
 
     sweep_dir = out / "e2e"
     df = pd.read_csv(sweep_dir / "results.csv")
@@ -50,8 +51,16 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
     assert set(df["attention"]) == {"none", "memory"}
     assert (df["status"] == "done").all()
     assert df.loc[df["attention"] == "memory", "K"].tolist() == [4]
-    for col in ("val/bleu", "val/decode_seconds", "val/loss", "train_time_s", "length", "seed"):
+    for col in ("val/bleu", "decode_seconds", "decode_seconds_iqr", "val/decode_seconds", "val/loss", "train_time_s",
+                "length", "seed"):
         assert df[col].notna().all(), col
+    # the timing stage: one timing.json beside each trial, the median of 5 runs taken alone
+    timings = {p.parent.name.split("_")[0]: json.loads(p.read_text()) for p in (out / "e2e").glob("*/timing.json")}
+    assert sorted(timings) == sorted(df["trial_id"])
+    for row in df.itertuples():
+        t = timings[row.trial_id]["timing"]
+        assert row.decode_seconds == pytest.approx(t["median_seconds"]) and t["repeats"] == 5
+        assert row.decode_seconds_iqr == pytest.approx(t["iqr_seconds"])
     assert (df["step"] == 20).all()
     for ckpt in df["checkpoint"]:
         assert (Path(ckpt) / "checkpoint.ckpt").stat().st_size > 0
@@ -68,6 +77,22 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch):
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked, f"the W&B key was written to {leaked}"
 
+    # the printed upload command runs, as printed, on the installed wandb (dry run: no network)
+    hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
+    assert hint.startswith("wandb sync ") and "--include-offline" not in hint
+    bin_dir = str(Path(sys.executable).parent)
+    sync = subprocess.run(hint.replace("wandb sync", "wandb sync --dry-run", 1), shell=True, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]})
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+    assert all(r.name in sync.stdout + sync.stderr for r in runs)
+
+    # --resume of a finished sweep does not time a trial twice
+    before = {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")}
+    assert main([str(spec), "--output", str(out), "--verbose", "0", "--resume"]) == 0
+    assert "already timed" in capsys.readouterr().out
+    assert {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")} == before
+    assert pd.read_csv(sweep_dir / "results.csv")["decode_seconds"].tolist() == df["decode_seconds"].tolist()
+
 
 def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
     spec = tiny_spec(
@@ -76,17 +101,87 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
         trainer={"max_steps": 40, "val_check_interval": 10},
         chaos={"fail_once_at_step": 25},
         failure={"max_failures": 1},
-        wandb={"mode": "disabled"},
+        wandb={"mode": "offline", "log_heatmaps": False},
+        timing={"enabled": False},
     )
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
     df = pd.read_csv(out / "chaos" / "results.csv")
     assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
+    # the retry continued the trial's own W&B run: two offline segments, one run id (the trial's)
+    runs = sorted((out / "chaos" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and {r.name.rsplit("-", 1)[-1] for r in runs} == {df["trial_id"][0]}
     assert len(list((out / "chaos" / "chaos").glob("*.failed"))) == 1, "the injected failure happened"
     trial_dir = next(p for p in (out / "chaos").iterdir() if (p / "result.json").exists())
     steps = result_steps(trial_dir)
     # resumed from the step-20 checkpoint: no step reported twice, nothing restarted from zero
     assert steps == [10, 20, 30, 40]
+
+
+def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_fails(local_ray, tmp_path, capsys):
+    spec = tiny_spec("doomed", chaos={"fail_before_first_report": True}, failure={"max_failures": 1},
+                     wandb={"mode": "disabled"})
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 1
+    df = pd.read_csv(out / "doomed" / "results.csv")
+    assert sorted(df["cell"]) == ["K=4 attention=memory", "attention=none"], "every planned trial has a row"
+    assert (df["status"] == "error").all()
+    assert df["error"].str.endswith("injected failure before the first report (sweep spec `chaos.fail_before_first_report`)").all()
+    md = (out / "doomed" / "results.md").read_text()
+    assert "Trials: 2 error" in md and "## Failed trials" in md
+    err = capsys.readouterr().err
+    assert "2 of 2 trial(s) failed" in err and "attention=none seed=0" in err and "--resume" in err
+
+
+def test_truncated_newest_checkpoint_is_skipped_and_the_trial_finishes_from_the_previous_one(local_ray, tmp_path):
+    spec = tiny_spec(
+        "torn",
+        grid={"model": [{"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        chaos={"fail_once_at_step": 25},
+        failure={"max_failures": 0},  # the trial stays failed, with checkpoints at steps 10 and 20
+        wandb={"mode": "disabled"},
+    )
+    path, out = write_spec(tmp_path, spec), tmp_path / "out"
+    args = [str(path), "--output", str(out), "--verbose", "0"]
+    assert main(args) == 1
+    trial_dir = next(p for p in (out / "torn").iterdir() if (p / "result.json").exists())
+    assert result_steps(trial_dir) == [10, 20]
+    newest = sorted(trial_dir.glob("checkpoint_*"))[-1] / "checkpoint.ckpt"
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])  # a crash in the middle of writing it
+
+    assert main(args + ["--resume"]) == 0
+    lines = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
+    # continued from step 10 (the intact checkpoint): step 20 is reported again, nothing from step 0
+    assert [r["step"] for r in lines] == [10, 20, 20, 30, 40]
+    assert lines[-1]["skipped_checkpoints"] == 1 and lines[-1]["resumed_from"] == "checkpoint_000000"
+    df = pd.read_csv(out / "torn" / "results.csv")
+    assert df["status"].tolist() == ["done"]
+
+
+def test_when_no_checkpoint_loads_the_trial_restarts_from_step_0_and_says_so(tmp_path):
+    import torch
+    from ray import tune
+    from sweeps.trial_kit import CHECKPOINT_FILE, restore_checkpoint
+
+    for i, content in enumerate([b"torn", b""]):
+        (tmp_path / f"checkpoint_00000{i}").mkdir()
+        (tmp_path / f"checkpoint_00000{i}" / CHECKPOINT_FILE).write_bytes(content)
+    said = []
+    newest = tune.Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))
+    restored = restore_checkpoint(newest, str(tmp_path), log=said.append)
+    assert restored.ckpt_path is None and restored.skipped == 2
+    assert "checkpoint_000001 does not load" in said[0] and "checkpoint_000000 does not load" in said[1]
+    assert "restarts from step 0" in said[-1]
+
+    torch.save({"state_dict": {}}, tmp_path / "checkpoint_000000" / CHECKPOINT_FILE)  # the older one is whole
+    said.clear()
+    local = tmp_path / "local"
+    local.mkdir()
+    restored = restore_checkpoint(newest, str(local), log=said.append)
+    assert (restored.name, restored.skipped) == ("checkpoint_000000", 1)
+    assert restored.ckpt_path == str(local / CHECKPOINT_FILE) and "resuming from" in said[-1]
 
 
 def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path):
@@ -115,22 +210,23 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
     assert summary.n_trials == 2 and "K-2" in summary.study_name
 
 
-def test_unreachable_address_fails_fast(tmp_path, capsys):
+def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
+    """Checked first, even in a process that already runs Ray (this module's fixture)."""
     spec = write_spec(tmp_path, tiny_spec("addr"))
-    start = time.monotonic()
     code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
     assert code == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in err and "--address" in err
-    assert time.monotonic() - start < 30
+    assert len(err.splitlines()) == 1, err
 
 
 def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
-    """A real interruption: SIGINT to the launcher while the second trial runs, then --resume."""
+    """A real interruption: SIGINT to the launcher while the second trial runs, then --resume,
+    which keeps the first run's --set overrides."""
     spec = tiny_spec(
         "resume",
         grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        trainer={"max_steps": 300, "val_check_interval": 10},
+        trainer={"max_steps": 3000, "val_check_interval": 10},  # the first run's --set makes it 300
         max_concurrent_trials=1,
         wandb={"mode": "disabled"},
     )
@@ -139,7 +235,8 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0", "--address", "local"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd + ["--set", "trainer.max_steps=300"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     exp = out / "resume"
     deadline = time.monotonic() + 240
     finished, running = None, None
@@ -164,8 +261,16 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
 
+    # a --set that changes the first run's overrides is refused before anything starts
+    refused = subprocess.run(cmd + ["--resume", "--set", "trainer.max_steps=50"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--resume continues the first run with its own overrides" in refused.stderr
+    assert "trainer.max_steps=300" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+    # resumed without --set: the first run's trainer.max_steps=300 still holds (not the file's 3000)
     code = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    assert "resuming with the first run's overrides: --set trainer.max_steps=300" in code.stdout
     assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
     steps = result_steps(running)
     after = steps[len(before):]
@@ -174,3 +279,19 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "done"]
+
+
+def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_request(local_ray, tmp_path, capsys):
+    """check_cluster against this machine's real Ray instance, which has no GPU."""
+    from sweeps.cluster import Paths, check_cluster
+    from sweeps.spec import load_spec
+
+    assert not ray.cluster_resources().get("GPU")
+    sweep = load_spec(write_spec(tmp_path, tiny_spec("fit", resources={"cpu": 1, "gpu": 0.5})))
+    paths = Paths(output=tmp_path, storage=str(tmp_path))
+    assert check_cluster(sweep, paths, address=None).gpu == 0
+    assert sweep.spec.resources.gpu == 0.5, "the validated spec is left as written"
+    assert "trials run on CPU" in capsys.readouterr().out
+    # a cluster (an --address) may still get GPU nodes from its autoscaler: warn, keep the request
+    assert check_cluster(sweep, paths, address="127.0.0.1:6379").gpu == 0.5
+    assert "the cluster has no GPU now" in capsys.readouterr().out

@@ -12,12 +12,13 @@ from .grid import (
     COLUMN_NAMES, SECTIONS, Cell, Sweep, TrialPlan, base_sections, column_name, expand_grid, flat_columns,
     resolve_sections,
 )
-from .load import SMOKE_DEFAULTS, build_sweep, load_spec
+from .load import LAUNCH_FILE, SMOKE_DEFAULTS, build_sweep, load_spec, parse_overrides, resume_launch, save_launch
 from .schema import ParamSpec, SpecError, SweepSpec, TrainerSpec
 from .validate import DERIVED_MODEL_KEYS, TASKS
 
 __all__ = [
-    "COLUMN_NAMES", "DERIVED_MODEL_KEYS", "SECTIONS", "SMOKE_DEFAULTS", "TASKS", "Cell", "ParamSpec",
+    "COLUMN_NAMES", "DERIVED_MODEL_KEYS", "LAUNCH_FILE", "SECTIONS", "SMOKE_DEFAULTS", "TASKS", "Cell", "ParamSpec",
     "SpecError", "Sweep", "SweepSpec", "TrainerSpec", "TrialPlan", "base_sections", "build_sweep",
-    "column_name", "expand_grid", "flat_columns", "get_dotted", "load_spec", "resolve_sections", "set_dotted",
+    "column_name", "expand_grid", "flat_columns", "get_dotted", "load_spec", "parse_overrides",
+    "resolve_sections", "resume_launch", "save_launch", "set_dotted",
 ]

@@ -3,6 +3,7 @@ trial plans. :func:`load_spec` is what the launcher calls."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from .dotted import set_dotted
-from .grid import Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
+from .grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from .schema import SpecError, SweepSpec, format_validation
 from .validate import check_sections, validate_cell
 
@@ -46,11 +47,8 @@ def build_sweep(
     if profile is not None:
         for key, (value, origin) in profile_overrides(raw, profile, source).items():
             _set_dotted(raw, key, value, origin, source)
-    for item in overrides or []:
-        if "=" not in item:
-            raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
-        key, text = item.split("=", 1)
-        _set_dotted(raw, key.strip(), yaml.safe_load(text), f"--set {key.strip()}", source)
+    for key, value in parse_overrides(overrides or [], source).items():
+        _set_dotted(raw, key, value, f"--set {key}", source)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
@@ -67,6 +65,7 @@ def build_sweep(
     for cell in cells:
         task, model, trainer = resolve_sections(base, cell.values)
         validate_cell(task, model, trainer, cell, source)
+        _validate_search_bounds(spec, task, model, trainer, cell, source)
         for seed in spec.seeds:
             plans.append(TrialPlan(cell, seed, task, model, trainer))
     return Sweep(spec=spec, source=source, cells=cells, plans=plans)
@@ -112,6 +111,78 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 }
 
 
+
+
+def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
+    """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
+        key, text = (part.strip() for part in item.split("=", 1))
+        try:
+            parsed[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise SpecError(
+                f"--set {key}", f"cannot parse the value {text!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
+                f"quote it for the shell, e.g. --set \"{key}=[1, 2]\"", source,
+            ) from None
+    return parsed
+
+
+LAUNCH_FILE = "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
+
+
+def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Path:
+    """Record how a sweep was started, so ``--resume`` continues it with the same settings."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LAUNCH_FILE
+    path.write_text(json.dumps({"overrides": list(overrides), "profile": profile}, indent=2) + "\n")
+    return path
+
+
+def resume_launch(out_dir: Path, overrides: list[str], profile: str | None, source: str) -> tuple[list[str], str | None]:
+    """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
+    New ``--set`` values may repeat them but not change or add to them (the trials already run
+    were planned without); raises SpecError saying which. Without a record (a sweep from an
+    older version) the given ones stand."""
+    path = out_dir / LAUNCH_FILE
+    if not path.exists():
+        return overrides, profile
+    first = json.loads(path.read_text())
+    before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
+    changed = [k for k in now if k not in before or before[k] != now[k]]
+    if changed:
+        was = ", ".join(f"{k}={before[k]!r}" if k in before else f"{k} unset" for k in changed)
+        raise SpecError(
+            f"--set {changed[0]}",
+            f"--resume continues the first run with its own overrides ({was} there; recorded in {path}); "
+            f"drop the --set to continue, or start a new sweep with another --output",
+            source,
+        )
+    if profile is not None and profile != first.get("profile"):
+        raise SpecError(
+            "--profile", f"the first run used profile {first.get('profile')!r}, not {profile!r} (recorded in "
+            f"{path}); resume it with --profile {first.get('profile')} or with no --profile", source,
+        )
+    return list(first["overrides"]), first.get("profile")
+
+
+def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str) -> None:
+    """Every value Optuna may sample in this cell (each categorical value, a range's both ends)
+    passes the same checks as a fixed setting, reported at ``parameters.<key>``."""
+    for key, p in spec.parameters.items():
+        candidates = p.values if p.values is not None else [p.min, p.max]
+        if p.values is None and p.resolved_distribution() == "int_uniform":
+            candidates = [int(p.min), int(p.max)]
+        for value in candidates:
+            sections = {"task": copy.deepcopy(task), "model": copy.deepcopy(model), "trainer": copy.deepcopy(trainer)}
+            try:
+                set_dotted(sections, key, value)
+            except ValueError as exc:
+                raise SpecError(f"parameters.{key}", str(exc), source) from None
+            probe = Cell(cell.values, {**cell.origins, key: f"parameters.{key}"})
+            validate_cell(sections["task"], sections["model"], sections["trainer"], probe, source)
 
 
 def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> None:

@@ -6,7 +6,7 @@ Unknown keys and bad values fail here with the key's path and what is allowed
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -59,15 +59,20 @@ class ResourcesSpec(_Strict):
         return v
 
 
+# A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.
+Positive = Annotated[Union[int, float], Field(gt=0)]
+NonNegative = Annotated[Union[int, float], Field(ge=0)]
+
+
 class TrainerSpec(_Strict):
     """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
 
     max_steps: int = Field(1000, ge=1)
     max_epochs: Optional[int] = Field(None, ge=1)
-    val_check_interval: Optional[Union[int, float]] = None
+    val_check_interval: Optional[Positive] = None
     check_val_every_n_epoch: Optional[int] = Field(None, ge=1)
-    limit_train_batches: Optional[Union[int, float]] = None
-    limit_val_batches: Optional[Union[int, float]] = None
+    limit_train_batches: Optional[Positive] = None
+    limit_val_batches: Optional[NonNegative] = None  # 0 turns validation off
     gradient_clip_val: Optional[float] = Field(1.0, ge=0)
     accumulate_grad_batches: int = Field(1, ge=1)
     precision: str = "32-true"
@@ -101,10 +106,27 @@ class SearchSpec(_Strict):
     seed: int = 0
 
 
+class TimingSpec(_Strict):
+    """The decode-timing stage after the Tune run (:mod:`sweeps.timing`): each finished trial's
+    final model decodes the ``split`` alone on a node (or a GPU), ``warmup`` untimed passes, then
+    ``repeats`` timed ones (the median is the results' ``decode_seconds``), ``threads`` torch
+    threads on CPU, the study's beam size."""
+
+    enabled: bool = True
+    repeats: int = Field(5, ge=1)
+    warmup: int = Field(1, ge=0)
+    threads: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    split: Literal["valid", "test"] = "valid"
+
+
 class ChaosSpec(_Strict):
-    """Fault injection for testing recovery: each trial raises once at this global step."""
+    """Fault injection for testing recovery: ``fail_once_at_step``: each trial raises once at this
+    global step; ``fail_before_first_report``: every attempt of every trial raises while it sets
+    up, before it reports anything (a trial that never produces a result)."""
 
     fail_once_at_step: Optional[int] = Field(None, ge=1)
+    fail_before_first_report: bool = False
 
 
 class ParamSpec(_Strict):
@@ -154,6 +176,7 @@ class SweepSpec(_Strict):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)
     wandb: WandbSpec = Field(default_factory=WandbSpec)
+    timing: TimingSpec = Field(default_factory=TimingSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     smoke: dict[str, Any] = Field(default_factory=dict)  # older spelling of profiles.smoke, still accepted
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -185,7 +208,7 @@ def format_validation(exc: ValidationError) -> str:
             msg = f"unknown key; allowed here: {', '.join(allowed)}"
         elif err["type"] == "missing":
             msg = "required key is missing"
-        elif err["type"] == "literal_error":
+        elif err["type"] in ("literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal"):
             msg = f"{msg} (got {err.get('input')!r})"
         lines.append(f"{loc}: {msg}")
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)

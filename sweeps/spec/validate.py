@@ -82,6 +82,8 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
+    """``value`` against a constructor parameter's annotation, including the range its
+    ``Annotated[..., Ge(1)]`` markers declare."""
     if annotation is Any or annotation is inspect.Parameter.empty:
         return
     try:
@@ -116,8 +118,11 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
             adapter = TypeAdapter(annotation)
         adapter.validate_python(value, strict=False)
     except ValidationError as exc:
-        msg = exc.errors()[0]["msg"]
-        return f"{msg} (got {value!r}; expected {_type_name(annotation)})"
+        err = exc.errors()[0]
+        allowed = allowed_range(annotation)
+        if allowed and err["type"] in _RANGE_ERRORS:
+            return f"{value!r} is out of range; allowed: {allowed}"
+        return f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})"
     except Exception:
         return None
     if isinstance(value, float) and math.isnan(value):
@@ -155,5 +160,39 @@ def _attention_problem(attention: str, options: dict[str, Any]) -> Optional[str]
     return _ATTENTION_CHECKS[key]
 
 
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}
+_BOUNDS = (("gt", "> {}"), ("ge", ">= {}"), ("lt", "< {}"), ("le", "<= {}"), ("multiple_of", "a multiple of {}"))
+
+
+def allowed_range(annotation: Any) -> str:
+    """The range an annotation's markers declare, e.g. ``>= 1`` or ``>= 0 and < 1`` ("" for none).
+    Reads annotated-types markers (``Ge(1)``, ``Interval(ge=0, lt=1)``) and pydantic ``Field``
+    constraints, through ``Optional``/``Union``."""
+    parts: list[str] = []
+    for marker in _range_markers(annotation):
+        for name, text in _BOUNDS:
+            bound = getattr(marker, name, None)
+            if bound is not None and text.format(bound) not in parts:
+                parts.append(text.format(bound))
+    return " and ".join(parts)
+
+
+def _range_markers(annotation: Any) -> list[Any]:
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *metadata = typing.get_args(annotation)
+        found = []
+        for m in metadata:  # pydantic's FieldInfo keeps its constraints in .metadata
+            found += list(getattr(m, "metadata", None) or [m])
+        return found + _range_markers(base)
+    return [m for arg in typing.get_args(annotation) for m in _range_markers(arg)]
+
+
 def _type_name(annotation: Any) -> str:
+    import typing
+
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

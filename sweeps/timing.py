@@ -1,0 +1,721 @@
+"""Decode time measured alone: the paper's decode-time figure for a trained checkpoint.
+
+Run it (from the repository root):
+
+    python -m sweeps.timing CKPT                              # the checkpoint's own data, validation split
+    python -m sweeps.timing CKPT --split test --beam 10 --repeats 5 --threads 1
+    python -m sweeps.timing CKPT --device cuda --json timing.json
+    # Britz et al.'s Table 3: WMT'17 en-de newstest2015 (2,169 sentences), beam 10
+    python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
+        --data vocab_size=16000
+
+``CKPT`` is a Lightning checkpoint, or a folder holding one ``.ckpt`` (a sweep trial's checkpoint).
+The data come from the checkpoint where it can say: a checkpoint written by ``trainer.fit(model,
+datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperparameters()``
+(``CopyTaskDataModule`` does), from which the task is recognised. ``WMT17DataModule`` does not
+(yet), so for WMT checkpoints name the data: ``--task wmt17``, ``--data-dir``, ``--cache-dir`` and
+``--data KEY=VALUE`` for any other setting the model was trained with (they also override what a
+checkpoint stores).
+
+What is timed (:func:`measure_decode_time`): ``Seq2SeqModule.decode`` -- the decoding that
+``val/decode_seconds`` times during training (encoder, attention precompute, greedy or beam search)
+-- over every batch of the split. The batches are built and moved to the device first, so data
+loading is not timed; one untimed warm-up pass over the split (``--warmup``), then ``--repeats``
+timed passes; the median is the figure, with min/max and the interquartile range as its spread.
+On CPU torch uses a fixed number of threads (``--threads``, default 1, as
+``benchmarks/decode_speed.py``); on a GPU the timed region is bracketed by
+``torch.cuda.synchronize()``.
+
+In a sweep, :func:`run_timing_stage` times each finished trial's checkpoint after the Tune run, as
+one Ray task per trial that holds a whole node's CPUs (or one whole GPU and the node's CPUs per
+GPU), so nothing else runs beside it; it writes ``timing.json`` next to the trial's results and
+skips trials already timed for the same checkpoint (so ``--resume`` never times a trial twice).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import (Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, Optional, Sequence, get_args,
+                    get_origin, get_type_hints)
+
+import lightning.pytorch as pl
+import torch
+from annotated_types import Ge
+
+from .build import build_datamodule, datamodule_param_types
+
+__all__ = [
+    "DecodeTiming", "TimingError", "TimingJob", "TimingOutcome", "TimingRecord", "TimingSettings",
+    "measure_decode_time", "time_checkpoint", "run_timing_stage", "read_record", "TIMING_FILE",
+]
+
+TIMING_FILE = "timing.json"
+SPLITS = ("valid", "test")
+TASKS = ("copy", "wmt17")  # the task names sweeps.build.datamodule_class knows
+DATAMODULE_SETTINGS_KEY = pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY  # "datamodule_hyper_parameters"
+
+
+class TimingError(ValueError):
+    """Bad input to the timing measurement, stage or command; the message names the fix."""
+
+
+# ----------------------------------------------------------------------------------------------
+# The measurement
+
+
+@dataclass(frozen=True)
+class DecodeTiming:
+    """Seconds to decode one whole split, over repeated timed passes (see :func:`measure_decode_time`)."""
+
+    median_seconds: float
+    min_seconds: float
+    max_seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    seconds: tuple[float, ...]  # every timed pass, in order
+    per_sentence_seconds: float  # median / sentences
+    sentences: int
+    output_tokens: int  # tokens decoded over the split, EOS included (a model that stops early decodes less)
+    batches: int
+    beam_size: int
+    warmup: int
+    device: str
+    threads: int  # torch intra-op threads during the timed passes
+    torch_version: str
+
+    @property
+    def repeats(self) -> int:
+        return len(self.seconds)
+
+    @property
+    def iqr_seconds(self) -> float:
+        return self.q3_seconds - self.q1_seconds
+
+    @classmethod
+    def from_runs(
+        cls, seconds: Sequence[float], *, sentences: int, output_tokens: int, batches: int, beam_size: int,
+        warmup: int, device: str, threads: int,
+    ) -> "DecodeTiming":
+        runs = tuple(float(s) for s in seconds)
+        q1, _, q3 = statistics.quantiles(runs, n=4, method="inclusive") if len(runs) > 1 else runs * 3
+        median = statistics.median(runs)
+        return cls(
+            median_seconds=median, min_seconds=min(runs), max_seconds=max(runs), q1_seconds=q1,
+            q3_seconds=q3, seconds=runs, per_sentence_seconds=median / sentences, sentences=sentences,
+            output_tokens=output_tokens, batches=batches, beam_size=beam_size, warmup=warmup, device=device,
+            threads=threads, torch_version=torch.__version__,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": list(self.seconds), "repeats": self.repeats,
+                "iqr_seconds": self.iqr_seconds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DecodeTiming":
+        names = cls.__dataclass_fields__
+        return cls(**{k: (tuple(v) if k == "seconds" else v) for k, v in data.items() if k in names})
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise TimingError(f"unknown device {name!r}; use cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TimingError(f"device {name!s} asked for, but torch sees no CUDA device; use cpu")
+    return device
+
+
+@contextmanager
+def _beam_size(module: pl.LightningModule, beam_size: int) -> Iterator[None]:
+    """``Seq2SeqModule.decode`` reads its beam from ``hparams.val_beam_size``: set it for the
+    measurement and put the checkpoint's value back afterwards."""
+    saved = module.hparams.val_beam_size
+    module.hparams.val_beam_size = beam_size
+    try:
+        yield
+    finally:
+        module.hparams.val_beam_size = saved
+
+
+def measure_decode_time(
+    module: pl.LightningModule,
+    batches: Iterable[Mapping[str, Any]],
+    device: str | torch.device = "cpu",
+    beam_size: Optional[int] = None,
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: Optional[int] = 1,
+) -> DecodeTiming:
+    """Time ``module.decode`` over a whole split, data loading excluded.
+
+    Args:
+        module: a ``Seq2SeqModule`` (e.g. ``Seq2SeqModule.load_from_checkpoint(path)``); it is put
+            in eval mode and moved to ``device``.
+        batches: the split's batches (a DataLoader); iterated once, every batch moved to
+            ``device`` before anything is timed.
+        device: ``cpu`` or ``cuda[:N]``.
+        beam_size: 1 greedy, more beam search; None: the module's ``val_beam_size``.
+        repeats: timed passes over the split (the median is the figure).
+        warmup: untimed passes first (allocator, caches, lazy initialisation).
+        threads: torch intra-op threads during the measurement (restored afterwards); None keeps
+            the current setting.
+    Returns:
+        the timings, with the settings they were taken under.
+    """
+    if repeats < 1:
+        raise TimingError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise TimingError(f"warmup must be >= 0, got {warmup}")
+    if threads is not None and threads < 1:
+        raise TimingError(f"threads must be >= 1, got {threads}")
+    beam = int(module.hparams.val_beam_size if beam_size is None else beam_size)
+    if beam < 1:
+        raise TimingError(f"beam size must be >= 1 (1 = greedy), got {beam}")
+    device = resolve_device(device)
+    module = module.to(device).eval()
+    on_device = [(b["src"].to(device), b["src_lengths"].to(device)) for b in batches]  # [(B, S), (B,)]
+    sentences = sum(int(src.shape[0]) for src, _ in on_device)
+    if not sentences:
+        raise TimingError("the split has no sentences to decode")
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    def decode_split() -> list[torch.Tensor]:
+        return [module.decode(src, src_lengths) for src, src_lengths in on_device]  # [(B, T')]
+
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        with _beam_size(module, beam), torch.inference_mode():
+            for _ in range(warmup):
+                decode_split()
+            runs = []
+            for _ in range(repeats):
+                sync()
+                start = time.perf_counter()
+                outputs = decode_split()
+                sync()
+                runs.append(time.perf_counter() - start)
+            used_threads = torch.get_num_threads()
+            pad_id = module.hparams.pad_id
+            output_tokens = sum(int((tokens != pad_id).sum()) for tokens in outputs)  # counted after timing
+    finally:
+        torch.set_num_threads(previous_threads)
+    return DecodeTiming.from_runs(
+        runs, sentences=sentences, output_tokens=output_tokens, batches=len(on_device), beam_size=beam,
+        warmup=warmup, device=str(device), threads=used_threads,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoint and data
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The Lightning checkpoint file: ``path`` itself, or the one ``.ckpt`` file inside a folder
+    (a sweep trial's checkpoint folder holds ``checkpoint.ckpt``)."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("*.ckpt"))
+        if len(found) != 1:
+            held = f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})" if found else "no .ckpt file"
+            raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
+        return found[0]
+    if not p.is_file():
+        raise TimingError(f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder")
+    return p
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """Identifies one checkpoint file's content cheaply (resolved path, size, modification time)."""
+    f = checkpoint_file(path).resolve()
+    st = f.stat()
+    return f"{f}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def load_module(path: str | Path) -> pl.LightningModule:
+    """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
+    from lightning_modules.module import Seq2SeqModule
+
+    return Seq2SeqModule.load_from_checkpoint(str(checkpoint_file(path)), map_location="cpu", weights_only=False)
+
+
+def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's module hyperparameters and its datamodule settings ({} when it was not
+    written by ``trainer.fit(model, datamodule=dm)`` or the datamodule saves no hyperparameters)."""
+    ckpt = torch.load(checkpoint_file(path), map_location="cpu", weights_only=False)  # the user's own file
+    return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
+
+
+def saved_data_settings(path: str | Path) -> dict[str, Any]:
+    """The datamodule settings a checkpoint stores (see :func:`read_settings`)."""
+    return read_settings(path)[1]
+
+
+def infer_task(settings: Mapping[str, Any]) -> str:
+    """The task whose datamodule takes every one of ``settings``."""
+    fits = [t for t in TASKS if set(settings) <= set(datamodule_param_types(t))]
+    if len(fits) != 1:
+        raise TimingError(
+            f"cannot tell the task from the checkpoint's data settings ({', '.join(sorted(settings))}); "
+            f"pass --task ({'|'.join(TASKS)})"
+        )
+    return fits[0]
+
+
+def data_task(
+    settings: Mapping[str, Any],
+    task: Optional[str] = None,
+    overrides: Optional[Mapping[str, Any]] = None,
+) -> dict[str, Any]:
+    """A plan-style task section (``{"name": ..., **datamodule settings}``) from a checkpoint's
+    saved settings, an optional task name and command-line overrides."""
+    overrides = dict(overrides or {})
+    if not settings and task is None:
+        raise TimingError(
+            "the checkpoint holds no datamodule settings (it was not written by trainer.fit(model, "
+            "datamodule=dm)); say which data to decode, e.g. --task wmt17 --data-dir DIR, or --task copy"
+        )
+    if task is not None and task not in TASKS:
+        raise TimingError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
+    name = task or infer_task(settings)
+    if settings and task is not None and infer_task(settings) != task:
+        raise TimingError(f"the checkpoint was trained on task {infer_task(settings)!r}, not {task!r}; drop --task")
+    valid = datamodule_param_types(name)
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise TimingError(f"unknown data option(s) {', '.join(unknown)} for task {name}; valid: {', '.join(valid)}")
+    merged = {**settings, **overrides}
+    saved_cache = settings.get("cache_dir")
+    if "data_dir" in overrides and "cache_dir" not in overrides and saved_cache and not os.path.isdir(saved_cache):
+        merged["cache_dir"] = None  # the old cache went with the old folder: <data_dir>/.cache
+    return {"name": name, **merged}
+
+
+def split_batches(dm: pl.LightningDataModule, split: str) -> Any:
+    """The DataLoader of ``split`` (``valid`` or ``test``) of a datamodule, after ``setup``."""
+    if split not in SPLITS:
+        raise TimingError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    dm.setup("validate" if split == "valid" else "test")
+    try:
+        return dm.val_dataloader() if split == "valid" else dm.test_dataloader()
+    except (RuntimeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TimingError(
+            f"split {split!r} does not exist in this data ({type(dm).__name__}: {first}); use --split valid, "
+            f"or configure a test set (e.g. --data test_prefix=newstest2016)"
+        ) from None
+
+
+def check_vocabulary(module: pl.LightningModule, dm: pl.LightningDataModule) -> None:
+    """The data's vocabulary must be the one the model was trained on."""
+    for side in ("src_vocab_size", "tgt_vocab_size"):
+        have, want = getattr(dm, side, None), module.hparams.get(side)
+        if have is not None and want is not None and int(have) != int(want):
+            raise TimingError(
+                f"the data's {side} is {have} but the checkpoint's model has {want}: point --data-dir / "
+                f"--cache-dir / --data at the data (and BPE model) the model was trained on"
+            )
+
+
+def time_checkpoint(
+    checkpoint: str | Path,
+    task: Mapping[str, Any],
+    seed: int = 0,
+    split: str = "valid",
+    device: str = "cpu",
+    beam_size: Optional[int] = None,
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: Optional[int] = 1,
+) -> DecodeTiming:
+    """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
+    :func:`measure_decode_time` over one split."""
+    module = load_module(checkpoint)
+    task = dict(task)
+    if "num_workers" in datamodule_param_types(task["name"]):
+        task["num_workers"] = 0  # every batch is built before timing: worker processes would only cost
+    dm = build_datamodule(task, seed)
+    loader = split_batches(dm, split)
+    check_vocabulary(module, dm)
+    return measure_decode_time(module, loader, device, beam_size, repeats, warmup, threads)
+
+
+# ----------------------------------------------------------------------------------------------
+# The stage: each trial timed alone, one Ray task per trial holding a whole node (or GPU)
+
+
+@dataclass(frozen=True)
+class TimingJob:
+    """One finished trial to time.
+
+    Args:
+        trial_id: the trial's id (written into the result).
+        checkpoint: its final Lightning checkpoint: a ``.ckpt`` file or a folder holding
+            ``checkpoint.ckpt`` (a path every node can read).
+        task: the trial plan's task section (``{"name": "copy", "max_length": 10, ...}``).
+        output_dir: where ``timing.json`` is written (the trial's results folder).
+        seed: the trial's seed (generated data such as the copy task's depend on it).
+        beam_size: None: the checkpoint's ``val_beam_size`` (the study's beam).
+        split: ``valid`` or ``test``.
+    """
+
+    trial_id: str
+    checkpoint: str
+    task: dict[str, Any]
+    output_dir: str
+    seed: int = 0
+    beam_size: Optional[int] = None
+    split: str = "valid"
+
+    @property
+    def result_path(self) -> Path:
+        return Path(self.output_dir) / TIMING_FILE
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """Stage-wide settings: ``repeats`` timed passes after ``warmup`` untimed ones, ``threads``
+    torch threads, ``device`` ``auto`` (a GPU per job where the cluster has GPUs), ``cpu`` or ``cuda``.
+    The ranges are the ``Annotated`` markers, checked on construction."""
+
+    repeats: Annotated[int, Ge(1)] = 5
+    warmup: Annotated[int, Ge(0)] = 1
+    threads: Annotated[int, Ge(1)] = 1
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def __post_init__(self) -> None:
+        for name, hint in get_type_hints(type(self), include_extras=True).items():
+            value = getattr(self, name)
+            for marker in getattr(hint, "__metadata__", ()):
+                if isinstance(marker, Ge) and not value >= marker.ge:
+                    raise TimingError(f"timing {name} must be >= {marker.ge}, got {value}")
+            if get_origin(hint) is Literal and value not in get_args(hint):
+                raise TimingError(f"timing {name} must be one of {', '.join(get_args(hint))}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TimingRecord:
+    """What ``timing.json`` holds: the timing and where and on what it was taken."""
+
+    trial_id: str
+    checkpoint: str
+    fingerprint: str
+    split: str
+    timing: DecodeTiming
+    node_id: str
+    hostname: str
+    reserved_cpus: float
+    reserved_gpus: float
+    started_at: float  # unix time the job started (model loading included)
+    finished_at: float
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.timing.median_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "timing": self.timing.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TimingRecord":
+        names = cls.__dataclass_fields__
+        kw = {k: v for k, v in data.items() if k in names}
+        kw["timing"] = DecodeTiming.from_dict(data["timing"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class TimingOutcome:
+    """One job's fate in a stage run: ``timed``, ``skipped`` (already timed) or ``error``."""
+
+    job: TimingJob
+    status: str
+    record: Optional[TimingRecord] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Where one timing job at a time runs: a node, holding ``cpus`` CPUs and ``gpus`` GPUs there."""
+
+    node_id: str
+    cpus: float
+    gpus: float = 0.0
+    device: str = "cpu"
+
+
+def read_record(path: str | Path) -> Optional[TimingRecord]:
+    """A ``timing.json`` (or the one in a folder), or None when missing or unreadable."""
+    p = Path(path)
+    p = p / TIMING_FILE if p.is_dir() else p
+    try:
+        return TimingRecord.from_dict(json.loads(p.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def already_timed(job: TimingJob) -> Optional[TimingRecord]:
+    """The job's existing record when it is for the same checkpoint file, split and beam size."""
+    record = read_record(job.result_path)
+    if record is None:
+        return None
+    try:
+        same_checkpoint = record.fingerprint == checkpoint_fingerprint(job.checkpoint)
+    except TimingError:
+        return None
+    same_beam = job.beam_size is None or job.beam_size == record.timing.beam_size
+    return record if same_checkpoint and same_beam and record.split == job.split else None
+
+
+def write_json_atomic(path: str | Path, data: Mapping[str, Any]) -> Path:
+    """Write JSON so that a reader sees the old file or the whole new one, never half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
+    """One lane per alive node holding all its CPUs, or with ``use_gpu`` one lane per GPU holding
+    that GPU and the node's CPUs divided by its GPUs. ``nodes`` as ``ray.nodes()`` returns them."""
+    lanes = []
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources") or {}
+        cpus, gpus = float(res.get("CPU", 0)), int(res.get("GPU", 0))
+        if use_gpu:
+            share = float(int(cpus // gpus)) if gpus else 0.0
+            lanes += [Lane(node["NodeID"], share, 1.0, "cuda") for _ in range(gpus)]
+        elif cpus >= 1:
+            lanes.append(Lane(node["NodeID"], cpus, 0.0, "cpu"))
+    return lanes
+
+
+def run_job(job: TimingJob, settings: TimingSettings, lane: Lane) -> TimingRecord:
+    """Time one job here and now (the body of the stage's Ray task)."""
+    import ray
+
+    started = time.time()
+    fingerprint = checkpoint_fingerprint(job.checkpoint)
+    timing = time_checkpoint(
+        job.checkpoint, job.task, seed=job.seed, split=job.split, device=lane.device,
+        beam_size=job.beam_size, repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
+    )
+    return TimingRecord(
+        trial_id=job.trial_id, checkpoint=str(job.checkpoint), fingerprint=fingerprint, split=job.split,
+        timing=timing, node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname(),
+        reserved_cpus=lane.cpus, reserved_gpus=lane.gpus, started_at=started, finished_at=time.time(),
+    )
+
+
+def run_timing_stage(
+    jobs: Sequence[TimingJob],
+    settings: TimingSettings = TimingSettings(),
+    log: Optional[Callable[[str], None]] = print,
+) -> list[TimingOutcome]:
+    """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
+
+    Call after the Tune run, with Ray initialised. Each job is a Ray task pinned to one lane (see
+    :func:`plan_lanes`): a whole node's CPUs, or one GPU with its share of the node's CPUs, so no
+    other Ray work shares its cores or GPU and lanes run one job at a time. Jobs whose
+    ``timing.json`` already matches their checkpoint are skipped; a failed job is reported and the
+    others go on. ``timing.json`` is written by the driver, atomically.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        raise TimingError("run_timing_stage needs a running Ray: call ray.init() (or the launcher's init_ray) first")
+    say = log or (lambda _msg: None)
+    outcomes: dict[int, TimingOutcome] = {}
+    pending: deque[int] = deque()
+    for i, job in enumerate(jobs):
+        if job.split not in SPLITS:
+            outcomes[i] = TimingOutcome(job, "error", error=f"unknown split {job.split!r}; valid: {', '.join(SPLITS)}")
+            continue
+        try:
+            record = already_timed(job)
+            checkpoint_file(job.checkpoint)
+        except TimingError as exc:
+            outcomes[i] = TimingOutcome(job, "error", error=str(exc))
+            continue
+        if record is not None:
+            outcomes[i] = TimingOutcome(job, "skipped", record=record)
+            say(f"[timing] trial {job.trial_id}: already timed for this checkpoint ({job.result_path})")
+        else:
+            pending.append(i)
+    for i, outcome in outcomes.items():
+        if outcome.status == "error":
+            say(f"[timing] trial {outcome.job.trial_id}: {outcome.error}")
+    if pending:
+        total, free_now = ray.cluster_resources(), ray.available_resources()
+        lanes = _lanes(settings, ray.nodes(), total)
+        if free_now.get("CPU", 0) < total.get("CPU", 0):
+            say(f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
+                f"waits until its whole node is (is other Ray work still running?)")
+        task = ray.remote(max_retries=0)(run_job)
+        free = deque(lanes)
+        running: dict[Any, tuple[int, Lane]] = {}
+        while pending or running:
+            while free and pending:
+                lane, i = free.popleft(), pending.popleft()
+                ref = task.options(
+                    num_cpus=lane.cpus, num_gpus=lane.gpus,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False),
+                ).remote(jobs[i], settings, lane)
+                running[ref] = (i, lane)
+            done, _ = ray.wait(list(running), num_returns=1)
+            i, lane = running.pop(done[0])
+            free.append(lane)
+            job = jobs[i]
+            try:
+                record: TimingRecord = ray.get(done[0])
+            except Exception as exc:  # one failed job must not lose the others' timings
+                message = _last_line(exc)
+                outcomes[i] = TimingOutcome(job, "error", error=message)
+                say(f"[timing] trial {job.trial_id}: failed: {message}")
+                continue
+            write_json_atomic(job.result_path, record.to_dict())
+            outcomes[i] = TimingOutcome(job, "timed", record=record)
+            t = record.timing
+            say(f"[timing] trial {job.trial_id}: {t.median_seconds:.4f} s (median of {t.repeats}; "
+                f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)) -> {job.result_path}")
+    return [outcomes[i] for i in range(len(jobs))]
+
+
+def _lanes(settings: TimingSettings, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
+    has_gpu = float(total.get("GPU", 0)) > 0
+    if settings.device == "cuda" and not has_gpu:
+        raise TimingError("timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto")
+    lanes = plan_lanes(nodes, use_gpu=settings.device == "cuda" or (settings.device == "auto" and has_gpu))
+    if not lanes:
+        raise TimingError("no alive Ray node with a CPU (or GPU) to time on")
+    return lanes
+
+
+def _last_line(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the task's own exception
+    lines = str(cause).strip().splitlines()
+    return (lines[-1] if lines else type(cause).__name__)[:300]
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m sweeps.timing",
+        description="Time decoding a whole split with a checkpoint: alone, data loading excluded, "
+                    "median of repeated runs after a warm-up.",
+    )
+    p.add_argument("checkpoint", help="a Lightning .ckpt file, or a trial's checkpoint folder")
+    p.add_argument("--split", default="valid", help="valid (default) or test")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes over the split (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--task", default=None, choices=TASKS,
+                   help="the data's task; needed only when the checkpoint stores no datamodule settings")
+    p.add_argument("--data-dir", default=None,
+                   help="where the data files are now (WMT), if not where the checkpoint says")
+    p.add_argument("--cache-dir", default=None, help="the BPE/token cache folder (WMT)")
+    p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                   help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
+    return p.parse_args(argv)
+
+
+def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in args.data:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TimingError(f"--data {item!r}: expected KEY=VALUE, e.g. --data eval_batch_size=64")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""  # KEY= : the empty string
+        except yaml.YAMLError:
+            raise TimingError(f"--data {item!r}: cannot parse the value {value!r}") from None
+    if args.data_dir is not None:
+        out["data_dir"] = str(Path(args.data_dir).resolve())
+    if args.cache_dir is not None:
+        out["cache_dir"] = str(Path(args.cache_dir).resolve())
+    return out
+
+
+def describe(task: Mapping[str, Any]) -> str:
+    if task["name"] == "wmt17":
+        return f"wmt17 {task.get('pair', 'en-de')} ({task.get('data_dir')})"
+    settings = ", ".join(f"{k}={task[k]}" for k in ("max_length", "val_size", "test_size", "seed") if k in task)
+    return f"{task['name']} ({settings})"
+
+
+def report_lines(timing: DecodeTiming, split: str) -> list[str]:
+    """The command's summary of one timing."""
+    t = timing
+    return [
+        f"split        {split}: {t.sentences} sentences in {t.batches} batches (moved to {t.device} before timing), "
+        f"{t.output_tokens} tokens decoded",
+        f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}, "
+        f"{t.threads} thread(s), torch {t.torch_version}; {t.warmup} warm-up + {t.repeats} timed runs",
+        f"whole split  {t.median_seconds:.4f} s  (median of {t.repeats}; min {t.min_seconds:.4f}, "
+        f"max {t.max_seconds:.4f}, IQR {t.iqr_seconds:.4f})",
+        f"per sentence {1000 * t.per_sentence_seconds:.3f} ms",
+        "runs (s)     " + " ".join(f"{s:.4f}" for s in t.seconds),
+    ]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.split not in SPLITS:
+            raise TimingError(f"unknown split {args.split!r}; valid: {', '.join(SPLITS)}")
+        overrides = _data_overrides(args)
+        ckpt = checkpoint_file(args.checkpoint)
+        hparams, saved = read_settings(ckpt)
+        task = data_task(saved, args.task, overrides)
+        print(f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})", flush=True)
+        timing = time_checkpoint(ckpt, task, int(task.get("seed") or 0), args.split, args.device, args.beam,
+                                 args.repeats, args.warmup, args.threads)
+    except TimingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError, TypeError) as exc:  # the datamodule's own checks
+        lines = str(exc).strip().splitlines()
+        print(f"error: {lines[0] if lines else type(exc).__name__} (see --help for the data options)", file=sys.stderr)
+        return 2
+    print("\n".join(report_lines(timing, args.split)))
+    if args.json:
+        write_json_atomic(args.json, {"checkpoint": str(ckpt), "split": args.split, "task": task, **timing.to_dict()})
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

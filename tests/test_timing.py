@@ -1,0 +1,276 @@
+"""The decode-timing stage (sweeps/timing.py) on real checkpoints: tiny copy-task and WMT models
+trained for a few steps with Lightning, the command run as a subprocess, the stage on a real local Ray."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from datamodules import CopyTaskDataModule, WMT17DataModule
+from sweeps.build import build_module
+from sweeps.timing import (
+    TIMING_FILE,
+    DecodeTiming,
+    TimingError,
+    TimingJob,
+    TimingSettings,
+    already_timed,
+    data_task,
+    infer_task,
+    load_module,
+    main,
+    measure_decode_time,
+    plan_lanes,
+    read_record,
+    run_timing_stage,
+    saved_data_settings,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_WMT = ROOT / "tests" / "data" / "wmt-ende-tiny"
+COPY = dict(vocab_size=8, max_length=6, train_size=128, val_size=24, test_size=8, batch_size=8)
+
+
+def train_briefly(dm: pl.LightningDataModule, model: dict, path: Path, steps: int = 4) -> Path:
+    """Fit a tiny model for a few steps with ``trainer.fit(model, datamodule=dm)`` and save it."""
+    dm.setup("fit")
+    module = build_module({"preset": "tiny", "val_decode": False, **model}, dm)
+    trainer = pl.Trainer(
+        max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+    )
+    trainer.fit(module, datamodule=dm)
+    trainer.save_checkpoint(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def copy_ckpts(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("copy-ckpts")
+    return {
+        "bahdanau": train_briefly(CopyTaskDataModule(**COPY), {"attention": "bahdanau", "val_beam_size": 2},
+                                  d / "bahdanau.ckpt"),
+        "memory": train_briefly(CopyTaskDataModule(**COPY), {"attention": "memory", "K": 4, "val_beam_size": 2},
+                                d / "memory.ckpt"),
+    }
+
+
+@pytest.fixture(scope="module")
+def wmt_ckpt(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A WMT checkpoint trained on the shipped slice, and the command-line options naming its data
+    (WMT17DataModule does not save_hyperparameters(), so its checkpoints do not carry them)."""
+    d = tmp_path_factory.mktemp("wmt-ckpt")
+    settings = dict(pair="en-de", data_dir=str(TINY_WMT), vocab_size=800, max_len=100, batch_tokens=1200,
+                    valid_prefix="valid", test_prefix="", cache_dir=str(d / "cache"))
+    dm = WMT17DataModule(**settings)
+    dm.prepare_data()
+    ckpt = train_briefly(dm, {"attention": "bahdanau", "val_beam_size": 1}, d / "wmt.ckpt", steps=3)
+    options = ["--task", "wmt17", "--data-dir", str(TINY_WMT), "--cache-dir", settings["cache_dir"]]
+    for key in ("vocab_size", "max_len", "batch_tokens", "valid_prefix", "test_prefix"):
+        options += ["--data", f"{key}={settings[key]}"]
+    return ckpt, options
+
+
+class CountingLoader:
+    """A DataLoader wrapper that counts how often the split is read."""
+
+    def __init__(self, loader) -> None:
+        self.loader, self.passes = loader, 0
+
+    def __iter__(self):
+        self.passes += 1
+        return iter(self.loader)
+
+
+def test_checkpoints_carry_their_data_settings(copy_ckpts):
+    copy = saved_data_settings(copy_ckpts["bahdanau"])
+    assert copy["max_length"] == 6 and copy["val_size"] == 24
+    assert infer_task(copy) == "copy"
+    assert data_task(copy, overrides={"val_size": 10}) == {"name": "copy", **copy, "val_size": 10}
+    wmt = data_task({}, "wmt17", {"data_dir": "d", "test_prefix": ""})
+    assert wmt == {"name": "wmt17", "data_dir": "d", "test_prefix": ""}
+
+
+def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts):
+    module = load_module(copy_ckpts["bahdanau"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = CountingLoader(dm.val_dataloader())
+    calls = {"decode": 0, "beam": 0, "threads": set(), "tokens": []}
+    decode, beam_search = module.decode, module.model.beam_search
+
+    def counting_decode(src, src_lengths):
+        calls["decode"] += 1
+        calls["threads"].add(torch.get_num_threads())
+        calls["tokens"].append(decode(src, src_lengths))  # (B, T')
+        return calls["tokens"][-1]
+
+    def counting_beam(*args, **kwargs):
+        calls["beam"] += 1
+        assert kwargs["beam_size"] == 3
+        return beam_search(*args, **kwargs)
+
+    module.decode, module.model.beam_search = counting_decode, counting_beam
+    timing = measure_decode_time(module, loader, "cpu", beam_size=3, repeats=4, warmup=2, threads=2)
+
+    batches = -(-COPY["val_size"] // COPY["batch_size"])
+    assert loader.passes == 1, "batches are materialised once: data loading is not timed"
+    assert calls["decode"] == calls["beam"] == batches * (2 + 4), "2 warm-up + 4 timed passes over every batch"
+    assert calls["threads"] == {2} and torch.get_num_threads() == 1, "fixed threads inside, restored after"
+    assert module.hparams.val_beam_size == 2, "the checkpoint's beam size is put back"
+    assert timing.repeats == len(timing.seconds) == 4
+    assert timing.median_seconds == statistics.median(timing.seconds)
+    assert timing.min_seconds == min(timing.seconds) <= timing.q1_seconds <= timing.median_seconds
+    assert timing.median_seconds <= timing.q3_seconds <= timing.max_seconds == max(timing.seconds)
+    assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (24, batches, 3, 2)
+    assert timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
+    assert timing.per_sentence_seconds == pytest.approx(timing.median_seconds / 24)
+    assert (timing.device, timing.threads, timing.torch_version) == ("cpu", 2, torch.__version__)
+    assert DecodeTiming.from_dict(json.loads(json.dumps(timing.to_dict()))) == timing
+
+
+def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp_path):
+    out = tmp_path / "timing.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps.timing", str(copy_ckpts["memory"]), "--split", "valid", "--repeats", "3",
+         "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["repeats"] == 3 and data["beam_size"] == 2  # the checkpoint's val_beam_size
+    assert data["median_seconds"] == statistics.median(data["seconds"])
+    assert f"whole split  {data['median_seconds']:.4f} s  (median of 3" in proc.stdout
+    assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in proc.stdout
+    assert "valid: 24 sentences" in proc.stdout
+    assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
+
+
+def test_command_on_a_wmt_checkpoint_valid_split(wmt_ckpt, capsys):
+    ckpt, options = wmt_ckpt
+    assert main([str(ckpt), "--split", "valid", "--repeats", "2", "--beam", "2", *options]) == 0
+    printed = capsys.readouterr().out
+    assert "valid: 50 sentences" in printed and "beam 2," in printed and "wmt17 en-de" in printed
+    assert "per sentence" in printed
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
+    assert main([str(tmp_path / "nope.ckpt")]) == 2
+    assert "not found" in one_line_error(capsys)
+    assert main([str(tmp_path)]) == 2
+    assert "holds no .ckpt file" in one_line_error(capsys)
+
+    ckpt, options = wmt_ckpt
+    assert main([str(ckpt), "--split", "test", *options]) == 2
+    assert "split 'test' does not exist" in one_line_error(capsys)
+
+    assert main([str(ckpt), "--split", "train", *options]) == 2
+    assert "unknown split 'train'" in one_line_error(capsys)
+
+    bare = tmp_path / "bare.ckpt"
+    ckpt = torch.load(copy_ckpts["bahdanau"], map_location="cpu", weights_only=False)
+    del ckpt["datamodule_hyper_parameters"]
+    torch.save(ckpt, bare)
+    assert main([str(bare)]) == 2
+    assert "no datamodule settings" in one_line_error(capsys)
+    assert main([str(bare), "--task", "copy", "--data", "max_lenght=6"]) == 2
+    assert "unknown data option(s) max_lenght" in one_line_error(capsys)
+    # told the data, the same checkpoint times
+    assert main([str(bare), "--task", "copy", "--data", "vocab_size=8", "--data", "max_length=6",
+                 "--data", "val_size=10", "--repeats", "1"]) == 0
+    assert "valid: 10 sentences" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"repeats": 0}, "repeats must be >= 1"), ({"warmup": -1}, "warmup must be >= 0"),
+    ({"threads": 0}, "threads must be >= 1"), ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
+])
+def test_stage_settings_are_checked_when_made(bad, message):
+    with pytest.raises(TimingError, match=message):
+        TimingSettings(**bad)
+
+
+def test_lanes_hold_a_whole_node_or_a_gpu_with_its_cpu_share():
+    nodes = [
+        {"NodeID": "head", "Alive": True, "Resources": {"CPU": 0.0}},
+        {"NodeID": "cpu", "Alive": True, "Resources": {"CPU": 8.0}},
+        {"NodeID": "gpu", "Alive": True, "Resources": {"CPU": 16.0, "GPU": 4.0}},
+        {"NodeID": "dead", "Alive": False, "Resources": {"CPU": 8.0}},
+    ]
+    cpu_lanes = plan_lanes(nodes, use_gpu=False)
+    assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in cpu_lanes] == [
+        ("cpu", 8.0, 0.0, "cpu"), ("gpu", 16.0, 0.0, "cpu")]
+    gpu_lanes = plan_lanes(nodes, use_gpu=True)
+    assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in gpu_lanes] == [("gpu", 4.0, 1.0, "cuda")] * 4
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    saved = dict(os.environ)
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ckpts, tmp_path):
+    jobs = []
+    for name, ckpt in copy_ckpts.items():
+        trial_dir = tmp_path / f"trial_{name}"
+        (trial_dir / "checkpoint_000001").mkdir(parents=True)
+        shutil.copy(ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt")  # a Tune checkpoint folder
+        jobs.append(TimingJob(trial_id=name, checkpoint=str(trial_dir / "checkpoint_000001"),
+                              task={"name": "copy", **COPY}, output_dir=str(trial_dir), seed=0))
+    settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto")
+    lines: list[str] = []
+
+    broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},
+                                 output_dir=str(tmp_path / "trial_broken"))
+    first = run_timing_stage([jobs[0], broken, jobs[1]], settings, log=lines.append)
+    assert [o.status for o in first] == ["timed", "error", "timed"], [o.error for o in first]
+    assert "bogus" in first[1].error and len(first[1].error.splitlines()) == 1, first[1].error
+    assert not (tmp_path / "trial_broken" / TIMING_FILE).exists()
+    first = [first[0], first[2]]
+    records = [read_record(job.output_dir) for job in jobs]
+    for job, outcome, record in zip(jobs, first, records):
+        assert record == outcome.record and record.trial_id == job.trial_id
+        assert record.timing.repeats == 2 and record.timing.sentences == COPY["val_size"]
+        assert record.reserved_cpus == 2.0, "each job holds the whole (2-CPU) node"
+        assert not list(Path(job.output_dir).glob(".timing.json.*")), "no temporary file left behind"
+    a, b = sorted(records, key=lambda r: r.started_at)
+    assert a.finished_at <= b.started_at, "the two timings overlapped"
+    assert sum("median of 2" in line for line in lines) == 2 and sum("broken: failed" in line for line in lines) == 1
+
+    mtimes = [job.result_path.stat().st_mtime_ns for job in jobs]
+    second = run_timing_stage(jobs, settings, log=None)
+    assert [o.status for o in second] == ["skipped", "skipped"]
+    assert [o.record for o in second] == records
+    assert [job.result_path.stat().st_mtime_ns for job in jobs] == mtimes
+
+    # a new checkpoint (the trial trained further) or another beam size is not "already timed"
+    assert already_timed(jobs[0]) is not None
+    assert already_timed(dataclasses.replace(jobs[0], beam_size=5)) is None
+    shutil.copy(copy_ckpts["memory"], Path(jobs[0].checkpoint) / "checkpoint.ckpt")
+    assert already_timed(jobs[0]) is None
+    assert (Path(jobs[0].output_dir) / TIMING_FILE).exists()
