@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from datamodules import CopyTaskDataModule
-from lightning_modules import Seq2SeqModule
+from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 
 FIRST_SYMBOL = 4  # ids below are pad, bos, eos, unk (docs/CONTRACTS.md)
 
@@ -42,6 +42,8 @@ def load_module(args: argparse.Namespace) -> Seq2SeqModule:
             attention_kwargs=kwargs,
             preset=args.preset,
             max_source_len=(args.max_length or 10) + 1,
+            # a mechanism that scores q^T s_j needs D == H: a unidirectional encoder gives it that
+            bidirectional=False if ATTENTION_REGISTRY[args.attention].equal_sizes else None,
         )
     return module.eval()
 

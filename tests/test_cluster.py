@@ -83,7 +83,7 @@ def test_trials_hold_the_fractional_gpu_they_ask_for(cluster, tmp_path):
     spec = tiny_spec(
         "placement",
         grid={"model": [{"attention": "none"}, {"attention": "memory", "K": 4},
-                        {"attention": "bahdanau"}, {"attention": "luong_dot"}]},
+                        {"attention": "bahdanau"}, {"attention": "luong_dot", "bidirectional": False}]},
         trainer={"max_steps": 30, "val_check_interval": 10},
         resources={"cpu": 1, "gpu": 0.5},
         timing={"enabled": False},

@@ -57,7 +57,7 @@ def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
     rows = [line for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit() and " cells x " not in line]
     assert len(rows) == 28
     assert "28 trials" in out.stdout
-    for length in (10, 50, 100, 200):
+    for length in (20, 50, 100, 200):  # Table 1's lengths (the paper's text says 10)
         for model in ("attention=none", "attention=bahdanau", *(f"attention=memory K={k}" for k in (1, 4, 16, 32, 64))):
             assert any(f"length={length} {model}" in r for r in rows), (length, model)
 
@@ -96,6 +96,8 @@ def test_shipped_studies_validate(path, smoke):
         (lambda s: s.update(parameters={"model.lr": {"min": 0.1}}), ["parameters.model.lr", "min", "max"]),
         (lambda s: s.update(resources={"gpu": 1.5}), ["resources.gpu", "whole number"]),
         (lambda s: s.update(name="my sweep"), ["name", "letters"]),
+        # tiny is bidirectional: memory D = 2H, so q^T s_j has mismatched sizes (unidirectional works)
+        (lambda s: s["grid"]["model"].append({"attention": "luong_dot"}), ["grid.model[2]", "luong_dot", "bidirectional"]),
     ],
 )
 def test_bad_specs_name_the_key_and_what_is_allowed(mutate, expected):
@@ -105,6 +107,12 @@ def test_bad_specs_name_the_key_and_what_is_allowed(mutate, expected):
     assert msg.startswith("x.yaml: ")
     for part in expected:
         assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def test_luong_dot_with_a_unidirectional_encoder_passes():
+    raw = base_spec()
+    raw["grid"]["model"].append({"attention": "luong_dot", "bidirectional": False})
+    assert len(build_sweep(raw, source="x.yaml").plans) == 4
 
 
 def test_overrides_and_their_errors():

@@ -68,17 +68,19 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
                 f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
                 source,
             )
-    att_opts = {k: v for k, v in model.items() if k not in mod_params}
-    problem = _attention_problem(attention, att_opts)
-    if problem:
-        key = next((k for k in att_opts if k in problem), None)
-        where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
-        raise SpecError(where, problem, source)
-    from lightning_modules.seq2seq import PRESETS
+    from lightning_modules.seq2seq import PRESETS, attention_dims
 
     preset = model.get("preset", mod_params["preset"][1])
     if preset not in PRESETS:
         raise SpecError(_origin(cell, "model.preset", "model.preset"), f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}", source)
+    # the sizes the trial's model will give the mechanism, so e.g. luong_dot's H == D fails here
+    dims = attention_dims(preset, model.get("hidden_size"), model.get("bidirectional"))
+    att_opts = {k: v for k, v in model.items() if k not in mod_params}
+    problem = _attention_problem(attention, att_opts, dims)
+    if problem:
+        key = next((k for k in att_opts if k in problem), None)
+        where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
+        raise SpecError(where, problem, source)
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
@@ -145,15 +147,16 @@ def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
     return _TRAINER_CHECKS[key]
 
 
-def _attention_problem(attention: str, options: dict[str, Any]) -> Optional[str]:
-    """Values the mechanism itself rejects (e.g. encoder_scoring: tanh): each distinct attention
-    configuration is built once, with tiny dims."""
-    key = (attention, _frozen(options))
+def _attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> Optional[str]:
+    """Values the mechanism itself rejects (e.g. encoder_scoring: tanh, or luong_dot on a
+    bidirectional encoder): each distinct configuration is built once, with the model's
+    (query, memory) sizes ``dims``."""
+    key = (attention, _frozen(options), dims)
     if key not in _ATTENTION_CHECKS:
         from lightning_modules.attention import build_attention
 
         try:
-            build_attention(attention, query_dim=8, memory_dim=8, **options)
+            build_attention(attention, query_dim=dims[0], memory_dim=dims[1], **options)
             _ATTENTION_CHECKS[key] = None
         except (ValueError, TypeError) as exc:
             _ATTENTION_CHECKS[key] = str(exc)
