@@ -12,19 +12,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import tiny_spec, write_spec  # noqa: E402
+from sweep_helpers import local_ray, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
 from sweeps.launch import main  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    saved = dict(os.environ)
-    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def results_of(trial_dir: Path) -> list[dict]:

@@ -14,23 +14,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import SECRET, tiny_spec, write_spec  # noqa: E402
+from sweep_helpers import SECRET, local_ray, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
 from sweeps.launch import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    saved = dict(os.environ)
-    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
-    # ray.init and the launcher set variables (RAY_AUTH_MODE, WANDB_MODE...) that would leak into
-    # Ray instances later tests start in this process
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def result_steps(trial_dir: Path) -> list[int]:
