@@ -2,7 +2,11 @@
 test_study.py, test_cluster.py); test modules import the fixture by name."""
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +51,28 @@ def local_ray():
     # Ray instances later tests start in this process
     os.environ.clear()
     os.environ.update(saved)
+
+
+def result_steps(trial_dir: Path) -> list[int]:
+    """The steps a trial reported, from its result.json."""
+    lines = (trial_dir / "result.json").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines if line.strip()]
+
+
+def interrupt_after_one_finishes(proc: subprocess.Popen, exp: Path, last_step: int, timeout: float) -> tuple[Path, Path, str]:
+    """Wait until one trial of the launcher ``proc`` reported ``last_step`` while another has
+    reported twice, then SIGINT the launcher (exit 130). Returns (finished, running, its output)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
+        steps = {d: result_steps(d) for d in dirs}
+        done = [d for d in dirs if steps[d] and steps[d][-1] == last_step]
+        live = [d for d in dirs if d not in done and len(steps[d]) >= 2]
+        if done and live:
+            proc.send_signal(signal.SIGINT)
+            log = proc.communicate(timeout=120)[0]
+            assert proc.returncode == 130, log
+            return done[0], live[0], log
+        time.sleep(0.5)
+    proc.kill()
+    pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])

@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import local_ray, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
+from sweep_helpers import interrupt_after_one_finishes, local_ray, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
 from sweeps.launch import main  # noqa: E402
 
 
@@ -144,10 +144,8 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     """SIGINT to the launcher while the second of four trials (2 cells x 2 samples) runs, then
     --resume: no finished trial re-runs, and every Optuna study ends with exactly its 2 trials,
     each tied to a Ray trial."""
-    import signal
     import subprocess
     import sys
-    import time
 
     root = Path(__file__).resolve().parents[1]
     spec = tiny_spec(
@@ -167,23 +165,7 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     exp = out / "resume_optuna"
-    deadline = time.monotonic() + 300
-    finished = running = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
-        steps = {d: [r["step"] for r in results_of(d)] for d in dirs}
-        done = [d for d in dirs if steps[d] and steps[d][-1] == 200]
-        live = [d for d in dirs if d not in done and len(steps[d]) >= 2]
-        if done and live:
-            finished, running = done[0], live[0]
-            break
-        time.sleep(0.5)
-    if finished is None:
-        proc.kill()
-        pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])
-    proc.send_signal(signal.SIGINT)
-    log = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 130, log
+    finished, running, log = interrupt_after_one_finishes(proc, exp, last_step=200, timeout=300)
     finished_lines = (finished / "result.json").read_text()
 
     again = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,15 +12,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import SECRET, local_ray, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
+from sweep_helpers import SECRET, interrupt_after_one_finishes, local_ray, result_steps, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
 from sweeps.launch import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def result_steps(trial_dir: Path) -> list[int]:
-    lines = (trial_dir / "result.json").read_text().splitlines()
-    return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
 def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
@@ -225,22 +218,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     proc = subprocess.Popen(cmd + ["--set", "trainer.max_steps=300"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     exp = out / "resume"
-    deadline = time.monotonic() + 240
-    finished, running = None, None
-    while time.monotonic() < deadline and proc.poll() is None:
-        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
-        done = [d for d in dirs if result_steps(d) and result_steps(d)[-1] == 300]
-        live = [d for d in dirs if d not in done and len(result_steps(d)) >= 2]
-        if done and live:
-            finished, running = done[0], live[0]
-            break
-        time.sleep(0.5)
-    if finished is None:
-        proc.kill()
-        pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])
-    proc.send_signal(signal.SIGINT)
-    log = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 130, log
+    finished, running, log = interrupt_after_one_finishes(proc, exp, last_step=300, timeout=240)
     assert "--resume" in log
     finished_lines = (finished / "result.json").read_text()
     before = result_steps(running)
