@@ -16,6 +16,7 @@ line plots, and saves it (needs an API key and network).
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -63,7 +64,15 @@ def cell_summary(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.
         if c in summary and summary[c].notna().any():
             summary[c] = summary[c].astype("Int64")
     sort = [c for c in ("length", "model") if c in summary]
-    return summary.sort_values(sort, na_position="first", kind="stable").reset_index(drop=True)
+    return summary.sort_values(sort, na_position="first", kind="stable", key=natural_order).reset_index(drop=True)
+
+
+def natural_order(column: pd.Series) -> pd.Series:
+    """Sort key: text columns compare their numbers as numbers (``memory K=4`` before ``memory
+    K=16``); numeric columns as they are."""
+    if pd.api.types.is_numeric_dtype(column):
+        return column
+    return column.map(lambda v: re.sub(r"\d+", lambda m: m.group().zfill(12), v) if isinstance(v, str) else v)
 
 
 def seconds_column(df: pd.DataFrame) -> str:

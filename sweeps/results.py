@@ -4,11 +4,13 @@ file; this module knows nothing of reports.
 """
 from __future__ import annotations
 
+
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
+from .report import natural_order
 from .spec import column_name, get_dotted
 
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
@@ -151,8 +153,11 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
     middle = [c for c in df.columns if c not in FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS]
     order = [c for c in FIRST_COLUMNS if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
-    df = df.reindex(columns=order).sort_values(["length", "model", "seed"], na_position="first", kind="stable")
+    df = df.reindex(columns=order).sort_values(
+        ["length", "model", "seed"], na_position="first", kind="stable", key=natural_order
+    )
     return keep_integers(df)
+
 
 
 def keep_integers(df: pd.DataFrame) -> pd.DataFrame:

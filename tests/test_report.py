@@ -123,3 +123,13 @@ def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     points = report.model_points(df)
     assert points.set_index("model").loc["bahdanau", BLEU] == pytest.approx(bahdanau[BLEU])
     assert results_frame(rows)["K"].dropna().tolist() == [16]
+
+
+def test_tables_order_k_as_numbers_not_text():
+    rows = [
+        {"cell": f"K={k}", "model": f"memory K={k}", "attention": "memory", "K": k, "length": 10, "seed": 0,
+         "status": "done", BLEU: 50.0, SEC: 1.0}
+        for k in (32, 16, 4, 1)
+    ]
+    summary = report.cell_summary(pd.DataFrame(rows))
+    assert summary["model"].tolist() == ["memory K=1", "memory K=4", "memory K=16", "memory K=32"]
