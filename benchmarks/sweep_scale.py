@@ -18,8 +18,8 @@ once (a real trial's metric keys, a tiny checkpoint) and returns. It prints per 
 - driver memory: growth of the driver's peak RSS over the run / N (and the peak itself);
 
 and the ratio of bytes per trial N=max / N=min (linear growth: near 1.0). ``--dry-run-cells``
-times ``launch.py --dry-run`` of a study of that many cells in a fresh process, and says how much
-of it was importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
+times ``launch.py --dry-run`` of a study of that many cells in a fresh process, cold and then warm
+(sweeps/spec/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
 """
 from __future__ import annotations
 
@@ -128,25 +128,29 @@ def run_one(n: int, out: Path) -> dict[str, Any]:
 
 
 def dry_run_seconds(cells: int, tmp: Path) -> dict[str, Any]:
-    """Wall seconds of ``launch.py --dry-run`` of a ``cells``-cell study in a fresh process, and
-    of its imports of torch and Lightning alone (which the signature checks need)."""
+    """Wall seconds of ``launch.py --dry-run`` of a ``cells``-cell study in a fresh process, twice
+    with one new signature cache: cold (reads the model and data packages, importing torch and
+    Lightning, as the first dry run after a change to them does) and warm (every later dry run),
+    and of importing torch and Lightning alone."""
     import yaml
 
     spec = study("dry", cells)
     path = tmp / "dry.yaml"
     path.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--dry-run"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    total = time.perf_counter() - t0
-    assert done.returncode == 0, done.stderr
-    assert f"{cells} trials" in done.stdout
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SWEEPS_CACHE_DIR": str(tmp / "signature-cache")}
+    walls = []
+    for _ in ("cold", "warm"):
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--dry-run"],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+        walls.append(time.perf_counter() - t0)
+        assert done.returncode == 0, done.stderr
+        assert f"{cells} trials" in done.stdout
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import lightning.pytorch, datamodules.copy_task, lightning_modules.module"],
                    cwd=ROOT, env=env, check=True)
     imports = time.perf_counter() - t0
-    return {"cells": cells, "dry_run_seconds": total, "import_seconds": imports}
+    return {"cells": cells, "dry_run_seconds": walls[1], "dry_run_cold_seconds": walls[0], "import_seconds": imports}
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -199,8 +203,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             say(f"bytes per trial, N={rows[-1]['trials']} / N={rows[0]['trials']}: {ratio:.2f} (linear growth: near 1.0)")
     if args.dry_run_cells:
         d = dry_run_seconds(args.dry_run_cells, tmp)
-        say(f"--dry-run of a {d['cells']}-cell study: {d['dry_run_seconds']:.1f} s wall in a fresh process, "
-            f"of which {d['import_seconds']:.1f} s import torch and Lightning (measured alone)")
+        say(f"--dry-run of a {d['cells']}-cell study, fresh process: {d['dry_run_seconds']:.1f} s wall with the "
+            f"signature cache warm (every run after the first), {d['dry_run_cold_seconds']:.1f} s cold (the first "
+            f"after a change to lightning_modules/ or datamodules/: imports torch and Lightning, "
+            f"{d['import_seconds']:.1f} s of it measured alone)")
         rows.append(d)
     from _machine import write_csv
 

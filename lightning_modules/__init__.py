@@ -1,6 +1,24 @@
-"""Attention-variant seq2seq models as Lightning modules. Needs only torch and lightning."""
-from .attention import ATTENTION_REGISTRY, build_attention
-from .module import Seq2SeqModule
-from .seq2seq import PRESETS, Seq2Seq
+"""Attention-variant seq2seq models as Lightning modules. Needs only torch and lightning.
+
+The names below are imported on first use, so light modules of the package
+(:mod:`lightning_modules.presets`) load without torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["ATTENTION_REGISTRY", "build_attention", "PRESETS", "Seq2Seq", "Seq2SeqModule"]
+_HOMES = {
+    "ATTENTION_REGISTRY": ".attention",
+    "build_attention": ".attention",
+    "PRESETS": ".presets",
+    "Seq2Seq": ".seq2seq",
+    "Seq2SeqModule": ".module",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,66 +5,24 @@ from a results row) without the orchestration stack.
 """
 from __future__ import annotations
 
-import functools
+import importlib
 import inspect
-import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning.pytorch as pl
+from .spec.signatures import TASK_CLASSES, attention_param_types, datamodule_param_types, module_signature_params  # noqa: F401
 
-
-def datamodule_class(task_name: str) -> type[pl.LightningDataModule]:
-    if task_name == "copy":
-        from datamodules.copy_task import CopyTaskDataModule
-
-        return CopyTaskDataModule
-    if task_name == "wmt17":
-        from datamodules.wmt17 import WMT17DataModule
-
-        return WMT17DataModule
-    raise ValueError(f"unknown task {task_name!r}; valid: copy, wmt17")
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
 
 
-@functools.cache
-def datamodule_param_types(task_name: str) -> dict[str, Any]:
-    """The task's datamodule settings: name -> annotation (with its ``Annotated`` range markers).
-    Cached (as are the two below): a large grid validates thousands of cells against the same
-    signatures; callers must not mutate it."""
-    return {k: ann for k, (ann, _) in _params(datamodule_class(task_name).__init__).items()}
+def datamodule_class(task_name: str) -> type["pl.LightningDataModule"]:
+    if task_name not in TASK_CLASSES:
+        raise ValueError(f"unknown task {task_name!r}; valid: {', '.join(TASK_CLASSES)}")
+    module, name = TASK_CLASSES[task_name]
+    return getattr(importlib.import_module(module), name)
 
 
-@functools.cache
-def module_signature_params() -> dict[str, tuple[Any, Any]]:
-    """Seq2SeqModule's constructor arguments: name -> (annotation, default)."""
-    from lightning_modules.module import Seq2SeqModule
-
-    return _params(Seq2SeqModule.__init__)
-
-
-@functools.cache
-def attention_param_types(attention: str) -> dict[str, Any]:
-    """The options of one attention mechanism: name -> annotation. Raises ValueError if unknown."""
-    from lightning_modules.attention import ATTENTION_REGISTRY, attention_options
-
-    attention_options(attention)  # raises listing the valid names
-    params = _params(ATTENTION_REGISTRY[attention].__init__)
-    return {k: ann for k, (ann, _) in params.items() if k not in ("query_dim", "memory_dim")}
-
-
-def _params(fn) -> dict[str, tuple[Any, Any]]:
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)  # keep Annotated range markers
-    except Exception:
-        hints = {}
-    out = {}
-    for name, p in inspect.signature(fn).parameters.items():
-        if name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-            continue
-        out[name] = (hints.get(name, Any), None if p.default is inspect.Parameter.empty else p.default)
-    return out
-
-
-def build_datamodule(task: dict[str, Any], seed: int) -> pl.LightningDataModule:
+def build_datamodule(task: dict[str, Any], seed: int) -> "pl.LightningDataModule":
     """Instantiate the task's datamodule; the trial seed seeds generated data unless the spec fixes it."""
     kwargs = {k: v for k, v in task.items() if k != "name"}
     cls = datamodule_class(task["name"])
@@ -73,7 +31,7 @@ def build_datamodule(task: dict[str, Any], seed: int) -> pl.LightningDataModule:
     return cls(**kwargs)
 
 
-def build_module(model: dict[str, Any], dm: pl.LightningDataModule):
+def build_module(model: dict[str, Any], dm: "pl.LightningDataModule"):
     """Seq2SeqModule from the model section: module arguments go straight in, everything else is an
     option of the chosen attention mechanism (``attention_kwargs``). ``dm`` must be set up."""
     from lightning_modules.module import Seq2SeqModule

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from .dotted import set_dotted
 from .grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from .schema import SpecError, SweepSpec, format_validation
+from .signatures import save as save_signatures
 from .validate import check_sections, validate_cell
 
 
@@ -62,12 +63,15 @@ def build_sweep(
     cells = expand_grid(spec.grid, source)
     plans = []
     base = base_sections(spec)
-    for cell in cells:
-        task, model, trainer = resolve_sections(base, cell.values)
-        validate_cell(task, model, trainer, cell, source)
-        _validate_search_bounds(spec, task, model, trainer, cell, source)
-        for seed in spec.seeds:
-            plans.append(TrialPlan(cell, seed, task, model, trainer))
+    try:
+        for cell in cells:
+            task, model, trainer = resolve_sections(base, cell.values)
+            validate_cell(task, model, trainer, cell, source)
+            _validate_search_bounds(spec, task, model, trainer, cell, source)
+            for seed in spec.seeds:
+                plans.append(TrialPlan(cell, seed, task, model, trainer))
+    finally:
+        save_signatures()  # the attention checks learnt here serve the next run too
     return Sweep(spec=spec, source=source, cells=cells, plans=plans)
 
 

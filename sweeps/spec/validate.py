@@ -10,8 +10,11 @@ from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
+from lightning_modules.presets import PRESETS, attention_dims
+
 from .grid import Cell
 from .schema import SpecError, SweepSpec, TrainerSpec, format_validation
+from .signatures import attention_param_types, attention_problem, datamodule_param_types, module_signature_params
 
 TASKS = ("copy", "wmt17")
 # Module arguments the trial fills in from the datamodule; a spec may not set them.
@@ -29,8 +32,6 @@ def _origin(cell: Cell, key: str, default: str) -> str:
 
 
 def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: str) -> None:
-    from ..build import attention_param_types, datamodule_param_types, module_signature_params
-
     problem = _trainer_problem(trainer)
     if problem:
         raise SpecError("", "trainer." + problem, source)
@@ -68,15 +69,13 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
                 f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
                 source,
             )
-    from lightning_modules.seq2seq import PRESETS, attention_dims
-
     preset = model.get("preset", mod_params["preset"][1])
     if preset not in PRESETS:
         raise SpecError(_origin(cell, "model.preset", "model.preset"), f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}", source)
     # the sizes the trial's model will give the mechanism, so e.g. luong_dot's H == D fails here
     dims = attention_dims(preset, model.get("hidden_size"), model.get("bidirectional"))
     att_opts = {k: v for k, v in model.items() if k not in mod_params}
-    problem = _attention_problem(attention, att_opts, dims)
+    problem = attention_problem(attention, _frozen(att_opts), att_opts, dims)
     if problem:
         key = next((k for k in att_opts if k in problem), None)
         where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
@@ -97,7 +96,8 @@ def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
 
 
 # A large grid holds the same settings in many cells: each distinct check runs once (10,000 cells
-# would otherwise build 10,000 attention modules and 90,000 pydantic validators).
+# would otherwise build 10,000 attention modules and 90,000 pydantic validators). The attention
+# checks are also kept on disk with the signatures (.signatures), across runs.
 
 
 def _frozen(d: dict) -> tuple:
@@ -133,7 +133,6 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
 
 
 _TRAINER_CHECKS: dict[tuple, Optional[str]] = {}
-_ATTENTION_CHECKS: dict[tuple, Optional[str]] = {}
 
 
 def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
@@ -145,22 +144,6 @@ def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
         except ValidationError as exc:
             _TRAINER_CHECKS[key] = format_validation(exc).lstrip()
     return _TRAINER_CHECKS[key]
-
-
-def _attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> Optional[str]:
-    """Values the mechanism itself rejects (e.g. encoder_scoring: tanh, or luong_dot on a
-    bidirectional encoder): each distinct configuration is built once, with the model's
-    (query, memory) sizes ``dims``."""
-    key = (attention, _frozen(options), dims)
-    if key not in _ATTENTION_CHECKS:
-        from lightning_modules.attention import build_attention
-
-        try:
-            build_attention(attention, query_dim=dims[0], memory_dim=dims[1], **options)
-            _ATTENTION_CHECKS[key] = None
-        except (ValueError, TypeError) as exc:
-            _ATTENTION_CHECKS[key] = str(exc)
-    return _ATTENTION_CHECKS[key]
 
 
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}

@@ -1,0 +1,196 @@
+"""What a spec is checked against, read from the model and data packages: the datamodules' and
+Seq2SeqModule's constructor signatures (annotations with their declared ranges, and defaults),
+each attention mechanism's options, and which attention configurations construct.
+
+Reading them means importing torch and Lightning, which is most of a large ``--dry-run``'s time
+(about 4 s of 5-6 s for 10,000 cells on a 2-core machine). So they are kept on disk, in one file
+keyed by a hash of the two packages' source and the torch/Lightning versions: a later dry run of
+any study reads that file (milliseconds) and imports neither. Any change to the packages' source
+makes a new key, so the file can never describe code that is not there. The cache is only a
+cache: unreadable, unwritable or stale, it is rebuilt from the packages (or skipped) silently.
+
+Location: ``$SWEEPS_CACHE_DIR``, else ``$XDG_CACHE_HOME/seq2seq-sweeps``, else
+``~/.cache/seq2seq-sweeps``. ``SWEEPS_CACHE_DIR=off`` turns it off.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import pickle
+import sys
+import tempfile
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+TASK_CLASSES = {"copy": ("datamodules.copy_task", "CopyTaskDataModule"), "wmt17": ("datamodules.wmt17", "WMT17DataModule")}
+PACKAGES = ("lightning_modules", "datamodules")
+FORMAT = 1  # bump when the pickled layout changes
+
+
+@dataclass
+class Signatures:
+    key: str
+    datamodules: dict[str, dict[str, tuple[Any, Any]]]  # task -> name -> (annotation, default)
+    module: dict[str, tuple[Any, Any]]  # Seq2SeqModule.__init__
+    attention: dict[str, dict[str, tuple[Any, Any]]]  # mechanism -> option -> (annotation, default)
+    attention_checks: dict[tuple, Optional[str]] = field(default_factory=dict)  # see attention_problem
+    dirty: bool = False
+
+
+_LOADED: Optional[Signatures] = None
+
+
+def cache_dir() -> Optional[Path]:
+    configured = os.environ.get("SWEEPS_CACHE_DIR")
+    if configured == "off":
+        return None
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "seq2seq-sweeps"
+
+
+def source_key(dirs: list[Path], extra: tuple[str, ...] = ()) -> str:
+    """sha256 over every ``*.py`` under ``dirs`` (path and bytes) and ``extra``."""
+    h = hashlib.sha256(repr((FORMAT, sys.version_info[:2], extra)).encode())
+    for d in dirs:
+        for path in sorted(Path(d).rglob("*.py")):
+            h.update(str(path.relative_to(d)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _package_dirs() -> list[Path]:
+    dirs = []
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)  # locates the package without running it
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(f"cannot find the {name} package (run from the repository root or install it)")
+        dirs.append(Path(list(spec.submodule_search_locations)[0]))
+    return dirs
+
+
+def _versions() -> tuple[str, ...]:
+    out = []
+    for dist in ("torch", "lightning"):
+        try:
+            out.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{dist}==?")
+    return tuple(out)
+
+
+def signatures() -> Signatures:
+    """This process's signatures: from the disk cache when it matches the source, else read from
+    the packages (importing them) and written to the cache."""
+    global _LOADED
+    if _LOADED is not None:
+        return _LOADED
+    key = source_key(_package_dirs(), _versions())
+    folder = cache_dir()
+    path = folder / f"signatures-{key}.pkl" if folder else None
+    if path is not None and path.exists():
+        try:
+            with open(path, "rb") as fh:
+                loaded = pickle.load(fh)
+            if isinstance(loaded, Signatures) and loaded.key == key:
+                _LOADED = loaded
+                return loaded
+        except Exception:
+            pass  # unreadable or from another layout: rebuild below
+    _LOADED = _read_packages(key)
+    _LOADED.dirty = True
+    save()
+    return _LOADED
+
+
+def save() -> None:
+    """Write the signatures (and the attention checks learnt since loading) if anything is new."""
+    sig, folder = _LOADED, cache_dir()
+    if sig is None or not sig.dirty or folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        sig.dirty = False
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".signatures-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(sig, fh)
+        os.replace(tmp, folder / f"signatures-{sig.key}.pkl")  # atomic: readers see old or new
+    except Exception:
+        sig.dirty = True  # a read-only home, a full disk: the cache is optional
+
+
+def _read_packages(key: str) -> Signatures:
+    import importlib
+
+    from lightning_modules.attention import ATTENTION_REGISTRY
+    from lightning_modules.module import Seq2SeqModule
+
+    datamodules = {}
+    for task, (module, cls) in TASK_CLASSES.items():
+        datamodules[task] = params(getattr(importlib.import_module(module), cls).__init__)
+    attention = {}
+    for name, cls in ATTENTION_REGISTRY.items():
+        attention[name] = {k: v for k, v in params(cls.__init__).items() if k not in ("query_dim", "memory_dim")}
+    return Signatures(key=key, datamodules=datamodules, module=params(Seq2SeqModule.__init__), attention=attention)
+
+
+def params(fn) -> dict[str, tuple[Any, Any]]:
+    """A constructor's keyword settings: name -> (annotation with its ``Annotated`` range markers,
+    default or None)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        hints = {}
+    out = {}
+    for name, p in inspect.signature(fn).parameters.items():
+        if name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        out[name] = (hints.get(name, Any), None if p.default is inspect.Parameter.empty else p.default)
+    return out
+
+
+# ---- what the spec checks ask ----------------------------------------------------------------
+
+
+def datamodule_param_types(task_name: str) -> dict[str, Any]:
+    """The task's datamodule settings: name -> annotation. Callers must not mutate it."""
+    if task_name not in TASK_CLASSES:
+        raise ValueError(f"unknown task {task_name!r}; valid: {', '.join(TASK_CLASSES)}")
+    return {k: ann for k, (ann, _) in signatures().datamodules[task_name].items()}
+
+
+def module_signature_params() -> dict[str, tuple[Any, Any]]:
+    """Seq2SeqModule's constructor arguments: name -> (annotation, default)."""
+    return signatures().module
+
+
+def attention_param_types(attention: str) -> dict[str, Any]:
+    """The options of one attention mechanism: name -> annotation. Raises ValueError if unknown."""
+    known = signatures().attention
+    if attention not in known:
+        raise ValueError(f"unknown attention {attention!r}; valid names: {', '.join(sorted(known))}")
+    return {k: ann for k, (ann, _) in known[attention].items()}
+
+
+def attention_problem(attention: str, options_key: tuple, options: dict[str, Any], dims: tuple[int, int]) -> Optional[str]:
+    """Why the mechanism rejects ``options`` at (query, memory) sizes ``dims`` (its own message),
+    or None. Each distinct configuration is constructed once, ever: the answer is cached with the
+    signatures (``options_key``: a hashable form of ``options``)."""
+    sig = signatures()
+    key = (attention, options_key, tuple(dims))
+    if key not in sig.attention_checks:
+        from lightning_modules.attention import build_attention
+
+        try:
+            build_attention(attention, query_dim=dims[0], memory_dim=dims[1], **options)
+            sig.attention_checks[key] = None
+        except (ValueError, TypeError) as exc:
+            sig.attention_checks[key] = str(exc)
+        sig.dirty = True
+    return sig.attention_checks[key]
