@@ -74,6 +74,25 @@ def test_shipped_studies_validate(path, smoke):
             assert len(sweep.cells) == len(full.cells), "--smoke must keep the grid's shape"
 
 
+def test_every_named_profile_of_every_shipped_study_validates():
+    checked = 0
+    for path in SHIPPED:
+        for name in (yaml.safe_load(path.read_text()).get("profiles") or {}):
+            assert load_spec(path, profile=name).plans, (path.name, name)
+            checked += 1
+    assert checked >= 2  # k_vs_length's and scoring_functions' cpu profiles at least
+
+
+def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
+    sweep = load_spec(ROOT / "sweeps" / "k_vs_length.yaml", profile="cpu")
+    lengths = sorted({p.task["max_length"] for p in sweep.plans})
+    ks = sorted({p.model["K"] for p in sweep.plans if p.model.get("attention") == "memory"})
+    attentions = {p.model.get("attention") for p in sweep.plans}
+    assert (lengths, ks, attentions) == ([10, 20, 40], [1, 4, 16, 32], {"none", "memory", "bahdanau"})
+    assert {p.model["val_beam_size"] for p in sweep.plans} == {10}  # the paper's beam, kept
+    assert len(sweep.plans) == 18
+
+
 @pytest.mark.parametrize(
     "mutate, expected",
     [
