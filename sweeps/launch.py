@@ -206,7 +206,8 @@ def time_finished_trials(rows: list[dict], plans: dict[str, tuple[dict, str]], o
         return
     print(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
           f"(median of {timing.repeats}, {timing.threads} thread(s)):")
-    settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device)
+    settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device,
+                              fresh_process=timing.fresh_process)
     for row, outcome in zip(timed_rows, run_timing_stage(jobs, settings)):
         attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
 

@@ -92,6 +92,7 @@ class DecodeTiming:
     device: str
     threads: int  # torch intra-op threads during the timed passes
     torch_version: str
+    cpus: tuple[int, ...] = ()  # the CPUs the timed process was pinned to (empty: not pinned)
 
     @property
     def repeats(self) -> int:
@@ -117,13 +118,13 @@ class DecodeTiming:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": list(self.seconds), "repeats": self.repeats,
+        return {**asdict(self), "seconds": list(self.seconds), "cpus": list(self.cpus), "repeats": self.repeats,
                 "iqr_seconds": self.iqr_seconds}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DecodeTiming":
         names = cls.__dataclass_fields__
-        return cls(**{k: (tuple(v) if k == "seconds" else v) for k, v in data.items() if k in names})
+        return cls(**{k: (tuple(v) if k in ("seconds", "cpus") else v) for k, v in data.items() if k in names})
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -394,6 +395,7 @@ class TimingSettings:
     warmup: Annotated[int, Ge(0)] = 1
     threads: Annotated[int, Ge(1)] = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    fresh_process: bool = True  # on CPU: time in a new process pinned to `threads` CPUs (see run_job)
 
     def __post_init__(self) -> None:
         for name, hint in get_type_hints(type(self), include_extras=True).items():
@@ -514,20 +516,68 @@ def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
 
 
 def run_job(job: TimingJob, settings: TimingSettings, lane: Lane) -> TimingRecord:
-    """Time one job here and now (the body of the stage's Ray task)."""
+    """Time one job here and now (the body of the stage's Ray task).
+
+    On a CPU lane with ``settings.fresh_process`` the measurement runs in a new Python process
+    pinned to ``settings.threads`` of the lane's CPUs (:func:`time_checkpoint_pinned`), not in this
+    Ray worker: on a 2-core VM an unpinned decode in a Ray worker (a dozen threads of its own)
+    landed in one of two speeds per process, 0.015 or 0.023 s for the same split, so two runs of
+    one study disagreed by up to 50 %; pinned, a lone process keeps to one core and its cache."""
     import ray
 
     started = time.time()
     fingerprint = checkpoint_fingerprint(job.checkpoint)
-    timing = time_checkpoint(
-        job.checkpoint, job.task, seed=job.seed, split=job.split, device=lane.device,
-        beam_size=job.beam_size, repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
-    )
+    kwargs = dict(seed=job.seed, split=job.split, device=lane.device, beam_size=job.beam_size,
+                  repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads)
+    if settings.fresh_process and lane.device == "cpu":
+        timing = time_checkpoint_pinned(job.checkpoint, job.task, **kwargs)
+    else:
+        timing = time_checkpoint(job.checkpoint, job.task, **kwargs)
     return TimingRecord(
         trial_id=job.trial_id, checkpoint=str(job.checkpoint), fingerprint=fingerprint, split=job.split,
         timing=timing, node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname(),
         reserved_cpus=lane.cpus, reserved_gpus=lane.gpus, started_at=started, finished_at=time.time(),
     )
+
+
+# What the pinned process runs: pin first (before torch starts any thread), then time, then print.
+_PINNED_CHILD = """
+import json, os, sys
+args = json.loads(sys.stdin.read())
+os.sched_setaffinity(0, set(args["cpus"]))
+from sweeps.timing import time_checkpoint
+timing = time_checkpoint(args["checkpoint"], args["task"], **args["kwargs"])
+print("TIMING " + json.dumps(timing.to_dict()))
+"""
+
+
+def pick_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
+    """``count`` CPUs to pin a timing process to: the highest-numbered of ``allowed`` (default:
+    this process's), away from CPU 0 where interrupts and system daemons tend to run."""
+    pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if count > len(pool):
+        raise TimingError(f"timing threads={count} but only {len(pool)} CPU(s) are available here; lower timing.threads")
+    return pool[-count:]
+
+
+def time_checkpoint_pinned(checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any) -> DecodeTiming:
+    """:func:`time_checkpoint` in a new Python process pinned to ``kwargs["threads"]`` CPUs
+    (:func:`pick_cpus`). CPU only; the timing comes back with the CPUs it ran on."""
+    threads = int(kwargs.get("threads") or 1)
+    cpus = pick_cpus(threads)
+    root = str(Path(__file__).resolve().parents[1])  # sweeps/, lightning_modules/, datamodules/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    request = json.dumps({"cpus": cpus, "checkpoint": str(checkpoint), "task": dict(task), "kwargs": kwargs})
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _PINNED_CHILD], input=request, capture_output=True, text=True, env=env)
+    lines = done.stdout.splitlines()
+    found = [ln[len("TIMING "):] for ln in lines if ln.startswith("TIMING ")]
+    if done.returncode != 0 or not found:
+        errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        raise TimingError(f"the timing process failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
+    timing = DecodeTiming.from_dict(json.loads(found[-1]))
+    return DecodeTiming.from_dict({**asdict(timing), "cpus": tuple(cpus)})
 
 
 def run_timing_stage(

@@ -28,11 +28,14 @@ from sweeps.timing import (
     infer_task,
     load_module,
     main,
+    pick_cpus,
     measure_decode_time,
     plan_lanes,
     read_record,
     run_timing_stage,
     saved_data_settings,
+    time_checkpoint,
+    time_checkpoint_pinned,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,6 +260,7 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         assert record == outcome.record and record.trial_id == job.trial_id
         assert record.timing.repeats == 2 and record.timing.sentences == COPY["val_size"]
         assert record.reserved_cpus == 2.0, "each job holds the whole (2-CPU) node"
+        assert record.timing.cpus == (max(os.sched_getaffinity(0)),), "timed in a process pinned to one CPU"
         assert not list(Path(job.output_dir).glob(".timing.json.*")), "no temporary file left behind"
     a, b = sorted(records, key=lambda r: r.started_at)
     assert a.finished_at <= b.started_at, "the two timings overlapped"
@@ -274,3 +278,22 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     shutil.copy(copy_ckpts["memory"], Path(jobs[0].checkpoint) / "checkpoint.ckpt")
     assert already_timed(jobs[0]) is None
     assert (Path(jobs[0].output_dir) / TIMING_FILE).exists()
+
+
+def test_pinned_timing_picks_the_highest_cpus_and_refuses_more_than_there_are():
+    assert pick_cpus(1, [0, 1, 2, 3]) == [3]
+    assert pick_cpus(2, [0, 5, 3]) == [3, 5]
+    with pytest.raises(TimingError, match="threads=3 but only 2 CPU"):
+        pick_cpus(3, [0, 1])
+
+
+def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
+    ckpt = copy_ckpts["memory"]
+    pinned = time_checkpoint_pinned(ckpt, {"name": "copy", **COPY}, seed=0, split="valid", device="cpu",
+                                    beam_size=2, repeats=2, warmup=0, threads=1)
+    here = time_checkpoint(ckpt, {"name": "copy", **COPY}, seed=0, split="valid", device="cpu",
+                           beam_size=2, repeats=2, warmup=0, threads=1)
+    assert pinned.cpus == (max(os.sched_getaffinity(0)),) and here.cpus == ()
+    assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (here.sentences, here.output_tokens, 2)
+    with pytest.raises(TimingError, match="timing process failed.*bogus"):
+        time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)

@@ -110,13 +110,15 @@ class TimingSpec(_Strict):
     """The decode-timing stage after the Tune run (:mod:`sweeps.timing`): each finished trial's
     final model decodes the ``split`` alone on a node (or a GPU), ``warmup`` untimed passes, then
     ``repeats`` timed ones (the median is the results' ``decode_seconds``), ``threads`` torch
-    threads on CPU, the study's beam size."""
+    threads on CPU, the study's beam size. ``fresh_process`` (CPU): time in a new process pinned
+    to ``threads`` CPUs rather than inside the Ray worker."""
 
     enabled: bool = True
     repeats: int = Field(5, ge=1)
     warmup: int = Field(1, ge=0)
     threads: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    fresh_process: bool = True
     split: Literal["valid", "test"] = "valid"
 
 
