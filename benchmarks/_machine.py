@@ -6,8 +6,9 @@ import os
 import platform
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -53,20 +54,37 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def time_call(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> tuple[float, list[float]]:
-    """Median wall time of ``fn()`` over ``repeats`` runs after ``warmup`` untimed runs."""
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]], device: torch.device, warmup: int, repeats: int
+) -> dict[str, tuple[float, list[float]]]:
+    """Median wall time of each ``fns[name]()`` over ``repeats`` rounds, the calls interleaved (one
+    call of each per round, after ``warmup`` untimed rounds): a slow spell of the machine (another
+    process, a frequency change) then lands on every function alike instead of on whichever ran
+    during it, so ratios between them hold still. Returns name -> (median, times)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
     for _ in range(warmup):
-        fn()
+        for fn in fns.values():
+            fn()
     sync(device)
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+        for name, fn in fns.items():
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(t), t) for name, t in times.items()}
+
+
+def pin_to_cpus(threads: int) -> list[int]:
+    """Pin this process to its ``threads`` highest-numbered allowed CPUs (CPU runs): an unpinned
+    single-threaded run migrates between cores and on a small VM lands in one of two speeds per
+    process. Returns the CPUs (all allowed ones when there are no more than ``threads``)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = allowed[-threads:] if threads < len(allowed) else allowed
+    os.sched_setaffinity(0, set(chosen))
+    return chosen
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -130,14 +148,24 @@ def pyplot_or_none():
     return plt
 
 
-def announce(device_name: str, threads: int, settings: str) -> str:
-    """Set torch's thread count, print the machine line and the run's settings; return the
-    machine line (for the Markdown report)."""
+@contextmanager
+def announced(device_name: str, threads: int, settings: str) -> Iterator[str]:
+    """For the benchmark's run: set torch's thread count, on CPU pin the process to ``threads``
+    cores (:func:`pin_to_cpus`), print the machine line and the run's settings; yields the machine
+    line (for the Markdown report). The CPU affinity is restored on exit, so a caller (a test
+    process that goes on to start Ray) is not left on one core."""
+    saved_affinity = os.sched_getaffinity(0)
     torch.set_num_threads(threads)
-    header = machine_line(machine_info(resolve_device(device_name)))
-    print(header, flush=True)
-    print(settings, flush=True)
-    return header
+    device = resolve_device(device_name)
+    header = machine_line(machine_info(device))
+    try:
+        if device.type == "cpu":
+            header += f" | pinned to CPU {','.join(map(str, pin_to_cpus(threads)))}"
+        print(header, flush=True)
+        print(settings, flush=True)
+        yield header
+    finally:
+        os.sched_setaffinity(0, saved_affinity)
 
 
 def save_png(fig, path: Path) -> Path:

@@ -10,7 +10,9 @@ Run it (from the repository root):
 
 What is timed, per (mechanism, S, T): ``precompute`` over a random (B, S, D) memory, then T calls
 of ``step`` with precomputed random queries (B, H), ``need_weights=False`` (the decoder's hot
-path). Inputs are built before timing; one warm-up, ``--repeats`` timed runs, median.
+path). Inputs are built before timing; one warm-up round, ``--repeats`` timed rounds
+(every mechanism once per round, so a slow spell hits all alike), median; on CPU pinned to
+``--threads`` cores.
 
 Mechanisms (all with H = D = ``--dim``): ``softmax`` = Bahdanau's additive attention, O(S) per
 step; ``monotonic`` = hard monotonic attention in eval mode, O(S + T) per sequence, with its energy
@@ -37,12 +39,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import (  # noqa: E402
-    announce,
+    announced,
     markdown_table,
     pyplot_or_none,
     resolve_device,
     save_png,
-    time_call,
+    time_interleaved,
     write_outputs,
 )
 
@@ -88,10 +90,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         mask = torch.ones(args.batch, S, dtype=torch.bool, device=device)  # (B, S)
         for T in [S] if args.square else args.targets:
             queries = torch.randn(T, args.batch, args.dim, device=device)  # (T, B, H)
-            cell = {}
-            for name, attn in models.items():
-                seconds, _ = time_call(lambda: attend(attn, memory, mask, queries), device, args.warmup, args.repeats)
-                cell[name] = seconds
+            fns = {name: (lambda a=attn: attend(a, memory, mask, queries)) for name, attn in models.items()}
+            cell = {name: median for name, (median, _) in time_interleaved(fns, device, args.warmup, args.repeats).items()}
             for name, seconds in cell.items():
                 speedup = cell["softmax"] / seconds if "softmax" in cell else float("nan")
                 rows.append(
@@ -210,8 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
     """Run the benchmark; returns the paths written (csv, md, png)."""
     args = parse_args(argv)
     settings = f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}"
-    header = announce(args.device, args.threads, settings)
-    rows = run(args)
+    with announced(args.device, args.threads, settings) as header:
+        rows = run(args)
     return write_outputs(rows, args.output, "attention_step", "Attention step alone", header, settings, summarise, plot)
 
 

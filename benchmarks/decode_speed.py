@@ -18,8 +18,10 @@ each memory spec's time / no-attention time and Bahdanau's time / each memory sp
 
 What is timed: ``Seq2Seq.greedy_decode`` / ``Seq2Seq.beam_search`` (encoder, attention
 precompute, the decode loop, beam bookkeeping and backtracking) on one fixed batch that is
-already on the device; building the batch and the model is not timed. One untimed warm-up run,
-then ``--repeats`` timed runs; the median is reported.
+already on the device; building the batch and the model is not timed. One untimed warm-up round,
+then ``--repeats`` timed rounds, each round decoding once with every mechanism in turn (so a slow
+spell of the machine falls on all of them alike); the median per mechanism is reported. On CPU
+the process is pinned to ``--threads`` cores (the highest-numbered), so it does not migrate.
 
 Every mechanism does the same work: the models have random weights, so left alone they would
 emit EOS at different steps. The decode runs with ``min_len = max_len = L + 1`` (EOS masked out
@@ -46,12 +48,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import (  # noqa: E402
-    announce,
+    announced,
     markdown_table,
     pyplot_or_none,
     resolve_device,
     save_png,
-    time_call,
+    time_interleaved,
     write_outputs,
 )
 
@@ -131,17 +133,19 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for length in args.lengths:
         src, src_lengths = make_batch(args.batch, length, device, args.seed)
         steps = length + 1
-        for spec in args.mechanisms:
-            model = build_model(spec, length, args.preset, device, args.seed)
-            for mode in args.modes:
+        models = {spec: build_model(spec, length, args.preset, device, args.seed) for spec in args.mechanisms}
+        for mode in args.modes:
+            fns = {}
+            for spec, model in models.items():
                 if mode == "greedy":
-                    fn = lambda: model.greedy_decode(src, src_lengths, max_len=steps, min_len=steps)  # noqa: E731
+                    fns[spec] = lambda m=model: m.greedy_decode(src, src_lengths, max_len=steps, min_len=steps)
                 else:
-                    fn = lambda: model.beam_search(  # noqa: E731
+                    fns[spec] = lambda m=model: m.beam_search(
                         src, src_lengths, beam_size=args.beam, max_len=steps, min_len=steps
                     )
-                median, times = time_call(fn, device, args.warmup, args.repeats)
-                row = {
+            # every mechanism once per round: a slow spell of the machine hits all alike
+            for spec, (median, times) in time_interleaved(fns, device, args.warmup, args.repeats).items():
+                rows.append({
                     "mechanism": spec,
                     "length": length,
                     "mode": mode,
@@ -155,11 +159,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "preset": args.preset,
                     "device": str(device),
                     "threads": torch.get_num_threads(),
-                }
-                rows.append(row)
+                })
                 if not args.silent:
                     print(f"  {spec:>14} L={length:<4} {mode:<6} {median:8.4f} s", flush=True)
-            del model
+        del models
     return rows
 
 
@@ -264,8 +267,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
         f"model {args.preset}, batch {args.batch}, beam {args.beam}, {args.warmup} warm-up + "
         f"{args.repeats} timed runs (median), exactly L + 1 decode steps"
     )
-    header = announce(args.device, args.threads, settings)
-    rows = run(args)
+    with announced(args.device, args.threads, settings) as header:
+        rows = run(args)
     return write_outputs(rows, args.output, "decode_speed", "Decode speed", header, settings, summarise, plot)
 
 

@@ -114,3 +114,15 @@ def test_attention_step_square_prints_the_s_equals_t_table(tmp_path, capsys):
             table.loc[S, "softmax ms"] / table.loc[S, "monotonic ms"], rel=2e-3, abs=2e-3
         )
     assert "S = T" in capsys.readouterr().out
+
+
+def test_benchmarks_pin_to_one_core_while_running_and_give_the_cores_back(tmp_path, capsys):
+    import os
+
+    before = os.sched_getaffinity(0)
+    bench = load("attention_step")
+    bench.main(["--sources", "4", "--targets", "3", "--mechanisms", "softmax", "memory", "--repeats", "1",
+                "--warmup", "0", "--threads", "1", "--output", str(tmp_path), "--silent"])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith(f"pinned to CPU {max(before)}") or len(before) == 1, header
+    assert os.sched_getaffinity(0) == before, "the test process keeps all its cores afterwards"
