@@ -15,7 +15,8 @@ from .spec import column_name, get_dotted
 
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
-TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats"]
+TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
+                  "decode_interrupted", "decode_contended"]
 METRIC_COLUMNS = ["val/bleu", *TIMING_COLUMNS, "val/decode_seconds", "val/loss", "val/token_acc"]
 FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status"]
 TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
@@ -113,7 +114,8 @@ def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: 
         row.update(
             decode_seconds=timing["median_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
             decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
-            decode_repeats=timing["repeats"],
+            decode_repeats=timing["repeats"], decode_interrupted=timing.get("interrupted", 0),
+            decode_contended=bool(timing.get("contended", False)),
         )
     if error is not None:
         row["timing_error"] = error

@@ -22,6 +22,9 @@ What is timed (:func:`measure_decode_time`): ``Seq2SeqModule.decode`` -- the dec
 -- over every batch of the split. The batches are built and moved to the device first, so data
 loading is not timed; one untimed warm-up pass over the split (``--warmup``), then ``--repeats``
 timed passes; the median is the figure, with min/max and the interquartile range as its spread.
+On CPU with one thread, a pass whose wall time exceeds its thread's CPU time by 10 % (another
+process shared the core) is thrown away and run again, up to 4x ``--repeats`` passes; the count is
+recorded (``interrupted``), and ``contended`` says when too few clean passes came.
 On CPU torch uses a fixed number of threads (``--threads``, default 1, as
 ``benchmarks/decode_speed.py``); on a GPU the timed region is bracketed by
 ``torch.cuda.synchronize()``.
@@ -34,6 +37,7 @@ skips trials already timed for the same checkpoint (so ``--resume`` never times 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -93,6 +97,8 @@ class DecodeTiming:
     threads: int  # torch intra-op threads during the timed passes
     torch_version: str
     cpus: tuple[int, ...] = ()  # the CPUs the timed process was pinned to (empty: not pinned)
+    interrupted: int = 0  # timed passes thrown away and run again: their core was shared (see SHARED_CORE)
+    contended: bool = False  # too few clean passes: the figure includes passes on a shared core
 
     @property
     def repeats(self) -> int:
@@ -125,6 +131,13 @@ class DecodeTiming:
     def from_dict(cls, data: Mapping[str, Any]) -> "DecodeTiming":
         names = cls.__dataclass_fields__
         return cls(**{k: (tuple(v) if k in ("seconds", "cpus") else v) for k, v in data.items() if k in names})
+
+
+# A CPU pass with one torch thread whose wall time exceeds its thread's CPU time by this factor
+# was taken off its core part of the time (another process ran there). On the idle 2-core VM a
+# pass's wall / CPU ratio was <= 1.08 (40 passes); with two busy processes beside it, 1.74-2.06.
+SHARED_CORE = 1.10
+MAX_ATTEMPTS_FACTOR = 4  # at most repeats x this timed passes before settling for contended ones
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -167,7 +180,9 @@ def measure_decode_time(
             ``device`` before anything is timed.
         device: ``cpu`` or ``cuda[:N]``.
         beam_size: 1 greedy, more beam search; None: the module's ``val_beam_size``.
-        repeats: timed passes over the split (the median is the figure).
+        repeats: timed passes over the split (the median is the figure). On CPU with one thread,
+            a pass that did not have its core to itself (wall > ``SHARED_CORE`` x its CPU time) is
+            discarded and run again, at most ``MAX_ATTEMPTS_FACTOR`` x repeats passes in all.
         warmup: untimed passes first (allocator, caches, lazy initialisation).
         threads: torch intra-op threads during the measurement (restored afterwards); None keeps
             the current setting.
@@ -201,22 +216,30 @@ def measure_decode_time(
         with _beam_size(module, beam), torch.inference_mode():
             for _ in range(warmup):
                 decode_split()
-            runs = []
-            for _ in range(repeats):
+            runs, shared = [], []
+            watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
+            for _ in range(repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)):
                 sync()
-                start = time.perf_counter()
+                cpu_start, start = time.thread_time(), time.perf_counter()
                 outputs = decode_split()
                 sync()
-                runs.append(time.perf_counter() - start)
+                wall, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
+                (shared if watch and wall > SHARED_CORE * cpu else runs).append(wall)
+                if len(runs) == repeats:
+                    break
+            contended = len(runs) < repeats
+            if contended:  # the core was never free for long: report what was measured, flagged
+                runs += sorted(shared)[: repeats - len(runs)]
             used_threads = torch.get_num_threads()
             pad_id = module.hparams.pad_id
             output_tokens = sum(int((tokens != pad_id).sum()) for tokens in outputs)  # counted after timing
     finally:
         torch.set_num_threads(previous_threads)
-    return DecodeTiming.from_runs(
+    timing = DecodeTiming.from_runs(
         runs, sentences=sentences, output_tokens=output_tokens, batches=len(on_device), beam_size=beam,
         warmup=warmup, device=str(device), threads=used_threads,
     )
+    return dataclasses.replace(timing, interrupted=len(shared), contended=contended)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -651,8 +674,17 @@ def run_timing_stage(
             outcomes[i] = TimingOutcome(job, "timed", record=record)
             t = record.timing
             say(f"[timing] trial {job.trial_id}: {t.median_seconds:.4f} s (median of {t.repeats}; "
-                f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)) -> {job.result_path}")
+                f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
+                f"{shared_core_note(t)}) -> {job.result_path}")
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def shared_core_note(t: DecodeTiming) -> str:
+    """What the log says about passes that found their core shared ("" when none did)."""
+    if t.contended:
+        return (f"; WARNING: {t.interrupted} passes found the core shared with other work, too many to run "
+                f"again, so the median includes some of them: time it again on a quiet machine")
+    return f"; {t.interrupted} pass(es) on a shared core run again" if t.interrupted else ""
 
 
 def _lanes(settings: TimingSettings, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
@@ -735,7 +767,7 @@ def report_lines(timing: DecodeTiming, split: str) -> list[str]:
         f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}, "
         f"{t.threads} thread(s), torch {t.torch_version}; {t.warmup} warm-up + {t.repeats} timed runs",
         f"whole split  {t.median_seconds:.4f} s  (median of {t.repeats}; min {t.min_seconds:.4f}, "
-        f"max {t.max_seconds:.4f}, IQR {t.iqr_seconds:.4f})",
+        f"max {t.max_seconds:.4f}, IQR {t.iqr_seconds:.4f}{shared_core_note(t)})",
         f"per sentence {1000 * t.per_sentence_seconds:.3f} ms",
         "runs (s)     " + " ".join(f"{s:.4f}" for s in t.seconds),
     ]

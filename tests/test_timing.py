@@ -32,6 +32,7 @@ from sweeps.timing import (
     measure_decode_time,
     plan_lanes,
     read_record,
+    report_lines,
     run_timing_stage,
     saved_data_settings,
     time_checkpoint,
@@ -297,3 +298,21 @@ def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
     assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (here.sentences, here.output_tokens, 2)
     with pytest.raises(TimingError, match="timing process failed.*bogus"):
         time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)
+
+
+def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(copy_ckpts):
+    """A busy process pinned to the timing process's core: every pass's wall time is about twice
+    its CPU time, so each is thrown away and, after 4x repeats, the timing says it is contended."""
+    cpu = max(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        timing = time_checkpoint_pinned(copy_ckpts["memory"], {"name": "copy", **COPY, "val_size": 200}, seed=0,
+                                        split="valid", device="cpu", beam_size=4, repeats=3, warmup=1, threads=1)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert timing.cpus == (cpu,)
+    assert timing.contended and timing.interrupted >= 10, (timing.interrupted, timing.seconds)
+    assert len(timing.seconds) == 3
+    line = "\n".join(report_lines(timing, "valid"))
+    assert "WARNING" in line and "quiet machine" in line
