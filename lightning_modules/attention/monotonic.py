@@ -166,7 +166,7 @@ class MonotonicAttention(Attention):
         flat = (srow * (S + C))[:, None] + window  # (N, C) rows of keys_ahead viewed as (Bc*(S+C), A)
         cand = keys.reshape(Bc * (S + C), -1).index_select(0, flat.view(-1)).view(N, C, -1)  # (N, C, A)
         hit = (self._energy(cand, query_proj[:, None, :]) > 0) & (window < limit[:, None])  # (N, C) p > 0.5
-        first = F.pad(hit, (0, 1), value=True).to(torch.uint8).argmax(dim=1)  # (N,) C where no hit
+        first = (hit.cumsum(dim=1) == 0).sum(dim=1)  # (N,) leading misses: the first hit's offset, C where none
         new_pos = pos + first  # (N,) the first hit at or after pos: never moves back
         # 2) the rows whose window held no hit but did not reach the sentence end: their whole
         #    remaining sentence at once. The nonzero() is the step's one host sync.
