@@ -17,7 +17,9 @@ SECRET = "wandb-key-that-must-never-be-written-0123456789"
 
 
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
-    """A two-cell copy-task study that trains in seconds; top-level keys in ``over`` replace its own."""
+    """A two-cell copy-task study that trains in seconds; top-level keys in ``over`` replace its own.
+    The decode-timing stage is off (each timed trial costs a fresh process, ~4 s): the tests of
+    the stage itself turn it on."""
     spec: dict[str, Any] = {
         "name": name,
         "task": {"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
@@ -26,6 +28,7 @@ def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
         "trainer": {"max_steps": 20, "val_check_interval": 10},
         "resources": {"cpu": 1},
         "wandb": {"project": "test", "tags": ["pytest"]},
+        "timing": {"enabled": False},
     }
     spec.update(over)
     return spec

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
-    spec = write_spec(tmp_path, tiny_spec("e2e"))
+    spec = write_spec(tmp_path, tiny_spec("e2e", timing={"enabled": True}))
     out = tmp_path / "out"
     assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
     printed = capsys.readouterr().out
