@@ -29,13 +29,13 @@ from typing import Any, Optional
 
 TASK_CLASSES = {"copy": ("datamodules.copy_task", "CopyTaskDataModule"), "wmt17": ("datamodules.wmt17", "WMT17DataModule")}
 PACKAGES = ("lightning_modules", "datamodules")
-FORMAT = 1  # bump when the pickled layout changes
+FORMAT = 2  # bump when the pickled layout changes
 
 
 @dataclass
 class Signatures:
     key: str
-    datamodules: dict[str, dict[str, tuple[Any, Any]]]  # task -> name -> (annotation, default)
+    datamodules: dict[str, Any]  # task -> name -> (annotation, default); or the import error's text
     module: dict[str, tuple[Any, Any]]  # Seq2SeqModule.__init__
     attention: dict[str, dict[str, tuple[Any, Any]]]  # mechanism -> option -> (annotation, default)
     attention_checks: dict[tuple, Optional[str]] = field(default_factory=dict)  # see attention_problem
@@ -131,9 +131,12 @@ def _read_packages(key: str) -> Signatures:
     from lightning_modules.attention import ATTENTION_REGISTRY
     from lightning_modules.module import Seq2SeqModule
 
-    datamodules = {}
+    datamodules: dict[str, Any] = {}
     for task, (module, cls) in TASK_CLASSES.items():
-        datamodules[task] = params(getattr(importlib.import_module(module), cls).__init__)
+        try:
+            datamodules[task] = params(getattr(importlib.import_module(module), cls).__init__)
+        except ImportError as exc:  # a task whose extra dependencies are not installed
+            datamodules[task] = f"{type(exc).__name__}: {exc}"
     attention = {}
     for name, cls in ATTENTION_REGISTRY.items():
         attention[name] = {k: v for k, v in params(cls.__init__).items() if k not in ("query_dim", "memory_dim")}
@@ -162,7 +165,10 @@ def datamodule_param_types(task_name: str) -> dict[str, Any]:
     """The task's datamodule settings: name -> annotation. Callers must not mutate it."""
     if task_name not in TASK_CLASSES:
         raise ValueError(f"unknown task {task_name!r}; valid: {', '.join(TASK_CLASSES)}")
-    return {k: ann for k, (ann, _) in signatures().datamodules[task_name].items()}
+    found = signatures().datamodules[task_name]
+    if isinstance(found, str):
+        raise ValueError(f"the {task_name} task cannot be loaded here ({found}); install its dependencies")
+    return {k: ann for k, (ann, _) in found.items()}
 
 
 def module_signature_params() -> dict[str, tuple[Any, Any]]:
