@@ -162,7 +162,7 @@ def save_checkpoint_atomic(trainer: pl.Trainer, path: str) -> None:
     """``trainer.save_checkpoint`` to a temporary name, flushed to disk, then renamed: a crash
     mid-write leaves no half-written ``path``. Collective under DDP (rank 0 writes)."""
     partial = path + ".partial"
-    trainer.save_checkpoint(partial)
+    trainer.save_checkpoint(partial, weights_only=False)  # the whole state: a resumed trial needs its optimiser
     if trainer.is_global_zero:
         with open(partial, "rb") as f:
             os.fsync(f.fileno())
@@ -255,8 +255,12 @@ def quiet_logs() -> None:
     """Raise the per-trial banners to warnings only; warnings and errors still reach the console."""
     import logging
 
+    import warnings
+
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Lightning's own notice about torch's pytree API, once per trial; nothing a study can change
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
 @dataclass
