@@ -42,6 +42,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,7 +57,8 @@ import lightning.pytorch as pl
 import torch
 from annotated_types import Ge
 
-from .build import build_datamodule, datamodule_param_types
+from .build import build_datamodule
+from .spec.signatures import TASK_CLASSES, datamodule_param_types
 
 __all__ = [
     "DecodeTiming", "TimingError", "TimingJob", "TimingOutcome", "TimingRecord", "TimingSettings",
@@ -65,7 +67,7 @@ __all__ = [
 
 TIMING_FILE = "timing.json"
 SPLITS = ("valid", "test")
-TASKS = ("copy", "wmt17")  # the task names sweeps.build.datamodule_class knows
+TASKS = tuple(TASK_CLASSES)  # the task names sweeps.build.datamodule_class knows
 DATAMODULE_SETTINGS_KEY = pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY  # "datamodule_hyper_parameters"
 
 
@@ -591,16 +593,13 @@ def time_checkpoint_pinned(checkpoint: str | Path, task: Mapping[str, Any], **kw
     root = str(Path(__file__).resolve().parents[1])  # sweeps/, lightning_modules/, datamodules/
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     request = json.dumps({"cpus": cpus, "checkpoint": str(checkpoint), "task": dict(task), "kwargs": kwargs})
-    import subprocess
-
     done = subprocess.run([sys.executable, "-c", _PINNED_CHILD], input=request, capture_output=True, text=True, env=env)
     lines = done.stdout.splitlines()
     found = [ln[len("TIMING "):] for ln in lines if ln.startswith("TIMING ")]
     if done.returncode != 0 or not found:
         errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
         raise TimingError(f"the timing process failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
-    timing = DecodeTiming.from_dict(json.loads(found[-1]))
-    return DecodeTiming.from_dict({**asdict(timing), "cpus": tuple(cpus)})
+    return dataclasses.replace(DecodeTiming.from_dict(json.loads(found[-1])), cpus=tuple(cpus))
 
 
 def run_timing_stage(

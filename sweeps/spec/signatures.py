@@ -184,12 +184,17 @@ def attention_param_types(attention: str) -> dict[str, Any]:
     return {k: ann for k, (ann, _) in known[attention].items()}
 
 
-def attention_problem(attention: str, options_key: tuple, options: dict[str, Any], dims: tuple[int, int]) -> Optional[str]:
+def frozen(d: dict) -> tuple:
+    """A hashable key for a settings mapping (values that are lists or dicts by their repr)."""
+    return tuple(sorted((k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in d.items()))
+
+
+def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> Optional[str]:
     """Why the mechanism rejects ``options`` at (query, memory) sizes ``dims`` (its own message),
     or None. Each distinct configuration is constructed once, ever: the answer is cached with the
-    signatures (``options_key``: a hashable form of ``options``)."""
+    signatures."""
     sig = signatures()
-    key = (attention, options_key, tuple(dims))
+    key = (attention, frozen(options), tuple(dims))
     if key not in sig.attention_checks:
         from lightning_modules.attention import build_attention
 

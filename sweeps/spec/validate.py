@@ -14,9 +14,10 @@ from lightning_modules.presets import PRESETS, attention_dims
 
 from .grid import Cell
 from .schema import SpecError, SweepSpec, TrainerSpec, format_validation
-from .signatures import attention_param_types, attention_problem, datamodule_param_types, module_signature_params
+from .signatures import (TASK_CLASSES, attention_param_types, attention_problem, datamodule_param_types, frozen,
+                         module_signature_params)
 
-TASKS = ("copy", "wmt17")
+TASKS = tuple(TASK_CLASSES)
 # Module arguments the trial fills in from the datamodule; a spec may not set them.
 DERIVED_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
 
@@ -75,7 +76,7 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
     # the sizes the trial's model will give the mechanism, so e.g. luong_dot's H == D fails here
     dims = attention_dims(preset, model.get("hidden_size"), model.get("bidirectional"))
     att_opts = {k: v for k, v in model.items() if k not in mod_params}
-    problem = attention_problem(attention, _frozen(att_opts), att_opts, dims)
+    problem = attention_problem(attention, att_opts, dims)
     if problem:
         key = next((k for k in att_opts if k in problem), None)
         where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
@@ -98,11 +99,6 @@ def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
 # A large grid holds the same settings in many cells: each distinct check runs once (10,000 cells
 # would otherwise build 10,000 attention modules and 90,000 pydantic validators). The attention
 # checks are also kept on disk with the signatures (.signatures), across runs.
-
-
-def _frozen(d: dict) -> tuple:
-    """A hashable key for a settings mapping (values that are lists or dicts by their repr)."""
-    return tuple(sorted((k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in d.items()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,7 +132,7 @@ _TRAINER_CHECKS: dict[tuple, Optional[str]] = {}
 
 
 def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
-    key = _frozen(trainer)
+    key = frozen(trainer)
     if key not in _TRAINER_CHECKS:
         try:
             TrainerSpec.model_validate(trainer)
