@@ -16,6 +16,17 @@ from sweep_helpers import interrupt_after_one_finishes, local_ray, tiny_spec, wr
 from sweeps.launch import main  # noqa: E402
 
 
+def two_cell_optuna_spec(name: str, **over) -> dict:
+    """Cells none and bahdanau, each an Optuna study of 2 samples over the learning rate."""
+    return tiny_spec(
+        name,
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        **over,
+    )
+
+
 def results_of(trial_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines() if line.strip()]
 
@@ -71,11 +82,8 @@ def _span(trial_dir: Path) -> tuple[float, float]:
 
 
 def test_optuna_studies_of_both_cells_run_at_the_same_time(local_ray, tmp_path):
-    spec = tiny_spec(
+    spec = two_cell_optuna_spec(
         "both",
-        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
-        num_samples=2,
         trainer={"max_steps": 20, "val_check_interval": 10},
         wandb={"mode": "offline", "log_heatmaps": False},
     )
@@ -148,11 +156,8 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    spec = tiny_spec(
+    spec = two_cell_optuna_spec(
         "resume_optuna",
-        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
-        num_samples=2,
         trainer={"max_steps": 200, "val_check_interval": 10},
         max_concurrent_trials=1,
         wandb={"mode": "disabled"},
