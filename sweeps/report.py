@@ -195,8 +195,10 @@ def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", t
         lines += ["## Results", "", _to_markdown(table), ""]
         if seconds_column(df) == SECONDS:
             timing = ("decode_s: the decode-timing stage's median seconds to decode the validation set, each "
-                      "model alone on its node after the Tune run (data loading excluded; spread per trial in "
-                      "results.csv: decode_seconds_iqr/min/max). val/decode_seconds in results.csv and W&B is "
+                      "model alone on its node after the Tune run, on CPU in a process pinned to its core(s), "
+                      "passes that found their core shared run again (data loading excluded; spread per trial "
+                      "in results.csv: decode_seconds_iqr/min/max, decode_interrupted, decode_contended). "
+                      "val/decode_seconds in results.csv and W&B is "
                       "measured during training beside other trials: a training-time signal only.")
         else:
             timing = ("decode_s: val/decode_seconds, measured during training beside other trials (the timing "
