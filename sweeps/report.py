@@ -194,7 +194,9 @@ def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", t
     else:
         lines += ["## Results", "", _to_markdown(table), ""]
         if seconds_column(df) == SECONDS:
-            timing = ("decode_s: the decode-timing stage's median seconds to decode the validation set, each "
+            repeats = sorted({int(r) for r in df["decode_repeats"].dropna()}) if "decode_repeats" in df else []
+            passes = f" over {'/'.join(map(str, repeats))} timed passes" if repeats else ""
+            timing = (f"decode_s: the decode-timing stage's median{passes} of the seconds to decode the validation set, each "
                       "model alone on its node after the Tune run, on CPU in a process pinned to its core(s), "
                       "passes that found their core shared run again (data loading excluded; spread per trial "
                       "in results.csv: decode_seconds_iqr/min/max, decode_interrupted, decode_contended). "
