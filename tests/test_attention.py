@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lightning_modules.attention import ATTENTION_REGISTRY, build_attention, map_batch
+from lightning_modules.attention import ATTENTION_REGISTRY, Shared, build_attention, map_batch
 from lightning_modules.attention.functional import (
     monotonic_alignment,
     position_encoding,
@@ -438,13 +438,13 @@ def test_monotonic_hard_decode_is_linear_time(monkeypatch):
     memory, mask, _ = make_inputs(batch=batch, src_len=src_len, lengths=[30, 30, 25, 17, 9, 30, 1, 0])
     queries = torch.randn(steps, batch, H)
     shapes = []
-    energy = attn._energy
+    energy = attn._scan_energy
 
-    def counting_energy(keys, query_proj):
-        shapes.append(tuple(keys.shape[:-1]))
-        return energy(keys, query_proj)
+    def counting_energy(cand, query_proj, bias, weight):
+        shapes.append(tuple(cand.shape[:-1]))
+        return energy(cand, query_proj, bias, weight)
 
-    monkeypatch.setattr(attn, "_energy", counting_energy)
+    monkeypatch.setattr(attn, "_scan_energy", counting_energy)
     with torch.no_grad():
         _hard_decode(attn, memory, mask, queries)
     windows = [s for s in shapes if s == (batch, chunk)]
@@ -500,6 +500,38 @@ def test_monotonic_hard_equals_brute_force_reference(src_len, steps, bias):
     assert (expected >= 0).any()  # some rows attend somewhere
 
 
+def test_monotonic_hard_never_stops_at_a_masked_position():
+    """A mask with holes inside the sentences: the hard scan passes over the holes (p = 0 there,
+    as in the soft modes) and agrees with the functional hard alignment on the masked p."""
+    torch.manual_seed(5)
+    batch, src_len, steps = 10, 24, 30
+    attn = build("monotonic", score_bias_init=0.5, scan_chunk=3).double().eval()
+    with torch.no_grad():
+        attn.g.fill_(3.0)
+    memory = torch.randn(batch, src_len, D, dtype=torch.float64)
+    mask = torch.rand(batch, src_len) < 0.6  # (B, S) holes anywhere, some rows maybe empty
+    mask[0] = False  # one empty sentence
+    queries = torch.randn(steps, batch, H, dtype=torch.float64)
+    with torch.no_grad():
+        hard = _hard_decode(attn, memory, mask, queries)  # (B, T, S)
+        cache = attn.precompute(memory, mask)
+        previous = attn._as_soft_state(attn.initial_state(cache), cache)
+        for t, query in enumerate(queries):
+            p = torch.sigmoid(attn._energy(cache["keys"], attn.W_h(query)[:, None, :])) * mask  # (B, S)
+            previous = monotonic_alignment(p, previous, "hard")
+            torch.testing.assert_close(previous, hard[:, t])
+    assert torch.all(hard[~mask[:, None, :].expand_as(hard)] == 0)
+    assert hard[1:].sum() > steps  # rows do attend, so the holes were really passed over
+
+
+def test_shared_cache_entries_pass_through_map_batch():
+    weight = torch.randn(4, 3)
+    cache = {"keys": torch.randn(2, 5), "shared": Shared(weight=weight)}
+    expanded = map_batch(lambda x: x.index_select(0, torch.tensor([0, 0, 1, 1])), cache)
+    assert expanded["keys"].shape == (4, 5)
+    assert expanded["shared"] is cache["shared"] and expanded["shared"].weight is weight
+
+
 def test_monotonic_states_convert_between_modes():
     attn = build("monotonic", training=True, sigmoid_noise=0.0)
     memory, mask, queries = make_inputs()
@@ -508,7 +540,7 @@ def test_monotonic_states_convert_between_modes():
     assert set(state) == {"alignment"}
     attn.eval()  # switch to hard decoding mid-way
     ctx, state, weights = attn.step(queries[1], cache, state, need_weights=True)
-    assert set(state) == {"pos", "done"} and torch.all(weights[~mask] == 0)
+    assert set(state) == {"pos", "end"} and torch.all(weights[~mask] == 0)
     attn.train()
     _, state, weights = attn.step(queries[2], cache, state, need_weights=True)
     assert set(state) == {"alignment"} and math.isfinite(weights.sum().item())

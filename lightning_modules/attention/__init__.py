@@ -6,6 +6,7 @@ from .base import (
     beam_groups,
     build_attention,
     map_batch,
+    Shared,
     register_attention,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "beam_groups",
     "build_attention",
     "map_batch",
+    "Shared",
     "register_attention",
 ]

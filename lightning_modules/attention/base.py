@@ -15,10 +15,15 @@ with G times as many rows as the cache (G = beams per sentence, rows sentence-ma
 i reads cache row ``i // G``; see :func:`beam_groups`). Beam search then keeps the source-only
 cache at one row per sentence and expands only the per-beam ``state``; for the other mechanisms
 it copies the cache to every beam, as before.
+
+A cache may also hold a :class:`Shared` value: tensors that are the same for every row, such as
+weights rearranged once per decode for a faster step. :func:`map_batch` passes it through
+untouched, so expanding or reordering rows never copies it.
 """
 from __future__ import annotations
 
 import inspect
+import types
 from typing import Any, Callable, ClassVar, Optional
 
 import torch
@@ -102,6 +107,11 @@ def beam_groups(query: torch.Tensor, cache_rows: int) -> int:
     return rows // cache_rows
 
 
+class Shared(types.SimpleNamespace):
+    """Cache entries without a batch dimension (the same for every row), as attributes:
+    ``Shared(weight=w)``, read as ``cache["shared"].weight``. ``map_batch`` leaves them alone."""
+
+
 def map_batch(fn: Callable[[torch.Tensor], torch.Tensor], tree: Any) -> Any:
     """Apply ``fn`` to every tensor in a (nested) tuple/list/dict, e.g. ``index_select`` on dim 0."""
     if tree is None:
@@ -112,7 +122,7 @@ def map_batch(fn: Callable[[torch.Tensor], torch.Tensor], tree: Any) -> Any:
         return {k: map_batch(fn, v) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
         return type(tree)(map_batch(fn, v) for v in tree)
-    return tree  # ints, floats, strings pass through unchanged
+    return tree  # ints, floats, strings and Shared values pass through unchanged
 
 
 class Attention(nn.Module):
