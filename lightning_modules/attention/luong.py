@@ -105,7 +105,8 @@ class LuongConcatAttention(_ContentAttention):
         return self.W_s(memory)  # (B, S, H)
 
     def _scores(self, query, keys):
-        hidden = torch.tanh(keys.unsqueeze(1) + self.W_q(query).unsqueeze(2))  # (Bc, G, S, H)
+        # in place: one (Bc, G, S, H) temporary per step, not two (see BahdanauAttention.step)
+        hidden = (keys.unsqueeze(1) + self.W_q(query).unsqueeze(2)).tanh_()  # (Bc, G, S, H)
         return self.v(hidden).squeeze(-1)  # (Bc, G, S)
 
 
