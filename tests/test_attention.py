@@ -186,6 +186,22 @@ def test_non_recurrent_mechanisms_ignore_state(name):
     assert state is None and torch.isfinite(ctx).all()
 
 
+@pytest.mark.parametrize("name", ["bahdanau", "luong_concat"])
+def test_additive_scores_have_exact_gradients(name):
+    """Their steps take tanh in place on the sum of keys and query: autograd's numerical check
+    of the context against memory and query, in float64, shared cache and two beams per row."""
+    attn = build(name, training=True).double()
+    torch.manual_seed(2)
+    memory = torch.randn(2, 5, D, dtype=torch.float64, requires_grad=True)
+    query = torch.randn(4, H, dtype=torch.float64, requires_grad=True)  # 2 sentences x 2 beams
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+
+    def context(memory, query):
+        return attn.step(query, attn.precompute(memory, mask), None)[0]
+
+    assert torch.autograd.gradcheck(context, (memory, query))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_gradients_are_finite_in_training(name):
     attn = build(name, training=True)
