@@ -26,11 +26,12 @@ Modes (option ``mode``; None means "parallel" in training and "hard" in eval):
   and GPU alike. Energy evaluations per row: ``scan_chunk`` per step, plus at most S for each jump
   past a window, which moves the row on by at least ``scan_chunk`` positions or ends it.
 
-  What keeps the step short: ``precompute`` pads keys, memory and a stop bias (r at real
-  positions, -inf at padded ones) with ``scan_chunk`` rows past the end, so no window needs
-  clamping or masking; every row's window is one gather from the flattened keys; a row that ran
-  off moves to ``pos = S``, the first padding row: its windows are padding and its memory row
-  is zero, so its context needs no masking either.
+  What keeps the step short: ``precompute`` (in hard mode only) pads keys, memory and a stop bias
+  (r at real positions, -inf at padded ones) with ``scan_chunk`` rows past the end, so no window
+  needs clamping or masking; every row's window is one gather from the flattened keys; a row that
+  ran off moves to ``pos = S``, the first padding row: its windows are padding and its memory row
+  is zero, so its context needs no masking either. The state carries each row's ``end`` (derivable
+  from the cache) so that a step needs no gather to find it.
 
 A state built in one mode is converted if a step runs in the other (e.g. ``.eval()`` mid-way):
 a hard state becomes its one-hot row, a soft alignment its argmax (or pos = S, attending nowhere,
@@ -106,25 +107,41 @@ class MonotonicAttention(Attention):
         """e = g * v_hat^T tanh(keys + query_proj) + r (+ noise in training).
 
         Args:
-            keys: W_s s_j, (..., A): (B, S, A) for all positions, (n, A) for scan candidates.
+            keys: W_s s_j, (B, S, A).
             query_proj: W_h q + b, broadcastable to ``keys``.
         Returns:
             energies of shape ``keys.shape[:-1]``.
         """
         v_hat = self.v / self.v.norm()  # (A,)
-        energy = self.g * (torch.tanh(keys + query_proj) @ v_hat) + self.r  # (...)
+        return self._noisy(self.g * (torch.tanh(keys + query_proj) @ v_hat) + self.r)  # (...)
+
+    def _noisy(self, energy: torch.Tensor) -> torch.Tensor:
+        """The pre-sigmoid noise, in training mode only."""
         if self.training and self.sigmoid_noise > 0:
-            energy = energy + self.sigmoid_noise * torch.randn_like(energy)
+            return energy + self.sigmoid_noise * torch.randn_like(energy)
         return energy
 
     # ---- interface ---------------------------------------------------------------------
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
-        S, C = mask.shape[1], self.scan_chunk
+        S = mask.shape[1]
         # one past the last real position (the hard scan's end), 0 for an empty row
         last = S - mask.flip(1).to(torch.uint8).argmax(dim=1)  # (B,)
         end = torch.where(mask.any(dim=1), last, torch.zeros_like(last))  # (B,)
-        # the hard scan's inputs, padded with C rows past the end so that no window needs clamping:
-        # memory with C zero rows (the context of a row parked at S, attending nowhere, is 0) ...
+        cache = {"memory": memory, "mask": mask, "end": end}
+        if self._current_mode() == "hard":
+            return self._with_scan_inputs(cache)
+        return {**cache, "keys": self.W_s(memory)}  # keys (B, S, A)
+
+    def _with_scan_inputs(self, cache):
+        """``cache`` with the hard scan's inputs, built once per decode (not in training, where the
+        soft modes need none of them). A cache built in a soft mode gets them here when a hard step
+        reads it (``.eval()`` mid-decode), then on every such step: not a hot path."""
+        if "keys_ahead" in cache:
+            return cache
+        memory, mask, C = cache["memory"], cache["mask"], self.scan_chunk
+        S = mask.shape[1]
+        # padded with C rows past the end so that no window needs clamping: memory with C zero
+        # rows (the context of a row parked at S, attending nowhere, is 0) ...
         memory_ahead = F.pad(memory, (0, 0, 0, C))  # (B, S + C, D)
         keys_ahead = self.W_s(memory_ahead)  # (B, S + C, A) ... its keys ...
         # ... r where a position can stop the scan, -inf where it cannot (padding) ...
@@ -138,14 +155,12 @@ class MonotonicAttention(Attention):
             scan_weight=self.v * (self.g / self.v.norm()),  # (A,)
         )
         return {
-            "memory": memory,
-            "mask": mask,
+            **cache,
             "keys": keys_ahead[:, :S],  # (B, S, A)
             "keys_ahead": keys_ahead,
             "bias_ahead": bias_ahead,
             "memory_ahead": memory_ahead,
             "shared": shared,
-            "end": end,
         }
 
     def initial_state(self, cache):
@@ -161,6 +176,7 @@ class MonotonicAttention(Attention):
         mode = self._current_mode()
         G = beam_groups(query, cache["mask"].shape[0])
         if mode == "hard":
+            cache = self._with_scan_inputs(cache)
             return self._hard_step(query, cache, self._as_hard_state(state, cache, G), G, need_weights)
         if G > 1:  # the soft modes are not a decode hot path: give every query row its cache row
             rows = torch.arange(query.shape[0], device=query.device) // G  # (N,)
@@ -190,10 +206,7 @@ class MonotonicAttention(Attention):
         """
         n, W, A = cand.shape
         hidden = cand.add_(query_proj.unsqueeze(1)).tanh_()  # (n, W, A)
-        energy = torch.addmv(bias.reshape(n * W), hidden.view(n * W, A), weight).view(n, W)  # (n, W)
-        if self.training and self.sigmoid_noise > 0:
-            energy = energy + self.sigmoid_noise * torch.randn_like(energy)
-        return energy
+        return self._noisy(torch.addmv(bias.reshape(n * W), hidden.view(n * W, A), weight).view(n, W))  # (n, W)
 
     def _layout(self, Bc: int, SC: int, G: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Each query row's first row in the flattened (Bc * (S + C), ...) cache, (N,), and its
@@ -223,12 +236,13 @@ class MonotonicAttention(Attention):
         # 2) rows whose window held no hit but did not reach the sentence end: their whole
         #    sentence at once. The nonzero() is the step's one host sync.
         lost = ~found  # (N,)
-        rows = (lost & (pos + C < end)).nonzero().squeeze(1)  # (n,)
+        beyond = pos + C  # (N,) the first position past each window
+        rows = (lost & (beyond < end)).nonzero().squeeze(1)  # (n,)
         # a row whose window held no hit and reached the sentence end is parked at S: it attends
         # nowhere from now on, and its context is the zero padding row there
         new_pos = new_pos.masked_fill_(lost, SC - C)  # (N,)
         if rows.numel():
-            found_rest = self._scan_rest(query_proj, cache, weight, rows, pos + C, G)  # (n,)
+            found_rest = self._scan_rest(query_proj, cache, weight, rows, beyond, G)  # (n,)
             new_pos = new_pos.index_copy(0, rows, found_rest)
         memory = cache["memory_ahead"]  # (Bc, S + C, D)
         ctx = memory.reshape(Bc * SC, memory.shape[-1]).index_select(0, base + new_pos)  # (N, D)
