@@ -198,7 +198,8 @@ def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", t
             passes = f" over {'/'.join(map(str, repeats))} timed passes" if repeats else ""
             timing = (f"decode_s: the decode-timing stage's median{passes} of the seconds to decode the validation set, each "
                       "model alone on its node after the Tune run, on CPU in a process pinned to its core(s), "
-                      "passes that found their core shared run again (data loading excluded; spread per trial "
+                      "passes that found their core shared or the machine running slow run again (data "
+                      "loading excluded; spread per trial "
                       "in results.csv: decode_seconds_iqr/min/max, decode_interrupted, decode_contended). "
                       "val/decode_seconds in results.csv and W&B is "
                       "measured during training beside other trials: a training-time signal only.")

@@ -22,9 +22,12 @@ What is timed (:func:`measure_decode_time`): ``Seq2SeqModule.decode`` -- the dec
 -- over every batch of the split. The batches are built and moved to the device first, so data
 loading is not timed; one untimed warm-up pass over the split (``--warmup``), then ``--repeats``
 timed passes; the median is the figure, with min/max and the interquartile range as its spread.
-On CPU with one thread, a pass whose wall time exceeds its thread's CPU time by 10 % (another
-process shared the core) is thrown away and run again, up to 4x ``--repeats`` passes; the count is
-recorded (``interrupted``), and ``contended`` says when too few clean passes came.
+On CPU with one thread, a pass is thrown away and run again, up to 4x ``--repeats`` passes in all,
+when its wall time exceeds its thread's CPU time by 10 % (another process shared the core), or when
+the machine ran slow while it ran: a fixed pure-Python loop timed after every pass took 25 % longer
+than its fastest time in this measurement (on a shared VM host the whole machine slows for seconds
+at a time while the process keeps its core). The count is recorded (``interrupted``), and
+``contended`` says when too few clean passes came.
 On CPU torch uses a fixed number of threads (``--threads``, default 1, as
 ``benchmarks/decode_speed.py``); on a GPU the timed region is bracketed by
 ``torch.cuda.synchronize()``.
@@ -99,8 +102,8 @@ class DecodeTiming:
     threads: int  # torch intra-op threads during the timed passes
     torch_version: str
     cpus: tuple[int, ...] = ()  # the CPUs the timed process was pinned to (empty: not pinned)
-    interrupted: int = 0  # timed passes thrown away and run again: their core was shared (see SHARED_CORE)
-    contended: bool = False  # too few clean passes: the figure includes passes on a shared core
+    interrupted: int = 0  # timed passes thrown away and run again: core shared or machine slow (see clean_passes)
+    contended: bool = False  # too few clean passes: the figure includes some of the thrown-away ones
 
     @property
     def repeats(self) -> int:
@@ -139,7 +142,31 @@ class DecodeTiming:
 # was taken off its core part of the time (another process ran there). On the idle 2-core VM a
 # pass's wall / CPU ratio was <= 1.08 (40 passes); with two busy processes beside it, 1.74-2.06.
 SHARED_CORE = 1.10
+# A pass after which the probe loop (machine_probe) took this many times its fastest time ran
+# while the machine was slow. Idle, 300 probes of ~2.5 ms were within 1.12x of the fastest at the
+# 99th percentile (max 1.22); in the slow spells seen after a sweep's Tune run, probes took
+# 1.3-1.6x and the decode passes 1.45-1.6x, with wall = CPU time.
+SLOW_MACHINE = 1.25
+PROBE_LOOPS = 50_000
 MAX_ATTEMPTS_FACTOR = 4  # at most repeats x this timed passes before settling for contended ones
+
+
+def machine_probe() -> float:
+    """Seconds for a fixed pure-Python loop (about 2.5 ms on a 2-core Xeon VM): how fast the CPU
+    runs right now, to compare with the same loop at other moments of one measurement."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(PROBE_LOOPS):
+        total += i * i
+    return time.perf_counter() - start
+
+
+def clean_passes(passes: Sequence[tuple[float, bool, float]]) -> list[bool]:
+    """Which passes to keep, from (wall, shared core, probe after the pass): those that had their
+    core to themselves and whose probe was within ``SLOW_MACHINE`` of the fastest probe so far. A
+    faster probe later can disqualify passes kept until then."""
+    best = min(probe for _, _, probe in passes)
+    return [not shared and probe <= SLOW_MACHINE * best for _, shared, probe in passes]
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -183,8 +210,9 @@ def measure_decode_time(
         device: ``cpu`` or ``cuda[:N]``.
         beam_size: 1 greedy, more beam search; None: the module's ``val_beam_size``.
         repeats: timed passes over the split (the median is the figure). On CPU with one thread,
-            a pass that did not have its core to itself (wall > ``SHARED_CORE`` x its CPU time) is
-            discarded and run again, at most ``MAX_ATTEMPTS_FACTOR`` x repeats passes in all.
+            a pass that did not have its core to itself (wall > ``SHARED_CORE`` x its CPU time) or
+            ran while the machine was slow (:func:`clean_passes`) is discarded and run again, at
+            most ``MAX_ATTEMPTS_FACTOR`` x repeats passes in all.
         warmup: untimed passes first (allocator, caches, lazy initialisation).
         threads: torch intra-op threads during the measurement (restored afterwards); None keeps
             the current setting.
@@ -218,7 +246,7 @@ def measure_decode_time(
         with _beam_size(module, beam), torch.inference_mode():
             for _ in range(warmup):
                 decode_split()
-            runs, shared = [], []
+            passes: list[tuple[float, bool, float]] = []  # (wall, shared core, probe after it)
             watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
             for _ in range(repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)):
                 sync()
@@ -226,12 +254,14 @@ def measure_decode_time(
                 outputs = decode_split()
                 sync()
                 wall, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
-                (shared if watch and wall > SHARED_CORE * cpu else runs).append(wall)
-                if len(runs) == repeats:
+                passes.append((wall, watch and wall > SHARED_CORE * cpu, machine_probe() if watch else 0.0))
+                keep = clean_passes(passes)
+                if sum(keep) >= repeats:
                     break
-            contended = len(runs) < repeats
-            if contended:  # the core was never free for long: report what was measured, flagged
-                runs += sorted(shared)[: repeats - len(runs)]
+            runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
+            interrupted, contended = len(passes) - len(runs), len(runs) < repeats
+            if contended:  # the machine was never quiet for long: report what was measured, flagged
+                runs += sorted(wall for (wall, _, _), kept in zip(passes, keep) if not kept)[: repeats - len(runs)]
             used_threads = torch.get_num_threads()
             pad_id = module.hparams.pad_id
             output_tokens = sum(int((tokens != pad_id).sum()) for tokens in outputs)  # counted after timing
@@ -241,7 +271,7 @@ def measure_decode_time(
         runs, sentences=sentences, output_tokens=output_tokens, batches=len(on_device), beam_size=beam,
         warmup=warmup, device=str(device), threads=used_threads,
     )
-    return dataclasses.replace(timing, interrupted=len(shared), contended=contended)
+    return dataclasses.replace(timing, interrupted=interrupted, contended=contended)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -679,11 +709,11 @@ def run_timing_stage(
 
 
 def shared_core_note(t: DecodeTiming) -> str:
-    """What the log says about passes that found their core shared ("" when none did)."""
+    """What the log says about passes thrown away and run again ("" when none were)."""
     if t.contended:
-        return (f"; WARNING: {t.interrupted} passes found the core shared with other work, too many to run "
-                f"again, so the median includes some of them: time it again on a quiet machine")
-    return f"; {t.interrupted} pass(es) on a shared core run again" if t.interrupted else ""
+        return (f"; WARNING: {t.interrupted} passes found the core shared with other work or the machine running "
+                f"slow, too many to run again, so the median includes some of them: time it again on a quiet machine")
+    return f"; {t.interrupted} pass(es) on a shared core or a slow machine run again" if t.interrupted else ""
 
 
 def _lanes(settings: TimingSettings, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:

@@ -24,6 +24,7 @@ from sweeps.timing import (
     TimingJob,
     TimingSettings,
     already_timed,
+    clean_passes,
     data_task,
     infer_task,
     load_module,
@@ -298,6 +299,14 @@ def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
     assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (here.sentences, here.output_tokens, 2)
     with pytest.raises(TimingError, match="timing process failed.*bogus"):
         time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)
+
+
+def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():
+    """(wall, shared core, probe after the pass): a probe 1.4x the fastest one means the machine
+    ran slow during that pass; a faster probe later raises the bar for the passes before it."""
+    passes = [(0.020, False, 0.0025), (0.021, False, 0.0027), (0.030, False, 0.0035), (0.020, True, 0.0025)]
+    assert clean_passes(passes) == [True, True, False, False]
+    assert clean_passes(passes + [(0.016, False, 0.0021)]) == [True, False, False, False, True]
 
 
 def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(copy_ckpts):
