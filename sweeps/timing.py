@@ -25,8 +25,9 @@ timed passes; the median is the figure, with min/max and the interquartile range
 On CPU with one thread, a pass is thrown away and run again, up to 4x ``--repeats`` passes in all,
 when its wall time exceeds its thread's CPU time by 10 % (another process shared the core), or when
 the machine ran slow while it ran: a fixed pure-Python loop timed after every pass took 25 % longer
-than its fastest time in this measurement (on a shared VM host the whole machine slows for seconds
-at a time while the process keeps its core). The count is recorded (``interrupted``), and
+than its fastest time in this measurement, including 2 s of it before the passes (on a shared VM
+host the whole machine slows for seconds at a time while the process keeps its core; after such a
+pass the next waits up to 5 s for the machine to recover). The count is recorded (``interrupted``), and
 ``contended`` says when too few clean passes came.
 On CPU torch uses a fixed number of threads (``--threads``, default 1, as
 ``benchmarks/decode_speed.py``); on a GPU the timed region is bracketed by
@@ -148,6 +149,11 @@ SHARED_CORE = 1.10
 # 1.3-1.6x and the decode passes 1.45-1.6x, with wall = CPU time.
 SLOW_MACHINE = 1.25
 PROBE_LOOPS = 50_000
+# The machine's speed is the fastest probe over this long before the passes (a slow spell can
+# outlast a whole quick measurement, so the passes' own probes are not enough) ...
+CALIBRATION_S = 2.0
+# ... and after a pass on a slow machine, the next waits up to this long for it to recover.
+RECOVERY_WAIT_S = 5.0
 MAX_ATTEMPTS_FACTOR = 4  # at most repeats x this timed passes before settling for contended ones
 
 
@@ -161,11 +167,32 @@ def machine_probe() -> float:
     return time.perf_counter() - start
 
 
-def clean_passes(passes: Sequence[tuple[float, bool, float]]) -> list[bool]:
+def fastest_probe(seconds: float) -> float:
+    """The fastest :func:`machine_probe` over ``seconds`` of probing (at least one probe)."""
+    stop, best = time.perf_counter() + seconds, machine_probe()
+    while time.perf_counter() < stop:
+        best = min(best, machine_probe())
+    return best
+
+
+def wait_for_speed(best: float, limit_s: float) -> float:
+    """Probe until the machine runs within ``SLOW_MACHINE`` of ``best`` again, at most ``limit_s``
+    seconds; returns the fastest probe seen (``best`` or faster)."""
+    stop = time.perf_counter() + limit_s
+    while time.perf_counter() < stop:
+        probe = machine_probe()
+        best = min(best, probe)
+        if probe <= SLOW_MACHINE * best:
+            break
+    return best
+
+
+def clean_passes(passes: Sequence[tuple[float, bool, float]], best: float = float("inf")) -> list[bool]:
     """Which passes to keep, from (wall, shared core, probe after the pass): those that had their
-    core to themselves and whose probe was within ``SLOW_MACHINE`` of the fastest probe so far. A
-    faster probe later can disqualify passes kept until then."""
-    best = min(probe for _, _, probe in passes)
+    core to themselves and whose probe was within ``SLOW_MACHINE`` of the fastest probe, that is
+    of ``best`` (a calibration) or of the passes' own probes. A faster probe later can disqualify
+    passes kept until then."""
+    best = min(best, *(probe for _, _, probe in passes))
     return [not shared and probe <= SLOW_MACHINE * best for _, shared, probe in passes]
 
 
@@ -248,14 +275,18 @@ def measure_decode_time(
                 decode_split()
             passes: list[tuple[float, bool, float]] = []  # (wall, shared core, probe after it)
             watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
+            best = fastest_probe(CALIBRATION_S) if watch else 0.0  # the machine's speed when not slowed
             for _ in range(repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)):
+                if passes and passes[-1][2] > SLOW_MACHINE * best:  # the last pass met a slow spell
+                    best = wait_for_speed(best, RECOVERY_WAIT_S)
                 sync()
                 cpu_start, start = time.thread_time(), time.perf_counter()
                 outputs = decode_split()
                 sync()
                 wall, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
                 passes.append((wall, watch and wall > SHARED_CORE * cpu, machine_probe() if watch else 0.0))
-                keep = clean_passes(passes)
+                keep = clean_passes(passes, best)
+                best = min(best, passes[-1][2])
                 if sum(keep) >= repeats:
                     break
             runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
