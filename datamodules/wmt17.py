@@ -111,7 +111,9 @@ class WMT17DataModule(pl.LightningDataModule):
         character_coverage: sentencepiece coverage; rarer characters fall back to bytes.
         bpe_sample_sentences: at most this many training lines (both sides) train the BPE.
         moses_tokenized: the text is Moses-tokenized (None: True for files, False for hf).
-        detokenizer: ``"builtin"`` Moses-style rules, or ``"sacremoses"`` when installed.
+        detokenizer: for ``val/sacrebleu``, in the target language: ``"sacremoses"`` (standard
+            Moses post-processing, comparable with published scores; the ``data`` extra) or
+            ``"builtin"`` (an approximation that needs no extra; not comparable).
         shuffle, seed: training batch order, deterministic per (seed, epoch).
         num_workers: DataLoader workers (token caches are memory-mapped, not copied).
         encode_threads: sentencepiece threads for encoding/training (default: all cores, <= 16).
@@ -149,7 +151,7 @@ class WMT17DataModule(pl.LightningDataModule):
         character_coverage: Annotated[float, Interval(gt=0.0, le=1.0)] = 0.9995,
         bpe_sample_sentences: Annotated[int, Ge(1)] = 2_000_000,
         moses_tokenized: Optional[bool] = None,
-        detokenizer: Literal["builtin", "sacremoses"] = "builtin",
+        detokenizer: Literal["sacremoses", "builtin"] = "sacremoses",
         shuffle: bool = True,
         seed: Annotated[int, Ge(0)] = 0,
         num_workers: Annotated[int, Ge(0)] = 0,

@@ -1,9 +1,11 @@
-"""Text helpers for Moses-tokenized WMT data: unescaping, a small detokenizer, and both BLEUs.
+"""Text helpers for Moses-tokenized WMT data: unescaping, detokenizers, and both BLEUs.
 
-The detokenizer follows the main rules of Moses' ``detokenizer.perl`` (attach closing punctuation
-to the left, opening brackets and currency to the right, English clitics such as ``'s`` to the
-left, alternate straight quotes open/close, undo ``@-@`` aggressive-hyphen splits). It is not a
-byte-exact port; ``detokenizer="sacremoses"`` in the datamodule uses the real port when installed.
+The default detokenizer is the standard one, so ``val/sacrebleu`` can be compared with published
+scores: join the aggressive-hyphen marks (`` @-@ `` ``@,@`` ``@.@``), then run Moses'
+``detokenizer.perl`` through its Python port, ``sacremoses`` (the ``data`` and ``sweep`` extras).
+:func:`moses_detokenize` is a small hand-written approximation of the same rules, kept as the
+opt-in ``"builtin"`` for installs without sacremoses; its scores are not comparable (it writes
+``hier…`` for Moses' ``hier …``, ``States 'gas`` for ``States' gas``, ``¢ 1`` for ``¢1``).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ _JOINERS = {"@-@": "-", "@/@": "/", "@,@": ",", "@.@": ".", "@:@": ":"}
 _STRAIGHT_QUOTES = {'"', "'", "`", "``", "''", "«", "»"}
 _ALPHANUM_END = re.compile(r"\w$")
 _CLITIC = re.compile(r"^'\w")  # 's 're 'll 't (Moses splits don't -> don 't)
+_AGGRESSIVE_MARK = re.compile(r" @([-,./:])@ ")  # " @-@ " -> "-"; sacremoses joins only @-@
 
 
 def unescape(text: str) -> str:
@@ -30,8 +33,13 @@ def unescape(text: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], text)
 
 
+def join_aggressive_marks(text: str) -> str:
+    """Undo aggressive splits: ``state @-@ of`` -> ``state-of``, ``1 @,@ 000`` -> ``1,000``."""
+    return _AGGRESSIVE_MARK.sub(r"\1", f" {' '.join(text.split())} ").strip()
+
+
 def moses_detokenize(text: str, lang: str = "en") -> str:
-    """Join a Moses-tokenized sentence back into plain text.
+    """Approximate Moses detokenization (the opt-in ``"builtin"``; not byte-compatible).
 
     Args:
         text: space-separated tokens, possibly with Moses escapes.
@@ -71,8 +79,13 @@ def moses_detokenize(text: str, lang: str = "en") -> str:
     return "".join(out)
 
 
-def make_detokenizer(kind: str = "builtin", lang: str = "en") -> Callable[[str], str]:
-    """``str -> str`` detokenizer: ``builtin`` (:func:`moses_detokenize`), ``sacremoses``, ``none``."""
+def make_detokenizer(kind: str = "sacremoses", lang: str = "en") -> Callable[[str], str]:
+    """``str -> str`` detokenizer for the target language ``lang`` (de, cs, fi, tr, en).
+
+    ``sacremoses`` (the standard Moses post-processing: :func:`join_aggressive_marks`, then
+    ``sacremoses.MosesDetokenizer(lang)``), ``builtin`` (:func:`moses_detokenize`, approximate) or
+    ``none``. ``sacremoses`` raises ImportError at once, naming the extra, when it is not installed.
+    """
     if kind == "builtin":
         return lambda text: moses_detokenize(text, lang)
     if kind == "none":
@@ -81,17 +94,21 @@ def make_detokenizer(kind: str = "builtin", lang: str = "en") -> Callable[[str],
         try:
             from sacremoses import MosesDetokenizer
         except ImportError as err:
-            raise ImportError("detokenizer='sacremoses' needs `pip install sacremoses`; "
-                              "or use detokenizer='builtin'") from err
+            raise ImportError(
+                "WMT detokenization for val/sacrebleu uses the Moses detokenizer from sacremoses, "
+                "which is not installed: `pip install -e .[data]` (or `pip install sacremoses`). "
+                "detokenizer='builtin' runs without it, but its sacreBLEU is not comparable with "
+                "published scores") from err
         md = MosesDetokenizer(lang=lang)
-        return lambda text: md.detokenize(text.split())
-    raise ValueError(f"unknown detokenizer {kind!r}; use 'builtin', 'sacremoses' or 'none'")
+        return lambda text: md.detokenize(join_aggressive_marks(text).split())
+    raise ValueError(f"unknown detokenizer {kind!r}; use 'sacremoses', 'builtin' or 'none'")
 
 
 def bleu_scores(
     hyps: Sequence[str],
     refs: Sequence[str],
     detokenize: Optional[Callable[[str], str]] = None,
+    lang: str = "en",
 ) -> dict:
     """Corpus BLEU two ways, from tokenized hypotheses and tokenized references.
 
@@ -99,6 +116,7 @@ def bleu_scores(
     reports on Moses-tokenized data). ``sacrebleu``: detokenize both sides, then sacrebleu's
     default ``13a`` tokenization; ``signature`` is its reproducibility signature. Detokenized
     references stand in for the raw reference files, so report the result as an approximation.
+    ``detokenize`` defaults to ``make_detokenizer("sacremoses", lang)``.
 
     Returns:
         dict(bleu=float, sacrebleu=float, signature=str, bleu_signature=str)
@@ -107,7 +125,7 @@ def bleu_scores(
 
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
-    detok = detokenize or moses_detokenize
+    detok = detokenize or make_detokenizer("sacremoses", lang)
     tok_metric = BLEU(tokenize="none")
     tok = tok_metric.corpus_score(list(hyps), [list(refs)])
     sb_metric = BLEU()
