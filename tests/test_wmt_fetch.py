@@ -3,7 +3,8 @@
 The server serves a miniature WMT'17 preprocessed release in the real layout (``de-en/corpus.tc.
 {de,en}.gz`` and a flat ``de-en/dev.tgz`` of ``news<set><year>.tc.<lang>`` files plus ``.sgm``
 originals), built here from the shipped slice tests/data/wmt-ende-tiny. It honours Range requests,
-counts the bytes it sends per file, can cut a response mid-file and can be slowed down.
+counts the bytes it sends per file, can answer with an HTTP error, cut a response mid-file (FIN or
+RST), hold it after some bytes, and can be slowed down.
 """
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 import os
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tarfile
@@ -26,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.wmt17_fetch import MANIFEST, FetchError, fetch
+from datamodules.wmt17_fetch import (LOCK, MANIFEST, FetchError, _fetch_lock, fetch,
+                                     layout_files, main, release_files)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "wmt-ende-tiny"
@@ -87,7 +91,11 @@ class ReleaseServer:
         self.gets: collections.Counter[str] = collections.Counter()
         self.ranges: list[tuple[str, str]] = []
         self.cut: dict[str, int] = {}  # path -> close the next response after this many bytes
+        self.reset: dict[str, int] = {}  # path -> the same, but with a TCP RST after a pause
+        self.hold: dict[str, int] = {}  # path -> stop sending after this many bytes, until close()
+        self.fail: dict[str, list[int]] = {}  # path -> HTTP statuses to answer first, in order
         self.delay = 0.0  # seconds per 4 KiB chunk
+        self.released = threading.Event()
         self.lock = threading.Lock()
         server = self
 
@@ -103,6 +111,9 @@ class ReleaseServer:
                     server.gets[self.path] += 1
                 if data is None:
                     self.send_error(404, "Not Found")
+                    return
+                if server.fail.get(self.path):
+                    self.send_error(server.fail[self.path].pop(0))
                     return
                 start = 0
                 rng = self.headers.get("Range")
@@ -122,7 +133,11 @@ class ReleaseServer:
                 self.send_header("Content-Length", str(len(data) - start))
                 self.send_header("Accept-Ranges", "bytes")
                 self.end_headers()
-                limit = server.cut.pop(self.path, None)
+                limit, how = server.cut.pop(self.path, None), "cut"
+                if limit is None:
+                    limit, how = server.reset.pop(self.path, None), "reset"
+                if limit is None:
+                    limit, how = server.hold.pop(self.path, None), "hold"
                 pos = start
                 while pos < len(data):
                     end = min(pos + 4096, len(data))
@@ -134,7 +149,15 @@ class ReleaseServer:
                     pos = end
                     if limit is not None and pos >= start + limit:
                         self.wfile.flush()
-                        self.connection.shutdown(socket.SHUT_RDWR)
+                        if how == "hold":
+                            server.released.wait(60)
+                        elif how == "reset":  # the client has read it all by then: RST, not FIN
+                            time.sleep(0.3)
+                            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                       struct.pack("ii", 1, 0))
+                            self.connection.close()
+                        else:
+                            self.connection.shutdown(socket.SHUT_RDWR)
                         self.close_connection = True
                         return
                     if server.delay:
@@ -147,6 +170,7 @@ class ReleaseServer:
         self.thread.start()
 
     def close(self) -> None:
+        self.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -213,7 +237,8 @@ def test_interrupted_download_resumes_without_fetching_bytes_twice(server, relea
 def test_broken_transfer_is_resumed_within_one_call(server, release, tmp_path):
     size = len(release[CORPUS_EN])
     server.cut[CORPUS_EN] = size // 2
-    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=1, progress=True)
+    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=1, retry_delay=0,
+                   progress=True)
     assert report.outcome == "fetched" and server.gets[CORPUS_EN] == 2
     assert server.sent[CORPUS_EN] == size
     assert (tmp_path / "train.en").read_bytes() == expected_layout()["train.en"]
@@ -288,6 +313,7 @@ def test_http_404_gives_one_clear_line(server, tmp_path):
     assert lines[0].startswith("error: HTTP 404") and f"{server.url}/fi-en/" in lines[0]
     assert "offline" in lines[0] and ".download" in lines[0]  # how to place the files by hand
     assert final_files(tmp_path / "fi") == []
+    assert server.gets["/fi-en/corpus.tc.fi.gz"] == 1  # a wrong address is not retried
 
 
 def test_unreachable_host_gives_one_clear_line(tmp_path):
@@ -295,10 +321,14 @@ def test_unreachable_host_gives_one_clear_line(tmp_path):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     res = _cli("datamodules.wmt17_fetch", "--pair", "en-tr", "--to", str(tmp_path / "tr"),
-               "--base-url", f"http://127.0.0.1:{port}/wmt17", "--no-progress")
+               "--base-url", f"http://127.0.0.1:{port}/wmt17", "--no-progress", "--retries", "2",
+               "--retry-delay", "0.01")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith(f"error: cannot reach http://127.0.0.1:{port}/wmt17/tr-en/")
+    assert "after 3 tries" in lines[0]  # a refused connection is retried
+    assert [ln.rsplit(";", 1)[1] for ln in res.stdout.splitlines() if "retry" in ln] == \
+        [" retry 1 of 2 in 0.01 s", " retry 2 of 2 in 0.02 s"]
     assert "refused" in lines[0].lower() and "--base-url" in lines[0] and "offline" in lines[0]
     assert final_files(tmp_path / "tr") == []
 
@@ -319,7 +349,7 @@ def test_full_disk_leaves_no_half_written_file(server, release, tmp_path):
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert "disk full" in lines[0] and "run the same command again" in lines[0]
     assert final_files(tmp_path) == [] and not hidden_temporaries(tmp_path)
-    kept = sorted(p.name for p in (tmp_path / ".download").iterdir())
+    kept = sorted(p.name for p in (tmp_path / ".download").iterdir() if not p.name.startswith("."))
     assert kept == ["corpus.tc.de.gz", "corpus.tc.en.gz", "dev.tgz"]  # downloads survive
     gets = sum(server.gets.values())
     fetch("en-de", str(tmp_path), base_url=server.url)  # with room: no byte downloaded again
@@ -335,6 +365,9 @@ def test_archives_placed_by_hand_are_used_offline(release, tmp_path):
     report = fetch("en-de", str(tmp_path), base_url="http://127.0.0.1:9/unreachable")
     assert report.outcome == "fetched" and sum(report.received.values()) == 0
     assert (tmp_path / "newstest2016.en").read_bytes() == expected_layout()["newstest2016.en"]
+    assert report.kept == ["corpus.tc.de.gz", "corpus.tc.en.gz", "dev.tgz"]  # never deleted
+    for path, data in release.items():
+        assert (tmp_path / ".download" / path.rsplit("/", 1)[1]).read_bytes() == data
 
 
 def test_a_whole_part_file_left_by_a_stopped_run_is_not_downloaded_again(server, release, tmp_path):
@@ -350,6 +383,167 @@ def test_checksum_mismatch_is_rejected(server, tmp_path):
     with pytest.raises(FetchError, match="does not match the expected"):
         fetch("en-de", str(tmp_path), base_url=server.url, checksums={"dev.tgz": "0" * 64})
     assert final_files(tmp_path) == []
+
+
+def test_help_lists_the_file_names_of_every_pair(capsys):
+    """`--help` says to place files by hand under their names: it must list them, per pair."""
+    with pytest.raises(SystemExit) as done:
+        main(["fetch", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    for other in ("cs", "de", "fi", "tr"):
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"en-{other} "))
+        assert line.split()[1:] == [os.path.basename(p) for p in layout_files(other, "")]
+        assert " ".join(release_files(other)) in text
+    assert "newsdev2016.tr" in text and "names above" not in text
+
+
+def test_sha256sums_are_checked_when_the_files_are_already_in_place(server, release, tmp_path,
+                                                                    capsys):
+    sums = {n.rsplit("/", 1)[1]: hashlib.sha256(d).hexdigest() for n, d in release.items()}
+    fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
+    layout = {name: (tmp_path / name).read_bytes() for name in LAYOUT}
+    gets = sum(server.gets.values())
+    again = fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
+    assert again.outcome == "present" and again.verified == dict.fromkeys(sums, MANIFEST)
+    wrong = {**sums, "dev.tgz": "0" * 64}
+    with pytest.raises(FetchError, match=r"dev\.tgz: sha256 \w+ of .*wmt17-fetch\.json .*does not "
+                                         "match the expected 0{64}.*move them away"):
+        fetch("en-de", str(tmp_path), base_url=server.url, checksums=wrong)
+    assert {name: (tmp_path / name).read_bytes() for name in LAYOUT} == layout  # untouched
+    sums_file = tmp_path.parent / f"{tmp_path.name}.sha256"
+    sums_file.write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))
+    assert main(["fetch", "--pair", "en-de", "--to", str(tmp_path), "--base-url", server.url,
+                 "--sha256sums", str(sums_file)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing downloaded" in out and "sha256 matches" in out and \
+        "dev.tgz (as recorded in wmt17-fetch.json when fetched)" in out
+    assert sum(server.gets.values()) == gets  # checked without a request
+    (tmp_path / MANIFEST).unlink()  # now as if placed by hand: nothing to check against
+    with pytest.raises(FetchError, match="cannot check --sha256sums for corpus.tc.de.gz.*placed "
+                                         "by hand.*drop --sha256sums"):
+        fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
+    (tmp_path / ".download").mkdir()  # the archives copied back: they are hashed
+    for path, data in release.items():
+        (tmp_path / ".download" / path.rsplit("/", 1)[1]).write_bytes(data)
+    report = fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
+    assert report.verified == dict.fromkeys(sums, "archive")
+
+
+def _retry_waits(caplog) -> list[str]:
+    return [r.getMessage().rsplit(" in ", 1)[1] for r in caplog.records if "; retry " in r.getMessage()]
+
+
+def test_server_errors_are_retried_with_exponential_backoff(server, release, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="datamodules.wmt17_fetch")
+    server.fail[CORPUS_DE] = [503, 502, 500]
+    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=3, retry_delay=0.01)
+    assert report.outcome == "fetched" and server.gets[CORPUS_DE] == 4
+    assert _retry_waits(caplog) == ["0.01 s", "0.02 s", "0.04 s"]
+    assert (tmp_path / "train.de").read_bytes() == expected_layout()["train.de"]
+
+
+def test_a_server_error_that_lasts_does_not_blame_the_address(server, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="datamodules.wmt17_fetch")
+    server.fail[CORPUS_DE] = [503] * 10
+    with pytest.raises(FetchError) as err:
+        fetch("en-de", str(tmp_path), base_url=server.url, retries=2, retry_delay=0.01)
+    msg = str(err.value)
+    assert msg.startswith(f"HTTP 503 Service Unavailable for {server.url}{CORPUS_DE} after 3 tries")
+    assert "the server is failing, not the address" in msg and "check --base-url" not in msg
+    assert server.gets[CORPUS_DE] == 3 and _retry_waits(caplog) == ["0.01 s", "0.02 s"]
+    assert final_files(tmp_path) == []
+
+
+def test_ctrl_c_says_how_to_resume_and_keeps_every_byte_received(server, release, tmp_path):
+    """A real SIGINT to the command while it waits for more of corpus.tc.de.gz: one line on
+    stderr, status 130, and the partial file holds the 5,000 bytes that had arrived."""
+    server.hold[CORPUS_DE] = 5000  # not a multiple of any block size
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "datamodules.wmt17_fetch", "fetch", "--pair",
+                             "en-de", "--to", str(tmp_path), "--base-url", server.url,
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while server.sent[CORPUS_DE] < 5000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the client has read them by now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    part = tmp_path / ".download" / "corpus.tc.de.gz.part"
+    assert proc.returncode == 130 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"interrupted: stopped: 5,000 bytes of corpus.tc.de.gz kept in {part}; "
+                          "run the same command again to resume")
+    assert part.stat().st_size == 5000
+    report = fetch("en-de", str(tmp_path), base_url=server.url)  # the same command again
+    assert (CORPUS_DE, "bytes=5000-") in server.ranges
+    assert report.received["corpus.tc.de.gz"] == len(release[CORPUS_DE]) - 5000
+    assert (tmp_path / "train.de").read_bytes() == expected_layout()["train.de"]
+
+
+def test_a_reset_connection_resumes_from_the_exact_byte(server, release, tmp_path):
+    """A TCP reset after 10,001 bytes: the retry asks for the rest from byte 10,001, and every
+    byte crosses the wire once (before the fix, the bytes of the current 1 MiB read were lost)."""
+    size = len(release[CORPUS_EN])
+    assert size > 10_001
+    server.reset[CORPUS_EN] = 10_001
+    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=1, retry_delay=0)
+    assert server.ranges == [(CORPUS_EN, "bytes=10001-")]
+    assert server.sent[CORPUS_EN] == size and report.received["corpus.tc.en.gz"] == size
+    assert (tmp_path / "train.en").read_bytes() == expected_layout()["train.en"]
+
+
+def test_a_fetch_waiting_for_the_lock_says_who_holds_it(server, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="datamodules.wmt17_fetch")
+    results = []
+    with _fetch_lock(str(tmp_path), "en-de"):  # another fetch at work
+        waiter = threading.Thread(target=lambda: results.append(
+            fetch("en-de", str(tmp_path), base_url=server.url)))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not any("waiting for" in r.getMessage() for r in caplog.records) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sum(server.gets.values()) == 0  # it waits: nothing downloaded yet
+    waiter.join(60)
+    (line,) = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert f"waiting for another fetch into {tmp_path} to finish" in line
+    assert f"lock {tmp_path / LOCK} held by pid {os.getpid()} on {socket.gethostname()}" in line
+    assert results[0].outcome == "fetched"
+
+
+def test_archives_placed_by_hand_are_kept_and_downloaded_ones_removed(server, release, tmp_path):
+    """Only what the command downloaded itself is deleted after unpacking."""
+    (tmp_path / ".download").mkdir()
+    for path in (CORPUS_DE, DEV):
+        (tmp_path / ".download" / path.rsplit("/", 1)[1]).write_bytes(release[path])
+    report = fetch("en-de", str(tmp_path), base_url=server.url)
+    assert report.received == {"corpus.tc.de.gz": 0, "corpus.tc.en.gz": len(release[CORPUS_EN]),
+                               "dev.tgz": 0}
+    assert report.kept == ["corpus.tc.de.gz", "dev.tgz"]
+    assert sorted(p.name for p in (tmp_path / ".download").iterdir()) == ["corpus.tc.de.gz", "dev.tgz"]
+    assert (tmp_path / ".download" / "dev.tgz").read_bytes() == release[DEV]
+
+
+def test_a_corrupt_archive_placed_by_hand_is_kept_and_named(release, tmp_path):
+    (tmp_path / ".download").mkdir()
+    for path, data in release.items():
+        (tmp_path / ".download" / path.rsplit("/", 1)[1]).write_bytes(data)
+    bad = tmp_path / ".download" / "dev.tgz"
+    bad.write_bytes(release[DEV][: len(release[DEV]) // 2])
+    with pytest.raises(FetchError, match="dev.tgz is truncated or corrupt .*placed by hand and is "
+                                         "kept: replace it"):
+        fetch("en-de", str(tmp_path), base_url="http://127.0.0.1:9/unreachable")
+    assert bad.stat().st_size == len(release[DEV]) // 2
+    assert final_files(tmp_path) == [] and not hidden_temporaries(tmp_path)
+
+
+def test_an_empty_file_in_the_layout_is_fetched_again(server, tmp_path):
+    fetch("en-de", str(tmp_path), base_url=server.url)
+    (tmp_path / "train.de").write_bytes(b"")  # what an interrupted copy leaves
+    report = fetch("en-de", str(tmp_path), base_url=server.url)
+    assert report.outcome == "fetched"
+    assert (tmp_path / "train.de").read_bytes() == expected_layout()["train.de"]
 
 
 def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path):
