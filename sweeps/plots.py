@@ -77,48 +77,172 @@ def _ticks(ax, src: list, out: list, shape: tuple) -> None:
         ax.set_yticks(range(len(out)), out, fontsize=7)
 
 
+CONTENDED_LABEL = "† contended decode time: not a speed figure"
+REFERENCE_STYLES = ["--", ":", "-.", (0, (5, 2, 1, 2, 1, 2))]
+
+
+def colours() -> list:
+    """Matplotlib's colour cycle, repeated: one colour per length (or model) across a figure."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return [cycle[i % len(cycle)] for i in range(64)]
+
+
+def contended_handle(kind: str = "x"):
+    """The legend entry for contended decode times: an x marker (points) or a hatched bar."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if kind == "hatch":
+        return Patch(facecolor="white", edgecolor="0.3", hatch="///", label=CONTENDED_LABEL)
+    return Line2D([], [], ls="none", marker="x", markersize=7, mew=1.6, color="0.3", label=CONTENDED_LABEL)
+
+
+def seeds_handle():
+    """The legend entry for error bars over seeds."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="0.3", lw=0.8, marker="|", markersize=8, label="error bars: ± std over seeds")
+
+
 def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.cell_summary`` (one row per cell, mean +- std
-    over seeds of each seed's best trial): BLEU vs K per length (memory attention, error bars over
-    seeds; other models as dashed lines) and decode time vs length per model. Returns the paths."""
+    over seeds of each seed's best trial), each only where the study has the axis it draws:
+
+    - BLEU: ``bleu_vs_k.png`` (memory attention's BLEU against K, one line per length with at
+      least two K values, error bars over seeds; other models as labelled reference lines) when
+      some length has two or more K values; else ``bleu_vs_length.png`` (one line per model) when
+      there are two or more lengths; else ``bleu_by_model.png`` (a bar per model).
+    - decode time: ``decode_vs_length.png`` (one line per model) with two or more lengths, else
+      ``decode_by_model.png`` (a bar per model); contended times drawn as x / hatched bars.
+
+    Returns the paths by name."""
     paths: dict[str, Path] = {}
     if summary.empty or "val/bleu" not in summary:
         return paths
-    mem = summary[(summary["attention"] == "memory") & summary["K"].notna()] if "K" in summary else summary.iloc[0:0]
-    if not mem.empty:
-        fig, ax = plt.subplots(figsize=(5.5, 4))
-        for length, g in mem.groupby("length", dropna=False):
-            g = g.sort_values("K")
-            line = ax.errorbar(g["K"].astype(float), g["val/bleu"], yerr=g["val/bleu_std"].fillna(0), marker="o",
-                               capsize=3, label=f"L={length}")[0]
-            others = summary[summary["attention"] != "memory"]
-            if pd.notna(length):
-                others = others[others["length"] == length]
-            for bleu in others["val/bleu"]:
-                ax.axhline(bleu, ls="--", lw=0.8, color=line.get_color(), alpha=0.6)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("K (memory vectors)")
-        ax.set_ylabel("BLEU")
-        ax.set_title("BLEU vs K (dashed: other models at that length)")
-        ax.legend(fontsize=8)
+    lengths = summary["length"].dropna().nunique() if "length" in summary else 0
+    fig = bleu_vs_k_figure(summary)
+    if fig is not None:
         paths["bleu_vs_k"] = _save(fig, out_dir / "bleu_vs_k.png")
-    if "length" in summary and summary["length"].notna().any() and summary["decode_seconds"].notna().any():
-        fig, ax = plt.subplots(figsize=(5.5, 4))
-        for model, g in summary.dropna(subset=["decode_seconds"]).groupby("model"):
-            g = g.sort_values("length")
-            ax.errorbar(g["length"].astype(float), g["decode_seconds"], yerr=g["decode_seconds_std"].fillna(0),
-                        marker="o", capsize=3, label=model)
-        ax.set_xlabel("sequence length L")
-        ax.set_ylabel("decode time over validation set (s)")
-        ax.set_title("Decode time vs length")
-        ax.legend(fontsize=7)
-        paths["decode_vs_length"] = _save(fig, out_dir / "decode_vs_length.png")
+    elif lengths >= 2:
+        paths["bleu_vs_length"] = _save(by_length_figure(summary, "val/bleu", "BLEU", "BLEU vs length"),
+                                        out_dir / "bleu_vs_length.png")
+    else:
+        paths["bleu_by_model"] = _save(by_model_figure(summary, "val/bleu", "BLEU", "BLEU per model"),
+                                       out_dir / "bleu_by_model.png")
+    if "decode_seconds" in summary and summary["decode_seconds"].notna().any():
+        ylabel = "decode time over validation set (s)"
+        if lengths >= 2:
+            fig = by_length_figure(summary, "decode_seconds", ylabel, "Decode time vs length", mark_contended=True)
+            paths["decode_vs_length"] = _save(fig, out_dir / "decode_vs_length.png")
+        else:
+            fig = by_model_figure(summary, "decode_seconds", ylabel, "Decode time per model", mark_contended=True)
+            paths["decode_by_model"] = _save(fig, out_dir / "decode_by_model.png")
     return paths
+
+
+def bleu_vs_k_figure(summary: pd.DataFrame):
+    """Memory attention's BLEU against K, one line per length that has two or more K values
+    (error bars over seeds); at those lengths every other model is a reference line in the
+    length's colour, labelled "<model> L=<length>" in the legend. None when no length has two K
+    values (a one-point line says nothing)."""
+    if "K" not in summary or "attention" not in summary:
+        return None
+    mem = summary[(summary["attention"] == "memory") & summary["K"].notna()]
+    by_length = mem.groupby("length", dropna=False) if "length" in mem else [(None, mem)]
+    drawn = [(length, g.sort_values("K")) for length, g in by_length if g["K"].nunique() >= 2]
+    if not drawn:
+        return None
+    fig, ax = plt.subplots(figsize=(7.6, 4.4))
+    for (length, g), colour in zip(drawn, colours()):
+        at = f" L={length}" if length is not None and pd.notna(length) else ""
+        ax.errorbar(g["K"].astype(float), g["val/bleu"], yerr=g["val/bleu_std"].fillna(0), marker="o", capsize=3,
+                    color=colour, label=f"memory{at}")
+        others = summary[summary["attention"] != "memory"]
+        if at:
+            others = others[others["length"] == length]
+        for (_, row), style in zip(others.iterrows(), REFERENCE_STYLES * 8):
+            ax.axhline(row["val/bleu"], ls=style, lw=1.0, color=colour, alpha=0.75, label=f"{row['model']}{at}")
+    ax.set_xscale("log", base=2)
+    ks = sorted({int(k) for _, g in drawn for k in g["K"]})
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("K (memory vectors)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("BLEU vs K (reference lines: the other models at that length)" + _seeds_note(summary), fontsize=10)
+    ax.grid(True, alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: not labels[i].startswith("memory"))  # the lines, then the references
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=7, loc="center left",
+              bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def by_length_figure(summary: pd.DataFrame, column: str, ylabel: str, title: str, mark_contended: bool = False):
+    """``column`` against length, one line per model (error bars over seeds); with
+    ``mark_contended`` a contended point is an x."""
+    fig, ax = plt.subplots(figsize=(7.6, 4.4))
+    rows = summary.dropna(subset=[column, "length"])
+    contended = _contended(rows) if mark_contended else pd.Series(False, index=rows.index)
+    models = rows["model"].unique()  # the summary's order: natural, by length then model
+    for model, colour in zip(models, colours()):
+        g = rows[rows["model"] == model].sort_values("length")
+        ax.errorbar(g["length"].astype(float), g[column], yerr=g[f"{column}_std"].fillna(0), marker="o",
+                    markersize=4, capsize=3, color=colour, label=model)
+        marked = g[contended[g.index]]
+        ax.scatter(marked["length"].astype(float), marked[column], marker="x", s=70, lw=1.8, color=colour, zorder=3)
+    handles, labels = ax.get_legend_handles_labels()
+    if contended.any():
+        handles.append(contended_handle("x"))
+        labels.append(CONTENDED_LABEL)
+    ax.set_xticks(sorted(rows["length"].astype(int).unique()))
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title + _seeds_note(rows) + _all_contended_note(contended), fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def by_model_figure(summary: pd.DataFrame, column: str, ylabel: str, title: str, mark_contended: bool = False):
+    """A bar per cell (labelled by model, or by cell when models repeat), error bars over seeds;
+    with ``mark_contended`` a contended bar is hatched and its label carries the dagger."""
+    rows = summary.dropna(subset=[column]).reset_index(drop=True)
+    names = rows["model"] if "model" in rows and not rows["model"].duplicated().any() else rows["cell"]
+    contended = _contended(rows) if mark_contended else pd.Series(False, index=rows.index)
+    fig, ax = plt.subplots(figsize=(max(4.8, 0.9 * len(rows) + 2.4), 4.2))
+    bars = ax.bar(range(len(rows)), rows[column], yerr=rows[f"{column}_std"].fillna(0), capsize=3,
+                  color=colours()[: len(rows)], edgecolor="0.25")
+    for bar, flag in zip(bars, contended):
+        if flag:
+            bar.set_hatch("///")
+    ax.set_xticks(range(len(rows)), [f"{n} †" if flag else str(n) for n, flag in zip(names, contended)],
+                  rotation=30, ha="right", fontsize=8)
+    if "length" in rows and rows["length"].notna().any():
+        title += f" (L={rows['length'].dropna().iloc[0]})"
+    ax.set_ylabel(ylabel)
+    ax.set_title(title + _seeds_note(rows) + _all_contended_note(contended), fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    if contended.any():
+        ax.legend(handles=[contended_handle("hatch")], fontsize=7)
+    return fig
+
+
+def _seeds_note(summary: pd.DataFrame) -> str:
+    return "\nerror bars: ± std over seeds" if "seeds" in summary and (summary["seeds"] > 1).any() else ""
+
+
+def _all_contended_note(contended: pd.Series) -> str:
+    return "\nall decode times contended (†): not speed figures" if len(contended) and contended.all() else ""
+
+
+def _contended(frame: pd.DataFrame) -> pd.Series:
+    if "contended" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["contended"].fillna(0).astype(int) > 0
 
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legends outside the axes too
     plt.close(fig)
     return path
 
