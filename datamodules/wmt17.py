@@ -254,6 +254,13 @@ class WMT17DataModule(pl.LightningDataModule):
                     raise FileNotFoundError(
                         f"WMT17DataModule(pair={self.pair!r}): missing {split} file {p}\n"
                         f"{self._layout()}")
+                if os.path.getsize(p) == 0:  # sentencepiece would fail on it with a RuntimeError
+                    raise ValueError(
+                        f"WMT17DataModule(pair={self.pair!r}): the {split} file {p} is empty (0 "
+                        "bytes; an interrupted copy or download?). Copy the complete file there, "
+                        f"or run `python -m datamodules.wmt17 fetch --pair {self.pair} --to "
+                        f"{self.data_dir}` (or download=True), which fetches the release again when "
+                        f"a file is empty\n{self._layout()}")
 
     def _check_line_counts(self, split: str) -> None:
         a, b = self.path(split, self.src_lang), self.path(split, self.tgt_lang)
@@ -303,8 +310,10 @@ class WMT17DataModule(pl.LightningDataModule):
         BPE, encode/reuse every split."""
         if self.source == "hf":
             self._download_hf()
-        elif self.download and not all(os.path.isfile(self.path(split, lang)) for split in self.splits
-                                       for lang in (self.src_lang, self.tgt_lang)):
+        elif self.download and not all(
+                os.path.isfile(p) and os.path.getsize(p) > 0
+                for p in (self.path(split, lang) for split in self.splits
+                          for lang in (self.src_lang, self.tgt_lang))):
             fetch(self.pair, self.data_dir, base_url=self.release_url)
         self._prepare()
 

@@ -223,6 +223,23 @@ def test_missing_file_names_path_and_layout(tmp_path):
     assert str(tmp_path / "train.de") in text and "expected layout" in text and "valid.en" in text
 
 
+@pytest.mark.parametrize("empty", [("train.en", "train.de"), ("train.de",), ("valid.en",)])
+def test_empty_file_names_the_file_and_the_fix_before_sentencepiece(tmp_path, empty):
+    """Both training files empty made sentencepiece raise a RuntimeError; one empty side a
+    line-count error that did not say why."""
+    for name in ("train.en", "train.de", "valid.en", "valid.de"):
+        shutil.copy(TINY / name, tmp_path / name)
+    for name in empty:
+        (tmp_path / name).write_bytes(b"")
+    d = make_dm(tmp_path / "cache", data_dir=tmp_path)
+    with pytest.raises(ValueError) as err:
+        d.prepare_data()
+    text = str(err.value)
+    assert f"file {tmp_path / empty[0]} is empty" in text
+    assert f"python -m datamodules.wmt17 fetch --pair en-de --to {tmp_path}" in text
+    assert not list((tmp_path / "cache").glob("bpe-*"))  # failed before sentencepiece ran
+
+
 def test_line_count_mismatch_reports_both_counts(tmp_path):
     for name in ("train.en", "valid.en", "valid.de"):
         shutil.copy(TINY / name, tmp_path / name)
