@@ -30,10 +30,17 @@ Architecture choices (documented once, here):
   unfinished hypotheses have the same length, so this is also the length-normalised order);
   those ending in EOS among the first ``beam_size`` enter the pool with their normalised score
   ``score / len ** length_penalty`` (len counts EOS), the best ``beam_size`` others stay alive.
-  A sentence is done once ``beam_size`` hypotheses finished and the pool's best beats the best
-  live hypothesis at its current length; the result is the pool's best by
-  normalised score (an unfinished hypothesis only where none finished by ``max_len``). A
-  finished hypothesis is never lost to partial ones, and ``beam_size=1`` is exactly greedy.
+  A sentence is done once ``beam_size`` hypotheses finished and no live hypothesis can still
+  beat the pool's best: with ``length_penalty`` alpha > 0 a completion's raw log-probability is
+  at most its live prefix's (<= 0) while its length may grow to the sentence's limit, so the
+  bound is ``best live raw / limit ** alpha``; with alpha <= 0 it is ``best live raw /
+  current_len ** alpha``. The result is the pool's best by normalised score (an unfinished
+  hypothesis only where none finished by the sentence's limit). A finished hypothesis is never
+  lost to partial ones. ``beam_size=1`` is exactly greedy when alpha = 0; with alpha > 0 it may
+  go on past greedy's EOS and return a longer hypothesis with a better normalised score.
+* Length limit: ``max_len`` steps for every sentence when given; by default each sentence's own
+  ``2 * source length + 10``, so a sentence decodes the same alone and in any batch. A sentence
+  at its limit is closed without EOS (its length is the limit).
 """
 from __future__ import annotations
 
@@ -305,16 +312,26 @@ class Seq2Seq(nn.Module):
         return state, cache, self.attention.initial_state(cache)
 
     @staticmethod
-    def _default_max_len(src_lengths: torch.Tensor, max_len: Optional[int]) -> int:
-        return int(max_len) if max_len is not None else int(src_lengths.max()) * 2 + 10
+    def _length_limits(
+        src_lengths: torch.Tensor, max_len: Optional[int], device: torch.device
+    ) -> tuple[torch.Tensor, int]:
+        """Each sentence's step limit (B,) and the most steps any of them takes.
 
-    def _finish(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pad after the first EOS, trim to the longest output; lengths count EOS."""
+        ``max_len`` for every sentence when given, else the sentence's own ``2 * source length + 10``
+        (never the batch's longest: a sentence's output must not depend on its batch).
+        """
+        if max_len is not None:
+            return torch.full(src_lengths.shape, int(max_len), dtype=torch.long, device=device), int(max_len)
+        limits = src_lengths.to(device=device, dtype=torch.long) * 2 + 10  # (B,)
+        return limits, int(src_lengths.max()) * 2 + 10
+
+    def _finish(self, tokens: torch.Tensor, limits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pad after the first EOS, trim to the longest output; lengths count EOS, and a sentence
+        without EOS (closed at its limit, ``limits`` (B,)) has its limit's length."""
         steps = tokens.shape[1]
         is_eos = tokens == self.eos_id  # (B, T)
-        no_eos = torch.full_like(is_eos[:, 0], steps, dtype=torch.long)  # (B,)
-        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), no_eos)  # (B,) index of the first EOS
-        lengths = torch.clamp(first + 1, max=steps)  # (B,)
+        no_eos = limits.clamp(max=steps)  # (B,)
+        lengths = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, no_eos)  # (B,)
         keep = torch.arange(steps, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
         tokens = tokens.masked_fill(~keep, self.pad_id)
         width = int(lengths.max()) if tokens.shape[0] else 0
@@ -352,14 +369,16 @@ class Seq2Seq(nn.Module):
 
         Args:
             src: (B, S); src_lengths: (B,).
-            max_len: most target steps (default 2 * longest source + 10).
+            max_len: most target steps for every sentence (default: each sentence's own
+                2 * source length + 10).
             check_every: steps between the (syncing) "all finished?" checks.
             min_len: EOS is masked out for the first ``min_len`` steps; ``min_len=max_len`` makes
                 every sentence take exactly ``max_len`` steps (fixed work, for speed benchmarks).
         Returns:
-            tokens (B, T') ending in EOS then padding, and lengths (B,) incl. EOS (T' if no EOS).
+            tokens (B, T') ending in EOS then padding, and lengths (B,) incl. EOS (the sentence's
+            limit if no EOS).
         """
-        max_len = self._default_max_len(src_lengths, max_len)
+        limits, max_steps = self._length_limits(src_lengths, max_len, src.device)  # (B,), int
         state, cache, attn_state = self._start(src, src_lengths)
         batch = src.shape[0]
         y = src.new_full((batch,), self.bos_id)  # (B,)
@@ -367,16 +386,19 @@ class Seq2Seq(nn.Module):
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
         outputs = []
         step = self.decoder.step
-        for t in range(max_len):
+        for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B, V)
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
             outputs.append(y)
-            finished = finished | (y == self.eos_id)
-            if (t + 1) % check_every == 0 and bool(finished.all()):
+            finished = finished | (y == self.eos_id)  # (B,)
+            if (t + 1) % check_every == 0 and bool((finished | (limits <= t + 1)).all()):
                 break
-        return self._finish(torch.stack(outputs, dim=1))
+        tokens = torch.stack(outputs, dim=1)  # (B, T)
+        # a sentence is closed at its own limit: what it decoded past it (while others ran on) goes
+        past_limit = torch.arange(tokens.shape[1], device=src.device).unsqueeze(0) >= limits.unsqueeze(1)  # (B, T)
+        return self._finish(tokens.masked_fill_(past_limit, self.pad_id), limits)
 
     @torch.inference_mode()
     def beam_search(
@@ -395,7 +417,8 @@ class Seq2Seq(nn.Module):
 
         ``beam_size`` unfinished hypotheses per sentence, plus a pool of finished ones (see the
         module docstring). Finished hypotheses are ranked by ``sum log p / len ** length_penalty``
-        (len counts EOS; 0 disables the normalisation). The attention's source-only cache stays at
+        (len counts EOS; 0 disables the normalisation); the early stop is exact for that rule
+        (module docstring). The attention's source-only cache stays at
         one row per sentence, shared by its beams, when the mechanism allows it
         (``Attention.shares_cache``); otherwise it is copied to every beam once. LSTM and
         attention state are reordered with one generic ``index_select`` per step.
@@ -403,7 +426,8 @@ class Seq2Seq(nn.Module):
         Args:
             src: (B, S); src_lengths: (B,).
             beam_size: beams per sentence (<= target vocabulary size).
-            max_len: most target steps (default 2 * longest source + 10).
+            max_len: most target steps for every sentence (default: each sentence's own
+                2 * source length + 10).
             length_penalty: the exponent alpha.
             return_scores: also return lengths (B,) and normalised scores (B,).
             check_every: steps between the (syncing) "all sentences done?" checks.
@@ -419,9 +443,9 @@ class Seq2Seq(nn.Module):
             raise ValueError(
                 f"beam_size must be in [1, {self.tgt_vocab_size}] (the target vocabulary size); got {beam_size}"
             )
-        max_len = self._default_max_len(src_lengths, max_len)
         batch, k, vocab = src.shape[0], beam_size, self.tgt_vocab_size
         device = src.device
+        limits, max_steps = self._length_limits(src_lengths, max_len, device)  # (B,), int
         state, cache, attn_state = self._start(src, src_lengths)
         expand = torch.arange(batch, device=device).repeat_interleave(k)  # (B*k,)
         if not (share_cache and self.attention.shares_cache):
@@ -444,9 +468,13 @@ class Seq2Seq(nn.Module):
         pool_parent = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         pool_count = torch.zeros(batch, dtype=torch.long, device=device)  # (B,) hypotheses finished so far
         done = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
-        history_tokens, history_parents = [], []
+        if length_penalty > 0:
+            # every completion of a live hypothesis has raw log-prob <= its prefix's (<= 0) and length
+            # <= the sentence's limit, so its normalised score is <= prefix raw / limit ** alpha
+            bound_divisor = limits.float() ** length_penalty  # (B,)
+        history_tokens, history_parents, history_best = [], [], []
         step = self.decoder.step
-        for t in range(max_len):
+        for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B*k, V)
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
@@ -470,26 +498,34 @@ class Seq2Seq(nn.Module):
             y = top_tokens.gather(1, keep).view(n)  # (B*k,)
             parent = top_parents.gather(1, keep).view(n)  # (B*k,)
             scores = live_scores.view(n)  # (B*k,)
-            # done once k hypotheses finished and the best of them beats the best live one (at its length)
-            live_best = live_scores[:, 0] / float(t + 1) ** length_penalty if length_penalty else live_scores[:, 0]
+            # done once k hypotheses finished and no live one can beat the best of them, or at the limit
+            if length_penalty > 0:
+                live_bound = live_scores[:, 0] / bound_divisor  # (B,)
+            elif length_penalty < 0:  # the divisor shrinks as the length grows: the current length bounds
+                live_bound = live_scores[:, 0] / float(t + 1) ** length_penalty  # (B,)
+            else:
+                live_bound = live_scores[:, 0]  # (B,)
             pool_count = pool_count + finishing.sum(dim=1)  # (B,)
-            done = done | ((pool_count >= k) & (pool_score >= live_best))  # (B,)
+            done = done | ((pool_count >= k) & (pool_score >= live_bound)) | (limits <= t + 1)  # (B,)
             history_tokens.append(y)
             history_parents.append(parent)
+            history_best.append(live_scores[:, 0])  # (B,) raw score of the best live hypothesis
             state = map_batch(lambda x: x.index_select(0, parent), state)
             attn_state = map_batch(lambda x: x.index_select(0, parent), attn_state)
             ctx = ctx.index_select(0, parent)  # (B*k, C)
             if (t + 1) % check_every == 0 and bool(done.all()):
                 break
         steps = len(history_tokens)
-        # where nothing finished, the best live hypothesis (slot 0: the live beams are best first)
+        # where nothing finished, the best live hypothesis at the sentence's limit (slot 0: the live
+        # beams are best first); only a sentence that reached its limit can have nothing finished
         unfinished = pool_step < 0  # (B,)
         best_live = row_offset.squeeze(1)  # (B,)
-        live_norm = scores.index_select(0, best_live)  # (B,)
+        closed_at = limits.clamp(max=steps)  # (B,)
+        live_norm = torch.stack(history_best, dim=1).gather(1, (closed_at - 1).unsqueeze(1)).squeeze(1)  # (B,)
         if length_penalty:
-            live_norm = live_norm / float(steps) ** length_penalty
+            live_norm = live_norm / closed_at.float() ** length_penalty
         best_score = torch.where(unfinished, live_norm, pool_score)  # (B,)
-        end = torch.where(unfinished, torch.full_like(pool_step, steps), pool_step)  # (B,) tokens before it
+        end = torch.where(unfinished, closed_at, pool_step)  # (B,) tokens before it
         slot = torch.where(unfinished, best_live, pool_parent)  # (B,) live row at step end - 1
         out = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)  # (B, T)
         for t in range(steps - 1, -1, -1):
@@ -498,7 +534,7 @@ class Seq2Seq(nn.Module):
             slot = torch.where(active, history_parents[t].index_select(0, slot), slot)
         rows = torch.arange(batch, device=device)[~unfinished]  # the finished sentences
         out[rows, end[~unfinished]] = self.eos_id
-        tokens, out_lengths = self._finish(out)  # (B, T')
+        tokens, out_lengths = self._finish(out, limits)  # (B, T')
         if return_scores:
             return tokens, out_lengths, best_score
         return tokens
@@ -514,7 +550,7 @@ class Seq2Seq(nn.Module):
             mechanism's :meth:`~Attention.extra_weights` stacked per step as (B, T, ...) (memory
             attention: ``alpha`` (B, T, S, K), the same at every step, and ``beta`` (B, T, K)).
         """
-        max_len = self._default_max_len(src_lengths, max_len)
+        limits, max_steps = self._length_limits(src_lengths, max_len, src.device)  # (B,), int
         state, cache, attn_state = self._start(src, src_lengths)
         batch = src.shape[0]
         y = src.new_full((batch,), self.bos_id)  # (B,)
@@ -522,7 +558,7 @@ class Seq2Seq(nn.Module):
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
         outputs, weights = [], []
         extras: dict[str, list[torch.Tensor]] = {}
-        for _ in range(max_len):
+        for t in range(max_steps):
             # the query the attention will see is the top state after this step's LSTM update,
             # so run the step first and ask for the extras with the same query and prior state
             prev_attn_state = attn_state
@@ -537,10 +573,10 @@ class Seq2Seq(nn.Module):
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
             outputs.append(y)
             weights.append(w if w is not None else query.new_zeros(batch, src.shape[1]))
-            finished = finished | (y == self.eos_id)
+            finished = finished | (y == self.eos_id) | (limits <= t + 1)
             if bool(finished.all()):
                 break
-        tokens, lengths = self._finish(torch.stack(outputs, dim=1))
+        tokens, lengths = self._finish(torch.stack(outputs, dim=1), limits)
         steps = tokens.shape[1]
         result: dict[str, torch.Tensor] = {
             "tokens": tokens,

@@ -72,14 +72,23 @@ def test_training_gradients_reach_encoder_and_attention(attention):
 
 @pytest.mark.parametrize("attention", MECHANISMS)
 def test_greedy_equals_beam_of_one(attention):
+    """Without length normalisation beam 1 is greedy. With alpha > 0 the exact early stop keeps
+    the runner-up alive past greedy's EOS (a longer completion may normalise better), so beam 1
+    returns greedy's hypothesis or a better-scoring one."""
     model = make_model(attention)
     batch = make_batch([0, 1, 4, 8, 12], seed=1)
     greedy, greedy_lengths = model.greedy_decode(batch["src"], batch["src_lengths"], max_len=15)
     beam, beam_lengths, _ = model.beam_search(
-        batch["src"], batch["src_lengths"], beam_size=1, max_len=15, return_scores=True
+        batch["src"], batch["src_lengths"], beam_size=1, max_len=15, length_penalty=0.0, return_scores=True
     )
     assert torch.equal(greedy, beam)
     assert torch.equal(greedy_lengths, beam_lengths)
+    _, _, beam_scores = model.beam_search(
+        batch["src"], batch["src_lengths"], beam_size=1, max_len=15, length_penalty=1.0, return_scores=True
+    )
+    greedy_scores = rescore(model, batch, greedy, greedy_lengths, 1.0)  # (B,)
+    finished = (greedy == EOS_ID).any(dim=1)  # (B,) greedy's hypothesis is in beam 1's pool
+    assert (beam_scores[finished] >= greedy_scores[finished] - 1e-5).all()
 
 
 @pytest.mark.parametrize("attention", MECHANISMS)
