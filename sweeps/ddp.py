@@ -104,7 +104,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         plan, settings, ray.train.get_checkpoint(), trial_id, TrainReport,
         {**placement_metrics(), "world_size": world_size}, with_chaos=rank == 0,
     )
-    logger = make_wandb_logger(settings, plan, trial_id, trial_name) if rank == 0 else None
+    logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module) if rank == 0 else None
     use_gpu = bool(settings.resources.gpu) and torch.cuda.is_available()
     trainer = pl.Trainer(
         accelerator="gpu" if use_gpu else "cpu",

@@ -10,6 +10,7 @@ from ray import tune
 
 from .settings import TrialSettings
 from .trial_kit import (
+    FinishOnStop,
     TuneReport,
     common_trainer_kwargs,
     fit_trial,
@@ -31,7 +32,7 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
     parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())
-    logger = make_wandb_logger(settings, plan, trial_id, trial_name)
+    logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module)
     accelerator, devices = pick_accelerator()
     trainer = pl.Trainer(
         accelerator=accelerator,
@@ -40,3 +41,8 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
         **common_trainer_kwargs(plan, parts, logger),
     )
     fit_trial(trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id)
+
+
+# Tune builds its trainable class from the function with these mixins (``ray.tune`` reads
+# ``__mixins__``; ``tune.with_parameters`` carries them over): a stopped trial closes W&B first.
+run_trial.__mixins__ = (FinishOnStop,)

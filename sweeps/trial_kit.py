@@ -24,9 +24,9 @@ import torch
 from ray import tune
 
 from .build import build_datamodule, build_module
+from .results import CHECKPOINT_FILE
 from .settings import TrialSettings
 
-CHECKPOINT_FILE = "checkpoint.ckpt"
 EXTRA_FILE = "trial_state.json"
 
 
@@ -197,7 +197,33 @@ def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: str, trial_name: str):
+def wandb_config(plan: dict[str, Any], module: Optional[pl.LightningModule] = None) -> dict[str, Any]:
+    """The trial's W&B config: its flat plan once (``cell``, ``seed``, the grid values and Optuna's
+    samples under their flat names), then every other setting under its dotted name
+    (``task.max_length``, ``trainer.max_steps``, ``model.hidden_size``). No key twice, no nulls:
+    a model setting the preset supplies is taken from the built module's hyperparameters."""
+    config = {k: v for k, v in plan["config"].items() if v is not None}
+    shown = set(plan["grid"]) | set(plan["params"])  # dotted keys already there under a flat name
+    resolved = dict(getattr(module, "hparams", {}) or {})
+    for section in ("task", "model", "trainer"):
+        values = dict(plan[section])
+        if section == "model":
+            from lightning_modules.presets import PRESETS
+
+            kwargs = resolved.get("attention_kwargs") or {}
+            preset = PRESETS.get(str(resolved.get("preset") or values.get("preset")), {})
+            values = {**preset, **{k: v for k, v in resolved.items() if k != "attention_kwargs" and v is not None},
+                      **kwargs, **{k: v for k, v in values.items() if v is not None}}
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if value is None or dotted in shown:
+                continue
+            config[dotted] = value
+    return config
+
+
+def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: str, trial_name: str,
+                      module: Optional[pl.LightningModule] = None):
     """W&B logger for this trial, or None when W&B is disabled. The API key is never passed here:
     wandb reads it from the environment or its own login."""
     wb = settings.wandb
@@ -205,10 +231,15 @@ def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: s
         return None
     from lightning.pytorch.loggers import WandbLogger
 
-    # the flat keys (attention, K, length, lr...) first: they are the run table's columns
-    sections = {k: plan[k] for k in ("task", "model", "trainer")}
-    run_config = {**plan["config"], **sections, "trial_id": trial_id, "sweep": settings.name}
-    return WandbLogger(
+    class PlanWandbLogger(WandbLogger):
+        """Lightning's W&B logger with the trial's plan as the run's config: Lightning's own
+        hyperparameter dump (the module's ``hparams``) would repeat it under other names."""
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    run_config = {**wandb_config(plan, module), "trial_id": trial_id, "sweep": settings.name}
+    logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,
         group=wb.group or settings.name,
@@ -222,6 +253,8 @@ def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: s
         resume="allow",
         log_model=False,
     )
+    logger._wandb_init.pop("anonymous", None)  # deprecated in wandb: passing it at all prints a warning
+    return logger
 
 
 def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
@@ -324,10 +357,20 @@ def common_trainer_kwargs(plan: dict[str, Any], parts: TrialParts, logger) -> di
 
 def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, trial_id: str) -> None:
     """Fit (from the restored checkpoint when resuming), report the final model, log heatmaps, and
-    close W&B and the local checkpoint copy whatever happens."""
+    close W&B and the local checkpoint copy whatever happens.
+
+    Tune stops a trial (a scheduler's decision, or ``max_t``) by raising ``SystemExit(0)`` from
+    inside the report call; :class:`FinishOnStop` holds the process until this function has
+    logged the heatmaps and closed the W&B run on that path too, then the stop goes on."""
+    stop: Optional[SystemExit] = None
     try:
-        trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)
-        finish_fit(trainer, parts.module, parts.dm, parts.report)
+        try:
+            trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)
+            finish_fit(trainer, parts.module, parts.dm, parts.report)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+            stop = exc
         if heatmaps:
             try:
                 log_heatmaps(logger, parts.module, parts.dm)
@@ -336,6 +379,34 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
     finally:
         close_wandb(logger)
         shutil.rmtree(parts.local_ckpt_dir, ignore_errors=True)
+    if stop is not None:
+        raise stop
+
+
+#: seconds a stopped trial's process waits for its training thread to close W&B (heatmaps included)
+STOP_GRACE_S = 120.0
+
+
+class FinishOnStop:
+    """Mixin for Tune's function trainable (through the trainable's ``__mixins__``): when Tune
+    stops a trial, wait for the training thread to finish before the actor goes.
+
+    Ray's ``FunctionTrainable.cleanup`` lets the training thread go without waiting for it
+    (``session.finish(timeout=0)``), and the actor's process exits while the thread is still
+    unwinding the ``SystemExit`` of the stop. W&B's service then sees its client vanish mid-run and
+    abandons the run: a 7-byte ``.wandb`` file, state unknown. Waiting here lets
+    :func:`fit_trial` log the heatmaps and ``wandb.finish()`` the run first."""
+
+    def cleanup(self) -> None:
+        from ray.train._internal.session import get_session
+
+        session = get_session()
+        thread = getattr(session, "training_thread", None)
+        if session is not None and session.training_started and thread is not None and thread.is_alive():
+            session.stop_event.set()  # what session.finish does first: the thread leaves its report call
+            session.continue_lock.release()
+            thread.join(timeout=STOP_GRACE_S)
+        super().cleanup()  # type: ignore[misc]
 
 
 def close_wandb(logger) -> None:
