@@ -100,7 +100,8 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
     spec = sweep.spec
     index = {c.slug: i for i, c in enumerate(sweep.cells)}
     units = [
-        StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns))
+        StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns),
+                  p.trainer.get("max_steps"))
         for p in sweep.plans
     ]
     space, journal = None, None

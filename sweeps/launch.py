@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
     if spec.timing.enabled and not interrupted:
         time_finished_trials(rows, plans, out_dir, spec.timing)
+        publish_timings(rows, settings, out_dir / "optuna.journal" if sweep.has_search else None)
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error")
     written = {"csv": write_results_csv(rows, out_dir)}
@@ -166,8 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     if not df.empty:
         print_table(df)
+        retried = df[df["retries"].fillna(0) > 0] if "retries" in df else df.iloc[0:0]
+        if not retried.empty:
+            print(f"{len(retried)} trial(s) failed and were retried ({int(retried['retries'].sum())} retries in all; "
+                  "results.csv's retries column): " + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples()))
     print("\nwrote " + ", ".join(str(p) for p in written.values()))
-    hint = wandb_sync_hint(out_dir) if mode == "offline" else None
+    hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
+    for run, problem in broken:
+        print(f"W&B run {run} is incomplete ({problem}): left out of the upload command", file=sys.stderr)
     if hint:
         print(f"W&B ran offline; upload the runs with:\n  {hint}")
     resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (
@@ -205,11 +212,44 @@ def time_finished_trials(rows: list[dict], plans: dict[str, tuple[dict, str]], o
     if not jobs:
         return
     print(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
-          f"(median of {timing.repeats}, {timing.threads} thread(s)):")
+          f"(median of {timing.repeats}+ repeats" + (f" to +-{100 * timing.precision:g}%" if timing.precision else "")
+          + f", {timing.threads} thread(s)):")
     settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device,
-                              fresh_process=timing.fresh_process)
+                              fresh_process=timing.fresh_process, precision=timing.precision,
+                              max_seconds=timing.max_seconds)
     for row, outcome in zip(timed_rows, run_timing_stage(jobs, settings)):
         attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
+
+
+def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
+    """The timing stage's figures beside what the trial recorded while it trained: in the summary
+    of its W&B run (reopened by id online, written into its run log offline) and in its Optuna
+    study (:func:`sweeps.search.record_timings`). A failure to reach one is said, not fatal."""
+    from sweeps.results import TIMING_COLUMNS
+    from sweeps.wandb_runs import RunLogError, add_run_summary
+
+    timings = {}
+    for row in rows:
+        if row.get("decode_seconds") is None:
+            continue
+        values = {c: _plain(row.get(c)) for c in TIMING_COLUMNS if row.get(c) is not None}
+        timings[row["trial_id"]] = values
+        if settings.wandb.mode == "disabled":
+            continue
+        try:
+            add_run_summary(settings.wandb.mode, settings.wandb_dir, row["trial_id"], values,
+                            project=settings.wandb.project, entity=settings.wandb.entity)
+        except (RunLogError, OSError, Exception) as exc:  # noqa: BLE001 -- W&B must not lose the results
+            print(f"[timing] trial {row['trial_id']}: could not add decode_seconds to its W&B run: {exc}",
+                  file=sys.stderr)
+    if journal is not None and timings and journal.exists():
+        from sweeps.search import record_timings
+
+        record_timings(str(journal), timings)
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
 
 
 if __name__ == "__main__":

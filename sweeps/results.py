@@ -10,15 +10,27 @@ from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
+from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
+
 from .report import natural_order
 from .spec import column_name, get_dotted
+
+#: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
+CHECKPOINT_FILE = "checkpoint.ckpt"
+
+
+def checkpoint_path(folder: str) -> str:
+    """The Lightning checkpoint file in a trial's checkpoint folder (a path ``load_from_checkpoint``
+    takes as it is)."""
+    return folder if folder.endswith(".ckpt") else f"{folder.rstrip('/')}/{CHECKPOINT_FILE}"
 
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
 TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
-                  "decode_interrupted", "decode_contended"]
-METRIC_COLUMNS = ["val/bleu", *TIMING_COLUMNS, "val/decode_seconds", "val/loss", "val/token_acc"]
-FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status"]
+                  "decode_passes_per_repeat", "decode_precision", "decode_interrupted", "decode_contended"]
+# every metric the module logs during training (val/bleu first), then the timing stage's
+METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
+FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status", "retries"]
 TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
 
 
@@ -31,22 +43,20 @@ def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def trial_statuses(grid) -> list[Optional[str]]:
-    """Tune's status per result (TERMINATED, ERROR, PENDING, PAUSED...), in the grid's order."""
-    return [status for status, _ in trial_states(grid)]
-
-
-def trial_states(grid) -> list[tuple[Optional[str], dict[str, Any]]]:
-    """(Tune's status, the trial's config) per result, in the grid's order. The config comes from
-    the trial itself: a trial that failed before its first report has no ``result.config``."""
+def trial_states(grid) -> list[tuple[Optional[str], dict[str, Any], int]]:
+    """(Tune's status, the trial's config, its retries) per result, in the grid's order. The
+    config comes from the trial itself: a trial that failed before its first report has no
+    ``result.config``."""
     trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
     if trials is None or len(trials) != len(grid):
-        return [(None, result.config or {}) for result in grid]
-    return [(t.status, result.config or t.config or {}) for t, result in zip(trials, grid)]
+        return [(None, result.config or {}, 0) for result in grid]
+    return [(t.status, result.config or t.config or {}, int(getattr(t, "num_failures", 0) or 0))
+            for t, result in zip(trials, grid)]
 
 
 def row_from_result(
-    result, plan: dict[str, Any], search_keys: Iterable[str], max_steps: int, tune_status: Optional[str] = None
+    result, plan: dict[str, Any], search_keys: Iterable[str], max_steps: int, tune_status: Optional[str] = None,
+    retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
     model, task, grid = plan["model"], plan["task"], plan["grid"]
@@ -73,6 +83,7 @@ def row_from_result(
         "length": task.get("max_length", task.get("max_len")),
         "seed": plan["seed"],
         "status": status,
+        "retries": retries,  # failed attempts Tune retried (failure.max_failures) before this outcome
     }
     for key, value in grid.items():
         row.setdefault(column_name(key), value)
@@ -83,7 +94,8 @@ def row_from_result(
     row["train_time_s"] = metrics.get("train_time_s")
     row["step"] = metrics.get("step")
     # DDP trials: Ray Train keeps the checkpoint and reports its path as a metric
-    row["checkpoint"] = result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
+    folder = result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
+    row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = _short_error(result.error) if result.error is not None else None
     return row
 
@@ -114,7 +126,8 @@ def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: 
         row.update(
             decode_seconds=timing["median_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
             decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
-            decode_repeats=timing["repeats"], decode_interrupted=timing.get("interrupted", 0),
+            decode_repeats=timing["repeats"], decode_passes_per_repeat=timing.get("passes_per_repeat", 1),
+            decode_precision=timing.get("precision"), decode_interrupted=timing.get("interrupted", 0),
             decode_contended=bool(timing.get("contended", False)),
         )
     if error is not None:
@@ -136,10 +149,10 @@ def result_rows(
     Tune's trial record (:func:`trial_states`)."""
     rows, plans = [], {}
     search_keys = list(search_keys)
-    for result, (status, config) in zip(grid, trial_states(grid)):
+    for result, (status, config, retries) in zip(grid, trial_states(grid)):
         if "cell" in config:
             plan = plan_of(config)
-            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status))
+            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status, retries))
             plans[rows[-1]["trial_id"]] = (plan, str(result.path))
     return rows, plans
 

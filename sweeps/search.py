@@ -34,6 +34,7 @@ class StudyUnit:
     index: int
     seed: int
     config: dict[str, Any]
+    max_steps: Optional[int] = None  # a trial that ends before it was stopped by the scheduler
 
 
 def optuna_distributions(parameters: dict[str, ParamSpec], columns: dict[str, str]) -> dict[str, Any]:
@@ -121,7 +122,26 @@ class StudySearcher(Searcher):
         self.live[trial_id] = (i, number, storage_id)
         return config
 
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Each report is an intermediate value of the Optuna trial, at its training step: the
+        learning curves of ``plot_intermediate_values`` and optuna-dashboard. (Tune hands a
+        trial's last report to :meth:`on_trial_complete` only, which records it the same way.)"""
+        entry = self.live.get(trial_id)
+        value = (result or {}).get(self.metric)
+        if entry is None or not self.space or value is None:
+            return
+        step = int(result.get("step", result.get("training_iteration", 0)))
+        try:
+            self._get_storage().set_trial_intermediate_value(entry[2], step, float(value))
+        except RuntimeError:
+            pass  # the Optuna trial already finished
+
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        """Tell Optuna how the trial ended: COMPLETE with the metric's last value; PRUNED when the
+        scheduler stopped it before its last step (Optuna then records its last intermediate
+        value, as for its own pruners); FAIL on an error or no result."""
+        if not error and result:
+            self.on_trial_result(trial_id, result)
         entry = self.live.pop(trial_id, None)
         if entry is None or not self.space:
             return
@@ -130,8 +150,11 @@ class StudySearcher(Searcher):
         i, number, _ = entry
         study = self._study(i)
         value = (result or {}).get(self.metric)
+        max_steps = self.units[i].max_steps
         if error or value is None:
             study.tell(number, state=optuna.trial.TrialState.FAIL)
+        elif max_steps is not None and int((result or {}).get("step", max_steps)) < max_steps:
+            study.tell(number, state=optuna.trial.TrialState.PRUNED)
         else:
             study.tell(number, float(value))
 
@@ -215,4 +238,29 @@ class OptunaLinks(Callback):
         self.searcher = searcher
 
     def on_checkpoint(self, iteration: int, trials: list, trial, checkpoint, **info) -> None:
-        self.searcher.record(trial.trial_id, "checkpoint_path", checkpoint.path)
+        from .results import checkpoint_path
+
+        self.searcher.record(trial.trial_id, "checkpoint_path", checkpoint_path(checkpoint.path))
+
+
+def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:
+    """Put the timing stage's figures (by Ray trial id) into the Optuna journal; returns how many
+    trials they reached.
+
+    Optuna refuses to change a finished trial (its attributes are frozen once it is told), and
+    every trial is finished before the timing stage runs, so the figures go on each study as the
+    user attribute ``decode_timing``: ``{trial number: {decode_seconds, its spread, flags}}``."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(journal))
+    reached = 0
+    for name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=name, storage=storage)
+        found = {str(t.number): timings[t.user_attrs["ray_trial_id"]] for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get("ray_trial_id") in timings}
+        if found:
+            study.set_user_attr("decode_timing", {**study.user_attrs.get("decode_timing", {}), **found})
+            reached += len(found)
+    return reached

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import socket
 import statistics
@@ -105,6 +106,8 @@ class DecodeTiming:
     cpus: tuple[int, ...] = ()  # the CPUs the timed process was pinned to (empty: not pinned)
     interrupted: int = 0  # timed passes thrown away and run again: core shared or machine slow (see clean_passes)
     contended: bool = False  # too few clean passes: the figure includes some of the thrown-away ones
+    passes_per_repeat: int = 1  # decodes of the split in one timed repeat (short splits: see measure_decode_time)
+    precision: Optional[float] = None  # the median's 95% interval half-width / median, when it was the stop rule
 
     @property
     def repeats(self) -> int:
@@ -156,6 +159,21 @@ CALIBRATION_S = 2.0
 # ... and after a pass on a slow machine, the next waits up to this long for it to recover.
 RECOVERY_WAIT_S = 5.0
 MAX_ATTEMPTS_FACTOR = 4  # at most repeats x this timed passes before settling for contended ones
+# Adaptive repeats (the stage's default, as torch.utils.benchmark's adaptive_autorange): timed
+# repeats go on until the median is known to ``precision`` or ``max_seconds`` of timed decoding
+# have passed. A repeat lasts at least MIN_REPEAT_S: a split that decodes in a few milliseconds is
+# decoded several times per repeat, so scheduler ticks and timer granularity do not dominate it.
+MIN_REPEAT_S = 0.05
+MAX_REPEATS = 400
+
+
+def median_precision(runs: Sequence[float]) -> float:
+    """Half-width of the median's 95% confidence interval relative to the median (McGill et al.'s
+    notch, 1.57 x IQR / sqrt(n)); inf with fewer than 3 runs."""
+    if len(runs) < 3:
+        return float("inf")
+    q1, median, q3 = statistics.quantiles(runs, n=4, method="inclusive")
+    return 1.57 * (q3 - q1) / len(runs) ** 0.5 / median if median > 0 else float("inf")
 
 
 def machine_probe() -> float:
@@ -227,6 +245,8 @@ def measure_decode_time(
     repeats: int = 5,
     warmup: int = 1,
     threads: Optional[int] = 1,
+    precision: Optional[float] = None,
+    max_seconds: float = 30.0,
 ) -> DecodeTiming:
     """Time ``module.decode`` over a whole split, data loading excluded.
 
@@ -244,6 +264,11 @@ def measure_decode_time(
         warmup: untimed passes first (allocator, caches, lazy initialisation).
         threads: torch intra-op threads during the measurement (restored afterwards); None keeps
             the current setting.
+        precision: None: exactly ``repeats`` clean repeats of one pass each. A fraction (0.01):
+            adaptive -- each repeat decodes the split as many times as it takes to last
+            ``MIN_REPEAT_S`` (seconds are per pass), and repeats go on past ``repeats`` until the
+            median's 95% interval is within ``precision`` of it (:func:`median_precision`) or
+            ``max_seconds`` of timed decoding have passed; the precision reached is recorded.
     Returns:
         the timings, with the settings they were taken under.
     """
@@ -270,26 +295,45 @@ def measure_decode_time(
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    adaptive = precision is not None
     try:
         with _beam_size(module, beam), torch.inference_mode():
-            for _ in range(warmup):
+            per_repeat = 1
+            for i in range(max(warmup, 1 if adaptive else 0)):
+                sync()
+                start = time.perf_counter()
                 decode_split()
-            passes: list[tuple[float, bool, float]] = []  # (wall, shared core, probe after it)
+                sync()
+                if adaptive and i == max(warmup, 1) - 1:  # the last warm-up pass sizes a repeat
+                    per_repeat = max(1, math.ceil(MIN_REPEAT_S / max(time.perf_counter() - start, 1e-6)))
+            passes: list[tuple[float, bool, float]] = []  # (wall per decode, shared core, probe after it)
             watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
             best = fastest_probe(CALIBRATION_S) if watch else 0.0  # the machine's speed when not slowed
-            for _ in range(repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)):
+            attempts = repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)
+            deadline = time.perf_counter() + max_seconds
+            reached = None
+            while True:
                 if passes and passes[-1][2] > SLOW_MACHINE * best:  # the last pass met a slow spell
                     best = wait_for_speed(best, RECOVERY_WAIT_S)
                 sync()
                 cpu_start, start = time.thread_time(), time.perf_counter()
-                outputs = decode_split()
+                for _ in range(per_repeat):
+                    outputs = decode_split()
                 sync()
                 wall, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
-                passes.append((wall, watch and wall > SHARED_CORE * cpu, machine_probe() if watch else 0.0))
+                passes.append((wall / per_repeat, watch and wall > SHARED_CORE * cpu, machine_probe() if watch else 0.0))
                 keep = clean_passes(passes, best)
                 best = min(best, passes[-1][2])
-                if sum(keep) >= repeats:
-                    break
+                clean = [w for (w, _, _), kept in zip(passes, keep) if kept]
+                if len(clean) >= repeats:
+                    if not adaptive:
+                        break
+                    reached = median_precision(clean)
+                    if reached <= precision or time.perf_counter() > deadline or len(passes) >= MAX_REPEATS:
+                        break
+                elif len(passes) >= attempts and (not adaptive or time.perf_counter() > deadline
+                                                  or len(passes) >= MAX_REPEATS):
+                    break  # never enough clean passes: contended
             runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
             interrupted, contended = len(passes) - len(runs), len(runs) < repeats
             if contended:  # the machine was never quiet for long: report what was measured, flagged
@@ -303,6 +347,8 @@ def measure_decode_time(
         runs, sentences=sentences, output_tokens=output_tokens, batches=len(on_device), beam_size=beam,
         warmup=warmup, device=str(device), threads=used_threads,
     )
+    timing = dataclasses.replace(timing, passes_per_repeat=per_repeat,
+                                 precision=None if reached is None or contended else round(reached, 5))
     return dataclasses.replace(timing, interrupted=interrupted, contended=contended)
 
 
@@ -427,6 +473,8 @@ def time_checkpoint(
     repeats: int = 5,
     warmup: int = 1,
     threads: Optional[int] = 1,
+    precision: Optional[float] = None,
+    max_seconds: float = 30.0,
 ) -> DecodeTiming:
     """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
     :func:`measure_decode_time` over one split."""
@@ -437,7 +485,7 @@ def time_checkpoint(
     dm = build_datamodule(task, seed)
     loader = split_batches(dm, split)
     check_vocabulary(module, dm)
-    return measure_decode_time(module, loader, device, beam_size, repeats, warmup, threads)
+    return measure_decode_time(module, loader, device, beam_size, repeats, warmup, threads, precision, max_seconds)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -481,6 +529,8 @@ class TimingSettings:
     repeats: Annotated[int, Ge(1)] = 5
     warmup: Annotated[int, Ge(0)] = 1
     threads: Annotated[int, Ge(1)] = 1
+    precision: Optional[float] = 0.01  # adaptive repeats to this precision (None: exactly `repeats`)
+    max_seconds: float = 30.0  # adaptive: timed decoding per trial at most this long
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fresh_process: bool = True  # on CPU: time in a new process pinned to `threads` CPUs (see run_job)
 
@@ -615,7 +665,8 @@ def run_job(job: TimingJob, settings: TimingSettings, lane: Lane) -> TimingRecor
     started = time.time()
     fingerprint = checkpoint_fingerprint(job.checkpoint)
     kwargs = dict(seed=job.seed, split=job.split, device=lane.device, beam_size=job.beam_size,
-                  repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads)
+                  repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
+                  precision=settings.precision, max_seconds=settings.max_seconds)
     if settings.fresh_process and lane.device == "cpu":
         timing = time_checkpoint_pinned(job.checkpoint, job.task, **kwargs)
     else:
@@ -734,10 +785,17 @@ def run_timing_stage(
             write_json_atomic(job.result_path, record.to_dict())
             outcomes[i] = TimingOutcome(job, "timed", record=record)
             t = record.timing
-            say(f"[timing] trial {job.trial_id}: {t.median_seconds:.4f} s (median of {t.repeats}; "
+            say(f"[timing] trial {job.trial_id}: {t.median_seconds:.4f} s (median of {repeats_note(t)}; "
                 f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
                 f"{shared_core_note(t)}) -> {job.result_path}")
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def repeats_note(t: DecodeTiming) -> str:
+    """``21 repeats of 8 passes, +-0.9%``: how a timing's median was taken."""
+    passes = f" of {t.passes_per_repeat} passes" if t.passes_per_repeat > 1 else ""
+    reached = f", median +-{100 * t.precision:.1f}% (95%)" if t.precision is not None else ""
+    return f"{t.repeats} repeats{passes}{reached}"
 
 
 def shared_core_note(t: DecodeTiming) -> str:
@@ -778,7 +836,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--split", default="valid", help="valid (default) or test")
     p.add_argument("--beam", type=int, default=None,
                    help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)")
-    p.add_argument("--repeats", type=int, default=5, help="timed passes over the split (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats over the split, at least (default 5)")
+    p.add_argument("--precision", type=float, default=0.01,
+                   help="repeat until the median's 95%% interval is within this fraction of it (default 0.01); "
+                        "0: exactly --repeats passes")
+    p.add_argument("--max-seconds", type=float, default=30.0,
+                   help="with --precision: stop after this many seconds of timed decoding (default 30)")
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
@@ -827,7 +890,7 @@ def report_lines(timing: DecodeTiming, split: str) -> list[str]:
         f"{t.output_tokens} tokens decoded",
         f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}, "
         f"{t.threads} thread(s), torch {t.torch_version}; {t.warmup} warm-up + {t.repeats} timed runs",
-        f"whole split  {t.median_seconds:.4f} s  (median of {t.repeats}; min {t.min_seconds:.4f}, "
+        f"whole split  {t.median_seconds:.4f} s  (median of {repeats_note(t)}; min {t.min_seconds:.4f}, "
         f"max {t.max_seconds:.4f}, IQR {t.iqr_seconds:.4f}{shared_core_note(t)})",
         f"per sentence {1000 * t.per_sentence_seconds:.3f} ms",
         "runs (s)     " + " ".join(f"{s:.4f}" for s in t.seconds),
@@ -845,7 +908,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         task = data_task(saved, args.task, overrides)
         print(f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})", flush=True)
         timing = time_checkpoint(ckpt, task, int(task.get("seed") or 0), args.split, args.device, args.beam,
-                                 args.repeats, args.warmup, args.threads)
+                                 args.repeats, args.warmup, args.threads, args.precision or None, args.max_seconds)
     except TimingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

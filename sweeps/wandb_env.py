@@ -37,10 +37,18 @@ def resolve_wandb_mode(mode: str) -> str:
     return mode
 
 
-def wandb_sync_hint(out_dir: Path) -> Optional[str]:
+def wandb_sync_hint(out_dir: Path) -> tuple[Optional[str], list[tuple[str, str]]]:
     """The command that uploads a study's offline runs (wandb >= 0.30 takes the run folders as
-    paths; ``--include-offline`` is gone)."""
+    paths; ``--include-offline`` is gone), and the runs it leaves out with why. ``wandb sync``
+    stops at the first run it cannot read and still exits 0, so a run that is not complete is
+    named here and the command lists the others one by one."""
+    from .wandb_runs import run_problem
+
     runs = sorted((out_dir / "wandb").glob("offline-run-*"))
-    if not runs:
-        return None
-    return f"wandb sync {out_dir / 'wandb'}/offline-run-*"
+    broken = [(r.name, problem) for r in runs if (problem := run_problem(r)) is not None]
+    if not runs or len(broken) == len(runs):
+        return None, broken
+    if not broken:
+        return f"wandb sync {out_dir / 'wandb'}/offline-run-*", []
+    bad = {name for name, _ in broken}
+    return "wandb sync " + " ".join(str(r) for r in runs if r.name not in bad), broken

@@ -109,12 +109,17 @@ class SearchSpec(_Strict):
 class TimingSpec(_Strict):
     """The decode-timing stage after the Tune run (:mod:`sweeps.timing`): each finished trial's
     final model decodes the ``split`` alone on a node (or a GPU), ``warmup`` untimed passes, then
-    ``repeats`` timed ones (the median is the results' ``decode_seconds``), ``threads`` torch
+    at least ``repeats`` timed ones, more until the median is known to ``precision`` (the median is
+    the results' ``decode_seconds``), ``threads`` torch
     threads on CPU, the study's beam size. ``fresh_process`` (CPU): time in a new process pinned
     to ``threads`` CPUs rather than inside the Ray worker."""
 
     enabled: bool = True
     repeats: int = Field(5, ge=1)
+    # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
+    # of it, or `max_seconds` of timed decoding per trial; `precision: null`: exactly `repeats`
+    precision: Optional[float] = Field(0.01, gt=0, lt=1)
+    max_seconds: float = Field(30.0, gt=0)
     warmup: int = Field(1, ge=0)
     threads: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
