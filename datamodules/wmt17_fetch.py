@@ -335,7 +335,8 @@ def _fetch_lock(directory: str, pair: str) -> Iterator[None]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+                os.lseek(fd, 0, os.SEEK_SET)
+                holder = os.read(fd, 512).decode("utf-8", "replace").strip()
                 log.warning("%s: waiting for another fetch into %s to finish (lock %s held by %s);"
                             " it downloads once for both", pair, directory, path,
                             holder or "another process")
@@ -343,8 +344,9 @@ def _fetch_lock(directory: str, pair: str) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 log.info("%s: lock %s free after %.0f s", pair, path, time.monotonic() - t0)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         try:
             yield
         finally:
