@@ -73,7 +73,7 @@ class Seq2SeqModule(pl.LightningModule):
         val_beam_size: 1 decodes greedily in validation/test, more uses beam search (the
             paper's 10 is set by the studies; greedy keeps validation cheap by default).
         length_penalty: beam search's length normalisation exponent.
-        max_decode_len: most decoding steps (default 2 * longest source + 10).
+        max_decode_len: most decoding steps (default: 2 * each sentence's own source length + 10).
         val_decode: decode the validation set to log BLEU and decode time.
     """
 

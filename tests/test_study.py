@@ -196,3 +196,99 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     assert sorted(ray_ids) == sorted(trial_dirs), "the journal and Tune's trials agree"
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done"] * 4
+
+
+LOAD_AND_VALIDATE = """
+import json, sys
+import lightning.pytorch as pl, torch
+from datamodules import CopyTaskDataModule
+from lightning_modules import Seq2SeqModule
+out = []
+for path in json.loads(sys.argv[1]):
+    model = Seq2SeqModule.load_from_checkpoint(path, map_location="cpu")
+    dm = CopyTaskDataModule(**torch.load(path, map_location="cpu", weights_only=False)["datamodule_hyper_parameters"])
+    trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    out.append(trainer.validate(model, datamodule=dm, verbose=False)[0]["val/bleu"])
+print(json.dumps({"bleu": out, "imported": sorted(m for m in ("ray", "optuna", "wandb") if m in sys.modules)}))
+"""
+
+
+def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, capsys):
+    """ASHA stops trials of one (cell, seed). Read back with each tool's own client: every W&B run
+    is finished with its last val/bleu and the timing stage's decode_seconds; Optuna holds the
+    stopped trials as PRUNED with one intermediate value per report and the timings; every
+    checkpoint path loads as it is, without Ray, Optuna or W&B, and validates to its row's BLEU."""
+    import subprocess
+    import sys
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    spec = tiny_spec(
+        "surfaces",
+        task={"name": "copy", "max_length": 4, "train_size": 256, "val_size": 32, "batch_size": 16},
+        grid={"model": [{"attention": "memory", "K": 4}]},
+        parameters={"model.lr": {"min": 1e-5, "max": 3e-2, "distribution": "log_uniform_values"}},
+        num_samples=4,
+        # the loss differs between any two samples, so ASHA (grace 1, halving) stops some for sure
+        metric={"name": "val/loss", "goal": "minimize"},
+        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        timing={"enabled": True, "precision": 0.05, "max_seconds": 2},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
+    printed = capsys.readouterr().out
+    exp = out / "surfaces"
+    df = pd.read_csv(exp / "results.csv").set_index("trial_id")
+    assert len(df) == 4 and (df["status"] == "stopped").any() and (df["status"] == "done").any(), df["status"]
+    assert df["decode_seconds"].notna().all() and (df["retries"] == 0).all()
+    reports = {d.name.split("_")[0]: results_of(d) for d in exp.glob("*_attention=*") if (d / "result.json").exists()}
+    assert set(reports) == set(df.index)
+
+    # W&B, read with wandb's own reader
+    wandb_bin = str(Path(sys.executable).parent / "wandb")
+    for run in (exp / "wandb").glob("offline-run-*"):
+        read = subprocess.run([wandb_bin, "leet", "inspect", "--summary", "--json", str(run)], capture_output=True,
+                              text=True, timeout=120)
+        info = json.loads(read.stdout)
+        row, summary, config = df.loc[info["run_id"]], info["summary"], info["config"]
+        assert info["state"] == "finished", (info["run_id"], row["status"])
+        assert summary["val/bleu"] == pytest.approx(reports[info["run_id"]][-1]["val/bleu"]) == pytest.approx(row["val/bleu"])
+        assert summary["decode_seconds"] == pytest.approx(row["decode_seconds"])
+        assert "val/attention" in summary, "the heatmaps were logged, stopped trial or not"
+        assert config["K"] == 4 and config["model.hidden_size"] == 64  # the preset's size, resolved
+        assert not {"model.K", "model.lr", "attention_kwargs", "lr_"} & set(config) and None not in config.values()
+    hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
+    bin_dir = str(Path(sys.executable).parent)
+    sync = subprocess.run(hint.replace("wandb sync", "wandb sync --dry-run", 1), shell=True, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]})
+    said = sync.stdout + sync.stderr
+    assert sync.returncode == 0 and "ERROR" not in said and said.count(".wandb") == 4, said
+
+    # Optuna, read with its own load_study and CLI
+    journal = str(exp / "optuna.journal")
+    (name,) = optuna.get_all_study_names(JournalStorage(JournalFileBackend(journal)))
+    study = optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(journal)))
+    for t in study.trials:
+        ray_id = t.user_attrs["ray_trial_id"]
+        row = df.loc[ray_id]
+        want = optuna.trial.TrialState.PRUNED if row["status"] == "stopped" else optuna.trial.TrialState.COMPLETE
+        assert t.state == want, (ray_id, row["status"], t.state)
+        assert t.intermediate_values == {r["step"]: pytest.approx(r["val/loss"]) for r in reports[ray_id]}
+        assert t.value == pytest.approx(row["val/loss"])
+        assert t.user_attrs["checkpoint_path"] == row["checkpoint"]
+        assert study.user_attrs["decode_timing"][str(t.number)]["decode_seconds"] == pytest.approx(row["decode_seconds"])
+    cli = subprocess.run([str(Path(sys.executable).parent / "optuna"), "trials", "--storage", journal, "--storage-class",
+                          "JournalFileBackend", "--study-name", name], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0 and cli.stdout.count("PRUNED") == (df["status"] == "stopped").sum()
+
+    # checkpoints: the path as written loads, in a Python that never imports Ray, Optuna or W&B
+    paths = [str(p) for p in df["checkpoint"]]
+    done = subprocess.run([sys.executable, "-c", LOAD_AND_VALIDATE, json.dumps(paths)], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["imported"] == []
+    assert loaded["bleu"] == pytest.approx(df["val/bleu"].tolist())

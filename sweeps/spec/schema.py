@@ -26,8 +26,22 @@ class _Strict(BaseModel):
 
 
 class MetricSpec(_Strict):
+    """What a study selects and stops on: one of the metrics a trial reports while it trains
+    (``lightning_modules.metric_names.FIT_METRICS``); each is a results.csv column."""
+
     name: str = "val/bleu"
     goal: Literal["maximize", "minimize"] = "maximize"
+
+    @field_validator("name")
+    @classmethod
+    def _reported(cls, value: str) -> str:
+        from lightning_modules.metric_names import FIT_METRICS
+
+        if value not in FIT_METRICS:
+            timing = (" (decode_seconds is measured after training, by the timing stage: no trial can be "
+                      "selected or stopped on it)" if value == "decode_seconds" else "")
+            raise ValueError(f"{value!r} is not a metric the trials report{timing}; valid: {', '.join(FIT_METRICS)}")
+        return value
 
     @property
     def mode(self) -> str:
@@ -215,6 +229,8 @@ def format_validation(exc: ValidationError) -> str:
             msg = f"unknown key; allowed here: {', '.join(allowed)}"
         elif err["type"] == "missing":
             msg = "required key is missing"
+        elif err["type"] == "value_error":  # our own validators' messages, without pydantic's prefix
+            msg = str(err.get("ctx", {}).get("error", msg))
         elif err["type"] in ("literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal"):
             msg = f"{msg} (got {err.get('input')!r})"
         lines.append(f"{loc}: {msg}")
