@@ -177,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"W&B run {run} is incomplete ({problem}): left out of the upload command", file=sys.stderr)
     if hint:
         print(f"W&B ran offline; upload the runs with:\n  {hint}")
+    journal = out_dir / "optuna.journal"
+    if sweep.has_search and journal.exists():
+        first = f"{sweep.name}/{sweep.plans[0].study}"
+        print(f"Optuna studies (one per cell and seed) in {journal}:\n"
+              f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
+              f"--study-name {shlex.quote(first)}\n"
+              f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}")
     resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (
         f" --profile {profile}" if profile else ""
     ) + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)

@@ -392,8 +392,10 @@ def results_sections(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") ->
     preamble += [seeds_line(df, summary) if not summary.empty else ""]
     preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
     sections = [("", _paragraphs(preamble))]
+    errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
+    failed = [("Failed trials", "\n".join(f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples()))]
     if summary.empty:
-        return sections + [("Results", "No finished trials yet.")]
+        return sections + [("Results", "No finished trials yet.")] + (failed if not errors.empty else [])
     marks = contended_line(summary)
     wide = _length_table(summary)
     if not wide.empty:
@@ -404,10 +406,7 @@ def results_sections(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") ->
     points = _front_points(summary)
     if not points.empty:
         sections.append(("Quality vs speed: the Pareto front", _paragraphs([pareto_markdown(points), *pareto_notes(points, timed)])))
-    errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
-    if not errors.empty:
-        sections.append(("Failed trials", "\n".join(f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples())))
-    return sections
+    return sections + (failed if not errors.empty else [])
 
 
 def _paragraphs(parts: Sequence[str]) -> str:

@@ -100,6 +100,9 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
         (lambda s: s["trainer"].update(max_step=5), ["trainer.max_step", "unknown key", "max_steps"]),
         (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1", "got 0"]),
         (lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}), ["metric.goal", "maximize", "minimize"]),
+        # a metric no trial reports would pass Ray and fail at the end of the sweep
+        (lambda s: s.update(metric={"name": "val/blue"}), ["metric.name", "'val/blue' is not a metric", "val/sacrebleu"]),
+        (lambda s: s.update(metric={"name": "decode_seconds", "goal": "minimize"}), ["metric.name", "timing stage"]),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
         (lambda s: s["task"].update(max_lenght=7), ["task.max_lenght", "unknown copy task setting", "max_length"]),
         (lambda s: s["task"].update(train_size="many"), ["task.train_size", "int"]),
@@ -300,3 +303,13 @@ def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
     with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
         resume_launch(tmp_path, [], "cpu", "x.yaml")
     assert resume_launch(tmp_path / "older", ["seeds=[1]"], None, "x.yaml") == (["seeds=[1]"], None)
+
+
+def test_every_metric_a_study_may_name_is_a_results_column():
+    from lightning_modules.metric_names import FIT_METRICS
+    from sweeps.results import METRIC_COLUMNS
+    from sweeps.spec.schema import MetricSpec
+
+    for name in FIT_METRICS:
+        assert MetricSpec(name=name).name in METRIC_COLUMNS
+    assert "val/sacrebleu" in METRIC_COLUMNS and "train/loss" in METRIC_COLUMNS

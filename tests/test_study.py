@@ -120,7 +120,7 @@ def test_optuna_studies_of_both_cells_run_at_the_same_time(local_ray, tmp_path):
             assert ray_id in trial_dirs
             assert t.user_attrs["wandb_run_id"] == ray_id
             ckpt = Path(t.user_attrs["checkpoint_path"])
-            assert (ckpt / "checkpoint.ckpt").exists() and trial_dirs[ray_id] in ckpt.parents
+            assert ckpt.name == "checkpoint.ckpt" and ckpt.is_file() and trial_dirs[ray_id] in ckpt.parents
             lrs.append(t.params["lr"])
     assert len(set(lrs)) == 4, "each cell's sampler has its own seed: no two cells draw the same samples"
     runs = sorted((exp / "wandb").glob("offline-run-*"))
@@ -236,6 +236,7 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
         early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
         trainer={"max_steps": 40, "val_check_interval": 10},
         timing={"enabled": True, "precision": 0.05, "max_seconds": 2},
+        wandb={"project": "test", "mode": "offline"},  # not the mode an earlier test left in the environment
     )
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
@@ -249,7 +250,9 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
 
     # W&B, read with wandb's own reader
     wandb_bin = str(Path(sys.executable).parent / "wandb")
-    for run in (exp / "wandb").glob("offline-run-*"):
+    runs = sorted((exp / "wandb").glob("offline-run-*"))
+    assert len(runs) == 4, runs
+    for run in runs:
         read = subprocess.run([wandb_bin, "leet", "inspect", "--summary", "--json", str(run)], capture_output=True,
                               text=True, timeout=120)
         info = json.loads(read.stdout)
@@ -280,9 +283,20 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
         assert t.value == pytest.approx(row["val/loss"])
         assert t.user_attrs["checkpoint_path"] == row["checkpoint"]
         assert study.user_attrs["decode_timing"][str(t.number)]["decode_seconds"] == pytest.approx(row["decode_seconds"])
-    cli = subprocess.run([str(Path(sys.executable).parent / "optuna"), "trials", "--storage", journal, "--storage-class",
-                          "JournalFileBackend", "--study-name", name], capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 0 and cli.stdout.count("PRUNED") == (df["status"] == "stopped").sum()
+    # the Optuna commands the launcher prints work as printed
+    trials_cmd, dashboard_cmd = printed.split("Optuna studies (one per cell and seed)")[1].splitlines()[1:3]
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]}
+    cli = subprocess.run(trials_cmd, shell=True, capture_output=True, text=True, timeout=120, env=env)
+    assert cli.returncode == 0 and cli.stdout.count("PRUNED") == (df["status"] == "stopped").sum(), cli.stderr
+    _dashboard_lists(dashboard_cmd, name, env)
+
+    # one rule picks a trial's checkpoint (its last report), and Ray's own API agrees when asked for it
+    from ray.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis(str(exp))
+    for trial in analysis.trials:
+        newest = analysis.get_best_checkpoint(trial, metric="step", mode="max")
+        assert f"{newest.path}/checkpoint.ckpt" == df.loc[trial.trial_id, "checkpoint"]
 
     # checkpoints: the path as written loads, in a Python that never imports Ray, Optuna or W&B
     paths = [str(p) for p in df["checkpoint"]]
@@ -292,3 +306,33 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded["imported"] == []
     assert loaded["bleu"] == pytest.approx(df["val/bleu"].tolist())
+
+
+def _dashboard_lists(command: str, study_name: str, env: dict) -> None:
+    """Start ``optuna-dashboard`` as the launcher printed it (on a free local port) and read the
+    study list from its API."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(f"{command.strip()} --host 127.0.0.1 --port {port}", shell=True, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as reply:
+                    studies = json.loads(reply.read())["study_summaries"]
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "optuna-dashboard never answered"
+                time.sleep(0.5)
+        assert [s["study_name"] for s in studies] == [study_name]
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)

@@ -49,7 +49,9 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         assert ckpt.endswith("/checkpoint.ckpt") and Path(ckpt).stat().st_size > 0  # loads as it is
     md = (sweep_dir / "results.md").read_text()
     assert "| memory K=4" in md.replace("  ", " ") or "memory K=4" in md
-    assert (sweep_dir / "decode_vs_length.png").exists() or (sweep_dir / "bleu_vs_k.png").exists()
+    # one length and one K: bar charts per model, not one-point line plots
+    assert (sweep_dir / "decode_by_model.png").exists() and (sweep_dir / "bleu_by_model.png").exists()
+    assert not (sweep_dir / "decode_vs_length.png").exists() and not (sweep_dir / "bleu_vs_k.png").exists()
 
     runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2, "one W&B run per trial, none duplicated"

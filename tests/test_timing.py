@@ -18,6 +18,7 @@ import torch
 from datamodules import CopyTaskDataModule, WMT17DataModule
 from sweeps.build import build_module
 from sweeps.timing import (
+    MIN_REPEAT_S,
     TIMING_FILE,
     DecodeTiming,
     TimingError,
@@ -31,6 +32,7 @@ from sweeps.timing import (
     main,
     pick_cpus,
     measure_decode_time,
+    median_precision,
     plan_lanes,
     read_record,
     report_lines,
@@ -149,7 +151,7 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "sweeps.timing", str(copy_ckpts["memory"]), "--split", "valid", "--repeats", "3",
-         "--json", str(out)],
+         "--precision", "0", "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -247,7 +249,7 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         shutil.copy(ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt")  # a Tune checkpoint folder
         jobs.append(TimingJob(trial_id=name, checkpoint=str(trial_dir / "checkpoint_000001"),
                               task={"name": "copy", **COPY}, output_dir=str(trial_dir), seed=0))
-    settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto")
+    settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto", precision=None)  # exactly 2
     lines: list[str] = []
 
     broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},
@@ -328,3 +330,26 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
     assert len(timing.seconds) == 3
     line = "\n".join(report_lines(timing, "valid"))
     assert "WARNING" in line and "quiet machine" in line
+
+
+def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repeat_passes(copy_ckpts):
+    module = load_module(copy_ckpts["bahdanau"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = list(dm.val_dataloader())
+    fixed = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1)
+    assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision) == (3, 1, None), "precision=None: as asked"
+    timing = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
+                                 precision=0.02, max_seconds=20)
+    # a 24-sentence greedy decode takes a few ms: each repeat decodes it until MIN_REPEAT_S has passed
+    assert timing.passes_per_repeat * fixed.median_seconds >= 0.5 * MIN_REPEAT_S and timing.passes_per_repeat > 1
+    assert timing.repeats >= 3
+    # the stop rule: the recorded precision is the one the kept repeats give, and it met the target
+    # (or the timing is contended and claims none)
+    if timing.contended:
+        assert timing.precision is None
+    else:
+        assert timing.precision == pytest.approx(median_precision(timing.seconds), abs=1e-5)
+        assert timing.precision <= 0.02
+    assert median_precision([1.0, 1.0]) == float("inf")  # too few repeats to know anything
+    assert median_precision([1.0, 1.1, 1.2, 1.3]) == pytest.approx(1.57 * 0.15 / 2 / 1.15)
