@@ -222,7 +222,8 @@ def time_finished_trials(rows: list[dict], plans: dict[str, tuple[dict, str]], o
           f"(median of {timing.repeats}+ repeats" + (f" to +-{100 * timing.precision:g}%" if timing.precision else "")
           + f", {timing.threads} thread(s)):")
     settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device,
-                              fresh_process=timing.fresh_process, precision=timing.precision,
+                              fresh_process=timing.fresh_process, processes=timing.processes,
+                              precision=timing.precision,
                               max_seconds=timing.max_seconds)
     for row, outcome in zip(timed_rows, run_timing_stage(jobs, settings)):
         attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)

@@ -27,7 +27,8 @@ def checkpoint_path(folder: str) -> str:
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
 TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
-                  "decode_passes_per_repeat", "decode_precision", "decode_interrupted", "decode_contended"]
+                  "decode_passes_per_repeat", "decode_precision", "decode_processes", "decode_interrupted",
+                  "decode_contended"]
 # every metric the module logs during training (val/bleu first), then the timing stage's
 METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
 FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status", "retries"]
@@ -127,7 +128,8 @@ def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: 
             decode_seconds=timing["median_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
             decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
             decode_repeats=timing["repeats"], decode_passes_per_repeat=timing.get("passes_per_repeat", 1),
-            decode_precision=timing.get("precision"), decode_interrupted=timing.get("interrupted", 0),
+            decode_precision=timing.get("precision"), decode_processes=len(timing.get("process_medians") or []) or 1,
+            decode_interrupted=timing.get("interrupted", 0),
             decode_contended=bool(timing.get("contended", False)),
         )
     if error is not None:

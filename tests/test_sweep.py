@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
-    spec = write_spec(tmp_path, tiny_spec("e2e", timing={"enabled": True}))
+    spec = write_spec(tmp_path, tiny_spec("e2e", timing={"enabled": True, "processes": 2}))
     out = tmp_path / "out"
     assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
     printed = capsys.readouterr().out
@@ -43,6 +43,8 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         assert row.decode_seconds == pytest.approx(t["median_seconds"]) and t["repeats"] >= 5
         assert row.decode_repeats == t["repeats"] and row.decode_passes_per_repeat == t["passes_per_repeat"] > 1
         assert t["precision"] is None or t["precision"] <= 0.01
+        # two fresh processes timed it; the figure is the faster one's median
+        assert len(t["process_medians"]) == 2 == row.decode_processes and t["median_seconds"] == min(t["process_medians"])
         assert row.decode_seconds_iqr == pytest.approx(t["iqr_seconds"])
     assert (df["step"] == 20).all()
     for ckpt in df["checkpoint"]:

@@ -249,7 +249,7 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         shutil.copy(ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt")  # a Tune checkpoint folder
         jobs.append(TimingJob(trial_id=name, checkpoint=str(trial_dir / "checkpoint_000001"),
                               task={"name": "copy", **COPY}, output_dir=str(trial_dir), seed=0))
-    settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto", precision=None)  # exactly 2
+    settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto", precision=None, processes=1)  # exactly 2
     lines: list[str] = []
 
     broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},

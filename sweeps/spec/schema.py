@@ -132,12 +132,15 @@ class TimingSpec(_Strict):
     repeats: int = Field(5, ge=1)
     # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
     # of it, or `max_seconds` of timed decoding per trial; `precision: null`: exactly `repeats`
-    precision: Optional[float] = Field(0.01, gt=0, lt=1)
+    precision: Optional[float] = Field(0.02, gt=0, lt=1)
     max_seconds: float = Field(30.0, gt=0)
     warmup: int = Field(1, ge=0)
     threads: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fresh_process: bool = True
+    # with fresh_process: time in this many fresh processes and keep the fastest's median (a
+    # process can run slow for its whole life: see sweeps.timing.run_job)
+    processes: int = Field(3, ge=1)
     split: Literal["valid", "test"] = "valid"
 
 
