@@ -52,8 +52,11 @@ def check_address(address: str, timeout: float = 5.0, source: str = "--address")
     """Fail fast with a clear message when a cluster address (from ``source``) can't be reached."""
     if address in ("auto", "local"):
         return
-    parsed = urlparse(address if "://" in address else f"ray://{address}")
-    host, port = parsed.hostname, parsed.port
+    try:
+        parsed = urlparse(address if "://" in address else f"ray://{address}")
+        host, port = parsed.hostname, parsed.port
+    except ValueError:  # urllib's own complaint about the port or brackets
+        host = port = None
     if not host or not port:
         raise LaunchError(f"{source} {address!r}: expected HOST:PORT, ray://HOST:10001, auto or local")
     try:

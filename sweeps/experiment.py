@@ -142,11 +142,13 @@ def run_tune(
 
     path = paths.experiment(sweep.name)
     trainable = make_trainable(settings, trainable_fn)
+    if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
+        raise LaunchError(nothing_to_resume(path))
     if resume and tune.Tuner.can_restore(path):
         print(f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints")
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
     else:
-        if not resume and _exists(path):
+        if not resume and holds_sweep(path):
             raise LaunchError(
                 f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
                 f"--output (or storage.path), or delete the folder to start again."
@@ -173,7 +175,13 @@ def run_tune(
     return tune.Tuner.restore(path, trainable=trainable).get_results()
 
 
-def _exists(path: str) -> bool:
+def nothing_to_resume(path: str) -> str:
+    return (f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
+            f"same command without --resume to start the sweep.")
+
+
+def holds_sweep(path: str) -> bool:
+    """Whether ``path`` (a study's experiment folder, local or in a bucket) holds a sweep's files."""
     if "://" in path:
         from ray import tune
 

@@ -55,10 +55,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from its storage")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a spec key (repeatable)")
     p.add_argument("--output", default="sweep-results", help="folder for results (default: sweep-results)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance (default: all)")
+    p.add_argument("--num-cpus", type=_positive_int, default=None, help="CPUs of the local Ray instance (default: all)")
     p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2],
                    help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter")
     return p.parse_args(argv)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def trial_table(sweep: Sweep) -> str:
@@ -120,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = output / sweep.name
     paths = Paths(output=output, storage=spec.storage.path or str(output))
     try:
+        if args.resume and "://" not in paths.storage:  # known before Ray starts
+            from sweeps.experiment import holds_sweep, nothing_to_resume
+
+            if not holds_sweep(paths.experiment(sweep.name)):
+                raise LaunchError(nothing_to_resume(paths.experiment(sweep.name)))
         check_writable(output, "--output")
         if spec.storage.path:
             check_writable(spec.storage.path, "storage.path")

@@ -313,3 +313,60 @@ def test_every_metric_a_study_may_name_is_a_results_column():
     for name in FIT_METRICS:
         assert MetricSpec(name=name).name in METRIC_COLUMNS
     assert "val/sacrebleu" in METRIC_COLUMNS and "train/loss" in METRIC_COLUMNS
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        # pydantic's lax mode would read True as 1 and the model would fail inside torch
+        (lambda s: s["grid"]["model"].append({"attention": "memory", "K": True}), ["grid.model[2].K", "yes/no value"]),
+        (lambda s: s["task"].update(min_length=7), ["task.min_length", "above task.max_length", "min_length <= max_length"]),
+        (lambda s: s["trainer"].update(precision="bogus"), ["trainer.precision", "not a Lightning precision", "bf16-mixed"]),
+    ],
+)
+def test_values_that_used_to_pass_dry_run_are_refused(mutate, expected):
+    raw = base_spec()
+    mutate(raw)
+    msg = error_of(raw)
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def test_a_set_that_the_grid_would_override_is_refused():
+    with pytest.raises(SpecError) as info:
+        build_sweep(base_spec(), source="x.yaml", overrides=["model.attention=bahdanau"])
+    assert "--set model.attention" in str(info.value) and "the grid sets model.attention" in str(info.value)
+    assert build_sweep(base_spec(), source="x.yaml", overrides=["model.lr=0.01"]).plans[0].model["lr"] == 0.01
+
+
+def test_a_folder_or_a_non_utf8_file_as_the_spec_is_one_line(tmp_path, capsys):
+    from sweeps.launch import main
+
+    (tmp_path / "a.yaml").write_text("name: a\n")
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a folder" in err and "a.yaml" in err
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    assert main([str(latin)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not UTF-8" in err and "byte 9" in err
+
+
+def test_bad_launcher_arguments_fail_in_one_line_before_ray(tmp_path, capsys):
+    ray = pytest.importorskip("ray")
+    from sweeps.launch import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    with pytest.raises(SystemExit) as info:  # argparse's own exit for a bad argument
+        main([str(spec), "--num-cpus", "-1"])
+    assert info.value.code == 2 and "--num-cpus: must be at least 1, got -1" in capsys.readouterr().err
+    assert main([str(spec), "--output", str(tmp_path / "o"), "--address", "http://:::"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected HOST:PORT" in err
+    # --resume with nothing there to continue names the folder instead of starting a new sweep
+    assert main([str(spec), "--output", str(tmp_path / "empty"), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'empty' / 't'} holds no sweep to continue" in err
+    assert not ray.is_initialized()

@@ -235,7 +235,8 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
         metric={"name": "val/loss", "goal": "minimize"},
         early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
         trainer={"max_steps": 40, "val_check_interval": 10},
-        timing={"enabled": True, "precision": 0.05, "max_seconds": 2, "processes": 1},
+        # the timing stage inside its Ray task (no fresh processes: test_sweep covers those), briefly
+        timing={"enabled": True, "precision": 0.05, "max_seconds": 1, "fresh_process": False},
         wandb={"project": "test", "mode": "offline"},  # not the mode an earlier test left in the environment
     )
     out = tmp_path / "out"

@@ -26,8 +26,16 @@ def load_spec(
     source = str(path)
     if not path.exists():
         raise SpecError("", "no such sweep file; the shipped ones are in sweeps/*.yaml", source)
+    if path.is_dir():
+        found = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:8]) or "none"
+        raise SpecError("", f"is a folder, not a sweep file; pass one of its .yaml files ({found})", source)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError("", f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start:exc.start + 1]!r}); "
+                            f"save the file as UTF-8", source) from None
+    except OSError as exc:
+        raise SpecError("", f"cannot read it ({exc.strerror or exc})", source) from None
     except yaml.YAMLError as exc:
         raise SpecError("", f"not valid YAML: {exc}", source) from None
     if not isinstance(raw, dict):
@@ -48,7 +56,8 @@ def build_sweep(
     if profile is not None:
         for key, (value, origin) in profile_overrides(raw, profile, source).items():
             _set_dotted(raw, key, value, origin, source)
-    for key, value in parse_overrides(overrides or [], source).items():
+    set_keys = parse_overrides(overrides or [], source)
+    for key, value in set_keys.items():
         _set_dotted(raw, key, value, f"--set {key}", source)
     try:
         spec = SweepSpec.model_validate(raw)
@@ -61,6 +70,12 @@ def build_sweep(
             raise SpecError(f"parameters.{pname}", str(exc), source) from None
     check_sections(spec, source)
     cells = expand_grid(spec.grid, source)
+    by_grid = {key for cell in cells for key in cell.values}
+    for key in set_keys:
+        if key in by_grid:  # the grid's value would win in every cell: the override would do nothing
+            raise SpecError(f"--set {key}", f"the grid sets {key} in its cells, so a fixed value would never be "
+                                            f"used; change the grid instead (edit it, or --set the grid entry "
+                                            f"that holds it: grid.<entry>=[...])", source)
     plans = []
     base = base_sections(spec)
     try:

@@ -93,6 +93,20 @@ class TrainerSpec(_Strict):
     log_every_n_steps: int = Field(50, ge=1)
     deterministic: bool = False
 
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _lightning_precision(cls, value: Any) -> str:
+        text = str(value)
+        if text not in LIGHTNING_PRECISIONS:
+            raise ValueError(f"{value!r} is not a Lightning precision; valid: {', '.join(LIGHTNING_PRECISIONS)}")
+        return text
+
+
+#: what ``lightning.pytorch.Trainer(precision=...)`` accepts (Lightning 2.x's ``_PRECISION_INPUT``),
+#: written out so a dry run needs no Lightning import; the legacy spellings (16, 32, bf16) included
+LIGHTNING_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
+                        "transformer-engine", "transformer-engine-float16", "16", "32", "64", "bf16")
+
 
 class StorageSpec(_Strict):
     """Where Ray keeps trial directories and checkpoints: a local path (default: the --output

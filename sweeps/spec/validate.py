@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import typing
 from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
@@ -45,6 +46,8 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
         if key not in dm_params:
             raise SpecError(where, f"unknown {task['name']} task setting; allowed: {', '.join(sorted(dm_params))}", source)
         _check_type(dm_params[key], value, where, source)
+
+    check_bounds_pairs("task", task, lambda k: _origin(cell, k, k), source)
 
     mod_params = module_signature_params()
     attention = model.get("attention", mod_params["attention"][1])
@@ -109,6 +112,8 @@ def _type_adapter(annotation: Any) -> TypeAdapter:
 @functools.lru_cache(maxsize=4096)
 def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
     """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
+    if kind is bool and not _accepts_bool(annotation):  # pydantic's lax mode would take True for 1
+        return f"{value!r} is a yes/no value; expected {_type_name(annotation)}"
     try:
         try:
             adapter = _type_adapter(annotation)
@@ -126,6 +131,23 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
     if isinstance(value, float) and math.isnan(value):
         return "NaN is not a valid setting"
     return None
+
+
+def _accepts_bool(annotation: Any) -> bool:
+    """Whether ``annotation`` (through Optional, Union, Annotated, Literal) admits True/False."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(arg is True or arg is False or _accepts_bool(arg) for arg in typing.get_args(annotation))
+
+
+def check_bounds_pairs(section: str, values: dict[str, Any], where_of: Any, source: str) -> None:
+    """Settings named ``min_X`` and ``max_X`` in one section: min <= max (e.g. the copy task's
+    ``min_length``/``max_length``), caught at --dry-run rather than when the datamodule is built."""
+    for key, low in values.items():
+        high = values.get("max_" + key[4:]) if key.startswith("min_") else None
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+            raise SpecError(where_of(f"{section}.{key}"), f"{low!r} is above {section}.max_{key[4:]} ({high!r}); "
+                                                         f"need {key} <= max_{key[4:]}", source)
 
 
 _TRAINER_CHECKS: dict[tuple, Optional[str]] = {}
