@@ -364,15 +364,22 @@ def contended_line(summary: pd.DataFrame) -> str:
 def timing_text(df: pd.DataFrame) -> str:
     """What BLEU and the decode times are, and how the decode times were measured."""
     if seconds_column(df) == SECONDS:
-        repeats = sorted({int(r) for r in df["decode_repeats"].dropna()}) if "decode_repeats" in df else []
-        passes = f" over {'/'.join(map(str, repeats))} timed passes" if repeats else ""
-        timing = (f"decode s (decode_s): the decode-timing stage's median{passes} of the seconds to decode the validation set, each "
-                  "model alone on its node after the Tune run, on CPU in a process pinned to its core(s), "
-                  "passes that found their core shared or the machine running slow run again (data "
-                  "loading excluded; spread per trial "
-                  "in results.csv: decode_seconds_iqr/min/max, decode_interrupted, decode_contended). "
-                  "val/decode_seconds in results.csv and W&B is "
-                  "measured during training beside other trials: a training-time signal only.")
+        def spread(column: str) -> str:
+            values = sorted({int(v) for v in df[column].dropna()}) if column in df else []
+            return f"{values[0]}-{values[-1]}" if len(values) > 1 else (str(values[0]) if values else "")
+
+        repeats, passes, processes = spread("decode_repeats"), spread("decode_passes_per_repeat"), spread("decode_processes")
+        precision = df["decode_precision"].dropna() if "decode_precision" in df else pd.Series(dtype=float)
+        how = (f" over {repeats} timed repeats" if repeats else "") + (f" of {passes} passes" if passes not in ("", "1") else "")
+        how += f", median known to within {100 * precision.max():.1f}% (95%)" if not precision.empty else ""
+        how += f", the fastest of {processes} fresh processes" if processes not in ("", "1") else ""
+        timing = (f"decode s (decode_s): the seconds to decode the validation set, the decode-timing stage's median{how}; "
+                  "each model alone on its node after the Tune run, on CPU in processes pinned to their core(s); "
+                  "repeats that found their core shared or the machine running slow were run again (data loading "
+                  "excluded; per trial in results.csv: decode_seconds_iqr/min/max, decode_repeats, "
+                  "decode_precision, decode_interrupted, decode_contended; every repeat in timing.json). "
+                  "val/decode_seconds in results.csv and W&B is measured during training beside other trials: "
+                  "a training-time signal only.")
     else:
         timing = ("decode s (decode_s): val/decode_seconds, measured during training beside other trials (the timing "
                   "stage did not run): a training-time signal, not a speed measurement.")

@@ -363,6 +363,7 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
     inside the report call; :class:`FinishOnStop` holds the process until this function has
     logged the heatmaps and closed the W&B run on that path too, then the stop goes on."""
     stop: Optional[SystemExit] = None
+    failed = True  # until fit returns or Tune stops the trial: a crash marks the W&B run failed
     try:
         try:
             trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)
@@ -371,13 +372,14 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
             if exc.code not in (0, None):
                 raise
             stop = exc
+        failed = False
         if heatmaps:
             try:
                 log_heatmaps(logger, parts.module, parts.dm)
             except Exception as exc:  # a plotting problem must not fail a finished trial
                 print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
     finally:
-        close_wandb(logger)
+        close_wandb(logger, exit_code=1 if failed else 0)
         shutil.rmtree(parts.local_ckpt_dir, ignore_errors=True)
     if stop is not None:
         raise stop
@@ -409,13 +411,15 @@ class FinishOnStop:
         super().cleanup()  # type: ignore[misc]
 
 
-def close_wandb(logger) -> None:
-    """Finish the trial's W&B run and stop W&B's service while this process is whole: left to
-    exit time, its teardown races Ray's worker shutdown and prints a ConnectionResetError."""
+def close_wandb(logger, exit_code: int = 0) -> None:
+    """Finish the trial's W&B run (``exit_code`` 1: state failed, for an attempt that crashed;
+    a retry continues the run in a new segment) and stop W&B's service while this process is
+    whole: left to exit time, its teardown races Ray's worker shutdown and prints a
+    ConnectionResetError."""
     if logger is None:
         return
     import wandb
 
     if wandb.run is not None:
-        wandb.finish()
+        wandb.finish(exit_code=exit_code)
     wandb.teardown()

@@ -81,7 +81,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     assert pd.read_csv(sweep_dir / "results.csv")["decode_seconds"].tolist() == df["decode_seconds"].tolist()
 
 
-def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
+def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path, capsys):
     spec = tiny_spec(
         "chaos",
         grid={"model": [{"attention": "bahdanau"}]},
@@ -95,9 +95,18 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path):
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
     df = pd.read_csv(out / "chaos" / "results.csv")
     assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
+    # done, but not as if nothing happened: the retry is counted in results.csv and on the console
+    assert df["retries"].tolist() == [1]
+    assert "1 trial(s) failed and were retried (1 retries in all" in capsys.readouterr().out
     # the retry continued the trial's own W&B run: two offline segments, one run id (the trial's)
     runs = sorted((out / "chaos" / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and {r.name.rsplit("-", 1)[-1] for r in runs} == {df["trial_id"][0]}
+    # read with wandb's own reader: the crashed attempt's segment says so, the retry's ends finished
+    wandb_bin = str(Path(sys.executable).parent / "wandb")
+    read = [json.loads(subprocess.run([wandb_bin, "leet", "inspect", "--summary", "--json", str(r)], capture_output=True,
+                                      text=True, timeout=120).stdout) for r in runs]
+    assert [r["state"] for r in read] == ["failed", "finished"]
+    assert read[1]["summary"]["val/bleu"] == pytest.approx(df["val/bleu"][0])
     assert len(list((out / "chaos" / "chaos").glob("*.failed"))) == 1, "the injected failure happened"
     trial_dir = next(p for p in (out / "chaos").iterdir() if (p / "result.json").exists())
     steps = result_steps(trial_dir)
