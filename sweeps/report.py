@@ -22,11 +22,12 @@ and saves it (needs an API key and network).
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import pandas as pd
+
+from .results import natural_order, read_results
 
 BLEU = "val/bleu"
 # The isolated timing stage's median (sweeps.timing): what tables, plots and the front show.
@@ -91,14 +92,6 @@ def cell_summary(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.
             summary[c] = summary[c].astype("Int64")
     sort = [c for c in ("length", "model") if c in summary]
     return summary.sort_values(sort, na_position="first", kind="stable", key=natural_order).reset_index(drop=True)
-
-
-def natural_order(column: pd.Series) -> pd.Series:
-    """Sort key: text columns compare their numbers as numbers (``memory K=4`` before ``memory
-    K=16``); numeric columns as they are."""
-    if pd.api.types.is_numeric_dtype(column):
-        return column
-    return column.map(lambda v: re.sub(r"\d+", lambda m: m.group().zfill(12), v) if isinstance(v, str) else v)
 
 
 def seconds_column(df: pd.DataFrame) -> str:
@@ -423,7 +416,6 @@ def _paragraphs(parts: Sequence[str]) -> str:
 def build_local_report(sweep_dir: Path, metric: str = BLEU, mode: str = "max", title: Optional[str] = None) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv``."""
     from .plots import plot_results, save_figure
-    from .results import read_results
 
     df = read_results(sweep_dir / "results.csv")
     paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir))
@@ -542,8 +534,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
         import wandb
 
         entity = args.entity or wandb.Api().default_entity
-        from .results import read_results
-
+    
         results = read_results(args.sweep_dir / "results.csv")
         report = build_wandb_report(entity, args.project, args.group or args.sweep_dir.name, args.title,
                                     results=results, metric=args.metric, mode=args.mode)

@@ -5,6 +5,7 @@ file; this module knows nothing of reports.
 from __future__ import annotations
 
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -12,7 +13,6 @@ import pandas as pd
 
 from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
 
-from .report import natural_order
 from .spec import column_name, get_dotted
 
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
@@ -99,6 +99,14 @@ def row_from_result(
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = _short_error(result.error) if result.error is not None else None
     return row
+
+
+def natural_order(column: pd.Series) -> pd.Series:
+    """Sort key: text columns compare their numbers as numbers (``memory K=4`` before ``memory
+    K=16``); numeric columns as they are."""
+    if pd.api.types.is_numeric_dtype(column):
+        return column
+    return column.map(lambda v: re.sub(r"\d+", lambda m: m.group().zfill(12), v) if isinstance(v, str) else v)
 
 
 def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str) -> list[dict[str, Any]]:

@@ -568,10 +568,6 @@ class TimingRecord:
     started_at: float  # unix time the job started (model loading included)
     finished_at: float
 
-    @property
-    def decode_seconds(self) -> float:
-        return self.timing.median_seconds
-
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "timing": self.timing.to_dict()}
 
