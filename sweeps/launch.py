@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
     from sweeps.results import (
-        failure_summary, missing_rows, print_table, result_rows, results_frame, write_results_csv,
+        failure_summary, keep_finished, missing_rows, print_table, result_rows, results_frame, write_results_csv,
     )
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
@@ -135,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 
             if not holds_sweep(paths.experiment(sweep.name)):
                 raise LaunchError(nothing_to_resume(paths.experiment(sweep.name)))
+            from sweeps.state_check import check_before_resume
+
+            for repair in check_before_resume(out_dir, Path(paths.experiment(sweep.name))):
+                print(f"repaired: {repair}", flush=True)
         check_writable(output, "--output")
         if spec.storage.path:
             check_writable(spec.storage.path, "storage.path")
@@ -176,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         publish_timings(rows, settings, out_dir / "optuna.journal" if sweep.has_search else None)
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error")
+    rows, kept = keep_finished(rows, out_dir / "results.csv")
+    if kept:
+        print(f"kept {kept} finished trial(s) from the previous results.csv that this run did not report as finished "
+              f"(their folders and checkpoints are where the rows say)", flush=True)
     written = {"csv": write_results_csv(rows, out_dir)}
     written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
     df = results_frame(rows)

@@ -204,11 +204,47 @@ def read_results(path: Path) -> pd.DataFrame:
     return keep_integers(pd.read_csv(path))
 
 
+FINISHED = ("done", "stopped")
+
+
+def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict[str, Any]], int]:
+    """``rows`` with every finished row of an earlier ``results.csv`` that they lack put back, so
+    the file never loses a finished trial (a resume that lost Tune's record of it, a restart).
+    An old finished row replaces the new row of the same trial, or else a never-started
+    placeholder of its (cell, seed). Returns the rows and how many were put back."""
+    if not previous.exists():
+        return rows, 0
+    try:
+        old = pd.read_csv(previous)
+    except (OSError, ValueError):
+        return rows, 0
+    if old.empty or "status" not in old:
+        return rows, 0
+    finished_now = {r.get("trial_id") for r in rows if r.get("status") in FINISHED}
+    rows, kept = list(rows), 0
+    for record in old[old["status"].isin(FINISHED)].to_dict("records"):
+        if record.get("trial_id") in finished_now:
+            continue
+        record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}  # NaN: absent
+        same = [i for i, r in enumerate(rows) if r.get("trial_id") == record.get("trial_id")]
+        placeholder = [i for i, r in enumerate(rows) if not r.get("trial_id") and r.get("cell") == record.get("cell")
+                       and r.get("seed") == record.get("seed")]
+        if same or placeholder:
+            rows[(same or placeholder)[0]] = record
+        else:
+            rows.append(record)
+        kept += 1
+    return rows, kept
+
+
 def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
-    """Write ``out_dir/results.csv`` (every trial); the report (:mod:`sweeps.report`) reads it."""
+    """Write ``out_dir/results.csv`` (every trial) atomically: a reader, or a crash, sees the old
+    file or the whole new one. The report (:mod:`sweeps.report`) reads it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.csv"
-    results_frame(rows).to_csv(path, index=False)
+    tmp = path.with_name(".results.csv.tmp")
+    results_frame(rows).to_csv(tmp, index=False)
+    tmp.replace(path)
     return path
 
 

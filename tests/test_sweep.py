@@ -180,7 +180,7 @@ def test_when_no_checkpoint_loads_the_trial_restarts_from_step_0_and_says_so(tmp
     assert restored.ckpt_path == str(local / CHECKPOINT_FILE) and "resuming from" in said[-1]
 
 
-def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path):
+def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path, capsys):
     spec = tiny_spec(
         "search",
         grid={"model": [{"attention": "memory", "K": 2}]},
@@ -201,9 +201,23 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    storage = JournalStorage(JournalFileBackend(str(out / "search" / "optuna.journal")))
+    journal = out / "search" / "optuna.journal"
+    storage = JournalStorage(JournalFileBackend(str(journal)))
     (summary,) = optuna.get_all_study_summaries(storage)
     assert summary.n_trials == 2 and "K-2" in summary.study_name
+
+    # a garbage line in the middle of the journal: --resume names it, takes it out (keeping the
+    # original), and the finished trials stay finished, in results.csv and in Optuna
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:3] + ["garbage from a bad disk\n"] + lines[3:]))
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "repaired:" in printed and "line 4 ('garbage from a bad disk')" in printed
+    assert journal.read_text().startswith("".join(lines)) and "garbage" not in journal.read_text()
+    assert list(journal.parent.glob("optuna.journal.damaged-*")), "the original is kept"
+    again = pd.read_csv(out / "search" / "results.csv")
+    assert (again["status"] == "done").all() and sorted(again["trial_id"]) == sorted(df["trial_id"])
+    assert optuna.get_all_study_summaries(JournalStorage(JournalFileBackend(str(journal))))[0].n_trials == 2
 
 
 def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
@@ -276,3 +290,24 @@ def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_req
     # a cluster (an --address) may still get GPU nodes from its autoscaler: warn, keep the request
     assert check_cluster(sweep, paths, address="127.0.0.1:6379").gpu == 0.5
     assert "the cluster has no GPU now" in capsys.readouterr().out
+
+
+def test_results_csv_never_loses_a_finished_row_and_a_damaged_tune_state_is_refused(tmp_path):
+    from sweeps.cluster import LaunchError
+    from sweeps.results import keep_finished, write_results_csv
+    from sweeps.state_check import check_experiment_state
+
+    row = {"cell": "c", "model": "none", "length": 4, "seed": 0}
+    first = [{**row, "trial_id": "a", "status": "done", "val/bleu": 90.0},
+             {**row, "trial_id": "b", "status": "done", "val/bleu": 80.0}]
+    write_results_csv(first, tmp_path)
+    # a later run that lost Tune's record of both: one errored row for "a", a placeholder for the other
+    later = [{**row, "trial_id": "a", "status": "error", "error": "never started"},
+             {**row, "trial_id": None, "status": "error", "error": "never started"}]
+    rows, kept = keep_finished(later, tmp_path / "results.csv")
+    assert kept == 2 and sorted((r["trial_id"], r["status"], r["val/bleu"]) for r in rows) == [
+        ("a", "done", 90.0), ("b", "done", 80.0)]
+
+    (tmp_path / "experiment_state-2026.json").write_text('{"trial_data": [')
+    with pytest.raises(LaunchError, match="experiment_state-2026.json is damaged"):
+        check_experiment_state(tmp_path)
