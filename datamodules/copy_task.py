@@ -16,6 +16,7 @@ from typing import Annotated, Sequence
 from annotated_types import Ge
 
 from .ranges import check_ranges
+from .resumable import EpochRandomSampler, ResumableDataLoader
 
 import lightning.pytorch as pl
 import numpy as np
@@ -126,18 +127,28 @@ class CopyTaskDataModule(pl.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if not self.datasets:
             self.setup()
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        if shuffle:  # order a function of (seed, epoch), position saved in checkpoints: exact resume
+            dataset = self.datasets[split]
+            return ResumableDataLoader(
+                dataset,
+                batch_size=self.batch_size,
+                sampler=EpochRandomSampler(dataset, seed=self.seed),
+                generator=torch.Generator().manual_seed(self.seed),
+                collate_fn=collate_copy,
+                num_workers=self.num_workers,
+                persistent_workers=self.num_workers > 0,
+            )
         return DataLoader(
             self.datasets[split],
             batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
+            shuffle=False,
             collate_fn=collate_copy,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:
+        """Shuffled per epoch from ``(seed, epoch)``; a :class:`~datamodules.resumable.ResumableDataLoader`."""
         return self._loader("train", shuffle=True)
 
     def val_dataloader(self) -> DataLoader:

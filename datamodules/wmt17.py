@@ -69,6 +69,7 @@ from .bpe import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizedCorpus, bpe_cache_key
                   token_cache_dir)
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
 from .ranges import check_ranges
+from .resumable import ResumableDataLoader
 from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, other_language
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
 
@@ -391,10 +392,13 @@ class WMT17DataModule(pl.LightningDataModule):
 
     def _loader(self, split: str) -> DataLoader:
         self._check_trainer()
-        return DataLoader(
-            self.datasets[split], batch_sampler=self.batch_sampler(split),
-            collate_fn=functools.partial(collate_pairs, pad_id=self.pad_id, eos_id=self.eos_id),
-            num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        kwargs = dict(batch_sampler=self.batch_sampler(split),
+                      collate_fn=functools.partial(collate_pairs, pad_id=self.pad_id, eos_id=self.eos_id),
+                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        if split == "train":  # batches a function of (seed, epoch); position saved in checkpoints
+            return ResumableDataLoader(self.datasets[split], generator=torch.Generator().manual_seed(self.seed),
+                                       **kwargs)
+        return DataLoader(self.datasets[split], **kwargs)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

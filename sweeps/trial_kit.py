@@ -23,6 +23,8 @@ import lightning.pytorch as pl
 import torch
 from ray import tune
 
+from datamodules.resumable import RngStateCallback
+
 from .build import build_datamodule, build_module
 from .results import CHECKPOINT_FILE
 from .settings import TrialSettings
@@ -335,7 +337,7 @@ def prepare_trial(
     # reported with every result, so a recovery can be read back from result.json and results.csv
     extra_metrics = {**extra_metrics, "resumed_from": restored.name, "skipped_checkpoints": restored.skipped}
     report = report_cls(time_offset=restored.time_offset, extra_metrics=extra_metrics)
-    callbacks: list[pl.Callback] = [report]
+    callbacks: list[pl.Callback] = [report, RngStateCallback()]  # RNG states in every checkpoint: exact resume
     if settings.chaos_step and with_chaos:
         callbacks.append(Chaos(settings.chaos_step, Path(settings.chaos_dir) / f"{trial_id}.failed"))
     return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
