@@ -151,12 +151,14 @@ class StudySearcher(Searcher):
         study = self._study(i)
         value = (result or {}).get(self.metric)
         max_steps = self.units[i].max_steps
+        # skip_if_finished: a trial told before a kill -9 comes back from an older snapshot and
+        # reports its earlier result again (sweeps.trial.report_earlier_finish)
         if error or value is None:
-            study.tell(number, state=optuna.trial.TrialState.FAIL)
+            study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         elif max_steps is not None and int((result or {}).get("step", max_steps)) < max_steps:
-            study.tell(number, state=optuna.trial.TrialState.PRUNED)
+            study.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
         else:
-            study.tell(number, float(value))
+            study.tell(number, float(value), skip_if_finished=True)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:

@@ -11,7 +11,9 @@ found here first and named with its line:
   says which lines went. A last line cut short (a process killed while writing) is what Optuna
   itself skips, and is left alone. An Optuna trial whose record went with such a line and stays
   RUNNING is marked FAIL on restore (:meth:`sweeps.search.StudySearcher._fail_orphans`);
-- an experiment state Tune cannot parse is refused, with what to do: nothing is restarted.
+- an experiment state Tune cannot parse is refused, with what to do: nothing is restarted;
+- a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
+  the launcher killed in between) is pointed at its newest intact checkpoint.
 """
 from __future__ import annotations
 
@@ -69,7 +71,56 @@ def check_experiment_state(experiment: Path) -> None:
             ) from None
 
 
+def repoint_lost_checkpoints(experiment: Path) -> list[str]:
+    """Trials whose recorded latest checkpoint is gone from disk are pointed at their newest intact
+    one; returns one line per trial repointed.
+
+    Tune deletes a trial's old checkpoints (``storage.keep_checkpoints``) as soon as a new one is
+    registered, but writes its experiment state only every few seconds: a launcher killed in
+    between leaves a state whose trial resumes from a deleted folder, and Ray fails the trial
+    before it starts ("does not exist on storage anymore") while newer folders sit beside it."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
+
+    from .results import CHECKPOINT_FILE
+
+    said = []
+    for state_file in sorted(experiment.glob("experiment_state-*.json")):
+        state = json.loads(state_file.read_text())
+        changed = False
+        for entry in state.get("trial_data", []):
+            try:  # Tune's own file, which Tune unpickles the same way when it restores
+                meta = json.loads(entry[1], cls=TuneFunctionDecoder, allow_cloudpickle=True)
+            except Exception:  # noqa: BLE001 -- a record this Ray cannot read: left to Tune, as before
+                continue
+            manager = meta.get("checkpoint_manager")
+            latest = getattr(manager, "_latest_checkpoint_result", None)
+            path = getattr(getattr(latest, "checkpoint", None), "path", None)
+            if not path or "://" in str(path) or Path(path, CHECKPOINT_FILE).is_file():
+                continue
+            intact = sorted(p for p in Path(path).parent.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
+            kept = [r for r in manager._checkpoint_results if Path(r.checkpoint.path, CHECKPOINT_FILE).is_file()]
+            if intact:
+                newest = _TrainingResult(Checkpoint(path=str(intact[-1])), dict(latest.metrics))
+                manager._latest_checkpoint_result = newest
+                kept = [r for r in kept if r.checkpoint.path != str(intact[-1])] + [newest]
+            else:
+                manager._latest_checkpoint_result = None
+            manager._checkpoint_results = kept
+            entry[1] = json.dumps(meta, cls=TuneFunctionEncoder, indent=2)
+            changed = True
+            said.append(f"trial folder {Path(path).parent.name}: its recorded checkpoint {Path(path).name} is gone; "
+                        + (f"it resumes from {intact[-1].name}, the newest intact one" if intact
+                           else "no checkpoint is left, so it starts again from step 0"))
+        if changed:
+            tmp = state_file.with_name(state_file.name + ".tmp")
+            tmp.write_text(json.dumps(state, indent=2))
+            tmp.replace(state_file)
+    return said
+
+
 def check_before_resume(out_dir: Path, experiment: Path) -> list[str]:
-    """Both checks for a local study folder; returns the repairs made, to be said."""
+    """The checks for a local study folder; returns the repairs made, to be said."""
     check_experiment_state(experiment)
-    return repair_journal(out_dir / "optuna.journal")
+    return repair_journal(out_dir / "optuna.journal") + repoint_lost_checkpoints(experiment)

@@ -255,6 +255,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert before[-1] < 300
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
+    stale = {p.name: p.read_text() for p in exp.glob("experiment_state-*.json")}  # Tune's record, now
 
     # a --set that changes the first run's overrides is refused before anything starts
     refused = subprocess.run(cmd + ["--resume", "--set", "trainer.max_steps=50"], cwd=ROOT, env=env,
@@ -274,6 +275,20 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "done"]
+
+    # kill -9 after the second trial finished but before Tune wrote its state again: the state on
+    # disk says that trial is still running, at a checkpoint Tune has since deleted
+    for p in exp.glob("experiment_state-*.json"):
+        p.unlink()
+    for name, text in stale.items():
+        (exp / name).write_text(text)
+    code = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    assert f"repaired: trial folder {running.name}: its recorded checkpoint" in code.stdout, code.stdout[-3000:]
+    assert "finished in an earlier run of this sweep (step 300)" in code.stdout + code.stderr, code.stdout[-3000:] + code.stderr[-3000:]
+    assert result_steps(running)[: len(steps)] == steps and set(result_steps(running)[len(steps):]) <= {300}
+    again = pd.read_csv(exp / "results.csv")
+    assert sorted(again["status"]) == ["done", "done"] and again["val/bleu"].tolist() == df["val/bleu"].tolist()
 
 
 def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_request(local_ray, tmp_path, capsys):
