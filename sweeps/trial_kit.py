@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,10 @@ class TuneReport(pl.Callback):
         if trainer.sanity_checking:
             return
         self.report(trainer)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if STOP_REQUESTED.is_set():  # Tune is stopping this trial between reports (see FinishOnStop)
+            raise SystemExit(0)
 
     def report(self, trainer: pl.Trainer) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
@@ -324,6 +329,7 @@ def prepare_trial(
     None) to local disk, and make the callbacks (``report_cls`` first; the chaos callback when the
     spec asks for it and ``with_chaos``)."""
     quiet_logs()
+    STOP_REQUESTED.clear()  # a reused actor starts its next trial unstopped
     if settings.chaos_before_report and with_chaos:
         raise ChaosError("chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)")
     torch.set_num_threads(max(1, int(settings.resources.cpu)))
@@ -389,6 +395,9 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
 
 #: seconds a stopped trial's process waits for its training thread to close W&B (heatmaps included)
 STOP_GRACE_S = 120.0
+#: set by FinishOnStop when Tune stops the trial while it trains (a Ctrl-C of the sweep, say): the
+#: report callback then ends the fit at the next step, the way a scheduler's stop ends it at a report
+STOP_REQUESTED = threading.Event()
 
 
 class FinishOnStop:
@@ -409,6 +418,7 @@ class FinishOnStop:
         if session is not None and session.training_started and thread is not None and thread.is_alive():
             session.stop_event.set()  # what session.finish does first: the thread leaves its report call
             session.continue_lock.release()
+            STOP_REQUESTED.set()  # or, if it is training, at its next step
             thread.join(timeout=STOP_GRACE_S)
         super().cleanup()  # type: ignore[misc]
 
