@@ -338,8 +338,15 @@ def prepare_trial(
     dm.prepare_data()
     dm.setup("fit")
     module = build_module(plan["model"], dm)
-    local_ckpt_dir = tempfile.mkdtemp(prefix="trial-resume-")
-    restored = restore_checkpoint(checkpoint, local_ckpt_dir, log=lambda msg: print(f"[trial {trial_id}] {msg}", flush=True))
+    # the local copy of the checkpoint to resume from: in the trial's own working folder (Tune runs
+    # each trial there), not a shared /tmp, and removed if anything fails before fit_trial owns it
+    local_ckpt_dir = tempfile.mkdtemp(prefix="trial-resume-", dir=os.getcwd())
+    try:
+        restored = restore_checkpoint(checkpoint, local_ckpt_dir,
+                                      log=lambda msg: print(f"[trial {trial_id}] {msg}", flush=True))
+    except BaseException:
+        shutil.rmtree(local_ckpt_dir, ignore_errors=True)
+        raise
     # reported with every result, so a recovery can be read back from result.json and results.csv
     extra_metrics = {**extra_metrics, "resumed_from": restored.name, "skipped_checkpoints": restored.skipped}
     report = report_cls(time_offset=restored.time_offset, extra_metrics=extra_metrics)
