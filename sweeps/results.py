@@ -201,10 +201,12 @@ def keep_integers(df: pd.DataFrame) -> pd.DataFrame:
 
 def read_results(path: Path) -> pd.DataFrame:
     """A results.csv as written by :func:`write_results_csv`, integers kept integers."""
-    return keep_integers(pd.read_csv(path))
+    # text columns read as text: a trial id such as 01e13825 would otherwise parse as 1e13825 (inf)
+    return keep_integers(pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}))
 
 
 FINISHED = ("done", "stopped")
+TEXT_COLUMNS = ("trial_id", "cell", "model", "attention", "status", "checkpoint", "error", "timing_error")
 
 
 def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict[str, Any]], int]:
@@ -215,7 +217,7 @@ def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict
     if not previous.exists():
         return rows, 0
     try:
-        old = pd.read_csv(previous)
+        old = read_results(previous)
     except (OSError, ValueError):
         return rows, 0
     if old.empty or "status" not in old:
@@ -225,7 +227,7 @@ def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict
     for record in old[old["status"].isin(FINISHED)].to_dict("records"):
         if record.get("trial_id") in finished_now:
             continue
-        record = {k: v for k, v in record.items() if not (isinstance(v, float) and v != v)}  # NaN: absent
+        record = {k: v for k, v in record.items() if not (v is pd.NA or isinstance(v, float) and v != v)}  # absent
         same = [i for i, r in enumerate(rows) if r.get("trial_id") == record.get("trial_id")]
         placeholder = [i for i, r in enumerate(rows) if not r.get("trial_id") and r.get("cell") == record.get("cell")
                        and r.get("seed") == record.get("seed")]

@@ -142,7 +142,7 @@ def test_asha_never_stops_a_cell_because_another_scores_higher(local_ray, tmp_pa
     )
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--address", "local"]) == 0
-    df = pd.read_csv(out / "asha" / "results.csv").set_index("lr")
+    df = pd.read_csv(out / "asha" / "results.csv", dtype={"trial_id": str}).set_index("lr")
     assert df.loc[0.05, "val/loss"] < df.loc[1e-7, "val/loss"], "the cells differ as intended"
     assert df.loc[1e-7, "step"] == 30 and df.loc[1e-7, "status"] == "done"
 
@@ -194,7 +194,7 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
         assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2, (name, trials)
         ray_ids += [t.user_attrs["ray_trial_id"] for t in trials]
     assert sorted(ray_ids) == sorted(trial_dirs), "the journal and Tune's trials agree"
-    df = pd.read_csv(exp / "results.csv")
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done"] * 4
 
 
@@ -243,7 +243,7 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
     printed = capsys.readouterr().out
     exp = out / "surfaces"
-    df = pd.read_csv(exp / "results.csv").set_index("trial_id")
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str}).set_index("trial_id")
     assert len(df) == 4 and (df["status"] == "stopped").any() and (df["status"] == "done").any(), df["status"]
     assert df["decode_seconds"].notna().all() and (df["retries"] == 0).all()
     reports = {d.name.split("_")[0]: results_of(d) for d in exp.glob("*_attention=*") if (d / "result.json").exists()}

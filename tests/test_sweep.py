@@ -26,7 +26,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
 
     sweep_dir = out / "e2e"
-    df = pd.read_csv(sweep_dir / "results.csv")
+    df = pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})
     assert len(df) == 2
     assert set(df["attention"]) == {"none", "memory"}
     assert (df["status"] == "done").all()
@@ -78,7 +78,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     assert main([str(spec), "--output", str(out), "--verbose", "0", "--resume"]) == 0
     assert "already timed" in capsys.readouterr().out
     assert {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")} == before
-    assert pd.read_csv(sweep_dir / "results.csv")["decode_seconds"].tolist() == df["decode_seconds"].tolist()
+    assert pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})["decode_seconds"].tolist() == df["decode_seconds"].tolist()
 
 
 def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path, capsys):
@@ -93,7 +93,7 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(local_ray, tmp_path, 
     )
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
-    df = pd.read_csv(out / "chaos" / "results.csv")
+    df = pd.read_csv(out / "chaos" / "results.csv", dtype={"trial_id": str})
     assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
     # done, but not as if nothing happened: the retry is counted in results.csv and on the console
     assert df["retries"].tolist() == [1]
@@ -119,7 +119,7 @@ def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_
                      wandb={"mode": "disabled"})
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 1
-    df = pd.read_csv(out / "doomed" / "results.csv")
+    df = pd.read_csv(out / "doomed" / "results.csv", dtype={"trial_id": str})
     assert sorted(df["cell"]) == ["K=4 attention=memory", "attention=none"], "every planned trial has a row"
     assert (df["status"] == "error").all()
     assert df["error"].str.endswith("injected failure before the first report (sweep spec `chaos.fail_before_first_report`)").all()
@@ -152,7 +152,7 @@ def test_truncated_newest_checkpoint_is_skipped_and_the_trial_finishes_from_the_
     # continued from step 10 (the intact checkpoint): step 20 is reported again, nothing from step 0
     assert [r["step"] for r in lines] == [10, 20, 20, 30, 40]
     assert lines[-1]["skipped_checkpoints"] == 1 and lines[-1]["resumed_from"] == "checkpoint_000000"
-    df = pd.read_csv(out / "torn" / "results.csv")
+    df = pd.read_csv(out / "torn" / "results.csv", dtype={"trial_id": str})
     assert df["status"].tolist() == ["done"]
 
 
@@ -193,7 +193,7 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
     )
     out = tmp_path / "out"
     assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
-    df = pd.read_csv(out / "search" / "results.csv")
+    df = pd.read_csv(out / "search" / "results.csv", dtype={"trial_id": str})
     assert len(df) == 2
     lrs = df["param:model.lr"].tolist()
     assert len(set(lrs)) == 2 and all(1e-4 <= v <= 1e-2 for v in lrs)
@@ -215,7 +215,7 @@ def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_pat
     assert "repaired:" in printed and "line 4 ('garbage from a bad disk')" in printed
     assert journal.read_text().startswith("".join(lines)) and "garbage" not in journal.read_text()
     assert list(journal.parent.glob("optuna.journal.damaged-*")), "the original is kept"
-    again = pd.read_csv(out / "search" / "results.csv")
+    again = pd.read_csv(out / "search" / "results.csv", dtype={"trial_id": str})
     assert sorted(again["trial_id"]) == sorted(df["trial_id"])
     assert again.set_index("trial_id")["status"].to_dict() == df.set_index("trial_id")["status"].to_dict()
     assert optuna.get_all_study_summaries(JournalStorage(JournalFileBackend(str(journal))))[0].n_trials == 2
@@ -254,7 +254,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     finished_lines = (finished / "result.json").read_text()
     before = result_steps(running)
     assert before[-1] < 300
-    df = pd.read_csv(exp / "results.csv")
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
     stale = {p.name: p.read_text() for p in exp.glob("experiment_state-*.json")}  # Tune's record, now
 
@@ -274,7 +274,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert steps[: len(before)] == before and after and after[-1] == 300
     # continued from its last checkpoint (at most one report interval is redone), not from step 0
     assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
-    df = pd.read_csv(exp / "results.csv")
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done", "done"]
 
     # kill -9 after the second trial finished but before Tune wrote its state again: the state on
@@ -288,7 +288,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert f"repaired: trial folder {running.name}: its recorded checkpoint" in code.stdout, code.stdout[-3000:]
     assert "finished in an earlier run of this sweep (step 300)" in code.stdout + code.stderr, code.stdout[-3000:] + code.stderr[-3000:]
     assert result_steps(running)[: len(steps)] == steps and set(result_steps(running)[len(steps):]) <= {300}
-    again = pd.read_csv(exp / "results.csv")
+    again = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(again["status"]) == ["done", "done"] and again["val/bleu"].tolist() == df["val/bleu"].tolist()
 
 
@@ -310,19 +310,21 @@ def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_req
 
 def test_results_csv_never_loses_a_finished_row_and_a_damaged_tune_state_is_refused(tmp_path):
     from sweeps.cluster import LaunchError
-    from sweeps.results import keep_finished, write_results_csv
+    from sweeps.results import keep_finished, read_results, write_results_csv
     from sweeps.state_check import check_experiment_state
 
     row = {"cell": "c", "model": "none", "length": 4, "seed": 0}
-    first = [{**row, "trial_id": "a", "status": "done", "val/bleu": 90.0},
+    first = [{**row, "trial_id": "01e13825", "status": "done", "val/bleu": 70.0},  # not the number 1e13825
+             {**row, "trial_id": "a", "status": "done", "val/bleu": 90.0},
              {**row, "trial_id": "b", "status": "done", "val/bleu": 80.0}]
     write_results_csv(first, tmp_path)
     # a later run that lost Tune's record of both: one errored row for "a", a placeholder for the other
     later = [{**row, "trial_id": "a", "status": "error", "error": "never started"},
              {**row, "trial_id": None, "status": "error", "error": "never started"}]
     rows, kept = keep_finished(later, tmp_path / "results.csv")
-    assert kept == 2 and sorted((r["trial_id"], r["status"], r["val/bleu"]) for r in rows) == [
-        ("a", "done", 90.0), ("b", "done", 80.0)]
+    assert kept == 3 and sorted((r["trial_id"], r["status"], r["val/bleu"]) for r in rows) == [
+        ("01e13825", "done", 70.0), ("a", "done", 90.0), ("b", "done", 80.0)]
+    assert read_results(tmp_path / "results.csv")["trial_id"].tolist()[0] == "01e13825"
 
     (tmp_path / "experiment_state-2026.json").write_text('{"trial_data": [')
     with pytest.raises(LaunchError, match="experiment_state-2026.json is damaged"):
