@@ -13,6 +13,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
 
+from .files import write_atomic
 from .spec import column_name, get_dotted
 
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
@@ -244,10 +245,7 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
     file or the whole new one. The report (:mod:`sweeps.report`) reads it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.csv"
-    tmp = path.with_name(".results.csv.tmp")
-    results_frame(rows).to_csv(tmp, index=False)
-    tmp.replace(path)
-    return path
+    return write_atomic(path, results_frame(rows).to_csv(index=False))
 
 
 def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .cluster import LaunchError
+from .files import write_atomic
 
 
 def repair_journal(journal: Path) -> list[str]:
@@ -50,9 +51,7 @@ def repair_journal(journal: Path) -> list[str]:
         return []
     backup = journal.with_name(f"{journal.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.copy2(journal, backup)
-    tmp = journal.with_name(journal.name + ".tmp")
-    tmp.write_bytes(b"".join(kept))
-    tmp.replace(journal)
+    write_atomic(journal, b"".join(kept))
     return [f"{journal}: removed {len(removed)} line(s) that are not Optuna records: {', '.join(removed)}; "
             f"the original is kept as {backup}"]
 
@@ -114,9 +113,7 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
                         + (f"it resumes from {intact[-1].name}, the newest intact one" if intact
                            else "no checkpoint is left, so it starts again from step 0"))
         if changed:
-            tmp = state_file.with_name(state_file.name + ".tmp")
-            tmp.write_text(json.dumps(state, indent=2))
-            tmp.replace(state_file)
+            write_atomic(state_file, json.dumps(state, indent=2))
     return said
 
 

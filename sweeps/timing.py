@@ -49,7 +49,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -63,6 +62,7 @@ import torch
 from annotated_types import Ge
 
 from .build import build_datamodule
+from .files import write_atomic
 from .spec.signatures import TASK_CLASSES, datamodule_param_types
 
 __all__ = [
@@ -624,19 +624,7 @@ def already_timed(job: TimingJob) -> Optional[TimingRecord]:
 
 def write_json_atomic(path: str | Path, data: Mapping[str, Any]) -> Path:
     """Write JSON so that a reader sees the old file or the whole new one, never half of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, json.dumps(data, indent=2))
 
 
 def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:

@@ -15,11 +15,12 @@ and data, length, chunk type: full, first, middle, last).
 """
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
+
+from .files import write_atomic
 
 HEADER = struct.Struct("<4sHB")  # ident, magic, version
 IDENT, MAGIC = b":W&B", 0xBEE1
@@ -152,10 +153,7 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
         if r.num:
             r.num += 1
     records.insert(at, update)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(write_chunks(header, (r.SerializeToString() for r in records)))
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, write_chunks(header, (r.SerializeToString() for r in records)))
 
 
 def offline_run_dirs(wandb_dir: str | Path, run_id: str) -> list[Path]:
