@@ -257,30 +257,26 @@ def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
     of its W&B run (reopened by id online, written into its run log offline) and in its Optuna
     study (:func:`sweeps.search.record_timings`). A failure to reach one is said, not fatal."""
     from sweeps.results import TIMING_COLUMNS
-    from sweeps.wandb_runs import RunLogError, add_run_summary
+    from sweeps.wandb_runs import add_run_summary
 
     timings = {}
     for row in rows:
         if row.get("decode_seconds") is None:
             continue
-        values = {c: _plain(row.get(c)) for c in TIMING_COLUMNS if row.get(c) is not None}
+        values = {c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None}  # plain values (attach_timing)
         timings[row["trial_id"]] = values
         if settings.wandb.mode == "disabled":
             continue
         try:
             add_run_summary(settings.wandb.mode, settings.wandb_dir, row["trial_id"], values,
                             project=settings.wandb.project, entity=settings.wandb.entity)
-        except (RunLogError, OSError, Exception) as exc:  # noqa: BLE001 -- W&B must not lose the results
+        except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
             print(f"[timing] trial {row['trial_id']}: could not add decode_seconds to its W&B run: {exc}",
                   file=sys.stderr)
     if journal is not None and timings and journal.exists():
         from sweeps.search import record_timings
 
         record_timings(str(journal), timings)
-
-
-def _plain(value):
-    return value.item() if hasattr(value, "item") else value
 
 
 if __name__ == "__main__":

@@ -106,9 +106,12 @@ def write_chunks(header: bytes, records: Iterable[bytes]) -> bytes:
 
 def read_records(path: str | Path) -> list[Any]:
     """The ``Record`` protobufs of a ``.wandb`` file, in order."""
+    return _parse(read_chunks(Path(path).read_bytes())[1])
+
+
+def _parse(chunks: Iterable[bytes]) -> list[Any]:
     from wandb.proto import wandb_internal_pb2 as pb
 
-    _, chunks = read_chunks(Path(path).read_bytes())
     records = []
     for raw in chunks:
         record = pb.Record()
@@ -138,11 +141,7 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
 
     path = run_log(run_dir)
     header, chunks = read_chunks(path.read_bytes())
-    records = []
-    for raw in chunks:
-        record = pb.Record()
-        record.ParseFromString(raw)
-        records.append(record)
+    records = _parse(chunks)
     exits = [i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit"]
     if not exits:
         raise RunLogError(f"{path}: the run was never finished (no exit record); its summary is not updated")
