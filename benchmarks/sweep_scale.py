@@ -19,7 +19,7 @@ once (a real trial's metric keys, a tiny checkpoint) and returns. It prints per 
 
 and the ratio of bytes per trial N=max / N=min (linear growth: near 1.0). ``--dry-run-cells``
 times ``launch.py --dry-run`` of a study of that many cells in a fresh process, cold and then warm
-(sweeps/spec/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
+(sweeps/study/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def run_one(n: int, out: Path) -> dict[str, Any]:
     from sweeps.cluster import Paths, check_cluster, describe_cluster
     from sweeps.experiment import make_settings, run_tune
     from sweeps.results import result_rows, write_results_csv
-    from sweeps.spec import build_sweep
+    from sweeps.study import build_sweep
 
     sweep = build_sweep(study(f"scale{n}", n))
     assert sweep.num_trials == n, sweep.num_trials

@@ -9,7 +9,7 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from .spec.signatures import TASK_CLASSES, module_signature_params
+from .study.signatures import TASK_CLASSES, module_signature_params
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

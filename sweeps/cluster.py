@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from .spec import Sweep
+from .study import Sweep
 
 
 class LaunchError(RuntimeError):

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import Resources, TrialSettings, WandbSettings
-from .spec import LAUNCH_FILE, Sweep, base_sections
+from .study import LAUNCH_FILE, Sweep, base_sections
 
 
 def trial_dirname(trial) -> str:

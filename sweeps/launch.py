@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.spec import LAUNCH_FILE, Sweep, SpecError, load_spec, resume_launch, save_launch  # noqa: E402
+from sweeps.study import LAUNCH_FILE, Sweep, SpecError, load_spec, resume_launch, save_launch  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

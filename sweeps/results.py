@@ -14,7 +14,7 @@ import pandas as pd
 from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
 
 from .files import write_atomic
-from .spec import column_name, get_dotted
+from .study import column_name, get_dotted
 
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
 CHECKPOINT_FILE = "checkpoint.ckpt"

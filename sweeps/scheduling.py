@@ -5,7 +5,7 @@ trial of one cell because another cell scores higher. :class:`PerStudyScheduler`
 scheduler (ASHA) per (cell, seed) -- the unit Optuna searches -- and routes each trial's events to
 its own: ASHA compares only the nuisance samples of one cell and seed. A unit of a single trial
 (no ``parameters``, or ``num_samples: 1``) has nothing to compare, and its trials run to the end
-(``--dry-run`` says so: :meth:`sweeps.spec.Sweep.early_stopping_note`).
+(``--dry-run`` says so: :meth:`sweeps.study.Sweep.early_stopping_note`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from .spec import Sweep
+from .study import Sweep
 
 
 def study_key(config: dict[str, Any]) -> tuple[str, Any]:

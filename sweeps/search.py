@@ -23,7 +23,7 @@ import numpy as np
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
-from .spec import ParamSpec
+from .study import ParamSpec
 
 
 @dataclass(frozen=True)

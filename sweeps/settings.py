@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .spec.grid import resolve_sections
+from .study.grid import resolve_sections
 
 
 @dataclass(frozen=True)

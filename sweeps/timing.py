@@ -63,7 +63,7 @@ from annotated_types import Ge
 
 from .build import build_datamodule
 from .files import write_atomic
-from .spec.signatures import TASK_CLASSES, datamodule_param_types
+from .study.signatures import TASK_CLASSES, datamodule_param_types
 
 __all__ = [
     "DecodeTiming", "TimingError", "TimingJob", "TimingOutcome", "TimingRecord", "TimingSettings",

@@ -251,7 +251,7 @@ def test_storage_must_be_shared_when_nodes_span_hosts(storage, hosts, fstype, ok
 
 
 def load_tiny(tmp_path: Path, **over: Any):
-    from sweeps.spec import load_spec
+    from sweeps.study import load_spec
 
     return load_spec(str(write_spec(tmp_path, tiny_spec("fit", **over))))
 

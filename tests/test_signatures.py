@@ -1,4 +1,4 @@
-"""The on-disk signature cache (sweeps/spec/signatures.py): a dry run after the first reads the
+"""The on-disk signature cache (sweeps/study/signatures.py): a dry run after the first reads the
 model and data packages' signatures from disk, imports neither torch nor Lightning, and still
 rejects every bad value it rejected before."""
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from sweeps.spec.signatures import source_key
+from sweeps.study.signatures import source_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # In a fresh process: load each spec, report what it raised and whether torch/Lightning got imported.
 PROBE = r"""
 import json, sys
-from sweeps.spec import SpecError, load_spec
+from sweeps.study import SpecError, load_spec
 out = []
 for path in sys.argv[1:]:
     try:

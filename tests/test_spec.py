@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.spec import SpecError, build_sweep, expand_grid, load_spec
+from sweeps.study import SpecError, build_sweep, expand_grid, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
@@ -205,7 +205,7 @@ def test_named_profiles_and_the_smoke_profile():
 
 
 def test_trial_configs_are_flat_readable_and_unique():
-    from sweeps.spec import flat_columns
+    from sweeps.study import flat_columns
 
     sweep = build_sweep(
         base_spec(grid={"task.max_length": [3], "model": [{"attention": "memory", "K": 2}]},
@@ -293,7 +293,7 @@ def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_
 
 
 def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
-    from sweeps.spec import resume_launch, save_launch
+    from sweeps.study import resume_launch, save_launch
 
     save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], profile="smoke")
     assert resume_launch(tmp_path, [], None, "x.yaml") == (["trainer.max_steps=300", "model.lr=0.01"], "smoke")
@@ -308,7 +308,7 @@ def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
 def test_every_metric_a_study_may_name_is_a_results_column():
     from lightning_modules.metric_names import FIT_METRICS
     from sweeps.results import METRIC_COLUMNS
-    from sweeps.spec.schema import MetricSpec
+    from sweeps.study.schema import MetricSpec
 
     for name in FIT_METRICS:
         assert MetricSpec(name=name).name in METRIC_COLUMNS

@@ -295,7 +295,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
 def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_request(local_ray, tmp_path, capsys):
     """check_cluster against this machine's real Ray instance, which has no GPU."""
     from sweeps.cluster import Paths, check_cluster
-    from sweeps.spec import load_spec
+    from sweeps.study import load_spec
 
     assert not ray.cluster_resources().get("GPU")
     sweep = load_spec(write_spec(tmp_path, tiny_spec("fit", resources={"cpu": 1, "gpu": 0.5})))

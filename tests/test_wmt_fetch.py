@@ -582,7 +582,7 @@ def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, 
     plans (before Ray starts) fetches each pair once; each trial's own prepare_data downloads
     nothing and hits the BPE/token caches."""
     from sweeps.build import build_datamodule, prepare_data
-    from sweeps.spec import load_spec
+    from sweeps.study import load_spec
 
     sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml", smoke=True, overrides=[
         "task.download=true", f"task.release_url={server.url}",
