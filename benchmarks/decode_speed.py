@@ -57,6 +57,7 @@ from _machine import (  # noqa: E402
     write_outputs,
 )
 
+from datamodules.vocab import EOS_ID, FIRST_SYMBOL  # noqa: E402
 from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
 
 ALIASES = {"luong": "luong_general", "local": "local_p"}
@@ -75,7 +76,7 @@ FULL_MECHANISMS = [
 FULL_LENGTHS = [10, 50, 100, 200, 400, 800]
 QUICK_MECHANISMS = ["none", "memory:K=4", "memory:K=32", "bahdanau", "luong", "local", "monotonic"]
 QUICK_LENGTHS = [10, 50, 200]
-VOCAB = 24  # the copy task's: 20 symbols + 4 specials
+VOCAB = 20 + FIRST_SYMBOL  # the copy task's: 20 symbols after the special ids
 #: options the benchmark adds to a mechanism unless the spec sets them (see the module docstring)
 BENCH_DEFAULTS: dict[str, dict[str, Any]] = {"monotonic": {"score_bias_init": 0.0}}
 
@@ -120,8 +121,8 @@ def build_model(spec: str, length: int, preset: str, device: torch.device, seed:
 def make_batch(batch: int, length: int, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A copy-task batch: ``batch`` sentences of exactly ``length`` symbols, then EOS."""
     gen = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, VOCAB, (batch, length + 1), generator=gen)  # (B, L + 1)
-    src[:, -1] = 2  # EOS
+    src = torch.randint(FIRST_SYMBOL, VOCAB, (batch, length + 1), generator=gen)  # (B, L + 1)
+    src[:, -1] = EOS_ID
     lengths = torch.full((batch,), length + 1, dtype=torch.long)  # (B,)
     return src.to(device), lengths.to(device)
 

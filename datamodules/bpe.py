@@ -29,6 +29,8 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
+from .vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, UNK_ID
+
 try:  # POSIX only; elsewhere the caches still work, just without the cross-process guard
     import fcntl
 except ImportError:  # pragma: no cover
@@ -36,7 +38,6 @@ except ImportError:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 CACHE_FORMAT = 1  # bump when the on-disk layout or the encoding options change
 
 
@@ -174,7 +175,7 @@ def ensure_bpe_model(
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
                 add_dummy_prefix=True, hard_vocab_limit=False,
                 pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-                pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
+                pad_piece=PIECES[PAD_ID], bos_piece=PIECES[BOS_ID], eos_piece=PIECES[EOS_ID], unk_piece=PIECES[UNK_ID],
                 input_sentence_size=sample_sentences, shuffle_input_sentence=True,
                 num_threads=threads, minloglevel=2,
             )

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .bpe import EOS_ID, PAD_ID, TokenizedCorpus
+from .bpe import TokenizedCorpus
+from .vocab import EOS_ID, PAD_ID
 
 
 class ParallelTokenDataset(Dataset):

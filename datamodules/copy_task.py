@@ -17,14 +17,13 @@ from annotated_types import Ge
 
 from .ranges import check_ranges
 from .resumable import EpochRandomSampler, ResumableDataLoader
+from .vocab import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, UNK_ID, ids_to_text
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-FIRST_SYMBOL = 4
 SPLITS = ("train", "val", "test")
 
 
@@ -159,12 +158,4 @@ class CopyTaskDataModule(pl.LightningDataModule):
 
     def ids_to_text(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Space-joined symbol ids up to the first EOS, specials dropped: ``[7, 12, 5, 2, 0] -> "7 12 5"``."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        words = []
-        for token in ids:
-            if token == EOS_ID:
-                break
-            if token >= FIRST_SYMBOL:
-                words.append(str(token))
-        return " ".join(words)
+        return ids_to_text(ids)

@@ -64,12 +64,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .bpe import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, TokenizedCorpus, bpe_cache_key, count_lines,
-                  ensure_bpe_model, ensure_encoded, file_lock, load_sentencepiece, read_lines,
-                  token_cache_dir)
+from .bpe import (TokenizedCorpus, bpe_cache_key, count_lines, ensure_bpe_model, ensure_encoded, file_lock,
+                  load_sentencepiece, read_lines, token_cache_dir)
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
 from .ranges import check_ranges
 from .resumable import ResumableDataLoader
+from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, content_ids
 from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, other_language
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
 
@@ -425,15 +425,7 @@ class WMT17DataModule(pl.LightningDataModule):
 
     def ids_to_text(self, ids: Sequence[int]) -> str:
         """Ids -> BPE-merged text (tokenized, as in the files); stops at EOS, drops pad/bos/unk."""
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        out = []
-        for t in ids:
-            if t == self.eos_id:
-                break
-            if t not in (self.pad_id, self.bos_id, self.unk_id):
-                out.append(int(t))
-        return self.sp.decode(out)
+        return self.sp.decode(content_ids(ids, self.eos_id, (self.pad_id, self.bos_id, self.unk_id)))
 
     def detokenize(self, text: str) -> str:
         """Moses-style detokenization of tokenized target text (identity for raw text)."""

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from annotated_types import Ge, Gt, Interval
 
+from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
+
 from .attention import attention_options
 from .metric_names import (  # noqa: F401 -- re-exported: the module's public metric names
     METRICS,
@@ -91,9 +93,9 @@ class Seq2SeqModule(pl.LightningModule):
         dropout: Probability | None = None,
         bidirectional: bool | None = None,
         max_source_len: PositiveInt = 256,
-        pad_id: TokenId = 0,
-        bos_id: TokenId = 1,
-        eos_id: TokenId = 2,
+        pad_id: TokenId = PAD_ID,
+        bos_id: TokenId = BOS_ID,
+        eos_id: TokenId = EOS_ID,
         lr: Annotated[float, Gt(0)] = 1e-4,
         weight_decay: Annotated[float, Ge(0)] = 0.0,
         val_beam_size: PositiveInt = 1,
@@ -263,17 +265,11 @@ class Seq2SeqModule(pl.LightningModule):
         if datamodule is not None and hasattr(datamodule, "ids_to_text"):
             return datamodule.ids_to_text(ids)
         hp = self.hparams
-        out = []
-        for token in ids:
-            if token == hp.eos_id:
-                break
-            if token not in (hp.pad_id, hp.bos_id, hp.eos_id):
-                out.append(str(token))
-        return " ".join(out)
+        return ids_to_text(ids, hp.eos_id, (hp.pad_id, hp.bos_id, hp.eos_id))
 
     def _token_string(self, token: int) -> str:
         hp = self.hparams
-        specials = {hp.pad_id: "<pad>", hp.bos_id: "<s>", hp.eos_id: "</s>"}
+        specials = {hp.pad_id: PIECES[PAD_ID], hp.bos_id: PIECES[BOS_ID], hp.eos_id: PIECES[EOS_ID]}
         if token in specials:
             return specials[token]
         datamodule = self._datamodule()

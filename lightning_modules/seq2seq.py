@@ -50,12 +50,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID  # the defaults; a datamodule passes its own ids
+
 from .attention import attention_options, build_attention, map_batch
 from .attention.base import Attention
 from .presets import PRESETS, attention_dims, get_preset  # noqa: F401  (re-exported)
-
-
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 LSTMState = tuple[list[torch.Tensor], list[torch.Tensor]]  # per-layer h (B, H) and c (B, H)
 

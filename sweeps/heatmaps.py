@@ -22,9 +22,8 @@ from typing import Any, Optional, Sequence
 import torch
 
 from datamodules import CopyTaskDataModule
+from datamodules.vocab import FIRST_SYMBOL
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
-
-FIRST_SYMBOL = 4  # ids below are pad, bos, eos, unk (docs/CONTRACTS.md)
 
 
 def load_module(args: argparse.Namespace) -> Seq2SeqModule:

@@ -61,14 +61,14 @@ def test_bpe_trained_once_then_cache_hit_for_both_directions(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temporary leftovers
 
 
-# Runs in a bare interpreter: loads datamodules/bpe.py by path (numpy + sentencepiece only, no
-# torch import). Every sentencepiece training appends a line to a marker file and lasts >= 2 s, and
+# Runs in a bare interpreter: imports datamodules.bpe (numpy + sentencepiece only, no torch
+# import: checked). Every sentencepiece training appends a line to a marker file and lasts >= 2 s, and
 # both racers wait until both are ready, so without the lock both would train (two marker lines).
 _RACER = r"""
-import importlib.util, json, os, sys, time
+import json, os, sys, time
 import sentencepiece as spm
-spec = importlib.util.spec_from_file_location("bpe", sys.argv[1])
-bpe = importlib.util.module_from_spec(spec); spec.loader.exec_module(bpe)
+import datamodules.bpe as bpe
+assert "torch" not in sys.modules, "datamodules.bpe imported torch"
 cache, ready_dir, marker, me, files = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 real_train = spm.SentencePieceTrainer.train
 def counted_train(*args, **kwargs):
