@@ -11,6 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
+
+from .results import DECODE_SECONDS  # noqa: E402
+
 
 #: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
 MAX_VECTOR_PANELS = 6
@@ -117,25 +121,25 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
 
     Returns the paths by name."""
     paths: dict[str, Path] = {}
-    if summary.empty or "val/bleu" not in summary:
+    if summary.empty or VAL_BLEU not in summary:
         return paths
     lengths = summary["length"].dropna().nunique() if "length" in summary else 0
     fig = bleu_vs_k_figure(summary)
     if fig is not None:
         paths["bleu_vs_k"] = _save(fig, out_dir / "bleu_vs_k.png")
     elif lengths >= 2:
-        paths["bleu_vs_length"] = _save(by_length_figure(summary, "val/bleu", "BLEU", "BLEU vs length"),
+        paths["bleu_vs_length"] = _save(by_length_figure(summary, VAL_BLEU, "BLEU", "BLEU vs length"),
                                         out_dir / "bleu_vs_length.png")
     else:
-        paths["bleu_by_model"] = _save(by_model_figure(summary, "val/bleu", "BLEU", "BLEU per model"),
+        paths["bleu_by_model"] = _save(by_model_figure(summary, VAL_BLEU, "BLEU", "BLEU per model"),
                                        out_dir / "bleu_by_model.png")
-    if "decode_seconds" in summary and summary["decode_seconds"].notna().any():
+    if DECODE_SECONDS in summary and summary[DECODE_SECONDS].notna().any():
         ylabel = "decode time over validation set (s)"
         if lengths >= 2:
-            fig = by_length_figure(summary, "decode_seconds", ylabel, "Decode time vs length", mark_contended=True)
+            fig = by_length_figure(summary, DECODE_SECONDS, ylabel, "Decode time vs length", mark_contended=True)
             paths["decode_vs_length"] = _save(fig, out_dir / "decode_vs_length.png")
         else:
-            fig = by_model_figure(summary, "decode_seconds", ylabel, "Decode time per model", mark_contended=True)
+            fig = by_model_figure(summary, DECODE_SECONDS, ylabel, "Decode time per model", mark_contended=True)
             paths["decode_by_model"] = _save(fig, out_dir / "decode_by_model.png")
     return paths
 
@@ -155,13 +159,13 @@ def bleu_vs_k_figure(summary: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     for (length, g), colour in zip(drawn, colours()):
         at = f" L={length}" if length is not None and pd.notna(length) else ""
-        ax.errorbar(g["K"].astype(float), g["val/bleu"], yerr=g["val/bleu_std"].fillna(0), marker="o", capsize=3,
+        ax.errorbar(g["K"].astype(float), g[VAL_BLEU], yerr=g[f"{VAL_BLEU}_std"].fillna(0), marker="o", capsize=3,
                     color=colour, label=f"memory{at}")
         others = summary[summary["attention"] != "memory"]
         if at:
             others = others[others["length"] == length]
         for (_, row), style in zip(others.iterrows(), REFERENCE_STYLES * 8):
-            ax.axhline(row["val/bleu"], ls=style, lw=1.0, color=colour, alpha=0.75, label=f"{row['model']}{at}")
+            ax.axhline(row[VAL_BLEU], ls=style, lw=1.0, color=colour, alpha=0.75, label=f"{row['model']}{at}")
     ax.set_xscale("log", base=2)
     ks = sorted({int(k) for _, g in drawn for k in g["K"]})
     ax.set_xticks(ks, [str(k) for k in ks])

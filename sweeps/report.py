@@ -27,13 +27,13 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
+from lightning_modules.metric_names import VAL_BLEU as BLEU
+from lightning_modules.metric_names import VAL_DECODE_SECONDS as TRAINING_SECONDS  # shown only when no timing ran
+from lightning_modules.metric_names import VAL_LOSS
+
+from .results import DECODE_SECONDS as SECONDS  # the isolated timing stage's median (sweeps.timing)
 from .results import natural_order, read_results
 
-BLEU = "val/bleu"
-# The isolated timing stage's median (sweeps.timing): what tables, plots and the front show.
-SECONDS = "decode_seconds"
-# Measured during training, beside other trials: a progress signal, shown only when no timing ran.
-TRAINING_SECONDS = "val/decode_seconds"
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
 #: the mark beside a contended decode time, in every table and plot label
@@ -75,7 +75,7 @@ def cell_summary(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.
     best = done.sort_values(metric, ascending=mode == "min", kind="stable").groupby(["cell", "seed"], dropna=False).head(1)
     timed = best[SECONDS].notna() if seconds == SECONDS else pd.Series(False, index=best.index)
     best = best.assign(_contended=contended_flags(best) & timed)
-    values = [c for c in (BLEU, seconds, "val/loss") if c in best]
+    values = [c for c in (BLEU, seconds, VAL_LOSS) if c in best]
     groups = best.groupby("cell", dropna=False, sort=False)
     summary = groups[values].mean()
     for c in values:
@@ -260,7 +260,7 @@ def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
     if summary[keys].duplicated().any():  # cells differing in more than length and model
         keys = ["cell"]
     table = summary[keys].copy()
-    for name, column, digits in (("BLEU", BLEU, 2), ("decode_s", SECONDS, 4), ("loss", "val/loss", 3)):
+    for name, column, digits in (("BLEU", BLEU, 2), ("decode_s", SECONDS, 4), ("loss", VAL_LOSS, 3)):
         if column in summary:
             table[name] = [_mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])]
     if "decode_s" in table:
@@ -509,7 +509,7 @@ def build_wandb_report(
         wr.BarPlot(title="decode seconds per cell (mean ± std over its runs)", metrics=[SECONDS], **per_cell),
         wr.ScatterPlot(title="BLEU vs decode time", x=wr.SummaryMetric(SECONDS), y=wr.SummaryMetric(BLEU)),
         wr.LinePlot(title="validation BLEU", x="Step", y=[BLEU]),
-        wr.LinePlot(title="validation loss", x="Step", y=["val/loss"]),
+        wr.LinePlot(title="validation loss", x="Step", y=[VAL_LOSS]),
         wr.MediaBrowser(title="attention heatmaps", media_keys=["val/attention"]),
     ]
     blocks += [wr.H2(text="Panels over the group's runs"), wr.P(text=PANELS_NOTE), wr.PanelGrid(runsets=[runset], panels=panels)]

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
-from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
+from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU, VAL_LOSS
 
 from .files import write_atomic
 from .study import column_name, get_dotted
@@ -27,7 +27,9 @@ def checkpoint_path(folder: str) -> str:
 
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
-TIMING_COLUMNS = ["decode_seconds", "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
+#: the results column of the timing stage's figure (what tables, plots and the Pareto front show)
+DECODE_SECONDS = "decode_seconds"
+TIMING_COLUMNS = [DECODE_SECONDS, "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
                   "decode_passes_per_repeat", "decode_precision", "decode_processes", "decode_interrupted",
                   "decode_contended"]
 # every metric the module logs during training (val/bleu first), then the timing stage's
@@ -249,5 +251,5 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
 
 
 def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:
-    cols = [c for c in ["cell", "seed", "status", "val/bleu", "decode_seconds", "decode_seconds_iqr", "val/loss", "train_time_s"] if c in df]
+    cols = [c for c in ["cell", "seed", "status", VAL_BLEU, DECODE_SECONDS, "decode_seconds_iqr", VAL_LOSS, "train_time_s"] if c in df]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)
