@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
+
 class SpecError(ValueError):
     """A problem in a sweep file. ``str(err)`` is a complete, user-facing message."""
 
@@ -29,14 +31,12 @@ class MetricSpec(_Strict):
     """What a study selects and stops on: one of the metrics a trial reports while it trains
     (``lightning_modules.metric_names.FIT_METRICS``); each is a results.csv column."""
 
-    name: str = "val/bleu"
+    name: str = VAL_BLEU
     goal: Literal["maximize", "minimize"] = "maximize"
 
     @field_validator("name")
     @classmethod
     def _reported(cls, value: str) -> str:
-        from lightning_modules.metric_names import FIT_METRICS
-
         if value not in FIT_METRICS:
             timing = (" (decode_seconds is measured after training, by the timing stage: no trial can be "
                       "selected or stopped on it)" if value == "decode_seconds" else "")
