@@ -13,7 +13,8 @@ import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 
-from .results import DECODE_SECONDS  # noqa: E402
+from .results import DECODE_SECONDS, headline_columns  # noqa: E402
+from .study.signatures import headline_options  # noqa: E402
 
 
 #: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
@@ -83,6 +84,7 @@ def _ticks(ax, src: list, out: list, shape: tuple) -> None:
 
 CONTENDED_LABEL = "† contended decode time: not a speed figure"
 REFERENCE_STYLES = ["--", ":", "-.", (0, (5, 2, 1, 2, 1, 2))]
+LINE_MARKERS = ["o", "s", "^", "D"]  # mechanisms sharing a headline option (local_m, local_p) at one length
 
 
 def colours() -> list:
@@ -112,10 +114,11 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the study has the axis it draws:
 
-    - BLEU: ``bleu_vs_k.png`` (memory attention's BLEU against K, one line per length with at
-      least two K values, error bars over seeds; other models as labelled reference lines) when
-      some length has two or more K values; else ``bleu_vs_length.png`` (one line per model) when
-      there are two or more lengths; else ``bleu_by_model.png`` (a bar per model).
+    - BLEU: ``bleu_vs_<option>.png`` per headline option (:func:`bleu_vs_headline_figure`; memory
+      attention's ``bleu_vs_k.png``: BLEU against K, one line per length with at least two K
+      values, error bars over seeds; other models as labelled reference lines) when some length
+      has two or more of its values; else ``bleu_vs_length.png`` (one line per model) when there
+      are two or more lengths; else ``bleu_by_model.png`` (a bar per model).
     - decode time: ``decode_vs_length.png`` (one line per model) with two or more lengths, else
       ``decode_by_model.png`` (a bar per model); contended times drawn as x / hatched bars.
 
@@ -124,13 +127,15 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     if summary.empty or VAL_BLEU not in summary:
         return paths
     lengths = summary["length"].dropna().nunique() if "length" in summary else 0
-    fig = bleu_vs_k_figure(summary)
-    if fig is not None:
-        paths["bleu_vs_k"] = _save(fig, out_dir / "bleu_vs_k.png")
-    elif lengths >= 2:
+    for option in headline_columns():
+        fig = bleu_vs_headline_figure(summary, option)
+        if fig is not None:
+            name = f"bleu_vs_{option.lower()}"
+            paths[name] = _save(fig, out_dir / f"{name}.png")
+    if not paths and lengths >= 2:  # no figure against a headline option
         paths["bleu_vs_length"] = _save(by_length_figure(summary, VAL_BLEU, "BLEU", "BLEU vs length"),
                                         out_dir / "bleu_vs_length.png")
-    else:
+    elif not paths:
         paths["bleu_by_model"] = _save(by_model_figure(summary, VAL_BLEU, "BLEU", "BLEU per model"),
                                        out_dir / "bleu_by_model.png")
     if DECODE_SECONDS in summary and summary[DECODE_SECONDS].notna().any():
@@ -144,37 +149,48 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def bleu_vs_k_figure(summary: pd.DataFrame):
-    """Memory attention's BLEU against K, one line per length that has two or more K values
-    (error bars over seeds); at those lengths every other model is a reference line in the
-    length's colour, labelled "<model> L=<length>" in the legend. None when no length has two K
-    values (a one-point line says nothing)."""
-    if "K" not in summary or "attention" not in summary:
+def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
+    """BLEU against a headline option (``Attention.headline``: memory attention's K, local
+    attention's window): for each mechanism that declares ``option``, one line per length that has
+    two or more of its values (error bars over seeds); at those lengths every model without the
+    option is a reference line in the length's colour, labelled "<model> L=<length>" in the
+    legend. None when no such line has two points (a one-point line says nothing)."""
+    meanings = {name: meaning for name, (opt, meaning, _) in headline_options().items() if opt == option}
+    if option not in summary or "attention" not in summary or not meanings:
         return None
-    mem = summary[(summary["attention"] == "memory") & summary["K"].notna()]
-    by_length = mem.groupby("length", dropna=False) if "length" in mem else [(None, mem)]
-    drawn = [(length, g.sort_values("K")) for length, g in by_length if g["K"].nunique() >= 2]
+    rows = summary[summary["attention"].isin(list(meanings)) & summary[option].notna()]
+    by_length = rows.groupby("length", dropna=False, sort=True) if "length" in rows else [(None, rows)]
+    drawn = []  # (length, [(mechanism, its points), ...]) for each length with a line
+    for length, g in by_length:
+        lines = [(name, m.sort_values(option)) for name, m in g.groupby("attention", sort=True) if m[option].nunique() >= 2]
+        if lines:
+            drawn.append((length, lines))
     if not drawn:
         return None
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
-    for (length, g), colour in zip(drawn, colours()):
+    line_labels = set()
+    for (length, lines), colour in zip(drawn, colours()):
         at = f" L={length}" if length is not None and pd.notna(length) else ""
-        ax.errorbar(g["K"].astype(float), g[VAL_BLEU], yerr=g[f"{VAL_BLEU}_std"].fillna(0), marker="o", capsize=3,
-                    color=colour, label=f"memory{at}")
-        others = summary[summary["attention"] != "memory"]
+        for (name, g), marker in zip(lines, LINE_MARKERS * 8):
+            ax.errorbar(g[option].astype(float), g[VAL_BLEU], yerr=g[f"{VAL_BLEU}_std"].fillna(0), marker=marker,
+                        capsize=3, color=colour, label=f"{name}{at}")
+            line_labels.add(f"{name}{at}")
+        others = summary[~summary["attention"].isin(list(meanings))]
         if at:
             others = others[others["length"] == length]
         for (_, row), style in zip(others.iterrows(), REFERENCE_STYLES * 8):
             ax.axhline(row[VAL_BLEU], ls=style, lw=1.0, color=colour, alpha=0.75, label=f"{row['model']}{at}")
     ax.set_xscale("log", base=2)
-    ks = sorted({int(k) for _, g in drawn for k in g["K"]})
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_xlabel("K (memory vectors)")
+    values = sorted({int(v) for _, lines in drawn for _, g in lines for v in g[option]})
+    ax.set_xticks(values, [str(v) for v in values])
+    meaning = "; ".join(dict.fromkeys(meanings[name] for _, lines in drawn for name, _ in lines if meanings[name]))
+    ax.set_xlabel(f"{option} ({meaning})" if meaning else option)
     ax.set_ylabel("BLEU")
-    ax.set_title("BLEU vs K (reference lines: the other models at that length)" + _seeds_note(summary), fontsize=10)
+    ax.set_title(f"BLEU vs {option} (reference lines: the other models at that length)" + _seeds_note(summary),
+                 fontsize=10)
     ax.grid(True, alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: not labels[i].startswith("memory"))  # the lines, then the references
+    order = sorted(range(len(labels)), key=lambda i: labels[i] not in line_labels)  # the lines, then the references
     ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=7, loc="center left",
               bbox_to_anchor=(1.01, 0.5))
     return fig

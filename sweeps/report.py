@@ -32,7 +32,7 @@ from lightning_modules.metric_names import VAL_DECODE_SECONDS as TRAINING_SECOND
 from lightning_modules.metric_names import VAL_LOSS
 
 from .results import DECODE_SECONDS as SECONDS  # the isolated timing stage's median (sweeps.timing)
-from .results import natural_order, read_results
+from .results import headline_columns, natural_order, read_results
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -60,7 +60,8 @@ def cell_summary(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.
     """The summary rule: per (cell, seed) the best finished trial by ``metric`` over its Optuna
     samples; per cell the mean and std over seeds of BLEU, decode seconds and loss.
 
-    Returns one row per cell: ``cell``, ``length``, ``model``, ``attention``, ``K``, the means under
+    Returns one row per cell: ``cell``, ``length``, ``model``, ``attention``, the mechanisms'
+    headline options (memory attention's ``K``: :func:`~sweeps.results.headline_columns`), the means under
     the metric names (``val/bleu``, ``decode_seconds``, ``val/loss``), ``<name>_std`` (NaN for one
     seed), ``seeds``, ``trials`` (finished trials the best were chosen from) and ``contended``
     (how many of the chosen trials' decode times the timing stage flagged as contended: the
@@ -83,11 +84,11 @@ def cell_summary(df: pd.DataFrame, metric: str = BLEU, mode: str = "max") -> pd.
     summary["seeds"] = groups["seed"].nunique()
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
-    labels = [c for c in ("length", "model", "attention", "K") if c in best]
+    labels = [c for c in ("length", "model", "attention", *headline_columns()) if c in best]
     summary = best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
     if seconds != SECONDS:
         summary = summary.rename(columns={seconds: SECONDS, f"{seconds}_std": f"{SECONDS}_std"})
-    for c in ("length", "K"):
+    for c in ("length", *headline_columns()):
         if c in summary and summary[c].notna().any():
             summary[c] = summary[c].astype("Int64")
     sort = [c for c in ("length", "model") if c in summary]

@@ -15,6 +15,7 @@ from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU, VAL_LOSS
 
 from .files import write_atomic
 from .study import column_name, get_dotted
+from .study.signatures import headline_options
 
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
 CHECKPOINT_FILE = "checkpoint.ckpt"
@@ -34,8 +35,25 @@ TIMING_COLUMNS = [DECODE_SECONDS, "decode_seconds_iqr", "decode_seconds_min", "d
                   "decode_contended"]
 # every metric the module logs during training (val/bleu first), then the timing stage's
 METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
-FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "K", "length", "seed", "status", "retries"]
+#: then, after ``attention``, the mechanisms' headline options (:func:`headline_columns`)
+FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "length", "seed", "status", "retries"]
 TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
+
+
+def headline_columns() -> list[str]:
+    """The columns of the mechanisms' headline options (memory attention's ``K``, local
+    attention's ``window``; ``Attention.headline``), each once."""
+    return list(dict.fromkeys(option for option, _, _ in headline_options().values()))
+
+
+def headline_value(model: dict[str, Any]) -> dict[str, Any]:
+    """``{option: value}`` of a trial's mechanism's headline option (its default when the plan
+    does not set it; ``{"K": 32}`` for memory attention), or ``{}`` for a mechanism without one."""
+    headline = headline_options().get(model.get("attention", "bahdanau"))
+    if headline is None:
+        return {}
+    option, _, default = headline
+    return {option: model.get(option, default)}
 
 
 def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
@@ -64,12 +82,6 @@ def row_from_result(
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
     model, task, grid = plan["model"], plan["task"], plan["grid"]
-    attention = model.get("attention", "bahdanau")
-    k = model.get("K")
-    if attention == "memory" and k is None:
-        from lightning_modules.attention import attention_options
-
-        k = attention_options("memory").get("K")
     if result.error is not None or tune_status == "ERROR":
         status = "error"
     elif tune_status not in (None, "TERMINATED") or not metrics:
@@ -82,8 +94,8 @@ def row_from_result(
         "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,
         "cell": plan["cell"],
         "model": model_label(model, grid),
-        "attention": attention,
-        "K": k if attention == "memory" else None,
+        "attention": model.get("attention", "bahdanau"),
+        **headline_value(model),
         "length": task.get("max_length", task.get("max_len")),
         "seed": plan["seed"],
         "status": status,
@@ -123,7 +135,7 @@ def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int,
         for _ in range(samples - seen.get((plan.cell.name, plan.seed), 0)):
             out.append({
                 "trial_id": None, "cell": plan.cell.name, "model": model_label(plan.model, plan.cell.values),
-                "attention": plan.model.get("attention", "bahdanau"), "K": plan.model.get("K"),
+                "attention": plan.model.get("attention", "bahdanau"), **headline_value(plan.model),
                 "length": plan.task.get("max_length", plan.task.get("max_len")), "seed": plan.seed,
                 "status": status, **{column_name(k): v for k, v in plan.cell.values.items()},
                 "error": "never started" if status == "error" else None,
@@ -179,8 +191,10 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
-    middle = [c for c in df.columns if c not in FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS]
-    order = [c for c in FIRST_COLUMNS if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
+    at = FIRST_COLUMNS.index("attention") + 1
+    first = FIRST_COLUMNS[:at] + headline_columns() + FIRST_COLUMNS[at:]
+    middle = [c for c in df.columns if c not in first + METRIC_COLUMNS + TAIL_COLUMNS]
+    order = [c for c in first if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
     df = df.reindex(columns=order).sort_values(
         ["length", "model", "seed"], na_position="first", kind="stable", key=natural_order
     )

@@ -565,3 +565,70 @@ def test_monotonic_states_convert_between_modes():
 def test_monotonic_rejects_unknown_mode():
     with pytest.raises(ValueError, match="parallel, recursive, hard"):
         build("monotonic", mode="soft")
+
+
+def _package_copy(tmp_path, monkeypatch, name: str, extra: dict[str, str]):
+    """A copy of the attention package under another name, with ``extra`` files added, imported."""
+    import importlib
+    import shutil
+    from pathlib import Path
+
+    import lightning_modules.attention as attention
+
+    shutil.copytree(Path(attention.__file__).parent, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for filename, text in extra.items():
+        (tmp_path / name / filename).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
+
+
+NEW_MECHANISM = '''
+from .base import register_attention
+from .bahdanau import BahdanauAttention
+
+
+@register_attention("bahdanau_heads")
+class HeadsAttention(BahdanauAttention):
+    headline = "heads"
+    headline_meaning = "attention heads"
+
+    def __init__(self, query_dim: int, memory_dim: int, heads: int = 2) -> None:
+        super().__init__(query_dim, memory_dim)
+        self.heads = heads
+'''
+
+
+def test_a_new_mechanism_file_is_found_without_an_import_line(tmp_path, monkeypatch):
+    """Every module of the package is imported, so a mechanism's own file registers it; its
+    headline option (``Attention.headline``) is what results, tables and plots show."""
+    package = _package_copy(tmp_path, monkeypatch, "attention_copy_new", {"heads.py": NEW_MECHANISM})
+    assert set(package.ATTENTION_REGISTRY) == set(ATTENTION_REGISTRY) | {"bahdanau_heads"}
+    assert package.headline_options()["bahdanau_heads"] == ("heads", "attention heads", 2)
+    assert package.headline_options()["memory"][0] == "K"
+    assert package.build_attention("bahdanau_heads", query_dim=H, memory_dim=D, heads=3).heads == 3
+
+
+def test_a_mechanism_file_that_fails_to_import_is_named(tmp_path, monkeypatch):
+    with pytest.raises(ImportError, match=r"broken\.py failed to import: RuntimeError: boom"):
+        _package_copy(tmp_path, monkeypatch, "attention_copy_broken", {"broken.py": "raise RuntimeError('boom')\n"})
+
+
+def test_a_headline_must_be_one_of_the_constructor_options():
+    from lightning_modules.attention import Attention, register_attention
+
+    class Bad(Attention):
+        headline = "K"
+
+    with pytest.raises(ValueError, match="headline 'K' is not one of its constructor's options"):
+        register_attention("bad_headline")(Bad)
+    assert "bad_headline" not in ATTENTION_REGISTRY
+
+
+def test_each_mechanism_declares_its_headline_option():
+    from lightning_modules.attention import headline_options
+
+    assert headline_options() == {
+        "memory": ("K", "memory vectors", 32),
+        "local_m": ("window", "half-width D of [p_t - D, p_t + D]", 10),
+        "local_p": ("window", "half-width D of [p_t - D, p_t + D]", 10),
+    }

@@ -36,14 +36,14 @@ def _close_figures():
 
 
 def test_bleu_vs_k_labels_its_reference_lines_by_model_and_length():
-    fig = plots.bleu_vs_k_figure(summary())
+    fig = plots.bleu_vs_headline_figure(summary(), "K")
     texts = legend_texts(fig)
     assert {"memory L=10", "memory L=50", "none L=10", "bahdanau L=10", "none L=50", "bahdanau L=50"} <= set(texts)
     assert texts[:2] == ["memory L=10", "memory L=50"], "the lines first, then the references"
 
 
 def test_bleu_vs_k_draws_no_one_point_line(tmp_path):
-    assert plots.bleu_vs_k_figure(summary(ks=(4,))) is None
+    assert plots.bleu_vs_headline_figure(summary(ks=(4,)), "K") is None
     paths = plots.plot_results(summary(ks=(4,)), tmp_path)
     assert "bleu_vs_k" not in paths and not (tmp_path / "bleu_vs_k.png").exists()
     assert "bleu_vs_length" in paths, "two lengths: BLEU against length instead"
@@ -54,7 +54,7 @@ def test_bleu_vs_k_draws_no_one_point_line(tmp_path):
     # L=10 has two K values, L=50 one: only L=10 gets a memory line, and no drawn line has one point
     mixed = summary(ks=(1, 4))
     mixed = mixed[~((mixed["length"] == 50) & (mixed["K"] == 1))]
-    fig = plots.bleu_vs_k_figure(mixed)
+    fig = plots.bleu_vs_headline_figure(mixed, "K")
     texts = legend_texts(fig)
     assert "memory L=10" in texts and "memory L=50" not in texts and "bahdanau L=50" not in texts
     lines = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}  # the errorbar lines, by legend label
@@ -83,3 +83,21 @@ def test_one_length_decode_bars_hatch_the_contended_one(tmp_path):
     assert hatched == ["memory K=4 †"]
     assert plots.CONTENDED_LABEL in legend_texts(fig)
     assert "std over seeds" in ax.get_title()
+
+
+def test_each_headline_option_gets_its_own_figure(tmp_path):
+    """Local attention declares ``window`` its headline option (``Attention.headline``): BLEU
+    against the window, one line per local mechanism, beside memory attention's BLEU vs K."""
+    variants = [("memory", "K", k) for k in (1, 4)] + [(name, "window", w) for name in ("local_m", "local_p") for w in (2, 8)]
+    rows = [{"cell": f"{name} {option}={v}", "model": f"{name} {option}={v}", "attention": name, option: v, "length": 10,
+             "seed": 0, "status": "done", BLEU: 40.0 + v, SEC: 0.01 * v} for name, option, v in variants]
+    rows.append({"cell": "none", "model": "none", "attention": "none", "length": 10, "seed": 0, "status": "done",
+                 BLEU: 30.0, SEC: 0.005})
+    s = report.cell_summary(pd.DataFrame(rows))
+    fig = plots.bleu_vs_headline_figure(s, "window")
+    texts = legend_texts(fig)
+    assert texts[:2] == ["local_m L=10", "local_p L=10"], "the lines first, one per local mechanism"
+    assert {"memory K=4 L=10", "none L=10"} <= set(texts), "the models without a window are references"
+    assert fig.axes[0].get_xlabel().startswith("window")
+    paths = plots.plot_results(s, tmp_path)
+    assert {"bleu_vs_k", "bleu_vs_window"} <= set(paths)

@@ -91,3 +91,16 @@ def test_the_key_follows_the_source(tmp_path):
     (pkg / "b.py").write_text("\n")
     assert source_key([pkg]) != before
     assert source_key([pkg], ("torch==1",)) != source_key([pkg], ("torch==2",))
+
+
+def test_headline_options_are_read_from_the_cache_without_torch(tmp_path):
+    """Results, tables and plots ask each mechanism's headline option (memory attention's K) through
+    the cache: a warm cache answers without importing torch."""
+    cache = tmp_path / "cache"
+    probe(cache, spec_file(tmp_path, "good"))
+    script = ("import json, sys; from sweeps.study.signatures import headline_options; "
+              "print(json.dumps([headline_options()['memory'], 'torch' in sys.modules]))")
+    env = {**os.environ, "SWEEPS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["K", "memory vectors", 32], False]

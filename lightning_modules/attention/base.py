@@ -41,6 +41,8 @@ def register_attention(name: str) -> Callable[[type["Attention"]], type["Attenti
     def deco(cls: type["Attention"]) -> type["Attention"]:
         if name in ATTENTION_REGISTRY and ATTENTION_REGISTRY[name] is not cls:
             raise ValueError(f"attention {name!r} is registered twice")
+        if cls.headline is not None and cls.headline not in inspect.signature(cls.__init__).parameters:
+            raise ValueError(f"attention {name!r}: headline {cls.headline!r} is not one of its constructor's options")
         cls.name = name
         ATTENTION_REGISTRY[name] = cls
         return cls
@@ -57,6 +59,16 @@ def attention_options(name: str) -> dict[str, Any]:
         if pname in ("self", "query_dim", "memory_dim") or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
             continue
         out[pname] = None if p.default is inspect.Parameter.empty else p.default
+    return out
+
+
+def headline_options() -> dict[str, tuple[str, str, Any]]:
+    """Per mechanism that declares one, its headline option: ``{"memory": ("K", "memory vectors", 32), ...}``
+    (the option, what it counts, its default). Results give it a column, tables and plots show it."""
+    out = {}
+    for name, cls in ATTENTION_REGISTRY.items():
+        if cls.headline is not None:
+            out[name] = (cls.headline, cls.headline_meaning, attention_options(name)[cls.headline])
     return out
 
 
@@ -140,6 +152,11 @@ class Attention(nn.Module):
     equal_sizes: ClassVar[bool] = False
     #: whether ``step`` accepts a cache shared by G query rows each (see the module docstring)
     shares_cache: ClassVar[bool] = False
+    #: the option that tells this mechanism's variants apart (memory attention: "K"), or None. The
+    #: sweep results give it a column of that name, the tables show it, the plots draw BLEU against it.
+    headline: ClassVar[Optional[str]] = None
+    #: what the headline option is, for axis labels (memory attention: "memory vectors")
+    headline_meaning: ClassVar[str] = ""
 
     def __init__(self, query_dim: int, memory_dim: int) -> None:
         super().__init__()

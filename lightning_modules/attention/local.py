@@ -32,6 +32,8 @@ class _LocalAttention(Attention):
         self.W = nn.Linear(memory_dim, query_dim, bias=False)  # Luong "general" score
 
     shares_cache = True
+    headline = "window"
+    headline_meaning = "half-width D of [p_t - D, p_t + D]"
 
     def center(self, query: torch.Tensor, cache, state) -> torch.Tensor:
         """The window centre p_t, (N,) float, in 0-based source positions (one per query row)."""

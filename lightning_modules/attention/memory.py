@@ -138,6 +138,8 @@ class MemoryAttention(Attention):
             self.register_buffer("pe", position_encoding_matrix(K, max_source_len), persistent=False)
 
     shares_cache = True
+    headline = "K"
+    headline_meaning = "memory vectors"
 
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         S = memory.shape[1]

@@ -1,6 +1,7 @@
 """What a spec is checked against, read from the model and data packages: the datamodules' and
 Seq2SeqModule's constructor signatures (annotations with their declared ranges, and defaults),
-each attention mechanism's options, and which attention configurations construct.
+each attention mechanism's options and headline option, and which attention configurations
+construct.
 
 Reading them means importing torch and Lightning, which is most of a large ``--dry-run``'s time
 (about 4 s of 5-6 s for 10,000 cells on a 2-core machine). So they are kept on disk, in one file
@@ -29,7 +30,7 @@ from typing import Any, Optional
 
 TASK_CLASSES = {"copy": ("datamodules.copy_task", "CopyTaskDataModule"), "wmt17": ("datamodules.wmt17", "WMT17DataModule")}
 PACKAGES = ("lightning_modules", "datamodules")
-FORMAT = 2  # bump when the pickled layout changes
+FORMAT = 3  # bump when the pickled layout changes
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Signatures:
     datamodules: dict[str, Any]  # task -> name -> (annotation, default); or the import error's text
     module: dict[str, tuple[Any, Any]]  # Seq2SeqModule.__init__
     attention: dict[str, dict[str, tuple[Any, Any]]]  # mechanism -> option -> (annotation, default)
+    headlines: dict[str, tuple[str, str]] = field(default_factory=dict)  # mechanism -> (option, meaning)
     attention_checks: dict[tuple, Optional[str]] = field(default_factory=dict)  # see attention_problem
     dirty: bool = False
 
@@ -128,7 +130,7 @@ def save() -> None:
 def _read_packages(key: str) -> Signatures:
     import importlib
 
-    from lightning_modules.attention import ATTENTION_REGISTRY
+    from lightning_modules.attention import ATTENTION_REGISTRY, headline_options
     from lightning_modules.module import Seq2SeqModule
 
     datamodules: dict[str, Any] = {}
@@ -140,7 +142,9 @@ def _read_packages(key: str) -> Signatures:
     attention = {}
     for name, cls in ATTENTION_REGISTRY.items():
         attention[name] = {k: v for k, v in params(cls.__init__).items() if k not in ("query_dim", "memory_dim")}
-    return Signatures(key=key, datamodules=datamodules, module=params(Seq2SeqModule.__init__), attention=attention)
+    headlines = {name: (option, meaning) for name, (option, meaning, _) in headline_options().items()}
+    return Signatures(key=key, datamodules=datamodules, module=params(Seq2SeqModule.__init__), attention=attention,
+                      headlines=headlines)
 
 
 def params(fn) -> dict[str, tuple[Any, Any]]:
@@ -182,6 +186,14 @@ def attention_param_types(attention: str) -> dict[str, Any]:
     if attention not in known:
         raise ValueError(f"unknown attention {attention!r}; valid names: {', '.join(sorted(known))}")
     return {k: ann for k, (ann, _) in known[attention].items()}
+
+
+def headline_options() -> dict[str, tuple[str, str, Any]]:
+    """Per mechanism that declares one, its headline option, its meaning and its default
+    (``{"memory": ("K", "memory vectors", 32), ...}``): what
+    :func:`lightning_modules.attention.headline_options` says, read without importing torch."""
+    sig = signatures()
+    return {name: (option, meaning, sig.attention[name][option][1]) for name, (option, meaning) in sig.headlines.items()}
 
 
 def frozen(d: dict) -> tuple:
