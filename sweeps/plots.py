@@ -15,6 +15,7 @@ from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 
 from .results import DECODE_SECONDS, headline_columns  # noqa: E402
 from .study.signatures import headline_options  # noqa: E402
+from .summary import DAGGER, contended_mask  # noqa: E402
 
 
 #: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
@@ -111,7 +112,7 @@ def seeds_handle():
 
 
 def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
-    """The report's figures from ``sweeps.report.cell_summary`` (one row per cell, mean +- std
+    """The report's figures from ``sweeps.summary.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the study has the axis it draws:
 
     - BLEU: ``bleu_vs_<option>.png`` per headline option (:func:`bleu_vs_headline_figure`; memory
@@ -196,12 +197,67 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     return fig
 
 
+def pareto_figure(points: pd.DataFrame):
+    """BLEU vs decode seconds, one colour per length, front as a step line, front points labelled.
+
+    With several seeds each point carries error bars (std over seeds of decode seconds and BLEU);
+    a contended decode time is drawn as an x and its label carries the dagger.
+    """
+    fig, ax = plt.subplots(figsize=(6.8, 4.8))
+    contended = contended_mask(points)
+    several_seeds = bool("seeds" in points and (points["seeds"] > 1).any())
+    groups = points.groupby("length", dropna=False) if "length" in points else [(None, points)]
+    for (length, g), colour in zip(groups, colours()):
+        marked = contended[g.index]
+        label = f"L={int(length)}" if pd.notna(length) else "all"
+        ax.scatter(g.loc[~marked, DECODE_SECONDS], g.loc[~marked, VAL_BLEU], s=22, alpha=0.7, color=colour, label=label)
+        ax.scatter(g.loc[marked, DECODE_SECONDS], g.loc[marked, VAL_BLEU], s=55, marker="x", color=colour, lw=1.6)
+        if several_seeds:
+            ax.errorbar(g[DECODE_SECONDS].astype(float), g[VAL_BLEU].astype(float), xerr=_std(g, DECODE_SECONDS), yerr=_std(g, VAL_BLEU),
+                        fmt="none", ecolor=colour, elinewidth=0.8, capsize=2, alpha=0.6)
+        front = g[g["pareto"]].sort_values(DECODE_SECONDS)
+        ax.step(front[DECODE_SECONDS], front[VAL_BLEU], where="post", color=colour, lw=1.2)
+        ax.scatter(front[DECODE_SECONDS], front[VAL_BLEU], s=70, facecolors="none", edgecolors=colour, lw=1.5)
+        for idx, row in g.iterrows():
+            ax.annotate(
+                str(row["model"]) + (f" {DAGGER}" if contended[idx] else ""),
+                (row[DECODE_SECONDS], row[VAL_BLEU]),
+                fontsize=7 if row["pareto"] else 6,
+                alpha=1.0 if row["pareto"] else 0.55,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    handles, labels = ax.get_legend_handles_labels()
+    for extra, wanted in ((contended_handle("x"), contended.any()), (seeds_handle(), several_seeds)):
+        if wanted:
+            handles.append(extra)
+            labels.append(extra.get_label())
+    ax.set_xlabel("decode time over the validation set (s)")
+    ax.set_ylabel("BLEU")
+    title = "Quality vs speed (circled + line: Pareto front)"
+    if len(points) and contended.all():
+        title += "\nall decode times contended: not speed figures"
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(handles, labels, fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+
+def _std(frame: pd.DataFrame, column: str):
+    name = f"{column}_std"
+    return frame[name].astype(float).fillna(0.0).to_numpy() if name in frame else None
+
+
+
+
 def by_length_figure(summary: pd.DataFrame, column: str, ylabel: str, title: str, mark_contended: bool = False):
     """``column`` against length, one line per model (error bars over seeds); with
     ``mark_contended`` a contended point is an x."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     rows = summary.dropna(subset=[column, "length"])
-    contended = _contended(rows) if mark_contended else pd.Series(False, index=rows.index)
+    contended = contended_mask(rows) if mark_contended else pd.Series(False, index=rows.index)
     models = rows["model"].unique()  # the summary's order: natural, by length then model
     for model, colour in zip(models, colours()):
         g = rows[rows["model"] == model].sort_values("length")
@@ -227,7 +283,7 @@ def by_model_figure(summary: pd.DataFrame, column: str, ylabel: str, title: str,
     with ``mark_contended`` a contended bar is hatched and its label carries the dagger."""
     rows = summary.dropna(subset=[column]).reset_index(drop=True)
     names = rows["model"] if "model" in rows and not rows["model"].duplicated().any() else rows["cell"]
-    contended = _contended(rows) if mark_contended else pd.Series(False, index=rows.index)
+    contended = contended_mask(rows) if mark_contended else pd.Series(False, index=rows.index)
     fig, ax = plt.subplots(figsize=(max(4.8, 0.9 * len(rows) + 2.4), 4.2))
     bars = ax.bar(range(len(rows)), rows[column], yerr=rows[f"{column}_std"].fillna(0), capsize=3,
                   color=colours()[: len(rows)], edgecolor="0.25")
@@ -252,12 +308,6 @@ def _seeds_note(summary: pd.DataFrame) -> str:
 
 def _all_contended_note(contended: pd.Series) -> str:
     return "\nall decode times contended (†): not speed figures" if len(contended) and contended.all() else ""
-
-
-def _contended(frame: pd.DataFrame) -> pd.Series:
-    if "contended" not in frame:
-        return pd.Series(False, index=frame.index)
-    return frame["contended"].fillna(0).astype(int) > 0
 
 
 def _save(fig, path: Path) -> Path:

@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 
-from sweeps import plots, report
-
-BLEU, SEC = report.BLEU, report.SECONDS
+from lightning_modules.metric_names import VAL_BLEU as BLEU
+from sweeps import plots
+from sweeps.results import DECODE_SECONDS as SEC
+from sweeps.summary import cell_summary
 
 
 def summary(lengths=(10, 50), ks=(1, 4, 16), seeds=(0, 1), others=("none", "bahdanau"), contended=()) -> pd.DataFrame:
@@ -22,7 +23,7 @@ def summary(lengths=(10, 50), ks=(1, 4, 16), seeds=(0, 1), others=("none", "bahd
                              "length": length, "seed": seed, "status": "done", BLEU: 50.0 + 5 * i - length / 10 + seed,
                              SEC: 0.01 * (i + 1) * length / 10 + 0.001 * seed,
                              "decode_contended": (model, length, seed) in contended})
-    return report.cell_summary(pd.DataFrame(rows))
+    return cell_summary(pd.DataFrame(rows))
 
 
 def legend_texts(fig) -> list[str]:
@@ -93,7 +94,7 @@ def test_each_headline_option_gets_its_own_figure(tmp_path):
              "seed": 0, "status": "done", BLEU: 40.0 + v, SEC: 0.01 * v} for name, option, v in variants]
     rows.append({"cell": "none", "model": "none", "attention": "none", "length": 10, "seed": 0, "status": "done",
                  BLEU: 30.0, SEC: 0.005})
-    s = report.cell_summary(pd.DataFrame(rows))
+    s = cell_summary(pd.DataFrame(rows))
     fig = plots.bleu_vs_headline_figure(s, "window")
     texts = legend_texts(fig)
     assert texts[:2] == ["local_m L=10", "local_p L=10"], "the lines first, one per local mechanism"

@@ -7,9 +7,13 @@ import sys
 import pandas as pd
 import pytest
 
+from lightning_modules.metric_names import VAL_BLEU as BLEU
 from sweeps import report
-
-BLEU, SEC = report.BLEU, report.SECONDS
+from sweeps.plots import pareto_figure
+from sweeps.report_text import length_table
+from sweeps.results import DECODE_SECONDS as SEC
+from sweeps.summary import cell_summary, model_points, pareto_front
+from sweeps.wandb_report import build_wandb_report
 
 
 def table() -> pd.DataFrame:
@@ -24,13 +28,13 @@ def table() -> pd.DataFrame:
 
 
 def test_pareto_front_on_a_hand_made_table():
-    front = report.pareto_front(table())
+    front = pareto_front(table())
     assert table()["model"][front].tolist() == ["A", "B", "E", "G"]
 
 
 def test_pareto_front_needs_strict_improvement_somewhere():
     df = pd.DataFrame({BLEU: [50.0, 50.0, 60.0], SEC: [2.0, 1.0, 1.0]})
-    assert report.pareto_front(df).tolist() == [False, False, True]
+    assert pareto_front(df).tolist() == [False, False, True]
 
 
 def results_csv(tmp_path):
@@ -68,14 +72,14 @@ def test_wandb_report_missing_package_has_a_clear_message(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb_workspaces.reports", None)
     monkeypatch.setitem(sys.modules, "wandb_workspaces.reports.v2", None)
     with pytest.raises(SystemExit, match="wandb-workspaces"):
-        report.build_wandb_report("me", "proj", "k_vs_length")
+        build_wandb_report("me", "proj", "k_vs_length")
 
 
 def test_wandb_report_construction_from_points(tmp_path):
     pytest.importorskip("wandb_workspaces.reports.v2")
     results_csv(tmp_path)
-    points = report.model_points(pd.read_csv(tmp_path / "results.csv"))
-    rep = report.build_wandb_report("me", "proj", "k_vs_length", title="K vs length", points=points)
+    points = model_points(pd.read_csv(tmp_path / "results.csv"))
+    rep = build_wandb_report("me", "proj", "k_vs_length", title="K vs length", points=points)
     assert rep.title == "K vs length" and rep.project == "proj" and rep.entity == "me"
     kinds = [type(b).__name__ for b in rep.blocks]
     assert kinds == ["H1", "P", "H2", "MarkdownBlock", "H2", "P", "PanelGrid"]
@@ -104,7 +108,7 @@ def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     df = read_results(tmp_path / "results.csv")
     assert str(df["K"].dtype) == "Int64" and df["length"].dtype.kind == "i"
 
-    summary = report.cell_summary(df)
+    summary = cell_summary(df)
     bahdanau = summary[summary["model"] == "bahdanau"].iloc[0]
     assert bahdanau[BLEU] == pytest.approx((31.1 + 29.1) / 2)  # best sample per seed, not all samples
     assert bahdanau[f"{BLEU}_std"] == pytest.approx(pd.Series([31.1, 29.1]).std())
@@ -121,7 +125,7 @@ def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     assert front and "| 30.10 | 0.6000 |" in front[0], "the front shows the table's numbers"
     memory_line = next(line for line in long_table.splitlines() if line.startswith("|") and "memory K=16" in line)
     assert "| 20.00 " in memory_line and "| 0.2000 " in memory_line, "one seed: the mean, as formatted"
-    points = report.model_points(df)
+    points = model_points(df)
     assert points.set_index("model").loc["bahdanau", BLEU] == pytest.approx(bahdanau[BLEU])
     assert results_frame(rows)["K"].dropna().tolist() == [16]
 
@@ -132,7 +136,7 @@ def test_tables_order_k_as_numbers_not_text():
          "status": "done", BLEU: 50.0, SEC: 1.0}
         for k in (32, 16, 4, 1)
     ]
-    summary = report.cell_summary(pd.DataFrame(rows))
+    summary = cell_summary(pd.DataFrame(rows))
     assert summary["model"].tolist() == ["memory K=1", "memory K=4", "memory K=16", "memory K=32"]
 
 
@@ -186,7 +190,7 @@ def test_a_contended_time_is_marked_in_every_table_and_counted(tmp_path):
     assert [(row[0], row[1]) for row in marked] == [("50", "none")]
     assert "1 of 6 decode times is contended (†)" in md and "not speed figures" in md
     assert "not speed figures" not in md.split("## ")[0], "no warning at the top: most timings are clean"
-    summary = report.cell_summary(pd.read_csv(tmp_path / "results.csv"))
+    summary = cell_summary(pd.read_csv(tmp_path / "results.csv"))
     assert summary.set_index("cell")["contended"].to_dict() == {
         "length=10 bahdanau": 0, "length=10 memory K=4": 0, "length=10 none": 0,
         "length=50 bahdanau": 0, "length=50 memory K=4": 0, "length=50 none": 1,
@@ -225,8 +229,8 @@ def test_a_pareto_figure_marks_contended_points_and_draws_seed_error_bars():
 
     from sweeps import plots
 
-    points = report.model_points(pd.DataFrame(study_rows(contended={("none", 50, 1)})))
-    fig = report.pareto_figure(points)
+    points = model_points(pd.DataFrame(study_rows(contended={("none", 50, 1)})))
+    fig = pareto_figure(points)
     ax = fig.axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert plots.CONTENDED_LABEL in legend and "error bars: ± std over seeds" in legend
@@ -236,8 +240,8 @@ def test_a_pareto_figure_marks_contended_points_and_draws_seed_error_bars():
     assert len(crosses) == 1 and crosses[0].get_offsets().shape[0] == 1
     plots.plt.close(fig)
 
-    one_seed = report.model_points(pd.DataFrame(study_rows(seeds=(0,))))
-    fig = report.pareto_figure(one_seed)
+    one_seed = model_points(pd.DataFrame(study_rows(seeds=(0,))))
+    fig = pareto_figure(one_seed)
     ax = fig.axes[0]
     assert not any(isinstance(c, ErrorbarContainer) for c in ax.containers), "one seed: no spread to draw"
     assert plots.CONTENDED_LABEL not in [t.get_text() for t in ax.get_legend().get_texts()]
@@ -280,15 +284,15 @@ def test_b_one_seed_shows_no_spread_and_a_missing_cell_a_dash(tmp_path):
 
 def test_b_length_table_needs_a_length_axis():
     rows = [dict(r, length=None, cell=r["model"]) for r in study_rows(lengths=(10,), seeds=(0,))]
-    assert report.length_table(pd.DataFrame(rows)).empty
-    table = report.length_table(pd.DataFrame(study_rows(lengths=(20,), seeds=(0,))))
+    assert length_table(pd.DataFrame(rows)).empty
+    table = length_table(pd.DataFrame(study_rows(lengths=(20,), seeds=(0,))))
     assert list(table.columns) == ["model", "L=20 BLEU", "L=20 decode s"]
 
 
 def test_d_wandb_report_carries_the_paper_table_and_length_panels(tmp_path):
     wr = pytest.importorskip("wandb_workspaces.reports.v2")
     df = pd.DataFrame(study_rows(contended={("none", 50, 1)}))
-    rep = report.build_wandb_report("me", "proj", "k_vs_length", results=df)
+    rep = build_wandb_report("me", "proj", "k_vs_length", results=df)
     headings = [b.text for b in rep.blocks if type(b).__name__ == "H2"]
     assert PAPER in headings and "Quality vs speed: the Pareto front" in headings
     paper = rep.blocks[[type(b).__name__ == "H2" and b.text == PAPER for b in rep.blocks].index(True) + 1]
@@ -301,5 +305,5 @@ def test_d_wandb_report_carries_the_paper_table_and_length_panels(tmp_path):
     for panel in panels:  # each panel serialises offline (the runset needs a login, the panels don't)
         panel._to_model()
 
-    one_length = report.build_wandb_report("me", "proj", "g", results=pd.DataFrame(study_rows(lengths=(10,))))
+    one_length = build_wandb_report("me", "proj", "g", results=pd.DataFrame(study_rows(lengths=(10,))))
     assert not [p for p in one_length.blocks[-1].panels if type(p).__name__ == "ScatterPlot" and p.x == wr.Config("length")]
