@@ -63,6 +63,8 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    from .storage_faults import short_storage_faults
+
     plan = settings.plan(config)
     res = settings.resources
     ctx = tune.get_context()
@@ -87,7 +89,8 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
             callbacks=[TuneReportCallback()],
         ),
     )
-    trainer.fit()  # raises on a failed run, so Tune retries the trial
+    with short_storage_faults(f"trial {trial_id}, writing to {settings.train_storage}"):
+        trainer.fit()  # raises on a failed run, so Tune retries the trial
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import Resources, TrialSettings, WandbSettings
+from .storage_faults import StorageGuard
 from .study import LAUNCH_FILE, Sweep, base_sections
 
 
@@ -131,9 +132,13 @@ def run_tune(
     resume: bool,
     verbose: int = 1,
     trainable_fn: Optional[Callable[[dict, TrialSettings], None]] = None,
+    guard: Optional[StorageGuard] = None,
 ):
     """Run (or resume) the study's Tune experiment; returns its ``ResultGrid``, read back from
-    storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in)."""
+    storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in). ``guard``
+    watches for a full or read-only storage (:mod:`sweeps.storage_faults`): when it sees one, the
+    experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
+    nothing can)."""
     from ray import tune
 
     from .console import StudyConsole
@@ -169,7 +174,16 @@ def run_tune(
             ),
             run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
-    tuner.fit()
+    guard = guard or StorageGuard(paths.storage)
+    with guard.watching():
+        try:
+            grid = tuner.fit()
+        except Exception as exc:
+            if not guard.note(exc) and not guard.fault:
+                raise
+            grid = guard.results_after_fault(path, tuner.get_results)
+    if guard.fault:  # the state Tune saved on the failed storage is older than the one it holds
+        return grid
     # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
     # state says which trials are unfinished (PENDING).
     return tune.Tuner.restore(path, trainable=trainable).get_results()

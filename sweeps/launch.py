@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
+    from sweeps.storage_faults import StorageGuard, find_storage_fault
     from sweeps.results import (
         failure_summary, keep_finished, missing_rows, print_table, result_rows, results_frame, write_results_csv,
     )
@@ -161,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         conn = init_ray(args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1)
         fit = check_cluster(sweep, paths, conn.address)
         settings = make_settings(sweep, paths, mode, fit)
-        interrupted = False
+        interrupted, guard = False, StorageGuard(paths.storage)
         try:
-            grid = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose)
+            grid = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose, guard=guard)
         except KeyboardInterrupt:
             interrupted, grid = True, []
     except LaunchError as exc:
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     rows, plans = [], {}
+    interrupted |= guard.fault is not None  # stopped as on Ctrl-C: the unfinished trials continue on --resume
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
@@ -184,8 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     if kept:
         print(f"kept {kept} finished trial(s) from the previous results.csv that this run did not report as finished "
               f"(their folders and checkpoints are where the rows say)", flush=True)
-    written = {"csv": write_results_csv(rows, out_dir)}
-    written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
+    written = {}
+    try:
+        written["csv"] = write_results_csv(rows, out_dir)
+        written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
+    except OSError as exc:  # a full --output: the table still reaches the console, the old files stay whole
+        if find_storage_fault(exc) is None:
+            raise
+        guard.note(exc)
     df = results_frame(rows)
     print()
     if not df.empty:
@@ -194,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         if not retried.empty:
             print(f"{len(retried)} trial(s) failed and were retried ({int(retried['retries'].sum())} retries in all; "
                   "results.csv's retries column): " + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples()))
-    print("\nwrote " + ", ".join(str(p) for p in written.values()))
+    if written:
+        print("\nwrote " + ", ".join(str(p) for p in written.values()))
     hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
     for run, problem in broken:
         print(f"W&B run {run} is incomplete ({problem}): left out of the upload command", file=sys.stderr)
@@ -210,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (
         f" --profile {profile}" if profile else ""
     ) + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
+    if guard.fault:
+        kept_as_was = "" if written else " results.csv and results.md were left as they were (nothing could be written)."
+        print(f"error: {guard.message()}{kept_as_was} Continue with:\n  {resume_cmd}", file=sys.stderr)
+        return 1
     if interrupted:
         print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
         return 130

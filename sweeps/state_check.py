@@ -11,16 +11,22 @@ found here first and named with its line:
   says which lines went. A last line cut short (a process killed while writing) is what Optuna
   itself skips, and is left alone. An Optuna trial whose record went with such a line and stays
   RUNNING is marked FAIL on restore (:meth:`sweeps.search.StudySearcher._fail_orphans`);
-- an experiment state Tune cannot parse is refused, with what to do: nothing is restarted;
+- a file of Tune's driver state that does not read back (a full disk or a kill cut its copy short)
+  is restored from the driver's own copy of that snapshot when this machine still has it, and is
+  otherwise refused, with what to do: nothing is restarted;
 - a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
   the launcher killed in between) is pointed at its newest intact checkpoint.
 """
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import shutil
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from .cluster import LaunchError
 from .files import write_atomic
@@ -56,18 +62,63 @@ def repair_journal(journal: Path) -> list[str]:
             f"the original is kept as {backup}"]
 
 
-def check_experiment_state(experiment: Path) -> None:
-    """Refuse to resume from a Tune experiment state that does not parse (Tune would start the
-    experiment again)."""
-    for state in sorted(experiment.glob("experiment_state-*.json")):
-        try:
-            json.loads(state.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise LaunchError(
-                f"--resume: Tune's experiment state {state} is damaged ({exc}); Tune would start the whole "
-                f"sweep again. Put back a good copy of that file (the finished trials' folders beside it are "
-                f"intact), then --resume again."
-            ) from None
+#: the files of one snapshot of Tune's driver state, written together every few seconds
+STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
+
+
+def damage(path: Path) -> Optional[str]:
+    """Why a file of Tune's driver state cannot be read back, or None when it can."""
+    try:
+        if path.name.startswith("experiment_state-"):
+            json.loads(path.read_text())
+        else:  # search_gen_state-*.json is a pickle too, whatever its name says
+            pickle.loads(path.read_bytes())
+    except Exception as exc:  # noqa: BLE001 -- whatever the reader fails on, Tune fails on too
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return None
+
+
+def driver_copy(experiment: Path, state: Path) -> Optional[Path]:
+    """The driver's own staging folder of the run that wrote ``state``, when this machine still has
+    it and its snapshot reads back whole. Tune writes each snapshot there first, then copies it to
+    the storage: a full disk or a kill mid-copy cuts the storage's copy short, not this one."""
+    stamp = state.name[len("experiment_state-"):-len(".json")]
+    root = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
+    folders = sorted(root.glob(f"session_*/artifacts/{stamp}/{experiment.name}/driver_artifacts"),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for folder in folders:
+        files = [f for pattern in STATE_FILES for f in folder.glob(pattern)]
+        if (folder / state.name).is_file() and not any(damage(f) for f in files):
+            return folder
+    return None
+
+
+def check_experiment_state(experiment: Path) -> list[str]:
+    """Tune's driver state, read before Ray starts. A file that does not read back (Tune would log
+    "Failed to restore" and start the experiment again) is restored from the driver's own copy of
+    the same snapshot when this machine has it (the damaged files kept beside, and said), and is
+    otherwise refused with what to do: nothing is restarted."""
+    damaged = {f: why for pattern in STATE_FILES for f in sorted(experiment.glob(pattern)) if (why := damage(f))}
+    if not damaged:
+        return []
+    states = sorted(experiment.glob("experiment_state-*.json"))
+    source = driver_copy(experiment, states[-1]) if states else None
+    if source is None:
+        first, why = next(iter(damaged.items()))
+        raise LaunchError(
+            f"--resume: Tune's state file {first} is damaged ({why}); Tune would start the whole sweep again. "
+            f"Put back a good copy of that file (the finished trials' folders beside it are intact), then "
+            f"--resume again."
+        ) from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for f in damaged:
+        f.rename(f.with_name(f"{f.name}.damaged-{stamp}"))
+    copied = [f for pattern in STATE_FILES for f in source.glob(pattern)]
+    for f in copied:
+        write_atomic(experiment / f.name, f.read_bytes())
+    return [f"Tune's state {', '.join(f.name for f in damaged)} was cut short ({next(iter(damaged.values()))}); "
+            f"restored this snapshot ({', '.join(f.name for f in copied)}) from the driver's own copy in {source}; "
+            f"the damaged file(s) are kept as *.damaged-{stamp}"]
 
 
 def repoint_lost_checkpoints(experiment: Path) -> list[str]:
@@ -119,5 +170,5 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
 
 def check_before_resume(out_dir: Path, experiment: Path) -> list[str]:
     """The checks for a local study folder; returns the repairs made, to be said."""
-    check_experiment_state(experiment)
-    return repair_journal(out_dir / "optuna.journal") + repoint_lost_checkpoints(experiment)
+    repaired = check_experiment_state(experiment)
+    return repaired + repair_journal(out_dir / "optuna.journal") + repoint_lost_checkpoints(experiment)

@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 from ray import tune
 
 from .settings import TrialSettings
+from .storage_faults import short_storage_faults
 from .trial_kit import (
     CHECKPOINT_FILE,
     FinishOnStop,
@@ -34,18 +35,19 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     plan = settings.plan(config)
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
-    if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan["trainer"]["max_steps"]):
-        return
-    parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())
-    logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module)
-    accelerator, devices = pick_accelerator()
-    trainer = pl.Trainer(
-        accelerator=accelerator,
-        devices=devices,
-        default_root_dir=ctx.get_trial_dir() if hasattr(ctx, "get_trial_dir") else None,
-        **common_trainer_kwargs(plan, parts, logger),
-    )
-    fit_trial(trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id)
+    with short_storage_faults(f"trial {trial_id}, writing to {_trial_storage_path(ctx) or 'its storage'}"):
+        if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan["trainer"]["max_steps"]):
+            return
+        parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())
+        logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module)
+        accelerator, devices = pick_accelerator()
+        trainer = pl.Trainer(
+            accelerator=accelerator,
+            devices=devices,
+            default_root_dir=ctx.get_trial_dir() if hasattr(ctx, "get_trial_dir") else None,
+            **common_trainer_kwargs(plan, parts, logger),
+        )
+        fit_trial(trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id)
 
 
 # What Tune adds to every result; the rest of a result.json record is what the trial reported.
@@ -84,12 +86,15 @@ def report_earlier_finish(trial_dir: Optional[str], trial_id: str, max_steps: in
 def _trial_storage_dir(ctx) -> Optional[str]:
     """The trial's folder in the study's storage, where Tune writes its result.json (the trial's
     working directory is a staging copy elsewhere). None for storage that is not a local path."""
+    path = _trial_storage_path(ctx)
+    return path if path and Path(path).is_dir() else None
+
+
+def _trial_storage_path(ctx) -> Optional[str]:
     try:
-        storage = ctx.get_storage()
-        path = storage.trial_fs_path
+        return ctx.get_storage().trial_fs_path
     except Exception:  # noqa: BLE001 -- an older or newer Ray without it: no check, as before
         return None
-    return path if Path(path).is_dir() else None
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -29,6 +29,7 @@ from datamodules.resumable import RngStateCallback
 from .build import build_datamodule, build_module
 from .results import CHECKPOINT_FILE
 from .settings import TrialSettings
+from .storage_faults import find_storage_fault, quiet_close
 
 EXTRA_FILE = "trial_state.json"
 
@@ -393,6 +394,11 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
                 log_heatmaps(logger, parts.module, parts.dm)
             except Exception as exc:  # a plotting problem must not fail a finished trial
                 print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
+    except BaseException as exc:
+        if find_storage_fault(exc) is not None:  # W&B's files are on the failed storage too
+            quiet_close(lambda: close_wandb(logger, exit_code=1))
+            logger = None
+        raise
     finally:
         close_wandb(logger, exit_code=1 if failed else 0)
         shutil.rmtree(parts.local_ckpt_dir, ignore_errors=True)

@@ -77,13 +77,13 @@ def wmt_ckpt(tmp_path_factory) -> tuple[Path, list[str]]:
     """A WMT checkpoint trained on the shipped slice, and the command-line options naming its data
     (WMT17DataModule does not save_hyperparameters(), so its checkpoints do not carry them)."""
     d = tmp_path_factory.mktemp("wmt-ckpt")
-    settings = dict(pair="en-de", data_dir=str(TINY_WMT), vocab_size=800, max_len=100, batch_tokens=1200,
+    settings = dict(pair="en-de", data_dir=str(TINY_WMT), vocab_size=800, max_length=100, batch_tokens=1200,
                     valid_prefix="valid", test_prefix="", cache_dir=str(d / "cache"))
     dm = WMT17DataModule(**settings)
     dm.prepare_data()
     ckpt = train_briefly(dm, {"attention": "bahdanau", "val_beam_size": 1}, d / "wmt.ckpt", steps=3)
     options = ["--task", "wmt17", "--data-dir", str(TINY_WMT), "--cache-dir", settings["cache_dir"]]
-    for key in ("vocab_size", "max_len", "batch_tokens", "valid_prefix", "test_prefix"):
+    for key in ("vocab_size", "max_length", "batch_tokens", "valid_prefix", "test_prefix"):
         options += ["--data", f"{key}={settings[key]}"]
     return ckpt, options
 

@@ -24,7 +24,7 @@ from .schema import SpecError, SweepSpec
 
 SECTIONS = ("task", "model", "trainer")
 # Column names in results for well-known keys.
-COLUMN_NAMES = {"task.max_length": "length", "task.max_len": "length"}
+COLUMN_NAMES = {"task.max_length": "length"}
 
 
 @dataclass
