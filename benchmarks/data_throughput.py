@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--src", default="en")
     ap.add_argument("--tgt", default="de")
     ap.add_argument("--vocab", type=int, default=8000)
-    ap.add_argument("--max-len", type=int, default=80)
+    ap.add_argument("--max-length", type=int, default=80, help="drop pairs longer than this (WMT17DataModule max_length)")
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 16))
     ap.add_argument("--scale", type=int, default=1_000_000,
@@ -86,7 +86,7 @@ def main() -> None:
         t0 = time.perf_counter()
         src, tgt = (ensure_encoded(f, model, cache)[0] for f in files)  # cache hits
         ls, lt = src.lengths(), tgt.lengths()
-        keep = np.flatnonzero((ls > 0) & (lt > 0) & (ls <= args.max_len) & (lt <= args.max_len))
+        keep = np.flatnonzero((ls > 0) & (lt > 0) & (ls <= args.max_length) & (lt <= args.max_length))
         ds = ParallelTokenDataset(src, tgt, keep)
         rows.append(("load+filter", n_pairs, time.perf_counter() - t0))
 
@@ -117,7 +117,7 @@ def main() -> None:
     rows.append(("copy_generate", len(copy_dm.datasets["train"]), time.perf_counter() - t0))
 
     real = int((ds.src_lengths).sum())
-    print(f"kept {len(ds)} of {n_pairs} pairs (max_len {args.max_len}); {n_batches} batches of "
+    print(f"kept {len(ds)} of {n_pairs} pairs (max_length {args.max_length}); {n_batches} batches of "
           f"<= {args.batch_tokens} tokens; source padding efficiency {real / padded:.1%}")
     print(f"{'stage':<20}{'sentences':>12}{'seconds':>10}{'sentences/s':>14}{'52M pairs':>12}")
     for name, n, secs in rows:

@@ -3,7 +3,7 @@
     python -m datamodules.wmt17 fetch --pair en-de --to data/wmt17/en-de    # the paper's release
 
     dm = WMT17DataModule(pair="en-de", data_dir="data/wmt17/en-de", vocab_size=16000,
-                         max_len=80, batch_tokens=4096)      # download=True fetches in prepare_data
+                         max_length=80, batch_tokens=4096)   # download=True fetches in prepare_data
     dm.prepare_data()            # once per node: BPE model + binary token caches (cache hits later)
     dm.setup("fit")
     model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, max_source_len=dm.max_source_len)
@@ -97,13 +97,14 @@ class WMT17DataModule(pl.LightningDataModule):
         pair: ``"src-tgt"``, e.g. ``"en-de"`` (English to German) or ``"de-en"``.
         data_dir: folder with the ``{prefix}.{lang}`` files (written there for ``source="hf"``).
         vocab_size: shared BPE vocabulary size (the real size is read back from the model).
-        max_len: training pairs with more than ``max_len`` BPE tokens (EOS not counted) on either
-            side are dropped, as are pairs with an empty side; both counts are logged.
+        max_length: training pairs with more than ``max_length`` BPE tokens (EOS not counted) on
+            either side are dropped, as are pairs with an empty side; both counts are logged (the
+            copy task's name for its longest sequence too: one name for a task's length).
         batch_tokens: padded tokens per side per batch; ignored when ``batch_size`` is given.
         batch_size: fixed sentences per batch (still length-bucketed).
         eval_batch_tokens, eval_batch_size: the same for validation/test (default: the training ones).
         max_sentences: optional cap on sentences per token-budget batch.
-        eval_max_len: drop longer validation/test pairs too (default None: keep all but empties).
+        eval_max_length: drop longer validation/test pairs too (default None: keep all but empties).
         source: ``"files"`` or ``"hf"`` (Hugging Face ``datasets``; needs internet).
         train_prefix, valid_prefix, test_prefix: file prefixes (None: :data:`PAIR_DEFAULTS`;
             ``test_prefix=""``: no test split).
@@ -136,13 +137,13 @@ class WMT17DataModule(pl.LightningDataModule):
         pair: str = "en-de",
         data_dir: str = "data/wmt17/en-de",
         vocab_size: Annotated[int, Ge(MIN_VOCAB)] = 16000,
-        max_len: Annotated[int, Ge(1)] = 80,
+        max_length: Annotated[int, Ge(1)] = 80,
         batch_tokens: Optional[Annotated[int, Ge(1)]] = 4096,
         batch_size: Optional[Annotated[int, Ge(1)]] = None,
         eval_batch_tokens: Optional[Annotated[int, Ge(1)]] = None,
         eval_batch_size: Optional[Annotated[int, Ge(1)]] = None,
         max_sentences: Optional[Annotated[int, Ge(1)]] = None,
-        eval_max_len: Optional[Annotated[int, Ge(1)]] = None,
+        eval_max_length: Optional[Annotated[int, Ge(1)]] = None,
         source: Literal["files", "hf"] = "files",
         train_prefix: Optional[str] = None,
         valid_prefix: Optional[str] = None,
@@ -179,7 +180,7 @@ class WMT17DataModule(pl.LightningDataModule):
         self.src_lang, self.tgt_lang = langs
         self.data_dir = data_dir
         self.vocab_size = vocab_size
-        self.max_len = max_len
+        self.max_length = max_length
         self.batch_tokens = None if batch_size is not None else batch_tokens
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size if eval_batch_size is not None else (
@@ -187,7 +188,7 @@ class WMT17DataModule(pl.LightningDataModule):
         self.eval_batch_tokens = None if self.eval_batch_size is not None else (
             eval_batch_tokens if eval_batch_tokens is not None else self.batch_tokens)
         self.max_sentences = max_sentences
-        self.eval_max_len = eval_max_len
+        self.eval_max_length = eval_max_length
         self.source = source
         other = self.tgt_lang if self.src_lang == "en" else self.src_lang
         defaults = PAIR_DEFAULTS.get(other, _FALLBACK_DEFAULTS)
@@ -332,13 +333,13 @@ class WMT17DataModule(pl.LightningDataModule):
         self.src_vocab_size = self.tgt_vocab_size = size
         for split in self.splits:
             src, tgt = corpora[split, self.src_lang], corpora[split, self.tgt_lang]
-            limit = self.max_len if split == "train" else self.eval_max_len
+            limit = self.max_length if split == "train" else self.eval_max_length
             keep = self._filter(split, src, tgt, limit)
             refs = None if split == "train" else read_lines(self.path(split, self.tgt_lang))
             self.datasets[split] = ParallelTokenDataset(src, tgt, keep, refs)
         nonempty = [d for d in self.datasets.values() if len(d)]
         if not len(self.datasets["train"]):
-            raise ValueError("no training pair survived the length filter; raise max_len")
+            raise ValueError("no training pair survived the length filter; raise max_length")
         self.max_source_len = int(max(d.src_lengths.max() for d in nonempty))
         self.max_target_len = int(max(d.tgt_lengths.max() for d in nonempty))
 
@@ -352,7 +353,7 @@ class WMT17DataModule(pl.LightningDataModule):
                      kept=len(keep))
         self.filter_stats[split] = stats
         level = logging.WARNING if split != "train" and len(keep) < len(ls) else logging.INFO
-        log.log(level, "dropped %d empty and %d over-long pairs of %d in %s (max_len=%s)",
+        log.log(level, "dropped %d empty and %d over-long pairs of %d in %s (max_length=%s)",
                 stats["empty"], stats["too_long"], stats["total"], split, limit)
         return keep
 

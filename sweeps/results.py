@@ -96,7 +96,7 @@ def row_from_result(
         "model": model_label(model, grid),
         "attention": model.get("attention", "bahdanau"),
         **headline_value(model),
-        "length": task.get("max_length", task.get("max_len")),
+        "length": task.get("max_length"),
         "seed": plan["seed"],
         "status": status,
         "retries": retries,  # failed attempts Tune retried (failure.max_failures) before this outcome
@@ -136,7 +136,7 @@ def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int,
             out.append({
                 "trial_id": None, "cell": plan.cell.name, "model": model_label(plan.model, plan.cell.values),
                 "attention": plan.model.get("attention", "bahdanau"), **headline_value(plan.model),
-                "length": plan.task.get("max_length", plan.task.get("max_len")), "seed": plan.seed,
+                "length": plan.task.get("max_length"), "seed": plan.seed,
                 "status": status, **{column_name(k): v for k, v in plan.cell.values.items()},
                 "error": "never started" if status == "error" else None,
             })

@@ -105,6 +105,10 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
         (lambda s: s.update(metric={"name": "decode_seconds", "goal": "minimize"}), ["metric.name", "timing stage"]),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
         (lambda s: s["task"].update(max_lenght=7), ["task.max_lenght", "unknown copy task setting", "max_length"]),
+        # WMT's old spelling of a task's length (one name now: max_length) is answered with the new one
+        (lambda s: s.update(task={"name": "wmt17", "max_len": 50}),
+         ["task.max_len", "unknown wmt17 task setting (did you mean max_length?)"]),
+        (lambda s: s["grid"].update({"task.max_len": [5]}), ["grid.task.max_len", "(did you mean max_length?)"]),
         (lambda s: s["task"].update(train_size="many"), ["task.train_size", "int"]),
         (lambda s: s["model"].update(hiden_size=7), ["model.hiden_size", "hidden_size"]),
         (lambda s: s["model"].update(preset="huge"), ["model.preset", "paper_copy"]),

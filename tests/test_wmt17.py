@@ -28,7 +28,7 @@ BUDGET = 1200
 
 
 def make_dm(cache_dir, pair: str = "en-de", data_dir=TINY, **kw) -> WMT17DataModule:
-    args = dict(pair=pair, data_dir=str(data_dir), vocab_size=VOCAB, max_len=100,
+    args = dict(pair=pair, data_dir=str(data_dir), vocab_size=VOCAB, max_length=100,
                 batch_tokens=BUDGET, valid_prefix="valid", test_prefix="", cache_dir=str(cache_dir))
     args.update(kw)
     return WMT17DataModule(**args)
@@ -201,7 +201,7 @@ def test_lightning_sets_epoch_and_rank_from_trainer(dm):
 
 def test_empty_and_overlong_pairs_are_dropped_and_logged(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="datamodules.wmt17")
-    d = make_dm(tmp_path, max_len=40)
+    d = make_dm(tmp_path, max_length=40)
     d.setup("fit")
     stats = d.filter_stats["train"]
     src_len = d.datasets["train"].src.lengths()
@@ -210,7 +210,7 @@ def test_empty_and_overlong_pairs_are_dropped_and_logged(tmp_path, caplog):
     assert stats["too_long"] > 0 and stats["kept"] == stats["total"] - stats["empty"] - stats["too_long"]
     msg = f"dropped {stats['empty']} empty and {stats['too_long']} over-long pairs of 1000 in train"
     assert any(msg in r.getMessage() for r in caplog.records)
-    assert int(d.datasets["train"].src_lengths.max()) <= 41  # max_len + EOS
+    assert int(d.datasets["train"].src_lengths.max()) <= 41  # max_length + EOS
     assert d.max_source_len == max(int(ds.src_lengths.max()) for ds in d.datasets.values())
 
 
@@ -302,7 +302,7 @@ def test_hf_source_loads_a_datasets_folder_and_trains_the_same_pipeline(tmp_path
     hub = _hub_folder(tmp_path / "hub")
     d = WMT17DataModule(pair="en-de", data_dir=str(tmp_path / "data"), source="hf",
                         hf_train=str(hub), hf_eval=str(hub), hf_cache_dir=str(tmp_path / "hf-cache"),
-                        vocab_size=VOCAB, max_len=100, batch_tokens=BUDGET,
+                        vocab_size=VOCAB, max_length=100, batch_tokens=BUDGET,
                         cache_dir=str(tmp_path / "cache"))
     d.prepare_data()
     d.setup("fit")
@@ -332,16 +332,16 @@ def test_pair_defaults_and_paths():
 
 @pytest.mark.parametrize("key,value,message", [
     ("vocab_size", 0, "vocab_size must be >= 260, got 0"),
-    ("max_len", 0, "max_len must be >= 1, got 0"),
+    ("max_length", 0, "max_length must be >= 1, got 0"),
     ("batch_tokens", 0, "batch_tokens must be >= 1, got 0"),
     ("character_coverage", 1.5, "character_coverage must be <= 1.0, got 1.5"),
     ("character_coverage", 0.0, "character_coverage must be > 0.0, got 0.0"),
-    ("eval_max_len", -1, "eval_max_len must be >= 1, got -1"),
+    ("eval_max_length", -1, "eval_max_length must be >= 1, got -1"),
 ])
 def test_out_of_range_arguments_fail_naming_the_argument(key, value, message):
     with pytest.raises(ValueError, match=f"^WMT17DataModule: {message}$"):
         WMT17DataModule(**{key: value})
-    assert WMT17DataModule(eval_max_len=None).eval_max_len is None  # None stays allowed
+    assert WMT17DataModule(eval_max_length=None).eval_max_length is None  # None stays allowed
 
 
 def test_datasets_pickle_without_copying_the_corpus(dm):
@@ -360,7 +360,7 @@ def test_tiny_model_validation_loss_falls_on_10k_sample(tmp_path):
     from lightning_modules import Seq2SeqModule
 
     pl.seed_everything(0)
-    d = WMT17DataModule(pair="en-de", data_dir=str(SAMPLE), vocab_size=2000, max_len=50,
+    d = WMT17DataModule(pair="en-de", data_dir=str(SAMPLE), vocab_size=2000, max_length=50,
                         batch_tokens=1500, valid_prefix="valid", test_prefix="",
                         cache_dir=str(tmp_path))
     d.prepare_data()

@@ -553,7 +553,7 @@ def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path):
     from lightning_modules import Seq2SeqModule
 
     settings = dict(pair="en-de", data_dir=str(tmp_path / "wmt17" / "en-de"), vocab_size=800,
-                    max_len=50, batch_tokens=1500, release_url=server.url)
+                    max_length=50, batch_tokens=1500, release_url=server.url)
     with pytest.raises(FileNotFoundError, match="python -m datamodules.wmt17 fetch --pair en-de"):
         WMT17DataModule(**settings).prepare_data()  # download is off by default
     assert sum(server.gets.values()) == 0

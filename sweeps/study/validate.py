@@ -3,6 +3,7 @@ datamodule's, Seq2SeqModule's and the attention mechanism's constructor signatur
 ranges they declare), so a bad value fails before Ray starts, naming where it was written."""
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import math
@@ -44,7 +45,8 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             continue
         where = _origin(cell, f"task.{key}", f"task.{key}")
         if key not in dm_params:
-            raise SpecError(where, f"unknown {task['name']} task setting; allowed: {', '.join(sorted(dm_params))}", source)
+            raise SpecError(where, f"unknown {task['name']} task setting{did_you_mean(key, dm_params)}; "
+                                   f"allowed: {', '.join(sorted(dm_params))}", source)
         _check_type(dm_params[key], value, where, source)
 
     check_bounds_pairs("task", task, lambda k: _origin(cell, k, k), source)
@@ -84,6 +86,13 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
         key = next((k for k in att_opts if k in problem), None)
         where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
         raise SpecError(where, problem, source)
+
+
+def did_you_mean(key: str, known: typing.Iterable[str]) -> str:
+    """`` (did you mean max_length?)`` for the closest known name (an old spelling such as WMT's
+    ``max_len``, or a typo), or ""."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
