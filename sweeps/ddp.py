@@ -28,10 +28,10 @@ from .trial_kit import (
     TuneReport,
     common_trainer_kwargs,
     fit_trial,
-    make_wandb_logger,
     placement_metrics,
     prepare_trial,
 )
+from .trial_wandb import make_wandb_logger
 
 
 class TrainReport(TuneReport):

@@ -18,11 +18,11 @@ from .trial_kit import (
     TuneReport,
     common_trainer_kwargs,
     fit_trial,
-    make_wandb_logger,
     pick_accelerator,
     placement_metrics,
     prepare_trial,
 )
+from .trial_wandb import make_wandb_logger
 
 
 def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:

@@ -1,7 +1,7 @@
 """The trial kit: what the single-process trainable (:mod:`sweeps.trial`) and the DDP trainable
 (:mod:`sweeps.ddp`) share -- seeding, data and module, restoring a
-checkpoint, the report-to-Ray callback, fault injection, the W&B logger, the Trainer's arguments,
-and fitting.
+checkpoint, the report-to-Ray callback, fault injection, the Trainer's arguments, and fitting
+(the W&B run: :mod:`sweeps.trial_wandb`).
 
 Each trial reports to Ray after every validation, with a checkpoint, so a retried trial
 (``FailureConfig(max_failures)``) or a resumed sweep continues from where it stopped. It logs to
@@ -30,6 +30,7 @@ from .build import build_datamodule, build_module
 from .results import CHECKPOINT_FILE
 from .settings import TrialSettings
 from .storage_faults import find_storage_fault, quiet_close
+from .trial_wandb import close_wandb, log_heatmaps
 
 EXTRA_FILE = "trial_state.json"
 
@@ -205,84 +206,6 @@ def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def wandb_config(plan: dict[str, Any], module: Optional[pl.LightningModule] = None) -> dict[str, Any]:
-    """The trial's W&B config: its flat plan once (``cell``, ``seed``, the grid values and Optuna's
-    samples under their flat names), then every other setting under its dotted name
-    (``task.max_length``, ``trainer.max_steps``, ``model.hidden_size``). No key twice, no nulls:
-    a model setting the preset supplies is taken from the built module's hyperparameters."""
-    config = {k: v for k, v in plan["config"].items() if v is not None}
-    shown = set(plan["grid"]) | set(plan["params"])  # dotted keys already there under a flat name
-    resolved = dict(getattr(module, "hparams", {}) or {})
-    for section in ("task", "model", "trainer"):
-        values = dict(plan[section])
-        if section == "model":
-            from lightning_modules.presets import PRESETS
-
-            kwargs = resolved.get("attention_kwargs") or {}
-            preset = PRESETS.get(str(resolved.get("preset") or values.get("preset")), {})
-            values = {**preset, **{k: v for k, v in resolved.items() if k != "attention_kwargs" and v is not None},
-                      **kwargs, **{k: v for k, v in values.items() if v is not None}}
-        for key, value in values.items():
-            dotted = f"{section}.{key}"
-            if value is None or dotted in shown:
-                continue
-            config[dotted] = value
-    return config
-
-
-def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: str, trial_name: str,
-                      module: Optional[pl.LightningModule] = None):
-    """W&B logger for this trial, or None when W&B is disabled. The API key is never passed here:
-    wandb reads it from the environment or its own login."""
-    wb = settings.wandb
-    if wb.mode == "disabled":
-        return None
-    from lightning.pytorch.loggers import WandbLogger
-
-    class PlanWandbLogger(WandbLogger):
-        """Lightning's W&B logger with the trial's plan as the run's config: Lightning's own
-        hyperparameter dump (the module's ``hparams``) would repeat it under other names."""
-
-        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-            pass
-
-    run_config = {**wandb_config(plan, module), "trial_id": trial_id, "sweep": settings.name}
-    logger = PlanWandbLogger(
-        project=wb.project,
-        entity=wb.entity,
-        group=wb.group or settings.name,
-        tags=list(wb.tags),
-        name=f"{plan['cell']} seed={plan['seed']}" + (f" [{trial_name}]" if settings.has_search else ""),
-        id=trial_id,
-        job_type="train",
-        config=run_config,
-        save_dir=settings.wandb_dir,
-        mode=wb.mode,
-        resume="allow",
-        log_model=False,
-    )
-    logger._wandb_init.pop("anonymous", None)  # deprecated in wandb: passing it at all prints a warning
-    return logger
-
-
-def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
-    """Attention heatmaps of a few validation sentences as W&B images."""
-    if logger is None or not hasattr(module, "attention_heatmaps"):
-        return
-    from .plots import heatmap_figure
-
-    import matplotlib.pyplot as plt
-
-    batch = next(iter(dm.val_dataloader()))
-    batch = {k: v.to(module.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-    items = module.attention_heatmaps(batch, max_items=max_items)
-    figures = [heatmap_figure(item, title=f"{module.hparams.attention} #{i}") for i, item in enumerate(items)]
-    if figures:
-        logger.log_image(key="val/attention", images=figures)
-    for fig in figures:
-        plt.close(fig)
-
-
 # Lines every trial would print at every start or report, forwarded to the study's console.
 QUIET_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",  # GPU/TPU available, tips
@@ -434,17 +357,3 @@ class FinishOnStop:
             STOP_REQUESTED.set()  # or, if it is training, at its next step
             thread.join(timeout=STOP_GRACE_S)
         super().cleanup()  # type: ignore[misc]
-
-
-def close_wandb(logger, exit_code: int = 0) -> None:
-    """Finish the trial's W&B run (``exit_code`` 1: state failed, for an attempt that crashed;
-    a retry continues the run in a new segment) and stop W&B's service while this process is
-    whole: left to exit time, its teardown races Ray's worker shutdown and prints a
-    ConnectionResetError."""
-    if logger is None:
-        return
-    import wandb
-
-    if wandb.run is not None:
-        wandb.finish(exit_code=exit_code)
-    wandb.teardown()
