@@ -59,6 +59,7 @@ from _machine import (  # noqa: E402
 
 from datamodules.vocab import EOS_ID, FIRST_SYMBOL  # noqa: E402
 from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
+from sweeps.keyvalue import AssignmentError, parse_assignments  # noqa: E402
 
 ALIASES = {"luong": "luong_general", "local": "local_p"}
 FULL_MECHANISMS = [
@@ -85,13 +86,11 @@ def parse_mechanism(spec: str) -> tuple[str, dict[str, Any]]:
     """``"memory:K=32,position_encoding=true"`` -> ("memory", {"K": 32, "position_encoding": True})."""
     name, _, rest = spec.partition(":")
     name = ALIASES.get(name.strip(), name.strip())
-    options: dict[str, Any] = dict(BENCH_DEFAULTS.get(name, {}))
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise SystemExit(f"bad mechanism option {part!r} in {spec!r}: expected key=value")
-        options[key.strip()] = _parse_value(value.strip())
-    return name, options
+    try:
+        given = parse_assignments(filter(None, (p.strip() for p in rest.split(","))), value=_parse_value)
+    except AssignmentError as exc:
+        raise SystemExit(f"bad mechanism option {exc.item!r} in {spec!r}: expected key=value") from None
+    return name, {**BENCH_DEFAULTS.get(name, {}), **given}
 
 
 def _parse_value(text: str) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..keyvalue import AssignmentError, parse_assignments
 from .dotted import set_dotted
 from .grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from .schema import SpecError, SweepSpec, format_validation
@@ -134,19 +135,15 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 
 def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
     """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
-    parsed: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise SpecError(f"--set {item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source)
-        key, text = (part.strip() for part in item.split("=", 1))
-        try:
-            parsed[key] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise SpecError(
-                f"--set {key}", f"cannot parse the value {text!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
-                f"quote it for the shell, e.g. --set \"{key}=[1, 2]\"", source,
-            ) from None
-    return parsed
+    try:
+        return parse_assignments(items)
+    except AssignmentError as exc:
+        if exc.value is None or not exc.key:
+            raise SpecError(f"--set {exc.item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source) from None
+        raise SpecError(
+            f"--set {exc.key}", f"cannot parse the value {exc.value.strip()!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
+            f"quote it for the shell, e.g. --set \"{exc.key}=[1, 2]\"", source,
+        ) from None
 
 
 LAUNCH_FILE = "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
