@@ -65,7 +65,7 @@ def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 @pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke"])
 def test_shipped_studies_validate(path, smoke):
-    sweep = load_spec(path, smoke=smoke)
+    sweep = load_spec(path, profile="smoke" if smoke else None)
     assert sweep.plans
     if smoke:
         assert all(p.model.get("preset") == "tiny" for p in sweep.plans)
@@ -186,23 +186,24 @@ def test_wmt_paths_are_filled_in_per_pair_and_made_absolute():
     dirs = {p.task["pair"]: p.task["data_dir"] for p in sweep.plans}
     assert dirs["en-tr"] == "/data/wmt17/en-tr" and dirs["en-cs"] == "/data/wmt17/en-cs"
     assert len(sweep.cells) == 4 * (4 + 1)  # pairs x (memory K x PE, bahdanau)
-    smoke = load_spec(ROOT / "sweeps" / "wmt17.yaml", smoke=True)
+    smoke = load_spec(ROOT / "sweeps" / "wmt17.yaml", profile="smoke")
     assert all(Path(p.task["data_dir"]).is_absolute() and Path(p.task["data_dir"]).exists() for p in smoke.plans)
 
 
 def test_named_profiles_and_the_smoke_profile():
     raw = base_spec(
-        smoke={"task.max_length": 3},  # the older spelling of profiles.smoke
-        profiles={"cpu": {"trainer.max_steps": 500, "grid.task.max_length": [4, 6]}, "smoke": {"task.val_size": 8}},
+        profiles={"cpu": {"trainer.max_steps": 500, "grid.task.max_length": [4, 6]},
+                  "smoke": {"task.max_length": 3, "task.val_size": 8}},
     )
     cpu = build_sweep(raw, profile="cpu")
     assert {p.trainer["max_steps"] for p in cpu.plans} == {500}
     assert sorted({p.task["max_length"] for p in cpu.plans}) == [4, 6]
     assert {p.model["preset"] for p in cpu.plans} == {"tiny"}  # smoke's defaults are not applied
-    smoke = build_sweep(raw, smoke=True)
+    smoke = build_sweep(raw, profile="smoke")
     assert smoke.spec.trainer.max_steps == 60  # SMOKE_DEFAULTS
     assert {(p.task["max_length"], p.task["val_size"]) for p in smoke.plans} == {(3, 8)}
-    assert build_sweep(raw, profile="smoke").spec == smoke.spec
+    # the older top-level spelling is refused with where it goes now, not silently ignored
+    assert "move it under `profiles:`" in error_of(base_spec(smoke={"task.max_length": 3}))
     with pytest.raises(SpecError, match="no such profile; it has: smoke, cpu"):
         build_sweep(raw, profile="gpu")
     assert "profile name 'a b'" in error_of(base_spec(profiles={"a b": {}}))

@@ -584,7 +584,7 @@ def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, 
     from sweeps.build import build_datamodule, prepare_data
     from sweeps.study import load_spec
 
-    sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml", smoke=True, overrides=[
+    sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml", profile="smoke", overrides=[
         "task.download=true", f"task.release_url={server.url}",
         f"task.data_dir={tmp_path}/wmt17/{{pair}}", f"task.cache_dir={tmp_path}/cache",
         "task.valid_prefix=newstest2015", "task.test_prefix=newstest2016"])

@@ -18,11 +18,9 @@ from .signatures import save as save_signatures
 from .validate import check_sections, validate_cell
 
 
-def load_spec(
-    path: str | Path, overrides: list[str] | None = None, smoke: bool = False, profile: str | None = None
-) -> Sweep:
+def load_spec(path: str | Path, overrides: list[str] | None = None, profile: str | None = None) -> Sweep:
     """Read, override (a named profile, then ``--set`` overrides), validate and expand a sweep
-    file. ``smoke`` is ``profile="smoke"``. Raises SpecError with the key path."""
+    file. Raises SpecError with the key path."""
     path = Path(path)
     source = str(path)
     if not path.exists():
@@ -41,19 +39,19 @@ def load_spec(
         raise SpecError("", f"not valid YAML: {exc}", source) from None
     if not isinstance(raw, dict):
         raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
-    return build_sweep(raw, source=source, overrides=overrides, smoke=smoke, profile=profile)
+    return build_sweep(raw, source=source, overrides=overrides, profile=profile)
 
 
 def build_sweep(
     raw: dict[str, Any],
     source: str = "<spec>",
     overrides: list[str] | None = None,
-    smoke: bool = False,
     profile: str | None = None,
 ) -> Sweep:
     raw = copy.deepcopy(raw)
-    if smoke:
-        profile = "smoke"
+    if "smoke" in raw:
+        raise SpecError("smoke", "the top-level smoke: block is now the profile profiles.smoke; move it under "
+                                 "`profiles:` as `smoke:` (its keys stay as they are)", source)
     if profile is not None:
         for key, (value, origin) in profile_overrides(raw, profile, source).items():
             _set_dotted(raw, key, value, origin, source)
@@ -94,11 +92,8 @@ def build_sweep(
 def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:
     """The dotted overrides of profile ``name`` -> (value, where it was written). Profiles live in
     the study's ``profiles: {NAME: {dotted.key: value}}`` block; ``smoke`` (the plumbing profile)
-    always exists: :data:`SMOKE_DEFAULTS`, then the study's older ``smoke:`` block, then
-    ``profiles.smoke``."""
+    always exists: :data:`SMOKE_DEFAULTS`, then the study's ``profiles.smoke``."""
     blocks: list[tuple[str, Any]] = []
-    if name == "smoke":
-        blocks += [("smoke", raw.get("smoke") or {})]
     profiles = raw.get("profiles") or {}
     if not isinstance(profiles, dict):
         raise SpecError("profiles", "must be a mapping of profile names to mappings of dotted keys", source)
@@ -118,7 +113,7 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
 
 
 # What --smoke (the `smoke` profile) does to every study: the same grid shape, scaled down to
-# finish in minutes on a CPU. A study's own `smoke:` block and `profiles.smoke` are applied after
+# finish in minutes on a CPU. A study's own `profiles.smoke` is applied after
 # these (e.g. to shorten its sequence lengths).
 SMOKE_DEFAULTS: dict[str, Any] = {
     "model.preset": "tiny",

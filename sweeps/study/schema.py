@@ -216,7 +216,6 @@ class SweepSpec(_Strict):
     wandb: WandbSpec = Field(default_factory=WandbSpec)
     timing: TimingSpec = Field(default_factory=TimingSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
-    smoke: dict[str, Any] = Field(default_factory=dict)  # older spelling of profiles.smoke, still accepted
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("profiles")

@@ -135,8 +135,9 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
         if allowed and err["type"] in _RANGE_ERRORS:
             return f"{value!r} is out of range; allowed: {allowed}"
         return f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})"
-    except Exception:
-        return None
+    except Exception as exc:  # noqa: BLE001 -- a check that cannot run is a problem, never a pass
+        return (f"could not be checked against {_type_name(annotation)} ({type(exc).__name__}: {exc}); "
+                f"this setting cannot come from a sweep file")
     if isinstance(value, float) and math.isnan(value):
         return "NaN is not a valid setting"
     return None
