@@ -47,8 +47,8 @@ def optuna_distributions(parameters: dict[str, ParamSpec], columns: dict[str, st
         dist = p.resolved_distribution()
         if dist == "categorical":
             d = od.CategoricalDistribution(p.values)
-        elif dist == "int_uniform":
-            d = od.IntDistribution(int(p.min), int(p.max))
+        elif dist in ("int_uniform", "int_log_uniform"):
+            d = od.IntDistribution(int(p.min), int(p.max), log=dist == "int_log_uniform")
         elif dist == "log_uniform_values":
             d = od.FloatDistribution(p.min, p.max, log=True)
         else:

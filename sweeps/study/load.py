@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from ..keyvalue import AssignmentError, parse_assignments
 from .dotted import set_dotted
 from .grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
+from .objectives import check_baseline, check_objectives
 from .schema import SpecError, SweepSpec, format_validation
 from .signatures import save as save_signatures
 from .validate import check_sections, validate_cell
@@ -68,7 +69,9 @@ def build_sweep(
         except ValueError as exc:
             raise SpecError(f"parameters.{pname}", str(exc), source) from None
     check_sections(spec, source)
+    check_objectives(spec, source)  # objectives/constraints (issue 21)
     cells = expand_grid(spec.grid, source)
+    check_baseline(spec, cells, source)
     by_grid = {key for cell in cells for key in cell.values}
     for key in set_keys:
         if key in by_grid:  # the grid's value would win in every cell: the override would do nothing
@@ -184,7 +187,7 @@ def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: d
     passes the same checks as a fixed setting, reported at ``parameters.<key>``."""
     for key, p in spec.parameters.items():
         candidates = p.values if p.values is not None else [p.min, p.max]
-        if p.values is None and p.resolved_distribution() == "int_uniform":
+        if p.values is None and p.resolved_distribution() in ("int_uniform", "int_log_uniform"):
             candidates = [int(p.min), int(p.max)]
         for value in candidates:
             sections = {"task": copy.deepcopy(task), "model": copy.deepcopy(model), "trainer": copy.deepcopy(trainer)}

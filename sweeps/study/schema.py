@@ -51,7 +51,7 @@ class MetricSpec(_Strict):
 class EarlyTerminateSpec(_Strict):
     """ASHA in Ray's vocabulary. One unit of ``grace_period``/``max_t`` is one validation report."""
 
-    type: Literal["none", "asha"] = "none"
+    type: Literal["none", "asha", "pareto"] = "none"  # pareto: the multi-objective rung rule (sweeps.moo.rungs)
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(2.0, gt=1)
     max_t: Optional[int] = Field(None, ge=1)
@@ -130,7 +130,7 @@ class WandbSpec(_Strict):
 
 
 class SearchSpec(_Strict):
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "nsga2"] = "tpe"  # nsga2: Optuna's NSGAIISampler (multi-objective studies)
     seed: int = 0
 
 
@@ -173,7 +173,7 @@ class ParamSpec(_Strict):
     values: Optional[list[Any]] = None
     min: Optional[float] = None
     max: Optional[float] = None
-    distribution: Optional[Literal["categorical", "uniform", "log_uniform_values", "int_uniform"]] = None
+    distribution: Optional[Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]] = None
 
     def resolved_distribution(self) -> str:
         if self.values is not None:
@@ -193,6 +193,8 @@ class ParamSpec(_Strict):
             raise ValueError("log_uniform_values needs min > 0")
         if dist == "categorical":
             raise ValueError("distribution categorical needs `values`")
+        if dist == "int_log_uniform" and (self.min < 1 or not float(self.min).is_integer() or not float(self.max).is_integer()):
+            raise ValueError("int_log_uniform needs whole numbers with min >= 1 (e.g. K: {min: 1, max: 64})")
         return dist
 
 
@@ -207,6 +209,9 @@ class SweepSpec(_Strict):
     search: SearchSpec = Field(default_factory=SearchSpec)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     metric: MetricSpec = Field(default_factory=MetricSpec)
+    # multi-objective studies (issue 21; sweeps.study.objectives, sweeps.moo): instead of `metric`
+    objectives: list["ObjectiveSpec"] = Field(default_factory=list)
+    constraints: list["ConstraintSpec"] = Field(default_factory=list)
     early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -270,3 +275,6 @@ def allowed_keys(loc: tuple) -> list[str]:
     return sorted(model.model_fields)
 
 
+from .objectives import ConstraintSpec, ObjectiveSpec  # noqa: E402 -- they subclass _Strict, defined above
+
+SweepSpec.model_rebuild()

@@ -1,0 +1,167 @@
+"""The multi-objective part of a sweep file (issue 21): ``objectives`` and ``constraints``.
+
+```yaml
+objectives:                                   # instead of `metric`: two, each {name, goal}
+  - {name: val/bleu, goal: maximize}
+  - {name: decode_seconds, goal: minimize}    # the decode probe's figure while the study runs
+constraints:
+  - {name: val/bleu, min: 95}                 # absolute: val/bleu >= 95
+  - {name: val/bleu, within: 1.0, of: {attention: bahdanau}}   # relative: at most 1.0 worse than
+                                              # a bahdanau model trained in the same (cell, seed)
+early_terminate: {type: pareto, grace_period: 1, reduction_factor: 3}
+search: {sampler: tpe}                         # or nsga2
+```
+
+:func:`check_objectives` runs at ``--dry-run`` (from :func:`sweeps.study.load.build_sweep`) and
+raises :class:`SpecError` with one line for each mistake the issue names: ``metric`` and
+``objectives`` together, an unknown objective, a constraint on a metric the study never produces.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from .schema import SpecError, _Strict
+
+#: what decode time is called as an objective: the probe's estimate while the study runs, the
+#: timing stage's figure afterwards (sweeps.moo.probe)
+DECODE_SECONDS = "decode_seconds"
+#: the natural direction of each metric a study can produce: "within" constraints read "no worse
+#: than the baseline by more than", in this direction
+NATURAL_GOALS = {
+    "val/bleu": "maximize", "val/sacrebleu": "maximize", "val/token_acc": "maximize",
+    "val/loss": "minimize", "train/loss": "minimize", "val/decode_seconds": "minimize", DECODE_SECONDS: "minimize",
+}
+#: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
+#: rung rule stops a trial that could not reach the front even at its bound
+BOUNDS = {"val/bleu": 100.0, "val/sacrebleu": 100.0, "val/token_acc": 1.0, "val/loss": 0.0, "train/loss": 0.0}
+
+
+class ObjectiveSpec(_Strict):
+    name: str
+    goal: Literal["maximize", "minimize"]
+
+
+class ConstraintSpec(_Strict):
+    """``min``/``max``: an absolute bound; ``within`` + ``of``: at most ``within`` worse (in the
+    metric's natural direction) than the baseline model ``of`` (model settings replacing the
+    searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
+
+    name: str
+    min: Optional[float] = None
+    max: Optional[float] = None
+    within: Optional[float] = Field(None, ge=0)
+    of: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "ConstraintSpec":
+        absolute = self.min is not None or self.max is not None
+        relative = self.within is not None or self.of is not None
+        if absolute == relative:
+            raise ValueError("give either min/max (an absolute bound) or within + of (relative to a baseline model)")
+        if relative and (self.within is None or not self.of):
+            raise ValueError("a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
+                             "model settings, e.g. {attention: bahdanau})")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.of:
+            who = " ".join(f"{k}={v}" for k, v in self.of.items())
+            return f"{self.name} within {self.within:g} of {who}"
+        parts = ([f"{self.name} >= {self.min:g}"] if self.min is not None else []) + (
+            [f"{self.name} <= {self.max:g}"] if self.max is not None else [])
+        return " and ".join(parts)
+
+    def violation(self, value: float, baseline: Optional[float] = None) -> float:
+        """Optuna's convention: <= 0 feasible, > 0 by how much it is violated."""
+        if self.of:
+            if baseline is None:
+                return float("inf")
+            if NATURAL_GOALS.get(self.name, "maximize") == "maximize":
+                return (baseline - self.within) - value
+            return value - (baseline + self.within)
+        out = -float("inf")
+        if self.min is not None:
+            out = max(out, self.min - value)
+        if self.max is not None:
+            out = max(out, value - self.max)
+        return out
+
+
+def produced_metrics(spec: Any) -> tuple[str, ...]:
+    """What a study's trials produce: the metrics the module logs while training (val/sacrebleu
+    only on a task that detokenizes: WMT), and decode_seconds (the decode probe, the timing stage)."""
+    from lightning_modules.metric_names import FIT_METRICS
+
+    names = [m for m in FIT_METRICS if m != "val/sacrebleu" or spec.task.get("name") == "wmt17"]
+    return (*names, DECODE_SECONDS)
+
+
+def check_objectives(spec: Any, source: str) -> None:
+    """The dry-run checks of ``objectives``, ``constraints`` and what depends on them; one line each."""
+    if not spec.objectives:
+        if spec.constraints:
+            raise SpecError("constraints", "constraints go with `objectives:` (a multi-objective study); "
+                                           "add objectives, e.g. [{name: val/bleu, goal: maximize}, "
+                                           "{name: decode_seconds, goal: minimize}]", source)
+        if spec.early_terminate.type == "pareto":
+            raise SpecError("early_terminate.type", "pareto ranks trials on several objectives; this study has one "
+                                                    "metric: use asha, or declare `objectives:`", source)
+        return
+    if "metric" in spec.model_fields_set:
+        raise SpecError("objectives", "a study declares either `metric` (one objective) or `objectives` "
+                                      "(several), not both: remove `metric`", source)
+    valid = produced_metrics(spec)
+    for i, obj in enumerate(spec.objectives):
+        if obj.name not in valid:
+            raise SpecError(f"objectives[{i}].name", f"{obj.name!r} is not a metric this study produces; "
+                                                     f"valid: {', '.join(valid)}", source)
+    names = [o.name for o in spec.objectives]
+    if len(names) != 2 or len(set(names)) != 2:
+        raise SpecError("objectives", f"give two different objectives (got {len(names)}: {', '.join(names)}); the "
+                                      f"search, its hypervolume and its report handle two", source)
+    for i, c in enumerate(spec.constraints):
+        if c.name not in valid:
+            why = (" (val/sacrebleu needs a task that detokenizes: wmt17)" if c.name == "val/sacrebleu" else "")
+            raise SpecError(f"constraints[{i}].name", f"{c.name!r} is a metric this study never produces{why}; "
+                                                      f"valid: {', '.join(valid)}", source)
+        if c.of and c.name == DECODE_SECONDS and DECODE_SECONDS not in names:
+            raise SpecError(f"constraints[{i}].name", "decode_seconds is only measured during the study when it is "
+                                                      "an objective (the decode probe)", source)
+    if len({repr(sorted(c.of.items())) for c in spec.constraints if c.of}) > 1:
+        raise SpecError("constraints", "relative constraints name one baseline model per study; give every "
+                                       "`of:` the same settings", source)
+    if spec.early_terminate.type == "asha":
+        raise SpecError("early_terminate.type", "asha ranks trials on one metric; with `objectives:` use "
+                                                "type: pareto (the Pareto rung rule) or none", source)
+    if not spec.parameters:
+        raise SpecError("objectives", "a multi-objective study searches `parameters:` inside each grid cell "
+                                      "(e.g. model.K: {min: 1, max: 64, distribution: int_log_uniform}); "
+                                      "give at least one", source)
+
+
+def baseline_of(spec: Any) -> Optional[dict[str, Any]]:
+    """The baseline model's settings (``of:`` of the relative constraints) as dotted keys, or None."""
+    for c in spec.constraints:
+        if c.of:
+            return {(k if "." in k else f"model.{k}"): v for k, v in c.of.items()}
+    return None
+
+
+def check_baseline(spec: Any, cells: list, source: str) -> None:
+    """The baseline model of the relative constraints, in every cell: the study's fixed settings,
+    the cell's grid values, then ``of:`` (no searched value), checked like any cell."""
+    of = baseline_of(spec)
+    if of is None:
+        return
+    from .grid import Cell, base_sections, resolve_sections
+    from .validate import validate_cell
+
+    base = base_sections(spec)
+    for cell in cells:
+        values = {**cell.values, **of}
+        origins = {**cell.origins, **{k: "constraints[].of." + k.split(".", 1)[1] for k in of}}
+        task, model, trainer = resolve_sections(base, values)
+        validate_cell(task, model, trainer, Cell(values, origins), source)
