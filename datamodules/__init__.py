@@ -8,8 +8,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["CopyTaskDataModule", "WMT17DataModule"]
+__all__ = ["CopyTaskDataModule", "TASKS", "WMT17DataModule", "datamodule_class"]
 _HOMES = {"CopyTaskDataModule": ".copy_task", "WMT17DataModule": ".wmt17"}
+
+#: a sweep file's ``task.name`` -> its datamodule class (the one list of tasks)
+TASKS = {"copy": "CopyTaskDataModule", "wmt17": "WMT17DataModule"}
+
+
+def datamodule_class(task_name: str) -> type:
+    """The datamodule class of a task, imported on first use. Raises ValueError naming the valid tasks."""
+    if task_name not in TASKS:
+        raise ValueError(f"unknown task {task_name!r}; valid: {', '.join(TASKS)}")
+    return __getattr__(TASKS[task_name])
 
 
 def __getattr__(name: str) -> Any:

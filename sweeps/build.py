@@ -1,25 +1,17 @@
 """From a trial's resolved config to the objects it trains: datamodule and Seq2SeqModule.
 
-Kept free of Ray, Optuna and W&B so the spec can be validated (and a trial's objects rebuilt, e.g.
-from a results row) without the orchestration stack.
+Kept free of Ray, Optuna and W&B, and of the spec's validation (and its signature cache), so a
+trial's objects can be rebuilt from its resolved sections alone, e.g. from a results row.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from .study.signatures import TASK_CLASSES, module_signature_params
+from datamodules import datamodule_class
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
-
-
-def datamodule_class(task_name: str) -> type["pl.LightningDataModule"]:
-    if task_name not in TASK_CLASSES:
-        raise ValueError(f"unknown task {task_name!r}; valid: {', '.join(TASK_CLASSES)}")
-    module, name = TASK_CLASSES[task_name]
-    return getattr(importlib.import_module(module), name)
 
 
 def build_datamodule(task: dict[str, Any], seed: int) -> "pl.LightningDataModule":
@@ -36,7 +28,7 @@ def build_module(model: dict[str, Any], dm: "pl.LightningDataModule"):
     option of the chosen attention mechanism (``attention_kwargs``). ``dm`` must be set up."""
     from lightning_modules.module import Seq2SeqModule
 
-    module_params = module_signature_params()
+    module_params = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}
     kwargs = {k: v for k, v in model.items() if k in module_params}
     attention_kwargs = {k: v for k, v in model.items() if k not in module_params}
     kwargs.update(

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-TASK_CLASSES = {"copy": ("datamodules.copy_task", "CopyTaskDataModule"), "wmt17": ("datamodules.wmt17", "WMT17DataModule")}
+from datamodules import TASKS as TASK_CLASSES  # task name -> datamodule class name (torch-free)
+
 PACKAGES = ("lightning_modules", "datamodules")
 FORMAT = 3  # bump when the pickled layout changes
 
@@ -128,15 +129,14 @@ def save() -> None:
 
 
 def _read_packages(key: str) -> Signatures:
-    import importlib
-
+    from datamodules import datamodule_class
     from lightning_modules.attention import ATTENTION_REGISTRY, headline_options
     from lightning_modules.module import Seq2SeqModule
 
     datamodules: dict[str, Any] = {}
-    for task, (module, cls) in TASK_CLASSES.items():
+    for task in TASK_CLASSES:
         try:
-            datamodules[task] = params(getattr(importlib.import_module(module), cls).__init__)
+            datamodules[task] = params(datamodule_class(task).__init__)
         except ImportError as exc:  # a task whose extra dependencies are not installed
             datamodules[task] = f"{type(exc).__name__}: {exc}"
     attention = {}
