@@ -1,5 +1,7 @@
-"""Check constructor arguments against the ``Annotated[..., annotated_types.Ge(1)]`` ranges declared
-in the signature, so a range is written once: in the signature, where the sweep spec reads it too.
+"""The one range checker: ranges are declared once, as ``Annotated[..., annotated_types.Ge(1)]``
+markers in a constructor's signature, and read here, by the constructors themselves (the
+datamodules, ``Seq2SeqModule``, the attention mechanisms) and by the sweep spec's messages.
+Plain Python (annotated-types only), no torch.
 
     def __init__(self, batch_size: Annotated[int, Ge(1)] = 64) -> None:
         check_ranges(type(self).__init__, locals())   # ValueError: batch_size must be >= 1, got 0
@@ -9,14 +11,42 @@ from __future__ import annotations
 import functools
 import operator
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
-import annotated_types as at
-
-_TESTS: dict[type, tuple[str, str, Callable[[Any, Any], bool]]] = {
-    at.Gt: ("gt", ">", operator.gt), at.Ge: ("ge", ">=", operator.ge),
-    at.Lt: ("lt", "<", operator.lt), at.Le: ("le", "<=", operator.le),
+#: marker attribute -> (symbol, test); an ``Interval`` carries several of them
+_TESTS: dict[str, tuple[str, Callable[[Any, Any], bool]]] = {
+    "gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt), "le": ("<=", operator.le),
+    "multiple_of": ("a multiple of", lambda value, m: value % m == 0),
 }
+_BY_SYMBOL = dict(_TESTS.values())
+
+
+def range_markers(annotation: Any) -> list[Any]:
+    """The metadata markers of ``annotation``, through ``Annotated``, ``Optional``/``Union`` and
+    pydantic ``Field`` constraints (a ``FieldInfo`` keeps them in ``.metadata``)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *metadata = typing.get_args(annotation)
+        found = []
+        for m in metadata:
+            found += list(getattr(m, "metadata", None) or [m])
+        return found + range_markers(base)
+    return [m for arg in typing.get_args(annotation) for m in range_markers(arg)]
+
+
+def bounds(annotation: Any) -> tuple[tuple[str, Any], ...]:
+    """``((">=", 0), ("<", 1))`` for ``Annotated[float, Interval(ge=0, lt=1)]``; () for no range."""
+    out: list[tuple[str, Any]] = []
+    for marker in range_markers(annotation):
+        for attr, (symbol, _) in _TESTS.items():
+            limit = getattr(marker, attr, None)
+            if limit is not None and (symbol, limit) not in out:
+                out.append((symbol, limit))
+    return tuple(out)
+
+
+def allowed_range(annotation: Any) -> str:
+    """The declared range as text, e.g. ``>= 1`` or ``>= 0 and < 1`` ("" for none)."""
+    return " and ".join(f"{symbol} {limit}" for symbol, limit in bounds(annotation))
 
 
 @functools.lru_cache(maxsize=None)
@@ -24,28 +54,21 @@ def declared_ranges(fn: Callable) -> dict[str, tuple[tuple[str, Any], ...]]:
     """``{argument: ((">=", 1), ...)}`` for every argument whose annotation carries range markers."""
     out = {}
     for name, hint in typing.get_type_hints(fn, include_extras=True).items():
-        bounds = []
-        for candidate in (hint, *typing.get_args(hint)):  # Optional[Annotated[...]] too
-            if typing.get_origin(candidate) is typing.Annotated:
-                for marker in candidate.__metadata__:
-                    parts = list(marker) if isinstance(marker, at.Interval) else [marker]
-                    for part in parts:
-                        if type(part) in _TESTS:
-                            attr, symbol, _ = _TESTS[type(part)]
-                            bounds.append((symbol, getattr(part, attr)))
-        if bounds:
-            out[name] = tuple(bounds)
+        found = bounds(hint)
+        if found:
+            out[name] = found
     return out
 
 
-def check_ranges(fn: Callable, values: dict[str, Any]) -> None:
-    """Raise ValueError naming the first argument of ``fn`` in ``values`` outside its range."""
-    owner = getattr(fn, "__qualname__", "").split(".")[0]
-    for name, bounds in declared_ranges(fn).items():
+def check_ranges(fn: Callable, values: dict[str, Any], owner: Optional[str] = None) -> None:
+    """Raise ValueError naming the first argument of ``fn`` in ``values`` outside its range
+    (``"<owner>: K must be >= 1, got 0"``; ``owner`` defaults to the class that defines ``fn``).
+    None and True/False are not checked."""
+    owner = owner or getattr(fn, "__qualname__", "").split(".")[0]
+    for name, limits in declared_ranges(fn).items():
         value = values.get(name)
         if value is None or isinstance(value, bool):
             continue
-        for symbol, limit in bounds:
-            test = next(t for _, s, t in _TESTS.values() if s == symbol)
-            if not test(value, limit):
+        for symbol, limit in limits:
+            if not _BY_SYMBOL[symbol](value, limit):
                 raise ValueError(f"{owner}: {name} must be {symbol} {limit}, got {value!r}")

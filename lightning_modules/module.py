@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from annotated_types import Ge, Gt, Interval
 
+from datamodules.ranges import check_ranges
 from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
 
 from .attention import attention_options
@@ -44,8 +45,8 @@ from .metric_names import (  # noqa: F401 -- re-exported: the module's public me
 )
 from .seq2seq import Seq2Seq, get_preset
 
-# Value ranges, declared once here (plain annotated_types markers: pydantic's TypeAdapter and
-# typing.get_type_hints(include_extras=True) both read them).
+# Value ranges, declared once here (plain annotated_types markers: pydantic's TypeAdapter,
+# typing.get_type_hints(include_extras=True) and datamodules.ranges.check_ranges read them).
 PositiveInt = Annotated[int, Ge(1)]
 TokenId = Annotated[int, Ge(0)]
 Probability = Annotated[float, Interval(ge=0, lt=1)]
@@ -104,6 +105,7 @@ class Seq2SeqModule(pl.LightningModule):
         val_decode: bool = True,
     ) -> None:
         super().__init__()
+        check_ranges(Seq2SeqModule.__init__, locals())
         self.save_hyperparameters()
         sizes = get_preset(preset)
         overrides = dict(
@@ -115,8 +117,6 @@ class Seq2SeqModule(pl.LightningModule):
             bidirectional=bidirectional,
         )
         sizes.update({k: v for k, v in overrides.items() if v is not None})
-        if val_beam_size < 1:
-            raise ValueError(f"val_beam_size must be >= 1 (1 = greedy), got {val_beam_size}")
         self.model = Seq2Seq(
             src_vocab_size=src_vocab_size,
             tgt_vocab_size=tgt_vocab_size,

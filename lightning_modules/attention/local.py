@@ -16,6 +16,8 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
+from datamodules.ranges import check_ranges
+
 from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
@@ -25,8 +27,7 @@ class _LocalAttention(Attention):
 
     def __init__(self, query_dim: int, memory_dim: int, window: Annotated[int, Ge(1)] = 10) -> None:
         super().__init__(query_dim, memory_dim)
-        if window < 1:
-            raise ValueError(f"{self.name}: window must be >= 1 (sigma = window / 2), got {window}")
+        check_ranges(_LocalAttention.__init__, locals(), owner=self.name)  # sigma = window / 2
         self.window = window
         self.sigma = window / 2
         self.W = nn.Linear(memory_dim, query_dim, bias=False)  # Luong "general" score

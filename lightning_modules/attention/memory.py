@@ -44,6 +44,8 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
+from datamodules.ranges import check_ranges
+
 from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax, sentence_position_encoding
 from .functional import position_encoding as position_encoding_matrix  # the option shadows the name
@@ -117,8 +119,7 @@ class MemoryAttention(Attention):
         bias: bool = False,
     ) -> None:
         super().__init__(query_dim, memory_dim)
-        if K < 1:
-            raise ValueError(f"memory attention: K must be >= 1, got {K}")
+        check_ranges(MemoryAttention.__init__, locals(), owner="memory attention")
         _check_choice("encoder_scoring", encoder_scoring, SCORINGS)
         _check_choice("decoder_scoring", decoder_scoring, SCORINGS)
         _check_choice("encoder_normalization", encoder_normalization, NORMALIZATIONS)

@@ -47,6 +47,8 @@ from annotated_types import Ge
 from torch import nn
 from torch.nn import functional as F
 
+from datamodules.ranges import check_ranges
+
 from .base import Attention, Shared, beam_groups, map_batch, register_attention
 from .functional import MONOTONIC_MODES, monotonic_alignment
 
@@ -83,10 +85,7 @@ class MonotonicAttention(Attention):
         super().__init__(query_dim, memory_dim)
         if mode is not None and mode not in MONOTONIC_MODES:
             raise ValueError(f"monotonic: mode={mode!r} is not None or one of {', '.join(MONOTONIC_MODES)}")
-        if sigmoid_noise < 0:
-            raise ValueError(f"monotonic: sigmoid_noise is a standard deviation, got {sigmoid_noise}")
-        if scan_chunk < 1:
-            raise ValueError(f"monotonic: scan_chunk must be >= 1, got {scan_chunk}")
+        check_ranges(MonotonicAttention.__init__, locals(), owner="monotonic")  # sigmoid_noise: a std
         self.scan_chunk = scan_chunk
         A = attention_dim or query_dim
         self.attention_dim = A

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
+from datamodules.ranges import allowed_range
 from lightning_modules.presets import PRESETS, attention_dims
 
 from .grid import Cell
@@ -175,33 +176,6 @@ def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
 
 
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}
-_BOUNDS = (("gt", "> {}"), ("ge", ">= {}"), ("lt", "< {}"), ("le", "<= {}"), ("multiple_of", "a multiple of {}"))
-
-
-def allowed_range(annotation: Any) -> str:
-    """The range an annotation's markers declare, e.g. ``>= 1`` or ``>= 0 and < 1`` ("" for none).
-    Reads annotated-types markers (``Ge(1)``, ``Interval(ge=0, lt=1)``) and pydantic ``Field``
-    constraints, through ``Optional``/``Union``."""
-    parts: list[str] = []
-    for marker in _range_markers(annotation):
-        for name, text in _BOUNDS:
-            bound = getattr(marker, name, None)
-            if bound is not None and text.format(bound) not in parts:
-                parts.append(text.format(bound))
-    return " and ".join(parts)
-
-
-def _range_markers(annotation: Any) -> list[Any]:
-    import typing
-
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        base, *metadata = typing.get_args(annotation)
-        found = []
-        for m in metadata:  # pydantic's FieldInfo keeps its constraints in .metadata
-            found += list(getattr(m, "metadata", None) or [m])
-        return found + _range_markers(base)
-    return [m for arg in typing.get_args(annotation) for m in _range_markers(arg)]
 
 
 def _type_name(annotation: Any) -> str:
