@@ -96,6 +96,10 @@ def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
 def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
     """The study's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
     one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
+    if sweep.spec.objectives:  # multi-objective studies (issue 21): sweeps.moo
+        from .moo.search import make_moo_searcher
+
+        return make_moo_searcher(sweep, paths, wandb_mode)
     from .search import StudySearcher, StudyUnit, optuna_distributions
 
     spec = sweep.spec
@@ -167,7 +171,7 @@ def run_tune(
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=searcher,
-                scheduler=make_scheduler(sweep),
+                scheduler=make_scheduler(sweep, searcher),
                 num_samples=sweep.num_trials,
                 max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
                 trial_dirname_creator=trial_dirname,

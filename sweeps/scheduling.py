@@ -59,10 +59,15 @@ class PerStudyScheduler(FIFOScheduler):
         return f"early stopping per (cell, seed): {len(self.schedulers)} scheduler(s)"
 
 
-def make_scheduler(sweep: Sweep) -> TrialScheduler:
-    """FIFO, or ASHA per (cell, seed) (``early_terminate.type: asha``). One unit of
-    ``grace_period``/``max_t`` is one validation report."""
+def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
+    """FIFO, or ASHA per (cell, seed) (``early_terminate.type: asha``), or the Pareto rung rule
+    per (cell, seed) (``pareto``: :mod:`sweeps.moo.rungs`, reading the objectives the way the
+    multi-objective ``searcher`` does). One unit of ``grace_period``/``max_t`` is one validation report."""
     et = sweep.spec.early_terminate
+    if et.type == "pareto":
+        from .moo.rungs import make_pareto_scheduler
+
+        return make_pareto_scheduler(sweep, searcher.reader, searcher.rung_log)
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
     if et.type != "asha":
         return FIFOScheduler()

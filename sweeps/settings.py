@@ -61,7 +61,8 @@ class TrialSettings:
         flat = {k: _plain(v) for k, v in config.items()}
         grid = {key: flat[name] for name, key in self.grid_columns.items() if name in flat}
         params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}
-        task, model, trainer = resolve_sections(self.base, {**grid, **params})
+        # `set`: dotted settings replacing the cell's (a multi-objective study's baseline model, sweeps.moo.search)
+        task, model, trainer = resolve_sections(self.base, {**grid, **params, **(flat.get("set") or {})})
         return {
             "cell": flat["cell"], "seed": int(flat["seed"]), "grid": grid, "params": params, "config": flat,
             "task": task, "model": model, "trainer": trainer,

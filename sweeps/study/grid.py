@@ -86,6 +86,8 @@ class Sweep:
     @property
     def num_trials(self) -> int:
         per_plan = self.spec.num_samples
+        if any(c.of for c in self.spec.constraints):  # a baseline model per (cell, seed) (sweeps.moo.search)
+            per_plan += 1
         return len(self.plans) * per_plan
 
     @cached_property

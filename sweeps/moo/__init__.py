@@ -1,0 +1,13 @@
+"""Multi-objective search (issue 21): several objectives (``val/bleu`` up, ``decode_seconds``
+down), constraints (absolute, or relative to a baseline model in the same grid cell), one Optuna
+multi-objective study per (cell, seed), and early stopping that works with two objectives.
+
+- :mod:`.pareto`   the maths: non-dominated sorting, crowding distance, 2-D hypervolume, the rung rule
+- :mod:`.probe`    ``decode_seconds`` while the study runs: an architecture-keyed decode-time probe
+- :mod:`.rungs`    the per-(cell, seed) Pareto rung scheduler (ASHA's rungs, Pareto rank instead of a quantile)
+- :mod:`.search`   the multi-objective searcher (baselines, constraints, PRUNED trials, intermediate values)
+- :mod:`.report`   results.md's section: fronts, constrained-out trials, hypervolume history, answer lines
+- :mod:`.plots`    the front and hypervolume-against-compute figures
+
+The rule is documented with a worked example in ``docs/moo_early_stopping.md``.
+"""

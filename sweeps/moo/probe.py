@@ -1,0 +1,247 @@
+"""``decode_seconds`` while a multi-objective study runs: an architecture-keyed decode probe.
+
+The timing stage (:mod:`sweeps.timing`) times a trained checkpoint after every trial has
+finished, so its figure comes too late for the search and for early stopping. Decode time depends
+on the architecture (mechanism, K, sizes, the sequence length, the beam), hardly on the weights,
+once the model decodes as many steps as a trained one. So before Tune starts, while nothing else
+runs, the probe builds each architecture the search may sample with random weights and times its
+decoding of the same split the timing stage decodes, the way the stage does it
+(``measure_decode_time``: one fresh process pinned to one core, one thread, a warm-up, repeats of
+>= 50 ms until the median is known to 2 %), with one difference: every batch decodes exactly as
+many steps as its longest reference (EOS masked until then, ``min_len = max_len``), the steps a
+model that has learnt the task takes. A random model would otherwise stop at a random EOS or run
+to the length limit.
+
+K is searched as an integer range (``int_log_uniform``), so the probe measures anchors (every
+power of two in the range, and its ends) and interpolates linearly in K between them (the step
+cost of memory attention is linear in K). Every other architecture setting is measured as it is.
+Settings that only change training (``lr``, ``dropout``, ``weight_decay``) are not part of the key.
+
+The table is kept in ``<output>/<name>/decode_probe.json`` (``--resume`` and the benchmark reuse
+it) and each trial's estimate goes into results.md beside the timing stage's figure, with how far
+apart they are (``sweeps.moo.report``).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+PROBE_FILE = "decode_probe.json"
+#: model settings that change how a model trains, not what it computes when it decodes
+TRAINING_ONLY = frozenset({"lr", "weight_decay", "dropout", "val_decode"})
+#: the setting the probe interpolates along (measured at anchors)
+INTERPOLATED = "K"
+
+
+def arch_key(task: dict[str, Any], model: dict[str, Any], seed: int) -> str:
+    """The probe table's key: the data (task, seed) and the architecture without K and without
+    the training-only settings."""
+    arch = {k: v for k, v in model.items() if k not in TRAINING_ONLY and k != INTERPOLATED}
+    return json.dumps({"task": task, "model": arch, "seed": seed}, sort_keys=True, default=str)
+
+
+def k_anchors(low: int, high: int) -> list[int]:
+    """Every power of two in [low, high], and both ends."""
+    out = {int(low), int(high)}
+    p = 1
+    while p <= high:
+        if p >= low:
+            out.add(p)
+        p *= 2
+    return sorted(out)
+
+
+def probe_models(spec: Any, plan: Any, baseline: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model sections to time for one (cell, seed) plan: every combination of the searched
+    architecture settings (K at its anchors), and the baseline model of the relative constraints."""
+    from ..study import resolve_sections
+
+    choices: list[tuple[str, list[Any]]] = []
+    for key, p in spec.parameters.items():
+        if not key.startswith("model.") or key.split(".", 1)[1] in TRAINING_ONLY:
+            continue
+        if p.values is not None:
+            choices.append((key, list(p.values)))
+        elif p.resolved_distribution() in ("int_uniform", "int_log_uniform"):
+            choices.append((key, k_anchors(int(p.min), int(p.max))))
+        else:  # a float architecture setting: its ends (rare; estimates take the nearer one)
+            choices.append((key, [p.min, p.max]))
+    base = {"task": plan.task, "model": plan.model, "trainer": plan.trainer}
+    models = []
+    for combo in itertools.product(*(values for _, values in choices)):
+        models.append(resolve_sections(base, dict(zip((k for k, _ in choices), combo)))[1])
+    if baseline:
+        models.append(resolve_sections(base, baseline)[1])
+    return models
+
+
+class DecodeEstimates:
+    """The probe's table: per architecture key, seconds by K (None for mechanisms without K)."""
+
+    def __init__(self, entries: Optional[list[dict[str, Any]]] = None) -> None:
+        self.entries: list[dict[str, Any]] = list(entries or [])
+        self._by_key: dict[str, dict[Optional[int], float]] = {}
+        for e in self.entries:
+            self._by_key.setdefault(e["key"], {})[e.get("K")] = float(e["seconds"])
+
+    def has(self, key: str, k: Optional[int]) -> bool:
+        return k in self._by_key.get(key, {})
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self.entries.append(entry)
+        self._by_key.setdefault(entry["key"], {})[entry.get("K")] = float(entry["seconds"])
+
+    def estimate(self, task: dict[str, Any], model: dict[str, Any], seed: int) -> Optional[float]:
+        """Seconds to decode the split for this architecture: measured, or interpolated in K
+        between the nearest anchors (extrapolated along the end segment past them)."""
+        table = self._by_key.get(arch_key(task, model, seed))
+        if not table:
+            return None
+        k = model.get(INTERPOLATED)
+        k = int(k) if k is not None else None
+        if k in table:
+            return table[k]
+        ks = sorted(x for x in table if x is not None)
+        if k is None or not ks:
+            return None
+        if len(ks) == 1:
+            return table[ks[0]]
+        lo = max([x for x in ks if x < k] or ks[:1])
+        hi = min([x for x in ks if x > k] or ks[-1:])
+        if lo == hi:  # outside the anchors: the end segment
+            lo, hi = (ks[0], ks[1]) if k < ks[0] else (ks[-2], ks[-1])
+        return table[lo] + (table[hi] - table[lo]) * (k - lo) / (hi - lo)
+
+    def save(self, path: Path) -> Path:
+        from ..files import write_atomic
+
+        return write_atomic(path, json.dumps({"entries": self.entries}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "DecodeEstimates":
+        try:
+            return cls(json.loads(Path(path).read_text())["entries"])
+        except (OSError, ValueError, KeyError):
+            return cls()
+
+
+def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = print) -> DecodeEstimates:
+    """The probe stage: every architecture the study may sample, timed alone before Tune starts;
+    ``decode_probe.json`` in ``out_dir`` is read first and only what it lacks is measured."""
+    from ..study.objectives import baseline_of
+
+    path = Path(out_dir) / PROBE_FILE
+    table = DecodeEstimates.load(path)
+    baseline = baseline_of(sweep.spec)
+    groups: dict[str, dict[str, Any]] = {}
+    for plan in sweep.plans:
+        for model in probe_models(sweep.spec, plan, baseline):
+            key = arch_key(plan.task, model, plan.seed)
+            k = model.get(INTERPOLATED)
+            if table.has(key, k):
+                continue
+            g = groups.setdefault(json.dumps([plan.task, plan.seed], sort_keys=True, default=str),
+                                  {"task": plan.task, "seed": plan.seed, "models": []})
+            if not any(arch_key(plan.task, m, plan.seed) == key and m.get(INTERPOLATED) == k for m in g["models"]):
+                g["models"].append(model)
+    todo = sum(len(g["models"]) for g in groups.values())
+    if todo:
+        say(f"decode probe: timing {todo} architecture(s) alone, before training (random weights, each batch "
+            f"decoding its reference's length; median of repeats, one pinned process) -> {path}")
+    for g in groups.values():
+        for entry in run_probe_process(g["task"], g["seed"], g["models"], sweep.spec.timing):
+            entry["key"] = arch_key(g["task"], entry.pop("model"), g["seed"])
+            table.add(entry)
+        table.save(path)
+    return table
+
+
+# What the pinned process runs: pin first (before torch starts a thread), then time each model.
+_CHILD = """
+import json, os, sys
+args = json.loads(sys.stdin.read())
+os.sched_setaffinity(0, set(args["cpus"]))
+from sweeps.moo.probe import time_models
+for entry in time_models(args["task"], args["seed"], args["models"], **args["kwargs"]):
+    print("PROBE " + json.dumps(entry), flush=True)
+"""
+
+
+def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, Any]], timing: Any) -> list[dict]:
+    """:func:`time_models` in a fresh Python process pinned to the highest-numbered CPU (as the
+    timing stage's processes are)."""
+    cpus = sorted(os.sched_getaffinity(0))[-int(timing.threads):]
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
+              "max_seconds": min(timing.max_seconds, 2.0), "warmup": timing.warmup}
+    request = json.dumps({"cpus": cpus, "task": task, "seed": seed, "models": models, "kwargs": kwargs}, default=str)
+    done = subprocess.run([sys.executable, "-c", _CHILD], input=request, capture_output=True, text=True, env=env)
+    found = [json.loads(ln[len("PROBE "):]) for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
+    if done.returncode != 0 or len(found) != len(models):
+        errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        raise RuntimeError(f"the decode probe failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
+    return found
+
+
+def _measure_decode_time():
+    """The timing stage's measurement, wherever the timing package keeps it."""
+    try:
+        from ..timing.measure import measure_decode_time
+    except ImportError:  # before the timing package's split
+        from ..timing import measure_decode_time
+    return measure_decode_time
+
+
+def _figure(timing: Any) -> float:
+    """The median a ``DecodeTiming`` holds (named ``decode_seconds`` since the timing split)."""
+    return float(getattr(timing, "decode_seconds", None) or getattr(timing, "median_seconds"))
+
+
+def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]], threads: int = 1,
+                repeats: int = 5, precision: Optional[float] = 0.02, max_seconds: float = 5.0,
+                warmup: int = 1, rounds: int = 2) -> Iterable[dict[str, Any]]:
+    """Time each model (random weights, seeded) decoding the task's validation split, every batch
+    forced to its longest reference's length, in ``rounds`` interleaved rounds (the fastest
+    round's median kept, as the timing stage keeps its fastest process's); one entry per model."""
+    import torch
+
+    from ..build import build_datamodule, build_module
+
+    measure = _measure_decode_time()
+    task = dict(task)
+    if "num_workers" in task:
+        task["num_workers"] = 0  # every batch is built before timing
+    dm = build_datamodule(task, seed)
+    dm.setup("fit")
+    batches = list(dm.val_dataloader())
+    steps = {b["src"].data_ptr(): int(b["tgt_lengths"].max()) for b in batches}  # a trained model's steps
+    models, modules = list(models), []
+    for model in models:
+        torch.manual_seed(0)
+        module = build_module(dict(model), dm)
+
+        def forced(src, src_lengths, module=module):
+            n = steps.get(src.data_ptr(), int(src_lengths.max()))
+            beam = int(module.hparams.val_beam_size)
+            if beam == 1:
+                return module.model.greedy_decode(src, src_lengths, max_len=n, min_len=n)[0]
+            return module.model.beam_search(src, src_lengths, beam_size=beam, max_len=n, min_len=n,
+                                            length_penalty=module.hparams.length_penalty)
+
+        module.decode = forced
+        modules.append(module)
+    best: list = [None] * len(modules)
+    for _ in range(rounds):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
+        for i, module in enumerate(modules):
+            t = measure(module, batches, "cpu", None, repeats, warmup, threads, precision, max_seconds)
+            if best[i] is None or _figure(t) < _figure(best[i]):
+                best[i] = t
+    for model, t in zip(models, best):
+        yield {"model": model, "K": model.get(INTERPOLATED), "seconds": _figure(t), "repeats": t.repeats,
+               "precision": t.precision, "contended": t.contended, "sentences": t.sentences, "rounds": rounds}

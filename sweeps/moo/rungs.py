@@ -1,0 +1,129 @@
+"""Early stopping with two objectives: ASHA's rungs, Pareto rank instead of a quantile.
+
+One :class:`ParetoRungs` per (cell, seed) (wrapped in :class:`sweeps.scheduling.PerStudyScheduler`,
+so no cell is stopped because another does better). Rungs sit at ``grace_period * rf**k``
+validation reports, below the trial's last. When a trial reaches a rung, its objective vector there
+(``val/bleu`` at that report, ``decode_seconds`` from the decode probe) is recorded with the
+vectors of the trials that reached the rung before it, and the trial goes on only if it is among
+the first ``keep_count(n, rf)`` of them by Pareto rank, crowding distance breaking ties
+(:func:`sweeps.moo.pareto.rung_survivors`): the top 1/rf, as ASHA, but "top" meaning "not
+dominated there". A trial also stops at a rung when a trial of its study that ran to the end
+dominates the best it could still reach (its trained objectives at their bounds, e.g. BLEU 100).
+Trials of the baseline model (relative constraints) are not part of the search and run to the end.
+Documented, with a worked example, in ``docs/moo_early_stopping.md``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from .pareto import hopeless, keep_count, rung_order, to_minimize
+
+Vector = tuple[float, ...]
+
+
+def milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
+    """Report counts at which a trial is compared: grace, grace*rf, ... below ``max_t``."""
+    out, t = [], float(grace_period)
+    while round(t) < max_t:
+        if not out or round(t) > out[-1]:
+            out.append(int(round(t)))
+        t *= reduction_factor
+    return out
+
+
+class ParetoRungs(FIFOScheduler):
+    """The rung rule for one (cell, seed).
+
+    Args:
+        objectives: (name, goal) pairs.
+        vector_of: (trial config, result) -> the objective values in ``objectives``' order, or None
+            while one is missing.
+        grace_period, reduction_factor, max_t: as ASHA's (units: validation reports).
+        bounds: per objective index, the value a trained metric cannot pass (BLEU 100).
+        max_steps: a trial whose result reaches it ran to the end.
+        log: decisions are appended here, keyed by trial id (the searcher writes them to Optuna).
+    """
+
+    def __init__(self, objectives: list[tuple[str, str]], vector_of: Callable[[dict, dict], Optional[list[float]]],
+                 grace_period: int, reduction_factor: float, max_t: int, bounds: dict[int, float],
+                 max_steps: Optional[int], log: Optional[dict[str, dict]] = None) -> None:
+        super().__init__()
+        self.directions = [goal for _, goal in objectives]
+        self.vector_of = vector_of
+        self.rf = reduction_factor
+        self.milestones = milestones(grace_period, reduction_factor, max_t)
+        self.rungs: dict[int, dict[str, Vector]] = {m: {} for m in self.milestones}
+        self.bounds = bounds
+        self.max_steps = max_steps
+        self.finished: dict[str, Vector] = {}
+        self.stopped: set[str] = set()
+        self.log = log if log is not None else {}
+
+    def decide(self, trial_id: str, iteration: int, values: list[float]) -> str:
+        """CONTINUE or STOP for a trial's report number ``iteration`` with objective ``values``."""
+        vec = to_minimize(values, self.directions)
+        for m in reversed(self.milestones):  # ASHA's order: the highest rung the trial has reached
+            if iteration < m or trial_id in self.rungs[m]:
+                continue
+            rung = self.rungs[m]
+            rung[trial_id] = vec
+            ids = list(rung)
+            order = rung_order([rung[i] for i in ids])
+            keep = keep_count(len(ids), self.rf)
+            position = order.index(ids.index(trial_id))
+            best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
+            beaten = hopeless(best, list(self.finished.values()))
+            go_on = position < keep and not beaten
+            self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
+                                  "values": list(values), "hopeless": beaten, "stopped": not go_on}
+            if not go_on:
+                self.stopped.add(trial_id)
+                return TrialScheduler.STOP
+            return TrialScheduler.CONTINUE
+        return TrialScheduler.CONTINUE
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if trial.config.get("set"):  # the baseline model: not searched, never stopped
+            return TrialScheduler.CONTINUE
+        values = self.vector_of(trial.config, result)
+        if values is None:
+            return TrialScheduler.CONTINUE
+        return self.decide(trial.trial_id, int(result.get("training_iteration", 0)), values)
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        if trial.config.get("set") or trial.trial_id in self.stopped or not result:
+            return
+        if self.max_steps is not None and int(result.get("step", self.max_steps)) < self.max_steps:
+            return
+        values = self.vector_of(trial.config, result)
+        if values is not None:
+            self.finished[trial.trial_id] = to_minimize(values, self.directions)
+
+    def debug_string(self) -> str:
+        return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}"
+
+
+def make_pareto_scheduler(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
+                          log: Optional[dict[str, dict]] = None) -> TrialScheduler:
+    """One :class:`ParetoRungs` per (cell, seed) (``early_terminate.type: pareto``), else FIFO."""
+    from ..scheduling import PerStudyScheduler, reports_per_trial
+    from ..study.objectives import BOUNDS
+
+    spec = sweep.spec
+    et = spec.early_terminate
+    if et.type != "pareto":
+        return FIFOScheduler()
+    objectives = [(o.name, o.goal) for o in spec.objectives]
+    bounds = {i: BOUNDS[name] for i, (name, _) in enumerate(objectives) if name in BOUNDS}
+    max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
+    max_steps = spec.trainer.max_steps
+    shared = log if log is not None else {}
+
+    def one() -> TrialScheduler:
+        return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
+                           max_steps, shared)
+
+    first = objectives[0]
+    return PerStudyScheduler(one, first[0], "max" if first[1] == "maximize" else "min")

@@ -1,0 +1,275 @@
+"""The multi-objective searcher: one Optuna multi-objective study per (cell, seed), sampled
+through Ray Tune.
+
+:class:`MooSearcher` is :class:`sweeps.search.StudySearcher` with two directions and:
+
+- **objective values** from each report: the trained metrics as reported, ``decode_seconds`` from
+  the decode probe (:mod:`.probe`) -- known before training, so the sampler and the rung rule
+  (:mod:`.rungs`) have both objectives at every report;
+- **intermediate values**: a multi-objective ``trial.report`` raises in Optuna, so each report's
+  vector is kept in the trial's user attribute ``intermediate`` (``{step: [v1, v2]}``). Not as
+  Optuna's own intermediate values: Optuna 5's TPE ranks PRUNED trials by their last intermediate
+  value through ``study.direction``, which raises in a multi-objective study (seen here);
+- **constraints** (``trial.set_constraint``, which Optuna 5's TPE and NSGA-II read; their
+  ``constraints_func`` argument is deprecated): absolute bounds, and bounds relative to a baseline
+  model trained once per (cell, seed) before that unit's search trials start (Tune trial config
+  ``set: {model.attention: bahdanau}``; its metrics go on the study as the ``baseline`` user attribute);
+- **PRUNED** trials: stopped by the rung rule, told ``TrialState.PRUNED``, with the rung decision in
+  the user attribute ``rung``;
+- **no retraining of a sample**: a (cell, seed) trains with one seed, so a sample whose parameters
+  repeat an earlier trial's would train the same model again; it is told the earlier trial's values
+  (user attribute ``duplicate_of``) and Optuna is asked again.
+
+``steps`` (training steps spent) is on every trial, for the hypervolume-against-compute history.
+"""
+from __future__ import annotations
+
+import pickle
+from typing import Any, Optional
+
+from ..search import StudySearcher, StudyUnit, optuna_distributions
+from ..study.objectives import DECODE_SECONDS, baseline_of
+
+#: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
+MAX_REPEAT_ASKS = 20
+
+
+class ObjectiveReader:
+    """(trial config, result) -> the objective values; ``decode_seconds`` from the probe's table."""
+
+    def __init__(self, sweep: Any, estimates: Any) -> None:
+        from ..study import base_sections
+
+        self.names = [o.name for o in sweep.spec.objectives]
+        self.estimates = estimates
+        self.base = base_sections(sweep.spec)
+        self.columns = {**sweep.grid_columns, **sweep.param_columns}
+
+    def plan(self, config: dict[str, Any]) -> tuple[dict, dict, int]:
+        from ..study import resolve_sections
+
+        values = {key: _plain(config[name]) for name, key in self.columns.items() if name in config}
+        values.update(config.get("set") or {})
+        task, model, _ = resolve_sections(self.base, values)
+        return task, model, int(config.get("seed", 0))
+
+    def decode_estimate(self, config: dict[str, Any]) -> Optional[float]:
+        return self.estimates.estimate(*self.plan(config)) if self.estimates is not None else None
+
+    def __call__(self, config: dict[str, Any], result: dict[str, Any]) -> Optional[list[float]]:
+        out = []
+        for name in self.names:
+            value = self.decode_estimate(config) if name == DECODE_SECONDS else (result or {}).get(name)
+            if value is None:
+                return None
+            out.append(float(value))
+        return out
+
+
+class MooSearcher(StudySearcher):
+    """Multi-objective :class:`StudySearcher` (see the module docstring)."""
+
+    def __init__(self, units: list[StudyUnit], num_samples: int, sweep: Any, space: dict[str, Any], journal: str,
+                 reader: ObjectiveReader, wandb_enabled: bool, rung_log: Optional[dict] = None) -> None:
+        spec = sweep.spec
+        first = spec.objectives[0]
+        super().__init__(units, num_samples, first.name, "max" if first.goal == "maximize" else "min", space=space,
+                         journal=journal, sampler=spec.search.sampler, sampler_seed=spec.search.seed,
+                         wandb_enabled=wandb_enabled)
+        self.directions = [o.goal for o in spec.objectives]
+        self.constraints = list(spec.constraints)
+        self.baseline = baseline_of(spec)
+        self.reader = reader
+        self.rung_log = rung_log if rung_log is not None else {}
+        # per unit: None (not started), "running", "failed", or the baseline's metrics
+        self.baseline_state: list[Any] = [None] * len(units)
+        self.baseline_ids: dict[str, int] = {}
+        self.configs: dict[str, dict] = {}
+        self.curves: dict[str, dict[str, list[float]]] = {}
+
+    # -- Tune's Searcher interface -----------------------------------------------------------
+
+    def suggest(self, trial_id: str) -> Optional[dict]:
+        if self.baseline:
+            waiting = [i for i, s in enumerate(self.baseline_state) if s is None]
+            if waiting:
+                i = min(waiting, key=lambda j: (self.started[j], j))
+                self.baseline_state[i] = "running"
+                self.baseline_ids[trial_id] = i
+                return {**self.units[i].config, "set": dict(self.baseline)}
+        open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
+        if not open_units:
+            return StudySearcher.FINISHED
+        ready = [i for i in open_units if not self.baseline or self.baseline_state[i] not in (None, "running")]
+        if not ready:
+            return None  # the baselines of the open units are still training: ask again later
+        i = min(ready, key=lambda j: (self.started[j], j))
+        trial = self._ask_new(i)
+        trial.set_user_attr("ray_trial_id", trial_id)
+        if self.wandb_enabled:
+            trial.set_user_attr("wandb_run_id", trial_id)
+        config = {**self.units[i].config, **trial.params}
+        estimate = self.reader.decode_estimate(config)
+        if estimate is not None:
+            trial.set_user_attr("decode_seconds_estimate", estimate)
+        self.started[i] += 1
+        self.live[trial_id] = (i, trial.number, trial._trial_id)
+        self.configs[trial_id] = config
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        entry = self.live.get(trial_id)
+        values = self.reader(self.configs.get(trial_id, {}), result) if entry else None
+        if values is None:
+            return
+        step = int(result.get("step", result.get("training_iteration", 0)))
+        curve = self.curves.setdefault(trial_id, {})
+        curve[str(step)] = values
+        storage = self._get_storage()
+        try:  # not set_trial_intermediate_value: TPE ranks PRUNED trials by it with study.direction (raises here)
+            storage.set_trial_user_attr(entry[2], "intermediate", dict(curve))
+        except RuntimeError:
+            pass  # already finished
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+        if trial_id in self.baseline_ids:
+            self._baseline_done(self.baseline_ids.pop(trial_id), result, error)
+            return
+        if not error and result:
+            self.on_trial_result(trial_id, result)
+        entry = self.live.pop(trial_id, None)
+        config = self.configs.pop(trial_id, {})
+        self.curves.pop(trial_id, None)
+        if entry is None:
+            return
+        import optuna
+
+        i, number, storage_id = entry
+        study = self._study(i)
+        storage = self._get_storage()
+        result = result or {}
+        values = None if error else self.reader(config, result)
+        max_steps = self.units[i].max_steps
+        state = optuna.trial.TrialState
+        try:
+            if "step" in result:
+                storage.set_trial_user_attr(storage_id, "steps", int(result["step"]))
+            if trial_id in self.rung_log:
+                storage.set_trial_user_attr(storage_id, "rung", self.rung_log[trial_id])
+        except RuntimeError:
+            pass
+        if values is None:
+            study.tell(number, state=state.FAIL, skip_if_finished=True)
+        elif max_steps is not None and int(result.get("step", max_steps)) < max_steps:
+            study.tell(number, state=state.PRUNED, skip_if_finished=True)
+        else:
+            trial = optuna.trial.Trial(study, storage_id)
+            for name, violation in self.violations(i, config, result).items():
+                try:
+                    trial.set_constraint(name, violation)
+                except RuntimeError:
+                    pass
+            study.tell(number, values, skip_if_finished=True)
+
+    def violations(self, i: int, config: dict, result: dict) -> dict[str, float]:
+        """Each constraint's violation (<= 0 feasible); a missing value or baseline is a violation."""
+        state = self.baseline_state[i]
+        baseline = state if isinstance(state, dict) else {}
+        out = {}
+        for c in self.constraints:
+            value = self.reader.decode_estimate(config) if c.name == DECODE_SECONDS else result.get(c.name)
+            v = 1e9 if value is None else c.violation(float(value), baseline.get(c.name))
+            out[c.label] = min(v, 1e9)
+        return out
+
+    def _baseline_done(self, i: int, result: Optional[dict], error: bool) -> None:
+        result = result or {}
+        names = {c.name for c in self.constraints if c.of}
+        metrics = {n: (self.reader.decode_estimate(self.units[i].config | {"set": self.baseline})
+                       if n == DECODE_SECONDS else result.get(n)) for n in names | {"val/bleu"}}
+        ok = not error and all(metrics.get(n) is not None for n in names)
+        self.baseline_state[i] = {k: float(v) for k, v in metrics.items() if v is not None} if ok else "failed"
+        study = self._study(i)
+        study.set_user_attr("baseline", {"model": self.baseline, "metrics": self.baseline_state[i] if ok else None,
+                                         "steps": result.get("step"), "failed": not ok})
+
+    # -- Optuna --------------------------------------------------------------------------------
+
+    def _ask_new(self, i: int):
+        """``study.ask``, again while the sample repeats an earlier trial of the study (told that
+        trial's outcome, ``duplicate_of``), at most :data:`MAX_REPEAT_ASKS` times."""
+        import optuna
+
+        study = self._study(i)
+        state = optuna.trial.TrialState
+        for _ in range(MAX_REPEAT_ASKS):
+            trial = study.ask(self.space)
+            earlier = next((t for t in study.get_trials(deepcopy=False) if t.number != trial.number
+                            and t.params == trial.params and "duplicate_of" not in t.user_attrs), None)
+            if earlier is None:
+                return trial
+            trial.set_user_attr("duplicate_of", earlier.number)
+            if earlier.state == state.COMPLETE:
+                for name, value in earlier.constraints.items():
+                    trial.set_constraint(name, value)
+                study.tell(trial, earlier.values)
+            elif earlier.state == state.PRUNED:
+                study.tell(trial, state=state.PRUNED)
+            else:  # still running (or failed): nothing to copy yet
+                study.tell(trial, state=state.FAIL)
+        return trial
+
+    def _study(self, i: int):
+        if i not in self._studies:
+            import optuna
+
+            study = optuna.create_study(study_name=self.units[i].name, storage=self._get_storage(),
+                                        directions=list(self.directions), load_if_exists=True)
+            seed = self.unit_seed(i, len(study.trials))
+            if self.sampler == "nsga2":
+                study.sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, self.num_samples // 3)))
+            elif self.sampler == "random":
+                study.sampler = optuna.samplers.RandomSampler(seed=seed)
+            else:  # few samples per study: TPE's model from a third of the budget, not after 10 random ones
+                study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3)))
+            study.set_metric_names([o for o in self.reader.names])
+            self._studies[i] = study
+        return self._studies[i]
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"started": self.started, "live": self.live, "baseline_state": self.baseline_state,
+                         "baseline_ids": self.baseline_ids, "configs": self.configs}, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            state = pickle.load(f)
+        self.started, self.live = state["started"], state["live"]
+        self.baseline_state = [None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)]
+        self.baseline_ids, self.configs = {}, state.get("configs", {})
+        self._fail_orphans()
+
+
+def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
+    """The probe stage (:func:`.probe.build_estimates`), then the searcher of a study with
+    ``objectives``: one multi-objective Optuna study per (cell, seed) in ``optuna.journal``."""
+    from .probe import build_estimates
+
+    import os
+
+    spec = sweep.spec
+    out = paths.output / sweep.name
+    out.mkdir(parents=True, exist_ok=True)
+    # Tune keeps one trial pending at a time for a search algorithm: the cores idle between trials
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(2, spec.max_concurrent_trials or 2)))
+    estimates = build_estimates(sweep, out) if DECODE_SECONDS in [o.name for o in spec.objectives] else None
+    index = {c.slug: i for i, c in enumerate(sweep.cells)}
+    units = [StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns),
+                       p.trainer.get("max_steps")) for p in sweep.plans]
+    space = optuna_distributions(spec.parameters, sweep.param_columns)
+    return MooSearcher(units, spec.num_samples, sweep, space, str(out / "optuna.journal"),
+                       ObjectiveReader(sweep, estimates), wandb_enabled=wandb_mode != "disabled")
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

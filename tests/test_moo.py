@@ -1,0 +1,264 @@
+"""Multi-objective search (issue 21): the Pareto maths and the rung rule against brute-force
+definitions, the dry-run checks of `objectives`/`constraints`, the decode probe's interpolation,
+and (slow) a tiny study end to end on a local Ray."""
+from __future__ import annotations
+
+import itertools
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeps.moo.pareto import (crowding, dominates, hypervolume_2d, keep_count, pareto_ranks, rung_order,
+                               rung_survivors, to_minimize)
+from sweeps.moo.probe import DecodeEstimates, arch_key, k_anchors
+from sweeps.moo.rungs import ParetoRungs, milestones
+from tests.sweep_helpers import tiny_spec, write_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- the maths ------------------------------------------------------------------------------------
+
+
+def brute_ranks(points):
+    """Rank by definition: the longest chain of points dominating one another ending at it."""
+    n = len(points)
+    memo = {}
+
+    def depth(i):
+        if i not in memo:
+            memo[i] = max([depth(j) + 1 for j in range(n) if dominates(points[j], points[i])], default=0)
+        return memo[i]
+
+    return [depth(i) for i in range(n)]
+
+
+def test_pareto_ranks_match_the_definition():
+    rng = random.Random(0)
+    for _ in range(200):
+        pts = [(rng.randint(0, 5), rng.randint(0, 5)) for _ in range(rng.randint(1, 9))]
+        assert pareto_ranks(pts) == brute_ranks(pts), pts
+
+
+def test_hypervolume_2d_matches_a_grid_count():
+    rng = random.Random(1)
+    for _ in range(100):
+        pts = [(rng.randint(0, 9), rng.randint(0, 9)) for _ in range(rng.randint(1, 6))]
+        ref = (10, 10)
+        cells = sum(1 for x, y in itertools.product(range(10), range(10))
+                    if any(a <= x and b <= y for a, b in pts))
+        assert hypervolume_2d(pts, ref) == pytest.approx(cells)
+    assert hypervolume_2d([(11, 0)], (10, 10)) == 0  # outside the reference counts nothing
+
+
+def test_keep_count_is_ashas_quantile_rule():
+    """ASHA goes on at or above the (1 - 1/rf) quantile (linear interpolation) of the rung's n
+    values: with 0..n-1 the cut-off sits at (1 - 1/rf)(n - 1), counted in exact arithmetic (numpy's
+    float percentile can land a hair above a value that sits exactly on it)."""
+    from fractions import Fraction
+
+    for rf in (2, 3, 4):
+        for n in range(1, 30):
+            cutoff = (1 - Fraction(1, rf)) * (n - 1)
+            assert keep_count(n, rf) == max(1, sum(1 for i in range(n) if i >= cutoff)), (n, rf)
+
+
+def brute_survivors(points, rf):
+    """The rung rule by definition: a point goes on when fewer than keep_count points come before
+    it in (Pareto rank, -crowding distance, arrival) order."""
+    ranks = brute_ranks(points)
+    dist = {}
+    for r in set(ranks):
+        dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
+    keep = keep_count(len(points), rf)
+    return {i for i in range(len(points))
+            if sum((ranks[j], -dist[j], j) < (ranks[i], -dist[i], i) for j in range(len(points))) < keep}
+
+
+def test_rung_rule_matches_brute_force():
+    rng = random.Random(2)
+    for _ in range(300):
+        pts = [(rng.randint(0, 6), rng.randint(0, 6)) for _ in range(rng.randint(1, 10))]
+        rf = rng.choice([2, 3, 4])
+        assert rung_survivors(pts, rf) == brute_survivors(pts, rf), (pts, rf)
+
+
+def test_rung_rule_never_stops_a_point_that_dominates_a_survivor():
+    rng = random.Random(3)
+    for _ in range(300):
+        pts = [(rng.random(), rng.random()) for _ in range(rng.randint(2, 10))]
+        kept = rung_survivors(pts, 3)
+        for i in set(range(len(pts))) - kept:
+            assert not any(dominates(pts[i], pts[j]) for j in kept)
+
+
+def test_rung_order_front_first_and_its_ends_first():
+    pts = [(3, 3), (0, 5), (5, 0), (2, 2), (1, 4)]  # front: (0,5) (1,4) (2,2) (5,0); (3,3) dominated
+    order = rung_order(pts)
+    assert order[-1] == 0
+    assert set(order[:2]) == {1, 2}  # the two ends of the front: infinite crowding distance
+
+
+def test_to_minimize_flips_maximised_objectives():
+    assert to_minimize([90.0, 0.5], ["maximize", "minimize"]) == (-90.0, 0.5)
+
+
+# -- the rung scheduler (its decisions, without Tune) ----------------------------------------------
+
+
+def test_milestones_like_asha():
+    assert milestones(1, 3, 9) == [1, 3]
+    assert milestones(2, 2, 20) == [2, 4, 8, 16]
+
+
+def test_pareto_rungs_stop_dominated_trials_and_hopeless_ones():
+    rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
+                        grace_period=1, reduction_factor=2, max_t=9, bounds={0: 100.0}, max_steps=900)
+    assert rungs.decide("a", 1, [50.0, 0.02]) == "CONTINUE"  # alone at the rung
+    assert rungs.decide("b", 1, [40.0, 0.03]) == "STOP"  # dominated by a
+    assert rungs.decide("c", 1, [30.0, 0.01]) == "CONTINUE"  # faster: the front's other end (2 of 3 go on)
+    assert rungs.log["b"]["stopped"] and rungs.log["b"]["rung"] == 1
+    rungs.finished["done"] = to_minimize([100.0, 0.015], rungs.directions)
+    # even at BLEU 100 this architecture (0.02 s) would be dominated by the finished one
+    assert rungs.decide("d", 1, [99.0, 0.02]) == "STOP" and rungs.log["d"]["hopeless"]
+    assert rungs.decide("c", 3, [80.0, 0.01]) == "CONTINUE"  # first at rung 2: alone there
+
+
+# -- the decode probe's table ----------------------------------------------------------------------
+
+
+def test_probe_interpolates_in_k_between_anchors():
+    assert k_anchors(1, 32) == [1, 2, 4, 8, 16, 32]
+    assert k_anchors(3, 20) == [3, 4, 8, 16, 20]
+    task, seed = {"name": "copy", "max_length": 10}, 0
+    model = {"attention": "memory", "preset": "tiny", "lr": 0.003}
+    key = arch_key(task, model, seed)
+    assert key == arch_key(task, {**model, "K": 5, "lr": 0.1}, seed)  # K and lr are not part of the key
+    table = DecodeEstimates([{"key": key, "K": 4, "seconds": 1.0}, {"key": key, "K": 8, "seconds": 2.0}])
+    assert table.estimate(task, {**model, "K": 6}, seed) == pytest.approx(1.5)
+    assert table.estimate(task, {**model, "K": 8}, seed) == 2.0
+    assert table.estimate(task, {**model, "K": 2}, seed) == pytest.approx(0.5)  # the end segment, extended
+    assert table.estimate({"name": "copy", "max_length": 20}, {**model, "K": 6}, seed) is None
+
+
+# -- the dry-run checks ----------------------------------------------------------------------------
+
+
+def moo_spec(name="moo", **over):
+    spec = tiny_spec(
+        name,
+        model={"preset": "tiny", "attention": "memory"},
+        grid={"task.max_length": [4, 6]},
+        parameters={"model.K": {"min": 1, "max": 8, "distribution": "int_log_uniform"},
+                    "model.position_encoding": {"values": [False, True]}},
+        num_samples=4,
+        objectives=[{"name": "val/bleu", "goal": "maximize"}, {"name": "decode_seconds", "goal": "minimize"}],
+        constraints=[{"name": "val/bleu", "min": 10},
+                     {"name": "val/bleu", "within": 1.0, "of": {"attention": "bahdanau"}}],
+        early_terminate={"type": "pareto", "grace_period": 1, "reduction_factor": 3},
+    )
+    spec.update(over)
+    return spec
+
+
+def dry_run(tmp_path, spec):
+    path = write_spec(tmp_path, spec)
+    done = subprocess.run([sys.executable, "sweeps/launch.py", str(path), "--dry-run"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_dry_run_accepts_a_multi_objective_study(tmp_path):
+    code, out, err = dry_run(tmp_path, moo_spec())
+    assert code == 0, err
+    assert "2 cells x 1 seed(s) = 2 grid points, 10 trials" in out  # 4 samples + 1 baseline per cell
+
+
+@pytest.mark.parametrize("change, where, words", [
+    ({"metric": {"name": "val/bleu", "goal": "maximize"}}, "objectives", "either `metric`"),
+    ({"objectives": [{"name": "val/bleu", "goal": "maximize"}, {"name": "bleu_score", "goal": "minimize"}]},
+     "objectives[1].name", "'bleu_score' is not a metric this study produces"),
+    ({"constraints": [{"name": "val/sacrebleu", "min": 10}]}, "constraints[0].name", "never produces"),
+    ({"early_terminate": {"type": "asha"}}, "early_terminate.type", "asha ranks trials on one metric"),
+    ({"constraints": [{"name": "val/bleu", "within": 1.0, "of": {"attention": "bahdanau", "K": 4}}]},
+     "K", "not a model setting nor an option of attention 'bahdanau'"),
+])
+def test_dry_run_refuses_in_one_line(tmp_path, change, where, words):
+    code, out, err = dry_run(tmp_path, moo_spec(**change))
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert where in lines[0] and words in lines[0], lines[0]
+
+
+def test_the_worked_example_of_the_docs():
+    """docs/moo_early_stopping.md's worked example, decision by decision."""
+    rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
+                        grace_period=1, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=900)
+    first = [(16, 40, .020, "CONTINUE"), (32, 35, .026, "STOP"), (2, 20, .012, "STOP"), (4, 38, .014, "STOP"),
+             (8, 45, .016, "CONTINUE"), (1, 10, .011, "CONTINUE")]
+    for k, bleu, seconds, decision in first:
+        assert rungs.decide(f"K{k}", 1, [bleu, seconds]) == decision, k
+    for k, bleu, seconds, decision in [(16, 65, .020, "CONTINUE"), (8, 70, .016, "CONTINUE"), (1, 30, .011, "STOP")]:
+        assert rungs.decide(f"K{k}", 3, [bleu, seconds]) == decision, k
+
+
+# -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------
+
+
+def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    spec = moo_spec(
+        "moo_e2e",
+        task={"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
+        grid={"task.max_length": [4]},
+        parameters={"model.K": {"values": [1, 2, 4, 8]}, "model.position_encoding": {"values": [False, True]}},
+        num_samples=5,
+        constraints=[{"name": "val/bleu", "min": 0},  # 20 steps learn next to nothing: bounds they can meet
+                     {"name": "val/bleu", "within": 5.0, "of": {"attention": "bahdanau"}}],
+        wandb={"project": "test", "mode": "offline"},
+    )
+    path = write_spec(tmp_path, spec)
+    code = main([str(path), "--output", str(tmp_path / "out"), "--verbose", "0"])
+    assert code == 0
+    out = tmp_path / "out" / "moo_e2e"
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    study = optuna.load_study(study_name="moo_e2e/length-4-seed0", storage=storage)
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
+    assert len(trained) == 5
+    assert len({tuple(sorted(t.params.items())) for t in trained}) == 5  # no sample trained twice
+    states = [t.state.name for t in trained]
+    assert "PRUNED" in states and "COMPLETE" in states, states
+    for t in trained:
+        assert t.user_attrs["intermediate"], t.number  # every report's two objectives
+        assert t.user_attrs["decode_seconds_estimate"] > 0
+        if t.state.name == "PRUNED":
+            assert t.user_attrs["rung"]["stopped"] and t.values is None
+        else:
+            assert t.values[1] == pytest.approx(t.user_attrs["decode_seconds_estimate"])
+            assert set(t.constraints) == {"val/bleu >= 0", "val/bleu within 5 of attention=bahdanau"}
+    baseline = study.user_attrs["baseline"]
+    assert baseline["model"] == {"model.attention": "bahdanau"} and "val/bleu" in baseline["metrics"]
+    best = study.best_trials  # Optuna's own Pareto front, read from the journal
+    assert best and all(t.state.name == "COMPLETE" and max(t.constraints.values()) <= 0 for t in best)
+    from optuna.visualization.matplotlib import plot_pareto_front
+
+    assert plot_pareto_front(study, target_names=["val/bleu", "decode_seconds"]) is not None
+    md = (out / "results.md").read_text()
+    assert "## Multi-objective search" in md and "### Answers" in md
+    assert "- L=4: smallest K with val/bleu within 5 of attention=bahdanau: K=" in md
+    assert "Pareto front:" in md and "Hypervolume" in md
+    assert (out / "moo_front.png").stat().st_size > 0 and (out / "moo_hypervolume.png").stat().st_size > 0
+    import pandas as pd
+
+    rows = pd.read_csv(out / "results.csv")
+    assert len(rows) == 6 and (rows["attention"] == "bahdanau").sum() == 1  # 5 samples + the baseline
