@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
     if spec.timing.enabled and not interrupted:
+        from sweeps.timing.stage import time_finished_trials
+
         time_finished_trials(rows, plans, out_dir, spec.timing)
         publish_timings(rows, settings, out_dir / "optuna.journal" if sweep.has_search else None)
     # every planned trial has a row, even one Tune never created
@@ -190,10 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written["csv"] = write_results_csv(rows, out_dir)
         written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
-        if spec.objectives:  # multi-objective: fronts, hypervolume, answer lines (sweeps.moo.report)
-            from sweeps.moo.report import write_section
-
-            written.update(write_section(out_dir))
     except OSError as exc:  # a full --output: the table still reaches the console, the old files stay whole
         if find_storage_fault(exc) is None:
             raise
@@ -237,36 +235,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
         return 1
     return 0
-
-
-def time_finished_trials(rows: list[dict], plans: dict[str, tuple[dict, str]], out_dir: Path, timing) -> None:
-    """The decode-timing stage (:mod:`sweeps.timing`) on every finished trial's final checkpoint,
-    each alone on a node; a trial timed before for the same checkpoint (``--resume``) is not timed
-    again. Writes ``decode_seconds`` and its spread into the rows."""
-    from sweeps.results import attach_timing
-    from sweeps.timing import TimingJob, TimingSettings, run_timing_stage
-
-    jobs, timed_rows = [], []
-    for row in rows:
-        if row["status"] not in ("done", "stopped") or not row.get("checkpoint"):
-            continue
-        plan, trial_dir = plans[row["trial_id"]]
-        # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
-        folder = trial_dir if "://" not in trial_dir else str(out_dir / "timing" / row["trial_id"])
-        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan["task"],
-                              output_dir=folder, seed=plan["seed"], split=timing.split))
-        timed_rows.append(row)
-    if not jobs:
-        return
-    print(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
-          f"(median of {timing.repeats}+ repeats" + (f" to +-{100 * timing.precision:g}%" if timing.precision else "")
-          + f", {timing.threads} thread(s)):")
-    settings = TimingSettings(repeats=timing.repeats, warmup=timing.warmup, threads=timing.threads, device=timing.device,
-                              fresh_process=timing.fresh_process, processes=timing.processes,
-                              precision=timing.precision,
-                              max_seconds=timing.max_seconds)
-    for row, outcome in zip(timed_rows, run_timing_stage(jobs, settings)):
-        attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
 
 
 def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:

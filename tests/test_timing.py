@@ -1,4 +1,4 @@
-"""The decode-timing stage (sweeps/timing.py) on real checkpoints: tiny copy-task and WMT models
+"""The decode-timing stage (sweeps/timing/) on real checkpoints: tiny copy-task and WMT models
 trained for a few steps with Lightning, the command run as a subprocess, the stage on a real local Ray."""
 from __future__ import annotations
 
@@ -17,28 +17,17 @@ import torch
 
 from datamodules import CopyTaskDataModule, WMT17DataModule
 from sweeps.build import build_module
-from sweeps.timing import (
-    MIN_REPEAT_S,
-    TIMING_FILE,
-    DecodeTiming,
-    TimingError,
+from sweeps.timing.checkpoint import data_task, infer_task, load_module, saved_data_settings, time_checkpoint
+from sweeps.timing.cli import main, report_lines
+from sweeps.timing.measure import MIN_REPEAT_S, TimingError, clean_passes, measure_decode_time, median_precision
+from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record
+from sweeps.timing.stage import (
     TimingJob,
     TimingSettings,
     already_timed,
-    clean_passes,
-    data_task,
-    infer_task,
-    load_module,
-    main,
     pick_cpus,
-    measure_decode_time,
-    median_precision,
     plan_lanes,
-    read_record,
-    report_lines,
     run_timing_stage,
-    saved_data_settings,
-    time_checkpoint,
     time_checkpoint_pinned,
 )
 
@@ -136,12 +125,12 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
     assert calls["threads"] == {2} and torch.get_num_threads() == 1, "fixed threads inside, restored after"
     assert module.hparams.val_beam_size == 2, "the checkpoint's beam size is put back"
     assert timing.repeats == len(timing.seconds) == 4
-    assert timing.median_seconds == statistics.median(timing.seconds)
-    assert timing.min_seconds == min(timing.seconds) <= timing.q1_seconds <= timing.median_seconds
-    assert timing.median_seconds <= timing.q3_seconds <= timing.max_seconds == max(timing.seconds)
+    assert timing.decode_seconds == statistics.median(timing.seconds)
+    assert timing.min_seconds == min(timing.seconds) <= timing.q1_seconds <= timing.decode_seconds
+    assert timing.decode_seconds <= timing.q3_seconds <= timing.max_seconds == max(timing.seconds)
     assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (24, batches, 3, 2)
     assert timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
-    assert timing.per_sentence_seconds == pytest.approx(timing.median_seconds / 24)
+    assert timing.per_sentence_seconds == pytest.approx(timing.decode_seconds / 24)
     assert (timing.device, timing.threads, timing.torch_version) == ("cpu", 2, torch.__version__)
     assert DecodeTiming.from_dict(json.loads(json.dumps(timing.to_dict()))) == timing
 
@@ -342,7 +331,7 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     loose = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
                                 precision=0.5, max_seconds=10)
     # a 24-sentence greedy decode takes a few ms: each repeat decodes it until MIN_REPEAT_S has passed
-    assert loose.passes_per_repeat * fixed.median_seconds >= 0.5 * MIN_REPEAT_S and loose.passes_per_repeat > 1
+    assert loose.passes_per_repeat * fixed.decode_seconds >= 0.5 * MIN_REPEAT_S and loose.passes_per_repeat > 1
     # a precision met at once stops at the minimum; one never met stops at the time cap, and the
     # precision recorded is what the kept repeats give in both cases (contended timings claim none)
     tight = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,

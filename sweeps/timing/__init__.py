@@ -1,0 +1,15 @@
+"""Decode time measured alone: the paper's decode-time figure (``decode_seconds``) for a trained
+checkpoint. One module per job:
+
+- :mod:`~sweeps.timing.measure`: the measurement (``measure_decode_time``): warm-up, timed
+  repeats, passes on a shared core or a slow machine thrown away, adaptive precision.
+- :mod:`~sweeps.timing.record`: what a timing is (``DecodeTiming``) and ``timing.json``.
+- :mod:`~sweeps.timing.checkpoint`: a checkpoint and its data rebuilt, timed (``time_checkpoint``).
+- :mod:`~sweeps.timing.stage`: the sweep's stage after the Tune run, each finished trial timed
+  alone on a Ray node, ``timing.json`` beside it (``time_finished_trials``, ``run_timing_stage``).
+- :mod:`~sweeps.timing.child`: the pinned process the stage times a checkpoint in.
+- :mod:`~sweeps.timing.cli`: the command, ``python -m sweeps.timing CKPT [options]``.
+- :mod:`~sweeps.timing.devices`: device names and CPU pinning, shared with ``benchmarks/``.
+
+This file imports nothing: the pinned child pins itself before torch is loaded.
+"""

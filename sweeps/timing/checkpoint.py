@@ -1,0 +1,151 @@
+"""A checkpoint and its data: find the checkpoint file, read what it stores, rebuild the split it
+is timed on, and time it (:func:`time_checkpoint`).
+
+The data come from the checkpoint where it can say: a checkpoint written by ``trainer.fit(model,
+datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperparameters()``
+(``CopyTaskDataModule`` does), from which the task is recognised. ``WMT17DataModule`` does not
+(yet), so for WMT checkpoints the data are named (the command's ``--task wmt17``, ``--data-dir``,
+``--cache-dir`` and ``--data KEY=VALUE``; they also override what a checkpoint stores).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import lightning.pytorch as pl
+import torch
+
+from ..build import build_datamodule
+from ..study.signatures import TASK_CLASSES, datamodule_param_types
+from .measure import DecodeTiming, TimingError, measure_decode_time
+
+SPLITS = ("valid", "test")
+DATAMODULE_SETTINGS_KEY = pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY  # "datamodule_hyper_parameters"
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The Lightning checkpoint file: ``path`` itself, or the one ``.ckpt`` file inside a folder
+    (a sweep trial's checkpoint folder holds ``checkpoint.ckpt``)."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("*.ckpt"))
+        if len(found) != 1:
+            held = f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})" if found else "no .ckpt file"
+            raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
+        return found[0]
+    if not p.is_file():
+        raise TimingError(f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder")
+    return p
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """Identifies one checkpoint file's content cheaply (resolved path, size, modification time)."""
+    f = checkpoint_file(path).resolve()
+    st = f.stat()
+    return f"{f}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def load_module(path: str | Path) -> pl.LightningModule:
+    """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
+    from lightning_modules.module import Seq2SeqModule
+
+    return Seq2SeqModule.load_from_checkpoint(str(checkpoint_file(path)), map_location="cpu", weights_only=False)
+
+
+def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's module hyperparameters and its datamodule settings ({} when it was not
+    written by ``trainer.fit(model, datamodule=dm)`` or the datamodule saves no hyperparameters)."""
+    ckpt = torch.load(checkpoint_file(path), map_location="cpu", weights_only=False)  # the user's own file
+    return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
+
+
+def saved_data_settings(path: str | Path) -> dict[str, Any]:
+    """The datamodule settings a checkpoint stores (see :func:`read_settings`)."""
+    return read_settings(path)[1]
+
+
+def infer_task(settings: Mapping[str, Any]) -> str:
+    """The task whose datamodule takes every one of ``settings``."""
+    fits = [t for t in TASK_CLASSES if set(settings) <= set(datamodule_param_types(t))]
+    if len(fits) != 1:
+        raise TimingError(
+            f"cannot tell the task from the checkpoint's data settings ({', '.join(sorted(settings))}); "
+            f"pass --task ({'|'.join(TASK_CLASSES)})"
+        )
+    return fits[0]
+
+
+def data_task(
+    settings: Mapping[str, Any],
+    task: Optional[str] = None,
+    overrides: Optional[Mapping[str, Any]] = None,
+) -> dict[str, Any]:
+    """A plan-style task section (``{"name": ..., **datamodule settings}``) from a checkpoint's
+    saved settings, an optional task name and command-line overrides."""
+    overrides = dict(overrides or {})
+    if not settings and task is None:
+        raise TimingError(
+            "the checkpoint holds no datamodule settings (it was not written by trainer.fit(model, "
+            "datamodule=dm)); say which data to decode, e.g. --task wmt17 --data-dir DIR, or --task copy"
+        )
+    if task is not None and task not in TASK_CLASSES:
+        raise TimingError(f"unknown task {task!r}; valid: {', '.join(TASK_CLASSES)}")
+    name = task or infer_task(settings)
+    if settings and task is not None and infer_task(settings) != task:
+        raise TimingError(f"the checkpoint was trained on task {infer_task(settings)!r}, not {task!r}; drop --task")
+    valid = datamodule_param_types(name)
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise TimingError(f"unknown data option(s) {', '.join(unknown)} for task {name}; valid: {', '.join(valid)}")
+    merged = {**settings, **overrides}
+    saved_cache = settings.get("cache_dir")
+    if "data_dir" in overrides and "cache_dir" not in overrides and saved_cache and not os.path.isdir(saved_cache):
+        merged["cache_dir"] = None  # the old cache went with the old folder: <data_dir>/.cache
+    return {"name": name, **merged}
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise TimingError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+
+
+def split_batches(dm: pl.LightningDataModule, split: str) -> Any:
+    """The DataLoader of ``split`` (``valid`` or ``test``) of a datamodule, after ``setup``."""
+    check_split(split)
+    dm.setup("validate" if split == "valid" else "test")
+    try:
+        return dm.val_dataloader() if split == "valid" else dm.test_dataloader()
+    except (RuntimeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TimingError(
+            f"split {split!r} does not exist in this data ({type(dm).__name__}: {first}); use --split valid, "
+            f"or configure a test set (e.g. --data test_prefix=newstest2016)"
+        ) from None
+
+
+def check_vocabulary(module: pl.LightningModule, dm: pl.LightningDataModule) -> None:
+    """The data's vocabulary must be the one the model was trained on."""
+    for side in ("src_vocab_size", "tgt_vocab_size"):
+        have, want = getattr(dm, side, None), module.hparams.get(side)
+        if have is not None and want is not None and int(have) != int(want):
+            raise TimingError(
+                f"the data's {side} is {have} but the checkpoint's model has {want}: point --data-dir / "
+                f"--cache-dir / --data at the data (and BPE model) the model was trained on"
+            )
+
+
+def time_checkpoint(
+    checkpoint: str | Path, task: Mapping[str, Any], seed: int = 0, split: str = "valid", **options: Any,
+) -> DecodeTiming:
+    """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
+    :func:`~sweeps.timing.measure.measure_decode_time` over one split; ``options`` are that
+    function's (device, beam_size, repeats, warmup, threads, precision, max_seconds)."""
+    module = load_module(checkpoint)
+    task = dict(task)
+    if "num_workers" in datamodule_param_types(task["name"]):
+        task["num_workers"] = 0  # every batch is built before timing: worker processes would only cost
+    dm = build_datamodule(task, seed)
+    loader = split_batches(dm, split)
+    check_vocabulary(module, dm)
+    return measure_decode_time(module, loader, **options)

@@ -1,0 +1,126 @@
+"""The timing command: a trained checkpoint's decode time, measured alone.
+
+Run it (from the repository root):
+
+    python -m sweeps.timing CKPT                              # the checkpoint's own data, validation split
+    python -m sweeps.timing CKPT --split test --beam 10 --repeats 5 --threads 1
+    python -m sweeps.timing CKPT --device cuda --json timing.json
+    # Britz et al.'s Table 3: WMT'17 en-de newstest2015 (2,169 sentences), beam 10
+    python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
+        --data vocab_size=16000
+
+``CKPT`` is a Lightning checkpoint, or a folder holding one ``.ckpt`` (a sweep trial's checkpoint).
+The data come from the checkpoint where it can say (:mod:`sweeps.timing.checkpoint`); for WMT
+checkpoints name them: ``--task wmt17``, ``--data-dir``, ``--cache-dir`` and ``--data KEY=VALUE``
+for any other setting the model was trained with (they also override what a checkpoint stores).
+
+What is timed and how is :mod:`sweeps.timing.measure`: one untimed warm-up pass (``--warmup``),
+then at least ``--repeats`` timed passes, more until the median is known to ``--precision``; the
+median is the figure. On CPU torch uses a fixed number of threads (``--threads``, default 1, as
+``benchmarks/decode_speed.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..keyvalue import AssignmentError, parse_assignments, yaml_value
+from ..study.signatures import TASK_CLASSES
+from .checkpoint import check_split, checkpoint_file, data_task, read_settings, time_checkpoint
+from .measure import TimingError
+from .record import DecodeTiming, repeats_note, shared_core_note, write_json_atomic
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m sweeps.timing",
+        description="Time decoding a whole split with a checkpoint: alone, data loading excluded, "
+                    "median of repeated runs after a warm-up.",
+    )
+    p.add_argument("checkpoint", help="a Lightning .ckpt file, or a trial's checkpoint folder")
+    p.add_argument("--split", default="valid", help="valid (default) or test")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats over the split, at least (default 5)")
+    p.add_argument("--precision", type=float, default=0.02,
+                   help="repeat until the median's 95%% interval is within this fraction of it (default 0.02); "
+                        "0: exactly --repeats passes")
+    p.add_argument("--max-seconds", type=float, default=30.0,
+                   help="with --precision: stop after this many seconds of timed decoding (default 30)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--task", default=None, choices=tuple(TASK_CLASSES),
+                   help="the data's task; needed only when the checkpoint stores no datamodule settings")
+    p.add_argument("--data-dir", default=None,
+                   help="where the data files are now (WMT), if not where the checkpoint says")
+    p.add_argument("--cache-dir", default=None, help="the BPE/token cache folder (WMT)")
+    p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                   help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
+    return p.parse_args(argv)
+
+
+def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    try:  # KEY= : the empty string
+        out = parse_assignments(args.data, value=lambda text: yaml_value(text) if text else "")
+    except AssignmentError as exc:
+        if exc.value is None or not exc.key:
+            raise TimingError(f"--data {exc.item!r}: expected KEY=VALUE, e.g. --data eval_batch_size=64") from None
+        raise TimingError(f"--data {exc.item!r}: cannot parse the value {exc.value!r}") from None
+    if args.data_dir is not None:
+        out["data_dir"] = str(Path(args.data_dir).resolve())
+    if args.cache_dir is not None:
+        out["cache_dir"] = str(Path(args.cache_dir).resolve())
+    return out
+
+
+def describe(task: Mapping[str, Any]) -> str:
+    if task["name"] == "wmt17":
+        return f"wmt17 {task.get('pair', 'en-de')} ({task.get('data_dir')})"
+    settings = ", ".join(f"{k}={task[k]}" for k in ("max_length", "val_size", "test_size", "seed") if k in task)
+    return f"{task['name']} ({settings})"
+
+
+def report_lines(timing: DecodeTiming, split: str) -> list[str]:
+    """The command's summary of one timing."""
+    t = timing
+    return [
+        f"split        {split}: {t.sentences} sentences in {t.batches} batches (moved to {t.device} before timing), "
+        f"{t.output_tokens} tokens decoded",
+        f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}, "
+        f"{t.threads} thread(s), torch {t.torch_version}; {t.warmup} warm-up + {t.repeats} timed runs",
+        f"whole split  {t.decode_seconds:.4f} s  (median of {repeats_note(t)}; min {t.min_seconds:.4f}, "
+        f"max {t.max_seconds:.4f}, IQR {t.iqr_seconds:.4f}{shared_core_note(t)})",
+        f"per sentence {1000 * t.per_sentence_seconds:.3f} ms",
+        "runs (s)     " + " ".join(f"{s:.4f}" for s in t.seconds),
+    ]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        check_split(args.split)
+        overrides = _data_overrides(args)
+        ckpt = checkpoint_file(args.checkpoint)
+        hparams, saved = read_settings(ckpt)
+        task = data_task(saved, args.task, overrides)
+        print(f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})", flush=True)
+        timing = time_checkpoint(ckpt, task, int(task.get("seed") or 0), args.split, device=args.device,
+                                 beam_size=args.beam, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
+                                 precision=args.precision or None, max_seconds=args.max_seconds)
+    except TimingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError, TypeError) as exc:  # the datamodule's own checks
+        lines = str(exc).strip().splitlines()
+        print(f"error: {lines[0] if lines else type(exc).__name__} (see --help for the data options)", file=sys.stderr)
+        return 2
+    print("\n".join(report_lines(timing, args.split)))
+    if args.json:
+        write_json_atomic(args.json, {"checkpoint": str(ckpt), "split": args.split, "task": task, **timing.to_dict()})
+        print(f"wrote {args.json}")
+    return 0
+

@@ -1,0 +1,58 @@
+"""Where a timed computation runs: the torch device named on a command line, and the CPUs a timing
+process is pinned to. Shared by the timing stage (:mod:`sweeps.timing`) and the benchmark scripts
+(``benchmarks/``).
+
+Standard library only at import (torch is imported when a device is resolved): the pinned timing
+child (:mod:`sweeps.timing.child`) pins itself with :func:`pin` before torch starts any thread.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+
+if TYPE_CHECKING:
+    import torch
+
+
+def resolve_device(name: "str | torch.device") -> "torch.device":
+    """``cpu`` or ``cuda[:N]`` as a torch device; ValueError, naming the fix, for an unknown name or
+    a CUDA device torch cannot see."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!s} asked for, but torch sees no CUDA device; use cpu")
+    return device
+
+
+def highest_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
+    """``count`` CPUs to pin a timing process to: the highest-numbered of ``allowed`` (default: this
+    process's), away from CPU 0 where interrupts and system daemons tend to run. An unpinned
+    single-threaded run migrates between cores and on a small VM lands in one of two speeds per
+    process. ValueError when fewer than ``count`` are allowed."""
+    pool = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if count > len(pool):
+        raise ValueError(f"threads={count} but only {len(pool)} CPU(s) are available here")
+    return pool[-count:]
+
+
+def pin(cpus: Iterable[int]) -> list[int]:
+    """Pin the calling thread (and every thread it starts from now on) to ``cpus``; returns them sorted."""
+    chosen = sorted(cpus)
+    os.sched_setaffinity(0, set(chosen))
+    return chosen
+
+
+@contextmanager
+def pinned(cpus: Iterable[int]) -> Iterator[list[int]]:
+    """:func:`pin` for the block, the previous CPU affinity restored after it (so a caller, such as a
+    test process that goes on to start Ray, is not left on one core)."""
+    saved = os.sched_getaffinity(0)
+    try:
+        yield pin(cpus)
+    finally:
+        os.sched_setaffinity(0, saved)

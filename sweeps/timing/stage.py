@@ -1,0 +1,320 @@
+"""The sweep's timing stage: each finished trial's checkpoint timed alone, after the Tune run.
+
+:func:`time_finished_trials` is what the launcher calls: it makes one :class:`TimingJob` per
+finished trial and :func:`run_timing_stage` runs them as one Ray task per trial that holds a whole
+node's CPUs (or one whole GPU and the node's CPUs per GPU), so nothing else runs beside it. It
+writes ``timing.json`` next to the trial's results and skips trials already timed for the same
+checkpoint (so ``--resume`` never times a trial twice). On CPU each trial is timed in fresh
+processes pinned to their CPUs (:func:`time_checkpoint_pinned`, running :mod:`sweeps.timing.child`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import (Annotated, Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, get_args, get_origin,
+                    get_type_hints)
+
+from annotated_types import Ge
+
+from .checkpoint import check_split, checkpoint_file, checkpoint_fingerprint, time_checkpoint
+from .devices import highest_cpus
+from .measure import TimingError
+from .record import (TIMING_FILE, DecodeTiming, TimingRecord, read_record, repeats_note, shared_core_note,
+                     write_json_atomic)
+
+
+@dataclass(frozen=True)
+class TimingJob:
+    """One finished trial to time.
+
+    Args:
+        trial_id: the trial's id (written into the result).
+        checkpoint: its final Lightning checkpoint: a ``.ckpt`` file or a folder holding
+            ``checkpoint.ckpt`` (a path every node can read).
+        task: the trial plan's task section (``{"name": "copy", "max_length": 10, ...}``).
+        output_dir: where ``timing.json`` is written (the trial's results folder).
+        seed: the trial's seed (generated data such as the copy task's depend on it).
+        beam_size: None: the checkpoint's ``val_beam_size`` (the study's beam).
+        split: ``valid`` or ``test``.
+    """
+
+    trial_id: str
+    checkpoint: str
+    task: dict[str, Any]
+    output_dir: str
+    seed: int = 0
+    beam_size: Optional[int] = None
+    split: str = "valid"
+
+    @property
+    def result_path(self) -> Path:
+        return Path(self.output_dir) / TIMING_FILE
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """Stage-wide settings: ``repeats`` timed passes after ``warmup`` untimed ones, ``threads``
+    torch threads, ``device`` ``auto`` (a GPU per job where the cluster has GPUs), ``cpu`` or ``cuda``.
+    The ranges are the ``Annotated`` markers, checked on construction."""
+
+    repeats: Annotated[int, Ge(1)] = 5
+    warmup: Annotated[int, Ge(0)] = 1
+    threads: Annotated[int, Ge(1)] = 1
+    precision: Optional[float] = 0.02  # adaptive repeats to this precision (None: exactly `repeats`)
+    max_seconds: float = 30.0  # adaptive: timed decoding per trial at most this long
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    fresh_process: bool = True  # on CPU: time in a new process pinned to `threads` CPUs (see run_job)
+    processes: Annotated[int, Ge(1)] = 3  # with fresh_process: that many processes, one after another
+
+    def __post_init__(self) -> None:
+        for name, hint in get_type_hints(type(self), include_extras=True).items():
+            value = getattr(self, name)
+            for marker in getattr(hint, "__metadata__", ()):
+                if isinstance(marker, Ge) and not value >= marker.ge:
+                    raise TimingError(f"timing {name} must be >= {marker.ge}, got {value}")
+            if get_origin(hint) is Literal and value not in get_args(hint):
+                raise TimingError(f"timing {name} must be one of {', '.join(get_args(hint))}, got {value!r}")
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "TimingSettings":
+        """The settings a study's ``timing`` block (``sweeps.study.TimingSpec``) gives, by field name."""
+        return cls(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class TimingOutcome:
+    """One job's fate in a stage run: ``timed``, ``skipped`` (already timed) or ``error``."""
+
+    job: TimingJob
+    status: str
+    record: Optional[TimingRecord] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Where one timing job at a time runs: a node, holding ``cpus`` CPUs and ``gpus`` GPUs there."""
+
+    node_id: str
+    cpus: float
+    gpus: float = 0.0
+    device: str = "cpu"
+
+
+def already_timed(job: TimingJob) -> Optional[TimingRecord]:
+    """The job's existing record when it is for the same checkpoint file, split and beam size."""
+    record = read_record(job.result_path)
+    if record is None:
+        return None
+    try:
+        same_checkpoint = record.fingerprint == checkpoint_fingerprint(job.checkpoint)
+    except TimingError:
+        return None
+    same_beam = job.beam_size is None or job.beam_size == record.timing.beam_size
+    return record if same_checkpoint and same_beam and record.split == job.split else None
+
+
+def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
+    """One lane per alive node holding all its CPUs, or with ``use_gpu`` one lane per GPU holding
+    that GPU and the node's CPUs divided by its GPUs. ``nodes`` as ``ray.nodes()`` returns them."""
+    lanes = []
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources") or {}
+        cpus, gpus = float(res.get("CPU", 0)), int(res.get("GPU", 0))
+        if use_gpu:
+            share = float(int(cpus // gpus)) if gpus else 0.0
+            lanes += [Lane(node["NodeID"], share, 1.0, "cuda") for _ in range(gpus)]
+        elif cpus >= 1:
+            lanes.append(Lane(node["NodeID"], cpus, 0.0, "cpu"))
+    return lanes
+
+
+def run_job(job: TimingJob, settings: TimingSettings, lane: Lane) -> TimingRecord:
+    """Time one job here and now (the body of the stage's Ray task).
+
+    On a CPU lane with ``settings.fresh_process`` the measurement runs in a new Python process
+    pinned to ``settings.threads`` of the lane's CPUs (:func:`time_checkpoint_pinned`), not in this
+    Ray worker: on a 2-core VM an unpinned decode in a Ray worker (a dozen threads of its own)
+    landed in one of two speeds per process, 0.015 or 0.023 s for the same split, so two runs of
+    one study disagreed by up to 50 %; pinned, a lone process keeps to one core and its cache.
+
+    Pinned processes still differ: six fresh processes timing one checkpoint gave medians from
+    0.0077 to 0.0089 s, each known to +-1 %, one of them slow for its whole life. So the job runs
+    ``settings.processes`` of them one after another and keeps the fastest process's timing (each
+    process's median in ``process_medians``): a process in a slow mode measures the machine's
+    state, not the model."""
+    import ray
+
+    started = time.time()
+    fingerprint = checkpoint_fingerprint(job.checkpoint)
+    kwargs = dict(seed=job.seed, split=job.split, device=lane.device, beam_size=job.beam_size,
+                  repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
+                  precision=settings.precision, max_seconds=settings.max_seconds)
+    if settings.fresh_process and lane.device == "cpu":
+        timings = [time_checkpoint_pinned(job.checkpoint, job.task, **kwargs) for _ in range(settings.processes)]
+        timing = dataclasses.replace(min(timings, key=lambda t: t.decode_seconds),
+                                     process_medians=tuple(t.decode_seconds for t in timings))
+    else:
+        timing = time_checkpoint(job.checkpoint, job.task, **kwargs)
+    return TimingRecord(
+        trial_id=job.trial_id, checkpoint=str(job.checkpoint), fingerprint=fingerprint, split=job.split,
+        timing=timing, node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname(),
+        reserved_cpus=lane.cpus, reserved_gpus=lane.gpus, started_at=started, finished_at=time.time(),
+    )
+
+
+def pick_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
+    """``count`` CPUs to pin a timing process to (:func:`sweeps.timing.devices.highest_cpus`)."""
+    try:
+        return highest_cpus(count, allowed)
+    except ValueError as exc:
+        raise TimingError(f"timing {exc}; lower timing.threads") from None
+
+
+def time_checkpoint_pinned(checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any) -> DecodeTiming:
+    """:func:`~sweeps.timing.checkpoint.time_checkpoint` in a new Python process
+    (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs (:func:`pick_cpus`).
+    CPU only; the timing comes back with the CPUs it ran on."""
+    from . import child
+
+    cpus = pick_cpus(int(kwargs.get("threads") or 1))
+    root = str(Path(__file__).resolve().parents[2])  # sweeps/, lightning_modules/, datamodules/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    request = json.dumps({"cpus": cpus, "checkpoint": str(checkpoint), "task": dict(task), "kwargs": kwargs})
+    done = subprocess.run([sys.executable, "-m", child.__name__], input=request, capture_output=True, text=True,
+                          env=env)
+    found = [ln[len(child.PREFIX):] for ln in done.stdout.splitlines() if ln.startswith(child.PREFIX)]
+    if done.returncode != 0 or not found:
+        errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        raise TimingError(f"the timing process failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
+    return dataclasses.replace(DecodeTiming.from_dict(json.loads(found[-1])), cpus=tuple(cpus))
+
+
+def time_finished_trials(
+    rows: list[dict], plans: Mapping[str, tuple[dict, str]], out_dir: Path, spec: Any,
+    log: Optional[Callable[[str], None]] = print,
+) -> None:
+    """The stage as the launcher runs it, on every finished trial's final checkpoint (rows whose
+    status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
+    study's ``timing`` block. Writes ``decode_seconds`` and its spread, or the stage's error, into
+    the rows (:func:`sweeps.results.attach_timing`)."""
+    from ..results import attach_timing
+
+    jobs, timed_rows = [], []
+    for row in rows:
+        if row["status"] not in ("done", "stopped") or not row.get("checkpoint"):
+            continue
+        plan, trial_dir = plans[row["trial_id"]]
+        # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
+        folder = trial_dir if "://" not in trial_dir else str(out_dir / "timing" / row["trial_id"])
+        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan["task"],
+                              output_dir=folder, seed=plan["seed"], split=spec.split))
+        timed_rows.append(row)
+    if not jobs:
+        return
+    if log:
+        log(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
+            f"(median of {spec.repeats}+ repeats" + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
+            + f", {spec.threads} thread(s)):")
+    for row, outcome in zip(timed_rows, run_timing_stage(jobs, TimingSettings.from_spec(spec), log)):
+        attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
+
+
+def run_timing_stage(
+    jobs: Sequence[TimingJob],
+    settings: TimingSettings = TimingSettings(),
+    log: Optional[Callable[[str], None]] = print,
+) -> list[TimingOutcome]:
+    """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
+
+    Call after the Tune run, with Ray initialised. Each job is a Ray task pinned to one lane (see
+    :func:`plan_lanes`): a whole node's CPUs, or one GPU with its share of the node's CPUs, so no
+    other Ray work shares its cores or GPU and lanes run one job at a time. Jobs whose
+    ``timing.json`` already matches their checkpoint are skipped; a failed job is reported and the
+    others go on. ``timing.json`` is written by the driver, atomically.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        raise TimingError("run_timing_stage needs a running Ray: call ray.init() (or the launcher's init_ray) first")
+    say = log or (lambda _msg: None)
+    outcomes: dict[int, TimingOutcome] = {}
+    pending: deque[int] = deque()
+    for i, job in enumerate(jobs):
+        try:
+            check_split(job.split)
+            record = already_timed(job)
+            checkpoint_file(job.checkpoint)
+        except TimingError as exc:
+            outcomes[i] = TimingOutcome(job, "error", error=str(exc))
+            continue
+        if record is not None:
+            outcomes[i] = TimingOutcome(job, "skipped", record=record)
+            say(f"[timing] trial {job.trial_id}: already timed for this checkpoint ({job.result_path})")
+        else:
+            pending.append(i)
+    for i, outcome in outcomes.items():
+        if outcome.status == "error":
+            say(f"[timing] trial {outcome.job.trial_id}: {outcome.error}")
+    if pending:
+        total, free_now = ray.cluster_resources(), ray.available_resources()
+        lanes = _lanes(settings, ray.nodes(), total)
+        if free_now.get("CPU", 0) < total.get("CPU", 0):
+            say(f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
+                f"waits until its whole node is (is other Ray work still running?)")
+        task = ray.remote(max_retries=0)(run_job)
+        free = deque(lanes)
+        running: dict[Any, tuple[int, Lane]] = {}
+        while pending or running:
+            while free and pending:
+                lane, i = free.popleft(), pending.popleft()
+                ref = task.options(
+                    num_cpus=lane.cpus, num_gpus=lane.gpus,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False),
+                ).remote(jobs[i], settings, lane)
+                running[ref] = (i, lane)
+            done, _ = ray.wait(list(running), num_returns=1)
+            i, lane = running.pop(done[0])
+            free.append(lane)
+            job = jobs[i]
+            try:
+                record: TimingRecord = ray.get(done[0])
+            except Exception as exc:  # one failed job must not lose the others' timings
+                message = _last_line(exc)
+                outcomes[i] = TimingOutcome(job, "error", error=message)
+                say(f"[timing] trial {job.trial_id}: failed: {message}")
+                continue
+            write_json_atomic(job.result_path, record.to_dict())
+            outcomes[i] = TimingOutcome(job, "timed", record=record)
+            t = record.timing
+            say(f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
+                f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
+                f"{shared_core_note(t)}) -> {job.result_path}")
+    return [outcomes[i] for i in range(len(jobs))]
+
+
+def _lanes(settings: TimingSettings, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
+    has_gpu = float(total.get("GPU", 0)) > 0
+    if settings.device == "cuda" and not has_gpu:
+        raise TimingError("timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto")
+    lanes = plan_lanes(nodes, use_gpu=settings.device == "cuda" or (settings.device == "auto" and has_gpu))
+    if not lanes:
+        raise TimingError("no alive Ray node with a CPU (or GPU) to time on")
+    return lanes
+
+
+def _last_line(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the task's own exception
+    lines = str(cause).strip().splitlines()
+    return (lines[-1] if lines else type(cause).__name__)[:300]
