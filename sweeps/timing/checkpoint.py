@@ -16,8 +16,10 @@ from typing import Any, Mapping, Optional
 import lightning.pytorch as pl
 import torch
 
+from datamodules import TASKS
+
 from ..build import build_datamodule
-from ..study.signatures import TASK_CLASSES, datamodule_param_types
+from ..study.signatures import datamodule_param_types
 from .measure import DecodeTiming, TimingError, measure_decode_time
 
 SPLITS = ("valid", "test")
@@ -67,11 +69,11 @@ def saved_data_settings(path: str | Path) -> dict[str, Any]:
 
 def infer_task(settings: Mapping[str, Any]) -> str:
     """The task whose datamodule takes every one of ``settings``."""
-    fits = [t for t in TASK_CLASSES if set(settings) <= set(datamodule_param_types(t))]
+    fits = [t for t in TASKS if set(settings) <= set(datamodule_param_types(t))]
     if len(fits) != 1:
         raise TimingError(
             f"cannot tell the task from the checkpoint's data settings ({', '.join(sorted(settings))}); "
-            f"pass --task ({'|'.join(TASK_CLASSES)})"
+            f"pass --task ({'|'.join(TASKS)})"
         )
     return fits[0]
 
@@ -89,8 +91,8 @@ def data_task(
             "the checkpoint holds no datamodule settings (it was not written by trainer.fit(model, "
             "datamodule=dm)); say which data to decode, e.g. --task wmt17 --data-dir DIR, or --task copy"
         )
-    if task is not None and task not in TASK_CLASSES:
-        raise TimingError(f"unknown task {task!r}; valid: {', '.join(TASK_CLASSES)}")
+    if task is not None and task not in TASKS:
+        raise TimingError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
     name = task or infer_task(settings)
     if settings and task is not None and infer_task(settings) != task:
         raise TimingError(f"the checkpoint was trained on task {infer_task(settings)!r}, not {task!r}; drop --task")

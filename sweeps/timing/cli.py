@@ -26,8 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from datamodules import TASKS
+
 from ..keyvalue import AssignmentError, parse_assignments, yaml_value
-from ..study.signatures import TASK_CLASSES
 from .checkpoint import check_split, checkpoint_file, data_task, read_settings, time_checkpoint
 from .measure import TimingError
 from .record import DecodeTiming, repeats_note, shared_core_note, write_json_atomic
@@ -52,7 +53,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    p.add_argument("--task", default=None, choices=tuple(TASK_CLASSES),
+    p.add_argument("--task", default=None, choices=tuple(TASKS),
                    help="the data's task; needed only when the checkpoint stores no datamodule settings")
     p.add_argument("--data-dir", default=None,
                    help="where the data files are now (WMT), if not where the checkpoint says")
