@@ -6,11 +6,13 @@ import os
 import platform
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+
+from sweeps.timing.devices import highest_cpus, pinned, resolve_device
 
 
 def cpu_model() -> str:
@@ -47,13 +49,6 @@ def machine_line(info: dict[str, Any]) -> str:
     )
 
 
-def resolve_device(name: str) -> torch.device:
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda asked for, but torch sees no CUDA device")
-    return device
-
-
 def time_interleaved(
     fns: dict[str, Callable[[], Any]], device: torch.device, warmup: int, repeats: int
 ) -> dict[str, tuple[float, list[float]]]:
@@ -75,16 +70,6 @@ def time_interleaved(
             sync(device)
             times[name].append(time.perf_counter() - start)
     return {name: (statistics.median(t), t) for name, t in times.items()}
-
-
-def pin_to_cpus(threads: int) -> list[int]:
-    """Pin this process to its ``threads`` highest-numbered allowed CPUs (CPU runs): an unpinned
-    single-threaded run migrates between cores and on a small VM lands in one of two speeds per
-    process. Returns the CPUs (all allowed ones when there are no more than ``threads``)."""
-    allowed = sorted(os.sched_getaffinity(0))
-    chosen = allowed[-threads:] if threads < len(allowed) else allowed
-    os.sched_setaffinity(0, set(chosen))
-    return chosen
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -150,22 +135,24 @@ def pyplot_or_none():
 
 @contextmanager
 def announced(device_name: str, threads: int, settings: str) -> Iterator[str]:
-    """For the benchmark's run: set torch's thread count, on CPU pin the process to ``threads``
-    cores (:func:`pin_to_cpus`), print the machine line and the run's settings; yields the machine
-    line (for the Markdown report). The CPU affinity is restored on exit, so a caller (a test
-    process that goes on to start Ray) is not left on one core."""
-    saved_affinity = os.sched_getaffinity(0)
+    """For the benchmark's run: set torch's thread count, on CPU pin the process to its ``threads``
+    highest-numbered cores (all of them when there are no more), print the machine line and the
+    run's settings; yields the machine line (for the Markdown report). The CPU affinity is restored
+    on exit (:func:`sweeps.timing.devices.pinned`), so a caller (a test process that goes on to
+    start Ray) is not left on one core."""
     torch.set_num_threads(threads)
-    device = resolve_device(device_name)
-    header = machine_line(machine_info(device))
     try:
-        if device.type == "cpu":
-            header += f" | pinned to CPU {','.join(map(str, pin_to_cpus(threads)))}"
+        device = resolve_device(device_name)
+    except ValueError as exc:
+        raise SystemExit(f"--device: {exc}") from None
+    header = machine_line(machine_info(device))
+    cpus = highest_cpus(min(threads, len(os.sched_getaffinity(0)))) if device.type == "cpu" else []
+    with pinned(cpus) if cpus else nullcontext():
+        if cpus:
+            header += f" | pinned to CPU {','.join(map(str, cpus))}"
         print(header, flush=True)
         print(settings, flush=True)
         yield header
-    finally:
-        os.sched_setaffinity(0, saved_affinity)
 
 
 def save_png(fig, path: Path) -> Path:

@@ -42,7 +42,6 @@ from _machine import (  # noqa: E402
     announced,
     markdown_table,
     pyplot_or_none,
-    resolve_device,
     save_png,
     time_interleaved,
     write_outputs,
@@ -50,6 +49,7 @@ from _machine import (  # noqa: E402
 
 from lightning_modules.attention import build_attention  # noqa: E402
 from lightning_modules.attention.base import Attention  # noqa: E402
+from sweeps.timing.devices import resolve_device  # noqa: E402
 
 FULL_SIZES = [10, 50, 100, 500, 1000]
 QUICK_SOURCES, QUICK_TARGETS = [10, 100, 500], [10, 100]
