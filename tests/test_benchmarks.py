@@ -40,7 +40,10 @@ def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
     assert {(r["mechanism"], int(r["length"]), r["mode"]) for r in rows} == {
         (m, L, mode) for m in mechanisms for L in (4, 7) for mode in ("greedy", "beam")
     }
-    assert all(float(r["min_seconds"]) <= float(r["seconds"]) for r in rows)  # median >= fastest run
+    # one timed run per cell (--repeats 1): the median and the fastest run are that run; per step: over L + 1 steps
+    assert all(int(r["repeats"]) == 1 and r["seconds"] == r["min_seconds"] and float(r["seconds"]) > 0 for r in rows)
+    assert all(float(r["per_step_ms"]) == pytest.approx(1000 * float(r["seconds"]) / int(r["steps"]), abs=1e-3)
+               for r in rows)
     assert all(int(r["steps"]) == int(r["length"]) + 1 for r in rows)
     assert paths["png"].stat().st_size > 0
     out = capsys.readouterr().out

@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -17,8 +18,10 @@ import torch
 
 from datamodules import CopyTaskDataModule, WMT17DataModule
 from sweeps.build import build_module
+from sweeps.timing import measure
 from sweeps.timing.checkpoint import data_task, infer_task, load_module, saved_data_settings, time_checkpoint
 from sweeps.timing.cli import main, report_lines
+from sweeps.timing.devices import pinned
 from sweeps.timing.measure import MIN_REPEAT_S, TimingError, clean_passes, measure_decode_time, median_precision
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record
 from sweeps.timing.stage import (
@@ -102,13 +105,15 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
     dm = CopyTaskDataModule(**COPY)
     dm.setup("validate")
     loader = CountingLoader(dm.val_dataloader())
-    calls = {"decode": 0, "beam": 0, "threads": set(), "tokens": []}
+    calls = {"decode": 0, "beam": 0, "threads": set(), "tokens": [], "seconds": []}
     decode, beam_search = module.decode, module.model.beam_search
 
     def counting_decode(src, src_lengths):
         calls["decode"] += 1
         calls["threads"].add(torch.get_num_threads())
+        start = time.perf_counter()
         calls["tokens"].append(decode(src, src_lengths))  # (B, T')
+        calls["seconds"].append(time.perf_counter() - start)
         return calls["tokens"][-1]
 
     def counting_beam(*args, **kwargs):
@@ -126,8 +131,12 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
     assert module.hparams.val_beam_size == 2, "the checkpoint's beam size is put back"
     assert timing.repeats == len(timing.seconds) == 4
     assert timing.decode_seconds == statistics.median(timing.seconds)
-    assert timing.min_seconds == min(timing.seconds) <= timing.q1_seconds <= timing.decode_seconds
-    assert timing.decode_seconds <= timing.q3_seconds <= timing.max_seconds == max(timing.seconds)
+    assert (timing.min_seconds, timing.max_seconds) == (min(timing.seconds), max(timing.seconds))
+    assert [timing.q1_seconds, timing.q3_seconds] == statistics.quantiles(timing.seconds, n=4, method="inclusive")[::2]
+    # each timed pass's seconds hold all of that pass's decodes (every batch of the split, warm-up passes left out)
+    timed = calls["seconds"][2 * batches:]
+    decoding = [sum(timed[i * batches:(i + 1) * batches]) for i in range(4)]
+    assert all(inside <= wall for inside, wall in zip(decoding, timing.seconds)), (decoding, timing.seconds)
     assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (24, batches, 3, 2)
     assert timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
     assert timing.per_sentence_seconds == pytest.approx(timing.decode_seconds / 24)
@@ -303,18 +312,28 @@ def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():
     assert clean_passes(passes[:2], best=0.0018) == [False, False]
 
 
-def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(copy_ckpts):
-    """A busy process pinned to the timing process's core: every pass's wall time is about twice
-    its CPU time, so each is thrown away and, after 4x repeats, the timing says it is contended."""
+def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(copy_ckpts, monkeypatch):
+    """A busy process pinned to the timing thread's core: every pass's wall time is about twice
+    its CPU time, so each is thrown away and, after 4x repeats, the timing says it is contended.
+    Timed here, not in a fresh process, with the 2 s calibration and the 5 s waits for the machine
+    to recover cut short: beside the busy process every probe looks slow, so each pass would wait
+    its full 5 s."""
+    monkeypatch.setattr(measure, "CALIBRATION_S", 0.1)
+    monkeypatch.setattr(measure, "RECOVERY_WAIT_S", 0.0)
+    module = load_module(copy_ckpts["memory"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = list(dm.val_dataloader())  # beam 4 over 24 sentences: ~40 ms of CPU a pass, many time slices
     cpu = max(os.sched_getaffinity(0))
-    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\n"
+                                                  "while True: pass"], stdout=subprocess.PIPE)
     try:
-        timing = time_checkpoint_pinned(copy_ckpts["memory"], {"name": "copy", **COPY, "val_size": 200}, seed=0,
-                                        split="valid", device="cpu", beam_size=4, repeats=3, warmup=1, threads=1)
+        hog.stdout.readline()  # it is on the core before the passes start
+        with pinned([cpu]):
+            timing = measure_decode_time(module, loader, "cpu", beam_size=4, repeats=3, warmup=1, threads=1)
     finally:
         hog.kill()
         hog.wait()
-    assert timing.cpus == (cpu,)
     assert timing.contended and timing.interrupted >= 10, (timing.interrupted, timing.seconds)
     assert len(timing.seconds) == 3
     line = "\n".join(report_lines(timing, "valid"))
