@@ -262,3 +262,8 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray):
 
     rows = pd.read_csv(out / "results.csv")
     assert len(rows) == 6 and (rows["attention"] == "bahdanau").sum() == 1  # 5 samples + the baseline
+    from sweeps.moo.report import wandb_report
+
+    report = wandb_report(out, "an-entity", "test", "moo_e2e")  # built, not saved: offline, no key
+    text = repr(report.blocks)
+    assert "Multi-objective search" in text and "Pareto front" in text and "smallest K with" in text

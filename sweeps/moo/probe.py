@@ -120,6 +120,7 @@ class DecodeEstimates:
     def save(self, path: Path) -> Path:
         from ..files import write_atomic
 
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, json.dumps({"entries": self.entries}, indent=1) + "\n")
 
     @classmethod
