@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .cluster import ClusterFit, LaunchError, Paths
-from .settings import Resources, TrialSettings, WandbSettings
+from .settings import TrialSettings
 from .storage_faults import StorageGuard
 from .study import LAUNCH_FILE, Sweep, base_sections
 
@@ -33,11 +33,8 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
     return TrialSettings(
         name=sweep.name,
         metric=spec.metric.name,
-        resources=Resources(cpu=spec.resources.cpu, gpu=fit.gpu, workers=spec.resources.workers),
-        wandb=WandbSettings(
-            project=wb.project, entity=wb.entity, group=wb.group, tags=tuple(wb.tags),
-            mode=wandb_mode, log_heatmaps=wb.log_heatmaps,
-        ),
+        resources=spec.resources.model_copy(update={"gpu": fit.gpu}),
+        wandb=wb.model_copy(update={"mode": wandb_mode}),
         wandb_dir=str(out),
         chaos_dir=str(out / "chaos"),
         # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints

@@ -7,26 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .study.grid import resolve_sections
-
-
-@dataclass(frozen=True)
-class Resources:
-    """Per trial: CPUs and (fractional) GPUs of one process, or of each DDP worker when
-    ``workers`` > 1."""
-
-    cpu: float = 1.0
-    gpu: float = 0.0
-    workers: int = 1
-
-
-@dataclass(frozen=True)
-class WandbSettings:
-    project: str = "memory-attention"
-    entity: Optional[str] = None
-    group: Optional[str] = None
-    tags: tuple[str, ...] = ()
-    mode: str = "offline"  # resolved: online, offline or disabled
-    log_heatmaps: bool = True
+from .study.schema import ResourcesSpec, WandbSpec
 
 
 @dataclass(frozen=True)
@@ -41,8 +22,8 @@ class TrialSettings:
 
     name: str
     metric: str
-    resources: Resources
-    wandb: WandbSettings
+    resources: ResourcesSpec  # the spec's, with the GPU share the cluster check settled on
+    wandb: WandbSpec  # the spec's, with its mode resolved: online, offline or disabled
     wandb_dir: str
     chaos_dir: str
     train_storage: str  # DDP trials: where Ray Train keeps train-<trial id> runs
