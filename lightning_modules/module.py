@@ -130,6 +130,9 @@ class Seq2SeqModule(pl.LightningModule):
         )
         self._buffers: dict[str, _DecodeBuffer] = {}
         self.last_bleu_signature: Optional[str] = None
+        # the last evaluation's (hypotheses, references) per stage ("val", "test"), in the
+        # dataloader's order: what its BLEU was computed from (e.g. for paired significance tests)
+        self.last_decoded: dict[str, tuple[list[str], list[str]]] = {}
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, V); see :meth:`Seq2Seq.forward`."""
@@ -242,6 +245,7 @@ class Seq2SeqModule(pl.LightningModule):
             refs = [r for part in gathered for r in part[1]]
             seconds = sum(part[2] for part in gathered)
         names = METRICS[stage]
+        self.last_decoded[stage] = (list(hyps), list(refs))
         bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score if hyps else 0.0
         self.log(names["bleu"], float(bleu), prog_bar=True)
         self.log(names["decode_seconds"], float(seconds))

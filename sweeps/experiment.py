@@ -46,6 +46,7 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
         base=base_sections(spec),
         grid_columns=sweep.grid_columns,
         param_columns=sweep.param_columns,
+        stop_when=spec.stop_when,
     )
 
 
@@ -97,13 +98,14 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         from .moo.search import make_moo_searcher
 
         return make_moo_searcher(sweep, paths, wandb_mode)
+    from .packing import estimated_cost
     from .search import StudySearcher, StudyUnit, optuna_distributions
 
     spec = sweep.spec
     index = {c.slug: i for i, c in enumerate(sweep.cells)}
     units = [
         StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns),
-                  p.trainer.get("max_steps"))
+                  p.trainer.get("max_steps"), estimated_cost(p.task, p.model, p.trainer))
         for p in sweep.plans
     ]
     space, journal = None, None

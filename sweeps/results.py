@@ -19,6 +19,9 @@ from .study.signatures import headline_options
 
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
 CHECKPOINT_FILE = "checkpoint.ckpt"
+#: beside it: the validation hypotheses and references of that report, one sentence a line
+HYPOTHESES_FILE = "val_hypotheses.txt"
+REFERENCES_FILE = "val_references.txt"
 
 
 def checkpoint_path(folder: str) -> str:
@@ -86,6 +89,8 @@ def row_from_result(
         status = "error"
     elif tune_status not in (None, "TERMINATED") or not metrics:
         status = "unfinished"  # interrupted: `--resume` continues it
+    elif metrics.get("converged"):
+        status = "converged"  # the spec's stop_when rule (sweeps.convergence): finished, like done
     elif metrics.get("step", 0) < max_steps:
         status = "stopped"  # early-terminated by ASHA
     else:
@@ -148,7 +153,7 @@ def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: 
     the timing stage's error into ``timing_error``."""
     if timing is not None:
         row.update(
-            decode_seconds=timing["median_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
+            decode_seconds=timing["decode_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
             decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
             decode_repeats=timing["repeats"], decode_passes_per_repeat=timing.get("passes_per_repeat", 1),
             decode_precision=timing.get("precision"), decode_processes=len(timing.get("process_medians") or []) or 1,
@@ -222,7 +227,9 @@ def read_results(path: Path) -> pd.DataFrame:
     return keep_integers(pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}))
 
 
-FINISHED = ("done", "stopped")
+#: statuses of a trial that finished (its model is final): ran out its steps, stopped by the
+#: scheduler, or converged (stop_when)
+FINISHED = ("done", "stopped", "converged")
 TEXT_COLUMNS = ("trial_id", "cell", "model", "attention", "status", "checkpoint", "error", "timing_error")
 
 

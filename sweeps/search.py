@@ -1,9 +1,9 @@
 """The study's searcher: hands Tune the trials of every (cell, seed) at once.
 
 One Tune experiment holds the whole study. :class:`StudySearcher` is its Tune ``Searcher``: each
-suggestion is one trial of the (cell, seed) with the fewest trials started so far (grid order
-breaks ties), so all cells fill the cluster together up to ``max_concurrent_trials``; each
-(cell, seed) gets ``num_samples`` trials.
+suggestion is one trial of the (cell, seed) with the fewest trials started so far (the longest
+expected, :mod:`sweeps.packing`, then grid order break ties), so all cells fill the cluster
+together up to ``max_concurrent_trials``, longest first; each (cell, seed) gets ``num_samples`` trials.
 
 With nuisance ``parameters``, each (cell, seed) is its own Optuna study in one durable journal
 (``<output>/<name>/optuna.journal``), with its own sampler seed; a suggestion is ``study.ask()``,
@@ -35,6 +35,7 @@ class StudyUnit:
     seed: int
     config: dict[str, Any]
     max_steps: Optional[int] = None  # a trial that ends before it was stopped by the scheduler
+    cost: float = 0.0  # expected length of its trials (sweeps.packing): the longest start first
 
 
 def optuna_distributions(parameters: dict[str, ParamSpec], columns: dict[str, str]) -> dict[str, Any]:
@@ -106,7 +107,8 @@ class StudySearcher(Searcher):
         open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
         if not open_units:
             return Searcher.FINISHED
-        i = min(open_units, key=lambda j: (self.started[j], j))
+        # fewest started first, then longest first (sweeps.packing), then grid order
+        i = min(open_units, key=lambda j: (self.started[j], -self.units[j].cost, j))
         unit = self.units[i]
         config = dict(unit.config)
         number = storage_id = None
@@ -155,7 +157,8 @@ class StudySearcher(Searcher):
         # reports its earlier result again (sweeps.trial.report_earlier_finish)
         if error or value is None:
             study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        elif max_steps is not None and int((result or {}).get("step", max_steps)) < max_steps:
+        elif max_steps is not None and int((result or {}).get("step", max_steps)) < max_steps \
+                and not (result or {}).get("converged"):  # stop_when: a finished trial, COMPLETE
             study.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
         else:
             study.tell(number, float(value), skip_if_finished=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .study.grid import resolve_sections
+from .convergence import StopWhenSpec
 from .study.schema import ResourcesSpec, WandbSpec
 
 
@@ -34,6 +35,7 @@ class TrialSettings:
     base: dict[str, Any] = field(default_factory=dict)
     grid_columns: dict[str, str] = field(default_factory=dict)
     param_columns: dict[str, str] = field(default_factory=dict)
+    stop_when: Optional[StopWhenSpec] = None  # stop a trial whose metric converged (sweeps.convergence)
 
     def plan(self, config: dict[str, Any]) -> dict[str, Any]:
         """A trial's whole plan from its Tune config: ``cell``, ``seed``, ``grid`` and ``params``

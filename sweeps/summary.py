@@ -12,7 +12,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS
 
-from .results import DECODE_SECONDS, headline_columns, natural_order
+from .results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -36,7 +36,7 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     (how many of the chosen trials' decode times the timing stage flagged as contended: the
     cell's mean is marked when any is).
     """
-    done = df[df["status"].isin(["done", "stopped"])] if "status" in df else df
+    done = df[df["status"].isin(FINISHED)] if "status" in df else df
     if metric in done:
         done = done.dropna(subset=[metric])
     if done.empty:

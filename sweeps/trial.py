@@ -10,6 +10,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 from ray import tune
 
+from . import phases
 from .settings import TrialSettings
 from .storage_faults import short_storage_faults
 from .trial_kit import (
@@ -32,14 +33,19 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
         config: the trial's Tune config (its plan; see :meth:`sweeps.settings.TrialSettings.plan`).
         settings: the study-wide settings.
     """
+    phases.start()
     plan = settings.plan(config)
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
     with short_storage_faults(f"trial {trial_id}, writing to {_trial_storage_path(ctx) or 'its storage'}"):
         if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan["trainer"]["max_steps"]):
             return
-        parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())
-        logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module)
+        with phases.phase("setup"):  # seed, data, module, the checkpoint to resume from
+            parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())
+        with phases.phase("wandb_init"):
+            logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module)
+            if logger is not None:
+                logger.experiment  # wandb.init now, not inside the first training step: timed apart
         accelerator, devices = pick_accelerator()
         trainer = pl.Trainer(
             accelerator=accelerator,
@@ -47,7 +53,10 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
             default_root_dir=ctx.get_trial_dir() if hasattr(ctx, "get_trial_dir") else None,
             **common_trainer_kwargs(plan, parts, logger),
         )
-        fit_trial(trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id)
+        try:
+            fit_trial(trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id)
+        finally:
+            phases.dump(_trial_storage_dir(ctx))  # phases.json beside result.json
 
 
 # What Tune adds to every result; the rest of a result.json record is what the trial reported.
@@ -73,7 +82,7 @@ def report_earlier_finish(trial_dir: Optional[str], trial_id: str, max_steps: in
         last = json.loads(lines[-1]) if lines else {}
     except ValueError:
         return False  # a last line cut short by the kill: the trial had not finished
-    if not last.get("done") and int(last.get("step", 0)) < max_steps:
+    if not last.get("done") and not last.get("converged") and int(last.get("step", 0)) < max_steps:
         return False
     folders = sorted(p for p in Path(trial_dir).glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
     metrics = {k: v for k, v in last.items() if k not in TUNE_RESULT_KEYS}

@@ -26,8 +26,9 @@ from ray import tune
 
 from datamodules.resumable import RngStateCallback
 
+from . import phases
 from .build import build_datamodule, build_module
-from .results import CHECKPOINT_FILE
+from .results import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE
 from .settings import TrialSettings
 from .storage_faults import find_storage_fault, quiet_close
 from .trial_wandb import close_wandb, log_heatmaps
@@ -69,15 +70,30 @@ class TuneReport(pl.Callback):
         metrics.update(self.extra_metrics)
         metrics.update(step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds())
         with tempfile.TemporaryDirectory() as tmp:
-            save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
-            if trainer.is_global_zero:
-                Path(tmp, EXTRA_FILE).write_text(json.dumps({"train_time_s": metrics["train_time_s"]}))
-            self.send(metrics, tmp, trainer)
+            with phases.phase("checkpoint"):
+                save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
+                if trainer.is_global_zero:
+                    Path(tmp, EXTRA_FILE).write_text(json.dumps({"train_time_s": metrics["train_time_s"]}))
+                    write_hypotheses(trainer.lightning_module, tmp)
+            with phases.phase("report"):  # Tune's report: the checkpoint copied into the trial's storage
+                self.send(metrics, tmp, trainer)
         self.last_reported_step = trainer.global_step
 
     def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
         """Hand one report to Ray: here Tune's session; :mod:`sweeps.ddp` sends to Ray Train."""
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+
+
+def write_hypotheses(module: pl.LightningModule, folder: str) -> None:
+    """The validation hypotheses and references this report's BLEU was computed from, one sentence
+    a line, in the validation set's order, beside the checkpoint (``val_hypotheses.txt``,
+    ``val_references.txt``): the report's paired bootstrap between models reads them
+    (:mod:`sweeps.seed_stats`) without decoding again or importing torch."""
+    decoded = getattr(module, "last_decoded", {}).get("val")
+    if decoded:
+        hyps, refs = decoded
+        Path(folder, HYPOTHESES_FILE).write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
+        Path(folder, REFERENCES_FILE).write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
 
 
 class Chaos(pl.Callback):
@@ -275,6 +291,10 @@ def prepare_trial(
     extra_metrics = {**extra_metrics, "resumed_from": restored.name, "skipped_checkpoints": restored.skipped}
     report = report_cls(time_offset=restored.time_offset, extra_metrics=extra_metrics)
     callbacks: list[pl.Callback] = [report, RngStateCallback()]  # RNG states in every checkpoint: exact resume
+    if settings.stop_when is not None:  # first: the report at the same validation says it converged
+        from .convergence import make_callback
+
+        callbacks.insert(0, make_callback(settings.stop_when, report.extra_metrics))
     if settings.chaos_step and with_chaos:
         callbacks.append(Chaos(settings.chaos_step, Path(settings.chaos_dir) / f"{trial_id}.failed"))
     return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
@@ -305,8 +325,9 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
     failed = True  # until fit returns or Tune stops the trial: a crash marks the W&B run failed
     try:
         try:
-            trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)
-            finish_fit(trainer, parts.module, parts.dm, parts.report)
+            with phases.phase("fit"):
+                trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)
+                finish_fit(trainer, parts.module, parts.dm, parts.report)
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
@@ -314,7 +335,8 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
         failed = False
         if heatmaps:
             try:
-                log_heatmaps(logger, parts.module, parts.dm)
+                with phases.phase("heatmaps"):
+                    log_heatmaps(logger, parts.module, parts.dm)
             except Exception as exc:  # a plotting problem must not fail a finished trial
                 print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
     except BaseException as exc:
@@ -323,7 +345,8 @@ def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, tr
             logger = None
         raise
     finally:
-        close_wandb(logger, exit_code=1 if failed else 0)
+        with phases.phase("wandb_close"):
+            close_wandb(logger, exit_code=1 if failed else 0)
         shutil.rmtree(parts.local_ckpt_dir, ignore_errors=True)
     if stop is not None:
         raise stop

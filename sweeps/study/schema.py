@@ -213,6 +213,7 @@ class SweepSpec(_Strict):
     objectives: list["ObjectiveSpec"] = Field(default_factory=list)
     constraints: list["ConstraintSpec"] = Field(default_factory=list)
     early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
+    stop_when: Optional["StopWhenSpec"] = None  # a trial whose metric converged stops (sweeps.convergence)
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     max_concurrent_trials: Optional[int] = Field(None, ge=1)
@@ -276,5 +277,6 @@ def allowed_keys(loc: tuple) -> list[str]:
 
 
 from .objectives import ConstraintSpec, ObjectiveSpec  # noqa: E402 -- they subclass _Strict, defined above
+from ..convergence import StopWhenSpec  # noqa: E402,F401 -- resolves the annotation above
 
 SweepSpec.model_rebuild()

@@ -212,7 +212,7 @@ def time_finished_trials(
 
     jobs, timed_rows = [], []
     for row in rows:
-        if row["status"] not in ("done", "stopped") or not row.get("checkpoint"):
+        if row["status"] not in ("done", "stopped", "converged") or not row.get("checkpoint"):
             continue
         plan, trial_dir = plans[row["trial_id"]]
         # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
