@@ -11,7 +11,7 @@ token array plus offsets, so 100k examples take milliseconds.
 """
 from __future__ import annotations
 
-from typing import Annotated, Sequence
+from typing import Annotated, Iterator, Sequence
 
 from annotated_types import Ge
 
@@ -65,6 +65,46 @@ def collate_copy(examples: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
     return {"src": src, "src_lengths": lengths, "tgt": src.clone(), "tgt_lengths": lengths.clone()}
 
 
+class LengthBucketBatchSampler:
+    """Training batches of similar lengths, their order a function of ``(seed, epoch)`` alone.
+
+    Each epoch: a permutation of the examples drawn from ``(seed, epoch)``, cut into pools of
+    ``pool_batches`` batches; each pool sorted by length (stably) and cut into batches; all the
+    epoch's batches then shuffled with the same generator. Every example is seen once per epoch, as
+    with the plain shuffled sampler, but a batch pads to about its own length rather than to the
+    longest of ``batch_size`` random lengths (~L): on the copy task at L=40 a training step took
+    0.63x the time (memory attention) and 0.47x (Bahdanau). A batch sampler with ``epoch`` and
+    ``set_epoch``, so :class:`~datamodules.resumable.ResumableDataLoader` resumes it exactly.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, pool_batches: int = 100) -> None:
+        self.lengths = np.asarray(lengths)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.pool = self.batch_size * int(pool_batches)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def batches(self) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch, 1])
+        perm = rng.permutation(len(self.lengths))
+        out: list[list[int]] = []
+        for start in range(0, len(perm), self.pool):
+            pool = perm[start:start + self.pool]
+            pool = pool[np.argsort(self.lengths[pool], kind="stable")]
+            out += [pool[i:i + self.batch_size].tolist() for i in range(0, len(pool), self.batch_size)]
+        return [out[i] for i in rng.permutation(len(out))]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches()
+
+    def __len__(self) -> int:
+        full, rest = divmod(len(self.lengths), self.pool)
+        return full * (self.pool // self.batch_size) + -(-rest // self.batch_size)
+
+
 class CopyTaskDataModule(pl.LightningDataModule):
     """Random symbol sequences to copy.
 
@@ -75,6 +115,9 @@ class CopyTaskDataModule(pl.LightningDataModule):
         batch_size: examples per batch.
         seed: generation seed; the splits use distinct seeds derived from it.
         num_workers: DataLoader workers.
+        bucket_batches: training batches of similar lengths (:class:`LengthBucketBatchSampler`)
+            instead of random ones padded to their longest: less padding computed; single-process
+            training only (under DDP the shuffled sampler is kept).
     """
 
     pad_id = PAD_ID
@@ -93,6 +136,7 @@ class CopyTaskDataModule(pl.LightningDataModule):
         batch_size: Annotated[int, Ge(1)] = 64,
         seed: Annotated[int, Ge(0)] = 0,
         num_workers: Annotated[int, Ge(0)] = 0,
+        bucket_batches: bool = False,
     ) -> None:
         super().__init__()
         check_ranges(CopyTaskDataModule.__init__, locals())
@@ -108,6 +152,7 @@ class CopyTaskDataModule(pl.LightningDataModule):
         self.batch_size = batch_size
         self.seed = seed
         self.num_workers = num_workers
+        self.bucket_batches = bucket_batches
         self.src_vocab_size = vocab_size + FIRST_SYMBOL
         self.tgt_vocab_size = vocab_size + FIRST_SYMBOL
         self.max_source_len = max_length + 1
@@ -126,6 +171,17 @@ class CopyTaskDataModule(pl.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if not self.datasets:
             self.setup()
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if shuffle and self.bucket_batches and not distributed:  # batches of similar lengths, (seed, epoch)
+            dataset = self.datasets[split]
+            return ResumableDataLoader(
+                dataset,
+                batch_sampler=LengthBucketBatchSampler(dataset.lengths(), self.batch_size, seed=self.seed),
+                generator=torch.Generator().manual_seed(self.seed),
+                collate_fn=collate_copy,
+                num_workers=self.num_workers,
+                persistent_workers=self.num_workers > 0,
+            )
         if shuffle:  # order a function of (seed, epoch), position saved in checkpoints: exact resume
             dataset = self.datasets[split]
             return ResumableDataLoader(
