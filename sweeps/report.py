@@ -33,6 +33,7 @@ from lightning_modules.metric_names import VAL_BLEU
 
 from .report_text import results_sections
 from .results import read_results
+from .seed_stats import seed_sections
 from .summary import cell_summary, model_points
 
 
@@ -48,6 +49,8 @@ def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max
     lines = [f"# {title or sweep_dir.name}"]
     for heading, text in results_sections(df, metric, mode):
         lines += ([f"## {heading}"] if heading else []) + [text]
+    for heading, text in seed_sections(df, metric, mode, sweep_dir):  # intervals, findings, paired bootstrap
+        lines += [f"## {heading}", text]
     if paths:
         lines.append("## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()))
     paths["md"] = sweep_dir / "results.md"
