@@ -24,6 +24,8 @@ from typing import (Annotated, Any, Callable, Iterable, Literal, Mapping, Option
 
 from annotated_types import Ge
 
+from datamodules.ranges import check_ranges
+
 from .checkpoint import check_split, checkpoint_file, checkpoint_fingerprint, time_checkpoint
 from .devices import highest_cpus
 from .measure import TimingError
@@ -75,13 +77,14 @@ class TimingSettings:
     processes: Annotated[int, Ge(1)] = 3  # with fresh_process: that many processes, one after another
 
     def __post_init__(self) -> None:
+        try:
+            check_ranges(type(self), vars(self), owner="timing")
+        except ValueError as exc:
+            raise TimingError(str(exc)) from None
         for name, hint in get_type_hints(type(self), include_extras=True).items():
             value = getattr(self, name)
-            for marker in getattr(hint, "__metadata__", ()):
-                if isinstance(marker, Ge) and not value >= marker.ge:
-                    raise TimingError(f"timing {name} must be >= {marker.ge}, got {value}")
             if get_origin(hint) is Literal and value not in get_args(hint):
-                raise TimingError(f"timing {name} must be one of {', '.join(get_args(hint))}, got {value!r}")
+                raise TimingError(f"timing: {name} must be one of {', '.join(get_args(hint))}, got {value!r}")
 
     @classmethod
     def from_spec(cls, spec: Any) -> "TimingSettings":
