@@ -155,8 +155,8 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["repeats"] == 3 and data["beam_size"] == 2  # the checkpoint's val_beam_size
-    assert data["median_seconds"] == statistics.median(data["seconds"])
-    assert f"whole split  {data['median_seconds']:.4f} s  (median of 3" in proc.stdout
+    assert data["decode_seconds"] == statistics.median(data["seconds"])
+    assert f"whole split  {data['decode_seconds']:.4f} s  (median of 3" in proc.stdout
     assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in proc.stdout
     assert "valid: 24 sentences" in proc.stdout
     assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
@@ -364,3 +364,15 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     assert tight.contended or (tight.repeats > 3 and tight.precision > 1e-6)
     assert median_precision([1.0, 1.0]) == float("inf")  # too few repeats to know anything
     assert median_precision([1.0, 1.1, 1.2, 1.3]) == pytest.approx(1.57 * 0.15 / 2 / 1.15)
+
+
+def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():
+    from sweeps.timing.record import DecodeTiming
+
+    timing = DecodeTiming(decode_seconds=0.2, min_seconds=0.1, max_seconds=0.3, q1_seconds=0.15, q3_seconds=0.25,
+                          seconds=(0.2, 0.1, 0.3), per_sentence_seconds=0.01, sentences=20, output_tokens=100,
+                          batches=2, beam_size=1, warmup=1, device="cpu", threads=1, torch_version="x")
+    data = timing.to_dict()
+    assert data["decode_seconds"] == 0.2 and "median_seconds" not in data
+    older = {("median_seconds" if k == "decode_seconds" else k): v for k, v in data.items()}
+    assert DecodeTiming.from_dict(older) == DecodeTiming.from_dict(data) == timing

@@ -201,7 +201,7 @@ def _measure_decode_time():
 
 def _figure(timing: Any) -> float:
     """The median a ``DecodeTiming`` holds (named ``decode_seconds`` since the timing split)."""
-    return float(getattr(timing, "decode_seconds", None) or getattr(timing, "median_seconds"))
+    return float(timing.decode_seconds)
 
 
 def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]], threads: int = 1,

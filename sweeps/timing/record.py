@@ -13,9 +13,9 @@ import torch
 from ..files import write_atomic
 
 TIMING_FILE = "timing.json"
-# timing.json (and the command's --json) name the figure ``median_seconds``: the key files written
-# before hold, and that results.attach_timing reads. Everywhere in this package it is decode_seconds.
-FIGURE_FILE_KEY = "median_seconds"
+# The figure is ``decode_seconds`` from the measurement to results.md, timing.json included; files
+# written before it had that name call it ``median_seconds``, still read (a --resume reuses them).
+OLD_FIGURE_KEY = "median_seconds"
 
 
 @dataclass(frozen=True)
@@ -69,16 +69,15 @@ class DecodeTiming:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The timing as timing.json holds it (the figure under :data:`FIGURE_FILE_KEY`)."""
-        fields = {(FIGURE_FILE_KEY if k == "decode_seconds" else k): v for k, v in asdict(self).items()}
-        return {**fields, "seconds": list(self.seconds), "cpus": list(self.cpus),
+        """The timing as timing.json holds it."""
+        return {**asdict(self), "seconds": list(self.seconds), "cpus": list(self.cpus),
                 "process_medians": list(self.process_medians), "repeats": self.repeats,
                 "iqr_seconds": self.iqr_seconds}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DecodeTiming":
         names = cls.__dataclass_fields__
-        fields = {("decode_seconds" if k == FIGURE_FILE_KEY else k): v for k, v in data.items()}
+        fields = {("decode_seconds" if k == OLD_FIGURE_KEY else k): v for k, v in data.items()}
         return cls(**{k: (tuple(v) if k in ("seconds", "cpus", "process_medians") else v)
                       for k, v in fields.items() if k in names})
 
