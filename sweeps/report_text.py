@@ -41,11 +41,11 @@ def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
     if summary[keys].duplicated().any():  # cells differing in more than length and model
         keys = ["cell"]
     table = summary[keys].copy()
-    for name, column, digits in (("BLEU", VAL_BLEU, 2), ("decode_s", DECODE_SECONDS, 4), ("loss", VAL_LOSS, 3)):
+    for name, column, digits in (("BLEU", VAL_BLEU, 2), (DECODE_SECONDS, DECODE_SECONDS, 4), ("loss", VAL_LOSS, 3)):
         if column in summary:
             table[name] = [_mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])]
-    if "decode_s" in table:
-        table["decode_s"] = _seconds_text(summary)
+    if DECODE_SECONDS in table:
+        table[DECODE_SECONDS] = _seconds_text(summary)
     table["seeds"] = summary["seeds"]
     return table
 
@@ -185,7 +185,7 @@ def timing_text(df: pd.DataFrame) -> str:
         how = (f" over {repeats} timed repeats" if repeats else "") + (f" of {passes} passes" if passes not in ("", "1") else "")
         how += f", median known to within {100 * precision.max():.1f}% (95%)" if not precision.empty else ""
         how += f", the fastest of {processes} fresh processes" if processes not in ("", "1") else ""
-        timing = (f"decode s (decode_s): the seconds to decode the validation set, the decode-timing stage's median{how}; "
+        timing = (f"decode_seconds: the seconds to decode the validation set, the decode-timing stage's median{how}; "
                   "each model alone on its node after the Tune run, on CPU in processes pinned to their core(s); "
                   "repeats that found their core shared or the machine running slow were run again (data loading "
                   "excluded; per trial in results.csv: decode_seconds_iqr/min/max, decode_repeats, "
@@ -193,7 +193,7 @@ def timing_text(df: pd.DataFrame) -> str:
                   "val/decode_seconds in results.csv and W&B is measured during training beside other trials: "
                   "a training-time signal only.")
     else:
-        timing = ("decode s (decode_s): val/decode_seconds, measured during training beside other trials (the timing "
+        timing = ("decode_seconds: val/decode_seconds, measured during training beside other trials (the timing "
                   "stage did not run): a training-time signal, not a speed measurement.")
     return "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; " + timing
 
