@@ -26,12 +26,12 @@ from sweeps.timing.measure import MIN_REPEAT_S, TimingError, clean_passes, measu
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record
 from sweeps.timing.stage import (
     TimingJob,
-    TimingSettings,
     already_timed,
     pick_cpus,
     plan_lanes,
     run_timing_stage,
     time_checkpoint_pinned,
+    timing_settings,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,7 +209,7 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
 ])
 def test_stage_settings_are_checked_when_made(bad, message):
     with pytest.raises(TimingError, match=message):
-        TimingSettings(**bad)
+        timing_settings(**bad)
 
 
 def test_lanes_hold_a_whole_node_or_a_gpu_with_its_cpu_share():
@@ -247,7 +247,7 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         shutil.copy(ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt")  # a Tune checkpoint folder
         jobs.append(TimingJob(trial_id=name, checkpoint=str(trial_dir / "checkpoint_000001"),
                               task={"name": "copy", **COPY}, output_dir=str(trial_dir), seed=0))
-    settings = TimingSettings(repeats=2, warmup=1, threads=1, device="auto", precision=None, processes=1)  # exactly 2
+    settings = timing_settings(repeats=2, warmup=1, threads=1, device="auto", precision=None, processes=1)  # exactly 2
     lines: list[str] = []
 
     broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},

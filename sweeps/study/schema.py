@@ -153,7 +153,7 @@ class TimingSpec(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fresh_process: bool = True
     # with fresh_process: time in this many fresh processes and keep the fastest's median (a
-    # process can run slow for its whole life: see sweeps.timing.run_job)
+    # process can run slow for its whole life: see sweeps.timing.stage.run_job)
     processes: int = Field(3, ge=1)
     split: Literal["valid", "test"] = "valid"
 

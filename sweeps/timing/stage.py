@@ -19,13 +19,11 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (Annotated, Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, get_args, get_origin,
-                    get_type_hints)
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, get_args
 
-from annotated_types import Ge
+from pydantic import ValidationError
 
-from datamodules.ranges import check_ranges
-
+from ..study.schema import TimingSpec
 from .checkpoint import check_split, checkpoint_file, checkpoint_fingerprint, time_checkpoint
 from .devices import highest_cpus
 from .measure import TimingError
@@ -61,35 +59,23 @@ class TimingJob:
         return Path(self.output_dir) / TIMING_FILE
 
 
-@dataclass(frozen=True)
-class TimingSettings:
-    """Stage-wide settings: ``repeats`` timed passes after ``warmup`` untimed ones, ``threads``
-    torch threads, ``device`` ``auto`` (a GPU per job where the cluster has GPUs), ``cpu`` or ``cuda``.
-    The ranges are the ``Annotated`` markers, checked on construction."""
-
-    repeats: Annotated[int, Ge(1)] = 5
-    warmup: Annotated[int, Ge(0)] = 1
-    threads: Annotated[int, Ge(1)] = 1
-    precision: Optional[float] = 0.02  # adaptive repeats to this precision (None: exactly `repeats`)
-    max_seconds: float = 30.0  # adaptive: timed decoding per trial at most this long
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    fresh_process: bool = True  # on CPU: time in a new process pinned to `threads` CPUs (see run_job)
-    processes: Annotated[int, Ge(1)] = 3  # with fresh_process: that many processes, one after another
-
-    def __post_init__(self) -> None:
-        try:
-            check_ranges(type(self), vars(self), owner="timing")
-        except ValueError as exc:
-            raise TimingError(str(exc)) from None
-        for name, hint in get_type_hints(type(self), include_extras=True).items():
-            value = getattr(self, name)
-            if get_origin(hint) is Literal and value not in get_args(hint):
-                raise TimingError(f"timing: {name} must be one of {', '.join(get_args(hint))}, got {value!r}")
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> "TimingSettings":
-        """The settings a study's ``timing`` block (``sweeps.study.TimingSpec``) gives, by field name."""
-        return cls(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(cls)})
+def timing_settings(**values: Any) -> TimingSpec:
+    """The stage's settings are a study's ``timing`` block (:class:`sweeps.study.schema.TimingSpec`);
+    this makes one from keywords (the timing command's flags, tests), with a :class:`TimingError`
+    naming the setting and what it allows instead of pydantic's report."""
+    try:
+        return TimingSpec(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name, ctx = str(err["loc"][0]), err.get("ctx") or {}
+        bound = next(((sym, ctx[key]) for key, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                      if key in ctx), None)
+        if bound:
+            raise TimingError(f"timing: {name} must be {bound[0]} {bound[1]}, got {err['input']!r}") from None
+        if err["type"] == "literal_error":
+            allowed = ", ".join(get_args(TimingSpec.model_fields[name].annotation))
+            raise TimingError(f"timing: {name} must be one of {allowed}, got {err['input']!r}") from None
+        raise TimingError(f"timing: {name}: {err['msg']} (got {err['input']!r})") from None
 
 
 @dataclass(frozen=True)
@@ -142,7 +128,7 @@ def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
     return lanes
 
 
-def run_job(job: TimingJob, settings: TimingSettings, lane: Lane) -> TimingRecord:
+def run_job(job: TimingJob, settings: TimingSpec, lane: Lane) -> TimingRecord:
     """Time one job here and now (the body of the stage's Ray task).
 
     On a CPU lane with ``settings.fresh_process`` the measurement runs in a new Python process
@@ -229,13 +215,13 @@ def time_finished_trials(
         log(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
             f"(median of {spec.repeats}+ repeats" + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):")
-    for row, outcome in zip(timed_rows, run_timing_stage(jobs, TimingSettings.from_spec(spec), log)):
+    for row, outcome in zip(timed_rows, run_timing_stage(jobs, spec, log)):
         attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
 
 
 def run_timing_stage(
     jobs: Sequence[TimingJob],
-    settings: TimingSettings = TimingSettings(),
+    settings: Optional[TimingSpec] = None,
     log: Optional[Callable[[str], None]] = print,
 ) -> list[TimingOutcome]:
     """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
@@ -252,6 +238,7 @@ def run_timing_stage(
     if not ray.is_initialized():
         raise TimingError("run_timing_stage needs a running Ray: call ray.init() (or the launcher's init_ray) first")
     say = log or (lambda _msg: None)
+    settings = settings or TimingSpec()
     outcomes: dict[int, TimingOutcome] = {}
     pending: deque[int] = deque()
     for i, job in enumerate(jobs):
@@ -307,7 +294,7 @@ def run_timing_stage(
     return [outcomes[i] for i in range(len(jobs))]
 
 
-def _lanes(settings: TimingSettings, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
+def _lanes(settings: TimingSpec, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
     has_gpu = float(total.get("GPU", 0)) > 0
     if settings.device == "cuda" and not has_gpu:
         raise TimingError("timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto")
