@@ -8,7 +8,7 @@ TORCH_CONSTRAINTS ?= requirements/cpu.txt
 PIP_CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
 SPEC ?= sweeps/quickstart.yaml
 
-.PHONY: venv sweep test test-slow bench clean
+.PHONY: venv sweep test test-slow bench docs-results clean
 
 $(BIN)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,20 @@ test-slow: venv
 bench: venv
 	$(BIN)/python benchmarks/decode_speed.py --quick --output bench-out
 	$(BIN)/python benchmarks/attention_step.py --quick --output bench-out
+
+# docs/results/$(STUDY)/ regenerated: the study's cpu profile from scratch on this machine (3 seeds),
+# then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
+#   make docs-results STUDY=k_vs_length   (< 1 h on an idle 2-core CPU)
+#   make docs-results STUDY=scoring_functions
+STUDY ?= k_vs_length
+docs-results: venv
+	rm -rf sweep-results/docs/$(STUDY)
+	@date -u +"start %Y-%m-%dT%H:%M:%SZ"
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py sweeps/$(STUDY).yaml --profile cpu --output sweep-results/docs
+	@date -u +"end   %Y-%m-%dT%H:%M:%SZ"
+	mkdir -p docs/results/$(STUDY)
+	rm -f docs/results/$(STUDY)/*.png docs/results/$(STUDY)/paired_bootstrap.csv
+	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
 
 clean:
 	rm -rf $(VENV) sweep-results bench-out
