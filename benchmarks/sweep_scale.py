@@ -71,8 +71,8 @@ def stand_in_trial(config: dict[str, Any], settings) -> None:
 
     plan = settings.plan(config)  # what a real trial does first
     ctx = ray.get_runtime_context()
-    metrics = {"val/bleu": float(plan["model"]["K"]), "val/loss": 1.0, "val/token_acc": 0.5,
-               "val/decode_seconds": 0.01, "step": plan["trainer"]["max_steps"], "epoch": 0,
+    metrics = {"val/bleu": float(plan.model["K"]), "val/loss": 1.0, "val/token_acc": 0.5,
+               "val/decode_seconds": 0.01, "step": plan.trainer["max_steps"], "epoch": 0,
                "train_time_s": 0.1, "node_id": ctx.get_node_id(), "gpu_ids": ",".join(map(str, ray.get_gpu_ids()))}
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "checkpoint.ckpt").write_bytes(b"x")

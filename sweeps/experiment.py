@@ -18,7 +18,7 @@ from typing import Callable, Optional
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import TrialSettings
 from .storage_faults import StorageGuard
-from .study import LAUNCH_FILE, Sweep, base_sections
+from .study import LAUNCH_FILE, Sweep
 
 
 def trial_dirname(trial) -> str:
@@ -43,7 +43,7 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
         chaos_step=spec.chaos.fail_once_at_step,
         chaos_before_report=spec.chaos.fail_before_first_report,
         has_search=sweep.has_search,
-        base=base_sections(spec),
+        cells={p.cell.name: p for p in sweep.plans},
         grid_columns=sweep.grid_columns,
         param_columns=sweep.param_columns,
         stop_when=spec.stop_when,

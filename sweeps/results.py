@@ -14,7 +14,7 @@ import pandas as pd
 from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU, VAL_LOSS
 
 from .files import write_atomic
-from .study import column_name, get_dotted
+from .study import TrialPlan, column_name
 from .study.signatures import headline_options
 
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
@@ -80,11 +80,11 @@ def trial_states(grid) -> list[tuple[Optional[str], dict[str, Any], int]]:
 
 
 def row_from_result(
-    result, plan: dict[str, Any], search_keys: Iterable[str], max_steps: int, tune_status: Optional[str] = None,
+    result, plan: TrialPlan, search_keys: Iterable[str], max_steps: int, tune_status: Optional[str] = None,
     retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
-    model, task, grid = plan["model"], plan["task"], plan["grid"]
+    model, task, grid = plan.model, plan.task, plan.grid
     if result.error is not None or tune_status == "ERROR":
         status = "error"
     elif tune_status not in (None, "TERMINATED") or not metrics:
@@ -97,19 +97,19 @@ def row_from_result(
         status = "done"
     row: dict[str, Any] = {
         "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,
-        "cell": plan["cell"],
+        "cell": plan.cell.name,
         "model": model_label(model, grid),
         "attention": model.get("attention", "bahdanau"),
         **headline_value(model),
         "length": task.get("max_length"),
-        "seed": plan["seed"],
+        "seed": plan.seed,
         "status": status,
         "retries": retries,  # failed attempts Tune retried (failure.max_failures) before this outcome
     }
     for key, value in grid.items():
         row.setdefault(column_name(key), value)
     for key in search_keys:
-        row[f"param:{key}"] = get_dotted(plan, key)
+        row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
         row[m] = metrics.get(m)
     row["train_time_s"] = metrics.get("train_time_s")
@@ -171,8 +171,8 @@ def failure_summary(df: pd.DataFrame) -> list[str]:
 
 
 def result_rows(
-    grid, plan_of: Callable[[dict[str, Any]], dict[str, Any]], search_keys: Iterable[str]
-) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], str]]]:
+    grid, plan_of: Callable[[dict[str, Any]], TrialPlan], search_keys: Iterable[str]
+) -> tuple[list[dict[str, Any]], dict[str, tuple[TrialPlan, str]]]:
     """One row per trial of a Tune ``ResultGrid``, and per trial id its plan and trial folder;
     ``plan_of`` rebuilds a trial's plan from its config (:meth:`sweeps.settings.TrialSettings.plan`).
     A trial that failed before its first report has no ``result.config``: its config comes from
@@ -182,7 +182,7 @@ def result_rows(
     for result, (status, config, retries) in zip(grid, trial_states(grid)):
         if "cell" in config:
             plan = plan_of(config)
-            rows.append(row_from_result(result, plan, search_keys, plan["trainer"]["max_steps"], status, retries))
+            rows.append(row_from_result(result, plan, search_keys, plan.trainer["max_steps"], status, retries))
             plans[rows[-1]["trial_id"]] = (plan, str(result.path))
     return rows, plans
 

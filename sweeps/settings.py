@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .study.grid import resolve_sections
+from .study.grid import TrialPlan
 from .convergence import StopWhenSpec
 from .study.schema import ResourcesSpec, WandbSpec
 
@@ -32,24 +32,19 @@ class TrialSettings:
     chaos_step: Optional[int] = None
     chaos_before_report: bool = False
     has_search: bool = False
-    base: dict[str, Any] = field(default_factory=dict)
+    cells: dict[str, TrialPlan] = field(default_factory=dict)  # cell name -> its plan, resolved by the spec
     grid_columns: dict[str, str] = field(default_factory=dict)
     param_columns: dict[str, str] = field(default_factory=dict)
     stop_when: Optional[StopWhenSpec] = None  # stop a trial whose metric converged (sweeps.convergence)
 
-    def plan(self, config: dict[str, Any]) -> dict[str, Any]:
-        """A trial's whole plan from its Tune config: ``cell``, ``seed``, ``grid`` and ``params``
-        (dotted keys), ``config`` (the flat keys as Tune holds them) and the resolved ``task``,
-        ``model`` and ``trainer`` sections."""
+    def plan(self, config: dict[str, Any]) -> TrialPlan:
+        """A trial's plan from its Tune config: its cell's plan as the spec resolved it, with the
+        seed and Optuna's samples (and a multi-objective study's baseline settings, ``set``:
+        :mod:`sweeps.moo.search`) written in. Nothing of the grid is resolved again."""
         flat = {k: _plain(v) for k, v in config.items()}
-        grid = {key: flat[name] for name, key in self.grid_columns.items() if name in flat}
         params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}
-        # `set`: dotted settings replacing the cell's (a multi-objective study's baseline model, sweeps.moo.search)
-        task, model, trainer = resolve_sections(self.base, {**grid, **params, **(flat.get("set") or {})})
-        return {
-            "cell": flat["cell"], "seed": int(flat["seed"]), "grid": grid, "params": params, "config": flat,
-            "task": task, "model": model, "trainer": trainer,
-        }
+        return self.cells[flat["cell"]].with_values(int(flat["seed"]), {**params, **(flat.get("set") or {})},
+                                                    params, flat)
 
 
 def _plain(value: Any) -> Any:

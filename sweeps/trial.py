@@ -38,7 +38,7 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
     with short_storage_faults(f"trial {trial_id}, writing to {_trial_storage_path(ctx) or 'its storage'}"):
-        if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan["trainer"]["max_steps"]):
+        if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan.trainer["max_steps"]):
             return
         with phases.phase("setup"):  # seed, data, module, the checkpoint to resume from
             parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())

@@ -30,6 +30,7 @@ from . import phases
 from .build import build_datamodule, build_module
 from .results import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE
 from .settings import TrialSettings
+from .study import TrialPlan
 from .storage_faults import find_storage_fault, quiet_close
 from .trial_wandb import close_wandb, log_heatmaps
 
@@ -257,7 +258,7 @@ class TrialParts:
 
 
 def prepare_trial(
-    plan: dict[str, Any],
+    plan: TrialPlan,
     settings: TrialSettings,
     checkpoint,
     trial_id: str,
@@ -273,11 +274,11 @@ def prepare_trial(
     if settings.chaos_before_report and with_chaos:
         raise ChaosError("chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)")
     torch.set_num_threads(max(1, int(settings.resources.cpu)))
-    pl.seed_everything(plan["seed"], workers=True, verbose=False)
-    dm = build_datamodule(plan["task"], plan["seed"])
+    pl.seed_everything(plan.seed, workers=True, verbose=False)
+    dm = build_datamodule(plan.task, plan.seed)
     dm.prepare_data()
     dm.setup("fit")
-    module = build_module(plan["model"], dm)
+    module = build_module(plan.model, dm)
     # the local copy of the checkpoint to resume from: in the trial's own working folder (Tune runs
     # each trial there), not a shared /tmp, and removed if anything fails before fit_trial owns it
     local_ckpt_dir = tempfile.mkdtemp(prefix="trial-resume-", dir=os.getcwd())
@@ -300,7 +301,7 @@ def prepare_trial(
     return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
 
 
-def common_trainer_kwargs(plan: dict[str, Any], parts: TrialParts, logger) -> dict[str, Any]:
+def common_trainer_kwargs(plan: TrialPlan, parts: TrialParts, logger) -> dict[str, Any]:
     """The Trainer arguments every trainable passes: logger, callbacks, no Lightning checkpoints
     (they go to Ray through the report callback), quiet console, and the plan's trainer section."""
     return dict(
@@ -310,7 +311,7 @@ def common_trainer_kwargs(plan: dict[str, Any], parts: TrialParts, logger) -> di
         enable_progress_bar=False,
         enable_model_summary=False,
         use_distributed_sampler=not getattr(parts.dm, "handles_distributed_sampling", False),
-        **trainer_kwargs(plan["trainer"]),
+        **trainer_kwargs(plan.trainer),
     )
 
 

@@ -9,18 +9,19 @@ import lightning.pytorch as pl
 import torch
 
 from .settings import TrialSettings
+from .study import TrialPlan
 
 
-def wandb_config(plan: dict[str, Any], module: Optional[pl.LightningModule] = None) -> dict[str, Any]:
+def wandb_config(plan: TrialPlan, module: Optional[pl.LightningModule] = None) -> dict[str, Any]:
     """The trial's W&B config: its flat plan once (``cell``, ``seed``, the grid values and Optuna's
     samples under their flat names), then every other setting under its dotted name
     (``task.max_length``, ``trainer.max_steps``, ``model.hidden_size``). No key twice, no nulls:
     a model setting the preset supplies is taken from the built module's hyperparameters."""
-    config = {k: v for k, v in plan["config"].items() if v is not None}
-    shown = set(plan["grid"]) | set(plan["params"])  # dotted keys already there under a flat name
+    config = {k: v for k, v in plan.config.items() if v is not None}
+    shown = set(plan.grid) | set(plan.params)  # dotted keys already there under a flat name
     resolved = dict(getattr(module, "hparams", {}) or {})
     for section in ("task", "model", "trainer"):
-        values = dict(plan[section])
+        values = dict(plan.sections[section])
         if section == "model":
             from lightning_modules.presets import PRESETS
 
@@ -36,7 +37,7 @@ def wandb_config(plan: dict[str, Any], module: Optional[pl.LightningModule] = No
     return config
 
 
-def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: str, trial_name: str,
+def make_wandb_logger(settings: TrialSettings, plan: TrialPlan, trial_id: str, trial_name: str,
                       module: Optional[pl.LightningModule] = None):
     """W&B logger for this trial, or None when W&B is disabled. The API key is never passed here:
     wandb reads it from the environment or its own login."""
@@ -58,7 +59,7 @@ def make_wandb_logger(settings: TrialSettings, plan: dict[str, Any], trial_id: s
         entity=wb.entity,
         group=wb.group or settings.name,
         tags=list(wb.tags),
-        name=f"{plan['cell']} seed={plan['seed']}" + (f" [{trial_name}]" if settings.has_search else ""),
+        name=f"{plan.cell.name} seed={plan.seed}" + (f" [{trial_name}]" if settings.has_search else ""),
         id=trial_id,
         job_type="train",
         config=run_config,

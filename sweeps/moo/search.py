@@ -38,20 +38,18 @@ class ObjectiveReader:
     """(trial config, result) -> the objective values; ``decode_seconds`` from the probe's table."""
 
     def __init__(self, sweep: Any, estimates: Any) -> None:
-        from ..study import base_sections
-
         self.names = [o.name for o in sweep.spec.objectives]
         self.estimates = estimates
-        self.base = base_sections(sweep.spec)
-        self.columns = {**sweep.grid_columns, **sweep.param_columns}
+        self.cells = {p.cell.name: p for p in sweep.plans}  # as the spec resolved them
+        self.param_columns = sweep.param_columns
 
     def plan(self, config: dict[str, Any]) -> tuple[dict, dict, int]:
-        from ..study import resolve_sections
-
-        values = {key: _plain(config[name]) for name, key in self.columns.items() if name in config}
-        values.update(config.get("set") or {})
-        task, model, _ = resolve_sections(self.base, values)
-        return task, model, int(config.get("seed", 0))
+        """The task, model and seed a trial's config stands for: its cell's plan with the samples
+        (and a baseline's settings) written in, as the trainable gets it."""
+        params = {key: _plain(config[name]) for name, key in self.param_columns.items() if name in config}
+        plan = self.cells[config["cell"]].with_values(int(config.get("seed", 0)),
+                                                      {**params, **(config.get("set") or {})}, params, config)
+        return plan.task, plan.model, plan.seed
 
     def decode_estimate(self, config: dict[str, Any]) -> Optional[float]:
         return self.estimates.estimate(*self.plan(config)) if self.estimates is not None else None
@@ -186,7 +184,7 @@ class MooSearcher(StudySearcher):
         result = result or {}
         names = {c.name for c in self.constraints if c.of}
         metrics = {n: (self.reader.decode_estimate(self.units[i].config | {"set": self.baseline})
-                       if n == DECODE_SECONDS else result.get(n)) for n in names | {"val/bleu"}}
+                       if n == DECODE_SECONDS else result.get(n)) for n in names | set(self.reader.names)}
         ok = not error and all(metrics.get(n) is not None for n in names)
         self.baseline_state[i] = {k: float(v) for k, v in metrics.items() if v is not None} if ok else "failed"
         study = self._study(i)

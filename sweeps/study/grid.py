@@ -46,15 +46,42 @@ class Cell:
         return re.sub(r"[^A-Za-z0-9_.=-]+", "-", s)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrialPlan:
-    """A fully resolved trial (or, with nuisance parameters, an Optuna study of ``num_samples``)."""
+    """A fully resolved trial (or, with nuisance parameters, an Optuna study of ``num_samples``):
+    the one record of a trial from the spec to its results row. The spec makes it once per (cell,
+    seed); Tune carries its flat view (:meth:`trial_config`, plus Optuna's samples); the trainable
+    gets it back from that view with :meth:`sweeps.settings.TrialSettings.plan`, which only writes
+    the samples in (``params``, dotted keys); the results row is made from it.
+    """
 
     cell: Cell
     seed: int
     task: dict[str, Any]
     model: dict[str, Any]
     trainer: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)  # Optuna's samples, under their dotted keys
+    config: dict[str, Any] = field(default_factory=dict)  # the flat view Tune held (empty before Tune)
+
+    @property
+    def grid(self) -> dict[str, Any]:
+        """The cell's values, under their dotted keys."""
+        return self.cell.values
+
+    @property
+    def sections(self) -> dict[str, dict[str, Any]]:
+        return {"task": self.task, "model": self.model, "trainer": self.trainer}
+
+    def value(self, dotted: str) -> Any:
+        """A setting by its dotted key (``model.lr``), or None."""
+        section, _, key = dotted.partition(".")
+        return self.sections.get(section, {}).get(key)
+
+    def with_values(self, seed: int, values: dict[str, Any], params: dict[str, Any], config: dict[str, Any]) -> "TrialPlan":
+        """This cell's plan for one Tune trial: its seed, ``values`` (dotted: Optuna's samples and
+        any other per-trial setting) written into the sections, and the config Tune held."""
+        task, model, trainer = resolve_sections(self.sections, values) if values else (self.task, self.model, self.trainer)
+        return TrialPlan(self.cell, seed, task, model, trainer, params=params, config=config)
 
     @property
     def study(self) -> str:

@@ -206,8 +206,8 @@ def time_finished_trials(
         plan, trial_dir = plans[row["trial_id"]]
         # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
         folder = trial_dir if "://" not in trial_dir else str(out_dir / "timing" / row["trial_id"])
-        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan["task"],
-                              output_dir=folder, seed=plan["seed"], split=spec.split))
+        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan.task,
+                              output_dir=folder, seed=plan.seed, split=spec.split))
         timed_rows.append(row)
     if not jobs:
         return
