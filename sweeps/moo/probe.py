@@ -17,8 +17,9 @@ power of two in the range, and its ends) and interpolates linearly in K between 
 cost of memory attention is linear in K). Every other architecture setting is measured as it is.
 Settings that only change training (``lr``, ``dropout``, ``weight_decay``) are not part of the key.
 
-The table is kept in ``<output>/<name>/decode_probe.json`` (``--resume`` and the benchmark reuse
-it) and each trial's estimate goes into results.md beside the timing stage's figure, with how far
+The table is kept in ``<output>/<name>/decode_probe.json`` (``--resume`` reuses it; so does any run
+started with ``SWEEPS_DECODE_PROBE_TABLE=<a decode_probe.json>``, as ``benchmarks/moo_search.py``
+does so that the grid and every search share one set of figures) and each trial's estimate goes into results.md beside the timing stage's figure, with how far
 apart they are (``sweeps.moo.report``).
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ PROBE_FILE = "decode_probe.json"
 TRAINING_ONLY = frozenset({"lr", "weight_decay", "dropout", "val_decode"})
 #: the setting the probe interpolates along (measured at anchors)
 INTERPOLATED = "K"
+#: a decode_probe.json whose entries a run takes before measuring what they lack
+SHARED_TABLE_ENV = "SWEEPS_DECODE_PROBE_TABLE"
 
 
 def arch_key(task: dict[str, Any], model: dict[str, Any], seed: int) -> str:
@@ -138,6 +141,11 @@ def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = prin
 
     path = Path(out_dir) / PROBE_FILE
     table = DecodeEstimates.load(path)
+    shared = os.environ.get(SHARED_TABLE_ENV)  # another run's table (the benchmark: one table for all runs)
+    if shared:
+        for entry in DecodeEstimates.load(Path(shared)).entries:
+            if not table.has(entry["key"], entry.get("K")):
+                table.add(entry)
     baseline = baseline_of(sweep.spec)
     groups: dict[str, dict[str, Any]] = {}
     for plan in sweep.plans:

@@ -127,7 +127,7 @@ def check_objectives(spec: Any, source: str) -> None:
             why = (" (val/sacrebleu needs a task that detokenizes: wmt17)" if c.name == "val/sacrebleu" else "")
             raise SpecError(f"constraints[{i}].name", f"{c.name!r} is a metric this study never produces{why}; "
                                                       f"valid: {', '.join(valid)}", source)
-        if c.of and c.name == DECODE_SECONDS and DECODE_SECONDS not in names:
+        if c.name == DECODE_SECONDS and DECODE_SECONDS not in names:
             raise SpecError(f"constraints[{i}].name", "decode_seconds is only measured during the study when it is "
                                                       "an objective (the decode probe)", source)
     if len({repr(sorted(c.of.items())) for c in spec.constraints if c.of}) > 1:
