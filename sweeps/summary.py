@@ -57,8 +57,9 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     summary = best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
     if seconds != DECODE_SECONDS:
         summary = summary.rename(columns={seconds: DECODE_SECONDS, f"{seconds}_std": f"{DECODE_SECONDS}_std"})
-    for c in ("length", *headline_columns()):
-        if c in summary and summary[c].notna().any():
+    for c in ("length", *headline_columns()):  # K=16, not 16.0; a real-valued option (a temperature) stays as it is
+        values = summary[c].dropna() if c in summary else None
+        if values is not None and not values.empty and (values == values.round()).all():
             summary[c] = summary[c].astype("Int64")
     sort = [c for c in ("length", "model") if c in summary]
     return summary.sort_values(sort, na_position="first", kind="stable", key=natural_order).reset_index(drop=True)

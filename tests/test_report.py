@@ -138,6 +138,16 @@ def test_tables_order_k_as_numbers_not_text():
     ]
     summary = cell_summary(pd.DataFrame(rows))
     assert summary["model"].tolist() == ["memory K=1", "memory K=4", "memory K=16", "memory K=32"]
+    assert str(summary["K"].dtype) == "Int64", "K=16, not 16.0"
+
+
+def test_a_headline_option_with_fractional_values_keeps_them():
+    """A mechanism's headline option may be real-valued (CONTRIBUTING.md's recipe was tried with a
+    softmax temperature): the summary shows 0.5, and did not fail casting it to an integer."""
+    rows = [{"cell": f"w={w}", "model": f"local_m window={w}", "attention": "local_m", "window": w, "length": 10,
+             "seed": 0, "status": "done", BLEU: 50.0, SEC: 1.0} for w in (0.5, 2.0)]
+    summary = cell_summary(pd.DataFrame(rows))
+    assert summary["window"].tolist() == [0.5, 2.0]
 
 
 # ------------------------------------------------------------------ issue 18: contended times, the paper's layout
