@@ -174,6 +174,10 @@ def run_tune(
                 num_samples=sweep.num_trials,
                 max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
                 trial_dirname_creator=trial_dirname,
+                # a finished trial's process runs the next one: no new Ray worker importing torch,
+                # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).
+                # Single-process trials only; each trial re-seeds and resets what it set (trial_kit)
+                reuse_actors=settings.resources.workers == 1,
             ),
             run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
