@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/sweep_overhead.py            # sweeps/quickstart.yaml as it is (~3-4 min on 2 cores)
     .venv/bin/python benchmarks/sweep_overhead.py --quick    # the same trials, 300 steps on 4,000 sequences
+    .venv/bin/python benchmarks/sweep_overhead.py --rounds 2 # plain, launcher, then launcher, plain: a load
+                                                             # that changes mid-run favours neither side
 
 In one run:
 
@@ -217,6 +219,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--quick", action="store_true", help="300 steps on 4,000 sequences per trial (about a minute each way)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--keep", type=Path, help="keep the runs' files here (default: a temporary folder)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure N times, the order alternating (plain first, then launcher first, ...): a machine "
+                        "whose load changes during the run favours neither; the figures are the median-ratio round's")
     args = p.parse_args(argv)
     from benchmarks._machine import cpu_model
     from sweeps.study import load_spec
@@ -225,18 +230,27 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     sweep = load_spec(args.spec, overrides=overrides + ["timing.enabled=false"])
     concurrency = max(1, min(len(sweep.plans), int((os.cpu_count() or 1) // sweep.spec.resources.cpu)))
     load_before = load_average()
+    rounds = []
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp:
-        work = args.keep or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        plain_s, plain = run_plain(sweep, concurrency, work)
-        launcher_s, info, out = run_launcher(args.spec, overrides, work)
-        trials = trial_records(out)
-        if len(trials) != len(plain):
-            raise SystemExit(f"found {len(trials)} phases.json for {len(plain)} trials under {out}")
-        parts, per_trial = breakdown(plain_s, plain, launcher_s, info, trials, concurrency)
-        import csv
+        for r in range(max(1, args.rounds)):
+            work = (args.keep or Path(tmp)) / f"round{r}"
+            work.mkdir(parents=True, exist_ok=True)
+            if r % 2 == 0:
+                plain_s, plain = run_plain(sweep, concurrency, work)
+                launcher_s, info, out = run_launcher(args.spec, overrides, work)
+            else:
+                launcher_s, info, out = run_launcher(args.spec, overrides, work)
+                plain_s, plain = run_plain(sweep, concurrency, work)
+            trials = trial_records(out)
+            if len(trials) != len(plain):
+                raise SystemExit(f"found {len(trials)} phases.json for {len(plain)} trials under {out}")
+            parts, per_trial = breakdown(plain_s, plain, launcher_s, info, trials, concurrency)
+            import csv
 
-        rows = list(csv.DictReader((out / sweep.name / "results.csv").open()))
+            rows = list(csv.DictReader((out / sweep.name / "results.csv").open()))
+            rounds.append((launcher_s / plain_s, plain_s, launcher_s, plain, parts, per_trial, rows))
+    ratios = [x[0] for x in rounds]
+    _, plain_s, launcher_s, plain, parts, per_trial, rows = sorted(rounds, key=lambda x: x[0])[(len(rounds) - 1) // 2]
     result = {
         "overhead_ratio": round(launcher_s / plain_s, 3),
         "plain_s": round(plain_s, 2),
@@ -244,6 +258,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "difference_s": round(launcher_s - plain_s, 2),
         "breakdown": parts,
         "per_trial": per_trial,
+        "round_ratios": [round(x, 3) for x in ratios],
         "trials": len(plain),
         "concurrency": concurrency,
         "bleu_plain": {r["cell"]: round(r["bleu"], 2) for r in plain},

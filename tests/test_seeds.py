@@ -221,3 +221,49 @@ def test_overhead_breakdown_sums_to_the_measured_difference():
     assert sum(parts.values()) == pytest.approx(41.0 - 25.0, abs=0.05)
     assert parts["ray_start_s"] == 3.0 and parts["wandb_init_s"] == 2.0 and parts["heatmaps_s"] == 1.0
     assert per_trial["worker_start"] == pytest.approx(4.5)  # slots free at 106: trials enter at 110, 111
+
+
+# -- end to end (slow) -------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_seeds_with_a_convergence_stop_end_to_end(tmp_path: Path):
+    """The launcher on the quickstart, 2 seeds, a stop at BLEU >= 50: Bahdanau converges early and
+    says so, every trial saves its hypotheses, results.md judges the findings and bootstraps."""
+    import subprocess
+    import sys
+
+    from sweeps.results import read_results
+
+    cmd = [sys.executable, "sweeps/launch.py", "sweeps/quickstart.yaml", "--output", str(tmp_path), "--address", "local",
+           "--verbose", "0", "--set", "trainer.max_steps=200", "--set", "trainer.val_check_interval=100",
+           "--set", "task.train_size=3000", "--set", "seeds=[0,1]", "--set", "timing.enabled=false",
+           "--set", "stop_when={metric: val/bleu, at_least: 50, reports: 1}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "quickstart"
+    df = read_results(out / "results.csv")
+    bahdanau = df[df["attention"] == "bahdanau"]
+    assert set(bahdanau["status"]) == {"converged"} and (bahdanau["step"] < 200).all()
+    assert set(df[df["attention"] == "none"]["status"]) == {"done"}
+    for ckpt in df["checkpoint"]:
+        assert (Path(ckpt).parent / "val_hypotheses.txt").is_file()
+    md = (out / "results.md").read_text()
+    assert "The paper's findings, judged on the intervals" in md and "paired bootstrap" in md
+    assert (out / "paired_bootstrap.csv").is_file()
+    assert len(list(out.glob("*/phases.json"))) == len(df)
+
+
+@pytest.mark.slow
+def test_the_overhead_benchmark_prints_one_json_line():
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "benchmarks/sweep_overhead.py", "--quick"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["overhead_ratio"] == pytest.approx(result["launcher_s"] / result["plain_s"], rel=1e-2)
+    assert sum(result["breakdown"].values()) == pytest.approx(result["difference_s"], abs=0.2)
+    assert result["bleu_plain"] == result["bleu_launcher"]  # the same trainings, both ways
