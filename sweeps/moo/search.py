@@ -158,8 +158,8 @@ class MooSearcher(StudySearcher):
             pass
         if values is None:
             study.tell(number, state=state.FAIL, skip_if_finished=True)
-        elif max_steps is not None and int(result.get("step", max_steps)) < max_steps:
-            study.tell(number, state=state.PRUNED, skip_if_finished=True)
+        elif max_steps is not None and int(result.get("step", max_steps)) < max_steps and not result.get("converged"):
+            study.tell(number, state=state.PRUNED, skip_if_finished=True)  # (a stop_when convergence is COMPLETE)
         else:
             trial = optuna.trial.Trial(study, storage_id)
             for name, violation in self.violations(i, config, result).items():
