@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     note = sweep.early_stopping_note()
     if note:
         print(note)
+    if sweep.spec.stop_when is not None:
+        print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
     if args.dry_run:
         return 0
 
