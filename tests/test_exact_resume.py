@@ -47,7 +47,7 @@ class SaveEachValidation(pl.Callback):
             raise Interrupted(f"stopped after the report at step {trainer.global_step}")
 
 
-def fit(folder: Path, stop_at: int | None = None, ckpt_path: Path | None = None):
+def fit(quiet_trainer, folder: Path, stop_at: int | None = None, ckpt_path: Path | None = None):
     """One trial attempt from scratch objects; returns (module, final val metrics)."""
     pl.seed_everything(SEED, workers=True, verbose=False)
     dm = CopyTaskDataModule(vocab_size=8, max_length=6, min_length=1, train_size=16 * BATCHES_PER_EPOCH,
@@ -56,18 +56,15 @@ def fit(folder: Path, stop_at: int | None = None, ckpt_path: Path | None = None)
     module = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="memory", attention_kwargs={"K": 4},
                            preset="tiny", dropout=0.3, max_source_len=dm.max_source_len, lr=3e-3)
     saver = SaveEachValidation(folder, stop_at)
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_steps=MAX_STEPS, max_epochs=-1, val_check_interval=VAL_EVERY,
-        check_val_every_n_epoch=None, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[saver, RngStateCallback()],
-    )
+    trainer = quiet_trainer(max_steps=MAX_STEPS, max_epochs=-1, val_check_interval=VAL_EVERY,
+                            check_val_every_n_epoch=None, callbacks=[saver, RngStateCallback()])
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return module, saver.metrics
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    return fit(tmp_path_factory.mktemp("uninterrupted"))
+def uninterrupted(tmp_path_factory, quiet_trainer):
+    return fit(quiet_trainer, tmp_path_factory.mktemp("uninterrupted"))
 
 
 def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
@@ -76,11 +73,12 @@ def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 
 @pytest.mark.parametrize("stop_at", [5, 10, 25], ids=["mid-epoch-0", "epoch-boundary", "mid-epoch-2"])
-def test_a_fit_resumed_from_a_report_ends_bit_for_bit_like_the_uninterrupted_fit(tmp_path, uninterrupted, stop_at):
+def test_a_fit_resumed_from_a_report_ends_bit_for_bit_like_the_uninterrupted_fit(tmp_path, uninterrupted, stop_at,
+                                                                                 quiet_trainer):
     reference, reference_metrics = uninterrupted
     with pytest.raises(Interrupted):
-        fit(tmp_path, stop_at=stop_at)
-    resumed, metrics = fit(tmp_path, ckpt_path=tmp_path / f"step{stop_at}.ckpt")
+        fit(quiet_trainer, tmp_path, stop_at=stop_at)
+    resumed, metrics = fit(quiet_trainer, tmp_path, ckpt_path=tmp_path / f"step{stop_at}.ckpt")
 
     difference = max_weight_difference(reference, resumed)
     assert difference == 0.0, f"resumed at step {stop_at}: weights differ by up to {difference}"

@@ -35,14 +35,6 @@ def small_copy(**kwargs) -> CopyTaskDataModule:
     return CopyTaskDataModule(**settings)
 
 
-def quick_trainer(**kwargs) -> pl.Trainer:
-    settings = dict(
-        fast_dev_run=True, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
-    settings.update(kwargs)
-    return pl.Trainer(**settings)
-
-
 def module_for(dm: CopyTaskDataModule, attention: str, **kwargs) -> Seq2SeqModule:
     if ATTENTION_REGISTRY[attention].equal_sizes:  # luong_dot needs D == H: a unidirectional encoder
         kwargs.setdefault("bidirectional", False)
@@ -59,10 +51,10 @@ def test_metric_names_match_the_contract():
 
 
 @pytest.mark.parametrize("attention", MECHANISMS)
-def test_every_mechanism_trains_end_to_end(attention):
+def test_every_mechanism_trains_end_to_end(attention, quiet_trainer):
     dm = small_copy()
     model = module_for(dm, attention)
-    trainer = quick_trainer()
+    trainer = quiet_trainer(fast_dev_run=True)
     trainer.fit(model, datamodule=dm)
     metrics = trainer.callback_metrics
     for name in (TRAIN_LOSS,) + VAL_METRICS:
@@ -73,20 +65,20 @@ def test_every_mechanism_trains_end_to_end(attention):
     assert float(metrics[VAL_DECODE_SECONDS]) > 0.0
 
 
-def test_beam_validation_and_test_stage():
+def test_beam_validation_and_test_stage(quiet_trainer):
     dm = small_copy()
     model = module_for(dm, "none", val_beam_size=3, length_penalty=0.6)
-    trainer = quick_trainer()
+    trainer = quiet_trainer(fast_dev_run=True)
     trainer.fit(model, datamodule=dm)
     assert VAL_BLEU in trainer.callback_metrics
     results = trainer.test(model, datamodule=dm, verbose=False)[0]
     assert {"test/loss", "test/token_acc", "test/bleu", "test/decode_seconds"} <= set(results)
 
 
-def test_val_decode_off_logs_no_bleu():
+def test_val_decode_off_logs_no_bleu(quiet_trainer):
     dm = small_copy()
     model = module_for(dm, "none", val_decode=False)
-    trainer = quick_trainer()
+    trainer = quiet_trainer(fast_dev_run=True)
     trainer.fit(model, datamodule=dm)
     assert VAL_LOSS in trainer.callback_metrics and VAL_BLEU not in trainer.callback_metrics
 
@@ -98,22 +90,22 @@ class DetokCopy(CopyTaskDataModule):
         return text.replace(" ", "")
 
 
-def test_detokenized_sacrebleu_and_signature():
+def test_detokenized_sacrebleu_and_signature(quiet_trainer):
     dm = DetokCopy(vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16)
     model = module_for(dm, "none")
-    trainer = quick_trainer()
+    trainer = quiet_trainer(fast_dev_run=True)
     trainer.fit(model, datamodule=dm)
     assert VAL_SACREBLEU in trainer.callback_metrics
     assert model.last_bleu_signature is not None and "nrefs:1" in model.last_bleu_signature
 
 
-def test_a_perfect_copier_scores_bleu_100_and_batch_references_are_used():
+def test_a_perfect_copier_scores_bleu_100_and_batch_references_are_used(quiet_trainer):
     """Decoding that returns the sources (a perfect copier) gives val/bleu 100 through the module's
     own sacreBLEU path; a batch's ``references`` key replaces ids_to_text(tgt) as the reference."""
     dm = small_copy()
     model = module_for(dm, "none")
     model.decode = lambda src, src_lengths: src  # a perfect copier: hypotheses == sources
-    results = quick_trainer().validate(model, datamodule=dm, verbose=False)[0]
+    results = quiet_trainer(fast_dev_run=True).validate(model, datamodule=dm, verbose=False)[0]
     assert results[VAL_BLEU] == pytest.approx(100.0)
     batch = next(iter(dm.val_dataloader()))
     model._decode_into_buffer(batch, "val")
@@ -166,11 +158,11 @@ def test_preset_overrides():
 
 
 @pytest.mark.parametrize("attention", [n for n in ("memory", "luong_location") if n in ATTENTION_REGISTRY])
-def test_sources_longer_than_max_source_len_fail_early(attention):
+def test_sources_longer_than_max_source_len_fail_early(attention, quiet_trainer):
     dm = small_copy(max_length=20)
     model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=10)
     with pytest.raises(ValueError, match="max_source_len=21"):
-        quick_trainer().fit(model, datamodule=dm)
+        quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
 
 
 def test_attention_heatmaps_data():
@@ -191,12 +183,12 @@ def test_attention_heatmaps_data():
     assert model.training  # restored
 
 
-def test_load_from_checkpoint_in_a_fresh_process(tmp_path):
+def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
     attention = "memory" if "memory" in ATTENTION_REGISTRY else "none"
     kwargs = {"attention_kwargs": {"K": 4}} if attention == "memory" else {}
     dm = small_copy()
     model = module_for(dm, attention, lr=3e-3, **kwargs)
-    trainer = quick_trainer()
+    trainer = quiet_trainer(fast_dev_run=True)
     trainer.fit(model, datamodule=dm)
     ckpt = tmp_path / "model.ckpt"
     trainer.save_checkpoint(ckpt)
@@ -271,7 +263,7 @@ class _StopAtBleu(pl.Callback):
     "attention,attention_kwargs,max_steps",
     [("memory", {"K": 16}, 5000), ("bahdanau", None, 3000)],
 )
-def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps):
+def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps, quiet_trainer):
     """Memory attention (K=16) and Bahdanau learn to copy sequences of up to 10 symbols (CPU, minutes)."""
     if attention not in ATTENTION_REGISTRY:
         pytest.skip(f"{attention} is not registered")
@@ -287,17 +279,7 @@ def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps):
         max_source_len=dm.max_source_len,
     )
     stopper = _StopAtBleu(target=98.0)
-    trainer = pl.Trainer(
-        max_steps=max_steps,
-        val_check_interval=500,
-        num_sanity_val_steps=0,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[stopper],
-    )
+    trainer = quiet_trainer(max_steps=max_steps, val_check_interval=500, num_sanity_val_steps=0, callbacks=[stopper])
     start = time.perf_counter()
     trainer.fit(model, datamodule=dm)
     bleu = trainer.validate(model, datamodule=dm, verbose=False)[0][VAL_BLEU]

@@ -354,7 +354,7 @@ def test_datasets_pickle_without_copying_the_corpus(dm):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="needs /work/shared/data/wmt-ende-sample")
-def test_tiny_model_validation_loss_falls_on_10k_sample(tmp_path):
+def test_tiny_model_validation_loss_falls_on_10k_sample(tmp_path, quiet_trainer):
     import lightning.pytorch as pl
 
     from lightning_modules import Seq2SeqModule
@@ -368,11 +368,8 @@ def test_tiny_model_validation_loss_falls_on_10k_sample(tmp_path):
     model = Seq2SeqModule(src_vocab_size=d.src_vocab_size, tgt_vocab_size=d.tgt_vocab_size,
                           attention="bahdanau", preset="tiny", lr=1e-3,
                           max_source_len=d.max_source_len)
-    trainer = pl.Trainer(max_steps=300, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=1.0, check_val_every_n_epoch=1000,
-                         use_distributed_sampler=False)
+    trainer = quiet_trainer(max_steps=300, num_sanity_val_steps=0, limit_val_batches=1.0, check_val_every_n_epoch=1000,
+                            use_distributed_sampler=False)
     before = trainer.validate(model, datamodule=d, verbose=False)[0]["val/loss"]
     trainer.fit(model, datamodule=d)
     after = trainer.validate(model, datamodule=d, verbose=False)[0]

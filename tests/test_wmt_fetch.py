@@ -546,7 +546,7 @@ def test_an_empty_file_in_the_layout_is_fetched_again(server, tmp_path):
     assert (tmp_path / "train.de").read_bytes() == expected_layout()["train.de"]
 
 
-def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path):
+def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path, quiet_trainer):
     import lightning.pytorch as pl
 
     from datamodules import WMT17DataModule
@@ -565,10 +565,7 @@ def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path):
     model = Seq2SeqModule(src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size,
                           attention="bahdanau", preset="tiny", lr=1e-3,
                           max_source_len=dm.max_source_len)
-    trainer = pl.Trainer(max_steps=3, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_train_batches=3, use_distributed_sampler=False)
+    trainer = quiet_trainer(max_steps=3, num_sanity_val_steps=0, limit_train_batches=3, use_distributed_sampler=False)
     trainer.fit(model, datamodule=dm)
     metrics = trainer.callback_metrics
     assert trainer.global_step == 3
