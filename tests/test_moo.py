@@ -67,13 +67,13 @@ def test_keep_count_is_ashas_quantile_rule():
 
 
 def brute_survivors(points, rf):
-    """The rung rule by definition: a point goes on when fewer than keep_count points come before
-    it in (Pareto rank, -crowding distance, arrival) order."""
+    """The rung rule by definition: a point goes on when it is non-dominated, or when fewer than
+    keep_count points come before it in (Pareto rank, -crowding distance, arrival) order."""
     ranks = brute_ranks(points)
     dist = {}
     for r in set(ranks):
         dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
-    keep = keep_count(len(points), rf)
+    keep = max(keep_count(len(points), rf), ranks.count(0))  # the top 1/rf, and every non-dominated point
     return {i for i in range(len(points))
             if sum((ranks[j], -dist[j], j) < (ranks[i], -dist[i], i) for j in range(len(points))) < keep}
 
@@ -198,12 +198,15 @@ def test_the_worked_example_of_the_docs():
     """docs/moo_early_stopping.md's worked example, decision by decision."""
     rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
                         grace_period=1, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=900)
-    first = [(16, 40, .020, "CONTINUE"), (32, 35, .026, "STOP"), (2, 20, .012, "STOP"), (4, 38, .014, "STOP"),
+    first = [(16, 40, .020, "CONTINUE"), (32, 35, .026, "STOP"), (2, 20, .012, "CONTINUE"), (4, 18, .014, "STOP"),
              (8, 45, .016, "CONTINUE"), (1, 10, .011, "CONTINUE")]
     for k, bleu, seconds, decision in first:
         assert rungs.decide(f"K{k}", 1, [bleu, seconds]) == decision, k
-    for k, bleu, seconds, decision in [(16, 65, .020, "CONTINUE"), (8, 70, .016, "CONTINUE"), (1, 30, .011, "STOP")]:
+    second = [(16, 65, .020, "CONTINUE"), (8, 70, .016, "CONTINUE"), (1, 30, .011, "CONTINUE"), (2, 28, .012, "STOP")]
+    for k, bleu, seconds, decision in second:
         assert rungs.decide(f"K{k}", 3, [bleu, seconds]) == decision, k
+    rungs.finished["K8"] = to_minimize([100.0, .016], rungs.directions)  # K8 ran to the end at BLEU 100
+    assert rungs.decide("K16", 4, [80.0, .020]) == "STOP"  # hopeless: slower, and BLEU cannot pass 100
 
 
 # -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------

@@ -84,10 +84,17 @@ def keep_count(n: int, reduction_factor: float) -> int:
     return max(1, n - math.ceil(position - 1e-9))
 
 
+def rung_keep(points: Sequence[Point], reduction_factor: float) -> int:
+    """How many of a rung's points go on: the top 1/rf (:func:`keep_count`), and never fewer than
+    the rung's non-dominated points (no point on the rung's front is stopped)."""
+    return max(keep_count(len(points), reduction_factor), sum(r == 0 for r in pareto_ranks(points)))
+
+
 def rung_survivors(points: Sequence[Point], reduction_factor: float) -> set[int]:
-    """The rung rule: of the points recorded at a rung, the first :func:`keep_count` in
-    :func:`rung_order` go on (the top 1/rf by Pareto rank, crowding distance breaking ties)."""
-    return set(rung_order(points)[: keep_count(len(points), reduction_factor)])
+    """The rung rule: of the points recorded at a rung, the first :func:`rung_keep` in
+    :func:`rung_order` go on: every non-dominated point, and at least the top 1/rf by Pareto rank
+    (crowding distance breaking ties)."""
+    return set(rung_order(points)[: rung_keep(points, reduction_factor)])
 
 
 def hopeless(optimistic: Point, finished: Sequence[Point]) -> bool:

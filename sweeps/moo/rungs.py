@@ -5,9 +5,9 @@ so no cell is stopped because another does better). Rungs sit at ``grace_period 
 validation reports, below the trial's last. When a trial reaches a rung, its objective vector there
 (``val/bleu`` at that report, ``decode_seconds`` from the decode probe) is recorded with the
 vectors of the trials that reached the rung before it, and the trial goes on only if it is among
-the first ``keep_count(n, rf)`` of them by Pareto rank, crowding distance breaking ties
-(:func:`sweeps.moo.pareto.rung_survivors`): the top 1/rf, as ASHA, but "top" meaning "not
-dominated there". A trial also stops at a rung when a trial of its study that ran to the end
+the first ``rung_keep`` of them by Pareto rank, crowding distance breaking ties
+(:func:`sweeps.moo.pareto.rung_survivors`): every trial no other dominates there, and at least the
+top 1/rf, as ASHA, "top" meaning "by Pareto rank". A trial also stops at any report when a trial of its study that ran to the end
 dominates the best it could still reach (its trained objectives at their bounds, e.g. BLEU 100).
 Trials of the baseline model (relative constraints) are not part of the search and run to the end.
 Documented, with a worked example, in ``docs/moo_early_stopping.md``.
@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from .pareto import hopeless, keep_count, rung_order, to_minimize
+from .pareto import hopeless, rung_keep, rung_order, to_minimize
 
 Vector = tuple[float, ...]
 
@@ -64,6 +64,12 @@ class ParetoRungs(FIFOScheduler):
     def decide(self, trial_id: str, iteration: int, values: list[float]) -> str:
         """CONTINUE or STOP for a trial's report number ``iteration`` with objective ``values``."""
         vec = to_minimize(values, self.directions)
+        best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
+        if hopeless(best, list(self.finished.values())):  # at any report: it can no longer reach the front
+            self.log[trial_id] = {"rung": None, "report": iteration, "values": list(values), "hopeless": True,
+                                  "stopped": True}
+            self.stopped.add(trial_id)
+            return TrialScheduler.STOP
         for m in reversed(self.milestones):  # ASHA's order: the highest rung the trial has reached
             if iteration < m or trial_id in self.rungs[m]:
                 continue
@@ -71,13 +77,11 @@ class ParetoRungs(FIFOScheduler):
             rung[trial_id] = vec
             ids = list(rung)
             order = rung_order([rung[i] for i in ids])
-            keep = keep_count(len(ids), self.rf)
+            keep = rung_keep([rung[i] for i in ids], self.rf)
             position = order.index(ids.index(trial_id))
-            best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
-            beaten = hopeless(best, list(self.finished.values()))
-            go_on = position < keep and not beaten
+            go_on = position < keep
             self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                                  "values": list(values), "hopeless": beaten, "stopped": not go_on}
+                                  "values": list(values), "hopeless": False, "stopped": not go_on}
             if not go_on:
                 self.stopped.add(trial_id)
                 return TrialScheduler.STOP
