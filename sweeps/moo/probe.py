@@ -188,7 +188,7 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
-              "max_seconds": min(timing.max_seconds, 2.0), "warmup": timing.warmup}
+              "max_seconds": timing.max_seconds, "warmup": timing.warmup}
     request = json.dumps({"cpus": cpus, "task": task, "seed": seed, "models": models, "kwargs": kwargs}, default=str)
     done = subprocess.run([sys.executable, "-c", _CHILD], input=request, capture_output=True, text=True, env=env)
     found = [json.loads(ln[len("PROBE "):]) for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
