@@ -1,10 +1,13 @@
 """Shared pytest fixtures. Keep this file generic: other test files add their own fixtures here.
 
+- ``local_ray``: one private local Ray for the test modules that ask for it, started once and
+  kept while consecutive modules use it (test_study.py, test_sweep.py, ... run one after another).
 - ``quiet_trainer``: a Lightning Trainer on CPU that logs, checkpoints and prints nothing.
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Optional
 
 import pytest
 import torch
@@ -33,6 +36,81 @@ def pytest_collection_modifyitems(config, items):
     every actor it creates ("Actor may be already destroyed"). The reverse order works.
     """
     items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_cluster.py") else 1)
+    _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
+
+
+# ----------------------------------------------------------------------------------------------
+# One local Ray, shared
+
+
+class _SharedRay:
+    """A private local Ray (never another engineer's, never a test cluster), started by the first
+    test module that asks for it and kept while the next module asks for it too: starting one
+    costs seconds, and the modules that run real sweeps come one after another."""
+
+    def __init__(self) -> None:
+        self.env_before: Optional[dict[str, str]] = None
+        self.modules: set = set()  # the test modules that use it
+
+    @property
+    def running(self) -> bool:
+        return self.env_before is not None
+
+    def start(self):
+        import ray
+
+        if not self.running:
+            self.env_before = dict(os.environ)
+            os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20,
+                     log_to_driver=False)
+        return ray
+
+    def stop(self) -> None:
+        if not self.running:
+            return
+        import ray
+
+        ray.shutdown()
+        # ray.init and the launcher set variables (RAY_AUTH_MODE, WANDB_MODE...) that would leak
+        # into Ray instances later tests start in this process
+        os.environ.clear()
+        os.environ.update(self.env_before)
+        self.env_before = None
+
+
+_RAY = _SharedRay()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """The shared local Ray (2 CPUs, W&B offline unless a spec says otherwise). What the module's
+    launchers put in the environment (WANDB_MODE...) is taken out again after it, so each module
+    starts from the environment the instance started with, whichever module ran before."""
+    ray = _RAY.start()
+    env = dict(os.environ)
+    yield ray
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def _uses_shared_ray(item: Optional[pytest.Item]) -> bool:
+    # a module that defines a ``local_ray`` of its own starts its own Ray: the shared one must be gone
+    return (item is not None and "local_ray" in getattr(item, "fixturenames", ())
+            and getattr(getattr(item, "module", None), "local_ray", local_ray) is local_ray)
+
+
+@pytest.hookimpl(trylast=True)  # after the module's fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+    """Shut the shared Ray down at the end of a module when the next module does not use it."""
+    module = getattr(item, "module", None)
+    next_module = getattr(nextitem, "module", None)
+    if _RAY.running and (nextitem is None or (next_module is not module and next_module not in _RAY.modules)):
+        _RAY.stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _RAY.stop()  # a run cut short (-x, Ctrl-C) leaves no Ray behind either
 
 
 # ----------------------------------------------------------------------------------------------

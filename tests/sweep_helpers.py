@@ -1,9 +1,8 @@
-"""Small sweep files and a local Ray for the tests that run real sweeps (test_sweep.py,
-test_study.py, test_cluster.py); test modules import the fixture by name."""
+"""Small sweep files for the tests that run real sweeps (test_sweep.py, test_study.py,
+test_cluster.py, test_address.py). Their local Ray is conftest's ``local_ray``."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -38,22 +37,6 @@ def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
     path = tmp_path / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A private local Ray for one test module (never another engineer's or a test cluster)."""
-    import ray
-
-    saved = dict(os.environ)
-    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-    # ray.init and the launcher set variables (RAY_AUTH_MODE, WANDB_MODE...) that would leak into
-    # Ray instances later tests start in this process
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def result_steps(trial_dir: Path) -> list[int]:

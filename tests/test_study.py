@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import interrupt_after_one_finishes, local_ray, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
+from sweep_helpers import interrupt_after_one_finishes, tiny_spec, write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import SECRET, interrupt_after_one_finishes, local_ray, result_steps, tiny_spec, write_spec  # noqa: E402,F401 (local_ray: a fixture)
+from sweep_helpers import SECRET, interrupt_after_one_finishes, result_steps, tiny_spec, write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
