@@ -1,17 +1,16 @@
-"""Small sweep files for the tests that run real sweeps (test_sweep.py, test_study.py,
-test_cluster.py, test_address.py). Their local Ray is conftest's ``local_ray``."""
+"""Small sweep files, and a deterministic Ctrl-C of a launcher, for the tests that run real sweeps
+(test_sweep.py, test_study.py, test_cluster.py, test_address.py). Their local Ray is conftest's
+``local_ray``."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
+import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
+TESTS = Path(__file__).resolve().parent
 SECRET = "wandb-key-that-must-never-be-written-0123456789"
 
 
@@ -45,20 +44,23 @@ def result_steps(trial_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
-def interrupt_after_one_finishes(proc: subprocess.Popen, exp: Path, last_step: int, timeout: float) -> tuple[Path, Path, str]:
-    """Wait until one trial of the launcher ``proc`` reported ``last_step`` while another has
-    reported twice, then SIGINT the launcher (exit 130). Returns (finished, running, its output)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        dirs = [p.parent for p in exp.glob("*/result.json")] if exp.exists() else []
-        steps = {d: result_steps(d) for d in dirs}
-        done = [d for d in dirs if steps[d] and steps[d][-1] == last_step]
-        live = [d for d in dirs if d not in done and len(steps[d]) >= 2]
-        if done and live:
-            proc.send_signal(signal.SIGINT)
-            log = proc.communicate(timeout=120)[0]
-            assert proc.returncode == 130, log
-            return done[0], live[0], log
-        time.sleep(0.5)
-    proc.kill()
-    pytest.fail("the first trial never finished; launcher output:\n" + proc.communicate()[0][-4000:])
+def interrupt_env(exp: Path, step: int, subprocess: bool = False) -> dict[str, str]:
+    """Environment variables under which a launcher's Tune run gets a real SIGINT (Ctrl-C) the
+    moment a trial of the sweep in ``exp`` reports ``step`` while another trial has finished
+    (:mod:`interrupt_hook`, which Tune itself loads: no polling, no race). ``subprocess``: for a
+    launcher started as its own process, which must find the hook's module too."""
+    env = {"RAY_TUNE_CALLBACKS": "interrupt_hook.InterruptAtStep", "INTERRUPT_AT_STEP": str(step),
+           "INTERRUPT_RECORD": str(exp.parent / f"{exp.name}.interrupted.json")}
+    if subprocess:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def interrupted_trials(exp: Path) -> tuple[Path, Path]:
+    """(the finished trial's folder, the interrupted one's) of a sweep run under :func:`interrupt_env`."""
+    record = exp.parent / f"{exp.name}.interrupted.json"
+    assert record.exists(), "the interrupt hook never fired"
+    seen = json.loads(record.read_text())
+    (finished,) = (d for d in exp.iterdir() if d.name.startswith(seen["finished"][0] + "_"))
+    (running,) = (d for d in exp.iterdir() if d.name.startswith(seen["running"] + "_"))
+    return finished, running

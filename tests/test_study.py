@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import interrupt_after_one_finishes, tiny_spec, write_spec  # noqa: E402
+from sweep_helpers import interrupt_env, interrupted_trials, tiny_spec, write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 
 
@@ -149,7 +149,7 @@ def test_asha_never_stops_a_cell_because_another_scores_higher(local_ray, tmp_pa
 
 @pytest.mark.slow
 def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path):
-    """SIGINT to the launcher while the second of four trials (2 cells x 2 samples) runs, then
+    """SIGINT to the launcher when the second of four trials (2 cells x 2 samples) reports step 20, then
     --resume: no finished trial re-runs, and every Optuna study ends with exactly its 2 trials,
     each tied to a Ray trial."""
     import subprocess
@@ -158,7 +158,7 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     root = Path(__file__).resolve().parents[1]
     spec = two_cell_optuna_spec(
         "resume_optuna",
-        trainer={"max_steps": 200, "val_check_interval": 10},
+        trainer={"max_steps": 60, "val_check_interval": 10},  # the interrupted trial stops by step 40
         max_concurrent_trials=1,
         wandb={"mode": "disabled"},
     )
@@ -168,9 +168,11 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     cmd = [sys.executable, str(root / "sweeps" / "launch.py"), str(path), "--output", str(out),
            "--num-cpus", "2", "--verbose", "0", "--address", "local"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     exp = out / "resume_optuna"
-    finished, running, log = interrupt_after_one_finishes(proc, exp, last_step=200, timeout=300)
+    first = subprocess.run(cmd, cwd=root, env={**env, **interrupt_env(exp, step=20, subprocess=True)},
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 130, first.stdout[-3000:] + first.stderr[-3000:]
+    finished, running = interrupted_trials(exp)
     finished_lines = (finished / "result.json").read_text()
 
     again = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
@@ -179,7 +181,7 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
     trial_dirs = {p.parent.name.split("_")[0]: p.parent for p in exp.glob("*/params.json")}
     assert len(trial_dirs) == 4, sorted(trial_dirs)
     for d in trial_dirs.values():
-        assert [r["step"] for r in results_of(d)][-1] == 200
+        assert [r["step"] for r in results_of(d)][-1] == 60
 
     import optuna
     from optuna.storages import JournalStorage

@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import SECRET, interrupt_after_one_finishes, result_steps, tiny_spec, write_spec  # noqa: E402
+from sweep_helpers import SECRET, interrupt_env, interrupted_trials, result_steps, tiny_spec, write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,63 +231,69 @@ def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1, err
 
 
-def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
-    """A real interruption: SIGINT to the launcher while the second trial runs, then --resume,
-    which keeps the first run's --set overrides."""
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(local_ray, tmp_path, monkeypatch, capsys):
+    """A real interruption: SIGINT to the launcher (this process) when the second trial reports
+    step 20, the first one finished; then --resume, which keeps the first run's --set overrides."""
     spec = tiny_spec(
         "resume",
         grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        trainer={"max_steps": 3000, "val_check_interval": 10},  # the first run's --set makes it 300
+        trainer={"max_steps": 3000, "val_check_interval": 10},  # the first run's --set makes it 60
         max_concurrent_trials=1,
         wandb={"mode": "disabled"},
     )
     spec["task"]["max_length"] = 3
     path = write_spec(tmp_path, spec)
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0", "--address", "local"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(cmd + ["--set", "trainer.max_steps=300"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    args = [str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0", "--address", "local"]
     exp = out / "resume"
-    finished, running, log = interrupt_after_one_finishes(proc, exp, last_step=300, timeout=240)
-    assert "--resume" in log
+    with monkeypatch.context() as hooked:
+        for name, value in interrupt_env(exp, step=20).items():
+            hooked.setenv(name, value)
+        code = main(args + ["--set", "trainer.max_steps=60"])
+    finished, running = interrupted_trials(exp)
+    assert code == 130
+    assert "--resume" in capsys.readouterr().out
     finished_lines = (finished / "result.json").read_text()
+    assert result_steps(finished)[-1] == 60
     before = result_steps(running)
-    assert before[-1] < 300
+    assert 20 <= before[-1] < 60  # a trial runs at most a report ahead of Tune: it stopped by step 40
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
     stale = {p.name: p.read_text() for p in exp.glob("experiment_state-*.json")}  # Tune's record, now
 
     # a --set that changes the first run's overrides is refused before anything starts
-    refused = subprocess.run(cmd + ["--resume", "--set", "trainer.max_steps=50"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2 and "--resume continues the first run with its own overrides" in refused.stderr
-    assert "trainer.max_steps=300" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    capsys.readouterr()
+    assert main(args + ["--resume", "--set", "trainer.max_steps=50"]) == 2
+    refused = capsys.readouterr().err
+    assert "--resume continues the first run with its own overrides" in refused
+    assert "trainer.max_steps=60" in refused and len(refused.strip().splitlines()) == 1
 
-    # resumed without --set: the first run's trainer.max_steps=300 still holds (not the file's 3000)
-    code = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
-    assert "resuming with the first run's overrides: --set trainer.max_steps=300" in code.stdout
+    # resumed without --set: the first run's trainer.max_steps=60 still holds (not the file's 3000)
+    assert main(args + ["--resume"]) == 0
+    assert "resuming with the first run's overrides: --set trainer.max_steps=60" in capsys.readouterr().out
     assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
     steps = result_steps(running)
     after = steps[len(before):]
-    assert steps[: len(before)] == before and after and after[-1] == 300
+    assert steps[: len(before)] == before and after and after[-1] == 60
     # continued from its last checkpoint (at most one report interval is redone), not from step 0
     assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done", "done"]
 
     # kill -9 after the second trial finished but before Tune wrote its state again: the state on
-    # disk says that trial is still running, at a checkpoint Tune has since deleted
+    # disk says that trial is still running, at a checkpoint Tune has since deleted. A launcher
+    # process of its own, on a Ray of its own: the trial's own line reaches the console too.
     for p in exp.glob("experiment_state-*.json"):
         p.unlink()
     for name, text in stale.items():
         (exp / name).write_text(text)
-    code = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py")] + args + ["--resume"]
+    code = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,
+                          text=True, timeout=300)
     assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
     assert f"repaired: trial folder {running.name}: its recorded checkpoint" in code.stdout, code.stdout[-3000:]
-    assert "finished in an earlier run of this sweep (step 300)" in code.stdout + code.stderr, code.stdout[-3000:] + code.stderr[-3000:]
-    assert result_steps(running)[: len(steps)] == steps and set(result_steps(running)[len(steps):]) <= {300}
+    assert "finished in an earlier run of this sweep (step 60)" in code.stdout + code.stderr, code.stdout[-3000:] + code.stderr[-3000:]
+    assert result_steps(running)[: len(steps)] == steps and set(result_steps(running)[len(steps):]) <= {60}
     again = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(again["status"]) == ["done", "done"] and again["val/bleu"].tolist() == df["val/bleu"].tolist()
 

@@ -1,0 +1,46 @@
+"""Test-only: Ctrl-C a launcher at a known point of its Tune run, instead of racing it from outside.
+
+Ray Tune builds the callbacks named in ``RAY_TUNE_CALLBACKS`` (``module.Class``, no arguments)
+into every run it starts. A test that starts the launcher with
+
+    RAY_TUNE_CALLBACKS=interrupt_hook.InterruptAtStep  PYTHONPATH=<tests folder>
+    INTERRUPT_AT_STEP=20  INTERRUPT_RECORD=<a file>
+
+gets a real SIGINT to the launcher process the moment Tune takes in the first report at step 20
+of a trial while another trial has finished: the same handling as a user's Ctrl-C (Tune's
+handler, the launcher's exit status 130), at the same point on a fast machine or a loaded one.
+The hook writes which trials it saw to ``INTERRUPT_RECORD`` first. Nothing in ``sweeps/`` knows
+about it.
+
+What the interrupted trial does next is bounded too: a trial runs at most one report ahead of
+the one Tune processes (``ray.tune``'s function runner waits in its next report), so it cannot
+get past step 20 plus two report intervals before Tune stops it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from ray.tune import Callback
+
+ENV_STEP = "INTERRUPT_AT_STEP"
+ENV_RECORD = "INTERRUPT_RECORD"
+
+
+class InterruptAtStep(Callback):
+    def __init__(self) -> None:
+        self.step = int(os.environ[ENV_STEP])
+        self.record = os.environ[ENV_RECORD]
+        self.fired = False
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        if self.fired or result.get("step") != self.step:
+            return
+        finished = [t.trial_id for t in trials if t.status == "TERMINATED"]
+        if not finished:
+            return
+        self.fired = True
+        with open(self.record, "w") as f:
+            json.dump({"running": trial.trial_id, "step": self.step, "finished": finished}, f)
+        os.kill(os.getpid(), signal.SIGINT)
