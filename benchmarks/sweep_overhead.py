@@ -19,7 +19,9 @@ It prints ONE JSON line: ``plain_s``, ``launcher_s``, ``overhead_ratio`` (launch
 costs summed over trials and divided by the trials running at once; ``other_s`` is what the named
 parts leave, so the breakdown sums to ``difference_s``), ``per_trial`` (each phase's mean
 seconds per trial), the BLEU of each model both ways (same seed and settings: they should agree)
-and the machine and its load. Per-trial phases come from each trial's ``phases.json``
+and the machine and its load. With ``--rounds N`` every figure is the mean over the rounds
+(``overhead_ratio`` = mean launcher wall / mean plain wall) and ``round_ratios`` lists each round's.
+Per-trial phases come from each trial's ``phases.json``
 (:mod:`sweeps.phases`); the driver's from wrapping the launcher's own functions in its process.
 """
 from __future__ import annotations
@@ -221,7 +223,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--keep", type=Path, help="keep the runs' files here (default: a temporary folder)")
     p.add_argument("--rounds", type=int, default=1,
                    help="measure N times, the order alternating (plain first, then launcher first, ...): a machine "
-                        "whose load changes during the run favours neither; the figures are the median-ratio round's")
+                        "whose load changes during the run favours neither; the figures are the rounds' means")
     args = p.parse_args(argv)
     from benchmarks._machine import cpu_model
     from sweeps.study import load_spec
@@ -250,7 +252,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             rows = list(csv.DictReader((out / sweep.name / "results.csv").open()))
             rounds.append((launcher_s / plain_s, plain_s, launcher_s, plain, parts, per_trial, rows))
     ratios = [x[0] for x in rounds]
-    _, plain_s, launcher_s, plain, parts, per_trial, rows = sorted(rounds, key=lambda x: x[0])[(len(rounds) - 1) // 2]
+    n = len(rounds)
+    plain_s, launcher_s = sum(x[1] for x in rounds) / n, sum(x[2] for x in rounds) / n
+    plain, rows = rounds[-1][3], rounds[-1][6]
+    parts = {k: round(sum(x[4][k] for x in rounds) / n, 2) for k in rounds[0][4]}
+    per_trial = {k: round(sum(x[5][k] for x in rounds) / n, 2) for k in rounds[0][5]}
     result = {
         "overhead_ratio": round(launcher_s / plain_s, 3),
         "plain_s": round(plain_s, 2),
