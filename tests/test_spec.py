@@ -90,7 +90,8 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
     attentions = {p.model.get("attention") for p in sweep.plans}
     assert (lengths, ks, attentions) == ([10, 20, 40], [1, 4, 16, 32], {"none", "memory", "bahdanau"})
     assert {p.model["val_beam_size"] for p in sweep.plans} == {10}  # the paper's beam, kept
-    assert len(sweep.plans) == 18
+    assert len(sweep.cells) == 18 and sorted({p.seed for p in sweep.plans}) == [0, 1, 2]  # 3 seeds (issue 22)
+    assert len(sweep.plans) == 18 * 3
 
 
 @pytest.mark.parametrize(
