@@ -89,10 +89,14 @@ def paired_difference(best: pd.DataFrame, length: Any, a: str, b: str, column: s
 
 
 def verdict(mean: float, ci: float, n: int, margin: float, side: str) -> str:
-    """``side`` "above": the finding says the quantity exceeds ``margin``; "below": it stays under."""
+    """``side`` "above": the finding says the quantity exceeds ``margin``; "below": it stays under;
+    "within": it stays between -``margin`` and ``margin``."""
     if n < 2 or pd.isna(ci):
         return "not shown"
     low, high = mean - ci, mean + ci
+    if side == "within":
+        return "held" if -margin < low and high < margin else "contradicted" if low > margin or high < -margin \
+            else "not shown"
     if side == "above":
         return "held" if low > margin else "contradicted" if high < margin else "not shown"
     return "held" if high < margin else "contradicted" if low > margin else "not shown"
@@ -144,7 +148,7 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
                 10.0, "above")
         if "memory K=1" in models and "none" in models:
             m, ci, n = paired_difference(best, length, "memory K=1", "none")
-            row("K=1 behaves like no attention (within 10 BLEU of it)", length, "memory K=1 − none", m, ci, n, 10.0, "below")
+            row("K=1 behaves like no attention (within 10 BLEU of it)", length, "memory K=1 − none", m, ci, n, 10.0, "within")
     if len(lengths) >= 2 and len(memories) >= 2:
         small = min(memories, key=_k)
         big = max(memories, key=_k)

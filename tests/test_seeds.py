@@ -37,6 +37,7 @@ def test_verdicts_follow_the_stated_rule():
     assert verdict(0.5, 1.0, 3, 2.0, "above") == "contradicted"
     assert verdict(0.5, 1.0, 3, 2.0, "below") == "held"
     assert verdict(9.0, 1.0, 1, 2.0, "above") == "not shown"  # one seed: no interval
+    assert verdict(-30.0, 1.0, 3, 10.0, "within") == "contradicted" and verdict(3.0, 1.0, 3, 10.0, "within") == "held"
 
 
 def test_findings_are_judged_on_paired_seed_differences():
@@ -155,7 +156,9 @@ def test_a_converged_trial_is_its_own_status_and_finished():
         path = "/x/trial_1"
         config = {}
 
-    plan = {"model": {"attention": "bahdanau"}, "task": {"max_length": 10}, "grid": {}, "cell": "c", "seed": 0}
+    from sweeps.study import load_spec
+
+    plan = next(p for p in load_spec("sweeps/quickstart.yaml").plans if p.model.get("attention") == "bahdanau")
     row = row_from_result(R(), plan, [], max_steps=3000, tune_status="TERMINATED")
     assert row["status"] == "converged" and "converged" in FINISHED
     R.metrics = {"val/bleu": 90.0, "step": 2000, "converged": 0.0}
