@@ -35,8 +35,8 @@ INTERVAL_RULE = (
     "Intervals: 95% Student-t intervals over seeds (mean ± t(0.975, n−1)·std/√n); a difference between two "
     "models at one length is paired by seed (same seed, same data) and its interval is the t-interval of the "
     "per-seed differences. A finding is **held** when its whole interval lies on the finding's side of its "
-    "margin, **contradicted** when the whole interval lies on the other side, **not shown** when the interval "
-    "straddles the margin (or fewer than 2 seeds finished)."
+    "margin (for 'within N', inside ±N), **contradicted** when the whole interval lies on the other side, "
+    "**not shown** when the interval straddles the margin (or fewer than 2 seeds finished)."
 )
 BOOTSTRAP_FILE = "paired_bootstrap.csv"
 
