@@ -215,7 +215,7 @@ class MooSearcher(StudySearcher):
                 study.tell(trial, state=state.PRUNED)
             else:  # still running (or failed): nothing to copy yet
                 study.tell(trial, state=state.FAIL)
-        return trial
+        return study.ask(self.space)  # the sampler keeps repeating itself (a small space used up): train it again
 
     def _study(self, i: int):
         if i not in self._studies:
