@@ -15,45 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lightning_modules.metric_names import FIT_METRICS
+from .study.schema import StopWhenSpec  # noqa: F401 (the spec's type, used here)
 
 #: the results.csv status of a trial stopped by this rule, and the metric its reports carry
 CONVERGED = "converged"
-
-
-class StopWhenSpec(BaseModel):
-    """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
-    ``reports`` validation reports in a row."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    metric: str
-    at_least: Optional[float] = None
-    at_most: Optional[float] = None
-    reports: int = Field(2, ge=1)
-
-    @field_validator("metric")
-    @classmethod
-    def _reported(cls, value: str) -> str:
-        if value not in FIT_METRICS:
-            raise ValueError(f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}")
-        return value
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> "StopWhenSpec":
-        if (self.at_least is None) == (self.at_most is None):
-            raise ValueError("give exactly one of at_least (a metric that rises, e.g. val/bleu) "
-                             "and at_most (one that falls, e.g. val/loss)")
-        return self
-
-    def reached(self, value: float) -> bool:
-        return value >= self.at_least if self.at_least is not None else value <= self.at_most  # type: ignore[operator]
-
-    def describe(self) -> str:
-        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
-        return f"{self.metric} {bound} at {self.reports} report(s) in a row"
 
 
 def make_callback(spec: StopWhenSpec, flags: dict[str, Any]):

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
-from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU, VAL_LOSS
+from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, VAL_BLEU, VAL_LOSS  # DECODE_SECONDS: the timing stage's figure
 
 from .files import write_atomic
 from .study import TrialPlan, column_name
@@ -31,8 +31,6 @@ def checkpoint_path(folder: str) -> str:
 
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
-#: the results column of the timing stage's figure (what tables, plots and the Pareto front show)
-DECODE_SECONDS = "decode_seconds"
 TIMING_COLUMNS = [DECODE_SECONDS, "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
                   "decode_passes_per_repeat", "decode_precision", "decode_processes", "decode_interrupted",
                   "decode_contended"]

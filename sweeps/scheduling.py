@@ -65,9 +65,11 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
     multi-objective ``searcher`` does). One unit of ``grace_period``/``max_t`` is one validation report."""
     et = sweep.spec.early_terminate
     if et.type == "pareto":
-        from .moo.rungs import make_pareto_scheduler
+        from .moo.rungs import pareto_rungs_factory
 
-        return make_pareto_scheduler(sweep, searcher.reader, searcher.rung_log)
+        first = sweep.spec.objectives[0]
+        return PerStudyScheduler(pareto_rungs_factory(sweep, searcher.reader, searcher.rung_log, reports_per_trial(sweep)),
+                                 first.name, "max" if first.goal == "maximize" else "min")
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
     if et.type != "asha":
         return FIFOScheduler()

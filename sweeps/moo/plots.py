@@ -3,11 +3,12 @@ the training steps spent (``moo_front.png``, ``moo_hypervolume.png`` beside resu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
-def plot_moo(views: Sequence[Any], out_dir: Path) -> dict[str, Path]:
-    """Both figures for the views of :func:`sweeps.moo.report.load_views`."""
+def plot_moo(views: Sequence[Any], out_dir: Path, history: Callable[[Any], list[tuple[int, float]]]) -> dict[str, Path]:
+    """Both figures for the views of :func:`sweeps.moo.report.load_views`; ``history``: a view's
+    (steps spent, hypervolume) steps (:func:`sweeps.moo.report.history`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -16,7 +17,7 @@ def plot_moo(views: Sequence[Any], out_dir: Path) -> dict[str, Path]:
     if not views:
         return {}
     return {"moo_front": save_figure(front_figure(views), Path(out_dir) / "moo_front.png"),
-            "moo_hypervolume": save_figure(hypervolume_figure(views), Path(out_dir) / "moo_hypervolume.png")}
+            "moo_hypervolume": save_figure(hypervolume_figure(views, history), Path(out_dir) / "moo_hypervolume.png")}
 
 
 def front_figure(views: Sequence[Any]):
@@ -65,11 +66,9 @@ def front_figure(views: Sequence[Any]):
     return fig
 
 
-def hypervolume_figure(views: Sequence[Any]):
+def hypervolume_figure(views: Sequence[Any], history: Callable[[Any], list[tuple[int, float]]]):
     """Hypervolume of the feasible finished trials against training steps spent, per (cell, seed)."""
     import matplotlib.pyplot as plt
-
-    from .report import history
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for v in views:

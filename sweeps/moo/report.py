@@ -215,7 +215,7 @@ def write_section(sweep_dir: Path) -> dict[str, Path]:
         return {}
     from .plots import plot_moo
 
-    paths = plot_moo(views, sweep_dir)
+    paths = plot_moo(views, sweep_dir, history)
     text = section(sweep_dir, views)
     if paths:
         text += "\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()) + "\n"

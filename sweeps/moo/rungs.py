@@ -109,19 +109,17 @@ class ParetoRungs(FIFOScheduler):
         return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}"
 
 
-def make_pareto_scheduler(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
-                          log: Optional[dict[str, dict]] = None) -> TrialScheduler:
-    """One :class:`ParetoRungs` per (cell, seed) (``early_terminate.type: pareto``), else FIFO."""
-    from ..scheduling import PerStudyScheduler, reports_per_trial
-    from ..study.objectives import BOUNDS
+def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
+                         log: Optional[dict[str, dict]], reports: int) -> Callable[[], TrialScheduler]:
+    """What makes one (cell, seed)'s :class:`ParetoRungs` (``early_terminate.type: pareto``;
+    :func:`sweeps.scheduling.make_scheduler` keeps one per unit). ``reports``: a trial's reports."""
+    from ..study.schema import BOUNDS
 
     spec = sweep.spec
     et = spec.early_terminate
-    if et.type != "pareto":
-        return FIFOScheduler()
     objectives = [(o.name, o.goal) for o in spec.objectives]
     bounds = {i: BOUNDS[name] for i, (name, _) in enumerate(objectives) if name in BOUNDS}
-    max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
+    max_t = et.max_t or max(et.grace_period, reports)
     max_steps = spec.trainer.max_steps
     shared = log if log is not None else {}
 
@@ -129,5 +127,4 @@ def make_pareto_scheduler(sweep: Any, vector_of: Callable[[dict, dict], Optional
         return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
                            max_steps, shared)
 
-    first = objectives[0]
-    return PerStudyScheduler(one, first[0], "max" if first[1] == "maximize" else "min")
+    return one

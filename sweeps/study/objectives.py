@@ -18,84 +18,16 @@ raises :class:`SpecError` with one line for each mistake the issue names: ``metr
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-from pydantic import Field, model_validator
+from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, VAL_SACREBLEU
 
-from .schema import SpecError, _Strict
-
-#: what decode time is called as an objective: the probe's estimate while the study runs, the
-#: timing stage's figure afterwards (sweeps.moo.probe)
-DECODE_SECONDS = "decode_seconds"
-#: the natural direction of each metric a study can produce: "within" constraints read "no worse
-#: than the baseline by more than", in this direction
-NATURAL_GOALS = {
-    "val/bleu": "maximize", "val/sacrebleu": "maximize", "val/token_acc": "maximize",
-    "val/loss": "minimize", "train/loss": "minimize", "val/decode_seconds": "minimize", DECODE_SECONDS: "minimize",
-}
-#: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
-#: rung rule stops a trial that could not reach the front even at its bound
-BOUNDS = {"val/bleu": 100.0, "val/sacrebleu": 100.0, "val/token_acc": 1.0, "val/loss": 0.0, "train/loss": 0.0}
-
-
-class ObjectiveSpec(_Strict):
-    name: str
-    goal: Literal["maximize", "minimize"]
-
-
-class ConstraintSpec(_Strict):
-    """``min``/``max``: an absolute bound; ``within`` + ``of``: at most ``within`` worse (in the
-    metric's natural direction) than the baseline model ``of`` (model settings replacing the
-    searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
-
-    name: str
-    min: Optional[float] = None
-    max: Optional[float] = None
-    within: Optional[float] = Field(None, ge=0)
-    of: Optional[dict[str, Any]] = None
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> "ConstraintSpec":
-        absolute = self.min is not None or self.max is not None
-        relative = self.within is not None or self.of is not None
-        if absolute == relative:
-            raise ValueError("give either min/max (an absolute bound) or within + of (relative to a baseline model)")
-        if relative and (self.within is None or not self.of):
-            raise ValueError("a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
-                             "model settings, e.g. {attention: bahdanau})")
-        return self
-
-    @property
-    def label(self) -> str:
-        if self.of:
-            who = " ".join(f"{k}={v}" for k, v in self.of.items())
-            return f"{self.name} within {self.within:g} of {who}"
-        parts = ([f"{self.name} >= {self.min:g}"] if self.min is not None else []) + (
-            [f"{self.name} <= {self.max:g}"] if self.max is not None else [])
-        return " and ".join(parts)
-
-    def violation(self, value: float, baseline: Optional[float] = None) -> float:
-        """Optuna's convention: <= 0 feasible, > 0 by how much it is violated."""
-        if self.of:
-            if baseline is None:
-                return float("inf")
-            if NATURAL_GOALS.get(self.name, "maximize") == "maximize":
-                return (baseline - self.within) - value
-            return value - (baseline + self.within)
-        out = -float("inf")
-        if self.min is not None:
-            out = max(out, self.min - value)
-        if self.max is not None:
-            out = max(out, value - self.max)
-        return out
-
+from .schema import BOUNDS, NATURAL_GOALS, ConstraintSpec, ObjectiveSpec, SpecError  # noqa: F401 (re-exported)
 
 def produced_metrics(spec: Any) -> tuple[str, ...]:
     """What a study's trials produce: the metrics the module logs while training (val/sacrebleu
     only on a task that detokenizes: WMT), and decode_seconds (the decode probe, the timing stage)."""
-    from lightning_modules.metric_names import FIT_METRICS
-
-    names = [m for m in FIT_METRICS if m != "val/sacrebleu" or spec.task.get("name") == "wmt17"]
+    names = [m for m in FIT_METRICS if m != VAL_SACREBLEU or spec.task.get("name") == "wmt17"]
     return (*names, DECODE_SECONDS)
 
 

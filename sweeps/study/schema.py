@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lightning_modules.metric_names import FIT_METRICS, VAL_BLEU
+from lightning_modules.metric_names import (DECODE_SECONDS, FIT_METRICS, TRAIN_LOSS, VAL_BLEU, VAL_DECODE_SECONDS,
+                                            VAL_LOSS, VAL_SACREBLEU, VAL_TOKEN_ACC)
 
 class SpecError(ValueError):
     """A problem in a sweep file. ``str(err)`` is a complete, user-facing message."""
@@ -198,6 +199,105 @@ class ParamSpec(_Strict):
         return dist
 
 
+# ---- multi-objective studies (issue 21): the checks are in sweeps.study.objectives
+
+#: the natural direction of each metric a study can produce: "within" constraints read "no worse
+#: than the baseline by more than", in this direction
+NATURAL_GOALS = {
+    VAL_BLEU: "maximize", VAL_SACREBLEU: "maximize", VAL_TOKEN_ACC: "maximize",
+    VAL_LOSS: "minimize", TRAIN_LOSS: "minimize", VAL_DECODE_SECONDS: "minimize", DECODE_SECONDS: "minimize",
+}
+#: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
+#: rung rule stops a trial that could not reach the front even at its bound
+BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0.0, TRAIN_LOSS: 0.0}
+
+
+class ObjectiveSpec(_Strict):
+    name: str
+    goal: Literal["maximize", "minimize"]
+
+
+class ConstraintSpec(_Strict):
+    """``min``/``max``: an absolute bound; ``within`` + ``of``: at most ``within`` worse (in the
+    metric's natural direction) than the baseline model ``of`` (model settings replacing the
+    searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
+
+    name: str
+    min: Optional[float] = None
+    max: Optional[float] = None
+    within: Optional[float] = Field(None, ge=0)
+    of: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "ConstraintSpec":
+        absolute = self.min is not None or self.max is not None
+        relative = self.within is not None or self.of is not None
+        if absolute == relative:
+            raise ValueError("give either min/max (an absolute bound) or within + of (relative to a baseline model)")
+        if relative and (self.within is None or not self.of):
+            raise ValueError("a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
+                             "model settings, e.g. {attention: bahdanau})")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.of:
+            who = " ".join(f"{k}={v}" for k, v in self.of.items())
+            return f"{self.name} within {self.within:g} of {who}"
+        parts = ([f"{self.name} >= {self.min:g}"] if self.min is not None else []) + (
+            [f"{self.name} <= {self.max:g}"] if self.max is not None else [])
+        return " and ".join(parts)
+
+    def violation(self, value: float, baseline: Optional[float] = None) -> float:
+        """Optuna's convention: <= 0 feasible, > 0 by how much it is violated."""
+        if self.of:
+            if baseline is None:
+                return float("inf")
+            if NATURAL_GOALS.get(self.name, "maximize") == "maximize":
+                return (baseline - self.within) - value
+            return value - (baseline + self.within)
+        out = -float("inf")
+        if self.min is not None:
+            out = max(out, self.min - value)
+        if self.max is not None:
+            out = max(out, value - self.max)
+        return out
+
+
+
+# ---- a trial whose metric converged stops (issue 22): the callback is sweeps.convergence
+
+class StopWhenSpec(_Strict):
+    """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
+    ``reports`` validation reports in a row."""
+
+    metric: str
+    at_least: Optional[float] = None
+    at_most: Optional[float] = None
+    reports: int = Field(2, ge=1)
+
+    @field_validator("metric")
+    @classmethod
+    def _reported(cls, value: str) -> str:
+        if value not in FIT_METRICS:
+            raise ValueError(f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "StopWhenSpec":
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError("give exactly one of at_least (a metric that rises, e.g. val/bleu) "
+                             "and at_most (one that falls, e.g. val/loss)")
+        return self
+
+    def reached(self, value: float) -> bool:
+        return value >= self.at_least if self.at_least is not None else value <= self.at_most  # type: ignore[operator]
+
+    def describe(self) -> str:
+        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
+        return f"{self.metric} {bound} at {self.reports} report(s) in a row"
+
+
 class SweepSpec(_Strict):
     name: str
     description: str = ""
@@ -210,10 +310,10 @@ class SweepSpec(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     metric: MetricSpec = Field(default_factory=MetricSpec)
     # multi-objective studies (issue 21; sweeps.study.objectives, sweeps.moo): instead of `metric`
-    objectives: list["ObjectiveSpec"] = Field(default_factory=list)
-    constraints: list["ConstraintSpec"] = Field(default_factory=list)
+    objectives: list[ObjectiveSpec] = Field(default_factory=list)
+    constraints: list[ConstraintSpec] = Field(default_factory=list)
     early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
-    stop_when: Optional["StopWhenSpec"] = None  # a trial whose metric converged stops (sweeps.convergence)
+    stop_when: Optional[StopWhenSpec] = None  # a trial whose metric converged stops (sweeps.convergence)
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     max_concurrent_trials: Optional[int] = Field(None, ge=1)
@@ -276,7 +376,3 @@ def allowed_keys(loc: tuple) -> list[str]:
     return sorted(model.model_fields)
 
 
-from .objectives import ConstraintSpec, ObjectiveSpec  # noqa: E402 -- they subclass _Strict, defined above
-from ..convergence import StopWhenSpec  # noqa: E402,F401 -- resolves the annotation above
-
-SweepSpec.model_rebuild()
