@@ -3,9 +3,12 @@ own ExperimentAnalysis, every cell's Optuna trials running at once (read back wi
 load_study), and early stopping that never crosses cells."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -215,7 +218,34 @@ print(json.dumps({"bleu": out, "imported": sorted(m for m in ("ray", "optuna", "
 """
 
 
-def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def surfaces(local_ray, tmp_path_factory) -> SimpleNamespace:
+    """One ASHA + Optuna study, run once, that the next two tests read: one cell (memory K=4),
+    4 samples of the learning rate and the dropout. The second test changes it (--resume)."""
+    tmp = tmp_path_factory.mktemp("surfaces")
+    spec = tiny_spec(
+        "surfaces",
+        task={"name": "copy", "max_length": 4, "train_size": 256, "val_size": 32, "batch_size": 16},
+        grid={"model": [{"attention": "memory", "K": 4}]},
+        parameters={"model.lr": {"min": 1e-5, "max": 3e-2, "distribution": "log_uniform_values"},
+                    "model.dropout": {"values": [0.0, 0.1]}},
+        num_samples=4,
+        # the loss differs between any two samples, so ASHA (grace 1, halving) stops some for sure
+        metric={"name": "val/loss", "goal": "minimize"},
+        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        # the timing stage inside its Ray task (no fresh processes: test_sweep covers those), briefly
+        timing={"enabled": True, "precision": 0.05, "max_seconds": 1, "fresh_process": False},
+        wandb={"project": "test", "mode": "offline"},  # not the mode an earlier test left in the environment
+    )
+    path, out = write_spec(tmp, spec), tmp / "out"
+    printed = io.StringIO()  # the launcher's console (capsys is the tests' own)
+    with contextlib.redirect_stdout(printed):
+        code = main([str(path), "--output", str(out), "--verbose", "0"])
+    return SimpleNamespace(path=path, out=out, exp=out / "surfaces", code=code, printed=printed.getvalue())
+
+
+def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
     """ASHA stops trials of one (cell, seed). Read back with each tool's own client: every W&B run
     is finished with its last val/bleu and the timing stage's decode_seconds; Optuna holds the
     stopped trials as PRUNED with one intermediate value per report and the timings; every
@@ -227,24 +257,9 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    spec = tiny_spec(
-        "surfaces",
-        task={"name": "copy", "max_length": 4, "train_size": 256, "val_size": 32, "batch_size": 16},
-        grid={"model": [{"attention": "memory", "K": 4}]},
-        parameters={"model.lr": {"min": 1e-5, "max": 3e-2, "distribution": "log_uniform_values"}},
-        num_samples=4,
-        # the loss differs between any two samples, so ASHA (grace 1, halving) stops some for sure
-        metric={"name": "val/loss", "goal": "minimize"},
-        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
-        trainer={"max_steps": 40, "val_check_interval": 10},
-        # the timing stage inside its Ray task (no fresh processes: test_sweep covers those), briefly
-        timing={"enabled": True, "precision": 0.05, "max_seconds": 1, "fresh_process": False},
-        wandb={"project": "test", "mode": "offline"},  # not the mode an earlier test left in the environment
-    )
-    out = tmp_path / "out"
-    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
-    printed = capsys.readouterr().out
-    exp = out / "surfaces"
+    assert surfaces.code == 0
+    printed = surfaces.printed
+    exp = surfaces.exp
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str}).set_index("trial_id")
     assert len(df) == 4 and (df["status"] == "stopped").any() and (df["status"] == "done").any(), df["status"]
     assert df["decode_seconds"].notna().all() and (df["retries"] == 0).all()
@@ -309,6 +324,39 @@ def test_asha_study_every_surface_agrees_with_results_csv(local_ray, tmp_path, c
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded["imported"] == []
     assert loaded["bleu"] == pytest.approx(df["val/bleu"].tolist())
+
+
+def test_optuna_searches_nuisance_parameters_inside_each_cell(surfaces, capsys):
+    """The study's Optuna search (learning rate and dropout, inside the one cell), and --resume of
+    it after a bad line landed in the middle of its journal."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    assert surfaces.code == 0
+    df = pd.read_csv(surfaces.exp / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 4
+    lrs = df["param:model.lr"].tolist()
+    assert len(set(lrs)) == 4 and all(1e-5 <= v <= 3e-2 for v in lrs)
+    assert set(df["param:model.dropout"]) <= {0.0, 0.1}
+    journal = surfaces.exp / "optuna.journal"
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    (summary,) = optuna.get_all_study_summaries(storage)
+    assert summary.n_trials == 4 and "K-4" in summary.study_name
+
+    # a garbage line in the middle of the journal: --resume names it, takes it out (keeping the
+    # original), and the finished trials stay finished, in results.csv and in Optuna
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:3] + ["garbage from a bad disk\n"] + lines[3:]))
+    assert main([str(surfaces.path), "--output", str(surfaces.out), "--verbose", "0", "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "repaired:" in printed and "line 4 ('garbage from a bad disk')" in printed
+    assert journal.read_text().startswith("".join(lines)) and "garbage" not in journal.read_text()
+    assert list(journal.parent.glob("optuna.journal.damaged-*")), "the original is kept"
+    again = pd.read_csv(surfaces.exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(again["trial_id"]) == sorted(df["trial_id"])
+    assert again.set_index("trial_id")["status"].to_dict() == df.set_index("trial_id")["status"].to_dict()
+    assert optuna.get_all_study_summaries(JournalStorage(JournalFileBackend(str(journal))))[0].n_trials == 4
 
 
 def _dashboard_lists(command: str, study_name: str, env: dict) -> None:

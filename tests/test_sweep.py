@@ -180,47 +180,6 @@ def test_when_no_checkpoint_loads_the_trial_restarts_from_step_0_and_says_so(tmp
     assert restored.ckpt_path == str(local / CHECKPOINT_FILE) and "resuming from" in said[-1]
 
 
-def test_optuna_searches_nuisance_parameters_inside_each_cell(local_ray, tmp_path, capsys):
-    spec = tiny_spec(
-        "search",
-        grid={"model": [{"attention": "memory", "K": 2}]},
-        parameters={"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"},
-                    "model.dropout": {"values": [0.0, 0.1]}},
-        num_samples=2,
-        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
-        trainer={"max_steps": 10, "val_check_interval": 5},
-        wandb={"mode": "disabled"},
-    )
-    out = tmp_path / "out"
-    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
-    df = pd.read_csv(out / "search" / "results.csv", dtype={"trial_id": str})
-    assert len(df) == 2
-    lrs = df["param:model.lr"].tolist()
-    assert len(set(lrs)) == 2 and all(1e-4 <= v <= 1e-2 for v in lrs)
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    journal = out / "search" / "optuna.journal"
-    storage = JournalStorage(JournalFileBackend(str(journal)))
-    (summary,) = optuna.get_all_study_summaries(storage)
-    assert summary.n_trials == 2 and "K-2" in summary.study_name
-
-    # a garbage line in the middle of the journal: --resume names it, takes it out (keeping the
-    # original), and the finished trials stay finished, in results.csv and in Optuna
-    lines = journal.read_text().splitlines(keepends=True)
-    journal.write_text("".join(lines[:3] + ["garbage from a bad disk\n"] + lines[3:]))
-    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0", "--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "repaired:" in printed and "line 4 ('garbage from a bad disk')" in printed
-    assert journal.read_text().startswith("".join(lines)) and "garbage" not in journal.read_text()
-    assert list(journal.parent.glob("optuna.journal.damaged-*")), "the original is kept"
-    again = pd.read_csv(out / "search" / "results.csv", dtype={"trial_id": str})
-    assert sorted(again["trial_id"]) == sorted(df["trial_id"])
-    assert again.set_index("trial_id")["status"].to_dict() == df.set_index("trial_id")["status"].to_dict()
-    assert optuna.get_all_study_summaries(JournalStorage(JournalFileBackend(str(journal))))[0].n_trials == 2
-
-
 def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
     """Checked first, even in a process that already runs Ray (this module's fixture)."""
     spec = write_spec(tmp_path, tiny_spec("addr"))
