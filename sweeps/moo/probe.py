@@ -39,6 +39,9 @@ TRAINING_ONLY = frozenset({"lr", "weight_decay", "dropout", "val_decode"})
 INTERPOLATED = "K"
 #: a decode_probe.json whose entries a run takes before measuring what they lack
 SHARED_TABLE_ENV = "SWEEPS_DECODE_PROBE_TABLE"
+#: timed decoding per architecture and round at most (the timing stage's max_seconds when lower): the
+#: probe times every architecture of the space twice, before any training starts
+PROBE_MAX_SECONDS = 5.0
 
 
 def arch_key(task: dict[str, Any], model: dict[str, Any], seed: int) -> str:
@@ -188,7 +191,7 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
-              "max_seconds": timing.max_seconds, "warmup": timing.warmup}
+              "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup}
     request = json.dumps({"cpus": cpus, "task": task, "seed": seed, "models": models, "kwargs": kwargs}, default=str)
     done = subprocess.run([sys.executable, "-c", _CHILD], input=request, capture_output=True, text=True, env=env)
     found = [json.loads(ln[len("PROBE "):]) for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
