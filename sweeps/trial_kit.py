@@ -371,6 +371,18 @@ class FinishOnStop:
     :func:`fit_trial` log the heatmaps and ``wandb.finish()`` the run first."""
 
     def cleanup(self) -> None:
+        self._finish_training_thread()
+        super().cleanup()  # type: ignore[misc]
+
+    def reset_config(self, new_config) -> bool:
+        """The actor runs the next trial (``reuse_actors``): Tune gives the stopped trial's thread
+        only ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (2 s) to end, then fails the *next* trial ("Could
+        not re-use actor"); closing W&B and logging heatmaps takes longer. Wait here as on cleanup."""
+        self._finish_training_thread()
+        return super().reset_config(new_config)  # type: ignore[misc]
+
+    @staticmethod
+    def _finish_training_thread() -> None:
         from ray.train._internal.session import get_session
 
         session = get_session()
@@ -380,4 +392,3 @@ class FinishOnStop:
             session.continue_lock.release()
             STOP_REQUESTED.set()  # or, if it is training, at its next step
             thread.join(timeout=STOP_GRACE_S)
-        super().cleanup()  # type: ignore[misc]
