@@ -10,7 +10,8 @@ gets a real SIGINT to the launcher process the moment Tune takes in the first re
 of a trial while another trial has finished: the same handling as a user's Ctrl-C (Tune's
 handler, the launcher's exit status 130), at the same point on a fast machine or a loaded one.
 The hook writes which trials it saw to ``INTERRUPT_RECORD`` first. Nothing in ``sweeps/`` knows
-about it.
+about it. A test that runs the launcher in its own process may set :data:`ACTION` to do something
+else at that point instead (test_cluster removes the trial's node).
 
 What the interrupted trial does next is bounded too: a trial runs at most one report ahead of
 the one Tune processes (``ray.tune``'s function runner waits in its next report), so it cannot
@@ -21,11 +22,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+from typing import Any, Callable, Optional
 
 from ray.tune import Callback
 
 ENV_STEP = "INTERRUPT_AT_STEP"
 ENV_RECORD = "INTERRUPT_RECORD"
+
+# Called with the trial and its result instead of the SIGINT, when set (in the launcher's process).
+ACTION: Optional[Callable[[Any, dict], None]] = None
 
 
 class InterruptAtStep(Callback):
@@ -43,4 +48,7 @@ class InterruptAtStep(Callback):
         self.fired = True
         with open(self.record, "w") as f:
             json.dump({"running": trial.trial_id, "step": self.step, "finished": finished}, f)
-        os.kill(os.getpid(), signal.SIGINT)
+        if ACTION is not None:
+            ACTION(trial, result)
+        else:
+            os.kill(os.getpid(), signal.SIGINT)

@@ -12,10 +12,9 @@ import re
 import shlex
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -24,8 +23,9 @@ import yaml
 
 ray = pytest.importorskip("ray")
 
+import interrupt_hook  # noqa: E402
 import sweep_helpers  # noqa: E402
-from sweep_helpers import write_spec  # noqa: E402
+from sweep_helpers import interrupt_env, interrupted_trials, write_spec  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 from sweeps.cluster import storage_problem  # noqa: E402
 
@@ -76,85 +76,79 @@ def cluster():
             c.shutdown()
 
 
-def test_trials_hold_the_fractional_gpu_they_ask_for(cluster, tmp_path):
-    """``resources.gpu: 0.5`` reaches Ray: every trial holds half of its node's GPU 0 (so two
-    trials can share one GPU); the head, with no CPUs, runs none."""
+@pytest.fixture(scope="module")
+def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
+    """One sweep on the cluster that the next two tests read: two trials of half a GPU each, one
+    after another. The moment the second reports step 30 (the first finished), the node it runs
+    on is removed (:mod:`interrupt_hook`, from inside Tune: no polling, no race)."""
     c, nodes = cluster
-    spec = tiny_spec(
-        "placement",
-        grid={"model": [{"attention": "none"}, {"attention": "memory", "K": 4},
-                        {"attention": "bahdanau"}, {"attention": "luong_dot", "bidirectional": False}]},
-        trainer={"max_steps": 30, "val_check_interval": 10},
-        resources={"cpu": 1, "gpu": 0.5},
-        timing={"enabled": False},
-    )
-    out = tmp_path / "out"
-    code = main([str(write_spec(tmp_path, spec)), "--address", c.address, "--output", str(out), "--verbose", "0"])
-    assert code == 0
-    df = pd.read_csv(out / "placement" / "results.csv")
-    assert len(df) == 4 and (df["status"] == "done").all() and (df["step"] == 30).all()
-
-    placed = [rows[-1] for rows in trial_results(out / "placement").values()]
-    assert len(placed) == 4
-    print("trials per node:", dict(Counter(r["node_id"][:8] for r in placed)))
-    assert all(r["gpu_ids"] == "0" and r["gpu_share"] == 0.5 for r in placed), placed
-    assert {r["node_id"] for r in placed} <= {n.node_id for n in nodes}
-
-
-def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(cluster, tmp_path):
-    """One trial finishes, then the node running the next is removed mid-trial: the trial
-    resumes from its last checkpoint on another node, and every result is present at the end."""
-    c, nodes = cluster
+    tmp = tmp_path_factory.mktemp("lostnode")
     spec = tiny_spec(
         "lostnode",
         grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        trainer={"max_steps": 80, "val_check_interval": 10},
+        trainer={"max_steps": 60, "val_check_interval": 10},  # a trial runs at most 2 reports ahead: 50 < 60
         resources={"cpu": 1, "gpu": 0.5},
         max_concurrent_trials=1,
         failure={"max_failures": 2},
     )
     spec["task"]["max_length"] = 3
-    out = tmp_path / "out"
+    out = tmp / "out"
     exp = out / "lostnode"
     seen: dict[str, Any] = {}
 
-    def remove_busy_node() -> None:
-        deadline = time.monotonic() + 420  # generous: on a busy shared machine a trial takes minutes to start
-        while time.monotonic() < deadline:
-            trials = trial_results(exp) if exp.exists() else {}
-            done = [d for d, rows in trials.items() if rows and rows[-1]["step"] == 80]
-            live = [d for d, rows in trials.items() if d not in done and len(rows) >= 3]
-            if done and live:
-                rows = trials[live[0]]
-                victim = next((n for n in nodes if n.node_id == rows[-1]["node_id"]), None)
-                if victim is None:
-                    seen["error"] = "trial not on a removable worker node"
-                    return
-                seen.update(
-                    trial=live[0], steps=[r["step"] for r in rows], node=victim.node_id,
-                    finished=done[0], finished_node=trials[done[0]][-1]["node_id"],
-                    finished_lines=(done[0] / "result.json").read_text(),
-                )
-                c.remove_node(victim)
-                return
-            time.sleep(0.2)
-        seen["error"] = "never saw a finished trial next to a running one"
+    def remove_its_node(trial, result: dict) -> None:
+        victim = next((n for n in nodes if n.node_id == result["node_id"]), None)
+        if victim is None:
+            seen["error"] = "trial not on a removable worker node"
+            return
+        finished, running = interrupted_trials(exp)
+        seen.update(node=victim.node_id, finished_node=trial_results(exp)[finished][-1]["node_id"],
+                    finished_lines=(finished / "result.json").read_text(),
+                    # the reports so far: Tune logs this one after its callbacks
+                    steps=[r["step"] for r in trial_results(exp).get(running, [])] + [result["step"]])
+        c.remove_node(victim)
 
-    watcher = threading.Thread(target=remove_busy_node, daemon=True)
-    watcher.start()
-    code = main([str(write_spec(tmp_path, spec)), "--address", c.address, "--output", str(out), "--verbose", "0"])
-    watcher.join(timeout=5)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in interrupt_env(exp, step=30).items():
+            mp.setenv(name, value)
+        mp.setattr(interrupt_hook, "ACTION", remove_its_node)
+        code = main([str(write_spec(tmp, spec)), "--address", c.address, "--output", str(out), "--verbose", "0"])
+    finished, running = interrupted_trials(exp)
+    return SimpleNamespace(code=code, exp=exp, seen=seen, finished=finished, running=running, nodes=nodes)
+
+
+def test_trials_hold_the_fractional_gpu_they_ask_for(lost_node):
+    """``resources.gpu: 0.5`` reaches Ray: every report of every trial (the lost-node sweep's)
+    was made holding half of its node's GPU 0 (so two trials can share one GPU); the head, with
+    no CPUs, runs none."""
+    assert "error" not in lost_node.seen, lost_node.seen.get("error")
+    assert lost_node.code == 0
+    df = pd.read_csv(lost_node.exp / "results.csv")
+    assert len(df) == 2 and (df["status"] == "done").all() and (df["step"] == 60).all()
+
+    placed = trial_results(lost_node.exp)
+    assert len(placed) == 2
+    print("trials per node:", dict(Counter(rows[-1]["node_id"][:8] for rows in placed.values())))
+    reports = [r for rows in placed.values() for r in rows]
+    assert all(r["gpu_ids"] == "0" and r["gpu_share"] == 0.5 for r in reports), reports
+    assert {r["node_id"] for r in reports} <= {n.node_id for n in lost_node.nodes}
+
+
+def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
+    """One trial finishes, then the node running the next is removed mid-trial: the trial
+    resumes from its last checkpoint on another node, and every result is present at the end."""
+    seen, exp = lost_node.seen, lost_node.exp
     assert "error" not in seen, seen.get("error")
-    assert code == 0
+    assert lost_node.code == 0
 
     df = pd.read_csv(exp / "results.csv")
-    assert sorted(df["status"]) == ["done", "done"] and (df["step"] == 80).all()
-    assert (seen["finished"] / "result.json").read_text() == seen["finished_lines"], "a finished trial was re-run"
-    rows = trial_results(exp)[seen["trial"]]
+    assert sorted(df["status"]) == ["done", "done"] and (df["step"] == 60).all()
+    assert (lost_node.finished / "result.json").read_text() == seen["finished_lines"], "a finished trial was re-run"
+    rows = trial_results(exp)[lost_node.running]
     steps = [r["step"] for r in rows]
     before = seen["steps"]
     after = steps[len(before):]
-    assert steps[: len(before)] == before and after[-1] == 80
+    assert steps[: len(before)] == before and after[-1] == 60
     # continued from its last checkpoint (a report in flight when the node died may be redone)
     assert after[0] >= before[-1] > 10, f"restarted instead of resuming: {before} then {after}"
     assert rows[-1]["node_id"] != seen["node"], "resumed on another node"
