@@ -29,14 +29,16 @@ def _seed_torch():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the multi-node cluster tests before any other test that starts Ray in this process.
+    """Run the multi-node cluster tests before any other test that starts Ray in this process, and
+    the modules that use the shared ``local_ray`` last, one after another, so it starts once.
 
     Ray 2.60 cannot join a ``ray.cluster_utils.Cluster`` from a process that already ran and shut
     down a local instance: the new GCS takes the old driver's exit for its own driver's and kills
     every actor it creates ("Actor may be already destroyed"). The reverse order works.
     """
-    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_cluster.py") else 1)
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_cluster.py")
+               else 2 if getattr(item, "module", None) in _RAY.modules else 1)
 
 
 # ----------------------------------------------------------------------------------------------
