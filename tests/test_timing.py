@@ -354,14 +354,15 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     # a precision met at once stops at the minimum; one never met stops at the time cap, and the
     # precision recorded is what the kept repeats give in both cases (contended timings claim none)
     tight = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
-                                precision=1e-6, max_seconds=0.5)
+                                precision=1e-6, max_seconds=1.0)
     for timing in (loose, tight):
         if timing.contended:
             assert timing.precision is None
         else:
             assert timing.precision == pytest.approx(median_precision(timing.seconds), abs=1e-5)
     assert loose.contended or (loose.repeats == 3 and loose.precision <= 0.5)
-    assert tight.contended or (tight.repeats > 3 and tight.precision > 1e-6)
+    # past the minimum until the time cap, unless passes run again on a busy machine used the time up
+    assert tight.contended or (tight.precision > 1e-6 and (tight.repeats > 3 or tight.interrupted > 0))
     assert median_precision([1.0, 1.0]) == float("inf")  # too few repeats to know anything
     assert median_precision([1.0, 1.1, 1.2, 1.3]) == pytest.approx(1.57 * 0.15 / 2 / 1.15)
 
