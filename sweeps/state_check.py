@@ -82,10 +82,10 @@ def driver_copy(experiment: Path, state: Path) -> Optional[Path]:
     """The driver's own staging folder of the run that wrote ``state``, when this machine still has
     it and its snapshot reads back whole. Tune writes each snapshot there first, then copies it to
     the storage: a full disk or a kill mid-copy cuts the storage's copy short, not this one."""
-    stamp = state.name[len("experiment_state-"):-len(".json")]
     root = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
-    folders = sorted(root.glob(f"session_*/artifacts/{stamp}/{experiment.name}/driver_artifacts"),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
+    # the staging folder's own timestamp can differ from the state file's by a second: match the file
+    folders = sorted((p for p in root.glob(f"session_*/artifacts/*/{experiment.name}/driver_artifacts")
+                      if (p / state.name).is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
     for folder in folders:
         files = [f for pattern in STATE_FILES for f in folder.glob(pattern)]
         if (folder / state.name).is_file() and not any(damage(f) for f in files):

@@ -78,7 +78,8 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
     exp = tmp_path / "out" / "study"
     exp.mkdir(parents=True)
     good = {"trial_data": [["t1", "{}"]], "runner_data": {}}
-    staging = tmp_path / "raytmp" / "ray" / "session_x" / "artifacts" / stamp / "study" / "driver_artifacts"
+    # the staging folder's stamp is a second off the state file's, as Tune makes them
+    staging = tmp_path / "raytmp" / "ray" / "session_x" / "artifacts" / "2026-11-22_22-49-15" / "study" / "driver_artifacts"
     staging.mkdir(parents=True)
     (staging / f"experiment_state-{stamp}.json").write_text(json.dumps(good))
     (staging / f"search_gen_state-{stamp}.json").write_bytes(pickle.dumps({"gen": 2}))
