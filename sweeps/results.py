@@ -102,7 +102,9 @@ def row_from_result(
         "length": task.get("max_length"),
         "seed": plan.seed,
         "status": status,
-        "retries": retries,  # failed attempts Tune retried (failure.max_failures) before this outcome
+        # failed attempts Tune retried (failure.max_failures) before this outcome: Tune's count of
+        # failures includes an errored trial's last one, which nothing retried
+        "retries": max(0, retries - 1) if status == "error" and tune_status == "ERROR" else retries,
     }
     for key, value in grid.items():
         row.setdefault(column_name(key), value)

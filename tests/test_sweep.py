@@ -122,6 +122,7 @@ def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_
     df = pd.read_csv(out / "doomed" / "results.csv", dtype={"trial_id": str})
     assert sorted(df["cell"]) == ["K=4 attention=memory", "attention=none"], "every planned trial has a row"
     assert (df["status"] == "error").all()
+    assert df["retries"].tolist() == [1, 1], "max_failures 1: one retry each; the last failure is not a retry"
     assert df["error"].str.endswith("injected failure before the first report (sweep spec `chaos.fail_before_first_report`)").all()
     md = (out / "doomed" / "results.md").read_text()
     assert "Trials: 2 error" in md and "## Failed trials" in md
