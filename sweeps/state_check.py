@@ -88,7 +88,7 @@ def driver_copy(experiment: Path, state: Path) -> Optional[Path]:
                       if (p / state.name).is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
     for folder in folders:
         files = [f for pattern in STATE_FILES for f in folder.glob(pattern)]
-        if (folder / state.name).is_file() and not any(damage(f) for f in files):
+        if not any(damage(f) for f in files):
             return folder
     return None
 

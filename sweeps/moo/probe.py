@@ -201,20 +201,6 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
     return found
 
 
-def _measure_decode_time():
-    """The timing stage's measurement, wherever the timing package keeps it."""
-    try:
-        from ..timing.measure import measure_decode_time
-    except ImportError:  # before the timing package's split
-        from ..timing import measure_decode_time
-    return measure_decode_time
-
-
-def _figure(timing: Any) -> float:
-    """The median a ``DecodeTiming`` holds (named ``decode_seconds`` since the timing split)."""
-    return float(timing.decode_seconds)
-
-
 def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]], threads: int = 1,
                 repeats: int = 5, precision: Optional[float] = 0.02, max_seconds: float = 5.0,
                 warmup: int = 1, rounds: int = 2) -> Iterable[dict[str, Any]]:
@@ -225,7 +211,8 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
 
     from ..build import build_datamodule, build_module
 
-    measure = _measure_decode_time()
+    from ..timing.measure import measure_decode_time as measure
+
     task = dict(task)
     if "num_workers" in task:
         task["num_workers"] = 0  # every batch is built before timing
@@ -252,8 +239,8 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
     for _ in range(rounds):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
         for i, module in enumerate(modules):
             t = measure(module, batches, "cpu", None, repeats, warmup, threads, precision, max_seconds)
-            if best[i] is None or _figure(t) < _figure(best[i]):
+            if best[i] is None or t.decode_seconds < best[i].decode_seconds:
                 best[i] = t
     for model, t in zip(models, best):
-        yield {"model": model, "K": model.get(INTERPOLATED), "seconds": _figure(t), "repeats": t.repeats,
+        yield {"model": model, "K": model.get(INTERPOLATED), "seconds": float(t.decode_seconds), "repeats": t.repeats,
                "precision": t.precision, "contended": t.contended, "sentences": t.sentences, "rounds": rounds}
