@@ -173,28 +173,22 @@ def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = prin
     return table
 
 
-# What the pinned process runs: pin first (before torch starts a thread), then time each model.
-_CHILD = """
-import json, os, sys
-args = json.loads(sys.stdin.read())
-os.sched_setaffinity(0, set(args["cpus"]))
-from sweeps.moo.probe import time_models
-for entry in time_models(args["task"], args["seed"], args["models"], **args["kwargs"]):
-    print("PROBE " + json.dumps(entry), flush=True)
-"""
-
-
 def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, Any]], timing: Any) -> list[dict]:
-    """:func:`time_models` in a fresh Python process pinned to the highest-numbered CPU (as the
-    timing stage's processes are)."""
-    cpus = sorted(os.sched_getaffinity(0))[-int(timing.threads):]
+    """:func:`time_models` in a fresh Python process (:mod:`sweeps.moo.probe_child`) pinned to the
+    highest-numbered CPUs, as the timing stage's processes are."""
+    from ..timing.devices import highest_cpus
+    from . import probe_child
+
+    cpus = highest_cpus(int(timing.threads))
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
               "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup}
     request = json.dumps({"cpus": cpus, "task": task, "seed": seed, "models": models, "kwargs": kwargs}, default=str)
-    done = subprocess.run([sys.executable, "-c", _CHILD], input=request, capture_output=True, text=True, env=env)
-    found = [json.loads(ln[len("PROBE "):]) for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
+    done = subprocess.run([sys.executable, "-m", probe_child.__name__], input=request, capture_output=True,
+                          text=True, env=env)
+    found = [json.loads(ln[len(probe_child.PREFIX):]) for ln in done.stdout.splitlines()
+             if ln.startswith(probe_child.PREFIX)]
     if done.returncode != 0 or len(found) != len(models):
         errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
         raise RuntimeError(f"the decode probe failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
@@ -210,7 +204,7 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
     import torch
 
     from ..build import build_datamodule, build_module
-
+    from ..timing.measure import CALIBRATION_S, fastest_probe
     from ..timing.measure import measure_decode_time as measure
 
     task = dict(task)
@@ -236,9 +230,11 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
         module.decode = forced
         modules.append(module)
     best: list = [None] * len(modules)
+    speed = fastest_probe(CALIBRATION_S)  # the machine's speed, once for every model (not once per measurement)
     for _ in range(rounds):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
         for i, module in enumerate(modules):
-            t = measure(module, batches, "cpu", None, repeats, warmup, threads, precision, max_seconds)
+            t = measure(module, batches, "cpu", None, repeats, warmup, threads, precision, max_seconds,
+                        machine_speed=speed)
             if best[i] is None or t.decode_seconds < best[i].decode_seconds:
                 best[i] = t
     for model, t in zip(models, best):

@@ -1,0 +1,29 @@
+"""The decode probe's pinned process: ``python -m sweeps.moo.probe_child``, started by
+:func:`sweeps.moo.probe.run_probe_process`.
+
+Reads one JSON request on stdin (``cpus``, ``task``, ``seed``, ``models``, ``kwargs`` for
+:func:`~sweeps.moo.probe.time_models`), pins itself to ``cpus`` before torch is imported (as the
+timing stage's child, :mod:`sweeps.timing.child`, does) and prints one line per model as it is
+timed: ``PROBE {json}``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from sweeps.timing.devices import pin  # the standard library only: torch is not loaded yet
+
+PREFIX = "PROBE "
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    pin(request["cpus"])
+    from sweeps.moo.probe import time_models
+
+    for entry in time_models(request["task"], request["seed"], request["models"], **request["kwargs"]):
+        print(PREFIX + json.dumps(entry), flush=True)
+
+
+if __name__ == "__main__":
+    main()
