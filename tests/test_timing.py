@@ -23,7 +23,7 @@ from sweeps.timing.checkpoint import data_task, infer_task, load_module, saved_d
 from sweeps.timing.cli import main, report_lines
 from sweeps.timing.devices import pinned
 from sweeps.timing.measure import MIN_REPEAT_S, TimingError, clean_passes, measure_decode_time, median_precision
-from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record
+from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note
 from sweeps.timing.stage import (
     TimingJob,
     already_timed,
@@ -346,7 +346,8 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     dm.setup("validate")
     loader = list(dm.val_dataloader())
     fixed = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1)
-    assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision) == (3, 1, None), "precision=None: as asked"
+    assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision, fixed.stopped_by) == (3, 1, None, None), \
+        "precision=None: as asked"
     loose = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
                                 precision=0.5, max_seconds=10)
     # a 24-sentence greedy decode takes a few ms: each repeat decodes it until MIN_REPEAT_S has passed
@@ -360,11 +361,30 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
             assert timing.precision is None
         else:
             assert timing.precision == pytest.approx(median_precision(timing.seconds), abs=1e-5)
-    assert loose.contended or (loose.repeats == 3 and loose.precision <= 0.5)
+    assert loose.contended or (loose.repeats == 3 and loose.precision <= 0.5 and loose.stopped_by == "precision")
     # past the minimum until the time cap, unless passes run again on a busy machine used the time up
     assert tight.contended or (tight.precision > 1e-6 and (tight.repeats > 3 or tight.interrupted > 0))
+    assert tight.stopped_by == (None if tight.contended else "time cap")  # the record says the cap, not the precision, ended it
+    assert "stopped by the time cap" in repeats_note(tight) or tight.contended
     assert median_precision([1.0, 1.0]) == float("inf")  # too few repeats to know anything
     assert median_precision([1.0, 1.1, 1.2, 1.3]) == pytest.approx(1.57 * 0.15 / 2 / 1.15)
+
+
+def test_a_caller_that_knows_the_machines_speed_is_not_calibrated_again(copy_ckpts, monkeypatch):
+    """The decode probe times dozens of models in one process: it calibrates once and hands the
+    speed in, instead of probing the machine for CALIBRATION_S before every measurement."""
+    module = load_module(copy_ckpts["memory"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = list(dm.val_dataloader())
+    calls = []
+    real = measure.fastest_probe
+    monkeypatch.setattr(measure, "fastest_probe", lambda seconds: calls.append(seconds) or real(0.01))
+    measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1)
+    assert calls == [measure.CALIBRATION_S]
+    speed = measure.machine_probe()
+    timing = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, machine_speed=speed)
+    assert calls == [measure.CALIBRATION_S] and timing.repeats == 3, "calibrated again"
 
 
 def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():

@@ -124,6 +124,7 @@ def measure_decode_time(
     threads: Optional[int] = 1,
     precision: Optional[float] = None,
     max_seconds: float = 30.0,
+    machine_speed: Optional[float] = None,
 ) -> DecodeTiming:
     """Time ``module.decode`` over a whole split, data loading excluded.
 
@@ -146,6 +147,9 @@ def measure_decode_time(
             ``MIN_REPEAT_S`` (seconds are per pass), and repeats go on past ``repeats`` until the
             median's 95% interval is within ``precision`` of it (:func:`median_precision`) or
             ``max_seconds`` of timed decoding have passed; the precision reached is recorded.
+        machine_speed: the fastest :func:`machine_probe` this process has already seen (a caller
+            timing many models in one process, as the decode probe does, calibrates once with
+            :func:`fastest_probe`); None: calibrate for ``CALIBRATION_S`` first.
     Returns:
         the timings, with the settings they were taken under.
     """
@@ -179,8 +183,8 @@ def measure_decode_time(
         with _beam_size(module, beam), torch.inference_mode():
             per_repeat = _warm_up(decode_split, sync, warmup, adaptive=precision is not None)
             watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
-            passes, keep, reached, outputs = _timed_repeats(
-                decode_split, sync, watch, per_repeat, repeats, precision, max_seconds)
+            passes, keep, reached, stopped_by, outputs = _timed_repeats(
+                decode_split, sync, watch, per_repeat, repeats, precision, max_seconds, machine_speed)
             used_threads = torch.get_num_threads()
             output_tokens = sum(int((t != module.hparams.pad_id).sum()) for t in outputs)  # counted after timing
     finally:
@@ -194,7 +198,8 @@ def measure_decode_time(
         warmup=warmup, device=str(device), threads=used_threads,
     )
     return dataclasses.replace(timing, passes_per_repeat=per_repeat, interrupted=interrupted, contended=contended,
-                               precision=None if reached is None or contended else round(reached, 5))
+                               precision=None if reached is None or contended else round(reached, 5),
+                               stopped_by=None if contended else stopped_by)
 
 
 def _warm_up(decode_split: Callable[[], Any], sync: Callable[[], None], warmup: int, adaptive: bool) -> int:
@@ -213,18 +218,22 @@ def _warm_up(decode_split: Callable[[], Any], sync: Callable[[], None], warmup: 
 
 def _timed_repeats(
     decode_split: Callable[[], list[torch.Tensor]], sync: Callable[[], None], watch: bool, per_repeat: int,
-    repeats: int, precision: Optional[float], max_seconds: float,
-) -> tuple[list[tuple[float, bool, float]], list[bool], Optional[float], list[torch.Tensor]]:
+    repeats: int, precision: Optional[float], max_seconds: float, machine_speed: Optional[float] = None,
+) -> tuple[list[tuple[float, bool, float]], list[bool], Optional[float], Optional[str], list[torch.Tensor]]:
     """The timed repeats and their stop rules (see :func:`measure_decode_time`); returns every
     repeat as (wall per pass, shared core, probe after it), which of them to keep, the precision
-    reached (adaptive only) and the last pass's outputs. ``watch``: one CPU thread, so the
+    reached and the rule that ended the repeats ("precision", "time cap", "repeat cap"; adaptive
+    only) and the last pass's outputs. ``watch``: one CPU thread, so the
     thread's CPU time is all the work and a shared core or a slow machine can be seen."""
     adaptive = precision is not None
     passes: list[tuple[float, bool, float]] = []
-    best = fastest_probe(CALIBRATION_S) if watch else 0.0  # the machine's speed when not slowed
+    if not watch:
+        best = 0.0
+    else:  # the machine's speed when not slowed
+        best = fastest_probe(CALIBRATION_S) if machine_speed is None else min(machine_speed, machine_probe())
     attempts = repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)
     deadline = time.perf_counter() + max_seconds
-    reached = None
+    reached, stopped_by = None, None
     while True:
         if passes and passes[-1][2] > SLOW_MACHINE * best:  # the last pass met a slow spell
             best = wait_for_speed(best, RECOVERY_WAIT_S)
@@ -246,9 +255,15 @@ def _timed_repeats(
             if not adaptive:
                 break
             reached = median_precision(clean)
-            if reached <= precision or time.perf_counter() > deadline or len(passes) >= MAX_REPEATS:
+            if reached <= precision:
+                stopped_by = "precision"
+            elif time.perf_counter() > deadline:
+                stopped_by = "time cap"
+            elif len(passes) >= MAX_REPEATS:
+                stopped_by = "repeat cap"
+            if stopped_by:
                 break
         elif len(passes) >= attempts and (not adaptive or time.perf_counter() > deadline
                                           or len(passes) >= MAX_REPEATS):
             break  # never enough clean passes: contended
-    return passes, keep, reached, outputs
+    return passes, keep, reached, stopped_by, outputs

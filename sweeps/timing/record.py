@@ -42,7 +42,8 @@ class DecodeTiming:
     interrupted: int = 0  # timed passes thrown away and run again: core shared or machine slow (see clean_passes)
     contended: bool = False  # too few clean passes: the figure includes some of the thrown-away ones
     passes_per_repeat: int = 1  # decodes of the split in one timed repeat (short splits: see measure_decode_time)
-    precision: Optional[float] = None  # the median's 95% interval half-width / median, when it was the stop rule
+    precision: Optional[float] = None  # the median's 95% interval half-width / median reached (adaptive repeats)
+    stopped_by: Optional[str] = None  # what ended adaptive repeats: "precision" (reached), "time cap", "repeat cap"
     process_medians: tuple[float, ...] = ()  # one median per fresh timing process; the figure is the fastest's
 
     @property
@@ -85,7 +86,8 @@ class DecodeTiming:
 def repeats_note(t: DecodeTiming) -> str:
     """``21 repeats of 8 passes, +-0.9%, fastest of 3 processes``: how a timing's median was taken."""
     passes = f" of {t.passes_per_repeat} passes" if t.passes_per_repeat > 1 else ""
-    reached = f", median +-{100 * t.precision:.1f}% (95%)" if t.precision is not None else ""
+    cap = f", stopped by the {t.stopped_by}" if t.stopped_by and t.stopped_by != "precision" else ""
+    reached = f", median +-{100 * t.precision:.1f}% (95%){cap}" if t.precision is not None else ""
     processes = (f", fastest of {len(t.process_medians)} processes "
                  f"({'/'.join(f'{m:.4f}' for m in t.process_medians)})") if len(t.process_medians) > 1 else ""
     return f"{t.repeats} repeats{passes}{reached}{processes}"
