@@ -92,6 +92,8 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
     assert {p.model["val_beam_size"] for p in sweep.plans} == {10}  # the paper's beam, kept
     assert len(sweep.cells) == 18 and sorted({p.seed for p in sweep.plans}) == [0, 1, 2]  # 3 seeds (issue 22)
     assert len(sweep.plans) == 18 * 3
+    # random batches: length-bucketed ones learn the copy task slower (the profile's comment has the figures)
+    assert not any(p.task.get("bucket_batches") for p in sweep.plans)
 
 
 @pytest.mark.parametrize(
