@@ -194,10 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written["csv"] = write_results_csv(rows, out_dir)
         written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
-        if spec.objectives:  # multi-objective: fronts, hypervolume, answer lines (sweeps.moo.report)
-            from sweeps.moo.report import write_section
-
-            written.update(write_section(out_dir))
     except OSError as exc:  # a full --output: the table still reaches the console, the old files stay whole
         if find_storage_fault(exc) is None:
             raise

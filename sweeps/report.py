@@ -38,7 +38,8 @@ from .summary import cell_summary, model_points
 
 
 def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max", title: Optional[str] = None) -> dict[str, Path]:
-    """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv``."""
+    """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
+    multi-objective study, its section from ``optuna.journal``: :func:`sweeps.moo.report.write_section`)."""
     from .plots import pareto_figure, plot_results, save_figure
 
     df = read_results(sweep_dir / "results.csv")
@@ -46,7 +47,7 @@ def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max
     points = model_points(df, metric, mode)
     if not points.empty:
         paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")
-    lines = [f"# {title or sweep_dir.name}"]
+    lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
     for heading, text in results_sections(df, metric, mode):
         lines += ([f"## {heading}"] if heading else []) + [text]
     for heading, text in seed_sections(df, metric, mode, sweep_dir):  # intervals, findings, paired bootstrap
@@ -55,6 +56,11 @@ def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max
         lines.append("## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()))
     paths["md"] = sweep_dir / "results.md"
     paths["md"].write_text("\n\n".join(lines) + "\n")
+    # a multi-objective study's section (fronts, hypervolume, answer lines), read from its Optuna
+    # journal: the launcher's page and a rebuilt one are the same
+    from .moo.report import write_section
+
+    paths.update(write_section(sweep_dir))
     return paths
 
 

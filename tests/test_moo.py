@@ -262,6 +262,10 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray):
     assert "- L=4: smallest K with val/bleu within 5 of attention=bahdanau: K=" in md
     assert "Pareto front:" in md and "Hypervolume" in md
     assert (out / "moo_front.png").stat().st_size > 0 and (out / "moo_hypervolume.png").stat().st_size > 0
+    from sweeps.report import main as rebuild
+
+    rebuild([str(out)])  # the page rebuilt from results.csv and the journal is the launcher's page
+    assert (out / "results.md").read_text() == md
     import pandas as pd
 
     rows = pd.read_csv(out / "results.csv")

@@ -146,9 +146,21 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: Optional[str]
         extra = "".join(f", {k}={val}" for k, val in p.params.items() if k != "K")
         timed = f" / {p.timed:.4f} s timed" if p.timed is not None else ""
         parts.append((p.params["K"], f"K={p.params['K']} ({v.metric_names[0]} {p.values[0]:.2f}{base_text}; "
-                                     f"decode {p.values[1]:.4f} s probe{timed}{extra})"))
+                                     f"decode {p.values[1]:.4f} s probe{timed}{extra})" + _untried_below(v, p.params["K"])))
     seeds = "; ".join(f"seed {v.seed}: {text}" for v, (_, text) in zip(views, parts)) if len(views) > 1 else parts[0][1]
     return f"{label}: {what}: {seeds}"
+
+
+def _untried_below(v: StudyView, k: int) -> str:
+    """The smaller K the rule stopped before their end: the answer is the smallest K that finished
+    within the bound, not a proof that no smaller K would have (a stop on decode time is a stop on
+    time, and where K hardly changes the time, the probe's noise decides it)."""
+    stopped = sorted({int(p.params["K"]) for p in v.points if p.state == "PRUNED" and "K" in p.params
+                      and int(p.params["K"]) < k})
+    if not stopped:
+        return ""
+    return (f"; smaller K stopped by the rule before the end, their final BLEU unknown: "
+            f"{', '.join(f'K={x}' for x in stopped)} (not ruled out)")
 
 
 def section(sweep_dir: Path, views: Optional[list[StudyView]] = None) -> str:
@@ -185,7 +197,7 @@ def section(sweep_dir: Path, views: Optional[list[StudyView]] = None) -> str:
         total = sum(p.steps for p in v.points)
         hist = history(v)
         lines.append(f"{len(v.finished)} finished, {len(pruned)} stopped by the rung rule"
-                     + (f" (at rungs {', '.join(str((p.rung or {}).get('rung', '?')) for p in pruned)})" if pruned else "")
+                     + (f" ({_stop_reasons(p.rung for p in pruned)})" if pruned else "")
                      + f", {sum(p.state == 'FAIL' for p in v.points)} failed; {total} training steps in all. "
                      f"Hypervolume {hypervolume(v.finished, v, ref):.4g}.")
         if hist:
@@ -306,3 +318,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _stop_reasons(rungs) -> str:
+    """Why the rule stopped the trials, counted: at a rung (ranked out), or at a report because a
+    finished trial dominates the best each could still reach ("hopeless", no rung)."""
+    from collections import Counter
+
+    def reason(rung: Optional[dict]) -> str:
+        rung = rung or {}
+        if rung.get("hopeless"):
+            return f"hopeless at report {rung.get('report', '?')}"
+        return f"ranked out at rung {rung.get('rung', '?')}"
+
+    return ", ".join(f"{n} {why}" for why, n in Counter(reason(r) for r in rungs).items())
