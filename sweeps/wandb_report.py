@@ -12,6 +12,7 @@ from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
 
 from .report_text import pareto_markdown, results_sections
 from .results import DECODE_SECONDS
+from .seed_stats import seed_sections
 from .summary import DAGGER
 
 
@@ -49,7 +50,9 @@ def build_wandb_report(
     Args:
         results: the sweep's results frame (``read_results(results.csv)``): the report then carries
             results.md's text (:func:`results_sections`: the paper's layout by model and length,
-            the long table, the Pareto front, contended decode times marked †) as Markdown.
+            the long table, the Pareto front, contended decode times marked †; with 2 or more
+            seeds, the intervals, the paper's findings judged on them and the paired bootstrap:
+            :func:`sweeps.seed_stats.seed_sections`) as Markdown.
         points: without ``results``, :func:`model_points` for the Pareto table alone.
 
     Then a panel grid over the group's runs (:data:`PANELS_NOTE`): for a study with several
@@ -67,6 +70,8 @@ def build_wandb_report(
     if results is not None:
         for heading, text in results_sections(results, metric, mode):
             blocks += ([wr.H2(text=heading)] if heading else []) + [wr.MarkdownBlock(text=text)]
+        for heading, text in seed_sections(results, metric, mode):  # intervals, findings, paired bootstrap
+            blocks += [wr.H2(text=heading), wr.MarkdownBlock(text=text)]
         if "length" in results:
             lengths = results["length"].dropna().nunique()
     elif points is not None and not points.empty:

@@ -305,6 +305,9 @@ def test_d_wandb_report_carries_the_paper_table_and_length_panels(tmp_path):
     rep = build_wandb_report("me", "proj", "k_vs_length", results=df)
     headings = [b.text for b in rep.blocks if type(b).__name__ == "H2"]
     assert PAPER in headings and "Quality vs speed: the Pareto front" in headings
+    # two seeds: the same seed sections as results.md (intervals, the findings judged on them)
+    assert "BLEU over seeds: 95% intervals per cell" in headings
+    assert "The paper's findings, judged on the intervals" in headings
     paper = rep.blocks[[type(b).__name__ == "H2" and b.text == PAPER for b in rep.blocks].index(True) + 1]
     assert type(paper).__name__ == "MarkdownBlock"
     assert "| model " in paper.text and "L=50 decode s" in paper.text and "†" in paper.text
