@@ -42,6 +42,9 @@ SHARED_TABLE_ENV = "SWEEPS_DECODE_PROBE_TABLE"
 #: timed decoding per architecture and round at most (the timing stage's max_seconds when lower): the
 #: probe times every architecture of the space twice, before any training starts
 PROBE_MAX_SECONDS = 5.0
+#: the pinned process (:mod:`sweeps.moo.probe_child`) and the prefix of each line it prints
+CHILD_MODULE = "sweeps.moo.probe_child"
+PREFIX = "PROBE "
 
 
 def arch_key(task: dict[str, Any], model: dict[str, Any], seed: int) -> str:
@@ -177,7 +180,6 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
     """:func:`time_models` in a fresh Python process (:mod:`sweeps.moo.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
     from ..timing.devices import highest_cpus
-    from . import probe_child
 
     cpus = highest_cpus(int(timing.threads))
     root = str(Path(__file__).resolve().parents[2])
@@ -185,10 +187,8 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
     kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
               "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup}
     request = json.dumps({"cpus": cpus, "task": task, "seed": seed, "models": models, "kwargs": kwargs}, default=str)
-    done = subprocess.run([sys.executable, "-m", probe_child.__name__], input=request, capture_output=True,
-                          text=True, env=env)
-    found = [json.loads(ln[len(probe_child.PREFIX):]) for ln in done.stdout.splitlines()
-             if ln.startswith(probe_child.PREFIX)]
+    done = subprocess.run([sys.executable, "-m", CHILD_MODULE], input=request, capture_output=True, text=True, env=env)
+    found = [json.loads(ln[len(PREFIX):]) for ln in done.stdout.splitlines() if ln.startswith(PREFIX)]
     if done.returncode != 0 or len(found) != len(models):
         errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
         raise RuntimeError(f"the decode probe failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")

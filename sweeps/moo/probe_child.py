@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from sweeps.timing.devices import pin  # the standard library only: torch is not loaded yet
-
-PREFIX = "PROBE "
+from sweeps.moo.probe import PREFIX  # the standard library only at import: torch is not loaded yet
+from sweeps.timing.devices import pin
 
 
 def main() -> None:
