@@ -66,14 +66,9 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked, f"the W&B key was written to {leaked}"
 
-    # the printed upload command runs, as printed, on the installed wandb (dry run: no network)
+    # the printed upload command (run as printed by test_study's ASHA surfaces test)
     hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
     assert hint.startswith("wandb sync ") and "--include-offline" not in hint
-    bin_dir = str(Path(sys.executable).parent)
-    sync = subprocess.run(hint.replace("wandb sync", "wandb sync --dry-run", 1), shell=True, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]})
-    assert sync.returncode == 0, sync.stdout + sync.stderr
-    assert all(r.name in sync.stdout + sync.stderr for r in runs)
 
     # --resume of a finished sweep does not time a trial twice
     before = {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")}
