@@ -34,7 +34,7 @@ bench: venv
 
 # docs/results/$(STUDY)/ regenerated: the study's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
-#   make docs-results STUDY=k_vs_length   (< 1 h on an idle 2-core CPU)
+#   make docs-results STUDY=k_vs_length   (62 min on an idle 2-core CPU)
 #   make docs-results STUDY=scoring_functions
 STUDY ?= k_vs_length
 docs-results: venv
