@@ -54,13 +54,15 @@ def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max
         lines += [f"## {heading}", text]
     if paths:
         lines.append("## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()))
-    paths["md"] = sweep_dir / "results.md"
-    paths["md"].write_text("\n\n".join(lines) + "\n")
     # a multi-objective study's section (fronts, hypervolume, answer lines), read from its Optuna
     # journal: the launcher's page and a rebuilt one are the same
-    from .moo.report import write_section
+    from .moo.report import section_with_plots, with_section
 
-    paths.update(write_section(sweep_dir))
+    moo_text, moo_paths = section_with_plots(sweep_dir)
+    paths.update(moo_paths)
+    page = "\n\n".join(lines) + "\n"
+    paths["md"] = sweep_dir / "results.md"
+    paths["md"].write_text(with_section(page, moo_text) if moo_text else page)
     return paths
 
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -179,20 +177,16 @@ def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = prin
 def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, Any]], timing: Any) -> list[dict]:
     """:func:`time_models` in a fresh Python process (:mod:`sweeps.moo.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
-    from ..timing.devices import highest_cpus
+    from ..timing.devices import highest_cpus, run_child
 
-    cpus = highest_cpus(int(timing.threads))
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
               "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup}
-    request = json.dumps({"cpus": cpus, "task": task, "seed": seed, "models": models, "kwargs": kwargs}, default=str)
-    done = subprocess.run([sys.executable, "-m", CHILD_MODULE], input=request, capture_output=True, text=True, env=env)
-    found = [json.loads(ln[len(PREFIX):]) for ln in done.stdout.splitlines() if ln.startswith(PREFIX)]
-    if done.returncode != 0 or len(found) != len(models):
-        errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
-        raise RuntimeError(f"the decode probe failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
-    return found
+    request = {"cpus": highest_cpus(int(timing.threads)), "task": task, "seed": seed, "models": models,
+               "kwargs": kwargs}
+    code, found, error = run_child(CHILD_MODULE, request, PREFIX)
+    if code != 0 or len(found) != len(models):
+        raise RuntimeError(f"the decode probe failed (exit {code}): {error}")
+    return [json.loads(line) for line in found]
 
 
 def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]], threads: int = 1,

@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import sys
 
-from sweeps.moo.probe import PREFIX  # the standard library only at import: torch is not loaded yet
+from sweeps.moo.probe import PREFIX, time_models  # the standard library only at import: torch loads later
 from sweeps.timing.devices import pin
 
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
     pin(request["cpus"])
-    from sweeps.moo.probe import time_models
-
     for entry in time_models(request["task"], request["seed"], request["models"], **request["kwargs"]):
         print(PREFIX + json.dumps(entry), flush=True)
 

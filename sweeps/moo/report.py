@@ -219,24 +219,38 @@ def probe_agreement(views: Sequence[StudyView]) -> str:
             f"worst; mean ratio timed/probe {statistics.mean(t / e for e, t in pairs):.3f}.")
 
 
-def write_section(sweep_dir: Path) -> dict[str, Path]:
-    """Put the section into results.md (replacing an earlier one) and draw its plots."""
+def section_with_plots(sweep_dir: Path) -> tuple[str, dict[str, Path]]:
+    """The section's Markdown (with its figures linked) and its plots, drawn; ("", {}) when the
+    journal holds no multi-objective study."""
     sweep_dir = Path(sweep_dir)
     views = load_views(sweep_dir)
     if not views:
-        return {}
+        return "", {}
     from .plots import plot_moo
 
     paths = plot_moo(views, sweep_dir, history)
     text = section(sweep_dir, views)
     if paths:
         text += "\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()) + "\n"
-    md = sweep_dir / "results.md"
+    return text, paths
+
+
+def write_section(sweep_dir: Path) -> dict[str, Path]:
+    """Put the section into results.md (replacing an earlier one) and draw its plots."""
+    text, paths = section_with_plots(sweep_dir)
+    if not text:
+        return {}
+    md = Path(sweep_dir) / "results.md"
     old = md.read_text() if md.exists() else ""
-    old = old.split(SECTION)[0].rstrip()
-    md.write_text((old + "\n\n" if old else "") + text)
+    md.write_text(with_section(old, text))
     paths["md"] = md
     return paths
+
+
+def with_section(page: str, text: str) -> str:
+    """``page`` with its multi-objective section (if any) replaced by ``text``."""
+    old = page.split(SECTION)[0].rstrip()
+    return (old + "\n\n" if old else "") + text
 
 
 def _table(points: Sequence[Point], v: StudyView, broken: bool = False) -> str:

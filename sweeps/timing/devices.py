@@ -7,9 +7,13 @@ child (:mod:`sweeps.timing.child`) pins itself with :func:`pin` before torch sta
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 
 if TYPE_CHECKING:
     import torch
@@ -56,3 +60,17 @@ def pinned(cpus: Iterable[int]) -> Iterator[list[int]]:
         yield pin(cpus)
     finally:
         os.sched_setaffinity(0, saved)
+
+
+def run_child(module: str, request: Mapping[str, Any], prefix: str) -> tuple[int, list[str], str]:
+    """``python -m module`` in a fresh process (this checkout on its PYTHONPATH), ``request`` as
+    JSON on its stdin (the child pins itself to the CPUs the request names, as
+    :mod:`sweeps.timing.child` does). Returns its exit code, the rest of every stdout line that
+    starts with ``prefix``, and the last line of its stderr ("no output" when it has none)."""
+    root = str(Path(__file__).resolve().parents[2])  # sweeps/, lightning_modules/, datamodules/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", module], input=json.dumps(request, default=str),
+                          capture_output=True, text=True, env=env)
+    found = [ln[len(prefix):] for ln in done.stdout.splitlines() if ln.startswith(prefix)]
+    errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+    return done.returncode, found, errors[-1] if errors else "no output"

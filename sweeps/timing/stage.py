@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -25,7 +22,7 @@ from pydantic import ValidationError
 
 from ..study.schema import TimingSpec
 from .checkpoint import check_split, checkpoint_file, checkpoint_fingerprint, time_checkpoint
-from .devices import highest_cpus
+from .devices import highest_cpus, run_child
 from .measure import TimingError
 from .record import (TIMING_FILE, DecodeTiming, TimingRecord, read_record, repeats_note, shared_core_note,
                      write_json_atomic)
@@ -177,15 +174,10 @@ def time_checkpoint_pinned(checkpoint: str | Path, task: Mapping[str, Any], **kw
     from . import child
 
     cpus = pick_cpus(int(kwargs.get("threads") or 1))
-    root = str(Path(__file__).resolve().parents[2])  # sweeps/, lightning_modules/, datamodules/
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    request = json.dumps({"cpus": cpus, "checkpoint": str(checkpoint), "task": dict(task), "kwargs": kwargs})
-    done = subprocess.run([sys.executable, "-m", child.__name__], input=request, capture_output=True, text=True,
-                          env=env)
-    found = [ln[len(child.PREFIX):] for ln in done.stdout.splitlines() if ln.startswith(child.PREFIX)]
-    if done.returncode != 0 or not found:
-        errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
-        raise TimingError(f"the timing process failed (exit {done.returncode}): {errors[-1] if errors else 'no output'}")
+    request = {"cpus": cpus, "checkpoint": str(checkpoint), "task": dict(task), "kwargs": kwargs}
+    code, found, error = run_child(child.__name__, request, child.PREFIX)
+    if code != 0 or not found:
+        raise TimingError(f"the timing process failed (exit {code}): {error}")
     return dataclasses.replace(DecodeTiming.from_dict(json.loads(found[-1])), cpus=tuple(cpus))
 
 
