@@ -23,14 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
 # -- the maths ------------------------------------------------------------------------------------
 
 
-def brute_ranks(points):
+def brute_ranks(points, tolerance=None):
     """Rank by definition: the longest chain of points dominating one another ending at it."""
     n = len(points)
     memo = {}
 
     def depth(i):
         if i not in memo:
-            memo[i] = max([depth(j) + 1 for j in range(n) if dominates(points[j], points[i])], default=0)
+            memo[i] = max([depth(j) + 1 for j in range(n) if dominates(points[j], points[i], tolerance)], default=0)
         return memo[i]
 
     return [depth(i) for i in range(n)]
@@ -66,10 +66,10 @@ def test_keep_count_is_ashas_quantile_rule():
             assert keep_count(n, rf) == max(1, sum(1 for i in range(n) if i >= cutoff)), (n, rf)
 
 
-def brute_survivors(points, rf):
+def brute_survivors(points, rf, tolerance=None):
     """The rung rule by definition: a point goes on when it is non-dominated, or when fewer than
     keep_count points come before it in (Pareto rank, -crowding distance, arrival) order."""
-    ranks = brute_ranks(points)
+    ranks = brute_ranks(points, tolerance)
     dist = {}
     for r in set(ranks):
         dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
@@ -84,6 +84,26 @@ def test_rung_rule_matches_brute_force():
         pts = [(rng.randint(0, 6), rng.randint(0, 6)) for _ in range(rng.randint(1, 10))]
         rf = rng.choice([2, 3, 4])
         assert rung_survivors(pts, rf) == brute_survivors(pts, rf), (pts, rf)
+
+
+def test_dominance_with_a_tolerance_treats_close_values_as_equal():
+    k5, k3 = (-100.0, 0.0115), (-100.0, 0.0119)  # minimal_k's L=10: BLEU (negated) and the probe's seconds
+    assert dominates(k5, k3)  # exactly: 3% faster at the same BLEU
+    assert not dominates(k5, k3, [0.0, 0.10]) and not dominates(k3, k5, [0.0, 0.10])  # a tie within 10%
+    assert dominates((-100.0, 0.016), (-100.0, 0.020), [0.0, 0.10])  # 20% faster: still dominates
+    assert dominates((-90.0, 0.0119), (-80.0, 0.0115), [0.0, 0.10])  # better BLEU, decode a tie
+    assert not dominates((-90.0, 0.0140), (-80.0, 0.0115), [0.0, 0.10])  # better BLEU, but clearly slower
+    assert dominates((-90.0, 0.0119), (-80.0, 0.0115), [0.0, 0.0]) is False  # a zero tolerance is exact
+
+
+def test_ranks_and_rung_rule_with_a_tolerance_match_brute_force():
+    rng = random.Random(5)
+    for _ in range(300):
+        pts = [(-rng.randint(0, 6), rng.uniform(0.010, 0.014)) for _ in range(rng.randint(1, 10))]
+        tol = [0.0, rng.choice([0.05, 0.10, 0.2])]
+        rf = rng.choice([2, 3])
+        assert pareto_ranks(pts, tol) == brute_ranks(pts, tol), (pts, tol)
+        assert rung_survivors(pts, rf, tol) == brute_survivors(pts, rf, tol), (pts, rf, tol)
 
 
 def test_rung_rule_never_stops_a_point_that_dominates_a_survivor():
@@ -125,6 +145,23 @@ def test_pareto_rungs_stop_dominated_trials_and_hopeless_ones():
     # even at BLEU 100 this architecture (0.02 s) would be dominated by the finished one
     assert rungs.decide("d", 1, [99.0, 0.02]) == "STOP" and rungs.log["d"]["hopeless"]
     assert rungs.decide("c", 3, [80.0, 0.01]) == "CONTINUE"  # first at rung 2: alone there
+
+
+def test_a_decode_figure_within_the_probes_noise_does_not_make_a_trial_hopeless():
+    """minimal_k's first cpu run at L=10: K=5 finished at BLEU 100 with the probe's 0.0115 s, and
+    K=3 (0.0119 s, 3% slower) was stopped as hopeless at report 1; trained on, it reaches 99.52."""
+    def rule(tolerance):
+        rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
+                            grace_period=3, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=1800,
+                            tolerance=tolerance)
+        rungs.finished["K5"] = to_minimize([100.0, 0.0115], rungs.directions)
+        return rungs
+
+    assert rule(None).decide("K3", 1, [20.0, 0.0119]) == "STOP"  # exact dominance: the old rule
+    tied = rule([0.0, 0.10])
+    assert tied.decide("K3", 1, [20.0, 0.0119]) == "CONTINUE"
+    assert tied.decide("K32", 1, [20.0, 0.0140]) == "STOP" and tied.log["K32"]["hopeless"]  # 18% slower
+    assert tied.log["K32"]["tolerance"] == [0.0, 0.10]  # the report says how the rule compared
 
 
 # -- the decode probe's table ----------------------------------------------------------------------
@@ -183,6 +220,10 @@ def test_dry_run_accepts_a_multi_objective_study(tmp_path):
      "objectives[1].name", "'bleu_score' is not a metric this study produces"),
     ({"constraints": [{"name": "val/sacrebleu", "min": 10}]}, "constraints[0].name", "never produces"),
     ({"early_terminate": {"type": "asha"}}, "early_terminate.type", "asha ranks trials on one metric"),
+    ({"early_terminate": {"type": "pareto", "tolerance": {"decode_secs": 0.1}}}, "early_terminate.tolerance.decode_secs",
+     "not an objective of this study"),
+    ({"early_terminate": {"type": "none", "tolerance": {"decode_seconds": 0.1}}}, "early_terminate.tolerance",
+     "read by the Pareto rung rule only"),
     ({"constraints": [{"name": "val/bleu", "within": 1.0, "of": {"attention": "bahdanau", "K": 4}}]},
      "K", "not a model setting nor an option of attention 'bahdanau'"),
 ])
@@ -197,16 +238,18 @@ def test_dry_run_refuses_in_one_line(tmp_path, change, where, words):
 def test_the_worked_example_of_the_docs():
     """docs/moo_early_stopping.md's worked example, decision by decision."""
     rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
-                        grace_period=1, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=900)
+                        grace_period=1, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=900,
+                        tolerance=[0.0, 0.10])  # the default (sweeps.study.objectives.DEFAULT_TOLERANCE)
     first = [(16, 40, .020, "CONTINUE"), (32, 35, .026, "STOP"), (2, 20, .012, "CONTINUE"), (4, 18, .014, "STOP"),
-             (8, 45, .016, "CONTINUE"), (1, 10, .011, "CONTINUE")]
+             (8, 45, .016, "CONTINUE"), (1, 10, .010, "CONTINUE")]
     for k, bleu, seconds, decision in first:
         assert rungs.decide(f"K{k}", 1, [bleu, seconds]) == decision, k
-    second = [(16, 65, .020, "CONTINUE"), (8, 70, .016, "CONTINUE"), (1, 30, .011, "CONTINUE"), (2, 28, .012, "STOP")]
+    second = [(16, 65, .020, "CONTINUE"), (8, 70, .016, "CONTINUE"), (1, 30, .010, "CONTINUE"), (2, 28, .012, "STOP")]
     for k, bleu, seconds, decision in second:
         assert rungs.decide(f"K{k}", 3, [bleu, seconds]) == decision, k
     rungs.finished["K8"] = to_minimize([100.0, .016], rungs.directions)  # K8 ran to the end at BLEU 100
     assert rungs.decide("K16", 4, [80.0, .020]) == "STOP"  # hopeless: slower, and BLEU cannot pass 100
+    assert rungs.decide("K10", 4, [80.0, .017]) == "CONTINUE"  # within 10% of K=8's 0.016 s: a tie
 
 
 # -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------

@@ -8,6 +8,11 @@ objectives), so "a dominates b" means a is no worse on every objective and bette
 - :func:`crowding`          NSGA-II's crowding distance inside one rank (ends: infinite)
 - :func:`hypervolume_2d`    the area two objectives' points dominate up to a reference point
 - :func:`rung_survivors`    the early-stopping rule at one rung (see ``docs/moo_early_stopping.md``)
+
+The early-stopping functions take an optional ``tolerance``: per objective, a relative difference
+within which two values count as equal (:func:`dominates`), so that a measurement's noise (the
+decode probe's few per cent) cannot by itself make one trial dominate another. The front and the
+hypervolume that results.md reports use plain dominance (no tolerance).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import math
 from typing import Optional, Sequence
 
 Point = Sequence[float]
+Tolerance = Optional[Sequence[float]]
 
 
 def to_minimize(values: Sequence[float], directions: Sequence[str]) -> tuple[float, ...]:
@@ -22,19 +28,33 @@ def to_minimize(values: Sequence[float], directions: Sequence[str]) -> tuple[flo
     return tuple(-float(v) if d == "maximize" else float(v) for v, d in zip(values, directions))
 
 
-def dominates(a: Point, b: Point) -> bool:
-    """a is no worse than b on every objective and strictly better on one (minimisation)."""
-    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+def dominates(a: Point, b: Point, tolerance: Tolerance = None) -> bool:
+    """a is no worse than b on every objective and strictly better on one (minimisation).
+
+    With ``tolerance`` (one relative figure per objective, 0 for exact), two values whose difference
+    is at most ``tolerance x`` the larger magnitude count as equal: a must be better than b by more
+    than that on one objective, and no worse than that on any."""
+    if not tolerance:
+        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+    better = False
+    for x, y, t in zip(a, b, tolerance):
+        slack = t * max(abs(x), abs(y))
+        if x > y + slack:
+            return False
+        better = better or x < y - slack
+    return better
 
 
-def pareto_ranks(points: Sequence[Point]) -> list[int]:
+def pareto_ranks(points: Sequence[Point], tolerance: Tolerance = None) -> list[int]:
     """Each point's Pareto rank: 0 for points no other point dominates, k for points dominated
     only by points of ranks below k. O(n^2) per rank; rungs hold tens of points."""
     remaining = set(range(len(points)))
     ranks = [0] * len(points)
     rank = 0
     while remaining:
-        front = {i for i in remaining if not any(dominates(points[j], points[i]) for j in remaining if j != i)}
+        front = {i for i in remaining
+                 if not any(dominates(points[j], points[i], tolerance) for j in remaining if j != i)}
+        front = front or set(remaining)  # a cycle (possible only with tolerances on several objectives)
         for i in front:
             ranks[i] = rank
         remaining -= front
@@ -65,9 +85,9 @@ def crowding(points: Sequence[Point], members: Sequence[int]) -> dict[int, float
     return out
 
 
-def rung_order(points: Sequence[Point]) -> list[int]:
+def rung_order(points: Sequence[Point], tolerance: Tolerance = None) -> list[int]:
     """Indices best first: by Pareto rank, then larger crowding distance, then arrival (index)."""
-    ranks = pareto_ranks(points)
+    ranks = pareto_ranks(points, tolerance)
     dist: dict[int, float] = {}
     for r in set(ranks):
         dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
@@ -84,23 +104,23 @@ def keep_count(n: int, reduction_factor: float) -> int:
     return max(1, n - math.ceil(position - 1e-9))
 
 
-def rung_keep(points: Sequence[Point], reduction_factor: float) -> int:
+def rung_keep(points: Sequence[Point], reduction_factor: float, tolerance: Tolerance = None) -> int:
     """How many of a rung's points go on: the top 1/rf (:func:`keep_count`), and never fewer than
     the rung's non-dominated points (no point on the rung's front is stopped)."""
-    return max(keep_count(len(points), reduction_factor), sum(r == 0 for r in pareto_ranks(points)))
+    return max(keep_count(len(points), reduction_factor), sum(r == 0 for r in pareto_ranks(points, tolerance)))
 
 
-def rung_survivors(points: Sequence[Point], reduction_factor: float) -> set[int]:
+def rung_survivors(points: Sequence[Point], reduction_factor: float, tolerance: Tolerance = None) -> set[int]:
     """The rung rule: of the points recorded at a rung, the first :func:`rung_keep` in
     :func:`rung_order` go on: every non-dominated point, and at least the top 1/rf by Pareto rank
     (crowding distance breaking ties)."""
-    return set(rung_order(points)[: rung_keep(points, reduction_factor)])
+    return set(rung_order(points, tolerance)[: rung_keep(points, reduction_factor, tolerance)])
 
 
-def hopeless(optimistic: Point, finished: Sequence[Point]) -> bool:
+def hopeless(optimistic: Point, finished: Sequence[Point], tolerance: Tolerance = None) -> bool:
     """Whether a finished point dominates the best a running trial could still reach
     (``optimistic``: its known objectives as they are, the trained ones at their bounds)."""
-    return any(dominates(f, optimistic) for f in finished)
+    return any(dominates(f, optimistic, tolerance) for f in finished)
 
 
 def hypervolume_2d(points: Sequence[Point], reference: Point) -> float:

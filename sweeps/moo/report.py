@@ -175,7 +175,8 @@ def section(sweep_dir: Path, views: Optional[list[StudyView]] = None) -> str:
              f"{names[1]} is the decode probe's figure for the trial's architecture (measured alone before training; "
              f"the timing stage's figure after training beside it). Fronts: the feasible finished trials no other "
              f"dominates. Hypervolume: reference {names[0]} 0 and 1.1 x the study's slowest {names[1]}. "
-             f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md).", "", "### Answers", ""]
+             f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}.", "",
+             "### Answers", ""]
     by_cell: dict[str, list[StudyView]] = {}
     for v in views:
         by_cell.setdefault(v.cell, []).append(v)
@@ -332,6 +333,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _ties(views: Sequence[StudyView]) -> str:
+    """How the rule compared (its tolerance per objective, as its decisions recorded it)."""
+    tolerance = next((p.rung["tolerance"] for v in views for p in v.points if (p.rung or {}).get("tolerance")), None)
+    names = views[0].metric_names
+    ties = [f"{name} within {t:.0%}" for name, t in zip(names, tolerance or []) if t]
+    return f", counting {' and '.join(ties)} as equal" if ties else ""
 
 
 def _stop_reasons(rungs) -> str:

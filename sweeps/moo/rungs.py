@@ -9,6 +9,8 @@ the first ``rung_keep`` of them by Pareto rank, crowding distance breaking ties
 (:func:`sweeps.moo.pareto.rung_survivors`): every trial no other dominates there, and at least the
 top 1/rf, as ASHA, "top" meaning "by Pareto rank". A trial also stops at any report when a trial of its study that ran to the end
 dominates the best it could still reach (its trained objectives at their bounds, e.g. BLEU 100).
+Both rules compare with a tolerance per objective (``early_terminate.tolerance``, by default
+decode_seconds within 10% counts as equal): the probe's noise alone never makes a trial dominated.
 Trials of the baseline model (relative constraints) are not part of the search and run to the end.
 Documented, with a worked example, in ``docs/moo_early_stopping.md``.
 """
@@ -44,11 +46,14 @@ class ParetoRungs(FIFOScheduler):
         bounds: per objective index, the value a trained metric cannot pass (BLEU 100).
         max_steps: a trial whose result reaches it ran to the end.
         log: decisions are appended here, keyed by trial id (the searcher writes them to Optuna).
+        tolerance: per objective, the relative difference within which two values count as equal
+            (:func:`sweeps.moo.pareto.dominates`); None compares exactly.
     """
 
     def __init__(self, objectives: list[tuple[str, str]], vector_of: Callable[[dict, dict], Optional[list[float]]],
                  grace_period: int, reduction_factor: float, max_t: int, bounds: dict[int, float],
-                 max_steps: Optional[int], log: Optional[dict[str, dict]] = None) -> None:
+                 max_steps: Optional[int], log: Optional[dict[str, dict]] = None,
+                 tolerance: Optional[list[float]] = None) -> None:
         super().__init__()
         self.directions = [goal for _, goal in objectives]
         self.vector_of = vector_of
@@ -60,14 +65,15 @@ class ParetoRungs(FIFOScheduler):
         self.finished: dict[str, Vector] = {}
         self.stopped: set[str] = set()
         self.log = log if log is not None else {}
+        self.tolerance = tolerance
 
     def decide(self, trial_id: str, iteration: int, values: list[float]) -> str:
         """CONTINUE or STOP for a trial's report number ``iteration`` with objective ``values``."""
         vec = to_minimize(values, self.directions)
         best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
-        if hopeless(best, list(self.finished.values())):  # at any report: it can no longer reach the front
+        if hopeless(best, list(self.finished.values()), self.tolerance):  # at any report: it can no longer reach the front
             self.log[trial_id] = {"rung": None, "report": iteration, "values": list(values), "hopeless": True,
-                                  "stopped": True}
+                                  "stopped": True, "tolerance": self.tolerance}
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
         for m in reversed(self.milestones):  # ASHA's order: the highest rung the trial has reached
@@ -76,12 +82,13 @@ class ParetoRungs(FIFOScheduler):
             rung = self.rungs[m]
             rung[trial_id] = vec
             ids = list(rung)
-            order = rung_order([rung[i] for i in ids])
-            keep = rung_keep([rung[i] for i in ids], self.rf)
+            order = rung_order([rung[i] for i in ids], self.tolerance)
+            keep = rung_keep([rung[i] for i in ids], self.rf, self.tolerance)
             position = order.index(ids.index(trial_id))
             go_on = position < keep
             self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                                  "values": list(values), "hopeless": False, "stopped": not go_on}
+                                  "values": list(values), "hopeless": False, "stopped": not go_on,
+                                  "tolerance": self.tolerance}
             if not go_on:
                 self.stopped.add(trial_id)
                 return TrialScheduler.STOP
@@ -106,14 +113,15 @@ class ParetoRungs(FIFOScheduler):
             self.finished[trial.trial_id] = to_minimize(values, self.directions)
 
     def debug_string(self) -> str:
-        return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}"
+        ties = f", ties within {self.tolerance}" if self.tolerance and any(self.tolerance) else ""
+        return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}{ties}"
 
 
 def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
                          log: Optional[dict[str, dict]], reports: int) -> Callable[[], TrialScheduler]:
     """What makes one (cell, seed)'s :class:`ParetoRungs` (``early_terminate.type: pareto``;
     :func:`sweeps.scheduling.make_scheduler` keeps one per unit). ``reports``: a trial's reports."""
-    from ..study.schema import BOUNDS
+    from ..study.schema import BOUNDS, tolerances
 
     spec = sweep.spec
     et = spec.early_terminate
@@ -122,9 +130,10 @@ def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[
     max_t = et.max_t or max(et.grace_period, reports)
     max_steps = spec.trainer.max_steps
     shared = log if log is not None else {}
+    tolerance = tolerances(spec)
 
     def one() -> TrialScheduler:
         return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
-                           max_steps, shared)
+                           max_steps, shared, tolerance)
 
     return one

@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Any, Optional
 
 from .dotted import set_dotted
-from .schema import SpecError, SweepSpec
+from .schema import SpecError, SweepSpec, tolerances
 
 SECTIONS = ("task", "model", "trainer")
 # Column names in results for well-known keys.
@@ -139,9 +139,13 @@ class Sweep:
                 f"early_terminate {self.spec.early_terminate.type}: it compares trials only within one (cell, seed), "
                 f"and each holds a single trial ({why}): there is nothing to stop; every trial runs to the end"
             )
+        ties = ""
+        if self.spec.early_terminate.type == "pareto":
+            named = [f"{o.name} within {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
+            ties = f"; counts {' and '.join(named)} as equal" if named else "; compares objectives exactly"
         return (
             f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
-            f"among themselves only; no cell is stopped because another scores higher"
+            f"among themselves only; no cell is stopped because another scores higher{ties}"
         )
 
     def _columns(self) -> tuple[dict[str, str], dict[str, str]]:

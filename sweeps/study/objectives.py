@@ -9,6 +9,7 @@ constraints:
   - {name: val/bleu, within: 1.0, of: {attention: bahdanau}}   # relative: at most 1.0 worse than
                                               # a bahdanau model trained in the same (cell, seed)
 early_terminate: {type: pareto, grace_period: 1, reduction_factor: 3}
+                                              # tolerance: {decode_seconds: 0.10} (the default)
 search: {sampler: tpe}                         # or nsga2
 ```
 
@@ -38,7 +39,7 @@ def check_objectives(spec: Any, source: str) -> None:
             raise SpecError("constraints", "constraints go with `objectives:` (a multi-objective study); "
                                            "add objectives, e.g. [{name: val/bleu, goal: maximize}, "
                                            "{name: decode_seconds, goal: minimize}]", source)
-        if spec.early_terminate.type == "pareto":
+        if spec.early_terminate.type == "pareto" or spec.early_terminate.tolerance is not None:
             raise SpecError("early_terminate.type", "pareto ranks trials on several objectives; this study has one "
                                                     "metric: use asha, or declare `objectives:`", source)
         return
@@ -65,6 +66,14 @@ def check_objectives(spec: Any, source: str) -> None:
     if len({repr(sorted(c.of.items())) for c in spec.constraints if c.of}) > 1:
         raise SpecError("constraints", "relative constraints name one baseline model per study; give every "
                                        "`of:` the same settings", source)
+    if spec.early_terminate.tolerance is not None and spec.early_terminate.type != "pareto":
+        raise SpecError("early_terminate.tolerance", "a tolerance is read by the Pareto rung rule only; "
+                                                     "set early_terminate.type: pareto, or remove it", source)
+    for name in spec.early_terminate.tolerance or {}:
+        if name not in names:
+            raise SpecError(f"early_terminate.tolerance.{name}", f"{name!r} is not an objective of this study; "
+                                                                 f"tolerances are per objective: {', '.join(names)}",
+                            source)
     if spec.early_terminate.type == "asha":
         raise SpecError("early_terminate.type", "asha ranks trials on one metric; with `objectives:` use "
                                                 "type: pareto (the Pareto rung rule) or none", source)

@@ -56,6 +56,23 @@ class EarlyTerminateSpec(_Strict):
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(2.0, gt=1)
     max_t: Optional[int] = Field(None, ge=1)
+    # pareto only: per objective, the relative difference within which two values count as equal
+    # when the rule compares trials (default: decode_seconds 0.10, the decode probe's noise)
+    tolerance: Optional[dict[str, Annotated[float, Field(ge=0, lt=1)]]] = None
+
+
+# The rung rule's default tolerance: decode_seconds within 10% count as equal. The decode probe's
+# figures for architectures of the same cost differ by up to 8%: minimal_k's cpu run on the 2-core
+# AMD EPYC VM gave 0.01141-0.01236 s for memory attention K=1..16 without PE at L=10, where K adds
+# next to nothing to a step (docs/moo_early_stopping.md, "Ties").
+DEFAULT_TOLERANCE = {DECODE_SECONDS: 0.10}
+
+
+def tolerances(spec: Any) -> list[float]:
+    """The rung rule's tolerance per objective, in ``spec.objectives``' order (0: exact)."""
+    given = spec.early_terminate.tolerance
+    table = DEFAULT_TOLERANCE if given is None else given
+    return [float(table.get(o.name, 0.0)) for o in spec.objectives]
 
 
 class ResourcesSpec(_Strict):
