@@ -22,10 +22,10 @@ def study_key(config: dict[str, Any]) -> tuple[str, Any]:
 
 
 class PerStudyScheduler(FIFOScheduler):
-    """One scheduler per (cell, seed), made by ``factory`` when the unit's first trial arrives.
+    """One scheduler per (cell, seed), made by ``factory(key)`` when the unit's first trial arrives.
     Trials are started in FIFO order; results, completions and removals go to the trial's own."""
 
-    def __init__(self, factory: Callable[[], TrialScheduler], metric: str, mode: str) -> None:
+    def __init__(self, factory: Callable[[tuple[str, Any]], TrialScheduler], metric: str, mode: str) -> None:
         super().__init__()
         self.factory = factory
         self._metric, self._mode = metric, mode
@@ -37,7 +37,7 @@ class PerStudyScheduler(FIFOScheduler):
     def _of(self, trial) -> TrialScheduler:
         key = study_key(trial.config)
         if key not in self.schedulers:
-            self.schedulers[key] = self.factory()
+            self.schedulers[key] = self.factory(key)
         return self.schedulers[key]
 
     def on_trial_add(self, tune_controller, trial) -> None:
@@ -68,14 +68,15 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         from .moo.rungs import pareto_rungs_factory
 
         first = sweep.spec.objectives[0]
-        return PerStudyScheduler(pareto_rungs_factory(sweep, searcher.reader, searcher.rung_log, reports_per_trial(sweep)),
-                                 first.name, "max" if first.goal == "maximize" else "min")
+        factory = pareto_rungs_factory(sweep, searcher.reader, searcher.rung_log, reports_per_trial(sweep),
+                                       searcher.rung_state)
+        return PerStudyScheduler(factory, first.name, "max" if first.goal == "maximize" else "min")
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
     if et.type != "asha":
         return FIFOScheduler()
     max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
 
-    def asha() -> TrialScheduler:
+    def asha(_key: tuple[str, Any]) -> TrialScheduler:
         return ASHAScheduler(
             metric=metric,
             mode=mode,

@@ -4,10 +4,10 @@ Ray Tune builds the callbacks named in ``RAY_TUNE_CALLBACKS`` (``module.Class``,
 into every run it starts. A test that starts the launcher with
 
     RAY_TUNE_CALLBACKS=interrupt_hook.InterruptAtStep  PYTHONPATH=<tests folder>
-    INTERRUPT_AT_STEP=20  INTERRUPT_RECORD=<a file>
+    INTERRUPT_AT_STEP=20  INTERRUPT_RECORD=<a file>  [INTERRUPT_AFTER_FINISHED=1]
 
 gets a real SIGINT to the launcher process the moment Tune takes in the first report at step 20
-of a trial while another trial has finished: the same handling as a user's Ctrl-C (Tune's
+of a trial while another trial has finished (at least INTERRUPT_AFTER_FINISHED others): the same handling as a user's Ctrl-C (Tune's
 handler, the launcher's exit status 130), at the same point on a fast machine or a loaded one.
 The hook writes which trials it saw to ``INTERRUPT_RECORD`` first. Nothing in ``sweeps/`` knows
 about it. A test that runs the launcher in its own process may set :data:`ACTION` to do something
@@ -28,6 +28,7 @@ from ray.tune import Callback
 
 ENV_STEP = "INTERRUPT_AT_STEP"
 ENV_RECORD = "INTERRUPT_RECORD"
+ENV_AFTER = "INTERRUPT_AFTER_FINISHED"
 
 # Called with the trial and its result instead of the SIGINT, when set (in the launcher's process).
 ACTION: Optional[Callable[[Any, dict], None]] = None
@@ -37,13 +38,14 @@ class InterruptAtStep(Callback):
     def __init__(self) -> None:
         self.step = int(os.environ[ENV_STEP])
         self.record = os.environ[ENV_RECORD]
+        self.after = int(os.environ.get(ENV_AFTER, "1"))
         self.fired = False
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if self.fired or result.get("step") != self.step:
             return
         finished = [t.trial_id for t in trials if t.status == "TERMINATED"]
-        if not finished:
+        if len(finished) < self.after:
             return
         self.fired = True
         with open(self.record, "w") as f:

@@ -44,13 +44,14 @@ def result_steps(trial_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
-def interrupt_env(exp: Path, step: int, subprocess: bool = False) -> dict[str, str]:
+def interrupt_env(exp: Path, step: int, subprocess: bool = False, finished: int = 1) -> dict[str, str]:
     """Environment variables under which a launcher's Tune run gets a real SIGINT (Ctrl-C) the
-    moment a trial of the sweep in ``exp`` reports ``step`` while another trial has finished
-    (:mod:`interrupt_hook`, which Tune itself loads: no polling, no race). ``subprocess``: for a
-    launcher started as its own process, which must find the hook's module too."""
+    moment a trial of the sweep in ``exp`` reports ``step`` while ``finished`` other trials have
+    finished (:mod:`interrupt_hook`, which Tune itself loads: no polling, no race). ``subprocess``:
+    for a launcher started as its own process, which must find the hook's module too."""
     env = {"RAY_TUNE_CALLBACKS": "interrupt_hook.InterruptAtStep", "INTERRUPT_AT_STEP": str(step),
-           "INTERRUPT_RECORD": str(exp.parent / f"{exp.name}.interrupted.json")}
+           "INTERRUPT_RECORD": str(exp.parent / f"{exp.name}.interrupted.json"),
+           "INTERRUPT_AFTER_FINISHED": str(finished)}
     if subprocess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
     return env

@@ -15,7 +15,7 @@ from sweeps.moo.pareto import (crowding, dominates, hypervolume_2d, keep_count, 
                                rung_survivors, to_minimize)
 from sweeps.moo.probe import DecodeEstimates, arch_key, k_anchors
 from sweeps.moo.rungs import ParetoRungs, milestones
-from tests.sweep_helpers import tiny_spec, write_spec
+from tests.sweep_helpers import interrupt_env, tiny_spec, write_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -255,7 +255,9 @@ def test_the_worked_example_of_the_docs():
 # -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------
 
 
-def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray):
+def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch):
+    """Interrupted (a real SIGINT when the baseline and two searched trials have finished) and
+    resumed: the rung rule goes on comparing with what was recorded before the stop."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -274,9 +276,14 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray):
         wandb={"project": "test", "mode": "offline"},
     )
     path = write_spec(tmp_path, spec)
-    code = main([str(path), "--output", str(tmp_path / "out"), "--verbose", "0"])
-    assert code == 0
+    args = [str(path), "--output", str(tmp_path / "out"), "--verbose", "0"]
     out = tmp_path / "out" / "moo_e2e"
+    with monkeypatch.context() as hooked:  # Ctrl-C at a report at step 10 once 3 trials have finished
+        for name, value in interrupt_env(out, step=10, finished=3).items():
+            hooked.setenv(name, value)
+        assert main(args) == 130
+    assert (out.parent / "moo_e2e.interrupted.json").exists()
+    assert main(args + ["--resume"]) == 0
     storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
     study = optuna.load_study(study_name="moo_e2e/length-4-seed0", storage=storage)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
@@ -293,6 +300,12 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray):
         else:
             assert t.values[1] == pytest.approx(t.user_attrs["decode_seconds_estimate"])
             assert set(t.constraints) == {"val/bleu >= 0", "val/bleu within 5 of attention=bahdanau"}
+    # each arrival at the rung was ranked among all before it, those before the interruption included:
+    # a rule that forgot them on --resume would count a later arrival as the first again (trials
+    # running at the stop arrive again when they restart; the two that had finished do not)
+    arrivals = sorted(t.user_attrs["rung"]["recorded"] for t in trained
+                      if (t.user_attrs.get("rung") or {}).get("rung") == 1)
+    assert arrivals == list(range(1, len(arrivals) + 1)) and len(arrivals) >= 2, arrivals
     baseline = study.user_attrs["baseline"]
     assert baseline["model"] == {"model.attention": "bahdanau"} and "val/bleu" in baseline["metrics"]
     best = study.best_trials  # Optuna's own Pareto front, read from the journal

@@ -12,6 +12,8 @@ dominates the best it could still reach (its trained objectives at their bounds,
 Both rules compare with a tolerance per objective (``early_terminate.tolerance``, by default
 decode_seconds within 10% counts as equal): the probe's noise alone never makes a trial dominated.
 Trials of the baseline model (relative constraints) are not part of the search and run to the end.
+The rungs' contents and the finished vectors live in a ``state`` dict the searcher saves with its
+own state, so a resumed study goes on comparing with what its trials reported before the stop.
 Documented, with a worked example, in ``docs/moo_early_stopping.md``.
 """
 from __future__ import annotations
@@ -48,24 +50,41 @@ class ParetoRungs(FIFOScheduler):
         log: decisions are appended here, keyed by trial id (the searcher writes them to Optuna).
         tolerance: per objective, the relative difference within which two values count as equal
             (:func:`sweeps.moo.pareto.dominates`); None compares exactly.
+        state: where the rule keeps what it has seen (``rungs``, ``finished``, ``stopped``): the
+            searcher saves it with its own state (:class:`sweeps.moo.search.MooSearcher`), so it
+            survives ``--resume``; a fresh dict when not given.
     """
 
     def __init__(self, objectives: list[tuple[str, str]], vector_of: Callable[[dict, dict], Optional[list[float]]],
                  grace_period: int, reduction_factor: float, max_t: int, bounds: dict[int, float],
                  max_steps: Optional[int], log: Optional[dict[str, dict]] = None,
-                 tolerance: Optional[list[float]] = None) -> None:
+                 tolerance: Optional[list[float]] = None, state: Optional[dict] = None) -> None:
         super().__init__()
         self.directions = [goal for _, goal in objectives]
         self.vector_of = vector_of
         self.rf = reduction_factor
         self.milestones = milestones(grace_period, reduction_factor, max_t)
-        self.rungs: dict[int, dict[str, Vector]] = {m: {} for m in self.milestones}
         self.bounds = bounds
         self.max_steps = max_steps
-        self.finished: dict[str, Vector] = {}
-        self.stopped: set[str] = set()
+        self.state = state if state is not None else {}
+        self.state.setdefault("rungs", {m: {} for m in self.milestones})
+        self.state.setdefault("finished", {})
+        self.state.setdefault("stopped", set())
         self.log = log if log is not None else {}
         self.tolerance = tolerance
+
+    # read through ``state`` each time: a restore may refill it in place
+    @property
+    def rungs(self) -> dict[int, dict[str, Vector]]:
+        return self.state["rungs"]
+
+    @property
+    def finished(self) -> dict[str, Vector]:
+        return self.state["finished"]
+
+    @property
+    def stopped(self) -> set[str]:
+        return self.state["stopped"]
 
     def decide(self, trial_id: str, iteration: int, values: list[float]) -> str:
         """CONTINUE or STOP for a trial's report number ``iteration`` with objective ``values``."""
@@ -118,9 +137,11 @@ class ParetoRungs(FIFOScheduler):
 
 
 def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
-                         log: Optional[dict[str, dict]], reports: int) -> Callable[[], TrialScheduler]:
+                         log: Optional[dict[str, dict]], reports: int,
+                         state: Optional[dict] = None) -> Callable[[Any], TrialScheduler]:
     """What makes one (cell, seed)'s :class:`ParetoRungs` (``early_terminate.type: pareto``;
-    :func:`sweeps.scheduling.make_scheduler` keeps one per unit). ``reports``: a trial's reports."""
+    :func:`sweeps.scheduling.make_scheduler` keeps one per unit, keyed by (cell, seed)).
+    ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher)."""
     from ..study.schema import BOUNDS, tolerances
 
     spec = sweep.spec
@@ -131,9 +152,10 @@ def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[
     max_steps = spec.trainer.max_steps
     shared = log if log is not None else {}
     tolerance = tolerances(spec)
+    states = state if state is not None else {}
 
-    def one() -> TrialScheduler:
+    def one(key: Any) -> TrialScheduler:
         return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
-                           max_steps, shared, tolerance)
+                           max_steps, shared, tolerance, states.setdefault(key, {}))
 
     return one

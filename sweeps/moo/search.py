@@ -79,6 +79,8 @@ class MooSearcher(StudySearcher):
         self.baseline = baseline_of(spec)
         self.reader = reader
         self.rung_log = rung_log if rung_log is not None else {}
+        # the Pareto rung rule's state per (cell, seed) (sweeps.moo.rungs), saved and restored here
+        self.rung_state: dict[Any, dict] = {}
         # per unit: None (not started), "running", "failed", or the baseline's metrics
         self.baseline_state: list[Any] = [None] * len(units)
         self.baseline_ids: dict[str, int] = {}
@@ -237,7 +239,8 @@ class MooSearcher(StudySearcher):
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
             pickle.dump({"started": self.started, "live": self.live, "baseline_state": self.baseline_state,
-                         "baseline_ids": self.baseline_ids, "configs": self.configs}, f)
+                         "baseline_ids": self.baseline_ids, "configs": self.configs,
+                         "rung_state": self.rung_state, "rung_log": self.rung_log}, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
@@ -245,6 +248,13 @@ class MooSearcher(StudySearcher):
         self.started, self.live = state["started"], state["live"]
         self.baseline_state = [None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)]
         self.baseline_ids, self.configs = {}, state.get("configs", {})
+        # in place: the scheduler's rules hold these very dicts (both came out of one tuner.pkl)
+        for key, saved in state.get("rung_state", {}).items():
+            mine = self.rung_state.setdefault(key, {})
+            mine.clear()
+            mine.update(saved)
+        self.rung_log.clear()
+        self.rung_log.update(state.get("rung_log", {}))
         self._fail_orphans()
 
 
