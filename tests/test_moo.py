@@ -270,7 +270,8 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
         grid={"task.max_length": [4]},
         parameters={"model.K": {"values": [1, 2, 4, 8]}, "model.position_encoding": {"values": [False, True]}},
         num_samples=5,
-        timing={"enabled": False, "max_seconds": 0.3, "repeats": 3},  # the probe: each architecture briefly
+        timing={"enabled": False, "max_seconds": 0.3, "repeats": 3,  # the probe: each architecture briefly
+                "calibration_seconds": 0.3},
         constraints=[{"name": "val/bleu", "min": 0},  # 20 steps learn next to nothing: bounds they can meet
                      {"name": "val/bleu", "within": 5.0, "of": {"attention": "bahdanau"}}],
         wandb={"project": "test", "mode": "offline"},

@@ -116,7 +116,9 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(small_disk, tmp_path):
+def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(small_disk, tmp_path, local_ray):
+    """Two launcher processes (the storage fault stops its own process with a SIGINT), both on the
+    tests' shared Ray (joined by its address: no Ray started and stopped twice)."""
     spec = tiny_spec(
         "fulldisk",
         grid={"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
@@ -125,8 +127,8 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(smal
     )
     path = write_spec(tmp_path, spec)
     out = small_disk / "out"
-    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--address", "local",
-           "--num-cpus", "2"]
+    address = local_ray.get_runtime_context().gcs_address
+    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--address", address]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     log = run.stdout + run.stderr

@@ -235,7 +235,8 @@ def surfaces(local_ray, tmp_path_factory) -> SimpleNamespace:
         early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
         trainer={"max_steps": 40, "val_check_interval": 10},
         # the timing stage inside its Ray task (no fresh processes: test_sweep covers those), briefly
-        timing={"enabled": True, "precision": 0.05, "max_seconds": 1, "fresh_process": False},
+        timing={"enabled": True, "precision": 0.05, "max_seconds": 1, "fresh_process": False,
+                "calibration_seconds": 0.3},
         wandb={"project": "test", "mode": "offline"},  # not the mode an earlier test left in the environment
     )
     path, out = write_spec(tmp, spec), tmp / "out"

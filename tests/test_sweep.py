@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
-    spec = write_spec(tmp_path, tiny_spec("e2e", timing={"enabled": True, "processes": 2, "precision": 0.05, "max_seconds": 2}))
+    spec = write_spec(tmp_path, tiny_spec("e2e", timing={"enabled": True, "processes": 2, "precision": 0.05, "max_seconds": 2,
+                                                     "calibration_seconds": 0.3}))
     out = tmp_path / "out"
     assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
     printed = capsys.readouterr().out

@@ -149,7 +149,7 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "sweeps.timing", str(copy_ckpts["memory"]), "--split", "valid", "--repeats", "3",
-         "--precision", "0", "--json", str(out)],
+         "--precision", "0", "--calibration-seconds", "0.3", "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -247,7 +247,8 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         shutil.copy(ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt")  # a Tune checkpoint folder
         jobs.append(TimingJob(trial_id=name, checkpoint=str(trial_dir / "checkpoint_000001"),
                               task={"name": "copy", **COPY}, output_dir=str(trial_dir), seed=0))
-    settings = timing_settings(repeats=2, warmup=1, threads=1, device="auto", precision=None, processes=1)  # exactly 2
+    settings = timing_settings(repeats=2, warmup=1, threads=1, device="auto", precision=None, processes=1,
+                               calibration_seconds=0.2)  # exactly 2 repeats
     lines: list[str] = []
 
     broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},
@@ -292,9 +293,9 @@ def test_pinned_timing_picks_the_highest_cpus_and_refuses_more_than_there_are():
 def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
     ckpt = copy_ckpts["memory"]
     pinned = time_checkpoint_pinned(ckpt, {"name": "copy", **COPY}, seed=0, split="valid", device="cpu",
-                                    beam_size=2, repeats=2, warmup=0, threads=1)
+                                    beam_size=2, repeats=2, warmup=0, threads=1, calibration_seconds=0.2)
     here = time_checkpoint(ckpt, {"name": "copy", **COPY}, seed=0, split="valid", device="cpu",
-                           beam_size=2, repeats=2, warmup=0, threads=1)
+                           beam_size=2, repeats=2, warmup=0, threads=1, calibration_seconds=0.2)
     assert pinned.cpus == (max(os.sched_getaffinity(0)),) and here.cpus == ()
     assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (here.sentences, here.output_tokens, 2)
     with pytest.raises(TimingError, match="timing process failed.*bogus"):
@@ -318,7 +319,6 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
     Timed here, not in a fresh process, with the 2 s calibration and the 5 s waits for the machine
     to recover cut short: beside the busy process every probe looks slow, so each pass would wait
     its full 5 s."""
-    monkeypatch.setattr(measure, "CALIBRATION_S", 0.1)
     monkeypatch.setattr(measure, "RECOVERY_WAIT_S", 0.0)
     module = load_module(copy_ckpts["memory"])
     dm = CopyTaskDataModule(**COPY)
@@ -330,7 +330,8 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
     try:
         hog.stdout.readline()  # it is on the core before the passes start
         with pinned([cpu]):
-            timing = measure_decode_time(module, loader, "cpu", beam_size=4, repeats=3, warmup=1, threads=1)
+            timing = measure_decode_time(module, loader, "cpu", beam_size=4, repeats=3, warmup=1, threads=1,
+                                         calibration_seconds=0.1)
     finally:
         hog.kill()
         hog.wait()
@@ -345,17 +346,18 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     dm = CopyTaskDataModule(**COPY)
     dm.setup("validate")
     loader = list(dm.val_dataloader())
-    fixed = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1)
+    fast = dict(calibration_seconds=0.3)  # the machine's speed found in 0.3 s, not 2
+    fixed = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1, **fast)
     assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision, fixed.stopped_by) == (3, 1, None, None), \
         "precision=None: as asked"
     loose = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
-                                precision=0.5, max_seconds=10)
+                                precision=0.5, max_seconds=10, **fast)
     # a 24-sentence greedy decode takes a few ms: each repeat decodes it until MIN_REPEAT_S has passed
     assert loose.passes_per_repeat * fixed.decode_seconds >= 0.5 * MIN_REPEAT_S and loose.passes_per_repeat > 1
     # a precision met at once stops at the minimum; one never met stops at the time cap, and the
     # precision recorded is what the kept repeats give in both cases (contended timings claim none)
     tight = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
-                                precision=1e-6, max_seconds=1.0)
+                                precision=1e-6, max_seconds=1.0, **fast)
     for timing in (loose, tight):
         if timing.contended:
             assert timing.precision is None
@@ -381,10 +383,13 @@ def test_a_caller_that_knows_the_machines_speed_is_not_calibrated_again(copy_ckp
     real = measure.fastest_probe
     monkeypatch.setattr(measure, "fastest_probe", lambda seconds: calls.append(seconds) or real(0.01))
     measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1)
-    assert calls == [measure.CALIBRATION_S]
+    measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0.5)
+    assert calls == [measure.CALIBRATION_S, 0.5]  # the default, then the length asked for
     speed = measure.machine_probe()
     timing = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, machine_speed=speed)
-    assert calls == [measure.CALIBRATION_S] and timing.repeats == 3, "calibrated again"
+    assert calls == [measure.CALIBRATION_S, 0.5] and timing.repeats == 3, "calibrated again"
+    with pytest.raises(TimingError, match="calibration_seconds must be > 0"):
+        measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0)
 
 
 def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():

@@ -180,7 +180,8 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
     from ..timing.devices import highest_cpus, run_child
 
     kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
-              "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup}
+              "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup,
+              "calibration_seconds": timing.calibration_seconds}
     request = {"cpus": highest_cpus(int(timing.threads)), "task": task, "seed": seed, "models": models,
                "kwargs": kwargs}
     code, found, error = run_child(CHILD_MODULE, request, PREFIX)
@@ -191,14 +192,14 @@ def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, An
 
 def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]], threads: int = 1,
                 repeats: int = 5, precision: Optional[float] = 0.02, max_seconds: float = 5.0,
-                warmup: int = 1, rounds: int = 2) -> Iterable[dict[str, Any]]:
+                warmup: int = 1, rounds: int = 2, calibration_seconds: float = 2.0) -> Iterable[dict[str, Any]]:
     """Time each model (random weights, seeded) decoding the task's validation split, every batch
     forced to its longest reference's length, in ``rounds`` interleaved rounds (the fastest
     round's median kept, as the timing stage keeps its fastest process's); one entry per model."""
     import torch
 
     from ..build import build_datamodule, build_module
-    from ..timing.measure import CALIBRATION_S, fastest_probe
+    from ..timing.measure import fastest_probe
     from ..timing.measure import measure_decode_time as measure
 
     task = dict(task)
@@ -224,7 +225,7 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
         module.decode = forced
         modules.append(module)
     best: list = [None] * len(modules)
-    speed = fastest_probe(CALIBRATION_S)  # the machine's speed, once for every model (not once per measurement)
+    speed = fastest_probe(calibration_seconds)  # the machine's speed, once for every model (not once per measurement)
     for _ in range(rounds):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
         for i, module in enumerate(modules):
             t = measure(module, batches, "cpu", None, repeats, warmup, threads, precision, max_seconds,

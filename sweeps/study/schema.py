@@ -166,6 +166,9 @@ class TimingSpec(_Strict):
     # of it, or `max_seconds` of timed decoding per trial; `precision: null`: exactly `repeats`
     precision: Optional[float] = Field(0.02, gt=0, lt=1)
     max_seconds: float = Field(30.0, gt=0)
+    # before its passes, each timing process finds the machine's speed (the fastest of repeated
+    # probes over this long); a pass that ran slower than that speed allows is timed again
+    calibration_seconds: float = Field(2.0, gt=0)
     warmup: int = Field(1, ge=0)
     threads: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"

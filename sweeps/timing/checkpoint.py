@@ -142,7 +142,8 @@ def time_checkpoint(
 ) -> DecodeTiming:
     """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
     :func:`~sweeps.timing.measure.measure_decode_time` over one split; ``options`` are that
-    function's (device, beam_size, repeats, warmup, threads, precision, max_seconds)."""
+    function's (device, beam_size, repeats, warmup, threads, precision, max_seconds,
+    calibration_seconds)."""
     module = load_module(checkpoint)
     task = dict(task)
     if "num_workers" in datamodule_param_types(task["name"]):

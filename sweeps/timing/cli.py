@@ -50,6 +50,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "0: exactly --repeats passes")
     p.add_argument("--max-seconds", type=float, default=30.0,
                    help="with --precision: stop after this many seconds of timed decoding (default 30)")
+    p.add_argument("--calibration-seconds", type=float, default=2.0,
+                   help="how long to probe the machine's speed before the passes, the bar slow passes are "
+                        "judged against (default 2)")
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
@@ -111,7 +114,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})", flush=True)
         timing = time_checkpoint(ckpt, task, int(task.get("seed") or 0), args.split, device=args.device,
                                  beam_size=args.beam, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-                                 precision=args.precision or None, max_seconds=args.max_seconds)
+                                 precision=args.precision or None, max_seconds=args.max_seconds,
+                                 calibration_seconds=args.calibration_seconds)
     except TimingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -125,6 +125,7 @@ def measure_decode_time(
     precision: Optional[float] = None,
     max_seconds: float = 30.0,
     machine_speed: Optional[float] = None,
+    calibration_seconds: float = CALIBRATION_S,
 ) -> DecodeTiming:
     """Time ``module.decode`` over a whole split, data loading excluded.
 
@@ -149,10 +150,14 @@ def measure_decode_time(
             ``max_seconds`` of timed decoding have passed; the precision reached is recorded.
         machine_speed: the fastest :func:`machine_probe` this process has already seen (a caller
             timing many models in one process, as the decode probe does, calibrates once with
-            :func:`fastest_probe`); None: calibrate for ``CALIBRATION_S`` first.
+            :func:`fastest_probe`); None: calibrate for ``calibration_seconds`` first.
+        calibration_seconds: how long the calibration probes the machine (the fastest probe is
+            the speed each pass is judged against).
     Returns:
         the timings, with the settings they were taken under.
     """
+    if calibration_seconds <= 0:
+        raise TimingError(f"calibration_seconds must be > 0, got {calibration_seconds}")
     if repeats < 1:
         raise TimingError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:
@@ -184,7 +189,8 @@ def measure_decode_time(
             per_repeat = _warm_up(decode_split, sync, warmup, adaptive=precision is not None)
             watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
             passes, keep, reached, stopped_by, outputs = _timed_repeats(
-                decode_split, sync, watch, per_repeat, repeats, precision, max_seconds, machine_speed)
+                decode_split, sync, watch, per_repeat, repeats, precision, max_seconds, machine_speed,
+                calibration_seconds)
             used_threads = torch.get_num_threads()
             output_tokens = sum(int((t != module.hparams.pad_id).sum()) for t in outputs)  # counted after timing
     finally:
@@ -219,6 +225,7 @@ def _warm_up(decode_split: Callable[[], Any], sync: Callable[[], None], warmup: 
 def _timed_repeats(
     decode_split: Callable[[], list[torch.Tensor]], sync: Callable[[], None], watch: bool, per_repeat: int,
     repeats: int, precision: Optional[float], max_seconds: float, machine_speed: Optional[float] = None,
+    calibration_seconds: float = CALIBRATION_S,
 ) -> tuple[list[tuple[float, bool, float]], list[bool], Optional[float], Optional[str], list[torch.Tensor]]:
     """The timed repeats and their stop rules (see :func:`measure_decode_time`); returns every
     repeat as (wall per pass, shared core, probe after it), which of them to keep, the precision
@@ -230,7 +237,7 @@ def _timed_repeats(
     if not watch:
         best = 0.0
     else:  # the machine's speed when not slowed
-        best = fastest_probe(CALIBRATION_S) if machine_speed is None else min(machine_speed, machine_probe())
+        best = fastest_probe(calibration_seconds) if machine_speed is None else min(machine_speed, machine_probe())
     attempts = repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)
     deadline = time.perf_counter() + max_seconds
     reached, stopped_by = None, None

@@ -145,7 +145,8 @@ def run_job(job: TimingJob, settings: TimingSpec, lane: Lane) -> TimingRecord:
     fingerprint = checkpoint_fingerprint(job.checkpoint)
     kwargs = dict(seed=job.seed, split=job.split, device=lane.device, beam_size=job.beam_size,
                   repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
-                  precision=settings.precision, max_seconds=settings.max_seconds)
+                  precision=settings.precision, max_seconds=settings.max_seconds,
+                  calibration_seconds=settings.calibration_seconds)
     if settings.fresh_process and lane.device == "cpu":
         timings = [time_checkpoint_pinned(job.checkpoint, job.task, **kwargs) for _ in range(settings.processes)]
         timing = dataclasses.replace(min(timings, key=lambda t: t.decode_seconds),
