@@ -314,6 +314,9 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     from optuna.visualization.matplotlib import plot_pareto_front
 
     assert plot_pareto_front(study, target_names=["val/bleu", "decode_seconds"]) is not None
+    figure = optuna.visualization.plot_pareto_front(study, target_names=["val/bleu", "decode_seconds"])  # plotly
+    shown = sum(len(trace.x) for trace in figure.data if trace.x is not None)
+    assert shown == sum(t.state.name == "COMPLETE" for t in study.trials), shown  # every finished trial, a point
     md = (out / "results.md").read_text()
     assert "## Multi-objective search" in md and "### Answers" in md
     assert "- L=4: smallest K with val/bleu within 5 of attention=bahdanau: K=" in md
