@@ -31,6 +31,7 @@ from sweeps.timing.stage import (
     plan_lanes,
     run_timing_stage,
     time_checkpoint_pinned,
+    time_checkpoints_pinned,
     timing_settings,
 )
 
@@ -300,6 +301,20 @@ def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
     assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (here.sentences, here.output_tokens, 2)
     with pytest.raises(TimingError, match="timing process failed.*bogus"):
         time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)
+
+
+def test_one_process_times_a_batch_one_after_another_and_a_bad_job_fails_alone(copy_ckpts):
+    options = dict(seed=0, split="valid", device="cpu", beam_size=2, repeats=2, warmup=0, threads=1,
+                   calibration_seconds=0.2)
+    task = {"name": "copy", **COPY}
+    got = time_checkpoints_pinned([(copy_ckpts["memory"], task, options),
+                                   (copy_ckpts["memory"], {**task, "bogus": 1}, options),
+                                   (copy_ckpts["bahdanau"], task, options)])
+    (first, a0, a1), error, (second, b0, b1) = got
+    assert isinstance(error, str) and "bogus" in error and len(error.splitlines()) == 1, error
+    assert a0 <= a1 <= b0 <= b1, "timed one after another"
+    assert first.cpus == second.cpus == (max(os.sched_getaffinity(0)),) and first.repeats == second.repeats == 2
+    assert time_checkpoints_pinned([]) == []
 
 
 def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():

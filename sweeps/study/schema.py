@@ -174,8 +174,11 @@ class TimingSpec(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fresh_process: bool = True
     # with fresh_process: time in this many fresh processes and keep the fastest's median (a
-    # process can run slow for its whole life: see sweeps.timing.stage.run_job)
+    # process can run slow for its whole life: see sweeps.timing.stage.run_jobs)
     processes: int = Field(3, ge=1)
+    # each fresh process times up to this many models one after another (one start-up and one
+    # calibration for them all; 1: a process per model)
+    models_per_process: int = Field(8, ge=1)
     split: Literal["valid", "test"] = "valid"
 
 

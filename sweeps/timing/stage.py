@@ -1,11 +1,12 @@
 """The sweep's timing stage: each finished trial's checkpoint timed alone, after the Tune run.
 
 :func:`time_finished_trials` is what the launcher calls: it makes one :class:`TimingJob` per
-finished trial and :func:`run_timing_stage` runs them as one Ray task per trial that holds a whole
-node's CPUs (or one whole GPU and the node's CPUs per GPU), so nothing else runs beside it. It
-writes ``timing.json`` next to the trial's results and skips trials already timed for the same
-checkpoint (so ``--resume`` never times a trial twice). On CPU each trial is timed in fresh
-processes pinned to their CPUs (:func:`time_checkpoint_pinned`, running :mod:`sweeps.timing.child`).
+finished trial and :func:`run_timing_stage` runs them in batches of ``timing.models_per_process``,
+one Ray task per batch that holds a whole node's CPUs (or one whole GPU and the node's CPUs per
+GPU), so nothing else runs beside it. It writes ``timing.json`` next to each trial's results and
+skips trials already timed for the same checkpoint (so ``--resume`` never times a trial twice). On
+CPU a batch is timed in fresh processes pinned to their CPUs (:func:`time_checkpoints_pinned`,
+running :mod:`sweeps.timing.child`), each timing the batch's checkpoints one after another.
 """
 from __future__ import annotations
 
@@ -125,8 +126,9 @@ def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
     return lanes
 
 
-def run_job(job: TimingJob, settings: TimingSpec, lane: Lane) -> TimingRecord:
-    """Time one job here and now (the body of the stage's Ray task).
+def run_jobs(jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane) -> list[TimingRecord | str]:
+    """Time a batch of jobs here and now (the body of the stage's Ray task); per job its record,
+    or the one-line reason it failed (the others are still timed).
 
     On a CPU lane with ``settings.fresh_process`` the measurement runs in a new Python process
     pinned to ``settings.threads`` of the lane's CPUs (:func:`time_checkpoint_pinned`), not in this
@@ -138,26 +140,51 @@ def run_job(job: TimingJob, settings: TimingSpec, lane: Lane) -> TimingRecord:
     0.0077 to 0.0089 s, each known to +-1 %, one of them slow for its whole life. So the job runs
     ``settings.processes`` of them one after another and keeps the fastest process's timing (each
     process's median in ``process_medians``): a process in a slow mode measures the machine's
-    state, not the model."""
+    state, not the model. Each process times every job of the batch, in an order rotated from one
+    process to the next (a slow spell falls on different models), after one start-up and one
+    calibration for them all: started once per model, the start-up (torch and Lightning imported,
+    ~3.5 s on the 2-core VM) and the calibration (2 s) took 5.5 of the median 7.1 s a model cost."""
     import ray
 
-    started = time.time()
-    fingerprint = checkpoint_fingerprint(job.checkpoint)
-    kwargs = dict(seed=job.seed, split=job.split, device=lane.device, beam_size=job.beam_size,
-                  repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
+    kwargs = dict(device=lane.device, repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
                   precision=settings.precision, max_seconds=settings.max_seconds,
                   calibration_seconds=settings.calibration_seconds)
+    items = [(job.checkpoint, job.task, dict(kwargs, seed=job.seed, split=job.split, beam_size=job.beam_size))
+             for job in jobs]
+    runs: list[list[tuple[DecodeTiming, float, float]]] = [[] for _ in jobs]
+    errors: list[Optional[str]] = [None] * len(jobs)
     if settings.fresh_process and lane.device == "cpu":
-        timings = [time_checkpoint_pinned(job.checkpoint, job.task, **kwargs) for _ in range(settings.processes)]
-        timing = dataclasses.replace(min(timings, key=lambda t: t.decode_seconds),
-                                     process_medians=tuple(t.decode_seconds for t in timings))
+        n = len(jobs)
+        for p in range(settings.processes):
+            shift = (p * n) // settings.processes
+            order = list(range(shift, n)) + list(range(shift))
+            for i, got in zip(order, time_checkpoints_pinned([items[i] for i in order])):
+                if isinstance(got, str):
+                    errors[i] = errors[i] or got
+                else:
+                    runs[i].append(got)
     else:
-        timing = time_checkpoint(job.checkpoint, job.task, **kwargs)
-    return TimingRecord(
-        trial_id=job.trial_id, checkpoint=str(job.checkpoint), fingerprint=fingerprint, split=job.split,
-        timing=timing, node_id=ray.get_runtime_context().get_node_id(), hostname=socket.gethostname(),
-        reserved_cpus=lane.cpus, reserved_gpus=lane.gpus, started_at=started, finished_at=time.time(),
-    )
+        for i, (checkpoint, task, options) in enumerate(items):
+            started = time.time()
+            try:
+                runs[i].append((time_checkpoint(checkpoint, task, **options), started, time.time()))
+            except Exception as exc:  # (a TimingError or the datamodule's own) one line, the others go on
+                errors[i] = _last_line(exc)
+    node, host = ray.get_runtime_context().get_node_id(), socket.gethostname()
+    out: list[TimingRecord | str] = []
+    for job, got, error in zip(jobs, runs, errors):
+        if not got:
+            out.append(error or "not timed")
+            continue
+        timing = min((t for t, _, _ in got), key=lambda t: t.decode_seconds)
+        if settings.fresh_process and lane.device == "cpu":
+            timing = dataclasses.replace(timing, process_medians=tuple(t.decode_seconds for t, _, _ in got))
+        out.append(TimingRecord(
+            trial_id=job.trial_id, checkpoint=str(job.checkpoint), fingerprint=checkpoint_fingerprint(job.checkpoint),
+            split=job.split, timing=timing, node_id=node, hostname=host, reserved_cpus=lane.cpus,
+            reserved_gpus=lane.gpus, started_at=min(a for _, a, _ in got), finished_at=max(b for _, _, b in got),
+        ))
+    return out
 
 
 def pick_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
@@ -171,15 +198,38 @@ def pick_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
 def time_checkpoint_pinned(checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any) -> DecodeTiming:
     """:func:`~sweeps.timing.checkpoint.time_checkpoint` in a new Python process
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs (:func:`pick_cpus`).
-    CPU only; the timing comes back with the CPUs it ran on."""
+    CPU only; the timing comes back with the CPUs it ran on. TimingError when it failed."""
+    (got,) = time_checkpoints_pinned([(checkpoint, task, kwargs)])
+    if isinstance(got, str):
+        raise TimingError(got)
+    return got[0]
+
+
+def time_checkpoints_pinned(
+    items: Sequence[tuple[str | Path, Mapping[str, Any], Mapping[str, Any]]],
+) -> list[tuple[DecodeTiming, float, float] | str]:
+    """Several (checkpoint, task, kwargs) timed one after another in ONE new Python process
+    (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
+    of the machine's speed. Per item: (timing, started_at, finished_at), or the one-line reason it
+    failed ("the timing process failed ..."); a process that dies fails the items it had not done."""
     from . import child
 
-    cpus = pick_cpus(int(kwargs.get("threads") or 1))
-    request = {"cpus": cpus, "checkpoint": str(checkpoint), "task": dict(task), "kwargs": kwargs}
+    if not items:
+        return []
+    cpus = pick_cpus(max(int(kw.get("threads") or 1) for _, _, kw in items))
+    request = {"cpus": cpus, "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items]}
     code, found, error = run_child(child.__name__, request, child.PREFIX)
-    if code != 0 or not found:
-        raise TimingError(f"the timing process failed (exit {code}): {error}")
-    return dataclasses.replace(DecodeTiming.from_dict(json.loads(found[-1])), cpus=tuple(cpus))
+    out: list[tuple[DecodeTiming, float, float] | str] = [
+        f"the timing process failed (exit {code}) before this checkpoint: {error}"] * len(items)
+    for line in found:
+        got = json.loads(line)
+        i = int(got["index"])
+        if "error" in got:
+            out[i] = f"the timing process failed on this checkpoint: {got['error']}"
+        else:
+            timing = dataclasses.replace(DecodeTiming.from_dict(got["timing"]), cpus=tuple(cpus))
+            out[i] = (timing, float(got["started_at"]), float(got["finished_at"]))
+    return out
 
 
 def time_finished_trials(
@@ -219,9 +269,10 @@ def run_timing_stage(
 ) -> list[TimingOutcome]:
     """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
 
-    Call after the Tune run, with Ray initialised. Each job is a Ray task pinned to one lane (see
+    Call after the Tune run, with Ray initialised. Jobs go in batches of
+    ``settings.models_per_process`` (:func:`run_jobs`), each batch a Ray task pinned to one lane (see
     :func:`plan_lanes`): a whole node's CPUs, or one GPU with its share of the node's CPUs, so no
-    other Ray work shares its cores or GPU and lanes run one job at a time. Jobs whose
+    other Ray work shares its cores or GPU and lanes run one batch at a time. Jobs whose
     ``timing.json`` already matches their checkpoint are skipped; a failed job is reported and the
     others go on. ``timing.json`` is written by the driver, atomically.
     """
@@ -256,34 +307,38 @@ def run_timing_stage(
         if free_now.get("CPU", 0) < total.get("CPU", 0):
             say(f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
                 f"waits until its whole node is (is other Ray work still running?)")
-        task = ray.remote(max_retries=0)(run_job)
+        task = ray.remote(max_retries=0)(run_jobs)
+        size = settings.models_per_process
+        batches = deque([list(pending)[k:k + size] for k in range(0, len(pending), size)])
         free = deque(lanes)
-        running: dict[Any, tuple[int, Lane]] = {}
-        while pending or running:
-            while free and pending:
-                lane, i = free.popleft(), pending.popleft()
+        running: dict[Any, tuple[list[int], Lane]] = {}
+        while batches or running:
+            while free and batches:
+                lane, batch = free.popleft(), batches.popleft()
                 ref = task.options(
                     num_cpus=lane.cpus, num_gpus=lane.gpus,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False),
-                ).remote(jobs[i], settings, lane)
-                running[ref] = (i, lane)
+                ).remote([jobs[i] for i in batch], settings, lane)
+                running[ref] = (batch, lane)
             done, _ = ray.wait(list(running), num_returns=1)
-            i, lane = running.pop(done[0])
+            batch, lane = running.pop(done[0])
             free.append(lane)
-            job = jobs[i]
             try:
-                record: TimingRecord = ray.get(done[0])
-            except Exception as exc:  # one failed job must not lose the others' timings
-                message = _last_line(exc)
-                outcomes[i] = TimingOutcome(job, "error", error=message)
-                say(f"[timing] trial {job.trial_id}: failed: {message}")
-                continue
-            write_json_atomic(job.result_path, record.to_dict())
-            outcomes[i] = TimingOutcome(job, "timed", record=record)
-            t = record.timing
-            say(f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
-                f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
-                f"{shared_core_note(t)}) -> {job.result_path}")
+                results: list[TimingRecord | str] = ray.get(done[0])
+            except Exception as exc:  # one failed batch must not lose the others' timings
+                results = [f"failed: {_last_line(exc)}"] * len(batch)
+            for i, got in zip(batch, results):
+                job = jobs[i]
+                if isinstance(got, str):
+                    outcomes[i] = TimingOutcome(job, "error", error=got)
+                    say(f"[timing] trial {job.trial_id}: failed: {got}")
+                    continue
+                write_json_atomic(job.result_path, got.to_dict())
+                outcomes[i] = TimingOutcome(job, "timed", record=got)
+                t = got.timing
+                say(f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
+                    f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
+                    f"{shared_core_note(t)}) -> {job.result_path}")
     return [outcomes[i] for i in range(len(jobs))]
 
 
