@@ -326,7 +326,7 @@ def run_timing_stage(
             try:
                 results: list[TimingRecord | str] = ray.get(done[0])
             except Exception as exc:  # one failed batch must not lose the others' timings
-                results = [f"failed: {_last_line(exc)}"] * len(batch)
+                results = [_last_line(exc)] * len(batch)
             for i, got in zip(batch, results):
                 job = jobs[i]
                 if isinstance(got, str):
