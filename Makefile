@@ -23,7 +23,7 @@ sweep: venv
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py $(SPEC)
 
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15  # the slowest tests listed: the suite is kept under 6 min
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow
