@@ -25,6 +25,7 @@ def front_figure(views: Sequence[Any]):
     joined and labelled with its K, constrained-out trials as crosses, stopped trials faint at
     their last report, the baseline as a star."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     n = len(views)
     cols = min(n, 3)
@@ -58,11 +59,18 @@ def front_figure(views: Sequence[Any]):
             ax.axhline(base[names[0]], c="k", lw=0.8, ls="--", label="baseline")
         ax.set_title(f"{v.cell}, seed {v.seed}", fontsize=9)
         ax.set_xlabel(f"{names[1]} (probe)")
+        ax.xaxis.set_major_locator(MaxNLocator(5))  # seconds' long tick labels overlap beyond that
         ax.set_ylabel(names[0])
-        ax.legend(fontsize=6)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.tight_layout()
+    legend: dict[str, Any] = {}  # one legend below the panels: inside one it covered points
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(legend), fontsize=7,
+                   frameon=False)
+    fig.tight_layout(rect=(0, 0.06 if legend else 0, 1, 1))
     return fig
 
 
@@ -78,6 +86,7 @@ def hypervolume_figure(views: Sequence[Any], history: Callable[[Any], list[tuple
     ax.set_xlabel("training steps spent (all trials of the study, stopped ones included)")
     ax.set_ylabel("hypervolume (feasible front)")
     ax.set_title("Hypervolume against compute", fontsize=10)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
