@@ -36,6 +36,7 @@ bench: venv
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
 #   make docs-results STUDY=k_vs_length   (62 min on an idle 2-core CPU)
 #   make docs-results STUDY=scoring_functions
+#   make docs-results STUDY=minimal_k     (with its Optuna journal and decode probe table)
 STUDY ?= k_vs_length
 docs-results: venv
 	rm -rf sweep-results/docs/$(STUDY)
@@ -44,7 +45,7 @@ docs-results: venv
 	@date -u +"end   %Y-%m-%dT%H:%M:%SZ"
 	mkdir -p docs/results/$(STUDY)
 	rm -f docs/results/$(STUDY)/*.png docs/results/$(STUDY)/paired_bootstrap.csv
-	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
+	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png 	  $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
 
 clean:
 	rm -rf $(VENV) sweep-results bench-out
