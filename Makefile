@@ -45,7 +45,7 @@ docs-results: venv
 	@date -u +"end   %Y-%m-%dT%H:%M:%SZ"
 	mkdir -p docs/results/$(STUDY)
 	rm -f docs/results/$(STUDY)/*.png docs/results/$(STUDY)/paired_bootstrap.csv
-	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png 	  $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
+	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
 
 clean:
 	rm -rf $(VENV) sweep-results bench-out
