@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeps.seed_stats import (bootstrap_table, cell_intervals, findings, interval, paired_bootstrap, seed_sections,
-                               verdict)
+from sweeps.seed_stats import (bootstrap_table, cell_intervals, findings, interval, paired_bootstrap, scoring_findings,
+                               seed_sections, verdict)
 
 
 def _frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
@@ -55,6 +55,37 @@ def test_findings_are_judged_on_paired_seed_differences():
     cells = cell_intervals(df)
     row = cells[(cells["length"] == 40) & (cells["model"] == "memory K=16")].iloc[0]
     assert row["n"] == 3 and row["low"] < 60 < 95 < row["high"]
+
+
+def _scoring_frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
+    rows = []
+    for (length, pair), bleus in values.items():
+        enc, dec = pair.split("/")
+        model = f"memory K=32 encoder_scoring={enc} decoder_scoring={dec}"
+        for seed, bleu in enumerate(bleus):
+            rows.append({"cell": f"length={length} {model}", "model": model, "attention": "memory", "K": 32,
+                         "encoder_scoring": enc, "decoder_scoring": dec, "length": length, "seed": seed,
+                         "status": "done", "val/bleu": bleu})
+    return pd.DataFrame(rows)
+
+
+def test_softmax_softmax_worst_is_judged_against_every_other_pair():
+    """Not against the best other pair only: one pair clearly below softmax/softmax contradicts it."""
+    df = _scoring_frame({
+        (20, "softmax/softmax"): [90, 91, 89], (20, "softmax/sigmoid"): [95, 96, 95], (20, "sigmoid/softmax"): [97, 97, 98],
+        (20, "sigmoid/sigmoid"): [94, 96, 95],
+        (40, "softmax/softmax"): [93, 94, 92], (40, "softmax/sigmoid"): [95, 96, 97], (40, "sigmoid/softmax"): [96, 95, 96],
+        (40, "sigmoid/sigmoid"): [70, 72, 69],
+        (60, "softmax/softmax"): [80, 90, 85], (60, "softmax/sigmoid"): [88, 83, 86], (60, "sigmoid/softmax"): [95, 96, 96],
+        (60, "sigmoid/sigmoid"): [96, 95, 97],
+    })
+    judged = {f["length"]: f for f in scoring_findings(df)}
+    assert judged[20]["verdict"] == "held"  # every other pair above it, paired by seed
+    assert judged[40]["verdict"] == "contradicted" and judged[40]["quantity"].startswith("sigmoid/sigmoid")
+    assert judged[60]["verdict"] == "not shown"  # softmax/sigmoid's seeds straddle it
+    assert judged[60]["quantity"].startswith("softmax/sigmoid")
+    # one K (the scoring study): no "larger K" finding comparing K=32 with itself
+    assert not any(f["finding"].startswith("longer sequences need larger K") for f in findings(df))
 
 
 def test_paired_bootstrap_uses_sacrebleu_and_brackets_the_difference():
