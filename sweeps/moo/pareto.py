@@ -10,9 +10,9 @@ objectives), so "a dominates b" means a is no worse on every objective and bette
 - :func:`rung_survivors`    the early-stopping rule at one rung (see ``docs/moo_early_stopping.md``)
 
 The early-stopping functions take an optional ``tolerance``: per objective, a relative difference
-within which two values count as equal (:func:`dominates`), so that a measurement's noise (the
-decode probe's few per cent) cannot by itself make one trial dominate another. The front and the
-hypervolume that results.md reports use plain dominance (no tolerance).
+a point must be better by to count as better there (:func:`dominates`), so that a measurement's
+noise (the decode probe's few per cent) cannot by itself make one trial dominate another. The front
+and the hypervolume that results.md reports use plain dominance (no tolerance).
 """
 from __future__ import annotations
 
@@ -31,18 +31,14 @@ def to_minimize(values: Sequence[float], directions: Sequence[str]) -> tuple[flo
 def dominates(a: Point, b: Point, tolerance: Tolerance = None) -> bool:
     """a is no worse than b on every objective and strictly better on one (minimisation).
 
-    With ``tolerance`` (one relative figure per objective, 0 for exact), two values whose difference
-    is at most ``tolerance x`` the larger magnitude count as equal: a must be better than b by more
-    than that on one objective, and no worse than that on any."""
+    With ``tolerance`` (one relative figure per objective, 0 for exact), "better" must be by more
+    than ``tolerance x`` the larger magnitude: a is no worse than b on every objective and better by
+    more than that on one. So a difference within the noise never makes a dominate b, and it never
+    hides that a is worse somewhere: the relation holds only where plain dominance holds too."""
     if not tolerance:
         return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
-    better = False
-    for x, y, t in zip(a, b, tolerance):
-        slack = t * max(abs(x), abs(y))
-        if x > y + slack:
-            return False
-        better = better or x < y - slack
-    return better
+    return all(x <= y for x, y in zip(a, b)) and any(x < y - t * max(abs(x), abs(y))
+                                                      for x, y, t in zip(a, b, tolerance))
 
 
 def pareto_ranks(points: Sequence[Point], tolerance: Tolerance = None) -> list[int]:
@@ -54,7 +50,6 @@ def pareto_ranks(points: Sequence[Point], tolerance: Tolerance = None) -> list[i
     while remaining:
         front = {i for i in remaining
                  if not any(dominates(points[j], points[i], tolerance) for j in remaining if j != i)}
-        front = front or set(remaining)  # a cycle (possible only with tolerances on several objectives)
         for i in front:
             ranks[i] = rank
         remaining -= front

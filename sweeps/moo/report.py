@@ -339,8 +339,8 @@ def _ties(views: Sequence[StudyView]) -> str:
     """How the rule compared (its tolerance per objective, as its decisions recorded it)."""
     tolerance = next((p.rung["tolerance"] for v in views for p in v.points if (p.rung or {}).get("tolerance")), None)
     names = views[0].metric_names
-    ties = [f"{name} within {t:.0%}" for name, t in zip(names, tolerance or []) if t]
-    return f", counting {' and '.join(ties)} as equal" if ties else ""
+    ties = [f"{name} by more than {t:.0%}" for name, t in zip(names, tolerance or []) if t]
+    return f", a trial better than another in {' and '.join(ties)} only" if ties else ""
 
 
 def _stop_reasons(rungs) -> str:

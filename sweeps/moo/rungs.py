@@ -10,7 +10,8 @@ the first ``rung_keep`` of them by Pareto rank, crowding distance breaking ties
 top 1/rf, as ASHA, "top" meaning "by Pareto rank". A trial also stops at any report when a trial of its study that ran to the end
 dominates the best it could still reach (its trained objectives at their bounds, e.g. BLEU 100).
 Both rules compare with a tolerance per objective (``early_terminate.tolerance``, by default
-decode_seconds within 10% counts as equal): the probe's noise alone never makes a trial dominated.
+decode_seconds counts as better only by more than 10%): the probe's noise alone never makes a trial
+dominated.
 Trials of the baseline model (relative constraints) are not part of the search and run to the end.
 The rungs' contents and the finished vectors live in a ``state`` dict the searcher saves with its
 own state, so a resumed study goes on comparing with what its trials reported before the stop.
@@ -48,8 +49,8 @@ class ParetoRungs(FIFOScheduler):
         bounds: per objective index, the value a trained metric cannot pass (BLEU 100).
         max_steps: a trial whose result reaches it ran to the end.
         log: decisions are appended here, keyed by trial id (the searcher writes them to Optuna).
-        tolerance: per objective, the relative difference within which two values count as equal
-            (:func:`sweeps.moo.pareto.dominates`); None compares exactly.
+        tolerance: per objective, the relative difference a value must be better by to count as
+            better (:func:`sweeps.moo.pareto.dominates`); None compares exactly.
         state: where the rule keeps what it has seen (``rungs``, ``finished``, ``stopped``): the
             searcher saves it with its own state (:class:`sweeps.moo.search.MooSearcher`), so it
             survives ``--resume``; a fresh dict when not given.

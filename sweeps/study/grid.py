@@ -141,8 +141,8 @@ class Sweep:
             )
         ties = ""
         if self.spec.early_terminate.type == "pareto":
-            named = [f"{o.name} within {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
-            ties = f"; counts {' and '.join(named)} as equal" if named else "; compares objectives exactly"
+            named = [f"{o.name} by more than {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
+            ties = f"; a trial counts as better in {' and '.join(named)} only" if named else "; compares objectives exactly"
         return (
             f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
             f"among themselves only; no cell is stopped because another scores higher{ties}"
