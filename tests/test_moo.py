@@ -23,14 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
 # -- the maths ------------------------------------------------------------------------------------
 
 
-def brute_ranks(points, tolerance=None):
+def brute_ranks(points):
     """Rank by definition: the longest chain of points dominating one another ending at it."""
     n = len(points)
     memo = {}
 
     def depth(i):
         if i not in memo:
-            memo[i] = max([depth(j) + 1 for j in range(n) if dominates(points[j], points[i], tolerance)], default=0)
+            memo[i] = max([depth(j) + 1 for j in range(n) if dominates(points[j], points[i])], default=0)
         return memo[i]
 
     return [depth(i) for i in range(n)]
@@ -66,10 +66,10 @@ def test_keep_count_is_ashas_quantile_rule():
             assert keep_count(n, rf) == max(1, sum(1 for i in range(n) if i >= cutoff)), (n, rf)
 
 
-def brute_survivors(points, rf, tolerance=None):
+def brute_survivors(points, rf):
     """The rung rule by definition: a point goes on when it is non-dominated, or when fewer than
     keep_count points come before it in (Pareto rank, -crowding distance, arrival) order."""
-    ranks = brute_ranks(points, tolerance)
+    ranks = brute_ranks(points)
     dist = {}
     for r in set(ranks):
         dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
@@ -86,7 +86,7 @@ def test_rung_rule_matches_brute_force():
         assert rung_survivors(pts, rf) == brute_survivors(pts, rf), (pts, rf)
 
 
-def test_dominance_with_a_tolerance_treats_close_values_as_equal():
+def test_dominance_with_a_tolerance_needs_a_gain_beyond_the_noise():
     k5, k3 = (-100.0, 0.0115), (-100.0, 0.0119)  # minimal_k's L=10: BLEU (negated) and the probe's seconds
     assert dominates(k5, k3)  # exactly: 3% faster at the same BLEU
     assert not dominates(k5, k3, [0.0, 0.10]) and not dominates(k3, k5, [0.0, 0.10])  # a tie within 10%
@@ -105,16 +105,6 @@ def test_dominance_with_a_tolerance_is_plain_dominance_minus_the_noise():
         if dominates(a, b, [0.0, 0.10]):
             assert dominates(a, b)  # never where plain dominance does not hold
             assert a[0] < b[0] or b[1] - a[1] > 0.10 * max(a[1], b[1])  # better by more than the noise
-
-
-def test_ranks_and_rung_rule_with_a_tolerance_match_brute_force():
-    rng = random.Random(5)
-    for _ in range(300):
-        pts = [(-rng.randint(0, 6), rng.uniform(0.010, 0.014)) for _ in range(rng.randint(1, 10))]
-        tol = [0.0, rng.choice([0.05, 0.10, 0.2])]
-        rf = rng.choice([2, 3])
-        assert pareto_ranks(pts, tol) == brute_ranks(pts, tol), (pts, tol)
-        assert rung_survivors(pts, rf, tol) == brute_survivors(pts, rf, tol), (pts, rf, tol)
 
 
 def test_rung_rule_never_stops_a_point_that_dominates_a_survivor():

@@ -9,10 +9,10 @@ objectives), so "a dominates b" means a is no worse on every objective and bette
 - :func:`hypervolume_2d`    the area two objectives' points dominate up to a reference point
 - :func:`rung_survivors`    the early-stopping rule at one rung (see ``docs/moo_early_stopping.md``)
 
-The early-stopping functions take an optional ``tolerance``: per objective, a relative difference
-a point must be better by to count as better there (:func:`dominates`), so that a measurement's
-noise (the decode probe's few per cent) cannot by itself make one trial dominate another. The front
-and the hypervolume that results.md reports use plain dominance (no tolerance).
+:func:`dominates` and :func:`hopeless` take an optional ``tolerance``: per objective, a relative
+difference a point must be better by to count as better, so that a measurement's noise (the decode
+probe's few per cent) cannot by itself make a trial hopeless. The rungs, the front and the
+hypervolume use plain dominance.
 """
 from __future__ import annotations
 
@@ -41,15 +41,14 @@ def dominates(a: Point, b: Point, tolerance: Tolerance = None) -> bool:
                                                       for x, y, t in zip(a, b, tolerance))
 
 
-def pareto_ranks(points: Sequence[Point], tolerance: Tolerance = None) -> list[int]:
+def pareto_ranks(points: Sequence[Point]) -> list[int]:
     """Each point's Pareto rank: 0 for points no other point dominates, k for points dominated
     only by points of ranks below k. O(n^2) per rank; rungs hold tens of points."""
     remaining = set(range(len(points)))
     ranks = [0] * len(points)
     rank = 0
     while remaining:
-        front = {i for i in remaining
-                 if not any(dominates(points[j], points[i], tolerance) for j in remaining if j != i)}
+        front = {i for i in remaining if not any(dominates(points[j], points[i]) for j in remaining if j != i)}
         for i in front:
             ranks[i] = rank
         remaining -= front
@@ -80,9 +79,9 @@ def crowding(points: Sequence[Point], members: Sequence[int]) -> dict[int, float
     return out
 
 
-def rung_order(points: Sequence[Point], tolerance: Tolerance = None) -> list[int]:
+def rung_order(points: Sequence[Point]) -> list[int]:
     """Indices best first: by Pareto rank, then larger crowding distance, then arrival (index)."""
-    ranks = pareto_ranks(points, tolerance)
+    ranks = pareto_ranks(points)
     dist: dict[int, float] = {}
     for r in set(ranks):
         dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
@@ -99,22 +98,24 @@ def keep_count(n: int, reduction_factor: float) -> int:
     return max(1, n - math.ceil(position - 1e-9))
 
 
-def rung_keep(points: Sequence[Point], reduction_factor: float, tolerance: Tolerance = None) -> int:
+def rung_keep(points: Sequence[Point], reduction_factor: float) -> int:
     """How many of a rung's points go on: the top 1/rf (:func:`keep_count`), and never fewer than
     the rung's non-dominated points (no point on the rung's front is stopped)."""
-    return max(keep_count(len(points), reduction_factor), sum(r == 0 for r in pareto_ranks(points, tolerance)))
+    return max(keep_count(len(points), reduction_factor), sum(r == 0 for r in pareto_ranks(points)))
 
 
-def rung_survivors(points: Sequence[Point], reduction_factor: float, tolerance: Tolerance = None) -> set[int]:
+def rung_survivors(points: Sequence[Point], reduction_factor: float) -> set[int]:
     """The rung rule: of the points recorded at a rung, the first :func:`rung_keep` in
     :func:`rung_order` go on: every non-dominated point, and at least the top 1/rf by Pareto rank
     (crowding distance breaking ties)."""
-    return set(rung_order(points, tolerance)[: rung_keep(points, reduction_factor, tolerance)])
+    return set(rung_order(points)[: rung_keep(points, reduction_factor)])
 
 
 def hopeless(optimistic: Point, finished: Sequence[Point], tolerance: Tolerance = None) -> bool:
     """Whether a finished point dominates the best a running trial could still reach
-    (``optimistic``: its known objectives as they are, the trained ones at their bounds)."""
+    (``optimistic``: its known objectives as they are, the trained ones at their bounds), better
+    by more than ``tolerance`` somewhere (:func:`dominates`): a stop that is never undone, so it must
+    not rest on noise."""
     return any(dominates(f, optimistic, tolerance) for f in finished)
 
 

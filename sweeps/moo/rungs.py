@@ -9,9 +9,9 @@ the first ``rung_keep`` of them by Pareto rank, crowding distance breaking ties
 (:func:`sweeps.moo.pareto.rung_survivors`): every trial no other dominates there, and at least the
 top 1/rf, as ASHA, "top" meaning "by Pareto rank". A trial also stops at any report when a trial of its study that ran to the end
 dominates the best it could still reach (its trained objectives at their bounds, e.g. BLEU 100).
-Both rules compare with a tolerance per objective (``early_terminate.tolerance``, by default
+The second rule compares with a tolerance per objective (``early_terminate.tolerance``, by default
 decode_seconds counts as better only by more than 10%): the probe's noise alone never makes a trial
-dominated.
+hopeless. The rungs compare plainly, as ASHA ranks on a noisy early metric.
 Trials of the baseline model (relative constraints) are not part of the search and run to the end.
 The rungs' contents and the finished vectors live in a ``state`` dict the searcher saves with its
 own state, so a resumed study goes on comparing with what its trials reported before the stop.
@@ -50,7 +50,7 @@ class ParetoRungs(FIFOScheduler):
         max_steps: a trial whose result reaches it ran to the end.
         log: decisions are appended here, keyed by trial id (the searcher writes them to Optuna).
         tolerance: per objective, the relative difference a value must be better by to count as
-            better (:func:`sweeps.moo.pareto.dominates`); None compares exactly.
+            better when a trial is judged hopeless (:func:`sweeps.moo.pareto.hopeless`); None: exactly.
         state: where the rule keeps what it has seen (``rungs``, ``finished``, ``stopped``): the
             searcher saves it with its own state (:class:`sweeps.moo.search.MooSearcher`), so it
             survives ``--resume``; a fresh dict when not given.
@@ -102,8 +102,8 @@ class ParetoRungs(FIFOScheduler):
             rung = self.rungs[m]
             rung[trial_id] = vec
             ids = list(rung)
-            order = rung_order([rung[i] for i in ids], self.tolerance)
-            keep = rung_keep([rung[i] for i in ids], self.rf, self.tolerance)
+            order = rung_order([rung[i] for i in ids])
+            keep = rung_keep([rung[i] for i in ids], self.rf)
             position = order.index(ids.index(trial_id))
             go_on = position < keep
             self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
@@ -133,7 +133,7 @@ class ParetoRungs(FIFOScheduler):
             self.finished[trial.trial_id] = to_minimize(values, self.directions)
 
     def debug_string(self) -> str:
-        ties = f", ties within {self.tolerance}" if self.tolerance and any(self.tolerance) else ""
+        ties = f", hopeless only beyond {self.tolerance}" if self.tolerance and any(self.tolerance) else ""
         return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}{ties}"
 
 
