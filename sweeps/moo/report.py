@@ -340,7 +340,7 @@ def _ties(views: Sequence[StudyView]) -> str:
     tolerance = next((p.rung["tolerance"] for v in views for p in v.points if (p.rung or {}).get("tolerance")), None)
     names = views[0].metric_names
     ties = [f"{name} by more than {t:.0%}" for name, t in zip(names, tolerance or []) if t]
-    return f", a trial better than another in {' and '.join(ties)} only" if ties else ""
+    return f"; a trial was hopeless only when a finished one was better in {' or '.join(ties)}" if ties else ""
 
 
 def _stop_reasons(rungs) -> str:

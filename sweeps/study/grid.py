@@ -142,7 +142,8 @@ class Sweep:
         ties = ""
         if self.spec.early_terminate.type == "pareto":
             named = [f"{o.name} by more than {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
-            ties = f"; a trial counts as better in {' and '.join(named)} only" if named else "; compares objectives exactly"
+            ties = (f"; a running trial is hopeless only when a finished one is no worse and better in "
+                    f"{' or '.join(named)}" if named else "")
         return (
             f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
             f"among themselves only; no cell is stopped because another scores higher{ties}"

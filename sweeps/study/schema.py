@@ -56,15 +56,15 @@ class EarlyTerminateSpec(_Strict):
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(2.0, gt=1)
     max_t: Optional[int] = Field(None, ge=1)
-    # pareto only: per objective, the relative difference a trial must be better by to count as
-    # better when the rule compares trials (default: decode_seconds 0.10, the decode probe's noise)
+    # pareto only: per objective, the relative difference a finished trial must be better by to make
+    # a running one hopeless (default: decode_seconds 0.10, the decode probe's noise)
     tolerance: Optional[dict[str, Annotated[float, Field(ge=0, lt=1)]]] = None
 
 
-# The rung rule's default tolerance: decode_seconds is better only by more than 10%. The decode probe's
+# The rule's default tolerance: decode_seconds is better only by more than 10%. The decode probe's
 # figures for architectures of the same cost differ by up to 8%: minimal_k's cpu run on the 2-core
 # AMD EPYC VM gave 0.01141-0.01236 s for memory attention K=1..16 without PE at L=10, where K adds
-# next to nothing to a step (docs/moo_early_stopping.md, "Ties").
+# next to nothing to a step (docs/moo_early_stopping.md, "The tolerance").
 DEFAULT_TOLERANCE = {DECODE_SECONDS: 0.10}
 
 
