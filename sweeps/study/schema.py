@@ -61,10 +61,8 @@ class EarlyTerminateSpec(_Strict):
     tolerance: Optional[dict[str, Annotated[float, Field(ge=0, lt=1)]]] = None
 
 
-# The rule's default tolerance: decode_seconds is better only by more than 10%. The decode probe's
-# figures for architectures of the same cost differ by up to 8%: minimal_k's cpu run on the 2-core
-# AMD EPYC VM gave 0.01141-0.01236 s for memory attention K=1..16 without PE at L=10, where K adds
-# next to nothing to a step (docs/moo_early_stopping.md, "The tolerance").
+# decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
+# differ by up to 8% (docs/moo_early_stopping.md, "The tolerance")
 DEFAULT_TOLERANCE = {DECODE_SECONDS: 0.10}
 
 
