@@ -34,7 +34,7 @@ bench: venv
 
 # docs/results/$(STUDY)/ regenerated: the study's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
-#   make docs-results STUDY=k_vs_length   (62 min on an idle 2-core CPU)
+#   make docs-results STUDY=k_vs_length   (54 min on an idle 2-core CPU)
 #   make docs-results STUDY=scoring_functions
 #   make docs-results STUDY=minimal_k     (with its Optuna journal and decode probe table)
 STUDY ?= k_vs_length
