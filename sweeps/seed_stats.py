@@ -102,6 +102,11 @@ def verdict(mean: float, ci: float, n: int, margin: float, side: str) -> str:
     return "held" if high < margin else "contradicted" if low > margin else "not shown"
 
 
+def estimate(mean: float, ci: float) -> str:
+    """A finding's estimate as the tables print it: ``+1.23 ± 0.45`` (empty without a mean)."""
+    return "" if pd.isna(mean) else f"{mean:+.2f}" + ("" if pd.isna(ci) else f" ± {ci:.2f}")
+
+
 def _memory_models(best: pd.DataFrame) -> list[str]:
     return [m for m in best["model"].unique() if str(m).startswith("memory K=")]
 
@@ -131,8 +136,7 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
     out: list[dict[str, Any]] = []
 
     def row(finding: str, length: Any, quantity: str, mean: float, ci: float, n: int, margin: float, side: str) -> None:
-        est = "" if pd.isna(mean) else f"{mean:+.2f}" + ("" if pd.isna(ci) else f" ± {ci:.2f}")
-        out.append({"finding": finding, "length": length, "quantity": quantity, "estimate": est, "seeds": n,
+        out.append({"finding": finding, "length": length, "quantity": quantity, "estimate": estimate(mean, ci), "seeds": n,
                     "verdict": verdict(mean, ci, n, margin, side)})
 
     memories = _memory_models(best)
@@ -200,9 +204,8 @@ def scoring_findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
             pair = min(others, key=lambda p: (pd.isna(diffs[p][0]), diffs[p][0]))
             judged = "held" if all(v == "held" for v in verdicts.values()) else "not shown"
         m, ci, n = diffs[pair]
-        est = "" if pd.isna(m) else f"{m:+.2f}" + ("" if pd.isna(ci) else f" ± {ci:.2f}")
         out.append({"finding": f"softmax/softmax scoring ends worst (each of the {len(others)} other pairs above it)",
-                    "length": length, "quantity": f"{pair} − softmax/softmax", "estimate": est, "seeds": n,
+                    "length": length, "quantity": f"{pair} − softmax/softmax", "estimate": estimate(m, ci), "seeds": n,
                     "verdict": judged})
     return out
 

@@ -131,7 +131,7 @@ def run_jobs(jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane) -> lis
     or the one-line reason it failed (the others are still timed).
 
     On a CPU lane with ``settings.fresh_process`` the measurement runs in a new Python process
-    pinned to ``settings.threads`` of the lane's CPUs (:func:`time_checkpoint_pinned`), not in this
+    pinned to ``settings.threads`` of the lane's CPUs (:func:`time_checkpoints_pinned`), not in this
     Ray worker: on a 2-core VM an unpinned decode in a Ray worker (a dozen threads of its own)
     landed in one of two speeds per process, 0.015 or 0.023 s for the same split, so two runs of
     one study disagreed by up to 50 %; pinned, a lone process keeps to one core and its cache.
