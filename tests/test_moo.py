@@ -13,7 +13,7 @@ import pytest
 
 from sweeps.moo.pareto import (crowding, dominates, hypervolume_2d, keep_count, pareto_ranks, rung_order,
                                rung_survivors, to_minimize)
-from sweeps.moo.probe import DecodeEstimates, arch_key, k_anchors
+from sweeps.moo.probe import DecodeEstimates, arch_key, isotonic, k_anchors
 from sweeps.moo.rungs import ParetoRungs, milestones
 from tests.sweep_helpers import interrupt_env, tiny_spec, write_spec
 
@@ -182,6 +182,41 @@ def test_probe_interpolates_in_k_between_anchors():
     assert table.estimate({"name": "copy", "max_length": 20}, {**model, "K": 6}, seed) is None
 
 
+def test_isotonic_is_the_nearest_non_decreasing_sequence():
+    """Pool-adjacent-violators against the definition: non-decreasing, and no non-decreasing
+    sequence on a fine grid of candidate values is closer in least squares."""
+    rng = random.Random(3)
+    for _ in range(200):
+        values = [rng.choice([1.0, 2.0, 3.0, 4.0]) for _ in range(rng.randint(1, 5))]
+        fit = isotonic(values)
+        assert all(a <= b + 1e-12 for a, b in zip(fit, fit[1:]))
+        best = min(sum((a - b) ** 2 for a, b in zip(c, values))
+                   for c in itertools.product([x / 4 for x in range(4, 17)], repeat=len(values))
+                   if all(a <= b for a, b in zip(c, c[1:])))
+        assert sum((a - b) ** 2 for a, b in zip(fit, values)) <= best + 1e-9
+    assert isotonic([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]  # already in order: the measurement itself
+
+
+def test_probe_noise_cannot_order_architectures_whose_cost_does_not_differ():
+    """The tiny copy model's measured anchors (ms): K = 2..16 cost the same up to noise, in no
+    order; above, the memory's cost shows. The estimates never fall as K grows, pool the noisy
+    anchors, and keep the measured figure where the cost grows."""
+    task, seed = {"name": "copy", "max_length": 8}, 0
+    model = {"attention": "memory", "preset": "tiny"}
+    key = arch_key(task, model, seed)
+    measured = {2: 4.803, 4: 4.518, 8: 4.694, 16: 4.653, 32: 4.968, 64: 5.461, 128: 6.306, 256: 8.324}
+    table = DecodeEstimates([{"key": key, "K": k, "seconds": v} for k, v in measured.items()]
+                            + [{"key": arch_key(task, {"attention": "bahdanau"}, seed), "K": None, "seconds": 3.0}])
+    est = {k: table.estimate(task, {**model, "K": k}, seed) for k in range(2, 257)}
+    assert all(est[k] <= est[k + 1] + 1e-12 for k in range(2, 256))
+    assert est[2] == est[4] == pytest.approx((4.803 + 4.518) / 2)  # K=4 measured faster than K=2: pooled
+    assert est[8] == est[16] == pytest.approx((4.694 + 4.653) / 2)
+    for k in (32, 64, 128, 256):
+        assert est[k] == measured[k]
+    assert table.estimate(task, {"attention": "bahdanau"}, seed) == 3.0  # no K: as measured
+    assert table.entries[0]["seconds"] == 4.803  # the table keeps the measurement; the fit is made on load
+
+
 # -- the dry-run checks ----------------------------------------------------------------------------
 
 
@@ -245,11 +280,20 @@ def test_the_worked_example_of_the_docs():
              (8, 45, .016, "CONTINUE"), (1, 10, .010, "CONTINUE")]
     for k, bleu, seconds, decision in first:
         assert rungs.decide(f"K{k}", 1, [bleu, seconds]) == decision, k
-    second = [(16, 65, .020, "CONTINUE"), (8, 70, .016, "CONTINUE"), (1, 30, .010, "CONTINUE"), (2, 28, .012, "STOP")]
+    # report 2: K=16 is ranked again at rung 1, which holds six now: K=8 (5th) dominates it, and it is
+    # 4th of keep = max(keep(6) = 2, 3 on the rung's front). ASHA would have let it go on (it came first).
+    assert rungs.decide("K16", 2, [55, .020]) == "STOP"
+    assert rungs.log["K16"] == {"rung": 1, "position": 4, "recorded": 6, "keep": 3, "values": [40.0, .020],
+                                "hopeless": False, "stopped": True, "tolerance": [0.0, 0.10], "report": 2}
+    for k in (8, 1, 2):  # still inside rung 1's keep at report 2
+        assert rungs.decide(f"K{k}", 2, [50, .016]) == "CONTINUE", k
+    second = [(8, 70, .016, "CONTINUE"), (1, 30, .010, "CONTINUE"), (2, 28, .012, "STOP")]
     for k, bleu, seconds, decision in second:
         assert rungs.decide(f"K{k}", 3, [bleu, seconds]) == decision, k
     rungs.finished["K8"] = to_minimize([100.0, .016], rungs.directions)  # K8 ran to the end at BLEU 100
-    assert rungs.decide("K16", 4, [80.0, .020]) == "STOP"  # hopeless: slower, and BLEU cannot pass 100
+    assert rungs.decide("K1", 4, [35.0, .010]) == "CONTINUE"  # faster than K=8: it can still join the front
+    assert rungs.decide("K12", 4, [80.0, .019]) == "STOP"  # hopeless: 16% slower, and BLEU cannot pass 100
+    assert rungs.log["K12"]["hopeless"]
     assert rungs.decide("K10", 4, [80.0, .017]) == "CONTINUE"  # within 10% of K=8's 0.016 s: a tie
 
 

@@ -344,14 +344,17 @@ def _ties(views: Sequence[StudyView]) -> str:
 
 
 def _stop_reasons(rungs) -> str:
-    """Why the rule stopped the trials, counted: at a rung (ranked out), or at a report because a
-    finished trial dominates the best each could still reach ("hopeless", no rung)."""
+    """Why the rule stopped the trials, counted: at a rung (ranked out), later by the trials that
+    reached the rung after it (pushed out, rule 2b), or at a report because a finished trial
+    dominates the best each could still reach ("hopeless", no rung)."""
     from collections import Counter
 
     def reason(rung: Optional[dict]) -> str:
         rung = rung or {}
         if rung.get("hopeless"):
             return f"hopeless at report {rung.get('report', '?')}"
+        if rung.get("report") is not None:
+            return f"pushed out of rung {rung.get('rung', '?')} by later arrivals"
         return f"ranked out at rung {rung.get('rung', '?')}"
 
     return ", ".join(f"{n} {why}" for why, n in Counter(reason(r) for r in rungs).items())

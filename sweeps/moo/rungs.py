@@ -7,7 +7,11 @@ validation reports, below the trial's last. When a trial reaches a rung, its obj
 vectors of the trials that reached the rung before it, and the trial goes on only if it is among
 the first ``rung_keep`` of them by Pareto rank, crowding distance breaking ties
 (:func:`sweeps.moo.pareto.rung_survivors`): every trial no other dominates there, and at least the
-top 1/rf, as ASHA, "top" meaning "by Pareto rank". A trial also stops at any report when a trial of its study that ran to the end
+top 1/rf, as ASHA, "top" meaning "by Pareto rank". Until it reaches the next rung the trial is
+ranked again at each report among what the rung holds by then, and stops once later arrivals have
+pushed it out: ASHA judges a trial once, against whoever came first, and so keeps every early
+arrival; synchronous successive halving waits for the whole rung. This is the second's decision
+taken as the rung fills, without waiting. A trial also stops at any report when a trial of its study that ran to the end
 dominates the best it could still reach (its trained objectives at their bounds, e.g. BLEU 100).
 The second rule compares with a tolerance per objective (``early_terminate.tolerance``, by default
 decode_seconds counts as better only by more than 10%): the probe's noise alone never makes a trial
@@ -96,24 +100,32 @@ class ParetoRungs(FIFOScheduler):
                                   "stopped": True, "tolerance": self.tolerance}
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
-        for m in reversed(self.milestones):  # ASHA's order: the highest rung the trial has reached
-            if iteration < m or trial_id in self.rungs[m]:
-                continue
-            rung = self.rungs[m]
-            rung[trial_id] = vec
-            ids = list(rung)
-            order = rung_order([rung[i] for i in ids])
-            keep = rung_keep([rung[i] for i in ids], self.rf)
-            position = order.index(ids.index(trial_id))
-            go_on = position < keep
-            self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                                  "values": list(values), "hopeless": False, "stopped": not go_on,
-                                  "tolerance": self.tolerance}
-            if not go_on:
-                self.stopped.add(trial_id)
-                return TrialScheduler.STOP
+        reached = [m for m in self.milestones if m <= iteration]
+        if not reached:
             return TrialScheduler.CONTINUE
+        m = reached[-1]  # ASHA's order: the highest rung the trial has reached
+        rung = self.rungs[m]
+        arriving = trial_id not in rung
+        if arriving:
+            rung[trial_id] = vec
+        ids = list(rung)
+        points = [rung[i] for i in ids]
+        keep = rung_keep(points, self.rf)
+        position = rung_order(points).index(ids.index(trial_id))
+        go_on = position < keep
+        if arriving or not go_on:  # re-ranked at a later report: logged only when it stops the trial
+            self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
+                                  "values": [self._value(v, j) for j, v in enumerate(rung[trial_id])],
+                                  "hopeless": False, "stopped": not go_on, "tolerance": self.tolerance,
+                                  **({} if arriving else {"report": iteration})}
+        if not go_on:
+            self.stopped.add(trial_id)
+            return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
+
+    def _value(self, v: float, j: int) -> float:
+        """A recorded (minimised) value back in its objective's direction."""
+        return -v if self.directions[j] == "maximize" else v
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         if trial.config.get("set"):  # the baseline model: not searched, never stopped
