@@ -148,6 +148,31 @@ def test_pareto_rungs_stop_dominated_trials_and_hopeless_ones():
     assert rungs.decide("c", 3, [80.0, 0.01]) == "CONTINUE"  # first at rung 2: alone there
 
 
+def test_a_trial_pushed_out_at_its_last_report_counts_as_finished():
+    """Rule 2b ranks a trial again at every report; at its last one stopping would save nothing, so
+    the rule lets it end: it counts as finished (rule 3 compares with it) and is not logged stopped.
+    The benchmark's first run logged such a trial 'stopped' while Optuna had it COMPLETE."""
+    from types import SimpleNamespace
+
+    bleu = {"slow": [31.0, 33.0, 34.0], "fast": [35.0]}
+    rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")],
+                        lambda c, r: [r["val/bleu"], c["seconds"]], grace_period=1, reduction_factor=3, max_t=3,
+                        bounds={0: 100.0}, max_steps=300)
+    slow, fast = (SimpleNamespace(trial_id=n, config={"seconds": s}) for n, s in (("slow", .013), ("fast", .009)))
+
+    def report(trial, i):
+        result = {"val/bleu": bleu[trial.trial_id][i - 1], "training_iteration": i, "step": 100 * i}
+        return rungs.on_trial_result(None, trial, result), result
+
+    assert report(slow, 1)[0] == "CONTINUE" and report(slow, 2)[0] == "CONTINUE"  # alone at rung 1
+    assert report(fast, 1)[0] == "CONTINUE"  # dominates slow at rung 1: slow is out of keep(2) = 1 now
+    decision, last = report(slow, 3)  # ...but this is slow's last report (step 300 = max_steps)
+    assert decision == "CONTINUE" and "slow" not in rungs.stopped and not rungs.log["slow"]["stopped"]
+    rungs.on_trial_complete(None, slow, last)
+    assert rungs.finished["slow"] == to_minimize([34.0, .013], rungs.directions)
+    assert rungs.decide("slow", 2, [34.0, .013]) == "STOP"  # one report earlier it would have stopped
+
+
 def test_a_decode_figure_within_the_probes_noise_does_not_make_a_trial_hopeless():
     """minimal_k's first cpu run at L=10: K=5 finished at BLEU 100 with the probe's 0.0115 s, and
     K=3 (0.0119 s, 3% slower) was stopped as hopeless at report 1; trained on, it reaches 99.52."""
@@ -295,6 +320,18 @@ def test_the_worked_example_of_the_docs():
     assert rungs.decide("K12", 4, [80.0, .019]) == "STOP"  # hopeless: 16% slower, and BLEU cannot pass 100
     assert rungs.log["K12"]["hopeless"]
     assert rungs.decide("K10", 4, [80.0, .017]) == "CONTINUE"  # within 10% of K=8's 0.016 s: a tie
+
+
+def test_results_md_says_why_each_trial_stopped():
+    """The three reasons the rule stops a trial, counted apart in results.md's summary line."""
+    from sweeps.moo.report import _stop_reasons
+
+    logs = [{"rung": 3, "position": 4, "recorded": 4, "keep": 2, "stopped": True},
+            {"rung": 3, "position": 3, "recorded": 6, "keep": 2, "stopped": True, "report": 5},
+            {"rung": 3, "position": 5, "recorded": 7, "keep": 3, "stopped": True, "report": 4},
+            {"rung": None, "report": 6, "hopeless": True, "stopped": True}]
+    assert _stop_reasons(logs) == ("1 ranked out at rung 3, 2 pushed out of rung 3 by later arrivals, "
+                                   "1 hopeless at report 6")
 
 
 # -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------

@@ -130,6 +130,8 @@ class ParetoRungs(FIFOScheduler):
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         if trial.config.get("set"):  # the baseline model: not searched, never stopped
             return TrialScheduler.CONTINUE
+        if self.max_steps is not None and int(result.get("step", 0)) >= self.max_steps:
+            return TrialScheduler.CONTINUE  # its last report: stopping saves nothing, and it has finished
         values = self.vector_of(trial.config, result)
         if values is None:
             return TrialScheduler.CONTINUE
