@@ -3,11 +3,11 @@ for how much of the grid's compute?
 
 Run it (from the repository root):
 
-    .venv/bin/python benchmarks/moo_search.py --quick --output bench-out   # < 15 min on 2 cores
-    .venv/bin/python benchmarks/moo_search.py --output bench-out           # two lengths, K up to 32
+    .venv/bin/python benchmarks/moo_search.py --quick --output bench-out   # one length (8): ~5 min on 2 cores
+    .venv/bin/python benchmarks/moo_search.py --output bench-out           # two lengths (8, 16), 900 steps: ~18 min
 
 On a copy-task study small enough to grid on 2 CPU cores (memory attention, K x position
-encodings, tiny model), it runs
+encodings with K in {2, ..., 256}, tiny model; 8 samples of its 16 architectures per length), it runs
 
 1. the decode probe once (``sweeps/moo/probe.py``): every architecture's decode seconds, alone;
 2. the full grid once, every architecture trained to the end (a plain grid study, FIFO);
@@ -170,7 +170,7 @@ def agreement(pairs: list) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/moo_search.py", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="one length, K up to 16: < 15 min on 2 cores")
+    p.add_argument("--quick", action="store_true", help="one length (8), 450 steps: ~5 min on 2 cores")
     p.add_argument("--seeds", type=int, default=3, help="search seeds (at least 3)")
     p.add_argument("--output", default="bench-out", help="folder for the runs (a moo_search/ subfolder)")
     args = p.parse_args(argv)
