@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 TARGET_HV, TARGET_COMPUTE = 0.98, 0.40
 
 
-def study(quick: bool) -> dict[str, Any]:
+def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
     """The search study; the grid study is derived from it (:func:`grid_study`)."""
     # K up to 256: below K=64 the tiny model's decode time hardly moves with K (the per-step overhead
     # dominates), above it the memory's cost shows (about 2.5x at K=256, L=8). A space where K only
@@ -68,7 +68,7 @@ def study(quick: bool) -> dict[str, Any]:
         "num_samples": 8,
         "search": {"sampler": "tpe", "seed": 0},
         "objectives": [{"name": "val/bleu", "goal": "maximize"}, {"name": "decode_seconds", "goal": "minimize"}],
-        "early_terminate": {"type": "pareto", "grace_period": 3, "reduction_factor": 3},
+        "early_terminate": {"type": "pareto", "grace_period": 3, "reduction_factor": reduction_factor},
         "trainer": {"max_steps": 450 if quick else 900, "val_check_interval": 50 if quick else 100,
                     "gradient_clip_val": 1.0},
         "resources": {"cpu": 1},
@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/moo_search.py", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one length (8), 450 steps: ~5 min on 2 cores")
     p.add_argument("--seeds", type=int, default=3, help="search seeds (at least 3)")
+    p.add_argument("--reduction-factor", type=float, default=3,
+                   help="the rung rule's rf (3; Ray's ASHA and Optuna's successive halving default to 4)")
     p.add_argument("--output", default="bench-out", help="folder for the runs (a moo_search/ subfolder)")
     args = p.parse_args(argv)
     if args.seeds < 3:
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.moo.probe import PROBE_FILE, build_estimates
     from sweeps.study import build_sweep
 
-    search = study(args.quick)
+    search = study(args.quick, args.reduction_factor)
     sweep = build_sweep(search, source="moo_search")
     probe_dir = out / "probe"
     table = build_estimates(sweep, probe_dir, say=lambda m: print(m, file=sys.stderr))
@@ -208,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "hypervolume_ratio": {"mean": round(statistics.mean(ratios), 4), "min": round(min(ratios), 4)},
         "compute_fraction": {"mean": round(statistics.mean(fractions), 4), "max": round(max(fractions), 4)},
         "seeds": list(range(args.seeds)),
+        "reduction_factor": args.reduction_factor,
         "stopping_fraction": {"mean": round(statistics.mean(s["stopping_fraction"] for s in per_seed), 4)},
         "wall_s": round(time.time() - started, 1),
         "per_seed": per_seed,
