@@ -79,9 +79,10 @@ def crowding(points: Sequence[Point], members: Sequence[int]) -> dict[int, float
     return out
 
 
-def rung_order(points: Sequence[Point]) -> list[int]:
-    """Indices best first: by Pareto rank, then larger crowding distance, then arrival (index)."""
-    ranks = pareto_ranks(points)
+def rung_order(points: Sequence[Point], ranks: Optional[Sequence[int]] = None) -> list[int]:
+    """Indices best first: by Pareto rank, then larger crowding distance, then arrival (index).
+    ``ranks``: :func:`pareto_ranks` of ``points`` when the caller has them already."""
+    ranks = pareto_ranks(points) if ranks is None else ranks
     dist: dict[int, float] = {}
     for r in set(ranks):
         dist.update(crowding(points, [i for i, x in enumerate(ranks) if x == r]))
@@ -98,17 +99,20 @@ def keep_count(n: int, reduction_factor: float) -> int:
     return max(1, n - math.ceil(position - 1e-9))
 
 
-def rung_keep(points: Sequence[Point], reduction_factor: float) -> int:
-    """How many of a rung's points go on: the top 1/rf (:func:`keep_count`), and never fewer than
-    the rung's non-dominated points (no point on the rung's front is stopped)."""
-    return max(keep_count(len(points), reduction_factor), sum(r == 0 for r in pareto_ranks(points)))
+def rung_standing(points: Sequence[Point], reduction_factor: float) -> tuple[list[int], int]:
+    """A rung's order (:func:`rung_order`) and how many of it go on: the top 1/rf
+    (:func:`keep_count`), and never fewer than the rung's non-dominated points (no point on the
+    rung's front is stopped). One non-dominated sort for both."""
+    ranks = pareto_ranks(points)
+    return rung_order(points, ranks), max(keep_count(len(points), reduction_factor), ranks.count(0))
 
 
 def rung_survivors(points: Sequence[Point], reduction_factor: float) -> set[int]:
-    """The rung rule: of the points recorded at a rung, the first :func:`rung_keep` in
-    :func:`rung_order` go on: every non-dominated point, and at least the top 1/rf by Pareto rank
-    (crowding distance breaking ties)."""
-    return set(rung_order(points)[: rung_keep(points, reduction_factor)])
+    """The rung rule: of the points recorded at a rung, the first ``keep`` in :func:`rung_order`
+    go on (:func:`rung_standing`): every non-dominated point, and at least the top 1/rf by Pareto
+    rank (crowding distance breaking ties)."""
+    order, keep = rung_standing(points, reduction_factor)
+    return set(order[:keep])
 
 
 def hopeless(optimistic: Point, finished: Sequence[Point], tolerance: Tolerance = None) -> bool:

@@ -5,7 +5,7 @@ so no cell is stopped because another does better). Rungs sit at ``grace_period 
 validation reports, below the trial's last. When a trial reaches a rung, its objective vector there
 (``val/bleu`` at that report, ``decode_seconds`` from the decode probe) is recorded with the
 vectors of the trials that reached the rung before it, and the trial goes on only if it is among
-the first ``rung_keep`` of them by Pareto rank, crowding distance breaking ties
+the first ``keep`` of them by Pareto rank, crowding distance breaking ties
 (:func:`sweeps.moo.pareto.rung_survivors`): every trial no other dominates there, and at least the
 top 1/rf, as ASHA, "top" meaning "by Pareto rank". Until it reaches the next rung the trial is
 ranked again at each report among what the rung holds by then, and stops once later arrivals have
@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from .pareto import hopeless, rung_keep, rung_order, to_minimize
+from .pareto import hopeless, rung_standing, to_minimize
 
 Vector = tuple[float, ...]
 
@@ -109,23 +109,18 @@ class ParetoRungs(FIFOScheduler):
         if arriving:
             rung[trial_id] = vec
         ids = list(rung)
-        points = [rung[i] for i in ids]
-        keep = rung_keep(points, self.rf)
-        position = rung_order(points).index(ids.index(trial_id))
+        order, keep = rung_standing([rung[i] for i in ids], self.rf)
+        position = order.index(ids.index(trial_id))
         go_on = position < keep
         if arriving or not go_on:  # re-ranked at a later report: logged only when it stops the trial
             self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                                  "values": [self._value(v, j) for j, v in enumerate(rung[trial_id])],
+                                  "values": list(to_minimize(rung[trial_id], self.directions)),  # its own inverse
                                   "hopeless": False, "stopped": not go_on, "tolerance": self.tolerance,
                                   **({} if arriving else {"report": iteration})}
         if not go_on:
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
-
-    def _value(self, v: float, j: int) -> float:
-        """A recorded (minimised) value back in its objective's direction."""
-        return -v if self.directions[j] == "maximize" else v
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         if trial.config.get("set"):  # the baseline model: not searched, never stopped
