@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from .study import Sweep
@@ -55,6 +56,20 @@ class PerStudyScheduler(FIFOScheduler):
     def on_trial_remove(self, tune_controller, trial) -> None:
         self._of(trial).on_trial_remove(tune_controller, trial)
 
+    def choose_trial_to_run(self, tune_controller) -> Optional[Any]:
+        """A trial a rule promotes from where it waits (``promotions``: the Pareto rung rule with
+        ``promotion: wait``) first, then FIFO's choice; a trial still waiting at a rung is never
+        chosen (it is PAUSED until its rule promotes or stops it)."""
+        promoted = [t for s in list(self.schedulers.values()) for t in getattr(s, "promotions", lambda _c: [])(tune_controller)]
+        if promoted:
+            return promoted[0]
+        waiting = {tid for s in self.schedulers.values() for tid in getattr(s, "waiting", {})}
+        for status in (Trial.PENDING, Trial.PAUSED):
+            for trial in tune_controller.get_trials():
+                if trial.status == status and trial.trial_id not in waiting:
+                    return trial
+        return None
+
     def debug_string(self) -> str:
         return f"early stopping per (cell, seed): {len(self.schedulers)} scheduler(s)"
 
@@ -69,7 +84,7 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
 
         first = sweep.spec.objectives[0]
         factory = pareto_rungs_factory(sweep, searcher.reader, searcher.rung_log, reports_per_trial(sweep),
-                                       searcher.rung_state)
+                                       searcher.rung_state, searcher.samples_left)
         return PerStudyScheduler(factory, first.name, "max" if first.goal == "maximize" else "min")
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
     if et.type != "asha":

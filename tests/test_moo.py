@@ -173,6 +173,84 @@ def test_a_trial_pushed_out_at_its_last_report_counts_as_finished():
     assert rungs.decide("slow", 2, [34.0, .013]) == "STOP"  # one report earlier it would have stopped
 
 
+class Controller:
+    """What the rule asks of Tune's controller when trials wait at rungs (the real one: the end-to-end
+    test below): the trials, and stopping or re-marking one."""
+
+    def __init__(self):
+        self.trials, self.stopped = [], []
+
+    def get_trials(self):
+        return self.trials
+
+    def stop_trial(self, trial):
+        trial.status = "TERMINATED"
+        self.stopped.append(trial.trial_id)
+
+    def _set_trial_status(self, trial, status):
+        trial.status = status
+
+
+def test_waiting_at_the_rung_walkthrough():
+    """promotion: wait, decision by decision (docs/moo_early_stopping.md, "Waiting at the rung"): a
+    trial waits until it is in the top floor(n/rf) of its rung, or the rung is complete; then the
+    rung's keep decides, as synchronous successive halving would on the whole rung."""
+    from types import SimpleNamespace
+
+    samples_left = [True]
+    rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
+                        grace_period=1, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=900,
+                        wait=True, samples_left=lambda: samples_left[0])
+    rungs.key = ("c", 0)
+    tune = Controller()
+
+    def arrive(name, bleu, seconds):
+        trial = SimpleNamespace(trial_id=name, config={"cell": "c", "seed": 0}, status="RUNNING")
+        tune.trials.append(trial)
+        complete = rungs.complete(1, tune.trials, trial)
+        decision = rungs.decide(name, 1, [bleu, seconds], complete)
+        trial.status = {"PAUSE": "PAUSED", "STOP": "TERMINATED"}.get(decision, "RUNNING")
+        return decision
+
+    def promoted():
+        out = [t.trial_id for t in rungs.promotions(tune)]
+        for t in tune.trials:
+            if t.trial_id in out:
+                t.status = "RUNNING"
+        return out
+
+    assert arrive("A", 40, .020) == "PAUSE" and promoted() == []  # floor(1/3) = 0: nobody goes on yet
+    assert arrive("B", 20, .012) == "PAUSE" and promoted() == []
+    # C dominates A. The front {B (fastest), C}: B ranks first (both ends, B came first); floor(3/3) = 1
+    assert arrive("C", 45, .016) == "PAUSE" and promoted() == ["B"]
+    assert rungs.log["B"] == {"rung": 1, "position": 1, "recorded": 3, "keep": 2, "arrival": 2, "values": [20, .012],
+                              "hopeless": False, "tolerance": None, "waited": True, "stopped": False}
+    # D dominates B: the order is C, D (the front, by arrival), A, B; floor(4/3) = 1: C goes on, D waits
+    assert arrive("D", 30, .010) == "PAUSE" and promoted() == ["C"]
+    assert rungs.decide("B", 2, [25, .012]) == "STOP"  # rule 2b: 4th of 4, keep(4) = 2
+    samples_left[0] = False  # E is the study's last sample: with it the rung is complete
+    assert arrive("E", 50, .030) == "CONTINUE"  # the front's slow end: judged at once, no waiting
+    assert promoted() == ["D"] and tune.stopped == ["A"]  # D on the front goes on; A (dominated by C) stops
+    assert rungs.log["A"]["stopped"] and rungs.log["A"]["waited"] and rungs.log["A"]["position"] == 4
+    assert not rungs.waiting and rungs.stopped == {"A", "B"}
+
+
+def test_a_waiting_trial_is_not_started_past_its_rung_after_a_restart():
+    """--resume brings a paused trial back PENDING; the rule puts it back to wait, and should it
+    report at its rung again, it pauses again rather than being judged as a running trial."""
+    from types import SimpleNamespace
+
+    rungs = ParetoRungs([("val/bleu", "maximize"), ("decode_seconds", "minimize")], lambda c, r: None,
+                        grace_period=1, reduction_factor=3, max_t=9, bounds={0: 100.0}, max_steps=900,
+                        wait=True, samples_left=lambda: True)
+    rungs.key = ("c", 0)
+    tune = Controller()
+    assert rungs.decide("A", 1, [40, .020], complete=False) == "PAUSE"
+    tune.trials.append(SimpleNamespace(trial_id="A", config={"cell": "c", "seed": 0}, status="PENDING"))
+    assert rungs.promotions(tune) == [] and tune.trials[0].status == "PAUSED"
+    assert rungs.decide("A", 1, [40, .020], complete=False) == "PAUSE" and rungs.waiting == {"A": 1}
+
+
 def test_a_decode_figure_within_the_probes_noise_does_not_make_a_trial_hopeless():
     """minimal_k's first cpu run at L=10: K=5 finished at BLEU 100 with the probe's 0.0115 s, and
     K=3 (0.0119 s, 3% slower) was stopped as hopeless at report 1; trained on, it reaches 99.52."""
@@ -288,6 +366,8 @@ def test_dry_run_accepts_a_multi_objective_study(tmp_path):
      "not an objective of this study"),
     ({"early_terminate": {"type": "none", "tolerance": {"decode_seconds": 0.1}}}, "early_terminate.tolerance",
      "read by the Pareto rung rule only"),
+    ({"early_terminate": {"type": "none", "promotion": "wait"}}, "early_terminate.promotion",
+     "read by the Pareto rung rule only"),
     ({"constraints": [{"name": "val/bleu", "within": 1.0, "of": {"attention": "bahdanau", "K": 4}}]},
      "K", "not a model setting nor an option of attention 'bahdanau'"),
 ])
@@ -311,7 +391,7 @@ def test_the_worked_example_of_the_docs():
     # report 2: K=16 is ranked again at rung 1, which holds six now: K=8 (5th) dominates it, and it is
     # 4th of keep = max(keep(6) = 2, 3 on the rung's front). ASHA would have let it go on (it came first).
     assert rungs.decide("K16", 2, [55, .020]) == "STOP"
-    assert rungs.log["K16"] == {"rung": 1, "position": 4, "recorded": 6, "keep": 3, "values": [40.0, .020],
+    assert rungs.log["K16"] == {"rung": 1, "position": 4, "recorded": 6, "keep": 3, "arrival": 1, "values": [40.0, .020],
                                 "hopeless": False, "stopped": True, "tolerance": [0.0, 0.10], "report": 2}
     for k in (8, 1, 2):  # still inside rung 1's keep at report 2
         assert rungs.decide(f"K{k}", 2, [50, .016]) == "CONTINUE", k
@@ -364,8 +444,8 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     path = write_spec(tmp_path, spec)
     args = [str(path), "--output", str(tmp_path / "out"), "--verbose", "0"]
     out = tmp_path / "out" / "moo_e2e"
-    with monkeypatch.context() as hooked:  # Ctrl-C at a report at step 10 once 3 trials have finished
-        for name, value in interrupt_env(out, step=10, finished=3).items():
+    with monkeypatch.context() as hooked:  # Ctrl-C at a report at step 10 once 2 trials have finished
+        for name, value in interrupt_env(out, step=10, finished=2).items():
             hooked.setenv(name, value)
         assert main(args) == 130
     assert (out.parent / "moo_e2e.interrupted.json").exists()
@@ -389,7 +469,7 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     # each arrival at the rung was ranked among all before it, those before the interruption included:
     # a rule that forgot them on --resume would count a later arrival as the first again (trials
     # running at the stop arrive again when they restart; the two that had finished do not)
-    arrivals = sorted(t.user_attrs["rung"]["recorded"] for t in trained
+    arrivals = sorted(t.user_attrs["rung"]["arrival"] for t in trained
                       if (t.user_attrs.get("rung") or {}).get("rung") == 1)
     assert arrivals == list(range(1, len(arrivals) + 1)) and len(arrivals) >= 2, arrivals
     baseline = study.user_attrs["baseline"]

@@ -344,9 +344,10 @@ def _ties(views: Sequence[StudyView]) -> str:
 
 
 def _stop_reasons(rungs) -> str:
-    """Why the rule stopped the trials, counted: at a rung (ranked out), later by the trials that
-    reached the rung after it (pushed out, rule 2b), or at a report because a finished trial
-    dominates the best each could still reach ("hopeless", no rung)."""
+    """Why the rule stopped the trials, counted: at a rung (ranked out, on arrival or, when trials
+    wait at rungs, once the rung was complete), later by the trials that reached the rung after it
+    (pushed out, rule 2b), or at a report because a finished trial dominates the best each could
+    still reach ("hopeless", no rung)."""
     from collections import Counter
 
     def reason(rung: Optional[dict]) -> str:
@@ -355,6 +356,8 @@ def _stop_reasons(rungs) -> str:
             return f"hopeless at report {rung.get('report', '?')}"
         if rung.get("report") is not None:
             return f"pushed out of rung {rung.get('rung', '?')} by later arrivals"
+        if rung.get("waited"):
+            return f"ranked out at rung {rung.get('rung', '?')} once it was complete (they waited there)"
         return f"ranked out at rung {rung.get('rung', '?')}"
 
     return ", ".join(f"{n} {why}" for why, n in Counter(reason(r) for r in rungs).items())

@@ -25,11 +25,20 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import math
+
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from .pareto import hopeless, rung_standing, to_minimize
 
 Vector = tuple[float, ...]
+
+
+def promote_count(n: int, reduction_factor: float) -> int:
+    """How many of a filling rung's ``n`` trials a waiting trial may be among to go on: the top
+    ``floor(n / rf)`` (ASHA's promotion, Li et al. 2020): none before ``rf`` have arrived."""
+    return int(math.floor(n / reduction_factor + 1e-9))
 
 
 def milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
@@ -55,15 +64,22 @@ class ParetoRungs(FIFOScheduler):
         log: decisions are appended here, keyed by trial id (the searcher writes them to Optuna).
         tolerance: per objective, the relative difference a value must be better by to count as
             better when a trial is judged hopeless (:func:`sweeps.moo.pareto.hopeless`); None: exactly.
-        state: where the rule keeps what it has seen (``rungs``, ``finished``, ``stopped``): the
-            searcher saves it with its own state (:class:`sweeps.moo.search.MooSearcher`), so it
-            survives ``--resume``; a fresh dict when not given.
+        state: where the rule keeps what it has seen (``rungs``, ``finished``, ``stopped``,
+            ``waiting``): the searcher saves it with its own state (:class:`sweeps.moo.search.MooSearcher`),
+            so it survives ``--resume``; a fresh dict when not given.
+        wait: a trial that reaches a rung waits there (PAUSED, from its checkpoint) until it is in the
+            top ``floor(n / rf)`` of the rung's ``n`` (:func:`promote_count`) or the rung is complete
+            (``promotion: wait``, ASHA's promotion); False: it goes on or stops at once, judged
+            against the trials that came before it (``promotion: immediate``, Ray's ASHA).
+        samples_left: () -> whether the searcher will still start trials of this (cell, seed): while
+            it will, a rung may still fill (``wait`` only).
     """
 
     def __init__(self, objectives: list[tuple[str, str]], vector_of: Callable[[dict, dict], Optional[list[float]]],
                  grace_period: int, reduction_factor: float, max_t: int, bounds: dict[int, float],
                  max_steps: Optional[int], log: Optional[dict[str, dict]] = None,
-                 tolerance: Optional[list[float]] = None, state: Optional[dict] = None) -> None:
+                 tolerance: Optional[list[float]] = None, state: Optional[dict] = None, wait: bool = False,
+                 samples_left: Callable[[], bool] = lambda: False) -> None:
         super().__init__()
         self.directions = [goal for _, goal in objectives]
         self.vector_of = vector_of
@@ -75,6 +91,9 @@ class ParetoRungs(FIFOScheduler):
         self.state.setdefault("rungs", {m: {} for m in self.milestones})
         self.state.setdefault("finished", {})
         self.state.setdefault("stopped", set())
+        self.state.setdefault("waiting", {})  # trial id -> the rung (report count) it waits at, PAUSED
+        self.wait = wait
+        self.samples_left = samples_left
         self.log = log if log is not None else {}
         self.tolerance = tolerance
 
@@ -91,8 +110,14 @@ class ParetoRungs(FIFOScheduler):
     def stopped(self) -> set[str]:
         return self.state["stopped"]
 
-    def decide(self, trial_id: str, iteration: int, values: list[float]) -> str:
-        """CONTINUE or STOP for a trial's report number ``iteration`` with objective ``values``."""
+    @property
+    def waiting(self) -> dict[str, int]:
+        return self.state["waiting"]
+
+    def decide(self, trial_id: str, iteration: int, values: list[float], complete: bool = True) -> str:
+        """CONTINUE, STOP or (``wait``) PAUSE for a trial's report number ``iteration`` with objective
+        ``values``. ``complete``: whether the rung it reaches can still fill (``wait`` only: a trial
+        arriving at a complete rung is judged at once)."""
         vec = to_minimize(values, self.directions)
         best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
         if hopeless(best, list(self.finished.values()), self.tolerance):  # at any report: it can no longer reach the front
@@ -100,6 +125,8 @@ class ParetoRungs(FIFOScheduler):
                                   "stopped": True, "tolerance": self.tolerance}
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
+        if trial_id in self.waiting:  # it waits at its rung (a report again after a restart): until promoted
+            return TrialScheduler.PAUSE
         reached = [m for m in self.milestones if m <= iteration]
         if not reached:
             return TrialScheduler.CONTINUE
@@ -111,9 +138,16 @@ class ParetoRungs(FIFOScheduler):
         ids = list(rung)
         order, keep = rung_standing([rung[i] for i in ids], self.rf)
         position = order.index(ids.index(trial_id))
+        if arriving and self.wait and not complete and position >= promote_count(len(ids), self.rf):
+            self.waiting[trial_id] = m  # paused until the rung says (promotions)
+            self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
+                                  "arrival": len(ids), "values": list(values), "hopeless": False, "stopped": False,
+                                  "waiting": True, "tolerance": self.tolerance}
+            return TrialScheduler.PAUSE
         go_on = position < keep
         if arriving or not go_on:  # re-ranked at a later report: logged only when it stops the trial
             self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
+                                  "arrival": ids.index(trial_id) + 1,
                                   "values": list(to_minimize(rung[trial_id], self.directions)),  # its own inverse
                                   "hopeless": False, "stopped": not go_on, "tolerance": self.tolerance,
                                   **({} if arriving else {"report": iteration})}
@@ -130,7 +164,74 @@ class ParetoRungs(FIFOScheduler):
         values = self.vector_of(trial.config, result)
         if values is None:
             return TrialScheduler.CONTINUE
-        return self.decide(trial.trial_id, int(result.get("training_iteration", 0)), values)
+        iteration = int(result.get("training_iteration", 0))
+        reached = [m for m in self.milestones if m <= iteration]
+        complete = not self.wait or not reached or self.complete(reached[-1], tune_controller.get_trials(), trial)
+        return self.decide(trial.trial_id, iteration, values, complete)
+
+    def complete(self, m: int, trials: list, asking: Any = None) -> bool:
+        """Whether rung ``m`` can no longer fill: the searcher starts no more trials of this (cell,
+        seed), and none of its trials but ``asking`` is still on its way to the rung (pending, or
+        running below it)."""
+        if self.samples_left():
+            return False
+        rung = self.rungs[m]
+        mine = [t for t in trials if t is not asking and not t.config.get("set") and self._owns(t)]
+        return not any(t.status in (Trial.PENDING, Trial.RUNNING) and t.trial_id not in rung
+                       and t.trial_id not in self.stopped for t in mine)
+
+    def _owns(self, trial: Any) -> bool:
+        return (trial.config.get("cell"), trial.config.get("seed")) == self.key
+
+    key: Any = None  # the (cell, seed) this rule judges (set by the factory)
+
+    def promotions(self, tune_controller: Any) -> list:
+        """The waiting trials that go on now, best placed first: those in the top ``floor(n / rf)``
+        of their rung, and once the rung is complete every one the rule keeps (:meth:`decide`'s
+        keep). The others of a complete rung are stopped here (PRUNED), as is a waiting trial a
+        finished one has made hopeless. Called by the scheduler when Tune looks for a trial to run."""
+        if not self.waiting:
+            return []
+        trials = [t for t in tune_controller.get_trials() if self._owns(t)]
+        for t in trials:  # --resume: Tune brings a paused trial back PENDING, and would start it past its rung
+            if t.trial_id in self.waiting and t.status == Trial.PENDING:
+                tune_controller._set_trial_status(t, Trial.PAUSED)
+        by_id = {t.trial_id: t for t in trials}
+        out = []
+        for trial_id, m in sorted(self.waiting.items()):
+            trial = by_id.get(trial_id)
+            if trial is None or trial.status != Trial.PAUSED:
+                continue  # still saving its checkpoint: next time
+            rung = self.rungs[m]
+            ids = list(rung)
+            order, keep = rung_standing([rung[i] for i in ids], self.rf)
+            position = order.index(ids.index(trial_id))
+            values = to_minimize(rung[trial_id], self.directions)  # its own inverse
+            entry = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
+                     "arrival": ids.index(trial_id) + 1, "values": list(values), "hopeless": False,
+                     "tolerance": self.tolerance, "waited": True}
+            best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
+            complete = self.complete(m, trials)
+            if hopeless(best, list(self.finished.values()), self.tolerance):
+                self._stop_waiting(tune_controller, trial, {**entry, "rung": None, "hopeless": True, "report": m})
+            elif position < promote_count(len(ids), self.rf) or complete and position < keep:
+                del self.waiting[trial_id]
+                self.log[trial_id] = {**entry, "stopped": False}
+                out.append((position, trial))
+            elif complete:
+                self._stop_waiting(tune_controller, trial, entry)
+        return [t for _, t in sorted(out, key=lambda pt: pt[0])]
+
+    def _stop_waiting(self, tune_controller: Any, trial: Any, entry: dict) -> None:
+        del self.waiting[trial.trial_id]
+        self.stopped.add(trial.trial_id)
+        self.log[trial.trial_id] = {**entry, "stopped": True}
+        tune_controller.stop_trial(trial)  # PAUSED: Tune tells the searcher, which records it PRUNED
+        # Ray 2.60 stops a trial that has no actor without marking it for the experiment's saved state,
+        # which keeps it PAUSED there: the results read back (and --resume) would call it unfinished
+        mark = getattr(getattr(tune_controller, "_tune_controller", None), "_mark_trial_to_checkpoint", None)
+        if mark is not None:
+            mark(trial)
 
     def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
         if trial.config.get("set") or trial.trial_id in self.stopped or not result:
@@ -143,15 +244,17 @@ class ParetoRungs(FIFOScheduler):
 
     def debug_string(self) -> str:
         ties = f", hopeless only beyond {self.tolerance}" if self.tolerance and any(self.tolerance) else ""
-        return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}{ties}"
+        waits = f", {len(self.waiting)} waiting" if self.wait else ""
+        return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}{ties}{waits}"
 
 
 def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
-                         log: Optional[dict[str, dict]], reports: int,
-                         state: Optional[dict] = None) -> Callable[[Any], TrialScheduler]:
+                         log: Optional[dict[str, dict]], reports: int, state: Optional[dict] = None,
+                         samples_left: Callable[[Any], bool] = lambda key: False) -> Callable[[Any], TrialScheduler]:
     """What makes one (cell, seed)'s :class:`ParetoRungs` (``early_terminate.type: pareto``;
     :func:`sweeps.scheduling.make_scheduler` keeps one per unit, keyed by (cell, seed)).
-    ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher)."""
+    ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher).
+    ``samples_left``: per unit key, whether the searcher will start more of its trials."""
     from ..study.schema import BOUNDS, tolerances
 
     spec = sweep.spec
@@ -165,7 +268,10 @@ def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[
     states = state if state is not None else {}
 
     def one(key: Any) -> TrialScheduler:
-        return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
-                           max_steps, shared, tolerance, states.setdefault(key, {}))
+        rule = ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
+                           max_steps, shared, tolerance, states.setdefault(key, {}), wait=(et.promotion or "wait") == "wait",
+                           samples_left=lambda: samples_left(key))
+        rule.key = key
+        return rule
 
     return one

@@ -86,10 +86,33 @@ class MooSearcher(StudySearcher):
         self.baseline_ids: dict[str, int] = {}
         self.configs: dict[str, dict] = {}
         self.curves: dict[str, dict[str, list[float]]] = {}
+        # per trial, its last report's objectives and step: a trial stopped while it waits at a rung
+        # (PAUSED) is told complete by Tune without a result
+        self.last: dict[str, dict] = {}
+        self.max_concurrent = 0  # 0: no cap (Tune's max_concurrent_trials sets it)
+
+    # -- concurrency: trials waiting at a rung (PAUSED) hold no slot -----------------------------
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Cap the trials running at once here, rather than in Tune's ``ConcurrencyLimiter``, which
+        counts a trial paused at a rung (``promotion: wait``) as running: with every slot's trial
+        waiting for the rung to fill, nothing would start the trials that fill it."""
+        self.max_concurrent = int(max_concurrent or 0)
+        return True
+
+    def waiting(self) -> set[str]:
+        return {tid for state in self.rung_state.values() for tid in state.get("waiting", {})}
+
+    def samples_left(self, key: Any) -> bool:
+        """Whether this searcher will start more trials of the (cell, seed) ``key``."""
+        return any((u.config.get("cell"), u.config.get("seed")) == tuple(key) and self.started[i] < self.num_samples
+                   for i, u in enumerate(self.units))
 
     # -- Tune's Searcher interface -----------------------------------------------------------
 
     def suggest(self, trial_id: str) -> Optional[dict]:
+        if self.max_concurrent and len(set(self.live) | set(self.baseline_ids)) - len(self.waiting()) >= self.max_concurrent:
+            return None
         if self.baseline:
             waiting = [i for i, s in enumerate(self.baseline_state) if s is None]
             if waiting:
@@ -123,6 +146,7 @@ class MooSearcher(StudySearcher):
         if values is None:
             return
         step = int(result.get("step", result.get("training_iteration", 0)))
+        self.last[trial_id] = {**{n: result[n] for n in self.reader.names if n in result}, "step": step}
         curve = self.curves.setdefault(trial_id, {})
         curve[str(step)] = values
         storage = self._get_storage()
@@ -137,6 +161,9 @@ class MooSearcher(StudySearcher):
             return
         if not error and result:
             self.on_trial_result(trial_id, result)
+        last = self.last.pop(trial_id, None)
+        if not error and not result and trial_id in self.rung_log and self.rung_log[trial_id].get("waited"):
+            result = last  # stopped while it waited at a rung: its last report is its outcome
         entry = self.live.pop(trial_id, None)
         config = self.configs.pop(trial_id, {})
         self.curves.pop(trial_id, None)
@@ -240,14 +267,14 @@ class MooSearcher(StudySearcher):
         with open(checkpoint_path, "wb") as f:
             pickle.dump({"started": self.started, "live": self.live, "baseline_state": self.baseline_state,
                          "baseline_ids": self.baseline_ids, "configs": self.configs,
-                         "rung_state": self.rung_state, "rung_log": self.rung_log}, f)
+                         "rung_state": self.rung_state, "rung_log": self.rung_log, "last": self.last}, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.started, self.live = state["started"], state["live"]
         self.baseline_state = [None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)]
-        self.baseline_ids, self.configs = {}, state.get("configs", {})
+        self.baseline_ids, self.configs, self.last = {}, state.get("configs", {}), state.get("last", {})
         # in place: the scheduler's rules hold these very dicts (both came out of one tuner.pkl)
         for key, saved in state.get("rung_state", {}).items():
             mine = self.rung_state.setdefault(key, {})

@@ -144,6 +144,10 @@ class Sweep:
             named = [f"{o.name} by more than {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
             ties = (f"; a running trial is hopeless only when a finished one is no worse and better in "
                     f"{' or '.join(named)}" if named else "")
+            rf = f"{self.spec.early_terminate.reduction_factor:g}"
+            ties = (f"; a trial waits (paused) at a rung until it ranks in the top 1/{rf} of at least {rf} arrivals "
+                    f"or the rung is complete" if (self.spec.early_terminate.promotion or "wait") == "wait" else
+                    "; a trial goes on or stops at a rung at once, against those that reached it before") + ties
         return (
             f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
             f"among themselves only; no cell is stopped because another scores higher{ties}"

@@ -34,6 +34,9 @@ def produced_metrics(spec: Any) -> tuple[str, ...]:
 
 def check_objectives(spec: Any, source: str) -> None:
     """The dry-run checks of ``objectives``, ``constraints`` and what depends on them; one line each."""
+    if spec.early_terminate.promotion is not None and spec.early_terminate.type != "pareto":
+        raise SpecError("early_terminate.promotion", "promotion (wait or immediate) is read by the Pareto rung rule "
+                                                     "only; set early_terminate.type: pareto, or remove it", source)
     if not spec.objectives:
         if spec.constraints:
             raise SpecError("constraints", "constraints go with `objectives:` (a multi-objective study); "

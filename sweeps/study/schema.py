@@ -59,6 +59,10 @@ class EarlyTerminateSpec(_Strict):
     # pareto only: per objective, the relative difference a finished trial must be better by to make
     # a running one hopeless (default: decode_seconds 0.10, the decode probe's noise)
     tolerance: Optional[dict[str, Annotated[float, Field(ge=0, lt=1)]]] = None
+    # pareto only: "wait" (a trial waits at a rung, paused, until it ranks in the top 1/rf of at least
+    # rf arrivals or the rung is complete: ASHA's promotion) or "immediate" (it goes on or stops at
+    # once, against those that came before it, as Ray's ASHA)
+    promotion: Optional[Literal["wait", "immediate"]] = None
 
 
 # decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
