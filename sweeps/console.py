@@ -77,12 +77,14 @@ class StudyConsole(Callback):
         finished = counts.get("TERMINATED", 0)
         failed = counts.get("ERROR", 0)
         running = counts.get("RUNNING", 0)
-        pending = self.total - finished - failed - running
+        paused = counts.get("PAUSED", 0)  # waiting at a rung (early_terminate pareto, promotion: wait)
+        pending = self.total - finished - failed - running - paused
         elapsed = time.monotonic() - self._start
         done = finished + failed
-        eta = self._eta(trials, running, pending)
+        eta = self._eta(trials, running, pending + paused)
+        waiting = f"{paused} waiting at a rung, " if paused else ""
         return (
-            f"[{self.total} trials] {finished} finished, {running} running, {pending} pending, {failed} failed"
+            f"[{self.total} trials] {finished} finished, {running} running, {waiting}{pending} pending, {failed} failed"
             f" | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"
         )
 

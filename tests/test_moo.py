@@ -251,6 +251,18 @@ def test_a_waiting_trial_is_not_started_past_its_rung_after_a_restart():
     assert rungs.decide("A", 1, [40, .020], complete=False) == "PAUSE" and rungs.waiting == {"A": 1}
 
 
+def test_the_progress_line_counts_trials_waiting_at_a_rung_apart():
+    """A paused trial waits at its rung: not pending (it has trained), not running (it holds no slot)."""
+    from types import SimpleNamespace
+
+    from sweeps.console import StudyConsole
+
+    console = StudyConsole(6, ["K"], "val/bleu", "max")
+    trials = [SimpleNamespace(status=s, last_result={}) for s in ("TERMINATED", "RUNNING", "PAUSED", "PAUSED")]
+    line = console.progress_line(trials)
+    assert line.startswith("[6 trials] 1 finished, 1 running, 2 waiting at a rung, 2 pending, 0 failed"), line
+
+
 def test_a_decode_figure_within_the_probes_noise_does_not_make_a_trial_hopeless():
     """minimal_k's first cpu run at L=10: K=5 finished at BLEU 100 with the probe's 0.0115 s, and
     K=3 (0.0119 s, 3% slower) was stopped as hopeless at report 1; trained on, it reaches 99.52."""
