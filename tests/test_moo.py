@@ -424,9 +424,10 @@ def test_results_md_says_why_each_trial_stopped():
     logs = [{"rung": 3, "position": 4, "recorded": 4, "keep": 2, "stopped": True},
             {"rung": 3, "position": 3, "recorded": 6, "keep": 2, "stopped": True, "report": 5},
             {"rung": 3, "position": 5, "recorded": 7, "keep": 3, "stopped": True, "report": 4},
-            {"rung": None, "report": 6, "hopeless": True, "stopped": True}]
+            {"rung": None, "report": 6, "hopeless": True, "stopped": True},
+            {"rung": 3, "position": 6, "recorded": 8, "keep": 3, "stopped": True, "waited": True}]
     assert _stop_reasons(logs) == ("1 ranked out at rung 3, 2 pushed out of rung 3 by later arrivals, "
-                                   "1 hopeless at report 6")
+                                   "1 hopeless at report 6, 1 ranked out at rung 3 after waiting for it to fill")
 
 
 # -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------

@@ -357,7 +357,7 @@ def _stop_reasons(rungs) -> str:
         if rung.get("report") is not None:
             return f"pushed out of rung {rung.get('rung', '?')} by later arrivals"
         if rung.get("waited"):
-            return f"ranked out at rung {rung.get('rung', '?')} once it was complete (they waited there)"
+            return f"ranked out at rung {rung.get('rung', '?')} after waiting for it to fill"
         return f"ranked out at rung {rung.get('rung', '?')}"
 
     return ", ".join(f"{n} {why}" for why, n in Counter(reason(r) for r in rungs).items())
