@@ -219,13 +219,17 @@ class StudySearcher(Searcher):
             self._studies[i] = study
         return self._studies[i]
 
+    def _held_trials(self) -> set:
+        """Storage ids of Optuna trials left RUNNING on purpose, besides the live ones (none here)."""
+        return set()
+
     def _fail_orphans(self) -> None:
         """Optuna trials left RUNNING by a driver that died before Tune saved them: FAIL."""
         if not self.space:
             return
         import optuna
 
-        live_ids = {sid for _, _, sid in self.live.values()}
+        live_ids = {sid for _, _, sid in self.live.values()} | self._held_trials()
         names = set(optuna.get_all_study_names(self._get_storage()))
         for i, unit in enumerate(self.units):
             if unit.name not in names:

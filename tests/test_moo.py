@@ -251,6 +251,49 @@ def test_a_waiting_trial_is_not_started_past_its_rung_after_a_restart():
     assert rungs.decide("A", 1, [40, .020], complete=False) == "PAUSE" and rungs.waiting == {"A": 1}
 
 
+def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path):
+    """TPE may repeat a sample whose trial is still running (or waiting at a rung). The repeat is not
+    trained again: it stays RUNNING in Optuna and is told the same outcome when the first ends, never
+    FAIL for a sample that did not fail (a FAIL that never ran, as the journal once held)."""
+    import optuna
+
+    from sweeps.moo.search import MooSearcher
+    from sweeps.search import StudyUnit, optuna_distributions
+    from sweeps.study import build_sweep
+
+    spec = moo_spec("repeats", grid={"task.max_length": [4]}, constraints=[{"name": "val/bleu", "min": 10}],
+                    parameters={"model.K": {"values": [1, 2]}}, num_samples=4)
+    sweep = build_sweep(spec, source="test")
+
+    class Reader:  # what the probe would give: one decode figure per K
+        names = ["val/bleu", "decode_seconds"]
+
+        def decode_estimate(self, config):
+            return 0.01 * config["K"]
+
+        def __call__(self, config, result):
+            return [result["val/bleu"], self.decode_estimate(config)] if "val/bleu" in result else None
+
+    unit = StudyUnit("repeats/u", 0, 0, {"cell": "c", "seed": 0}, max_steps=20)
+    searcher = MooSearcher([unit], 4, sweep, optuna_distributions(sweep.spec.parameters, sweep.param_columns),
+                           str(tmp_path / "optuna.journal"), Reader(), wandb_enabled=False)
+    first, second = searcher.suggest("a"), searcher.suggest("b")
+    assert {first["K"], second["K"]} == {1, 2}  # the space is two samples: every ask after these repeats one
+    study = searcher._study(0)
+    held = [t for t in study.trials if "duplicate_of" in t.user_attrs]
+    assert held and all(t.state.name == "RUNNING" for t in held)  # both firsts still run: repeats wait
+    searcher.on_trial_complete("a", {"val/bleu": 42.0, "step": 20})  # a finished, COMPLETE
+    searcher.on_trial_complete("b", {"val/bleu": 30.0, "step": 10})  # b stopped at step 10: PRUNED
+    by_number = {t.number: t for t in study.trials}
+    for t in study.trials:
+        if "duplicate_of" in t.user_attrs:
+            earlier = by_number[t.user_attrs["duplicate_of"]]
+            assert t.state == earlier.state and t.values == earlier.values, (t.number, t.state, earlier.state)
+            assert t.constraints == earlier.constraints
+    assert not [t for t in study.trials if t.state.name in ("FAIL", "RUNNING")]
+    assert {t.state.name for t in study.trials} == {"COMPLETE", "PRUNED"}
+
+
 def test_the_progress_line_counts_trials_waiting_at_a_rung_apart():
     """A paused trial waits at its rung: not pending (it has trained), not running (it holds no slot)."""
     from types import SimpleNamespace
@@ -468,6 +511,8 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
     assert len(trained) == 5
+    # a repeat of a sample is told its first trial's outcome, even one asked before the interruption
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials), [t.state.name for t in study.trials]
     assert len({tuple(sorted(t.params.items())) for t in trained}) == 5  # no sample trained twice
     states = [t.state.name for t in trained]
     assert "PRUNED" in states and "COMPLETE" in states, states

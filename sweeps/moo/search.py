@@ -17,8 +17,10 @@ through Ray Tune.
 - **PRUNED** trials: stopped by the rung rule, told ``TrialState.PRUNED``, with the rung decision in
   the user attribute ``rung``;
 - **no retraining of a sample**: a (cell, seed) trains with one seed, so a sample whose parameters
-  repeat an earlier trial's would train the same model again; it is told the earlier trial's values
-  (user attribute ``duplicate_of``) and Optuna is asked again.
+  repeat an earlier trial's would train the same model again; it is told the earlier trial's outcome
+  (user attribute ``duplicate_of``) and Optuna is asked again. When the earlier trial is still
+  running (or waiting at a rung), the repeat stays RUNNING in Optuna and is told the same outcome
+  when the earlier one ends, so the journal holds no FAIL for a sample that never failed.
 
 ``steps`` (training steps spent) is on every trial, for the hypervolume-against-compute history.
 """
@@ -90,6 +92,8 @@ class MooSearcher(StudySearcher):
         # (PAUSED) is told complete by Tune without a result
         self.last: dict[str, dict] = {}
         self.max_concurrent = 0  # 0: no cap (Tune's max_concurrent_trials sets it)
+        # (unit, Optuna number of a trial still running) -> its repeats asked meanwhile: (number, storage id)
+        self.repeats: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     # -- concurrency: trials waiting at a rung (PAUSED) hold no slot -----------------------------
 
@@ -197,6 +201,30 @@ class MooSearcher(StudySearcher):
                 except RuntimeError:
                     pass
             study.tell(number, values, skip_if_finished=True)
+        self._tell_repeats(i, number)
+
+    def _tell_repeats(self, i: int, number: int) -> None:
+        """The repeats of Optuna trial ``number`` asked while it ran: told its outcome, as it was told."""
+        import optuna
+
+        repeats = self.repeats.pop((i, number), [])
+        if not repeats:
+            return
+        study = self._study(i)
+        done = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+        for repeat, storage_id in repeats:
+            if done.state == optuna.trial.TrialState.COMPLETE:
+                trial = optuna.trial.Trial(study, storage_id)
+                for name, value in done.constraints.items():
+                    trial.set_constraint(name, value)
+                study.tell(repeat, done.values, skip_if_finished=True)
+            else:
+                study.tell(repeat, state=done.state, skip_if_finished=True)
+
+    def _held_trials(self) -> set:
+        """A repeat waits RUNNING for its earlier trial, when that one is live (see ``_ask_new``)."""
+        live = {(i, number) for i, number, _ in self.live.values()}
+        return {sid for key, held in self.repeats.items() if key in live for _, sid in held}
 
     def violations(self, i: int, config: dict, result: dict) -> dict[str, float]:
         """Each constraint's violation (<= 0 feasible); a missing value or baseline is a violation."""
@@ -242,7 +270,9 @@ class MooSearcher(StudySearcher):
                 study.tell(trial, earlier.values)
             elif earlier.state == state.PRUNED:
                 study.tell(trial, state=state.PRUNED)
-            else:  # still running (or failed): nothing to copy yet
+            elif earlier.state == state.RUNNING:  # told the same when it ends (_tell_repeats)
+                self.repeats.setdefault((i, earlier.number), []).append((trial.number, trial._trial_id))
+            else:  # the earlier trial failed
                 study.tell(trial, state=state.FAIL)
         return study.ask(self.space)  # the sampler keeps repeating itself (a small space used up): train it again
 
@@ -267,7 +297,8 @@ class MooSearcher(StudySearcher):
         with open(checkpoint_path, "wb") as f:
             pickle.dump({"started": self.started, "live": self.live, "baseline_state": self.baseline_state,
                          "baseline_ids": self.baseline_ids, "configs": self.configs,
-                         "rung_state": self.rung_state, "rung_log": self.rung_log, "last": self.last}, f)
+                         "rung_state": self.rung_state, "rung_log": self.rung_log, "last": self.last,
+                         "repeats": self.repeats}, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
@@ -275,6 +306,7 @@ class MooSearcher(StudySearcher):
         self.started, self.live = state["started"], state["live"]
         self.baseline_state = [None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)]
         self.baseline_ids, self.configs, self.last = {}, state.get("configs", {}), state.get("last", {})
+        self.repeats = state.get("repeats", {})
         # in place: the scheduler's rules hold these very dicts (both came out of one tuner.pkl)
         for key, saved in state.get("rung_state", {}).items():
             mine = self.rung_state.setdefault(key, {})
