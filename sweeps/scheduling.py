@@ -14,12 +14,7 @@ from typing import Any, Callable, Optional
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from .study import Sweep
-
-
-def study_key(config: dict[str, Any]) -> tuple[str, Any]:
-    """The (cell, seed) a trial belongs to, from its config."""
-    return config.get("cell"), config.get("seed")
+from .study import Sweep, study_key
 
 
 class PerStudyScheduler(FIFOScheduler):

@@ -30,6 +30,7 @@ import math
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from ..study import study_key
 from .pareto import hopeless, rung_standing, to_minimize
 
 Vector = tuple[float, ...]
@@ -73,13 +74,14 @@ class ParetoRungs(FIFOScheduler):
             against the trials that came before it (``promotion: immediate``, Ray's ASHA).
         samples_left: () -> whether the searcher will still start trials of this (cell, seed): while
             it will, a rung may still fill (``wait`` only).
+        key: the (cell, seed) it judges, as :func:`sweeps.study.study_key` reads it from a trial.
     """
 
     def __init__(self, objectives: list[tuple[str, str]], vector_of: Callable[[dict, dict], Optional[list[float]]],
                  grace_period: int, reduction_factor: float, max_t: int, bounds: dict[int, float],
                  max_steps: Optional[int], log: Optional[dict[str, dict]] = None,
                  tolerance: Optional[list[float]] = None, state: Optional[dict] = None, wait: bool = False,
-                 samples_left: Callable[[], bool] = lambda: False) -> None:
+                 samples_left: Callable[[], bool] = lambda: False, key: Any = None) -> None:
         super().__init__()
         self.directions = [goal for _, goal in objectives]
         self.vector_of = vector_of
@@ -94,6 +96,7 @@ class ParetoRungs(FIFOScheduler):
         self.state.setdefault("waiting", {})  # trial id -> the rung (report count) it waits at, PAUSED
         self.wait = wait
         self.samples_left = samples_left
+        self.key = key  # the (cell, seed) this rule judges (sweeps.study.study_key)
         self.log = log if log is not None else {}
         self.tolerance = tolerance
 
@@ -135,26 +138,36 @@ class ParetoRungs(FIFOScheduler):
         arriving = trial_id not in rung
         if arriving:
             rung[trial_id] = vec
-        ids = list(rung)
-        order, keep = rung_standing([rung[i] for i in ids], self.rf)
-        position = order.index(ids.index(trial_id))
-        if arriving and self.wait and not complete and position >= promote_count(len(ids), self.rf):
+        standing = self.standing(m)
+        position, keep, entry = standing(trial_id)
+        if arriving and self.wait and not complete and position >= promote_count(len(rung), self.rf):
             self.waiting[trial_id] = m  # paused until the rung says (promotions)
-            self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                                  "arrival": len(ids), "values": list(values), "hopeless": False, "stopped": False,
-                                  "waiting": True, "tolerance": self.tolerance}
+            self.log[trial_id] = {**entry, "stopped": False, "waiting": True}
             return TrialScheduler.PAUSE
         go_on = position < keep
         if arriving or not go_on:  # re-ranked at a later report: logged only when it stops the trial
-            self.log[trial_id] = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                                  "arrival": ids.index(trial_id) + 1,
-                                  "values": list(to_minimize(rung[trial_id], self.directions)),  # its own inverse
-                                  "hopeless": False, "stopped": not go_on, "tolerance": self.tolerance,
-                                  **({} if arriving else {"report": iteration})}
+            self.log[trial_id] = {**entry, "stopped": not go_on, **({} if arriving else {"report": iteration})}
         if not go_on:
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
+
+    def standing(self, m: int) -> Callable[[str], tuple[int, int, dict]]:
+        """Rung ``m`` as it holds now, sorted once: trial id -> (its position, 0 first; the rung's
+        keep; the log entry of a decision there)."""
+        rung = self.rungs[m]
+        ids = list(rung)
+        order, keep = rung_standing([rung[i] for i in ids], self.rf)
+        place = {ids[j]: k for k, j in enumerate(order)}
+
+        def of(trial_id: str) -> tuple[int, int, dict]:
+            return place[trial_id], keep, {
+                "rung": m, "position": place[trial_id] + 1, "recorded": len(ids), "keep": keep,
+                "arrival": ids.index(trial_id) + 1,
+                "values": list(to_minimize(rung[trial_id], self.directions)),  # its own inverse
+                "hopeless": False, "tolerance": self.tolerance}
+
+        return of
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         if trial.config.get("set"):  # the baseline model: not searched, never stopped
@@ -181,9 +194,7 @@ class ParetoRungs(FIFOScheduler):
                        and t.trial_id not in self.stopped for t in mine)
 
     def _owns(self, trial: Any) -> bool:
-        return (trial.config.get("cell"), trial.config.get("seed")) == self.key
-
-    key: Any = None  # the (cell, seed) this rule judges (set by the factory)
+        return study_key(trial.config) == self.key
 
     def promotions(self, tune_controller: Any) -> list:
         """The waiting trials that go on now, best placed first: those in the top ``floor(n / rf)``
@@ -197,24 +208,20 @@ class ParetoRungs(FIFOScheduler):
             if t.trial_id in self.waiting and t.status == Trial.PENDING:
                 tune_controller._set_trial_status(t, Trial.PAUSED)
         by_id = {t.trial_id: t for t in trials}
+        rungs = {m: (self.standing(m), self.complete(m, trials)) for m in set(self.waiting.values())}
         out = []
         for trial_id, m in sorted(self.waiting.items()):
             trial = by_id.get(trial_id)
             if trial is None or trial.status != Trial.PAUSED:
                 continue  # still saving its checkpoint: next time
-            rung = self.rungs[m]
-            ids = list(rung)
-            order, keep = rung_standing([rung[i] for i in ids], self.rf)
-            position = order.index(ids.index(trial_id))
-            values = to_minimize(rung[trial_id], self.directions)  # its own inverse
-            entry = {"rung": m, "position": position + 1, "recorded": len(ids), "keep": keep,
-                     "arrival": ids.index(trial_id) + 1, "values": list(values), "hopeless": False,
-                     "tolerance": self.tolerance, "waited": True}
+            standing, complete = rungs[m]
+            position, keep, entry = standing(trial_id)
+            entry["waited"] = True
+            values = entry["values"]
             best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
-            complete = self.complete(m, trials)
             if hopeless(best, list(self.finished.values()), self.tolerance):
                 self._stop_waiting(tune_controller, trial, {**entry, "rung": None, "hopeless": True, "report": m})
-            elif position < promote_count(len(ids), self.rf) or complete and position < keep:
+            elif position < promote_count(len(self.rungs[m]), self.rf) or complete and position < keep:
                 del self.waiting[trial_id]
                 self.log[trial_id] = {**entry, "stopped": False}
                 out.append((position, trial))
@@ -268,10 +275,8 @@ def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[
     states = state if state is not None else {}
 
     def one(key: Any) -> TrialScheduler:
-        rule = ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
-                           max_steps, shared, tolerance, states.setdefault(key, {}), wait=(et.promotion or "wait") == "wait",
-                           samples_left=lambda: samples_left(key))
-        rule.key = key
-        return rule
+        return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
+                           max_steps, shared, tolerance, states.setdefault(key, {}), wait=et.waits_at_rungs,
+                           samples_left=lambda: samples_left(key), key=key)
 
     return one

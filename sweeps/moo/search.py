@@ -30,6 +30,7 @@ import pickle
 from typing import Any, Optional
 
 from ..search import StudySearcher, StudyUnit, optuna_distributions
+from ..study import study_key
 from ..study.objectives import DECODE_SECONDS, baseline_of
 
 #: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
@@ -88,9 +89,6 @@ class MooSearcher(StudySearcher):
         self.baseline_ids: dict[str, int] = {}
         self.configs: dict[str, dict] = {}
         self.curves: dict[str, dict[str, list[float]]] = {}
-        # per trial, its last report's objectives and step: a trial stopped while it waits at a rung
-        # (PAUSED) is told complete by Tune without a result
-        self.last: dict[str, dict] = {}
         self.max_concurrent = 0  # 0: no cap (Tune's max_concurrent_trials sets it)
         # (unit, Optuna number of a trial still running) -> its repeats asked meanwhile: (number, storage id)
         self.repeats: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -109,7 +107,7 @@ class MooSearcher(StudySearcher):
 
     def samples_left(self, key: Any) -> bool:
         """Whether this searcher will start more trials of the (cell, seed) ``key``."""
-        return any((u.config.get("cell"), u.config.get("seed")) == tuple(key) and self.started[i] < self.num_samples
+        return any(study_key(u.config) == tuple(key) and self.started[i] < self.num_samples
                    for i, u in enumerate(self.units))
 
     # -- Tune's Searcher interface -----------------------------------------------------------
@@ -150,7 +148,6 @@ class MooSearcher(StudySearcher):
         if values is None:
             return
         step = int(result.get("step", result.get("training_iteration", 0)))
-        self.last[trial_id] = {**{n: result[n] for n in self.reader.names if n in result}, "step": step}
         curve = self.curves.setdefault(trial_id, {})
         curve[str(step)] = values
         storage = self._get_storage()
@@ -165,14 +162,13 @@ class MooSearcher(StudySearcher):
             return
         if not error and result:
             self.on_trial_result(trial_id, result)
-        last = self.last.pop(trial_id, None)
-        if not error and not result and trial_id in self.rung_log and self.rung_log[trial_id].get("waited"):
-            result = last  # stopped while it waited at a rung: its last report is its outcome
         entry = self.live.pop(trial_id, None)
         config = self.configs.pop(trial_id, {})
-        self.curves.pop(trial_id, None)
+        curve = self.curves.pop(trial_id, None)
         if entry is None:
             return
+        if not error and not result and self.rung_log.get(trial_id, {}).get("waited"):
+            result = self._last_report(curve, entry[2])  # stopped while it waited at a rung: Tune gives no result
         import optuna
 
         i, number, storage_id = entry
@@ -202,6 +198,15 @@ class MooSearcher(StudySearcher):
                     pass
             study.tell(number, values, skip_if_finished=True)
         self._tell_repeats(i, number)
+
+    def _last_report(self, curve: Optional[dict], storage_id: int) -> Optional[dict]:
+        """A trial's last report, objectives by name and its step, from its curve (kept here, or in
+        its Optuna trial's ``intermediate`` after a ``--resume``)."""
+        curve = curve or self._get_storage().get_trial(storage_id).user_attrs.get("intermediate") or {}
+        if not curve:
+            return None
+        step = max(curve, key=int)
+        return {**dict(zip(self.reader.names, curve[step])), "step": int(step)}
 
     def _tell_repeats(self, i: int, number: int) -> None:
         """The repeats of Optuna trial ``number`` asked while it ran: told its outcome, as it was told."""
@@ -297,15 +302,14 @@ class MooSearcher(StudySearcher):
         with open(checkpoint_path, "wb") as f:
             pickle.dump({"started": self.started, "live": self.live, "baseline_state": self.baseline_state,
                          "baseline_ids": self.baseline_ids, "configs": self.configs,
-                         "rung_state": self.rung_state, "rung_log": self.rung_log, "last": self.last,
-                         "repeats": self.repeats}, f)
+                         "rung_state": self.rung_state, "rung_log": self.rung_log, "repeats": self.repeats}, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.started, self.live = state["started"], state["live"]
         self.baseline_state = [None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)]
-        self.baseline_ids, self.configs, self.last = {}, state.get("configs", {}), state.get("last", {})
+        self.baseline_ids, self.configs = {}, state.get("configs", {})
         self.repeats = state.get("repeats", {})
         # in place: the scheduler's rules hold these very dicts (both came out of one tuner.pkl)
         for key, saved in state.get("rung_state", {}).items():

@@ -142,12 +142,12 @@ class Sweep:
         ties = ""
         if self.spec.early_terminate.type == "pareto":
             named = [f"{o.name} by more than {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
-            ties = (f"; a running trial is hopeless only when a finished one is no worse and better in "
-                    f"{' or '.join(named)}" if named else "")
             rf = f"{self.spec.early_terminate.reduction_factor:g}"
             ties = (f"; a trial waits (paused) at a rung until it ranks in the top 1/{rf} of at least {rf} arrivals "
-                    f"or the rung is complete" if (self.spec.early_terminate.promotion or "wait") == "wait" else
-                    "; a trial goes on or stops at a rung at once, against those that reached it before") + ties
+                    f"or the rung is complete" if self.spec.early_terminate.waits_at_rungs else
+                    "; a trial goes on or stops at a rung at once, against those that reached it before")
+            ties += (f"; a running trial is hopeless only when a finished one is no worse and better in "
+                     f"{' or '.join(named)}" if named else "")
         return (
             f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
             f"among themselves only; no cell is stopped because another scores higher{ties}"
@@ -161,6 +161,12 @@ class Sweep:
 
 # Keys every trial config has besides its grid and sampled values.
 RESERVED_COLUMNS = ("cell", "seed")
+
+
+def study_key(config: dict[str, Any]) -> tuple[str, Any]:
+    """The (cell, seed) a trial belongs to, from its config: the unit early stopping compares within
+    (:mod:`sweeps.scheduling`) and one Optuna study searches."""
+    return config.get("cell"), config.get("seed")
 
 
 def flat_columns(keys: list[str]) -> dict[str, str]:

@@ -64,6 +64,11 @@ class EarlyTerminateSpec(_Strict):
     # once, against those that came before it, as Ray's ASHA)
     promotion: Optional[Literal["wait", "immediate"]] = None
 
+    @property
+    def waits_at_rungs(self) -> bool:
+        """The Pareto rule with ``promotion: wait``, its default."""
+        return self.type == "pareto" and (self.promotion or "wait") == "wait"
+
 
 # decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
 # differ by up to 8% (docs/moo_early_stopping.md, "The tolerance")
