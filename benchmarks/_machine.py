@@ -1,4 +1,5 @@
 """Helpers shared by the benchmark scripts: naming the machine, timing a callable, writing results."""
+
 from __future__ import annotations
 
 import csv
@@ -6,9 +7,10 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 

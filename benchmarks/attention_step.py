@@ -28,12 +28,14 @@ Writes ``DIR/attention_step.csv`` (``mechanism``, ``S``, ``T``, ``seconds``, ``s
 ``batch``, ``dim``, ``device``, ``threads``), ``DIR/attention_step.md`` (speed-up grids, rows S,
 columns T, the machine named) and ``DIR/attention_step.png`` (speed-up heatmaps).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -69,7 +71,9 @@ def build(mechanism: str, dim: int, K: int, device: torch.device) -> Attention:
     return attn.eval().to(device)
 
 
-def attend(attn: Attention, memory: torch.Tensor, mask: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+def attend(
+    attn: Attention, memory: torch.Tensor, mask: torch.Tensor, queries: torch.Tensor
+) -> torch.Tensor:
     """precompute, then one step per query row; returns the last context (B, D)."""
     with torch.inference_mode():
         cache = attn.precompute(memory, mask)
@@ -90,8 +94,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         mask = torch.ones(args.batch, S, dtype=torch.bool, device=device)  # (B, S)
         for T in [S] if args.square else args.targets:
             queries = torch.randn(T, args.batch, args.dim, device=device)  # (T, B, H)
-            fns = {name: (lambda a=attn: attend(a, memory, mask, queries)) for name, attn in models.items()}
-            cell = {name: median for name, (median, _) in time_interleaved(fns, device, args.warmup, args.repeats).items()}
+            fns = {
+                name: (lambda a=attn: attend(a, memory, mask, queries))
+                for name, attn in models.items()
+            }
+            cell = {
+                name: median
+                for name, (median, _) in time_interleaved(
+                    fns, device, args.warmup, args.repeats
+                ).items()
+            }
             for name, seconds in cell.items():
                 speedup = cell["softmax"] / seconds if "softmax" in cell else float("nan")
                 rows.append(
@@ -109,7 +121,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     }
                 )
             if not args.silent:
-                print(f"  S={S:<5} T={T:<5} " + "  ".join(f"{k} {v * 1e3:8.2f} ms" for k, v in cell.items()), flush=True)
+                print(
+                    f"  S={S:<5} T={T:<5} "
+                    + "  ".join(f"{k} {v * 1e3:8.2f} ms" for k, v in cell.items()),
+                    flush=True,
+                )
     return rows
 
 
@@ -141,20 +157,33 @@ def summarise(rows: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
     square = square_table(rows)
     if square is not None:
-        lines += ["### S = T: milliseconds for precompute + T steps, and softmax time / mechanism time", ""]
+        lines += [
+            "### S = T: milliseconds for precompute + T steps, and softmax time / mechanism time",
+            "",
+        ]
         lines += [markdown_table(square, ".2f", "", "S=T="), ""]
         if (df["S"] == df["T"]).all():  # --square: the grids would only repeat their diagonals
             return "\n".join(lines)
     for name, g in df.groupby("mechanism", sort=False):
         table = g.pivot(index="S", columns="T", values="seconds") * 1e3
-        lines += [f"### {name}: milliseconds for precompute + T steps", "", markdown_table(table, ".3f", "T=", "S="), ""]
+        lines += [
+            f"### {name}: milliseconds for precompute + T steps",
+            "",
+            markdown_table(table, ".3f", "T=", "S="),
+            "",
+        ]
         if name != "softmax" and g["speedup_vs_softmax"].notna().all():
             speed = g.pivot(index="S", columns="T", values="speedup_vs_softmax")
-            lines += [f"### softmax time / {name} time", "", markdown_table(speed, ".2f", "T=", "S="), ""]
+            lines += [
+                f"### softmax time / {name} time",
+                "",
+                markdown_table(speed, ".2f", "T=", "S="),
+                "",
+            ]
     return "\n".join(lines)
 
 
-def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
     """One heatmap of softmax time / mechanism time per non-softmax mechanism."""
     plt = pyplot_or_none()
     if plt is None:
@@ -167,7 +196,9 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
         return None
     fig, axes = plt.subplots(1, len(others), figsize=(4.6 * len(others), 3.8), squeeze=False)
     for ax, name in zip(axes[0], others):
-        grid = df[df["mechanism"] == name].pivot(index="S", columns="T", values="speedup_vs_softmax")
+        grid = df[df["mechanism"] == name].pivot(
+            index="S", columns="T", values="speedup_vs_softmax"
+        )
         image = ax.imshow(grid.values, origin="lower", cmap="magma", aspect="auto")
         for (i, j), value in __import__("numpy").ndenumerate(grid.values):
             ax.text(j, i, f"{value:.1f}x", ha="center", va="center", color="cyan", fontsize=8)
@@ -180,14 +211,24 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
     return save_png(fig, path)
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--output", type=Path, default=Path("bench-out"))
-    p.add_argument("--quick", action="store_true", help=f"S in {QUICK_SOURCES}, T in {QUICK_TARGETS}, 3 repeats")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"S in {QUICK_SOURCES}, T in {QUICK_TARGETS}, 3 repeats",
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--mechanisms", nargs="+", default=MECHANISMS, choices=MECHANISMS)
-    p.add_argument("--sources", nargs="+", type=int, help=f"source lengths S (default {FULL_SIZES})")
-    p.add_argument("--targets", nargs="+", type=int, help=f"output lengths T (default {FULL_SIZES})")
+    p.add_argument(
+        "--sources", nargs="+", type=int, help=f"source lengths S (default {FULL_SIZES})"
+    )
+    p.add_argument(
+        "--targets", nargs="+", type=int, help=f"output lengths T (default {FULL_SIZES})"
+    )
     p.add_argument("--square", nargs="+", type=int, help="run only the cells S = T for these sizes")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--dim", type=int, default=256, help="H = D = attention width")
@@ -206,13 +247,24 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
+def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     """Run the benchmark; returns the paths written (csv, md, png)."""
     args = parse_args(argv)
-    settings = f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}"
+    settings = (
+        f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}"
+    )
     with announced(args.device, args.threads, settings) as header:
         rows = run(args)
-    return write_outputs(rows, args.output, "attention_step", "Attention step alone", header, settings, summarise, plot)
+    return write_outputs(
+        rows,
+        args.output,
+        "attention_step",
+        "Attention step alone",
+        header,
+        settings,
+        summarise,
+        plot,
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ present, else the repository slice tests/data/wmt-ende-tiny). Stages, each timed
 
 Last, the time each stage would take for 52M pairs at the measured rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,20 @@ def main() -> None:
     ap.add_argument("--src", default="en")
     ap.add_argument("--tgt", default="de")
     ap.add_argument("--vocab", type=int, default=8000)
-    ap.add_argument("--max-length", type=int, default=80, help="drop pairs longer than this (WMT17DataModule max_length)")
+    ap.add_argument(
+        "--max-length",
+        type=int,
+        default=80,
+        help="drop pairs longer than this (WMT17DataModule max_length)",
+    )
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 16))
-    ap.add_argument("--scale", type=int, default=1_000_000,
-                    help="also time the batch sampler on this many resampled pairs (0: skip)")
+    ap.add_argument(
+        "--scale",
+        type=int,
+        default=1_000_000,
+        help="also time the batch sampler on this many resampled pairs (0: skip)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -86,19 +96,24 @@ def main() -> None:
         t0 = time.perf_counter()
         src, tgt = (ensure_encoded(f, model, cache)[0] for f in files)  # cache hits
         ls, lt = src.lengths(), tgt.lengths()
-        keep = np.flatnonzero((ls > 0) & (lt > 0) & (ls <= args.max_length) & (lt <= args.max_length))
+        keep = np.flatnonzero(
+            (ls > 0) & (lt > 0) & (ls <= args.max_length) & (lt <= args.max_length)
+        )
         ds = ParallelTokenDataset(src, tgt, keep)
         rows.append(("load+filter", n_pairs, time.perf_counter() - t0))
 
-        sampler = TokenBucketBatchSampler(ds.src_lengths, ds.tgt_lengths, batch_tokens=args.batch_tokens)
+        sampler = TokenBucketBatchSampler(
+            ds.src_lengths, ds.tgt_lengths, batch_tokens=args.batch_tokens
+        )
         t0 = time.perf_counter()
         n_batches = len(sampler.all_batches(0))
         rows.append(("batching", len(ds), time.perf_counter() - t0))
 
         if args.scale:
             pick = np.random.default_rng(0).integers(0, len(ds), args.scale)
-            big = TokenBucketBatchSampler(ds.src_lengths[pick], ds.tgt_lengths[pick],
-                                          batch_tokens=args.batch_tokens)
+            big = TokenBucketBatchSampler(
+                ds.src_lengths[pick], ds.tgt_lengths[pick], batch_tokens=args.batch_tokens
+            )
             t0 = time.perf_counter()
             big.all_batches(0)
             rows.append((f"batching@{args.scale}", args.scale, time.perf_counter() - t0))
@@ -117,8 +132,10 @@ def main() -> None:
     rows.append(("copy_generate", len(copy_dm.datasets["train"]), time.perf_counter() - t0))
 
     real = int((ds.src_lengths).sum())
-    print(f"kept {len(ds)} of {n_pairs} pairs (max_length {args.max_length}); {n_batches} batches of "
-          f"<= {args.batch_tokens} tokens; source padding efficiency {real / padded:.1%}")
+    print(
+        f"kept {len(ds)} of {n_pairs} pairs (max_length {args.max_length}); {n_batches} batches of "
+        f"<= {args.batch_tokens} tokens; source padding efficiency {real / padded:.1%}"
+    )
     print(f"{'stage':<20}{'sentences':>12}{'seconds':>10}{'sentences/s':>14}{'52M pairs':>12}")
     for name, n, secs in rows:
         rate = n / max(secs, 1e-9)
@@ -129,8 +146,10 @@ def main() -> None:
         todo = EN_CS_PAIRS * sides if name != "bpe_train" else min(2 * EN_CS_PAIRS, 2_000_000)
         est = todo / rate  # BPE training sees at most bpe_sample_sentences (2M) lines
         print(f"{name:<20}{n:>12}{secs:>10.3f}{rate:>14,.0f}{_fmt(est):>12}")
-    print("(52M column: that stage alone at the measured rate, linear extrapolation; bpe_train "
-          "for the 2M lines bpe_sample_sentences lets it read, a lower bound)")
+    print(
+        "(52M column: that stage alone at the measured rate, linear extrapolation; bpe_train "
+        "for the 2M lines bpe_sample_sentences lets it read, a lower bound)"
+    )
 
 
 def _fmt(seconds: float) -> str:

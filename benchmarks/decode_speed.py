@@ -37,12 +37,14 @@ its energy bias at 0 instead of -4: with random weights about half of the energi
 on a monotone task would, instead of running off the end at the first step and attending nowhere
 (which would make it look as cheap as no attention).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -87,9 +89,13 @@ def parse_mechanism(spec: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = spec.partition(":")
     name = ALIASES.get(name.strip(), name.strip())
     try:
-        given = parse_assignments(filter(None, (p.strip() for p in rest.split(","))), value=_parse_value)
+        given = parse_assignments(
+            filter(None, (p.strip() for p in rest.split(","))), value=_parse_value
+        )
     except AssignmentError as exc:
-        raise SystemExit(f"bad mechanism option {exc.item!r} in {spec!r}: expected key=value") from None
+        raise SystemExit(
+            f"bad mechanism option {exc.item!r} in {spec!r}: expected key=value"
+        ) from None
     return name, {**BENCH_DEFAULTS.get(name, {}), **given}
 
 
@@ -112,12 +118,20 @@ def build_model(spec: str, length: int, preset: str, device: torch.device, seed:
     name, options = parse_mechanism(spec)
     torch.manual_seed(seed)
     model = Seq2Seq.from_preset(
-        preset, VOCAB, VOCAB, attention=name, attention_kwargs=options, max_source_len=length + 1, dropout=0.0
+        preset,
+        VOCAB,
+        VOCAB,
+        attention=name,
+        attention_kwargs=options,
+        max_source_len=length + 1,
+        dropout=0.0,
     )
     return model.eval().to(device)
 
 
-def make_batch(batch: int, length: int, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    batch: int, length: int, device: torch.device, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A copy-task batch: ``batch`` sentences of exactly ``length`` symbols, then EOS."""
     gen = torch.Generator().manual_seed(seed)
     src = torch.randint(FIRST_SYMBOL, VOCAB, (batch, length + 1), generator=gen)  # (B, L + 1)
@@ -133,33 +147,42 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for length in args.lengths:
         src, src_lengths = make_batch(args.batch, length, device, args.seed)
         steps = length + 1
-        models = {spec: build_model(spec, length, args.preset, device, args.seed) for spec in args.mechanisms}
+        models = {
+            spec: build_model(spec, length, args.preset, device, args.seed)
+            for spec in args.mechanisms
+        }
         for mode in args.modes:
             fns = {}
             for spec, model in models.items():
                 if mode == "greedy":
-                    fns[spec] = lambda m=model: m.greedy_decode(src, src_lengths, max_len=steps, min_len=steps)
+                    fns[spec] = lambda m=model: m.greedy_decode(
+                        src, src_lengths, max_len=steps, min_len=steps
+                    )
                 else:
                     fns[spec] = lambda m=model: m.beam_search(
                         src, src_lengths, beam_size=args.beam, max_len=steps, min_len=steps
                     )
             # every mechanism once per round: a slow spell of the machine hits all alike
-            for spec, (median, times) in time_interleaved(fns, device, args.warmup, args.repeats).items():
-                rows.append({
-                    "mechanism": spec,
-                    "length": length,
-                    "mode": mode,
-                    "seconds": round(median, 6),
-                    "per_step_ms": round(1000 * median / steps, 4),
-                    "min_seconds": round(min(times), 6),
-                    "repeats": args.repeats,
-                    "batch": args.batch,
-                    "beam": args.beam if mode == "beam" else 1,
-                    "steps": steps,
-                    "preset": args.preset,
-                    "device": str(device),
-                    "threads": torch.get_num_threads(),
-                })
+            for spec, (median, times) in time_interleaved(
+                fns, device, args.warmup, args.repeats
+            ).items():
+                rows.append(
+                    {
+                        "mechanism": spec,
+                        "length": length,
+                        "mode": mode,
+                        "seconds": round(median, 6),
+                        "per_step_ms": round(1000 * median / steps, 4),
+                        "min_seconds": round(min(times), 6),
+                        "repeats": args.repeats,
+                        "batch": args.batch,
+                        "beam": args.beam if mode == "beam" else 1,
+                        "steps": steps,
+                        "preset": args.preset,
+                        "device": str(device),
+                        "threads": torch.get_num_threads(),
+                    }
+                )
                 if not args.silent:
                     print(f"  {spec:>14} L={length:<4} {mode:<6} {median:8.4f} s", flush=True)
         del models
@@ -180,7 +203,15 @@ def ratio_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for num, den in pairs:
                 if (mode, length, num) in seconds and (mode, length, den) in seconds:
                     ratio = seconds[(mode, length, num)] / seconds[(mode, length, den)]
-                    out.append({"mode": mode, "length": length, "numerator": num, "denominator": den, "ratio": ratio})
+                    out.append(
+                        {
+                            "mode": mode,
+                            "length": length,
+                            "numerator": num,
+                            "denominator": den,
+                            "ratio": ratio,
+                        }
+                    )
     return out
 
 
@@ -197,24 +228,47 @@ def summarise(rows: Sequence[dict[str, Any]]) -> str:
         beam = next((r["beam"] for r in rows if r["mode"] == "beam"), None)
         hd = pd.DataFrame(headline)
         hd["ratio_name"] = hd["numerator"] + " / " + hd["denominator"]
-        hd["column"] = hd["mode"].map(lambda m: f"beam {beam}" if m == "beam" else m) + ", L=" + hd["length"].astype(str)
+        hd["column"] = (
+            hd["mode"].map(lambda m: f"beam {beam}" if m == "beam" else m)
+            + ", L="
+            + hd["length"].astype(str)
+        )
         table = hd.pivot(index="ratio_name", columns="column", values="ratio")
-        table = table.reindex(index=list(dict.fromkeys(hd["ratio_name"])), columns=list(dict.fromkeys(hd["column"])))
+        table = table.reindex(
+            index=list(dict.fromkeys(hd["ratio_name"])), columns=list(dict.fromkeys(hd["column"]))
+        )
         lines += ["### Headline ratios (median decode time)", "", markdown_table(table, ".3f"), ""]
     for mode, g in df.groupby("mode", sort=False):
         table = g.pivot(index="mechanism", columns="length", values="seconds").reindex(order)
-        lines += [f"### Decode seconds, {mode} (median)", "", markdown_table(table, ".4f", "L="), ""]
+        lines += [
+            f"### Decode seconds, {mode} (median)",
+            "",
+            markdown_table(table, ".4f", "L="),
+            "",
+        ]
         if "none" in table.index:
             ratio = table.div(table.loc["none"], axis=1).drop(index="none")
-            lines += [f"### {mode}: time / no-attention time", "", markdown_table(ratio, ".2f", "L="), ""]
+            lines += [
+                f"### {mode}: time / no-attention time",
+                "",
+                markdown_table(ratio, ".2f", "L="),
+                "",
+            ]
         memories = [m for m in table.index if m.startswith("memory")]
         if "bahdanau" in table.index and memories:
-            ratio = (table.loc["bahdanau"] / table.loc[memories]).rename(index=lambda m: f"bahdanau / {m}")
-            lines += [f"### {mode}: Bahdanau time / memory time", "", markdown_table(ratio, ".2f", "L="), ""]
+            ratio = (table.loc["bahdanau"] / table.loc[memories]).rename(
+                index=lambda m: f"bahdanau / {m}"
+            )
+            lines += [
+                f"### {mode}: Bahdanau time / memory time",
+                "",
+                markdown_table(ratio, ".2f", "L="),
+                "",
+            ]
     return "\n".join(lines)
 
 
-def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
     """Seconds vs length (log-log), one line per mechanism, one panel per mode."""
     plt = pyplot_or_none()
     if plt is None:
@@ -223,28 +277,47 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Optional[Path]:
     fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), squeeze=False)
     for ax, mode in zip(axes[0], modes):
         for spec in dict.fromkeys(r["mechanism"] for r in rows):
-            pts = sorted((r["length"], r["seconds"]) for r in rows if r["mode"] == mode and r["mechanism"] == spec)
+            pts = sorted(
+                (r["length"], r["seconds"])
+                for r in rows
+                if r["mode"] == mode and r["mechanism"] == spec
+            )
             style = "--" if spec == "none" else "-"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=spec)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("source length L (decode L + 1 steps)")
         ax.set_ylabel("seconds per batch (median)")
-        ax.set_title(f"{mode} decoding" + (f" (beam {rows[0].get('beam', '')})" if mode == "beam" else ""))
+        ax.set_title(
+            f"{mode} decoding" + (f" (beam {rows[0].get('beam', '')})" if mode == "beam" else "")
+        )
         ax.grid(True, which="both", alpha=0.3)
     axes[0, -1].legend(fontsize=7)
     return save_png(fig, path)
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output", type=Path, default=Path("bench-out"), help="folder for the CSV, PNG and Markdown")
-    p.add_argument("--quick", action="store_true", help=f"{QUICK_MECHANISMS} x L in {QUICK_LENGTHS}, fewer repeats")
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=Path("bench-out"),
+        help="folder for the CSV, PNG and Markdown",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_MECHANISMS} x L in {QUICK_LENGTHS}, fewer repeats",
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--mechanisms", nargs="+", help=f"default {FULL_MECHANISMS}")
     p.add_argument("--lengths", nargs="+", type=int, help=f"default {FULL_LENGTHS}")
     p.add_argument("--modes", nargs="+", choices=["greedy", "beam"], default=["greedy", "beam"])
-    p.add_argument("--preset", default="paper_copy", help="model size preset (the same for every mechanism)")
+    p.add_argument(
+        "--preset", default="paper_copy", help="model size preset (the same for every mechanism)"
+    )
     p.add_argument("--batch", type=int, help="sentences per batch (default 32; 4 with --quick)")
     p.add_argument("--beam", type=int, default=10, help="beam size of the beam mode")
     p.add_argument("--repeats", type=int, help="timed runs per cell (default 5; 3 with --quick)")
@@ -260,7 +333,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
+def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     """Run the benchmark; returns the paths written (csv, md, png)."""
     args = parse_args(argv)
     settings = (
@@ -269,7 +342,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
     )
     with announced(args.device, args.threads, settings) as header:
         rows = run(args)
-    return write_outputs(rows, args.output, "decode_speed", "Decode speed", header, settings, summarise, plot)
+    return write_outputs(
+        rows, args.output, "decode_speed", "Decode speed", header, settings, summarise, plot
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ It prints one JSON line:
 - ``probe_vs_timing``: the grid's trained models are also timed by the timing stage (one process
   each): how far the probe's figure was from it (median and worst relative error).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,17 +61,36 @@ def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
     ks = [2, 4, 8, 16, 32, 64, 128, 256]
     return {
         "name": "moo_bench",
-        "task": {"name": "copy", "vocab_size": 20, "max_length": 8, "train_size": 20000, "val_size": 100,
-                 "batch_size": 64},
+        "task": {
+            "name": "copy",
+            "vocab_size": 20,
+            "max_length": 8,
+            "train_size": 20000,
+            "val_size": 100,
+            "batch_size": 64,
+        },
         "model": {"preset": "tiny", "lr": 0.003, "val_beam_size": 1, "attention": "memory"},
         "grid": {"task.max_length": [8] if quick else [8, 16]},
-        "parameters": {"model.K": {"values": ks}, "model.position_encoding": {"values": [False, True]}},
+        "parameters": {
+            "model.K": {"values": ks},
+            "model.position_encoding": {"values": [False, True]},
+        },
         "num_samples": 8,
         "search": {"sampler": "tpe", "seed": 0},
-        "objectives": [{"name": "val/bleu", "goal": "maximize"}, {"name": "decode_seconds", "goal": "minimize"}],
-        "early_terminate": {"type": "pareto", "grace_period": 3, "reduction_factor": reduction_factor},
-        "trainer": {"max_steps": 450 if quick else 900, "val_check_interval": 50 if quick else 100,
-                    "gradient_clip_val": 1.0},
+        "objectives": [
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "decode_seconds", "goal": "minimize"},
+        ],
+        "early_terminate": {
+            "type": "pareto",
+            "grace_period": 3,
+            "reduction_factor": reduction_factor,
+        },
+        "trainer": {
+            "max_steps": 450 if quick else 900,
+            "val_check_interval": 50 if quick else 100,
+            "gradient_clip_val": 1.0,
+        },
         "resources": {"cpu": 1},
         "max_concurrent_trials": 2,
         "timing": {"enabled": False, "processes": 1},
@@ -80,13 +100,24 @@ def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
 
 def grid_study(search: dict[str, Any]) -> dict[str, Any]:
     """The same space as a grid: every (K, PE) trained to the end, one metric, FIFO."""
-    spec = {k: v for k, v in search.items() if k not in ("parameters", "objectives", "num_samples", "search",
-                                                         "early_terminate")}
+    spec = {
+        k: v
+        for k, v in search.items()
+        if k not in ("parameters", "objectives", "num_samples", "search", "early_terminate")
+    }
     model = {k: v for k, v in search["model"].items() if k != "attention"}
     spec["name"] = search["name"] + "_grid"
     spec["model"] = model
-    spec["grid"] = {**search["grid"], "model": [{"attention": "memory", "K": search["parameters"]["model.K"]["values"],
-                                                 "position_encoding": [False, True]}]}
+    spec["grid"] = {
+        **search["grid"],
+        "model": [
+            {
+                "attention": "memory",
+                "K": search["parameters"]["model.K"]["values"],
+                "position_encoding": [False, True],
+            }
+        ],
+    }
     spec["metric"] = {"name": "val/bleu", "goal": "maximize"}
     # the timing stage on every grid model: how close the probe's figure is to the final one
     spec["timing"] = {"enabled": True, "processes": 1, "max_seconds": 5.0}
@@ -98,12 +129,30 @@ def launch(spec: dict[str, Any], out: Path, log: Path, probe_table: Path | None 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(spec))
     env = {**os.environ, "WANDB_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    if probe_table is not None:  # the same decode figures for every run (sweeps.moo.probe.SHARED_TABLE_ENV)
+    if (
+        probe_table is not None
+    ):  # the same decode figures for every run (sweeps.moo.probe.SHARED_TABLE_ENV)
         env["SWEEPS_DECODE_PROBE_TABLE"] = str(probe_table)
     with open(log, "a") as f:
-        done = subprocess.run([sys.executable, str(ROOT / "sweeps/launch.py"), str(path), "--output", str(out),
-                               "--address", "local", "--num-cpus", "2", "--verbose", "0"],
-                              cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "sweeps/launch.py"),
+                str(path),
+                "--output",
+                str(out),
+                "--address",
+                "local",
+                "--num-cpus",
+                "2",
+                "--verbose",
+                "0",
+            ],
+            cwd=ROOT,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     if done.returncode != 0:
         raise SystemExit(f"{spec['name']} failed (exit {done.returncode}); see {log}")
 
@@ -116,16 +165,28 @@ def grid_points(grid_dir: Path, search_sweep: Any, table: Any) -> tuple[dict[str
     from sweeps.study import resolve_sections
 
     df = pd.read_csv(grid_dir / "results.csv")
-    base = {"task": search_sweep.spec.task, "model": search_sweep.spec.model,
-            "trainer": search_sweep.spec.trainer.model_dump()}
+    base = {
+        "task": search_sweep.spec.task,
+        "model": search_sweep.spec.model,
+        "trainer": search_sweep.spec.trainer.model_dump(),
+    }
     points: dict[str, list] = {}
     pairs = []
     for r in df.to_dict("records"):
-        task, model, _ = resolve_sections(base, {"task.max_length": int(r["length"]), "model.K": int(r["K"]),
-                                                 "model.position_encoding": bool(r["position_encoding"])})
+        task, model, _ = resolve_sections(
+            base,
+            {
+                "task.max_length": int(r["length"]),
+                "model.K": int(r["K"]),
+                "model.position_encoding": bool(r["position_encoding"]),
+            },
+        )
         estimate = table.estimate(task, model, int(r["seed"]))
         points.setdefault(str(int(r["length"])), []).append((float(r["val/bleu"]), estimate))
-        if r.get("decode_seconds") == r.get("decode_seconds") and r.get("decode_seconds") is not None:
+        if (
+            r.get("decode_seconds") == r.get("decode_seconds")
+            and r.get("decode_seconds") is not None
+        ):
             pairs.append((estimate, float(r["decode_seconds"])))
     return points, int(df["step"].sum()), pairs
 
@@ -153,7 +214,9 @@ def hv_ratio(search: dict[str, list], grid: dict[str, list]) -> float:
         ref = (0.0, 1.1 * max(d for _, d in pts))
         directions = ["maximize", "minimize"]
         hv_grid = hypervolume_2d([to_minimize(p, directions) for p in pts], ref)
-        hv_search = hypervolume_2d([to_minimize(p, directions) for p in search.get(length, [])], ref)
+        hv_search = hypervolume_2d(
+            [to_minimize(p, directions) for p in search.get(length, [])], ref
+        )
         ratios.append(hv_search / hv_grid if hv_grid > 0 else 1.0)
     return statistics.mean(ratios)
 
@@ -163,18 +226,31 @@ def agreement(pairs: list) -> dict[str, Any]:
     if not pairs:
         return {"models": 0}
     errors = sorted(abs(e - t) / t for e, t in pairs)
-    return {"models": len(pairs), "median_abs_rel_error": round(statistics.median(errors), 4),
-            "max_abs_rel_error": round(errors[-1], 4),
-            "mean_ratio_timed_over_probe": round(statistics.mean(t / e for e, t in pairs), 4)}
+    return {
+        "models": len(pairs),
+        "median_abs_rel_error": round(statistics.median(errors), 4),
+        "max_abs_rel_error": round(errors[-1], 4),
+        "mean_ratio_timed_over_probe": round(statistics.mean(t / e for e, t in pairs), 4),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/moo_search.py", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="one length (8), 450 steps: ~5 min on 2 cores")
+    p = argparse.ArgumentParser(
+        prog="benchmarks/moo_search.py", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="one length (8), 450 steps: ~5 min on 2 cores"
+    )
     p.add_argument("--seeds", type=int, default=3, help="search seeds (at least 3)")
-    p.add_argument("--reduction-factor", type=float, default=3,
-                   help="the rung rule's rf (3; Ray's ASHA and Optuna's successive halving default to 4)")
-    p.add_argument("--output", default="bench-out", help="folder for the runs (a moo_search/ subfolder)")
+    p.add_argument(
+        "--reduction-factor",
+        type=float,
+        default=3,
+        help="the rung rule's rf (3; Ray's ASHA and Optuna's successive halving default to 4)",
+    )
+    p.add_argument(
+        "--output", default="bench-out", help="folder for the runs (a moo_search/ subfolder)"
+    )
     args = p.parse_args(argv)
     if args.seeds < 3:
         p.error("--seeds: at least 3")
@@ -198,26 +274,43 @@ def main(argv: list[str] | None = None) -> int:
         run = out / f"seed{seed}"
         launch(spec, run, log, probe_dir / PROBE_FILE)
         pts, steps, sampled = search_points(run / spec["name"])
-        per_seed.append({"seed": seed, "hypervolume_ratio": round(hv_ratio(pts, grid), 4),
-                         "compute_fraction": round(steps / grid_steps, 4), "sampled": sampled,
-                         "finished": sum(map(len, pts.values())),
-                         # the rung rule's own share: steps used / steps had every sampled trial run to the end
-                         "stopping_fraction": round(steps / (sampled * spec["trainer"]["max_steps"]), 4)})
+        per_seed.append(
+            {
+                "seed": seed,
+                "hypervolume_ratio": round(hv_ratio(pts, grid), 4),
+                "compute_fraction": round(steps / grid_steps, 4),
+                "sampled": sampled,
+                "finished": sum(map(len, pts.values())),
+                # the rung rule's own share: steps used / steps had every sampled trial run to the end
+                "stopping_fraction": round(steps / (sampled * spec["trainer"]["max_steps"]), 4),
+            }
+        )
     ratios = [s["hypervolume_ratio"] for s in per_seed]
     fractions = [s["compute_fraction"] for s in per_seed]
     result = {
         "benchmark": "moo_search" + ("_quick" if args.quick else ""),
-        "hypervolume_ratio": {"mean": round(statistics.mean(ratios), 4), "min": round(min(ratios), 4)},
-        "compute_fraction": {"mean": round(statistics.mean(fractions), 4), "max": round(max(fractions), 4)},
+        "hypervolume_ratio": {
+            "mean": round(statistics.mean(ratios), 4),
+            "min": round(min(ratios), 4),
+        },
+        "compute_fraction": {
+            "mean": round(statistics.mean(fractions), 4),
+            "max": round(max(fractions), 4),
+        },
         "seeds": list(range(args.seeds)),
         "reduction_factor": args.reduction_factor,
-        "stopping_fraction": {"mean": round(statistics.mean(s["stopping_fraction"] for s in per_seed), 4)},
+        "stopping_fraction": {
+            "mean": round(statistics.mean(s["stopping_fraction"] for s in per_seed), 4)
+        },
         "wall_s": round(time.time() - started, 1),
         "per_seed": per_seed,
         "grid": {"architectures": sum(map(len, grid.values())), "training_steps": grid_steps},
         "probe_vs_timing": agreement(pairs),
-        "targets": {"hypervolume_ratio_min": TARGET_HV, "compute_fraction_max": TARGET_COMPUTE,
-                    "met": min(ratios) >= TARGET_HV and max(fractions) <= TARGET_COMPUTE},
+        "targets": {
+            "hypervolume_ratio_min": TARGET_HV,
+            "compute_fraction_max": TARGET_COMPUTE,
+            "met": min(ratios) >= TARGET_HV and max(fractions) <= TARGET_COMPUTE,
+        },
     }
     (out / "moo_search.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))

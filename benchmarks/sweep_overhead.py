@@ -24,6 +24,7 @@ and the machine and its load. With ``--rounds N`` every figure is the mean over 
 Per-trial phases come from each trial's ``phases.json``
 (:mod:`sweeps.phases`); the driver's from wrapping the launcher's own functions in its process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -45,6 +46,7 @@ TRIAL_PHASES = ("setup", "wandb_init", "checkpoint", "report", "heatmaps", "wand
 
 
 # -- the plain loop (one process per trial) -------------------------------------------------------
+
 
 def plain_trial(plan_file: str, out_file: str) -> None:
     """One trial in a plain Lightning loop: what the trial does, minus Ray, W&B and checkpoints."""
@@ -68,22 +70,50 @@ def plain_trial(plan_file: str, out_file: str) -> None:
     if isinstance(kw.get("val_check_interval"), int):
         kw.setdefault("check_val_every_n_epoch", None)
     kw.setdefault("max_epochs", -1)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, **kw)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kw,
+    )
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     fit = time.perf_counter() - t0
     bleu = float(trainer.callback_metrics.get("val/bleu", float("nan")))
-    Path(out_file).write_text(json.dumps({"entered": entered, "imported": imported, "setup": setup, "fit": fit,
-                                          "left": time.time(), "bleu": bleu, "cell": plan["cell"]}))
+    Path(out_file).write_text(
+        json.dumps(
+            {
+                "entered": entered,
+                "imported": imported,
+                "setup": setup,
+                "fit": fit,
+                "left": time.time(),
+                "bleu": bleu,
+                "cell": plan["cell"],
+            }
+        )
+    )
 
 
 def run_plain(sweep, concurrency: int, work: Path) -> tuple[float, list[dict[str, Any]]]:
     plans = []
     for i, p in enumerate(sweep.plans):
         f = work / f"plan{i}.json"
-        f.write_text(json.dumps({"cell": p.cell.name, "seed": p.seed, "task": p.task, "model": p.model,
-                                 "trainer": p.trainer, "cpu": sweep.spec.resources.cpu}))
+        f.write_text(
+            json.dumps(
+                {
+                    "cell": p.cell.name,
+                    "seed": p.seed,
+                    "task": p.task,
+                    "model": p.model,
+                    "trainer": p.trainer,
+                    "cpu": sweep.spec.resources.cpu,
+                }
+            )
+        )
         plans.append((f, work / f"plain{i}.json"))
     start = time.time()
     running: list[tuple[subprocess.Popen, float]] = []
@@ -94,7 +124,14 @@ def run_plain(sweep, concurrency: int, work: Path) -> tuple[float, list[dict[str
             plan_file, out_file = queue.pop(0)
             spawned.append(time.time())
             cmd = [sys.executable, __file__, "--plain-trial", str(plan_file), str(out_file)]
-            running.append((subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), spawned[-1]))
+            running.append(
+                (
+                    subprocess.Popen(
+                        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                    ),
+                    spawned[-1],
+                )
+            )
         time.sleep(0.05)
         for proc, t in list(running):
             if proc.poll() is not None:
@@ -107,6 +144,7 @@ def run_plain(sweep, concurrency: int, work: Path) -> tuple[float, list[dict[str
 
 
 # -- the launcher (its own process, its functions wrapped to time the driver's stages) -------------
+
 
 def launcher_child(out_file: str, argv: list[str]) -> int:
     started = time.time()
@@ -126,6 +164,7 @@ def launcher_child(out_file: str, argv: list[str]) -> int:
             finally:
                 stages[key + "_start"] = t0
                 stages[key + "_end"] = time.time()
+
         setattr(module, name, wrapper)
 
     timed(cluster, "init_ray", "ray_start")
@@ -134,20 +173,37 @@ def launcher_child(out_file: str, argv: list[str]) -> int:
     from sweeps import launch
 
     code = launch.main(argv)
-    Path(out_file).write_text(json.dumps({"started": started, "ended": time.time(), "stages": stages, "code": code}))
+    Path(out_file).write_text(
+        json.dumps({"started": started, "ended": time.time(), "stages": stages, "code": code})
+    )
     return code
 
 
 def run_launcher(spec: str, overrides: list[str], work: Path) -> tuple[float, dict[str, Any], Path]:
     out = work / "launcher"
-    argv = [spec, "--output", str(out), "--verbose", "0", "--address", "local", "--set", "timing.enabled=false"]
+    argv = [
+        spec,
+        "--output",
+        str(out),
+        "--verbose",
+        "0",
+        "--address",
+        "local",
+        "--set",
+        "timing.enabled=false",
+    ]
     for o in overrides:
         argv += ["--set", o]
     record = work / "launcher.json"
     env = dict(os.environ, WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0")
     start = time.time()
-    proc = subprocess.run([sys.executable, __file__, "--launcher-child", str(record), "--", *argv], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--launcher-child", str(record), "--", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     wall = time.time() - start
     if proc.returncode != 0:
         raise SystemExit(f"launcher failed ({proc.returncode}):\n{proc.stdout.decode()[-3000:]}")
@@ -156,6 +212,7 @@ def run_launcher(spec: str, overrides: list[str], work: Path) -> tuple[float, di
 
 
 # -- the breakdown ------------------------------------------------------------------------------
+
 
 def trial_records(out: Path) -> list[dict[str, Any]]:
     from sweeps.phases import PHASES_FILE
@@ -175,17 +232,27 @@ def slot_gaps(records: list[dict[str, Any]], first_free: float, concurrency: int
     return gaps
 
 
-def breakdown(plain_s: float, plain: list[dict], launcher_s: float, info: dict, trials: list[dict],
-              concurrency: int) -> tuple[dict[str, float], dict[str, float]]:
+def breakdown(
+    plain_s: float,
+    plain: list[dict],
+    launcher_s: float,
+    info: dict,
+    trials: list[dict],
+    concurrency: int,
+) -> tuple[dict[str, float], dict[str, float]]:
     st = info["stages"]
     c = float(concurrency)
     per_trial: dict[str, float] = {}
     parts: dict[str, float] = {}
     # driver before the Tune run: process start, imports, spec, data preparation (Ray's start apart)
-    parts["driver_start_s"] = st["tune_start"] - info["spawned"] - (st["ray_start_end"] - st["ray_start_start"])
+    parts["driver_start_s"] = (
+        st["tune_start"] - info["spawned"] - (st["ray_start_end"] - st["ray_start_start"])
+    )
     parts["ray_start_s"] = st["ray_start_end"] - st["ray_start_start"]
     gaps = slot_gaps(trials, st["tune_start"], concurrency)
-    plain_gaps = [r["entered"] - r["spawned"] + (r["imported"] - r["entered"]) for r in plain]  # process start + imports
+    plain_gaps = [
+        r["entered"] - r["spawned"] + (r["imported"] - r["entered"]) for r in plain
+    ]  # process start + imports
     per_trial["worker_start"] = sum(gaps) / max(1, len(gaps))
     per_trial["plain_process_start"] = sum(plain_gaps) / max(1, len(plain_gaps))
     parts["worker_start_s"] = (sum(gaps) - sum(plain_gaps)) / c
@@ -193,44 +260,73 @@ def breakdown(plain_s: float, plain: list[dict], launcher_s: float, info: dict, 
         total = sum(t["phases"].get(name, 0.0) for t in trials)
         per_trial[name] = total / max(1, len(trials))
         parts[f"{name}_s"] = total / c
-    parts["setup_s"] -= sum(r["setup"] for r in plain) / c  # the plain loop builds data and model too
-    fit_l = sum(t["phases"].get("fit", 0.0) - t["phases"].get("checkpoint", 0.0) - t["phases"].get("report", 0.0)
-                for t in trials)
+    parts["setup_s"] -= (
+        sum(r["setup"] for r in plain) / c
+    )  # the plain loop builds data and model too
+    fit_l = sum(
+        t["phases"].get("fit", 0.0)
+        - t["phases"].get("checkpoint", 0.0)
+        - t["phases"].get("report", 0.0)
+        for t in trials
+    )
     fit_p = sum(r["fit"] for r in plain)
-    per_trial["training_launcher"], per_trial["training_plain"] = fit_l / max(1, len(trials)), fit_p / max(1, len(plain))
-    parts["slower_training_s"] = (fit_l - fit_p) / c  # CPU taken by Ray's and W&B's processes, per-step logging
-    parts["tune_end_s"] = st["tune_end"] - max(t["left"] for t in trials)  # Tune's teardown, reading results back
-    parts["results_and_report_s"] = info["ended"] - st["tune_end"]  # results.csv, results.md, plots, W&B checks
+    per_trial["training_launcher"], per_trial["training_plain"] = (
+        fit_l / max(1, len(trials)),
+        fit_p / max(1, len(plain)),
+    )
+    parts["slower_training_s"] = (
+        fit_l - fit_p
+    ) / c  # CPU taken by Ray's and W&B's processes, per-step logging
+    parts["tune_end_s"] = st["tune_end"] - max(
+        t["left"] for t in trials
+    )  # Tune's teardown, reading results back
+    parts["results_and_report_s"] = (
+        info["ended"] - st["tune_end"]
+    )  # results.csv, results.md, plots, W&B checks
     parts["process_exit_s"] = (info["spawned"] + launcher_s) - info["ended"]
     difference = launcher_s - plain_s
     named = sum(parts.values())
     parts["other_s"] = difference - named  # packing, the approximation of dividing by concurrency
-    return {k: round(v, 2) for k, v in parts.items()}, {k: round(v, 2) for k, v in per_trial.items()}
+    return {k: round(v, 2) for k, v in parts.items()}, {
+        k: round(v, 2) for k, v in per_trial.items()
+    }
 
 
-def load_average() -> Optional[list[float]]:
+def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--spec", default="sweeps/quickstart.yaml")
-    p.add_argument("--quick", action="store_true", help="300 steps on 4,000 sequences per trial (about a minute each way)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="300 steps on 4,000 sequences per trial (about a minute each way)",
+    )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--keep", type=Path, help="keep the runs' files here (default: a temporary folder)")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="measure N times, the order alternating (plain first, then launcher first, ...): a machine "
-                        "whose load changes during the run favours neither; the figures are the rounds' means")
+    p.add_argument(
+        "--keep", type=Path, help="keep the runs' files here (default: a temporary folder)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure N times, the order alternating (plain first, then launcher first, ...): a machine "
+        "whose load changes during the run favours neither; the figures are the rounds' means",
+    )
     args = p.parse_args(argv)
     from benchmarks._machine import cpu_model
     from sweeps.study import load_spec
 
     overrides = (QUICK if args.quick else []) + args.overrides
     sweep = load_spec(args.spec, overrides=overrides + ["timing.enabled=false"])
-    concurrency = max(1, min(len(sweep.plans), int((os.cpu_count() or 1) // sweep.spec.resources.cpu)))
+    concurrency = max(
+        1, min(len(sweep.plans), int((os.cpu_count() or 1) // sweep.spec.resources.cpu))
+    )
     load_before = load_average()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="sweep-overhead-") as tmp:
@@ -245,12 +341,16 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                 plain_s, plain = run_plain(sweep, concurrency, work)
             trials = trial_records(out)
             if len(trials) != len(plain):
-                raise SystemExit(f"found {len(trials)} phases.json for {len(plain)} trials under {out}")
+                raise SystemExit(
+                    f"found {len(trials)} phases.json for {len(plain)} trials under {out}"
+                )
             parts, per_trial = breakdown(plain_s, plain, launcher_s, info, trials, concurrency)
             import csv
 
             rows = list(csv.DictReader((out / sweep.name / "results.csv").open()))
-            rounds.append((launcher_s / plain_s, plain_s, launcher_s, plain, parts, per_trial, rows))
+            rounds.append(
+                (launcher_s / plain_s, plain_s, launcher_s, plain, parts, per_trial, rows)
+            )
     ratios = [x[0] for x in rounds]
     n = len(rounds)
     plain_s, launcher_s = sum(x[1] for x in rounds) / n, sum(x[2] for x in rounds) / n
@@ -268,7 +368,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "trials": len(plain),
         "concurrency": concurrency,
         "bleu_plain": {r["cell"]: round(r["bleu"], 2) for r in plain},
-        "bleu_launcher": {r["cell"]: round(float(r["val/bleu"]), 2) for r in rows if r.get("val/bleu")},
+        "bleu_launcher": {
+            r["cell"]: round(float(r["val/bleu"]), 2) for r in rows if r.get("val/bleu")
+        },
         "spec": args.spec,
         "overrides": overrides,
         "machine": f"{cpu_model()}, {os.cpu_count()} logical cores",

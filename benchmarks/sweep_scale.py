@@ -21,6 +21,7 @@ and the ratio of bytes per trial N=max / N=min (linear growth: near 1.0). ``--dr
 times ``launch.py --dry-run`` of a study of that many cells in a fresh process, cold and then warm
 (sweeps/study/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,9 +72,17 @@ def stand_in_trial(config: dict[str, Any], settings) -> None:
 
     plan = settings.plan(config)  # what a real trial does first
     ctx = ray.get_runtime_context()
-    metrics = {"val/bleu": float(plan.model["K"]), "val/loss": 1.0, "val/token_acc": 0.5,
-               "val/decode_seconds": 0.01, "step": plan.trainer["max_steps"], "epoch": 0,
-               "train_time_s": 0.1, "node_id": ctx.get_node_id(), "gpu_ids": ",".join(map(str, ray.get_gpu_ids()))}
+    metrics = {
+        "val/bleu": float(plan.model["K"]),
+        "val/loss": 1.0,
+        "val/token_acc": 0.5,
+        "val/decode_seconds": 0.01,
+        "step": plan.trainer["max_steps"],
+        "epoch": 0,
+        "train_time_s": 0.1,
+        "node_id": ctx.get_node_id(),
+        "gpu_ids": ",".join(map(str, ray.get_gpu_ids())),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "checkpoint.ckpt").write_bytes(b"x")
         Path(tmp, "trial_state.json").write_text(json.dumps({"train_time_s": 0.1}))
@@ -84,7 +93,9 @@ def folder_bytes(path: Path) -> int:
     """Bytes under ``path``, checkpoint folders excluded."""
     total = 0
     for p in path.rglob("*"):
-        if p.is_file() and not any(part.startswith("checkpoint_") for part in p.relative_to(path).parts):
+        if p.is_file() and not any(
+            part.startswith("checkpoint_") for part in p.relative_to(path).parts
+        ):
             total += p.stat().st_size
     return total
 
@@ -107,12 +118,16 @@ def run_one(n: int, out: Path) -> dict[str, Any]:
     rss_before = peak_rss_mb()
     start = time.perf_counter()
     with redirect_stdout(io.StringIO()):  # the study's console: not what is measured
-        grid = run_tune(sweep, paths, settings, fit, resume=False, verbose=1, trainable_fn=stand_in_trial)
+        grid = run_tune(
+            sweep, paths, settings, fit, resume=False, verbose=1, trainable_fn=stand_in_trial
+        )
     rows = result_rows(grid, settings.plan, sweep.spec.parameters)
     write_results_csv(rows, out / sweep.name)
     seconds = time.perf_counter() - start
     rss_after = peak_rss_mb()
-    assert len(rows) == n and all(r["status"] == "done" for r in rows), "every stand-in trial finished"
+    assert len(rows) == n and all(r["status"] == "done" for r in rows), (
+        "every stand-in trial finished"
+    )
     stored = folder_bytes(out / sweep.name)
     return {
         "trials": n,
@@ -141,23 +156,51 @@ def dry_run_seconds(cells: int, tmp: Path) -> dict[str, Any]:
     walls = []
     for _ in ("cold", "warm"):
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--dry-run"],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--dry-run"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         walls.append(time.perf_counter() - t0)
         assert done.returncode == 0, done.stderr
         assert f"{cells} trials" in done.stdout
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import lightning.pytorch, datamodules.copy_task, lightning_modules.module"],
-                   cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import lightning.pytorch, datamodules.copy_task, lightning_modules.module",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
     imports = time.perf_counter() - t0
-    return {"cells": cells, "dry_run_seconds": walls[1], "dry_run_cold_seconds": walls[0], "import_seconds": imports}
+    return {
+        "cells": cells,
+        "dry_run_seconds": walls[1],
+        "dry_run_cold_seconds": walls[0],
+        "import_seconds": imports,
+    }
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, nargs="+", default=[100, 1000], help="study sizes N (default 100 1000)")
-    p.add_argument("--dry-run-cells", type=int, default=10_000, help="cells of the timed dry run (0: skip)")
-    p.add_argument("--output", type=Path, default=Path("bench-out"), help="where sweep_scale.csv/.md go")
+    p.add_argument(
+        "--trials",
+        type=int,
+        nargs="+",
+        default=[100, 1000],
+        help="study sizes N (default 100 1000)",
+    )
+    p.add_argument(
+        "--dry-run-cells", type=int, default=10_000, help="cells of the timed dry run (0: skip)"
+    )
+    p.add_argument(
+        "--output", type=Path, default=Path("bench-out"), help="where sweep_scale.csv/.md go"
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -175,15 +218,28 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         import ray
         from ray.cluster_utils import Cluster
 
-        say(f"starting a simulated cluster: {NODES} nodes x {CPUS_PER_NODE} CPUs, {GPUS_PER_NODE} fake GPUs ...")
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": CPUS_PER_NODE, "num_gpus": GPUS_PER_NODE, "object_store_memory": 80 * 2**20,
-            "include_dashboard": False,
-        })
+        say(
+            f"starting a simulated cluster: {NODES} nodes x {CPUS_PER_NODE} CPUs, {GPUS_PER_NODE} fake GPUs ..."
+        )
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": CPUS_PER_NODE,
+                "num_gpus": GPUS_PER_NODE,
+                "object_store_memory": 80 * 2**20,
+                "include_dashboard": False,
+            },
+        )
         for _ in range(NODES - 1):
-            cluster.add_node(num_cpus=CPUS_PER_NODE, num_gpus=GPUS_PER_NODE, object_store_memory=80 * 2**20)
+            cluster.add_node(
+                num_cpus=CPUS_PER_NODE, num_gpus=GPUS_PER_NODE, object_store_memory=80 * 2**20
+            )
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}, log_to_driver=False)
+        ray.init(
+            address=cluster.address,
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+            log_to_driver=False,
+        )
         try:
             for n in args.trials:
                 say(f"N={n}: running {n} stand-in trials ...")
@@ -200,13 +256,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             cluster.shutdown()
         if len(rows) > 1:
             ratio = rows[-1]["bytes_per_trial"] / rows[0]["bytes_per_trial"]
-            say(f"bytes per trial, N={rows[-1]['trials']} / N={rows[0]['trials']}: {ratio:.2f} (linear growth: near 1.0)")
+            say(
+                f"bytes per trial, N={rows[-1]['trials']} / N={rows[0]['trials']}: {ratio:.2f} (linear growth: near 1.0)"
+            )
     if args.dry_run_cells:
         d = dry_run_seconds(args.dry_run_cells, tmp)
-        say(f"--dry-run of a {d['cells']}-cell study, fresh process: {d['dry_run_seconds']:.1f} s wall with the "
+        say(
+            f"--dry-run of a {d['cells']}-cell study, fresh process: {d['dry_run_seconds']:.1f} s wall with the "
             f"signature cache warm (every run after the first), {d['dry_run_cold_seconds']:.1f} s cold (the first "
             f"after a change to lightning_modules/ or datamodules/: imports torch and Lightning, "
-            f"{d['import_seconds']:.1f} s of it measured alone)")
+            f"{d['import_seconds']:.1f} s of it measured alone)"
+        )
         rows.append(d)
     from _machine import write_csv
 

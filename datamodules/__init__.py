@@ -3,6 +3,7 @@
 The classes are imported on first use, so ``python -m datamodules.wmt17 fetch`` and the fetch
 module (:mod:`datamodules.wmt17_fetch`, standard library + numpy) load nothing they do not need.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -12,6 +12,7 @@ Cache layout under ``cache_dir``::
     tok-<key>/offsets.bin                    int64 (n_lines + 1,), line i is tokens[off[i]:off[i+1]]
     tok-<key>/meta.json                      n_lines, n_tokens, dtype, source file, model key
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ import re
 import shutil
 import tempfile
 import time
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -122,9 +123,15 @@ def bpe_cache_key(
     """Key of the shared model: content of the training files (order-free), size and options."""
     prints = sorted(file_fingerprint(p) for p in train_files)  # en-de and de-en share one model
     spec = dict(
-        fmt=CACHE_FORMAT, files=prints, vocab_size=vocab_size, model_type=model_type,
-        character_coverage=character_coverage, sample_sentences=sample_sentences,
-        ids=[PAD_ID, BOS_ID, EOS_ID, UNK_ID], normalization="identity", byte_fallback=True,
+        fmt=CACHE_FORMAT,
+        files=prints,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        sample_sentences=sample_sentences,
+        ids=[PAD_ID, BOS_ID, EOS_ID, UNK_ID],
+        normalization="identity",
+        byte_fallback=True,
     )
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -136,7 +143,7 @@ def ensure_bpe_model(
     model_type: str = "bpe",
     character_coverage: float = 0.9995,
     sample_sentences: int = 2_000_000,
-    num_threads: Optional[int] = None,
+    num_threads: int | None = None,
     seed: int = 0,
 ) -> tuple[str, bool]:
     """Train (once) a shared sentencepiece model on ``train_files`` or reuse the cached one.
@@ -169,23 +176,44 @@ def ensure_bpe_model(
                 inputs = {"input": ",".join(train_files)}
             t0 = time.perf_counter()
             spm.set_random_generator_seed(seed)
-            _train_sentencepiece(spm, vocab_size,
-                **inputs, model_prefix=prefix, model_type=model_type,
-                character_coverage=character_coverage, byte_fallback=True,
-                normalization_rule_name="identity", remove_extra_whitespaces=False,
-                add_dummy_prefix=True, hard_vocab_limit=False,
-                pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-                pad_piece=PIECES[PAD_ID], bos_piece=PIECES[BOS_ID], eos_piece=PIECES[EOS_ID], unk_piece=PIECES[UNK_ID],
-                input_sentence_size=sample_sentences, shuffle_input_sentence=True,
-                num_threads=threads, minloglevel=2,
+            _train_sentencepiece(
+                spm,
+                vocab_size,
+                **inputs,
+                model_prefix=prefix,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                byte_fallback=True,
+                normalization_rule_name="identity",
+                remove_extra_whitespaces=False,
+                add_dummy_prefix=True,
+                hard_vocab_limit=False,
+                pad_id=PAD_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                unk_id=UNK_ID,
+                pad_piece=PIECES[PAD_ID],
+                bos_piece=PIECES[BOS_ID],
+                eos_piece=PIECES[EOS_ID],
+                unk_piece=PIECES[UNK_ID],
+                input_sentence_size=sample_sentences,
+                shuffle_input_sentence=True,
+                num_threads=threads,
+                minloglevel=2,
             )
             # the .vocab first: whoever sees the .model may rely on both being there
             os.replace(prefix + ".vocab", final[: -len(".model")] + ".vocab")
             os.replace(prefix + ".model", final)
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
-        log.info("trained %s BPE (vocab %d) on %s in %.1fs -> %s", model_type, vocab_size,
-                 ", ".join(train_files), time.perf_counter() - t0, final)
+        log.info(
+            "trained %s BPE (vocab %d) on %s in %.1fs -> %s",
+            model_type,
+            vocab_size,
+            ", ".join(train_files),
+            time.perf_counter() - t0,
+            final,
+        )
     return final, False
 
 
@@ -197,9 +225,10 @@ def _train_sentencepiece(spm, vocab_size: int, **options) -> None:
         needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(err))
         if needed is None:
             raise
-        raise ValueError(f"vocab_size={vocab_size} is too small for this corpus: its characters and "
-                         f"the special/byte pieces need at least {needed.group(1)}; raise vocab_size"
-                         ) from None
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small for this corpus: its characters and "
+            f"the special/byte pieces need at least {needed.group(1)}; raise vocab_size"
+        ) from None
 
 
 def _chain_lines(paths: Sequence[str]) -> Iterator[str]:
@@ -231,15 +260,23 @@ class TokenizedCorpus:
         self.n_lines: int = int(self.meta["n_lines"])
         self.n_tokens: int = int(self.meta["n_tokens"])
         self.dtype = np.dtype(self.meta["dtype"])
-        self._tokens: Optional[np.ndarray] = None
-        self._offsets: Optional[np.ndarray] = None
+        self._tokens: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
 
     def _open(self) -> None:
-        self._offsets = np.memmap(os.path.join(self.directory, "offsets.bin"), dtype=np.int64,
-                                  mode="r", shape=(self.n_lines + 1,))
+        self._offsets = np.memmap(
+            os.path.join(self.directory, "offsets.bin"),
+            dtype=np.int64,
+            mode="r",
+            shape=(self.n_lines + 1,),
+        )
         if self.n_tokens:
-            self._tokens = np.memmap(os.path.join(self.directory, "tokens.bin"), dtype=self.dtype,
-                                     mode="r", shape=(self.n_tokens,))
+            self._tokens = np.memmap(
+                os.path.join(self.directory, "tokens.bin"),
+                dtype=self.dtype,
+                mode="r",
+                shape=(self.n_tokens,),
+            )
         else:  # np.memmap refuses empty files
             self._tokens = np.zeros(0, dtype=self.dtype)
 
@@ -266,7 +303,7 @@ class TokenizedCorpus:
 
     def __getitem__(self, i: int) -> np.ndarray:
         off = self.offsets
-        return self.tokens[off[i]: off[i + 1]]
+        return self.tokens[off[i] : off[i + 1]]
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -285,7 +322,7 @@ def ensure_encoded(
     model_path: str,
     cache_dir: str,
     chunk_lines: int = 50_000,
-    num_threads: Optional[int] = None,
+    num_threads: int | None = None,
 ) -> tuple[TokenizedCorpus, bool]:
     """Encode ``text_path`` with the model into the binary cache once; reuse it afterwards.
 
@@ -297,7 +334,7 @@ def ensure_encoded(
     Returns:
         (the corpus, True if it was a cache hit)
     """
-    model_key = os.path.basename(model_path)[len("bpe-"): -len(".model")]
+    model_key = os.path.basename(model_path)[len("bpe-") : -len(".model")]
     final = token_cache_dir(cache_dir, model_key, text_path)
     if os.path.exists(os.path.join(final, "meta.json")):
         return TokenizedCorpus(final), True
@@ -311,9 +348,14 @@ def ensure_encoded(
         try:
             t0 = time.perf_counter()
             n_lines, n_tokens = _encode_stream(sp, text_path, tmp, dtype, chunk_lines, threads)
-            meta = dict(n_lines=n_lines, n_tokens=n_tokens, dtype=np.dtype(dtype).name,
-                        source=os.path.abspath(text_path), model=os.path.abspath(model_path),
-                        format=CACHE_FORMAT)
+            meta = dict(
+                n_lines=n_lines,
+                n_tokens=n_tokens,
+                dtype=np.dtype(dtype).name,
+                source=os.path.abspath(text_path),
+                model=os.path.abspath(model_path),
+                format=CACHE_FORMAT,
+            )
             with open(os.path.join(tmp, "meta.json"), "w") as fh:
                 json.dump(meta, fh, indent=1)
             if os.path.exists(final):  # a crashed writer's leftover without meta.json
@@ -323,16 +365,26 @@ def ensure_encoded(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         secs = time.perf_counter() - t0
-        log.info("encoded %s: %d lines, %d tokens in %.1fs (%.0f lines/s) -> %s", text_path,
-                 n_lines, n_tokens, secs, n_lines / max(secs, 1e-9), final)
+        log.info(
+            "encoded %s: %d lines, %d tokens in %.1fs (%.0f lines/s) -> %s",
+            text_path,
+            n_lines,
+            n_tokens,
+            secs,
+            n_lines / max(secs, 1e-9),
+            final,
+        )
     return TokenizedCorpus(final), False
 
 
-def _encode_stream(sp, text_path: str, out_dir: str, dtype, chunk_lines: int,
-                   threads: int) -> tuple[int, int]:
+def _encode_stream(
+    sp, text_path: str, out_dir: str, dtype, chunk_lines: int, threads: int
+) -> tuple[int, int]:
     n_lines = n_tokens = 0
-    with open(os.path.join(out_dir, "tokens.bin"), "wb") as tok_fh, \
-            open(os.path.join(out_dir, "offsets.bin"), "wb") as off_fh:
+    with (
+        open(os.path.join(out_dir, "tokens.bin"), "wb") as tok_fh,
+        open(os.path.join(out_dir, "offsets.bin"), "wb") as off_fh,
+    ):
         off_fh.write(np.zeros(1, dtype=np.int64).tobytes())
         chunk: list[str] = []
         for line in iter_lines(text_path):
@@ -347,8 +399,15 @@ def _encode_stream(sp, text_path: str, out_dir: str, dtype, chunk_lines: int,
     return n_lines, n_tokens
 
 
-def _write_chunk(sp, lines: list[str], tok_fh: io.BufferedWriter, off_fh: io.BufferedWriter,
-                 dtype, start: int, threads: int) -> int:
+def _write_chunk(
+    sp,
+    lines: list[str],
+    tok_fh: io.BufferedWriter,
+    off_fh: io.BufferedWriter,
+    dtype,
+    start: int,
+    threads: int,
+) -> int:
     lines = [line if line and not line.isspace() else "" for line in lines]  # blank = empty
     ids = sp.encode(lines, out_type=int, num_threads=threads)
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (chunk,)

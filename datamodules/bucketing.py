@@ -5,10 +5,11 @@ Use the sampler as a DataLoader ``batch_sampler`` and keep Lightning from swappi
 from ``torch.distributed`` when initialised, or given explicitly), and Lightning's per-epoch
 ``set_epoch`` call reaches it through its ``sampler`` attribute.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -27,8 +28,13 @@ class ParallelTokenDataset(Dataset):
         references: tokenized reference text for every original line (eval splits), or None.
     """
 
-    def __init__(self, src: TokenizedCorpus, tgt: TokenizedCorpus, keep: np.ndarray,
-                 references: Optional[Sequence[str]] = None) -> None:
+    def __init__(
+        self,
+        src: TokenizedCorpus,
+        tgt: TokenizedCorpus,
+        keep: np.ndarray,
+        references: Sequence[str] | None = None,
+    ) -> None:
         self.src = src
         self.tgt = tgt
         # int32 halves the footprint at 52M pairs (and in spawned DataLoader workers)
@@ -40,14 +46,17 @@ class ParallelTokenDataset(Dataset):
     def __len__(self) -> int:
         return len(self.keep)
 
-    def __getitem__(self, j: int) -> tuple[np.ndarray, np.ndarray, int, Optional[str]]:
+    def __getitem__(self, j: int) -> tuple[np.ndarray, np.ndarray, int, str | None]:
         line = int(self.keep[j])
         ref = self.references[line] if self.references is not None else None
         return self.src[line], self.tgt[line], line, ref
 
 
-def collate_pairs(items: list[tuple[np.ndarray, np.ndarray, int, Optional[str]]],
-                  pad_id: int = PAD_ID, eos_id: int = EOS_ID) -> dict:
+def collate_pairs(
+    items: list[tuple[np.ndarray, np.ndarray, int, str | None]],
+    pad_id: int = PAD_ID,
+    eos_id: int = EOS_ID,
+) -> dict:
     """Pad a list of dataset items into the batch dict of docs/CONTRACTS.md.
 
     Returns:
@@ -65,8 +74,13 @@ def collate_pairs(items: list[tuple[np.ndarray, np.ndarray, int, Optional[str]]]
         src[k, len(s)] = eos_id
         tgt[k, : len(t)] = torch.from_numpy(t.astype(np.int64))
         tgt[k, len(t)] = eos_id
-    batch = dict(src=src, src_lengths=src_len, tgt=tgt, tgt_lengths=tgt_len,
-                 indices=torch.tensor([i for _, _, i, _ in items], dtype=torch.long))  # (B,)
+    batch = dict(
+        src=src,
+        src_lengths=src_len,
+        tgt=tgt,
+        tgt_lengths=tgt_len,
+        indices=torch.tensor([i for _, _, i, _ in items], dtype=torch.long),
+    )  # (B,)
     if items and items[0][3] is not None:
         batch["references"] = [r for _, _, _, r in items]
     return batch
@@ -75,7 +89,7 @@ def collate_pairs(items: list[tuple[np.ndarray, np.ndarray, int, Optional[str]]]
 class _EpochHook:
     """What Lightning finds at ``batch_sampler.sampler``: forwards ``set_epoch``."""
 
-    def __init__(self, owner: "TokenBucketBatchSampler") -> None:
+    def __init__(self, owner: TokenBucketBatchSampler) -> None:
         self.owner = owner
 
     def set_epoch(self, epoch: int) -> None:
@@ -101,13 +115,26 @@ class TokenBucketBatchSampler:
         rank, world_size: shard; default from ``torch.distributed`` if initialised, else 0 / 1.
     """
 
-    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray,
-                 batch_tokens: Optional[int] = None, batch_size: Optional[int] = None,
-                 shuffle: bool = True, seed: int = 0, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, max_sentences: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        src_lengths: np.ndarray,
+        tgt_lengths: np.ndarray,
+        batch_tokens: int | None = None,
+        batch_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        max_sentences: int | None = None,
+    ) -> None:
         if (batch_tokens is None) == (batch_size is None):
             raise ValueError("give exactly one of batch_tokens and batch_size")
-        if batch_tokens is not None and batch_tokens < 1 or batch_size is not None and batch_size < 1:
+        if (
+            batch_tokens is not None
+            and batch_tokens < 1
+            or batch_size is not None
+            and batch_size < 1
+        ):
             raise ValueError("batch_tokens / batch_size must be positive")
         self.src_lengths = np.asarray(src_lengths)  # (N,) int
         self.tgt_lengths = np.asarray(tgt_lengths)  # (N,) int
@@ -115,8 +142,11 @@ class TokenBucketBatchSampler:
             raise ValueError("src_lengths and tgt_lengths differ in size")
         if world_size is None or rank is None:
             dist_on = torch.distributed.is_available() and torch.distributed.is_initialized()
-            world_size = world_size if world_size is not None else (
-                torch.distributed.get_world_size() if dist_on else 1)
+            world_size = (
+                world_size
+                if world_size is not None
+                else (torch.distributed.get_world_size() if dist_on else 1)
+            )
             rank = rank if rank is not None else (torch.distributed.get_rank() if dist_on else 0)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -129,7 +159,7 @@ class TokenBucketBatchSampler:
         self.world_size = world_size
         self.epoch = 0
         self.sampler = _EpochHook(self)
-        self._batches: Optional[list[np.ndarray]] = None
+        self._batches: list[np.ndarray] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -143,13 +173,16 @@ class TokenBucketBatchSampler:
             if self.fixed_batch_size is not None:
                 bounds = list(range(0, n, self.fixed_batch_size)) + [n]
             else:
-                bounds = _greedy_bounds(self.src_lengths[order].tolist(),
-                                        self.tgt_lengths[order].tolist(), self.batch_tokens,
-                                        self.max_sentences or n)
+                bounds = _greedy_bounds(
+                    self.src_lengths[order].tolist(),
+                    self.tgt_lengths[order].tolist(),
+                    self.batch_tokens,
+                    self.max_sentences or n,
+                )
             self._batches = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return self._batches
 
-    def all_batches(self, epoch: Optional[int] = None) -> list[np.ndarray]:
+    def all_batches(self, epoch: int | None = None) -> list[np.ndarray]:
         """Every batch of the epoch before sharding (int64 arrays of positions)."""
         batches = self._composition()
         if not self.shuffle:
@@ -158,15 +191,16 @@ class TokenBucketBatchSampler:
         perm = np.random.default_rng([self.seed, epoch]).permutation(len(batches))
         return [batches[k] for k in perm]
 
-    def rank_batches(self, epoch: Optional[int] = None) -> list[np.ndarray]:
+    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
         """This rank's batches of the epoch (equal count on every rank)."""
         batches = self.all_batches(epoch)
         if self.world_size == 1 or not batches:
             return batches
         per_rank = math.ceil(len(batches) / self.world_size)
-        padded = batches + [batches[k % len(batches)]
-                            for k in range(per_rank * self.world_size - len(batches))]
-        return padded[self.rank:: self.world_size]
+        padded = batches + [
+            batches[k % len(batches)] for k in range(per_rank * self.world_size - len(batches))
+        ]
+        return padded[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[list[int]]:
         for b in self.rank_batches():

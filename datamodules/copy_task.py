@@ -9,20 +9,21 @@ in ``[min_length, max_length]`` (an empty sequence becomes just EOS). Each split
 its own seed derived from ``seed`` (``numpy.random.SeedSequence(seed).spawn(3)``), as one flat
 token array plus offsets, so 100k examples take milliseconds.
 """
+
 from __future__ import annotations
 
-from typing import Annotated, Iterator, Sequence
-
-from annotated_types import Ge
-
-from .ranges import check_ranges
-from .resumable import EpochRandomSampler, ResumableDataLoader
-from .vocab import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, UNK_ID, ids_to_text
+from collections.abc import Iterator, Sequence
+from typing import Annotated
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from annotated_types import Ge
 from torch.utils.data import DataLoader, Dataset
+
+from .ranges import check_ranges
+from .resumable import EpochRandomSampler, ResumableDataLoader
+from .vocab import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, UNK_ID, ids_to_text
 
 SPLITS = ("train", "val", "test")
 
@@ -37,11 +38,13 @@ class CopyDataset(Dataset):
     @classmethod
     def generate(
         cls, size: int, vocab_size: int, min_length: int, max_length: int, rng: np.random.Generator
-    ) -> "CopyDataset":
+    ) -> CopyDataset:
         lengths = rng.integers(min_length, max_length + 1, size=size)  # (N,)
         offsets = np.zeros(size + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        tokens = rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + vocab_size, size=int(offsets[-1]), dtype=np.int64)
+        tokens = rng.integers(
+            FIRST_SYMBOL, FIRST_SYMBOL + vocab_size, size=int(offsets[-1]), dtype=np.int64
+        )
         return cls(tokens, offsets)
 
     def __len__(self) -> int:
@@ -77,7 +80,9 @@ class LengthBucketBatchSampler:
     ``set_epoch``, so :class:`~datamodules.resumable.ResumableDataLoader` resumes it exactly.
     """
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, pool_batches: int = 100) -> None:
+    def __init__(
+        self, lengths: np.ndarray, batch_size: int, seed: int = 0, pool_batches: int = 100
+    ) -> None:
         self.lengths = np.asarray(lengths)
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -92,9 +97,11 @@ class LengthBucketBatchSampler:
         perm = rng.permutation(len(self.lengths))
         out: list[list[int]] = []
         for start in range(0, len(perm), self.pool):
-            pool = perm[start:start + self.pool]
+            pool = perm[start : start + self.pool]
             pool = pool[np.argsort(self.lengths[pool], kind="stable")]
-            out += [pool[i:i + self.batch_size].tolist() for i in range(0, len(pool), self.batch_size)]
+            out += [
+                pool[i : i + self.batch_size].tolist() for i in range(0, len(pool), self.batch_size)
+            ]
         return [out[i] for i in rng.permutation(len(out))]
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -175,17 +182,23 @@ class CopyTaskDataModule(pl.LightningDataModule):
         if not self.datasets:
             self.setup()
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if shuffle and self.bucket_batches and not distributed:  # batches of similar lengths, (seed, epoch)
+        if (
+            shuffle and self.bucket_batches and not distributed
+        ):  # batches of similar lengths, (seed, epoch)
             dataset = self.datasets[split]
             return ResumableDataLoader(
                 dataset,
-                batch_sampler=LengthBucketBatchSampler(dataset.lengths(), self.batch_size, seed=self.seed),
+                batch_sampler=LengthBucketBatchSampler(
+                    dataset.lengths(), self.batch_size, seed=self.seed
+                ),
                 generator=torch.Generator().manual_seed(self.seed),
                 collate_fn=collate_copy,
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
             )
-        if shuffle:  # order a function of (seed, epoch), position saved in checkpoints: exact resume
+        if (
+            shuffle
+        ):  # order a function of (seed, epoch), position saved in checkpoints: exact resume
             dataset = self.datasets[split]
             return ResumableDataLoader(
                 dataset,

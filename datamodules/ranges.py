@@ -6,16 +6,21 @@ Plain Python (annotated-types only), no torch.
     def __init__(self, batch_size: Annotated[int, Ge(1)] = 64) -> None:
         check_ranges(type(self).__init__, locals())   # ValueError: batch_size must be >= 1, got 0
 """
+
 from __future__ import annotations
 
 import functools
 import operator
 import typing
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 #: marker attribute -> (symbol, test); an ``Interval`` carries several of them
 _TESTS: dict[str, tuple[str, Callable[[Any, Any], bool]]] = {
-    "gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt), "le": ("<=", operator.le),
+    "gt": (">", operator.gt),
+    "ge": (">=", operator.ge),
+    "lt": ("<", operator.lt),
+    "le": ("<=", operator.le),
     "multiple_of": ("a multiple of", lambda value, m: value % m == 0),
 }
 _BY_SYMBOL = dict(_TESTS.values())
@@ -49,7 +54,7 @@ def allowed_range(annotation: Any) -> str:
     return " and ".join(f"{symbol} {limit}" for symbol, limit in bounds(annotation))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def declared_ranges(fn: Callable) -> dict[str, tuple[tuple[str, Any], ...]]:
     """``{argument: ((">=", 1), ...)}`` for every argument whose annotation carries range markers."""
     out = {}
@@ -60,7 +65,7 @@ def declared_ranges(fn: Callable) -> dict[str, tuple[tuple[str, Any], ...]]:
     return out
 
 
-def check_ranges(fn: Callable, values: dict[str, Any], owner: Optional[str] = None) -> None:
+def check_ranges(fn: Callable, values: dict[str, Any], owner: str | None = None) -> None:
     """Raise ValueError naming the first argument of ``fn`` in ``values`` outside its range
     (``"<owner>: K must be >= 1, got 0"``; ``owner`` defaults to the class that defines ``fn``).
     None and True/False are not checked."""

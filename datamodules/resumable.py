@@ -17,10 +17,12 @@ Two pieces, both saved in the ordinary Lightning checkpoint:
     trainer = pl.Trainer(callbacks=[RngStateCallback()], ...)
     trainer.fit(module, datamodule=dm, ckpt_path=path)   # dm's train loader a ResumableDataLoader
 """
+
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -43,7 +45,11 @@ class EpochRandomSampler(RandomSampler):
         self.epoch = int(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        yield from np.random.default_rng([self.seed, self.epoch]).permutation(len(self.data_source)).tolist()
+        yield from (
+            np.random.default_rng([self.seed, self.epoch])
+            .permutation(len(self.data_source))
+            .tolist()
+        )
 
     def __len__(self) -> int:
         return len(self.data_source)
@@ -70,7 +76,11 @@ def _epoch_holders(loader: DataLoader) -> list[Any]:
     ``sampler`` (whichever have ``set_epoch``), as Lightning's ``_set_sampler_epoch`` finds them."""
     found: dict[int, Any] = {}
     batch_sampler = getattr(loader, "batch_sampler", None)
-    for obj in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+    for obj in (
+        getattr(loader, "sampler", None),
+        batch_sampler,
+        getattr(batch_sampler, "sampler", None),
+    ):
         if obj is not None and callable(getattr(obj, "set_epoch", None)):
             found[id(obj)] = obj
     return list(found.values())
@@ -90,7 +100,10 @@ class ResumableDataLoader(DataLoader):
     """
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": getattr(self, "_iter_epoch", self._sampler_epoch()), "batches": getattr(self, "_yielded", 0)}
+        return {
+            "epoch": getattr(self, "_iter_epoch", self._sampler_epoch()),
+            "batches": getattr(self, "_yielded", 0),
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         epoch, skip = int(state["epoch"]), int(state["batches"])
@@ -117,7 +130,9 @@ class ResumableDataLoader(DataLoader):
         if self.generator is not None:
             if not hasattr(self, "_generator_seed"):
                 self._generator_seed = self.generator.initial_seed()
-            seed = np.random.SeedSequence([self._generator_seed, epoch]).generate_state(1, np.uint64)[0]
+            seed = np.random.SeedSequence([self._generator_seed, epoch]).generate_state(
+                1, np.uint64
+            )[0]
             self.generator.manual_seed(int(seed) & (2**63 - 1))
         self._skip_now = skip
         try:
@@ -138,8 +153,13 @@ def _rng_states() -> dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-                  "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -150,8 +170,15 @@ def _rng_states() -> dict[str, Any]:
 def _set_rng_states(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     np_state = state["numpy"]
-    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["gauss"]))
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["gauss"],
+        )
+    )
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     cuda = state.get("cuda")
@@ -170,7 +197,7 @@ class RngStateCallback(pl.Callback):
     """
 
     def __init__(self) -> None:
-        self._pending: Optional[dict[str, Any]] = None
+        self._pending: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return _rng_states()

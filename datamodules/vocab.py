@@ -5,9 +5,10 @@ sentencepiece training) and the sweeps (heatmaps) all import them from here.
     from datamodules.vocab import EOS_ID, ids_to_text
     ids_to_text([7, 12, 5, EOS_ID, PAD_ID])   # "7 12 5"
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 #: the first id of a real symbol (the copy task's symbols are FIRST_SYMBOL .. FIRST_SYMBOL + vocab_size - 1)
@@ -17,7 +18,9 @@ SPECIAL_IDS: tuple[int, ...] = (PAD_ID, BOS_ID, EOS_ID, UNK_ID)
 PIECES: dict[int, str] = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
 
 
-def content_ids(ids: Sequence[int], eos_id: int = EOS_ID, specials: Iterable[int] = SPECIAL_IDS) -> list[int]:
+def content_ids(
+    ids: Sequence[int], eos_id: int = EOS_ID, specials: Iterable[int] = SPECIAL_IDS
+) -> list[int]:
     """The ids before the first ``eos_id``, ``specials`` dropped: ``[7, 12, 5, 2, 0] -> [7, 12, 5]``.
     ``ids`` may be a tensor or array (anything with ``tolist``)."""
     if hasattr(ids, "tolist"):
@@ -32,6 +35,8 @@ def content_ids(ids: Sequence[int], eos_id: int = EOS_ID, specials: Iterable[int
     return out
 
 
-def ids_to_text(ids: Sequence[int], eos_id: int = EOS_ID, specials: Iterable[int] = SPECIAL_IDS) -> str:
+def ids_to_text(
+    ids: Sequence[int], eos_id: int = EOS_ID, specials: Iterable[int] = SPECIAL_IDS
+) -> str:
     """Space-joined :func:`content_ids`: ``[7, 12, 5, 2, 0] -> "7 12 5"`` (the copy task's text)."""
     return " ".join(str(token) for token in content_ids(ids, eos_id, specials))

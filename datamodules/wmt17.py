@@ -42,6 +42,7 @@ a fixed ``batch_size``; deterministic per ``(seed, epoch)``; each DDP rank takes
 the batches. The Trainer must not replace the sampler: pass ``use_distributed_sampler=False``
 (a multi-device Trainer without it gets a clear error from :meth:`train_dataloader`).
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # `python -m datamodules.wmt17 fetch ...`: before torch is imported
@@ -55,17 +56,26 @@ import functools
 import logging
 import os
 import tempfile
-from typing import Annotated, Literal, Optional, Sequence
-
-from annotated_types import Ge, Interval
+from collections.abc import Sequence
+from typing import Annotated, Literal
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from annotated_types import Ge, Interval
 from torch.utils.data import DataLoader
 
-from .bpe import (TokenizedCorpus, bpe_cache_key, count_lines, ensure_bpe_model, ensure_encoded, file_lock,
-                  load_sentencepiece, read_lines, token_cache_dir)
+from .bpe import (
+    TokenizedCorpus,
+    bpe_cache_key,
+    count_lines,
+    ensure_bpe_model,
+    ensure_encoded,
+    file_lock,
+    load_sentencepiece,
+    read_lines,
+    token_cache_dir,
+)
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
 from .ranges import check_ranges
 from .resumable import ResumableDataLoader
@@ -131,38 +141,37 @@ class WMT17DataModule(pl.LightningDataModule):
     #: shards its own batches across DDP ranks: the Trainer must not wrap the sampler
     handles_distributed_sampling = True
 
-
     def __init__(
         self,
         pair: str = "en-de",
         data_dir: str = "data/wmt17/en-de",
         vocab_size: Annotated[int, Ge(MIN_VOCAB)] = 16000,
         max_length: Annotated[int, Ge(1)] = 80,
-        batch_tokens: Optional[Annotated[int, Ge(1)]] = 4096,
-        batch_size: Optional[Annotated[int, Ge(1)]] = None,
-        eval_batch_tokens: Optional[Annotated[int, Ge(1)]] = None,
-        eval_batch_size: Optional[Annotated[int, Ge(1)]] = None,
-        max_sentences: Optional[Annotated[int, Ge(1)]] = None,
-        eval_max_length: Optional[Annotated[int, Ge(1)]] = None,
+        batch_tokens: Annotated[int, Ge(1)] | None = 4096,
+        batch_size: Annotated[int, Ge(1)] | None = None,
+        eval_batch_tokens: Annotated[int, Ge(1)] | None = None,
+        eval_batch_size: Annotated[int, Ge(1)] | None = None,
+        max_sentences: Annotated[int, Ge(1)] | None = None,
+        eval_max_length: Annotated[int, Ge(1)] | None = None,
         source: Literal["files", "hf"] = "files",
-        train_prefix: Optional[str] = None,
-        valid_prefix: Optional[str] = None,
-        test_prefix: Optional[str] = None,
-        cache_dir: Optional[str] = None,
+        train_prefix: str | None = None,
+        valid_prefix: str | None = None,
+        test_prefix: str | None = None,
+        cache_dir: str | None = None,
         bpe_model_type: Literal["bpe", "unigram"] = "bpe",
         character_coverage: Annotated[float, Interval(gt=0.0, le=1.0)] = 0.9995,
         bpe_sample_sentences: Annotated[int, Ge(1)] = 2_000_000,
-        moses_tokenized: Optional[bool] = None,
+        moses_tokenized: bool | None = None,
         detokenizer: Literal["sacremoses", "builtin"] = "sacremoses",
         shuffle: bool = True,
         seed: Annotated[int, Ge(0)] = 0,
         num_workers: Annotated[int, Ge(0)] = 0,
-        encode_threads: Optional[Annotated[int, Ge(1)]] = None,
+        encode_threads: Annotated[int, Ge(1)] | None = None,
         download: bool = False,
         release_url: str = RELEASE_URL,
         hf_train: str = "wmt/wmt17",
         hf_eval: str = "wmt/wmt16",
-        hf_cache_dir: Optional[str] = None,
+        hf_cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         check_ranges(WMT17DataModule.__init__, locals())
@@ -183,10 +192,16 @@ class WMT17DataModule(pl.LightningDataModule):
         self.max_length = max_length
         self.batch_tokens = None if batch_size is not None else batch_tokens
         self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size if eval_batch_size is not None else (
-            None if eval_batch_tokens is not None else batch_size)
-        self.eval_batch_tokens = None if self.eval_batch_size is not None else (
-            eval_batch_tokens if eval_batch_tokens is not None else self.batch_tokens)
+        self.eval_batch_size = (
+            eval_batch_size
+            if eval_batch_size is not None
+            else (None if eval_batch_tokens is not None else batch_size)
+        )
+        self.eval_batch_tokens = (
+            None
+            if self.eval_batch_size is not None
+            else (eval_batch_tokens if eval_batch_tokens is not None else self.batch_tokens)
+        )
         self.max_sentences = max_sentences
         self.eval_max_length = eval_max_length
         self.source = source
@@ -216,18 +231,20 @@ class WMT17DataModule(pl.LightningDataModule):
         self.hf_cache_dir = hf_cache_dir
 
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
-        self.src_vocab_size: Optional[int] = None
-        self.tgt_vocab_size: Optional[int] = None
-        self.max_source_len: Optional[int] = None
-        self.max_target_len: Optional[int] = None
-        self.bpe_model_path: Optional[str] = None
+        self.src_vocab_size: int | None = None
+        self.tgt_vocab_size: int | None = None
+        self.max_source_len: int | None = None
+        self.max_target_len: int | None = None
+        self.bpe_model_path: str | None = None
         #: first outcome per artefact in this instance: "trained"/"encoded" or "hit"
         self.cache_report: dict[str, str] = {}
         #: per split: dict(total=, empty=, too_long=, kept=)
         self.filter_stats: dict[str, dict[str, int]] = {}
         self.datasets: dict[str, ParallelTokenDataset] = {}
         self._sp = None
-        self._detok = make_detokenizer(detokenizer if self.moses_tokenized else "none", self.tgt_lang)
+        self._detok = make_detokenizer(
+            detokenizer if self.moses_tokenized else "none", self.tgt_lang
+        )
 
     # ------------------------------------------------------------------ files
     @property
@@ -242,11 +259,14 @@ class WMT17DataModule(pl.LightningDataModule):
     def _layout(self) -> str:
         a, b = sorted((self.src_lang, self.tgt_lang))
         rows = [f"  {self.prefixes[s]}.{a} / {self.prefixes[s]}.{b}  ({s})" for s in self.splits]
-        return ("expected layout under data_dir: one sentence per line, UTF-8, the two files of a "
-                "split line-aligned:\n" + "\n".join(rows) +
-                "\n(override names with train_prefix/valid_prefix/test_prefix). Get the paper's data "
-                f"with `python -m datamodules.wmt17 fetch --pair {self.pair} --to {self.data_dir}` "
-                "or download=True; offline, see `python -m datamodules.wmt17 fetch --help`")
+        return (
+            "expected layout under data_dir: one sentence per line, UTF-8, the two files of a "
+            "split line-aligned:\n"
+            + "\n".join(rows)
+            + "\n(override names with train_prefix/valid_prefix/test_prefix). Get the paper's data "
+            f"with `python -m datamodules.wmt17 fetch --pair {self.pair} --to {self.data_dir}` "
+            "or download=True; offline, see `python -m datamodules.wmt17 fetch --help`"
+        )
 
     def _check_files(self) -> None:
         for split in self.splits:
@@ -255,21 +275,25 @@ class WMT17DataModule(pl.LightningDataModule):
                 if not os.path.isfile(p):
                     raise FileNotFoundError(
                         f"WMT17DataModule(pair={self.pair!r}): missing {split} file {p}\n"
-                        f"{self._layout()}")
+                        f"{self._layout()}"
+                    )
                 if os.path.getsize(p) == 0:  # sentencepiece would fail on it with a RuntimeError
                     raise ValueError(
                         f"WMT17DataModule(pair={self.pair!r}): the {split} file {p} is empty (0 "
                         "bytes; an interrupted copy or download?). Copy the complete file there, "
                         f"or run `python -m datamodules.wmt17 fetch --pair {self.pair} --to "
                         f"{self.data_dir}` (or download=True), which fetches the release again when "
-                        f"a file is empty\n{self._layout()}")
+                        f"a file is empty\n{self._layout()}"
+                    )
 
     def _check_line_counts(self, split: str) -> None:
         a, b = self.path(split, self.src_lang), self.path(split, self.tgt_lang)
         na, nb = count_lines(a), count_lines(b)
         if na != nb:
-            raise ValueError(f"{split}: {a} has {na} lines but {b} has {nb} lines; the two sides "
-                             "of a parallel corpus must be line-aligned")
+            raise ValueError(
+                f"{split}: {a} has {na} lines but {b} has {nb} lines; the two sides "
+                "of a parallel corpus must be line-aligned"
+            )
 
     # ------------------------------------------------------------------ caches
     def _train_files(self) -> list[str]:
@@ -280,31 +304,49 @@ class WMT17DataModule(pl.LightningDataModule):
         self._check_files()
         os.makedirs(self.cache_dir, exist_ok=True)
         train_files = self._train_files()
-        key = bpe_cache_key(train_files, self.vocab_size, self.bpe_model_type,
-                            self.character_coverage, self.bpe_sample_sentences)
+        key = bpe_cache_key(
+            train_files,
+            self.vocab_size,
+            self.bpe_model_type,
+            self.character_coverage,
+            self.bpe_sample_sentences,
+        )
         if not os.path.exists(os.path.join(self.cache_dir, f"bpe-{key}.model")):
             self._check_line_counts("train")  # fail fast, before minutes of BPE training
-        model, hit = ensure_bpe_model(train_files, self.cache_dir, self.vocab_size,
-                                      self.bpe_model_type, self.character_coverage,
-                                      self.bpe_sample_sentences, self.encode_threads, self.seed)
+        model, hit = ensure_bpe_model(
+            train_files,
+            self.cache_dir,
+            self.vocab_size,
+            self.bpe_model_type,
+            self.character_coverage,
+            self.bpe_sample_sentences,
+            self.encode_threads,
+            self.seed,
+        )
         self.cache_report.setdefault("bpe", "hit" if hit else "trained")
         log.info("BPE model %s (%s)", model, "cache hit" if hit else "trained now")
         self.bpe_model_path = model
         corpora: dict[tuple[str, str], TokenizedCorpus] = {}
         for split in self.splits:
             paths = {lang: self.path(split, lang) for lang in (self.src_lang, self.tgt_lang)}
-            if not all(os.path.exists(os.path.join(token_cache_dir(self.cache_dir, key, p),
-                                                   "meta.json")) for p in paths.values()):
+            if not all(
+                os.path.exists(os.path.join(token_cache_dir(self.cache_dir, key, p), "meta.json"))
+                for p in paths.values()
+            ):
                 self._check_line_counts(split)
             for lang, p in paths.items():
-                corpus, hit = ensure_encoded(p, model, self.cache_dir, num_threads=self.encode_threads)
+                corpus, hit = ensure_encoded(
+                    p, model, self.cache_dir, num_threads=self.encode_threads
+                )
                 self.cache_report.setdefault(f"{split}.{lang}", "hit" if hit else "encoded")
                 corpora[split, lang] = corpus
             a, b = corpora[split, self.src_lang], corpora[split, self.tgt_lang]
             if len(a) != len(b):
-                raise ValueError(f"{split}: {paths[self.src_lang]} has {len(a)} lines but "
-                                 f"{paths[self.tgt_lang]} has {len(b)} lines; the two sides of a "
-                                 "parallel corpus must be line-aligned")
+                raise ValueError(
+                    f"{split}: {paths[self.src_lang]} has {len(a)} lines but "
+                    f"{paths[self.tgt_lang]} has {len(b)} lines; the two sides of a "
+                    "parallel corpus must be line-aligned"
+                )
         return corpora
 
     def prepare_data(self) -> None:
@@ -313,14 +355,18 @@ class WMT17DataModule(pl.LightningDataModule):
         if self.source == "hf":
             self._download_hf()
         elif self.download and not all(
-                os.path.isfile(p) and os.path.getsize(p) > 0
-                for p in (self.path(split, lang) for split in self.splits
-                          for lang in (self.src_lang, self.tgt_lang))):
+            os.path.isfile(p) and os.path.getsize(p) > 0
+            for p in (
+                self.path(split, lang)
+                for split in self.splits
+                for lang in (self.src_lang, self.tgt_lang)
+            )
+        ):
             fetch(self.pair, self.data_dir, base_url=self.release_url)
         self._prepare()
 
     # ------------------------------------------------------------------ setup
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         """Open the caches (building them if ``prepare_data`` did not), filter, build datasets."""
         if self.datasets:
             return
@@ -328,8 +374,11 @@ class WMT17DataModule(pl.LightningDataModule):
         self._sp = load_sentencepiece(self.bpe_model_path)
         size = int(self._sp.get_piece_size())
         if size < self.vocab_size:
-            log.warning("BPE vocabulary has %d pieces, fewer than vocab_size=%d (small corpus)",
-                        size, self.vocab_size)
+            log.warning(
+                "BPE vocabulary has %d pieces, fewer than vocab_size=%d (small corpus)",
+                size,
+                self.vocab_size,
+            )
         self.src_vocab_size = self.tgt_vocab_size = size
         for split in self.splits:
             src, tgt = corpora[split, self.src_lang], corpora[split, self.tgt_lang]
@@ -343,18 +392,27 @@ class WMT17DataModule(pl.LightningDataModule):
         self.max_source_len = int(max(d.src_lengths.max() for d in nonempty))
         self.max_target_len = int(max(d.tgt_lengths.max() for d in nonempty))
 
-    def _filter(self, split: str, src: TokenizedCorpus, tgt: TokenizedCorpus,
-                limit: Optional[int]) -> np.ndarray:
+    def _filter(
+        self, split: str, src: TokenizedCorpus, tgt: TokenizedCorpus, limit: int | None
+    ) -> np.ndarray:
         ls, lt = src.lengths(), tgt.lengths()  # (N,), (N,)
         empty = (ls == 0) | (lt == 0)
         too_long = ~empty & ((ls > limit) | (lt > limit)) if limit else np.zeros_like(empty)
         keep = np.flatnonzero(~(empty | too_long))
-        stats = dict(total=len(ls), empty=int(empty.sum()), too_long=int(too_long.sum()),
-                     kept=len(keep))
+        stats = dict(
+            total=len(ls), empty=int(empty.sum()), too_long=int(too_long.sum()), kept=len(keep)
+        )
         self.filter_stats[split] = stats
         level = logging.WARNING if split != "train" and len(keep) < len(ls) else logging.INFO
-        log.log(level, "dropped %d empty and %d over-long pairs of %d in %s (max_length=%s)",
-                stats["empty"], stats["too_long"], stats["total"], split, limit)
+        log.log(
+            level,
+            "dropped %d empty and %d over-long pairs of %d in %s (max_length=%s)",
+            stats["empty"],
+            stats["too_long"],
+            stats["total"],
+            split,
+            limit,
+        )
         return keep
 
     # ------------------------------------------------------------------ loaders
@@ -369,14 +427,19 @@ class WMT17DataModule(pl.LightningDataModule):
     def _check_trainer(self) -> None:
         trainer = self.trainer
         connector = getattr(trainer, "_accelerator_connector", None)
-        if trainer is not None and trainer.world_size > 1 and getattr(
-                connector, "use_distributed_sampler", False):
+        if (
+            trainer is not None
+            and trainer.world_size > 1
+            and getattr(connector, "use_distributed_sampler", False)
+        ):
             raise RuntimeError(
                 "WMT17DataModule shards its own length-bucketed batches across ranks; create the "
-                "Trainer with use_distributed_sampler=False so Lightning does not replace them")
+                "Trainer with use_distributed_sampler=False so Lightning does not replace them"
+            )
 
-    def batch_sampler(self, split: str, rank: Optional[int] = None,
-                      world_size: Optional[int] = None) -> TokenBucketBatchSampler:
+    def batch_sampler(
+        self, split: str, rank: int | None = None, world_size: int | None = None
+    ) -> TokenBucketBatchSampler:
         """The batch sampler of a split (rank/world_size default to the running job's)."""
         if split not in self.datasets:
             raise RuntimeError(f"no {split!r} split: call setup() first (test needs test_prefix)")
@@ -384,21 +447,29 @@ class WMT17DataModule(pl.LightningDataModule):
         ds = self.datasets[split]
         train = split == "train"
         return TokenBucketBatchSampler(
-            ds.src_lengths, ds.tgt_lengths,
+            ds.src_lengths,
+            ds.tgt_lengths,
             batch_tokens=self.batch_tokens if train else self.eval_batch_tokens,
             batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=self.shuffle and train, seed=self.seed,
-            rank=r if rank is None else rank, world_size=w if world_size is None else world_size,
-            max_sentences=self.max_sentences)
+            shuffle=self.shuffle and train,
+            seed=self.seed,
+            rank=r if rank is None else rank,
+            world_size=w if world_size is None else world_size,
+            max_sentences=self.max_sentences,
+        )
 
     def _loader(self, split: str) -> DataLoader:
         self._check_trainer()
-        kwargs = dict(batch_sampler=self.batch_sampler(split),
-                      collate_fn=functools.partial(collate_pairs, pad_id=self.pad_id, eos_id=self.eos_id),
-                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        kwargs = dict(
+            batch_sampler=self.batch_sampler(split),
+            collate_fn=functools.partial(collate_pairs, pad_id=self.pad_id, eos_id=self.eos_id),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
         if split == "train":  # batches a function of (seed, epoch); position saved in checkpoints
-            return ResumableDataLoader(self.datasets[split], generator=torch.Generator().manual_seed(self.seed),
-                                       **kwargs)
+            return ResumableDataLoader(
+                self.datasets[split], generator=torch.Generator().manual_seed(self.seed), **kwargs
+            )
         return DataLoader(self.datasets[split], **kwargs)
 
     def train_dataloader(self) -> DataLoader:
@@ -426,7 +497,9 @@ class WMT17DataModule(pl.LightningDataModule):
 
     def ids_to_text(self, ids: Sequence[int]) -> str:
         """Ids -> BPE-merged text (tokenized, as in the files); stops at EOS, drops pad/bos/unk."""
-        return self.sp.decode(content_ids(ids, self.eos_id, (self.pad_id, self.bos_id, self.unk_id)))
+        return self.sp.decode(
+            content_ids(ids, self.eos_id, (self.pad_id, self.bos_id, self.unk_id))
+        )
 
     def detokenize(self, text: str) -> str:
         """Moses-style detokenization of tokenized target text (identity for raw text)."""
@@ -450,7 +523,8 @@ class WMT17DataModule(pl.LightningDataModule):
             raise ImportError(
                 "WMT17DataModule(source='hf') needs the Hugging Face `datasets` package: "
                 "pip install datasets; this needs internet. Offline, put the WMT'17 files under "
-                f"data_dir and use source='files'.\n{self._layout()}") from err
+                f"data_dir and use source='files'.\n{self._layout()}"
+            ) from err
         config = f"{other_language(self.pair)}-en"
         os.makedirs(self.data_dir, exist_ok=True)
         with file_lock(os.path.join(self.data_dir, ".hf-download.lock")):
@@ -458,17 +532,25 @@ class WMT17DataModule(pl.LightningDataModule):
                 paths = {lang: self.path(split, lang) for lang in (self.src_lang, self.tgt_lang)}
                 if all(os.path.exists(p) for p in paths.values()):
                     continue
-                name, hf_split = (self.hf_train if split == "train" else self.hf_eval), HF_SPLITS[split]
+                name, hf_split = (
+                    (self.hf_train if split == "train" else self.hf_eval),
+                    HF_SPLITS[split],
+                )
                 log.info("loading %s/%s split %s -> %s", name, config, hf_split, paths)
-                ds = datasets.load_dataset(name, config, split=hf_split, cache_dir=self.hf_cache_dir)
+                ds = datasets.load_dataset(
+                    name, config, split=hf_split, cache_dir=self.hf_cache_dir
+                )
                 _write_parallel(ds, paths)
 
 
 def _write_parallel(ds, paths: dict[str, str]) -> None:
     """Write a ``translation`` dataset to one file per language atomically, one line per pair."""
-    tmp = {lang: tempfile.NamedTemporaryFile("w", encoding="utf-8", delete=False,
-                                             dir=os.path.dirname(p) or ".", suffix=".tmp")
-           for lang, p in paths.items()}
+    tmp = {
+        lang: tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", delete=False, dir=os.path.dirname(p) or ".", suffix=".tmp"
+        )
+        for lang, p in paths.items()
+    }
     try:
         for rows in ds.iter(batch_size=10_000):
             for pair in rows["translation"]:

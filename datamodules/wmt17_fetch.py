@@ -56,6 +56,7 @@ Air-gapped cluster: on a machine with internet, download the three files of the 
 verified and unpacked, never downloaded (and kept). Or place the pair's six files by hand in
 ``<to>`` under the names listed per pair under "Files per pair" (at the end of ``--help``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,7 +79,7 @@ import time
 import urllib.error
 import urllib.request
 import zlib
-from typing import Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 try:
     import fcntl
@@ -148,12 +149,16 @@ def other_language(pair: str) -> str:
     """The non-English side of ``pair`` (``"en-de"`` or ``"de-en"`` -> ``"de"``); checks the pair."""
     langs = pair.split("-")
     if len(langs) != 2 or "en" not in langs or langs[0] == langs[1]:
-        raise FetchError(f"pair must be English with one of {', '.join(sorted(PAIR_DEFAULTS))}, "
-                         f"e.g. 'en-de' or 'de-en'; got {pair!r}")
+        raise FetchError(
+            f"pair must be English with one of {', '.join(sorted(PAIR_DEFAULTS))}, "
+            f"e.g. 'en-de' or 'de-en'; got {pair!r}"
+        )
     other = langs[1] if langs[0] == "en" else langs[0]
     if other not in PAIR_DEFAULTS:
-        raise FetchError(f"the WMT'17 release has no pair {pair!r} in this study; valid: "
-                         f"{', '.join(f'en-{x}' for x in sorted(PAIR_DEFAULTS))} (either direction)")
+        raise FetchError(
+            f"the WMT'17 release has no pair {pair!r} in this study; valid: "
+            f"{', '.join(f'en-{x}' for x in sorted(PAIR_DEFAULTS))} (either direction)"
+        )
     return other
 
 
@@ -165,17 +170,22 @@ def release_files(other: str) -> tuple[str, str, str]:
 def layout_files(other: str, directory: str) -> list[str]:
     """The files ``WMT17DataModule`` reads with its default prefixes, under ``directory``."""
     prefixes = PAIR_DEFAULTS[other]
-    return [os.path.join(directory, f"{prefixes[split]}.{lang}")
-            for split in ("train", "valid", "test") for lang in (other, "en")]
+    return [
+        os.path.join(directory, f"{prefixes[split]}.{lang}")
+        for split in ("train", "valid", "test")
+        for lang in (other, "en")
+    ]
 
 
 def hand_placement_hint(pair: str, directory: str, base_url: str = RELEASE_URL) -> str:
     """How to place the files by hand, in one sentence."""
     other = other_language(pair)
     names = ",".join(release_files(other))
-    return (f"offline, fetch {base_url.rstrip('/')}/{other}-en/{{{names}}} elsewhere, copy them "
-            f"into {os.path.join(directory, DOWNLOAD_DIR)}/ and rerun (see `python -m "
-            "datamodules.wmt17 fetch --help`)")
+    return (
+        f"offline, fetch {base_url.rstrip('/')}/{other}-en/{{{names}}} elsewhere, copy them "
+        f"into {os.path.join(directory, DOWNLOAD_DIR)}/ and rerun (see `python -m "
+        "datamodules.wmt17 fetch --help`)"
+    )
 
 
 def _in_place(paths: Sequence[str]) -> bool:
@@ -187,8 +197,8 @@ def fetch(
     pair: str,
     directory: str,
     base_url: str = RELEASE_URL,
-    checksums: Optional[dict[str, str]] = None,
-    progress: Optional[bool] = None,
+    checksums: dict[str, str] | None = None,
+    progress: bool | None = None,
     keep_archives: bool = False,
     timeout: float = 60.0,
     retries: int = 5,
@@ -238,16 +248,19 @@ def fetch(
             dest = os.path.join(downloads, name)
             received[name] = 0
             if not os.path.exists(dest):
-                received[name] = _download(f"{folder}/{name}", dest, show, timeout, retries,
-                                           retry_delay, pair, directory)
+                received[name] = _download(
+                    f"{folder}/{name}", dest, show, timeout, retries, retry_delay, pair, directory
+                )
                 _record_download(downloads, name)
             else:
                 log.info("%s: using %s (already downloaded or placed by hand)", pair, dest)
             digest = _sha256(dest)
             if name in expected:
                 if digest != expected[name].lower():
-                    raise FetchError(f"{name}: sha256 {digest} does not match the expected "
-                                     f"{expected[name]}; {_discard(downloads, name, folder)}")
+                    raise FetchError(
+                        f"{name}: sha256 {digest} does not match the expected "
+                        f"{expected[name]}; {_discard(downloads, name, folder)}"
+                    )
                 verified[name] = "download" if received[name] else "archive"
             records[name] = dict(url=f"{folder}/{name}", bytes=os.path.getsize(dest), sha256=digest)
         corpus_other, corpus_en, dev = (os.path.join(downloads, n) for n in release_files(other))
@@ -262,18 +275,25 @@ def fetch(
                 raise FetchError(
                     f"dev.tgz of {folder} has no {', '.join(os.path.basename(p) for p in missing)}"
                     f" (found: {', '.join(sorted(sets)) or 'no <set>.tc.<lang> files'}); pass "
-                    "valid_prefix/test_prefix to WMT17DataModule to use the sets it has")
-            manifest = dict(pair=pair, release=folder, files=records,
-                            fetched_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            _write_text(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1) + "\n",
-                        staged)
+                    "valid_prefix/test_prefix to WMT17DataModule to use the sets it has"
+                )
+            manifest = dict(
+                pair=pair,
+                release=folder,
+                files=records,
+                fetched_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )
+            _write_text(
+                os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1) + "\n", staged
+            )
             for tmp, final in staged:
                 os.replace(tmp, final)
             staged.clear()
         except _Corrupt as exc:
             name = os.path.basename(exc.archive)
-            raise FetchError(f"{name} is truncated or corrupt ({exc.err}); "
-                             f"{_discard(downloads, name, folder)}") from None
+            raise FetchError(
+                f"{name} is truncated or corrupt ({exc.err}); {_discard(downloads, name, folder)}"
+            ) from None
         finally:
             for tmp, _ in staged:
                 if os.path.exists(tmp):
@@ -285,8 +305,9 @@ def fetch(
     return FetchReport(pair, directory, "fetched", received, wanted, verified, kept)
 
 
-def _present(pair: str, directory: str, wanted: list[str],
-             checksums: Optional[dict[str, str]]) -> FetchReport:
+def _present(
+    pair: str, directory: str, wanted: list[str], checksums: dict[str, str] | None
+) -> FetchReport:
     """The layout is complete: nothing to download; ``checksums`` checked as far as possible."""
     report = FetchReport(pair, directory, "present", files=wanted)
     names = [n for n in release_files(other_language(pair)) if n in (checksums or {})]
@@ -310,12 +331,14 @@ def _present(pair: str, directory: str, wanted: list[str],
                 f"cannot check --sha256sums for {name}: the files in {directory} are in place but "
                 f"{name} is not in {downloads}/ and {MANIFEST} records no sha256 for it (files "
                 f"placed by hand?); copy the release archives into {downloads}/ to check them, or "
-                "drop --sha256sums")
+                "drop --sha256sums"
+            )
         if digest != checksums[name].lower():
             raise FetchError(
                 f"{name}: sha256 {digest} of {where} does not match the expected {checksums[name]};"
                 f" the files in {directory} did not come from that archive: move them away and "
-                "run the same command again to fetch the release afresh")
+                "run the same command again to fetch the release afresh"
+            )
         report.verified[name] = source
     return report
 
@@ -337,16 +360,24 @@ def _fetch_lock(directory: str, pair: str) -> Iterator[None]:
             except BlockingIOError:
                 os.lseek(fd, 0, os.SEEK_SET)
                 holder = os.read(fd, 512).decode("utf-8", "replace").strip()
-                log.warning("%s: waiting for another fetch into %s to finish (lock %s held by %s);"
-                            " it downloads once for both", pair, directory, path,
-                            holder or "another process")
+                log.warning(
+                    "%s: waiting for another fetch into %s to finish (lock %s held by %s);"
+                    " it downloads once for both",
+                    pair,
+                    directory,
+                    path,
+                    holder or "another process",
+                )
                 t0 = time.monotonic()
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 log.info("%s: lock %s free after %.0f s", pair, path, time.monotonic() - t0)
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        os.write(
+            fd,
+            f"pid {os.getpid()} on {socket.gethostname()} since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(),
+        )
         try:
             yield
         finally:
@@ -358,13 +389,25 @@ def _fetch_lock(directory: str, pair: str) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------ download
-def _download(url: str, dest: str, progress: bool, timeout: float, retries: int,
-              retry_delay: float, pair: str, directory: str) -> int:
+def _download(
+    url: str,
+    dest: str,
+    progress: bool,
+    timeout: float,
+    retries: int,
+    retry_delay: float,
+    pair: str,
+    directory: str,
+) -> int:
     """``url`` -> ``dest`` through ``dest.part``, resuming it; returns the bytes received."""
     part = dest + ".part"
     received = 0
-    log.info("%s: downloading %s%s", pair, url,
-             f" (resuming at {os.path.getsize(part):,} bytes)" if os.path.exists(part) else "")
+    log.info(
+        "%s: downloading %s%s",
+        pair,
+        url,
+        f" (resuming at {os.path.getsize(part):,} bytes)" if os.path.exists(part) else "",
+    )
     t0 = time.perf_counter()
     failures = 0  # tries in a row that received nothing
     waited = 0.0
@@ -380,27 +423,37 @@ def _download(url: str, dest: str, progress: bool, timeout: float, retries: int,
                     tries = f"{failures} tr{'y' if failures == 1 else 'ies'}"
                     raise FetchError(exc.final(tries, waited, url, part, pair, directory)) from None
                 wait = min(retry_delay * 2 ** (failures - 1), MAX_RETRY_DELAY)
-                log.warning("%s: %s; retry %d of %d in %.3g s", pair, exc.what(url), failures,
-                            retries, wait)
+                log.warning(
+                    "%s: %s; retry %d of %d in %.3g s", pair, exc.what(url), failures, retries, wait
+                )
                 time.sleep(wait)
                 waited += wait
     except KeyboardInterrupt:
         have = os.path.getsize(part) if os.path.exists(part) else 0
-        raise FetchStopped(f"stopped: {have:,} bytes of {os.path.basename(dest)} kept in {part}; "
-                           "run the same command again to resume") from None
+        raise FetchStopped(
+            f"stopped: {have:,} bytes of {os.path.basename(dest)} kept in {part}; "
+            "run the same command again to resume"
+        ) from None
     os.replace(part, dest)
     secs = time.perf_counter() - t0
-    log.info("%s: %s complete, %s bytes (%s received in %.1f s, %.1f MB/s)", pair,
-             os.path.basename(dest), f"{os.path.getsize(dest):,}", f"{received:,}", secs,
-             received / 1e6 / max(secs, 1e-9))
+    log.info(
+        "%s: %s complete, %s bytes (%s received in %.1f s, %.1f MB/s)",
+        pair,
+        os.path.basename(dest),
+        f"{os.path.getsize(dest):,}",
+        f"{received:,}",
+        secs,
+        received / 1e6 / max(secs, 1e-9),
+    )
     return received
 
 
 class _Retryable(Exception):
     """A failure worth another try: a server error, a connection problem, a transfer cut short."""
 
-    def __init__(self, kind: str, reason: str, have: int = 0, total: Optional[int] = None,
-                 got: int = 0) -> None:
+    def __init__(
+        self, kind: str, reason: str, have: int = 0, total: int | None = None, got: int = 0
+    ) -> None:
         super().__init__(reason)
         self.kind, self.reason, self.have, self.total, self.got = kind, reason, have, total, got
 
@@ -409,21 +462,30 @@ class _Retryable(Exception):
             return f"{self.reason} from {url}"
         if self.kind == "connect":
             return f"cannot reach {url} ({self.reason})"
-        return (f"download of {url} broke off at {self.have:,} of "
-                f"{'?' if self.total is None else format(self.total, ',')} bytes ({self.reason})")
+        return (
+            f"download of {url} broke off at {self.have:,} of "
+            f"{'?' if self.total is None else format(self.total, ',')} bytes ({self.reason})"
+        )
 
-    def final(self, tries: str, waited: float, url: str, part: str, pair: str,
-              directory: str) -> str:
+    def final(
+        self, tries: str, waited: float, url: str, part: str, pair: str, directory: str
+    ) -> str:
         hint = hand_placement_hint(pair, directory, _release_root(url))
         after = f"after {tries} over {waited:.0f} s"
         if self.kind == "http":
-            return (f"{self.reason} for {url} {after}: the server is failing, not the address; "
-                    f"try again later or use a mirror with --base-url (release_url); {hint}")
+            return (
+                f"{self.reason} for {url} {after}: the server is failing, not the address; "
+                f"try again later or use a mirror with --base-url (release_url); {hint}"
+            )
         if self.kind == "connect":
-            return (f"cannot reach {url} ({self.reason}) {after}: check the network or proxy, or "
-                    f"use --base-url (release_url) for a mirror; {hint}")
-        return (f"{self.what(url)} {after}; the partial file {part} is kept: run the same command "
-                "again to resume")
+            return (
+                f"cannot reach {url} ({self.reason}) {after}: check the network or proxy, or "
+                f"use --base-url (release_url) for a mirror; {hint}"
+            )
+        return (
+            f"{self.what(url)} {after}; the partial file {part} is kept: run the same command "
+            "again to resume"
+        )
 
 
 def _transient(reason: object) -> bool:
@@ -434,8 +496,9 @@ def _transient(reason: object) -> bool:
     return isinstance(reason, OSError) and not isinstance(reason, ssl.SSLCertVerificationError)
 
 
-def _download_once(url: str, part: str, progress: bool, timeout: float, pair: str,
-                   directory: str) -> int:
+def _download_once(
+    url: str, part: str, progress: bool, timeout: float, pair: str, directory: str
+) -> int:
     have = os.path.getsize(part) if os.path.exists(part) else 0
     headers = {"User-Agent": "memattn-sweeps-wmt17-fetch"}
     if have:
@@ -454,17 +517,23 @@ def _download_once(url: str, part: str, progress: bool, timeout: float, pair: st
             raise _Retryable("http", f"HTTP {exc.code} {exc.reason}") from None
         hint = hand_placement_hint(pair, directory, _release_root(url))
         if exc.code in (404, 410):
-            raise FetchError(f"HTTP {exc.code} {exc.reason} for {url}: check --base-url "
-                             f"(release_url) and the pair; {hint}") from None
-        raise FetchError(f"HTTP {exc.code} {exc.reason} for {url}: the server refuses the request "
-                         f"(access rules or a proxy?); {hint}") from None
+            raise FetchError(
+                f"HTTP {exc.code} {exc.reason} for {url}: check --base-url "
+                f"(release_url) and the pair; {hint}"
+            ) from None
+        raise FetchError(
+            f"HTTP {exc.code} {exc.reason} for {url}: the server refuses the request "
+            f"(access rules or a proxy?); {hint}"
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if _transient(reason):
             raise _Retryable("connect", str(reason)) from None
         hint = hand_placement_hint(pair, directory, _release_root(url))
-        raise FetchError(f"cannot reach {url} ({reason}): check the network or proxy, or use "
-                         f"--base-url (release_url) for a mirror; {hint}") from None
+        raise FetchError(
+            f"cannot reach {url} ({reason}): check the network or proxy, or use "
+            f"--base-url (release_url) for a mirror; {hint}"
+        ) from None
     with resp:
         total = _total_size(resp, have)
         if resp.status != 206:  # the server ignored the Range header: start over
@@ -483,13 +552,16 @@ def _download_once(url: str, part: str, progress: bool, timeout: float, pair: st
         raise _Retryable("break", "connection closed early", size, total, got)
     if total is not None and size > total:
         os.remove(part)
-        raise FetchError(f"{url}: got {size:,} bytes but the server announced {total:,}; the "
-                         "partial file was deleted: run the same command again")
+        raise FetchError(
+            f"{url}: got {size:,} bytes but the server announced {total:,}; the "
+            "partial file was deleted: run the same command again"
+        )
     return got
 
 
-def _receive(resp, fh, part: str, bar: Callable[[Optional[int]], None], have: int,
-             total: Optional[int]) -> None:
+def _receive(
+    resp, fh, part: str, bar: Callable[[int | None], None], have: int, total: int | None
+) -> None:
     """Append the body to ``fh`` as it arrives, each piece flushed at once: a reset, a timeout or
     ctrl-c leaves every received byte in the file, and the next try resumes from its size."""
     chunk = b""
@@ -501,8 +573,9 @@ def _receive(resp, fh, part: str, bar: Callable[[Optional[int]], None], have: in
             try:
                 chunk = resp.read1(CHUNK)  # what has arrived, up to CHUNK: never waits for more
             except (http.client.HTTPException, OSError) as exc:
-                raise _Retryable("break", type(exc).__name__, fh.tell(), total,
-                                 fh.tell() - have) from None
+                raise _Retryable(
+                    "break", type(exc).__name__, fh.tell(), total, fh.tell() - have
+                ) from None
             if not chunk:
                 return
             _write(fh, chunk, part)
@@ -518,7 +591,7 @@ def _release_root(url: str) -> str:
     return url.rsplit("/", 2)[0]
 
 
-def _total_size(resp, have: int) -> Optional[int]:
+def _total_size(resp, have: int) -> int | None:
     if resp.status == 206:
         match = re.match(r"bytes (\d+)-\d+/(\d+)", resp.headers.get("Content-Range", ""))
         if match and int(match.group(1)) == have:
@@ -528,24 +601,35 @@ def _total_size(resp, have: int) -> Optional[int]:
     return int(length) if length and length.isdigit() else None
 
 
-def _progress_bar(name: str, total: Optional[int], initial: int,
-                  show: bool) -> Callable[[Optional[int]], None]:
+def _progress_bar(
+    name: str, total: int | None, initial: int, show: bool
+) -> Callable[[int | None], None]:
     """``update(n)`` adds n bytes; ``update(None)`` closes. A no-op when not shown."""
     if not show:
         return lambda n: None
     from tqdm import tqdm  # a dependency of lightning
 
-    bar = tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
-               desc=name, file=sys.stderr, leave=True)
+    bar = tqdm(
+        total=total,
+        initial=initial,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=name,
+        file=sys.stderr,
+        leave=True,
+    )
     return lambda n: bar.close() if n is None else bar.update(n)
 
 
 def _check_space(folder: str, needed: int, what: str) -> None:
     free = shutil.disk_usage(folder).free
     if free < needed:
-        raise FetchError(f"not enough space for {what}: {needed / 1e6:,.0f} MB needed, "
-                         f"{free / 1e6:,.0f} MB free on the filesystem of {folder}; free space or "
-                         "fetch to another --to (data_dir)")
+        raise FetchError(
+            f"not enough space for {what}: {needed / 1e6:,.0f} MB needed, "
+            f"{free / 1e6:,.0f} MB free on the filesystem of {folder}; free space or "
+            "fetch to another --to (data_dir)"
+        )
 
 
 def _write(fh, data: bytes, path: str) -> None:
@@ -557,11 +641,15 @@ def _write(fh, data: bytes, path: str) -> None:
 
 def _disk_error(exc: OSError, path: str) -> FetchError:
     if exc.errno in _DISK_FULL:
-        return FetchError(f"cannot write {path}: {os.strerror(exc.errno)} (disk full or a quota/"
-                          "file-size limit); free space or fetch to another --to (data_dir), then run the "
-                          "same command again (finished downloads are kept)")
-    return FetchError(f"cannot write {path}: {exc.strerror or exc}; check the permissions of "
-                      f"{os.path.dirname(path)} or fetch to another --to (data_dir)")
+        return FetchError(
+            f"cannot write {path}: {os.strerror(exc.errno)} (disk full or a quota/"
+            "file-size limit); free space or fetch to another --to (data_dir), then run the "
+            "same command again (finished downloads are kept)"
+        )
+    return FetchError(
+        f"cannot write {path}: {exc.strerror or exc}; check the permissions of "
+        f"{os.path.dirname(path)} or fetch to another --to (data_dir)"
+    )
 
 
 def _sha256(path: str) -> str:
@@ -606,10 +694,14 @@ def _discard(downloads: str, name: str, folder: str) -> str:
     path = os.path.join(downloads, name)
     if _ours(downloads, name):
         os.remove(path)
-        return (f"it was deleted: run the same command again to download it afresh, or check the "
-                f"mirror {folder} (or copy an intact one into {downloads}/)")
-    return (f"{path} was placed by hand and is kept: replace it with an intact copy of "
-            f"{folder}/{name} (or delete it to have it downloaded) and run the same command again")
+        return (
+            f"it was deleted: run the same command again to download it afresh, or check the "
+            f"mirror {folder} (or copy an intact one into {downloads}/)"
+        )
+    return (
+        f"{path} was placed by hand and is kept: replace it with an intact copy of "
+        f"{folder}/{name} (or delete it to have it downloaded) and run the same command again"
+    )
 
 
 def _remove_downloaded(downloads: str, names: Sequence[str]) -> list[str]:
@@ -645,8 +737,9 @@ class _Corrupt(Exception):
         self.archive, self.err = archive, err
 
 
-def _copy_stream(read: Callable[[int], bytes], final: str, archive: str,
-                 staged: list[tuple[str, str]]) -> None:
+def _copy_stream(
+    read: Callable[[int], bytes], final: str, archive: str, staged: list[tuple[str, str]]
+) -> None:
     """Copy a decompressing stream to a hidden temporary of ``final``, recorded in ``staged``."""
     tmp = _temporary(final)
     staged.append((tmp, final))
@@ -713,11 +806,13 @@ def _writable_dir(directory: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise FetchError(f"cannot create {directory}: {exc.strerror or exc}; choose another --to "
-                         "(data_dir)") from None
+        raise FetchError(
+            f"cannot create {directory}: {exc.strerror or exc}; choose another --to (data_dir)"
+        ) from None
     if not os.access(directory, os.W_OK):
-        raise FetchError(f"{directory} is not writable; choose another --to (data_dir) or fix its "
-                         "permissions")
+        raise FetchError(
+            f"{directory} is not writable; choose another --to (data_dir) or fix its permissions"
+        )
 
 
 # ------------------------------------------------------------------------------------ command line
@@ -734,51 +829,90 @@ def read_sha256sums(path: str) -> dict[str, str]:
 
 def files_per_pair() -> str:
     """The help's table: the files each pair needs in DIR, and the release files behind them."""
-    rows = ["Files per pair: what WMT17DataModule reads in DIR (the names to use when placing files",
-            "by hand), and the release files at <base-url>/<xx>-en/ they come from:", ""]
+    rows = [
+        "Files per pair: what WMT17DataModule reads in DIR (the names to use when placing files",
+        "by hand), and the release files at <base-url>/<xx>-en/ they come from:",
+        "",
+    ]
     for other in sorted(PAIR_DEFAULTS):
-        rows.append(f"  en-{other}  {' '.join(os.path.basename(p) for p in layout_files(other, ''))}")
+        rows.append(
+            f"  en-{other}  {' '.join(os.path.basename(p) for p in layout_files(other, ''))}"
+        )
         rows.append(f"         from {' '.join(release_files(other))}")
     return "\n".join(rows)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m datamodules.wmt17 fetch ...``; returns the exit status (2 on a FetchError,
     130 on ctrl-c)."""
     parser = argparse.ArgumentParser(
-        prog="python -m datamodules.wmt17",
-        description="WMT'17 data for WMT17DataModule.")
+        prog="python -m datamodules.wmt17", description="WMT'17 data for WMT17DataModule."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser(
-        "fetch", help="download, verify and lay out the preprocessed release of one pair",
+        "fetch",
+        help="download, verify and lay out the preprocessed release of one pair",
         description=__doc__.split("\n\n")[0],
-        epilog=__doc__[__doc__.index("The release the paper used"):].rstrip() + "\n\n"
+        epilog=__doc__[__doc__.index("The release the paper used") :].rstrip()
+        + "\n\n"
         + files_per_pair(),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmd.add_argument("--pair", required=True, help="en-cs, en-de, en-fi or en-tr (either direction)")
-    cmd.add_argument("--to", required=True, metavar="DIR",
-                     help="target folder (the datamodule's data_dir); shared by all nodes on a cluster")
-    cmd.add_argument("--base-url", default=RELEASE_URL, help=f"release root (default {RELEASE_URL})")
-    cmd.add_argument("--sha256sums", metavar="FILE",
-                     help="sha256sum-format list of expected checksums of the release files "
-                          "(also checked when the files are already in place)")
-    cmd.add_argument("--keep-archives", action="store_true",
-                     help="keep the downloaded archives in DIR/.download/ after unpacking "
-                          "(archives placed there by hand are always kept)")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument(
+        "--pair", required=True, help="en-cs, en-de, en-fi or en-tr (either direction)"
+    )
+    cmd.add_argument(
+        "--to",
+        required=True,
+        metavar="DIR",
+        help="target folder (the datamodule's data_dir); shared by all nodes on a cluster",
+    )
+    cmd.add_argument(
+        "--base-url", default=RELEASE_URL, help=f"release root (default {RELEASE_URL})"
+    )
+    cmd.add_argument(
+        "--sha256sums",
+        metavar="FILE",
+        help="sha256sum-format list of expected checksums of the release files "
+        "(also checked when the files are already in place)",
+    )
+    cmd.add_argument(
+        "--keep-archives",
+        action="store_true",
+        help="keep the downloaded archives in DIR/.download/ after unpacking "
+        "(archives placed there by hand are always kept)",
+    )
     cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
-    cmd.add_argument("--retries", type=int, default=5,
-                     help="tries in a row that receive nothing before giving up on a file: HTTP "
-                          "5xx/408/429, connection errors, broken transfers (default 5)")
-    cmd.add_argument("--retry-delay", type=float, default=1.0, metavar="SECONDS",
-                     help="wait before the first retry, doubled for each further one (default 1)")
+    cmd.add_argument(
+        "--retries",
+        type=int,
+        default=5,
+        help="tries in a row that receive nothing before giving up on a file: HTTP "
+        "5xx/408/429, connection errors, broken transfers (default 5)",
+    )
+    cmd.add_argument(
+        "--retry-delay",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="wait before the first retry, doubled for each further one (default 1)",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # stderr: errors
+    logging.basicConfig(
+        level=logging.INFO, format="%(message)s", stream=sys.stdout
+    )  # stderr: errors
     try:
         sums = read_sha256sums(args.sha256sums) if args.sha256sums else None
-        report = fetch(args.pair, args.to, base_url=args.base_url, checksums=sums,
-                       progress=False if args.no_progress else None,
-                       keep_archives=args.keep_archives, retries=max(0, args.retries),
-                       retry_delay=max(0.0, args.retry_delay))
+        report = fetch(
+            args.pair,
+            args.to,
+            base_url=args.base_url,
+            checksums=sums,
+            progress=False if args.no_progress else None,
+            keep_archives=args.keep_archives,
+            retries=max(0, args.retries),
+            retry_delay=max(0.0, args.retry_delay),
+        )
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -786,10 +920,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        print(f"interrupted: {exc}" if isinstance(exc, FetchStopped) else
-              "interrupted: run the same command again to resume (downloads, whole or partial, "
-              f"are kept in {os.path.join(os.path.abspath(args.to), DOWNLOAD_DIR)}/)",
-              file=sys.stderr)
+        print(
+            f"interrupted: {exc}"
+            if isinstance(exc, FetchStopped)
+            else "interrupted: run the same command again to resume (downloads, whole or partial, "
+            f"are kept in {os.path.join(os.path.abspath(args.to), DOWNLOAD_DIR)}/)",
+            file=sys.stderr,
+        )
         return 130
     if report.outcome == "present":
         print(f"{args.pair}: already in place under {report.directory}; nothing downloaded")
@@ -797,12 +934,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         got = sum(report.received.values())
         print(f"{args.pair}: fetched into {report.directory} ({got / 1e6:,.1f} MB received)")
     if sums is not None:
-        how = {"download": "as downloaded", "archive": f"in {DOWNLOAD_DIR}/",
-               MANIFEST: f"as recorded in {MANIFEST} when fetched"}
+        how = {
+            "download": "as downloaded",
+            "archive": f"in {DOWNLOAD_DIR}/",
+            MANIFEST: f"as recorded in {MANIFEST} when fetched",
+        }
         checked = ", ".join(f"{n} ({how[s]})" for n, s in report.verified.items())
-        print(f"sha256 matches {args.sha256sums}: {checked}" if checked else
-              f"note: {args.sha256sums} lists none of "
-              f"{', '.join(release_files(other_language(args.pair)))}: nothing checked")
+        print(
+            f"sha256 matches {args.sha256sums}: {checked}"
+            if checked
+            else f"note: {args.sha256sums} lists none of "
+            f"{', '.join(release_files(other_language(args.pair)))}: nothing checked"
+        )
     for path in report.files:
         print(f"  {path}")
     return 0

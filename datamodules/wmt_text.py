@@ -7,15 +7,25 @@ scores: join the aggressive-hyphen marks (`` @-@ `` ``@,@`` ``@.@``), then run M
 opt-in ``"builtin"`` for installs without sacremoses; its scores are not comparable (it writes
 ``hier…`` for Moses' ``hier …``, ``States 'gas`` for ``States' gas``, ``¢ 1`` for ``¢1``).
 """
+
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 # Moses tokenizer.perl escapes; one regex pass, so "&amp;quot;" correctly becomes "&quot;"
 _ESCAPES = {
-    "&amp;": "&", "&#124;": "|", "&bar;": "|", "&lt;": "<", "&gt;": ">", "&bra;": "[",
-    "&ket;": "]", "&quot;": '"', "&apos;": "'", "&#91;": "[", "&#93;": "]",
+    "&amp;": "&",
+    "&#124;": "|",
+    "&bar;": "|",
+    "&lt;": "<",
+    "&gt;": ">",
+    "&bra;": "[",
+    "&ket;": "]",
+    "&quot;": '"',
+    "&apos;": "'",
+    "&#91;": "[",
+    "&#93;": "]",
 }
 _ESCAPE_RE = re.compile("|".join(re.escape(k) for k in _ESCAPES))
 
@@ -98,7 +108,8 @@ def make_detokenizer(kind: str = "sacremoses", lang: str = "en") -> Callable[[st
                 "WMT detokenization for val/sacrebleu uses the Moses detokenizer from sacremoses, "
                 "which is not installed: `pip install -e .[data]` (or `pip install sacremoses`). "
                 "detokenizer='builtin' runs without it, but its sacreBLEU is not comparable with "
-                "published scores") from err
+                "published scores"
+            ) from err
         md = MosesDetokenizer(lang=lang)
         return lambda text: md.detokenize(join_aggressive_marks(text).split())
     raise ValueError(f"unknown detokenizer {kind!r}; use 'sacremoses', 'builtin' or 'none'")
@@ -107,7 +118,7 @@ def make_detokenizer(kind: str = "sacremoses", lang: str = "en") -> Callable[[st
 def bleu_scores(
     hyps: Sequence[str],
     refs: Sequence[str],
-    detokenize: Optional[Callable[[str], str]] = None,
+    detokenize: Callable[[str], str] | None = None,
     lang: str = "en",
 ) -> dict:
     """Corpus BLEU two ways, from tokenized hypotheses and tokenized references.
@@ -130,5 +141,9 @@ def bleu_scores(
     tok = tok_metric.corpus_score(list(hyps), [list(refs)])
     sb_metric = BLEU()
     sb = sb_metric.corpus_score([detok(h) for h in hyps], [[detok(r) for r in refs]])
-    return dict(bleu=tok.score, sacrebleu=sb.score, signature=str(sb_metric.get_signature()),
-                bleu_signature=str(tok_metric.get_signature()))
+    return dict(
+        bleu=tok.score,
+        sacrebleu=sb.score,
+        signature=str(sb_metric.get_signature()),
+        bleu_signature=str(tok_metric.get_signature()),
+    )

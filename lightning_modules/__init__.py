@@ -3,6 +3,7 @@
 The names below are imported on first use, so light modules of the package
 (:mod:`lightning_modules.presets`) load without torch.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,5 +1,6 @@
 """The metric names ``Seq2SeqModule`` logs, defined once. Plain data, no torch: the sweep spec
 checks a study's ``metric`` against them and the results table takes its columns from them."""
+
 from __future__ import annotations
 
 TRAIN_LOSS = "train/loss"

@@ -15,10 +15,11 @@ Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
 datamodule can ``detokenize``; the same under ``test/``.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import lightning.pytorch as pl
 import torch
@@ -129,12 +130,14 @@ class Seq2SeqModule(pl.LightningModule):
             **sizes,
         )
         self._buffers: dict[str, _DecodeBuffer] = {}
-        self.last_bleu_signature: Optional[str] = None
+        self.last_bleu_signature: str | None = None
         # the last evaluation's (hypotheses, references) per stage ("val", "test"), in the
         # dataloader's order: what its BLEU was computed from (e.g. for paired significance tests)
         self.last_decoded: dict[str, tuple[list[str], list[str]]] = {}
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
         """Teacher-forced logits (B, T, V); see :meth:`Seq2Seq.forward`."""
         return self.model(src, src_lengths, tgt_in)
 
@@ -164,12 +167,16 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- optimisation
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        return torch.optim.Adam(
+            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )
 
     # ---------------------------------------------------------------- other hooks
     def setup(self, stage: str) -> None:
         """Fail early when the data has longer sources than a position-dependent mechanism was built for."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        datamodule = (
+            getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        )
         data_max = getattr(datamodule, "max_source_len", None)
         if data_max is None or "max_source_len" not in attention_options(self.hparams.attention):
             return
@@ -191,7 +198,14 @@ class Seq2SeqModule(pl.LightningModule):
         )
         names = METRICS[stage]
         if stage == "train":
-            self.log(names["loss"], loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size)
+            self.log(
+                names["loss"],
+                loss,
+                on_step=True,
+                on_epoch=True,
+                prog_bar=True,
+                batch_size=batch_size,
+            )
             return loss
         real = tgt != self.hparams.pad_id  # (B, T)
         correct = ((logits.argmax(-1) == tgt) & real).sum()
@@ -238,7 +252,11 @@ class Seq2SeqModule(pl.LightningModule):
         import sacrebleu  # lazy: only needed once per evaluation epoch
 
         hyps, refs, seconds = buffer.hyps, buffer.refs, buffer.seconds
-        if self.trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if (
+            self.trainer.world_size > 1
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+        ):
             gathered: list[Any] = [None] * self.trainer.world_size
             torch.distributed.all_gather_object(gathered, (hyps, refs, seconds))
             hyps = [h for part in gathered for h in part[0]]
@@ -254,7 +272,9 @@ class Seq2SeqModule(pl.LightningModule):
             from sacrebleu.metrics import BLEU
 
             metric = BLEU()
-            score = metric.corpus_score([detokenize(h) for h in hyps], [[detokenize(r) for r in refs]])
+            score = metric.corpus_score(
+                [detokenize(h) for h in hyps], [[detokenize(r) for r in refs]]
+            )
             self.last_bleu_signature = str(metric.get_signature())
             self.log(names["sacrebleu"], float(score.score))
 

@@ -42,15 +42,20 @@ Architecture choices (documented once, here):
   ``2 * source length + 10``, so a sentence decodes the same alone and in any batch. A sentence
   at its limit is closed without EOS (its length is the limit).
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID  # the defaults; a datamodule passes its own ids
+from datamodules.vocab import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+)  # the defaults; a datamodule passes its own ids
 
 from .attention import attention_options, build_attention, map_batch
 from .attention.base import Attention
@@ -114,7 +119,9 @@ class Encoder(nn.Module):
         self.bridge_h = nn.Linear(final_size, decoder_layers * decoder_hidden_size)
         self.bridge_c = nn.Linear(final_size, decoder_layers * decoder_hidden_size)
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, LSTMState]:
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, LSTMState]:
         """Encode a padded batch.
 
         Args:
@@ -126,7 +133,9 @@ class Encoder(nn.Module):
         """
         batch, seq_len = src.shape
         emb = self.dropout(self.embedding(src))  # (B, S, E)
-        packed = pack_padded_sequence(emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
         out, (h_n, c_n) = self.rnn(packed)  # h_n, c_n: (layers * dirs, B, hidden_size)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=seq_len)  # (B, S, D)
         mask = source_mask(src_lengths, seq_len)  # (B, S)
@@ -197,7 +206,7 @@ class Decoder(nn.Module):
         cache: Any,
         attn_state: Any,
         need_weights: bool = False,
-    ) -> tuple[torch.Tensor, LSTMState, torch.Tensor, Any, Optional[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, LSTMState, torch.Tensor, Any, torch.Tensor | None]:
         """One decoding step.
 
         Args:
@@ -211,11 +220,15 @@ class Decoder(nn.Module):
         """
         x = self._drop(torch.cat([self.embedding(y_prev), ctx_prev], dim=-1))  # (B, E + C)
         hs, cs = self._cells(x, state[0], state[1])
-        ctx, attn_state, weights = self.attention.step(hs[-1], cache, attn_state, need_weights)  # (B, C)
+        ctx, attn_state, weights = self.attention.step(
+            hs[-1], cache, attn_state, need_weights
+        )  # (B, C)
         logits = self.out(torch.cat([hs[-1], ctx], dim=-1))  # (B, V)
         return logits, (hs, cs), ctx, attn_state, weights
 
-    def forward(self, tgt_in: torch.Tensor, state: LSTMState, cache: Any, attn_state: Any) -> torch.Tensor:
+    def forward(
+        self, tgt_in: torch.Tensor, state: LSTMState, cache: Any, attn_state: Any
+    ) -> torch.Tensor:
         """Teacher forcing over a whole target.
 
         Args:
@@ -257,7 +270,7 @@ class Seq2Seq(nn.Module):
         src_vocab_size: int,
         tgt_vocab_size: int,
         attention: str = "bahdanau",
-        attention_kwargs: Optional[dict[str, Any]] = None,
+        attention_kwargs: dict[str, Any] | None = None,
         embedding_dim: int = 32,
         hidden_size: int = 64,
         encoder_layers: int = 1,
@@ -274,7 +287,10 @@ class Seq2Seq(nn.Module):
         self.tgt_vocab_size = tgt_vocab_size
         self.max_source_len = max_source_len
         options = dict(attention_kwargs or {})
-        if "max_source_len" in attention_options(attention) and options.get("max_source_len") is None:
+        if (
+            "max_source_len" in attention_options(attention)
+            and options.get("max_source_len") is None
+        ):
             options["max_source_len"] = max_source_len
         self.attention_name = attention
         self.attention_kwargs = options
@@ -291,10 +307,14 @@ class Seq2Seq(nn.Module):
         )
         memory_dim = self.encoder.output_size  # D = 2 * hidden_size when bidirectional
         attn = build_attention(attention, query_dim=hidden_size, memory_dim=memory_dim, **options)
-        self.decoder = Decoder(tgt_vocab_size, embedding_dim, hidden_size, decoder_layers, dropout, attn, pad_id)
+        self.decoder = Decoder(
+            tgt_vocab_size, embedding_dim, hidden_size, decoder_layers, dropout, attn, pad_id
+        )
 
     @classmethod
-    def from_preset(cls, preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "Seq2Seq":
+    def from_preset(
+        cls, preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any
+    ) -> Seq2Seq:
         """Build from a :data:`PRESETS` entry; keyword arguments that are not None override it."""
         sizes = get_preset(preset)
         sizes.update({k: v for k, v in overrides.items() if v is not None})
@@ -312,7 +332,7 @@ class Seq2Seq(nn.Module):
 
     @staticmethod
     def _length_limits(
-        src_lengths: torch.Tensor, max_len: Optional[int], device: torch.device
+        src_lengths: torch.Tensor, max_len: int | None, device: torch.device
     ) -> tuple[torch.Tensor, int]:
         """Each sentence's step limit (B,) and the most steps any of them takes.
 
@@ -320,24 +340,32 @@ class Seq2Seq(nn.Module):
         (never the batch's longest: a sentence's output must not depend on its batch).
         """
         if max_len is not None:
-            return torch.full(src_lengths.shape, int(max_len), dtype=torch.long, device=device), int(max_len)
+            return torch.full(
+                src_lengths.shape, int(max_len), dtype=torch.long, device=device
+            ), int(max_len)
         limits = src_lengths.to(device=device, dtype=torch.long) * 2 + 10  # (B,)
         return limits, int(src_lengths.max()) * 2 + 10
 
-    def _finish(self, tokens: torch.Tensor, limits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _finish(
+        self, tokens: torch.Tensor, limits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Pad after the first EOS, trim to the longest output; lengths count EOS, and a sentence
         without EOS (closed at its limit, ``limits`` (B,)) has its limit's length."""
         steps = tokens.shape[1]
         is_eos = tokens == self.eos_id  # (B, T)
         no_eos = limits.clamp(max=steps)  # (B,)
         lengths = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, no_eos)  # (B,)
-        keep = torch.arange(steps, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
+        keep = torch.arange(steps, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(
+            1
+        )  # (B, T)
         tokens = tokens.masked_fill(~keep, self.pad_id)
         width = int(lengths.max()) if tokens.shape[0] else 0
         return tokens[:, :width], lengths
 
     # ---------------------------------------------------------------- training
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
         """Teacher-forced logits.
 
         Args:
@@ -360,7 +388,7 @@ class Seq2Seq(nn.Module):
         self,
         src: torch.Tensor,
         src_lengths: torch.Tensor,
-        max_len: Optional[int] = None,
+        max_len: int | None = None,
         check_every: int = 4,
         min_len: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -386,7 +414,9 @@ class Seq2Seq(nn.Module):
         outputs = []
         step = self.decoder.step
         for t in range(max_steps):
-            logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B, V)
+            logits, state, ctx, attn_state, _ = step(
+                y, state, ctx, cache, attn_state, False
+            )  # (B, V)
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
@@ -396,7 +426,9 @@ class Seq2Seq(nn.Module):
                 break
         tokens = torch.stack(outputs, dim=1)  # (B, T)
         # a sentence is closed at its own limit: what it decoded past it (while others ran on) goes
-        past_limit = torch.arange(tokens.shape[1], device=src.device).unsqueeze(0) >= limits.unsqueeze(1)  # (B, T)
+        past_limit = torch.arange(tokens.shape[1], device=src.device).unsqueeze(
+            0
+        ) >= limits.unsqueeze(1)  # (B, T)
         return self._finish(tokens.masked_fill_(past_limit, self.pad_id), limits)
 
     @torch.inference_mode()
@@ -405,7 +437,7 @@ class Seq2Seq(nn.Module):
         src: torch.Tensor,
         src_lengths: torch.Tensor,
         beam_size: int = 10,
-        max_len: Optional[int] = None,
+        max_len: int | None = None,
         length_penalty: float = 1.0,
         return_scores: bool = False,
         check_every: int = 4,
@@ -448,7 +480,9 @@ class Seq2Seq(nn.Module):
         state, cache, attn_state = self._start(src, src_lengths)
         expand = torch.arange(batch, device=device).repeat_interleave(k)  # (B*k,)
         if not (share_cache and self.attention.shares_cache):
-            cache = map_batch(lambda x: x.index_select(0, expand), cache)  # (B*k, ...) a copy per beam
+            cache = map_batch(
+                lambda x: x.index_select(0, expand), cache
+            )  # (B*k, ...) a copy per beam
         attn_state = map_batch(lambda x: x.index_select(0, expand), attn_state)
         state = map_batch(lambda x: x.index_select(0, expand), state)
         n = batch * k
@@ -465,7 +499,9 @@ class Seq2Seq(nn.Module):
         pool_score = torch.full((batch,), float("-inf"), device=device)  # (B,)
         pool_step = torch.full((batch,), -1, dtype=torch.long, device=device)  # (B,)
         pool_parent = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
-        pool_count = torch.zeros(batch, dtype=torch.long, device=device)  # (B,) hypotheses finished so far
+        pool_count = torch.zeros(
+            batch, dtype=torch.long, device=device
+        )  # (B,) hypotheses finished so far
         done = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
         if length_penalty > 0:
             # every completion of a live hypothesis has raw log-prob <= its prefix's (<= 0) and length
@@ -474,7 +510,9 @@ class Seq2Seq(nn.Module):
         history_tokens, history_parents, history_best = [], [], []
         step = self.decoder.step
         for t in range(max_steps):
-            logits, state, ctx, attn_state, _ = step(y, state, ctx, cache, attn_state, False)  # (B*k, V)
+            logits, state, ctx, attn_state, _ = step(
+                y, state, ctx, cache, attn_state, False
+            )  # (B*k, V)
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             logp = torch.log_softmax(logits.float(), dim=-1)  # (B*k, V)
@@ -484,15 +522,23 @@ class Seq2Seq(nn.Module):
             top_parents = row_offset + top // vocab  # (B, 2k) flat index of the live parent row
             is_eos = top_tokens == self.eos_id  # (B, 2k)
             # EOS among the first k candidates finishes a hypothesis (of a sentence still searching)
-            finishing = is_eos & in_first_k & ~done.unsqueeze(1) & torch.isfinite(top_scores)  # (B, 2k)
-            norm = top_scores / float(t + 1) ** length_penalty if length_penalty else top_scores  # (B, 2k)
+            finishing = (
+                is_eos & in_first_k & ~done.unsqueeze(1) & torch.isfinite(top_scores)
+            )  # (B, 2k)
+            norm = (
+                top_scores / float(t + 1) ** length_penalty if length_penalty else top_scores
+            )  # (B, 2k)
             best_new, best_at = torch.where(finishing, norm, float("-inf")).max(dim=1)  # (B,), (B,)
             better = best_new > pool_score  # (B,)
             pool_score = torch.where(better, best_new, pool_score)
             pool_step = torch.where(better, torch.full_like(pool_step, t), pool_step)
-            pool_parent = torch.where(better, top_parents.gather(1, best_at.unsqueeze(1)).squeeze(1), pool_parent)
+            pool_parent = torch.where(
+                better, top_parents.gather(1, best_at.unsqueeze(1)).squeeze(1), pool_parent
+            )
             # the k best candidates that do not end in EOS stay alive (stable: best first)
-            keep = (~is_eos).to(torch.uint8).argsort(dim=1, descending=True, stable=True)[:, :k]  # (B, k)
+            keep = (
+                (~is_eos).to(torch.uint8).argsort(dim=1, descending=True, stable=True)[:, :k]
+            )  # (B, k)
             live_scores = top_scores.gather(1, keep)  # (B, k)
             y = top_tokens.gather(1, keep).view(n)  # (B*k,)
             parent = top_parents.gather(1, keep).view(n)  # (B*k,)
@@ -500,12 +546,16 @@ class Seq2Seq(nn.Module):
             # done once k hypotheses finished and no live one can beat the best of them, or at the limit
             if length_penalty > 0:
                 live_bound = live_scores[:, 0] / bound_divisor  # (B,)
-            elif length_penalty < 0:  # the divisor shrinks as the length grows: the current length bounds
+            elif (
+                length_penalty < 0
+            ):  # the divisor shrinks as the length grows: the current length bounds
                 live_bound = live_scores[:, 0] / float(t + 1) ** length_penalty  # (B,)
             else:
                 live_bound = live_scores[:, 0]  # (B,)
             pool_count = pool_count + finishing.sum(dim=1)  # (B,)
-            done = done | ((pool_count >= k) & (pool_score >= live_bound)) | (limits <= t + 1)  # (B,)
+            done = (
+                done | ((pool_count >= k) & (pool_score >= live_bound)) | (limits <= t + 1)
+            )  # (B,)
             history_tokens.append(y)
             history_parents.append(parent)
             history_best.append(live_scores[:, 0])  # (B,) raw score of the best live hypothesis
@@ -520,7 +570,9 @@ class Seq2Seq(nn.Module):
         unfinished = pool_step < 0  # (B,)
         best_live = row_offset.squeeze(1)  # (B,)
         closed_at = limits.clamp(max=steps)  # (B,)
-        live_norm = torch.stack(history_best, dim=1).gather(1, (closed_at - 1).unsqueeze(1)).squeeze(1)  # (B,)
+        live_norm = (
+            torch.stack(history_best, dim=1).gather(1, (closed_at - 1).unsqueeze(1)).squeeze(1)
+        )  # (B,)
         if length_penalty:
             live_norm = live_norm / closed_at.float() ** length_penalty
         best_score = torch.where(unfinished, live_norm, pool_score)  # (B,)
@@ -540,7 +592,7 @@ class Seq2Seq(nn.Module):
 
     @torch.inference_mode()
     def attention_trace(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: Optional[int] = None
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int | None = None
     ) -> dict[str, torch.Tensor]:
         """Greedy-decode one batch, collecting the alignments (for plots, not speed).
 
@@ -564,7 +616,9 @@ class Seq2Seq(nn.Module):
             x = torch.cat([self.decoder.embedding(y), ctx], dim=-1)  # (B, E + C)
             hs, cs = self.decoder._cells(x, state[0], state[1])
             query = hs[-1]  # (B, H)
-            ctx, attn_state, w = self.attention.step(query, cache, prev_attn_state, True)  # (B, C), (B, S)
+            ctx, attn_state, w = self.attention.step(
+                query, cache, prev_attn_state, True
+            )  # (B, C), (B, S)
             for key, value in self.attention.extra_weights(query, cache, prev_attn_state).items():
                 extras.setdefault(key, []).append(value)
             logits = self.decoder.out(torch.cat([query, ctx], dim=-1))  # (B, V)

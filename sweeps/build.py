@@ -3,6 +3,7 @@
 Kept free of Ray, Optuna and W&B, and of the spec's validation (and its signature cache), so a
 trial's objects can be rebuilt from its resolved sections alone, e.g. from a results row.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 
-def build_datamodule(task: dict[str, Any], seed: int) -> "pl.LightningDataModule":
+def build_datamodule(task: dict[str, Any], seed: int) -> pl.LightningDataModule:
     """Instantiate the task's datamodule; the trial seed seeds generated data unless the spec fixes it."""
     kwargs = {k: v for k, v in task.items() if k != "name"}
     cls = datamodule_class(task["name"])
@@ -23,7 +24,7 @@ def build_datamodule(task: dict[str, Any], seed: int) -> "pl.LightningDataModule
     return cls(**kwargs)
 
 
-def build_module(model: dict[str, Any], dm: "pl.LightningDataModule"):
+def build_module(model: dict[str, Any], dm: pl.LightningDataModule):
     """Seq2SeqModule from the model section: module arguments go straight in, everything else is an
     option of the chosen attention mechanism (``attention_kwargs``). ``dm`` must be set up."""
     from lightning_modules.module import Seq2SeqModule

@@ -1,12 +1,13 @@
 """Ray and the cluster: connect to (or start) Ray, check that the storage and resources fit the
 study, and return what was decided (:class:`ClusterFit`) rather than changing the spec."""
+
 from __future__ import annotations
 
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 from urllib.parse import urlparse
 
 from .study import Sweep
@@ -58,7 +59,9 @@ def check_address(address: str, timeout: float = 5.0, source: str = "--address")
     except ValueError:  # urllib's own complaint about the port or brackets
         host = port = None
     if not host or not port:
-        raise LaunchError(f"{source} {address!r}: expected HOST:PORT, ray://HOST:10001, auto or local")
+        raise LaunchError(
+            f"{source} {address!r}: expected HOST:PORT, ray://HOST:10001, auto or local"
+        )
     try:
         with socket.create_connection((host, port), timeout=timeout):
             pass
@@ -79,7 +82,7 @@ def check_ddp_dependencies() -> None:
     if err is not None:
         raise LaunchError(
             f"resources.workers > 1 (DDP trials) needs ray[default] on every node, not only ray[tune] "
-            f"({err}). Install it with `pip install \"ray[default]=={_ray_version()}\"`, or set resources.workers: 1."
+            f'({err}). Install it with `pip install "ray[default]=={_ray_version()}"`, or set resources.workers: 1.'
         )
 
 
@@ -93,11 +96,11 @@ def _ray_version() -> str:
 class RayConnection:
     """Which Ray the launcher joined: ``address`` None for a fresh instance on this machine."""
 
-    address: Optional[str]
+    address: str | None
     how: str
 
 
-def choose_address(address: Optional[str]) -> RayConnection:
+def choose_address(address: str | None) -> RayConnection:
     """Ray's own convention: ``--address`` if given (``local``: a private new instance), else
     ``RAY_ADDRESS`` if set, else the cluster ``ray start`` runs on this machine if there is one,
     else a fresh local instance."""
@@ -113,7 +116,9 @@ def choose_address(address: Optional[str]) -> RayConnection:
     found = find_bootstrap_address(None)  # what the last `ray start` on this machine wrote
     if found and _reachable(found):
         return RayConnection(found, f"the `ray start` cluster on this machine at {found}")
-    return RayConnection(None, "a new local Ray instance (no --address, no RAY_ADDRESS, no `ray start` cluster here)")
+    return RayConnection(
+        None, "a new local Ray instance (no --address, no RAY_ADDRESS, no `ray start` cluster here)"
+    )
 
 
 def _reachable(address: str, timeout: float = 2.0) -> bool:
@@ -126,7 +131,10 @@ def _reachable(address: str, timeout: float = 2.0) -> bool:
 
 
 def init_ray(
-    address: Optional[str], runtime_env: dict[str, Any], num_cpus: Optional[int] = None, dashboard: bool = False
+    address: str | None,
+    runtime_env: dict[str, Any],
+    num_cpus: int | None = None,
+    dashboard: bool = False,
 ) -> RayConnection:
     """Join the Ray :func:`choose_address` picks (or start one), and say in one line which it is
     (nodes, CPUs, GPUs). ``dashboard``: start a local instance with its dashboard (Ray Train V2,
@@ -138,7 +146,9 @@ def init_ray(
         check_ddp_dependencies()
     conn = choose_address(address)
     if conn.address is not None:
-        check_address(conn.address, source="RAY_ADDRESS" if "(RAY_ADDRESS)" in conn.how else "--address")
+        check_address(
+            conn.address, source="RAY_ADDRESS" if "(RAY_ADDRESS)" in conn.how else "--address"
+        )
     if ray.is_initialized():
         conn = RayConnection(conn.address, "the Ray instance this process already runs")
     else:
@@ -183,11 +193,24 @@ def describe_cluster() -> str:
 # by the other nodes. Anything else (nfs, nfs4, lustre, gpfs, beegfs, cephfs, fuse.* mounts of a
 # bucket...) is taken to be shared.
 NODE_LOCAL_FILESYSTEMS = frozenset(
-    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "tmpfs", "overlay", "f2fs", "vfat", "ramfs", "apfs"}
+    {
+        "ext2",
+        "ext3",
+        "ext4",
+        "xfs",
+        "btrfs",
+        "zfs",
+        "tmpfs",
+        "overlay",
+        "f2fs",
+        "vfat",
+        "ramfs",
+        "apfs",
+    }
 )
 
 
-def filesystem_type(path: str) -> Optional[str]:
+def filesystem_type(path: str) -> str | None:
     """Type of the filesystem holding ``path`` (from /proc/mounts), or None where unknown."""
     try:
         mounts = Path("/proc/mounts").read_text().splitlines()
@@ -205,7 +228,9 @@ def filesystem_type(path: str) -> Optional[str]:
     return best_type
 
 
-def storage_problem(storage: str, node_hosts: set[str], driver_host: str, fstype: Optional[str]) -> Optional[str]:
+def storage_problem(
+    storage: str, node_hosts: set[str], driver_host: str, fstype: str | None
+) -> str | None:
     """Why ``storage`` can't hold a sweep on these nodes, or None when it can.
 
     A local path is fine while every node runs on the driver's host; with nodes on other hosts it
@@ -240,10 +265,10 @@ class ClusterFit:
     """
 
     gpu: float
-    max_concurrent_trials: Optional[int]
+    max_concurrent_trials: int | None
 
 
-def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> ClusterFit:
+def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit:
     """Fit the sweep to the Ray it is connected to; call after :func:`init_ray`.
 
     - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
@@ -255,11 +280,15 @@ def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> Cluster
     """
     import ray
 
-    if not (address or "").startswith("ray://"):  # through Ray Client, Tune runs on the head, not here
+    if not (address or "").startswith(
+        "ray://"
+    ):  # through Ray Client, Tune runs on the head, not here
         alive = [n for n in ray.nodes() if n.get("Alive")]
         hosts = {n["NodeManagerAddress"] for n in alive}
         driver_node = ray.get_runtime_context().get_node_id()
-        driver_host = next((n["NodeManagerAddress"] for n in alive if n["NodeID"] == driver_node), "")
+        driver_host = next(
+            (n["NodeManagerAddress"] for n in alive if n["NodeID"] == driver_node), ""
+        )
         local_path = paths.storage.removeprefix("file://")
         problem = storage_problem(paths.storage, hosts, driver_host, filesystem_type(local_path))
         if problem:
@@ -293,4 +322,3 @@ def check_cluster(sweep: Sweep, paths: Paths, address: Optional[str]) -> Cluster
         # and an autoscaler sees the whole demand. (A custom searcher alone would get one at a time.)
         max_concurrent = max(200, int(1.1 * float(total.get("CPU", 0))))
     return ClusterFit(gpu=gpu, max_concurrent_trials=max_concurrent)
-

@@ -1,12 +1,13 @@
 """What the console shows while a study runs: a trial table (grid columns, status, the metric,
 step, training time; no config dumps) and a progress line (finished / running / pending / failed,
 elapsed, ETA). A Tune ``Callback`` on the driver; Tune's own reporter is off (``verbose=0``)."""
+
 from __future__ import annotations
 
 import sys
 import time
 from collections import Counter
-from typing import Any, Optional, TextIO
+from typing import Any, TextIO
 
 from ray.tune import Callback
 
@@ -45,7 +46,7 @@ class StudyConsole(Callback):
         mode: str,
         every: float = 30.0,
         max_rows: int = 20,
-        out: Optional[TextIO] = None,
+        out: TextIO | None = None,
     ) -> None:
         self.total = total
         self.columns = columns
@@ -77,7 +78,9 @@ class StudyConsole(Callback):
         finished = counts.get("TERMINATED", 0)
         failed = counts.get("ERROR", 0)
         running = counts.get("RUNNING", 0)
-        paused = counts.get("PAUSED", 0)  # waiting at a rung (early_terminate pareto, promotion: wait)
+        paused = counts.get(
+            "PAUSED", 0
+        )  # waiting at a rung (early_terminate pareto, promotion: wait)
         pending = self.total - finished - failed - running - paused
         elapsed = time.monotonic() - self._start
         done = finished + failed
@@ -90,7 +93,9 @@ class StudyConsole(Callback):
 
     def _eta(self, trials: list, running: int, pending: int) -> str:
         """Trials still to run x the mean duration of finished ones / the trials running at once."""
-        durations = [(t.last_result or {}).get("time_total_s") for t in trials if t.status == "TERMINATED"]
+        durations = [
+            (t.last_result or {}).get("time_total_s") for t in trials if t.status == "TERMINATED"
+        ]
         durations = [d for d in durations if d]
         if not durations:
             return "?"
@@ -100,21 +105,29 @@ class StudyConsole(Callback):
     def table(self, trials: list) -> str:
         sign = -1.0 if self.mode == "max" else 1.0
 
-        def metric_of(t) -> Optional[float]:
+        def metric_of(t) -> float | None:
             return (t.last_result or {}).get(self.metric)
 
         running = [t for t in trials if t.status == "RUNNING"]
-        ended = [t for t in trials if t.status in ("TERMINATED", "ERROR") and metric_of(t) is not None]
+        ended = [
+            t for t in trials if t.status in ("TERMINATED", "ERROR") and metric_of(t) is not None
+        ]
         ended.sort(key=lambda t: sign * metric_of(t))
         shown = (running + ended)[: self.max_rows]
         header = ["trial", *self.columns, "status", self.metric, "step", "train_s"]
         rows = [header]
         for t in shown:
             r = t.last_result or {}
-            rows.append([
-                t.trial_id, *(_cell(t.config.get(c)) for c in self.columns), t.status,
-                _cell(r.get(self.metric)), _cell(r.get("step")), _cell(r.get("train_time_s")),
-            ])
+            rows.append(
+                [
+                    t.trial_id,
+                    *(_cell(t.config.get(c)) for c in self.columns),
+                    t.status,
+                    _cell(r.get(self.metric)),
+                    _cell(r.get("step")),
+                    _cell(r.get("train_time_s")),
+                ]
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
         hidden = len(running) + len(ended) - len(shown)
@@ -136,11 +149,15 @@ class StudyConsole(Callback):
                 self._print(self.progress_line(trials))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        self._print(f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) finished: "
-                    f"{self.metric}={_cell((trial.last_result or {}).get(self.metric))}")
+        self._print(
+            f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) finished: "
+            f"{self.metric}={_cell((trial.last_result or {}).get(self.metric))}"
+        )
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        self._print(f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) failed")
+        self._print(
+            f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) failed"
+        )
 
     def on_experiment_end(self, trials: list, **info) -> None:
         if trials:

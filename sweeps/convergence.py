@@ -11,10 +11,10 @@ reports in a row stops there instead of training to ``max_steps``: its last repo
 The spec part is pydantic only (the dry run imports no torch); :func:`make_callback` builds the
 Lightning callback inside the trial (no Ray, Optuna or W&B here either).
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
-
+from typing import Any
 
 from .study.schema import StopWhenSpec  # noqa: F401 (the spec's type, used here)
 
@@ -45,7 +45,9 @@ def make_callback(spec: StopWhenSpec, flags: dict[str, Any]):
             if self.streak >= spec.reports and trainer.global_step < (trainer.max_steps or 0):
                 trainer.should_stop = True
                 flags[CONVERGED] = 1.0
-                for logger in trainer.loggers:  # the W&B run (and any other logger) records why it ended
+                for (
+                    logger
+                ) in trainer.loggers:  # the W&B run (and any other logger) records why it ended
                     logger.log_metrics({CONVERGED: 1.0}, step=trainer.global_step)
 
         def state_dict(self) -> dict[str, Any]:  # a resumed trial keeps its streak

@@ -16,6 +16,7 @@ checkpoint (``ray.train.get_checkpoint()``). Train itself does not retry (its ow
 ``max_failures`` is 0): one retry budget, Tune's, covers a dead worker, a lost node and a dead
 driver alike. W&B logs from rank 0 only.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,7 +42,9 @@ class TrainReport(TuneReport):
     def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
         import ray.train
 
-        checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if trainer.is_global_zero else None
+        checkpoint = (
+            ray.train.Checkpoint.from_directory(checkpoint_dir) if trainer.is_global_zero else None
+        )
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
@@ -75,7 +78,12 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     trainer = TorchTrainer(
         train_loop_per_worker,
         # V2 workers can't ask Tune for the trial's id or name: they travel in the loop config
-        train_loop_config={"plan": plan, "settings": settings, "trial_id": trial_id, "trial_name": trial_name},
+        train_loop_config={
+            "plan": plan,
+            "settings": settings,
+            "trial_id": trial_id,
+            "trial_name": trial_name,
+        },
         scaling_config=ray.train.ScalingConfig(
             num_workers=int(res.workers),
             use_gpu=bool(res.gpu),
@@ -104,10 +112,17 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     rank, world_size = train_ctx.get_world_rank(), train_ctx.get_world_size()
     # rank 0 alone fails on chaos; Ray Train then stops the other ranks and the whole trial is retried
     parts = prepare_trial(
-        plan, settings, ray.train.get_checkpoint(), trial_id, TrainReport,
-        {**placement_metrics(), "world_size": world_size}, with_chaos=rank == 0,
+        plan,
+        settings,
+        ray.train.get_checkpoint(),
+        trial_id,
+        TrainReport,
+        {**placement_metrics(), "world_size": world_size},
+        with_chaos=rank == 0,
     )
-    logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module) if rank == 0 else None
+    logger = (
+        make_wandb_logger(settings, plan, trial_id, trial_name, parts.module) if rank == 0 else None
+    )
     use_gpu = bool(settings.resources.gpu) and torch.cuda.is_available()
     trainer = pl.Trainer(
         accelerator="gpu" if use_gpu else "cpu",
@@ -117,4 +132,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         **common_trainer_kwargs(plan, parts, logger),
     )
     trainer = prepare_trainer(trainer)
-    fit_trial(trainer, parts, logger, heatmaps=rank == 0 and settings.wandb.log_heatmaps, trial_id=trial_id)
+    fit_trial(
+        trainer,
+        parts,
+        logger,
+        heatmaps=rank == 0 and settings.wandb.log_heatmaps,
+        trial_id=trial_id,
+    )

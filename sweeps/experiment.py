@@ -9,11 +9,12 @@ values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) --
 and a trial's stored config does not grow with the grid. The study's fixed settings reach the
 trainables once, through ``tune.with_parameters`` (:class:`sweeps.settings.TrialSettings`).
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from .cluster import ClusterFit, LaunchError, Paths
 from .settings import TrialSettings
@@ -64,7 +65,9 @@ def trial_resources(settings: TrialSettings) -> dict[str, float]:
     return res
 
 
-def make_trainable(settings: TrialSettings, fn: Optional[Callable[[dict, TrialSettings], None]] = None):
+def make_trainable(
+    settings: TrialSettings, fn: Callable[[dict, TrialSettings], None] | None = None
+):
     """The trainable this study's trials run: single-process or DDP (or ``fn``, e.g. the scale
     benchmark's stand-in), with its resources and the study-wide settings bound (stored once in
     Ray's object store, not in every trial's config)."""
@@ -74,7 +77,9 @@ def make_trainable(settings: TrialSettings, fn: Optional[Callable[[dict, TrialSe
         from .ddp import run_ddp_trial as fn
     elif fn is None:
         from .trial import run_trial as fn
-    return tune.with_resources(tune.with_parameters(fn, settings=settings), trial_resources(settings))
+    return tune.with_resources(
+        tune.with_parameters(fn, settings=settings), trial_resources(settings)
+    )
 
 
 def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
@@ -104,8 +109,14 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
     spec = sweep.spec
     index = {c.slug: i for i, c in enumerate(sweep.cells)}
     units = [
-        StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns),
-                  p.trainer.get("max_steps"), estimated_cost(p.task, p.model, p.trainer))
+        StudyUnit(
+            f"{sweep.name}/{p.study}",
+            index[p.cell.slug],
+            p.seed,
+            p.trial_config(sweep.grid_columns),
+            p.trainer.get("max_steps"),
+            estimated_cost(p.task, p.model, p.trainer),
+        )
         for p in sweep.plans
     ]
     space, journal = None, None
@@ -134,8 +145,8 @@ def run_tune(
     fit: ClusterFit,
     resume: bool,
     verbose: int = 1,
-    trainable_fn: Optional[Callable[[dict, TrialSettings], None]] = None,
-    guard: Optional[StorageGuard] = None,
+    trainable_fn: Callable[[dict, TrialSettings], None] | None = None,
+    guard: StorageGuard | None = None,
 ):
     """Run (or resume) the study's Tune experiment; returns its ``ResultGrid``, read back from
     storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in). ``guard``
@@ -153,8 +164,12 @@ def run_tune(
     if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
         raise LaunchError(nothing_to_resume(path))
     if resume and tune.Tuner.can_restore(path):
-        print(f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints")
-        tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+        print(
+            f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints"
+        )
+        tuner = tune.Tuner.restore(
+            path, trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
     else:
         if not resume and holds_sweep(path):
             raise LaunchError(
@@ -165,7 +180,11 @@ def run_tune(
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
-            callbacks.append(StudyConsole(sweep.num_trials, columns, sweep.spec.metric.name, sweep.spec.metric.mode))
+            callbacks.append(
+                StudyConsole(
+                    sweep.num_trials, columns, sweep.spec.metric.name, sweep.spec.metric.mode
+                )
+            )
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
@@ -197,8 +216,10 @@ def run_tune(
 
 
 def nothing_to_resume(path: str) -> str:
-    return (f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
-            f"same command without --resume to start the sweep.")
+    return (
+        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
+        f"same command without --resume to start the sweep."
+    )
 
 
 def holds_sweep(path: str) -> bool:

@@ -1,6 +1,7 @@
 """One way to replace a file: write a temporary beside it, flush it to disk, rename it over the
 old one. A reader (or a crash) sees the old file or the whole new one, never half of either, and
 a failed write (a full disk) leaves the old file and no temporary behind."""
+
 from __future__ import annotations
 
 import os

@@ -13,11 +13,13 @@ The checkpoint's datamodule is rebuilt from its hyperparameters: the copy task w
 other tasks are not supported by this command: call
 ``Seq2SeqModule.attention_heatmaps`` on one of their batches and ``heatmap_figure`` directly.
 """
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -33,7 +35,9 @@ def load_module(args: argparse.Namespace) -> Seq2SeqModule:
     else:
         torch.manual_seed(args.seed)
         vocab = (args.vocab_size or 20) + FIRST_SYMBOL
-        kwargs: dict[str, Any] = {"K": args.K} if args.attention == "memory" and args.K is not None else {}
+        kwargs: dict[str, Any] = (
+            {"K": args.K} if args.attention == "memory" and args.K is not None else {}
+        )
         module = Seq2SeqModule(
             vocab,
             vocab,
@@ -66,7 +70,9 @@ def build_datamodule(module: Seq2SeqModule, args: argparse.Namespace) -> CopyTas
     return dm
 
 
-def write_heatmaps(module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, n: int, prefix: str) -> list[Path]:
+def write_heatmaps(
+    module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, n: int, prefix: str
+) -> list[Path]:
     """One PNG per sentence of ``batch`` (the first ``n``); returns the paths."""
     from .plots import heatmap_figure, save_figure
 
@@ -78,16 +84,26 @@ def write_heatmaps(module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, 
     return paths
 
 
-def main(argv: Optional[Sequence[str]] = None) -> list[Path]:
-    p = argparse.ArgumentParser(description="Attention heatmaps (PNG) of a checkpoint or an untrained model.")
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    p = argparse.ArgumentParser(
+        description="Attention heatmaps (PNG) of a checkpoint or an untrained model."
+    )
     p.add_argument("checkpoint", nargs="?", type=Path, help="a Seq2SeqModule .ckpt")
-    p.add_argument("--attention", help="no checkpoint: build an untrained model with this mechanism")
+    p.add_argument(
+        "--attention", help="no checkpoint: build an untrained model with this mechanism"
+    )
     p.add_argument("--K", type=int, help="memory vectors (with --attention memory)")
     p.add_argument("--preset", default="tiny", help="model size for --attention (default tiny)")
     p.add_argument("--output", type=Path, required=True, help="folder for the PNGs")
     p.add_argument("--n", type=int, default=4, help="sentences to draw")
-    p.add_argument("--vocab-size", type=int, help="copy-task symbols (default: from the checkpoint, or 20)")
-    p.add_argument("--max-length", type=int, help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)")
+    p.add_argument(
+        "--vocab-size", type=int, help="copy-task symbols (default: from the checkpoint, or 20)"
+    )
+    p.add_argument(
+        "--max-length",
+        type=int,
+        help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)",
+    )
     p.add_argument("--min-length", type=int, default=1)
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--seed", type=int, default=0, help="weights seed for --attention")

@@ -4,9 +4,11 @@ when a value is read as YAML), so ``benchmarks/`` can use it without the sweep e
 
     parse_assignments(["trainer.max_steps=100", "model.K=[4, 8]"])   # {"trainer.max_steps": 100, "model.K": [4, 8]}
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
 class AssignmentError(ValueError):
@@ -28,7 +30,9 @@ def yaml_value(text: str) -> Any:
         raise ValueError(str(exc).splitlines()[0]) from None
 
 
-def parse_assignments(items: Iterable[str], value: Callable[[str], Any] = yaml_value) -> dict[str, Any]:
+def parse_assignments(
+    items: Iterable[str], value: Callable[[str], Any] = yaml_value
+) -> dict[str, Any]:
     """``KEY=VALUE`` items -> ``{KEY: value(VALUE)}``, keys and values stripped of spaces. Raises
     :class:`AssignmentError` for an item with no ``=`` or no key, or whose value ``value`` rejects
     (a ValueError)."""
@@ -41,5 +45,7 @@ def parse_assignments(items: Iterable[str], value: Callable[[str], Any] = yaml_v
         try:
             out[key] = value(text.strip())
         except ValueError as exc:
-            raise AssignmentError(item, key, text, f"cannot parse the value {text.strip()!r} ({exc})") from None
+            raise AssignmentError(
+                item, key, text, f"cannot parse the value {text.strip()!r} ({exc})"
+            ) from None
     return out

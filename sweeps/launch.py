@@ -22,6 +22,7 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
 --set value, --output or storage.path (one line, nothing started); 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.study import LAUNCH_FILE, Sweep, SpecError, load_spec, resume_launch, save_launch  # noqa: E402
+from sweeps.study import LAUNCH_FILE, SpecError, Sweep, load_spec, resume_launch, save_launch  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,19 +46,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("spec", help="the sweep file, e.g. sweeps/k_vs_length.yaml")
     p.add_argument(
-        "--address", default=None,
+        "--address",
+        default=None,
         help="Ray to join: HOST:PORT, ray://HOST:10001, auto, or local (a private instance); default: "
         "RAY_ADDRESS, else the `ray start` cluster on this machine, else a new local instance",
     )
-    p.add_argument("--profile", default=None, metavar="NAME", help="apply the study's named profile of overrides")
-    p.add_argument("--smoke", action="store_true", help="the plumbing profile: same grid, scaled down (minutes on a CPU)")
-    p.add_argument("--dry-run", action="store_true", help="validate and list the trials; start nothing")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted sweep from its storage")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a spec key (repeatable)")
-    p.add_argument("--output", default="sweep-results", help="folder for results (default: sweep-results)")
-    p.add_argument("--num-cpus", type=_positive_int, default=None, help="CPUs of the local Ray instance (default: all)")
-    p.add_argument("--verbose", type=int, default=1, choices=[0, 1, 2],
-                   help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter")
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME",
+        help="apply the study's named profile of overrides",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the plumbing profile: same grid, scaled down (minutes on a CPU)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="validate and list the trials; start nothing"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue an interrupted sweep from its storage"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec key (repeatable)",
+    )
+    p.add_argument(
+        "--output", default="sweep-results", help="folder for results (default: sweep-results)"
+    )
+    p.add_argument(
+        "--num-cpus",
+        type=_positive_int,
+        default=None,
+        help="CPUs of the local Ray instance (default: all)",
+    )
+    p.add_argument(
+        "--verbose",
+        type=int,
+        default=1,
+        choices=[0, 1, 2],
+        help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter",
+    )
     return p.parse_args(argv)
 
 
@@ -73,10 +107,16 @@ def _positive_int(text: str) -> int:
 
 def trial_table(sweep: Sweep) -> str:
     r = sweep.spec.resources
-    res = f"cpu={r.cpu:g}" + (f" gpu={r.gpu:g}" if r.gpu else "") + (f" workers={r.workers}" if r.workers > 1 else "")
+    res = (
+        f"cpu={r.cpu:g}"
+        + (f" gpu={r.gpu:g}" if r.gpu else "")
+        + (f" workers={r.workers}" if r.workers > 1 else "")
+    )
     samples = sweep.spec.num_samples if sweep.has_search else 1
     rows = [("#", "cell", "seed", "samples", "resources")]
-    rows += [(str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)]
+    rows += [
+        (str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -94,17 +134,27 @@ def trial_table(sweep: Sweep) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.smoke and args.profile not in (None, "smoke"):
-        print(f"error: --smoke is --profile smoke; pick one of --smoke and --profile {args.profile}", file=sys.stderr)
+        print(
+            f"error: --smoke is --profile smoke; pick one of --smoke and --profile {args.profile}",
+            file=sys.stderr,
+        )
         return 2
     profile = "smoke" if args.smoke else args.profile
     try:
         sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
         if args.resume:  # the first run's --set and profile, stored beside its results
-            first = resume_launch(Path(args.output).resolve() / sweep.name, args.overrides, profile, args.spec)
+            first = resume_launch(
+                Path(args.output).resolve() / sweep.name, args.overrides, profile, args.spec
+            )
             if first != (args.overrides, profile):
                 args.overrides, profile = first
-                print("resuming with the first run's overrides: "
-                      + " ".join([f"--set {o}" for o in args.overrides] + ([f"--profile {profile}"] if profile else [])))
+                print(
+                    "resuming with the first run's overrides: "
+                    + " ".join(
+                        [f"--set {o}" for o in args.overrides]
+                        + ([f"--profile {profile}"] if profile else [])
+                    )
+                )
                 sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -122,10 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.experiment import make_settings, run_tune
     from sweeps.report import build_local_report
-    from sweeps.storage_faults import StorageGuard, find_storage_fault
     from sweeps.results import (
-        failure_summary, keep_finished, missing_rows, print_table, result_rows, results_frame, write_results_csv,
+        failure_summary,
+        keep_finished,
+        missing_rows,
+        print_table,
+        result_rows,
+        results_frame,
+        write_results_csv,
     )
+    from sweeps.storage_faults import StorageGuard, find_storage_fault
     from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
 
     spec = sweep.spec
@@ -152,21 +208,34 @@ def main(argv: list[str] | None = None) -> int:
         if not args.resume and not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
             save_launch(out_dir, args.overrides, profile)  # a new sweep: what --resume will reuse
         # Only non-secret settings travel to the workers; the API key stays in each node's environment.
-        runtime_env = {"env_vars": {"WANDB_MODE": mode, "WANDB_SILENT": "true", "PYTHONWARNINGS": "ignore::DeprecationWarning"}}
+        runtime_env = {
+            "env_vars": {
+                "WANDB_MODE": mode,
+                "WANDB_SILENT": "true",
+                "PYTHONWARNINGS": "ignore::DeprecationWarning",
+            }
+        }
         try:
             from sweeps.build import prepare_data
 
             if any(p.task["name"] != "copy" for p in sweep.plans):
-                print("preparing the data (tokenizer and token caches, once for all trials) ...", flush=True)
+                print(
+                    "preparing the data (tokenizer and token caches, once for all trials) ...",
+                    flush=True,
+                )
             prepare_data([p.task for p in sweep.plans])
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise LaunchError(f"preparing the data failed: {exc}") from None
-        conn = init_ray(args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1)
+        conn = init_ray(
+            args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1
+        )
         fit = check_cluster(sweep, paths, conn.address)
         settings = make_settings(sweep, paths, mode, fit)
         interrupted, guard = False, StorageGuard(paths.storage)
         try:
-            grid = run_tune(sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose, guard=guard)
+            grid = run_tune(
+                sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose, guard=guard
+            )
         except KeyboardInterrupt:
             interrupted, grid = True, []
     except LaunchError as exc:
@@ -174,10 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     rows, plans = [], {}
-    interrupted |= guard.fault is not None  # stopped as on Ctrl-C: the unfinished trials continue on --resume
+    interrupted |= (
+        guard.fault is not None
+    )  # stopped as on Ctrl-C: the unfinished trials continue on --resume
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
-        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
+        interrupted |= (
+            len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
+        )
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
     if spec.timing.enabled and not interrupted:
         from sweeps.timing.stage import time_finished_trials
@@ -185,16 +258,25 @@ def main(argv: list[str] | None = None) -> int:
         time_finished_trials(rows, plans, out_dir, spec.timing)
         publish_timings(rows, settings, out_dir / "optuna.journal" if sweep.has_search else None)
     # every planned trial has a row, even one Tune never created
-    rows += missing_rows(sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error")
+    rows += missing_rows(
+        sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
+    )
     rows, kept = keep_finished(rows, out_dir / "results.csv")
     if kept:
-        print(f"kept {kept} finished trial(s) from the previous results.csv that this run did not report as finished "
-              f"(their folders and checkpoints are where the rows say)", flush=True)
+        print(
+            f"kept {kept} finished trial(s) from the previous results.csv that this run did not report as finished "
+            f"(their folders and checkpoints are where the rows say)",
+            flush=True,
+        )
     written = {}
     try:
         written["csv"] = write_results_csv(rows, out_dir)
-        written.update(build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}"))
-    except OSError as exc:  # a full --output: the table still reaches the console, the old files stay whole
+        written.update(
+            build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}")
+        )
+    except (
+        OSError
+    ) as exc:  # a full --output: the table still reaches the console, the old files stay whole
         if find_storage_fault(exc) is None:
             raise
         guard.note(exc)
@@ -204,35 +286,56 @@ def main(argv: list[str] | None = None) -> int:
         print_table(df)
         retried = df[df["retries"].fillna(0) > 0] if "retries" in df else df.iloc[0:0]
         if not retried.empty:
-            print(f"{len(retried)} trial(s) failed and were retried ({int(retried['retries'].sum())} retries in all; "
-                  "results.csv's retries column): " + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples()))
+            print(
+                f"{len(retried)} trial(s) failed and were retried ({int(retried['retries'].sum())} retries in all; "
+                "results.csv's retries column): "
+                + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples())
+            )
     if written:
         print("\nwrote " + ", ".join(str(p) for p in written.values()))
     hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
     for run, problem in broken:
-        print(f"W&B run {run} is incomplete ({problem}): left out of the upload command", file=sys.stderr)
+        print(
+            f"W&B run {run} is incomplete ({problem}): left out of the upload command",
+            file=sys.stderr,
+        )
     if hint:
         print(f"W&B ran offline; upload the runs with:\n  {hint}")
     journal = out_dir / "optuna.journal"
     if sweep.has_search and journal.exists():
         first = f"{sweep.name}/{sweep.plans[0].study}"
-        print(f"Optuna studies (one per cell and seed) in {journal}:\n"
-              f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
-              f"--study-name {shlex.quote(first)}\n"
-              f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}")
-    resume_cmd = f"python sweeps/launch.py {args.spec} --resume --output {args.output}" + (
-        f" --profile {profile}" if profile else ""
-    ) + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
+        print(
+            f"Optuna studies (one per cell and seed) in {journal}:\n"
+            f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
+            f"--study-name {shlex.quote(first)}\n"
+            f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}"
+        )
+    resume_cmd = (
+        f"python sweeps/launch.py {args.spec} --resume --output {args.output}"
+        + (f" --profile {profile}" if profile else "")
+        + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
+    )
     if guard.fault:
-        kept_as_was = "" if written else " results.csv and results.md were left as they were (nothing could be written)."
-        print(f"error: {guard.message()}{kept_as_was} Continue with:\n  {resume_cmd}", file=sys.stderr)
+        kept_as_was = (
+            ""
+            if written
+            else " results.csv and results.md were left as they were (nothing could be written)."
+        )
+        print(
+            f"error: {guard.message()}{kept_as_was} Continue with:\n  {resume_cmd}", file=sys.stderr
+        )
         return 1
     if interrupted:
-        print(f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}")
+        print(
+            f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}"
+        )
         return 130
     failed = failure_summary(df)
     if failed:
-        print(f"{len(failed)} of {len(df)} trial(s) failed (their rows in results.md say why):", file=sys.stderr)
+        print(
+            f"{len(failed)} of {len(df)} trial(s) failed (their rows in results.md say why):",
+            file=sys.stderr,
+        )
         print("\n".join(failed), file=sys.stderr)
         print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
         return 1
@@ -250,16 +353,26 @@ def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
     for row in rows:
         if row.get("decode_seconds") is None:
             continue
-        values = {c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None}  # plain values (attach_timing)
+        values = {
+            c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None
+        }  # plain values (attach_timing)
         timings[row["trial_id"]] = values
         if settings.wandb.mode == "disabled":
             continue
         try:
-            add_run_summary(settings.wandb.mode, settings.wandb_dir, row["trial_id"], values,
-                            project=settings.wandb.project, entity=settings.wandb.entity)
+            add_run_summary(
+                settings.wandb.mode,
+                settings.wandb_dir,
+                row["trial_id"],
+                values,
+                project=settings.wandb.project,
+                entity=settings.wandb.entity,
+            )
         except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
-            print(f"[timing] trial {row['trial_id']}: could not add decode_seconds to its W&B run: {exc}",
-                  file=sys.stderr)
+            print(
+                f"[timing] trial {row['trial_id']}: could not add decode_seconds to its W&B run: {exc}",
+                file=sys.stderr,
+            )
     if journal is not None and timings and journal.exists():
         from sweeps.search import record_timings
 

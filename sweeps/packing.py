@@ -12,6 +12,7 @@ measured on the committed cpu run of k_vs_length (docs/results/, seconds per tri
 none 216, memory 266-299, Bahdanau 385). Mechanisms that score every source position at each
 step cost as Bahdanau; memory attention grows slowly with K.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,14 +4,15 @@ result.json as ``phases.json`` when the trial ends (read by ``benchmarks/sweep_o
 Standard library only. One trial per process at a time (Tune runs one trainable per actor), so
 the record is process-global; :func:`start` clears it for the next trial of a reused actor.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
 
 PHASES_FILE = "phases.json"
 
@@ -40,7 +41,7 @@ def add(name: str, seconds: float) -> None:
     phases[name] = phases.get(name, 0.0) + seconds
 
 
-def dump(folder: Optional[str]) -> None:
+def dump(folder: str | None) -> None:
     """Write the record to ``folder/phases.json`` (nothing when the folder is not a local one)."""
     if not folder or not Path(folder).is_dir():
         return
@@ -51,10 +52,12 @@ def dump(folder: Optional[str]) -> None:
         pass  # a measurement must never fail a trial
 
 
-def _process_age() -> Optional[float]:
+def _process_age() -> float | None:
     """Seconds since this process started (Linux: /proc), or None elsewhere."""
     try:
-        start_ticks = int(Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        start_ticks = int(
+            Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        )
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):

@@ -23,11 +23,12 @@ Where things are: the summary rule and the Pareto front (:mod:`sweeps.summary`),
 the page's text (:mod:`sweeps.report_text`), the figures (:mod:`sweeps.plots`), the W&B Report
 (:mod:`sweeps.wandb_report`); this module writes the page and is the command.
 """
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from lightning_modules.metric_names import VAL_BLEU
 
@@ -37,7 +38,9 @@ from .seed_stats import seed_sections
 from .summary import cell_summary, model_points
 
 
-def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max", title: Optional[str] = None) -> dict[str, Path]:
+def build_local_report(
+    sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max", title: str | None = None
+) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
     multi-objective study, its section from ``optuna.journal``: :func:`sweeps.moo.report.write_section`)."""
     from .plots import pareto_figure, plot_results, save_figure
@@ -50,10 +53,14 @@ def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
     for heading, text in results_sections(df, metric, mode):
         lines += ([f"## {heading}"] if heading else []) + [text]
-    for heading, text in seed_sections(df, metric, mode, sweep_dir):  # intervals, findings, paired bootstrap
+    for heading, text in seed_sections(
+        df, metric, mode, sweep_dir
+    ):  # intervals, findings, paired bootstrap
         lines += [f"## {heading}", text]
     if paths:
-        lines.append("## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()))
+        lines.append(
+            "## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items())
+        )
     # a multi-objective study's section (fronts, hypervolume, answer lines), read from its Optuna
     # journal: the launcher's page and a rebuilt one are the same
     from .moo.report import section_with_plots, with_section
@@ -66,13 +73,17 @@ def build_local_report(sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max
     return paths
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
-    p = argparse.ArgumentParser(description="Rebuild a sweep's local report (and optionally a W&B Report).")
+def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
+    p = argparse.ArgumentParser(
+        description="Rebuild a sweep's local report (and optionally a W&B Report)."
+    )
     p.add_argument("sweep_dir", type=Path, help="<output>/<name>, the folder holding results.csv")
     p.add_argument("--metric", default=VAL_BLEU)
     p.add_argument("--mode", default="max", choices=["max", "min"])
     p.add_argument("--title")
-    p.add_argument("--wandb", action="store_true", help="also build and save a W&B Report for the group")
+    p.add_argument(
+        "--wandb", action="store_true", help="also build and save a W&B Report for the group"
+    )
     p.add_argument("--entity", help="W&B entity (default: the API key's)")
     p.add_argument("--project", default="memory-attention")
     p.add_argument("--group", help="W&B group (default: the folder's name)")
@@ -87,8 +98,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
 
         entity = args.entity or wandb.Api().default_entity
         results = read_results(args.sweep_dir / "results.csv")
-        report = build_wandb_report(entity, args.project, args.group or args.sweep_dir.name, args.title,
-                                    results=results, metric=args.metric, mode=args.mode)
+        report = build_wandb_report(
+            entity,
+            args.project,
+            args.group or args.sweep_dir.name,
+            args.title,
+            results=results,
+            metric=args.metric,
+            mode=args.mode,
+        )
         report.save()
         print(f"W&B report: {report.url}")
     return paths
@@ -96,4 +114,3 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Path]:
 
 if __name__ == "__main__":
     main()
-

@@ -2,16 +2,22 @@
 ``<output>/<name>/results.csv``. The report (:mod:`sweeps.report`: results.md, plots) reads that
 file; this module knows nothing of reports.
 """
+
 from __future__ import annotations
 
-
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import pandas as pd
 
-from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, VAL_BLEU, VAL_LOSS  # DECODE_SECONDS: the timing stage's figure
+from lightning_modules.metric_names import (
+    DECODE_SECONDS,
+    FIT_METRICS,
+    VAL_BLEU,
+    VAL_LOSS,
+)  # DECODE_SECONDS: the timing stage's figure
 
 from .files import write_atomic
 from .study import TrialPlan, column_name
@@ -29,11 +35,21 @@ def checkpoint_path(folder: str) -> str:
     takes as it is)."""
     return folder if folder.endswith(".ckpt") else f"{folder.rstrip('/')}/{CHECKPOINT_FILE}"
 
+
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
-TIMING_COLUMNS = [DECODE_SECONDS, "decode_seconds_iqr", "decode_seconds_min", "decode_seconds_max", "decode_repeats",
-                  "decode_passes_per_repeat", "decode_precision", "decode_processes", "decode_interrupted",
-                  "decode_contended"]
+TIMING_COLUMNS = [
+    DECODE_SECONDS,
+    "decode_seconds_iqr",
+    "decode_seconds_min",
+    "decode_seconds_max",
+    "decode_repeats",
+    "decode_passes_per_repeat",
+    "decode_precision",
+    "decode_processes",
+    "decode_interrupted",
+    "decode_contended",
+]
 # every metric the module logs during training (val/bleu first), then the timing stage's
 METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
 #: then, after ``attention``, the mechanisms' headline options (:func:`headline_columns`)
@@ -66,19 +82,25 @@ def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def trial_states(grid) -> list[tuple[Optional[str], dict[str, Any], int]]:
+def trial_states(grid) -> list[tuple[str | None, dict[str, Any], int]]:
     """(Tune's status, the trial's config, its retries) per result, in the grid's order. The
     config comes from the trial itself: a trial that failed before its first report has no
     ``result.config``."""
     trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
     if trials is None or len(trials) != len(grid):
         return [(None, result.config or {}, 0) for result in grid]
-    return [(t.status, result.config or t.config or {}, int(getattr(t, "num_failures", 0) or 0))
-            for t, result in zip(trials, grid)]
+    return [
+        (t.status, result.config or t.config or {}, int(getattr(t, "num_failures", 0) or 0))
+        for t, result in zip(trials, grid)
+    ]
 
 
 def row_from_result(
-    result, plan: TrialPlan, search_keys: Iterable[str], max_steps: int, tune_status: Optional[str] = None,
+    result,
+    plan: TrialPlan,
+    search_keys: Iterable[str],
+    max_steps: int,
+    tune_status: str | None = None,
     retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
@@ -115,7 +137,9 @@ def row_from_result(
     row["train_time_s"] = metrics.get("train_time_s")
     row["step"] = metrics.get("step")
     # DDP trials: Ray Train keeps the checkpoint and reports its path as a metric
-    folder = result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
+    folder = (
+        result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
+    )
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = _short_error(result.error) if result.error is not None else None
     return row
@@ -126,10 +150,14 @@ def natural_order(column: pd.Series) -> pd.Series:
     K=16``); numeric columns as they are."""
     if pd.api.types.is_numeric_dtype(column):
         return column
-    return column.map(lambda v: re.sub(r"\d+", lambda m: m.group().zfill(12), v) if isinstance(v, str) else v)
+    return column.map(
+        lambda v: re.sub(r"\d+", lambda m: m.group().zfill(12), v) if isinstance(v, str) else v
+    )
 
 
-def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str) -> list[dict[str, Any]]:
+def missing_rows(
+    plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str
+) -> list[dict[str, Any]]:
     """A row for every planned trial that has none (Tune never created it, e.g. a sweep stopped
     before Optuna sampled it): ``samples`` trials per plan (cell and seed), marked ``status``."""
     seen: dict[tuple[str, int], int] = {}
@@ -138,25 +166,38 @@ def missing_rows(plans: Iterable[Any], rows: list[dict[str, Any]], samples: int,
     out = []
     for plan in plans:
         for _ in range(samples - seen.get((plan.cell.name, plan.seed), 0)):
-            out.append({
-                "trial_id": None, "cell": plan.cell.name, "model": model_label(plan.model, plan.cell.values),
-                "attention": plan.model.get("attention", "bahdanau"), **headline_value(plan.model),
-                "length": plan.task.get("max_length"), "seed": plan.seed,
-                "status": status, **{column_name(k): v for k, v in plan.cell.values.items()},
-                "error": "never started" if status == "error" else None,
-            })
+            out.append(
+                {
+                    "trial_id": None,
+                    "cell": plan.cell.name,
+                    "model": model_label(plan.model, plan.cell.values),
+                    "attention": plan.model.get("attention", "bahdanau"),
+                    **headline_value(plan.model),
+                    "length": plan.task.get("max_length"),
+                    "seed": plan.seed,
+                    "status": status,
+                    **{column_name(k): v for k, v in plan.cell.values.items()},
+                    "error": "never started" if status == "error" else None,
+                }
+            )
     return out
 
 
-def attach_timing(row: dict[str, Any], timing: Optional[dict[str, Any]], error: Optional[str] = None) -> None:
+def attach_timing(
+    row: dict[str, Any], timing: dict[str, Any] | None, error: str | None = None
+) -> None:
     """Write one trial's isolated decode timing (a ``DecodeTiming.to_dict()``) into its row, or
     the timing stage's error into ``timing_error``."""
     if timing is not None:
         row.update(
-            decode_seconds=timing["decode_seconds"], decode_seconds_iqr=timing["iqr_seconds"],
-            decode_seconds_min=timing["min_seconds"], decode_seconds_max=timing["max_seconds"],
-            decode_repeats=timing["repeats"], decode_passes_per_repeat=timing.get("passes_per_repeat", 1),
-            decode_precision=timing.get("precision"), decode_processes=len(timing.get("process_medians") or []) or 1,
+            decode_seconds=timing["decode_seconds"],
+            decode_seconds_iqr=timing["iqr_seconds"],
+            decode_seconds_min=timing["min_seconds"],
+            decode_seconds_max=timing["max_seconds"],
+            decode_repeats=timing["repeats"],
+            decode_passes_per_repeat=timing.get("passes_per_repeat", 1),
+            decode_precision=timing.get("precision"),
+            decode_processes=len(timing.get("process_medians") or []) or 1,
             decode_interrupted=timing.get("interrupted", 0),
             decode_contended=bool(timing.get("contended", False)),
         )
@@ -182,7 +223,11 @@ def result_rows(
     for result, (status, config, retries) in zip(grid, trial_states(grid)):
         if "cell" in config:
             plan = plan_of(config)
-            rows.append(row_from_result(result, plan, search_keys, plan.trainer["max_steps"], status, retries))
+            rows.append(
+                row_from_result(
+                    result, plan, search_keys, plan.trainer["max_steps"], status, retries
+                )
+            )
             plans[rows[-1]["trial_id"]] = (plan, str(result.path))
     return rows, plans
 
@@ -204,7 +249,6 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         ["length", "model", "seed"], na_position="first", kind="stable", key=natural_order
     )
     return keep_integers(df)
-
 
 
 def keep_integers(df: pd.DataFrame) -> pd.DataFrame:
@@ -230,7 +274,16 @@ def read_results(path: Path) -> pd.DataFrame:
 #: statuses of a trial that finished (its model is final): ran out its steps, stopped by the
 #: scheduler, or converged (stop_when)
 FINISHED = ("done", "stopped", "converged")
-TEXT_COLUMNS = ("trial_id", "cell", "model", "attention", "status", "checkpoint", "error", "timing_error")
+TEXT_COLUMNS = (
+    "trial_id",
+    "cell",
+    "model",
+    "attention",
+    "status",
+    "checkpoint",
+    "error",
+    "timing_error",
+)
 
 
 def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict[str, Any]], int]:
@@ -251,10 +304,17 @@ def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict
     for record in old[old["status"].isin(FINISHED)].to_dict("records"):
         if record.get("trial_id") in finished_now:
             continue
-        record = {k: v for k, v in record.items() if not (v is pd.NA or isinstance(v, float) and v != v)}  # absent
+        record = {
+            k: v for k, v in record.items() if not (v is pd.NA or isinstance(v, float) and v != v)
+        }  # absent
         same = [i for i, r in enumerate(rows) if r.get("trial_id") == record.get("trial_id")]
-        placeholder = [i for i, r in enumerate(rows) if not r.get("trial_id") and r.get("cell") == record.get("cell")
-                       and r.get("seed") == record.get("seed")]
+        placeholder = [
+            i
+            for i, r in enumerate(rows)
+            if not r.get("trial_id")
+            and r.get("cell") == record.get("cell")
+            and r.get("seed") == record.get("seed")
+        ]
         if same or placeholder:
             rows[(same or placeholder)[0]] = record
         else:
@@ -271,6 +331,19 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
     return write_atomic(path, results_frame(rows).to_csv(index=False))
 
 
-def print_table(df: pd.DataFrame, out: Optional[Any] = None) -> None:
-    cols = [c for c in ["cell", "seed", "status", VAL_BLEU, DECODE_SECONDS, "decode_seconds_iqr", VAL_LOSS, "train_time_s"] if c in df]
+def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
+    cols = [
+        c
+        for c in [
+            "cell",
+            "seed",
+            "status",
+            VAL_BLEU,
+            DECODE_SECONDS,
+            "decode_seconds_iqr",
+            VAL_LOSS,
+            "train_time_s",
+        ]
+        if c in df
+    ]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)

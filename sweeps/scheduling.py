@@ -7,9 +7,11 @@ its own: ASHA compares only the nuisance samples of one cell and seed. A unit of
 (no ``parameters``, or ``num_samples: 1``) has nothing to compare, and its trials run to the end
 (``--dry-run`` says so: :meth:`sweeps.study.Sweep.early_stopping_note`).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
@@ -21,13 +23,15 @@ class PerStudyScheduler(FIFOScheduler):
     """One scheduler per (cell, seed), made by ``factory(key)`` when the unit's first trial arrives.
     Trials are started in FIFO order; results, completions and removals go to the trial's own."""
 
-    def __init__(self, factory: Callable[[tuple[str, Any]], TrialScheduler], metric: str, mode: str) -> None:
+    def __init__(
+        self, factory: Callable[[tuple[str, Any]], TrialScheduler], metric: str, mode: str
+    ) -> None:
         super().__init__()
         self.factory = factory
         self._metric, self._mode = metric, mode
         self.schedulers: dict[tuple[str, Any], TrialScheduler] = {}
 
-    def set_search_properties(self, metric: Optional[str], mode: Optional[str], **spec) -> bool:
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec) -> bool:
         return True  # built with its metric and mode
 
     def _of(self, trial) -> TrialScheduler:
@@ -51,11 +55,15 @@ class PerStudyScheduler(FIFOScheduler):
     def on_trial_remove(self, tune_controller, trial) -> None:
         self._of(trial).on_trial_remove(tune_controller, trial)
 
-    def choose_trial_to_run(self, tune_controller) -> Optional[Any]:
+    def choose_trial_to_run(self, tune_controller) -> Any | None:
         """A trial a rule promotes from where it waits (``promotions``: the Pareto rung rule with
         ``promotion: wait``) first, then FIFO's choice; a trial still waiting at a rung is never
         chosen (it is PAUSED until its rule promotes or stops it)."""
-        promoted = [t for s in list(self.schedulers.values()) for t in getattr(s, "promotions", lambda _c: [])(tune_controller)]
+        promoted = [
+            t
+            for s in list(self.schedulers.values())
+            for t in getattr(s, "promotions", lambda _c: [])(tune_controller)
+        ]
         if promoted:
             return promoted[0]
         waiting = {tid for s in self.schedulers.values() for tid in getattr(s, "waiting", {})}
@@ -78,8 +86,14 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         from .moo.rungs import pareto_rungs_factory
 
         first = sweep.spec.objectives[0]
-        factory = pareto_rungs_factory(sweep, searcher.reader, searcher.rung_log, reports_per_trial(sweep),
-                                       searcher.rung_state, searcher.samples_left)
+        factory = pareto_rungs_factory(
+            sweep,
+            searcher.reader,
+            searcher.rung_log,
+            reports_per_trial(sweep),
+            searcher.rung_state,
+            searcher.samples_left,
+        )
         return PerStudyScheduler(factory, first.name, "max" if first.goal == "maximize" else "min")
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
     if et.type != "asha":

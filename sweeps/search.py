@@ -13,11 +13,12 @@ Resume: Tune saves this searcher with its experiment state (:meth:`StudySearcher
 journal holds the studies; on restore, an Optuna trial left RUNNING that Tune never started is
 marked FAIL, so the two agree.
 """
+
 from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from ray.tune import Callback
@@ -34,11 +35,13 @@ class StudyUnit:
     index: int
     seed: int
     config: dict[str, Any]
-    max_steps: Optional[int] = None  # a trial that ends before it was stopped by the scheduler
+    max_steps: int | None = None  # a trial that ends before it was stopped by the scheduler
     cost: float = 0.0  # expected length of its trials (sweeps.packing): the longest start first
 
 
-def optuna_distributions(parameters: dict[str, ParamSpec], columns: dict[str, str]) -> dict[str, Any]:
+def optuna_distributions(
+    parameters: dict[str, ParamSpec], columns: dict[str, str]
+) -> dict[str, Any]:
     """Optuna distributions under the parameters' flat names (``lr``, not ``model.lr``)."""
     import optuna.distributions as od
 
@@ -78,8 +81,8 @@ class StudySearcher(Searcher):
         num_samples: int,
         metric: str,
         mode: str,
-        space: Optional[dict[str, Any]] = None,
-        journal: Optional[str] = None,
+        space: dict[str, Any] | None = None,
+        journal: str | None = None,
         sampler: str = "tpe",
         sampler_seed: int = 0,
         wandb_enabled: bool = False,
@@ -94,16 +97,18 @@ class StudySearcher(Searcher):
         self.wandb_enabled = wandb_enabled
         self.started = [0] * len(units)
         # Ray trial id -> (unit index, Optuna trial number, Optuna storage trial id)
-        self.live: dict[str, tuple[int, Optional[int], Optional[int]]] = {}
+        self.live: dict[str, tuple[int, int | None, int | None]] = {}
         self._storage = None
         self._studies: dict[int, Any] = {}
 
     # -- Tune's Searcher interface -----------------------------------------------------------
 
-    def set_search_properties(self, metric: Optional[str], mode: Optional[str], config: dict, **spec) -> bool:
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict, **spec
+    ) -> bool:
         return True  # the searcher was built with its metric, mode and space
 
-    def suggest(self, trial_id: str) -> Optional[dict]:
+    def suggest(self, trial_id: str) -> dict | None:
         open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
         if not open_units:
             return Searcher.FINISHED
@@ -138,7 +143,9 @@ class StudySearcher(Searcher):
         except RuntimeError:
             pass  # the Optuna trial already finished
 
-    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
         """Tell Optuna how the trial ended: COMPLETE with the metric's last value; PRUNED when the
         scheduler stopped it before its last step (Optuna then records its last intermediate
         value, as for its own pruners); FAIL on an error or no result."""
@@ -157,8 +164,11 @@ class StudySearcher(Searcher):
         # reports its earlier result again (sweeps.trial.report_earlier_finish)
         if error or value is None:
             study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        elif max_steps is not None and int((result or {}).get("step", max_steps)) < max_steps \
-                and not (result or {}).get("converged"):  # stop_when: a finished trial, COMPLETE
+        elif (
+            max_steps is not None
+            and int((result or {}).get("step", max_steps)) < max_steps
+            and not (result or {}).get("converged")
+        ):  # stop_when: a finished trial, COMPLETE
             study.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
         else:
             study.tell(number, float(value), skip_if_finished=True)
@@ -193,7 +203,9 @@ class StudySearcher(Searcher):
     def unit_seed(self, i: int, n_trials: int) -> int:
         """Each (cell, seed) samples with its own seed; ``n_trials`` (the study's size when it is
         opened) makes a resumed study draw new samples rather than repeat its first ones."""
-        seq = np.random.SeedSequence([self.sampler_seed, self.units[i].index, self.units[i].seed, n_trials])
+        seq = np.random.SeedSequence(
+            [self.sampler_seed, self.units[i].index, self.units[i].seed, n_trials]
+        )
         return int(seq.generate_state(1)[0])
 
     def _get_storage(self):
@@ -215,7 +227,11 @@ class StudySearcher(Searcher):
                 load_if_exists=True,
             )
             seed = self.unit_seed(i, len(study.trials))
-            study.sampler = optuna.samplers.TPESampler(seed=seed) if self.sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed)
+            study.sampler = (
+                optuna.samplers.TPESampler(seed=seed)
+                if self.sampler == "tpe"
+                else optuna.samplers.RandomSampler(seed=seed)
+            )
             self._studies[i] = study
         return self._studies[i]
 
@@ -267,9 +283,14 @@ def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:
     reached = 0
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
-        found = {str(t.number): timings[t.user_attrs["ray_trial_id"]] for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get("ray_trial_id") in timings}
+        found = {
+            str(t.number): timings[t.user_attrs["ray_trial_id"]]
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("ray_trial_id") in timings
+        }
         if found:
-            study.set_user_attr("decode_timing", {**study.user_attrs.get("decode_timing", {}), **found})
+            study.set_user_attr(
+                "decode_timing", {**study.user_attrs.get("decode_timing", {}), **found}
+            )
             reached += len(found)
     return reached

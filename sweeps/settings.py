@@ -1,13 +1,14 @@
 """Typed, study-wide settings every trial of a study shares (what used to travel as the
 untyped ``config["sweep"]`` dict). Built once by :mod:`sweeps.experiment`, handed to the trainables
 through ``tune.with_parameters`` (so they are stored once, not in every trial's config)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from .study.grid import TrialPlan
 from .convergence import StopWhenSpec
+from .study.grid import TrialPlan
 from .study.schema import ResourcesSpec, WandbSpec
 
 
@@ -29,13 +30,17 @@ class TrialSettings:
     chaos_dir: str
     train_storage: str  # DDP trials: where Ray Train keeps train-<trial id> runs
     keep_checkpoints: int = 2
-    chaos_step: Optional[int] = None
+    chaos_step: int | None = None
     chaos_before_report: bool = False
     has_search: bool = False
-    cells: dict[str, TrialPlan] = field(default_factory=dict)  # cell name -> its plan, resolved by the spec
+    cells: dict[str, TrialPlan] = field(
+        default_factory=dict
+    )  # cell name -> its plan, resolved by the spec
     grid_columns: dict[str, str] = field(default_factory=dict)
     param_columns: dict[str, str] = field(default_factory=dict)
-    stop_when: Optional[StopWhenSpec] = None  # stop a trial whose metric converged (sweeps.convergence)
+    stop_when: StopWhenSpec | None = (
+        None  # stop a trial whose metric converged (sweeps.convergence)
+    )
 
     def plan(self, config: dict[str, Any]) -> TrialPlan:
         """A trial's plan from its Tune config: its cell's plan as the spec resolved it, with the
@@ -43,8 +48,9 @@ class TrialSettings:
         :mod:`sweeps.moo.search`) written in. Nothing of the grid is resolved again."""
         flat = {k: _plain(v) for k, v in config.items()}
         params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}
-        return self.cells[flat["cell"]].with_values(int(flat["seed"]), {**params, **(flat.get("set") or {})},
-                                                    params, flat)
+        return self.cells[flat["cell"]].with_values(
+            int(flat["seed"]), {**params, **(flat.get("set") or {})}, params, flat
+        )
 
 
 def _plain(value: Any) -> Any:

@@ -17,6 +17,7 @@ found here first and named with its line:
 - a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
   the launcher killed in between) is pointed at its newest intact checkpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from .cluster import LaunchError
 from .files import write_atomic
@@ -58,15 +58,17 @@ def repair_journal(journal: Path) -> list[str]:
     backup = journal.with_name(f"{journal.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.copy2(journal, backup)
     write_atomic(journal, b"".join(kept))
-    return [f"{journal}: removed {len(removed)} line(s) that are not Optuna records: {', '.join(removed)}; "
-            f"the original is kept as {backup}"]
+    return [
+        f"{journal}: removed {len(removed)} line(s) that are not Optuna records: {', '.join(removed)}; "
+        f"the original is kept as {backup}"
+    ]
 
 
 #: the files of one snapshot of Tune's driver state, written together every few seconds
 STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
 
 
-def damage(path: Path) -> Optional[str]:
+def damage(path: Path) -> str | None:
     """Why a file of Tune's driver state cannot be read back, or None when it can."""
     try:
         if path.name.startswith("experiment_state-"):
@@ -78,14 +80,21 @@ def damage(path: Path) -> Optional[str]:
     return None
 
 
-def driver_copy(experiment: Path, state: Path) -> Optional[Path]:
+def driver_copy(experiment: Path, state: Path) -> Path | None:
     """The driver's own staging folder of the run that wrote ``state``, when this machine still has
     it and its snapshot reads back whole. Tune writes each snapshot there first, then copies it to
     the storage: a full disk or a kill mid-copy cuts the storage's copy short, not this one."""
     root = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
     # the staging folder's own timestamp can differ from the state file's by a second: match the file
-    folders = sorted((p for p in root.glob(f"session_*/artifacts/*/{experiment.name}/driver_artifacts")
-                      if (p / state.name).is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+    folders = sorted(
+        (
+            p
+            for p in root.glob(f"session_*/artifacts/*/{experiment.name}/driver_artifacts")
+            if (p / state.name).is_file()
+        ),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
     for folder in folders:
         files = [f for pattern in STATE_FILES for f in folder.glob(pattern)]
         if not any(damage(f) for f in files):
@@ -98,7 +107,12 @@ def check_experiment_state(experiment: Path) -> list[str]:
     "Failed to restore" and start the experiment again) is restored from the driver's own copy of
     the same snapshot when this machine has it (the damaged files kept beside, and said), and is
     otherwise refused with what to do: nothing is restarted."""
-    damaged = {f: why for pattern in STATE_FILES for f in sorted(experiment.glob(pattern)) if (why := damage(f))}
+    damaged = {
+        f: why
+        for pattern in STATE_FILES
+        for f in sorted(experiment.glob(pattern))
+        if (why := damage(f))
+    }
     if not damaged:
         return []
     states = sorted(experiment.glob("experiment_state-*.json"))
@@ -116,9 +130,11 @@ def check_experiment_state(experiment: Path) -> list[str]:
     copied = [f for pattern in STATE_FILES for f in source.glob(pattern)]
     for f in copied:
         write_atomic(experiment / f.name, f.read_bytes())
-    return [f"Tune's state {', '.join(f.name for f in damaged)} was cut short ({next(iter(damaged.values()))}); "
-            f"restored this snapshot ({', '.join(f.name for f in copied)}) from the driver's own copy in {source}; "
-            f"the damaged file(s) are kept as *.damaged-{stamp}"]
+    return [
+        f"Tune's state {', '.join(f.name for f in damaged)} was cut short ({next(iter(damaged.values()))}); "
+        f"restored this snapshot ({', '.join(f.name for f in copied)}) from the driver's own copy in {source}; "
+        f"the damaged file(s) are kept as *.damaged-{stamp}"
+    ]
 
 
 def repoint_lost_checkpoints(experiment: Path) -> list[str]:
@@ -149,8 +165,14 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
             path = getattr(getattr(latest, "checkpoint", None), "path", None)
             if not path or "://" in str(path) or Path(path, CHECKPOINT_FILE).is_file():
                 continue
-            intact = sorted(p for p in Path(path).parent.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
-            kept = [r for r in manager._checkpoint_results if Path(r.checkpoint.path, CHECKPOINT_FILE).is_file()]
+            intact = sorted(
+                p for p in Path(path).parent.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file()
+            )
+            kept = [
+                r
+                for r in manager._checkpoint_results
+                if Path(r.checkpoint.path, CHECKPOINT_FILE).is_file()
+            ]
             if intact:
                 newest = _TrainingResult(Checkpoint(path=str(intact[-1])), dict(latest.metrics))
                 manager._latest_checkpoint_result = newest
@@ -160,9 +182,14 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
             manager._checkpoint_results = kept
             entry[1] = json.dumps(meta, cls=TuneFunctionEncoder, indent=2)
             changed = True
-            said.append(f"trial folder {Path(path).parent.name}: its recorded checkpoint {Path(path).name} is gone; "
-                        + (f"it resumes from {intact[-1].name}, the newest intact one" if intact
-                           else "no checkpoint is left, so it starts again from step 0"))
+            said.append(
+                f"trial folder {Path(path).parent.name}: its recorded checkpoint {Path(path).name} is gone; "
+                + (
+                    f"it resumes from {intact[-1].name}, the newest intact one"
+                    if intact
+                    else "no checkpoint is left, so it starts again from step 0"
+                )
+            )
         if changed:
             write_atomic(state_file, json.dumps(state, indent=2))
     return said
@@ -171,4 +198,6 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
 def check_before_resume(out_dir: Path, experiment: Path) -> list[str]:
     """The checks for a local study folder; returns the repairs made, to be said."""
     repaired = check_experiment_state(experiment)
-    return repaired + repair_journal(out_dir / "optuna.journal") + repoint_lost_checkpoints(experiment)
+    return (
+        repaired + repair_journal(out_dir / "optuna.journal") + repoint_lost_checkpoints(experiment)
+    )

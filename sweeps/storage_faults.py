@@ -13,6 +13,7 @@ tens of thousands of console lines and no word of the cause. Two halves keep it 
   would mark them terminated, and ``--resume`` would not continue them). The launcher then says
   the one line (:meth:`StorageGuard.message`), keeps every finished result, and exits non-zero.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,7 @@ import errno
 import logging
 import os
 import signal
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 #: a full disk, an exceeded quota, a read-only file system: the storage, not the trial, is at fault
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
@@ -31,7 +32,7 @@ class StorageFault(RuntimeError):
     """A trial stopped because its storage cannot be written: ``str()`` is the whole story."""
 
 
-def find_storage_fault(exc: Optional[BaseException]) -> Optional[BaseException]:
+def find_storage_fault(exc: BaseException | None) -> BaseException | None:
     """The storage fault inside ``exc`` (its causes, contexts and Ray's wrapped ``cause``), or None."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -42,7 +43,9 @@ def find_storage_fault(exc: Optional[BaseException]) -> Optional[BaseException]:
             continue
         if isinstance(exc, StorageFault):
             return exc
-        if isinstance(exc, OSError) and (exc.errno in STORAGE_ERRNOS or any(t in str(exc) for t in _TEXTS)):
+        if isinstance(exc, OSError) and (
+            exc.errno in STORAGE_ERRNOS or any(t in str(exc) for t in _TEXTS)
+        ):
             return exc
         exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
     return None
@@ -53,7 +56,11 @@ def describe(fault: BaseException, what: str) -> str:
     if isinstance(fault, StorageFault):
         return str(fault)
     code = getattr(fault, "errno", None)
-    reason = os.strerror(code) if code in STORAGE_ERRNOS else next((t for t in _TEXTS if t in str(fault)), str(fault))
+    reason = (
+        os.strerror(code)
+        if code in STORAGE_ERRNOS
+        else next((t for t in _TEXTS if t in str(fault)), str(fault))
+    )
     path = getattr(fault, "filename", None)
     return f"{reason}{f': {path}' if path else ''} ({what})"
 
@@ -68,21 +75,31 @@ def short_storage_faults(what: str) -> Iterator[None]:
         fault = find_storage_fault(exc)
         if fault is None or isinstance(exc, StorageFault):
             raise
-        logging.raiseExceptions = False  # handlers writing to the full disk: no "--- Logging error ---" dumps
+        logging.raiseExceptions = (
+            False  # handlers writing to the full disk: no "--- Logging error ---" dumps
+        )
         raise StorageFault(describe(fault, what)) from None
 
 
 def quiet_close(close) -> None:
     """``close()`` (W&B's finish) on a storage that failed: its own errors are expected and dropped."""
     logging.raiseExceptions = False
-    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.suppress(Exception):
+    with (
+        open(os.devnull, "w") as null,
+        contextlib.redirect_stderr(null),
+        contextlib.suppress(Exception),
+    ):
         close()
 
 
 #: Ray's loggers that print a storage fault with its traceback: Tune's "Trial task failed for trial
 #: ...", its "Saving experiment state to storage ... failed", and Ray's "Unhandled error" of a
 #: trial whose failure Tune never collected because the experiment stopped first
-ERROR_LOGGERS = ("ray.tune.execution.tune_controller", "ray.tune.execution.experiment_state", "ray._private.worker")
+ERROR_LOGGERS = (
+    "ray.tune.execution.tune_controller",
+    "ray.tune.execution.experiment_state",
+    "ray._private.worker",
+)
 
 
 class StorageGuard(logging.Filter):
@@ -94,7 +111,7 @@ class StorageGuard(logging.Filter):
     def __init__(self, storage: str) -> None:
         super().__init__()
         self.storage = storage
-        self.fault: Optional[str] = None
+        self.fault: str | None = None
 
     # logging.Filter
     def filter(self, record: logging.LogRecord) -> bool:
@@ -117,7 +134,7 @@ class StorageGuard(logging.Filter):
         return fault is not None
 
     @contextlib.contextmanager
-    def watching(self) -> Iterator["StorageGuard"]:
+    def watching(self) -> Iterator[StorageGuard]:
         """While the experiment runs: the filter on Tune's error log."""
         loggers = [logging.getLogger(name) for name in ERROR_LOGGERS]
         for lg in loggers:
@@ -145,6 +162,7 @@ class StorageGuard(logging.Filter):
             return None
 
     def message(self) -> str:
-        return (f"storage failed: {self.fault}. The sweep stopped; finished trials keep their results and "
-                f"checkpoints. Free space (or set --output / storage.path to a disk with room), then --resume.")
-
+        return (
+            f"storage failed: {self.fault}. The sweep stopped; finished trials keep their results and "
+            f"checkpoints. Free space (or set --output / storage.path to a disk with room), then --resume."
+        )

@@ -6,6 +6,7 @@ study's metric over its Optuna samples for each seed, then the mean ± std over 
 (:func:`model_points`). A decode time the timing stage flagged as contended (``decode_contended``)
 is counted and marked (:data:`DAGGER`), never dropped.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -42,8 +43,16 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     if done.empty:
         return pd.DataFrame()
     seconds = seconds_column(df)
-    best = done.sort_values(metric, ascending=mode == "min", kind="stable").groupby(["cell", "seed"], dropna=False).head(1)
-    timed = best[DECODE_SECONDS].notna() if seconds == DECODE_SECONDS else pd.Series(False, index=best.index)
+    best = (
+        done.sort_values(metric, ascending=mode == "min", kind="stable")
+        .groupby(["cell", "seed"], dropna=False)
+        .head(1)
+    )
+    timed = (
+        best[DECODE_SECONDS].notna()
+        if seconds == DECODE_SECONDS
+        else pd.Series(False, index=best.index)
+    )
     best = best.assign(_contended=contended_flags(best) & timed)
     values = [c for c in (VAL_BLEU, seconds, VAL_LOSS) if c in best]
     groups = best.groupby("cell", dropna=False, sort=False)
@@ -54,20 +63,33 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
     labels = [c for c in ("length", "model", "attention", *headline_columns()) if c in best]
-    summary = best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
+    summary = (
+        best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
+    )
     if seconds != DECODE_SECONDS:
-        summary = summary.rename(columns={seconds: DECODE_SECONDS, f"{seconds}_std": f"{DECODE_SECONDS}_std"})
-    for c in ("length", *headline_columns()):  # K=16, not 16.0; a real-valued option (a temperature) stays as it is
+        summary = summary.rename(
+            columns={seconds: DECODE_SECONDS, f"{seconds}_std": f"{DECODE_SECONDS}_std"}
+        )
+    for c in (
+        "length",
+        *headline_columns(),
+    ):  # K=16, not 16.0; a real-valued option (a temperature) stays as it is
         values = summary[c].dropna() if c in summary else None
         if values is not None and not values.empty and (values == values.round()).all():
             summary[c] = summary[c].astype("Int64")
     sort = [c for c in ("length", "model") if c in summary]
-    return summary.sort_values(sort, na_position="first", kind="stable", key=natural_order).reset_index(drop=True)
+    return summary.sort_values(
+        sort, na_position="first", kind="stable", key=natural_order
+    ).reset_index(drop=True)
 
 
 def seconds_column(df: pd.DataFrame) -> str:
     """``decode_seconds`` (the timing stage) when any trial has it, else the training-time signal."""
-    return DECODE_SECONDS if DECODE_SECONDS in df and df[DECODE_SECONDS].notna().any() else VAL_DECODE_SECONDS
+    return (
+        DECODE_SECONDS
+        if DECODE_SECONDS in df and df[DECODE_SECONDS].notna().any()
+        else VAL_DECODE_SECONDS
+    )
 
 
 def contended_flags(df: pd.DataFrame) -> pd.Series:
@@ -87,7 +109,9 @@ def contended_count(summary: pd.DataFrame) -> tuple[int, int]:
     return int(marked.sum()), int(shown.sum())
 
 
-def pareto_front(df: pd.DataFrame, quality: str = VAL_BLEU, cost: str = DECODE_SECONDS) -> pd.Series:
+def pareto_front(
+    df: pd.DataFrame, quality: str = VAL_BLEU, cost: str = DECODE_SECONDS
+) -> pd.Series:
     """Bool per row: True where no other row has ``cost`` <= and ``quality`` >= with one strict.
 
     Rows with a missing quality or cost are never on the front. Ties (equal cost and quality)
@@ -106,7 +130,11 @@ def model_points(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     """One point per cell (:func:`cell_summary`: the summary rule, ``contended`` included), with
     its Pareto front (``pareto``) among the cells of the same length."""
     points = front_points(cell_summary(df, metric, mode))
-    return points if not points.empty else pd.DataFrame(columns=["length", "model", VAL_BLEU, DECODE_SECONDS, "pareto"])
+    return (
+        points
+        if not points.empty
+        else pd.DataFrame(columns=["length", "model", VAL_BLEU, DECODE_SECONDS, "pareto"])
+    )
 
 
 def front_points(summary: pd.DataFrame) -> pd.DataFrame:
@@ -117,9 +145,15 @@ def front_points(summary: pd.DataFrame) -> pd.DataFrame:
     if points.empty:
         return points
     by = ["length"] if "length" in points else []
-    fronts = [pareto_front(g) for _, g in points.groupby(by, dropna=False)] if by else [pareto_front(points)]
+    fronts = (
+        [pareto_front(g) for _, g in points.groupby(by, dropna=False)]
+        if by
+        else [pareto_front(points)]
+    )
     points["pareto"] = pd.concat(fronts).reindex(points.index).fillna(False).astype(bool)
-    return points.sort_values(by + [DECODE_SECONDS], na_position="first", kind="stable").reset_index(drop=True)
+    return points.sort_values(
+        by + [DECODE_SECONDS], na_position="first", kind="stable"
+    ).reset_index(drop=True)
 
 
 def contended_mask(frame: pd.DataFrame) -> pd.Series:
@@ -127,5 +161,3 @@ def contended_mask(frame: pd.DataFrame) -> pd.Series:
     if "contended" not in frame:
         return pd.Series(False, index=frame.index)
     return frame["contended"].fillna(0).astype(int) > 0
-
-

@@ -1,11 +1,12 @@
 """The single-process trainable: the function Ray Tune runs once per trial (one process, a
 fractional or whole GPU or CPUs). Multi-worker trials use :mod:`sweeps.ddp`; both are built from
 :mod:`sweeps.trial_kit`, and :mod:`sweeps.experiment` picks one."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 from ray import tune
@@ -37,15 +38,21 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     plan = settings.plan(config)
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
-    with short_storage_faults(f"trial {trial_id}, writing to {_trial_storage_path(ctx) or 'its storage'}"):
+    with short_storage_faults(
+        f"trial {trial_id}, writing to {_trial_storage_path(ctx) or 'its storage'}"
+    ):
         if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan.trainer["max_steps"]):
             return
         with phases.phase("setup"):  # seed, data, module, the checkpoint to resume from
-            parts = prepare_trial(plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics())
+            parts = prepare_trial(
+                plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics()
+            )
         with phases.phase("wandb_init"):
             logger = make_wandb_logger(settings, plan, trial_id, trial_name, parts.module)
             if logger is not None:
-                logger.experiment  # wandb.init now, not inside the first training step: timed apart
+                _ = (
+                    logger.experiment
+                )  # wandb.init now, not inside the first training step: timed apart
         accelerator, devices = pick_accelerator()
         trainer = pl.Trainer(
             accelerator=accelerator,
@@ -54,20 +61,37 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
             **common_trainer_kwargs(plan, parts, logger),
         )
         try:
-            fit_trial(trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id)
+            fit_trial(
+                trainer, parts, logger, heatmaps=settings.wandb.log_heatmaps, trial_id=trial_id
+            )
         finally:
             phases.dump(_trial_storage_dir(ctx))  # phases.json beside result.json
 
 
 # What Tune adds to every result; the rest of a result.json record is what the trial reported.
-TUNE_RESULT_KEYS = frozenset({
-    "done", "training_iteration", "trial_id", "date", "timestamp", "time_this_iter_s", "time_total_s", "pid",
-    "hostname", "node_ip", "config", "time_since_restore", "iterations_since_restore", "checkpoint_dir_name",
-    "should_checkpoint", "experiment_tag",
-})
+TUNE_RESULT_KEYS = frozenset(
+    {
+        "done",
+        "training_iteration",
+        "trial_id",
+        "date",
+        "timestamp",
+        "time_this_iter_s",
+        "time_total_s",
+        "pid",
+        "hostname",
+        "node_ip",
+        "config",
+        "time_since_restore",
+        "iterations_since_restore",
+        "checkpoint_dir_name",
+        "should_checkpoint",
+        "experiment_tag",
+    }
+)
 
 
-def report_earlier_finish(trial_dir: Optional[str], trial_id: str, max_steps: int) -> bool:
+def report_earlier_finish(trial_dir: str | None, trial_id: str, max_steps: int) -> bool:
     """When this trial already finished in an earlier run of the sweep, report that run's last
     result again, with its newest checkpoint, and say so: True, and the trial must not train.
 
@@ -84,22 +108,29 @@ def report_earlier_finish(trial_dir: Optional[str], trial_id: str, max_steps: in
         return False  # a last line cut short by the kill: the trial had not finished
     if not last.get("done") and not last.get("converged") and int(last.get("step", 0)) < max_steps:
         return False
-    folders = sorted(p for p in Path(trial_dir).glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
+    folders = sorted(
+        p for p in Path(trial_dir).glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file()
+    )
     metrics = {k: v for k, v in last.items() if k not in TUNE_RESULT_KEYS}
-    print(f"[trial {trial_id}] finished in an earlier run of this sweep (step {metrics.get('step')}): "
-          f"its result is reported again, not trained again", flush=True)
-    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(folders[-1])) if folders else None)
+    print(
+        f"[trial {trial_id}] finished in an earlier run of this sweep (step {metrics.get('step')}): "
+        f"its result is reported again, not trained again",
+        flush=True,
+    )
+    tune.report(
+        metrics, checkpoint=tune.Checkpoint.from_directory(str(folders[-1])) if folders else None
+    )
     return True
 
 
-def _trial_storage_dir(ctx) -> Optional[str]:
+def _trial_storage_dir(ctx) -> str | None:
     """The trial's folder in the study's storage, where Tune writes its result.json (the trial's
     working directory is a staging copy elsewhere). None for storage that is not a local path."""
     path = _trial_storage_path(ctx)
     return path if path and Path(path).is_dir() else None
 
 
-def _trial_storage_path(ctx) -> Optional[str]:
+def _trial_storage_path(ctx) -> str | None:
     try:
         return ctx.get_storage().trial_fs_path
     except Exception:  # noqa: BLE001 -- an older or newer Ray without it: no check, as before

@@ -7,6 +7,7 @@ Each trial reports to Ray after every validation, with a checkpoint, so a retrie
 (``FailureConfig(max_failures)``) or a resumed sweep continues from where it stopped. It logs to
 W&B through Lightning's ``WandbLogger`` only (one logging path: no driver-side W&B callback).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -30,8 +31,8 @@ from . import phases
 from .build import build_datamodule, build_module
 from .results import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE
 from .settings import TrialSettings
-from .study import TrialPlan
 from .storage_faults import find_storage_fault, quiet_close
+from .study import TrialPlan
 from .trial_wandb import close_wandb, log_heatmaps
 
 EXTRA_FILE = "trial_state.json"
@@ -48,7 +49,9 @@ class TuneReport(pl.Callback):
     ``Callback`` class as the Trainer in use.
     """
 
-    def __init__(self, time_offset: float = 0.0, extra_metrics: Optional[dict[str, Any]] = None) -> None:
+    def __init__(
+        self, time_offset: float = 0.0, extra_metrics: dict[str, Any] | None = None
+    ) -> None:
         self.time_offset = time_offset
         self.extra_metrics = dict(extra_metrics or {})
         self.start = time.perf_counter()
@@ -63,20 +66,32 @@ class TuneReport(pl.Callback):
         self.report(trainer)
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if STOP_REQUESTED.is_set():  # Tune is stopping this trial between reports (see FinishOnStop)
+        if (
+            STOP_REQUESTED.is_set()
+        ):  # Tune is stopping this trial between reports (see FinishOnStop)
             raise SystemExit(0)
 
     def report(self, trainer: pl.Trainer) -> None:
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+        metrics = {
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if torch.is_tensor(v) and v.numel() == 1
+        }
         metrics.update(self.extra_metrics)
-        metrics.update(step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds())
+        metrics.update(
+            step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds()
+        )
         with tempfile.TemporaryDirectory() as tmp:
             with phases.phase("checkpoint"):
                 save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
                 if trainer.is_global_zero:
-                    Path(tmp, EXTRA_FILE).write_text(json.dumps({"train_time_s": metrics["train_time_s"]}))
+                    Path(tmp, EXTRA_FILE).write_text(
+                        json.dumps({"train_time_s": metrics["train_time_s"]})
+                    )
                     write_hypotheses(trainer.lightning_module, tmp)
-            with phases.phase("report"):  # Tune's report: the checkpoint copied into the trial's storage
+            with phases.phase(
+                "report"
+            ):  # Tune's report: the checkpoint copied into the trial's storage
                 self.send(metrics, tmp, trainer)
         self.last_reported_step = trainer.global_step
 
@@ -108,7 +123,9 @@ class Chaos(pl.Callback):
         if trainer.global_step >= self.step and not self.marker.exists():
             self.marker.parent.mkdir(parents=True, exist_ok=True)
             self.marker.write_text("failed once\n")
-            raise ChaosError(f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)")
+            raise ChaosError(
+                f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)"
+            )
 
 
 def placement_metrics() -> dict[str, Any]:
@@ -118,8 +135,11 @@ def placement_metrics() -> dict[str, Any]:
     import ray
 
     ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
-            "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0))}
+    return {
+        "node_id": ctx.get_node_id(),
+        "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
+        "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0)),
+    }
 
 
 @dataclass
@@ -128,7 +148,7 @@ class Restored:
     start at step 0), the training time already spent, the checkpoint folder used and how many
     newer ones did not load."""
 
-    ckpt_path: Optional[str] = None
+    ckpt_path: str | None = None
     time_offset: float = 0.0
     name: str = ""
     skipped: int = 0
@@ -146,8 +166,13 @@ def checkpoint_candidates(checkpoint) -> list:
     except OSError:
         infos = []
     older = sorted(
-        (i.base_name for i in infos if i.type == pyarrow.fs.FileType.Directory
-         and re.fullmatch(r"checkpoint_\d+", i.base_name) and i.base_name < name),
+        (
+            i.base_name
+            for i in infos
+            if i.type == pyarrow.fs.FileType.Directory
+            and re.fullmatch(r"checkpoint_\d+", i.base_name)
+            and i.base_name < name
+        ),
         reverse=True,
     )
     return [checkpoint] + [type(checkpoint)(path=f"{parent}/{n}", filesystem=fs) for n in older]
@@ -168,17 +193,27 @@ def restore_checkpoint(checkpoint, local_dir: str, log=print) -> Restored:
             with candidate.as_directory() as d:
                 shutil.copy(os.path.join(d, CHECKPOINT_FILE), target)
                 extra = Path(d, EXTRA_FILE)
-                time_offset = float(json.loads(extra.read_text()).get("train_time_s", 0.0)) if extra.exists() else 0.0
-            torch.load(target, map_location="cpu", weights_only=False)  # our own file: does it load whole?
+                time_offset = (
+                    float(json.loads(extra.read_text()).get("train_time_s", 0.0))
+                    if extra.exists()
+                    else 0.0
+                )
+            torch.load(
+                target, map_location="cpu", weights_only=False
+            )  # our own file: does it load whole?
         except Exception as exc:  # noqa: BLE001 -- any unreadable checkpoint is skipped the same way
             lines = str(exc).strip().splitlines()
-            log(f"checkpoint {candidate.path} does not load ({lines[-1] if lines else type(exc).__name__}); "
-                f"trying the previous one")
+            log(
+                f"checkpoint {candidate.path} does not load ({lines[-1] if lines else type(exc).__name__}); "
+                f"trying the previous one"
+            )
             skipped += 1
             continue
         name = os.path.basename(candidate.path.rstrip("/"))
         if skipped:
-            log(f"resuming from {candidate.path}, the newest checkpoint that loads ({skipped} newer skipped)")
+            log(
+                f"resuming from {candidate.path}, the newest checkpoint that loads ({skipped} newer skipped)"
+            )
         return Restored(target, time_offset, name, skipped)
     log(f"none of this trial's {skipped} checkpoint(s) loads: training restarts from step 0")
     return Restored(skipped=skipped)
@@ -188,14 +223,18 @@ def save_checkpoint_atomic(trainer: pl.Trainer, path: str) -> None:
     """``trainer.save_checkpoint`` to a temporary name, flushed to disk, then renamed: a crash
     mid-write leaves no half-written ``path``. Collective under DDP (rank 0 writes)."""
     partial = path + ".partial"
-    trainer.save_checkpoint(partial, weights_only=False)  # the whole state: a resumed trial needs its optimiser
+    trainer.save_checkpoint(
+        partial, weights_only=False
+    )  # the whole state: a resumed trial needs its optimiser
     if trainer.is_global_zero:
         with open(partial, "rb") as f:
             os.fsync(f.fileno())
         os.replace(partial, path)
 
 
-def finish_fit(trainer: pl.Trainer, module: pl.LightningModule, dm: pl.LightningDataModule, report: TuneReport) -> None:
+def finish_fit(
+    trainer: pl.Trainer, module: pl.LightningModule, dm: pl.LightningDataModule, report: TuneReport
+) -> None:
     """After ``fit``: when the run ended between validations, validate once more so the final
     model is what the trial reports."""
     if report.last_reported_step != trainer.global_step:
@@ -235,7 +274,6 @@ QUIET_LOGGERS = (
 def quiet_logs() -> None:
     """Raise the per-trial banners to warnings only; warnings and errors still reach the console."""
     import logging
-
     import warnings
 
     for name in QUIET_LOGGERS:
@@ -251,7 +289,7 @@ class TrialParts:
 
     dm: pl.LightningDataModule
     module: pl.LightningModule
-    ckpt_path: Optional[str]
+    ckpt_path: str | None
     local_ckpt_dir: str
     report: TuneReport
     callbacks: list[pl.Callback]
@@ -272,7 +310,9 @@ def prepare_trial(
     quiet_logs()
     STOP_REQUESTED.clear()  # a reused actor starts its next trial unstopped
     if settings.chaos_before_report and with_chaos:
-        raise ChaosError("chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)")
+        raise ChaosError(
+            "chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)"
+        )
     torch.set_num_threads(max(1, int(settings.resources.cpu)))
     pl.seed_everything(plan.seed, workers=True, verbose=False)
     dm = build_datamodule(plan.task, plan.seed)
@@ -283,21 +323,33 @@ def prepare_trial(
     # each trial there), not a shared /tmp, and removed if anything fails before fit_trial owns it
     local_ckpt_dir = tempfile.mkdtemp(prefix="trial-resume-", dir=os.getcwd())
     try:
-        restored = restore_checkpoint(checkpoint, local_ckpt_dir,
-                                      log=lambda msg: print(f"[trial {trial_id}] {msg}", flush=True))
+        restored = restore_checkpoint(
+            checkpoint,
+            local_ckpt_dir,
+            log=lambda msg: print(f"[trial {trial_id}] {msg}", flush=True),
+        )
     except BaseException:
         shutil.rmtree(local_ckpt_dir, ignore_errors=True)
         raise
     # reported with every result, so a recovery can be read back from result.json and results.csv
-    extra_metrics = {**extra_metrics, "resumed_from": restored.name, "skipped_checkpoints": restored.skipped}
+    extra_metrics = {
+        **extra_metrics,
+        "resumed_from": restored.name,
+        "skipped_checkpoints": restored.skipped,
+    }
     report = report_cls(time_offset=restored.time_offset, extra_metrics=extra_metrics)
-    callbacks: list[pl.Callback] = [report, RngStateCallback()]  # RNG states in every checkpoint: exact resume
+    callbacks: list[pl.Callback] = [
+        report,
+        RngStateCallback(),
+    ]  # RNG states in every checkpoint: exact resume
     if settings.stop_when is not None:  # first: the report at the same validation says it converged
         from .convergence import make_callback
 
         callbacks.insert(0, make_callback(settings.stop_when, report.extra_metrics))
     if settings.chaos_step and with_chaos:
-        callbacks.append(Chaos(settings.chaos_step, Path(settings.chaos_dir) / f"{trial_id}.failed"))
+        callbacks.append(
+            Chaos(settings.chaos_step, Path(settings.chaos_dir) / f"{trial_id}.failed")
+        )
     return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
 
 
@@ -315,14 +367,16 @@ def common_trainer_kwargs(plan: TrialPlan, parts: TrialParts, logger) -> dict[st
     )
 
 
-def fit_trial(trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, trial_id: str) -> None:
+def fit_trial(
+    trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, trial_id: str
+) -> None:
     """Fit (from the restored checkpoint when resuming), report the final model, log heatmaps, and
     close W&B and the local checkpoint copy whatever happens.
 
     Tune stops a trial (a scheduler's decision, or ``max_t``) by raising ``SystemExit(0)`` from
     inside the report call; :class:`FinishOnStop` holds the process until this function has
     logged the heatmaps and closed the W&B run on that path too, then the stop goes on."""
-    stop: Optional[SystemExit] = None
+    stop: SystemExit | None = None
     failed = True  # until fit returns or Tune stops the trial: a crash marks the W&B run failed
     try:
         try:
@@ -387,7 +441,12 @@ class FinishOnStop:
 
         session = get_session()
         thread = getattr(session, "training_thread", None)
-        if session is not None and session.training_started and thread is not None and thread.is_alive():
+        if (
+            session is not None
+            and session.training_started
+            and thread is not None
+            and thread.is_alive()
+        ):
             session.stop_event.set()  # what session.finish does first: the thread leaves its report call
             session.continue_lock.release()
             STOP_REQUESTED.set()  # or, if it is training, at its next step

@@ -1,9 +1,10 @@
 """A trial's W&B run: its config (the plan, flat and dotted, each key once), the Lightning logger,
 attention heatmaps, and closing the run. Used by the trial kit (:mod:`sweeps.trial_kit`) for
 single-process and DDP trials alike."""
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -12,7 +13,7 @@ from .settings import TrialSettings
 from .study import TrialPlan
 
 
-def wandb_config(plan: TrialPlan, module: Optional[pl.LightningModule] = None) -> dict[str, Any]:
+def wandb_config(plan: TrialPlan, module: pl.LightningModule | None = None) -> dict[str, Any]:
     """The trial's W&B config: its flat plan once (``cell``, ``seed``, the grid values and Optuna's
     samples under their flat names), then every other setting under its dotted name
     (``task.max_length``, ``trainer.max_steps``, ``model.hidden_size``). No key twice, no nulls:
@@ -27,8 +28,12 @@ def wandb_config(plan: TrialPlan, module: Optional[pl.LightningModule] = None) -
 
             kwargs = resolved.get("attention_kwargs") or {}
             preset = PRESETS.get(str(resolved.get("preset") or values.get("preset")), {})
-            values = {**preset, **{k: v for k, v in resolved.items() if k != "attention_kwargs" and v is not None},
-                      **kwargs, **{k: v for k, v in values.items() if v is not None}}
+            values = {
+                **preset,
+                **{k: v for k, v in resolved.items() if k != "attention_kwargs" and v is not None},
+                **kwargs,
+                **{k: v for k, v in values.items() if v is not None},
+            }
         for key, value in values.items():
             dotted = f"{section}.{key}"
             if value is None or dotted in shown:
@@ -37,8 +42,13 @@ def wandb_config(plan: TrialPlan, module: Optional[pl.LightningModule] = None) -
     return config
 
 
-def make_wandb_logger(settings: TrialSettings, plan: TrialPlan, trial_id: str, trial_name: str,
-                      module: Optional[pl.LightningModule] = None):
+def make_wandb_logger(
+    settings: TrialSettings,
+    plan: TrialPlan,
+    trial_id: str,
+    trial_name: str,
+    module: pl.LightningModule | None = None,
+):
     """W&B logger for this trial, or None when W&B is disabled. The API key is never passed here:
     wandb reads it from the environment or its own login."""
     wb = settings.wandb
@@ -59,7 +69,8 @@ def make_wandb_logger(settings: TrialSettings, plan: TrialPlan, trial_id: str, t
         entity=wb.entity,
         group=wb.group or settings.name,
         tags=list(wb.tags),
-        name=f"{plan.cell.name} seed={plan.seed}" + (f" [{trial_name}]" if settings.has_search else ""),
+        name=f"{plan.cell.name} seed={plan.seed}"
+        + (f" [{trial_name}]" if settings.has_search else ""),
         id=trial_id,
         job_type="train",
         config=run_config,
@@ -68,7 +79,9 @@ def make_wandb_logger(settings: TrialSettings, plan: TrialPlan, trial_id: str, t
         resume="allow",
         log_model=False,
     )
-    logger._wandb_init.pop("anonymous", None)  # deprecated in wandb: passing it at all prints a warning
+    logger._wandb_init.pop(
+        "anonymous", None
+    )  # deprecated in wandb: passing it at all prints a warning
     return logger
 
 
@@ -76,14 +89,17 @@ def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
     """Attention heatmaps of a few validation sentences as W&B images."""
     if logger is None or not hasattr(module, "attention_heatmaps"):
         return
-    from .plots import heatmap_figure
-
     import matplotlib.pyplot as plt
+
+    from .plots import heatmap_figure
 
     batch = next(iter(dm.val_dataloader()))
     batch = {k: v.to(module.device) if torch.is_tensor(v) else v for k, v in batch.items()}
     items = module.attention_heatmaps(batch, max_items=max_items)
-    figures = [heatmap_figure(item, title=f"{module.hparams.attention} #{i}") for i, item in enumerate(items)]
+    figures = [
+        heatmap_figure(item, title=f"{module.hparams.attention} #{i}")
+        for i, item in enumerate(items)
+    ]
     if figures:
         logger.log_image(key="val/attention", images=figures)
     for fig in figures:

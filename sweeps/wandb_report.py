@@ -2,9 +2,10 @@
 results.md's text as Markdown and panels over the group's runs. ``python -m sweeps.report DIR
 --wandb`` builds and saves it (needs an API key and network).
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
@@ -39,9 +40,9 @@ def build_wandb_report(
     entity: str,
     project: str,
     group: str,
-    title: Optional[str] = None,
-    points: Optional[pd.DataFrame] = None,
-    results: Optional[pd.DataFrame] = None,
+    title: str | None = None,
+    points: pd.DataFrame | None = None,
+    results: pd.DataFrame | None = None,
     metric: str = VAL_BLEU,
     mode: str = "max",
 ) -> Any:
@@ -64,34 +65,59 @@ def build_wandb_report(
     runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group == '{group}'")
     blocks: list[Any] = [
         wr.H1(text=title or f"Sweep {group}"),
-        wr.P(text=f"Runs of W&B group '{group}' in {entity}/{project}: quality against decode speed."),
+        wr.P(
+            text=f"Runs of W&B group '{group}' in {entity}/{project}: quality against decode speed."
+        ),
     ]
     lengths = 0
     if results is not None:
         for heading, text in results_sections(results, metric, mode):
             blocks += ([wr.H2(text=heading)] if heading else []) + [wr.MarkdownBlock(text=text)]
-        for heading, text in seed_sections(results, metric, mode):  # intervals, findings, paired bootstrap
+        for heading, text in seed_sections(
+            results, metric, mode
+        ):  # intervals, findings, paired bootstrap
             blocks += [wr.H2(text=heading), wr.MarkdownBlock(text=text)]
         if "length" in results:
             lengths = results["length"].dropna().nunique()
     elif points is not None and not points.empty:
-        blocks += [wr.H2(text="Pareto front (BLEU vs decode seconds)"), wr.MarkdownBlock(text=pareto_markdown(points))]
+        blocks += [
+            wr.H2(text="Pareto front (BLEU vs decode seconds)"),
+            wr.MarkdownBlock(text=pareto_markdown(points)),
+        ]
     panels = []
     if lengths > 1:
         panels += [
-            wr.ScatterPlot(title="BLEU vs sequence length", x=wr.Config("length"), y=wr.SummaryMetric(VAL_BLEU)),
-            wr.ScatterPlot(title="decode seconds vs sequence length", x=wr.Config("length"), y=wr.SummaryMetric(DECODE_SECONDS)),
+            wr.ScatterPlot(
+                title="BLEU vs sequence length", x=wr.Config("length"), y=wr.SummaryMetric(VAL_BLEU)
+            ),
+            wr.ScatterPlot(
+                title="decode seconds vs sequence length",
+                x=wr.Config("length"),
+                y=wr.SummaryMetric(DECODE_SECONDS),
+            ),
         ]
     per_cell = dict(groupby=wr.Config("cell"), groupby_aggfunc="mean", groupby_rangefunc="stddev")
     panels += [
-        wr.BarPlot(title="BLEU per cell (mean ± std over its runs)", metrics=[VAL_BLEU], **per_cell),
-        wr.BarPlot(title="decode seconds per cell (mean ± std over its runs)", metrics=[DECODE_SECONDS], **per_cell),
-        wr.ScatterPlot(title="BLEU vs decode time", x=wr.SummaryMetric(DECODE_SECONDS), y=wr.SummaryMetric(VAL_BLEU)),
+        wr.BarPlot(
+            title="BLEU per cell (mean ± std over its runs)", metrics=[VAL_BLEU], **per_cell
+        ),
+        wr.BarPlot(
+            title="decode seconds per cell (mean ± std over its runs)",
+            metrics=[DECODE_SECONDS],
+            **per_cell,
+        ),
+        wr.ScatterPlot(
+            title="BLEU vs decode time",
+            x=wr.SummaryMetric(DECODE_SECONDS),
+            y=wr.SummaryMetric(VAL_BLEU),
+        ),
         wr.LinePlot(title="validation BLEU", x="Step", y=[VAL_BLEU]),
         wr.LinePlot(title="validation loss", x="Step", y=[VAL_LOSS]),
         wr.MediaBrowser(title="attention heatmaps", media_keys=["val/attention"]),
     ]
-    blocks += [wr.H2(text="Panels over the group's runs"), wr.P(text=PANELS_NOTE), wr.PanelGrid(runsets=[runset], panels=panels)]
+    blocks += [
+        wr.H2(text="Panels over the group's runs"),
+        wr.P(text=PANELS_NOTE),
+        wr.PanelGrid(runsets=[runset], panels=panels),
+    ]
     return wr.Report(project=project, entity=entity, title=title or f"Sweep {group}", blocks=blocks)
-
-

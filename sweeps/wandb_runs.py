@@ -13,12 +13,14 @@ The transaction log (``run-<id>.wandb``) is wandb's append-only record file: a 7
 LevelDB's log framing -- 32 KiB blocks, each record chunk behind a 7-byte header (CRC-32 of type
 and data, length, chunk type: full, first, middle, last).
 """
+
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 from .files import write_atomic
 
@@ -61,7 +63,7 @@ def read_chunks(data: bytes) -> tuple[bytes, list[bytes]]:
         if length == 0 and kind == 0:  # zero padding to the block's end
             pos += room
             continue
-        body = data[pos + CHUNK.size: pos + CHUNK.size + length]
+        body = data[pos + CHUNK.size : pos + CHUNK.size + length]
         if len(body) != length:
             raise RunLogError(f"truncated record at byte {pos} ({len(body)} of {length} bytes)")
         if zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
@@ -97,7 +99,10 @@ def write_chunks(header: bytes, records: Iterable[bytes]) -> bytes:
             last = take == len(rest)
             kind = FULL if first and last else FIRST if first else LAST if last else MIDDLE
             body = bytes(rest[:take])
-            out += CHUNK.pack(zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF, take, kind) + body
+            out += (
+                CHUNK.pack(zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF, take, kind)
+                + body
+            )
             rest, first = rest[take:], False
             if last:
                 break
@@ -120,7 +125,7 @@ def _parse(chunks: Iterable[bytes]) -> list[Any]:
     return records
 
 
-def run_problem(run_dir: str | Path) -> Optional[str]:
+def run_problem(run_dir: str | Path) -> str | None:
     """Why an offline run folder would not upload whole (unreadable log, or no exit record: the
     process died before the run was finished), or None when it is complete."""
     try:
@@ -144,10 +149,16 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     records = _parse(chunks)
     exits = [i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit"]
     if not exits:
-        raise RunLogError(f"{path}: the run was never finished (no exit record); its summary is not updated")
+        raise RunLogError(
+            f"{path}: the run was never finished (no exit record); its summary is not updated"
+        )
     at = exits[-1]
-    update = pb.Record(num=records[at].num, summary=pb.SummaryRecord(
-        update=[pb.SummaryItem(key=k, value_json=json.dumps(v)) for k, v in values.items()]))
+    update = pb.Record(
+        num=records[at].num,
+        summary=pb.SummaryRecord(
+            update=[pb.SummaryItem(key=k, value_json=json.dumps(v)) for k, v in values.items()]
+        ),
+    )
     for r in records[at:]:
         if r.num:
             r.num += 1
@@ -161,8 +172,14 @@ def offline_run_dirs(wandb_dir: str | Path, run_id: str) -> list[Path]:
     return sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}"))
 
 
-def add_run_summary(mode: str, wandb_dir: str | Path, run_id: str, values: Mapping[str, Any],
-                    project: Optional[str] = None, entity: Optional[str] = None) -> str:
+def add_run_summary(
+    mode: str,
+    wandb_dir: str | Path,
+    run_id: str,
+    values: Mapping[str, Any],
+    project: str | None = None,
+    entity: str | None = None,
+) -> str:
     """Add ``values`` to a finished run's summary: online by reopening it by id, offline in its
     newest run folder. Returns where it went; raises ``RunLogError`` when there is no such run."""
     if mode == "offline":
@@ -174,8 +191,14 @@ def add_run_summary(mode: str, wandb_dir: str | Path, run_id: str, values: Mappi
         return ""
     import wandb
 
-    run = wandb.init(project=project, entity=entity, id=run_id, resume="must", dir=str(wandb_dir),
-                     settings=wandb.Settings(silent=True, x_disable_stats=True))
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        id=run_id,
+        resume="must",
+        dir=str(wandb_dir),
+        settings=wandb.Settings(silent=True, x_disable_stats=True),
+    )
     run.summary.update(dict(values))
     run.finish()
     return run.url or run_id

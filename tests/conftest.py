@@ -4,10 +4,11 @@
   kept while consecutive modules use it (test_study.py, test_sweep.py, ... run one after another).
 - ``quiet_trainer``: a Lightning Trainer on CPU that logs, checkpoints and prints nothing.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -37,8 +38,15 @@ def pytest_collection_modifyitems(config, items):
     every actor it creates ("Actor may be already destroyed"). The reverse order works.
     """
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
-    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_cluster.py")
-               else 2 if getattr(item, "module", None) in _RAY.modules else 1)
+    items.sort(
+        key=lambda item: (
+            0
+            if item.nodeid.startswith("tests/test_cluster.py")
+            else 2
+            if getattr(item, "module", None) in _RAY.modules
+            else 1
+        )
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -51,7 +59,7 @@ class _SharedRay:
     costs seconds, and the modules that run real sweeps come one after another."""
 
     def __init__(self) -> None:
-        self.env_before: Optional[dict[str, str]] = None
+        self.env_before: dict[str, str] | None = None
         self.modules: set = set()  # the test modules that use it
 
     @property
@@ -63,9 +71,16 @@ class _SharedRay:
 
         if not self.running:
             self.env_before = dict(os.environ)
-            os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0")
-            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20,
-                     log_to_driver=False)
+            os.environ.update(
+                WANDB_MODE="offline", WANDB_SILENT="true", RAY_USAGE_STATS_ENABLED="0"
+            )
+            ray.init(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=80 * 2**20,
+                log_to_driver=False,
+            )
         return ray
 
     def stop(self) -> None:
@@ -96,10 +111,13 @@ def local_ray():
     os.environ.update(env)
 
 
-def _uses_shared_ray(item: Optional[pytest.Item]) -> bool:
+def _uses_shared_ray(item: pytest.Item | None) -> bool:
     # a module that defines a ``local_ray`` of its own starts its own Ray: the shared one must be gone
-    return (item is not None and "local_ray" in getattr(item, "fixturenames", ())
-            and getattr(getattr(item, "module", None), "local_ray", local_ray) is local_ray)
+    return (
+        item is not None
+        and "local_ray" in getattr(item, "fixturenames", ())
+        and getattr(getattr(item, "module", None), "local_ray", local_ray) is local_ray
+    )
 
 
 @pytest.hookimpl(trylast=True)  # after the module's fixtures are torn down
@@ -107,7 +125,9 @@ def pytest_runtest_teardown(item, nextitem):
     """Shut the shared Ray down at the end of a module when the next module does not use it."""
     module = getattr(item, "module", None)
     next_module = getattr(nextitem, "module", None)
-    if _RAY.running and (nextitem is None or (next_module is not module and next_module not in _RAY.modules)):
+    if _RAY.running and (
+        nextitem is None or (next_module is not module and next_module not in _RAY.modules)
+    ):
         _RAY.stop()
 
 
@@ -125,7 +145,11 @@ def _quiet_trainer(**kwargs: Any):
     import lightning.pytorch as pl
 
     settings: dict[str, Any] = dict(
-        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
         enable_model_summary=False,
     )
     settings.update(kwargs)

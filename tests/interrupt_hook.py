@@ -17,12 +17,14 @@ What the interrupted trial does next is bounded too: a trial runs at most one re
 the one Tune processes (``ray.tune``'s function runner waits in its next report), so it cannot
 get past step 20 plus two report intervals before Tune stops it.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import signal
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ray.tune import Callback
 
@@ -31,7 +33,7 @@ ENV_RECORD = "INTERRUPT_RECORD"
 ENV_AFTER = "INTERRUPT_AFTER_FINISHED"
 
 # Called with the trial and its result instead of the SIGINT, when set (in the launcher's process).
-ACTION: Optional[Callable[[Any, dict], None]] = None
+ACTION: Callable[[Any, dict], None] | None = None
 
 
 class InterruptAtStep(Callback):

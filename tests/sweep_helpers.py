@@ -1,6 +1,7 @@
 """Small sweep files, and a deterministic Ctrl-C of a launcher, for the tests that run real sweeps
 (test_sweep.py, test_study.py, test_cluster.py, test_address.py). Their local Ray is conftest's
 ``local_ray``."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,13 @@ def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
     the stage itself turn it on."""
     spec: dict[str, Any] = {
         "name": name,
-        "task": {"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
+        "task": {
+            "name": "copy",
+            "max_length": 4,
+            "train_size": 256,
+            "val_size": 16,
+            "batch_size": 16,
+        },
         "model": {"preset": "tiny"},
         "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
         "trainer": {"max_steps": 20, "val_check_interval": 10},
@@ -44,16 +51,23 @@ def result_steps(trial_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines if line.strip()]
 
 
-def interrupt_env(exp: Path, step: int, subprocess: bool = False, finished: int = 1) -> dict[str, str]:
+def interrupt_env(
+    exp: Path, step: int, subprocess: bool = False, finished: int = 1
+) -> dict[str, str]:
     """Environment variables under which a launcher's Tune run gets a real SIGINT (Ctrl-C) the
     moment a trial of the sweep in ``exp`` reports ``step`` while ``finished`` other trials have
     finished (:mod:`interrupt_hook`, which Tune itself loads: no polling, no race). ``subprocess``:
     for a launcher started as its own process, which must find the hook's module too."""
-    env = {"RAY_TUNE_CALLBACKS": "interrupt_hook.InterruptAtStep", "INTERRUPT_AT_STEP": str(step),
-           "INTERRUPT_RECORD": str(exp.parent / f"{exp.name}.interrupted.json"),
-           "INTERRUPT_AFTER_FINISHED": str(finished)}
+    env = {
+        "RAY_TUNE_CALLBACKS": "interrupt_hook.InterruptAtStep",
+        "INTERRUPT_AT_STEP": str(step),
+        "INTERRUPT_RECORD": str(exp.parent / f"{exp.name}.interrupted.json"),
+        "INTERRUPT_AFTER_FINISHED": str(finished),
+    }
     if subprocess:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p
+        )
     return env
 
 

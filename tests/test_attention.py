@@ -1,5 +1,6 @@
 """Tests of the attention mechanisms. The generic tests are parametrised over the registry, so a
 newly registered mechanism is tested by being registered; mechanism-specific ones follow."""
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,9 @@ CONTEXT_MAPS = {"key_value": lambda attn, x: attn.value_proj(x)}
 
 def build(name: str, training: bool = False, **overrides):
     torch.manual_seed(0)
-    attn = build_attention(name, query_dim=H, memory_dim=D, **{**OPTIONS.get(name, {}), **overrides})
+    attn = build_attention(
+        name, query_dim=H, memory_dim=D, **{**OPTIONS.get(name, {}), **overrides}
+    )
     return attn.train(training)
 
 
@@ -78,7 +81,9 @@ def test_shapes_masking_and_context(name, training):
         assert torch.isfinite(ctx).all() and torch.isfinite(weights).all()
         assert torch.all(weights[~mask] == 0), "padded positions must get exactly 0"
         assert torch.all(weights[2] == 0) and torch.all(ctx[2] == 0), "fully masked row"
-        torch.testing.assert_close(ctx, expected_context(name, attn, weights, memory), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            ctx, expected_context(name, attn, weights, memory), atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -129,7 +134,9 @@ def test_cache_and_state_survive_batch_reordering(name):
     _, big_state1, _ = attn.step(queries[0][expand], big_cache, big_state, need_weights=True)
     order = torch.arange(2 * B).view(B, 2).flip(1).reshape(-1)  # swap beams within each sentence
     big_state1 = map_batch(lambda t: t.index_select(0, order), big_state1)
-    big_ctx2, _, big_w2 = attn.step(queries[1][expand][order], big_cache, big_state1, need_weights=True)
+    big_ctx2, _, big_w2 = attn.step(
+        queries[1][expand][order], big_cache, big_state1, need_weights=True
+    )
     torch.testing.assert_close(big_ctx2, ctx2[expand][order], atol=1e-6, rtol=0)
     torch.testing.assert_close(big_w2, w2[expand][order], atol=1e-6, rtol=0)
     # a genuine permutation of the sentences: outputs permute with them
@@ -299,7 +306,10 @@ def test_memory_step_cost_does_not_grow_with_source_length():
 @pytest.mark.parametrize("encoder_scoring", ["softmax", "sigmoid"])
 def test_memory_scoring_pairs(encoder_scoring, decoder_scoring, normalization):
     attn = build(
-        "memory", encoder_scoring=encoder_scoring, decoder_scoring=decoder_scoring, encoder_normalization=normalization
+        "memory",
+        encoder_scoring=encoder_scoring,
+        decoder_scoring=decoder_scoring,
+        encoder_normalization=normalization,
     )
     memory, mask, queries = make_inputs()
     cache = attn.precompute(memory, mask)
@@ -329,11 +339,13 @@ def test_memory_position_encoding_is_renormalised_per_sentence():
     memory, mask, queries = make_inputs()
     alpha = attn.precompute(memory, mask)["alpha"]
     L = position_encoding(4, 12)[:, :S]  # (K, S) of S_max = 12
-    l = sentence_position_encoding(L, mask)  # (B, S, K), jagged
+    l = sentence_position_encoding(L, mask)  # noqa: E741 (the paper's l)  # (B, S, K), jagged
     assert not torch.allclose(l[0], l[1])  # a 9- and a 5-token sentence get different encodings
     expected = torch.softmax(attn.W_alpha(memory) * l, dim=-1) * mask[..., None]
     torch.testing.assert_close(alpha, expected)
-    raw = build("memory", position_encoding=True, max_source_len=12, position_encoding_normalization="none")
+    raw = build(
+        "memory", position_encoding=True, max_source_len=12, position_encoding_normalization="none"
+    )
     expected_raw = torch.softmax(raw.W_alpha(memory) * L.T, dim=-1) * mask[..., None]
     torch.testing.assert_close(raw.precompute(memory, mask)["alpha"], expected_raw)
     with pytest.raises(ValueError, match="max_source_len=5"):
@@ -354,8 +366,12 @@ def test_key_value_is_unscaled_unless_asked():
     q, keys = plain.query_proj(queries[0]), plain.key_proj(memory)  # (B, d), (B, S, d)
     scores = torch.einsum("bsk,bk->bs", keys, q)  # (B, S)
     for attn, divisor in ((plain, 1.0), (scaled, math.sqrt(D))):
-        _, _, weights = attn.step(queries[0], attn.precompute(memory, mask), None, need_weights=True)
-        torch.testing.assert_close(weights, torch.softmax(scores / divisor + (~mask) * -1e30, dim=-1) * mask)
+        _, _, weights = attn.step(
+            queries[0], attn.precompute(memory, mask), None, need_weights=True
+        )
+        torch.testing.assert_close(
+            weights, torch.softmax(scores / divisor + (~mask) * -1e30, dim=-1) * mask
+        )
 
 
 def test_every_mechanism_takes_query_and_memory_sizes_separately():
@@ -451,7 +467,9 @@ def test_monotonic_hard_decode_is_linear_time(monkeypatch):
     no hit evaluates its remaining sentence, which moves it on by >= scan_chunk or ends it."""
     batch, src_len, steps, chunk = 8, 30, 25, 4
     attn = build("monotonic", score_bias_init=-1.0, scan_chunk=chunk).eval()
-    memory, mask, _ = make_inputs(batch=batch, src_len=src_len, lengths=[30, 30, 25, 17, 9, 30, 1, 0])
+    memory, mask, _ = make_inputs(
+        batch=batch, src_len=src_len, lengths=[30, 30, 25, 17, 9, 30, 1, 0]
+    )
     queries = torch.randn(steps, batch, H)
     shapes = []
     energy = attn._scan_energy
@@ -533,7 +551,9 @@ def test_monotonic_hard_never_stops_at_a_masked_position():
         cache = attn.precompute(memory, mask)
         previous = attn._as_soft_state(attn.initial_state(cache), cache)
         for t, query in enumerate(queries):
-            p = torch.sigmoid(attn._energy(cache["keys"], attn.W_h(query)[:, None, :])) * mask  # (B, S)
+            p = (
+                torch.sigmoid(attn._energy(cache["keys"], attn.W_h(query)[:, None, :])) * mask
+            )  # (B, S)
             previous = monotonic_alignment(p, previous, "hard")
             torch.testing.assert_close(previous, hard[:, t])
     assert torch.all(hard[~mask[:, None, :].expand_as(hard)] == 0)
@@ -575,14 +595,18 @@ def _package_copy(tmp_path, monkeypatch, name: str, extra: dict[str, str]):
 
     import lightning_modules.attention as attention
 
-    shutil.copytree(Path(attention.__file__).parent, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(attention.__file__).parent,
+        tmp_path / name,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     for filename, text in extra.items():
         (tmp_path / name / filename).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     return importlib.import_module(name)
 
 
-NEW_MECHANISM = '''
+NEW_MECHANISM = """
 from .base import register_attention
 from .bahdanau import BahdanauAttention
 
@@ -595,13 +619,15 @@ class HeadsAttention(BahdanauAttention):
     def __init__(self, query_dim: int, memory_dim: int, heads: int = 2) -> None:
         super().__init__(query_dim, memory_dim)
         self.heads = heads
-'''
+"""
 
 
 def test_a_new_mechanism_file_is_found_without_an_import_line(tmp_path, monkeypatch):
     """Every module of the package is imported, so a mechanism's own file registers it; its
     headline option (``Attention.headline``) is what results, tables and plots show."""
-    package = _package_copy(tmp_path, monkeypatch, "attention_copy_new", {"heads.py": NEW_MECHANISM})
+    package = _package_copy(
+        tmp_path, monkeypatch, "attention_copy_new", {"heads.py": NEW_MECHANISM}
+    )
     assert set(package.ATTENTION_REGISTRY) == set(ATTENTION_REGISTRY) | {"bahdanau_heads"}
     assert package.headline_options()["bahdanau_heads"] == ("heads", "attention heads", 2)
     assert package.headline_options()["memory"][0] == "K"
@@ -610,7 +636,12 @@ def test_a_new_mechanism_file_is_found_without_an_import_line(tmp_path, monkeypa
 
 def test_a_mechanism_file_that_fails_to_import_is_named(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"broken\.py failed to import: RuntimeError: boom"):
-        _package_copy(tmp_path, monkeypatch, "attention_copy_broken", {"broken.py": "raise RuntimeError('boom')\n"})
+        _package_copy(
+            tmp_path,
+            monkeypatch,
+            "attention_copy_broken",
+            {"broken.py": "raise RuntimeError('boom')\n"},
+        )
 
 
 def test_a_headline_must_be_one_of_the_constructor_options():

@@ -1,4 +1,5 @@
 """Greedy and beam decoding: per-sentence length limits, and beam search against brute force (fast)."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from test_model import MECHANISMS, VOCAB, TableDecoder, make_model
 
 from datamodules.copy_task import collate_copy
 from lightning_modules import Seq2Seq
 from lightning_modules.seq2seq import EOS_ID
-from test_model import MECHANISMS, VOCAB, TableDecoder, make_model
 
 A, B, C = 4, 5, 6  # ordinary target tokens
 
@@ -46,7 +47,9 @@ def test_sentence_decodes_the_same_alone_and_in_any_batch(attention, mode, eos_b
         together = decode(model, collate_copy([sents[i] for i in order]), mode)
         for row, i in enumerate(order):
             length = int(alone[i][1][0])
-            assert int(together[1][row]) == length, f"sentence {i} (source length {lengths[i]}) in batch {order}"
+            assert int(together[1][row]) == length, (
+                f"sentence {i} (source length {lengths[i]}) in batch {order}"
+            )
             assert torch.equal(together[0][row, :length], alone[i][0][0, :length])
             if mode == "beam":
                 torch.testing.assert_close(together[2][row], alone[i][2][0], rtol=0, atol=1e-5)
@@ -67,7 +70,9 @@ def restrict_outputs(model: Seq2Seq, allowed: tuple[int, ...], eos_shift: float)
     return model
 
 
-def brute_force(model: Seq2Seq, src: torch.Tensor, tokens: tuple[int, ...], max_len: int, alpha: float):
+def brute_force(
+    model: Seq2Seq, src: torch.Tensor, tokens: tuple[int, ...], max_len: int, alpha: float
+):
     """Best of every finished sequence (tokens^n EOS, n < max_len) for one sentence, each scored by
     teacher forcing: sum log p (incl. EOS) / len ** alpha. Returns (sequence, score)."""
     seqs = [p + (EOS_ID,) for n in range(max_len) for p in itertools.product(tokens, repeat=n)]
@@ -77,7 +82,9 @@ def brute_force(model: Seq2Seq, src: torch.Tensor, tokens: tuple[int, ...], max_
         tgt[i, : len(s)] = torch.tensor(s)
     n = len(seqs)
     with torch.no_grad():
-        logits = model(src.expand(n, -1), torch.full((n,), src.shape[1]), model.shift_target(tgt))  # (N, T, V)
+        logits = model(
+            src.expand(n, -1), torch.full((n,), src.shape[1]), model.shift_target(tgt)
+        )  # (N, T, V)
     logp = torch.log_softmax(logits, -1).gather(2, tgt.unsqueeze(-1)).squeeze(-1)  # (N, T)
     real = torch.arange(max_len).unsqueeze(0) < lengths.unsqueeze(1)  # (N, T)
     scores = torch.where(real, logp, 0.0).sum(1) / lengths.float() ** alpha  # (N,)
@@ -88,8 +95,16 @@ def brute_force(model: Seq2Seq, src: torch.Tensor, tokens: tuple[int, ...], max_
 @pytest.mark.parametrize(
     "tokens,beam_size,max_len",
     [
-        ((A, B), VOCAB, 4),  # 15 sequences; every one stays in the beam (at most 8 live x 3 = 24 candidates)
-        ((A,), 2, 8),  # A^n EOS: a beam of 2 holds everything, and the early stop may fire from step 1
+        (
+            (A, B),
+            VOCAB,
+            4,
+        ),  # 15 sequences; every one stays in the beam (at most 8 live x 3 = 24 candidates)
+        (
+            (A,),
+            2,
+            8,
+        ),  # A^n EOS: a beam of 2 holds everything, and the early stop may fire from step 1
     ],
 )
 @pytest.mark.parametrize("alpha,eos_shift", [(0.0, -1.0), (0.6, -1.0), (1.0, 0.0)])
@@ -102,21 +117,30 @@ def test_beam_search_equals_brute_force(attention, alpha, eos_shift, tokens, bea
     sents = sentences([3, 0, 6], seed=11)
     batch = collate_copy(sents)
     out, out_lengths, scores = model.beam_search(
-        batch["src"], batch["src_lengths"], beam_size=beam_size, max_len=max_len,
-        length_penalty=alpha, return_scores=True, check_every=1,
+        batch["src"],
+        batch["src_lengths"],
+        beam_size=beam_size,
+        max_len=max_len,
+        length_penalty=alpha,
+        return_scores=True,
+        check_every=1,
     )
     for row, sent in enumerate(sents):
         src = collate_copy([sent])["src"]  # (1, S) without the batch's padding
         best, best_score = brute_force(model, src, tokens, max_len, alpha)
         length = int(out_lengths[row])
-        assert tuple(out[row, :length].tolist()) == best, f"sentence {row}: brute force {best} at {best_score:.4f}"
+        assert tuple(out[row, :length].tolist()) == best, (
+            f"sentence {row}: brute force {best} at {best_score:.4f}"
+        )
         assert abs(float(scores[row]) - best_score) < 1e-4
 
 
 def table_model(probs: torch.Tensor) -> Seq2Seq:
     """A model whose next-token distribution is ``probs[step]`` (whatever the previous token)."""
     steps, vocab = probs.shape
-    log_probs = torch.log_softmax(probs.log(), dim=-1).unsqueeze(1).expand(steps, vocab, vocab)  # (T, V, V)
+    log_probs = (
+        torch.log_softmax(probs.log(), dim=-1).unsqueeze(1).expand(steps, vocab, vocab)
+    )  # (T, V, V)
     model = Seq2Seq(vocab, vocab, attention="none", embedding_dim=4, hidden_size=4).eval()
     with torch.no_grad():  # the bridge gives h = tanh(0) = 0: the step counter starts at 0
         for bridge in (model.encoder.bridge_h, model.encoder.bridge_c):
@@ -141,15 +165,23 @@ def test_early_stop_with_length_penalty_keeps_searching_for_a_better_long_hypoth
     log_probs = torch.log_softmax(probs.log(), dim=-1)  # (step, next token)
     # brute force over every finished sequence of A, B, C up to 4 tokens
     scored = {
-        p + (EOS_ID,): float(sum(log_probs[t, tok] for t, tok in enumerate(p + (EOS_ID,)))) / (len(p) + 1)
-        for n in range(4) for p in itertools.product((A, B, C), repeat=n)
+        p + (EOS_ID,): float(sum(log_probs[t, tok] for t, tok in enumerate(p + (EOS_ID,))))
+        / (len(p) + 1)
+        for n in range(4)
+        for p in itertools.product((A, B, C), repeat=n)
     }
     best = max(scored, key=scored.get)
     assert best == (A, B, C, EOS_ID) and abs(scored[best] + 0.318) < 1e-3
     assert abs(scored[(EOS_ID,)] + 0.511) < 1e-3  # what the old rule returned
     src, src_lengths = torch.tensor([[4, 5, EOS_ID]]), torch.tensor([3])
     tokens, lengths, scores = model.beam_search(
-        src, src_lengths, beam_size=2, max_len=4, length_penalty=1.0, return_scores=True, check_every=1
+        src,
+        src_lengths,
+        beam_size=2,
+        max_len=4,
+        length_penalty=1.0,
+        return_scores=True,
+        check_every=1,
     )
     assert tokens.tolist() == [list(best)] and lengths.tolist() == [4]
     assert abs(float(scores[0]) - scored[best]) < 1e-4
@@ -169,6 +201,8 @@ def test_early_stop_still_stops_when_nothing_live_can_win(alpha):
     table_step = model.decoder.step
     model.decoder.step = lambda *args: calls.append(1) or table_step(*args)
     src, src_lengths = torch.tensor([[4, 5, EOS_ID]]), torch.tensor([3])
-    tokens = model.beam_search(src, src_lengths, beam_size=2, max_len=20, length_penalty=alpha, check_every=1)
+    tokens = model.beam_search(
+        src, src_lengths, beam_size=2, max_len=20, length_penalty=alpha, check_every=1
+    )
     assert tokens.tolist() == [[EOS_ID]]
     assert len(calls) == 2

@@ -1,4 +1,5 @@
 """The two benchmark scripts run end to end in a tiny configuration and write their CSVs."""
+
 from __future__ import annotations
 
 import csv
@@ -31,8 +32,26 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
     bench = load("decode_speed")
     mechanisms = ["none", "memory:K=4", "bahdanau", "luong", "local", "monotonic"]
-    argv = ["--mechanisms", *mechanisms, "--lengths", "4", "7", "--preset", "tiny", "--batch", "2",
-            "--beam", "3", "--repeats", "1", "--warmup", "0", "--output", str(tmp_path), "--silent"]
+    argv = [
+        "--mechanisms",
+        *mechanisms,
+        "--lengths",
+        "4",
+        "7",
+        "--preset",
+        "tiny",
+        "--batch",
+        "2",
+        "--beam",
+        "3",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        str(tmp_path),
+        "--silent",
+    ]
     paths = bench.main(argv)
     rows = read_csv(paths["csv"])
     assert {"mechanism", "length", "mode", "seconds"} <= set(rows[0])
@@ -41,20 +60,36 @@ def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
         (m, L, mode) for m in mechanisms for L in (4, 7) for mode in ("greedy", "beam")
     }
     # one timed run per cell (--repeats 1): the median and the fastest run are that run; per step: over L + 1 steps
-    assert all(int(r["repeats"]) == 1 and r["seconds"] == r["min_seconds"] and float(r["seconds"]) > 0 for r in rows)
-    assert all(float(r["per_step_ms"]) == pytest.approx(1000 * float(r["seconds"]) / int(r["steps"]), abs=1e-3)
-               for r in rows)
+    assert all(
+        int(r["repeats"]) == 1 and r["seconds"] == r["min_seconds"] and float(r["seconds"]) > 0
+        for r in rows
+    )
+    assert all(
+        float(r["per_step_ms"])
+        == pytest.approx(1000 * float(r["seconds"]) / int(r["steps"]), abs=1e-3)
+        for r in rows
+    )
     assert all(int(r["steps"]) == int(r["length"]) + 1 for r in rows)
     assert paths["png"].stat().st_size > 0
     out = capsys.readouterr().out
-    assert "machine:" in out and "time / no-attention time" in out and "bahdanau / memory:K=4" in out
+    assert (
+        "machine:" in out and "time / no-attention time" in out and "bahdanau / memory:K=4" in out
+    )
     # the headline ratios are each cell's seconds over the right baseline's, same mode and length
     seconds = {(r["mechanism"], int(r["length"]), r["mode"]): float(r["seconds"]) for r in rows}
-    ratios = bench.ratio_rows([{**r, "length": int(r["length"]), "seconds": float(r["seconds"])} for r in rows])
-    assert {(r["numerator"], r["denominator"]) for r in ratios} == {("memory:K=4", "none"), ("bahdanau", "memory:K=4")}
+    ratios = bench.ratio_rows(
+        [{**r, "length": int(r["length"]), "seconds": float(r["seconds"])} for r in rows]
+    )
+    assert {(r["numerator"], r["denominator"]) for r in ratios} == {
+        ("memory:K=4", "none"),
+        ("bahdanau", "memory:K=4"),
+    }
     assert len(ratios) == 2 * 2 * 2  # two ratios x two lengths x two modes
     for r in ratios:
-        expected = seconds[(r["numerator"], r["length"], r["mode"])] / seconds[(r["denominator"], r["length"], r["mode"])]
+        expected = (
+            seconds[(r["numerator"], r["length"], r["mode"])]
+            / seconds[(r["denominator"], r["length"], r["mode"])]
+        )
         assert r["ratio"] == pytest.approx(expected)
     assert "Headline ratios" in out and "beam 3, L=7" in out
 
@@ -62,7 +97,9 @@ def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
 def test_decode_speed_mechanism_specs():
     bench = load("decode_speed")
     assert bench.parse_mechanism("memory:K=32,position_encoding=true") == (
-        "memory", {"K": 32, "position_encoding": True})
+        "memory",
+        {"K": 32, "position_encoding": True},
+    )
     assert bench.parse_mechanism("luong")[0] == "luong_general"
     assert bench.parse_mechanism("local")[0] == "local_p"
     assert bench.parse_mechanism("monotonic") == ("monotonic", {"score_bias_init": 0.0})
@@ -86,15 +123,36 @@ def test_min_len_forces_the_same_number_of_steps(attention):
 
 def test_attention_step_tiny_run_writes_csv(tmp_path, capsys):
     bench = load("attention_step")
-    argv = ["--sources", "5", "12", "--targets", "3", "6", "--batch", "2", "--dim", "16", "--K", "4",
-            "--repeats", "1", "--warmup", "0", "--output", str(tmp_path), "--silent"]
+    argv = [
+        "--sources",
+        "5",
+        "12",
+        "--targets",
+        "3",
+        "6",
+        "--batch",
+        "2",
+        "--dim",
+        "16",
+        "--K",
+        "4",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        str(tmp_path),
+        "--silent",
+    ]
     paths = bench.main(argv)
     rows = read_csv(paths["csv"])
     assert {"mechanism", "S", "T", "seconds", "speedup_vs_softmax"} <= set(rows[0])
     assert {(r["mechanism"], int(r["S"]), int(r["T"])) for r in rows} == {
         (m, S, T) for m in ("softmax", "monotonic", "memory") for S in (5, 12) for T in (3, 6)
     }
-    softmax = {(int(r["S"]), int(r["T"])): float(r["seconds"]) for r in rows if r["mechanism"] == "softmax"}
+    softmax = {
+        (int(r["S"]), int(r["T"])): float(r["seconds"]) for r in rows if r["mechanism"] == "softmax"
+    }
     for r in rows:  # each speed-up is the same cell's softmax time over this mechanism's time
         expected = softmax[(int(r["S"]), int(r["T"]))] / float(r["seconds"])
         assert float(r["speedup_vs_softmax"]) == pytest.approx(expected, rel=2e-3, abs=2e-3)
@@ -104,14 +162,46 @@ def test_attention_step_tiny_run_writes_csv(tmp_path, capsys):
 
 def test_attention_step_square_prints_the_s_equals_t_table(tmp_path, capsys):
     bench = load("attention_step")
-    argv = ["--square", "5", "9", "--batch", "2", "--dim", "16", "--K", "4",
-            "--repeats", "1", "--warmup", "0", "--output", str(tmp_path), "--silent"]
+    argv = [
+        "--square",
+        "5",
+        "9",
+        "--batch",
+        "2",
+        "--dim",
+        "16",
+        "--K",
+        "4",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        str(tmp_path),
+        "--silent",
+    ]
     rows = read_csv(bench.main(argv)["csv"])
     assert {(int(r["S"]), int(r["T"])) for r in rows} == {(5, 5), (9, 9)}  # only S = T cells
-    table = bench.square_table([{**r, "S": int(r["S"]), "T": int(r["T"]), "seconds": float(r["seconds"]),
-                                 "speedup_vs_softmax": float(r["speedup_vs_softmax"])} for r in rows])
+    table = bench.square_table(
+        [
+            {
+                **r,
+                "S": int(r["S"]),
+                "T": int(r["T"]),
+                "seconds": float(r["seconds"]),
+                "speedup_vs_softmax": float(r["speedup_vs_softmax"]),
+            }
+            for r in rows
+        ]
+    )
     assert list(table.index) == [5, 9]
-    assert {"softmax ms", "monotonic ms", "memory ms", "softmax / monotonic", "softmax / memory"} <= set(table.columns)
+    assert {
+        "softmax ms",
+        "monotonic ms",
+        "memory ms",
+        "softmax / monotonic",
+        "softmax / memory",
+    } <= set(table.columns)
     for S in (5, 9):
         assert table.loc[S, "softmax / monotonic"] == pytest.approx(
             table.loc[S, "softmax ms"] / table.loc[S, "monotonic ms"], rel=2e-3, abs=2e-3
@@ -124,8 +214,26 @@ def test_benchmarks_pin_to_one_core_while_running_and_give_the_cores_back(tmp_pa
 
     before = os.sched_getaffinity(0)
     bench = load("attention_step")
-    bench.main(["--sources", "4", "--targets", "3", "--mechanisms", "softmax", "memory", "--repeats", "1",
-                "--warmup", "0", "--threads", "1", "--output", str(tmp_path), "--silent"])
+    bench.main(
+        [
+            "--sources",
+            "4",
+            "--targets",
+            "3",
+            "--mechanisms",
+            "softmax",
+            "memory",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--silent",
+        ]
+    )
     header = capsys.readouterr().out.splitlines()[0]
     assert header.endswith(f"pinned to CPU {max(before)}") or len(before) == 1, header
     assert os.sched_getaffinity(0) == before, "the test process keeps all its cores afterwards"

@@ -4,6 +4,7 @@ The cluster tests start a multi-node Ray cluster on this one machine (``ray.clus
 the nodes declare GPUs that do not exist, so Ray's placement can be checked while the trials
 themselves train on CPU) and run sweeps against it through ``launch.py --address``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ ray = pytest.importorskip("ray")
 import interrupt_hook  # noqa: E402
 import sweep_helpers  # noqa: E402
 from sweep_helpers import interrupt_env, interrupted_trials, write_spec  # noqa: E402
-from sweeps.launch import main  # noqa: E402
+
 from sweeps.cluster import storage_problem  # noqa: E402
+from sweeps.launch import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = ROOT / "cluster"
@@ -65,9 +67,16 @@ def cluster():
             ray.shutdown()
         c = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 0, "object_store_memory": SMALL_STORE, "include_dashboard": False},
+            head_node_args={
+                "num_cpus": 0,
+                "object_store_memory": SMALL_STORE,
+                "include_dashboard": False,
+            },
         )
-        nodes = [c.add_node(num_cpus=2, num_gpus=1, object_store_memory=SMALL_STORE) for _ in range(GPU_NODES)]
+        nodes = [
+            c.add_node(num_cpus=2, num_gpus=1, object_store_memory=SMALL_STORE)
+            for _ in range(GPU_NODES)
+        ]
         c.wait_for_nodes()
         try:
             yield c, nodes
@@ -86,7 +95,10 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
     spec = tiny_spec(
         "lostnode",
         grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
-        trainer={"max_steps": 60, "val_check_interval": 10},  # a trial runs at most 2 reports ahead: 50 < 60
+        trainer={
+            "max_steps": 60,
+            "val_check_interval": 10,
+        },  # a trial runs at most 2 reports ahead: 50 < 60
         resources={"cpu": 1, "gpu": 0.5},
         max_concurrent_trials=1,
         failure={"max_failures": 2},
@@ -102,19 +114,34 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
             seen["error"] = "trial not on a removable worker node"
             return
         finished, running = interrupted_trials(exp)
-        seen.update(node=victim.node_id, finished_node=trial_results(exp)[finished][-1]["node_id"],
-                    finished_lines=(finished / "result.json").read_text(),
-                    # the reports so far: Tune logs this one after its callbacks
-                    steps=[r["step"] for r in trial_results(exp).get(running, [])] + [result["step"]])
+        seen.update(
+            node=victim.node_id,
+            finished_node=trial_results(exp)[finished][-1]["node_id"],
+            finished_lines=(finished / "result.json").read_text(),
+            # the reports so far: Tune logs this one after its callbacks
+            steps=[r["step"] for r in trial_results(exp).get(running, [])] + [result["step"]],
+        )
         c.remove_node(victim)
 
     with pytest.MonkeyPatch.context() as mp:
         for name, value in interrupt_env(exp, step=30).items():
             mp.setenv(name, value)
         mp.setattr(interrupt_hook, "ACTION", remove_its_node)
-        code = main([str(write_spec(tmp, spec)), "--address", c.address, "--output", str(out), "--verbose", "0"])
+        code = main(
+            [
+                str(write_spec(tmp, spec)),
+                "--address",
+                c.address,
+                "--output",
+                str(out),
+                "--verbose",
+                "0",
+            ]
+        )
     finished, running = interrupted_trials(exp)
-    return SimpleNamespace(code=code, exp=exp, seen=seen, finished=finished, running=running, nodes=nodes)
+    return SimpleNamespace(
+        code=code, exp=exp, seen=seen, finished=finished, running=running, nodes=nodes
+    )
 
 
 def test_trials_hold_the_fractional_gpu_they_ask_for(lost_node):
@@ -143,17 +170,21 @@ def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
 
     df = pd.read_csv(exp / "results.csv")
     assert sorted(df["status"]) == ["done", "done"] and (df["step"] == 60).all()
-    assert (lost_node.finished / "result.json").read_text() == seen["finished_lines"], "a finished trial was re-run"
+    assert (lost_node.finished / "result.json").read_text() == seen["finished_lines"], (
+        "a finished trial was re-run"
+    )
     rows = trial_results(exp)[lost_node.running]
     steps = [r["step"] for r in rows]
     before = seen["steps"]
-    after = steps[len(before):]
+    after = steps[len(before) :]
     assert steps[: len(before)] == before and after[-1] == 60
     # continued from its last checkpoint (a report in flight when the node died may be redone)
     assert after[0] >= before[-1] > 10, f"restarted instead of resuming: {before} then {after}"
     assert rows[-1]["node_id"] != seen["node"], "resumed on another node"
-    print(f"steps {before} | {after}; removed node {seen['node'][:8]} at step {before[-1]}; resumed at {after[0]} on {rows[-1]['node_id'][:8]}; "
-          f"finished trial ran on {'the removed node' if seen['finished_node'] == seen['node'] else 'another node'}")
+    print(
+        f"steps {before} | {after}; removed node {seen['node'][:8]} at step {before[-1]}; resumed at {after[0]} on {rows[-1]['node_id'][:8]}; "
+        f"finished trial ran on {'the removed node' if seen['finished_node'] == seen['node'] else 'another node'}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,9 +196,22 @@ def run_ddp_sweep(tmp_path: Path, spec: dict[str, Any], env: dict[str, str]) -> 
     Tune needs it) and 4 logical CPUs on this 2-core machine: 1 trial driver + 2 workers."""
     pytest.importorskip("ray.dashboard.optional_deps", reason="DDP trials need ray[default]")
     out = tmp_path / "out"
-    cmd = [sys.executable, "sweeps/launch.py", str(write_spec(tmp_path, spec)), "--num-cpus", "4", "--address", "local",
-           "--output", str(out), "--verbose", "0"]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), **env}, capture_output=True, text=True, timeout=400)
+    cmd = [
+        sys.executable,
+        "sweeps/launch.py",
+        str(write_spec(tmp_path, spec)),
+        "--num-cpus",
+        "4",
+        "--address",
+        "local",
+        "--output",
+        str(out),
+        "--verbose",
+        "0",
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env={**_env(), **env}, capture_output=True, text=True, timeout=400
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -189,7 +233,9 @@ def test_two_worker_ddp_trial_trains_and_reports(tmp_path):
     assert [r["step"] for r in rows] == [10, 20]
     assert all(r["world_size"] == 2 for r in rows), "trained by two DDP ranks"
     train_run = out / "ddp" / "ddp" / f"train-{rows[-1]['trial_id']}"
-    assert list(train_run.glob("checkpoint_*/checkpoint.ckpt")), "Ray Train kept the checkpoints under the run's name"
+    assert list(train_run.glob("checkpoint_*/checkpoint.ckpt")), (
+        "Ray Train kept the checkpoints under the run's name"
+    )
     runs = list((out / "ddp" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, "W&B logs from rank 0 only"
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
@@ -211,14 +257,20 @@ def test_ddp_trial_whose_worker_fails_resumes_from_its_train_checkpoint(tmp_path
     out = run_ddp_sweep(tmp_path, spec, {})
     df = pd.read_csv(out / "ddpchaos" / "results.csv")
     assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
-    assert len(list((out / "ddpchaos" / "chaos").glob("*.failed"))) == 1, "the injected failure happened"
+    assert len(list((out / "ddpchaos" / "chaos").glob("*.failed"))) == 1, (
+        "the injected failure happened"
+    )
     ((_, rows),) = trial_results(out / "ddpchaos").items()
     assert [r["step"] for r in rows] == [10, 20, 30, 40], "resumed from step 20, not from zero"
     assert all(r["world_size"] == 2 for r in rows)
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+    return {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONWARNINGS": "ignore::DeprecationWarning",
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,7 +281,12 @@ def _env() -> dict[str, str]:
     "storage, hosts, fstype, ok",
     [
         ("/home/me/sweep-results", {"10.0.0.1"}, "ext4", True),  # one machine: local disk is fine
-        ("/home/me/sweep-results", {"10.0.0.1", "10.0.0.2"}, "ext4", False),  # other hosts can't see it
+        (
+            "/home/me/sweep-results",
+            {"10.0.0.1", "10.0.0.2"},
+            "ext4",
+            False,
+        ),  # other hosts can't see it
         ("/tmp/sweeps", {"10.0.0.1", "10.0.0.2"}, "overlay", False),  # a container's own filesystem
         ("/shared/sweeps", {"10.0.0.1", "10.0.0.2"}, "nfs4", True),
         ("/lustre/sweeps", {"10.0.0.1", "10.0.0.2"}, "lustre", True),
@@ -274,7 +331,13 @@ def test_ddp_trials_are_capped_to_what_the_real_cluster_holds(cluster, tmp_path)
 def test_local_storage_fails_once_a_node_joins_from_another_host(cluster, tmp_path):
     """The real cluster: every node on this host, so local storage is fine; then a node joins on
     another address (127.0.0.2) and the same storage is refused, a bucket is not."""
-    from sweeps.cluster import NODE_LOCAL_FILESYSTEMS, LaunchError, Paths, check_cluster, filesystem_type
+    from sweeps.cluster import (
+        NODE_LOCAL_FILESYSTEMS,
+        LaunchError,
+        Paths,
+        check_cluster,
+        filesystem_type,
+    )
 
     c, _ = cluster
     connected(c)
@@ -286,9 +349,13 @@ def test_local_storage_fails_once_a_node_joins_from_another_host(cluster, tmp_pa
     other = c.add_node(num_cpus=0, object_store_memory=SMALL_STORE, node_ip_address="127.0.0.2")
     c.wait_for_nodes()
     try:
-        with pytest.raises(LaunchError, match=r"other host\(s\) \(127\.0\.0\.2\).*Set storage\.path"):
+        with pytest.raises(
+            LaunchError, match=r"other host\(s\) \(127\.0\.0\.2\).*Set storage\.path"
+        ):
             check_cluster(sweep, local, address=c.address)
-        check_cluster(sweep, Paths(output=tmp_path, storage="s3://bucket/sweeps"), address=c.address)
+        check_cluster(
+            sweep, Paths(output=tmp_path, storage="s3://bucket/sweeps"), address=c.address
+        )
     finally:
         c.remove_node(other)
 
@@ -300,13 +367,23 @@ def test_local_storage_fails_once_a_node_joins_from_another_host(cluster, tmp_pa
 @pytest.fixture(scope="module")
 def launch_flags() -> set[str]:
     """Flags ``sweeps/launch.py --help`` lists."""
-    proc = subprocess.run([sys.executable, "sweeps/launch.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "sweeps/launch.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return set(re.findall(r"(--[a-z][a-z-]*)", proc.stdout))
 
 
 def _click_flags(command) -> set[str]:
-    return {opt.split("=")[0] for p in command.params for opt in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])}
+    return {
+        opt.split("=")[0]
+        for p in command.params
+        for opt in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])
+    }
 
 
 @pytest.fixture(scope="module")
@@ -376,7 +453,9 @@ def _drop_wrapper(words: list[str]) -> list[str]:
     return []
 
 
-def check_commands(commands: list[list[str]], launch_flags: set[str], ray_flags: dict[str, set[str]]) -> list[str]:
+def check_commands(
+    commands: list[list[str]], launch_flags: set[str], ray_flags: dict[str, set[str]]
+) -> list[str]:
     """Commands that use a flag their tool does not have, or a file that isn't in the repository."""
     bad = []
     for words in commands:
@@ -388,7 +467,7 @@ def check_commands(commands: list[list[str]], launch_flags: set[str], ray_flags:
             if sub in ray_flags:
                 after = words.index("--") if "--" in words else len(words)
                 used = {w.split("=")[0] for w in words[:after] if w.startswith("--")}
-                inner = words[after + 1:]
+                inner = words[after + 1 :]
                 if unknown := used - ray_flags[sub]:
                     bad.append(f"ray {sub}: {sorted(unknown)} in {' '.join(words)}")
                 if inner:
@@ -396,9 +475,12 @@ def check_commands(commands: list[list[str]], launch_flags: set[str], ray_flags:
                 continue
         launch = next((i for i, w in enumerate(words) if w.endswith("sweeps/launch.py")), None)
         if launch is not None and (words[0].startswith("python") or words[0].endswith("/python")):
-            if unknown := {w.split("=")[0] for w in words[launch:] if w.startswith("--")} - launch_flags:
+            if (
+                unknown := {w.split("=")[0] for w in words[launch:] if w.startswith("--")}
+                - launch_flags
+            ):
                 bad.append(f"launch.py: {sorted(unknown)} in {' '.join(words)}")
-            spec = next((w for w in words[launch + 1:] if w.endswith(".yaml")), None)
+            spec = next((w for w in words[launch + 1 :] if w.endswith(".yaml")), None)
             if spec and not spec.startswith("$") and not (ROOT / spec).exists():
                 bad.append(f"launch.py: no sweep file {spec}")
     return bad
@@ -409,8 +491,14 @@ def test_ray_up_config_is_valid_for_the_cluster_launcher(launch_flags, ray_flags
 
     cfg = yaml.safe_load((CLUSTER_DIR / "aws-gpu.yaml").read_text())
     validate_config(prepare_config(cfg))  # Ray's own schema, after filling in the provider defaults
-    for key in ("provider", "available_node_types", "head_node_type", "setup_commands",
-                "head_start_ray_commands", "worker_start_ray_commands"):
+    for key in (
+        "provider",
+        "available_node_types",
+        "head_node_type",
+        "setup_commands",
+        "head_start_ray_commands",
+        "worker_start_ray_commands",
+    ):
         assert cfg.get(key), key
     assert cfg["head_node_type"] in cfg["available_node_types"]
     for name, node in cfg["available_node_types"].items():
@@ -418,13 +506,22 @@ def test_ray_up_config_is_valid_for_the_cluster_launcher(launch_flags, ray_flags
     gpu_types = [n for n in cfg["available_node_types"].values() if n["resources"].get("GPU")]
     assert gpu_types, "a GPU worker type"
     assert cfg["docker"]["image"] == f"rayproject/ray:{ray.__version__}-py311-gpu"
-    commands = [w for c in cfg["setup_commands"] + cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"]
-                for w in shell_commands(c)]
+    commands = [
+        w
+        for c in cfg["setup_commands"]
+        + cfg["head_start_ray_commands"]
+        + cfg["worker_start_ray_commands"]
+        for w in shell_commands(c)
+    ]
     assert any(c[:3] == ["ray", "start", "--head"] for c in commands)
-    assert any(c[:2] == ["ray", "start"] and any(w.startswith("--address") for w in c) for c in commands)
+    assert any(
+        c[:2] == ["ray", "start"] and any(w.startswith("--address") for w in c) for c in commands
+    )
     assert any(c[:2] == ["pip", "install"] and any(".[sweep]" in w for w in c) for c in commands)
     assert not check_commands(commands, launch_flags, ray_flags)
-    assert "WANDB_API_KEY=" not in (CLUSTER_DIR / "aws-gpu.yaml").read_text().replace('WANDB_API_KEY="$(', "")
+    assert "WANDB_API_KEY=" not in (CLUSTER_DIR / "aws-gpu.yaml").read_text().replace(
+        'WANDB_API_KEY="$(', ""
+    )
 
 
 def test_kuberay_manifest_has_the_keys_kuberay_requires():
@@ -436,14 +533,24 @@ def test_kuberay_manifest_has_the_keys_kuberay_requires():
     head = spec["headGroupSpec"]
     assert "rayStartParams" in head
     groups = spec["workerGroupSpecs"]
-    assert groups and all({"groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template"} <= set(g) for g in groups)
-    assert any(c["resources"]["limits"].get("nvidia.com/gpu") for g in groups for c in g["template"]["spec"]["containers"])
+    assert groups and all(
+        {"groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template"}
+        <= set(g)
+        for g in groups
+    )
+    assert any(
+        c["resources"]["limits"].get("nvidia.com/gpu")
+        for g in groups
+        for c in g["template"]["spec"]["containers"]
+    )
     for pod in [head["template"]] + [g["template"] for g in groups]:
         (container,) = [c for c in pod["spec"]["containers"] if c["name"].startswith("ray-")]
         assert container["image"].startswith(f"rayproject/ray:{ray.__version__}-py311")
         env = {e["name"]: e for e in container.get("env", [])}
         key = env["WANDB_API_KEY"]
-        assert "value" not in key and key["valueFrom"]["secretKeyRef"]["name"], "the W&B key comes from a Secret"
+        assert "value" not in key and key["valueFrom"]["secretKeyRef"]["name"], (
+            "the W&B key comes from a Secret"
+        )
         mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
         assert "/mnt/sweeps" in mounts, "shared storage on every pod"
     pvcs = [d for d in docs if d.get("kind") == "PersistentVolumeClaim"]
@@ -458,8 +565,15 @@ def test_slurm_script_starts_ray_then_the_sweep(launch_flags, ray_flags):
     assert {"nodes", "gpus-per-node", "cpus-per-task", "ntasks-per-node", "time"} <= set(sbatch)
     commands = shell_commands(text)
     assert any(c[:3] == ["ray", "start", "--head"] and "--block" in c for c in commands)
-    assert any(c[:2] == ["ray", "start"] and any(w.startswith("--address") for w in c) and "--block" in c for c in commands)
-    launches = [c for c in commands if c[0].startswith("python") and any(w.endswith("sweeps/launch.py") for w in c)]
+    assert any(
+        c[:2] == ["ray", "start"] and any(w.startswith("--address") for w in c) and "--block" in c
+        for c in commands
+    )
+    launches = [
+        c
+        for c in commands
+        if c[0].startswith("python") and any(w.endswith("sweeps/launch.py") for w in c)
+    ]
     assert launches and all("--address" in " ".join(c) for c in launches)
     assert not check_commands(commands, launch_flags, ray_flags)
     assert "WANDB_API_KEY=" not in text
@@ -472,7 +586,9 @@ def test_readme_commands_exist(launch_flags, ray_flags):
     commands = [c for b in blocks for c in shell_commands(b)]
     for needed in (["ray", "up"], ["kubectl", "apply"], ["sbatch"], ["ray", "job", "submit"]):
         assert any(c[: len(needed)] == needed for c in commands), needed
-    assert any(any(w.endswith("sweeps/launch.py") for w in c) and "--address" in c for c in commands)
+    assert any(
+        any(w.endswith("sweeps/launch.py") for w in c) and "--address" in c for c in commands
+    )
     assert not check_commands(commands, launch_flags, ray_flags)
     for f in re.findall(r"\bcluster/[\w.-]+\.(?:yaml|sbatch|txt)\b", text):
         assert (ROOT / f).exists(), f
@@ -488,8 +604,14 @@ def test_cluster_requirements_match_pyproject():
         return re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower()
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {name(r) for r in project["dependencies"] + project["optional-dependencies"]["sweep"]} - {"ray"}
-    lines = [ln for ln in (CLUSTER_DIR / "requirements.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    wanted = {
+        name(r) for r in project["dependencies"] + project["optional-dependencies"]["sweep"]
+    } - {"ray"}
+    lines = [
+        ln
+        for ln in (CLUSTER_DIR / "requirements.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert {name(ln) for ln in lines} == wanted
 
 

@@ -1,4 +1,5 @@
 """CopyTaskDataModule: determinism, lengths, batch format per docs/CONTRACTS.md (fast)."""
+
 from __future__ import annotations
 
 import typing
@@ -68,14 +69,22 @@ def test_ids_to_text():
     assert dm.ids_to_text([2]) == ""
 
 
-
-@pytest.mark.parametrize("key,value,bound", [
-    ("vocab_size", 0, ">= 1"), ("max_length", 0, ">= 1"), ("train_size", 0, ">= 1"),
-    ("val_size", 0, ">= 1"), ("batch_size", 0, ">= 1"), ("min_length", -1, ">= 0"),
-    ("num_workers", -2, ">= 0"),
-])
+@pytest.mark.parametrize(
+    "key,value,bound",
+    [
+        ("vocab_size", 0, ">= 1"),
+        ("max_length", 0, ">= 1"),
+        ("train_size", 0, ">= 1"),
+        ("val_size", 0, ">= 1"),
+        ("batch_size", 0, ">= 1"),
+        ("min_length", -1, ">= 0"),
+        ("num_workers", -2, ">= 0"),
+    ],
+)
 def test_out_of_range_arguments_fail_naming_the_argument(key, value, bound):
-    with pytest.raises(ValueError, match=f"^CopyTaskDataModule: {key} must be {bound}, got {value}$"):
+    with pytest.raises(
+        ValueError, match=f"^CopyTaskDataModule: {key} must be {bound}, got {value}$"
+    ):
         CopyTaskDataModule(**{key: value})
 
 

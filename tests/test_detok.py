@@ -8,13 +8,14 @@ where the hand-written approximation (detokenizer="builtin") and Moses' detokeni
 "issue" one is the example of issue 22. The expected strings are sacremoses 0.2's output
 (byte-compatible with Moses' detokenizer.perl).
 """
+
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from datamodules.wmt17 import WMT17DataModule
 from datamodules.wmt_text import join_aggressive_marks, moses_detokenize
@@ -30,7 +31,7 @@ DIFFERS = {
         "en-de",
         r"Dazu sollten Sie die Software auf einer anderen Partition der Festplatte installieren "
         r"(z.B. &quot; D: \ &quot; statt &quot; C: \ &quot;).",
-        r'Dazu sollten Sie die Software auf einer anderen Partition der Festplatte installieren '
+        r"Dazu sollten Sie die Software auf einer anderen Partition der Festplatte installieren "
         r'(z.B. "D:\" statt "C:\ ").',
     ),
     "sample-de-3635-currency-sign": (
@@ -69,32 +70,46 @@ def _dm(tmp_path: Path, pair: str, **kwargs) -> WMT17DataModule:
 
 
 @pytest.mark.parametrize("pair, tokenized, moses", DIFFERS.values(), ids=DIFFERS.keys())
-def test_default_detokenizer_is_moses_where_the_approximation_differs(tmp_path, pair, tokenized, moses):
+def test_default_detokenizer_is_moses_where_the_approximation_differs(
+    tmp_path, pair, tokenized, moses
+):
     tgt = pair.split("-")[1]
     assert moses_detokenize(tokenized, tgt) != moses  # the example tells the two apart
     assert _dm(tmp_path, pair).detokenize(tokenized) == moses
-    assert _dm(tmp_path, pair, detokenizer="builtin").detokenize(tokenized) == \
-        moses_detokenize(tokenized, tgt)  # the approximation stays available on request
+    assert _dm(tmp_path, pair, detokenizer="builtin").detokenize(tokenized) == moses_detokenize(
+        tokenized, tgt
+    )  # the approximation stays available on request
 
 
 def test_aggressive_marks_are_joined_before_moses(tmp_path):
     # sample valid.de line 20, split as the WMT'17 preprocessed release splits hyphens
-    tokenized = ("So gesehen ist es eher befremdend , dass sich die Moslem @-@ Kämpfer überhaupt "
-                 "von den ungläubigen Hunden helfen ließen .")
+    tokenized = (
+        "So gesehen ist es eher befremdend , dass sich die Moslem @-@ Kämpfer überhaupt "
+        "von den ungläubigen Hunden helfen ließen ."
+    )
     assert _dm(tmp_path, "en-de").detokenize(tokenized) == (
         "So gesehen ist es eher befremdend, dass sich die Moslem-Kämpfer überhaupt von den "
-        "ungläubigen Hunden helfen ließen.")
+        "ungläubigen Hunden helfen ließen."
+    )
     # sacremoses joins only @-@; the number marks are joined first
-    assert _dm(tmp_path, "de-en").detokenize("1 @,@ 000 @.@ 5 euros , state @-@ of @-@ the @-@ art") \
+    assert (
+        _dm(tmp_path, "de-en").detokenize("1 @,@ 000 @.@ 5 euros , state @-@ of @-@ the @-@ art")
         == "1,000.5 euros, state-of-the-art"
+    )
     assert join_aggressive_marks("a @/@ b @:@ c  @-@ d") == "a/b:c-d"
 
 
 def test_target_language_reaches_the_detokenizer(tmp_path):
     # English rules attach the clitic and the possessive quote; German rules do not
     tokenized = "Parliament &apos;s role , as the Member States &apos; view ."
-    assert _dm(tmp_path, "de-en").detokenize(tokenized) == "Parliament's role, as the Member States' view."
-    assert _dm(tmp_path, "en-de").detokenize(tokenized) == "Parliament 's role, as the Member States 'view."
+    assert (
+        _dm(tmp_path, "de-en").detokenize(tokenized)
+        == "Parliament's role, as the Member States' view."
+    )
+    assert (
+        _dm(tmp_path, "en-de").detokenize(tokenized)
+        == "Parliament 's role, as the Member States 'view."
+    )
 
 
 def test_without_sacremoses_the_error_names_the_extra(tmp_path, monkeypatch):
@@ -102,11 +117,14 @@ def test_without_sacremoses_the_error_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install -e \.\[data\]"):
         _dm(tmp_path, "en-de")
     assert _dm(tmp_path, "en-de", detokenizer="builtin").detokenize("a , b") == "a, b"
-    assert _dm(tmp_path, "de-en", source="hf").detokenize("a , b") == "a , b"  # raw text: not needed
+    assert (
+        _dm(tmp_path, "de-en", source="hf").detokenize("a , b") == "a , b"
+    )  # raw text: not needed
 
 
 def test_the_named_extras_install_sacremoses():
-    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())[
-        "project"]["optional-dependencies"]
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     for extra in ("data", "sweep"):
         assert any(dep.startswith("sacremoses") for dep in extras[extra]), extra

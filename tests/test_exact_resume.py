@@ -5,6 +5,7 @@ No Ray: a plain Lightning Trainer checkpointing the way ``sweeps.trial_kit.TuneR
 (the whole state, after every validation), seeded the way ``prepare_trial`` seeds, with the
 resume callback ``prepare_trial`` adds.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,14 +51,35 @@ class SaveEachValidation(pl.Callback):
 def fit(quiet_trainer, folder: Path, stop_at: int | None = None, ckpt_path: Path | None = None):
     """One trial attempt from scratch objects; returns (module, final val metrics)."""
     pl.seed_everything(SEED, workers=True, verbose=False)
-    dm = CopyTaskDataModule(vocab_size=8, max_length=6, min_length=1, train_size=16 * BATCHES_PER_EPOCH,
-                            val_size=32, test_size=0, batch_size=16, seed=SEED)
+    dm = CopyTaskDataModule(
+        vocab_size=8,
+        max_length=6,
+        min_length=1,
+        train_size=16 * BATCHES_PER_EPOCH,
+        val_size=32,
+        test_size=0,
+        batch_size=16,
+        seed=SEED,
+    )
     dm.setup("fit")
-    module = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="memory", attention_kwargs={"K": 4},
-                           preset="tiny", dropout=0.3, max_source_len=dm.max_source_len, lr=3e-3)
+    module = Seq2SeqModule(
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention="memory",
+        attention_kwargs={"K": 4},
+        preset="tiny",
+        dropout=0.3,
+        max_source_len=dm.max_source_len,
+        lr=3e-3,
+    )
     saver = SaveEachValidation(folder, stop_at)
-    trainer = quiet_trainer(max_steps=MAX_STEPS, max_epochs=-1, val_check_interval=VAL_EVERY,
-                            check_val_every_n_epoch=None, callbacks=[saver, RngStateCallback()])
+    trainer = quiet_trainer(
+        max_steps=MAX_STEPS,
+        max_epochs=-1,
+        val_check_interval=VAL_EVERY,
+        check_val_every_n_epoch=None,
+        callbacks=[saver, RngStateCallback()],
+    )
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return module, saver.metrics
 
@@ -72,9 +94,12 @@ def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa)
 
 
-@pytest.mark.parametrize("stop_at", [5, 10, 25], ids=["mid-epoch-0", "epoch-boundary", "mid-epoch-2"])
-def test_a_fit_resumed_from_a_report_ends_bit_for_bit_like_the_uninterrupted_fit(tmp_path, uninterrupted, stop_at,
-                                                                                 quiet_trainer):
+@pytest.mark.parametrize(
+    "stop_at", [5, 10, 25], ids=["mid-epoch-0", "epoch-boundary", "mid-epoch-2"]
+)
+def test_a_fit_resumed_from_a_report_ends_bit_for_bit_like_the_uninterrupted_fit(
+    tmp_path, uninterrupted, stop_at, quiet_trainer
+):
     reference, reference_metrics = uninterrupted
     with pytest.raises(Interrupted):
         fit(quiet_trainer, tmp_path, stop_at=stop_at)
@@ -89,7 +114,9 @@ def test_a_fit_resumed_from_a_report_ends_bit_for_bit_like_the_uninterrupted_fit
 
 def test_the_train_loader_saves_its_position_and_resumes_at_the_next_batch():
     data = list(range(50))
-    loader = ResumableDataLoader(data, batch_size=4, sampler=_epoch_sampler(data), generator=torch.Generator().manual_seed(1))
+    loader = ResumableDataLoader(
+        data, batch_size=4, sampler=_epoch_sampler(data), generator=torch.Generator().manual_seed(1)
+    )
     loader.sampler.set_epoch(2)
     epoch2 = [b.tolist() for b in loader]
     it = iter(loader)
@@ -98,13 +125,17 @@ def test_the_train_loader_saves_its_position_and_resumes_at_the_next_batch():
     state = loader.state_dict()
     assert state == {"epoch": 2, "batches": 3}
 
-    fresh = ResumableDataLoader(data, batch_size=4, sampler=_epoch_sampler(data), generator=torch.Generator().manual_seed(1))
+    fresh = ResumableDataLoader(
+        data, batch_size=4, sampler=_epoch_sampler(data), generator=torch.Generator().manual_seed(1)
+    )
     fresh.load_state_dict(state)
     assert [b.tolist() for b in fresh] == epoch2[3:]
     assert fresh.state_dict() == {"epoch": 2, "batches": len(epoch2)}
 
     finished = ResumableDataLoader(data, batch_size=4, sampler=_epoch_sampler(data))
-    finished.load_state_dict({"epoch": 2, "batches": len(epoch2)})  # a report at the epoch's last batch
+    finished.load_state_dict(
+        {"epoch": 2, "batches": len(epoch2)}
+    )  # a report at the epoch's last batch
     loader.sampler.set_epoch(3)
     assert [b.tolist() for b in finished] == [b.tolist() for b in loader]
 
@@ -116,8 +147,12 @@ def test_the_wmt_bucketing_loader_resumes_at_the_next_batch():
 
     def loader():
         sampler = TokenBucketBatchSampler(lengths, lengths[::-1].copy(), batch_tokens=120, seed=5)
-        return ResumableDataLoader(list(range(200)), batch_sampler=sampler, collate_fn=list,
-                                   generator=torch.Generator().manual_seed(5))
+        return ResumableDataLoader(
+            list(range(200)),
+            batch_sampler=sampler,
+            collate_fn=list,
+            generator=torch.Generator().manual_seed(5),
+        )
 
     first = loader()
     first.batch_sampler.set_epoch(1)
@@ -149,7 +184,11 @@ def test_the_rng_states_round_trip_through_the_callback():
     restored.load_state_dict(torch.load(_round_trip(saved), weights_only=True))
     restored.on_train_start(None, None)  # type: ignore[arg-type]
     got = (torch.rand(3), np.random.rand(3), random.random())
-    assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]
+    assert (
+        torch.equal(got[0], expected[0])
+        and np.array_equal(got[1], expected[1])
+        and got[2] == expected[2]
+    )
 
 
 def _round_trip(obj):

@@ -1,4 +1,5 @@
 """Tests of the pure attention maths in lightning_modules/attention/functional.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,9 @@ torch.set_num_threads(1)
 def test_masked_softmax_zeroes_padding_and_normalises_real_positions():
     torch.manual_seed(0)
     scores = torch.randn(3, 6, requires_grad=True)
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    mask = torch.tensor(
+        [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.bool
+    )
     weights = masked_softmax(scores, mask)
     assert torch.all(weights[~mask] == 0)
     torch.testing.assert_close(weights.sum(1), torch.tensor([1.0, 1.0, 0.0]))
@@ -47,23 +50,26 @@ def test_position_encoding_matches_eq10_by_hand():
     assert L[2, 3].item() == pytest.approx(0.25 * 0.2 + 0.75 * 0.8)  # k=3, s=4: 0.65
 
 
-
 def test_sentence_position_encoding_renormalises_a_3_token_sentence_by_hand():
     """Britz et al. §3.2: columns past the sentence are masked out, each row renormalised over its
     real positions. K = 4, S = 10, a 3-token sentence beside a full one (a jagged batch)."""
     L = position_encoding(4, 10)  # (K, S)
     mask = torch.arange(10)[None, :] < torch.tensor([3, 10])[:, None]  # (2, 10)
-    l = sentence_position_encoding(L, mask)  # (2, S, K)
+    l = sentence_position_encoding(L, mask)  # noqa: E741 (the paper's l)  # (2, S, K)
     # rows of L over s = 1..3 (by hand): k=1 .70 .65 .60 (sum 1.95), k=2 .5 .5 .5 (1.50),
     # k=3 .30 .35 .40 (1.05), k=4 .1 .2 .3 (0.60)
     by_hand = torch.tensor(
-        [[0.70 / 1.95, 0.5 / 1.5, 0.30 / 1.05, 0.1 / 0.6],
-         [0.65 / 1.95, 0.5 / 1.5, 0.35 / 1.05, 0.2 / 0.6],
-         [0.60 / 1.95, 0.5 / 1.5, 0.40 / 1.05, 0.3 / 0.6]]
+        [
+            [0.70 / 1.95, 0.5 / 1.5, 0.30 / 1.05, 0.1 / 0.6],
+            [0.65 / 1.95, 0.5 / 1.5, 0.35 / 1.05, 0.2 / 0.6],
+            [0.60 / 1.95, 0.5 / 1.5, 0.40 / 1.05, 0.3 / 0.6],
+        ]
     )  # (s, k)
     torch.testing.assert_close(l[0, :3], by_hand)
     assert (l[0, 3:] == 0).all()  # exactly zero beyond the sentence
-    torch.testing.assert_close(l.sum(dim=1), torch.ones(2, 4))  # every row sums to 1 over real positions
+    torch.testing.assert_close(
+        l.sum(dim=1), torch.ones(2, 4)
+    )  # every row sums to 1 over real positions
     torch.testing.assert_close(l[1], L.T / L.sum(dim=1))  # a full-width sentence: L renormalised
     empty = sentence_position_encoding(L, torch.zeros(1, 10, dtype=torch.bool))
     assert (empty == 0).all() and torch.isfinite(empty).all()
@@ -98,7 +104,9 @@ def test_parallel_equals_recursive(S):
             parallel = monotonic_alignment(p, previous, "parallel")
             recursive = monotonic_alignment(p, previous, "recursive")
             assert parallel.dtype == torch.float32
-            torch.testing.assert_close(parallel, recursive, atol=1e-5, rtol=0, msg=f"p={p_name} prev={prev_name}")
+            torch.testing.assert_close(
+                parallel, recursive, atol=1e-5, rtol=0, msg=f"p={p_name} prev={prev_name}"
+            )
             # mass is conserved or lost, never created
             assert (parallel.sum(1) <= previous.sum(1) + 1e-5).all()
             assert (parallel >= 0).all()
@@ -110,14 +118,18 @@ def test_parallel_with_given_logs_matches_energy_form():
     p = torch.sigmoid(energy)
     previous = _previous_alignments(2, 50)["spread"]
     softplus = torch.nn.functional.softplus
-    exact = monotonic_alignment(p, previous, "parallel", log_p=-softplus(-energy), log_1mp=-softplus(energy))
+    exact = monotonic_alignment(
+        p, previous, "parallel", log_p=-softplus(-energy), log_1mp=-softplus(energy)
+    )
     reference = monotonic_alignment(p.double(), previous.double(), "recursive").float()
     torch.testing.assert_close(exact, reference, atol=1e-6, rtol=0)
 
 
 def test_parallel_handles_exact_0_and_1_with_finite_gradients():
     p = torch.tensor([[0.0, 1.0, 0.3, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0, 1.0]], requires_grad=True)
-    previous = torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.5, 0.0, 0.0]], requires_grad=True)
+    previous = torch.tensor(
+        [[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.5, 0.0, 0.0]], requires_grad=True
+    )
     a = monotonic_alignment(p, previous, "parallel")
     torch.testing.assert_close(a, monotonic_alignment(p, previous, "recursive"), atol=1e-6, rtol=0)
     (a * torch.arange(5.0)).sum().backward()

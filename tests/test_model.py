@@ -1,4 +1,5 @@
 """Seq2Seq: shapes, greedy vs beam search, beam reordering, configuration errors (fast)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,9 @@ def make_batch(lengths: list[int], seed: int = 0) -> dict[str, torch.Tensor]:
     return collate_copy([rng.integers(4, VOCAB, size=n) for n in lengths])
 
 
-def rescore(model: Seq2Seq, batch, tokens: torch.Tensor, lengths: torch.Tensor, alpha: float) -> torch.Tensor:
+def rescore(
+    model: Seq2Seq, batch, tokens: torch.Tensor, lengths: torch.Tensor, alpha: float
+) -> torch.Tensor:
     """Teacher-forced log-probability of given outputs (up to and incl. EOS) / len ** alpha: (B,)."""
     with torch.no_grad():
         logits = model(batch["src"], batch["src_lengths"], model.shift_target(tokens))  # (B, T, V)
@@ -62,10 +65,15 @@ def test_training_gradients_reach_encoder_and_attention(attention):
     model = make_model(attention).train()
     batch = make_batch([2, 5, 9])
     logits = model(batch["src"], batch["src_lengths"], model.shift_target(batch["tgt"]))
-    torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["tgt"].flatten(), ignore_index=0).backward()
+    torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), batch["tgt"].flatten(), ignore_index=0
+    ).backward()
     assert model.encoder.embedding.weight.grad is not None
     assert model.encoder.embedding.weight.grad.abs().sum() > 0
-    for name, param in model.attention.named_parameters():  # the mechanism's own parameters learn too
+    for (
+        name,
+        param,
+    ) in model.attention.named_parameters():  # the mechanism's own parameters learn too
         assert param.grad is not None, f"{attention}.{name} got no gradient"
         assert param.grad.abs().sum() > 0, f"{attention}.{name} got an all-zero gradient"
 
@@ -79,12 +87,22 @@ def test_greedy_equals_beam_of_one(attention):
     batch = make_batch([0, 1, 4, 8, 12], seed=1)
     greedy, greedy_lengths = model.greedy_decode(batch["src"], batch["src_lengths"], max_len=15)
     beam, beam_lengths, _ = model.beam_search(
-        batch["src"], batch["src_lengths"], beam_size=1, max_len=15, length_penalty=0.0, return_scores=True
+        batch["src"],
+        batch["src_lengths"],
+        beam_size=1,
+        max_len=15,
+        length_penalty=0.0,
+        return_scores=True,
     )
     assert torch.equal(greedy, beam)
     assert torch.equal(greedy_lengths, beam_lengths)
     _, _, beam_scores = model.beam_search(
-        batch["src"], batch["src_lengths"], beam_size=1, max_len=15, length_penalty=1.0, return_scores=True
+        batch["src"],
+        batch["src_lengths"],
+        beam_size=1,
+        max_len=15,
+        length_penalty=1.0,
+        return_scores=True,
     )
     greedy_scores = rescore(model, batch, greedy, greedy_lengths, 1.0)  # (B,)
     finished = (greedy == EOS_ID).any(dim=1)  # (B,) greedy's hypothesis is in beam 1's pool
@@ -108,7 +126,12 @@ def test_beam_scores_are_real_and_finished_outputs_win(attention):
         if (greedy == EOS_ID).any():
             break
     beam, beam_lengths, beam_scores = model.beam_search(
-        batch["src"], batch["src_lengths"], beam_size=10, max_len=15, length_penalty=alpha, return_scores=True
+        batch["src"],
+        batch["src_lengths"],
+        beam_size=10,
+        max_len=15,
+        length_penalty=alpha,
+        return_scores=True,
     )
     rescored = rescore(model, batch, beam, beam_lengths, alpha)
     torch.testing.assert_close(rescored, beam_scores, atol=1e-4, rtol=1e-4)
@@ -152,12 +175,19 @@ def test_attention_trace(attention):
         assert trace["beta"].shape == (2, steps, K)
 
 
-@pytest.mark.parametrize("attention", [n for n in MECHANISMS if "max_source_len" in attention_options(n)])
+@pytest.mark.parametrize(
+    "attention", [n for n in MECHANISMS if "max_source_len" in attention_options(n)]
+)
 def test_max_source_len_comes_from_the_model_unless_given(attention):
     model = Seq2Seq.from_preset("tiny", VOCAB, VOCAB, attention=attention, max_source_len=37)
     assert model.attention_kwargs["max_source_len"] == 37
     model = Seq2Seq.from_preset(
-        "tiny", VOCAB, VOCAB, attention=attention, attention_kwargs={"max_source_len": 50}, max_source_len=37
+        "tiny",
+        VOCAB,
+        VOCAB,
+        attention=attention,
+        attention_kwargs={"max_source_len": 50},
+        max_source_len=37,
     )
     assert model.attention_kwargs["max_source_len"] == 50
 
@@ -165,14 +195,18 @@ def test_max_source_len_comes_from_the_model_unless_given(attention):
 def test_paper_copy_is_the_papers_model():
     """Britz et al. §4.1: 2-layer 256-unit bidirectional encoder (256 per direction, memory 512),
     2-layer 256-unit decoder, 256-d embeddings, dropout 0.2; parameter count for vocab 24, K=32."""
-    model = Seq2Seq.from_preset("paper_copy", VOCAB, VOCAB, attention="memory", attention_kwargs={"K": 32})
+    model = Seq2Seq.from_preset(
+        "paper_copy", VOCAB, VOCAB, attention="memory", attention_kwargs={"K": 32}
+    )
     assert model.encoder.rnn.hidden_size == 256 and model.encoder.rnn.bidirectional
     assert model.encoder.output_size == 512 and model.attention.memory_dim == 512
     assert model.attention.query_dim == 256 and model.decoder.context_dim == 512
     assert model.encoder.embedding.embedding_dim == 256 == model.decoder.embedding.embedding_dim
     assert model.decoder.cells[0].input_size == 256 + 512  # [embedding; fed-back context]
     assert model.encoder.rnn.num_layers == 2 and len(model.decoder.cells) == 2
-    assert model.attention.W_alpha.bias is None and model.attention.W_beta.bias is None  # eqs. 5, 7, 9
+    assert (
+        model.attention.W_alpha.bias is None and model.attention.W_beta.bias is None
+    )  # eqs. 5, 7, 9
     # encoder LSTM 2,629,632 + bridge 2 x (1024*512 + 512) + decoder cells 1,050,624 + 526,336
     # + output (768*24 + 24) + embeddings 2 x 24*256 + W_alpha 512*32 + W_beta 256*32
     assert sum(p.numel() for p in model.encoder.rnn.parameters()) == 2_629_632
@@ -181,9 +215,16 @@ def test_paper_copy_is_the_papers_model():
 
 
 def test_attention_dims_match_the_built_model():
-    for preset, overrides in [("paper_copy", {}), ("tiny", {"bidirectional": False}), ("paper_wmt", {"hidden_size": 64})]:
+    for preset, overrides in [
+        ("paper_copy", {}),
+        ("tiny", {"bidirectional": False}),
+        ("paper_wmt", {"hidden_size": 64}),
+    ]:
         model = Seq2Seq.from_preset(preset, VOCAB, VOCAB, attention="none", **overrides)
-        assert attention_dims(preset, **overrides) == (model.attention.query_dim, model.attention.memory_dim)
+        assert attention_dims(preset, **overrides) == (
+            model.attention.query_dim,
+            model.attention.memory_dim,
+        )
     assert attention_dims("paper_copy") == (256, 512)
 
 
@@ -191,7 +232,9 @@ def test_dropout_is_on_each_cell_input_and_nowhere_else():
     """Dropout 0.2 on the decoder's first-cell input [emb; fed-back context] and between layers;
     none before the output layer: with every cell input dropped to zero, the logits depend only on
     the bridge state, never on the embedding or the context."""
-    model = Seq2Seq.from_preset("tiny", VOCAB, VOCAB, attention="bahdanau", dropout=0.2, decoder_layers=2)
+    model = Seq2Seq.from_preset(
+        "tiny", VOCAB, VOCAB, attention="bahdanau", dropout=0.2, decoder_layers=2
+    )
     model.train()
     model.decoder.dropout.p = 1.0  # drop every input element: each cell sees zeros
     batch = make_batch([4, 6])
@@ -202,12 +245,16 @@ def test_dropout_is_on_each_cell_input_and_nowhere_else():
     logits_b, *_ = model.decoder.step(y + 1, state, ctx_prev * 3, cache, attn_state)
     torch.testing.assert_close(logits_a, logits_b)  # input (embedding and context) fully dropped
     bias_only = model.decoder.out.bias.expand_as(logits_a)  # what a dropped output layer would give
-    assert not torch.allclose(logits_a, bias_only)  # the output layer's input [h; ctx] is not dropped
+    assert not torch.allclose(
+        logits_a, bias_only
+    )  # the output layer's input [h; ctx] is not dropped
 
 
 def test_presets_and_overrides():
     assert {"tiny", "paper_copy", "paper_wmt"} <= set(PRESETS)
-    model = Seq2Seq.from_preset("tiny", VOCAB, VOCAB, attention="none", hidden_size=48, decoder_layers=2)
+    model = Seq2Seq.from_preset(
+        "tiny", VOCAB, VOCAB, attention="none", hidden_size=48, decoder_layers=2
+    )
     assert model.decoder.hidden_size == 48 and len(model.decoder.cells) == 2
     with pytest.raises(ValueError, match="valid presets: .*paper_copy"):
         Seq2Seq.from_preset("huge", VOCAB, VOCAB, attention="none")
@@ -269,10 +316,14 @@ def test_beam_search_returns_an_early_eos_that_is_the_best_hypothesis():
         frontier = [(p + (tok,), s + float(step_lp[tok])) for p, s in frontier for tok in (a, b)]
     assert best == (EOS_ID,)
     src, src_lengths = torch.tensor([[4, 5, EOS_ID]]), torch.tensor([3])
-    tokens, lengths, scores = model.beam_search(src, src_lengths, beam_size=2, max_len=max_len, return_scores=True)
+    tokens, lengths, scores = model.beam_search(
+        src, src_lengths, beam_size=2, max_len=max_len, return_scores=True
+    )
     assert tokens.tolist() == [[EOS_ID]] and lengths.tolist() == [1]
     assert abs(float(scores[0]) - float(log_probs[0, 0, EOS_ID])) < 1e-5
-    batched = model.beam_search(src.repeat(3, 1), src_lengths.repeat(3), beam_size=2, max_len=max_len)
+    batched = model.beam_search(
+        src.repeat(3, 1), src_lengths.repeat(3), beam_size=2, max_len=max_len
+    )
     assert batched.tolist() == [[EOS_ID]] * 3
 
 

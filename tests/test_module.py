@@ -1,4 +1,5 @@
 """Seq2SeqModule: end-to-end training on the copy task, metrics, checkpoints, import hygiene."""
+
 from __future__ import annotations
 
 import subprocess
@@ -30,22 +31,35 @@ VAL_METRICS = (VAL_LOSS, VAL_TOKEN_ACC, VAL_BLEU, VAL_DECODE_SECONDS)
 
 
 def small_copy(**kwargs) -> CopyTaskDataModule:
-    settings = dict(vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16)
+    settings = dict(
+        vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16
+    )
     settings.update(kwargs)
     return CopyTaskDataModule(**settings)
 
 
 def module_for(dm: CopyTaskDataModule, attention: str, **kwargs) -> Seq2SeqModule:
-    if ATTENTION_REGISTRY[attention].equal_sizes:  # luong_dot needs D == H: a unidirectional encoder
+    if ATTENTION_REGISTRY[
+        attention
+    ].equal_sizes:  # luong_dot needs D == H: a unidirectional encoder
         kwargs.setdefault("bidirectional", False)
     return Seq2SeqModule(
-        dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=dm.max_source_len, **kwargs
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention=attention,
+        max_source_len=dm.max_source_len,
+        **kwargs,
     )
 
 
 def test_metric_names_match_the_contract():
     assert (TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACC, VAL_BLEU, VAL_DECODE_SECONDS, VAL_SACREBLEU) == (
-        "train/loss", "val/loss", "val/token_acc", "val/bleu", "val/decode_seconds", "val/sacrebleu",
+        "train/loss",
+        "val/loss",
+        "val/token_acc",
+        "val/bleu",
+        "val/decode_seconds",
+        "val/sacrebleu",
     )
     assert METRICS["test"]["bleu"] == TEST_BLEU == "test/bleu"
 
@@ -91,7 +105,9 @@ class DetokCopy(CopyTaskDataModule):
 
 
 def test_detokenized_sacrebleu_and_signature(quiet_trainer):
-    dm = DetokCopy(vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16)
+    dm = DetokCopy(
+        vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16
+    )
     model = module_for(dm, "none")
     trainer = quiet_trainer(fast_dev_run=True)
     trainer.fit(model, datamodule=dm)
@@ -138,7 +154,13 @@ def test_value_ranges_are_declared_in_the_signature():
 
     hints = typing.get_type_hints(Seq2SeqModule.__init__, include_extras=True)
     bad = {"lr": 0.0, "dropout": 1.0, "val_beam_size": 0, "hidden_size": 0, "max_source_len": -1}
-    good = {"lr": 1e-4, "dropout": 0.2, "val_beam_size": 10, "hidden_size": 256, "max_decode_len": None}
+    good = {
+        "lr": 1e-4,
+        "dropout": 0.2,
+        "val_beam_size": 10,
+        "hidden_size": 256,
+        "max_decode_len": None,
+    }
     for name, value in bad.items():
         with pytest.raises(ValidationError):
             TypeAdapter(hints[name]).validate_python(value)
@@ -147,7 +169,9 @@ def test_value_ranges_are_declared_in_the_signature():
     from lightning_modules.attention.memory import MemoryAttention
 
     with pytest.raises(ValidationError):
-        TypeAdapter(typing.get_type_hints(MemoryAttention.__init__, include_extras=True)["K"]).validate_python(0)
+        TypeAdapter(
+            typing.get_type_hints(MemoryAttention.__init__, include_extras=True)["K"]
+        ).validate_python(0)
 
 
 def test_preset_overrides():
@@ -157,10 +181,14 @@ def test_preset_overrides():
     assert model.hparams.hidden_size == 40 and model.hparams.preset == "tiny"
 
 
-@pytest.mark.parametrize("attention", [n for n in ("memory", "luong_location") if n in ATTENTION_REGISTRY])
+@pytest.mark.parametrize(
+    "attention", [n for n in ("memory", "luong_location") if n in ATTENTION_REGISTRY]
+)
 def test_sources_longer_than_max_source_len_fail_early(attention, quiet_trainer):
     dm = small_copy(max_length=20)
-    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=10)
+    model = Seq2SeqModule(
+        dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=10
+    )
     with pytest.raises(ValueError, match="max_source_len=21"):
         quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
 
@@ -215,7 +243,10 @@ def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
     out = torch.load(tmp_path / "out.pt")
     torch.testing.assert_close(out["logits"], expected, rtol=0, atol=1e-6)
     assert torch.equal(out["tokens"], expected_tokens)
-    assert out["hparams"]["attention"] == attention and out["hparams"]["max_source_len"] == dm.max_source_len
+    assert (
+        out["hparams"]["attention"] == attention
+        and out["hparams"]["max_source_len"] == dm.max_source_len
+    )
 
 
 def test_import_pulls_in_no_orchestration_or_plotting():
@@ -229,7 +260,12 @@ def test_import_pulls_in_no_orchestration_or_plotting():
         "print(','.join(sorted(loaded() - before)) + '|' + ','.join(sorted(before - {'matplotlib'})))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, check=True, timeout=120, capture_output=True, text=True
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
     )
     added, by_lightning = result.stdout.strip().split("|")
     assert added == "", f"our packages imported: {added}"
@@ -240,7 +276,13 @@ def test_import_pulls_in_no_orchestration_or_plotting():
                 words = line.split()
                 if words[:1] in (["import"], ["from"]) and len(words) > 1:
                     top = words[1].split(".")[0]
-                    assert top not in {"ray", "optuna", "wandb", "matplotlib", "pytorch_lightning"}, f"{path}: {line}"
+                    assert top not in {
+                        "ray",
+                        "optuna",
+                        "wandb",
+                        "matplotlib",
+                        "pytorch_lightning",
+                    }, f"{path}: {line}"
 
 
 class _StopAtBleu(pl.Callback):
@@ -268,7 +310,9 @@ def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps, quiet
     if attention not in ATTENTION_REGISTRY:
         pytest.skip(f"{attention} is not registered")
     pl.seed_everything(0)
-    dm = CopyTaskDataModule(vocab_size=20, max_length=10, train_size=100_000, val_size=1000, batch_size=64)
+    dm = CopyTaskDataModule(
+        vocab_size=20, max_length=10, train_size=100_000, val_size=1000, batch_size=64
+    )
     model = Seq2SeqModule(
         dm.src_vocab_size,
         dm.tgt_vocab_size,
@@ -279,7 +323,9 @@ def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps, quiet
         max_source_len=dm.max_source_len,
     )
     stopper = _StopAtBleu(target=98.0)
-    trainer = quiet_trainer(max_steps=max_steps, val_check_interval=500, num_sanity_val_steps=0, callbacks=[stopper])
+    trainer = quiet_trainer(
+        max_steps=max_steps, val_check_interval=500, num_sanity_val_steps=0, callbacks=[stopper]
+    )
     start = time.perf_counter()
     trainer.fit(model, datamodule=dm)
     bleu = trainer.validate(model, datamodule=dm, verbose=False)[0][VAL_BLEU]

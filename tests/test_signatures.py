@@ -1,6 +1,7 @@
 """The on-disk signature cache (sweeps/study/signatures.py): a dry run after the first reads the
 model and data packages' signatures from disk, imports neither torch nor Lightning, and still
 rejects every bad value it rejected before."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,9 @@ def spec_file(tmp_path: Path, name: str, variants=None, **model) -> str:
         "name": name,
         "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
         "model": {"preset": "tiny", **model},
-        "grid": {"model": variants or [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
+        "grid": {
+            "model": variants or [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]
+        },
         "trainer": {"max_steps": 10},
     }
     path = tmp_path / f"{name}.yaml"
@@ -46,7 +49,14 @@ def spec_file(tmp_path: Path, name: str, variants=None, **model) -> str:
 
 def probe(cache: Path, *specs: str) -> list[dict]:
     env = {**os.environ, "SWEEPS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", PROBE, *specs], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *specs],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -54,7 +64,9 @@ def probe(cache: Path, *specs: str) -> list[dict]:
 def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(tmp_path):
     cache = tmp_path / "cache"
     good = spec_file(tmp_path, "good")
-    dot = spec_file(tmp_path, "dot", variants=[{"attention": "luong_dot"}])  # H=64 != D=128 on the tiny model
+    dot = spec_file(
+        tmp_path, "dot", variants=[{"attention": "luong_dot"}]
+    )  # H=64 != D=128 on the tiny model
     bad_lr = spec_file(tmp_path, "lr", lr=-0.003)
     bad_k = spec_file(tmp_path, "k", variants=[{"attention": "memory", "K": 0}])
     cold = probe(cache, good, dot)
@@ -64,7 +76,9 @@ def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(
     warm = probe(cache, good, dot, bad_lr, bad_k)
     assert [w["torch"] or w["lightning"] for w in warm] == [False] * 4
     assert warm[0]["error"] is None
-    assert "luong_dot" in warm[1]["error"] and warm[1]["error"] == cold[1]["error"]  # the cached check
+    assert (
+        "luong_dot" in warm[1]["error"] and warm[1]["error"] == cold[1]["error"]
+    )  # the cached check
     assert "model.lr" in warm[2]["error"] and "> 0" in warm[2]["error"]
     assert "grid.model[0].K: 0 is out of range" in warm[3]["error"] and ">= 1" in warm[3]["error"]
 
@@ -98,9 +112,18 @@ def test_headline_options_are_read_from_the_cache_without_torch(tmp_path):
     the cache: a warm cache answers without importing torch."""
     cache = tmp_path / "cache"
     probe(cache, spec_file(tmp_path, "good"))
-    script = ("import json, sys; from sweeps.study.signatures import headline_options; "
-              "print(json.dumps([headline_options()['memory'], 'torch' in sys.modules]))")
+    script = (
+        "import json, sys; from sweeps.study.signatures import headline_options; "
+        "print(json.dumps([headline_options()['memory'], 'torch' in sys.modules]))"
+    )
     env = {**os.environ, "SWEEPS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [["K", "memory vectors", 32], False]

@@ -8,6 +8,7 @@ the script activates, ``ray start --head`` listens on its ``--node-ip-address``/
 plain TCP socket, no Ray), ``ray stop`` closes it, and ``python`` answers the join count
 (FAKE_JOINED) and records the sweep command. Every call lands in a log the tests read.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -97,19 +97,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _global_address() -> Optional[tuple[str, str]]:
+def _global_address() -> tuple[str, str] | None:
     """(IPv4 address, interface) of this machine that is not loopback, if any."""
     if not shutil.which("ip"):
         return None
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show", "scope", "global"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show", "scope", "global"], capture_output=True, text=True
+    ).stdout
     match = re.search(r"^\d+:\s+(\S+)\s+inet\s+([\d.]+)/", out, flags=re.M)
     return (match.group(2), match.group(1)) if match else None
 
 
 def _can_isolate() -> bool:
-    return shutil.which("unshare") is not None and subprocess.run(
-        ["unshare", "-rn", "true"], capture_output=True).returncode == 0
+    return (
+        shutil.which("unshare") is not None
+        and subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode == 0
+    )
 
 
 ADDRESS = _global_address()
@@ -133,20 +136,36 @@ class Job:
         self.log.touch()
         base = {k: v for k, v in os.environ.items() if not k.startswith(("MEMATTN_", "SLURM_"))}
         self.env = {
-            **base, "PATH": f"{bin_dir}:{os.environ['PATH']}", "REAL_PYTHON": sys.executable,
-            "FAKE_LOG": str(self.log), "FAKE_DIR": str(tmp), "FAKE_NODES": " ".join(nodes),
-            "FAKE_IP_ADDRESS": "127.0.1.1", "FAKE_ALL_IPS": "", "FAKE_JOINED": str(len(nodes)),
-            "SLURM_JOB_NODELIST": f"node[1-{len(nodes)}]", "SLURM_JOB_NUM_NODES": str(len(nodes)),
-            "SLURM_GPUS_PER_NODE": "a100:8", "SLURM_CPUS_PER_TASK": "4",
-            "SLURM_SUBMIT_DIR": str(tmp), "MEMATTN_VENV": str(tmp / "venv"),
-            "MEMATTN_RAY_PORT": str(self.port), "MEMATTN_PROBE_TIMEOUT": "1", **env,
+            **base,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "REAL_PYTHON": sys.executable,
+            "FAKE_LOG": str(self.log),
+            "FAKE_DIR": str(tmp),
+            "FAKE_NODES": " ".join(nodes),
+            "FAKE_IP_ADDRESS": "127.0.1.1",
+            "FAKE_ALL_IPS": "",
+            "FAKE_JOINED": str(len(nodes)),
+            "SLURM_JOB_NODELIST": f"node[1-{len(nodes)}]",
+            "SLURM_JOB_NUM_NODES": str(len(nodes)),
+            "SLURM_GPUS_PER_NODE": "a100:8",
+            "SLURM_CPUS_PER_TASK": "4",
+            "SLURM_SUBMIT_DIR": str(tmp),
+            "MEMATTN_VENV": str(tmp / "venv"),
+            "MEMATTN_RAY_PORT": str(self.port),
+            "MEMATTN_PROBE_TIMEOUT": "1",
+            **env,
         }
         out, err = tmp / "stdout", tmp / "stderr"
         t0 = time.monotonic()
         with open(out, "w") as fo, open(err, "w") as fe:
-            proc = subprocess.Popen(["bash", str(SCRIPT), "sweeps/quickstart.yaml", "--smoke"],
-                                    env=self.env, cwd=tmp, stdout=fo, stderr=fe,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                ["bash", str(SCRIPT), "sweeps/quickstart.yaml", "--smoke"],
+                env=self.env,
+                cwd=tmp,
+                stdout=fo,
+                stderr=fe,
+                start_new_session=True,
+            )
             try:
                 self.code = proc.wait(timeout=60)
             finally:
@@ -172,8 +191,10 @@ def test_one_node_runs_the_sweep_on_a_loopback_head_address(tmp_path):
     assert "one node: the Ray head runs on 127.0.1.1" in job.out
     (head,) = job.ray_starts()
     assert f"--head --node-ip-address=127.0.1.1 --port={job.port} --num-cpus=4 --num-gpus=8" in head
-    assert job.launches() == [f"python sweeps/launch.py sweeps/quickstart.yaml --address "
-                              f"127.0.1.1:{job.port} --output {tmp_path}/sweep-results --smoke"]
+    assert job.launches() == [
+        f"python sweeps/launch.py sweeps/quickstart.yaml --address "
+        f"127.0.1.1:{job.port} --output {tmp_path}/sweep-results --smoke"
+    ]
     assert any(c.startswith("ray stop --force") for c in job.calls)
     assert job.seconds < 10, job.seconds
 
@@ -182,12 +203,15 @@ def test_one_node_runs_the_sweep_on_a_loopback_head_address(tmp_path):
 def test_a_loopback_head_address_with_other_nodes_stops_at_once(tmp_path, loopback):
     """Two nodes, the head's host name mapped to loopback: the job says so before starting Ray
     (it used to wait silently for ~25 minutes, then start the sweep on the head alone)."""
-    job = Job(tmp_path, ["node1", "node2"], FAKE_IP_ADDRESS=loopback,
-              FAKE_ALL_IPS="10.1.2.3 192.168.7.1 ")
+    job = Job(
+        tmp_path, ["node1", "node2"], FAKE_IP_ADDRESS=loopback, FAKE_ALL_IPS="10.1.2.3 192.168.7.1 "
+    )
     assert job.code == 1 and job.seconds < 5, (job.code, job.seconds)
     (line,) = job.err.splitlines()
-    assert line.startswith(f"error: the Ray head address {loopback} (from `hostname --ip-address` "
-                           "on node1) is a loopback address: the other 1 node(s) cannot reach it.")
+    assert line.startswith(
+        f"error: the Ray head address {loopback} (from `hostname --ip-address` "
+        "on node1) is a loopback address: the other 1 node(s) cannot reach it."
+    )
     assert "node1 has: 10.1.2.3 192.168.7.1;" in line
     assert "set MEMATTN_HEAD_IP to an address of node1" in line and "MEMATTN_HEAD_INTERFACE" in line
     assert job.ray_starts() == [] and job.launches() == []
@@ -202,8 +226,10 @@ def test_a_head_address_another_node_cannot_reach_stops_at_once(tmp_path):
     job = Job(tmp_path, ["node1", "node2", "node3"], MEMATTN_HEAD_IP=ip, FAKE_ISOLATED="node3")
     assert job.code == 1 and job.seconds < 10, (job.code, job.seconds, job.err)
     (line,) = job.err.splitlines()
-    assert line.startswith(f"error: node(s) node3 cannot open a connection to the Ray head at "
-                           f"{ip}:{job.port} (from MEMATTN_HEAD_IP) within 1s")
+    assert line.startswith(
+        f"error: node(s) node3 cannot open a connection to the Ray head at "
+        f"{ip}:{job.port} (from MEMATTN_HEAD_IP) within 1s"
+    )
     assert "MEMATTN_HEAD_INTERFACE" in line
     assert [c.split(" (on ")[0].split()[2] for c in job.ray_starts()] == ["--head"]  # no worker
     assert job.launches() == []
@@ -223,24 +249,28 @@ def test_several_nodes_start_on_a_reachable_head_address(tmp_path, how):
     """The address comes from the first non-loopback of `hostname --ip-address`, or is set;
     every node reaches it, the workers join and the sweep runs against it."""
     ip, interface = ADDRESS
-    env = {"hostname": dict(FAKE_IP_ADDRESS=f"127.0.1.1 {ip}"),
-           "MEMATTN_HEAD_IP": dict(MEMATTN_HEAD_IP=ip),
-           "MEMATTN_HEAD_INTERFACE": dict(MEMATTN_HEAD_INTERFACE=interface)}[how]
+    env = {
+        "hostname": dict(FAKE_IP_ADDRESS=f"127.0.1.1 {ip}"),
+        "MEMATTN_HEAD_IP": dict(MEMATTN_HEAD_IP=ip),
+        "MEMATTN_HEAD_INTERFACE": dict(MEMATTN_HEAD_INTERFACE=interface),
+    }[how]
     job = Job(tmp_path, ["node1", "node2"], **env)
     assert job.code == 0, job.err
     assert "all 1 other node(s) reach" in job.out and "2 of 2 node(s) joined" in job.out
     head, worker = job.ray_starts()
     assert f"--node-ip-address={ip} " in head
     assert f"--address={ip}:{job.port} " in worker and worker.endswith("(on node2)")
-    assert job.launches()[0].startswith(f"python sweeps/launch.py sweeps/quickstart.yaml "
-                                        f"--address {ip}:{job.port} ")
+    assert job.launches()[0].startswith(
+        f"python sweeps/launch.py sweeps/quickstart.yaml --address {ip}:{job.port} "
+    )
 
 
 @needs_address
 def test_nodes_that_do_not_join_are_reported_and_the_sweep_runs_on_the_others(tmp_path):
     ip, _ = ADDRESS
-    job = Job(tmp_path, ["node1", "node2"], MEMATTN_HEAD_IP=ip, FAKE_JOINED="1",
-              MEMATTN_JOIN_TIMEOUT="0")
+    job = Job(
+        tmp_path, ["node1", "node2"], MEMATTN_HEAD_IP=ip, FAKE_JOINED="1", MEMATTN_JOIN_TIMEOUT="0"
+    )
     assert job.code == 0, job.err
     assert "warning: 1 of 2 node(s) joined within 0s (MEMATTN_JOIN_TIMEOUT)" in job.err
     assert len(job.launches()) == 1 and job.seconds < 10

@@ -1,4 +1,5 @@
 """The sweep file: validation messages, grid expansion, the shipped studies. No Ray needed."""
+
 from __future__ import annotations
 
 import subprocess
@@ -36,7 +37,11 @@ def test_grid_variants_concatenate_and_axes_cross():
     cells = expand_grid(
         {
             "task.max_length": [10, 50],
-            "model": [{"attention": "none"}, {"attention": "memory", "K": [1, 4, 16]}, {"attention": "bahdanau"}],
+            "model": [
+                {"attention": "none"},
+                {"attention": "memory", "K": [1, 4, 16]},
+                {"attention": "bahdanau"},
+            ],
         },
         "x",
     )
@@ -51,14 +56,25 @@ def test_grid_variants_concatenate_and_axes_cross():
 def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
     out = subprocess.run(
         [sys.executable, "sweeps/launch.py", "sweeps/k_vs_length.yaml", "--dry-run"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    rows = [line for line in out.stdout.splitlines() if line.split() and line.split()[0].isdigit() and " cells x " not in line]
+    rows = [
+        line
+        for line in out.stdout.splitlines()
+        if line.split() and line.split()[0].isdigit() and " cells x " not in line
+    ]
     assert len(rows) == 28
     assert "28 trials" in out.stdout
     for length in (20, 50, 100, 200):  # Table 1's lengths (the paper's text says 10)
-        for model in ("attention=none", "attention=bahdanau", *(f"attention=memory K={k}" for k in (1, 4, 16, 32, 64))):
+        for model in (
+            "attention=none",
+            "attention=bahdanau",
+            *(f"attention=memory K={k}" for k in (1, 4, 16, 32, 64)),
+        ):
             assert any(f"length={length} {model}" in r for r in rows), (length, model)
 
 
@@ -77,7 +93,7 @@ def test_shipped_studies_validate(path, smoke):
 def test_every_named_profile_of_every_shipped_study_validates():
     checked = 0
     for path in SHIPPED:
-        for name in (yaml.safe_load(path.read_text()).get("profiles") or {}):
+        for name in yaml.safe_load(path.read_text()).get("profiles") or {}:
             assert load_spec(path, profile=name).plans, (path.name, name)
             checked += 1
     assert checked >= 2  # k_vs_length's and scoring_functions' cpu profiles at least
@@ -88,9 +104,17 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
     lengths = sorted({p.task["max_length"] for p in sweep.plans})
     ks = sorted({p.model["K"] for p in sweep.plans if p.model.get("attention") == "memory"})
     attentions = {p.model.get("attention") for p in sweep.plans}
-    assert (lengths, ks, attentions) == ([10, 20, 40], [1, 4, 16, 32], {"none", "memory", "bahdanau"})
+    assert (lengths, ks, attentions) == (
+        [10, 20, 40],
+        [1, 4, 16, 32],
+        {"none", "memory", "bahdanau"},
+    )
     assert {p.model["val_beam_size"] for p in sweep.plans} == {10}  # the paper's beam, kept
-    assert len(sweep.cells) == 18 and sorted({p.seed for p in sweep.plans}) == [0, 1, 2]  # 3 seeds (issue 22)
+    assert len(sweep.cells) == 18 and sorted({p.seed for p in sweep.plans}) == [
+        0,
+        1,
+        2,
+    ]  # 3 seeds (issue 22)
     assert len(sweep.plans) == 18 * 3
     # random batches: length-bucketed ones learn the copy task slower (the profile's comment has the figures)
     assert not any(p.task.get("bucket_batches") for p in sweep.plans)
@@ -99,34 +123,78 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda s: s.update(shedule={"type": "asha"}), ["shedule", "unknown key", "early_terminate"]),
-        (lambda s: s["trainer"].update(max_step=5), ["trainer.max_step", "unknown key", "max_steps"]),
-        (lambda s: s["trainer"].update(max_steps=0), ["trainer.max_steps", "greater than or equal to 1", "got 0"]),
-        (lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}), ["metric.goal", "maximize", "minimize"]),
+        (
+            lambda s: s.update(shedule={"type": "asha"}),
+            ["shedule", "unknown key", "early_terminate"],
+        ),
+        (
+            lambda s: s["trainer"].update(max_step=5),
+            ["trainer.max_step", "unknown key", "max_steps"],
+        ),
+        (
+            lambda s: s["trainer"].update(max_steps=0),
+            ["trainer.max_steps", "greater than or equal to 1", "got 0"],
+        ),
+        (
+            lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}),
+            ["metric.goal", "maximize", "minimize"],
+        ),
         # a metric no trial reports would pass Ray and fail at the end of the sweep
-        (lambda s: s.update(metric={"name": "val/blue"}), ["metric.name", "'val/blue' is not a metric", "val/sacrebleu"]),
-        (lambda s: s.update(metric={"name": "decode_seconds", "goal": "minimize"}), ["metric.name", "timing stage"]),
+        (
+            lambda s: s.update(metric={"name": "val/blue"}),
+            ["metric.name", "'val/blue' is not a metric", "val/sacrebleu"],
+        ),
+        (
+            lambda s: s.update(metric={"name": "decode_seconds", "goal": "minimize"}),
+            ["metric.name", "timing stage"],
+        ),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
-        (lambda s: s["task"].update(max_lenght=7), ["task.max_lenght", "unknown copy task setting", "max_length"]),
+        (
+            lambda s: s["task"].update(max_lenght=7),
+            ["task.max_lenght", "unknown copy task setting", "max_length"],
+        ),
         # WMT's old spelling of a task's length (one name now: max_length) is answered with the new one
-        (lambda s: s.update(task={"name": "wmt17", "max_len": 50}),
-         ["task.max_len", "unknown wmt17 task setting (did you mean max_length?)"]),
-        (lambda s: s["grid"].update({"task.max_len": [5]}), ["grid.task.max_len", "(did you mean max_length?)"]),
+        (
+            lambda s: s.update(task={"name": "wmt17", "max_len": 50}),
+            ["task.max_len", "unknown wmt17 task setting (did you mean max_length?)"],
+        ),
+        (
+            lambda s: s["grid"].update({"task.max_len": [5]}),
+            ["grid.task.max_len", "(did you mean max_length?)"],
+        ),
         (lambda s: s["task"].update(train_size="many"), ["task.train_size", "int"]),
         (lambda s: s["model"].update(hiden_size=7), ["model.hiden_size", "hidden_size"]),
         (lambda s: s["model"].update(preset="huge"), ["model.preset", "paper_copy"]),
         (lambda s: s["model"].update(src_vocab_size=9), ["model.src_vocab_size", "derived"]),
-        (lambda s: s["grid"]["model"].append({"attention": "bahdanau", "K": [8]}), ["grid.model[2].K", "bahdanau"]),
-        (lambda s: s["grid"]["model"].append({"attention": "fancy"}), ["grid.model[2].attention", "unknown attention", "memory"]),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "bahdanau", "K": [8]}),
+            ["grid.model[2].K", "bahdanau"],
+        ),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "fancy"}),
+            ["grid.model[2].attention", "unknown attention", "memory"],
+        ),
         (lambda s: s["grid"].update({"model.lr": 0.1}), ["grid.model.lr", "non-empty list"]),
         (lambda s: s["grid"].update({"lr": [0.1]}), ["grid.lr", "dotted"]),
-        (lambda s: s["grid"]["model"][1].update(encoder_scoring=["softmax", "tanh"]), ["grid.model[1].encoder_scoring"]),
-        (lambda s: s.update(parameters={"model.lr": {"min": 0.1, "max": 0.01}}), ["parameters.model.lr", "below max"]),
-        (lambda s: s.update(parameters={"model.lr": {"min": 0.1}}), ["parameters.model.lr", "min", "max"]),
+        (
+            lambda s: s["grid"]["model"][1].update(encoder_scoring=["softmax", "tanh"]),
+            ["grid.model[1].encoder_scoring"],
+        ),
+        (
+            lambda s: s.update(parameters={"model.lr": {"min": 0.1, "max": 0.01}}),
+            ["parameters.model.lr", "below max"],
+        ),
+        (
+            lambda s: s.update(parameters={"model.lr": {"min": 0.1}}),
+            ["parameters.model.lr", "min", "max"],
+        ),
         (lambda s: s.update(resources={"gpu": 1.5}), ["resources.gpu", "whole number"]),
         (lambda s: s.update(name="my sweep"), ["name", "letters"]),
         # tiny is bidirectional: memory D = 2H, so q^T s_j has mismatched sizes (unidirectional works)
-        (lambda s: s["grid"]["model"].append({"attention": "luong_dot"}), ["grid.model[2]", "luong_dot", "bidirectional"]),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "luong_dot"}),
+            ["grid.model[2]", "luong_dot", "bidirectional"],
+        ),
     ],
 )
 def test_bad_specs_name_the_key_and_what_is_allowed(mutate, expected):
@@ -145,7 +213,10 @@ def test_luong_dot_with_a_unidirectional_encoder_passes():
 
 
 def test_overrides_and_their_errors():
-    sweep = build_sweep(base_spec(), overrides=["trainer.max_steps=77", "model.lr=0.01", "grid.task.max_length=[3, 4]"])
+    sweep = build_sweep(
+        base_spec(),
+        overrides=["trainer.max_steps=77", "model.lr=0.01", "grid.task.max_length=[3, 4]"],
+    )
     assert all(p.trainer["max_steps"] == 77 and p.model["lr"] == 0.01 for p in sweep.plans)
     assert len(sweep.plans) == 2 * 3
     assert sorted({p.task["max_length"] for p in sweep.plans}) == [3, 4]
@@ -166,15 +237,30 @@ def test_cli_reports_bad_spec_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
     out = subprocess.run(
-        [sys.executable, "sweeps/launch.py", str(bad), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "sweeps/launch.py", str(bad), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    assert "model.attention_dim" in out.stderr and "not a model setting nor an option of attention" in out.stderr
-    missing = subprocess.run(
-        [sys.executable, "sweeps/launch.py", str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=120
+    assert (
+        "model.attention_dim" in out.stderr
+        and "not a model setting nor an option of attention" in out.stderr
     )
-    assert missing.returncode == 2 and "no such sweep file" in missing.stderr and "Traceback" not in missing.stderr
+    missing = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(tmp_path / "nope.yaml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        missing.returncode == 2
+        and "no such sweep file" in missing.stderr
+        and "Traceback" not in missing.stderr
+    )
 
 
 def test_attention_zoo_covers_every_registered_mechanism():
@@ -190,13 +276,18 @@ def test_wmt_paths_are_filled_in_per_pair_and_made_absolute():
     assert dirs["en-tr"] == "/data/wmt17/en-tr" and dirs["en-cs"] == "/data/wmt17/en-cs"
     assert len(sweep.cells) == 4 * (4 + 1)  # pairs x (memory K x PE, bahdanau)
     smoke = load_spec(ROOT / "sweeps" / "wmt17.yaml", profile="smoke")
-    assert all(Path(p.task["data_dir"]).is_absolute() and Path(p.task["data_dir"]).exists() for p in smoke.plans)
+    assert all(
+        Path(p.task["data_dir"]).is_absolute() and Path(p.task["data_dir"]).exists()
+        for p in smoke.plans
+    )
 
 
 def test_named_profiles_and_the_smoke_profile():
     raw = base_spec(
-        profiles={"cpu": {"trainer.max_steps": 500, "grid.task.max_length": [4, 6]},
-                  "smoke": {"task.max_length": 3, "task.val_size": 8}},
+        profiles={
+            "cpu": {"trainer.max_steps": 500, "grid.task.max_length": [4, 6]},
+            "smoke": {"task.max_length": 3, "task.val_size": 8},
+        },
     )
     cpu = build_sweep(raw, profile="cpu")
     assert {p.trainer["max_steps"] for p in cpu.plans} == {500}
@@ -216,17 +307,33 @@ def test_trial_configs_are_flat_readable_and_unique():
     from sweeps.study import flat_columns
 
     sweep = build_sweep(
-        base_spec(grid={"task.max_length": [3], "model": [{"attention": "memory", "K": 2}]},
-                  parameters={"model.lr": {"min": 0.001, "max": 0.1}, "model.dropout": {"values": [0.0, 0.1]}})
+        base_spec(
+            grid={"task.max_length": [3], "model": [{"attention": "memory", "K": 2}]},
+            parameters={
+                "model.lr": {"min": 0.001, "max": 0.1},
+                "model.dropout": {"values": [0.0, 0.1]},
+            },
+        )
     )
-    assert sweep.grid_columns == {"length": "task.max_length", "attention": "model.attention", "K": "model.K"}
+    assert sweep.grid_columns == {
+        "length": "task.max_length",
+        "attention": "model.attention",
+        "K": "model.K",
+    }
     assert sweep.param_columns == {"lr": "model.lr", "dropout": "model.dropout"}
     assert sweep.plans[0].trial_config(sweep.grid_columns) == {
-        "cell": "length=3 attention=memory K=2", "seed": 0, "length": 3, "attention": "memory", "K": 2,
+        "cell": "length=3 attention=memory K=2",
+        "seed": 0,
+        "length": 3,
+        "attention": "memory",
+        "K": 2,
     }
     # a short name two keys share, or a reserved one, keeps its dotted form
     assert flat_columns(["model.dropout", "task.dropout", "task.seed", "model.K"]) == {
-        "model.dropout": "model.dropout", "task.dropout": "task.dropout", "task.seed": "task.seed", "K": "model.K",
+        "model.dropout": "model.dropout",
+        "task.dropout": "task.dropout",
+        "task.seed": "task.seed",
+        "K": "model.K",
     }
 
 
@@ -235,13 +342,25 @@ def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path):
     path = tmp_path / "asha.yaml"
     path.write_text(yaml.safe_dump(raw))
     out = subprocess.run(
-        [sys.executable, "sweeps/launch.py", str(path), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "sweeps/launch.py", str(path), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "each holds a single trial" in out.stdout and "nothing to stop" in out.stdout
-    searched = build_sweep(base_spec(early_terminate={"type": "asha"}, num_samples=4,
-                                     parameters={"model.lr": {"min": 0.001, "max": 0.1}}))
-    assert "compares the 4 trials of each (cell, seed) among themselves only" in searched.early_stopping_note()
+    searched = build_sweep(
+        base_spec(
+            early_terminate={"type": "asha"},
+            num_samples=4,
+            parameters={"model.lr": {"min": 0.001, "max": 0.1}},
+        )
+    )
+    assert (
+        "compares the 4 trials of each (cell, seed) among themselves only"
+        in searched.early_stopping_note()
+    )
 
 
 @pytest.mark.parametrize(
@@ -255,7 +374,9 @@ def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path):
         ("trainer", "val_check_interval", 0, "greater than 0"),
     ],
 )
-def test_dry_run_rejects_out_of_range_values_naming_the_key(tmp_path, capsys, section, key, value, allowed):
+def test_dry_run_rejects_out_of_range_values_naming_the_key(
+    tmp_path, capsys, section, key, value, allowed
+):
     """Ranges come from the constructors' Annotated markers (datamodule, Seq2SeqModule) and the
     schema's Field constraints; --dry-run catches them before anything runs."""
     from sweeps.launch import main
@@ -291,7 +412,11 @@ def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_
     blocker.write_text("not a folder")
     assert main([str(spec), "--output", str(blocker / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"--output {blocker / 'out'}" in err and "cannot create" in err
+    assert (
+        len(err.splitlines()) == 1
+        and f"--output {blocker / 'out'}" in err
+        and "cannot create" in err
+    )
 
     out = tmp_path / "out"
     assert main([str(spec), "--output", str(out), "--set", f"storage.path={blocker / 'ckpt'}"]) == 2
@@ -304,8 +429,14 @@ def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
     from sweeps.study import resume_launch, save_launch
 
     save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], profile="smoke")
-    assert resume_launch(tmp_path, [], None, "x.yaml") == (["trainer.max_steps=300", "model.lr=0.01"], "smoke")
-    assert resume_launch(tmp_path, ["trainer.max_steps= 300"], "smoke", "x.yaml")[0][0] == "trainer.max_steps=300"
+    assert resume_launch(tmp_path, [], None, "x.yaml") == (
+        ["trainer.max_steps=300", "model.lr=0.01"],
+        "smoke",
+    )
+    assert (
+        resume_launch(tmp_path, ["trainer.max_steps= 300"], "smoke", "x.yaml")[0][0]
+        == "trainer.max_steps=300"
+    )
     with pytest.raises(SpecError, match=r"--set seeds: --resume continues .*seeds unset"):
         resume_launch(tmp_path, ["seeds=[1]"], None, "x.yaml")
     with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
@@ -327,9 +458,18 @@ def test_every_metric_a_study_may_name_is_a_results_column():
     "mutate, expected",
     [
         # pydantic's lax mode would read True as 1 and the model would fail inside torch
-        (lambda s: s["grid"]["model"].append({"attention": "memory", "K": True}), ["grid.model[2].K", "yes/no value"]),
-        (lambda s: s["task"].update(min_length=7), ["task.min_length", "above task.max_length", "min_length <= max_length"]),
-        (lambda s: s["trainer"].update(precision="bogus"), ["trainer.precision", "not a Lightning precision", "bf16-mixed"]),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "memory", "K": True}),
+            ["grid.model[2].K", "yes/no value"],
+        ),
+        (
+            lambda s: s["task"].update(min_length=7),
+            ["task.min_length", "above task.max_length", "min_length <= max_length"],
+        ),
+        (
+            lambda s: s["trainer"].update(precision="bogus"),
+            ["trainer.precision", "not a Lightning precision", "bf16-mixed"],
+        ),
     ],
 )
 def test_values_that_used_to_pass_dry_run_are_refused(mutate, expected):
@@ -343,8 +483,13 @@ def test_values_that_used_to_pass_dry_run_are_refused(mutate, expected):
 def test_a_set_that_the_grid_would_override_is_refused():
     with pytest.raises(SpecError) as info:
         build_sweep(base_spec(), source="x.yaml", overrides=["model.attention=bahdanau"])
-    assert "--set model.attention" in str(info.value) and "the grid sets model.attention" in str(info.value)
-    assert build_sweep(base_spec(), source="x.yaml", overrides=["model.lr=0.01"]).plans[0].model["lr"] == 0.01
+    assert "--set model.attention" in str(info.value) and "the grid sets model.attention" in str(
+        info.value
+    )
+    assert (
+        build_sweep(base_spec(), source="x.yaml", overrides=["model.lr=0.01"]).plans[0].model["lr"]
+        == 0.01
+    )
 
 
 def test_a_folder_or_a_non_utf8_file_as_the_spec_is_one_line(tmp_path, capsys):
@@ -369,12 +514,17 @@ def test_bad_launcher_arguments_fail_in_one_line_before_ray(tmp_path, capsys):
     spec.write_text(yaml.safe_dump(base_spec()))
     with pytest.raises(SystemExit) as info:  # argparse's own exit for a bad argument
         main([str(spec), "--num-cpus", "-1"])
-    assert info.value.code == 2 and "--num-cpus: must be at least 1, got -1" in capsys.readouterr().err
+    assert (
+        info.value.code == 2 and "--num-cpus: must be at least 1, got -1" in capsys.readouterr().err
+    )
     assert main([str(spec), "--output", str(tmp_path / "o"), "--address", "http://:::"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "expected HOST:PORT" in err
     # --resume with nothing there to continue names the folder instead of starting a new sweep
     assert main([str(spec), "--output", str(tmp_path / "empty"), "--resume"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"{tmp_path / 'empty' / 't'} holds no sweep to continue" in err
+    assert (
+        len(err.splitlines()) == 1
+        and f"{tmp_path / 'empty' / 't'} holds no sweep to continue" in err
+    )
     assert not ray.is_initialized()

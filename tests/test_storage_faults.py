@@ -1,5 +1,6 @@
 """A full disk under a running sweep (issue 19): one line, a non-zero exit, finished results kept,
 and a resume that continues from them once there is room again."""
+
 from __future__ import annotations
 
 import errno
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from sweep_helpers import result_steps, tiny_spec, write_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,9 @@ def test_a_storage_fault_is_found_inside_rays_wrapping_and_named_in_one_line():
     from sweeps.storage_faults import StorageFault, describe, find_storage_fault
 
     # what pyarrow raises when Ray copies a checkpoint to a full disk: errno set, no filename
-    full = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+    full = OSError(
+        errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device"
+    )
     assert describe(find_storage_fault(full), "trial t1") == "No space left on device (trial t1)"
     try:
         try:
@@ -41,7 +43,11 @@ def test_a_storage_fault_is_found_inside_rays_wrapping_and_named_in_one_line():
     assert describe(ro, "saving") == "Read-only file system: /mnt/out/state.json (saving)"
 
     # the trial's own one-line error, as the driver receives it from the worker
-    wrapped = RayTaskError("train", "Traceback ...\nlong worker traceback", StorageFault("No space left on device (trial t2)"))
+    wrapped = RayTaskError(
+        "train",
+        "Traceback ...\nlong worker traceback",
+        StorageFault("No space left on device (trial t2)"),
+    )
     wrapped = wrapped.as_instanceof_cause()
     assert isinstance(wrapped, StorageFault) and "long worker traceback" in str(wrapped)
     assert describe(find_storage_fault(wrapped), "x") == "No space left on device (trial t2)"
@@ -59,8 +65,13 @@ def test_the_guard_keeps_the_traceback_off_the_console_and_interrupts_once(caplo
             log.error("Trial task failed for trial a", exc_info=ValueError("an ordinary crash"))
             assert received == [] and guard.fault is None
             for trial in "bc":
-                log.error(f"Trial task failed for trial {trial}", exc_info=StorageFault(f"No space left on device (trial {trial})"))
-            logging.getLogger("ray._private.worker").error("Unhandled error: ray::train() StorageFault: No space ...")
+                log.error(
+                    f"Trial task failed for trial {trial}",
+                    exc_info=StorageFault(f"No space left on device (trial {trial})"),
+                )
+            logging.getLogger("ray._private.worker").error(
+                "Unhandled error: ray::train() StorageFault: No space ..."
+            )
     finally:
         signal.signal(signal.SIGINT, previous)
     messages = [r.getMessage() for r in caplog.records]
@@ -79,7 +90,16 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
     exp.mkdir(parents=True)
     good = {"trial_data": [["t1", "{}"]], "runner_data": {}}
     # the staging folder's stamp is a second off the state file's, as Tune makes them
-    staging = tmp_path / "raytmp" / "ray" / "session_x" / "artifacts" / "2026-11-22_22-49-15" / "study" / "driver_artifacts"
+    staging = (
+        tmp_path
+        / "raytmp"
+        / "ray"
+        / "session_x"
+        / "artifacts"
+        / "2026-11-22_22-49-15"
+        / "study"
+        / "driver_artifacts"
+    )
     staging.mkdir(parents=True)
     (staging / f"experiment_state-{stamp}.json").write_text(json.dumps(good))
     (staging / f"search_gen_state-{stamp}.json").write_bytes(pickle.dumps({"gen": 2}))
@@ -89,7 +109,9 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
     (exp / f"search_gen_state-{stamp}.json").write_bytes(pickle.dumps({"gen": 1}))
     (exp / f"searcher-state-{stamp}.pkl").write_bytes(pickle.dumps({"started": 1}))
 
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "elsewhere"))  # a machine without the driver's copy
+    monkeypatch.setenv(
+        "RAY_TMPDIR", str(tmp_path / "elsewhere")
+    )  # a machine without the driver's copy
     with pytest.raises(LaunchError, match=f"experiment_state-{stamp}.json is damaged"):
         check_experiment_state(exp)
 
@@ -97,8 +119,12 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
     said = check_experiment_state(exp)
     assert len(said) == 1 and "cut short" in said[0] and str(staging) in said[0]
     assert json.loads((exp / f"experiment_state-{stamp}.json").read_text()) == good
-    assert pickle.loads((exp / f"searcher-state-{stamp}.pkl").read_bytes()) == {"started": 2}, "one snapshot, all of it"
-    assert [p.name.split(".damaged-")[0] for p in exp.glob("*.damaged-*")] == [f"experiment_state-{stamp}.json"]
+    assert pickle.loads((exp / f"searcher-state-{stamp}.pkl").read_bytes()) == {"started": 2}, (
+        "one snapshot, all of it"
+    )
+    assert [p.name.split(".damaged-")[0] for p in exp.glob("*.damaged-*")] == [
+        f"experiment_state-{stamp}.json"
+    ]
     assert check_experiment_state(exp) == [], "whole now"
 
 
@@ -107,16 +133,24 @@ def small_disk(tmp_path):
     """A 5 MiB tmpfs: room for one tiny trial's checkpoints, not two. Needs root (mount)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(disk)], capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}): the full-disk test needs root")
+        pytest.skip(
+            f"cannot mount a small tmpfs here ({made.stderr.strip()}): the full-disk test needs root"
+        )
     try:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(small_disk, tmp_path, local_ray):
+def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
+    small_disk, tmp_path, local_ray
+):
     """Two launcher processes (the storage fault stops its own process with a SIGINT), both on the
     tests' shared Ray (joined by its address: no Ray started and stopped twice)."""
     spec = tiny_spec(
@@ -128,24 +162,44 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(smal
     path = write_spec(tmp_path, spec)
     out = small_disk / "out"
     address = local_ray.get_runtime_context().gcs_address
-    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py"), str(path), "--output", str(out), "--address", address]
+    cmd = [
+        sys.executable,
+        str(ROOT / "sweeps" / "launch.py"),
+        str(path),
+        "--output",
+        str(out),
+        "--address",
+        address,
+    ]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     log = run.stdout + run.stderr
     assert run.returncode == 1, log[-3000:]
     errors = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "No space left on device" in errors[0] and str(out / "fulldisk") in errors[0], log[-3000:]
+    assert (
+        len(errors) == 1
+        and "No space left on device" in errors[0]
+        and str(out / "fulldisk") in errors[0]
+    ), log[-3000:]
     assert "--resume" in run.stderr
     assert "Traceback" not in log and len(log.splitlines()) < 200, log[-5000:]
     exp = out / "fulldisk"
-    finished = [d for d in exp.iterdir() if (d / "result.json").is_file() and result_steps(d)[-1:] == [20]]
-    assert finished, "the disk filled before any trial finished: the tmpfs is too small for this test"
+    finished = [
+        d for d in exp.iterdir() if (d / "result.json").is_file() and result_steps(d)[-1:] == [20]
+    ]
+    assert finished, (
+        "the disk filled before any trial finished: the tmpfs is too small for this test"
+    )
     kept = {d.name: (d / "result.json").read_text() for d in finished}
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
-    run = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done"] * 2
     for name, text in kept.items():
-        assert (exp / name / "result.json").read_text() == text, f"{name} finished before the disk filled and was re-run"
+        assert (exp / name / "result.json").read_text() == text, (
+            f"{name} finished before the disk filled and was re-run"
+        )

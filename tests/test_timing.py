@@ -1,5 +1,6 @@
 """The decode-timing stage (sweeps/timing/) on real checkpoints: tiny copy-task and WMT models
 trained for a few steps with Lightning, the command run as a subprocess, the stage on a real local Ray."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,22 @@ import torch
 from datamodules import CopyTaskDataModule, WMT17DataModule
 from sweeps.build import build_module
 from sweeps.timing import measure
-from sweeps.timing.checkpoint import data_task, infer_task, load_module, saved_data_settings, time_checkpoint
+from sweeps.timing.checkpoint import (
+    data_task,
+    infer_task,
+    load_module,
+    saved_data_settings,
+    time_checkpoint,
+)
 from sweeps.timing.cli import main, report_lines
 from sweeps.timing.devices import pinned
-from sweeps.timing.measure import MIN_REPEAT_S, TimingError, clean_passes, measure_decode_time, median_precision
+from sweeps.timing.measure import (
+    MIN_REPEAT_S,
+    TimingError,
+    clean_passes,
+    measure_decode_time,
+    median_precision,
+)
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note
 from sweeps.timing.stage import (
     TimingJob,
@@ -45,8 +58,14 @@ def train_briefly(dm: pl.LightningDataModule, model: dict, path: Path, steps: in
     dm.setup("fit")
     module = build_module({"preset": "tiny", "val_decode": False, **model}, dm)
     trainer = pl.Trainer(
-        max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
         use_distributed_sampler=False,
     )
     trainer.fit(module, datamodule=dm)
@@ -58,10 +77,16 @@ def train_briefly(dm: pl.LightningDataModule, model: dict, path: Path, steps: in
 def copy_ckpts(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("copy-ckpts")
     return {
-        "bahdanau": train_briefly(CopyTaskDataModule(**COPY), {"attention": "bahdanau", "val_beam_size": 2},
-                                  d / "bahdanau.ckpt"),
-        "memory": train_briefly(CopyTaskDataModule(**COPY), {"attention": "memory", "K": 4, "val_beam_size": 2},
-                                d / "memory.ckpt"),
+        "bahdanau": train_briefly(
+            CopyTaskDataModule(**COPY),
+            {"attention": "bahdanau", "val_beam_size": 2},
+            d / "bahdanau.ckpt",
+        ),
+        "memory": train_briefly(
+            CopyTaskDataModule(**COPY),
+            {"attention": "memory", "K": 4, "val_beam_size": 2},
+            d / "memory.ckpt",
+        ),
     }
 
 
@@ -70,8 +95,16 @@ def wmt_ckpt(tmp_path_factory) -> tuple[Path, list[str]]:
     """A WMT checkpoint trained on the shipped slice, and the command-line options naming its data
     (WMT17DataModule does not save_hyperparameters(), so its checkpoints do not carry them)."""
     d = tmp_path_factory.mktemp("wmt-ckpt")
-    settings = dict(pair="en-de", data_dir=str(TINY_WMT), vocab_size=800, max_length=100, batch_tokens=1200,
-                    valid_prefix="valid", test_prefix="", cache_dir=str(d / "cache"))
+    settings = dict(
+        pair="en-de",
+        data_dir=str(TINY_WMT),
+        vocab_size=800,
+        max_length=100,
+        batch_tokens=1200,
+        valid_prefix="valid",
+        test_prefix="",
+        cache_dir=str(d / "cache"),
+    )
     dm = WMT17DataModule(**settings)
     dm.prepare_data()
     ckpt = train_briefly(dm, {"attention": "bahdanau", "val_beam_size": 1}, d / "wmt.ckpt", steps=3)
@@ -127,19 +160,35 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
 
     batches = -(-COPY["val_size"] // COPY["batch_size"])
     assert loader.passes == 1, "batches are materialised once: data loading is not timed"
-    assert calls["decode"] == calls["beam"] == batches * (2 + 4), "2 warm-up + 4 timed passes over every batch"
-    assert calls["threads"] == {2} and torch.get_num_threads() == 1, "fixed threads inside, restored after"
+    assert calls["decode"] == calls["beam"] == batches * (2 + 4), (
+        "2 warm-up + 4 timed passes over every batch"
+    )
+    assert calls["threads"] == {2} and torch.get_num_threads() == 1, (
+        "fixed threads inside, restored after"
+    )
     assert module.hparams.val_beam_size == 2, "the checkpoint's beam size is put back"
     assert timing.repeats == len(timing.seconds) == 4
     assert timing.decode_seconds == statistics.median(timing.seconds)
     assert (timing.min_seconds, timing.max_seconds) == (min(timing.seconds), max(timing.seconds))
-    assert [timing.q1_seconds, timing.q3_seconds] == statistics.quantiles(timing.seconds, n=4, method="inclusive")[::2]
+    assert [timing.q1_seconds, timing.q3_seconds] == statistics.quantiles(
+        timing.seconds, n=4, method="inclusive"
+    )[::2]
     # each timed pass's seconds hold all of that pass's decodes (every batch of the split, warm-up passes left out)
-    timed = calls["seconds"][2 * batches:]
-    decoding = [sum(timed[i * batches:(i + 1) * batches]) for i in range(4)]
-    assert all(inside <= wall for inside, wall in zip(decoding, timing.seconds)), (decoding, timing.seconds)
-    assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (24, batches, 3, 2)
-    assert timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
+    timed = calls["seconds"][2 * batches :]
+    decoding = [sum(timed[i * batches : (i + 1) * batches]) for i in range(4)]
+    assert all(inside <= wall for inside, wall in zip(decoding, timing.seconds)), (
+        decoding,
+        timing.seconds,
+    )
+    assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (
+        24,
+        batches,
+        3,
+        2,
+    )
+    assert (
+        timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
+    )
     assert timing.per_sentence_seconds == pytest.approx(timing.decode_seconds / 24)
     assert (timing.device, timing.threads, timing.torch_version) == ("cpu", 2, torch.__version__)
     assert DecodeTiming.from_dict(json.loads(json.dumps(timing.to_dict()))) == timing
@@ -149,9 +198,27 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     out = tmp_path / "timing.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "sweeps.timing", str(copy_ckpts["memory"]), "--split", "valid", "--repeats", "3",
-         "--precision", "0", "--calibration-seconds", "0.3", "--json", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "sweeps.timing",
+            str(copy_ckpts["memory"]),
+            "--split",
+            "valid",
+            "--repeats",
+            "3",
+            "--precision",
+            "0",
+            "--calibration-seconds",
+            "0.3",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
@@ -199,15 +266,36 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert main([str(bare), "--task", "copy", "--data", "max_lenght=6"]) == 2
     assert "unknown data option(s) max_lenght" in one_line_error(capsys)
     # told the data, the same checkpoint times
-    assert main([str(bare), "--task", "copy", "--data", "vocab_size=8", "--data", "max_length=6",
-                 "--data", "val_size=10", "--repeats", "1"]) == 0
+    assert (
+        main(
+            [
+                str(bare),
+                "--task",
+                "copy",
+                "--data",
+                "vocab_size=8",
+                "--data",
+                "max_length=6",
+                "--data",
+                "val_size=10",
+                "--repeats",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert "valid: 10 sentences" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"repeats": 0}, "repeats must be >= 1"), ({"warmup": -1}, "warmup must be >= 0"),
-    ({"threads": 0}, "threads must be >= 1"), ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"repeats": 0}, "repeats must be >= 1"),
+        ({"warmup": -1}, "warmup must be >= 0"),
+        ({"threads": 0}, "threads must be >= 1"),
+        ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
+    ],
+)
 def test_stage_settings_are_checked_when_made(bad, message):
     with pytest.raises(TimingError, match=message):
         timing_settings(**bad)
@@ -222,9 +310,13 @@ def test_lanes_hold_a_whole_node_or_a_gpu_with_its_cpu_share():
     ]
     cpu_lanes = plan_lanes(nodes, use_gpu=False)
     assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in cpu_lanes] == [
-        ("cpu", 8.0, 0.0, "cpu"), ("gpu", 16.0, 0.0, "cpu")]
+        ("cpu", 8.0, 0.0, "cpu"),
+        ("gpu", 16.0, 0.0, "cpu"),
+    ]
     gpu_lanes = plan_lanes(nodes, use_gpu=True)
-    assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in gpu_lanes] == [("gpu", 4.0, 1.0, "cuda")] * 4
+    assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in gpu_lanes] == [
+        ("gpu", 4.0, 1.0, "cuda")
+    ] * 4
 
 
 @pytest.fixture(scope="module")
@@ -232,8 +324,13 @@ def local_ray():
     ray = pytest.importorskip("ray")
     saved = dict(os.environ)
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20,
-             log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 2**20,
+        log_to_driver=False,
+    )
     yield ray
     ray.shutdown()
     os.environ.clear()
@@ -245,15 +342,35 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     for name, ckpt in copy_ckpts.items():
         trial_dir = tmp_path / f"trial_{name}"
         (trial_dir / "checkpoint_000001").mkdir(parents=True)
-        shutil.copy(ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt")  # a Tune checkpoint folder
-        jobs.append(TimingJob(trial_id=name, checkpoint=str(trial_dir / "checkpoint_000001"),
-                              task={"name": "copy", **COPY}, output_dir=str(trial_dir), seed=0))
-    settings = timing_settings(repeats=2, warmup=1, threads=1, device="auto", precision=None, processes=1,
-                               calibration_seconds=0.2)  # exactly 2 repeats
+        shutil.copy(
+            ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt"
+        )  # a Tune checkpoint folder
+        jobs.append(
+            TimingJob(
+                trial_id=name,
+                checkpoint=str(trial_dir / "checkpoint_000001"),
+                task={"name": "copy", **COPY},
+                output_dir=str(trial_dir),
+                seed=0,
+            )
+        )
+    settings = timing_settings(
+        repeats=2,
+        warmup=1,
+        threads=1,
+        device="auto",
+        precision=None,
+        processes=1,
+        calibration_seconds=0.2,
+    )  # exactly 2 repeats
     lines: list[str] = []
 
-    broken = dataclasses.replace(jobs[0], trial_id="broken", task={"name": "copy", "bogus": 1},
-                                 output_dir=str(tmp_path / "trial_broken"))
+    broken = dataclasses.replace(
+        jobs[0],
+        trial_id="broken",
+        task={"name": "copy", "bogus": 1},
+        output_dir=str(tmp_path / "trial_broken"),
+    )
     first = run_timing_stage([jobs[0], broken, jobs[1]], settings, log=lines.append)
     assert [o.status for o in first] == ["timed", "error", "timed"], [o.error for o in first]
     assert "bogus" in first[1].error and len(first[1].error.splitlines()) == 1, first[1].error
@@ -264,11 +381,18 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         assert record == outcome.record and record.trial_id == job.trial_id
         assert record.timing.repeats == 2 and record.timing.sentences == COPY["val_size"]
         assert record.reserved_cpus == 2.0, "each job holds the whole (2-CPU) node"
-        assert record.timing.cpus == (max(os.sched_getaffinity(0)),), "timed in a process pinned to one CPU"
-        assert not list(Path(job.output_dir).glob(".timing.json.*")), "no temporary file left behind"
+        assert record.timing.cpus == (max(os.sched_getaffinity(0)),), (
+            "timed in a process pinned to one CPU"
+        )
+        assert not list(Path(job.output_dir).glob(".timing.json.*")), (
+            "no temporary file left behind"
+        )
     a, b = sorted(records, key=lambda r: r.started_at)
     assert a.finished_at <= b.started_at, "the two timings overlapped"
-    assert sum("median of 2" in line for line in lines) == 2 and sum("broken: failed" in line for line in lines) == 1
+    assert (
+        sum("median of 2" in line for line in lines) == 2
+        and sum("broken: failed" in line for line in lines) == 1
+    )
 
     mtimes = [job.result_path.stat().st_mtime_ns for job in jobs]
     second = run_timing_stage(jobs, settings, log=None)
@@ -293,27 +417,66 @@ def test_pinned_timing_picks_the_highest_cpus_and_refuses_more_than_there_are():
 
 def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
     ckpt = copy_ckpts["memory"]
-    pinned = time_checkpoint_pinned(ckpt, {"name": "copy", **COPY}, seed=0, split="valid", device="cpu",
-                                    beam_size=2, repeats=2, warmup=0, threads=1, calibration_seconds=0.2)
-    here = time_checkpoint(ckpt, {"name": "copy", **COPY}, seed=0, split="valid", device="cpu",
-                           beam_size=2, repeats=2, warmup=0, threads=1, calibration_seconds=0.2)
+    pinned = time_checkpoint_pinned(
+        ckpt,
+        {"name": "copy", **COPY},
+        seed=0,
+        split="valid",
+        device="cpu",
+        beam_size=2,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        calibration_seconds=0.2,
+    )
+    here = time_checkpoint(
+        ckpt,
+        {"name": "copy", **COPY},
+        seed=0,
+        split="valid",
+        device="cpu",
+        beam_size=2,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        calibration_seconds=0.2,
+    )
     assert pinned.cpus == (max(os.sched_getaffinity(0)),) and here.cpus == ()
-    assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (here.sentences, here.output_tokens, 2)
+    assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (
+        here.sentences,
+        here.output_tokens,
+        2,
+    )
     with pytest.raises(TimingError, match="timing process failed.*bogus"):
         time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)
 
 
 def test_one_process_times_a_batch_one_after_another_and_a_bad_job_fails_alone(copy_ckpts):
-    options = dict(seed=0, split="valid", device="cpu", beam_size=2, repeats=2, warmup=0, threads=1,
-                   calibration_seconds=0.2)
+    options = dict(
+        seed=0,
+        split="valid",
+        device="cpu",
+        beam_size=2,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        calibration_seconds=0.2,
+    )
     task = {"name": "copy", **COPY}
-    got = time_checkpoints_pinned([(copy_ckpts["memory"], task, options),
-                                   (copy_ckpts["memory"], {**task, "bogus": 1}, options),
-                                   (copy_ckpts["bahdanau"], task, options)])
+    got = time_checkpoints_pinned(
+        [
+            (copy_ckpts["memory"], task, options),
+            (copy_ckpts["memory"], {**task, "bogus": 1}, options),
+            (copy_ckpts["bahdanau"], task, options),
+        ]
+    )
     (first, a0, a1), error, (second, b0, b1) = got
     assert isinstance(error, str) and "bogus" in error and len(error.splitlines()) == 1, error
     assert a0 <= a1 <= b0 <= b1, "timed one after another"
-    assert first.cpus == second.cpus == (max(os.sched_getaffinity(0)),) and first.repeats == second.repeats == 2
+    assert (
+        first.cpus == second.cpus == (max(os.sched_getaffinity(0)),)
+        and first.repeats == second.repeats == 2
+    )
     assert time_checkpoints_pinned([]) == []
 
 
@@ -321,14 +484,21 @@ def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():
     """(wall, shared core, probe after the pass): a probe 1.4x the fastest one means the machine
     ran slow during that pass; a faster probe later, or in the calibration before the passes,
     raises the bar for the passes before it."""
-    passes = [(0.020, False, 0.0025), (0.021, False, 0.0027), (0.030, False, 0.0035), (0.020, True, 0.0025)]
+    passes = [
+        (0.020, False, 0.0025),
+        (0.021, False, 0.0027),
+        (0.030, False, 0.0035),
+        (0.020, True, 0.0025),
+    ]
     assert clean_passes(passes) == [True, True, False, False]
     assert clean_passes(passes + [(0.016, False, 0.0022)]) == [True, False, False, False, True]
     # a measurement wholly inside a slow spell: only the calibration before it knows the machine's speed
     assert clean_passes(passes[:2], best=0.0018) == [False, False]
 
 
-def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(copy_ckpts, monkeypatch):
+def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(
+    copy_ckpts, monkeypatch
+):
     """A busy process pinned to the timing thread's core: every pass's wall time is about twice
     its CPU time, so each is thrown away and, after 4x repeats, the timing says it is contended.
     Timed here, not in a fresh process, with the 2 s calibration and the 5 s waits for the machine
@@ -338,15 +508,31 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
     module = load_module(copy_ckpts["memory"])
     dm = CopyTaskDataModule(**COPY)
     dm.setup("validate")
-    loader = list(dm.val_dataloader())  # beam 4 over 24 sentences: ~40 ms of CPU a pass, many time slices
+    loader = list(
+        dm.val_dataloader()
+    )  # beam 4 over 24 sentences: ~40 ms of CPU a pass, many time slices
     cpu = max(os.sched_getaffinity(0))
-    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\n"
-                                                  "while True: pass"], stdout=subprocess.PIPE)
+    hog = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\nwhile True: pass",
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         hog.stdout.readline()  # it is on the core before the passes start
         with pinned([cpu]):
-            timing = measure_decode_time(module, loader, "cpu", beam_size=4, repeats=3, warmup=1, threads=1,
-                                         calibration_seconds=0.1)
+            timing = measure_decode_time(
+                module,
+                loader,
+                "cpu",
+                beam_size=4,
+                repeats=3,
+                warmup=1,
+                threads=1,
+                calibration_seconds=0.1,
+            )
     finally:
         hog.kill()
         hog.wait()
@@ -356,32 +542,69 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
     assert "WARNING" in line and "quiet machine" in line
 
 
-def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repeat_passes(copy_ckpts):
+def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repeat_passes(
+    copy_ckpts,
+):
     module = load_module(copy_ckpts["bahdanau"])
     dm = CopyTaskDataModule(**COPY)
     dm.setup("validate")
     loader = list(dm.val_dataloader())
     fast = dict(calibration_seconds=0.3)  # the machine's speed found in 0.3 s, not 2
-    fixed = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1, **fast)
-    assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision, fixed.stopped_by) == (3, 1, None, None), \
-        "precision=None: as asked"
-    loose = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
-                                precision=0.5, max_seconds=10, **fast)
+    fixed = measure_decode_time(
+        module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1, **fast
+    )
+    assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision, fixed.stopped_by) == (
+        3,
+        1,
+        None,
+        None,
+    ), "precision=None: as asked"
+    loose = measure_decode_time(
+        module,
+        loader,
+        "cpu",
+        beam_size=1,
+        repeats=3,
+        warmup=1,
+        threads=1,
+        precision=0.5,
+        max_seconds=10,
+        **fast,
+    )
     # a 24-sentence greedy decode takes a few ms: each repeat decodes it until MIN_REPEAT_S has passed
-    assert loose.passes_per_repeat * fixed.decode_seconds >= 0.5 * MIN_REPEAT_S and loose.passes_per_repeat > 1
+    assert (
+        loose.passes_per_repeat * fixed.decode_seconds >= 0.5 * MIN_REPEAT_S
+        and loose.passes_per_repeat > 1
+    )
     # a precision met at once stops at the minimum; one never met stops at the time cap, and the
     # precision recorded is what the kept repeats give in both cases (contended timings claim none)
-    tight = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1,
-                                precision=1e-6, max_seconds=1.0, **fast)
+    tight = measure_decode_time(
+        module,
+        loader,
+        "cpu",
+        beam_size=1,
+        repeats=3,
+        warmup=1,
+        threads=1,
+        precision=1e-6,
+        max_seconds=1.0,
+        **fast,
+    )
     for timing in (loose, tight):
         if timing.contended:
             assert timing.precision is None
         else:
             assert timing.precision == pytest.approx(median_precision(timing.seconds), abs=1e-5)
-    assert loose.contended or (loose.repeats == 3 and loose.precision <= 0.5 and loose.stopped_by == "precision")
+    assert loose.contended or (
+        loose.repeats == 3 and loose.precision <= 0.5 and loose.stopped_by == "precision"
+    )
     # past the minimum until the time cap, unless passes run again on a busy machine used the time up
-    assert tight.contended or (tight.precision > 1e-6 and (tight.repeats > 3 or tight.interrupted > 0))
-    assert tight.stopped_by == (None if tight.contended else "time cap")  # the record says the cap, not the precision, ended it
+    assert tight.contended or (
+        tight.precision > 1e-6 and (tight.repeats > 3 or tight.interrupted > 0)
+    )
+    assert tight.stopped_by == (
+        None if tight.contended else "time cap"
+    )  # the record says the cap, not the precision, ended it
     assert "stopped by the time cap" in repeats_note(tight) or tight.contended
     assert median_precision([1.0, 1.0]) == float("inf")  # too few repeats to know anything
     assert median_precision([1.0, 1.1, 1.2, 1.3]) == pytest.approx(1.57 * 0.15 / 2 / 1.15)
@@ -396,23 +619,45 @@ def test_a_caller_that_knows_the_machines_speed_is_not_calibrated_again(copy_ckp
     loader = list(dm.val_dataloader())
     calls = []
     real = measure.fastest_probe
-    monkeypatch.setattr(measure, "fastest_probe", lambda seconds: calls.append(seconds) or real(0.01))
+    monkeypatch.setattr(
+        measure, "fastest_probe", lambda seconds: calls.append(seconds) or real(0.01)
+    )
     measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1)
-    measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0.5)
+    measure_decode_time(
+        module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0.5
+    )
     assert calls == [measure.CALIBRATION_S, 0.5]  # the default, then the length asked for
     speed = measure.machine_probe()
-    timing = measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, machine_speed=speed)
+    timing = measure_decode_time(
+        module, loader, "cpu", beam_size=1, repeats=3, threads=1, machine_speed=speed
+    )
     assert calls == [measure.CALIBRATION_S, 0.5] and timing.repeats == 3, "calibrated again"
     with pytest.raises(TimingError, match="calibration_seconds must be > 0"):
-        measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0)
+        measure_decode_time(
+            module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0
+        )
 
 
 def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():
     from sweeps.timing.record import DecodeTiming
 
-    timing = DecodeTiming(decode_seconds=0.2, min_seconds=0.1, max_seconds=0.3, q1_seconds=0.15, q3_seconds=0.25,
-                          seconds=(0.2, 0.1, 0.3), per_sentence_seconds=0.01, sentences=20, output_tokens=100,
-                          batches=2, beam_size=1, warmup=1, device="cpu", threads=1, torch_version="x")
+    timing = DecodeTiming(
+        decode_seconds=0.2,
+        min_seconds=0.1,
+        max_seconds=0.3,
+        q1_seconds=0.15,
+        q3_seconds=0.25,
+        seconds=(0.2, 0.1, 0.3),
+        per_sentence_seconds=0.01,
+        sentences=20,
+        output_tokens=100,
+        batches=2,
+        beam_size=1,
+        warmup=1,
+        device="cpu",
+        threads=1,
+        torch_version="x",
+    )
     data = timing.to_dict()
     assert data["decode_seconds"] == 0.2 and "median_seconds" not in data
     older = {("median_seconds" if k == "decode_seconds" else k): v for k, v in data.items()}

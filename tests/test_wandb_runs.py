@@ -1,5 +1,6 @@
 """W&B offline runs read and amended with wandb's own tools: the transaction-log framing, the
 timing stage's summary written into a finished run, incomplete runs kept out of the upload command."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,14 @@ pytest.importorskip("wandb")
 
 from sweeps.wandb_env import wandb_sync_hint  # noqa: E402
 from sweeps.wandb_runs import (  # noqa: E402
-    BLOCK, RunLogError, add_offline_summary, add_run_summary, read_chunks, run_log, run_problem, write_chunks,
+    BLOCK,
+    RunLogError,
+    add_offline_summary,
+    add_run_summary,
+    read_chunks,
+    run_log,
+    run_problem,
+    write_chunks,
 )
 
 WANDB = str(Path(sys.executable).parent / "wandb")
@@ -40,8 +48,12 @@ else:
 
 
 def inspect(run_dir: Path) -> dict:
-    done = subprocess.run([WANDB, "leet", "inspect", "--summary", "--json", str(run_dir)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [WANDB, "leet", "inspect", "--summary", "--json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -50,8 +62,11 @@ def inspect(run_dir: Path) -> dict:
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("wb")
     # 1,500 records of ~100 bytes: the log spans several 32 KiB blocks, so records are split across them
-    return {"long": make_offline_run(root, "long0001", 1500), "short": make_offline_run(root, "short001", 3),
-            "root": root}
+    return {
+        "long": make_offline_run(root, "long0001", 1500),
+        "short": make_offline_run(root, "short001", 3),
+        "root": root,
+    }
 
 
 def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(runs):
@@ -71,8 +86,12 @@ def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_pa
     assert after["state"] == before["state"] == "finished"
     assert after["summary"]["val/bleu"] == 1499.0  # the history's last value is still the summary's
     assert {k: after["summary"][k] for k in values} == values
-    assert len(sorted((runs["root"] / "wandb").glob("offline-run-*-long0001"))) == 1, "no second folder for the run"
-    dry = subprocess.run([WANDB, "sync", "--dry-run", str(runs["long"])], capture_output=True, text=True, timeout=120)
+    assert len(sorted((runs["root"] / "wandb").glob("offline-run-*-long0001"))) == 1, (
+        "no second folder for the run"
+    )
+    dry = subprocess.run(
+        [WANDB, "sync", "--dry-run", str(runs["long"])], capture_output=True, text=True, timeout=120
+    )
     assert dry.returncode == 0 and "ERROR" not in dry.stdout + dry.stderr
     # the same through the stage's entry point, which finds the run's folder by id
     add_run_summary("offline", runs["root"], "short001", {"decode_seconds": 0.5})
@@ -92,6 +111,11 @@ def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path)
     assert [name for name, _ in broken] == [dead.name]
     assert str(good) in hint and dead.name not in hint
     # the command as printed reads every run it names without an error
-    dry = subprocess.run(hint.replace("wandb sync", f"{WANDB} sync --dry-run", 1), shell=True, capture_output=True,
-                         text=True, timeout=120)
+    dry = subprocess.run(
+        hint.replace("wandb sync", f"{WANDB} sync --dry-run", 1),
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 0 and "ERROR" not in dry.stdout + dry.stderr

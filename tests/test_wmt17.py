@@ -1,8 +1,9 @@
 """WMT'17 data path on real text: tests/data/wmt-ende-tiny (1,000 + 50 real en-de pairs)."""
+
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -28,8 +29,16 @@ BUDGET = 1200
 
 
 def make_dm(cache_dir, pair: str = "en-de", data_dir=TINY, **kw) -> WMT17DataModule:
-    args = dict(pair=pair, data_dir=str(data_dir), vocab_size=VOCAB, max_length=100,
-                batch_tokens=BUDGET, valid_prefix="valid", test_prefix="", cache_dir=str(cache_dir))
+    args = dict(
+        pair=pair,
+        data_dir=str(data_dir),
+        vocab_size=VOCAB,
+        max_length=100,
+        batch_tokens=BUDGET,
+        valid_prefix="valid",
+        test_prefix="",
+        cache_dir=str(cache_dir),
+    )
     args.update(kw)
     return WMT17DataModule(**args)
 
@@ -91,10 +100,27 @@ def test_two_processes_at_once_build_each_cache_once(tmp_path):
     ready, marker, cache = tmp_path / "ready", tmp_path / "trainings", tmp_path / "cache"
     ready.mkdir()
     env = dict(os.environ, VOCAB=str(VOCAB))
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(bpe_py), str(cache), str(ready),
-                               str(marker), str(i), str(TINY / "train.de"), str(TINY / "train.en")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _RACER,
+                str(bpe_py),
+                str(cache),
+                str(ready),
+                str(marker),
+                str(i),
+                str(TINY / "train.de"),
+                str(TINY / "train.en"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)
@@ -166,8 +192,9 @@ def test_epochs_are_deterministic_and_ddp_shards_are_equal_and_disjoint(dm):
     ds = dm.datasets["train"]
 
     def sampler(rank, world, epoch):
-        s = TokenBucketBatchSampler(ds.src_lengths, ds.tgt_lengths, batch_tokens=BUDGET, seed=3,
-                                    rank=rank, world_size=world)
+        s = TokenBucketBatchSampler(
+            ds.src_lengths, ds.tgt_lengths, batch_tokens=BUDGET, seed=3, rank=rank, world_size=world
+        )
         s.set_epoch(epoch)
         return [tuple(b) for b in s]
 
@@ -207,7 +234,10 @@ def test_empty_and_overlong_pairs_are_dropped_and_logged(tmp_path, caplog):
     src_len = d.datasets["train"].src.lengths()
     tgt_len = d.datasets["train"].tgt.lengths()
     assert stats["empty"] == int(((src_len == 0) | (tgt_len == 0)).sum()) >= 1  # the slice has one
-    assert stats["too_long"] > 0 and stats["kept"] == stats["total"] - stats["empty"] - stats["too_long"]
+    assert (
+        stats["too_long"] > 0
+        and stats["kept"] == stats["total"] - stats["empty"] - stats["too_long"]
+    )
     msg = f"dropped {stats['empty']} empty and {stats['too_long']} over-long pairs of 1000 in train"
     assert any(msg in r.getMessage() for r in caplog.records)
     assert int(d.datasets["train"].src_lengths.max()) <= 41  # max_length + EOS
@@ -261,12 +291,18 @@ def test_bleu_of_references_against_themselves_is_100(dm):
 
 def test_detokenizer_undoes_moses_escapes_and_spacing(dm):
     assert unescape("a &amp;quot; &#124; &lt;b&gt;") == "a &quot; | <b>"
-    assert moses_detokenize("Parliament &apos;s role , ( in 2010 ) costs $ 5 or 10 % .") == \
-        "Parliament's role, (in 2010) costs $5 or 10%."
-    assert dm.detokenize("zum &quot; Autonomen Gemeindezentrum &quot; .") == \
-        'zum "Autonomen Gemeindezentrum".'
-    assert moses_detokenize("state @-@ of @-@ the @-@ art „ gut “ !", lang="de") == \
-        "state-of-the-art „gut“!"
+    assert (
+        moses_detokenize("Parliament &apos;s role , ( in 2010 ) costs $ 5 or 10 % .")
+        == "Parliament's role, (in 2010) costs $5 or 10%."
+    )
+    assert (
+        dm.detokenize("zum &quot; Autonomen Gemeindezentrum &quot; .")
+        == 'zum "Autonomen Gemeindezentrum".'
+    )
+    assert (
+        moses_detokenize("state @-@ of @-@ the @-@ art „ gut “ !", lang="de")
+        == "state-of-the-art „gut“!"
+    )
 
 
 def test_hf_source_without_datasets_says_how_to_fix(tmp_path, monkeypatch):
@@ -282,17 +318,26 @@ def _hub_folder(root: Path) -> Path:
     of ``{"translation": {"de": ..., "en": ...}}`` rows, configs declared in README.md), built from
     the shipped slice: train = its 1,000 pairs, validation/test = its 50 valid pairs split 25/25."""
     datasets = pytest.importorskip("datasets")
-    text = {f"{split}.{lang}": read_lines(str(TINY / f"{split}.{lang}"))
-            for split in ("train", "valid") for lang in ("en", "de")}
+    text = {
+        f"{split}.{lang}": read_lines(str(TINY / f"{split}.{lang}"))
+        for split in ("train", "valid")
+        for lang in ("en", "de")
+    }
     splits = {"train": slice(None), "validation": slice(0, 25), "test": slice(25, None)}
     (root / "de-en").mkdir(parents=True)
     for split, part in splits.items():
         src = "train" if split == "train" else "valid"
-        rows = [{"de": de, "en": en} for de, en in zip(text[f"{src}.de"][part], text[f"{src}.en"][part])]
+        rows = [
+            {"de": de, "en": en} for de, en in zip(text[f"{src}.de"][part], text[f"{src}.en"][part])
+        ]
         datasets.Dataset.from_dict({"translation": rows}).to_parquet(
-            str(root / "de-en" / f"{split}-00000-of-00001.parquet"))
-    (root / "README.md").write_text("---\nconfigs:\n- config_name: de-en\n  data_files:\n" + "".join(
-        f"  - split: {split}\n    path: de-en/{split}-*\n" for split in splits) + "---\n")
+            str(root / "de-en" / f"{split}-00000-of-00001.parquet")
+        )
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: de-en\n  data_files:\n"
+        + "".join(f"  - split: {split}\n    path: de-en/{split}-*\n" for split in splits)
+        + "---\n"
+    )
     return root
 
 
@@ -300,10 +345,18 @@ def test_hf_source_loads_a_datasets_folder_and_trains_the_same_pipeline(tmp_path
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub = _hub_folder(tmp_path / "hub")
-    d = WMT17DataModule(pair="en-de", data_dir=str(tmp_path / "data"), source="hf",
-                        hf_train=str(hub), hf_eval=str(hub), hf_cache_dir=str(tmp_path / "hf-cache"),
-                        vocab_size=VOCAB, max_length=100, batch_tokens=BUDGET,
-                        cache_dir=str(tmp_path / "cache"))
+    d = WMT17DataModule(
+        pair="en-de",
+        data_dir=str(tmp_path / "data"),
+        source="hf",
+        hf_train=str(hub),
+        hf_eval=str(hub),
+        hf_cache_dir=str(tmp_path / "hf-cache"),
+        vocab_size=VOCAB,
+        max_length=100,
+        batch_tokens=BUDGET,
+        cache_dir=str(tmp_path / "cache"),
+    )
     d.prepare_data()
     d.setup("fit")
     normalised = lambda name: [" ".join(line.split()) for line in read_lines(str(TINY / name))]
@@ -311,7 +364,10 @@ def test_hf_source_loads_a_datasets_folder_and_trains_the_same_pipeline(tmp_path
     assert d.path("valid", "en").endswith("newstest2015.en")  # written under the default names
     assert read_lines(d.path("valid", "en")) == normalised("valid.en")[:25]
     assert read_lines(d.path("test", "de")) == normalised("valid.de")[25:]
-    assert d.filter_stats["train"]["total"] == 1000 and len(d.datasets["train"]) == d.filter_stats["train"]["kept"]
+    assert (
+        d.filter_stats["train"]["total"] == 1000
+        and len(d.datasets["train"]) == d.filter_stats["train"]["kept"]
+    )
     batch = next(iter(d.val_dataloader()))
     assert batch["references"][0] in normalised("valid.de")[:25]
     assert not d.moses_tokenized and d.detokenize("a , b") == "a , b"  # raw text: no detokenizer
@@ -324,20 +380,26 @@ def test_pair_defaults_and_paths():
     assert PAIR_DEFAULTS["tr"]["valid"] == "newsdev2016"  # no newstest2015 for en-tr
     d = WMT17DataModule(pair="cs-en", data_dir="/d")
     assert (d.src_lang, d.tgt_lang) == ("cs", "en")
-    assert d.path("valid", "cs") == "/d/newstest2015.cs" and d.path("test", "en") == "/d/newstest2016.en"
+    assert (
+        d.path("valid", "cs") == "/d/newstest2015.cs"
+        and d.path("test", "en") == "/d/newstest2016.en"
+    )
     assert WMT17DataModule(pair="en-tr", data_dir="/d").path("valid", "tr") == "/d/newsdev2016.tr"
     with pytest.raises(ValueError):
         WMT17DataModule(pair="en")
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("vocab_size", 0, "vocab_size must be >= 260, got 0"),
-    ("max_length", 0, "max_length must be >= 1, got 0"),
-    ("batch_tokens", 0, "batch_tokens must be >= 1, got 0"),
-    ("character_coverage", 1.5, "character_coverage must be <= 1.0, got 1.5"),
-    ("character_coverage", 0.0, "character_coverage must be > 0.0, got 0.0"),
-    ("eval_max_length", -1, "eval_max_length must be >= 1, got -1"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("vocab_size", 0, "vocab_size must be >= 260, got 0"),
+        ("max_length", 0, "max_length must be >= 1, got 0"),
+        ("batch_tokens", 0, "batch_tokens must be >= 1, got 0"),
+        ("character_coverage", 1.5, "character_coverage must be <= 1.0, got 1.5"),
+        ("character_coverage", 0.0, "character_coverage must be > 0.0, got 0.0"),
+        ("eval_max_length", -1, "eval_max_length must be >= 1, got -1"),
+    ],
+)
 def test_out_of_range_arguments_fail_naming_the_argument(key, value, message):
     with pytest.raises(ValueError, match=f"^WMT17DataModule: {message}$"):
         WMT17DataModule(**{key: value})
@@ -360,21 +422,40 @@ def test_tiny_model_validation_loss_falls_on_10k_sample(tmp_path, quiet_trainer)
     from lightning_modules import Seq2SeqModule
 
     pl.seed_everything(0)
-    d = WMT17DataModule(pair="en-de", data_dir=str(SAMPLE), vocab_size=2000, max_length=50,
-                        batch_tokens=1500, valid_prefix="valid", test_prefix="",
-                        cache_dir=str(tmp_path))
+    d = WMT17DataModule(
+        pair="en-de",
+        data_dir=str(SAMPLE),
+        vocab_size=2000,
+        max_length=50,
+        batch_tokens=1500,
+        valid_prefix="valid",
+        test_prefix="",
+        cache_dir=str(tmp_path),
+    )
     d.prepare_data()
     d.setup("fit")
-    model = Seq2SeqModule(src_vocab_size=d.src_vocab_size, tgt_vocab_size=d.tgt_vocab_size,
-                          attention="bahdanau", preset="tiny", lr=1e-3,
-                          max_source_len=d.max_source_len)
-    trainer = quiet_trainer(max_steps=300, num_sanity_val_steps=0, limit_val_batches=1.0, check_val_every_n_epoch=1000,
-                            use_distributed_sampler=False)
+    model = Seq2SeqModule(
+        src_vocab_size=d.src_vocab_size,
+        tgt_vocab_size=d.tgt_vocab_size,
+        attention="bahdanau",
+        preset="tiny",
+        lr=1e-3,
+        max_source_len=d.max_source_len,
+    )
+    trainer = quiet_trainer(
+        max_steps=300,
+        num_sanity_val_steps=0,
+        limit_val_batches=1.0,
+        check_val_every_n_epoch=1000,
+        use_distributed_sampler=False,
+    )
     before = trainer.validate(model, datamodule=d, verbose=False)[0]["val/loss"]
     trainer.fit(model, datamodule=d)
     after = trainer.validate(model, datamodule=d, verbose=False)[0]
-    print(f"val/loss {before:.3f} -> {after['val/loss']:.3f}, val/bleu {after['val/bleu']:.2f}, "
-          f"val/sacrebleu {after['val/sacrebleu']:.2f}, steps {trainer.global_step}")
+    print(
+        f"val/loss {before:.3f} -> {after['val/loss']:.3f}, val/bleu {after['val/bleu']:.2f}, "
+        f"val/sacrebleu {after['val/sacrebleu']:.2f}, steps {trainer.global_step}"
+    )
     assert after["val/loss"] < before - 0.5, (before, after)  # measured: 7.60 -> 6.15
     assert 0.0 <= after["val/bleu"] <= 100.0 and "val/sacrebleu" in after
 

@@ -6,6 +6,7 @@ originals), built here from the shipped slice tests/data/wmt-ende-tiny. It honou
 counts the bytes it sends per file, can answer with an HTTP error, cut a response mid-file (FIN or
 RST), hold it after some bytes, and can be slowed down.
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,16 +30,30 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.wmt17_fetch import (LOCK, MANIFEST, FetchError, _fetch_lock, fetch,
-                                     layout_files, main, release_files)
+from datamodules.wmt17_fetch import (
+    LOCK,
+    MANIFEST,
+    FetchError,
+    _fetch_lock,
+    fetch,
+    layout_files,
+    main,
+    release_files,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "wmt-ende-tiny"
 CORPUS_DE = "/de-en/corpus.tc.de.gz"
 CORPUS_EN = "/de-en/corpus.tc.en.gz"
 DEV = "/de-en/dev.tgz"
-LAYOUT = ["train.de", "train.en", "newstest2015.de", "newstest2015.en", "newstest2016.de",
-          "newstest2016.en"]
+LAYOUT = [
+    "train.de",
+    "train.en",
+    "newstest2015.de",
+    "newstest2015.en",
+    "newstest2016.de",
+    "newstest2016.en",
+]
 
 
 def _gz(data: bytes) -> bytes:
@@ -72,14 +87,16 @@ def expected_layout() -> dict[str, bytes]:
 def miniature_release() -> dict[str, bytes]:
     """URL path -> bytes, in the release's layout."""
     layout = expected_layout()
-    dev = {f"{s}.tc.{lang}": layout[f"{s}.{lang}"] for s in ("newstest2015", "newstest2016")
-           for lang in ("de", "en")}
+    dev = {
+        f"{s}.tc.{lang}": layout[f"{s}.{lang}"]
+        for s in ("newstest2015", "newstest2016")
+        for lang in ("de", "en")
+    }
     dev["newstest2015-deen-src.de.sgm"] = b'<srcset setid="newstest2015">\n</srcset>\n'
     dev["newstest2014.tc.de"] = b"ein Satz .\n"  # another dev set: laid out too
     dev["newstest2014.tc.en"] = b"a sentence .\n"
     dev["newstest2015.tc.fr"] = b"hors sujet\n"  # not a language of the pair: skipped
-    return {CORPUS_DE: _gz(layout["train.de"]), CORPUS_EN: _gz(layout["train.en"]),
-            DEV: _tgz(dev)}
+    return {CORPUS_DE: _gz(layout["train.de"]), CORPUS_EN: _gz(layout["train.en"]), DEV: _tgz(dev)}
 
 
 class ReleaseServer:
@@ -153,8 +170,9 @@ class ReleaseServer:
                             server.released.wait(60)
                         elif how == "reset":  # the client has read it all by then: RST, not FIN
                             time.sleep(0.3)
-                            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                       struct.pack("ii", 1, 0))
+                            self.connection.setsockopt(
+                                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                            )
                             self.connection.close()
                         else:
                             self.connection.shutdown(socket.SHUT_RDWR)
@@ -189,13 +207,19 @@ def server(release):
 
 def final_files(directory: Path) -> list[str]:
     """Non-hidden files: what a reader would take for data."""
-    return sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) \
-        if directory.exists() else []
+    return (
+        sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+        if directory.exists()
+        else []
+    )
 
 
 def hidden_temporaries(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name) \
-        if directory.exists() else []
+    return (
+        sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name)
+        if directory.exists()
+        else []
+    )
 
 
 def test_full_fetch_lays_out_what_the_datamodule_reads(server, release, tmp_path):
@@ -237,24 +261,28 @@ def test_interrupted_download_resumes_without_fetching_bytes_twice(server, relea
 def test_broken_transfer_is_resumed_within_one_call(server, release, tmp_path):
     size = len(release[CORPUS_EN])
     server.cut[CORPUS_EN] = size // 2
-    report = fetch("en-de", str(tmp_path), base_url=server.url, retries=1, retry_delay=0,
-                   progress=True)
+    report = fetch(
+        "en-de", str(tmp_path), base_url=server.url, retries=1, retry_delay=0, progress=True
+    )
     assert report.outcome == "fetched" and server.gets[CORPUS_EN] == 2
     assert server.sent[CORPUS_EN] == size
     assert (tmp_path / "train.en").read_bytes() == expected_layout()["train.en"]
 
 
-@pytest.mark.parametrize("path,damage", [
-    (DEV, "flip"),  # bytes changed mid-archive: gzip CRC
-    (CORPUS_EN, "truncate"),  # the served file itself is cut short (Content-Length agrees)
-])
+@pytest.mark.parametrize(
+    "path,damage",
+    [
+        (DEV, "flip"),  # bytes changed mid-archive: gzip CRC
+        (CORPUS_EN, "truncate"),  # the served file itself is cut short (Content-Length agrees)
+    ],
+)
 def test_corrupt_archive_is_rejected_and_nothing_lands(release, tmp_path, path, damage):
     data = bytearray(release[path])
     if damage == "flip":
         mid = len(data) // 2
-        data[mid: mid + 64] = bytes(b ^ 0xFF for b in data[mid: mid + 64])
+        data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
     else:
-        del data[len(data) * 2 // 3:]
+        del data[len(data) * 2 // 3 :]
     srv = ReleaseServer({**release, path: bytes(data)})
     try:
         with pytest.raises(FetchError, match="truncated or corrupt") as err:
@@ -287,9 +315,15 @@ def test_two_processes_at_once_download_once(server, release, tmp_path):
     ready = tmp_path / "ready"
     ready.mkdir()
     out = tmp_path / "shared"
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(ROOT), str(out), server.url,
-                               str(ready), str(i)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(ROOT), str(out), server.url, str(ready), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     finished = [(p.communicate(timeout=120), p.returncode) for p in procs]
     assert all(server.gets[path] == 1 for path in release), server.gets  # each requested once
     assert [code for _, code in finished] == [0, 0], [err for (_, err), _ in finished]
@@ -301,13 +335,27 @@ def test_two_processes_at_once_download_once(server, release, tmp_path):
 
 def _cli(module: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", module, "fetch", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", module, "fetch", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_http_404_gives_one_clear_line(server, tmp_path):
-    res = _cli("datamodules.wmt17", "--pair", "en-fi", "--to", str(tmp_path / "fi"),
-               "--base-url", server.url, "--no-progress")  # the miniature release has no fi-en
+    res = _cli(
+        "datamodules.wmt17",
+        "--pair",
+        "en-fi",
+        "--to",
+        str(tmp_path / "fi"),
+        "--base-url",
+        server.url,
+        "--no-progress",
+    )  # the miniature release has no fi-en
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith("error: HTTP 404") and f"{server.url}/fi-en/" in lines[0]
@@ -320,15 +368,28 @@ def test_unreachable_host_gives_one_clear_line(tmp_path):
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    res = _cli("datamodules.wmt17_fetch", "--pair", "en-tr", "--to", str(tmp_path / "tr"),
-               "--base-url", f"http://127.0.0.1:{port}/wmt17", "--no-progress", "--retries", "2",
-               "--retry-delay", "0.01")
+    res = _cli(
+        "datamodules.wmt17_fetch",
+        "--pair",
+        "en-tr",
+        "--to",
+        str(tmp_path / "tr"),
+        "--base-url",
+        f"http://127.0.0.1:{port}/wmt17",
+        "--no-progress",
+        "--retries",
+        "2",
+        "--retry-delay",
+        "0.01",
+    )
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith(f"error: cannot reach http://127.0.0.1:{port}/wmt17/tr-en/")
     assert "after 3 tries" in lines[0]  # a refused connection is retried
-    assert [ln.rsplit(";", 1)[1] for ln in res.stdout.splitlines() if "retry" in ln] == \
-        [" retry 1 of 2 in 0.01 s", " retry 2 of 2 in 0.02 s"]
+    assert [ln.rsplit(";", 1)[1] for ln in res.stdout.splitlines() if "retry" in ln] == [
+        " retry 1 of 2 in 0.01 s",
+        " retry 2 of 2 in 0.02 s",
+    ]
     assert "refused" in lines[0].lower() and "--base-url" in lines[0] and "offline" in lines[0]
     assert final_files(tmp_path / "tr") == []
 
@@ -340,11 +401,30 @@ def _limit_file_size() -> None:  # runs in the child: writes past 64 KB fail wit
 
 def test_full_disk_leaves_no_half_written_file(server, release, tmp_path):
     assert max(len(d) for d in release.values()) < 64_000 < len(expected_layout()["train.de"])
-    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
-            "from datamodules.wmt17_fetch import main; sys.exit(main(sys.argv[2:]))")
-    res = subprocess.run([sys.executable, "-c", code, str(ROOT), "fetch", "--pair", "en-de",
-                          "--to", str(tmp_path), "--base-url", server.url, "--no-progress"],
-                         capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from datamodules.wmt17_fetch import main; sys.exit(main(sys.argv[2:]))"
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(ROOT),
+            "fetch",
+            "--pair",
+            "en-de",
+            "--to",
+            str(tmp_path),
+            "--base-url",
+            server.url,
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size,
+    )
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert "disk full" in lines[0] and "run the same command again" in lines[0]
@@ -398,8 +478,9 @@ def test_help_lists_the_file_names_of_every_pair(capsys):
     assert "newsdev2016.tr" in text and "names above" not in text
 
 
-def test_sha256sums_are_checked_when_the_files_are_already_in_place(server, release, tmp_path,
-                                                                    capsys):
+def test_sha256sums_are_checked_when_the_files_are_already_in_place(
+    server, release, tmp_path, capsys
+):
     sums = {n.rsplit("/", 1)[1]: hashlib.sha256(d).hexdigest() for n, d in release.items()}
     fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
     layout = {name: (tmp_path / name).read_bytes() for name in LAYOUT}
@@ -407,21 +488,43 @@ def test_sha256sums_are_checked_when_the_files_are_already_in_place(server, rele
     again = fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
     assert again.outcome == "present" and again.verified == dict.fromkeys(sums, MANIFEST)
     wrong = {**sums, "dev.tgz": "0" * 64}
-    with pytest.raises(FetchError, match=r"dev\.tgz: sha256 \w+ of .*wmt17-fetch\.json .*does not "
-                                         "match the expected 0{64}.*move them away"):
+    with pytest.raises(
+        FetchError,
+        match=r"dev\.tgz: sha256 \w+ of .*wmt17-fetch\.json .*does not "
+        "match the expected 0{64}.*move them away",
+    ):
         fetch("en-de", str(tmp_path), base_url=server.url, checksums=wrong)
     assert {name: (tmp_path / name).read_bytes() for name in LAYOUT} == layout  # untouched
     sums_file = tmp_path.parent / f"{tmp_path.name}.sha256"
     sums_file.write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))
-    assert main(["fetch", "--pair", "en-de", "--to", str(tmp_path), "--base-url", server.url,
-                 "--sha256sums", str(sums_file)]) == 0
+    assert (
+        main(
+            [
+                "fetch",
+                "--pair",
+                "en-de",
+                "--to",
+                str(tmp_path),
+                "--base-url",
+                server.url,
+                "--sha256sums",
+                str(sums_file),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "nothing downloaded" in out and "sha256 matches" in out and \
-        "dev.tgz (as recorded in wmt17-fetch.json when fetched)" in out
+    assert (
+        "nothing downloaded" in out
+        and "sha256 matches" in out
+        and "dev.tgz (as recorded in wmt17-fetch.json when fetched)" in out
+    )
     assert sum(server.gets.values()) == gets  # checked without a request
     (tmp_path / MANIFEST).unlink()  # now as if placed by hand: nothing to check against
-    with pytest.raises(FetchError, match="cannot check --sha256sums for corpus.tc.de.gz.*placed "
-                                         "by hand.*drop --sha256sums"):
+    with pytest.raises(
+        FetchError,
+        match="cannot check --sha256sums for corpus.tc.de.gz.*placed by hand.*drop --sha256sums",
+    ):
         fetch("en-de", str(tmp_path), base_url=server.url, checksums=sums)
     (tmp_path / ".download").mkdir()  # the archives copied back: they are hashed
     for path, data in release.items():
@@ -431,7 +534,9 @@ def test_sha256sums_are_checked_when_the_files_are_already_in_place(server, rele
 
 
 def _retry_waits(caplog) -> list[str]:
-    return [r.getMessage().rsplit(" in ", 1)[1] for r in caplog.records if "; retry " in r.getMessage()]
+    return [
+        r.getMessage().rsplit(" in ", 1)[1] for r in caplog.records if "; retry " in r.getMessage()
+    ]
 
 
 def test_server_errors_are_retried_with_exponential_backoff(server, release, tmp_path, caplog):
@@ -460,10 +565,26 @@ def test_ctrl_c_says_how_to_resume_and_keeps_every_byte_received(server, release
     stderr, status 130, and the partial file holds the 5,000 bytes that had arrived."""
     server.hold[CORPUS_DE] = 5000  # not a multiple of any block size
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "datamodules.wmt17_fetch", "fetch", "--pair",
-                             "en-de", "--to", str(tmp_path), "--base-url", server.url,
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datamodules.wmt17_fetch",
+            "fetch",
+            "--pair",
+            "en-de",
+            "--to",
+            str(tmp_path),
+            "--base-url",
+            server.url,
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 60
     while server.sent[CORPUS_DE] < 5000 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -472,8 +593,10 @@ def test_ctrl_c_says_how_to_resume_and_keeps_every_byte_received(server, release
     out, err = proc.communicate(timeout=30)
     part = tmp_path / ".download" / "corpus.tc.de.gz.part"
     assert proc.returncode == 130 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith(f"interrupted: stopped: 5,000 bytes of corpus.tc.de.gz kept in {part}; "
-                          "run the same command again to resume")
+    assert err.startswith(
+        f"interrupted: stopped: 5,000 bytes of corpus.tc.de.gz kept in {part}; "
+        "run the same command again to resume"
+    )
     assert part.stat().st_size == 5000
     report = fetch("en-de", str(tmp_path), base_url=server.url)  # the same command again
     assert (CORPUS_DE, "bytes=5000-") in server.ranges
@@ -497,12 +620,15 @@ def test_a_fetch_waiting_for_the_lock_says_who_holds_it(server, tmp_path, caplog
     caplog.set_level(logging.INFO, logger="datamodules.wmt17_fetch")
     results = []
     with _fetch_lock(str(tmp_path), "en-de"):  # another fetch at work
-        waiter = threading.Thread(target=lambda: results.append(
-            fetch("en-de", str(tmp_path), base_url=server.url)))
+        waiter = threading.Thread(
+            target=lambda: results.append(fetch("en-de", str(tmp_path), base_url=server.url))
+        )
         waiter.start()
         deadline = time.monotonic() + 10
-        while not any("waiting for" in r.getMessage() for r in caplog.records) \
-                and time.monotonic() < deadline:
+        while (
+            not any("waiting for" in r.getMessage() for r in caplog.records)
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         assert sum(server.gets.values()) == 0  # it waits: nothing downloaded yet
     waiter.join(60)
@@ -518,10 +644,16 @@ def test_archives_placed_by_hand_are_kept_and_downloaded_ones_removed(server, re
     for path in (CORPUS_DE, DEV):
         (tmp_path / ".download" / path.rsplit("/", 1)[1]).write_bytes(release[path])
     report = fetch("en-de", str(tmp_path), base_url=server.url)
-    assert report.received == {"corpus.tc.de.gz": 0, "corpus.tc.en.gz": len(release[CORPUS_EN]),
-                               "dev.tgz": 0}
+    assert report.received == {
+        "corpus.tc.de.gz": 0,
+        "corpus.tc.en.gz": len(release[CORPUS_EN]),
+        "dev.tgz": 0,
+    }
     assert report.kept == ["corpus.tc.de.gz", "dev.tgz"]
-    assert sorted(p.name for p in (tmp_path / ".download").iterdir()) == ["corpus.tc.de.gz", "dev.tgz"]
+    assert sorted(p.name for p in (tmp_path / ".download").iterdir()) == [
+        "corpus.tc.de.gz",
+        "dev.tgz",
+    ]
     assert (tmp_path / ".download" / "dev.tgz").read_bytes() == release[DEV]
 
 
@@ -531,8 +663,9 @@ def test_a_corrupt_archive_placed_by_hand_is_kept_and_named(release, tmp_path):
         (tmp_path / ".download" / path.rsplit("/", 1)[1]).write_bytes(data)
     bad = tmp_path / ".download" / "dev.tgz"
     bad.write_bytes(release[DEV][: len(release[DEV]) // 2])
-    with pytest.raises(FetchError, match="dev.tgz is truncated or corrupt .*placed by hand and is "
-                                         "kept: replace it"):
+    with pytest.raises(
+        FetchError, match="dev.tgz is truncated or corrupt .*placed by hand and is kept: replace it"
+    ):
         fetch("en-de", str(tmp_path), base_url="http://127.0.0.1:9/unreachable")
     assert bad.stat().st_size == len(release[DEV]) // 2
     assert final_files(tmp_path) == [] and not hidden_temporaries(tmp_path)
@@ -552,8 +685,14 @@ def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path, qu
     from datamodules import WMT17DataModule
     from lightning_modules import Seq2SeqModule
 
-    settings = dict(pair="en-de", data_dir=str(tmp_path / "wmt17" / "en-de"), vocab_size=800,
-                    max_length=50, batch_tokens=1500, release_url=server.url)
+    settings = dict(
+        pair="en-de",
+        data_dir=str(tmp_path / "wmt17" / "en-de"),
+        vocab_size=800,
+        max_length=50,
+        batch_tokens=1500,
+        release_url=server.url,
+    )
     with pytest.raises(FileNotFoundError, match="python -m datamodules.wmt17 fetch --pair en-de"):
         WMT17DataModule(**settings).prepare_data()  # download is off by default
     assert sum(server.gets.values()) == 0
@@ -562,16 +701,25 @@ def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path, qu
     dm.setup("fit")
     assert len(dm.datasets["valid"]) == 25 and dm.prefixes["valid"] == "newstest2015"
     pl.seed_everything(0)
-    model = Seq2SeqModule(src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size,
-                          attention="bahdanau", preset="tiny", lr=1e-3,
-                          max_source_len=dm.max_source_len)
-    trainer = quiet_trainer(max_steps=3, num_sanity_val_steps=0, limit_train_batches=3, use_distributed_sampler=False)
+    model = Seq2SeqModule(
+        src_vocab_size=dm.src_vocab_size,
+        tgt_vocab_size=dm.tgt_vocab_size,
+        attention="bahdanau",
+        preset="tiny",
+        lr=1e-3,
+        max_source_len=dm.max_source_len,
+    )
+    trainer = quiet_trainer(
+        max_steps=3, num_sanity_val_steps=0, limit_train_batches=3, use_distributed_sampler=False
+    )
     trainer.fit(model, datamodule=dm)
     metrics = trainer.callback_metrics
     assert trainer.global_step == 3
     assert 0.0 <= float(metrics["val/bleu"]) <= 100.0
     assert 0.0 <= float(metrics["val/sacrebleu"]) <= 100.0
-    assert model.last_bleu_signature.startswith("nrefs:1") and "tok:13a" in model.last_bleu_signature
+    assert (
+        model.last_bleu_signature.startswith("nrefs:1") and "tok:13a" in model.last_bleu_signature
+    )
 
 
 def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, release, tmp_path):
@@ -581,10 +729,18 @@ def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, 
     from sweeps.build import build_datamodule, prepare_data
     from sweeps.study import load_spec
 
-    sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml", profile="smoke", overrides=[
-        "task.download=true", f"task.release_url={server.url}",
-        f"task.data_dir={tmp_path}/wmt17/{{pair}}", f"task.cache_dir={tmp_path}/cache",
-        "task.valid_prefix=newstest2015", "task.test_prefix=newstest2016"])
+    sweep = load_spec(
+        ROOT / "sweeps" / "wmt17.yaml",
+        profile="smoke",
+        overrides=[
+            "task.download=true",
+            f"task.release_url={server.url}",
+            f"task.data_dir={tmp_path}/wmt17/{{pair}}",
+            f"task.cache_dir={tmp_path}/cache",
+            "task.valid_prefix=newstest2015",
+            "task.test_prefix=newstest2016",
+        ],
+    )
     tasks = [plan.task for plan in sweep.plans]
     assert len(tasks) == 5 and all(t["download"] is True for t in tasks)
     prepare_data(tasks)  # what sweeps/launch.py runs in the driver
@@ -593,5 +749,6 @@ def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, 
     dm.prepare_data()
     assert set(dm.cache_report.values()) == {"hit"}
     assert sum(server.gets.values()) == len(release)
-    assert (tmp_path / "wmt17" / "en-de" / "newstest2016.de").read_bytes() == \
-        expected_layout()["newstest2016.de"]
+    assert (tmp_path / "wmt17" / "en-de" / "newstest2016.de").read_bytes() == expected_layout()[
+        "newstest2016.de"
+    ]

@@ -4,18 +4,19 @@ One file per mechanism: every module of this package is imported here, and impor
 registers its mechanism(s) (``@register_attention``), so a new file needs no import line. A file
 that fails to import raises an ImportError naming it.
 """
+
 import importlib
 import pkgutil
 
 from .base import (
     ATTENTION_REGISTRY,
     Attention,
+    Shared,
     attention_options,
     beam_groups,
     build_attention,
     headline_options,
     map_batch,
-    Shared,
     register_attention,
 )
 
@@ -27,8 +28,12 @@ def _import_mechanisms() -> None:
         try:
             importlib.import_module(f"{__name__}.{info.name}")
         except Exception as exc:
-            path = f"{__path__[0]}/{info.name}.py" if not info.ispkg else f"{__path__[0]}/{info.name}/"
-            raise ImportError(f"attention mechanism file {path} failed to import: {type(exc).__name__}: {exc}") from exc
+            path = (
+                f"{__path__[0]}/{info.name}.py" if not info.ispkg else f"{__path__[0]}/{info.name}/"
+            )
+            raise ImportError(
+                f"attention mechanism file {path} failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 _import_mechanisms()

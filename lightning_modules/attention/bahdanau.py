@@ -1,7 +1,8 @@
 """Bahdanau (additive) attention: score_j = v^T tanh(W_q q + W_k s_j)."""
+
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import torch
 from annotated_types import Ge
@@ -22,7 +23,9 @@ class BahdanauAttention(Attention):
         attention_dim: width A of the hidden scoring layer (default: H).
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, attention_dim: Optional[Annotated[int, Ge(1)]] = None) -> None:
+    def __init__(
+        self, query_dim: int, memory_dim: int, attention_dim: Annotated[int, Ge(1)] | None = None
+    ) -> None:
         super().__init__(query_dim, memory_dim)
         self.attention_dim = attention_dim or query_dim
         self.query_proj = nn.Linear(query_dim, self.attention_dim, bias=False)  # W_q

@@ -20,11 +20,13 @@ A cache may also hold a :class:`Shared` value: tensors that are the same for eve
 weights rearranged once per decode for a faster step. :func:`map_batch` passes it through
 untouched, so expanding or reordering rows never copies it.
 """
+
 from __future__ import annotations
 
 import inspect
 import types
-from typing import Any, Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -32,17 +34,22 @@ from torch import nn
 Cache = Any  # tensor | tuple | dict of tensors (batch first)
 State = Any  # tensor | tuple | dict of tensors (batch first) | None
 
-ATTENTION_REGISTRY: dict[str, type["Attention"]] = {}
+ATTENTION_REGISTRY: dict[str, type[Attention]] = {}
 
 
-def register_attention(name: str) -> Callable[[type["Attention"]], type["Attention"]]:
+def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]]:
     """Class decorator: make a mechanism buildable by ``build_attention(name, ...)``."""
 
-    def deco(cls: type["Attention"]) -> type["Attention"]:
+    def deco(cls: type[Attention]) -> type[Attention]:
         if name in ATTENTION_REGISTRY and ATTENTION_REGISTRY[name] is not cls:
             raise ValueError(f"attention {name!r} is registered twice")
-        if cls.headline is not None and cls.headline not in inspect.signature(cls.__init__).parameters:
-            raise ValueError(f"attention {name!r}: headline {cls.headline!r} is not one of its constructor's options")
+        if (
+            cls.headline is not None
+            and cls.headline not in inspect.signature(cls.__init__).parameters
+        ):
+            raise ValueError(
+                f"attention {name!r}: headline {cls.headline!r} is not one of its constructor's options"
+            )
         cls.name = name
         ATTENTION_REGISTRY[name] = cls
         return cls
@@ -56,7 +63,10 @@ def attention_options(name: str) -> dict[str, Any]:
     sig = inspect.signature(cls.__init__)
     out = {}
     for pname, p in sig.parameters.items():
-        if pname in ("self", "query_dim", "memory_dim") or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+        if pname in ("self", "query_dim", "memory_dim") or p.kind in (
+            p.VAR_KEYWORD,
+            p.VAR_POSITIONAL,
+        ):
             continue
         out[pname] = None if p.default is inspect.Parameter.empty else p.default
     return out
@@ -72,7 +82,7 @@ def headline_options() -> dict[str, tuple[str, str, Any]]:
     return out
 
 
-def _lookup(name: str) -> type["Attention"]:
+def _lookup(name: str) -> type[Attention]:
     try:
         return ATTENTION_REGISTRY[name]
     except KeyError:
@@ -80,7 +90,7 @@ def _lookup(name: str) -> type["Attention"]:
         raise ValueError(f"unknown attention {name!r}; valid names: {valid}") from None
 
 
-def build_attention(name: str, query_dim: int, memory_dim: int, **options: Any) -> "Attention":
+def build_attention(name: str, query_dim: int, memory_dim: int, **options: Any) -> Attention:
     """Build a registered mechanism by name.
 
     Args:
@@ -154,7 +164,7 @@ class Attention(nn.Module):
     shares_cache: ClassVar[bool] = False
     #: the option that tells this mechanism's variants apart (memory attention: "K"), or None. The
     #: sweep results give it a column of that name, the tables show it, the plots draw BLEU against it.
-    headline: ClassVar[Optional[str]] = None
+    headline: ClassVar[str | None] = None
     #: what the headline option is, for axis labels (memory attention: "memory vectors")
     headline_meaning: ClassVar[str] = ""
 
@@ -185,7 +195,7 @@ class Attention(nn.Module):
 
     def step(
         self, query: torch.Tensor, cache: Cache, state: State, need_weights: bool = False
-    ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
         """One target step.
 
         Args:
@@ -199,6 +209,8 @@ class Attention(nn.Module):
         """
         raise NotImplementedError
 
-    def extra_weights(self, query: torch.Tensor, cache: Cache, state: State) -> dict[str, torch.Tensor]:
+    def extra_weights(
+        self, query: torch.Tensor, cache: Cache, state: State
+    ) -> dict[str, torch.Tensor]:
         """Mechanism-specific alignments for visualisation (memory attention: alpha and beta)."""
         return {}

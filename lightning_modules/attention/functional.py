@@ -9,9 +9,8 @@ mechanisms that call it:
 - :func:`monotonic_alignment`: Raffel et al.'s (2017) monotonic alignment, as the slow recursive
   reference, the parallel log-space form used in training, or the hard (test-time) form.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 
@@ -38,7 +37,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> t
     return torch.softmax(filled, dim=dim) * mask.to(scores.dtype)  # (B, S)
 
 
-def position_encoding(K: int, S: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def position_encoding(
+    K: int, S: int, dtype: torch.dtype = torch.float32, device=None
+) -> torch.Tensor:
     """Britz et al. (2017) eq. 10: ``L[k, s] = (1 - k/K)(1 - s/S) + (k/K)(s/S)``, 1-based k and s.
 
     Args:
@@ -85,7 +86,9 @@ def _logs_from_p(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return log_p, log_1mp
 
 
-def _monotonic_recursive(p: torch.Tensor, previous: torch.Tensor, one_minus_p: torch.Tensor) -> torch.Tensor:
+def _monotonic_recursive(
+    p: torch.Tensor, previous: torch.Tensor, one_minus_p: torch.Tensor
+) -> torch.Tensor:
     """Raffel et al. eq. 9 as a loop over j: q_j = (1 - p_{j-1}) q_{j-1} + a'_j, a_j = p_j q_j."""
     q = previous[:, 0]  # (B,)
     out = [p[:, 0] * q]
@@ -95,7 +98,9 @@ def _monotonic_recursive(p: torch.Tensor, previous: torch.Tensor, one_minus_p: t
     return torch.stack(out, dim=1)  # (B, S)
 
 
-def _monotonic_parallel(log_p: torch.Tensor, log_1mp: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+def _monotonic_parallel(
+    log_p: torch.Tensor, log_1mp: torch.Tensor, previous: torch.Tensor
+) -> torch.Tensor:
     """The closed form of the recursion, in log space.
 
     With the exclusive cumulative sum ``L_j = sum_{l<j} log(1 - p_l)`` (log of the probability of
@@ -134,7 +139,9 @@ def _monotonic_hard(p: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
     start = previous.argmax(dim=1)  # (B,) the one-hot's position (mode, for a soft row)
     candidates = (p > 0.5) & (positions >= start[:, None])  # (B, S)
     first = candidates.to(torch.uint8).argmax(dim=1)  # (B,) index of the first True
-    attends = candidates.any(dim=1) & (previous > 0).any(dim=1)  # (B,) an all-zero previous stays off
+    attends = candidates.any(dim=1) & (previous > 0).any(
+        dim=1
+    )  # (B,) an all-zero previous stays off
     one_hot = torch.nn.functional.one_hot(first, S).to(p.dtype)  # (B, S)
     return one_hot * attends[:, None].to(p.dtype)  # (B, S)
 
@@ -143,8 +150,8 @@ def monotonic_alignment(
     p: torch.Tensor,
     previous: torch.Tensor,
     mode: str = "parallel",
-    log_p: Optional[torch.Tensor] = None,
-    log_1mp: Optional[torch.Tensor] = None,
+    log_p: torch.Tensor | None = None,
+    log_1mp: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Raffel et al. (2017) monotonic alignment for one output step.
 
@@ -163,7 +170,9 @@ def monotonic_alignment(
         mass ran off the end). Hard mode: one-hot rows or all-zero rows.
     """
     if mode not in MONOTONIC_MODES:
-        raise ValueError(f"unknown monotonic mode {mode!r}; valid modes: {', '.join(MONOTONIC_MODES)}")
+        raise ValueError(
+            f"unknown monotonic mode {mode!r}; valid modes: {', '.join(MONOTONIC_MODES)}"
+        )
     if mode == "hard":
         return _monotonic_hard(p, previous)
     if log_p is None or log_1mp is None:

@@ -1,8 +1,9 @@
 """Key-value (dot-product) attention with learned query, key and value maps."""
+
 from __future__ import annotations
 
 import math
-from typing import Annotated, Optional
+from typing import Annotated
 
 import torch
 from annotated_types import Ge
@@ -34,8 +35,8 @@ class KeyValueAttention(Attention):
         self,
         query_dim: int,
         memory_dim: int,
-        key_dim: Optional[Annotated[int, Ge(1)]] = None,
-        value_dim: Optional[Annotated[int, Ge(1)]] = None,
+        key_dim: Annotated[int, Ge(1)] | None = None,
+        value_dim: Annotated[int, Ge(1)] | None = None,
         scaled: bool = False,
     ) -> None:
         super().__init__(query_dim, memory_dim)

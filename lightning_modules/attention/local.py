@@ -8,6 +8,7 @@ the real positions inside the window. As in Luong et al. (eq. 10), the Gaussian-
 weights are *not* renormalised: they sum to at most 1, and the context is the correspondingly
 shrunken weighted sum. Positions outside the sentence or the window get exactly 0.
 """
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -55,11 +56,17 @@ class _LocalAttention(Attention):
         offset = (positions[None, :] - p_t[:, None]).view(Bc, G, S)  # (Bc, G, S) s - p_t
         in_window = offset.abs() <= self.window  # (Bc, G, S)
         scores = torch.einsum("bsh,bgh->bgs", cache["keys"], query.view(Bc, G, -1))  # (Bc, G, S)
-        align = masked_softmax(scores, mask.unsqueeze(1) & in_window)  # (Bc, G, S), 0 outside sentence/window
+        align = masked_softmax(
+            scores, mask.unsqueeze(1) & in_window
+        )  # (Bc, G, S), 0 outside sentence/window
         gaussian = torch.exp(-offset.square() / (2 * self.sigma**2))  # (Bc, G, S)
         weights = align * gaussian  # (Bc, G, S) not renormalised (Luong eq. 10)
         ctx = torch.bmm(weights, cache["memory"]).view(query.shape[0], -1)  # (N, D)
-        return ctx, self._next_state(state), weights.view(query.shape[0], S) if need_weights else None
+        return (
+            ctx,
+            self._next_state(state),
+            weights.view(query.shape[0], S) if need_weights else None,
+        )
 
 
 @register_attention("local_m")

@@ -1,5 +1,6 @@
 """Luong et al. (2015) global attention: the dot, general and concat content scores, and the
 location-based score computed from the decoder state alone."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -121,7 +122,9 @@ class LuongLocationAttention(Attention):
         max_source_len: longest source the score layer covers; a longer source raises.
     """
 
-    def __init__(self, query_dim: int, memory_dim: int, max_source_len: Annotated[int, Ge(1)] = 256) -> None:
+    def __init__(
+        self, query_dim: int, memory_dim: int, max_source_len: Annotated[int, Ge(1)] = 256
+    ) -> None:
         super().__init__(query_dim, memory_dim)
         self.max_source_len = max_source_len
         self.W_a = nn.Linear(query_dim, max_source_len)

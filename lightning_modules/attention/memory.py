@@ -36,9 +36,11 @@ source positions for each k instead ("S") makes each C_k a convex combination of
 states, a length-independent summary. The paper's text admits both readings, so the sweep can
 compare them. It has no effect with sigmoid encoder scoring (which normalises over nothing).
 """
+
 from __future__ import annotations
 
-from typing import Annotated, Callable
+from collections.abc import Callable
+from typing import Annotated
 
 import torch
 from annotated_types import Ge
@@ -53,7 +55,6 @@ from .functional import position_encoding as position_encoding_matrix  # the opt
 SCORINGS = ("softmax", "sigmoid")
 NORMALIZATIONS = ("K", "S")
 PE_NORMALIZATIONS = ("sentence", "none")
-
 
 
 def _softmax_over_k(pre: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -84,7 +85,9 @@ _DECODER_SCORES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def _check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"memory attention: {option}={value!r} is not one of {', '.join(map(repr, allowed))}")
+        raise ValueError(
+            f"memory attention: {option}={value!r} is not one of {', '.join(map(repr, allowed))}"
+        )
 
 
 @register_attention("memory")
@@ -123,7 +126,9 @@ class MemoryAttention(Attention):
         _check_choice("encoder_scoring", encoder_scoring, SCORINGS)
         _check_choice("decoder_scoring", decoder_scoring, SCORINGS)
         _check_choice("encoder_normalization", encoder_normalization, NORMALIZATIONS)
-        _check_choice("position_encoding_normalization", position_encoding_normalization, PE_NORMALIZATIONS)
+        _check_choice(
+            "position_encoding_normalization", position_encoding_normalization, PE_NORMALIZATIONS
+        )
         self.K = K
         self.encoder_scoring = encoder_scoring
         self.decoder_scoring = decoder_scoring
@@ -136,7 +141,9 @@ class MemoryAttention(Attention):
         self.W_alpha = nn.Linear(memory_dim, K, bias=bias)
         self.W_beta = nn.Linear(query_dim, K, bias=bias)
         if position_encoding:
-            self.register_buffer("pe", position_encoding_matrix(K, max_source_len), persistent=False)
+            self.register_buffer(
+                "pe", position_encoding_matrix(K, max_source_len), persistent=False
+            )
 
     shares_cache = True
     headline = "K"
@@ -153,7 +160,9 @@ class MemoryAttention(Attention):
                 )
             pe = self.pe[:, :S].to(pre.dtype)  # (K, S)
             if self.position_encoding_normalization == "sentence":
-                pre = pre * sentence_position_encoding(pe, mask)  # (B, S, K) o l_s, jagged per sentence
+                pre = pre * sentence_position_encoding(
+                    pe, mask
+                )  # (B, S, K) o l_s, jagged per sentence
             else:
                 pre = pre * pe.T  # (B, S, K) o l_s, the columns of L as they are
         alpha = self._encoder_score(pre, mask)  # (B, S, K), 0 at padded positions
@@ -170,7 +179,9 @@ class MemoryAttention(Attention):
         ctx = torch.bmm(beta, C).view(query.shape[0], -1)  # (N, D); bmm: half einsum's overhead
         weights = None
         if need_weights:
-            weights = torch.einsum("bsk,bgk->bgs", cache["alpha"], beta).reshape(query.shape[0], -1)  # (N, S)
+            weights = torch.einsum("bsk,bgk->bgs", cache["alpha"], beta).reshape(
+                query.shape[0], -1
+            )  # (N, S)
         return ctx, state, weights
 
     def extra_weights(self, query, cache, state):

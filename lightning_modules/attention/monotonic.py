@@ -37,10 +37,11 @@ A state built in one mode is converted if a step runs in the other (e.g. ``.eval
 a hard state becomes its one-hot row, a soft alignment its argmax (or pos = S, attending nowhere,
 if it is all zero).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Annotated, Optional
+from typing import Annotated
 
 import torch
 from annotated_types import Ge
@@ -76,16 +77,20 @@ class MonotonicAttention(Attention):
         self,
         query_dim: int,
         memory_dim: int,
-        attention_dim: Optional[Annotated[int, Ge(1)]] = None,
+        attention_dim: Annotated[int, Ge(1)] | None = None,
         score_bias_init: float = -4.0,
         sigmoid_noise: Annotated[float, Ge(0)] = 1.0,
-        mode: Optional[str] = None,
+        mode: str | None = None,
         scan_chunk: Annotated[int, Ge(1)] = 8,
     ) -> None:
         super().__init__(query_dim, memory_dim)
         if mode is not None and mode not in MONOTONIC_MODES:
-            raise ValueError(f"monotonic: mode={mode!r} is not None or one of {', '.join(MONOTONIC_MODES)}")
-        check_ranges(MonotonicAttention.__init__, locals(), owner="monotonic")  # sigmoid_noise: a std
+            raise ValueError(
+                f"monotonic: mode={mode!r} is not None or one of {', '.join(MONOTONIC_MODES)}"
+            )
+        check_ranges(
+            MonotonicAttention.__init__, locals(), owner="monotonic"
+        )  # sigmoid_noise: a std
         self.scan_chunk = scan_chunk
         A = attention_dim or query_dim
         self.attention_dim = A
@@ -96,7 +101,7 @@ class MonotonicAttention(Attention):
         self.v = nn.Parameter(torch.empty(A).uniform_(-1 / math.sqrt(A), 1 / math.sqrt(A)))
         self.g = nn.Parameter(torch.tensor(1 / math.sqrt(A)))
         self.r = nn.Parameter(torch.tensor(float(score_bias_init)))
-        self._layout_memo: Optional[tuple] = None  # see _layout
+        self._layout_memo: tuple | None = None  # see _layout
 
     # ---- maths -------------------------------------------------------------------------
     def _current_mode(self) -> str:
@@ -144,7 +149,9 @@ class MonotonicAttention(Attention):
         memory_ahead = F.pad(memory, (0, 0, 0, C))  # (B, S + C, D)
         keys_ahead = self.W_s(memory_ahead)  # (B, S + C, A) ... its keys ...
         # ... r where a position can stop the scan, -inf where it cannot (padding) ...
-        stop_bias = torch.where(mask, self.r, torch.tensor(float("-inf"), dtype=keys_ahead.dtype, device=mask.device))
+        stop_bias = torch.where(
+            mask, self.r, torch.tensor(float("-inf"), dtype=keys_ahead.dtype, device=mask.device)
+        )
         bias_ahead = F.pad(stop_bias, (0, C), value=float("-inf"))  # (B, S + C)
         # ... and the step's weights, rearranged once: W_h transposed (a row-major (H, A) matrix
         # makes the step's projection a third faster on CPU) and g * v_hat
@@ -166,8 +173,13 @@ class MonotonicAttention(Attention):
         mask = cache["mask"]
         if self._current_mode() == "hard":
             # an empty sentence (end 0) attends nowhere from the start
-            return {"pos": torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device), "end": cache["end"]}
-        alignment = torch.zeros(mask.shape, dtype=cache["memory"].dtype, device=mask.device)  # (B, S)
+            return {
+                "pos": torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device),
+                "end": cache["end"],
+            }
+        alignment = torch.zeros(
+            mask.shape, dtype=cache["memory"].dtype, device=mask.device
+        )  # (B, S)
         alignment[:, 0] = mask[:, 0].to(alignment.dtype)  # one-hot at position 0, masked
         return {"alignment": alignment}
 
@@ -176,7 +188,9 @@ class MonotonicAttention(Attention):
         G = beam_groups(query, cache["mask"].shape[0])
         if mode == "hard":
             cache = self._with_scan_inputs(cache)
-            return self._hard_step(query, cache, self._as_hard_state(state, cache, G), G, need_weights)
+            return self._hard_step(
+                query, cache, self._as_hard_state(state, cache, G), G, need_weights
+            )
         if G > 1:  # the soft modes are not a decode hot path: give every query row its cache row
             rows = torch.arange(query.shape[0], device=query.device) // G  # (N,)
             cache = map_batch(lambda x: x.index_select(0, rows), cache)
@@ -192,7 +206,9 @@ class MonotonicAttention(Attention):
         ctx = torch.einsum("bs,bsd->bd", alignment, cache["memory"])  # (B, D)
         return ctx, {"alignment": alignment}, alignment if need_weights else None
 
-    def _scan_energy(self, cand: torch.Tensor, query_proj: torch.Tensor, bias: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def _scan_energy(
+        self, cand: torch.Tensor, query_proj: torch.Tensor, bias: torch.Tensor, weight: torch.Tensor
+    ) -> torch.Tensor:
         """The hard scan's energies g * v_hat^T tanh(cand + query_proj) + bias, computed in place.
 
         Args:
@@ -205,9 +221,13 @@ class MonotonicAttention(Attention):
         """
         n, W, A = cand.shape
         hidden = cand.add_(query_proj.unsqueeze(1)).tanh_()  # (n, W, A)
-        return self._noisy(torch.addmv(bias.reshape(n * W), hidden.view(n * W, A), weight).view(n, W))  # (n, W)
+        return self._noisy(
+            torch.addmv(bias.reshape(n * W), hidden.view(n * W, A), weight).view(n, W)
+        )  # (n, W)
 
-    def _layout(self, Bc: int, SC: int, G: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _layout(
+        self, Bc: int, SC: int, G: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each query row's first row in the flattened (Bc * (S + C), ...) cache, (N,), and its
         first window, (N, C). They depend on the shapes only, so the last pair is kept."""
         key = (Bc, SC, G, self.scan_chunk, device)
@@ -229,8 +249,12 @@ class MonotonicAttention(Attention):
         # 1) one batched window of C candidates ahead of every row's position; padding never hits
         window = (first_window + pos.unsqueeze(1)).view(N * C)  # (N*C,) rows of the flattened cache
         cand = keys.reshape(Bc * SC, A).index_select(0, window).view(N, C, A)  # (N, C, A)
-        energy = self._scan_energy(cand, query_proj, bias.reshape(Bc * SC).index_select(0, window), weight)  # (N, C)
-        found, first = (energy > 0).max(dim=1)  # (N,), (N,) whether the window held a hit, and the first
+        energy = self._scan_energy(
+            cand, query_proj, bias.reshape(Bc * SC).index_select(0, window), weight
+        )  # (N, C)
+        found, first = (energy > 0).max(
+            dim=1
+        )  # (N,), (N,) whether the window held a hit, and the first
         new_pos = pos + first  # (N,) the first hit at or after pos: never moves back
         # 2) rows whose window held no hit but did not reach the sentence end: their whole
         #    sentence at once. The nonzero() is the step's one host sync.
@@ -259,7 +283,9 @@ class MonotonicAttention(Attention):
         sentence = rows // G if G > 1 else rows  # (n,)
         start = start.index_select(0, rows)  # (n,)
         bias = cache["bias_ahead"][:, :S].index_select(0, sentence)  # (n, S)
-        energy = self._scan_energy(keys.index_select(0, sentence), query_proj.index_select(0, rows), bias, weight)
+        energy = self._scan_energy(
+            keys.index_select(0, sentence), query_proj.index_select(0, rows), bias, weight
+        )
         hit = (energy > 0) & (torch.arange(S, device=rows.device) >= start.unsqueeze(1))  # (n, S)
         return torch.where(hit.any(dim=1), hit.to(torch.uint8).argmax(dim=1), S)  # (n,)
 
@@ -270,7 +296,9 @@ class MonotonicAttention(Attention):
             return state
         alignment = state["alignment"]  # (N, S)
         end = cache["end"].repeat_interleave(G) if G > 1 else cache["end"]  # (N,)
-        pos = torch.where((alignment > 0).any(dim=1), alignment.argmax(dim=1), alignment.shape[1])  # (N,) S: nowhere
+        pos = torch.where(
+            (alignment > 0).any(dim=1), alignment.argmax(dim=1), alignment.shape[1]
+        )  # (N,) S: nowhere
         return {"pos": pos, "end": end}
 
     @staticmethod

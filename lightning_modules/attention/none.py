@@ -1,4 +1,5 @@
 """No attention: the decoder gets a zero context, the sequence-to-sequence baseline."""
+
 from __future__ import annotations
 
 import torch
@@ -19,5 +20,9 @@ class NoAttention(Attention):
         rows, S = query.shape[0], cache["mask"].shape[1]
         beam_groups(query, cache["mask"].shape[0])  # checks the rows (beams) per cache row
         weights = query.new_zeros(rows, S) if need_weights else None  # (N, S)
-        zeros = cache["zeros"] if cache["zeros"].shape[0] == rows else cache["zeros"][:1].expand(rows, -1)  # (N, D)
+        zeros = (
+            cache["zeros"]
+            if cache["zeros"].shape[0] == rows
+            else cache["zeros"][:1].expand(rows, -1)
+        )  # (N, D)
         return zeros, state, weights

@@ -14,13 +14,14 @@ difference a point must be better by to count as better, so that a measurement's
 probe's few per cent) cannot by itself make a trial hopeless. The rungs, the front and the
 hypervolume use plain dominance.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 Point = Sequence[float]
-Tolerance = Optional[Sequence[float]]
+Tolerance = Sequence[float] | None
 
 
 def to_minimize(values: Sequence[float], directions: Sequence[str]) -> tuple[float, ...]:
@@ -37,8 +38,9 @@ def dominates(a: Point, b: Point, tolerance: Tolerance = None) -> bool:
     hides that a is worse somewhere: the relation holds only where plain dominance holds too."""
     if not tolerance:
         return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
-    return all(x <= y for x, y in zip(a, b)) and any(x < y - t * max(abs(x), abs(y))
-                                                      for x, y, t in zip(a, b, tolerance))
+    return all(x <= y for x, y in zip(a, b)) and any(
+        x < y - t * max(abs(x), abs(y)) for x, y, t in zip(a, b, tolerance)
+    )
 
 
 def pareto_ranks(points: Sequence[Point]) -> list[int]:
@@ -48,7 +50,11 @@ def pareto_ranks(points: Sequence[Point]) -> list[int]:
     ranks = [0] * len(points)
     rank = 0
     while remaining:
-        front = {i for i in remaining if not any(dominates(points[j], points[i]) for j in remaining if j != i)}
+        front = {
+            i
+            for i in remaining
+            if not any(dominates(points[j], points[i]) for j in remaining if j != i)
+        }
         for i in front:
             ranks[i] = rank
         remaining -= front
@@ -79,7 +85,7 @@ def crowding(points: Sequence[Point], members: Sequence[int]) -> dict[int, float
     return out
 
 
-def rung_order(points: Sequence[Point], ranks: Optional[Sequence[int]] = None) -> list[int]:
+def rung_order(points: Sequence[Point], ranks: Sequence[int] | None = None) -> list[int]:
     """Indices best first: by Pareto rank, then larger crowding distance, then arrival (index).
     ``ranks``: :func:`pareto_ranks` of ``points`` when the caller has them already."""
     ranks = pareto_ranks(points) if ranks is None else ranks
@@ -126,16 +132,25 @@ def hopeless(optimistic: Point, finished: Sequence[Point], tolerance: Tolerance 
 def hypervolume_2d(points: Sequence[Point], reference: Point) -> float:
     """The area dominated by ``points`` (two objectives, minimised) and bounded by
     ``reference``; points not better than the reference on both count nothing."""
-    inside = sorted((float(a), float(b)) for a, b in points if a < reference[0] and b < reference[1])
+    inside = sorted(
+        (float(a), float(b)) for a, b in points if a < reference[0] and b < reference[1]
+    )
     area, best_b = 0.0, float(reference[1])
-    for a, b in inside:  # ascending first objective: each point adds the strip below the best second so far
+    for (
+        a,
+        b,
+    ) in (
+        inside
+    ):  # ascending first objective: each point adds the strip below the best second so far
         if b < best_b:
             area += (reference[0] - a) * (best_b - b)
             best_b = b
     return area
 
 
-def reference_point(points: Sequence[Point], margin: float = 0.1, floor: Optional[Point] = None) -> tuple[float, ...]:
+def reference_point(
+    points: Sequence[Point], margin: float = 0.1, floor: Point | None = None
+) -> tuple[float, ...]:
     """A reference point just past the worst value of each objective: worst + ``margin`` x the
     objective's range (or x |worst| when every point ties), at least ``floor`` when given."""
     ref = []

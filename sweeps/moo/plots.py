@@ -1,12 +1,16 @@
 """The multi-objective search's figures: each (cell, seed)'s Pareto front, and hypervolume against
 the training steps spent (``moo_front.png``, ``moo_hypervolume.png`` beside results.md)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
-def plot_moo(views: Sequence[Any], out_dir: Path, history: Callable[[Any], list[tuple[int, float]]]) -> dict[str, Path]:
+def plot_moo(
+    views: Sequence[Any], out_dir: Path, history: Callable[[Any], list[tuple[int, float]]]
+) -> dict[str, Path]:
     """Both figures for the views of :func:`sweeps.moo.report.load_views`; ``history``: a view's
     (steps spent, hypervolume) steps (:func:`sweeps.moo.report.history`)."""
     import matplotlib
@@ -16,8 +20,12 @@ def plot_moo(views: Sequence[Any], out_dir: Path, history: Callable[[Any], list[
 
     if not views:
         return {}
-    return {"moo_front": save_figure(front_figure(views), Path(out_dir) / "moo_front.png"),
-            "moo_hypervolume": save_figure(hypervolume_figure(views, history), Path(out_dir) / "moo_hypervolume.png")}
+    return {
+        "moo_front": save_figure(front_figure(views), Path(out_dir) / "moo_front.png"),
+        "moo_hypervolume": save_figure(
+            hypervolume_figure(views, history), Path(out_dir) / "moo_hypervolume.png"
+        ),
+    }
 
 
 def front_figure(views: Sequence[Any]):
@@ -38,23 +46,56 @@ def front_figure(views: Sequence[Any]):
         ok = [p for p in finished if p.feasible]
         out = [p for p in finished if not p.feasible]
         if pruned:
-            ax.scatter([p.values[1] for p in pruned], [p.values[0] for p in pruned], c="0.75", s=14,
-                       label="stopped (last report)")
+            ax.scatter(
+                [p.values[1] for p in pruned],
+                [p.values[0] for p in pruned],
+                c="0.75",
+                s=14,
+                label="stopped (last report)",
+            )
         if ok:
-            ax.scatter([p.values[1] for p in ok], [p.values[0] for p in ok], c="C0", s=22, label="finished, feasible")
+            ax.scatter(
+                [p.values[1] for p in ok],
+                [p.values[0] for p in ok],
+                c="C0",
+                s=22,
+                label="finished, feasible",
+            )
         if out:
-            ax.scatter([p.values[1] for p in out], [p.values[0] for p in out], c="C3", marker="x", s=30,
-                       label="constrained out")
+            ax.scatter(
+                [p.values[1] for p in out],
+                [p.values[0] for p in out],
+                c="C3",
+                marker="x",
+                s=30,
+                label="constrained out",
+            )
         front = v.front()
         if front:
-            ax.plot([p.values[1] for p in front], [p.values[0] for p in front], "-o", c="C1", ms=6, label="Pareto front")
+            ax.plot(
+                [p.values[1] for p in front],
+                [p.values[0] for p in front],
+                "-o",
+                c="C1",
+                ms=6,
+                label="Pareto front",
+            )
             for p in front:
-                label = " ".join(f"{k}={val}" for k, val in p.params.items() if k in ("K", "position_encoding"))
-                ax.annotate(label.replace("position_encoding", "PE"), (p.values[1], p.values[0]), fontsize=7,
-                            xytext=(3, -9), textcoords="offset points")
+                label = " ".join(
+                    f"{k}={val}" for k, val in p.params.items() if k in ("K", "position_encoding")
+                )
+                ax.annotate(
+                    label.replace("position_encoding", "PE"),
+                    (p.values[1], p.values[0]),
+                    fontsize=7,
+                    xytext=(3, -9),
+                    textcoords="offset points",
+                )
         base = (v.baseline or {}).get("metrics") or {}
         if base.get(names[0]) is not None and base.get(names[1]) is not None:
-            ax.scatter([base[names[1]]], [base[names[0]]], marker="*", s=120, c="k", label="baseline")
+            ax.scatter(
+                [base[names[1]]], [base[names[0]]], marker="*", s=120, c="k", label="baseline"
+            )
         elif base.get(names[0]) is not None:
             ax.axhline(base[names[0]], c="k", lw=0.8, ls="--", label="baseline")
         ax.set_title(f"{v.cell}, seed {v.seed}", fontsize=9)
@@ -68,8 +109,14 @@ def front_figure(views: Sequence[Any]):
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
     if legend:
-        fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(legend), fontsize=7,
-                   frameon=False)
+        fig.legend(
+            list(legend.values()),
+            list(legend),
+            loc="lower center",
+            ncol=len(legend),
+            fontsize=7,
+            frameon=False,
+        )
     fig.tight_layout(rect=(0, 0.06 if legend else 0, 1, 1))
     return fig
 
@@ -82,7 +129,14 @@ def hypervolume_figure(views: Sequence[Any], history: Callable[[Any], list[tuple
     for v in views:
         h = history(v)
         if h:
-            ax.step([s for s, _ in h], [x for _, x in h], where="post", marker="o", ms=3, label=f"{v.cell}, seed {v.seed}")
+            ax.step(
+                [s for s, _ in h],
+                [x for _, x in h],
+                where="post",
+                marker="o",
+                ms=3,
+                label=f"{v.cell}, seed {v.seed}",
+            )
     ax.set_xlabel("training steps spent (all trials of the study, stopped ones included)")
     ax.set_ylabel("hypervolume (feasible front)")
     ax.set_title("Hypervolume against compute", fontsize=10)

@@ -31,13 +31,15 @@ started with ``SWEEPS_DECODE_PROBE_TABLE=<a decode_probe.json>``, as ``benchmark
 does so that the grid and every search share one set of figures) and each trial's estimate goes into results.md beside the timing stage's figure, with how far
 apart they are (``sweeps.moo.report``).
 """
+
 from __future__ import annotations
 
 import itertools
 import json
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 PROBE_FILE = "decode_probe.json"
 #: model settings that change how a model trains, not what it computes when it decodes
@@ -72,7 +74,7 @@ def k_anchors(low: int, high: int) -> list[int]:
     return sorted(out)
 
 
-def probe_models(spec: Any, plan: Any, baseline: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+def probe_models(spec: Any, plan: Any, baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The model sections to time for one (cell, seed) plan: every combination of the searched
     architecture settings (K at its anchors), and the baseline model of the relative constraints."""
     from ..study import resolve_sections
@@ -99,14 +101,14 @@ def probe_models(spec: Any, plan: Any, baseline: Optional[dict[str, Any]]) -> li
 class DecodeEstimates:
     """The probe's table: per architecture key, seconds by K (None for mechanisms without K)."""
 
-    def __init__(self, entries: Optional[list[dict[str, Any]]] = None) -> None:
+    def __init__(self, entries: list[dict[str, Any]] | None = None) -> None:
         self.entries: list[dict[str, Any]] = list(entries or [])
-        self._by_key: dict[str, dict[Optional[int], float]] = {}
-        self._fitted: dict[str, dict[Optional[int], float]] = {}
+        self._by_key: dict[str, dict[int | None, float]] = {}
+        self._fitted: dict[str, dict[int | None, float]] = {}
         for e in self.entries:
             self._by_key.setdefault(e["key"], {})[e.get("K")] = float(e["seconds"])
 
-    def has(self, key: str, k: Optional[int]) -> bool:
+    def has(self, key: str, k: int | None) -> bool:
         return k in self._by_key.get(key, {})
 
     def add(self, entry: dict[str, Any]) -> None:
@@ -114,7 +116,7 @@ class DecodeEstimates:
         self._by_key.setdefault(entry["key"], {})[entry.get("K")] = float(entry["seconds"])
         self._fitted.pop(entry["key"], None)
 
-    def fitted(self, key: str) -> dict[Optional[int], float]:
+    def fitted(self, key: str) -> dict[int | None, float]:
         """One key's figures by K, made non-decreasing in K (:func:`isotonic`); K None as measured."""
         if key not in self._fitted:
             measured = self._by_key.get(key, {})
@@ -125,7 +127,7 @@ class DecodeEstimates:
             self._fitted[key] = out
         return self._fitted[key]
 
-    def estimate(self, task: dict[str, Any], model: dict[str, Any], seed: int) -> Optional[float]:
+    def estimate(self, task: dict[str, Any], model: dict[str, Any], seed: int) -> float | None:
         """Seconds to decode the split for this architecture: the isotonic fit of the measured
         anchors at its K, interpolated linearly between the nearest anchors (extrapolated along the
         end segment past them)."""
@@ -154,7 +156,7 @@ class DecodeEstimates:
         return write_atomic(path, json.dumps({"entries": self.entries}, indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: Path) -> "DecodeEstimates":
+    def load(cls, path: Path) -> DecodeEstimates:
         try:
             return cls(json.loads(Path(path).read_text())["entries"])
         except (OSError, ValueError, KeyError):
@@ -174,14 +176,18 @@ def isotonic(values: list[float]) -> list[float]:
     return [total / count for total, count in pools for _ in range(int(count))]
 
 
-def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = print) -> DecodeEstimates:
+def build_estimates(
+    sweep: Any, out_dir: Path, say: Callable[[str], None] = print
+) -> DecodeEstimates:
     """The probe stage: every architecture the study may sample, timed alone before Tune starts;
     ``decode_probe.json`` in ``out_dir`` is read first and only what it lacks is measured."""
     from ..study.objectives import baseline_of
 
     path = Path(out_dir) / PROBE_FILE
     table = DecodeEstimates.load(path)
-    shared = os.environ.get(SHARED_TABLE_ENV)  # another run's table (the benchmark: one table for all runs)
+    shared = os.environ.get(
+        SHARED_TABLE_ENV
+    )  # another run's table (the benchmark: one table for all runs)
     if shared:
         for entry in DecodeEstimates.load(Path(shared)).entries:
             if not table.has(entry["key"], entry.get("K")):
@@ -194,14 +200,21 @@ def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = prin
             k = model.get(INTERPOLATED)
             if table.has(key, k):
                 continue
-            g = groups.setdefault(json.dumps([plan.task, plan.seed], sort_keys=True, default=str),
-                                  {"task": plan.task, "seed": plan.seed, "models": []})
-            if not any(arch_key(plan.task, m, plan.seed) == key and m.get(INTERPOLATED) == k for m in g["models"]):
+            g = groups.setdefault(
+                json.dumps([plan.task, plan.seed], sort_keys=True, default=str),
+                {"task": plan.task, "seed": plan.seed, "models": []},
+            )
+            if not any(
+                arch_key(plan.task, m, plan.seed) == key and m.get(INTERPOLATED) == k
+                for m in g["models"]
+            ):
                 g["models"].append(model)
     todo = sum(len(g["models"]) for g in groups.values())
     if todo:
-        say(f"decode probe: timing {todo} architecture(s) alone, before training (random weights, each batch "
-            f"decoding its reference's length; median of repeats, one pinned process) -> {path}")
+        say(
+            f"decode probe: timing {todo} architecture(s) alone, before training (random weights, each batch "
+            f"decoding its reference's length; median of repeats, one pinned process) -> {path}"
+        )
     for g in groups.values():
         for entry in run_probe_process(g["task"], g["seed"], g["models"], sweep.spec.timing):
             entry["key"] = arch_key(g["task"], entry.pop("model"), g["seed"])
@@ -210,25 +223,46 @@ def build_estimates(sweep: Any, out_dir: Path, say: Callable[[str], None] = prin
     return table
 
 
-def run_probe_process(task: dict[str, Any], seed: int, models: list[dict[str, Any]], timing: Any) -> list[dict]:
+def run_probe_process(
+    task: dict[str, Any], seed: int, models: list[dict[str, Any]], timing: Any
+) -> list[dict]:
     """:func:`time_models` in a fresh Python process (:mod:`sweeps.moo.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
     from ..timing.devices import highest_cpus, run_child
 
-    kwargs = {"threads": timing.threads, "repeats": timing.repeats, "precision": timing.precision,
-              "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS), "warmup": timing.warmup,
-              "calibration_seconds": timing.calibration_seconds}
-    request = {"cpus": highest_cpus(int(timing.threads)), "task": task, "seed": seed, "models": models,
-               "kwargs": kwargs}
+    kwargs = {
+        "threads": timing.threads,
+        "repeats": timing.repeats,
+        "precision": timing.precision,
+        "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS),
+        "warmup": timing.warmup,
+        "calibration_seconds": timing.calibration_seconds,
+    }
+    request = {
+        "cpus": highest_cpus(int(timing.threads)),
+        "task": task,
+        "seed": seed,
+        "models": models,
+        "kwargs": kwargs,
+    }
     code, found, error = run_child(CHILD_MODULE, request, PREFIX)
     if code != 0 or len(found) != len(models):
         raise RuntimeError(f"the decode probe failed (exit {code}): {error}")
     return [json.loads(line) for line in found]
 
 
-def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]], threads: int = 1,
-                repeats: int = 5, precision: Optional[float] = 0.02, max_seconds: float = 5.0,
-                warmup: int = 1, rounds: int = 2, calibration_seconds: float = 2.0) -> Iterable[dict[str, Any]]:
+def time_models(
+    task: dict[str, Any],
+    seed: int,
+    models: Iterable[dict[str, Any]],
+    threads: int = 1,
+    repeats: int = 5,
+    precision: float | None = 0.02,
+    max_seconds: float = 5.0,
+    warmup: int = 1,
+    rounds: int = 2,
+    calibration_seconds: float = 2.0,
+) -> Iterable[dict[str, Any]]:
     """Time each model (random weights, seeded) decoding the task's validation split, every batch
     forced to its longest reference's length, in ``rounds`` interleaved rounds (the fastest
     round's median kept, as the timing stage keeps its fastest process's); one entry per model."""
@@ -244,7 +278,9 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
     dm = build_datamodule(task, seed)
     dm.setup("fit")
     batches = list(dm.val_dataloader())
-    steps = {b["src"].data_ptr(): int(b["tgt_lengths"].max()) for b in batches}  # a trained model's steps
+    steps = {
+        b["src"].data_ptr(): int(b["tgt_lengths"].max()) for b in batches
+    }  # a trained model's steps
     models, modules = list(models), []
     for model in models:
         torch.manual_seed(0)
@@ -255,19 +291,47 @@ def time_models(task: dict[str, Any], seed: int, models: Iterable[dict[str, Any]
             beam = int(module.hparams.val_beam_size)
             if beam == 1:
                 return module.model.greedy_decode(src, src_lengths, max_len=n, min_len=n)[0]
-            return module.model.beam_search(src, src_lengths, beam_size=beam, max_len=n, min_len=n,
-                                            length_penalty=module.hparams.length_penalty)
+            return module.model.beam_search(
+                src,
+                src_lengths,
+                beam_size=beam,
+                max_len=n,
+                min_len=n,
+                length_penalty=module.hparams.length_penalty,
+            )
 
         module.decode = forced
         modules.append(module)
     best: list = [None] * len(modules)
-    speed = fastest_probe(calibration_seconds)  # the machine's speed, once for every model (not once per measurement)
-    for _ in range(rounds):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
+    speed = fastest_probe(
+        calibration_seconds
+    )  # the machine's speed, once for every model (not once per measurement)
+    for _ in range(
+        rounds
+    ):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
         for i, module in enumerate(modules):
-            t = measure(module, batches, "cpu", None, repeats, warmup, threads, precision, max_seconds,
-                        machine_speed=speed)
+            t = measure(
+                module,
+                batches,
+                "cpu",
+                None,
+                repeats,
+                warmup,
+                threads,
+                precision,
+                max_seconds,
+                machine_speed=speed,
+            )
             if best[i] is None or t.decode_seconds < best[i].decode_seconds:
                 best[i] = t
     for model, t in zip(models, best):
-        yield {"model": model, "K": model.get(INTERPOLATED), "seconds": float(t.decode_seconds), "repeats": t.repeats,
-               "precision": t.precision, "contended": t.contended, "sentences": t.sentences, "rounds": rounds}
+        yield {
+            "model": model,
+            "K": model.get(INTERPOLATED),
+            "seconds": float(t.decode_seconds),
+            "repeats": t.repeats,
+            "precision": t.precision,
+            "contended": t.contended,
+            "sentences": t.sentences,
+            "rounds": rounds,
+        }

@@ -6,19 +6,25 @@ Reads one JSON request on stdin (``cpus``, ``task``, ``seed``, ``models``, ``kwa
 timing stage's child, :mod:`sweeps.timing.child`, does) and prints one line per model as it is
 timed: ``PROBE {json}``.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
-from sweeps.moo.probe import PREFIX, time_models  # the standard library only at import: torch loads later
+from sweeps.moo.probe import (
+    PREFIX,
+    time_models,
+)  # the standard library only at import: torch loads later
 from sweeps.timing.devices import pin
 
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
     pin(request["cpus"])
-    for entry in time_models(request["task"], request["seed"], request["models"], **request["kwargs"]):
+    for entry in time_models(
+        request["task"], request["seed"], request["models"], **request["kwargs"]
+    ):
         print(PREFIX + json.dumps(entry), flush=True)
 
 

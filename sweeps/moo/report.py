@@ -9,15 +9,17 @@ the rung rule stopped, the hypervolume and its history against the training step
 line per cell answering the study's question: the smallest K that met every constraint. Then how
 close the probe came to the timing stage.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from .pareto import hypervolume_2d, pareto_mask, to_minimize
 
@@ -33,9 +35,9 @@ class Point:
     state: str  # COMPLETE, PRUNED, FAIL
     feasible: bool = True
     broken: list[str] = field(default_factory=list)
-    timed: Optional[float] = None  # the timing stage's decode_seconds
+    timed: float | None = None  # the timing stage's decode_seconds
     completed: float = 0.0  # completion time, for the history
-    rung: Optional[dict] = None
+    rung: dict | None = None
 
 
 @dataclass
@@ -46,8 +48,10 @@ class StudyView:
     directions: list[str]
     metric_names: list[str]
     points: list[Point]
-    baseline: Optional[dict] = None
-    constraints: list[str] = field(default_factory=list)  # every constraint's name, as Optuna holds it
+    baseline: dict | None = None
+    constraints: list[str] = field(
+        default_factory=list
+    )  # every constraint's name, as Optuna holds it
 
     @property
     def finished(self) -> list[Point]:
@@ -56,7 +60,10 @@ class StudyView:
     def front(self) -> list[Point]:
         ok = [p for p in self.finished if p.feasible]
         mask = pareto_mask([to_minimize(p.values, self.directions) for p in ok])
-        return sorted((p for p, m in zip(ok, mask) if m), key=lambda p: p.values[1 if len(p.values) > 1 else 0])
+        return sorted(
+            (p for p, m in zip(ok, mask) if m),
+            key=lambda p: p.values[1 if len(p.values) > 1 else 0],
+        )
 
 
 def load_views(sweep_dir: Path) -> list[StudyView]:
@@ -76,7 +83,10 @@ def load_views(sweep_dir: Path) -> list[StudyView]:
         study = optuna.load_study(study_name=name, storage=storage)
         if len(study.directions) < 2:
             continue
-        directions = ["maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize" for d in study.directions]
+        directions = [
+            "maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize"
+            for d in study.directions
+        ]
         points, constraints = [], {}
         for t in study.get_trials(deepcopy=False):
             constraints.update(dict.fromkeys(t.constraints))
@@ -84,17 +94,33 @@ def load_views(sweep_dir: Path) -> list[StudyView]:
                 continue  # told the outcome of the trial it repeats: no training of its own
             values = list(t.values) if t.values else _last_intermediate(t)
             broken = [name for name, v in t.constraints.items() if v > 0]
-            points.append(Point(
-                number=t.number, params=dict(t.params), values=values or [], steps=int(t.user_attrs.get("steps") or 0),
-                state=t.state.name, feasible=not broken, broken=broken,
-                timed=timed.get(t.user_attrs.get("ray_trial_id")),
-                completed=t.datetime_complete.timestamp() if t.datetime_complete else math.inf,
-                rung=t.user_attrs.get("rung"),
-            ))
+            points.append(
+                Point(
+                    number=t.number,
+                    params=dict(t.params),
+                    values=values or [],
+                    steps=int(t.user_attrs.get("steps") or 0),
+                    state=t.state.name,
+                    feasible=not broken,
+                    broken=broken,
+                    timed=timed.get(t.user_attrs.get("ray_trial_id")),
+                    completed=t.datetime_complete.timestamp() if t.datetime_complete else math.inf,
+                    rung=t.user_attrs.get("rung"),
+                )
+            )
         slug = name.split("/", 1)[-1].rsplit("-seed", 1)
-        views.append(StudyView(name=name, cell=_cell_name(slug[0]), seed=int(slug[1]) if len(slug) > 1 else 0,
-                               directions=directions, metric_names=list(study.metric_names or ["objective 1", "objective 2"]),
-                               points=points, baseline=study.user_attrs.get("baseline"), constraints=list(constraints)))
+        views.append(
+            StudyView(
+                name=name,
+                cell=_cell_name(slug[0]),
+                seed=int(slug[1]) if len(slug) > 1 else 0,
+                directions=directions,
+                metric_names=list(study.metric_names or ["objective 1", "objective 2"]),
+                points=points,
+                baseline=study.user_attrs.get("baseline"),
+                constraints=list(constraints),
+            )
+        )
     return views
 
 
@@ -112,7 +138,9 @@ def reference_point(view: StudyView) -> tuple[float, float]:
 
 
 def hypervolume(points: Sequence[Point], view: StudyView, ref: Sequence[float]) -> float:
-    return hypervolume_2d([to_minimize(p.values, view.directions) for p in points if p.feasible], ref)
+    return hypervolume_2d(
+        [to_minimize(p.values, view.directions) for p in points if p.feasible], ref
+    )
 
 
 def history(view: StudyView) -> list[tuple[int, float]]:
@@ -120,7 +148,9 @@ def history(view: StudyView) -> list[tuple[int, float]]:
     each trial of the study ended (stopped ones add their steps, finished ones their point)."""
     ref = reference_point(view)
     spent, done, out = 0, [], []
-    for p in sorted((p for p in view.points if p.state in ("COMPLETE", "PRUNED")), key=lambda p: p.completed):
+    for p in sorted(
+        (p for p in view.points if p.state in ("COMPLETE", "PRUNED")), key=lambda p: p.completed
+    ):
         spent += p.steps
         if p.state == "COMPLETE":
             done.append(p)
@@ -128,7 +158,7 @@ def history(view: StudyView) -> list[tuple[int, float]]:
     return out
 
 
-def answer_line(views: Sequence[StudyView], cell: str, constraint: Optional[str]) -> str:
+def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -> str:
     """``L=20: smallest K within 1 BLEU of bahdanau: K=16 (BLEU 99.1 vs 99.6; decode 0.0123 s)``."""
     label = _short_cell(cell)
     what = f"smallest K with {constraint}" if constraint else "smallest K meeting the constraints"
@@ -136,18 +166,36 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: Optional[str]
     for v in views:
         ok = [p for p in v.finished if p.feasible and "K" in p.params]
         base = (v.baseline or {}).get("metrics") or {}
-        base_text = f" vs {base.get(v.metric_names[0]):.2f}" if base.get(v.metric_names[0]) is not None else ""
+        base_text = (
+            f" vs {base.get(v.metric_names[0]):.2f}"
+            if base.get(v.metric_names[0]) is not None
+            else ""
+        )
         if not ok:
             best = max(v.finished, key=lambda p: p.values[0], default=None)
-            near = f" (best finished: K={best.params.get('K')}, {v.metric_names[0]} {best.values[0]:.2f}{base_text})" if best else ""
+            near = (
+                f" (best finished: K={best.params.get('K')}, {v.metric_names[0]} {best.values[0]:.2f}{base_text})"
+                if best
+                else ""
+            )
             parts.append((None, f"none of the searched K{near}"))
             continue
         p = min(ok, key=lambda p: (p.params["K"], -p.values[0]))
         extra = "".join(f", {k}={val}" for k, val in p.params.items() if k != "K")
         timed = f" / {p.timed:.4f} s timed" if p.timed is not None else ""
-        parts.append((p.params["K"], f"K={p.params['K']} ({v.metric_names[0]} {p.values[0]:.2f}{base_text}; "
-                                     f"decode {p.values[1]:.4f} s probe{timed}{extra})" + _untried_below(v, p.params["K"])))
-    seeds = "; ".join(f"seed {v.seed}: {text}" for v, (_, text) in zip(views, parts)) if len(views) > 1 else parts[0][1]
+        parts.append(
+            (
+                p.params["K"],
+                f"K={p.params['K']} ({v.metric_names[0]} {p.values[0]:.2f}{base_text}; "
+                f"decode {p.values[1]:.4f} s probe{timed}{extra})"
+                + _untried_below(v, p.params["K"]),
+            )
+        )
+    seeds = (
+        "; ".join(f"seed {v.seed}: {text}" for v, (_, text) in zip(views, parts))
+        if len(views) > 1
+        else parts[0][1]
+    )
     return f"{label}: {what}: {seeds}"
 
 
@@ -155,28 +203,40 @@ def _untried_below(v: StudyView, k: int) -> str:
     """The smaller K the rule stopped before their end: the answer is the smallest K that finished
     within the bound, not a proof that no smaller K would have (a stop on decode time is a stop on
     time, and where K hardly changes the time, the probe's noise decides it)."""
-    stopped = sorted({int(p.params["K"]) for p in v.points if p.state == "PRUNED" and "K" in p.params
-                      and int(p.params["K"]) < k})
+    stopped = sorted(
+        {
+            int(p.params["K"])
+            for p in v.points
+            if p.state == "PRUNED" and "K" in p.params and int(p.params["K"]) < k
+        }
+    )
     if not stopped:
         return ""
-    return (f"; smaller K stopped by the rule before the end, their final BLEU unknown: "
-            f"{', '.join(f'K={x}' for x in stopped)} (not ruled out)")
+    return (
+        f"; smaller K stopped by the rule before the end, their final BLEU unknown: "
+        f"{', '.join(f'K={x}' for x in stopped)} (not ruled out)"
+    )
 
 
-def section(sweep_dir: Path, views: Optional[list[StudyView]] = None) -> str:
+def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
     """The Markdown of the section (empty when the journal holds no multi-objective study)."""
     views = load_views(sweep_dir) if views is None else views
     if not views:
         return ""
     names = views[0].metric_names
     constraint = next((c for v in views for c in v.constraints if " within " in c), None)
-    lines = [SECTION, "",
-             f"Objectives: {names[0]} ({views[0].directions[0]}), {names[1]} ({views[0].directions[1]}); "
-             f"{names[1]} is the decode probe's figure for the trial's architecture (measured alone before training; "
-             f"the timing stage's figure after training beside it). Fronts: the feasible finished trials no other "
-             f"dominates. Hypervolume: reference {names[0]} 0 and 1.1 x the study's slowest {names[1]}. "
-             f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}.", "",
-             "### Answers", ""]
+    lines = [
+        SECTION,
+        "",
+        f"Objectives: {names[0]} ({views[0].directions[0]}), {names[1]} ({views[0].directions[1]}); "
+        f"{names[1]} is the decode probe's figure for the trial's architecture (measured alone before training; "
+        f"the timing stage's figure after training beside it). Fronts: the feasible finished trials no other "
+        f"dominates. Hypervolume: reference {names[0]} 0 and 1.1 x the study's slowest {names[1]}. "
+        f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}.",
+        "",
+        "### Answers",
+        "",
+    ]
     by_cell: dict[str, list[StudyView]] = {}
     for v in views:
         by_cell.setdefault(v.cell, []).append(v)
@@ -187,20 +247,32 @@ def section(sweep_dir: Path, views: Optional[list[StudyView]] = None) -> str:
         front, ref = v.front(), reference_point(v)
         base = (v.baseline or {}).get("metrics")
         if v.baseline:
-            model = " ".join(f"{k.split('.')[-1]}={val}" for k, val in (v.baseline.get("model") or {}).items())
-            lines.append(f"Baseline ({model}): " + (", ".join(f"{k} {val:.4g}" for k, val in base.items()) if base else "failed"))
+            model = " ".join(
+                f"{k.split('.')[-1]}={val}" for k, val in (v.baseline.get("model") or {}).items()
+            )
+            lines.append(
+                f"Baseline ({model}): "
+                + (", ".join(f"{k} {val:.4g}" for k, val in base.items()) if base else "failed")
+            )
             lines.append("")
         lines += ["Pareto front:", "", _table(front, v), ""]
         out = [p for p in v.finished if not p.feasible]
         if out:
-            lines += ["Constrained out (finished, but broke a constraint):", "", _table(out, v, broken=True), ""]
+            lines += [
+                "Constrained out (finished, but broke a constraint):",
+                "",
+                _table(out, v, broken=True),
+                "",
+            ]
         pruned = [p for p in v.points if p.state == "PRUNED"]
         total = sum(p.steps for p in v.points)
         hist = history(v)
-        lines.append(f"{len(v.finished)} finished, {len(pruned)} stopped by the rung rule"
-                     + (f" ({_stop_reasons(p.rung for p in pruned)})" if pruned else "")
-                     + f", {sum(p.state == 'FAIL' for p in v.points)} failed; {total} training steps in all. "
-                     f"Hypervolume {hypervolume(v.finished, v, ref):.4g}.")
+        lines.append(
+            f"{len(v.finished)} finished, {len(pruned)} stopped by the rung rule"
+            + (f" ({_stop_reasons(p.rung for p in pruned)})" if pruned else "")
+            + f", {sum(p.state == 'FAIL' for p in v.points)} failed; {total} training steps in all. "
+            f"Hypervolume {hypervolume(v.finished, v, ref):.4g}."
+        )
         if hist:
             lines += ["", "| training steps spent | hypervolume |", "| --- | --- |"]
             lines += [f"| {s} | {h:.4g} |" for s, h in hist]
@@ -210,14 +282,20 @@ def section(sweep_dir: Path, views: Optional[list[StudyView]] = None) -> str:
 
 def probe_agreement(views: Sequence[StudyView]) -> str:
     """How close the decode probe's estimates were to the timing stage's figures."""
-    pairs = [(p.values[1], p.timed) for v in views for p in v.points
-             if p.timed is not None and len(p.values) > 1 and p.state in ("COMPLETE", "PRUNED")]
+    pairs = [
+        (p.values[1], p.timed)
+        for v in views
+        for p in v.points
+        if p.timed is not None and len(p.values) > 1 and p.state in ("COMPLETE", "PRUNED")
+    ]
     if not pairs:
         return "Decode probe vs timing stage: no trial was timed by the timing stage (timing disabled?)."
     errors = [abs(est - t) / t for est, t in pairs]
-    return (f"Decode probe vs timing stage, {len(pairs)} trials: the probe's estimate was within "
-            f"{100 * statistics.median(errors):.1f}% of the timing stage's figure (median), {100 * max(errors):.1f}% at "
-            f"worst; mean ratio timed/probe {statistics.mean(t / e for e, t in pairs):.3f}.")
+    return (
+        f"Decode probe vs timing stage, {len(pairs)} trials: the probe's estimate was within "
+        f"{100 * statistics.median(errors):.1f}% of the timing stage's figure (median), {100 * max(errors):.1f}% at "
+        f"worst; mean ratio timed/probe {statistics.mean(t / e for e, t in pairs):.3f}."
+    )
 
 
 def section_with_plots(sweep_dir: Path) -> tuple[str, dict[str, Path]]:
@@ -258,12 +336,25 @@ def _table(points: Sequence[Point], v: StudyView, broken: bool = False) -> str:
     if not points:
         return "(none)"
     keys = list(dict.fromkeys(k for p in points for k in p.params))
-    head = ["trial", *keys, v.metric_names[0], f"{v.metric_names[1]} (probe)", "decode_seconds (timed)", "steps"]
+    head = [
+        "trial",
+        *keys,
+        v.metric_names[0],
+        f"{v.metric_names[1]} (probe)",
+        "decode_seconds (timed)",
+        "steps",
+    ]
     head += ["broke"] if broken else []
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for p in sorted(points, key=lambda p: p.values[1] if len(p.values) > 1 else 0):
-        cells = [str(p.number), *(str(p.params.get(k, "")) for k in keys), f"{p.values[0]:.2f}", f"{p.values[1]:.4f}",
-                 f"{p.timed:.4f}" if p.timed is not None else "", str(p.steps)]
+        cells = [
+            str(p.number),
+            *(str(p.params.get(k, "")) for k in keys),
+            f"{p.values[0]:.2f}",
+            f"{p.values[1]:.4f}",
+            f"{p.timed:.4f}" if p.timed is not None else "",
+            str(p.steps),
+        ]
         cells += [", ".join(p.broken)] if broken else []
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -277,7 +368,11 @@ def _timed_by_trial(csv: Path) -> dict[str, float]:
     df = pd.read_csv(csv, dtype={"trial_id": str})
     if "decode_seconds" not in df:
         return {}
-    return {r.trial_id: float(r.decode_seconds) for r in df.itertuples() if r.decode_seconds == r.decode_seconds}
+    return {
+        r.trial_id: float(r.decode_seconds)
+        for r in df.itertuples()
+        if r.decode_seconds == r.decode_seconds
+    }
 
 
 def _last_intermediate(t: Any) -> list[float]:
@@ -295,7 +390,9 @@ def _short_cell(cell: str) -> str:
     return cell.replace("length=", "L=")
 
 
-def wandb_report(sweep_dir: Path, entity: str, project: str, group: str, title: Optional[str] = None) -> Any:
+def wandb_report(
+    sweep_dir: Path, entity: str, project: str, group: str, title: str | None = None
+) -> Any:
     """The sweep's W&B Report (:func:`sweeps.wandb_report.build_wandb_report`) with this section's
     fronts, constrained-out trials, hypervolume history and answer lines as Markdown before its
     panels, and a panel of the runs' BLEU against the probe's decode seconds. Not saved."""
@@ -308,24 +405,42 @@ def wandb_report(sweep_dir: Path, entity: str, project: str, group: str, title: 
     report = build_wandb_report(entity, project, group, title, results=results)
     text = section(Path(sweep_dir))
     if text:
-        at = next((i for i, b in enumerate(report.blocks) if isinstance(b, wr.PanelGrid)), len(report.blocks))
-        at = max(0, at - 2) if at < len(report.blocks) else at  # before the panels' heading and note
-        report.blocks[at:at] = [wr.H2(text=SECTION.lstrip("# ")), wr.MarkdownBlock(text=text.split("\n", 1)[1])]
+        at = next(
+            (i for i, b in enumerate(report.blocks) if isinstance(b, wr.PanelGrid)),
+            len(report.blocks),
+        )
+        at = (
+            max(0, at - 2) if at < len(report.blocks) else at
+        )  # before the panels' heading and note
+        report.blocks[at:at] = [
+            wr.H2(text=SECTION.lstrip("# ")),
+            wr.MarkdownBlock(text=text.split("\n", 1)[1]),
+        ]
     return report
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sweeps.moo.report", description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sweeps.moo.report", description=__doc__.splitlines()[0]
+    )
     p.add_argument("sweep_dir")
-    p.add_argument("--wandb", action="store_true", help="also build and save the W&B Report (API key, network)")
+    p.add_argument(
+        "--wandb", action="store_true", help="also build and save the W&B Report (API key, network)"
+    )
     p.add_argument("--entity", default=None)
     p.add_argument("--project", default="memory-attention")
     p.add_argument("--group", default=None, help="the W&B group (default: the sweep folder's name)")
     args = p.parse_args(argv)
     written = write_section(Path(args.sweep_dir))
-    print("wrote " + ", ".join(str(x) for x in written.values()) if written else "no multi-objective study found")
+    print(
+        "wrote " + ", ".join(str(x) for x in written.values())
+        if written
+        else "no multi-objective study found"
+    )
     if args.wandb:
-        report = wandb_report(Path(args.sweep_dir), args.entity, args.project, args.group or Path(args.sweep_dir).name)
+        report = wandb_report(
+            Path(args.sweep_dir), args.entity, args.project, args.group or Path(args.sweep_dir).name
+        )
         report.save()
         print(f"W&B report: {report.url}")
     return 0
@@ -337,10 +452,17 @@ if __name__ == "__main__":
 
 def _ties(views: Sequence[StudyView]) -> str:
     """How the rule compared (its tolerance per objective, as its decisions recorded it)."""
-    tolerance = next((p.rung["tolerance"] for v in views for p in v.points if (p.rung or {}).get("tolerance")), None)
+    tolerance = next(
+        (p.rung["tolerance"] for v in views for p in v.points if (p.rung or {}).get("tolerance")),
+        None,
+    )
     names = views[0].metric_names
     ties = [f"{name} by more than {t:.0%}" for name, t in zip(names, tolerance or []) if t]
-    return f"; a trial was hopeless only when a finished one was better in {' or '.join(ties)}" if ties else ""
+    return (
+        f"; a trial was hopeless only when a finished one was better in {' or '.join(ties)}"
+        if ties
+        else ""
+    )
 
 
 def _stop_reasons(rungs) -> str:
@@ -350,7 +472,7 @@ def _stop_reasons(rungs) -> str:
     still reach ("hopeless", no rung)."""
     from collections import Counter
 
-    def reason(rung: Optional[dict]) -> str:
+    def reason(rung: dict | None) -> str:
         rung = rung or {}
         if rung.get("hopeless"):
             return f"hopeless at report {rung.get('report', '?')}"

@@ -21,11 +21,12 @@ The rungs' contents and the finished vectors live in a ``state`` dict the search
 own state, so a resumed study goes on comparing with what its trials reported before the stop.
 Documented, with a worked example, in ``docs/moo_early_stopping.md``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
-
 import math
+from collections.abc import Callable
+from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -77,11 +78,22 @@ class ParetoRungs(FIFOScheduler):
         key: the (cell, seed) it judges, as :func:`sweeps.study.study_key` reads it from a trial.
     """
 
-    def __init__(self, objectives: list[tuple[str, str]], vector_of: Callable[[dict, dict], Optional[list[float]]],
-                 grace_period: int, reduction_factor: float, max_t: int, bounds: dict[int, float],
-                 max_steps: Optional[int], log: Optional[dict[str, dict]] = None,
-                 tolerance: Optional[list[float]] = None, state: Optional[dict] = None, wait: bool = False,
-                 samples_left: Callable[[], bool] = lambda: False, key: Any = None) -> None:
+    def __init__(
+        self,
+        objectives: list[tuple[str, str]],
+        vector_of: Callable[[dict, dict], list[float] | None],
+        grace_period: int,
+        reduction_factor: float,
+        max_t: int,
+        bounds: dict[int, float],
+        max_steps: int | None,
+        log: dict[str, dict] | None = None,
+        tolerance: list[float] | None = None,
+        state: dict | None = None,
+        wait: bool = False,
+        samples_left: Callable[[], bool] = lambda: False,
+        key: Any = None,
+    ) -> None:
         super().__init__()
         self.directions = [goal for _, goal in objectives]
         self.vector_of = vector_of
@@ -93,7 +105,9 @@ class ParetoRungs(FIFOScheduler):
         self.state.setdefault("rungs", {m: {} for m in self.milestones})
         self.state.setdefault("finished", {})
         self.state.setdefault("stopped", set())
-        self.state.setdefault("waiting", {})  # trial id -> the rung (report count) it waits at, PAUSED
+        self.state.setdefault(
+            "waiting", {}
+        )  # trial id -> the rung (report count) it waits at, PAUSED
         self.wait = wait
         self.samples_left = samples_left
         self.key = key  # the (cell, seed) this rule judges (sweeps.study.study_key)
@@ -117,18 +131,30 @@ class ParetoRungs(FIFOScheduler):
     def waiting(self) -> dict[str, int]:
         return self.state["waiting"]
 
-    def decide(self, trial_id: str, iteration: int, values: list[float], complete: bool = True) -> str:
+    def decide(
+        self, trial_id: str, iteration: int, values: list[float], complete: bool = True
+    ) -> str:
         """CONTINUE, STOP or (``wait``) PAUSE for a trial's report number ``iteration`` with objective
         ``values``. ``complete``: whether the rung it reaches can still fill (``wait`` only: a trial
         arriving at a complete rung is judged at once)."""
         vec = to_minimize(values, self.directions)
         best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
-        if hopeless(best, list(self.finished.values()), self.tolerance):  # at any report: it can no longer reach the front
-            self.log[trial_id] = {"rung": None, "report": iteration, "values": list(values), "hopeless": True,
-                                  "stopped": True, "tolerance": self.tolerance}
+        if hopeless(
+            best, list(self.finished.values()), self.tolerance
+        ):  # at any report: it can no longer reach the front
+            self.log[trial_id] = {
+                "rung": None,
+                "report": iteration,
+                "values": list(values),
+                "hopeless": True,
+                "stopped": True,
+                "tolerance": self.tolerance,
+            }
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
-        if trial_id in self.waiting:  # it waits at its rung (a report again after a restart): until promoted
+        if (
+            trial_id in self.waiting
+        ):  # it waits at its rung (a report again after a restart): until promoted
             return TrialScheduler.PAUSE
         reached = [m for m in self.milestones if m <= iteration]
         if not reached:
@@ -140,13 +166,24 @@ class ParetoRungs(FIFOScheduler):
             rung[trial_id] = vec
         standing = self.standing(m)
         position, keep, entry = standing(trial_id)
-        if arriving and self.wait and not complete and position >= promote_count(len(rung), self.rf):
+        if (
+            arriving
+            and self.wait
+            and not complete
+            and position >= promote_count(len(rung), self.rf)
+        ):
             self.waiting[trial_id] = m  # paused until the rung says (promotions)
             self.log[trial_id] = {**entry, "stopped": False, "waiting": True}
             return TrialScheduler.PAUSE
         go_on = position < keep
-        if arriving or not go_on:  # re-ranked at a later report: logged only when it stops the trial
-            self.log[trial_id] = {**entry, "stopped": not go_on, **({} if arriving else {"report": iteration})}
+        if (
+            arriving or not go_on
+        ):  # re-ranked at a later report: logged only when it stops the trial
+            self.log[trial_id] = {
+                **entry,
+                "stopped": not go_on,
+                **({} if arriving else {"report": iteration}),
+            }
         if not go_on:
             self.stopped.add(trial_id)
             return TrialScheduler.STOP
@@ -161,11 +198,20 @@ class ParetoRungs(FIFOScheduler):
         place = {ids[j]: k for k, j in enumerate(order)}
 
         def of(trial_id: str) -> tuple[int, int, dict]:
-            return place[trial_id], keep, {
-                "rung": m, "position": place[trial_id] + 1, "recorded": len(ids), "keep": keep,
-                "arrival": ids.index(trial_id) + 1,
-                "values": list(to_minimize(rung[trial_id], self.directions)),  # its own inverse
-                "hopeless": False, "tolerance": self.tolerance}
+            return (
+                place[trial_id],
+                keep,
+                {
+                    "rung": m,
+                    "position": place[trial_id] + 1,
+                    "recorded": len(ids),
+                    "keep": keep,
+                    "arrival": ids.index(trial_id) + 1,
+                    "values": list(to_minimize(rung[trial_id], self.directions)),  # its own inverse
+                    "hopeless": False,
+                    "tolerance": self.tolerance,
+                },
+            )
 
         return of
 
@@ -173,13 +219,19 @@ class ParetoRungs(FIFOScheduler):
         if trial.config.get("set"):  # the baseline model: not searched, never stopped
             return TrialScheduler.CONTINUE
         if self.max_steps is not None and int(result.get("step", 0)) >= self.max_steps:
-            return TrialScheduler.CONTINUE  # its last report: stopping saves nothing, and it has finished
+            return (
+                TrialScheduler.CONTINUE
+            )  # its last report: stopping saves nothing, and it has finished
         values = self.vector_of(trial.config, result)
         if values is None:
             return TrialScheduler.CONTINUE
         iteration = int(result.get("training_iteration", 0))
         reached = [m for m in self.milestones if m <= iteration]
-        complete = not self.wait or not reached or self.complete(reached[-1], tune_controller.get_trials(), trial)
+        complete = (
+            not self.wait
+            or not reached
+            or self.complete(reached[-1], tune_controller.get_trials(), trial)
+        )
         return self.decide(trial.trial_id, iteration, values, complete)
 
     def complete(self, m: int, trials: list, asking: Any = None) -> bool:
@@ -190,8 +242,12 @@ class ParetoRungs(FIFOScheduler):
             return False
         rung = self.rungs[m]
         mine = [t for t in trials if t is not asking and not t.config.get("set") and self._owns(t)]
-        return not any(t.status in (Trial.PENDING, Trial.RUNNING) and t.trial_id not in rung
-                       and t.trial_id not in self.stopped for t in mine)
+        return not any(
+            t.status in (Trial.PENDING, Trial.RUNNING)
+            and t.trial_id not in rung
+            and t.trial_id not in self.stopped
+            for t in mine
+        )
 
     def _owns(self, trial: Any) -> bool:
         return study_key(trial.config) == self.key
@@ -204,11 +260,15 @@ class ParetoRungs(FIFOScheduler):
         if not self.waiting:
             return []
         trials = [t for t in tune_controller.get_trials() if self._owns(t)]
-        for t in trials:  # --resume: Tune brings a paused trial back PENDING, and would start it past its rung
+        for t in (
+            trials
+        ):  # --resume: Tune brings a paused trial back PENDING, and would start it past its rung
             if t.trial_id in self.waiting and t.status == Trial.PENDING:
                 tune_controller._set_trial_status(t, Trial.PAUSED)
         by_id = {t.trial_id: t for t in trials}
-        rungs = {m: (self.standing(m), self.complete(m, trials)) for m in set(self.waiting.values())}
+        rungs = {
+            m: (self.standing(m), self.complete(m, trials)) for m in set(self.waiting.values())
+        }
         out = []
         for trial_id, m in sorted(self.waiting.items()):
             trial = by_id.get(trial_id)
@@ -218,10 +278,18 @@ class ParetoRungs(FIFOScheduler):
             position, keep, entry = standing(trial_id)
             entry["waited"] = True
             values = entry["values"]
-            best = to_minimize([self.bounds.get(j, v) for j, v in enumerate(values)], self.directions)
+            best = to_minimize(
+                [self.bounds.get(j, v) for j, v in enumerate(values)], self.directions
+            )
             if hopeless(best, list(self.finished.values()), self.tolerance):
-                self._stop_waiting(tune_controller, trial, {**entry, "rung": None, "hopeless": True, "report": m})
-            elif position < promote_count(len(self.rungs[m]), self.rf) or complete and position < keep:
+                self._stop_waiting(
+                    tune_controller, trial, {**entry, "rung": None, "hopeless": True, "report": m}
+                )
+            elif (
+                position < promote_count(len(self.rungs[m]), self.rf)
+                or complete
+                and position < keep
+            ):
                 del self.waiting[trial_id]
                 self.log[trial_id] = {**entry, "stopped": False}
                 out.append((position, trial))
@@ -233,10 +301,14 @@ class ParetoRungs(FIFOScheduler):
         del self.waiting[trial.trial_id]
         self.stopped.add(trial.trial_id)
         self.log[trial.trial_id] = {**entry, "stopped": True}
-        tune_controller.stop_trial(trial)  # PAUSED: Tune tells the searcher, which records it PRUNED
+        tune_controller.stop_trial(
+            trial
+        )  # PAUSED: Tune tells the searcher, which records it PRUNED
         # Ray 2.60 stops a trial that has no actor without marking it for the experiment's saved state,
         # which keeps it PAUSED there: the results read back (and --resume) would call it unfinished
-        mark = getattr(getattr(tune_controller, "_tune_controller", None), "_mark_trial_to_checkpoint", None)
+        mark = getattr(
+            getattr(tune_controller, "_tune_controller", None), "_mark_trial_to_checkpoint", None
+        )
         if mark is not None:
             mark(trial)
 
@@ -250,14 +322,23 @@ class ParetoRungs(FIFOScheduler):
             self.finished[trial.trial_id] = to_minimize(values, self.directions)
 
     def debug_string(self) -> str:
-        ties = f", hopeless only beyond {self.tolerance}" if self.tolerance and any(self.tolerance) else ""
+        ties = (
+            f", hopeless only beyond {self.tolerance}"
+            if self.tolerance and any(self.tolerance)
+            else ""
+        )
         waits = f", {len(self.waiting)} waiting" if self.wait else ""
         return f"Pareto rungs at {self.milestones} reports, rf={self.rf:g}{ties}{waits}"
 
 
-def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[list[float]]],
-                         log: Optional[dict[str, dict]], reports: int, state: Optional[dict] = None,
-                         samples_left: Callable[[Any], bool] = lambda key: False) -> Callable[[Any], TrialScheduler]:
+def pareto_rungs_factory(
+    sweep: Any,
+    vector_of: Callable[[dict, dict], list[float] | None],
+    log: dict[str, dict] | None,
+    reports: int,
+    state: dict | None = None,
+    samples_left: Callable[[Any], bool] = lambda key: False,
+) -> Callable[[Any], TrialScheduler]:
     """What makes one (cell, seed)'s :class:`ParetoRungs` (``early_terminate.type: pareto``;
     :func:`sweeps.scheduling.make_scheduler` keeps one per unit, keyed by (cell, seed)).
     ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher).
@@ -275,8 +356,20 @@ def pareto_rungs_factory(sweep: Any, vector_of: Callable[[dict, dict], Optional[
     states = state if state is not None else {}
 
     def one(key: Any) -> TrialScheduler:
-        return ParetoRungs(objectives, vector_of, min(et.grace_period, max_t), et.reduction_factor, max_t, bounds,
-                           max_steps, shared, tolerance, states.setdefault(key, {}), wait=et.waits_at_rungs,
-                           samples_left=lambda: samples_left(key), key=key)
+        return ParetoRungs(
+            objectives,
+            vector_of,
+            min(et.grace_period, max_t),
+            et.reduction_factor,
+            max_t,
+            bounds,
+            max_steps,
+            shared,
+            tolerance,
+            states.setdefault(key, {}),
+            wait=et.waits_at_rungs,
+            samples_left=lambda: samples_left(key),
+            key=key,
+        )
 
     return one

@@ -24,10 +24,11 @@ through Ray Tune.
 
 ``steps`` (training steps spent) is on every trial, for the hypervolume-against-compute history.
 """
+
 from __future__ import annotations
 
 import pickle
-from typing import Any, Optional
+from typing import Any
 
 from ..search import StudySearcher, StudyUnit, optuna_distributions
 from ..study import study_key
@@ -49,18 +50,23 @@ class ObjectiveReader:
     def plan(self, config: dict[str, Any]) -> tuple[dict, dict, int]:
         """The task, model and seed a trial's config stands for: its cell's plan with the samples
         (and a baseline's settings) written in, as the trainable gets it."""
-        params = {key: _plain(config[name]) for name, key in self.param_columns.items() if name in config}
-        plan = self.cells[config["cell"]].with_values(int(config.get("seed", 0)),
-                                                      {**params, **(config.get("set") or {})}, params, config)
+        params = {
+            key: _plain(config[name]) for name, key in self.param_columns.items() if name in config
+        }
+        plan = self.cells[config["cell"]].with_values(
+            int(config.get("seed", 0)), {**params, **(config.get("set") or {})}, params, config
+        )
         return plan.task, plan.model, plan.seed
 
-    def decode_estimate(self, config: dict[str, Any]) -> Optional[float]:
+    def decode_estimate(self, config: dict[str, Any]) -> float | None:
         return self.estimates.estimate(*self.plan(config)) if self.estimates is not None else None
 
-    def __call__(self, config: dict[str, Any], result: dict[str, Any]) -> Optional[list[float]]:
+    def __call__(self, config: dict[str, Any], result: dict[str, Any]) -> list[float] | None:
         out = []
         for name in self.names:
-            value = self.decode_estimate(config) if name == DECODE_SECONDS else (result or {}).get(name)
+            value = (
+                self.decode_estimate(config) if name == DECODE_SECONDS else (result or {}).get(name)
+            )
             if value is None:
                 return None
             out.append(float(value))
@@ -70,13 +76,30 @@ class ObjectiveReader:
 class MooSearcher(StudySearcher):
     """Multi-objective :class:`StudySearcher` (see the module docstring)."""
 
-    def __init__(self, units: list[StudyUnit], num_samples: int, sweep: Any, space: dict[str, Any], journal: str,
-                 reader: ObjectiveReader, wandb_enabled: bool, rung_log: Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        units: list[StudyUnit],
+        num_samples: int,
+        sweep: Any,
+        space: dict[str, Any],
+        journal: str,
+        reader: ObjectiveReader,
+        wandb_enabled: bool,
+        rung_log: dict | None = None,
+    ) -> None:
         spec = sweep.spec
         first = spec.objectives[0]
-        super().__init__(units, num_samples, first.name, "max" if first.goal == "maximize" else "min", space=space,
-                         journal=journal, sampler=spec.search.sampler, sampler_seed=spec.search.seed,
-                         wandb_enabled=wandb_enabled)
+        super().__init__(
+            units,
+            num_samples,
+            first.name,
+            "max" if first.goal == "maximize" else "min",
+            space=space,
+            journal=journal,
+            sampler=spec.search.sampler,
+            sampler_seed=spec.search.seed,
+            wandb_enabled=wandb_enabled,
+        )
         self.directions = [o.goal for o in spec.objectives]
         self.constraints = list(spec.constraints)
         self.baseline = baseline_of(spec)
@@ -107,13 +130,19 @@ class MooSearcher(StudySearcher):
 
     def samples_left(self, key: Any) -> bool:
         """Whether this searcher will start more trials of the (cell, seed) ``key``."""
-        return any(study_key(u.config) == tuple(key) and self.started[i] < self.num_samples
-                   for i, u in enumerate(self.units))
+        return any(
+            study_key(u.config) == tuple(key) and self.started[i] < self.num_samples
+            for i, u in enumerate(self.units)
+        )
 
     # -- Tune's Searcher interface -----------------------------------------------------------
 
-    def suggest(self, trial_id: str) -> Optional[dict]:
-        if self.max_concurrent and len(set(self.live) | set(self.baseline_ids)) - len(self.waiting()) >= self.max_concurrent:
+    def suggest(self, trial_id: str) -> dict | None:
+        if (
+            self.max_concurrent
+            and len(set(self.live) | set(self.baseline_ids)) - len(self.waiting())
+            >= self.max_concurrent
+        ):
             return None
         if self.baseline:
             waiting = [i for i, s in enumerate(self.baseline_state) if s is None]
@@ -125,7 +154,11 @@ class MooSearcher(StudySearcher):
         open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
         if not open_units:
             return StudySearcher.FINISHED
-        ready = [i for i in open_units if not self.baseline or self.baseline_state[i] not in (None, "running")]
+        ready = [
+            i
+            for i in open_units
+            if not self.baseline or self.baseline_state[i] not in (None, "running")
+        ]
         if not ready:
             return None  # the baselines of the open units are still training: ask again later
         i = min(ready, key=lambda j: (self.started[j], j))
@@ -156,7 +189,9 @@ class MooSearcher(StudySearcher):
         except RuntimeError:
             pass  # already finished
 
-    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
         if trial_id in self.baseline_ids:
             self._baseline_done(self.baseline_ids.pop(trial_id), result, error)
             return
@@ -168,7 +203,9 @@ class MooSearcher(StudySearcher):
         if entry is None:
             return
         if not error and not result and self.rung_log.get(trial_id, {}).get("waited"):
-            result = self._last_report(curve, entry[2])  # stopped while it waited at a rung: Tune gives no result
+            result = self._last_report(
+                curve, entry[2]
+            )  # stopped while it waited at a rung: Tune gives no result
         import optuna
 
         i, number, storage_id = entry
@@ -187,8 +224,14 @@ class MooSearcher(StudySearcher):
             pass
         if values is None:
             study.tell(number, state=state.FAIL, skip_if_finished=True)
-        elif max_steps is not None and int(result.get("step", max_steps)) < max_steps and not result.get("converged"):
-            study.tell(number, state=state.PRUNED, skip_if_finished=True)  # (a stop_when convergence is COMPLETE)
+        elif (
+            max_steps is not None
+            and int(result.get("step", max_steps)) < max_steps
+            and not result.get("converged")
+        ):
+            study.tell(
+                number, state=state.PRUNED, skip_if_finished=True
+            )  # (a stop_when convergence is COMPLETE)
         else:
             trial = optuna.trial.Trial(study, storage_id)
             for name, violation in self.violations(i, config, result).items():
@@ -199,10 +242,12 @@ class MooSearcher(StudySearcher):
             study.tell(number, values, skip_if_finished=True)
         self._tell_repeats(i, number)
 
-    def _last_report(self, curve: Optional[dict], storage_id: int) -> Optional[dict]:
+    def _last_report(self, curve: dict | None, storage_id: int) -> dict | None:
         """A trial's last report, objectives by name and its step, from its curve (kept here, or in
         its Optuna trial's ``intermediate`` after a ``--resume``)."""
-        curve = curve or self._get_storage().get_trial(storage_id).user_attrs.get("intermediate") or {}
+        curve = (
+            curve or self._get_storage().get_trial(storage_id).user_attrs.get("intermediate") or {}
+        )
         if not curve:
             return None
         step = max(curve, key=int)
@@ -237,21 +282,40 @@ class MooSearcher(StudySearcher):
         baseline = state if isinstance(state, dict) else {}
         out = {}
         for c in self.constraints:
-            value = self.reader.decode_estimate(config) if c.name == DECODE_SECONDS else result.get(c.name)
+            value = (
+                self.reader.decode_estimate(config)
+                if c.name == DECODE_SECONDS
+                else result.get(c.name)
+            )
             v = 1e9 if value is None else c.violation(float(value), baseline.get(c.name))
             out[c.label] = min(v, 1e9)
         return out
 
-    def _baseline_done(self, i: int, result: Optional[dict], error: bool) -> None:
+    def _baseline_done(self, i: int, result: dict | None, error: bool) -> None:
         result = result or {}
         names = {c.name for c in self.constraints if c.of}
-        metrics = {n: (self.reader.decode_estimate(self.units[i].config | {"set": self.baseline})
-                       if n == DECODE_SECONDS else result.get(n)) for n in names | set(self.reader.names)}
+        metrics = {
+            n: (
+                self.reader.decode_estimate(self.units[i].config | {"set": self.baseline})
+                if n == DECODE_SECONDS
+                else result.get(n)
+            )
+            for n in names | set(self.reader.names)
+        }
         ok = not error and all(metrics.get(n) is not None for n in names)
-        self.baseline_state[i] = {k: float(v) for k, v in metrics.items() if v is not None} if ok else "failed"
+        self.baseline_state[i] = (
+            {k: float(v) for k, v in metrics.items() if v is not None} if ok else "failed"
+        )
         study = self._study(i)
-        study.set_user_attr("baseline", {"model": self.baseline, "metrics": self.baseline_state[i] if ok else None,
-                                         "steps": result.get("step"), "failed": not ok})
+        study.set_user_attr(
+            "baseline",
+            {
+                "model": self.baseline,
+                "metrics": self.baseline_state[i] if ok else None,
+                "steps": result.get("step"),
+                "failed": not ok,
+            },
+        )
 
     # -- Optuna --------------------------------------------------------------------------------
 
@@ -264,8 +328,16 @@ class MooSearcher(StudySearcher):
         state = optuna.trial.TrialState
         for _ in range(MAX_REPEAT_ASKS):
             trial = study.ask(self.space)
-            earlier = next((t for t in study.get_trials(deepcopy=False) if t.number != trial.number
-                            and t.params == trial.params and "duplicate_of" not in t.user_attrs), None)
+            earlier = next(
+                (
+                    t
+                    for t in study.get_trials(deepcopy=False)
+                    if t.number != trial.number
+                    and t.params == trial.params
+                    and "duplicate_of" not in t.user_attrs
+                ),
+                None,
+            )
             if earlier is None:
                 return trial
             trial.set_user_attr("duplicate_of", earlier.number)
@@ -276,39 +348,63 @@ class MooSearcher(StudySearcher):
             elif earlier.state == state.PRUNED:
                 study.tell(trial, state=state.PRUNED)
             elif earlier.state == state.RUNNING:  # told the same when it ends (_tell_repeats)
-                self.repeats.setdefault((i, earlier.number), []).append((trial.number, trial._trial_id))
+                self.repeats.setdefault((i, earlier.number), []).append(
+                    (trial.number, trial._trial_id)
+                )
             else:  # the earlier trial failed
                 study.tell(trial, state=state.FAIL)
-        return study.ask(self.space)  # the sampler keeps repeating itself (a small space used up): train it again
+        return study.ask(
+            self.space
+        )  # the sampler keeps repeating itself (a small space used up): train it again
 
     def _study(self, i: int):
         if i not in self._studies:
             import optuna
 
-            study = optuna.create_study(study_name=self.units[i].name, storage=self._get_storage(),
-                                        directions=list(self.directions), load_if_exists=True)
+            study = optuna.create_study(
+                study_name=self.units[i].name,
+                storage=self._get_storage(),
+                directions=list(self.directions),
+                load_if_exists=True,
+            )
             seed = self.unit_seed(i, len(study.trials))
             if self.sampler == "nsga2":
-                study.sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, self.num_samples // 3)))
+                study.sampler = optuna.samplers.NSGAIISampler(
+                    seed=seed, population_size=max(2, min(50, self.num_samples // 3))
+                )
             elif self.sampler == "random":
                 study.sampler = optuna.samplers.RandomSampler(seed=seed)
             else:  # few samples per study: TPE's model from a third of the budget, not after 10 random ones
-                study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3)))
+                study.sampler = optuna.samplers.TPESampler(
+                    seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3))
+                )
             study.set_metric_names([o for o in self.reader.names])
             self._studies[i] = study
         return self._studies[i]
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
-            pickle.dump({"started": self.started, "live": self.live, "baseline_state": self.baseline_state,
-                         "baseline_ids": self.baseline_ids, "configs": self.configs,
-                         "rung_state": self.rung_state, "rung_log": self.rung_log, "repeats": self.repeats}, f)
+            pickle.dump(
+                {
+                    "started": self.started,
+                    "live": self.live,
+                    "baseline_state": self.baseline_state,
+                    "baseline_ids": self.baseline_ids,
+                    "configs": self.configs,
+                    "rung_state": self.rung_state,
+                    "rung_log": self.rung_log,
+                    "repeats": self.repeats,
+                },
+                f,
+            )
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.started, self.live = state["started"], state["live"]
-        self.baseline_state = [None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)]
+        self.baseline_state = [
+            None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)
+        ]
         self.baseline_ids, self.configs = {}, state.get("configs", {})
         self.repeats = state.get("repeats", {})
         # in place: the scheduler's rules hold these very dicts (both came out of one tuner.pkl)
@@ -324,22 +420,41 @@ class MooSearcher(StudySearcher):
 def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
     """The probe stage (:func:`.probe.build_estimates`), then the searcher of a study with
     ``objectives``: one multi-objective Optuna study per (cell, seed) in ``optuna.journal``."""
-    from .probe import build_estimates
-
     import os
+
+    from .probe import build_estimates
 
     spec = sweep.spec
     out = paths.output / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     # Tune keeps one trial pending at a time for a search algorithm: the cores idle between trials
-    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(2, spec.max_concurrent_trials or 2)))
-    estimates = build_estimates(sweep, out) if DECODE_SECONDS in [o.name for o in spec.objectives] else None
+    os.environ.setdefault(
+        "TUNE_MAX_PENDING_TRIALS_PG", str(max(2, spec.max_concurrent_trials or 2))
+    )
+    estimates = (
+        build_estimates(sweep, out) if DECODE_SECONDS in [o.name for o in spec.objectives] else None
+    )
     index = {c.slug: i for i, c in enumerate(sweep.cells)}
-    units = [StudyUnit(f"{sweep.name}/{p.study}", index[p.cell.slug], p.seed, p.trial_config(sweep.grid_columns),
-                       p.trainer.get("max_steps")) for p in sweep.plans]
+    units = [
+        StudyUnit(
+            f"{sweep.name}/{p.study}",
+            index[p.cell.slug],
+            p.seed,
+            p.trial_config(sweep.grid_columns),
+            p.trainer.get("max_steps"),
+        )
+        for p in sweep.plans
+    ]
     space = optuna_distributions(spec.parameters, sweep.param_columns)
-    return MooSearcher(units, spec.num_samples, sweep, space, str(out / "optuna.journal"),
-                       ObjectiveReader(sweep, estimates), wandb_enabled=wandb_mode != "disabled")
+    return MooSearcher(
+        units,
+        spec.num_samples,
+        sweep,
+        space,
+        str(out / "optuna.journal"),
+        ObjectiveReader(sweep, estimates),
+        wandb_enabled=wandb_mode != "disabled",
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -7,18 +7,58 @@ started, and raises :class:`SpecError` naming the key's path and what is allowed
 *scientific* comparison; ``parameters`` (W&B Sweeps' shape) are *nuisance* parameters that Optuna
 tunes inside each cell with a budget of ``num_samples`` trials.
 """
+
 from .dotted import get_dotted, set_dotted
 from .grid import (
-    COLUMN_NAMES, SECTIONS, Cell, Sweep, TrialPlan, base_sections, column_name, expand_grid, flat_columns,
-    resolve_sections, study_key,
+    COLUMN_NAMES,
+    SECTIONS,
+    Cell,
+    Sweep,
+    TrialPlan,
+    base_sections,
+    column_name,
+    expand_grid,
+    flat_columns,
+    resolve_sections,
+    study_key,
 )
-from .load import LAUNCH_FILE, SMOKE_DEFAULTS, build_sweep, load_spec, parse_overrides, resume_launch, save_launch
+from .load import (
+    LAUNCH_FILE,
+    SMOKE_DEFAULTS,
+    build_sweep,
+    load_spec,
+    parse_overrides,
+    resume_launch,
+    save_launch,
+)
 from .schema import ParamSpec, SpecError, SweepSpec, TrainerSpec
 from .validate import DERIVED_MODEL_KEYS, TASKS
 
 __all__ = [
-    "COLUMN_NAMES", "DERIVED_MODEL_KEYS", "LAUNCH_FILE", "SECTIONS", "SMOKE_DEFAULTS", "TASKS", "Cell", "ParamSpec",
-    "SpecError", "Sweep", "SweepSpec", "TrainerSpec", "TrialPlan", "base_sections", "build_sweep",
-    "column_name", "expand_grid", "flat_columns", "get_dotted", "load_spec", "parse_overrides",
-    "resolve_sections", "resume_launch", "save_launch", "set_dotted", "study_key",
+    "COLUMN_NAMES",
+    "DERIVED_MODEL_KEYS",
+    "LAUNCH_FILE",
+    "SECTIONS",
+    "SMOKE_DEFAULTS",
+    "TASKS",
+    "Cell",
+    "ParamSpec",
+    "SpecError",
+    "Sweep",
+    "SweepSpec",
+    "TrainerSpec",
+    "TrialPlan",
+    "base_sections",
+    "build_sweep",
+    "column_name",
+    "expand_grid",
+    "flat_columns",
+    "get_dotted",
+    "load_spec",
+    "parse_overrides",
+    "resolve_sections",
+    "resume_launch",
+    "save_launch",
+    "set_dotted",
+    "study_key",
 ]

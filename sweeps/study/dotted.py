@@ -1,5 +1,6 @@
 """Dotted keys (``task.max_length``, ``model.K``): the one helper that reads and writes them in
 nested mappings, used by overrides, grid expansion, trial resolution and results."""
+
 from __future__ import annotations
 
 from typing import Any

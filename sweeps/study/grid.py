@@ -10,6 +10,7 @@ grid:
 
 gives 2 x (1 + 2) = 6 cells.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Optional
+from typing import Any
 
 from .dotted import set_dotted
 from .schema import SpecError, SweepSpec, tolerances
@@ -60,8 +61,12 @@ class TrialPlan:
     task: dict[str, Any]
     model: dict[str, Any]
     trainer: dict[str, Any]
-    params: dict[str, Any] = field(default_factory=dict)  # Optuna's samples, under their dotted keys
-    config: dict[str, Any] = field(default_factory=dict)  # the flat view Tune held (empty before Tune)
+    params: dict[str, Any] = field(
+        default_factory=dict
+    )  # Optuna's samples, under their dotted keys
+    config: dict[str, Any] = field(
+        default_factory=dict
+    )  # the flat view Tune held (empty before Tune)
 
     @property
     def grid(self) -> dict[str, Any]:
@@ -77,10 +82,16 @@ class TrialPlan:
         section, _, key = dotted.partition(".")
         return self.sections.get(section, {}).get(key)
 
-    def with_values(self, seed: int, values: dict[str, Any], params: dict[str, Any], config: dict[str, Any]) -> "TrialPlan":
+    def with_values(
+        self, seed: int, values: dict[str, Any], params: dict[str, Any], config: dict[str, Any]
+    ) -> TrialPlan:
         """This cell's plan for one Tune trial: its seed, ``values`` (dotted: Optuna's samples and
         any other per-trial setting) written into the sections, and the config Tune held."""
-        task, model, trainer = resolve_sections(self.sections, values) if values else (self.task, self.model, self.trainer)
+        task, model, trainer = (
+            resolve_sections(self.sections, values)
+            if values
+            else (self.task, self.model, self.trainer)
+        )
         return TrialPlan(self.cell, seed, task, model, trainer, params=params, config=config)
 
     @property
@@ -91,7 +102,9 @@ class TrialPlan:
     def trial_config(self, columns: dict[str, str]) -> dict[str, Any]:
         """What Tune stores for a trial of this plan: the cell's name, the seed and the grid values
         under their flat column names (``columns``: flat name -> dotted key)."""
-        flat = {name: self.cell.values[key] for name, key in columns.items() if key in self.cell.values}
+        flat = {
+            name: self.cell.values[key] for name, key in columns.items() if key in self.cell.values
+        }
         return {"cell": self.cell.name, "seed": self.seed, **flat}
 
 
@@ -113,7 +126,9 @@ class Sweep:
     @property
     def num_trials(self) -> int:
         per_plan = self.spec.num_samples
-        if any(c.of for c in self.spec.constraints):  # a baseline model per (cell, seed) (sweeps.moo.search)
+        if any(
+            c.of for c in self.spec.constraints
+        ):  # a baseline model per (cell, seed) (sweeps.moo.search)
             per_plan += 1
         return len(self.plans) * per_plan
 
@@ -127,7 +142,7 @@ class Sweep:
         """Flat trial-config name -> dotted key, for every Optuna parameter (``lr`` -> ``model.lr``)."""
         return self._columns()[1]
 
-    def early_stopping_note(self) -> Optional[str]:
+    def early_stopping_note(self) -> str | None:
         """What ``--dry-run`` says about early stopping (which runs per (cell, seed), see
         :mod:`sweeps.scheduling`), or None without it."""
         if self.spec.early_terminate.type == "none":
@@ -141,13 +156,24 @@ class Sweep:
             )
         ties = ""
         if self.spec.early_terminate.type == "pareto":
-            named = [f"{o.name} by more than {t:.0%}" for o, t in zip(self.spec.objectives, tolerances(self.spec)) if t]
+            named = [
+                f"{o.name} by more than {t:.0%}"
+                for o, t in zip(self.spec.objectives, tolerances(self.spec))
+                if t
+            ]
             rf = f"{self.spec.early_terminate.reduction_factor:g}"
-            ties = (f"; a trial waits (paused) at a rung until it ranks in the top 1/{rf} of at least {rf} arrivals "
-                    f"or the rung is complete" if self.spec.early_terminate.waits_at_rungs else
-                    "; a trial goes on or stops at a rung at once, against those that reached it before")
-            ties += (f"; a running trial is hopeless only when a finished one is no worse and better in "
-                     f"{' or '.join(named)}" if named else "")
+            ties = (
+                f"; a trial waits (paused) at a rung until it ranks in the top 1/{rf} of at least {rf} arrivals "
+                f"or the rung is complete"
+                if self.spec.early_terminate.waits_at_rungs
+                else "; a trial goes on or stops at a rung at once, against those that reached it before"
+            )
+            ties += (
+                f"; a running trial is hopeless only when a finished one is no worse and better in "
+                f"{' or '.join(named)}"
+                if named
+                else ""
+            )
         return (
             f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
             f"among themselves only; no cell is stopped because another scores higher{ties}"
@@ -156,7 +182,9 @@ class Sweep:
     def _columns(self) -> tuple[dict[str, str], dict[str, str]]:
         grid_keys = list(dict.fromkeys(k for c in self.cells for k in c.values))
         names = flat_columns(grid_keys + list(self.spec.parameters))
-        return {n: k for n, k in names.items() if k in grid_keys}, {n: k for n, k in names.items() if k not in grid_keys}
+        return {n: k for n, k in names.items() if k in grid_keys}, {
+            n: k for n, k in names.items() if k not in grid_keys
+        }
 
 
 # Keys every trial config has besides its grid and sampled values.
@@ -200,7 +228,9 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
             options = []
             for i, variant in enumerate(spec):
                 vkeys = list(variant)
-                lists = [variant[k] if isinstance(variant[k], list) else [variant[k]] for k in vkeys]
+                lists = [
+                    variant[k] if isinstance(variant[k], list) else [variant[k]] for k in vkeys
+                ]
                 for j, k in enumerate(vkeys):
                     if not lists[j]:
                         raise SpecError(f"{path}[{i}].{k}", "empty list of values", source)
@@ -222,7 +252,11 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
                 source,
             )
         if not isinstance(spec, list) or not spec:
-            raise SpecError(path, "must be a non-empty list of values (fixed settings go in task/model/trainer)", source)
+            raise SpecError(
+                path,
+                "must be a non-empty list of values (fixed settings go in task/model/trainer)",
+                source,
+            )
         axes.append([({key: v}, {key: path}) for v in spec])
     cells = []
     for combo in itertools.product(*axes):
@@ -231,7 +265,9 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
         for v, o in combo:
             for k in v:
                 if k in vals:
-                    raise SpecError(o[k], f"{k} is set by two grid entries ({origins[k]} and {o[k]})", source)
+                    raise SpecError(
+                        o[k], f"{k} is set by two grid entries ({origins[k]} and {o[k]})", source
+                    )
             vals.update(v)
             origins.update(o)
         cells.append(Cell(vals, origins))
@@ -240,10 +276,13 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
     seen = set()
     for c in cells:
         if c.slug in seen:
-            raise SpecError("grid", f"two cells share the name {c.name!r}; make the grid values distinct", source)
+            raise SpecError(
+                "grid",
+                f"two cells share the name {c.name!r}; make the grid values distinct",
+                source,
+            )
         seen.add(c.slug)
     return cells
-
 
 
 def base_sections(spec: SweepSpec) -> dict[str, dict[str, Any]]:
@@ -251,7 +290,9 @@ def base_sections(spec: SweepSpec) -> dict[str, dict[str, Any]]:
     return {"task": spec.task, "model": spec.model, "trainer": spec.trainer.model_dump()}
 
 
-def resolve_sections(base: dict[str, dict[str, Any]], values: dict[str, Any]) -> tuple[dict, dict, dict]:
+def resolve_sections(
+    base: dict[str, dict[str, Any]], values: dict[str, Any]
+) -> tuple[dict, dict, dict]:
     """The task, model and trainer sections of a trial: ``base`` (:func:`base_sections`) with
     ``values`` (dotted keys: a cell's grid values, Optuna's samples) written in, ``*_dir`` paths
     resolved."""
@@ -285,4 +326,3 @@ def _resolve_paths(task: dict[str, Any]) -> None:
             if "://" not in value:
                 value = os.path.abspath(os.path.expanduser(value))
             task[key] = value
-

@@ -1,5 +1,6 @@
 """Loading a sweep file: YAML -> overrides (``--smoke``, ``--set``) -> schema -> grid -> validated
 trial plans. :func:`load_spec` is what the launcher calls."""
+
 from __future__ import annotations
 
 import copy
@@ -19,7 +20,9 @@ from .signatures import save as save_signatures
 from .validate import check_sections, validate_cell
 
 
-def load_spec(path: str | Path, overrides: list[str] | None = None, profile: str | None = None) -> Sweep:
+def load_spec(
+    path: str | Path, overrides: list[str] | None = None, profile: str | None = None
+) -> Sweep:
     """Read, override (a named profile, then ``--set`` overrides), validate and expand a sweep
     file. Raises SpecError with the key path."""
     path = Path(path)
@@ -28,12 +31,18 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, profile: str
         raise SpecError("", "no such sweep file; the shipped ones are in sweeps/*.yaml", source)
     if path.is_dir():
         found = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:8]) or "none"
-        raise SpecError("", f"is a folder, not a sweep file; pass one of its .yaml files ({found})", source)
+        raise SpecError(
+            "", f"is a folder, not a sweep file; pass one of its .yaml files ({found})", source
+        )
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise SpecError("", f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start:exc.start + 1]!r}); "
-                            f"save the file as UTF-8", source) from None
+        raise SpecError(
+            "",
+            f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start : exc.start + 1]!r}); "
+            f"save the file as UTF-8",
+            source,
+        ) from None
     except OSError as exc:
         raise SpecError("", f"cannot read it ({exc.strerror or exc})", source) from None
     except yaml.YAMLError as exc:
@@ -51,8 +60,12 @@ def build_sweep(
 ) -> Sweep:
     raw = copy.deepcopy(raw)
     if "smoke" in raw:
-        raise SpecError("smoke", "the top-level smoke: block is now the profile profiles.smoke; move it under "
-                                 "`profiles:` as `smoke:` (its keys stay as they are)", source)
+        raise SpecError(
+            "smoke",
+            "the top-level smoke: block is now the profile profiles.smoke; move it under "
+            "`profiles:` as `smoke:` (its keys stay as they are)",
+            source,
+        )
     if profile is not None:
         for key, (value, origin) in profile_overrides(raw, profile, source).items():
             _set_dotted(raw, key, value, origin, source)
@@ -74,10 +87,16 @@ def build_sweep(
     check_baseline(spec, cells, source)
     by_grid = {key for cell in cells for key in cell.values}
     for key in set_keys:
-        if key in by_grid:  # the grid's value would win in every cell: the override would do nothing
-            raise SpecError(f"--set {key}", f"the grid sets {key} in its cells, so a fixed value would never be "
-                                            f"used; change the grid instead (edit it, or --set the grid entry "
-                                            f"that holds it: grid.<entry>=[...])", source)
+        if (
+            key in by_grid
+        ):  # the grid's value would win in every cell: the override would do nothing
+            raise SpecError(
+                f"--set {key}",
+                f"the grid sets {key} in its cells, so a fixed value would never be "
+                f"used; change the grid instead (edit it, or --set the grid entry "
+                f"that holds it: grid.<entry>=[...])",
+                source,
+            )
     plans = []
     base = base_sections(spec)
     try:
@@ -99,12 +118,16 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
     blocks: list[tuple[str, Any]] = []
     profiles = raw.get("profiles") or {}
     if not isinstance(profiles, dict):
-        raise SpecError("profiles", "must be a mapping of profile names to mappings of dotted keys", source)
+        raise SpecError(
+            "profiles", "must be a mapping of profile names to mappings of dotted keys", source
+        )
     if name in profiles:
         blocks.append((f"profiles.{name}", profiles[name] or {}))
     elif name != "smoke":
         have = ", ".join(["smoke", *sorted(profiles)])
-        raise SpecError(f"--profile {name}", f"this study has no such profile; it has: {have}", source)
+        raise SpecError(
+            f"--profile {name}", f"this study has no such profile; it has: {have}", source
+        )
     out: dict[str, tuple[Any, str]] = {}
     if name == "smoke":
         out.update({k: (v, f"smoke defaults: {k}") for k, v in SMOKE_DEFAULTS.items()})
@@ -129,22 +152,28 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 }
 
 
-
-
 def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
     """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
     try:
         return parse_assignments(items)
     except AssignmentError as exc:
         if exc.value is None or not exc.key:
-            raise SpecError(f"--set {exc.item}", "expected dotted.key=value, e.g. --set trainer.max_steps=100", source) from None
+            raise SpecError(
+                f"--set {exc.item}",
+                "expected dotted.key=value, e.g. --set trainer.max_steps=100",
+                source,
+            ) from None
         raise SpecError(
-            f"--set {exc.key}", f"cannot parse the value {exc.value.strip()!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
-            f"quote it for the shell, e.g. --set \"{exc.key}=[1, 2]\"", source,
+            f"--set {exc.key}",
+            f"cannot parse the value {exc.value.strip()!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
+            f'quote it for the shell, e.g. --set "{exc.key}=[1, 2]"',
+            source,
         ) from None
 
 
-LAUNCH_FILE = "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
+LAUNCH_FILE = (
+    "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
+)
 
 
 def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Path:
@@ -155,7 +184,9 @@ def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Pat
     return path
 
 
-def resume_launch(out_dir: Path, overrides: list[str], profile: str | None, source: str) -> tuple[list[str], str | None]:
+def resume_launch(
+    out_dir: Path, overrides: list[str], profile: str | None, source: str
+) -> tuple[list[str], str | None]:
     """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
     New ``--set`` values may repeat them but not change or add to them (the trials already run
     were planned without); raises SpecError saying which. Without a record (a sweep from an
@@ -176,13 +207,17 @@ def resume_launch(out_dir: Path, overrides: list[str], profile: str | None, sour
         )
     if profile is not None and profile != first.get("profile"):
         raise SpecError(
-            "--profile", f"the first run used profile {first.get('profile')!r}, not {profile!r} (recorded in "
-            f"{path}); resume it with --profile {first.get('profile')} or with no --profile", source,
+            "--profile",
+            f"the first run used profile {first.get('profile')!r}, not {profile!r} (recorded in "
+            f"{path}); resume it with --profile {first.get('profile')} or with no --profile",
+            source,
         )
     return list(first["overrides"]), first.get("profile")
 
 
-def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str) -> None:
+def _validate_search_bounds(
+    spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str
+) -> None:
     """Every value Optuna may sample in this cell (each categorical value, a range's both ends)
     passes the same checks as a fixed setting, reported at ``parameters.<key>``."""
     for key, p in spec.parameters.items():
@@ -190,7 +225,11 @@ def _validate_search_bounds(spec: SweepSpec, task: dict, model: dict, trainer: d
         if p.values is None and p.resolved_distribution() in ("int_uniform", "int_log_uniform"):
             candidates = [int(p.min), int(p.max)]
         for value in candidates:
-            sections = {"task": copy.deepcopy(task), "model": copy.deepcopy(model), "trainer": copy.deepcopy(trainer)}
+            sections = {
+                "task": copy.deepcopy(task),
+                "model": copy.deepcopy(model),
+                "trainer": copy.deepcopy(trainer),
+            }
             try:
                 set_dotted(sections, key, value)
             except ValueError as exc:

@@ -3,15 +3,25 @@
 Unknown keys and bad values fail here with the key's path and what is allowed
 (:func:`format_validation`).
 """
+
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lightning_modules.metric_names import (DECODE_SECONDS, FIT_METRICS, TRAIN_LOSS, VAL_BLEU, VAL_DECODE_SECONDS,
-                                            VAL_LOSS, VAL_SACREBLEU, VAL_TOKEN_ACC)
+from lightning_modules.metric_names import (
+    DECODE_SECONDS,
+    FIT_METRICS,
+    TRAIN_LOSS,
+    VAL_BLEU,
+    VAL_DECODE_SECONDS,
+    VAL_LOSS,
+    VAL_SACREBLEU,
+    VAL_TOKEN_ACC,
+)
+
 
 class SpecError(ValueError):
     """A problem in a sweep file. ``str(err)`` is a complete, user-facing message."""
@@ -39,9 +49,15 @@ class MetricSpec(_Strict):
     @classmethod
     def _reported(cls, value: str) -> str:
         if value not in FIT_METRICS:
-            timing = (" (decode_seconds is measured after training, by the timing stage: no trial can be "
-                      "selected or stopped on it)" if value == "decode_seconds" else "")
-            raise ValueError(f"{value!r} is not a metric the trials report{timing}; valid: {', '.join(FIT_METRICS)}")
+            timing = (
+                " (decode_seconds is measured after training, by the timing stage: no trial can be "
+                "selected or stopped on it)"
+                if value == "decode_seconds"
+                else ""
+            )
+            raise ValueError(
+                f"{value!r} is not a metric the trials report{timing}; valid: {', '.join(FIT_METRICS)}"
+            )
         return value
 
     @property
@@ -52,17 +68,19 @@ class MetricSpec(_Strict):
 class EarlyTerminateSpec(_Strict):
     """ASHA in Ray's vocabulary. One unit of ``grace_period``/``max_t`` is one validation report."""
 
-    type: Literal["none", "asha", "pareto"] = "none"  # pareto: the multi-objective rung rule (sweeps.moo.rungs)
+    type: Literal["none", "asha", "pareto"] = (
+        "none"  # pareto: the multi-objective rung rule (sweeps.moo.rungs)
+    )
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(2.0, gt=1)
-    max_t: Optional[int] = Field(None, ge=1)
+    max_t: int | None = Field(None, ge=1)
     # pareto only: per objective, the relative difference a finished trial must be better by to make
     # a running one hopeless (default: decode_seconds 0.10, the decode probe's noise)
-    tolerance: Optional[dict[str, Annotated[float, Field(ge=0, lt=1)]]] = None
+    tolerance: dict[str, Annotated[float, Field(ge=0, lt=1)]] | None = None
     # pareto only: "wait" (a trial waits at a rung, paused, until it ranks in the top 1/rf of at least
     # rf arrivals or the rung is complete: ASHA's promotion) or "immediate" (it goes on or stops at
     # once, against those that came before it, as Ray's ASHA)
-    promotion: Optional[Literal["wait", "immediate"]] = None
+    promotion: Literal["wait", "immediate"] | None = None
 
     @property
     def waits_at_rungs(self) -> bool:
@@ -94,25 +112,27 @@ class ResourcesSpec(_Strict):
     @classmethod
     def _whole_or_fraction(cls, v: float) -> float:
         if v > 1 and v != int(v):
-            raise ValueError("gpu above 1 must be a whole number (fractions only pack several trials on one GPU)")
+            raise ValueError(
+                "gpu above 1 must be a whole number (fractions only pack several trials on one GPU)"
+            )
         return v
 
 
 # A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.
-Positive = Annotated[Union[int, float], Field(gt=0)]
-NonNegative = Annotated[Union[int, float], Field(ge=0)]
+Positive = Annotated[int | float, Field(gt=0)]
+NonNegative = Annotated[int | float, Field(ge=0)]
 
 
 class TrainerSpec(_Strict):
     """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
 
     max_steps: int = Field(1000, ge=1)
-    max_epochs: Optional[int] = Field(None, ge=1)
-    val_check_interval: Optional[Positive] = None
-    check_val_every_n_epoch: Optional[int] = Field(None, ge=1)
-    limit_train_batches: Optional[Positive] = None
-    limit_val_batches: Optional[NonNegative] = None  # 0 turns validation off
-    gradient_clip_val: Optional[float] = Field(1.0, ge=0)
+    max_epochs: int | None = Field(None, ge=1)
+    val_check_interval: Positive | None = None
+    check_val_every_n_epoch: int | None = Field(None, ge=1)
+    limit_train_batches: Positive | None = None
+    limit_val_batches: NonNegative | None = None  # 0 turns validation off
+    gradient_clip_val: float | None = Field(1.0, ge=0)
     accumulate_grad_batches: int = Field(1, ge=1)
     precision: str = "32-true"
     log_every_n_steps: int = Field(50, ge=1)
@@ -123,21 +143,35 @@ class TrainerSpec(_Strict):
     def _lightning_precision(cls, value: Any) -> str:
         text = str(value)
         if text not in LIGHTNING_PRECISIONS:
-            raise ValueError(f"{value!r} is not a Lightning precision; valid: {', '.join(LIGHTNING_PRECISIONS)}")
+            raise ValueError(
+                f"{value!r} is not a Lightning precision; valid: {', '.join(LIGHTNING_PRECISIONS)}"
+            )
         return text
 
 
 #: what ``lightning.pytorch.Trainer(precision=...)`` accepts (Lightning 2.x's ``_PRECISION_INPUT``),
 #: written out so a dry run needs no Lightning import; the legacy spellings (16, 32, bf16) included
-LIGHTNING_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
-                        "transformer-engine", "transformer-engine-float16", "16", "32", "64", "bf16")
+LIGHTNING_PRECISIONS = (
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "16",
+    "32",
+    "64",
+    "bf16",
+)
 
 
 class StorageSpec(_Strict):
     """Where Ray keeps trial directories and checkpoints: a local path (default: the --output
     folder) or shared storage (``s3://...``, ``gs://...``, an NFS path) for multi-node clusters."""
 
-    path: Optional[str] = None
+    path: str | None = None
     keep_checkpoints: int = Field(2, ge=1)
 
 
@@ -147,15 +181,17 @@ class FailureSpec(_Strict):
 
 class WandbSpec(_Strict):
     project: str = "memory-attention"
-    entity: Optional[str] = None
-    group: Optional[str] = None
+    entity: str | None = None
+    group: str | None = None
     tags: list[str] = Field(default_factory=list)
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
     log_heatmaps: bool = True
 
 
 class SearchSpec(_Strict):
-    sampler: Literal["tpe", "random", "nsga2"] = "tpe"  # nsga2: Optuna's NSGAIISampler (multi-objective studies)
+    sampler: Literal["tpe", "random", "nsga2"] = (
+        "tpe"  # nsga2: Optuna's NSGAIISampler (multi-objective studies)
+    )
     seed: int = 0
 
 
@@ -171,7 +207,7 @@ class TimingSpec(_Strict):
     repeats: int = Field(5, ge=1)
     # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
     # of it, or `max_seconds` of timed decoding per trial; `precision: null`: exactly `repeats`
-    precision: Optional[float] = Field(0.02, gt=0, lt=1)
+    precision: float | None = Field(0.02, gt=0, lt=1)
     max_seconds: float = Field(30.0, gt=0)
     # before its passes, each timing process finds the machine's speed (the fastest of repeated
     # probes over this long); a pass that ran slower than that speed allows is timed again
@@ -194,17 +230,20 @@ class ChaosSpec(_Strict):
     global step; ``fail_before_first_report``: every attempt of every trial raises while it sets
     up, before it reports anything (a trial that never produces a result)."""
 
-    fail_once_at_step: Optional[int] = Field(None, ge=1)
+    fail_once_at_step: int | None = Field(None, ge=1)
     fail_before_first_report: bool = False
 
 
 class ParamSpec(_Strict):
     """A nuisance parameter in W&B Sweeps' shape."""
 
-    values: Optional[list[Any]] = None
-    min: Optional[float] = None
-    max: Optional[float] = None
-    distribution: Optional[Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]] = None
+    values: list[Any] | None = None
+    min: float | None = None
+    max: float | None = None
+    distribution: (
+        Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]
+        | None
+    ) = None
 
     def resolved_distribution(self) -> str:
         if self.values is not None:
@@ -218,14 +257,20 @@ class ParamSpec(_Strict):
         if not self.min < self.max:
             raise ValueError(f"min ({self.min}) must be below max ({self.max})")
         dist = self.distribution or (
-            "int_uniform" if float(self.min).is_integer() and float(self.max).is_integer() else "uniform"
+            "int_uniform"
+            if float(self.min).is_integer() and float(self.max).is_integer()
+            else "uniform"
         )
         if dist == "log_uniform_values" and self.min <= 0:
             raise ValueError("log_uniform_values needs min > 0")
         if dist == "categorical":
             raise ValueError("distribution categorical needs `values`")
-        if dist == "int_log_uniform" and (self.min < 1 or not float(self.min).is_integer() or not float(self.max).is_integer()):
-            raise ValueError("int_log_uniform needs whole numbers with min >= 1 (e.g. K: {min: 1, max: 64})")
+        if dist == "int_log_uniform" and (
+            self.min < 1 or not float(self.min).is_integer() or not float(self.max).is_integer()
+        ):
+            raise ValueError(
+                "int_log_uniform needs whole numbers with min >= 1 (e.g. K: {min: 1, max: 64})"
+            )
         return dist
 
 
@@ -234,8 +279,13 @@ class ParamSpec(_Strict):
 #: the natural direction of each metric a study can produce: "within" constraints read "no worse
 #: than the baseline by more than", in this direction
 NATURAL_GOALS = {
-    VAL_BLEU: "maximize", VAL_SACREBLEU: "maximize", VAL_TOKEN_ACC: "maximize",
-    VAL_LOSS: "minimize", TRAIN_LOSS: "minimize", VAL_DECODE_SECONDS: "minimize", DECODE_SECONDS: "minimize",
+    VAL_BLEU: "maximize",
+    VAL_SACREBLEU: "maximize",
+    VAL_TOKEN_ACC: "maximize",
+    VAL_LOSS: "minimize",
+    TRAIN_LOSS: "minimize",
+    VAL_DECODE_SECONDS: "minimize",
+    DECODE_SECONDS: "minimize",
 }
 #: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
 #: rung rule stops a trial that could not reach the front even at its bound
@@ -253,20 +303,24 @@ class ConstraintSpec(_Strict):
     searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
 
     name: str
-    min: Optional[float] = None
-    max: Optional[float] = None
-    within: Optional[float] = Field(None, ge=0)
-    of: Optional[dict[str, Any]] = None
+    min: float | None = None
+    max: float | None = None
+    within: float | None = Field(None, ge=0)
+    of: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "ConstraintSpec":
+    def _one_kind(self) -> ConstraintSpec:
         absolute = self.min is not None or self.max is not None
         relative = self.within is not None or self.of is not None
         if absolute == relative:
-            raise ValueError("give either min/max (an absolute bound) or within + of (relative to a baseline model)")
+            raise ValueError(
+                "give either min/max (an absolute bound) or within + of (relative to a baseline model)"
+            )
         if relative and (self.within is None or not self.of):
-            raise ValueError("a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
-                             "model settings, e.g. {attention: bahdanau})")
+            raise ValueError(
+                "a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
+                "model settings, e.g. {attention: bahdanau})"
+            )
         return self
 
     @property
@@ -275,10 +329,11 @@ class ConstraintSpec(_Strict):
             who = " ".join(f"{k}={v}" for k, v in self.of.items())
             return f"{self.name} within {self.within:g} of {who}"
         parts = ([f"{self.name} >= {self.min:g}"] if self.min is not None else []) + (
-            [f"{self.name} <= {self.max:g}"] if self.max is not None else [])
+            [f"{self.name} <= {self.max:g}"] if self.max is not None else []
+        )
         return " and ".join(parts)
 
-    def violation(self, value: float, baseline: Optional[float] = None) -> float:
+    def violation(self, value: float, baseline: float | None = None) -> float:
         """Optuna's convention: <= 0 feasible, > 0 by how much it is violated."""
         if self.of:
             if baseline is None:
@@ -294,30 +349,34 @@ class ConstraintSpec(_Strict):
         return out
 
 
-
 # ---- a trial whose metric converged stops (issue 22): the callback is sweeps.convergence
+
 
 class StopWhenSpec(_Strict):
     """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
     ``reports`` validation reports in a row."""
 
     metric: str
-    at_least: Optional[float] = None
-    at_most: Optional[float] = None
+    at_least: float | None = None
+    at_most: float | None = None
     reports: int = Field(2, ge=1)
 
     @field_validator("metric")
     @classmethod
     def _reported(cls, value: str) -> str:
         if value not in FIT_METRICS:
-            raise ValueError(f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}")
+            raise ValueError(
+                f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}"
+            )
         return value
 
     @model_validator(mode="after")
-    def _one_bound(self) -> "StopWhenSpec":
+    def _one_bound(self) -> StopWhenSpec:
         if (self.at_least is None) == (self.at_most is None):
-            raise ValueError("give exactly one of at_least (a metric that rises, e.g. val/bleu) "
-                             "and at_most (one that falls, e.g. val/loss)")
+            raise ValueError(
+                "give exactly one of at_least (a metric that rises, e.g. val/bleu) "
+                "and at_most (one that falls, e.g. val/loss)"
+            )
         return self
 
     def reached(self, value: float) -> bool:
@@ -343,10 +402,12 @@ class SweepSpec(_Strict):
     objectives: list[ObjectiveSpec] = Field(default_factory=list)
     constraints: list[ConstraintSpec] = Field(default_factory=list)
     early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
-    stop_when: Optional[StopWhenSpec] = None  # a trial whose metric converged stops (sweeps.convergence)
+    stop_when: StopWhenSpec | None = (
+        None  # a trial whose metric converged stops (sweeps.convergence)
+    )
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    max_concurrent_trials: Optional[int] = Field(None, ge=1)
+    max_concurrent_trials: int | None = Field(None, ge=1)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)
     wandb: WandbSpec = Field(default_factory=WandbSpec)
@@ -359,14 +420,18 @@ class SweepSpec(_Strict):
     def _profile_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for name in v:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
-                raise ValueError(f"profile name {name!r}: use letters, digits, '_', '-' (it is typed as --profile NAME)")
+                raise ValueError(
+                    f"profile name {name!r}: use letters, digits, '_', '-' (it is typed as --profile NAME)"
+                )
         return v
 
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
-            raise ValueError("use letters, digits, '_', '-', '.' only (it names folders and W&B groups)")
+            raise ValueError(
+                "use letters, digits, '_', '-', '.' only (it names folders and W&B groups)"
+            )
         return v
 
 
@@ -381,9 +446,17 @@ def format_validation(exc: ValidationError) -> str:
             msg = f"unknown key; allowed here: {', '.join(allowed)}"
         elif err["type"] == "missing":
             msg = "required key is missing"
-        elif err["type"] == "value_error":  # our own validators' messages, without pydantic's prefix
+        elif (
+            err["type"] == "value_error"
+        ):  # our own validators' messages, without pydantic's prefix
             msg = str(err.get("ctx", {}).get("error", msg))
-        elif err["type"] in ("literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        elif err["type"] in (
+            "literal_error",
+            "greater_than",
+            "greater_than_equal",
+            "less_than",
+            "less_than_equal",
+        ):
             msg = f"{msg} (got {err.get('input')!r})"
         lines.append(f"{loc}: {msg}")
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
@@ -404,5 +477,3 @@ def allowed_keys(loc: tuple) -> list[str]:
                 continue
             model = nxt
     return sorted(model.model_fields)
-
-

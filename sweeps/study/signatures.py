@@ -13,6 +13,7 @@ cache: unreadable, unwritable or stale, it is rebuilt from the packages (or skip
 Location: ``$SWEEPS_CACHE_DIR``, else ``$XDG_CACHE_HOME/seq2seq-sweeps``, else
 ``~/.cache/seq2seq-sweeps``. ``SWEEPS_CACHE_DIR=off`` turns it off.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +27,7 @@ import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from datamodules import TASKS as TASK_CLASSES  # task name -> datamodule class name (torch-free)
 
@@ -40,15 +41,17 @@ class Signatures:
     datamodules: dict[str, Any]  # task -> name -> (annotation, default); or the import error's text
     module: dict[str, tuple[Any, Any]]  # Seq2SeqModule.__init__
     attention: dict[str, dict[str, tuple[Any, Any]]]  # mechanism -> option -> (annotation, default)
-    headlines: dict[str, tuple[str, str]] = field(default_factory=dict)  # mechanism -> (option, meaning)
-    attention_checks: dict[tuple, Optional[str]] = field(default_factory=dict)  # see attention_problem
+    headlines: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # mechanism -> (option, meaning)
+    attention_checks: dict[tuple, str | None] = field(default_factory=dict)  # see attention_problem
     dirty: bool = False
 
 
-_LOADED: Optional[Signatures] = None
+_LOADED: Signatures | None = None
 
 
-def cache_dir() -> Optional[Path]:
+def cache_dir() -> Path | None:
     configured = os.environ.get("SWEEPS_CACHE_DIR")
     if configured == "off":
         return None
@@ -73,7 +76,9 @@ def _package_dirs() -> list[Path]:
     for name in PACKAGES:
         spec = importlib.util.find_spec(name)  # locates the package without running it
         if spec is None or not spec.submodule_search_locations:
-            raise ImportError(f"cannot find the {name} package (run from the repository root or install it)")
+            raise ImportError(
+                f"cannot find the {name} package (run from the repository root or install it)"
+            )
         dirs.append(Path(list(spec.submodule_search_locations)[0]))
     return dirs
 
@@ -141,10 +146,19 @@ def _read_packages(key: str) -> Signatures:
             datamodules[task] = f"{type(exc).__name__}: {exc}"
     attention = {}
     for name, cls in ATTENTION_REGISTRY.items():
-        attention[name] = {k: v for k, v in params(cls.__init__).items() if k not in ("query_dim", "memory_dim")}
-    headlines = {name: (option, meaning) for name, (option, meaning, _) in headline_options().items()}
-    return Signatures(key=key, datamodules=datamodules, module=params(Seq2SeqModule.__init__), attention=attention,
-                      headlines=headlines)
+        attention[name] = {
+            k: v for k, v in params(cls.__init__).items() if k not in ("query_dim", "memory_dim")
+        }
+    headlines = {
+        name: (option, meaning) for name, (option, meaning, _) in headline_options().items()
+    }
+    return Signatures(
+        key=key,
+        datamodules=datamodules,
+        module=params(Seq2SeqModule.__init__),
+        attention=attention,
+        headlines=headlines,
+    )
 
 
 def params(fn) -> dict[str, tuple[Any, Any]]:
@@ -158,7 +172,10 @@ def params(fn) -> dict[str, tuple[Any, Any]]:
     for name, p in inspect.signature(fn).parameters.items():
         if name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
             continue
-        out[name] = (hints.get(name, Any), None if p.default is inspect.Parameter.empty else p.default)
+        out[name] = (
+            hints.get(name, Any),
+            None if p.default is inspect.Parameter.empty else p.default,
+        )
     return out
 
 
@@ -171,7 +188,9 @@ def datamodule_param_types(task_name: str) -> dict[str, Any]:
         raise ValueError(f"unknown task {task_name!r}; valid: {', '.join(TASK_CLASSES)}")
     found = signatures().datamodules[task_name]
     if isinstance(found, str):
-        raise ValueError(f"the {task_name} task cannot be loaded here ({found}); install its dependencies")
+        raise ValueError(
+            f"the {task_name} task cannot be loaded here ({found}); install its dependencies"
+        )
     return {k: ann for k, (ann, _) in found.items()}
 
 
@@ -184,7 +203,9 @@ def attention_param_types(attention: str) -> dict[str, Any]:
     """The options of one attention mechanism: name -> annotation. Raises ValueError if unknown."""
     known = signatures().attention
     if attention not in known:
-        raise ValueError(f"unknown attention {attention!r}; valid names: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"unknown attention {attention!r}; valid names: {', '.join(sorted(known))}"
+        )
     return {k: ann for k, (ann, _) in known[attention].items()}
 
 
@@ -193,15 +214,23 @@ def headline_options() -> dict[str, tuple[str, str, Any]]:
     (``{"memory": ("K", "memory vectors", 32), ...}``): what
     :func:`lightning_modules.attention.headline_options` says, read without importing torch."""
     sig = signatures()
-    return {name: (option, meaning, sig.attention[name][option][1]) for name, (option, meaning) in sig.headlines.items()}
+    return {
+        name: (option, meaning, sig.attention[name][option][1])
+        for name, (option, meaning) in sig.headlines.items()
+    }
 
 
 def frozen(d: dict) -> tuple:
     """A hashable key for a settings mapping (values that are lists or dicts by their repr)."""
-    return tuple(sorted((k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in d.items()))
+    return tuple(
+        sorted(
+            (k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v))
+            for k, v in d.items()
+        )
+    )
 
 
-def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> Optional[str]:
+def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> str | None:
     """Why the mechanism rejects ``options`` at (query, memory) sizes ``dims`` (its own message),
     or None. Each distinct configuration is constructed once, ever: the answer is cached with the
     signatures."""

@@ -1,6 +1,7 @@
 """Cell validation: a cell's resolved task, model and trainer settings checked against the
 datamodule's, Seq2SeqModule's and the attention mechanism's constructor signatures (and the
 ranges they declare), so a bad value fails before Ray starts, naming where it was written."""
+
 from __future__ import annotations
 
 import difflib
@@ -8,7 +9,7 @@ import functools
 import inspect
 import math
 import typing
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -17,8 +18,14 @@ from lightning_modules.presets import PRESETS, attention_dims
 
 from .grid import Cell
 from .schema import SpecError, SweepSpec, TrainerSpec, format_validation
-from .signatures import (TASK_CLASSES, attention_param_types, attention_problem, datamodule_param_types, frozen,
-                         module_signature_params)
+from .signatures import (
+    TASK_CLASSES,
+    attention_param_types,
+    attention_problem,
+    datamodule_param_types,
+    frozen,
+    module_signature_params,
+)
 
 TASKS = tuple(TASK_CLASSES)
 # Module arguments the trial fills in from the datamodule; a spec may not set them.
@@ -46,8 +53,12 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             continue
         where = _origin(cell, f"task.{key}", f"task.{key}")
         if key not in dm_params:
-            raise SpecError(where, f"unknown {task['name']} task setting{did_you_mean(key, dm_params)}; "
-                                   f"allowed: {', '.join(sorted(dm_params))}", source)
+            raise SpecError(
+                where,
+                f"unknown {task['name']} task setting{did_you_mean(key, dm_params)}; "
+                f"allowed: {', '.join(sorted(dm_params))}",
+                source,
+            )
         _check_type(dm_params[key], value, where, source)
 
     check_bounds_pairs("task", task, lambda k: _origin(cell, k, k), source)
@@ -57,13 +68,19 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
     try:
         att_params = attention_param_types(attention)
     except ValueError as exc:
-        raise SpecError(_origin(cell, "model.attention", "model.attention"), str(exc), source) from None
+        raise SpecError(
+            _origin(cell, "model.attention", "model.attention"), str(exc), source
+        ) from None
     for key, value in model.items():
         where = _origin(cell, f"model.{key}", f"model.{key}")
         if key in DERIVED_MODEL_KEYS:
-            raise SpecError(where, "is derived from the data (the trial fills it in); remove it", source)
+            raise SpecError(
+                where, "is derived from the data (the trial fills it in); remove it", source
+            )
         if key == "attention_kwargs":
-            raise SpecError(where, "put attention options straight under model (e.g. model.K: 16)", source)
+            raise SpecError(
+                where, "put attention options straight under model (e.g. model.K: 16)", source
+            )
         if key in mod_params:
             _check_type(mod_params[key][0], value, where, source)
         elif key in att_params:
@@ -78,14 +95,22 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             )
     preset = model.get("preset", mod_params["preset"][1])
     if preset not in PRESETS:
-        raise SpecError(_origin(cell, "model.preset", "model.preset"), f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}", source)
+        raise SpecError(
+            _origin(cell, "model.preset", "model.preset"),
+            f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}",
+            source,
+        )
     # the sizes the trial's model will give the mechanism, so e.g. luong_dot's H == D fails here
     dims = attention_dims(preset, model.get("hidden_size"), model.get("bidirectional"))
     att_opts = {k: v for k, v in model.items() if k not in mod_params}
     problem = attention_problem(attention, att_opts, dims)
     if problem:
         key = next((k for k in att_opts if k in problem), None)
-        where = _origin(cell, f"model.{key}", f"model.{key}") if key else _origin(cell, "model.attention", "model")
+        where = (
+            _origin(cell, f"model.{key}", f"model.{key}")
+            if key
+            else _origin(cell, "model.attention", "model")
+        )
         raise SpecError(where, problem, source)
 
 
@@ -114,13 +139,13 @@ def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
 # checks are also kept on disk with the signatures (.signatures), across runs.
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _type_adapter(annotation: Any) -> TypeAdapter:
     return TypeAdapter(annotation)
 
 
 @functools.lru_cache(maxsize=4096)
-def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
+def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
     """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
     if kind is bool and not _accepts_bool(annotation):  # pydantic's lax mode would take True for 1
         return f"{value!r} is a yes/no value; expected {_type_name(annotation)}"
@@ -137,8 +162,10 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> Optional[str]:
             return f"{value!r} is out of range; allowed: {allowed}"
         return f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})"
     except Exception as exc:  # noqa: BLE001 -- a check that cannot run is a problem, never a pass
-        return (f"could not be checked against {_type_name(annotation)} ({type(exc).__name__}: {exc}); "
-                f"this setting cannot come from a sweep file")
+        return (
+            f"could not be checked against {_type_name(annotation)} ({type(exc).__name__}: {exc}); "
+            f"this setting cannot come from a sweep file"
+        )
     if isinstance(value, float) and math.isnan(value):
         return "NaN is not a valid setting"
     return None
@@ -148,7 +175,9 @@ def _accepts_bool(annotation: Any) -> bool:
     """Whether ``annotation`` (through Optional, Union, Annotated, Literal) admits True/False."""
     if annotation is bool or annotation is Any:
         return True
-    return any(arg is True or arg is False or _accepts_bool(arg) for arg in typing.get_args(annotation))
+    return any(
+        arg is True or arg is False or _accepts_bool(arg) for arg in typing.get_args(annotation)
+    )
 
 
 def check_bounds_pairs(section: str, values: dict[str, Any], where_of: Any, source: str) -> None:
@@ -157,14 +186,17 @@ def check_bounds_pairs(section: str, values: dict[str, Any], where_of: Any, sour
     for key, low in values.items():
         high = values.get("max_" + key[4:]) if key.startswith("min_") else None
         if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
-            raise SpecError(where_of(f"{section}.{key}"), f"{low!r} is above {section}.max_{key[4:]} ({high!r}); "
-                                                         f"need {key} <= max_{key[4:]}", source)
+            raise SpecError(
+                where_of(f"{section}.{key}"),
+                f"{low!r} is above {section}.max_{key[4:]} ({high!r}); need {key} <= max_{key[4:]}",
+                source,
+            )
 
 
-_TRAINER_CHECKS: dict[tuple, Optional[str]] = {}
+_TRAINER_CHECKS: dict[tuple, str | None] = {}
 
 
-def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
+def _trainer_problem(trainer: dict[str, Any]) -> str | None:
     key = frozen(trainer)
     if key not in _TRAINER_CHECKS:
         try:
@@ -175,7 +207,13 @@ def _trainer_problem(trainer: dict[str, Any]) -> Optional[str]:
     return _TRAINER_CHECKS[key]
 
 
-_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}
+_RANGE_ERRORS = {
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "multiple_of",
+}
 
 
 def _type_name(annotation: Any) -> str:

@@ -7,11 +7,13 @@ datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperpara
 (yet), so for WMT checkpoints the data are named (the command's ``--task wmt17``, ``--data-dir``,
 ``--cache-dir`` and ``--data KEY=VALUE``; they also override what a checkpoint stores).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -23,7 +25,9 @@ from ..study.signatures import datamodule_param_types
 from .measure import DecodeTiming, TimingError, measure_decode_time
 
 SPLITS = ("valid", "test")
-DATAMODULE_SETTINGS_KEY = pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY  # "datamodule_hyper_parameters"
+DATAMODULE_SETTINGS_KEY = (
+    pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY
+)  # "datamodule_hyper_parameters"
 
 
 def checkpoint_file(path: str | Path) -> Path:
@@ -33,11 +37,17 @@ def checkpoint_file(path: str | Path) -> Path:
     if p.is_dir():
         found = sorted(p.glob("*.ckpt"))
         if len(found) != 1:
-            held = f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})" if found else "no .ckpt file"
+            held = (
+                f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})"
+                if found
+                else "no .ckpt file"
+            )
             raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
         return found[0]
     if not p.is_file():
-        raise TimingError(f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder")
+        raise TimingError(
+            f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder"
+        )
     return p
 
 
@@ -52,13 +62,17 @@ def load_module(path: str | Path) -> pl.LightningModule:
     """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
     from lightning_modules.module import Seq2SeqModule
 
-    return Seq2SeqModule.load_from_checkpoint(str(checkpoint_file(path)), map_location="cpu", weights_only=False)
+    return Seq2SeqModule.load_from_checkpoint(
+        str(checkpoint_file(path)), map_location="cpu", weights_only=False
+    )
 
 
 def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A checkpoint's module hyperparameters and its datamodule settings ({} when it was not
     written by ``trainer.fit(model, datamodule=dm)`` or the datamodule saves no hyperparameters)."""
-    ckpt = torch.load(checkpoint_file(path), map_location="cpu", weights_only=False)  # the user's own file
+    ckpt = torch.load(
+        checkpoint_file(path), map_location="cpu", weights_only=False
+    )  # the user's own file
     return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
 
 
@@ -80,8 +94,8 @@ def infer_task(settings: Mapping[str, Any]) -> str:
 
 def data_task(
     settings: Mapping[str, Any],
-    task: Optional[str] = None,
-    overrides: Optional[Mapping[str, Any]] = None,
+    task: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A plan-style task section (``{"name": ..., **datamodule settings}``) from a checkpoint's
     saved settings, an optional task name and command-line overrides."""
@@ -95,14 +109,23 @@ def data_task(
         raise TimingError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
     name = task or infer_task(settings)
     if settings and task is not None and infer_task(settings) != task:
-        raise TimingError(f"the checkpoint was trained on task {infer_task(settings)!r}, not {task!r}; drop --task")
+        raise TimingError(
+            f"the checkpoint was trained on task {infer_task(settings)!r}, not {task!r}; drop --task"
+        )
     valid = datamodule_param_types(name)
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
-        raise TimingError(f"unknown data option(s) {', '.join(unknown)} for task {name}; valid: {', '.join(valid)}")
+        raise TimingError(
+            f"unknown data option(s) {', '.join(unknown)} for task {name}; valid: {', '.join(valid)}"
+        )
     merged = {**settings, **overrides}
     saved_cache = settings.get("cache_dir")
-    if "data_dir" in overrides and "cache_dir" not in overrides and saved_cache and not os.path.isdir(saved_cache):
+    if (
+        "data_dir" in overrides
+        and "cache_dir" not in overrides
+        and saved_cache
+        and not os.path.isdir(saved_cache)
+    ):
         merged["cache_dir"] = None  # the old cache went with the old folder: <data_dir>/.cache
     return {"name": name, **merged}
 
@@ -138,7 +161,11 @@ def check_vocabulary(module: pl.LightningModule, dm: pl.LightningDataModule) -> 
 
 
 def time_checkpoint(
-    checkpoint: str | Path, task: Mapping[str, Any], seed: int = 0, split: str = "valid", **options: Any,
+    checkpoint: str | Path,
+    task: Mapping[str, Any],
+    seed: int = 0,
+    split: str = "valid",
+    **options: Any,
 ) -> DecodeTiming:
     """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
     :func:`~sweeps.timing.measure.measure_decode_time` over one split; ``options`` are that
@@ -147,7 +174,9 @@ def time_checkpoint(
     module = load_module(checkpoint)
     task = dict(task)
     if "num_workers" in datamodule_param_types(task["name"]):
-        task["num_workers"] = 0  # every batch is built before timing: worker processes would only cost
+        task["num_workers"] = (
+            0  # every batch is built before timing: worker processes would only cost
+        )
     dm = build_datamodule(task, seed)
     loader = split_batches(dm, split)
     check_vocabulary(module, dm)

@@ -8,6 +8,7 @@ torch is imported (so every thread torch starts keeps to them), finds the machin
 printing one line per job as it finishes: ``TIMING {"index": i, "timing": {...}}``, or
 ``TIMING {"index": i, "error": "..."}`` when that job failed (the others go on).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,13 +28,26 @@ def main() -> None:
 
     jobs = request["jobs"]
     threads = {int(job["kwargs"].get("threads") or 1) for job in jobs}
-    calibration = float(jobs[0]["kwargs"].get("calibration_seconds", CALIBRATION_S)) if jobs else CALIBRATION_S
-    speed = fastest_probe(calibration) if threads == {1} else None  # one thread: the passes are judged by it
+    calibration = (
+        float(jobs[0]["kwargs"].get("calibration_seconds", CALIBRATION_S))
+        if jobs
+        else CALIBRATION_S
+    )
+    speed = (
+        fastest_probe(calibration) if threads == {1} else None
+    )  # one thread: the passes are judged by it
     for i, job in enumerate(jobs):
         started = time.time()
         try:
-            timing = time_checkpoint(job["checkpoint"], job["task"], machine_speed=speed, **job["kwargs"])
-            line = {"index": i, "timing": timing.to_dict(), "started_at": started, "finished_at": time.time()}
+            timing = time_checkpoint(
+                job["checkpoint"], job["task"], machine_speed=speed, **job["kwargs"]
+            )
+            line = {
+                "index": i,
+                "timing": timing.to_dict(),
+                "started_at": started,
+                "finished_at": time.time(),
+            }
         except Exception as exc:  # one bad checkpoint or task must not lose the others' timings
             text = str(exc).strip().splitlines()
             line = {"index": i, "error": f"{type(exc).__name__}: {text[-1] if text else ''}"}

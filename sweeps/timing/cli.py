@@ -19,12 +19,14 @@ then at least ``--repeats`` timed passes, more until the median is known to ``--
 median is the figure. On CPU torch uses a fixed number of threads (``--threads``, default 1, as
 ``benchmarks/decode_speed.py``).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from datamodules import TASKS
 
@@ -34,35 +36,65 @@ from .measure import TimingError
 from .record import DecodeTiming, repeats_note, shared_core_note, write_json_atomic
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.timing",
         description="Time decoding a whole split with a checkpoint: alone, data loading excluded, "
-                    "median of repeated runs after a warm-up.",
+        "median of repeated runs after a warm-up.",
     )
     p.add_argument("checkpoint", help="a Lightning .ckpt file, or a trial's checkpoint folder")
     p.add_argument("--split", default="valid", help="valid (default) or test")
-    p.add_argument("--beam", type=int, default=None,
-                   help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats over the split, at least (default 5)")
-    p.add_argument("--precision", type=float, default=0.02,
-                   help="repeat until the median's 95%% interval is within this fraction of it (default 0.02); "
-                        "0: exactly --repeats passes")
-    p.add_argument("--max-seconds", type=float, default=30.0,
-                   help="with --precision: stop after this many seconds of timed decoding (default 30)")
-    p.add_argument("--calibration-seconds", type=float, default=2.0,
-                   help="how long to probe the machine's speed before the passes, the bar slow passes are "
-                        "judged against (default 2)")
+    p.add_argument(
+        "--beam",
+        type=int,
+        default=None,
+        help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed repeats over the split, at least (default 5)"
+    )
+    p.add_argument(
+        "--precision",
+        type=float,
+        default=0.02,
+        help="repeat until the median's 95%% interval is within this fraction of it (default 0.02); "
+        "0: exactly --repeats passes",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=30.0,
+        help="with --precision: stop after this many seconds of timed decoding (default 30)",
+    )
+    p.add_argument(
+        "--calibration-seconds",
+        type=float,
+        default=2.0,
+        help="how long to probe the machine's speed before the passes, the bar slow passes are "
+        "judged against (default 2)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    p.add_argument("--task", default=None, choices=tuple(TASKS),
-                   help="the data's task; needed only when the checkpoint stores no datamodule settings")
-    p.add_argument("--data-dir", default=None,
-                   help="where the data files are now (WMT), if not where the checkpoint says")
+    p.add_argument(
+        "--task",
+        default=None,
+        choices=tuple(TASKS),
+        help="the data's task; needed only when the checkpoint stores no datamodule settings",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="where the data files are now (WMT), if not where the checkpoint says",
+    )
     p.add_argument("--cache-dir", default=None, help="the BPE/token cache folder (WMT)")
-    p.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                   help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)",
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
     return p.parse_args(argv)
 
@@ -72,7 +104,9 @@ def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:
         out = parse_assignments(args.data, value=lambda text: yaml_value(text) if text else "")
     except AssignmentError as exc:
         if exc.value is None or not exc.key:
-            raise TimingError(f"--data {exc.item!r}: expected KEY=VALUE, e.g. --data eval_batch_size=64") from None
+            raise TimingError(
+                f"--data {exc.item!r}: expected KEY=VALUE, e.g. --data eval_batch_size=64"
+            ) from None
         raise TimingError(f"--data {exc.item!r}: cannot parse the value {exc.value!r}") from None
     if args.data_dir is not None:
         out["data_dir"] = str(Path(args.data_dir).resolve())
@@ -84,7 +118,9 @@ def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def describe(task: Mapping[str, Any]) -> str:
     if task["name"] == "wmt17":
         return f"wmt17 {task.get('pair', 'en-de')} ({task.get('data_dir')})"
-    settings = ", ".join(f"{k}={task[k]}" for k in ("max_length", "val_size", "test_size", "seed") if k in task)
+    settings = ", ".join(
+        f"{k}={task[k]}" for k in ("max_length", "val_size", "test_size", "seed") if k in task
+    )
     return f"{task['name']} ({settings})"
 
 
@@ -103,7 +139,7 @@ def report_lines(timing: DecodeTiming, split: str) -> list[str]:
     ]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         check_split(args.split)
@@ -111,21 +147,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ckpt = checkpoint_file(args.checkpoint)
         hparams, saved = read_settings(ckpt)
         task = data_task(saved, args.task, overrides)
-        print(f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})", flush=True)
-        timing = time_checkpoint(ckpt, task, int(task.get("seed") or 0), args.split, device=args.device,
-                                 beam_size=args.beam, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-                                 precision=args.precision or None, max_seconds=args.max_seconds,
-                                 calibration_seconds=args.calibration_seconds)
+        print(
+            f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})",
+            flush=True,
+        )
+        timing = time_checkpoint(
+            ckpt,
+            task,
+            int(task.get("seed") or 0),
+            args.split,
+            device=args.device,
+            beam_size=args.beam,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            threads=args.threads,
+            precision=args.precision or None,
+            max_seconds=args.max_seconds,
+            calibration_seconds=args.calibration_seconds,
+        )
     except TimingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError, TypeError) as exc:  # the datamodule's own checks
         lines = str(exc).strip().splitlines()
-        print(f"error: {lines[0] if lines else type(exc).__name__} (see --help for the data options)", file=sys.stderr)
+        print(
+            f"error: {lines[0] if lines else type(exc).__name__} (see --help for the data options)",
+            file=sys.stderr,
+        )
         return 2
     print("\n".join(report_lines(timing, args.split)))
     if args.json:
-        write_json_atomic(args.json, {"checkpoint": str(ckpt), "split": args.split, "task": task, **timing.to_dict()})
+        write_json_atomic(
+            args.json,
+            {"checkpoint": str(ckpt), "split": args.split, "task": task, **timing.to_dict()},
+        )
         print(f"wrote {args.json}")
     return 0
-

@@ -5,21 +5,23 @@ process is pinned to. Shared by the timing stage (:mod:`sweeps.timing`) and the 
 Standard library only at import (torch is imported when a device is resolved): the pinned timing
 child (:mod:`sweeps.timing.child`) pins itself with :func:`pin` before torch starts any thread.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
 
-def resolve_device(name: "str | torch.device") -> "torch.device":
+def resolve_device(name: str | torch.device) -> torch.device:
     """``cpu`` or ``cuda[:N]`` as a torch device; ValueError, naming the fix, for an unknown name or
     a CUDA device torch cannot see."""
     import torch
@@ -33,7 +35,7 @@ def resolve_device(name: "str | torch.device") -> "torch.device":
     return device
 
 
-def highest_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
+def highest_cpus(count: int, allowed: Iterable[int] | None = None) -> list[int]:
     """``count`` CPUs to pin a timing process to: the highest-numbered of ``allowed`` (default: this
     process's), away from CPU 0 where interrupts and system daemons tend to run. An unpinned
     single-threaded run migrates between cores and on a small VM lands in one of two speeds per
@@ -68,9 +70,17 @@ def run_child(module: str, request: Mapping[str, Any], prefix: str) -> tuple[int
     :mod:`sweeps.timing.child` does). Returns its exit code, the rest of every stdout line that
     starts with ``prefix``, and the last line of its stderr ("no output" when it has none)."""
     root = str(Path(__file__).resolve().parents[2])  # sweeps/, lightning_modules/, datamodules/
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", module], input=json.dumps(request, default=str),
-                          capture_output=True, text=True, env=env)
-    found = [ln[len(prefix):] for ln in done.stdout.splitlines() if ln.startswith(prefix)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", module],
+        input=json.dumps(request, default=str),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    found = [ln[len(prefix) :] for ln in done.stdout.splitlines() if ln.startswith(prefix)]
     errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
     return done.returncode, found, errors[-1] if errors else "no output"

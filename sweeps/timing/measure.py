@@ -9,14 +9,16 @@ was slow (a fixed pure-Python loop timed after it took longer than its fastest t
 away and run again (:func:`clean_passes`; the constants below say how much is too much). On a GPU
 the timed region is bracketed by ``torch.cuda.synchronize()``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -93,7 +95,9 @@ def wait_for_speed(best: float, limit_s: float) -> float:
     return best
 
 
-def clean_passes(passes: Sequence[tuple[float, bool, float]], best: float = float("inf")) -> list[bool]:
+def clean_passes(
+    passes: Sequence[tuple[float, bool, float]], best: float = float("inf")
+) -> list[bool]:
     """Which passes to keep, from (wall, shared core, probe after the pass): those that had their
     core to themselves and whose probe was within ``SLOW_MACHINE`` of the fastest probe, that is
     of ``best`` (a calibration) or of the passes' own probes. A faster probe later can disqualify
@@ -118,13 +122,13 @@ def measure_decode_time(
     module: pl.LightningModule,
     batches: Iterable[Mapping[str, Any]],
     device: str | torch.device = "cpu",
-    beam_size: Optional[int] = None,
+    beam_size: int | None = None,
     repeats: int = 5,
     warmup: int = 1,
-    threads: Optional[int] = 1,
-    precision: Optional[float] = None,
+    threads: int | None = 1,
+    precision: float | None = None,
     max_seconds: float = 30.0,
-    machine_speed: Optional[float] = None,
+    machine_speed: float | None = None,
     calibration_seconds: float = CALIBRATION_S,
 ) -> DecodeTiming:
     """Time ``module.decode`` over a whole split, data loading excluded.
@@ -172,7 +176,9 @@ def measure_decode_time(
     except ValueError as exc:
         raise TimingError(str(exc)) from None
     module = module.to(device).eval()
-    on_device = [(b["src"].to(device), b["src_lengths"].to(device)) for b in batches]  # [(B, S), (B,)]
+    on_device = [
+        (b["src"].to(device), b["src_lengths"].to(device)) for b in batches
+    ]  # [(B, S), (B,)]
     sentences = sum(int(src.shape[0]) for src, _ in on_device)
     if not sentences:
         raise TimingError("the split has no sentences to decode")
@@ -187,28 +193,55 @@ def measure_decode_time(
     try:
         with _beam_size(module, beam), torch.inference_mode():
             per_repeat = _warm_up(decode_split, sync, warmup, adaptive=precision is not None)
-            watch = device.type == "cpu" and torch.get_num_threads() == 1  # thread CPU time = all the work
+            watch = (
+                device.type == "cpu" and torch.get_num_threads() == 1
+            )  # thread CPU time = all the work
             passes, keep, reached, stopped_by, outputs = _timed_repeats(
-                decode_split, sync, watch, per_repeat, repeats, precision, max_seconds, machine_speed,
-                calibration_seconds)
+                decode_split,
+                sync,
+                watch,
+                per_repeat,
+                repeats,
+                precision,
+                max_seconds,
+                machine_speed,
+                calibration_seconds,
+            )
             used_threads = torch.get_num_threads()
-            output_tokens = sum(int((t != module.hparams.pad_id).sum()) for t in outputs)  # counted after timing
+            output_tokens = sum(
+                int((t != module.hparams.pad_id).sum()) for t in outputs
+            )  # counted after timing
     finally:
         torch.set_num_threads(previous_threads)
     runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
     interrupted, contended = len(passes) - len(runs), len(runs) < repeats
     if contended:  # the machine was never quiet for long: report what was measured, flagged
-        runs += sorted(wall for (wall, _, _), kept in zip(passes, keep) if not kept)[: repeats - len(runs)]
+        runs += sorted(wall for (wall, _, _), kept in zip(passes, keep) if not kept)[
+            : repeats - len(runs)
+        ]
     timing = DecodeTiming.from_runs(
-        runs, sentences=sentences, output_tokens=output_tokens, batches=len(on_device), beam_size=beam,
-        warmup=warmup, device=str(device), threads=used_threads,
+        runs,
+        sentences=sentences,
+        output_tokens=output_tokens,
+        batches=len(on_device),
+        beam_size=beam,
+        warmup=warmup,
+        device=str(device),
+        threads=used_threads,
     )
-    return dataclasses.replace(timing, passes_per_repeat=per_repeat, interrupted=interrupted, contended=contended,
-                               precision=None if reached is None or contended else round(reached, 5),
-                               stopped_by=None if contended else stopped_by)
+    return dataclasses.replace(
+        timing,
+        passes_per_repeat=per_repeat,
+        interrupted=interrupted,
+        contended=contended,
+        precision=None if reached is None or contended else round(reached, 5),
+        stopped_by=None if contended else stopped_by,
+    )
 
 
-def _warm_up(decode_split: Callable[[], Any], sync: Callable[[], None], warmup: int, adaptive: bool) -> int:
+def _warm_up(
+    decode_split: Callable[[], Any], sync: Callable[[], None], warmup: int, adaptive: bool
+) -> int:
     """The untimed passes (at least one when adaptive); returns the passes one timed repeat holds:
     1, or adaptive, as many as last ``MIN_REPEAT_S`` by the last warm-up pass's time."""
     per_repeat = 1
@@ -223,10 +256,18 @@ def _warm_up(decode_split: Callable[[], Any], sync: Callable[[], None], warmup: 
 
 
 def _timed_repeats(
-    decode_split: Callable[[], list[torch.Tensor]], sync: Callable[[], None], watch: bool, per_repeat: int,
-    repeats: int, precision: Optional[float], max_seconds: float, machine_speed: Optional[float] = None,
+    decode_split: Callable[[], list[torch.Tensor]],
+    sync: Callable[[], None],
+    watch: bool,
+    per_repeat: int,
+    repeats: int,
+    precision: float | None,
+    max_seconds: float,
+    machine_speed: float | None = None,
     calibration_seconds: float = CALIBRATION_S,
-) -> tuple[list[tuple[float, bool, float]], list[bool], Optional[float], Optional[str], list[torch.Tensor]]:
+) -> tuple[
+    list[tuple[float, bool, float]], list[bool], float | None, str | None, list[torch.Tensor]
+]:
     """The timed repeats and their stop rules (see :func:`measure_decode_time`); returns every
     repeat as (wall per pass, shared core, probe after it), which of them to keep, the precision
     reached and the rule that ended the repeats ("precision", "time cap", "repeat cap"; adaptive
@@ -237,7 +278,11 @@ def _timed_repeats(
     if not watch:
         best = 0.0
     else:  # the machine's speed when not slowed
-        best = fastest_probe(calibration_seconds) if machine_speed is None else min(machine_speed, machine_probe())
+        best = (
+            fastest_probe(calibration_seconds)
+            if machine_speed is None
+            else min(machine_speed, machine_probe())
+        )
     attempts = repeats * (MAX_ATTEMPTS_FACTOR if watch else 1)
     deadline = time.perf_counter() + max_seconds
     reached, stopped_by = None, None
@@ -254,7 +299,13 @@ def _timed_repeats(
             outputs = decode_split()
         sync()
         wall, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
-        passes.append((wall / per_repeat, watch and wall > SHARED_CORE * cpu, machine_probe() if watch else 0.0))
+        passes.append(
+            (
+                wall / per_repeat,
+                watch and wall > SHARED_CORE * cpu,
+                machine_probe() if watch else 0.0,
+            )
+        )
         keep = clean_passes(passes, best)
         best = min(best, passes[-1][2])
         clean = [w for (w, _, _), kept in zip(passes, keep) if kept]
@@ -270,7 +321,8 @@ def _timed_repeats(
                 stopped_by = "repeat cap"
             if stopped_by:
                 break
-        elif len(passes) >= attempts and (not adaptive or time.perf_counter() > deadline
-                                          or len(passes) >= MAX_REPEATS):
+        elif len(passes) >= attempts and (
+            not adaptive or time.perf_counter() > deadline or len(passes) >= MAX_REPEATS
+        ):
             break  # never enough clean passes: contended
     return passes, keep, reached, stopped_by, outputs

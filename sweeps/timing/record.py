@@ -1,12 +1,14 @@
 """What a timing is (:class:`DecodeTiming`, and how the log and the command describe it) and how it
 is kept: ``timing.json`` beside each trial (:class:`TimingRecord`), or the command's ``--json``."""
+
 from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -31,7 +33,9 @@ class DecodeTiming:
     seconds: tuple[float, ...]  # every timed pass, in order
     per_sentence_seconds: float  # median / sentences
     sentences: int
-    output_tokens: int  # tokens decoded over the split, EOS included (a model that stops early decodes less)
+    output_tokens: (
+        int  # tokens decoded over the split, EOS included (a model that stops early decodes less)
+    )
     batches: int
     beam_size: int
     warmup: int
@@ -39,12 +43,24 @@ class DecodeTiming:
     threads: int  # torch intra-op threads during the timed passes
     torch_version: str
     cpus: tuple[int, ...] = ()  # the CPUs the timed process was pinned to (empty: not pinned)
-    interrupted: int = 0  # timed passes thrown away and run again: core shared or machine slow (see clean_passes)
-    contended: bool = False  # too few clean passes: the figure includes some of the thrown-away ones
-    passes_per_repeat: int = 1  # decodes of the split in one timed repeat (short splits: see measure_decode_time)
-    precision: Optional[float] = None  # the median's 95% interval half-width / median reached (adaptive repeats)
-    stopped_by: Optional[str] = None  # what ended adaptive repeats: "precision" (reached), "time cap", "repeat cap"
-    process_medians: tuple[float, ...] = ()  # one median per fresh timing process; the figure is the fastest's
+    interrupted: int = (
+        0  # timed passes thrown away and run again: core shared or machine slow (see clean_passes)
+    )
+    contended: bool = (
+        False  # too few clean passes: the figure includes some of the thrown-away ones
+    )
+    passes_per_repeat: int = (
+        1  # decodes of the split in one timed repeat (short splits: see measure_decode_time)
+    )
+    precision: float | None = (
+        None  # the median's 95% interval half-width / median reached (adaptive repeats)
+    )
+    stopped_by: str | None = (
+        None  # what ended adaptive repeats: "precision" (reached), "time cap", "repeat cap"
+    )
+    process_medians: tuple[
+        float, ...
+    ] = ()  # one median per fresh timing process; the figure is the fastest's
 
     @property
     def repeats(self) -> int:
@@ -56,31 +72,62 @@ class DecodeTiming:
 
     @classmethod
     def from_runs(
-        cls, seconds: Sequence[float], *, sentences: int, output_tokens: int, batches: int, beam_size: int,
-        warmup: int, device: str, threads: int,
-    ) -> "DecodeTiming":
+        cls,
+        seconds: Sequence[float],
+        *,
+        sentences: int,
+        output_tokens: int,
+        batches: int,
+        beam_size: int,
+        warmup: int,
+        device: str,
+        threads: int,
+    ) -> DecodeTiming:
         runs = tuple(float(s) for s in seconds)
-        q1, _, q3 = statistics.quantiles(runs, n=4, method="inclusive") if len(runs) > 1 else runs * 3
+        q1, _, q3 = (
+            statistics.quantiles(runs, n=4, method="inclusive") if len(runs) > 1 else runs * 3
+        )
         median = statistics.median(runs)
         return cls(
-            decode_seconds=median, min_seconds=min(runs), max_seconds=max(runs), q1_seconds=q1,
-            q3_seconds=q3, seconds=runs, per_sentence_seconds=median / sentences, sentences=sentences,
-            output_tokens=output_tokens, batches=batches, beam_size=beam_size, warmup=warmup, device=device,
-            threads=threads, torch_version=torch.__version__,
+            decode_seconds=median,
+            min_seconds=min(runs),
+            max_seconds=max(runs),
+            q1_seconds=q1,
+            q3_seconds=q3,
+            seconds=runs,
+            per_sentence_seconds=median / sentences,
+            sentences=sentences,
+            output_tokens=output_tokens,
+            batches=batches,
+            beam_size=beam_size,
+            warmup=warmup,
+            device=device,
+            threads=threads,
+            torch_version=torch.__version__,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The timing as timing.json holds it."""
-        return {**asdict(self), "seconds": list(self.seconds), "cpus": list(self.cpus),
-                "process_medians": list(self.process_medians), "repeats": self.repeats,
-                "iqr_seconds": self.iqr_seconds}
+        return {
+            **asdict(self),
+            "seconds": list(self.seconds),
+            "cpus": list(self.cpus),
+            "process_medians": list(self.process_medians),
+            "repeats": self.repeats,
+            "iqr_seconds": self.iqr_seconds,
+        }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DecodeTiming":
+    def from_dict(cls, data: Mapping[str, Any]) -> DecodeTiming:
         names = cls.__dataclass_fields__
         fields = {("decode_seconds" if k == OLD_FIGURE_KEY else k): v for k, v in data.items()}
-        return cls(**{k: (tuple(v) if k in ("seconds", "cpus", "process_medians") else v)
-                      for k, v in fields.items() if k in names})
+        return cls(
+            **{
+                k: (tuple(v) if k in ("seconds", "cpus", "process_medians") else v)
+                for k, v in fields.items()
+                if k in names
+            }
+        )
 
 
 def repeats_note(t: DecodeTiming) -> str:
@@ -88,17 +135,29 @@ def repeats_note(t: DecodeTiming) -> str:
     passes = f" of {t.passes_per_repeat} passes" if t.passes_per_repeat > 1 else ""
     cap = f", stopped by the {t.stopped_by}" if t.stopped_by and t.stopped_by != "precision" else ""
     reached = f", median +-{100 * t.precision:.1f}% (95%){cap}" if t.precision is not None else ""
-    processes = (f", fastest of {len(t.process_medians)} processes "
-                 f"({'/'.join(f'{m:.4f}' for m in t.process_medians)})") if len(t.process_medians) > 1 else ""
+    processes = (
+        (
+            f", fastest of {len(t.process_medians)} processes "
+            f"({'/'.join(f'{m:.4f}' for m in t.process_medians)})"
+        )
+        if len(t.process_medians) > 1
+        else ""
+    )
     return f"{t.repeats} repeats{passes}{reached}{processes}"
 
 
 def shared_core_note(t: DecodeTiming) -> str:
     """What the log says about passes thrown away and run again ("" when none were)."""
     if t.contended:
-        return (f"; WARNING: {t.interrupted} passes found the core shared with other work or the machine running "
-                f"slow, too many to run again, so the median includes some of them: time it again on a quiet machine")
-    return f"; {t.interrupted} pass(es) on a shared core or a slow machine run again" if t.interrupted else ""
+        return (
+            f"; WARNING: {t.interrupted} passes found the core shared with other work or the machine running "
+            f"slow, too many to run again, so the median includes some of them: time it again on a quiet machine"
+        )
+    return (
+        f"; {t.interrupted} pass(es) on a shared core or a slow machine run again"
+        if t.interrupted
+        else ""
+    )
 
 
 @dataclass(frozen=True)
@@ -121,14 +180,14 @@ class TimingRecord:
         return {**asdict(self), "timing": self.timing.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TimingRecord":
+    def from_dict(cls, data: Mapping[str, Any]) -> TimingRecord:
         names = cls.__dataclass_fields__
         kw = {k: v for k, v in data.items() if k in names}
         kw["timing"] = DecodeTiming.from_dict(data["timing"])
         return cls(**kw)
 
 
-def read_record(path: str | Path) -> Optional[TimingRecord]:
+def read_record(path: str | Path) -> TimingRecord | None:
     """A ``timing.json`` (or the one in a folder), or None when missing or unreadable."""
     p = Path(path)
     p = p / TIMING_FILE if p.is_dir() else p

@@ -8,6 +8,7 @@ skips trials already timed for the same checkpoint (so ``--resume`` never times 
 CPU a batch is timed in fresh processes pinned to their CPUs (:func:`time_checkpoints_pinned`,
 running :mod:`sweeps.timing.child`), each timing the batch's checkpoints one after another.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +16,10 @@ import json
 import socket
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, get_args
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -25,8 +27,15 @@ from ..study.schema import TimingSpec
 from .checkpoint import check_split, checkpoint_file, checkpoint_fingerprint, time_checkpoint
 from .devices import highest_cpus, run_child
 from .measure import TimingError
-from .record import (TIMING_FILE, DecodeTiming, TimingRecord, read_record, repeats_note, shared_core_note,
-                     write_json_atomic)
+from .record import (
+    TIMING_FILE,
+    DecodeTiming,
+    TimingRecord,
+    read_record,
+    repeats_note,
+    shared_core_note,
+    write_json_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,7 @@ class TimingJob:
     task: dict[str, Any]
     output_dir: str
     seed: int = 0
-    beam_size: Optional[int] = None
+    beam_size: int | None = None
     split: str = "valid"
 
     @property
@@ -66,13 +75,23 @@ def timing_settings(**values: Any) -> TimingSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         name, ctx = str(err["loc"][0]), err.get("ctx") or {}
-        bound = next(((sym, ctx[key]) for key, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-                      if key in ctx), None)
+        bound = next(
+            (
+                (sym, ctx[key])
+                for key, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                if key in ctx
+            ),
+            None,
+        )
         if bound:
-            raise TimingError(f"timing: {name} must be {bound[0]} {bound[1]}, got {err['input']!r}") from None
+            raise TimingError(
+                f"timing: {name} must be {bound[0]} {bound[1]}, got {err['input']!r}"
+            ) from None
         if err["type"] == "literal_error":
             allowed = ", ".join(get_args(TimingSpec.model_fields[name].annotation))
-            raise TimingError(f"timing: {name} must be one of {allowed}, got {err['input']!r}") from None
+            raise TimingError(
+                f"timing: {name} must be one of {allowed}, got {err['input']!r}"
+            ) from None
         raise TimingError(f"timing: {name}: {err['msg']} (got {err['input']!r})") from None
 
 
@@ -82,8 +101,8 @@ class TimingOutcome:
 
     job: TimingJob
     status: str
-    record: Optional[TimingRecord] = None
-    error: Optional[str] = None
+    record: TimingRecord | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +115,7 @@ class Lane:
     device: str = "cpu"
 
 
-def already_timed(job: TimingJob) -> Optional[TimingRecord]:
+def already_timed(job: TimingJob) -> TimingRecord | None:
     """The job's existing record when it is for the same checkpoint file, split and beam size."""
     record = read_record(job.result_path)
     if record is None:
@@ -126,7 +145,9 @@ def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
     return lanes
 
 
-def run_jobs(jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane) -> list[TimingRecord | str]:
+def run_jobs(
+    jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane
+) -> list[TimingRecord | str]:
     """Time a batch of jobs here and now (the body of the stage's Ray task); per job its record,
     or the one-line reason it failed (the others are still timed).
 
@@ -146,13 +167,25 @@ def run_jobs(jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane) -> lis
     ~3.5 s on the 2-core VM) and the calibration (2 s) took 5.5 of the median 7.1 s a model cost."""
     import ray
 
-    kwargs = dict(device=lane.device, repeats=settings.repeats, warmup=settings.warmup, threads=settings.threads,
-                  precision=settings.precision, max_seconds=settings.max_seconds,
-                  calibration_seconds=settings.calibration_seconds)
-    items = [(job.checkpoint, job.task, dict(kwargs, seed=job.seed, split=job.split, beam_size=job.beam_size))
-             for job in jobs]
+    kwargs = dict(
+        device=lane.device,
+        repeats=settings.repeats,
+        warmup=settings.warmup,
+        threads=settings.threads,
+        precision=settings.precision,
+        max_seconds=settings.max_seconds,
+        calibration_seconds=settings.calibration_seconds,
+    )
+    items = [
+        (
+            job.checkpoint,
+            job.task,
+            dict(kwargs, seed=job.seed, split=job.split, beam_size=job.beam_size),
+        )
+        for job in jobs
+    ]
     runs: list[list[tuple[DecodeTiming, float, float]]] = [[] for _ in jobs]
-    errors: list[Optional[str]] = [None] * len(jobs)
+    errors: list[str | None] = [None] * len(jobs)
     if settings.fresh_process and lane.device == "cpu":
         n = len(jobs)
         for p in range(settings.processes):
@@ -168,7 +201,9 @@ def run_jobs(jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane) -> lis
             started = time.time()
             try:
                 runs[i].append((time_checkpoint(checkpoint, task, **options), started, time.time()))
-            except Exception as exc:  # (a TimingError or the datamodule's own) one line, the others go on
+            except (
+                Exception
+            ) as exc:  # (a TimingError or the datamodule's own) one line, the others go on
                 errors[i] = _last_line(exc)
     node, host = ray.get_runtime_context().get_node_id(), socket.gethostname()
     out: list[TimingRecord | str] = []
@@ -178,16 +213,28 @@ def run_jobs(jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane) -> lis
             continue
         timing = min((t for t, _, _ in got), key=lambda t: t.decode_seconds)
         if settings.fresh_process and lane.device == "cpu":
-            timing = dataclasses.replace(timing, process_medians=tuple(t.decode_seconds for t, _, _ in got))
-        out.append(TimingRecord(
-            trial_id=job.trial_id, checkpoint=str(job.checkpoint), fingerprint=checkpoint_fingerprint(job.checkpoint),
-            split=job.split, timing=timing, node_id=node, hostname=host, reserved_cpus=lane.cpus,
-            reserved_gpus=lane.gpus, started_at=min(a for _, a, _ in got), finished_at=max(b for _, _, b in got),
-        ))
+            timing = dataclasses.replace(
+                timing, process_medians=tuple(t.decode_seconds for t, _, _ in got)
+            )
+        out.append(
+            TimingRecord(
+                trial_id=job.trial_id,
+                checkpoint=str(job.checkpoint),
+                fingerprint=checkpoint_fingerprint(job.checkpoint),
+                split=job.split,
+                timing=timing,
+                node_id=node,
+                hostname=host,
+                reserved_cpus=lane.cpus,
+                reserved_gpus=lane.gpus,
+                started_at=min(a for _, a, _ in got),
+                finished_at=max(b for _, _, b in got),
+            )
+        )
     return out
 
 
-def pick_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
+def pick_cpus(count: int, allowed: Iterable[int] | None = None) -> list[int]:
     """``count`` CPUs to pin a timing process to (:func:`sweeps.timing.devices.highest_cpus`)."""
     try:
         return highest_cpus(count, allowed)
@@ -195,7 +242,9 @@ def pick_cpus(count: int, allowed: Optional[Iterable[int]] = None) -> list[int]:
         raise TimingError(f"timing {exc}; lower timing.threads") from None
 
 
-def time_checkpoint_pinned(checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any) -> DecodeTiming:
+def time_checkpoint_pinned(
+    checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any
+) -> DecodeTiming:
     """:func:`~sweeps.timing.checkpoint.time_checkpoint` in a new Python process
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs (:func:`pick_cpus`).
     CPU only; the timing comes back with the CPUs it ran on. TimingError when it failed."""
@@ -217,10 +266,14 @@ def time_checkpoints_pinned(
     if not items:
         return []
     cpus = pick_cpus(max(int(kw.get("threads") or 1) for _, _, kw in items))
-    request = {"cpus": cpus, "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items]}
+    request = {
+        "cpus": cpus,
+        "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
+    }
     code, found, error = run_child(child.__name__, request, child.PREFIX)
     out: list[tuple[DecodeTiming, float, float] | str] = [
-        f"the timing process failed (exit {code}) before this checkpoint: {error}"] * len(items)
+        f"the timing process failed (exit {code}) before this checkpoint: {error}"
+    ] * len(items)
     for line in found:
         got = json.loads(line)
         i = int(got["index"])
@@ -233,8 +286,11 @@ def time_checkpoints_pinned(
 
 
 def time_finished_trials(
-    rows: list[dict], plans: Mapping[str, tuple[dict, str]], out_dir: Path, spec: Any,
-    log: Optional[Callable[[str], None]] = print,
+    rows: list[dict],
+    plans: Mapping[str, tuple[dict, str]],
+    out_dir: Path,
+    spec: Any,
+    log: Callable[[str], None] | None = print,
 ) -> None:
     """The stage as the launcher runs it, on every finished trial's final checkpoint (rows whose
     status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
@@ -249,23 +305,36 @@ def time_finished_trials(
         plan, trial_dir = plans[row["trial_id"]]
         # timing.json beside the trial's results; a bucket's trial folder is not the driver's to write
         folder = trial_dir if "://" not in trial_dir else str(out_dir / "timing" / row["trial_id"])
-        jobs.append(TimingJob(trial_id=row["trial_id"], checkpoint=str(row["checkpoint"]), task=plan.task,
-                              output_dir=folder, seed=plan.seed, split=spec.split))
+        jobs.append(
+            TimingJob(
+                trial_id=row["trial_id"],
+                checkpoint=str(row["checkpoint"]),
+                task=plan.task,
+                output_dir=folder,
+                seed=plan.seed,
+                split=spec.split,
+            )
+        )
         timed_rows.append(row)
     if not jobs:
         return
     if log:
-        log(f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
-            f"(median of {spec.repeats}+ repeats" + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
-            + f", {spec.threads} thread(s)):")
+        log(
+            f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
+            f"(median of {spec.repeats}+ repeats"
+            + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
+            + f", {spec.threads} thread(s)):"
+        )
     for row, outcome in zip(timed_rows, run_timing_stage(jobs, spec, log)):
-        attach_timing(row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error)
+        attach_timing(
+            row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error
+        )
 
 
 def run_timing_stage(
     jobs: Sequence[TimingJob],
-    settings: Optional[TimingSpec] = None,
-    log: Optional[Callable[[str], None]] = print,
+    settings: TimingSpec | None = None,
+    log: Callable[[str], None] | None = print,
 ) -> list[TimingOutcome]:
     """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
 
@@ -280,7 +349,9 @@ def run_timing_stage(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
-        raise TimingError("run_timing_stage needs a running Ray: call ray.init() (or the launcher's init_ray) first")
+        raise TimingError(
+            "run_timing_stage needs a running Ray: call ray.init() (or the launcher's init_ray) first"
+        )
     say = log or (lambda _msg: None)
     settings = settings or TimingSpec()
     outcomes: dict[int, TimingOutcome] = {}
@@ -295,28 +366,33 @@ def run_timing_stage(
             continue
         if record is not None:
             outcomes[i] = TimingOutcome(job, "skipped", record=record)
-            say(f"[timing] trial {job.trial_id}: already timed for this checkpoint ({job.result_path})")
+            say(
+                f"[timing] trial {job.trial_id}: already timed for this checkpoint ({job.result_path})"
+            )
         else:
             pending.append(i)
-    for i, outcome in outcomes.items():
+    for outcome in outcomes.values():
         if outcome.status == "error":
             say(f"[timing] trial {outcome.job.trial_id}: {outcome.error}")
     if pending:
         total, free_now = ray.cluster_resources(), ray.available_resources()
         lanes = _lanes(settings, ray.nodes(), total)
         if free_now.get("CPU", 0) < total.get("CPU", 0):
-            say(f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
-                f"waits until its whole node is (is other Ray work still running?)")
+            say(
+                f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
+                f"waits until its whole node is (is other Ray work still running?)"
+            )
         task = ray.remote(max_retries=0)(run_jobs)
         size = settings.models_per_process
-        batches = deque([list(pending)[k:k + size] for k in range(0, len(pending), size)])
+        batches = deque([list(pending)[k : k + size] for k in range(0, len(pending), size)])
         free = deque(lanes)
         running: dict[Any, tuple[list[int], Lane]] = {}
         while batches or running:
             while free and batches:
                 lane, batch = free.popleft(), batches.popleft()
                 ref = task.options(
-                    num_cpus=lane.cpus, num_gpus=lane.gpus,
+                    num_cpus=lane.cpus,
+                    num_gpus=lane.gpus,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False),
                 ).remote([jobs[i] for i in batch], settings, lane)
                 running[ref] = (batch, lane)
@@ -336,17 +412,25 @@ def run_timing_stage(
                 write_json_atomic(job.result_path, got.to_dict())
                 outcomes[i] = TimingOutcome(job, "timed", record=got)
                 t = got.timing
-                say(f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
+                say(
+                    f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
                     f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
-                    f"{shared_core_note(t)}) -> {job.result_path}")
+                    f"{shared_core_note(t)}) -> {job.result_path}"
+                )
     return [outcomes[i] for i in range(len(jobs))]
 
 
-def _lanes(settings: TimingSpec, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]) -> list[Lane]:
+def _lanes(
+    settings: TimingSpec, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]
+) -> list[Lane]:
     has_gpu = float(total.get("GPU", 0)) > 0
     if settings.device == "cuda" and not has_gpu:
-        raise TimingError("timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto")
-    lanes = plan_lanes(nodes, use_gpu=settings.device == "cuda" or (settings.device == "auto" and has_gpu))
+        raise TimingError(
+            "timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto"
+        )
+    lanes = plan_lanes(
+        nodes, use_gpu=settings.device == "cuda" or (settings.device == "auto" and has_gpu)
+    )
     if not lanes:
         raise TimingError("no alive Ray node with a CPU (or GPU) to time on")
     return lanes
