@@ -5,8 +5,9 @@ Run it (CPU only; about 20 s on the 10k sample):
     .venv/bin/python benchmarks/data_throughput.py
     .venv/bin/python benchmarks/data_throughput.py --data DIR --vocab 16000 --threads 4 --scale 2000000
 
-``--data`` is a folder with ``train.{en,de}`` (default: /work/shared/data/wmt-ende-sample when
-present, else the repository slice tests/data/wmt-ende-tiny). Stages, each timed on its own:
+``--data`` is a folder with ``train.{en,de}`` (default: ``$MEMATTN_SHARED_DATA/wmt-ende-sample``, else
+``shared/data/wmt-ende-sample`` beside the repository, when present, else the repository slice
+tests/data/wmt-ende-tiny). Stages, each timed on its own:
 
 * bpe_train     sentencepiece BPE training on both sides of the training split (sentences = lines
                 of both sides; on a big corpus only ``bpe_sample_sentences`` lines are used, so this
@@ -39,7 +40,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datamodules.bpe import ensure_bpe_model, ensure_encoded, load_sentencepiece, read_lines  # noqa: E402
 from datamodules.bucketing import TokenBucketBatchSampler  # noqa: E402
 
-SHARED = Path("/work/shared/data/wmt-ende-sample")
+SHARED = (  # MEMATTN_SHARED_DATA, else the `shared/` folder beside the repository
+    Path(
+        os.environ.get("MEMATTN_SHARED_DATA")
+        or Path(__file__).resolve().parents[2] / "shared" / "data"
+    )
+    / "wmt-ende-sample"
+)
 SLICE = Path(__file__).resolve().parents[1] / "tests" / "data" / "wmt-ende-tiny"
 EN_CS_PAIRS = 52_000_000
 

@@ -60,7 +60,7 @@ from _machine import (  # noqa: E402
 
 from datamodules.vocab import EOS_ID, FIRST_SYMBOL  # noqa: E402
 from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
-from sweeps.keyvalue import AssignmentError, parse_assignments  # noqa: E402
+from sweeps.assignments import AssignmentError, parse_assignments  # noqa: E402
 from sweeps.timing.devices import resolve_device  # noqa: E402
 
 ALIASES = {"luong": "luong_general", "local": "local_p"}

@@ -54,7 +54,7 @@ TARGET_HV, TARGET_COMPUTE = 0.98, 0.40
 
 
 def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
-    """The search study; the grid study is derived from it (:func:`grid_study`)."""
+    """The search study; the grid study is derived from it (:func:`grid_sweep`)."""
     # K up to 256: below K=64 the tiny model's decode time hardly moves with K (the per-step overhead
     # dominates), above it the memory's cost shows (about 2.5x at K=256, L=8). A space where K only
     # moves decode time by the probe's noise makes the front, and the rungs, a draw of that noise.
@@ -98,7 +98,7 @@ def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
     }
 
 
-def grid_study(search: dict[str, Any]) -> dict[str, Any]:
+def grid_sweep(search: dict[str, Any]) -> dict[str, Any]:
     """The same space as a grid: every (K, PE) trained to the end, one metric, FIFO."""
     spec = {
         k: v
@@ -162,7 +162,7 @@ def grid_points(grid_dir: Path, search_sweep: Any, table: Any) -> tuple[dict[str
     (probe estimate, timing stage's figure) per grid model."""
     import pandas as pd
 
-    from sweeps.study import resolve_sections
+    from sweeps.spec import resolve_sections
 
     df = pd.read_csv(grid_dir / "results.csv")
     base = {
@@ -260,13 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     log = out / "runs.log"
     from sweeps.moo.probe import PROBE_FILE, build_estimates
-    from sweeps.study import build_sweep
+    from sweeps.spec import build_sweep
 
     search = study(args.quick, args.reduction_factor)
     sweep = build_sweep(search, source="moo_search")
     probe_dir = out / "probe"
     table = build_estimates(sweep, probe_dir, say=lambda m: print(m, file=sys.stderr))
-    launch(grid_study(search), out / "grid", log)
+    launch(grid_sweep(search), out / "grid", log)
     grid, grid_steps, pairs = grid_points(out / "grid" / (search["name"] + "_grid"), sweep, table)
     per_seed = []
     for seed in range(args.seeds):

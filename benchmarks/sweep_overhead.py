@@ -22,7 +22,7 @@ seconds per trial), the BLEU of each model both ways (same seed and settings: th
 and the machine and its load. With ``--rounds N`` every figure is the mean over the rounds
 (``overhead_ratio`` = mean launcher wall / mean plain wall) and ``round_ratios`` lists each round's.
 Per-trial phases come from each trial's ``phases.json``
-(:mod:`sweeps.phases`); the driver's from wrapping the launcher's own functions in its process.
+(:mod:`sweeps.trial.phases`); the driver's from wrapping the launcher's own functions in its process.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def plain_trial(plan_file: str, out_file: str) -> None:
     import lightning.pytorch as pl
     import torch
 
-    from sweeps.build import build_datamodule, build_module
+    from sweeps.trial.build import build_datamodule, build_module
 
     plan = json.loads(Path(plan_file).read_text())
     imported = time.time()
@@ -150,9 +150,9 @@ def launcher_child(out_file: str, argv: list[str]) -> int:
     started = time.time()
     stages: dict[str, float] = {}
 
-    import sweeps.cluster as cluster
-    import sweeps.experiment as experiment
-    import sweeps.report as report
+    import sweeps.report.local as report
+    import sweeps.run.cluster as cluster
+    import sweeps.run.experiment as experiment
 
     def timed(module, name: str, key: str):
         fn = getattr(module, name)
@@ -215,7 +215,7 @@ def run_launcher(spec: str, overrides: list[str], work: Path) -> tuple[float, di
 
 
 def trial_records(out: Path) -> list[dict[str, Any]]:
-    from sweeps.phases import PHASES_FILE
+    from sweeps.trial.phases import PHASES_FILE
 
     return [json.loads(p.read_text()) for p in sorted(out.glob(f"*/*/{PHASES_FILE}"))]
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = p.parse_args(argv)
     from benchmarks._machine import cpu_model
-    from sweeps.study import load_spec
+    from sweeps.spec import load_spec
 
     overrides = (QUICK if args.quick else []) + args.overrides
     sweep = load_spec(args.spec, overrides=overrides + ["timing.enabled=false"])

@@ -19,7 +19,7 @@ once (a real trial's metric keys, a tiny checkpoint) and returns. It prints per 
 
 and the ratio of bytes per trial N=max / N=min (linear growth: near 1.0). ``--dry-run-cells``
 times ``launch.py --dry-run`` of a study of that many cells in a fresh process, cold and then warm
-(sweeps/study/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
+(sweeps/spec/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def study(name: str, n: int) -> dict[str, Any]:
 
 def stand_in_trial(config: dict[str, Any], settings) -> None:
     """Reports once, like a real trial's last validation (the same metric keys and checkpoint
-    files as :class:`sweeps.trial_kit.TuneReport`), and returns. It does not import the trial kit:
+    files as :class:`sweeps.trial.kit.TuneReport`), and returns. It does not import the trial kit:
     that would import Lightning in every trial's fresh worker, which is training cost, not
     orchestration."""
     import json
@@ -105,10 +105,10 @@ def peak_rss_mb() -> float:
 
 
 def run_one(n: int, out: Path) -> dict[str, Any]:
-    from sweeps.cluster import Paths, check_cluster, describe_cluster
-    from sweeps.experiment import make_settings, run_tune
-    from sweeps.results import result_rows, write_results_csv
-    from sweeps.study import build_sweep
+    from sweeps.report.results import result_rows, write_results_csv
+    from sweeps.run.cluster import Paths, check_cluster, describe_cluster
+    from sweeps.run.experiment import make_settings, run_tune
+    from sweeps.spec import build_sweep
 
     sweep = build_sweep(study(f"scale{n}", n))
     assert sweep.num_trials == n, sweep.num_trials

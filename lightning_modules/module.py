@@ -29,7 +29,7 @@ from annotated_types import Ge, Gt, Interval
 from datamodules.ranges import check_ranges
 from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
 
-from .attention import attention_options
+from .attention import DEFAULT_ATTENTION, attention_options
 from .metric_names import (  # noqa: F401 -- re-exported: the module's public metric names
     METRICS,
     TEST_BLEU,
@@ -85,7 +85,7 @@ class Seq2SeqModule(pl.LightningModule):
         self,
         src_vocab_size: PositiveInt,
         tgt_vocab_size: PositiveInt,
-        attention: str = "bahdanau",
+        attention: str = DEFAULT_ATTENTION,
         attention_kwargs: dict | None = None,
         preset: str = "tiny",
         embedding_dim: PositiveInt | None = None,

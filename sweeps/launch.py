@@ -36,7 +36,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.study import LAUNCH_FILE, SpecError, Sweep, load_spec, resume_launch, save_launch  # noqa: E402
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.spec import LAUNCH_FILE, SpecError, Sweep, load_spec, resume_launch, save_launch  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -169,10 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    from sweeps.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
-    from sweeps.experiment import make_settings, run_tune
-    from sweeps.report import build_local_report
-    from sweeps.results import (
+    from sweeps.integrations.wandb_env import resolve_wandb_mode, wandb_sync_hint
+    from sweeps.report.local import build_local_report
+    from sweeps.report.results import (
         failure_summary,
         keep_finished,
         missing_rows,
@@ -181,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         results_frame,
         write_results_csv,
     )
-    from sweeps.storage_faults import StorageGuard, find_storage_fault
-    from sweeps.wandb_env import resolve_wandb_mode, wandb_sync_hint
+    from sweeps.run.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
+    from sweeps.run.experiment import make_settings, run_tune
+    from sweeps.storage import StorageGuard, find_storage_fault
 
     spec = sweep.spec
     output = Path(args.output).resolve()
@@ -190,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = Paths(output=output, storage=spec.storage.path or str(output))
     try:
         if args.resume and "://" not in paths.storage:  # known before Ray starts
-            from sweeps.experiment import holds_sweep, nothing_to_resume
+            from sweeps.run.experiment import holds_sweep, nothing_to_resume
 
             if not holds_sweep(paths.experiment(sweep.name)):
                 raise LaunchError(nothing_to_resume(paths.experiment(sweep.name)))
-            from sweeps.state_check import check_before_resume
+            from sweeps.run.resume_check import check_before_resume
 
             for repair in check_before_resume(out_dir, Path(paths.experiment(sweep.name))):
                 print(f"repaired: {repair}", flush=True)
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         }
         try:
-            from sweeps.build import prepare_data
+            from sweeps.trial.build import prepare_data
 
             if any(p.task["name"] != "copy" for p in sweep.plans):
                 print(
@@ -256,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         from sweeps.timing.stage import time_finished_trials
 
         time_finished_trials(rows, plans, out_dir, spec.timing)
-        publish_timings(rows, settings, out_dir / "optuna.journal" if sweep.has_search else None)
+        publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
     )
-    rows, kept = keep_finished(rows, out_dir / "results.csv")
+    rows, kept = keep_finished(rows, out_dir / RESULTS_CSV)
     if kept:
         print(
             f"kept {kept} finished trial(s) from the previous results.csv that this run did not report as finished "
@@ -301,9 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if hint:
         print(f"W&B ran offline; upload the runs with:\n  {hint}")
-    journal = out_dir / "optuna.journal"
+    journal = out_dir / OPTUNA_JOURNAL
     if sweep.has_search and journal.exists():
-        first = f"{sweep.name}/{sweep.plans[0].study}"
+        first = f"{sweep.name}/{sweep.plans[0].unit}"
         print(
             f"Optuna studies (one per cell and seed) in {journal}:\n"
             f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
@@ -345,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
 def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
     """The timing stage's figures beside what the trial recorded while it trained: in the summary
     of its W&B run (reopened by id online, written into its run log offline) and in its Optuna
-    study (:func:`sweeps.search.record_timings`). A failure to reach one is said, not fatal."""
-    from sweeps.results import TIMING_COLUMNS
-    from sweeps.wandb_runs import add_run_summary
+    study (:func:`sweeps.run.searcher.record_timings`). A failure to reach one is said, not fatal."""
+    from sweeps.integrations.wandb_runs import add_run_summary
+    from sweeps.report.results import TIMING_COLUMNS
 
     timings = {}
     for row in rows:
@@ -374,7 +375,7 @@ def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
                 file=sys.stderr,
             )
     if journal is not None and timings and journal.exists():
-        from sweeps.search import record_timings
+        from sweeps.run.searcher import record_timings
 
         record_timings(str(journal), timings)
 

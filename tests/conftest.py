@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(
         key=lambda item: (
             0
-            if item.nodeid.startswith("tests/test_cluster.py")
+            if item.nodeid.startswith("tests/sweeps/run/test_cluster.py")
             else 2
             if getattr(item, "module", None) in _RAY.modules
             else 1

@@ -10,6 +10,7 @@ import pkgutil
 
 from .base import (
     ATTENTION_REGISTRY,
+    DEFAULT_ATTENTION,
     Attention,
     Shared,
     attention_options,
@@ -18,6 +19,7 @@ from .base import (
     headline_options,
     map_batch,
     register_attention,
+    step_cost,
 )
 
 
@@ -40,6 +42,7 @@ _import_mechanisms()
 
 __all__ = [
     "ATTENTION_REGISTRY",
+    "DEFAULT_ATTENTION",
     "Attention",
     "attention_options",
     "beam_groups",
@@ -48,4 +51,5 @@ __all__ = [
     "map_batch",
     "Shared",
     "register_attention",
+    "step_cost",
 ]

@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-PROBE_FILE = "decode_probe.json"
+from sweeps.layout import PROBE_FILE  # noqa: E402,F401
+
 #: model settings that change how a model trains, not what it computes when it decodes
 TRAINING_ONLY = frozenset({"lr", "weight_decay", "dropout", "val_decode"})
 #: the setting the probe interpolates along (measured at anchors)
@@ -77,7 +78,7 @@ def k_anchors(low: int, high: int) -> list[int]:
 def probe_models(spec: Any, plan: Any, baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The model sections to time for one (cell, seed) plan: every combination of the searched
     architecture settings (K at its anchors), and the baseline model of the relative constraints."""
-    from ..study import resolve_sections
+    from sweeps.spec import resolve_sections
 
     choices: list[tuple[str, list[Any]]] = []
     for key, p in spec.parameters.items():
@@ -150,7 +151,7 @@ class DecodeEstimates:
         return table[lo] + (table[hi] - table[lo]) * (k - lo) / (hi - lo)
 
     def save(self, path: Path) -> Path:
-        from ..files import write_atomic
+        from sweeps.layout import write_atomic
 
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, json.dumps({"entries": self.entries}, indent=1) + "\n")
@@ -181,7 +182,7 @@ def build_estimates(
 ) -> DecodeEstimates:
     """The probe stage: every architecture the study may sample, timed alone before Tune starts;
     ``decode_probe.json`` in ``out_dir`` is read first and only what it lacks is measured."""
-    from ..study.objectives import baseline_of
+    from sweeps.spec.objectives import baseline_of
 
     path = Path(out_dir) / PROBE_FILE
     table = DecodeEstimates.load(path)
@@ -228,7 +229,7 @@ def run_probe_process(
 ) -> list[dict]:
     """:func:`time_models` in a fresh Python process (:mod:`sweeps.moo.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
-    from ..timing.devices import highest_cpus, run_child
+    from sweeps.timing.devices import highest_cpus, run_child
 
     kwargs = {
         "threads": timing.threads,
@@ -268,9 +269,9 @@ def time_models(
     round's median kept, as the timing stage keeps its fastest process's); one entry per model."""
     import torch
 
-    from ..build import build_datamodule, build_module
-    from ..timing.measure import fastest_probe
-    from ..timing.measure import measure_decode_time as measure
+    from sweeps.timing.measure import fastest_probe
+    from sweeps.timing.measure import measure_decode_time as measure
+    from sweeps.trial.build import build_datamodule, build_module
 
     task = dict(task)
     if "num_workers" in task:

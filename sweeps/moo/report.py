@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .pareto import hypervolume_2d, pareto_mask, to_minimize
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, RESULTS_MD
+from sweeps.moo.pareto import hypervolume_2d, pareto_mask, to_minimize
 
 SECTION = "## Multi-objective search"
 
@@ -73,10 +74,10 @@ def load_views(sweep_dir: Path) -> list[StudyView]:
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    journal = Path(sweep_dir) / "optuna.journal"
+    journal = Path(sweep_dir) / OPTUNA_JOURNAL
     if not journal.exists():
         return []
-    timed = _timed_by_trial(Path(sweep_dir) / "results.csv")
+    timed = _timed_by_trial(Path(sweep_dir) / RESULTS_CSV)
     storage = JournalStorage(JournalFileBackend(str(journal)))
     views = []
     for name in optuna.get_all_study_names(storage):
@@ -305,7 +306,7 @@ def section_with_plots(sweep_dir: Path) -> tuple[str, dict[str, Path]]:
     views = load_views(sweep_dir)
     if not views:
         return "", {}
-    from .plots import plot_moo
+    from sweeps.moo.plots import plot_moo
 
     paths = plot_moo(views, sweep_dir, history)
     text = section(sweep_dir, views)
@@ -319,7 +320,7 @@ def write_section(sweep_dir: Path) -> dict[str, Path]:
     text, paths = section_with_plots(sweep_dir)
     if not text:
         return {}
-    md = Path(sweep_dir) / "results.md"
+    md = Path(sweep_dir) / RESULTS_MD
     old = md.read_text() if md.exists() else ""
     md.write_text(with_section(old, text))
     paths["md"] = md
@@ -393,15 +394,15 @@ def _short_cell(cell: str) -> str:
 def wandb_report(
     sweep_dir: Path, entity: str, project: str, group: str, title: str | None = None
 ) -> Any:
-    """The sweep's W&B Report (:func:`sweeps.wandb_report.build_wandb_report`) with this section's
+    """The sweep's W&B Report (:func:`sweeps.report.wandb_report.build_wandb_report`) with this section's
     fronts, constrained-out trials, hypervolume history and answer lines as Markdown before its
     panels, and a panel of the runs' BLEU against the probe's decode seconds. Not saved."""
     import wandb_workspaces.reports.v2 as wr
 
-    from ..results import read_results
-    from ..wandb_report import build_wandb_report
+    from sweeps.report.results import read_results
+    from sweeps.report.wandb_report import build_wandb_report
 
-    results = read_results(Path(sweep_dir) / "results.csv")
+    results = read_results(Path(sweep_dir) / RESULTS_CSV)
     report = build_wandb_report(entity, project, group, title, results=results)
     text = section(Path(sweep_dir))
     if text:

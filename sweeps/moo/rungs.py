@@ -1,6 +1,6 @@
 """Early stopping with two objectives: ASHA's rungs, Pareto rank instead of a quantile.
 
-One :class:`ParetoRungs` per (cell, seed) (wrapped in :class:`sweeps.scheduling.PerStudyScheduler`,
+One :class:`ParetoRungs` per (cell, seed) (wrapped in :class:`sweeps.run.schedulers.PerUnitScheduler`,
 so no cell is stopped because another does better). Rungs sit at ``grace_period * rf**k``
 validation reports, below the trial's last. When a trial reaches a rung, its objective vector there
 (``val/bleu`` at that report, ``decode_seconds`` from the decode probe) is recorded with the
@@ -31,8 +31,8 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from ..study import study_key
-from .pareto import hopeless, rung_standing, to_minimize
+from sweeps.moo.pareto import hopeless, rung_standing, to_minimize
+from sweeps.spec import unit_key
 
 Vector = tuple[float, ...]
 
@@ -75,7 +75,7 @@ class ParetoRungs(FIFOScheduler):
             against the trials that came before it (``promotion: immediate``, Ray's ASHA).
         samples_left: () -> whether the searcher will still start trials of this (cell, seed): while
             it will, a rung may still fill (``wait`` only).
-        key: the (cell, seed) it judges, as :func:`sweeps.study.study_key` reads it from a trial.
+        key: the (cell, seed) it judges, as :func:`sweeps.spec.unit_key` reads it from a trial.
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class ParetoRungs(FIFOScheduler):
         )  # trial id -> the rung (report count) it waits at, PAUSED
         self.wait = wait
         self.samples_left = samples_left
-        self.key = key  # the (cell, seed) this rule judges (sweeps.study.study_key)
+        self.key = key  # the (cell, seed) this rule judges (sweeps.spec.unit_key)
         self.log = log if log is not None else {}
         self.tolerance = tolerance
 
@@ -250,7 +250,7 @@ class ParetoRungs(FIFOScheduler):
         )
 
     def _owns(self, trial: Any) -> bool:
-        return study_key(trial.config) == self.key
+        return unit_key(trial.config) == self.key
 
     def promotions(self, tune_controller: Any) -> list:
         """The waiting trials that go on now, best placed first: those in the top ``floor(n / rf)``
@@ -340,10 +340,10 @@ def pareto_rungs_factory(
     samples_left: Callable[[Any], bool] = lambda key: False,
 ) -> Callable[[Any], TrialScheduler]:
     """What makes one (cell, seed)'s :class:`ParetoRungs` (``early_terminate.type: pareto``;
-    :func:`sweeps.scheduling.make_scheduler` keeps one per unit, keyed by (cell, seed)).
+    :func:`sweeps.run.schedulers.make_scheduler` keeps one per unit, keyed by (cell, seed)).
     ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher).
     ``samples_left``: per unit key, whether the searcher will start more of its trials."""
-    from ..study.schema import BOUNDS, tolerances
+    from sweeps.spec.schema import BOUNDS, tolerances
 
     spec = sweep.spec
     et = spec.early_terminate

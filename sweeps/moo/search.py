@@ -1,7 +1,7 @@
 """The multi-objective searcher: one Optuna multi-objective study per (cell, seed), sampled
 through Ray Tune.
 
-:class:`MooSearcher` is :class:`sweeps.search.StudySearcher` with two directions and:
+:class:`MooSearcher` is :class:`sweeps.run.searcher.SweepSearcher` with two directions and:
 
 - **objective values** from each report: the trained metrics as reported, ``decode_seconds`` from
   the decode probe (:mod:`.probe`) -- known before training, so the sampler and the rung rule
@@ -30,9 +30,10 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from ..search import StudySearcher, StudyUnit, optuna_distributions
-from ..study import study_key
-from ..study.objectives import DECODE_SECONDS, baseline_of
+from sweeps.layout import OPTUNA_JOURNAL
+from sweeps.run.searcher import SweepSearcher, Unit, optuna_distributions
+from sweeps.spec import unit_key
+from sweeps.spec.objectives import DECODE_SECONDS, baseline_of
 
 #: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
 MAX_REPEAT_ASKS = 20
@@ -73,12 +74,12 @@ class ObjectiveReader:
         return out
 
 
-class MooSearcher(StudySearcher):
-    """Multi-objective :class:`StudySearcher` (see the module docstring)."""
+class MooSearcher(SweepSearcher):
+    """Multi-objective :class:`SweepSearcher` (see the module docstring)."""
 
     def __init__(
         self,
-        units: list[StudyUnit],
+        units: list[Unit],
         num_samples: int,
         sweep: Any,
         space: dict[str, Any],
@@ -131,7 +132,7 @@ class MooSearcher(StudySearcher):
     def samples_left(self, key: Any) -> bool:
         """Whether this searcher will start more trials of the (cell, seed) ``key``."""
         return any(
-            study_key(u.config) == tuple(key) and self.started[i] < self.num_samples
+            unit_key(u.config) == tuple(key) and self.started[i] < self.num_samples
             for i, u in enumerate(self.units)
         )
 
@@ -153,7 +154,7 @@ class MooSearcher(StudySearcher):
                 return {**self.units[i].config, "set": dict(self.baseline)}
         open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
         if not open_units:
-            return StudySearcher.FINISHED
+            return SweepSearcher.FINISHED
         ready = [
             i
             for i in open_units
@@ -422,7 +423,7 @@ def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
     ``objectives``: one multi-objective Optuna study per (cell, seed) in ``optuna.journal``."""
     import os
 
-    from .probe import build_estimates
+    from sweeps.moo.probe import build_estimates
 
     spec = sweep.spec
     out = paths.output / sweep.name
@@ -436,8 +437,8 @@ def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
     )
     index = {c.slug: i for i, c in enumerate(sweep.cells)}
     units = [
-        StudyUnit(
-            f"{sweep.name}/{p.study}",
+        Unit(
+            f"{sweep.name}/{p.unit}",
             index[p.cell.slug],
             p.seed,
             p.trial_config(sweep.grid_columns),
@@ -451,7 +452,7 @@ def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
         spec.num_samples,
         sweep,
         space,
-        str(out / "optuna.journal"),
+        str(out / OPTUNA_JOURNAL),
         ObjectiveReader(sweep, estimates),
         wandb_enabled=wandb_mode != "disabled",
     )

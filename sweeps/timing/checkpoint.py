@@ -19,10 +19,9 @@ import lightning.pytorch as pl
 import torch
 
 from datamodules import TASKS
-
-from ..build import build_datamodule
-from ..study.signatures import datamodule_param_types
-from .measure import DecodeTiming, TimingError, measure_decode_time
+from sweeps.spec.signatures import datamodule_param_types
+from sweeps.timing.measure import DecodeTiming, TimingError, measure_decode_time
+from sweeps.trial.build import build_datamodule
 
 SPLITS = ("valid", "test")
 DATAMODULE_SETTINGS_KEY = (
@@ -167,7 +166,7 @@ def time_checkpoint(
     split: str = "valid",
     **options: Any,
 ) -> DecodeTiming:
-    """Load a checkpoint, build the task's datamodule (``sweeps.build.build_datamodule``) and
+    """Load a checkpoint, build the task's datamodule (``sweeps.trial.build.build_datamodule``) and
     :func:`~sweeps.timing.measure.measure_decode_time` over one split; ``options`` are that
     function's (device, beam_size, repeats, warmup, threads, precision, max_seconds,
     calibration_seconds)."""

@@ -29,11 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from datamodules import TASKS
-
-from ..keyvalue import AssignmentError, parse_assignments, yaml_value
-from .checkpoint import check_split, checkpoint_file, data_task, read_settings, time_checkpoint
-from .measure import TimingError
-from .record import DecodeTiming, repeats_note, shared_core_note, write_json_atomic
+from sweeps.assignments import AssignmentError, parse_assignments, yaml_value
+from sweeps.timing.checkpoint import (
+    check_split,
+    checkpoint_file,
+    data_task,
+    read_settings,
+    time_checkpoint,
+)
+from sweeps.timing.measure import TimingError
+from sweeps.timing.record import DecodeTiming, repeats_note, shared_core_note, write_json_atomic
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

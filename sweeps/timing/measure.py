@@ -23,13 +23,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from .devices import resolve_device
-from .record import DecodeTiming
-
-
-class TimingError(ValueError):
-    """Bad input to the timing measurement, stage or command; the message names the fix."""
-
+from sweeps.errors import TimingError  # noqa: F401 (raised here; importable from here too)
+from sweeps.timing.devices import resolve_device
+from sweeps.timing.record import DecodeTiming
 
 # A CPU pass with one torch thread whose wall time exceeds its thread's CPU time by this factor
 # was taken off its core part of the time (another process ran there). On the idle 2-core VM a

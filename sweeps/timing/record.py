@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
-from ..files import write_atomic
+from sweeps.layout import (
+    TIMING_FILE,  # noqa: E402,F401
+    write_atomic,
+)
 
-TIMING_FILE = "timing.json"
 # The figure is ``decode_seconds`` from the measurement to results.md, timing.json included; files
 # written before it had that name call it ``median_seconds``, still read (a --resume reuses them).
 OLD_FIGURE_KEY = "median_seconds"

@@ -23,11 +23,16 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from ..study.schema import TimingSpec
-from .checkpoint import check_split, checkpoint_file, checkpoint_fingerprint, time_checkpoint
-from .devices import highest_cpus, run_child
-from .measure import TimingError
-from .record import (
+from sweeps.spec.schema import TimingSpec
+from sweeps.timing.checkpoint import (
+    check_split,
+    checkpoint_file,
+    checkpoint_fingerprint,
+    time_checkpoint,
+)
+from sweeps.timing.devices import highest_cpus, run_child
+from sweeps.timing.measure import TimingError
+from sweeps.timing.record import (
     TIMING_FILE,
     DecodeTiming,
     TimingRecord,
@@ -67,7 +72,7 @@ class TimingJob:
 
 
 def timing_settings(**values: Any) -> TimingSpec:
-    """The stage's settings are a study's ``timing`` block (:class:`sweeps.study.schema.TimingSpec`);
+    """The stage's settings are a study's ``timing`` block (:class:`sweeps.spec.schema.TimingSpec`);
     this makes one from keywords (the timing command's flags, tests), with a :class:`TimingError`
     naming the setting and what it allows instead of pydantic's report."""
     try:
@@ -261,7 +266,7 @@ def time_checkpoints_pinned(
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
     of the machine's speed. Per item: (timing, started_at, finished_at), or the one-line reason it
     failed ("the timing process failed ..."); a process that dies fails the items it had not done."""
-    from . import child
+    from sweeps.timing import child
 
     if not items:
         return []
@@ -295,8 +300,8 @@ def time_finished_trials(
     """The stage as the launcher runs it, on every finished trial's final checkpoint (rows whose
     status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
     study's ``timing`` block. Writes ``decode_seconds`` and its spread, or the stage's error, into
-    the rows (:func:`sweeps.results.attach_timing`)."""
-    from ..results import attach_timing
+    the rows (:func:`sweeps.report.results.attach_timing`)."""
+    from sweeps.report.results import attach_timing
 
     jobs, timed_rows = [], []
     for row in rows:

@@ -1,0 +1,71 @@
+"""Where a sweep's files are, and how they are written.
+
+Every file name the package writes or reads in a sweep's output folder
+(``<output>/<sweep name>/``) or in a trial's folder is named here once, so a worker learns a file
+name without importing the code that reads it. One way to replace a file (:func:`write_atomic`):
+write a temporary beside it, flush it to disk, rename it over the old one. A reader (or a crash)
+sees the old file or the whole new one, never half of either, and a failed write (a full disk)
+leaves the old file and no temporary behind.
+
+A sweep's output folder::
+
+    results.csv           a row for every planned trial (report.results)
+    results.md            the report page, and its PNG plots beside it (report.local)
+    launch.json           the first run's --set overrides and profile, reused by --resume
+    optuna.journal        the Optuna studies, one per unit (run.searcher), with parameters
+    decode_probe.json     the multi-objective search's decode-time probe (moo.probe)
+    paired_bootstrap.csv  sacrebleu's paired bootstrap between models (report.findings)
+    timing/<trial>/timing.json   the isolated decode timing of a trial's checkpoint (timing.stage)
+
+A trial's folder (Ray Tune's) holds ``result.json`` (Tune's reports), ``phases.json`` (where its
+wall time went) and ``trial_state.json``; each checkpoint folder holds ``checkpoint.ckpt`` and the
+validation hypotheses and references of that report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+RESULTS_CSV = "results.csv"
+RESULTS_MD = "results.md"
+LAUNCH_FILE = (
+    "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
+)
+OPTUNA_JOURNAL = "optuna.journal"
+PROBE_FILE = "decode_probe.json"
+BOOTSTRAP_FILE = "paired_bootstrap.csv"
+TIMING_FILE = "timing.json"
+#: Ray Tune's own per-trial report log
+TUNE_RESULT_FILE = "result.json"
+PHASES_FILE = "phases.json"
+TRIAL_STATE_FILE = "trial_state.json"
+#: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
+CHECKPOINT_FILE = "checkpoint.ckpt"
+#: beside it: the validation hypotheses and references of that report, one sentence a line
+HYPOTHESES_FILE = "val_hypotheses.txt"
+REFERENCES_FILE = "val_references.txt"
+
+
+def checkpoint_path(folder: str) -> str:
+    """The Lightning checkpoint file in a trial's checkpoint folder (a path ``load_from_checkpoint``
+    takes as it is)."""
+    return folder if folder.endswith(".ckpt") else f"{folder.rstrip('/')}/{CHECKPOINT_FILE}"
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> Path:
+    """Replace ``path`` with ``data`` (text is written as UTF-8)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

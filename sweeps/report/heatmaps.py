@@ -1,0 +1,126 @@
+"""Attention heatmaps as PNGs, from a trained checkpoint or a freshly built (untrained) model.
+
+    python -m sweeps.heatmaps sweep-results/k_vs_length/.../checkpoint.ckpt --output heatmaps [--n 4]
+    python -m sweeps.heatmaps --attention memory --K 16 --output heatmaps     # untrained, copy task
+
+Writes ``DIR/<attention>_<i>.png``, one per validation sentence (the first ``--n``): the alignment
+for every mechanism, and for memory attention the paper's Fig. 6-8 panels (alpha, beta, the
+combined alignment and the per-vector alignments; see :func:`sweeps.report.plots.heatmap_figure`).
+
+The checkpoint's datamodule is rebuilt from its hyperparameters: the copy task with
+``vocab_size = src_vocab_size - 4`` and ``max_length = max_source_len - 1`` (override with
+``--vocab-size`` / ``--max-length``; ``--data-seed`` picks the validation set). Checkpoints of
+other tasks are not supported by this command: call
+``Seq2SeqModule.attention_heatmaps`` on one of their batches and ``heatmap_figure`` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datamodules import CopyTaskDataModule
+from datamodules.vocab import FIRST_SYMBOL
+from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
+from lightning_modules.attention import attention_options
+
+
+def load_module(args: argparse.Namespace) -> Seq2SeqModule:
+    """The checkpoint's module, or a fresh one for ``--attention`` (seeded, eval mode, CPU)."""
+    if args.checkpoint is not None:
+        module = Seq2SeqModule.load_from_checkpoint(str(args.checkpoint), map_location="cpu")
+    else:
+        torch.manual_seed(args.seed)
+        vocab = (args.vocab_size or 20) + FIRST_SYMBOL
+        takes_k = "K" in attention_options(args.attention)  # memory attention's K
+        kwargs: dict[str, Any] = {"K": args.K} if takes_k and args.K is not None else {}
+        module = Seq2SeqModule(
+            vocab,
+            vocab,
+            attention=args.attention,
+            attention_kwargs=kwargs,
+            preset=args.preset,
+            max_source_len=(args.max_length or 10) + 1,
+            # a mechanism that scores q^T s_j needs D == H: a unidirectional encoder gives it that
+            bidirectional=False if ATTENTION_REGISTRY[args.attention].equal_sizes else None,
+        )
+    return module.eval()
+
+
+def build_datamodule(module: Seq2SeqModule, args: argparse.Namespace) -> CopyTaskDataModule:
+    """The copy task the module was built for (its vocabulary and longest source)."""
+    hp = module.hparams
+    vocab_size = args.vocab_size or int(hp.src_vocab_size) - FIRST_SYMBOL
+    max_length = args.max_length or int(hp.max_source_len) - 1
+    dm = CopyTaskDataModule(
+        vocab_size=vocab_size,
+        max_length=max_length,
+        min_length=min(args.min_length, max_length),
+        train_size=1,
+        val_size=max(args.n, 1),
+        test_size=1,
+        batch_size=max(args.n, 1),
+        seed=args.data_seed,
+    )
+    dm.setup("fit")
+    return dm
+
+
+def write_heatmaps(
+    module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, n: int, prefix: str
+) -> list[Path]:
+    """One PNG per sentence of ``batch`` (the first ``n``); returns the paths."""
+    from sweeps.report.plots import heatmap_figure, save_figure
+
+    items = module.attention_heatmaps(batch, max_items=n)
+    paths = []
+    for i, item in enumerate(items):
+        fig = heatmap_figure(item, title=f"{prefix} #{i}")
+        paths.append(save_figure(fig, out_dir / f"{prefix}_{i}.png"))
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    p = argparse.ArgumentParser(
+        description="Attention heatmaps (PNG) of a checkpoint or an untrained model."
+    )
+    p.add_argument("checkpoint", nargs="?", type=Path, help="a Seq2SeqModule .ckpt")
+    p.add_argument(
+        "--attention", help="no checkpoint: build an untrained model with this mechanism"
+    )
+    p.add_argument("--K", type=int, help="memory vectors (with --attention memory)")
+    p.add_argument("--preset", default="tiny", help="model size for --attention (default tiny)")
+    p.add_argument("--output", type=Path, required=True, help="folder for the PNGs")
+    p.add_argument("--n", type=int, default=4, help="sentences to draw")
+    p.add_argument(
+        "--vocab-size", type=int, help="copy-task symbols (default: from the checkpoint, or 20)"
+    )
+    p.add_argument(
+        "--max-length",
+        type=int,
+        help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)",
+    )
+    p.add_argument("--min-length", type=int, default=1)
+    p.add_argument("--data-seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="weights seed for --attention")
+    args = p.parse_args(argv)
+    if (args.checkpoint is None) == (args.attention is None):
+        p.error("give a checkpoint or --attention NAME (not both)")
+    module = load_module(args)
+    dm = build_datamodule(module, args)
+    batch = next(iter(dm.val_dataloader()))
+    name = module.hparams.attention
+    kwargs = module.hparams.attention_kwargs or {}
+    prefix = name + (f"_K{kwargs['K']}" if "K" in kwargs else "")
+    paths = write_heatmaps(module, batch, args.output, args.n, prefix)
+    for path in paths:
+        print(path)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

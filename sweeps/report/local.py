@@ -1,0 +1,116 @@
+"""The local report of a finished sweep, rebuilt from its results.csv, and optionally a W&B Report.
+
+    python -m sweeps.report sweep-results/k_vs_length                # results.md + PNGs
+    python -m sweeps.report sweep-results/k_vs_length --wandb --entity ME --project memory-attention
+
+Local report (in the sweep folder): ``results.md``, led (for a study with a length axis) by the
+paper's Table 1 layout (:func:`~sweeps.report.markdown.length_table`: one row per model, per length its
+BLEU and decode time), then the long table (:func:`~sweeps.report.markdown.paper_table`: one row per
+length and model), the Pareto table of BLEU vs decode time and the plots (:mod:`sweeps.report.plots`),
+among them ``pareto.png``: one point
+per model (and length), BLEU against decode seconds, the Pareto front (no other point is both
+faster and at least as good) drawn and its points labelled, e.g. "memory K=32", so the table
+answers "which K buys how much BLEU for how much time".
+
+A decode time the timing stage measured while the machine was busy (``decode_contended`` in
+results.csv) is marked with a dagger (†) wherever it is shown, in tables and plots, and the page
+says how many there are: it is not a speed figure.
+
+``--wandb`` builds a W&B Report for the sweep's group (:mod:`sweeps.report.wandb_report`) with the same
+tables as Markdown and panels over the group's runs, and saves it (needs an API key and network).
+
+Where things are: the summary rule and the Pareto front (:mod:`sweeps.report.summary`), the tables and
+the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.report.plots`), the W&B Report
+(:mod:`sweeps.report.wandb_report`); this module writes the page and is the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning_modules.metric_names import VAL_BLEU
+from sweeps.layout import RESULTS_CSV, RESULTS_MD
+from sweeps.report.findings import seed_sections
+from sweeps.report.markdown import results_sections
+from sweeps.report.results import read_results
+from sweeps.report.summary import cell_summary, model_points
+
+
+def build_local_report(
+    sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max", title: str | None = None
+) -> dict[str, Path]:
+    """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
+    multi-objective study, its section from ``optuna.journal``: :func:`sweeps.moo.report.write_section`)."""
+    from sweeps.report.plots import pareto_figure, plot_results, save_figure
+
+    df = read_results(sweep_dir / RESULTS_CSV)
+    paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir))
+    points = model_points(df, metric, mode)
+    if not points.empty:
+        paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")
+    lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
+    for heading, text in results_sections(df, metric, mode):
+        lines += ([f"## {heading}"] if heading else []) + [text]
+    for heading, text in seed_sections(
+        df, metric, mode, sweep_dir
+    ):  # intervals, findings, paired bootstrap
+        lines += [f"## {heading}", text]
+    if paths:
+        lines.append(
+            "## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items())
+        )
+    # a multi-objective study's section (fronts, hypervolume, answer lines), read from its Optuna
+    # journal: the launcher's page and a rebuilt one are the same
+    from sweeps.moo.report import section_with_plots, with_section
+
+    moo_text, moo_paths = section_with_plots(sweep_dir)
+    paths.update(moo_paths)
+    page = "\n\n".join(lines) + "\n"
+    paths["md"] = sweep_dir / RESULTS_MD
+    paths["md"].write_text(with_section(page, moo_text) if moo_text else page)
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
+    p = argparse.ArgumentParser(
+        description="Rebuild a sweep's local report (and optionally a W&B Report)."
+    )
+    p.add_argument("sweep_dir", type=Path, help="<output>/<name>, the folder holding results.csv")
+    p.add_argument("--metric", default=VAL_BLEU)
+    p.add_argument("--mode", default="max", choices=["max", "min"])
+    p.add_argument("--title")
+    p.add_argument(
+        "--wandb", action="store_true", help="also build and save a W&B Report for the group"
+    )
+    p.add_argument("--entity", help="W&B entity (default: the API key's)")
+    p.add_argument("--project", default="memory-attention")
+    p.add_argument("--group", help="W&B group (default: the folder's name)")
+    args = p.parse_args(argv)
+    paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
+    for path in paths.values():
+        print(path)
+    if args.wandb:
+        import wandb
+
+        from sweeps.report.wandb_report import build_wandb_report
+
+        entity = args.entity or wandb.Api().default_entity
+        results = read_results(args.sweep_dir / RESULTS_CSV)
+        report = build_wandb_report(
+            entity,
+            args.project,
+            args.group or args.sweep_dir.name,
+            args.title,
+            results=results,
+            metric=args.metric,
+            mode=args.mode,
+        )
+        report.save()
+        print(f"W&B report: {report.url}")
+    return paths
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""The report's text, shared by results.md and the W&B Report: the tables (the paper's Table 1
+layout by model and length, the long table, the Pareto front's table) and the paragraphs around
+them (the summary rule, seeds, what the decode times are and which are contended), as
+(heading, Markdown) sections (:func:`results_sections`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
+from sweeps.report.results import DECODE_SECONDS, natural_order
+from sweeps.report.summary import (
+    DAGGER,
+    SUMMARY_RULE,
+    cell_summary,
+    contended_count,
+    contended_mask,
+    front_points,
+    seconds_column,
+)
+
+CONTENDED_MEANING = (
+    "measured while the machine was busy (the timing stage got too few passes on a quiet core of a machine at "
+    "full speed, so the median includes disturbed ones)"
+)
+RETIME_HINT = "time the checkpoints again on a quiet machine (python -m sweeps.timing CKPT)"
+PARETO_RULE = (
+    f"Rule: contended decode times ({DAGGER}) are kept in the front's computation and marked, not dropped. "
+    "A front among contended figures is not trustworthy: a model timed on a busy machine looks slower than "
+    "it is and can drop off the front (on a loaded machine no attention once came out at 0.081 s, slower "
+    "than memory attention's 0.045 s)."
+)
+
+
+def paper_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """Rows (length, model), columns BLEU / decode seconds / loss / seeds: :func:`cell_summary`,
+    with ``mean +- std`` where there are several seeds and a contended decode time marked †."""
+    return _long_table(cell_summary(df, metric, mode))
+
+
+def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
+    if summary.empty:
+        return pd.DataFrame()
+    keys = [k for k in ("length", "model") if k in summary and summary[k].notna().any()]
+    if summary[keys].duplicated().any():  # cells differing in more than length and model
+        keys = ["cell"]
+    table = summary[keys].copy()
+    for name, column, digits in (
+        ("BLEU", VAL_BLEU, 2),
+        (DECODE_SECONDS, DECODE_SECONDS, 4),
+        ("loss", VAL_LOSS, 3),
+    ):
+        if column in summary:
+            table[name] = [
+                _mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])
+            ]
+    if DECODE_SECONDS in table:
+        table[DECODE_SECONDS] = _seconds_text(summary)
+    table["seeds"] = summary["seeds"]
+    return table
+
+
+def length_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """The paper's Table 1 layout: one row per model (:func:`natural_order`), per length the
+    columns ``L=<n> BLEU`` and ``L=<n> decode s`` (:func:`cell_summary`'s mean ± std over seeds,
+    a contended decode time marked †, "–" where the model was not run at that length).
+
+    Empty when the study has no length axis, or its cells differ in more than length and model
+    (then the long table, by cell, is the table)."""
+    return _length_table(cell_summary(df, metric, mode))
+
+
+def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
+    if (
+        summary.empty
+        or "model" not in summary
+        or "length" not in summary
+        or summary["length"].isna().all()
+    ):
+        return pd.DataFrame()
+    cells = summary.dropna(subset=["length"])
+    if cells[["length", "model"]].duplicated().any():
+        return pd.DataFrame()
+    with_seconds = DECODE_SECONDS in cells and cells[DECODE_SECONDS].notna().any()
+    seconds = pd.Series(_seconds_text(cells), index=cells.index) if with_seconds else None
+    models = pd.Series(cells["model"].unique()).sort_values(key=natural_order, kind="stable")
+    rows = []
+    for model in models:
+        row: dict[str, str] = {"model": model}
+        for length in sorted(cells["length"].unique()):
+            match = cells[(cells["model"] == model) & (cells["length"] == length)]
+            found = not match.empty
+            r = match.iloc[0] if found else None
+            row[f"L={length} BLEU"] = (
+                _mean_std(r[VAL_BLEU], r[f"{VAL_BLEU}_std"], 2) if found else "–"
+            )
+            if with_seconds:
+                row[f"L={length} decode s"] = seconds[match.index[0]] if found else "–"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _seconds_text(summary: pd.DataFrame) -> list[str]:
+    marked = contended_mask(summary)
+    return [
+        _mean_std(m, sd, 4) + (f" {DAGGER}" if flag and pd.notna(m) else "")
+        for m, sd, flag in zip(summary[DECODE_SECONDS], summary[f"{DECODE_SECONDS}_std"], marked)
+    ]
+
+
+def _mean_std(mean: float, std: float, digits: int) -> str:
+    if pd.isna(mean):
+        return ""
+    return f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
+
+
+def pareto_markdown(points: pd.DataFrame) -> str:
+    """The front per length as a table: model, BLEU, seconds (contended ones marked †), BLEU
+    gained and time paid vs the previous point."""
+    lines = [
+        "| length | model | BLEU | decode s | +BLEU | +seconds |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    contended = contended_mask(points)
+    for length, g in points[points["pareto"]].groupby("length", dropna=False):
+        previous = None
+        for idx, row in g.sort_values(DECODE_SECONDS).iterrows():
+            bleu, seconds = float(row[VAL_BLEU]), float(row[DECODE_SECONDS])
+            gain = "" if previous is None else f"{bleu - previous[0]:+.2f}"
+            paid = "" if previous is None else f"{seconds - previous[1]:+.4f}"
+            mark = f" {DAGGER}" if contended[idx] else ""
+            lines.append(
+                f"| {length} | {row['model']} | {bleu:.2f} | {seconds:.4f}{mark} | {gain} | {paid} |"
+            )
+            previous = (bleu, seconds)
+    return "\n".join(lines)
+
+
+def pareto_notes(points: pd.DataFrame, timed: bool = True) -> list[str]:
+    """What the front table means, the rule for contended times (when the timing stage ran) and
+    the lengths whose front was computed among contended figures."""
+    lines = ["Each step along the front: the BLEU a slower model buys and the seconds it costs."]
+    if not timed:
+        return lines + [
+            "The front orders training-time decode signals (no timing stage ran): not speed figures."
+        ]
+    lines.append(PARETO_RULE)
+    contended = contended_mask(points)
+    if contended.any():
+        shaky = []
+        for length, g in points.groupby("length", dropna=False):
+            k = int(contended[g.index].sum())
+            if k:
+                name = f"L={length}" if pd.notna(length) else "the study"
+                shaky.append(f"{name} ({k} of {len(g)} decode times contended)")
+        lines.append(
+            "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."
+        )
+    return lines
+
+
+def seeds_line(df: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """How many seeds the study has, what a figure is over them, and the cells with fewer."""
+    seeds = sorted(pd.unique(df["seed"].dropna())) if "seed" in df else []
+    names = ", ".join(str(s) for s in seeds)
+    if len(seeds) <= 1:
+        return (
+            f"Seeds: 1 (seed {names}): each figure is one trial's, no spread."
+            if seeds
+            else "Seeds: none recorded."
+        )
+    line = f"Seeds: {len(seeds)} ({names}): each figure is the mean ± std over seeds."
+    fewer = summary[summary["seeds"] < len(seeds)] if "seeds" in summary else summary.iloc[0:0]
+    if not fewer.empty:
+        line += (
+            " Fewer finished in: "
+            + ", ".join(f"{c} ({s})" for c, s in zip(fewer["cell"], fewer["seeds"]))
+            + "."
+        )
+    return line
+
+
+def timing_warning(summary: pd.DataFrame, timed: bool) -> str:
+    """The page's opening warning when none of its decode times is a speed figure ("" otherwise)."""
+    if summary.empty or DECODE_SECONDS not in summary or not summary[DECODE_SECONDS].notna().any():
+        return ""
+    if not timed:
+        return (
+            "**The decode times here are not speed figures:** the timing stage did not run, so they are "
+            "val/decode_seconds, measured during training beside other trials."
+        )
+    marked, shown = contended_count(summary)
+    if marked and marked == shown:
+        return (
+            f"**The decode times in this study are not speed figures:** all {shown} are contended ({DAGGER}): "
+            f"{CONTENDED_MEANING}; {RETIME_HINT}."
+        )
+    return ""
+
+
+def contended_line(summary: pd.DataFrame) -> str:
+    """ "3 of 12 decode times are contended (†): ..." ("" when none is)."""
+    marked, shown = contended_count(summary)
+    if not marked:
+        return ""
+    several = "seeds" in summary and (summary["seeds"] > 1).any()
+    return (
+        f"{marked} of {shown} decode times {'is' if marked == 1 else 'are'} contended ({DAGGER}): {CONTENDED_MEANING}"
+        + ("; a mean over seeds is marked when any seed's time is" if several else "")
+        + f"; not speed figures: {RETIME_HINT}."
+    )
+
+
+def timing_text(df: pd.DataFrame) -> str:
+    """What BLEU and the decode times are, and how the decode times were measured."""
+    if seconds_column(df) == DECODE_SECONDS:
+
+        def spread(column: str) -> str:
+            values = sorted({int(v) for v in df[column].dropna()}) if column in df else []
+            return (
+                f"{values[0]}-{values[-1]}"
+                if len(values) > 1
+                else (str(values[0]) if values else "")
+            )
+
+        repeats, passes, processes = (
+            spread("decode_repeats"),
+            spread("decode_passes_per_repeat"),
+            spread("decode_processes"),
+        )
+        precision = (
+            df["decode_precision"].dropna() if "decode_precision" in df else pd.Series(dtype=float)
+        )
+        how = (f" over {repeats} timed repeats" if repeats else "") + (
+            f" of {passes} passes" if passes not in ("", "1") else ""
+        )
+        how += (
+            f", median known to within {100 * precision.max():.1f}% (95%)"
+            if not precision.empty
+            else ""
+        )
+        how += f", the fastest of {processes} fresh processes" if processes not in ("", "1") else ""
+        timing = (
+            f"decode_seconds: the seconds to decode the validation set, the decode-timing stage's median{how}; "
+            "each model alone on its node after the Tune run, on CPU in processes pinned to their core(s); "
+            "repeats that found their core shared or the machine running slow were run again (data loading "
+            "excluded; per trial in results.csv: decode_seconds_iqr/min/max, decode_repeats, "
+            "decode_precision, decode_interrupted, decode_contended; every repeat in timing.json). "
+            "val/decode_seconds in results.csv and W&B is measured during training beside other trials: "
+            "a training-time signal only."
+        )
+    else:
+        timing = (
+            "decode_seconds: val/decode_seconds, measured during training beside other trials (the timing "
+            "stage did not run): a training-time signal, not a speed measurement."
+        )
+    return "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; " + timing
+
+
+def results_sections(
+    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+) -> list[tuple[str, str]]:
+    """The report's text, shared by results.md and the W&B Report: (heading, Markdown) pairs, the
+    first with heading "" (the preamble: a warning when no decode time is a speed figure, the
+    summary rule, seeds and trial counts). Then, for a study with a length axis, the paper's
+    layout (:func:`length_table`); the long table (:func:`paper_table`); the Pareto front; the
+    failed trials."""
+    summary = cell_summary(df, metric, mode)
+    timed = seconds_column(df) == DECODE_SECONDS
+    counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
+    preamble = [timing_warning(summary, timed), SUMMARY_RULE.format(metric=metric, mode=mode)]
+    preamble += [seeds_line(df, summary) if not summary.empty else ""]
+    preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
+    sections = [("", _paragraphs(preamble))]
+    errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
+    failed = [
+        (
+            "Failed trials",
+            "\n".join(f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples()),
+        )
+    ]
+    if summary.empty:
+        return (
+            sections
+            + [("Results", "No finished trials yet.")]
+            + (failed if not errors.empty else [])
+        )
+    marks = contended_line(summary)
+    wide = _length_table(summary)
+    if not wide.empty:
+        sections.append(
+            (
+                "Results by model and length (the paper's Table 1 layout)",
+                _paragraphs([to_markdown(wide), marks]),
+            )
+        )
+        marks = ""
+    heading = "Results by length and model" if not wide.empty else "Results"
+    sections.append(
+        (heading, _paragraphs([to_markdown(_long_table(summary)), marks, timing_text(df)]))
+    )
+    points = front_points(summary)
+    if not points.empty:
+        sections.append(
+            (
+                "Quality vs speed: the Pareto front",
+                _paragraphs([pareto_markdown(points), *pareto_notes(points, timed)]),
+            )
+        )
+    return sections + (failed if not errors.empty else [])
+
+
+def _paragraphs(parts: Sequence[str]) -> str:
+    return "\n\n".join(p for p in parts if p)
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    try:
+        # the cells are already formatted (mean +- std, each metric's digits): no re-parsing
+        return table.to_markdown(index=False, disable_numparse=True)
+    except ImportError:
+        return table.to_string(index=False)

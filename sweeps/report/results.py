@@ -1,0 +1,345 @@
+"""A finished (or interrupted) sweep's results: one row per trial, written to
+``<output>/<name>/results.csv``. The report (:mod:`sweeps.report.local`: results.md, plots) reads that
+file; this module knows nothing of reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lightning_modules.attention import DEFAULT_ATTENTION
+from lightning_modules.metric_names import (
+    DECODE_SECONDS,
+    FIT_METRICS,
+    VAL_BLEU,
+    VAL_LOSS,
+)  # DECODE_SECONDS: the timing stage's figure
+from sweeps.layout import (  # noqa: F401 (re-exported)
+    CHECKPOINT_FILE,
+    HYPOTHESES_FILE,
+    REFERENCES_FILE,
+    RESULTS_CSV,
+    checkpoint_path,
+    write_atomic,
+)
+from sweeps.spec import TrialPlan, column_name
+from sweeps.spec.signatures import headline_options
+
+# decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
+# val/decode_seconds: measured during training, beside other trials: a training-time signal only.
+TIMING_COLUMNS = [
+    DECODE_SECONDS,
+    "decode_seconds_iqr",
+    "decode_seconds_min",
+    "decode_seconds_max",
+    "decode_repeats",
+    "decode_passes_per_repeat",
+    "decode_precision",
+    "decode_processes",
+    "decode_interrupted",
+    "decode_contended",
+]
+# every metric the module logs during training (val/bleu first), then the timing stage's
+METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
+#: then, after ``attention``, the mechanisms' headline options (:func:`headline_columns`)
+FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "length", "seed", "status", "retries"]
+TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
+
+
+def headline_columns() -> list[str]:
+    """The columns of the mechanisms' headline options (memory attention's ``K``, local
+    attention's ``window``; ``Attention.headline``), each once."""
+    return list(dict.fromkeys(option for option, _, _ in headline_options().values()))
+
+
+def headline_value(model: dict[str, Any]) -> dict[str, Any]:
+    """``{option: value}`` of a trial's mechanism's headline option (its default when the plan
+    does not set it; ``{"K": 32}`` for memory attention), or ``{}`` for a mechanism without one."""
+    headline = headline_options().get(model.get("attention", DEFAULT_ATTENTION))
+    if headline is None:
+        return {}
+    option, _, default = headline
+    return {option: model.get(option, default)}
+
+
+def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
+    """``memory K=32``, ``bahdanau``, ``memory K=16 encoder_scoring=sigmoid`` ... from what varies."""
+    parts = [str(model.get("attention", "?"))]
+    for key, value in grid.items():
+        if key.startswith("model.") and key != "model.attention":
+            parts.append(f"{column_name(key)}={value}")
+    return " ".join(parts)
+
+
+def trial_states(grid) -> list[tuple[str | None, dict[str, Any], int]]:
+    """(Tune's status, the trial's config, its retries) per result, in the grid's order. The
+    config comes from the trial itself: a trial that failed before its first report has no
+    ``result.config``."""
+    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None)
+    if trials is None or len(trials) != len(grid):
+        return [(None, result.config or {}, 0) for result in grid]
+    return [
+        (t.status, result.config or t.config or {}, int(getattr(t, "num_failures", 0) or 0))
+        for t, result in zip(trials, grid)
+    ]
+
+
+def row_from_result(
+    result,
+    plan: TrialPlan,
+    search_keys: Iterable[str],
+    max_steps: int,
+    tune_status: str | None = None,
+    retries: int = 0,
+) -> dict[str, Any]:
+    metrics = dict(result.metrics or {})
+    model, task, grid = plan.model, plan.task, plan.grid
+    if result.error is not None or tune_status == "ERROR":
+        status = "error"
+    elif tune_status not in (None, "TERMINATED") or not metrics:
+        status = "unfinished"  # interrupted: `--resume` continues it
+    elif metrics.get("converged"):
+        status = (
+            "converged"  # the spec's stop_when rule (sweeps.trial.stop_when): finished, like done
+        )
+    elif metrics.get("step", 0) < max_steps:
+        status = "stopped"  # early-terminated by ASHA
+    else:
+        status = "done"
+    row: dict[str, Any] = {
+        "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,
+        "cell": plan.cell.name,
+        "model": model_label(model, grid),
+        "attention": model.get("attention", DEFAULT_ATTENTION),
+        **headline_value(model),
+        "length": task.get("max_length"),
+        "seed": plan.seed,
+        "status": status,
+        # failed attempts Tune retried (failure.max_failures) before this outcome: Tune's count of
+        # failures includes an errored trial's last one, which nothing retried
+        "retries": max(0, retries - 1) if status == "error" and tune_status == "ERROR" else retries,
+    }
+    for key, value in grid.items():
+        row.setdefault(column_name(key), value)
+    for key in search_keys:
+        row[f"param:{key}"] = plan.value(key)
+    for m in METRIC_COLUMNS:
+        row[m] = metrics.get(m)
+    row["train_time_s"] = metrics.get("train_time_s")
+    row["step"] = metrics.get("step")
+    # DDP trials: Ray Train keeps the checkpoint and reports its path as a metric
+    folder = (
+        result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
+    )
+    row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
+    row["error"] = _short_error(result.error) if result.error is not None else None
+    return row
+
+
+def natural_order(column: pd.Series) -> pd.Series:
+    """Sort key: text columns compare their numbers as numbers (``memory K=4`` before ``memory
+    K=16``); numeric columns as they are."""
+    if pd.api.types.is_numeric_dtype(column):
+        return column
+    return column.map(
+        lambda v: re.sub(r"\d+", lambda m: m.group().zfill(12), v) if isinstance(v, str) else v
+    )
+
+
+def missing_rows(
+    plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str
+) -> list[dict[str, Any]]:
+    """A row for every planned trial that has none (Tune never created it, e.g. a sweep stopped
+    before Optuna sampled it): ``samples`` trials per plan (cell and seed), marked ``status``."""
+    seen: dict[tuple[str, int], int] = {}
+    for row in rows:
+        seen[(row["cell"], row["seed"])] = seen.get((row["cell"], row["seed"]), 0) + 1
+    out = []
+    for plan in plans:
+        for _ in range(samples - seen.get((plan.cell.name, plan.seed), 0)):
+            out.append(
+                {
+                    "trial_id": None,
+                    "cell": plan.cell.name,
+                    "model": model_label(plan.model, plan.cell.values),
+                    "attention": plan.model.get("attention", DEFAULT_ATTENTION),
+                    **headline_value(plan.model),
+                    "length": plan.task.get("max_length"),
+                    "seed": plan.seed,
+                    "status": status,
+                    **{column_name(k): v for k, v in plan.cell.values.items()},
+                    "error": "never started" if status == "error" else None,
+                }
+            )
+    return out
+
+
+def attach_timing(
+    row: dict[str, Any], timing: dict[str, Any] | None, error: str | None = None
+) -> None:
+    """Write one trial's isolated decode timing (a ``DecodeTiming.to_dict()``) into its row, or
+    the timing stage's error into ``timing_error``."""
+    if timing is not None:
+        row.update(
+            decode_seconds=timing["decode_seconds"],
+            decode_seconds_iqr=timing["iqr_seconds"],
+            decode_seconds_min=timing["min_seconds"],
+            decode_seconds_max=timing["max_seconds"],
+            decode_repeats=timing["repeats"],
+            decode_passes_per_repeat=timing.get("passes_per_repeat", 1),
+            decode_precision=timing.get("precision"),
+            decode_processes=len(timing.get("process_medians") or []) or 1,
+            decode_interrupted=timing.get("interrupted", 0),
+            decode_contended=bool(timing.get("contended", False)),
+        )
+    if error is not None:
+        row["timing_error"] = error
+
+
+def failure_summary(df: pd.DataFrame) -> list[str]:
+    """One line per failed trial: its cell, seed, id and the last line of its error."""
+    failed = df[df["status"] == "error"] if not df.empty else df
+    return [f"  {r.cell} seed={r.seed} [{r.trial_id}]: {r.error}" for r in failed.itertuples()]
+
+
+def result_rows(
+    grid, plan_of: Callable[[dict[str, Any]], TrialPlan], search_keys: Iterable[str]
+) -> tuple[list[dict[str, Any]], dict[str, tuple[TrialPlan, str]]]:
+    """One row per trial of a Tune ``ResultGrid``, and per trial id its plan and trial folder;
+    ``plan_of`` rebuilds a trial's plan from its config (:meth:`sweeps.trial.settings.TrialSettings.plan`).
+    A trial that failed before its first report has no ``result.config``: its config comes from
+    Tune's trial record (:func:`trial_states`)."""
+    rows, plans = [], {}
+    search_keys = list(search_keys)
+    for result, (status, config, retries) in zip(grid, trial_states(grid)):
+        if "cell" in config:
+            plan = plan_of(config)
+            rows.append(
+                row_from_result(
+                    result, plan, search_keys, plan.trainer["max_steps"], status, retries
+                )
+            )
+            plans[rows[-1]["trial_id"]] = (plan, str(result.path))
+    return rows, plans
+
+
+def _short_error(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[-1] if text else type(err).__name__)[:300]
+
+
+def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
+    at = FIRST_COLUMNS.index("attention") + 1
+    first = FIRST_COLUMNS[:at] + headline_columns() + FIRST_COLUMNS[at:]
+    middle = [c for c in df.columns if c not in first + METRIC_COLUMNS + TAIL_COLUMNS]
+    order = [c for c in first if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
+    df = df.reindex(columns=order).sort_values(
+        ["length", "model", "seed"], na_position="first", kind="stable", key=natural_order
+    )
+    return keep_integers(df)
+
+
+def keep_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """Settings and counts that are whole numbers (K, length, seed, step, integer grid values)
+    as integers, missing values and all (pandas' ``Int64``): ``K=16``, not ``16.0``. Measurements
+    (metrics, seconds) and Optuna's samples keep their type."""
+    measured = set(METRIC_COLUMNS) | {"train_time_s"}
+    for c in df.columns:
+        if c in measured or c.startswith("param:") or df[c].dtype.kind != "f":
+            continue
+        values = df[c].dropna()
+        if not values.empty and (values == values.round()).all():
+            df[c] = df[c].astype("Int64")
+    return df
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """A results.csv as written by :func:`write_results_csv`, integers kept integers."""
+    # text columns read as text: a trial id such as 01e13825 would otherwise parse as 1e13825 (inf)
+    return keep_integers(pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}))
+
+
+#: statuses of a trial that finished (its model is final): ran out its steps, stopped by the
+#: scheduler, or converged (stop_when)
+FINISHED = ("done", "stopped", "converged")
+TEXT_COLUMNS = (
+    "trial_id",
+    "cell",
+    "model",
+    "attention",
+    "status",
+    "checkpoint",
+    "error",
+    "timing_error",
+)
+
+
+def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict[str, Any]], int]:
+    """``rows`` with every finished row of an earlier ``results.csv`` that they lack put back, so
+    the file never loses a finished trial (a resume that lost Tune's record of it, a restart).
+    An old finished row replaces the new row of the same trial, or else a never-started
+    placeholder of its (cell, seed). Returns the rows and how many were put back."""
+    if not previous.exists():
+        return rows, 0
+    try:
+        old = read_results(previous)
+    except (OSError, ValueError):
+        return rows, 0
+    if old.empty or "status" not in old:
+        return rows, 0
+    finished_now = {r.get("trial_id") for r in rows if r.get("status") in FINISHED}
+    rows, kept = list(rows), 0
+    for record in old[old["status"].isin(FINISHED)].to_dict("records"):
+        if record.get("trial_id") in finished_now:
+            continue
+        record = {
+            k: v for k, v in record.items() if not (v is pd.NA or isinstance(v, float) and v != v)
+        }  # absent
+        same = [i for i, r in enumerate(rows) if r.get("trial_id") == record.get("trial_id")]
+        placeholder = [
+            i
+            for i, r in enumerate(rows)
+            if not r.get("trial_id")
+            and r.get("cell") == record.get("cell")
+            and r.get("seed") == record.get("seed")
+        ]
+        if same or placeholder:
+            rows[(same or placeholder)[0]] = record
+        else:
+            rows.append(record)
+        kept += 1
+    return rows, kept
+
+
+def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
+    """Write ``out_dir/results.csv`` (every trial) atomically: a reader, or a crash, sees the old
+    file or the whole new one. The report (:mod:`sweeps.report.local`) reads it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RESULTS_CSV
+    return write_atomic(path, results_frame(rows).to_csv(index=False))
+
+
+def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
+    cols = [
+        c
+        for c in [
+            "cell",
+            "seed",
+            "status",
+            VAL_BLEU,
+            DECODE_SECONDS,
+            "decode_seconds_iqr",
+            VAL_LOSS,
+            "train_time_s",
+        ]
+        if c in df
+    ]
+    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)

@@ -1,0 +1,162 @@
+"""The summary rule every table, front and plot of a sweep's report uses, and the Pareto front.
+
+From a results.csv's frame (:func:`sweeps.report.results.read_results`): per cell, the best trial by the
+study's metric over its Optuna samples for each seed, then the mean ± std over seeds
+(:func:`cell_summary`); one point per cell and its Pareto front of BLEU against decode seconds
+(:func:`model_points`). A decode time the timing stage flagged as contended (``decode_contended``)
+is counted and marked (:data:`DAGGER`), never dropped.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS
+from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
+
+# The timing stage's flag: too few clean passes, so the median includes disturbed ones.
+CONTENDED = "decode_contended"
+#: the mark beside a contended decode time, in every table and plot label
+DAGGER = "†"
+
+SUMMARY_RULE = (
+    "One rule everywhere (table, Pareto front, plots): per cell, the best trial by the study's metric "
+    "({metric}, {mode}) over its Optuna samples, for each seed; then the mean +- std over seeds."
+)
+
+
+def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """The summary rule: per (cell, seed) the best finished trial by ``metric`` over its Optuna
+    samples; per cell the mean and std over seeds of BLEU, decode seconds and loss.
+
+    Returns one row per cell: ``cell``, ``length``, ``model``, ``attention``, the mechanisms'
+    headline options (memory attention's ``K``: :func:`~sweeps.report.results.headline_columns`), the
+    means under the metric names (``val/bleu``, ``decode_seconds``, ``val/loss``), ``<name>_std`` (NaN for one
+    seed), ``seeds``, ``trials`` (finished trials the best were chosen from) and ``contended``
+    (how many of the chosen trials' decode times the timing stage flagged as contended: the
+    cell's mean is marked when any is).
+    """
+    done = df[df["status"].isin(FINISHED)] if "status" in df else df
+    if metric in done:
+        done = done.dropna(subset=[metric])
+    if done.empty:
+        return pd.DataFrame()
+    seconds = seconds_column(df)
+    best = (
+        done.sort_values(metric, ascending=mode == "min", kind="stable")
+        .groupby(["cell", "seed"], dropna=False)
+        .head(1)
+    )
+    timed = (
+        best[DECODE_SECONDS].notna()
+        if seconds == DECODE_SECONDS
+        else pd.Series(False, index=best.index)
+    )
+    best = best.assign(_contended=contended_flags(best) & timed)
+    values = [c for c in (VAL_BLEU, seconds, VAL_LOSS) if c in best]
+    groups = best.groupby("cell", dropna=False, sort=False)
+    summary = groups[values].mean()
+    for c in values:
+        summary[f"{c}_std"] = groups[c].std()
+    summary["seeds"] = groups["seed"].nunique()
+    summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
+    summary["contended"] = groups["_contended"].sum().astype(int)
+    labels = [c for c in ("length", "model", "attention", *headline_columns()) if c in best]
+    summary = (
+        best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
+    )
+    if seconds != DECODE_SECONDS:
+        summary = summary.rename(
+            columns={seconds: DECODE_SECONDS, f"{seconds}_std": f"{DECODE_SECONDS}_std"}
+        )
+    for c in (
+        "length",
+        *headline_columns(),
+    ):  # K=16, not 16.0; a real-valued option (a temperature) stays as it is
+        values = summary[c].dropna() if c in summary else None
+        if values is not None and not values.empty and (values == values.round()).all():
+            summary[c] = summary[c].astype("Int64")
+    sort = [c for c in ("length", "model") if c in summary]
+    return summary.sort_values(
+        sort, na_position="first", kind="stable", key=natural_order
+    ).reset_index(drop=True)
+
+
+def seconds_column(df: pd.DataFrame) -> str:
+    """``decode_seconds`` (the timing stage) when any trial has it, else the training-time signal."""
+    return (
+        DECODE_SECONDS
+        if DECODE_SECONDS in df and df[DECODE_SECONDS].notna().any()
+        else VAL_DECODE_SECONDS
+    )
+
+
+def contended_flags(df: pd.DataFrame) -> pd.Series:
+    """Bool per row: the timing stage flagged its decode time as contended (``decode_contended``
+    True as written, or as read back from a CSV: ``True``, ``"True"``, 1); False where missing."""
+    if CONTENDED not in df:
+        return pd.Series(False, index=df.index)
+    return df[CONTENDED].astype(str).str.strip().str.lower().isin({"true", "1", "1.0", "yes"})
+
+
+def contended_count(summary: pd.DataFrame) -> tuple[int, int]:
+    """(decode times marked contended, decode times shown) over a :func:`cell_summary`'s cells."""
+    if summary.empty or DECODE_SECONDS not in summary:
+        return 0, 0
+    shown = summary[DECODE_SECONDS].notna()
+    marked = shown & (summary["contended"] > 0) if "contended" in summary else shown & False
+    return int(marked.sum()), int(shown.sum())
+
+
+def pareto_front(
+    df: pd.DataFrame, quality: str = VAL_BLEU, cost: str = DECODE_SECONDS
+) -> pd.Series:
+    """Bool per row: True where no other row has ``cost`` <= and ``quality`` >= with one strict.
+
+    Rows with a missing quality or cost are never on the front. Ties (equal cost and quality)
+    are all on the front. Contended decode times take part like any other (:data:`PARETO_RULE`).
+    """
+    on_front = pd.Series(False, index=df.index)
+    valid = df[[quality, cost]].dropna()
+    q, c = valid[quality].to_numpy(), valid[cost].to_numpy()
+    for i, idx in enumerate(valid.index):
+        dominated = ((c <= c[i]) & (q >= q[i]) & ((c < c[i]) | (q > q[i]))).any()
+        on_front[idx] = not dominated
+    return on_front
+
+
+def model_points(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """One point per cell (:func:`cell_summary`: the summary rule, ``contended`` included), with
+    its Pareto front (``pareto``) among the cells of the same length."""
+    points = front_points(cell_summary(df, metric, mode))
+    return (
+        points
+        if not points.empty
+        else pd.DataFrame(columns=["length", "model", VAL_BLEU, DECODE_SECONDS, "pareto"])
+    )
+
+
+def front_points(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`model_points` from a :func:`cell_summary` already made (empty when no cell has both)."""
+    if summary.empty or VAL_BLEU not in summary or DECODE_SECONDS not in summary:
+        return pd.DataFrame()
+    points = summary.dropna(subset=[VAL_BLEU, DECODE_SECONDS]).reset_index(drop=True)
+    if points.empty:
+        return points
+    by = ["length"] if "length" in points else []
+    fronts = (
+        [pareto_front(g) for _, g in points.groupby(by, dropna=False)]
+        if by
+        else [pareto_front(points)]
+    )
+    points["pareto"] = pd.concat(fronts).reindex(points.index).fillna(False).astype(bool)
+    return points.sort_values(
+        by + [DECODE_SECONDS], na_position="first", kind="stable"
+    ).reset_index(drop=True)
+
+
+def contended_mask(frame: pd.DataFrame) -> pd.Series:
+    """Bool per row of a :func:`cell_summary` (or its points): any of its decode times is contended."""
+    if "contended" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["contended"].fillna(0).astype(int) > 0

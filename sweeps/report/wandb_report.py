@@ -1,0 +1,122 @@
+"""The sweep's W&B Report (``wandb_workspaces.reports.v2``, from the ``wandb-workspaces`` package):
+results.md's text as Markdown and panels over the group's runs. ``python -m sweeps.report DIR
+--wandb`` builds and saves it (needs an API key and network).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
+from sweeps.report.findings import seed_sections
+from sweeps.report.markdown import pareto_markdown, results_sections
+from sweeps.report.results import DECODE_SECONDS
+from sweeps.report.summary import DAGGER
+
+
+def _reports_api() -> Any:
+    try:
+        import wandb_workspaces.reports.v2 as wr
+    except ImportError as err:
+        raise SystemExit(
+            "building a W&B Report needs the `wandb-workspaces` package (pip install wandb-workspaces, "
+            "or the project's [sweep] extra)"
+        ) from err
+    return wr
+
+
+PANELS_NOTE = (
+    "The panels plot the runs' own W&B records: every run of the group (each Optuna sample, each seed). "
+    "decode_seconds is the timing stage's figure, added to each run's summary after the Tune run; a panel "
+    f"cannot mark a contended one (decode_contended in the summary): the tables above do ({DAGGER}). "
+    "val/decode_seconds, logged during training beside other trials, is a training-time signal only."
+)
+
+
+def build_wandb_report(
+    entity: str,
+    project: str,
+    group: str,
+    title: str | None = None,
+    points: pd.DataFrame | None = None,
+    results: pd.DataFrame | None = None,
+    metric: str = VAL_BLEU,
+    mode: str = "max",
+) -> Any:
+    """A ``wandb_workspaces.reports.v2.Report`` for one sweep group (not saved; call ``.save()``).
+
+    Args:
+        results: the sweep's results frame (``read_results(results.csv)``): the report then carries
+            results.md's text (:func:`results_sections`: the paper's layout by model and length,
+            the long table, the Pareto front, contended decode times marked †; with 2 or more
+            seeds, the intervals, the paper's findings judged on them and the paired bootstrap:
+            :func:`sweeps.report.findings.seed_sections`) as Markdown.
+        points: without ``results``, :func:`model_points` for the Pareto table alone.
+
+    Then a panel grid over the group's runs (:data:`PANELS_NOTE`): for a study with several
+    lengths, BLEU and decode seconds against length (the paper table's columns); BLEU and decode
+    seconds per cell (mean ± std over its runs); BLEU against decode seconds; BLEU and loss
+    curves; the attention heatmap images.
+    """
+    wr = _reports_api()
+    runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group == '{group}'")
+    blocks: list[Any] = [
+        wr.H1(text=title or f"Sweep {group}"),
+        wr.P(
+            text=f"Runs of W&B group '{group}' in {entity}/{project}: quality against decode speed."
+        ),
+    ]
+    lengths = 0
+    if results is not None:
+        for heading, text in results_sections(results, metric, mode):
+            blocks += ([wr.H2(text=heading)] if heading else []) + [wr.MarkdownBlock(text=text)]
+        for heading, text in seed_sections(
+            results, metric, mode
+        ):  # intervals, findings, paired bootstrap
+            blocks += [wr.H2(text=heading), wr.MarkdownBlock(text=text)]
+        if "length" in results:
+            lengths = results["length"].dropna().nunique()
+    elif points is not None and not points.empty:
+        blocks += [
+            wr.H2(text="Pareto front (BLEU vs decode seconds)"),
+            wr.MarkdownBlock(text=pareto_markdown(points)),
+        ]
+    panels = []
+    if lengths > 1:
+        panels += [
+            wr.ScatterPlot(
+                title="BLEU vs sequence length", x=wr.Config("length"), y=wr.SummaryMetric(VAL_BLEU)
+            ),
+            wr.ScatterPlot(
+                title="decode seconds vs sequence length",
+                x=wr.Config("length"),
+                y=wr.SummaryMetric(DECODE_SECONDS),
+            ),
+        ]
+    per_cell = dict(groupby=wr.Config("cell"), groupby_aggfunc="mean", groupby_rangefunc="stddev")
+    panels += [
+        wr.BarPlot(
+            title="BLEU per cell (mean ± std over its runs)", metrics=[VAL_BLEU], **per_cell
+        ),
+        wr.BarPlot(
+            title="decode seconds per cell (mean ± std over its runs)",
+            metrics=[DECODE_SECONDS],
+            **per_cell,
+        ),
+        wr.ScatterPlot(
+            title="BLEU vs decode time",
+            x=wr.SummaryMetric(DECODE_SECONDS),
+            y=wr.SummaryMetric(VAL_BLEU),
+        ),
+        wr.LinePlot(title="validation BLEU", x="Step", y=[VAL_BLEU]),
+        wr.LinePlot(title="validation loss", x="Step", y=[VAL_LOSS]),
+        wr.MediaBrowser(title="attention heatmaps", media_keys=["val/attention"]),
+    ]
+    blocks += [
+        wr.H2(text="Panels over the group's runs"),
+        wr.P(text=PANELS_NOTE),
+        wr.PanelGrid(runsets=[runset], panels=panels),
+    ]
+    return wr.Report(project=project, entity=entity, title=title or f"Sweep {group}", blocks=blocks)

@@ -1,0 +1,235 @@
+"""The ONE Tune experiment of a study, with or without Optuna: the trainable (single-process or
+DDP), the searcher that hands out every cell's trials (:mod:`sweeps.run.searcher`), early stopping
+within a (cell, seed) (:mod:`sweeps.run.schedulers`), the console (:mod:`sweeps.run.console`), and
+running or resuming it under ``<storage>/<name>/``.
+
+A trial's config holds only its own plan as flat, readable keys -- ``cell``, ``seed``, the grid
+values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) -- so
+``ExperimentAnalysis``, ``get_best_config()``, TensorBoard HParams and W&B show them as columns,
+and a trial's stored config does not grow with the grid. The study's fixed settings reach the
+trainables once, through ``tune.with_parameters`` (:class:`sweeps.trial.settings.TrialSettings`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from sweeps.layout import OPTUNA_JOURNAL
+from sweeps.run.cluster import ClusterFit, LaunchError, Paths
+from sweeps.spec import LAUNCH_FILE, Sweep
+from sweeps.storage import StorageGuard
+from sweeps.trial.settings import TrialSettings
+
+
+def trial_dirname(trial) -> str:
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", str(trial.config.get("cell", "")))[:80]
+    return f"{trial.trial_id}_{label}"
+
+
+def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
+    spec = sweep.spec
+    out = paths.output / sweep.name
+    wb = spec.wandb
+    return TrialSettings(
+        name=sweep.name,
+        metric=spec.metric.name,
+        resources=spec.resources.model_copy(update={"gpu": fit.gpu}),
+        wandb=wb.model_copy(update={"mode": wandb_mode}),
+        wandb_dir=str(out),
+        chaos_dir=str(out / "chaos"),
+        # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
+        train_storage=paths.experiment(sweep.name) + "/ddp",
+        keep_checkpoints=spec.storage.keep_checkpoints,
+        chaos_step=spec.chaos.fail_once_at_step,
+        chaos_before_report=spec.chaos.fail_before_first_report,
+        has_search=sweep.has_search,
+        cells={p.cell.name: p for p in sweep.plans},
+        grid_columns=sweep.grid_columns,
+        param_columns=sweep.param_columns,
+        stop_when=spec.stop_when,
+    )
+
+
+def trial_resources(settings: TrialSettings) -> dict[str, float]:
+    """What Tune reserves per trial: ``cpu`` and a (fractional) ``gpu``. For DDP trials
+    (``workers`` > 1) only the trial's driver, one CPU: Ray Train V2 reserves the workers in a
+    placement group of its own (a bundle per worker, see :mod:`sweeps.trial.ddp`), so reserving them
+    here as well would hold every worker's resources twice."""
+    r = settings.resources
+    if r.workers > 1:
+        return {"cpu": 1}
+    res = {"cpu": r.cpu}
+    if r.gpu:
+        res["gpu"] = r.gpu
+    return res
+
+
+def make_trainable(
+    settings: TrialSettings, fn: Callable[[dict, TrialSettings], None] | None = None
+):
+    """The trainable this study's trials run: single-process or DDP (or ``fn``, e.g. the scale
+    benchmark's stand-in), with its resources and the study-wide settings bound (stored once in
+    Ray's object store, not in every trial's config)."""
+    from ray import tune
+
+    if fn is None and settings.resources.workers > 1:
+        from sweeps.trial.ddp import run_ddp_trial as fn
+    elif fn is None:
+        from sweeps.trial.trainable import run_trial as fn
+    return tune.with_resources(
+        tune.with_parameters(fn, settings=settings), trial_resources(settings)
+    )
+
+
+def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
+    from ray import tune
+
+    spec = sweep.spec
+    return tune.RunConfig(
+        name=sweep.name,
+        storage_path=paths.storage,
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
+        callbacks=callbacks,
+        verbose=1
+        if verbose >= 2
+        else 0,  # 0/1: our console (sweeps.run.console) only; 2: Tune's too
+    )
+
+
+def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
+    """The study's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
+    one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
+    if sweep.spec.objectives:  # multi-objective studies (issue 21): sweeps.moo
+        from sweeps.moo.search import make_moo_searcher
+
+        return make_moo_searcher(sweep, paths, wandb_mode)
+    from sweeps.run.packing import estimated_cost
+    from sweeps.run.searcher import SweepSearcher, Unit, optuna_distributions
+
+    spec = sweep.spec
+    index = {c.slug: i for i, c in enumerate(sweep.cells)}
+    units = [
+        Unit(
+            f"{sweep.name}/{p.unit}",
+            index[p.cell.slug],
+            p.seed,
+            p.trial_config(sweep.grid_columns),
+            p.trainer.get("max_steps"),
+            estimated_cost(p.task, p.model, p.trainer),
+        )
+        for p in sweep.plans
+    ]
+    space, journal = None, None
+    if sweep.has_search:
+        space = optuna_distributions(spec.parameters, sweep.param_columns)
+        journal_path = paths.output / sweep.name / OPTUNA_JOURNAL
+        journal_path.parent.mkdir(parents=True, exist_ok=True)
+        journal = str(journal_path)
+    return SweepSearcher(
+        units,
+        num_samples=spec.num_samples if sweep.has_search else 1,
+        metric=spec.metric.name,
+        mode=spec.metric.mode,
+        space=space,
+        journal=journal,
+        sampler=spec.search.sampler,
+        sampler_seed=spec.search.seed,
+        wandb_enabled=wandb_mode != "disabled",
+    )
+
+
+def run_tune(
+    sweep: Sweep,
+    paths: Paths,
+    settings: TrialSettings,
+    fit: ClusterFit,
+    resume: bool,
+    verbose: int = 1,
+    trainable_fn: Callable[[dict, TrialSettings], None] | None = None,
+    guard: StorageGuard | None = None,
+):
+    """Run (or resume) the study's Tune experiment; returns its ``ResultGrid``, read back from
+    storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in). ``guard``
+    watches for a full or read-only storage (:mod:`sweeps.storage`): when it sees one, the
+    experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
+    nothing can)."""
+    from ray import tune
+
+    from sweeps.run.console import SweepConsole
+    from sweeps.run.schedulers import make_scheduler
+    from sweeps.run.searcher import OptunaLinks
+
+    path = paths.experiment(sweep.name)
+    trainable = make_trainable(settings, trainable_fn)
+    if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
+        raise LaunchError(nothing_to_resume(path))
+    if resume and tune.Tuner.can_restore(path):
+        print(
+            f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints"
+        )
+        tuner = tune.Tuner.restore(
+            path, trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
+    else:
+        if not resume and holds_sweep(path):
+            raise LaunchError(
+                f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
+                f"--output (or storage.path), or delete the folder to start again."
+            )
+        searcher = make_searcher(sweep, paths, settings.wandb.mode)
+        callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
+        if verbose >= 1:
+            columns = list(sweep.grid_columns) + list(sweep.param_columns)
+            callbacks.append(
+                SweepConsole(
+                    sweep.num_trials, columns, sweep.spec.metric.name, sweep.spec.metric.mode
+                )
+            )
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                scheduler=make_scheduler(sweep, searcher),
+                num_samples=sweep.num_trials,
+                max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
+                trial_dirname_creator=trial_dirname,
+                # a finished trial's process runs the next one: no new Ray worker importing torch,
+                # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).
+                # Single-process trials only; each trial re-seeds and resets what it set (trial_kit)
+                reuse_actors=settings.resources.workers == 1,
+            ),
+            run_config=make_run_config(sweep, paths, callbacks, verbose),
+        )
+    guard = guard or StorageGuard(paths.storage)
+    with guard.watching():
+        try:
+            grid = tuner.fit()
+        except Exception as exc:
+            if not guard.note(exc) and not guard.fault:
+                raise
+            grid = guard.results_after_fault(path, tuner.get_results)
+    if guard.fault:  # the state Tune saved on the failed storage is older than the one it holds
+        return grid
+    # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
+    # state says which trials are unfinished (PENDING).
+    return tune.Tuner.restore(path, trainable=trainable).get_results()
+
+
+def nothing_to_resume(path: str) -> str:
+    return (
+        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
+        f"same command without --resume to start the sweep."
+    )
+
+
+def holds_sweep(path: str) -> bool:
+    """Whether ``path`` (a study's experiment folder, local or in a bucket) holds a sweep's files."""
+    if "://" in path:
+        from ray import tune
+
+        return tune.Tuner.can_restore(path)
+    # the launcher's record of the run's overrides comes first and does not count
+    return Path(path).exists() and any(p.name != LAUNCH_FILE for p in Path(path).iterdir())

@@ -1,0 +1,328 @@
+"""The grid: expansion of the ``grid`` block into cells, and each cell into resolved trial plans.
+
+```yaml
+grid:
+  task.max_length: [10, 50]            # a dotted key with a list: one axis of the cross product
+  model:                               # a section with a list of dicts: variants, concatenated
+    - {attention: none}
+    - {attention: memory, K: [1, 4]}   # lists inside a variant expand within that variant
+```
+
+gives 2 x (1 + 2) = 6 cells.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from sweeps.spec.dotted import set_dotted
+from sweeps.spec.schema import SpecError, SweepSpec, tolerances
+
+SECTIONS = ("task", "model", "trainer")
+# Column names in results for well-known keys.
+COLUMN_NAMES = {"task.max_length": "length"}
+
+
+@dataclass
+class Cell:
+    """One point of the scientific grid: the dotted values that vary, and where each was written."""
+
+    values: dict[str, Any]
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """Human-readable, e.g. ``length=10 attention=memory K=16``."""
+        return " ".join(f"{column_name(k)}={_fmt(v)}" for k, v in self.values.items()) or "default"
+
+    @property
+    def slug(self) -> str:
+        """Filesystem- and URL-safe, e.g. ``length-10_attention-memory_K-16``."""
+        s = "_".join(f"{column_name(k)}-{_fmt(v)}" for k, v in self.values.items()) or "default"
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "-", s)
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """A fully resolved trial (or, with nuisance parameters, an Optuna study of ``num_samples``):
+    the one record of a trial from the spec to its results row. The spec makes it once per (cell,
+    seed); Tune carries its flat view (:meth:`trial_config`, plus Optuna's samples); the trainable
+    gets it back from that view with :meth:`sweeps.trial.settings.TrialSettings.plan`, which only writes
+    the samples in (``params``, dotted keys); the results row is made from it.
+    """
+
+    cell: Cell
+    seed: int
+    task: dict[str, Any]
+    model: dict[str, Any]
+    trainer: dict[str, Any]
+    params: dict[str, Any] = field(
+        default_factory=dict
+    )  # Optuna's samples, under their dotted keys
+    config: dict[str, Any] = field(
+        default_factory=dict
+    )  # the flat view Tune held (empty before Tune)
+
+    @property
+    def grid(self) -> dict[str, Any]:
+        """The cell's values, under their dotted keys."""
+        return self.cell.values
+
+    @property
+    def sections(self) -> dict[str, dict[str, Any]]:
+        return {"task": self.task, "model": self.model, "trainer": self.trainer}
+
+    def value(self, dotted: str) -> Any:
+        """A setting by its dotted key (``model.lr``), or None."""
+        section, _, key = dotted.partition(".")
+        return self.sections.get(section, {}).get(key)
+
+    def with_values(
+        self, seed: int, values: dict[str, Any], params: dict[str, Any], config: dict[str, Any]
+    ) -> TrialPlan:
+        """This cell's plan for one Tune trial: its seed, ``values`` (dotted: Optuna's samples and
+        any other per-trial setting) written into the sections, and the config Tune held."""
+        task, model, trainer = (
+            resolve_sections(self.sections, values)
+            if values
+            else (self.task, self.model, self.trainer)
+        )
+        return TrialPlan(self.cell, seed, task, model, trainer, params=params, config=config)
+
+    @property
+    def unit(self) -> str:
+        """The (cell, seed) unit: an Optuna study's name suffix, early stopping's bracket."""
+        return f"{self.cell.slug}-seed{self.seed}"
+
+    def trial_config(self, columns: dict[str, str]) -> dict[str, Any]:
+        """What Tune stores for a trial of this plan: the cell's name, the seed and the grid values
+        under their flat column names (``columns``: flat name -> dotted key)."""
+        flat = {
+            name: self.cell.values[key] for name, key in columns.items() if key in self.cell.values
+        }
+        return {"cell": self.cell.name, "seed": self.seed, **flat}
+
+
+@dataclass
+class Sweep:
+    spec: SweepSpec
+    source: str
+    cells: list[Cell]
+    plans: list[TrialPlan]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def has_search(self) -> bool:
+        return bool(self.spec.parameters)
+
+    @property
+    def num_trials(self) -> int:
+        per_plan = self.spec.num_samples
+        if any(
+            c.of for c in self.spec.constraints
+        ):  # a baseline model per (cell, seed) (sweeps.moo.search)
+            per_plan += 1
+        return len(self.plans) * per_plan
+
+    @cached_property
+    def grid_columns(self) -> dict[str, str]:
+        """Flat trial-config name -> dotted key, for every grid key (``attention`` -> ``model.attention``)."""
+        return self._columns()[0]
+
+    @cached_property
+    def param_columns(self) -> dict[str, str]:
+        """Flat trial-config name -> dotted key, for every Optuna parameter (``lr`` -> ``model.lr``)."""
+        return self._columns()[1]
+
+    def early_stopping_note(self) -> str | None:
+        """What ``--dry-run`` says about early stopping (which runs per (cell, seed), see
+        :mod:`sweeps.run.schedulers`), or None without it."""
+        if self.spec.early_terminate.type == "none":
+            return None
+        n = self.spec.num_samples if self.has_search else 1
+        if n < 2:
+            why = "num_samples is 1" if self.has_search else "there are no Optuna parameters"
+            return (
+                f"early_terminate {self.spec.early_terminate.type}: it compares trials only within one (cell, seed), "
+                f"and each holds a single trial ({why}): there is nothing to stop; every trial runs to the end"
+            )
+        ties = ""
+        if self.spec.early_terminate.type == "pareto":
+            named = [
+                f"{o.name} by more than {t:.0%}"
+                for o, t in zip(self.spec.objectives, tolerances(self.spec))
+                if t
+            ]
+            rf = f"{self.spec.early_terminate.reduction_factor:g}"
+            ties = (
+                f"; a trial waits (paused) at a rung until it ranks in the top 1/{rf} of at least {rf} arrivals "
+                f"or the rung is complete"
+                if self.spec.early_terminate.waits_at_rungs
+                else "; a trial goes on or stops at a rung at once, against those that reached it before"
+            )
+            ties += (
+                f"; a running trial is hopeless only when a finished one is no worse and better in "
+                f"{' or '.join(named)}"
+                if named
+                else ""
+            )
+        return (
+            f"early_terminate {self.spec.early_terminate.type}: compares the {n} trials of each (cell, seed) "
+            f"among themselves only; no cell is stopped because another scores higher{ties}"
+        )
+
+    def _columns(self) -> tuple[dict[str, str], dict[str, str]]:
+        grid_keys = list(dict.fromkeys(k for c in self.cells for k in c.values))
+        names = flat_columns(grid_keys + list(self.spec.parameters))
+        return {n: k for n, k in names.items() if k in grid_keys}, {
+            n: k for n, k in names.items() if k not in grid_keys
+        }
+
+
+# Keys every trial config has besides its grid and sampled values.
+RESERVED_COLUMNS = ("cell", "seed")
+
+
+def unit_key(config: dict[str, Any]) -> tuple[str, Any]:
+    """The (cell, seed) a trial belongs to, from its config: the unit early stopping compares within
+    (:mod:`sweeps.run.schedulers`) and one Optuna study searches."""
+    return config.get("cell"), config.get("seed")
+
+
+def flat_columns(keys: list[str]) -> dict[str, str]:
+    """Readable, unique config names for dotted keys: ``model.K`` -> ``K``, ``task.max_length`` ->
+    ``length``; a key whose short name is taken (two sections' ``dropout``, or ``task.seed``)
+    keeps its dotted name."""
+    short = [column_name(k) for k in keys]
+    out = {}
+    for key, name in zip(keys, short):
+        unique = short.count(name) == 1 and name not in RESERVED_COLUMNS
+        out[name if unique else key] = key
+    return out
+
+
+def column_name(key: str) -> str:
+    return COLUMN_NAMES.get(key, key.split(".")[-1])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
+    """Expand ``grid`` into cells: axes cross, section variant lists concatenate."""
+    axes: list[list[tuple[dict[str, Any], dict[str, str]]]] = []
+    for key, spec in grid.items():
+        path = f"grid.{key}"
+        if key in SECTIONS and isinstance(spec, list) and all(isinstance(v, dict) for v in spec):
+            options = []
+            for i, variant in enumerate(spec):
+                vkeys = list(variant)
+                lists = [
+                    variant[k] if isinstance(variant[k], list) else [variant[k]] for k in vkeys
+                ]
+                for j, k in enumerate(vkeys):
+                    if not lists[j]:
+                        raise SpecError(f"{path}[{i}].{k}", "empty list of values", source)
+                for combo in itertools.product(*lists):
+                    vals = {f"{key}.{k}": v for k, v in zip(vkeys, combo)}
+                    origins = {f"{key}.{k}": f"{path}[{i}].{k}" for k in vkeys}
+                    options.append((vals, origins))
+            if not options:
+                raise SpecError(path, "empty list of variants", source)
+            axes.append(options)
+            continue
+        if isinstance(spec, dict) and set(spec) == {"values"}:
+            spec = spec["values"]
+        if "." not in key or key.split(".")[0] not in SECTIONS:
+            raise SpecError(
+                path,
+                f"grid keys are dotted paths into {', '.join(SECTIONS)} (e.g. task.max_length, model.K), "
+                "or a section name with a list of variant mappings",
+                source,
+            )
+        if not isinstance(spec, list) or not spec:
+            raise SpecError(
+                path,
+                "must be a non-empty list of values (fixed settings go in task/model/trainer)",
+                source,
+            )
+        axes.append([({key: v}, {key: path}) for v in spec])
+    cells = []
+    for combo in itertools.product(*axes):
+        vals: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for v, o in combo:
+            for k in v:
+                if k in vals:
+                    raise SpecError(
+                        o[k], f"{k} is set by two grid entries ({origins[k]} and {o[k]})", source
+                    )
+            vals.update(v)
+            origins.update(o)
+        cells.append(Cell(vals, origins))
+    if not cells:
+        cells = [Cell({}, {})]
+    seen = set()
+    for c in cells:
+        if c.slug in seen:
+            raise SpecError(
+                "grid",
+                f"two cells share the name {c.name!r}; make the grid values distinct",
+                source,
+            )
+        seen.add(c.slug)
+    return cells
+
+
+def base_sections(spec: SweepSpec) -> dict[str, dict[str, Any]]:
+    """The study's fixed task, model and trainer settings, before any grid or sampled value."""
+    return {"task": spec.task, "model": spec.model, "trainer": spec.trainer.model_dump()}
+
+
+def resolve_sections(
+    base: dict[str, dict[str, Any]], values: dict[str, Any]
+) -> tuple[dict, dict, dict]:
+    """The task, model and trainer sections of a trial: ``base`` (:func:`base_sections`) with
+    ``values`` (dotted keys: a cell's grid values, Optuna's samples) written in, ``*_dir`` paths
+    resolved."""
+    sections = _copy(base)
+    for key, value in values.items():
+        set_dotted(sections, key, value)
+    _resolve_paths(sections["task"])
+    return sections["task"], sections["model"], sections["trainer"]
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of plain YAML data (mappings, lists, scalars); ``copy.deepcopy`` is the slowest
+    step of expanding a 10,000-cell grid."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _resolve_paths(task: dict[str, Any]) -> None:
+    """``*_dir`` settings: fill in ``{pair}``-style fields from the task's own values, and make
+    local paths absolute (trials run in their own working directories)."""
+    fields = {k: v for k, v in task.items() if isinstance(v, (str, int, float))}
+    for key, value in list(task.items()):
+        if key.endswith("_dir") and isinstance(value, str) and value:
+            try:
+                value = value.format(**fields)
+            except (KeyError, IndexError, ValueError):
+                pass  # left as written; the datamodule reports a missing path clearly
+            if "://" not in value:
+                value = os.path.abspath(os.path.expanduser(value))
+            task[key] = value

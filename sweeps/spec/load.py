@@ -1,0 +1,251 @@
+"""Loading a sweep file: YAML -> overrides (``--smoke``, ``--set``) -> schema -> grid -> validated
+trial plans. :func:`load_spec` is what the launcher calls."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sweeps.assignments import AssignmentError, parse_assignments
+from sweeps.spec.dotted import set_dotted
+from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
+from sweeps.spec.objectives import check_baseline, check_objectives
+from sweeps.spec.schema import SpecError, SweepSpec, format_validation
+from sweeps.spec.signatures import save as save_signatures
+from sweeps.spec.validate import check_sections, validate_cell
+
+
+def load_spec(
+    path: str | Path, overrides: list[str] | None = None, profile: str | None = None
+) -> Sweep:
+    """Read, override (a named profile, then ``--set`` overrides), validate and expand a sweep
+    file. Raises SpecError with the key path."""
+    path = Path(path)
+    source = str(path)
+    if not path.exists():
+        raise SpecError("", "no such sweep file; the shipped ones are in sweeps/*.yaml", source)
+    if path.is_dir():
+        found = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:8]) or "none"
+        raise SpecError(
+            "", f"is a folder, not a sweep file; pass one of its .yaml files ({found})", source
+        )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            "",
+            f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start : exc.start + 1]!r}); "
+            f"save the file as UTF-8",
+            source,
+        ) from None
+    except OSError as exc:
+        raise SpecError("", f"cannot read it ({exc.strerror or exc})", source) from None
+    except yaml.YAMLError as exc:
+        raise SpecError("", f"not valid YAML: {exc}", source) from None
+    if not isinstance(raw, dict):
+        raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
+    return build_sweep(raw, source=source, overrides=overrides, profile=profile)
+
+
+def build_sweep(
+    raw: dict[str, Any],
+    source: str = "<spec>",
+    overrides: list[str] | None = None,
+    profile: str | None = None,
+) -> Sweep:
+    raw = copy.deepcopy(raw)
+    if "smoke" in raw:
+        raise SpecError(
+            "smoke",
+            "the top-level smoke: block is now the profile profiles.smoke; move it under "
+            "`profiles:` as `smoke:` (its keys stay as they are)",
+            source,
+        )
+    if profile is not None:
+        for key, (value, origin) in profile_overrides(raw, profile, source).items():
+            _set_dotted(raw, key, value, origin, source)
+    set_keys = parse_overrides(overrides or [], source)
+    for key, value in set_keys.items():
+        _set_dotted(raw, key, value, f"--set {key}", source)
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError("", format_validation(exc), source) from None
+    for pname, p in spec.parameters.items():
+        try:
+            p.resolved_distribution()
+        except ValueError as exc:
+            raise SpecError(f"parameters.{pname}", str(exc), source) from None
+    check_sections(spec, source)
+    check_objectives(spec, source)  # objectives/constraints (issue 21)
+    cells = expand_grid(spec.grid, source)
+    check_baseline(spec, cells, source)
+    by_grid = {key for cell in cells for key in cell.values}
+    for key in set_keys:
+        if (
+            key in by_grid
+        ):  # the grid's value would win in every cell: the override would do nothing
+            raise SpecError(
+                f"--set {key}",
+                f"the grid sets {key} in its cells, so a fixed value would never be "
+                f"used; change the grid instead (edit it, or --set the grid entry "
+                f"that holds it: grid.<entry>=[...])",
+                source,
+            )
+    plans = []
+    base = base_sections(spec)
+    try:
+        for cell in cells:
+            task, model, trainer = resolve_sections(base, cell.values)
+            validate_cell(task, model, trainer, cell, source)
+            _validate_search_bounds(spec, task, model, trainer, cell, source)
+            for seed in spec.seeds:
+                plans.append(TrialPlan(cell, seed, task, model, trainer))
+    finally:
+        save_signatures()  # the attention checks learnt here serve the next run too
+    return Sweep(spec=spec, source=source, cells=cells, plans=plans)
+
+
+def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:
+    """The dotted overrides of profile ``name`` -> (value, where it was written). Profiles live in
+    the study's ``profiles: {NAME: {dotted.key: value}}`` block; ``smoke`` (the plumbing profile)
+    always exists: :data:`SMOKE_DEFAULTS`, then the study's ``profiles.smoke``."""
+    blocks: list[tuple[str, Any]] = []
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise SpecError(
+            "profiles", "must be a mapping of profile names to mappings of dotted keys", source
+        )
+    if name in profiles:
+        blocks.append((f"profiles.{name}", profiles[name] or {}))
+    elif name != "smoke":
+        have = ", ".join(["smoke", *sorted(profiles)])
+        raise SpecError(
+            f"--profile {name}", f"this study has no such profile; it has: {have}", source
+        )
+    out: dict[str, tuple[Any, str]] = {}
+    if name == "smoke":
+        out.update({k: (v, f"smoke defaults: {k}") for k, v in SMOKE_DEFAULTS.items()})
+    for where, block in blocks:
+        if not isinstance(block, dict):
+            raise SpecError(where, "must be a mapping of dotted keys to values", source)
+        out.update({k: (v, f"{where}.{k}") for k, v in block.items()})
+    return out
+
+
+# What --smoke (the `smoke` profile) does to every study: the same grid shape, scaled down to
+# finish in minutes on a CPU. A study's own `profiles.smoke` is applied after
+# these (e.g. to shorten its sequence lengths).
+SMOKE_DEFAULTS: dict[str, Any] = {
+    "model.preset": "tiny",
+    "trainer.max_steps": 60,
+    "trainer.val_check_interval": 30,
+    "trainer.limit_val_batches": 2,
+    "num_samples": 1,
+    "early_terminate.grace_period": 1,
+    "early_terminate.max_t": 2,
+}
+
+
+def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
+    """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
+    try:
+        return parse_assignments(items)
+    except AssignmentError as exc:
+        if exc.value is None or not exc.key:
+            raise SpecError(
+                f"--set {exc.item}",
+                "expected dotted.key=value, e.g. --set trainer.max_steps=100",
+                source,
+            ) from None
+        raise SpecError(
+            f"--set {exc.key}",
+            f"cannot parse the value {exc.value.strip()!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
+            f'quote it for the shell, e.g. --set "{exc.key}=[1, 2]"',
+            source,
+        ) from None
+
+
+from sweeps.layout import LAUNCH_FILE  # noqa: E402,F401
+
+
+def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Path:
+    """Record how a sweep was started, so ``--resume`` continues it with the same settings."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LAUNCH_FILE
+    path.write_text(json.dumps({"overrides": list(overrides), "profile": profile}, indent=2) + "\n")
+    return path
+
+
+def resume_launch(
+    out_dir: Path, overrides: list[str], profile: str | None, source: str
+) -> tuple[list[str], str | None]:
+    """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
+    New ``--set`` values may repeat them but not change or add to them (the trials already run
+    were planned without); raises SpecError saying which. Without a record (a sweep from an
+    older version) the given ones stand."""
+    path = out_dir / LAUNCH_FILE
+    if not path.exists():
+        return overrides, profile
+    first = json.loads(path.read_text())
+    before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
+    changed = [k for k in now if k not in before or before[k] != now[k]]
+    if changed:
+        was = ", ".join(f"{k}={before[k]!r}" if k in before else f"{k} unset" for k in changed)
+        raise SpecError(
+            f"--set {changed[0]}",
+            f"--resume continues the first run with its own overrides ({was} there; recorded in {path}); "
+            f"drop the --set to continue, or start a new sweep with another --output",
+            source,
+        )
+    if profile is not None and profile != first.get("profile"):
+        raise SpecError(
+            "--profile",
+            f"the first run used profile {first.get('profile')!r}, not {profile!r} (recorded in "
+            f"{path}); resume it with --profile {first.get('profile')} or with no --profile",
+            source,
+        )
+    return list(first["overrides"]), first.get("profile")
+
+
+def _validate_search_bounds(
+    spec: SweepSpec, task: dict, model: dict, trainer: dict, cell, source: str
+) -> None:
+    """Every value Optuna may sample in this cell (each categorical value, a range's both ends)
+    passes the same checks as a fixed setting, reported at ``parameters.<key>``."""
+    for key, p in spec.parameters.items():
+        candidates = p.values if p.values is not None else [p.min, p.max]
+        if p.values is None and p.resolved_distribution() in ("int_uniform", "int_log_uniform"):
+            candidates = [int(p.min), int(p.max)]
+        for value in candidates:
+            sections = {
+                "task": copy.deepcopy(task),
+                "model": copy.deepcopy(model),
+                "trainer": copy.deepcopy(trainer),
+            }
+            try:
+                set_dotted(sections, key, value)
+            except ValueError as exc:
+                raise SpecError(f"parameters.{key}", str(exc), source) from None
+            probe = Cell(cell.values, {**cell.origins, key: f"parameters.{key}"})
+            validate_cell(sections["task"], sections["model"], sections["trainer"], probe, source)
+
+
+def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> None:
+    """An override of the raw spec. ``grid`` and ``parameters`` keys are themselves dotted:
+    ``grid.task.max_length`` sets ``raw["grid"]["task.max_length"]``."""
+    parts = key.split(".")
+    if parts[0] in ("grid", "parameters") and len(parts) > 1 and all(parts):
+        if not isinstance(raw.get(parts[0]), dict):
+            raw[parts[0]] = {}
+        raw[parts[0]][".".join(parts[1:])] = value
+        return
+    try:
+        set_dotted(raw, key, value)
+    except ValueError as exc:
+        raise SpecError(origin, str(exc), source) from None

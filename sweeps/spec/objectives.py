@@ -1,0 +1,165 @@
+"""The multi-objective part of a sweep file (issue 21): ``objectives`` and ``constraints``.
+
+```yaml
+objectives:                                   # instead of `metric`: two, each {name, goal}
+  - {name: val/bleu, goal: maximize}
+  - {name: decode_seconds, goal: minimize}    # the decode probe's figure while the study runs
+constraints:
+  - {name: val/bleu, min: 95}                 # absolute: val/bleu >= 95
+  - {name: val/bleu, within: 1.0, of: {attention: bahdanau}}   # relative: at most 1.0 worse than
+                                              # a bahdanau model trained in the same (cell, seed)
+early_terminate: {type: pareto, grace_period: 1, reduction_factor: 3}
+                                              # tolerance: {decode_seconds: 0.10} (the default)
+search: {sampler: tpe}                         # or nsga2
+```
+
+:func:`check_objectives` runs at ``--dry-run`` (from :func:`sweeps.spec.load.build_sweep`) and
+raises :class:`SpecError` with one line for each mistake the issue names: ``metric`` and
+``objectives`` together, an unknown objective, a constraint on a metric the study never produces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, VAL_SACREBLEU
+from sweeps.spec.schema import BOUNDS, NATURAL_GOALS, ConstraintSpec, ObjectiveSpec, SpecError  # noqa: F401 (re-exported)
+
+
+def produced_metrics(spec: Any) -> tuple[str, ...]:
+    """What a study's trials produce: the metrics the module logs while training (val/sacrebleu
+    only on a task that detokenizes: WMT), and decode_seconds (the decode probe, the timing stage)."""
+    names = [m for m in FIT_METRICS if m != VAL_SACREBLEU or spec.task.get("name") == "wmt17"]
+    return (*names, DECODE_SECONDS)
+
+
+def check_objectives(spec: Any, source: str) -> None:
+    """The dry-run checks of ``objectives``, ``constraints`` and what depends on them; one line each."""
+    if spec.early_terminate.promotion is not None and spec.early_terminate.type != "pareto":
+        raise SpecError(
+            "early_terminate.promotion",
+            "promotion (wait or immediate) is read by the Pareto rung rule "
+            "only; set early_terminate.type: pareto, or remove it",
+            source,
+        )
+    if not spec.objectives:
+        if spec.constraints:
+            raise SpecError(
+                "constraints",
+                "constraints go with `objectives:` (a multi-objective study); "
+                "add objectives, e.g. [{name: val/bleu, goal: maximize}, "
+                "{name: decode_seconds, goal: minimize}]",
+                source,
+            )
+        if spec.early_terminate.type == "pareto" or spec.early_terminate.tolerance is not None:
+            raise SpecError(
+                "early_terminate.type",
+                "pareto ranks trials on several objectives; this study has one "
+                "metric: use asha, or declare `objectives:`",
+                source,
+            )
+        return
+    if "metric" in spec.model_fields_set:
+        raise SpecError(
+            "objectives",
+            "a study declares either `metric` (one objective) or `objectives` "
+            "(several), not both: remove `metric`",
+            source,
+        )
+    valid = produced_metrics(spec)
+    for i, obj in enumerate(spec.objectives):
+        if obj.name not in valid:
+            raise SpecError(
+                f"objectives[{i}].name",
+                f"{obj.name!r} is not a metric this study produces; valid: {', '.join(valid)}",
+                source,
+            )
+    names = [o.name for o in spec.objectives]
+    if len(names) != 2 or len(set(names)) != 2:
+        raise SpecError(
+            "objectives",
+            f"give two different objectives (got {len(names)}: {', '.join(names)}); the "
+            f"search, its hypervolume and its report handle two",
+            source,
+        )
+    for i, c in enumerate(spec.constraints):
+        if c.name not in valid:
+            why = (
+                " (val/sacrebleu needs a task that detokenizes: wmt17)"
+                if c.name == "val/sacrebleu"
+                else ""
+            )
+            raise SpecError(
+                f"constraints[{i}].name",
+                f"{c.name!r} is a metric this study never produces{why}; valid: {', '.join(valid)}",
+                source,
+            )
+        if c.name == DECODE_SECONDS and DECODE_SECONDS not in names:
+            raise SpecError(
+                f"constraints[{i}].name",
+                "decode_seconds is only measured during the study when it is "
+                "an objective (the decode probe)",
+                source,
+            )
+    if len({repr(sorted(c.of.items())) for c in spec.constraints if c.of}) > 1:
+        raise SpecError(
+            "constraints",
+            "relative constraints name one baseline model per study; give every "
+            "`of:` the same settings",
+            source,
+        )
+    if spec.early_terminate.tolerance is not None and spec.early_terminate.type != "pareto":
+        raise SpecError(
+            "early_terminate.tolerance",
+            "a tolerance is read by the Pareto rung rule only; "
+            "set early_terminate.type: pareto, or remove it",
+            source,
+        )
+    for name in spec.early_terminate.tolerance or {}:
+        if name not in names:
+            raise SpecError(
+                f"early_terminate.tolerance.{name}",
+                f"{name!r} is not an objective of this study; "
+                f"tolerances are per objective: {', '.join(names)}",
+                source,
+            )
+    if spec.early_terminate.type == "asha":
+        raise SpecError(
+            "early_terminate.type",
+            "asha ranks trials on one metric; with `objectives:` use "
+            "type: pareto (the Pareto rung rule) or none",
+            source,
+        )
+    if not spec.parameters:
+        raise SpecError(
+            "objectives",
+            "a multi-objective study searches `parameters:` inside each grid cell "
+            "(e.g. model.K: {min: 1, max: 64, distribution: int_log_uniform}); "
+            "give at least one",
+            source,
+        )
+
+
+def baseline_of(spec: Any) -> dict[str, Any] | None:
+    """The baseline model's settings (``of:`` of the relative constraints) as dotted keys, or None."""
+    for c in spec.constraints:
+        if c.of:
+            return {(k if "." in k else f"model.{k}"): v for k, v in c.of.items()}
+    return None
+
+
+def check_baseline(spec: Any, cells: list, source: str) -> None:
+    """The baseline model of the relative constraints, in every cell: the study's fixed settings,
+    the cell's grid values, then ``of:`` (no searched value), checked like any cell."""
+    of = baseline_of(spec)
+    if of is None:
+        return
+    from sweeps.spec.grid import Cell, base_sections, resolve_sections
+    from sweeps.spec.validate import validate_cell
+
+    base = base_sections(spec)
+    for cell in cells:
+        values = {**cell.values, **of}
+        origins = {**cell.origins, **{k: "constraints[].of." + k.split(".", 1)[1] for k in of}}
+        task, model, trainer = resolve_sections(base, values)
+        validate_cell(task, model, trainer, Cell(values, origins), source)

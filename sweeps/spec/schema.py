@@ -1,0 +1,469 @@
+"""The sweep file's schema: pydantic models of every key a study may set, and :class:`SpecError`.
+
+Unknown keys and bad values fail here with the key's path and what is allowed
+(:func:`format_validation`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lightning_modules.metric_names import (
+    DECODE_SECONDS,
+    FIT_METRICS,
+    TRAIN_LOSS,
+    VAL_BLEU,
+    VAL_DECODE_SECONDS,
+    VAL_LOSS,
+    VAL_SACREBLEU,
+    VAL_TOKEN_ACC,
+)
+from sweeps.errors import SpecError  # noqa: F401 (raised here; importable from here too)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricSpec(_Strict):
+    """What a study selects and stops on: one of the metrics a trial reports while it trains
+    (``lightning_modules.metric_names.FIT_METRICS``); each is a results.csv column."""
+
+    name: str = VAL_BLEU
+    goal: Literal["maximize", "minimize"] = "maximize"
+
+    @field_validator("name")
+    @classmethod
+    def _reported(cls, value: str) -> str:
+        if value not in FIT_METRICS:
+            timing = (
+                " (decode_seconds is measured after training, by the timing stage: no trial can be "
+                "selected or stopped on it)"
+                if value == "decode_seconds"
+                else ""
+            )
+            raise ValueError(
+                f"{value!r} is not a metric the trials report{timing}; valid: {', '.join(FIT_METRICS)}"
+            )
+        return value
+
+    @property
+    def mode(self) -> str:
+        return "max" if self.goal == "maximize" else "min"
+
+
+class EarlyTerminateSpec(_Strict):
+    """ASHA in Ray's vocabulary. One unit of ``grace_period``/``max_t`` is one validation report."""
+
+    type: Literal["none", "asha", "pareto"] = (
+        "none"  # pareto: the multi-objective rung rule (sweeps.moo.rungs)
+    )
+    grace_period: int = Field(1, ge=1)
+    reduction_factor: float = Field(2.0, gt=1)
+    max_t: int | None = Field(None, ge=1)
+    # pareto only: per objective, the relative difference a finished trial must be better by to make
+    # a running one hopeless (default: decode_seconds 0.10, the decode probe's noise)
+    tolerance: dict[str, Annotated[float, Field(ge=0, lt=1)]] | None = None
+    # pareto only: "wait" (a trial waits at a rung, paused, until it ranks in the top 1/rf of at least
+    # rf arrivals or the rung is complete: ASHA's promotion) or "immediate" (it goes on or stops at
+    # once, against those that came before it, as Ray's ASHA)
+    promotion: Literal["wait", "immediate"] | None = None
+
+    @property
+    def waits_at_rungs(self) -> bool:
+        """The Pareto rule with ``promotion: wait``, its default."""
+        return self.type == "pareto" and (self.promotion or "wait") == "wait"
+
+
+# decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
+# differ by up to 8% (docs/moo_early_stopping.md, "The tolerance")
+DEFAULT_TOLERANCE = {DECODE_SECONDS: 0.10}
+
+
+def tolerances(spec: Any) -> list[float]:
+    """The rung rule's tolerance per objective, in ``spec.objectives``' order (0: exact)."""
+    given = spec.early_terminate.tolerance
+    table = DEFAULT_TOLERANCE if given is None else given
+    return [float(table.get(o.name, 0.0)) for o in spec.objectives]
+
+
+class ResourcesSpec(_Strict):
+    """Per trial. ``gpu`` may be fractional (several trials packed on one GPU); ``workers`` > 1
+    runs the trial as a DDP job of that many Ray Train workers, each with ``cpu``/``gpu``."""
+
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0)
+    workers: int = Field(1, ge=1)
+
+    @field_validator("gpu")
+    @classmethod
+    def _whole_or_fraction(cls, v: float) -> float:
+        if v > 1 and v != int(v):
+            raise ValueError(
+                "gpu above 1 must be a whole number (fractions only pack several trials on one GPU)"
+            )
+        return v
+
+
+# A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.
+Positive = Annotated[int | float, Field(gt=0)]
+NonNegative = Annotated[int | float, Field(ge=0)]
+
+
+class TrainerSpec(_Strict):
+    """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
+
+    max_steps: int = Field(1000, ge=1)
+    max_epochs: int | None = Field(None, ge=1)
+    val_check_interval: Positive | None = None
+    check_val_every_n_epoch: int | None = Field(None, ge=1)
+    limit_train_batches: Positive | None = None
+    limit_val_batches: NonNegative | None = None  # 0 turns validation off
+    gradient_clip_val: float | None = Field(1.0, ge=0)
+    accumulate_grad_batches: int = Field(1, ge=1)
+    precision: str = "32-true"
+    log_every_n_steps: int = Field(50, ge=1)
+    deterministic: bool = False
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _lightning_precision(cls, value: Any) -> str:
+        text = str(value)
+        if text not in LIGHTNING_PRECISIONS:
+            raise ValueError(
+                f"{value!r} is not a Lightning precision; valid: {', '.join(LIGHTNING_PRECISIONS)}"
+            )
+        return text
+
+
+#: what ``lightning.pytorch.Trainer(precision=...)`` accepts (Lightning 2.x's ``_PRECISION_INPUT``),
+#: written out so a dry run needs no Lightning import; the legacy spellings (16, 32, bf16) included
+LIGHTNING_PRECISIONS = (
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "16",
+    "32",
+    "64",
+    "bf16",
+)
+
+
+class StorageSpec(_Strict):
+    """Where Ray keeps trial directories and checkpoints: a local path (default: the --output
+    folder) or shared storage (``s3://...``, ``gs://...``, an NFS path) for multi-node clusters."""
+
+    path: str | None = None
+    keep_checkpoints: int = Field(2, ge=1)
+
+
+class FailureSpec(_Strict):
+    max_failures: int = Field(2, ge=0)
+
+
+class WandbSpec(_Strict):
+    project: str = "memory-attention"
+    entity: str | None = None
+    group: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    log_heatmaps: bool = True
+
+
+class SearchSpec(_Strict):
+    sampler: Literal["tpe", "random", "nsga2"] = (
+        "tpe"  # nsga2: Optuna's NSGAIISampler (multi-objective studies)
+    )
+    seed: int = 0
+
+
+class TimingSpec(_Strict):
+    """The decode-timing stage after the Tune run (:mod:`sweeps.timing`): each finished trial's
+    final model decodes the ``split`` alone on a node (or a GPU), ``warmup`` untimed passes, then
+    at least ``repeats`` timed ones, more until the median is known to ``precision`` (the median is
+    the results' ``decode_seconds``), ``threads`` torch
+    threads on CPU, the study's beam size. ``fresh_process`` (CPU): time in a new process pinned
+    to ``threads`` CPUs rather than inside the Ray worker."""
+
+    enabled: bool = True
+    repeats: int = Field(5, ge=1)
+    # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
+    # of it, or `max_seconds` of timed decoding per trial; `precision: null`: exactly `repeats`
+    precision: float | None = Field(0.02, gt=0, lt=1)
+    max_seconds: float = Field(30.0, gt=0)
+    # before its passes, each timing process finds the machine's speed (the fastest of repeated
+    # probes over this long); a pass that ran slower than that speed allows is timed again
+    calibration_seconds: float = Field(2.0, gt=0)
+    warmup: int = Field(1, ge=0)
+    threads: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    fresh_process: bool = True
+    # with fresh_process: time in this many fresh processes and keep the fastest's median (a
+    # process can run slow for its whole life: see sweeps.timing.stage.run_jobs)
+    processes: int = Field(3, ge=1)
+    # each fresh process times up to this many models one after another (one start-up and one
+    # calibration for them all; 1: a process per model)
+    models_per_process: int = Field(8, ge=1)
+    split: Literal["valid", "test"] = "valid"
+
+
+class ChaosSpec(_Strict):
+    """Fault injection for testing recovery: ``fail_once_at_step``: each trial raises once at this
+    global step; ``fail_before_first_report``: every attempt of every trial raises while it sets
+    up, before it reports anything (a trial that never produces a result)."""
+
+    fail_once_at_step: int | None = Field(None, ge=1)
+    fail_before_first_report: bool = False
+
+
+class ParamSpec(_Strict):
+    """A nuisance parameter in W&B Sweeps' shape."""
+
+    values: list[Any] | None = None
+    min: float | None = None
+    max: float | None = None
+    distribution: (
+        Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]
+        | None
+    ) = None
+
+    def resolved_distribution(self) -> str:
+        if self.values is not None:
+            if self.distribution not in (None, "categorical"):
+                raise ValueError("`values` goes with distribution categorical (or none)")
+            if not self.values:
+                raise ValueError("`values` is empty")
+            return "categorical"
+        if self.min is None or self.max is None:
+            raise ValueError("give either `values: [...]` or both `min` and `max`")
+        if not self.min < self.max:
+            raise ValueError(f"min ({self.min}) must be below max ({self.max})")
+        dist = self.distribution or (
+            "int_uniform"
+            if float(self.min).is_integer() and float(self.max).is_integer()
+            else "uniform"
+        )
+        if dist == "log_uniform_values" and self.min <= 0:
+            raise ValueError("log_uniform_values needs min > 0")
+        if dist == "categorical":
+            raise ValueError("distribution categorical needs `values`")
+        if dist == "int_log_uniform" and (
+            self.min < 1 or not float(self.min).is_integer() or not float(self.max).is_integer()
+        ):
+            raise ValueError(
+                "int_log_uniform needs whole numbers with min >= 1 (e.g. K: {min: 1, max: 64})"
+            )
+        return dist
+
+
+# ---- multi-objective studies (issue 21): the checks are in sweeps.spec.objectives
+
+#: the natural direction of each metric a study can produce: "within" constraints read "no worse
+#: than the baseline by more than", in this direction
+NATURAL_GOALS = {
+    VAL_BLEU: "maximize",
+    VAL_SACREBLEU: "maximize",
+    VAL_TOKEN_ACC: "maximize",
+    VAL_LOSS: "minimize",
+    TRAIN_LOSS: "minimize",
+    VAL_DECODE_SECONDS: "minimize",
+    DECODE_SECONDS: "minimize",
+}
+#: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
+#: rung rule stops a trial that could not reach the front even at its bound
+BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0.0, TRAIN_LOSS: 0.0}
+
+
+class ObjectiveSpec(_Strict):
+    name: str
+    goal: Literal["maximize", "minimize"]
+
+
+class ConstraintSpec(_Strict):
+    """``min``/``max``: an absolute bound; ``within`` + ``of``: at most ``within`` worse (in the
+    metric's natural direction) than the baseline model ``of`` (model settings replacing the
+    searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
+
+    name: str
+    min: float | None = None
+    max: float | None = None
+    within: float | None = Field(None, ge=0)
+    of: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ConstraintSpec:
+        absolute = self.min is not None or self.max is not None
+        relative = self.within is not None or self.of is not None
+        if absolute == relative:
+            raise ValueError(
+                "give either min/max (an absolute bound) or within + of (relative to a baseline model)"
+            )
+        if relative and (self.within is None or not self.of):
+            raise ValueError(
+                "a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
+                "model settings, e.g. {attention: bahdanau})"
+            )
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.of:
+            who = " ".join(f"{k}={v}" for k, v in self.of.items())
+            return f"{self.name} within {self.within:g} of {who}"
+        parts = ([f"{self.name} >= {self.min:g}"] if self.min is not None else []) + (
+            [f"{self.name} <= {self.max:g}"] if self.max is not None else []
+        )
+        return " and ".join(parts)
+
+    def violation(self, value: float, baseline: float | None = None) -> float:
+        """Optuna's convention: <= 0 feasible, > 0 by how much it is violated."""
+        if self.of:
+            if baseline is None:
+                return float("inf")
+            if NATURAL_GOALS.get(self.name, "maximize") == "maximize":
+                return (baseline - self.within) - value
+            return value - (baseline + self.within)
+        out = -float("inf")
+        if self.min is not None:
+            out = max(out, self.min - value)
+        if self.max is not None:
+            out = max(out, value - self.max)
+        return out
+
+
+# ---- a trial whose metric converged stops (issue 22): the callback is sweeps.trial.stop_when
+
+
+class StopWhenSpec(_Strict):
+    """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
+    ``reports`` validation reports in a row."""
+
+    metric: str
+    at_least: float | None = None
+    at_most: float | None = None
+    reports: int = Field(2, ge=1)
+
+    @field_validator("metric")
+    @classmethod
+    def _reported(cls, value: str) -> str:
+        if value not in FIT_METRICS:
+            raise ValueError(
+                f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> StopWhenSpec:
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError(
+                "give exactly one of at_least (a metric that rises, e.g. val/bleu) "
+                "and at_most (one that falls, e.g. val/loss)"
+            )
+        return self
+
+    def reached(self, value: float) -> bool:
+        return value >= self.at_least if self.at_least is not None else value <= self.at_most  # type: ignore[operator]
+
+    def describe(self) -> str:
+        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
+        return f"{self.metric} {bound} at {self.reports} report(s) in a row"
+
+
+class SweepSpec(_Strict):
+    name: str
+    description: str = ""
+    task: dict[str, Any]
+    model: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, Any] = Field(default_factory=dict)
+    parameters: dict[str, ParamSpec] = Field(default_factory=dict)
+    num_samples: int = Field(1, ge=1)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    metric: MetricSpec = Field(default_factory=MetricSpec)
+    # multi-objective studies (issue 21; sweeps.spec.objectives, sweeps.moo): instead of `metric`
+    objectives: list[ObjectiveSpec] = Field(default_factory=list)
+    constraints: list[ConstraintSpec] = Field(default_factory=list)
+    early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
+    stop_when: StopWhenSpec | None = (
+        None  # a trial whose metric converged stops (sweeps.trial.stop_when)
+    )
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    max_concurrent_trials: int | None = Field(None, ge=1)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    failure: FailureSpec = Field(default_factory=FailureSpec)
+    wandb: WandbSpec = Field(default_factory=WandbSpec)
+    timing: TimingSpec = Field(default_factory=TimingSpec)
+    chaos: ChaosSpec = Field(default_factory=ChaosSpec)
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+                raise ValueError(
+                    f"profile name {name!r}: use letters, digits, '_', '-' (it is typed as --profile NAME)"
+                )
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(
+                "use letters, digits, '_', '-', '.' only (it names folders and W&B groups)"
+            )
+        return v
+
+
+def format_validation(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            parent = err["loc"][:-1]
+            allowed = allowed_keys(parent)
+            msg = f"unknown key; allowed here: {', '.join(allowed)}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        elif (
+            err["type"] == "value_error"
+        ):  # our own validators' messages, without pydantic's prefix
+            msg = str(err.get("ctx", {}).get("error", msg))
+        elif err["type"] in (
+            "literal_error",
+            "greater_than",
+            "greater_than_equal",
+            "less_than",
+            "less_than_equal",
+        ):
+            msg = f"{msg} (got {err.get('input')!r})"
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+
+
+def allowed_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] = SweepSpec
+    for part in loc:
+        fld = model.model_fields.get(str(part))
+        ann = getattr(fld, "annotation", None)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            # dict[str, ParamSpec] and friends: look through the dict to the value model
+            args = getattr(ann, "__args__", ())
+            nxt = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            if nxt is None:
+                continue
+            model = nxt
+    return sorted(model.model_fields)

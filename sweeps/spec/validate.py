@@ -1,0 +1,223 @@
+"""Cell validation: a cell's resolved task, model and trainer settings checked against the
+datamodule's, Seq2SeqModule's and the attention mechanism's constructor signatures (and the
+ranges they declare), so a bad value fails before Ray starts, naming where it was written."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import math
+import typing
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from datamodules.ranges import allowed_range
+from lightning_modules.presets import PRESETS, attention_dims
+from sweeps.spec.grid import Cell
+from sweeps.spec.schema import SpecError, SweepSpec, TrainerSpec, format_validation
+from sweeps.spec.signatures import (
+    TASK_CLASSES,
+    attention_param_types,
+    attention_problem,
+    datamodule_param_types,
+    frozen,
+    module_signature_params,
+)
+
+TASKS = tuple(TASK_CLASSES)
+# Module arguments the trial fills in from the datamodule; a spec may not set them.
+DERIVED_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
+
+
+def check_sections(spec: SweepSpec, source: str) -> None:
+    name = spec.task.get("name")
+    if name not in TASKS:
+        raise SpecError("task.name", f"must be one of {', '.join(TASKS)} (got {name!r})", source)
+
+
+def _origin(cell: Cell, key: str, default: str) -> str:
+    return cell.origins.get(key, default)
+
+
+def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: str) -> None:
+    problem = _trainer_problem(trainer)
+    if problem:
+        raise SpecError("", "trainer." + problem, source)
+
+    dm_params = datamodule_param_types(task["name"])
+    for key, value in task.items():
+        if key == "name":
+            continue
+        where = _origin(cell, f"task.{key}", f"task.{key}")
+        if key not in dm_params:
+            raise SpecError(
+                where,
+                f"unknown {task['name']} task setting{did_you_mean(key, dm_params)}; "
+                f"allowed: {', '.join(sorted(dm_params))}",
+                source,
+            )
+        _check_type(dm_params[key], value, where, source)
+
+    check_bounds_pairs("task", task, lambda k: _origin(cell, k, k), source)
+
+    mod_params = module_signature_params()
+    attention = model.get("attention", mod_params["attention"][1])
+    try:
+        att_params = attention_param_types(attention)
+    except ValueError as exc:
+        raise SpecError(
+            _origin(cell, "model.attention", "model.attention"), str(exc), source
+        ) from None
+    for key, value in model.items():
+        where = _origin(cell, f"model.{key}", f"model.{key}")
+        if key in DERIVED_MODEL_KEYS:
+            raise SpecError(
+                where, "is derived from the data (the trial fills it in); remove it", source
+            )
+        if key == "attention_kwargs":
+            raise SpecError(
+                where, "put attention options straight under model (e.g. model.K: 16)", source
+            )
+        if key in mod_params:
+            _check_type(mod_params[key][0], value, where, source)
+        elif key in att_params:
+            _check_type(att_params[key], value, where, source)
+        else:
+            raise SpecError(
+                where,
+                f"not a model setting nor an option of attention {attention!r}. Model settings: "
+                f"{', '.join(sorted(k for k in mod_params if k not in DERIVED_MODEL_KEYS))}; "
+                f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
+                source,
+            )
+    preset = model.get("preset", mod_params["preset"][1])
+    if preset not in PRESETS:
+        raise SpecError(
+            _origin(cell, "model.preset", "model.preset"),
+            f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}",
+            source,
+        )
+    # the sizes the trial's model will give the mechanism, so e.g. luong_dot's H == D fails here
+    dims = attention_dims(preset, model.get("hidden_size"), model.get("bidirectional"))
+    att_opts = {k: v for k, v in model.items() if k not in mod_params}
+    problem = attention_problem(attention, att_opts, dims)
+    if problem:
+        key = next((k for k in att_opts if k in problem), None)
+        where = (
+            _origin(cell, f"model.{key}", f"model.{key}")
+            if key
+            else _origin(cell, "model.attention", "model")
+        )
+        raise SpecError(where, problem, source)
+
+
+def did_you_mean(key: str, known: typing.Iterable[str]) -> str:
+    """`` (did you mean max_length?)`` for the closest known name (an old spelling such as WMT's
+    ``max_len``, or a typo), or ""."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
+    """``value`` against a constructor parameter's annotation, including the range its
+    ``Annotated[..., Ge(1)]`` markers declare."""
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return
+    try:
+        problem = _type_problem(annotation, type(value), value)  # cached: grids repeat their values
+    except TypeError:  # an unhashable value (a list, a dict)
+        problem = _type_problem.__wrapped__(annotation, type(value), value)
+    if problem:
+        raise SpecError(where, problem, source)
+
+
+# A large grid holds the same settings in many cells: each distinct check runs once (10,000 cells
+# would otherwise build 10,000 attention modules and 90,000 pydantic validators). The attention
+# checks are also kept on disk with the signatures (.signatures), across runs.
+
+
+@functools.cache
+def _type_adapter(annotation: Any) -> TypeAdapter:
+    return TypeAdapter(annotation)
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
+    """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
+    if kind is bool and not _accepts_bool(annotation):  # pydantic's lax mode would take True for 1
+        return f"{value!r} is a yes/no value; expected {_type_name(annotation)}"
+    try:
+        try:
+            adapter = _type_adapter(annotation)
+        except TypeError:  # an unhashable annotation
+            adapter = TypeAdapter(annotation)
+        adapter.validate_python(value, strict=False)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        allowed = allowed_range(annotation)
+        if allowed and err["type"] in _RANGE_ERRORS:
+            return f"{value!r} is out of range; allowed: {allowed}"
+        return f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})"
+    except Exception as exc:  # noqa: BLE001 -- a check that cannot run is a problem, never a pass
+        return (
+            f"could not be checked against {_type_name(annotation)} ({type(exc).__name__}: {exc}); "
+            f"this setting cannot come from a sweep file"
+        )
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN is not a valid setting"
+    return None
+
+
+def _accepts_bool(annotation: Any) -> bool:
+    """Whether ``annotation`` (through Optional, Union, Annotated, Literal) admits True/False."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(
+        arg is True or arg is False or _accepts_bool(arg) for arg in typing.get_args(annotation)
+    )
+
+
+def check_bounds_pairs(section: str, values: dict[str, Any], where_of: Any, source: str) -> None:
+    """Settings named ``min_X`` and ``max_X`` in one section: min <= max (e.g. the copy task's
+    ``min_length``/``max_length``), caught at --dry-run rather than when the datamodule is built."""
+    for key, low in values.items():
+        high = values.get("max_" + key[4:]) if key.startswith("min_") else None
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+            raise SpecError(
+                where_of(f"{section}.{key}"),
+                f"{low!r} is above {section}.max_{key[4:]} ({high!r}); need {key} <= max_{key[4:]}",
+                source,
+            )
+
+
+_TRAINER_CHECKS: dict[tuple, str | None] = {}
+
+
+def _trainer_problem(trainer: dict[str, Any]) -> str | None:
+    key = frozen(trainer)
+    if key not in _TRAINER_CHECKS:
+        try:
+            TrainerSpec.model_validate(trainer)
+            _TRAINER_CHECKS[key] = None
+        except ValidationError as exc:
+            _TRAINER_CHECKS[key] = format_validation(exc).lstrip()
+    return _TRAINER_CHECKS[key]
+
+
+_RANGE_ERRORS = {
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "multiple_of",
+}
+
+
+def _type_name(annotation: Any) -> str:
+    import typing
+
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

@@ -1,0 +1,239 @@
+"""The two benchmark scripts run end to end in a tiny configuration and write their CSVs."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_modules.seq2seq import Seq2Seq
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load(name: str):
+    """Import benchmarks/<name>.py as a module (the folder is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
+    bench = load("decode_speed")
+    mechanisms = ["none", "memory:K=4", "bahdanau", "luong", "local", "monotonic"]
+    argv = [
+        "--mechanisms",
+        *mechanisms,
+        "--lengths",
+        "4",
+        "7",
+        "--preset",
+        "tiny",
+        "--batch",
+        "2",
+        "--beam",
+        "3",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        str(tmp_path),
+        "--silent",
+    ]
+    paths = bench.main(argv)
+    rows = read_csv(paths["csv"])
+    assert {"mechanism", "length", "mode", "seconds"} <= set(rows[0])
+    assert len(rows) == len(mechanisms) * 2 * 2
+    assert {(r["mechanism"], int(r["length"]), r["mode"]) for r in rows} == {
+        (m, L, mode) for m in mechanisms for L in (4, 7) for mode in ("greedy", "beam")
+    }
+    # one timed run per cell (--repeats 1): the median and the fastest run are that run; per step: over L + 1 steps
+    assert all(
+        int(r["repeats"]) == 1 and r["seconds"] == r["min_seconds"] and float(r["seconds"]) > 0
+        for r in rows
+    )
+    assert all(
+        float(r["per_step_ms"])
+        == pytest.approx(1000 * float(r["seconds"]) / int(r["steps"]), abs=1e-3)
+        for r in rows
+    )
+    assert all(int(r["steps"]) == int(r["length"]) + 1 for r in rows)
+    assert paths["png"].stat().st_size > 0
+    out = capsys.readouterr().out
+    assert (
+        "machine:" in out and "time / no-attention time" in out and "bahdanau / memory:K=4" in out
+    )
+    # the headline ratios are each cell's seconds over the right baseline's, same mode and length
+    seconds = {(r["mechanism"], int(r["length"]), r["mode"]): float(r["seconds"]) for r in rows}
+    ratios = bench.ratio_rows(
+        [{**r, "length": int(r["length"]), "seconds": float(r["seconds"])} for r in rows]
+    )
+    assert {(r["numerator"], r["denominator"]) for r in ratios} == {
+        ("memory:K=4", "none"),
+        ("bahdanau", "memory:K=4"),
+    }
+    assert len(ratios) == 2 * 2 * 2  # two ratios x two lengths x two modes
+    for r in ratios:
+        expected = (
+            seconds[(r["numerator"], r["length"], r["mode"])]
+            / seconds[(r["denominator"], r["length"], r["mode"])]
+        )
+        assert r["ratio"] == pytest.approx(expected)
+    assert "Headline ratios" in out and "beam 3, L=7" in out
+
+
+def test_decode_speed_mechanism_specs():
+    bench = load("decode_speed")
+    assert bench.parse_mechanism("memory:K=32,position_encoding=true") == (
+        "memory",
+        {"K": 32, "position_encoding": True},
+    )
+    assert bench.parse_mechanism("luong")[0] == "luong_general"
+    assert bench.parse_mechanism("local")[0] == "local_p"
+    assert bench.parse_mechanism("monotonic") == ("monotonic", {"score_bias_init": 0.0})
+
+
+@pytest.mark.parametrize("attention", ["none", "memory", "bahdanau", "monotonic"])
+def test_min_len_forces_the_same_number_of_steps(attention):
+    """With min_len = max_len every mechanism decodes exactly max_len steps (what the benchmark times)."""
+    model = Seq2Seq(12, 12, attention=attention, max_source_len=6).eval()
+    with torch.no_grad():  # make EOS the favourite token, so without min_len decoding stops at once
+        model.decoder.out.bias[2] = 50.0
+    src = torch.randint(4, 12, (3, 6))
+    src_lengths = torch.full((3,), 6)
+    tokens, lengths = model.greedy_decode(src, src_lengths, max_len=9)
+    assert lengths.tolist() == [1, 1, 1]
+    tokens, lengths = model.greedy_decode(src, src_lengths, max_len=9, min_len=9)
+    assert tokens.shape == (3, 9) and not (tokens[:, :-1] == 2).any()
+    beams = model.beam_search(src, src_lengths, beam_size=3, max_len=9, min_len=9)
+    assert beams.shape == (3, 9) and not (beams[:, :-1] == 2).any()
+
+
+def test_attention_step_tiny_run_writes_csv(tmp_path, capsys):
+    bench = load("attention_step")
+    argv = [
+        "--sources",
+        "5",
+        "12",
+        "--targets",
+        "3",
+        "6",
+        "--batch",
+        "2",
+        "--dim",
+        "16",
+        "--K",
+        "4",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        str(tmp_path),
+        "--silent",
+    ]
+    paths = bench.main(argv)
+    rows = read_csv(paths["csv"])
+    assert {"mechanism", "S", "T", "seconds", "speedup_vs_softmax"} <= set(rows[0])
+    assert {(r["mechanism"], int(r["S"]), int(r["T"])) for r in rows} == {
+        (m, S, T) for m in ("softmax", "monotonic", "memory") for S in (5, 12) for T in (3, 6)
+    }
+    softmax = {
+        (int(r["S"]), int(r["T"])): float(r["seconds"]) for r in rows if r["mechanism"] == "softmax"
+    }
+    for r in rows:  # each speed-up is the same cell's softmax time over this mechanism's time
+        expected = softmax[(int(r["S"]), int(r["T"]))] / float(r["seconds"])
+        assert float(r["speedup_vs_softmax"]) == pytest.approx(expected, rel=2e-3, abs=2e-3)
+    assert paths["png"].stat().st_size > 0
+    assert "softmax time / monotonic time" in capsys.readouterr().out
+
+
+def test_attention_step_square_prints_the_s_equals_t_table(tmp_path, capsys):
+    bench = load("attention_step")
+    argv = [
+        "--square",
+        "5",
+        "9",
+        "--batch",
+        "2",
+        "--dim",
+        "16",
+        "--K",
+        "4",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        str(tmp_path),
+        "--silent",
+    ]
+    rows = read_csv(bench.main(argv)["csv"])
+    assert {(int(r["S"]), int(r["T"])) for r in rows} == {(5, 5), (9, 9)}  # only S = T cells
+    table = bench.square_table(
+        [
+            {
+                **r,
+                "S": int(r["S"]),
+                "T": int(r["T"]),
+                "seconds": float(r["seconds"]),
+                "speedup_vs_softmax": float(r["speedup_vs_softmax"]),
+            }
+            for r in rows
+        ]
+    )
+    assert list(table.index) == [5, 9]
+    assert {
+        "softmax ms",
+        "monotonic ms",
+        "memory ms",
+        "softmax / monotonic",
+        "softmax / memory",
+    } <= set(table.columns)
+    for S in (5, 9):
+        assert table.loc[S, "softmax / monotonic"] == pytest.approx(
+            table.loc[S, "softmax ms"] / table.loc[S, "monotonic ms"], rel=2e-3, abs=2e-3
+        )
+    assert "S = T" in capsys.readouterr().out
+
+
+def test_benchmarks_pin_to_one_core_while_running_and_give_the_cores_back(tmp_path, capsys):
+    import os
+
+    before = os.sched_getaffinity(0)
+    bench = load("attention_step")
+    bench.main(
+        [
+            "--sources",
+            "4",
+            "--targets",
+            "3",
+            "--mechanisms",
+            "softmax",
+            "memory",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--silent",
+        ]
+    )
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith(f"pinned to CPU {max(before)}") or len(before) == 1, header
+    assert os.sched_getaffinity(0) == before, "the test process keeps all its cores afterwards"

@@ -1,0 +1,334 @@
+"""Seq2SeqModule: end-to-end training on the copy task, metrics, checkpoints, import hygiene."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from datamodules import CopyTaskDataModule
+from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
+from lightning_modules.module import (
+    METRICS,
+    TEST_BLEU,
+    TRAIN_LOSS,
+    VAL_BLEU,
+    VAL_DECODE_SECONDS,
+    VAL_LOSS,
+    VAL_SACREBLEU,
+    VAL_TOKEN_ACC,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+MECHANISMS = sorted(ATTENTION_REGISTRY)
+VAL_METRICS = (VAL_LOSS, VAL_TOKEN_ACC, VAL_BLEU, VAL_DECODE_SECONDS)
+
+
+def small_copy(**kwargs) -> CopyTaskDataModule:
+    settings = dict(
+        vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16
+    )
+    settings.update(kwargs)
+    return CopyTaskDataModule(**settings)
+
+
+def module_for(dm: CopyTaskDataModule, attention: str, **kwargs) -> Seq2SeqModule:
+    if ATTENTION_REGISTRY[
+        attention
+    ].equal_sizes:  # luong_dot needs D == H: a unidirectional encoder
+        kwargs.setdefault("bidirectional", False)
+    return Seq2SeqModule(
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention=attention,
+        max_source_len=dm.max_source_len,
+        **kwargs,
+    )
+
+
+def test_metric_names_match_the_contract():
+    assert (TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACC, VAL_BLEU, VAL_DECODE_SECONDS, VAL_SACREBLEU) == (
+        "train/loss",
+        "val/loss",
+        "val/token_acc",
+        "val/bleu",
+        "val/decode_seconds",
+        "val/sacrebleu",
+    )
+    assert METRICS["test"]["bleu"] == TEST_BLEU == "test/bleu"
+
+
+@pytest.mark.parametrize("attention", MECHANISMS)
+def test_every_mechanism_trains_end_to_end(attention, quiet_trainer):
+    dm = small_copy()
+    model = module_for(dm, attention)
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(model, datamodule=dm)
+    metrics = trainer.callback_metrics
+    for name in (TRAIN_LOSS,) + VAL_METRICS:
+        assert name in metrics, f"{name} not logged; got {sorted(metrics)}"
+        assert torch.isfinite(metrics[name])
+    assert 0.0 <= float(metrics[VAL_BLEU]) <= 100.0
+    assert 0.0 <= float(metrics[VAL_TOKEN_ACC]) <= 1.0
+    assert float(metrics[VAL_DECODE_SECONDS]) > 0.0
+
+
+def test_beam_validation_and_test_stage(quiet_trainer):
+    dm = small_copy()
+    model = module_for(dm, "none", val_beam_size=3, length_penalty=0.6)
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(model, datamodule=dm)
+    assert VAL_BLEU in trainer.callback_metrics
+    results = trainer.test(model, datamodule=dm, verbose=False)[0]
+    assert {"test/loss", "test/token_acc", "test/bleu", "test/decode_seconds"} <= set(results)
+
+
+def test_val_decode_off_logs_no_bleu(quiet_trainer):
+    dm = small_copy()
+    model = module_for(dm, "none", val_decode=False)
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(model, datamodule=dm)
+    assert VAL_LOSS in trainer.callback_metrics and VAL_BLEU not in trainer.callback_metrics
+
+
+class DetokCopy(CopyTaskDataModule):
+    """A copy task that can detokenize (as WMT does), and that ships its own references."""
+
+    def detokenize(self, text: str) -> str:
+        return text.replace(" ", "")
+
+
+def test_detokenized_sacrebleu_and_signature(quiet_trainer):
+    dm = DetokCopy(
+        vocab_size=10, max_length=6, train_size=64, val_size=32, test_size=32, batch_size=16
+    )
+    model = module_for(dm, "none")
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(model, datamodule=dm)
+    assert VAL_SACREBLEU in trainer.callback_metrics
+    assert model.last_bleu_signature is not None and "nrefs:1" in model.last_bleu_signature
+
+
+def test_a_perfect_copier_scores_bleu_100_and_batch_references_are_used(quiet_trainer):
+    """Decoding that returns the sources (a perfect copier) gives val/bleu 100 through the module's
+    own sacreBLEU path; a batch's ``references`` key replaces ids_to_text(tgt) as the reference."""
+    dm = small_copy()
+    model = module_for(dm, "none")
+    model.decode = lambda src, src_lengths: src  # a perfect copier: hypotheses == sources
+    results = quiet_trainer(fast_dev_run=True).validate(model, datamodule=dm, verbose=False)[0]
+    assert results[VAL_BLEU] == pytest.approx(100.0)
+    batch = next(iter(dm.val_dataloader()))
+    model._decode_into_buffer(batch, "val")
+    buffer = model._buffers["val"]
+    assert buffer.hyps == buffer.refs  # references from ids_to_text(tgt) when the key is absent
+    batch["references"] = ["x"] * batch["src"].shape[0]
+    model._decode_into_buffer(batch, "val")
+    assert buffer.refs[-1] == "x"
+
+
+def test_configuration_errors_list_the_valid_choices():
+    with pytest.raises(ValueError, match="valid presets: .*tiny"):
+        Seq2SeqModule(24, 24, attention="none", preset="enormous")
+    with pytest.raises(ValueError, match="valid names: .*none"):
+        Seq2SeqModule(24, 24, attention="nope")
+
+
+def test_paper_optimiser_is_the_default():
+    """Britz et al.: Adam at 1e-4 (the module default; the studies set batch, steps and beam)."""
+    model = Seq2SeqModule(24, 24, attention="none")
+    optimiser = model.configure_optimizers()
+    assert isinstance(optimiser, torch.optim.Adam) and optimiser.param_groups[0]["lr"] == 1e-4
+
+
+def test_value_ranges_are_declared_in_the_signature():
+    """Each setting's range is an annotated_types marker on the constructor, readable by pydantic."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    hints = typing.get_type_hints(Seq2SeqModule.__init__, include_extras=True)
+    bad = {"lr": 0.0, "dropout": 1.0, "val_beam_size": 0, "hidden_size": 0, "max_source_len": -1}
+    good = {
+        "lr": 1e-4,
+        "dropout": 0.2,
+        "val_beam_size": 10,
+        "hidden_size": 256,
+        "max_decode_len": None,
+    }
+    for name, value in bad.items():
+        with pytest.raises(ValidationError):
+            TypeAdapter(hints[name]).validate_python(value)
+    for name, value in good.items():
+        assert TypeAdapter(hints[name]).validate_python(value) == value
+    from lightning_modules.attention.memory import MemoryAttention
+
+    with pytest.raises(ValidationError):
+        TypeAdapter(
+            typing.get_type_hints(MemoryAttention.__init__, include_extras=True)["K"]
+        ).validate_python(0)
+
+
+def test_preset_overrides():
+    model = Seq2SeqModule(24, 24, attention="none", preset="tiny", hidden_size=40, encoder_layers=2)
+    assert model.model.decoder.hidden_size == 40
+    assert model.model.encoder.num_layers == 2
+    assert model.hparams.hidden_size == 40 and model.hparams.preset == "tiny"
+
+
+@pytest.mark.parametrize(
+    "attention", [n for n in ("memory", "luong_location") if n in ATTENTION_REGISTRY]
+)
+def test_sources_longer_than_max_source_len_fail_early(attention, quiet_trainer):
+    dm = small_copy(max_length=20)
+    model = Seq2SeqModule(
+        dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=10
+    )
+    with pytest.raises(ValueError, match="max_source_len=21"):
+        quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
+
+
+def test_attention_heatmaps_data():
+    attention = "memory" if "memory" in ATTENTION_REGISTRY else "none"
+    kwargs = {"attention_kwargs": {"K": 4}} if attention == "memory" else {}
+    dm = small_copy()
+    dm.setup("fit")
+    model = module_for(dm, attention, **kwargs)
+    batch = next(iter(dm.val_dataloader()))
+    maps = model.attention_heatmaps(batch, max_items=3)
+    assert len(maps) == 3
+    for i, item in enumerate(maps):
+        S, T = len(item["source"]), len(item["output"])
+        assert S == int(batch["src_lengths"][i]) and item["source"][-1] == "</s>"
+        assert item["weights"].shape == (T, S)
+        if attention == "memory":
+            assert item["alpha"].shape == (S, 4) and item["beta"].shape == (T, 4)
+    assert model.training  # restored
+
+
+def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
+    attention = "memory" if "memory" in ATTENTION_REGISTRY else "none"
+    kwargs = {"attention_kwargs": {"K": 4}} if attention == "memory" else {}
+    dm = small_copy()
+    model = module_for(dm, attention, lr=3e-3, **kwargs)
+    trainer = quiet_trainer(fast_dev_run=True)
+    trainer.fit(model, datamodule=dm)
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    batch = next(iter(dm.val_dataloader()))
+    torch.save({k: batch[k] for k in ("src", "src_lengths", "tgt")}, tmp_path / "batch.pt")
+    model.eval()
+    with torch.no_grad():
+        expected = model(batch["src"], batch["src_lengths"], model.model.shift_target(batch["tgt"]))
+    expected_tokens, _ = model.model.greedy_decode(batch["src"], batch["src_lengths"], max_len=8)
+    script = textwrap.dedent(
+        f"""
+        import torch
+        torch.set_num_threads(1)
+        from lightning_modules import Seq2SeqModule
+        model = Seq2SeqModule.load_from_checkpoint({str(ckpt)!r}, map_location="cpu").eval()
+        batch = torch.load({str(tmp_path / "batch.pt")!r})
+        with torch.no_grad():
+            logits = model(batch["src"], batch["src_lengths"], model.model.shift_target(batch["tgt"]))
+        tokens, _ = model.model.greedy_decode(batch["src"], batch["src_lengths"], max_len=8)
+        torch.save({{"logits": logits, "tokens": tokens, "hparams": dict(model.hparams)}}, {str(tmp_path / "out.pt")!r})
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=120)
+    out = torch.load(tmp_path / "out.pt")
+    torch.testing.assert_close(out["logits"], expected, rtol=0, atol=1e-6)
+    assert torch.equal(out["tokens"], expected_tokens)
+    assert (
+        out["hparams"]["attention"] == attention
+        and out["hparams"]["max_source_len"] == dm.max_source_len
+    )
+
+
+def test_import_pulls_in_no_orchestration_or_plotting():
+    """Our packages import none of ray/optuna/wandb/matplotlib. (torchmetrics, which Lightning
+    imports, itself loads matplotlib when it is installed; that is measured and allowed.)"""
+    script = (
+        "import sys; banned = {'ray', 'optuna', 'wandb', 'matplotlib'}; "
+        "loaded = lambda: {m.split('.')[0] for m in sys.modules} & banned; "
+        "import lightning.pytorch; before = loaded(); "
+        "from lightning_modules import Seq2SeqModule; import datamodules; "
+        "print(','.join(sorted(loaded() - before)) + '|' + ','.join(sorted(before - {'matplotlib'})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
+    added, by_lightning = result.stdout.strip().split("|")
+    assert added == "", f"our packages imported: {added}"
+    assert by_lightning == "", f"lightning itself imported: {by_lightning}"
+    for package in ("lightning_modules", "datamodules"):
+        for path in (ROOT / package).rglob("*.py"):
+            for line in path.read_text().splitlines():
+                words = line.split()
+                if words[:1] in (["import"], ["from"]) and len(words) > 1:
+                    top = words[1].split(".")[0]
+                    assert top not in {
+                        "ray",
+                        "optuna",
+                        "wandb",
+                        "matplotlib",
+                        "pytorch_lightning",
+                    }, f"{path}: {line}"
+
+
+class _StopAtBleu(pl.Callback):
+    """Stop training once validation BLEU reaches a target; remember the best value."""
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+        self.best = 0.0
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or VAL_BLEU not in trainer.callback_metrics:
+            return
+        self.best = max(self.best, float(trainer.callback_metrics[VAL_BLEU]))
+        if self.best >= self.target:
+            trainer.should_stop = True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "attention,attention_kwargs,max_steps",
+    [("memory", {"K": 16}, 5000), ("bahdanau", None, 3000)],
+)
+def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps, quiet_trainer):
+    """Memory attention (K=16) and Bahdanau learn to copy sequences of up to 10 symbols (CPU, minutes)."""
+    if attention not in ATTENTION_REGISTRY:
+        pytest.skip(f"{attention} is not registered")
+    pl.seed_everything(0)
+    dm = CopyTaskDataModule(
+        vocab_size=20, max_length=10, train_size=100_000, val_size=1000, batch_size=64
+    )
+    model = Seq2SeqModule(
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention=attention,
+        attention_kwargs=attention_kwargs,
+        preset="tiny",
+        lr=3e-3,
+        max_source_len=dm.max_source_len,
+    )
+    stopper = _StopAtBleu(target=98.0)
+    trainer = quiet_trainer(
+        max_steps=max_steps, val_check_interval=500, num_sanity_val_steps=0, callbacks=[stopper]
+    )
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=dm)
+    bleu = trainer.validate(model, datamodule=dm, verbose=False)[0][VAL_BLEU]
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{attention}: val/bleu={bleu:.2f} after {trainer.global_step} steps, {minutes:.1f} min")
+    assert bleu >= 95.0

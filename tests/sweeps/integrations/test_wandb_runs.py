@@ -1,0 +1,121 @@
+"""W&B offline runs read and amended with wandb's own tools: the transaction-log framing, the
+timing stage's summary written into a finished run, incomplete runs kept out of the upload command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("wandb")
+
+from sweeps.integrations.wandb_env import wandb_sync_hint  # noqa: E402
+from sweeps.integrations.wandb_runs import (  # noqa: E402
+    BLOCK,
+    RunLogError,
+    add_offline_summary,
+    add_run_summary,
+    read_chunks,
+    run_log,
+    run_problem,
+    write_chunks,
+)
+
+WANDB = str(Path(sys.executable).parent / "wandb")
+
+
+def make_offline_run(root: Path, run_id: str, steps: int, finish: bool = True) -> Path:
+    """A real offline run written by wandb in its own process (``finish=False``: the process dies
+    mid-run, as a killed trial's would)."""
+    code = f"""
+import os, wandb
+run = wandb.init(project="t", id={run_id!r}, dir={str(root)!r}, config={{"attention": "memory", "K": 4}})
+for step in range({steps}):
+    run.log({{"val/bleu": float(step), "pad": "x" * 40}}, step=step)
+if {finish}:
+    run.finish()
+else:
+    os._exit(0)
+"""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    (folder,) = sorted((root / "wandb").glob(f"offline-run-*-{run_id}"))
+    return folder
+
+
+def inspect(run_dir: Path) -> dict:
+    done = subprocess.run(
+        [WANDB, "leet", "inspect", "--summary", "--json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("wb")
+    # 1,500 records of ~100 bytes: the log spans several 32 KiB blocks, so records are split across them
+    return {
+        "long": make_offline_run(root, "long0001", 1500),
+        "short": make_offline_run(root, "short001", 3),
+        "root": root,
+    }
+
+
+def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(runs):
+    data = run_log(runs["long"]).read_bytes()
+    assert len(data) > 3 * BLOCK, "the run must span blocks for this test to mean anything"
+    header, records = read_chunks(data)
+    assert write_chunks(header, records) == data
+    with pytest.raises(RunLogError, match="checksum"):
+        read_chunks(data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])
+
+
+def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_path):
+    before = inspect(runs["long"])
+    values = {"decode_seconds": 0.01234, "decode_seconds_iqr": 0.0002, "decode_contended": True}
+    add_offline_summary(runs["long"], values)
+    after = inspect(runs["long"])
+    assert after["state"] == before["state"] == "finished"
+    assert after["summary"]["val/bleu"] == 1499.0  # the history's last value is still the summary's
+    assert {k: after["summary"][k] for k in values} == values
+    assert len(sorted((runs["root"] / "wandb").glob("offline-run-*-long0001"))) == 1, (
+        "no second folder for the run"
+    )
+    dry = subprocess.run(
+        [WANDB, "sync", "--dry-run", str(runs["long"])], capture_output=True, text=True, timeout=120
+    )
+    assert dry.returncode == 0 and "ERROR" not in dry.stdout + dry.stderr
+    # the same through the stage's entry point, which finds the run's folder by id
+    add_run_summary("offline", runs["root"], "short001", {"decode_seconds": 0.5})
+    assert inspect(runs["short"])["summary"]["decode_seconds"] == 0.5
+    with pytest.raises(RunLogError, match="no offline W&B run"):
+        add_run_summary("offline", runs["root"], "missing1", {"decode_seconds": 0.5})
+
+
+def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path):
+    good = make_offline_run(tmp_path, "good0001", 3)
+    dead = make_offline_run(tmp_path, "dead0001", 3, finish=False)
+    assert run_problem(good) is None
+    assert run_problem(dead) is not None
+    with pytest.raises(RunLogError, match="never finished"):
+        add_offline_summary(dead, {"decode_seconds": 1.0})
+    hint, broken = wandb_sync_hint(tmp_path)
+    assert [name for name, _ in broken] == [dead.name]
+    assert str(good) in hint and dead.name not in hint
+    # the command as printed reads every run it names without an error
+    dry = subprocess.run(
+        hint.replace("wandb sync", f"{WANDB} sync --dry-run", 1),
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dry.returncode == 0 and "ERROR" not in dry.stdout + dry.stderr

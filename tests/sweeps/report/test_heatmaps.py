@@ -1,0 +1,88 @@
+"""The heatmap command writes one non-blank PNG of the expected size per mechanism."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+import torch
+
+from lightning_modules import Seq2SeqModule
+from lightning_modules.attention import ATTENTION_REGISTRY
+from sweeps.report import heatmaps, plots
+
+
+def check_png(path) -> np.ndarray:
+    """A real image with something drawn on it."""
+    image = mpimg.imread(path)  # (H, W, C) floats in [0, 1]
+    assert image.ndim == 3 and image.shape[2] in (3, 4)
+    rgb = image[..., :3]
+    assert rgb.std() > 0.02, "blank image"
+    assert (rgb < 0.5).mean() > 0.01, "almost nothing drawn"
+    return image
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_REGISTRY))
+def test_heatmap_command_writes_a_png_per_mechanism(name, tmp_path):
+    argv = ["--attention", name, "--output", str(tmp_path), "--n", "1", "--max-length", "6"]
+    if name == "memory":
+        argv += ["--K", "4"]
+    paths = heatmaps.main(argv)
+    assert [p.name for p in paths] == [f"{name}_K4_0.png" if name == "memory" else f"{name}_0.png"]
+    image = check_png(paths[0])
+    if (
+        name == "memory"
+    ):  # two rows of panels (alpha, beta, combined; then the vectors), side by side
+        assert image.shape[1] > image.shape[0]
+
+
+def test_memory_figure_has_per_vector_panels():
+    rng = np.random.default_rng(0)
+    alpha, beta = rng.random((7, 10)), rng.random((5, 10))  # (S, K), (T, K)
+    item = {
+        "source": list("abcdefg"),
+        "output": list("vwxyz"),
+        "alpha": alpha,
+        "beta": beta,
+        "weights": beta @ alpha.T,
+    }
+    fig = plots.heatmap_figure(item, "memory")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(fig.axes) == 3 + plots.MAX_VECTOR_PANELS
+    top = int(np.argmax(beta.sum(0)))
+    assert titles[3].startswith(f"vector k={top + 1} ")  # most-used vector first
+    plots.plt.close(fig)
+
+
+def test_heatmap_command_reads_a_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    module = Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 3}, max_source_len=9)
+    ckpt = tmp_path / "model.ckpt"
+    torch.save(
+        {
+            "state_dict": module.state_dict(),
+            "hyper_parameters": dict(module.hparams),
+            "pytorch-lightning_version": pl.__version__,
+        },
+        ckpt,
+    )
+    paths = heatmaps.main([str(ckpt), "--output", str(tmp_path / "png"), "--n", "2"])
+    assert [p.name for p in paths] == ["memory_K3_0.png", "memory_K3_1.png"]
+    check_png(paths[1])
+
+
+def test_memory_figure_grows_a_column_per_memory_vector(tmp_path):
+    """Six vectors draw twice as wide as three (one panel each below alpha, beta and the combined
+    alignment), at the same height: the panels are not squeezed."""
+    rng = np.random.default_rng(0)
+    widths, heights = {}, {}
+    for k in (3, 6):
+        alpha, beta = rng.random((7, k)), rng.random((5, k))  # (S, K), (T, K)
+        fig = plots.heatmap_figure(
+            {"alpha": alpha, "beta": beta, "weights": beta @ alpha.T}, f"K={k}"
+        )
+        assert len(fig.axes) == 3 + k
+        image = check_png(plots.save_figure(fig, tmp_path / f"k{k}.png"))
+        heights[k], widths[k] = image.shape[:2]
+    assert heights[6] == heights[3] and widths[6] == pytest.approx(2 * widths[3], abs=2)

@@ -1,0 +1,160 @@
+"""The sweep's result figures adapt to the study: no one-point lines, labelled reference lines,
+contended decode times marked (issue 18)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from matplotlib.collections import PathCollection
+
+from lightning_modules.metric_names import VAL_BLEU as BLEU
+from sweeps.report import plots
+from sweeps.report.results import DECODE_SECONDS as SEC
+from sweeps.report.summary import cell_summary
+
+
+def summary(
+    lengths=(10, 50), ks=(1, 4, 16), seeds=(0, 1), others=("none", "bahdanau"), contended=()
+) -> pd.DataFrame:
+    """cell_summary of a hand-made study: memory K in ``ks`` and ``others`` at each length."""
+    rows = []
+    models = [(f"memory K={k}", "memory", k) for k in ks] + [(m, m, None) for m in others]
+    for length in lengths:
+        for seed in seeds:
+            for i, (model, attention, k) in enumerate(models):
+                rows.append(
+                    {
+                        "cell": f"length={length} {model}",
+                        "model": model,
+                        "attention": attention,
+                        "K": k,
+                        "length": length,
+                        "seed": seed,
+                        "status": "done",
+                        BLEU: 50.0 + 5 * i - length / 10 + seed,
+                        SEC: 0.01 * (i + 1) * length / 10 + 0.001 * seed,
+                        "decode_contended": (model, length, seed) in contended,
+                    }
+                )
+    return cell_summary(pd.DataFrame(rows))
+
+
+def legend_texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plots.plt.close("all")
+
+
+def test_bleu_vs_k_labels_its_reference_lines_by_model_and_length():
+    fig = plots.bleu_vs_headline_figure(summary(), "K")
+    texts = legend_texts(fig)
+    assert {
+        "memory L=10",
+        "memory L=50",
+        "none L=10",
+        "bahdanau L=10",
+        "none L=50",
+        "bahdanau L=50",
+    } <= set(texts)
+    assert texts[:2] == ["memory L=10", "memory L=50"], "the lines first, then the references"
+
+
+def test_bleu_vs_k_draws_no_one_point_line(tmp_path):
+    assert plots.bleu_vs_headline_figure(summary(ks=(4,)), "K") is None
+    paths = plots.plot_results(summary(ks=(4,)), tmp_path)
+    assert "bleu_vs_k" not in paths and not (tmp_path / "bleu_vs_k.png").exists()
+    assert "bleu_vs_length" in paths, "two lengths: BLEU against length instead"
+    (tmp_path / "one").mkdir()
+    paths = plots.plot_results(summary(lengths=(20,), ks=(4,)), tmp_path / "one")
+    assert set(paths) == {"bleu_by_model", "decode_by_model"}, "one length, one K: bars, no lines"
+
+    # L=10 has two K values, L=50 one: only L=10 gets a memory line, and no drawn line has one point
+    mixed = summary(ks=(1, 4))
+    mixed = mixed[~((mixed["length"] == 50) & (mixed["K"] == 1))]
+    fig = plots.bleu_vs_headline_figure(mixed, "K")
+    texts = legend_texts(fig)
+    assert "memory L=10" in texts and "memory L=50" not in texts and "bahdanau L=50" not in texts
+    lines = {
+        c.get_label(): c.lines[0] for c in fig.axes[0].containers
+    }  # the errorbar lines, by legend label
+    assert set(lines) == {"memory L=10"} and lines["memory L=10"].get_xydata().shape[0] == 2
+
+
+def test_decode_vs_length_needs_two_lengths_and_marks_contended_points(tmp_path):
+    s = summary(contended={("none", 50, 1)})
+    paths = plots.plot_results(s, tmp_path)
+    assert "decode_vs_length" in paths and "decode_by_model" not in paths
+    fig = plots.by_length_figure(s, SEC, "s", "Decode time vs length", mark_contended=True)
+    assert plots.CONTENDED_LABEL in legend_texts(fig)
+    crosses = [
+        c
+        for c in fig.axes[0].collections
+        if isinstance(c, PathCollection) and c.get_offsets().shape[0]
+    ]
+    assert len(crosses) == 1 and crosses[0].get_offsets().tolist() == [
+        [50.0, s.set_index("cell").loc["length=50 none", SEC]]
+    ]
+    clean = plots.by_length_figure(
+        summary(), SEC, "s", "Decode time vs length", mark_contended=True
+    )
+    assert plots.CONTENDED_LABEL not in legend_texts(clean)
+
+
+def test_one_length_decode_bars_hatch_the_contended_one(tmp_path):
+    s = summary(lengths=(20,), ks=(4,), contended={("memory K=4", 20, 0)})
+    paths = plots.plot_results(s, tmp_path)
+    assert "decode_vs_length" not in paths and paths["decode_by_model"].exists()
+    fig = plots.by_model_figure(s, SEC, "s", "Decode time per model", mark_contended=True)
+    ax = fig.axes[0]
+    hatched = [t.get_text() for t, bar in zip(ax.get_xticklabels(), ax.patches) if bar.get_hatch()]
+    assert hatched == ["memory K=4 †"]
+    assert plots.CONTENDED_LABEL in legend_texts(fig)
+    assert "std over seeds" in ax.get_title()
+
+
+def test_each_headline_option_gets_its_own_figure(tmp_path):
+    """Local attention declares ``window`` its headline option (``Attention.headline``): BLEU
+    against the window, one line per local mechanism, beside memory attention's BLEU vs K."""
+    variants = [("memory", "K", k) for k in (1, 4)] + [
+        (name, "window", w) for name in ("local_m", "local_p") for w in (2, 8)
+    ]
+    rows = [
+        {
+            "cell": f"{name} {option}={v}",
+            "model": f"{name} {option}={v}",
+            "attention": name,
+            option: v,
+            "length": 10,
+            "seed": 0,
+            "status": "done",
+            BLEU: 40.0 + v,
+            SEC: 0.01 * v,
+        }
+        for name, option, v in variants
+    ]
+    rows.append(
+        {
+            "cell": "none",
+            "model": "none",
+            "attention": "none",
+            "length": 10,
+            "seed": 0,
+            "status": "done",
+            BLEU: 30.0,
+            SEC: 0.005,
+        }
+    )
+    s = cell_summary(pd.DataFrame(rows))
+    fig = plots.bleu_vs_headline_figure(s, "window")
+    texts = legend_texts(fig)
+    assert texts[:2] == ["local_m L=10", "local_p L=10"], "the lines first, one per local mechanism"
+    assert {"memory K=4 L=10", "none L=10"} <= set(texts), (
+        "the models without a window are references"
+    )
+    assert fig.axes[0].get_xlabel().startswith("window")
+    paths = plots.plot_results(s, tmp_path)
+    assert {"bleu_vs_k", "bleu_vs_window"} <= set(paths)

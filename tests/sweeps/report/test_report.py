@@ -1,0 +1,466 @@
+"""Local sweep report: Pareto front maths, results.md + PNGs from a results.csv, W&B report construction."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pandas as pd
+import pytest
+
+from lightning_modules.metric_names import VAL_BLEU as BLEU
+from sweeps.report import local as report
+from sweeps.report.markdown import length_table
+from sweeps.report.plots import pareto_figure
+from sweeps.report.results import DECODE_SECONDS as SEC
+from sweeps.report.summary import cell_summary, model_points, pareto_front
+from sweeps.report.wandb_report import build_wandb_report
+
+
+def table() -> pd.DataFrame:
+    """Hand-made: A, B, E are the front; C is dominated by B, D by A, G ties A, F has no BLEU."""
+    return pd.DataFrame(
+        {
+            "model": ["A", "B", "C", "D", "E", "F", "G"],
+            BLEU: [90.0, 95.0, 94.0, 80.0, 99.0, math.nan, 90.0],
+            SEC: [1.0, 2.0, 3.0, 1.5, 5.0, 0.1, 1.0],
+        }
+    )
+
+
+def test_pareto_front_on_a_hand_made_table():
+    front = pareto_front(table())
+    assert table()["model"][front].tolist() == ["A", "B", "E", "G"]
+
+
+def test_pareto_front_needs_strict_improvement_somewhere():
+    df = pd.DataFrame({BLEU: [50.0, 50.0, 60.0], SEC: [2.0, 1.0, 1.0]})
+    assert pareto_front(df).tolist() == [False, False, True]
+
+
+def results_csv(tmp_path):
+    rows = []
+    for length in (10, 50):
+        for model, attention, k, bleu, sec in [
+            ("none", "none", None, 40.0, 1.0),
+            ("memory K=4", "memory", 4, 70.0, 1.1),
+            ("memory K=32", "memory", 32, 85.0, 1.3),
+            ("bahdanau", "bahdanau", None, 84.0, 3.0),
+        ]:
+            rows.append(
+                {
+                    "trial_id": f"{model}-{length}",
+                    "cell": f"{model} L={length}",
+                    "model": model,
+                    "attention": attention,
+                    "K": k,
+                    "length": length,
+                    "seed": 0,
+                    "status": "done",
+                    BLEU: bleu - (length == 50) * 10,
+                    SEC: sec * length / 10,
+                    "val/loss": 1.0,
+                }
+            )
+    rows.append(
+        dict(rows[0], trial_id="x", cell="broken", status="error", error="boom", **{BLEU: None})
+    )
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+
+
+def test_local_report_has_tables_front_and_figures(tmp_path):
+    results_csv(tmp_path)
+    paths = report.main([str(tmp_path), "--title", "k vs length"])
+    md = paths["md"].read_text()
+    assert md.startswith("# k vs length")
+    assert "memory K=32" in md and "Pareto front" in md and "boom" in md
+    front_lines = [line for line in md.splitlines() if line.startswith("| 10 |")]
+    assert [line.split("|")[2].strip() for line in front_lines] == [
+        "none",
+        "memory K=4",
+        "memory K=32",
+    ]
+    assert "bahdanau" not in "".join(front_lines)  # slower and worse than memory K=32
+    for name in ("pareto", "bleu_vs_k", "decode_vs_length"):
+        assert paths[name].exists() and paths[name].stat().st_size > 0
+        assert f"({paths[name].name})" in md
+
+
+def test_wandb_report_missing_package_has_a_clear_message(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb_workspaces", None)
+    monkeypatch.setitem(sys.modules, "wandb_workspaces.reports", None)
+    monkeypatch.setitem(sys.modules, "wandb_workspaces.reports.v2", None)
+    with pytest.raises(SystemExit, match="wandb-workspaces"):
+        build_wandb_report("me", "proj", "k_vs_length")
+
+
+def test_wandb_report_construction_from_points(tmp_path):
+    pytest.importorskip("wandb_workspaces.reports.v2")
+    results_csv(tmp_path)
+    points = model_points(pd.read_csv(tmp_path / "results.csv"))
+    rep = build_wandb_report("me", "proj", "k_vs_length", title="K vs length", points=points)
+    assert rep.title == "K vs length" and rep.project == "proj" and rep.entity == "me"
+    kinds = [type(b).__name__ for b in rep.blocks]
+    assert kinds == ["H1", "P", "H2", "MarkdownBlock", "H2", "P", "PanelGrid"]
+    assert "memory K=32" in rep.blocks[3].text
+    grid = rep.blocks[-1]
+    assert grid.runsets[0].filters == "Group == 'k_vs_length'"
+    scatter = next(
+        p
+        for p in grid.panels
+        if type(p).__name__ == "ScatterPlot" and p.title == "BLEU vs decode time"
+    )
+    assert (
+        scatter.x.name == SEC and scatter.y.name == BLEU
+    )  # the timing stage's figure, added to the runs' summaries
+    assert {type(p).__name__ for p in grid.panels} >= {"LinePlot", "BarPlot", "MediaBrowser"}
+
+
+def test_one_summary_rule_for_table_front_and_plots(tmp_path):
+    """Per cell: the best trial by the metric over Optuna samples for each seed, then mean +- std
+    over seeds -- the same numbers in the table, the Pareto front and what the plots draw."""
+    from sweeps.report.results import read_results, results_frame, write_results_csv
+
+    rows = []
+    for seed, samples in ((0, [(31.1, 0.50), (0.0, 0.90)]), (1, [(29.1, 0.70), (10.0, 0.10)])):
+        for i, (bleu, sec) in enumerate(samples):
+            rows.append(
+                {
+                    "trial_id": f"b{seed}{i}",
+                    "cell": "attention=bahdanau",
+                    "model": "bahdanau",
+                    "attention": "bahdanau",
+                    "K": None,
+                    "length": 12,
+                    "seed": seed,
+                    "status": "done",
+                    BLEU: bleu,
+                    SEC: sec,
+                    "val/loss": 1.0,
+                }
+            )
+    rows.append(
+        {
+            "trial_id": "m",
+            "cell": "attention=memory K=16",
+            "model": "memory K=16",
+            "attention": "memory",
+            "K": 16,
+            "length": 12,
+            "seed": 0,
+            "status": "done",
+            BLEU: 20.0,
+            SEC: 0.2,
+            "val/loss": 2.0,
+        }
+    )
+    write_results_csv(rows, tmp_path)
+    assert "memory K=16,memory,16," in (tmp_path / "results.csv").read_text(), "K stays an integer"
+    df = read_results(tmp_path / "results.csv")
+    assert str(df["K"].dtype) == "Int64" and df["length"].dtype.kind == "i"
+
+    summary = cell_summary(df)
+    bahdanau = summary[summary["model"] == "bahdanau"].iloc[0]
+    assert bahdanau[BLEU] == pytest.approx(
+        (31.1 + 29.1) / 2
+    )  # best sample per seed, not all samples
+    assert bahdanau[f"{BLEU}_std"] == pytest.approx(pd.Series([31.1, 29.1]).std())
+    assert bahdanau[SEC] == pytest.approx(
+        (0.50 + 0.70) / 2
+    )  # the best trials' times, not the fastest
+    assert (bahdanau["seeds"], bahdanau["trials"]) == (2, 4)
+
+    paths = report.main([str(tmp_path)])
+    md = paths["md"].read_text()
+    assert (
+        "best trial by the study's metric (val/bleu, max) over its Optuna samples"
+        in md.split("## Results")[0]
+    )
+    long_table = md.split("## Results by length and model")[1]
+    table_line = next(
+        line for line in long_table.splitlines() if line.startswith("|") and "bahdanau" in line
+    )
+    assert (
+        "30.10 ± 1.41" in table_line
+        and table_line.split("|")[1].strip() == "12"
+        and "12.0" not in md
+    )
+    front = [
+        line for line in md.split("## Quality vs speed")[1].splitlines() if "| bahdanau |" in line
+    ]
+    assert front and "| 30.10 | 0.6000 |" in front[0], "the front shows the table's numbers"
+    memory_line = next(
+        line for line in long_table.splitlines() if line.startswith("|") and "memory K=16" in line
+    )
+    assert "| 20.00 " in memory_line and "| 0.2000 " in memory_line, (
+        "one seed: the mean, as formatted"
+    )
+    points = model_points(df)
+    assert points.set_index("model").loc["bahdanau", BLEU] == pytest.approx(bahdanau[BLEU])
+    assert results_frame(rows)["K"].dropna().tolist() == [16]
+
+
+def test_tables_order_k_as_numbers_not_text():
+    rows = [
+        {
+            "cell": f"K={k}",
+            "model": f"memory K={k}",
+            "attention": "memory",
+            "K": k,
+            "length": 10,
+            "seed": 0,
+            "status": "done",
+            BLEU: 50.0,
+            SEC: 1.0,
+        }
+        for k in (32, 16, 4, 1)
+    ]
+    summary = cell_summary(pd.DataFrame(rows))
+    assert summary["model"].tolist() == ["memory K=1", "memory K=4", "memory K=16", "memory K=32"]
+    assert str(summary["K"].dtype) == "Int64", "K=16, not 16.0"
+
+
+def test_a_headline_option_with_fractional_values_keeps_them():
+    """A mechanism's headline option may be real-valued (CONTRIBUTING.md's recipe was tried with a
+    softmax temperature): the summary shows 0.5, and did not fail casting it to an integer."""
+    rows = [
+        {
+            "cell": f"w={w}",
+            "model": f"local_m window={w}",
+            "attention": "local_m",
+            "window": w,
+            "length": 10,
+            "seed": 0,
+            "status": "done",
+            BLEU: 50.0,
+            SEC: 1.0,
+        }
+        for w in (0.5, 2.0)
+    ]
+    summary = cell_summary(pd.DataFrame(rows))
+    assert summary["window"].tolist() == [0.5, 2.0]
+
+
+# ------------------------------------------------------------------ issue 18: contended times, the paper's layout
+MODELS = [
+    ("none", "none", None, 40.0, 0.05),
+    ("memory K=4", "memory", 4, 70.0, 0.045),
+    ("bahdanau", "bahdanau", None, 84.0, 0.09),
+]
+
+
+def sweep_rows(lengths=(10, 50), seeds=(0, 1), models=MODELS, contended=()) -> list[dict]:
+    """One done trial per (length, model, seed); ``contended`` holds (model, length, seed) whose
+    decode time the timing stage flagged (and which came out 1.8x slow, as on a busy machine)."""
+    rows = []
+    for length in lengths:
+        for seed in seeds:
+            for model, attention, k, bleu, sec in models:
+                busy = (model, length, seed) in contended
+                rows.append(
+                    {
+                        "trial_id": f"{model}-{length}-{seed}",
+                        "cell": f"length={length} {model}",
+                        "model": model,
+                        "attention": attention,
+                        "K": k,
+                        "length": length,
+                        "seed": seed,
+                        "status": "done",
+                        BLEU: bleu - (length == 50) * 10 + seed,
+                        SEC: sec * length / 10 * (1 + 0.1 * seed) * (1.8 if busy else 1),
+                        "decode_repeats": 5,
+                        "decode_contended": busy,
+                        "val/loss": 1.0,
+                    }
+                )
+    return rows
+
+
+def written_report(tmp_path, rows) -> str:
+    from sweeps.report.results import write_results_csv
+
+    write_results_csv(rows, tmp_path)
+    return report.main([str(tmp_path), "--title", "study"])["md"].read_text()
+
+
+def table_rows(md: str, section: str) -> list[list[str]]:
+    """The cells of the first Markdown table under ``## <section>`` (header first, rule skipped)."""
+    lines = md.split(f"## {section}\n")[1].split("\n## ")[0].splitlines()
+    table = [line for line in lines if line.startswith("|") and not set(line) <= set("|:- ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table]
+
+
+PAPER = "Results by model and length (the paper's Table 1 layout)"
+
+
+def test_a_contended_time_is_marked_in_every_table_and_counted(tmp_path):
+    """Read back from results.csv (True/False as text): one seed of one cell contended -> that cell's
+    mean carries the dagger in the paper's table, the long table and the page counts it."""
+    md = written_report(tmp_path, sweep_rows(contended={("none", 50, 1)}))
+    paper = {row[0]: row for row in table_rows(md, PAPER)}
+    header = table_rows(md, PAPER)[0]
+    decode_50 = header.index("L=50 decode s")
+    assert paper["none"][decode_50].endswith(" †")
+    assert sum(cell.endswith("†") for row in paper.values() for cell in row) == 1, "only that cell"
+    long = table_rows(md, "Results by length and model")
+    marked = [row for row in long[1:] if row[3].endswith("†")]
+    assert [(row[0], row[1]) for row in marked] == [("50", "none")]
+    assert "1 of 6 decode times is contended (†)" in md and "not speed figures" in md
+    assert "not speed figures" not in md.split("## ")[0], (
+        "no warning at the top: most timings are clean"
+    )
+    summary = cell_summary(pd.read_csv(tmp_path / "results.csv"))
+    assert summary.set_index("cell")["contended"].to_dict() == {
+        "length=10 bahdanau": 0,
+        "length=10 memory K=4": 0,
+        "length=10 none": 0,
+        "length=50 bahdanau": 0,
+        "length=50 memory K=4": 0,
+        "length=50 none": 1,
+    }
+
+
+def test_a_contended_points_stay_in_the_front_marked_and_the_rule_is_stated(tmp_path):
+    # memory K=4 at L=10 contended (1.8x slower) is still on the front: it keeps its place, marked
+    md = written_report(tmp_path, sweep_rows(contended={("memory K=4", 10, 0)}))
+    front = md.split("## Quality vs speed: the Pareto front")[1]
+    memory = next(line for line in front.splitlines() if line.startswith("| 10 | memory K=4 |"))
+    assert "†" in memory
+    assert "kept in the front's computation and marked" in front
+    assert "Not trustworthy here, fronts among contended figures: L=10 (1 of 3" in front
+    assert "L=50 (" not in front.split("Not trustworthy here")[1]
+
+
+def test_a_all_contended_study_says_so_at_the_top(tmp_path):
+    everything = {(m, length, seed) for m, *_ in MODELS for length in (10, 50) for seed in (0, 1)}
+    md = written_report(tmp_path, sweep_rows(contended=everything))
+    top = md.split("## ")[0]
+    assert (
+        "**The decode times in this study are not speed figures:** all 6 are contended (†)" in top
+    )
+
+
+def test_a_no_timing_stage_says_so_at_the_top(tmp_path):
+    rows = sweep_rows()
+    for row in rows:
+        row["val/decode_seconds"], row[SEC], row["decode_contended"] = row.pop(SEC), None, None
+    md = written_report(tmp_path, rows)
+    assert "not speed figures:** the timing stage did not run" in md.split("## ")[0]
+    assert "†" not in md
+
+
+def test_a_pareto_figure_marks_contended_points_and_draws_seed_error_bars():
+    from matplotlib.container import ErrorbarContainer
+
+    from sweeps.report import plots
+
+    points = model_points(pd.DataFrame(sweep_rows(contended={("none", 50, 1)})))
+    fig = pareto_figure(points)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert plots.CONTENDED_LABEL in legend and "error bars: ± std over seeds" in legend
+    assert any(
+        isinstance(c, ErrorbarContainer) and c.has_xerr and c.has_yerr for c in ax.containers
+    ), "xerr/yerr over seeds"
+    assert "none †" in [t.get_text() for t in ax.texts]
+    crosses = [c for c in ax.collections if c.get_offsets().shape[0] and _marker_is_x(c)]
+    assert len(crosses) == 1 and crosses[0].get_offsets().shape[0] == 1
+    plots.plt.close(fig)
+
+    one_seed = model_points(pd.DataFrame(sweep_rows(seeds=(0,))))
+    fig = pareto_figure(one_seed)
+    ax = fig.axes[0]
+    assert not any(isinstance(c, ErrorbarContainer) for c in ax.containers), (
+        "one seed: no spread to draw"
+    )
+    assert plots.CONTENDED_LABEL not in [t.get_text() for t in ax.get_legend().get_texts()]
+    plots.plt.close(fig)
+
+
+def _marker_is_x(collection) -> bool:
+    """A scatter drawn with marker="x" (its path is the x marker's)."""
+    import numpy as np
+    from matplotlib.markers import MarkerStyle
+
+    x = MarkerStyle("x")
+    x_path = x.get_path().transformed(x.get_transform())
+    paths = collection.get_paths()
+    return (
+        len(paths) == 1
+        and paths[0].vertices.shape == x_path.vertices.shape
+        and np.allclose(paths[0].vertices, x_path.vertices)
+    )
+
+
+def test_b_results_md_leads_with_one_row_per_model_and_lengths_as_columns(tmp_path):
+    md = written_report(tmp_path, sweep_rows())
+    assert (
+        md.index(PAPER)
+        < md.index("## Results by length and model")
+        < md.index("## Quality vs speed")
+    )
+    rows = table_rows(md, PAPER)
+    assert rows[0] == ["model", "L=10 BLEU", "L=10 decode s", "L=50 BLEU", "L=50 decode s"]
+    assert [row[0] for row in rows[1:]] == ["bahdanau", "memory K=4", "none"], (
+        "one row per model, natural order"
+    )
+    memory = rows[2]
+    assert memory[1] == "70.50 ± 0.71" and memory[3] == "60.50 ± 0.71"
+    assert memory[2] == "0.0473 ± 0.0032"
+    assert "Seeds: 2 (0, 1): each figure is the mean ± std over seeds." in md.split("## ")[0]
+    long = table_rows(md, "Results by length and model")
+    assert long[0][:2] == ["length", "model"] and len(long) == 1 + 6, "the long table stays below"
+
+
+def test_b_one_seed_shows_no_spread_and_a_missing_cell_a_dash(tmp_path):
+    rows = [
+        r for r in sweep_rows(seeds=(3,)) if not (r["model"] == "bahdanau" and r["length"] == 50)
+    ]
+    md = written_report(tmp_path, rows)
+    table = table_rows(md, PAPER)
+    assert "±" not in md.split("## Results by length and model")[0]
+    assert table[1] == ["bahdanau", "87.00", "0.1170", "–", "–"]
+    assert "Seeds: 1 (seed 3)" in md
+
+
+def test_b_length_table_needs_a_length_axis():
+    rows = [dict(r, length=None, cell=r["model"]) for r in sweep_rows(lengths=(10,), seeds=(0,))]
+    assert length_table(pd.DataFrame(rows)).empty
+    table = length_table(pd.DataFrame(sweep_rows(lengths=(20,), seeds=(0,))))
+    assert list(table.columns) == ["model", "L=20 BLEU", "L=20 decode s"]
+
+
+def test_d_wandb_report_carries_the_paper_table_and_length_panels(tmp_path):
+    wr = pytest.importorskip("wandb_workspaces.reports.v2")
+    df = pd.DataFrame(sweep_rows(contended={("none", 50, 1)}))
+    rep = build_wandb_report("me", "proj", "k_vs_length", results=df)
+    headings = [b.text for b in rep.blocks if type(b).__name__ == "H2"]
+    assert PAPER in headings and "Quality vs speed: the Pareto front" in headings
+    # two seeds: the same seed sections as results.md (intervals, the findings judged on them)
+    assert "BLEU over seeds: 95% intervals per cell" in headings
+    assert "The paper's findings, judged on the intervals" in headings
+    paper = rep.blocks[
+        [type(b).__name__ == "H2" and b.text == PAPER for b in rep.blocks].index(True) + 1
+    ]
+    assert type(paper).__name__ == "MarkdownBlock"
+    assert "| model " in paper.text and "L=50 decode s" in paper.text and "†" in paper.text
+    assert "1 of 6 decode times is contended (†)" in paper.text
+    panels = rep.blocks[-1].panels
+    by_length = [
+        p for p in panels if type(p).__name__ == "ScatterPlot" and p.x == wr.Config("length")
+    ]
+    assert {p.y.name for p in by_length} == {BLEU, SEC}
+    for (
+        panel
+    ) in panels:  # each panel serialises offline (the runset needs a login, the panels don't)
+        panel._to_model()
+
+    one_length = build_wandb_report(
+        "me", "proj", "g", results=pd.DataFrame(sweep_rows(lengths=(10,)))
+    )
+    assert not [
+        p
+        for p in one_length.blocks[-1].panels
+        if type(p).__name__ == "ScatterPlot" and p.x == wr.Config("length")
+    ]

@@ -1,0 +1,530 @@
+"""The sweep file: validation messages, grid expansion, the shipped studies. No Ray needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps.spec import SpecError, build_sweep, expand_grid, load_spec
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+
+def base_spec(**over):
+    spec = {
+        "name": "t",
+        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
+        "trainer": {"max_steps": 10},
+    }
+    spec.update(over)
+    return spec
+
+
+def error_of(raw) -> str:
+    with pytest.raises(SpecError) as info:
+        build_sweep(raw, source="x.yaml")
+    return str(info.value)
+
+
+def test_grid_variants_concatenate_and_axes_cross():
+    cells = expand_grid(
+        {
+            "task.max_length": [10, 50],
+            "model": [
+                {"attention": "none"},
+                {"attention": "memory", "K": [1, 4, 16]},
+                {"attention": "bahdanau"},
+            ],
+        },
+        "x",
+    )
+    assert len(cells) == 2 * (1 + 3 + 1)
+    names = [c.name for c in cells]
+    assert "length=10 attention=memory K=16" in names
+    assert "length=50 attention=none" in names
+    # no meaningless combinations: K only appears with memory attention
+    assert not any("K=" in n and "memory" not in n for n in names)
+
+
+def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", "sweeps/k_vs_length.yaml", "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [
+        line
+        for line in out.stdout.splitlines()
+        if line.split() and line.split()[0].isdigit() and " cells x " not in line
+    ]
+    assert len(rows) == 28
+    assert "28 trials" in out.stdout
+    for length in (20, 50, 100, 200):  # Table 1's lengths (the paper's text says 10)
+        for model in (
+            "attention=none",
+            "attention=bahdanau",
+            *(f"attention=memory K={k}" for k in (1, 4, 16, 32, 64)),
+        ):
+            assert any(f"length={length} {model}" in r for r in rows), (length, model)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke"])
+def test_shipped_studies_validate(path, smoke):
+    sweep = load_spec(path, profile="smoke" if smoke else None)
+    assert sweep.plans
+    if smoke:
+        assert all(p.model.get("preset") == "tiny" for p in sweep.plans)
+        full = load_spec(path)
+        if path.name != "wmt17.yaml":  # the bundled WMT sample is en-de only
+            assert len(sweep.cells) == len(full.cells), "--smoke must keep the grid's shape"
+
+
+def test_every_named_profile_of_every_shipped_study_validates():
+    checked = 0
+    for path in SHIPPED:
+        for name in yaml.safe_load(path.read_text()).get("profiles") or {}:
+            assert load_spec(path, profile=name).plans, (path.name, name)
+            checked += 1
+    assert checked >= 2  # k_vs_length's and scoring_functions' cpu profiles at least
+
+
+def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
+    sweep = load_spec(ROOT / "sweeps" / "k_vs_length.yaml", profile="cpu")
+    lengths = sorted({p.task["max_length"] for p in sweep.plans})
+    ks = sorted({p.model["K"] for p in sweep.plans if p.model.get("attention") == "memory"})
+    attentions = {p.model.get("attention") for p in sweep.plans}
+    assert (lengths, ks, attentions) == (
+        [10, 20, 40],
+        [1, 4, 16, 32],
+        {"none", "memory", "bahdanau"},
+    )
+    assert {p.model["val_beam_size"] for p in sweep.plans} == {10}  # the paper's beam, kept
+    assert len(sweep.cells) == 18 and sorted({p.seed for p in sweep.plans}) == [
+        0,
+        1,
+        2,
+    ]  # 3 seeds (issue 22)
+    assert len(sweep.plans) == 18 * 3
+    # random batches: length-bucketed ones learn the copy task slower (the profile's comment has the figures)
+    assert not any(p.task.get("bucket_batches") for p in sweep.plans)
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (
+            lambda s: s.update(shedule={"type": "asha"}),
+            ["shedule", "unknown key", "early_terminate"],
+        ),
+        (
+            lambda s: s["trainer"].update(max_step=5),
+            ["trainer.max_step", "unknown key", "max_steps"],
+        ),
+        (
+            lambda s: s["trainer"].update(max_steps=0),
+            ["trainer.max_steps", "greater than or equal to 1", "got 0"],
+        ),
+        (
+            lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}),
+            ["metric.goal", "maximize", "minimize"],
+        ),
+        # a metric no trial reports would pass Ray and fail at the end of the sweep
+        (
+            lambda s: s.update(metric={"name": "val/blue"}),
+            ["metric.name", "'val/blue' is not a metric", "val/sacrebleu"],
+        ),
+        (
+            lambda s: s.update(metric={"name": "decode_seconds", "goal": "minimize"}),
+            ["metric.name", "timing stage"],
+        ),
+        (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
+        (
+            lambda s: s["task"].update(max_lenght=7),
+            ["task.max_lenght", "unknown copy task setting", "max_length"],
+        ),
+        # WMT's old spelling of a task's length (one name now: max_length) is answered with the new one
+        (
+            lambda s: s.update(task={"name": "wmt17", "max_len": 50}),
+            ["task.max_len", "unknown wmt17 task setting (did you mean max_length?)"],
+        ),
+        (
+            lambda s: s["grid"].update({"task.max_len": [5]}),
+            ["grid.task.max_len", "(did you mean max_length?)"],
+        ),
+        (lambda s: s["task"].update(train_size="many"), ["task.train_size", "int"]),
+        (lambda s: s["model"].update(hiden_size=7), ["model.hiden_size", "hidden_size"]),
+        (lambda s: s["model"].update(preset="huge"), ["model.preset", "paper_copy"]),
+        (lambda s: s["model"].update(src_vocab_size=9), ["model.src_vocab_size", "derived"]),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "bahdanau", "K": [8]}),
+            ["grid.model[2].K", "bahdanau"],
+        ),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "fancy"}),
+            ["grid.model[2].attention", "unknown attention", "memory"],
+        ),
+        (lambda s: s["grid"].update({"model.lr": 0.1}), ["grid.model.lr", "non-empty list"]),
+        (lambda s: s["grid"].update({"lr": [0.1]}), ["grid.lr", "dotted"]),
+        (
+            lambda s: s["grid"]["model"][1].update(encoder_scoring=["softmax", "tanh"]),
+            ["grid.model[1].encoder_scoring"],
+        ),
+        (
+            lambda s: s.update(parameters={"model.lr": {"min": 0.1, "max": 0.01}}),
+            ["parameters.model.lr", "below max"],
+        ),
+        (
+            lambda s: s.update(parameters={"model.lr": {"min": 0.1}}),
+            ["parameters.model.lr", "min", "max"],
+        ),
+        (lambda s: s.update(resources={"gpu": 1.5}), ["resources.gpu", "whole number"]),
+        (lambda s: s.update(name="my sweep"), ["name", "letters"]),
+        # tiny is bidirectional: memory D = 2H, so q^T s_j has mismatched sizes (unidirectional works)
+        (
+            lambda s: s["grid"]["model"].append({"attention": "luong_dot"}),
+            ["grid.model[2]", "luong_dot", "bidirectional"],
+        ),
+    ],
+)
+def test_bad_specs_name_the_key_and_what_is_allowed(mutate, expected):
+    raw = base_spec()
+    mutate(raw)
+    msg = error_of(raw)
+    assert msg.startswith("x.yaml: ")
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def test_luong_dot_with_a_unidirectional_encoder_passes():
+    raw = base_spec()
+    raw["grid"]["model"].append({"attention": "luong_dot", "bidirectional": False})
+    assert len(build_sweep(raw, source="x.yaml").plans) == 4
+
+
+def test_overrides_and_their_errors():
+    sweep = build_sweep(
+        base_spec(),
+        overrides=["trainer.max_steps=77", "model.lr=0.01", "grid.task.max_length=[3, 4]"],
+    )
+    assert all(p.trainer["max_steps"] == 77 and p.model["lr"] == 0.01 for p in sweep.plans)
+    assert len(sweep.plans) == 2 * 3
+    assert sorted({p.task["max_length"] for p in sweep.plans}) == [3, 4]
+    assert "--set trainer" in error_of_override(["trainer"])
+    msg = error_of_override(["trainer.bogus=1"])
+    assert "trainer.bogus: unknown key" in msg and "max_steps" in msg
+
+
+def error_of_override(over):
+    with pytest.raises(SpecError) as info:
+        build_sweep(base_spec(), overrides=over)
+    return str(info.value)
+
+
+def test_cli_reports_bad_spec_without_traceback(tmp_path):
+    raw = base_spec()
+    raw["model"]["attention_dim"] = 8  # a bahdanau option, invalid for the none/memory variants
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(bad), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert (
+        "model.attention_dim" in out.stderr
+        and "not a model setting nor an option of attention" in out.stderr
+    )
+    missing = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(tmp_path / "nope.yaml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        missing.returncode == 2
+        and "no such sweep file" in missing.stderr
+        and "Traceback" not in missing.stderr
+    )
+
+
+def test_attention_zoo_covers_every_registered_mechanism():
+    from lightning_modules.attention import ATTENTION_REGISTRY
+
+    sweep = load_spec(ROOT / "sweeps" / "attention_zoo.yaml")
+    assert {p.model["attention"] for p in sweep.plans} == set(ATTENTION_REGISTRY)
+
+
+def test_wmt_paths_are_filled_in_per_pair_and_made_absolute():
+    sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml")
+    dirs = {p.task["pair"]: p.task["data_dir"] for p in sweep.plans}
+    assert dirs["en-tr"] == "/data/wmt17/en-tr" and dirs["en-cs"] == "/data/wmt17/en-cs"
+    assert len(sweep.cells) == 4 * (4 + 1)  # pairs x (memory K x PE, bahdanau)
+    smoke = load_spec(ROOT / "sweeps" / "wmt17.yaml", profile="smoke")
+    assert all(
+        Path(p.task["data_dir"]).is_absolute() and Path(p.task["data_dir"]).exists()
+        for p in smoke.plans
+    )
+
+
+def test_named_profiles_and_the_smoke_profile():
+    raw = base_spec(
+        profiles={
+            "cpu": {"trainer.max_steps": 500, "grid.task.max_length": [4, 6]},
+            "smoke": {"task.max_length": 3, "task.val_size": 8},
+        },
+    )
+    cpu = build_sweep(raw, profile="cpu")
+    assert {p.trainer["max_steps"] for p in cpu.plans} == {500}
+    assert sorted({p.task["max_length"] for p in cpu.plans}) == [4, 6]
+    assert {p.model["preset"] for p in cpu.plans} == {"tiny"}  # smoke's defaults are not applied
+    smoke = build_sweep(raw, profile="smoke")
+    assert smoke.spec.trainer.max_steps == 60  # SMOKE_DEFAULTS
+    assert {(p.task["max_length"], p.task["val_size"]) for p in smoke.plans} == {(3, 8)}
+    # the older top-level spelling is refused with where it goes now, not silently ignored
+    assert "move it under `profiles:`" in error_of(base_spec(smoke={"task.max_length": 3}))
+    with pytest.raises(SpecError, match="no such profile; it has: smoke, cpu"):
+        build_sweep(raw, profile="gpu")
+    assert "profile name 'a b'" in error_of(base_spec(profiles={"a b": {}}))
+
+
+def test_trial_configs_are_flat_readable_and_unique():
+    from sweeps.spec import flat_columns
+
+    sweep = build_sweep(
+        base_spec(
+            grid={"task.max_length": [3], "model": [{"attention": "memory", "K": 2}]},
+            parameters={
+                "model.lr": {"min": 0.001, "max": 0.1},
+                "model.dropout": {"values": [0.0, 0.1]},
+            },
+        )
+    )
+    assert sweep.grid_columns == {
+        "length": "task.max_length",
+        "attention": "model.attention",
+        "K": "model.K",
+    }
+    assert sweep.param_columns == {"lr": "model.lr", "dropout": "model.dropout"}
+    assert sweep.plans[0].trial_config(sweep.grid_columns) == {
+        "cell": "length=3 attention=memory K=2",
+        "seed": 0,
+        "length": 3,
+        "attention": "memory",
+        "K": 2,
+    }
+    # a short name two keys share, or a reserved one, keeps its dotted form
+    assert flat_columns(["model.dropout", "task.dropout", "task.seed", "model.K"]) == {
+        "model.dropout": "model.dropout",
+        "task.dropout": "task.dropout",
+        "task.seed": "task.seed",
+        "K": "model.K",
+    }
+
+
+def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path):
+    raw = base_spec(early_terminate={"type": "asha"})
+    path = tmp_path / "asha.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", str(path), "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "each holds a single trial" in out.stdout and "nothing to stop" in out.stdout
+    searched = build_sweep(
+        base_spec(
+            early_terminate={"type": "asha"},
+            num_samples=4,
+            parameters={"model.lr": {"min": 0.001, "max": 0.1}},
+        )
+    )
+    assert (
+        "compares the 4 trials of each (cell, seed) among themselves only"
+        in searched.early_stopping_note()
+    )
+
+
+@pytest.mark.parametrize(
+    "section, key, value, allowed",
+    [
+        ("task", "batch_size", 0, ">= 1"),
+        ("task", "max_length", 0, ">= 1"),
+        ("task", "vocab_size", 0, ">= 1"),
+        ("task", "train_size", 0, ">= 1"),
+        ("model", "lr", -0.003, "> 0"),
+        ("trainer", "val_check_interval", 0, "greater than 0"),
+    ],
+)
+def test_dry_run_rejects_out_of_range_values_naming_the_key(
+    tmp_path, capsys, section, key, value, allowed
+):
+    """Ranges come from the constructors' Annotated markers (datamodule, Seq2SeqModule) and the
+    schema's Field constraints; --dry-run catches them before anything runs."""
+    from sweeps.launch import main
+
+    raw = base_spec()
+    raw[section][key] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{section}.{key}" in err and allowed in err and repr(value) in err
+
+
+def test_search_ranges_are_checked_like_fixed_settings():
+    msg = error_of(base_spec(parameters={"model.lr": {"min": -0.1, "max": 0.01}}))
+    assert "parameters.model.lr" in msg and "> 0" in msg
+    msg = error_of(base_spec(parameters={"task.batch_size": {"values": [0, 8]}}))
+    assert "parameters.task.batch_size" in msg and ">= 1" in msg
+
+
+def test_unparseable_set_and_unwritable_folders_fail_in_one_line_before_ray(tmp_path, capsys):
+    ray = pytest.importorskip("ray")
+    from sweeps.launch import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    assert main([str(spec), "--set", "trainer.max_steps=[1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--set trainer.max_steps" in err and "cannot parse" in err
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main([str(spec), "--output", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        len(err.splitlines()) == 1
+        and f"--output {blocker / 'out'}" in err
+        and "cannot create" in err
+    )
+
+    out = tmp_path / "out"
+    assert main([str(spec), "--output", str(out), "--set", f"storage.path={blocker / 'ckpt'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"storage.path {blocker / 'ckpt'}" in err
+    assert not ray.is_initialized(), "nothing may start before the folders are known to be writable"
+
+
+def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
+    from sweeps.spec import resume_launch, save_launch
+
+    save_launch(tmp_path, ["trainer.max_steps=300", "model.lr=0.01"], profile="smoke")
+    assert resume_launch(tmp_path, [], None, "x.yaml") == (
+        ["trainer.max_steps=300", "model.lr=0.01"],
+        "smoke",
+    )
+    assert (
+        resume_launch(tmp_path, ["trainer.max_steps= 300"], "smoke", "x.yaml")[0][0]
+        == "trainer.max_steps=300"
+    )
+    with pytest.raises(SpecError, match=r"--set seeds: --resume continues .*seeds unset"):
+        resume_launch(tmp_path, ["seeds=[1]"], None, "x.yaml")
+    with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
+        resume_launch(tmp_path, [], "cpu", "x.yaml")
+    assert resume_launch(tmp_path / "older", ["seeds=[1]"], None, "x.yaml") == (["seeds=[1]"], None)
+
+
+def test_every_metric_a_study_may_name_is_a_results_column():
+    from lightning_modules.metric_names import FIT_METRICS
+    from sweeps.report.results import METRIC_COLUMNS
+    from sweeps.spec.schema import MetricSpec
+
+    for name in FIT_METRICS:
+        assert MetricSpec(name=name).name in METRIC_COLUMNS
+    assert "val/sacrebleu" in METRIC_COLUMNS and "train/loss" in METRIC_COLUMNS
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        # pydantic's lax mode would read True as 1 and the model would fail inside torch
+        (
+            lambda s: s["grid"]["model"].append({"attention": "memory", "K": True}),
+            ["grid.model[2].K", "yes/no value"],
+        ),
+        (
+            lambda s: s["task"].update(min_length=7),
+            ["task.min_length", "above task.max_length", "min_length <= max_length"],
+        ),
+        (
+            lambda s: s["trainer"].update(precision="bogus"),
+            ["trainer.precision", "not a Lightning precision", "bf16-mixed"],
+        ),
+    ],
+)
+def test_values_that_used_to_pass_dry_run_are_refused(mutate, expected):
+    raw = base_spec()
+    mutate(raw)
+    msg = error_of(raw)
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def test_a_set_that_the_grid_would_override_is_refused():
+    with pytest.raises(SpecError) as info:
+        build_sweep(base_spec(), source="x.yaml", overrides=["model.attention=bahdanau"])
+    assert "--set model.attention" in str(info.value) and "the grid sets model.attention" in str(
+        info.value
+    )
+    assert (
+        build_sweep(base_spec(), source="x.yaml", overrides=["model.lr=0.01"]).plans[0].model["lr"]
+        == 0.01
+    )
+
+
+def test_a_folder_or_a_non_utf8_file_as_the_spec_is_one_line(tmp_path, capsys):
+    from sweeps.launch import main
+
+    (tmp_path / "a.yaml").write_text("name: a\n")
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a folder" in err and "a.yaml" in err
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    assert main([str(latin)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not UTF-8" in err and "byte 9" in err
+
+
+def test_bad_launcher_arguments_fail_in_one_line_before_ray(tmp_path, capsys):
+    ray = pytest.importorskip("ray")
+    from sweeps.launch import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    with pytest.raises(SystemExit) as info:  # argparse's own exit for a bad argument
+        main([str(spec), "--num-cpus", "-1"])
+    assert (
+        info.value.code == 2 and "--num-cpus: must be at least 1, got -1" in capsys.readouterr().err
+    )
+    assert main([str(spec), "--output", str(tmp_path / "o"), "--address", "http://:::"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected HOST:PORT" in err
+    # --resume with nothing there to continue names the folder instead of starting a new sweep
+    assert main([str(spec), "--output", str(tmp_path / "empty"), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        len(err.splitlines()) == 1
+        and f"{tmp_path / 'empty' / 't'} holds no sweep to continue" in err
+    )
+    assert not ray.is_initialized()

@@ -1,0 +1,664 @@
+"""The decode-timing stage (sweeps/timing/) on real checkpoints: tiny copy-task and WMT models
+trained for a few steps with Lightning, the command run as a subprocess, the stage on a real local Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from datamodules import CopyTaskDataModule, WMT17DataModule
+from sweeps.timing import measure
+from sweeps.timing.checkpoint import (
+    data_task,
+    infer_task,
+    load_module,
+    saved_data_settings,
+    time_checkpoint,
+)
+from sweeps.timing.cli import main, report_lines
+from sweeps.timing.devices import pinned
+from sweeps.timing.measure import (
+    MIN_REPEAT_S,
+    TimingError,
+    clean_passes,
+    measure_decode_time,
+    median_precision,
+)
+from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note
+from sweeps.timing.stage import (
+    TimingJob,
+    already_timed,
+    pick_cpus,
+    plan_lanes,
+    run_timing_stage,
+    time_checkpoint_pinned,
+    time_checkpoints_pinned,
+    timing_settings,
+)
+from sweeps.trial.build import build_module
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY_WMT = ROOT / "tests" / "data" / "wmt-ende-tiny"
+COPY = dict(vocab_size=8, max_length=6, train_size=128, val_size=24, test_size=8, batch_size=8)
+
+
+def train_briefly(dm: pl.LightningDataModule, model: dict, path: Path, steps: int = 4) -> Path:
+    """Fit a tiny model for a few steps with ``trainer.fit(model, datamodule=dm)`` and save it."""
+    dm.setup("fit")
+    module = build_module({"preset": "tiny", "val_decode": False, **model}, dm)
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+    )
+    trainer.fit(module, datamodule=dm)
+    trainer.save_checkpoint(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def copy_ckpts(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("copy-ckpts")
+    return {
+        "bahdanau": train_briefly(
+            CopyTaskDataModule(**COPY),
+            {"attention": "bahdanau", "val_beam_size": 2},
+            d / "bahdanau.ckpt",
+        ),
+        "memory": train_briefly(
+            CopyTaskDataModule(**COPY),
+            {"attention": "memory", "K": 4, "val_beam_size": 2},
+            d / "memory.ckpt",
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def wmt_ckpt(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A WMT checkpoint trained on the shipped slice, and the command-line options naming its data
+    (WMT17DataModule does not save_hyperparameters(), so its checkpoints do not carry them)."""
+    d = tmp_path_factory.mktemp("wmt-ckpt")
+    settings = dict(
+        pair="en-de",
+        data_dir=str(TINY_WMT),
+        vocab_size=800,
+        max_length=100,
+        batch_tokens=1200,
+        valid_prefix="valid",
+        test_prefix="",
+        cache_dir=str(d / "cache"),
+    )
+    dm = WMT17DataModule(**settings)
+    dm.prepare_data()
+    ckpt = train_briefly(dm, {"attention": "bahdanau", "val_beam_size": 1}, d / "wmt.ckpt", steps=3)
+    options = ["--task", "wmt17", "--data-dir", str(TINY_WMT), "--cache-dir", settings["cache_dir"]]
+    for key in ("vocab_size", "max_length", "batch_tokens", "valid_prefix", "test_prefix"):
+        options += ["--data", f"{key}={settings[key]}"]
+    return ckpt, options
+
+
+class CountingLoader:
+    """A DataLoader wrapper that counts how often the split is read."""
+
+    def __init__(self, loader) -> None:
+        self.loader, self.passes = loader, 0
+
+    def __iter__(self):
+        self.passes += 1
+        return iter(self.loader)
+
+
+def test_checkpoints_carry_their_data_settings(copy_ckpts):
+    copy = saved_data_settings(copy_ckpts["bahdanau"])
+    assert copy["max_length"] == 6 and copy["val_size"] == 24
+    assert infer_task(copy) == "copy"
+    assert data_task(copy, overrides={"val_size": 10}) == {"name": "copy", **copy, "val_size": 10}
+    wmt = data_task({}, "wmt17", {"data_dir": "d", "test_prefix": ""})
+    assert wmt == {"name": "wmt17", "data_dir": "d", "test_prefix": ""}
+
+
+def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts):
+    module = load_module(copy_ckpts["bahdanau"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = CountingLoader(dm.val_dataloader())
+    calls = {"decode": 0, "beam": 0, "threads": set(), "tokens": [], "seconds": []}
+    decode, beam_search = module.decode, module.model.beam_search
+
+    def counting_decode(src, src_lengths):
+        calls["decode"] += 1
+        calls["threads"].add(torch.get_num_threads())
+        start = time.perf_counter()
+        calls["tokens"].append(decode(src, src_lengths))  # (B, T')
+        calls["seconds"].append(time.perf_counter() - start)
+        return calls["tokens"][-1]
+
+    def counting_beam(*args, **kwargs):
+        calls["beam"] += 1
+        assert kwargs["beam_size"] == 3
+        return beam_search(*args, **kwargs)
+
+    module.decode, module.model.beam_search = counting_decode, counting_beam
+    timing = measure_decode_time(module, loader, "cpu", beam_size=3, repeats=4, warmup=2, threads=2)
+
+    batches = -(-COPY["val_size"] // COPY["batch_size"])
+    assert loader.passes == 1, "batches are materialised once: data loading is not timed"
+    assert calls["decode"] == calls["beam"] == batches * (2 + 4), (
+        "2 warm-up + 4 timed passes over every batch"
+    )
+    assert calls["threads"] == {2} and torch.get_num_threads() == 1, (
+        "fixed threads inside, restored after"
+    )
+    assert module.hparams.val_beam_size == 2, "the checkpoint's beam size is put back"
+    assert timing.repeats == len(timing.seconds) == 4
+    assert timing.decode_seconds == statistics.median(timing.seconds)
+    assert (timing.min_seconds, timing.max_seconds) == (min(timing.seconds), max(timing.seconds))
+    assert [timing.q1_seconds, timing.q3_seconds] == statistics.quantiles(
+        timing.seconds, n=4, method="inclusive"
+    )[::2]
+    # each timed pass's seconds hold all of that pass's decodes (every batch of the split, warm-up passes left out)
+    timed = calls["seconds"][2 * batches :]
+    decoding = [sum(timed[i * batches : (i + 1) * batches]) for i in range(4)]
+    assert all(inside <= wall for inside, wall in zip(decoding, timing.seconds)), (
+        decoding,
+        timing.seconds,
+    )
+    assert (timing.sentences, timing.batches, timing.beam_size, timing.warmup) == (
+        24,
+        batches,
+        3,
+        2,
+    )
+    assert (
+        timing.output_tokens == sum(int((t != 0).sum()) for t in calls["tokens"][-batches:]) >= 24
+    )
+    assert timing.per_sentence_seconds == pytest.approx(timing.decode_seconds / 24)
+    assert (timing.device, timing.threads, timing.torch_version) == ("cpu", 2, torch.__version__)
+    assert DecodeTiming.from_dict(json.loads(json.dumps(timing.to_dict()))) == timing
+
+
+def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp_path):
+    out = tmp_path / "timing.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweeps.timing",
+            str(copy_ckpts["memory"]),
+            "--split",
+            "valid",
+            "--repeats",
+            "3",
+            "--precision",
+            "0",
+            "--calibration-seconds",
+            "0.3",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["repeats"] == 3 and data["beam_size"] == 2  # the checkpoint's val_beam_size
+    assert data["decode_seconds"] == statistics.median(data["seconds"])
+    assert f"whole split  {data['decode_seconds']:.4f} s  (median of 3" in proc.stdout
+    assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in proc.stdout
+    assert "valid: 24 sentences" in proc.stdout
+    assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
+
+
+def test_command_on_a_wmt_checkpoint_valid_split(wmt_ckpt, capsys):
+    ckpt, options = wmt_ckpt
+    assert main([str(ckpt), "--split", "valid", "--repeats", "2", "--beam", "2", *options]) == 0
+    printed = capsys.readouterr().out
+    assert "valid: 50 sentences" in printed and "beam 2," in printed and "wmt17 en-de" in printed
+    assert "per sentence" in printed
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
+    assert main([str(tmp_path / "nope.ckpt")]) == 2
+    assert "not found" in one_line_error(capsys)
+    assert main([str(tmp_path)]) == 2
+    assert "holds no .ckpt file" in one_line_error(capsys)
+
+    ckpt, options = wmt_ckpt
+    assert main([str(ckpt), "--split", "test", *options]) == 2
+    assert "split 'test' does not exist" in one_line_error(capsys)
+
+    assert main([str(ckpt), "--split", "train", *options]) == 2
+    assert "unknown split 'train'" in one_line_error(capsys)
+
+    bare = tmp_path / "bare.ckpt"
+    ckpt = torch.load(copy_ckpts["bahdanau"], map_location="cpu", weights_only=False)
+    del ckpt["datamodule_hyper_parameters"]
+    torch.save(ckpt, bare)
+    assert main([str(bare)]) == 2
+    assert "no datamodule settings" in one_line_error(capsys)
+    assert main([str(bare), "--task", "copy", "--data", "max_lenght=6"]) == 2
+    assert "unknown data option(s) max_lenght" in one_line_error(capsys)
+    # told the data, the same checkpoint times
+    assert (
+        main(
+            [
+                str(bare),
+                "--task",
+                "copy",
+                "--data",
+                "vocab_size=8",
+                "--data",
+                "max_length=6",
+                "--data",
+                "val_size=10",
+                "--repeats",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert "valid: 10 sentences" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"repeats": 0}, "repeats must be >= 1"),
+        ({"warmup": -1}, "warmup must be >= 0"),
+        ({"threads": 0}, "threads must be >= 1"),
+        ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
+    ],
+)
+def test_stage_settings_are_checked_when_made(bad, message):
+    with pytest.raises(TimingError, match=message):
+        timing_settings(**bad)
+
+
+def test_lanes_hold_a_whole_node_or_a_gpu_with_its_cpu_share():
+    nodes = [
+        {"NodeID": "head", "Alive": True, "Resources": {"CPU": 0.0}},
+        {"NodeID": "cpu", "Alive": True, "Resources": {"CPU": 8.0}},
+        {"NodeID": "gpu", "Alive": True, "Resources": {"CPU": 16.0, "GPU": 4.0}},
+        {"NodeID": "dead", "Alive": False, "Resources": {"CPU": 8.0}},
+    ]
+    cpu_lanes = plan_lanes(nodes, use_gpu=False)
+    assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in cpu_lanes] == [
+        ("cpu", 8.0, 0.0, "cpu"),
+        ("gpu", 16.0, 0.0, "cpu"),
+    ]
+    gpu_lanes = plan_lanes(nodes, use_gpu=True)
+    assert [(lane.node_id, lane.cpus, lane.gpus, lane.device) for lane in gpu_lanes] == [
+        ("gpu", 4.0, 1.0, "cuda")
+    ] * 4
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    saved = dict(os.environ)
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 2**20,
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ckpts, tmp_path):
+    jobs = []
+    for name, ckpt in copy_ckpts.items():
+        trial_dir = tmp_path / f"trial_{name}"
+        (trial_dir / "checkpoint_000001").mkdir(parents=True)
+        shutil.copy(
+            ckpt, trial_dir / "checkpoint_000001" / "checkpoint.ckpt"
+        )  # a Tune checkpoint folder
+        jobs.append(
+            TimingJob(
+                trial_id=name,
+                checkpoint=str(trial_dir / "checkpoint_000001"),
+                task={"name": "copy", **COPY},
+                output_dir=str(trial_dir),
+                seed=0,
+            )
+        )
+    settings = timing_settings(
+        repeats=2,
+        warmup=1,
+        threads=1,
+        device="auto",
+        precision=None,
+        processes=1,
+        calibration_seconds=0.2,
+    )  # exactly 2 repeats
+    lines: list[str] = []
+
+    broken = dataclasses.replace(
+        jobs[0],
+        trial_id="broken",
+        task={"name": "copy", "bogus": 1},
+        output_dir=str(tmp_path / "trial_broken"),
+    )
+    first = run_timing_stage([jobs[0], broken, jobs[1]], settings, log=lines.append)
+    assert [o.status for o in first] == ["timed", "error", "timed"], [o.error for o in first]
+    assert "bogus" in first[1].error and len(first[1].error.splitlines()) == 1, first[1].error
+    assert not (tmp_path / "trial_broken" / TIMING_FILE).exists()
+    first = [first[0], first[2]]
+    records = [read_record(job.output_dir) for job in jobs]
+    for job, outcome, record in zip(jobs, first, records):
+        assert record == outcome.record and record.trial_id == job.trial_id
+        assert record.timing.repeats == 2 and record.timing.sentences == COPY["val_size"]
+        assert record.reserved_cpus == 2.0, "each job holds the whole (2-CPU) node"
+        assert record.timing.cpus == (max(os.sched_getaffinity(0)),), (
+            "timed in a process pinned to one CPU"
+        )
+        assert not list(Path(job.output_dir).glob(".timing.json.*")), (
+            "no temporary file left behind"
+        )
+    a, b = sorted(records, key=lambda r: r.started_at)
+    assert a.finished_at <= b.started_at, "the two timings overlapped"
+    assert (
+        sum("median of 2" in line for line in lines) == 2
+        and sum("broken: failed" in line for line in lines) == 1
+    )
+
+    mtimes = [job.result_path.stat().st_mtime_ns for job in jobs]
+    second = run_timing_stage(jobs, settings, log=None)
+    assert [o.status for o in second] == ["skipped", "skipped"]
+    assert [o.record for o in second] == records
+    assert [job.result_path.stat().st_mtime_ns for job in jobs] == mtimes
+
+    # a new checkpoint (the trial trained further) or another beam size is not "already timed"
+    assert already_timed(jobs[0]) is not None
+    assert already_timed(dataclasses.replace(jobs[0], beam_size=5)) is None
+    shutil.copy(copy_ckpts["memory"], Path(jobs[0].checkpoint) / "checkpoint.ckpt")
+    assert already_timed(jobs[0]) is None
+    assert (Path(jobs[0].output_dir) / TIMING_FILE).exists()
+
+
+def test_pinned_timing_picks_the_highest_cpus_and_refuses_more_than_there_are():
+    assert pick_cpus(1, [0, 1, 2, 3]) == [3]
+    assert pick_cpus(2, [0, 5, 3]) == [3, 5]
+    with pytest.raises(TimingError, match="threads=3 but only 2 CPU"):
+        pick_cpus(3, [0, 1])
+
+
+def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
+    ckpt = copy_ckpts["memory"]
+    pinned = time_checkpoint_pinned(
+        ckpt,
+        {"name": "copy", **COPY},
+        seed=0,
+        split="valid",
+        device="cpu",
+        beam_size=2,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        calibration_seconds=0.2,
+    )
+    here = time_checkpoint(
+        ckpt,
+        {"name": "copy", **COPY},
+        seed=0,
+        split="valid",
+        device="cpu",
+        beam_size=2,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        calibration_seconds=0.2,
+    )
+    assert pinned.cpus == (max(os.sched_getaffinity(0)),) and here.cpus == ()
+    assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (
+        here.sentences,
+        here.output_tokens,
+        2,
+    )
+    with pytest.raises(TimingError, match="timing process failed.*bogus"):
+        time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)
+
+
+def test_one_process_times_a_batch_one_after_another_and_a_bad_job_fails_alone(copy_ckpts):
+    options = dict(
+        seed=0,
+        split="valid",
+        device="cpu",
+        beam_size=2,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        calibration_seconds=0.2,
+    )
+    task = {"name": "copy", **COPY}
+    got = time_checkpoints_pinned(
+        [
+            (copy_ckpts["memory"], task, options),
+            (copy_ckpts["memory"], {**task, "bogus": 1}, options),
+            (copy_ckpts["bahdanau"], task, options),
+        ]
+    )
+    (first, a0, a1), error, (second, b0, b1) = got
+    assert isinstance(error, str) and "bogus" in error and len(error.splitlines()) == 1, error
+    assert a0 <= a1 <= b0 <= b1, "timed one after another"
+    assert (
+        first.cpus == second.cpus == (max(os.sched_getaffinity(0)),)
+        and first.repeats == second.repeats == 2
+    )
+    assert time_checkpoints_pinned([]) == []
+
+
+def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():
+    """(wall, shared core, probe after the pass): a probe 1.4x the fastest one means the machine
+    ran slow during that pass; a faster probe later, or in the calibration before the passes,
+    raises the bar for the passes before it."""
+    passes = [
+        (0.020, False, 0.0025),
+        (0.021, False, 0.0027),
+        (0.030, False, 0.0035),
+        (0.020, True, 0.0025),
+    ]
+    assert clean_passes(passes) == [True, True, False, False]
+    assert clean_passes(passes + [(0.016, False, 0.0022)]) == [True, False, False, False, True]
+    # a measurement wholly inside a slow spell: only the calibration before it knows the machine's speed
+    assert clean_passes(passes[:2], best=0.0018) == [False, False]
+
+
+def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(
+    copy_ckpts, monkeypatch
+):
+    """A busy process pinned to the timing thread's core: every pass's wall time is about twice
+    its CPU time, so each is thrown away and, after 4x repeats, the timing says it is contended.
+    Timed here, not in a fresh process, with the 2 s calibration and the 5 s waits for the machine
+    to recover cut short: beside the busy process every probe looks slow, so each pass would wait
+    its full 5 s."""
+    monkeypatch.setattr(measure, "RECOVERY_WAIT_S", 0.0)
+    module = load_module(copy_ckpts["memory"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = list(
+        dm.val_dataloader()
+    )  # beam 4 over 24 sentences: ~40 ms of CPU a pass, many time slices
+    cpu = max(os.sched_getaffinity(0))
+    hog = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\nwhile True: pass",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        hog.stdout.readline()  # it is on the core before the passes start
+        with pinned([cpu]):
+            timing = measure_decode_time(
+                module,
+                loader,
+                "cpu",
+                beam_size=4,
+                repeats=3,
+                warmup=1,
+                threads=1,
+                calibration_seconds=0.1,
+            )
+    finally:
+        hog.kill()
+        hog.wait()
+    assert timing.contended and timing.interrupted >= 10, (timing.interrupted, timing.seconds)
+    assert len(timing.seconds) == 3
+    line = "\n".join(report_lines(timing, "valid"))
+    assert "WARNING" in line and "quiet machine" in line
+
+
+def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repeat_passes(
+    copy_ckpts,
+):
+    module = load_module(copy_ckpts["bahdanau"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = list(dm.val_dataloader())
+    fast = dict(calibration_seconds=0.3)  # the machine's speed found in 0.3 s, not 2
+    fixed = measure_decode_time(
+        module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1, **fast
+    )
+    assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision, fixed.stopped_by) == (
+        3,
+        1,
+        None,
+        None,
+    ), "precision=None: as asked"
+    loose = measure_decode_time(
+        module,
+        loader,
+        "cpu",
+        beam_size=1,
+        repeats=3,
+        warmup=1,
+        threads=1,
+        precision=0.5,
+        max_seconds=10,
+        **fast,
+    )
+    # a 24-sentence greedy decode takes a few ms: each repeat decodes it until MIN_REPEAT_S has passed
+    assert (
+        loose.passes_per_repeat * fixed.decode_seconds >= 0.5 * MIN_REPEAT_S
+        and loose.passes_per_repeat > 1
+    )
+    # a precision met at once stops at the minimum; one never met stops at the time cap, and the
+    # precision recorded is what the kept repeats give in both cases (contended timings claim none)
+    tight = measure_decode_time(
+        module,
+        loader,
+        "cpu",
+        beam_size=1,
+        repeats=3,
+        warmup=1,
+        threads=1,
+        precision=1e-6,
+        max_seconds=1.0,
+        **fast,
+    )
+    for timing in (loose, tight):
+        if timing.contended:
+            assert timing.precision is None
+        else:
+            assert timing.precision == pytest.approx(median_precision(timing.seconds), abs=1e-5)
+    assert loose.contended or (
+        loose.repeats == 3 and loose.precision <= 0.5 and loose.stopped_by == "precision"
+    )
+    # past the minimum until the time cap, unless passes run again on a busy machine used the time up
+    assert tight.contended or (
+        tight.precision > 1e-6 and (tight.repeats > 3 or tight.interrupted > 0)
+    )
+    assert tight.stopped_by == (
+        None if tight.contended else "time cap"
+    )  # the record says the cap, not the precision, ended it
+    assert "stopped by the time cap" in repeats_note(tight) or tight.contended
+    assert median_precision([1.0, 1.0]) == float("inf")  # too few repeats to know anything
+    assert median_precision([1.0, 1.1, 1.2, 1.3]) == pytest.approx(1.57 * 0.15 / 2 / 1.15)
+
+
+def test_a_caller_that_knows_the_machines_speed_is_not_calibrated_again(copy_ckpts, monkeypatch):
+    """The decode probe times dozens of models in one process: it calibrates once and hands the
+    speed in, instead of probing the machine for CALIBRATION_S before every measurement."""
+    module = load_module(copy_ckpts["memory"])
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("validate")
+    loader = list(dm.val_dataloader())
+    calls = []
+    real = measure.fastest_probe
+    monkeypatch.setattr(
+        measure, "fastest_probe", lambda seconds: calls.append(seconds) or real(0.01)
+    )
+    measure_decode_time(module, loader, "cpu", beam_size=1, repeats=3, threads=1)
+    measure_decode_time(
+        module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0.5
+    )
+    assert calls == [measure.CALIBRATION_S, 0.5]  # the default, then the length asked for
+    speed = measure.machine_probe()
+    timing = measure_decode_time(
+        module, loader, "cpu", beam_size=1, repeats=3, threads=1, machine_speed=speed
+    )
+    assert calls == [measure.CALIBRATION_S, 0.5] and timing.repeats == 3, "calibrated again"
+    with pytest.raises(TimingError, match="calibration_seconds must be > 0"):
+        measure_decode_time(
+            module, loader, "cpu", beam_size=1, repeats=3, threads=1, calibration_seconds=0
+        )
+
+
+def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():
+    from sweeps.timing.record import DecodeTiming
+
+    timing = DecodeTiming(
+        decode_seconds=0.2,
+        min_seconds=0.1,
+        max_seconds=0.3,
+        q1_seconds=0.15,
+        q3_seconds=0.25,
+        seconds=(0.2, 0.1, 0.3),
+        per_sentence_seconds=0.01,
+        sentences=20,
+        output_tokens=100,
+        batches=2,
+        beam_size=1,
+        warmup=1,
+        device="cpu",
+        threads=1,
+        torch_version="x",
+    )
+    data = timing.to_dict()
+    assert data["decode_seconds"] == 0.2 and "median_seconds" not in data
+    older = {("median_seconds" if k == "decode_seconds" else k): v for k, v in data.items()}
+    assert DecodeTiming.from_dict(older) == DecodeTiming.from_dict(data) == timing
