@@ -183,7 +183,11 @@ def _nested_model(tp: Any) -> tuple[type | None, str]:
                 return found, how
         return None, ""
     origin = typing.get_origin(tp)
-    if origin in (list, tuple) and typing.get_args(tp) and _is_model(_strip(typing.get_args(tp)[0])):
+    if (
+        origin in (list, tuple)
+        and typing.get_args(tp)
+        and _is_model(_strip(typing.get_args(tp)[0]))
+    ):
         return _strip(typing.get_args(tp)[0]), "[]"
     if origin is dict and _is_model(_strip(typing.get_args(tp)[1])):
         return _strip(typing.get_args(tp)[1]), ".<name>"
