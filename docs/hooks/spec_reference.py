@@ -263,8 +263,10 @@ def field_comments(model: type) -> dict[str, str]:
 def _clean(text: str) -> str:
     """One table cell: one line, pipes escaped, reST roles as code."""
     text = re.sub(r":(?:class|func|mod|meth|attr|data):`~?([^`]+)`", r"`\1`", text or "")
-    text = text.replace("``", "`")
-    return " ".join(text.split()).replace("|", "\\|")
+    text = " ".join(text.replace("``", "`").split())
+    # a pipe ends a table cell, except inside a code span (where a backslash would show)
+    parts = text.split("`")
+    return "`".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
 
 
 def _first_paragraph(doc: str | None) -> str:
