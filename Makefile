@@ -35,10 +35,10 @@ bench: venv
 # the documentation site (mkdocs.yml): served at http://127.0.0.1:8000 while you edit, or built as CI
 # builds it (a broken link, a missing page or an unreadable docstring fails the build)
 docs: venv
-	$(BIN)/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 docs-build: venv
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # docs/results/$(STUDY)/ regenerated: the study's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
