@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # comments beside the field in the schema's source.
 FALLBACK = {
     "name": "The sweep's name: it names the output folder `<output>/<name>/` and the W&B group.",
-    "description": "Free text, shown by `--dry-run`.",
+    "description": "Free text for readers of the sweep file; nothing reads it.",
     "task": "The task and its datamodule's settings: `name` (a task below) and the datamodule's "
     "constructor arguments.",
     "model": "`Seq2SeqModule` arguments and attention options shared by every cell "
