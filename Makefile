@@ -8,13 +8,13 @@ TORCH_CONSTRAINTS ?= requirements/cpu.txt
 PIP_CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
 SPEC ?= sweeps/quickstart.yaml
 
-.PHONY: venv sweep test test-slow bench docs-results clean
+.PHONY: venv sweep test test-slow bench docs docs-build docs-results clean
 
 $(BIN)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(if $(TORCH_CONSTRAINTS),$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) torch,)
-	$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) -e ".[sweep,dev]"
+	$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) -e ".[sweep,dev,docs]"
 	touch $@
 
 venv: $(BIN)/.installed
@@ -32,6 +32,14 @@ bench: venv
 	$(BIN)/python benchmarks/decode_speed.py --quick --output bench-out
 	$(BIN)/python benchmarks/attention_step.py --quick --output bench-out
 
+# the documentation site (mkdocs.yml): served at http://127.0.0.1:8000 while you edit, or built as CI
+# builds it (a broken link, a missing page or an unreadable docstring fails the build)
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+docs-build: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # docs/results/$(STUDY)/ regenerated: the study's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
 #   make docs-results STUDY=k_vs_length   (54 min on an idle 2-core CPU)
@@ -48,4 +56,4 @@ docs-results: venv
 	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
 
 clean:
-	rm -rf $(VENV) sweep-results bench-out
+	rm -rf $(VENV) sweep-results bench-out site
