@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 # Where the sweep-file package lives, newest name first (`sweeps.study` was its earlier name).
-SPEC_PACKAGES = ("sweeps.spec", "sweeps.study")
+SPEC_PACKAGES = ("sweeps.spec",)
 
 PLACEHOLDER = "<!-- sweep-file-keys -->"
 PAGE = "reference/sweep-file.md"

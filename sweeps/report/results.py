@@ -76,6 +76,23 @@ def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def plan_columns(plan: TrialPlan) -> dict[str, Any]:
+    """The columns a row takes from its trial's plan: the cell, the model's label, mechanism and
+    headline option, the length, the seed and each grid key's value under its column name. The one
+    place a plan property becomes a column, for finished and never-started trials alike."""
+    columns: dict[str, Any] = {
+        "cell": plan.cell.name,
+        "model": model_label(plan.model, plan.grid),
+        "attention": plan.model.get("attention", DEFAULT_ATTENTION),
+        **headline_value(plan.model),
+        "length": plan.task.get("max_length"),
+        "seed": plan.seed,
+    }
+    for key, value in plan.grid.items():
+        columns.setdefault(column_name(key), value)
+    return columns
+
+
 def trial_states(grid) -> list[tuple[str | None, dict[str, Any], int]]:
     """(Tune's status, the trial's config, its retries) per result, in the grid's order. The
     config comes from the trial itself: a trial that failed before its first report has no
@@ -98,7 +115,6 @@ def row_from_result(
     retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
-    model, task, grid = plan.model, plan.task, plan.grid
     if result.error is not None or tune_status == "ERROR":
         status = "error"
     elif tune_status not in (None, "TERMINATED") or not metrics:
@@ -113,19 +129,12 @@ def row_from_result(
         status = "done"
     row: dict[str, Any] = {
         "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,
-        "cell": plan.cell.name,
-        "model": model_label(model, grid),
-        "attention": model.get("attention", DEFAULT_ATTENTION),
-        **headline_value(model),
-        "length": task.get("max_length"),
-        "seed": plan.seed,
+        **plan_columns(plan),
         "status": status,
         # failed attempts Tune retried (failure.max_failures) before this outcome: Tune's count of
         # failures includes an errored trial's last one, which nothing retried
         "retries": max(0, retries - 1) if status == "error" and tune_status == "ERROR" else retries,
     }
-    for key, value in grid.items():
-        row.setdefault(column_name(key), value)
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -165,14 +174,8 @@ def missing_rows(
             out.append(
                 {
                     "trial_id": None,
-                    "cell": plan.cell.name,
-                    "model": model_label(plan.model, plan.cell.values),
-                    "attention": plan.model.get("attention", DEFAULT_ATTENTION),
-                    **headline_value(plan.model),
-                    "length": plan.task.get("max_length"),
-                    "seed": plan.seed,
+                    **plan_columns(plan),
                     "status": status,
-                    **{column_name(k): v for k, v in plan.cell.values.items()},
                     "error": "never started" if status == "error" else None,
                 }
             )

@@ -31,24 +31,21 @@ def trial_dirname(trial) -> str:
 def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
     spec = sweep.spec
     out = paths.output / sweep.name
-    wb = spec.wandb
     return TrialSettings(
-        name=sweep.name,
-        metric=spec.metric.name,
-        resources=spec.resources.model_copy(update={"gpu": fit.gpu}),
-        wandb=wb.model_copy(update={"mode": wandb_mode}),
+        spec=spec.model_copy(
+            update={
+                "resources": spec.resources.model_copy(update={"gpu": fit.gpu}),
+                "wandb": spec.wandb.model_copy(update={"mode": wandb_mode}),
+            }
+        ),
         wandb_dir=str(out),
         chaos_dir=str(out / "chaos"),
         # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
         train_storage=paths.experiment(sweep.name) + "/ddp",
-        keep_checkpoints=spec.storage.keep_checkpoints,
-        chaos_step=spec.chaos.fail_once_at_step,
-        chaos_before_report=spec.chaos.fail_before_first_report,
         has_search=sweep.has_search,
         cells={p.cell.name: p for p in sweep.plans},
         grid_columns=sweep.grid_columns,
         param_columns=sweep.param_columns,
-        stop_when=spec.stop_when,
     )
 
 

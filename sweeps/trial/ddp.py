@@ -24,19 +24,14 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from sweeps.trial.kit import (
-    TuneReport,
-    common_trainer_kwargs,
-    fit_trial,
-    placement_metrics,
-    prepare_trial,
-)
+from sweeps.trial.callbacks import TuneReport, placement_metrics
+from sweeps.trial.kit import common_trainer_kwargs, fit_trial, prepare_trial
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import make_wandb_logger
 
 
 class TrainReport(TuneReport):
-    """:class:`sweeps.trial.kit.TuneReport` for Ray Train workers: every rank calls
+    """:class:`sweeps.trial.callbacks.TuneReport` for Ray Train workers: every rank calls
     ``ray.train.report`` (Train waits for all of them); only rank 0 attaches the checkpoint."""
 
     def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
@@ -92,7 +87,9 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
         run_config=ray.train.RunConfig(
             name=train_run_name(trial_id),
             storage_path=settings.train_storage,
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=settings.keep_checkpoints),
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=settings.spec.storage.keep_checkpoints
+            ),
             failure_config=ray.train.FailureConfig(max_failures=0),
             callbacks=[TuneReportCallback()],
         ),

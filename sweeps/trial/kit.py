@@ -10,222 +10,26 @@ W&B through Lightning's ``WandbLogger`` only (one logging path: no driver-side W
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from ray import tune
 
 from datamodules.resumable import RngStateCallback
-from sweeps.errors import ChaosError  # noqa: F401 (raised here; importable from here too)
-from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE, TRIAL_STATE_FILE
+from sweeps.errors import ChaosError
 from sweeps.spec import TrialPlan
 from sweeps.storage import find_storage_fault, quiet_close
 from sweeps.trial import phases
 from sweeps.trial.build import build_datamodule, build_module
+from sweeps.trial.callbacks import STOP_REQUESTED, Chaos, TuneReport
+from sweeps.trial.checkpoints import restore_checkpoint
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import close_wandb, log_heatmaps
-
-EXTRA_FILE = TRIAL_STATE_FILE
-
-
-class TuneReport(pl.Callback):
-    """Reports ``trainer.callback_metrics`` to Tune after each validation, with a checkpoint.
-
-    The project's own callback (rather than Ray's) so it always subclasses the same Lightning
-    ``Callback`` class as the Trainer in use.
-    """
-
-    def __init__(
-        self, time_offset: float = 0.0, extra_metrics: dict[str, Any] | None = None
-    ) -> None:
-        self.time_offset = time_offset
-        self.extra_metrics = dict(extra_metrics or {})
-        self.start = time.perf_counter()
-        self.last_reported_step = -1
-
-    def train_seconds(self) -> float:
-        return self.time_offset + time.perf_counter() - self.start
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        self.report(trainer)
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if (
-            STOP_REQUESTED.is_set()
-        ):  # Tune is stopping this trial between reports (see FinishOnStop)
-            raise SystemExit(0)
-
-    def report(self, trainer: pl.Trainer) -> None:
-        metrics = {
-            k: float(v)
-            for k, v in trainer.callback_metrics.items()
-            if torch.is_tensor(v) and v.numel() == 1
-        }
-        metrics.update(self.extra_metrics)
-        metrics.update(
-            step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds()
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            with phases.phase("checkpoint"):
-                save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
-                if trainer.is_global_zero:
-                    Path(tmp, EXTRA_FILE).write_text(
-                        json.dumps({"train_time_s": metrics["train_time_s"]})
-                    )
-                    write_hypotheses(trainer.lightning_module, tmp)
-            with phases.phase(
-                "report"
-            ):  # Tune's report: the checkpoint copied into the trial's storage
-                self.send(metrics, tmp, trainer)
-        self.last_reported_step = trainer.global_step
-
-    def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
-        """Hand one report to Ray: here Tune's session; :mod:`sweeps.trial.ddp` sends to Ray Train."""
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
-
-
-def write_hypotheses(module: pl.LightningModule, folder: str) -> None:
-    """The validation hypotheses and references this report's BLEU was computed from, one sentence
-    a line, in the validation set's order, beside the checkpoint (``val_hypotheses.txt``,
-    ``val_references.txt``): the report's paired bootstrap between models reads them
-    (:mod:`sweeps.report.findings`) without decoding again or importing torch."""
-    decoded = getattr(module, "last_decoded", {}).get("val")
-    if decoded:
-        hyps, refs = decoded
-        Path(folder, HYPOTHESES_FILE).write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
-        Path(folder, REFERENCES_FILE).write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
-
-
-class Chaos(pl.Callback):
-    """Raises once at ``step`` (per trial, remembered in a marker file) to test fault tolerance."""
-
-    def __init__(self, step: int, marker: Path) -> None:
-        self.step = step
-        self.marker = marker
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step >= self.step and not self.marker.exists():
-            self.marker.parent.mkdir(parents=True, exist_ok=True)
-            self.marker.write_text("failed once\n")
-            raise ChaosError(
-                f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)"
-            )
-
-
-def placement_metrics() -> dict[str, Any]:
-    """Where Ray placed this process: its node id, the GPU ids Ray assigned ("" for none) and the
-    share of a GPU it holds (``gpu_share``, e.g. 0.5 when trials pack two to a GPU). Reported with
-    every result, so a sweep's placement on a cluster can be read back."""
-    import ray
-
-    ctx = ray.get_runtime_context()
-    return {
-        "node_id": ctx.get_node_id(),
-        "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
-        "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0)),
-    }
-
-
-@dataclass
-class Restored:
-    """What :func:`restore_checkpoint` found: the local Lightning checkpoint to resume from (None:
-    start at step 0), the training time already spent, the checkpoint folder used and how many
-    newer ones did not load."""
-
-    ckpt_path: str | None = None
-    time_offset: float = 0.0
-    name: str = ""
-    skipped: int = 0
-
-
-def checkpoint_candidates(checkpoint) -> list:
-    """``checkpoint`` (a Ray ``Checkpoint``) and then the older ``checkpoint_NNNNNN`` folders of
-    the same trial, newest first, on whatever filesystem holds them (local disk, NFS, a bucket)."""
-    import pyarrow.fs
-
-    fs, path = checkpoint.filesystem, checkpoint.path.rstrip("/")
-    parent, name = os.path.dirname(path), os.path.basename(path)
-    try:
-        infos = fs.get_file_info(pyarrow.fs.FileSelector(parent))
-    except OSError:
-        infos = []
-    older = sorted(
-        (
-            i.base_name
-            for i in infos
-            if i.type == pyarrow.fs.FileType.Directory
-            and re.fullmatch(r"checkpoint_\d+", i.base_name)
-            and i.base_name < name
-        ),
-        reverse=True,
-    )
-    return [checkpoint] + [type(checkpoint)(path=f"{parent}/{n}", filesystem=fs) for n in older]
-
-
-def restore_checkpoint(checkpoint, local_dir: str, log=print) -> Restored:
-    """Copy the newest of the trial's checkpoints that loads to ``local_dir``.
-
-    A checkpoint that does not load (truncated by a crash, say) is skipped for the previous one,
-    and the log says so; when none loads the trial starts again from step 0 and says that --
-    never the same failing restore on every retry."""
-    if checkpoint is None:
-        return Restored()
-    skipped = 0
-    for candidate in checkpoint_candidates(checkpoint):
-        target = os.path.join(local_dir, CHECKPOINT_FILE)
-        try:
-            with candidate.as_directory() as d:
-                shutil.copy(os.path.join(d, CHECKPOINT_FILE), target)
-                extra = Path(d, EXTRA_FILE)
-                time_offset = (
-                    float(json.loads(extra.read_text()).get("train_time_s", 0.0))
-                    if extra.exists()
-                    else 0.0
-                )
-            torch.load(
-                target, map_location="cpu", weights_only=False
-            )  # our own file: does it load whole?
-        except Exception as exc:  # noqa: BLE001 -- any unreadable checkpoint is skipped the same way
-            lines = str(exc).strip().splitlines()
-            log(
-                f"checkpoint {candidate.path} does not load ({lines[-1] if lines else type(exc).__name__}); "
-                f"trying the previous one"
-            )
-            skipped += 1
-            continue
-        name = os.path.basename(candidate.path.rstrip("/"))
-        if skipped:
-            log(
-                f"resuming from {candidate.path}, the newest checkpoint that loads ({skipped} newer skipped)"
-            )
-        return Restored(target, time_offset, name, skipped)
-    log(f"none of this trial's {skipped} checkpoint(s) loads: training restarts from step 0")
-    return Restored(skipped=skipped)
-
-
-def save_checkpoint_atomic(trainer: pl.Trainer, path: str) -> None:
-    """``trainer.save_checkpoint`` to a temporary name, flushed to disk, then renamed: a crash
-    mid-write leaves no half-written ``path``. Collective under DDP (rank 0 writes)."""
-    partial = path + ".partial"
-    trainer.save_checkpoint(
-        partial, weights_only=False
-    )  # the whole state: a resumed trial needs its optimiser
-    if trainer.is_global_zero:
-        with open(partial, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(partial, path)
 
 
 def finish_fit(
@@ -305,7 +109,7 @@ def prepare_trial(
     spec asks for it and ``with_chaos``)."""
     quiet_logs()
     STOP_REQUESTED.clear()  # a reused actor starts its next trial unstopped
-    if settings.chaos_before_report and with_chaos:
+    if settings.spec.chaos.fail_before_first_report and with_chaos:
         raise ChaosError(
             "chaos: injected failure before the first report (sweep spec `chaos.fail_before_first_report`)"
         )
@@ -342,9 +146,12 @@ def prepare_trial(
         from sweeps.trial.stop_when import make_callback
 
         callbacks.insert(0, make_callback(settings.stop_when, report.extra_metrics))
-    if settings.chaos_step and with_chaos:
+    if settings.spec.chaos.fail_once_at_step and with_chaos:
         callbacks.append(
-            Chaos(settings.chaos_step, Path(settings.chaos_dir) / f"{trial_id}.failed")
+            Chaos(
+                settings.spec.chaos.fail_once_at_step,
+                Path(settings.chaos_dir) / f"{trial_id}.failed",
+            )
         )
     return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
 
@@ -401,49 +208,3 @@ def fit_trial(
         shutil.rmtree(parts.local_ckpt_dir, ignore_errors=True)
     if stop is not None:
         raise stop
-
-
-#: seconds a stopped trial's process waits for its training thread to close W&B (heatmaps included)
-STOP_GRACE_S = 120.0
-#: set by FinishOnStop when Tune stops the trial while it trains (a Ctrl-C of the sweep, say): the
-#: report callback then ends the fit at the next step, the way a scheduler's stop ends it at a report
-STOP_REQUESTED = threading.Event()
-
-
-class FinishOnStop:
-    """Mixin for Tune's function trainable (through the trainable's ``__mixins__``): when Tune
-    stops a trial, wait for the training thread to finish before the actor goes.
-
-    Ray's ``FunctionTrainable.cleanup`` lets the training thread go without waiting for it
-    (``session.finish(timeout=0)``), and the actor's process exits while the thread is still
-    unwinding the ``SystemExit`` of the stop. W&B's service then sees its client vanish mid-run and
-    abandons the run: a 7-byte ``.wandb`` file, state unknown. Waiting here lets
-    :func:`fit_trial` log the heatmaps and ``wandb.finish()`` the run first."""
-
-    def cleanup(self) -> None:
-        self._finish_training_thread()
-        super().cleanup()  # type: ignore[misc]
-
-    def reset_config(self, new_config) -> bool:
-        """The actor runs the next trial (``reuse_actors``): Tune gives the stopped trial's thread
-        only ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (2 s) to end, then fails the *next* trial ("Could
-        not re-use actor"); closing W&B and logging heatmaps takes longer. Wait here as on cleanup."""
-        self._finish_training_thread()
-        return super().reset_config(new_config)  # type: ignore[misc]
-
-    @staticmethod
-    def _finish_training_thread() -> None:
-        from ray.train._internal.session import get_session
-
-        session = get_session()
-        thread = getattr(session, "training_thread", None)
-        if (
-            session is not None
-            and session.training_started
-            and thread is not None
-            and thread.is_alive()
-        ):
-            session.stop_event.set()  # what session.finish does first: the thread leaves its report call
-            session.continue_lock.release()
-            STOP_REQUESTED.set()  # or, if it is training, at its next step
-            thread.join(timeout=STOP_GRACE_S)

@@ -11,19 +11,11 @@ from typing import Any
 import lightning.pytorch as pl
 from ray import tune
 
-from sweeps.layout import TUNE_RESULT_FILE
+from sweeps.layout import CHECKPOINT_FILE, TUNE_RESULT_FILE
 from sweeps.storage import short_storage_faults
 from sweeps.trial import phases
-from sweeps.trial.kit import (
-    CHECKPOINT_FILE,
-    FinishOnStop,
-    TuneReport,
-    common_trainer_kwargs,
-    fit_trial,
-    pick_accelerator,
-    placement_metrics,
-    prepare_trial,
-)
+from sweeps.trial.callbacks import FinishOnStop, TuneReport, placement_metrics
+from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import make_wandb_logger
 

@@ -1,7 +1,7 @@
 """Issue 19, item 4: a fit stopped at any validation report and resumed from that report's
 checkpoint ends bit for bit where the uninterrupted fit ends (same seed, same machine).
 
-No Ray: a plain Lightning Trainer checkpointing the way ``sweeps.trial.kit.TuneReport`` does
+No Ray: a plain Lightning Trainer checkpointing the way ``sweeps.trial.callbacks.TuneReport`` does
 (the whole state, after every validation), seeded the way ``prepare_trial`` seeds, with the
 resume callback ``prepare_trial`` adds.
 """

@@ -240,7 +240,8 @@ def test_when_no_checkpoint_loads_the_trial_restarts_from_step_0_and_says_so(tmp
     import torch
     from ray import tune
 
-    from sweeps.trial.kit import CHECKPOINT_FILE, restore_checkpoint
+    from sweeps.layout import CHECKPOINT_FILE
+    from sweeps.trial.checkpoints import restore_checkpoint
 
     for i, content in enumerate([b"torn", b""]):
         (tmp_path / f"checkpoint_00000{i}").mkdir()

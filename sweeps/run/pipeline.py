@@ -1,0 +1,255 @@
+"""The stages of a launch, after the command line is read (:mod:`sweeps.launch`): check the
+output and storage, prepare the data once, join or start Ray, run the one Tune experiment, time
+the finished models alone (:mod:`sweeps.timing`), then write results.csv, results.md and the
+plots, and say how to continue. Returns the launcher's exit status (see :mod:`sweeps.launch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from sweeps.layout import LAUNCH_FILE, OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.spec import Sweep, save_launch
+
+
+def trial_table(sweep: Sweep) -> str:
+    r = sweep.spec.resources
+    res = (
+        f"cpu={r.cpu:g}"
+        + (f" gpu={r.gpu:g}" if r.gpu else "")
+        + (f" workers={r.workers}" if r.workers > 1 else "")
+    )
+    samples = sweep.spec.num_samples if sweep.has_search else 1
+    rows = [("#", "cell", "seed", "samples", "resources")]
+    rows += [
+        (str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    search = ""
+    if sweep.has_search:
+        keys = ", ".join(sweep.spec.parameters)
+        search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
+    lines.append(
+        f"{len(sweep.cells)} cells x {len(sweep.spec.seeds)} seed(s) = {len(sweep.plans)} grid points, "
+        f"{sweep.num_trials} trials{search}"
+    )
+    return "\n".join(lines)
+
+
+def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
+    """Run a loaded sweep to its results; ``args`` is the launcher's command line."""
+
+    from sweeps.integrations.wandb_env import resolve_wandb_mode, wandb_sync_hint
+    from sweeps.report.local import build_local_report
+    from sweeps.report.results import (
+        failure_summary,
+        keep_finished,
+        missing_rows,
+        print_table,
+        result_rows,
+        results_frame,
+        write_results_csv,
+    )
+    from sweeps.run.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
+    from sweeps.run.experiment import make_settings, run_tune
+    from sweeps.storage import StorageGuard, find_storage_fault
+
+    spec = sweep.spec
+    output = Path(args.output).resolve()
+    out_dir = output / sweep.name
+    paths = Paths(output=output, storage=spec.storage.path or str(output))
+    try:
+        if args.resume and "://" not in paths.storage:  # known before Ray starts
+            from sweeps.run.experiment import holds_sweep, nothing_to_resume
+
+            if not holds_sweep(paths.experiment(sweep.name)):
+                raise LaunchError(nothing_to_resume(paths.experiment(sweep.name)))
+            from sweeps.run.resume_check import check_before_resume
+
+            for repair in check_before_resume(out_dir, Path(paths.experiment(sweep.name))):
+                print(f"repaired: {repair}", flush=True)
+        check_writable(output, "--output")
+        if spec.storage.path:
+            check_writable(spec.storage.path, "storage.path")
+        mode = resolve_wandb_mode(spec.wandb.mode)
+        os.environ["WANDB_MODE"] = mode
+        os.environ.setdefault("WANDB_SILENT", "true")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not args.resume and not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
+            save_launch(out_dir, args.overrides, profile)  # a new sweep: what --resume will reuse
+        # Only non-secret settings travel to the workers; the API key stays in each node's environment.
+        runtime_env = {
+            "env_vars": {
+                "WANDB_MODE": mode,
+                "WANDB_SILENT": "true",
+                "PYTHONWARNINGS": "ignore::DeprecationWarning",
+            }
+        }
+        try:
+            from sweeps.trial.build import prepare_data
+
+            if any(p.task["name"] != "copy" for p in sweep.plans):
+                print(
+                    "preparing the data (tokenizer and token caches, once for all trials) ...",
+                    flush=True,
+                )
+            prepare_data([p.task for p in sweep.plans])
+        except (FileNotFoundError, ValueError, ImportError) as exc:
+            raise LaunchError(f"preparing the data failed: {exc}") from None
+        conn = init_ray(
+            args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1
+        )
+        fit = check_cluster(sweep, paths, conn.address)
+        settings = make_settings(sweep, paths, mode, fit)
+        interrupted, guard = False, StorageGuard(paths.storage)
+        try:
+            grid = run_tune(
+                sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose, guard=guard
+            )
+        except KeyboardInterrupt:
+            interrupted, grid = True, []
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    rows, plans = [], {}
+    interrupted |= (
+        guard.fault is not None
+    )  # stopped as on Ctrl-C: the unfinished trials continue on --resume
+    if grid:
+        # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
+        interrupted |= (
+            len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
+        )
+        rows, plans = result_rows(grid, settings.plan, spec.parameters)
+    if spec.timing.enabled and not interrupted:
+        from sweeps.timing.stage import time_finished_trials
+
+        time_finished_trials(rows, plans, out_dir, spec.timing)
+        publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
+    # every planned trial has a row, even one Tune never created
+    rows += missing_rows(
+        sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
+    )
+    rows, kept = keep_finished(rows, out_dir / RESULTS_CSV)
+    if kept:
+        print(
+            f"kept {kept} finished trial(s) from the previous results.csv that this run did not report as finished "
+            f"(their folders and checkpoints are where the rows say)",
+            flush=True,
+        )
+    written = {}
+    try:
+        written["csv"] = write_results_csv(rows, out_dir)
+        written.update(
+            build_local_report(out_dir, spec.metric.name, spec.metric.mode, f"Sweep {sweep.name}")
+        )
+    except (
+        OSError
+    ) as exc:  # a full --output: the table still reaches the console, the old files stay whole
+        if find_storage_fault(exc) is None:
+            raise
+        guard.note(exc)
+    df = results_frame(rows)
+    print()
+    if not df.empty:
+        print_table(df)
+        retried = df[df["retries"].fillna(0) > 0] if "retries" in df else df.iloc[0:0]
+        if not retried.empty:
+            print(
+                f"{len(retried)} trial(s) failed and were retried ({int(retried['retries'].sum())} retries in all; "
+                "results.csv's retries column): "
+                + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples())
+            )
+    if written:
+        print("\nwrote " + ", ".join(str(p) for p in written.values()))
+    hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
+    for run, problem in broken:
+        print(
+            f"W&B run {run} is incomplete ({problem}): left out of the upload command",
+            file=sys.stderr,
+        )
+    if hint:
+        print(f"W&B ran offline; upload the runs with:\n  {hint}")
+    journal = out_dir / OPTUNA_JOURNAL
+    if sweep.has_search and journal.exists():
+        first = f"{sweep.name}/{sweep.plans[0].unit}"
+        print(
+            f"Optuna studies (one per cell and seed) in {journal}:\n"
+            f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
+            f"--study-name {shlex.quote(first)}\n"
+            f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}"
+        )
+    resume_cmd = (
+        f"python sweeps/launch.py {args.spec} --resume --output {args.output}"
+        + (f" --profile {profile}" if profile else "")
+        + "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
+    )
+    if guard.fault:
+        kept_as_was = (
+            ""
+            if written
+            else " results.csv and results.md were left as they were (nothing could be written)."
+        )
+        print(
+            f"error: {guard.message()}{kept_as_was} Continue with:\n  {resume_cmd}", file=sys.stderr
+        )
+        return 1
+    if interrupted:
+        print(
+            f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}"
+        )
+        return 130
+    failed = failure_summary(df)
+    if failed:
+        print(
+            f"{len(failed)} of {len(df)} trial(s) failed (their rows in results.md say why):",
+            file=sys.stderr,
+        )
+        print("\n".join(failed), file=sys.stderr)
+        print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
+    """The timing stage's figures beside what the trial recorded while it trained: in the summary
+    of its W&B run (reopened by id online, written into its run log offline) and in its Optuna
+    study (:func:`sweeps.run.searcher.record_timings`). A failure to reach one is said, not fatal."""
+    from sweeps.integrations.wandb_runs import add_run_summary
+    from sweeps.report.results import TIMING_COLUMNS
+
+    timings = {}
+    for row in rows:
+        if row.get("decode_seconds") is None:
+            continue
+        values = {
+            c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None
+        }  # plain values (attach_timing)
+        timings[row["trial_id"]] = values
+        if settings.wandb.mode == "disabled":
+            continue
+        try:
+            add_run_summary(
+                settings.wandb.mode,
+                settings.wandb_dir,
+                row["trial_id"],
+                values,
+                project=settings.wandb.project,
+                entity=settings.wandb.entity,
+            )
+        except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
+            print(
+                f"[timing] trial {row['trial_id']}: could not add decode_seconds to its W&B run: {exc}",
+                file=sys.stderr,
+            )
+    if journal is not None and timings and journal.exists():
+        from sweeps.run.searcher import record_timings
+
+        record_timings(str(journal), timings)

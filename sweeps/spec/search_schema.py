@@ -1,0 +1,214 @@
+"""The sweep file's search keys: Optuna's ``parameters`` (:class:`ParamSpec`), the
+multi-objective ``objectives`` and ``constraints``, ``early_terminate`` (ASHA or the Pareto rung
+rule) and ``stop_when`` (a trial whose metric arrived stops). The rest of the schema, and the
+sweep file as a whole (:class:`~sweeps.spec.schema.SweepSpec`), is in :mod:`sweeps.spec.schema`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lightning_modules.metric_names import (
+    DECODE_SECONDS,
+    FIT_METRICS,
+    TRAIN_LOSS,
+    VAL_BLEU,
+    VAL_DECODE_SECONDS,
+    VAL_LOSS,
+    VAL_SACREBLEU,
+    VAL_TOKEN_ACC,
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EarlyTerminateSpec(_Strict):
+    """ASHA in Ray's vocabulary. One unit of ``grace_period``/``max_t`` is one validation report."""
+
+    type: Literal["none", "asha", "pareto"] = (
+        "none"  # pareto: the multi-objective rung rule (sweeps.moo.rungs)
+    )
+    grace_period: int = Field(1, ge=1)
+    reduction_factor: float = Field(2.0, gt=1)
+    max_t: int | None = Field(None, ge=1)
+    # pareto only: per objective, the relative difference a finished trial must be better by to make
+    # a running one hopeless (default: decode_seconds 0.10, the decode probe's noise)
+    tolerance: dict[str, Annotated[float, Field(ge=0, lt=1)]] | None = None
+    # pareto only: "wait" (a trial waits at a rung, paused, until it ranks in the top 1/rf of at least
+    # rf arrivals or the rung is complete: ASHA's promotion) or "immediate" (it goes on or stops at
+    # once, against those that came before it, as Ray's ASHA)
+    promotion: Literal["wait", "immediate"] | None = None
+
+    @property
+    def waits_at_rungs(self) -> bool:
+        """The Pareto rule with ``promotion: wait``, its default."""
+        return self.type == "pareto" and (self.promotion or "wait") == "wait"
+
+
+# decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
+# differ by up to 8% (docs/moo_early_stopping.md, "The tolerance")
+DEFAULT_TOLERANCE = {DECODE_SECONDS: 0.10}
+
+
+def tolerances(spec: Any) -> list[float]:
+    """The rung rule's tolerance per objective, in ``spec.objectives``' order (0: exact)."""
+    given = spec.early_terminate.tolerance
+    table = DEFAULT_TOLERANCE if given is None else given
+    return [float(table.get(o.name, 0.0)) for o in spec.objectives]
+
+
+class ParamSpec(_Strict):
+    """A nuisance parameter in W&B Sweeps' shape."""
+
+    values: list[Any] | None = None
+    min: float | None = None
+    max: float | None = None
+    distribution: (
+        Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]
+        | None
+    ) = None
+
+    def resolved_distribution(self) -> str:
+        if self.values is not None:
+            if self.distribution not in (None, "categorical"):
+                raise ValueError("`values` goes with distribution categorical (or none)")
+            if not self.values:
+                raise ValueError("`values` is empty")
+            return "categorical"
+        if self.min is None or self.max is None:
+            raise ValueError("give either `values: [...]` or both `min` and `max`")
+        if not self.min < self.max:
+            raise ValueError(f"min ({self.min}) must be below max ({self.max})")
+        dist = self.distribution or (
+            "int_uniform"
+            if float(self.min).is_integer() and float(self.max).is_integer()
+            else "uniform"
+        )
+        if dist == "log_uniform_values" and self.min <= 0:
+            raise ValueError("log_uniform_values needs min > 0")
+        if dist == "categorical":
+            raise ValueError("distribution categorical needs `values`")
+        if dist == "int_log_uniform" and (
+            self.min < 1 or not float(self.min).is_integer() or not float(self.max).is_integer()
+        ):
+            raise ValueError(
+                "int_log_uniform needs whole numbers with min >= 1 (e.g. K: {min: 1, max: 64})"
+            )
+        return dist
+
+
+# ---- multi-objective studies (issue 21): the checks are in sweeps.spec.objectives
+
+#: the natural direction of each metric a study can produce: "within" constraints read "no worse
+#: than the baseline by more than", in this direction
+NATURAL_GOALS = {
+    VAL_BLEU: "maximize",
+    VAL_SACREBLEU: "maximize",
+    VAL_TOKEN_ACC: "maximize",
+    VAL_LOSS: "minimize",
+    TRAIN_LOSS: "minimize",
+    VAL_DECODE_SECONDS: "minimize",
+    DECODE_SECONDS: "minimize",
+}
+#: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
+#: rung rule stops a trial that could not reach the front even at its bound
+BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0.0, TRAIN_LOSS: 0.0}
+
+
+class ObjectiveSpec(_Strict):
+    name: str
+    goal: Literal["maximize", "minimize"]
+
+
+class ConstraintSpec(_Strict):
+    """``min``/``max``: an absolute bound; ``within`` + ``of``: at most ``within`` worse (in the
+    metric's natural direction) than the baseline model ``of`` (model settings replacing the
+    searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
+
+    name: str
+    min: float | None = None
+    max: float | None = None
+    within: float | None = Field(None, ge=0)
+    of: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ConstraintSpec:
+        absolute = self.min is not None or self.max is not None
+        relative = self.within is not None or self.of is not None
+        if absolute == relative:
+            raise ValueError(
+                "give either min/max (an absolute bound) or within + of (relative to a baseline model)"
+            )
+        if relative and (self.within is None or not self.of):
+            raise ValueError(
+                "a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
+                "model settings, e.g. {attention: bahdanau})"
+            )
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.of:
+            who = " ".join(f"{k}={v}" for k, v in self.of.items())
+            return f"{self.name} within {self.within:g} of {who}"
+        parts = ([f"{self.name} >= {self.min:g}"] if self.min is not None else []) + (
+            [f"{self.name} <= {self.max:g}"] if self.max is not None else []
+        )
+        return " and ".join(parts)
+
+    def violation(self, value: float, baseline: float | None = None) -> float:
+        """Optuna's convention: <= 0 feasible, > 0 by how much it is violated."""
+        if self.of:
+            if baseline is None:
+                return float("inf")
+            if NATURAL_GOALS.get(self.name, "maximize") == "maximize":
+                return (baseline - self.within) - value
+            return value - (baseline + self.within)
+        out = -float("inf")
+        if self.min is not None:
+            out = max(out, self.min - value)
+        if self.max is not None:
+            out = max(out, value - self.max)
+        return out
+
+
+# ---- a trial whose metric converged stops (issue 22): the callback is sweeps.trial.stop_when
+
+
+class StopWhenSpec(_Strict):
+    """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
+    ``reports`` validation reports in a row."""
+
+    metric: str
+    at_least: float | None = None
+    at_most: float | None = None
+    reports: int = Field(2, ge=1)
+
+    @field_validator("metric")
+    @classmethod
+    def _reported(cls, value: str) -> str:
+        if value not in FIT_METRICS:
+            raise ValueError(
+                f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> StopWhenSpec:
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError(
+                "give exactly one of at_least (a metric that rises, e.g. val/bleu) "
+                "and at_most (one that falls, e.g. val/loss)"
+            )
+        return self
+
+    def reached(self, value: float) -> bool:
+        return value >= self.at_least if self.at_least is not None else value <= self.at_most  # type: ignore[operator]
+
+    def describe(self) -> str:
+        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
+        return f"{self.metric} {bound} at {self.reports} report(s) in a row"

@@ -1,0 +1,171 @@
+"""The Lightning callbacks a trial trains with, and how it stops: the report to Ray after each
+validation (with a checkpoint and the validation hypotheses beside it), the fault the ``chaos``
+block injects, where Ray placed the trial, and the wait for the training thread when Tune stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from ray import tune
+
+from sweeps.errors import ChaosError
+from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE
+from sweeps.trial import phases
+from sweeps.trial.checkpoints import EXTRA_FILE, save_checkpoint_atomic
+
+
+class TuneReport(pl.Callback):
+    """Reports ``trainer.callback_metrics`` to Tune after each validation, with a checkpoint.
+
+    The project's own callback (rather than Ray's) so it always subclasses the same Lightning
+    ``Callback`` class as the Trainer in use.
+    """
+
+    def __init__(
+        self, time_offset: float = 0.0, extra_metrics: dict[str, Any] | None = None
+    ) -> None:
+        self.time_offset = time_offset
+        self.extra_metrics = dict(extra_metrics or {})
+        self.start = time.perf_counter()
+        self.last_reported_step = -1
+
+    def train_seconds(self) -> float:
+        return self.time_offset + time.perf_counter() - self.start
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self.report(trainer)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if (
+            STOP_REQUESTED.is_set()
+        ):  # Tune is stopping this trial between reports (see FinishOnStop)
+            raise SystemExit(0)
+
+    def report(self, trainer: pl.Trainer) -> None:
+        metrics = {
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if torch.is_tensor(v) and v.numel() == 1
+        }
+        metrics.update(self.extra_metrics)
+        metrics.update(
+            step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds()
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            with phases.phase("checkpoint"):
+                save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
+                if trainer.is_global_zero:
+                    Path(tmp, EXTRA_FILE).write_text(
+                        json.dumps({"train_time_s": metrics["train_time_s"]})
+                    )
+                    write_hypotheses(trainer.lightning_module, tmp)
+            with phases.phase(
+                "report"
+            ):  # Tune's report: the checkpoint copied into the trial's storage
+                self.send(metrics, tmp, trainer)
+        self.last_reported_step = trainer.global_step
+
+    def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
+        """Hand one report to Ray: here Tune's session; :mod:`sweeps.trial.ddp` sends to Ray Train."""
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir))
+
+
+def write_hypotheses(module: pl.LightningModule, folder: str) -> None:
+    """The validation hypotheses and references this report's BLEU was computed from, one sentence
+    a line, in the validation set's order, beside the checkpoint (``val_hypotheses.txt``,
+    ``val_references.txt``): the report's paired bootstrap between models reads them
+    (:mod:`sweeps.report.findings`) without decoding again or importing torch."""
+    decoded = getattr(module, "last_decoded", {}).get("val")
+    if decoded:
+        hyps, refs = decoded
+        Path(folder, HYPOTHESES_FILE).write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
+        Path(folder, REFERENCES_FILE).write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
+
+
+class Chaos(pl.Callback):
+    """Raises once at ``step`` (per trial, remembered in a marker file) to test fault tolerance."""
+
+    def __init__(self, step: int, marker: Path) -> None:
+        self.step = step
+        self.marker = marker
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step >= self.step and not self.marker.exists():
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            self.marker.write_text("failed once\n")
+            raise ChaosError(
+                f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)"
+            )
+
+
+def placement_metrics() -> dict[str, Any]:
+    """Where Ray placed this process: its node id, the GPU ids Ray assigned ("" for none) and the
+    share of a GPU it holds (``gpu_share``, e.g. 0.5 when trials pack two to a GPU). Reported with
+    every result, so a sweep's placement on a cluster can be read back."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {
+        "node_id": ctx.get_node_id(),
+        "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
+        "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0)),
+    }
+
+
+#: seconds a stopped trial's process waits for its training thread to close W&B (heatmaps included)
+STOP_GRACE_S = 120.0
+
+
+#: set by FinishOnStop when Tune stops the trial while it trains (a Ctrl-C of the sweep, say): the
+#: report callback then ends the fit at the next step, the way a scheduler's stop ends it at a report
+STOP_REQUESTED = threading.Event()
+
+
+class FinishOnStop:
+    """Mixin for Tune's function trainable (through the trainable's ``__mixins__``): when Tune
+    stops a trial, wait for the training thread to finish before the actor goes.
+
+    Ray's ``FunctionTrainable.cleanup`` lets the training thread go without waiting for it
+    (``session.finish(timeout=0)``), and the actor's process exits while the thread is still
+    unwinding the ``SystemExit`` of the stop. W&B's service then sees its client vanish mid-run and
+    abandons the run: a 7-byte ``.wandb`` file, state unknown. Waiting here lets
+    :func:`fit_trial` log the heatmaps and ``wandb.finish()`` the run first."""
+
+    def cleanup(self) -> None:
+        self._finish_training_thread()
+        super().cleanup()  # type: ignore[misc]
+
+    def reset_config(self, new_config) -> bool:
+        """The actor runs the next trial (``reuse_actors``): Tune gives the stopped trial's thread
+        only ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (2 s) to end, then fails the *next* trial ("Could
+        not re-use actor"); closing W&B and logging heatmaps takes longer. Wait here as on cleanup."""
+        self._finish_training_thread()
+        return super().reset_config(new_config)  # type: ignore[misc]
+
+    @staticmethod
+    def _finish_training_thread() -> None:
+        from ray.train._internal.session import get_session
+
+        session = get_session()
+        thread = getattr(session, "training_thread", None)
+        if (
+            session is not None
+            and session.training_started
+            and thread is not None
+            and thread.is_alive()
+        ):
+            session.stop_event.set()  # what session.finish does first: the thread leaves its report call
+            session.continue_lock.release()
+            STOP_REQUESTED.set()  # or, if it is training, at its next step
+            thread.join(timeout=STOP_GRACE_S)
