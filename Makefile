@@ -8,7 +8,7 @@ TORCH_CONSTRAINTS ?= requirements/cpu.txt
 PIP_CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
 SPEC ?= sweeps/quickstart.yaml
 
-.PHONY: venv sweep test test-slow bench docs docs-build docs-results clean
+.PHONY: venv sweep test test-fast test-slow lint format bench docs docs-build docs-results clean
 
 $(BIN)/.installed: pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,21 @@ sweep: venv
 test: venv
 	$(BIN)/python -m pytest -q --durations=15  # the slowest tests listed: the suite is kept under 6 min
 
+# the loop for someone changing one module: no Ray, no training (under a minute)
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow and not ray and not train"
+
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow
+
+# what CI checks before the tests: lint (with import order) and formatting, as configured in pyproject.toml
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 bench: venv
 	$(BIN)/python benchmarks/decode_speed.py --quick --output bench-out
@@ -40,20 +53,20 @@ docs: venv
 docs-build: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# docs/results/$(STUDY)/ regenerated: the study's cpu profile from scratch on this machine (3 seeds),
+# docs/results/$(SWEEP)/ regenerated: the sweep's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
-#   make docs-results STUDY=k_vs_length   (54 min on an idle 2-core CPU)
-#   make docs-results STUDY=scoring_functions
-#   make docs-results STUDY=minimal_k     (with its Optuna journal and decode probe table)
-STUDY ?= k_vs_length
+#   make docs-results SWEEP=k_vs_length   (54 min on an idle 2-core CPU)
+#   make docs-results SWEEP=scoring_functions
+#   make docs-results SWEEP=minimal_k     (with its Optuna journal and decode probe table)
+SWEEP ?= k_vs_length
 docs-results: venv
-	rm -rf sweep-results/docs/$(STUDY)
+	rm -rf sweep-results/docs/$(SWEEP)
 	@date -u +"start %Y-%m-%dT%H:%M:%SZ"
-	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py sweeps/$(STUDY).yaml --profile cpu --output sweep-results/docs
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py sweeps/$(SWEEP).yaml --profile cpu --output sweep-results/docs
 	@date -u +"end   %Y-%m-%dT%H:%M:%SZ"
-	mkdir -p docs/results/$(STUDY)
-	rm -f docs/results/$(STUDY)/*.png docs/results/$(STUDY)/paired_bootstrap.csv
-	cd sweep-results/docs/$(STUDY) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(STUDY)/
+	mkdir -p docs/results/$(SWEEP)
+	rm -f docs/results/$(SWEEP)/*.png docs/results/$(SWEEP)/paired_bootstrap.csv
+	cd sweep-results/docs/$(SWEEP) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(SWEEP)/
 
 clean:
 	rm -rf $(VENV) sweep-results bench-out site

@@ -1,0 +1,30 @@
+"""Sweeps over attention mechanisms on Ray Tune, Optuna and W&B: the map.
+
+The command is ``python sweeps/launch.py sweeps/<sweep>.yaml`` (:mod:`sweeps.launch`); the
+``*.yaml`` files beside it are the shipped sweeps. The packages, by where their code runs:
+
+- :mod:`sweeps.spec` -- the sweep file: load, schema (pydantic), grid expansion into cells and
+  units, validation of every key against the models' and datamodules' signatures.
+- :mod:`sweeps.run` -- the driver: the stages of a launch (``pipeline``), the one Tune experiment
+  (``experiment``), the Optuna searcher (``searcher``), early stopping (``schedulers``), trial
+  order (``packing``), the progress line (``console``), joining Ray (``cluster``) and the checks
+  before ``--resume`` (``resume_check``).
+- :mod:`sweeps.trial` -- the worker: the trainables (``trainable``, ``ddp``), what they share
+  (``kit``), their callbacks and checkpoints, the trial's settings, the ``stop_when`` rule, the
+  trial's W&B run (``wandb_logger``) and building the datamodule and module (``build``).
+- :mod:`sweeps.report` -- after the run: rows and results.csv (``results``), the summary rule,
+  results.md (``markdown``, ``local``), findings over seeds, plots, heatmaps, the W&B Report;
+  ``python -m sweeps.report DIR``.
+- :mod:`sweeps.timing` -- the decode-timing stage: each finished model timed alone on its device;
+  ``python -m sweeps.timing CKPT``.
+- :mod:`sweeps.moo` -- the multi-objective search: Pareto rungs, the decode-time probe, its report.
+- :mod:`sweeps.integrations` -- W&B's environment and its offline run files.
+
+And at the top: :mod:`sweeps.errors` (every exception), :mod:`sweeps.layout` (every output file
+name, atomic writes), :mod:`sweeps.storage` (storage faults seen by driver and trials) and
+:mod:`sweeps.assignments` (``KEY=VALUE`` command-line items).
+
+Words (``docs/glossary.md``): a *sweep* is one YAML file's run; a *cell* one point of its grid; a
+*unit* a cell and a seed; a *trial* one training run; an *Optuna study* Optuna's own object, one
+per unit.
+"""
