@@ -16,7 +16,7 @@ def plot_moo(
     import matplotlib
 
     matplotlib.use("Agg")
-    from sweeps.report.plots import save_figure
+    from sweeps.report.figures import save_figure
 
     if not views:
         return {}
