@@ -194,7 +194,7 @@ def grid_points(grid_dir: Path, search_sweep: Any, table: Any) -> tuple[dict[str
 def search_points(run_dir: Path) -> tuple[dict[str, list], int, int]:
     """Per length: (BLEU, decode seconds) of the search's finished trials; its training steps; the
     trials it sampled."""
-    from sweeps.moo.report import load_views
+    from sweeps.moo.views import load_views
 
     points: dict[str, list] = {}
     steps = sampled = 0

@@ -5,7 +5,9 @@ multi-objective study per (cell, seed), and early stopping that works with two o
 - :mod:`.pareto`   the maths: non-dominated sorting, crowding distance, 2-D hypervolume, the rung rule
 - :mod:`.probe`    ``decode_seconds`` while the study runs: an architecture-keyed decode-time probe
 - :mod:`.rungs`    the per-(cell, seed) Pareto rung scheduler (ASHA's rungs, Pareto rank instead of a quantile)
-- :mod:`.search`   the multi-objective searcher (baselines, constraints, PRUNED trials, intermediate values)
+- :mod:`.search`   the multi-objective searcher: Tune's interface (PRUNED trials, intermediate values, resume)
+- :mod:`.studies`  its bookkeeping: the objective reader, the Optuna studies, repeats, constraints, baselines
+- :mod:`.views`    the journal's studies read back: trials as points, fronts, hypervolume and its history
 - :mod:`.report`   results.md's section: fronts, constrained-out trials, hypervolume history, answer lines
 - :mod:`.plots`    the front and hypervolume-against-compute figures
 

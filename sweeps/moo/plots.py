@@ -11,12 +11,12 @@ from typing import Any
 def plot_moo(
     views: Sequence[Any], out_dir: Path, history: Callable[[Any], list[tuple[int, float]]]
 ) -> dict[str, Path]:
-    """Both figures for the views of :func:`sweeps.moo.report.load_views`; ``history``: a view's
-    (steps spent, hypervolume) steps (:func:`sweeps.moo.report.history`)."""
+    """Both figures for the views of :func:`sweeps.moo.views.load_views`; ``history``: a view's
+    (steps spent, hypervolume) steps (:func:`sweeps.moo.views.history`)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    from sweeps.report.plots import save_figure
+    from sweeps.report.figures import save_figure
 
     if not views:
         return {}

@@ -5,7 +5,7 @@
 
 Writes ``DIR/<attention>_<i>.png``, one per validation sentence (the first ``--n``): the alignment
 for every mechanism, and for memory attention the paper's Fig. 6-8 panels (alpha, beta, the
-combined alignment and the per-vector alignments; see :func:`sweeps.report.plots.heatmap_figure`).
+combined alignment and the per-vector alignments; see :func:`sweeps.report.figures.heatmap_figure`).
 
 The checkpoint's datamodule is rebuilt from its hyperparameters: the copy task with
 ``vocab_size = src_vocab_size - 4`` and ``max_length = max_source_len - 1`` (override with
@@ -74,7 +74,7 @@ def write_heatmaps(
     module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, n: int, prefix: str
 ) -> list[Path]:
     """One PNG per sentence of ``batch`` (the first ``n``); returns the paths."""
-    from sweeps.report.plots import heatmap_figure, save_figure
+    from sweeps.report.figures import heatmap_figure, save_figure
 
     items = module.attention_heatmaps(batch, max_items=n)
     paths = []

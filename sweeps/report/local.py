@@ -6,8 +6,8 @@
 Local report (in the sweep folder): ``results.md``, led (for a study with a length axis) by the
 paper's Table 1 layout (:func:`~sweeps.report.markdown.length_table`: one row per model, per length its
 BLEU and decode time), then the long table (:func:`~sweeps.report.markdown.paper_table`: one row per
-length and model), the Pareto table of BLEU vs decode time and the plots (:mod:`sweeps.report.plots`),
-among them ``pareto.png``: one point
+length and model), the Pareto table of BLEU vs decode time and the plots (:mod:`sweeps.report.plots`), and
+``pareto.png`` (:mod:`sweeps.report.figures`): one point
 per model (and length), BLEU against decode seconds, the Pareto front (no other point is both
 faster and at least as good) drawn and its points labelled, e.g. "memory K=32", so the table
 answers "which K buys how much BLEU for how much time".
@@ -20,7 +20,7 @@ says how many there are: it is not a speed figure.
 tables as Markdown and panels over the group's runs, and saves it (needs an API key and network).
 
 Where things are: the summary rule and the Pareto front (:mod:`sweeps.report.summary`), the tables and
-the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.report.plots`), the W&B Report
+the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.report.plots`, :mod:`sweeps.report.figures`), the W&B Report
 (:mod:`sweeps.report.wandb_report`); this module writes the page and is the command.
 """
 
@@ -43,7 +43,8 @@ def build_local_report(
 ) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
     multi-objective study, its section from ``optuna.journal``: :func:`sweeps.moo.report.write_section`)."""
-    from sweeps.report.plots import pareto_figure, plot_results, save_figure
+    from sweeps.report.figures import pareto_figure, save_figure
+    from sweeps.report.plots import plot_results
 
     df = read_results(sweep_dir / RESULTS_CSV)
     paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir))

@@ -5,8 +5,11 @@ checkpoint. One module per job:
   repeats, passes on a shared core or a slow machine thrown away, adaptive precision.
 - :mod:`~sweeps.timing.record`: what a timing is (``DecodeTiming``) and ``timing.json``.
 - :mod:`~sweeps.timing.checkpoint`: a checkpoint and its data rebuilt, timed (``time_checkpoint``).
+- :mod:`~sweeps.timing.jobs`: what the stage times and where: a job per finished trial
+  (``TimingJob``), the ``timing`` settings, a trial already timed, the lanes of a Ray cluster.
 - :mod:`~sweeps.timing.stage`: the sweep's stage after the Tune run, each finished trial timed
-  alone on a Ray node, ``timing.json`` beside it (``time_finished_trials``, ``run_timing_stage``).
+  alone on a Ray node (in pinned processes on CPU), ``timing.json`` beside it
+  (``time_finished_trials``, ``run_timing_stage``).
 - :mod:`~sweeps.timing.child`: the pinned process the stage times a checkpoint in.
 - :mod:`~sweeps.timing.cli`: the command, ``python -m sweeps.timing CKPT [options]``.
 - :mod:`~sweeps.timing.devices`: device names and CPU pinning, shared with ``benchmarks/``.

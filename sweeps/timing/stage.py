@@ -6,7 +6,8 @@ one Ray task per batch that holds a whole node's CPUs (or one whole GPU and the 
 GPU), so nothing else runs beside it. It writes ``timing.json`` next to each trial's results and
 skips trials already timed for the same checkpoint (so ``--resume`` never times a trial twice). On
 CPU a batch is timed in fresh processes pinned to their CPUs (:func:`time_checkpoints_pinned`,
-running :mod:`sweeps.timing.child`), each timing the batch's checkpoints one after another.
+running :mod:`sweeps.timing.child`), each timing the batch's checkpoints one after another. The
+jobs, the settings and the lanes they run on live in :mod:`sweeps.timing.jobs`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ import json
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
-
-from pydantic import ValidationError
+from typing import Any
 
 from sweeps.spec.schema import TimingSpec
 from sweeps.timing.checkpoint import (
@@ -30,124 +28,23 @@ from sweeps.timing.checkpoint import (
     checkpoint_fingerprint,
     time_checkpoint,
 )
-from sweeps.timing.devices import highest_cpus, run_child
+from sweeps.timing.devices import run_child
+from sweeps.timing.jobs import (
+    Lane,
+    TimingJob,
+    TimingOutcome,
+    already_timed,
+    lanes_for,
+    pick_cpus,
+)
 from sweeps.timing.measure import TimingError
 from sweeps.timing.record import (
-    TIMING_FILE,
     DecodeTiming,
     TimingRecord,
-    read_record,
     repeats_note,
     shared_core_note,
     write_json_atomic,
 )
-
-
-@dataclass(frozen=True)
-class TimingJob:
-    """One finished trial to time.
-
-    Args:
-        trial_id: the trial's id (written into the result).
-        checkpoint: its final Lightning checkpoint: a ``.ckpt`` file or a folder holding
-            ``checkpoint.ckpt`` (a path every node can read).
-        task: the trial plan's task section (``{"name": "copy", "max_length": 10, ...}``).
-        output_dir: where ``timing.json`` is written (the trial's results folder).
-        seed: the trial's seed (generated data such as the copy task's depend on it).
-        beam_size: None: the checkpoint's ``val_beam_size`` (the study's beam).
-        split: ``valid`` or ``test``.
-    """
-
-    trial_id: str
-    checkpoint: str
-    task: dict[str, Any]
-    output_dir: str
-    seed: int = 0
-    beam_size: int | None = None
-    split: str = "valid"
-
-    @property
-    def result_path(self) -> Path:
-        return Path(self.output_dir) / TIMING_FILE
-
-
-def timing_settings(**values: Any) -> TimingSpec:
-    """The stage's settings are a study's ``timing`` block (:class:`sweeps.spec.schema.TimingSpec`);
-    this makes one from keywords (the timing command's flags, tests), with a :class:`TimingError`
-    naming the setting and what it allows instead of pydantic's report."""
-    try:
-        return TimingSpec(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name, ctx = str(err["loc"][0]), err.get("ctx") or {}
-        bound = next(
-            (
-                (sym, ctx[key])
-                for key, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-                if key in ctx
-            ),
-            None,
-        )
-        if bound:
-            raise TimingError(
-                f"timing: {name} must be {bound[0]} {bound[1]}, got {err['input']!r}"
-            ) from None
-        if err["type"] == "literal_error":
-            allowed = ", ".join(get_args(TimingSpec.model_fields[name].annotation))
-            raise TimingError(
-                f"timing: {name} must be one of {allowed}, got {err['input']!r}"
-            ) from None
-        raise TimingError(f"timing: {name}: {err['msg']} (got {err['input']!r})") from None
-
-
-@dataclass(frozen=True)
-class TimingOutcome:
-    """One job's fate in a stage run: ``timed``, ``skipped`` (already timed) or ``error``."""
-
-    job: TimingJob
-    status: str
-    record: TimingRecord | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Lane:
-    """Where one timing job at a time runs: a node, holding ``cpus`` CPUs and ``gpus`` GPUs there."""
-
-    node_id: str
-    cpus: float
-    gpus: float = 0.0
-    device: str = "cpu"
-
-
-def already_timed(job: TimingJob) -> TimingRecord | None:
-    """The job's existing record when it is for the same checkpoint file, split and beam size."""
-    record = read_record(job.result_path)
-    if record is None:
-        return None
-    try:
-        same_checkpoint = record.fingerprint == checkpoint_fingerprint(job.checkpoint)
-    except TimingError:
-        return None
-    same_beam = job.beam_size is None or job.beam_size == record.timing.beam_size
-    return record if same_checkpoint and same_beam and record.split == job.split else None
-
-
-def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
-    """One lane per alive node holding all its CPUs, or with ``use_gpu`` one lane per GPU holding
-    that GPU and the node's CPUs divided by its GPUs. ``nodes`` as ``ray.nodes()`` returns them."""
-    lanes = []
-    for node in nodes:
-        if not node.get("Alive"):
-            continue
-        res = node.get("Resources") or {}
-        cpus, gpus = float(res.get("CPU", 0)), int(res.get("GPU", 0))
-        if use_gpu:
-            share = float(int(cpus // gpus)) if gpus else 0.0
-            lanes += [Lane(node["NodeID"], share, 1.0, "cuda") for _ in range(gpus)]
-        elif cpus >= 1:
-            lanes.append(Lane(node["NodeID"], cpus, 0.0, "cpu"))
-    return lanes
 
 
 def run_jobs(
@@ -239,20 +136,13 @@ def run_jobs(
     return out
 
 
-def pick_cpus(count: int, allowed: Iterable[int] | None = None) -> list[int]:
-    """``count`` CPUs to pin a timing process to (:func:`sweeps.timing.devices.highest_cpus`)."""
-    try:
-        return highest_cpus(count, allowed)
-    except ValueError as exc:
-        raise TimingError(f"timing {exc}; lower timing.threads") from None
-
-
 def time_checkpoint_pinned(
     checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any
 ) -> DecodeTiming:
     """:func:`~sweeps.timing.checkpoint.time_checkpoint` in a new Python process
-    (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs (:func:`pick_cpus`).
-    CPU only; the timing comes back with the CPUs it ran on. TimingError when it failed."""
+    (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs
+    (:func:`~sweeps.timing.jobs.pick_cpus`). CPU only; the timing comes back with the CPUs it ran
+    on. TimingError when it failed."""
     (got,) = time_checkpoints_pinned([(checkpoint, task, kwargs)])
     if isinstance(got, str):
         raise TimingError(got)
@@ -344,11 +234,11 @@ def run_timing_stage(
     """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
 
     Call after the Tune run, with Ray initialised. Jobs go in batches of
-    ``settings.models_per_process`` (:func:`run_jobs`), each batch a Ray task pinned to one lane (see
-    :func:`plan_lanes`): a whole node's CPUs, or one GPU with its share of the node's CPUs, so no
-    other Ray work shares its cores or GPU and lanes run one batch at a time. Jobs whose
-    ``timing.json`` already matches their checkpoint are skipped; a failed job is reported and the
-    others go on. ``timing.json`` is written by the driver, atomically.
+    ``settings.models_per_process`` (:func:`run_jobs`), each batch a Ray task pinned to one lane
+    (see :func:`~sweeps.timing.jobs.plan_lanes`): a whole node's CPUs, or one GPU with its share of
+    the node's CPUs, so no other Ray work shares its cores or GPU and lanes run one batch at a time.
+    Jobs whose ``timing.json`` already matches their checkpoint are skipped; a failed job is
+    reported and the others go on. ``timing.json`` is written by the driver, atomically.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -381,7 +271,7 @@ def run_timing_stage(
             say(f"[timing] trial {outcome.job.trial_id}: {outcome.error}")
     if pending:
         total, free_now = ray.cluster_resources(), ray.available_resources()
-        lanes = _lanes(settings, ray.nodes(), total)
+        lanes = lanes_for(settings, ray.nodes(), total)
         if free_now.get("CPU", 0) < total.get("CPU", 0):
             say(
                 f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "
@@ -423,22 +313,6 @@ def run_timing_stage(
                     f"{shared_core_note(t)}) -> {job.result_path}"
                 )
     return [outcomes[i] for i in range(len(jobs))]
-
-
-def _lanes(
-    settings: TimingSpec, nodes: Sequence[Mapping[str, Any]], total: Mapping[str, float]
-) -> list[Lane]:
-    has_gpu = float(total.get("GPU", 0)) > 0
-    if settings.device == "cuda" and not has_gpu:
-        raise TimingError(
-            "timing device cuda asked for, but the Ray cluster has no GPU; use cpu or auto"
-        )
-    lanes = plan_lanes(
-        nodes, use_gpu=settings.device == "cuda" or (settings.device == "auto" and has_gpu)
-    )
-    if not lanes:
-        raise TimingError("no alive Ray node with a CPU (or GPU) to time on")
-    return lanes
 
 
 def _last_line(exc: BaseException) -> str:

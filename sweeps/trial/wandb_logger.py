@@ -91,7 +91,7 @@ def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
         return
     import matplotlib.pyplot as plt
 
-    from sweeps.report.plots import heatmap_figure
+    from sweeps.report.figures import heatmap_figure
 
     batch = next(iter(dm.val_dataloader()))
     batch = {k: v.to(module.device) if torch.is_tensor(v) else v for k, v in batch.items()}

@@ -10,7 +10,7 @@ import torch
 
 from lightning_modules import Seq2SeqModule
 from lightning_modules.attention import ATTENTION_REGISTRY
-from sweeps.report import heatmaps, plots
+from sweeps.report import figures, heatmaps
 
 
 def check_png(path) -> np.ndarray:
@@ -47,12 +47,12 @@ def test_memory_figure_has_per_vector_panels():
         "beta": beta,
         "weights": beta @ alpha.T,
     }
-    fig = plots.heatmap_figure(item, "memory")
+    fig = figures.heatmap_figure(item, "memory")
     titles = [ax.get_title() for ax in fig.axes]
-    assert len(fig.axes) == 3 + plots.MAX_VECTOR_PANELS
+    assert len(fig.axes) == 3 + figures.MAX_VECTOR_PANELS
     top = int(np.argmax(beta.sum(0)))
     assert titles[3].startswith(f"vector k={top + 1} ")  # most-used vector first
-    plots.plt.close(fig)
+    figures.plt.close(fig)
 
 
 def test_heatmap_command_reads_a_checkpoint(tmp_path):
@@ -79,10 +79,10 @@ def test_memory_figure_grows_a_column_per_memory_vector(tmp_path):
     widths, heights = {}, {}
     for k in (3, 6):
         alpha, beta = rng.random((7, k)), rng.random((5, k))  # (S, K), (T, K)
-        fig = plots.heatmap_figure(
+        fig = figures.heatmap_figure(
             {"alpha": alpha, "beta": beta, "weights": beta @ alpha.T}, f"K={k}"
         )
         assert len(fig.axes) == 3 + k
-        image = check_png(plots.save_figure(fig, tmp_path / f"k{k}.png"))
+        image = check_png(figures.save_figure(fig, tmp_path / f"k{k}.png"))
         heights[k], widths[k] = image.shape[:2]
     assert heights[6] == heights[3] and widths[6] == pytest.approx(2 * widths[3], abs=2)

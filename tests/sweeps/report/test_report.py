@@ -10,8 +10,8 @@ import pytest
 
 from lightning_modules.metric_names import VAL_BLEU as BLEU
 from sweeps.report import local as report
+from sweeps.report.figures import pareto_figure
 from sweeps.report.markdown import length_table
-from sweeps.report.plots import pareto_figure
 from sweeps.report.results import DECODE_SECONDS as SEC
 from sweeps.report.summary import cell_summary, model_points, pareto_front
 from sweeps.report.wandb_report import build_wandb_report

@@ -11,14 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeps.report.findings import (
+from sweeps.report.findings import findings, scoring_findings, seed_sections
+from sweeps.report.stats import (
     bootstrap_table,
     cell_intervals,
-    findings,
     interval,
     paired_bootstrap,
-    scoring_findings,
-    seed_sections,
     verdict,
 )
 

@@ -28,6 +28,7 @@ from sweeps.timing.checkpoint import (
 )
 from sweeps.timing.cli import main, report_lines
 from sweeps.timing.devices import pinned
+from sweeps.timing.jobs import TimingJob, already_timed, pick_cpus, plan_lanes, timing_settings
 from sweeps.timing.measure import (
     MIN_REPEAT_S,
     TimingError,
@@ -36,16 +37,7 @@ from sweeps.timing.measure import (
     median_precision,
 )
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note
-from sweeps.timing.stage import (
-    TimingJob,
-    already_timed,
-    pick_cpus,
-    plan_lanes,
-    run_timing_stage,
-    time_checkpoint_pinned,
-    time_checkpoints_pinned,
-    timing_settings,
-)
+from sweeps.timing.stage import run_timing_stage, time_checkpoint_pinned, time_checkpoints_pinned
 from sweeps.trial.build import build_module
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,274 @@
+"""The statistics under results.md's seed sections (:mod:`sweeps.report.findings` judges and
+writes them): intervals over seeds, paired differences, verdicts against a margin, and the paired
+bootstrap over validation sentences.
+
+- **Per cell**: the summary rule's per-seed values (:func:`sweeps.report.summary.cell_summary`), their
+  mean ± std and a 95% Student-t interval over seeds (mean ± t(0.975, n-1) · std / √n).
+- **Comparisons** between two models at one length are paired by seed (the same seed gives both
+  the same training and validation data): the t-interval of the per-seed differences.
+- **A verdict** on such a difference against a margin: *held* when the whole 95% interval lies on
+  the finding's side of the margin, *contradicted* when it lies wholly on the other side, *not
+  shown* when it straddles.
+- **Paired bootstrap** (the validation sentences, not the seeds): sacrebleu's paired bootstrap
+  resampling (``sacrebleu.significance.PairedTest``, ``test_type="bs"``, 1,000 resamples, its fixed
+  seed 12345) over the validation hypotheses each trial saved beside its checkpoint
+  (``val_hypotheses.txt``), the seeds' sentences pooled; its p-value and each system's 95%
+  interval, and the 95% interval of the difference over the same resamples (sacrebleu's own BLEU
+  statistics; PairedTest reports no interval on the difference itself).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lightning_modules.metric_names import VAL_BLEU
+from sweeps.report.results import FINISHED, HYPOTHESES_FILE, REFERENCES_FILE, natural_order
+
+# Student's t, 0.975 quantile, by degrees of freedom (no scipy in the sweep extra)
+_T975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
+def interval(values) -> tuple[float, float, float, int]:
+    """(mean, std, half-width of the 95% t-interval, n) of ``values`` (NaN spread below 2 values)."""
+    v = np.asarray([x for x in values if pd.notna(x)], dtype=float)
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    if n == 1:
+        return float(v[0]), math.nan, math.nan, 1
+    sd = float(v.std(ddof=1))
+    return float(v.mean()), sd, t975(n - 1) * sd / math.sqrt(n), n
+
+
+def per_seed(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """The summary rule's chosen trial per (cell, seed): the best finished one by ``metric``."""
+    done = df[df["status"].isin(FINISHED)] if "status" in df else df
+    done = done.dropna(subset=[metric]) if metric in done else done
+    return (
+        done.sort_values(metric, ascending=mode == "min", kind="stable")
+        .groupby(["cell", "seed"], dropna=False)
+        .head(1)
+    )
+
+
+def cell_intervals(
+    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max", column: str = VAL_BLEU
+) -> pd.DataFrame:
+    """Per cell: ``length``, ``model``, ``mean``, ``std``, ``ci`` (half-width), ``low``, ``high``, ``n``."""
+    best = per_seed(df, metric, mode)
+    rows = []
+    for cell, g in best.groupby("cell", sort=False):
+        mean, sd, ci, n = interval(g[column])
+        rows.append(
+            {
+                "cell": cell,
+                "length": g["length"].iloc[0] if "length" in g else None,
+                "model": g["model"].iloc[0],
+                "mean": mean,
+                "std": sd,
+                "ci": ci,
+                "low": mean - ci,
+                "high": mean + ci,
+                "n": n,
+            }
+        )
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.sort_values(
+        ["length", "model"], na_position="first", kind="stable", key=natural_order
+    ).reset_index(drop=True)
+
+
+def paired_difference(
+    best: pd.DataFrame, length: Any, a: str, b: str, column: str = VAL_BLEU
+) -> tuple[float, float, int]:
+    """(mean, half-width, n) of ``a`` − ``b`` at ``length``, paired by seed."""
+    at = best[best["length"] == length] if "length" in best else best
+    va = at[at["model"] == a].set_index("seed")[column]
+    vb = at[at["model"] == b].set_index("seed")[column]
+    diffs = (va - vb).dropna()
+    mean, _, ci, n = interval(diffs)
+    return mean, ci, n
+
+
+def verdict(mean: float, ci: float, n: int, margin: float, side: str) -> str:
+    """``side`` "above": the finding says the quantity exceeds ``margin``; "below": it stays under;
+    "within": it stays between -``margin`` and ``margin``."""
+    if n < 2 or pd.isna(ci):
+        return "not shown"
+    low, high = mean - ci, mean + ci
+    if side == "within":
+        return (
+            "held"
+            if -margin < low and high < margin
+            else "contradicted"
+            if low > margin or high < -margin
+            else "not shown"
+        )
+    if side == "above":
+        return "held" if low > margin else "contradicted" if high < margin else "not shown"
+    return "held" if high < margin else "contradicted" if low > margin else "not shown"
+
+
+def estimate(mean: float, ci: float) -> str:
+    """A finding's estimate as the tables print it: ``+1.23 ± 0.45`` (empty without a mean)."""
+    return "" if pd.isna(mean) else f"{mean:+.2f}" + ("" if pd.isna(ci) else f" ± {ci:.2f}")
+
+
+def memory_models(best: pd.DataFrame) -> list[str]:
+    return [m for m in best["model"].unique() if str(m).startswith("memory K=")]
+
+
+def memory_k(model: str) -> int:
+    return int(str(model).split("K=")[1].split()[0])
+
+
+def best_memory(best: pd.DataFrame, length: Any) -> str | None:
+    """The memory model with the highest mean BLEU at ``length`` (chosen on the same data it is
+    judged on: a selection that flatters memory attention a little)."""
+    at = best[(best["length"] == length) & best["model"].isin(memory_models(best))]
+    if at.empty:
+        return None
+    return str(at.groupby("model")[VAL_BLEU].mean().idxmax())
+
+
+# -- the paired bootstrap on the validation sentences -----------------------------------------------
+
+
+def _read_lines(checkpoint: Any, name: str) -> list[str] | None:
+    if not isinstance(checkpoint, str) or not checkpoint:
+        return None
+    path = Path(checkpoint).parent / name
+    return path.read_text().splitlines() if path.is_file() else None
+
+
+def paired_bootstrap(
+    system: list[str], baseline: list[str], refs: list[str], n_samples: int = 1000
+) -> dict[str, float]:
+    """sacrebleu's paired bootstrap of ``system`` against ``baseline`` (BLEU, tokenize none):
+    ``diff`` (system − baseline), ``low``/``high`` (95% over the resamples), ``p`` and each
+    system's bootstrap 95% half-width."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    metric = BLEU(tokenize="none")
+    test = PairedTest(
+        [("baseline", baseline), ("system", system)],
+        {"BLEU": metric},
+        [refs],
+        test_type="bs",
+        n_samples=n_samples,
+    )
+    _, scores = test()
+    base, sys_ = scores["BLEU"][0], scores["BLEU"][1]
+    # the difference's interval over resamples drawn as PairedTest draws them (seed 12345)
+    rng = np.random.default_rng(test._seed)
+    idx = rng.choice(len(system), size=(n_samples, len(system)), replace=True)
+    s_sys = np.array(metric._extract_corpus_statistics(system, [refs]), dtype="float64")
+    s_base = np.array(metric._extract_corpus_statistics(baseline, [refs]), dtype="float64")
+    diffs = np.array(
+        [
+            metric._compute_score_from_stats(s_sys[i].sum(0)).score
+            - metric._compute_score_from_stats(s_base[i].sum(0)).score
+            for i in idx
+        ]
+    )
+    # sacrebleu counts resampled |differences| strictly above the observed one: two systems with the
+    # same statistics on every sentence (both at BLEU 100, say) would get p = 1/(n+1); they differ in nothing
+    p = 1.0 if not np.any(s_sys != s_base) else float(sys_.p_value)
+    return {
+        "diff": sys_.score - base.score,
+        "low": float(np.percentile(diffs, 2.5)),
+        "high": float(np.percentile(diffs, 97.5)),
+        "p": p,
+        "system_ci": float(sys_.ci),
+        "baseline_ci": float(base.ci),
+    }
+
+
+def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """Per length: the best memory model against Bahdanau, the seeds' validation sentences pooled
+    (each paired with the same sentence of the same seed). Lengths whose trials saved no
+    hypotheses (an older run) are left out."""
+    best = per_seed(df, metric, mode)
+    rows = []
+    if best.empty or "length" not in best or "checkpoint" not in best:
+        return pd.DataFrame()
+    for length in sorted(best["length"].dropna().unique()):
+        top = best_memory(best, length)
+        if top is None or "bahdanau" not in set(best["model"]):
+            continue
+        at = best[best["length"] == length]
+        sys_h, base_h, refs, seeds = [], [], [], []
+        for seed, g in at.groupby("seed"):
+            a, b = g[g["model"] == top], g[g["model"] == "bahdanau"]
+            if a.empty or b.empty:
+                continue
+            ha, hb = (
+                _read_lines(a["checkpoint"].iloc[0], HYPOTHESES_FILE),
+                _read_lines(b["checkpoint"].iloc[0], HYPOTHESES_FILE),
+            )
+            ra, rb = (
+                _read_lines(a["checkpoint"].iloc[0], REFERENCES_FILE),
+                _read_lines(b["checkpoint"].iloc[0], REFERENCES_FILE),
+            )
+            if not (ha and hb and ra) or ra != rb or len(ha) != len(ra) or len(hb) != len(rb):
+                continue
+            sys_h += ha
+            base_h += hb
+            refs += ra
+            seeds.append(int(seed))
+        if not refs:
+            continue
+        r = paired_bootstrap(sys_h, base_h, refs)
+        rows.append(
+            {
+                "length": int(length),
+                "memory": top,
+                "seeds": ",".join(map(str, seeds)),
+                "sentences": len(refs),
+                **{k: round(v, 4) for k, v in r.items()},
+            }
+        )
+    return pd.DataFrame(rows)
