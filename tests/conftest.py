@@ -37,6 +37,7 @@ def pytest_collection_modifyitems(config, items):
     down a local instance: the new GCS takes the old driver's exit for its own driver's and kills
     every actor it creates ("Actor may be already destroyed"). The reverse order works.
     """
+    _mark_ray_and_training(items)
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
     items.sort(
         key=lambda item: (
@@ -47,6 +48,33 @@ def pytest_collection_modifyitems(config, items):
             else 1
         )
     )
+
+
+#: test modules whose every test starts Ray (a local instance, a `ray start` head or a
+#: ray.cluster_utils cluster) and runs sweeps through the launcher
+RAY_MODULES = {
+    "test_sweep",
+    "test_experiment",
+    "test_address",
+    "test_storage_faults",
+    "test_cluster",
+}
+#: fixtures that start Ray, or that train models (module-scoped: the first test that uses one pays
+#: for all, so every test that uses one is marked)
+RAY_FIXTURES = {"local_ray", "cluster", "head", "surfaces", "lost_node"}
+TRAINING_FIXTURES = {"copy_ckpts", "wmt_ckpt", "runs", "uninterrupted"}
+
+
+def _mark_ray_and_training(items) -> None:
+    """``ray`` and ``train`` markers, besides those written on the tests themselves, so that
+    ``make test-fast`` (``-m "not slow and not ray and not train"``) stays under a minute."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = getattr(getattr(item, "module", None), "__name__", "").rpartition(".")[2]
+        if module in RAY_MODULES or fixtures & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+        if fixtures & TRAINING_FIXTURES:
+            item.add_marker(pytest.mark.train)
 
 
 # ----------------------------------------------------------------------------------------------

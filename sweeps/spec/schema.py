@@ -142,6 +142,7 @@ class WandbSpec(_Strict):
     entity: str | None = None
     group: str | None = None
     tags: list[str] = Field(default_factory=list)
+    notes: str | None = None  # every run's W&B notes (the run page's description)
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
     log_heatmaps: bool = True
 

@@ -69,6 +69,7 @@ def make_wandb_logger(
         entity=wb.entity,
         group=wb.group or settings.name,
         tags=list(wb.tags),
+        notes=wb.notes,
         name=f"{plan.cell.name} seed={plan.seed}"
         + (f" [{trial_name}]" if settings.has_search else ""),
         id=trial_id,

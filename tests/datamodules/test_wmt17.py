@@ -103,6 +103,7 @@ print(json.dumps([hit, tok_hit, len(corpus), corpus.n_tokens]))
 """
 
 
+@pytest.mark.train
 def test_two_processes_at_once_build_each_cache_once(tmp_path):
     bpe_py = Path(__file__).resolve().parents[2] / "datamodules" / "bpe.py"
     ready, marker, cache = tmp_path / "ready", tmp_path / "trainings", tmp_path / "cache"
@@ -156,6 +157,7 @@ def test_round_trip_text_ids_text_is_exact(dm):
     assert dm.ids_to_text(torch.tensor([dm.bos_id, *dm.text_to_ids("Haus"), dm.pad_id])) == "Haus"
 
 
+@pytest.mark.train
 @pytest.mark.skipif(
     not SAMPLE.is_dir(), reason=f"needs the sample corpus at {SAMPLE} (set MEMATTN_SHARED_DATA)"
 )
@@ -351,6 +353,7 @@ def _hub_folder(root: Path) -> Path:
     return root
 
 
+@pytest.mark.train
 def test_hf_source_loads_a_datasets_folder_and_trains_the_same_pipeline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -310,6 +310,7 @@ print(json.dumps([report.outcome, sum(report.received.values())]))
 """
 
 
+@pytest.mark.train
 def test_two_processes_at_once_download_once(server, release, tmp_path):
     server.delay = 0.01  # ~30 chunks: the first fetch is still downloading when the second starts
     ready = tmp_path / "ready"
@@ -560,6 +561,7 @@ def test_a_server_error_that_lasts_does_not_blame_the_address(server, tmp_path, 
     assert final_files(tmp_path) == []
 
 
+@pytest.mark.train
 def test_ctrl_c_says_how_to_resume_and_keeps_every_byte_received(server, release, tmp_path):
     """A real SIGINT to the command while it waits for more of corpus.tc.de.gz: one line on
     stderr, status 130, and the partial file holds the 5,000 bytes that had arrived."""
@@ -679,6 +681,7 @@ def test_an_empty_file_in_the_layout_is_fetched_again(server, tmp_path):
     assert (tmp_path / "train.de").read_bytes() == expected_layout()["train.de"]
 
 
+@pytest.mark.train
 def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path, quiet_trainer):
     import lightning.pytorch as pl
 

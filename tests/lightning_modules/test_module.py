@@ -211,6 +211,7 @@ def test_attention_heatmaps_data():
     assert model.training  # restored
 
 
+@pytest.mark.train
 def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
     attention = "memory" if "memory" in ATTENTION_REGISTRY else "none"
     kwargs = {"attention_kwargs": {"K": 4}} if attention == "memory" else {}
@@ -249,6 +250,7 @@ def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
     )
 
 
+@pytest.mark.train
 def test_import_pulls_in_no_orchestration_or_plotting():
     """Our packages import none of ray/optuna/wandb/matplotlib. (torchmetrics, which Lightning
     imports, itself loads matplotlib when it is installed; that is measured and allowed.)"""

@@ -69,6 +69,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+@pytest.mark.train
 def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(runs):
     data = run_log(runs["long"]).read_bytes()
     assert len(data) > 3 * BLOCK, "the run must span blocks for this test to mean anything"
@@ -78,6 +79,7 @@ def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(runs):
         read_chunks(data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])
 
 
+@pytest.mark.train
 def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_path):
     before = inspect(runs["long"])
     values = {"decode_seconds": 0.01234, "decode_seconds_iqr": 0.0002, "decode_contended": True}
@@ -100,6 +102,7 @@ def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_pa
         add_run_summary("offline", runs["root"], "missing1", {"decode_seconds": 0.5})
 
 
+@pytest.mark.train
 def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path):
     good = make_offline_run(tmp_path, "good0001", 3)
     dead = make_offline_run(tmp_path, "dead0001", 3, finish=False)

@@ -573,6 +573,7 @@ def dry_run(tmp_path, spec):
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.train
 def test_dry_run_accepts_a_multi_objective_study(tmp_path):
     code, out, err = dry_run(tmp_path, moo_spec())
     assert code == 0, err
@@ -714,6 +715,7 @@ def test_results_md_says_why_each_trial_stopped():
 # -- a tiny study, end to end: real Ray, real Optuna, W&B offline ----------------------------------
 
 
+@pytest.mark.ray
 def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch):
     """Interrupted (a real SIGINT when the baseline and two searched trials have finished) and
     resumed: the rung rule goes on comparing with what was recorded before the stop."""

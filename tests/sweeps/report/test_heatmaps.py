@@ -23,6 +23,7 @@ def check_png(path) -> np.ndarray:
     return image
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("name", sorted(ATTENTION_REGISTRY))
 def test_heatmap_command_writes_a_png_per_mechanism(name, tmp_path):
     argv = ["--attention", name, "--output", str(tmp_path), "--n", "1", "--max-length", "6"]
@@ -55,6 +56,7 @@ def test_memory_figure_has_per_vector_panels():
     figures.plt.close(fig)
 
 
+@pytest.mark.train
 def test_heatmap_command_reads_a_checkpoint(tmp_path):
     torch.manual_seed(0)
     module = Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 3}, max_source_len=9)
@@ -72,6 +74,7 @@ def test_heatmap_command_reads_a_checkpoint(tmp_path):
     check_png(paths[1])
 
 
+@pytest.mark.train
 def test_memory_figure_grows_a_column_per_memory_vector(tmp_path):
     """Six vectors draw twice as wide as three (one panel each below alpha, beta and the combined
     alignment), at the same height: the panels are not squeezed."""

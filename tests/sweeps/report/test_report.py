@@ -321,6 +321,7 @@ def test_a_contended_time_is_marked_in_every_table_and_counted(tmp_path):
     }
 
 
+@pytest.mark.train
 def test_a_contended_points_stay_in_the_front_marked_and_the_rule_is_stated(tmp_path):
     # memory K=4 at L=10 contended (1.8x slower) is still on the front: it keeps its place, marked
     md = written_report(tmp_path, sweep_rows(contended={("memory K=4", 10, 0)}))

@@ -94,6 +94,7 @@ def max_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa)
 
 
+@pytest.mark.train
 @pytest.mark.parametrize(
     "stop_at", [5, 10, 25], ids=["mid-epoch-0", "epoch-boundary", "mid-epoch-2"]
 )

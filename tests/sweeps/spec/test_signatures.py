@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sweeps.spec.signatures import source_key
@@ -61,6 +62,7 @@ def probe(cache: Path, *specs: str) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.train
 def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(tmp_path):
     cache = tmp_path / "cache"
     good = spec_file(tmp_path, "good")
@@ -83,6 +85,7 @@ def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(
     assert "grid.model[0].K: 0 is out of range" in warm[3]["error"] and ">= 1" in warm[3]["error"]
 
 
+@pytest.mark.train
 def test_a_damaged_cache_file_is_rebuilt(tmp_path):
     cache = tmp_path / "cache"
     good = spec_file(tmp_path, "good")
@@ -107,6 +110,7 @@ def test_the_key_follows_the_source(tmp_path):
     assert source_key([pkg], ("torch==1",)) != source_key([pkg], ("torch==2",))
 
 
+@pytest.mark.train
 def test_headline_options_are_read_from_the_cache_without_torch(tmp_path):
     """Results, tables and plots ask each mechanism's headline option (memory attention's K) through
     the cache: a warm cache answers without importing torch."""

@@ -149,6 +149,8 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
             ["metric.name", "timing stage"],
         ),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
+        # CONTRIBUTING's recipe for a new key, done once: wandb.notes is checked like any key
+        (lambda s: s.update(wandb={"notes": [1]}), ["wandb.notes", "string"]),
         (
             lambda s: s["task"].update(max_lenght=7),
             ["task.max_lenght", "unknown copy task setting", "max_length"],
@@ -231,6 +233,7 @@ def error_of_override(over):
     return str(info.value)
 
 
+@pytest.mark.train
 def test_cli_reports_bad_spec_without_traceback(tmp_path):
     raw = base_spec()
     raw["model"]["attention_dim"] = 8  # a bahdanau option, invalid for the none/memory variants

@@ -126,6 +126,7 @@ def test_checkpoints_carry_their_data_settings(copy_ckpts):
     assert wmt == {"name": "wmt17", "data_dir": "d", "test_prefix": ""}
 
 
+@pytest.mark.train
 def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts):
     module = load_module(copy_ckpts["bahdanau"])
     dm = CopyTaskDataModule(**COPY)
@@ -186,6 +187,7 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
     assert DecodeTiming.from_dict(json.loads(json.dumps(timing.to_dict()))) == timing
 
 
+@pytest.mark.train
 def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp_path):
     out = tmp_path / "timing.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -222,6 +224,7 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
 
 
+@pytest.mark.train
 def test_command_on_a_wmt_checkpoint_valid_split(wmt_ckpt, capsys):
     ckpt, options = wmt_ckpt
     assert main([str(ckpt), "--split", "valid", "--repeats", "2", "--beam", "2", *options]) == 0
@@ -236,6 +239,7 @@ def one_line_error(capsys) -> str:
     return err
 
 
+@pytest.mark.train
 def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert main([str(tmp_path / "nope.ckpt")]) == 2
     assert "not found" in one_line_error(capsys)
@@ -329,6 +333,7 @@ def local_ray():
     os.environ.update(saved)
 
 
+@pytest.mark.train
 def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ckpts, tmp_path):
     jobs = []
     for name, ckpt in copy_ckpts.items():
@@ -407,6 +412,7 @@ def test_pinned_timing_picks_the_highest_cpus_and_refuses_more_than_there_are():
         pick_cpus(3, [0, 1])
 
 
+@pytest.mark.train
 def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
     ckpt = copy_ckpts["memory"]
     pinned = time_checkpoint_pinned(
@@ -443,6 +449,7 @@ def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
         time_checkpoint_pinned(ckpt, {"name": "copy", **COPY, "bogus": 1}, seed=0, threads=1)
 
 
+@pytest.mark.train
 def test_one_process_times_a_batch_one_after_another_and_a_bad_job_fails_alone(copy_ckpts):
     options = dict(
         seed=0,
@@ -488,6 +495,7 @@ def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():
     assert clean_passes(passes[:2], best=0.0018) == [False, False]
 
 
+@pytest.mark.train
 def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(
     copy_ckpts, monkeypatch
 ):
@@ -534,6 +542,7 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
     assert "WARNING" in line and "quiet machine" in line
 
 
+@pytest.mark.train
 def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repeat_passes(
     copy_ckpts,
 ):
@@ -630,6 +639,7 @@ def test_a_caller_that_knows_the_machines_speed_is_not_calibrated_again(copy_ckp
         )
 
 
+@pytest.mark.train
 def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():
     from sweeps.timing.record import DecodeTiming
 
