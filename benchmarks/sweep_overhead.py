@@ -1,4 +1,4 @@
-"""The orchestration tax: a study's trainings in a plain Lightning loop against the launcher.
+"""The orchestration tax: a sweep's trainings in a plain Lightning loop against the launcher.
 
     .venv/bin/python benchmarks/sweep_overhead.py            # sweeps/quickstart.yaml as it is (~3-4 min on 2 cores)
     .venv/bin/python benchmarks/sweep_overhead.py --quick    # the same trials, 300 steps on 4,000 sequences
@@ -7,7 +7,7 @@
 
 In one run:
 
-1. **plain**: every trial of the study (``sweeps/quickstart.yaml``) trained by a plain Lightning
+1. **plain**: every trial of the sweep (``sweeps/quickstart.yaml``) trained by a plain Lightning
    ``Trainer`` with the trial's own settings (seed, data, model, trainer section, torch threads),
    each in a fresh process, as many at a time as the launcher runs (two on a 2-core machine); no
    Ray, W&B, checkpoints, report or timing stage.

@@ -18,7 +18,7 @@ once (a real trial's metric keys, a tiny checkpoint) and returns. It prints per 
 - driver memory: growth of the driver's peak RSS over the run / N (and the peak itself);
 
 and the ratio of bytes per trial N=max / N=min (linear growth: near 1.0). ``--dry-run-cells``
-times ``launch.py --dry-run`` of a study of that many cells in a fresh process, cold and then warm
+times ``launch.py --dry-run`` of a sweep of that many cells in a fresh process, cold and then warm
 (sweeps/spec/signatures.py), and says how much of the cold one is importing torch and Lightning. Figures go to ``DIR/sweep_scale.csv`` / ``.md``.
 """
 
@@ -117,7 +117,7 @@ def run_one(n: int, out: Path) -> dict[str, Any]:
     settings = make_settings(sweep, paths, "disabled", fit)
     rss_before = peak_rss_mb()
     start = time.perf_counter()
-    with redirect_stdout(io.StringIO()):  # the study's console: not what is measured
+    with redirect_stdout(io.StringIO()):  # the sweep's console: not what is measured
         grid = run_tune(
             sweep, paths, settings, fit, resume=False, verbose=1, trainable_fn=stand_in_trial
         )

@@ -1,7 +1,7 @@
 """Run a sweep: ``python sweeps/launch.py sweeps/k_vs_length.yaml [options]``.
 
     --dry-run              validate, print the trial table and count, start nothing
-    --profile NAME         apply the study's named profile of overrides (its `profiles:` block)
+    --profile NAME         apply the sweep's named profile of overrides (its `profiles:` block)
     --smoke                the plumbing profile: the same grid, scaled down (tiny model, few steps)
                            to finish in minutes on CPU; proves nothing about the science
     --resume               continue an interrupted sweep: finished trials are kept, the rest
@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profile",
         default=None,
         metavar="NAME",
-        help="apply the study's named profile of overrides",
+        help="apply the sweep's named profile of overrides",
     )
     p.add_argument(
         "--smoke",

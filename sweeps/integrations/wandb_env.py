@@ -1,4 +1,4 @@
-"""W&B's mode for a study (online with credentials, offline without) and the upload hint.
+"""W&B's mode for a sweep (online with credentials, offline without) and the upload hint.
 The API key is never read into the sweep: wandb finds it in the environment or its own login."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def resolve_wandb_mode(mode: str) -> str:
 
 
 def wandb_sync_hint(out_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
-    """The command that uploads a study's offline runs (wandb >= 0.30 takes the run folders as
+    """The command that uploads a sweep's offline runs (wandb >= 0.30 takes the run folders as
     paths; ``--include-offline`` is gone), and the runs it leaves out with why. ``wandb sync``
     stops at the first run it cannot read and still exits 0, so a run that is not complete is
     named here and the command lists the others one by one."""

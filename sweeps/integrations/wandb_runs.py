@@ -1,4 +1,4 @@
-"""A study's W&B runs after training: the decode-timing stage's figures added to each trial's run,
+"""A sweep's W&B runs after training: the decode-timing stage's figures added to each trial's run,
 and the offline runs checked before the upload command is printed.
 
 A trial's W&B run is written by the trial's own process and closed when the trial ends; its

@@ -3,7 +3,7 @@ down), constraints (absolute, or relative to a baseline model in the same grid c
 multi-objective study per (cell, seed), and early stopping that works with two objectives.
 
 - :mod:`.pareto`   the maths: non-dominated sorting, crowding distance, 2-D hypervolume, the rung rule
-- :mod:`.probe`    ``decode_seconds`` while the study runs: an architecture-keyed decode-time probe
+- :mod:`.probe`    ``decode_seconds`` while the sweep runs: an architecture-keyed decode-time probe
 - :mod:`.rungs`    the per-(cell, seed) Pareto rung scheduler (ASHA's rungs, Pareto rank instead of a quantile)
 - :mod:`.search`   the multi-objective searcher: Tune's interface (PRUNED trials, intermediate values, resume)
 - :mod:`.studies`  its bookkeeping: the objective reader, the Optuna studies, repeats, constraints, baselines

@@ -180,7 +180,7 @@ def isotonic(values: list[float]) -> list[float]:
 def build_estimates(
     sweep: Any, out_dir: Path, say: Callable[[str], None] = print
 ) -> DecodeEstimates:
-    """The probe stage: every architecture the study may sample, timed alone before Tune starts;
+    """The probe stage: every architecture the sweep may sample, timed alone before Tune starts;
     ``decode_probe.json`` in ``out_dir`` is read first and only what it lacks is measured."""
     from sweeps.spec.objectives import baseline_of
 

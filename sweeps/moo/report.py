@@ -6,8 +6,8 @@ Per (cell, seed) study: the Pareto front of the feasible finished trials (object
 search saw them: ``decode_seconds`` is the decode probe's figure, with the timing stage's beside
 it), the trials the constraints ruled out (shown apart, with the constraint each broke), how many
 the rung rule stopped, the hypervolume and its history against the training steps spent, and one
-line per cell answering the study's question: the smallest K that met every constraint. Then how
-close the probe came to the timing stage. The studies are read by :mod:`sweeps.moo.views`.
+line per cell answering the sweep's question: the smallest K that met every constraint. Then how
+close the probe came to the timing stage. The sweeps are read by :mod:`sweeps.moo.views`.
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ class MooSearcher(StudyBook, SweepSearcher):
 
 
 def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
-    """The probe stage (:func:`.probe.build_estimates`), then the searcher of a study with
+    """The probe stage (:func:`.probe.build_estimates`), then the searcher of a sweep with
     ``objectives``: one multi-objective Optuna study per (cell, seed) in ``optuna.journal``."""
     import os
 

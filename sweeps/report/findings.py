@@ -43,9 +43,9 @@ INTERVAL_RULE = (
 
 
 def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> list[dict[str, Any]]:
-    """The paper's Table 1 findings (§4.1.2) that this study's cells can judge, one row per finding
+    """The paper's Table 1 findings (§4.1.2) that this sweep's cells can judge, one row per finding
     and length: ``finding``, ``length``, ``quantity``, ``estimate`` (mean ± 95% half-width),
-    ``verdict``. Empty when the study lacks the models a finding compares."""
+    ``verdict``. Empty when the sweep lacks the models a finding compares."""
     best = per_seed(df, metric, mode)
     if best.empty or "length" not in best or best["length"].isna().all():
         return []

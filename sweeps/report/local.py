@@ -3,7 +3,7 @@
     python -m sweeps.report sweep-results/k_vs_length                # results.md + PNGs
     python -m sweeps.report sweep-results/k_vs_length --wandb --entity ME --project memory-attention
 
-Local report (in the sweep folder): ``results.md``, led (for a study with a length axis) by the
+Local report (in the sweep folder): ``results.md``, led (for a sweep with a length axis) by the
 paper's Table 1 layout (:func:`~sweeps.report.markdown.length_table`: one row per model, per length its
 BLEU and decode time), then the long table (:func:`~sweeps.report.markdown.paper_table`: one row per
 length and model), the Pareto table of BLEU vs decode time and the plots (:mod:`sweeps.report.plots`), and

@@ -68,7 +68,7 @@ def length_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     columns ``L=<n> BLEU`` and ``L=<n> decode s`` (:func:`cell_summary`'s mean ± std over seeds,
     a contended decode time marked †, "–" where the model was not run at that length).
 
-    Empty when the study has no length axis, or its cells differ in more than length and model
+    Empty when the sweep has no length axis, or its cells differ in more than length and model
     (then the long table, by cell, is the table)."""
     return _length_table(cell_summary(df, metric, mode))
 
@@ -154,7 +154,7 @@ def pareto_notes(points: pd.DataFrame, timed: bool = True) -> list[str]:
         for length, g in points.groupby("length", dropna=False):
             k = int(contended[g.index].sum())
             if k:
-                name = f"L={length}" if pd.notna(length) else "the study"
+                name = f"L={length}" if pd.notna(length) else "the sweep"
                 shaky.append(f"{name} ({k} of {len(g)} decode times contended)")
         lines.append(
             "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."
@@ -163,7 +163,7 @@ def pareto_notes(points: pd.DataFrame, timed: bool = True) -> list[str]:
 
 
 def seeds_line(df: pd.DataFrame, summary: pd.DataFrame) -> str:
-    """How many seeds the study has, what a figure is over them, and the cells with fewer."""
+    """How many seeds the sweep has, what a figure is over them, and the cells with fewer."""
     seeds = sorted(pd.unique(df["seed"].dropna())) if "seed" in df else []
     names = ", ".join(str(s) for s in seeds)
     if len(seeds) <= 1:
@@ -195,7 +195,7 @@ def timing_warning(summary: pd.DataFrame, timed: bool) -> str:
     marked, shown = contended_count(summary)
     if marked and marked == shown:
         return (
-            f"**The decode times in this study are not speed figures:** all {shown} are contended ({DAGGER}): "
+            f"**The decode times in this sweep are not speed figures:** all {shown} are contended ({DAGGER}): "
             f"{CONTENDED_MEANING}; {RETIME_HINT}."
         )
     return ""
@@ -265,7 +265,7 @@ def results_sections(
 ) -> list[tuple[str, str]]:
     """The report's text, shared by results.md and the W&B Report: (heading, Markdown) pairs, the
     first with heading "" (the preamble: a warning when no decode time is a speed figure, the
-    summary rule, seeds and trial counts). Then, for a study with a length axis, the paper's
+    summary rule, seeds and trial counts). Then, for a sweep with a length axis, the paper's
     layout (:func:`length_table`); the long table (:func:`paper_table`); the Pareto front; the
     failed trials."""
     summary = cell_summary(df, metric, mode)

@@ -30,7 +30,7 @@ LINE_MARKERS = [
 
 def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.summary.cell_summary`` (one row per cell, mean +- std
-    over seeds of each seed's best trial), each only where the study has the axis it draws:
+    over seeds of each seed's best trial), each only where the sweep has the axis it draws:
 
     - BLEU: ``bleu_vs_<option>.png`` per headline option (:func:`bleu_vs_headline_figure`; memory
       attention's ``bleu_vs_k.png``: BLEU against K, one line per length with at least two K

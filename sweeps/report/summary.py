@@ -20,7 +20,7 @@ CONTENDED = "decode_contended"
 DAGGER = "†"
 
 SUMMARY_RULE = (
-    "One rule everywhere (table, Pareto front, plots): per cell, the best trial by the study's metric "
+    "One rule everywhere (table, Pareto front, plots): per cell, the best trial by the sweep's metric "
     "({metric}, {mode}) over its Optuna samples, for each seed; then the mean +- std over seeds."
 )
 

@@ -55,7 +55,7 @@ def build_wandb_report(
             :func:`sweeps.report.findings.seed_sections`) as Markdown.
         points: without ``results``, :func:`model_points` for the Pareto table alone.
 
-    Then a panel grid over the group's runs (:data:`PANELS_NOTE`): for a study with several
+    Then a panel grid over the group's runs (:data:`PANELS_NOTE`): for a sweep with several
     lengths, BLEU and decode seconds against length (the paper table's columns); BLEU and decode
     seconds per cell (mean ± std over its runs); BLEU against decode seconds; BLEU and loss
     curves; the attention heatmap images.

@@ -1,4 +1,4 @@
-"""What the console shows while a study runs: a trial table (grid columns, status, the metric,
+"""What the console shows while a sweep runs: a trial table (grid columns, status, the metric,
 step, training time; no config dumps) and a progress line (finished / running / pending / failed,
 elapsed, ETA). A Tune ``Callback`` on the driver; Tune's own reporter is off (``verbose=0``)."""
 
@@ -31,7 +31,7 @@ class SweepConsole(Callback):
     """Prints the table every ``every`` seconds (and when a trial ends), the progress line more often.
 
     Args:
-        total: trials the study will run.
+        total: trials the sweep will run.
         columns: the flat config keys to show (grid and sampled values), in order.
         metric, mode: the metric optimised ("max" or "min"): its column, and the sort of finished trials.
         every: seconds between tables.

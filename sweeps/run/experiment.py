@@ -6,7 +6,7 @@ running or resuming it under ``<storage>/<name>/``.
 A trial's config holds only its own plan as flat, readable keys -- ``cell``, ``seed``, the grid
 values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) -- so
 ``ExperimentAnalysis``, ``get_best_config()``, TensorBoard HParams and W&B show them as columns,
-and a trial's stored config does not grow with the grid. The study's fixed settings reach the
+and a trial's stored config does not grow with the grid. The sweep's fixed settings reach the
 trainables once, through ``tune.with_parameters`` (:class:`sweeps.trial.settings.TrialSettings`).
 """
 
@@ -66,8 +66,8 @@ def trial_resources(settings: TrialSettings) -> dict[str, float]:
 def make_trainable(
     settings: TrialSettings, fn: Callable[[dict, TrialSettings], None] | None = None
 ):
-    """The trainable this study's trials run: single-process or DDP (or ``fn``, e.g. the scale
-    benchmark's stand-in), with its resources and the study-wide settings bound (stored once in
+    """The trainable this sweep's trials run: single-process or DDP (or ``fn``, e.g. the scale
+    benchmark's stand-in), with its resources and the sweep-wide settings bound (stored once in
     Ray's object store, not in every trial's config)."""
     from ray import tune
 
@@ -97,7 +97,7 @@ def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
 
 
 def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
-    """The study's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
+    """The sweep's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
     one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
     if sweep.spec.objectives:  # multi-objective studies (issue 21): sweeps.moo
         from sweeps.moo.search import make_moo_searcher
@@ -148,7 +148,7 @@ def run_tune(
     trainable_fn: Callable[[dict, TrialSettings], None] | None = None,
     guard: StorageGuard | None = None,
 ):
-    """Run (or resume) the study's Tune experiment; returns its ``ResultGrid``, read back from
+    """Run (or resume) the sweep's Tune experiment; returns its ``ResultGrid``, read back from
     storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in). ``guard``
     watches for a full or read-only storage (:mod:`sweeps.storage`): when it sees one, the
     experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
@@ -223,7 +223,7 @@ def nothing_to_resume(path: str) -> str:
 
 
 def holds_sweep(path: str) -> bool:
-    """Whether ``path`` (a study's experiment folder, local or in a bucket) holds a sweep's files."""
+    """Whether ``path`` (a sweep's experiment folder, local or in a bucket) holds a sweep's files."""
     if "://" in path:
         from ray import tune
 

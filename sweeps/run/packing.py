@@ -1,4 +1,4 @@
-"""Longest first: the order the study's searcher hands out its (cell, seed) units.
+"""Longest first: the order the sweep's searcher hands out its (cell, seed) units.
 
 Trials of unequal length packed in grid order leave the longest cell running alone at the end
 (the cpu profile of k_vs_length ran its L=40 Bahdanau trial alone for its last ~4 minutes). The

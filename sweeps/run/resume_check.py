@@ -1,5 +1,5 @@
 """What ``--resume`` reads, checked before Ray starts: the Optuna journal and Tune's experiment
-state of a study's folder.
+state of a sweep's folder.
 
 Tune restores a study from its experiment state and the searcher's (here, the Optuna journal's).
 When either cannot be read, Tune logs "Failed to restore the run state" and starts the whole

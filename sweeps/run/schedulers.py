@@ -1,6 +1,6 @@
 """Early stopping inside a (cell, seed) only.
 
-The comparison between grid cells is what a study measures, so a scheduler must never stop a
+The comparison between grid cells is what a sweep measures, so a scheduler must never stop a
 trial of one cell because another cell scores higher. :class:`PerUnitScheduler` keeps one
 scheduler (ASHA) per (cell, seed) -- the unit Optuna searches -- and routes each trial's events to
 its own: ASHA compares only the nuisance samples of one cell and seed. A unit of a single trial

@@ -1,4 +1,4 @@
-"""The study's searcher: hands Tune the trials of every (cell, seed) at once.
+"""The sweep's searcher: hands Tune the trials of every (cell, seed) at once.
 
 One Tune experiment holds the whole study. :class:`SweepSearcher` is its Tune ``Searcher``: each
 suggestion is one trial of the (cell, seed) with the fewest trials started so far (the longest
@@ -66,12 +66,12 @@ class SweepSearcher(Searcher):
     ``space`` is given.
 
     Args:
-        units: the study's (cell, seed) units, in grid order.
+        units: the sweep's (cell, seed) units, in grid order.
         num_samples: trials per unit (an Optuna study's budget).
         metric, mode: what Optuna optimises ("max" or "min").
         space: Optuna distributions by flat name, or None for a plain grid.
         journal: the Optuna journal file (needed with ``space``).
-        sampler: "tpe" or "random"; ``sampler_seed`` the study-wide seed each unit's seed derives from.
+        sampler: "tpe" or "random"; ``sampler_seed`` the sweep-wide seed each unit's seed derives from.
         wandb_enabled: whether trials log to W&B (run id = Ray trial id).
     """
 

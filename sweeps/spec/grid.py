@@ -286,7 +286,7 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
 
 
 def base_sections(spec: SweepSpec) -> dict[str, dict[str, Any]]:
-    """The study's fixed task, model and trainer settings, before any grid or sampled value."""
+    """The sweep's fixed task, model and trainer settings, before any grid or sampled value."""
     return {"task": spec.task, "model": spec.model, "trainer": spec.trainer.model_dump()}
 
 

@@ -113,8 +113,8 @@ def build_sweep(
 
 def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:
     """The dotted overrides of profile ``name`` -> (value, where it was written). Profiles live in
-    the study's ``profiles: {NAME: {dotted.key: value}}`` block; ``smoke`` (the plumbing profile)
-    always exists: :data:`SMOKE_DEFAULTS`, then the study's ``profiles.smoke``."""
+    the sweep's ``profiles: {NAME: {dotted.key: value}}`` block; ``smoke`` (the plumbing profile)
+    always exists: :data:`SMOKE_DEFAULTS`, then the sweep's ``profiles.smoke``."""
     blocks: list[tuple[str, Any]] = []
     profiles = raw.get("profiles") or {}
     if not isinstance(profiles, dict):
@@ -126,7 +126,7 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
     elif name != "smoke":
         have = ", ".join(["smoke", *sorted(profiles)])
         raise SpecError(
-            f"--profile {name}", f"this study has no such profile; it has: {have}", source
+            f"--profile {name}", f"this sweep has no such profile; it has: {have}", source
         )
     out: dict[str, tuple[Any, str]] = {}
     if name == "smoke":
@@ -138,8 +138,8 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
     return out
 
 
-# What --smoke (the `smoke` profile) does to every study: the same grid shape, scaled down to
-# finish in minutes on a CPU. A study's own `profiles.smoke` is applied after
+# What --smoke (the `smoke` profile) does to every sweep: the same grid shape, scaled down to
+# finish in minutes on a CPU. A sweep's own `profiles.smoke` is applied after
 # these (e.g. to shorten its sequence lengths).
 SMOKE_DEFAULTS: dict[str, Any] = {
     "model.preset": "tiny",

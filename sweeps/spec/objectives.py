@@ -3,7 +3,7 @@
 ```yaml
 objectives:                                   # instead of `metric`: two, each {name, goal}
   - {name: val/bleu, goal: maximize}
-  - {name: decode_seconds, goal: minimize}    # the decode probe's figure while the study runs
+  - {name: decode_seconds, goal: minimize}    # the decode probe's figure while the sweep runs
 constraints:
   - {name: val/bleu, min: 95}                 # absolute: val/bleu >= 95
   - {name: val/bleu, within: 1.0, of: {attention: bahdanau}}   # relative: at most 1.0 worse than
@@ -15,7 +15,7 @@ search: {sampler: tpe}                         # or nsga2
 
 :func:`check_objectives` runs at ``--dry-run`` (from :func:`sweeps.spec.load.build_sweep`) and
 raises :class:`SpecError` with one line for each mistake the issue names: ``metric`` and
-``objectives`` together, an unknown objective, a constraint on a metric the study never produces.
+``objectives`` together, an unknown objective, a constraint on a metric the sweep never produces.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sweeps.spec.schema import BOUNDS, NATURAL_GOALS, ConstraintSpec, ObjectiveS
 
 
 def produced_metrics(spec: Any) -> tuple[str, ...]:
-    """What a study's trials produce: the metrics the module logs while training (val/sacrebleu
+    """What a sweep's trials produce: the metrics the module logs while training (val/sacrebleu
     only on a task that detokenizes: WMT), and decode_seconds (the decode probe, the timing stage)."""
     names = [m for m in FIT_METRICS if m != VAL_SACREBLEU or spec.task.get("name") == "wmt17"]
     return (*names, DECODE_SECONDS)
@@ -54,7 +54,7 @@ def check_objectives(spec: Any, source: str) -> None:
         if spec.early_terminate.type == "pareto" or spec.early_terminate.tolerance is not None:
             raise SpecError(
                 "early_terminate.type",
-                "pareto ranks trials on several objectives; this study has one "
+                "pareto ranks trials on several objectives; this sweep has one "
                 "metric: use asha, or declare `objectives:`",
                 source,
             )
@@ -62,7 +62,7 @@ def check_objectives(spec: Any, source: str) -> None:
     if "metric" in spec.model_fields_set:
         raise SpecError(
             "objectives",
-            "a study declares either `metric` (one objective) or `objectives` "
+            "a sweep declares either `metric` (one objective) or `objectives` "
             "(several), not both: remove `metric`",
             source,
         )
@@ -71,7 +71,7 @@ def check_objectives(spec: Any, source: str) -> None:
         if obj.name not in valid:
             raise SpecError(
                 f"objectives[{i}].name",
-                f"{obj.name!r} is not a metric this study produces; valid: {', '.join(valid)}",
+                f"{obj.name!r} is not a metric this sweep produces; valid: {', '.join(valid)}",
                 source,
             )
     names = [o.name for o in spec.objectives]
@@ -91,13 +91,13 @@ def check_objectives(spec: Any, source: str) -> None:
             )
             raise SpecError(
                 f"constraints[{i}].name",
-                f"{c.name!r} is a metric this study never produces{why}; valid: {', '.join(valid)}",
+                f"{c.name!r} is a metric this sweep never produces{why}; valid: {', '.join(valid)}",
                 source,
             )
         if c.name == DECODE_SECONDS and DECODE_SECONDS not in names:
             raise SpecError(
                 f"constraints[{i}].name",
-                "decode_seconds is only measured during the study when it is "
+                "decode_seconds is only measured during the sweep when it is "
                 "an objective (the decode probe)",
                 source,
             )
@@ -119,7 +119,7 @@ def check_objectives(spec: Any, source: str) -> None:
         if name not in names:
             raise SpecError(
                 f"early_terminate.tolerance.{name}",
-                f"{name!r} is not an objective of this study; "
+                f"{name!r} is not an objective of this sweep; "
                 f"tolerances are per objective: {', '.join(names)}",
                 source,
             )
@@ -149,7 +149,7 @@ def baseline_of(spec: Any) -> dict[str, Any] | None:
 
 
 def check_baseline(spec: Any, cells: list, source: str) -> None:
-    """The baseline model of the relative constraints, in every cell: the study's fixed settings,
+    """The baseline model of the relative constraints, in every cell: the sweep's fixed settings,
     the cell's grid values, then ``of:`` (no searched value), checked like any cell."""
     of = baseline_of(spec)
     if of is None:

@@ -32,7 +32,7 @@ from sweeps.spec.search_schema import (  # noqa: F401 (the search keys, importab
 
 
 class MetricSpec(_Strict):
-    """What a study selects and stops on: one of the metrics a trial reports while it trains
+    """What a sweep selects and stops on: one of the metrics a trial reports while it trains
     (``lightning_modules.metric_names.FIT_METRICS``); each is a results.csv column."""
 
     name: str = VAL_BLEU
@@ -159,7 +159,7 @@ class TimingSpec(_Strict):
     final model decodes the ``split`` alone on a node (or a GPU), ``warmup`` untimed passes, then
     at least ``repeats`` timed ones, more until the median is known to ``precision`` (the median is
     the results' ``decode_seconds``), ``threads`` torch
-    threads on CPU, the study's beam size. ``fresh_process`` (CPU): time in a new process pinned
+    threads on CPU, the sweep's beam size. ``fresh_process`` (CPU): time in a new process pinned
     to ``threads`` CPUs rather than inside the Ray worker."""
 
     enabled: bool = True

@@ -103,7 +103,7 @@ class ParamSpec(_Strict):
 
 # ---- multi-objective studies (issue 21): the checks are in sweeps.spec.objectives
 
-#: the natural direction of each metric a study can produce: "within" constraints read "no worse
+#: the natural direction of each metric a sweep can produce: "within" constraints read "no worse
 #: than the baseline by more than", in this direction
 NATURAL_GOALS = {
     VAL_BLEU: "maximize",

@@ -1,4 +1,4 @@
-"""What the timing stage times, and where: one :class:`TimingJob` per finished trial, the study's
+"""What the timing stage times, and where: one :class:`TimingJob` per finished trial, the sweep's
 ``timing`` settings (:func:`timing_settings`), a job's existing ``timing.json`` when it is for the
 same checkpoint (:func:`already_timed`), the lanes a Ray cluster offers (:func:`plan_lanes`: a
 whole node's CPUs, or one GPU with its share of them), the CPUs a pinned process gets
@@ -33,7 +33,7 @@ class TimingJob:
         task: the trial plan's task section (``{"name": "copy", "max_length": 10, ...}``).
         output_dir: where ``timing.json`` is written (the trial's results folder).
         seed: the trial's seed (generated data such as the copy task's depend on it).
-        beam_size: None: the checkpoint's ``val_beam_size`` (the study's beam).
+        beam_size: None: the checkpoint's ``val_beam_size`` (the sweep's beam).
         split: ``valid`` or ``test``.
     """
 
@@ -51,7 +51,7 @@ class TimingJob:
 
 
 def timing_settings(**values: Any) -> TimingSpec:
-    """The stage's settings are a study's ``timing`` block (:class:`sweeps.spec.schema.TimingSpec`);
+    """The stage's settings are a sweep's ``timing`` block (:class:`sweeps.spec.schema.TimingSpec`);
     this makes one from keywords (the timing command's flags, tests), with a :class:`TimingError`
     naming the setting and what it allows instead of pydantic's report."""
     try:

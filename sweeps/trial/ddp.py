@@ -54,7 +54,7 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
 
     Args:
         config: the trial's Tune config (its plan; see :meth:`sweeps.trial.settings.TrialSettings.plan`).
-        settings: the study-wide settings.
+        settings: the sweep-wide settings.
     """
     import ray.train
     from ray import tune

@@ -62,7 +62,7 @@ def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-# Lines every trial would print at every start or report, forwarded to the study's console.
+# Lines every trial would print at every start or report, forwarded to the sweep's console.
 QUIET_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",  # GPU/TPU available, tips
     "lightning.fabric.utilities.rank_zero",
@@ -78,7 +78,7 @@ def quiet_logs() -> None:
 
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    # Lightning's own notice about torch's pytree API, once per trial; nothing a study can change
+    # Lightning's own notice about torch's pytree API, once per trial; nothing a sweep can change
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
 

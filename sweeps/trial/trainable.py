@@ -25,7 +25,7 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
 
     Args:
         config: the trial's Tune config (its plan; see :meth:`sweeps.trial.settings.TrialSettings.plan`).
-        settings: the study-wide settings.
+        settings: the sweep-wide settings.
     """
     phases.start()
     plan = settings.plan(config)
@@ -117,7 +117,7 @@ def report_earlier_finish(trial_dir: str | None, trial_id: str, max_steps: int) 
 
 
 def _trial_storage_dir(ctx) -> str | None:
-    """The trial's folder in the study's storage, where Tune writes its result.json (the trial's
+    """The trial's folder in the sweep's storage, where Tune writes its result.json (the trial's
     working directory is a staging copy elsewhere). None for storage that is not a local path."""
     path = _trial_storage_path(ctx)
     return path if path and Path(path).is_dir() else None

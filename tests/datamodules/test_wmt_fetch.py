@@ -726,7 +726,7 @@ def test_tiny_model_trains_on_fetched_data_and_reports_bleu(server, tmp_path, qu
 
 
 def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, release, tmp_path):
-    """sweeps/wmt17.yaml with download on: the launcher's one prepare_data pass over the study's
+    """sweeps/wmt17.yaml with download on: the launcher's one prepare_data pass over the sweep's
     plans (before Ray starts) fetches each pair once; each trial's own prepare_data downloads
     nothing and hits the BPE/token caches."""
     from sweeps.spec import load_spec

@@ -140,7 +140,7 @@ def test_configuration_errors_list_the_valid_choices():
 
 
 def test_paper_optimiser_is_the_default():
-    """Britz et al.: Adam at 1e-4 (the module default; the studies set batch, steps and beam)."""
+    """Britz et al.: Adam at 1e-4 (the module default; the sweeps set batch, steps and beam)."""
     model = Seq2SeqModule(24, 24, attention="none")
     optimiser = model.configure_optimizers()
     assert isinstance(optimiser, torch.optim.Adam) and optimiser.param_groups[0]["lr"] == 1e-4

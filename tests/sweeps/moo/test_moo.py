@@ -306,7 +306,7 @@ def test_waiting_at_the_rung_walkthrough():
     # D dominates B: the order is C, D (the front, by arrival), A, B; floor(4/3) = 1: C goes on, D waits
     assert arrive("D", 30, 0.010) == "PAUSE" and promoted() == ["C"]
     assert rungs.decide("B", 2, [25, 0.012]) == "STOP"  # rule 2b: 4th of 4, keep(4) = 2
-    samples_left[0] = False  # E is the study's last sample: with it the rung is complete
+    samples_left[0] = False  # E is the unit's last sample: with it the rung is complete
     assert arrive("E", 50, 0.030) == "CONTINUE"  # the front's slow end: judged at once, no waiting
     assert promoted() == ["D"] and tune.stopped == [
         "A"
@@ -594,7 +594,7 @@ def test_dry_run_accepts_a_multi_objective_study(tmp_path):
                 ]
             },
             "objectives[1].name",
-            "'bleu_score' is not a metric this study produces",
+            "'bleu_score' is not a metric this sweep produces",
         ),
         (
             {"constraints": [{"name": "val/sacrebleu", "min": 10}]},
@@ -609,7 +609,7 @@ def test_dry_run_accepts_a_multi_objective_study(tmp_path):
         (
             {"early_terminate": {"type": "pareto", "tolerance": {"decode_secs": 0.1}}},
             "early_terminate.tolerance.decode_secs",
-            "not an objective of this study",
+            "not an objective of this sweep",
         ),
         (
             {"early_terminate": {"type": "none", "tolerance": {"decode_seconds": 0.1}}},

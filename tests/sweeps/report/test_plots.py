@@ -1,4 +1,4 @@
-"""The sweep's result figures adapt to the study: no one-point lines, labelled reference lines,
+"""The sweep's result figures adapt to the sweep: no one-point lines, labelled reference lines,
 contended decode times marked (issue 18)."""
 
 from __future__ import annotations

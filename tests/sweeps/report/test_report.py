@@ -338,7 +338,7 @@ def test_a_all_contended_study_says_so_at_the_top(tmp_path):
     md = written_report(tmp_path, sweep_rows(contended=everything))
     top = md.split("## ")[0]
     assert (
-        "**The decode times in this study are not speed figures:** all 6 are contended (†)" in top
+        "**The decode times in this sweep are not speed figures:** all 6 are contended (†)" in top
     )
 
 
