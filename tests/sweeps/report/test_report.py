@@ -173,7 +173,7 @@ def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     paths = report.main([str(tmp_path)])
     md = paths["md"].read_text()
     assert (
-        "best trial by the study's metric (val/bleu, max) over its Optuna samples"
+        "best trial by the sweep's metric (val/bleu, max) over its Optuna samples"
         in md.split("## Results")[0]
     )
     long_table = md.split("## Results by length and model")[1]
