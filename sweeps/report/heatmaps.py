@@ -86,7 +86,8 @@ def write_heatmaps(
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
     p = argparse.ArgumentParser(
-        description="Attention heatmaps (PNG) of a checkpoint or an untrained model."
+        prog="python -m sweeps.heatmaps",
+        description="Attention heatmaps (PNG) of a checkpoint or an untrained model.",
     )
     p.add_argument("checkpoint", nargs="?", type=Path, help="a Seq2SeqModule .ckpt")
     p.add_argument(

@@ -76,7 +76,8 @@ def build_local_report(
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p = argparse.ArgumentParser(
-        description="Rebuild a sweep's local report (and optionally a W&B Report)."
+        prog="python -m sweeps.report",
+        description="Rebuild a sweep's local report (and optionally a W&B Report).",
     )
     p.add_argument("sweep_dir", type=Path, help="<output>/<name>, the folder holding results.csv")
     p.add_argument("--metric", default=VAL_BLEU)
