@@ -20,7 +20,9 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 ``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
 
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
---set value, --output or storage.path (one line, nothing started); 130 interrupted.
+--set value, --output or storage.path (one line, nothing started); 75 preempted (SIGTERM, or
+SIGUSR1 as SLURM's warning before the time limit: the unfinished trials are ``preempted`` in
+results.csv, and ``--resume`` continues them); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from ray.tune import Callback
 ENV_STEP = "INTERRUPT_AT_STEP"
 ENV_RECORD = "INTERRUPT_RECORD"
 ENV_AFTER = "INTERRUPT_AFTER_FINISHED"
+ENV_SIGNAL = "INTERRUPT_SIGNAL"
 
 # Called with the trial and its result instead of the SIGINT, when set (in the launcher's process).
 ACTION: Callable[[Any, dict], None] | None = None
@@ -54,5 +55,5 @@ class InterruptAtStep(Callback):
             json.dump({"running": trial.trial_id, "step": self.step, "finished": finished}, f)
         if ACTION is not None:
             ACTION(trial, result)
-        else:
-            os.kill(os.getpid(), signal.SIGINT)
+        else:  # INTERRUPT_SIGNAL=SIGTERM: a scheduler's preemption instead of a Ctrl-C
+            os.kill(os.getpid(), getattr(signal, os.environ.get(ENV_SIGNAL, "SIGINT")))

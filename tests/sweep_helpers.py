@@ -52,7 +52,7 @@ def result_steps(trial_dir: Path) -> list[int]:
 
 
 def interrupt_env(
-    exp: Path, step: int, subprocess: bool = False, finished: int = 1
+    exp: Path, step: int, subprocess: bool = False, finished: int = 1, signal: str = "SIGINT"
 ) -> dict[str, str]:
     """Environment variables under which a launcher's Tune run gets a real SIGINT (Ctrl-C) the
     moment a trial of the sweep in ``exp`` reports ``step`` while ``finished`` other trials have
@@ -63,6 +63,7 @@ def interrupt_env(
         "INTERRUPT_AT_STEP": str(step),
         "INTERRUPT_RECORD": str(exp.parent / f"{exp.name}.interrupted.json"),
         "INTERRUPT_AFTER_FINISHED": str(finished),
+        "INTERRUPT_SIGNAL": signal,
     }
     if subprocess:
         env["PYTHONPATH"] = os.pathsep.join(

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from sweeps.layout import LAUNCH_FILE, OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.run.preemption import EXIT_PREEMPTED, Preemption
 from sweeps.spec import Sweep, save_launch
 
 
@@ -43,7 +44,15 @@ def trial_table(sweep: Sweep) -> str:
 
 
 def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
-    """Run a loaded sweep to its results; ``args`` is the launcher's command line."""
+    """Run a loaded sweep to its results; ``args`` is the launcher's command line. SIGTERM and
+    SIGUSR1 stop it as Ctrl-C does, its unfinished trials ``preempted`` (:mod:`.preemption`)."""
+    with Preemption() as preemption:
+        return _run_sweep(sweep, args, profile, preemption)
+
+
+def _run_sweep(
+    sweep: Sweep, args: argparse.Namespace, profile: str | None, preemption: Preemption
+) -> int:
 
     from sweeps.integrations.wandb_env import resolve_wandb_mode, wandb_sync_hint
     from sweeps.report.local import build_local_report
@@ -128,15 +137,23 @@ def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> in
             len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
         )
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
+    interrupted |= preemption.signal is not None
     if spec.timing.enabled and not interrupted:
         from sweeps.timing.stage import time_finished_trials
 
-        time_finished_trials(rows, plans, out_dir, spec.timing)
-        publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
+        try:
+            time_finished_trials(rows, plans, out_dir, spec.timing)
+            publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
+        except KeyboardInterrupt:  # stopped while timing: --resume times them again
+            interrupted = True
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
     )
+    if preemption.signal is not None:  # not failed, not the user's Ctrl-C: the requeue continues it
+        for row in rows:
+            if row.get("status") == "unfinished":
+                row["status"] = "preempted"
     rows, kept = keep_finished(rows, out_dir / RESULTS_CSV)
     if kept:
         print(
@@ -201,6 +218,12 @@ def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> in
             f"error: {guard.message()}{kept_as_was} Continue with:\n  {resume_cmd}", file=sys.stderr
         )
         return 1
+    if preemption.signal is not None:
+        print(
+            f"preempted ({preemption.signal}); finished trials and checkpoints are kept. "
+            f"Continue with:\n  {resume_cmd}"
+        )
+        return EXIT_PREEMPTED
     if interrupted:
         print(
             f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}"

@@ -378,6 +378,75 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(
     )
 
 
+def test_a_preempted_sweep_says_so_and_resume_ends_it_as_an_uninterrupted_run(
+    local_ray, tmp_path, monkeypatch, capsys
+):
+    """A scheduler's preemption (SIGTERM; SLURM's time-limit warning, SIGUSR1, takes the same
+    path): the launcher stops as on Ctrl-C but exits 75, the unfinished trial is `preempted`
+    (not failed, no retry charged), and --resume ends with every trial `done`, the preempted
+    one continued from its checkpoint to the same BLEU as a run that was never stopped."""
+    spec = tiny_spec(
+        "preempt",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+        timing={"enabled": False},
+    )
+    spec["task"]["max_length"] = 3
+    path = write_spec(tmp_path, spec)
+    out = tmp_path / "out"
+    args = [str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0"]
+    args += ["--address", "local"]
+    exp = out / "preempt"
+    signal_name = "SIGTERM"
+    with monkeypatch.context() as hooked:
+        for name, value in interrupt_env(exp, step=20, signal=signal_name).items():
+            hooked.setenv(name, value)
+        code = main(args)
+    finished, running = interrupted_trials(exp)
+    assert code == 75
+    said = capsys.readouterr()
+    assert f"preempted ({signal_name})" in said.out and "--resume" in said.out
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["status"]) == ["done", "preempted"]
+    assert df["retries"].fillna(0).eq(0).all(), "a preemption is not a failure"
+    assert "preempted" in (exp / "results.md").read_text()
+    finished_lines = (finished / "result.json").read_text()
+    before = result_steps(running)
+
+    assert main(args + ["--resume"]) == 0
+    assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
+    steps = result_steps(running)
+    assert steps[: len(before)] == before and steps[-1] == 40
+    assert steps[len(before)] >= before[-1], "restarted from step 0 instead of its checkpoint"
+    resumed = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(resumed["status"]) == ["done", "done"]
+
+    # the same sweep never stopped: the same BLEU per model, to the last digit
+    straight = tmp_path / "straight"
+    assert (
+        main(
+            [
+                str(path),
+                "--output",
+                str(straight),
+                "--num-cpus",
+                "2",
+                "--verbose",
+                "0",
+                "--address",
+                "local",
+            ]
+        )
+        == 0
+    )
+    whole = pd.read_csv(straight / "preempt" / "results.csv", dtype={"trial_id": str})
+    assert whole.set_index("model")["val/bleu"].to_dict() == (
+        resumed.set_index("model")["val/bleu"].to_dict()
+    )
+
+
 def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_request(
     local_ray, tmp_path, capsys
 ):
