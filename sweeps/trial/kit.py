@@ -80,6 +80,8 @@ def quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     # Lightning's own notice about torch's pytree API, once per trial; nothing a sweep can change
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # on a machine with SLURM installed, Lightning suggests srun for every trial: Ray places trials
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system")
 
 
 @dataclass
