@@ -12,10 +12,12 @@ Run it (from the repository root; the peers are optional, see requirements/peers
 Prints the machine, each system's parameter count and the architectural differences that its
 options cannot remove, a table of medians (all on stderr), and ONE JSON line on stdout:
 ``systems`` (per system: ``available``, ``params``, ``train`` {L: ``s_per_step``,
-``tokens_per_s``}, ``greedy_s``, ``beam_s``), ``ratios`` (per peer and per project variant:
-peer seconds / project seconds for ``train_L<L>``, ``greedy``, ``beam``: above 1 means the
-project is faster), ``unavailable`` (peer -> why it could not be imported or built),
-``differences``, ``machine`` and ``settings``.
+``tokens_per_s``, ``cpu_s_per_step``}, ``greedy_s``, ``beam_s``, ``greedy_cpu_s``, ``beam_cpu_s``),
+``ratios`` (per peer and per project variant: its seconds / the project's seconds for
+``train_L<L>``, ``greedy``, ``beam``: above 1 means the project is faster), ``ratios_cpu_time``
+(the same from each process's CPU time, on CPU: on a shared machine the wall clock also counts
+what other processes take from the core), ``unavailable`` (peer -> why it could not be imported
+or built), ``differences``, ``machine``, ``settings`` and ``loadavg`` (at start and end).
 
 The model (the paper_copy preset, Britz et al. 2017 §4.1): copy-task vocabulary 24 (20 symbols +
 4 specials), embeddings 256, bidirectional 2-layer LSTM encoder of 256 units per direction,
@@ -180,7 +182,9 @@ class ProjectSystem:
         with self._autocast():
             logits = self.model(b["src"], b["lengths"], b["tgt_in"])  # (B, T, V)
             loss = F.cross_entropy(
-                logits.reshape(-1, VOCAB).float(), b["tgt"].reshape(-1), ignore_index=self.ids["pad"]
+                logits.reshape(-1, VOCAB).float(),
+                b["tgt"].reshape(-1),
+                ignore_index=self.ids["pad"],
             )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -384,7 +388,9 @@ class OnmtSystem:
 
         self.model.train()
         bos = b["tgt_in"][:, :1]
-        tgt = torch.cat([bos, b["tgt"]], dim=1).unsqueeze(-1)  # (B, T + 1, 1): NMTModel drops the last
+        tgt = torch.cat([bos, b["tgt"]], dim=1).unsqueeze(
+            -1
+        )  # (B, T + 1, 1): NMTModel drops the last
         dec_out, _ = self.model(b["src"].unsqueeze(-1), tgt, b["lengths"])  # (B, T, H)
         logits = self.model.generator(dec_out)  # (B, T, V)
         loss = F.cross_entropy(
@@ -536,7 +542,10 @@ def child_main(name: str) -> None:
             break
         try:
             if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
                 torch.cuda.synchronize(device)
                 start.record()
                 fn()
@@ -544,10 +553,10 @@ def child_main(name: str) -> None:
                 torch.cuda.synchronize(device)
                 seconds = start.elapsed_time(end) / 1000
             else:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 fn()
-                seconds = time.perf_counter() - t0
-            answer = {"seconds": seconds}
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            answer = {"seconds": seconds} | ({} if cuda else {"cpu_seconds": cpu})
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             answer = {"error": f"{type(exc).__name__}: {exc}"}
@@ -640,9 +649,8 @@ def operations(cfg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start every system, time the operations interleaved; returns the JSON result."""
-    from _machine import machine_info
-
     import torch
+    from _machine import machine_info
 
     from sweeps.timing.devices import highest_cpus, resolve_device
 
@@ -693,6 +701,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results[name] = {"available": True, "params": hello["params"]}
             log(f"{name}: {hello['params']:,} parameters")
         times: dict[str, dict[str, list[float]]] = {name: {} for name in children}
+        cpu_times: dict[str, dict[str, list[float]]] = {name: {} for name in children}
         errors: dict[str, dict[str, str]] = {name: {} for name in children}
         ops = operations(cfg)
         for round_ in range(cfg["warmup"] + cfg["rounds"]):
@@ -707,6 +716,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         log(f"{name} {key}: ERROR {reply['error']}")
                     elif timed:
                         times[name].setdefault(key, []).append(reply["seconds"])
+                        if "cpu_seconds" in reply:
+                            cpu_times[name].setdefault(key, []).append(reply["cpu_seconds"])
             log(
                 f"round {round_ + 1}/{cfg['warmup'] + cfg['rounds']}"
                 + ("" if timed else " (warm-up)")
@@ -719,7 +730,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         r = results[name]
         r["train"] = {}
         for L in cfg["lengths"]:
-            t = times[name].get(f"train_L{L}")
+            t, c = times[name].get(f"train_L{L}"), cpu_times[name].get(f"train_L{L}")
             if t:
                 med = statistics.median(t)
                 r["train"][str(L)] = {
@@ -727,14 +738,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "tokens_per_s": round(cfg["batch"] * (L + 1) / med, 1),
                     "times": [round(x, 5) for x in t],
                 }
+            if c:
+                r["train"][str(L)]["cpu_s_per_step"] = round(statistics.median(c), 5)
         for mode in ("greedy", "beam"):
-            t = times[name].get(mode)
+            t, c = times[name].get(mode), cpu_times[name].get(mode)
             if t:
                 r[f"{mode}_s"] = round(statistics.median(t), 5)
                 r[f"{mode}_times"] = [round(x, 5) for x in t]
+            if c:
+                r[f"{mode}_cpu_s"] = round(statistics.median(c), 5)
         if errors[name]:
             r["errors"] = errors[name]
     ratios = ratio_table(results, cfg["lengths"])
+    ratios_cpu = ratio_table(results, cfg["lengths"], cpu=True) if device.type == "cpu" else {}
     result = {
         "benchmark": "peers",
         "machine": machine,
@@ -758,6 +774,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         | {"quick": bool(args.quick), "decode_steps": cfg["decode_length"] + 1},
         "systems": results,
         "ratios": ratios,
+        "ratios_cpu_time": ratios_cpu,
         "unavailable": unavailable,
         "differences": {
             name: DIFFERENCES[parse_system(name)[0]]
@@ -770,19 +787,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _seconds(r: dict[str, Any], key: str) -> float | None:
+def _seconds(r: dict[str, Any], key: str, cpu: bool = False) -> float | None:
     if not r.get("available"):
         return None
     if key.startswith("train_L"):
         cell = r.get("train", {}).get(key[len("train_L") :])
-        return cell["s_per_step"] if cell else None
-    return r.get(f"{key}_s")
+        return cell.get("cpu_s_per_step" if cpu else "s_per_step") if cell else None
+    return r.get(f"{key}_cpu_s" if cpu else f"{key}_s")
 
 
-def ratio_table(results: dict[str, dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any]:
+def ratio_table(
+    results: dict[str, dict[str, Any]], lengths: Sequence[int], cpu: bool = False
+) -> dict[str, Any]:
     """Seconds of every other system / seconds of the project (> 1: the project is faster), under
     the other system's name; and each peer against each project variant (``project:bf16``,
-    ``project@DIR``) under ``peer/variant``."""
+    ``project@DIR``) under ``peer/variant``. ``cpu``: from the processes' CPU time instead of the
+    wall clock (on a shared machine, what other processes take from the core is not counted)."""
     keys = [f"train_L{L}" for L in lengths] + ["greedy", "beam"]
     available = [n for n in results if results[n].get("available")]
     variants = [n for n in available if parse_system(n)[0] == PROJECT and n != PROJECT]
@@ -791,7 +811,7 @@ def ratio_table(results: dict[str, dict[str, Any]], lengths: Sequence[int]) -> d
     def cells(num: str, den: str) -> dict[str, float]:
         out = {}
         for key in keys:
-            a, b = _seconds(results[num], key), _seconds(results[den], key)
+            a, b = _seconds(results[num], key, cpu), _seconds(results[den], key, cpu)
             if a and b:
                 out[key] = round(a / b, 3)
         return out
@@ -822,23 +842,35 @@ def summary(result: dict[str, Any]) -> str:
             rows.append([name, "not available: " + r["reason"][:60]])
             continue
         row = [name, f"{r['params'] / 1e6:.2f} M"]
-        row += [f"{r['train'].get(str(L), {}).get('s_per_step', float('nan')):.4f}" for L in lengths]
-        row += [f"{r['train'].get(str(L), {}).get('tokens_per_s', float('nan')):,.0f}" for L in lengths]
+        row += [
+            f"{r['train'].get(str(L), {}).get('s_per_step', float('nan')):.4f}" for L in lengths
+        ]
+        row += [
+            f"{r['train'].get(str(L), {}).get('tokens_per_s', float('nan')):,.0f}" for L in lengths
+        ]
         row += [f"{r.get('greedy_s', float('nan')):.4f}", f"{r.get('beam_s', float('nan')):.4f}"]
         rows.append(row)
     lines = ["", "medians over the timed rounds:"]
     widths = [max(len(str(row[i])) for row in rows if i < len(row)) for i in range(len(head))]
     for row in rows:
         lines.append("  ".join(str(c).rjust(widths[i]) for i, c in enumerate(row)))
-    if result["ratios"]:
-        lines += ["", "other system's seconds / project's seconds (> 1: the project is faster):"]
-        for label, cells in result["ratios"].items():
-            lines.append(f"  {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in cells.items()))
+    for key, what in (("ratios", "wall clock"), ("ratios_cpu_time", "CPU time")):
+        if result[key]:
+            lines += [
+                "",
+                f"other system's / project's seconds, {what} (> 1: the project is faster):",
+            ]
+            for label, cells in result[key].items():
+                lines.append(f"  {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in cells.items()))
     for name, diffs in result["differences"].items():
         lines += ["", f"architectural differences, {name} vs the project:"]
         lines += [f"  - {d}" for d in diffs]
     if result["unavailable"]:
-        lines += ["", "could not import / build: " + "; ".join(f"{k} ({v})" for k, v in result["unavailable"].items())]
+        lines += [
+            "",
+            "could not import / build: "
+            + "; ".join(f"{k} ({v})" for k, v in result["unavailable"].items()),
+        ]
     lines.append(f"loadavg start {result['loadavg']['start']}, end {result['loadavg']['end']}")
     return "\n".join(lines)
 
