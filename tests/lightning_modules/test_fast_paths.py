@@ -170,3 +170,14 @@ def test_lightning_bf16_mixed_trains_and_validates_on_cpu(quiet_trainer):
     trainer.fit(module, datamodule=dm)
     metrics = trainer.validate(module, datamodule=dm, verbose=False)[0]
     assert np.isfinite(metrics["val/loss"]) and "val/bleu" in metrics
+
+
+def test_fastest_precision_is_bf16_only_where_it_is_native(monkeypatch):
+    from lightning_modules import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "avx512f"})
+    assert precision.fastest_precision("cpu") == "32-true"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert precision.fastest_precision("cpu") == "bf16-mixed"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_bf16"})
+    assert precision.native_bf16(torch.device("cpu"))
