@@ -525,7 +525,10 @@ def child_main(name: str) -> None:
             batches[key] = {k: v.to(device) for k, v in b.items()}
         return batches[key]
 
-    out.write(json.dumps({"ready": True, "params": system.parameters()}) + "\n")
+    hello = {"ready": True, "params": system.parameters()}
+    if base == PROJECT:  # which checkout's model this process runs (project@DIR: DIR's)
+        hello["source"] = str(Path(sys.modules[type(system.model).__module__].__file__).parents[1])
+    out.write(json.dumps(hello) + "\n")
     out.flush()
     cuda = device.type == "cuda"
     for line in sys.stdin:
@@ -699,7 +702,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             children[name] = child
             results[name] = {"available": True, "params": hello["params"]}
-            log(f"{name}: {hello['params']:,} parameters")
+            if "source" in hello:
+                results[name]["source"] = hello["source"]
+            log(
+                f"{name}: {hello['params']:,} parameters"
+                + (f" (model code from {hello['source']})" if "source" in hello else "")
+            )
         times: dict[str, dict[str, list[float]]] = {name: {} for name in children}
         cpu_times: dict[str, dict[str, list[float]]] = {name: {} for name in children}
         errors: dict[str, dict[str, str]] = {name: {} for name in children}

@@ -62,6 +62,7 @@ def test_project_only_quick_run_prints_the_json_line(capsys):
     assert set(result["ratios"]["project:bf16"]) == keys  # a variant: its seconds / the project's
     assert result["unavailable"] == {} and result["differences"] == {}
     assert {"cpu", "avx512_bf16", "amx_bf16", "torch"} <= set(result["machine"])
+    assert Path(result["systems"]["project"]["source"]) == BENCH.parents[1]  # this checkout's model
 
 
 def test_a_peer_that_cannot_be_imported_is_named_and_the_rest_still_runs(
