@@ -4,7 +4,7 @@ same model as far as each toolkit's options allow, measured side by side in one 
 Run it (from the repository root; the peers are optional, see requirements/peers.txt):
 
     .venv/bin/pip install --no-deps -r requirements/peers.txt          # JoeyNMT + OpenNMT-py
-    .venv/bin/python benchmarks/peers.py                               # ~15 min on a 2-core CPU
+    .venv/bin/python benchmarks/peers.py                               # ~6 min, idle 2-core CPU
     .venv/bin/python benchmarks/peers.py --quick                       # seconds: plumbing only
     .venv/bin/python benchmarks/peers.py --systems project project:bf16 joeynmt opennmt
     .venv/bin/python benchmarks/peers.py --device cuda --rounds 10     # on a GPU
