@@ -9,13 +9,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ATTENTION_REGISTRY", "build_attention", "PRESETS", "Seq2Seq", "Seq2SeqModule"]
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "build_attention",
+    "PRESETS",
+    "Seq2Seq",
+    "Seq2SeqModule",
+    "fastest_precision",
+]
 _HOMES = {
     "ATTENTION_REGISTRY": ".attention",
     "build_attention": ".attention",
     "PRESETS": ".presets",
     "Seq2Seq": ".seq2seq",
     "Seq2SeqModule": ".module",
+    "fastest_precision": ".precision",
 }
 
 

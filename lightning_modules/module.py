@@ -9,6 +9,10 @@
                           attention_kwargs={"K": 16}, max_source_len=dm.max_source_len)
     pl.Trainer(max_steps=2000).fit(model, datamodule=dm)
 
+Reduced precision is the Trainer's choice, opt-in: ``pl.Trainer(precision="bf16-mixed")`` (or
+``precision=lightning_modules.fastest_precision(device)``, bf16 only where the hardware has it;
+see :mod:`lightning_modules.precision`) trains and decodes under bf16 autocast.
+
 Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss``,
 ``val/token_acc`` (teacher-forced argmax accuracy over non-pad target tokens), ``val/bleu``
 (sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), ``val/decode_seconds`` (time spent in

@@ -198,6 +198,80 @@ class Decoder(nn.Module):
             x = self._drop(h) if layer < last else h
         return new_h, new_c
 
+    # ---------------------------------------------------------------- the fused form (decoding)
+    # The same LSTM maths as ``nn.LSTMCell`` (gates i, f, g, o; c' = f c + i g; h' = o tanh c'),
+    # with the gate products grouped differently: layer 0's embedding part W_e emb(y) + both
+    # biases as a (V, 4H) table computed once per decode and read by token, the per-step rest as
+    # ONE product [c_{i-1}; h] [W_c; W_hh]^T (layer l > 0: [h_{l-1}; h_l] [W_ih; W_hh]^T). The
+    # float sums run in another order: logits agree with the cells' to rounding (~1e-7), not bit
+    # for bit. Teacher forcing keeps the cells: grouping the products there did not pay on CPU
+    # (the products are as large either way) and would change a seeded training run's last bits.
+
+    def _fused_weights(self) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Per layer the (4H, K) weight of the per-step product and its (4H,) bias (None for
+        layer 0, whose biases go with the embedding part)."""
+        E = self.embedding.embedding_dim
+        weights, biases = [], []
+        for layer, cell in enumerate(self.cells):
+            w_in = cell.weight_ih[:, E:] if layer == 0 else cell.weight_ih  # (4H, C) | (4H, H)
+            weights.append(torch.cat([w_in, cell.weight_hh], dim=1))  # (4H, K)
+            biases.append(None if layer == 0 else cell.bias_ih + cell.bias_hh)  # (4H,)
+        return weights, biases
+
+    def _embedding_gates(self, emb: torch.Tensor) -> torch.Tensor:
+        """Layer 0's embedding part of the gates, biases included: (N, E) -> (N, 4H)."""
+        cell = self.cells[0]
+        E = self.embedding.embedding_dim
+        return torch.addmm(cell.bias_ih + cell.bias_hh, emb, cell.weight_ih[:, :E].t())  # (N, 4H)
+
+    @staticmethod
+    def _lstm(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LSTM cell's pointwise part, as ``nn.LSTMCell`` computes it: (B, 4H), (B, H) ->
+        h, c (B, H)."""
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # (B, H)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def _fused_cells(
+        self,
+        gates0_in: torch.Tensor,
+        ctx_in: torch.Tensor,
+        hs: list[torch.Tensor],
+        cs: list[torch.Tensor],
+        weights: list[torch.Tensor],
+        biases: list[torch.Tensor | None],
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """One step of the stack in the fused form (no dropout).
+
+        Args:
+            gates0_in: (B, 4H) layer 0's embedding part (biases included).
+            ctx_in: (B, C) the fed-back context.
+            hs, cs: per-layer state; weights, biases: :meth:`_fused_weights`.
+        """
+        new_h, new_c = [], []
+        x = ctx_in
+        for layer in range(self.num_layers):
+            inp = torch.cat([x, hs[layer]], dim=1)  # (B, K)
+            if layer == 0:
+                gates = torch.addmm(gates0_in, inp, weights[0].t())  # (B, 4H)
+            else:
+                gates = torch.addmm(biases[layer], inp, weights[layer].t())  # (B, 4H)
+            h, c = self._lstm(gates, cs[layer])
+            new_h.append(h)
+            new_c.append(c)
+            x = h
+        return new_h, new_c
+
+    def decode_tables(self) -> dict[str, Any]:
+        """What every decoding step reuses, computed once per decode (eval mode): layer 0's
+        embedding part of the gates for every token (V, 4H), and :meth:`_fused_weights`."""
+        weights, biases = self._fused_weights()
+        return {
+            "embedding_gates": self._embedding_gates(self.embedding.weight),  # (V, 4H)
+            "weights": weights,
+            "biases": biases,
+        }
+
     def step(
         self,
         y_prev: torch.Tensor,
@@ -206,6 +280,7 @@ class Decoder(nn.Module):
         cache: Any,
         attn_state: Any,
         need_weights: bool = False,
+        tables: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, LSTMState, torch.Tensor, Any, torch.Tensor | None]:
         """One decoding step.
 
@@ -215,11 +290,18 @@ class Decoder(nn.Module):
             ctx_prev: (B, C) previous context (input feeding).
             cache, attn_state: the attention's cache and recurrent state.
             need_weights: ask the attention for its alignment.
+            tables: :meth:`decode_tables`, for the fused form (used when no dropout applies).
         Returns:
             logits (B, V), new LSTM state, context (B, C), new attention state, weights (B, S) or None.
         """
-        x = self._drop(torch.cat([self.embedding(y_prev), ctx_prev], dim=-1))  # (B, E + C)
-        hs, cs = self._cells(x, state[0], state[1])
+        if tables is not None and not (self.training and self.dropout_p > 0):
+            gates0 = tables["embedding_gates"].index_select(0, y_prev)  # (B, 4H)
+            hs, cs = self._fused_cells(
+                gates0, ctx_prev, state[0], state[1], tables["weights"], tables["biases"]
+            )
+        else:
+            x = self._drop(torch.cat([self.embedding(y_prev), ctx_prev], dim=-1))  # (B, E + C)
+            hs, cs = self._cells(x, state[0], state[1])
         ctx, attn_state, weights = self.attention.step(
             hs[-1], cache, attn_state, need_weights
         )  # (B, C)
@@ -238,12 +320,14 @@ class Decoder(nn.Module):
             logits (B, T, V).
         """
         batch, steps = tgt_in.shape
-        emb = self.embedding(tgt_in)  # (B, T, E)
+        # unbind, not emb[:, t]: an index's backward writes a zero (B, T, E) gradient per step
+        # and adds them all up; unbind's stacks the T slices once (the same values)
+        emb = self.embedding(tgt_in).unbind(1)  # T x (B, E)
         hs, cs = state
-        ctx = emb.new_zeros(batch, self.context_dim)  # (B, C)
+        ctx = emb[0].new_zeros(batch, self.context_dim)  # (B, C)
         outputs = []
         for t in range(steps):
-            x = self._drop(torch.cat([emb[:, t], ctx], dim=-1))  # (B, E + C)
+            x = self._drop(torch.cat([emb[t], ctx], dim=-1))  # (B, E + C)
             hs, cs = self._cells(x, hs, cs)
             ctx, attn_state, _ = self.attention.step(hs[-1], cache, attn_state, False)  # (B, C)
             outputs.append(torch.cat([hs[-1], ctx], dim=-1))  # (B, H + C)
@@ -325,6 +409,16 @@ class Seq2Seq(nn.Module):
         return self.decoder.attention
 
     # ---------------------------------------------------------------- shared pieces
+    def _decode_step(self) -> Any:
+        """The decoder's step for a decoding loop: with :meth:`Decoder.decode_tables` computed
+        once for the whole decode where the decoder has them (a stand-in decoder, as in the
+        tests, may have only ``step``)."""
+        step = self.decoder.step
+        if not isinstance(self.decoder, Decoder):
+            return step
+        tables = self.decoder.decode_tables()
+        return lambda *args: step(*args, tables=tables)
+
     def _start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[LSTMState, Any, Any]:
         memory, mask, state = self.encoder(src, src_lengths)  # (B, S, D), (B, S)
         cache = self.attention.precompute(memory, mask)
@@ -412,7 +506,7 @@ class Seq2Seq(nn.Module):
         ctx = state[0][0].new_zeros(batch, self.decoder.context_dim)  # (B, C)
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
         outputs = []
-        step = self.decoder.step
+        step = self._decode_step()
         for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(
                 y, state, ctx, cache, attn_state, False
@@ -508,7 +602,7 @@ class Seq2Seq(nn.Module):
             # <= the sentence's limit, so its normalised score is <= prefix raw / limit ** alpha
             bound_divisor = limits.float() ** length_penalty  # (B,)
         history_tokens, history_parents, history_best = [], [], []
-        step = self.decoder.step
+        step = self._decode_step()
         for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(
                 y, state, ctx, cache, attn_state, False

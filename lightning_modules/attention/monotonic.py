@@ -221,8 +221,13 @@ class MonotonicAttention(Attention):
         """
         n, W, A = cand.shape
         hidden = cand.add_(query_proj.unsqueeze(1)).tanh_()  # (n, W, A)
+        dtype = (
+            hidden.dtype
+        )  # bf16 under CPU autocast (the keys' projection); addmv is not autocast
         return self._noisy(
-            torch.addmv(bias.reshape(n * W), hidden.view(n * W, A), weight).view(n, W)
+            torch.addmv(
+                bias.reshape(n * W).to(dtype), hidden.view(n * W, A), weight.to(dtype)
+            ).view(n, W)
         )  # (n, W)
 
     def _layout(

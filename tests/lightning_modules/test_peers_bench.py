@@ -1,0 +1,100 @@
+"""benchmarks/peers.py --quick prints one JSON line with the keys the lead quotes: the project alone
+always, and against JoeyNMT and OpenNMT-py when they are installed (requirements/peers.txt)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers.py"
+SYSTEM_KEYS = {"available", "params", "train", "greedy_s", "beam_s", "greedy_cpu_s", "beam_cpu_s"}
+TOP_KEYS = {
+    "benchmark",
+    "machine",
+    "settings",
+    "systems",
+    "ratios",
+    "ratios_cpu_time",
+    "unavailable",
+    "differences",
+    "loadavg",
+}
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_peers", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_quick(capsys, systems: list[str]) -> dict:
+    bench = load_bench()
+    bench.main(["--quick", "--warmup", "0", "--systems", *systems])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1, out  # ONE JSON line on stdout; the tables go to stderr
+    return json.loads(out[0])
+
+
+def check_system(result: dict, name: str) -> None:
+    system = result["systems"][name]
+    assert SYSTEM_KEYS <= set(system), set(system)
+    assert system["available"] and system["params"] > 0
+    lengths = result["settings"]["lengths"]
+    assert set(system["train"]) == {str(L) for L in lengths}
+    for cell in system["train"].values():
+        assert cell["s_per_step"] > 0 and cell["tokens_per_s"] > 0 and cell["cpu_s_per_step"] > 0
+    assert system["greedy_s"] > 0 and system["beam_s"] > 0
+
+
+def test_project_only_quick_run_prints_the_json_line(capsys):
+    result = run_quick(capsys, ["project", "project:bf16"])
+    assert TOP_KEYS <= set(result)
+    assert result["benchmark"] == "peers" and result["settings"]["quick"]
+    check_system(result, "project")
+    check_system(result, "project:bf16")
+    keys = {f"train_L{L}" for L in result["settings"]["lengths"]} | {"greedy", "beam"}
+    assert set(result["ratios"]["project:bf16"]) == keys  # a variant: its seconds / the project's
+    assert result["unavailable"] == {} and result["differences"] == {}
+    assert {"cpu", "avx512_bf16", "amx_bf16", "torch"} <= set(result["machine"])
+    assert Path(result["systems"]["project"]["source"]) == BENCH.parents[1]  # this checkout's model
+
+
+def test_a_peer_that_cannot_be_imported_is_named_and_the_rest_still_runs(
+    capsys, monkeypatch, tmp_path
+):
+    hidden = tmp_path / "joeynmt"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text("raise ImportError('joeynmt hidden by the test')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the children's imports see it first
+    bench = load_bench()
+    bench.main(["--quick", "--warmup", "0", "--systems", "project", "joeynmt"])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert "hidden by the test" in result["unavailable"]["joeynmt"]
+    assert result["systems"]["joeynmt"]["available"] is False
+    assert "joeynmt: NOT AVAILABLE" in captured.err
+    check_system(result, "project")
+    assert result["ratios"] == {}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("joeynmt") is None or importlib.util.find_spec("onmt") is None,
+    reason="JoeyNMT / OpenNMT-py not installed: pip install --no-deps -r requirements/peers.txt",
+)
+def test_quick_run_against_the_peers(capsys):
+    result = run_quick(capsys, ["project", "joeynmt", "opennmt"])
+    assert result["unavailable"] == {}, result["unavailable"]
+    for name in ("project", "joeynmt", "opennmt"):
+        check_system(result, name)
+    keys = {f"train_L{L}" for L in result["settings"]["lengths"]} | {"greedy", "beam"}
+    for peer in ("joeynmt", "opennmt"):
+        assert set(result["ratios"][peer]) == keys
+        assert set(result["ratios_cpu_time"][peer]) == keys
+        assert result["differences"][peer]  # what its options cannot make the same is named
+    assert result["systems"]["opennmt"]["params"] < result["systems"]["project"]["params"]
