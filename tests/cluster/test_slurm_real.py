@@ -1,0 +1,279 @@
+"""cluster/slurm.sbatch under a real SLURM: the one-node cluster that cluster/slurm-local.sh sets
+up on this machine (installing slurm-wlm and munge with apt-get when they are missing), a real Ray
+head in the allocation, real trials. tests/test_slurm.py keeps the stand-ins for what one node
+cannot show (several nodes, unreachable heads).
+
+Each sweep's results.csv is compared with the same sweep run by the launcher directly, in this
+session (a private local Ray with as many CPUs as the job): the same BLEU, steps and status per
+trial. Skipped, with the reason, where SLURM cannot be set up: not root, neither sbatch nor
+apt-get, the setup script fails, or the tests' Python is not a virtualenv the job can activate.
+
+Default run: one short sweep (~1.5 min with the reference run, once SLURM is installed). Slow
+(`-m slow`): a sweep longer than its 2-minute time limit finishes through requeues, and a
+`scancel --signal=TERM` is followed by a requeue and the same results (each waits out SLURM's
+two minutes before a requeued job may start again).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / "cluster" / "slurm-local.sh"
+SCRIPT = ROOT / "cluster" / "slurm.sbatch"
+VENV = Path(sys.prefix)
+CPUS = min(2, os.cpu_count() or 1)
+SPEC = "sweeps/quickstart.yaml"
+NO_TIMING = ["--set", "timing.enabled=false"]  # its seconds are the machine's, not the sweep's
+# the quickstart scaled down: ~20 s of trials on 2 CPUs, ~45 s for the whole launcher
+SHORT = [
+    *("--set", "trainer.max_steps=60", "--set", "trainer.val_check_interval=30"),
+    *("--set", "task.train_size=2000", "--set", "task.val_size=50"),
+    *NO_TIMING,
+]
+# longer than a 2-minute job: ~70 s of trials, ~35 s to start each run, validation every ~10 s
+LONG = [
+    *("--set", "trainer.max_steps=600", "--set", "trainer.val_check_interval=150"),
+    *NO_TIMING,
+]
+LONG_STEPS = 600
+COMPARED = ("status", "step", "val/bleu")
+
+
+def _why_not() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "SLURM tests need Linux"
+    if os.geteuid() != 0:
+        return "needs root: cluster/slurm-local.sh installs SLURM and starts its daemons as root"
+    if not (shutil.which("sbatch") or shutil.which("apt-get")):
+        return "no SLURM here (sbatch) and no apt-get to install it"
+    if not (VENV / "bin" / "activate").exists():
+        return f"the tests' Python ({sys.executable}) is not in a virtualenv the job can activate"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment without SLURM's or the batch script's settings, W&B offline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MEMATTN_"))}
+    env.update(WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The one-node cluster, set up (or found running) by cluster/slurm-local.sh; stopped at the end
+    only if this session started a daemon of it."""
+    try:
+        proc = subprocess.run(
+            ["bash", str(SETUP)], capture_output=True, text=True, timeout=900, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("SLURM could not be set up here: cluster/slurm-local.sh took over 15 minutes")
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        pytest.skip(f"SLURM could not be set up here (cluster/slurm-local.sh): {why}")
+    started = re.search(r"^slurm-local: started ", proc.stdout, flags=re.M) is not None
+    yield proc.stdout
+    if started:
+        subprocess.run(["bash", str(SETUP), "stop"], capture_output=True, timeout=120)
+
+
+class Job:
+    """A finished sbatch job: exit status, its log, what `scontrol show job` says of it."""
+
+    def __init__(self, job_id: str, code: int, log: Path, seconds: float) -> None:
+        self.id, self.code, self.log, self.seconds = job_id, code, log.read_text(), seconds
+        show = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True
+        ).stdout
+        self.fields = dict(re.findall(r"(\w+)=(\S*)", show))
+
+    @property
+    def restarts(self) -> int:
+        return int(self.fields.get("Restarts", "-1"))
+
+    def __repr__(self) -> str:
+        return f"job {self.id} exit {self.code} after {self.seconds:.0f}s:\n{self.log[-6000:]}"
+
+
+def submit(
+    tmp: Path, out: Path, args: list[str], sbatch: list[str] = (), timeout: float = 600, **env: str
+) -> Job:
+    """`sbatch --wait cluster/slurm.sbatch SPEC --output OUT ARGS` on one node, no GPU."""
+    log = tmp / "job.log"
+    cmd = [
+        "sbatch", "--wait", "--parsable", "--nodes=1", "--gpus-per-node=0",
+        f"--cpus-per-task={CPUS}", f"--output={log}", "--job-name=memattn-test", *sbatch,
+        str(SCRIPT), SPEC, "--output", str(out), *args,
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=_env(MEMATTN_VENV=str(VENV), **env), stdout=subprocess.PIPE, text=True
+    )
+    job_id = proc.stdout.readline().strip().split(";")[0]
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["scancel", job_id])
+        proc.wait()
+        raise AssertionError(f"job {job_id} still ran after {timeout}s: {log.read_text()[-4000:]}")
+    return Job(job_id, code, log, time.monotonic() - t0)
+
+
+_REFERENCES: dict[tuple[str, ...], Path] = {}
+
+
+def reference(tmp_path_factory, args: list[str]) -> Path:
+    """results.csv of the same sweep run by the launcher itself, here, once per session."""
+    key = tuple(args)
+    if key not in _REFERENCES:
+        out = tmp_path_factory.mktemp("reference")
+        proc = subprocess.run(
+            [sys.executable, "sweeps/launch.py", SPEC, "--output", str(out), "--address", "local",
+             "--num-cpus", str(CPUS), *args],
+            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        _REFERENCES[key] = out / "quickstart" / "results.csv"
+    return _REFERENCES[key]
+
+
+def rows(results: Path) -> dict[tuple[str, str], dict[str, str]]:
+    """results.csv: the compared columns per (cell, seed)."""
+    with results.open() as f:
+        return {(r["cell"], r["seed"]): {c: r[c] for c in COMPARED} for r in csv.DictReader(f)}
+
+
+def trial_reports(exp: Path) -> dict[str, list[dict]]:
+    """Each trial folder's result.json lines (step, process, iterations since its last start)."""
+    reports = {}
+    for result in sorted(exp.glob("*/result.json")):
+        lines = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+        reports[result.parent.name] = lines
+    return reports
+
+
+def assert_no_step_trained_twice(exp: Path, max_steps: int) -> dict[str, int]:
+    """Every trial reported each validation step once, up to max_steps; returns how many times each
+    trial (re)started (a report with iterations_since_restore == 1)."""
+    starts = {}
+    for trial, lines in trial_reports(exp).items():
+        steps = [line["step"] for line in lines]
+        assert steps == sorted(set(steps)), f"{trial} reported a step twice: {steps}"
+        assert steps[-1] == max_steps, (trial, steps)
+        starts[trial] = sum(line["iterations_since_restore"] == 1 for line in lines)
+    return starts
+
+
+def assert_log_ends_with_results(job: Job) -> None:
+    lines = [line for line in job.log.splitlines() if line.strip()]
+    assert "Some Ray subprocesses exited unexpectedly" not in job.log, job
+    assert "exit code(s)" not in job.log, job
+    wrote = max(i for i, line in enumerate(lines) if line.startswith("wrote "))
+    # after the files written: only the launcher's W&B upload hint
+    assert all(
+        line.startswith(("W&B ran offline", "  wandb sync ")) for line in lines[wrote + 1 :]
+    ), job
+    table = [line for line in lines[:wrote] if re.search(r"attention=\S+ .* done ", line)]
+    assert len(table) == 3, job
+
+
+def test_the_quickstart_runs_under_slurm_as_without_it(slurm, tmp_path, tmp_path_factory):
+    """The issue's case: one CPU node, Ray's defaults (token authentication where ~/.ray/auth_token
+    exists, as here), the sweep runs, its results are those of a run without SLURM, and the job
+    log ends with them (not Ray's crash report), exit 0."""
+    job = submit(tmp_path, tmp_path / "out", SHORT, ["--time=00:10:00"])
+    assert job.code == 0, job
+    assert job.fields.get("JobState") == "COMPLETED" and job.fields.get("ExitCode") == "0:0", job
+    assert "Ray: token authentication on" in job.log, job
+    assert_log_ends_with_results(job)
+    assert len(job.log.splitlines()) < 120, job  # short: Ray's own output is in its log file
+    got = rows(tmp_path / "out" / "quickstart" / "results.csv")
+    assert got == rows(reference(tmp_path_factory, SHORT)), job
+    assert {r["status"] for r in got.values()} == {"done"}
+    assert (tmp_path / "out" / "slurm" / job.id / "ray-head.log").exists()
+
+
+def _requeued(job: Job) -> None:
+    assert job.code == 0, job
+    assert job.fields.get("JobState") == "COMPLETED", job
+    assert job.restarts >= 1, job
+    assert "continuing it with --resume" in job.log, job
+    assert_log_ends_with_results(job)
+
+
+@pytest.mark.slow
+def test_a_sweep_longer_than_its_time_limit_requeues_itself_and_finishes(
+    slurm, tmp_path, tmp_path_factory
+):
+    """~70 s of trials (and ~35 s to start each run) under a 2-minute limit, the warning 30 s
+    before it (SLURM sends it up to a minute early): the job stops
+    the sweep, requeues itself, resumes, until the sweep is done; the results equal an unlimited
+    run's, and no trial reported a step twice (a finished trial trained again would)."""
+    out = tmp_path / "out"
+    job = submit(
+        tmp_path, out, LONG, ["--time=2", "--signal=B:USR1@30"], timeout=1800,
+        MEMATTN_STOP_GRACE="30",
+    )  # fmt: skip
+    _requeued(job)
+    assert "the time limit is near" in job.log, job
+    got = rows(out / "quickstart" / "results.csv")
+    assert got == rows(reference(tmp_path_factory, LONG)), job
+    starts = assert_no_step_trained_twice(out / "quickstart", LONG_STEPS)
+    assert max(starts.values()) > 1, starts  # some trial continued from its checkpoint
+    assert all(n <= job.restarts + 1 for n in starts.values()), starts
+    print(f"\n{job.id}: {job.seconds:.0f}s, {job.restarts} requeue(s), trial starts {starts}")
+
+
+@pytest.mark.slow
+def test_scancel_signal_term_requeues_and_the_sweep_finishes(slurm, tmp_path, tmp_path_factory):
+    """`scancel --signal=TERM` (how a preemption is tried by hand; it reaches the job's steps,
+    not the batch shell) while trials run: the sweep stops, the job requeues and finishes it."""
+    out = tmp_path / "out"
+    results = {}
+
+    def term_when_a_trial_reported():
+        exp = out / "quickstart"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if any(lines for lines in trial_reports(exp).values()) if exp.exists() else False:
+                squeue = subprocess.run(
+                    ["squeue", "--noheader", "--name=memattn-term", "--format=%i"],
+                    capture_output=True, text=True,
+                ).stdout.split()  # fmt: skip
+                subprocess.run(["scancel", "--signal=TERM", *squeue], check=True)
+                results["sent"] = time.monotonic()
+                return
+            time.sleep(2)
+
+    import threading
+
+    thread = threading.Thread(target=term_when_a_trial_reported, daemon=True)
+    thread.start()
+    job = submit(
+        tmp_path, out, LONG, ["--job-name=memattn-term"], timeout=1800,
+        MEMATTN_STOP_GRACE="30",
+    )  # fmt: skip
+    thread.join(timeout=1)
+    assert "sent" in results, job
+    _requeued(job)
+    assert "SIGTERM: preempted or cancelled" in job.log, job
+    got = rows(out / "quickstart" / "results.csv")
+    assert got == rows(reference(tmp_path_factory, LONG)), job
+    starts = assert_no_step_trained_twice(out / "quickstart", LONG_STEPS)
+    print(f"\n{job.id}: {job.seconds:.0f}s, {job.restarts} requeue(s), trial starts {starts}")
