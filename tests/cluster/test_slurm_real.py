@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -41,12 +42,13 @@ SHORT = [
     *("--set", "task.train_size=2000", "--set", "task.val_size=50"),
     *NO_TIMING,
 ]
-# longer than a 2-minute job: ~70 s of trials, ~35 s to start each run, validation every ~10 s
+# longer than a 2-minute job: 1.5 to 4 minutes of trials (as busy as the machine is), ~35 s to
+# start each run, a validation (and checkpoint) every 10 to 25 s
+LONG_STEPS = 1200
 LONG = [
-    *("--set", "trainer.max_steps=600", "--set", "trainer.val_check_interval=150"),
+    *("--set", f"trainer.max_steps={LONG_STEPS}", "--set", "trainer.val_check_interval=200"),
     *NO_TIMING,
 ]
-LONG_STEPS = 600
 COMPARED = ("status", "step", "val/bleu")
 
 
@@ -72,6 +74,13 @@ def _env(**extra: str) -> dict[str, str]:
     env.pop("RAY_ADDRESS", None)
     env.update(extra)
     return env
+
+
+def _free_port() -> int:
+    """A port for the job's Ray head: not 6379, which another Ray on this machine may hold."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -122,16 +131,17 @@ def submit(
         str(SCRIPT), SPEC, "--output", str(out), *args,
     ]  # fmt: skip
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=_env(MEMATTN_VENV=str(VENV), **env), stdout=subprocess.PIPE, text=True
-    )
+    env = _env(MEMATTN_VENV=str(VENV), MEMATTN_RAY_PORT=str(_free_port()), **env)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     job_id = proc.stdout.readline().strip().split(";")[0]
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", job_id])
         proc.wait()
-        raise AssertionError(f"job {job_id} still ran after {timeout}s: {log.read_text()[-4000:]}")
+        raise AssertionError(
+            f"job {job_id} still ran after {timeout}s: {log.read_text()[-4000:]}"
+        ) from None
     return Job(job_id, code, log, time.monotonic() - t0)
 
 
@@ -221,13 +231,13 @@ def _requeued(job: Job) -> None:
 def test_a_sweep_longer_than_its_time_limit_requeues_itself_and_finishes(
     slurm, tmp_path, tmp_path_factory
 ):
-    """~70 s of trials (and ~35 s to start each run) under a 2-minute limit, the warning 30 s
-    before it (SLURM sends it up to a minute early): the job stops
+    """1.5 to 4 minutes of trials (and ~35 s to start each run) under a 2-minute limit, the
+    warning 30 s before it (SLURM sends it up to a minute early): the job stops
     the sweep, requeues itself, resumes, until the sweep is done; the results equal an unlimited
     run's, and no trial reported a step twice (a finished trial trained again would)."""
     out = tmp_path / "out"
     job = submit(
-        tmp_path, out, LONG, ["--time=2", "--signal=B:USR1@30"], timeout=1800,
+        tmp_path, out, LONG, ["--time=2", "--signal=B:USR1@30"], timeout=2700,
         MEMATTN_STOP_GRACE="30",
     )  # fmt: skip
     _requeued(job)
@@ -266,7 +276,7 @@ def test_scancel_signal_term_requeues_and_the_sweep_finishes(slurm, tmp_path, tm
     thread = threading.Thread(target=term_when_a_trial_reported, daemon=True)
     thread.start()
     job = submit(
-        tmp_path, out, LONG, ["--job-name=memattn-term"], timeout=1800,
+        tmp_path, out, LONG, ["--job-name=memattn-term"], timeout=2700,
         MEMATTN_STOP_GRACE="30",
     )  # fmt: skip
     thread.join(timeout=1)
