@@ -20,6 +20,7 @@ import csv
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -74,6 +75,15 @@ def _env(**extra: str) -> dict[str, str]:
     env.pop("RAY_ADDRESS", None)
     env.update(extra)
     return env
+
+
+def _token() -> dict[str, str]:
+    """Ray's token authentication as the user has it (~/.ray/auth_token, as on this machine), else
+    a token of the test's own in RAY_AUTH_TOKEN: the job would otherwise create ~/.ray/auth_token,
+    which changes how `ray start` behaves on this machine for everything after the test."""
+    if os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").exists():
+        return {}
+    return {"RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def _free_port() -> int:
@@ -131,7 +141,7 @@ def submit(
         str(SCRIPT), SPEC, "--output", str(out), *args,
     ]  # fmt: skip
     t0 = time.monotonic()
-    env = _env(MEMATTN_VENV=str(VENV), MEMATTN_RAY_PORT=str(_free_port()), **env)
+    env = _env(MEMATTN_VENV=str(VENV), MEMATTN_RAY_PORT=str(_free_port()), **_token(), **env)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     job_id = proc.stdout.readline().strip().split(";")[0]
     try:
@@ -145,22 +155,38 @@ def submit(
     return Job(job_id, code, log, time.monotonic() - t0)
 
 
-_REFERENCES: dict[tuple[str, ...], Path] = {}
+class Reference:
+    """The same sweep run by the launcher itself, here (a private local Ray with the job's CPUs),
+    started beside the job (the results do not depend on the machine's load, and the test is
+    shorter) and once per session for each set of options."""
 
+    started: dict[tuple[str, ...], Reference] = {}
 
-def reference(tmp_path_factory, args: list[str]) -> Path:
-    """results.csv of the same sweep run by the launcher itself, here, once per session."""
-    key = tuple(args)
-    if key not in _REFERENCES:
-        out = tmp_path_factory.mktemp("reference")
-        proc = subprocess.run(
-            [sys.executable, "sweeps/launch.py", SPEC, "--output", str(out), "--address", "local",
-             "--num-cpus", str(CPUS), *args],
-            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        _REFERENCES[key] = out / "quickstart" / "results.csv"
-    return _REFERENCES[key]
+    def __init__(self, out: Path, args: list[str]) -> None:
+        self.out, self.log = out, out.with_suffix(".log")
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "sweeps/launch.py", SPEC, "--output", str(out), "--address",
+                 "local", "--num-cpus", str(CPUS), *args],
+                cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    @classmethod
+    def start(cls, tmp_path_factory, args: list[str]) -> Reference:
+        key = tuple(args)
+        if key not in cls.started:
+            cls.started[key] = cls(tmp_path_factory.mktemp("reference"), args)
+        return cls.started[key]
+
+    def results(self) -> Path:
+        """Its results.csv, once it has finished."""
+        try:
+            code = self.proc.wait(timeout=1200)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        assert code == 0, self.log.read_text()[-5000:]
+        return self.out / "quickstart" / "results.csv"
 
 
 def rows(results: Path) -> dict[tuple[str, str], dict[str, str]]:
@@ -207,6 +233,7 @@ def test_the_quickstart_runs_under_slurm_as_without_it(slurm, tmp_path, tmp_path
     """The issue's case: one CPU node, Ray's defaults (token authentication where ~/.ray/auth_token
     exists, as here), the sweep runs, its results are those of a run without SLURM, and the job
     log ends with them (not Ray's crash report), exit 0."""
+    ref = Reference.start(tmp_path_factory, SHORT)
     job = submit(tmp_path, tmp_path / "out", SHORT, ["--time=00:10:00"])
     assert job.code == 0, job
     assert job.fields.get("JobState") == "COMPLETED" and job.fields.get("ExitCode") == "0:0", job
@@ -214,7 +241,7 @@ def test_the_quickstart_runs_under_slurm_as_without_it(slurm, tmp_path, tmp_path
     assert_log_ends_with_results(job)
     assert len(job.log.splitlines()) < 120, job  # short: Ray's own output is in its log file
     got = rows(tmp_path / "out" / "quickstart" / "results.csv")
-    assert got == rows(reference(tmp_path_factory, SHORT)), job
+    assert got == rows(ref.results()), job
     assert {r["status"] for r in got.values()} == {"done"}
     assert (tmp_path / "out" / "slurm" / job.id / "ray-head.log").exists()
 
@@ -236,6 +263,7 @@ def test_a_sweep_longer_than_its_time_limit_requeues_itself_and_finishes(
     the sweep, requeues itself, resumes, until the sweep is done; the results equal an unlimited
     run's, and no trial reported a step twice (a finished trial trained again would)."""
     out = tmp_path / "out"
+    ref = Reference.start(tmp_path_factory, LONG)
     job = submit(
         tmp_path, out, LONG, ["--time=2", "--signal=B:USR1@30"], timeout=2700,
         MEMATTN_STOP_GRACE="30",
@@ -243,7 +271,7 @@ def test_a_sweep_longer_than_its_time_limit_requeues_itself_and_finishes(
     _requeued(job)
     assert "the time limit is near" in job.log, job
     got = rows(out / "quickstart" / "results.csv")
-    assert got == rows(reference(tmp_path_factory, LONG)), job
+    assert got == rows(ref.results()), job
     starts = assert_no_step_trained_twice(out / "quickstart", LONG_STEPS)
     assert max(starts.values()) > 1, starts  # some trial continued from its checkpoint
     assert all(n <= job.restarts + 1 for n in starts.values()), starts
@@ -255,6 +283,7 @@ def test_scancel_signal_term_requeues_and_the_sweep_finishes(slurm, tmp_path, tm
     """`scancel --signal=TERM` (how a preemption is tried by hand; it reaches the job's steps,
     not the batch shell) while trials run: the sweep stops, the job requeues and finishes it."""
     out = tmp_path / "out"
+    ref = Reference.start(tmp_path_factory, LONG)
     results = {}
 
     def term_when_a_trial_reported():
@@ -284,6 +313,6 @@ def test_scancel_signal_term_requeues_and_the_sweep_finishes(slurm, tmp_path, tm
     _requeued(job)
     assert "SIGTERM: preempted or cancelled" in job.log, job
     got = rows(out / "quickstart" / "results.csv")
-    assert got == rows(reference(tmp_path_factory, LONG)), job
+    assert got == rows(ref.results()), job
     starts = assert_no_step_trained_twice(out / "quickstart", LONG_STEPS)
     print(f"\n{job.id}: {job.seconds:.0f}s, {job.restarts} requeue(s), trial starts {starts}")
