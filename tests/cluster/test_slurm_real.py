@@ -225,8 +225,12 @@ def assert_log_ends_with_results(job: Job) -> None:
     assert all(
         line.startswith(("W&B ran offline", "  wandb sync ")) for line in lines[wrote + 1 :]
     ), job
-    table = [line for line in lines[:wrote] if re.search(r"attention=\S+ .* done ", line)]
-    assert len(table) == 3, job
+    # the results table just before, of this run (earlier runs' stopped ones are above it)
+    header = max(
+        i for i, line in enumerate(lines[:wrote]) if re.search(r"cell +seed +status", line)
+    )
+    table = lines[header + 1 : wrote]
+    assert len(table) == 3 and all(re.search(r" done ", line) for line in table), job
 
 
 def test_the_quickstart_runs_under_slurm_as_without_it(slurm, tmp_path, tmp_path_factory):
