@@ -72,7 +72,8 @@ def _env(**extra: str) -> dict[str, str]:
     """This process's environment without SLURM's or the batch script's settings, W&B offline."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MEMATTN_"))}
     env.update(WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE"):  # Ray's defaults, as a user has them
+        env.pop(name, None)
     env.update(extra)
     return env
 
