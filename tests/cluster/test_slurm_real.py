@@ -206,11 +206,22 @@ def trial_reports(exp: Path) -> dict[str, list[dict]]:
 
 
 def assert_no_step_trained_twice(exp: Path, max_steps: int) -> dict[str, int]:
-    """Every trial reported each validation step once, up to max_steps; returns how many times each
-    trial (re)started (a report with iterations_since_restore == 1)."""
+    """No trial trained a step twice: each reported each validation step once, up to max_steps;
+    returns how many times each trial (re)started (a report with iterations_since_restore == 1).
+
+    One repeat is let through, and printed: the final step reported again by a restart from the
+    final checkpoint (it trains nothing). A trial stopped between its last report and its return
+    is still running for Tune, so the resumed sweep restores it and Lightning validates once more.
+    That is the launcher's to avoid (issue 31: stopped trials, finished ones never run again);
+    until it does, this check cannot be stricter."""
     starts = {}
     for trial, lines in trial_reports(exp).items():
         steps = [line["step"] for line in lines]
+        if steps[-2:] == [max_steps, max_steps] and lines[-1]["iterations_since_restore"] == 1:
+            print(
+                f"\n{trial}: step {max_steps} reported again after a restart from its last checkpoint"
+            )
+            steps = steps[:-1]
         assert steps == sorted(set(steps)), f"{trial} reported a step twice: {steps}"
         assert steps[-1] == max_steps, (trial, steps)
         starts[trial] = sum(line["iterations_since_restore"] == 1 for line in lines)
@@ -222,10 +233,10 @@ def assert_log_ends_with_results(job: Job) -> None:
     assert "Some Ray subprocesses exited unexpectedly" not in job.log, job
     assert "exit code(s)" not in job.log, job
     wrote = max(i for i, line in enumerate(lines) if line.startswith("wrote "))
-    # after the files written: only the launcher's W&B upload hint
-    assert all(
-        line.startswith(("W&B ran offline", "  wandb sync ")) for line in lines[wrote + 1 :]
-    ), job
+    # after the files written: only the launcher's W&B lines (incomplete runs, the upload hint),
+    # and trial output that Ray forwards to the driver late, "(run_trial pid=N) ..."
+    late = re.compile(r"^(W&B |  wandb sync |(\x1b\[\d+m)?\(\w+ pid=\d+\))")
+    assert all(late.match(line) for line in lines[wrote + 1 :]), job
     # the results table just before, of this run (earlier runs' stopped ones are above it)
     header = max(
         i for i, line in enumerate(lines[:wrote]) if re.search(r"cell +seed +status", line)
