@@ -8,10 +8,11 @@ session (a private local Ray with as many CPUs as the job): the same BLEU, steps
 trial. Skipped, with the reason, where SLURM cannot be set up: not root, neither sbatch nor
 apt-get, the setup script fails, or the tests' Python is not a virtualenv the job can activate.
 
-Default run: one short sweep (~1.5 min with the reference run, once SLURM is installed). Slow
-(`-m slow`): a sweep longer than its 2-minute time limit finishes through requeues, and a
-`scancel --signal=TERM` is followed by a requeue and the same results (each waits out SLURM's
-two minutes before a requeued job may start again).
+Default run: one short sweep, ~75 s with its reference run beside it on the 2-core machine (plus
+~35 s for apt-get the first time). Slow (`-m slow`): a sweep longer than its 2-minute time limit
+finishes through requeues (~9 min: 2 requeues), and a `scancel --signal=TERM` is followed by a
+requeue and the same results (~5.5 min); each requeue waits out SLURM's two minutes before a
+requeued job may start again.
 """
 
 from __future__ import annotations
