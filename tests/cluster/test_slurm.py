@@ -68,9 +68,16 @@ if [[ $1 == start && " $* " == *" --head "* ]]; then
         esac
     done
     echo $$ > "$FAKE_DIR/head.pid"
-    exec "$REAL_PYTHON" -c 'import socket, sys, time
+    exec "$REAL_PYTHON" -c 'import signal, socket, sys, time
+def stopped(*_):  # how the batch script stops the head it started
+    open(sys.argv[3], "a").write("ray head stopped by SIGTERM\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stopped)
 s = socket.create_server((sys.argv[1], int(sys.argv[2])), family=socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
-time.sleep(30)' "$ip" "$port"
+time.sleep(30)' "$ip" "$port" "$FAKE_LOG"
+fi
+if [[ "$1 $2" == "get-auth-token --generate" ]]; then
+    mkdir -p "$HOME/.ray" && echo "token-of-the-stand-in" > "$HOME/.ray/auth_token"
 fi
 if [[ $1 == stop ]]; then
     kill "$(cat "$FAKE_DIR/head.pid")" 2>/dev/null
@@ -139,6 +146,7 @@ class Job:
             **base,
             "PATH": f"{bin_dir}:{os.environ['PATH']}",
             "REAL_PYTHON": sys.executable,
+            "HOME": str(tmp),  # no ~/.ray/auth_token: the job creates one (`ray get-auth-token`)
             "FAKE_LOG": str(self.log),
             "FAKE_DIR": str(tmp),
             "FAKE_NODES": " ".join(nodes),
@@ -189,13 +197,20 @@ def test_one_node_runs_the_sweep_on_a_loopback_head_address(tmp_path):
     job = Job(tmp_path, ["node1"])
     assert job.code == 0, job.err
     assert "one node: the Ray head runs on 127.0.1.1" in job.out
+    assert (
+        f"Ray: token authentication on (the token from {tmp_path}/.ray/auth_token (created now))"
+        in job.out
+    )
     (head,) = job.ray_starts()
     assert f"--head --node-ip-address=127.0.1.1 --port={job.port} --num-cpus=4 --num-gpus=8" in head
     assert job.launches() == [
         f"python sweeps/launch.py sweeps/quickstart.yaml --address "
         f"127.0.1.1:{job.port} --output {tmp_path}/sweep-results --smoke"
     ]
-    assert any(c.startswith("ray stop --force") for c in job.calls)
+    # the head the job started is stopped by SIGTERM to its `ray start --block`, not by `ray stop`,
+    # which would stop every Ray on the node
+    assert "ray head stopped by SIGTERM" in job.calls
+    assert not any(c.startswith("ray stop") for c in job.calls)
     assert job.seconds < 10, job.seconds
 
 
