@@ -58,6 +58,7 @@ RAY_MODULES = {
     "test_address",
     "test_storage_faults",
     "test_cluster",
+    "test_slurm_real",
 }
 #: fixtures that start Ray, or that train models (module-scoped: the first test that uses one pays
 #: for all, so every test that uses one is marked)
