@@ -409,7 +409,8 @@ def shell_commands(text: str) -> list[list[str]]:
     """Simple commands in a shell script or README code block, as word lists: line continuations
     joined, split at shell operators (``;``, ``&&``, ``|``, ``&``, redirections...) outside quotes;
     leading ``VAR=value`` assignments, ``srun ...`` wrappers and ``$ `` prompts dropped; the
-    command string of ``ray exec CONFIG "CMD"`` parsed as well."""
+    command string of ``ray exec CONFIG "CMD"`` and of ``bash -c 'SCRIPT' NAME ARGS`` (``"$@"``
+    read as ARGS) parsed as well."""
     text = re.sub(r"\\\n\s*", " ", text)
     commands: list[list[str]] = []
     for line in text.splitlines():
@@ -431,6 +432,9 @@ def shell_commands(text: str) -> list[list[str]]:
                     commands.append(words)
                     if words[:2] == ["ray", "exec"] and len(words) > 3:
                         commands += shell_commands(words[3])
+                    if words[:2] == ["bash", "-c"] and len(words) > 2:  # bash -c 'SCRIPT' $0 ARGS
+                        script = words[2].replace('"$@"', shlex.join(words[4:]))
+                        commands += shell_commands(script)
                 words = []
             else:
                 words.append(tok)
@@ -448,7 +452,7 @@ def _strip_prefixes(words: list[str]) -> list[str]:
 def _drop_wrapper(words: list[str]) -> list[str]:
     """``srun --nodes=1 -w "$node" ray start ...`` -> ``ray start ...``."""
     for i, w in enumerate(words):
-        if w in ("ray", "python", "python3", "pip") or w.endswith("/python"):
+        if w in ("ray", "python", "python3", "pip", "bash") or w.endswith("/python"):
             return words[i:]
     return []
 
