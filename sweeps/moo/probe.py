@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import PROBE_FILE  # noqa: E402,F401
+from sweeps.layout import PROBE_FILE
 
 #: model settings that change how a model trains, not what it computes when it decodes
 TRAINING_ONLY = frozenset({"lr", "weight_decay", "dropout", "val_decode"})

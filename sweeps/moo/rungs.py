@@ -343,7 +343,7 @@ def pareto_rungs_factory(
     :func:`sweeps.run.schedulers.make_scheduler` keeps one per unit, keyed by (cell, seed)).
     ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher).
     ``samples_left``: per unit key, whether the searcher will start more of its trials."""
-    from sweeps.spec.schema import BOUNDS, tolerances
+    from sweeps.spec.search_schema import BOUNDS, tolerances
 
     spec = sweep.spec
     et = spec.early_terminate

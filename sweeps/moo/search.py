@@ -33,7 +33,7 @@ from typing import Any
 
 from sweeps.layout import OPTUNA_JOURNAL
 from sweeps.moo.studies import ObjectiveReader, StudyBook
-from sweeps.run.searcher import SweepSearcher, Unit, optuna_distributions
+from sweeps.run.searcher import SweepSearcher, Unit, optuna_distributions, sweep_units
 from sweeps.spec import unit_key
 from sweeps.spec.objectives import DECODE_SECONDS, baseline_of
 
@@ -259,17 +259,7 @@ def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
     estimates = (
         build_estimates(sweep, out) if DECODE_SECONDS in [o.name for o in spec.objectives] else None
     )
-    index = {c.slug: i for i, c in enumerate(sweep.cells)}
-    units = [
-        Unit(
-            f"{sweep.name}/{p.unit}",
-            index[p.cell.slug],
-            p.seed,
-            p.trial_config(sweep.grid_columns),
-            p.trainer.get("max_steps"),
-        )
-        for p in sweep.plans
-    ]
+    units = sweep_units(sweep)
     space = optuna_distributions(spec.parameters, sweep.param_columns)
     return MooSearcher(
         units,

@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
-from sweeps.layout import BOOTSTRAP_FILE
-from sweeps.report.results import DECODE_SECONDS, HYPOTHESES_FILE
+from sweeps.layout import BOOTSTRAP_FILE, HYPOTHESES_FILE
+from sweeps.report.results import DECODE_SECONDS
 from sweeps.report.stats import (
     best_memory,
     bootstrap_table,

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
-from sweeps.report.results import FINISHED, HYPOTHESES_FILE, REFERENCES_FILE, natural_order
+from sweeps.layout import HYPOTHESES_FILE, REFERENCES_FILE
+from sweeps.report.results import FINISHED, natural_order
 
 # Student's t, 0.975 quantile, by degrees of freedom (no scipy in the sweep extra)
 _T975 = [

@@ -104,21 +104,10 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
 
         return make_moo_searcher(sweep, paths, wandb_mode)
     from sweeps.run.packing import estimated_cost
-    from sweeps.run.searcher import SweepSearcher, Unit, optuna_distributions
+    from sweeps.run.searcher import SweepSearcher, optuna_distributions, sweep_units
 
     spec = sweep.spec
-    index = {c.slug: i for i, c in enumerate(sweep.cells)}
-    units = [
-        Unit(
-            f"{sweep.name}/{p.unit}",
-            index[p.cell.slug],
-            p.seed,
-            p.trial_config(sweep.grid_columns),
-            p.trainer.get("max_steps"),
-            estimated_cost(p.task, p.model, p.trainer),
-        )
-        for p in sweep.plans
-    ]
+    units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
     space, journal = None, None
     if sweep.has_search:
         space = optuna_distributions(spec.parameters, sweep.param_columns)

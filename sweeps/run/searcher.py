@@ -17,6 +17,7 @@ marked FAIL, so the two agree.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,24 @@ class Unit:
     config: dict[str, Any]
     max_steps: int | None = None  # a trial that ends before it was stopped by the scheduler
     cost: float = 0.0  # expected length of its trials (sweeps.run.packing): the longest start first
+
+
+def sweep_units(sweep: Any, cost: Callable[[Any], float] | None = None) -> list[Unit]:
+    """The sweep's units, in grid order: each plan's Optuna study name (``<sweep>/<unit>``), its
+    cell's position, seed, Tune config and ``max_steps``; ``cost(plan)`` its expected length
+    (:mod:`sweeps.run.packing`), 0 without one."""
+    index = {c.slug: i for i, c in enumerate(sweep.cells)}
+    return [
+        Unit(
+            f"{sweep.name}/{p.unit}",
+            index[p.cell.slug],
+            p.seed,
+            p.trial_config(sweep.grid_columns),
+            p.trainer.get("max_steps"),
+            cost(p) if cost is not None else 0.0,
+        )
+        for p in sweep.plans
+    ]
 
 
 def optuna_distributions(

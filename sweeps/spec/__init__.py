@@ -31,7 +31,8 @@ from sweeps.spec.load import (
     resume_launch,
     save_launch,
 )
-from sweeps.spec.schema import ParamSpec, SpecError, SweepSpec, TrainerSpec
+from sweeps.spec.schema import SpecError, SweepSpec, TrainerSpec
+from sweeps.spec.search_schema import ParamSpec
 from sweeps.spec.validate import DERIVED_MODEL_KEYS, TASKS
 
 __all__ = [

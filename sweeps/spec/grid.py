@@ -21,7 +21,8 @@ from functools import cached_property
 from typing import Any
 
 from sweeps.spec.dotted import set_dotted
-from sweeps.spec.schema import SpecError, SweepSpec, tolerances
+from sweeps.spec.schema import SpecError, SweepSpec
+from sweeps.spec.search_schema import tolerances
 
 SECTIONS = ("task", "model", "trainer")
 # Column names in results for well-known keys.

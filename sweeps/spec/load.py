@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from sweeps.assignments import AssignmentError, parse_assignments
+from sweeps.layout import LAUNCH_FILE
 from sweeps.spec.dotted import set_dotted
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.objectives import check_baseline, check_objectives
@@ -169,9 +170,6 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
             f'quote it for the shell, e.g. --set "{exc.key}=[1, 2]"',
             source,
         ) from None
-
-
-from sweeps.layout import LAUNCH_FILE  # noqa: E402,F401
 
 
 def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Path:

@@ -23,7 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, VAL_SACREBLEU
-from sweeps.spec.schema import BOUNDS, NATURAL_GOALS, ConstraintSpec, ObjectiveSpec, SpecError  # noqa: F401 (re-exported)
+from sweeps.spec.schema import SpecError
+from sweeps.spec.search_schema import (  # noqa: F401 (re-exported)
+    BOUNDS,
+    NATURAL_GOALS,
+    ConstraintSpec,
+    ObjectiveSpec,
+)
 
 
 def produced_metrics(spec: Any) -> tuple[str, ...]:

@@ -17,17 +17,13 @@ from lightning_modules.metric_names import (
     VAL_BLEU,
 )
 from sweeps.errors import SpecError  # noqa: F401 (raised here; importable from here too)
-from sweeps.spec.search_schema import (  # noqa: F401 (the search keys, importable from here too)
-    BOUNDS,
-    DEFAULT_TOLERANCE,
-    NATURAL_GOALS,
+from sweeps.spec.search_schema import (
     ConstraintSpec,
     EarlyTerminateSpec,
     ObjectiveSpec,
     ParamSpec,
     StopWhenSpec,
     _Strict,
-    tolerances,
 )
 
 

@@ -12,10 +12,7 @@ from typing import Any
 
 import torch
 
-from sweeps.layout import (
-    TIMING_FILE,  # noqa: E402,F401
-    write_atomic,
-)
+from sweeps.layout import TIMING_FILE, write_atomic
 
 # The figure is ``decode_seconds`` from the measurement to results.md, timing.json included; files
 # written before it had that name call it ``median_seconds``, still read (a --resume reuses them).

@@ -18,9 +18,9 @@ import torch
 from ray import tune
 
 from sweeps.errors import ChaosError
-from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE
+from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE, TRIAL_STATE_FILE
 from sweeps.trial import phases
-from sweeps.trial.checkpoints import EXTRA_FILE, save_checkpoint_atomic
+from sweeps.trial.checkpoints import save_checkpoint_atomic
 
 
 class TuneReport(pl.Callback):
@@ -66,7 +66,7 @@ class TuneReport(pl.Callback):
             with phases.phase("checkpoint"):
                 save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
                 if trainer.is_global_zero:
-                    Path(tmp, EXTRA_FILE).write_text(
+                    Path(tmp, TRIAL_STATE_FILE).write_text(
                         json.dumps({"train_time_s": metrics["train_time_s"]})
                     )
                     write_hypotheses(trainer.lightning_module, tmp)

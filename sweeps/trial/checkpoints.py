@@ -17,8 +17,6 @@ import torch
 
 from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
 
-EXTRA_FILE = TRIAL_STATE_FILE
-
 
 @dataclass
 class Restored:
@@ -70,7 +68,7 @@ def restore_checkpoint(checkpoint, local_dir: str, log=print) -> Restored:
         try:
             with candidate.as_directory() as d:
                 shutil.copy(os.path.join(d, CHECKPOINT_FILE), target)
-                extra = Path(d, EXTRA_FILE)
+                extra = Path(d, TRIAL_STATE_FILE)
                 time_offset = (
                     float(json.loads(extra.read_text()).get("train_time_s", 0.0))
                     if extra.exists()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sweeps.layout import PHASES_FILE  # noqa: E402,F401
+from sweeps.layout import PHASES_FILE
 
 _record: dict = {"phases": {}}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.spec.schema import StopWhenSpec  # noqa: F401 (the spec's type, used here)
+from sweeps.spec.search_schema import StopWhenSpec
 
 #: the results.csv status of a trial stopped by this rule, and the metric its reports carry
 CONVERGED = "converged"
