@@ -154,6 +154,22 @@ class SweepConsole(Callback):
             f"{self.metric}={_cell((trial.last_result or {}).get(self.metric))}"
         )
 
+    def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial Tune requeued: it lost its node (a move), or it failed and is retried."""
+        from sweeps.run.lost_nodes import move_line, moves
+
+        shown = getattr(self, "_moves_shown", {})
+        if len(moves(trial)) > shown.get(trial.trial_id, 0):
+            shown[trial.trial_id] = len(moves(trial))
+            self._moves_shown = shown
+            self._print(move_line(trial))
+        else:
+            self._print(
+                f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) "
+                f"failed; retried from its last checkpoint (failure {trial.num_failures} of "
+                f"{trial.max_failures} allowed)"
+            )
+
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         self._print(
             f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) failed"

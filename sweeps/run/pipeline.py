@@ -67,6 +67,7 @@ def _run_sweep(
     )
     from sweeps.run.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.run.experiment import make_settings, run_tune
+    from sweeps.run.lost_nodes import moved_summary
     from sweeps.storage import StorageGuard, find_storage_fault
 
     spec = sweep.spec
@@ -184,6 +185,8 @@ def _run_sweep(
                 "results.csv's retries column): "
                 + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples())
             )
+        if moved := moved_summary(df):
+            print(moved)
     if written:
         print("\nwrote " + ", ".join(str(p) for p in written.values()))
     hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
