@@ -54,6 +54,12 @@ def build_local_report(
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
     for heading, text in results_sections(df, metric, mode):
         lines += ([f"## {heading}"] if heading else []) + [text]
+        if not heading:  # after the preamble: what the sweep spent, and whether its budget ran out
+            from sweeps.run.budget import report_section
+
+            statuses = df["status"].value_counts().to_dict() if "status" in df else {}
+            spent = report_section(sweep_dir, statuses)
+            lines += ["## Budget", spent] if spent else []
     for heading, text in seed_sections(
         df, metric, mode, sweep_dir
     ):  # intervals, findings, paired bootstrap
