@@ -109,7 +109,7 @@ class SweepConsole(Callback):
 
     def progress_line(self, trials: list, held: dict[str, str] | None = None) -> str:
         held = held or {}
-        counts = Counter(held.get(t.trial_id, t.status) for t in trials)
+        counts = Counter(held.get(t.trial_id, t.status) if held else t.status for t in trials)
         finished = counts.get("TERMINATED", 0)
         failed = counts.get("ERROR", 0)
         running = counts.get("RUNNING", 0)
@@ -163,7 +163,7 @@ class SweepConsole(Callback):
                 [
                     t.trial_id,
                     *(_cell(t.config.get(c)) for c in self.columns),
-                    held.get(t.trial_id, t.status),
+                    held.get(t.trial_id, t.status) if held else t.status,
                     _cell(r.get(self.metric)),
                     _cell(r.get("step")),
                     _cell(r.get("train_time_s")),
