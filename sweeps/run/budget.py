@@ -251,7 +251,7 @@ def report_section(out_dir: Path, statuses: dict[str, int]) -> str | None:
         return None
     lines = [f"Budget: {ledger.limits_text()}. Charged: {ledger.charged_text()}."]
     left = statuses.get("budget", 0)
-    if ledger.ran_out or left:
+    if left:  # (a budget that ran out as the last trial finished stopped nothing)
         lines.append(
             f"**The budget ran out** ({ledger.ran_out_line()}): {left} trial(s) left with the "
             "status `budget`, stopped at their last checkpoint. A larger budget continues them: "

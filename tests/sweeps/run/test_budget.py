@@ -203,3 +203,38 @@ def test_a_larger_budget_finishes_the_sweep_charging_only_the_time_it_ran(spent)
     (summary,) = optuna.get_all_study_summaries(storage)
     trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+
+
+def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_path):
+    """Tune ends the running trials of a stopped sweep as TERMINATED; while a budget stop is in
+    progress the console's last table and line call those `budget` (the trials that ended on
+    their own stay finished), as results.csv does."""
+    from sweeps.run.budget import charging
+    from sweeps.run.console import SweepConsole
+
+    def trial(trial_id: str, status: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            trial_id=trial_id, status=status, last_result={"val/bleu": 1.0}, config={}
+        )
+
+    console = SweepConsole(4, [], "val/bleu", "max", out=io.StringIO())
+    console.setup()
+    console.on_step_begin(0, [trial("a", "TERMINATED")])  # finished in an earlier run
+    console.on_trial_complete(1, [], trial("b", "TERMINATED"))
+    trials = [trial("a", "TERMINATED"), trial("b", "TERMINATED"), trial("c", "TERMINATED")]
+    assert console._held(trials) == {}, "nothing is stopping the sweep"
+    meter = Meter(Ledger.load(tmp_path), {})
+    with charging(meter):
+        meter.stopping = "hours"
+        held = console._held(trials)
+    assert held == {"c": "budget"}
+    line = console.progress_line(trials, held)
+    # the trial never created (4 planned) is left to the next run as well
+    assert line.startswith("[4 trials] 2 finished, 0 running, 0 pending, 0 failed, 2 budget |"), (
+        line
+    )
+    assert [row.split()[1] for row in console.table(trials, held).splitlines()[1:]] == [
+        "TERMINATED",
+        "TERMINATED",
+        "budget",
+    ]
