@@ -200,6 +200,9 @@ def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
     assert step in before[1:], (moved["moved_why"], before)  # a checkpoint it had reported
     assert (df.loc[df["trial_id"] != moved.name, "moved"] == 0).all()
     assert f"node {seen['node'][:8]} was lost" in lost_node.said, "the console says it moved"
+    assert "(a move, not a failure: failure.max_failures is not charged)" in lost_node.said
+    page = (exp / "results.md").read_text()
+    assert "## Trials that lost their node" in page and moved["moved_why"] in page
     assert "1 trial(s) lost their node and continued" in lost_node.said
     print(
         f"steps {before} | {after}; removed node {seen['node'][:8]} at step {before[-1]}; resumed at {after[0]} on {rows[-1]['node_id'][:8]}; "
