@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -150,6 +151,7 @@ class Meter:
         self.stopping: str | None = None
         self._last = self._saved = 0.0
         self._running = 0
+        self._unsaved = False
 
     def start(self) -> None:
         self.run = {
@@ -177,12 +179,27 @@ class Meter:
             self.stopping = self.ledger.ran_out = key
         if key is not None or now - self._saved >= SAVE_EVERY:
             self._saved = now
-            self.ledger.save()
+            self._save()
         return key
 
     def stop(self) -> None:
         self.tick()
-        self.ledger.save()
+        self._save()
+
+    def _save(self) -> None:
+        """Write the ledger; a storage that cannot take it (full, read-only) is said once and does
+        not stop the sweep (the launcher reports the storage fault itself)."""
+        try:
+            self.ledger.save()
+        except OSError as exc:
+            if not self._unsaved:
+                print(
+                    f"budget: could not write {self.ledger.path} ({exc}); the time is still "
+                    "charged in this run",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self._unsaved = True
 
 
 _ACTIVE: Meter | None = None

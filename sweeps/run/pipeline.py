@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from sweeps.layout import LAUNCH_FILE, OPTUNA_JOURNAL, RESULTS_CSV
-from sweeps.run.budget import EXIT_BUDGET, budget_meter
+from sweeps.run.budget import EXIT_BUDGET, budget_meter, trial_rates
 from sweeps.run.preemption import EXIT_PREEMPTED, Preemption
 from sweeps.spec import Sweep, save_launch
 
@@ -128,6 +128,7 @@ def _run_sweep(
         )
         fit = check_cluster(sweep, paths, conn.address)
         settings = make_settings(sweep, paths, mode, fit)
+        meter.rates = trial_rates(settings.resources)  # as placed: no GPU here, none charged
         interrupted, guard = False, StorageGuard(paths.storage)
         try:
             grid = run_tune(
