@@ -22,7 +22,8 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
 --set value, --output or storage.path (one line, nothing started); 75 preempted (SIGTERM, or
 SIGUSR1 as SLURM's warning before the time limit: the unfinished trials are ``preempted`` in
-results.csv, and ``--resume`` continues them); 130 interrupted (Ctrl-C).
+results.csv, and ``--resume`` continues them); 3 the sweep's ``budget`` ran out (the unfinished
+trials are ``budget``; ``--resume --set budget.hours=N`` continues them); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
+from sweeps.errors import LaunchError  # noqa: E402
 from sweeps.run.pipeline import run_sweep, trial_table  # noqa: E402
 from sweeps.spec import SpecError, load_spec, resume_launch  # noqa: E402
 
@@ -142,6 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         print(note)
     if sweep.spec.stop_when is not None:
         print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
+    from sweeps.run.budget import launch_lines
+
+    try:
+        out_dir = Path(args.output).resolve() / sweep.name
+        for line in launch_lines(out_dir, sweep.spec.budget, sweep.num_trials):
+            print(line)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.dry_run:
         return 0
     return run_sweep(sweep, args, profile)

@@ -12,6 +12,7 @@ A sweep's output folder::
     results.csv           a row for every planned trial (report.results)
     results.md            the report page, and its PNG plots beside it (report.local)
     launch.json           the first run's --set overrides and profile, reused by --resume
+    budget.json           the time charged to the sweep's budget over its runs (run.budget)
     optuna.journal        the Optuna studies, one per unit (run.searcher), with parameters
     decode_probe.json     the multi-objective search's decode-time probe (moo.probe)
     paired_bootstrap.csv  sacrebleu's paired bootstrap between models (report.findings)
@@ -34,6 +35,7 @@ LAUNCH_FILE = (
     "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
 )
 OPTUNA_JOURNAL = "optuna.journal"
+BUDGET_FILE = "budget.json"
 PROBE_FILE = "decode_probe.json"
 BOOTSTRAP_FILE = "paired_bootstrap.csv"
 TIMING_FILE = "timing.json"

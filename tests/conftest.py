@@ -59,6 +59,7 @@ RAY_MODULES = {
     "test_storage_faults",
     "test_cluster",
     "test_slurm_real",
+    "test_budget",
 }
 #: fixtures that start Ray, or that train models (module-scoped: the first test that uses one pays
 #: for all, so every test that uses one is marked)

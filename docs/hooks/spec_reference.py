@@ -55,6 +55,7 @@ FALLBACK = {
     "max_concurrent_trials": "Most trials running at once (default: what the cluster holds).",
     "storage": "Where Ray keeps trial folders and checkpoints.",
     "failure": "Retries of a failed trial (from its last checkpoint).",
+    "budget": "What the sweep may spend over all its runs: wall-clock hours, CPU- and GPU-hours.",
     "wandb": "Weights & Biases settings.",
     "timing": "The decode-timing stage after training.",
     "chaos": "Fault injection, for testing recovery.",

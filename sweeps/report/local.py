@@ -54,6 +54,8 @@ def build_local_report(
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
     for heading, text in results_sections(df, metric, mode):
         lines += ([f"## {heading}"] if heading else []) + [text]
+        if not heading:  # after the preamble: the budget, the trials that lost their node
+            lines += run_notes(df, sweep_dir)
     for heading, text in seed_sections(
         df, metric, mode, sweep_dir
     ):  # intervals, findings, paired bootstrap
@@ -72,6 +74,26 @@ def build_local_report(
     paths["md"] = sweep_dir / RESULTS_MD
     paths["md"].write_text(with_section(page, moo_text) if moo_text else page)
     return paths
+
+
+def run_notes(df, sweep_dir: Path) -> list[str]:
+    """results.md's notes on how the sweep ran: what it spent of its budget and whether the budget
+    ran out (:func:`sweeps.run.budget.report_section`), and the trials that lost their node and
+    continued on another (results.csv's ``moved``)."""
+    from sweeps.run.budget import report_section
+
+    statuses = df["status"].value_counts().to_dict() if "status" in df else {}
+    spent = report_section(sweep_dir, statuses)
+    lines = ["## Budget", spent] if spent else []
+    moved = df[df["moved"].fillna(0) > 0] if "moved" in df else df.iloc[0:0]
+    if not moved.empty:
+        lines += [
+            "## Trials that lost their node",
+            "Each continued from its last checkpoint on another node; a move is not a failure "
+            "(not in `retries`, not charged against `failure.max_failures`).\n\n"
+            + "\n".join(f"- {r.cell} seed={r.seed}: {r.moved_why}" for r in moved.itertuples()),
+        ]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:

@@ -47,8 +47,10 @@ TIMING_COLUMNS = [
 # every metric the module logs during training (val/bleu first), then the timing stage's
 METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
 #: then, after ``attention``, the mechanisms' headline options (:func:`headline_columns`)
-FIRST_COLUMNS = ["trial_id", "cell", "model", "attention", "length", "seed", "status", "retries"]
-TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "error", "timing_error"]
+FIRST_COLUMNS = [
+    "trial_id", "cell", "model", "attention", "length", "seed", "status", "retries", "moved",
+]  # fmt: skip
+TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "moved_why", "error", "timing_error"]
 
 
 def headline_columns() -> list[str]:
@@ -219,16 +221,31 @@ def result_rows(
     Tune's trial record (:func:`trial_states`)."""
     rows, plans = [], {}
     search_keys = list(search_keys)
-    for result, (status, config, retries) in zip(grid, trial_states(grid)):
+    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None) or []
+    moved = [moved_columns(t) for t in trials] if len(trials) == len(grid) else [{}] * len(grid)
+    for result, (status, config, retries), moves in zip(grid, trial_states(grid), moved):
         if "cell" in config:
             plan = plan_of(config)
             rows.append(
                 row_from_result(
                     result, plan, search_keys, plan.trainer["max_steps"], status, retries
                 )
+                | moves
             )
             plans[rows[-1]["trial_id"]] = (plan, str(result.path))
     return rows, plans
+
+
+def moved_columns(trial: Any) -> dict[str, Any]:
+    """``moved``: how often the trial lost its node and continued on another (not a failure,
+    not in ``retries``); ``moved_why``: each time, why and from which step. Tune's trial keeps its
+    moves in ``sweep_moves`` (:mod:`sweeps.run.lost_nodes`)."""
+    moves = list(getattr(trial, "sweep_moves", None) or [])
+    why = "; ".join(
+        m["why"] + (f", continued from step {m['step']}" if m.get("step") is not None else "")
+        for m in moves
+    )
+    return {"moved": len(moves), "moved_why": why or None}
 
 
 def _short_error(err: BaseException) -> str:
@@ -280,6 +297,7 @@ TEXT_COLUMNS = (
     "attention",
     "status",
     "checkpoint",
+    "moved_why",
     "error",
     "timing_error",
 )

@@ -1,6 +1,10 @@
 """What the console shows while a sweep runs: a trial table (grid columns, status, the metric,
 step, training time; no config dumps) and a progress line (finished / running / pending / failed,
-elapsed, ETA). A Tune ``Callback`` on the driver; Tune's own reporter is off (``verbose=0``)."""
+elapsed, ETA). A Tune ``Callback`` on the driver; Tune's own reporter is off (``verbose=0``).
+
+When the sweep is stopped from outside (a preemption: :mod:`.preemption`) or by its budget
+(:mod:`.budget`), Tune ends the running trials as if finished; the last table and line call them
+``preempted`` or ``budget`` instead, as results.csv does."""
 
 from __future__ import annotations
 
@@ -59,6 +63,8 @@ class SweepConsole(Callback):
         self._last_table = 0.0
         self._last_line = 0.0
         self._last_counts: Counter = Counter()
+        self._ended: set[str] = set()  # trials that ended on their own (not stopped with the sweep)
+        self._seen_first_step = False
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -69,26 +75,60 @@ class SweepConsole(Callback):
         """At the start of every run, a resumed one included: the clocks start now."""
         self._start = time.monotonic()
         self._last_table = self._last_line = 0.0
+        self._ended, self._seen_first_step = set(), False
+
+    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
+        if not self._seen_first_step:  # a resumed run: the trials an earlier run finished
+            self._seen_first_step = True
+            self._ended |= {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")}
+
+    @staticmethod
+    def stop_reason() -> str | None:
+        """``preempted`` or ``budget`` while the sweep is being stopped so, else None."""
+        from sweeps.run import budget, preemption
+
+        meter = budget.active()
+        if preemption.received():
+            return "preempted"
+        return "budget" if meter is not None and meter.stopping else None
+
+    def _held(self, trials: list) -> dict[str, str]:
+        """The trials the sweep's stop ended (Tune calls them TERMINATED): id -> the status
+        results.csv gives them."""
+        reason = self.stop_reason()
+        if reason is None:
+            return {}
+        return {
+            t.trial_id: reason
+            for t in trials
+            if t.status in ("TERMINATED", "PENDING", "PAUSED") and t.trial_id not in self._ended
+        }
 
     def _print(self, text: str) -> None:
         print(text, file=self.out or sys.stdout, flush=True)
 
-    def progress_line(self, trials: list) -> str:
-        counts = Counter(t.status for t in trials)
+    def progress_line(self, trials: list, held: dict[str, str] | None = None) -> str:
+        held = held or {}
+        counts = Counter(held.get(t.trial_id, t.status) if held else t.status for t in trials)
         finished = counts.get("TERMINATED", 0)
         failed = counts.get("ERROR", 0)
         running = counts.get("RUNNING", 0)
         paused = counts.get(
             "PAUSED", 0
         )  # waiting at a rung (early_terminate pareto, promotion: wait)
-        pending = self.total - finished - failed - running - paused
+        stopped = {r: counts.get(r, 0) for r in ("preempted", "budget") if counts.get(r)}
+        pending = self.total - finished - failed - running - paused - sum(stopped.values())
+        if stopped and pending > 0:  # never started, and will not be in this run: as results.csv
+            reason = next(iter(stopped))
+            stopped[reason], pending = stopped[reason] + pending, 0
         elapsed = time.monotonic() - self._start
         done = finished + failed
         eta = self._eta(trials, running, pending + paused)
         waiting = f"{paused} waiting at a rung, " if paused else ""
+        held_text = "".join(f", {n} {r}" for r, n in stopped.items())
         return (
             f"[{self.total} trials] {finished} finished, {running} running, {waiting}{pending} pending, {failed} failed"
-            f" | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"
+            f"{held_text} | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"
         )
 
     def _eta(self, trials: list, running: int, pending: int) -> str:
@@ -102,7 +142,8 @@ class SweepConsole(Callback):
         mean = sum(durations) / len(durations)
         return _duration(mean * (running + pending) / max(1, running))
 
-    def table(self, trials: list) -> str:
+    def table(self, trials: list, held: dict[str, str] | None = None) -> str:
+        held = held or {}
         sign = -1.0 if self.mode == "max" else 1.0
 
         def metric_of(t) -> float | None:
@@ -122,7 +163,7 @@ class SweepConsole(Callback):
                 [
                     t.trial_id,
                     *(_cell(t.config.get(c)) for c in self.columns),
-                    t.status,
+                    held.get(t.trial_id, t.status) if held else t.status,
                     _cell(r.get(self.metric)),
                     _cell(r.get("step")),
                     _cell(r.get("train_time_s")),
@@ -149,17 +190,36 @@ class SweepConsole(Callback):
                 self._print(self.progress_line(trials))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        self._ended.add(trial.trial_id)
         self._print(
             f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) finished: "
             f"{self.metric}={_cell((trial.last_result or {}).get(self.metric))}"
         )
 
+    def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial Tune requeued: it lost its node (a move), or it failed and is retried."""
+        from sweeps.run.lost_nodes import move_line, moves
+
+        shown = getattr(self, "_moves_shown", {})
+        if len(moves(trial)) > shown.get(trial.trial_id, 0):
+            shown[trial.trial_id] = len(moves(trial))
+            self._moves_shown = shown
+            self._print(move_line(trial))
+        else:
+            self._print(
+                f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) "
+                f"failed; retried from its last checkpoint (failure {trial.num_failures} of "
+                f"{trial.max_failures} allowed)"
+            )
+
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        self._ended.add(trial.trial_id)
         self._print(
             f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) failed"
         )
 
     def on_experiment_end(self, trials: list, **info) -> None:
         if trials:
-            self._print(self.table(trials))
-            self._print(self.progress_line(trials))
+            held = self._held(trials)
+            self._print(self.table(trials, held))
+            self._print(self.progress_line(trials, held))

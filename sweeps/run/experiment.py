@@ -136,14 +136,17 @@ def run_tune(
     verbose: int = 1,
     trainable_fn: Callable[[dict, TrialSettings], None] | None = None,
     guard: StorageGuard | None = None,
+    meter=None,
 ):
     """Run (or resume) the sweep's Tune experiment; returns its ``ResultGrid``, read back from
     storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in). ``guard``
     watches for a full or read-only storage (:mod:`sweeps.storage`): when it sees one, the
     experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
-    nothing can)."""
+    nothing can). ``meter`` charges the run's time to the sweep's budget (:mod:`.budget`)."""
     from ray import tune
 
+    from sweeps.run.budget import charging
+    from sweeps.run.budget_clock import BudgetClock
     from sweeps.run.console import SweepConsole
     from sweeps.run.schedulers import make_scheduler
     from sweeps.run.searcher import OptunaLinks
@@ -167,6 +170,7 @@ def run_tune(
             )
         searcher = make_searcher(sweep, paths, settings.wandb.mode)
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
+        callbacks.append(BudgetClock())
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
             callbacks.append(
@@ -190,7 +194,7 @@ def run_tune(
             run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
     guard = guard or StorageGuard(paths.storage)
-    with guard.watching():
+    with guard.watching(), charging(meter):
         try:
             grid = tuner.fit()
         except Exception as exc:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from sweeps.layout import LAUNCH_FILE, OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.run.budget import EXIT_BUDGET, budget_meter, trial_rates
 from sweeps.run.preemption import EXIT_PREEMPTED, Preemption
 from sweeps.spec import Sweep, save_launch
 
@@ -67,6 +68,7 @@ def _run_sweep(
     )
     from sweeps.run.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.run.experiment import make_settings, run_tune
+    from sweeps.run.lost_nodes import moved_summary
     from sweeps.storage import StorageGuard, find_storage_fault
 
     spec = sweep.spec
@@ -92,6 +94,16 @@ def _run_sweep(
         out_dir.mkdir(parents=True, exist_ok=True)
         if not args.resume and not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
             save_launch(out_dir, args.overrides, profile)  # a new sweep: what --resume will reuse
+        elif args.resume:  # the first run's overrides, with the budget this resume gave (if any)
+            save_launch(out_dir, args.overrides, profile)
+        meter = budget_meter(
+            sweep,
+            out_dir,
+            args.resume,
+            f"python sweeps/launch.py {args.spec} --output {args.output}",
+        )
+        if meter is None:  # spent: nothing may start
+            return EXIT_BUDGET
         # Only non-secret settings travel to the workers; the API key stays in each node's environment.
         runtime_env = {
             "env_vars": {
@@ -116,10 +128,11 @@ def _run_sweep(
         )
         fit = check_cluster(sweep, paths, conn.address)
         settings = make_settings(sweep, paths, mode, fit)
+        meter.rates = trial_rates(settings.resources)  # as placed: no GPU here, none charged
         interrupted, guard = False, StorageGuard(paths.storage)
         try:
             grid = run_tune(
-                sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose, guard=guard
+                sweep, paths, settings, fit, args.resume, args.verbose, guard=guard, meter=meter
             )
         except KeyboardInterrupt:
             interrupted, grid = True, []
@@ -150,10 +163,12 @@ def _run_sweep(
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
     )
-    if preemption.signal is not None:  # not failed, not the user's Ctrl-C: the requeue continues it
+    # not failed, not the user's Ctrl-C: the requeue, or a larger budget, continues them
+    stopped_by = "preempted" if preemption.signal else "budget" if meter.stopping else None
+    if stopped_by is not None and interrupted:
         for row in rows:
             if row.get("status") == "unfinished":
-                row["status"] = "preempted"
+                row["status"] = stopped_by
     rows, kept = keep_finished(rows, out_dir / RESULTS_CSV)
     if kept:
         print(
@@ -184,6 +199,8 @@ def _run_sweep(
                 "results.csv's retries column): "
                 + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples())
             )
+        if moved := moved_summary(df):
+            print(moved)
     if written:
         print("\nwrote " + ", ".join(str(p) for p in written.values()))
     hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
@@ -224,6 +241,11 @@ def _run_sweep(
             f"Continue with:\n  {resume_cmd}"
         )
         return EXIT_PREEMPTED
+    if stopped_by == "budget" and interrupted:
+        print(
+            meter.ledger.extend_hint(f"python sweeps/launch.py {args.spec} --output {args.output}")
+        )
+        return EXIT_BUDGET
     if interrupted:
         print(
             f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}"

@@ -21,6 +21,14 @@ EXIT_PREEMPTED = 75
 SIGNAL_NAMES = ("SIGTERM", "SIGUSR1")
 
 
+_received: str | None = None
+
+
+def received() -> str | None:
+    """The signal that is stopping the sweep in this process (the driver), or None."""
+    return _received
+
+
 class Preemption:
     """While active, SIGTERM and SIGUSR1 stop the sweep as Ctrl-C does; :attr:`signal` names the
     first one received (None: none came). Later ones are ignored: the sweep is already stopping,
@@ -31,6 +39,8 @@ class Preemption:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> Preemption:
+        global _received
+        _received = None
         for name in SIGNAL_NAMES:
             number = getattr(signal, name, None)
             if number is not None:
@@ -45,7 +55,8 @@ class Preemption:
     def _stop(self, number: int, frame: FrameType | None) -> None:
         if self.signal is not None:
             return
-        self.signal = signal.Signals(number).name
+        global _received
+        self.signal = _received = signal.Signals(number).name
         print(
             f"\n{self.signal}: preempted; stopping the trials at their last checkpoint and writing "
             "the results (the job's requeue, or --resume, continues the sweep)",

@@ -16,10 +16,19 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
+from sweeps.run.lost_nodes import adopt
 from sweeps.spec import Sweep, unit_key
 
 
-class PerUnitScheduler(FIFOScheduler):
+class SweepFIFO(FIFOScheduler):
+    """FIFO order; every trial it is given moves when its node is lost (:mod:`.lost_nodes`)."""
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        adopt(trial)
+        super().on_trial_add(tune_controller, trial)
+
+
+class PerUnitScheduler(SweepFIFO):
     """One scheduler per (cell, seed), made by ``factory(key)`` when the unit's first trial arrives.
     Trials are started in FIFO order; results, completions and removals go to the trial's own."""
 
@@ -41,6 +50,7 @@ class PerUnitScheduler(FIFOScheduler):
         return self.schedulers[key]
 
     def on_trial_add(self, tune_controller, trial) -> None:
+        adopt(trial)
         self._of(trial).on_trial_add(tune_controller, trial)
 
     def on_trial_error(self, tune_controller, trial) -> None:
@@ -97,7 +107,7 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         return PerUnitScheduler(factory, first.name, "max" if first.goal == "maximize" else "min")
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
     if et.type != "asha":
-        return FIFOScheduler()
+        return SweepFIFO()
     max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
 
     def asha(_key: tuple[str, Any]) -> TrialScheduler:

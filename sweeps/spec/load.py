@@ -185,14 +185,18 @@ def resume_launch(
 ) -> tuple[list[str], str | None]:
     """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
     New ``--set`` values may repeat them but not change or add to them (the trials already run
-    were planned without); raises SpecError saying which. Without a record (a sweep from an
-    older version) the given ones stand."""
+    were planned without); raises SpecError saying which. ``budget.*`` values are the exception:
+    given, they replace the recorded ones. Without a record (a sweep from an older version) the
+    given ones stand."""
     path = out_dir / LAUNCH_FILE
     if not path.exists():
         return overrides, profile
     first = json.loads(path.read_text())
     before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
-    changed = [k for k in now if k not in before or before[k] != now[k]]
+    # the budget is not part of the plan: a resume may change it (a larger one continues a sweep
+    # whose budget ran out), and the new values replace the recorded ones
+    spending = {k for k in now if k.startswith(BUDGET_PREFIX)}
+    changed = [k for k in now if k not in spending and (k not in before or before[k] != now[k])]
     if changed:
         was = ", ".join(f"{k}={before[k]!r}" if k in before else f"{k} unset" for k in changed)
         raise SpecError(
@@ -208,7 +212,15 @@ def resume_launch(
             f"{path}); resume it with --profile {first.get('profile')} or with no --profile",
             source,
         )
-    return list(first["overrides"]), first.get("profile")
+    kept = [
+        o for o in first["overrides"] if next(iter(parse_overrides([o], source))) not in spending
+    ]
+    new = [o for o in overrides if next(iter(parse_overrides([o], source))) in spending]
+    return kept + new, first.get("profile")
+
+
+#: the sweep-file keys ``--resume --set`` may change (:func:`resume_launch`)
+BUDGET_PREFIX = "budget."
 
 
 def _validate_search_bounds(

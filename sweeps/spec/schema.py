@@ -133,6 +133,25 @@ class FailureSpec(_Strict):
     max_failures: int = Field(2, ge=0)
 
 
+class BudgetSpec(_Strict):
+    """What the sweep may spend, over all its runs (:mod:`sweeps.run.budget`). Once one is spent no
+    trial starts, the running ones stop at their last checkpoint with the status ``budget``, and
+    ``--resume --set budget.hours=...`` (a larger budget) continues them."""
+
+    hours: float | None = Field(
+        None,
+        gt=0,
+        description="Wall-clock hours the sweep's trials may run, summed over its runs (resumes, "
+        "requeues); the time between runs is not charged.",
+    )
+    cpu_hours: float | None = Field(
+        None, gt=0, description="CPU-hours the running trials may hold (CPUs x hours)."
+    )
+    gpu_hours: float | None = Field(
+        None, gt=0, description="GPU-hours the running trials may hold (GPUs x hours)."
+    )
+
+
 class WandbSpec(_Strict):
     project: str = "memory-attention"
     entity: str | None = None
@@ -212,6 +231,7 @@ class SweepSpec(_Strict):
     max_concurrent_trials: int | None = Field(None, ge=1)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
     wandb: WandbSpec = Field(default_factory=WandbSpec)
     timing: TimingSpec = Field(default_factory=TimingSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)

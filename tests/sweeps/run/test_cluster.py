@@ -7,6 +7,8 @@ themselves train on CPU) and run sweeps against it through ``launch.py --address
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -101,7 +103,7 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
         },  # a trial runs at most 2 reports ahead: 50 < 60
         resources={"cpu": 1, "gpu": 0.5},
         max_concurrent_trials=1,
-        failure={"max_failures": 2},
+        failure={"max_failures": 0},  # a lost node is a move, not a failure: nothing to retry
     )
     spec["task"]["max_length"] = 3
     out = tmp / "out"
@@ -127,20 +129,29 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
         for name, value in interrupt_env(exp, step=30).items():
             mp.setenv(name, value)
         mp.setattr(interrupt_hook, "ACTION", remove_its_node)
-        code = main(
-            [
-                str(write_spec(tmp, spec)),
-                "--address",
-                c.address,
-                "--output",
-                str(out),
-                "--verbose",
-                "0",
-            ]
-        )
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            code = main(
+                [
+                    str(write_spec(tmp, spec)),
+                    "--address",
+                    c.address,
+                    "--output",
+                    str(out),
+                    "--verbose",
+                    "1",
+                ]
+            )
+        print(said.getvalue())
     finished, running = interrupted_trials(exp)
     return SimpleNamespace(
-        code=code, exp=exp, seen=seen, finished=finished, running=running, nodes=nodes
+        code=code,
+        exp=exp,
+        seen=seen,
+        finished=finished,
+        running=running,
+        nodes=nodes,
+        said=said.getvalue(),
     )
 
 
@@ -168,7 +179,7 @@ def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
     assert "error" not in seen, seen.get("error")
     assert lost_node.code == 0
 
-    df = pd.read_csv(exp / "results.csv")
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done", "done"] and (df["step"] == 60).all()
     assert (lost_node.finished / "result.json").read_text() == seen["finished_lines"], (
         "a finished trial was re-run"
@@ -181,6 +192,18 @@ def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
     # continued from its last checkpoint (a report in flight when the node died may be redone)
     assert after[0] >= before[-1] > 10, f"restarted instead of resuming: {before} then {after}"
     assert rows[-1]["node_id"] != seen["node"], "resumed on another node"
+    # with max_failures 0: the move is not a failure, and results.csv and the console say so
+    moved = df.set_index("trial_id").loc[lost_node.running.name.split("_")[0]]
+    assert moved["retries"] == 0 and moved["moved"] == 1, moved.to_dict()
+    assert f"node {seen['node'][:8]} was lost" in moved["moved_why"], moved["moved_why"]
+    step = int(re.search(r"continued from step (\d+)", moved["moved_why"]).group(1))
+    assert step in before[1:], (moved["moved_why"], before)  # a checkpoint it had reported
+    assert (df.loc[df["trial_id"] != moved.name, "moved"] == 0).all()
+    assert f"node {seen['node'][:8]} was lost" in lost_node.said, "the console says it moved"
+    assert "(a move, not a failure: failure.max_failures is not charged)" in lost_node.said
+    page = (exp / "results.md").read_text()
+    assert "## Trials that lost their node" in page and moved["moved_why"] in page
+    assert "1 trial(s) lost their node and continued" in lost_node.said
     print(
         f"steps {before} | {after}; removed node {seen['node'][:8]} at step {before[-1]}; resumed at {after[0]} on {rows[-1]['node_id'][:8]}; "
         f"finished trial ran on {'the removed node' if seen['finished_node'] == seen['node'] else 'another node'}"

@@ -1,0 +1,41 @@
+"""The driver's Tune callback that charges a run's time to the sweep's budget
+(:mod:`sweeps.run.budget`) and, when a budget runs out, stops the sweep as a preemption does: the
+same SIGINT to the launcher, so Tune stops the trials at their last checkpoint and saves the
+experiment; the launcher then marks the unfinished trials ``budget``.
+
+It is saved with the experiment (Tune keeps the run's callbacks), so a resumed run has it too; it
+holds nothing of its own and charges the meter of the run in progress (:func:`budget.active`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from ray.tune import Callback
+
+from sweeps.run import budget
+
+
+class BudgetClock(Callback):
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        meter = budget.active()
+        if meter is None:
+            return
+        ran_out = meter.tick(sum(1 for t in trials if t.status == "RUNNING"))
+        if ran_out is None:
+            return
+        print(
+            f"\nbudget: {meter.ledger.ran_out_line()}; no trial starts, the running ones stop at "
+            "their last checkpoint (status budget). A larger budget continues them: "
+            "--resume --set budget.hours=...",
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(os.getpid(), signal.SIGINT)  # Tune's handler: a graceful stop, state saved
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        meter = budget.active()
+        if meter is not None:
+            meter.tick(0)
