@@ -38,10 +38,12 @@ VENV = Path(sys.prefix)
 CPUS = min(2, os.cpu_count() or 1)
 SPEC = "sweeps/quickstart.yaml"
 NO_TIMING = ["--set", "timing.enabled=false"]  # its seconds are the machine's, not the sweep's
-# the quickstart scaled down: ~20 s of trials on 2 CPUs, ~45 s for the whole launcher
+# the quickstart scaled down to what the scheduler test needs (the job's and the sweep's plumbing,
+# not training): a few seconds of trials, W&B off (its runs are checked by the sweep tests)
 SHORT = [
-    *("--set", "trainer.max_steps=60", "--set", "trainer.val_check_interval=30"),
-    *("--set", "task.train_size=2000", "--set", "task.val_size=50"),
+    *("--set", "trainer.max_steps=30", "--set", "trainer.val_check_interval=15"),
+    *("--set", "task.train_size=1000", "--set", "task.val_size=30"),
+    *("--set", "wandb.mode=disabled"),
     *NO_TIMING,
 ]
 # longer than a 2-minute job: 1.5 to 4 minutes of trials (as busy as the machine is), ~35 s to
