@@ -231,6 +231,27 @@ def assert_no_step_trained_twice(exp: Path, max_steps: int) -> dict[str, int]:
     return starts
 
 
+def assert_wandb_runs_finished(exp: Path) -> None:
+    """Every W&B run part of the sweep (a requeued trial's run resumes under its id in a new
+    offline folder) reads back as finished with wandb's own reader, and each trial's last part
+    holds the BLEU of results.csv."""
+    wandb_bin = str(VENV / "bin" / "wandb")
+    with (exp / "results.csv").open() as f:
+        bleu = {r["trial_id"]: float(r["val/bleu"]) for r in csv.DictReader(f)}
+    last = {}
+    for run in sorted((exp / "wandb").glob("offline-run-*")):  # named by start time: in order
+        read = subprocess.run(
+            [wandb_bin, "leet", "inspect", "--summary", "--json", str(run)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        info = json.loads(read.stdout)
+        assert info["state"] == "finished", (run.name, info["state"])
+        last[info["run_id"]] = info["summary"].get("val/bleu")
+    assert set(last) == set(bleu), (sorted(last), sorted(bleu))
+    for run_id, value in last.items():
+        assert value == pytest.approx(bleu[run_id]), run_id
+
+
 def assert_log_ends_with_results(job: Job) -> None:
     lines = [line for line in job.log.splitlines() if line.strip()]
     assert "Some Ray subprocesses exited unexpectedly" not in job.log, job
@@ -294,6 +315,7 @@ def test_a_sweep_longer_than_its_time_limit_requeues_itself_and_finishes(
     starts = assert_no_step_trained_twice(out / "quickstart", LONG_STEPS)
     assert max(starts.values()) > 1, starts  # some trial continued from its checkpoint
     assert all(n <= job.restarts + 1 for n in starts.values()), starts
+    assert_wandb_runs_finished(out / "quickstart")
     print(f"\n{job.id}: {job.seconds:.0f}s, {job.restarts} requeue(s), trial starts {starts}")
 
 
@@ -334,4 +356,5 @@ def test_scancel_signal_term_requeues_and_the_sweep_finishes(slurm, tmp_path, tm
     got = rows(out / "quickstart" / "results.csv")
     assert got == rows(ref.results()), job
     starts = assert_no_step_trained_twice(out / "quickstart", LONG_STEPS)
+    assert_wandb_runs_finished(out / "quickstart")
     print(f"\n{job.id}: {job.seconds:.0f}s, {job.restarts} requeue(s), trial starts {starts}")
