@@ -57,6 +57,7 @@ FALLBACK = {
     "failure": "Retries of a failed trial (from its last checkpoint).",
     "wandb": "Weights & Biases settings.",
     "timing": "The decode-timing stage after training.",
+    "heldout": "The held-out stage: the trials chosen on validation evaluated once on the test split.",
     "chaos": "Fault injection, for testing recovery.",
     "profiles": "Named overrides of dotted keys, chosen with `--profile NAME` (`--smoke` is "
     "`--profile smoke`).",

@@ -146,6 +146,16 @@ def _run_sweep(
             publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
         except KeyboardInterrupt:  # stopped while timing: --resume times them again
             interrupted = True
+    if spec.heldout.enabled and not interrupted:  # chosen on validation, then tested once
+        from sweeps.heldout.stage import evaluate_chosen_trials, publish_heldout
+
+        try:
+            tested = evaluate_chosen_trials(rows, plans, out_dir, spec)
+            publish_heldout(
+                tested, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None
+            )
+        except KeyboardInterrupt:  # stopped while testing: --resume tests them again
+            interrupted = True
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"

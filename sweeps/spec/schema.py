@@ -25,6 +25,7 @@ from sweeps.spec.search_schema import (
     StopWhenSpec,
     _Strict,
 )
+from sweeps.spec.selection_schema import HeldoutSpec
 
 
 class MetricSpec(_Strict):
@@ -214,6 +215,7 @@ class SweepSpec(_Strict):
     failure: FailureSpec = Field(default_factory=FailureSpec)
     wandb: WandbSpec = Field(default_factory=WandbSpec)
     timing: TimingSpec = Field(default_factory=TimingSpec)
+    heldout: HeldoutSpec = Field(default_factory=HeldoutSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
