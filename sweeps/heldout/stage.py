@@ -69,7 +69,8 @@ def evaluate_chosen_trials(
     from sweeps.timing.checkpoint import checkpoint_fingerprint
 
     say = log or (lambda _msg: None)
-    chosen = mark_chosen(rows, spec.metric.name, spec.metric.mode)
+    objective = spec.seeds.objective if spec.per_configuration else "mean"
+    chosen = mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)
     every = spec.heldout.trials == "all"
     todo, results = [], {}
     for row in rows:

@@ -144,6 +144,8 @@ def row_from_result(
         # failures includes an errored trial's last one, which nothing retried
         "retries": max(0, retries - 1) if status == "error" and tune_status == "ERROR" else retries,
     }
+    if "configuration" in (plan.config or {}):  # judged over seeds: its number in the cell's study
+        row["configuration"] = int(plan.config["configuration"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -347,6 +349,7 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
         c
         for c in [
             "cell",
+            "configuration",
             "seed",
             "status",
             VAL_BLEU,

@@ -114,6 +114,10 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         journal_path = paths.output / sweep.name / OPTUNA_JOURNAL
         journal_path.parent.mkdir(parents=True, exist_ok=True)
         journal = str(journal_path)
+    if spec.per_configuration:  # one study per cell, configurations judged over seeds
+        from sweeps.run.configs import make_config_searcher
+
+        return make_config_searcher(sweep, units, space, journal, wandb_mode)
     return SweepSearcher(
         units,
         num_samples=spec.num_samples if sweep.has_search else 1,
@@ -166,6 +170,11 @@ def run_tune(
                 f"--output (or storage.path), or delete the folder to start again."
             )
         searcher = make_searcher(sweep, paths, settings.wandb.mode)
+        concurrent = min(fit.max_concurrent_trials, sweep.num_trials)
+        if (
+            sweep.spec.per_configuration
+        ):  # a seed paused at a rung holds no slot: the searcher counts
+            searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
@@ -180,7 +189,7 @@ def run_tune(
                 search_alg=searcher,
                 scheduler=make_scheduler(sweep, searcher),
                 num_samples=sweep.num_trials,
-                max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
+                max_concurrent_trials=concurrent,
                 trial_dirname_creator=trial_dirname,
                 # a finished trial's process runs the next one: no new Ray worker importing torch,
                 # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).

@@ -36,8 +36,16 @@ def trial_table(sweep: Sweep) -> str:
     if sweep.has_search:
         keys = ", ".join(sweep.spec.parameters)
         search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
+        if sweep.spec.per_configuration:
+            search = (
+                f"; configurations judged over seeds: one Optuna {sweep.spec.search.sampler.upper()} study per "
+                f"cell over {keys}, {samples} configurations per cell, each trained on every seed and "
+                f"told the {sweep.spec.seeds.objective} over its seeds"
+            )
+        else:
+            search += " (per-unit mode: each (cell, seed) its own Optuna study)"
     lines.append(
-        f"{len(sweep.cells)} cells x {len(sweep.spec.seeds)} seed(s) = {len(sweep.plans)} grid points, "
+        f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
         f"{sweep.num_trials} trials{search}"
     )
     return "\n".join(lines)
@@ -156,6 +164,10 @@ def _run_sweep(
             )
         except KeyboardInterrupt:  # stopped while testing: --resume tests them again
             interrupted = True
+    if spec.per_configuration and grid:  # each configuration's aggregate beside its seeds' runs
+        from sweeps.run.configs import publish_configurations
+
+        publish_configurations(rows, settings, spec)
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
@@ -207,8 +219,14 @@ def _run_sweep(
     journal = out_dir / OPTUNA_JOURNAL
     if sweep.has_search and journal.exists():
         first = f"{sweep.name}/{sweep.plans[0].unit}"
+        per = "cell and seed"
+        if spec.per_configuration:
+            first, per = (
+                f"{sweep.name}/{sweep.plans[0].cell.slug}",
+                "cell, configurations over seeds",
+            )
         print(
-            f"Optuna studies (one per cell and seed) in {journal}:\n"
+            f"Optuna studies (one per {per}) in {journal}:\n"
             f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
             f"--study-name {shlex.quote(first)}\n"
             f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}"

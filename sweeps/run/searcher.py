@@ -310,11 +310,17 @@ def record_trial_attrs(journal: str, attr: str, values: dict[str, dict[str, Any]
     reached = 0
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
-        found = {
-            str(t.number): values[t.user_attrs["ray_trial_id"]]
-            for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("ray_trial_id") in values
-        }
+        found = {}
+        for t in study.get_trials(deepcopy=False):
+            # a configuration judged over seeds (sweeps.run.configs) holds one Ray trial per seed
+            ids = {"": t.user_attrs.get("ray_trial_id")} | {
+                k: v.get("ray_trial_id")
+                for k, v in t.user_attrs.items()
+                if k.startswith("seed=") and isinstance(v, dict)
+            }
+            for seed, tid in ids.items():
+                if tid in values:
+                    found[str(t.number) + (f"/{seed}" if seed else "")] = values[tid]
         if found:
             study.set_user_attr(attr, {**study.user_attrs.get(attr, {}), **found})
             reached += len(found)

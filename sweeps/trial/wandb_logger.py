@@ -64,16 +64,25 @@ def make_wandb_logger(
             pass
 
     run_config = {**wandb_config(plan, module), "trial_id": trial_id, "sweep": settings.name}
+    job_type, label = "train", ""
+    if (
+        "configuration" in plan.config
+    ):  # judged over seeds (sweeps.run.configs): its seeds' runs together
+        job_type = f"{plan.cell.slug}#{plan.config['configuration']}"
+        run_config["configuration_id"], label = (
+            job_type,
+            f" configuration={plan.config['configuration']}",
+        )
     logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,
         group=wb.group or settings.name,
         tags=list(wb.tags),
         notes=wb.notes,
-        name=f"{plan.cell.name} seed={plan.seed}"
+        name=f"{plan.cell.name}{label} seed={plan.seed}"
         + (f" [{trial_name}]" if settings.has_search else ""),
         id=trial_id,
-        job_type="train",
+        job_type=job_type,
         config=run_config,
         save_dir=settings.wandb_dir,
         mode=wb.mode,

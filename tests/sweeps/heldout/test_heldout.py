@@ -33,12 +33,12 @@ def test_per_unit_choice_is_the_best_sample_of_each_cell_and_seed():
 def test_over_seeds_the_configuration_with_the_best_mean_is_chosen_with_all_its_seeds():
     # configuration 0 has the single best seed (20) but configuration 1 the better mean
     rows = [
-        _row("a", "c1", 0, 20.0, config=0),
-        _row("b", "c1", 1, 2.0, config=0),
-        _row("c", "c1", 0, 12.0, config=1),
-        _row("d", "c1", 1, 13.0, config=1),
-        _row("e", "c2", 0, 5.0, config=0),
-        _row("f", "c2", 1, 6.0, config=0),
+        _row("a", "c1", 0, 20.0, configuration=0),
+        _row("b", "c1", 1, 2.0, configuration=0),
+        _row("c", "c1", 0, 12.0, configuration=1),
+        _row("d", "c1", 1, 13.0, configuration=1),
+        _row("e", "c2", 0, 5.0, configuration=0),
+        _row("f", "c2", 1, 6.0, configuration=0),
     ]
     assert chosen_trials(rows, "val/bleu", "max") == {"c", "d", "e", "f"}
 
