@@ -296,6 +296,8 @@ TEXT_COLUMNS = (
     "timing_error",
     "test_split",
     "heldout_error",
+    "plan_hash",
+    "reused",
 )
 
 

@@ -44,6 +44,11 @@ def trial_table(sweep: Sweep) -> str:
             )
         else:
             search += " (per-unit mode: each (cell, seed) its own Optuna study)"
+    from sweeps.run.warm import plan_warm_start
+
+    warm = plan_warm_start(sweep)
+    if warm is not None:
+        lines.append(warm.summary())
     lines.append(
         f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
         f"{sweep.num_trials} trials{search}"
@@ -75,9 +80,11 @@ def _run_sweep(
     )
     from sweeps.run.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.run.experiment import make_settings, run_tune
+    from sweeps.run.warm import PLAN_HASH, plan_fingerprint, plan_warm_start
     from sweeps.storage import StorageGuard, find_storage_fault
 
     spec = sweep.spec
+    warm = plan_warm_start(sweep)
     output = Path(args.output).resolve()
     out_dir = output / sweep.name
     paths = Paths(output=output, storage=spec.storage.path or str(output))
@@ -141,10 +148,12 @@ def _run_sweep(
     )  # stopped as on Ctrl-C: the unfinished trials continue on --resume
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
-        interrupted |= (
-            len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
-        )
+        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(
+            grid
+        ) < sweep.num_trials - (warm.reused_count if warm else 0)
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
+        for row in rows:  # what a later warm start compares its plans with (sweeps.run.warm)
+            row[PLAN_HASH] = plan_fingerprint(plans[row["trial_id"]][0])
     interrupted |= preemption.signal is not None
     if spec.timing.enabled and not interrupted:
         from sweeps.timing.stage import time_finished_trials
@@ -168,6 +177,7 @@ def _run_sweep(
         from sweeps.run.configs import publish_configurations
 
         publish_configurations(rows, settings, spec)
+    rows += warm.rows() if warm else []  # warm_start: the earlier trials reused, as they were
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"

@@ -86,6 +86,9 @@ def build_sweep(
     check_sections(spec, source)
     check_objectives(spec, source)  # objectives/constraints (issue 21)
     check_seeds(spec, source)  # seeds: {per_configuration: true} (issue 32)
+    from sweeps.run.warm import check_warm_start
+
+    check_warm_start(spec, source)
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)
     by_grid = {key for cell in cells for key in cell.values}

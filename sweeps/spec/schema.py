@@ -221,6 +221,11 @@ class SweepSpec(_Strict):
     wandb: WandbSpec = Field(default_factory=WandbSpec)
     timing: TimingSpec = Field(default_factory=TimingSpec)
     heldout: HeldoutSpec = Field(default_factory=HeldoutSpec)
+    warm_start: str | None = Field(
+        None,
+        description="An earlier sweep's output folder (or its optuna.journal): its finished trials of "
+        "identical plan are reused, not retrained, and its Optuna trials are told to the new studies.",
+    )
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
