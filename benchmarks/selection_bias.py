@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "samples": args.samples,
         "trials_per_mode_and_search_seed": args.samples * 2,
         **out,
-        "gap_shrinks": out["per_configuration"]["gap"] < out["per_unit"]["gap"],
+        "gap_shrinks": abs(out["per_configuration"]["gap"]) < abs(out["per_unit"]["gap"]),
         "seconds": round(time.time() - started, 1),
         "cores": os.cpu_count(),
         "load_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],

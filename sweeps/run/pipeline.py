@@ -133,9 +133,22 @@ def _run_sweep(
         settings = make_settings(sweep, paths, mode, fit)
         interrupted, guard = False, StorageGuard(paths.storage)
         try:
-            grid = run_tune(
-                sweep, paths, settings, fit, resume=args.resume, verbose=args.verbose, guard=guard
-            )
+            if warm is not None and warm.reused_count >= sweep.num_trials:
+                print(
+                    "every planned trial is reused from the warm start: nothing to train",
+                    flush=True,
+                )
+                grid = []
+            else:
+                grid = run_tune(
+                    sweep,
+                    paths,
+                    settings,
+                    fit,
+                    resume=args.resume,
+                    verbose=args.verbose,
+                    guard=guard,
+                )
         except KeyboardInterrupt:
             interrupted, grid = True, []
     except LaunchError as exc:
@@ -148,9 +161,10 @@ def _run_sweep(
     )  # stopped as on Ctrl-C: the unfinished trials continue on --resume
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
-        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(
-            grid
-        ) < sweep.num_trials - (warm.reused_count if warm else 0)
+        expected = sweep.num_trials - (
+            warm.reused_count if warm else 0
+        )  # warm_start reuses the rest
+        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
         for row in rows:  # what a later warm start compares its plans with (sweeps.run.warm)
             row[PLAN_HASH] = plan_fingerprint(plans[row["trial_id"]][0])
@@ -163,6 +177,7 @@ def _run_sweep(
             publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
         except KeyboardInterrupt:  # stopped while timing: --resume times them again
             interrupted = True
+    rows += warm.rows() if warm else []  # warm_start: the earlier trials reused, as they were
     if spec.heldout.enabled and not interrupted:  # chosen on validation, then tested once
         from sweeps.heldout.stage import evaluate_chosen_trials, publish_heldout
 
@@ -177,7 +192,6 @@ def _run_sweep(
         from sweeps.run.configs import publish_configurations
 
         publish_configurations(rows, settings, spec)
-    rows += warm.rows() if warm else []  # warm_start: the earlier trials reused, as they were
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
