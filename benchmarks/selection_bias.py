@@ -1,6 +1,6 @@
 """The bias of reporting the figure a configuration was chosen on, in the two seed modes.
 
-    .venv/bin/python benchmarks/selection_bias.py                 # 3 search seeds (~6-10 min on 2 loaded cores)
+    .venv/bin/python benchmarks/selection_bias.py                 # 3 search seeds: 4.5 min on 2 loaded cores
     .venv/bin/python benchmarks/selection_bias.py --search-seeds 0 1 2 3 --samples 6
 
 A small, noisy study (one cell: memory attention K=4 on the copy task of length 6, a small
