@@ -182,7 +182,8 @@ def _run_sweep(
         from sweeps.heldout.stage import evaluate_chosen_trials, publish_heldout
 
         try:
-            tested = evaluate_chosen_trials(rows, plans, out_dir, spec)
+            # settings.spec: the GPU share the cluster check settled on (none on a CPU-only machine)
+            tested = evaluate_chosen_trials(rows, plans, out_dir, settings.spec)
             publish_heldout(
                 tested, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None
             )
