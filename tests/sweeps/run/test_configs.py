@@ -5,6 +5,7 @@ run of the mode is the slow test at the end."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -219,5 +220,29 @@ def test_configurations_over_seeds_end_to_end(local_ray, tmp_path):
     assert (
         chosen.groupby("cell")["seed"].nunique().eq(2).all() and chosen["test/bleu"].notna().all()
     )
+    # W&B: each seed's run carries its configuration and the aggregate over the seeds
+    import subprocess
+    import sys
+
+    row = chosen.iloc[0]
+    runs = sorted((out / "cfg" / "wandb").glob(f"offline-run-*-{row['trial_id']}"))
+    read = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "wandb"),
+            "leet",
+            "inspect",
+            "--summary",
+            "--json",
+            str(runs[-1]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    info = json.loads(read.stdout)
+    mine = chosen[chosen["cell"] == row["cell"]]
+    assert info["summary"]["configuration/val/loss"] == pytest.approx(mine["val/loss"].mean())
+    assert info["summary"]["test/bleu"] == pytest.approx(row["test/bleu"])
+    assert info["config"]["configuration_id"].endswith(f"#{row['configuration']}")
     md = (out / "cfg" / "results.md").read_text()
     assert "Held-out test results of the chosen configurations" in md
