@@ -121,3 +121,22 @@ def test_table_1_layout_for_lengths_and_nothing_without_test_figures():
 )
 def test_split_names_follow_the_task(task, name):
     assert split_name(task) == name
+
+
+def test_the_report_summarises_the_chosen_configuration_over_its_seeds():
+    from sweeps.report.summary import cell_summary, summary_rule
+
+    rows = [
+        _row("a", "c1", 0, 20.0, configuration=0, model="m", length=4),
+        _row("b", "c1", 1, 2.0, configuration=0, model="m", length=4),
+        _row("c", "c1", 0, 12.0, configuration=1, model="m", length=4),
+        _row("d", "c1", 1, 13.0, configuration=1, model="m", length=4),
+    ]
+    df = pd.DataFrame(rows)
+    summary = cell_summary(df)
+    # not the mean of each seed's best (20 and 13): configuration 1's seeds, 12 and 13
+    assert summary["val/bleu"].tolist() == [12.5] and summary["seeds"].tolist() == [2]
+    assert summary_rule(df, "val/bleu", "max").startswith("Configurations judged over seeds")
+    assert summary_rule(df.drop(columns=["configuration"]), "val/bleu", "max").startswith(
+        "One rule"
+    )
