@@ -130,7 +130,10 @@ class ConfigRungs(FIFOScheduler):
                     self._judge(key, m)
 
     def on_trial_error(self, tune_controller, trial) -> None:
-        """A failed seed fails its configuration: the other seeds stop."""
+        """A failed seed fails its configuration: the other seeds stop. Not a failure Tune retries
+        (``failure.max_failures``): that seed goes on from its checkpoint."""
+        if getattr(trial, "should_recover", lambda: False)():
+            return
         key = config_key(trial.config)
         self.state["stopped"].setdefault(self._key(key), "error")
         self.waiting.pop(trial.trial_id, None)

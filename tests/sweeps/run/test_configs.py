@@ -154,6 +154,11 @@ def test_a_failed_seed_stops_its_configuration():
         == "PAUSE"
     )
     a.status = Trial.PAUSED
+    b.should_recover = lambda: True  # a failure Tune retries from the checkpoint: nothing stops
+    rungs.on_trial_error(ctl, b)
+    rungs.choose_trial_to_run(ctl)
+    assert ctl.stopped == [] and not rungs.state["stopped"]
+    b.should_recover = lambda: False  # the last failure
     rungs.on_trial_error(ctl, b)
     rungs.choose_trial_to_run(ctl)
     assert ctl.stopped == ["a"]
