@@ -42,6 +42,18 @@ def wandb_config(plan: TrialPlan, module: pl.LightningModule | None = None) -> d
     return config
 
 
+def configuration_label(cell_slug: str, number: int) -> str:
+    """``<cell>#<n>``, the W&B job type of a configuration's runs; W&B takes at most 64 characters,
+    so a long cell name is cut and a digest of it kept."""
+    label = f"{cell_slug}#{number}"
+    if len(label) <= 64:
+        return label
+    import hashlib
+
+    digest = hashlib.sha1(cell_slug.encode()).hexdigest()[:8]
+    return f"{cell_slug[: 64 - len(digest) - len(str(number)) - 2]}~{digest}#{number}"
+
+
 def make_wandb_logger(
     settings: TrialSettings,
     plan: TrialPlan,
@@ -68,7 +80,7 @@ def make_wandb_logger(
     if (
         "configuration" in plan.config
     ):  # judged over seeds (sweeps.run.configs): its seeds' runs together
-        job_type = f"{plan.cell.slug}#{plan.config['configuration']}"
+        job_type = configuration_label(plan.cell.slug, plan.config["configuration"])
         run_config["configuration_id"], label = (
             job_type,
             f" configuration={plan.config['configuration']}",

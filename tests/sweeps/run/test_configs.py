@@ -251,3 +251,11 @@ def test_configurations_over_seeds_end_to_end(local_ray, tmp_path):
     assert info["config"]["configuration_id"].endswith(f"#{row['configuration']}")
     md = (out / "cfg" / "results.md").read_text()
     assert "Held-out test results of the chosen configurations" in md
+
+
+def test_a_configurations_wandb_label_fits_wandbs_64_characters():
+    from sweeps.trial.wandb_logger import configuration_label
+
+    assert configuration_label("attention-none", 3) == "attention-none#3"
+    long_a, long_b = configuration_label("x" * 100, 12), configuration_label("x" * 99 + "y", 12)
+    assert len(long_a) == 64 and long_a.endswith("#12") and long_a != long_b
