@@ -175,13 +175,11 @@ def run_tune(
                 f"--output (or storage.path), or delete the folder to start again."
             )
         searcher = make_searcher(sweep, paths, settings.wandb.mode)
-        to_train = sweep.num_trials - getattr(
-            searcher, "reused_count", 0
-        )  # warm_start reuses the rest
+        # warm_start: the trials an earlier sweep finished are reused, not trained again
+        to_train = sweep.num_trials - getattr(searcher, "reused_count", 0)
         concurrent = min(fit.max_concurrent_trials, max(1, to_train))
-        if (
-            sweep.spec.per_configuration
-        ):  # a seed paused at a rung holds no slot: the searcher counts
+        if sweep.spec.per_configuration:
+            # a seed paused at a rung holds no slot: the searcher counts the running ones itself
             searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         if verbose >= 1:

@@ -161,9 +161,8 @@ def _run_sweep(
     )  # stopped as on Ctrl-C: the unfinished trials continue on --resume
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
-        expected = sweep.num_trials - (
-            warm.reused_count if warm else 0
-        )  # warm_start reuses the rest
+        # warm_start: the trials an earlier sweep finished are reused, not trained again
+        expected = sweep.num_trials - (warm.reused_count if warm else 0)
         interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
         for row in rows:  # what a later warm start compares its plans with (sweeps.run.warm)
