@@ -12,8 +12,9 @@
   ``study.add_trial`` (their values, intermediate values and distributions), where their sampled
   values fit the new search space.
 
-``--dry-run`` prints the counts (:meth:`WarmStart.summary`). Configurations judged over seeds are
-told, not reused.
+With configurations judged over seeds (``seeds: {per_configuration: true}``) a configuration is
+reused whole (every seed identical), as the told trial of its number in the new cell study, and
+counts toward the cell's ``num_samples``. ``--dry-run`` prints the counts (:meth:`WarmStart.summary`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ class WarmStart:
     reused: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     told: dict[str, list[Any]] = field(default_factory=dict)
     unchecked: int = 0  # earlier finished rows without a plan_hash (an older version): not reused
+    #: configurations judged over seeds reused whole: (cell index, its number in the new study, the
+    #: earlier rows by seed)
+    configurations: list[tuple[int, int, dict[int, dict[str, Any]]]] = field(default_factory=list)
 
     @property
     def reused_count(self) -> int:
@@ -116,32 +120,48 @@ def plan_warm_start(sweep: Any) -> WarmStart | None:
         return None
     folder = earlier_folder(spec.warm_start).resolve()
     warm = WarmStart(folder)
-    if not spec.per_configuration:
-        _find_reusable(sweep, warm)
     journal = folder / OPTUNA_JOURNAL
     if spec.parameters and journal.is_file():
         warm.told = _earlier_trials(journal)
+    records = _finished_records(warm)
+    if spec.per_configuration:
+        _find_reusable_configurations(sweep, warm, records)
+    else:
+        _find_reusable(sweep, warm, records)
     return warm
 
 
-def _find_reusable(sweep: Any, warm: WarmStart) -> None:
+def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
+    """The earlier results.csv's finished rows that carry a plan_hash (the others are counted)."""
     from sweeps.report.results import FINISHED, read_results
 
     csv = warm.folder / RESULTS_CSV
     if not csv.is_file():
-        return
+        return []
     df = read_results(csv)
     if df.empty:
-        return
+        return []
     done = df[df["status"].isin(FINISHED)]
     if PLAN_HASH not in done:
         warm.unchecked = len(done)
-        return
+        return []
     warm.unchecked = int(done[PLAN_HASH].isna().sum())
-    records = [
+    return [
         {k: v for k, v in r.items() if not _missing(v)}
         for r in done.dropna(subset=[PLAN_HASH]).to_dict("records")
     ]
+
+
+def _same_plan(sweep: Any, plan: Any, row: dict[str, Any]) -> bool:
+    """Whether ``row`` trained ``plan`` with the row's sampled values, by the same code."""
+    params = {key: row.get(f"param:{key}") for key in sweep.spec.parameters}
+    if any(v is None for v in params.values()):
+        return False
+    candidate = plan.with_values(plan.seed, params, params, {}) if params else plan
+    return plan_fingerprint(candidate) == row[PLAN_HASH]
+
+
+def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -> None:
     budget = sweep.spec.num_samples if sweep.has_search else 1
     taken: set[str] = set()
     for i, plan in enumerate(sweep.plans):
@@ -154,13 +174,56 @@ def _find_reusable(sweep: Any, warm: WarmStart) -> None:
                 or r["trial_id"] in taken
             ):
                 continue
-            params = {key: r.get(f"param:{key}") for key in sweep.spec.parameters}
-            if any(v is None for v in params.values()):
-                continue
-            candidate = plan.with_values(plan.seed, params, params, {}) if params else plan
-            if plan_fingerprint(candidate) == r[PLAN_HASH]:
+            if _same_plan(sweep, plan, r):
                 warm.reused.setdefault(i, []).append(r)
                 taken.add(r["trial_id"])
+
+
+def _find_reusable_configurations(
+    sweep: Any, warm: WarmStart, records: list[dict[str, Any]]
+) -> None:
+    """Configurations judged over seeds: an earlier configuration is reused whole, when every seed
+    of the new sweep has an identical finished row of it and its Optuna trial is told to the new
+    cell study (its number there: its place among the told trials, in the earlier order)."""
+    from sweeps.run.searcher import optuna_distributions
+
+    space = optuna_distributions(sweep.spec.parameters, sweep.param_columns)
+    seeds = sweep.spec.seed_values
+    unit_of = {(p.cell.name, p.seed): i for i, p in enumerate(sweep.plans)}
+    for c, cell in enumerate(sweep.cells):
+        told = [t for t in warm.told.get(cell.slug, []) if _fits(t, space)]
+        number_of = {t.number: k for k, t in enumerate(told)}
+        groups: dict[int, dict[int, dict[str, Any]]] = {}
+        for r in records:
+            if r.get("cell") == cell.name and r.get("configuration") is not None:
+                groups.setdefault(int(r["configuration"]), {})[int(r["seed"])] = r
+        for earlier in sorted(groups):
+            by_seed = groups[earlier]
+            if len([k for k in warm.configurations if k[0] == c]) >= sweep.spec.num_samples:
+                break
+            if earlier not in number_of or set(seeds) - set(by_seed):
+                continue
+            if not all(
+                _same_plan(sweep, sweep.plans[unit_of[(cell.name, s)]], by_seed[s]) for s in seeds
+            ):
+                continue
+            new = number_of[earlier]
+            rows = {s: {**by_seed[s], "configuration": new} for s in seeds}
+            for s in seeds:
+                warm.reused.setdefault(unit_of[(cell.name, s)], []).append(rows[s])
+            warm.configurations.append((c, new, rows))
+
+
+def _fits(trial: Any, space: dict[str, Any]) -> bool:
+    """An earlier Optuna trial's sampled values are exactly the new space's names, inside it."""
+    if set(trial.params) != set(space):
+        return False
+    try:
+        return all(
+            space[k]._contains(space[k].to_internal_repr(v)) for k, v in trial.params.items()
+        )
+    except (ValueError, TypeError):
+        return False
 
 
 def _missing(v: Any) -> bool:
@@ -196,15 +259,7 @@ def tell_earlier(study: Any, trials: list[Any], space: dict[str, Any], source: P
 
     told = 0
     for t in trials:
-        if set(t.params) != set(space):
-            continue
-        try:
-            inside = all(
-                space[k]._contains(space[k].to_internal_repr(v)) for k, v in t.params.items()
-            )
-        except (ValueError, TypeError):
-            inside = False
-        if not inside:
+        if not _fits(t, space):
             continue
         complete = t.state == optuna.trial.TrialState.COMPLETE
         study.add_trial(
@@ -241,3 +296,20 @@ def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
         earlier = warm.told.get(name.split("/", 1)[-1])
         if earlier and not study.trials:
             tell_earlier(study, earlier, searcher.space, warm.folder)
+    for cell, number, rows in warm.configurations:  # reused whole: every seed has its outcome
+        trial = searcher._cell_study(cell).trials[number]
+        searcher.configs[(cell, number)] = {
+            "params": dict(trial.params),
+            "storage_id": trial._trial_id,
+            "next": len(rows),
+            "outcomes": {
+                str(s): {
+                    "ray_trial_id": r["trial_id"],
+                    "value": r.get(searcher.metric),
+                    "state": "PRUNED" if r.get("status") == "stopped" else "COMPLETE",
+                    "step": r.get("step"),
+                }
+                for s, r in rows.items()
+            },
+            "curve": {},
+        }

@@ -140,3 +140,53 @@ def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path):
     assert sorted(t.user_attrs["ray_trial_id"] for t in old.trials) == sorted(
         df[df["length"] == 4]["trial_id"]
     )
+
+
+@pytest.mark.slow
+def test_configurations_over_seeds_are_reused_whole(local_ray, tmp_path):
+    """The same with configurations judged over seeds (about a minute here): the earlier cell's
+    configurations come back whole (both seeds, their numbers those of the told trials in the new
+    cell study), only the new cell trains, and Optuna's new study holds them with their values."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    base = dict(
+        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        seeds={"values": [0, 1], "per_configuration": True},
+    )
+    one = tmp_path / "one"
+    one.mkdir()
+    assert (
+        main(
+            [
+                str(write_spec(one, tiny_spec("c", **base))),
+                "--output",
+                str(tmp_path / "o1"),
+                "--verbose",
+                "0",
+            ]
+        )
+        == 0
+    )
+    more = tiny_spec("c", **base, warm_start=str(tmp_path / "o1" / "c"))
+    more["grid"]["task.max_length"] = [4, 6]
+    assert (
+        main([str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"])
+        == 0
+    )
+    out = tmp_path / "o2" / "c"
+    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    assert len(trained) == 4 and all("length=6" in name for name in trained)
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 8 and (df["reused"].notna() == (df["length"] == 4)).all()
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    study = optuna.load_study(study_name="c/attention-none_length-4", storage=storage)
+    assert len(study.trials) == 2
+    for t in study.trials:
+        rows = df[(df["length"] == 4) & (df["configuration"] == t.number)]
+        assert sorted(rows["seed"]) == [0, 1] and t.value == pytest.approx(rows["val/bleu"].mean())
