@@ -12,7 +12,7 @@ In one run:
    each in a fresh process, as many at a time as the launcher runs (two on a 2-core machine); no
    Ray, W&B, checkpoints, report or timing stage.
 2. **launcher**: ``sweeps/launch.py`` on the same study, the same overrides, FIFO, the timing stage
-   off (``--set timing.enabled=false``), W&B offline, a fresh local Ray instance.
+   off (``--set timing.enabled=false``), the held-out stage off, W&B offline, a fresh local Ray instance.
 
 It prints ONE JSON line: ``plain_s``, ``launcher_s``, ``overhead_ratio`` (launcher / plain),
 ``difference_s``, ``breakdown`` (where the extra seconds go, as wall-clock seconds: per-trial
@@ -191,6 +191,8 @@ def run_launcher(spec: str, overrides: list[str], work: Path) -> tuple[float, di
         "local",
         "--set",
         "timing.enabled=false",
+        "--set",
+        "heldout.enabled=false",  # the plain loop evaluates nothing on test either
     ]
     for o in overrides:
         argv += ["--set", o]
@@ -323,7 +325,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from sweeps.spec import load_spec
 
     overrides = (QUICK if args.quick else []) + args.overrides
-    sweep = load_spec(args.spec, overrides=overrides + ["timing.enabled=false"])
+    sweep = load_spec(
+        args.spec, overrides=overrides + ["timing.enabled=false", "heldout.enabled=false"]
+    )
     concurrency = max(
         1, min(len(sweep.plans), int((os.cpu_count() or 1) // sweep.spec.resources.cpu))
     )

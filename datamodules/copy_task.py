@@ -7,7 +7,10 @@
 Symbols are the ids ``4 .. vocab_size + 3`` (0-3 are pad/bos/eos/unk); sequence lengths are uniform
 in ``[min_length, max_length]`` (an empty sequence becomes just EOS). Each split is generated from
 its own seed derived from ``seed`` (``numpy.random.SeedSequence(seed).spawn(3)``), as one flat
-token array plus offsets, so 100k examples take milliseconds.
+token array plus offsets, so 100k examples take milliseconds. The test split is held out: a test
+sequence that also occurs in the training or validation split is replaced by a fresh draw from the
+test split's own generator (:meth:`CopyTaskDataModule.held_out_test`; short sequences over a small
+vocabulary collide often), so a test BLEU measures copying unseen sequences.
 """
 
 from __future__ import annotations
@@ -49,6 +52,14 @@ class CopyDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    @classmethod
+    def join(cls, sequences: Sequence[np.ndarray]) -> CopyDataset:
+        lengths = np.array([len(q) for q in sequences], dtype=np.int64)
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.concatenate(list(sequences)) if sequences else np.zeros(0, dtype=np.int64)
+        return cls(tokens.astype(np.int64), offsets)
 
     def __getitem__(self, index: int) -> np.ndarray:
         return self.tokens[self.offsets[index] : self.offsets[index + 1]]
@@ -167,6 +178,9 @@ class CopyTaskDataModule(pl.LightningDataModule):
         self.tgt_vocab_size = vocab_size + FIRST_SYMBOL
         self.max_source_len = max_length + 1
         self.datasets: dict[str, CopyDataset] = {}
+        self._test_rng: np.random.Generator | None = None
+        #: test sequences that were also in train or validation and were drawn again
+        self.test_redrawn = 0
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -177,6 +191,41 @@ class CopyTaskDataModule(pl.LightningDataModule):
             self.datasets[split] = CopyDataset.generate(
                 self.sizes[split], self.vocab_size, self.min_length, self.max_length, rng
             )
+        self._test_rng = rng  # the test split's generator (the last spawned), for redraws
+
+    def held_out_test(self, max_rounds: int = 20) -> CopyDataset:
+        """The test split with no sequence that occurs in train or validation: each such sequence
+        is replaced by a new draw from the test split's own generator, up to ``max_rounds`` times
+        (where few distinct sequences exist, e.g. ``max_length=1``, the split comes out smaller).
+        Done once, when the test split is first asked for; :attr:`test_redrawn` counts the draws."""
+        if not self.datasets:
+            self.setup()
+        if self._test_rng is None:  # already held out
+            return self.datasets["test"]
+        seen = {
+            self.datasets[s][i].tobytes()
+            for s in ("train", "val")
+            for i in range(len(self.datasets[s]))
+        }
+        kept = [
+            q
+            for q in (self.datasets["test"][i] for i in range(len(self.datasets["test"])))
+            if q.tobytes() not in seen
+        ]
+        missing = len(self.datasets["test"]) - len(kept)
+        self.test_redrawn = missing
+        for _ in range(max_rounds):
+            if missing == 0:
+                break
+            fresh = CopyDataset.generate(
+                missing, self.vocab_size, self.min_length, self.max_length, self._test_rng
+            )
+            new = [fresh[i] for i in range(len(fresh)) if fresh[i].tobytes() not in seen]
+            kept += new
+            missing -= len(new)
+        self.datasets["test"] = CopyDataset.join(kept)
+        self._test_rng = None
+        return self.datasets["test"]
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if not self.datasets:
@@ -226,6 +275,8 @@ class CopyTaskDataModule(pl.LightningDataModule):
         return self._loader("val", shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
+        """The held-out test split (:meth:`held_out_test`): no sequence of train or validation."""
+        self.held_out_test()
         return self._loader("test", shuffle=False)
 
     def ids_to_text(self, ids: Sequence[int] | torch.Tensor) -> str:

@@ -7,8 +7,9 @@ The command is ``python sweeps/launch.py sweeps/<sweep>.yaml`` (:mod:`sweeps.lau
   units, validation of every key against the models' and datamodules' signatures.
 - :mod:`sweeps.run` -- the driver: the stages of a launch (``pipeline``), the one Tune experiment
   (``experiment``), the Optuna searcher (``searcher``), early stopping (``schedulers``), trial
-  order (``packing``), the progress line (``console``), joining Ray (``cluster``) and the checks
-  before ``--resume`` (``resume_check``).
+  order (``packing``), the progress line (``console``), joining Ray (``cluster``), the checks
+  before ``--resume`` (``resume_check``), configurations judged over seeds (``configs``, their
+  early stopping ``config_rungs``) and the warm start from an earlier sweep (``warm``).
 - :mod:`sweeps.trial` -- the worker: the trainables (``trainable``, ``ddp``), what they share
   (``kit``), their callbacks and checkpoints, the trial's settings, the ``stop_when`` rule, the
   trial's W&B run (``wandb_logger``) and building the datamodule and module (``build``).
@@ -17,6 +18,8 @@ The command is ``python sweeps/launch.py sweeps/<sweep>.yaml`` (:mod:`sweeps.lau
   ``python -m sweeps.report DIR``.
 - :mod:`sweeps.timing` -- the decode-timing stage: each finished model timed alone on its device;
   ``python -m sweeps.timing CKPT``.
+- :mod:`sweeps.heldout` -- after selection: the chosen trials evaluated once on the test split
+  (``test/bleu``).
 - :mod:`sweeps.moo` -- the multi-objective search: Pareto rungs, the decode-time probe, its report.
 - :mod:`sweeps.integrations` -- W&B's environment and its offline run files.
 
@@ -26,5 +29,5 @@ name, atomic writes), :mod:`sweeps.storage` (storage faults seen by driver and t
 
 Words (``docs/glossary.md``): a *sweep* is one YAML file's run; a *cell* one point of its grid; a
 *unit* a cell and a seed; a *trial* one training run; an *Optuna study* Optuna's own object, one
-per unit.
+per unit (per cell when configurations are judged over seeds).
 """

@@ -39,6 +39,8 @@ BUDGET_FILE = "budget.json"
 PROBE_FILE = "decode_probe.json"
 BOOTSTRAP_FILE = "paired_bootstrap.csv"
 TIMING_FILE = "timing.json"
+#: beside a trial: its final checkpoint evaluated on the test split (sweeps.heldout)
+HELDOUT_FILE = "heldout.json"
 #: Ray Tune's own per-trial report log
 TUNE_RESULT_FILE = "result.json"
 PHASES_FILE = "phases.json"

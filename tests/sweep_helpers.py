@@ -17,8 +17,8 @@ SECRET = "wandb-key-that-must-never-be-written-0123456789"
 
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
     """A two-cell copy-task study that trains in seconds; top-level keys in ``over`` replace its own.
-    The decode-timing stage is off (each timed trial costs a fresh process, ~4 s): the tests of
-    the stage itself turn it on."""
+    The decode-timing stage is off (each timed trial costs a fresh process, ~4 s), and so is the
+    held-out stage (a Ray task per chosen trial): the tests of each stage turn it on."""
     spec: dict[str, Any] = {
         "name": name,
         "task": {
@@ -34,6 +34,7 @@ def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
         "resources": {"cpu": 1},
         "wandb": {"project": "test", "tags": ["pytest"]},
         "timing": {"enabled": False},
+        "heldout": {"enabled": False},
     }
     spec.update(over)
     return spec

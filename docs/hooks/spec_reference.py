@@ -58,6 +58,7 @@ FALLBACK = {
     "budget": "What the sweep may spend over all its runs: wall-clock hours, CPU- and GPU-hours.",
     "wandb": "Weights & Biases settings.",
     "timing": "The decode-timing stage after training.",
+    "heldout": "The held-out stage: the trials chosen on validation evaluated once on the test split.",
     "chaos": "Fault injection, for testing recovery.",
     "profiles": "Named overrides of dotted keys, chosen with `--profile NAME` (`--smoke` is "
     "`--profile smoke`).",

@@ -33,6 +33,7 @@ from pathlib import Path
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import RESULTS_CSV, RESULTS_MD
 from sweeps.report.findings import seed_sections
+from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import results_sections
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, model_points
@@ -56,9 +57,9 @@ def build_local_report(
         lines += ([f"## {heading}"] if heading else []) + [text]
         if not heading:  # after the preamble: the budget, the trials that lost their node
             lines += run_notes(df, sweep_dir)
-    for heading, text in seed_sections(
-        df, metric, mode, sweep_dir
-    ):  # intervals, findings, paired bootstrap
+    for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
+        df, metric, mode
+    ):  # intervals, findings, paired bootstrap; test
         lines += [f"## {heading}", text]
     if paths:
         lines.append(

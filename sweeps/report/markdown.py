@@ -14,12 +14,12 @@ from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
 from sweeps.report.results import DECODE_SECONDS, natural_order
 from sweeps.report.summary import (
     DAGGER,
-    SUMMARY_RULE,
     cell_summary,
     contended_count,
     contended_mask,
     front_points,
     seconds_column,
+    summary_rule,
 )
 
 CONTENDED_MEANING = (
@@ -271,7 +271,7 @@ def results_sections(
     summary = cell_summary(df, metric, mode)
     timed = seconds_column(df) == DECODE_SECONDS
     counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
-    preamble = [timing_warning(summary, timed), SUMMARY_RULE.format(metric=metric, mode=mode)]
+    preamble = [timing_warning(summary, timed), summary_rule(df, metric, mode)]
     preamble += [seeds_line(df, summary) if not summary.empty else ""]
     preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
     sections = [("", _paragraphs(preamble))]

@@ -16,6 +16,7 @@ from lightning_modules.attention import DEFAULT_ATTENTION
 from lightning_modules.metric_names import (
     DECODE_SECONDS,
     FIT_METRICS,
+    METRICS,
     VAL_BLEU,
     VAL_LOSS,
 )  # DECODE_SECONDS: the timing stage's figure
@@ -46,6 +47,14 @@ TIMING_COLUMNS = [
 ]
 # every metric the module logs during training (val/bleu first), then the timing stage's
 METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
+#: the held-out stage's (sweeps.heldout), after the metrics, in rows that have them: whether the
+#: row is the one chosen on validation, and its test figures
+HELDOUT_COLUMNS = [
+    "chosen",
+    "test_split",
+    *(METRICS["test"][k] for k in ("bleu", "sacrebleu", "loss", "token_acc")),
+    "heldout_error",
+]
 #: then, after ``attention``, the mechanisms' headline options (:func:`headline_columns`)
 FIRST_COLUMNS = [
     "trial_id", "cell", "model", "attention", "length", "seed", "status", "retries", "moved",
@@ -137,6 +146,8 @@ def row_from_result(
         # failures includes an errored trial's last one, which nothing retried
         "retries": max(0, retries - 1) if status == "error" and tune_status == "ERROR" else retries,
     }
+    if "configuration" in (plan.config or {}):  # judged over seeds: its number in the cell's study
+        row["configuration"] = int(plan.config["configuration"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -259,8 +270,9 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
     at = FIRST_COLUMNS.index("attention") + 1
     first = FIRST_COLUMNS[:at] + headline_columns() + FIRST_COLUMNS[at:]
-    middle = [c for c in df.columns if c not in first + METRIC_COLUMNS + TAIL_COLUMNS]
-    order = [c for c in first if c in df] + middle + METRIC_COLUMNS + TAIL_COLUMNS
+    heldout = [c for c in HELDOUT_COLUMNS if c in df]
+    middle = [c for c in df.columns if c not in first + METRIC_COLUMNS + heldout + TAIL_COLUMNS]
+    order = [c for c in first if c in df] + middle + METRIC_COLUMNS + heldout + TAIL_COLUMNS
     df = df.reindex(columns=order).sort_values(
         ["length", "model", "seed"], na_position="first", kind="stable", key=natural_order
     )
@@ -271,7 +283,7 @@ def keep_integers(df: pd.DataFrame) -> pd.DataFrame:
     """Settings and counts that are whole numbers (K, length, seed, step, integer grid values)
     as integers, missing values and all (pandas' ``Int64``): ``K=16``, not ``16.0``. Measurements
     (metrics, seconds) and Optuna's samples keep their type."""
-    measured = set(METRIC_COLUMNS) | {"train_time_s"}
+    measured = set(METRIC_COLUMNS) | set(METRICS["test"].values()) | {"train_time_s"}
     for c in df.columns:
         if c in measured or c.startswith("param:") or df[c].dtype.kind != "f":
             continue
@@ -300,6 +312,10 @@ TEXT_COLUMNS = (
     "moved_why",
     "error",
     "timing_error",
+    "test_split",
+    "heldout_error",
+    "plan_hash",
+    "reused",
 )
 
 
@@ -353,9 +369,12 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
         c
         for c in [
             "cell",
+            "configuration",
             "seed",
             "status",
             VAL_BLEU,
+            "chosen",
+            METRICS["test"]["bleu"],
             DECODE_SECONDS,
             "decode_seconds_iqr",
             VAL_LOSS,

@@ -23,6 +23,18 @@ SUMMARY_RULE = (
     "One rule everywhere (table, Pareto front, plots): per cell, the best trial by the sweep's metric "
     "({metric}, {mode}) over its Optuna samples, for each seed; then the mean +- std over seeds."
 )
+#: the rule when configurations are judged over seeds (results.csv's ``configuration`` column)
+CONFIGURATION_RULE = (
+    "Configurations judged over seeds: per cell, the configuration (one Optuna sample, trained on every "
+    "seed) with the best mean of the sweep's metric ({metric}, {mode}) over its seeds; then the mean +- std "
+    "over those seeds."
+)
+
+
+def summary_rule(df: pd.DataFrame, metric: str, mode: str) -> str:
+    """The rule :func:`cell_summary` applied to ``df``, in words."""
+    judged = "configuration" in df and df["configuration"].notna().any()
+    return (CONFIGURATION_RULE if judged else SUMMARY_RULE).format(metric=metric, mode=mode)
 
 
 def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
@@ -41,6 +53,11 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         done = done.dropna(subset=[metric])
     if done.empty:
         return pd.DataFrame()
+    if "configuration" in done and done["configuration"].notna().any():
+        # configurations judged over seeds: each cell's chosen one, all its seeds (sweeps.heldout.select)
+        from sweeps.heldout.select import chosen_trials
+
+        done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
     seconds = seconds_column(df)
     best = (
         done.sort_values(metric, ascending=mode == "min", kind="stable")

@@ -114,17 +114,26 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         journal_path = paths.output / sweep.name / OPTUNA_JOURNAL
         journal_path.parent.mkdir(parents=True, exist_ok=True)
         journal = str(journal_path)
-    return SweepSearcher(
-        units,
-        num_samples=spec.num_samples if sweep.has_search else 1,
-        metric=spec.metric.name,
-        mode=spec.metric.mode,
-        space=space,
-        journal=journal,
-        sampler=spec.search.sampler,
-        sampler_seed=spec.search.seed,
-        wandb_enabled=wandb_mode != "disabled",
-    )
+    from sweeps.run.warm import apply_warm_start, plan_warm_start
+
+    if spec.per_configuration:  # one study per cell, configurations judged over seeds
+        from sweeps.run.configs import make_config_searcher
+
+        searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
+    else:
+        searcher = SweepSearcher(
+            units,
+            num_samples=spec.num_samples if sweep.has_search else 1,
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            space=space,
+            journal=journal,
+            sampler=spec.search.sampler,
+            sampler_seed=spec.search.seed,
+            wandb_enabled=wandb_mode != "disabled",
+        )
+    apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # warm_start: reused and told trials
+    return searcher
 
 
 def run_tune(
@@ -169,22 +178,26 @@ def run_tune(
                 f"--output (or storage.path), or delete the folder to start again."
             )
         searcher = make_searcher(sweep, paths, settings.wandb.mode)
+        # warm_start: the trials an earlier sweep finished are reused, not trained again
+        to_train = sweep.num_trials - getattr(searcher, "reused_count", 0)
+        concurrent = min(fit.max_concurrent_trials, max(1, to_train))
+        if sweep.spec.per_configuration:
+            # a seed paused at a rung holds no slot: the searcher counts the running ones itself
+            searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         callbacks.append(BudgetClock())
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
             callbacks.append(
-                SweepConsole(
-                    sweep.num_trials, columns, sweep.spec.metric.name, sweep.spec.metric.mode
-                )
+                SweepConsole(to_train, columns, sweep.spec.metric.name, sweep.spec.metric.mode)
             )
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=searcher,
                 scheduler=make_scheduler(sweep, searcher),
-                num_samples=sweep.num_trials,
-                max_concurrent_trials=min(fit.max_concurrent_trials, sweep.num_trials),
+                num_samples=to_train,
+                max_concurrent_trials=concurrent,
                 trial_dirname_creator=trial_dirname,
                 # a finished trial's process runs the next one: no new Ray worker importing torch,
                 # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).

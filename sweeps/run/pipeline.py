@@ -37,8 +37,21 @@ def trial_table(sweep: Sweep) -> str:
     if sweep.has_search:
         keys = ", ".join(sweep.spec.parameters)
         search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
+        if sweep.spec.per_configuration:
+            search = (
+                f"; configurations judged over seeds: one Optuna {sweep.spec.search.sampler.upper()} study per "
+                f"cell over {keys}, {samples} configurations per cell, each trained on every seed and "
+                f"told the {sweep.spec.seeds.objective} over its seeds"
+            )
+        else:
+            search += " (per-unit mode: each (cell, seed) its own Optuna study)"
+    from sweeps.run.warm import plan_warm_start
+
+    warm = plan_warm_start(sweep)
+    if warm is not None:
+        lines.append(warm.summary())
     lines.append(
-        f"{len(sweep.cells)} cells x {len(sweep.spec.seeds)} seed(s) = {len(sweep.plans)} grid points, "
+        f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
         f"{sweep.num_trials} trials{search}"
     )
     return "\n".join(lines)
@@ -69,9 +82,11 @@ def _run_sweep(
     from sweeps.run.cluster import LaunchError, Paths, check_cluster, check_writable, init_ray
     from sweeps.run.experiment import make_settings, run_tune
     from sweeps.run.lost_nodes import moved_summary
+    from sweeps.run.warm import PLAN_HASH, plan_fingerprint, plan_warm_start
     from sweeps.storage import StorageGuard, find_storage_fault
 
     spec = sweep.spec
+    warm = plan_warm_start(sweep)
     output = Path(args.output).resolve()
     out_dir = output / sweep.name
     paths = Paths(output=output, storage=spec.storage.path or str(output))
@@ -131,9 +146,23 @@ def _run_sweep(
         meter.rates = trial_rates(settings.resources)  # as placed: no GPU here, none charged
         interrupted, guard = False, StorageGuard(paths.storage)
         try:
-            grid = run_tune(
-                sweep, paths, settings, fit, args.resume, args.verbose, guard=guard, meter=meter
-            )
+            if warm is not None and warm.reused_count >= sweep.num_trials:
+                print(
+                    "every planned trial is reused from the warm start: nothing to train",
+                    flush=True,
+                )
+                grid = []
+            else:
+                grid = run_tune(
+                    sweep,
+                    paths,
+                    settings,
+                    fit,
+                    resume=args.resume,
+                    verbose=args.verbose,
+                    guard=guard,
+                    meter=meter,
+                )
         except KeyboardInterrupt:
             interrupted, grid = True, []
     except LaunchError as exc:
@@ -146,10 +175,12 @@ def _run_sweep(
     )  # stopped as on Ctrl-C: the unfinished trials continue on --resume
     if grid:
         # Tune catches SIGINT itself and returns normally: unfinished or never-started trials are how we know
-        interrupted |= (
-            len(grid) > grid.num_terminated + grid.num_errors or len(grid) < sweep.num_trials
-        )
+        # warm_start: the trials an earlier sweep finished are reused, not trained again
+        expected = sweep.num_trials - (warm.reused_count if warm else 0)
+        interrupted |= len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         rows, plans = result_rows(grid, settings.plan, spec.parameters)
+        for row in rows:  # what a later warm start compares its plans with (sweeps.run.warm)
+            row[PLAN_HASH] = plan_fingerprint(plans[row["trial_id"]][0])
     interrupted |= preemption.signal is not None
     if spec.timing.enabled and not interrupted:
         from sweeps.timing.stage import time_finished_trials
@@ -159,6 +190,22 @@ def _run_sweep(
             publish_timings(rows, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
         except KeyboardInterrupt:  # stopped while timing: --resume times them again
             interrupted = True
+    rows += warm.rows() if warm else []  # warm_start: the earlier trials reused, as they were
+    if spec.heldout.enabled and not interrupted:  # chosen on validation, then tested once
+        from sweeps.heldout.stage import evaluate_chosen_trials, publish_heldout
+
+        try:
+            # settings.spec: the GPU share the cluster check settled on (none on a CPU-only machine)
+            tested = evaluate_chosen_trials(rows, plans, out_dir, settings.spec)
+            publish_heldout(
+                tested, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None
+            )
+        except KeyboardInterrupt:  # stopped while testing: --resume tests them again
+            interrupted = True
+    if spec.per_configuration and grid:  # each configuration's aggregate beside its seeds' runs
+        from sweeps.run.configs import publish_configurations
+
+        publish_configurations(rows, settings, spec)
     # every planned trial has a row, even one Tune never created
     rows += missing_rows(
         sweep.plans, rows, spec.num_samples, "unfinished" if interrupted else "error"
@@ -214,8 +261,14 @@ def _run_sweep(
     journal = out_dir / OPTUNA_JOURNAL
     if sweep.has_search and journal.exists():
         first = f"{sweep.name}/{sweep.plans[0].unit}"
+        per = "cell and seed"
+        if spec.per_configuration:
+            first, per = (
+                f"{sweep.name}/{sweep.plans[0].cell.slug}",
+                "cell, configurations over seeds",
+            )
         print(
-            f"Optuna studies (one per cell and seed) in {journal}:\n"
+            f"Optuna studies (one per {per}) in {journal}:\n"
             f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
             f"--study-name {shlex.quote(first)}\n"
             f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}"

@@ -109,6 +109,19 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
     if et.type != "asha":
         return SweepFIFO()
     max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
+    if sweep.spec.per_configuration:  # all of a configuration's seeds stopped together
+        from sweeps.run.config_rungs import ConfigRungs
+
+        return ConfigRungs(
+            metric,
+            mode,
+            len(sweep.spec.seed_values),
+            min(et.grace_period, max_t),
+            et.reduction_factor,
+            max_t,
+            sweep.spec.trainer.max_steps,
+            searcher.rung_state,
+        )
 
     def asha(_key: tuple[str, Any]) -> TrialScheduler:
         return ASHAScheduler(

@@ -294,6 +294,14 @@ def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:
     Optuna refuses to change a finished trial (its attributes are frozen once it is told), and
     every trial is finished before the timing stage runs, so the figures go on each study as the
     user attribute ``decode_timing``: ``{trial number: {decode_seconds, its spread, flags}}``."""
+
+    return record_trial_attrs(journal, "decode_timing", timings)
+
+
+def record_trial_attrs(journal: str, attr: str, values: dict[str, dict[str, Any]]) -> int:
+    """Put figures measured after the Tune run (by Ray trial id) on each Optuna study as its user
+    attribute ``attr``: ``{trial number: figures}`` (a told trial is frozen). Returns how many
+    trials they reached. The timing stage's ``decode_timing``, the held-out stage's ``heldout``."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -302,14 +310,18 @@ def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:
     reached = 0
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
-        found = {
-            str(t.number): timings[t.user_attrs["ray_trial_id"]]
-            for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("ray_trial_id") in timings
-        }
+        found = {}
+        for t in study.get_trials(deepcopy=False):
+            # a configuration judged over seeds (sweeps.run.configs) holds one Ray trial per seed
+            ids = {"": t.user_attrs.get("ray_trial_id")} | {
+                k: v.get("ray_trial_id")
+                for k, v in t.user_attrs.items()
+                if k.startswith("seed=") and isinstance(v, dict)
+            }
+            for seed, tid in ids.items():
+                if tid in values:
+                    found[str(t.number) + (f"/{seed}" if seed else "")] = values[tid]
         if found:
-            study.set_user_attr(
-                "decode_timing", {**study.user_attrs.get("decode_timing", {}), **found}
-            )
+            study.set_user_attr(attr, {**study.user_attrs.get(attr, {}), **found})
             reached += len(found)
     return reached

@@ -148,6 +148,13 @@ class Sweep:
         :mod:`sweeps.run.schedulers`), or None without it."""
         if self.spec.early_terminate.type == "none":
             return None
+        if self.spec.per_configuration:  # sweeps.run.config_rungs
+            return (
+                f"early_terminate {self.spec.early_terminate.type}: compares the {self.spec.num_samples} "
+                f"configurations of each cell on their mean over seeds at each rung (a seed waits, paused, "
+                f"until its configuration's other seeds reach the rung); a stopped configuration has all "
+                f"its seeds stopped at that rung; no cell is stopped because another scores higher"
+            )
         n = self.spec.num_samples if self.has_search else 1
         if n < 2:
             why = "num_samples is 1" if self.has_search else "there are no Optuna parameters"

@@ -17,6 +17,7 @@ from sweeps.spec.dotted import set_dotted
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.objectives import check_baseline, check_objectives
 from sweeps.spec.schema import SpecError, SweepSpec, format_validation
+from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
 from sweeps.spec.validate import check_sections, validate_cell
 
@@ -84,6 +85,10 @@ def build_sweep(
             raise SpecError(f"parameters.{pname}", str(exc), source) from None
     check_sections(spec, source)
     check_objectives(spec, source)  # objectives/constraints (issue 21)
+    check_seeds(spec, source)  # seeds: {per_configuration: true} (issue 32)
+    from sweeps.run.warm import check_warm_start
+
+    check_warm_start(spec, source)
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)
     by_grid = {key for cell in cells for key in cell.values}
@@ -105,7 +110,7 @@ def build_sweep(
             task, model, trainer = resolve_sections(base, cell.values)
             validate_cell(task, model, trainer, cell, source)
             _validate_search_bounds(spec, task, model, trainer, cell, source)
-            for seed in spec.seeds:
+            for seed in spec.seed_values:
                 plans.append(TrialPlan(cell, seed, task, model, trainer))
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too

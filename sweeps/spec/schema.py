@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, field_validator
 
 from lightning_modules.metric_names import (
     FIT_METRICS,
@@ -25,6 +25,7 @@ from sweeps.spec.search_schema import (
     StopWhenSpec,
     _Strict,
 )
+from sweeps.spec.selection_schema import HeldoutSpec, SeedsSpec
 
 
 class MetricSpec(_Strict):
@@ -217,7 +218,12 @@ class SweepSpec(_Strict):
     parameters: dict[str, ParamSpec] = Field(default_factory=dict)
     num_samples: int = Field(1, ge=1)
     search: SearchSpec = Field(default_factory=SearchSpec)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    # a list (one Optuna study per cell and seed), or {values, per_configuration, objective}
+    seeds: Annotated[
+        Annotated[Annotated[list[int], Field(min_length=1)], Tag("list")]
+        | Annotated[SeedsSpec, Tag("mapping")],
+        Discriminator(lambda v: "mapping" if isinstance(v, dict | SeedsSpec) else "list"),
+    ] = Field(default_factory=lambda: [0])
     metric: MetricSpec = Field(default_factory=MetricSpec)
     # multi-objective studies (issue 21; sweeps.spec.objectives, sweeps.moo): instead of `metric`
     objectives: list[ObjectiveSpec] = Field(default_factory=list)
@@ -234,8 +240,24 @@ class SweepSpec(_Strict):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     wandb: WandbSpec = Field(default_factory=WandbSpec)
     timing: TimingSpec = Field(default_factory=TimingSpec)
+    heldout: HeldoutSpec = Field(default_factory=HeldoutSpec)
+    warm_start: str | None = Field(
+        None,
+        description="An earlier sweep's output folder (or its optuna.journal): its finished trials of "
+        "identical plan are reused, not retrained, and its Optuna trials are told to the new studies.",
+    )
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @property
+    def seed_values(self) -> list[int]:
+        """The seeds, from either form of ``seeds:``."""
+        return list(self.seeds.values if isinstance(self.seeds, SeedsSpec) else self.seeds)
+
+    @property
+    def per_configuration(self) -> bool:
+        """Configurations judged over seeds (``seeds: {per_configuration: true}``) with a search."""
+        return isinstance(self.seeds, SeedsSpec) and self.seeds.per_configuration
 
     @field_validator("profiles")
     @classmethod
@@ -260,7 +282,8 @@ class SweepSpec(_Strict):
 def format_validation(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
+        # a tagged union's branch name (seeds' "list" / "mapping") is not a key the user wrote
+        loc = ".".join(str(p) for p in err["loc"] if p not in ("list", "mapping"))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             parent = err["loc"][:-1]
@@ -284,6 +307,18 @@ def format_validation(exc: ValidationError) -> str:
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
 
 
+def _model_inside(ann: Any) -> type[BaseModel] | None:
+    import typing
+
+    for a in typing.get_args(ann):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+        found = _model_inside(a)
+        if found is not None:
+            return found
+    return None
+
+
 def allowed_keys(loc: tuple) -> list[str]:
     model: type[BaseModel] = SweepSpec
     for part in loc:
@@ -292,9 +327,8 @@ def allowed_keys(loc: tuple) -> list[str]:
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             model = ann
         else:
-            # dict[str, ParamSpec] and friends: look through the dict to the value model
-            args = getattr(ann, "__args__", ())
-            nxt = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            # dict[str, ParamSpec], a list | SeedsSpec union and friends: look through to the model
+            nxt = _model_inside(ann)
             if nxt is None:
                 continue
             model = nxt

@@ -42,6 +42,18 @@ def wandb_config(plan: TrialPlan, module: pl.LightningModule | None = None) -> d
     return config
 
 
+def configuration_label(cell_slug: str, number: int) -> str:
+    """``<cell>#<n>``, the W&B job type of a configuration's runs; W&B takes at most 64 characters,
+    so a long cell name is cut and a digest of it kept."""
+    label = f"{cell_slug}#{number}"
+    if len(label) <= 64:
+        return label
+    import hashlib
+
+    digest = hashlib.sha1(cell_slug.encode()).hexdigest()[:8]
+    return f"{cell_slug[: 64 - len(digest) - len(str(number)) - 2]}~{digest}#{number}"
+
+
 def make_wandb_logger(
     settings: TrialSettings,
     plan: TrialPlan,
@@ -64,16 +76,25 @@ def make_wandb_logger(
             pass
 
     run_config = {**wandb_config(plan, module), "trial_id": trial_id, "sweep": settings.name}
+    job_type, label = "train", ""
+    if (
+        "configuration" in plan.config
+    ):  # judged over seeds (sweeps.run.configs): its seeds' runs together
+        job_type = configuration_label(plan.cell.slug, plan.config["configuration"])
+        run_config["configuration_id"], label = (
+            job_type,
+            f" configuration={plan.config['configuration']}",
+        )
     logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,
         group=wb.group or settings.name,
         tags=list(wb.tags),
         notes=wb.notes,
-        name=f"{plan.cell.name} seed={plan.seed}"
+        name=f"{plan.cell.name}{label} seed={plan.seed}"
         + (f" [{trial_name}]" if settings.has_search else ""),
         id=trial_id,
-        job_type="train",
+        job_type=job_type,
         config=run_config,
         save_dir=settings.wandb_dir,
         mode=wb.mode,

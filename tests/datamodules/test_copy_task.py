@@ -93,3 +93,24 @@ def test_ranges_are_declared_as_plain_annotated_types_markers():
     assert hints["batch_size"].__metadata__ == (annotated_types.Ge(1),)
     assert declared_ranges(CopyTaskDataModule.__init__)["test_size"] == ((">=", 0),)
     assert "seed" in declared_ranges(CopyTaskDataModule.__init__)
+
+
+def test_test_split_is_held_out_from_train_and_validation():
+    """Short sequences over 3 symbols collide often: every test sequence that also occurs in train
+    or validation is drawn again from the test split's own generator, and the split keeps its size."""
+    dm = make(vocab_size=3, min_length=1, max_length=6, train_size=300, val_size=50, test_size=100)
+    raw = [dm.datasets["test"][i].tobytes() for i in range(100)]
+    seen = {
+        dm.datasets[s][i].tobytes() for s in ("train", "val") for i in range(len(dm.datasets[s]))
+    }
+    assert sum(q in seen for q in raw) > 0  # collisions existed before
+    batch = next(iter(dm.test_dataloader()))
+    test = dm.datasets["test"]
+    assert len(test) == 100 and dm.test_redrawn == sum(q in seen for q in raw)
+    assert not any(test[i].tobytes() in seen for i in range(len(test)))
+    assert batch["src"].shape[0] == 32
+    # a function of the seed alone, like the other splits
+    again = make(
+        vocab_size=3, min_length=1, max_length=6, train_size=300, val_size=50, test_size=100
+    )
+    assert np.array_equal(again.held_out_test().tokens, test.tokens)

@@ -345,6 +345,7 @@ def surfaces(local_ray, tmp_path_factory) -> SimpleNamespace:
             "project": "test",
             "mode": "offline",
         },  # not the mode an earlier test left in the environment
+        heldout={"enabled": True},
     )
     path, out = write_spec(tmp, spec), tmp / "out"
     printed = io.StringIO()  # the launcher's console (capsys is the tests' own)
@@ -381,6 +382,11 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
         if (d / "result.json").exists()
     }
     assert set(reports) == set(df.index)
+    # the held-out stage: the one trial chosen on validation (the best val/loss of the cell's
+    # samples) is evaluated on test, the others are not
+    assert df["chosen"].sum() == 1 and df.index[df["chosen"]][0] == df["val/loss"].idxmin()
+    assert df.loc[df["chosen"], "test/bleu"].notna().all()
+    assert df.loc[~df["chosen"], "test/bleu"].isna().all()
 
     # W&B, read with wandb's own reader
     wandb_bin = str(Path(sys.executable).parent / "wandb")
@@ -402,6 +408,10 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
             == pytest.approx(row["val/bleu"])
         )
         assert summary["decode_seconds"] == pytest.approx(row["decode_seconds"])
+        if row["chosen"]:
+            assert summary["test/bleu"] == pytest.approx(row["test/bleu"])
+        else:
+            assert "test/bleu" not in summary
         assert "val/attention" in summary, "the heatmaps were logged, stopped trial or not"
         assert config["K"] == 4 and config["model.hidden_size"] == 64  # the preset's size, resolved
         assert (
@@ -441,6 +451,10 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
         assert t.user_attrs["checkpoint_path"] == row["checkpoint"]
         assert study.user_attrs["decode_timing"][str(t.number)]["decode_seconds"] == pytest.approx(
             row["decode_seconds"]
+        )
+        tested = study.user_attrs["heldout"].get(str(t.number))
+        assert (tested or {}).get("test/bleu") == (
+            pytest.approx(row["test/bleu"]) if row["chosen"] else None
         )
     # the Optuna commands the launcher prints work as printed
     trials_cmd, dashboard_cmd = printed.split("Optuna studies (one per cell and seed)")[

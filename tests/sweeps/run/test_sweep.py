@@ -33,6 +33,15 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         tmp_path,
         tiny_spec(
             "e2e",
+            task={
+                "name": "copy",
+                "max_length": 4,
+                "train_size": 256,
+                "val_size": 16,
+                "test_size": 32,
+                "batch_size": 16,
+            },
+            heldout={"enabled": True},
             timing={
                 "enabled": True,
                 "processes": 2,
@@ -107,6 +116,23 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     # attention heatmaps logged as W&B images (drawn for the memory-attention run's alpha/beta too)
     assert all(list(r.glob("files/media/images/val/attention_*.png")) for r in runs)
 
+    # the held-out stage: without a search every trial is its (cell, seed)'s choice, evaluated
+    # once on the copy task's test draw; its figures in results.csv, heldout.json and results.md's
+    # held-out table, validation beside test (the W&B summary: test_experiment's surfaces test)
+    assert df["chosen"].all() and df["test/bleu"].notna().all()
+    assert (df["test_split"] == "copy test draw").all()
+    tested = {
+        p.parent.name.split("_")[0]: json.loads(p.read_text())
+        for p in sweep_dir.glob("*/heldout.json")
+    }
+    assert sorted(tested) == sorted(df["trial_id"])
+    for row in df.itertuples():
+        assert tested[row.trial_id]["metrics"]["test/bleu"] == pytest.approx(
+            df.set_index("trial_id").loc[row.trial_id, "test/bleu"]
+        )
+    held = md.split("## Held-out test results of the chosen configurations")[1]
+    assert "L=4 valid" in held and "L=4 test" in held and "copy test draw" in held
+
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked, f"the W&B key was written to {leaked}"
 
@@ -115,10 +141,20 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     assert hint.startswith("wandb sync ") and "--include-offline" not in hint
 
     # --resume of a finished sweep does not time a trial twice
-    before = {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")}
+    # (nor evaluate one on test twice)
+    before = {
+        p: p.read_text()
+        for p in (out / "e2e").glob("*/*.json")
+        if p.name in ("timing.json", "heldout.json")
+    }
     assert main([str(spec), "--output", str(out), "--verbose", "0", "--resume"]) == 0
-    assert "already timed" in capsys.readouterr().out
-    assert {p: p.read_text() for p in (out / "e2e").glob("*/timing.json")} == before
+    said = capsys.readouterr().out
+    assert "already timed" in said and "already evaluated" in said
+    assert {
+        p: p.read_text()
+        for p in (out / "e2e").glob("*/*.json")
+        if p.name in ("timing.json", "heldout.json")
+    } == before
     assert (
         pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})["decode_seconds"].tolist()
         == df["decode_seconds"].tolist()

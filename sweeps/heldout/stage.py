@@ -1,0 +1,167 @@
+"""The held-out stage as the launcher runs it, after training and the timing stage: the trials the
+validation metric chose (:func:`sweeps.heldout.select.chosen_trials`) are evaluated once each on
+their task's test split (:func:`sweeps.heldout.evaluate.evaluate_checkpoint`), each in a Ray task
+that holds one trial's resources (a GPU share where trials had one), and ``heldout.json`` is written
+beside the trial: a resumed sweep finds it and does not evaluate the same checkpoint again.
+The figures go into the rows (``test/bleu`` ...), the trial's W&B run summary and its Optuna study
+(:func:`publish_heldout`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_name
+from sweeps.heldout.select import mark_chosen
+from sweeps.layout import HELDOUT_FILE
+
+#: results.csv's column for a chosen trial that could not be evaluated on test
+HELDOUT_ERROR = "heldout_error"
+#: results.csv's column naming the test split a row's test figures come from
+TEST_SPLIT = "test_split"
+
+
+def _evaluate_task(checkpoint: str, task: dict[str, Any], seed: int) -> dict[str, float]:
+    """The body of the stage's Ray task: the GPU when Ray gave this task one."""
+    import ray
+    import torch
+
+    from sweeps.trial.kit import quiet_logs
+
+    quiet_logs()
+    device = "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
+    return evaluate_checkpoint(checkpoint, task, seed, device)
+
+
+def _record_path(trial_dir: str, out_dir: Path, trial_id: str) -> Path:
+    # beside the trial's results; a bucket's trial folder is not the driver's to write
+    folder = Path(trial_dir) if "://" not in trial_dir else out_dir / "heldout" / trial_id
+    return folder / HELDOUT_FILE
+
+
+def _already_evaluated(path: Path, fingerprint: str) -> dict[str, float] | None:
+    import json
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("metrics") if record.get("fingerprint") == fingerprint else None
+
+
+def evaluate_chosen_trials(
+    rows: list[dict[str, Any]],
+    plans: Mapping[str, tuple[Any, str]],
+    out_dir: Path,
+    spec: Any,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, dict[str, float]]:
+    """Mark the chosen rows (``chosen``), evaluate them (or, with ``heldout.trials: all``, every
+    finished row) on test and write ``test/bleu`` ... and ``test_split`` into them, or
+    ``heldout_error``. ``plans`` maps a trial id to its plan and folder; ``spec`` is the sweep's.
+    Returns ``{trial id: test figures}`` of the rows that have them. Needs a running Ray."""
+    import ray
+
+    from sweeps.layout import write_atomic
+    from sweeps.timing.checkpoint import checkpoint_fingerprint
+
+    say = log or (lambda _msg: None)
+    objective = spec.seeds.objective if spec.per_configuration else "mean"
+    chosen = mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)
+    every = spec.heldout.trials == "all"
+    todo, results = [], {}
+    for row in rows:
+        tid = row.get("trial_id")
+        if not tid or not row.get("checkpoint") or tid not in plans:
+            continue
+        if tid not in chosen and not (
+            every and row.get("status") in ("done", "stopped", "converged")
+        ):
+            continue
+        plan, trial_dir = plans[tid]
+        path = _record_path(trial_dir, out_dir, tid)
+        try:
+            fingerprint = checkpoint_fingerprint(row["checkpoint"])
+        except Exception as exc:  # noqa: BLE001 -- a missing checkpoint is said in the row
+            row[HELDOUT_ERROR] = str(exc)[:300]
+            continue
+        row[TEST_SPLIT] = split_name(plan.task)
+        found = _already_evaluated(path, fingerprint)
+        if found is not None:
+            row.update(found)
+            results[tid] = found
+            say(f"[heldout] trial {tid}: already evaluated on {row[TEST_SPLIT]} ({path})")
+            continue
+        todo.append((row, plan, path, fingerprint))
+    if not todo:
+        return results
+    say(
+        f"\nevaluating {len(todo)} trial(s) chosen on validation ({spec.metric.name}, {spec.metric.mode}) "
+        f"once on the test split:"
+    )
+    r = spec.resources
+    task = ray.remote(max_retries=0)(_evaluate_task).options(num_cpus=r.cpu, num_gpus=r.gpu)
+    refs = [
+        task.remote(str(row["checkpoint"]), dict(plan.task), int(plan.seed))
+        for row, plan, _, _ in todo
+    ]
+    import json
+
+    for (row, _plan, path, fingerprint), ref in zip(todo, refs):
+        try:
+            metrics = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 -- one failed evaluation must not lose the others
+            cause = getattr(exc, "cause", None) or exc
+            lines = str(cause).strip().splitlines()
+            row[HELDOUT_ERROR] = (lines[-1] if lines else type(cause).__name__)[:300]
+            say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
+            continue
+        row.update(metrics)
+        results[row["trial_id"]] = metrics
+        record = {
+            "trial_id": row["trial_id"],
+            "checkpoint": str(row["checkpoint"]),
+            "fingerprint": fingerprint,
+            "split": row[TEST_SPLIT],
+            "metrics": metrics,
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(record, indent=2))
+        figures = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items() if k in TEST_COLUMNS[:2])
+        say(
+            f"[heldout] trial {row['trial_id']} ({row['cell']} seed={row['seed']}): {figures} on {row[TEST_SPLIT]}"
+        )
+    return results
+
+
+def publish_heldout(
+    results: Mapping[str, Mapping[str, float]], settings: Any, journal: Path | None
+) -> None:
+    """The test figures beside what the trial recorded while it trained: in its W&B run's summary
+    and, as the study's user attribute ``heldout`` (``{trial number: figures}``; a told trial is
+    frozen), in its Optuna study. A failure to reach one is said, not fatal."""
+    from sweeps.integrations.wandb_runs import add_run_summary
+
+    if settings.wandb.mode != "disabled":
+        for tid, values in results.items():
+            try:
+                add_run_summary(
+                    settings.wandb.mode,
+                    settings.wandb_dir,
+                    tid,
+                    dict(values),
+                    project=settings.wandb.project,
+                    entity=settings.wandb.entity,
+                )
+            except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
+                print(
+                    f"[heldout] trial {tid}: could not add test/bleu to its W&B run: {exc}",
+                    file=sys.stderr,
+                )
+    if journal is not None and results and journal.exists():
+        from sweeps.run.searcher import record_trial_attrs
+
+        record_trial_attrs(str(journal), "heldout", {k: dict(v) for k, v in results.items()})

@@ -1,0 +1,130 @@
+"""results.md's held-out section: the configuration each cell chose on validation, its validation
+figure beside its test figure (the held-out stage's, :mod:`sweeps.heldout`), mean ± the 95%
+t-interval's half-width over seeds. In the paper's layouts: Table 2's (a row per model, a valid and
+a test column per language pair) for a sweep over ``task.pair``, Table 1's (a valid and a test
+column per length) for a sweep over lengths, else one row per cell.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lightning_modules.metric_names import TEST_BLEU, TEST_SACREBLEU, VAL_BLEU, VAL_SACREBLEU
+from sweeps.report.results import natural_order
+from sweeps.report.stats import interval
+
+HELDOUT_RULE = (
+    "Chosen on validation, reported on test: per cell the trial (for each seed) or the configuration "
+    "(judged on its mean over seeds) that the sweep's metric ({metric}, {mode}) chose on the validation "
+    "split, then its final checkpoint evaluated once on the test split ({splits}). Each figure: mean ± "
+    "the 95% t-interval's half-width over seeds (n = seeds). The validation column is the figure the "
+    "choice was made on, so it is biased upward (the best of several noisy draws); the test column is not."
+)
+
+
+def _chosen(df: pd.DataFrame) -> pd.DataFrame:
+    if "chosen" not in df or TEST_BLEU not in df:
+        return df.iloc[0:0]
+    flag = df["chosen"].astype(str).str.strip().str.lower().isin({"true", "1", "1.0"})
+    return df[flag]
+
+
+def _figure(values: pd.Series) -> str:
+    mean, _sd, half, n = interval(values)
+    if n == 0:
+        return "–"
+    return f"{mean:.2f}" + ("" if pd.isna(half) else f" ± {half:.2f}")
+
+
+def heldout_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
+    """(one row per cell of the chosen trials: ``cell``, ``model``, ``length``, ``pair`` where
+    known, ``valid``, ``test``, ``seeds``; the validation and the test column's metric names).
+    WMT rows (with ``test/sacrebleu``) compare sacreBLEU, the others BLEU (tokenize=none)."""
+    chosen = _chosen(df)
+    sacre = TEST_SACREBLEU in chosen and chosen[TEST_SACREBLEU].notna().any()
+    valid_col = VAL_SACREBLEU if sacre and VAL_SACREBLEU in chosen else VAL_BLEU
+    test_col = TEST_SACREBLEU if sacre else TEST_BLEU
+    rows = []
+    for cell, group in chosen.groupby("cell", sort=False):
+        first = group.iloc[0]
+        rows.append(
+            {
+                "cell": cell,
+                "model": first.get("model", cell),
+                "length": first.get("length"),
+                "pair": first.get("pair"),
+                "valid": _figure(group[valid_col]) if valid_col in group else "–",
+                "test": _figure(group[test_col]),
+                "seeds": int(group["seed"].nunique()),
+            }
+        )
+    return pd.DataFrame(rows), valid_col, test_col
+
+
+def _wide(frame: pd.DataFrame, axis: str, label) -> pd.DataFrame:
+    models = pd.Series(frame["model"].unique()).sort_values(key=natural_order, kind="stable")
+    values = sorted(
+        frame[axis].dropna().unique(), key=lambda v: natural_order(pd.Series([v])).iloc[0]
+    )
+    out = []
+    for model in models:
+        row = {"model": model}
+        for v in values:
+            match = frame[(frame["model"] == model) & (frame[axis] == v)]
+            row[f"{label(v)} valid"] = match.iloc[0]["valid"] if not match.empty else "–"
+            row[f"{label(v)} test"] = match.iloc[0]["test"] if not match.empty else "–"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def heldout_sections(
+    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+) -> list[tuple[str, str]]:
+    """The held-out section (heading, Markdown), or none when no trial was evaluated on test."""
+    from sweeps.report.markdown import to_markdown
+
+    frame, valid_col, test_col = heldout_frame(df)
+    if frame.empty:
+        return []
+    chosen = _chosen(df)
+    splits = (
+        ", ".join(sorted(chosen["test_split"].dropna().astype(str).unique()))
+        if "test_split" in chosen
+        else "test"
+    )
+    unique = lambda c: (
+        c in frame and frame[c].notna().any() and not frame.duplicated(["model", c]).any()
+    )  # noqa: E731
+    if (
+        unique("pair")
+        and frame["pair"].nunique() >= 1
+        and "length" in frame
+        and frame["length"].nunique(dropna=False) <= 1
+    ):
+        table, layout = (
+            _wide(frame, "pair", str),
+            "the paper's Table 2 layout: valid and test per model and pair",
+        )
+    elif unique("length"):
+        table, layout = (
+            _wide(frame, "length", lambda v: f"L={int(v)}"),
+            "the paper's Table 1 layout",
+        )
+    else:
+        table, layout = frame[["cell", "valid", "test", "seeds"]], "by cell"
+    missing = int(chosen[TEST_BLEU].isna().sum())
+    notes = [
+        f"Split of each column: `valid` = validation split ({valid_col}), `test` = held-out test split "
+        f"({test_col}; {splits}).",
+        HELDOUT_RULE.format(metric=metric, mode=mode, splits=splits),
+    ]
+    if missing:
+        notes.append(
+            f"{missing} chosen trial(s) have no test figure (results.csv's heldout_error says why)."
+        )
+    return [
+        (
+            f"Held-out test results of the chosen configurations ({layout})",
+            "\n\n".join([to_markdown(table), *notes]),
+        )
+    ]

@@ -1,0 +1,84 @@
+"""The sweep-file keys of choosing on validation and reporting on held-out data: the held-out
+evaluation after selection (``heldout``, run by :mod:`sweeps.heldout`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from sweeps.spec.search_schema import _Strict
+
+
+class HeldoutSpec(_Strict):
+    """The held-out evaluation after training (:mod:`sweeps.heldout`): once the sweep's metric has
+    chosen each cell's configuration on validation, the final checkpoints of the chosen trials are
+    evaluated once on the task's test split (the copy task's own held-out draw; WMT's
+    ``test_prefix``: newstest2016) and results.csv gains ``test/bleu`` (and ``test/sacrebleu``)."""
+
+    enabled: bool = Field(
+        True,
+        description="Evaluate the chosen trials on the test split after training (results.csv's "
+        "test/bleu, results.md's held-out table).",
+    )
+    trials: Literal["chosen", "all"] = Field(
+        "chosen",
+        description="`chosen`: only the trials the summary rule picks on validation (per cell "
+        "and seed); `all`: every finished trial (costs more, and invites choosing on test).",
+    )
+
+
+class SeedsSpec(_Strict):
+    """``seeds:`` as a mapping: the seeds, and whether a sampled configuration is judged over all
+    of them (``per_configuration: true``: one Optuna study per cell, each configuration trained
+    once per seed, Optuna told the ``objective`` over its seeds; :mod:`sweeps.run.configs`) rather
+    than each (cell, seed) being its own Optuna study (the list form ``seeds: [0, 1]``)."""
+
+    values: list[int] = Field(
+        default_factory=lambda: [0],
+        min_length=1,
+        description="The seeds; each configuration runs once per seed.",
+    )
+    per_configuration: bool = Field(
+        False,
+        description="true: one Optuna study per cell; a sampled configuration is trained once per "
+        "seed and judged on its aggregate (and early-stopped as one); false: one study per (cell, seed).",
+    )
+    objective: Literal["mean", "lcb"] = Field(
+        "mean",
+        description="What Optuna is told per configuration: the mean over its seeds, or `lcb`, the "
+        "pessimistic end of the 95% t-interval over seeds (mean - t*sd/sqrt(n) when maximizing).",
+    )
+
+    def model_post_init(self, __context) -> None:
+        if len(set(self.values)) != len(self.values):
+            raise ValueError(f"seeds.values repeats a seed: {self.values}; list each seed once")
+
+
+def check_seeds(spec: Any, source: str | None = None) -> None:
+    """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters`` and a
+    single ``metric`` (the multi-objective search keeps one study per (cell, seed) for now)."""
+    from sweeps.errors import SpecError
+
+    if not isinstance(spec.seeds, SeedsSpec) or not spec.seeds.per_configuration:
+        return
+    if not spec.parameters:
+        raise SpecError(
+            "seeds.per_configuration",
+            "judges Optuna's sampled configurations over seeds, but the sweep has no `parameters`; "
+            "add parameters (and num_samples), or use the list form seeds: [..]",
+            source,
+        )
+    if spec.objectives:
+        raise SpecError(
+            "seeds.per_configuration",
+            "is not supported with `objectives` (multi-objective studies keep one Optuna study per "
+            "cell and seed); drop per_configuration or use a single `metric`",
+            source,
+        )
+    if spec.early_terminate.type not in ("none", "asha"):
+        raise SpecError(
+            "seeds.per_configuration",
+            f"early_terminate {spec.early_terminate.type} is not supported here; use asha or none",
+            source,
+        )

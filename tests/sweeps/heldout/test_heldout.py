@@ -1,0 +1,142 @@
+"""The held-out stage's choice and its report section, on small result frames (no Ray): which
+trials the validation metric chose (per (cell, seed), or per cell over seeds), and results.md's
+table of valid beside test in the paper's Table 1 and Table 2 layouts."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sweeps.heldout.evaluate import split_name
+from sweeps.heldout.select import chosen_trials, mark_chosen
+from sweeps.report.heldout import heldout_frame, heldout_sections
+
+
+def _row(tid, cell, seed, bleu, status="done", **more):
+    return {"trial_id": tid, "cell": cell, "seed": seed, "status": status, "val/bleu": bleu, **more}
+
+
+def test_per_unit_choice_is_the_best_sample_of_each_cell_and_seed():
+    rows = [
+        _row("a", "c1", 0, 10.0),
+        _row("b", "c1", 0, 12.0),
+        _row("c", "c1", 1, 9.0),
+        _row("d", "c1", 1, 30.0, status="error"),  # not finished: never chosen
+        _row("e", "c2", 0, None),
+    ]
+    assert chosen_trials(rows, "val/bleu", "max") == {"b", "c"}
+    assert chosen_trials(rows, "val/bleu", "min") == {"a", "c"}
+    mark_chosen(rows, "val/bleu", "max")
+    assert [r["chosen"] for r in rows] == [False, True, True, False, False]
+
+
+def test_over_seeds_the_configuration_with_the_best_mean_is_chosen_with_all_its_seeds():
+    # configuration 0 has the single best seed (20) but configuration 1 the better mean
+    rows = [
+        _row("a", "c1", 0, 20.0, configuration=0),
+        _row("b", "c1", 1, 2.0, configuration=0),
+        _row("c", "c1", 0, 12.0, configuration=1),
+        _row("d", "c1", 1, 13.0, configuration=1),
+        _row("e", "c2", 0, 5.0, configuration=0),
+        _row("f", "c2", 1, 6.0, configuration=0),
+    ]
+    assert chosen_trials(rows, "val/bleu", "max") == {"c", "d", "e", "f"}
+
+
+def _frame(pairs_or_lengths: str) -> pd.DataFrame:
+    rows = []
+    for i, (key, model, vals, tests) in enumerate(
+        [
+            ("en-de" if pairs_or_lengths == "pair" else 10, "bahdanau", [20.0, 22.0], [18.0, 19.0]),
+            (
+                "en-de" if pairs_or_lengths == "pair" else 10,
+                "memory K=32",
+                [21.0, 23.0],
+                [17.0, 18.0],
+            ),
+            ("en-fi" if pairs_or_lengths == "pair" else 50, "bahdanau", [10.0, 12.0], [9.0, 9.5]),
+        ]
+    ):
+        for seed, (v, t) in enumerate(zip(vals, tests)):
+            extra = {"pair": key, "length": 50} if pairs_or_lengths == "pair" else {"length": key}
+            sacre = (
+                {"val/sacrebleu": v - 1, "test/sacrebleu": t - 1}
+                if pairs_or_lengths == "pair"
+                else {}
+            )
+            rows.append(
+                _row(
+                    f"{i}{seed}",
+                    f"cell{i}",
+                    seed,
+                    v,
+                    model=model,
+                    chosen=True,
+                    **{"test/bleu": t},
+                    test_split="newstest2016" if pairs_or_lengths == "pair" else "copy test draw",
+                    **extra,
+                    **sacre,
+                )
+            )
+    rows.append(_row("x", "cell0", 0, 1.0, model="bahdanau", chosen=False, length=10))  # not chosen
+    return pd.DataFrame(rows)
+
+
+def test_table_2_layout_for_pairs_compares_sacrebleu_valid_and_test():
+    frame, valid, test = heldout_frame(_frame("pair"))
+    assert (valid, test) == ("val/sacrebleu", "test/sacrebleu")
+    ((heading, text),) = heldout_sections(_frame("pair"))
+    assert "Table 2 layout" in heading
+    header = text.splitlines()[0]
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "model",
+        "en-de valid",
+        "en-de test",
+        "en-fi valid",
+        "en-fi test",
+    ]
+    bahdanau = next(line for line in text.splitlines() if line.startswith("| bahdanau"))
+    # sacreBLEU of the chosen seeds: valid 19, 21 -> 20.00 ± t(1)*sd/sqrt(2); test 17, 18 -> 17.50
+    assert "20.00 ± 12.71" in bahdanau and "17.50 ± 6.35" in bahdanau
+    assert "newstest2016" in text and "validation split" in text
+    memory = next(line for line in text.splitlines() if line.startswith("| memory K=32"))
+    assert memory.rstrip(" |").endswith("–")  # not run on en-fi
+
+
+def test_table_1_layout_for_lengths_and_nothing_without_test_figures():
+    ((heading, text),) = heldout_sections(_frame("length"))
+    assert "Table 1 layout" in heading and "L=10 valid" in text and "L=50 test" in text
+    assert "copy test draw" in text
+    assert heldout_sections(_frame("length").drop(columns=["test/bleu"])) == []
+
+
+@pytest.mark.parametrize(
+    "task, name",
+    [
+        ({"name": "copy"}, "copy test draw"),
+        ({"name": "wmt17", "pair": "en-de"}, "newstest2016"),
+        ({"name": "wmt17", "pair": "en-tr", "test_prefix": None}, "newstest2016"),
+        ({"name": "wmt17", "pair": "en-de", "test_prefix": "test"}, "test"),
+    ],
+)
+def test_split_names_follow_the_task(task, name):
+    assert split_name(task) == name
+
+
+def test_the_report_summarises_the_chosen_configuration_over_its_seeds():
+    from sweeps.report.summary import cell_summary, summary_rule
+
+    rows = [
+        _row("a", "c1", 0, 20.0, configuration=0, model="m", length=4),
+        _row("b", "c1", 1, 2.0, configuration=0, model="m", length=4),
+        _row("c", "c1", 0, 12.0, configuration=1, model="m", length=4),
+        _row("d", "c1", 1, 13.0, configuration=1, model="m", length=4),
+    ]
+    df = pd.DataFrame(rows)
+    summary = cell_summary(df)
+    # not the mean of each seed's best (20 and 13): configuration 1's seeds, 12 and 13
+    assert summary["val/bleu"].tolist() == [12.5] and summary["seeds"].tolist() == [2]
+    assert summary_rule(df, "val/bleu", "max").startswith("Configurations judged over seeds")
+    assert summary_rule(df.drop(columns=["configuration"]), "val/bleu", "max").startswith(
+        "One rule"
+    )
