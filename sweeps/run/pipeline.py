@@ -141,6 +141,7 @@ def _run_sweep(
         conn = init_ray(
             args.address, runtime_env, num_cpus=args.num_cpus, dashboard=spec.resources.workers > 1
         )
+        preemption.arm()  # ray.init took SIGTERM for itself
         fit = check_cluster(sweep, paths, conn.address)
         settings = make_settings(sweep, paths, mode, fit)
         meter.rates = trial_rates(settings.resources)  # as placed: no GPU here, none charged

@@ -41,11 +41,18 @@ class Preemption:
     def __enter__(self) -> Preemption:
         global _received
         _received = None
+        self.arm()
+        return self
+
+    def arm(self) -> None:
+        """Take the signals (again). ``ray.init`` installs its own SIGTERM handler (exit at once,
+        the trials killed with the driver, their W&B runs left running), so the launcher calls
+        this once more after joining Ray."""
         for name in SIGNAL_NAMES:
             number = getattr(signal, name, None)
             if number is not None:
-                self._previous[number] = signal.signal(number, self._stop)
-        return self
+                previous = signal.signal(number, self._stop)
+                self._previous.setdefault(number, previous)  # restored on exit: the first one
 
     def __exit__(self, *exc: object) -> None:
         for number, handler in self._previous.items():

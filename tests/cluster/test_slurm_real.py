@@ -291,6 +291,9 @@ def _requeued(job: Job) -> None:
     assert job.fields.get("JobState") == "COMPLETED", job
     assert job.restarts >= 1, job
     assert "continuing it with --resume" in job.log, job
+    # the launcher's own stop (its handler, not ray.init's exit-at-once): trials stopped at their
+    # checkpoints, W&B runs closed
+    assert "preempted; stopping the trials at their last checkpoint" in job.log, job
     assert_log_ends_with_results(job)
 
 
