@@ -26,8 +26,8 @@ from sweeps.timing.checkpoint import (
     check_split,
     checkpoint_file,
     checkpoint_fingerprint,
-    time_checkpoint,
 )
+from sweeps.timing.cost import ModelCost, measure_checkpoint
 from sweeps.timing.devices import run_child
 from sweeps.timing.jobs import (
     Lane,
@@ -38,13 +38,16 @@ from sweeps.timing.jobs import (
     pick_cpus,
 )
 from sweeps.timing.measure import TimingError
+from sweeps.timing.memory import combine
 from sweeps.timing.record import (
     DecodeTiming,
     TimingRecord,
     repeats_note,
     shared_core_note,
+    train_note,
     write_json_atomic,
 )
+from sweeps.timing.train import fastest
 
 
 def run_jobs(
@@ -77,6 +80,8 @@ def run_jobs(
         precision=settings.precision,
         max_seconds=settings.max_seconds,
         calibration_seconds=settings.calibration_seconds,
+        measure=list(settings.measure),
+        train_steps=settings.train_steps,
     )
     items = [
         (
@@ -86,7 +91,7 @@ def run_jobs(
         )
         for job in jobs
     ]
-    runs: list[list[tuple[DecodeTiming, float, float]]] = [[] for _ in jobs]
+    runs: list[list[tuple[ModelCost, float, float]]] = [[] for _ in jobs]
     errors: list[str | None] = [None] * len(jobs)
     if settings.fresh_process and lane.device == "cpu":
         n = len(jobs)
@@ -102,7 +107,8 @@ def run_jobs(
         for i, (checkpoint, task, options) in enumerate(items):
             started = time.time()
             try:
-                runs[i].append((time_checkpoint(checkpoint, task, **options), started, time.time()))
+                cost = measure_checkpoint(checkpoint, task, **options)
+                runs[i].append((cost, started, time.time()))
             except (
                 Exception
             ) as exc:  # (a TimingError or the datamodule's own) one line, the others go on
@@ -113,11 +119,16 @@ def run_jobs(
         if not got:
             out.append(error or "not timed")
             continue
-        timing = min((t for t, _, _ in got), key=lambda t: t.decode_seconds)
-        if settings.fresh_process and lane.device == "cpu":
-            timing = dataclasses.replace(
-                timing, process_medians=tuple(t.decode_seconds for t, _, _ in got)
-            )
+        costs = [c for c, _, _ in got]
+        timing = None
+        if costs[0].decode is not None:
+            timing = min((c.decode for c in costs), key=lambda t: t.decode_seconds)
+            if settings.fresh_process and lane.device == "cpu":
+                timing = dataclasses.replace(
+                    timing, process_medians=tuple(c.decode.decode_seconds for c in costs)
+                )
+        train = fastest([c.train for c in costs]) if costs[0].train is not None else None
+        memory = combine([c.memory for c in costs]) if costs[0].memory is not None else None
         out.append(
             TimingRecord(
                 trial_id=job.trial_id,
@@ -131,6 +142,9 @@ def run_jobs(
                 reserved_gpus=lane.gpus,
                 started_at=min(a for _, a, _ in got),
                 finished_at=max(b for _, _, b in got),
+                train=train,
+                memory=memory,
+                measured=tuple(settings.measure),
             )
         )
     return out
@@ -146,15 +160,19 @@ def time_checkpoint_pinned(
     (got,) = time_checkpoints_pinned([(checkpoint, task, kwargs)])
     if isinstance(got, str):
         raise TimingError(got)
-    return got[0]
+    if got[0].decode is None:
+        raise TimingError("decode time was not measured: keep decode in the measure list")
+    return got[0].decode
 
 
 def time_checkpoints_pinned(
     items: Sequence[tuple[str | Path, Mapping[str, Any], Mapping[str, Any]]],
-) -> list[tuple[DecodeTiming, float, float] | str]:
-    """Several (checkpoint, task, kwargs) timed one after another in ONE new Python process
+) -> list[tuple[ModelCost, float, float] | str]:
+    """Several (checkpoint, task, kwargs) measured one after another in ONE new Python process
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
-    of the machine's speed. Per item: (timing, started_at, finished_at), or the one-line reason it
+    of the machine's speed; ``kwargs`` are :func:`~sweeps.timing.cost.measure_checkpoint`'s
+    (its ``measure``: decode time only by default). Per item: (what was measured, started_at,
+    finished_at), or the one-line reason it
     failed ("the timing process failed ..."); a process that dies fails the items it had not done."""
     from sweeps.timing import child
 
@@ -166,7 +184,7 @@ def time_checkpoints_pinned(
         "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
     }
     code, found, error = run_child(child.__name__, request, child.PREFIX)
-    out: list[tuple[DecodeTiming, float, float] | str] = [
+    out: list[tuple[ModelCost, float, float] | str] = [
         f"the timing process failed (exit {code}) before this checkpoint: {error}"
     ] * len(items)
     for line in found:
@@ -175,8 +193,13 @@ def time_checkpoints_pinned(
         if "error" in got:
             out[i] = f"the timing process failed on this checkpoint: {got['error']}"
         else:
-            timing = dataclasses.replace(DecodeTiming.from_dict(got["timing"]), cpus=tuple(cpus))
-            out[i] = (timing, float(got["started_at"]), float(got["finished_at"]))
+            cost = ModelCost.from_dict(got)
+            cost = dataclasses.replace(
+                cost,
+                decode=cost.decode and dataclasses.replace(cost.decode, cpus=tuple(cpus)),
+                train=cost.train and dataclasses.replace(cost.train, cpus=tuple(cpus)),
+            )
+            out[i] = (cost, float(got["started_at"]), float(got["finished_at"]))
     return out
 
 
@@ -191,7 +214,7 @@ def time_finished_trials(
     status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
     study's ``timing`` block. Writes ``decode_seconds`` and its spread, or the stage's error, into
     the rows (:func:`sweeps.report.results.attach_timing`)."""
-    from sweeps.report.results import attach_timing
+    from sweeps.report.results import attach_timing, attach_train_cost
 
     jobs, timed_rows = [], []
     for row in rows:
@@ -221,9 +244,16 @@ def time_finished_trials(
             + f", {spec.threads} thread(s)):"
         )
     for row, outcome in zip(timed_rows, run_timing_stage(jobs, spec, log)):
+        record = outcome.record
         attach_timing(
-            row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error
+            row, record.timing.to_dict() if record and record.timing else None, outcome.error
         )
+        if record is not None:
+            attach_train_cost(
+                row,
+                record.train.to_dict() if record.train else None,
+                record.memory.to_dict() if record.memory else None,
+            )
 
 
 def run_timing_stage(
@@ -254,7 +284,7 @@ def run_timing_stage(
     for i, job in enumerate(jobs):
         try:
             check_split(job.split)
-            record = already_timed(job)
+            record = already_timed(job, settings.measure, settings.train_steps)
             checkpoint_file(job.checkpoint)
         except TimingError as exc:
             outcomes[i] = TimingOutcome(job, "error", error=str(exc))
@@ -306,13 +336,30 @@ def run_timing_stage(
                     continue
                 write_json_atomic(job.result_path, got.to_dict())
                 outcomes[i] = TimingOutcome(job, "timed", record=got)
-                t = got.timing
-                say(
-                    f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
-                    f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
-                    f"{shared_core_note(t)}) -> {job.result_path}"
-                )
+                say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def cost_line(record: TimingRecord) -> str:
+    """The stage's log line for one trial: decode time, training step, peaks, as measured."""
+    parts = []
+    t = record.timing
+    if t is not None:
+        parts.append(
+            f"decode {t.decode_seconds:.4f} s (median of {repeats_note(t)}; {t.sentences} sentences, "
+            f"beam {t.beam_size}, {t.device}, {t.threads} thread(s){shared_core_note(t)})"
+        )
+    if record.train is not None:
+        parts.append(train_note(record.train))
+    m = record.memory
+    if m is not None:
+        peaks = [
+            f"{name} {value:.1f} MiB"
+            for name, value in (("train", m.train_peak_mb), ("decode", m.decode_peak_mb))
+            if value is not None
+        ]
+        parts.append(f"peak {', '.join(peaks)} ({m.how})")
+    return "; ".join(parts) or "nothing measured"
 
 
 def _last_line(exc: BaseException) -> str:
