@@ -116,6 +116,8 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
 
     assert "Training cost by length and model" in md and "train step s" in md
     assert "Quality vs training cost" in md
+    assert (sweep_dir / "train_step_by_model.png").exists()
+    assert (sweep_dir / "train_peak_by_model.png").exists()
 
     runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2, "one W&B run per trial, none duplicated"
