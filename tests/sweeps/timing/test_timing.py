@@ -36,7 +36,7 @@ from sweeps.timing.measure import (
     measure_decode_time,
     median_precision,
 )
-from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note
+from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note, train_note
 from sweeps.timing.stage import run_timing_stage, time_checkpoint_pinned, time_checkpoints_pinned
 from sweeps.trial.build import build_module
 
@@ -541,11 +541,20 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
                 threads=1,
                 calibration_seconds=0.1,
             )
+            # the training step, timed by the same rules beside the same neighbour
+            from sweeps.timing.train import measure_train_step, train_batches
+
+            batches = train_batches(dm, 2, torch.device("cpu"))
+            train = measure_train_step(
+                module, batches, "cpu", repeats=3, warmup=1, threads=1, calibration_seconds=0.1
+            )
     finally:
         hog.kill()
         hog.wait()
     assert timing.contended and timing.interrupted >= 10, (timing.interrupted, timing.seconds)
     assert len(timing.seconds) == 3
+    assert train.contended and train.interrupted >= 10 and train.repeats == 3, train
+    assert "WARNING: contended" in train_note(train)
     line = "\n".join(report_lines(timing, "valid"))
     assert "WARNING" in line and "quiet machine" in line
 
