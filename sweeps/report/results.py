@@ -380,6 +380,8 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
             VAL_BLEU,
             DECODE_SECONDS,
             "decode_seconds_iqr",
+            "train_step_seconds",
+            "train_peak_mb",
             VAL_LOSS,
             "train_time_s",
         ]

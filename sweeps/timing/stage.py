@@ -49,6 +49,8 @@ from sweeps.timing.record import (
 )
 from sweeps.timing.train import fastest
 
+WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
+
 
 def run_jobs(
     jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane
@@ -238,7 +240,8 @@ def time_finished_trials(
         return
     if log:
         log(
-            f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
+            f"\ntiming {' and '.join(WHAT[m] for m in spec.measure)} of {len(jobs)} finished "
+            f"trial(s), each alone on a node "
             f"(median of {spec.repeats}+ repeats"
             + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):"
