@@ -86,8 +86,8 @@ def how_text(df: pd.DataFrame) -> str:
         f"{repeats}, each model alone as for decode time (a copy of the model: the checkpoint is "
         "untouched); tokens/s: target tokens per second. Peaks: the memory a pass of training "
         "steps (activations, gradients, the optimiser's state) and decoding the validation set add "
-        "above what the process held before (CPU: resident set, the median over the fresh timing "
-        "processes; GPU: the allocator's peak). " + TRAIN_TIME_NOTE
+        "above what the process held before (CPU: resident set, in a fresh process per model; GPU: "
+        "the allocator's peak). " + TRAIN_TIME_NOTE
     )
 
 

@@ -10,10 +10,11 @@ encoder states, caches and beams for decoding.
 - CPU: the process's resident peak (``VmHWM`` in ``/proc/self/status``) above its resident size
   (``VmRSS``) when the work started. Before each measurement the peak is reset
   (``/proc/self/clear_refs``, Linux >= 4.0) and freed heap memory is handed back to the system
-  (glibc's ``malloc_trim``), so a process that measured other models before -- the timing stage's
-  fresh processes measure each of their models in turn -- starts each measurement from what it
-  holds, not from the high-water mark of earlier work. A first, unmeasured run of each kind
-  takes the one-time allocations (kernel libraries' buffers, thread pools) out of the figure.
+  (glibc's ``malloc_trim``), so each measurement starts from what the process holds, not from the
+  high-water mark of earlier work. A first, unmeasured run of each kind takes the one-time
+  allocations (kernel libraries' buffers, thread pools) out of the figure. The timing stage
+  measures each model in a fresh process of its own with a fixed glibc mmap threshold
+  (:data:`sweeps.timing.stage.MEMORY_ENV`, which says why).
 """
 
 from __future__ import annotations
@@ -141,14 +142,14 @@ def measure_peaks(
         device: where the work runs.
     """
     train_mb = decode_mb = None
+    if decode is not None:  # first: on the heap the model's loading left, not training's
+        decode()
+        decode_mb = peak_above(decode, device)
     if train is not None:
         train()()  # one-time allocations, off the record
         run = train()
         train_mb = peak_above(run, device)
         del run
-    if decode is not None:
-        decode()
-        decode_mb = peak_above(decode, device)
     return MemoryPeaks(
         train_peak_mb=None if train_mb is None else round(train_mb, 2),
         decode_peak_mb=None if decode_mb is None else round(decode_mb, 2),

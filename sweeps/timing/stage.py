@@ -49,6 +49,15 @@ from sweeps.timing.record import (
 )
 from sweeps.timing.train import fastest
 
+# Peak memory on CPU is measured in a fresh process per model, where glibc hands every block of
+# 64 KiB or more back to the system when it is freed (a fixed mmap threshold). With glibc's default
+# the threshold moves with what was freed before and freed heap is reused without a resident page
+# more: one tiny model's training peak read 24.1-27.6 MiB in three processes that timed it first
+# (20.2-21.1 with the fixed threshold); and a model measured after others in one process read
+# decode peaks up to 1.7x those of the same model measured first. The timing processes keep
+# glibc's default: a fixed threshold maps and faults in every large tensor afresh, which would
+# slow the very steps they time.
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
 
 
@@ -97,10 +106,17 @@ def run_jobs(
     errors: list[str | None] = [None] * len(jobs)
     if settings.fresh_process and lane.device == "cpu":
         n = len(jobs)
-        for p in range(settings.processes):
+        timed = [m for m in settings.measure if m != "memory"]
+        batches = []
+        for p in range(settings.processes if timed else 0):
             shift = (p * n) // settings.processes
             order = list(range(shift, n)) + list(range(shift))
-            for i, got in zip(order, time_checkpoints_pinned([items[i] for i in order])):
+            batches.append((order, timed, None))
+        if "memory" in settings.measure:  # one fresh process per model: see MEMORY_ENV
+            batches += [([i], ["memory"], MEMORY_ENV) for i in range(n)]
+        for order, measure, env in batches:
+            batch = [(*items[i][:2], dict(items[i][2], measure=measure)) for i in order]
+            for i, got in zip(order, time_checkpoints_pinned(batch, env)):
                 if isinstance(got, str):
                     errors[i] = errors[i] or got
                 else:
@@ -121,16 +137,18 @@ def run_jobs(
         if not got:
             out.append(error or "not timed")
             continue
-        costs = [c for c, _, _ in got]
-        timing = None
-        if costs[0].decode is not None:
-            timing = min((c.decode for c in costs), key=lambda t: t.decode_seconds)
-            if settings.fresh_process and lane.device == "cpu":
-                timing = dataclasses.replace(
-                    timing, process_medians=tuple(c.decode.decode_seconds for c in costs)
-                )
-        train = fastest([c.train for c in costs]) if costs[0].train is not None else None
-        memory = combine([c.memory for c in costs]) if costs[0].memory is not None else None
+        decodes = [c.decode for c, _, _ in got if c.decode is not None]
+        trains = [c.train for c, _, _ in got if c.train is not None]
+        peaks = [c.memory for c, _, _ in got if c.memory is not None]
+        timing = min(decodes, key=lambda t: t.decode_seconds) if decodes else None
+        if timing is not None and settings.fresh_process and lane.device == "cpu":
+            timing = dataclasses.replace(
+                timing, process_medians=tuple(t.decode_seconds for t in decodes)
+            )
+        train = fastest(trains) if trains else None
+        # when it was timed: the timing processes' spans (the memory processes come after them all)
+        spans = [r for r in got if r[0].decode is not None or r[0].train is not None] or got
+        memory = combine(peaks) if peaks else None
         out.append(
             TimingRecord(
                 trial_id=job.trial_id,
@@ -142,8 +160,8 @@ def run_jobs(
                 hostname=host,
                 reserved_cpus=lane.cpus,
                 reserved_gpus=lane.gpus,
-                started_at=min(a for _, a, _ in got),
-                finished_at=max(b for _, _, b in got),
+                started_at=min(a for _, a, _ in spans),
+                finished_at=max(b for _, _, b in spans),
                 train=train,
                 memory=memory,
                 measured=tuple(settings.measure),
@@ -169,6 +187,7 @@ def time_checkpoint_pinned(
 
 def time_checkpoints_pinned(
     items: Sequence[tuple[str | Path, Mapping[str, Any], Mapping[str, Any]]],
+    env: Mapping[str, str] | None = None,
 ) -> list[tuple[ModelCost, float, float] | str]:
     """Several (checkpoint, task, kwargs) measured one after another in ONE new Python process
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
@@ -185,7 +204,7 @@ def time_checkpoints_pinned(
         "cpus": cpus,
         "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
     }
-    code, found, error = run_child(child.__name__, request, child.PREFIX)
+    code, found, error = run_child(child.__name__, request, child.PREFIX, env)
     out: list[tuple[ModelCost, float, float] | str] = [
         f"the timing process failed (exit {code}) before this checkpoint: {error}"
     ] * len(items)

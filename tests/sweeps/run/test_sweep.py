@@ -99,7 +99,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         assert (
             min(train["tokens_per_second"], memory["train_peak_mb"], memory["decode_peak_mb"]) > 0
         )
-        assert len(memory["train_samples"]) == 2
+        assert len(memory["train_samples"]) == 1  # a fresh process of its own per model
     assert (df["step"] == 20).all()
     for ckpt in df["checkpoint"]:
         assert ckpt.endswith("/checkpoint.ckpt") and Path(ckpt).stat().st_size > 0  # loads as it is
