@@ -873,3 +873,53 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     report = wandb_report(out, "an-entity", "test", "moo_e2e")  # built, not saved: offline, no key
     text = repr(report.blocks)
     assert "Multi-objective search" in text and "Pareto front" in text and "smallest K with" in text
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_study_on_training_cost_gets_it_from_the_probe_before_training(tmp_path, local_ray):
+    """Objectives val/bleu and train_step_seconds, a constraint on train_peak_mb: the probe
+    measures a training step and its peak for every architecture before Tune starts, each trial's
+    Optuna record carries the estimates, and the objective values are the probe's."""
+    import json
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    spec = moo_spec(
+        "moo_train",
+        task={"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
+        grid={"task.max_length": [4]},
+        parameters={"model.K": {"values": [1, 8]}},
+        num_samples=2,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "train_step_seconds", "goal": "minimize"},
+        ],
+        constraints=[{"name": "train_peak_mb", "max": 2000}],
+        early_terminate={"type": "none"},
+        timing={"enabled": False, "max_seconds": 0.3, "repeats": 3, "calibration_seconds": 0.3},
+        wandb={"project": "test", "mode": "disabled"},
+    )
+    path = write_spec(tmp_path, spec)
+    assert main([str(path), "--output", str(tmp_path / "out"), "--verbose", "0"]) == 0
+    out = tmp_path / "out" / "moo_train"
+    entries = json.loads((out / "decode_probe.json").read_text())["entries"]
+    assert {e["K"] for e in entries} == {1, 8}
+    assert all(e["train_step_seconds"] > 0 and e["train_peak_mb"] > 0 for e in entries), entries
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    (name,) = optuna.get_all_study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).get_trials()
+    done = [
+        t
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs
+    ]  # (a repeat of a sample is told its earlier trial's outcome)
+    assert done, [t.state for t in trials]
+    for t in done:
+        assert t.values[1] == pytest.approx(t.user_attrs["train_step_seconds_estimate"])
+        assert t.user_attrs["train_peak_mb_estimate"] > 0
+        assert all(v <= 0 for v in t.constraints.values()), t.constraints  # 2,000 MiB: met
