@@ -35,8 +35,11 @@ def main() -> None:
         if jobs
         else CALIBRATION_S
     )
+    timed = any(
+        m in ("decode", "train") for job in jobs for m in job["kwargs"].get("measure", ["decode"])
+    )  # (a memory-only process times nothing: no calibration)
     speed = (
-        fastest_probe(calibration) if threads == {1} else None
+        fastest_probe(calibration) if threads == {1} and timed else None
     )  # one thread: the passes are judged by it
     for i, job in enumerate(jobs):
         started = time.time()
