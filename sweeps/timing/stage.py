@@ -80,7 +80,12 @@ def run_jobs(
     state, not the model. Each process times every job of the batch, in an order rotated from one
     process to the next (a slow spell falls on different models), after one start-up and one
     calibration for them all: started once per model, the start-up (torch and Lightning imported,
-    ~3.5 s on the 2-core VM) and the calibration (2 s) took 5.5 of the median 7.1 s a model cost."""
+    ~3.5 s on the 2-core VM) and the calibration (2 s) took 5.5 of the median 7.1 s a model cost.
+
+    The timing processes time decoding and the training step (``timing.measure``); the peaks of
+    ``memory`` are measured afterwards, each model in a fresh process of its own
+    (:data:`MEMORY_ENV` says why). A model whose memory process fails keeps its timings, without
+    peaks (a ``--resume`` measures them again)."""
     import ray
 
     kwargs = dict(
