@@ -55,6 +55,18 @@ PROBE_MAX_SECONDS = 5.0
 #: the pinned process (:mod:`sweeps.moo.probe_child`) and the prefix of each line it prints
 CHILD_MODULE = "sweeps.moo.probe_child"
 PREFIX = "PROBE "
+#: each probed figure (sweeps.spec.search_schema.PROBED) and its name in decode_probe.json
+FIELDS = {
+    "decode_seconds": "seconds",
+    "train_step_seconds": "train_step_seconds",
+    "train_peak_mb": "train_peak_mb",
+}
+
+
+def probed_fields(spec: Any) -> list[str]:
+    """The probe's figures a study's objectives and constraints name (decode time always)."""
+    names = {o.name for o in spec.objectives} | {c.name for c in spec.constraints}
+    return ["seconds", *(FIELDS[n] for n in FIELDS if n in names and n != "decode_seconds")]
 
 
 def arch_key(task: dict[str, Any], model: dict[str, Any], seed: int) -> str:
@@ -100,39 +112,47 @@ def probe_models(spec: Any, plan: Any, baseline: dict[str, Any] | None) -> list[
 
 
 class DecodeEstimates:
-    """The probe's table: per architecture key, seconds by K (None for mechanisms without K)."""
+    """The probe's table: per figure (:data:`FIELDS`: decode seconds, and the training step's
+    seconds and peak when a study asks for them) and architecture key, the value by K (None for
+    mechanisms without K)."""
 
     def __init__(self, entries: list[dict[str, Any]] | None = None) -> None:
-        self.entries: list[dict[str, Any]] = list(entries or [])
-        self._by_key: dict[str, dict[int | None, float]] = {}
-        self._fitted: dict[str, dict[int | None, float]] = {}
-        for e in self.entries:
-            self._by_key.setdefault(e["key"], {})[e.get("K")] = float(e["seconds"])
+        self.entries: list[dict[str, Any]] = []
+        self._by: dict[str, dict[str, dict[int | None, float]]] = {}  # field -> key -> K -> value
+        self._fitted: dict[tuple[str, str], dict[int | None, float]] = {}
+        for e in entries or []:
+            self.add(e)
 
-    def has(self, key: str, k: int | None) -> bool:
-        return k in self._by_key.get(key, {})
+    def has(self, key: str, k: int | None, fields: Iterable[str] = ("seconds",)) -> bool:
+        return all(k in self._by.get(f, {}).get(key, {}) for f in fields)
 
     def add(self, entry: dict[str, Any]) -> None:
         self.entries.append(entry)
-        self._by_key.setdefault(entry["key"], {})[entry.get("K")] = float(entry["seconds"])
-        self._fitted.pop(entry["key"], None)
+        for f in FIELDS.values():
+            if entry.get(f) is not None:
+                self._by.setdefault(f, {}).setdefault(entry["key"], {})[entry.get("K")] = float(
+                    entry[f]
+                )
+        self._fitted = {fk: v for fk, v in self._fitted.items() if fk[1] != entry["key"]}
 
-    def fitted(self, key: str) -> dict[int | None, float]:
+    def fitted(self, key: str, field: str = "seconds") -> dict[int | None, float]:
         """One key's figures by K, made non-decreasing in K (:func:`isotonic`); K None as measured."""
-        if key not in self._fitted:
-            measured = self._by_key.get(key, {})
+        if (field, key) not in self._fitted:
+            measured = self._by.get(field, {}).get(key, {})
             ks = sorted(k for k in measured if k is not None)
             out = dict(zip(ks, isotonic([measured[k] for k in ks])))
             if None in measured:
                 out[None] = measured[None]
-            self._fitted[key] = out
-        return self._fitted[key]
+            self._fitted[field, key] = out
+        return self._fitted[field, key]
 
-    def estimate(self, task: dict[str, Any], model: dict[str, Any], seed: int) -> float | None:
-        """Seconds to decode the split for this architecture: the isotonic fit of the measured
-        anchors at its K, interpolated linearly between the nearest anchors (extrapolated along the
-        end segment past them)."""
-        table = self.fitted(arch_key(task, model, seed))
+    def estimate(
+        self, task: dict[str, Any], model: dict[str, Any], seed: int, name: str = "decode_seconds"
+    ) -> float | None:
+        """The figure ``name`` (:data:`FIELDS`; seconds to decode the split by default) for this
+        architecture: the isotonic fit of the measured anchors at its K, interpolated linearly
+        between the nearest anchors (extrapolated along the end segment past them)."""
+        table = self.fitted(arch_key(task, model, seed), FIELDS[name])
         if not table:
             return None
         k = model.get(INTERPOLATED)
@@ -186,12 +206,13 @@ def build_estimates(
 
     path = Path(out_dir) / PROBE_FILE
     table = DecodeEstimates.load(path)
+    fields = probed_fields(sweep.spec)
     shared = os.environ.get(
         SHARED_TABLE_ENV
     )  # another run's table (the benchmark: one table for all runs)
     if shared:
         for entry in DecodeEstimates.load(Path(shared)).entries:
-            if not table.has(entry["key"], entry.get("K")):
+            if not table.has(entry["key"], entry.get("K"), fields):
                 table.add(entry)
     baseline = baseline_of(sweep.spec)
     groups: dict[str, dict[str, Any]] = {}
@@ -199,7 +220,7 @@ def build_estimates(
         for model in probe_models(sweep.spec, plan, baseline):
             key = arch_key(plan.task, model, plan.seed)
             k = model.get(INTERPOLATED)
-            if table.has(key, k):
+            if table.has(key, k, fields):
                 continue
             g = groups.setdefault(
                 json.dumps([plan.task, plan.seed], sort_keys=True, default=str),
@@ -217,7 +238,9 @@ def build_estimates(
             f"decoding its reference's length; median of repeats, one pinned process) -> {path}"
         )
     for g in groups.values():
-        for entry in run_probe_process(g["task"], g["seed"], g["models"], sweep.spec.timing):
+        for entry in run_probe_process(
+            g["task"], g["seed"], g["models"], sweep.spec.timing, fields
+        ):
             entry["key"] = arch_key(g["task"], entry.pop("model"), g["seed"])
             table.add(entry)
         table.save(path)
@@ -225,7 +248,11 @@ def build_estimates(
 
 
 def run_probe_process(
-    task: dict[str, Any], seed: int, models: list[dict[str, Any]], timing: Any
+    task: dict[str, Any],
+    seed: int,
+    models: list[dict[str, Any]],
+    timing: Any,
+    fields: Iterable[str] = ("seconds",),
 ) -> list[dict]:
     """:func:`time_models` in a fresh Python process (:mod:`sweeps.moo.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
@@ -238,6 +265,8 @@ def run_probe_process(
         "max_seconds": min(timing.max_seconds, PROBE_MAX_SECONDS),
         "warmup": timing.warmup,
         "calibration_seconds": timing.calibration_seconds,
+        "train": [f for f in fields if f != "seconds"],
+        "train_steps": timing.train_steps,
     }
     request = {
         "cpus": highest_cpus(int(timing.threads)),
@@ -263,10 +292,14 @@ def time_models(
     warmup: int = 1,
     rounds: int = 2,
     calibration_seconds: float = 2.0,
+    train: Iterable[str] = (),
+    train_steps: int = 4,
 ) -> Iterable[dict[str, Any]]:
     """Time each model (random weights, seeded) decoding the task's validation split, every batch
     forced to its longest reference's length, in ``rounds`` interleaved rounds (the fastest
-    round's median kept, as the timing stage keeps its fastest process's); one entry per model."""
+    round's median kept, as the timing stage keeps its fastest process's); one entry per model.
+    ``train`` names the training figures to measure too (``train_step_seconds``,
+    ``train_peak_mb``: :func:`sweeps.moo.probe_train.train_cost`, on ``train_steps`` batches)."""
     import torch
 
     from sweeps.timing.measure import fastest_probe
@@ -304,9 +337,18 @@ def time_models(
         module.decode = forced
         modules.append(module)
     best: list = [None] * len(modules)
+    costs: list[dict[str, Any]] = [{} for _ in modules]
+    train = list(train)
     speed = fastest_probe(
         calibration_seconds
     )  # the machine's speed, once for every model (not once per measurement)
+    timing_kw = dict(
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+        precision=precision,
+        max_seconds=max_seconds,
+    )
     for _ in range(
         rounds
     ):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
@@ -325,8 +367,14 @@ def time_models(
             )
             if best[i] is None or t.decode_seconds < best[i].decode_seconds:
                 best[i] = t
-    for model, t in zip(models, best):
+            if train:
+                from sweeps.moo.probe_train import faster, train_cost
+
+                got = train_cost(module, dm, train_steps, train, speed, **timing_kw)
+                costs[i] = faster(costs[i], got)
+    for model, t, cost in zip(models, best, costs):
         yield {
+            **cost,
             "model": model,
             "K": model.get(INTERPOLATED),
             "seconds": float(t.decode_seconds),

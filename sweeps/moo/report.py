@@ -215,7 +215,7 @@ def _table(points: Sequence[Point], v: StudyView, broken: bool = False) -> str:
         *keys,
         v.metric_names[0],
         f"{v.metric_names[1]} (probe)",
-        "decode_seconds (timed)",
+        f"{v.metric_names[1]} (timed)",
         "steps",
     ]
     head += ["broke"] if broken else []

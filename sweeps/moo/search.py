@@ -35,7 +35,7 @@ from sweeps.layout import OPTUNA_JOURNAL
 from sweeps.moo.studies import ObjectiveReader, StudyBook
 from sweeps.run.searcher import SweepSearcher, Unit, optuna_distributions, sweep_units
 from sweeps.spec import unit_key
-from sweeps.spec.objectives import DECODE_SECONDS, baseline_of
+from sweeps.spec.objectives import PROBED, baseline_of
 
 
 class MooSearcher(StudyBook, SweepSearcher):
@@ -132,9 +132,10 @@ class MooSearcher(StudyBook, SweepSearcher):
         if self.wandb_enabled:
             trial.set_user_attr("wandb_run_id", trial_id)
         config = {**self.units[i].config, **trial.params}
-        estimate = self.reader.decode_estimate(config)
-        if estimate is not None:
-            trial.set_user_attr("decode_seconds_estimate", estimate)
+        for name in PROBED:  # the probe's figures for this architecture, where it measured them
+            estimate = self.reader.estimate(config, name)
+            if estimate is not None:
+                trial.set_user_attr(f"{name}_estimate", estimate)
         self.started[i] += 1
         self.live[trial_id] = (i, trial.number, trial._trial_id)
         self.configs[trial_id] = config
@@ -256,9 +257,8 @@ def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
     os.environ.setdefault(
         "TUNE_MAX_PENDING_TRIALS_PG", str(max(2, spec.max_concurrent_trials or 2))
     )
-    estimates = (
-        build_estimates(sweep, out) if DECODE_SECONDS in [o.name for o in spec.objectives] else None
-    )
+    named = {o.name for o in spec.objectives} | {c.name for c in spec.constraints}
+    estimates = build_estimates(sweep, out) if named & set(PROBED) else None
     units = sweep_units(sweep)
     space = optuna_distributions(spec.parameters, sweep.param_columns)
     return MooSearcher(

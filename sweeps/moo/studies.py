@@ -2,7 +2,7 @@
 (:class:`sweeps.moo.search.MooSearcher` holds that):
 
 - :class:`ObjectiveReader`: a trial's objective values from its config and report
-  (``decode_seconds`` from the decode probe's table, :mod:`.probe`);
+  (``decode_seconds``, ``train_step_seconds``, ``train_peak_mb`` from the probe's table, :mod:`.probe`);
 - :class:`StudyBook`: the searcher's Optuna side: one multi-objective study per (cell, seed) with
   its sampler, asking again while a sample repeats an earlier trial (:data:`MAX_REPEAT_ASKS`) and
   telling the repeats that earlier trial's outcome, each constraint's violation, and the baseline
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.spec.objectives import DECODE_SECONDS
+from sweeps.spec.objectives import DECODE_SECONDS, PROBED
 
 #: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
 MAX_REPEAT_ASKS = 20
@@ -40,14 +40,22 @@ class ObjectiveReader:
         return plan.task, plan.model, plan.seed
 
     def decode_estimate(self, config: dict[str, Any]) -> float | None:
-        return self.estimates.estimate(*self.plan(config)) if self.estimates is not None else None
+        return self.estimate(config, DECODE_SECONDS)
+
+    def estimate(self, config: dict[str, Any], name: str) -> float | None:
+        """The probe's figure ``name`` (one of ``PROBED``) for a trial's architecture."""
+        if self.estimates is None:
+            return None
+        return self.estimates.estimate(*self.plan(config), name=name)
+
+    def value(self, config: dict[str, Any], result: dict[str, Any] | None, name: str) -> Any:
+        """An objective's or constraint's value: the probe's for a cost figure, else the report's."""
+        return self.estimate(config, name) if name in PROBED else (result or {}).get(name)
 
     def __call__(self, config: dict[str, Any], result: dict[str, Any]) -> list[float] | None:
         out = []
         for name in self.names:
-            value = (
-                self.decode_estimate(config) if name == DECODE_SECONDS else (result or {}).get(name)
-            )
+            value = self.value(config, result, name)
             if value is None:
                 return None
             out.append(float(value))
@@ -103,11 +111,7 @@ class StudyBook:
         baseline = state if isinstance(state, dict) else {}
         out = {}
         for c in self.constraints:
-            value = (
-                self.reader.decode_estimate(config)
-                if c.name == DECODE_SECONDS
-                else result.get(c.name)
-            )
+            value = self.reader.value(config, result, c.name)
             v = 1e9 if value is None else c.violation(float(value), baseline.get(c.name))
             out[c.label] = min(v, 1e9)
         return out
@@ -115,14 +119,8 @@ class StudyBook:
     def _baseline_done(self, i: int, result: dict | None, error: bool) -> None:
         result = result or {}
         names = {c.name for c in self.constraints if c.of}
-        metrics = {
-            n: (
-                self.reader.decode_estimate(self.units[i].config | {"set": self.baseline})
-                if n == DECODE_SECONDS
-                else result.get(n)
-            )
-            for n in names | set(self.reader.names)
-        }
+        config = self.units[i].config | {"set": self.baseline}
+        metrics = {n: self.reader.value(config, result, n) for n in names | set(self.reader.names)}
         ok = not error and all(metrics.get(n) is not None for n in names)
         self.baseline_state[i] = (
             {k: float(v) for k, v in metrics.items() if v is not None} if ok else "failed"

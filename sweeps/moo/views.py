@@ -26,7 +26,7 @@ class Point:
     state: str  # COMPLETE, PRUNED, FAIL
     feasible: bool = True
     broken: list[str] = field(default_factory=list)
-    timed: float | None = None  # the timing stage's decode_seconds
+    timed: float | None = None  # the timing stage's figure of the second objective
     completed: float = 0.0  # completion time, for the history
     rung: dict | None = None
 
@@ -67,13 +67,17 @@ def load_views(sweep_dir: Path) -> list[StudyView]:
     journal = Path(sweep_dir) / OPTUNA_JOURNAL
     if not journal.exists():
         return []
-    timed = _timed_by_trial(Path(sweep_dir) / RESULTS_CSV)
     storage = JournalStorage(JournalFileBackend(str(journal)))
-    views = []
+    views, timed_by = [], {}
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
         if len(study.directions) < 2:
             continue
+        # the timing stage's figure of the second objective (decode_seconds, train_step_seconds...)
+        figure = (study.metric_names or ["", "decode_seconds"])[1]
+        if figure not in timed_by:
+            timed_by[figure] = _timed_by_trial(Path(sweep_dir) / RESULTS_CSV, figure)
+        timed = timed_by[figure]
         directions = [
             "maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize"
             for d in study.directions
@@ -149,19 +153,15 @@ def history(view: StudyView) -> list[tuple[int, float]]:
     return out
 
 
-def _timed_by_trial(csv: Path) -> dict[str, float]:
+def _timed_by_trial(csv: Path, column: str = "decode_seconds") -> dict[str, float]:
     if not csv.exists():
         return {}
     import pandas as pd
 
     df = pd.read_csv(csv, dtype={"trial_id": str})
-    if "decode_seconds" not in df:
+    if column not in df:
         return {}
-    return {
-        r.trial_id: float(r.decode_seconds)
-        for r in df.itertuples()
-        if r.decode_seconds == r.decode_seconds
-    }
+    return {t: float(v) for t, v in zip(df["trial_id"], df[column]) if v == v}
 
 
 def _last_intermediate(t: Any) -> list[float]:

@@ -21,6 +21,7 @@ from sweeps.report.summary import (
     seconds_column,
     summary_rule,
 )
+from sweeps.report.train_cost import train_cost_sections
 
 CONTENDED_MEANING = (
     "measured while the machine was busy (the timing stage got too few passes on a quiet core of a machine at "
@@ -310,6 +311,7 @@ def results_sections(
                 _paragraphs([pareto_markdown(points), *pareto_notes(points, timed)]),
             )
         )
+    sections += train_cost_sections(df, summary)  # the timing stage's training cost (issue 33)
     return sections + (failed if not errors.empty else [])
 
 

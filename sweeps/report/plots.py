@@ -19,6 +19,11 @@ from sweeps.report.results import DECODE_SECONDS, headline_columns  # noqa: E402
 from sweeps.report.summary import contended_mask  # noqa: E402
 from sweeps.spec.signatures import headline_options  # noqa: E402
 
+#: (summary column, axis label, file stem) of the training-cost figures
+TRAIN_PLOTS = (
+    ("train_step_seconds", "training step (s)", "train_step"),
+    ("train_peak_mb", "training step peak memory (MiB)", "train_peak"),
+)
 REFERENCE_STYLES = ["--", ":", "-.", (0, (5, 2, 1, 2, 1, 2))]
 LINE_MARKERS = [
     "o",
@@ -39,6 +44,9 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
       are two or more lengths; else ``bleu_by_model.png`` (a bar per model).
     - decode time: ``decode_vs_length.png`` (one line per model) with two or more lengths, else
       ``decode_by_model.png`` (a bar per model); contended times drawn as x / hatched bars.
+    - training cost, when the timing stage measured it: ``train_step_vs_length.png`` and
+      ``train_peak_vs_length.png`` (seconds per training step, its peak memory; one line per
+      model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length.
 
     Returns the paths by name."""
     paths: dict[str, Path] = {}
@@ -72,6 +80,15 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
                 summary, DECODE_SECONDS, ylabel, "Decode time per model", mark_contended=True
             )
             paths["decode_by_model"] = _save(fig, out_dir / "decode_by_model.png")
+    for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost (issue 33)
+        if column not in summary or not summary[column].notna().any():
+            continue
+        if lengths >= 2:
+            fig = by_length_figure(summary, column, ylabel, f"{ylabel} vs length")
+            paths[f"{stem}_vs_length"] = _save(fig, out_dir / f"{stem}_vs_length.png")
+        else:
+            fig = by_model_figure(summary, column, ylabel, f"{ylabel} per model")
+            paths[f"{stem}_by_model"] = _save(fig, out_dir / f"{stem}_by_model.png")
     return paths
 
 

@@ -31,6 +31,20 @@ from sweeps.layout import (  # noqa: F401 (re-exported)
 from sweeps.spec import TrialPlan, column_name
 from sweeps.spec.signatures import headline_options
 
+# the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
+# train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
+TRAIN_COLUMNS = [
+    "train_step_seconds",
+    "train_step_seconds_iqr",
+    "train_tokens_per_second",
+    "train_step_repeats",
+    "train_step_precision",
+    "train_step_interrupted",
+    "train_step_contended",
+    "train_peak_mb",
+    "decode_peak_mb",
+    "peak_mb_spread",
+]
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
 TIMING_COLUMNS = [
@@ -44,6 +58,7 @@ TIMING_COLUMNS = [
     "decode_processes",
     "decode_interrupted",
     "decode_contended",
+    *TRAIN_COLUMNS,
 ]
 # every metric the module logs during training (val/bleu first), then the timing stage's
 METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
@@ -217,6 +232,31 @@ def attach_timing(
         row["timing_error"] = error
 
 
+def attach_train_cost(
+    row: dict[str, Any], train: dict[str, Any] | None, memory: dict[str, Any] | None
+) -> None:
+    """Write one trial's isolated training step (a ``TrainTiming.to_dict()``) and peak memory (a
+    ``MemoryPeaks.to_dict()``) into its row; ``peak_mb_spread``: the widest max - min of the peaks
+    over the fresh processes that measured them."""
+    if train is not None:
+        row.update(
+            train_step_seconds=train["step_seconds"],
+            train_step_seconds_iqr=train["iqr_seconds"],
+            train_tokens_per_second=train["tokens_per_second"],
+            train_step_repeats=train["repeats"],
+            train_step_precision=train.get("precision"),
+            train_step_interrupted=train.get("interrupted", 0),
+            train_step_contended=bool(train.get("contended", False)),
+        )
+    if memory is not None:
+        samples = [s for k in ("train_samples", "decode_samples") if (s := memory.get(k))]
+        row.update(
+            train_peak_mb=memory.get("train_peak_mb"),
+            decode_peak_mb=memory.get("decode_peak_mb"),
+            peak_mb_spread=max((max(s) - min(s) for s in samples), default=0.0),
+        )
+
+
 def failure_summary(df: pd.DataFrame) -> list[str]:
     """One line per failed trial: its cell, seed, id and the last line of its error."""
     failed = df[df["status"] == "error"] if not df.empty else df
@@ -377,6 +417,8 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
             METRICS["test"]["bleu"],
             DECODE_SECONDS,
             "decode_seconds_iqr",
+            "train_step_seconds",
+            "train_peak_mb",
             VAL_LOSS,
             "train_time_s",
         ]

@@ -16,6 +16,9 @@ from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, na
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
+TRAIN_CONTENDED = "train_step_contended"
+# the timing stage's training cost, summarised like decode time (mean +- std over seeds)
+TRAIN_FIGURES = ("train_step_seconds", "train_tokens_per_second", "train_peak_mb", "decode_peak_mb")
 #: the mark beside a contended decode time, in every table and plot label
 DAGGER = "†"
 
@@ -46,7 +49,8 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     means under the metric names (``val/bleu``, ``decode_seconds``, ``val/loss``), ``<name>_std`` (NaN for one
     seed), ``seeds``, ``trials`` (finished trials the best were chosen from) and ``contended``
     (how many of the chosen trials' decode times the timing stage flagged as contended: the
-    cell's mean is marked when any is).
+    cell's mean is marked when any is); the training cost (:data:`TRAIN_FIGURES`) likewise when
+    the timing stage measured it, ``train_contended`` counting its contended training steps.
     """
     done = df[df["status"].isin(FINISHED)] if "status" in df else df
     if metric in done:
@@ -69,8 +73,11 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         if seconds == DECODE_SECONDS
         else pd.Series(False, index=best.index)
     )
-    best = best.assign(_contended=contended_flags(best) & timed)
-    values = [c for c in (VAL_BLEU, seconds, VAL_LOSS) if c in best]
+    best = best.assign(
+        _contended=contended_flags(best) & timed,
+        _train_contended=contended_flags(best, TRAIN_CONTENDED),
+    )
+    values = [c for c in (VAL_BLEU, seconds, VAL_LOSS, *TRAIN_FIGURES) if c in best]
     groups = best.groupby("cell", dropna=False, sort=False)
     summary = groups[values].mean()
     for c in values:
@@ -78,6 +85,7 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     summary["seeds"] = groups["seed"].nunique()
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
+    summary["train_contended"] = groups["_train_contended"].sum().astype(int)
     labels = [c for c in ("length", "model", "attention", *headline_columns()) if c in best]
     summary = (
         best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
@@ -108,12 +116,13 @@ def seconds_column(df: pd.DataFrame) -> str:
     )
 
 
-def contended_flags(df: pd.DataFrame) -> pd.Series:
-    """Bool per row: the timing stage flagged its decode time as contended (``decode_contended``
-    True as written, or as read back from a CSV: ``True``, ``"True"``, 1); False where missing."""
-    if CONTENDED not in df:
+def contended_flags(df: pd.DataFrame, column: str = CONTENDED) -> pd.Series:
+    """Bool per row: the timing stage flagged its decode time (or ``column``: the training step's,
+    ``train_step_contended``) as contended (True as written, or as read back from a CSV: ``True``,
+    ``"True"``, 1); False where missing."""
+    if column not in df:
         return pd.Series(False, index=df.index)
-    return df[CONTENDED].astype(str).str.strip().str.lower().isin({"true", "1", "1.0", "yes"})
+    return df[column].astype(str).str.strip().str.lower().isin({"true", "1", "1.0", "yes"})
 
 
 def contended_count(summary: pd.DataFrame) -> tuple[int, int]:

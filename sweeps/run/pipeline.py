@@ -326,11 +326,11 @@ def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
 
     timings = {}
     for row in rows:
-        if row.get("decode_seconds") is None:
-            continue
         values = {
             c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None
-        }  # plain values (attach_timing)
+        }  # plain values (attach_timing, attach_train_cost)
+        if not values:
+            continue
         timings[row["trial_id"]] = values
         if settings.wandb.mode == "disabled":
             continue
@@ -345,7 +345,7 @@ def publish_timings(rows: list[dict], settings, journal: Path | None) -> None:
             )
         except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
             print(
-                f"[timing] trial {row['trial_id']}: could not add decode_seconds to its W&B run: {exc}",
+                f"[timing] trial {row['trial_id']}: could not add the timing figures to its W&B run: {exc}",
                 file=sys.stderr,
             )
     if journal is not None and timings and journal.exists():

@@ -293,7 +293,8 @@ def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:
 
     Optuna refuses to change a finished trial (its attributes are frozen once it is told), and
     every trial is finished before the timing stage runs, so the figures go on each study as the
-    user attribute ``decode_timing``: ``{trial number: {decode_seconds, its spread, flags}}``."""
+    user attribute ``decode_timing``: ``{trial number: {decode_seconds, its spread, flags, and the
+    training step's and the peaks' figures (train_step_seconds, train_peak_mb, ...)}}``."""
 
     return record_trial_attrs(journal, "decode_timing", timings)
 

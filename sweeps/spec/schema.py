@@ -176,7 +176,9 @@ class TimingSpec(_Strict):
     at least ``repeats`` timed ones, more until the median is known to ``precision`` (the median is
     the results' ``decode_seconds``), ``threads`` torch
     threads on CPU, the sweep's beam size. ``fresh_process`` (CPU): time in a new process pinned
-    to ``threads`` CPUs rather than inside the Ray worker."""
+    to ``threads`` CPUs rather than inside the Ray worker. ``measure`` adds the training step
+    (``train_step_seconds``, ``train_tokens_per_second``) and peak memory (``train_peak_mb``,
+    ``decode_peak_mb``), taken under the same rules."""
 
     enabled: bool = True
     repeats: int = Field(5, ge=1)
@@ -198,6 +200,14 @@ class TimingSpec(_Strict):
     # calibration for them all; 1: a process per model)
     models_per_process: int = Field(8, ge=1)
     split: Literal["valid", "test"] = "valid"
+    # what each model's timing measures: decode time, the training step (seconds per step and
+    # tokens/s on the study's batches, timed like decode time on a copy of the model) and peak
+    # memory (a training step's and decoding's, above the process's footprint before the work)
+    measure: list[Literal["decode", "train", "memory"]] = Field(
+        default_factory=lambda: ["decode", "train", "memory"], min_length=1
+    )
+    # training steps (the first batches of the study's training data) in one timed pass
+    train_steps: int = Field(4, ge=1)
 
 
 class ChaosSpec(_Strict):

@@ -113,7 +113,12 @@ NATURAL_GOALS = {
     TRAIN_LOSS: "minimize",
     VAL_DECODE_SECONDS: "minimize",
     DECODE_SECONDS: "minimize",
+    "train_step_seconds": "minimize",
+    "train_peak_mb": "minimize",
 }
+#: figures of a model's cost the probe (sweeps.moo.probe) measures before training, for every
+#: architecture the search may sample: objectives and constraints know them before a trial trains
+PROBED = (DECODE_SECONDS, "train_step_seconds", "train_peak_mb")
 #: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
 #: rung rule stops a trial that could not reach the front even at its bound
 BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0.0, TRAIN_LOSS: 0.0}

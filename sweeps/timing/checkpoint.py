@@ -159,17 +159,11 @@ def check_vocabulary(module: pl.LightningModule, dm: pl.LightningDataModule) -> 
             )
 
 
-def time_checkpoint(
-    checkpoint: str | Path,
-    task: Mapping[str, Any],
-    seed: int = 0,
-    split: str = "valid",
-    **options: Any,
-) -> DecodeTiming:
-    """Load a checkpoint, build the task's datamodule (``sweeps.trial.build.build_datamodule``) and
-    :func:`~sweeps.timing.measure.measure_decode_time` over one split; ``options`` are that
-    function's (device, beam_size, repeats, warmup, threads, precision, max_seconds,
-    calibration_seconds)."""
+def load_for_timing(
+    checkpoint: str | Path, task: Mapping[str, Any], seed: int = 0, split: str = "valid"
+) -> tuple[pl.LightningModule, pl.LightningDataModule, Any]:
+    """Load a checkpoint and build the task's datamodule (``sweeps.trial.build.build_datamodule``);
+    returns the module, the datamodule and the DataLoader of ``split``."""
     module = load_module(checkpoint)
     task = dict(task)
     if "num_workers" in datamodule_param_types(task["name"]):
@@ -179,4 +173,19 @@ def time_checkpoint(
     dm = build_datamodule(task, seed)
     loader = split_batches(dm, split)
     check_vocabulary(module, dm)
+    return module, dm, loader
+
+
+def time_checkpoint(
+    checkpoint: str | Path,
+    task: Mapping[str, Any],
+    seed: int = 0,
+    split: str = "valid",
+    **options: Any,
+) -> DecodeTiming:
+    """Load a checkpoint and its data (:func:`load_for_timing`) and
+    :func:`~sweeps.timing.measure.measure_decode_time` over one split; ``options`` are that
+    function's (device, beam_size, repeats, warmup, threads, precision, max_seconds,
+    calibration_seconds). Training cost too: :func:`sweeps.timing.cost.measure_checkpoint`."""
+    module, _, loader = load_for_timing(checkpoint, task, seed, split)
     return measure_decode_time(module, loader, **options)

@@ -2,10 +2,12 @@
 :func:`sweeps.timing.stage.time_checkpoints_pinned`.
 
 Reads one JSON request on stdin (``cpus``, and ``jobs``: each a ``checkpoint``, ``task`` and
-``kwargs`` for :func:`~sweeps.timing.checkpoint.time_checkpoint`), pins itself to ``cpus`` before
+``kwargs`` for :func:`~sweeps.timing.cost.measure_checkpoint`, whose ``measure`` says what to
+measure: decode time by default), pins itself to ``cpus`` before
 torch is imported (so every thread torch starts keeps to them), finds the machine's speed once
 (``calibration_seconds`` of the first job's kwargs) and times the checkpoints one after another,
-printing one line per job as it finishes: ``TIMING {"index": i, "timing": {...}}``, or
+printing one line per job as it finishes: ``TIMING {"index": i, "timing": {...}, "train": ...,
+"memory": ...}`` (a :class:`~sweeps.timing.cost.ModelCost`), or
 ``TIMING {"index": i, "error": "..."}`` when that job failed (the others go on).
 """
 
@@ -23,7 +25,7 @@ PREFIX = "TIMING "
 def main() -> None:
     request = json.loads(sys.stdin.read())
     pin(request["cpus"])
-    from sweeps.timing.checkpoint import time_checkpoint
+    from sweeps.timing.cost import measure_checkpoint
     from sweeps.timing.measure import CALIBRATION_S, fastest_probe
 
     jobs = request["jobs"]
@@ -33,18 +35,21 @@ def main() -> None:
         if jobs
         else CALIBRATION_S
     )
+    timed = any(
+        m in ("decode", "train") for job in jobs for m in job["kwargs"].get("measure", ["decode"])
+    )  # (a memory-only process times nothing: no calibration)
     speed = (
-        fastest_probe(calibration) if threads == {1} else None
+        fastest_probe(calibration) if threads == {1} and timed else None
     )  # one thread: the passes are judged by it
     for i, job in enumerate(jobs):
         started = time.time()
         try:
-            timing = time_checkpoint(
+            cost = measure_checkpoint(
                 job["checkpoint"], job["task"], machine_speed=speed, **job["kwargs"]
             )
             line = {
                 "index": i,
-                "timing": timing.to_dict(),
+                **cost.to_dict(),
                 "started_at": started,
                 "finished_at": time.time(),
             }

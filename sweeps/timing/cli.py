@@ -5,6 +5,7 @@ Run it (from the repository root):
     python -m sweeps.timing CKPT                              # the checkpoint's own data, validation split
     python -m sweeps.timing CKPT --split test --beam 10 --repeats 5 --threads 1
     python -m sweeps.timing CKPT --device cuda --json timing.json
+    python -m sweeps.timing CKPT --measure decode train memory   # + the training step, peak memory
     # Britz et al.'s Table 3: WMT'17 en-de newstest2015 (2,169 sentences), beam 10
     python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
         --data vocab_size=16000
@@ -35,10 +36,16 @@ from sweeps.timing.checkpoint import (
     checkpoint_file,
     data_task,
     read_settings,
-    time_checkpoint,
 )
+from sweeps.timing.cost import measure_checkpoint
 from sweeps.timing.measure import TimingError
-from sweeps.timing.record import DecodeTiming, repeats_note, shared_core_note, write_json_atomic
+from sweeps.timing.record import (
+    DecodeTiming,
+    repeats_note,
+    shared_core_note,
+    train_note,
+    write_json_atomic,
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -100,6 +107,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)",
     )
+    p.add_argument(
+        "--measure",
+        nargs="+",
+        default=["decode"],
+        metavar="WHAT",
+        help="decode (default), train (seconds per training step on a copy of the model), "
+        "memory (peaks of a training step and of decoding)",
+    )
+    p.add_argument(
+        "--train-steps",
+        type=int,
+        default=4,
+        help="training batches in one timed pass (default 4)",
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
     return p.parse_args(argv)
 
@@ -156,11 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"checkpoint   {ckpt} (attention {hparams.get('attention')}; data {describe(task)})",
             flush=True,
         )
-        timing = time_checkpoint(
+        cost = measure_checkpoint(
             ckpt,
             task,
             int(task.get("seed") or 0),
             args.split,
+            measure=args.measure,
+            train_steps=args.train_steps,
             device=args.device,
             beam_size=args.beam,
             repeats=args.repeats,
@@ -180,11 +203,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    print("\n".join(report_lines(timing, args.split)))
+    timing = cost.decode
+    if timing is not None:
+        print("\n".join(report_lines(timing, args.split)))
+    if cost.train is not None:
+        print(f"training     {train_note(cost.train)}")
+    if cost.memory is not None:
+        m = cost.memory
+        print(f"peak memory  train {m.train_peak_mb} MiB, decode {m.decode_peak_mb} MiB ({m.how})")
     if args.json:
+        extra = cost.to_dict()
         write_json_atomic(
             args.json,
-            {"checkpoint": str(ckpt), "split": args.split, "task": task, **timing.to_dict()},
+            {
+                "checkpoint": str(ckpt),
+                "split": args.split,
+                "task": task,
+                **(extra.pop("timing") or {}),
+                **extra,
+            },
         )
         print(f"wrote {args.json}")
     return 0

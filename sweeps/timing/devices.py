@@ -64,15 +64,21 @@ def pinned(cpus: Iterable[int]) -> Iterator[list[int]]:
         os.sched_setaffinity(0, saved)
 
 
-def run_child(module: str, request: Mapping[str, Any], prefix: str) -> tuple[int, list[str], str]:
+def run_child(
+    module: str,
+    request: Mapping[str, Any],
+    prefix: str,
+    extra_env: Mapping[str, str] | None = None,
+) -> tuple[int, list[str], str]:
     """``python -m module`` in a fresh process (this checkout on its PYTHONPATH), ``request`` as
     JSON on its stdin (the child pins itself to the CPUs the request names, as
-    :mod:`sweeps.timing.child` does). Returns its exit code, the rest of every stdout line that
+    :mod:`sweeps.timing.child` does), ``extra_env`` added to its environment. Returns its exit code, the rest of every stdout line that
     starts with ``prefix``, and the last line of its stderr ("no output" when it has none)."""
     root = str(Path(__file__).resolve().parents[2])  # sweeps/, lightning_modules/, datamodules/
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        **(extra_env or {}),
     }
     done = subprocess.run(
         [sys.executable, "-m", module],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 from pydantic import ValidationError
 
@@ -72,7 +72,9 @@ def timing_settings(**values: Any) -> TimingSpec:
                 f"timing: {name} must be {bound[0]} {bound[1]}, got {err['input']!r}"
             ) from None
         if err["type"] == "literal_error":
-            allowed = ", ".join(get_args(TimingSpec.model_fields[name].annotation))
+            kind = TimingSpec.model_fields[name].annotation
+            kind = get_args(kind)[0] if get_origin(kind) is list else kind  # timing.measure
+            allowed = ", ".join(get_args(kind))
             raise TimingError(
                 f"timing: {name} must be one of {allowed}, got {err['input']!r}"
             ) from None
@@ -99,8 +101,11 @@ class Lane:
     device: str = "cpu"
 
 
-def already_timed(job: TimingJob) -> TimingRecord | None:
-    """The job's existing record when it is for the same checkpoint file, split and beam size."""
+def already_timed(
+    job: TimingJob, measure: Sequence[str] = ("decode",), train_steps: int | None = None
+) -> TimingRecord | None:
+    """The job's existing record when it is for the same checkpoint file, split and beam size and
+    holds everything ``measure`` asks for (training timed over ``train_steps`` steps)."""
     record = read_record(job.result_path)
     if record is None:
         return None
@@ -108,7 +113,17 @@ def already_timed(job: TimingJob) -> TimingRecord | None:
         same_checkpoint = record.fingerprint == checkpoint_fingerprint(job.checkpoint)
     except TimingError:
         return None
-    same_beam = job.beam_size is None or job.beam_size == record.timing.beam_size
+    held = {
+        "decode": record.timing is not None,
+        "train": record.train is not None
+        and (train_steps is None or record.train.steps == train_steps),
+        "memory": record.memory is not None,
+    }
+    if not all(held.get(m, False) for m in measure):
+        return None
+    same_beam = (
+        job.beam_size is None or record.timing is None or job.beam_size == record.timing.beam_size
+    )
     return record if same_checkpoint and same_beam and record.split == job.split else None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from sweeps.layout import TIMING_FILE, write_atomic
+from sweeps.timing.memory import MemoryPeaks
 
 # The figure is ``decode_seconds`` from the measurement to results.md, timing.json included; files
 # written before it had that name call it ``median_seconds``, still read (a --resume reuses them).
@@ -129,6 +130,62 @@ class DecodeTiming:
         )
 
 
+@dataclass(frozen=True)
+class TrainTiming:
+    """Seconds per training step over repeated timed passes of ``steps`` steps each."""
+
+    step_seconds: float  # the figure: the median pass / steps
+    min_seconds: float  # per step, fastest kept pass
+    max_seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    seconds: tuple[float, ...]  # every kept pass, per step, in order
+    tokens_per_second: float  # target tokens (what the loss is over) / second at the median
+    tokens_per_step: float  # mean target tokens of the timed batches, padding excluded
+    steps: int  # training steps (batches) in one timed pass
+    batch_size: int  # sentences in the first timed batch (the study's batch size)
+    warmup: int
+    device: str
+    threads: int
+    torch_version: str
+    cpus: tuple[int, ...] = ()
+    interrupted: int = 0  # repeats on a shared core or a slow machine, thrown away and run again
+    contended: bool = False  # too few clean repeats: the figure includes thrown-away ones
+    passes_per_repeat: int = 1
+    precision: float | None = None
+    stopped_by: str | None = None
+    process_medians: tuple[float, ...] = ()  # one figure per fresh process; the fastest's is kept
+
+    @property
+    def repeats(self) -> int:
+        return len(self.seconds)
+
+    @property
+    def iqr_seconds(self) -> float:
+        return self.q3_seconds - self.q1_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "seconds": list(self.seconds),
+            "cpus": list(self.cpus),
+            "process_medians": list(self.process_medians),
+            "repeats": self.repeats,
+            "iqr_seconds": self.iqr_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainTiming:
+        tuples = ("seconds", "cpus", "process_medians")
+        return cls(
+            **{
+                k: (tuple(v) if k in tuples else v)
+                for k, v in data.items()
+                if k in cls.__dataclass_fields__
+            }
+        )
+
+
 def repeats_note(t: DecodeTiming) -> str:
     """``21 repeats of 8 passes, +-0.9%, fastest of 3 processes``: how a timing's median was taken."""
     passes = f" of {t.passes_per_repeat} passes" if t.passes_per_repeat > 1 else ""
@@ -159,30 +216,62 @@ def shared_core_note(t: DecodeTiming) -> str:
     )
 
 
+def train_note(t: TrainTiming) -> str:
+    """``train step 0.0123 s (median of ...; 4 steps of batch 64), 5120 tokens/s``."""
+    reached = f", +-{100 * t.precision:.1f}%" if t.precision is not None else ""
+    processes = (
+        f", fastest of {len(t.process_medians)} processes" if len(t.process_medians) > 1 else ""
+    )
+    flag = (
+        "; WARNING: contended (the core was shared or the machine slow too often)"
+        if t.contended
+        else ""
+    )
+    return (
+        f"train step {t.step_seconds:.4f} s (median of {t.repeats} repeats{reached}{processes}; "
+        f"{t.steps} steps of batch {t.batch_size}), {t.tokens_per_second:.0f} tokens/s{flag}"
+    )
+
+
 @dataclass(frozen=True)
 class TimingRecord:
-    """What ``timing.json`` holds: the timing and where and on what it was taken."""
+    """What ``timing.json`` holds: the timings and where and on what they were taken. ``timing`` is
+    decode time; ``train`` the training step (:mod:`sweeps.timing.train`), ``memory`` the peaks
+    (:mod:`sweeps.timing.memory`); each None when the study's ``timing.measure`` leaves it out
+    (``measured`` says what was asked for)."""
 
     trial_id: str
     checkpoint: str
     fingerprint: str
     split: str
-    timing: DecodeTiming
+    timing: DecodeTiming | None
     node_id: str
     hostname: str
     reserved_cpus: float
     reserved_gpus: float
     started_at: float  # unix time the job started (model loading included)
     finished_at: float
+    train: TrainTiming | None = None
+    memory: MemoryPeaks | None = None
+    measured: tuple[str, ...] = ("decode",)  # files written before training cost: decode only
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "timing": self.timing.to_dict()}
+        return {
+            **asdict(self),
+            "timing": self.timing.to_dict() if self.timing else None,
+            "train": self.train.to_dict() if self.train else None,
+            "memory": self.memory.to_dict() if self.memory else None,
+            "measured": list(self.measured),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TimingRecord:
         names = cls.__dataclass_fields__
         kw = {k: v for k, v in data.items() if k in names}
-        kw["timing"] = DecodeTiming.from_dict(data["timing"])
+        parts = (("timing", DecodeTiming), ("train", TrainTiming), ("memory", MemoryPeaks))
+        for key, kind in parts:
+            kw[key] = kind.from_dict(data[key]) if data.get(key) else None
+        kw["measured"] = tuple(data.get("measured") or ("decode",))
         return cls(**kw)
 
 

@@ -26,8 +26,8 @@ from sweeps.timing.checkpoint import (
     check_split,
     checkpoint_file,
     checkpoint_fingerprint,
-    time_checkpoint,
 )
+from sweeps.timing.cost import ModelCost, measure_checkpoint
 from sweeps.timing.devices import run_child
 from sweeps.timing.jobs import (
     Lane,
@@ -38,13 +38,27 @@ from sweeps.timing.jobs import (
     pick_cpus,
 )
 from sweeps.timing.measure import TimingError
+from sweeps.timing.memory import combine
 from sweeps.timing.record import (
     DecodeTiming,
     TimingRecord,
     repeats_note,
     shared_core_note,
+    train_note,
     write_json_atomic,
 )
+from sweeps.timing.train import fastest
+
+# Peak memory on CPU is measured in a fresh process per model, where glibc hands every block of
+# 64 KiB or more back to the system when it is freed (a fixed mmap threshold). With glibc's default
+# the threshold moves with what was freed before and freed heap is reused without a resident page
+# more: one tiny model's training peak read 24.1-27.6 MiB in three processes that timed it first
+# (20.2-21.1 with the fixed threshold); and a model measured after others in one process read
+# decode peaks up to 1.7x those of the same model measured first. The timing processes keep
+# glibc's default: a fixed threshold maps and faults in every large tensor afresh, which would
+# slow the very steps they time.
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
 
 
 def run_jobs(
@@ -66,7 +80,12 @@ def run_jobs(
     state, not the model. Each process times every job of the batch, in an order rotated from one
     process to the next (a slow spell falls on different models), after one start-up and one
     calibration for them all: started once per model, the start-up (torch and Lightning imported,
-    ~3.5 s on the 2-core VM) and the calibration (2 s) took 5.5 of the median 7.1 s a model cost."""
+    ~3.5 s on the 2-core VM) and the calibration (2 s) took 5.5 of the median 7.1 s a model cost.
+
+    The timing processes time decoding and the training step (``timing.measure``); the peaks of
+    ``memory`` are measured afterwards, each model in a fresh process of its own
+    (:data:`MEMORY_ENV` says why). A model whose memory process fails keeps its timings, without
+    peaks (a ``--resume`` measures them again)."""
     import ray
 
     kwargs = dict(
@@ -77,6 +96,8 @@ def run_jobs(
         precision=settings.precision,
         max_seconds=settings.max_seconds,
         calibration_seconds=settings.calibration_seconds,
+        measure=list(settings.measure),
+        train_steps=settings.train_steps,
     )
     items = [
         (
@@ -86,14 +107,21 @@ def run_jobs(
         )
         for job in jobs
     ]
-    runs: list[list[tuple[DecodeTiming, float, float]]] = [[] for _ in jobs]
+    runs: list[list[tuple[ModelCost, float, float]]] = [[] for _ in jobs]
     errors: list[str | None] = [None] * len(jobs)
     if settings.fresh_process and lane.device == "cpu":
         n = len(jobs)
-        for p in range(settings.processes):
+        timed = [m for m in settings.measure if m != "memory"]
+        batches = []
+        for p in range(settings.processes if timed else 0):
             shift = (p * n) // settings.processes
             order = list(range(shift, n)) + list(range(shift))
-            for i, got in zip(order, time_checkpoints_pinned([items[i] for i in order])):
+            batches.append((order, timed, None))
+        if "memory" in settings.measure:  # one fresh process per model: see MEMORY_ENV
+            batches += [([i], ["memory"], MEMORY_ENV) for i in range(n)]
+        for order, measure, env in batches:
+            batch = [(*items[i][:2], dict(items[i][2], measure=measure)) for i in order]
+            for i, got in zip(order, time_checkpoints_pinned(batch, env)):
                 if isinstance(got, str):
                     errors[i] = errors[i] or got
                 else:
@@ -102,7 +130,8 @@ def run_jobs(
         for i, (checkpoint, task, options) in enumerate(items):
             started = time.time()
             try:
-                runs[i].append((time_checkpoint(checkpoint, task, **options), started, time.time()))
+                cost = measure_checkpoint(checkpoint, task, **options)
+                runs[i].append((cost, started, time.time()))
             except (
                 Exception
             ) as exc:  # (a TimingError or the datamodule's own) one line, the others go on
@@ -113,11 +142,18 @@ def run_jobs(
         if not got:
             out.append(error or "not timed")
             continue
-        timing = min((t for t, _, _ in got), key=lambda t: t.decode_seconds)
-        if settings.fresh_process and lane.device == "cpu":
+        decodes = [c.decode for c, _, _ in got if c.decode is not None]
+        trains = [c.train for c, _, _ in got if c.train is not None]
+        peaks = [c.memory for c, _, _ in got if c.memory is not None]
+        timing = min(decodes, key=lambda t: t.decode_seconds) if decodes else None
+        if timing is not None and settings.fresh_process and lane.device == "cpu":
             timing = dataclasses.replace(
-                timing, process_medians=tuple(t.decode_seconds for t, _, _ in got)
+                timing, process_medians=tuple(t.decode_seconds for t in decodes)
             )
+        train = fastest(trains) if trains else None
+        # when it was timed: the timing processes' spans (the memory processes come after them all)
+        spans = [r for r in got if r[0].decode is not None or r[0].train is not None] or got
+        memory = combine(peaks) if peaks else None
         out.append(
             TimingRecord(
                 trial_id=job.trial_id,
@@ -129,8 +165,11 @@ def run_jobs(
                 hostname=host,
                 reserved_cpus=lane.cpus,
                 reserved_gpus=lane.gpus,
-                started_at=min(a for _, a, _ in got),
-                finished_at=max(b for _, _, b in got),
+                started_at=min(a for _, a, _ in spans),
+                finished_at=max(b for _, _, b in spans),
+                train=train,
+                memory=memory,
+                measured=tuple(settings.measure),
             )
         )
     return out
@@ -146,15 +185,20 @@ def time_checkpoint_pinned(
     (got,) = time_checkpoints_pinned([(checkpoint, task, kwargs)])
     if isinstance(got, str):
         raise TimingError(got)
-    return got[0]
+    if got[0].decode is None:
+        raise TimingError("decode time was not measured: keep decode in the measure list")
+    return got[0].decode
 
 
 def time_checkpoints_pinned(
     items: Sequence[tuple[str | Path, Mapping[str, Any], Mapping[str, Any]]],
-) -> list[tuple[DecodeTiming, float, float] | str]:
-    """Several (checkpoint, task, kwargs) timed one after another in ONE new Python process
+    env: Mapping[str, str] | None = None,
+) -> list[tuple[ModelCost, float, float] | str]:
+    """Several (checkpoint, task, kwargs) measured one after another in ONE new Python process
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
-    of the machine's speed. Per item: (timing, started_at, finished_at), or the one-line reason it
+    of the machine's speed; ``kwargs`` are :func:`~sweeps.timing.cost.measure_checkpoint`'s
+    (its ``measure``: decode time only by default). Per item: (what was measured, started_at,
+    finished_at), or the one-line reason it
     failed ("the timing process failed ..."); a process that dies fails the items it had not done."""
     from sweeps.timing import child
 
@@ -165,8 +209,8 @@ def time_checkpoints_pinned(
         "cpus": cpus,
         "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
     }
-    code, found, error = run_child(child.__name__, request, child.PREFIX)
-    out: list[tuple[DecodeTiming, float, float] | str] = [
+    code, found, error = run_child(child.__name__, request, child.PREFIX, env)
+    out: list[tuple[ModelCost, float, float] | str] = [
         f"the timing process failed (exit {code}) before this checkpoint: {error}"
     ] * len(items)
     for line in found:
@@ -175,8 +219,13 @@ def time_checkpoints_pinned(
         if "error" in got:
             out[i] = f"the timing process failed on this checkpoint: {got['error']}"
         else:
-            timing = dataclasses.replace(DecodeTiming.from_dict(got["timing"]), cpus=tuple(cpus))
-            out[i] = (timing, float(got["started_at"]), float(got["finished_at"]))
+            cost = ModelCost.from_dict(got)
+            cost = dataclasses.replace(
+                cost,
+                decode=cost.decode and dataclasses.replace(cost.decode, cpus=tuple(cpus)),
+                train=cost.train and dataclasses.replace(cost.train, cpus=tuple(cpus)),
+            )
+            out[i] = (cost, float(got["started_at"]), float(got["finished_at"]))
     return out
 
 
@@ -191,7 +240,7 @@ def time_finished_trials(
     status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
     study's ``timing`` block. Writes ``decode_seconds`` and its spread, or the stage's error, into
     the rows (:func:`sweeps.report.results.attach_timing`)."""
-    from sweeps.report.results import attach_timing
+    from sweeps.report.results import attach_timing, attach_train_cost
 
     jobs, timed_rows = [], []
     for row in rows:
@@ -215,15 +264,23 @@ def time_finished_trials(
         return
     if log:
         log(
-            f"\ntiming the decoding of {len(jobs)} finished trial(s), each alone on a node "
+            f"\ntiming {' and '.join(WHAT[m] for m in spec.measure)} of {len(jobs)} finished "
+            f"trial(s), each alone on a node "
             f"(median of {spec.repeats}+ repeats"
             + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):"
         )
     for row, outcome in zip(timed_rows, run_timing_stage(jobs, spec, log)):
+        record = outcome.record
         attach_timing(
-            row, outcome.record.timing.to_dict() if outcome.record else None, outcome.error
+            row, record.timing.to_dict() if record and record.timing else None, outcome.error
         )
+        if record is not None:
+            attach_train_cost(
+                row,
+                record.train.to_dict() if record.train else None,
+                record.memory.to_dict() if record.memory else None,
+            )
 
 
 def run_timing_stage(
@@ -254,7 +311,7 @@ def run_timing_stage(
     for i, job in enumerate(jobs):
         try:
             check_split(job.split)
-            record = already_timed(job)
+            record = already_timed(job, settings.measure, settings.train_steps)
             checkpoint_file(job.checkpoint)
         except TimingError as exc:
             outcomes[i] = TimingOutcome(job, "error", error=str(exc))
@@ -306,13 +363,30 @@ def run_timing_stage(
                     continue
                 write_json_atomic(job.result_path, got.to_dict())
                 outcomes[i] = TimingOutcome(job, "timed", record=got)
-                t = got.timing
-                say(
-                    f"[timing] trial {job.trial_id}: {t.decode_seconds:.4f} s (median of {repeats_note(t)}; "
-                    f"{t.sentences} sentences, beam {t.beam_size}, {t.device}, {t.threads} thread(s)"
-                    f"{shared_core_note(t)}) -> {job.result_path}"
-                )
+                say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def cost_line(record: TimingRecord) -> str:
+    """The stage's log line for one trial: decode time, training step, peaks, as measured."""
+    parts = []
+    t = record.timing
+    if t is not None:
+        parts.append(
+            f"decode {t.decode_seconds:.4f} s (median of {repeats_note(t)}; {t.sentences} sentences, "
+            f"beam {t.beam_size}, {t.device}, {t.threads} thread(s){shared_core_note(t)})"
+        )
+    if record.train is not None:
+        parts.append(train_note(record.train))
+    m = record.memory
+    if m is not None:
+        peaks = [
+            f"{name} {value:.1f} MiB"
+            for name, value in (("train", m.train_peak_mb), ("decode", m.decode_peak_mb))
+            if value is not None
+        ]
+        parts.append(f"peak {', '.join(peaks)} ({m.how})")
+    return "; ".join(parts) or "nothing measured"
 
 
 def _last_line(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -237,3 +238,20 @@ def test_benchmarks_pin_to_one_core_while_running_and_give_the_cores_back(tmp_pa
     header = capsys.readouterr().out.splitlines()[0]
     assert header.endswith(f"pinned to CPU {max(before)}") or len(before) == 1, header
     assert os.sched_getaffinity(0) == before, "the test process keeps all its cores afterwards"
+
+
+def test_train_speed_quick_prints_one_json_line_with_steps_peaks_and_ratios(capsys):
+    bench = load("train_speed")
+    result = bench.main(["--quick"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and json.loads(out[0]) == result, "stdout holds the JSON line alone"
+    assert {"machine", "load", "settings", "rows", "ratios"} <= set(result)
+    rows = {(r["mechanism"], r["length"]): r for r in result["rows"]}
+    assert set(rows) == {(m, L) for m in ("none", "memory:K=32", "bahdanau") for L in (4, 8)}
+    for r in rows.values():
+        assert r["step_seconds"] > 0 and r["tokens_per_second"] > 0 and r["peak_mb"] > 0
+        tokens = 4 * (r["length"] + 1)  # a batch of 4 sentences of L symbols and EOS
+        assert r["tokens_per_second"] == pytest.approx(tokens / r["step_seconds"], rel=1e-3)
+    assert {(q["length"], q["ratio"]) for q in result["ratios"]} == {
+        (L, name) for L in (4, 8) for name in ("memory:K=32/none", "bahdanau/memory:K=32")
+    }

@@ -369,6 +369,12 @@ def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path)
         def decode_estimate(self, config):
             return 0.01 * config["K"]
 
+        def estimate(self, config, name):
+            return self.decode_estimate(config) if name == "decode_seconds" else None
+
+        def value(self, config, result, name):
+            return self.estimate(config, name) if name == "decode_seconds" else result.get(name)
+
         def __call__(self, config, result):
             return (
                 [result["val/bleu"], self.decode_estimate(config)] if "val/bleu" in result else None
@@ -475,6 +481,44 @@ def test_probe_interpolates_in_k_between_anchors():
         0.5
     )  # the end segment, extended
     assert table.estimate({"name": "copy", "max_length": 20}, {**model, "K": 6}, seed) is None
+
+
+def test_probe_table_keeps_training_figures_beside_decode_time():
+    """A study that names train_step_seconds or train_peak_mb (objective or constraint) gets them
+    from the probe; a table measured for decode time alone lacks them, so they are measured."""
+    from sweeps.moo.probe import probed_fields
+    from sweeps.spec import build_sweep
+    from sweeps.spec.objectives import produced_metrics
+
+    task, seed = {"name": "copy", "max_length": 10}, 0
+    model = {"attention": "memory", "preset": "tiny"}
+    key = arch_key(task, model, seed)
+    table = DecodeEstimates(
+        [
+            {"key": key, "K": 4, "seconds": 1.0, "train_step_seconds": 0.2, "train_peak_mb": 40},
+            {"key": key, "K": 8, "seconds": 2.0, "train_step_seconds": 0.3, "train_peak_mb": 60},
+        ]
+    )
+    assert table.estimate(task, {**model, "K": 6}, seed, name="train_peak_mb") == 50
+    assert table.estimate(task, {**model, "K": 6}, seed, "train_step_seconds") == pytest.approx(
+        0.25
+    )
+    assert table.estimate(task, {**model, "K": 6}, seed) == pytest.approx(1.5)
+    decode_only = DecodeEstimates([{"key": key, "K": 4, "seconds": 1.0}])
+    assert decode_only.has(key, 4) and not decode_only.has(key, 4, ["seconds", "train_peak_mb"])
+
+    spec = moo_spec(
+        "train_cost",
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "train_step_seconds", "goal": "minimize"},
+        ],
+        constraints=[{"name": "train_peak_mb", "max": 2000}],
+    )
+    sweep = build_sweep(spec, source="test")  # the dry run's checks: accepted
+    assert {"train_step_seconds", "train_peak_mb"} <= set(produced_metrics(sweep.spec))
+    assert probed_fields(sweep.spec) == ["seconds", "train_step_seconds", "train_peak_mb"]
+    assert sweep.spec.constraints[0].violation(2500.0, None) == 500.0
 
 
 def test_isotonic_is_the_nearest_non_decreasing_sequence():
@@ -829,3 +873,53 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     report = wandb_report(out, "an-entity", "test", "moo_e2e")  # built, not saved: offline, no key
     text = repr(report.blocks)
     assert "Multi-objective search" in text and "Pareto front" in text and "smallest K with" in text
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_study_on_training_cost_gets_it_from_the_probe_before_training(tmp_path, local_ray):
+    """Objectives val/bleu and train_step_seconds, a constraint on train_peak_mb: the probe
+    measures a training step and its peak for every architecture before Tune starts, each trial's
+    Optuna record carries the estimates, and the objective values are the probe's."""
+    import json
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    spec = moo_spec(
+        "moo_train",
+        task={"name": "copy", "max_length": 4, "train_size": 256, "val_size": 16, "batch_size": 16},
+        grid={"task.max_length": [4]},
+        parameters={"model.K": {"values": [1, 8]}},
+        num_samples=2,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "train_step_seconds", "goal": "minimize"},
+        ],
+        constraints=[{"name": "train_peak_mb", "max": 2000}],
+        early_terminate={"type": "none"},
+        timing={"enabled": False, "max_seconds": 0.3, "repeats": 3, "calibration_seconds": 0.3},
+        wandb={"project": "test", "mode": "disabled"},
+    )
+    path = write_spec(tmp_path, spec)
+    assert main([str(path), "--output", str(tmp_path / "out"), "--verbose", "0"]) == 0
+    out = tmp_path / "out" / "moo_train"
+    entries = json.loads((out / "decode_probe.json").read_text())["entries"]
+    assert {e["K"] for e in entries} == {1, 8}
+    assert all(e["train_step_seconds"] > 0 and e["train_peak_mb"] > 0 for e in entries), entries
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    (name,) = optuna.get_all_study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).get_trials()
+    done = [
+        t
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs
+    ]  # (a repeat of a sample is told its earlier trial's outcome)
+    assert done, [t.state for t in trials]
+    for t in done:
+        assert t.values[1] == pytest.approx(t.user_attrs["train_step_seconds_estimate"])
+        assert t.user_attrs["train_peak_mb_estimate"] > 0
+        assert all(v <= 0 for v in t.constraints.values()), t.constraints  # 2,000 MiB: met

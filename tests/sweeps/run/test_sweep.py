@@ -96,6 +96,19 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
             "decode_seconds"
         ] == min(t["process_medians"])
         assert row.decode_seconds_iqr == pytest.approx(t["iqr_seconds"])
+        # training cost, by default measured beside decode time in the same processes (issue 33)
+        train, memory = timings[row.trial_id]["train"], timings[row.trial_id]["memory"]
+        assert row.train_step_seconds == pytest.approx(train["step_seconds"]) and train["steps"] > 0
+        assert len(train["process_medians"]) == 2 and train["step_seconds"] == min(
+            train["process_medians"]
+        )
+        assert row.train_tokens_per_second == pytest.approx(train["tokens_per_second"])
+        assert row.train_peak_mb == pytest.approx(memory["train_peak_mb"])
+        assert row.decode_peak_mb == pytest.approx(memory["decode_peak_mb"])
+        assert (
+            min(train["tokens_per_second"], memory["train_peak_mb"], memory["decode_peak_mb"]) > 0
+        )
+        assert len(memory["train_samples"]) == 1  # a fresh process of its own per model
     assert (df["step"] == 20).all()
     for ckpt in df["checkpoint"]:
         assert ckpt.endswith("/checkpoint.ckpt") and Path(ckpt).stat().st_size > 0  # loads as it is
@@ -110,8 +123,26 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         and not (sweep_dir / "bleu_vs_k.png").exists()
     )
 
+    assert "Training cost by length and model" in md and "train step s" in md
+    assert "Quality vs training cost" in md
+    assert (sweep_dir / "train_step_by_model.png").exists()
+    assert (sweep_dir / "train_peak_by_model.png").exists()
+
     runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2, "one W&B run per trial, none duplicated"
+    # the timing stage's figures in each run's summary, as W&B's own reader shows them
+    for run in runs:
+        shown = subprocess.run(
+            [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json"]
+            + [str(run)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        summary = json.loads(shown.stdout)["summary"]
+        row = df[df["trial_id"] == run.name.rsplit("-", 1)[-1]].iloc[0]
+        for col in ("decode_seconds", "train_step_seconds", "train_peak_mb", "decode_peak_mb"):
+            assert summary[col] == pytest.approx(row[col]), (run.name, col)
     assert all(list(r.glob("*.wandb")) for r in runs)
     # attention heatmaps logged as W&B images (drawn for the memory-attention run's alpha/beta too)
     assert all(list(r.glob("files/media/images/val/attention_*.png")) for r in runs)

@@ -36,7 +36,7 @@ from sweeps.timing.measure import (
     measure_decode_time,
     median_precision,
 )
-from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note
+from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note, train_note
 from sweeps.timing.stage import run_timing_stage, time_checkpoint_pinned, time_checkpoints_pinned
 from sweeps.trial.build import build_module
 
@@ -290,6 +290,9 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
         ({"warmup": -1}, "warmup must be >= 0"),
         ({"threads": 0}, "threads must be >= 1"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
+        ({"measure": ["decode", "speed"]}, "measure must be one of decode, train, memory"),
+        ({"measure": []}, "measure"),
+        ({"train_steps": 0}, "train_steps must be >= 1"),
     ],
 )
 def test_stage_settings_are_checked_when_made(bad, message):
@@ -359,6 +362,7 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
         precision=None,
         processes=1,
         calibration_seconds=0.2,
+        measure=["decode", "train"],  # (memory: a fresh process per model, tested end to end)
     )  # exactly 2 repeats
     lines: list[str] = []
 
@@ -377,6 +381,9 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     for job, outcome, record in zip(jobs, first, records):
         assert record == outcome.record and record.trial_id == job.trial_id
         assert record.timing.repeats == 2 and record.timing.sentences == COPY["val_size"]
+        # the training step too, by the same rules in the same process; memory left out
+        assert record.measured == ("decode", "train") and record.train.repeats == 2
+        assert record.train.cpus == record.timing.cpus and record.memory is None
         assert record.reserved_cpus == 2.0, "each job holds the whole (2-CPU) node"
         assert record.timing.cpus == (max(os.sched_getaffinity(0)),), (
             "timed in a process pinned to one CPU"
@@ -470,6 +477,8 @@ def test_one_process_times_a_batch_one_after_another_and_a_bad_job_fails_alone(c
         ]
     )
     (first, a0, a1), error, (second, b0, b1) = got
+    assert first.train is None and first.memory is None, "decode time only unless asked"
+    first, second = first.decode, second.decode
     assert isinstance(error, str) and "bogus" in error and len(error.splitlines()) == 1, error
     assert a0 <= a1 <= b0 <= b1, "timed one after another"
     assert (
@@ -533,11 +542,20 @@ def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_f
                 threads=1,
                 calibration_seconds=0.1,
             )
+            # the training step, timed by the same rules beside the same neighbour
+            from sweeps.timing.train import measure_train_step, train_batches
+
+            batches = train_batches(dm, 2, torch.device("cpu"))
+            train = measure_train_step(
+                module, batches, "cpu", repeats=3, warmup=1, threads=1, calibration_seconds=0.1
+            )
     finally:
         hog.kill()
         hog.wait()
     assert timing.contended and timing.interrupted >= 10, (timing.interrupted, timing.seconds)
     assert len(timing.seconds) == 3
+    assert train.contended and train.interrupted >= 10 and train.repeats == 3, train
+    assert "WARNING: contended" in train_note(train)
     line = "\n".join(report_lines(timing, "valid"))
     assert "WARNING" in line and "quiet machine" in line
 
@@ -664,3 +682,75 @@ def test_timing_json_names_the_figure_decode_seconds_and_reads_the_older_name():
     assert data["decode_seconds"] == 0.2 and "median_seconds" not in data
     older = {("median_seconds" if k == "decode_seconds" else k): v for k, v in data.items()}
     assert DecodeTiming.from_dict(older) == DecodeTiming.from_dict(data) == timing
+
+
+def test_peak_memory_follows_what_the_work_allocates():
+    """CPU: the resident peak above the footprint before the work, reset between measurements, so
+    a smaller allocation after a larger one is not hidden by the earlier high-water mark."""
+    from sweeps.timing.memory import peak_above
+
+    def hold(mib: int):
+        return lambda: torch.ones(mib * 2**18).add_(1)  # float32: mib MiB, touched
+
+    cpu = torch.device("cpu")
+    hold(48)()  # one-time allocations first, as measure_peaks does
+    big, small, big_again = (peak_above(hold(m), cpu) for m in (48, 16, 48))
+    assert 15 <= small < 24 and 46 <= big < 60, (small, big)
+    assert abs(big_again - big) <= 0.05 * big, "the same work measured twice differs"
+
+
+@pytest.mark.train
+def test_training_step_and_peaks_are_measured_on_a_copy_of_the_model(copy_ckpts, tmp_path):
+    """measure_checkpoint times training steps of the study's batches on a copy (the checkpoint and
+    the loaded weights unchanged), with the decode-time rules, and the peaks of a step and of
+    decoding; the record keeps them through timing.json and the results row gets them."""
+    from sweeps.report.results import attach_train_cost
+    from sweeps.timing.checkpoint import checkpoint_fingerprint
+    from sweeps.timing.cost import measure_checkpoint
+    from sweeps.timing.record import TimingRecord, write_json_atomic
+    from sweeps.timing.train import quiet_logging, step_runner, train_batches, trainer_copy
+
+    ckpt = copy_ckpts["memory"]
+    before = ckpt.read_bytes()
+    task = {"name": "copy", **COPY}
+    options = dict(device="cpu", repeats=3, warmup=1, threads=1, calibration_seconds=0.2)
+    cost = measure_checkpoint(
+        ckpt, task, measure=["decode", "train", "memory"], train_steps=2, **options
+    )
+    assert ckpt.read_bytes() == before
+    t = cost.train
+    assert (t.steps, t.batch_size, t.repeats, t.threads) == (2, COPY["batch_size"], 3, 1)
+    assert t.step_seconds == statistics.median(t.seconds) > 0
+    assert t.tokens_per_second == pytest.approx(t.tokens_per_step / t.step_seconds)
+    assert t.tokens_per_step > COPY["batch_size"]  # target tokens, EOS included
+    m = cost.memory
+    assert m.how == "resident" and m.train_peak_mb > 0 and m.decode_peak_mb > 0, m
+    assert cost.decode.sentences == COPY["val_size"]
+
+    module = load_module(ckpt)
+    weights = {k: v.clone() for k, v in module.state_dict().items()}
+    dm = CopyTaskDataModule(**COPY)
+    clone, optimizer = trainer_copy(module, torch.device("cpu"))
+    with quiet_logging():
+        step_runner(clone, optimizer, train_batches(dm, 2, torch.device("cpu")))()
+    assert all(torch.equal(weights[k], v) for k, v in module.state_dict().items())
+    assert any(not torch.equal(weights[k], v) for k, v in clone.state_dict().items())
+
+    record = TimingRecord(
+        "t", str(ckpt), checkpoint_fingerprint(ckpt), "valid", cost.decode, "n", "h", 2.0, 0.0, 0.0, 1.0,
+        train=cost.train, memory=cost.memory, measured=("decode", "train", "memory"),
+    )  # fmt: skip
+    assert TimingRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    row: dict = {}
+    attach_train_cost(row, t.to_dict(), m.to_dict())
+    assert row["train_step_seconds"] == t.step_seconds and row["train_peak_mb"] == m.train_peak_mb
+    assert row["train_step_contended"] == t.contended and row["decode_peak_mb"] == m.decode_peak_mb
+
+    # a record without the training step is not "already timed" for a study that asks for it
+    job = TimingJob("t", str(ckpt), task, str(tmp_path))
+    write_json_atomic(job.result_path, dataclasses.replace(record, train=None).to_dict())
+    assert already_timed(job, ["decode"]) is not None
+    assert already_timed(job, ["decode", "train"], 2) is None
+    write_json_atomic(job.result_path, record.to_dict())
+    assert already_timed(job, ["decode", "train", "memory"], 2) is not None
+    assert already_timed(job, ["train"], 4) is None, "timed over another number of steps"

@@ -1,0 +1,129 @@
+"""The report's training-cost sections (issue 33): what a training step of each model costs and
+how much memory it and decoding take, from the timing stage (:mod:`sweeps.timing.train`,
+:mod:`sweeps.timing.memory`), by the summary rule of every other table (:func:`cell_summary`:
+the best trial per cell and seed, the mean ± std over seeds); and the Pareto front of quality
+against the training step's seconds. Empty when the timing stage measured no training cost.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lightning_modules.metric_names import VAL_BLEU
+from sweeps.report.results import natural_order
+from sweeps.report.summary import DAGGER, pareto_front
+
+STEP = "train_step_seconds"
+COLUMNS = (  # (heading, summary column, digits)
+    ("train step s", STEP, 4),
+    ("train tokens/s", "train_tokens_per_second", 0),
+    ("train peak MiB", "train_peak_mb", 1),
+    ("decode peak MiB", "decode_peak_mb", 1),
+)
+TRAIN_TIME_NOTE = (
+    "train_time_s in results.csv is each trial's wall time in the Tune run, shared with the trials "
+    "beside it (two trials on two cores in the cpu profiles, fractional GPUs on a cluster): it says "
+    "as much about the neighbours as about the model; the figures above are each model's alone."
+)
+
+
+def measured(summary: pd.DataFrame) -> bool:
+    return any(c in summary and summary[c].notna().any() for _, c, _ in COLUMNS)
+
+
+def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows (length, model), columns the training step's seconds and tokens/s and the two peaks;
+    a contended training step marked †."""
+    keys = [k for k in ("length", "model") if k in summary and summary[k].notna().any()]
+    if not keys or summary[keys].duplicated().any():
+        keys = ["cell"]
+    rows = summary.sort_values(keys, kind="stable", key=natural_order)
+    table = rows[keys].copy()
+    marked = rows.get("train_contended", pd.Series(0, index=rows.index)).fillna(0) > 0
+    for name, column, digits in COLUMNS:
+        if column not in rows:
+            continue
+        std = rows.get(f"{column}_std", pd.Series(float("nan"), index=rows.index))
+        table[name] = [_mean_std(m, sd, digits) for m, sd in zip(rows[column], std)]
+    if STEP in rows:
+        table["train step s"] = [
+            text + (f" {DAGGER}" if flag and text else "")
+            for text, flag in zip(table["train step s"], marked)
+        ]
+    table["seeds"] = rows["seeds"]
+    return table
+
+
+def cost_front(summary: pd.DataFrame) -> str:
+    """Per length, the models no other beats on both BLEU and training-step seconds."""
+    if VAL_BLEU not in summary or STEP not in summary:
+        return ""
+    points = summary.dropna(subset=[VAL_BLEU, STEP])
+    if points.empty:
+        return ""
+    lines = [
+        "| length | model | BLEU | train step s | train peak MiB |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    groups = points.groupby("length", dropna=False) if "length" in points else [(None, points)]
+    for length, g in groups:
+        front = g[pareto_front(g, VAL_BLEU, STEP)].sort_values(STEP)
+        for _, r in front.iterrows():
+            peak = r.get("train_peak_mb")
+            lines.append(
+                f"| {'' if length is None else length} | {r['model']} | {r[VAL_BLEU]:.2f} | "
+                f"{r[STEP]:.4f} | {'' if pd.isna(peak) else f'{peak:.1f}'} |"
+            )
+    return "\n".join(lines)
+
+
+def how_text(df: pd.DataFrame) -> str:
+    steps = df.get("train_step_repeats")
+    repeats = "" if steps is None or steps.dropna().empty else f" over {int(steps.min())}+ repeats"
+    return (
+        "train step s: seconds per training step (forward, loss, backward, the optimiser's step) at the "
+        "study's batch size on the first batches of its training data, the timing stage's median"
+        f"{repeats}, each model alone as for decode time (a copy of the model: the checkpoint is "
+        "untouched); tokens/s: target tokens per second. Peaks: the memory a pass of training "
+        "steps (activations, gradients, the optimiser's state) and decoding the validation set add "
+        "above what the process held before (CPU: resident set, in a fresh process per model; GPU: "
+        "the allocator's peak). " + TRAIN_TIME_NOTE
+    )
+
+
+def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """(heading, Markdown) sections for results.md and the W&B Report ([] when not measured)."""
+    if summary.empty or not measured(summary):
+        return []
+    from sweeps.report.markdown import to_markdown
+
+    marked = int((summary.get("train_contended", pd.Series(dtype=int)).fillna(0) > 0).sum())
+    contended = (
+        f"{marked} training step time(s) contended ({DAGGER}): measured while the machine was busy."
+        if marked
+        else ""
+    )
+    out = [
+        (
+            "Training cost by length and model",
+            "\n\n".join(
+                p for p in (to_markdown(cost_table(summary)), contended, how_text(df)) if p
+            ),
+        )
+    ]
+    front = cost_front(summary)
+    if front:
+        out.append(
+            (
+                "Quality vs training cost: the Pareto front",
+                front + "\n\nPer length, the models no other beats on both BLEU and the "
+                "seconds of a training step; each with its training step's peak memory.",
+            )
+        )
+    return out
+
+
+def _mean_std(mean: float, std: float, digits: int) -> str:
+    if pd.isna(mean):
+        return ""
+    return f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
