@@ -1,5 +1,6 @@
-"""Decode time measured alone: the paper's decode-time figure (``decode_seconds``) for a trained
-checkpoint. One module per job:
+"""Decode time and training cost measured alone: the paper's decode-time figure
+(``decode_seconds``), the seconds of a training step and the peak memory of training and decoding
+for a trained checkpoint. One module per job:
 
 - :mod:`~sweeps.timing.measure`: the measurement (``measure_decode_time``): warm-up, timed
   repeats, passes on a shared core or a slow machine thrown away, adaptive precision.
@@ -13,6 +14,9 @@ checkpoint. One module per job:
 - :mod:`~sweeps.timing.child`: the pinned process the stage times a checkpoint in.
 - :mod:`~sweeps.timing.cli`: the command, ``python -m sweeps.timing CKPT [options]``.
 - :mod:`~sweeps.timing.devices`: device names and CPU pinning, shared with ``benchmarks/``.
+- :mod:`~sweeps.timing.train`, :mod:`~sweeps.timing.memory`, :mod:`~sweeps.timing.cost`: a
+  training step timed on a copy of the model, the peaks of a step and of decoding, both together.
+- :mod:`~sweeps.timing.rows`: the figures written into a trial's results row.
 
 This file imports nothing: the pinned child pins itself before torch is loaded.
 """

@@ -239,8 +239,8 @@ def time_finished_trials(
     """The stage as the launcher runs it, on every finished trial's final checkpoint (rows whose
     status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
     study's ``timing`` block. Writes ``decode_seconds`` and its spread, or the stage's error, into
-    the rows (:func:`sweeps.report.results.attach_timing`)."""
-    from sweeps.report.results import attach_timing, attach_train_cost
+    the rows (:func:`sweeps.timing.rows.attach_timing`)."""
+    from sweeps.timing.rows import attach_timing, attach_train_cost
 
     jobs, timed_rows = [], []
     for row in rows:
