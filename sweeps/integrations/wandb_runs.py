@@ -163,6 +163,29 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     return write_atomic(path, write_chunks(header, (r.SerializeToString() for r in records)))
 
 
+def close_cut_run(run_dir: str | Path) -> bool:
+    """Close an offline run part whose process was killed before ``wandb.finish`` (no exit record):
+    an exit record (status 0) appended after its last record, the file replaced atomically, its
+    history up to the kill kept. For trials stopped from outside (a preemption, a budget, Ctrl-C):
+    Tune gives a stopping trial 5 s at the end of a run before it kills the actor, too little on a
+    busy machine to close W&B, and the trial's run goes on under its id when the sweep resumes.
+    Returns whether the part was closed (False: complete already, or unreadable)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    path = run_log(run_dir)
+    try:
+        header, chunks = read_chunks(path.read_bytes())
+    except (OSError, RunLogError):
+        return False
+    records = _parse(chunks)
+    if not records or any(r.WhichOneof("record_type") == "exit" for r in records):
+        return False
+    end = pb.Record(num=max(r.num for r in records) + 1, exit=pb.RunExitRecord(exit_code=0))
+    records.append(end)
+    write_atomic(path, write_chunks(header, (r.SerializeToString() for r in records)))
+    return True
+
+
 def offline_run_dirs(wandb_dir: str | Path, run_id: str) -> list[Path]:
     """The offline run folders of one run id, oldest first (a retried trial resumes its run in a
     new folder)."""

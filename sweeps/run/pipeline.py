@@ -251,6 +251,18 @@ def _run_sweep(
             print(moved)
     if written:
         print("\nwrote " + ", ".join(str(p) for p in written.values()))
+    if (
+        mode == "offline" and interrupted and not df.empty
+    ):  # stopped from outside: see close_cut_run
+        from sweeps.integrations.wandb_runs import close_cut_run, offline_run_dirs
+
+        stopped = df.loc[df["status"].isin(["preempted", "budget", "unfinished"]), "trial_id"]
+        cut = [r for t in stopped.dropna() for r in offline_run_dirs(out_dir / "wandb", t)]
+        if closed := sum(close_cut_run(r) for r in cut):
+            print(
+                f"closed {closed} W&B run part(s) the stop cut short (history up to the stop "
+                "kept): their runs continue under the same ids with --resume"
+            )
     hint, broken = wandb_sync_hint(out_dir) if mode == "offline" else (None, [])
     for run, problem in broken:
         print(

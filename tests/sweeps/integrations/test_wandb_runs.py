@@ -19,7 +19,9 @@ from sweeps.integrations.wandb_runs import (  # noqa: E402
     RunLogError,
     add_offline_summary,
     add_run_summary,
+    close_cut_run,
     read_chunks,
+    read_records,
     run_log,
     run_problem,
     write_chunks,
@@ -122,3 +124,26 @@ def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path)
         timeout=120,
     )
     assert dry.returncode == 0 and "ERROR" not in dry.stdout + dry.stderr
+
+
+@pytest.mark.train
+def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(runs, tmp_path):
+    """A trial killed before wandb.finish (Tune's 5 s at the end of a stopped run): its log ends
+    after its last history record. Made here from a real finished run, cut where the kill would
+    cut it; the launcher's close_cut_run gives it an exit record, and wandb reads it finished with
+    its history, and uploads it."""
+    import shutil
+
+    cut = tmp_path / "wandb" / runs["short"].name
+    shutil.copytree(runs["short"], cut)
+    header, chunks = read_chunks(run_log(cut).read_bytes())
+    kinds = [r.WhichOneof("record_type") for r in read_records(run_log(runs["short"]))]
+    last_history = max(i for i, k in enumerate(kinds) if k == "history")
+    run_log(cut).write_bytes(write_chunks(header, chunks[: last_history + 1]))
+    assert run_problem(cut) == "the run was never finished (no exit record)"
+
+    assert close_cut_run(cut) and not close_cut_run(cut) and not close_cut_run(runs["short"])
+    assert run_problem(cut) is None
+    info = inspect(cut)
+    assert info["state"] == "finished" and info["summary"]["val/bleu"] == 2.0
+    assert wandb_sync_hint(tmp_path)[1] == []  # no longer left out of the upload command
