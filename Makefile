@@ -22,8 +22,10 @@ venv: $(BIN)/.installed
 sweep: venv
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py $(SPEC)
 
+# two workers (pytest-xdist): the Ray tests one after another in one of them (one Ray per process,
+# started once), everything else beside them; the slowest tests listed: the suite is kept under 6 min
 test: venv
-	$(BIN)/python -m pytest -q --durations=15  # the slowest tests listed: the suite is kept under 6 min
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
 # the loop for someone changing one module: no Ray, no training (under a minute)
 test-fast: venv
