@@ -13,8 +13,9 @@ cell's in-place ``add_``/``sigmoid_``/``tanh_`` and products, the same slices of
 sentences end or start), so every output and every gradient is the same to the last bit
 (``tests/lightning_modules/test_packed_lstm.py`` compares them with ``torch.equal``); it only
 reads the time steps with one ``split`` (whose backward is one ``cat``) and gives the output
-padded from the per-step rows. Used for CPU training at full precision; elsewhere (no gradient,
-CUDA's cuDNN kernel, autocast) ``nn.LSTM`` itself runs.
+padded from the per-step rows. Used for CPU training at full precision on batches of different
+lengths (:func:`applies`); elsewhere (no gradient, CUDA's cuDNN kernel, autocast, one length)
+``nn.LSTM`` itself runs.
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ from torch import nn
 State = tuple[torch.Tensor, torch.Tensor]  # h, c: (rows, H)
 
 
-def applies(rnn: nn.LSTM, data: torch.Tensor) -> bool:
+def applies(rnn: nn.LSTM, data: torch.Tensor, batch_sizes: torch.Tensor | None = None) -> bool:
     """Whether :func:`packed_lstm` is the faster way here: CPU, gradients on, full precision, an
-    LSTM without projections."""
+    LSTM without projections, sentences of different lengths (``batch_sizes`` falling). Where
+    every sentence has the same length PyTorch's own pass is the faster one (encoder forward and
+    backward, L=40, all lengths equal: 21.0 against 30.2 ms at the tiny preset, 1,072 against
+    1,125 ms at paper_copy; lengths 1 to 41: 904 against 603 ms at paper_copy)."""
     return (
-        data.device.type == "cpu"
+        (batch_sizes is None or int(batch_sizes[0]) > int(batch_sizes[-1]))
+        and data.device.type == "cpu"
         and torch.is_grad_enabled()
         and not torch.is_autocast_enabled("cpu")
         and data.dtype == torch.float32

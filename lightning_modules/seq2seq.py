@@ -137,7 +137,9 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(
             emb, src_lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        if packed_lstm.applies(self.rnn, packed.data):  # CPU training: the same bits, faster
+        if packed_lstm.applies(
+            self.rnn, packed.data, packed.batch_sizes
+        ):  # CPU training: the same bits, faster
             steps, h_n, c_n = packed_lstm.packed_lstm(self.rnn, packed.data, packed.batch_sizes)
             unsort = packed.unsorted_indices
             memory = packed_lstm.pad_steps(steps, seq_len).index_select(0, unsort)  # (B, S, D)

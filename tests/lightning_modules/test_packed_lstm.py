@@ -61,3 +61,5 @@ def test_used_only_where_it_pays():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not packed_lstm.applies(rnn, data)
     assert not packed_lstm.applies(nn.LSTM(4, 4, proj_size=2, batch_first=True), data)
+    assert packed_lstm.applies(rnn, data, torch.tensor([3, 2]))  # lengths 2, 2, 1
+    assert not packed_lstm.applies(rnn, data, torch.tensor([3, 3]))  # all of one length
