@@ -52,6 +52,21 @@ MIN_REPEAT_S = 0.05
 MAX_REPEATS = 400
 
 
+def kept_runs(
+    passes: Sequence[tuple[float, Any, Any]], keep: Sequence[bool], repeats: int
+) -> tuple[list[float], int, bool]:
+    """The wall times of the timed passes that count, how many were thrown away (a shared core, a
+    slow machine) and whether too few were clean: then the fastest thrown-away ones fill the
+    ``repeats`` (the machine was never quiet for long: what was measured is reported, flagged)."""
+    runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
+    interrupted, contended = len(passes) - len(runs), len(runs) < repeats
+    if contended:
+        runs += sorted(wall for (wall, _, _), kept in zip(passes, keep) if not kept)[
+            : repeats - len(runs)
+        ]
+    return runs, interrupted, contended
+
+
 def median_precision(runs: Sequence[float]) -> float:
     """Half-width of the median's 95% confidence interval relative to the median (McGill et al.'s
     notch, 1.57 x IQR / sqrt(n)); inf with fewer than 3 runs."""
@@ -209,12 +224,7 @@ def measure_decode_time(
             )  # counted after timing
     finally:
         torch.set_num_threads(previous_threads)
-    runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
-    interrupted, contended = len(passes) - len(runs), len(runs) < repeats
-    if contended:  # the machine was never quiet for long: report what was measured, flagged
-        runs += sorted(wall for (wall, _, _), kept in zip(passes, keep) if not kept)[
-            : repeats - len(runs)
-        ]
+    runs, interrupted, contended = kept_runs(passes, keep, repeats)
     timing = DecodeTiming.from_runs(
         runs,
         sentences=sentences,

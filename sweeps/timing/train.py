@@ -29,7 +29,7 @@ import torch
 
 from sweeps.errors import TimingError
 from sweeps.timing.devices import resolve_device
-from sweeps.timing.measure import CALIBRATION_S, _timed_repeats, _warm_up
+from sweeps.timing.measure import CALIBRATION_S, _timed_repeats, _warm_up, kept_runs
 from sweeps.timing.record import TrainTiming
 
 DEFAULT_STEPS = 4
@@ -144,12 +144,7 @@ def measure_train_step(
             used_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(previous_threads)
-    runs = [wall for (wall, _, _), kept in zip(passes, keep) if kept]
-    interrupted, contended = len(passes) - len(runs), len(runs) < repeats
-    if contended:
-        runs += sorted(wall for (wall, _, _), kept in zip(passes, keep) if not kept)[
-            : repeats - len(runs)
-        ]
+    runs, interrupted, contended = kept_runs(passes, keep, repeats)
     steps = len(on_device)
     per_step = tuple(r / steps for r in runs)
     q1, _, q3 = (
