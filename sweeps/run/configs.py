@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from sweeps.heldout.select import aggregate
-from sweeps.run.searcher import SweepSearcher, Unit
+from sweeps.run.searcher import SweepSearcher, Unit, optuna_sampler
 
 
 def cell_study_name(sweep_name: str, cell_slug: str) -> str:
@@ -224,11 +224,7 @@ class ConfigSearcher(SweepSearcher):
             )
             seq = np.random.SeedSequence([self.sampler_seed, cell, len(study.trials), 32])
             seed = int(seq.generate_state(1)[0])
-            study.sampler = (
-                optuna.samplers.TPESampler(seed=seed)
-                if self.sampler == "tpe"
-                else optuna.samplers.RandomSampler(seed=seed)
-            )
+            study.sampler = optuna_sampler(self.sampler, seed)
             self._cell_studies[cell] = study
         return self._cell_studies[cell]
 

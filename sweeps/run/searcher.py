@@ -246,11 +246,7 @@ class SweepSearcher(Searcher):
                 load_if_exists=True,
             )
             seed = self.unit_seed(i, len(study.trials))
-            study.sampler = (
-                optuna.samplers.TPESampler(seed=seed)
-                if self.sampler == "tpe"
-                else optuna.samplers.RandomSampler(seed=seed)
-            )
+            study.sampler = optuna_sampler(self.sampler, seed)
             self._studies[i] = study
         return self._studies[i]
 
@@ -285,6 +281,15 @@ class OptunaLinks(Callback):
         from sweeps.layout import checkpoint_path
 
         self.searcher.record(trial.trial_id, "checkpoint_path", checkpoint_path(checkpoint.path))
+
+
+def optuna_sampler(name: str, seed: int) -> Any:
+    """The sweep file's ``search.sampler`` (``tpe`` or ``random``) as Optuna's sampler, seeded."""
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:
