@@ -130,11 +130,14 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 5 MiB tmpfs: room for one tiny trial's checkpoints, not two. Needs root (mount)."""
+    """A 6 MiB tmpfs: room for one tiny trial's checkpoints, not two. Needs root (mount). A trial
+    here keeps two checkpoints of 1.6 MB and ~0.3 MB of W&B and Tune files: one trial with a
+    checkpoint's temporary copy takes ~5.3 MB, two trials' four checkpoints alone 6.4 MB (5 MiB
+    left the first trial no margin: it filled the disk once, under the two-worker test run)."""
     disk = tmp_path / "disk"
     disk.mkdir()
     made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(disk)],
+        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(disk)],
         capture_output=True,
         text=True,
     )
