@@ -108,26 +108,12 @@ class DecodeTiming:
 
     def to_dict(self) -> dict[str, Any]:
         """The timing as timing.json holds it."""
-        return {
-            **asdict(self),
-            "seconds": list(self.seconds),
-            "cpus": list(self.cpus),
-            "process_medians": list(self.process_medians),
-            "repeats": self.repeats,
-            "iqr_seconds": self.iqr_seconds,
-        }
+        return _json_fields(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecodeTiming:
-        names = cls.__dataclass_fields__
         fields = {("decode_seconds" if k == OLD_FIGURE_KEY else k): v for k, v in data.items()}
-        return cls(
-            **{
-                k: (tuple(v) if k in ("seconds", "cpus", "process_medians") else v)
-                for k, v in fields.items()
-                if k in names
-            }
-        )
+        return _from_json_fields(cls, fields)
 
 
 @dataclass(frozen=True)
@@ -165,25 +151,36 @@ class TrainTiming:
         return self.q3_seconds - self.q1_seconds
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "seconds": list(self.seconds),
-            "cpus": list(self.cpus),
-            "process_medians": list(self.process_medians),
-            "repeats": self.repeats,
-            "iqr_seconds": self.iqr_seconds,
-        }
+        return _json_fields(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainTiming:
-        tuples = ("seconds", "cpus", "process_medians")
-        return cls(
-            **{
-                k: (tuple(v) if k in tuples else v)
-                for k, v in data.items()
-                if k in cls.__dataclass_fields__
-            }
-        )
+        return _from_json_fields(cls, data)
+
+
+#: the tuple fields of a timing, lists in timing.json
+_TUPLE_FIELDS = ("seconds", "cpus", "process_medians")
+
+
+def _json_fields(t: DecodeTiming | TrainTiming) -> dict[str, Any]:
+    """A timing's fields as timing.json holds them, with its repeats and interquartile range."""
+    return {
+        **asdict(t),
+        **{k: list(getattr(t, k)) for k in _TUPLE_FIELDS},
+        "repeats": t.repeats,
+        "iqr_seconds": t.iqr_seconds,
+    }
+
+
+def _from_json_fields(cls: type, data: Mapping[str, Any]) -> Any:
+    """A timing of ``cls`` from timing.json's fields (unknown keys, and the derived ones, left out)."""
+    return cls(
+        **{
+            k: (tuple(v) if k in _TUPLE_FIELDS else v)
+            for k, v in data.items()
+            if k in cls.__dataclass_fields__
+        }
+    )
 
 
 def repeats_note(t: DecodeTiming) -> str:
