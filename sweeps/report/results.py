@@ -33,15 +33,16 @@ from sweeps.spec.signatures import headline_options
 
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
 # train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
+TRAIN_STEP_SECONDS, TRAIN_PEAK_MB = "train_step_seconds", "train_peak_mb"
 TRAIN_COLUMNS = [
-    "train_step_seconds",
+    TRAIN_STEP_SECONDS,
     "train_step_seconds_iqr",
     "train_tokens_per_second",
     "train_step_repeats",
     "train_step_precision",
     "train_step_interrupted",
     "train_step_contended",
-    "train_peak_mb",
+    TRAIN_PEAK_MB,
     "decode_peak_mb",
     "peak_mb_spread",
 ]

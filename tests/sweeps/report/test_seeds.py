@@ -84,6 +84,39 @@ def test_findings_are_judged_on_paired_seed_differences():
     assert row["n"] == 3 and row["low"] < 60 < 95 < row["high"]
 
 
+def test_training_cost_gaps_are_judged_like_decode_time():
+    """The training step's and the training peak's Bahdanau − memory gap, paired by seed between
+    the shortest and the longest length: held when it grows, contradicted when it shrinks, and no
+    row at all for a sweep whose timing stage did not measure the figure."""
+    df = _frame(
+        {
+            (10, "none"): [80, 81, 79],
+            (10, "memory K=16"): [99, 100, 99.5],
+            (10, "bahdanau"): [100, 100, 99.8],
+            (40, "none"): [20, 21, 22],
+            (40, "memory K=16"): [80, 95, 60],
+            (40, "bahdanau"): [99, 99.5, 98],
+        }
+    )
+    assert not [f for f in findings(df) if "training" in f["finding"]]
+    step = {(10, "memory K=16"): 0.040, (10, "bahdanau"): 0.050, (10, "none"): 0.035}
+    step |= {(40, "memory K=16"): 0.080, (40, "bahdanau"): 0.200, (40, "none"): 0.070}
+    peak = {(10, "memory K=16"): 10.0, (10, "bahdanau"): 14.0, (10, "none"): 9.0}
+    peak |= {(40, "memory K=16"): 30.0, (40, "bahdanau"): 31.0, (40, "none"): 25.0}
+    # the seeds' gaps differ a little at L=40, so each finding's interval has a width
+    jitter = df["seed"] * 0.001 * ((df["length"] == 40) & (df["model"] == "bahdanau"))
+    df["train_step_seconds"] = [step[k] for k in zip(df["length"], df["model"])] + jitter
+    df["train_peak_mb"] = [peak[k] for k in zip(df["length"], df["model"])] + jitter
+    rows = {f["finding"]: f for f in findings(df)}
+    grows = rows[
+        "the training-step gap (Bahdanau − memory K=16, seconds per step) grows with length"
+    ]
+    assert (grows["length"], grows["verdict"]) == ("10→40", "held")
+    assert grows["estimate"].startswith("+0.11")  # (0.200 − 0.080) − (0.050 − 0.040)
+    shrinks = rows["the training peak-memory gap (Bahdanau − memory K=16, MiB) grows with length"]
+    assert shrinks["verdict"] == "contradicted"  # 1 MiB at L=40 against 4 at L=10
+
+
 def _scoring_frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
     rows = []
     for (length, pair), bleus in values.items():
