@@ -69,6 +69,9 @@ docs-results: venv
 	mkdir -p docs/results/$(SWEEP)
 	rm -f docs/results/$(SWEEP)/*.png docs/results/$(SWEEP)/paired_bootstrap.csv
 	cd sweep-results/docs/$(SWEEP) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(SWEEP)/
+	# the copies name the trials' folders relative to the repository (sweep-results/docs/...), not
+	# by this machine's absolute path (tests/sweeps/test_house.py holds it)
+	sed -i 's#$(CURDIR)/##g' $$(ls docs/results/$(SWEEP)/* | grep -v '\.png$$')
 
 clean:
 	rm -rf $(VENV) sweep-results bench-out site
