@@ -101,6 +101,22 @@ class WarmStart:
         """The reused rows, marked ``reused`` with the folder they came from."""
         return [{**r, REUSED: str(self.folder)} for rows in self.reused.values() for r in rows]
 
+    def reused_ids(self) -> set[str]:
+        return {r["trial_id"] for rows in self.reused.values() for r in rows}
+
+    def plans(self, sweep: Any, out_dir: Path) -> dict[str, tuple[Any, str]]:
+        """Per reused trial id its plan (the new sweep's, with the row's sampled values) and a folder
+        of this sweep for the held-out stage's record (the earlier sweep's folders are not written):
+        a reused chosen row without a test figure is evaluated like the others."""
+        out = {}
+        for i, rows in self.reused.items():
+            plan = sweep.plans[i]
+            for r in rows:
+                params = {key: r.get(f"param:{key}") for key in sweep.spec.parameters}
+                same = plan.with_values(plan.seed, params, params, {}) if params else plan
+                out[r["trial_id"]] = (same, str(out_dir / "heldout" / r["trial_id"]))
+        return out
+
     def summary(self) -> str:
         told = sum(len(t) for t in self.told.values())
         line = (
@@ -142,6 +158,8 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
     if df.empty:
         return []
     done = df[df["status"].isin(FINISHED)]
+    if "role" in done:  # a confirm trial (sweeps.run.confirm) was retrained after a choice
+        done = done[done["role"].astype(str) != "confirm"]
     if PLAN_HASH not in done:
         warm.unchecked = len(done)
         return []

@@ -50,9 +50,23 @@ class SeedsSpec(_Strict):
         "pessimistic end of the 95% t-interval over seeds (mean - t*sd/sqrt(n) when maximizing).",
     )
 
+    confirm: list[int] = Field(
+        default_factory=list,
+        description="Fresh seeds (none of `values`) on which each cell's chosen configuration is "
+        "trained again after selection (`role: confirm` in results.csv) and evaluated by the held-out "
+        "stage: results.md reports their validation and test figures as the ones free of selection.",
+    )
+
     def model_post_init(self, __context) -> None:
         if len(set(self.values)) != len(self.values):
             raise ValueError(f"seeds.values repeats a seed: {self.values}; list each seed once")
+        if len(set(self.confirm)) != len(self.confirm):
+            raise ValueError(f"seeds.confirm repeats a seed: {self.confirm}; list each seed once")
+        if both := sorted(set(self.values) & set(self.confirm)):
+            raise ValueError(
+                f"seeds.confirm must be fresh seeds, but {both} are also in seeds.values; "
+                "pick seeds the search never trained on"
+            )
 
 
 def check_seeds(spec: Any, source: str | None = None) -> None:
@@ -60,6 +74,13 @@ def check_seeds(spec: Any, source: str | None = None) -> None:
     single ``metric`` (the multi-objective search keeps one study per (cell, seed) for now)."""
     from sweeps.errors import SpecError
 
+    if isinstance(spec.seeds, SeedsSpec) and spec.seeds.confirm and spec.objectives:
+        raise SpecError(
+            "seeds.confirm",
+            "retrains the configuration a single `metric` chose; a multi-objective study chooses a "
+            "front, not one configuration: drop seeds.confirm or use a single `metric`",
+            source,
+        )
     if not isinstance(spec.seeds, SeedsSpec) or not spec.seeds.per_configuration:
         return
     if not spec.parameters:
