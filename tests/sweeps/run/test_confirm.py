@@ -204,3 +204,30 @@ def test_confirm_end_to_end_and_resume_trains_nothing_again(local_ray, tmp_path)
     assert again == trained
     df2 = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
     assert sorted(df2[df2["role"] == "confirm"]["trial_id"]) == sorted(confirm["trial_id"])
+
+
+@pytest.mark.slow
+def test_a_reused_chosen_row_without_a_test_figure_is_evaluated(local_ray, tmp_path):
+    """An earlier sweep without the held-out stage, warm-started with it (about a minute here):
+    nothing trains again, and the reused chosen rows get test figures, recorded in this sweep's
+    folder (not the earlier one's)."""
+    from sweeps.launch import main
+
+    task = {**tiny_spec("x")["task"], "test_size": 16}
+    one = tmp_path / "one"
+    one.mkdir()
+    first = [str(write_spec(one, tiny_spec("r", task=task))), "--output", str(tmp_path / "o1")]
+    assert main([*first, "--verbose", "0"]) == 0
+    again = tiny_spec(
+        "r", task=task, heldout={"enabled": True}, warm_start=str(tmp_path / "o1" / "r")
+    )
+    second = [str(write_spec(tmp_path, again)), "--output", str(tmp_path / "o2"), "--verbose", "0"]
+    assert main(second) == 0
+    out = tmp_path / "o2" / "r"
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 2 and df["reused"].notna().all() and df["chosen"].all()
+    assert df["test/bleu"].notna().all()
+    assert sorted(p.parent.name for p in (out / "heldout").glob("*/heldout.json")) == sorted(
+        df["trial_id"]
+    )
+    assert not list((tmp_path / "o1" / "r").rglob("heldout.json"))
