@@ -101,6 +101,13 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
     one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
     from sweeps.run.warm import apply_warm_start, plan_warm_start
 
+    if sweep.spec.objectives and sweep.spec.per_configuration:  # over seeds: sweeps.moo.configs
+        from sweeps.moo.configs import make_moo_config_searcher
+        from sweeps.run.searcher import sweep_units
+
+        searcher = make_moo_config_searcher(sweep, paths, sweep_units(sweep), wandb_mode)
+        apply_warm_start(searcher, sweep, plan_warm_start(sweep))
+        return searcher
     if sweep.spec.objectives:  # multi-objective studies (issue 21): sweeps.moo
         from sweeps.moo.search import make_moo_searcher
 

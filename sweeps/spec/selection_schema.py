@@ -70,8 +70,8 @@ class SeedsSpec(_Strict):
 
 
 def check_seeds(spec: Any, source: str | None = None) -> None:
-    """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters`` and a
-    single ``metric`` (the multi-objective search keeps one study per (cell, seed) for now)."""
+    """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters``; with
+    ``objectives`` (:mod:`sweeps.moo.configs`) no early stopping and no baseline constraints yet."""
     from sweeps.errors import SpecError
 
     if isinstance(spec.seeds, SeedsSpec) and spec.seeds.confirm and spec.objectives:
@@ -90,13 +90,23 @@ def check_seeds(spec: Any, source: str | None = None) -> None:
             "add parameters (and num_samples), or use the list form seeds: [..]",
             source,
         )
-    if spec.objectives:
-        raise SpecError(
-            "seeds.per_configuration",
-            "is not supported with `objectives` (multi-objective studies keep one Optuna study per "
-            "cell and seed); drop per_configuration or use a single `metric`",
-            source,
-        )
+    if spec.objectives:  # sweeps.moo.configs: a vector of aggregates, no early stopping yet
+        if spec.early_terminate.type != "none":
+            raise SpecError(
+                "seeds.per_configuration",
+                f"with `objectives`, early_terminate {spec.early_terminate.type} is not supported yet "
+                "(the Pareto rung rule compares single trials per cell and seed); use "
+                "early_terminate: {type: none}, or drop per_configuration",
+                source,
+            )
+        if any(c.of for c in spec.constraints):
+            raise SpecError(
+                "seeds.per_configuration",
+                "with `objectives`, constraints relative to a baseline (`of:`) are not supported yet; "
+                "use absolute bounds, or drop per_configuration",
+                source,
+            )
+        return
     if spec.early_terminate.type not in ("none", "asha"):
         raise SpecError(
             "seeds.per_configuration",
