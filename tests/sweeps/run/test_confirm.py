@@ -231,3 +231,35 @@ def test_a_reused_chosen_row_without_a_test_figure_is_evaluated(local_ray, tmp_p
         df["trial_id"]
     )
     assert not list((tmp_path / "o1" / "r").rglob("heldout.json"))
+
+
+@pytest.mark.slow
+def test_confirm_trials_cut_by_ctrl_c_continue_on_resume(local_ray, tmp_path, monkeypatch):
+    """A Ctrl-C while the confirm trials train (about a minute here): exit 130, the finished confirm
+    trials kept; --resume continues the unfinished ones and trains no finished one again (a
+    finished trial's result.json gains no line)."""
+    from sweep_helpers import interrupt_env
+
+    from sweeps.launch import main
+
+    spec = tiny_spec("cc", seeds={"values": [0], "confirm": [5, 6]})  # no search: 2 + 4 trials
+    args = [str(write_spec(tmp_path, spec)), "--output", str(tmp_path / "o"), "--verbose", "0"]
+    out = tmp_path / "o" / "cc"
+    with monkeypatch.context() as hooked:  # never in the search's 2 trials: only the confirm's
+        for name, value in interrupt_env(out / "confirm", step=10, finished=2).items():
+            hooked.setenv(name, value)
+        assert main(args) == 130
+    confirm = out / "confirm"
+    done = {
+        p.name: (p / "result.json").read_text()
+        for p in confirm.iterdir()
+        if (p / "result.json").exists() and '"step": 20' in (p / "result.json").read_text()
+    }
+    assert len(done) >= 2
+    assert main([*args, "--resume"]) == 0
+    for name, text in done.items():
+        assert (confirm / name / "result.json").read_text() == text
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    rows = df[df["role"] == "confirm"]
+    assert sorted(rows["seed"]) == [5, 5, 6, 6] and (rows["status"] == "done").all()
+    assert len(df) == 6
