@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         from sweeps.report.wandb_report import build_wandb_report
 
         entity = args.entity or wandb.Api().default_entity
-        results, _ = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))
+        results, confirm = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))
         report = build_wandb_report(
             entity,
             args.project,
@@ -132,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
             results=results,
             metric=args.metric,
             mode=args.mode,
+            confirm=confirm,
         )
         report.save()
         print(f"W&B report: {report.url}")

@@ -143,6 +143,24 @@ def test_the_report_keeps_confirm_rows_apart_and_sets_them_beside_the_chosen():
     assert cells[4].startswith("6.50 ±") and cells[5].startswith("4.50 ±") and cells[6] == "2"
 
 
+def test_the_wandb_report_carries_the_heldout_and_confirm_sections():
+    pytest.importorskip("wandb_workspaces.reports.v2")
+    from sweeps.report.heldout import split_confirm
+    from sweeps.report.wandb_report import build_wandb_report
+
+    rows = [
+        _row("a0", "A", 0, 10.0, 1e-3, chosen=True, model="none", **{"test/bleu": 8.0}),
+        _row("k7", "A", 7, 6.0, 1e-3, chosen=False, model="none", role="confirm"),
+    ]
+    for r in rows:
+        r["test/bleu"] = r.get("test/bleu", 4.0)
+    df, confirm = split_confirm(pd.DataFrame(rows))
+    rep = build_wandb_report("me", "proj", "g", results=df, confirm=confirm)
+    headings = [b.text for b in rep.blocks if type(b).__name__ == "H2"]
+    assert any(h.startswith("Held-out test results of the chosen") for h in headings)
+    assert any(h.startswith("Confirmed on fresh seeds") for h in headings)
+
+
 def test_a_reused_row_gets_a_plan_for_the_heldout_stage(tmp_path):
     from sweeps.run.warm import PLAN_HASH, WarmStart, plan_fingerprint
 
