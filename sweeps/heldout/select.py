@@ -16,6 +16,15 @@ from typing import Any
 FINISHED = ("done", "stopped", "converged")
 #: the results.csv column that says a row is the chosen one of its (cell, seed) or cell
 CHOSEN = "chosen"
+#: results.csv's ``role`` column (a sweep with ``seeds.confirm``): ``select`` for the trials the choice
+#: was made among, ``confirm`` for the chosen configuration retrained on a fresh seed afterwards
+#: (:mod:`sweeps.run.confirm`): never chosen, never part of a selection summary
+ROLE, SELECT, CONFIRM = "role", "select", "confirm"
+
+
+def is_confirm(row: Mapping[str, Any]) -> bool:
+    """Whether a results row is a confirm trial (``role: confirm``), not one selection saw."""
+    return str(row.get(ROLE, "")) == CONFIRM
 
 
 def _value(row: Mapping[str, Any], metric: str) -> float | None:
@@ -49,14 +58,18 @@ def chosen_trials(
 ) -> set[str]:
     """Trial ids of the chosen trials among ``rows`` (results rows: ``trial_id``, ``cell``,
     ``seed``, ``status``, the metric, and ``configuration`` when configurations are judged over
-    seeds). ``mode`` is ``max`` or ``min``; a row without the metric or unfinished is never chosen.
+    seeds). ``mode`` is ``max`` or ``min``; a row without the metric or unfinished, or a confirm
+    trial (:func:`is_confirm`), is never chosen.
     Over seeds, a configuration all of whose seeds ran to the end (not stopped early) beats one
     stopped at a rung, then more finished seeds beat fewer, then the ``objective``'s aggregate."""
     sign = 1.0 if mode == "max" else -1.0
     finished = [
         r
         for r in rows
-        if r.get("status") in FINISHED and _value(r, metric) is not None and r.get("trial_id")
+        if r.get("status") in FINISHED
+        and _value(r, metric) is not None
+        and r.get("trial_id")
+        and not is_confirm(r)
     ]
     chosen: set[str] = set()
     best: dict[tuple, tuple[float, str]] = {}
@@ -106,3 +119,40 @@ def mark_chosen(
         if r.get("trial_id"):
             r[CHOSEN] = r["trial_id"] in chosen
     return chosen
+
+
+def chosen_configurations(
+    rows: Iterable[Mapping[str, Any]],
+    metric: str,
+    mode: str,
+    objective: str = "mean",
+    param_keys: Iterable[str] = (),
+) -> dict[str, dict[str, Any]]:
+    """Per cell, the one configuration the choice settled on, what ``seeds.confirm`` retrains:
+    ``{cell: {"params": {dotted key: value}, "configuration": its number or None, "from": [the
+    chosen trial ids]}}``. Over seeds: the chosen configuration. Per (cell, seed), where each seed
+    chose its own: the chosen trial with the best metric over the seeds. Without ``parameters``:
+    the cell's one setting (``params`` empty)."""
+    rows = list(rows)
+    keys = list(param_keys)
+    chosen = chosen_trials(rows, metric, mode, objective)
+    sign = 1.0 if mode == "max" else -1.0
+    best: dict[str, tuple[float, Mapping[str, Any]]] = {}
+    ids: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("trial_id") not in chosen:
+            continue
+        ids.setdefault(r["cell"], []).append(r["trial_id"])
+        score = sign * _value(r, metric)
+        if r["cell"] not in best or score > best[r["cell"]][0]:
+            best[r["cell"]] = (score, r)
+    return {
+        cell: {
+            "params": {k: r.get(f"param:{k}") for k in keys},
+            "configuration": int(_config_key(r["configuration"]))
+            if _has(r.get("configuration"))
+            else None,
+            "from": ids[cell],
+        }
+        for cell, (_, r) in best.items()
+    }

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_name
-from sweeps.heldout.select import mark_chosen
+from sweeps.heldout.select import is_confirm, mark_chosen
 from sweeps.layout import HELDOUT_FILE
 
 #: results.csv's column for a chosen trial that could not be evaluated on test
@@ -42,6 +42,13 @@ def _record_path(trial_dir: str, out_dir: Path, trial_id: str) -> Path:
     return folder / HELDOUT_FILE
 
 
+def _present(value: Any) -> bool:
+    try:
+        return value is not None and float(value) == float(value)
+    except (TypeError, ValueError):
+        return False
+
+
 def _already_evaluated(path: Path, fingerprint: str) -> dict[str, float] | None:
     import json
 
@@ -59,8 +66,8 @@ def evaluate_chosen_trials(
     spec: Any,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, dict[str, float]]:
-    """Mark the chosen rows (``chosen``), evaluate them (or, with ``heldout.trials: all``, every
-    finished row) on test and write ``test/bleu`` ... and ``test_split`` into them, or
+    """Mark the chosen rows (``chosen``), evaluate them and the finished confirm trials (or, with
+    ``heldout.trials: all``, every finished row) on test and write ``test/bleu`` ... and ``test_split`` into them, or
     ``heldout_error``. ``plans`` maps a trial id to its plan and folder; ``spec`` is the sweep's.
     Returns ``{trial id: test figures}`` of the rows that have them. Needs a running Ray."""
     import ray
@@ -77,9 +84,10 @@ def evaluate_chosen_trials(
         tid = row.get("trial_id")
         if not tid or not row.get("checkpoint") or tid not in plans:
             continue
-        if tid not in chosen and not (
-            every and row.get("status") in ("done", "stopped", "converged")
-        ):
+        finished = row.get("status") in ("done", "stopped", "converged")
+        if tid not in chosen and not ((every or is_confirm(row)) and finished):
+            continue
+        if _present(row.get(TEST_COLUMNS[0])):  # a reused row tested in its earlier sweep
             continue
         plan, trial_dir = plans[tid]
         path = _record_path(trial_dir, out_dir, tid)
@@ -98,9 +106,12 @@ def evaluate_chosen_trials(
         todo.append((row, plan, path, fingerprint))
     if not todo:
         return results
+    confirm = sum(1 for row, *_ in todo if is_confirm(row))
     say(
-        f"\nevaluating {len(todo)} trial(s) chosen on validation ({spec.metric.name}, {spec.metric.mode}) "
-        f"once on the test split:"
+        f"\nevaluating {len(todo) - confirm} trial(s) chosen on validation ({spec.metric.name}, "
+        f"{spec.metric.mode})"
+        + (f" and {confirm} confirm trial(s)" if confirm else "")
+        + " once on the test split:"
     )
     r = spec.resources
     task = ray.remote(max_retries=0)(_evaluate_task).options(num_cpus=r.cpu, num_gpus=r.gpu)

@@ -6,6 +6,7 @@ multi-objective study per (cell, seed), and early stopping that works with two o
 - :mod:`.probe`    ``decode_seconds`` while the sweep runs: an architecture-keyed decode-time probe
 - :mod:`.rungs`    the per-(cell, seed) Pareto rung scheduler (ASHA's rungs, Pareto rank instead of a quantile)
 - :mod:`.search`   the multi-objective searcher: Tune's interface (PRUNED trials, intermediate values, resume)
+- :mod:`.configs`  the searcher of configurations judged over seeds: one study per cell, told mean vectors
 - :mod:`.studies`  its bookkeeping: the objective reader, the Optuna studies, repeats, constraints, baselines
 - :mod:`.views`    the journal's studies read back: trials as points, fronts, hypervolume and its history
 - :mod:`.report`   results.md's section: fronts, constrained-out trials, hypervolume history, answer lines

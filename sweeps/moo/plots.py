@@ -98,7 +98,7 @@ def front_figure(views: Sequence[Any]):
             )
         elif base.get(names[0]) is not None:
             ax.axhline(base[names[0]], c="k", lw=0.8, ls="--", label="baseline")
-        ax.set_title(f"{v.cell}, seed {v.seed}", fontsize=9)
+        ax.set_title(f"{v.cell}, {v.seed_label}", fontsize=9)
         ax.set_xlabel(f"{names[1]} (probe)")
         ax.xaxis.set_major_locator(MaxNLocator(5))  # seconds' long tick labels overlap beyond that
         ax.set_ylabel(names[0])
@@ -135,7 +135,7 @@ def hypervolume_figure(views: Sequence[Any], history: Callable[[Any], list[tuple
                 where="post",
                 marker="o",
                 ms=3,
-                label=f"{v.cell}, seed {v.seed}",
+                label=f"{v.cell}, {v.seed_label}",
             )
     ax.set_xlabel("training steps spent (all trials of the study, stopped ones included)")
     ax.set_ylabel("hypervolume (feasible front)")

@@ -66,7 +66,7 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -
             )
         )
     seeds = (
-        "; ".join(f"seed {v.seed}: {text}" for v, (_, text) in zip(views, parts))
+        "; ".join(f"{v.seed_label}: {text}" for v, (_, text) in zip(views, parts))
         if len(views) > 1
         else parts[0][1]
     )
@@ -117,7 +117,7 @@ def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
     for cell, vs in by_cell.items():
         lines.append("- " + answer_line(sorted(vs, key=lambda v: v.seed), cell, constraint))
     for v in views:
-        lines += ["", f"### {v.cell}, seed {v.seed}", ""]
+        lines += ["", f"### {v.cell}, {v.seed_label}", ""]
         front, ref = v.front(), reference_point(v)
         base = (v.baseline or {}).get("metrics")
         if v.baseline:

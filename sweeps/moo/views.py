@@ -45,6 +45,12 @@ class StudyView:
     )  # every constraint's name, as Optuna holds it
 
     @property
+    def seed_label(self) -> str:
+        """``seed <s>``, or for a cell study of configurations judged over seeds (no ``-seed<s>``
+        in its name, :mod:`sweeps.moo.configs`) what its values are."""
+        return f"seed {self.seed}" if self.seed >= 0 else "means over seeds"
+
+    @property
     def finished(self) -> list[Point]:
         return [p for p in self.points if p.state == "COMPLETE"]
 
@@ -108,7 +114,7 @@ def load_views(sweep_dir: Path) -> list[StudyView]:
             StudyView(
                 name=name,
                 cell=_cell_name(slug[0]),
-                seed=int(slug[1]) if len(slug) > 1 else 0,
+                seed=int(slug[1]) if len(slug) > 1 else -1,
                 directions=directions,
                 metric_names=list(study.metric_names or ["objective 1", "objective 2"]),
                 points=points,

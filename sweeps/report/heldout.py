@@ -22,8 +22,25 @@ HELDOUT_RULE = (
 )
 
 
-def _chosen(df: pd.DataFrame) -> pd.DataFrame:
-    if "chosen" not in df or TEST_BLEU not in df:
+CONFIRM_RULE = (
+    "Confirmed on fresh seeds: after the choice, each cell's chosen configuration was trained again on "
+    "seeds the search never saw (seeds.confirm; results.csv's role = confirm) and evaluated once on the "
+    "test split. Those figures (the `confirm` columns) carry no selection at all, neither the "
+    "choice among samples nor the luck of the selection seeds; the `chosen` columns are the selection "
+    "seeds' figures of the same configuration. Each: mean ± the 95% t-interval's half-width over its seeds."
+)
+
+
+def split_confirm(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the rows selection saw, the confirm trials' rows: ``role`` = ``confirm``, :mod:`sweeps.run.confirm`)."""
+    if "role" not in df:
+        return df, df.iloc[0:0]
+    confirm = df["role"].astype(str) == "confirm"
+    return df[~confirm], df[confirm]
+
+
+def _chosen(df: pd.DataFrame, tested: bool = True) -> pd.DataFrame:
+    if "chosen" not in df or (tested and TEST_BLEU not in df):
         return df.iloc[0:0]
     flag = df["chosen"].astype(str).str.strip().str.lower().isin({"true", "1", "1.0"})
     return df[flag]
@@ -77,15 +94,54 @@ def _wide(frame: pd.DataFrame, axis: str, label) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def heldout_sections(
-    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+def confirm_section(
+    df: pd.DataFrame, confirm: pd.DataFrame, columns: list[tuple[str, str]]
 ) -> list[tuple[str, str]]:
-    """The held-out section (heading, Markdown), or none when no trial was evaluated on test."""
+    """The confirm section (heading, Markdown): per cell the chosen configuration's figures on the
+    selection seeds beside those on the confirm seeds, for each ``(label, results column)`` of
+    ``columns``; none without finished confirm rows."""
+    from sweeps.report.markdown import to_markdown
+
+    finished = confirm[confirm["status"].isin(["done", "stopped", "converged"])]
+    if finished.empty:
+        return []
+    chosen, rows = _chosen(df, tested=False), []
+    for cell, group in finished.groupby("cell", sort=False):
+        mine = chosen[chosen["cell"] == cell]
+        row = {"cell": cell}
+        for who, frame in (("chosen", mine), ("confirm", group)):
+            for label, col in columns:
+                row[f"{who} {label}"] = _figure(frame[col]) if col in frame else "–"
+            row[f"{who} seeds"] = int(frame["seed"].nunique())
+        rows.append(row)
+    table = to_markdown(pd.DataFrame(rows))
+    heading = "Confirmed on fresh seeds: the chosen configurations' figures free of selection"
+    return [(heading, "\n\n".join([table, CONFIRM_RULE]))]
+
+
+def heldout_sections(
+    df: pd.DataFrame,
+    metric: str = VAL_BLEU,
+    mode: str = "max",
+    confirm: pd.DataFrame | None = None,
+) -> list[tuple[str, str]]:
+    """The held-out section (heading, Markdown), or none when no trial was evaluated on test; then,
+    with ``confirm`` rows (:func:`split_confirm`), the confirm section (:func:`confirm_section`)."""
     from sweeps.report.markdown import to_markdown
 
     frame, valid_col, test_col = heldout_frame(df)
+    more = [] if confirm is None or confirm.empty else None
+    if more is None:
+        columns = [("valid", valid_col), ("test", test_col)]
+        if metric not in (
+            valid_col,
+            VAL_BLEU,
+        ):  # the figure the choice was made on, and its test twin
+            twin = metric.replace("val/", "test/", 1)
+            columns += [(metric, metric)] + ([(twin, twin)] if twin in confirm else [])
+        more = confirm_section(df, confirm, columns)
     if frame.empty:
-        return []
+        return more
     chosen = _chosen(df)
     splits = (
         ", ".join(sorted(chosen["test_split"].dropna().astype(str).unique()))
@@ -127,4 +183,4 @@ def heldout_sections(
             f"Held-out test results of the chosen configurations ({layout})",
             "\n\n".join([to_markdown(table), *notes]),
         )
-    ]
+    ] + more

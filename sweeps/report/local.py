@@ -33,7 +33,7 @@ from pathlib import Path
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import RESULTS_CSV, RESULTS_MD
 from sweeps.report.findings import seed_sections
-from sweeps.report.heldout import heldout_sections
+from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.markdown import results_sections
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, model_points
@@ -47,7 +47,8 @@ def build_local_report(
     from sweeps.report.figures import pareto_figure, save_figure
     from sweeps.report.plots import plot_results
 
-    df = read_results(sweep_dir / RESULTS_CSV)
+    # the confirm trials (seeds.confirm) are no part of any selection summary: only of the held-out one
+    df, confirm = split_confirm(read_results(sweep_dir / RESULTS_CSV))
     paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir))
     points = model_points(df, metric, mode)
     if not points.empty:
@@ -58,7 +59,7 @@ def build_local_report(
         if not heading:  # after the preamble: the budget, the trials that lost their node
             lines += run_notes(df, sweep_dir)
     for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
-        df, metric, mode
+        df, metric, mode, confirm
     ):  # intervals, findings, paired bootstrap; test
         lines += [f"## {heading}", text]
     if paths:
@@ -122,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         from sweeps.report.wandb_report import build_wandb_report
 
         entity = args.entity or wandb.Api().default_entity
-        results = read_results(args.sweep_dir / RESULTS_CSV)
+        results, confirm = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))
         report = build_wandb_report(
             entity,
             args.project,
@@ -131,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
             results=results,
             metric=args.metric,
             mode=args.mode,
+            confirm=confirm,
         )
         report.save()
         print(f"W&B report: {report.url}")

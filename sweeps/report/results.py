@@ -310,6 +310,7 @@ TEXT_COLUMNS = (
     "heldout_error",
     "plan_hash",
     "reused",
+    "role",
 )
 
 
@@ -365,6 +366,7 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
             "cell",
             "configuration",
             "seed",
+            "role",
             "status",
             VAL_BLEU,
             "chosen",

@@ -11,6 +11,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
 from sweeps.report.findings import seed_sections
+from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import pareto_markdown, results_sections
 from sweeps.report.results import DECODE_SECONDS
 from sweeps.report.summary import DAGGER
@@ -44,6 +45,7 @@ def build_wandb_report(
     results: pd.DataFrame | None = None,
     metric: str = VAL_BLEU,
     mode: str = "max",
+    confirm: pd.DataFrame | None = None,
 ) -> Any:
     """A ``wandb_workspaces.reports.v2.Report`` for one sweep group (not saved; call ``.save()``).
 
@@ -53,6 +55,9 @@ def build_wandb_report(
             the long table, the Pareto front, contended decode times marked †; with 2 or more
             seeds, the intervals, the paper's findings judged on them and the paired bootstrap:
             :func:`sweeps.report.findings.seed_sections`) as Markdown.
+            Then, as results.md, the held-out section and (with ``confirm``: the confirm trials'
+            rows, :func:`sweeps.report.heldout.split_confirm`) the confirm section
+            (:func:`sweeps.report.heldout.heldout_sections`).
         points: without ``results``, :func:`model_points` for the Pareto table alone.
 
     Then a panel grid over the group's runs (:data:`PANELS_NOTE`): for a sweep with several
@@ -72,9 +77,9 @@ def build_wandb_report(
     if results is not None:
         for heading, text in results_sections(results, metric, mode):
             blocks += ([wr.H2(text=heading)] if heading else []) + [wr.MarkdownBlock(text=text)]
-        for heading, text in seed_sections(
-            results, metric, mode
-        ):  # intervals, findings, paired bootstrap
+        for heading, text in seed_sections(results, metric, mode) + heldout_sections(
+            results, metric, mode, confirm
+        ):  # intervals, findings, paired bootstrap; chosen on validation, reported on test
             blocks += [wr.H2(text=heading), wr.MarkdownBlock(text=text)]
         if "length" in results:
             lengths = results["length"].dropna().nunique()

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sweeps.heldout.select import aggregate
+from sweeps.heldout.select import aggregate, is_confirm
 from sweeps.run.searcher import SweepSearcher, Unit, optuna_sampler
 
 
@@ -280,8 +280,8 @@ def publish_configurations(rows: list[dict], settings: Any, spec: Any) -> dict[s
 
     metric, mode, objective = spec.metric.name, spec.metric.mode, spec.seeds.objective
     groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        if row.get("configuration") is not None and row.get("trial_id"):
+    for row in rows:  # a confirm trial (sweeps.run.confirm) is not one of the configuration's seeds
+        if row.get("configuration") is not None and row.get("trial_id") and not is_confirm(row):
             groups.setdefault((row["cell"], row["configuration"]), []).append(row)
     out: dict[str, dict[str, Any]] = {}
     for members in groups.values():

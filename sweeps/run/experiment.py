@@ -99,10 +99,21 @@ def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
 def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
     """The sweep's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
     one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
+    from sweeps.run.warm import apply_warm_start, plan_warm_start
+
+    if sweep.spec.objectives and sweep.spec.per_configuration:  # over seeds: sweeps.moo.configs
+        from sweeps.moo.configs import make_moo_config_searcher
+        from sweeps.run.searcher import sweep_units
+
+        searcher = make_moo_config_searcher(sweep, paths, sweep_units(sweep), wandb_mode)
+        apply_warm_start(searcher, sweep, plan_warm_start(sweep))
+        return searcher
     if sweep.spec.objectives:  # multi-objective studies (issue 21): sweeps.moo
         from sweeps.moo.search import make_moo_searcher
 
-        return make_moo_searcher(sweep, paths, wandb_mode)
+        searcher = make_moo_searcher(sweep, paths, wandb_mode)
+        apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # reused and told trials
+        return searcher
     from sweeps.run.packing import estimated_cost
     from sweeps.run.searcher import SweepSearcher, optuna_distributions, sweep_units
 
@@ -114,8 +125,6 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         journal_path = paths.output / sweep.name / OPTUNA_JOURNAL
         journal_path.parent.mkdir(parents=True, exist_ok=True)
         journal = str(journal_path)
-    from sweeps.run.warm import apply_warm_start, plan_warm_start
-
     if spec.per_configuration:  # one study per cell, configurations judged over seeds
         from sweeps.run.configs import make_config_searcher
 

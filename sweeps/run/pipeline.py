@@ -45,6 +45,7 @@ def trial_table(sweep: Sweep) -> str:
             )
         else:
             search += " (per-unit mode: each (cell, seed) its own Optuna study)"
+    from sweeps.run.confirm import confirm_summary
     from sweeps.run.warm import plan_warm_start
 
     warm = plan_warm_start(sweep)
@@ -54,6 +55,8 @@ def trial_table(sweep: Sweep) -> str:
         f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
         f"{sweep.num_trials} trials{search}"
     )
+    if confirm := confirm_summary(sweep):
+        lines.append(confirm)
     return "\n".join(lines)
 
 
@@ -192,17 +195,32 @@ def _run_sweep(
         except KeyboardInterrupt:  # stopped while timing: --resume times them again
             interrupted = True
     rows += warm.rows() if warm else []  # warm_start: the earlier trials reused, as they were
+    plans.update(warm.plans(sweep, out_dir) if warm else {})  # so the held-out stage can test them
+    if spec.confirm_seeds and not interrupted:  # the chosen configurations on fresh seeds
+        from sweeps.run.confirm import confirm_stage
+
+        try:
+            more, more_plans, cut = confirm_stage(
+                sweep, paths, settings, fit, rows, args.verbose, guard, meter
+            )
+            rows, interrupted = rows + more, interrupted or cut
+            plans.update(more_plans)
+        except KeyboardInterrupt:
+            interrupted = True
     if spec.heldout.enabled and not interrupted:  # chosen on validation, then tested once
         from sweeps.heldout.stage import evaluate_chosen_trials, publish_heldout
 
         try:
             # settings.spec: the GPU share the cluster check settled on (none on a CPU-only machine)
             tested = evaluate_chosen_trials(rows, plans, out_dir, settings.spec)
-            publish_heldout(
-                tested, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None
-            )
+            here = {t: v for t, v in tested.items() if t not in (warm.reused_ids() if warm else ())}
+            publish_heldout(here, settings, out_dir / OPTUNA_JOURNAL if sweep.has_search else None)
         except KeyboardInterrupt:  # stopped while testing: --resume tests them again
             interrupted = True
+    if spec.confirm_seeds and not interrupted:  # the confirm figures in W&B and Optuna
+        from sweeps.run.confirm import publish_confirm
+
+        publish_confirm(rows, settings, out_dir / OPTUNA_JOURNAL, sweep)
     if spec.per_configuration and grid:  # each configuration's aggregate beside its seeds' runs
         from sweeps.run.configs import publish_configurations
 

@@ -92,6 +92,8 @@ class WarmStart:
     #: configurations judged over seeds reused whole: (cell index, its number in the new study, the
     #: earlier rows by seed)
     configurations: list[tuple[int, int, dict[int, dict[str, Any]]]] = field(default_factory=list)
+    #: per study suffix, the earlier study's objective names (a multi-objective study's), or None
+    names: dict[str, list[str] | None] = field(default_factory=dict)
 
     @property
     def reused_count(self) -> int:
@@ -100,6 +102,22 @@ class WarmStart:
     def rows(self) -> list[dict[str, Any]]:
         """The reused rows, marked ``reused`` with the folder they came from."""
         return [{**r, REUSED: str(self.folder)} for rows in self.reused.values() for r in rows]
+
+    def reused_ids(self) -> set[str]:
+        return {r["trial_id"] for rows in self.reused.values() for r in rows}
+
+    def plans(self, sweep: Any, out_dir: Path) -> dict[str, tuple[Any, str]]:
+        """Per reused trial id its plan (the new sweep's, with the row's sampled values) and a folder
+        of this sweep for the held-out stage's record (the earlier sweep's folders are not written):
+        a reused chosen row without a test figure is evaluated like the others."""
+        out = {}
+        for i, rows in self.reused.items():
+            plan = sweep.plans[i]
+            for r in rows:
+                params = {key: r.get(f"param:{key}") for key in sweep.spec.parameters}
+                same = plan.with_values(plan.seed, params, params, {}) if params else plan
+                out[r["trial_id"]] = (same, str(out_dir / "heldout" / r["trial_id"]))
+        return out
 
     def summary(self) -> str:
         told = sum(len(t) for t in self.told.values())
@@ -122,7 +140,7 @@ def plan_warm_start(sweep: Any) -> WarmStart | None:
     warm = WarmStart(folder)
     journal = folder / OPTUNA_JOURNAL
     if spec.parameters and journal.is_file():
-        warm.told = _earlier_trials(journal)
+        warm.told, warm.names = _earlier_trials(journal)
     records = _finished_records(warm)
     if spec.per_configuration:
         _find_reusable_configurations(sweep, warm, records)
@@ -142,6 +160,8 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
     if df.empty:
         return []
     done = df[df["status"].isin(FINISHED)]
+    if "role" in done:  # a confirm trial (sweeps.run.confirm) was retrained after a choice
+        done = done[done["role"].astype(str) != "confirm"]
     if PLAN_HASH not in done:
         warm.unchecked = len(done)
         return []
@@ -235,45 +255,61 @@ def _missing(v: Any) -> bool:
         return False
 
 
-def _earlier_trials(journal: Path) -> dict[str, list[Any]]:
+def _earlier_trials(journal: Path) -> tuple[dict[str, list[Any]], dict[str, list[str] | None]]:
+    """Per study suffix (after ``<sweep>/``) the earlier study's finished trials, and its objective
+    names (``study.metric_names``: a multi-objective study's, :mod:`sweeps.moo.studies`)."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     storage = JournalStorage(JournalFileBackend(str(journal)))
     out: dict[str, list[Any]] = {}
+    names: dict[str, list[str] | None] = {}
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
         trials = [t for t in study.get_trials(deepcopy=False) if t.state in finished]
         if trials:
             out[name.split("/", 1)[-1]] = trials
-    return out
+            names[name.split("/", 1)[-1]] = study.metric_names
+    return out, names
 
 
 def tell_earlier(study: Any, trials: list[Any], space: dict[str, Any], source: Path) -> int:
     """Add the earlier finished ``trials`` to a new, empty ``study`` (``add_trial``), those whose
-    parameters are exactly the new ``space``'s names and lie inside its distributions. Returns how
-    many were told."""
+    parameters are exactly the new ``space``'s names and lie inside its distributions and, when
+    COMPLETE, have one value per direction of ``study`` (a multi-objective study's vector, with the
+    trial's constraints for the samplers that read them). Returns how many were told."""
     import optuna
 
-    told = 0
+    told, n = 0, len(study.directions)
     for t in trials:
         if not _fits(t, space):
             continue
         complete = t.state == optuna.trial.TrialState.COMPLETE
+        if complete and len(t.values or []) != n:
+            continue  # another number of objectives: not this study's kind of result
         study.add_trial(
             optuna.trial.create_trial(
                 params=t.params,
                 distributions=space,
-                value=t.value if complete else None,
+                values=list(t.values) if complete else None,
                 state=t.state,
                 intermediate_values=dict(t.intermediate_values),
                 user_attrs={**t.user_attrs, "warm_start_from": str(source)},
+                constraints=_constraints(t),
             )
         )
         told += 1
     return told
+
+
+def _constraints(trial: Any) -> dict[str, float] | None:
+    try:
+        found = trial.constraints
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return dict(found) if isinstance(found, dict) and found else None
 
 
 def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
@@ -293,7 +329,10 @@ def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
     else:
         opened = [(searcher._study(i), u.name) for i, u in enumerate(searcher.units)]
     for study, name in opened:
-        earlier = warm.told.get(name.split("/", 1)[-1])
+        suffix = name.split("/", 1)[-1]
+        earlier, names = warm.told.get(suffix), warm.names.get(suffix)
+        if names and study.metric_names and list(names) != list(study.metric_names):
+            continue  # a multi-objective study of other objectives: its values mean other things
         if earlier and not study.trials:
             tell_earlier(study, earlier, searcher.space, warm.folder)
     for cell, number, rows in warm.configurations:  # reused whole: every seed has its outcome

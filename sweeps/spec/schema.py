@@ -265,6 +265,11 @@ class SweepSpec(_Strict):
         return list(self.seeds.values if isinstance(self.seeds, SeedsSpec) else self.seeds)
 
     @property
+    def confirm_seeds(self) -> list[int]:
+        """``seeds.confirm``: the fresh seeds the chosen configurations are retrained on."""
+        return list(self.seeds.confirm) if isinstance(self.seeds, SeedsSpec) else []
+
+    @property
     def per_configuration(self) -> bool:
         """Configurations judged over seeds (``seeds: {per_configuration: true}``) with a search."""
         return isinstance(self.seeds, SeedsSpec) and self.seeds.per_configuration

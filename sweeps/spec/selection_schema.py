@@ -50,16 +50,37 @@ class SeedsSpec(_Strict):
         "pessimistic end of the 95% t-interval over seeds (mean - t*sd/sqrt(n) when maximizing).",
     )
 
+    confirm: list[int] = Field(
+        default_factory=list,
+        description="Fresh seeds (none of `values`) on which each cell's chosen configuration is "
+        "trained again after selection (`role: confirm` in results.csv) and evaluated by the held-out "
+        "stage: results.md reports their validation and test figures as the ones free of selection.",
+    )
+
     def model_post_init(self, __context) -> None:
         if len(set(self.values)) != len(self.values):
             raise ValueError(f"seeds.values repeats a seed: {self.values}; list each seed once")
+        if len(set(self.confirm)) != len(self.confirm):
+            raise ValueError(f"seeds.confirm repeats a seed: {self.confirm}; list each seed once")
+        if both := sorted(set(self.values) & set(self.confirm)):
+            raise ValueError(
+                f"seeds.confirm must be fresh seeds, but {both} are also in seeds.values; "
+                "pick seeds the search never trained on"
+            )
 
 
 def check_seeds(spec: Any, source: str | None = None) -> None:
-    """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters`` and a
-    single ``metric`` (the multi-objective search keeps one study per (cell, seed) for now)."""
+    """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters``; with
+    ``objectives`` (:mod:`sweeps.moo.configs`) no early stopping and no baseline constraints yet."""
     from sweeps.errors import SpecError
 
+    if isinstance(spec.seeds, SeedsSpec) and spec.seeds.confirm and spec.objectives:
+        raise SpecError(
+            "seeds.confirm",
+            "retrains the configuration a single `metric` chose; a multi-objective study chooses a "
+            "front, not one configuration: drop seeds.confirm or use a single `metric`",
+            source,
+        )
     if not isinstance(spec.seeds, SeedsSpec) or not spec.seeds.per_configuration:
         return
     if not spec.parameters:
@@ -69,13 +90,23 @@ def check_seeds(spec: Any, source: str | None = None) -> None:
             "add parameters (and num_samples), or use the list form seeds: [..]",
             source,
         )
-    if spec.objectives:
-        raise SpecError(
-            "seeds.per_configuration",
-            "is not supported with `objectives` (multi-objective studies keep one Optuna study per "
-            "cell and seed); drop per_configuration or use a single `metric`",
-            source,
-        )
+    if spec.objectives:  # sweeps.moo.configs: a vector of aggregates, no early stopping yet
+        if spec.early_terminate.type != "none":
+            raise SpecError(
+                "seeds.per_configuration",
+                f"with `objectives`, early_terminate {spec.early_terminate.type} is not supported yet "
+                "(the Pareto rung rule compares single trials per cell and seed); use "
+                "early_terminate: {type: none}, or drop per_configuration",
+                source,
+            )
+        if any(c.of for c in spec.constraints):
+            raise SpecError(
+                "seeds.per_configuration",
+                "with `objectives`, constraints relative to a baseline (`of:`) are not supported yet; "
+                "use absolute bounds, or drop per_configuration",
+                source,
+            )
+        return
     if spec.early_terminate.type not in ("none", "asha"):
         raise SpecError(
             "seeds.per_configuration",

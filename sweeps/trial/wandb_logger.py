@@ -85,6 +85,8 @@ def make_wandb_logger(
             job_type,
             f" configuration={plan.config['configuration']}",
         )
+    if plan.config.get("role") == "confirm":  # retrained after the choice (sweeps.run.confirm)
+        run_config["role"], label = "confirm", label + " confirm"
     logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,

@@ -190,3 +190,63 @@ def test_configurations_over_seeds_are_reused_whole(local_ray, tmp_path):
     for t in study.trials:
         rows = df[(df["length"] == 4) & (df["configuration"] == t.number)]
         assert sorted(rows["seed"]) == [0, 1] and t.value == pytest.approx(rows["val/bleu"].mean())
+
+
+def test_a_multi_objective_study_is_told_its_earlier_vectors_and_constraints(tmp_path):
+    import optuna
+
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    old = optuna.create_study(directions=["maximize", "minimize"])
+    for lr, values in ((1e-3, [5.0, 0.3]), (5e-3, [7.0, 0.1])):
+        old.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": lr}, distributions=space, values=values, constraints={"mb": -1.0}
+            )
+        )
+    new = optuna.create_study(directions=["maximize", "minimize"])
+    assert tell_earlier(new, old.trials, space, tmp_path) == 2
+    assert [t.values for t in new.trials] == [[5.0, 0.3], [7.0, 0.1]]
+    assert new.trials[1].constraints == {"mb": -1.0}
+    assert [t.number for t in new.best_trials] == [1]  # (7, 0.1) dominates (5, 0.3)
+    # a study of one objective is not told two-valued results, nor the reverse
+    assert tell_earlier(optuna.create_study(), old.trials, space, tmp_path) == 0
+
+
+@pytest.mark.slow
+def test_a_multi_objective_study_with_one_more_length_trains_only_the_new_cell(local_ray, tmp_path):
+    """Warm start of the multi-objective searcher (about a minute here): the earlier cell's trials
+    are reused (no trial folder), and its new study starts with the earlier two-valued trials."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    base = dict(
+        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "val/loss", "goal": "minimize"},
+        ],
+    )
+    one = tmp_path / "one"
+    one.mkdir()
+    first = [str(write_spec(one, tiny_spec("m", **base))), "--output", str(tmp_path / "o1")]
+    assert main([*first, "--verbose", "0"]) == 0
+    more = tiny_spec("m", **base, warm_start=str(tmp_path / "o1" / "m"))
+    more["grid"]["task.max_length"] = [4, 6]
+    second = [str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"]
+    assert main(second) == 0
+    out = tmp_path / "o2" / "m"
+    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    assert len(trained) == 2 and all("length=6" in name for name in trained)
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 4 and (df["reused"].notna() == (df["length"] == 4)).all()
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    old = optuna.load_study(study_name="m/attention-none_length-4-seed0", storage=storage)
+    assert len(old.trials) == 2 and all(len(t.values) == 2 for t in old.trials)
+    assert sorted(t.user_attrs["ray_trial_id"] for t in old.trials) == sorted(
+        df[df["length"] == 4]["trial_id"]
+    )
