@@ -589,6 +589,23 @@ def cpu_bf16() -> dict[str, bool]:
     }
 
 
+def precision_refusal(name: str, device: Any, machine: dict[str, Any]) -> str | None:
+    """Why ``name`` cannot run here, or None: a ``:bf16`` variant on a CPU that does not compute
+    bf16 in hardware (no AVX512_BF16 or AMX-BF16). There oneDNN builds no bf16 LSTM at all
+    ("could not create a primitive descriptor"), and what does run in bf16 is emulated and slower
+    than fp32, so the variant would time nothing worth comparing."""
+    if parse_system(name)[2] != "bf16" or device.type != "cpu":
+        return None
+    if machine.get("avx512_bf16") or machine.get("amx_bf16"):
+        return None
+    return (
+        f"{name} needs native bf16 and this CPU ({machine.get('cpu', '?')}) has neither "
+        "AVX512_BF16 nor AMX-BF16: oneDNN has no bf16 LSTM here and bf16 products are emulated; "
+        "run the bf16 variant on a CPU with one of them (e.g. AMD Zen 4, Intel Sapphire Rapids) "
+        "or with --device cuda"
+    )
+
+
 def loadavg() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -688,6 +705,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     try:
         for name in args.systems:
+            reason = precision_refusal(name, device, machine)
+            if reason:
+                unavailable[name] = reason
+                results[name] = {"available": False, "reason": reason}
+                log(f"{name}: NOT RUN ({reason})")
+                continue
             child = Child(name, cfg, cpus)
             hello = child.answer()
             if not hello.get("ready"):

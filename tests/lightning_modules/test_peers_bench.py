@@ -57,10 +57,18 @@ def test_project_only_quick_run_prints_the_json_line(capsys):
     assert TOP_KEYS <= set(result)
     assert result["benchmark"] == "peers" and result["settings"]["quick"]
     check_system(result, "project")
-    check_system(result, "project:bf16")
-    keys = {f"train_L{L}" for L in result["settings"]["lengths"]} | {"greedy", "beam"}
-    assert set(result["ratios"]["project:bf16"]) == keys  # a variant: its seconds / the project's
-    assert result["unavailable"] == {} and result["differences"] == {}
+    assert result["differences"] == {}
+    machine = result["machine"]
+    if machine["avx512_bf16"] or machine["amx_bf16"]:  # native bf16: the variant is timed
+        check_system(result, "project:bf16")
+        keys = {f"train_L{L}" for L in result["settings"]["lengths"]} | {"greedy", "beam"}
+        assert set(result["ratios"]["project:bf16"]) == keys  # its seconds / the project's
+        assert result["unavailable"] == {}
+    else:  # e.g. an AVX2-only EPYC: oneDNN has no bf16 LSTM, so the variant is named, not run
+        assert set(result["unavailable"]) == {"project:bf16"}
+        assert "AVX512_BF16 nor AMX-BF16" in result["unavailable"]["project:bf16"]
+        assert result["systems"]["project:bf16"]["available"] is False
+        assert "project:bf16" not in result["ratios"]
     assert {"cpu", "avx512_bf16", "amx_bf16", "torch"} <= set(result["machine"])
     assert Path(result["systems"]["project"]["source"]) == BENCH.parents[1]  # this checkout's model
 
@@ -98,3 +106,17 @@ def test_quick_run_against_the_peers(capsys):
         assert set(result["ratios_cpu_time"][peer]) == keys
         assert result["differences"][peer]  # what its options cannot make the same is named
     assert result["systems"]["opennmt"]["params"] < result["systems"]["project"]["params"]
+
+
+def test_the_bf16_variant_is_refused_only_on_a_cpu_without_native_bf16():
+    import torch
+
+    bench = load_bench()
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    avx2 = {"cpu": "AMD EPYC", "avx512_bf16": False, "amx_bf16": False}
+    reason = bench.precision_refusal("project:bf16", cpu, avx2)
+    assert "AVX512_BF16 nor AMX-BF16" in reason and "--device cuda" in reason
+    assert bench.precision_refusal("project", cpu, avx2) is None  # fp32 runs anywhere
+    assert bench.precision_refusal("project:bf16", cuda, avx2) is None  # the GPU decides there
+    assert bench.precision_refusal("project:bf16", cpu, avx2 | {"avx512_bf16": True}) is None
+    assert bench.precision_refusal("project:bf16", cpu, avx2 | {"amx_bf16": True}) is None
