@@ -591,7 +591,10 @@ class Seq2Seq(nn.Module):
         n = batch * k
         y = src.new_full((n,), self.bos_id)  # (B*k,)
         ctx = state[0][0].new_zeros(n, self.decoder.context_dim)  # (B*k, C)
-        scores = torch.zeros(batch, k, device=device)  # (B, k) raw log-prob sums of the live beams
+        # scores at the model's precision, fp32 at least (a float64 model keeps float64 sums; fp32
+        # and bf16 autocast keep fp32, as before)
+        score_dtype = torch.promote_types(ctx.dtype, torch.float32)
+        scores = torch.zeros(batch, k, device=device, dtype=score_dtype)  # (B, k) log-prob sums
         scores[:, 1:] = float("-inf")  # only the first beam is alive at the start
         scores = scores.view(n)  # (B*k,)
         row_offset = (torch.arange(batch, device=device) * k).unsqueeze(1)  # (B, 1)
@@ -599,7 +602,7 @@ class Seq2Seq(nn.Module):
         in_first_k = (torch.arange(width, device=device) < k).unsqueeze(0)  # (1, 2k)
         # the finished pool, kept as its best member per sentence: normalised score, the step whose
         # token was its EOS, and the live row (of the step before) it extended
-        pool_score = torch.full((batch,), float("-inf"), device=device)  # (B,)
+        pool_score = torch.full((batch,), float("-inf"), device=device, dtype=score_dtype)  # (B,)
         pool_step = torch.full((batch,), -1, dtype=torch.long, device=device)  # (B,)
         pool_parent = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         pool_count = torch.zeros(
@@ -609,7 +612,7 @@ class Seq2Seq(nn.Module):
         if length_penalty > 0:
             # every completion of a live hypothesis has raw log-prob <= its prefix's (<= 0) and length
             # <= the sentence's limit, so its normalised score is <= prefix raw / limit ** alpha
-            bound_divisor = limits.float() ** length_penalty  # (B,)
+            bound_divisor = limits.to(score_dtype) ** length_penalty  # (B,)
         history_tokens, history_parents, history_best = [], [], []
         step = self._decode_step()
         for t in range(max_steps):
@@ -618,7 +621,7 @@ class Seq2Seq(nn.Module):
             )  # (B*k, V)
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
-            logp = torch.log_softmax(logits.float(), dim=-1)  # (B*k, V)
+            logp = torch.log_softmax(logits.to(score_dtype), dim=-1)  # (B*k, V)
             cand = (scores.unsqueeze(1) + logp).view(batch, k * vocab)  # (B, k*V)
             top_scores, top = cand.topk(width, dim=1)  # (B, 2k) best first
             top_tokens = top % vocab  # (B, 2k)
@@ -677,7 +680,7 @@ class Seq2Seq(nn.Module):
             torch.stack(history_best, dim=1).gather(1, (closed_at - 1).unsqueeze(1)).squeeze(1)
         )  # (B,)
         if length_penalty:
-            live_norm = live_norm / closed_at.float() ** length_penalty
+            live_norm = live_norm / closed_at.to(score_dtype) ** length_penalty
         best_score = torch.where(unfinished, live_norm, pool_score)  # (B,)
         end = torch.where(unfinished, closed_at, pool_step)  # (B,) tokens before it
         slot = torch.where(unfinished, best_live, pool_parent)  # (B,) live row at step end - 1

@@ -206,3 +206,18 @@ def test_early_stop_still_stops_when_nothing_live_can_win(alpha):
     )
     assert tokens.tolist() == [[EOS_ID]]
     assert len(calls) == 2
+
+
+def test_a_float64_model_keeps_float64_beam_scores():
+    """The beam's log-prob sums and its finished pool follow the model's precision (fp32 at least):
+    a float64 model's log-probs and scores were rounded to fp32, so CPU and CUDA disagreed in the 8th digit."""
+    model = make_model("bahdanau").double().eval()
+    batch = collate_copy(sentences([5, 3], seed=0))
+    with torch.no_grad():
+        _, _, scores = model.beam_search(
+            batch["src"], batch["src_lengths"], beam_size=3, return_scores=True
+        )
+        _, _, scores32 = (
+            model.float().beam_search(batch["src"], batch["src_lengths"], 3, return_scores=True)
+        )
+    assert scores.dtype == torch.float64 and scores32.dtype == torch.float32
