@@ -28,11 +28,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def head():
     """``ray start --head --block`` in its own session; yields (address, RAY_TMPDIR, env)."""
     tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
-    port = free_port()
+    port, agent_port = free_port(), free_port()
     env = {
         **os.environ,
         "RAY_TMPDIR": tmp,
@@ -58,7 +66,7 @@ def head():
         f"--dashboard-agent-listen-port={free_port()}",
         f"--dashboard-agent-grpc-port={free_port()}",
         f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
+        f"--runtime-env-agent-port={agent_port}",
         f"--dashboard-port={free_port()}",
     ]
     proc = subprocess.Popen(
@@ -74,7 +82,18 @@ def head():
     while not address_file.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
     try:
-        if not address_file.exists():
+        # the address file comes before the node can start workers: wait for the runtime-env
+        # agent too (on a loaded 2-core machine it took long enough for the first test's trials
+        # to fail: "Runtime Env Agent network error ... Connection refused")
+        host = address_file.read_text().strip().rsplit(":", 1)[0] if address_file.exists() else ""
+        while (
+            host
+            and not listening(host, agent_port)
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        if not (host and listening(host, agent_port)):
             proc.kill()
             pytest.fail("ray start --head did not come up:\n" + proc.communicate()[0][-3000:])
         yield f"127.0.0.1:{port}", tmp, env
