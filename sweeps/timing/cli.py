@@ -156,7 +156,8 @@ def report_lines(timing: DecodeTiming, split: str) -> list[str]:
     return [
         f"split        {split}: {t.sentences} sentences in {t.batches} batches (moved to {t.device} before timing), "
         f"{t.output_tokens} tokens decoded",
-        f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}, "
+        f"settings     beam {t.beam_size}{' (greedy)' if t.beam_size == 1 else ''}, device {t.device}"
+        f"{f' ({t.device_name})' if t.device_name else ''}, "
         f"{t.threads} thread(s), torch {t.torch_version}; {t.warmup} warm-up + {t.repeats} timed runs",
         f"whole split  {t.decode_seconds:.4f} s  (median of {repeats_note(t)}; min {t.min_seconds:.4f}, "
         f"max {t.max_seconds:.4f}, IQR {t.iqr_seconds:.4f}{shared_core_note(t)})",

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from sweeps.layout import TIMING_FILE, write_atomic
+from sweeps.timing.devices import device_name
 from sweeps.timing.memory import MemoryPeaks
 
 # The figure is ``decode_seconds`` from the measurement to results.md, timing.json included; files
@@ -61,6 +62,7 @@ class DecodeTiming:
     process_medians: tuple[
         float, ...
     ] = ()  # one median per fresh timing process; the figure is the fastest's
+    device_name: str = ""  # the GPU's or the CPU's model (empty in timings recorded before it)
 
     @property
     def repeats(self) -> int:
@@ -104,6 +106,7 @@ class DecodeTiming:
             device=device,
             threads=threads,
             torch_version=torch.__version__,
+            device_name=device_name(device),
         )
 
     def to_dict(self) -> dict[str, Any]:

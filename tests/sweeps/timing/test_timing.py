@@ -222,6 +222,16 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in proc.stdout
     assert "valid: 24 sentences" in proc.stdout
     assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
+    cpu_model = next(  # what it ran on, by name (a GPU's name on CUDA)
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        None,
+    )
+    if cpu_model:
+        assert data["device_name"] == cpu_model and f"device cpu ({cpu_model})," in proc.stdout
 
 
 @pytest.mark.train
