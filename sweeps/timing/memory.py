@@ -14,7 +14,7 @@ encoder states, caches and beams for decoding.
   high-water mark of earlier work. A first, unmeasured run of each kind takes the one-time
   allocations (kernel libraries' buffers, thread pools) out of the figure. The timing stage
   measures each model in a fresh process of its own with a fixed glibc mmap threshold
-  (:data:`sweeps.timing.stage.MEMORY_ENV`, which says why).
+  (:data:`MEMORY_ENV`, which says why).
 """
 
 from __future__ import annotations
@@ -35,6 +35,16 @@ from sweeps.errors import TimingError
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 MB = 2**20
+
+# Peak memory on CPU is measured in a fresh process per model, where glibc hands every block of
+# 64 KiB or more back to the system when it is freed (a fixed mmap threshold). With glibc's default
+# the threshold moves with what was freed before and freed heap is reused without a resident page
+# more: one tiny model's training peak read 24.1-27.6 MiB in three processes that timed it first
+# (20.2-21.1 with the fixed threshold); and a model measured after others in one process read
+# decode peaks up to 1.7x those of the same model measured first. The timing processes keep
+# glibc's default: a fixed threshold maps and faults in every large tensor afresh, which would
+# slow the very steps they time.
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 
 
 @dataclass(frozen=True)

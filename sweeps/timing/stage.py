@@ -38,7 +38,7 @@ from sweeps.timing.jobs import (
     pick_cpus,
 )
 from sweeps.timing.measure import TimingError
-from sweeps.timing.memory import combine
+from sweeps.timing.memory import MEMORY_ENV, combine
 from sweeps.timing.record import (
     DecodeTiming,
     TimingRecord,
@@ -49,15 +49,6 @@ from sweeps.timing.record import (
 )
 from sweeps.timing.train import fastest
 
-# Peak memory on CPU is measured in a fresh process per model, where glibc hands every block of
-# 64 KiB or more back to the system when it is freed (a fixed mmap threshold). With glibc's default
-# the threshold moves with what was freed before and freed heap is reused without a resident page
-# more: one tiny model's training peak read 24.1-27.6 MiB in three processes that timed it first
-# (20.2-21.1 with the fixed threshold); and a model measured after others in one process read
-# decode peaks up to 1.7x those of the same model measured first. The timing processes keep
-# glibc's default: a fixed threshold maps and faults in every large tensor afresh, which would
-# slow the very steps they time.
-MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
 
 

@@ -764,3 +764,36 @@ def test_training_step_and_peaks_are_measured_on_a_copy_of_the_model(copy_ckpts,
     write_json_atomic(job.result_path, record.to_dict())
     assert already_timed(job, ["decode", "train", "memory"], 2) is not None
     assert already_timed(job, ["train"], 4) is None, "timed over another number of steps"
+
+
+@pytest.mark.train
+def test_the_command_reads_cpu_peaks_in_a_fresh_process_as_the_stage_does(
+    copy_ckpts, tmp_path, monkeypatch, capsys
+):
+    """`python -m sweeps.timing CKPT --measure train memory`: the peaks come from a process of their
+    own with the stage's fixed mmap threshold (in the timing process, after its training steps,
+    one model's decode peak read 12.0 and 14.5 MiB in two runs, 4.9-5.0 afresh)."""
+    from sweeps.timing import cli
+    from sweeps.timing.memory import MEMORY_ENV
+
+    for key in MEMORY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    assert cli.memory_needs_a_fresh_process("cpu") and not cli.memory_needs_a_fresh_process("cuda")
+    children = []
+    real_run = subprocess.run
+
+    def run(cmd, **kwargs):
+        children.append((cmd, kwargs.get("env", {})))
+        return real_run(cmd, **kwargs)
+
+    monkeypatch.setattr(cli.subprocess, "run", run)
+    out = tmp_path / "t.json"
+    argv = [str(copy_ckpts["memory"]), "--measure", "train", "memory", "--repeats", "2"]
+    argv += ["--precision", "0", "--calibration-seconds", "0.2", "--json", str(out)]
+    assert cli.main(argv) == 0
+    ((cmd, env),) = children  # one fresh process, for the peaks only
+    assert cmd[cmd.index("--measure") + 1 :][:1] == ["memory"] and str(out) not in cmd
+    assert all(env.get(k) == v for k, v in MEMORY_ENV.items())
+    data = json.loads(out.read_text())
+    assert data["memory"]["train_peak_mb"] > 0 and data["train"]["step_seconds"] > 0
+    assert f"train {data['memory']['train_peak_mb']} MiB" in capsys.readouterr().out
