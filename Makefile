@@ -57,7 +57,7 @@ docs-build: venv
 
 # docs/results/$(SWEEP)/ regenerated: the sweep's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
-#   make docs-results SWEEP=k_vs_length   (54 min on an idle 2-core CPU)
+#   make docs-results SWEEP=k_vs_length   (1-3 h on a 2-core CPU: docs/results/README.md)
 #   make docs-results SWEEP=scoring_functions
 #   make docs-results SWEEP=minimal_k     (with its Optuna journal and decode probe table)
 SWEEP ?= k_vs_length
