@@ -217,7 +217,7 @@ def test_a_float64_model_keeps_float64_beam_scores():
         _, _, scores = model.beam_search(
             batch["src"], batch["src_lengths"], beam_size=3, return_scores=True
         )
-        _, _, scores32 = (
-            model.float().beam_search(batch["src"], batch["src_lengths"], 3, return_scores=True)
+        _, _, scores32 = model.float().beam_search(
+            batch["src"], batch["src_lengths"], 3, return_scores=True
         )
     assert scores.dtype == torch.float64 and scores32.dtype == torch.float32
