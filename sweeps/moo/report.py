@@ -28,6 +28,7 @@ from sweeps.moo.views import (
     load_views,
     reference_point,
 )
+from sweeps.spec.search_schema import PROBED
 
 SECTION = "## Multi-objective search"
 
@@ -92,6 +93,22 @@ def _untried_below(v: StudyView, k: int) -> str:
     )
 
 
+def second_objective_note(name: str) -> str:
+    """Where the search's second objective comes from: a probe measured before training (decode
+    time, or a training step's time or peak), or the trial's own report."""
+    if name == "decode_seconds":
+        return (
+            f"{name} is the decode probe's figure for the trial's architecture (measured alone "
+            "before training; the timing stage's figure after training beside it)."
+        )
+    if name in PROBED:
+        return (
+            f"{name} is the training probe's figure for the trial's architecture (a training step "
+            "of the untrained model, measured alone before training)."
+        )
+    return f"{name} is what the trial reported."
+
+
 def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
     """The Markdown of the section (empty when the journal holds no multi-objective study)."""
     views = load_views(sweep_dir) if views is None else views
@@ -103,8 +120,7 @@ def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
         SECTION,
         "",
         f"Objectives: {names[0]} ({views[0].directions[0]}), {names[1]} ({views[0].directions[1]}); "
-        f"{names[1]} is the decode probe's figure for the trial's architecture (measured alone before training; "
-        f"the timing stage's figure after training beside it). Fronts: the feasible finished trials no other "
+        f"{second_objective_note(names[1])} Fronts: the feasible finished trials no other "
         f"dominates. Hypervolume: reference {names[0]} 0 and 1.1 x the study's slowest {names[1]}. "
         f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}.",
         "",

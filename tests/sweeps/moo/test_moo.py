@@ -923,3 +923,15 @@ def test_a_study_on_training_cost_gets_it_from_the_probe_before_training(tmp_pat
         assert t.values[1] == pytest.approx(t.user_attrs["train_step_seconds_estimate"])
         assert t.user_attrs["train_peak_mb_estimate"] > 0
         assert all(v <= 0 for v in t.constraints.values()), t.constraints  # 2,000 MiB: met
+
+
+def test_the_report_says_where_each_second_objective_comes_from():
+    """results.md named any second objective "the decode probe's figure"; a training-cost objective
+    comes from the training probe, anything else from the trial's own reports."""
+    from sweeps.moo.report import second_objective_note
+
+    assert "decode probe" in second_objective_note("decode_seconds")
+    for name in ("train_step_seconds", "train_peak_mb"):
+        note = second_objective_note(name)
+        assert "training probe" in note and "decode probe" not in note
+    assert second_objective_note("val/loss") == "val/loss is what the trial reported."
