@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -14,18 +13,7 @@ from typing import Any
 
 import torch
 
-from sweeps.timing.devices import highest_cpus, pinned, resolve_device
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+from sweeps.timing.devices import cpu_model, device_name, highest_cpus, pinned, resolve_device
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
@@ -37,10 +25,7 @@ def machine_info(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": str(device),
     }
-    if device.type == "cuda":
-        info["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        info["device_name"] = info["cpu"]
+    info["device_name"] = device_name(device)
     return info
 
 

@@ -35,23 +35,25 @@ def resolve_device(name: str | torch.device) -> torch.device:
     return device
 
 
-def device_name(device: str | torch.device) -> str:
-    """What a timing ran on, by name: the GPU's (``NVIDIA H200``) or the CPU's model
-    (``AMD EPYC``, from /proc/cpuinfo; the platform's processor string elsewhere)."""
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
     import platform
 
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def device_name(device: str | torch.device) -> str:
+    """What a timing ran on, by name: the GPU's (``NVIDIA H200``) or the CPU's model."""
+    import torch
+
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
 def highest_cpus(count: int, allowed: Iterable[int] | None = None) -> list[int]:

@@ -13,31 +13,18 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_model import MECHANISMS, VOCAB, make_batch, make_model
 
-from datamodules.copy_task import collate_copy
-from lightning_modules import ATTENTION_REGISTRY, Seq2Seq
+from lightning_modules import Seq2Seq
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-MECHANISMS = sorted(ATTENTION_REGISTRY)
-VOCAB = 24
 
-
-def make_model(attention: str) -> Seq2Seq:
-    torch.manual_seed(0)
-    sizes = {"bidirectional": False} if ATTENTION_REGISTRY[attention].equal_sizes else {}
-    return Seq2Seq.from_preset(
-        "tiny", VOCAB, VOCAB, attention=attention, max_source_len=16, dropout=0.0, **sizes
-    )
-
-
-def make_batch(device: str) -> dict[str, torch.Tensor]:
-    rng = np.random.default_rng(0)
-    batch = collate_copy([rng.integers(4, VOCAB, size=n) for n in (9, 6, 3, 7)])
-    return {k: v.to(device) for k, v in batch.items()}
+def batch_on(device: str) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in make_batch([9, 6, 3, 7]).items()}
 
 
 def step(model: Seq2Seq, batch: dict[str, torch.Tensor]):
@@ -52,11 +39,11 @@ def step(model: Seq2Seq, batch: dict[str, torch.Tensor]):
 
 @pytest.mark.parametrize("attention", MECHANISMS)
 def test_cuda_computes_what_the_cpu_computes(attention):
-    cpu = make_model(attention).double()
+    cpu = make_model(attention, dropout=0.0).double()
     if hasattr(cpu.decoder.attention, "sigmoid_noise"):
         cpu.decoder.attention.sigmoid_noise = 0.0  # monotonic: no random draws to differ
     gpu = copy.deepcopy(cpu).cuda()
-    b_cpu, b_gpu = make_batch("cpu"), make_batch("cuda")
+    b_cpu, b_gpu = batch_on("cpu"), batch_on("cuda")
     # training mode (cuDNN's LSTM backward runs only there), dropout 0: nothing random
     logits_c, loss_c, grads_c = step(cpu.train(), b_cpu)
     logits_g, loss_g, grads_g = step(gpu.train(), b_gpu)
