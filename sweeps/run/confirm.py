@@ -86,6 +86,7 @@ def run_confirm(
     from sweeps.run.console import SweepConsole
     from sweeps.run.experiment import make_trainable, trial_dirname
     from sweeps.run.searcher import SweepSearcher, Unit
+    from sweeps.run.trial_logs import KeepTrialLogs
     from sweeps.storage import StorageGuard
 
     parent = paths.experiment(sweep.name)
@@ -104,7 +105,7 @@ def run_confirm(
             for i, c in enumerate(configs)
         ]
         searcher = SweepSearcher(units, 1, sweep.spec.metric.name, sweep.spec.metric.mode)
-        callbacks: list = [BudgetClock()]
+        callbacks: list = [BudgetClock(), KeepTrialLogs()]
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
             callbacks.append(
