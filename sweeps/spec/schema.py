@@ -183,7 +183,8 @@ class TimingSpec(_Strict):
     enabled: bool = True
     repeats: int = Field(5, ge=1)
     # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
-    # of it, or `max_seconds` of timed decoding per trial; `precision: null`: exactly `repeats`
+    # of it, or `max_seconds` per trial and measure have passed (timed passes and the waits for a
+    # slow machine, shared among the `processes` on CPU); `precision: null`: exactly `repeats`
     precision: float | None = Field(0.02, gt=0, lt=1)
     max_seconds: float = Field(30.0, gt=0)
     # before its passes, each timing process finds the machine's speed (the fastest of repeated

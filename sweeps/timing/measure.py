@@ -41,7 +41,8 @@ PROBE_LOOPS = 50_000
 # The machine's speed is the fastest probe over this long before the passes (a slow spell can
 # outlast a whole quick measurement, so the passes' own probes are not enough) ...
 CALIBRATION_S = 2.0
-# ... and after a pass on a slow machine, the next waits up to this long for it to recover.
+# ... and after a pass on a slow machine, the next waits up to this long for it to recover (never
+# past ``max_seconds``: the cap bounds the waits as well as the timed passes).
 RECOVERY_WAIT_S = 5.0
 MAX_ATTEMPTS_FACTOR = 4  # at most repeats x this timed passes before settling for contended ones
 # Adaptive repeats (the stage's default, as torch.utils.benchmark's adaptive_autorange): timed
@@ -162,7 +163,8 @@ def measure_decode_time(
             adaptive -- each repeat decodes the split as many times as it takes to last
             ``MIN_REPEAT_S`` (seconds are per pass), and repeats go on past ``repeats`` until the
             median's 95% interval is within ``precision`` of it (:func:`median_precision`) or
-            ``max_seconds`` of timed decoding have passed; the precision reached is recorded.
+            ``max_seconds`` have passed (timed decoding and the waits for a slow machine to
+            recover); the precision reached is recorded.
         machine_speed: the fastest :func:`machine_probe` this process has already seen (a caller
             timing many models in one process, as the decode probe does, calibrates once with
             :func:`fastest_probe`); None: calibrate for ``calibration_seconds`` first.
@@ -294,7 +296,11 @@ def _timed_repeats(
     reached, stopped_by = None, None
     while True:
         if passes and passes[-1][2] > SLOW_MACHINE * best:  # the last pass met a slow spell
-            best = wait_for_speed(best, RECOVERY_WAIT_S)
+            # the wait counts against the cap: on a host that is slow more often than not, waits
+            # of RECOVERY_WAIT_S after every pass took a model's timing from 30 s to 3-7 minutes
+            wait = min(RECOVERY_WAIT_S, deadline - time.perf_counter())
+            if wait > 0:
+                best = wait_for_speed(best, wait)
         if watch and per_repeat > 1:
             # the probe just ran through the caches: a short split's first pass after it would be
             # slower than the rest, and more so the fewer passes a repeat holds (3: +8%, 6: +4%)

@@ -52,6 +52,24 @@ from sweeps.timing.train import fastest
 WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
 
 
+def measure_options(settings, device: str) -> dict:
+    """The options each timing process measures a model with. ``timing.max_seconds`` is per model
+    and measure: with ``settings.processes`` fresh processes on a CPU, each gets its share (a
+    process that reaches the precision sooner leaves its unused time unspent)."""
+    shares = settings.processes if settings.fresh_process and device == "cpu" else 1
+    return dict(
+        device=device,
+        repeats=settings.repeats,
+        warmup=settings.warmup,
+        threads=settings.threads,
+        precision=settings.precision,
+        max_seconds=settings.max_seconds / shares,
+        calibration_seconds=settings.calibration_seconds,
+        measure=list(settings.measure),
+        train_steps=settings.train_steps,
+    )
+
+
 def run_jobs(
     jobs: Sequence[TimingJob], settings: TimingSpec, lane: Lane
 ) -> list[TimingRecord | str]:
@@ -79,17 +97,7 @@ def run_jobs(
     peaks (a ``--resume`` measures them again)."""
     import ray
 
-    kwargs = dict(
-        device=lane.device,
-        repeats=settings.repeats,
-        warmup=settings.warmup,
-        threads=settings.threads,
-        precision=settings.precision,
-        max_seconds=settings.max_seconds,
-        calibration_seconds=settings.calibration_seconds,
-        measure=list(settings.measure),
-        train_steps=settings.train_steps,
-    )
+    kwargs = measure_options(settings, lane.device)
     items = [
         (
             job.checkpoint,

@@ -37,7 +37,12 @@ from sweeps.timing.measure import (
     median_precision,
 )
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note, train_note
-from sweeps.timing.stage import run_timing_stage, time_checkpoint_pinned, time_checkpoints_pinned
+from sweeps.timing.stage import (
+    measure_options,
+    run_timing_stage,
+    time_checkpoint_pinned,
+    time_checkpoints_pinned,
+)
 from sweeps.trial.build import build_module
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -514,6 +519,36 @@ def test_passes_while_the_machine_ran_slow_or_on_a_shared_core_are_not_kept():
     assert clean_passes(passes[:2], best=0.0018) == [False, False]
 
 
+def test_the_time_cap_bounds_the_waits_for_a_slow_machine_too(monkeypatch):
+    """On a host where the probe finds the machine slow after every pass, each pass was followed
+    by a wait of up to RECOVERY_WAIT_S (5 s) whatever the cap: a model's timing took minutes.
+    The waits asked for now end at the cap; the passes go on (without waits) only until the
+    attempts that flag the timing contended are used up."""
+    asked: list[float] = []
+
+    def wait_for_speed(best, limit_s):
+        asked.append(limit_s)
+        time.sleep(limit_s)  # as the real one does when the machine stays slow
+        return best
+
+    monkeypatch.setattr(measure, "wait_for_speed", wait_for_speed)
+    cap = 0.3
+    started = time.perf_counter()
+    passes, keep, reached, stopped_by, _ = measure._timed_repeats(
+        lambda: [],
+        lambda: None,
+        watch=True,
+        per_repeat=1,
+        repeats=3,
+        precision=0.02,
+        max_seconds=cap,
+        machine_speed=1e-12,  # every probe is far slower than this "fastest" one: always slow
+    )
+    assert not any(keep) and len(passes) == 3 * measure.MAX_ATTEMPTS_FACTOR
+    assert asked and sum(asked) <= cap  # 5 s each before
+    assert time.perf_counter() - started >= sum(asked)  # the waits did happen
+
+
 @pytest.mark.train
 def test_passes_on_a_shared_core_are_run_again_and_flagged_when_the_core_never_frees(
     copy_ckpts, monkeypatch
@@ -797,3 +832,13 @@ def test_the_command_reads_cpu_peaks_in_a_fresh_process_as_the_stage_does(
     data = json.loads(out.read_text())
     assert data["memory"]["train_peak_mb"] > 0 and data["train"]["step_seconds"] > 0
     assert f"train {data['memory']['train_peak_mb']} MiB" in capsys.readouterr().out
+
+
+def test_the_processes_of_a_cpu_timing_share_its_time_cap():
+    """``timing.max_seconds`` is per model and measure: three fresh CPU processes get a third each,
+    a GPU's single measurement (or timing inside the worker) the whole."""
+    settings = timing_settings(max_seconds=30, processes=3)
+    assert measure_options(settings, "cpu")["max_seconds"] == pytest.approx(10.0)
+    assert measure_options(settings, "cuda")["max_seconds"] == pytest.approx(30.0)
+    inside = timing_settings(max_seconds=30, processes=3, fresh_process=False)
+    assert measure_options(inside, "cpu")["max_seconds"] == pytest.approx(30.0)
