@@ -22,8 +22,8 @@ venv: $(BIN)/.installed
 sweep: venv
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py $(SPEC)
 
-# two workers (pytest-xdist): the Ray tests one after another in one of them (one Ray per process,
-# started once), everything else beside them; the slowest tests listed: the suite is kept under 6 min
+# two workers (pytest-xdist), each with its own private Ray for the Ray tests it is given (started
+# once per worker); the slowest tests listed, so a CI log says where the minutes go
 test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 

@@ -38,9 +38,9 @@ def pytest_collection_modifyitems(config, items):
     every actor it creates ("Actor may be already destroyed"). The reverse order works.
     """
     _mark_ray_and_training(items)
-    for item in items:  # under pytest-xdist (make test): every Ray test in one worker, in order
-        if item.get_closest_marker("ray") is not None:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+    # Under pytest-xdist (make test) the Ray tests are shared between the two workers, each with
+    # its own private Ray: kept in one worker (an xdist_group), they were 869 of the suite's
+    # 1,193 test-seconds in a run of 623 s on two workers.
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
     items.sort(
         key=lambda item: (

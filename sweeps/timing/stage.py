@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 import time
 from collections import deque
@@ -93,7 +94,7 @@ def run_jobs(
 
     The timing processes time decoding and the training step (``timing.measure``); the peaks of
     ``memory`` are measured afterwards, each model in a fresh process of its own
-    (:data:`MEMORY_ENV` says why). A model whose memory process fails keeps its timings, without
+    (:data:`MEMORY_ENV` says why), as many side by side as the node has CPUs (:func:`side_by_side`). A model whose memory process fails keeps its timings, without
     peaks (a ``--resume`` measures them again)."""
     import ray
 
@@ -116,11 +117,20 @@ def run_jobs(
             shift = (p * n) // settings.processes
             order = list(range(shift, n)) + list(range(shift))
             batches.append((order, timed, None))
-        if "memory" in settings.measure:  # one fresh process per model: see MEMORY_ENV
-            batches += [([i], ["memory"], MEMORY_ENV) for i in range(n)]
-        for order, measure, env in batches:
+        memory = (  # one fresh process per model: see MEMORY_ENV
+            [([i], ["memory"], MEMORY_ENV) for i in range(n)]
+            if "memory" in settings.measure
+            else []
+        )
+
+        def run_batch(order, measure, env, cpus=None):
             batch = [(*items[i][:2], dict(items[i][2], measure=measure)) for i in order]
-            for i, got in zip(order, time_checkpoints_pinned(batch, env)):
+            return order, time_checkpoints_pinned(batch, env, cpus)
+
+        done = [run_batch(*b) for b in batches]  # the timed processes one after another
+        done += side_by_side(memory, run_batch, settings.threads)
+        for order, got_all in done:
+            for i, got in zip(order, got_all):
                 if isinstance(got, str):
                     errors[i] = errors[i] or got
                 else:
@@ -189,9 +199,35 @@ def time_checkpoint_pinned(
     return got[0].decode
 
 
+def side_by_side(batches: list, run: Callable, threads: int) -> list:
+    """``run(*batch, cpus)`` for every batch, as many at a time as this node has CPUs for processes
+    of ``threads`` threads, each on CPUs of its own; the results in the batches' order. For the
+    memory processes: a peak of resident memory does not depend on what runs on the other cores
+    (it is not a time), and each process pays a start-up of several seconds (torch and Lightning
+    imported, the model and data loaded), so on two cores they take half as long side by side."""
+    from concurrent.futures import ThreadPoolExecutor
+    from queue import SimpleQueue
+
+    pool = sorted(os.sched_getaffinity(0))
+    slots: SimpleQueue = SimpleQueue()
+    for k in range(max(1, len(pool) // max(1, threads))):
+        slots.put(pool[len(pool) - (k + 1) * threads :][:threads] or None)
+
+    def one(batch):
+        cpus = slots.get()
+        try:
+            return run(*batch, cpus)
+        finally:
+            slots.put(cpus)
+
+    with ThreadPoolExecutor(max_workers=slots.qsize()) as ex:
+        return list(ex.map(one, batches))
+
+
 def time_checkpoints_pinned(
     items: Sequence[tuple[str | Path, Mapping[str, Any], Mapping[str, Any]]],
     env: Mapping[str, str] | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> list[tuple[ModelCost, float, float] | str]:
     """Several (checkpoint, task, kwargs) measured one after another in ONE new Python process
     (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
@@ -203,7 +239,8 @@ def time_checkpoints_pinned(
 
     if not items:
         return []
-    cpus = pick_cpus(max(int(kw.get("threads") or 1) for _, _, kw in items))
+    if cpus is None:
+        cpus = pick_cpus(max(int(kw.get("threads") or 1) for _, _, kw in items))
     request = {
         "cpus": cpus,
         "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
@@ -328,6 +365,10 @@ def run_timing_stage(
     if pending:
         total, free_now = ray.cluster_resources(), ray.available_resources()
         lanes = lanes_for(settings, ray.nodes(), total)
+        settle = time.monotonic() + 10  # the Tune run's last actors take a moment to give CPUs back
+        while free_now.get("CPU", 0) < total.get("CPU", 0) and time.monotonic() < settle:
+            time.sleep(0.25)
+            free_now = ray.available_resources()
         if free_now.get("CPU", 0) < total.get("CPU", 0):
             say(
                 f"[timing] {free_now.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs are free: each timing job "

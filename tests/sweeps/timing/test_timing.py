@@ -10,6 +10,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -842,3 +843,26 @@ def test_the_processes_of_a_cpu_timing_share_its_time_cap():
     assert measure_options(settings, "cuda")["max_seconds"] == pytest.approx(30.0)
     inside = timing_settings(max_seconds=30, processes=3, fresh_process=False)
     assert measure_options(inside, "cpu")["max_seconds"] == pytest.approx(30.0)
+
+
+def test_memory_processes_run_side_by_side_each_on_cpus_of_its_own():
+    """The memory processes (peaks, not times) run as many at a time as the node has CPUs for,
+    each given CPUs no other running one holds; results come back in the batches' order."""
+    from sweeps.timing.stage import side_by_side
+
+    lock, running, seen = threading.Lock(), set(), []
+
+    def run(name, cpus):
+        with lock:
+            assert not running & set(cpus), (running, cpus)
+            running.update(cpus)
+            seen.append(len(running))
+        time.sleep(0.2)
+        with lock:
+            running.difference_update(cpus)
+        return name, tuple(cpus)
+
+    got = side_by_side([(f"b{i}",) for i in range(5)], run, threads=1)
+    assert [name for name, _ in got] == [f"b{i}" for i in range(5)]
+    assert max(seen) == min(5, len(os.sched_getaffinity(0)))
+    assert all(len(cpus) == 1 for _, cpus in got)
