@@ -1,5 +1,5 @@
 """The pinned timing process: ``python -m sweeps.timing.child``, started by
-:func:`sweeps.timing.stage.time_checkpoints_pinned`.
+:func:`sweeps.timing.pinned.time_checkpoints_pinned`.
 
 Reads one JSON request on stdin (``cpus``, and ``jobs``: each a ``checkpoint``, ``task`` and
 ``kwargs`` for :func:`~sweeps.timing.cost.measure_checkpoint`, whose ``measure`` says what to

@@ -5,7 +5,7 @@ finished trial and :func:`run_timing_stage` runs them in batches of ``timing.mod
 one Ray task per batch that holds a whole node's CPUs (or one whole GPU and the node's CPUs per
 GPU), so nothing else runs beside it. It writes ``timing.json`` next to each trial's results and
 skips trials already timed for the same checkpoint (so ``--resume`` never times a trial twice). On
-CPU a batch is timed in fresh processes pinned to their CPUs (:func:`time_checkpoints_pinned`,
+CPU a batch is timed in fresh processes pinned to their CPUs (:mod:`sweeps.timing.pinned`,
 running :mod:`sweeps.timing.child`), each timing the batch's checkpoints one after another. The
 jobs, the settings and the lanes they run on live in :mod:`sweeps.timing.jobs`.
 """
@@ -13,8 +13,6 @@ jobs, the settings and the lanes they run on live in :mod:`sweeps.timing.jobs`.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import socket
 import time
 from collections import deque
@@ -29,19 +27,17 @@ from sweeps.timing.checkpoint import (
     checkpoint_fingerprint,
 )
 from sweeps.timing.cost import ModelCost, measure_checkpoint
-from sweeps.timing.devices import run_child
 from sweeps.timing.jobs import (
     Lane,
     TimingJob,
     TimingOutcome,
     already_timed,
     lanes_for,
-    pick_cpus,
 )
 from sweeps.timing.measure import TimingError
 from sweeps.timing.memory import MEMORY_ENV, combine
+from sweeps.timing.pinned import side_by_side, time_checkpoints_pinned
 from sweeps.timing.record import (
-    DecodeTiming,
     TimingRecord,
     repeats_note,
     shared_core_note,
@@ -78,7 +74,7 @@ def run_jobs(
     or the one-line reason it failed (the others are still timed).
 
     On a CPU lane with ``settings.fresh_process`` the measurement runs in a new Python process
-    pinned to ``settings.threads`` of the lane's CPUs (:func:`time_checkpoints_pinned`), not in this
+    pinned to ``settings.threads`` of the lane's CPUs (:mod:`sweeps.timing.pinned`), not in this
     Ray worker: on a 2-core VM an unpinned decode in a Ray worker (a dozen threads of its own)
     landed in one of two speeds per process, 0.015 or 0.023 s for the same split, so two runs of
     one study disagreed by up to 50 %; pinned, a lone process keeps to one core and its cache.
@@ -94,7 +90,9 @@ def run_jobs(
 
     The timing processes time decoding and the training step (``timing.measure``); the peaks of
     ``memory`` are measured afterwards, each model in a fresh process of its own
-    (:data:`MEMORY_ENV` says why), as many side by side as the node has CPUs (:func:`side_by_side`). A model whose memory process fails keeps its timings, without
+    (:data:`MEMORY_ENV` says why), as many side by side as the node has CPUs
+    (:func:`~sweeps.timing.pinned.side_by_side`). A model whose memory process fails keeps its
+    timings, without
     peaks (a ``--resume`` measures them again)."""
     import ray
 
@@ -181,87 +179,6 @@ def run_jobs(
                 measured=tuple(settings.measure),
             )
         )
-    return out
-
-
-def time_checkpoint_pinned(
-    checkpoint: str | Path, task: Mapping[str, Any], **kwargs: Any
-) -> DecodeTiming:
-    """:func:`~sweeps.timing.checkpoint.time_checkpoint` in a new Python process
-    (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs
-    (:func:`~sweeps.timing.jobs.pick_cpus`). CPU only; the timing comes back with the CPUs it ran
-    on. TimingError when it failed."""
-    (got,) = time_checkpoints_pinned([(checkpoint, task, kwargs)])
-    if isinstance(got, str):
-        raise TimingError(got)
-    if got[0].decode is None:
-        raise TimingError("decode time was not measured: keep decode in the measure list")
-    return got[0].decode
-
-
-def side_by_side(batches: list, run: Callable, threads: int) -> list:
-    """``run(*batch, cpus)`` for every batch, as many at a time as this node has CPUs for processes
-    of ``threads`` threads, each on CPUs of its own; the results in the batches' order. For the
-    memory processes: a peak of resident memory does not depend on what runs on the other cores
-    (it is not a time), and each process pays a start-up of several seconds (torch and Lightning
-    imported, the model and data loaded), so on two cores they take half as long side by side."""
-    from concurrent.futures import ThreadPoolExecutor
-    from queue import SimpleQueue
-
-    pool = sorted(os.sched_getaffinity(0))
-    slots: SimpleQueue = SimpleQueue()
-    for k in range(max(1, len(pool) // max(1, threads))):
-        slots.put(pool[len(pool) - (k + 1) * threads :][:threads] or None)
-
-    def one(batch):
-        cpus = slots.get()
-        try:
-            return run(*batch, cpus)
-        finally:
-            slots.put(cpus)
-
-    with ThreadPoolExecutor(max_workers=slots.qsize()) as ex:
-        return list(ex.map(one, batches))
-
-
-def time_checkpoints_pinned(
-    items: Sequence[tuple[str | Path, Mapping[str, Any], Mapping[str, Any]]],
-    env: Mapping[str, str] | None = None,
-    cpus: Sequence[int] | None = None,
-) -> list[tuple[ModelCost, float, float] | str]:
-    """Several (checkpoint, task, kwargs) measured one after another in ONE new Python process
-    (``python -m sweeps.timing.child``) pinned to ``kwargs["threads"]`` CPUs, after one calibration
-    of the machine's speed; ``kwargs`` are :func:`~sweeps.timing.cost.measure_checkpoint`'s
-    (its ``measure``: decode time only by default). Per item: (what was measured, started_at,
-    finished_at), or the one-line reason it
-    failed ("the timing process failed ..."); a process that dies fails the items it had not done."""
-    from sweeps.timing import child
-
-    if not items:
-        return []
-    if cpus is None:
-        cpus = pick_cpus(max(int(kw.get("threads") or 1) for _, _, kw in items))
-    request = {
-        "cpus": cpus,
-        "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
-    }
-    code, found, error = run_child(child.__name__, request, child.PREFIX, env)
-    out: list[tuple[ModelCost, float, float] | str] = [
-        f"the timing process failed (exit {code}) before this checkpoint: {error}"
-    ] * len(items)
-    for line in found:
-        got = json.loads(line)
-        i = int(got["index"])
-        if "error" in got:
-            out[i] = f"the timing process failed on this checkpoint: {got['error']}"
-        else:
-            cost = ModelCost.from_dict(got)
-            cost = dataclasses.replace(
-                cost,
-                decode=cost.decode and dataclasses.replace(cost.decode, cpus=tuple(cpus)),
-                train=cost.train and dataclasses.replace(cost.train, cpus=tuple(cpus)),
-            )
-            out[i] = (cost, float(got["started_at"]), float(got["finished_at"]))
     return out
 
 

@@ -37,13 +37,9 @@ from sweeps.timing.measure import (
     measure_decode_time,
     median_precision,
 )
+from sweeps.timing.pinned import side_by_side, time_checkpoint_pinned, time_checkpoints_pinned
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note, train_note
-from sweeps.timing.stage import (
-    measure_options,
-    run_timing_stage,
-    time_checkpoint_pinned,
-    time_checkpoints_pinned,
-)
+from sweeps.timing.stage import measure_options, run_timing_stage
 from sweeps.trial.build import build_module
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -848,8 +844,6 @@ def test_the_processes_of_a_cpu_timing_share_its_time_cap():
 def test_memory_processes_run_side_by_side_each_on_cpus_of_its_own():
     """The memory processes (peaks, not times) run as many at a time as the node has CPUs for,
     each given CPUs no other running one holds; results come back in the batches' order."""
-    from sweeps.timing.stage import side_by_side
-
     lock, running, seen = threading.Lock(), set(), []
 
     def run(name, cpus):
