@@ -34,18 +34,24 @@ def time_checkpoint_pinned(
     return got[0].decode
 
 
+#: memory processes at once at most: each holds a model and its data (a WMT model and its BPE'd
+#: split: a few GiB), and a node's memory, unlike its cores, is not the lane's to fill
+MAX_SIDE_BY_SIDE = 4
+
+
 def side_by_side(batches: list, run: Callable, threads: int) -> list:
     """``run(*batch, cpus)`` for every batch, as many at a time as this node has CPUs for processes
-    of ``threads`` threads, each on CPUs of its own; the results in the batches' order. For the
-    memory processes: a peak of resident memory does not depend on what runs on the other cores
-    (it is not a time), and each process pays a start-up of several seconds (torch and Lightning
-    imported, the model and data loaded), so on two cores they take half as long side by side."""
+    of ``threads`` threads (at most :data:`MAX_SIDE_BY_SIDE`), each on CPUs of its own; the
+    results in the batches' order. For the memory processes: a peak of resident memory does not
+    depend on what runs on the other cores (it is not a time), and each process pays a start-up of
+    several seconds (torch and Lightning imported, the model and data loaded), so on two cores
+    they take half as long side by side."""
     from concurrent.futures import ThreadPoolExecutor
     from queue import SimpleQueue
 
     pool = sorted(os.sched_getaffinity(0))
     slots: SimpleQueue = SimpleQueue()
-    for k in range(max(1, len(pool) // max(1, threads))):
+    for k in range(max(1, min(MAX_SIDE_BY_SIDE, len(pool) // max(1, threads)))):
         slots.put(pool[len(pool) - (k + 1) * threads :][:threads] or None)
 
     def one(batch):

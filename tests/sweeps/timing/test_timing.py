@@ -20,6 +20,7 @@ import torch
 
 from datamodules import CopyTaskDataModule, WMT17DataModule
 from sweeps.timing import measure
+from sweeps.timing import pinned as pinned_module
 from sweeps.timing.checkpoint import (
     data_task,
     infer_task,
@@ -841,7 +842,7 @@ def test_the_processes_of_a_cpu_timing_share_its_time_cap():
     assert measure_options(inside, "cpu")["max_seconds"] == pytest.approx(30.0)
 
 
-def test_memory_processes_run_side_by_side_each_on_cpus_of_its_own():
+def test_memory_processes_run_side_by_side_each_on_cpus_of_its_own(monkeypatch):
     """The memory processes (peaks, not times) run as many at a time as the node has CPUs for,
     each given CPUs no other running one holds; results come back in the batches' order."""
     lock, running, seen = threading.Lock(), set(), []
@@ -856,7 +857,12 @@ def test_memory_processes_run_side_by_side_each_on_cpus_of_its_own():
             running.difference_update(cpus)
         return name, tuple(cpus)
 
-    got = side_by_side([(f"b{i}",) for i in range(5)], run, threads=1)
-    assert [name for name, _ in got] == [f"b{i}" for i in range(5)]
-    assert max(seen) == min(5, len(os.sched_getaffinity(0)))
+    got = side_by_side([(f"b{i}",) for i in range(6)], run, threads=1)
+    assert [name for name, _ in got] == [f"b{i}" for i in range(6)]
+    assert max(seen) == min(len(os.sched_getaffinity(0)), pinned_module.MAX_SIDE_BY_SIDE)
     assert all(len(cpus) == 1 for _, cpus in got)
+    # never more at once than the cap, however many cores the node has (each holds a model and data)
+    monkeypatch.setattr(pinned_module, "MAX_SIDE_BY_SIDE", 1)
+    seen.clear()
+    side_by_side([(f"b{i}",) for i in range(3)], run, threads=1)
+    assert max(seen) == 1
