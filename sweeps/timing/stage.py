@@ -92,8 +92,7 @@ def run_jobs(
     ``memory`` are measured afterwards, each model in a fresh process of its own
     (:data:`MEMORY_ENV` says why), as many side by side as the node has CPUs
     (:func:`~sweeps.timing.pinned.side_by_side`). A model whose memory process fails keeps its
-    timings, without
-    peaks (a ``--resume`` measures them again)."""
+    timings, without peaks (a ``--resume`` measures them again)."""
     import ray
 
     kwargs = measure_options(settings, lane.device)
