@@ -26,12 +26,11 @@ log = logging.getLogger(__name__)
 RESTORED_FILES = ("result.json", "progress.csv")
 
 
-def push_trial_logs(trial) -> list[str]:
-    """Copy ``trial``'s staged log files to its folder in the sweep's storage; the names copied."""
+def push_trial_logs(trial) -> None:
+    """Copy ``trial``'s staged log files to its folder in the sweep's storage."""
     import pyarrow.fs
 
-    storage = trial.storage
-    staged, copied = Path(trial.local_path), []
+    storage, staged = trial.storage, Path(trial.local_path)
     for name in RESTORED_FILES:
         local = staged / name
         remote = Path(storage.trial_fs_path, name).as_posix()
@@ -42,10 +41,8 @@ def push_trial_logs(trial) -> list[str]:
             pyarrow.fs.copy_files(
                 local.as_posix(), remote, destination_filesystem=storage.storage_filesystem
             )
-            copied.append(name)
         except Exception as e:  # the retry goes on; only the log file may miss a line
             log.warning("could not save %s of trial %s before its retry: %s", name, trial, e)
-    return copied
 
 
 class KeepTrialLogs(Callback):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.timing.cost import ModelCost
-from sweeps.timing.devices import run_child
+from sweeps.timing.devices import highest_cpus, run_child
 from sweeps.timing.jobs import pick_cpus
 from sweeps.timing.measure import TimingError
 from sweeps.timing.record import DecodeTiming
@@ -51,8 +51,10 @@ def side_by_side(batches: list, run: Callable, threads: int) -> list:
 
     pool = sorted(os.sched_getaffinity(0))
     slots: SimpleQueue = SimpleQueue()
-    for k in range(max(1, min(MAX_SIDE_BY_SIDE, len(pool) // max(1, threads)))):
-        slots.put(pool[len(pool) - (k + 1) * threads :][:threads] or None)
+    if len(pool) < threads:  # too few: time_checkpoints_pinned's own pick says so
+        slots.put(None)
+    for k in range(min(MAX_SIDE_BY_SIDE, len(pool) // threads)):  # the highest CPUs first
+        slots.put(highest_cpus(threads, pool[: len(pool) - k * threads]))
 
     def one(batch):
         cpus = slots.get()
