@@ -18,6 +18,12 @@ options cannot remove, a table of medians (all on stderr), and ONE JSON line on 
 (the same from each process's CPU time, on CPU: on a shared machine the wall clock also counts
 what other processes take from the core), ``unavailable`` (peer -> why it could not be imported
 or built), ``differences``, ``machine``, ``settings`` and ``loadavg`` (at start and end).
+Each ``train`` cell also holds the step's arithmetic (``benchmarks/_flops.py``): ``gflop_per_step``
+(matrix products, forward, backward and optimiser; ``gflop_lstm_added`` of it are fused LSTM calls
+counted from their sizes), ``gflops`` (the rate the step ran at) and ``floor_s_per_step`` (the
+FLOPs at ``machine.gemm_gflops``, the best fp32 rate of the step's product shapes on the pinned
+core: no implementation at this precision is faster). ``ceilings``: per peer and length, the
+peer's seconds over the project's floor, the highest ratio peer / project this precision allows.
 
 The model (the paper_copy preset, Britz et al. 2017 §4.1): copy-task vocabulary 24 (20 symbols +
 4 specials), embeddings 256, bidirectional 2-layer LSTM encoder of 256 units per direction,
@@ -503,6 +509,7 @@ def child_main(name: str) -> None:
     warnings.filterwarnings("ignore")  # the peers' deprecation warnings
     logging.disable(logging.INFO)  # JoeyNMT's "Building an encoder-decoder model..."
     import torch
+    from _flops import gemm_rate, step_flops
 
     cfg = json.loads(sys.stdin.readline())
     torch.set_num_threads(cfg["threads"])
@@ -533,6 +540,19 @@ def child_main(name: str) -> None:
     cuda = device.type == "cuda"
     for line in sys.stdin:
         op = json.loads(line)
+        if op["op"] in ("flops", "gemm"):  # not timed: the step's arithmetic, the product rate
+            try:
+                if op["op"] == "flops":
+                    b = batch("train", cfg["batch"], op["L"])
+                    answer = step_flops(system.model, lambda: system.train_step(b))
+                else:
+                    answer = gemm_rate([tuple(s) for s in op["shapes"]], device, op["seconds"])
+            except Exception as exc:
+                traceback.print_exc(file=sys.stderr)
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            out.write(json.dumps(answer) + "\n")
+            out.flush()
+            continue
         if op["op"] == "train":
             fn = lambda: system.train_step(batch("train", cfg["batch"], op["L"]))
         elif op["op"] == "greedy":
@@ -731,6 +751,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{name}: {hello['params']:,} parameters"
                 + (f" (model code from {hello['source']})" if "source" in hello else "")
             )
+        flops = {
+            name: {L: child.run({"op": "flops", "L": L}) for L in cfg["lengths"]}
+            for name, child in children.items()
+        }
         times: dict[str, dict[str, list[float]]] = {name: {} for name in children}
         cpu_times: dict[str, dict[str, list[float]]] = {name: {} for name in children}
         errors: dict[str, dict[str, str]] = {name: {} for name in children}
@@ -754,9 +778,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 + ("" if timed else " (warm-up)")
                 + f" done, loadavg {loadavg()}"
             )
+        if children:  # the machine's product rate, on the pinned core(s), after the rounds
+            shapes = gemm_shapes(cfg)
+            rate = next(iter(children.values())).run(
+                {"op": "gemm", "shapes": shapes, "seconds": 0.05 if args.quick else 0.3}
+            )
+            if "error" in rate:
+                log(f"matrix-product rate: ERROR {rate['error']}")
+            else:
+                machine["gemm_gflops"] = round(rate["best"] / 1e9, 2)
+                machine["gemm_gflops_per_shape"] = rate["per_shape"]
     finally:
         for child in children.values():
             child.close()
+    gemm = machine.get("gemm_gflops")
     for name in children:
         r = results[name]
         r["train"] = {}
@@ -769,6 +804,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "tokens_per_s": round(cfg["batch"] * (L + 1) / med, 1),
                     "times": [round(x, 5) for x in t],
                 }
+                counted = flops[name].get(L, {})
+                if "total" in counted:
+                    gflop = counted["total"] / 1e9
+                    r["train"][str(L)] |= {
+                        "gflop_per_step": round(gflop, 3),
+                        "gflop_lstm_added": round(counted["lstm_added"] / 1e9, 3),
+                        "gflops": round(gflop / med, 2),
+                    }
+                    if gemm and parse_system(name)[2] == "32":  # an fp32 rate: fp32 floors
+                        r["train"][str(L)]["floor_s_per_step"] = round(gflop / gemm, 5)
             if c:
                 r["train"][str(L)]["cpu_s_per_step"] = round(statistics.median(c), 5)
         for mode in ("greedy", "beam"):
@@ -806,6 +851,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "systems": results,
         "ratios": ratios,
         "ratios_cpu_time": ratios_cpu,
+        "ceilings": ceilings(results, cfg["lengths"]),
         "unavailable": unavailable,
         "differences": {
             name: DIFFERENCES[parse_system(name)[0]]
@@ -816,6 +862,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     log(summary(result))
     return result
+
+
+def gemm_shapes(cfg: dict[str, Any]) -> list[list[int]]:
+    """The (M, K, N) products a training step of these sizes is made of, near enough: a batch's
+    rows or all its tokens' rows (M), times a gate matrix's input width (K), 4H gates (N)."""
+    B, E, H = cfg["batch"], cfg["embedding_dim"], cfg["hidden_size"]
+    L = 40 if 40 in cfg["lengths"] else max(cfg["lengths"])
+    return [[m, k, 4 * H] for m in (B, B * (L + 1)) for k in (H, E + H, E + 2 * H)]
+
+
+def ceilings(results: dict[str, dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any]:
+    """Per peer and length, the highest ratio peer / project this precision allows here: the
+    peer's measured seconds over the project's floor (its counted FLOPs at the machine's best
+    matrix-product rate, element-wise work taken as free)."""
+    project = results.get(PROJECT, {})
+    out: dict[str, Any] = {}
+    for name, r in results.items():
+        if name == PROJECT or parse_system(name)[0] == PROJECT or not r.get("available"):
+            continue
+        cells = {}
+        for L in lengths:
+            floor = project.get("train", {}).get(str(L), {}).get("floor_s_per_step")
+            seconds = r.get("train", {}).get(str(L), {}).get("s_per_step")
+            if floor and seconds:
+                cells[f"train_L{L}"] = round(seconds / floor, 3)
+        if cells:
+            out[f"{name} / project floor"] = cells
+    return out
 
 
 def _seconds(r: dict[str, Any], key: str, cpu: bool = False) -> float | None:
@@ -893,6 +967,26 @@ def summary(result: dict[str, Any]) -> str:
             ]
             for label, cells in result[key].items():
                 lines.append(f"  {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in cells.items()))
+    gemm = result["machine"].get("gemm_gflops")
+    lines += [
+        "",
+        "arithmetic of a training step (matrix products; element-wise work not counted)"
+        + (f", against this core's best fp32 product rate of {gemm:.1f} GFLOP/s:" if gemm else ":"),
+    ]
+    for name, r in result["systems"].items():
+        cells = [
+            f"L={L} {c['gflop_per_step']:.3g} GFLOP at {c['gflops']:.3g} GFLOP/s"
+            + (f" (floor {c['floor_s_per_step']:.3f} s)" if "floor_s_per_step" in c else "")
+            for L, c in r.get("train", {}).items()
+            if "gflop_per_step" in c
+        ]
+        if cells:
+            lines.append(f"  {name}: " + "; ".join(cells))
+    for label, cells in result["ceilings"].items():
+        lines.append(
+            f"  highest ratio at this precision, {label}: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in cells.items())
+        )
     for name, diffs in result["differences"].items():
         lines += ["", f"architectural differences, {name} vs the project:"]
         lines += [f"  - {d}" for d in diffs]

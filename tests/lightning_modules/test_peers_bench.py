@@ -22,6 +22,7 @@ TOP_KEYS = {
     "unavailable",
     "differences",
     "loadavg",
+    "ceilings",
 }
 
 
@@ -49,6 +50,10 @@ def check_system(result: dict, name: str) -> None:
     assert set(system["train"]) == {str(L) for L in lengths}
     for cell in system["train"].values():
         assert cell["s_per_step"] > 0 and cell["tokens_per_s"] > 0 and cell["cpu_s_per_step"] > 0
+        assert cell["gflop_per_step"] > cell["gflop_lstm_added"] >= 0
+        if not name.endswith(":bf16"):  # the products at the best fp32 rate: under the step
+            assert 0 < cell["floor_s_per_step"] < cell["s_per_step"]
+            assert cell["gflops"] < result["machine"]["gemm_gflops"]
     assert system["greedy_s"] > 0 and system["beam_s"] > 0
 
 
@@ -105,6 +110,10 @@ def test_quick_run_against_the_peers(capsys):
         assert set(result["ratios"][peer]) == keys
         assert set(result["ratios_cpu_time"][peer]) == keys
         assert result["differences"][peer]  # what its options cannot make the same is named
+        # the best ratio the project's floor allows is above the one it measured
+        ceiling = result["ceilings"][f"{peer} / project floor"]
+        assert set(ceiling) == {f"train_L{L}" for L in result["settings"]["lengths"]}
+        assert all(ceiling[k] > result["ratios"][peer][k] for k in ceiling)
     assert result["systems"]["opennmt"]["params"] < result["systems"]["project"]["params"]
 
 
