@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
+from lightning_modules.metric_names import TEST_BLEU, VAL_BLEU, VAL_LOSS
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import pareto_markdown, results_sections
@@ -29,10 +29,16 @@ def _reports_api() -> Any:
 
 
 PANELS_NOTE = (
-    "The panels plot the runs' own W&B records: every run of the group (each Optuna sample, each seed). "
+    "The panels plot the runs' own W&B records: every run of the group that took part in the selection "
+    "(each Optuna sample, each seed; the confirm runs of seeds.confirm are plotted apart, below). "
     "decode_seconds is the timing stage's figure, added to each run's summary after the Tune run; a panel "
     f"cannot mark a contended one (decode_contended in the summary): the tables above do ({DAGGER}). "
     "val/decode_seconds, logged during training beside other trials, is a training-time signal only."
+)
+CONFIRM_PANELS_NOTE = (
+    "Only the confirm runs: each cell's chosen configuration retrained on seeds the search never saw "
+    "(config role = confirm). They are kept out of the panels above, whose per-cell means are over the "
+    "runs the selection saw."
 )
 
 
@@ -66,7 +72,14 @@ def build_wandb_report(
     curves; the attention heatmap images.
     """
     wr = _reports_api()
-    runset = wr.Runset(entity=entity, project=project, name=group, filters=f"Group == '{group}'")
+    # the confirm runs (sweeps.run.confirm: config role = confirm) are no part of the selection, so
+    # no part of its per-cell means; != also keeps runs with no role (every other run)
+    runset = wr.Runset(
+        entity=entity,
+        project=project,
+        name=group,
+        filters=f"Group == '{group}' and Config('role') != 'confirm'",
+    )
     blocks: list[Any] = [
         wr.H1(text=title or f"Sweep {group}"),
         wr.P(
@@ -124,4 +137,26 @@ def build_wandb_report(
         wr.P(text=PANELS_NOTE),
         wr.PanelGrid(runsets=[runset], panels=panels),
     ]
+    if confirm is not None and not confirm.empty:
+        confirm_runs = wr.Runset(
+            entity=entity,
+            project=project,
+            name=f"{group} confirm",
+            filters=f"Group == '{group}' and Config('role') == 'confirm'",
+        )
+        blocks += [
+            wr.H2(text="Panels over the confirm runs"),
+            wr.P(text=CONFIRM_PANELS_NOTE),
+            wr.PanelGrid(
+                runsets=[confirm_runs],
+                panels=[
+                    wr.BarPlot(
+                        title=f"{name} per cell on the confirm seeds (mean ± std)",
+                        metrics=[name],
+                        **per_cell,
+                    )
+                    for name in (VAL_BLEU, TEST_BLEU)
+                ],
+            ),
+        ]
     return wr.Report(project=project, entity=entity, title=title or f"Sweep {group}", blocks=blocks)

@@ -159,6 +159,15 @@ def test_the_wandb_report_carries_the_heldout_and_confirm_sections():
     headings = [b.text for b in rep.blocks if type(b).__name__ == "H2"]
     assert any(h.startswith("Held-out test results of the chosen") for h in headings)
     assert any(h.startswith("Confirmed on fresh seeds") for h in headings)
+    # the selection's panels (per-cell means) leave the confirm runs out; they get panels of
+    # their own
+    grids = [b for b in rep.blocks if type(b).__name__ == "PanelGrid"]
+    assert [[rs.filters for rs in g.runsets] for g in grids] == [
+        ["Group == 'g' and Config('role') != 'confirm'"],
+        ["Group == 'g' and Config('role') == 'confirm'"],
+    ]
+    without = build_wandb_report("me", "proj", "g", results=df)
+    assert len([b for b in without.blocks if type(b).__name__ == "PanelGrid"]) == 1
 
 
 def test_a_reused_row_gets_a_plan_for_the_heldout_stage(tmp_path):
