@@ -37,8 +37,8 @@ PANELS_NOTE = (
 )
 CONFIRM_PANELS_NOTE = (
     "Only the confirm runs: each cell's chosen configuration retrained on seeds the search never saw "
-    "(config role = confirm). They are kept out of the panels above, whose per-cell means are over the "
-    "runs the selection saw."
+    "(config role = confirm). They are kept out of the panels above (role = select), whose per-cell "
+    "means are over the runs the selection saw."
 )
 
 
@@ -73,12 +73,13 @@ def build_wandb_report(
     """
     wr = _reports_api()
     # the confirm runs (sweeps.run.confirm: config role = confirm) are no part of the selection, so
-    # no part of its per-cell means; != also keeps runs with no role (every other run)
+    # no part of its per-cell means; in a sweep with confirm seeds every other run has role = select
+    has_confirm = confirm is not None and not confirm.empty
     runset = wr.Runset(
         entity=entity,
         project=project,
         name=group,
-        filters=f"Group == '{group}' and Config('role') != 'confirm'",
+        filters=f"Group == '{group}'" + (" and Config('role') == 'select'" if has_confirm else ""),
     )
     blocks: list[Any] = [
         wr.H1(text=title or f"Sweep {group}"),
@@ -137,7 +138,7 @@ def build_wandb_report(
         wr.P(text=PANELS_NOTE),
         wr.PanelGrid(runsets=[runset], panels=panels),
     ]
-    if confirm is not None and not confirm.empty:
+    if has_confirm:
         confirm_runs = wr.Runset(
             entity=entity,
             project=project,

@@ -87,6 +87,8 @@ def make_wandb_logger(
         )
     if plan.config.get("role") == "confirm":  # retrained after the choice (sweeps.run.confirm)
         run_config["role"], label = "confirm", label + " confirm"
+    elif settings.spec.confirm_seeds:  # the W&B Report's panels tell the two kinds apart by it
+        run_config["role"] = "select"
     logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,

@@ -104,7 +104,7 @@ def test_wandb_report_construction_from_points(tmp_path):
     assert kinds == ["H1", "P", "H2", "MarkdownBlock", "H2", "P", "PanelGrid"]
     assert "memory K=32" in rep.blocks[3].text
     grid = rep.blocks[-1]
-    assert grid.runsets[0].filters == "Group == 'k_vs_length' and Config('role') != 'confirm'"
+    assert grid.runsets[0].filters == "Group == 'k_vs_length'"
     scatter = next(
         p
         for p in grid.panels

@@ -5,6 +5,7 @@ the launcher's run (with --resume training nothing again) is the slow test at th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -163,11 +164,12 @@ def test_the_wandb_report_carries_the_heldout_and_confirm_sections():
     # their own
     grids = [b for b in rep.blocks if type(b).__name__ == "PanelGrid"]
     assert [[rs.filters for rs in g.runsets] for g in grids] == [
-        ["Group == 'g' and Config('role') != 'confirm'"],
+        ["Group == 'g' and Config('role') == 'select'"],
         ["Group == 'g' and Config('role') == 'confirm'"],
     ]
-    without = build_wandb_report("me", "proj", "g", results=df)
-    assert len([b for b in without.blocks if type(b).__name__ == "PanelGrid"]) == 1
+    without = build_wandb_report("me", "proj", "g", results=df)  # no confirm runs: every run
+    (grid,) = [b for b in without.blocks if type(b).__name__ == "PanelGrid"]
+    assert [rs.filters for rs in grid.runsets] == ["Group == 'g'"]
 
 
 def test_a_reused_row_gets_a_plan_for_the_heldout_stage(tmp_path):
@@ -183,6 +185,19 @@ def test_a_reused_row_gets_a_plan_for_the_heldout_stage(tmp_path):
     assert plan_fingerprint(got) == row[PLAN_HASH] and got.seed == plan.seed
     assert folder == str(tmp_path / "out" / "heldout" / "old1")  # not the earlier sweep's folder
     assert warm.reused_ids() == {"old1"}
+
+
+def wandb_config(wandb_dir, run_id: str) -> dict:
+    """The config of a run as its offline run file holds it (the last folder of the id)."""
+    from sweeps.integrations.wandb_runs import offline_run_dirs, read_records, run_log
+
+    config = {}
+    for record in read_records(run_log(offline_run_dirs(wandb_dir, run_id)[-1])):
+        kind = record.WhichOneof("record_type")  # the run record's config, then any updates
+        update = record.run.config.update if kind == "run" else record.config.update
+        if kind in ("run", "config"):
+            config |= {item.key: json.loads(item.value_json) for item in update}
+    return config
 
 
 @pytest.mark.slow
@@ -219,6 +234,9 @@ def test_confirm_end_to_end_and_resume_trains_nothing_again(local_ray, tmp_path)
         assert chosen["param:model.lr"].iloc[0] == pytest.approx(row["param:model.lr"])
     md = (out / "results.md").read_text()
     assert "Confirmed on fresh seeds" in md
+    # each W&B run says which kind it is, as results.csv does (the Report's panels filter on it)
+    for _, row in df.iterrows():
+        assert wandb_config(out / "wandb", row["trial_id"])["role"] == row["role"]
     storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
     for name in optuna.get_all_study_names(storage):
         attr = optuna.load_study(study_name=name, storage=storage).user_attrs["confirm"]
