@@ -17,7 +17,6 @@ process's threads and returns the best rate: what the step's products could at m
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -88,12 +87,11 @@ def gemm_rate(
     cuda = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     per_shape: dict[str, float] = {}
-    ctx = torch.backends.cuda.matmul if cuda else None
-    allow_tf32 = ctx.allow_tf32 if ctx is not None else None
-    with contextlib.ExitStack() as stack:
-        if ctx is not None:  # full fp32, as the model trains
-            ctx.allow_tf32 = False
-            stack.callback(setattr, ctx, "allow_tf32", allow_tf32)
+    matmul = torch.backends.cuda.matmul
+    allow_tf32 = matmul.allow_tf32 if cuda else None
+    if cuda:  # full fp32, as the model trains
+        matmul.allow_tf32 = False
+    try:
         for m, k, n in shapes:
             a = torch.randn(m, k, device=device)
             b = torch.randn(k, n, device=device)
@@ -110,4 +108,7 @@ def gemm_rate(
                         break
             elapsed = time.perf_counter() - start
             per_shape[f"{m}x{k}x{n}"] = round(2.0 * m * k * n * reps / elapsed / 1e9, 2)
+    finally:
+        if cuda:
+            matmul.allow_tf32 = allow_tf32
     return {"best": max(per_shape.values()) * 1e9, "per_shape": per_shape}

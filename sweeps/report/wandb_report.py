@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, VAL_BLEU, VAL_LOSS
+from sweeps.heldout.select import CONFIRM, ROLE, SELECT
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import pareto_markdown, results_sections
@@ -75,12 +76,15 @@ def build_wandb_report(
     # the confirm runs (sweeps.run.confirm: config role = confirm) are no part of the selection, so
     # no part of its per-cell means; in a sweep with confirm seeds every other run has role = select
     has_confirm = confirm is not None and not confirm.empty
-    runset = wr.Runset(
-        entity=entity,
-        project=project,
-        name=group,
-        filters=f"Group == '{group}'" + (" and Config('role') == 'select'" if has_confirm else ""),
-    )
+
+    def runs(name: str, role: str | None) -> Any:
+        """The group's runs, or those of one role."""
+        role_filter = f" and Config('{ROLE}') == '{role}'" if role else ""
+        return wr.Runset(
+            entity=entity, project=project, name=name, filters=f"Group == '{group}'{role_filter}"
+        )
+
+    runset = runs(group, SELECT if has_confirm else None)
     blocks: list[Any] = [
         wr.H1(text=title or f"Sweep {group}"),
         wr.P(
@@ -139,12 +143,7 @@ def build_wandb_report(
         wr.PanelGrid(runsets=[runset], panels=panels),
     ]
     if has_confirm:
-        confirm_runs = wr.Runset(
-            entity=entity,
-            project=project,
-            name=f"{group} confirm",
-            filters=f"Group == '{group}' and Config('role') == 'confirm'",
-        )
+        confirm_runs = runs(f"{group} confirm", CONFIRM)
         blocks += [
             wr.H2(text="Panels over the confirm runs"),
             wr.P(text=CONFIRM_PANELS_NOTE),

@@ -9,6 +9,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from sweeps.heldout.select import CONFIRM, ROLE, SELECT
 from sweeps.spec import TrialPlan
 from sweeps.trial.settings import TrialSettings
 
@@ -85,10 +86,10 @@ def make_wandb_logger(
             job_type,
             f" configuration={plan.config['configuration']}",
         )
-    if plan.config.get("role") == "confirm":  # retrained after the choice (sweeps.run.confirm)
-        run_config["role"], label = "confirm", label + " confirm"
+    if plan.config.get(ROLE) == CONFIRM:  # retrained after the choice (sweeps.run.confirm)
+        run_config[ROLE], label = CONFIRM, label + " confirm"
     elif settings.spec.confirm_seeds:  # the W&B Report's panels tell the two kinds apart by it
-        run_config["role"] = "select"
+        run_config[ROLE] = SELECT
     logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,
