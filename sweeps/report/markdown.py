@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
-from sweeps.report.results import DECODE_SECONDS, natural_order
+from sweeps.report.results import DECODE_SECONDS, TIMING_DEVICE, natural_order
 from sweeps.report.summary import (
     DAGGER,
     cell_summary,
@@ -215,6 +215,24 @@ def contended_line(summary: pd.DataFrame) -> str:
     )
 
 
+def timed_on(df: pd.DataFrame) -> str:
+    """Where the timing stage ran, from results.csv's ``timing_device(_name)``: "on CPU (AMD EPYC)
+    in processes pinned to their core(s)", "on GPU (NVIDIA H200)", both when a sweep's trials were
+    timed on both. Results written before the columns existed were all timed on CPU."""
+    if TIMING_DEVICE not in df or df[TIMING_DEVICE].dropna().empty:
+        return "on CPU in processes pinned to their core(s)"
+    named = "timing_device_name" in df
+    places = []
+    for device, kind in (("cpu", "CPU"), ("cuda", "GPU")):
+        rows = df[df[TIMING_DEVICE] == device]
+        if rows.empty:
+            continue
+        names = sorted(set(rows["timing_device_name"].dropna())) if named else []
+        place = f"on {kind}" + (f" ({', '.join(names)})" if names else "")
+        places.append(place + (" in processes pinned to their core(s)" if device == "cpu" else ""))
+    return " and ".join(places)
+
+
 def timing_text(df: pd.DataFrame) -> str:
     """What BLEU and the decode times are, and how the decode times were measured."""
     if seconds_column(df) == DECODE_SECONDS:
@@ -246,7 +264,7 @@ def timing_text(df: pd.DataFrame) -> str:
         how += f", the fastest of {processes} fresh processes" if processes not in ("", "1") else ""
         timing = (
             f"decode_seconds: the seconds to decode the validation set, the decode-timing stage's median{how}; "
-            "each model alone on its node after the Tune run, on CPU in processes pinned to their core(s); "
+            f"each model alone on its node after the Tune run, {timed_on(df)}; "
             "repeats that found their core shared or the machine running slow were run again (data loading "
             "excluded; per trial in results.csv: decode_seconds_iqr/min/max, decode_repeats, "
             "decode_precision, decode_interrupted, decode_contended; every repeat in timing.json). "

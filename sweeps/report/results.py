@@ -34,6 +34,7 @@ from sweeps.spec.signatures import headline_options
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
 # train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
 TRAIN_STEP_SECONDS, TRAIN_PEAK_MB = "train_step_seconds", "train_peak_mb"
+TIMING_DEVICE = "timing_device"
 TRAIN_COLUMNS = [
     TRAIN_STEP_SECONDS,
     "train_step_seconds_iqr",
@@ -59,6 +60,9 @@ TIMING_COLUMNS = [
     "decode_processes",
     "decode_interrupted",
     "decode_contended",
+    # where the figures were measured: "cpu" or "cuda", and the processor's or GPU's name
+    TIMING_DEVICE,
+    "timing_device_name",
     *TRAIN_COLUMNS,
 ]
 # every metric the module logs during training (val/bleu first), then the timing stage's
@@ -311,6 +315,8 @@ TEXT_COLUMNS = (
     "plan_hash",
     "reused",
     "role",
+    TIMING_DEVICE,
+    "timing_device_name",
 )
 
 

@@ -24,6 +24,8 @@ def attach_timing(
             decode_processes=len(timing.get("process_medians") or []) or 1,
             decode_interrupted=timing.get("interrupted", 0),
             decode_contended=bool(timing.get("contended", False)),
+            timing_device=timing.get("device"),
+            timing_device_name=timing.get("device_name"),  # absent from records before it was kept
         )
     if error is not None:
         row["timing_error"] = error
@@ -45,6 +47,9 @@ def attach_train_cost(
             train_step_interrupted=train.get("interrupted", 0),
             train_step_contended=bool(train.get("contended", False)),
         )
+    for record in (train, memory):  # a study that did not time decoding still says where
+        if record is not None and row.get("timing_device") is None:
+            row["timing_device"] = record.get("device")
     if memory is not None:
         samples = [s for k in ("train_samples", "decode_samples") if (s := memory.get(k))]
         row.update(

@@ -465,3 +465,21 @@ def test_d_wandb_report_carries_the_paper_table_and_length_panels(tmp_path):
         for p in one_length.blocks[-1].panels
         if type(p).__name__ == "ScatterPlot" and p.x == wr.Config("length")
     ]
+
+
+def test_a_results_md_names_the_device_the_timing_stage_ran_on(tmp_path):
+    """results.csv's timing_device(_name) decide where results.md says the models were timed: a GPU
+    sweep's page once claimed "on CPU in processes pinned to their core(s)"."""
+    rows = sweep_rows()
+    for row in rows:
+        row["timing_device"], row["timing_device_name"] = "cuda", "NVIDIA H200"
+    md = written_report(tmp_path, rows)
+    assert "after the Tune run, on GPU (NVIDIA H200);" in md and "on CPU" not in md
+    for row in rows[:2]:
+        row["timing_device"], row["timing_device_name"] = "cpu", "AMD EPYC"
+    md = written_report(tmp_path, rows)
+    assert "on CPU (AMD EPYC) in processes pinned to their core(s) and on GPU (NVIDIA H200);" in md
+    for row in rows:  # a results.csv written before the columns: every such sweep timed on CPU
+        del row["timing_device"], row["timing_device_name"]
+    md = written_report(tmp_path, rows)
+    assert "after the Tune run, on CPU in processes pinned to their core(s);" in md

@@ -86,6 +86,13 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
             row.decode_repeats == t["repeats"]
             and row.decode_passes_per_repeat == t["passes_per_repeat"] > 1
         )
+        # where it was timed, as results.md says it: this machine's CPU, by the name torch sees
+        assert (row.timing_device, row.timing_device_name) == ("cpu", t["device_name"])
+        assert (
+            t["device_name"]
+            and f"on CPU ({t['device_name']}) in processes pinned"
+            in (sweep_dir / "results.md").read_text()
+        )
         if not t["contended"]:  # (a contended timing claims no precision and says so in results.md)
             assert t["stopped_by"] in ("precision", "time cap", "repeat cap"), t["stopped_by"]
             assert (
