@@ -15,6 +15,12 @@ the paper's sizes (paper_copy on an AVX512_BF16 EPYC, one thread: training and d
 faster, benchmarks/peers.py); at the tiny preset's 32/64 units the casts cost more than the small
 products save (200 steps took 1.4x as long). Every attention mechanism runs under CPU bf16
 autocast (tests/lightning_modules/test_fast_paths.py).
+
+On a GPU, native bf16 is not the same as faster for these recurrent models: on an H200, bf16-mixed
+training steps at the paper_copy sizes took 1.06-1.31x as long as fp32's (kernel launches, not
+products, bound a step there), and the quickstart's tiny models trained no faster at the same
+BLEU (benchmarks/README.md, "On a GPU"). Time both with ``benchmarks/peers.py --device cuda``
+before choosing it for a GPU study.
 """
 
 from __future__ import annotations
@@ -48,5 +54,6 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
 
 def fastest_precision(device: str | torch.device = "cpu") -> str:
     """Lightning's ``precision`` for ``device``: ``"bf16-mixed"`` where bf16 is native, else
-    ``"32-true"``."""
+    ``"32-true"``. Measured faster on CPUs with AVX512_BF16 at the paper's sizes; on a GPU, check
+    first (the module's docstring)."""
     return "bf16-mixed" if native_bf16(device) else "32-true"
