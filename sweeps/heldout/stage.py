@@ -49,14 +49,17 @@ def _present(value: Any) -> bool:
         return False
 
 
-def _already_evaluated(path: Path, fingerprint: str) -> dict[str, float] | None:
+def _already_evaluated(path: Path, checkpoint: str, fingerprint: str) -> dict[str, float] | None:
     import json
+
+    from sweeps.timing.checkpoint import same_checkpoint
 
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return record.get("metrics") if record.get("fingerprint") == fingerprint else None
+    same = same_checkpoint(record.get("fingerprint"), checkpoint, current=fingerprint)
+    return record.get("metrics") if same else None
 
 
 def evaluate_chosen_trials(
@@ -97,7 +100,7 @@ def evaluate_chosen_trials(
             row[HELDOUT_ERROR] = str(exc)[:300]
             continue
         row[TEST_SPLIT] = split_name(plan.task)
-        found = _already_evaluated(path, fingerprint)
+        found = _already_evaluated(path, row["checkpoint"], fingerprint)
         if found is not None:
             row.update(found)
             results[tid] = found

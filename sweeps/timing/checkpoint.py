@@ -10,6 +10,7 @@ datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperpara
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,10 +52,30 @@ def checkpoint_file(path: str | Path) -> Path:
 
 
 def checkpoint_fingerprint(path: str | Path) -> str:
-    """Identifies one checkpoint file's content cheaply (resolved path, size, modification time)."""
+    """Identifies one checkpoint file by its content (``sha256:<digest>:<size>``), wherever it lies:
+    a sweep folder copied off a cluster's scratch disk (``cp -r``, ``scp``: new paths, new
+    modification times) and resumed keeps its timing and held-out records. Hashing reads the file
+    once (about a second per GB)."""
+    f = checkpoint_file(path)
+    digest = hashlib.sha256()
+    with f.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}:{f.stat().st_size}"
+
+
+def same_checkpoint(recorded: str | None, path: str | Path, current: str | None = None) -> bool:
+    """Whether a record's fingerprint names the checkpoint at ``path`` (``current``: its
+    :func:`checkpoint_fingerprint`, when the caller has it). A record written before fingerprints
+    hashed the content holds ``<resolved path>:<size>:<mtime ns>``, and matches only that file,
+    unmoved and untouched, as it did then."""
+    if not recorded:
+        return False
+    if recorded.startswith("sha256:"):
+        return recorded == (current or checkpoint_fingerprint(path))
     f = checkpoint_file(path).resolve()
     st = f.stat()
-    return f"{f}:{st.st_size}:{st.st_mtime_ns}"
+    return recorded == f"{f}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def load_module(path: str | Path) -> pl.LightningModule:

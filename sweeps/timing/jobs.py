@@ -16,7 +16,7 @@ from typing import Any, get_args, get_origin
 from pydantic import ValidationError
 
 from sweeps.spec.schema import TimingSpec
-from sweeps.timing.checkpoint import checkpoint_fingerprint
+from sweeps.timing.checkpoint import same_checkpoint
 from sweeps.timing.devices import highest_cpus
 from sweeps.timing.measure import TimingError
 from sweeps.timing.record import TIMING_FILE, TimingRecord, read_record
@@ -110,7 +110,7 @@ def already_timed(
     if record is None:
         return None
     try:
-        same_checkpoint = record.fingerprint == checkpoint_fingerprint(job.checkpoint)
+        same = same_checkpoint(record.fingerprint, job.checkpoint)
     except TimingError:
         return None
     held = {
@@ -124,7 +124,7 @@ def already_timed(
     same_beam = (
         job.beam_size is None or record.timing is None or job.beam_size == record.timing.beam_size
     )
-    return record if same_checkpoint and same_beam and record.split == job.split else None
+    return record if same and same_beam and record.split == job.split else None
 
 
 def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:

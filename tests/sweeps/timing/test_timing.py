@@ -423,9 +423,38 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     # a new checkpoint (the trial trained further) or another beam size is not "already timed"
     assert already_timed(jobs[0]) is not None
     assert already_timed(dataclasses.replace(jobs[0], beam_size=5)) is None
+    # the sweep folder copied elsewhere as `cp -r` or scp copy it (new paths, new modification
+    # times): its records still name its checkpoints, so a resume there times nothing again
+    moved = tmp_path / "elsewhere" / "trial_moved"
+    shutil.copytree(jobs[0].output_dir, moved, copy_function=shutil.copy)
+    assert (moved / "checkpoint_000001" / "checkpoint.ckpt").stat().st_mtime_ns != (
+        Path(jobs[0].checkpoint) / "checkpoint.ckpt"
+    ).stat().st_mtime_ns
+    copied = dataclasses.replace(
+        jobs[0], checkpoint=str(moved / "checkpoint_000001"), output_dir=str(moved)
+    )
+    assert already_timed(copied) == records[0]
     shutil.copy(copy_ckpts["memory"], Path(jobs[0].checkpoint) / "checkpoint.ckpt")
     assert already_timed(jobs[0]) is None
     assert (Path(jobs[0].output_dir) / TIMING_FILE).exists()
+
+
+def test_a_checkpoint_is_known_by_its_content_and_an_old_record_by_its_path(copy_ckpts, tmp_path):
+    """Timing and held-out records name their checkpoint by a hash of its bytes; a record written
+    before that (resolved path, size, mtime) still matches the untouched file it was made for."""
+    from sweeps.timing.checkpoint import checkpoint_fingerprint, same_checkpoint
+
+    original = copy_ckpts["memory"]
+    copy = tmp_path / "copy.ckpt"
+    shutil.copy(original, copy)  # new path and mtime, same bytes
+    assert checkpoint_fingerprint(copy) == checkpoint_fingerprint(original)
+    assert checkpoint_fingerprint(copy_ckpts["bahdanau"]) != checkpoint_fingerprint(original)
+    recorded = checkpoint_fingerprint(original)
+    assert same_checkpoint(recorded, copy) and not same_checkpoint(recorded, copy_ckpts["bahdanau"])
+    assert not same_checkpoint(None, copy) and not same_checkpoint("", copy)
+    f = original.resolve()
+    legacy = f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
+    assert same_checkpoint(legacy, original) and not same_checkpoint(legacy, copy)
 
 
 def test_pinned_timing_picks_the_highest_cpus_and_refuses_more_than_there_are():
