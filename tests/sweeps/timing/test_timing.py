@@ -643,10 +643,9 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     dm = CopyTaskDataModule(**COPY)
     dm.setup("validate")
     loader = list(dm.val_dataloader())
-    fast = dict(calibration_seconds=0.3)  # the machine's speed found in 0.3 s, not 2
-    fixed = measure_decode_time(
-        module, loader, "cpu", beam_size=1, repeats=3, warmup=1, threads=1, **fast
-    )
+    # greedy, 3 repeats after a warm-up, one thread; the machine's speed found in 0.3 s, not 2
+    common = dict(beam_size=1, repeats=3, warmup=1, threads=1, calibration_seconds=0.3)
+    fixed = measure_decode_time(module, loader, "cpu", **common)
     assert (fixed.repeats, fixed.passes_per_repeat, fixed.precision, fixed.stopped_by) == (
         3,
         1,
@@ -657,36 +656,14 @@ def test_adaptive_repeats_go_on_until_the_median_is_known_and_short_splits_repea
     # slow CI host to need a second pass: a repeat of 0.5 s makes the split short on any host.
     with monkeypatch.context() as patch:
         patch.setattr(measure, "MIN_REPEAT_S", 0.5)
-        loose = measure_decode_time(
-            module,
-            loader,
-            "cpu",
-            beam_size=1,
-            repeats=3,
-            warmup=1,
-            threads=1,
-            precision=0.5,
-            max_seconds=10,
-            **fast,
-        )
+        loose = measure_decode_time(module, loader, "cpu", precision=0.5, max_seconds=10, **common)
     # each repeat decodes the split until the repeat's length has passed (counted from the last
     # warm-up pass, so a warm-up 2.5x slower than the median still passes 0.2 of it)
     assert loose.passes_per_repeat > 1
     assert loose.passes_per_repeat * fixed.decode_seconds >= 0.2 * 0.5
     # a precision met at once stops at the minimum; one never met stops at the time cap, and the
     # precision recorded is what the kept repeats give in both cases (contended timings claim none)
-    tight = measure_decode_time(
-        module,
-        loader,
-        "cpu",
-        beam_size=1,
-        repeats=3,
-        warmup=1,
-        threads=1,
-        precision=1e-6,
-        max_seconds=1.0,
-        **fast,
-    )
+    tight = measure_decode_time(module, loader, "cpu", precision=1e-6, max_seconds=1.0, **common)
     for timing in (loose, tight):
         if timing.contended:
             assert timing.precision is None
