@@ -89,7 +89,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
-    """One sweep on the cluster that the next two tests read: two trials of half a GPU each, one
+    """One sweep on the cluster that the next test reads: two trials of half a GPU each, one
     after another. The moment the second reports step 30 (the first finished), the node it runs
     on is removed (:mod:`interrupt_hook`, from inside Tune: no polling, no race)."""
     c, nodes = cluster
@@ -155,10 +155,11 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
     )
 
 
-def test_trials_hold_the_fractional_gpu_they_ask_for(lost_node):
+def trials_hold_the_fractional_gpu_they_ask_for(lost_node):
     """``resources.gpu: 0.5`` reaches Ray: every report of every trial (the lost-node sweep's)
     was made holding half of its node's GPU 0 (so two trials can share one GPU); the head, with
-    no CPUs, runs none."""
+    no CPUs, runs none. (Checked by the lost-node test, so the sweep runs once under xdist: the
+    two tests it once fed landed on both workers, which ran it twice.)"""
     assert "error" not in lost_node.seen, lost_node.seen.get("error")
     assert lost_node.code == 0
     df = pd.read_csv(lost_node.exp / "results.csv")
@@ -174,7 +175,9 @@ def test_trials_hold_the_fractional_gpu_they_ask_for(lost_node):
 
 def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
     """One trial finishes, then the node running the next is removed mid-trial: the trial
-    resumes from its last checkpoint on another node, and every result is present at the end."""
+    resumes from its last checkpoint on another node, and every result is present at the end.
+    Every trial held the half GPU it asked for (:func:`trials_hold_the_fractional_gpu_they_ask_for`)."""
+    trials_hold_the_fractional_gpu_they_ask_for(lost_node)
     seen, exp = lost_node.seen, lost_node.exp
     assert "error" not in seen, seen.get("error")
     assert lost_node.code == 0
