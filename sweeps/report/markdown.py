@@ -219,8 +219,9 @@ def timed_on(df: pd.DataFrame) -> str:
     """Where the timing stage ran, from results.csv's ``timing_device(_name)``: "on CPU (AMD EPYC)
     in processes pinned to their core(s)", "on GPU (NVIDIA H200)", both when a sweep's trials were
     timed on both. Results written before the columns existed were all timed on CPU."""
+    pinned = " in processes pinned to their core(s)"
     if TIMING_DEVICE not in df or df[TIMING_DEVICE].dropna().empty:
-        return "on CPU in processes pinned to their core(s)"
+        return "on CPU" + pinned
     named = "timing_device_name" in df
     places = []
     for device, kind in (("cpu", "CPU"), ("cuda", "GPU")):
@@ -229,7 +230,7 @@ def timed_on(df: pd.DataFrame) -> str:
             continue
         names = sorted(set(rows["timing_device_name"].dropna())) if named else []
         place = f"on {kind}" + (f" ({', '.join(names)})" if names else "")
-        places.append(place + (" in processes pinned to their core(s)" if device == "cpu" else ""))
+        places.append(place + (pinned if device == "cpu" else ""))
     return " and ".join(places)
 
 

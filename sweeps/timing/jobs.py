@@ -109,22 +109,21 @@ def already_timed(
     record = read_record(job.result_path)
     if record is None:
         return None
-    try:
-        same = same_checkpoint(record.fingerprint, job.checkpoint)
-    except TimingError:
-        return None
     held = {
         "decode": record.timing is not None,
         "train": record.train is not None
         and (train_steps is None or record.train.steps == train_steps),
         "memory": record.memory is not None,
     }
-    if not all(held.get(m, False) for m in measure):
-        return None
     same_beam = (
         job.beam_size is None or record.timing is None or job.beam_size == record.timing.beam_size
     )
-    return record if same and same_beam and record.split == job.split else None
+    if not (all(held.get(m, False) for m in measure) and same_beam and record.split == job.split):
+        return None
+    try:  # last: it reads the whole checkpoint to hash it
+        return record if same_checkpoint(record.fingerprint, job.checkpoint) else None
+    except TimingError:
+        return None
 
 
 def plan_lanes(nodes: Sequence[Mapping[str, Any]], use_gpu: bool) -> list[Lane]:
