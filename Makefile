@@ -6,18 +6,52 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CONSTRAINTS ?= requirements/cpu.txt
 PIP_CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
+# the versions tested (CONTRIBUTING.md, "The lock"); `make venv LOCK=` installs without it
+LOCK ?= requirements/lock.txt
+# the lock less its torch line: torch comes from TORCH_CONSTRAINTS (the CPU pin) or from a GPU user
+LOCK_FLAG := $(if $(LOCK),-c $(VENV)/lock-constraints.txt,)
+LOCK_CHECK_SKIP := $(if $(filter requirements/cpu.txt,$(TORCH_CONSTRAINTS)),,--skip torch)
 SPEC ?= sweeps/quickstart.yaml
 
-.PHONY: venv sweep test test-fast test-slow lint format bench docs docs-build docs-results clean
+.PHONY: venv lock test-latest sweep test test-fast test-slow lint format bench docs docs-build docs-results clean
 
-$(BIN)/.installed: pyproject.toml requirements/cpu.txt
+$(BIN)/.installed: pyproject.toml requirements/cpu.txt requirements/tools.txt $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(if $(TORCH_CONSTRAINTS),$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) torch,)
-	$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) -e ".[sweep,dev,docs]"
+	$(BIN)/pip install -q -c requirements/tools.txt --upgrade pip
+	$(if $(LOCK),grep -v '^torch==' $(LOCK) > $(VENV)/lock-constraints.txt,)
+	$(if $(TORCH_CONSTRAINTS),$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) torch,)
+	$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) -e ".[sweep,dev,docs]"
+	$(if $(LOCK),$(BIN)/python requirements/check_lock.py $(LOCK) $(LOCK_CHECK_SKIP),)
 	touch $@
 
 venv: $(BIN)/.installed
+
+# requirements/lock.txt made again from pyproject.toml's sweep, dev and docs extras, each package at
+# its newest release within the bounds (`make lock LOCK_UPGRADE=` keeps the current pins where they
+# still fit), torch at requirements/cpu.txt's pin; for this Python and platform (pip's resolver,
+# which sees the CPU torch wheel pip is configured to find). Then `make venv` installs it.
+LOCK_VENV ?= .venv-lock
+LOCK_UPGRADE ?= --upgrade
+lock:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q -c requirements/tools.txt --upgrade pip pip-tools
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet $(LOCK_UPGRADE) \
+		--extra sweep --extra dev --extra docs -c requirements/cpu.txt --strip-extras \
+		--allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements/lock.txt pyproject.toml
+
+# the tests against the newest releases the bounds in pyproject.toml allow (no lock; torch still
+# at requirements/cpu.txt's pin), in a venv of their own that is made anew each time; first it
+# prints how those versions differ from the lock. The result goes into CONTRIBUTING.md's table.
+LATEST_VENV ?= .venv-latest
+LATEST_PYTEST ?= -n 2 --dist loadgroup --durations=15
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install -q -c requirements/tools.txt --upgrade pip
+	$(if $(TORCH_CONSTRAINTS),$(LATEST_VENV)/bin/pip install -q $(PIP_CONSTRAINT_FLAG) torch,)
+	$(LATEST_VENV)/bin/pip install -q $(PIP_CONSTRAINT_FLAG) -e ".[sweep,dev,docs]"
+	$(if $(LOCK),$(LATEST_VENV)/bin/python requirements/check_lock.py $(LOCK) --report,)
+	$(LATEST_VENV)/bin/python -m pytest -q $(LATEST_PYTEST)
 
 sweep: venv
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py $(SPEC)
@@ -74,4 +108,4 @@ docs-results: venv
 	sed -i 's#$(CURDIR)/##g' $$(ls docs/results/$(SWEEP)/* | grep -v '\.png$$')
 
 clean:
-	rm -rf $(VENV) sweep-results bench-out site
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) sweep-results bench-out site
