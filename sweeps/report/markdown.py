@@ -21,6 +21,7 @@ from sweeps.report.summary import (
     seconds_column,
     summary_rule,
 )
+from sweeps.report.table_text import mean_std, to_markdown
 from sweeps.report.train_cost import train_cost_sections
 
 CONTENDED_MEANING = (
@@ -56,7 +57,7 @@ def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
     ):
         if column in summary:
             table[name] = [
-                _mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])
+                mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])
             ]
     if DECODE_SECONDS in table:
         table[DECODE_SECONDS] = _seconds_text(summary)
@@ -96,7 +97,7 @@ def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
             found = not match.empty
             r = match.iloc[0] if found else None
             row[f"L={length} BLEU"] = (
-                _mean_std(r[VAL_BLEU], r[f"{VAL_BLEU}_std"], 2) if found else "–"
+                mean_std(r[VAL_BLEU], r[f"{VAL_BLEU}_std"], 2) if found else "–"
             )
             if with_seconds:
                 row[f"L={length} decode s"] = seconds[match.index[0]] if found else "–"
@@ -107,15 +108,9 @@ def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
 def _seconds_text(summary: pd.DataFrame) -> list[str]:
     marked = contended_mask(summary)
     return [
-        _mean_std(m, sd, 4) + (f" {DAGGER}" if flag and pd.notna(m) else "")
+        mean_std(m, sd, 4) + (f" {DAGGER}" if flag and pd.notna(m) else "")
         for m, sd, flag in zip(summary[DECODE_SECONDS], summary[f"{DECODE_SECONDS}_std"], marked)
     ]
-
-
-def _mean_std(mean: float, std: float, digits: int) -> str:
-    if pd.isna(mean):
-        return ""
-    return f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
 
 
 def pareto_markdown(points: pd.DataFrame) -> str:
@@ -336,11 +331,3 @@ def results_sections(
 
 def _paragraphs(parts: Sequence[str]) -> str:
     return "\n\n".join(p for p in parts if p)
-
-
-def to_markdown(table: pd.DataFrame) -> str:
-    try:
-        # the cells are already formatted (mean +- std, each metric's digits): no re-parsing
-        return table.to_markdown(index=False, disable_numparse=True)
-    except ImportError:
-        return table.to_string(index=False)

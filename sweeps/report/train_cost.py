@@ -12,6 +12,7 @@ import pandas as pd
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.report.results import natural_order
 from sweeps.report.summary import DAGGER, pareto_front
+from sweeps.report.table_text import mean_std, to_markdown
 
 STEP = "train_step_seconds"
 COLUMNS = (  # (heading, summary column, digits)
@@ -44,7 +45,7 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
         if column not in rows:
             continue
         std = rows.get(f"{column}_std", pd.Series(float("nan"), index=rows.index))
-        table[name] = [_mean_std(m, sd, digits) for m, sd in zip(rows[column], std)]
+        table[name] = [mean_std(m, sd, digits) for m, sd in zip(rows[column], std)]
     if STEP in rows:
         table["train step s"] = [
             text + (f" {DAGGER}" if flag and text else "")
@@ -95,8 +96,6 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
     """(heading, Markdown) sections for results.md and the W&B Report ([] when not measured)."""
     if summary.empty or not measured(summary):
         return []
-    from sweeps.report.markdown import to_markdown
-
     marked = int((summary.get("train_contended", pd.Series(dtype=int)).fillna(0) > 0).sum())
     contended = (
         f"{marked} training step time(s) contended ({DAGGER}): measured while the machine was busy."
@@ -121,9 +120,3 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
             )
         )
     return out
-
-
-def _mean_std(mean: float, std: float, digits: int) -> str:
-    if pd.isna(mean):
-        return ""
-    return f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")

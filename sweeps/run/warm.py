@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
 
 #: the results.csv columns a warm start reads and writes
 PLAN_HASH, REUSED = "plan_hash", "reused"
@@ -55,29 +56,6 @@ def plan_fingerprint(plan: Any) -> str:
         default=str,
     )
     return hashlib.sha256(body.encode()).hexdigest()[:20]
-
-
-def earlier_folder(path: str | Path) -> Path:
-    """The earlier sweep's folder, from the folder itself or its journal."""
-    p = Path(path).expanduser()
-    return p.parent if p.is_file() else p
-
-
-def check_warm_start(spec: Any, source: str | None = None) -> None:
-    """``warm_start`` must name an earlier sweep's output folder (holding ``results.csv`` or
-    ``optuna.journal``) or its journal; said at ``--dry-run``."""
-    from sweeps.errors import SpecError
-
-    if not spec.warm_start:
-        return
-    folder = earlier_folder(spec.warm_start)
-    if not ((folder / RESULTS_CSV).is_file() or (folder / OPTUNA_JOURNAL).is_file()):
-        raise SpecError(
-            "warm_start",
-            f"{spec.warm_start} is not an earlier sweep's output: no {RESULTS_CSV} or {OPTUNA_JOURNAL} "
-            f"in {folder}; point it at <output>/<name> of the earlier run (or its {OPTUNA_JOURNAL})",
-            source,
-        )
 
 
 @dataclass

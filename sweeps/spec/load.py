@@ -20,6 +20,7 @@ from sweeps.spec.schema import SpecError, SweepSpec, format_validation
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
 from sweeps.spec.validate import check_sections, validate_cell
+from sweeps.spec.warm_start import check_warm_start
 
 
 def load_spec(
@@ -86,8 +87,6 @@ def build_sweep(
     check_sections(spec, source)
     check_objectives(spec, source)  # objectives/constraints (issue 21)
     check_seeds(spec, source)  # seeds: {per_configuration: true} (issue 32)
-    from sweeps.run.warm import check_warm_start
-
     check_warm_start(spec, source)
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)
