@@ -137,6 +137,23 @@ def trial_states(grid) -> list[tuple[str | None, dict[str, Any], int]]:
     ]
 
 
+def trial_status(
+    tune_status: str | None, metrics: dict | None, max_steps: int | None, failed: bool = False
+) -> str:
+    """results.csv's ``status`` of a trial (the console's table names trials with it too), from
+    Tune's status (None: unknown), its last report and its ``max_steps`` (None: unknown)."""
+    metrics = metrics or {}
+    if failed or tune_status == "ERROR":
+        return "error"
+    if tune_status not in (None, "TERMINATED") or not metrics:
+        return "unfinished"  # interrupted: `--resume` continues it
+    if metrics.get("converged"):  # the spec's stop_when rule (sweeps.trial.stop_when)
+        return "converged"  # finished, like done
+    if max_steps is not None and metrics.get("step", 0) < max_steps:
+        return "stopped"  # early-terminated by ASHA
+    return "done"
+
+
 def row_from_result(
     result,
     plan: TrialPlan,
@@ -146,18 +163,7 @@ def row_from_result(
     retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
-    if result.error is not None or tune_status == "ERROR":
-        status = "error"
-    elif tune_status not in (None, "TERMINATED") or not metrics:
-        status = "unfinished"  # interrupted: `--resume` continues it
-    elif metrics.get("converged"):
-        status = (
-            "converged"  # the spec's stop_when rule (sweeps.trial.stop_when): finished, like done
-        )
-    elif metrics.get("step", 0) < max_steps:
-        status = "stopped"  # early-terminated by ASHA
-    else:
-        status = "done"
+    status = trial_status(tune_status, metrics, max_steps, failed=result.error is not None)
     row: dict[str, Any] = {
         "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,
         **plan_columns(plan),

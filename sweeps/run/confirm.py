@@ -109,7 +109,13 @@ def run_confirm(
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
             callbacks.append(
-                SweepConsole(len(configs), columns, sweep.spec.metric.name, sweep.spec.metric.mode)
+                SweepConsole(
+                    len(configs),
+                    columns,
+                    sweep.spec.metric.name,
+                    sweep.spec.metric.mode,
+                    max_steps=steps,
+                )
             )
         spec = sweep.spec
         tuner = tune.Tuner(

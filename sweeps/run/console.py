@@ -2,18 +2,27 @@
 step, training time; no config dumps) and a progress line (finished / running / pending / failed,
 elapsed, ETA). A Tune ``Callback`` on the driver; Tune's own reporter is off (``verbose=0``).
 
-When the sweep is stopped from outside (a preemption: :mod:`.preemption`) or by its budget
-(:mod:`.budget`), Tune ends the running trials as if finished; the last table and line call them
-``preempted`` or ``budget`` instead, as results.csv does."""
+The table names a trial's state as results.csv's ``status`` column does (``done``, ``stopped``,
+``converged``, ``error``: :func:`sweeps.report.results.trial_status`), and one that has not ended
+``running``, ``pending`` or ``waiting`` (at a rung). When the sweep is stopped from outside (a
+preemption: :mod:`.preemption`) or by its budget (:mod:`.budget`), Tune ends the running trials as
+if finished; the last table and line call them ``preempted`` or ``budget`` instead, as results.csv
+does."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from ray.tune import Callback
+
+from sweeps.report.results import trial_status
+
+#: Tune's states of a trial that has not ended, as the table names them
+LIVE_STATES = {"RUNNING": "running", "PENDING": "pending", "PAUSED": "waiting"}
 
 
 def _duration(seconds: float) -> str:
@@ -40,6 +49,8 @@ class SweepConsole(Callback):
         metric, mode: the metric optimised ("max" or "min"): its column, and the sort of finished trials.
         every: seconds between tables.
         max_rows: rows of the table: running trials first, then the best finished ones.
+        max_steps: each cell's ``trainer.max_steps`` (by cell name), which tells a trial that ran
+            its steps (``done``) from one the scheduler stopped early (``stopped``).
     """
 
     def __init__(
@@ -51,6 +62,7 @@ class SweepConsole(Callback):
         every: float = 30.0,
         max_rows: int = 20,
         out: TextIO | None = None,
+        max_steps: Mapping[str, int | None] | None = None,
     ) -> None:
         self.total = total
         self.columns = columns
@@ -59,6 +71,7 @@ class SweepConsole(Callback):
         self.every = every
         self.max_rows = max_rows
         self.out = out
+        self.max_steps = dict(max_steps or {})
         self._start = time.monotonic()
         self._last_table = 0.0
         self._last_line = 0.0
@@ -103,6 +116,13 @@ class SweepConsole(Callback):
             for t in trials
             if t.status in ("TERMINATED", "PENDING", "PAUSED") and t.trial_id not in self._ended
         }
+
+    def state(self, trial: Any) -> str:
+        """The trial's state as the table shows it: results.csv's status once it has ended."""
+        if trial.status in LIVE_STATES:
+            return LIVE_STATES[trial.status]
+        steps = getattr(self, "max_steps", {}).get(trial.config.get("cell"))  # older pickles: none
+        return trial_status(trial.status, trial.last_result, steps)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out or sys.stdout, flush=True)
@@ -163,7 +183,7 @@ class SweepConsole(Callback):
                 [
                     t.trial_id,
                     *(_cell(t.config.get(c)) for c in self.columns),
-                    held.get(t.trial_id, t.status) if held else t.status,
+                    held.get(t.trial_id) or self.state(t),
                     _cell(r.get(self.metric)),
                     _cell(r.get("step")),
                     _cell(r.get("train_time_s")),

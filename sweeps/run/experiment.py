@@ -198,8 +198,15 @@ def run_tune(
         callbacks += [BudgetClock(), KeepTrialLogs()]
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
+            steps = {p.cell.name: p.trainer.get("max_steps") for p in sweep.plans}
             callbacks.append(
-                SweepConsole(to_train, columns, sweep.spec.metric.name, sweep.spec.metric.mode)
+                SweepConsole(
+                    to_train,
+                    columns,
+                    sweep.spec.metric.name,
+                    sweep.spec.metric.mode,
+                    max_steps=steps,
+                )
             )
         tuner = tune.Tuner(
             trainable,

@@ -107,7 +107,7 @@ def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_pa
         line
     )
     assert [row.split()[1] for row in console.table(trials, held).splitlines()[1:]] == [
-        "TERMINATED",
-        "TERMINATED",
+        "done",  # as results.csv calls them
+        "done",
         "budget",
     ]
