@@ -32,7 +32,9 @@ class MetricSpec(_Strict):
     """What a sweep selects and stops on: one of the metrics a trial reports while it trains
     (``lightning_modules.metric_names.FIT_METRICS``); each is a results.csv column."""
 
+    # the metric trials are selected and stopped on (a results.csv column); default: validation BLEU
     name: str = VAL_BLEU
+    # maximize: a higher value of the metric is better; minimize: a lower one (a loss)
     goal: Literal["maximize", "minimize"] = "maximize"
 
     @field_validator("name")
@@ -59,8 +61,11 @@ class ResourcesSpec(_Strict):
     """Per trial. ``gpu`` may be fractional (several trials packed on one GPU); ``workers`` > 1
     runs the trial as a DDP job of that many Ray Train workers, each with ``cpu``/``gpu``."""
 
+    # CPUs each trial holds (each of its DDP workers, with workers > 1); Ray places trials by them
     cpu: float = Field(1.0, gt=0)
+    # GPUs each trial (or DDP worker) holds: 0 trains on the CPU, 0.5 packs two trials on one GPU
     gpu: float = Field(0.0, ge=0)
+    # processes per trial: 1 is one process; more runs the trial as a DDP job of Ray Train workers
     workers: int = Field(1, ge=1)
 
     @field_validator("gpu")
@@ -81,16 +86,27 @@ NonNegative = Annotated[int | float, Field(ge=0)]
 class TrainerSpec(_Strict):
     """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
 
+    # optimizer steps a trial trains for (Lightning's global steps): the length of every trial
     max_steps: int = Field(1000, ge=1)
+    # epochs at most; null: no limit, max_steps alone ends training
     max_epochs: int | None = Field(None, ge=1)
+    # validate, report to Tune and checkpoint every N training batches (an int, counted across
+    # epochs) or every fraction of an epoch (a float); null: once per epoch
     val_check_interval: Positive | None = None
+    # validate every N epochs (with a fractional val_check_interval); null: Lightning's default, 1
     check_val_every_n_epoch: int | None = Field(None, ge=1)
+    # training batches per epoch: a count (int) or a fraction of the epoch (float); null: all
     limit_train_batches: Positive | None = None
     limit_val_batches: NonNegative | None = None  # 0 turns validation off
+    # the gradients' norm is clipped to this at every step; 0 or null: no clipping
     gradient_clip_val: float | None = Field(1.0, ge=0)
+    # batches whose gradients are summed into one optimizer step (1: a step per batch)
     accumulate_grad_batches: int = Field(1, ge=1)
+    # Lightning's precision: 32-true is float32; 16-mixed and bf16-mixed compute in half on a GPU
     precision: str = "32-true"
+    # steps between two logs of the training metrics (train/loss) to W&B
     log_every_n_steps: int = Field(50, ge=1)
+    # torch's deterministic algorithms only: the same run gives the same numbers on a GPU, slower
     deterministic: bool = False
 
     @field_validator("precision", mode="before")
@@ -126,11 +142,15 @@ class StorageSpec(_Strict):
     """Where Ray keeps trial directories and checkpoints: a local path (default: the --output
     folder) or shared storage (``s3://...``, ``gs://...``, an NFS path) for multi-node clusters."""
 
+    # where trial folders and checkpoints go; null: the --output folder (s3://, gs://, NFS: cluster)
     path: str | None = None
+    # checkpoints kept per trial, the newest (older ones are deleted as new ones are written)
     keep_checkpoints: int = Field(2, ge=1)
 
 
 class FailureSpec(_Strict):
+    # retries of a failed trial, each from its last checkpoint, before its status is error (0:
+    # none); a trial whose node was lost moves instead, without a charge
     max_failures: int = Field(2, ge=0)
 
 
@@ -154,19 +174,26 @@ class BudgetSpec(_Strict):
 
 
 class WandbSpec(_Strict):
+    # the W&B project every trial's run goes to
     project: str = "memory-attention"
+    # the W&B team or user that owns the project; null: the default entity of the W&B login
     entity: str | None = None
+    # the W&B group of the sweep's runs; null: the sweep's name
     group: str | None = None
+    # tags on every run of the sweep
     tags: list[str] = Field(default_factory=list)
     notes: str | None = None  # every run's W&B notes (the run page's description)
+    # auto: WANDB_MODE if set, else online with W&B credentials and offline without; online needs
+    # credentials; offline writes run folders to upload later (wandb sync); disabled: no W&B
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    # each trial's run gets attention heatmaps of a few validation sentences when it ends
     log_heatmaps: bool = True
 
 
 class SearchSpec(_Strict):
-    sampler: Literal["tpe", "random", "nsga2"] = (
-        "tpe"  # nsga2: Optuna's NSGAIISampler (multi-objective studies)
-    )
+    # Optuna's sampler: tpe, random, or nsga2 (NSGAIISampler, for multi-objective studies)
+    sampler: Literal["tpe", "random", "nsga2"] = "tpe"
+    # the samplers' base seed: each Optuna study (a cell and seed) samples from a seed drawn from it
     seed: int = 0
 
 
@@ -180,27 +207,31 @@ class TimingSpec(_Strict):
     (``train_step_seconds``, ``train_tokens_per_second``) and peak memory (``train_peak_mb``,
     ``decode_peak_mb``), taken under the same rules."""
 
+    # time each finished trial's final model after the Tune run (decode_seconds); false: no stage
     enabled: bool = True
+    # timed passes at least (exactly, with precision: null)
     repeats: int = Field(5, ge=1)
     # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
     # of it, or `max_seconds` per trial and measure have passed (timed passes and the waits for a
     # slow machine, shared among the `processes` on CPU); `precision: null`: exactly `repeats`
     precision: float | None = Field(0.02, gt=0, lt=1)
-    max_seconds: float = Field(30.0, gt=0)
+    max_seconds: float = Field(30.0, gt=0)  # seconds at most per trial and measure (see precision)
     # before its passes, each timing process finds the machine's speed (the fastest of repeated
     # probes over this long); a pass that ran slower than that speed allows is timed again
     calibration_seconds: float = Field(2.0, gt=0)
-    warmup: int = Field(1, ge=0)
+    warmup: int = Field(1, ge=0)  # untimed passes first (caches, lazy set-up)
+    # torch threads when timing on the CPU (the CPUs a fresh process is pinned to)
     threads: int = Field(1, ge=1)
+    # cuda: time on a GPU; cpu: on a CPU; auto: on a GPU when the Ray cluster has one, else a CPU
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    fresh_process: bool = True
+    fresh_process: bool = True  # on CPU: time in a new pinned process, not in the Ray worker
     # with fresh_process: time in this many fresh processes and keep the fastest's median (a
     # process can run slow for its whole life: see sweeps.timing.stage.run_jobs)
     processes: int = Field(3, ge=1)
     # each fresh process times up to this many models one after another (one start-up and one
     # calibration for them all; 1: a process per model)
     models_per_process: int = Field(8, ge=1)
-    split: Literal["valid", "test"] = "valid"
+    split: Literal["valid", "test"] = "valid"  # the data split the timed passes decode
     # what each model's timing measures: decode time, the training step (seconds per step and
     # tokens/s on the study's batches, timed like decode time on a copy of the model) and peak
     # memory (a training step's and decoding's, above the process's footprint before the work)
@@ -216,7 +247,9 @@ class ChaosSpec(_Strict):
     global step; ``fail_before_first_report``: every attempt of every trial raises while it sets
     up, before it reports anything (a trial that never produces a result)."""
 
+    # each trial raises once at this global step (retries from a checkpoint); null: never
     fail_once_at_step: int | None = Field(None, ge=1)
+    # every attempt of every trial raises while it sets up, before it reports anything
     fail_before_first_report: bool = False
 
 

@@ -29,11 +29,14 @@ class _Strict(BaseModel):
 class EarlyTerminateSpec(_Strict):
     """ASHA in Ray's vocabulary. One unit of ``grace_period``/``max_t`` is one validation report."""
 
-    type: Literal["none", "asha", "pareto"] = (
-        "none"  # pareto: the multi-objective rung rule (sweeps.moo.rungs)
-    )
+    # none: every trial runs its steps; asha: Ray's ASHA; pareto: the multi-objective rung rule
+    type: Literal["none", "asha", "pareto"] = "none"
+    # validation reports a trial makes before it can be stopped (the first rung)
     grace_period: int = Field(1, ge=1)
+    # each rung keeps the best 1/reduction_factor of the trials that reach it
     reduction_factor: float = Field(2.0, gt=1)
+    # reports at which the rungs end; null: the reports of a whole trial (trainer.max_steps over
+    # an int val_check_interval; 100 otherwise)
     max_t: int | None = Field(None, ge=1)
     # pareto only: per objective, the relative difference a finished trial must be better by to make
     # a running one hopeless (default: decode_seconds 0.10, the decode probe's noise)
@@ -64,9 +67,11 @@ def tolerances(spec: Any) -> list[float]:
 class ParamSpec(_Strict):
     """A nuisance parameter in W&B Sweeps' shape."""
 
-    values: list[Any] | None = None
-    min: float | None = None
-    max: float | None = None
+    values: list[Any] | None = None  # the choices (a categorical parameter)
+    min: float | None = None  # the range's lower end (with max)
+    max: float | None = None  # the range's upper end (with min)
+    # how values are drawn; null: categorical with values, else int_uniform when min and max are
+    # whole numbers, uniform otherwise (log_uniform_values: log scale, min > 0)
     distribution: (
         Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]
         | None
@@ -125,8 +130,8 @@ BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0
 
 
 class ObjectiveSpec(_Strict):
-    name: str
-    goal: Literal["maximize", "minimize"]
+    name: str  # a metric the trials report, or a figure the probe measures (decode_seconds)
+    goal: Literal["maximize", "minimize"]  # whether a higher or a lower value is better
 
 
 class ConstraintSpec(_Strict):
@@ -134,11 +139,12 @@ class ConstraintSpec(_Strict):
     metric's natural direction) than the baseline model ``of`` (model settings replacing the
     searched model's, e.g. ``{attention: bahdanau}``), trained in the same cell and seed."""
 
-    name: str
-    min: float | None = None
-    max: float | None = None
+    name: str  # the metric or measured figure bounded (as in objectives)
+    min: float | None = None  # a trial counts only with at least this value
+    max: float | None = None  # a trial counts only with at most this value
+    # how much worse than the baseline a trial may be, in the metric's units
     within: float | None = Field(None, ge=0)
-    of: dict[str, Any] | None = None
+    of: dict[str, Any] | None = None  # the baseline: model settings, e.g. {attention: bahdanau}
 
     @model_validator(mode="after")
     def _one_kind(self) -> ConstraintSpec:
@@ -188,10 +194,10 @@ class StopWhenSpec(_Strict):
     """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
     ``reports`` validation reports in a row."""
 
-    metric: str
-    at_least: float | None = None
-    at_most: float | None = None
-    reports: int = Field(2, ge=1)
+    metric: str  # a metric the trials report (e.g. val/bleu)
+    at_least: float | None = None  # stop once the metric is at least this (a rising metric)
+    at_most: float | None = None  # stop once the metric is at most this (a falling one, a loss)
+    reports: int = Field(2, ge=1)  # validation reports in a row the bound must hold at
 
     @field_validator("metric")
     @classmethod

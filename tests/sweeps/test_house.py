@@ -1,5 +1,6 @@
 """The shape of the sweeps package, held by tests: module sizes, the number of modules at its top,
-no mechanism named in orchestration code, no import cycle, no machine path in the repository.
+no mechanism named in orchestration code, no import circle among the project's modules, the
+README's layout, no machine path in the repository.
 Static reads of the source (ast), no imports: a fraction of a second."""
 
 from __future__ import annotations
@@ -45,48 +46,118 @@ def test_orchestration_names_no_mechanism():
     assert not found, "\n".join(found)
 
 
-def _imports(path: Path) -> set[str]:
-    """The sweeps modules ``path`` imports at module level (imports inside functions are lazy
-    and cannot form a cycle at import time)."""
-    tree = ast.parse(path.read_text())
-    out: set[str] = set()
-    for node in tree.body:
-        nodes = [node]
-        if isinstance(node, ast.If | ast.Try):  # `if TYPE_CHECKING:` stays out; try-imports count
-            nodes = [] if isinstance(node, ast.If) else node.body
-        for n in nodes:
-            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("sweeps"):
-                out.add(n.module)
-                out.update(f"{n.module}.{a.name}" for a in n.names)
-            elif isinstance(n, ast.Import):
-                out.update(a.name for a in n.names if a.name.startswith("sweeps"))
-    return out
+#: the project's packages, whose modules may not import each other in a circle
+PACKAGES = ("sweeps", "lightning_modules", "datamodules", "benchmarks")
 
 
-def test_the_sweeps_import_graph_has_no_cycle():
-    modules = {
+def project_modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of :data:`PACKAGES` (a package by its ``__init__``)."""
+    return {
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-        for p in sweeps_modules()
+        for package in PACKAGES
+        for p in sorted((ROOT / package).rglob("*.py"))
     }
-    graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
-    state: dict[str, int] = {}
-    cycle: list[str] = []
 
-    def visit(m: str, stack: list[str]) -> bool:
-        state[m] = 1
-        for n in sorted(graph[m]):
-            if state.get(n) == 1:
-                cycle.extend(stack[stack.index(n) :] + [n] if n in stack else [m, n])
-                return True
-            if state.get(n) is None and visit(n, stack + [n]):
-                return True
-        state[m] = 2
-        return False
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports anywhere in its file: at module level and inside
+    functions alike (an import deferred into a function hides a circle, it does not remove it),
+    ``if TYPE_CHECKING:`` blocks left out. ``from a.b import c`` names the module ``a.b.c`` when
+    there is one, else ``a.b``; a benchmark's ``from _machine import`` is ``benchmarks._machine``."""
+
+    def module_of(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str | None] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(module_of(a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from its package up
+                parent = package
+                for _ in range(node.level - 1):
+                    parent = parent.rpartition(".")[0]
+                base = f"{parent}.{base}".rstrip(".")
+            elif f"{name.partition('.')[0]}.{base}" in modules and name.startswith("benchmarks"):
+                base = f"benchmarks.{base}"  # a script's sibling, found through sys.path
+            found.update(module_of(f"{base}.{a.name}") for a in node.names)
+    return {m for m in found if m and m != name}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import graph's circles: each group of modules that reach one another (Tarjan's
+    strongly connected components of more than one module), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in graph[m]:
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            group = []
+            while True:
+                n = stack.pop()
+                group.append(n)
+                if n == m:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
 
     for m in sorted(graph):
-        if state.get(m) is None and visit(m, [m]):
-            break
-    assert not cycle, " -> ".join(cycle)
+        if m not in index:
+            visit(m)
+    return sorted(circles)
+
+
+def test_the_circle_finder_finds_a_circle():
+    """The check itself can fail: a hidden circle of three and a module importing itself."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+
+
+def test_the_import_graph_has_no_circle():
+    """No module of the project imports, through any chain, a module that imports it back, not
+    even from inside a function: dependencies point down (CONTRIBUTING.md)."""
+    modules = project_modules()
+    graph = {m: _imports(m, p, modules) & modules.keys() for m, p in modules.items()}
+    assert sum(map(len, graph.values())) > 100, "the import reader finds too few imports"
+    circles = import_circles(graph)
+    said = [
+        " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c)
+        for c in circles
+    ]
+    assert not circles, "import circles (move what both need into a module below them):\n" + (
+        "\n".join(said)
+    )
+
+
+def test_the_readme_layout_names_every_package_of_sweeps():
+    """README's layout lists each package under sweeps/ (a new one is named where users look)."""
+    layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("```")[1]
+    packages = sorted(p.parent.name for p in SWEEPS.glob("*/__init__.py"))
+    missing = [name for name in packages if f"  {name}/" not in layout]
+    assert not missing, f"README.md's layout does not list sweeps/{missing}"
 
 
 def test_no_machine_path_in_the_repository():
