@@ -69,9 +69,7 @@ def needed(project: str = PROJECT, extras: tuple[str, ...] = EXTRAS) -> set[str]
             continue
         for raw in dist.requires or []:
             req = Requirement(raw)
-            if req.marker is None or any(
-                req.marker.evaluate({"extra": e}) for e in (*wanted, "")
-            ):
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (*wanted, "")):
                 names.add(canonical(req.name))
                 todo.append((canonical(req.name), frozenset(req.extras)))
     return names

@@ -1,0 +1,273 @@
+"""Ray's internals the project relies on (docs/internals.md, "Ray"), checked against the installed
+Ray without starting it: the classes, attributes and texts are read from Ray's own modules and
+binaries. A check that fails names the internal, Ray's version and the file that uses it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from internals_check import internal, source, strings_in  # noqa: E402
+from ray.tune import PlacementGroupFactory  # noqa: E402
+from ray.tune.execution.tune_controller import TuneController  # noqa: E402
+from ray.tune.experiment import Trial  # noqa: E402
+
+
+def stub_trial() -> Trial:
+    """A trial as Tune's controller holds it, without a Ray instance (Tune's own stub mode)."""
+    trial = Trial(
+        "run_trial",
+        config={"cell": "c", "seed": 0},
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+    )
+    trial.create_placement_group_factory()
+    return trial
+
+
+@internal("ray-movable-trial", "ray", "sweeps/run/lost_nodes.py (MovableTrial, adopt)")
+def test_a_trial_can_become_a_movable_trial_that_decides_its_own_failures():
+    from sweeps.run.lost_nodes import MovableTrial, adopt
+
+    trial = stub_trial()
+    adopt(trial)  # the class of a live object is swapped: Trial must keep no __slots__
+    assert type(trial) is MovableTrial, "Trial's class could not be swapped"
+    for name in ("last_result", "num_failures", "run_metadata", "should_recover"):
+        assert hasattr(trial, name), f"Trial.{name} is gone"
+    manager = trial.run_metadata.checkpoint_manager
+    assert hasattr(manager, "latest_checkpoint_result"), (
+        "no checkpoint_manager.latest_checkpoint_result"
+    )
+    assert callable(trial.invalidate_json_state) and callable(trial.run_metadata.invalidate_cache)
+    # Tune counts the failure in handle_error, then asks should_recover: the override comes first
+    body = source(TuneController._process_trial_failure)
+    assert "trial.handle_error(" in body and "should_recover()" in body, (
+        "TuneController._process_trial_failure no longer calls trial.handle_error, then should_recover"
+    )
+    assert body.index("trial.handle_error(") < body.index("should_recover()")
+
+
+@internal(
+    "ray-node-died-text", "ray", "sweeps/run/lost_nodes.py (node_loss: _NODE_DIED, _NODE_END)"
+)
+def test_the_lost_node_patterns_match_the_words_rays_gcs_writes():
+    from ray.exceptions import NodeDiedError, RayActorError, RayTaskError
+
+    from sweeps.run.lost_nodes import _NODE_DIED, _NODE_END
+
+    gcs = Path(ray.__file__).parent / "core" / "src" / "ray" / "gcs" / "gcs_server"
+    assert gcs.is_file(), f"{gcs} is not there to read the death causes from"
+    died = strings_in(gcs, b"its node has died")
+    ends = [s for s in strings_in(gcs, b"the actor's node was ") if "terminated" in s]
+    assert died, "Ray's GCS no longer says 'its node has died' of an actor on a dead node"
+    assert ends, "Ray's GCS no longer says how the actor's node was terminated"
+    node = "6a4be082a2e7b9db0fd668c797ebbf055e7fc76b2ea6ef83f651e3c9"
+    for text in died:
+        found = _NODE_DIED.search(text + node)
+        assert found and found.group("node") == node, f"_NODE_DIED does not read {text!r}"
+    for text in ends:
+        assert _NODE_END.search(text + "received SIGTERM"), f"_NODE_END does not read {text!r}"
+    assert isinstance(RayActorError.preempted, property), "RayActorError.preempted is gone"
+    assert issubclass(NodeDiedError, Exception)
+    assert RayTaskError("f", "tb", ValueError("x")).cause.args == ("x",), "RayTaskError.cause"
+
+
+@internal("ray-trial-states", "ray", "sweeps/run/console.py, budget_clock.py, report/results.py")
+def test_tunes_trial_states_are_the_words_the_code_compares():
+    states = (Trial.PENDING, Trial.RUNNING, Trial.PAUSED, Trial.TERMINATED, Trial.ERROR)
+    assert states == ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
+
+
+@internal("ray-scheduler-controller", "ray", "sweeps/run/config_rungs.py and sweeps/moo/rungs.py")
+def test_a_scheduler_can_pause_a_pending_trial_and_save_a_stopped_one():
+    from ray.tune.execution.tune_controller import TrialRunnerWrapper
+
+    assert "_set_trial_status" in vars(TuneController), "TuneController._set_trial_status is gone"
+    assert "_mark_trial_to_checkpoint" in vars(TuneController), (
+        "TuneController._mark_trial_to_checkpoint is gone"
+    )
+    assert list(__import__("inspect").signature(TuneController._set_trial_status).parameters) == [
+        "self",
+        "trial",
+        "status",
+    ]
+    # schedulers get the controller wrapped; the code reaches the controller through the wrapper
+    assert "self._tune_controller = tune_controller" in source(TrialRunnerWrapper.__init__)
+    assert "getattr(self._tune_controller, attr)" in source(TrialRunnerWrapper.__getattr__)
+    assert "choose_trial_to_run(self._wrapped())" in source(TuneController)
+    # Ray 2.60 stops a trial without an actor and does not mark it for the saved state
+    assert "def stop_trial" in source(TuneController)
+
+
+@internal("ray-function-mixins", "ray", "sweeps/trial/trainable.py (run_trial.__mixins__)")
+def test_a_function_trainables_mixins_become_base_classes():
+    from ray.tune.trainable import util
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    class Mixin:
+        pass
+
+    def trainable(config):
+        pass
+
+    trainable.__mixins__ = (Mixin,)
+    assert issubclass(wrap_function(trainable), Mixin), "wrap_function ignores __mixins__"
+    assert "__mixins__" in source(util.with_parameters), "tune.with_parameters drops __mixins__"
+
+
+@internal("ray-train-session", "ray", "sweeps/trial/callbacks.py (FinishOnStop)")
+def test_the_training_session_still_has_the_thread_and_locks_finish_on_stop_uses():
+    from ray.train._internal import session as train_session
+    from ray.tune.trainable.function_trainable import FunctionTrainable
+
+    assert callable(train_session.get_session)
+    body = source(train_session._TrainSession)
+    for name in ("training_thread", "training_started", "stop_event", "continue_lock"):
+        assert f"self.{name} =" in body, f"_TrainSession.{name} is gone"
+    # why FinishOnStop waits: Tune's cleanup lets the thread go without waiting for it
+    assert "finish(timeout=0)" in source(FunctionTrainable.cleanup)
+    assert "TUNE_FUNCTION_THREAD_TIMEOUT_S" in source(FunctionTrainable.reset_config)
+
+
+@internal(
+    "ray-stop-systemexit", "ray", "sweeps/trial/kit.py (fit_trial), sweeps/trial/callbacks.py"
+)
+def test_a_stopped_trial_leaves_tune_report_with_system_exit_0():
+    from ray.train._internal import session as train_session
+
+    body = source(train_session._TrainSession)
+    at = body.find("if self.stop_event.is_set():")
+    assert at >= 0 and "sys.exit(0)" in body[at : at + 200], (
+        "tune.report no longer ends a stopped trial's thread with sys.exit(0)"
+    )
+
+
+@internal(
+    "ray-checkpoint-manager-state", "ray", "sweeps/run/resume_check.py (repoint_lost_checkpoints)"
+)
+def test_a_trials_saved_state_holds_its_checkpoint_manager_as_the_repair_reads_it():
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
+
+    _, run_metadata = (
+        stub_trial().get_json_state()
+    )  # what experiment_state's trial_data[i][1] holds
+    meta = json.loads(run_metadata, cls=TuneFunctionDecoder, allow_cloudpickle=True)
+    manager = meta["checkpoint_manager"]
+    assert hasattr(manager, "_latest_checkpoint_result"), "no _latest_checkpoint_result"
+    assert isinstance(manager._checkpoint_results, list), "no _checkpoint_results list"
+    result = _TrainingResult(Checkpoint(path="/nowhere"), {"step": 1})
+    assert result.checkpoint.path == "/nowhere" and result.metrics == {"step": 1}
+    json.dumps(meta, cls=TuneFunctionEncoder)  # written back the same way
+
+
+@internal("ray-state-files", "ray", "sweeps/run/resume_check.py (STATE_FILES, driver_copy)")
+def test_tunes_state_file_names_and_the_drivers_staging_folder():
+    from ray.train import constants
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.search.search_generator import SearchGenerator
+    from ray.tune.search.searcher import Searcher
+
+    from sweeps.run.resume_check import STATE_FILES
+
+    templates = (
+        TuneController.CKPT_FILE_TMPL,
+        SearchGenerator.CKPT_FILE_TMPL,
+        Searcher.CKPT_FILE_TMPL,
+    )
+    assert tuple(t.format("*") for t in templates) == STATE_FILES
+    # <RAY_TMPDIR or /tmp>/ray/session_*/artifacts/<timestamp>/<experiment>/driver_artifacts
+    assert '"artifacts"' in source(constants._get_ray_train_session_dir)
+    assert '"driver_artifacts"' in source(StorageContext)
+    assert "self._timestamp, self.experiment_dir_name" in source(StorageContext._get_session_path)
+
+
+@internal("ray-result-grid-trials", "ray", "sweeps/report/results.py (trial_states, collect)")
+def test_a_result_grid_keeps_tunes_trials_in_its_order():
+    from ray.tune.result_grid import ResultGrid
+
+    body = source(ResultGrid.__init__)
+    assert "self._experiment_analysis = experiment_analysis" in body
+    assert "for trial in self._experiment_analysis.trials" in body, (
+        "the ResultGrid's results no longer follow the analysis' trials one to one"
+    )
+
+
+@internal(
+    "ray-private-cluster", "ray", "sweeps/run/cluster.py (check_ddp_dependencies, choose_address)"
+)
+def test_the_private_cluster_helpers_exist_with_their_signatures():
+    from ray._private.services import find_bootstrap_address
+    from ray._private.utils import get_dashboard_dependency_error
+
+    assert list(inspect.signature(find_bootstrap_address).parameters) == ["temp_dir"]
+    error = get_dashboard_dependency_error()
+    assert error is None or isinstance(error, str | Exception)
+
+
+@internal(
+    "ray-logger-names",
+    "ray",
+    "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/kit.py (QUIET_LOGGERS)",
+)
+def test_the_loggers_the_code_filters_are_rays_module_loggers():
+    import importlib
+
+    from sweeps.storage import ERROR_LOGGERS
+    from sweeps.trial.kit import QUIET_LOGGERS
+
+    for name in [*ERROR_LOGGERS, *(n for n in QUIET_LOGGERS if n.startswith("ray."))]:
+        module = importlib.import_module(name)
+        assert "getLogger(__name__)" in source(module), f"{name} logs under another name"
+    assert "Trial task failed for trial" in source(TuneController), "Tune's trial-error log moved"
+
+
+@internal("ray-trial-log-restore", "ray", "sweeps/run/trial_logs.py, sweeps/trial/trainable.py")
+def test_tune_restores_a_retried_trials_log_files_from_its_storage():
+    from ray.train.context import TrainContext
+    from ray.tune import Callback
+    from ray.tune.logger.logger import LoggerCallback
+
+    body = source(LoggerCallback._restore_from_remote)
+    assert "trial.storage.trial_fs_path" in body and "trial.storage.storage_filesystem" in body
+    assert "trial.local_path" in body
+    assert callable(Callback.on_trial_recover) and callable(TrainContext.get_storage)
+
+
+@internal("ray-sigint-stop", "ray", "sweeps/run/preemption.py, budget_clock.py, sweeps/storage.py")
+def test_tune_turns_the_first_sigint_into_a_saved_stop():
+    from ray.tune import tune
+
+    body = source(tune._setup_signal_catching)
+    assert "signal.SIGINT, signal_interrupt_tune_run" in body, "Tune no longer catches SIGINT"
+    assert "experiment_interrupted_event.set()" in body
+    assert "signal.signal(signal.SIGINT, original_handler)" in body, (
+        "a second SIGINT no longer stops at once"
+    )
+    assert "experiment_interrupted_event.is_set()" in source(tune.run)
+    # ray.init takes SIGTERM (exit at once): the launcher takes it back after joining Ray
+    assert "set_sigterm_handler(sigterm_handler)" in source(ray._private.worker.init)
+
+
+@internal("ray-controller-steps", "ray", "sweeps/run/budget_clock.py, sweeps/run/console.py")
+def test_callbacks_hear_every_controller_step_and_the_end_of_run_cleanup_is_short():
+    body = source(TuneController.step)
+    assert "self._callbacks.on_step_end(iteration=self._iteration, trials=self._trials)" in body
+    # the actors of trials stopped at the end of a run get 5 s, then are killed
+    # (sweeps/integrations/wandb_runs.py: close_cut_run closes the W&B runs they leave open)
+    assert "time.monotonic() - start < 5" in source(TuneController._cleanup_trials)
+
+
+@internal("ray-max-pending-trials", "ray", "sweeps/moo/search.py (TUNE_MAX_PENDING_TRIALS_PG)")
+def test_the_pending_trials_setting_is_read_from_the_environment():
+    from ray.tune.execution import tune_controller
+
+    assert 'os.getenv("TUNE_MAX_PENDING_TRIALS_PG"' in source(
+        tune_controller._get_max_pending_trials
+    )
