@@ -119,7 +119,7 @@ def private_uses() -> dict[str, set[str]]:
     return found
 
 
-def test_the_private_name_reader_finds_a_library_internal(tmp_path):
+def test_the_private_name_reader_finds_a_library_internal():
     """The reader itself can fail: it finds what lost_nodes-like code would touch."""
     uses = private_uses()
     assert {"_trial_id", "ray._private.services", "_wandb_init"} <= uses.keys(), sorted(uses)
