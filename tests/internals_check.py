@@ -1,6 +1,6 @@
-"""How tests/test_internals.py and tests/test_internals_ray.py fail: loudly, naming the library,
-its installed version, the version the code was written against, the internal that moved and
-the files that use it (each check is an entry of docs/internals.md, by its anchor)."""
+"""How the checks of tests/test_internals*.py fail: loudly, naming the library, its installed
+version, the version the code was written against, the internal that moved and the files that
+use it (each check is an entry of docs/internals.md, by its anchor)."""
 
 from __future__ import annotations
 
