@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 from pathlib import Path
@@ -82,6 +83,11 @@ def test_four_cell_study_reads_back_as_flat_columns(local_ray, tmp_path, capsys)
     assert set(header.split()[1:-4]) == {"length", "attention", "K"}
     assert "[4 trials] 4 finished, 0 running, 0 pending, 0 failed" in console
     assert "'task'" not in console and "plans" not in console
+    # the last table (all four finished) names their state as results.csv does
+    lines = console.splitlines()
+    last = max(i for i, line in enumerate(lines) if line == header)
+    table = itertools.takewhile(lambda line: not line.startswith("["), lines[last + 1 :])
+    assert {row.split()[header.split().index("status")] for row in table} == {"done"}
 
     from ray.tune import ExperimentAnalysis
 
