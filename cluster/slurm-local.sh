@@ -101,7 +101,7 @@ stop() {
         [ -e "$state/$name.pid" ] || continue
         any=1
         if pid=$(running_pid "$state/$name.pid") && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${name%-2}" ]; then
-            if [ "$name" = munged ] && pgrep -x 'slurmctld|slurmd' > /dev/null; then
+            if [ "$name" = munged ] && { pgrep -x slurmctld || pgrep -x slurmd; } > /dev/null; then
                 # the other cluster of this script (or another SLURM) still runs on it: theirs to stop
                 for other in /run/memattn-slurm /run/memattn-slurm-2nodes; do
                     if [ "$other" != "$state" ] && [ -d "$other" ] && [ ! -e "$other/munged.pid" ]; then
