@@ -36,7 +36,8 @@ _NODE_END = re.compile(r"the actor's node was (?P<how>terminated[^\n]*)")
 def node_loss(exc: BaseException | None, node_id: str | None = None) -> str | None:
     """Why ``exc`` (what Tune got from a trial) is the loss of the trial's node, in a few words, or
     None when it is a failure of the trial itself. ``node_id`` is the node the trial last
-    reported from; it counts as lost when Ray's node table says it is dead."""
+    reported from; it counts as lost when Ray's node table says it is dead or its raylet no
+    longer accepts a connection (:func:`_node_answers`)."""
     if isinstance(exc, RayTaskError) and isinstance(exc.cause, RayActorError):
         exc = exc.cause  # e.g. a Ray Train worker's actor, as Tune reads it
     if isinstance(exc, NodeDiedError):
@@ -53,18 +54,37 @@ def node_loss(exc: BaseException | None, node_id: str | None = None) -> str | No
         return f"node {died.group('node')[:8]} was lost" + (
             f" ({end.group('how').strip()})" if end else ""
         )
-    if node_id and not _node_alive(node_id):
+    if node_id and not _node_answers(node_id):
         return f"node {node_id[:8]} was lost"
     return None  # the process died on a live node (killed, out of memory): a failure
 
 
-def _node_alive(node_id: str) -> bool:
+def _node_answers(node_id: str, timeout: float = 2.0) -> bool:
+    """Whether the node is alive in Ray's node table and its raylet accepts a connection.
+
+    The table alone is late: when a node's Ray dies with it (a machine gone, its processes
+    killed), the driver loses the connection to the trial at once (``ActorUnavailableError``,
+    "Connection reset by peer"), while the GCS marks the node dead only after its health checks
+    have failed for some seconds; until then a lost node would be counted as the trial's failure.
+    """
+    import socket
+
     import ray
 
     try:
-        return any(n.get("NodeID") == node_id and n.get("Alive") for n in ray.nodes())
+        node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
     except Exception:  # noqa: BLE001 -- cannot tell: count it, as Tune would
         return True
+    if node is None or not node.get("Alive"):
+        return False
+    address, port = node.get("NodeManagerAddress"), node.get("NodeManagerPort")
+    if not address or not port:
+        return True  # cannot tell
+    try:
+        with socket.create_connection((address, int(port)), timeout=timeout):
+            return True
+    except OSError:  # refused (its raylet is gone) or no answer (its machine is)
+        return False
 
 
 class MovableTrial(Trial):

@@ -5,8 +5,10 @@ cannot show (several nodes, unreachable heads).
 
 Each sweep's results.csv is compared with the same sweep run by the launcher directly, in this
 session (a private local Ray with as many CPUs as the job): the same BLEU, steps and status per
-trial. Skipped, with the reason, where SLURM cannot be set up: not root, neither sbatch nor
-apt-get, the setup script fails, or the tests' Python is not a virtualenv the job can activate.
+trial. Run only when asked (``MEMATTN_REAL_SLURM=1``, or ``CI=true``: they install and start SLURM);
+skipped, with the reason, otherwise and where SLURM cannot be set up: not root, neither sbatch nor
+apt-get, the setup script fails, or the tests' Python is not a virtualenv the job can activate
+(slurm_helpers.py). test_slurm_two_nodes.py runs the job on two nodes, one of them lost.
 
 Default run: one short sweep, ~75 s with its reference run beside it on the 2-core machine (plus
 ~35 s for apt-get the first time). Slow (`-m slow`): a sweep longer than its 2-minute time limit
@@ -21,20 +23,15 @@ import csv
 import json
 import os
 import re
-import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import slurm_helpers
+from slurm_helpers import ROOT, SETUP, VENV, Job, free_port, token, trial_reports, why_not
 
-ROOT = Path(__file__).resolve().parents[2]
-SETUP = ROOT / "cluster" / "slurm-local.sh"
-SCRIPT = ROOT / "cluster" / "slurm.sbatch"
-VENV = Path(sys.prefix)
 CPUS = min(2, os.cpu_count() or 1)
 SPEC = "sweeps/quickstart.yaml"
 NO_TIMING = ["--set", "timing.enabled=false"]  # its seconds are the machine's, not the sweep's
@@ -56,45 +53,8 @@ LONG = [
 COMPARED = ("status", "step", "val/bleu")
 
 
-def _why_not() -> str | None:
-    if not sys.platform.startswith("linux"):
-        return "SLURM tests need Linux"
-    if os.geteuid() != 0:
-        return "needs root: cluster/slurm-local.sh installs SLURM and starts its daemons as root"
-    if not (shutil.which("sbatch") or shutil.which("apt-get")):
-        return "no SLURM here (sbatch) and no apt-get to install it"
-    if not (VENV / "bin" / "activate").exists():
-        return f"the tests' Python ({sys.executable}) is not in a virtualenv the job can activate"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
-
-
-def _env(**extra: str) -> dict[str, str]:
-    """This process's environment without SLURM's or the batch script's settings, W&B offline."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MEMATTN_"))}
-    env.update(WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
-    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE"):  # Ray's defaults, as a user has them
-        env.pop(name, None)
-    env.update(extra)
-    return env
-
-
-def _token() -> dict[str, str]:
-    """Ray's token authentication as the user has it (~/.ray/auth_token, as on this machine), else
-    a token of the test's own in RAY_AUTH_TOKEN: the job would otherwise create ~/.ray/auth_token,
-    which changes how `ray start` behaves on this machine for everything after the test."""
-    if os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").exists():
-        return {}
-    return {"RAY_AUTH_TOKEN": secrets.token_hex(32)}
-
-
-def _free_port() -> int:
-    """A port for the job's Ray head: not 6379, which another Ray on this machine may hold."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
+_env = slurm_helpers.env
 
 
 @pytest.fixture(scope="session")
@@ -102,61 +62,26 @@ def slurm():
     """The one-node cluster, set up (or found running) by cluster/slurm-local.sh; stopped at the end
     only if this session started a daemon of it."""
     try:
-        proc = subprocess.run(
-            ["bash", str(SETUP)], capture_output=True, text=True, timeout=900, cwd=ROOT
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("SLURM could not be set up here: cluster/slurm-local.sh took over 15 minutes")
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        pytest.skip(f"SLURM could not be set up here (cluster/slurm-local.sh): {why}")
-    started = re.search(r"^slurm-local: started ", proc.stdout, flags=re.M) is not None
-    yield proc.stdout
+        said, started = slurm_helpers.set_up()
+    except RuntimeError as exc:
+        pytest.skip(f"SLURM could not be set up here: {exc}")
+    yield said
     if started:
         subprocess.run(["bash", str(SETUP), "stop"], capture_output=True, timeout=120)
-
-
-class Job:
-    """A finished sbatch job: exit status, its log, what `scontrol show job` says of it."""
-
-    def __init__(self, job_id: str, code: int, log: Path, seconds: float) -> None:
-        self.id, self.code, self.log, self.seconds = job_id, code, log.read_text(), seconds
-        show = subprocess.run(
-            ["scontrol", "show", "job", job_id], capture_output=True, text=True
-        ).stdout
-        self.fields = dict(re.findall(r"(\w+)=(\S*)", show))
-
-    @property
-    def restarts(self) -> int:
-        return int(self.fields.get("Restarts", "-1"))
-
-    def __repr__(self) -> str:
-        return f"job {self.id} exit {self.code} after {self.seconds:.0f}s:\n{self.log[-6000:]}"
 
 
 def submit(
     tmp: Path, out: Path, args: list[str], sbatch: list[str] = (), timeout: float = 600, **env: str
 ) -> Job:
     """`sbatch --wait cluster/slurm.sbatch SPEC --output OUT ARGS` on one node, no GPU."""
-    log = tmp / "job.log"
-    cmd = [
-        "sbatch", "--wait", "--parsable", "--nodes=1", "--gpus-per-node=0",
-        f"--cpus-per-task={CPUS}", f"--output={log}", "--job-name=memattn-test", *sbatch,
-        str(SCRIPT), SPEC, "--output", str(out), *args,
+    options = [
+        "--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={CPUS}", "--job-name=memattn-test",
+        *sbatch,
     ]  # fmt: skip
-    t0 = time.monotonic()
-    env = _env(MEMATTN_VENV=str(VENV), MEMATTN_RAY_PORT=str(_free_port()), **_token(), **env)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    job_id = proc.stdout.readline().strip().split(";")[0]
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        subprocess.run(["scancel", job_id])
-        proc.wait()
-        raise AssertionError(
-            f"job {job_id} still ran after {timeout}s: {log.read_text()[-4000:]}"
-        ) from None
-    return Job(job_id, code, log, time.monotonic() - t0)
+    env = _env(MEMATTN_VENV=str(VENV), MEMATTN_RAY_PORT=str(free_port()), **token(), **env)
+    return slurm_helpers.sbatch(
+        tmp / "job.log", options, [SPEC, "--output", str(out), *args], timeout, env
+    )
 
 
 class Reference:
@@ -197,15 +122,6 @@ def rows(results: Path) -> dict[tuple[str, str], dict[str, str]]:
     """results.csv: the compared columns per (cell, seed)."""
     with results.open() as f:
         return {(r["cell"], r["seed"]): {c: r[c] for c in COMPARED} for r in csv.DictReader(f)}
-
-
-def trial_reports(exp: Path) -> dict[str, list[dict]]:
-    """Each trial folder's result.json lines (step, process, iterations since its last start)."""
-    reports = {}
-    for result in sorted(exp.glob("*/result.json")):
-        lines = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
-        reports[result.parent.name] = lines
-    return reports
 
 
 def assert_no_step_trained_twice(exp: Path, max_steps: int) -> dict[str, int]:

@@ -1,8 +1,11 @@
 """What counts as a lost node (a move, not charged against ``failure.max_failures``) and what is a
 failure of the trial itself: on the errors Ray raises, built as Ray builds them (the end-to-end
-check, a node removed from a real cluster, is test_cluster's ``lost_node`` sweep)."""
+checks: a node removed from a ray.cluster_utils cluster, test_cluster's ``lost_node`` sweep; a
+node's Ray killed under a real two-node SLURM, tests/cluster/test_slurm_two_nodes.py)."""
 
 from __future__ import annotations
+
+import socket
 
 import pandas as pd
 import pytest
@@ -10,7 +13,12 @@ import pytest
 pytest.importorskip("ray")
 
 from ray.core.generated.common_pb2 import ActorDiedErrorContext, NodeDeathInfo  # noqa: E402
-from ray.exceptions import ActorDiedError, RayActorError, RayTaskError  # noqa: E402
+from ray.exceptions import (  # noqa: E402
+    ActorDiedError,
+    ActorUnavailableError,
+    RayActorError,
+    RayTaskError,
+)
 from ray.tune import PlacementGroupFactory  # noqa: E402
 from ray.tune.experiment import Trial  # noqa: E402
 
@@ -59,6 +67,35 @@ def test_a_trial_that_failed_on_a_live_node_is_a_failure():
     assert node_loss(None) is None
     wrapped = RayTaskError("run_trial", "Traceback ...", ValueError("loss is NaN"))
     assert node_loss(wrapped) is None
+
+
+def test_a_node_whose_raylet_no_longer_answers_is_lost_before_ray_marks_it_dead(monkeypatch):
+    """When a node's Ray dies (its machine gone, its processes killed), the driver hears of it first
+    as a broken connection to the trial, seconds before the GCS's health checks mark the node dead
+    (seen under a real two-node SLURM). A node still alive in Ray's node table whose raylet
+    refuses connections is lost; one whose raylet answers is not: the trial failed there."""
+    unavailable = ActorUnavailableError(
+        "The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14",
+        b"\x01" * 16,
+    )
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        for raylet, lost in ((listening, False), (closed, True)):
+            table = [
+                {
+                    "NodeID": NODE,
+                    "Alive": True,
+                    "NodeManagerAddress": "127.0.0.1",
+                    "NodeManagerPort": raylet.getsockname()[1],
+                }
+            ]
+            monkeypatch.setattr("ray.nodes", lambda table=table: table)
+            assert node_loss(unavailable, NODE) == (f"node {NODE[:8]} was lost" if lost else None)
+            assert node_loss(unavailable) is None  # no node to ask: a failure, as Tune counts it
+        monkeypatch.setattr("ray.nodes", lambda: [{"NodeID": NODE, "Alive": False}])
+        assert node_loss(unavailable, NODE) == f"node {NODE[:8]} was lost"
 
 
 def test_an_actor_error_inside_a_task_error_is_read_for_its_cause():
