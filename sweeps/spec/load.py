@@ -19,6 +19,7 @@ from sweeps.spec.objectives import check_baseline, check_objectives
 from sweeps.spec.schema import SpecError, SweepSpec, format_validation
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
+from sweeps.spec.teachers import resolve_teachers
 from sweeps.spec.validate import check_sections, validate_cell
 
 
@@ -114,7 +115,8 @@ def build_sweep(
                 plans.append(TrialPlan(cell, seed, task, model, trainer))
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
-    return Sweep(spec=spec, source=source, cells=cells, plans=plans)
+    teachers = resolve_teachers(spec, cells, plans, source)
+    return Sweep(spec=spec, source=source, cells=cells, plans=plans, teachers=teachers)
 
 
 def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:
