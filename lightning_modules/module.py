@@ -153,7 +153,8 @@ class Seq2SeqModule(pl.LightningModule):
             eos_id=eos_id,
             **sizes,
         )
-        self._buffers: dict[str, _DecodeBuffer] = {}
+        # per stage; not ``_buffers``, which is nn.Module's registry of tensors (moved by .to())
+        self._decode_buffers: dict[str, _DecodeBuffer] = {}
         self.last_bleu_signature: str | None = None
         # the last evaluation's (hypotheses, references) per stage ("val", "test"), in the
         # dataloader's order: what its BLEU was computed from (e.g. for paired significance tests)
@@ -173,7 +174,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- validation
     def on_validation_epoch_start(self) -> None:
-        self._buffers["val"] = _DecodeBuffer()
+        self._decode_buffers["val"] = _DecodeBuffer()
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "val")
@@ -183,7 +184,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- test
     def on_test_epoch_start(self) -> None:
-        self._buffers["test"] = _DecodeBuffer()
+        self._decode_buffers["test"] = _DecodeBuffer()
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "test")
@@ -279,7 +280,7 @@ class Seq2SeqModule(pl.LightningModule):
         )
 
     def _decode_into_buffer(self, batch: dict[str, Any], stage: str) -> None:
-        buffer = self._buffers.setdefault(stage, _DecodeBuffer())
+        buffer = self._decode_buffers.setdefault(stage, _DecodeBuffer())
         on_cuda = batch["src"].is_cuda
         if on_cuda:
             torch.cuda.synchronize(batch["src"].device)
@@ -295,7 +296,7 @@ class Seq2SeqModule(pl.LightningModule):
             buffer.refs.extend(self.ids_to_text(row) for row in batch["tgt"].tolist())
 
     def _log_decode_metrics(self, stage: str) -> None:
-        buffer = self._buffers.pop(stage, None)
+        buffer = self._decode_buffers.pop(stage, None)
         if not self.hparams.val_decode or buffer is None:
             return
         import sacrebleu  # lazy: only needed once per evaluation epoch

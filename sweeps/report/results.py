@@ -146,8 +146,8 @@ def row_from_result(
     retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
-    if result.error is not None or tune_status == "ERROR":
-        status = "error"
+    if result.error is not None or tune_status == "ERROR" or metrics.get("teacher_error"):
+        status = "error"  # a student whose teacher failed ended at once with the reason
     elif tune_status not in (None, "TERMINATED") or not metrics:
         status = "unfinished"  # interrupted: `--resume` continues it
     elif metrics.get("converged"):
@@ -168,6 +168,10 @@ def row_from_result(
     }
     if "configuration" in (plan.config or {}):  # judged over seeds: its number in the cell's study
         row["configuration"] = int(plan.config["configuration"])
+    if (plan.config or {}).get(
+        "teacher"
+    ):  # a student: its teacher's trial id (sweeps.run.teachers)
+        row["teacher"] = str(plan.config["teacher"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -180,6 +184,8 @@ def row_from_result(
     )
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = _short_error(result.error) if result.error is not None else None
+    if metrics.get("teacher_error") and row["error"] is None:
+        row["error"] = str(metrics["teacher_error"])[:300]
     return row
 
 
@@ -315,6 +321,7 @@ TEXT_COLUMNS = (
     "plan_hash",
     "reused",
     "role",
+    "teacher",
     TIMING_DEVICE,
     "timing_device_name",
 )
