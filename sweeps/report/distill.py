@@ -61,6 +61,7 @@ def distill_findings(
     memory = students(df, metric, mode)
     if memory.empty:
         return rows
+    starts = memory[INIT].nunique() > 1  # name the start in each row only when it varies
     for (length, k, init), g in memory.groupby(["length", "K", INIT], dropna=False, sort=True):
         base = g[g[WEIGHT] == 0].set_index("seed")[VAL_BLEU]
         if base.empty:
@@ -68,7 +69,7 @@ def distill_findings(
         for weight in sorted(w for w in g[WEIGHT].unique() if w > 0):
             diffs = (g[g[WEIGHT] == weight].set_index("seed")[VAL_BLEU] - base).dropna()
             mean, _, ci, n = interval(diffs)
-            start = "" if init == "none" else f", init {init}"
+            start = f", init {init}" if starts or init != "none" else ""
             small = pd.notna(length) and int(k) < int(length)
             rows.append(
                 {
