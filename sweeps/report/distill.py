@@ -13,8 +13,9 @@ seeds, and BLEU against its weight lambda per K.
   the other models (the teachers) as grey reference lines.
 
 Both read results.csv's grid columns ``distill_weight``, ``K`` and ``init_from_teacher`` (absent:
-0, the mechanism's default, ``none``) and apply the report's summary rule (per cell and seed, the
-best trial by the sweep's metric).
+``none``): the students are the cells that set ``distill_weight`` (the lambda = 0 baseline too),
+the others are reference lines. The report's summary rule applies (per cell and seed, the best
+trial by the sweep's metric).
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ LARGE_K = "the §3.1 term improves BLEU at K >= L"
 
 
 def students(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
-    """The summary rule's memory-attention rows (one per cell and seed) with ``distill_weight``
-    and ``init_from_teacher`` filled in, or an empty frame when lambda does not vary."""
-    if WEIGHT not in df or "attention" not in df or "K" not in df:
+    """The summary rule's rows (one per cell and seed) of the cells that set ``distill_weight``
+    and ``K``, with ``init_from_teacher`` filled in, or an empty frame when lambda does not vary."""
+    if WEIGHT not in df or "K" not in df:
         return pd.DataFrame()
     best = per_seed(df, metric, mode)
-    memory = best[(best["attention"] == "memory") & best["K"].notna()].copy()
+    weights = pd.to_numeric(best[WEIGHT], errors="coerce")
+    memory = best[weights.notna() & best["K"].notna()].copy()
     if memory.empty:
         return memory
-    memory[WEIGHT] = pd.to_numeric(memory[WEIGHT], errors="coerce").fillna(0.0)
+    memory[WEIGHT] = pd.to_numeric(memory[WEIGHT], errors="coerce")
     memory[INIT] = memory[INIT].fillna("none").astype(str) if INIT in memory else "none"
     if "length" not in memory:
         memory["length"] = pd.NA
@@ -114,7 +116,7 @@ def lambda_figure(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"):
             label=f"{at}K={int(k)}" + ("" if init == "none" else f" init {init}"),
         )
     best = per_seed(df, metric, mode)
-    others = best[best["attention"] != "memory"] if "attention" in best else best.iloc[0:0]
+    others = best[pd.to_numeric(best[WEIGHT], errors="coerce").isna()]  # the teachers
     by = [c for c in ("length", "model") if c in others]
     for (key, g), style in zip(others.groupby(by, dropna=False, sort=True), styles * 8):
         length, model = key if len(by) == 2 else (None, key[0] if isinstance(key, tuple) else key)

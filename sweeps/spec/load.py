@@ -113,9 +113,9 @@ def build_sweep(
             _validate_search_bounds(spec, task, model, trainer, cell, source)
             for seed in spec.seed_values:
                 plans.append(TrialPlan(cell, seed, task, model, trainer))
+        teachers = resolve_teachers(spec, cells, plans, source)  # dependent trials
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
-    teachers = resolve_teachers(spec, cells, plans, source)
     return Sweep(spec=spec, source=source, cells=cells, plans=plans, teachers=teachers)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from lightning_modules.presets import attention_dims, get_preset
 from sweeps.spec.grid import Cell, TrialPlan, column_name
 from sweeps.spec.schema import SpecError, SweepSpec
+from sweeps.spec.signatures import module_signature_params, signatures
 
 #: the sizes a student started from its teacher's encoder (init_from_teacher) must share with it
 ENCODER_SIZES = (
@@ -71,14 +72,9 @@ def _origin(cell: Cell, key: str) -> str:
 
 def _check_model(cell: Cell, model: dict[str, Any], source: str) -> None:
     weight = float(model.get("distill_weight") or 0)
-    if weight > 0 and model.get("attention", "bahdanau") != "memory":
-        raise SpecError(
-            _origin(cell, "model.distill_weight"),
-            f"distill_weight pulls memory attention's matrix C toward a teacher's contexts; "
-            f"cell {cell.name!r} has attention {model.get('attention', 'bahdanau')!r}: use "
-            f"attention memory or distill_weight 0",
-            source,
-        )
+    problem = distill_problem(model)
+    if problem:
+        raise SpecError(_origin(cell, "model.distill_weight"), problem, source)
     fixed = model.get("teacher_checkpoint")
     if cell.teacher is not None and fixed is not None:
         raise SpecError(
@@ -95,6 +91,26 @@ def _check_model(cell: Cell, model: dict[str, Any], source: str) -> None:
             "(its teacher cell's values) to its grid variant, or set model.teacher_checkpoint",
             source,
         )
+
+
+def distill_problem(model: dict[str, Any]) -> str | None:
+    """What the model's own check (:func:`lightning_modules.distill.check_distillation`) says of a
+    cell's mechanism and lambda (which mechanisms have a matrix C is the model's to know), or None.
+    Each distinct answer is learnt once and kept with the signatures' cache."""
+    sig = signatures()
+    attention = str(model.get("attention", module_signature_params()["attention"][1]))
+    weight = float(model.get("distill_weight") or 0)
+    key = ("distill", attention, weight > 0)
+    if key not in sig.attention_checks:
+        from lightning_modules.distill import check_distillation
+
+        try:
+            check_distillation(attention, weight, "the teacher cell's", "none")
+            sig.attention_checks[key] = None
+        except ValueError as exc:
+            sig.attention_checks[key] = str(exc)
+        sig.dirty = True
+    return sig.attention_checks[key]
 
 
 def _describe(values: dict[str, Any]) -> str:

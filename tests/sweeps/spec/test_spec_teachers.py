@@ -144,7 +144,7 @@ TAUGHT = {**STUDENT, "distill_weight": 1.0}
         (
             {"attention": "luong_general", "distill_weight": 1.0, "teacher": STUDENT["teacher"]},
             "grid.model[1].distill_weight",
-            "has attention 'luong_general'",
+            "attention 'luong_general' has no C",
         ),
         (
             {**TAUGHT, "teacher_checkpoint": "x.ckpt"},
