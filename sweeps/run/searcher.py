@@ -4,6 +4,8 @@ One Tune experiment holds the whole study. :class:`SweepSearcher` is its Tune ``
 suggestion is one trial of the (cell, seed) with the fewest trials started so far (the longest
 expected, :mod:`sweeps.run.packing`, then grid order break ties), so all cells fill the cluster
 together up to ``max_concurrent_trials``, longest first; each (cell, seed) gets ``num_samples`` trials.
+A sweep with teachers holds each student unit back until its teacher unit's trials have ended,
+and starts the teachers first (:mod:`sweeps.run.teachers`).
 
 With nuisance ``parameters``, each (cell, seed) is its own Optuna study in one durable journal
 (``<output>/<name>/optuna.journal``), with its own sampler seed; a suggestion is ``study.ask()``,

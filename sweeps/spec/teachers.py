@@ -72,7 +72,7 @@ def _origin(cell: Cell, key: str) -> str:
 
 def _check_model(cell: Cell, model: dict[str, Any], source: str) -> None:
     weight = float(model.get("distill_weight") or 0)
-    problem = distill_problem(model)
+    problem = distill_problem(model) if weight > 0 else None
     if problem:
         raise SpecError(_origin(cell, "model.distill_weight"), problem, source)
     fixed = model.get("teacher_checkpoint")
