@@ -164,6 +164,9 @@ class SweepSearcher(Searcher):
             trial.set_user_attr("ray_trial_id", trial_id)
             if self.wandb_enabled:
                 trial.set_user_attr("wandb_run_id", trial_id)
+            for key in ("teacher", "teacher_checkpoint"):  # a student's, as results.csv has it
+                if config.get(key):
+                    trial.set_user_attr(key, config[key])
             config.update(trial.params)
             number, storage_id = trial.number, trial._trial_id
         self.started[i] += 1

@@ -77,6 +77,25 @@ def test_the_searcher_withholds_students_until_their_teacher_ends():
     assert failed.suggest("x") is ray.tune.search.Searcher.FINISHED
 
 
+def test_a_students_optuna_trial_names_its_teacher(tmp_path):
+    import optuna
+
+    units = [
+        Unit("s/t", 0, 0, {"cell": "T", "seed": 0}),
+        Unit("s/s", 1, 0, {"cell": "S", "seed": 0}, teacher=0),
+    ]
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    journal = str(tmp_path / "optuna.journal")
+    searcher = SweepSearcher(units, 1, "val/bleu", "max", space=space, journal=journal)
+    searcher.suggest("t0")
+    searcher.teachers.checkpoints["t0"] = "/c/t0.ckpt"
+    searcher.on_trial_complete("t0", {"val/bleu": 60.0, "step": 10})
+    assert searcher.suggest("s0")["teacher"] == "t0"
+    (student,) = searcher._study(1).trials
+    assert student.user_attrs["teacher"] == "t0"
+    assert student.user_attrs["teacher_checkpoint"] == "/c/t0.ckpt"
+
+
 def test_reused_teacher_rows_teach():
     book = TeacherBook([None, 0], ["T seed=0", "S seed=0"], 1, "val/bleu", "max")
     assert book.waiting(1)
