@@ -4,6 +4,8 @@ checks a study's ``metric`` against them and the results table takes its columns
 from __future__ import annotations
 
 TRAIN_LOSS = "train/loss"
+#: the §3.1 distillation term before its weight (logged only by a student with distill_weight > 0)
+TRAIN_DISTILL = "train/distill"
 VAL_LOSS = "val/loss"
 VAL_TOKEN_ACC = "val/token_acc"
 VAL_BLEU = "val/bleu"

@@ -34,6 +34,14 @@ from datamodules.ranges import check_ranges
 from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
 
 from .attention import DEFAULT_ATTENTION, attention_options
+from .distill import (
+    InitFromTeacher,
+    Teacher,
+    check_distillation,
+    check_same_space,
+    distillation_term,
+    init_from_teacher,
+)
 from .metric_names import (  # noqa: F401 -- re-exported: the module's public metric names
     METRICS,
     TEST_BLEU,
@@ -41,6 +49,7 @@ from .metric_names import (  # noqa: F401 -- re-exported: the module's public me
     TEST_LOSS,
     TEST_SACREBLEU,
     TEST_TOKEN_ACC,
+    TRAIN_DISTILL,
     TRAIN_LOSS,
     VAL_BLEU,
     VAL_DECODE_SECONDS,
@@ -83,6 +92,13 @@ class Seq2SeqModule(pl.LightningModule):
         length_penalty: beam search's length normalisation exponent.
         max_decode_len: most decoding steps (default: 2 * each sentence's own source length + 10).
         val_decode: decode the validation set to log BLEU and decode time.
+        distill_weight: lambda of the §3.1 objective (memory attention only): adds lambda times
+            the distance of the memory matrix C to the teacher's contexts to the training loss
+            (:mod:`lightning_modules.distill`); 0 trains the ordinary model.
+        teacher_checkpoint: the trained Seq2SeqModule checkpoint that teaches (read only while
+            training; a trained student loads and decodes without it).
+        init_from_teacher: "encoder" starts the student from the teacher's encoder and
+            embeddings; "none" from its own random initialisation.
     """
 
     def __init__(
@@ -108,9 +124,13 @@ class Seq2SeqModule(pl.LightningModule):
         length_penalty: Annotated[float, Ge(0)] = 1.0,
         max_decode_len: PositiveInt | None = None,
         val_decode: bool = True,
+        distill_weight: Annotated[float, Ge(0)] = 0.0,
+        teacher_checkpoint: str | None = None,
+        init_from_teacher: InitFromTeacher = "none",
     ) -> None:
         super().__init__()
         check_ranges(Seq2SeqModule.__init__, locals())
+        check_distillation(attention, distill_weight, teacher_checkpoint, init_from_teacher)
         self.save_hyperparameters()
         sizes = get_preset(preset)
         overrides = dict(
@@ -133,11 +153,14 @@ class Seq2SeqModule(pl.LightningModule):
             eos_id=eos_id,
             **sizes,
         )
-        self._buffers: dict[str, _DecodeBuffer] = {}
+        # per stage; not ``_buffers``, which is nn.Module's registry of tensors (moved by .to())
+        self._decode_buffers: dict[str, _DecodeBuffer] = {}
         self.last_bleu_signature: str | None = None
         # the last evaluation's (hypotheses, references) per stage ("val", "test"), in the
         # dataloader's order: what its BLEU was computed from (e.g. for paired significance tests)
         self.last_decoded: dict[str, tuple[list[str], list[str]]] = {}
+        # the §3.1 teacher: loaded only to train, never a submodule (not in the state dict)
+        self._teacher: Teacher | None = None
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
@@ -151,7 +174,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- validation
     def on_validation_epoch_start(self) -> None:
-        self._buffers["val"] = _DecodeBuffer()
+        self._decode_buffers["val"] = _DecodeBuffer()
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "val")
@@ -161,7 +184,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- test
     def on_test_epoch_start(self) -> None:
-        self._buffers["test"] = _DecodeBuffer()
+        self._decode_buffers["test"] = _DecodeBuffer()
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "test")
@@ -177,7 +200,13 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- other hooks
     def setup(self, stage: str) -> None:
-        """Fail early when the data has longer sources than a position-dependent mechanism was built for."""
+        """Load the teacher and copy its encoder in when the student starts from it (before a
+        resumed fit restores the checkpoint's weights over them); fail early when the data has
+        longer sources than a position-dependent mechanism was built for."""
+        if stage == "fit" and self.hparams.distill_weight > 0:
+            check_same_space(self.model, self.teacher().model)
+        if stage == "fit" and self.hparams.init_from_teacher != "none":
+            init_from_teacher(self.model, self.teacher().model, self.hparams.init_from_teacher)
         datamodule = (
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         )
@@ -193,14 +222,31 @@ class Seq2SeqModule(pl.LightningModule):
             )
 
     # ---------------------------------------------------------------- internals
+    def teacher(self) -> Teacher:
+        """The §3.1 teacher, loaded from ``teacher_checkpoint`` on first use."""
+        if self._teacher is None:
+            self._teacher = Teacher.load(str(self.hparams.teacher_checkpoint))
+        return self._teacher
+
     def _shared_step(self, batch: dict[str, Any], stage: str) -> torch.Tensor:
         src, src_lengths, tgt = batch["src"], batch["src_lengths"], batch["tgt"]
         batch_size = src.shape[0]
-        logits = self.model(src, src_lengths, self.model.shift_target(tgt))  # (B, T, V)
+        tgt_in = self.model.shift_target(tgt)  # (B, T)
+        distilling = stage == "train" and self.hparams.distill_weight > 0
+        if distilling:
+            logits, cache, _ = self.model.forward_with_contexts(src, src_lengths, tgt_in)
+        else:
+            logits = self.model(src, src_lengths, tgt_in)  # (B, T, V)
         loss = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=self.hparams.pad_id
         )
         names = METRICS[stage]
+        if distilling:
+            contexts = self.teacher().contexts(src, src_lengths, tgt_in)  # (B, T, D)
+            lengths = (tgt != self.hparams.pad_id).sum(1)  # (B,) real target positions
+            term = distillation_term(cache["C"], contexts, lengths)
+            self.log(TRAIN_DISTILL, term, on_step=True, on_epoch=True, batch_size=batch_size)
+            loss = loss + self.hparams.distill_weight * term
         if stage == "train":
             self.log(
                 names["loss"],
@@ -234,7 +280,7 @@ class Seq2SeqModule(pl.LightningModule):
         )
 
     def _decode_into_buffer(self, batch: dict[str, Any], stage: str) -> None:
-        buffer = self._buffers.setdefault(stage, _DecodeBuffer())
+        buffer = self._decode_buffers.setdefault(stage, _DecodeBuffer())
         on_cuda = batch["src"].is_cuda
         if on_cuda:
             torch.cuda.synchronize(batch["src"].device)
@@ -250,7 +296,7 @@ class Seq2SeqModule(pl.LightningModule):
             buffer.refs.extend(self.ids_to_text(row) for row in batch["tgt"].tolist())
 
     def _log_decode_metrics(self, stage: str) -> None:
-        buffer = self._buffers.pop(stage, None)
+        buffer = self._decode_buffers.pop(stage, None)
         if not self.hparams.val_decode or buffer is None:
             return
         import sacrebleu  # lazy: only needed once per evaluation epoch

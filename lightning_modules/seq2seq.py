@@ -328,6 +328,13 @@ class Decoder(nn.Module):
         Returns:
             logits (B, T, V).
         """
+        return self.out(self.features(tgt_in, state, cache, attn_state))  # (B, T, V)
+
+    def features(
+        self, tgt_in: torch.Tensor, state: LSTMState, cache: Any, attn_state: Any
+    ) -> torch.Tensor:
+        """Teacher forcing's output-layer inputs ``[h_i; c_i]`` (B, T, H + C): the top decoder
+        state and the attention context of every target step (:meth:`forward` without ``out``)."""
         batch, steps = tgt_in.shape
         # unbind, not emb[:, t]: an index's backward writes a zero (B, T, E) gradient per step
         # and adds them all up; unbind's stacks the T slices once (the same values)
@@ -340,8 +347,7 @@ class Decoder(nn.Module):
             hs, cs = self._cells(x, hs, cs)
             ctx, attn_state, _ = self.attention.step(hs[-1], cache, attn_state, False)  # (B, C)
             outputs.append(torch.cat([hs[-1], ctx], dim=-1))  # (B, H + C)
-        features = torch.stack(outputs, dim=1)  # (B, T, H + C)
-        return self.out(features)  # (B, T, V)
+        return torch.stack(outputs, dim=1)  # (B, T, H + C)
 
 
 class Seq2Seq(nn.Module):
@@ -479,6 +485,21 @@ class Seq2Seq(nn.Module):
         """
         state, cache, attn_state = self._start(src, src_lengths)
         return self.decoder(tgt_in, state, cache, attn_state)
+
+    def forward_with_contexts(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """:meth:`forward`, with what the distillation objective reads beside the logits: the
+        attention's cache (memory attention's ``C``: (B, K, D)) and the context of every target
+        step (B, T, C). The same operations as :meth:`forward`, so the logits are the same bits.
+
+        Returns:
+            logits (B, T, V), the attention cache, contexts (B, T, C).
+        """
+        state, cache, attn_state = self._start(src, src_lengths)
+        features = self.decoder.features(tgt_in, state, cache, attn_state)  # (B, T, H + C)
+        logits = self.decoder.out(features)  # (B, T, V)
+        return logits, cache, features[..., self.decoder.hidden_size :]  # (B, T, C)
 
     def shift_target(self, tgt: torch.Tensor) -> torch.Tensor:
         """(B, T) target -> (B, T) decoder input: BOS followed by tgt[:, :-1]."""

@@ -142,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     note = sweep.early_stopping_note()
     if note:
         print(note)
+    from sweeps.spec.teachers import order_lines
+
+    for line in order_lines(sweep):  # dependent trials: which cells wait for which
+        print(line)
     if sweep.spec.stop_when is not None:
         print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
     from sweeps.run.budget import launch_lines

@@ -57,3 +57,25 @@ class InterruptAtStep(Callback):
             ACTION(trial, result)
         else:  # INTERRUPT_SIGNAL=SIGTERM: a scheduler's preemption instead of a Ctrl-C
             os.kill(os.getpid(), getattr(signal, os.environ.get(ENV_SIGNAL, "SIGINT")))
+
+
+ENV_CELL = "INTERRUPT_ON_COMPLETE"
+
+
+class InterruptOnComplete(Callback):
+    """A SIGINT the moment Tune takes in the end of the first trial whose cell contains
+    ``INTERRUPT_ON_COMPLETE`` (e.g. a teacher, while its students wait); records it to
+    ``INTERRUPT_RECORD`` first, with the trials Tune holds at that point."""
+
+    def __init__(self) -> None:
+        self.cell = os.environ[ENV_CELL]
+        self.record = os.environ[ENV_RECORD]
+        self.fired = False
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        if self.fired or self.cell not in str(trial.config.get("cell", "")):
+            return
+        self.fired = True
+        with open(self.record, "w") as f:
+            json.dump({"finished": trial.trial_id, "trials": [t.trial_id for t in trials]}, f)
+        os.kill(os.getpid(), signal.SIGINT)

@@ -437,12 +437,28 @@ def constructor_tables() -> str:
     return "\n".join(out)
 
 
+def teacher_table() -> str:
+    """The keys of a grid variant's ``teacher:`` (``TeacherSpec``; the grid itself is free-form)."""
+    model = getattr(schema_module(), "TeacherSpec", None)
+    if model is None:
+        return ""
+    rows, _ = _section(model, "grid.<section>[].teacher", {})
+    return (
+        "### `grid` variants: `teacher` {#keys-grid-teacher}\n\n"
+        + _clean(_first_paragraph(model.__doc__))
+        + "\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
 def sweep_file_reference(spec: type | None = None, constructors: bool = True) -> str:
     """The generated part of the key reference, as Markdown."""
     parts = [
         "## Sweep-file keys {#keys}\n",
         f"Generated from `{spec_package()}.schema.SweepSpec` when this site was built.\n",
         spec_tables(spec),
+        teacher_table(),
     ]
     if constructors:
         parts += [

@@ -263,7 +263,13 @@ def seed_sections(
                 _table(rows, list(rows[0])) + "\n\n" + INTERVAL_RULE,
             )
         )
-    judged = findings(df, metric, mode) + scoring_findings(df, metric, mode)
+    from sweeps.report.distill import distill_findings  # the §3.1 objective's
+
+    judged = (
+        findings(df, metric, mode)
+        + scoring_findings(df, metric, mode)
+        + distill_findings(df, metric, mode)
+    )
     if judged:
         counts = pd.Series([j["verdict"] for j in judged]).value_counts().to_dict()
         tally = ", ".join(f"{v} {k}" for k, v in counts.items())

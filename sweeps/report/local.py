@@ -44,12 +44,14 @@ def build_local_report(
 ) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
     multi-objective study, its section from ``optuna.journal``: :func:`sweeps.moo.report.write_section`)."""
+    from sweeps.report.distill import distill_plots
     from sweeps.report.figures import pareto_figure, save_figure
     from sweeps.report.plots import plot_results
 
     # the confirm trials (seeds.confirm) are no part of any selection summary: only of the held-out one
     df, confirm = split_confirm(read_results(sweep_dir / RESULTS_CSV))
     paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir))
+    paths.update(distill_plots(df, sweep_dir, metric, mode))  # BLEU vs lambda, per K
     points = model_points(df, metric, mode)
     if not points.empty:
         paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")

@@ -112,7 +112,8 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
         lines = [
             (name, m.sort_values(option))
             for name, m in g.groupby("attention", sort=True)
-            if m[option].nunique() >= 2
+            # one point per value: not when another grid axis (distill_weight) repeats the values
+            if m[option].nunique() >= 2 and m[option].is_unique
         ]
         if lines:
             drawn.append((length, lines))

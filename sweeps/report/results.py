@@ -143,8 +143,8 @@ def trial_status(
     """results.csv's ``status`` of a trial (the console's table names trials with it too), from
     Tune's status (None: unknown), its last report and its ``max_steps`` (None: unknown)."""
     metrics = metrics or {}
-    if failed or tune_status == "ERROR":
-        return "error"
+    if failed or tune_status == "ERROR" or metrics.get("teacher_error"):
+        return "error"  # a student whose teacher failed ended at once with the reason
     if tune_status not in (None, "TERMINATED") or not metrics:
         return "unfinished"  # interrupted: `--resume` continues it
     if metrics.get("converged"):  # the spec's stop_when rule (sweeps.trial.stop_when)
@@ -174,6 +174,10 @@ def row_from_result(
     }
     if "configuration" in (plan.config or {}):  # judged over seeds: its number in the cell's study
         row["configuration"] = int(plan.config["configuration"])
+    if (plan.config or {}).get(
+        "teacher"
+    ):  # a student: its teacher's trial id (sweeps.run.teachers)
+        row["teacher"] = str(plan.config["teacher"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -186,6 +190,8 @@ def row_from_result(
     )
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = _short_error(result.error) if result.error is not None else None
+    if metrics.get("teacher_error") and row["error"] is None:
+        row["error"] = str(metrics["teacher_error"])[:300]
     return row
 
 
@@ -321,6 +327,7 @@ TEXT_COLUMNS = (
     "plan_hash",
     "reused",
     "role",
+    "teacher",
     TIMING_DEVICE,
     "timing_device_name",
 )

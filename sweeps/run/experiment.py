@@ -168,6 +168,7 @@ def run_tune(
     from sweeps.run.console import SweepConsole
     from sweeps.run.schedulers import make_scheduler
     from sweeps.run.searcher import OptunaLinks
+    from sweeps.run.teachers import teacher_callbacks
     from sweeps.run.trial_logs import KeepTrialLogs
 
     path = paths.experiment(sweep.name)
@@ -195,6 +196,7 @@ def run_tune(
             # a seed paused at a rung holds no slot: the searcher counts the running ones itself
             searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
+        callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
         callbacks += [BudgetClock(), KeepTrialLogs()]
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)

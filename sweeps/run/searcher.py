@@ -4,6 +4,8 @@ One Tune experiment holds the whole study. :class:`SweepSearcher` is its Tune ``
 suggestion is one trial of the (cell, seed) with the fewest trials started so far (the longest
 expected, :mod:`sweeps.run.packing`, then grid order break ties), so all cells fill the cluster
 together up to ``max_concurrent_trials``, longest first; each (cell, seed) gets ``num_samples`` trials.
+A sweep with teachers holds each student unit back until its teacher unit's trials have ended,
+and starts the teachers first (:mod:`sweeps.run.teachers`).
 
 With nuisance ``parameters``, each (cell, seed) is its own Optuna study in one durable journal
 (``<output>/<name>/optuna.journal``), with its own sampler seed; a suggestion is ``study.ask()``,
@@ -25,6 +27,7 @@ import numpy as np
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
+from sweeps.run.teachers import TeacherBook
 from sweeps.spec import ParamSpec
 
 
@@ -38,6 +41,7 @@ class Unit:
     config: dict[str, Any]
     max_steps: int | None = None  # a trial that ends before it was stopped by the scheduler
     cost: float = 0.0  # expected length of its trials (sweeps.run.packing): the longest start first
+    teacher: int | None = None  # the unit whose trials teach this one's (sweeps.run.teachers)
 
 
 def sweep_units(sweep: Any, cost: Callable[[Any], float] | None = None) -> list[Unit]:
@@ -53,8 +57,9 @@ def sweep_units(sweep: Any, cost: Callable[[Any], float] | None = None) -> list[
             p.trial_config(sweep.grid_columns),
             p.trainer.get("max_steps"),
             cost(p) if cost is not None else 0.0,
+            sweep.teacher_index(i) if getattr(sweep, "teachers", None) else None,
         )
-        for p in sweep.plans
+        for i, p in enumerate(sweep.plans)
     ]
 
 
@@ -119,6 +124,8 @@ class SweepSearcher(Searcher):
         self.live: dict[str, tuple[int, int | None, int | None]] = {}
         self._storage = None
         self._studies: dict[int, Any] = {}
+        # students wait for their teachers (sweeps.run.teachers); None in a sweep without them
+        self.teachers = TeacherBook.of(units, num_samples, metric, mode)
 
     # -- Tune's Searcher interface -----------------------------------------------------------
 
@@ -131,10 +138,25 @@ class SweepSearcher(Searcher):
         open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
         if not open_units:
             return Searcher.FINISHED
-        # fewest started first, then longest first (sweeps.run.packing), then grid order
-        i = min(open_units, key=lambda j: (self.started[j], -self.units[j].cost, j))
+        book = self.teachers
+        if book is not None:  # a student waits for its teacher: "nothing now" if all do
+            open_units = [i for i in open_units if not book.waiting(i)]
+            if not open_units:
+                return None
+        # teachers first, then fewest started, then longest first (sweeps.run.packing), then grid order
+        i = min(
+            open_units,
+            key=lambda j: (
+                book is None or not book.teaches(j),
+                self.started[j],
+                -self.units[j].cost,
+                j,
+            ),
+        )
         unit = self.units[i]
         config = dict(unit.config)
+        if book is not None:
+            config.update(book.assignment(i))  # the teacher's trial id and checkpoint
         number = storage_id = None
         if self.space:
             study = self._study(i)
@@ -142,6 +164,9 @@ class SweepSearcher(Searcher):
             trial.set_user_attr("ray_trial_id", trial_id)
             if self.wandb_enabled:
                 trial.set_user_attr("wandb_run_id", trial_id)
+            for key in ("teacher", "teacher_checkpoint"):  # a student's, as results.csv has it
+                if config.get(key):
+                    trial.set_user_attr(key, config[key])
             config.update(trial.params)
             number, storage_id = trial.number, trial._trial_id
         self.started[i] += 1
@@ -154,7 +179,7 @@ class SweepSearcher(Searcher):
         trial's last report to :meth:`on_trial_complete` only, which records it the same way.)"""
         entry = self.live.get(trial_id)
         value = (result or {}).get(self.metric)
-        if entry is None or not self.space or value is None:
+        if entry is None or not self.space or value is None or (result or {}).get("teacher_error"):
             return
         step = int(result.get("step", result.get("training_iteration", 0)))
         try:
@@ -168,9 +193,12 @@ class SweepSearcher(Searcher):
         """Tell Optuna how the trial ended: COMPLETE with the metric's last value; PRUNED when the
         scheduler stopped it before its last step (Optuna then records its last intermediate
         value, as for its own pruners); FAIL on an error or no result."""
+        error = error or bool((result or {}).get("teacher_error"))  # its teacher failed
         if not error and result:
             self.on_trial_result(trial_id, result)
         entry = self.live.pop(trial_id, None)
+        if entry is not None and self.teachers is not None:
+            self.teachers.note(entry[0], trial_id, result, error)
         if entry is None or not self.space:
             return
         import optuna
@@ -193,13 +221,16 @@ class SweepSearcher(Searcher):
             study.tell(number, float(value), skip_if_finished=True)
 
     def save(self, checkpoint_path: str) -> None:
+        teachers = self.teachers.state() if self.teachers is not None else None
         with open(checkpoint_path, "wb") as f:
-            pickle.dump({"started": self.started, "live": self.live}, f)
+            pickle.dump({"started": self.started, "live": self.live, "teachers": teachers}, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
         self.started, self.live = state["started"], state["live"]
+        if self.teachers is not None:  # which teachers are done: none is trained again
+            self.teachers.load(state.get("teachers"))
         self._fail_orphans()
 
     def __getstate__(self) -> dict:

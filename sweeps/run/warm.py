@@ -300,6 +300,10 @@ def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
     for i, rows in warm.reused.items():
         searcher.started[i] += len(rows)
     searcher.reused_count = warm.reused_count
+    if (
+        getattr(searcher, "teachers", None) is not None
+    ):  # reused teachers teach (sweeps.run.teachers)
+        searcher.teachers.adopt(warm.reused)
     if not searcher.space or not warm.told:
         return
     if getattr(searcher, "studies", None):  # one study per cell (sweeps.run.configs)

@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from sweeps.spec.dotted import set_dotted
-from sweeps.spec.schema import SpecError, SweepSpec
+from sweeps.spec.schema import SpecError, SweepSpec, TeacherSpec
 from sweeps.spec.search_schema import tolerances
 
 SECTIONS = ("task", "model", "trainer")
@@ -35,6 +35,9 @@ class Cell:
 
     values: dict[str, Any]
     origins: dict[str, str] = field(default_factory=dict)
+    #: the grid variant's ``teacher:`` (:mod:`sweeps.spec.teachers`), and where it was written
+    teacher: TeacherSpec | None = None
+    variant: str = ""
 
     @property
     def name(self) -> str:
@@ -115,6 +118,19 @@ class Sweep:
     source: str
     cells: list[Cell]
     plans: list[TrialPlan]
+    #: student cell slug -> teacher cell slug, for cells that use a teacher (sweeps.spec.teachers)
+    teachers: dict[str, str] = field(default_factory=dict)
+
+    def teacher_index(self, i: int) -> int | None:
+        """The index in :attr:`plans` of the unit that teaches plan ``i`` (its teacher cell, the
+        same seed), or None for a plan without a teacher."""
+        plan = self.plans[i]
+        slug = self.teachers.get(plan.cell.slug)
+        if slug is None:
+            return None
+        return next(
+            j for j, p in enumerate(self.plans) if p.cell.slug == slug and p.seed == plan.seed
+        )
 
     @property
     def name(self) -> str:
@@ -195,8 +211,10 @@ class Sweep:
         }
 
 
+#: what a student trial's config adds: its teacher's trial id and checkpoint, or why it has none
+TEACHER_CONFIG = ("teacher", "teacher_checkpoint", "teacher_error")
 # Keys every trial config has besides its grid and sampled values.
-RESERVED_COLUMNS = ("cell", "seed")
+RESERVED_COLUMNS = ("cell", "seed", *TEACHER_CONFIG)
 
 
 def unit_key(config: dict[str, Any]) -> tuple[str, Any]:
@@ -235,6 +253,7 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
         if key in SECTIONS and isinstance(spec, list) and all(isinstance(v, dict) for v in spec):
             options = []
             for i, variant in enumerate(spec):
+                variant, teacher = _teacher_of(variant, f"{path}[{i}]", source)
                 vkeys = list(variant)
                 lists = [
                     variant[k] if isinstance(variant[k], list) else [variant[k]] for k in vkeys
@@ -245,6 +264,9 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
                 for combo in itertools.product(*lists):
                     vals = {f"{key}.{k}": v for k, v in zip(vkeys, combo)}
                     origins = {f"{key}.{k}": f"{path}[{i}].{k}" for k in vkeys}
+                    if teacher is not None:
+                        origins[TEACHER] = f"{path}[{i}]"
+                        vals[TEACHER] = teacher
                     options.append((vals, origins))
             if not options:
                 raise SpecError(path, "empty list of variants", source)
@@ -278,7 +300,8 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
                     )
             vals.update(v)
             origins.update(o)
-        cells.append(Cell(vals, origins))
+        teacher, variant = vals.pop(TEACHER, None), origins.pop(TEACHER, "")
+        cells.append(Cell(vals, origins, teacher, variant))
     if not cells:
         cells = [Cell({}, {})]
     seen = set()
@@ -291,6 +314,33 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
             )
         seen.add(c.slug)
     return cells
+
+
+#: the key of a grid variant that names the variant's teacher cell (not a setting of the cell)
+TEACHER = "teacher"
+
+
+def _teacher_of(
+    variant: dict[str, Any], where: str, source: str
+) -> tuple[dict[str, Any], TeacherSpec | None]:
+    """A grid variant without its ``teacher:`` key, and that key validated."""
+    if TEACHER not in variant:
+        return variant, None
+    from pydantic import ValidationError
+
+    rest = {k: v for k, v in variant.items() if k != TEACHER}
+    try:
+        return rest, TeacherSpec.model_validate(variant[TEACHER])
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in (TEACHER, *err["loc"]))
+        if err["type"] == "extra_forbidden":
+            message = f"unknown key; allowed here: {', '.join(TeacherSpec.model_fields)}"
+        elif err["type"] == "missing":
+            message = "required key is missing (e.g. teacher: {cell: {attention: bahdanau}})"
+        else:
+            message = f"{err['msg']} (got {err.get('input')!r})"
+        raise SpecError(f"{where}.{key}", message, source) from None
 
 
 def base_sections(spec: SweepSpec) -> dict[str, dict[str, Any]]:

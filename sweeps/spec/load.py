@@ -19,6 +19,7 @@ from sweeps.spec.objectives import check_baseline, check_objectives
 from sweeps.spec.schema import SpecError, SweepSpec, format_validation
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
+from sweeps.spec.teachers import resolve_teachers
 from sweeps.spec.validate import check_sections, validate_cell
 from sweeps.spec.warm_start import check_warm_start
 
@@ -111,9 +112,10 @@ def build_sweep(
             _validate_search_bounds(spec, task, model, trainer, cell, source)
             for seed in spec.seed_values:
                 plans.append(TrialPlan(cell, seed, task, model, trainer))
+        teachers = resolve_teachers(spec, cells, plans, source)  # dependent trials
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
-    return Sweep(spec=spec, source=source, cells=cells, plans=plans)
+    return Sweep(spec=spec, source=source, cells=cells, plans=plans, teachers=teachers)
 
 
 def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:

@@ -253,6 +253,29 @@ class ChaosSpec(_Strict):
     fail_before_first_report: bool = False
 
 
+class TeacherSpec(_Strict):
+    """A grid variant's teacher: ``grid.model: [..., {attention: memory, distill_weight: 1,
+    teacher: {cell: {attention: bahdanau}}}]``. Each student trial of the variant's cells waits
+    until its teacher's trials are done (the teacher cell of the same task, length and other grid
+    values, same seed), then trains with the chosen teacher's checkpoint as
+    ``model.teacher_checkpoint`` (the §3.1 objective: docs/distillation.md). A cell with
+    ``distill_weight: 0`` and ``init_from_teacher: none`` needs no teacher and runs at once."""
+
+    cell: dict[str, Any] = Field(
+        ...,
+        min_length=1,
+        description="The teacher cell's values that differ from the student's, as the grid writes "
+        "them: keys of the variant's section (`attention: bahdanau`) or dotted keys "
+        "(`model.attention`). The student's values on the grid's other axes (task.max_length...) "
+        "must match too; exactly one cell of the sweep may match.",
+    )
+    pick: Literal["best"] = Field(
+        "best",
+        description="Which of the teacher unit's trials teaches: the best by the sweep's metric "
+        "over its Optuna samples (the only trial without a search).",
+    )
+
+
 class SweepSpec(_Strict):
     name: str
     description: str = ""

@@ -76,6 +76,13 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             raise SpecError(
                 where, "is derived from the data (the trial fills it in); remove it", source
             )
+        if key == "teacher":
+            raise SpecError(
+                where,
+                "a teacher is named by a grid variant: grid.model: [..., {attention: memory, "
+                "distill_weight: 1, teacher: {cell: {attention: bahdanau}}}]",
+                source,
+            )
         if key == "attention_kwargs":
             raise SpecError(
                 where, "put attention options straight under model (e.g. model.K: 16)", source

@@ -62,7 +62,10 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from sweeps.storage import short_storage_faults
+    from sweeps.trial.teacher import end_without_teacher
 
+    if end_without_teacher(config, settings.metric):  # its teacher failed: the reason, no training
+        return
     plan = settings.plan(config)
     res = settings.resources
     ctx = tune.get_context()

@@ -60,11 +60,18 @@ class TrialSettings:
     def plan(self, config: dict[str, Any]) -> TrialPlan:
         """A trial's plan from its Tune config: its cell's plan as the spec resolved it, with the
         seed and Optuna's samples (and a multi-objective sweep's baseline settings, ``set``:
-        :mod:`sweeps.moo.search`) written in. Nothing of the grid is resolved again."""
+        :mod:`sweeps.moo.search`) and a student's ``teacher_checkpoint`` written in. Nothing of
+        the grid is resolved again."""
         flat = {k: _plain(v) for k, v in config.items()}
         params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}
+        # a student's teacher, chosen when its trial was suggested (sweeps.run.teachers)
+        taught = (
+            {"model.teacher_checkpoint": flat["teacher_checkpoint"]}
+            if flat.get("teacher_checkpoint")
+            else {}
+        )
         return self.cells[flat["cell"]].with_values(
-            int(flat["seed"]), {**params, **(flat.get("set") or {})}, params, flat
+            int(flat["seed"]), {**params, **(flat.get("set") or {}), **taught}, params, flat
         )
 
 

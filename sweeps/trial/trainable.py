@@ -17,6 +17,7 @@ from sweeps.trial import phases
 from sweeps.trial.callbacks import FinishOnStop, TuneReport, placement_metrics
 from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
 from sweeps.trial.settings import TrialSettings
+from sweeps.trial.teacher import end_without_teacher
 from sweeps.trial.wandb_logger import make_wandb_logger
 
 
@@ -28,6 +29,8 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
         settings: the sweep-wide settings.
     """
     phases.start()
+    if end_without_teacher(config, settings.metric):  # its teacher failed: the reason, no training
+        return
     plan = settings.plan(config)
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()

@@ -21,6 +21,8 @@ def wandb_config(plan: TrialPlan, module: pl.LightningModule | None = None) -> d
     a model setting the preset supplies is taken from the built module's hyperparameters."""
     config = {k: v for k, v in plan.config.items() if v is not None}
     shown = set(plan.grid) | set(plan.params)  # dotted keys already there under a flat name
+    if plan.config.get("teacher_checkpoint"):  # a student's: its flat teacher keys say it
+        shown.add("model.teacher_checkpoint")
     resolved = dict(getattr(module, "hparams", {}) or {})
     for section in ("task", "model", "trainer"):
         values = dict(plan.sections[section])
@@ -90,12 +92,18 @@ def make_wandb_logger(
         run_config[ROLE], label = CONFIRM, label + " confirm"
     elif settings.spec.confirm_seeds:  # the W&B Report's panels tell the two kinds apart by it
         run_config[ROLE] = SELECT
+    tags, notes = list(wb.tags), wb.notes
+    teacher = plan.config.get("teacher")
+    if teacher:  # a student (sweeps.run.teachers) names its teacher's run (its id is the trial id)
+        tags.append(f"teacher:{teacher}")
+        line = f"Taught by W&B run {teacher} (checkpoint {plan.config.get('teacher_checkpoint')})."
+        notes = f"{notes}\n{line}" if notes else line
     logger = PlanWandbLogger(
         project=wb.project,
         entity=wb.entity,
         group=wb.group or settings.name,
-        tags=list(wb.tags),
-        notes=wb.notes,
+        tags=tags,
+        notes=notes,
         name=f"{plan.cell.name}{label} seed={plan.seed}"
         + (f" [{trial_name}]" if settings.has_search else ""),
         id=trial_id,

@@ -125,7 +125,7 @@ def test_a_perfect_copier_scores_bleu_100_and_batch_references_are_used(quiet_tr
     assert results[VAL_BLEU] == pytest.approx(100.0)
     batch = next(iter(dm.val_dataloader()))
     model._decode_into_buffer(batch, "val")
-    buffer = model._buffers["val"]
+    buffer = model._decode_buffers["val"]
     assert buffer.hyps == buffer.refs  # references from ids_to_text(tgt) when the key is absent
     batch["references"] = ["x"] * batch["src"].shape[0]
     model._decode_into_buffer(batch, "val")

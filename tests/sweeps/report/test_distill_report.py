@@ -1,0 +1,91 @@
+"""The §3.1 objective's report (sweeps.report.distill): its finding judged on hand-made BLEU over
+three seeds (held, contradicted, not shown), the teacher column, results.md and the BLEU vs
+lambda figure rebuilt from a results.csv. No Ray."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from sweeps.layout import RESULTS_CSV
+from sweeps.report.distill import LARGE_K, SMALL_K, distill_findings
+from sweeps.report.local import build_local_report
+from sweeps.report.results import results_frame
+
+
+def _rows() -> list[dict]:
+    """L=20: a Bahdanau teacher and memory students, K in {4, 21}, lambda in {0, 1, 10}."""
+    bleu = {  # (K, lambda) -> BLEU per seed
+        (4, 0.0): [80.0, 82.0, 84.0],
+        (4, 1.0): [85.0, 87.5, 89.0],  # +5, +5.5, +5: held
+        (4, 10.0): [70.0, 90.0, 80.0],  # -10, +8, -4: not shown
+        (21, 0.0): [95.0, 96.0, 97.0],
+        (21, 1.0): [92.0, 93.0, 94.5],  # -3, -3, -2.5: contradicted
+    }
+    rows = []
+    for seed in range(3):
+        rows.append(
+            {
+                "trial_id": f"t{seed}",
+                "cell": "length=20 attention=bahdanau",
+                "model": "bahdanau",
+                "attention": "bahdanau",
+                "length": 20,
+                "seed": seed,
+                "status": "done",
+                "val/bleu": 99.0,
+            }
+        )
+        for (k, weight), values in bleu.items():
+            rows.append(
+                {
+                    "trial_id": f"s{k}-{weight:g}-{seed}",
+                    "cell": f"length=20 attention=memory K={k} distill_weight={weight:g}",
+                    "model": f"memory K={k} distill_weight={weight:g}",
+                    "attention": "memory",
+                    "K": k,
+                    "distill_weight": weight,
+                    "length": 20,
+                    "seed": seed,
+                    "status": "done",
+                    "val/bleu": values[seed],
+                    "teacher": f"0{seed}e13825" if weight > 0 else None,
+                }
+            )
+    return rows
+
+
+def test_the_finding_is_judged_per_k_and_lambda_on_intervals_over_seeds():
+    judged = {r["quantity"]: r for r in distill_findings(pd.DataFrame(_rows()))}
+    assert set(judged) == {"λ=1 − λ=0 (K=4)", "λ=10 − λ=0 (K=4)", "λ=1 − λ=0 (K=21)"}
+    held = judged["λ=1 − λ=0 (K=4)"]
+    assert (held["finding"], held["verdict"], held["seeds"]) == (SMALL_K, "held", 3)
+    half = 4.303 * pd.Series([5.0, 5.5, 5.0]).std() / math.sqrt(3)
+    assert held["estimate"] == f"+5.17 ± {half:.2f}"
+    assert judged["λ=10 − λ=0 (K=4)"]["verdict"] == "not shown"
+    large = judged["λ=1 − λ=0 (K=21)"]
+    assert (large["finding"], large["verdict"]) == (LARGE_K, "contradicted")
+
+
+def test_results_md_and_the_lambda_figure(tmp_path):
+    frame = results_frame(_rows())
+    (tmp_path / RESULTS_CSV).write_text(frame.to_csv(index=False))
+    paths = build_local_report(tmp_path)
+    assert paths["bleu_vs_lambda"].is_file()
+    assert "bleu_vs_k" not in paths, "K repeats over lambda: no BLEU vs K line through them"
+    md = (tmp_path / "results.md").read_text()
+    assert f"| {SMALL_K} | 20 | λ=1 − λ=0 (K=4) | +5.17 ± " in md and "| 3 | held |" in md
+    assert f"| {LARGE_K} | 20 | λ=1 − λ=0 (K=21) |" in md and "contradicted" in md
+    assert "![bleu_vs_lambda](bleu_vs_lambda.png)" in md
+    # the teacher column reads back as trial ids (text: 0e13825 is no number)
+    back = pd.read_csv(tmp_path / RESULTS_CSV, dtype=str)
+    assert "00e13825" in set(back["teacher"].dropna())
+    from sweeps.report.results import read_results
+
+    assert read_results(tmp_path / RESULTS_CSV)["teacher"].dropna().iloc[0] == "00e13825"
+
+
+def test_no_finding_without_a_lambda_axis():
+    rows = [r for r in _rows() if r.get("distill_weight", 0) == 0]
+    assert distill_findings(pd.DataFrame(rows)) == []
