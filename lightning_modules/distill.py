@@ -41,6 +41,7 @@ model: no teacher loaded, the same random draws, the same weights and losses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import torch
@@ -110,12 +111,15 @@ class Teacher:
         self.source = source
 
     @classmethod
-    def load(cls, checkpoint: str) -> Teacher:
+    def load(cls, checkpoint: str, loader: Callable[[str], nn.Module]) -> Teacher:
         """The teacher of a ``Seq2SeqModule`` checkpoint, built without drawing from the global
-        RNG (its random initialisation is forked off, then replaced by the checkpoint's weights)."""
-        from pathlib import Path
+        RNG (its random initialisation is forked off, then replaced by the checkpoint's weights).
 
-        from .module import Seq2SeqModule
+        Args:
+            loader: reads the checkpoint into a ``Seq2Seq`` (the module passes its own
+                ``load_from_checkpoint``, so this file does not import the module above it).
+        """
+        from pathlib import Path
 
         if not Path(checkpoint).is_file():
             raise FileNotFoundError(
@@ -123,8 +127,8 @@ class Teacher:
                 "needed to train the student (not to load or decode a trained one)"
             )
         with torch.random.fork_rng(devices=[]):  # built on the CPU: only its RNG would move
-            module = Seq2SeqModule.load_from_checkpoint(checkpoint, map_location="cpu")
-        return cls(module.model, checkpoint)
+            model = loader(checkpoint)
+        return cls(model, checkpoint)
 
     @torch.no_grad()
     def contexts(

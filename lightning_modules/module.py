@@ -225,7 +225,7 @@ class Seq2SeqModule(pl.LightningModule):
     def teacher(self) -> Teacher:
         """The §3.1 teacher, loaded from ``teacher_checkpoint`` on first use."""
         if self._teacher is None:
-            self._teacher = Teacher.load(str(self.hparams.teacher_checkpoint))
+            self._teacher = Teacher.load(str(self.hparams.teacher_checkpoint), _load_model)
         return self._teacher
 
     def _shared_step(self, batch: dict[str, Any], stage: str) -> torch.Tensor:
@@ -384,6 +384,11 @@ class Seq2SeqModule(pl.LightningModule):
                 item["beta"] = trace["beta"][i, :t_len].float().cpu().numpy()  # (T, K)
             items.append(item)
         return items
+
+
+def _load_model(checkpoint: str) -> Seq2Seq:
+    """The ``Seq2Seq`` of a ``Seq2SeqModule`` checkpoint, on the CPU (a teacher's loader)."""
+    return Seq2SeqModule.load_from_checkpoint(checkpoint, map_location="cpu").model
 
 
 __all__ = ["Seq2SeqModule", "METRICS"]

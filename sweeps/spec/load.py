@@ -15,8 +15,9 @@ from sweeps.assignments import AssignmentError, parse_assignments
 from sweeps.layout import LAUNCH_FILE
 from sweeps.spec.dotted import set_dotted
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
+from sweeps.spec.messages import format_validation
 from sweeps.spec.objectives import check_baseline, check_objectives
-from sweeps.spec.schema import SpecError, SweepSpec, format_validation
+from sweeps.spec.schema import SpecError, SweepSpec
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
 from sweeps.spec.teachers import resolve_teachers

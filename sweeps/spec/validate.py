@@ -16,7 +16,8 @@ from pydantic import TypeAdapter, ValidationError
 from datamodules.ranges import allowed_range
 from lightning_modules.presets import PRESETS, attention_dims
 from sweeps.spec.grid import Cell
-from sweeps.spec.schema import SpecError, SweepSpec, TrainerSpec, format_validation
+from sweeps.spec.messages import format_validation
+from sweeps.spec.schema import SpecError, SweepSpec, TrainerSpec
 from sweeps.spec.signatures import (
     TASK_CLASSES,
     attention_param_types,

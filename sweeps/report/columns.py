@@ -1,0 +1,56 @@
+"""The columns of results.csv, in order: who a row is, the trial's metrics, the timing stage's
+and the held-out stage's figures, then the tail (:mod:`sweeps.report.results` writes them)."""
+
+from __future__ import annotations
+
+from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, METRICS, VAL_BLEU
+
+# the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
+# train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
+TRAIN_STEP_SECONDS, TRAIN_PEAK_MB = "train_step_seconds", "train_peak_mb"
+TIMING_DEVICE = "timing_device"
+TRAIN_COLUMNS = [
+    TRAIN_STEP_SECONDS,
+    "train_step_seconds_iqr",
+    "train_tokens_per_second",
+    "train_step_repeats",
+    "train_step_precision",
+    "train_step_interrupted",
+    "train_step_contended",
+    TRAIN_PEAK_MB,
+    "decode_peak_mb",
+    "peak_mb_spread",
+]
+# decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
+# val/decode_seconds: measured during training, beside other trials: a training-time signal only.
+TIMING_COLUMNS = [
+    DECODE_SECONDS,
+    "decode_seconds_iqr",
+    "decode_seconds_min",
+    "decode_seconds_max",
+    "decode_repeats",
+    "decode_passes_per_repeat",
+    "decode_precision",
+    "decode_processes",
+    "decode_interrupted",
+    "decode_contended",
+    # where the figures were measured: "cpu" or "cuda", and the processor's or GPU's name
+    TIMING_DEVICE,
+    "timing_device_name",
+    *TRAIN_COLUMNS,
+]
+# every metric the module logs during training (val/bleu first), then the timing stage's
+METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
+#: the held-out stage's (sweeps.heldout), after the metrics, in rows that have them: whether the
+#: row is the one chosen on validation, and its test figures
+HELDOUT_COLUMNS = [
+    "chosen",
+    "test_split",
+    *(METRICS["test"][k] for k in ("bleu", "sacrebleu", "loss", "token_acc")),
+    "heldout_error",
+]
+#: then, after ``attention``, the mechanisms' headline options (:func:`headline_columns`)
+FIRST_COLUMNS = [
+    "trial_id", "cell", "model", "attention", "length", "seed", "status", "retries", "moved",
+]  # fmt: skip
+TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "moved_why", "error", "timing_error"]
