@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = Path(args.output).resolve() / sweep.name
         for line in launch_lines(out_dir, sweep.spec.budget, sweep.num_trials):
             print(line)
-        folders = sweep_folders(sweep, out_dir)
+        folders = sweep_folders(sweep, Path(args.output).resolve())
         check_folders(folders)  # every folder a trial writes, before anything starts
         if args.dry_run:
             print(describe_folders(folders))

@@ -24,10 +24,11 @@ class Folder:
 
 
 def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
-    """The folders a run of ``sweep`` writes, each once: ``--output`` (results, W&B runs, the
-    Optuna journal), ``storage.path`` (Tune's checkpoints), and the folders each task's
-    datamodule writes (its ``written_dirs()``: data caches, data it fetches)."""
-    from datamodules import datamodule_class
+    """The folders a run of ``sweep`` writes, each once: ``--output`` (``output``: results, W&B
+    runs, the Optuna journal, under ``<output>/<name>``), ``storage.path`` (Tune's checkpoints),
+    and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
+    fetches)."""
+    from sweeps.spec.signatures import signatures
     from sweeps.trial.build import build_datamodule
 
     found = [Folder("--output", str(output))]
@@ -37,10 +38,19 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
     for plan in sweep.plans:
         task = plan.task
         key = repr(sorted(task.items()))
-        if key in seen or not hasattr(datamodule_class(task["name"]), "written_dirs"):
+        params = signatures().datamodules.get(task["name"])
+        # only a datamodule that takes folders (`*_dir` arguments) writes any: the others are not
+        # imported (a dry run of a copy-task sweep reads the signature cache, not torch)
+        if (
+            key in seen
+            or not isinstance(params, dict)
+            or not any(p.endswith("_dir") for p in params)
+        ):
             continue
         seen.add(key)
-        for arg, path in build_datamodule(task, seed=0).written_dirs().items():
+        if not hasattr(datamodule := build_datamodule(task, seed=0), "written_dirs"):
+            continue
+        for arg, path in datamodule.written_dirs().items():
             found.append(Folder(f"task.{arg}", str(path), default=not task.get(arg)))
     unique: dict[str, Folder] = {}
     for folder in found:
@@ -59,14 +69,14 @@ def write_problem(path: str) -> str | None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        return f"{existing} is a file, not a folder"
+        return f"cannot create or write there ({existing} is a file, not a folder)"
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        where = "" if existing == target else f" (in {existing}, where it would be created)"
-        return f"cannot write{where}: {exc.strerror or exc}"
+        where = "" if existing == target else f" in {existing}, where it would be created"
+        return f"cannot create or write there ({exc.strerror or exc}{where})"
     return None
 
 
@@ -111,7 +121,7 @@ def check_gpu_torch(address: str | None) -> None:
     this process is on no node of the cluster: nothing to check here."""
     import ray
 
-    from sweeps.trial.kit import cpu_only_torch, gpu_torch_problem, torch_build
+    from sweeps.trial.gpu import cpu_only_torch, gpu_torch_problem, torch_build
 
     if (address or "").startswith("ray://") or not cpu_only_torch():
         return
@@ -135,7 +145,7 @@ def check_gpu_torch(address: str | None) -> None:
 def gpu_note(sweep: Sweep) -> str | None:
     """``--dry-run``'s line when the sweep asks for GPUs and this machine's torch is CPU-only
     (Ray is not started then, so whether it offers GPUs is not known yet)."""
-    from sweeps.trial.kit import cpu_only_torch, torch_build
+    from sweeps.trial.gpu import cpu_only_torch, torch_build
 
     if not sweep.spec.resources.gpu or not cpu_only_torch():
         return None

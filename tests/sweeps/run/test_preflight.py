@@ -53,7 +53,8 @@ def test_dry_run_names_the_key_of_a_folder_it_cannot_write(
     err = capsys.readouterr().err
     assert code == 2, err
     (line,) = err.strip().splitlines()
-    assert line.startswith(f"error: {key}") and str(wall) in line and "is a file" in line, line
+    assert line.startswith(f"error: {key}") and str(wall) in line, line
+    assert "cannot create or write there" in line and "is a file, not a folder" in line, line
     assert f"--set {key.split()[0]}=PATH" in line, line
 
 
@@ -104,7 +105,7 @@ def test_shipped_sweeps_write_under_their_data_or_output_folder(
     output = tmp_path / "sweep-results"  # the default --output, relative to where you launch
     sweep = load_spec(path, profile=profile)
     data = {p.task.get("data_dir") for p in sweep.plans} - {None}
-    for folder in sweep_folders(sweep, output / sweep.name):
+    for folder in sweep_folders(sweep, output):
         p = Path(folder.path)
         assert p.is_relative_to(tmp_path), f"{path.name} writes to {folder.key} {p}"
         if "cache" in folder.key:
