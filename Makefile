@@ -61,7 +61,7 @@ sweep: venv
 test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
-# the loop for someone changing one module: no Ray, no training (under a minute)
+# the loop for someone changing one module: no Ray, no training (how long: benchmarks/README.md, "Durations")
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not ray and not train"
 
@@ -91,7 +91,7 @@ docs-build: venv
 
 # docs/results/$(SWEEP)/ regenerated: the sweep's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
-#   make docs-results SWEEP=k_vs_length   (1-3 h on a 2-core CPU: docs/results/README.md)
+#   make docs-results SWEEP=k_vs_length   (hours on a 2-core CPU: benchmarks/README.md, "Durations")
 #   make docs-results SWEEP=scoring_functions
 #   make docs-results SWEEP=minimal_k     (with its Optuna journal and decode probe table)
 SWEEP ?= k_vs_length

@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         say(
             f"starting a simulated cluster: {NODES} nodes x {CPUS_PER_NODE} CPUs, {GPUS_PER_NODE} fake GPUs ..."
         )
+        os.environ["MEMATTN_SIMULATED_GPUS"] = "1"  # the fake GPUs are for placement only
         cluster = Cluster(
             initialize_head=True,
             head_node_args={

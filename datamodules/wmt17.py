@@ -349,19 +349,34 @@ class WMT17DataModule(pl.LightningDataModule):
                 )
         return corpora
 
-    def prepare_data(self) -> None:
-        """Download (``source="hf"``, or ``download=True``) if needed, check the files, train/reuse
-        BPE, encode/reuse every split."""
-        if self.source == "hf":
-            self._download_hf()
-        elif self.download and not all(
+    def _files_present(self) -> bool:
+        return all(
             os.path.isfile(p) and os.path.getsize(p) > 0
             for p in (
                 self.path(split, lang)
                 for split in self.splits
                 for lang in (self.src_lang, self.tgt_lang)
             )
-        ):
+        )
+
+    def written_dirs(self) -> dict[str, str]:
+        """The folders :meth:`prepare_data` writes, by the argument that sets each: ``cache_dir``
+        always; ``data_dir`` when the data is fetched into it (``source="hf"``, or ``download``
+        with files missing); ``hf_cache_dir`` when set for ``source="hf"``. A sweep's ``--dry-run``
+        checks that each can be written (a read-only ``data_dir`` is fine when nothing is fetched)."""
+        out = {"cache_dir": self.cache_dir}
+        if self.source == "hf" or (self.download and not self._files_present()):
+            out["data_dir"] = self.data_dir
+        if self.source == "hf" and self.hf_cache_dir:
+            out["hf_cache_dir"] = self.hf_cache_dir
+        return out
+
+    def prepare_data(self) -> None:
+        """Download (``source="hf"``, or ``download=True``) if needed, check the files, train/reuse
+        BPE, encode/reuse every split."""
+        if self.source == "hf":
+            self._download_hf()
+        elif self.download and not self._files_present():
             fetch(self.pair, self.data_dir, base_url=self.release_url)
         self._prepare()
 

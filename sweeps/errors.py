@@ -8,6 +8,7 @@ what is wrong, where, and what to do. The modules that raise them import them fr
 - :class:`TimingError`: bad input to the decode-timing measurement, stage or command.
 - :class:`RunLogError`: a W&B offline run log that cannot be read to its end.
 - :class:`ChaosError`: the failure a sweep's ``chaos`` block injects to exercise retries.
+- :class:`GpuTorchError`: a trial holds a GPU its node's torch cannot use.
 """
 
 from __future__ import annotations
@@ -51,3 +52,8 @@ class RunLogError(ValueError):
 
 class ChaosError(RuntimeError):
     """The failure a sweep's ``chaos`` block injects to exercise retries."""
+
+
+class GpuTorchError(RuntimeError):
+    """A trial holds a GPU that its node's torch cannot use (a CPU-only build): one line naming the
+    build and the fix. Raised before the trial builds or trains anything."""

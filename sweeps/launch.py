@@ -1,6 +1,7 @@
 """Run a sweep: ``python sweeps/launch.py sweeps/k_vs_length.yaml [options]``.
 
-    --dry-run              validate, print the trial table and count, start nothing
+    --dry-run              validate, print the trial table and count, check that every folder
+                           the sweep writes can be written; start nothing
     --profile NAME         apply the sweep's named profile of overrides (its `profiles:` block)
     --smoke                the plumbing profile: the same grid, scaled down (tiny model, few steps)
                            to finish in minutes on CPU; proves nothing about the science
@@ -20,7 +21,7 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 ``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
 
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
---set value, --output or storage.path (one line, nothing started); 75 preempted (SIGTERM, or
+--set value, or a folder it cannot write (one line naming the key, nothing started); 75 preempted (SIGTERM, or
 SIGUSR1 as SLURM's warning before the time limit: the unfinished trials are ``preempted`` in
 results.csv, and ``--resume`` continues them); 3 the sweep's ``budget`` ran out (the unfinished
 trials are ``budget``; ``--resume --set budget.hours=N`` continues them); 130 interrupted (Ctrl-C).
@@ -149,11 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     if sweep.spec.stop_when is not None:
         print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
     from sweeps.run.budget import launch_lines
+    from sweeps.run.preflight import check_folders, describe_folders, gpu_note, sweep_folders
 
     try:
         out_dir = Path(args.output).resolve() / sweep.name
         for line in launch_lines(out_dir, sweep.spec.budget, sweep.num_trials):
             print(line)
+        folders = sweep_folders(sweep, Path(args.output).resolve())
+        check_folders(folders)  # every folder a trial writes, before anything starts
+        if args.dry_run:
+            print(describe_folders(folders))
+            note = gpu_note(sweep)
+            if note:
+                print(note)
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -269,6 +269,8 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     """Fit the sweep to the Ray it is connected to; call after :func:`init_ray`.
 
     - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
+    - GPUs asked for and offered: fails when this node's torch is a CPU-only build
+      (:func:`sweeps.run.preflight.check_gpu_torch`);
     - no GPU on a local machine: trials fall back to CPU (``gpu`` 0 in the returned fit);
       on a cluster without GPUs a warning only (an autoscaler may still add GPU nodes);
     - DDP trials: Tune sees only each trial's driver, so unless the spec caps it,
@@ -295,6 +297,10 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     gpu, max_concurrent = r.gpu, sweep.spec.max_concurrent_trials
     total = ray.cluster_resources()
     gpus = float(total.get("GPU", 0))
+    if r.gpu and gpus:
+        from sweeps.run.preflight import check_gpu_torch
+
+        check_gpu_torch(address)  # a CPU-only torch beside GPUs stops here, before any trial
     if r.gpu and not gpus:
         if address is None:
             print(f"no GPU visible: trials run on CPU (resources.gpu {r.gpu:g} -> 0)")

@@ -22,10 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 
 from sweeps.trial.callbacks import TuneReport, placement_metrics
-from sweeps.trial.kit import common_trainer_kwargs, fit_trial, prepare_trial
+from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import make_wandb_logger
 
@@ -110,6 +109,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     trial_id, trial_name = loop_config["trial_id"], loop_config["trial_name"]
     train_ctx = ray.train.get_context()
     rank, world_size = train_ctx.get_world_rank(), train_ctx.get_world_size()
+    accelerator, _ = pick_accelerator()  # a GPU this node's torch cannot use stops the trial here
     # rank 0 alone fails on chaos; Ray Train then stops the other ranks and the whole trial is retried
     parts = prepare_trial(
         plan,
@@ -123,9 +123,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     logger = (
         make_wandb_logger(settings, plan, trial_id, trial_name, parts.module) if rank == 0 else None
     )
-    use_gpu = bool(settings.resources.gpu) and torch.cuda.is_available()
     trainer = pl.Trainer(
-        accelerator="gpu" if use_gpu else "cpu",
+        accelerator=accelerator,
         devices="auto",
         strategy=RayDDPStrategy(),
         plugins=[RayLightningEnvironment()],

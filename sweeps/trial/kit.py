@@ -21,13 +21,14 @@ import lightning.pytorch as pl
 import torch
 
 from datamodules.resumable import RngStateCallback
-from sweeps.errors import ChaosError
+from sweeps.errors import ChaosError, GpuTorchError
 from sweeps.spec import TrialPlan
 from sweeps.storage import find_storage_fault, quiet_close
 from sweeps.trial import phases
 from sweeps.trial.build import build_datamodule, build_module
 from sweeps.trial.callbacks import STOP_REQUESTED, Chaos, TuneReport
 from sweeps.trial.checkpoints import restore_checkpoint
+from sweeps.trial.gpu import gpu_torch_problem
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import close_wandb, log_heatmaps
 
@@ -44,12 +45,19 @@ def finish_fit(
 
 
 def pick_accelerator() -> tuple[str, int]:
-    """GPU only when Ray assigned this trial one (a 0-GPU trial on a GPU node must stay on CPU)."""
+    """GPU only when Ray assigned this trial one (a 0-GPU trial on a GPU node must stay on CPU).
+    A GPU assigned to a torch that cannot use it stops the trial before it builds anything
+    (:class:`~sweeps.errors.GpuTorchError`), rather than train on the CPU beside an idle GPU."""
     import ray
 
-    if ray.get_gpu_ids() and torch.cuda.is_available():
-        return "gpu", 1
-    return "cpu", 1
+    gpu_ids = ray.get_gpu_ids()
+    if not gpu_ids:
+        return "cpu", 1
+    host = ray.util.get_node_ip_address()
+    problem = gpu_torch_problem(f"trial on {host} (GPU {','.join(map(str, gpu_ids))})")
+    if problem:
+        raise GpuTorchError(problem)
+    return ("gpu" if torch.cuda.is_available() else "cpu"), 1
 
 
 def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     ):
         if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan.trainer["max_steps"]):
             return
+        accelerator, devices = pick_accelerator()  # a GPU torch cannot use stops the trial here
         with phases.phase("setup"):  # seed, data, module, the checkpoint to resume from
             parts = prepare_trial(
                 plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics()
@@ -49,7 +50,6 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
                 _ = (
                     logger.experiment
                 )  # wandb.init now, not inside the first training step: timed apart
-        accelerator, devices = pick_accelerator()
         trainer = pl.Trainer(
             accelerator=accelerator,
             devices=devices,

@@ -2,7 +2,7 @@
 
 The cluster tests start a multi-node Ray cluster on this one machine (``ray.cluster_utils.Cluster``;
 the nodes declare GPUs that do not exist, so Ray's placement can be checked while the trials
-themselves train on CPU) and run sweeps against it through ``launch.py --address``.
+themselves train on CPU: ``MEMATTN_SIMULATED_GPUS=1``) and run sweeps against it through ``launch.py --address``.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ def cluster():
         mp.setenv("RAY_AUTH_MODE", "disabled")
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
         mp.setenv("WANDB_SILENT", "true")
+        # the nodes' GPUs exist for placement only: trials given one train on the CPU
+        mp.setenv("MEMATTN_SIMULATED_GPUS", "1")
         if ray.is_initialized():
             ray.shutdown()
         c = Cluster(

@@ -1,0 +1,156 @@
+"""Checks made before anything starts, each failing with one line that names the key to change:
+every folder the sweep's trials will write is writable from the driver (``--dry-run`` makes them
+too), and a sweep that asks for GPUs has a torch that can use them."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeps.errors import LaunchError
+from sweeps.spec import Sweep
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A folder the sweep writes: ``key`` is what sets it (``--output``, ``storage.path``,
+    ``task.cache_dir``), ``default`` True when the key is unset and the folder is its default."""
+
+    key: str
+    path: str
+    default: bool = False
+
+
+def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
+    """The folders a run of ``sweep`` writes, each once: ``--output`` (``output``: results, W&B
+    runs, the Optuna journal, under ``<output>/<name>``), ``storage.path`` (Tune's checkpoints),
+    and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
+    fetches)."""
+    from sweeps.spec.signatures import signatures
+    from sweeps.trial.build import build_datamodule
+
+    found = [Folder("--output", str(output))]
+    if sweep.spec.storage.path:
+        found.append(Folder("storage.path", sweep.spec.storage.path))
+    seen: set[str] = set()
+    for plan in sweep.plans:
+        task = plan.task
+        key = repr(sorted(task.items()))
+        params = signatures().datamodules.get(task["name"])
+        # only a datamodule that takes folders (`*_dir` arguments) writes any: the others are not
+        # imported (a dry run of a copy-task sweep reads the signature cache, not torch)
+        if (
+            key in seen
+            or not isinstance(params, dict)
+            or not any(p.endswith("_dir") for p in params)
+        ):
+            continue
+        seen.add(key)
+        if not hasattr(datamodule := build_datamodule(task, seed=0), "written_dirs"):
+            continue
+        for arg, path in datamodule.written_dirs().items():
+            found.append(Folder(f"task.{arg}", str(path), default=not task.get(arg)))
+    unique: dict[str, Folder] = {}
+    for folder in found:
+        unique.setdefault(folder.path, folder)
+    return list(unique.values())
+
+
+def write_problem(path: str) -> str | None:
+    """Why ``path`` cannot be created or written from this process, or None when it can.
+    Nothing is created: a probe file is written and removed in the nearest folder that exists
+    (where ``path`` would be created). Buckets (``s3://``, ``gs://``) are left to Ray."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    target = Path(path.removeprefix("file://")).expanduser().absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot create or write there ({existing} is a file, not a folder)"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = "" if existing == target else f" in {existing}, where it would be created"
+        return f"cannot create or write there ({exc.strerror or exc}{where})"
+    return None
+
+
+def check_folders(folders: list[Folder]) -> None:
+    """Raise :class:`LaunchError` for the first folder that cannot be written, naming its key."""
+    for folder in folders:
+        problem = write_problem(folder.path)
+        if problem is None:
+            continue
+        what = f"{folder.key} (unset: its default)" if folder.default else folder.key
+        fix = (
+            "choose an --output you can write to"
+            if folder.key == "--output"
+            else f"set {folder.key} to a folder you can write to (--set {folder.key}=PATH)"
+        )
+        raise LaunchError(f"{what} {folder.path}: {problem}; {fix}")
+
+
+def describe_folders(folders: list[Folder], limit: int = 3) -> str:
+    """One line: the folders by key, relative to the working directory where they are inside it."""
+    here = Path.cwd()
+
+    def show(path: str) -> str:
+        p = Path(path)
+        return str(p.relative_to(here)) if p.is_absolute() and p.is_relative_to(here) else path
+
+    by_key: dict[str, list[str]] = {}
+    for folder in folders:
+        by_key.setdefault(folder.key, []).append(show(folder.path))
+    parts = [
+        f"{key} {paths[0]}" + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else "")
+        for key, paths in by_key.items()
+    ]
+    return "writes to (all writable from here): " + "; ".join(parts[: limit + 2])
+
+
+def check_gpu_torch(address: str | None) -> None:
+    """A sweep asks for GPUs and the Ray it joined offers some: this process's torch must be able
+    to use them. On a node that offers GPUs (the driver's own) a CPU-only torch build stops the
+    launch (:class:`LaunchError`); with the GPUs on other nodes only, a warning (those nodes may
+    have another install; their trials check for themselves). Through Ray Client (``ray://``)
+    this process is on no node of the cluster: nothing to check here."""
+    import ray
+
+    from sweeps.trial.gpu import cpu_only_torch, gpu_torch_problem, torch_build
+
+    if (address or "").startswith("ray://") or not cpu_only_torch():
+        return
+    here = ray.get_runtime_context().get_node_id()
+    node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
+    gpus = float(node.get("Resources", {}).get("GPU", 0))
+    host = node.get("NodeManagerAddress", "this machine")
+    problem = gpu_torch_problem(f"the launcher's node {host} ({gpus:g} GPU(s) in Ray)")
+    if problem is None:  # the GPUs are declared for placement only (a simulated cluster)
+        return
+    if gpus:
+        raise LaunchError(problem)
+    print(
+        f"warning: the launcher's {torch_build()} cannot use a GPU; trials asking for "
+        f"resources.gpu run on the cluster's GPU nodes and stop at once where those have the same "
+        f'build (cluster/README.md, "A CUDA build of torch")',
+        flush=True,
+    )
+
+
+def gpu_note(sweep: Sweep) -> str | None:
+    """``--dry-run``'s line when the sweep asks for GPUs and this machine's torch is CPU-only
+    (Ray is not started then, so whether it offers GPUs is not known yet)."""
+    from sweeps.trial.gpu import cpu_only_torch, torch_build
+
+    if not sweep.spec.resources.gpu or not cpu_only_torch():
+        return None
+    return (
+        f"note: resources.gpu={sweep.spec.resources.gpu:g}, but this machine's {torch_build()} "
+        f"cannot use a GPU: where Ray offers one here the launch stops (install a CUDA build: "
+        f'cluster/README.md, "A CUDA build of torch"); with no GPU here a local run uses the CPU'
+    )
