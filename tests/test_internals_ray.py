@@ -120,7 +120,7 @@ def test_a_function_trainables_mixins_become_base_classes():
     assert "__mixins__" in source(util.with_parameters), "tune.with_parameters drops __mixins__"
 
 
-@internal("ray-train-session", "ray", "sweeps/trial/callbacks.py (FinishOnStop)")
+@internal("ray-train-thread", "ray", "sweeps/trial/callbacks.py (FinishOnStop)")
 def test_the_training_session_still_has_the_thread_and_locks_finish_on_stop_uses():
     from ray.train._internal import session as train_session
     from ray.tune.trainable.function_trainable import FunctionTrainable

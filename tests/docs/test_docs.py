@@ -204,6 +204,11 @@ def notebook_pages() -> list[Path]:
     return pages
 
 
+def in_code(line: str, at: int) -> bool:
+    """Whether position ``at`` of a Markdown line lies inside an inline code span."""
+    return line[:at].count("`") % 2 == 1
+
+
 def test_user_pages_keep_no_lab_notebook():
     """Histories, hashes and load averages go to CHANGELOG.md or benchmarks/README.md."""
     found = [
@@ -211,6 +216,8 @@ def test_user_pages_keep_no_lab_notebook():
         for page in notebook_pages()
         for n, line in references.lines(page)
         for m in NOTEBOOK.finditer(line)
+        # a library's own `session` (Ray Train's) in code is not the notebook's word
+        if not (m.group(0).lower().startswith("session") and in_code(line, m.start()))
     ]
     assert not found, "lab notebook in the user pages:\n" + "\n".join(found)
 
