@@ -144,11 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         print(note)
     if sweep.spec.stop_when is not None:
         print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
-    from sweeps.run.budget import launch_lines
+    # (it reads results.csv with pandas: imported only once the sweep file has passed its checks)
+    from sweeps.run.budget_estimate import launch_lines
 
     try:
         out_dir = Path(args.output).resolve() / sweep.name
-        for line in launch_lines(out_dir, sweep.spec.budget, sweep.num_trials):
+        for line in launch_lines(out_dir, sweep):
             print(line)
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
