@@ -62,3 +62,28 @@ def hook_env(record: Path, at: str, signal_name: str = "SIGTERM") -> dict[str, s
 def reset() -> None:
     _seen.clear()
     _fired.clear()
+
+
+def timing_processes() -> list[int]:
+    """Live timing processes (``python -m sweeps.timing.child``) below this process (its local
+    Ray's workers start them), zombies left out: they have ended."""
+    parents, commands = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+        if state != "Z":
+            parents[int(entry.name)], commands[int(entry.name)] = int(parent), command
+    me, found = os.getpid(), []
+    for pid, command in commands.items():
+        up = pid
+        while up in parents and up != me:
+            up = parents[up]
+        if up == me and "sweeps.timing.child" in command:
+            found.append(pid)
+    return found

@@ -14,13 +14,12 @@ changes nothing: exit 0.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from stage_hook import hook_env
+from stage_hook import hook_env, timing_processes
 from sweep_helpers import tiny_spec, write_spec
 
 from sweeps.heldout.stage import NOT_EVALUATED
@@ -33,31 +32,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.train]
 
 #: the goal: a stop is honoured in every stage within this many seconds
 STOP_S = 30.0
-
-
-def timing_children() -> list[int]:
-    """Live timing processes (``python -m sweeps.timing.child``) below this process (its local
-    Ray's workers start them)."""
-    parents, names = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":  # (a zombie has ended)
-            parents[int(entry.name)], names[int(entry.name)] = int(fields[1]), cmdline
-    me, found = os.getpid(), []
-    for pid, cmdline in names.items():
-        up = pid
-        while up in parents and up != me:
-            up = parents[up]
-        if up == me and "sweeps.timing.child" in cmdline:
-            found.append(pid)
-    return found
 
 
 def records(exp: Path, name: str) -> dict[str, bytes]:
@@ -105,7 +79,7 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     code, took = stopped_run(args, monkeypatch, tmp_path / "timing.json", "timing:start@2")
     assert code == 75, capsys.readouterr()
     assert took < STOP_S, f"exited {took:.1f} s after the signal"
-    assert timing_children() == [], "a timing process outlived the stop"
+    assert timing_processes() == [], "a timing process outlived the stop"
     said = capsys.readouterr().out
     assert "preempted (SIGTERM)" in said and "cut short: timing" in said and "--resume" in said
     timed = records(exp, TIMING_FILE)
@@ -127,7 +101,7 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     assert ledger["ran_out"] == "cpu_hours" and ledger["stopped_in"] == "timing", ledger
     assert ledger["stages"]["timing"]["cpu_hours"] > 0
     assert records(exp, TIMING_FILE) == timed, "a timing record changed or was added"
-    assert timing_children() == []
+    assert timing_processes() == []
     page = (exp / "results.md").read_text()
     assert "**The budget ran out** in the timing stage" in page
     (line,) = [ln for ln in page.splitlines() if ln.startswith("Budget:")]
