@@ -132,10 +132,10 @@ def exit_status(launch: Launch) -> int:
         return 1
     stopped_by = launch.stopped_by()
     if launch.interrupted and stopped_by == "preempted":
+        where = f" in the {launch.stopped_in} stage" if launch.stopped_in else ""
         print(
-            f"preempted ({launch.stop.signal}); finished trials and checkpoints are kept"
-            + (f" (cut short: {', '.join(launch.cut_stages)})" if launch.cut_stages else "")
-            + f". Continue with:\n  {resume_cmd}"
+            f"preempted ({launch.stop.signal}){where}; finished trials, checkpoints and records "
+            f"are kept. Continue with:\n  {resume_cmd}"
         )
         return EXIT_PREEMPTED
     if launch.interrupted and stopped_by == "budget":

@@ -71,8 +71,8 @@ class Launch:
     plans: dict[str, Any] = field(default_factory=dict)
     #: some work this launch planned was left undone (a stop, a storage fault, a cut Tune run)
     interrupted: bool = False
-    #: the stages a stop cut short or left out, in order
-    cut_stages: list[str] = field(default_factory=list)
+    #: the first stage a stop cut short or left out
+    stopped_in: str | None = None
     #: what the results stage wrote ({"csv": path, "md": path, ...}) and its table
     written: dict[str, Path] = field(default_factory=dict)
     df: Any = None

@@ -139,7 +139,7 @@ def run_stages(launch: Launch, stages: tuple[Stage, ...]) -> int | None:
         launch.enter(stage.ledger)
         if launch.stopping() and not stage.always:
             launch.interrupted = True
-            launch.cut_stages.append(stage.name)
+            launch.stopped_in = launch.stopped_in or stage.name
             continue
         was = launch.interrupted
         try:
@@ -152,7 +152,7 @@ def run_stages(launch: Launch, stages: tuple[Stage, ...]) -> int | None:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if launch.interrupted and not was:
-            launch.cut_stages.append(stage.name)
+            launch.stopped_in = launch.stopped_in or stage.name
         if status is not None:
             return status
     return None

@@ -138,9 +138,9 @@ class Preemption:
             global _received
             self.signal = _received = name
             print(
-                f"\n{self.signal}: preempted; stopping the running stage (trials at their last "
-                "checkpoint) and writing the results (the job's requeue, or --resume, continues "
-                "the sweep)",
+                f"\n{self.signal}: preempted; stopping the trials at their last checkpoint (or the "
+                "stage running after them) and writing the results (the job's requeue, or "
+                "--resume, continues the sweep)",
                 file=sys.stderr,
                 flush=True,
             )
