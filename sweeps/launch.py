@@ -21,9 +21,11 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
 --set value, --output or storage.path (one line, nothing started); 75 preempted (SIGTERM, or
-SIGUSR1 as SLURM's warning before the time limit: the unfinished trials are ``preempted`` in
-results.csv, and ``--resume`` continues them); 3 the sweep's ``budget`` ran out (the unfinished
-trials are ``budget``; ``--resume --set budget.hours=N`` continues them); 130 interrupted (Ctrl-C).
+SIGUSR1 as SLURM's warning before the time limit, in any stage: the unfinished trials are
+``preempted`` in results.csv, and ``--resume`` continues them and times and evaluates the models
+not yet done); 3 the sweep's ``budget`` ran out (the unfinished trials are ``budget``; ``--resume
+--set budget.hours=N`` continues them); 130 interrupted (Ctrl-C). A stop that comes when every
+stage has finished exits 0.
 """
 
 from __future__ import annotations

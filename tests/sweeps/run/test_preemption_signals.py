@@ -59,3 +59,20 @@ def test_ctrl_c_in_a_polling_stage_sets_interrupted_and_in_a_plain_stage_raises_
             raise AssertionError("a stage began after the stop request")
     assert issubclass(StopRequested, KeyboardInterrupt), "what stops on Ctrl-C stops on it too"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigusr1_in_the_tune_run_is_a_preemption_once_the_run_has_begun():
+    """A Tune run installs its own SIGUSR1 handler as it starts (a graceful stop the launcher
+    would not know was a preemption: exit 130, no requeue). The driver's callback takes SIGUSR1
+    back when the run sets up, so SLURM's warning stops the run through the launcher (Tune's
+    SIGINT, the preemption recorded)."""
+    from sweeps.run.budget_clock import BudgetClock
+
+    tunes, interrupts = [], []
+    with Preemption() as p, p.during("tune"):
+        sigint = signal.signal(signal.SIGINT, lambda number, frame: interrupts.append(number))
+        signal.signal(signal.SIGUSR1, lambda number, frame: tunes.append(number))  # Tune's own
+        BudgetClock().setup()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        signal.signal(signal.SIGINT, sigint)
+    assert p.signal == "SIGUSR1" and interrupts == [signal.SIGINT] and not tunes
