@@ -100,10 +100,10 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
         Stage("ray", s.join_ray, "raise", "setup"),
         Stage("training", s.train, "tune", "training"),
         Stage("timing", s.time_models, "poll", "timing", lambda spec: spec.timing.enabled),
-        Stage("warm", s.reuse_warm, "raise", "timing", always=True),
+        Stage("warm", s.reuse_warm, "raise", "training", always=True),
         Stage("confirm", s.confirm, "tune", "confirm", lambda spec: bool(spec.confirm_seeds)),
         Stage("heldout", s.evaluate_heldout, "poll", "heldout", lambda spec: spec.heldout.enabled),
-        Stage("publish", s.publish, "poll", "reports"),
+        Stage("publish", s.publish, "poll", "reports", always=True),
     )
     return before, charged
 
