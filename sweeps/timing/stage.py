@@ -35,7 +35,11 @@ from sweeps.timing.jobs import (
     already_timed,
     lanes_for,
 )
-from sweeps.timing.lane import last_line, measure_options, run_batch  # noqa: F401 (measure_options: re-exported)
+from sweeps.timing.lane import (
+    last_line,
+    measure_options,  # noqa: F401 (re-exported: the stage's options)
+    run_batch,
+)
 from sweeps.timing.measure import TimingError
 from sweeps.timing.record import (
     TimingRecord,
@@ -158,11 +162,11 @@ def run_timing_stage(
     if pending:
         total = ray.cluster_resources()
         lanes = lanes_for(settings, ray.nodes(), total)
-        if not _free_node(total, say, watch):
-            pending.clear()  # stopped while the Tune run's last actors gave their CPUs back
-        task = ray.remote(max_retries=0)(run_batch)
         size = settings.models_per_process
         batches = deque([list(pending)[k : k + size] for k in range(0, len(pending), size)])
+        if not _free_node(total, say, watch):
+            batches.clear()  # stopped while the Tune run's last actors gave their CPUs back
+        task = ray.remote(max_retries=0)(run_batch)
         free = deque(lanes)
         running: dict[Any, tuple[list[int], Lane]] = {}
         said = False
@@ -172,13 +176,8 @@ def run_timing_stage(
                 sum(x.cpus for x in held), sum(x.gpus for x in held)
             ):
                 _end(list(running))
-                for batch in [b for b, _ in running.values()] + list(batches):
-                    for i in batch:
-                        outcomes[i] = TimingOutcome(jobs[i], "stopped")
-                say(
-                    f"[timing] stopped: {sum(o.status == 'stopped' for o in outcomes.values())} "
-                    "model(s) not timed (--resume times them)"
-                )
+                left = [i for b, _ in running.values() for i in b] + [i for b in batches for i in b]
+                say(f"[timing] stopped: {len(left)} model(s) not timed (--resume times them)")
                 break
             while free and batches:
                 lane, batch = free.popleft(), batches.popleft()
@@ -213,7 +212,7 @@ def run_timing_stage(
                 say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
                 if watch is not None:
                     watch.done("timing")
-    for i in pending:
+    for i in pending:  # (not started: the stop came first)
         outcomes.setdefault(i, TimingOutcome(jobs[i], "stopped"))
     return [outcomes[i] for i in range(len(jobs))]
 
