@@ -114,6 +114,14 @@ class Preemption:
             self.mode = before
             self.arm()  # the handlers a Tune run leaves behind are replaced
 
+    def note(self, name: str) -> bool:
+        """Record the preemption signal ``name`` (the first one only: True when it was)."""
+        global _received
+        if self.signal is not None:
+            return False
+        self.signal = _received = name
+        return True
+
     def requested(self) -> bool:
         """Whether a signal or Ctrl-C has asked the sweep to stop."""
         return self.signal is not None or self.interrupted
@@ -133,10 +141,8 @@ class Preemption:
                 flush=True,
             )
         else:
-            if self.signal is not None:
+            if not self.note(name):
                 return
-            global _received
-            self.signal = _received = name
             print(
                 f"\n{self.signal}: preempted; stopping the trials at their last checkpoint (or the "
                 "stage running after them) and writing the results (the job's requeue, or "

@@ -103,7 +103,7 @@ def join_ray(launch: Launch) -> None:
     except SystemExit as exc:  # ray.init's own SIGTERM handler, while it starts
         if exc.code != signal.SIGTERM:
             raise
-        launch.stop.signal = "SIGTERM"
+        launch.stop.note("SIGTERM")
         raise StopRequested from None
     launch.stop.arm()  # ray.init took SIGTERM for itself
     launch.fit = check_cluster(launch.sweep, launch.paths, conn.address)
