@@ -1,7 +1,7 @@
 """A stop in the stages after training, on one small real sweep (a real local Ray, two tiny copy-task
-models, the timing and held-out stages on): SIGTERM once the first model is timed, a budget that
-runs out in the timing stage, SIGTERM once the first model is evaluated on test, and SIGTERM as
-the reports begin. Each signal is sent by the launcher's own stage hook (tests/stage_hook.py) at
+models, the timing and held-out stages on): SIGTERM as the second model's timing begins, a budget
+that runs out in the timing stage, then --resume to the end; and on a copy of the sweep as it was,
+SIGTERM once the first model is evaluated on test, and SIGTERM as the reports begin. Each signal is sent by the launcher's own stage hook (tests/stage_hook.py) at
 that point, not by a timer from outside.
 
 What must hold: a stop ends the running stage's processes at once (no timing process outlives the
@@ -14,6 +14,7 @@ changes nothing: exit 0.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -111,8 +112,21 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     (line,) = [ln for ln in page.splitlines() if ln.startswith("Budget:")]
     assert "over 2 runs" in line and "timing " in line and "CPU-hours" in line, line
 
-    # 3. a larger budget: the second model is timed (the first not again); SIGTERM as the first
-    # held-out evaluation is written ends the second
+    # 3. --resume with a larger budget ends the sweep: exit 0, the second model timed (the
+    # first not again), both chosen trials evaluated. A copy of the sweep as it was goes on in 4.
+    shutil.copytree(out, tmp_path / "copy")
+    assert main([*args, "--resume", "--set", "budget.cpu_hours=100"]) == 0, capsys.readouterr()
+    now = records(exp, TIMING_FILE)
+    assert len(now) == 2 and {k: now[k] for k in timed} == timed, "the first model timed again"
+    assert len(records(exp, HELDOUT_FILE)) == 2
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["status"]) == ["done", "done"] and df["test/bleu"].notna().all()
+    assert df["decode_seconds"].notna().all() and df["timing_error"].isna().all()
+    capsys.readouterr()
+
+    # 4. the copy, resumed: SIGTERM as the first held-out evaluation is written ends the second
+    args = [str(path), "--output", str(tmp_path / "copy"), "--verbose", "0"]
+    exp = tmp_path / "copy" / "stages"
     code, took = stopped_run(
         [*args, "--resume", "--set", "budget.cpu_hours=100"],
         monkeypatch,
@@ -129,8 +143,8 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     assert df["heldout_error"].tolist().count(NOT_EVALUATED) == 1
     capsys.readouterr()
 
-    # 4. SIGTERM as the reports begin, every stage done: nothing to requeue, exit 0; nothing
-    # timed or evaluated twice
+    # 5. its --resume, SIGTERM as the reports begin: every stage is done, nothing to requeue,
+    # exit 0; nothing timed or evaluated twice
     code, _ = stopped_run([*args, "--resume"], monkeypatch, tmp_path / "reports.json", "reports")
     said = capsys.readouterr().out
     assert code == 0, said
