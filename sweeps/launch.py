@@ -22,9 +22,11 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
 --set value, or a folder it cannot write (one line naming the key, nothing started); 75 preempted (SIGTERM, or
-SIGUSR1 as SLURM's warning before the time limit: the unfinished trials are ``preempted`` in
-results.csv, and ``--resume`` continues them); 3 the sweep's ``budget`` ran out (the unfinished
-trials are ``budget``; ``--resume --set budget.hours=N`` continues them); 130 interrupted (Ctrl-C).
+SIGUSR1 as SLURM's warning before the time limit, in any stage: the unfinished trials are
+``preempted`` in results.csv, and ``--resume`` continues them and times and evaluates the models
+not yet done); 3 the sweep's ``budget`` ran out (the unfinished trials are ``budget``; ``--resume
+--set budget.hours=N`` continues them); 130 interrupted (Ctrl-C). A stop that comes when every
+stage has finished exits 0.
 """
 
 from __future__ import annotations
@@ -149,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     if sweep.spec.stop_when is not None:
         print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
-    from sweeps.run.budget import launch_lines
+    # (it reads results.csv with pandas: imported only once the sweep file has passed its checks)
+    from sweeps.run.budget_estimate import launch_lines
     from sweeps.run.preflight import check_folders, describe_folders, gpu_note, sweep_folders
 
     try:
         out_dir = Path(args.output).resolve() / sweep.name
-        for line in launch_lines(out_dir, sweep.spec.budget, sweep.num_trials):
+        for line in launch_lines(out_dir, sweep):
             print(line)
         folders = sweep_folders(sweep, Path(args.output).resolve())
         check_folders(folders)  # every folder a trial writes, before anything starts

@@ -5,23 +5,40 @@ that holds one trial's resources (a GPU share where trials had one), and ``heldo
 beside the trial: a resumed sweep finds it and does not evaluate the same checkpoint again.
 The figures go into the rows (``test/bleu`` ...), the trial's W&B run summary and its Optuna study
 (:func:`publish_heldout`).
+
+A stop (a preemption, Ctrl-C, the budget: the launcher's :class:`~sweeps.timing.jobs.StageWatch`)
+is checked every :data:`~sweeps.timing.jobs.POLL_S` seconds: the running evaluations' Ray tasks
+are ended at once, nothing of them is written, and their rows say that ``--resume`` evaluates them
+(:data:`NOT_EVALUATED`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_name
 from sweeps.heldout.select import is_confirm, mark_chosen
-from sweeps.layout import HELDOUT_FILE
+from sweeps.integrations.wandb_runs import add_run_summary
+from sweeps.layout import HELDOUT_FILE, write_atomic
+from sweeps.timing.checkpoint import checkpoint_fingerprint, same_checkpoint
+from sweeps.timing.jobs import POLL_S, StageWatch
 
 #: results.csv's column for a chosen trial that could not be evaluated on test
 HELDOUT_ERROR = "heldout_error"
 #: results.csv's column naming the test split a row's test figures come from
 TEST_SPLIT = "test_split"
+#: a chosen trial's ``heldout_error`` when the sweep stopped before it was evaluated
+NOT_EVALUATED = "not evaluated: the sweep stopped first (--resume evaluates it)"
+
+
+def stopped_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows a stop left unevaluated (:data:`NOT_EVALUATED`)."""
+    return [row for row in rows if row.get(HELDOUT_ERROR) == NOT_EVALUATED]
 
 
 def _evaluate_task(checkpoint: str, task: dict[str, Any], seed: int) -> dict[str, float]:
@@ -50,10 +67,6 @@ def _present(value: Any) -> bool:
 
 
 def _already_evaluated(path: Path, checkpoint: str, fingerprint: str) -> dict[str, float] | None:
-    import json
-
-    from sweeps.timing.checkpoint import same_checkpoint
-
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -68,16 +81,14 @@ def evaluate_chosen_trials(
     out_dir: Path,
     spec: Any,
     log: Callable[[str], None] | None = print,
+    watch: StageWatch | None = None,
 ) -> dict[str, dict[str, float]]:
     """Mark the chosen rows (``chosen``), evaluate them and the finished confirm trials (or, with
-    ``heldout.trials: all``, every finished row) on test and write ``test/bleu`` ... and ``test_split`` into them, or
-    ``heldout_error``. ``plans`` maps a trial id to its plan and folder; ``spec`` is the sweep's.
-    Returns ``{trial id: test figures}`` of the rows that have them. Needs a running Ray."""
-    import ray
-
-    from sweeps.layout import write_atomic
-    from sweeps.timing.checkpoint import checkpoint_fingerprint
-
+    ``heldout.trials: all``, every finished row) on test and write ``test/bleu`` ... and
+    ``test_split`` into them, or ``heldout_error``. ``plans`` maps a trial id to its plan and
+    folder; ``spec`` is the sweep's. ``watch`` is polled between evaluations; a stop leaves the
+    rows not evaluated with :data:`NOT_EVALUATED`. Returns ``{trial id: test figures}`` of the
+    rows that have them. Needs a running Ray."""
     say = log or (lambda _msg: None)
     objective = spec.seeds.objective if spec.per_configuration else "mean"
     chosen = mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)
@@ -116,23 +127,7 @@ def evaluate_chosen_trials(
         + (f" and {confirm} confirm trial(s)" if confirm else "")
         + " once on the test split:"
     )
-    r = spec.resources
-    task = ray.remote(max_retries=0)(_evaluate_task).options(num_cpus=r.cpu, num_gpus=r.gpu)
-    refs = [
-        task.remote(str(row["checkpoint"]), dict(plan.task), int(plan.seed))
-        for row, plan, _, _ in todo
-    ]
-    import json
-
-    for (row, _plan, path, fingerprint), ref in zip(todo, refs):
-        try:
-            metrics = ray.get(ref)
-        except Exception as exc:  # noqa: BLE001 -- one failed evaluation must not lose the others
-            cause = getattr(exc, "cause", None) or exc
-            lines = str(cause).strip().splitlines()
-            row[HELDOUT_ERROR] = (lines[-1] if lines else type(cause).__name__)[:300]
-            say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
-            continue
+    for row, metrics, path, fingerprint in _evaluate(todo, spec.resources, say, watch):
         row.update(metrics)
         results[row["trial_id"]] = metrics
         record = {
@@ -146,9 +141,68 @@ def evaluate_chosen_trials(
         write_atomic(path, json.dumps(record, indent=2))
         figures = ", ".join(f"{k} {v:.2f}" for k, v in metrics.items() if k in TEST_COLUMNS[:2])
         say(
-            f"[heldout] trial {row['trial_id']} ({row['cell']} seed={row['seed']}): {figures} on {row[TEST_SPLIT]}"
+            f"[heldout] trial {row['trial_id']} ({row['cell']} seed={row['seed']}): {figures} on "
+            f"{row[TEST_SPLIT]}"
         )
+        if watch is not None:
+            watch.done("heldout")
     return results
+
+
+def _slots(resources: Any) -> int:
+    """How many evaluations of ``resources`` (one trial's CPUs and GPU share) the alive nodes hold
+    at once (at least one): the stage starts no more, so what it holds is what runs."""
+    import ray
+
+    fits = 0
+    for node in ray.nodes():
+        have = (node.get("Resources") or {}) if node.get("Alive") else {}
+        by_cpu = int(have.get("CPU", 0) // resources.cpu) if resources.cpu else 1 << 30
+        by_gpu = int(have.get("GPU", 0) // resources.gpu) if resources.gpu else 1 << 30
+        fits += min(by_cpu, by_gpu) if have else 0
+    return max(1, fits)
+
+
+def _evaluate(todo: list, resources: Any, say: Callable[[str], None], watch: StageWatch | None):
+    """Evaluate ``todo`` ((row, plan, path, fingerprint) each) in Ray tasks, as many at once as
+    the cluster holds; yields (row, metrics, path, fingerprint) as each one finishes. A failed one
+    gets its ``heldout_error``; a stop from ``watch`` ends the running tasks and marks theirs and
+    the ones not started :data:`NOT_EVALUATED`."""
+    import ray
+
+    task = ray.remote(max_retries=0)(_evaluate_task).options(
+        num_cpus=resources.cpu, num_gpus=resources.gpu
+    )
+    waiting, running, slots = deque(todo), {}, _slots(resources)
+    while waiting or running:
+        n = len(running)
+        if watch is not None and watch.poll(n * resources.cpu, n * (resources.gpu or 0.0)):
+            for ref in running:
+                ray.cancel(ref, force=True)
+            if running:
+                ray.wait(list(running), num_returns=len(running), timeout=10)
+            for row, *_ in [*running.values(), *waiting]:
+                row[HELDOUT_ERROR] = NOT_EVALUATED
+            say(f"[heldout] stopped: {n + len(waiting)} evaluation(s) left for --resume")
+            return
+        while waiting and len(running) < slots:
+            row, plan, path, fingerprint = item = waiting.popleft()
+            running[task.remote(str(row["checkpoint"]), dict(plan.task), int(plan.seed))] = item
+            if watch is not None:
+                watch.started("heldout")
+        done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+        if not done:
+            continue
+        row, _plan, path, fingerprint = running.pop(done[0])
+        try:
+            metrics = ray.get(done[0])
+        except Exception as exc:  # noqa: BLE001 -- one failed evaluation must not lose the others
+            cause = getattr(exc, "cause", None) or exc
+            lines = str(cause).strip().splitlines()
+            row[HELDOUT_ERROR] = (lines[-1] if lines else type(cause).__name__)[:300]
+            say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
+            continue
+        yield row, metrics, path, fingerprint
 
 
 def publish_heldout(
@@ -157,8 +211,6 @@ def publish_heldout(
     """The test figures beside what the trial recorded while it trained: in its W&B run's summary
     and, as the study's user attribute ``heldout`` (``{trial number: figures}``; a told trial is
     frozen), in its Optuna study. A failure to reach one is said, not fatal."""
-    from sweeps.integrations.wandb_runs import add_run_summary
-
     if settings.wandb.mode != "disabled":
         for tid, values in results.items():
             try:

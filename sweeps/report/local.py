@@ -82,13 +82,22 @@ def build_local_report(
 
 def run_notes(df, sweep_dir: Path) -> list[str]:
     """results.md's notes on how the sweep ran: what it spent of its budget and whether the budget
-    ran out (:func:`sweeps.run.budget.report_section`), and the trials that lost their node and
-    continued on another (results.csv's ``moved``)."""
+    ran out (:func:`sweeps.run.budget.report_section`), the finished trials a stop left untimed,
+    and the trials that lost their node and continued on another (results.csv's ``moved``)."""
     from sweeps.run.budget import report_section
 
     statuses = df["status"].value_counts().to_dict() if "status" in df else {}
     spent = report_section(sweep_dir, statuses)
     lines = ["## Budget", spent] if spent else []
+    errors = df["timing_error"].fillna("").astype(str) if "timing_error" in df else None
+    untimed = df[errors.str.startswith("not timed:")] if errors is not None else df.iloc[0:0]
+    if not untimed.empty:  # a stop in the timing stage (sweeps.timing.stage.NOT_TIMED)
+        lines += [
+            "## Not timed yet",
+            f"The sweep stopped in its timing stage before {len(untimed)} finished trial(s) were "
+            "timed: `--resume` times them (and only them).\n\n"
+            + "\n".join(f"- {r.cell} seed={r.seed}" for r in untimed.itertuples()),
+        ]
     moved = df[df["moved"].fillna(0) > 0] if "moved" in df else df.iloc[0:0]
     if not moved.empty:
         lines += [

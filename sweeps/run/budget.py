@@ -1,19 +1,22 @@
 """What a sweep may spend (the sweep file's ``budget:``) and what it has spent, over all its runs.
 
-Three budgets, each optional: ``hours`` (the wall-clock time the sweep's Tune experiment ran),
-``cpu_hours`` and ``gpu_hours`` (the CPUs and GPUs its running trials held, times how long). The
-time is charged while a run runs and kept in the sweep's output folder (``budget.json``, written
-atomically every few seconds and at the end), so a resumed or requeued run adds to it and the
-time between runs is not charged.
+Three budgets, each optional: ``hours`` (the wall-clock time the sweep's launches ran, every stage
+of them: setup, training, timing, held-out evaluation, reports), ``cpu_hours`` and ``gpu_hours``
+(the CPUs and GPUs held, times how long: the running trials', and the timing and held-out stages'
+processes as placed). The time is charged while a launch runs and kept in the sweep's output
+folder (``budget.json``, written atomically every few seconds and at the end), by stage as well as
+in all, so a resumed or requeued run adds to it and the time between runs is not charged.
 
 When one is spent, the sweep stops as on a preemption (:mod:`sweeps.run.preemption`): no trial
 starts, the running ones stop at their last report's checkpoint, and the unfinished trials get the
-status ``budget``; the launcher exits with :data:`EXIT_BUDGET`. ``--resume --set budget.hours=N``
-with a larger budget continues them; a resume without a larger one stops before Ray starts.
+status ``budget``; spent in the timing or held-out stage, that stage ends its running processes
+and the models it had not finished are left for later. The launcher exits with
+:data:`EXIT_BUDGET`. ``--resume --set budget.hours=N`` with a larger budget continues; a resume
+without a larger one stops before Ray starts.
 
-The driver's Tune callback (:class:`sweeps.run.budget_clock.BudgetClock`) ticks the
-:class:`Meter` of the run in progress (:func:`charging`) after each of Tune's steps; this module
-itself imports no Ray.
+The launcher's stages (:mod:`sweeps.run.stages`) and the driver's Tune callback
+(:class:`sweeps.run.budget_clock.BudgetClock`, after each of Tune's steps) tick the
+:class:`Meter` of the launch (:func:`charging`); this module itself imports no Ray.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ KEYS = ("hours", "cpu_hours", "gpu_hours")
 UNITS = {"hours": "hours", "cpu_hours": "CPU-hours", "gpu_hours": "GPU-hours"}
 #: seconds between writes of the ledger while a run runs
 SAVE_EVERY = 10.0
+#: the stages of a launch, in order, as the ledger names them
+STAGES = ("setup", "training", "timing", "confirm", "heldout", "reports")
+#: the stages after training that measure the trained models, in words
+AFTER_TRAINING = {"timing": "timing stage", "heldout": "held-out stage"}
 
 
 @dataclass
@@ -50,6 +57,11 @@ class Ledger:
     runs: list[dict[str, Any]] = field(default_factory=list)
     limits: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(KEYS))
     ran_out: str | None = None
+    #: the charge by stage over the runs (``{"timing": {"hours": .., "cpu_hours": .., ..,
+    #: "models": n}}``: ``models`` counts what the stage finished, for the estimates)
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the stage the sweep was in when ``ran_out`` ran out
+    stopped_in: str | None = None
 
     @classmethod
     def load(cls, out_dir: Path) -> Ledger:
@@ -70,6 +82,8 @@ class Ledger:
             list(data.get("runs", [])),
             {k: data.get("limits", {}).get(k) for k in KEYS},
             data.get("ran_out"),
+            {k: dict(v) for k, v in data.get("stages", {}).items()},
+            data.get("stopped_in"),
         )
 
     def save(self) -> None:
@@ -77,6 +91,8 @@ class Ledger:
             "charged": self.charged,
             "limits": self.limits,
             "ran_out": self.ran_out,
+            "stopped_in": self.stopped_in,
+            "stages": self.stages,
             "runs": self.runs,
         }
         write_atomic(self.path, json.dumps(data, indent=2) + "\n")
@@ -86,6 +102,8 @@ class Ledger:
         clears an earlier run's ``ran_out``."""
         self.limits = {k: getattr(budget, k, None) for k in KEYS}
         self.ran_out = self.spent()
+        if self.ran_out is None:
+            self.stopped_in = None
 
     def spent(self) -> str | None:
         """The first budget charged to its limit, or None."""
@@ -101,6 +119,19 @@ class Ledger:
         parts = [f"{self.charged['hours']:.3g} hours over {runs} run{'s' if runs != 1 else ''}"]
         parts += [f"{self.charged[k]:.3g} {UNITS[k]}" for k in KEYS[1:]]
         return ", ".join(parts)
+
+    def stages_text(self) -> str:
+        """``setup 0.001 hours; training 0.04 hours, 0.08 CPU-hours; timing 0.01 hours, 0.02
+        CPU-hours`` (empty for a ledger written before stages were kept)."""
+        parts = []
+        for stage in [s for s in STAGES if s in self.stages] + sorted(
+            set(self.stages) - set(STAGES)
+        ):
+            got = self.stages[stage]
+            figures = [f"{got.get('hours', 0.0):.3g} hours"]
+            figures += [f"{got[k]:.3g} {UNITS[k]}" for k in KEYS[1:] if got.get(k)]
+            parts.append(f"{stage} {', '.join(figures)}")
+        return "; ".join(parts)
 
     def limits_text(self) -> str:
         """``hours 0.05 (0.051 charged), cpu_hours none``."""
@@ -141,17 +172,23 @@ def trial_rates(resources: Any) -> dict[str, float]:
 
 
 class Meter:
-    """Charges one run's time to a :class:`Ledger`: :meth:`tick` with the number of running trials
-    after each of Tune's steps; :meth:`tick` says (once) when a budget has run out."""
+    """Charges one launch's time to a :class:`Ledger`, to the stage it is in (:meth:`enter`):
+    :meth:`tick` with the number of running trials after each of Tune's steps, :meth:`hold` with
+    the CPUs and GPUs a later stage's processes hold; each says (once) when a budget ran out."""
 
     def __init__(self, ledger: Ledger, rates: dict[str, float]) -> None:
         self.ledger = ledger
         self.rates = rates
         self.run: dict[str, Any] = {}
+        self.stage = STAGES[0]
         self.stopping: str | None = None
         self._last = self._saved = 0.0
-        self._running = 0
+        self._held = {k: 0.0 for k in KEYS[1:]}  # CPUs and GPUs held now
         self._unsaved = False
+
+    @property
+    def started(self) -> bool:
+        return bool(self.run)
 
     def start(self) -> None:
         self.run = {
@@ -161,29 +198,52 @@ class Meter:
         self.ledger.runs.append(self.run)
         self._last = self._saved = time.monotonic()
 
+    def enter(self, stage: str) -> str | None:
+        """Charge what the last stage held until now, then charge ``stage``, holding nothing yet."""
+        ran_out = self.hold(0.0, 0.0)
+        self.stage = stage
+        return ran_out
+
+    def count(self, done: int = 1) -> None:
+        """``done`` more models finished by the stage (timed, evaluated): the estimates' rate."""
+        charged = self.ledger.stages.setdefault(self.stage, {})
+        charged["models"] = charged.get("models", 0) + done
+
     def tick(self, running: int | None = None) -> str | None:
         """Charge the time since the last tick (at the last known number of running trials: the
         trials Tune just started or stopped are counted from the next tick). Returns the budget
         that ran out, the first time one has."""
+        held = None if running is None else {k: running * r for k, r in self.rates.items()}
+        return self._charge(held)
+
+    def hold(self, cpus: float, gpus: float) -> str | None:
+        """Charge the time since the last tick, then hold ``cpus`` and ``gpus`` from now on (a
+        timing or held-out stage's processes, as placed). Returns as :meth:`tick`."""
+        return self._charge({"cpu_hours": cpus, "gpu_hours": gpus})
+
+    def _charge(self, held: dict[str, float] | None) -> str | None:
         now = time.monotonic()
         hours = (now - self._last) / 3600.0
         self._last = now
-        spend = {"hours": hours, **{k: hours * self._running * r for k, r in self.rates.items()}}
+        spend = {"hours": hours, **{k: hours * n for k, n in self._held.items()}}
+        stage = self.ledger.stages.setdefault(self.stage, {})
         for key, value in spend.items():
-            self.run[key] += value
+            self.run[key] = self.run.get(key, 0.0) + value
             self.ledger.charged[key] += value
-        if running is not None:
-            self._running = running
+            stage[key] = stage.get(key, 0.0) + value
+        if held is not None:
+            self._held = {k: float(held.get(k, 0.0)) for k in KEYS[1:]}
         key = self.ledger.spent() if self.stopping is None else None
         if key is not None:
             self.stopping = self.ledger.ran_out = key
+            self.ledger.stopped_in = self.stage
         if key is not None or now - self._saved >= SAVE_EVERY:
             self._saved = now
             self._save()
         return key
 
     def stop(self) -> None:
-        self.tick()
+        self.hold(0.0, 0.0)
         self._save()
 
     def _save(self) -> None:
@@ -212,52 +272,25 @@ def active() -> Meter | None:
 
 @contextlib.contextmanager
 def charging(meter: Meter | None) -> Iterator[None]:
-    """Charge the time of the block (a run of the Tune experiment) to ``meter``'s ledger."""
+    """Charge the time of the block to ``meter``'s ledger: a whole launch (the launcher's stages),
+    or a run of a Tune experiment inside it (which then only ends with no trial running); a Tune
+    run outside a launch starts and ends a run of the ledger of its own."""
     global _ACTIVE
     if meter is None:
         yield
         return
-    meter.start()
-    _ACTIVE = meter
+    outer = not meter.started
+    if outer:
+        meter.start()
+    previous, _ACTIVE = _ACTIVE, meter
     try:
         yield
     finally:
-        _ACTIVE = None
-        meter.stop()
-
-
-def estimate(ledger: Ledger, finished: int, total: int) -> str | None:
-    """What the rest of the sweep needs at the rate of its runs so far (trials finished per
-    charged hour), or None where no estimate can be made (no run yet, nothing finished)."""
-    if finished <= 0 or not ledger.runs or finished >= total:
-        return None
-    scale = (total - finished) / finished
-    needs = ", ".join(
-        f"{ledger.charged[k] * scale:.3g} {UNITS[k]}"
-        for k in KEYS
-        if k == "hours" or ledger.charged[k] > 0
-    )
-    return (
-        f"{finished} of {total} trials finished in {ledger.charged_text()}: the other "
-        f"{total - finished} need about {needs} more at that rate"
-    )
-
-
-def budget_lines(ledger: Ledger, finished: int, total: int) -> list[str]:
-    """What ``--dry-run`` and the start of a run print about the budget (nothing when the sweep
-    has no budget and no charged time)."""
-    has_limit = any(ledger.limits.get(k) is not None for k in KEYS)
-    if not has_limit and not ledger.runs:
-        return []
-    lines = [f"budget: {ledger.limits_text()}" if has_limit else "budget: none"]
-    if ledger.runs:
-        lines.append(f"  charged so far: {ledger.charged_text()}")
-    guess = estimate(ledger, finished, total)
-    if guess:
-        lines.append(f"  estimate: {guess}")
-    elif has_limit and not ledger.runs:
-        lines.append("  estimate: none before a first run (its charged time gives one)")
-    return lines
+        _ACTIVE = previous
+        if outer:
+            meter.stop()
+        else:
+            meter.tick(0)
 
 
 def report_section(out_dir: Path, statuses: dict[str, int]) -> str | None:
@@ -266,7 +299,11 @@ def report_section(out_dir: Path, statuses: dict[str, int]) -> str | None:
     ledger = Ledger.load(out_dir)
     if not ledger.path.exists() or not any(ledger.limits.get(k) for k in KEYS):
         return None
-    lines = [f"Budget: {ledger.limits_text()}. Charged: {ledger.charged_text()}."]
+    by_stage = ledger.stages_text()
+    lines = [
+        f"Budget: {ledger.limits_text()}. Charged: {ledger.charged_text()}"
+        + (f" (by stage: {by_stage})." if by_stage else ".")
+    ]
     left = statuses.get("budget", 0)
     if left:  # (a budget that ran out as the last trial finished stopped nothing)
         lines.append(
@@ -274,29 +311,15 @@ def report_section(out_dir: Path, statuses: dict[str, int]) -> str | None:
             "status `budget`, stopped at their last checkpoint. A larger budget continues them: "
             "`--resume --set budget.hours=...` (or `budget.cpu_hours`, `budget.gpu_hours`)."
         )
+    elif ledger.ran_out and ledger.stopped_in in AFTER_TRAINING:
+        lines.append(
+            f"**The budget ran out** in the {AFTER_TRAINING[ledger.stopped_in]} "
+            f"({ledger.ran_out_line()}): its running processes were ended and the models it had "
+            f"not finished are left out (their rows say so). A larger budget finishes them, "
+            "nothing done twice: `--resume --set budget.hours=...` (or `budget.cpu_hours`, "
+            "`budget.gpu_hours`)."
+        )
     return "\n\n".join(lines)
-
-
-def finished_trials(out_dir: Path) -> int:
-    """How many trials an earlier run's results.csv has finished (0 without one)."""
-    import csv
-
-    from sweeps.layout import RESULTS_CSV
-    from sweeps.report.results import FINISHED
-
-    path = Path(out_dir) / RESULTS_CSV
-    if not path.exists():
-        return 0
-    with path.open(newline="") as f:
-        return sum(1 for row in csv.DictReader(f) if row.get("status") in FINISHED)
-
-
-def launch_lines(out_dir: Path, budget: Any, total: int) -> list[str]:
-    """The budget lines the launcher prints before it starts (and ``--dry-run`` prints): the
-    budget, what earlier runs charged, an estimate of what the rest needs where one can be made."""
-    ledger = Ledger.load(out_dir)
-    ledger.set_limits(budget)
-    return budget_lines(ledger, finished_trials(out_dir), total)
 
 
 def budget_meter(sweep: Any, out_dir: Path, resume: bool, command: str) -> Meter | None:

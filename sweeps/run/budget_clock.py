@@ -3,6 +3,10 @@
 same SIGINT to the launcher, so Tune stops the trials at their last checkpoint and saves the
 experiment; the launcher then marks the unfinished trials ``budget``.
 
+It also gives SIGTERM and SIGUSR1 back to the launcher's stop handling once the run has begun:
+Tune's run installs a SIGUSR1 handler of its own, which would stop the run without the launcher
+knowing it was preempted (:mod:`sweeps.run.preemption`).
+
 It is saved with the experiment (Tune keeps the run's callbacks), so a resumed run has it too; it
 holds nothing of its own and charges the meter of the run in progress (:func:`budget.active`).
 """
@@ -15,10 +19,15 @@ import sys
 
 from ray.tune import Callback
 
-from sweeps.run import budget
+from sweeps.run import budget, preemption
 
 
 class BudgetClock(Callback):
+    def setup(self, **info) -> None:
+        stop = preemption.active()
+        if stop is not None:  # (Tune's handlers are in place by now)
+            stop.arm()
+
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         meter = budget.active()
         if meter is None:

@@ -162,14 +162,21 @@ class BudgetSpec(_Strict):
     hours: float | None = Field(
         None,
         gt=0,
-        description="Wall-clock hours the sweep's trials may run, summed over its runs (resumes, "
-        "requeues); the time between runs is not charged.",
+        description="Wall-clock hours the sweep may run, every stage of it (training, timing, "
+        "held-out evaluation), summed over its runs (resumes, requeues); the time between runs "
+        "is not charged.",
     )
     cpu_hours: float | None = Field(
-        None, gt=0, description="CPU-hours the running trials may hold (CPUs x hours)."
+        None,
+        gt=0,
+        description="CPU-hours the running trials and the timing and held-out processes may "
+        "hold (CPUs x hours).",
     )
     gpu_hours: float | None = Field(
-        None, gt=0, description="GPU-hours the running trials may hold (GPUs x hours)."
+        None,
+        gt=0,
+        description="GPU-hours the running trials and the timing and held-out processes may "
+        "hold (GPUs x hours).",
     )
 
 
@@ -226,7 +233,7 @@ class TimingSpec(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fresh_process: bool = True  # on CPU: time in a new pinned process, not in the Ray worker
     # with fresh_process: time in this many fresh processes and keep the fastest's median (a
-    # process can run slow for its whole life: see sweeps.timing.stage.run_jobs)
+    # process can run slow for its whole life: see sweeps.timing.lane.run_jobs)
     processes: int = Field(3, ge=1)
     # each fresh process times up to this many models one after another (one start-up and one
     # calibration for them all; 1: a process per model)
@@ -240,6 +247,11 @@ class TimingSpec(_Strict):
     )
     # training steps (the first batches of the study's training data) in one timed pass
     train_steps: int = Field(4, ge=1)
+    # the CPU priority of the timing processes: `inherit` keeps the Ray worker's (Ray starts its
+    # workers at niceness 15, below everything else on a node, unless its nodes were started with
+    # RAY_worker_niceness=0); `normal` runs them at niceness 0 beside a node's other processes,
+    # where the worker may raise its priority (root or CAP_SYS_NICE; else the stage says it could not)
+    priority: Literal["inherit", "normal"] = "inherit"
 
 
 class ChaosSpec(_Strict):

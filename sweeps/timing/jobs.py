@@ -2,16 +2,19 @@
 ``timing`` settings (:func:`timing_settings`), a job's existing ``timing.json`` when it is for the
 same checkpoint (:func:`already_timed`), the lanes a Ray cluster offers (:func:`plan_lanes`: a
 whole node's CPUs, or one GPU with its share of them), the CPUs a pinned process gets
-(:func:`pick_cpus`), and a job's fate (:class:`TimingOutcome`). :mod:`sweeps.timing.stage` runs
-the jobs.
+(:func:`pick_cpus`), the priority its processes run at (:func:`priority`), a job's fate
+(:class:`TimingOutcome`), and what a stage after training checks between its steps
+(:class:`StageWatch`). :mod:`sweeps.timing.stage` runs the jobs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, Protocol, get_args, get_origin
 
 from pydantic import ValidationError
 
@@ -81,9 +84,63 @@ def timing_settings(**values: Any) -> TimingSpec:
         raise TimingError(f"timing: {name}: {err['msg']} (got {err['input']!r})") from None
 
 
+class StageWatch(Protocol):
+    """What a stage after training (timing, held-out) reports to while it runs: the launcher's
+    state of the launch (:class:`sweeps.run.launch_state.Launch`)."""
+
+    def poll(self, cpus: float, gpus: float) -> bool:
+        """Called between the stage's steps with the CPUs and GPUs its processes hold now (the
+        budget charges them); True: stop now (a preemption, Ctrl-C, the budget ran out)."""
+        ...
+
+    def started(self, event: str) -> None:
+        """The stage started work on the next models (``timing``: a batch, ``heldout``: one)."""
+        ...
+
+    def done(self, event: str) -> None:
+        """One model finished by the stage (``timing``, ``heldout``), its record written."""
+        ...
+
+
+#: seconds between a stage's checks of its running tasks and of a stop request
+POLL_S = 0.5
+#: ``timing.priority``: the niceness the timing processes run at (None: the Ray worker's own)
+NICENESS: dict[str, int | None] = {"inherit": None, "normal": 0}
+
+
+@contextmanager
+def priority(setting: str) -> Iterator[str | None]:
+    """Run the block, and the processes it starts, at ``timing.priority``'s niceness: ``inherit``
+    keeps this process's (a Ray worker's is 15 unless its node's Ray was started with
+    ``RAY_worker_niceness=0``); ``normal`` sets 0 for the block, where this process may lower its
+    niceness (root, or CAP_SYS_NICE); the previous niceness comes back after the block (the
+    worker is reused). Yields None, or a line saying the niceness could not be lowered (the block
+    then runs at the one it had)."""
+    target, before = NICENESS[setting], os.getpriority(os.PRIO_PROCESS, 0)
+    if target is None or before == target:
+        yield None
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, target)
+    except OSError as exc:
+        note = (
+            f"timing.priority {setting} asks for niceness {target}, but this process may not lower "
+            f"its niceness {before} ({exc.strerror}): timed at {before}. Start Ray's nodes with "
+            "RAY_worker_niceness=0, or run them as a user allowed to (CAP_SYS_NICE)"
+        )
+    else:
+        try:
+            yield None
+        finally:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+        return
+    yield note
+
+
 @dataclass(frozen=True)
 class TimingOutcome:
-    """One job's fate in a stage run: ``timed``, ``skipped`` (already timed) or ``error``."""
+    """One job's fate in a stage run: ``timed``, ``skipped`` (already timed), ``error``, or
+    ``stopped`` (the sweep stopped before it was timed: nothing of it is written)."""
 
     job: TimingJob
     status: str

@@ -85,6 +85,7 @@ def time_checkpoints_pinned(
     if cpus is None:
         cpus = pick_cpus(max(int(kw.get("threads") or 1) for _, _, kw in items))
     request = {
+        "parent": os.getpid(),  # the child ends itself when this process is gone
         "cpus": cpus,
         "jobs": [{"checkpoint": str(c), "task": dict(t), "kwargs": dict(kw)} for c, t, kw in items],
     }

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 from sweep_helpers import tiny_spec, write_spec
 
-from sweeps.run.budget import Ledger, Meter, budget_lines, trial_rates
+from sweeps.run.budget import Ledger, Meter, trial_rates
+from sweeps.run.budget_estimate import budget_lines
 from sweeps.spec import load_spec, resume_launch, save_launch
 from sweeps.spec.schema import BudgetSpec, ResourcesSpec
 
@@ -48,12 +49,71 @@ def test_ddp_trials_hold_their_driver_cpu_and_every_worker():
 def test_dry_run_lines_show_the_budget_and_an_estimate_from_an_earlier_run(tmp_path):
     ledger = Ledger.load(tmp_path)
     ledger.set_limits(BudgetSpec(hours=2))
-    assert budget_lines(ledger, 0, 4)[1].startswith("  estimate: none before a first run")
+    assert budget_lines(ledger, 0, 4)[1].startswith("  estimate: none of training before a first")
     ledger.charged["hours"], ledger.runs = 0.5, [{"hours": 0.5}]
     lines = budget_lines(ledger, 1, 4)
     assert lines[0].startswith("budget: hours 2 (0.5 charged)")
-    assert "the other 3 need about 1.5 hours more" in lines[2]
+    assert "the other 3 need about 1.5 hours more of training" in lines[2]
     assert budget_lines(Ledger.load(tmp_path / "none"), 0, 4) == []  # no budget, no runs: silent
+
+
+def test_the_stages_after_training_are_estimated_from_their_own_rate_or_the_timing_settings(
+    tmp_path,
+):
+    """Training's estimate counts only training's charge; the timing and held-out stages are
+    estimated per model at the rate of the models they finished, and the timing stage before any
+    run of it from its settings' limits (max_seconds per model and measure, the processes)."""
+    from sweeps.run.budget_estimate import PROCESS_START_S, stage_lines, timing_upper_seconds
+    from sweeps.spec.schema import TimingSpec
+
+    spec = load_spec(write_spec(tmp_path, tiny_spec("est", timing={}, heldout={}))).spec
+    ledger = Ledger.load(tmp_path)
+    ledger.set_limits(BudgetSpec(hours=2))
+    (timing, heldout) = stage_lines(ledger, spec, 4, 2)
+    bound = timing_upper_seconds(spec.timing, 4)
+    assert f"at most about {bound / 3600:.3g} hours for 4 model(s)" in timing
+    assert "2 evaluation(s)" in heldout and "no estimate before a first one" in heldout
+    one = TimingSpec(measure=["decode"], processes=1, models_per_process=1, max_seconds=10)
+    assert timing_upper_seconds(one, 1) == 10 + PROCESS_START_S + one.calibration_seconds
+
+    ledger.runs = [{"hours": 0.4}]
+    ledger.charged.update(hours=0.4, cpu_hours=0.8)
+    ledger.stages = {
+        "training": {"hours": 0.1, "cpu_hours": 0.1},
+        "timing": {"hours": 0.2, "cpu_hours": 0.4, "models": 1},
+        "heldout": {"hours": 0.1, "cpu_hours": 0.3, "models": 1},
+    }
+    (timing, heldout) = stage_lines(ledger, spec, 4, 2)
+    assert "about 0.6 hours, 1.2 CPU-hours for the 3 model(s) not yet timed" in timing
+    assert "about 0.1 hours, 0.3 CPU-hours for the 1 evaluation(s) left" in heldout
+    lines = budget_lines(ledger, 1, 4, [timing, heldout])
+    assert "by stage: training 0.1 hours, 0.1 CPU-hours; timing 0.2 hours" in lines[2]
+    assert "the other 3 need about 0.3 hours, 0.3 CPU-hours more of training" in lines[3]
+    assert lines[-2:] == [timing, heldout]
+
+
+def test_a_meter_charges_each_stage_what_its_processes_hold_and_stops_in_the_stage(tmp_path):
+    """Outside the Tune run a stage holds what it placed (meter.hold); the charge lands in the
+    stage's own ledger entry, and a budget that runs out says in which stage."""
+    ledger = Ledger.load(tmp_path)
+    ledger.set_limits(BudgetSpec(cpu_hours=1e-9))
+    meter = Meter(ledger, trial_rates(ResourcesSpec(cpu=1)))
+    meter.start()
+    assert meter.enter("training") is None and meter.tick(running=0) is None
+    assert meter.enter("timing") is None
+    assert meter.hold(2.0, 0.0) is None  # held from now on
+    time.sleep(0.01)
+    assert meter.hold(2.0, 0.0) == "cpu_hours"
+    meter.count()
+    meter.stop()
+    back = Ledger.load(tmp_path)
+    assert back.stopped_in == "timing" and back.ran_out == "cpu_hours"
+    assert back.stages["training"]["cpu_hours"] == 0.0
+    assert back.stages["timing"]["cpu_hours"] == pytest.approx(back.charged["cpu_hours"])
+    assert back.stages["timing"]["models"] == 1
+    assert sum(s["hours"] for s in back.stages.values()) == pytest.approx(back.charged["hours"])
+    back.set_limits(BudgetSpec(cpu_hours=1.0))  # a larger budget: no longer stopped anywhere
+    assert back.ran_out is None and back.stopped_in is None
 
 
 def test_resume_may_change_the_budget_and_nothing_else(tmp_path):

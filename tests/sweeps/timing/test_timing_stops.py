@@ -1,0 +1,191 @@
+"""The timing stage under a stop request, and the priority of its processes, on a real local Ray
+and a real tiny checkpoint: a stop ends the running timing process at once and writes nothing of
+its model; ``timing.priority: normal`` runs the processes a Ray worker starts at niceness 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+from stage_hook import timing_processes
+
+from datamodules import CopyTaskDataModule
+from sweeps.timing.jobs import TimingJob, priority, timing_settings
+from sweeps.timing.record import TIMING_FILE
+from sweeps.timing.stage import run_timing_stage
+from sweeps.trial.build import build_module
+
+COPY = dict(vocab_size=8, max_length=4, train_size=64, val_size=16, batch_size=8)
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def trial_dir(tmp_path_factory) -> Path:
+    """A trial folder holding a Tune checkpoint folder of a tiny copy-task model (two steps)."""
+    folder = tmp_path_factory.mktemp("trial")
+    dm = CopyTaskDataModule(**COPY)
+    dm.setup("fit")
+    module = build_module({"preset": "tiny", "attention": "bahdanau", "val_decode": False}, dm)
+    trainer = pl.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, datamodule=dm)
+    (folder / "checkpoint_000001").mkdir()
+    trainer.save_checkpoint(folder / "checkpoint_000001" / "checkpoint.ckpt")
+    return folder
+
+
+class StopOnceMeasuring:
+    """A stage watch that asks the stage to stop once a timing process has run for a few polls
+    (well into its start-up or its passes), and keeps what the stage said it held."""
+
+    def __init__(self, polls: int = 4) -> None:
+        self.polls, self.seen, self.held, self.events = polls, 0, [], []
+
+    def poll(self, cpus: float, gpus: float) -> bool:
+        self.held.append((cpus, gpus))
+        self.seen += bool(timing_processes())
+        return self.seen >= self.polls
+
+    def started(self, event: str) -> None:
+        self.events.append(f"{event}:start")
+
+    def done(self, event: str) -> None:
+        self.events.append(f"{event}:done")
+
+
+@pytest.mark.train
+def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
+    local_ray, trial_dir
+):
+    """Timing that would take minutes (100000 repeats) is ended on the stop: the stage returns
+    the job ``stopped``, no timing.json, no timing process left running; while it ran, the stage
+    held the whole 2-CPU node, as the budget is told."""
+    job = TimingJob(
+        trial_id="t",
+        checkpoint=str(trial_dir / "checkpoint_000001"),
+        task={"name": "copy", **COPY},
+        output_dir=str(trial_dir),
+    )
+    settings = timing_settings(
+        repeats=100000,
+        precision=None,
+        max_seconds=3600,
+        processes=1,
+        warmup=0,
+        measure=["decode"],
+        calibration_seconds=0.2,
+    )
+    watch = StopOnceMeasuring()
+    (outcome,) = run_timing_stage([job], settings, log=None, watch=watch)
+    assert outcome.status == "stopped" and outcome.record is None
+    assert not (trial_dir / TIMING_FILE).exists()
+    assert timing_processes() == [], "the timing process outlived the stop"
+    assert watch.seen >= watch.polls, "stopped before its timing process ran"
+    assert (2.0, 0.0) in watch.held and watch.events == ["timing:start"]
+
+
+def _may_lower_niceness() -> bool:
+    """Whether a thread of this process may lower its niceness (root, CAP_SYS_NICE)."""
+    got = []
+
+    def probe() -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, 15)  # this thread only (Linux)
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+            got.append(True)
+        except OSError:
+            got.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return got[0]
+
+
+def test_timing_priority_normal_runs_the_processes_a_ray_worker_starts_at_niceness_0(local_ray):
+    """Ray runs its workers at niceness 15 (RAY_worker_niceness); a timing process they start
+    inherits it unless ``timing.priority: normal``, under which it runs at 0 where the worker may
+    lower its niceness (else the stage is told why not) and the worker is back at 15 after."""
+    ray = local_ray
+
+    def niceness_of_a_child(setting: str | None) -> tuple[int, int, str | None]:
+        """In a Ray task: the niceness of a process started under ``priority(setting)`` (None: no
+        priority block), this worker's own afterwards, and priority's note."""
+        command = [sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"]
+        note = None
+        if setting is None:
+            child = subprocess.run(command, capture_output=True, text=True, check=True)
+        else:
+            with priority(setting) as note:
+                child = subprocess.run(command, capture_output=True, text=True, check=True)
+        return int(child.stdout), os.getpriority(os.PRIO_PROCESS, 0), note
+
+    task = ray.remote(niceness_of_a_child)  # (defined here: sent to the workers by value)
+    child, worker, _ = ray.get(task.remote(None))
+    assert child == worker == 15, "Ray's default worker niceness, inherited"
+    assert ray.get(task.remote("inherit")) == (15, 15, None)
+    child, after, note = ray.get(task.remote("normal"))
+    assert after == 15, "the worker's niceness was not given back"
+    if _may_lower_niceness():
+        assert (child, note) == (0, None)
+    else:
+        assert child == 15 and "RAY_worker_niceness=0" in note, note
+
+
+def test_a_timing_process_ends_when_the_process_that_started_it_is_gone(trial_dir):
+    """A Ray worker the stage ended (killed) cannot end the timing process it started: the
+    process ends itself when its parent is gone (sweeps.timing.child.watch_parent), here in the
+    middle of a timing that would take minutes."""
+    job = {
+        "checkpoint": str(trial_dir / "checkpoint_000001"),
+        "task": {"name": "copy", **COPY},
+        "kwargs": {"measure": ["decode"], "repeats": 100000, "precision": None, "warmup": 0},
+    }
+    script = (
+        "import json, os, subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-m', 'sweeps.timing.child'], "
+        "stdin=subprocess.PIPE, text=True)\n"
+        f"job = json.loads({json.dumps(json.dumps(job))})\n"
+        "request = {'parent': os.getpid(), 'cpus': [max(os.sched_getaffinity(0))], 'jobs': [job]}\n"
+        "child.stdin.write(json.dumps(request))\n"
+        "child.stdin.close()\n"
+        "print(child.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root
+    )
+    pid = int(parent.stdout.readline())
+    threading.Event().wait(3.0)  # into its start-up (torch imported) or its passes
+    assert _alive(pid), "the timing process ended by itself: nothing was tested"
+    parent.kill()
+    parent.wait()
+    for _ in range(50):  # the kernel kills it at once (Linux), else its watcher within 0.2 s
+        if not _alive(pid):
+            break
+        threading.Event().wait(0.1)
+    assert not _alive(pid), "the timing process outlived its parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"
