@@ -13,10 +13,11 @@ from torch import nn
 
 from ..module import Seq2SeqModule
 from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
+from .decoder import FusedDecoder
+from .encoder import FusedEncoder
 from .key import module_arguments, resolved_sizes, shape_difference, shape_key, unfusable_reason
 from .layers import DropoutRates
 from .layout import FlatParameters
-from .network import FusedDecoder, FusedEncoder, network_leaves
 
 PRECISIONS = ("32-true", "bf16-mixed")
 STATE_VERSION = 1
@@ -69,7 +70,11 @@ class FusedSeq2Seq:
         self.decoder = FusedDecoder(model.decoder, rates, "model.decoder.")
         self.net = nn.ModuleDict({"encoder": self.encoder, "decoder": self.decoder}).to(device)
         self.param_names = [name for name, _ in template.named_parameters()]
-        self.flat = FlatParameters(network_leaves(self.encoder, self.decoder), len(hparams), device)
+        self.flat = FlatParameters(
+            self.encoder.leaves("model.encoder.") + self.decoder.leaves("model.decoder."),
+            len(hparams),
+            device,
+        )
         covered = [name for leaf in self.flat.leaves for name in leaf.parts]
         if sorted(covered) != sorted(self.param_names):
             raise RuntimeError(
@@ -201,8 +206,9 @@ class FusedSeq2Seq:
         self, batches: Sequence[Mapping[str, torch.Tensor]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The members' batches padded to common sizes: src (M, B, S), lengths (M, B), tgt
-        (M, B, T). A member with fewer sentences gets filler rows (one pad token, all-pad target)
-        that the loss ignores."""
+        (M, B, T), each member's sentences sorted longest first (the loss is a sum over them). A
+        member with fewer sentences gets filler rows (one pad token, all-pad target) that the
+        loss ignores."""
         M = self.members
         B = max(b["src"].shape[0] for b in batches)
         S = max(b["src"].shape[1] for b in batches)
@@ -216,6 +222,11 @@ class FusedSeq2Seq:
             src[m, :rows, :width] = batch["src"]
             tgt[m, :rows, : batch["tgt"].shape[1]] = batch["tgt"]
             lengths[m, :rows] = batch["src_lengths"]
+        # each member's sentences longest first: the encoder's packed steps then narrow fastest
+        order = lengths.argsort(dim=1, descending=True, stable=True)  # (M, B)
+        src = src.gather(1, order.unsqueeze(-1).expand_as(src))
+        tgt = tgt.gather(1, order.unsqueeze(-1).expand_as(tgt))
+        lengths = lengths.gather(1, order)
         return src.to(self.device), lengths.to(self.device), tgt.to(self.device)
 
     # ---------------------------------------------------------------- members
