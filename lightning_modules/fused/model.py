@@ -241,6 +241,11 @@ class FusedSeq2Seq:
         module.load_state_dict(state)
         return module.to(self.device).eval()
 
+    def member_gradients(self, i: int) -> dict[str, torch.Tensor]:
+        """Member ``i``'s gradients of the last step (after clipping), copies under the unfused
+        module's parameter names."""
+        return {name: t.clone() for name, t in self.flat.named_parts(self.flat.grad, i)}
+
     def optimizer_state(self, i: int) -> dict[str, Any]:
         """Member ``i``'s Adam state as ``torch.optim.Adam(member_module(i).parameters(), lr,
         weight_decay=...).state_dict()`` would hold it (what Lightning's checkpoint stores)."""
