@@ -78,9 +78,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.quick:
+    if args.quick:  # the smoke's settings, where the command line leaves the default
         for key, value in QUICK.items():
-            setattr(args, key, value)
+            if getattr(args, key) == p.get_default(key):
+                setattr(args, key, value)
     if any(m < 1 for m in args.members) or any(L < 1 for L in args.lengths):
         p.error("--members and --lengths take positive integers")
     return args
