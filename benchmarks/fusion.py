@@ -15,7 +15,11 @@ Prints ONE JSON line on stdout (progress goes to stderr): ``speedup`` maps
 step; ``fused_step_seconds``: one step of the group of M; the member-steps per core-second of
 both; every round's ratio), plus ``machine`` (benchmarks/_machine.py's line), ``torch``,
 ``device``, ``load`` (the 1-minute load average before and after: figures taken under load say
-so) and ``settings``.
+so) and ``settings``. Each row also has ``cpu_time_speedup``, the same ratio over the processes'
+own CPU time (member-steps per CPU-second): on a quiet machine the two agree; on a shared one the
+wall-clock figures take other processes' time slices and only the CPU-time ratio means anything
+(it still feels their contention for caches and memory). With ``--device cuda`` it is the host's
+CPU time per member-step, not the GPU's.
 
 What is compared, as a sweep places its work:
 
@@ -168,12 +172,13 @@ def worker(core: int) -> None:
                 steps[task["key"]],
                 torch.cuda.synchronize if "cuda" in task["device"] else None,
             )
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for i in range(task["steps"]):
                 step(i)
             if sync:
                 sync()
             reply["seconds"] = time.perf_counter() - start
+            reply["cpu_seconds"] = time.process_time() - start_cpu
         elif task["cmd"] == "drop":
             steps.pop(task["key"], None)
         print(json.dumps(reply), flush=True)
@@ -255,6 +260,7 @@ def measure_cell(
                     "members": arm["members"], "seed": 1000 * w}  # fmt: skip
             pool.ask([w], task)
     rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
+    cpu_rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
     seconds: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
     for _ in range(args.repeats):
         for arm in plan:
@@ -266,12 +272,16 @@ def measure_cell(
             per_step = [r["seconds"] / steps for r in replies]
             seconds[arm["name"]].append(statistics.median(per_step))
             rates[arm["name"]].append(sum(arm["members"] / s for s in per_step) / arm["units"])
+            cpu_rates[arm["name"]].append(
+                sum(arm["members"] * steps / r["cpu_seconds"] for r in replies) / len(replies)
+            )
     for arm in plan:
         pool.ask(range(arm["workers"]), {"cmd": "drop", "key": f"{preset}/{length}/{arm['name']}"})
     rows = []
     for m in args.members:
         base = "unfused" if "unfused" in rates else f"unfused/M{m}"
         ratios = [f / u for f, u in zip(rates[f"fused/M{m}"], rates[base])]
+        cpu_ratios = [f / u for f, u in zip(cpu_rates[f"fused/M{m}"], cpu_rates[base])]
         rows.append(
             {
                 "cell": f"{preset}/L{length}/M{m}",
@@ -287,6 +297,7 @@ def measure_cell(
                 ),
                 "speedup": round(statistics.median(ratios), 3),
                 "round_speedups": [round(r, 3) for r in ratios],
+                "cpu_time_speedup": round(statistics.median(cpu_ratios), 3),
             }
         )
         print(f"{rows[-1]['cell']}: speedup {rows[-1]['speedup']}", file=sys.stderr, flush=True)

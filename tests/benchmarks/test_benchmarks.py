@@ -272,6 +272,7 @@ def test_fusion_quick_prints_one_json_line_of_finite_speedups(capsys):
         ratio = result["speedup"][row["cell"]]
         assert math.isfinite(ratio) and ratio > 0 and ratio == row["speedup"]
         assert row["unfused_step_seconds"] > 0 and row["fused_step_seconds"] > 0
+        assert math.isfinite(row["cpu_time_speedup"]) and row["cpu_time_speedup"] > 0
         assert row["fused_member_steps_per_unit_second"] == pytest.approx(
             row["members"] / row["fused_step_seconds"], rel=1e-2
         )  # one process on one core: M member-steps per fused step
