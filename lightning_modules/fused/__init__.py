@@ -31,9 +31,10 @@ The same maths: with dropout off, a fused step of M members gives what M unfused
 (``Seq2SeqModule``'s loss, Lightning's norm clipping, ``torch.optim.Adam``) give on the same
 batches, to float32 rounding: losses, gradients, weights and Adam's state
 (tests/lightning_modules/test_fused.py). Each member's sentences keep their own lengths exactly
-as the unfused model's packed sequences do. With dropout, each member draws its own masks from
-one random stream over the stacked tensors: a member is then a draw from the same distribution
-as its unfused run, not the same numbers.
+as the unfused model's packed sequences do. With dropout (and with monotonic attention's
+pre-sigmoid noise), each member draws its own masks from one random stream over the stacked
+tensors: a member is then a draw from the same distribution as its unfused run, not the same
+numbers.
 
 Each member stays a model of its own: :meth:`FusedSeq2Seq.member_module` gives member i as a
 plain ``Seq2SeqModule`` (its hparams, copies of its current weights, eval mode) to validate,

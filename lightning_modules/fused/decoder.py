@@ -25,6 +25,7 @@ class FusedDecoder(nn.Module):
     Args:
         decoder: any member's decoder (sizes and the mechanism's class and options).
         rates: each member's dropout probability.
+        prefix: the decoder's name in the unfused module's state dict (``"model.decoder."``).
     """
 
     def __init__(self, decoder: Decoder, rates: DropoutRates, prefix: str) -> None:
