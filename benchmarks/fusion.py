@@ -172,6 +172,8 @@ def worker(core: int) -> None:
                 steps[task["key"]],
                 torch.cuda.synchronize if "cuda" in task["device"] else None,
             )
+            if sync:
+                sync()  # nothing queued before (the build's warm-up step) counts
             start, start_cpu = time.perf_counter(), time.process_time()
             for i in range(task["steps"]):
                 step(i)
