@@ -47,8 +47,9 @@ whole group exactly. ``precision="bf16-mixed"`` (or the caller's ``torch.autocas
 under bf16 autocast.
 
 How it is built: the encoder and decoder are written with the member dimension
-(:mod:`lightning_modules.fused.network`; the LSTM cell's pointwise part is the unfused
-encoder's); each attention mechanism is its own class run on the members' batches folded into
+(:mod:`lightning_modules.fused.encoder`, :mod:`lightning_modules.fused.decoder`; the LSTM cell's
+pointwise part is the unfused encoder's, and the encoder packs its steps as ``nn.LSTM`` does);
+each attention mechanism is its own class run on the members' batches folded into
 one batch of M * B rows, with its linear maps applied per member
 (:mod:`lightning_modules.fused.attention`); all weights live in one (M, P) buffer so that
 clipping and Adam are a few whole-buffer operations (:mod:`lightning_modules.fused.layout`,
