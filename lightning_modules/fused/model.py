@@ -65,7 +65,7 @@ class FusedSeq2Seq:
         self.precision = precision
         self.pad_id, self.bos_id = template.hparams.pad_id, template.hparams.bos_id
         model = template.model
-        rates = self._rates()
+        rates = self._member_settings()
         self.encoder = FusedEncoder(model.encoder, rates)
         self.decoder = FusedDecoder(model.decoder, rates, "model.decoder.")
         self.net = nn.ModuleDict({"encoder": self.encoder, "decoder": self.decoder}).to(device)
@@ -140,8 +140,13 @@ class FusedSeq2Seq:
         for name, view in self.flat.named_parts(self.flat.data, member):
             view.copy_(state[name])
 
-    def _rates(self) -> DropoutRates:
-        return DropoutRates([resolved_sizes(module_arguments(h))["dropout"] for h in self.hparams])
+    def _member_settings(self) -> DropoutRates:
+        """Each member's Adam settings (:attr:`lr`, :attr:`weight_decay`) from its hparams, and
+        its dropout probability."""
+        args = [module_arguments(h) for h in self.hparams]
+        self.lr = [float(a["lr"]) for a in args]
+        self.weight_decay = [float(a["weight_decay"]) for a in args]
+        return DropoutRates([resolved_sizes(a)["dropout"] for a in args])
 
     # ---------------------------------------------------------------- properties
     @property
@@ -151,14 +156,6 @@ class FusedSeq2Seq:
     @property
     def device(self) -> torch.device:
         return self.flat.data.device
-
-    @property
-    def lr(self) -> list[float]:
-        return [float(h.get("lr", 1e-4)) for h in self.hparams]
-
-    @property
-    def weight_decay(self) -> list[float]:
-        return [float(h.get("weight_decay", 0.0)) for h in self.hparams]
 
     # ---------------------------------------------------------------- training
     def train_step(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tensor:
@@ -275,7 +272,7 @@ class FusedSeq2Seq:
         self.member_ids = [self.member_ids[i] for i in indices]
         self.clip = [self.clip[i] for i in indices]
         self.steps = [self.steps[i] for i in indices]
-        self.encoder.rates = self.decoder.rates = self._rates()
+        self.encoder.rates = self.decoder.rates = self._member_settings()
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -317,7 +314,7 @@ class FusedSeq2Seq:
         flat.exp_avg_sq = state["exp_avg_sq"].to(device).clone()
         flat.grad = torch.zeros_like(flat.data)
         flat.bind()
-        self.encoder.rates = self.decoder.rates = self._rates()
+        self.encoder.rates = self.decoder.rates = self._member_settings()
 
     def to(self, device: str | torch.device) -> FusedSeq2Seq:
         """Move the weights, Adam's state and the mechanisms' constant buffers to ``device``."""
