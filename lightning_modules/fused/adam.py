@@ -39,10 +39,11 @@ def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(values, dtype=like.dtype, device=like.device).unsqueeze(1)  # (M, 1)
 
 
-#: elements of the (M, P) buffers one pass of Adam works on: 1 MiB of float32, so that its
-#: temporaries stay in the core's cache (one pass over the whole of paper_copy's 3 x 5.3 M
-#: weights streams each temporary through memory and took 3x as long per element)
-CHUNK = 1 << 18
+#: elements of the (M, P) buffers one pass of Adam works on, on a CPU: 1 MiB of float32, so that
+#: its temporaries stay in the core's cache (one pass over the whole of paper_copy's 3 x 5.3 M
+#: weights streams each temporary through memory and took 3x as long per element). A GPU takes
+#: the whole buffer in one pass: there each pass is a handful of kernel launches.
+CPU_CHUNK = 1 << 18
 
 
 @torch.no_grad()
@@ -60,7 +61,8 @@ def adam_step_(
     step_size = _column([-rate / (1 - beta1**step) for rate, step in zip(lr, steps)], flat.data)
     correction2_sqrt = _column([(1 - beta2**step) ** 0.5 for step in steps], flat.data)
     decay = _column(weight_decay, flat.data) if any(weight_decay) else None
-    width = max(1, CHUNK // flat.members)
+    chunk = CPU_CHUNK if flat.data.device.type == "cpu" else flat.data.numel()
+    width = max(1, chunk // flat.members)
     for start in range(0, flat.size, width):
         cols = slice(start, start + width)
         param, grad = flat.data[:, cols], flat.grad[:, cols]
