@@ -321,7 +321,6 @@ class FusedSeq2Seq:
         device = torch.device(device)
         self.flat.apply(lambda t: t.to(device))
         for module in self.net.modules():
-            for name, buffer in module._buffers.items():
-                if buffer is not None:
-                    module._buffers[name] = buffer.to(device)
+            for name, buffer in list(module.named_buffers(recurse=False)):
+                setattr(module, name, buffer.to(device))  # still a registered buffer
         return self

@@ -441,7 +441,7 @@ def shell_commands(text: str) -> list[list[str]]:
     read as ARGS) parsed as well."""
     text = re.sub(r"\\\n\s*", " ", text)
     commands: list[list[str]] = []
-    for line in text.splitlines():
+    for line in _logical_lines(text):
         line = line.strip().removeprefix("$ ")
         if not line or line.startswith("#"):
             continue
@@ -467,6 +467,26 @@ def shell_commands(text: str) -> list[list[str]]:
             else:
                 words.append(tok)
     return commands
+
+
+def _logical_lines(text: str) -> list[str]:
+    """The text's lines, a line whose quote is still open joined with the next ones (a
+    ``bash -c '...'`` script written over several lines is one command)."""
+    lines: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        if pending.lstrip().startswith("#"):
+            lines.append(pending)
+            pending = ""
+            continue
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # "No closing quotation": the quote goes on past this line
+            continue
+        lines.append(pending)
+        pending = ""
+    return lines + ([pending] if pending else [])
 
 
 def _strip_prefixes(words: list[str]) -> list[str]:
