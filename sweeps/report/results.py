@@ -168,6 +168,8 @@ def row_from_result(
     }
     if "configuration" in (plan.config or {}):  # judged over seeds: its number in the cell's study
         row["configuration"] = int(plan.config["configuration"])
+    if (plan.config or {}).get("fused_with"):  # trained fused with its group (sweeps.fusion)
+        row["fused_with"] = str(plan.config["fused_with"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -315,6 +317,7 @@ TEXT_COLUMNS = (
     "plan_hash",
     "reused",
     "role",
+    "fused_with",
     TIMING_DEVICE,
     "timing_device_name",
 )

@@ -161,7 +161,7 @@ class Meter:
         self.ledger.runs.append(self.run)
         self._last = self._saved = time.monotonic()
 
-    def tick(self, running: int | None = None) -> str | None:
+    def tick(self, running: float | None = None) -> str | None:
         """Charge the time since the last tick (at the last known number of running trials: the
         trials Tune just started or stopped are counted from the next tick). Returns the budget
         that ran out, the first time one has."""
