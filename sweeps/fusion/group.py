@@ -9,7 +9,8 @@ trains. At each validation (every ``val_check_interval`` steps, and at ``max_ste
 waits until every member's trial has handed its previous report to Tune -- a trial runs at most
 one report ahead of Tune, as an unfused trial does -- drops the members Tune stopped meanwhile,
 validates each member through Lightning, writes each member's checkpoint and the group's state,
-and publishes each member's report. A member that is done (``max_steps``, converged) or stopped
+and publishes the members' reports one after another in member order (so a scheduler that
+compares them meets them in the same order in every run). A member that is done (``max_steps``, converged) or stopped
 leaves the fused model and stops costing compute; the others go on.
 
 A member trial that fails and is retried joins again and gets the reports it missed. A group that
@@ -19,56 +20,28 @@ which restarts from the last state every returning member reached.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from sweeps.fusion.state import GroupStore
-from sweeps.fusion.steps import Batches, Counts, build_member, member_files, to_device
+from sweeps.fusion.steps import (
+    Batches,
+    GroupSetup,
+    Member,
+    build_member,
+    group_device,
+    member_files,
+    to_device,
+)
 from sweeps.fusion.steps import validate as validate_member
 from sweeps.fusion.steps import validator as make_validator
 
 #: seconds between the group's looks at the roster while it waits
 POLL_S = 1.0
-
-
-@dataclass(frozen=True)
-class GroupSetup:
-    """What the first member trial tells the roster to build its group with."""
-
-    name: str
-    size: int
-    roster: str  # the roster actor's name
-    filesystem: Any  # Tune's storage filesystem (pyarrow), where the group's states go
-    folder: str  # the group's state folder on it
-    threads: int  # torch threads: one trial's CPUs
-    gpu_ids: tuple[str, ...] = ()  # the GPU Ray gave the first member, if any
-    stop_when: Any = None  # the sweep's StopWhenSpec
-
-
-@dataclass
-class Member:
-    """One member as the group sees it."""
-
-    j: int
-    trial_id: str
-    plan: Any
-    last_step: int  # its trial's last report when it joined (-1: none)
-    ack: int = -1  # the last step its trial has handed to Tune
-    published: int = -1
-    reports: list[dict] = field(default_factory=list)
-    left: bool = False
-    final: bool = False
-    released: bool = False
-    dm: Any = None
-    batches: Batches | None = None
-    trainer: Any = None
-    counts: Counts = field(default_factory=Counts)
 
 
 def fused_class():
@@ -92,6 +65,9 @@ class FusedGroup:
         self._ended: set[int] = set()
         self._ended_at = 0.0
         torch.set_num_threads(max(1, setup.threads))
+        from sweeps.trial.kit import quiet_logs
+
+        quiet_logs()  # Lightning's banners, as in a trial's process
         threading.Thread(target=self._run, daemon=True, name=f"group-{setup.name}").start()
 
     # -- what the member trials call ------------------------------------------------------------
@@ -185,20 +161,12 @@ class FusedGroup:
                     return
                 self.cond.wait(POLL_S)
 
-    def _device(self) -> tuple[torch.device, str, Any]:
-        if self.setup.gpu_ids and torch.cuda.is_available():
-            gid = self.setup.gpu_ids[0]
-            visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-            index = visible.index(gid) if gid in visible else (0 if visible else int(gid))
-            return torch.device(f"cuda:{index}"), "gpu", [index]
-        return torch.device("cpu"), "cpu", 1
-
     def _build(self) -> None:
         """The fused model: from the newest state every returning member reached, or from scratch."""
         ended = self._roster_ended(fresh=True)
         with self.cond:
             use = sorted(j for j, m in self.members.items() if not m.left and j not in ended)
-        self.device, accelerator, devices = self._device()
+        self.device, accelerator, devices = group_device(self.setup.gpu_ids)
         since = min(self.members[j].last_step for j in use) if use else -1
         loaded = self.store.load(since, set(use)) if since >= 0 and use else None
         state = loaded[1] if loaded else None
@@ -280,16 +248,24 @@ class FusedGroup:
                 for j, loss in zip(self.active, losses.tolist()):
                     epoch = self.members[j].batches.epoch
                     self.members[j].counts.history.append(
-                        (self.step, {"train/loss_step": loss, "epoch": epoch})
+                        (self.step - 1, {"train/loss_step": loss, "epoch": epoch})
                     )
             if self.step % every == 0 or self.step >= max_steps:
                 self._validate(max_steps)
             self._epoch_ends()
             self._drop_gone()
 
-    def _epoch_ends(self) -> None:
-        """A member whose epoch ended: its epoch mean of the training loss (``train/loss_epoch``)."""
-        done = [i for i, j in enumerate(self.active) if self.members[j].batches.epoch_done]
+    def _epoch_ends(self, members: list[int] | None = None) -> None:
+        """Members whose epoch ended (or, given, ``members``: their training ends here, as
+        Lightning ends the epoch at ``max_steps``): the epoch's mean training loss
+        (``train/loss_epoch``, weighted by batch size) in their W&B history."""
+        done = [
+            i
+            for i, j in enumerate(self.active)
+            if (j in members if members is not None else self.members[j].batches.epoch_done)
+            and not (members is None and self.members[j].final)
+            and self.counted[i] > 0
+        ]
         if not done:
             return
         means = (self.sums / self.counted.clamp(min=1)).tolist()
@@ -297,21 +273,23 @@ class FusedGroup:
             m = self.members[self.active[i]]
             m.counts.epoch_mean = means[i]
             m.counts.history.append(
-                (self.step, {"train/loss_epoch": means[i], "epoch": m.batches.epoch})
+                (self.step - 1, {"train/loss_epoch": means[i], "epoch": m.batches.epoch})
             )
             self.sums[i] = 0.0
             self.counted[i] = 0.0
 
-    def _wait_acks(self) -> None:
-        """Until every member's trial has handed its previous report to Tune (or is gone)."""
+    def _wait_acks(self, members: list[int] | None = None) -> None:
+        """Until the trials of ``members`` (default: all in the fused model) have handed their
+        last published report to Tune, or are gone."""
+        members = self.active if members is None else members
         while True:
             ended = self._roster_ended()
             with self.cond:
                 behind = [
                     j
-                    for j in self.active
+                    for j in members
                     if self.members[j].ack < self.members[j].published
-                    and not self.members[j].left
+                    and not (self.members[j].left or self.members[j].released)
                     and j not in ended
                 ]
                 if not behind:
@@ -346,14 +324,25 @@ class FusedGroup:
             )
             report["hparams"] = dict(module.hparams)
             reports[j] = report
+        finals = [j for j, r in reports.items() if r["final"]]
+        if finals:  # the epoch ends with their training: its mean, after the report's figures
+            self._epoch_ends(finals)
+            for j in finals:
+                reports[j]["history"] += self.members[j].counts.history
+                self.members[j].counts.history = []
         self._save_state()
-        with self.cond:
-            for j, report in reports.items():
+        # one member's report at a time, in member order, each once Tune has taken the one before:
+        # a scheduler comparing members (ASHA on one unit's samples) sees them in the same order
+        # in every run, as an unfused sweep's trials reach it one by one
+        for k, (j, report) in enumerate(reports.items()):
+            if k:
+                self._wait_acks([list(reports)[k - 1]])
+            with self.cond:
                 m = self.members[j]
                 m.reports.append(report)
                 m.published = self.step
                 m.final = m.final or report["final"]
-            self.cond.notify_all()
+                self.cond.notify_all()
 
     def _save_state(self) -> None:
         from datamodules.resumable import RngStateCallback
@@ -391,6 +380,13 @@ class FusedGroup:
             ):
                 return
             self.closing = True
+            finished = all(
+                j in self.members
+                and (self.members[j].final or (self.members[j].left and j in ended))
+                for j in range(self.setup.size)
+            )
+        if finished:  # no member will resume: the group's states are of no more use
+            self.store.remove()
         import ray
 
         ray.get_actor(self.setup.roster).close_group.remote(self.setup.name)

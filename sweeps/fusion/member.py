@@ -117,7 +117,8 @@ def follow(handle, settings, plan, j: int, trial_id: str, trial_name: str, last:
                         )
                 last = report["step"]
                 final_ckpt = report["files"].get(CHECKPOINT_FILE)
-                if report["final"]:
+                if report["final"]:  # Tune has it: the group need not wait for this member
+                    _quietly(lambda: ray.get(handle.release.remote(j), timeout=30))
                     break
         except SystemExit as exc:
             if exc.code not in (0, None):
@@ -134,8 +135,6 @@ def follow(handle, settings, plan, j: int, trial_id: str, trial_name: str, last:
     finally:
         with phases.phase("wandb_close"):
             close_wandb(logger, exit_code=1 if failed else 0)
-        if stop is None and not failed:
-            _quietly(lambda: ray.get(handle.release.remote(j), timeout=30))
     if stop is not None:
         raise stop
 

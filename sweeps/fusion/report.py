@@ -36,13 +36,10 @@ def member_report(
                 counts.converged = True
         out[CONVERGED] = 1.0 if counts.converged else 0.0
     out.update(step=step, epoch=epoch, train_time_s=train_time_s)
-    history = counts.history + [(step, {**metrics, "epoch": epoch})]
-    if counts.converged:
+    # W&B steps as Lightning's logger counts them: batches stepped before the one in progress
+    history = counts.history + [(step - 1, {**metrics, "epoch": epoch})]
+    final = step >= max_steps or counts.converged
+    if counts.converged:  # the stop_when callback logs it at the global step
         history.append((step, {CONVERGED: 1.0}))
     counts.history = []
-    return {
-        "step": step,
-        "metrics": out,
-        "final": step >= max_steps or counts.converged,
-        "history": history,
-    }
+    return {"step": step, "metrics": out, "final": final, "history": history}

@@ -60,6 +60,13 @@ class GroupStore:
             self.fs.delete_file(old.path)
         return final
 
+    def remove(self) -> None:
+        """Delete the group's folder (every member finished or was stopped for good)."""
+        try:
+            self.fs.delete_dir(self.folder)
+        except OSError:
+            pass  # already gone, or a storage that refuses: the states only take room
+
     def states(self) -> list[StateFile]:
         """The group's states, oldest first."""
         import pyarrow.fs

@@ -3,7 +3,7 @@ model (seeded as :func:`sweeps.trial.kit.prepare_trial` seeds, so a member start
 run's weights and data), serve its training batches in Lightning's order (resumable), validate it
 through Lightning's own validation (so ``val/bleu`` and the rest come from the same code), and
 write its checkpoint in Lightning's format (``Seq2SeqModule.load_from_checkpoint`` loads it as a
-plain model) with the files an unfused trial's report folder holds. Imports no Ray.
+plain model) with the files an unfused trial's report folder holds.
 """
 
 from __future__ import annotations
@@ -22,6 +22,17 @@ from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
 from sweeps.spec import TrialPlan
 from sweeps.trial.build import build_datamodule, build_module
 from sweeps.trial.callbacks import write_hypotheses
+
+
+def group_device(gpu_ids: tuple[str, ...]) -> tuple[torch.device, str, Any]:
+    """Where a group trains: the GPU Ray gave its first member (the group's process holds none
+    itself, so it sees the node's GPUs), else the CPU; with Lightning's accelerator and devices."""
+    if gpu_ids and torch.cuda.is_available():
+        gid = gpu_ids[0]
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+        index = visible.index(gid) if gid in visible else (0 if visible else int(gid))
+        return torch.device(f"cuda:{index}"), "gpu", [index]
+    return torch.device("cpu"), "cpu", 1
 
 
 def build_member(plan: TrialPlan) -> tuple[pl.LightningDataModule, pl.LightningModule]:
@@ -90,6 +101,40 @@ class Counts:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+@dataclass(frozen=True)
+class GroupSetup:
+    """What the first member trial tells the roster to build its group with."""
+
+    name: str
+    size: int
+    roster: str  # the roster actor's name
+    filesystem: Any  # Tune's storage filesystem (pyarrow), where the group's states go
+    folder: str  # the group's state folder on it
+    threads: int  # torch threads: one trial's CPUs
+    gpu_ids: tuple[str, ...] = ()  # the GPU Ray gave the first member, if any
+    stop_when: Any = None  # the sweep's StopWhenSpec
+
+
+@dataclass
+class Member:
+    """One member as the group sees it."""
+
+    j: int
+    trial_id: str
+    plan: Any
+    last_step: int  # its trial's last report when it joined (-1: none)
+    ack: int = -1  # the last step its trial has handed to Tune
+    published: int = -1
+    reports: list[dict] = field(default_factory=list)
+    left: bool = False
+    final: bool = False
+    released: bool = False
+    dm: Any = None
+    batches: Batches | None = None
+    trainer: Any = None
+    counts: Counts = field(default_factory=Counts)
 
 
 def validator(plan: TrialPlan, accelerator: str, devices: Any) -> pl.Trainer:

@@ -222,16 +222,22 @@ def time_finished_trials(
             + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):"
         )
-    for row, outcome in zip(timed_rows, run_timing_stage(jobs, spec, log)):
-        record = outcome.record
+    from sweeps.fusion.timing import time_once_per_group  # a fused group's shapes timed once
+
+    for row, (outcome, cost) in zip(
+        timed_rows, time_once_per_group(jobs, timed_rows, spec, log, run_timing_stage)
+    ):
+        record = outcome.record if outcome is not None else None
         attach_timing(
-            row, record.timing.to_dict() if record and record.timing else None, outcome.error
+            row,
+            record.timing.to_dict() if record and record.timing else None,
+            outcome.error if outcome is not None else None,
         )
-        if record is not None:
+        if cost is not None:
             attach_train_cost(
                 row,
-                record.train.to_dict() if record.train else None,
-                record.memory.to_dict() if record.memory else None,
+                cost.train.to_dict() if cost.train else None,
+                cost.memory.to_dict() if cost.memory else None,
             )
 
 
