@@ -47,8 +47,14 @@ def applies(rnn: nn.LSTM, data: torch.Tensor, batch_sizes: torch.Tensor | None =
 def _cell(x: torch.Tensor, state: State, w_hh: torch.Tensor, b_hh: torch.Tensor) -> State:
     """One LSTM step on a precomputed input projection ``x`` (rows, 4H): RNN.cpp's ``LSTMCell``."""
     h, c = state
-    gates = F.linear(h, w_hh, b_hh).add_(x)
-    i, f, g, o = gates.unsafe_chunk(4, 1)
+    return lstm_pointwise(F.linear(h, w_hh, b_hh).add_(x), c)
+
+
+def lstm_pointwise(gates: torch.Tensor, c: torch.Tensor) -> State:
+    """The LSTM cell's pointwise part as RNN.cpp's ``LSTMCell`` computes it (in place on
+    ``gates``): gates (..., 4H) in the order i, f, g, o and c (..., H) -> h, c (..., H). Any
+    leading dimensions (the fused model's member dimension among them)."""
+    i, f, g, o = gates.unsafe_chunk(4, -1)
     i, f, g, o = i.sigmoid_(), f.sigmoid_(), g.tanh_(), o.sigmoid_()
     c = (f * c).add_(i * g)
     return o * c.tanh(), c

@@ -1,0 +1,60 @@
+"""Fused trials: M same-shape models trained as one model, each still a model of its own.
+
+A sweep's trials often differ only in what changes no tensor shape: the seed, the learning rate,
+weight decay, dropout, gradient clipping. Such models can train as one: every weight gets a
+leading member dimension M, every matrix product becomes one batched product over the members,
+and a training step costs about as many operations as one model's. On a CPU, where a small
+model's step is mostly per-operation overhead, and on a GPU, where it is mostly kernel launches,
+M members then train for little more than the price of one::
+
+    from lightning_modules import Seq2SeqModule
+    from lightning_modules.fused import FusedSeq2Seq, shape_key
+
+    modules = []
+    for seed, lr in [(0, 1e-3), (1, 1e-3), (2, 3e-3)]:
+        torch.manual_seed(seed)                       # each member starts where its own run would
+        modules.append(Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 16},
+                                     max_source_len=11, lr=lr))
+    assert len({shape_key(m.hparams) for m in modules}) == 1     # they fuse
+    fused = FusedSeq2Seq.from_modules(modules, clip=[1.0, 1.0, None])
+    losses = fused.train_step([batch0, batch1, batch2])          # (3,) one step of each member
+    model = fused.member_module(1)                               # a plain Seq2SeqModule
+
+What fuses: two modules fuse iff their :func:`shape_key` is equal: the mechanism and all its
+options, the sizes, the vocabularies, ``max_source_len`` and the special ids. ``lr``,
+``weight_decay`` and ``dropout`` may differ per member, so may each member's gradient clipping
+value and its batches (their lengths and sizes: they are padded to the longest inside). Every
+registered attention mechanism fuses; monotonic attention in its soft training modes (forcing
+``mode="hard"`` in training has no fused form: :func:`unfusable_reason` says so).
+
+The same maths: with dropout off, a fused step of M members gives what M unfused steps
+(``Seq2SeqModule``'s loss, Lightning's norm clipping, ``torch.optim.Adam``) give on the same
+batches, to float32 rounding: losses, gradients, weights and Adam's state
+(tests/lightning_modules/test_fused.py). Each member's sentences keep their own lengths exactly
+as the unfused model's packed sequences do. With dropout, each member draws its own masks from
+one random stream over the stacked tensors: a member is then a draw from the same distribution
+as its unfused run, not the same numbers.
+
+Each member stays a model of its own: :meth:`FusedSeq2Seq.member_module` gives member i as a
+plain ``Seq2SeqModule`` (its hparams, copies of its current weights, eval mode) to validate,
+decode and checkpoint, and :meth:`FusedSeq2Seq.optimizer_state` its Adam state in
+``torch.optim.Adam``'s format, so its checkpoint loads and resumes as an unfused trial's.
+:meth:`FusedSeq2Seq.keep` drops members (a trial stopped early stops costing compute;
+:attr:`FusedSeq2Seq.member_ids` maps the remaining ones to the original numbering), and
+:meth:`FusedSeq2Seq.state_dict` / :meth:`FusedSeq2Seq.from_state_dict` save and restore the
+whole group exactly. ``precision="bf16-mixed"`` (or the caller's ``torch.autocast``) trains
+under bf16 autocast.
+
+How it is built: the encoder and decoder are written with the member dimension
+(:mod:`lightning_modules.fused.network`; the LSTM cell's pointwise part is the unfused
+encoder's); each attention mechanism is its own class run on the members' batches folded into
+one batch of M * B rows, with its linear maps applied per member
+(:mod:`lightning_modules.fused.attention`); all weights live in one (M, P) buffer so that
+clipping and Adam are a few whole-buffer operations (:mod:`lightning_modules.fused.layout`,
+:mod:`lightning_modules.fused.adam`).
+"""
+
+from .key import shape_difference, shape_key, unfusable_reason
+from .model import FusedSeq2Seq
+
+__all__ = ["FusedSeq2Seq", "shape_difference", "shape_key", "unfusable_reason"]

@@ -1,0 +1,111 @@
+"""Gradient clipping and Adam for M members on the flat (M, P) buffers, each member its own
+settings.
+
+Both are elementwise or per member, so one operation over the (M, P) tensor with a member's
+setting broadcast over its row does every member's work at once. The maths is
+``torch.nn.utils.clip_grad_norm_`` (as Lightning's ``gradient_clip_val`` calls it) and
+``torch.optim.Adam``'s (its single-tensor form, L2 weight decay, bias correction in double
+precision per member), with the norm summed in another order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .layout import FlatParameters
+
+BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which Seq2SeqModule.configure_optimizers uses
+EPS = 1e-8
+
+
+def clip_grad_norms_(grad: torch.Tensor, clip: Sequence[float | None]) -> None:
+    """Scale row m of ``grad`` (M, P) by min(1, clip[m] / (norm_m + 1e-6)) where clip[m] is a
+    positive number (Lightning's ``gradient_clip_val``; None or 0 leaves the row alone)."""
+    on = [c is not None and c > 0 for c in clip]
+    if not any(on):
+        return
+    norms = torch.linalg.vector_norm(grad, dim=1)  # (M,)
+    max_norm = torch.tensor([float(c) if o else 1.0 for c, o in zip(clip, on)], device=grad.device)
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)  # (M,)
+    if not all(on):
+        coef = torch.where(torch.tensor(on, device=grad.device), coef, 1.0)
+    grad.mul_(coef.unsqueeze(1))
+
+
+def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(values, dtype=like.dtype, device=like.device).unsqueeze(1)  # (M, 1)
+
+
+@torch.no_grad()
+def adam_step_(
+    flat: FlatParameters,
+    steps: list[int],
+    lr: Sequence[float],
+    weight_decay: Sequence[float],
+) -> None:
+    """One Adam step of every member (``steps`` counted up in place)."""
+    beta1, beta2 = BETAS
+    param, grad = flat.data, flat.grad
+    for m in range(len(steps)):
+        steps[m] += 1
+    if any(weight_decay):
+        grad = torch.addcmul(grad, param, _column(weight_decay, param))  # grad + wd * param
+    flat.exp_avg.lerp_(grad, 1 - beta1)
+    flat.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    # bias corrections in double precision per member, as Adam computes them from its step count
+    step_size = [-rate / (1 - beta1**step) for rate, step in zip(lr, steps)]
+    correction2_sqrt = [(1 - beta2**step) ** 0.5 for step in steps]
+    denom = (flat.exp_avg_sq.sqrt() / _column(correction2_sqrt, param)).add_(EPS)
+    param.addcdiv_(flat.exp_avg * _column(step_size, param), denom)
+
+
+def adam_state_dict(
+    flat: FlatParameters,
+    member: int,
+    names: Sequence[str],
+    step: int,
+    lr: float,
+    weight_decay: float,
+) -> dict[str, Any]:
+    """Member ``member``'s Adam state in ``torch.optim.Adam.state_dict()``'s format, for an
+    optimiser over the unfused module's parameters in the order ``names``."""
+    group = torch.optim.Adam([torch.zeros(1)], lr=lr, weight_decay=weight_decay).state_dict()
+    group = dict(group["param_groups"][0], params=list(range(len(names))))
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    if step > 0:
+        avg = dict(flat.named_parts(flat.exp_avg, member))
+        avg_sq = dict(flat.named_parts(flat.exp_avg_sq, member))
+        for index, name in enumerate(names):
+            state[index] = {
+                "step": torch.tensor(float(step)),
+                "exp_avg": avg[name].clone(),
+                "exp_avg_sq": avg_sq[name].clone(),
+            }
+    return {"state": state, "param_groups": [group]}
+
+
+@torch.no_grad()
+def load_adam_state_dict(
+    flat: FlatParameters, member: int, names: Sequence[str], state_dict: dict[str, Any]
+) -> int:
+    """Copy an Adam state dict of the unfused module (parameters in the order ``names``) into
+    member ``member``'s moments; returns its step count (0 for an optimiser that never stepped)."""
+    state = state_dict["state"]
+    if not state:
+        flat.exp_avg[member].zero_()
+        flat.exp_avg_sq[member].zero_()
+        return 0
+    avg = dict(flat.named_parts(flat.exp_avg, member))
+    avg_sq = dict(flat.named_parts(flat.exp_avg_sq, member))
+    steps = set()
+    for index, name in enumerate(names):
+        entry = state[index]
+        avg[name].copy_(entry["exp_avg"])
+        avg_sq[name].copy_(entry["exp_avg_sq"])
+        steps.add(int(entry["step"]))
+    if len(steps) != 1:
+        raise ValueError(f"the Adam state's parameters have different step counts {sorted(steps)}")
+    return steps.pop()

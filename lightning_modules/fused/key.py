@@ -1,0 +1,125 @@
+"""Which trials fuse: the shape key of a :class:`~lightning_modules.module.Seq2SeqModule`'s
+constructor arguments.
+
+Two modules train as one fused model iff their :func:`shape_key` values are equal. The key holds
+every argument that fixes a tensor's shape or the computation's structure, resolved the way the
+module resolves it (the preset's sizes with the explicit sizes laid over them, the mechanism's
+options with its defaults filled in and ``max_source_len`` passed on), so ``preset="tiny"`` and
+the same sizes written out fuse.
+
+Left out of the key, because members may differ in them:
+
+- ``lr``, ``weight_decay``: Adam's settings, applied per member (Adam is elementwise);
+- ``dropout``: a probability, drawn per member (the masks' shapes do not depend on it);
+- ``val_beam_size``, ``length_penalty``, ``max_decode_len``, ``val_decode``: evaluation only;
+  a member is evaluated as its own plain module (:meth:`FusedSeq2Seq.member_module`);
+- ``preset``: only through the sizes it resolves to;
+- the seed, which is no constructor argument: each member's initial weights are its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from ..attention import attention_options
+from ..presets import get_preset
+
+#: constructor arguments that may differ between the members of one fused model
+MEMBER_SETTINGS = ("lr", "weight_decay", "dropout")
+#: constructor arguments that only evaluation reads
+EVALUATION_SETTINGS = ("val_beam_size", "length_penalty", "max_decode_len", "val_decode")
+SIZES = ("embedding_dim", "hidden_size", "encoder_layers", "decoder_layers", "bidirectional")
+
+
+def module_arguments(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """``hparams`` with Seq2SeqModule's defaults filled in; an unknown name raises, listing the
+    valid ones."""
+    from ..module import Seq2SeqModule  # deferred: the module imports Lightning
+
+    signature = inspect.signature(Seq2SeqModule.__init__)
+    valid = [name for name in signature.parameters if name != "self"]
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"shape_key: {unknown} are not Seq2SeqModule arguments; valid: {', '.join(valid)}"
+        )
+    bound = signature.bind_partial(**dict(hparams))
+    bound.apply_defaults()
+    return {name: value for name, value in bound.arguments.items() if name != "self"}
+
+
+def resolved_sizes(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The preset's sizes (dropout included) with the explicit ones laid over it, as the module
+    builds them."""
+    sizes = get_preset(args["preset"])
+    sizes.update({k: args[k] for k in (*SIZES, "dropout") if args.get(k) is not None})
+    return sizes
+
+
+def resolved_attention_options(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The mechanism's options as the model builds it: defaults, the given ones, and
+    ``max_source_len`` passed on where the mechanism takes it and it is not set."""
+    options = attention_options(args["attention"])
+    options.update(args.get("attention_kwargs") or {})
+    if "max_source_len" in options and options["max_source_len"] is None:
+        options["max_source_len"] = args["max_source_len"]
+    return options
+
+
+def shape_items(hparams: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The key as (setting, value) pairs, named so a mismatch can say which setting differs."""
+    args = module_arguments(hparams)
+    sizes = resolved_sizes(args)
+    options = resolved_attention_options(args)
+    items: list[tuple[str, Any]] = [
+        ("src_vocab_size", args["src_vocab_size"]),
+        ("tgt_vocab_size", args["tgt_vocab_size"]),
+        ("attention", args["attention"]),
+    ]
+    items += [(f"attention_kwargs.{k}", _hashable(options[k])) for k in sorted(options)]
+    items += [(k, sizes[k]) for k in SIZES]
+    items += [(k, args[k]) for k in ("max_source_len", "pad_id", "bos_id", "eos_id")]
+    return tuple(items)
+
+
+def shape_key(hparams: Mapping[str, Any]) -> tuple:
+    """The hashable key of everything that fixes tensor shapes and the computation's structure
+    (module docstring): two Seq2SeqModules fuse iff their keys are equal.
+
+    Args:
+        hparams: Seq2SeqModule constructor arguments (``module.hparams``, or a trial's subset of
+            them: missing ones take the constructor's defaults).
+    """
+    return shape_items(hparams)
+
+
+def shape_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The settings whose values differ between two modules' keys, as ``name: x != y``."""
+    left, right = dict(shape_items(a)), dict(shape_items(b))
+    return [
+        f"{name}: {left.get(name)!r} != {right.get(name)!r}"
+        for name in dict.fromkeys([*left, *right])
+        if left.get(name) != right.get(name)
+    ]
+
+
+def unfusable_reason(hparams: Mapping[str, Any]) -> str | None:
+    """Why a module with these arguments cannot train fused, or None when it can: monotonic
+    attention forced to its hard (test-time) mode in training has no fused form."""
+    args = module_arguments(hparams)
+    if args["attention"] == "monotonic" and resolved_attention_options(args).get("mode") == "hard":
+        return (
+            "monotonic attention with mode='hard' trains on its hard scan, which has no fused "
+            "form; leave mode unset (soft in training) or train it unfused"
+        )
+    return None
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value

@@ -1,0 +1,314 @@
+"""FusedSeq2Seq: M same-shape Seq2SeqModules trained as one model (see the package docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..module import Seq2SeqModule
+from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
+from .key import module_arguments, resolved_sizes, shape_difference, shape_key, unfusable_reason
+from .layers import DropoutRates
+from .layout import FlatParameters
+from .network import FusedDecoder, FusedEncoder, network_leaves
+
+PRECISIONS = ("32-true", "bf16-mixed")
+STATE_VERSION = 1
+
+
+def _new_module(hparams: Mapping[str, Any]) -> Seq2SeqModule:
+    """A Seq2SeqModule built from ``hparams`` without touching the caller's random stream (its
+    random initial weights are overwritten at once)."""
+    with torch.random.fork_rng(devices=[]):
+        return Seq2SeqModule(**hparams)
+
+
+class FusedSeq2Seq:
+    """M same-shape Seq2SeqModules (members) trained as one model with a leading member dimension.
+
+    Build it with :meth:`from_modules`; then :meth:`train_step` trains every member one step on
+    its own batch, :meth:`member_module` gives member i as a plain module (to validate or
+    checkpoint), :meth:`keep` drops members, :meth:`state_dict` saves the whole group.
+
+    Args:
+        hparams: each member's Seq2SeqModule arguments (equal shape keys).
+        template: a module built from one of them (for the structure; its weights are not used).
+        clip: each member's gradient-norm clipping value (None or 0: none).
+        device: where the weights live.
+        precision: ``"32-true"`` or ``"bf16-mixed"`` (bf16 autocast over the forward pass, as
+            Lightning's precision of that name; a caller's own ``torch.autocast`` works too).
+    """
+
+    def __init__(
+        self,
+        hparams: Sequence[Mapping[str, Any]],
+        template: Seq2SeqModule,
+        clip: Sequence[float | None],
+        device: torch.device,
+        precision: str = "32-true",
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision={precision!r}; valid: {', '.join(PRECISIONS)}")
+        if len(clip) != len(hparams):
+            raise ValueError(f"clip has {len(clip)} values for {len(hparams)} members")
+        self.hparams = [dict(h) for h in hparams]
+        self.member_ids = list(range(len(hparams)))
+        self.clip = list(clip)
+        self.steps = [0] * len(hparams)
+        self.precision = precision
+        self.pad_id, self.bos_id = template.hparams.pad_id, template.hparams.bos_id
+        model = template.model
+        rates = self._rates()
+        self.encoder = FusedEncoder(model.encoder, rates)
+        self.decoder = FusedDecoder(model.decoder, rates, "model.decoder.")
+        self.net = nn.ModuleDict({"encoder": self.encoder, "decoder": self.decoder}).to(device)
+        self.param_names = [name for name, _ in template.named_parameters()]
+        self.flat = FlatParameters(network_leaves(self.encoder, self.decoder), len(hparams), device)
+        covered = [name for leaf in self.flat.leaves for name in leaf.parts]
+        if sorted(covered) != sorted(self.param_names):
+            raise RuntimeError(
+                "the fused layout does not hold the module's parameters one to one: missing "
+                f"{sorted(set(self.param_names) - set(covered))}, extra "
+                f"{sorted(set(covered) - set(self.param_names))}"
+            )
+        self.flat.bind()
+
+    # ---------------------------------------------------------------- building
+    @classmethod
+    def from_modules(
+        cls,
+        modules: Sequence[Seq2SeqModule],
+        clip: Sequence[float | None] | None = None,
+        precision: str = "32-true",
+    ) -> FusedSeq2Seq:
+        """Fuse ``modules`` (their current weights are copied in; Adam starts fresh).
+
+        Args:
+            modules: Seq2SeqModules of equal :func:`shape_key`, on one device.
+            clip: each member's ``gradient_clip_val`` (None: no clipping for any).
+            precision: see the class.
+        Raises:
+            ValueError: no modules, shapes differ (naming the settings), devices differ, or a
+                module has no fused form (:func:`unfusable_reason`).
+        """
+        if not modules:
+            raise ValueError("from_modules needs at least one module")
+        hparams = [dict(m.hparams) for m in modules]
+        for i, h in enumerate(hparams):
+            reason = unfusable_reason(h)
+            if reason:
+                raise ValueError(f"member {i} cannot train fused: {reason}")
+            if shape_key(h) != shape_key(hparams[0]):
+                raise ValueError(
+                    f"member {i} does not fuse with member 0; differing settings: "
+                    + "; ".join(shape_difference(hparams[0], h))
+                )
+        devices = {m.device for m in modules}
+        if len(devices) > 1:
+            raise ValueError(f"modules are on different devices {sorted(map(str, devices))}")
+        clip = [None] * len(modules) if clip is None else list(clip)
+        fused = cls(hparams, modules[0], clip, devices.pop(), precision)
+        for i, module in enumerate(modules):
+            fused._load_weights(i, module.state_dict())
+        return fused
+
+    @classmethod
+    def from_state_dict(
+        cls, state: Mapping[str, Any], device: str | torch.device = "cpu"
+    ) -> FusedSeq2Seq:
+        """Rebuild a group saved by :meth:`state_dict` (an exact resume)."""
+        template = _new_module(state["hparams"][0])
+        fused = cls(
+            state["hparams"], template, state["clip"], torch.device(device), state["precision"]
+        )
+        fused.load_state_dict(state)
+        return fused
+
+    @torch.no_grad()
+    def _load_weights(self, member: int, state: Mapping[str, torch.Tensor]) -> None:
+        for name, view in self.flat.named_parts(self.flat.data, member):
+            view.copy_(state[name])
+
+    def _rates(self) -> DropoutRates:
+        return DropoutRates([resolved_sizes(module_arguments(h))["dropout"] for h in self.hparams])
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def members(self) -> int:
+        return len(self.hparams)
+
+    @property
+    def device(self) -> torch.device:
+        return self.flat.data.device
+
+    @property
+    def lr(self) -> list[float]:
+        return [float(h.get("lr", 1e-4)) for h in self.hparams]
+
+    @property
+    def weight_decay(self) -> list[float]:
+        return [float(h.get("weight_decay", 0.0)) for h in self.hparams]
+
+    # ---------------------------------------------------------------- training
+    def train_step(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tensor:
+        """One optimisation step of every member: ``batches[i]`` is member i's batch (the
+        datamodule's dict: src (B, S), src_lengths (B,), tgt (B, T); sizes may differ between
+        members). Forward, each member's mean token cross-entropy, backward of their sum,
+        per-member gradient-norm clipping, Adam. Returns the (M,) losses, detached."""
+        if len(batches) != self.members:
+            raise ValueError(f"train_step got {len(batches)} batches for {self.members} members")
+        src, lengths, tgt = self._stack(batches)
+        self.net.train()
+        self.flat.grad.zero_()
+        losses = self._losses(src, lengths, tgt)
+        with warnings.catch_warnings():
+            # the leaves view rows of one flat buffer, strided over the members: autograd adds
+            # their gradients in place all the same, and says that this layout is unusual
+            warnings.filterwarnings("ignore", message="grad and param do not obey the gradient")
+            losses.sum().backward()
+        clip_grad_norms_(self.flat.grad, self.clip)
+        adam_step_(self.flat, self.steps, self.lr, self.weight_decay)
+        return losses.detach()
+
+    def _losses(self, src: torch.Tensor, lengths: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Each member's mean token cross-entropy over its non-pad targets, (M,)."""
+        autocast = (
+            torch.autocast(self.device.type, dtype=torch.bfloat16)
+            if self.precision == "bf16-mixed"
+            else contextlib.nullcontext()
+        )
+        with autocast:
+            memory, mask, state = self.encoder(src, lengths)
+            bos = tgt.new_full((*tgt.shape[:2], 1), self.bos_id)  # (M, B, 1)
+            tgt_in = torch.cat([bos, tgt[..., :-1]], dim=-1)  # (M, B, T)
+            logits = self.decoder(tgt_in, state, memory, mask)  # (M, B, T, V)
+            per_token = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                tgt.reshape(-1),
+                ignore_index=self.pad_id,
+                reduction="none",
+            ).view(self.members, -1)  # (M, B*T)
+        counts = (tgt != self.pad_id).view(self.members, -1).sum(1)  # (M,)
+        return per_token.sum(1) / counts
+
+    def _stack(
+        self, batches: Sequence[Mapping[str, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The members' batches padded to common sizes: src (M, B, S), lengths (M, B), tgt
+        (M, B, T). A member with fewer sentences gets filler rows (one pad token, all-pad target)
+        that the loss ignores."""
+        M = self.members
+        B = max(b["src"].shape[0] for b in batches)
+        S = max(b["src"].shape[1] for b in batches)
+        T = max(b["tgt"].shape[1] for b in batches)
+        device = batches[0]["src"].device
+        src = torch.full((M, B, S), self.pad_id, dtype=torch.long, device=device)
+        tgt = torch.full((M, B, T), self.pad_id, dtype=torch.long, device=device)
+        lengths = torch.ones(M, B, dtype=torch.long, device=device)
+        for m, batch in enumerate(batches):
+            rows, width = batch["src"].shape
+            src[m, :rows, :width] = batch["src"]
+            tgt[m, :rows, : batch["tgt"].shape[1]] = batch["tgt"]
+            lengths[m, :rows] = batch["src_lengths"]
+        return src.to(self.device), lengths.to(self.device), tgt.to(self.device)
+
+    # ---------------------------------------------------------------- members
+    def member_module(self, i: int) -> Seq2SeqModule:
+        """Member ``i`` as a plain Seq2SeqModule (its own hparams, copies of its current weights,
+        on this model's device, in eval mode): what to validate with and to checkpoint."""
+        module = _new_module(self.hparams[i])
+        state = module.state_dict()
+        state.update(
+            {name: t.detach().clone() for name, t in self.flat.named_parts(self.flat.data, i)}
+        )
+        module.load_state_dict(state)
+        return module.to(self.device).eval()
+
+    def optimizer_state(self, i: int) -> dict[str, Any]:
+        """Member ``i``'s Adam state as ``torch.optim.Adam(member_module(i).parameters(), lr,
+        weight_decay=...).state_dict()`` would hold it (what Lightning's checkpoint stores)."""
+        return adam_state_dict(
+            self.flat, i, self.param_names, self.steps[i], self.lr[i], self.weight_decay[i]
+        )
+
+    def load_optimizer_state(self, i: int, state_dict: Mapping[str, Any]) -> None:
+        """Member ``i``'s Adam moments and step count from an unfused optimiser's state dict."""
+        self.steps[i] = load_adam_state_dict(self.flat, i, self.param_names, state_dict)
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Keep only members ``indices`` (weights, gradients, Adam state and settings), numbered
+        0.. in that order; :attr:`member_ids` maps them to the original members."""
+        indices = [int(i) for i in indices]
+        if (
+            not indices
+            or len(set(indices)) != len(indices)
+            or not all(0 <= i < self.members for i in indices)
+        ):
+            raise ValueError(
+                f"keep({indices}): need distinct member indices in 0..{self.members - 1}"
+            )
+        rows = torch.tensor(indices, device=self.device)
+        self.flat.apply(lambda t: t.index_select(0, rows))
+        self.hparams = [self.hparams[i] for i in indices]
+        self.member_ids = [self.member_ids[i] for i in indices]
+        self.clip = [self.clip[i] for i in indices]
+        self.steps = [self.steps[i] for i in indices]
+        self.encoder.rates = self.decoder.rates = self._rates()
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The whole group: weights, Adam's moments and step counts, each member's settings."""
+        return {
+            "version": STATE_VERSION,
+            "hparams": [dict(h) for h in self.hparams],
+            "member_ids": list(self.member_ids),
+            "clip": list(self.clip),
+            "steps": list(self.steps),
+            "precision": self.precision,
+            **{
+                name: t.detach().clone()
+                for name, t in self.flat.buffers().items()
+                if name != "grad"
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (members of the same shape key as this model's)."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"fused state version {state.get('version')!r}; expected {STATE_VERSION}"
+            )
+        if shape_key(state["hparams"][0]) != shape_key(self.hparams[0]):
+            raise ValueError(
+                "the saved group's shapes differ from this model's: "
+                + "; ".join(shape_difference(self.hparams[0], state["hparams"][0]))
+            )
+        self.hparams = [dict(h) for h in state["hparams"]]
+        self.member_ids = list(state["member_ids"])
+        self.clip = list(state["clip"])
+        self.steps = list(state["steps"])
+        self.precision = state["precision"]
+        device = self.device
+        flat = self.flat
+        flat.data = state["data"].to(device).clone()
+        flat.exp_avg = state["exp_avg"].to(device).clone()
+        flat.exp_avg_sq = state["exp_avg_sq"].to(device).clone()
+        flat.grad = torch.zeros_like(flat.data)
+        flat.bind()
+        self.encoder.rates = self.decoder.rates = self._rates()
+
+    def to(self, device: str | torch.device) -> FusedSeq2Seq:
+        """Move the weights, Adam's state and the mechanisms' constant buffers to ``device``."""
+        device = torch.device(device)
+        self.flat.apply(lambda t: t.to(device))
+        for module in self.net.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = buffer.to(device)
+        return self
