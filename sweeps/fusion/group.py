@@ -33,7 +33,9 @@ from sweeps.fusion.steps import (
     GroupSetup,
     Member,
     build_member,
+    fused_precision,
     group_device,
+    member_data,
     member_files,
     to_device,
 )
@@ -163,6 +165,8 @@ class FusedGroup:
 
     def _build(self) -> None:
         """The fused model: from the newest state every returning member reached, or from scratch."""
+        from datamodules.resumable import RngStateCallback
+
         ended = self._roster_ended(fresh=True)
         with self.cond:
             use = sorted(j for j, m in self.members.items() if not m.left and j not in ended)
@@ -170,33 +174,33 @@ class FusedGroup:
         since = min(self.members[j].last_step for j in use) if use else -1
         loaded = self.store.load(since, set(use)) if since >= 0 and use else None
         state = loaded[1] if loaded else None
-        order = list(state["members"]) if state else use
-        plans = (state["plans"] if state else {}) | {j: self.members[j].plan for j in use}
         modules = []
-        for j in order:
-            dm, module = build_member(self.members[j].plan if j in use else plans[j])
-            modules.append(module)
-            if j in use:
-                m = self.members[j]
-                m.dm, m.trainer = dm, make_validator(m.plan, accelerator, devices)
-                m.batches = Batches(dm.train_dataloader(), state["loaders"][j] if state else None)
-                if state:
-                    m.counts.load_state_dict(state["counts"][j])
-        clip = use and self.members[use[0]].plan.trainer.get("gradient_clip_val")
-        self.fused = fused_class().from_modules(modules, clip=clip or None)
-        self.step = 0
-        if state:
-            from datamodules.resumable import RngStateCallback
-
-            self.fused.load_state_dict(state["fused"])
-            self.step = int(state["step"])
+        for j in use:
+            m = self.members[j]
+            if state is None:  # seeded as its unfused trial: the same first weights and data
+                m.dm, module = build_member(m.plan)
+                modules.append(module)
+            else:
+                m.dm = member_data(m.plan)
+                m.counts.load_state_dict(state["counts"][j])
+            m.trainer = make_validator(m.plan, accelerator, devices)
+            m.batches = Batches(m.dm.train_dataloader(), state["loaders"][j] if state else None)
+        if state is None:
+            trainer = self.members[use[0]].plan.trainer
+            self.fused = fused_class().from_modules(
+                modules,
+                clip=[self.members[j].plan.trainer.get("gradient_clip_val") or None for j in use],
+                precision=fused_precision(trainer.get("precision")),
+            )
+            self.fused.to(self.device)
+            self.step, self.active = 0, list(use)
+        else:
+            self.fused = fused_class().from_state_dict(state["fused"], device=self.device)
+            self.step, self.active = int(state["step"]), list(state["members"])
             rng = RngStateCallback()
             rng.load_state_dict(state["rng"])
             rng.on_train_start(None, None)  # the RNG states of the state's step, put back
-        self.fused.to(self.device)
-        self.plans = plans
-        self.active = list(order)
-        self._keep([j for j in order if j in use])
+            self._keep([j for j in self.active if j in use])
         n = len(self.active)
         self.last_losses = torch.zeros(n, device=self.device)
         self.sums = torch.zeros(n, device=self.device)
@@ -359,7 +363,6 @@ class FusedGroup:
             {
                 "step": self.step,
                 "members": list(self.active),
-                "plans": {j: self.members[j].plan for j in self.active},
                 "fused": self.fused.state_dict(),
                 "loaders": {j: self.members[j].batches.state_dict() for j in self.active},
                 "counts": counts,

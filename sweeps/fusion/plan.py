@@ -1,9 +1,10 @@
 """Which trials of a sweep train fused, decided before Ray starts from the resolved plans.
 
 Two trials fuse when their *fuse keys* are equal (:func:`fuse_key`): the model's shapes (its
-section without the settings a member keeps to itself: learning rate, weight decay, dropout), the
-task (data, batch size, length; each member's seed still draws its own data and order) and the
-training loop (the trainer section). Members come from the seeds of a cell, from grid values that
+section without the settings a member keeps to itself: learning rate, weight decay, dropout, and
+the evaluation settings), the task (data, batch size, length; each member's seed still draws its
+own data and order) and the training loop (the trainer section, but for each member's own gradient
+clipping). Members come from the seeds of a cell, from grid values that
 change no shape, and from Optuna's samples of one unit asked together; a group has at most the
 sweep's ``fusion.max_members`` (:class:`~sweeps.spec.fusion_schema.FusionSpec`).
 
@@ -22,10 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FUSED_WITH, FUSED_MEMBER = "fused_with", "fused_member"
-#: model settings the members of a group may hold apart (the fused model keeps them per member)
-MEMBER_MODEL_KEYS = ("lr", "weight_decay", "dropout")
+#: model settings the members of a group may hold apart: the fused model keeps them per member
+#: (``lightning_modules.fused``'s MEMBER_SETTINGS), or only evaluation reads them (its
+#: EVALUATION_SETTINGS); written out here so that ``--dry-run`` imports no torch
+MEMBER_MODEL_KEYS = (
+    "lr",
+    "weight_decay",
+    "dropout",
+    "val_beam_size",
+    "length_penalty",
+    "max_decode_len",
+    "val_decode",
+)
+#: trainer settings each member keeps to itself (the fused model clips per member)
+MEMBER_TRAINER_KEYS = ("gradient_clip_val",)
 #: Lightning precisions the fused training step runs in
-FUSED_PRECISIONS = ("32-true", "32")
+FUSED_PRECISIONS = ("32-true", "32", "bf16-mixed")
 
 
 @dataclass(frozen=True)
@@ -125,9 +138,8 @@ def configuration_member(label: str, seed_index: int, n_seeds: int, cap: int) ->
 def fuse_key(task: dict[str, Any], model: dict[str, Any], trainer: dict[str, Any]) -> str:
     """Trials whose keys are equal train as one fused model (module docstring)."""
     shapes = {k: v for k, v in model.items() if k not in MEMBER_MODEL_KEYS}
-    return json.dumps(
-        {"model": shapes, "task": task, "trainer": trainer}, sort_keys=True, default=str
-    )
+    loop = {k: v for k, v in trainer.items() if k not in MEMBER_TRAINER_KEYS}
+    return json.dumps({"model": shapes, "task": task, "trainer": loop}, sort_keys=True, default=str)
 
 
 def loop_problem(trainer: dict[str, Any]) -> str | None:
@@ -141,7 +153,7 @@ def loop_problem(trainer: dict[str, Any]) -> str | None:
     if int(trainer.get("accumulate_grad_batches") or 1) != 1:
         return "trainer.accumulate_grad_batches is not 1"
     if str(trainer.get("precision", "32-true")) not in FUSED_PRECISIONS:
-        return f"trainer.precision {trainer.get('precision')} (the fused step runs in float32)"
+        return f"trainer.precision {trainer.get('precision')} (the fused step runs 32-true or bf16-mixed)"
     return None
 
 
@@ -162,9 +174,10 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
     return None
 
 
-def plan_fusion(sweep: Any, warm: Any = None) -> FusionPlan:
+def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
     """The sweep's fusion; ``warm`` (:class:`sweeps.run.warm.WarmStart`): its reused trials are
-    not trained, so they fuse with nobody."""
+    not trained, so they fuse with nobody; ``check(plan)``: why a plan has no fused form, or None
+    (:func:`unfusable`, which the launch passes: it needs torch, which ``--dry-run`` never loads)."""
     spec = sweep.spec
     device = "gpu" if spec.resources.gpu else "cpu"
     cap = spec.fusion.cap(device)
@@ -179,7 +192,7 @@ def plan_fusion(sweep: Any, warm: Any = None) -> FusionPlan:
     alone: list[str] = []
     loose = set()  # units whose trials train alone
     for i, plan in enumerate(sweep.plans):
-        problem = loop_problem(plan.trainer)
+        problem = loop_problem(plan.trainer) or (check(plan) if check is not None else None)
         if problem is not None:
             loose.add(i)
             alone.append(f"{plan.cell.name}: {problem}")
@@ -222,6 +235,20 @@ def plan_fusion(sweep: Any, warm: Any = None) -> FusionPlan:
             g = Group(f"g{n:0{width}d}", g.slots)
         named.append(g)
     return FusionPlan(cap, device, tuple(named), alone=tuple(dict.fromkeys(alone)))
+
+
+def unfusable(plan: Any) -> str | None:
+    """Why the fused model cannot train a trial of ``plan`` (``lightning_modules.fused``'s own
+    answer, e.g. monotonic attention forced to its hard mode in training), or None."""
+    import inspect
+
+    from lightning_modules.fused import unfusable_reason
+    from lightning_modules.module import Seq2SeqModule
+
+    params = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}
+    args = {k: v for k, v in plan.model.items() if k in params}
+    args["attention_kwargs"] = {k: v for k, v in plan.model.items() if k not in params} or None
+    return unfusable_reason({**args, "src_vocab_size": 1, "tgt_vocab_size": 1})
 
 
 def _alone(slots: dict[int, list[Slot]]) -> tuple[Group, ...]:

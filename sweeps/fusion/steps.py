@@ -38,10 +38,22 @@ def group_device(gpu_ids: tuple[str, ...]) -> tuple[torch.device, str, Any]:
 def build_member(plan: TrialPlan) -> tuple[pl.LightningDataModule, pl.LightningModule]:
     """A member's datamodule (set up) and module, seeded as its unfused trial's."""
     pl.seed_everything(plan.seed, workers=True, verbose=False)
+    dm = member_data(plan)
+    return dm, build_module(plan.model, dm)
+
+
+def member_data(plan: TrialPlan) -> pl.LightningDataModule:
+    """A member's datamodule, set up for training (its seed draws its data)."""
     dm = build_datamodule(plan.task, plan.seed)
     dm.prepare_data()
     dm.setup("fit")
-    return dm, build_module(plan.model, dm)
+    return dm
+
+
+def fused_precision(precision: Any) -> str:
+    """The fused model's name for a Lightning precision the fused loop runs
+    (:data:`sweeps.fusion.plan.FUSED_PRECISIONS`)."""
+    return "bf16-mixed" if str(precision) == "bf16-mixed" else "32-true"
 
 
 class Batches:

@@ -30,12 +30,12 @@ def trial_dirname(trial) -> str:
 
 
 def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
-    from sweeps.fusion.plan import plan_fusion
+    from sweeps.fusion.plan import plan_fusion, unfusable
     from sweeps.run.warm import plan_warm_start
 
     spec = sweep.spec
     out = paths.output / sweep.name
-    fused = plan_fusion(sweep, plan_warm_start(sweep)).active
+    fused = plan_fusion(sweep, plan_warm_start(sweep), unfusable).active
     return TrialSettings(
         spec=spec.model_copy(
             update={
@@ -129,9 +129,9 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
 
     spec = sweep.spec
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
-    from sweeps.fusion.plan import plan_fusion
+    from sweeps.fusion.plan import plan_fusion, unfusable
 
-    fusion = plan_fusion(sweep, plan_warm_start(sweep))
+    fusion = plan_fusion(sweep, plan_warm_start(sweep), unfusable)
     space, journal = None, None
     if sweep.has_search:
         space = optuna_distributions(spec.parameters, sweep.param_columns)

@@ -136,3 +136,37 @@ def test_dry_run_prints_the_groups(tmp_path, capsys):
         main([str(path), "--dry-run", "--set", "fusion=off", "--output", str(tmp_path / "o")]) == 0
     )
     assert "none of the 6 trials is fused: fusion is off" in capsys.readouterr().out
+
+
+def test_the_torch_free_fuse_key_agrees_with_the_fused_models_shape_key():
+    """``--dry-run`` groups trials by a key written without torch; the fused model's own
+    shape_key must agree: the same settings left out, and every group of the shipped studies one
+    shape to the fused model (a group it refused would fail at its first step)."""
+    import inspect
+    from pathlib import Path
+
+    from lightning_modules.fused import key
+    from lightning_modules.module import Seq2SeqModule
+    from sweeps.fusion.plan import MEMBER_MODEL_KEYS
+    from sweeps.spec import load_spec
+
+    assert set(MEMBER_MODEL_KEYS) == set(key.MEMBER_SETTINGS) | set(key.EVALUATION_SETTINGS)
+    params = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}
+    root = Path(__file__).resolve().parents[3]
+    checked = 0
+    for path in sorted((root / "sweeps").glob("*.yaml")):
+        profiles = [None] + (["cpu"] if "\n  cpu:" in path.read_text() else [])
+        for group, sweep in [
+            (g, sweep)
+            for sweep in (load_spec(path, profile=p) for p in profiles)
+            for g in plan_fusion(sweep).fused
+        ]:
+            keys = set()
+            for slot in group.slots:
+                model = sweep.plans[slot.unit].model
+                args = {k: v for k, v in model.items() if k in params}
+                args["attention_kwargs"] = {k: v for k, v in model.items() if k not in params}
+                keys.add(key.shape_key({**args, "src_vocab_size": 24, "tgt_vocab_size": 24}))
+            assert len(keys) == 1, (path.name, group.name)
+            checked += 1
+    assert checked >= 18
