@@ -88,8 +88,19 @@ _ACTIVE: dict[str, Any] = {}
 def start_roster(name: str) -> Any:
     """Create the roster actor of this Tune run under ``name`` (in the driver)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    handle = ray.remote(Roster).options(name=name, num_cpus=0, max_concurrency=16).remote()
+    here = ray.get_runtime_context().get_node_id()  # the driver's node: it lives as long as the run
+    handle = (
+        ray.remote(Roster)
+        .options(
+            name=name,
+            num_cpus=0,
+            max_concurrency=16,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        )
+        .remote()
+    )
     _ACTIVE["roster"] = handle
     return handle
 
