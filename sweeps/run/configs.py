@@ -98,8 +98,9 @@ class ConfigSearcher(SweepSearcher):
 
             label = f"{self.studies[cell].split('/', 1)[-1]}#{number}"
             config.update(configuration_member(label, k, len(self.seeds_of[cell]), self.fusion_cap))
+        fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
         self._get_storage().set_trial_user_attr(
-            entry["storage_id"], f"seed={self.units[i].seed}", {"ray_trial_id": trial_id}
+            entry["storage_id"], f"seed={self.units[i].seed}", {"ray_trial_id": trial_id, **fused}
         )
         self.started[i] += 1
         self.live[trial_id] = (i, number, entry["storage_id"])

@@ -156,11 +156,8 @@ def test_the_torch_free_fuse_key_agrees_with_the_fused_models_shape_key():
     checked = 0
     for path in sorted((root / "sweeps").glob("*.yaml")):
         profiles = [None] + (["cpu"] if "\n  cpu:" in path.read_text() else [])
-        for group, sweep in [
-            (g, sweep)
-            for sweep in (load_spec(path, profile=p) for p in profiles)
-            for g in plan_fusion(sweep).fused
-        ]:
+        sweeps = [load_spec(path, profile=p) for p in profiles]
+        for sweep, group in [(sw, g) for sw in sweeps for g in plan_fusion(sw).fused]:
             keys = set()
             for slot in group.slots:
                 model = sweep.plans[slot.unit].model
