@@ -155,6 +155,9 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
     assert len(records) == 3 and sum(r.get("train") is not None for r in records) == 1
     # each member chosen in its own unit and tested once on the held-out draw
     assert df["chosen"].all() and df["test/bleu"].notna().all()
+    assert (
+        "Fused: 3 of 3 trials trained in 1 fused group(s)" in (sweep_dir / "results.md").read_text()
+    )
 
 
 def test_fusion_off_trains_each_trial_alone_and_fused_members_learn_the_same(fused, tmp_path):
