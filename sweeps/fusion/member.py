@@ -28,6 +28,7 @@ from sweeps.fusion.group import GroupSetup
 from sweeps.fusion.plan import member_of, member_share
 from sweeps.fusion.state import group_folder
 from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
+from sweeps.spec import TrialPlan
 from sweeps.storage import short_storage_faults
 from sweeps.trial import phases
 from sweeps.trial.callbacks import STOP_REQUESTED, FinishOnStop, placement_metrics
@@ -83,7 +84,16 @@ def run_member_trial(config: dict[str, Any], settings: TrialSettings) -> None:
             phases.dump(_trial_storage_dir(ctx))
 
 
-def follow(handle, settings, plan, j: int, trial_id: str, trial_name: str, last: int, extra: dict):
+def follow(
+    handle: Any,
+    settings: TrialSettings,
+    plan: TrialPlan,
+    j: int,
+    trial_id: str,
+    trial_name: str,
+    last: int,
+    extra: dict[str, Any],
+) -> None:
     """Pass the group's reports for member ``j`` to Tune until its final one, or until Tune stops
     it; the W&B run is closed whatever happens (see :func:`sweeps.trial.kit.fit_trial`)."""
     logger, stop, failed, final_ckpt = None, None, True, None
@@ -153,7 +163,7 @@ def _member_bundle(per_trial: dict[str, float], config: dict[str, Any]):
     return PlacementGroupFactory([{k: max(v, 0.0001) for k, v in bundle.items() if v}])
 
 
-def open_group(settings: TrialSettings, ctx, group: str, size: int):
+def open_group(settings: TrialSettings, ctx: Any, group: str, size: int) -> Any:
     """The group's actor, from the roster (created on this trial's node by its first member)."""
     storage = ctx.get_storage()
     setup = GroupSetup(
@@ -171,7 +181,7 @@ def open_group(settings: TrialSettings, ctx, group: str, size: int):
     return ray.get(roster.open_group.remote(group, node, setup))
 
 
-def restored_step(checkpoint) -> tuple[int, str]:
+def restored_step(checkpoint: Any) -> tuple[int, str]:
     """The step of the trial's last report (its checkpoint's ``trial_state.json``) and the
     checkpoint folder's name; ``(-1, "")`` without one."""
     if checkpoint is None:
@@ -195,7 +205,7 @@ def chaos_once(settings: TrialSettings, trial_id: str, step: int) -> None:
         raise ChaosError(f"chaos: injected failure at step {step} (sweep spec `chaos` block)")
 
 
-def heatmaps_of(logger, checkpoint: bytes, plan) -> None:
+def heatmaps_of(logger: Any, checkpoint: bytes, plan: TrialPlan) -> None:
     """Attention heatmaps of the member's final model, as the unfused trial logs them."""
     from lightning_modules.module import Seq2SeqModule
     from sweeps.trial.build import build_datamodule
