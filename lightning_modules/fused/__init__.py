@@ -31,9 +31,10 @@ The same maths: with dropout off, a fused step of M members gives what M unfused
 (``Seq2SeqModule``'s loss, Lightning's norm clipping, ``torch.optim.Adam``) give on the same
 batches, to float32 rounding: losses, gradients, weights and Adam's state
 (tests/lightning_modules/test_fused.py). Each member's sentences keep their own lengths exactly
-as the unfused model's packed sequences do. With dropout, each member draws its own masks from
-one random stream over the stacked tensors: a member is then a draw from the same distribution
-as its unfused run, not the same numbers.
+as the unfused model's packed sequences do. With dropout (and with monotonic attention's
+pre-sigmoid noise), each member draws its own masks from one random stream over the stacked
+tensors: a member is then a draw from the same distribution as its unfused run, not the same
+numbers.
 
 Each member stays a model of its own: :meth:`FusedSeq2Seq.member_module` gives member i as a
 plain ``Seq2SeqModule`` (its hparams, copies of its current weights, eval mode) to validate,
@@ -46,8 +47,9 @@ whole group exactly. ``precision="bf16-mixed"`` (or the caller's ``torch.autocas
 under bf16 autocast.
 
 How it is built: the encoder and decoder are written with the member dimension
-(:mod:`lightning_modules.fused.network`; the LSTM cell's pointwise part is the unfused
-encoder's); each attention mechanism is its own class run on the members' batches folded into
+(:mod:`lightning_modules.fused.encoder`, :mod:`lightning_modules.fused.decoder`; the LSTM cell's
+pointwise part is the unfused encoder's, and the encoder packs its steps as ``nn.LSTM`` does);
+each attention mechanism is its own class run on the members' batches folded into
 one batch of M * B rows, with its linear maps applied per member
 (:mod:`lightning_modules.fused.attention`); all weights live in one (M, P) buffer so that
 clipping and Adam are a few whole-buffer operations (:mod:`lightning_modules.fused.layout`,

@@ -13,10 +13,11 @@ from torch import nn
 
 from ..module import Seq2SeqModule
 from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
+from .decoder import FusedDecoder
+from .encoder import FusedEncoder
 from .key import module_arguments, resolved_sizes, shape_difference, shape_key, unfusable_reason
 from .layers import DropoutRates
 from .layout import FlatParameters
-from .network import FusedDecoder, FusedEncoder, network_leaves
 
 PRECISIONS = ("32-true", "bf16-mixed")
 STATE_VERSION = 1
@@ -64,12 +65,16 @@ class FusedSeq2Seq:
         self.precision = precision
         self.pad_id, self.bos_id = template.hparams.pad_id, template.hparams.bos_id
         model = template.model
-        rates = self._rates()
+        rates = self._member_settings()
         self.encoder = FusedEncoder(model.encoder, rates)
         self.decoder = FusedDecoder(model.decoder, rates, "model.decoder.")
         self.net = nn.ModuleDict({"encoder": self.encoder, "decoder": self.decoder}).to(device)
         self.param_names = [name for name, _ in template.named_parameters()]
-        self.flat = FlatParameters(network_leaves(self.encoder, self.decoder), len(hparams), device)
+        self.flat = FlatParameters(
+            self.encoder.leaves("model.encoder.") + self.decoder.leaves("model.decoder."),
+            len(hparams),
+            device,
+        )
         covered = [name for leaf in self.flat.leaves for name in leaf.parts]
         if sorted(covered) != sorted(self.param_names):
             raise RuntimeError(
@@ -135,8 +140,13 @@ class FusedSeq2Seq:
         for name, view in self.flat.named_parts(self.flat.data, member):
             view.copy_(state[name])
 
-    def _rates(self) -> DropoutRates:
-        return DropoutRates([resolved_sizes(module_arguments(h))["dropout"] for h in self.hparams])
+    def _member_settings(self) -> DropoutRates:
+        """Each member's Adam settings (:attr:`lr`, :attr:`weight_decay`) from its hparams, and
+        its dropout probability."""
+        args = [module_arguments(h) for h in self.hparams]
+        self.lr = [float(a["lr"]) for a in args]
+        self.weight_decay = [float(a["weight_decay"]) for a in args]
+        return DropoutRates([resolved_sizes(a)["dropout"] for a in args])
 
     # ---------------------------------------------------------------- properties
     @property
@@ -146,14 +156,6 @@ class FusedSeq2Seq:
     @property
     def device(self) -> torch.device:
         return self.flat.data.device
-
-    @property
-    def lr(self) -> list[float]:
-        return [float(h.get("lr", 1e-4)) for h in self.hparams]
-
-    @property
-    def weight_decay(self) -> list[float]:
-        return [float(h.get("weight_decay", 0.0)) for h in self.hparams]
 
     # ---------------------------------------------------------------- training
     def train_step(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tensor:
@@ -201,8 +203,9 @@ class FusedSeq2Seq:
         self, batches: Sequence[Mapping[str, torch.Tensor]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The members' batches padded to common sizes: src (M, B, S), lengths (M, B), tgt
-        (M, B, T). A member with fewer sentences gets filler rows (one pad token, all-pad target)
-        that the loss ignores."""
+        (M, B, T), each member's sentences sorted longest first (the loss is a sum over them). A
+        member with fewer sentences gets filler rows (one pad token, all-pad target) that the
+        loss ignores."""
         M = self.members
         B = max(b["src"].shape[0] for b in batches)
         S = max(b["src"].shape[1] for b in batches)
@@ -216,6 +219,11 @@ class FusedSeq2Seq:
             src[m, :rows, :width] = batch["src"]
             tgt[m, :rows, : batch["tgt"].shape[1]] = batch["tgt"]
             lengths[m, :rows] = batch["src_lengths"]
+        # each member's sentences longest first: the encoder's packed steps then narrow fastest
+        order = lengths.argsort(dim=1, descending=True, stable=True)  # (M, B)
+        src = src.gather(1, order.unsqueeze(-1).expand_as(src))
+        tgt = tgt.gather(1, order.unsqueeze(-1).expand_as(tgt))
+        lengths = lengths.gather(1, order)
         return src.to(self.device), lengths.to(self.device), tgt.to(self.device)
 
     # ---------------------------------------------------------------- members
@@ -229,6 +237,11 @@ class FusedSeq2Seq:
         )
         module.load_state_dict(state)
         return module.to(self.device).eval()
+
+    def member_gradients(self, i: int) -> dict[str, torch.Tensor]:
+        """Member ``i``'s gradients of the last step (after clipping), copies under the unfused
+        module's parameter names."""
+        return {name: t.clone() for name, t in self.flat.named_parts(self.flat.grad, i)}
 
     def optimizer_state(self, i: int) -> dict[str, Any]:
         """Member ``i``'s Adam state as ``torch.optim.Adam(member_module(i).parameters(), lr,
@@ -259,7 +272,7 @@ class FusedSeq2Seq:
         self.member_ids = [self.member_ids[i] for i in indices]
         self.clip = [self.clip[i] for i in indices]
         self.steps = [self.steps[i] for i in indices]
-        self.encoder.rates = self.decoder.rates = self._rates()
+        self.encoder.rates = self.decoder.rates = self._member_settings()
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -301,7 +314,7 @@ class FusedSeq2Seq:
         flat.exp_avg_sq = state["exp_avg_sq"].to(device).clone()
         flat.grad = torch.zeros_like(flat.data)
         flat.bind()
-        self.encoder.rates = self.decoder.rates = self._rates()
+        self.encoder.rates = self.decoder.rates = self._member_settings()
 
     def to(self, device: str | torch.device) -> FusedSeq2Seq:
         """Move the weights, Adam's state and the mechanisms' constant buffers to ``device``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -255,3 +256,29 @@ def test_train_speed_quick_prints_one_json_line_with_steps_peaks_and_ratios(caps
     assert {(q["length"], q["ratio"]) for q in result["ratios"]} == {
         (L, name) for L in (4, 8) for name in ("memory:K=32/none", "bahdanau/memory:K=32")
     }
+
+
+@pytest.mark.train
+def test_fusion_quick_prints_one_json_line_of_finite_speedups(capsys):
+    bench = load("fusion")
+    result = bench.main(["--quick", "--members", "1", "3"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and json.loads(out[0]) == result, "stdout holds the JSON line alone"
+    assert {"speedup", "rows", "machine", "torch", "device", "load", "settings"} <= set(result)
+    assert set(result["speedup"]) == {"tiny/L6/M1", "tiny/L6/M3"}
+    assert result["torch"] == torch.__version__ and result["device"] == "cpu"
+    assert result["machine"]["line"].startswith("machine:")
+    for row in result["rows"]:
+        ratio = result["speedup"][row["cell"]]
+        assert math.isfinite(ratio) and ratio > 0 and ratio == row["speedup"]
+        assert row["unfused_step_seconds"] > 0 and row["fused_step_seconds"] > 0
+        assert math.isfinite(row["cpu_time_speedup"]) and row["cpu_time_speedup"] > 0
+        assert row["fused_member_steps_per_unit_second"] == pytest.approx(
+            row["members"] / row["fused_step_seconds"], rel=1e-2
+        )  # one process on one core: M member-steps per fused step
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+def test_fusion_refuses_cuda_without_a_gpu():
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        load("fusion").main(["--device", "cuda", "--quick"])

@@ -1,0 +1,377 @@
+"""Fused trials against unfused ones: trained member-steps per core-second (per GPU-second with
+``--device cuda``) of M same-shape models trained as one fused model
+(:mod:`lightning_modules.fused`) over M separate trials.
+
+Run it (from the repository root, on a quiet machine):
+
+    .venv/bin/python benchmarks/fusion.py --quick             # seconds: proves it runs
+    .venv/bin/python benchmarks/fusion.py                     # tiny and paper_copy, L 10 and 40, M 1 2 3 4 8
+    .venv/bin/python benchmarks/fusion.py --preset tiny --lengths 10 --members 1 3
+    .venv/bin/python benchmarks/fusion.py --device cuda --lengths 40 --members 1 2 4 8 16
+
+Prints ONE JSON line on stdout (progress goes to stderr): ``speedup`` maps
+``<preset>/L<L>/M<M>`` to fused member-steps per core-second over unfused trials' (e.g.
+``"tiny/L10/M3": 1.4``), ``rows`` the raw figures per cell (``unfused_step_seconds``: one trial's
+step; ``fused_step_seconds``: one step of the group of M; the member-steps per core-second of
+both; every round's ratio), plus ``machine`` (benchmarks/_machine.py's line), ``torch``,
+``device``, ``load`` (the 1-minute load average before and after: figures taken under load say
+so) and ``settings``. Each row also has ``cpu_time_speedup``, the same ratio over the processes'
+own CPU time (member-steps per CPU-second): on a quiet machine the two agree; on a shared one the
+wall-clock figures take other processes' time slices and only the CPU-time ratio means anything
+(it still feels their contention for caches and memory). With ``--device cuda`` it is the host's
+CPU time per member-step, not the GPU's.
+
+What is compared, as a sweep places its work:
+
+- On CPU, every core busy in both arms, one single-threaded process pinned to each of the
+  ``--cores`` cores (default: all this process may use), as a sweep with ``resources.cpu: 1``
+  runs its trials or its fused groups side by side. Unfused: each process trains one model (one
+  trial); fused: each process trains one group of M members. Member-steps per core-second =
+  (members x steps / seconds, summed over the processes) / cores. Both arms share the cores'
+  caches and memory bandwidth alike, so the ratio is what a sweep gains per core.
+- On a GPU (``--device cuda``), as Ray's fractional GPUs place trials: unfused, M processes of
+  one trial each side by side on the one GPU; fused, one process with the M members. Per
+  GPU-second: member-steps summed over the processes / seconds.
+
+One step is what a trial's training step does: the module's loss (``training_step``), backward,
+gradient-norm clipping where the sweep clips, Adam; the fused step is
+:meth:`FusedSeq2Seq.train_step`. Memory attention with K=16; copy-task batches as the datamodule
+makes them (random lengths 0..L plus EOS, padded to the batch's longest), each member and trial
+its own stream; batch size and learning rate as the sweep files set them (tiny: 64 and 3e-3 with
+clipping at 1.0, as the quickstart and k_vs_length's cpu profile; paper_copy: 128 and 1e-4,
+unclipped, as k_vs_length). Timing: one untimed warm-up run of every arm, then ``--repeats``
+rounds, each running every arm of a (preset, L) in turn for ``--steps`` steps (a slow spell of the
+machine falls on all alike); the figures are medians over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ["tiny", "paper_copy"]
+LENGTHS = [10, 40]
+MEMBERS = [1, 2, 3, 4, 8]
+#: the sweep files' training settings per preset: batch, lr, gradient_clip_val
+TRAINING = {"tiny": (64, 3e-3, 1.0), "paper_copy": (128, 1e-4, 0.0), "paper_wmt": (128, 1e-4, 0.0)}
+STEPS = {"tiny": 8, "paper_copy": 2, "paper_wmt": 1}
+QUICK = dict(presets=["tiny"], lengths=[6], members=[1, 2], batch=8, steps=2, repeats=1, cores=1)
+POOL = 4  # batches per stream, cycled
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", dest="presets", nargs="+", default=PRESETS, help="model presets")
+    p.add_argument("--lengths", nargs="+", type=int, default=LENGTHS, help="copy-task max lengths")
+    p.add_argument("--members", nargs="+", type=int, default=MEMBERS, help="members M per group")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    p.add_argument("--cores", type=int, default=None, help="CPU: processes side by side (all)")
+    p.add_argument("--batch", type=int, default=None, help="sentences per batch (the sweep's)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed run (per preset)")
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    p.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
+    p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:  # the smoke's settings, where the command line leaves the default
+        for key, value in QUICK.items():
+            if getattr(args, key) == p.get_default(key):
+                setattr(args, key, value)
+    if any(m < 1 for m in args.members) or any(L < 1 for L in args.lengths):
+        p.error("--members and --lengths take positive integers")
+    return args
+
+
+# ---------------------------------------------------------------- worker process side
+def _build(task: dict[str, Any]) -> Any:
+    """A step function for one arm of one cell: one trial, or one fused group of M members."""
+    import torch
+
+    from datamodules import CopyTaskDataModule
+    from lightning_modules import Seq2SeqModule
+    from lightning_modules.fused import FusedSeq2Seq
+
+    device = torch.device(task["device"])
+    streams = []
+    for member in range(task["members"]):
+        dm = CopyTaskDataModule(
+            vocab_size=20,
+            max_length=task["length"],
+            train_size=task["batch"] * POOL,
+            val_size=1,
+            test_size=0,
+            batch_size=task["batch"],
+            seed=task["seed"] + member,
+        )
+        dm.setup("fit")
+        loader = iter(dm.train_dataloader())
+        streams.append([{k: v.to(device) for k, v in next(loader).items()} for _ in range(POOL)])
+    modules = []
+    for member in range(task["members"]):
+        torch.manual_seed(task["seed"] + member)
+        modules.append(
+            Seq2SeqModule(
+                dm.src_vocab_size,
+                dm.tgt_vocab_size,
+                attention="memory",
+                attention_kwargs={"K": 16},
+                preset=task["preset"],
+                max_source_len=dm.max_source_len,
+                lr=task["lr"],
+                val_decode=False,
+            ).to(device)
+        )
+    bf16 = task["precision"] == "bf16-mixed"
+    clip = task["clip"] or None
+    if task["fused"]:
+        fused = FusedSeq2Seq.from_modules(modules, [clip] * len(modules), task["precision"])
+        return lambda i: fused.train_step([s[i % POOL] for s in streams])
+    module, batches = modules[0].train(), streams[0]
+    optimizer = module.configure_optimizers()
+
+    def step(i: int) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = module.training_step(batches[i % POOL], i)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+        optimizer.step()
+
+    return step
+
+
+def worker(core: int) -> None:
+    """Serve JSON commands on stdin (``build``, ``run``, ``drop``), one JSON reply per line."""
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")  # self.log without a Trainer, the flat layout's note
+    torch.set_num_threads(1)
+    if core >= 0:
+        os.sched_setaffinity(0, {core})
+    steps: dict[str, Any] = {}
+    for line in sys.stdin:
+        task = json.loads(line)
+        reply: dict[str, Any] = {}
+        if task["cmd"] == "build":
+            steps[task["key"]] = _build(task)
+            steps[task["key"]](0)  # one untimed step: allocations and first-call costs
+        elif task["cmd"] == "run":
+            step, sync = (
+                steps[task["key"]],
+                torch.cuda.synchronize if "cuda" in task["device"] else None,
+            )
+            if sync:
+                sync()  # nothing queued before (the build's warm-up step) counts
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for i in range(task["steps"]):
+                step(i)
+            if sync:
+                sync()
+            reply["seconds"] = time.perf_counter() - start
+            reply["cpu_seconds"] = time.process_time() - start_cpu
+        elif task["cmd"] == "drop":
+            steps.pop(task["key"], None)
+        print(json.dumps(reply), flush=True)
+
+
+# ---------------------------------------------------------------- coordinator side
+class Pool:
+    """Worker processes, each pinned to its own core on CPU; commands go to several at once."""
+
+    def __init__(self, cores: Sequence[int]) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--worker", str(core)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                env=env,
+            )
+            for core in cores
+        ]
+
+    def ask(self, indices: Sequence[int], task: dict[str, Any]) -> list[dict[str, Any]]:
+        for i in indices:
+            self.procs[i].stdin.write(json.dumps(task) + "\n")
+            self.procs[i].stdin.flush()
+        replies = []
+        for i in indices:
+            line = self.procs[i].stdout.readline()
+            if not line:
+                raise RuntimeError(f"benchmark worker {i} died (its error is above)")
+            replies.append(json.loads(line))
+        return replies
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+        for proc in self.procs:
+            proc.wait(timeout=60)
+
+
+def arms(device: str, members: Sequence[int], cores: int) -> list[dict[str, Any]]:
+    """The arms of one (preset, L) cell: who runs what, and over how many units (cores or GPUs)."""
+    if device.startswith("cuda"):
+        out = []
+        for m in members:
+            out.append(
+                {"name": f"unfused/M{m}", "fused": False, "members": 1, "workers": m, "units": 1}
+            )
+            out.append(
+                {"name": f"fused/M{m}", "fused": True, "members": m, "workers": 1, "units": 1}
+            )
+        return out
+    out = [{"name": "unfused", "fused": False, "members": 1, "workers": cores, "units": cores}]
+    for m in members:
+        out.append(
+            {"name": f"fused/M{m}", "fused": True, "members": m, "workers": cores, "units": cores}
+        )
+    return out
+
+
+def measure_cell(
+    pool: Pool, args: argparse.Namespace, preset: str, length: int
+) -> list[dict[str, Any]]:
+    """Every arm of one (preset, L), interleaved over the rounds; one row per M."""
+    batch, lr, clip = TRAINING[preset]
+    steps = args.steps or STEPS[preset]
+    cell = dict(preset=preset, length=length, batch=args.batch or batch, lr=lr, clip=clip,
+                device=args.device, precision=args.precision)  # fmt: skip
+    plan = arms(args.device, args.members, len(pool.procs))
+    for arm in plan:
+        for w in range(arm["workers"]):
+            key = f"{preset}/{length}/{arm['name']}"
+            task = {**cell, "cmd": "build", "key": key, "fused": arm["fused"],
+                    "members": arm["members"], "seed": 1000 * w}  # fmt: skip
+            pool.ask([w], task)
+    rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
+    cpu_rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
+    seconds: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
+    for _ in range(args.repeats):
+        for arm in plan:
+            key = f"{preset}/{length}/{arm['name']}"
+            replies = pool.ask(
+                range(arm["workers"]),
+                {"cmd": "run", "key": key, "steps": steps, "device": args.device},
+            )
+            per_step = [r["seconds"] / steps for r in replies]
+            seconds[arm["name"]].append(statistics.median(per_step))
+            rates[arm["name"]].append(sum(arm["members"] / s for s in per_step) / arm["units"])
+            cpu_rates[arm["name"]].append(
+                sum(arm["members"] * steps / r["cpu_seconds"] for r in replies) / len(replies)
+            )
+    for arm in plan:
+        pool.ask(range(arm["workers"]), {"cmd": "drop", "key": f"{preset}/{length}/{arm['name']}"})
+    rows = []
+    for m in args.members:
+        base = "unfused" if "unfused" in rates else f"unfused/M{m}"
+        ratios = [f / u for f, u in zip(rates[f"fused/M{m}"], rates[base])]
+        cpu_ratios = [f / u for f, u in zip(cpu_rates[f"fused/M{m}"], cpu_rates[base])]
+        rows.append(
+            {
+                "cell": f"{preset}/L{length}/M{m}",
+                "preset": preset,
+                "length": length,
+                "members": m,
+                "batch": cell["batch"],
+                "unfused_step_seconds": round(statistics.median(seconds[base]), 6),
+                "fused_step_seconds": round(statistics.median(seconds[f"fused/M{m}"]), 6),
+                "unfused_member_steps_per_unit_second": round(statistics.median(rates[base]), 3),
+                "fused_member_steps_per_unit_second": round(
+                    statistics.median(rates[f"fused/M{m}"]), 3
+                ),
+                "speedup": round(statistics.median(ratios), 3),
+                "round_speedups": [round(r, 3) for r in ratios],
+                "cpu_time_speedup": round(statistics.median(cpu_ratios), 3),
+            }
+        )
+        print(f"{rows[-1]['cell']}: speedup {rows[-1]['speedup']}", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    if args.worker is not None:
+        worker(args.worker)
+        return {}
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _machine import machine_info, machine_line
+
+    from sweeps.timing.devices import highest_cpus, resolve_device
+
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise SystemExit(f"--device: {exc}") from None
+    if device.type == "cuda":
+        pool_cores = [-1] * max(args.members)
+        units = "GPU"
+    else:
+        available = len(os.sched_getaffinity(0))
+        cores = args.cores or available
+        if not 1 <= cores <= available:
+            raise SystemExit(f"--cores {cores}: this process may use {available} core(s)")
+        pool_cores = highest_cpus(cores)
+        units = "core"
+    machine = machine_info(device)
+    load_before = os.getloadavg()[0]
+    print(machine_line(machine), file=sys.stderr, flush=True)
+    pool = Pool(pool_cores)
+    try:
+        rows = [
+            row
+            for preset in args.presets
+            for length in args.lengths
+            for row in measure_cell(pool, args, preset, length)
+        ]
+    finally:
+        pool.close()
+    result = {
+        "benchmark": "fusion",
+        "speedup": {row["cell"]: row["speedup"] for row in rows},
+        "unit": f"member-steps per {units}-second, fused / unfused",
+        "machine": {**machine, "line": machine_line(machine)},
+        "torch": torch.__version__,
+        "device": str(device),
+        "load": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "presets",
+                "lengths",
+                "members",
+                "cores",
+                "batch",
+                "steps",
+                "repeats",
+                "precision",
+            )
+        }
+        | {"processes": len(pool_cores), "attention": "memory K=16"},
+        "rows": rows,
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
