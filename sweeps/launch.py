@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"sweep {sweep.name}{f' (profile {profile})' if profile else ''}: {args.spec}")
     print(trial_table(sweep))
+    for line in fusion_summary(sweep):
+        print(line)
     note = sweep.early_stopping_note()
     if note:
         print(note)
@@ -172,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     return run_sweep(sweep, args, profile)
+
+
+def fusion_summary(sweep) -> list[str]:
+    """The sweep's fused groups and what they hold against an unfused run (:mod:`sweeps.fusion`)."""
+    from sweeps.fusion.describe import fusion_lines
+    from sweeps.fusion.plan import plan_fusion
+    from sweeps.run.warm import plan_warm_start
+
+    return fusion_lines(sweep, plan_fusion(sweep, plan_warm_start(sweep)))
 
 
 def exit_quickly(status: object) -> None:

@@ -179,6 +179,24 @@ def seeds_line(df: pd.DataFrame, summary: pd.DataFrame) -> str:
     return line
 
 
+def fused_line(df: pd.DataFrame) -> str:
+    """How many trials trained fused (results.csv's ``fused_with``; docs/fusion.md), or ""."""
+    if "fused_with" not in df or not df["fused_with"].notna().any():
+        return ""
+    fused = df[df["fused_with"].notna()]
+    timed = "train_step_seconds" in df and fused["train_step_seconds"].notna().any()
+    return (
+        f"Fused: {len(fused)} of {len(df)} trials trained in {fused['fused_with'].nunique()} fused "
+        "group(s) (results.csv's fused_with), each judged as a trial of its own"
+        + (
+            "; a group's training step and peak memory were measured once, on one member's "
+            "model alone."
+            if timed
+            else "."
+        )
+    )
+
+
 def timing_warning(summary: pd.DataFrame, timed: bool) -> str:
     """The page's opening warning when none of its decode times is a speed figure ("" otherwise)."""
     if summary.empty or DECODE_SECONDS not in summary or not summary[DECODE_SECONDS].notna().any():
@@ -289,6 +307,7 @@ def results_sections(
     preamble = [timing_warning(summary, timed), summary_rule(df, metric, mode)]
     preamble += [seeds_line(df, summary) if not summary.empty else ""]
     preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
+    preamble += [fused_line(df)]
     sections = [("", _paragraphs(preamble))]
     errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
     failed = [

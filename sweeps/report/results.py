@@ -138,6 +138,8 @@ def row_from_result(
         "teacher"
     ):  # a student: its teacher's trial id (sweeps.run.teachers)
         row["teacher"] = str(plan.config["teacher"])
+    if (plan.config or {}).get("fused_with"):  # trained fused with its group (sweeps.fusion)
+        row["fused_with"] = str(plan.config["fused_with"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -288,6 +290,7 @@ TEXT_COLUMNS = (
     "reused",
     "role",
     "teacher",
+    "fused_with",
     TIMING_DEVICE,
     "timing_device_name",
 )

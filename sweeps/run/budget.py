@@ -209,7 +209,7 @@ class Meter:
         charged = self.ledger.stages.setdefault(self.stage, {})
         charged["models"] = charged.get("models", 0) + done
 
-    def tick(self, running: int | None = None) -> str | None:
+    def tick(self, running: float | None = None) -> str | None:
         """Charge the time since the last tick (at the last known number of running trials: the
         trials Tune just started or stopped are counted from the next tick). Returns the budget
         that ran out, the first time one has."""

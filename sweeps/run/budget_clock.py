@@ -19,6 +19,7 @@ import sys
 
 from ray.tune import Callback
 
+from sweeps.fusion.plan import member_share
 from sweeps.run import budget, preemption
 
 
@@ -32,7 +33,9 @@ class BudgetClock(Callback):
         meter = budget.active()
         if meter is None:
             return
-        ran_out = meter.tick(sum(1 for t in trials if t.status == "RUNNING"))
+        # a member of a fused group of n holds 1/n of a trial (sweeps.fusion)
+        running = sum(member_share(t.config or {}) for t in trials if t.status == "RUNNING")
+        ran_out = meter.tick(running)
         if ran_out is None:
             return
         print(

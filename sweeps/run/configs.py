@@ -61,6 +61,7 @@ class ConfigSearcher(SweepSearcher):
         self.configs: dict[tuple[int, int], dict[str, Any]] = {}  # (cell, number) -> its state
         self.rung_state: dict[str, Any] = {"waiting": {}, "stopped": {}, "rungs": {}, "values": {}}
         self._cell_studies: dict[int, Any] = {}
+        self.fusion_cap = 1  # > 1: a configuration's seeds train fused, at most this many a group
 
     # -- Tune's Searcher interface -----------------------------------------------------------
 
@@ -88,11 +89,18 @@ class ConfigSearcher(SweepSearcher):
                 "curve": {},
             }
             trial.set_user_attr("objective", self.objective)
-        i = self.seeds_of[cell][entry["next"]]
+        k = entry["next"]
+        i = self.seeds_of[cell][k]
         entry["next"] += 1
         config = {**self.units[i].config, **entry["params"], "configuration": number}
+        if self.fusion_cap > 1:  # a configuration's seeds train fused (sweeps.fusion)
+            from sweeps.fusion.plan import configuration_member
+
+            label = f"{self.studies[cell].split('/', 1)[-1]}#{number}"
+            config.update(configuration_member(label, k, len(self.seeds_of[cell]), self.fusion_cap))
+        fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
         self._get_storage().set_trial_user_attr(
-            entry["storage_id"], f"seed={self.units[i].seed}", {"ray_trial_id": trial_id}
+            entry["storage_id"], f"seed={self.units[i].seed}", {"ray_trial_id": trial_id, **fused}
         )
         self.started[i] += 1
         self.live[trial_id] = (i, number, entry["storage_id"])

@@ -13,6 +13,7 @@ trainables once, through ``tune.with_parameters`` (:class:`sweeps.trial.settings
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,8 +30,12 @@ def trial_dirname(trial) -> str:
 
 
 def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
+    from sweeps.fusion.plan import plan_fusion, unfusable
+    from sweeps.run.warm import plan_warm_start
+
     spec = sweep.spec
     out = paths.output / sweep.name
+    fused = plan_fusion(sweep, plan_warm_start(sweep), unfusable).active
     return TrialSettings(
         spec=spec.model_copy(
             update={
@@ -46,6 +51,8 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
         cells={p.cell.name: p for p in sweep.plans},
         grid_columns=sweep.grid_columns,
         param_columns=sweep.param_columns,
+        # a sweep with fused trials: the name of its run's roster actor (sweeps.fusion.roster)
+        fusion_roster=f"fusion-roster-{sweep.name}-{uuid.uuid4().hex[:8]}" if fused else None,
     )
 
 
@@ -71,13 +78,16 @@ def make_trainable(
     Ray's object store, not in every trial's config)."""
     from ray import tune
 
-    if fn is None and settings.resources.workers > 1:
+    resources = trial_resources(settings)
+    if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.fusion)
+        from sweeps.fusion.member import member_resources, run_member_trial
+
+        fn, resources = run_member_trial, member_resources(resources)
+    elif fn is None and settings.resources.workers > 1:
         from sweeps.trial.ddp import run_ddp_trial as fn
     elif fn is None:
         from sweeps.trial.trainable import run_trial as fn
-    return tune.with_resources(
-        tune.with_parameters(fn, settings=settings), trial_resources(settings)
-    )
+    return tune.with_resources(tune.with_parameters(fn, settings=settings), resources)
 
 
 def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
@@ -119,6 +129,9 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
 
     spec = sweep.spec
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
+    from sweeps.fusion.plan import plan_fusion, unfusable
+
+    fusion = plan_fusion(sweep, plan_warm_start(sweep), unfusable)
     space, journal = None, None
     if sweep.has_search:
         space = optuna_distributions(spec.parameters, sweep.param_columns)
@@ -129,8 +142,14 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         from sweeps.run.configs import make_config_searcher
 
         searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
+        searcher.fusion_cap = fusion.cap if fusion.active else 1
     else:
-        searcher = SweepSearcher(
+        cls, kw = SweepSearcher, {}
+        if fusion.active:  # whole groups, one member after another (sweeps.fusion.searcher)
+            from sweeps.fusion.searcher import FusedSearcher
+
+            cls, kw = FusedSearcher, {"groups": list(fusion.groups)}
+        searcher = cls(
             units,
             num_samples=spec.num_samples if sweep.has_search else 1,
             metric=spec.metric.name,
@@ -140,6 +159,7 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
             sampler=spec.search.sampler,
             sampler_seed=spec.search.seed,
             wandb_enabled=wandb_mode != "disabled",
+            **kw,
         )
     apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # warm_start: reused and told trials
     return searcher
@@ -191,13 +211,20 @@ def run_tune(
         searcher = make_searcher(sweep, paths, settings.wandb.mode)
         # warm_start: the trials an earlier sweep finished are reused, not trained again
         to_train = sweep.num_trials - getattr(searcher, "reused_count", 0)
-        concurrent = min(fit.max_concurrent_trials, max(1, to_train))
+        # a fused group holds one trial's resources: the cap counts groups' worth of member trials
+        per_slot = sweep.spec.fusion.cap("gpu" if sweep.spec.resources.gpu else "cpu")
+        per_slot = per_slot if settings.fusion_roster is not None else 1
+        concurrent = min(fit.max_concurrent_trials * per_slot, max(1, to_train))
         if sweep.spec.per_configuration:
             # a seed paused at a rung holds no slot: the searcher counts the running ones itself
             searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
         callbacks += [BudgetClock(), KeepTrialLogs()]
+        if settings.fusion_roster is not None:  # the members Tune ended, for their groups
+            from sweeps.fusion.roster import RosterFeed
+
+            callbacks.append(RosterFeed())
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
             steps = {p.cell.name: p.trainer.get("max_steps") for p in sweep.plans}
@@ -226,6 +253,10 @@ def run_tune(
             run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
     guard = guard or StorageGuard(paths.storage)
+    from sweeps.fusion.roster import start_roster, stop_roster
+
+    if settings.fusion_roster is not None:
+        start_roster(settings.fusion_roster)
     with guard.watching(), charging(meter):
         try:
             grid = tuner.fit()
@@ -233,6 +264,8 @@ def run_tune(
             if not guard.note(exc) and not guard.fault:
                 raise
             grid = guard.results_after_fault(path, tuner.get_results)
+        finally:
+            stop_roster()  # and every group it made
     if guard.fault:  # the state Tune saved on the failed storage is older than the one it holds
         return grid
     # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved

@@ -32,7 +32,7 @@ from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F40
 #: the results.csv columns a warm start reads and writes
 PLAN_HASH, REUSED = "plan_hash", "reused"
 #: what decides how a trial trains: a change in any of these files changes every plan's fingerprint
-CODE_PACKAGES = ("lightning_modules", "datamodules", "sweeps/trial")
+CODE_PACKAGES = ("lightning_modules", "datamodules", "sweeps/trial", "sweeps/fusion")
 
 
 @functools.lru_cache(maxsize=1)

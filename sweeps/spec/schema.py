@@ -17,6 +17,7 @@ from lightning_modules.metric_names import (
     VAL_BLEU,
 )
 from sweeps.errors import SpecError  # noqa: F401 (raised here; importable from here too)
+from sweeps.spec.fusion_schema import FusionSpec
 from sweeps.spec.search_schema import (
     ConstraintSpec,
     EarlyTerminateSpec,
@@ -313,6 +314,8 @@ class SweepSpec(_Strict):
     )
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    # trials of equal shapes train as one fused model (sweeps.fusion); `fusion: off` trains each alone
+    fusion: FusionSpec = Field(default_factory=FusionSpec)
     max_concurrent_trials: int | None = Field(None, ge=1)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,18 +99,26 @@ def time_finished_trials(
             + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):"
         )
-    outcomes = run_timing_stage(jobs, spec, log, watch)
-    for row, outcome in zip(timed_rows, outcomes):
-        record = outcome.record
-        error = NOT_TIMED if outcome.status == "stopped" else outcome.error
+    from sweeps.fusion.timing import time_once_per_group  # a fused group's shapes timed once
+
+    results = time_once_per_group(
+        jobs, timed_rows, spec, log, partial(run_timing_stage, watch=watch)
+    )
+    stopped = any(o is not None and o.status == "stopped" for o, _ in results)
+    for row, (outcome, cost) in zip(timed_rows, results):
+        record = outcome.record if outcome is not None else None
+        if outcome is None:  # a group member whose decoding the stop left untimed, or not asked
+            error = NOT_TIMED if stopped else None
+        else:
+            error = NOT_TIMED if outcome.status == "stopped" else outcome.error
         attach_timing(row, record.timing.to_dict() if record and record.timing else None, error)
-        if record is not None:
+        if cost is not None:
             attach_train_cost(
                 row,
-                record.train.to_dict() if record.train else None,
-                record.memory.to_dict() if record.memory else None,
+                cost.train.to_dict() if cost.train else None,
+                cost.memory.to_dict() if cost.memory else None,
             )
-    return any(o.status == "stopped" for o in outcomes)
+    return stopped
 
 
 def run_timing_stage(

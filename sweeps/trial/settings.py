@@ -35,6 +35,8 @@ class TrialSettings:
     cells: dict[str, TrialPlan] = field(default_factory=dict)  # cell name -> its resolved plan
     grid_columns: dict[str, str] = field(default_factory=dict)
     param_columns: dict[str, str] = field(default_factory=dict)
+    # the roster actor of a sweep with fused trials (sweeps.fusion.roster), None without fusion
+    fusion_roster: str | None = None
 
     @property
     def name(self) -> str:

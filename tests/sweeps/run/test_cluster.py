@@ -215,6 +215,79 @@ def test_lost_node_mid_trial_resumes_from_checkpoint_on_another_node(lost_node):
     )
 
 
+@pytest.fixture(scope="module")
+def fused_lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
+    """Two seeds trained as one fused group (half a GPU for the group: a quarter for each member
+    trial); the moment its first member reports step 30, the node that member runs on is removed
+    (the group's process started on the first member's node). A node is added back afterwards."""
+    c, nodes = cluster
+    tmp = tmp_path_factory.mktemp("fusedlost")
+    spec = tiny_spec(
+        "fusedlost",
+        grid={"model": [{"attention": "none"}]},
+        seeds=[0, 1],
+        trainer={"max_steps": 60, "val_check_interval": 10},
+        resources={"cpu": 1, "gpu": 0.5},
+        failure={"max_failures": 0},  # a lost node is a move, not a failure
+    )
+    spec["task"]["max_length"] = 3
+    out = tmp / "out"
+    exp = out / "fusedlost"
+    seen: dict[str, Any] = {}
+
+    def remove_its_node(trial, result: dict) -> None:
+        victim = next((n for n in nodes if n.node_id == result["node_id"]), None)
+        if victim is None:
+            seen["error"] = "trial not on a removable worker node"
+            return
+        seen.update(node=victim.node_id, trial=trial.trial_id)
+        seen["steps"] = {
+            d.name.split("_")[0]: [r["step"] for r in rows]
+            for d, rows in trial_results(exp).items()
+        }
+        seen["steps"].setdefault(trial.trial_id, []).append(result["step"])
+        c.remove_node(victim)
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in interrupt_env(exp, step=30, finished=0).items():
+            mp.setenv(name, value)
+        mp.setattr(interrupt_hook, "ACTION", remove_its_node)
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            code = main(
+                [str(write_spec(tmp, spec)), "--address", c.address, "--output", str(out)]
+                + ["--verbose", "1"]
+            )
+        print(said.getvalue())
+    nodes.append(c.add_node(num_cpus=2, num_gpus=1, object_store_memory=SMALL_STORE))
+    c.wait_for_nodes()
+    return SimpleNamespace(code=code, exp=exp, seen=seen, said=said.getvalue())
+
+
+def test_a_fused_group_whose_node_is_lost_moves_with_its_members(fused_lost_node):
+    """The group's members move (not failures: max_failures 0), the group restarts on another
+    node from its last state, and every member ends at max_steps with each step reported in
+    order from its last checkpoint on."""
+    seen, exp = fused_lost_node.seen, fused_lost_node.exp
+    assert "error" not in seen, seen.get("error")
+    assert fused_lost_node.code == 0, fused_lost_node.said[-3000:]
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 2 and (df["status"] == "done").all() and (df["step"] == 60).all()
+    assert (df["fused_with"] == "g1").all() and (df["retries"] == 0).all()
+    victim = df.set_index("trial_id").loc[seen["trial"]]
+    assert victim["moved"] == 1 and f"node {seen['node'][:8]} was lost" in victim["moved_why"]
+    for trial, rows in trial_results(exp).items():
+        steps = [r["step"] for r in rows]
+        before = seen["steps"].get(trial.name.split("_")[0], [])
+        assert steps[: len(before)] == before and steps[-1] == 60, (trial.name, steps)
+        after = steps[len(before) :]
+        assert after and after[0] >= before[-1] >= 10, f"restarted: {before} then {after}"
+        assert rows[-1]["node_id"] != seen["node"], "finished on another node"
+    assert "1 trial(s) lost their node" in fused_lost_node.said or "2 trial(s) lost their node" in (
+        fused_lost_node.said
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # Multi-worker DDP trials
 

@@ -53,7 +53,7 @@ def test_grid_variants_concatenate_and_axes_cross():
     assert not any("K=" in n and "memory" not in n for n in names)
 
 
-def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
+def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1_over_3_seeds():
     out = subprocess.run(
         [sys.executable, "sweeps/launch.py", "sweeps/k_vs_length.yaml", "--dry-run"],
         cwd=ROOT,
@@ -67,8 +67,9 @@ def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1():
         for line in out.stdout.splitlines()
         if line.split() and line.split()[0].isdigit() and " cells x " not in line
     ]
-    assert len(rows) == 28
-    assert "28 trials" in out.stdout
+    assert len(rows) == 84  # 28 cells x 3 seeds, each cell's seeds one fused group
+    assert "28 cells x 3 seed(s) = 84 grid points, 84 trials" in out.stdout
+    assert "84 of the 84 trials train in 28 fused group(s)" in out.stdout
     for length in (20, 50, 100, 200):  # Table 1's lengths (the paper's text says 10)
         for model in (
             "attention=none",

@@ -1,0 +1,58 @@
+"""The sweep file's ``fusion`` key: trials whose models share every shape train as one fused model
+(:mod:`sweeps.fusion`), each still a trial of its own.
+
+    fusion: {max_members: 3}   # at most 3 trials in a fused group
+    fusion: off                # every trial alone, as before
+
+Which trials fuse is decided before Ray starts (:func:`sweeps.fusion.plan.plan_fusion`);
+``--dry-run`` prints the groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from sweeps.spec.search_schema import _Strict
+
+#: the cap when a sweep file sets none, by where its trials train (``resources.gpu`` > 0: gpu).
+#: A conservative start; the fused model's benchmark (benchmarks/fusion.py) is what moves it.
+DEFAULT_MAX_MEMBERS = {"cpu": 3, "gpu": 4}
+
+
+class FusionSpec(_Strict):
+    """Horizontal fusion: trials whose models have the same shapes (mechanism and its options,
+    sizes, batch size and length, the same training loop) train as one model with a leading member
+    dimension, up to ``max_members`` at once. Each member keeps its own seed, data order, learning
+    rate, Optuna trial, W&B run, checkpoint and row in results.csv (``fused_with`` names its group).
+    ``fusion: off`` is ``max_members: 1``."""
+
+    max_members: int | None = Field(
+        None,
+        ge=1,
+        description="Most trials in one fused group; 1 (or `fusion: off`) trains every trial alone. "
+        "Unset: the device's default (3 on CPU, 4 on a GPU: `sweeps.spec.fusion_schema."
+        "DEFAULT_MAX_MEMBERS`).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_off(cls, value: Any) -> Any:
+        """``fusion: off`` (YAML reads it as false), ``fusion: on`` (true) and their strings."""
+        if value is False or (isinstance(value, str) and value.lower() in ("off", "false", "no")):
+            return {"max_members": 1}
+        if value is True or (isinstance(value, str) and value.lower() in ("on", "true", "yes")):
+            return {}
+        if value is None:
+            return {}
+        if isinstance(value, str):
+            raise ValueError(
+                f"{value!r} is neither off nor a mapping; write `fusion: off` or "
+                "`fusion: {max_members: N}`"
+            )
+        return value
+
+    def cap(self, device: str) -> int:
+        """The most members a group may have on ``device`` (``cpu`` or ``gpu``)."""
+        return self.max_members if self.max_members is not None else DEFAULT_MAX_MEMBERS[device]
