@@ -117,6 +117,9 @@ def follow(
                 for step, values in report["history"]:
                     if logger is not None:
                         logger.log_metrics(values, step=step)
+                # the model this report describes, also when Tune stops the trial inside the
+                # report below: the heatmaps are of the model the stopped trial ends with
+                final_ckpt = report["files"].get(CHECKPOINT_FILE, final_ckpt)
                 with tempfile.TemporaryDirectory() as tmp:
                     for name, data in report["files"].items():
                         Path(tmp, name).write_bytes(data)
@@ -126,7 +129,6 @@ def follow(
                             checkpoint=tune.Checkpoint.from_directory(tmp),
                         )
                 last = report["step"]
-                final_ckpt = report["files"].get(CHECKPOINT_FILE)
                 if report["final"]:  # Tune has it: the group need not wait for this member
                     _quietly(lambda: ray.get(handle.release.remote(j), timeout=30))
                     break
