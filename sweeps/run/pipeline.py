@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sweeps.layout import LAUNCH_FILE, OPTUNA_JOURNAL, RESULTS_CSV
 from sweeps.run.budget import EXIT_BUDGET, budget_meter, trial_rates
+from sweeps.run.mps import mps_for_sweep
 from sweeps.run.preemption import EXIT_PREEMPTED, Preemption
 from sweeps.spec import Sweep, save_launch
 
@@ -63,7 +64,7 @@ def trial_table(sweep: Sweep) -> str:
 def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
     """Run a loaded sweep to its results; ``args`` is the launcher's command line. SIGTERM and
     SIGUSR1 stop it as Ctrl-C does, its unfinished trials ``preempted`` (:mod:`.preemption`)."""
-    with Preemption() as preemption:
+    with Preemption() as preemption, mps_for_sweep(sweep, args.address):  # MPS: sweeps.run.mps
         return _run_sweep(sweep, args, profile, preemption)
 
 
