@@ -70,8 +70,14 @@ class ResourcesSpec(_Strict):
     # NVIDIA MPS, so the processes that share a GPU run their kernels side by side instead of
     # taking turns: auto starts a daemon when trials share GPUs (0 < gpu < 1) and the node has
     # nvidia-cuda-mps-control; on whenever trials use a GPU (a node without MPS is an error); off
-    # never. The launcher starts it for the Ray it starts, cluster/slurm.sbatch on every node
+    # never (YAML reads a bare on/off as true/false: taken as on/off). The launcher starts it for
+    # the Ray it starts, cluster/slurm.sbatch on every node
     mps: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("mps", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @field_validator("gpu")
     @classmethod

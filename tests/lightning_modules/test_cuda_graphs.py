@@ -39,7 +39,13 @@ def full_fp32():
     torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32 = before
-LENGTHS = [[5, 3, 2], [9, 6, 3, 7], [4, 12, 1, 8, 2, 6, 3, 5, 7]]  # three buckets: (8, 8, 8), (8, 16, 16), (16, 16, 16)
+
+
+LENGTHS = [
+    [5, 3, 2],
+    [9, 6, 3, 7],
+    [4, 12, 1, 8, 2, 6, 3, 5, 7],
+]  # three buckets: (8, 8, 8), (8, 16, 16), (16, 16, 16)
 
 
 def quiet(model: torch.nn.Module) -> torch.nn.Module:
