@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_model import MECHANISMS, VOCAB, make_batch, make_model
+from test_model import MECHANISMS, VOCAB, make_batch, make_model, size_overrides
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lightning_modules import Seq2SeqModule
@@ -153,7 +153,9 @@ def eager_steps(module: Seq2SeqModule, batches, clip: float | None) -> list[floa
 
 def graphed_module(attention: str = "memory", device: str = "cpu", lr: float = 3e-3):
     torch.manual_seed(0)
-    module = Seq2SeqModule(VOCAB, VOCAB, attention=attention, max_source_len=16, lr=lr)
+    module = Seq2SeqModule(
+        VOCAB, VOCAB, attention=attention, max_source_len=16, lr=lr, **size_overrides(attention)
+    )
     quiet(module.model)
     return module.to(device)
 
@@ -280,8 +282,11 @@ def test_graphed_steps_give_the_eager_losses_and_weights_on_cuda(attention):
     losses = [steps.step(b).item() for b in batches]
     assert steps.graphs == 3 and steps.eager_steps == 0
     assert losses == pytest.approx(expected, rel=1e-4)
+    # float32 rounding (cuDNN's LSTM against plain products), lifted by Adam where a gradient is
+    # near zero: on the CPU up to 1.3e-5 after these 6 steps at lr 3e-3. A stale input, a step
+    # taken twice or a warm-up left in would be off by the order of lr.
     for (name, p), q in zip(module.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=5e-5, msg=name)
 
 
 @pytest.mark.gpu
@@ -307,4 +312,4 @@ def test_a_lightning_fit_with_cuda_graphs_trains_as_eager_on_cuda(tmp_path):
         graphs = module.graphed_steps().graphs if graphed else graphs
     assert graphs >= 1
     for name, p in weights[True].items():
-        torch.testing.assert_close(p, weights[False][name], rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(p, weights[False][name], rtol=1e-3, atol=5e-5, msg=name)
