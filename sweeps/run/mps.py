@@ -1,26 +1,23 @@
 """NVIDIA MPS for trials that share a GPU: one control daemon per sweep (per node on a cluster),
 started before the trials and stopped after them, also when the sweep fails or is preempted.
 
-Without MPS, the processes that share a GPU (``resources.gpu: 0.5`` puts two trials on one) each
-have a CUDA context of their own and the GPU time-slices between them; under MPS their kernels run
-side by side, which is what small launch-bound training steps need. Nothing in a trial changes:
-CUDA connects a process to the daemon that ``CUDA_MPS_PIPE_DIRECTORY`` names when it starts.
+Without MPS, processes that share a GPU (``resources.gpu: 0.5`` puts two trials on one) each have
+a CUDA context of their own and the GPU time-slices between them; under MPS their kernels run side
+by side, which small launch-bound training steps need. Nothing in a trial changes: CUDA connects a
+process to the daemon that ``CUDA_MPS_PIPE_DIRECTORY`` names.
 
-``resources.mps`` in the sweep file (:func:`plan_mps`): ``auto`` (the default) starts a daemon when
-the trials share GPUs (0 < ``resources.gpu`` < 1) and the node has ``nvidia-cuda-mps-control``;
-``on`` whenever the trials use a GPU, and a node without the program is an error; ``off`` never.
-A daemon the site runs already (``CUDA_MPS_PIPE_DIRECTORY`` set, or one listening in
-``/tmp/nvidia-mps``) is used as it is (:func:`node_mps`). Each daemon has its own pipe and log
+``resources.mps`` (:func:`plan_mps`): ``auto`` (the default) starts a daemon when the trials share
+GPUs (0 < ``resources.gpu`` < 1) and the node has ``nvidia-cuda-mps-control``; ``on`` whenever the
+trials use a GPU, a node without the program being an error; ``off`` never. A daemon the site
+runs already is used as it is (:func:`node_mps`). Each daemon has its own pipe and log
 directories in a temporary folder of its own, so jobs on one node do not meet.
-
-Where it runs:
 
 - The launcher, for the Ray it starts itself: :func:`mps_for_sweep` around the whole sweep. The
   local Ray's processes inherit the variables; at the end Ray stops first (its workers are the
   daemon's clients), then the daemon.
 - ``cluster/slurm.sbatch``, on every node: ``python -m sweeps.run.mps plan SWEEP [options]`` says
   what the sweep wants, and ``python -m sweeps.run.mps run --want W --dir DIR -- ray start ...``
-  starts the node's daemon, runs Ray under it and stops the daemon when Ray ends, whatever ends it.
+  runs the node's Ray under a daemon and stops the daemon when that Ray ends, whatever ends it.
   A launcher that joins a cluster (``--address``) leaves MPS to the cluster's scripts.
 """
 
@@ -305,14 +302,18 @@ def mps_for_sweep(sweep, address: str | None) -> Iterator[MpsDaemon | None]:
 
 
 def _plan_command(spec: str, options: Sequence[str]) -> int:
-    """Print ``<want> <reason>`` for the sweep as launch.py would load it with ``options``."""
-    from sweeps.launch import parse_args
+    """Print ``<want> <reason>`` for the sweep as launch.py loads it with ``options`` (its
+    ``--profile``, ``--smoke`` and ``--set``; the others change nothing here)."""
     from sweeps.spec import SpecError, load_spec
 
-    args = parse_args([spec, *options])
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--profile")
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--set", dest="overrides", action="append", default=[])
+    args, _ = p.parse_known_args(list(options))
     profile = "smoke" if args.smoke else args.profile
     try:
-        sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
+        sweep = load_spec(spec, overrides=args.overrides, profile=profile)
     except SpecError as exc:  # the launcher says it again, and stops the job
         print(f"no (the sweep file did not load: {str(exc).splitlines()[0]})")
         return 0
