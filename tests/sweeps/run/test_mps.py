@@ -343,3 +343,26 @@ def test_run_without_mps_on_the_node_runs_the_command_alone(tmp_path):
     assert (
         required.returncode == 1 and "resources.mps is on, but this node has no" in required.stderr
     )
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_launched_sweep_that_shares_gpus_runs_under_the_daemon(tmp_path):
+    """The launcher itself (a private local Ray, one smoke trial; no GPU here, so the trial falls
+    back to the CPU after the daemon started): started before Ray, stopped after the sweep."""
+    log = install_fake_mps(tmp_path / "bin")
+    out = subprocess.run(
+        [sys.executable, "sweeps/launch.py", "sweeps/quickstart.yaml", "--smoke",
+         "--set", "resources.gpu=0.5", "--set", "timing.enabled=false",
+         "--set", "heldout.enabled=false", "--address", "local", "--num-cpus", "2",
+         "--output", str(tmp_path / "out")],
+        env={**child_env(tmp_path, log), "WANDB_MODE": "offline"}, capture_output=True,
+        text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    started = next(i for i, line in enumerate(lines) if line.startswith("MPS: a control daemon"))
+    joined = next(i for i, line in enumerate(lines) if line.startswith("Ray: joined"))
+    assert started < joined and lines[-1] != "" and "MPS: the daemon stopped" in lines
+    start, quit_ = mps_calls(log)
+    assert start.startswith("start pipe=") and quit_.startswith("quit pipe=")
