@@ -26,6 +26,7 @@ from sweeps.errors import LaunchError
 from sweeps.run.budget import charging
 from sweeps.run.confirm import confirm_summary
 from sweeps.run.launch_state import Launch
+from sweeps.run.mps import mps_for_sweep
 from sweeps.run.preemption import Preemption
 from sweeps.run.warm import plan_warm_start
 from sweeps.spec import Sweep
@@ -113,7 +114,8 @@ def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> in
     from sweeps.run import finish  # (the reports import pandas, torch and matplotlib)
 
     before, charged = launch_stages()
-    with Preemption() as stop:
+    # the MPS daemon (sweeps.run.mps) is up before Ray starts and stopped after Ray stops
+    with Preemption() as stop, mps_for_sweep(sweep, args.address):
         launch = Launch.begin(sweep, args, profile, stop)
         status = run_stages(launch, before)
         if status is None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sweeps.assignments import AssignmentError, parse_assignments
 from sweeps.layout import LAUNCH_FILE
 from sweeps.spec.dotted import set_dotted
+from sweeps.spec.gpu import check_gpu_settings
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.messages import format_validation
 from sweeps.spec.objectives import check_baseline, check_objectives
@@ -90,6 +91,7 @@ def build_sweep(
     check_objectives(spec, source)  # objectives/constraints (issue 21)
     check_seeds(spec, source)  # seeds: {per_configuration: true} (issue 32)
     check_warm_start(spec, source)
+    check_gpu_settings(spec, source)  # cuda_graphs and mps: on want trials on a GPU
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)
     by_grid = {key for cell in cells for key in cell.values}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from lightning_modules.metric_names import (
     FIT_METRICS,
@@ -68,6 +68,17 @@ class ResourcesSpec(_Strict):
     gpu: float = Field(0.0, ge=0)
     # processes per trial: 1 is one process; more runs the trial as a DDP job of Ray Train workers
     workers: int = Field(1, ge=1)
+    # NVIDIA MPS, so the processes that share a GPU run their kernels side by side instead of
+    # taking turns: auto starts a daemon when trials share GPUs (0 < gpu < 1) and the node has
+    # nvidia-cuda-mps-control; on whenever trials use a GPU (a node without MPS is an error); off
+    # never (YAML reads a bare on/off as true/false: taken as on/off). The launcher starts it for
+    # the Ray it starts, cluster/slurm.sbatch on every node
+    mps: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("mps", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @field_validator("gpu")
     @classmethod
@@ -109,6 +120,26 @@ class TrainerSpec(_Strict):
     log_every_n_steps: int = Field(50, ge=1)
     # torch's deterministic algorithms only: the same run gives the same numbers on a GPU, slower
     deterministic: bool = False
+    # capture each training step (forward, backward, clipping, Adam) as a CUDA graph per batch
+    # shape and replay it: far fewer kernel launches for these small models. Trials on a GPU only
+    # (a trial that falls back to the CPU trains as usual and says so), at precision 32-true, one
+    # batch per step; other dropout draws than eager steps, the same maths (docs/gpu.md)
+    cuda_graphs: bool = False
+
+    @model_validator(mode="after")
+    def _graphable(self) -> TrainerSpec:
+        if self.cuda_graphs:
+            if self.precision not in ("32-true", "32"):
+                raise ValueError(
+                    f"cuda_graphs captures float32 steps; precision {self.precision} is not "
+                    "(set precision: 32-true, or cuda_graphs: false)"
+                )
+            if self.accumulate_grad_batches != 1:
+                raise ValueError(
+                    "cuda_graphs replays one whole step (forward, backward, Adam) per batch; "
+                    "accumulate_grad_batches must be 1 with it (or set cuda_graphs: false)"
+                )
+        return self
 
     @field_validator("precision", mode="before")
     @classmethod

@@ -62,6 +62,7 @@ def pick_accelerator() -> tuple[str, int]:
 
 def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:
     kw = {k: v for k, v in trainer_cfg.items() if v is not None}
+    kw.pop("cuda_graphs", None)  # not a Trainer argument: fit_trial applies it to the module
     if isinstance(kw.get("val_check_interval"), int):
         # count validation intervals in global steps across epochs, not batches within one epoch
         kw.setdefault("check_val_every_n_epoch", None)
@@ -103,6 +104,7 @@ class TrialParts:
     local_ckpt_dir: str
     report: TuneReport
     callbacks: list[pl.Callback]
+    cuda_graphs: bool = False  # trainer.cuda_graphs: graphed training steps where on a GPU
 
 
 def prepare_trial(
@@ -163,7 +165,10 @@ def prepare_trial(
                 Path(settings.chaos_dir) / f"{trial_id}.failed",
             )
         )
-    return TrialParts(dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks)
+    return TrialParts(
+        dm, module, restored.ckpt_path, local_ckpt_dir, report, callbacks,
+        cuda_graphs=bool(plan.trainer.get("cuda_graphs")),
+    )  # fmt: skip
 
 
 def common_trainer_kwargs(plan: TrialPlan, parts: TrialParts, logger) -> dict[str, Any]:
@@ -193,6 +198,10 @@ def fit_trial(
     failed = True  # until fit returns or Tune stops the trial: a crash marks the W&B run failed
     try:
         try:
+            if parts.cuda_graphs:  # the module's training hooks change (on a GPU only)
+                from lightning_modules.cuda_graphs import enable_cuda_graphs
+
+                print(f"[trial {trial_id}] {enable_cuda_graphs(parts.module, trainer)}", flush=True)
             with phases.phase("fit"):
                 trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)
                 finish_fit(trainer, parts.module, parts.dm, parts.report)

@@ -1,0 +1,90 @@
+"""The prepared GPU session (benchmarks/gpu_session.py) and its benchmarks (cuda_graphs.py,
+gpu_share.py), run here in their CPU forms: the plumbing a lent GPU's few minutes must not be
+spent on. No figure of these runs means anything (no graph is captured on a CPU); what is checked
+is that each phase runs, reports one JSON line and keeps to its time, and that the MPS phase puts
+its benchmark under a daemon (the stand-in of tests/mps_helpers.py: this machine has no NVIDIA
+driver) and stops it afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mps_helpers import install_fake_mps, mps_calls
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSION = ROOT / "benchmarks" / "gpu_session.py"
+
+
+def session(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS")}
+    if mps:
+        log = install_fake_mps(tmp_path / "bin")
+        env.update(PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}", FAKE_MPS_LOG=str(log))
+    else:
+        env["PATH"] = os.pathsep.join(
+            d
+            for d in env["PATH"].split(os.pathsep)
+            if not (Path(d) / "nvidia-cuda-mps-control").exists()
+        )
+    out = subprocess.run(
+        [sys.executable, str(SESSION), "--out", str(tmp_path / "out"), *args], env=env, cwd=ROOT,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
+    lines = session(tmp_path, "--dry-run")
+    by = {line["phase"]: line for line in lines}
+    assert list(by) == ["environment", "cuda_graphs", "gpu_tests", "share", "share_mps",
+                        "fusion_mps", "fusion", "peers", "session"]  # fmt: skip
+    assert by["cuda_graphs"]["cmd"] == "python benchmarks/cuda_graphs.py --device cuda"
+    assert by["share_mps"]["cmd"].startswith(
+        "python -m sweeps.run.mps run --want required --dir /tmp/memattn-mps-bench -- "
+        "python benchmarks/gpu_share.py"
+    )
+    assert by["share_mps"]["skipped"] == "no nvidia-cuda-mps-control on this machine's PATH"
+    assert (
+        "--device cuda --preset tiny paper_copy --lengths 40 --members 1 2 4 8 16"
+        in (by["fusion"]["cmd"])
+    )
+    if not (ROOT / "benchmarks" / "fusion.py").exists():
+        assert by["fusion"]["skipped"] == "benchmarks/fusion.py is not in this checkout"
+    assert sum(line.get("limit_s", 0) for line in lines) <= 700
+    assert by["session"]["phases_run"] == 0
+
+
+def test_the_session_s_phases_run_on_a_cpu_with_mps_put_around_a_benchmark(tmp_path):
+    lines = session(
+        tmp_path, "--device", "cpu", "--phases", "environment", "cuda_graphs", "share_mps", mps=True
+    )
+    by = {line["phase"]: line for line in lines}
+    assert [line["phase"] for line in lines] == [
+        "environment",
+        "cuda_graphs",
+        "share_mps",
+        "session",
+    ]
+    for name in ("environment", "cuda_graphs", "share_mps"):
+        assert by[name]["rc"] == 0 and not by[name]["timed_out"], by[name]
+    assert by["environment"]["summary"]["torch"].startswith("2.")
+    assert by["environment"]["summary"]["mps_control"].endswith("nvidia-cuda-mps-control")
+    graphs = by["cuda_graphs"]["summary"]
+    assert set(graphs["speedup"]) == {"tiny/L6"} and graphs["steps"]["tiny/L6"]["graphs"] == 0
+    share = by["share_mps"]["summary"]
+    assert share["mps"] is True
+    assert set(share["speedup"]) == {f"tiny/{m}/P{p}" for m in ("eager", "graphed") for p in (1, 2)}
+    assert [c.split()[0] for c in mps_calls(tmp_path / "mps-calls.log")] == ["start", "quit"]
+    text = (tmp_path / "out" / "share_mps.out").read_text()
+    full = json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+    assert full["benchmark"] == "gpu_share" and full["mps_pipe"].endswith("/pipe")
+
+
+def test_a_phase_past_its_budget_is_skipped_and_said(tmp_path):
+    lines = session(tmp_path, "--device", "cpu", "--phases", "environment", "--budget", "5")
+    assert lines[0]["skipped"] == "its 30 s no longer fit the budget (5 s)"
