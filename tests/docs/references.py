@@ -195,7 +195,7 @@ def module_runs(name: str) -> bool:
 def slug(heading: str) -> set[str]:
     """The anchors a heading gets: Python-Markdown's (mkdocs) and GitHub's."""
     text = re.sub(r"\s*\{#([\w-]+)\}\s*$", "", heading)
-    plain = re.sub(r"[`*_]", "", text)
+    plain = re.sub(r"[`*]", "", text)  # code and emphasis marks; `_` stays (a word character)
     norm = unicodedata.normalize("NFKD", plain).encode("ascii", "ignore").decode()
     mk = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", norm).strip().lower())
     gh = re.sub(r" ", "-", re.sub(r"[^\w\- ]", "", plain.strip().lower()))
