@@ -1,4 +1,4 @@
-"""Multi-objective search (issue 21): several objectives (``val/bleu`` up, ``decode_seconds``
+"""Multi-objective search: several objectives (``val/bleu`` up, ``decode_seconds``
 down), constraints (absolute, or relative to a baseline model in the same grid cell), one Optuna
 multi-objective study per (cell, seed), and early stopping that works with two objectives.
 

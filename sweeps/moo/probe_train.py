@@ -1,4 +1,4 @@
-"""The probe's training figures (issue 33): a training step's seconds and peak memory for an
+"""The probe's training figures: a training step's seconds and peak memory for an
 architecture with random weights, measured before training as the decode probe measures decode
 time (:mod:`.probe`), the way the timing stage measures a trained model
 (:func:`sweeps.timing.train.measure_train_step`, :func:`sweeps.timing.memory.measure_peaks`): a

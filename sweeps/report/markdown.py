@@ -344,7 +344,7 @@ def results_sections(
                 _paragraphs([pareto_markdown(points), *pareto_notes(points, timed)]),
             )
         )
-    sections += train_cost_sections(df, summary)  # the timing stage's training cost (issue 33)
+    sections += train_cost_sections(df, summary)  # the timing stage's training cost
     return sections + (failed if not errors.empty else [])
 
 

@@ -80,7 +80,7 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
                 summary, DECODE_SECONDS, ylabel, "Decode time per model", mark_contended=True
             )
             paths["decode_by_model"] = _save(fig, out_dir / "decode_by_model.png")
-    for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost (issue 33)
+    for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost
         if column not in summary or not summary[column].notna().any():
             continue
         if lengths >= 2:

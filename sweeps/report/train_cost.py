@@ -1,4 +1,4 @@
-"""The report's training-cost sections (issue 33): what a training step of each model costs and
+"""The report's training-cost sections: what a training step of each model costs and
 how much memory it and decoding take, from the timing stage (:mod:`sweeps.timing.train`,
 :mod:`sweeps.timing.memory`), by the summary rule of every other table (:func:`cell_summary`:
 the best trial per cell and seed, the mean ± std over seeds); and the Pareto front of quality

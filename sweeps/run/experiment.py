@@ -118,7 +118,7 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         searcher = make_moo_config_searcher(sweep, paths, sweep_units(sweep), wandb_mode)
         apply_warm_start(searcher, sweep, plan_warm_start(sweep))
         return searcher
-    if sweep.spec.objectives:  # multi-objective studies (issue 21): sweeps.moo
+    if sweep.spec.objectives:  # multi-objective studies: sweeps.moo
         from sweeps.moo.search import make_moo_searcher
 
         searcher = make_moo_searcher(sweep, paths, wandb_mode)

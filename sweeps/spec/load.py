@@ -88,8 +88,8 @@ def build_sweep(
         except ValueError as exc:
             raise SpecError(f"parameters.{pname}", str(exc), source) from None
     check_sections(spec, source)
-    check_objectives(spec, source)  # objectives/constraints (issue 21)
-    check_seeds(spec, source)  # seeds: {per_configuration: true} (issue 32)
+    check_objectives(spec, source)  # objectives/constraints
+    check_seeds(spec, source)  # seeds: {per_configuration: true}
     check_warm_start(spec, source)
     check_gpu_settings(spec, source)  # cuda_graphs and mps: on want trials on a GPU
     cells = expand_grid(spec.grid, source)

@@ -1,4 +1,4 @@
-"""The multi-objective part of a sweep file (issue 21): ``objectives`` and ``constraints``.
+"""The multi-objective part of a sweep file: ``objectives`` and ``constraints``.
 
 ```yaml
 objectives:                                   # instead of `metric`: two, each {name, goal}

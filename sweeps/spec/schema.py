@@ -336,7 +336,7 @@ class SweepSpec(_Strict):
         Discriminator(lambda v: "mapping" if isinstance(v, dict | SeedsSpec) else "list"),
     ] = Field(default_factory=lambda: [0])
     metric: MetricSpec = Field(default_factory=MetricSpec)
-    # multi-objective studies (issue 21; sweeps.spec.objectives, sweeps.moo): instead of `metric`
+    # multi-objective studies (sweeps.spec.objectives, sweeps.moo): instead of `metric`
     objectives: list[ObjectiveSpec] = Field(default_factory=list)
     constraints: list[ConstraintSpec] = Field(default_factory=list)
     early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)

@@ -106,7 +106,7 @@ class ParamSpec(_Strict):
         return dist
 
 
-# ---- multi-objective studies (issue 21): the checks are in sweeps.spec.objectives
+# ---- multi-objective studies: the checks are in sweeps.spec.objectives
 
 #: the natural direction of each metric a sweep can produce: "within" constraints read "no worse
 #: than the baseline by more than", in this direction
@@ -187,7 +187,7 @@ class ConstraintSpec(_Strict):
         return out
 
 
-# ---- a trial whose metric converged stops (issue 22): the callback is sweeps.trial.stop_when
+# ---- a trial whose metric converged stops: the callback is sweeps.trial.stop_when
 
 
 class StopWhenSpec(_Strict):

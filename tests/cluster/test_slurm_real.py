@@ -131,7 +131,7 @@ def assert_no_step_trained_twice(exp: Path, max_steps: int) -> dict[str, int]:
     One repeat is let through, and printed: the final step reported again by a restart from the
     final checkpoint (it trains nothing). A trial stopped between its last report and its return
     is still running for Tune, so the resumed sweep restores it and Lightning validates once more.
-    That is the launcher's to avoid (issue 31: stopped trials, finished ones never run again);
+    That is the launcher's to avoid (stopped trials continue; finished ones never run again);
     until it does, this check cannot be stricter."""
     starts = {}
     for trial, lines in trial_reports(exp).items():

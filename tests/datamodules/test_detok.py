@@ -5,8 +5,8 @@
 The sentences marked "sample" are real lines (or a line's end) of the English-German sample corpus
 (../shared/data/wmt-ende-sample/, train.de and train.en; 1-based line numbers in the ids), chosen
 where the hand-written approximation (detokenizer="builtin") and Moses' detokenizer disagree; the
-"issue" one is the example of issue 22. The expected strings are sacremoses 0.2's output
-(byte-compatible with Moses' detokenizer.perl).
+"ellipsis" one is a German sentence ending in an ellipsis. The expected strings are sacremoses
+0.2's output (byte-compatible with Moses' detokenizer.perl).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ DIFFERS = {
         "Die lunare Farbe war ein Symbol des Treubruches , der IllusoritГ ¤ t immer .",
         "Die lunare Farbe war ein Symbol des Treubruches, der IllusoritГ ¤t immer.",
     ),
-    "issue-de-ellipsis": ("en-de", "Ich bin hier …", "Ich bin hier …"),
+    "ellipsis-de": ("en-de", "Ich bin hier …", "Ich bin hier …"),
     "sample-en-222-possessive": (
         "de-en",
         "in particular between Member States &apos; gas and energy supply networks , has been noted .",

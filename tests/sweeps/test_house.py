@@ -182,3 +182,24 @@ def test_no_machine_path_in_the_repository():
             f"{rel}:{i}" for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)
         ]
     assert not found, found
+
+
+def test_no_internal_issue_number_in_the_code():
+    """Docstrings and comments say what the code does, not which tracker entry asked for it: a
+    reader of the code has no such tracker."""
+    files = subprocess.run(
+        ["git", "ls-files", "*.py", "*.yaml", "*.sh", "*.sbatch", "Makefile"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    pattern = re.compile(r"\b[Ii]ssues? #?\d+")
+    found = [
+        f"{rel}:{i}: {line.strip()[:80]}"
+        for rel in files
+        if rel != "tests/docs/test_docs.py"  # its pattern's own examples of what the docs held
+        for i, line in enumerate((ROOT / rel).read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "internal issue numbers:\n" + "\n".join(found)

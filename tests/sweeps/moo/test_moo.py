@@ -1,4 +1,4 @@
-"""Multi-objective search (issue 21): the Pareto maths and the rung rule against brute-force
+"""Multi-objective search: the Pareto maths and the rung rule against brute-force
 definitions, the dry-run checks of `objectives`/`constraints`, the decode probe's interpolation,
 and (slow) a tiny study end to end on a local Ray."""
 

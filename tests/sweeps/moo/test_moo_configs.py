@@ -1,4 +1,4 @@
-"""Configurations judged over seeds in a multi-objective study (issue 32): the dry run's checks,
+"""Configurations judged over seeds in a multi-objective study: the dry run's checks,
 and the searcher driven with the events Tune would send on a real Optuna journal (no Ray
 instance): one study per cell, each configuration trained on every seed, Optuna told the vector of
 per-objective means and the seeds' mean constraint violation. The launcher's run is the slow test."""

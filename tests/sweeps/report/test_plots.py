@@ -1,5 +1,5 @@
 """The sweep's result figures adapt to the sweep: no one-point lines, labelled reference lines,
-contended decode times marked (issue 18)."""
+contended decode times marked."""
 
 from __future__ import annotations
 

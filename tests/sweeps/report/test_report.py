@@ -241,7 +241,7 @@ def test_a_headline_option_with_fractional_values_keeps_them():
     assert summary["window"].tolist() == [0.5, 2.0]
 
 
-# ------------------------------------------------------------------ issue 18: contended times, the paper's layout
+# ------------------------------------------------------------------ contended times, the paper's layout
 MODELS = [
     ("none", "none", None, 40.0, 0.05),
     ("memory K=4", "memory", 4, 70.0, 0.045),

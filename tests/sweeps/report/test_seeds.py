@@ -1,4 +1,4 @@
-"""Seeds into findings (issue 22): t-intervals, verdicts, sacrebleu's paired bootstrap over saved
+"""Seeds into findings: t-intervals, verdicts, sacrebleu's paired bootstrap over saved
 hypotheses, the convergence stop, longest-first packing, length-bucketed copy batches, and the
 overhead benchmark's arithmetic. Real sacrebleu, Lightning and Tune's Searcher; no Ray instance."""
 

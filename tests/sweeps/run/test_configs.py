@@ -1,4 +1,4 @@
-"""Configurations judged over seeds (issue 32), without a Ray instance: the aggregate Optuna is
+"""Configurations judged over seeds, without a Ray instance: the aggregate Optuna is
 told, the searcher's order and bookkeeping on a real Optuna journal, and the rung rule that stops a
 configuration's seeds together, driven with the events Tune would send. The launcher's end-to-end
 run of the mode is the slow test at the end."""

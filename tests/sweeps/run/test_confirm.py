@@ -1,4 +1,4 @@
-"""Confirmation on fresh seeds (``seeds: {confirm: [..]}``, issue 32): the key's checks, which
+"""Confirmation on fresh seeds (``seeds: {confirm: [..]}``): the key's checks, which
 configuration each cell retrains and with which config, confirm rows kept out of every choice and
 summary, results.md's confirm section, and a reused chosen row handed to the held-out stage. No Ray;
 the launcher's run (with --resume training nothing again) is the slow test at the end."""

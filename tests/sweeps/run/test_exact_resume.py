@@ -1,4 +1,4 @@
-"""Issue 19, item 4: a fit stopped at any validation report and resumed from that report's
+"""A fit stopped at any validation report and resumed from that report's
 checkpoint ends bit for bit where the uninterrupted fit ends (same seed, same machine).
 
 No Ray: a plain Lightning Trainer checkpointing the way ``sweeps.trial.callbacks.TuneReport`` does

@@ -1,4 +1,4 @@
-"""A full disk under a running sweep (issue 19): one line, a non-zero exit, finished results kept,
+"""A full disk under a running sweep: one line, a non-zero exit, finished results kept,
 and a resume that continues from them once there is room again."""
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
             "decode_seconds"
         ] == min(t["process_medians"])
         assert row.decode_seconds_iqr == pytest.approx(t["iqr_seconds"])
-        # training cost, by default measured beside decode time in the same processes (issue 33)
+        # training cost, by default measured beside decode time in the same processes
         train, memory = timings[row.trial_id]["train"], timings[row.trial_id]["memory"]
         assert row.train_step_seconds == pytest.approx(train["step_seconds"]) and train["steps"] > 0
         assert len(train["process_medians"]) == 2 and train["step_seconds"] == min(

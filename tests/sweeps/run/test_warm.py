@@ -1,4 +1,4 @@
-"""Warm start from an earlier sweep (issue 32): which planned trials an earlier results.csv holds
+"""Warm start from an earlier sweep: which planned trials an earlier results.csv holds
 already (same resolved plan, seed and code), how the counts read at --dry-run, the errors, and the
 earlier Optuna trials told to a new study. Real Optuna journals; no Ray. The launcher's run of a
 study with one more length is the slow test at the end."""

@@ -115,7 +115,7 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
         0,
         1,
         2,
-    ]  # 3 seeds (issue 22)
+    ]  # 3 seeds
     assert len(sweep.plans) == 18 * 3
     # random batches: length-bucketed ones learn the copy task slower (the profile's comment has the figures)
     assert not any(p.task.get("bucket_batches") for p in sweep.plans)
