@@ -17,8 +17,9 @@ from pydantic import Field, model_validator
 from sweeps.spec.search_schema import _Strict
 
 #: the cap when a sweep file sets none, by where its trials train (``resources.gpu`` > 0: gpu).
-#: A conservative start; the fused model's benchmark (benchmarks/fusion.py) is what moves it.
-DEFAULT_MAX_MEMBERS = {"cpu": 3, "gpu": 4}
+#: CPU: benchmarks/fusion.py's throughput rises up to 4 members in 3 of its 4 cells and falls at 8
+#: in all 4 (benchmarks/README.md, "Fused trials"). GPU: not yet measured on a GPU.
+DEFAULT_MAX_MEMBERS = {"cpu": 4, "gpu": 4}
 
 
 class FusionSpec(_Strict):
@@ -32,7 +33,7 @@ class FusionSpec(_Strict):
         None,
         ge=1,
         description="Most trials in one fused group; 1 (or `fusion: off`) trains every trial alone. "
-        "Unset: the device's default (3 on CPU, 4 on a GPU: `sweeps.spec.fusion_schema."
+        "Unset: the device's default (4 on CPU and on a GPU: `sweeps.spec.fusion_schema."
         "DEFAULT_MAX_MEMBERS`).",
     )
 
