@@ -107,8 +107,16 @@ def shape_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def unfusable_reason(hparams: Mapping[str, Any]) -> str | None:
     """Why a module with these arguments cannot train fused, or None when it can: monotonic
-    attention forced to its hard (test-time) mode in training has no fused form."""
+    attention forced to its hard (test-time) mode in training has no fused form, and neither has
+    a student of a teacher (the teacher's forward pass and its encoder start are the plain
+    module's, in its ``setup`` and ``training_step``, which the fused loop does not call)."""
     args = module_arguments(hparams)
+    if args["distill_weight"] > 0 or args["init_from_teacher"] != "none":
+        return (
+            f"a student of a teacher (distill_weight={args['distill_weight']:g}, "
+            f"init_from_teacher={args['init_from_teacher']!r}) trains unfused: the fused model "
+            "has no teacher pass"
+        )
     if args["attention"] == "monotonic" and resolved_attention_options(args).get("mode") == "hard":
         return (
             "monotonic attention with mode='hard' trains on its hard scan, which has no fused "

@@ -157,6 +157,16 @@ def loop_problem(trainer: dict[str, Any]) -> str | None:
     return None
 
 
+def teacher_problem(model: dict[str, Any]) -> str | None:
+    """Why a cell's students train alone, or None: the fused loop has no teacher pass
+    (``lightning_modules.fused.unfusable_reason`` says the same at launch; this answer needs no
+    torch, so ``--dry-run`` prints the groups the launch will train)."""
+    weight, init = float(model.get("distill_weight") or 0), model.get("init_from_teacher", "none")
+    if weight > 0 or init not in (None, "none"):
+        return f"a teacher's student (distill_weight {weight:g}, init_from_teacher {init}) trains alone"
+    return None
+
+
 def sweep_off(sweep: Any, cap: int) -> str | None:
     """Why no trial of ``sweep`` fuses, or None."""
     spec = sweep.spec
@@ -192,7 +202,11 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
     alone: list[str] = []
     loose = set()  # units whose trials train alone
     for i, plan in enumerate(sweep.plans):
-        problem = loop_problem(plan.trainer) or (check(plan) if check is not None else None)
+        problem = (
+            loop_problem(plan.trainer)
+            or teacher_problem(plan.model)
+            or (check(plan) if check is not None else None)
+        )
         if problem is not None:
             loose.add(i)
             alone.append(f"{plan.cell.name}: {problem}")

@@ -43,7 +43,7 @@ def members(plan, sweep):
 def test_seeds_of_a_cell_fuse_and_cells_of_other_shapes_do_not():
     sweep = build_sweep(raw())
     plan = plan_fusion(sweep)
-    assert plan.cap == 3 and plan.device == "cpu" and plan.off is None
+    assert plan.cap == 4 and plan.device == "cpu" and plan.off is None
     assert [g.name for g in plan.fused] == ["g1", "g2"]
     assert members(plan, sweep) == [
         [("attention=none", s, 0) for s in (0, 1, 2)],
@@ -51,7 +51,7 @@ def test_seeds_of_a_cell_fuse_and_cells_of_other_shapes_do_not():
     ]
     assert plan.fused[1].member_config(2) == {FUSED_WITH: "g2", FUSED_MEMBER: "3/3"}
     lines = fusion_lines(sweep, plan)
-    assert lines[0].startswith("fusion (max 3 members a group, the CPU default): 6 of the 6 trials")
+    assert lines[0].startswith("fusion (max 4 members a group, the CPU default): 6 of the 6 trials")
     assert "2 training processes for 6 trials (unfused: 6)" in lines[0]
     assert lines[2].split() == ["g1", "3", "attention=none:", "seeds", "0,", "1,", "2"]
 
@@ -112,6 +112,28 @@ def test_what_turns_fusion_off_is_said(tmp_path):
     assert over_seeds.active and over_seeds.seed_chunks == (3,)
     with pytest.raises(SpecError, match="neither off nor a mapping"):
         build_sweep(raw(fusion="sometimes"))
+
+
+def test_a_teachers_students_train_alone_and_its_lambda_zero_control_fuses():
+    """The fused loop has no teacher pass: a student (distill_weight > 0 or an encoder start)
+    trains alone, said in --dry-run's terms; a cell that names a teacher it does not use fuses."""
+    student = {"attention": "memory", "K": 4, "teacher": {"cell": {"attention": "none"}}}
+    grid = {
+        "model": [
+            {"attention": "none"},
+            dict(student, distill_weight=1.0),
+            dict(student, init_from_teacher="encoder"),
+            dict(student, distill_weight=0.0),
+        ]
+    }
+    sweep = build_sweep(raw(grid=grid))
+    plan = plan_fusion(sweep)
+    fused = {sweep.plans[g.slots[0].unit].cell.name for g in plan.fused}
+    assert len(plan.fused) == 2 and all(len(g.slots) == 3 for g in plan.fused)
+    assert any("distill_weight=0" in name for name in fused), fused
+    assert len(plan.alone) == 2 and all("trains alone" in a for a in plan.alone), plan.alone
+    assert any("distill_weight 1," in a for a in plan.alone)
+    assert any("init_from_teacher encoder" in a for a in plan.alone)
 
 
 def test_member_keys_round_trip_and_configuration_chunks():
