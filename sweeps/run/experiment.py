@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from sweeps.layout import OPTUNA_JOURNAL
+from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
 from sweeps.run.cluster import ClusterFit, LaunchError, Paths
 from sweeps.spec import LAUNCH_FILE, Sweep
 from sweeps.storage import StorageGuard
@@ -286,5 +286,7 @@ def holds_sweep(path: str) -> bool:
         from ray import tune
 
         return tune.Tuner.can_restore(path)
-    # the launcher's record of the run's overrides comes first and does not count
-    return Path(path).exists() and any(p.name != LAUNCH_FILE for p in Path(path).iterdir())
+    # what the launcher writes before Tune starts does not count: its record of the run's
+    # overrides, and the budget ledger (saved while a slow data or Ray stage runs)
+    before_tune = (LAUNCH_FILE, BUDGET_FILE)
+    return Path(path).exists() and any(p.name not in before_tune for p in Path(path).iterdir())

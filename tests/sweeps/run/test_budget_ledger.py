@@ -171,3 +171,20 @@ def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_pa
         "done",
         "budget",
     ]
+
+
+def test_a_ledger_saved_before_tune_starts_does_not_make_the_folder_a_sweep(tmp_path):
+    """The budget ledger is saved every SAVE_EVERY seconds from the first stage on: a data or Ray
+    stage slower than that writes budget.json before Tune has written anything. The launch must
+    still take the folder for a new sweep (it refused its own run on a loaded machine), and
+    ``--resume`` must still find nothing to resume there."""
+    from sweeps.run.experiment import holds_sweep
+
+    folder = tmp_path / "quickstart"
+    folder.mkdir()
+    save_launch(folder, ["seeds=[0]"], None)
+    Ledger(folder / "budget.json").save()
+    assert sorted(p.name for p in folder.iterdir()) == ["budget.json", "launch.json"]
+    assert not holds_sweep(str(folder))
+    (folder / "tuner.pkl").write_bytes(b"")  # what Tune writes first
+    assert holds_sweep(str(folder))
