@@ -176,6 +176,11 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
         return "DDP trials (resources.workers > 1) are not fused"
     if spec.objectives:
         return "multi-objective studies (objectives) are not fused yet"
+    if getattr(sweep, "teachers", None):
+        return (
+            "sweeps with teacher cells (teacher:) are not fused yet: the fused searcher does not "
+            "hold students back until their teachers end"
+        )
     if spec.per_configuration and spec.early_terminate.type != "none":
         return (
             f"early_terminate {spec.early_terminate.type} pauses a configuration's seeds at its "

@@ -114,23 +114,28 @@ def test_what_turns_fusion_off_is_said(tmp_path):
         build_sweep(raw(fusion="sometimes"))
 
 
-def test_a_teachers_students_train_alone_and_its_lambda_zero_control_fuses():
-    """The fused loop has no teacher pass: a student (distill_weight > 0 or an encoder start)
-    trains alone, said in --dry-run's terms; a cell that names a teacher it does not use fuses."""
+def test_a_sweep_with_teachers_is_not_fused_and_a_student_of_a_checkpoint_trains_alone():
+    """The fused searcher does not hold students back for their teachers, and the fused loop has
+    no teacher pass: a sweep with teacher cells trains unfused, said in --dry-run's terms; a cell
+    that distils from a checkpoint file (no teacher cell) trains alone, its other cells fuse."""
     student = {"attention": "memory", "K": 4, "teacher": {"cell": {"attention": "none"}}}
+    grid = {"model": [{"attention": "none"}, dict(student, distill_weight=1.0)]}
+    off = plan_fusion(build_sweep(raw(grid=grid)))
+    assert off.fused == [] and "teacher cells (teacher:) are not fused" in off.off
+    by_file = {"attention": "memory", "K": 4, "teacher_checkpoint": "bahdanau.ckpt"}
     grid = {
         "model": [
             {"attention": "none"},
-            dict(student, distill_weight=1.0),
-            dict(student, init_from_teacher="encoder"),
-            dict(student, distill_weight=0.0),
+            dict(by_file, distill_weight=1.0),
+            dict(by_file, init_from_teacher="encoder"),
+            dict(by_file, distill_weight=0.0),
         ]
     }
     sweep = build_sweep(raw(grid=grid))
     plan = plan_fusion(sweep)
-    fused = {sweep.plans[g.slots[0].unit].cell.name for g in plan.fused}
+    fused = [sweep.plans[g.slots[0].unit].model for g in plan.fused]
     assert len(plan.fused) == 2 and all(len(g.slots) == 3 for g in plan.fused)
-    assert any("distill_weight=0" in name for name in fused), fused
+    assert {m.get("distill_weight", 0) for m in fused} == {0}, fused
     assert len(plan.alone) == 2 and all("trains alone" in a for a in plan.alone), plan.alone
     assert any("distill_weight 1," in a for a in plan.alone)
     assert any("init_from_teacher encoder" in a for a in plan.alone)
