@@ -29,28 +29,45 @@ def _seed_torch():
     torch.manual_seed(0)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Run the multi-node cluster tests before any other test that starts Ray in this process, and
-    the modules that use the shared ``local_ray`` last, one after another, so it starts once.
+def pytest_configure(config):
+    """Under pytest-xdist (make test), hand the tests out in the order sorted below rather than
+    xdist's own (it would move the multi-test groups ahead of everything else by size)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
-    Ray 2.60 cannot join a ``ray.cluster_utils.Cluster`` from a process that already ran and shut
-    down a local instance: the new GCS takes the old driver's exit for its own driver's and kills
-    every actor it creates ("Actor may be already destroyed"). The reverse order works.
+
+def pytest_collection_modifyitems(config, items):
+    """The order the tests run in (and, under pytest-xdist, are handed to the two workers in):
+
+    1. the multi-node cluster tests (test_cluster.py, one xdist_group): before any other test
+       that starts Ray in this process. Ray 2.60 cannot join a ``ray.cluster_utils.Cluster`` from
+       a process that already ran and shut down a local instance: the new GCS takes the old
+       driver's exit for its own driver's and kills every actor it creates ("Actor may be already
+       destroyed"). The reverse order works.
+    2. the modules that use the shared ``local_ray``, one after another, so it starts once per
+       worker; the xdist groups among them (tests that read one module-scoped sweep) first.
+    3. the other tests that start Ray or train;
+    4. the rest, each a second or less: they fill the end, so neither worker waits long on the
+       other's last test.
+
+    Under xdist each worker takes the next test in this order when it is nearly idle, so the
+    long ones start early and the short ones even out the end (make test's wall time is the
+    busier worker's sum).
     """
     _mark_ray_and_training(items)
-    # Under pytest-xdist (make test) the Ray tests are shared between the two workers, each with
-    # its own private Ray: kept in one worker (an xdist_group), they were 869 of the suite's
-    # 1,193 test-seconds in a run of 623 s on two workers.
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
-    items.sort(
-        key=lambda item: (
-            0
-            if item.nodeid.startswith("tests/sweeps/run/test_cluster.py")
-            else 2
-            if getattr(item, "module", None) in _RAY.modules
-            else 1
-        )
-    )
+    items.sort(key=_run_order)
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    if item.nodeid.startswith("tests/sweeps/run/test_cluster.py"):
+        return 0, 0
+    grouped = 0 if item.get_closest_marker("xdist_group") else 1
+    if getattr(item, "module", None) in _RAY.modules:
+        return 1, grouped
+    if item.get_closest_marker("ray") or item.get_closest_marker("train"):
+        return 2, grouped
+    return 3, 0
 
 
 #: test modules whose every test starts Ray (a local instance, a `ray start` head or a
