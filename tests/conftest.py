@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +39,54 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+# ----------------------------------------------------------------------------------------------
+# xdist_group under pytest 9.2
+
+
+def _groups_file(controller_pid: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"pytest-xdist-groups-{controller_pid}.json"
+
+
+def _record_groups(config, items) -> None:
+    """In an xdist worker: each test's xdist_group, for the controller's scheduler
+    (:class:`_MarkedGroupScheduling`). pytest-xdist 3.8 names a grouped test ``NODEID@GROUP``
+    through ``item._nodeid``, which pytest 9.2 no longer reads (``item.nodeid`` comes from
+    ``item._id``): its loadgroup scheduler never sees a group and hands the tests of one group to
+    both workers (each then runs the group's module-scoped sweep)."""
+    if not hasattr(config, "workerinput") or config.getvalue("dist") != "no":
+        return
+    groups = {}
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})  # fmt: skip
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    path = _groups_file(os.getppid())  # the controller started this worker
+    part = path.with_suffix(f".{os.getpid()}")
+    part.write_text(json.dumps(groups))
+    part.replace(path)  # whole, whichever worker writes last (they collect the same tests)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: xdist's own scheduler, told each test's group (see
+    :func:`_record_groups`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _MarkedGroupScheduling(LoadGroupScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # read once every worker has collected (and written it)
+                path = _groups_file(os.getpid())
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+                path.unlink(missing_ok=True)
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return _MarkedGroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """The order the tests run in (and, under pytest-xdist, are handed to the two workers in):
 
@@ -55,6 +106,7 @@ def pytest_collection_modifyitems(config, items):
     busier worker's sum).
     """
     _mark_ray_and_training(items)
+    _record_groups(config, items)
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
     items.sort(key=_run_order)
 
