@@ -95,15 +95,13 @@ def pytest_collection_modifyitems(config, items):
        a process that already ran and shut down a local instance: the new GCS takes the old
        driver's exit for its own driver's and kills every actor it creates ("Actor may be already
        destroyed"). The reverse order works.
-    2. the modules that use the shared ``local_ray``, one after another, so it starts once per
-       worker; the xdist groups among them (tests that read one module-scoped sweep) first.
-    3. the other tests that start Ray or train;
-    4. the rest, each a second or less: they fill the end, so neither worker waits long on the
-       other's last test.
-
-    Under xdist each worker takes the next test in this order when it is nearly idle, so the
-    long ones start early and the short ones even out the end (make test's wall time is the
-    busier worker's sum).
+    2. the tests that do not use the shared ``local_ray``, in their files' order. (Before it, not
+       after: in a run that put them after the shared-Ray sweeps, the two tests that send a real
+       SIGINT in test_preemption_signals.py and test_wmt_fetch.py failed, SIGINT ignored in that
+       worker; which earlier test leaves it so was not found.)
+    3. the modules that use the shared ``local_ray``, one after another, so it starts once per
+       worker; the xdist groups among them (tests that read one module-scoped sweep) first, so
+       the longest units start while the other worker still has tests to take.
     """
     _mark_ray_and_training(items)
     _record_groups(config, items)
@@ -114,12 +112,9 @@ def pytest_collection_modifyitems(config, items):
 def _run_order(item: pytest.Item) -> tuple[int, int]:
     if item.nodeid.startswith("tests/sweeps/run/test_cluster.py"):
         return 0, 0
-    grouped = 0 if item.get_closest_marker("xdist_group") else 1
     if getattr(item, "module", None) in _RAY.modules:
-        return 1, grouped
-    if item.get_closest_marker("ray") or item.get_closest_marker("train"):
-        return 2, grouped
-    return 3, 0
+        return 2, 0 if item.get_closest_marker("xdist_group") else 1
+    return 1, 0
 
 
 #: test modules whose every test starts Ray (a local instance, a `ray start` head or a
