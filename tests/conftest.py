@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,28 +32,89 @@ def _seed_torch():
     torch.manual_seed(0)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Run the multi-node cluster tests before any other test that starts Ray in this process, and
-    the modules that use the shared ``local_ray`` last, one after another, so it starts once.
+def pytest_configure(config):
+    """Under pytest-xdist (make test), hand the tests out in the order sorted below rather than
+    xdist's own (it would move the multi-test groups ahead of everything else by size)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
-    Ray 2.60 cannot join a ``ray.cluster_utils.Cluster`` from a process that already ran and shut
-    down a local instance: the new GCS takes the old driver's exit for its own driver's and kills
-    every actor it creates ("Actor may be already destroyed"). The reverse order works.
+
+# ----------------------------------------------------------------------------------------------
+# xdist_group under pytest 9.2
+
+
+def _groups_file(controller_pid: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"pytest-xdist-groups-{controller_pid}.json"
+
+
+def _record_groups(config, items) -> None:
+    """In an xdist worker: each test's xdist_group, for the controller's scheduler
+    (:class:`_MarkedGroupScheduling`). pytest-xdist 3.8 names a grouped test ``NODEID@GROUP``
+    through ``item._nodeid``, which pytest 9.2 no longer reads (``item.nodeid`` comes from
+    ``item._id``): its loadgroup scheduler never sees a group and hands the tests of one group to
+    both workers (each then runs the group's module-scoped sweep)."""
+    if not hasattr(config, "workerinput") or config.getvalue("dist") != "no":
+        return
+    groups = {}
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})  # fmt: skip
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    path = _groups_file(os.getppid())  # the controller started this worker
+    part = path.with_suffix(f".{os.getpid()}")
+    part.write_text(json.dumps(groups))
+    part.replace(path)  # whole, whichever worker writes last (they collect the same tests)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: xdist's own scheduler, told each test's group (see
+    :func:`_record_groups`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _MarkedGroupScheduling(LoadGroupScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # read once every worker has collected (and written it)
+                path = _groups_file(os.getpid())
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+                path.unlink(missing_ok=True)
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return _MarkedGroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order the tests run in (and, under pytest-xdist, are handed to the two workers in):
+
+    1. the multi-node cluster tests (test_cluster.py, one xdist_group): before any other test
+       that starts Ray in this process. Ray 2.60 cannot join a ``ray.cluster_utils.Cluster`` from
+       a process that already ran and shut down a local instance: the new GCS takes the old
+       driver's exit for its own driver's and kills every actor it creates ("Actor may be already
+       destroyed"). The reverse order works.
+    2. the tests that do not use the shared ``local_ray``, in their files' order. (Before it, not
+       after: in a run that put them after the shared-Ray sweeps, the two tests that send a real
+       SIGINT in test_preemption_signals.py and test_wmt_fetch.py failed, SIGINT ignored in that
+       worker; which earlier test leaves it so was not found.)
+    3. the modules that use the shared ``local_ray``, one after another, so it starts once per
+       worker; the xdist groups among them (tests that read one module-scoped sweep) first, so
+       the longest units start while the other worker still has tests to take.
     """
     _mark_ray_and_training(items)
-    # Under pytest-xdist (make test) the Ray tests are shared between the two workers, each with
-    # its own private Ray: kept in one worker (an xdist_group), they were 869 of the suite's
-    # 1,193 test-seconds in a run of 623 s on two workers.
+    _record_groups(config, items)
     _RAY.modules = {getattr(item, "module", None) for item in items if _uses_shared_ray(item)}
-    items.sort(
-        key=lambda item: (
-            0
-            if item.nodeid.startswith("tests/sweeps/run/test_cluster.py")
-            else 2
-            if getattr(item, "module", None) in _RAY.modules
-            else 1
-        )
-    )
+    items.sort(key=_run_order)
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    if item.nodeid.startswith("tests/sweeps/run/test_cluster.py"):
+        return 0, 0
+    if getattr(item, "module", None) in _RAY.modules:
+        return 2, 0 if item.get_closest_marker("xdist_group") else 1
+    return 1, 0
 
 
 #: test modules whose every test starts Ray (a local instance, a `ray start` head or a

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mps_helpers import install_fake_mps, mps_calls
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +60,7 @@ def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
     assert by["session"]["phases_run"] == 0
 
 
+@pytest.mark.train  # runs the benchmarks, 20 s
 def test_the_session_s_phases_run_on_a_cpu_with_mps_put_around_a_benchmark(tmp_path):
     lines = session(
         tmp_path, "--device", "cpu", "--phases", "environment", "cuda_graphs", "share_mps", mps=True

@@ -93,6 +93,16 @@ esac
 """
 
 
+def signatures_cache() -> dict[str, str]:
+    """``SWEEPS_CACHE_DIR`` naming this user's cache of the sweep file's signatures, for a job
+    whose HOME is a fresh folder (where that cache would be rebuilt, importing torch and
+    Lightning); nothing when the cache is off."""
+    from sweeps.spec.signatures import cache_dir
+
+    folder = cache_dir()
+    return {"SWEEPS_CACHE_DIR": str(folder)} if folder is not None else {}
+
+
 def _write(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(0o755)
@@ -147,6 +157,7 @@ class Job:
             "PATH": f"{bin_dir}:{os.environ['PATH']}",
             "REAL_PYTHON": sys.executable,
             "HOME": str(tmp),  # no ~/.ray/auth_token: the job creates one (`ray get-auth-token`)
+            **signatures_cache(),
             "FAKE_LOG": str(self.log),
             "FAKE_DIR": str(tmp),
             "FAKE_NODES": " ".join(nodes),
@@ -192,6 +203,7 @@ class Job:
         return [c for c in self.calls if "sweeps/launch.py" in c and c.startswith("python")]
 
 
+@pytest.mark.train  # the batch script runs, seconds
 def test_one_node_runs_the_sweep_on_a_loopback_head_address(tmp_path):
     """One node: 127.0.1.1 from `hostname --ip-address` is fine, the sweep runs on it."""
     job = Job(tmp_path, ["node1"])
@@ -214,6 +226,7 @@ def test_one_node_runs_the_sweep_on_a_loopback_head_address(tmp_path):
     assert job.seconds < 10, job.seconds
 
 
+@pytest.mark.train  # the batch script runs, seconds
 @pytest.mark.parametrize("loopback", ["127.0.1.1", "::1"])
 def test_a_loopback_head_address_with_other_nodes_stops_at_once(tmp_path, loopback):
     """Two nodes, the head's host name mapped to loopback: the job says so before starting Ray
@@ -232,6 +245,7 @@ def test_a_loopback_head_address_with_other_nodes_stops_at_once(tmp_path, loopba
     assert job.ray_starts() == [] and job.launches() == []
 
 
+@pytest.mark.train  # the batch script runs, seconds
 @pytest.mark.skipif(not _can_isolate(), reason="needs `unshare -rn` (user + network namespaces)")
 @needs_address
 def test_a_head_address_another_node_cannot_reach_stops_at_once(tmp_path):
@@ -250,6 +264,7 @@ def test_a_head_address_another_node_cannot_reach_stops_at_once(tmp_path):
     assert job.launches() == []
 
 
+@pytest.mark.train  # the batch script runs, seconds
 def test_a_head_address_nothing_listens_on_stops_at_once(tmp_path):
     """MEMATTN_HEAD_IP that is not this node's: the head cannot listen there; said at once."""
     job = Job(tmp_path, ["node1", "node2"], MEMATTN_HEAD_IP="203.0.113.9")
@@ -258,6 +273,7 @@ def test_a_head_address_nothing_listens_on_stops_at_once(tmp_path):
     assert job.launches() == []
 
 
+@pytest.mark.train  # the batch script runs, seconds
 @needs_address
 @pytest.mark.parametrize("how", ["hostname", "MEMATTN_HEAD_IP", "MEMATTN_HEAD_INTERFACE"])
 def test_several_nodes_start_on_a_reachable_head_address(tmp_path, how):
@@ -280,6 +296,7 @@ def test_several_nodes_start_on_a_reachable_head_address(tmp_path, how):
     )
 
 
+@pytest.mark.train  # the batch script runs, seconds
 @needs_address
 def test_nodes_that_do_not_join_are_reported_and_the_sweep_runs_on_the_others(tmp_path):
     ip, _ = ADDRESS

@@ -17,10 +17,23 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mps_helpers import install_fake_mps
-from test_slurm import ADDRESS, HOSTNAME, RAY, SCONTROL, SRUN, _free_port, _write, needs_address
+from test_slurm import (
+    ADDRESS,
+    HOSTNAME,
+    RAY,
+    SCONTROL,
+    SRUN,
+    _free_port,
+    _write,
+    needs_address,
+    signatures_cache,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+#: every test runs the batch script (seconds a job): not in make test-fast
+pytestmark = pytest.mark.train
 SCRIPT = ROOT / "cluster" / "slurm.sbatch"
 
 PYTHON = r"""#!/bin/bash
@@ -69,6 +82,9 @@ def run_job(
         "PYTHONPATH": str(ROOT),
         "REAL_PYTHON": sys.executable,
         "HOME": str(tmp),
+        # the sweep file's signatures cache of this user, not the empty one of the new HOME (the
+        # MPS plan loads the sweep file: 6 s a job importing torch and Lightning to rebuild it)
+        **signatures_cache(),
         "FAKE_LOG": str(log),
         "FAKE_MPS_LOG": str(log),  # one log: the order of the calls
         "FAKE_DIR": str(tmp),

@@ -57,6 +57,7 @@ def check_system(result: dict, name: str) -> None:
     assert system["greedy_s"] > 0 and system["beam_s"] > 0
 
 
+@pytest.mark.train  # trains the project's model
 def test_project_only_quick_run_prints_the_json_line(capsys):
     result = run_quick(capsys, ["project", "project:bf16"])
     assert TOP_KEYS <= set(result)
@@ -78,6 +79,7 @@ def test_project_only_quick_run_prints_the_json_line(capsys):
     assert Path(result["systems"]["project"]["source"]) == BENCH.parents[1]  # this checkout's model
 
 
+@pytest.mark.train  # trains the project's model
 def test_a_peer_that_cannot_be_imported_is_named_and_the_rest_still_runs(
     capsys, monkeypatch, tmp_path
 ):

@@ -22,6 +22,8 @@ from sweep_helpers import interrupt_env, result_steps, tiny_spec, write_spec  # 
 from sweeps.launch import main  # noqa: E402
 
 SEEDS = [0, 1, 2]
+#: the tests that read the ``fused`` sweep run in one xdist worker, so it runs once
+ON_FUSED = pytest.mark.xdist_group("fused-sweep")
 
 
 def seeds_spec(name: str, **over) -> dict:
@@ -101,6 +103,7 @@ def fused(local_ray, tmp_path_factory) -> SimpleNamespace:
     )
 
 
+@ON_FUSED
 def test_a_preempted_fused_sweep_resumes_every_member_from_the_groups_state(fused):
     """Every member is ``preempted``, the group's states wait for --resume; resumed, each member
     continues from where it reported last (a report in flight at the stop may come again, as for
@@ -118,6 +121,7 @@ def test_a_preempted_fused_sweep_resumes_every_member_from_the_groups_state(fuse
     assert not list((fused.exp / "fused").glob("*/state-*")), "a finished group keeps no state"
 
 
+@ON_FUSED
 def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
     import torch
 
@@ -160,6 +164,7 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
     )
 
 
+@ON_FUSED
 def test_fusion_off_trains_each_trial_alone_and_fused_members_learn_the_same(fused, tmp_path):
     """``fusion: off`` is today's sweep (no group, no fused_with); the fused members trained on
     the same data from the same weights as the unfused trials of their seeds, to float tolerance."""
@@ -172,6 +177,7 @@ def test_fusion_off_trains_each_trial_alone_and_fused_members_learn_the_same(fus
 
 
 @pytest.mark.slow
+@ON_FUSED
 def test_the_resumed_fused_sweep_ends_where_an_uninterrupted_one_does(fused, tmp_path):
     """The same fused sweep never stopped: every member's figures to the last digit."""
     assert launch(tmp_path, seeds_spec("fused", **FUSED)) == 0

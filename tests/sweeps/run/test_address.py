@@ -20,6 +20,8 @@ from sweep_helpers import tiny_spec, write_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 RAY = str(Path(sys.executable).with_name("ray"))
+#: every test reads the module's ``ray start`` head: one xdist worker runs them, so it starts once
+pytestmark = pytest.mark.xdist_group("ray-head")
 
 
 def free_port() -> int:

@@ -38,6 +38,9 @@ CLUSTER_DIR = ROOT / "cluster"
 SECRET = sweep_helpers.SECRET
 SMALL_STORE = 80 * 2**20
 GPU_NODES = 3
+#: one xdist worker runs the whole module: its module-scoped cluster (and the sweeps on it) start
+#: once, and first in that worker (tests/conftest.py says why)
+pytestmark = pytest.mark.xdist_group("cluster")
 
 
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:

@@ -21,6 +21,9 @@ from sweep_helpers import interrupt_env, interrupted_trials, tiny_spec, write_sp
 
 from sweeps.launch import main  # noqa: E402
 
+#: the tests that read the ``surfaces`` sweep run in one xdist worker, so it runs once
+ON_SURFACES = pytest.mark.xdist_group("surfaces")
+
 
 def two_cell_optuna_spec(name: str, **over) -> dict:
     """Cells none and bahdanau, each an Optuna study of 2 samples over the learning rate."""
@@ -362,6 +365,7 @@ def surfaces(local_ray, tmp_path_factory) -> SimpleNamespace:
     )
 
 
+@ON_SURFACES
 def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
     """ASHA stops trials of one (cell, seed). Read back with each tool's own client: every W&B run
     is finished with its last val/bleu and the timing stage's decode_seconds; Optuna holds the
@@ -498,6 +502,7 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
     assert loaded["bleu"] == pytest.approx(df["val/bleu"].tolist())
 
 
+@ON_SURFACES
 def test_optuna_searches_nuisance_parameters_inside_each_cell(surfaces, capsys):
     """The study's Optuna search (learning rate and dropout, inside the one cell), and --resume of
     it after a bad line landed in the middle of its journal."""
