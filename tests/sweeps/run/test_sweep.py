@@ -84,7 +84,10 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         assert row.decode_seconds == pytest.approx(t["decode_seconds"]) and t["repeats"] >= 5
         assert (
             row.decode_repeats == t["repeats"]
-            and row.decode_passes_per_repeat == t["passes_per_repeat"] > 1
+            # the row carries the record's passes; how many a repeat takes (several for this
+            # few-ms split on a quiet machine, one when a loaded host slowed the last warm-up
+            # pass past MIN_REPEAT_S) is tests/sweeps/timing/test_timing.py's to check
+            and row.decode_passes_per_repeat == t["passes_per_repeat"] >= 1
         )
         # where it was timed, as results.md says it: this machine's CPU, by the name torch sees
         assert (row.timing_device, row.timing_device_name) == ("cpu", t["device_name"])
