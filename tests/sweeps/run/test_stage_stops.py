@@ -80,6 +80,8 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     code, took = stopped_run(args, monkeypatch, tmp_path / "timing.json", "timing:start@2")
     assert code == 75, capsys.readouterr()
     assert took < STOP_S, f"exited {took:.1f} s after the signal"
+    with capsys.disabled():  # the figure, for pytest -s
+        print(f"\nSIGTERM in the timing stage: exit 75 after {took:.1f} s")
     assert timing_processes() == [], "a timing process outlived the stop"
     said = capsys.readouterr().out
     assert (
@@ -134,6 +136,8 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
         "heldout:done@1",
     )
     assert code == 75 and took < STOP_S, (code, took)
+    with capsys.disabled():
+        print(f"\nSIGTERM in the held-out stage: exit 75 after {took:.1f} s")
     now = records(exp, TIMING_FILE)
     assert len(now) == 2 and {k: now[k] for k in timed} == timed, "the first model timed again"
     tested = records(exp, HELDOUT_FILE)
