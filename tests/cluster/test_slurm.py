@@ -6,7 +6,8 @@ address is unreachable, for the nodes in FAKE_ISOLATED); ``hostname`` answers FA
 FAKE_IP_ADDRESS (``--ip-address``) and FAKE_ALL_IPS (``--all-ip-addresses``). In the fake virtualenv
 the script activates, ``ray start --head`` listens on its ``--node-ip-address``/``--port`` (a
 plain TCP socket, no Ray), ``ray stop`` closes it, and ``python`` answers the join count
-(FAKE_JOINED) and records the sweep command. Every call lands in a log the tests read.
+(the head and each worker whose `ray start` has run, at most FAKE_JOINED) and records the sweep
+command. Every call lands in a log the tests read.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ PYTHON = r"""#!/bin/bash
 echo "python $*" >> "$FAKE_LOG"
 case "$*" in
     *sweeps/launch.py*) exit 0 ;;
-    *ray.nodes*) echo "${FAKE_JOINED:-1}" ;;
+    *ray.nodes*)  # the head, and each worker whose `ray start` has run, up to FAKE_JOINED
+        started=$(grep -c '^ray start .*--address=' "$FAKE_LOG")
+        max=${FAKE_JOINED:-1}
+        echo $(( 1 + started < max ? 1 + started : max )) ;;
 esac
 """
 
