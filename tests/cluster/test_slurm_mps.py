@@ -46,7 +46,10 @@ case "$*" in
         trap 'echo "driver stopped by SIGTERM" >> "$FAKE_LOG"; exit 75' TERM
         for _ in $(seq "${FAKE_DRIVER_SECONDS:-0}"); do sleep 0.1; done
         exit 0 ;;
-    *ray.nodes*) echo "${FAKE_JOINED:-1}" ;;
+    *ray.nodes*)  # the head, and each worker whose `ray start` has run, up to FAKE_JOINED
+        started=$(grep -c '^ray start .*--address=' "$FAKE_LOG")
+        max=${FAKE_JOINED:-1}
+        echo $(( 1 + started < max ? 1 + started : max )) ;;
 esac
 """
 
