@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,19 @@ def _single_thread_torch():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_restored():
+    """Each test ends with the SIGINT handler it started with. Lightning's Trainer, interrupted
+    by a KeyboardInterrupt in ``fit``, sets SIGINT to SIG_IGN for its shutdown and never restores
+    it (lightning/pytorch/trainer/call.py): a test that Ctrl-C's an in-process fit left SIGINT
+    ignored for every later test of its xdist worker, and the tests that send a real SIGINT
+    (test_preemption_signals.py, test_wmt_fetch.py) failed when they ran after it."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before and before is not None:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(autouse=True)
