@@ -22,6 +22,7 @@ WRITTEN_AGAINST = {
     "torch": "2.13.0",
     "optuna": "5.0.0",
     "sacrebleu": "2.6.0",
+    "pytest-xdist": "3.8.0",
     "python": "3.11",
 }
 

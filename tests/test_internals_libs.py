@@ -245,3 +245,22 @@ def test_the_exit_handlers_can_be_run_before_os_exit():
     code = "import atexit, os; atexit.register(print, 'ran'); atexit._run_exitfuncs(); os._exit(0)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["ran"], done.stderr
+
+
+# ---- pytest-xdist ---------------------------------------------------------------------------------
+
+
+@internal(
+    "xdist-group-scope",
+    "pytest-xdist",
+    "tests/conftest.py (pytest_xdist_make_scheduler, _record_groups)",
+)
+def test_loadgroup_scheduling_asks_split_scope_for_each_tests_scope():
+    """conftest's scheduler overrides ``_split_scope``: the scope (the group) of each test must
+    still come from it, or the groups silently stop holding (each sweep then runs per worker)."""
+    from xdist.scheduler import LoadGroupScheduling
+    from xdist.scheduler.loadscope import LoadScopeScheduling
+
+    assert issubclass(LoadGroupScheduling, LoadScopeScheduling)
+    assert "self._split_scope(nodeid)" in source(LoadScopeScheduling)
+    assert LoadGroupScheduling._split_scope(None, "a.py::t@g") == "g"  # (self unused)
