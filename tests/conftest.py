@@ -28,12 +28,14 @@ def _single_thread_torch():
 
 
 @pytest.fixture(autouse=True)
-def _sigint_restored():
-    """Each test ends with the SIGINT handler it started with. Lightning's Trainer, interrupted
-    by a KeyboardInterrupt in ``fit``, sets SIGINT to SIG_IGN for its shutdown and never restores
-    it (lightning/pytorch/trainer/call.py): a test that Ctrl-C's an in-process fit left SIGINT
-    ignored for every later test of its xdist worker, and the tests that send a real SIGINT
-    (test_preemption_signals.py, test_wmt_fetch.py) failed when they ran after it."""
+def _sigint_as_python_sets_it():
+    """Each test starts with Python's own SIGINT handler (KeyboardInterrupt) and ends with the
+    handler it began with. A script that starts the suite in the background (`make test &`, no
+    job control) hands it SIGINT ignored, and Python keeps it so; Lightning's Trainer, interrupted
+    in ``fit``, also sets SIG_IGN and never restores it (lightning/pytorch/trainer/call.py). The
+    tests that send a real SIGINT (test_preemption_signals.py, test_wmt_fetch.py) failed there."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     before = signal.getsignal(signal.SIGINT)
     yield
     if signal.getsignal(signal.SIGINT) is not before and before is not None:
