@@ -85,16 +85,22 @@ if [[ $1 == stop ]]; then
 fi
 exit 0
 """
-PYTHON = r"""#!/bin/bash
+#: the stand-in `python`'s answer to the join count: the head, and each worker whose `ray start`
+#: has run, at most FAKE_JOINED (a job that counted every node at once could end before a worker
+#: step had logged its start)
+JOIN_COUNT = r"""started=$(grep -c '^ray start .*--address=' "$FAKE_LOG"); max=${FAKE_JOINED:-1}
+        echo $(( 1 + started < max ? 1 + started : max ))"""
+PYTHON = (
+    r"""#!/bin/bash
 echo "python $*" >> "$FAKE_LOG"
 case "$*" in
     *sweeps/launch.py*) exit 0 ;;
-    *ray.nodes*)  # the head, and each worker whose `ray start` has run, up to FAKE_JOINED
-        started=$(grep -c '^ray start .*--address=' "$FAKE_LOG")
-        max=${FAKE_JOINED:-1}
-        echo $(( 1 + started < max ? 1 + started : max )) ;;
+    *ray.nodes*) """
+    + JOIN_COUNT
+    + r""" ;;
 esac
 """
+)
 
 
 def signatures_cache() -> dict[str, str]:

@@ -22,6 +22,7 @@ from mps_helpers import install_fake_mps
 from test_slurm import (
     ADDRESS,
     HOSTNAME,
+    JOIN_COUNT,
     RAY,
     SCONTROL,
     SRUN,
@@ -36,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.train
 SCRIPT = ROOT / "cluster" / "slurm.sbatch"
 
-PYTHON = r"""#!/bin/bash
+PYTHON = (
+    r"""#!/bin/bash
 case "$*" in
     "-m sweeps.run.mps "*) exec "$REAL_PYTHON" "$@" ;;
 esac
@@ -46,12 +48,12 @@ case "$*" in
         trap 'echo "driver stopped by SIGTERM" >> "$FAKE_LOG"; exit 75' TERM
         for _ in $(seq "${FAKE_DRIVER_SECONDS:-0}"); do sleep 0.1; done
         exit 0 ;;
-    *ray.nodes*)  # the head, and each worker whose `ray start` has run, up to FAKE_JOINED
-        started=$(grep -c '^ray start .*--address=' "$FAKE_LOG")
-        max=${FAKE_JOINED:-1}
-        echo $(( 1 + started < max ? 1 + started : max )) ;;
+    *ray.nodes*) """
+    + JOIN_COUNT
+    + r""" ;;
 esac
 """
+)
 
 
 def run_job(
