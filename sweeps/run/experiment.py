@@ -286,7 +286,11 @@ def holds_sweep(path: str) -> bool:
         from ray import tune
 
         return tune.Tuner.can_restore(path)
-    # what the launcher writes before Tune starts does not count: its record of the run's
-    # overrides, and the budget ledger (saved while a slow data or Ray stage runs)
-    before_tune = (LAUNCH_FILE, BUDGET_FILE)
-    return Path(path).exists() and any(p.name not in before_tune for p in Path(path).iterdir())
+    return Path(path).exists() and not only_launch_files(Path(path))
+
+
+def only_launch_files(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but what the launcher writes before Tune starts: its
+    record of the run's overrides, and the budget ledger (saved while a slow data or Ray stage
+    runs). Such a folder holds no sweep yet."""
+    return all(p.name in (LAUNCH_FILE, BUDGET_FILE) for p in folder.iterdir())

@@ -27,13 +27,19 @@ from typing import Any
 from sweeps.heldout.stage import evaluate_chosen_trials, publish_heldout, stopped_rows
 from sweeps.integrations.wandb_env import resolve_wandb_mode
 from sweeps.integrations.wandb_runs import add_run_summary
-from sweeps.layout import LAUNCH_FILE, OPTUNA_JOURNAL
+from sweeps.layout import OPTUNA_JOURNAL
 from sweeps.report.results import TIMING_COLUMNS, result_rows
 from sweeps.run.budget import EXIT_BUDGET, budget_meter, trial_rates
 from sweeps.run.cluster import LaunchError, check_cluster, check_writable, init_ray
 from sweeps.run.configs import publish_configurations
 from sweeps.run.confirm import confirm_stage, publish_confirm
-from sweeps.run.experiment import holds_sweep, make_settings, nothing_to_resume, run_tune
+from sweeps.run.experiment import (
+    holds_sweep,
+    make_settings,
+    nothing_to_resume,
+    only_launch_files,
+    run_tune,
+)
 from sweeps.run.launch_state import Launch
 from sweeps.run.preemption import StopRequested
 from sweeps.run.resume_check import check_before_resume
@@ -62,7 +68,7 @@ def check_output(launch: Launch) -> None:
     os.environ["WANDB_MODE"] = launch.mode
     os.environ.setdefault("WANDB_SILENT", "true")
     out_dir.mkdir(parents=True, exist_ok=True)
-    if args.resume or not any(p.name != LAUNCH_FILE for p in out_dir.iterdir()):
+    if args.resume or only_launch_files(out_dir):
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
         # budget this resume gave (if any)
         save_launch(out_dir, args.overrides, launch.profile)
