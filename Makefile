@@ -61,9 +61,11 @@ sweep: venv
 test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
-# the loop for someone changing one module: no Ray, no training (how long: benchmarks/README.md, "Durations")
+# the loop for someone changing one module: no Ray, no training, on two workers (each collects the
+# suite, ~9 CPU-s of imports, and still the whole is a third shorter than one process); how long:
+# benchmarks/README.md, "Durations"
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not ray and not train"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train"
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow

@@ -8,6 +8,7 @@ tests/test_internals_libs.py. Seconds, no Ray."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -52,6 +53,7 @@ def test_the_docs_name_the_versions_the_checks_were_written_against():
     assert headings == WRITTEN_AGAINST
 
 
+@functools.cache  # two tests read it; parsing every file of the packages twice costs a second
 def private_uses() -> dict[str, set[str]]:
     """What the project's code touches that a library keeps private: ``obj._name`` on an object
     that is not the project's own (no project code defines ``_name``; ``super()._name`` always

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sweeps.launch import main as launch_main
 from sweeps.spec import SpecError, build_sweep, expand_grid, load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -53,23 +54,26 @@ def test_grid_variants_concatenate_and_axes_cross():
     assert not any("K=" in n and "memory" not in n for n in names)
 
 
-def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1_over_3_seeds():
-    out = subprocess.run(
-        [sys.executable, "sweeps/launch.py", "sweeps/k_vs_length.yaml", "--dry-run"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
+def dry_run(path, capsys) -> str:
+    """The launcher's ``--dry-run`` in this process (the command line itself is run as a process by
+    test_cli_reports_bad_spec_without_traceback): what it printed."""
+    capsys.readouterr()
+    code = launch_main([str(path), "--dry-run"])
+    said = capsys.readouterr()
+    assert code == 0, said.err
+    return said.out
+
+
+def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1_over_3_seeds(capsys):
+    said = dry_run(ROOT / "sweeps" / "k_vs_length.yaml", capsys)
     rows = [
         line
-        for line in out.stdout.splitlines()
+        for line in said.splitlines()
         if line.split() and line.split()[0].isdigit() and " cells x " not in line
     ]
     assert len(rows) == 84  # 28 cells x 3 seeds, each cell's seeds one fused group
-    assert "28 cells x 3 seed(s) = 84 grid points, 84 trials" in out.stdout
-    assert "84 of the 84 trials train in 28 fused group(s)" in out.stdout
+    assert "28 cells x 3 seed(s) = 84 grid points, 84 trials" in said
+    assert "84 of the 84 trials train in 28 fused group(s)" in said
     for length in (20, 50, 100, 200):  # Table 1's lengths (the paper's text says 10)
         for model in (
             "attention=none",
@@ -343,19 +347,12 @@ def test_trial_configs_are_flat_readable_and_unique():
     }
 
 
-def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path):
+def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path, capsys):
     raw = base_spec(early_terminate={"type": "asha"})
     path = tmp_path / "asha.yaml"
     path.write_text(yaml.safe_dump(raw))
-    out = subprocess.run(
-        [sys.executable, "sweeps/launch.py", str(path), "--dry-run"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "each holds a single trial" in out.stdout and "nothing to stop" in out.stdout
+    said = dry_run(path, capsys)
+    assert "each holds a single trial" in said and "nothing to stop" in said
     searched = build_sweep(
         base_spec(
             early_terminate={"type": "asha"},
