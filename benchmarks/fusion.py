@@ -35,7 +35,8 @@ What is compared, as a sweep places its work:
 
 One step is what a trial's training step does: the module's loss (``training_step``), backward,
 gradient-norm clipping where the sweep clips, Adam; the fused step is
-:meth:`FusedSeq2Seq.train_step`. Memory attention with K=16; copy-task batches as the datamodule
+:meth:`FusedSeq2Seq.train_step`. Memory attention with K=16 (``--attention`` names another
+mechanism, with its default options; ``settings.attention`` says which); copy-task batches as the datamodule
 makes them (random lengths 0..L plus EOS, padded to the batch's longest), each member and trial
 its own stream; batch size and learning rate as the sweep files set them (tiny: 64 and 3e-3 with
 clipping at 1.0, as the quickstart and k_vs_length's cpu profile; paper_copy: 128 and 1e-4,
@@ -74,6 +75,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lengths", nargs="+", type=int, default=LENGTHS, help="copy-task max lengths")
     p.add_argument("--members", nargs="+", type=int, default=MEMBERS, help="members M per group")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    p.add_argument(
+        "--attention",
+        default="memory",
+        help="the mechanism (default memory, with K=16); another name of the attention registry "
+        "(bahdanau, none, luong_general, ...) with its default options",
+    )
     p.add_argument("--cores", type=int, default=None, help="CPU: processes side by side (all)")
     p.add_argument("--batch", type=int, default=None, help="sentences per batch (the sweep's)")
     p.add_argument("--steps", type=int, default=None, help="steps per timed run (per preset)")
@@ -88,6 +95,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 setattr(args, key, value)
     if any(m < 1 for m in args.members) or any(L < 1 for L in args.lengths):
         p.error("--members and --lengths take positive integers")
+    from lightning_modules.attention import ATTENTION_REGISTRY
+
+    if args.attention not in ATTENTION_REGISTRY:
+        p.error(f"--attention {args.attention!r}: one of {', '.join(sorted(ATTENTION_REGISTRY))}")
     return args
 
 
@@ -122,8 +133,8 @@ def _build(task: dict[str, Any]) -> Any:
             Seq2SeqModule(
                 dm.src_vocab_size,
                 dm.tgt_vocab_size,
-                attention="memory",
-                attention_kwargs={"K": 16},
+                attention=task["attention"],
+                attention_kwargs={"K": 16} if task["attention"] == "memory" else {},
                 preset=task["preset"],
                 max_source_len=dm.max_source_len,
                 lr=task["lr"],
@@ -253,7 +264,8 @@ def measure_cell(
     batch, lr, clip = TRAINING[preset]
     steps = args.steps or STEPS[preset]
     cell = dict(preset=preset, length=length, batch=args.batch or batch, lr=lr, clip=clip,
-                device=args.device, precision=args.precision)  # fmt: skip
+                device=args.device, precision=args.precision,
+                attention=args.attention)  # fmt: skip
     plan = arms(args.device, args.members, len(pool.procs))
     for arm in plan:
         for w in range(arm["workers"]):
@@ -366,7 +378,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "precision",
             )
         }
-        | {"processes": len(pool_cores), "attention": "memory K=16"},
+        | {
+            "processes": len(pool_cores),
+            "attention": "memory K=16" if args.attention == "memory" else args.attention,
+        },
         "rows": rows,
     }
     print(json.dumps(result), flush=True)

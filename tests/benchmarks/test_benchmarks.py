@@ -261,11 +261,12 @@ def test_train_speed_quick_prints_one_json_line_with_steps_peaks_and_ratios(caps
 @pytest.mark.train
 def test_fusion_quick_prints_one_json_line_of_finite_speedups(capsys):
     bench = load("fusion")
-    result = bench.main(["--quick", "--members", "1", "3"])
+    result = bench.main(["--quick", "--members", "1", "3", "--attention", "bahdanau"])
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and json.loads(out[0]) == result, "stdout holds the JSON line alone"
     assert {"speedup", "rows", "machine", "torch", "device", "load", "settings"} <= set(result)
     assert set(result["speedup"]) == {"tiny/L6/M1", "tiny/L6/M3"}
+    assert result["settings"]["attention"] == "bahdanau"
     assert result["torch"] == torch.__version__ and result["device"] == "cpu"
     assert result["machine"]["line"].startswith("machine:")
     for row in result["rows"]:
@@ -276,6 +277,13 @@ def test_fusion_quick_prints_one_json_line_of_finite_speedups(capsys):
         assert row["fused_member_steps_per_unit_second"] == pytest.approx(
             row["members"] / row["fused_step_seconds"], rel=1e-2
         )  # one process on one core: M member-steps per fused step
+
+
+def test_fusion_names_the_mechanisms_it_takes_when_given_another(capsys):
+    with pytest.raises(SystemExit):
+        load("fusion").main(["--attention", "bahdanou", "--quick"])
+    said = capsys.readouterr().err
+    assert "--attention 'bahdanou': one of" in said and "bahdanau" in said
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
