@@ -42,6 +42,21 @@ COST_GAPS = (
     (TRAIN_PEAK_MB, ("training peak-memory", "MiB")),
 )
 
+#: the timing stage's figures measured once per fused group (on one member's model), not per trial
+ONCE_PER_GROUP = (TRAIN_STEP_SECONDS, TRAIN_PEAK_MB)
+
+
+def measurements(best: pd.DataFrame, length: Any, model: str, column: str) -> int:
+    """How many separate measurements of ``column`` the seeds of ``model`` at ``length`` hold: one
+    per fused group (results.csv's ``fused_with``) for a figure measured once per group, else one
+    per seed."""
+    at = best[(best["length"] == length) & (best["model"] == model)].dropna(subset=[column])
+    if "fused_with" not in at or column not in ONCE_PER_GROUP:
+        return len(at)
+    grouped = at["fused_with"].notna()
+    return int((~grouped).sum()) + at.loc[grouped, "fused_with"].nunique()
+
+
 INTERVAL_RULE = (
     "Intervals: 95% Student-t intervals over seeds (mean ± t(0.975, n−1)·std/√n); a difference between two "
     "models at one length is paired by seed (same seed, same data) and its interval is the t-interval of the "
@@ -159,6 +174,13 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
                     - at[at["model"] == mem].set_index("seed")[column]
                 )
             m, _, ci, n = interval((gaps[lengths[-1]] - gaps[lengths[0]]).dropna())
+            if column in ONCE_PER_GROUP:
+                # a fused group's step and peaks are one measurement, copied to each member: the
+                # seeds' differences repeat one figure, and their interval (± 0) is no interval
+                n = min(n, *(measurements(best, length, model, column)
+                             for length in (lengths[0], lengths[-1])
+                             for model in ("bahdanau", mem)))  # fmt: skip
+                ci = ci if n >= 2 else float("nan")
             row(
                 f"the {what[0]} gap (Bahdanau − {mem}, {what[1]}) grows with length",
                 f"{lengths[0]}→{lengths[-1]}",

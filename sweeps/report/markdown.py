@@ -190,7 +190,8 @@ def fused_line(df: pd.DataFrame) -> str:
         "group(s) (results.csv's fused_with), each judged as a trial of its own"
         + (
             "; a group's training step and peak memory were measured once, on one member's "
-            "model alone."
+            "model alone, so in the findings they count once, not once per seed (a cell trained "
+            "as one group has no interval over seeds for them: not shown)."
             if timed
             else "."
         )

@@ -117,6 +117,36 @@ def test_training_cost_gaps_are_judged_like_decode_time():
     assert shrinks["verdict"] == "contradicted"  # 1 MiB at L=40 against 4 at L=10
 
 
+def test_a_fused_group_s_one_step_measurement_counts_once_not_once_per_seed():
+    """A fused group's training step and peak are one measurement copied to its members: a cell
+    trained as one group gives those findings no interval over seeds (not shown, 1 measurement),
+    while decode time, measured per trained model, is still judged over the seeds."""
+    df = _frame(
+        {
+            (10, "memory K=16"): [99, 100, 99.5],
+            (10, "bahdanau"): [100, 100, 99.8],
+            (40, "memory K=16"): [80, 95, 60],
+            (40, "bahdanau"): [99, 99.5, 98],
+        }
+    )
+    step = {(10, "memory K=16"): 0.040, (10, "bahdanau"): 0.050}
+    step |= {(40, "memory K=16"): 0.080, (40, "bahdanau"): 0.200}
+    df["train_step_seconds"] = [step[k] for k in zip(df["length"], df["model"])]
+    df["train_peak_mb"] = df["train_step_seconds"] * 100
+    df["decode_seconds"] = df["train_step_seconds"] * 10 + df["seed"] * 0.001
+    gap = "the training-step gap (Bahdanau − memory K=16, seconds per step) grows with length"
+    # unfused, the same figures over three seeds: each seed's own measurement
+    assert {f["finding"]: f for f in findings(df)}[gap]["seeds"] == 3
+    df["fused_with"] = df["length"].astype(str) + df["model"]  # one group per cell
+    rows = {f["finding"]: f for f in findings(df)}
+    assert (rows[gap]["seeds"], rows[gap]["verdict"]) == (1, "not shown")
+    assert rows[gap]["estimate"] == "+0.11"  # the gap itself, with no interval
+    peak = rows["the training peak-memory gap (Bahdanau − memory K=16, MiB) grows with length"]
+    assert (peak["seeds"], peak["verdict"]) == (1, "not shown")
+    decode = rows["the decode-time gap (Bahdanau − memory K=16, seconds) grows with length"]
+    assert (decode["seeds"], decode["verdict"]) == (3, "held")
+
+
 def _scoring_frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
     rows = []
     for (length, pair), bleus in values.items():
