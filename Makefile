@@ -62,7 +62,7 @@ test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
 # the loop for someone changing one module: no Ray, no training, on two workers (each collects the
-# suite, ~9 CPU-s of imports, and still the whole is a third shorter than one process); how long:
+# suite, ~10 CPU-s of imports, and still the whole is a fifth shorter than one process); how long:
 # benchmarks/README.md, "Durations"
 test-fast: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train"
