@@ -50,7 +50,10 @@ def build_local_report(
 
     # the confirm trials (seeds.confirm) are no part of any selection summary: only of the held-out one
     df, confirm = split_confirm(read_results(sweep_dir / RESULTS_CSV))
-    paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir))
+    # every timed trial trained fused: its training step and peaks are its group's one measurement
+    timed = df.dropna(subset=["train_step_seconds"]) if "train_step_seconds" in df else df.iloc[0:0]
+    fused = "fused_with" in timed and len(timed) > 0 and bool(timed["fused_with"].notna().all())
+    paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir, fused))
     paths.update(distill_plots(df, sweep_dir, metric, mode))  # BLEU vs lambda, per K
     points = model_points(df, metric, mode)
     if not points.empty:

@@ -33,7 +33,7 @@ LINE_MARKERS = [
 ]  # mechanisms sharing a headline option (local_m, local_p) at one length
 
 
-def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+def plot_results(summary: pd.DataFrame, out_dir: Path, fused: bool = False) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.summary.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the sweep has the axis it draws:
 
@@ -46,7 +46,9 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
       ``decode_by_model.png`` (a bar per model); contended times drawn as x / hatched bars.
     - training cost, when the timing stage measured it: ``train_step_vs_length.png`` and
       ``train_peak_vs_length.png`` (seconds per training step, its peak memory; one line per
-      model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length.
+      model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length. With
+      ``fused`` (trials trained in fused groups), these two were measured once per group and
+      copied to its members: no error bars, and the title says why.
 
     Returns the paths by name."""
     paths: dict[str, Path] = {}
@@ -83,11 +85,12 @@ def plot_results(summary: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost
         if column not in summary or not summary[column].notna().any():
             continue
+        note = ONCE_PER_GROUP_NOTE if fused else None
         if lengths >= 2:
-            fig = by_length_figure(summary, column, ylabel, f"{ylabel} vs length")
+            fig = by_length_figure(summary, column, ylabel, f"{ylabel} vs length", note=note)
             paths[f"{stem}_vs_length"] = _save(fig, out_dir / f"{stem}_vs_length.png")
         else:
-            fig = by_model_figure(summary, column, ylabel, f"{ylabel} per model")
+            fig = by_model_figure(summary, column, ylabel, f"{ylabel} per model", note=note)
             paths[f"{stem}_by_model"] = _save(fig, out_dir / f"{stem}_by_model.png")
     return paths
 
@@ -175,10 +178,16 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
 
 
 def by_length_figure(
-    summary: pd.DataFrame, column: str, ylabel: str, title: str, mark_contended: bool = False
+    summary: pd.DataFrame,
+    column: str,
+    ylabel: str,
+    title: str,
+    mark_contended: bool = False,
+    note: str | None = None,
 ):
     """``column`` against length, one line per model (error bars over seeds); with
-    ``mark_contended`` a contended point is an x."""
+    ``mark_contended`` a contended point is an x. ``note``: the title's second line instead of
+    the error bars' (then drawn without them)."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     rows = summary.dropna(subset=[column, "length"])
     contended = contended_mask(rows) if mark_contended else pd.Series(False, index=rows.index)
@@ -188,7 +197,7 @@ def by_length_figure(
         ax.errorbar(
             g["length"].astype(float),
             g[column],
-            yerr=g[f"{column}_std"].fillna(0),
+            yerr=None if note else g[f"{column}_std"].fillna(0),
             marker="o",
             markersize=4,
             capsize=3,
@@ -212,17 +221,24 @@ def by_length_figure(
     ax.set_xticks(sorted(rows["length"].astype(int).unique()))
     ax.set_xlabel("sequence length L")
     ax.set_ylabel(ylabel)
-    ax.set_title(title + _seeds_note(rows) + _all_contended_note(contended), fontsize=10)
+    second = f"\n{note}" if note else _seeds_note(rows)
+    ax.set_title(title + second + _all_contended_note(contended), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
 
 
 def by_model_figure(
-    summary: pd.DataFrame, column: str, ylabel: str, title: str, mark_contended: bool = False
+    summary: pd.DataFrame,
+    column: str,
+    ylabel: str,
+    title: str,
+    mark_contended: bool = False,
+    note: str | None = None,
 ):
     """A bar per cell (labelled by model, or by cell when models repeat), error bars over seeds;
-    with ``mark_contended`` a contended bar is hatched and its label carries the dagger."""
+    with ``mark_contended`` a contended bar is hatched and its label carries the dagger.
+    ``note``: as for :func:`by_length_figure`."""
     rows = summary.dropna(subset=[column]).reset_index(drop=True)
     names = (
         rows["model"] if "model" in rows and not rows["model"].duplicated().any() else rows["cell"]
@@ -232,7 +248,7 @@ def by_model_figure(
     bars = ax.bar(
         range(len(rows)),
         rows[column],
-        yerr=rows[f"{column}_std"].fillna(0),
+        yerr=None if note else rows[f"{column}_std"].fillna(0),
         capsize=3,
         color=colours()[: len(rows)],
         edgecolor="0.25",
@@ -250,11 +266,16 @@ def by_model_figure(
     if "length" in rows and rows["length"].notna().any():
         title += f" (L={rows['length'].dropna().iloc[0]})"
     ax.set_ylabel(ylabel)
-    ax.set_title(title + _seeds_note(rows) + _all_contended_note(contended), fontsize=10)
+    second = f"\n{note}" if note else _seeds_note(rows)
+    ax.set_title(title + second + _all_contended_note(contended), fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     if contended.any():
         ax.legend(handles=[contended_handle("hatch")], fontsize=7)
     return fig
+
+
+#: the training-cost figures' second title line for a fused sweep
+ONCE_PER_GROUP_NOTE = "one measurement per fused group, copied to its seeds: no spread to draw"
 
 
 def _seeds_note(summary: pd.DataFrame) -> str:

@@ -158,3 +158,21 @@ def test_each_headline_option_gets_its_own_figure(tmp_path):
     assert fig.axes[0].get_xlabel().startswith("window")
     paths = plots.plot_results(s, tmp_path)
     assert {"bleu_vs_k", "bleu_vs_window"} <= set(paths)
+
+
+def test_a_fused_sweep_s_training_cost_figures_draw_no_seed_spread(tmp_path, monkeypatch):
+    """A fused group's training step is one measurement copied to its seeds: the figure draws no
+    error bars and its title says why; an unfused sweep's keeps its bars over seeds."""
+    s = summary()
+    s["train_step_seconds"] = s[SEC] * 2
+    s["train_step_seconds_std"] = s[f"{SEC}_std"]
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
+    for fused in (False, True):
+        drawn.clear()
+        plots.plot_results(s, tmp_path, fused=fused)
+        ax = drawn["train_step_vs_length.png"].axes[0]
+        bars = [c.has_yerr for c in ax.containers]
+        assert bars and all(b != fused for b in bars), (fused, bars)
+        assert (plots.ONCE_PER_GROUP_NOTE in ax.get_title()) == fused
+        assert ("± std over seeds" in ax.get_title()) != fused
