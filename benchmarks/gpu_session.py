@@ -4,8 +4,8 @@ CUDA graphs and MPS, each phase within its own time limit and all within ``--bud
 Run it on the GPU machine (from the repository root; the device's own Python, which has torch
 and Lightning; nothing here needs Ray, Optuna or W&B):
 
-    python benchmarks/gpu_session.py --out "$OUT"                       # every phase, ~8.5 min
-    python benchmarks/gpu_session.py --out "$OUT" --phases environment cuda_graphs gpu_tests share share_mps
+    python benchmarks/gpu_session.py --out "$OUT" --budget 440 --phases environment cuda_graphs gpu_tests share share_mps
+    python benchmarks/gpu_session.py --out "$OUT" --budget 310 --phases fusion peers
     python benchmarks/gpu_session.py --dry-run                          # the plan: commands and limits
     python benchmarks/gpu_session.py --device cpu --out /tmp/s          # the plumbing, on a CPU
 
@@ -22,8 +22,8 @@ skipped, so the session ends in time. The phases, in order (the most wanted firs
 - ``gpu_tests``: the tests marked ``gpu`` (test_cuda.py, test_cuda_graphs.py);
 - ``share`` / ``share_mps``: benchmarks/gpu_share.py, P = 1, 2, 4, 8 processes side by side,
   eager and graphed, time-sliced and under an MPS daemon (``python -m sweeps.run.mps run``);
-- ``fusion_mps`` / ``fusion``: benchmarks/fusion.py --device cuda (fused groups of M = 1, 2, 4, 8,
-  16 against M unfused processes), under MPS and time-sliced;
+- ``fusion``: benchmarks/fusion.py --device cuda (fused groups of M = 1, 4, 16 against M unfused
+  processes side by side);
 - ``peers``: benchmarks/peers.py --device cuda at L=40, fp32, with the peers that import.
 """
 
@@ -44,19 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MPS_RUN = [PY, "-m", "sweeps.run.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
-FUSION = [
-    "--preset",
-    "tiny",
-    "paper_copy",
-    "--lengths",
-    "40",
-    "--members",
-    "1",
-    "2",
-    "4",
-    "8",
-    "16",
-]
+#: what fit the third loan (an H100): these three counts of members and 3 rounds took 220 s;
+#: M = 1, 2, 4, 8, 16 at 5 rounds printed nothing within 110 s
+FUSION = ["--preset", "paper_copy", "tiny", "--lengths", "40", "--members", "1", "4", "16",
+          "--repeats", "3"]  # fmt: skip
 
 ENVIRONMENT = r"""
 import importlib, json, os, platform, shutil, subprocess
@@ -104,6 +95,8 @@ def phases(device: str) -> list[Phase]:
     """The session's phases on ``device`` (``cpu``: their quick, plumbing-only forms)."""
     cpu = device == "cpu"
     quick = ["--quick"] if cpu else []
+    graphs = quick or ["--device", "cuda", "--repeats", "3"]
+    share = quick or ["--rounds", "2"]
     tests = ["tests/lightning_modules/test_cuda.py", "tests/lightning_modules/test_cuda_graphs.py"]
     peers = [
         "benchmarks/peers.py",
@@ -112,12 +105,11 @@ def phases(device: str) -> list[Phase]:
     fusion = ["benchmarks/fusion.py", *(["--quick"] if cpu else ["--device", "cuda", *FUSION])]
     return [
         Phase("environment", 30, [PY, "-c", ENVIRONMENT]),
-        Phase(
-            "cuda_graphs", 70, [PY, "benchmarks/cuda_graphs.py", *(quick or ["--device", "cuda"])]
-        ),
+        # the limits: what each took on the H100 of the third loan, with room (benchmarks/README.md)
+        Phase("cuda_graphs", 90, [PY, "benchmarks/cuda_graphs.py", *graphs]),
         Phase(
             "gpu_tests",
-            110,
+            60,
             [
                 PY,
                 "-m",
@@ -132,10 +124,10 @@ def phases(device: str) -> list[Phase]:
                 *tests,
             ],
         ),  # fmt: skip
-        Phase("share", 80, [PY, "benchmarks/gpu_share.py", *quick]),
-        Phase("share_mps", 80, [*MPS_RUN, PY, "benchmarks/gpu_share.py", *quick], mps=True),
-        Phase("fusion_mps", 110, [*MPS_RUN, PY, *fusion], needs=fusion[0], mps=True),
-        Phase("fusion", 100, [PY, *fusion], needs=fusion[0]),
+        Phase("share", 150, [PY, "benchmarks/gpu_share.py", *share]),
+        Phase("share_mps", 100, [*MPS_RUN, PY, "benchmarks/gpu_share.py", *share], mps=True),
+        # a fused group is one process: MPS changes only its unfused arms, which share_mps measures
+        Phase("fusion", 240, [PY, *fusion], needs=fusion[0]),
         Phase("peers", 60, [PY, *peers]),
     ]
 

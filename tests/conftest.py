@@ -83,6 +83,8 @@ def _record_groups(config, items) -> None:
     part.replace(path)  # whole, whichever worker writes last (they collect the same tests)
 
 
+# pytest-xdist's hook, optional: a run without xdist (the GPU machine's image) still collects
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup``: xdist's own scheduler, told each test's group (see
     :func:`_record_groups`)."""

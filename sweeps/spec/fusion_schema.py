@@ -18,8 +18,11 @@ from sweeps.spec.search_schema import _Strict
 
 #: the cap when a sweep file sets none, by where its trials train (``resources.gpu`` > 0: gpu).
 #: CPU: benchmarks/fusion.py's throughput rises up to 4 members in 3 of its 4 cells and falls at 8
-#: in all 4 (benchmarks/README.md, "Fused trials"). GPU: not yet measured on a GPU.
-DEFAULT_MAX_MEMBERS = {"cpu": 4, "gpu": 4}
+#: in all 4 (benchmarks/README.md, "Fused trials"). GPU (an H100): a fused group's step takes
+#: about as long at 16 members as at 1 (paper_copy, L=40: 0.152 s against 0.134 s), so 16 members
+#: train 9.2x the member-steps per GPU-second of one trial alone (benchmarks/README.md, "On a GPU";
+#: more than 16 was not measured).
+DEFAULT_MAX_MEMBERS = {"cpu": 4, "gpu": 16}
 
 
 class FusionSpec(_Strict):
@@ -33,7 +36,7 @@ class FusionSpec(_Strict):
         None,
         ge=1,
         description="Most trials in one fused group; 1 (or `fusion: off`) trains every trial alone. "
-        "Unset: the device's default (4 on CPU and on a GPU: `sweeps.spec.fusion_schema."
+        "Unset: the device's default (4 on CPU, 16 on a GPU: `sweeps.spec.fusion_schema."
         "DEFAULT_MAX_MEMBERS`).",
     )
 

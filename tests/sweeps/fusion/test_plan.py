@@ -58,7 +58,8 @@ def test_seeds_of_a_cell_fuse_and_cells_of_other_shapes_do_not():
 
 def test_the_cap_splits_a_pool_evenly_and_grid_values_that_change_no_shape_fuse():
     """lr is a member's own setting: the two lr cells of one mechanism share a pool of 4 trials,
-    cut 2 + 2 at a cap of 3 (never 3 + 1); the GPU default applies when trials ask for a GPU."""
+    cut 2 + 2 at a cap of 3 (never 3 + 1); the GPU default (16, not the CPU's 4) applies when
+    trials ask for a GPU."""
     sweep = build_sweep(
         raw(
             grid={"model.lr": [0.001, 0.003]},
@@ -71,7 +72,7 @@ def test_the_cap_splits_a_pool_evenly_and_grid_values_that_change_no_shape_fuse(
     assert plan.device == "gpu" and [len(g.slots) for g in plan.fused] == [2, 2]
     assert members(plan, sweep)[0] == [("lr=0.001", 0, 0), ("lr=0.001", 1, 0)]
     assert balanced_chunks(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
-    assert plan_fusion(build_sweep(raw(resources={"cpu": 1, "gpu": 1}))).cap == 4
+    assert plan_fusion(build_sweep(raw(resources={"cpu": 1, "gpu": 1}))).cap == 16
 
 
 def test_optuna_samples_of_a_unit_fuse_unless_a_parameter_changes_shapes():
