@@ -4,7 +4,7 @@ CUDA graphs and MPS, each phase within its own time limit and all within ``--bud
 Run it on the GPU machine (from the repository root; the device's own Python, which has torch
 and Lightning; nothing here needs Ray, Optuna or W&B):
 
-    python benchmarks/gpu_session.py --out "$OUT" --budget 440 --phases environment cuda_graphs gpu_tests share share_mps
+    python benchmarks/gpu_session.py --out "$OUT" --budget 470 --phases environment cuda_graphs gpu_tests share share_mps
     python benchmarks/gpu_session.py --out "$OUT" --budget 310 --phases fusion peers
     python benchmarks/gpu_session.py --dry-run                          # the plan: commands and limits
     python benchmarks/gpu_session.py --device cpu --out /tmp/s          # the plumbing, on a CPU
@@ -19,7 +19,7 @@ skipped, so the session ends in time. The phases, in order (the most wanted firs
 - ``environment``: torch, CUDA, the driver, the GPU and its compute mode, nvidia-cuda-mps-control,
   which packages import;
 - ``cuda_graphs``: benchmarks/cuda_graphs.py, graphed against eager steps (tiny, paper_copy, L=40);
-- ``gpu_tests``: the tests marked ``gpu`` (test_cuda.py, test_cuda_graphs.py);
+- ``gpu_tests``: the tests marked ``gpu`` (test_cuda.py, test_cuda_graphs.py, test_fused_cuda.py);
 - ``share`` / ``share_mps``: benchmarks/gpu_share.py, P = 1, 2, 4, 8 processes side by side,
   eager and graphed, time-sliced and under an MPS daemon (``python -m sweeps.run.mps run``);
 - ``fusion``: benchmarks/fusion.py --device cuda (fused groups of M = 1, 4, 16 against M unfused
@@ -97,7 +97,7 @@ def phases(device: str) -> list[Phase]:
     quick = ["--quick"] if cpu else []
     graphs = quick or ["--device", "cuda", "--repeats", "3"]
     share = quick or ["--rounds", "2"]
-    tests = ["tests/lightning_modules/test_cuda.py", "tests/lightning_modules/test_cuda_graphs.py"]
+    tests = [f"tests/lightning_modules/{name}.py" for name in ("test_cuda", "test_cuda_graphs", "test_fused_cuda")]  # fmt: skip
     peers = [
         "benchmarks/peers.py",
         *(["--quick"] if cpu else ["--device", "cuda", "--lengths", "40"]),
@@ -109,7 +109,7 @@ def phases(device: str) -> list[Phase]:
         Phase("cuda_graphs", 90, [PY, "benchmarks/cuda_graphs.py", *graphs]),
         Phase(
             "gpu_tests",
-            60,
+            90,
             [
                 PY,
                 "-m",
