@@ -23,24 +23,21 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from sweeps.fusion.state import GroupSetup, GroupStore
 
-from sweeps.fusion.state import GroupStore
-from sweeps.fusion.steps import (
-    Batches,
-    GroupSetup,
-    Member,
-    build_member,
-    fused_precision,
-    group_device,
-    member_data,
-    member_files,
-    to_device,
-)
-from sweeps.fusion.steps import validate as validate_member
-from sweeps.fusion.steps import validator as make_validator
+if TYPE_CHECKING:
+    from sweeps.fusion.steps import Member
+
+
+def _load_training() -> None:
+    """torch and the training steps, in the group's process: not in the roster's, which needs none."""
+    global torch, steps
+    import torch
+
+    from sweeps.fusion import steps
+
 
 #: seconds between the group's looks at the roster while it waits
 POLL_S = 1.0
@@ -57,6 +54,7 @@ class FusedGroup:
     """One group's training (a threaded Ray actor; see the module docstring)."""
 
     def __init__(self, setup: GroupSetup) -> None:
+        _load_training()
         self.setup = setup
         self.cond = threading.Condition()
         self.members: dict[int, Member] = {}
@@ -88,7 +86,7 @@ class FusedGroup:
                 m.trial_id, m.ack, m.released = trial_id, max(m.ack, last_step), False
                 self.cond.notify_all()
                 return "ok"
-            self.members[j] = Member(j, trial_id, plan, last_step, ack=last_step)
+            self.members[j] = steps.Member(j, trial_id, plan, last_step, ack=last_step)
             self.cond.notify_all()
             return "ok"
 
@@ -170,7 +168,7 @@ class FusedGroup:
         ended = self._roster_ended(fresh=True)
         with self.cond:
             use = sorted(j for j, m in self.members.items() if not m.left and j not in ended)
-        self.device, accelerator, devices = group_device(self.setup.gpu_ids)
+        self.device, accelerator, devices = steps.group_device(self.setup.gpu_ids)
         since = min(self.members[j].last_step for j in use) if use else -1
         loaded = self.store.load(since, set(use)) if since >= 0 and use else None
         state = loaded[1] if loaded else None
@@ -178,19 +176,21 @@ class FusedGroup:
         for j in use:
             m = self.members[j]
             if state is None:  # seeded as its unfused trial: the same first weights and data
-                m.dm, module = build_member(m.plan)
+                m.dm, module = steps.build_member(m.plan)
                 modules.append(module)
             else:
-                m.dm = member_data(m.plan)
+                m.dm = steps.member_data(m.plan)
                 m.counts.load_state_dict(state["counts"][j])
-            m.trainer = make_validator(m.plan, accelerator, devices)
-            m.batches = Batches(m.dm.train_dataloader(), state["loaders"][j] if state else None)
+            m.trainer = steps.validator(m.plan, accelerator, devices)
+            m.batches = steps.Batches(
+                m.dm.train_dataloader(), state["loaders"][j] if state else None
+            )
         if state is None:
             trainer = self.members[use[0]].plan.trainer
             self.fused = fused_class().from_modules(
                 modules,
                 clip=[self.members[j].plan.trainer.get("gradient_clip_val") or None for j in use],
-                precision=fused_precision(trainer.get("precision")),
+                precision=steps.fused_precision(trainer.get("precision")),
             )
             self.fused.to(self.device)
             self.step, self.active = 0, list(use)
@@ -241,7 +241,7 @@ class FusedGroup:
         while self.active and self.step < max_steps:
             batches = []
             for j in self.active:
-                batches.append(to_device(self.members[j].batches.next(), self.device))
+                batches.append(steps.to_device(self.members[j].batches.next(), self.device))
             sizes = torch.tensor([float(b["src"].shape[0]) for b in batches], device=self.device)
             losses = self.fused.train_step(batches).detach().float()  # (M,)
             self.step += 1
@@ -312,13 +312,13 @@ class FusedGroup:
         for pos, j in enumerate(self.active):
             m = self.members[j]
             module = self.fused.member_module(pos)
-            metrics = validate_member(m.trainer, module, m.dm)
+            metrics = steps.validate(m.trainer, module, m.dm)
             m.counts.last_loss = last[pos]
             seconds = m.counts.time_offset + time.perf_counter() - self.t0
             report = member_report(
                 m.counts, metrics, self.step, m.batches.epoch, seconds, max_steps, self.setup
             )
-            report["files"] = member_files(
+            report["files"] = steps.member_files(
                 m.trainer,
                 module,
                 self.step,

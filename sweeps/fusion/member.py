@@ -24,9 +24,8 @@ import ray
 from ray import tune
 
 from sweeps.errors import ChaosError
-from sweeps.fusion.group import GroupSetup
 from sweeps.fusion.plan import member_of, member_share
-from sweeps.fusion.state import group_folder
+from sweeps.fusion.state import GroupSetup, group_folder
 from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
 from sweeps.spec import TrialPlan
 from sweeps.storage import short_storage_faults

@@ -22,6 +22,20 @@ KEEP_STATES = 3
 _NAME = re.compile(r"state-(?P<step>\d{9})-m(?P<members>[\d.]+)\.pt")
 
 
+@dataclass(frozen=True)
+class GroupSetup:
+    """What the first member trial tells the roster to build its group with."""
+
+    name: str
+    size: int
+    roster: str  # the roster actor's name
+    filesystem: Any  # Tune's storage filesystem (pyarrow), where the group's states go
+    folder: str  # the group's state folder on it
+    threads: int  # torch threads: one trial's CPUs
+    gpu_ids: tuple[str, ...] = ()  # the GPU Ray gave the first member, if any
+    stop_when: Any = None  # the sweep's StopWhenSpec
+
+
 def group_folder(experiment_path: str, group: str) -> str:
     """The group's folder under the experiment's (its name made safe for any filesystem)."""
     safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", group)

@@ -115,20 +115,6 @@ class Counts:
         self.__dict__.update(state)
 
 
-@dataclass(frozen=True)
-class GroupSetup:
-    """What the first member trial tells the roster to build its group with."""
-
-    name: str
-    size: int
-    roster: str  # the roster actor's name
-    filesystem: Any  # Tune's storage filesystem (pyarrow), where the group's states go
-    folder: str  # the group's state folder on it
-    threads: int  # torch threads: one trial's CPUs
-    gpu_ids: tuple[str, ...] = ()  # the GPU Ray gave the first member, if any
-    stop_when: Any = None  # the sweep's StopWhenSpec
-
-
 @dataclass
 class Member:
     """One member as the group sees it."""

@@ -26,3 +26,38 @@ def test_states_are_kept_newest_few_and_chosen_by_step_and_members(tmp_path):
     assert store.load(15, {0}) is None, "nothing at or before step 15 any more"
     store.remove()
     assert store.states() == [] and not (tmp_path / "exp" / "fused" / "cell_3_2").exists()
+
+
+def test_the_roster_s_process_never_imports_torch_or_lightning(tmp_path):
+    """The roster only creates and tracks groups: importing what it imports (the group's actor
+    class) and unpickling a group's setup must not bring in torch or Lightning. They cost every
+    fused sweep's roster 4 CPU-seconds and a few hundred MB when the setup lived beside the
+    training steps."""
+    import subprocess
+    import sys
+
+    from sweeps.fusion.state import GroupSetup
+    from sweeps.spec.search_schema import StopWhenSpec
+
+    setup = GroupSetup(
+        "g1",
+        3,
+        "roster",
+        pyarrow.fs.LocalFileSystem(),
+        str(tmp_path),
+        1,
+        stop_when=StopWhenSpec(metric="val/bleu", at_least=99.0),
+    )
+    pickled = tmp_path / "setup.pkl"
+    pickled.write_bytes(__import__("pickle").dumps(setup))
+    code = (
+        "import pickle, sys\n"
+        "import sweeps.fusion.roster\n"
+        "from sweeps.fusion.group import FusedGroup\n"
+        f"setup = pickle.loads(open({str(pickled)!r}, 'rb').read())\n"
+        "assert setup.size == 3\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"the roster's imports bring in {out.stdout.strip()}"
