@@ -67,6 +67,9 @@ def plain_trial(plan_file: str, out_file: str) -> None:
     module = build_module(plan["model"], dm)
     setup = time.perf_counter() - t0
     kw = {k: v for k, v in plan["trainer"].items() if v is not None}
+    # as sweeps.trial.kit.trainer_kwargs reads it (not imported: it imports Ray Tune, which a plain
+    # loop does not): cuda_graphs is the project's key, applied to the module, not the Trainer's
+    kw.pop("cuda_graphs", None)
     if isinstance(kw.get("val_check_interval"), int):
         kw.setdefault("check_val_every_n_epoch", None)
     kw.setdefault("max_epochs", -1)
