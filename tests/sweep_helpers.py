@@ -18,7 +18,10 @@ SECRET = "wandb-key-that-must-never-be-written-0123456789"
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
     """A two-cell copy-task study that trains in seconds; top-level keys in ``over`` replace its own.
     The decode-timing stage is off (each timed trial costs a fresh process, ~4 s), and so is the
-    held-out stage (a Ray task per chosen trial): the tests of each stage turn it on."""
+    held-out stage (a Ray task per chosen trial): the tests of each stage turn it on. One trial at a
+    time: Tune reuses the finished trial's process for the next, where two at once would start a
+    second trial actor importing torch and Lightning (~5 CPU-s, more than the trial's training);
+    the tests of trials running side by side ask for ``max_concurrent_trials=2``."""
     spec: dict[str, Any] = {
         "name": name,
         "task": {
@@ -35,6 +38,7 @@ def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
         "wandb": {"project": "test", "tags": ["pytest"]},
         "timing": {"enabled": False},
         "heldout": {"enabled": False},
+        "max_concurrent_trials": 1,
     }
     spec.update(over)
     return spec

@@ -21,13 +21,13 @@ from sweep_helpers import interrupt_env, result_steps, tiny_spec, write_spec  # 
 
 from sweeps.launch import main  # noqa: E402
 
-SEEDS = [0, 1, 2]
+SEEDS = [0, 1]  # two members make a group: each more is one more trial process
 #: the tests that read the ``fused`` sweep run in one xdist worker, so it runs once
 ON_FUSED = pytest.mark.xdist_group("fused-sweep")
 
 
 def seeds_spec(name: str, **over) -> dict:
-    """The quickstart's shape at test size: one model over seeds 0-2, fused as one group."""
+    """The quickstart's shape at test size: one model over :data:`SEEDS`, fused as one group."""
     base = {
         "grid": {"model": [{"attention": "memory", "K": 4}]},
         "seeds": SEEDS,
@@ -129,7 +129,7 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
 
     assert fused.code == 0
     df, sweep_dir = fused.df, fused.tmp / "out" / "fused"
-    assert len(df) == 3 and df["seed"].tolist() == SEEDS
+    assert len(df) == len(SEEDS) and df["seed"].tolist() == SEEDS
     assert (df["status"] == "done").all() and (df["step"] == 30).all()
     assert (df["fused_with"] == "g1").all(), "results.csv names each member's group"
     # every member's checkpoint is a plain model of its own: it loads alone, at its last step
@@ -140,7 +140,7 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
         raw = torch.load(ckpt, map_location="cpu", weights_only=False)
         assert raw["global_step"] == 30 and raw["optimizer_states"], "with its own Adam state"
         weights.append(round(sum(float(p.detach().abs().sum()) for p in model.parameters()), 4))
-    assert len(set(weights)) == 3, "three different models"
+    assert len(set(weights)) == len(SEEDS), "a different model per member"
     # one W&B run per member (a segment per launch: preempted, then resumed), its config naming
     # the group, its last segment finished with the row's figures
     runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
@@ -149,18 +149,20 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
         last = wandb_read([r for r in runs if r.name.endswith(row["trial_id"])][-1])
         assert last["state"] == "finished"
         assert last["config"]["fused_with"] == "g1" and last["config"]["seed"] == row["seed"]
-        assert last["config"]["fused_member"] == f"{row['seed'] + 1}/3"
+        assert last["config"]["fused_member"] == f"{row['seed'] + 1}/{len(SEEDS)}"
         assert last["summary"]["val/bleu"] == pytest.approx(row["val/bleu"])
         assert last["summary"]["decode_seconds"] == pytest.approx(row["decode_seconds"])
     # the timing stage: decode time per model, the training step once for the group
     assert df["decode_seconds"].notna().all() and df["train_step_seconds"].notna().all()
     assert df["train_step_seconds"].nunique() == 1, "measured once, copied to every member"
     records = [json.loads(p.read_text()) for p in sweep_dir.glob("*/timing.json")]
-    assert len(records) == 3 and sum(r.get("train") is not None for r in records) == 1
+    assert len(records) == len(SEEDS) and sum(r.get("train") is not None for r in records) == 1
     # each member chosen in its own unit and tested once on the held-out draw
     assert df["chosen"].all() and df["test/bleu"].notna().all()
+    n = len(SEEDS)
     assert (
-        "Fused: 3 of 3 trials trained in 1 fused group(s)" in (sweep_dir / "results.md").read_text()
+        f"Fused: {n} of {n} trials trained in 1 fused group(s)"
+        in (sweep_dir / "results.md").read_text()
     )
 
 

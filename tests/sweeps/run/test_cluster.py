@@ -422,7 +422,9 @@ def test_ddp_trials_are_capped_to_what_the_real_cluster_holds(cluster, tmp_path)
 
     c, _ = cluster
     connected(c)
-    sweep = load_tiny(tmp_path, resources={"cpu": 1, "gpu": 1, "workers": 2})
+    sweep = load_tiny(
+        tmp_path, resources={"cpu": 1, "gpu": 1, "workers": 2}, max_concurrent_trials=None
+    )
     paths = Paths(output=tmp_path, storage=str(tmp_path))
     fit = check_cluster(sweep, paths, address=c.address)
     # 3 GPUs // 2 per trial = 1 (CPUs: 6 // (1 driver + 2 workers) = 2)

@@ -68,7 +68,6 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
             "models_per_process": 1,
         },
         heldout={"enabled": True},
-        max_concurrent_trials=2,
     )
     spec["task"].update(max_length=3, test_size=8, val_size=8)
     path, out = write_spec(tmp_path, spec), tmp_path / "out"
