@@ -108,7 +108,7 @@ def lambda_figure(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"):
         ax.errorbar(
             g[WEIGHT].astype(float),
             g["mean"],
-            yerr=g["std"].fillna(0),
+            yerr=g["std"].astype(float),  # NaN (one seed): no bar
             marker="o" if init == "none" else "s",
             ls=style,
             capsize=3,

@@ -215,8 +215,10 @@ def pareto_figure(points: pd.DataFrame):
 
 
 def _std(frame: pd.DataFrame, column: str):
+    """The column's spread over seeds, NaN where one seed gives none: matplotlib draws no error
+    bar there (a 0 would draw a cap, as if the spread were measured and nil)."""
     name = f"{column}_std"
-    return frame[name].astype(float).fillna(0.0).to_numpy() if name in frame else None
+    return frame[name].astype(float).to_numpy() if name in frame else None
 
 
 def save_figure(fig, path: Path, dpi: int | None = 110) -> Path:

@@ -130,7 +130,7 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
             ax.errorbar(
                 g[option].astype(float),
                 g[VAL_BLEU],
-                yerr=g[f"{VAL_BLEU}_std"].fillna(0),
+                yerr=g[f"{VAL_BLEU}_std"].astype(float),  # NaN (one seed): no bar
                 marker=marker,
                 capsize=3,
                 color=colour,
@@ -197,7 +197,7 @@ def by_length_figure(
         ax.errorbar(
             g["length"].astype(float),
             g[column],
-            yerr=None if note else g[f"{column}_std"].fillna(0),
+            yerr=None if note else g[f"{column}_std"].astype(float),
             marker="o",
             markersize=4,
             capsize=3,
@@ -248,7 +248,7 @@ def by_model_figure(
     bars = ax.bar(
         range(len(rows)),
         rows[column],
-        yerr=None if note else rows[f"{column}_std"].fillna(0),
+        yerr=None if note else rows[f"{column}_std"].astype(float),
         capsize=3,
         color=colours()[: len(rows)],
         edgecolor="0.25",

@@ -176,3 +176,25 @@ def test_a_fused_sweep_s_training_cost_figures_draw_no_seed_spread(tmp_path, mon
         assert bars and all(b != fused for b in bars), (fused, bars)
         assert (plots.ONCE_PER_GROUP_NOTE in ax.get_title()) == fused
         assert ("± std over seeds" in ax.get_title()) != fused
+
+
+def error_bars_drawn(fig) -> int:
+    """The error bar segments a figure draws (bar charts' and line plots' alike)."""
+    n = 0
+    for ax in fig.axes:
+        for c in ax.containers:
+            err = getattr(c, "errorbar", c)  # a BarContainer holds its ErrorbarContainer
+            for cols in getattr(err, "lines", (None, (), ()))[2]:
+                n += sum(len(seg) > 0 for seg in cols.get_segments())
+    return n
+
+
+def test_one_seed_draws_no_error_bars_and_two_seeds_do():
+    """One seed gives no spread: no error bar, not a zero-height one with its caps drawn."""
+    for seeds, drawn in (((0,), False), ((0, 1), True)):
+        s = summary(lengths=(20,), seeds=seeds)
+        bars = plots.by_model_figure(s, SEC, "s", "Decode time per model")
+        s2 = summary(seeds=seeds)
+        lines = plots.by_length_figure(s2, SEC, "s", "Decode time vs length")
+        assert (error_bars_drawn(bars) > 0) == drawn, seeds
+        assert (error_bars_drawn(lines) > 0) == drawn, seeds
