@@ -138,6 +138,7 @@ def test_optuna_studies_of_both_cells_run_at_the_same_time(local_ray, tmp_path):
         "both",
         trainer={"max_steps": 20, "val_check_interval": 10},
         wandb={"mode": "offline", "log_heatmaps": False},
+        max_concurrent_trials=2,  # each cell's group at once (tiny_spec's cap is 1)
     )
     out = tmp_path / "out"
     assert (
