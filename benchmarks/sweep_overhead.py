@@ -54,7 +54,7 @@ def plain_trial(plan_file: str, out_file: str) -> None:
     import lightning.pytorch as pl
     import torch
 
-    from sweeps.trial.build import build_datamodule, build_module
+    from sweeps.trial.build import build_datamodule, build_module, trainer_kwargs
 
     plan = json.loads(Path(plan_file).read_text())
     imported = time.time()
@@ -66,13 +66,7 @@ def plain_trial(plan_file: str, out_file: str) -> None:
     dm.setup("fit")
     module = build_module(plan["model"], dm)
     setup = time.perf_counter() - t0
-    kw = {k: v for k, v in plan["trainer"].items() if v is not None}
-    # as sweeps.trial.kit.trainer_kwargs reads it (not imported: it imports Ray Tune, which a plain
-    # loop does not): cuda_graphs is the project's key, applied to the module, not the Trainer's
-    kw.pop("cuda_graphs", None)
-    if isinstance(kw.get("val_check_interval"), int):
-        kw.setdefault("check_val_every_n_epoch", None)
-    kw.setdefault("max_epochs", -1)
+    kw = trainer_kwargs(plan["trainer"])  # as the trial reads its trainer section
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,

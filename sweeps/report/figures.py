@@ -167,8 +167,8 @@ def pareto_figure(points: pd.DataFrame):
             ax.errorbar(
                 g[DECODE_SECONDS].astype(float),
                 g[VAL_BLEU].astype(float),
-                xerr=_std(g, DECODE_SECONDS),
-                yerr=_std(g, VAL_BLEU),
+                xerr=seed_spread(g, DECODE_SECONDS),
+                yerr=seed_spread(g, VAL_BLEU),
                 fmt="none",
                 ecolor=colour,
                 elinewidth=0.8,
@@ -214,9 +214,10 @@ def pareto_figure(points: pd.DataFrame):
     return fig
 
 
-def _std(frame: pd.DataFrame, column: str):
-    """The column's spread over seeds, NaN where one seed gives none: matplotlib draws no error
-    bar there (a 0 would draw a cap, as if the spread were measured and nil)."""
+def seed_spread(frame: pd.DataFrame, column: str):
+    """The column's spread over seeds (its ``_std`` column) as error bars: NaN where one seed gives
+    none, and matplotlib draws no bar there (a 0 would draw a cap, as if the spread were measured
+    and nil); None without the column."""
     name = f"{column}_std"
     return frame[name].astype(float).to_numpy() if name in frame else None
 

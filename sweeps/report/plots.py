@@ -14,7 +14,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
-from sweeps.report.figures import CONTENDED_LABEL, colours, contended_handle  # noqa: E402
+from sweeps.report.figures import (  # noqa: E402
+    CONTENDED_LABEL,
+    colours,
+    contended_handle,
+    seed_spread,
+)
 from sweeps.report.results import DECODE_SECONDS, headline_columns  # noqa: E402
 from sweeps.report.summary import contended_mask  # noqa: E402
 from sweeps.spec.signatures import headline_options  # noqa: E402
@@ -130,7 +135,7 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
             ax.errorbar(
                 g[option].astype(float),
                 g[VAL_BLEU],
-                yerr=g[f"{VAL_BLEU}_std"].astype(float),  # NaN (one seed): no bar
+                yerr=seed_spread(g, VAL_BLEU),
                 marker=marker,
                 capsize=3,
                 color=colour,
@@ -197,7 +202,7 @@ def by_length_figure(
         ax.errorbar(
             g["length"].astype(float),
             g[column],
-            yerr=None if note else g[f"{column}_std"].astype(float),
+            yerr=None if note else seed_spread(g, column),
             marker="o",
             markersize=4,
             capsize=3,
@@ -248,7 +253,7 @@ def by_model_figure(
     bars = ax.bar(
         range(len(rows)),
         rows[column],
-        yerr=None if note else rows[f"{column}_std"].astype(float),
+        yerr=None if note else seed_spread(rows, column),
         capsize=3,
         color=colours()[: len(rows)],
         edgecolor="0.25",

@@ -56,3 +56,15 @@ def prepare_data(tasks: list[dict[str, Any]], seed: int = 0) -> None:
             continue
         seen.add(key)
         build_datamodule(task, seed).prepare_data()
+
+
+def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:
+    """Lightning Trainer arguments from the trainer section (the project's own keys left out)."""
+    kw = {k: v for k, v in trainer_cfg.items() if v is not None}
+    kw.pop("cuda_graphs", None)  # not a Trainer argument: fit_trial applies it to the module
+    if isinstance(kw.get("val_check_interval"), int):
+        # count validation intervals in global steps across epochs, not batches within one epoch
+        kw.setdefault("check_val_every_n_epoch", None)
+    if "max_epochs" not in kw:
+        kw["max_epochs"] = -1  # max_steps bounds the run
+    return kw

@@ -25,7 +25,7 @@ from sweeps.errors import ChaosError, GpuTorchError
 from sweeps.spec import TrialPlan
 from sweeps.storage import find_storage_fault, quiet_close
 from sweeps.trial import phases
-from sweeps.trial.build import build_datamodule, build_module
+from sweeps.trial.build import build_datamodule, build_module, trainer_kwargs
 from sweeps.trial.callbacks import STOP_REQUESTED, Chaos, TuneReport
 from sweeps.trial.checkpoints import restore_checkpoint
 from sweeps.trial.gpu import gpu_torch_problem
@@ -58,17 +58,6 @@ def pick_accelerator() -> tuple[str, int]:
     if problem:
         raise GpuTorchError(problem)
     return ("gpu" if torch.cuda.is_available() else "cpu"), 1
-
-
-def trainer_kwargs(trainer_cfg: dict[str, Any]) -> dict[str, Any]:
-    kw = {k: v for k, v in trainer_cfg.items() if v is not None}
-    kw.pop("cuda_graphs", None)  # not a Trainer argument: fit_trial applies it to the module
-    if isinstance(kw.get("val_check_interval"), int):
-        # count validation intervals in global steps across epochs, not batches within one epoch
-        kw.setdefault("check_val_every_n_epoch", None)
-    if "max_epochs" not in kw:
-        kw["max_epochs"] = -1  # max_steps bounds the run
-    return kw
 
 
 # Lines every trial would print at every start or report, forwarded to the sweep's console.

@@ -33,6 +33,7 @@ def test_the_roster_s_process_never_imports_torch_or_lightning(tmp_path):
     class) and unpickling a group's setup must not bring in torch or Lightning. They cost every
     fused sweep's roster 4 CPU-seconds and a few hundred MB when the setup lived beside the
     training steps."""
+    import pickle
     import subprocess
     import sys
 
@@ -49,7 +50,7 @@ def test_the_roster_s_process_never_imports_torch_or_lightning(tmp_path):
         stop_when=StopWhenSpec(metric="val/bleu", at_least=99.0),
     )
     pickled = tmp_path / "setup.pkl"
-    pickled.write_bytes(__import__("pickle").dumps(setup))
+    pickled.write_bytes(pickle.dumps(setup))
     code = (
         "import pickle, sys\n"
         "import sweeps.fusion.roster\n"
