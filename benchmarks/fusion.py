@@ -185,6 +185,7 @@ def worker(core: int) -> None:
             )
             if sync:
                 sync()  # nothing queued before (the build's warm-up step) counts
+                torch.cuda.reset_peak_memory_stats()
             start, start_cpu = time.perf_counter(), time.process_time()
             for i in range(task["steps"]):
                 step(i)
@@ -192,6 +193,8 @@ def worker(core: int) -> None:
                 sync()
             reply["seconds"] = time.perf_counter() - start
             reply["cpu_seconds"] = time.process_time() - start_cpu
+            if sync:  # this process's allocator peak over the timed steps (one model or group)
+                reply["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
         elif task["cmd"] == "drop":
             steps.pop(task["key"], None)
         print(json.dumps(reply), flush=True)
@@ -276,6 +279,7 @@ def measure_cell(
     rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
     cpu_rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
     seconds: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
+    peaks: dict[str, float] = {}
     for _ in range(args.repeats):
         for arm in plan:
             key = f"{preset}/{length}/{arm['name']}"
@@ -285,6 +289,10 @@ def measure_cell(
             )
             per_step = [r["seconds"] / steps for r in replies]
             seconds[arm["name"]].append(statistics.median(per_step))
+            if "peak_mib" in replies[0]:
+                peaks[arm["name"]] = max(
+                    peaks.get(arm["name"], 0.0), *(r["peak_mib"] for r in replies)
+                )
             rates[arm["name"]].append(sum(arm["members"] / s for s in per_step) / arm["units"])
             cpu_rates[arm["name"]].append(
                 sum(arm["members"] * steps / r["cpu_seconds"] for r in replies) / len(replies)
@@ -314,6 +322,9 @@ def measure_cell(
                 "cpu_time_speedup": round(statistics.median(cpu_ratios), 3),
             }
         )
+        if peaks:  # GPU: allocator peak of one unfused trial's process and of the fused group's
+            rows[-1]["unfused_peak_mib"] = round(peaks[base], 1)
+            rows[-1]["fused_peak_mib"] = round(peaks[f"fused/M{m}"], 1)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # a phase cut short keeps its rows
     return rows
 
