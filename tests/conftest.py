@@ -17,6 +17,10 @@ from typing import Any
 import pytest
 import torch
 
+# every Ray the tests start (local, `ray start`, cluster_utils) without the idle workers Ray starts
+# for the first driver, as the launcher's own local Ray (sweeps/run/cluster.py, init_ray)
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _single_thread_torch():

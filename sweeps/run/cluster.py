@@ -151,6 +151,10 @@ def init_ray(
     else:
         if conn.address is None:
             print("starting a local Ray instance ...", flush=True)
+            # Ray starts an idle worker per CPU for the first driver; Tune's trial actors each get a
+            # worker of their own and leave those idle, so they only cost imports and memory
+            # (docs/internals.md, "Ray's idle workers")
+            os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
             cpus = num_cpus or os.cpu_count() or 1
             ray.init(
                 address="local",  # a new instance, even when RAY_ADDRESS or a `ray start` cluster exists
