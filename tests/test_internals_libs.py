@@ -103,7 +103,7 @@ def test_the_trainer_says_whether_it_will_replace_the_sampler(tiny_fit):
     assert trainer._accelerator_connector.use_distributed_sampler is False
 
 
-@internal("lightning-wandb-init", "lightning", "sweeps/trial/wandb_logger.py (make_wandb_logger)")
+@internal("lightning-wandb-init", "lightning", "sweeps/trial/wandb_logger.py (lightning_logger)")
 def test_the_wandb_loggers_init_arguments_are_a_dict_it_passes_to_wandb_init(tmp_path):
     pytest.importorskip("wandb")
     from lightning.pytorch.loggers import WandbLogger
@@ -114,11 +114,25 @@ def test_the_wandb_loggers_init_arguments_are_a_dict_it_passes_to_wandb_init(tmp
     assert "wandb.init(**self._wandb_init)" in source(WandbLogger.experiment.fget)
 
 
-@internal("lightning-logger-names", "lightning", "sweeps/trial/kit.py (QUIET_LOGGERS)")
+@internal("lightning-wandb-steps", "lightning", "sweeps/trial/wandb_run.py (MemberRun)")
+def test_the_wandb_logger_still_steps_every_metric_by_trainer_global_step():
+    from lightning.pytorch.loggers import WandbLogger
+
+    opened = source(WandbLogger.experiment.fget)
+    assert 'define_metric("trainer/global_step")' in opened, "WandbLogger's x-axis metric moved"
+    assert 'define_metric("*", step_metric="trainer/global_step", step_sync=True)' in opened, (
+        "WandbLogger no longer steps every metric by trainer/global_step"
+    )
+    assert '"trainer/global_step": step' in source(WandbLogger.log_metrics), (
+        "WandbLogger.log_metrics no longer writes the step into the row"
+    )
+
+
+@internal("lightning-logger-names", "lightning", "sweeps/trial/lifecycle.py (QUIET_LOGGERS)")
 def test_lightnings_banners_come_from_the_loggers_the_code_quiets():
     import importlib
 
-    from sweeps.trial.kit import QUIET_LOGGERS
+    from sweeps.trial.lifecycle import QUIET_LOGGERS
 
     for name in (n for n in QUIET_LOGGERS if n.startswith("lightning.")):
         assert "rank_zero_module.log = logging.getLogger(__name__)" in source(

@@ -120,7 +120,7 @@ def test_a_function_trainables_mixins_become_base_classes():
     assert "__mixins__" in source(util.with_parameters), "tune.with_parameters drops __mixins__"
 
 
-@internal("ray-train-thread", "ray", "sweeps/trial/callbacks.py (FinishOnStop)")
+@internal("ray-train-thread", "ray", "sweeps/trial/lifecycle.py (FinishOnStop)")
 def test_the_training_session_still_has_the_thread_and_locks_finish_on_stop_uses():
     from ray.train._internal import session as train_session
     from ray.tune.trainable.function_trainable import FunctionTrainable
@@ -214,13 +214,13 @@ def test_the_private_cluster_helpers_exist_with_their_signatures():
 @internal(
     "ray-logger-names",
     "ray",
-    "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/kit.py (QUIET_LOGGERS)",
+    "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/lifecycle.py (QUIET_LOGGERS)",
 )
 def test_the_loggers_the_code_filters_are_rays_module_loggers():
     import importlib
 
     from sweeps.storage import ERROR_LOGGERS
-    from sweeps.trial.kit import QUIET_LOGGERS
+    from sweeps.trial.lifecycle import QUIET_LOGGERS
 
     for name in [*ERROR_LOGGERS, *(n for n in QUIET_LOGGERS if n.startswith("ray."))]:
         module = importlib.import_module(name)
@@ -228,7 +228,7 @@ def test_the_loggers_the_code_filters_are_rays_module_loggers():
     assert "Trial task failed for trial" in source(TuneController), "Tune's trial-error log moved"
 
 
-@internal("ray-trial-log-restore", "ray", "sweeps/run/trial_logs.py, sweeps/trial/trainable.py")
+@internal("ray-trial-log-restore", "ray", "sweeps/run/trial_logs.py, sweeps/trial/lifecycle.py")
 def test_tune_restores_a_retried_trials_log_files_from_its_storage():
     from ray.train.context import TrainContext
     from ray.tune import Callback
@@ -270,4 +270,14 @@ def test_the_pending_trials_setting_is_read_from_the_environment():
 
     assert 'os.getenv("TUNE_MAX_PENDING_TRIALS_PG"' in source(
         tune_controller._get_max_pending_trials
+    )
+
+
+@internal("ray-no-prestart", "ray", "sweeps/run/cluster.py (init_ray) and tests/conftest.py")
+def test_the_raylet_still_has_the_prestart_flag_the_launcher_turns_off():
+    raylet = Path(ray.__file__).parent / "core" / "src" / "ray" / "raylet" / "raylet"
+    assert raylet.is_file(), f"{raylet} is not there to read Ray's config flags from"
+    assert strings_in(raylet, b"prestart_worker_first_driver"), (
+        "Ray's raylet no longer has the config flag prestart_worker_first_driver "
+        "(RAY_prestart_worker_first_driver)"
     )

@@ -65,7 +65,7 @@ class FusedGroup:
         self._ended: set[int] = set()
         self._ended_at = 0.0
         torch.set_num_threads(max(1, setup.threads))
-        from sweeps.trial.kit import quiet_logs
+        from sweeps.trial.lifecycle import quiet_logs
 
         quiet_logs()  # Lightning's banners, as in a trial's process
         threading.Thread(target=self._run, daemon=True, name=f"group-{setup.name}").start()
@@ -122,6 +122,24 @@ class FusedGroup:
         with self.cond:
             self.members[j].released = True
         self._maybe_close()
+
+    def heatmaps(self, j: int, checkpoint: bytes) -> list[bytes]:
+        """Member ``j``'s attention on a few validation sentences, drawn from ``checkpoint`` (the
+        model of its last report) as its unfused trial draws them, as PNG files: the member's
+        process has no torch to draw them (:mod:`.member`)."""
+        import tempfile
+        from pathlib import Path
+
+        from lightning_modules.module import Seq2SeqModule
+        from sweeps.layout import CHECKPOINT_FILE
+        from sweeps.trial.wandb_logger import heatmap_pngs
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp, CHECKPOINT_FILE)
+            path.write_bytes(checkpoint)
+            module = Seq2SeqModule.load_from_checkpoint(str(path), map_location="cpu")
+        m = self.members[j]
+        return heatmap_pngs(module, m.dm or steps.member_data(m.plan))
 
     # -- the training thread ----------------------------------------------------------------------
 

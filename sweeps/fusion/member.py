@@ -4,16 +4,22 @@
 with nobody (no ``fused_with`` in its config) runs the unfused trainable
 (:func:`sweeps.trial.trainable.run_trial`).
 
-The member keeps what is the trial's own: its W&B run (the unfused trial's logger and settings:
-each report's history logged at its steps, the attention heatmaps of its final model), its
-checkpoints in its trial folder, the ``chaos`` block's faults. When Tune stops it (a scheduler's
-decision arrives as ``SystemExit`` from ``tune.report``, or a stop of the sweep between reports)
-it tells the group, which drops it before the next step, and closes its W&B run.
+The member keeps what is the trial's own: its W&B run (the unfused trial's settings, written as
+Lightning's logger writes them: each report's history logged at its steps, the attention heatmaps
+of its final model), its checkpoints in its trial folder, the ``chaos`` block's faults. When Tune
+stops it (a scheduler's decision arrives as ``SystemExit`` from ``tune.report``, or a stop of the
+sweep between reports) it tells the group, which drops it before the next step, and closes its W&B
+run.
+
+A member trains nothing, so its process imports neither torch nor Lightning (a GPU's group of 16
+would otherwise hold 16 processes that import them): the group draws the member's heatmaps from
+its last checkpoint, and the member logs the images.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
 import tempfile
@@ -30,16 +36,17 @@ from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
 from sweeps.spec import TrialPlan
 from sweeps.storage import short_storage_faults
 from sweeps.trial import phases
-from sweeps.trial.callbacks import STOP_REQUESTED, FinishOnStop, placement_metrics
-from sweeps.trial.kit import quiet_logs
-from sweeps.trial.settings import TrialSettings
-from sweeps.trial.trainable import (
-    _trial_storage_dir,
-    _trial_storage_path,
+from sweeps.trial.lifecycle import (
+    STOP_REQUESTED,
+    FinishOnStop,
+    placement_metrics,
+    quiet_logs,
     report_earlier_finish,
-    run_trial,
+    trial_storage_dir,
+    trial_storage_path,
 )
-from sweeps.trial.wandb_logger import close_wandb, log_heatmaps, make_wandb_logger
+from sweeps.trial.settings import TrialSettings
+from sweeps.trial.wandb_run import HEATMAP_KEY, MemberRun, close_wandb, run_arguments
 
 #: seconds a member waits for its next report before it looks whether Tune is stopping it
 POLL_S = 1.0
@@ -53,6 +60,8 @@ def run_member_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     """Tune function trainable of a sweep with fused trials (bound with ``tune.with_parameters``)."""
     found = member_of(config)
     if found is None or settings.fusion_roster is None:
+        from sweeps.trial.trainable import run_trial  # torch and Lightning: this trial trains
+
         return run_trial(config, settings)
     group, j, size = found
     phases.start()
@@ -60,9 +69,9 @@ def run_member_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()
     with short_storage_faults(
-        f"trial {trial_id}, writing to {_trial_storage_path(ctx) or 'its storage'}"
+        f"trial {trial_id}, writing to {trial_storage_path(ctx) or 'its storage'}"
     ):
-        if report_earlier_finish(_trial_storage_dir(ctx), trial_id, plan.trainer["max_steps"]):
+        if report_earlier_finish(trial_storage_dir(ctx), trial_id, plan.trainer["max_steps"]):
             return
         quiet_logs()
         STOP_REQUESTED.clear()  # a reused actor starts its next trial unstopped
@@ -80,7 +89,7 @@ def run_member_trial(config: dict[str, Any], settings: TrialSettings) -> None:
         try:
             follow(handle, settings, plan, j, trial_id, trial_name, last_step, extra)
         finally:
-            phases.dump(_trial_storage_dir(ctx))
+            phases.dump(trial_storage_dir(ctx))
 
 
 def follow(
@@ -95,7 +104,8 @@ def follow(
 ) -> None:
     """Pass the group's reports for member ``j`` to Tune until its final one, or until Tune stops
     it; the W&B run is closed whatever happens (see :func:`sweeps.trial.kit.fit_trial`)."""
-    logger, stop, failed, final_ckpt = None, None, True, None
+    logger, stop, failed, final_ckpt, pngs = None, None, True, None, []
+    wants_heatmaps = settings.wandb.log_heatmaps and settings.wandb.mode != "disabled"
     try:
         try:
             while True:
@@ -109,8 +119,10 @@ def follow(
                 chaos_once(settings, trial_id, report["step"])
                 if logger is None and settings.wandb.mode != "disabled":
                     with phases.phase("wandb_init"):
-                        logger = make_wandb_logger(
-                            settings, plan, trial_id, trial_name, _Hparams(report["hparams"])
+                        logger = MemberRun(
+                            run_arguments(
+                                settings, plan, trial_id, trial_name, _Hparams(report["hparams"])
+                            )
                         )
                         _ = logger.experiment
                 for step, values in report["history"]:
@@ -129,18 +141,24 @@ def follow(
                         )
                 last = report["step"]
                 if report["final"]:  # Tune has it: the group need not wait for this member
+                    if wants_heatmaps:  # drawn by the group, which goes once all are released
+                        pngs = heatmaps_of(handle, j, final_ckpt, trial_id)
                     _quietly(lambda: ray.get(handle.release.remote(j), timeout=30))
                     break
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
             stop = exc
+            if wants_heatmaps and final_ckpt is not None:
+                pngs = heatmaps_of(handle, j, final_ckpt, trial_id)
             _quietly(lambda: ray.get(handle.leave.remote(j), timeout=30))
         failed = False
-        if settings.wandb.log_heatmaps and logger is not None and final_ckpt is not None:
+        if pngs and logger is not None:
             try:
                 with phases.phase("heatmaps"):
-                    heatmaps_of(logger, final_ckpt, plan)
+                    from PIL import Image
+
+                    logger.log_image(HEATMAP_KEY, [Image.open(io.BytesIO(png)) for png in pngs])
             except Exception as exc:  # a plotting problem must not fail a finished trial
                 print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
     finally:
@@ -206,23 +224,19 @@ def chaos_once(settings: TrialSettings, trial_id: str, step: int) -> None:
         raise ChaosError(f"chaos: injected failure at step {step} (sweep spec `chaos` block)")
 
 
-def heatmaps_of(logger: Any, checkpoint: bytes, plan: TrialPlan) -> None:
-    """Attention heatmaps of the member's final model, as the unfused trial logs them."""
-    from lightning_modules.module import Seq2SeqModule
-    from sweeps.trial.build import build_datamodule
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp, CHECKPOINT_FILE)
-        path.write_bytes(checkpoint)
-        module = Seq2SeqModule.load_from_checkpoint(str(path), map_location="cpu")
-    dm = build_datamodule(plan.task, plan.seed)
-    dm.prepare_data()
-    dm.setup("fit")
-    log_heatmaps(logger, module, dm)
+def heatmaps_of(handle: Any, j: int, checkpoint: bytes, trial_id: str) -> list[bytes]:
+    """The attention heatmaps of the member's final model (its last report's checkpoint), as the
+    unfused trial logs them, drawn by the group as PNG files; none if the group cannot."""
+    try:
+        with phases.phase("heatmaps"):
+            return ray.get(handle.heatmaps.remote(j, checkpoint), timeout=120)
+    except Exception as exc:  # noqa: BLE001 -- a plotting problem must not fail a finished trial
+        print(f"[trial {trial_id}] could not draw attention heatmaps: {exc!r}")
+        return []
 
 
 class _Hparams:
-    """What :func:`make_wandb_logger` reads of a module: its hyperparameters."""
+    """What :func:`run_arguments` reads of a module: its hyperparameters."""
 
     def __init__(self, hparams: dict[str, Any]) -> None:
         self.hparams = hparams

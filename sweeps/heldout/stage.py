@@ -46,7 +46,7 @@ def _evaluate_task(checkpoint: str, task: dict[str, Any], seed: int) -> dict[str
     import ray
     import torch
 
-    from sweeps.trial.kit import quiet_logs
+    from sweeps.trial.lifecycle import quiet_logs
 
     quiet_logs()
     device = "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"

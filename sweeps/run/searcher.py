@@ -208,7 +208,7 @@ class SweepSearcher(Searcher):
         value = (result or {}).get(self.metric)
         max_steps = self.units[i].max_steps
         # skip_if_finished: a trial told before a kill -9 comes back from an older snapshot and
-        # reports its earlier result again (sweeps.trial.trainable.report_earlier_finish)
+        # reports its earlier result again (sweeps.trial.lifecycle.report_earlier_finish)
         if error or value is None:
             study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         elif (

@@ -1,6 +1,6 @@
-"""The Lightning callbacks a trial trains with, and how it stops: the report to Ray after each
-validation (with a checkpoint and the validation hypotheses beside it), the fault the ``chaos``
-block injects, where Ray placed the trial, and the wait for the training thread when Tune stops it.
+"""The Lightning callbacks a trial trains with: the report to Ray after each validation (with a
+checkpoint and the validation hypotheses beside it), which ends the fit when Tune stops the trial
+(:mod:`sweeps.trial.lifecycle`), and the fault the ``chaos`` block injects.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from sweeps.errors import ChaosError
 from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE, TRIAL_STATE_FILE
 from sweeps.trial import phases
 from sweeps.trial.checkpoints import save_checkpoint_atomic
+from sweeps.trial.lifecycle import STOP_REQUESTED
 
 
 class TuneReport(pl.Callback):
@@ -107,65 +107,3 @@ class Chaos(pl.Callback):
             raise ChaosError(
                 f"chaos: injected failure at step {trainer.global_step} (sweep spec `chaos` block)"
             )
-
-
-def placement_metrics() -> dict[str, Any]:
-    """Where Ray placed this process: its node id, the GPU ids Ray assigned ("" for none) and the
-    share of a GPU it holds (``gpu_share``, e.g. 0.5 when trials pack two to a GPU). Reported with
-    every result, so a sweep's placement on a cluster can be read back."""
-    import ray
-
-    ctx = ray.get_runtime_context()
-    return {
-        "node_id": ctx.get_node_id(),
-        "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
-        "gpu_share": float(ctx.get_assigned_resources().get("GPU", 0.0)),
-    }
-
-
-#: seconds a stopped trial's process waits for its training thread to close W&B (heatmaps included)
-STOP_GRACE_S = 120.0
-
-
-#: set by FinishOnStop when Tune stops the trial while it trains (a Ctrl-C of the sweep, say): the
-#: report callback then ends the fit at the next step, the way a scheduler's stop ends it at a report
-STOP_REQUESTED = threading.Event()
-
-
-class FinishOnStop:
-    """Mixin for Tune's function trainable (through the trainable's ``__mixins__``): when Tune
-    stops a trial, wait for the training thread to finish before the actor goes.
-
-    Ray's ``FunctionTrainable.cleanup`` lets the training thread go without waiting for it
-    (``session.finish(timeout=0)``), and the actor's process exits while the thread is still
-    unwinding the ``SystemExit`` of the stop. W&B's service then sees its client vanish mid-run and
-    abandons the run: a 7-byte ``.wandb`` file, state unknown. Waiting here lets
-    :func:`fit_trial` log the heatmaps and ``wandb.finish()`` the run first."""
-
-    def cleanup(self) -> None:
-        self._finish_training_thread()
-        super().cleanup()  # type: ignore[misc]
-
-    def reset_config(self, new_config) -> bool:
-        """The actor runs the next trial (``reuse_actors``): Tune gives the stopped trial's thread
-        only ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (2 s) to end, then fails the *next* trial ("Could
-        not re-use actor"); closing W&B and logging heatmaps takes longer. Wait here as on cleanup."""
-        self._finish_training_thread()
-        return super().reset_config(new_config)  # type: ignore[misc]
-
-    @staticmethod
-    def _finish_training_thread() -> None:
-        from ray.train._internal.session import get_session
-
-        session = get_session()
-        thread = getattr(session, "training_thread", None)
-        if (
-            session is not None
-            and session.training_started
-            and thread is not None
-            and thread.is_alive()
-        ):
-            session.stop_event.set()  # what session.finish does first: the thread leaves its report call
-            session.continue_lock.release()
-            STOP_REQUESTED.set()  # or, if it is training, at its next step
-            thread.join(timeout=STOP_GRACE_S)

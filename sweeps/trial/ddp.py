@@ -23,8 +23,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from sweeps.trial.callbacks import TuneReport, placement_metrics
+from sweeps.trial.callbacks import TuneReport
 from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
+from sweeps.trial.lifecycle import placement_metrics
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import make_wandb_logger
 

@@ -26,11 +26,13 @@ from sweeps.spec import TrialPlan
 from sweeps.storage import find_storage_fault, quiet_close
 from sweeps.trial import phases
 from sweeps.trial.build import build_datamodule, build_module, trainer_kwargs
-from sweeps.trial.callbacks import STOP_REQUESTED, Chaos, TuneReport
+from sweeps.trial.callbacks import Chaos, TuneReport
 from sweeps.trial.checkpoints import restore_checkpoint
 from sweeps.trial.gpu import gpu_torch_problem
+from sweeps.trial.lifecycle import STOP_REQUESTED, quiet_logs
 from sweeps.trial.settings import TrialSettings
-from sweeps.trial.wandb_logger import close_wandb, log_heatmaps
+from sweeps.trial.wandb_logger import log_heatmaps
+from sweeps.trial.wandb_run import close_wandb
 
 
 def finish_fit(
@@ -58,28 +60,6 @@ def pick_accelerator() -> tuple[str, int]:
     if problem:
         raise GpuTorchError(problem)
     return ("gpu" if torch.cuda.is_available() else "cpu"), 1
-
-
-# Lines every trial would print at every start or report, forwarded to the sweep's console.
-QUIET_LOGGERS = (
-    "lightning.pytorch.utilities.rank_zero",  # GPU/TPU available, tips
-    "lightning.fabric.utilities.rank_zero",
-    "ray.train._internal.storage",  # "Checkpoint successfully created at ..."
-    "ray.train.v2._internal.execution.storage",
-)
-
-
-def quiet_logs() -> None:
-    """Raise the per-trial banners to warnings only; warnings and errors still reach the console."""
-    import logging
-    import warnings
-
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # Lightning's own notice about torch's pytree API, once per trial; nothing a sweep can change
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    # on a machine with SLURM installed, Lightning suggests srun for every trial: Ray places trials
-    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system")
 
 
 @dataclass

@@ -254,7 +254,7 @@ def test_configurations_over_seeds_end_to_end(local_ray, tmp_path):
 
 
 def test_a_configurations_wandb_label_fits_wandbs_64_characters():
-    from sweeps.trial.wandb_logger import configuration_label
+    from sweeps.trial.wandb_run import configuration_label
 
     assert configuration_label("attention-none", 3) == "attention-none#3"
     long_a, long_b = configuration_label("x" * 100, 12), configuration_label("x" * 99 + "y", 12)
