@@ -33,21 +33,15 @@ if TYPE_CHECKING:
 
 def _load_training() -> None:
     """torch and the training steps, in the group's process: not in the roster's, which needs none."""
-    global torch, steps
+    global torch, steps, FusedSeq2Seq
     import torch
 
+    from lightning_modules.fused import FusedSeq2Seq
     from sweeps.fusion import steps
 
 
 #: seconds between the group's looks at the roster while it waits
 POLL_S = 1.0
-
-
-def fused_class():
-    """The fused model (``lightning_modules.fused``)."""
-    from lightning_modules.fused import FusedSeq2Seq
-
-    return FusedSeq2Seq
 
 
 class FusedGroup:
@@ -124,22 +118,10 @@ class FusedGroup:
         self._maybe_close()
 
     def heatmaps(self, j: int, checkpoint: bytes) -> list[bytes]:
-        """Member ``j``'s attention on a few validation sentences, drawn from ``checkpoint`` (the
-        model of its last report) as its unfused trial draws them, as PNG files: the member's
-        process has no torch to draw them (:mod:`.member`)."""
-        import tempfile
-        from pathlib import Path
-
-        from lightning_modules.module import Seq2SeqModule
-        from sweeps.layout import CHECKPOINT_FILE
-        from sweeps.trial.wandb_logger import heatmap_pngs
-
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp, CHECKPOINT_FILE)
-            path.write_bytes(checkpoint)
-            module = Seq2SeqModule.load_from_checkpoint(str(path), map_location="cpu")
+        """Member ``j``'s attention heatmaps, drawn from ``checkpoint`` (its last report's model) as
+        PNG files: the member's process has no torch to draw them (:mod:`.member`)."""
         m = self.members[j]
-        return heatmap_pngs(module, m.dm or steps.member_data(m.plan))
+        return steps.heatmaps(checkpoint, m.dm or steps.member_data(m.plan))
 
     # -- the training thread ----------------------------------------------------------------------
 
@@ -205,7 +187,7 @@ class FusedGroup:
             )
         if state is None:
             trainer = self.members[use[0]].plan.trainer
-            self.fused = fused_class().from_modules(
+            self.fused = FusedSeq2Seq.from_modules(
                 modules,
                 clip=[self.members[j].plan.trainer.get("gradient_clip_val") or None for j in use],
                 precision=steps.fused_precision(trainer.get("precision")),
@@ -213,7 +195,7 @@ class FusedGroup:
             self.fused.to(self.device)
             self.step, self.active = 0, list(use)
         else:
-            self.fused = fused_class().from_state_dict(state["fused"], device=self.device)
+            self.fused = FusedSeq2Seq.from_state_dict(state["fused"], device=self.device)
             self.step, self.active = int(state["step"]), list(state["members"])
             rng = RngStateCallback()
             rng.load_state_dict(state["rng"])

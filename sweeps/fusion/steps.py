@@ -188,3 +188,16 @@ def member_files(
         )
         write_hypotheses(module, tmp)
         return {p.name: p.read_bytes() for p in Path(tmp).iterdir()}
+
+
+def heatmaps(checkpoint: bytes, dm: pl.LightningDataModule) -> list[bytes]:
+    """The attention heatmaps of the model in ``checkpoint`` (a member's report), as its unfused
+    trial draws them, as PNG files."""
+    from lightning_modules.module import Seq2SeqModule
+    from sweeps.trial.wandb_logger import heatmap_pngs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, CHECKPOINT_FILE)
+        path.write_bytes(checkpoint)
+        module = Seq2SeqModule.load_from_checkpoint(str(path), map_location="cpu")
+    return heatmap_pngs(module, dm)
