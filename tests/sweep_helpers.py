@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +87,15 @@ def interrupted_trials(exp: Path) -> tuple[Path, Path]:
     (finished,) = (d for d in exp.iterdir() if d.name.startswith(seen["finished"][0] + "_"))
     (running,) = (d for d in exp.iterdir() if d.name.startswith(seen["running"] + "_"))
     return finished, running
+
+
+def wandb_read(run: Path) -> dict:
+    """An offline W&B run as W&B's own client reads it (``wandb leet inspect --summary --json``)."""
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json"]
+        + [str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return json.loads(shown.stdout)

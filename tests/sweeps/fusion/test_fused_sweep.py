@@ -7,8 +7,6 @@ trains what the unfused run of the same seeds trains."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +15,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import interrupt_env, result_steps, tiny_spec, write_spec  # noqa: E402
+from sweep_helpers import (  # noqa: E402
+    interrupt_env,
+    result_steps,
+    tiny_spec,
+    wandb_read,
+    write_spec,
+)
 
 from sweeps.launch import main  # noqa: E402
 
@@ -48,17 +52,6 @@ def launch(tmp: Path, spec: dict, *extra: str) -> int:
 def rows(tmp: Path, name: str) -> pd.DataFrame:
     df = pd.read_csv(tmp / "out" / name / "results.csv", dtype={"trial_id": str})
     return df.sort_values("seed").reset_index(drop=True)
-
-
-def wandb_read(run: Path) -> dict:
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json"]
-        + [str(run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return json.loads(shown.stdout)
 
 
 #: the fused sweep with W&B offline and the timing and held-out stages on

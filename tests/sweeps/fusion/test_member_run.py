@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from sweeps.integrations.wandb_runs import read_records, run_log  # noqa: E402
+from sweep_helpers import wandb_read  # noqa: E402
 
-WANDB = str(Path(sys.executable).parent / "wandb")
+from sweeps.integrations.wandb_runs import read_records, run_log  # noqa: E402
 
 LOG = """
 import json, sys
@@ -149,13 +149,7 @@ def test_a_member_s_run_records_what_lightning_s_logger_records_without_torch(tm
     assert images[0][0].read_bytes() == images[1][0].read_bytes(), "the two runs' images differ"
 
     for folder in (member, unfused):
-        read = subprocess.run(
-            [WANDB, "leet", "inspect", "--summary", "--json", str(folder)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        info = json.loads(read.stdout)
+        info = wandb_read(folder)
         assert info["state"] == "finished"
         assert info["summary"]["val/bleu"] == 12.25 and info["summary"]["trainer/global_step"] == 9
         assert "val/attention" in info["summary"]

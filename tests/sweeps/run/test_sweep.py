@@ -19,6 +19,7 @@ from sweep_helpers import (  # noqa: E402
     interrupted_trials,
     result_steps,
     tiny_spec,
+    wandb_read,
     write_spec,
 )
 
@@ -142,14 +143,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     assert len(runs) == 2, "one W&B run per trial, none duplicated"
     # the timing stage's figures in each run's summary, as W&B's own reader shows them
     for run in runs:
-        shown = subprocess.run(
-            [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json"]
-            + [str(run)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        summary = json.loads(shown.stdout)["summary"]
+        summary = wandb_read(run)["summary"]
         row = df[df["trial_id"] == run.name.rsplit("-", 1)[-1]].iloc[0]
         for col in ("decode_seconds", "train_step_seconds", "train_peak_mb", "decode_peak_mb"):
             assert summary[col] == pytest.approx(row[col]), (run.name, col)
