@@ -141,7 +141,8 @@ def follow(
                         )
                 last = report["step"]
                 if report["final"]:  # Tune has it: the group need not wait for this member
-                    if wants_heatmaps:  # drawn by the group, which goes once all are released
+                    if wants_heatmaps and final_ckpt is not None:  # the group draws them: ask
+                        # before the release, after which the group may go
                         pngs = heatmaps_of(handle, j, final_ckpt, trial_id)
                     _quietly(lambda: ray.get(handle.release.remote(j), timeout=30))
                     break
