@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a file on a machine without the install (a lent GPU)
+    sys.path.insert(0, str(ROOT))
 PRESETS = ["tiny", "paper_copy"]
 LENGTHS = [10, 40]
 MEMBERS = [1, 2, 3, 4, 8]
