@@ -243,9 +243,15 @@ def bootstrap_markdown(table: pd.DataFrame) -> str:
     for r in table.itertuples():
         lines.append(
             f"| {r.length} | {r.memory} | {r.diff:+.2f} | [{r.low:+.2f}, {r.high:+.2f}] | {r.p:.3f} | "
-            f"{r.sentences} ({r.seeds}) |"
+            f"{r.sentences} ({_seed_list(r.seeds)}) |"
         )
     return "\n".join(lines)
+
+
+def _seed_list(seeds: Any) -> str:
+    """``seed 0`` or ``seeds 0,1,2``: a bare ``(0)`` beside a count reads as no seeds."""
+    text = str(seeds)
+    return f"seeds {text}" if "," in text else f"seed {text}"
 
 
 # -- results.md's sections -------------------------------------------------------------------------

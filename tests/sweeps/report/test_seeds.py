@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeps.report.findings import findings, scoring_findings, seed_sections
+from sweeps.report.findings import bootstrap_markdown, findings, scoring_findings, seed_sections
 from sweeps.report.stats import (
     bootstrap_table,
     cell_intervals,
@@ -510,3 +510,17 @@ def test_the_overhead_benchmark_prints_one_json_line():
     )
     assert sum(result["breakdown"].values()) == pytest.approx(result["difference_s"], abs=0.2)
     assert result["bleu_plain"] == result["bleu_launcher"]  # the same trainings, both ways
+
+
+def test_the_bootstrap_table_names_its_seeds_as_seeds_not_as_a_count():
+    table = pd.DataFrame(
+        [
+            {"length": 12, "memory": "memory K=16", "diff": -2.84, "low": -5.32, "high": -0.85,
+             "p": 0.014, "sentences": 200, "seeds": "0"},
+            {"length": 40, "memory": "memory K=32", "diff": -4.91, "low": -5.88, "high": -4.0,
+             "p": 0.001, "sentences": 600, "seeds": "0,1,2"},
+        ]
+    )  # fmt: skip
+    rows = bootstrap_markdown(table).splitlines()[2:]
+    assert rows[0].endswith("| 200 (seed 0) |"), rows[0]
+    assert rows[1].endswith("| 600 (seeds 0,1,2) |"), rows[1]
