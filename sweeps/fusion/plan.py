@@ -194,7 +194,8 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
 def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
     """The sweep's fusion; ``warm`` (:class:`sweeps.run.warm.WarmStart`): its reused trials are
     not trained, so they fuse with nobody; ``check(plan)``: why a plan has no fused form, or None
-    (:func:`unfusable`, which the launch passes: it needs torch, which ``--dry-run`` never loads)."""
+    (:func:`unfusable`, which the launch passes: on a model section the signature cache has not
+    seen it imports torch, which ``--dry-run`` never does)."""
     spec = sweep.spec
     device = "gpu" if spec.resources.gpu else "cpu"
     cap = spec.fusion.cap(device)
@@ -260,16 +261,11 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
 
 def unfusable(plan: Any) -> str | None:
     """Why the fused model cannot train a trial of ``plan`` (``lightning_modules.fused``'s own
-    answer, e.g. monotonic attention forced to its hard mode in training), or None."""
-    import inspect
+    answer, e.g. monotonic attention forced to its hard mode in training), or None; asked once per
+    model section, ever (:func:`sweeps.spec.signatures.fusion_problem`)."""
+    from sweeps.spec.signatures import fusion_problem
 
-    from lightning_modules.fused import unfusable_reason
-    from lightning_modules.module import Seq2SeqModule
-
-    params = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}
-    args = {k: v for k, v in plan.model.items() if k in params}
-    args["attention_kwargs"] = {k: v for k, v in plan.model.items() if k not in params} or None
-    return unfusable_reason({**args, "src_vocab_size": 1, "tgt_vocab_size": 1})
+    return fusion_problem(plan.model)
 
 
 def _alone(slots: dict[int, list[Slot]]) -> tuple[Group, ...]:

@@ -25,7 +25,7 @@ from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_nam
 from sweeps.heldout.select import is_confirm, mark_chosen
 from sweeps.integrations.wandb_runs import add_run_summary
 from sweeps.layout import HELDOUT_FILE, write_atomic
-from sweeps.timing.checkpoint import checkpoint_fingerprint, same_checkpoint
+from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
 from sweeps.timing.jobs import POLL_S, StageWatch
 
 #: results.csv's column for a chosen trial that could not be evaluated on test

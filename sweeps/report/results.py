@@ -12,7 +12,6 @@ from typing import Any
 
 import pandas as pd
 
-from lightning_modules.attention import DEFAULT_ATTENTION
 from lightning_modules.metric_names import (
     DECODE_SECONDS,
     METRICS,
@@ -39,7 +38,7 @@ from sweeps.report.columns import (  # noqa: F401 (re-exported: results.csv's co
     TRAIN_STEP_SECONDS,
 )
 from sweeps.spec import TrialPlan, column_name
-from sweeps.spec.signatures import headline_options
+from sweeps.spec.signatures import default_attention, headline_options
 
 
 def headline_columns() -> list[str]:
@@ -51,7 +50,7 @@ def headline_columns() -> list[str]:
 def headline_value(model: dict[str, Any]) -> dict[str, Any]:
     """``{option: value}`` of a trial's mechanism's headline option (its default when the plan
     does not set it; ``{"K": 32}`` for memory attention), or ``{}`` for a mechanism without one."""
-    headline = headline_options().get(model.get("attention", DEFAULT_ATTENTION))
+    headline = headline_options().get(model.get("attention", default_attention()))
     if headline is None:
         return {}
     option, _, default = headline
@@ -74,7 +73,7 @@ def plan_columns(plan: TrialPlan) -> dict[str, Any]:
     columns: dict[str, Any] = {
         "cell": plan.cell.name,
         "model": model_label(plan.model, plan.grid),
-        "attention": plan.model.get("attention", DEFAULT_ATTENTION),
+        "attention": plan.model.get("attention", default_attention()),
         **headline_value(plan.model),
         "length": plan.task.get("max_length"),
         "seed": plan.seed,

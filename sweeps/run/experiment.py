@@ -32,10 +32,12 @@ def trial_dirname(trial) -> str:
 def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
     from sweeps.fusion.plan import plan_fusion, unfusable
     from sweeps.run.warm import plan_warm_start
+    from sweeps.spec.signatures import save as save_signatures
 
     spec = sweep.spec
     out = paths.output / sweep.name
     fused = plan_fusion(sweep, plan_warm_start(sweep), unfusable).active
+    save_signatures()  # what the fusion checks learnt: the next launch needs no torch for them
     return TrialSettings(
         spec=spec.model_copy(
             update={
@@ -126,12 +128,14 @@ def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
         return searcher
     from sweeps.run.packing import estimated_cost
     from sweeps.run.searcher import SweepSearcher, optuna_distributions, sweep_units
+    from sweeps.spec.signatures import save as save_signatures
 
     spec = sweep.spec
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
     from sweeps.fusion.plan import plan_fusion, unfusable
 
     fusion = plan_fusion(sweep, plan_warm_start(sweep), unfusable)
+    save_signatures()  # the step costs and fusion checks learnt here serve the next launch
     space, journal = None, None
     if sweep.has_search:
         space = optuna_distributions(spec.parameters, sweep.param_columns)

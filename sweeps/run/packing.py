@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_modules.attention import DEFAULT_ATTENTION, step_cost
+from sweeps.spec.signatures import default_attention, step_cost
 
 
 def estimated_cost(task: dict[str, Any], model: dict[str, Any], trainer: dict[str, Any]) -> float:
     """A trial's relative cost from its resolved sections (larger: longer)."""
     steps = float(trainer.get("max_steps") or 1)
     length = float(task.get("max_length") or 1)
-    per_step = step_cost(str(model.get("attention", DEFAULT_ATTENTION)), model)
+    per_step = step_cost(str(model.get("attention", default_attention())), model)
     return steps * length * per_step

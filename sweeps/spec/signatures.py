@@ -32,7 +32,7 @@ from typing import Any
 from datamodules import TASKS as TASK_CLASSES  # task name -> datamodule class name (torch-free)
 
 PACKAGES = ("lightning_modules", "datamodules")
-FORMAT = 3  # bump when the pickled layout changes
+FORMAT = 5  # bump when the pickled layout changes
 
 
 @dataclass
@@ -45,6 +45,8 @@ class Signatures:
         default_factory=dict
     )  # mechanism -> (option, meaning)
     attention_checks: dict[tuple, str | None] = field(default_factory=dict)  # see attention_problem
+    step_costs: dict[tuple, float] = field(default_factory=dict)  # see step_cost
+    fusion_checks: dict[tuple, str | None] = field(default_factory=dict)  # see fusion_problem
     dirty: bool = False
 
 
@@ -194,6 +196,11 @@ def datamodule_param_types(task_name: str) -> dict[str, Any]:
     return {k: ann for k, (ann, _) in found.items()}
 
 
+def default_attention() -> str:
+    """The mechanism a model section without ``attention`` gets: Seq2SeqModule's default."""
+    return signatures().module["attention"][1]
+
+
 def module_signature_params() -> dict[str, tuple[Any, Any]]:
     """Seq2SeqModule's constructor arguments: name -> (annotation, default)."""
     return signatures().module
@@ -246,3 +253,36 @@ def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, 
             sig.attention_checks[key] = str(exc)
         sig.dirty = True
     return sig.attention_checks[key]
+
+
+def step_cost(attention: str, options: dict[str, Any]) -> float:
+    """The mechanism's cost per decoder step with ``options``
+    (:func:`lightning_modules.attention.step_cost`), which orders a sweep's trials longest first.
+    Each distinct configuration is asked once, ever: the answer is cached with the signatures, so a
+    launcher that only orders trials never imports torch."""
+    sig = signatures()
+    key = (attention, frozen(options))
+    if key not in sig.step_costs:
+        from lightning_modules.attention import step_cost as mechanism_cost
+
+        sig.step_costs[key] = mechanism_cost(attention, options)
+        sig.dirty = True
+    return sig.step_costs[key]
+
+
+def fusion_problem(model: dict[str, Any]) -> str | None:
+    """Why a trial with this model section cannot train fused
+    (:func:`lightning_modules.fused.unfusable_reason`'s own answer, e.g. monotonic attention forced
+    to its hard mode in training), or None. Cached with the signatures, as :func:`step_cost` is."""
+    sig = signatures()
+    key = frozen(model)
+    if key not in sig.fusion_checks:
+        from lightning_modules.fused import unfusable_reason
+
+        args = {k: v for k, v in model.items() if k in sig.module}
+        args["attention_kwargs"] = {k: v for k, v in model.items() if k not in sig.module} or None
+        sig.fusion_checks[key] = unfusable_reason(
+            {**args, "src_vocab_size": 1, "tgt_vocab_size": 1}
+        )
+        sig.dirty = True
+    return sig.fusion_checks[key]

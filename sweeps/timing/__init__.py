@@ -5,6 +5,7 @@ for a trained checkpoint. One module per job:
 - :mod:`~sweeps.timing.measure`: the measurement (``measure_decode_time``): warm-up, timed
   repeats, passes on a shared core or a slow machine thrown away, adaptive precision.
 - :mod:`~sweeps.timing.record`: what a timing is (``DecodeTiming``) and ``timing.json``.
+- :mod:`~sweeps.timing.files`: which file a checkpoint path names and what identifies its content.
 - :mod:`~sweeps.timing.checkpoint`: a checkpoint and its data rebuilt, timed (``time_checkpoint``).
 - :mod:`~sweeps.timing.jobs`: what the stage times and where: a job per finished trial
   (``TimingJob``), the ``timing`` settings, a trial already timed, the lanes of a Ray cluster.
@@ -18,5 +19,9 @@ for a trained checkpoint. One module per job:
   training step timed on a copy of the model, the peaks of a step and of decoding, both together.
 - :mod:`~sweeps.timing.rows`: the figures written into a trial's results row.
 
-This file imports nothing: the pinned child pins itself before torch is loaded.
+This file imports nothing: the pinned child pins itself before torch is loaded. Only the modules
+that measure (``measure``, ``checkpoint``, ``train``, ``cost``, ``child``, ``cli``) load torch and
+Lightning; the driver's side (``stage``, ``jobs``, ``lane``, ``pinned``, ``record``, ``files``) does
+not, so the launcher and the stage's Ray task on a CPU, which leaves the measuring to fresh
+processes, never pay for them (tests/sweeps/spec/test_signatures.py checks the launcher's side).
 """

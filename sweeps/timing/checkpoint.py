@@ -10,7 +10,6 @@ datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperpara
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,61 +20,19 @@ import torch
 
 from datamodules import TASKS
 from sweeps.spec.signatures import datamodule_param_types
+from sweeps.timing.files import (  # noqa: F401 (re-exported: where they were before)
+    SPLITS,
+    check_split,
+    checkpoint_file,
+    checkpoint_fingerprint,
+    same_checkpoint,
+)
 from sweeps.timing.measure import DecodeTiming, TimingError, measure_decode_time
 from sweeps.trial.build import build_datamodule
 
-SPLITS = ("valid", "test")
 DATAMODULE_SETTINGS_KEY = (
     pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY
 )  # "datamodule_hyper_parameters"
-
-
-def checkpoint_file(path: str | Path) -> Path:
-    """The Lightning checkpoint file: ``path`` itself, or the one ``.ckpt`` file inside a folder
-    (a sweep trial's checkpoint folder holds ``checkpoint.ckpt``)."""
-    p = Path(path)
-    if p.is_dir():
-        found = sorted(p.glob("*.ckpt"))
-        if len(found) != 1:
-            held = (
-                f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})"
-                if found
-                else "no .ckpt file"
-            )
-            raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
-        return found[0]
-    if not p.is_file():
-        raise TimingError(
-            f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder"
-        )
-    return p
-
-
-def checkpoint_fingerprint(path: str | Path) -> str:
-    """Identifies one checkpoint file by its content (``sha256:<digest>:<size>``), wherever it lies:
-    a sweep folder copied off a cluster's scratch disk (``cp -r``, ``scp``: new paths, new
-    modification times) and resumed keeps its timing and held-out records. Hashing reads the file
-    once (about a second per GB)."""
-    f = checkpoint_file(path)
-    digest = hashlib.sha256()
-    with f.open("rb") as handle:
-        while chunk := handle.read(2**20):
-            digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}:{f.stat().st_size}"
-
-
-def same_checkpoint(recorded: str | None, path: str | Path, current: str | None = None) -> bool:
-    """Whether a record's fingerprint names the checkpoint at ``path`` (``current``: its
-    :func:`checkpoint_fingerprint`, when the caller has it). A record written before fingerprints
-    hashed the content holds ``<resolved path>:<size>:<mtime ns>``, and matches only that file,
-    unmoved and untouched, as it did then."""
-    if not recorded:
-        return False
-    if recorded.startswith("sha256:"):
-        return recorded == (current or checkpoint_fingerprint(path))
-    f = checkpoint_file(path).resolve()
-    st = f.stat()
-    return recorded == f"{f}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def load_module(path: str | Path) -> pl.LightningModule:
@@ -148,11 +105,6 @@ def data_task(
     ):
         merged["cache_dir"] = None  # the old cache went with the old folder: <data_dir>/.cache
     return {"name": name, **merged}
-
-
-def check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise TimingError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
 
 
 def split_batches(dm: pl.LightningDataModule, split: str) -> Any:

@@ -8,7 +8,6 @@ timed on copies of the model, so nothing measured after it sees changed weights.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from sweeps.timing.checkpoint import load_for_timing
 from sweeps.timing.devices import resolve_device
 from sweeps.timing.measure import _beam_size, measure_decode_time
 from sweeps.timing.memory import MemoryPeaks, measure_peaks
-from sweeps.timing.record import DecodeTiming, TrainTiming
+from sweeps.timing.record import ModelCost, TrainTiming  # noqa: F401 (re-exported)
 from sweeps.timing.train import (
     DEFAULT_STEPS,
     measure_train_step,
@@ -30,30 +29,6 @@ from sweeps.timing.train import (
 )
 
 MEASURES = ("decode", "train", "memory")
-
-
-@dataclass(frozen=True)
-class ModelCost:
-    """What one process measured of one model (None: not asked for)."""
-
-    decode: DecodeTiming | None = None
-    train: TrainTiming | None = None
-    memory: MemoryPeaks | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "timing": self.decode.to_dict() if self.decode else None,
-            "train": self.train.to_dict() if self.train else None,
-            "memory": self.memory.to_dict() if self.memory else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelCost:
-        return cls(
-            decode=DecodeTiming.from_dict(data["timing"]) if data.get("timing") else None,
-            train=TrainTiming.from_dict(data["train"]) if data.get("train") else None,
-            memory=MemoryPeaks.from_dict(data["memory"]) if data.get("memory") else None,
-        )
 
 
 def check_measures(measure: Iterable[str]) -> tuple[str, ...]:

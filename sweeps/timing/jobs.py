@@ -18,10 +18,10 @@ from typing import Any, Protocol, get_args, get_origin
 
 from pydantic import ValidationError
 
+from sweeps.errors import TimingError
 from sweeps.spec.schema import TimingSpec
-from sweeps.timing.checkpoint import same_checkpoint
 from sweeps.timing.devices import highest_cpus
-from sweeps.timing.measure import TimingError
+from sweeps.timing.files import same_checkpoint
 from sweeps.timing.record import TIMING_FILE, TimingRecord, read_record
 
 

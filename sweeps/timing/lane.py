@@ -11,13 +11,11 @@ import time
 from collections.abc import Sequence
 
 from sweeps.spec.schema import TimingSpec
-from sweeps.timing.checkpoint import checkpoint_fingerprint
-from sweeps.timing.cost import ModelCost, measure_checkpoint
+from sweeps.timing.files import checkpoint_fingerprint
 from sweeps.timing.jobs import Lane, TimingJob, priority
 from sweeps.timing.memory import MEMORY_ENV, combine
 from sweeps.timing.pinned import side_by_side, time_checkpoints_pinned
-from sweeps.timing.record import TimingRecord
-from sweeps.timing.train import fastest
+from sweeps.timing.record import ModelCost, TimingRecord, fastest
 
 
 def measure_options(settings, device: str) -> dict:
@@ -103,7 +101,9 @@ def run_jobs(
                     errors[i] = errors[i] or got
                 else:
                     runs[i].append(got)
-    else:
+    else:  # measured here: only this branch loads torch and Lightning into the Ray worker
+        from sweeps.timing.cost import measure_checkpoint
+
         for i, (checkpoint, task, options) in enumerate(items):
             started = time.time()
             try:

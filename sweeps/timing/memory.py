@@ -26,11 +26,12 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from sweeps.errors import TimingError
+
+if TYPE_CHECKING:  # torch is imported where memory is measured: the records below are torch-free
+    import torch
 
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -117,6 +118,8 @@ def peak_above(work: Callable[[], Any], device: torch.device) -> float:
     """MiB that ``work()`` added at its peak to what was held when it started (see the module)."""
     gc.collect()
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)

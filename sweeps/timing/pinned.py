@@ -12,11 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.timing.cost import ModelCost
+from sweeps.errors import TimingError
 from sweeps.timing.devices import highest_cpus, run_child
 from sweeps.timing.jobs import pick_cpus
-from sweeps.timing.measure import TimingError
-from sweeps.timing.record import DecodeTiming
+from sweeps.timing.record import DecodeTiming, ModelCost
 
 
 def time_checkpoint_pinned(

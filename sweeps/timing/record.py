@@ -3,14 +3,13 @@ is kept: ``timing.json`` beside each trial (:class:`TimingRecord`), or the comma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from sweeps.layout import TIMING_FILE, write_atomic
 from sweeps.timing.devices import device_name
@@ -105,7 +104,7 @@ class DecodeTiming:
             warmup=warmup,
             device=device,
             threads=threads,
-            torch_version=torch.__version__,
+            torch_version=_torch_version(),
             device_name=device_name(device),
         )
 
@@ -163,6 +162,36 @@ class TrainTiming:
 
 #: the tuple fields of a timing, lists in timing.json
 _TUPLE_FIELDS = ("seconds", "cpus", "process_medians")
+
+
+def fastest(timings: Sequence[TrainTiming]) -> TrainTiming:
+    """The fastest process's timing, with every process's figure in ``process_medians``."""
+    best = min(timings, key=lambda t: t.step_seconds)
+    return dataclasses.replace(best, process_medians=tuple(t.step_seconds for t in timings))
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What one process measured of one model (None: not asked for)."""
+
+    decode: DecodeTiming | None = None
+    train: TrainTiming | None = None
+    memory: MemoryPeaks | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "timing": self.decode.to_dict() if self.decode else None,
+            "train": self.train.to_dict() if self.train else None,
+            "memory": self.memory.to_dict() if self.memory else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelCost:
+        return cls(
+            decode=DecodeTiming.from_dict(data["timing"]) if data.get("timing") else None,
+            train=TrainTiming.from_dict(data["train"]) if data.get("train") else None,
+            memory=MemoryPeaks.from_dict(data["memory"]) if data.get("memory") else None,
+        )
 
 
 def _json_fields(t: DecodeTiming | TrainTiming) -> dict[str, Any]:
@@ -288,3 +317,11 @@ def read_record(path: str | Path) -> TimingRecord | None:
 def write_json_atomic(path: str | Path, data: Mapping[str, Any]) -> Path:
     """Write JSON so that a reader sees the old file or the whole new one, never half of it."""
     return write_atomic(path, json.dumps(data, indent=2))
+
+
+def _torch_version() -> str:
+    """torch's version, where a timing is measured (torch is loaded there); this module is read by
+    processes that never load it: the launcher, the timing stage's Ray task."""
+    import torch
+
+    return torch.__version__

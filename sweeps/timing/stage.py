@@ -25,8 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sweeps.errors import TimingError
 from sweeps.spec.schema import TimingSpec
-from sweeps.timing.checkpoint import check_split, checkpoint_file
+from sweeps.timing.files import check_split, checkpoint_file
 from sweeps.timing.jobs import (
     POLL_S,
     Lane,
@@ -41,7 +42,6 @@ from sweeps.timing.lane import (
     measure_options,  # noqa: F401 (re-exported: the stage's options)
     run_batch,
 )
-from sweeps.timing.measure import TimingError
 from sweeps.timing.record import (
     TimingRecord,
     repeats_note,

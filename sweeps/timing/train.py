@@ -16,7 +16,6 @@ run again, adaptive repeats until the median is known to ``precision``), so the 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import statistics
 import warnings
@@ -174,9 +173,3 @@ def measure_train_step(
         precision=None if reached is None or contended else round(reached, 5),
         stopped_by=None if contended else stopped_by,
     )
-
-
-def fastest(timings: Sequence[TrainTiming]) -> TrainTiming:
-    """The fastest process's timing, with every process's figure in ``process_medians``."""
-    best = min(timings, key=lambda t: t.step_seconds)
-    return dataclasses.replace(best, process_medians=tuple(t.step_seconds for t in timings))

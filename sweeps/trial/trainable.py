@@ -4,15 +4,12 @@ fractional or whole GPU or CPUs). Multi-worker trials use :mod:`sweeps.trial.ddp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning.pytorch as pl
 from ray import tune
 
 from sweeps.storage import short_storage_faults
 from sweeps.trial import phases
-from sweeps.trial.callbacks import TuneReport
-from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
 from sweeps.trial.lifecycle import (
     FinishOnStop,
     placement_metrics,
@@ -20,9 +17,10 @@ from sweeps.trial.lifecycle import (
     trial_storage_dir,
     trial_storage_path,
 )
-from sweeps.trial.settings import TrialSettings
 from sweeps.trial.teacher import end_without_teacher
-from sweeps.trial.wandb_logger import make_wandb_logger
+
+if TYPE_CHECKING:
+    from sweeps.trial.settings import TrialSettings
 
 
 def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
@@ -32,6 +30,14 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
         config: the trial's Tune config (its plan; see :meth:`sweeps.trial.settings.TrialSettings.plan`).
         settings: the sweep-wide settings.
     """
+    # torch and Lightning are imported here, in the trial's process: the launcher imports this
+    # module only to hand Tune the function, and would pay ~3 CPU-s for them
+    import lightning.pytorch as pl
+
+    from sweeps.trial.callbacks import TuneReport
+    from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
+    from sweeps.trial.wandb_logger import make_wandb_logger
+
     phases.start()
     if end_without_teacher(config, settings.metric):  # its teacher failed: the reason, no training
         return

@@ -110,24 +110,78 @@ def test_the_key_follows_the_source(tmp_path):
     assert source_key([pkg], ("torch==1",)) != source_key([pkg], ("torch==2",))
 
 
+# In a fresh process: import what a launch imports (the launcher, its stages, the timing stage's
+# Ray task, the held-out stage, the trainable it hands Tune) and ask what a launch asks of the
+# model package: each trial's expected cost (the order trials start in), whether it can train
+# fused, and (for results, tables and plots) each mechanism's headline option.
+LAUNCH_PROBE = r"""
+import json, sys
+import sweeps.launch, sweeps.run.stages, sweeps.timing.lane, sweeps.heldout.stage, sweeps.trial.trainable
+from sweeps.fusion.plan import unfusable
+from sweeps.run.packing import estimated_cost
+from sweeps.spec import load_spec
+from sweeps.spec.signatures import headline_options, save
+sweep = load_spec(sys.argv[1])
+answers = [[estimated_cost(p.task, p.model, p.trainer), unfusable(p)] for p in sweep.plans]
+save()
+print(json.dumps({"answers": answers, "memory": headline_options()["memory"], "torch": "torch" in sys.modules, "lightning": "lightning" in sys.modules}))
+"""
+
+
 @pytest.mark.train
-def test_headline_options_are_read_from_the_cache_without_torch(tmp_path):
-    """Results, tables and plots ask each mechanism's headline option (memory attention's K) through
-    the cache: a warm cache answers without importing torch."""
-    cache = tmp_path / "cache"
-    probe(cache, spec_file(tmp_path, "good"))
-    script = (
-        "import json, sys; from sweeps.spec.signatures import headline_options; "
-        "print(json.dumps([headline_options()['memory'], 'torch' in sys.modules]))"
+def test_a_launch_orders_and_fuses_trials_from_the_cache_without_torch(tmp_path):
+    """The launcher loads neither torch nor Lightning once the cache knows its trials: the
+    mechanisms' step costs and their fused forms are asked once and kept, and the answers are the
+    model package's own; so is memory attention's headline option (K, 32 by default)."""
+    from lightning_modules.attention import step_cost
+    from lightning_modules.fused import unfusable_reason
+
+    path = spec_file(
+        tmp_path,
+        "launch",
+        variants=[
+            {"attention": "none"},
+            {"attention": "memory", "K": [2, 64]},
+            {"attention": "monotonic", "mode": "hard"},
+        ],
     )
-    env = {**os.environ, "SWEEPS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    env = {**os.environ, "SWEEPS_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+
+    def run() -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCH_PROBE, path],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold, warm = run(), run()
+    assert cold["torch"]  # the first launch asked the package
+    assert not warm["torch"] and not warm["lightning"]
+    assert warm["answers"] == cold["answers"]
+    assert warm["memory"] == ["K", "memory vectors", 32]
+    # the package's own answers: steps x length x the mechanism's cost per step, and its reason
+    steps, length = 10, 5
+    expected_costs = [
+        steps * length * step_cost("none"),
+        steps * length * step_cost("memory", {"K": 2}),
+        steps * length * step_cost("memory", {"K": 64}),
+        steps * length * step_cost("monotonic", {"mode": "hard"}),
+    ]
+    assert [c for c, _ in warm["answers"]] == pytest.approx(expected_costs)
+    assert expected_costs[2] > expected_costs[1]  # K moves the cost: the cache keys on options
+    reasons = [r for _, r in warm["answers"]]
+    assert reasons[:3] == [None, None, None]
+    hard = unfusable_reason(
+        {
+            "attention": "monotonic",
+            "attention_kwargs": {"mode": "hard"},
+            "src_vocab_size": 1,
+            "tgt_vocab_size": 1,
+        }
     )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["K", "memory vectors", 32], False]
+    assert hard is not None and reasons[3] == hard

@@ -1,0 +1,67 @@
+"""A checkpoint as files, without torch: which file a checkpoint path names, what identifies its
+content, and the splits a model is timed or evaluated on. The launcher, the timing stage's Ray task
+and the held-out stage need only these, so none of them imports torch and Lightning for them
+(about 3.5 CPU-seconds a process on a 2-core VM); :mod:`sweeps.timing.checkpoint` loads and times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from sweeps.errors import TimingError
+
+SPLITS = ("valid", "test")
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The Lightning checkpoint file: ``path`` itself, or the one ``.ckpt`` file inside a folder
+    (a sweep trial's checkpoint folder holds ``checkpoint.ckpt``)."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("*.ckpt"))
+        if len(found) != 1:
+            held = (
+                f"{len(found)} .ckpt files ({', '.join(f.name for f in found)})"
+                if found
+                else "no .ckpt file"
+            )
+            raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
+        return found[0]
+    if not p.is_file():
+        raise TimingError(
+            f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder"
+        )
+    return p
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """Identifies one checkpoint file by its content (``sha256:<digest>:<size>``), wherever it lies:
+    a sweep folder copied off a cluster's scratch disk (``cp -r``, ``scp``: new paths, new
+    modification times) and resumed keeps its timing and held-out records. Hashing reads the file
+    once (about a second per GB)."""
+    f = checkpoint_file(path)
+    digest = hashlib.sha256()
+    with f.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}:{f.stat().st_size}"
+
+
+def same_checkpoint(recorded: str | None, path: str | Path, current: str | None = None) -> bool:
+    """Whether a record's fingerprint names the checkpoint at ``path`` (``current``: its
+    :func:`checkpoint_fingerprint`, when the caller has it). A record written before fingerprints
+    hashed the content holds ``<resolved path>:<size>:<mtime ns>``, and matches only that file,
+    unmoved and untouched, as it did then."""
+    if not recorded:
+        return False
+    if recorded.startswith("sha256:"):
+        return recorded == (current or checkpoint_fingerprint(path))
+    f = checkpoint_file(path).resolve()
+    st = f.stat()
+    return recorded == f"{f}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise TimingError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
