@@ -48,10 +48,11 @@ def spec_file(tmp_path: Path, name: str, variants=None, **model) -> str:
     return str(path)
 
 
-def probe(cache: Path, *specs: str) -> list[dict]:
+def probe(cache: Path, *specs: str, script: str = PROBE) -> list[dict]:
+    """``script`` in a fresh process with the signature cache in ``cache``: its last line's JSON."""
     env = {**os.environ, "SWEEPS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *specs],
+        [sys.executable, "-c", script, *specs],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -145,21 +146,7 @@ def test_a_launch_orders_and_fuses_trials_from_the_cache_without_torch(tmp_path)
             {"attention": "monotonic", "mode": "hard"},
         ],
     )
-    env = {**os.environ, "SWEEPS_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-
-    def run() -> dict:
-        done = subprocess.run(
-            [sys.executable, "-c", LAUNCH_PROBE, path],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    cold, warm = run(), run()
+    cold, warm = (probe(tmp_path / "cache", path, script=LAUNCH_PROBE) for _ in range(2))
     assert cold["torch"]  # the first launch asked the package
     assert not warm["torch"] and not warm["lightning"]
     assert warm["answers"] == cold["answers"]
