@@ -18,7 +18,7 @@ from sweeps.timing.checkpoint import load_for_timing
 from sweeps.timing.devices import resolve_device
 from sweeps.timing.measure import _beam_size, measure_decode_time
 from sweeps.timing.memory import MemoryPeaks, measure_peaks
-from sweeps.timing.record import ModelCost, TrainTiming  # noqa: F401 (re-exported)
+from sweeps.timing.record import ModelCost
 from sweeps.timing.train import (
     DEFAULT_STEPS,
     measure_train_step,
