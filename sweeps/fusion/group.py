@@ -25,6 +25,9 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+import ray
+
+from sweeps.fusion.closing import seconds_to_close
 from sweeps.fusion.state import GroupSetup, GroupStore
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ class FusedGroup:
         self.store = GroupStore(setup.filesystem, setup.folder)
         self._ended: set[int] = set()
         self._ended_at = 0.0
+        self._unreleased_since: dict[int, float] = {}  # ended by Tune, not released (_maybe_close)
         torch.set_num_threads(max(1, setup.threads))
         from sweeps.trial.lifecycle import quiet_logs
 
@@ -144,8 +148,6 @@ class FusedGroup:
     def _roster_ended(self, fresh: bool = False) -> set[int]:
         """The members Tune has ended (asked of the roster at most once per :data:`POLL_S`)."""
         if fresh or time.monotonic() - self._ended_at >= POLL_S:
-            import ray
-
             roster = ray.get_actor(self.setup.roster)
             self._ended = set(ray.get(roster.ended_members.remote(self.setup.name)))
             self._ended_at = time.monotonic()
@@ -371,16 +373,16 @@ class FusedGroup:
         )
 
     def _maybe_close(self) -> None:
-        """Once training is over and every member's trial has gone, ask the roster to end this
-        process."""
+        """Once training is over and every member's trial is done with it (:mod:`.closing`), ask
+        the roster to end this process."""
         ended = self._roster_ended(fresh=True) if self.done else set()
         with self.cond:
             if not self.done or self.closing:
                 return
-            if (
-                not all(m.released or j in ended for j, m in self.members.items())
-                or len(self.members) + len(ended - set(self.members)) < self.setup.size
-            ):
+            wait = seconds_to_close(self.members, ended, self.setup.size, self._unreleased_since)
+            if wait is None or wait > 0:
+                if wait:  # look again then; a release before that closes the group at once
+                    threading.Timer(wait, self._maybe_close).start()
                 return
             self.closing = True
             finished = all(
@@ -390,8 +392,6 @@ class FusedGroup:
             )
         if finished:  # no member will resume: the group's states are of no more use
             self.store.remove()
-        import ray
-
         ray.get_actor(self.setup.roster).close_group.remote(self.setup.name)
 
 
