@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 # every Ray the tests start (local, `ray start`, cluster_utils) without the idle workers Ray starts
 # for the first driver, as the launcher's own local Ray (sweeps/run/cluster.py, init_ray)
@@ -24,7 +23,11 @@ os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 @pytest.fixture(scope="session", autouse=True)
 def _single_thread_torch():
-    """One intra-op thread: the test machine's few cores are shared."""
+    """One intra-op thread: the test machine's few cores are shared. (torch is imported in the
+    fixtures, where the tests run: under pytest-xdist the controller, which runs none, loads this
+    file too, and importing torch there held back the workers' start by ~2 s.)"""
+    import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -49,6 +52,8 @@ def _sigint_as_python_sets_it():
 @pytest.fixture(autouse=True)
 def _seed_torch():
     """Each test starts from the same torch seed."""
+    import torch
+
     torch.manual_seed(0)
 
 
