@@ -14,6 +14,8 @@ found here first and named with its line:
 - a file of Tune's driver state that does not read back (a full disk or a kill cut its copy short)
   is restored from the driver's own copy of that snapshot when this machine still has it, and is
   otherwise refused, with what to do: nothing is restarted;
+- a trial's log files cut short on the storage (Tune rewrites them at each snapshot; a full disk
+  empties them) are restored from the driver's own copy when this machine still has it;
 - a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
   the launcher killed in between) is pointed at its newest intact checkpoint.
 """
@@ -80,26 +82,67 @@ def damage(path: Path) -> str | None:
     return None
 
 
-def driver_copy(experiment: Path, state: Path) -> Path | None:
-    """The driver's own staging folder of the run that wrote ``state``, when this machine still has
-    it and its snapshot reads back whole. Tune writes each snapshot there first, then copies it to
-    the storage: a full disk or a kill mid-copy cuts the storage's copy short, not this one."""
+def staging_folders(experiment: Path, states: list[str]) -> list[Path]:
+    """The driver's staging folders on this machine (newest first) of the runs that wrote any of
+    the state files named ``states``: Tune writes each snapshot and each trial's log files there
+    first, then copies them to the storage, where a full disk or a kill mid-copy cuts its copies
+    short, not these."""
     root = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
     # the staging folder's own timestamp can differ from the state file's by a second: match the file
-    folders = sorted(
+    return sorted(
         (
             p
             for p in root.glob(f"session_*/artifacts/*/{experiment.name}/driver_artifacts")
-            if (p / state.name).is_file()
+            if any((p / name).is_file() for name in states)
         ),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
-    for folder in folders:
+
+
+def driver_copy(experiment: Path, state: Path) -> Path | None:
+    """The driver's own staging folder of the run that wrote ``state``, when this machine still has
+    it and its snapshot reads back whole."""
+    for folder in staging_folders(experiment, [state.name]):
         files = [f for pattern in STATE_FILES for f in folder.glob(pattern)]
         if not any(damage(f) for f in files):
             return folder
     return None
+
+
+def restore_trial_files(experiment: Path) -> list[str]:
+    """Tune's files of each trial (``result.json``, ``progress.csv``, ``params.*``, its TensorBoard
+    events) cut short on the storage are restored from the driver's staging copy when this machine
+    still has it. Tune rewrites them there in place at every snapshot: on a full disk each rewrite
+    empties them, the finished trials' too, and a resumed trial then goes on from what is left
+    (its ``result.json`` lost every report before the stop). A file is restored only where the
+    storage's copy is a strict prefix of the staged one (empty, or a line or more short)."""
+    states = [p.name for p in experiment.glob("experiment_state-*.json")]
+    folders = staging_folders(experiment, states) if states else []
+    restored: dict[str, list[str]] = {}
+    for trial in sorted(p for p in experiment.iterdir() if p.is_dir()) if folders else []:
+        staged = {
+            f.name for folder in folders for f in (folder / trial.name).glob("*") if f.is_file()
+        }
+        for name in sorted(staged):
+            stored = trial / name
+            have = stored.read_bytes() if stored.is_file() else b""
+            copies = [(folder / trial.name / name) for folder in folders]
+            longer = [
+                data
+                for c in copies
+                if c.is_file() and len(data := c.read_bytes()) > len(have) and data.startswith(have)
+            ]
+            if longer:
+                write_atomic(stored, max(longer, key=len))
+                restored.setdefault(trial.name, []).append(name)
+    if not restored:
+        return []
+    files = "; ".join(f"{trial}: {', '.join(names)}" for trial, names in restored.items())
+    return [
+        f"Tune's files of {len(restored)} trial(s) were cut short on the storage (a full disk, or a "
+        f"copy stopped midway); restored from the driver's own copy: {files}"
+    ]
 
 
 def check_experiment_state(experiment: Path) -> list[str]:
@@ -197,7 +240,7 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
 
 def check_before_resume(out_dir: Path, experiment: Path) -> list[str]:
     """The checks for a local study folder; returns the repairs made, to be said."""
-    repaired = check_experiment_state(experiment)
+    repaired = check_experiment_state(experiment) + restore_trial_files(experiment)
     return (
         repaired + repair_journal(out_dir / OPTUNA_JOURNAL) + repoint_lost_checkpoints(experiment)
     )

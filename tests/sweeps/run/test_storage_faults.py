@@ -128,6 +128,48 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
     assert check_experiment_state(exp) == [], "whole now"
 
 
+def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy(
+    tmp_path, monkeypatch
+):
+    """Only where the storage's copy is a strict prefix of the staged one; nothing from a staging
+    folder of another run (no state file of this experiment's)."""
+    from sweeps.run.resume_check import restore_trial_files
+
+    stamp = "2026-11-22_22-49-16"
+    exp = tmp_path / "out" / "study"
+    (exp / "t1_attention=none").mkdir(parents=True)
+    (exp / "t2_attention=none").mkdir()
+    (exp / f"experiment_state-{stamp}.json").write_text("{}")
+    artifacts = tmp_path / "raytmp" / "ray" / "session_x" / "artifacts"
+    staging = artifacts / "2026-11-22_22-49-15" / "study" / "driver_artifacts"
+    other = artifacts / "2026-11-20_10-00-00" / "study" / "driver_artifacts"  # an older sweep
+    for folder, state in ((staging, stamp), (other, "2026-11-20_10-00-00")):
+        (folder / "t1_attention=none").mkdir(parents=True)
+        (folder / "t2_attention=none").mkdir()
+        (folder / f"experiment_state-{state}.json").write_text("{}")
+    reports = '{"step": 10}\n{"step": 20}\n'
+    (staging / "t1_attention=none" / "result.json").write_text(reports)
+    (staging / "t1_attention=none" / "progress.csv").write_text("step\n10\n20\n")
+    (staging / "t1_attention=none" / "params.json").write_text('{"lr": 1}')
+    (staging / "t2_attention=none" / "result.json").write_text(reports)
+    (other / "t2_attention=none" / "params.json").write_text('{"lr": 9}')
+    (exp / "t1_attention=none" / "result.json").write_text("")  # emptied by the full disk
+    (exp / "t1_attention=none" / "progress.csv").write_text("step\n10\n")  # a line short
+    (exp / "t1_attention=none" / "params.json").write_text('{"lr": 2}')  # not a prefix: kept
+    (exp / "t2_attention=none" / "result.json").write_text(reports + '{"step": 30}\n')  # longer
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+    said = restore_trial_files(exp)
+    assert (exp / "t1_attention=none" / "result.json").read_text() == reports
+    assert (exp / "t1_attention=none" / "progress.csv").read_text() == "step\n10\n20\n"
+    assert (exp / "t1_attention=none" / "params.json").read_text() == '{"lr": 2}'
+    assert (exp / "t2_attention=none" / "result.json").read_text().endswith('{"step": 30}\n')
+    assert not (exp / "t2_attention=none" / "params.json").exists(), "another run's file"
+    assert len(said) == 1 and "1 trial(s)" in said[0], said
+    assert "t1_attention=none: progress.csv, result.json" in said[0], said
+    assert restore_trial_files(exp) == [], "whole now"
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 6 MiB tmpfs: room for one tiny trial's checkpoints, not two. Needs root (mount). A trial
@@ -187,13 +229,9 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
     assert "--resume" in run.stderr
     assert "Traceback" not in log and len(log.splitlines()) < 200, log[-5000:]
     exp = out / "fulldisk"
-    finished = [
-        d for d in exp.iterdir() if (d / "result.json").is_file() and result_steps(d)[-1:] == [20]
-    ]
-    assert finished, (
-        "the disk filled before any trial finished: the tmpfs is too small for this test"
-    )
-    kept = {d.name: (d / "result.json").read_text() for d in finished}
+    # Tune rewrites each trial's log files on the storage at every snapshot, and on the full disk
+    # that empties them, the finished trial's too: the resume restores them from the driver's copy
+    checkpoints = {p: p.read_bytes() for p in exp.glob("*/checkpoint_*/*") if p.is_file()}
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
     run = subprocess.run(
@@ -202,7 +240,18 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done"] * 2
-    for name, text in kept.items():
-        assert (exp / name / "result.json").read_text() == text, (
-            f"{name} finished before the disk filled and was re-run"
-        )
+    for row in df.itertuples():
+        (folder,) = exp.glob(f"{row.trial_id}_*")
+        steps = result_steps(folder)
+        assert steps[:1] == [10] and steps[-1:] == [20], (folder.name, steps, run.stdout[-2000:])
+    # the first trial (the memory model, ~3.3 MB) finished before the disk filled; the other failed
+    # on it and was retried. The finished one is not trained again: the same two reports, the same
+    # checkpoints
+    (first,) = df.loc[df["retries"] == 0, "trial_id"]
+    (folder,) = exp.glob(f"{first}_*")
+    assert result_steps(folder) == [10, 20]
+    kept = {p: data for p, data in checkpoints.items() if p.is_relative_to(folder)}
+    assert len({p.parent for p in kept}) == 2, kept
+    assert all(p.read_bytes() == data for p, data in kept.items()), (
+        f"{folder.name} finished before the disk filled and was re-run"
+    )
