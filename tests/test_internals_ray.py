@@ -167,7 +167,11 @@ def test_a_trials_saved_state_holds_its_checkpoint_manager_as_the_repair_reads_i
     json.dumps(meta, cls=TuneFunctionEncoder)  # written back the same way
 
 
-@internal("ray-state-files", "ray", "sweeps/run/resume_check.py (STATE_FILES, driver_copy)")
+@internal(
+    "ray-state-files",
+    "ray",
+    "sweeps/run/resume_check.py (STATE_FILES, staging_folders, restore_trial_files)",
+)
 def test_tunes_state_file_names_and_the_drivers_staging_folder():
     from ray.train import constants
     from ray.train._internal.storage import StorageContext
@@ -186,6 +190,9 @@ def test_tunes_state_file_names_and_the_drivers_staging_folder():
     assert '"artifacts"' in source(constants._get_ray_train_session_dir)
     assert '"driver_artifacts"' in source(StorageContext)
     assert "self._timestamp, self.experiment_dir_name" in source(StorageContext._get_session_path)
+    # each trial's log files in a folder of the trial's own folder name (restore_trial_files)
+    staged = source(StorageContext.trial_driver_staging_path.fget)
+    assert "Path(self.experiment_driver_staging_path, self.trial_dir_name)" in staged
 
 
 @internal("ray-result-grid-trials", "ray", "sweeps/report/results.py (trial_states, collect)")
