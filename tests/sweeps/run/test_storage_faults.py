@@ -232,6 +232,10 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
     # Tune rewrites each trial's log files on the storage at every snapshot, and on the full disk
     # that empties them, the finished trial's too: the resume restores them from the driver's copy
     checkpoints = {p: p.read_bytes() for p in exp.glob("*/checkpoint_*/*") if p.is_file()}
+    # one trial at a time: the one whose last checkpoint (step 20) is oldest finished first, whole
+    last = sorted(exp.glob("*/checkpoint_000001/checkpoint.ckpt"), key=lambda p: p.stat().st_mtime)
+    assert last, "the disk filled before any trial finished: the tmpfs is too small for this test"
+    finished = last[0].parent.parent
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
     run = subprocess.run(
@@ -244,14 +248,11 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
         (folder,) = exp.glob(f"{row.trial_id}_*")
         steps = result_steps(folder)
         assert steps[:1] == [10] and steps[-1:] == [20], (folder.name, steps, run.stdout[-2000:])
-    # the first trial (the memory model, ~3.3 MB) finished before the disk filled; the other failed
-    # on it and was retried. The finished one is not trained again: the same two reports, the same
-    # checkpoints
-    (first,) = df.loc[df["retries"] == 0, "trial_id"]
-    (folder,) = exp.glob(f"{first}_*")
-    assert result_steps(folder) == [10, 20]
-    kept = {p: data for p, data in checkpoints.items() if p.is_relative_to(folder)}
+    # the trial that finished before the disk filled is not trained again: the same two reports,
+    # the same checkpoints
+    assert result_steps(finished) == [10, 20]
+    kept = {p: data for p, data in checkpoints.items() if p.is_relative_to(finished)}
     assert len({p.parent for p in kept}) == 2, kept
     assert all(p.read_bytes() == data for p, data in kept.items()), (
-        f"{folder.name} finished before the disk filled and was re-run"
+        f"{finished.name} finished before the disk filled and was re-run"
     )
