@@ -119,8 +119,10 @@ def restore_trial_files(experiment: Path) -> list[str]:
     storage's copy is a strict prefix of the staged one (empty, or a line or more short)."""
     states = [p.name for p in experiment.glob("experiment_state-*.json")]
     folders = staging_folders(experiment, states) if states else []
+    if not folders:
+        return []
     restored: dict[str, list[str]] = {}
-    for trial in sorted(p for p in experiment.iterdir() if p.is_dir()) if folders else []:
+    for trial in sorted(p for p in experiment.iterdir() if p.is_dir()):
         staged = {
             f.name for folder in folders for f in (folder / trial.name).glob("*") if f.is_file()
         }
