@@ -18,8 +18,10 @@ stop came after every stage had finished. Returns the launcher's exit status.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sweeps.errors import LaunchError
@@ -109,13 +111,33 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
     return before, charged
 
 
+#: what a launch sets in this process's environment for W&B (the driver's W&B calls and the Ray it
+#: starts read it), taken back when the launch returns: a later launch in the same process (a
+#: notebook, a test) settles its own ``wandb.mode: auto`` rather than reading the last one's
+LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT")
+
+
+@contextmanager
+def environ_restored(names: tuple[str, ...]) -> Iterator[None]:
+    """``names`` in ``os.environ`` as they were before, set or unset, once the block ends."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
     """Run a loaded sweep to its results; ``args`` is the launcher's command line."""
     from sweeps.run import finish  # (the reports import pandas, torch and matplotlib)
 
     before, charged = launch_stages()
     # the MPS daemon (sweeps.run.mps) is up before Ray starts and stopped after Ray stops
-    with Preemption() as stop, mps_for_sweep(sweep, args.address):
+    with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(sweep, args.address):
         launch = Launch.begin(sweep, args, profile, stop)
         status = run_stages(launch, before)
         if status is None:

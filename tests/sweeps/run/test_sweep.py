@@ -356,6 +356,19 @@ def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1, err
 
 
+def test_a_launch_takes_its_wandb_mode_out_of_the_environment_when_it_returns(
+    tmp_path, monkeypatch, capsys
+):
+    """The launcher sets WANDB_MODE for its trials. Left set, it decided the next launch in the same
+    process: a sweep with ``wandb.mode: auto`` after one with ``disabled`` logged no W&B run."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "false")
+    spec = write_spec(tmp_path, tiny_spec("modes", wandb={"mode": "disabled"}))
+    code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
+    assert code == 2 and "cannot reach the Ray cluster" in capsys.readouterr().err
+    assert "WANDB_MODE" not in os.environ and os.environ["WANDB_SILENT"] == "false"
+
+
 def test_interrupted_sweep_resumes_without_rerunning_finished_trials(
     local_ray, tmp_path, monkeypatch, capsys
 ):
