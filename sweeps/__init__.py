@@ -24,8 +24,9 @@ The command is ``python sweeps/launch.py sweeps/<sweep>.yaml`` (:mod:`sweeps.lau
 - :mod:`sweeps.integrations` -- W&B's environment and its offline run files.
 
 And at the top: :mod:`sweeps.errors` (every exception), :mod:`sweeps.layout` (every output file
-name, atomic writes), :mod:`sweeps.storage` (storage faults seen by driver and trials) and
-:mod:`sweeps.assignments` (``KEY=VALUE`` command-line items).
+name, atomic writes), :mod:`sweeps.storage` (storage faults seen by driver and trials),
+:mod:`sweeps.exits` (how its child processes end) and :mod:`sweeps.assignments`
+(``KEY=VALUE`` command-line items).
 
 Words (``docs/glossary.md``): a *sweep* is one YAML file's run; a *cell* one point of its grid; a
 *unit* a cell and a seed; a *trial* one training run; an *Optuna study* Optuna's own object, one

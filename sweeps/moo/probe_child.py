@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+from sweeps.exits import freeze_at_exit
 from sweeps.moo.probe import (
     PREFIX,
     time_models,
@@ -20,6 +21,7 @@ from sweeps.timing.devices import pin
 
 
 def main() -> None:
+    freeze_at_exit()
     request = json.loads(sys.stdin.read())
     pin(request["cpus"])
     for entry in time_models(

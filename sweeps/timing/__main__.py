@@ -2,6 +2,8 @@
 
 import sys
 
+from sweeps.exits import freeze_at_exit
 from sweeps.timing.cli import main
 
+freeze_at_exit()
 sys.exit(main())

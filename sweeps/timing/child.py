@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 
+from sweeps.exits import freeze_at_exit
 from sweeps.timing.devices import pin  # the standard library only: torch is not loaded yet
 
 PREFIX = "TIMING "
@@ -58,6 +59,7 @@ def watch_parent(parent: int | None) -> None:
 
 
 def main() -> None:
+    freeze_at_exit()
     request = json.loads(sys.stdin.read())
     watch_parent(request.get("parent"))
     pin(request["cpus"])
