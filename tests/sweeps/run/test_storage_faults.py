@@ -193,11 +193,11 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
-    small_disk, tmp_path, local_ray
-):
-    """Two launcher processes (the storage fault stops its own process with a SIGINT), both on the
-    tests' shared Ray (joined by its address: no Ray started and stopped twice)."""
+def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(small_disk, tmp_path):
+    """Two launcher processes (the storage fault stops its own process with a SIGINT), each on a
+    private Ray of its own (``--address local``). (They joined the tests' shared Ray once, to
+    start no Ray twice; in one run that Ray then held one of its two CPUs after both launchers had
+    ended, and the next test's timing stage, which waits for a whole free node, waited for ever.)"""
     spec = tiny_spec(
         "fulldisk",
         grid={"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
@@ -206,7 +206,6 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
     )
     path = write_spec(tmp_path, spec)
     out = small_disk / "out"
-    address = local_ray.get_runtime_context().gcs_address
     cmd = [
         sys.executable,
         str(ROOT / "sweeps" / "launch.py"),
@@ -214,7 +213,7 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(
         "--output",
         str(out),
         "--address",
-        address,
+        "local",
     ]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
