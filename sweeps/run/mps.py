@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sweeps.run.environ import restore_environ
+
 #: the MPS control program of NVIDIA's driver
 MPS_CONTROL = "nvidia-cuda-mps-control"
 PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
@@ -212,11 +214,7 @@ def start_daemon(binary: str, parent: str | None = None) -> tuple[MpsDaemon, dic
 def end_daemon(daemon: MpsDaemon, before: dict, say: Callable[[str], None] = print) -> None:
     """Take the variables back, stop the daemon and remove its folder (kept, with a warning that
     says how to stop the daemon, when it would not quit)."""
-    for name, value in before.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    restore_environ(before)
     problem = daemon.stop()
     if problem:
         say(f"warning: {problem}")

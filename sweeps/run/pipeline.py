@@ -18,15 +18,14 @@ stop came after every stage had finished. Returns the launcher's exit status.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sweeps.errors import LaunchError
 from sweeps.run.budget import charging
 from sweeps.run.confirm import confirm_summary
+from sweeps.run.environ import environ_restored
 from sweeps.run.launch_state import Launch
 from sweeps.run.mps import mps_for_sweep
 from sweeps.run.preemption import Preemption
@@ -115,20 +114,6 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
 #: starts read it), taken back when the launch returns: a later launch in the same process (a
 #: notebook, a test) settles its own ``wandb.mode: auto`` rather than reading the last one's
 LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT")
-
-
-@contextmanager
-def environ_restored(names: tuple[str, ...]) -> Iterator[None]:
-    """``names`` in ``os.environ`` as they were before, set or unset, once the block ends."""
-    before = {name: os.environ.get(name) for name in names}
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
