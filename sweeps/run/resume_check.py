@@ -117,8 +117,9 @@ def restore_trial_files(experiment: Path) -> list[str]:
     empties them, the finished trials' too, and a resumed trial then goes on from what is left
     (its ``result.json`` lost every report before the stop). A file is restored only where the
     storage's copy is a strict prefix of the staged one (empty, or a line or more short)."""
-    states = [p.name for p in experiment.glob("experiment_state-*.json")]
-    folders = staging_folders(experiment, states) if states else []
+    folders = staging_folders(
+        experiment, [p.name for p in experiment.glob("experiment_state-*.json")]
+    )
     if not folders:
         return []
     restored: dict[str, list[str]] = {}
