@@ -54,6 +54,13 @@ from sweeps.timing.rows import attach_timing, attach_train_cost
 WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
 
 
+#: how long the stage waits for the Tune run's last actors to give their CPUs back
+SETTLE_S = 10.0
+#: a batch waiting this long for its lane, held by other Ray work, is said (:class:`LaneWait`) ...
+WAIT_NOTE_S = 60.0
+#: ... and again after each this long
+WAIT_AGAIN_S = 300.0
+
 #: a stopped trial's ``timing_error``: why it has no figures, and what gives them
 NOT_TIMED = "not timed: the sweep stopped first (--resume times it)"
 
@@ -179,8 +186,10 @@ def run_timing_stage(
         free = deque(lanes)
         running: dict[Any, tuple[list[int], Lane]] = {}
         said = False
+        waiting = LaneWait(say)
         while batches or running:
             held = [lane for _, lane in running.values()]
+            waiting.check(held)
             if watch is not None and watch.poll(
                 sum(x.cpus for x in held), sum(x.gpus for x in held)
             ):
@@ -229,11 +238,11 @@ def run_timing_stage(
 def _free_node(
     total: Mapping[str, float], say: Callable[[str], None], watch: StageWatch | None
 ) -> bool:
-    """Wait (10 s at most) for the Tune run's last actors to give their CPUs back, saying so when
-    they have not; False when ``watch`` stopped the stage meanwhile."""
+    """Wait (:data:`SETTLE_S` at most) for the Tune run's last actors to give their CPUs back,
+    saying so when they have not; False when ``watch`` stopped the stage meanwhile."""
     import ray
 
-    settle = time.monotonic() + 10
+    settle = time.monotonic() + SETTLE_S
     free_now = ray.available_resources()
     while free_now.get("CPU", 0) < total.get("CPU", 0) and time.monotonic() < settle:
         if watch is not None and watch.poll(0.0, 0.0):
@@ -246,6 +255,51 @@ def _free_node(
             "timing job waits until its whole node is (is other Ray work still running?)"
         )
     return True
+
+
+class LaneWait:
+    """Says, now and then, that batches handed to Ray wait for their lane because other Ray work
+    holds its CPUs or GPUs: Ray starts a batch only once its whole lane is free, and the stage
+    would otherwise wait in silence (for ever, should that work never end). It is certain that
+    some batch waits when the cluster's resources in use are fewer than the started batches' lanes
+    hold; the first line comes after :data:`WAIT_NOTE_S` of that, then one every
+    :data:`WAIT_AGAIN_S`."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say, self.since, self.next = say, None, 0.0
+
+    def check(self, held: Sequence[Lane]) -> None:
+        import ray
+
+        if not held:
+            self.since = None
+            return
+        total, free = ray.cluster_resources(), ray.available_resources()
+        short = [
+            key
+            for key, want in (
+                ("CPU", sum(x.cpus for x in held)),
+                ("GPU", sum(x.gpus for x in held)),
+            )
+            if want and total.get(key, 0) - free.get(key, 0) < want
+        ]
+        now = time.monotonic()
+        if not short:
+            self.since = None
+            return
+        if self.since is None:
+            self.since, self.next = now, now + WAIT_NOTE_S
+        if now < self.next:
+            return
+        self.next = now + WAIT_AGAIN_S
+        free_now = ", ".join(
+            f"{free.get(key, 0):g} of {total.get(key, 0):g} {key}s free" for key in short
+        )
+        self.say(
+            f"[timing] a batch has waited {now - self.since:.0f} s for its lane ({free_now}): other "
+            "Ray work holds the rest, and each batch waits until its whole node (or GPU) is free; "
+            "a stop (Ctrl-C) ends the stage, and --resume times the models left"
+        )
 
 
 def _end(refs: list) -> None:

@@ -478,6 +478,7 @@ def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
         warmup=0,
         threads=1,
         calibration_seconds=0.2,
+        precision=None,
     )
     here = time_checkpoint(
         ckpt,
@@ -490,6 +491,7 @@ def test_pinned_timing_runs_in_another_process_on_its_cpu(copy_ckpts):
         warmup=0,
         threads=1,
         calibration_seconds=0.2,
+        precision=None,
     )
     assert pinned.cpus == (max(os.sched_getaffinity(0)),) and here.cpus == ()
     assert (pinned.sentences, pinned.output_tokens, pinned.beam_size) == (

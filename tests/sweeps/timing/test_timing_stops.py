@@ -99,6 +99,65 @@ def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
     assert (2.0, 0.0) in watch.held and watch.events == ["timing:start"]
 
 
+class StopOnceSaid:
+    """A stage watch that stops the stage once the stage's log has a line with ``words``, or
+    after ``polls`` polls (``POLL_S`` apart) without one."""
+
+    def __init__(self, lines: list[str], words: str, polls: int = 40) -> None:
+        self.lines, self.words, self.polls = lines, words, polls
+
+    def poll(self, cpus: float, gpus: float) -> bool:
+        self.polls -= 1
+        return self.polls <= 0 or any(self.words in line for line in self.lines)
+
+    def started(self, event: str) -> None:
+        pass
+
+    def done(self, event: str) -> None:
+        pass
+
+
+def test_a_batch_that_waits_for_cpus_other_ray_work_holds_is_said_and_a_stop_still_ends_it(
+    local_ray, trial_dir, monkeypatch
+):
+    """Another Ray task holds one of the node's two CPUs for good: the stage's batch, which wants
+    the whole node, cannot start. The stage says so (after ``WAIT_NOTE_S``, here 1 s), naming the
+    CPUs free, and a stop still ends the wait: the job is ``stopped``, nothing is written."""
+    from sweeps.timing import stage
+
+    monkeypatch.setattr(stage, "SETTLE_S", 0.5)
+    monkeypatch.setattr(stage, "WAIT_NOTE_S", 1.0)
+    ray = local_ray
+
+    def hold(seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
+
+    holder = ray.remote(num_cpus=1)(hold).remote(600)  # (defined here: sent by value)
+    try:
+        for _ in range(100):  # until Ray has started it
+            if ray.available_resources().get("CPU", 0) <= 1:
+                break
+            threading.Event().wait(0.1)
+        job = TimingJob(
+            trial_id="t",
+            checkpoint=str(trial_dir / "checkpoint_000001"),
+            task={"name": "copy", **COPY},
+            output_dir=str(trial_dir),
+        )
+        lines: list[str] = []
+        watch = StopOnceSaid(lines, "for its lane")
+        settings = timing_settings(processes=1, measure=["decode"])
+        (outcome,) = run_timing_stage([job], settings, log=lines.append, watch=watch)
+    finally:
+        ray.cancel(holder, force=True)
+    said = [line for line in lines if "for its lane" in line]
+    assert len(said) == 1, lines
+    assert "(1 of 2 CPUs free)" in said[0] and "--resume" in said[0], said[0]
+    assert outcome.status == "stopped" and not (trial_dir / TIMING_FILE).exists()
+
+
 def _may_lower_niceness() -> bool:
     """Whether a thread of this process may lower its niceness (root, CAP_SYS_NICE)."""
     got = []
