@@ -64,16 +64,21 @@ sweep: venv
 # folders, which git ignores
 WRITE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 
+# A test that hangs fails after this long (pytest-timeout, in the test's own process: the stacks of
+# its threads printed, the other tests go on) rather than holding CI until its own limit; the
+# slowest default test takes under 2 minutes on the 2-core VM
+TEST_TIMEOUT ?= 900
+
 # two workers (pytest-xdist), each with its own private Ray for the Ray tests it is given (started
 # once per worker); the slowest tests listed, so a CI log says where the minutes go
 test: venv
-	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 --timeout $(TEST_TIMEOUT)
 
 # the loop for someone changing one module: no Ray, no training, on two workers (each collects the
 # suite, ~10 CPU-s of imports, and still the whole is a fifth shorter than one process); how long:
 # benchmarks/README.md, "Durations"
 test-fast: venv
-	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train"
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train" --timeout $(TEST_TIMEOUT)
 
 test-slow: venv
 	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -m slow
