@@ -51,10 +51,25 @@ def _sigint_as_python_sets_it():
 
 @pytest.fixture(autouse=True)
 def _seed_torch():
-    """Each test starts from the same torch seed."""
+    """Each test starts from the same torch seed: the CPU generator's, and CUDA's where there is
+    CUDA. (Not ``torch.manual_seed``: on a machine without CUDA it also queues the seed for each
+    device initialised later, CUDA, XPU and MTIA, keeping the caller's stack each time, ~1.4 ms at
+    pytest's depth, for every test.)"""
     import torch
 
-    torch.manual_seed(0)
+    torch.default_generator.manual_seed(0)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(0)
+
+
+def pytest_collection_finish(session):
+    """The collected suite (torch, Lightning, Ray, every test module: ~0.5 M objects) moves to
+    the garbage collector's permanent generation, which its full collections skip: each took
+    ~0.26 s in a worker of test-fast, and a worker ran 13-23 of them (4-6 CPU-seconds; 1.6-2.3
+    with this, 2-core Intel Xeon VM). Those objects live as long as the session anyway."""
+    import gc
+
+    gc.freeze()
 
 
 def pytest_configure(config):
