@@ -186,13 +186,12 @@ def run_timing_stage(
         free = deque(lanes)
         running: dict[Any, tuple[list[int], Lane]] = {}
         said = False
-        waiting = LaneWait(say)
+        waiting = LaneWait(say, total)
         while batches or running:
             held = [lane for _, lane in running.values()]
-            waiting.check(held)
-            if watch is not None and watch.poll(
-                sum(x.cpus for x in held), sum(x.gpus for x in held)
-            ):
+            cpus, gpus = sum(x.cpus for x in held), sum(x.gpus for x in held)
+            waiting.check(cpus, gpus)
+            if watch is not None and watch.poll(cpus, gpus):
                 _end(list(running))
                 left = [i for b, _ in running.values() for i in b] + [i for b in batches for i in b]
                 say(f"[timing] stopped: {len(left)} model(s) not timed (--resume times them)")
@@ -263,24 +262,22 @@ class LaneWait:
     would otherwise wait in silence (for ever, should that work never end). It is certain that
     some batch waits when the cluster's resources in use are fewer than the started batches' lanes
     hold; the first line comes after :data:`WAIT_NOTE_S` of that, then one every
-    :data:`WAIT_AGAIN_S`."""
+    :data:`WAIT_AGAIN_S`. ``total``: the cluster's resources, as the lanes were planned on."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say, self.since, self.next = say, None, 0.0
+    def __init__(self, say: Callable[[str], None], total: Mapping[str, float]) -> None:
+        self.say, self.total, self.since, self.next = say, total, None, 0.0
 
-    def check(self, held: Sequence[Lane]) -> None:
+    def check(self, cpus: float, gpus: float) -> None:
+        """Called at each poll with what the started batches' lanes hold."""
         import ray
 
-        if not held:
+        if not (cpus or gpus):
             self.since = None
             return
-        total, free = ray.cluster_resources(), ray.available_resources()
+        total, free = self.total, ray.available_resources()
         short = [
             key
-            for key, want in (
-                ("CPU", sum(x.cpus for x in held)),
-                ("GPU", sum(x.gpus for x in held)),
-            )
+            for key, want in (("CPU", cpus), ("GPU", gpus))
             if want and total.get(key, 0) - free.get(key, 0) < want
         ]
         now = time.monotonic()
