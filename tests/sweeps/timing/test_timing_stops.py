@@ -99,22 +99,18 @@ def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
     assert (2.0, 0.0) in watch.held and watch.events == ["timing:start"]
 
 
-class StopOnceSaid:
+class StopOnceSaid(StopOnceMeasuring):
     """A stage watch that stops the stage once the stage's log has a line with ``words``, or
     after ``polls`` polls (``POLL_S`` apart) without one."""
 
     def __init__(self, lines: list[str], words: str, polls: int = 40) -> None:
-        self.lines, self.words, self.polls = lines, words, polls
+        super().__init__(polls)
+        self.lines, self.words = lines, words
 
     def poll(self, cpus: float, gpus: float) -> bool:
-        self.polls -= 1
-        return self.polls <= 0 or any(self.words in line for line in self.lines)
-
-    def started(self, event: str) -> None:
-        pass
-
-    def done(self, event: str) -> None:
-        pass
+        self.held.append((cpus, gpus))
+        self.seen += 1
+        return self.seen >= self.polls or any(self.words in line for line in self.lines)
 
 
 def test_a_batch_that_waits_for_cpus_other_ray_work_holds_is_said_and_a_stop_still_ends_it(
