@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -197,17 +198,31 @@ class _SharedRay:
     test module that asks for it and kept while the next module asks for it too: starting one
     costs seconds, and the modules that run real sweeps come one after another."""
 
+    #: seconds a module waits for the work the module before it left on the shared Ray to end
+    SETTLE_S = 15.0
+
     def __init__(self) -> None:
         self.env_before: dict[str, str] | None = None
         self.modules: set = set()  # the test modules that use it
+        self.last: str | None = None  # the module that used it last
 
     @property
     def running(self) -> bool:
         return self.env_before is not None
 
-    def start(self):
+    def start(self, module: str | None = None):
         import ray
 
+        if self.running and (held := self._still_held()):
+            # a module that left Ray work running would starve this one for good (a timing batch
+            # wants the whole node): said, and this module gets a Ray of its own
+            warnings.warn(
+                f"the shared Ray still had {held} {self.SETTLE_S:g} s after {self.last} ended: "
+                f"started a new one for {module}",
+                stacklevel=1,
+            )
+            self.stop()
+        self.last = module
         if not self.running:
             self.env_before = dict(os.environ)
             os.environ.update(
@@ -221,6 +236,40 @@ class _SharedRay:
                 log_to_driver=False,
             )
         return ray
+
+    def _still_held(self) -> str:
+        """What the Ray work an earlier module left still holds once :attr:`SETTLE_S` is over
+        (CPUs and GPUs in use, the actors alive), or "" once every CPU and GPU is free."""
+        import time
+
+        import ray
+
+        total = ray.cluster_resources()
+        end = time.monotonic() + self.SETTLE_S
+        while True:
+            free = ray.available_resources()
+            used = {
+                key: total[key] - free.get(key, 0.0)
+                for key in ("CPU", "GPU")
+                if total.get(key, 0.0) - free.get(key, 0.0) > 1e-6
+            }
+            if not used or time.monotonic() > end:
+                break
+            time.sleep(0.25)
+        if not used:
+            return ""
+        try:  # (Ray's own table: the state API needs the dashboard, which the tests leave out)
+            from ray._private.state import state
+
+            alive = sorted(
+                str(actor.get("ActorClassName") or actor.get("Name"))
+                for actor in state.actor_table(None).values()
+                if actor.get("State") != "DEAD"
+            )
+        except Exception as exc:  # noqa: BLE001 -- a diagnosis only
+            alive = [f"(actor table unreadable: {exc})"]
+        held = ", ".join(f"{value:g} {key}" for key, value in used.items())
+        return f"{held} held (actors alive: {', '.join(alive) or 'none, so a task holds it'})"
 
     def stop(self) -> None:
         if not self.running:
@@ -239,11 +288,11 @@ _RAY = _SharedRay()
 
 
 @pytest.fixture(scope="module")
-def local_ray():
+def local_ray(request):
     """The shared local Ray (2 CPUs, W&B offline unless a spec says otherwise). What the module's
     launchers put in the environment (WANDB_MODE...) is taken out again after it, so each module
     starts from the environment the instance started with, whichever module ran before."""
-    ray = _RAY.start()
+    ray = _RAY.start(request.node.nodeid)
     env = dict(os.environ)
     yield ray
     os.environ.clear()

@@ -174,35 +174,39 @@ def _evaluate(todo: list, resources: Any, say: Callable[[str], None], watch: Sta
         num_cpus=resources.cpu, num_gpus=resources.gpu
     )
     waiting, running, slots = deque(todo), {}, _slots(resources)
-    while waiting or running:
-        n = len(running)
-        if watch is not None and watch.poll(n * resources.cpu, n * (resources.gpu or 0.0)):
-            for ref in running:
-                ray.cancel(ref, force=True)
-            if running:
-                ray.wait(list(running), num_returns=len(running), timeout=10)
-            for row, *_ in [*running.values(), *waiting]:
-                row[HELDOUT_ERROR] = NOT_EVALUATED
-            say(f"[heldout] stopped: {n + len(waiting)} evaluation(s) left for --resume")
-            return
-        while waiting and len(running) < slots:
-            row, plan, path, fingerprint = item = waiting.popleft()
-            running[task.remote(str(row["checkpoint"]), dict(plan.task), int(plan.seed))] = item
-            if watch is not None:
-                watch.started("heldout")
-        done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
-        if not done:
-            continue
-        row, _plan, path, fingerprint = running.pop(done[0])
-        try:
-            metrics = ray.get(done[0])
-        except Exception as exc:  # noqa: BLE001 -- one failed evaluation must not lose the others
-            cause = getattr(exc, "cause", None) or exc
-            lines = str(cause).strip().splitlines()
-            row[HELDOUT_ERROR] = (lines[-1] if lines else type(cause).__name__)[:300]
-            say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
-            continue
-        yield row, metrics, path, fingerprint
+    try:
+        while waiting or running:
+            n = len(running)
+            if watch is not None and watch.poll(n * resources.cpu, n * (resources.gpu or 0.0)):
+                for ref in running:
+                    ray.cancel(ref, force=True)
+                if running:
+                    ray.wait(list(running), num_returns=len(running), timeout=10)
+                for row, *_ in [*running.values(), *waiting]:
+                    row[HELDOUT_ERROR] = NOT_EVALUATED
+                say(f"[heldout] stopped: {n + len(waiting)} evaluation(s) left for --resume")
+                return
+            while waiting and len(running) < slots:
+                row, plan, path, fingerprint = item = waiting.popleft()
+                running[task.remote(str(row["checkpoint"]), dict(plan.task), int(plan.seed))] = item
+                if watch is not None:
+                    watch.started("heldout")
+            done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+            if not done:
+                continue
+            row, _plan, path, fingerprint = running.pop(done[0])
+            try:
+                metrics = ray.get(done[0])
+            except Exception as exc:  # noqa: BLE001 -- one failed evaluation must not lose the others
+                cause = getattr(exc, "cause", None) or exc
+                lines = str(cause).strip().splitlines()
+                row[HELDOUT_ERROR] = (lines[-1] if lines else type(cause).__name__)[:300]
+                say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
+                continue
+            yield row, metrics, path, fingerprint
+    finally:  # an interrupt, a bug or a caller that stops reading: no evaluation left running
+        for ref in running if ray.is_initialized() else ():
+            ray.cancel(ref, force=True)
 
 
 def publish_heldout(

@@ -187,48 +187,56 @@ def run_timing_stage(
         running: dict[Any, tuple[list[int], Lane]] = {}
         said = False
         waiting = LaneWait(say, total)
-        while batches or running:
-            held = [lane for _, lane in running.values()]
-            cpus, gpus = sum(x.cpus for x in held), sum(x.gpus for x in held)
-            waiting.check(cpus, gpus)
-            if watch is not None and watch.poll(cpus, gpus):
-                _end(list(running))
-                left = [i for b, _ in running.values() for i in b] + [i for b in batches for i in b]
-                say(f"[timing] stopped: {len(left)} model(s) not timed (--resume times them)")
-                break
-            while free and batches:
-                lane, batch = free.popleft(), batches.popleft()
-                ref = task.options(
-                    num_cpus=lane.cpus,
-                    num_gpus=lane.gpus,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False),
-                ).remote([jobs[i] for i in batch], settings, lane)
-                running[ref] = (batch, lane)
-                if watch is not None:
-                    watch.started("timing")
-            done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
-            if not done:
-                continue
-            batch, lane = running.pop(done[0])
-            free.append(lane)
-            try:
-                results, note = ray.get(done[0])
-            except Exception as exc:  # one failed batch must not lose the others' timings
-                results, note = [last_line(exc)] * len(batch), None
-            if note and not said:
-                say(f"[timing] {note}")
-                said = True
-            for i, got in zip(batch, results):
-                job = jobs[i]
-                if isinstance(got, str):
-                    outcomes[i] = TimingOutcome(job, "error", error=got)
-                    say(f"[timing] trial {job.trial_id}: failed: {got}")
+        try:
+            while batches or running:
+                held = [lane for _, lane in running.values()]
+                cpus, gpus = sum(x.cpus for x in held), sum(x.gpus for x in held)
+                waiting.check(cpus, gpus)
+                if watch is not None and watch.poll(cpus, gpus):
+                    _end(list(running))
+                    left = [i for b, _ in running.values() for i in b] + [
+                        i for b in batches for i in b
+                    ]
+                    say(f"[timing] stopped: {len(left)} model(s) not timed (--resume times them)")
+                    break
+                while free and batches:
+                    lane, batch = free.popleft(), batches.popleft()
+                    ref = task.options(
+                        num_cpus=lane.cpus,
+                        num_gpus=lane.gpus,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(
+                            lane.node_id, soft=False
+                        ),
+                    ).remote([jobs[i] for i in batch], settings, lane)
+                    running[ref] = (batch, lane)
+                    if watch is not None:
+                        watch.started("timing")
+                done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+                if not done:
                     continue
-                write_json_atomic(job.result_path, got.to_dict())
-                outcomes[i] = TimingOutcome(job, "timed", record=got)
-                say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
-                if watch is not None:
-                    watch.done("timing")
+                batch, lane = running.pop(done[0])
+                free.append(lane)
+                try:
+                    results, note = ray.get(done[0])
+                except Exception as exc:  # one failed batch must not lose the others' timings
+                    results, note = [last_line(exc)] * len(batch), None
+                if note and not said:
+                    say(f"[timing] {note}")
+                    said = True
+                for i, got in zip(batch, results):
+                    job = jobs[i]
+                    if isinstance(got, str):
+                        outcomes[i] = TimingOutcome(job, "error", error=got)
+                        say(f"[timing] trial {job.trial_id}: failed: {got}")
+                        continue
+                    write_json_atomic(job.result_path, got.to_dict())
+                    outcomes[i] = TimingOutcome(job, "timed", record=got)
+                    say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
+                    if watch is not None:
+                        watch.done("timing")
+        except BaseException:  # an interrupt or a bug here must not leave batches holding lanes
+            _end(list(running))
+            raise
     for i in pending:  # (not started: the stop came first)
         outcomes.setdefault(i, TimingOutcome(jobs[i], "stopped"))
     return [outcomes[i] for i in range(len(jobs))]

@@ -51,15 +51,17 @@ def trial_dir(tmp_path_factory) -> Path:
 
 class StopOnceMeasuring:
     """A stage watch that asks the stage to stop once a timing process has run for a few polls
-    (well into its start-up or its passes), and keeps what the stage said it held."""
+    (well into its start-up or its passes), and keeps what the stage said it held; or after
+    ``give_up`` polls (``POLL_S`` apart) without that, a batch that never started (the caller's
+    assertions then say so, rather than the test's timeout minutes later)."""
 
-    def __init__(self, polls: int = 4) -> None:
-        self.polls, self.seen, self.held, self.events = polls, 0, [], []
+    def __init__(self, polls: int = 4, give_up: int = 240) -> None:
+        self.polls, self.give_up, self.seen, self.held, self.events = polls, give_up, 0, [], []
 
     def poll(self, cpus: float, gpus: float) -> bool:
         self.held.append((cpus, gpus))
         self.seen += bool(timing_processes())
-        return self.seen >= self.polls
+        return self.seen >= self.polls or len(self.held) >= self.give_up
 
     def started(self, event: str) -> None:
         self.events.append(f"{event}:start")
@@ -95,8 +97,54 @@ def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
     assert outcome.status == "stopped" and outcome.record is None
     assert not (trial_dir / TIMING_FILE).exists()
     assert timing_processes() == [], "the timing process outlived the stop"
-    assert watch.seen >= watch.polls, "stopped before its timing process ran"
+    assert watch.seen >= watch.polls, (
+        f"no timing process ran in {len(watch.held)} polls: the batch never started "
+        f"({local_ray.available_resources().get('CPU', 0):g} of 2 CPUs free)"
+    )
     assert (2.0, 0.0) in watch.held and watch.events == ["timing:start"]
+
+
+class InterruptOnceMeasuring(StopOnceMeasuring):
+    """A stage watch that raises KeyboardInterrupt (a Ctrl-C the launcher did not catch, a bug)
+    where :class:`StopOnceMeasuring` would ask for a stop."""
+
+    def poll(self, cpus: float, gpus: float) -> bool:
+        if super().poll(cpus, gpus):
+            raise KeyboardInterrupt
+        return False
+
+
+@pytest.mark.train
+def test_an_exception_out_of_the_stage_still_ends_its_running_timing_process(local_ray, trial_dir):
+    """An exception that leaves the stage in the middle of a long timing does not leave its batch
+    running: its timing process is ended and the node's CPUs are free again (else the next stage,
+    or the next sweep on this Ray, would wait for them for as long as the timing takes)."""
+    job = TimingJob(
+        trial_id="t",
+        checkpoint=str(trial_dir / "checkpoint_000001"),
+        task={"name": "copy", **COPY},
+        output_dir=str(trial_dir),
+    )
+    settings = timing_settings(
+        repeats=100000,
+        precision=None,
+        max_seconds=3600,
+        processes=1,
+        warmup=0,
+        measure=["decode"],
+        calibration_seconds=0.2,
+    )
+    watch = InterruptOnceMeasuring()
+    with pytest.raises(KeyboardInterrupt):
+        run_timing_stage([job], settings, log=None, watch=watch)
+    assert watch.seen >= watch.polls, "interrupted before its timing process ran"
+    assert timing_processes() == [], "the timing process outlived the interrupt"
+    for _ in range(40):  # Ray gives a killed worker's CPUs back within a moment
+        if local_ray.available_resources().get("CPU", 0) >= 2:
+            break
+        threading.Event().wait(0.25)
+    assert local_ray.available_resources().get("CPU", 0) == 2, "the batch still holds its lane"
+    assert not (trial_dir / TIMING_FILE).exists()
 
 
 class StopOnceSaid(StopOnceMeasuring):
