@@ -70,13 +70,9 @@ class StopOnceMeasuring:
         self.events.append(f"{event}:done")
 
 
-@pytest.mark.train
-def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
-    local_ray, trial_dir
-):
-    """Timing that would take minutes (100000 repeats) is ended on the stop: the stage returns
-    the job ``stopped``, no timing.json, no timing process left running; while it ran, the stage
-    held the whole 2-CPU node, as the budget is told."""
+def long_timing(trial_dir: Path) -> tuple[TimingJob, object]:
+    """The tiny model's job, and timing settings under which it would take minutes (100000
+    repeats, one process, decode only)."""
     job = TimingJob(
         trial_id="t",
         checkpoint=str(trial_dir / "checkpoint_000001"),
@@ -92,6 +88,17 @@ def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
         measure=["decode"],
         calibration_seconds=0.2,
     )
+    return job, settings
+
+
+@pytest.mark.train
+def test_a_stop_ends_the_running_timing_process_and_writes_nothing_of_its_model(
+    local_ray, trial_dir
+):
+    """Timing that would take minutes (100000 repeats) is ended on the stop: the stage returns
+    the job ``stopped``, no timing.json, no timing process left running; while it ran, the stage
+    held the whole 2-CPU node, as the budget is told."""
+    job, settings = long_timing(trial_dir)
     watch = StopOnceMeasuring()
     (outcome,) = run_timing_stage([job], settings, log=None, watch=watch)
     assert outcome.status == "stopped" and outcome.record is None
@@ -119,21 +126,7 @@ def test_an_exception_out_of_the_stage_still_ends_its_running_timing_process(loc
     """An exception that leaves the stage in the middle of a long timing does not leave its batch
     running: its timing process is ended and the node's CPUs are free again (else the next stage,
     or the next sweep on this Ray, would wait for them for as long as the timing takes)."""
-    job = TimingJob(
-        trial_id="t",
-        checkpoint=str(trial_dir / "checkpoint_000001"),
-        task={"name": "copy", **COPY},
-        output_dir=str(trial_dir),
-    )
-    settings = timing_settings(
-        repeats=100000,
-        precision=None,
-        max_seconds=3600,
-        processes=1,
-        warmup=0,
-        measure=["decode"],
-        calibration_seconds=0.2,
-    )
+    job, settings = long_timing(trial_dir)
     watch = InterruptOnceMeasuring()
     with pytest.raises(KeyboardInterrupt):
         run_timing_stage([job], settings, log=None, watch=watch)
