@@ -140,6 +140,44 @@ def test_an_exception_out_of_the_stage_still_ends_its_running_timing_process(loc
     assert not (trial_dir / TIMING_FILE).exists()
 
 
+def test_an_exception_out_of_the_held_out_stage_ends_its_running_evaluations(
+    local_ray, monkeypatch
+):
+    """The held-out stage's loop, left by an exception while two evaluations run (here each a
+    10-minute sleep in the evaluation's place), ends them: the node's two CPUs are free again."""
+    from types import SimpleNamespace
+
+    from sweeps.heldout import stage
+
+    def sleeps(checkpoint: str, task: dict, seed: int) -> dict:
+        import time
+
+        time.sleep(600)
+        return {}
+
+    monkeypatch.setattr(stage, "_evaluate_task", sleeps)  # (defined here: sent by value)
+    ray = local_ray
+
+    class Interrupt:
+        def poll(self, cpus: float, gpus: float) -> bool:
+            if cpus == 2 and ray.available_resources().get("CPU", 0) == 0:
+                raise KeyboardInterrupt  # both evaluations run
+            return False
+
+        def started(self, event: str) -> None: ...
+
+    plan = SimpleNamespace(task={}, seed=0)
+    todo = [({"trial_id": str(i), "checkpoint": "none"}, plan, None, None) for i in range(2)]
+    resources = SimpleNamespace(cpu=1.0, gpu=0.0)
+    with pytest.raises(KeyboardInterrupt):
+        list(stage._evaluate(todo, resources, lambda _: None, Interrupt()))
+    for _ in range(40):  # Ray gives a killed worker's CPUs back within a moment
+        if ray.available_resources().get("CPU", 0) >= 2:
+            break
+        threading.Event().wait(0.25)
+    assert ray.available_resources().get("CPU", 0) == 2, "an evaluation still holds its CPU"
+
+
 class StopOnceSaid(StopOnceMeasuring):
     """A stage watch that stops the stage once the stage's log has a line with ``words``, or
     after ``polls`` polls (``POLL_S`` apart) without one."""
