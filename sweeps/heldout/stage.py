@@ -26,7 +26,7 @@ from sweeps.heldout.select import is_confirm, mark_chosen
 from sweeps.integrations.wandb_runs import add_run_summary
 from sweeps.layout import HELDOUT_FILE, write_atomic
 from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
-from sweeps.timing.jobs import POLL_S, StageWatch
+from sweeps.timing.jobs import POLL_S, StageWatch, end_tasks, tasks_end_with
 
 #: results.csv's column for a chosen trial that could not be evaluated on test
 HELDOUT_ERROR = "heldout_error"
@@ -174,14 +174,11 @@ def _evaluate(todo: list, resources: Any, say: Callable[[str], None], watch: Sta
         num_cpus=resources.cpu, num_gpus=resources.gpu
     )
     waiting, running, slots = deque(todo), {}, _slots(resources)
-    try:
+    with tasks_end_with(running):
         while waiting or running:
             n = len(running)
             if watch is not None and watch.poll(n * resources.cpu, n * (resources.gpu or 0.0)):
-                for ref in running:
-                    ray.cancel(ref, force=True)
-                if running:
-                    ray.wait(list(running), num_returns=len(running), timeout=10)
+                end_tasks(list(running))
                 for row, *_ in [*running.values(), *waiting]:
                     row[HELDOUT_ERROR] = NOT_EVALUATED
                 say(f"[heldout] stopped: {n + len(waiting)} evaluation(s) left for --resume")
@@ -204,9 +201,6 @@ def _evaluate(todo: list, resources: Any, say: Callable[[str], None], watch: Sta
                 say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
                 continue
             yield row, metrics, path, fingerprint
-    finally:  # an interrupt, a bug or a caller that stops reading: no evaluation left running
-        for ref in running if ray.is_initialized() else ():
-            ray.cancel(ref, force=True)
 
 
 def publish_heldout(

@@ -104,6 +104,33 @@ class StageWatch(Protocol):
 
 #: seconds between a stage's checks of its running tasks and of a stop request
 POLL_S = 0.5
+
+
+def end_tasks(refs: Sequence[Any]) -> None:
+    """End a stage's running Ray tasks now (their workers killed; the timing processes they
+    started end with them: :mod:`sweeps.timing.child`), and wait a little for Ray to see it."""
+    import ray
+
+    if not refs or not ray.is_initialized():
+        return
+    for ref in refs:
+        ray.cancel(ref, force=True)
+    ray.wait(list(refs), num_returns=len(refs), timeout=10)
+
+
+@contextmanager
+def tasks_end_with(running: Mapping[Any, Any]) -> Iterator[None]:
+    """Ends the Ray tasks in ``running`` (keyed by their refs) when an exception leaves the block:
+    an interrupt the launcher did not turn into a stop, a bug, a generator's caller that stops
+    reading (:func:`end_tasks`). Left running, a timing batch would hold its whole node for as long
+    as its timing takes, an evaluation its CPU."""
+    try:
+        yield
+    except BaseException:
+        end_tasks(list(running))
+        raise
+
+
 #: ``timing.priority``: the niceness the timing processes run at (None: the Ray worker's own)
 NICENESS: dict[str, int | None] = {"inherit": None, "normal": 0}
 

@@ -35,7 +35,9 @@ from sweeps.timing.jobs import (
     TimingJob,
     TimingOutcome,
     already_timed,
+    end_tasks,
     lanes_for,
+    tasks_end_with,
 )
 from sweeps.timing.lane import (
     last_line,
@@ -187,13 +189,13 @@ def run_timing_stage(
         running: dict[Any, tuple[list[int], Lane]] = {}
         said = False
         waiting = LaneWait(say, total)
-        try:
+        with tasks_end_with(running):
             while batches or running:
                 held = [lane for _, lane in running.values()]
                 cpus, gpus = sum(x.cpus for x in held), sum(x.gpus for x in held)
                 waiting.check(cpus, gpus)
                 if watch is not None and watch.poll(cpus, gpus):
-                    _end(list(running))
+                    end_tasks(list(running))
                     left = [i for b, _ in running.values() for i in b] + [
                         i for b in batches for i in b
                     ]
@@ -234,9 +236,6 @@ def run_timing_stage(
                     say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
                     if watch is not None:
                         watch.done("timing")
-        except BaseException:  # an interrupt or a bug here must not leave batches holding lanes
-            _end(list(running))
-            raise
     for i in pending:  # (not started: the stop came first)
         outcomes.setdefault(i, TimingOutcome(jobs[i], "stopped"))
     return [outcomes[i] for i in range(len(jobs))]
@@ -305,17 +304,6 @@ class LaneWait:
             "Ray work holds the rest, and each batch waits until its whole node (or GPU) is free; "
             "a stop (Ctrl-C) ends the stage, and --resume times the models left"
         )
-
-
-def _end(refs: list) -> None:
-    """End the running batches' Ray tasks now (their workers killed; the timing processes they
-    started end with them: :mod:`sweeps.timing.child`), and wait a little for Ray to see it."""
-    import ray
-
-    for ref in refs:
-        ray.cancel(ref, force=True)
-    if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=10)
 
 
 def cost_line(record: TimingRecord) -> str:
