@@ -149,7 +149,6 @@ def run_timing_stage(
     ``stopped``.
     """
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
         raise TimingError(
@@ -184,61 +183,76 @@ def run_timing_stage(
         batches = deque([list(pending)[k : k + size] for k in range(0, len(pending), size)])
         if not _free_node(total, say, watch):
             batches.clear()  # stopped while the Tune run's last actors gave their CPUs back
-        task = ray.remote(max_retries=0)(run_batch)
-        free = deque(lanes)
-        running: dict[Any, tuple[list[int], Lane]] = {}
-        said = False
-        waiting = LaneWait(say, total)
-        with tasks_end_with(running):
-            while batches or running:
-                held = [lane for _, lane in running.values()]
-                cpus, gpus = sum(x.cpus for x in held), sum(x.gpus for x in held)
-                waiting.check(cpus, gpus)
-                if watch is not None and watch.poll(cpus, gpus):
-                    end_tasks(list(running))
-                    left = [i for b, _ in running.values() for i in b] + [
-                        i for b in batches for i in b
-                    ]
-                    say(f"[timing] stopped: {len(left)} model(s) not timed (--resume times them)")
-                    break
-                while free and batches:
-                    lane, batch = free.popleft(), batches.popleft()
-                    ref = task.options(
-                        num_cpus=lane.cpus,
-                        num_gpus=lane.gpus,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(
-                            lane.node_id, soft=False
-                        ),
-                    ).remote([jobs[i] for i in batch], settings, lane)
-                    running[ref] = (batch, lane)
-                    if watch is not None:
-                        watch.started("timing")
-                done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
-                if not done:
-                    continue
-                batch, lane = running.pop(done[0])
-                free.append(lane)
-                try:
-                    results, note = ray.get(done[0])
-                except Exception as exc:  # one failed batch must not lose the others' timings
-                    results, note = [last_line(exc)] * len(batch), None
-                if note and not said:
-                    say(f"[timing] {note}")
-                    said = True
-                for i, got in zip(batch, results):
-                    job = jobs[i]
-                    if isinstance(got, str):
-                        outcomes[i] = TimingOutcome(job, "error", error=got)
-                        say(f"[timing] trial {job.trial_id}: failed: {got}")
-                        continue
-                    write_json_atomic(job.result_path, got.to_dict())
-                    outcomes[i] = TimingOutcome(job, "timed", record=got)
-                    say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
-                    if watch is not None:
-                        watch.done("timing")
+        _run_batches(jobs, settings, lanes, batches, outcomes, LaneWait(say, total), say, watch)
     for i in pending:  # (not started: the stop came first)
         outcomes.setdefault(i, TimingOutcome(jobs[i], "stopped"))
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def _run_batches(
+    jobs: Sequence[TimingJob],
+    settings: TimingSpec,
+    lanes: Sequence[Lane],
+    batches: deque[list[int]],
+    outcomes: dict[int, TimingOutcome],
+    waiting: LaneWait,
+    say: Callable[[str], None],
+    watch: StageWatch | None,
+) -> None:
+    """Run ``batches`` (indices into ``jobs``) as Ray tasks, one per free lane at a time, writing
+    each timed job's ``timing.json`` and its outcome as its batch returns, until all are done or
+    ``watch`` says stop (the running batches ended, their jobs left without an outcome). The
+    running batches are ended too when an exception leaves this loop."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(max_retries=0)(run_batch)
+    free = deque(lanes)
+    running: dict[Any, tuple[list[int], Lane]] = {}
+    said = False
+    with tasks_end_with(running):
+        while batches or running:
+            held = [lane for _, lane in running.values()]
+            cpus, gpus = sum(x.cpus for x in held), sum(x.gpus for x in held)
+            waiting.check(cpus, gpus)
+            if watch is not None and watch.poll(cpus, gpus):
+                end_tasks(list(running))
+                left = [i for b, _ in running.values() for i in b] + [i for b in batches for i in b]
+                say(f"[timing] stopped: {len(left)} model(s) not timed (--resume times them)")
+                break
+            while free and batches:
+                lane, batch = free.popleft(), batches.popleft()
+                ref = task.options(
+                    num_cpus=lane.cpus,
+                    num_gpus=lane.gpus,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False),
+                ).remote([jobs[i] for i in batch], settings, lane)
+                running[ref] = (batch, lane)
+                if watch is not None:
+                    watch.started("timing")
+            done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+            if not done:
+                continue
+            batch, lane = running.pop(done[0])
+            free.append(lane)
+            try:
+                results, note = ray.get(done[0])
+            except Exception as exc:  # one failed batch must not lose the others' timings
+                results, note = [last_line(exc)] * len(batch), None
+            if note and not said:
+                say(f"[timing] {note}")
+                said = True
+            for i, got in zip(batch, results):
+                job = jobs[i]
+                if isinstance(got, str):
+                    outcomes[i] = TimingOutcome(job, "error", error=got)
+                    say(f"[timing] trial {job.trial_id}: failed: {got}")
+                    continue
+                write_json_atomic(job.result_path, got.to_dict())
+                outcomes[i] = TimingOutcome(job, "timed", record=got)
+                say(f"[timing] trial {job.trial_id}: {cost_line(got)} -> {job.result_path}")
+                if watch is not None:
+                    watch.done("timing")
 
 
 def _free_node(
