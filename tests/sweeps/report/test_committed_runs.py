@@ -1,0 +1,38 @@
+"""The committed example runs (docs/results/<sweep>/) regenerate byte for byte from their records:
+``python -m sweeps.report`` rebuilds results.md, the plots and paired_bootstrap.csv from
+results.csv (and a multi-objective run's optuna.journal), so a change to the report code that
+changes what a researcher reads shows up here, not only in a rerun of the sweep."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sweeps.report.local import build_local_report
+
+ROOT = Path(__file__).resolve().parents[3]
+RUNS = sorted(p.parent for p in (ROOT / "docs" / "results").glob("*/results.csv"))
+
+pytestmark = pytest.mark.train  # matplotlib draws every figure again: seconds a run
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_a_committed_run_regenerates_byte_for_byte(run: Path, tmp_path: Path):
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    title = (run / "results.md").read_text().splitlines()[0].removeprefix("# ")
+    build_local_report(copy, title=title)
+    differ = [
+        p.name
+        for p in sorted(run.iterdir())
+        if p.is_file() and p.read_bytes() != (copy / p.name).read_bytes()
+    ]
+    made = sorted(p.name for p in copy.iterdir())
+    assert made == sorted(p.name for p in run.iterdir()), "the rebuild wrote other files"
+    assert not differ, f"{run.relative_to(ROOT)}: rebuilt {differ} differ from the committed ones"
+
+
+def test_the_committed_runs_are_found():
+    assert {p.name for p in RUNS} >= {"k_vs_length", "minimal_k", "memory_distill"}
