@@ -21,7 +21,7 @@ skipped, so the session ends in time. The phases, in order (the most wanted firs
 - ``cuda_graphs``: benchmarks/cuda_graphs.py, graphed against eager steps (tiny, paper_copy, L=40);
 - ``gpu_tests``: the tests marked ``gpu`` (test_cuda.py, test_cuda_graphs.py, test_fused_cuda.py);
 - ``share`` / ``share_mps``: benchmarks/gpu_share.py, P = 1, 2, 4, 8 processes side by side,
-  eager and graphed, time-sliced and under an MPS daemon (``python -m sweeps.run.mps run``);
+  eager and graphed, time-sliced and under an MPS daemon (``python -m sweeps.driver.mps run``);
 - ``fusion``: benchmarks/fusion.py --device cuda (fused groups of M = 1, 4, 16 against M unfused
   processes side by side);
 - ``peers``: benchmarks/peers.py --device cuda at L=40, fp32, with the peers that import.
@@ -43,7 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-MPS_RUN = [PY, "-m", "sweeps.run.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
+MPS_RUN = [PY, "-m", "sweeps.driver.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
 #: what fit the third loan (an H100): these three counts of members and 3 rounds took 220 s;
 #: M = 1, 2, 4, 8, 16 at 5 rounds printed nothing within 110 s
 FUSION = ["--preset", "paper_copy", "tiny", "--lengths", "40", "--members", "1", "4", "16",

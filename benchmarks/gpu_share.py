@@ -5,7 +5,7 @@ graphed steps (``trainer.cuda_graphs``), under MPS or not.
 Run it (from the repository root, on a machine with a GPU):
 
     python benchmarks/gpu_share.py                                          # time-sliced
-    python -m sweeps.run.mps run --want required --dir /tmp/mps -- python benchmarks/gpu_share.py
+    python -m sweeps.driver.mps run --want required --dir /tmp/mps -- python benchmarks/gpu_share.py
     python benchmarks/gpu_share.py --presets paper_copy --processes 1 4 --modes eager
     python benchmarks/gpu_share.py --quick                                  # seconds, CPU: plumbing
 

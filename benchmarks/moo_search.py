@@ -9,7 +9,7 @@ Run it (from the repository root):
 On a copy-task study small enough to grid on 2 CPU cores (memory attention, K x position
 encodings with K in {2, ..., 256}, tiny model; 8 samples of its 16 architectures per length), it runs
 
-1. the decode probe once (``sweeps/moo/probe.py``): every architecture's decode seconds, alone;
+1. the decode probe once (``sweeps/timing/probe.py``): every architecture's decode seconds, alone;
 2. the full grid once, every architecture trained to the end (a plain grid study, FIFO);
 3. the multi-objective search (``objectives: val/bleu max, decode_seconds min``, TPE, the Pareto
    rung rule) over the same space, once per search seed (``--seeds``, at least 3),
@@ -131,7 +131,7 @@ def launch(spec: dict[str, Any], out: Path, log: Path, probe_table: Path | None 
     env = {**os.environ, "WANDB_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     if (
         probe_table is not None
-    ):  # the same decode figures for every run (sweeps.moo.probe.SHARED_TABLE_ENV)
+    ):  # the same decode figures for every run (sweeps.timing.probe.SHARED_TABLE_ENV)
         env["SWEEPS_DECODE_PROBE_TABLE"] = str(probe_table)
     with open(log, "a") as f:
         done = subprocess.run(
@@ -194,7 +194,7 @@ def grid_points(grid_dir: Path, search_sweep: Any, table: Any) -> tuple[dict[str
 def search_points(run_dir: Path) -> tuple[dict[str, list], int, int]:
     """Per length: (BLEU, decode seconds) of the search's finished trials; its training steps; the
     trials it sampled."""
-    from sweeps.moo.views import load_views
+    from sweeps.report.moo_views import load_views
 
     points: dict[str, list] = {}
     steps = sampled = 0
@@ -207,7 +207,7 @@ def search_points(run_dir: Path) -> tuple[dict[str, list], int, int]:
 
 
 def hv_ratio(search: dict[str, list], grid: dict[str, list]) -> float:
-    from sweeps.moo.pareto import hypervolume_2d, to_minimize
+    from sweeps.report.pareto import hypervolume_2d, to_minimize
 
     ratios = []
     for length, pts in grid.items():
@@ -259,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     log = out / "runs.log"
-    from sweeps.moo.probe import PROBE_FILE, build_estimates
     from sweeps.spec import build_sweep
+    from sweeps.timing.probe import PROBE_FILE, build_estimates
 
     search = study(args.quick, args.reduction_factor)
     sweep = build_sweep(search, source="moo_search")

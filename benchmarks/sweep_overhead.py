@@ -147,9 +147,9 @@ def launcher_child(out_file: str, argv: list[str]) -> int:
     started = time.time()
     stages: dict[str, float] = {}
 
+    import sweeps.driver.cluster as cluster
+    import sweeps.driver.experiment as experiment
     import sweeps.report.local as report
-    import sweeps.run.cluster as cluster
-    import sweeps.run.experiment as experiment
 
     def timed(module, name: str, key: str):
         fn = getattr(module, name)

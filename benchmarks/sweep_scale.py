@@ -105,9 +105,9 @@ def peak_rss_mb() -> float:
 
 
 def run_one(n: int, out: Path) -> dict[str, Any]:
+    from sweeps.driver.cluster import Paths, check_cluster, describe_cluster
+    from sweeps.driver.experiment import make_settings, run_tune
     from sweeps.report.results import result_rows, write_results_csv
-    from sweeps.run.cluster import Paths, check_cluster, describe_cluster
-    from sweeps.run.experiment import make_settings, run_tune
     from sweeps.spec import build_sweep
 
     sweep = build_sweep(study(f"scale{n}", n))

@@ -9,7 +9,7 @@ collections that follow skip every object alive at that point; the modules are s
 each object freed by reference counting still runs its ``__del__``.
 
 Called by the entry points of the timing stage's processes (:mod:`sweeps.timing.child`), the
-decode probe's (:mod:`sweeps.moo.probe_child`) and ``python -m sweeps.timing``. (Tune's trial
+decode probe's (:mod:`sweeps.timing.probe_child`) and ``python -m sweeps.timing``. (Tune's trial
 actors gain nothing from it: three trials of a function trainable that loaded Lightning used
 6.25 CPU-seconds each with it as Ray's ``worker_process_setup_hook`` against 6.29 without.)
 

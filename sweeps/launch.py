@@ -41,8 +41,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
+from sweeps.driver.pipeline import run_sweep, trial_table  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
-from sweeps.run.pipeline import run_sweep, trial_table  # noqa: E402
 from sweeps.spec import SpecError, load_spec, resume_launch  # noqa: E402
 
 
@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if sweep.spec.stop_when is not None:
         print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
     # (it reads results.csv with pandas: imported only once the sweep file has passed its checks)
-    from sweeps.run.budget_estimate import launch_lines
-    from sweeps.run.preflight import check_folders, describe_folders, gpu_note, sweep_folders
+    from sweeps.plan.estimate import launch_lines
+    from sweeps.plan.folders import check_folders, describe_folders, gpu_note, sweep_folders
 
     try:
         out_dir = Path(args.output).resolve() / sweep.name
@@ -178,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def fusion_summary(sweep) -> list[str]:
     """The sweep's fused groups and what they hold against an unfused run (:mod:`sweeps.fusion`)."""
-    from sweeps.fusion.describe import fusion_lines
-    from sweeps.fusion.plan import plan_fusion
-    from sweeps.run.warm import plan_warm_start
+    from sweeps.plan.describe import fusion_lines
+    from sweeps.plan.fusion import plan_fusion
+    from sweeps.plan.warm import plan_warm_start
 
     return fusion_lines(sweep, plan_fusion(sweep, plan_warm_start(sweep)))
 

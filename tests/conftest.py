@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 # every Ray the tests start (local, `ray start`, cluster_utils) without the idle workers Ray starts
-# for the first driver, as the launcher's own local Ray (sweeps/run/cluster.py, init_ray)
+# for the first driver, as the launcher's own local Ray (sweeps/driver/cluster.py, init_ray)
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 
@@ -153,7 +153,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _run_order(item: pytest.Item) -> tuple[int, int]:
-    if item.nodeid.startswith("tests/sweeps/run/test_cluster.py"):
+    if item.nodeid.startswith("tests/sweeps/driver/test_cluster.py"):
         return 0, 0
     if getattr(item, "module", None) in _RAY.modules:
         return 2, 0 if item.get_closest_marker("xdist_group") else 1

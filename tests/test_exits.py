@@ -43,8 +43,7 @@ def test_the_timing_and_probe_processes_ask_for_it_before_their_work():
     checkpoint and seconds of measuring (tests/sweeps/timing runs them)."""
     import inspect
 
-    from sweeps.moo import probe_child
-    from sweeps.timing import child
+    from sweeps.timing import child, probe_child
 
     for module in (child, probe_child):
         body = inspect.getsource(module.main).split("\n")

@@ -177,7 +177,7 @@ def journal_study(tmp_path):
 @internal(
     "optuna-trial-id",
     "optuna",
-    "sweeps/run/searcher.py, configs.py, warm.py, sweeps/moo/search.py, studies.py",
+    "sweeps/search/base.py, configs.py, warm.py, sweeps/search/moo.py, studies.py",
 )
 def test_a_trial_knows_its_storage_id(journal_study):
     study, storage, _ = journal_study
@@ -188,7 +188,7 @@ def test_a_trial_knows_its_storage_id(journal_study):
 
 
 @internal(
-    "optuna-storage-calls", "optuna", "sweeps/run/searcher.py, sweeps/run/configs.py, sweeps/moo/"
+    "optuna-storage-calls", "optuna", "sweeps/search/base.py, sweeps/search/configs.py, sweeps/moo/"
 )
 def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(journal_study):
     study, storage, _ = journal_study
@@ -202,7 +202,7 @@ def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(jou
         storage.set_trial_user_attr(trial._trial_id, "late", 1)
 
 
-@internal("optuna-distribution-contains", "optuna", "sweeps/run/warm.py (_fits)")
+@internal("optuna-distribution-contains", "optuna", "sweeps/plan/warm.py (_fits)")
 def test_a_distribution_says_whether_a_value_is_inside_it():
     pytest.importorskip("optuna")
     from optuna.distributions import CategoricalDistribution, FloatDistribution
@@ -213,7 +213,7 @@ def test_a_distribution_says_whether_a_value_is_inside_it():
     assert choice._contains(choice.to_internal_repr("b"))
 
 
-@internal("optuna-journal-lines", "optuna", "sweeps/run/resume_check.py (repair_journal)")
+@internal("optuna-journal-lines", "optuna", "sweeps/driver/resume_check.py (repair_journal)")
 def test_every_journal_line_is_a_json_record_with_an_op_code(journal_study):
     study, _, path = journal_study
     study.tell(study.ask({}), 1.0)

@@ -30,9 +30,9 @@ def stub_trial() -> Trial:
     return trial
 
 
-@internal("ray-movable-trial", "ray", "sweeps/run/lost_nodes.py (MovableTrial, adopt)")
+@internal("ray-movable-trial", "ray", "sweeps/driver/lost_nodes.py (MovableTrial, adopt)")
 def test_a_trial_can_become_a_movable_trial_that_decides_its_own_failures():
-    from sweeps.run.lost_nodes import MovableTrial, adopt
+    from sweeps.driver.lost_nodes import MovableTrial, adopt
 
     trial = stub_trial()
     adopt(trial)  # the class of a live object is swapped: Trial must keep no __slots__
@@ -53,12 +53,12 @@ def test_a_trial_can_become_a_movable_trial_that_decides_its_own_failures():
 
 
 @internal(
-    "ray-node-died-text", "ray", "sweeps/run/lost_nodes.py (node_loss: _NODE_DIED, _NODE_END)"
+    "ray-node-died-text", "ray", "sweeps/driver/lost_nodes.py (node_loss: _NODE_DIED, _NODE_END)"
 )
 def test_the_lost_node_patterns_match_the_words_rays_gcs_writes():
     from ray.exceptions import NodeDiedError, RayActorError, RayTaskError
 
-    from sweeps.run.lost_nodes import _NODE_DIED, _NODE_END
+    from sweeps.driver.lost_nodes import _NODE_DIED, _NODE_END
 
     gcs = Path(ray.__file__).parent / "core" / "src" / "ray" / "gcs" / "gcs_server"
     assert gcs.is_file(), f"{gcs} is not there to read the death causes from"
@@ -77,13 +77,17 @@ def test_the_lost_node_patterns_match_the_words_rays_gcs_writes():
     assert RayTaskError("f", "tb", ValueError("x")).cause.args == ("x",), "RayTaskError.cause"
 
 
-@internal("ray-trial-states", "ray", "sweeps/run/console.py, budget_clock.py, report/results.py")
+@internal("ray-trial-states", "ray", "sweeps/driver/console.py, budget_clock.py, report/results.py")
 def test_tunes_trial_states_are_the_words_the_code_compares():
     states = (Trial.PENDING, Trial.RUNNING, Trial.PAUSED, Trial.TERMINATED, Trial.ERROR)
     assert states == ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 
 
-@internal("ray-scheduler-controller", "ray", "sweeps/run/config_rungs.py and sweeps/moo/rungs.py")
+@internal(
+    "ray-scheduler-controller",
+    "ray",
+    "sweeps/schedulers/config_rungs.py and sweeps/schedulers/pareto_rungs.py",
+)
 def test_a_scheduler_can_pause_a_pending_trial_and_save_a_stopped_one():
     from ray.tune.execution.tune_controller import TrialRunnerWrapper
 
@@ -148,7 +152,9 @@ def test_a_stopped_trial_leaves_tune_report_with_system_exit_0():
 
 
 @internal(
-    "ray-checkpoint-manager-state", "ray", "sweeps/run/resume_check.py (repoint_lost_checkpoints)"
+    "ray-checkpoint-manager-state",
+    "ray",
+    "sweeps/driver/resume_check.py (repoint_lost_checkpoints)",
 )
 def test_a_trials_saved_state_holds_its_checkpoint_manager_as_the_repair_reads_it():
     from ray.train import Checkpoint
@@ -170,7 +176,7 @@ def test_a_trials_saved_state_holds_its_checkpoint_manager_as_the_repair_reads_i
 @internal(
     "ray-state-files",
     "ray",
-    "sweeps/run/resume_check.py (STATE_FILES, staging_folders, restore_trial_files)",
+    "sweeps/driver/resume_check.py (STATE_FILES, staging_folders, restore_trial_files)",
 )
 def test_tunes_state_file_names_and_the_drivers_staging_folder():
     from ray.train import constants
@@ -178,7 +184,7 @@ def test_tunes_state_file_names_and_the_drivers_staging_folder():
     from ray.tune.search.search_generator import SearchGenerator
     from ray.tune.search.searcher import Searcher
 
-    from sweeps.run.resume_check import STATE_FILES
+    from sweeps.driver.resume_check import STATE_FILES
 
     templates = (
         TuneController.CKPT_FILE_TMPL,
@@ -207,7 +213,9 @@ def test_a_result_grid_keeps_tunes_trials_in_its_order():
 
 
 @internal(
-    "ray-private-cluster", "ray", "sweeps/run/cluster.py (check_ddp_dependencies, choose_address)"
+    "ray-private-cluster",
+    "ray",
+    "sweeps/driver/cluster.py (check_ddp_dependencies, choose_address)",
 )
 def test_the_private_cluster_helpers_exist_with_their_signatures():
     from ray._private.services import find_bootstrap_address
@@ -235,7 +243,7 @@ def test_the_loggers_the_code_filters_are_rays_module_loggers():
     assert "Trial task failed for trial" in source(TuneController), "Tune's trial-error log moved"
 
 
-@internal("ray-trial-log-restore", "ray", "sweeps/run/trial_logs.py, sweeps/trial/lifecycle.py")
+@internal("ray-trial-log-restore", "ray", "sweeps/driver/trial_logs.py, sweeps/trial/lifecycle.py")
 def test_tune_restores_a_retried_trials_log_files_from_its_storage():
     from ray.train.context import TrainContext
     from ray.tune import Callback
@@ -247,7 +255,9 @@ def test_tune_restores_a_retried_trials_log_files_from_its_storage():
     assert callable(Callback.on_trial_recover) and callable(TrainContext.get_storage)
 
 
-@internal("ray-sigint-stop", "ray", "sweeps/run/preemption.py, budget_clock.py, sweeps/storage.py")
+@internal(
+    "ray-sigint-stop", "ray", "sweeps/driver/preemption.py, budget_clock.py, sweeps/storage.py"
+)
 def test_tune_turns_the_first_sigint_into_a_saved_stop():
     from ray.tune import tune
 
@@ -262,7 +272,7 @@ def test_tune_turns_the_first_sigint_into_a_saved_stop():
     assert "set_sigterm_handler(sigterm_handler)" in source(ray._private.worker.init)
 
 
-@internal("ray-controller-steps", "ray", "sweeps/run/budget_clock.py, sweeps/run/console.py")
+@internal("ray-controller-steps", "ray", "sweeps/driver/budget_clock.py, sweeps/driver/console.py")
 def test_callbacks_hear_every_controller_step_and_the_end_of_run_cleanup_is_short():
     body = source(TuneController.step)
     assert "self._callbacks.on_step_end(iteration=self._iteration, trials=self._trials)" in body
@@ -271,7 +281,7 @@ def test_callbacks_hear_every_controller_step_and_the_end_of_run_cleanup_is_shor
     assert "time.monotonic() - start < 5" in source(TuneController._cleanup_trials)
 
 
-@internal("ray-max-pending-trials", "ray", "sweeps/moo/search.py (TUNE_MAX_PENDING_TRIALS_PG)")
+@internal("ray-max-pending-trials", "ray", "sweeps/search/moo.py (TUNE_MAX_PENDING_TRIALS_PG)")
 def test_the_pending_trials_setting_is_read_from_the_environment():
     from ray.tune.execution import tune_controller
 
@@ -280,7 +290,7 @@ def test_the_pending_trials_setting_is_read_from_the_environment():
     )
 
 
-@internal("ray-no-prestart", "ray", "sweeps/run/cluster.py (init_ray) and tests/conftest.py")
+@internal("ray-no-prestart", "ray", "sweeps/driver/cluster.py (init_ray) and tests/conftest.py")
 def test_the_raylet_still_has_the_prestart_flag_the_launcher_turns_off():
     raylet = Path(ray.__file__).parent / "core" / "src" / "ray" / "raylet" / "raylet"
     assert raylet.is_file(), f"{raylet} is not there to read Ray's config flags from"

@@ -1,5 +1,5 @@
 """The held-out stage as the launcher runs it, after training and the timing stage: the trials the
-validation metric chose (:func:`sweeps.heldout.select.chosen_trials`) are evaluated once each on
+validation metric chose (:func:`sweeps.report.selection.chosen_trials`) are evaluated once each on
 their task's test split (:func:`sweeps.heldout.evaluate.evaluate_checkpoint`), each in a Ray task
 that holds one trial's resources (a GPU share where trials had one), and ``heldout.json`` is written
 beside the trial: a resumed sweep finds it and does not evaluate the same checkpoint again.
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_name
-from sweeps.heldout.select import is_confirm, mark_chosen
 from sweeps.integrations.wandb_runs import add_run_summary
 from sweeps.layout import HELDOUT_FILE, write_atomic
+from sweeps.report.selection import is_confirm, mark_chosen
 from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
 from sweeps.timing.jobs import POLL_S, StageWatch, end_tasks, tasks_end_with
 
@@ -226,6 +226,6 @@ def publish_heldout(
                     file=sys.stderr,
                 )
     if journal is not None and results and journal.exists():
-        from sweeps.run.searcher import record_trial_attrs
+        from sweeps.search.base import record_trial_attrs
 
         record_trial_attrs(str(journal), "heldout", {k: dict(v) for k, v in results.items()})

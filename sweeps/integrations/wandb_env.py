@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from sweeps.run.cluster import LaunchError
+from sweeps.driver.cluster import LaunchError
 
 
 def wandb_has_credentials() -> bool:

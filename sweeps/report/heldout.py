@@ -32,7 +32,7 @@ CONFIRM_RULE = (
 
 
 def split_confirm(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the rows selection saw, the confirm trials' rows: ``role`` = ``confirm``, :mod:`sweeps.run.confirm`)."""
+    """(the rows selection saw, the confirm trials' rows: ``role`` = ``confirm``, :mod:`sweeps.stages.confirm`)."""
     if "role" not in df:
         return df, df.iloc[0:0]
     confirm = df["role"].astype(str) == "confirm"

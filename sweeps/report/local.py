@@ -43,7 +43,7 @@ def build_local_report(
     sweep_dir: Path, metric: str = VAL_BLEU, mode: str = "max", title: str | None = None
 ) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
-    multi-objective study, its section from ``optuna.journal``: :func:`sweeps.moo.report.write_section`)."""
+    multi-objective study, its section from ``optuna.journal``: :func:`sweeps.report.moo.write_section`)."""
     from sweeps.report.distill import distill_plots
     from sweeps.report.figures import pareto_figure, save_figure
     from sweeps.report.plots import plot_results
@@ -73,7 +73,7 @@ def build_local_report(
         )
     # a multi-objective study's section (fronts, hypervolume, answer lines), read from its Optuna
     # journal: the launcher's page and a rebuilt one are the same
-    from sweeps.moo.report import section_with_plots, with_section
+    from sweeps.report.moo import section_with_plots, with_section
 
     moo_text, moo_paths = section_with_plots(sweep_dir)
     paths.update(moo_paths)
@@ -85,9 +85,9 @@ def build_local_report(
 
 def run_notes(df, sweep_dir: Path) -> list[str]:
     """results.md's notes on how the sweep ran: what it spent of its budget and whether the budget
-    ran out (:func:`sweeps.run.budget.report_section`), the finished trials a stop left untimed,
+    ran out (:func:`sweeps.driver.budget.report_section`), the finished trials a stop left untimed,
     and the trials that lost their node and continued on another (results.csv's ``moved``)."""
-    from sweeps.run.budget import report_section
+    from sweeps.driver.budget import report_section
 
     statuses = df["status"].value_counts().to_dict() if "status" in df else {}
     spent = report_section(sweep_dir, statuses)

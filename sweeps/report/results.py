@@ -135,7 +135,7 @@ def row_from_result(
         row["configuration"] = int(plan.config["configuration"])
     if (plan.config or {}).get(
         "teacher"
-    ):  # a student: its teacher's trial id (sweeps.run.teachers)
+    ):  # a student: its teacher's trial id (sweeps.search.teachers)
         row["teacher"] = str(plan.config["teacher"])
     if (plan.config or {}).get("fused_with"):  # trained fused with its group (sweeps.fusion)
         row["fused_with"] = str(plan.config["fused_with"])
@@ -221,7 +221,7 @@ def result_rows(
 def moved_columns(trial: Any) -> dict[str, Any]:
     """``moved``: how often the trial lost its node and continued on another (not a failure,
     not in ``retries``); ``moved_why``: each time, why and from which step. Tune's trial keeps its
-    moves in ``sweep_moves`` (:mod:`sweeps.run.lost_nodes`)."""
+    moves in ``sweep_moves`` (:mod:`sweeps.driver.lost_nodes`)."""
     moves = list(getattr(trial, "sweep_moves", None) or [])
     why = "; ".join(
         m["why"] + (f", continued from step {m['step']}" if m.get("step") is not None else "")

@@ -58,8 +58,8 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     if done.empty:
         return pd.DataFrame()
     if "configuration" in done and done["configuration"].notna().any():
-        # configurations judged over seeds: each cell's chosen one, all its seeds (sweeps.heldout.select)
-        from sweeps.heldout.select import chosen_trials
+        # configurations judged over seeds: each cell's chosen one, all its seeds (sweeps.report.selection)
+        from sweeps.report.selection import chosen_trials
 
         done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
     seconds = seconds_column(df)

@@ -10,11 +10,11 @@ from typing import Any
 import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, VAL_BLEU, VAL_LOSS
-from sweeps.heldout.select import CONFIRM, ROLE, SELECT
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import pareto_markdown, results_sections
 from sweeps.report.results import DECODE_SECONDS
+from sweeps.report.selection import CONFIRM, ROLE, SELECT
 from sweeps.report.summary import DAGGER
 
 
@@ -73,7 +73,7 @@ def build_wandb_report(
     curves; the attention heatmap images.
     """
     wr = _reports_api()
-    # the confirm runs (sweeps.run.confirm: config role = confirm) are no part of the selection, so
+    # the confirm runs (sweeps.stages.confirm: config role = confirm) are no part of the selection, so
     # no part of its per-cell means; in a sweep with confirm seeds every other run has role = select
     has_confirm = confirm is not None and not confirm.empty
 

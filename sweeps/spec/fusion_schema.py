@@ -4,7 +4,7 @@
     fusion: {max_members: 3}   # at most 3 trials in a fused group
     fusion: off                # every trial alone, as before
 
-Which trials fuse is decided before Ray starts (:func:`sweeps.fusion.plan.plan_fusion`);
+Which trials fuse is decided before Ray starts (:func:`sweeps.plan.fusion.plan_fusion`);
 ``--dry-run`` prints the groups.
 """
 

@@ -145,7 +145,7 @@ class Sweep:
         per_plan = self.spec.num_samples
         if any(
             c.of for c in self.spec.constraints
-        ):  # a baseline model per (cell, seed) (sweeps.moo.search)
+        ):  # a baseline model per (cell, seed) (sweeps.search.moo)
             per_plan += 1
         return len(self.plans) * per_plan
 
@@ -161,10 +161,10 @@ class Sweep:
 
     def early_stopping_note(self) -> str | None:
         """What ``--dry-run`` says about early stopping (which runs per (cell, seed), see
-        :mod:`sweeps.run.schedulers`), or None without it."""
+        :mod:`sweeps.schedulers.per_unit`), or None without it."""
         if self.spec.early_terminate.type == "none":
             return None
-        if self.spec.per_configuration:  # sweeps.run.config_rungs
+        if self.spec.per_configuration:  # sweeps.schedulers.config_rungs
             return (
                 f"early_terminate {self.spec.early_terminate.type}: compares the {self.spec.num_samples} "
                 f"configurations of each cell on their mean over seeds at each rung (a seed waits, paused, "
@@ -219,7 +219,7 @@ RESERVED_COLUMNS = ("cell", "seed", *TEACHER_CONFIG)
 
 def unit_key(config: dict[str, Any]) -> tuple[str, Any]:
     """The (cell, seed) a trial belongs to, from its config: the unit early stopping compares within
-    (:mod:`sweeps.run.schedulers`) and one Optuna study searches."""
+    (:mod:`sweeps.schedulers.per_unit`) and one Optuna study searches."""
     return config.get("cell"), config.get("seed")
 
 

@@ -187,7 +187,7 @@ class FailureSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    """What the sweep may spend, over all its runs (:mod:`sweeps.run.budget`). Once one is spent no
+    """What the sweep may spend, over all its runs (:mod:`sweeps.driver.budget`). Once one is spent no
     trial starts, the running ones stop at their last checkpoint with the status ``budget``, and
     ``--resume --set budget.hours=...`` (a larger budget) continues them."""
 

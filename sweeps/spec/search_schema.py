@@ -121,7 +121,7 @@ NATURAL_GOALS = {
     "train_step_seconds": "minimize",
     "train_peak_mb": "minimize",
 }
-#: figures of a model's cost the probe (sweeps.moo.probe) measures before training, for every
+#: figures of a model's cost the probe (sweeps.timing.probe) measures before training, for every
 #: architecture the search may sample: objectives and constraints know them before a trial trains
 PROBED = (DECODE_SECONDS, "train_step_seconds", "train_peak_mb")
 #: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the

@@ -108,7 +108,7 @@ def time_finished_trials(
             + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):"
         )
-    from sweeps.fusion.timing import time_once_per_group  # a fused group's shapes timed once
+    from sweeps.timing.fused import time_once_per_group  # a fused group's shapes timed once
 
     results = time_once_per_group(
         jobs, timed_rows, spec, log, partial(run_timing_stage, watch=watch)

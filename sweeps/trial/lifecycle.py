@@ -1,7 +1,7 @@
 """What a trial's process does around its training, without torch or Lightning: quiet per-trial
 logs, where Ray placed it, a stop from Tune while it trains (:class:`FinishOnStop`), its folder in
 the sweep's storage, and a finish from an earlier run of the sweep reported again. The unfused
-trainable (:mod:`sweeps.trial.trainable`) and a fused member's (:mod:`sweeps.fusion.member`, whose
+trainable (:mod:`sweeps.trial.trainable`) and a fused member's (:mod:`sweeps.trial.fused.member`, whose
 process trains nothing and so imports no torch) share them."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Typed, sweep-wide settings every trial of a sweep shares. Built once by
-:func:`sweeps.run.experiment.make_settings`, handed to the trainables through
+:func:`sweeps.driver.experiment.make_settings`, handed to the trainables through
 ``tune.with_parameters`` (so they are stored once, not in every trial's config).
 
 The trial reads the sweep file's own sections (``settings.spec.storage``, ``settings.spec.chaos``,
@@ -35,7 +35,7 @@ class TrialSettings:
     cells: dict[str, TrialPlan] = field(default_factory=dict)  # cell name -> its resolved plan
     grid_columns: dict[str, str] = field(default_factory=dict)
     param_columns: dict[str, str] = field(default_factory=dict)
-    # the roster actor of a sweep with fused trials (sweeps.fusion.roster), None without fusion
+    # the roster actor of a sweep with fused trials (sweeps.trial.fused.roster), None without fusion
     fusion_roster: str | None = None
 
     @property
@@ -62,11 +62,11 @@ class TrialSettings:
     def plan(self, config: dict[str, Any]) -> TrialPlan:
         """A trial's plan from its Tune config: its cell's plan as the spec resolved it, with the
         seed and Optuna's samples (and a multi-objective sweep's baseline settings, ``set``:
-        :mod:`sweeps.moo.search`) and a student's ``teacher_checkpoint`` written in. Nothing of
+        :mod:`sweeps.search.moo`) and a student's ``teacher_checkpoint`` written in. Nothing of
         the grid is resolved again."""
         flat = {k: _plain(v) for k, v in config.items()}
         params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}
-        # a student's teacher, chosen when its trial was suggested (sweeps.run.teachers)
+        # a student's teacher, chosen when its trial was suggested (sweeps.search.teachers)
         taught = (
             {"model.teacher_checkpoint": flat["teacher_checkpoint"]}
             if flat.get("teacher_checkpoint")

@@ -1,6 +1,6 @@
 """A student trial whose teacher failed: it ends at once, with the reason.
 
-The searcher (:mod:`sweeps.run.teachers`) gives such a trial ``teacher_error`` in its config
+The searcher (:mod:`sweeps.search.teachers`) gives such a trial ``teacher_error`` in its config
 instead of a checkpoint. The trainable reports that reason once (with the sweep's metric as NaN,
 so Tune and its schedulers take the report, and the searcher tells Optuna FAIL) and returns: no
 model is built, nothing is retried, no W&B run is made. Its results row says ``error`` with the

@@ -75,7 +75,7 @@ def log_heatmaps(logger, module, dm, max_items: int = 2) -> None:
 
 def heatmap_pngs(module, dm, max_items: int = 2) -> list[bytes]:
     """The heatmaps :func:`log_heatmaps` logs, as PNG files (what W&B makes of a figure), for a
-    process without torch to log (a fused member's, :mod:`sweeps.fusion.member`)."""
+    process without torch to log (a fused member's, :mod:`sweeps.trial.fused.member`)."""
     import matplotlib.pyplot as plt
 
     pngs = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.heldout.select import CONFIRM, ROLE, SELECT
+from sweeps.report.selection import CONFIRM, ROLE, SELECT
 from sweeps.spec import TrialPlan
 from sweeps.trial.settings import TrialSettings
 
@@ -71,19 +71,21 @@ def run_arguments(
     job_type, label = "train", ""
     if (
         "configuration" in plan.config
-    ):  # judged over seeds (sweeps.run.configs): its seeds' runs together
+    ):  # judged over seeds (sweeps.search.configs): its seeds' runs together
         job_type = configuration_label(plan.cell.slug, plan.config["configuration"])
         run_config["configuration_id"], label = (
             job_type,
             f" configuration={plan.config['configuration']}",
         )
-    if plan.config.get(ROLE) == CONFIRM:  # retrained after the choice (sweeps.run.confirm)
+    if plan.config.get(ROLE) == CONFIRM:  # retrained after the choice (sweeps.stages.confirm)
         run_config[ROLE], label = CONFIRM, label + " confirm"
     elif settings.spec.confirm_seeds:  # the W&B Report's panels tell the two kinds apart by it
         run_config[ROLE] = SELECT
     tags, notes = list(wb.tags), wb.notes
     teacher = plan.config.get("teacher")
-    if teacher:  # a student (sweeps.run.teachers) names its teacher's run (its id is the trial id)
+    if (
+        teacher
+    ):  # a student (sweeps.search.teachers) names its teacher's run (its id is the trial id)
         tags.append(f"teacher:{teacher}")
         line = f"Taught by W&B run {teacher} (checkpoint {plan.config.get('teacher_checkpoint')})."
         notes = f"{notes}\n{line}" if notes else line
@@ -112,7 +114,7 @@ class MemberRun:
     """A fused member's W&B run, written as Lightning's ``WandbLogger`` writes an unfused trial's
     (the same ``wandb.init`` arguments, ``trainer/global_step`` as every metric's step, the
     step inside each logged row), without importing torch or Lightning: the member's process
-    trains nothing (:mod:`sweeps.fusion.member`)."""
+    trains nothing (:mod:`sweeps.trial.fused.member`)."""
 
     def __init__(self, arguments: dict[str, Any]) -> None:
         self.arguments = arguments

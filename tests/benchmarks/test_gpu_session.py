@@ -46,7 +46,7 @@ def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
                         "fusion", "peers", "session"]  # fmt: skip
     assert by["cuda_graphs"]["cmd"] == "python benchmarks/cuda_graphs.py --device cuda --repeats 3"
     assert by["share_mps"]["cmd"].startswith(
-        "python -m sweeps.run.mps run --want required --dir /tmp/memattn-mps-bench -- "
+        "python -m sweeps.driver.mps run --want required --dir /tmp/memattn-mps-bench -- "
         "python benchmarks/gpu_share.py"
     )
     assert by["share_mps"]["skipped"] == "no nvidia-cuda-mps-control on this machine's PATH"

@@ -4,7 +4,7 @@ sweep's trials share GPUs, the daemon stopped after that Ray, at the end and on 
 The stand-ins of test_slurm.py (SLURM's commands, ``ray``, a ``python`` that records the sweep's
 command) plus the MPS stand-in of tests/mps_helpers.py (this machine has no NVIDIA driver): it
 writes its calls to the same log as the others, so the log gives their order. The stand-in
-``python`` hands ``-m sweeps.run.mps`` to the real Python, so the sweep's MPS plan and the
+``python`` hands ``-m sweeps.driver.mps`` to the real Python, so the sweep's MPS plan and the
 per-node start and stop are the project's own code.
 """
 
@@ -40,7 +40,7 @@ SCRIPT = ROOT / "cluster" / "slurm.sbatch"
 PYTHON = (
     r"""#!/bin/bash
 case "$*" in
-    "-m sweeps.run.mps "*) exec "$REAL_PYTHON" "$@" ;;
+    "-m sweeps.driver.mps "*) exec "$REAL_PYTHON" "$@" ;;
 esac
 echo "python $*" >> "$FAKE_LOG"
 case "$*" in
@@ -168,7 +168,7 @@ def test_every_node_has_its_own_daemon(tmp_path):
     quits = [c for c in calls if c.startswith("quit pipe=")]
     assert [s.rpartition("node=")[2] for s in starts] == ["", "node2"]  # the batch node, node2
     assert sorted(q.rpartition("node=")[2] for q in quits) == ["", "node2"]
-    wrapped = f"srun -w node2 python -m sweeps.run.mps run --want yes --dir {tmp_path}/ray-tmp/mps -- bash -c "
+    wrapped = f"srun -w node2 python -m sweeps.driver.mps run --want yes --dir {tmp_path}/ray-tmp/mps -- bash -c "
     assert any(c.startswith(wrapped) for c in calls)  # node2's Ray step, under its daemon
     assert len({s.split()[1] for s in starts}) == 2  # a pipe directory each
 

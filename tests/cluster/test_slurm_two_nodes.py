@@ -14,7 +14,7 @@ refuses a node-local disk once a node is on another address). Slow, and run only
   uninterrupted job's. Equal means: every trial's status, final step and final validation metrics
   (every ``val/`` column of results.csv but the decode time, a wall-clock figure) are the same
   strings, to the last digit. A fit resumed from a checkpoint ends bit for bit where the
-  uninterrupted fit ends (tests/sweeps/run/test_exact_resume.py), on either node.
+  uninterrupted fit ends (tests/sweeps/driver/test_exact_resume.py), on either node.
 
 The lost-node test prints its figures: seconds from the kill to the move (Tune told), to the trial
 training again on node 1, and the steps trained again. About 3 minutes for both on a 2-core machine.

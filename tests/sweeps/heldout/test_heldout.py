@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from sweeps.heldout.evaluate import split_name
-from sweeps.heldout.select import chosen_trials, mark_chosen
 from sweeps.report.heldout import heldout_frame, heldout_sections
+from sweeps.report.selection import chosen_trials, mark_chosen
 
 
 def _row(tid, cell, seed, bleu, status="done", **more):

@@ -117,9 +117,9 @@ def test_the_key_follows_the_source(tmp_path):
 # fused, and (for results, tables and plots) each mechanism's headline option.
 LAUNCH_PROBE = r"""
 import json, sys
-import sweeps.launch, sweeps.run.stages, sweeps.timing.lane, sweeps.heldout.stage, sweeps.trial.trainable
-from sweeps.fusion.plan import unfusable
-from sweeps.run.packing import estimated_cost
+import sweeps.launch, sweeps.stages.setup, sweeps.timing.lane, sweeps.heldout.stage, sweeps.trial.trainable
+from sweeps.plan.fusion import unfusable
+from sweeps.plan.cost import estimated_cost
 from sweeps.spec import load_spec
 from sweeps.spec.signatures import headline_options, save
 sweep = load_spec(sys.argv[1])

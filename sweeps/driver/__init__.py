@@ -1,0 +1,1 @@
+"""The launch: the stages run over one Tune experiment on Ray."""

@@ -1,0 +1,245 @@
+"""What the console shows while a sweep runs: a trial table (grid columns, status, the metric,
+step, training time; no config dumps) and a progress line (finished / running / pending / failed,
+elapsed, ETA). A Tune ``Callback`` on the driver; Tune's own reporter is off (``verbose=0``).
+
+The table names a trial's state as results.csv's ``status`` column does (``done``, ``stopped``,
+``converged``, ``error``: :func:`sweeps.report.results.trial_status`), and one that has not ended
+``running``, ``pending`` or ``waiting`` (at a rung). When the sweep is stopped from outside (a
+preemption: :mod:`.preemption`) or by its budget (:mod:`.budget`), Tune ends the running trials as
+if finished; the last table and line call them ``preempted`` or ``budget`` instead, as results.csv
+does."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from ray.tune import Callback
+
+from sweeps.report.results import trial_status
+
+#: Tune's states of a trial that has not ended, as the table names them
+LIVE_STATES = {"RUNNING": "running", "PENDING": "pending", "PAUSED": "waiting"}
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+class SweepConsole(Callback):
+    """Prints the table every ``every`` seconds (and when a trial ends), the progress line more often.
+
+    Args:
+        total: trials the sweep will run.
+        columns: the flat config keys to show (grid and sampled values), in order.
+        metric, mode: the metric optimised ("max" or "min"): its column, and the sort of finished trials.
+        every: seconds between tables.
+        max_rows: rows of the table: running trials first, then the best finished ones.
+        max_steps: each cell's ``trainer.max_steps`` (by cell name), which tells a trial that ran
+            its steps (``done``) from one the scheduler stopped early (``stopped``).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        columns: list[str],
+        metric: str,
+        mode: str,
+        every: float = 30.0,
+        max_rows: int = 20,
+        out: TextIO | None = None,
+        max_steps: Mapping[str, int | None] | None = None,
+    ) -> None:
+        self.total = total
+        self.columns = columns
+        self.metric = metric
+        self.mode = mode
+        self.every = every
+        self.max_rows = max_rows
+        self.out = out
+        self.max_steps = dict(max_steps or {})
+        self._start = time.monotonic()
+        self._last_table = 0.0
+        self._last_line = 0.0
+        self._last_counts: Counter = Counter()
+        self._ended: set[str] = set()  # trials that ended on their own (not stopped with the sweep)
+        self._seen_first_step = False
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["out"] = None
+        return state
+
+    def setup(self, **info) -> None:
+        """At the start of every run, a resumed one included: the clocks start now."""
+        self._start = time.monotonic()
+        self._last_table = self._last_line = 0.0
+        self._ended, self._seen_first_step = set(), False
+
+    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
+        if not self._seen_first_step:  # a resumed run: the trials an earlier run finished
+            self._seen_first_step = True
+            self._ended |= {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")}
+
+    @staticmethod
+    def stop_reason() -> str | None:
+        """``preempted`` or ``budget`` while the sweep is being stopped so, else None."""
+        from sweeps.driver import budget, preemption
+
+        meter = budget.active()
+        if preemption.received():
+            return "preempted"
+        return "budget" if meter is not None and meter.stopping else None
+
+    def _held(self, trials: list) -> dict[str, str]:
+        """The trials the sweep's stop ended (Tune calls them TERMINATED): id -> the status
+        results.csv gives them."""
+        reason = self.stop_reason()
+        if reason is None:
+            return {}
+        return {
+            t.trial_id: reason
+            for t in trials
+            if t.status in ("TERMINATED", "PENDING", "PAUSED") and t.trial_id not in self._ended
+        }
+
+    def state(self, trial: Any) -> str:
+        """The trial's state as the table shows it: results.csv's status once it has ended."""
+        if trial.status in LIVE_STATES:
+            return LIVE_STATES[trial.status]
+        steps = getattr(self, "max_steps", {}).get(trial.config.get("cell"))  # older pickles: none
+        return trial_status(trial.status, trial.last_result, steps)
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.out or sys.stdout, flush=True)
+
+    def progress_line(self, trials: list, held: dict[str, str] | None = None) -> str:
+        held = held or {}
+        counts = Counter(held.get(t.trial_id, t.status) if held else t.status for t in trials)
+        finished = counts.get("TERMINATED", 0)
+        failed = counts.get("ERROR", 0)
+        running = counts.get("RUNNING", 0)
+        paused = counts.get(
+            "PAUSED", 0
+        )  # waiting at a rung (early_terminate pareto, promotion: wait)
+        stopped = {r: counts.get(r, 0) for r in ("preempted", "budget") if counts.get(r)}
+        pending = self.total - finished - failed - running - paused - sum(stopped.values())
+        if stopped and pending > 0:  # never started, and will not be in this run: as results.csv
+            reason = next(iter(stopped))
+            stopped[reason], pending = stopped[reason] + pending, 0
+        elapsed = time.monotonic() - self._start
+        done = finished + failed
+        eta = self._eta(trials, running, pending + paused)
+        waiting = f"{paused} waiting at a rung, " if paused else ""
+        held_text = "".join(f", {n} {r}" for r, n in stopped.items())
+        return (
+            f"[{self.total} trials] {finished} finished, {running} running, {waiting}{pending} pending, {failed} failed"
+            f"{held_text} | elapsed {_duration(elapsed)}, ETA {eta if done < self.total else '0m00s'}"
+        )
+
+    def _eta(self, trials: list, running: int, pending: int) -> str:
+        """Trials still to run x the mean duration of finished ones / the trials running at once."""
+        durations = [
+            (t.last_result or {}).get("time_total_s") for t in trials if t.status == "TERMINATED"
+        ]
+        durations = [d for d in durations if d]
+        if not durations:
+            return "?"
+        mean = sum(durations) / len(durations)
+        return _duration(mean * (running + pending) / max(1, running))
+
+    def table(self, trials: list, held: dict[str, str] | None = None) -> str:
+        held = held or {}
+        sign = -1.0 if self.mode == "max" else 1.0
+
+        def metric_of(t) -> float | None:
+            return (t.last_result or {}).get(self.metric)
+
+        running = [t for t in trials if t.status == "RUNNING"]
+        ended = [
+            t for t in trials if t.status in ("TERMINATED", "ERROR") and metric_of(t) is not None
+        ]
+        ended.sort(key=lambda t: sign * metric_of(t))
+        shown = (running + ended)[: self.max_rows]
+        header = ["trial", *self.columns, "status", self.metric, "step", "train_s"]
+        rows = [header]
+        for t in shown:
+            r = t.last_result or {}
+            rows.append(
+                [
+                    t.trial_id,
+                    *(_cell(t.config.get(c)) for c in self.columns),
+                    held.get(t.trial_id) or self.state(t),
+                    _cell(r.get(self.metric)),
+                    _cell(r.get("step")),
+                    _cell(r.get("train_time_s")),
+                ]
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        hidden = len(running) + len(ended) - len(shown)
+        if hidden > 0:
+            lines.append(f"... {hidden} more (running first, then finished ones by {self.metric})")
+        return "\n".join(lines)
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        now = time.monotonic()
+        if now - self._last_table >= self.every:
+            self._last_table = self._last_line = now
+            if any(t.status != "PENDING" for t in trials):
+                self._print(self.table(trials))
+            self._print(self.progress_line(trials))
+        elif now - self._last_line >= min(10.0, self.every):
+            counts = Counter(t.status for t in trials)
+            if counts != self._last_counts:  # between tables, a line only when something changed
+                self._last_counts, self._last_line = counts, now
+                self._print(self.progress_line(trials))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        self._ended.add(trial.trial_id)
+        self._print(
+            f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) finished: "
+            f"{self.metric}={_cell((trial.last_result or {}).get(self.metric))}"
+        )
+
+    def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial Tune requeued: it lost its node (a move), or it failed and is retried."""
+        from sweeps.driver.lost_nodes import move_line, moves
+
+        shown = getattr(self, "_moves_shown", {})
+        if len(moves(trial)) > shown.get(trial.trial_id, 0):
+            shown[trial.trial_id] = len(moves(trial))
+            self._moves_shown = shown
+            self._print(move_line(trial))
+        else:
+            self._print(
+                f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) "
+                f"failed; retried from its last checkpoint (failure {trial.num_failures} of "
+                f"{trial.max_failures} allowed)"
+            )
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        self._ended.add(trial.trial_id)
+        self._print(
+            f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) failed"
+        )
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        if trials:
+            held = self._held(trials)
+            self._print(self.table(trials, held))
+            self._print(self.progress_line(trials, held))

@@ -1,0 +1,302 @@
+"""The ONE Tune experiment of a study, with or without Optuna: the trainable (single-process or
+DDP), the searcher that hands out every cell's trials (:mod:`sweeps.search.base`), early stopping
+within a (cell, seed) (:mod:`sweeps.schedulers.per_unit`), the console (:mod:`sweeps.driver.console`), and
+running or resuming it under ``<storage>/<name>/``.
+
+A trial's config holds only its own plan as flat, readable keys -- ``cell``, ``seed``, the grid
+values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) -- so
+``ExperimentAnalysis``, ``get_best_config()``, TensorBoard HParams and W&B show them as columns,
+and a trial's stored config does not grow with the grid. The sweep's fixed settings reach the
+trainables once, through ``tune.with_parameters`` (:class:`sweeps.trial.settings.TrialSettings`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
+from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
+from sweeps.spec import LAUNCH_FILE, Sweep
+from sweeps.storage import StorageGuard
+from sweeps.trial.settings import TrialSettings
+
+
+def trial_dirname(trial) -> str:
+    label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", str(trial.config.get("cell", "")))[:80]
+    return f"{trial.trial_id}_{label}"
+
+
+def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
+    from sweeps.plan.fusion import plan_fusion, unfusable
+    from sweeps.plan.warm import plan_warm_start
+    from sweeps.spec.signatures import save as save_signatures
+
+    spec = sweep.spec
+    out = paths.output / sweep.name
+    fused = plan_fusion(sweep, plan_warm_start(sweep), unfusable).active
+    save_signatures()  # what the fusion checks learnt: the next launch needs no torch for them
+    return TrialSettings(
+        spec=spec.model_copy(
+            update={
+                "resources": spec.resources.model_copy(update={"gpu": fit.gpu}),
+                "wandb": spec.wandb.model_copy(update={"mode": wandb_mode}),
+            }
+        ),
+        wandb_dir=str(out),
+        chaos_dir=str(out / "chaos"),
+        # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
+        train_storage=paths.experiment(sweep.name) + "/ddp",
+        has_search=sweep.has_search,
+        cells={p.cell.name: p for p in sweep.plans},
+        grid_columns=sweep.grid_columns,
+        param_columns=sweep.param_columns,
+        # a sweep with fused trials: the name of its run's roster actor (sweeps.trial.fused.roster)
+        fusion_roster=f"fusion-roster-{sweep.name}-{uuid.uuid4().hex[:8]}" if fused else None,
+    )
+
+
+def trial_resources(settings: TrialSettings) -> dict[str, float]:
+    """What Tune reserves per trial: ``cpu`` and a (fractional) ``gpu``. For DDP trials
+    (``workers`` > 1) only the trial's driver, one CPU: Ray Train V2 reserves the workers in a
+    placement group of its own (a bundle per worker, see :mod:`sweeps.trial.ddp`), so reserving them
+    here as well would hold every worker's resources twice."""
+    r = settings.resources
+    if r.workers > 1:
+        return {"cpu": 1}
+    res = {"cpu": r.cpu}
+    if r.gpu:
+        res["gpu"] = r.gpu
+    return res
+
+
+def make_trainable(
+    settings: TrialSettings, fn: Callable[[dict, TrialSettings], None] | None = None
+):
+    """The trainable this sweep's trials run: single-process or DDP (or ``fn``, e.g. the scale
+    benchmark's stand-in), with its resources and the sweep-wide settings bound (stored once in
+    Ray's object store, not in every trial's config)."""
+    from ray import tune
+
+    resources = trial_resources(settings)
+    if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.fusion)
+        from sweeps.trial.fused.member import member_resources, run_member_trial
+
+        fn, resources = run_member_trial, member_resources(resources)
+    elif fn is None and settings.resources.workers > 1:
+        from sweeps.trial.ddp import run_ddp_trial as fn
+    elif fn is None:
+        from sweeps.trial.trainable import run_trial as fn
+    return tune.with_resources(tune.with_parameters(fn, settings=settings), resources)
+
+
+def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
+    from ray import tune
+
+    spec = sweep.spec
+    return tune.RunConfig(
+        name=sweep.name,
+        storage_path=paths.storage,
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
+        callbacks=callbacks,
+        verbose=1
+        if verbose >= 2
+        else 0,  # 0/1: our console (sweeps.driver.console) only; 2: Tune's too
+    )
+
+
+def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
+    """The sweep's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
+    one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
+    from sweeps.plan.warm import apply_warm_start, plan_warm_start
+
+    if (
+        sweep.spec.objectives and sweep.spec.per_configuration
+    ):  # over seeds: sweeps.search.moo_configs
+        from sweeps.search.base import sweep_units
+        from sweeps.search.moo_configs import make_moo_config_searcher
+
+        searcher = make_moo_config_searcher(sweep, paths, sweep_units(sweep), wandb_mode)
+        apply_warm_start(searcher, sweep, plan_warm_start(sweep))
+        return searcher
+    if sweep.spec.objectives:  # multi-objective studies: sweeps.moo
+        from sweeps.search.moo import make_moo_searcher
+
+        searcher = make_moo_searcher(sweep, paths, wandb_mode)
+        apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # reused and told trials
+        return searcher
+    from sweeps.plan.cost import estimated_cost
+    from sweeps.search.base import SweepSearcher, optuna_distributions, sweep_units
+    from sweeps.spec.signatures import save as save_signatures
+
+    spec = sweep.spec
+    units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
+    from sweeps.plan.fusion import plan_fusion, unfusable
+
+    fusion = plan_fusion(sweep, plan_warm_start(sweep), unfusable)
+    save_signatures()  # the step costs and fusion checks learnt here serve the next launch
+    space, journal = None, None
+    if sweep.has_search:
+        space = optuna_distributions(spec.parameters, sweep.param_columns)
+        journal_path = paths.output / sweep.name / OPTUNA_JOURNAL
+        journal_path.parent.mkdir(parents=True, exist_ok=True)
+        journal = str(journal_path)
+    if spec.per_configuration:  # one study per cell, configurations judged over seeds
+        from sweeps.search.configs import make_config_searcher
+
+        searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
+        searcher.fusion_cap = fusion.cap if fusion.active else 1
+    else:
+        cls, kw = SweepSearcher, {}
+        if fusion.active:  # whole groups, one member after another (sweeps.search.fused)
+            from sweeps.search.fused import FusedSearcher
+
+            cls, kw = FusedSearcher, {"groups": list(fusion.groups)}
+        searcher = cls(
+            units,
+            num_samples=spec.num_samples if sweep.has_search else 1,
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            space=space,
+            journal=journal,
+            sampler=spec.search.sampler,
+            sampler_seed=spec.search.seed,
+            wandb_enabled=wandb_mode != "disabled",
+            **kw,
+        )
+    apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # warm_start: reused and told trials
+    return searcher
+
+
+def run_tune(
+    sweep: Sweep,
+    paths: Paths,
+    settings: TrialSettings,
+    fit: ClusterFit,
+    resume: bool,
+    verbose: int = 1,
+    trainable_fn: Callable[[dict, TrialSettings], None] | None = None,
+    guard: StorageGuard | None = None,
+    meter=None,
+):
+    """Run (or resume) the sweep's Tune experiment; returns its ``ResultGrid``, read back from
+    storage. ``trainable_fn`` replaces the trainable (the scale benchmark's stand-in). ``guard``
+    watches for a full or read-only storage (:mod:`sweeps.storage`): when it sees one, the
+    experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
+    nothing can). ``meter`` charges the run's time to the sweep's budget (:mod:`.budget`)."""
+    from ray import tune
+
+    from sweeps.driver.budget import charging
+    from sweeps.driver.budget_clock import BudgetClock
+    from sweeps.driver.console import SweepConsole
+    from sweeps.driver.trial_logs import KeepTrialLogs
+    from sweeps.schedulers.per_unit import make_scheduler
+    from sweeps.search.base import OptunaLinks
+    from sweeps.search.teachers import teacher_callbacks
+
+    path = paths.experiment(sweep.name)
+    trainable = make_trainable(settings, trainable_fn)
+    if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
+        raise LaunchError(nothing_to_resume(path))
+    if resume and tune.Tuner.can_restore(path):
+        print(
+            f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints"
+        )
+        tuner = tune.Tuner.restore(
+            path, trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
+    else:
+        if not resume and holds_sweep(path):
+            raise LaunchError(
+                f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
+                f"--output (or storage.path), or delete the folder to start again."
+            )
+        searcher = make_searcher(sweep, paths, settings.wandb.mode)
+        # warm_start: the trials an earlier sweep finished are reused, not trained again
+        to_train = sweep.num_trials - getattr(searcher, "reused_count", 0)
+        # a fused group holds one trial's resources: the cap counts groups' worth of member trials
+        per_slot = sweep.spec.fusion.cap("gpu" if sweep.spec.resources.gpu else "cpu")
+        per_slot = per_slot if settings.fusion_roster is not None else 1
+        concurrent = min(fit.max_concurrent_trials * per_slot, max(1, to_train))
+        if sweep.spec.per_configuration:
+            # a seed paused at a rung holds no slot: the searcher counts the running ones itself
+            searcher.limit, concurrent = concurrent, None
+        callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
+        callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
+        callbacks += [BudgetClock(), KeepTrialLogs()]
+        if settings.fusion_roster is not None:  # the members Tune ended, for their groups
+            from sweeps.trial.fused.roster import RosterFeed
+
+            callbacks.append(RosterFeed())
+        if verbose >= 1:
+            columns = list(sweep.grid_columns) + list(sweep.param_columns)
+            steps = {p.cell.name: p.trainer.get("max_steps") for p in sweep.plans}
+            callbacks.append(
+                SweepConsole(
+                    to_train,
+                    columns,
+                    sweep.spec.metric.name,
+                    sweep.spec.metric.mode,
+                    max_steps=steps,
+                )
+            )
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                scheduler=make_scheduler(sweep, searcher),
+                num_samples=to_train,
+                max_concurrent_trials=concurrent,
+                trial_dirname_creator=trial_dirname,
+                # a finished trial's process runs the next one: no new Ray worker importing torch,
+                # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).
+                # Single-process trials only; each trial re-seeds and resets what it set (trial_kit)
+                reuse_actors=settings.resources.workers == 1,
+            ),
+            run_config=make_run_config(sweep, paths, callbacks, verbose),
+        )
+    guard = guard or StorageGuard(paths.storage)
+    from sweeps.trial.fused.roster import start_roster, stop_roster
+
+    if settings.fusion_roster is not None:
+        start_roster(settings.fusion_roster)
+    with guard.watching(), charging(meter):
+        try:
+            grid = tuner.fit()
+        except Exception as exc:
+            if not guard.note(exc) and not guard.fault:
+                raise
+            grid = guard.results_after_fault(path, tuner.get_results)
+        finally:
+            stop_roster()  # and every group it made
+    if guard.fault:  # the state Tune saved on the failed storage is older than the one it holds
+        return grid
+    # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
+    # state says which trials are unfinished (PENDING).
+    return tune.Tuner.restore(path, trainable=trainable).get_results()
+
+
+def nothing_to_resume(path: str) -> str:
+    return (
+        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
+        f"same command without --resume to start the sweep."
+    )
+
+
+def holds_sweep(path: str) -> bool:
+    """Whether ``path`` (a sweep's experiment folder, local or in a bucket) holds a sweep's files."""
+    if "://" in path:
+        from ray import tune
+
+        return tune.Tuner.can_restore(path)
+    return Path(path).exists() and not only_launch_files(Path(path))
+
+
+def only_launch_files(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but what the launcher writes before Tune starts: its
+    record of the run's overrides, and the budget ledger (saved while a slow data or Ray stage
+    runs). Such a folder holds no sweep yet."""
+    return all(p.name in (LAUNCH_FILE, BUDGET_FILE) for p in folder.iterdir())

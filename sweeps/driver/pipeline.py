@@ -1,0 +1,167 @@
+"""The stages of a launch, after the command line is read (:mod:`sweeps.launch`), run top to
+bottom over one state of the launch (:class:`~sweeps.driver.launch_state.Launch`): check the output
+and storage, start the budget's meter, prepare the data once, join or start Ray, run the one Tune
+experiment, time the finished models alone (:mod:`sweeps.timing`), retrain the chosen
+configurations on fresh seeds, evaluate the chosen trials on the test split
+(:mod:`sweeps.heldout`), publish the figures, then write results.csv, results.md and the plots,
+and say how to continue (:mod:`sweeps.stages.results`). The stages themselves are in
+:mod:`sweeps.stages.setup`.
+
+Each stage begins where a stop request is checked: SIGTERM or SIGUSR1 (a preemption), Ctrl-C,
+or the budget spent. A stop skips the stages after it, and each stage honours one that comes while
+it runs as its work allows (:mod:`sweeps.driver.preemption`): the Tune run through Tune's own
+handling, the timing and held-out stages between their measurements (ending the processes they
+run), the rest at once. What is done is written; the launcher exits 75, 3 or 130, or 0 when the
+stop came after every stage had finished. Returns the launcher's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sweeps.driver.budget import charging
+from sweeps.driver.environ import environ_restored
+from sweeps.driver.launch_state import Launch
+from sweeps.driver.mps import mps_for_sweep
+from sweeps.driver.preemption import Preemption
+from sweeps.errors import LaunchError
+from sweeps.plan.warm import plan_warm_start
+from sweeps.spec import Sweep
+from sweeps.spec.schema import SweepSpec
+from sweeps.stages.confirm import confirm_summary
+
+
+def trial_table(sweep: Sweep) -> str:
+    r = sweep.spec.resources
+    res = (
+        f"cpu={r.cpu:g}"
+        + (f" gpu={r.gpu:g}" if r.gpu else "")
+        + (f" workers={r.workers}" if r.workers > 1 else "")
+    )
+    samples = sweep.spec.num_samples if sweep.has_search else 1
+    rows = [("#", "cell", "seed", "samples", "resources")]
+    rows += [
+        (str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    search = ""
+    if sweep.has_search:
+        keys = ", ".join(sweep.spec.parameters)
+        search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
+        if sweep.spec.per_configuration:
+            search = (
+                f"; configurations judged over seeds: one Optuna {sweep.spec.search.sampler.upper()} study per "
+                f"cell over {keys}, {samples} configurations per cell, each trained on every seed and "
+                f"told the {sweep.spec.seeds.objective} over its seeds"
+            )
+        else:
+            search += " (per-unit mode: each (cell, seed) its own Optuna study)"
+    warm = plan_warm_start(sweep)
+    if warm is not None:
+        lines.append(warm.summary())
+    lines.append(
+        f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
+        f"{sweep.num_trials} trials{search}"
+    )
+    if confirm := confirm_summary(sweep):
+        lines.append(confirm)
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its event name, the function, how it takes a stop request (``raise``,
+    ``tune`` or ``poll``: :data:`sweeps.driver.preemption.MODES`), the budget ledger's name for its
+    time, whether the sweep asks for it, and whether it runs after a stop too (it gathers what
+    is done)."""
+
+    name: str
+    run: Callable[[Launch], int | None]
+    stops: str
+    ledger: str
+    wanted: Callable[[SweepSpec], bool] = lambda spec: True
+    always: bool = False
+
+
+def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+    """The stages before the budget's meter runs, and the charged ones, in order."""
+    # The stages import torch, Ray and matplotlib (seconds): --dry-run and --help do without.
+    from sweeps.stages import setup as s
+
+    before = (
+        Stage("check", s.check_output, "raise", "setup"),
+        Stage("budget", s.start_budget, "raise", "setup"),
+    )
+    charged = (
+        Stage("data", s.prepare_data, "raise", "setup"),
+        Stage("ray", s.join_ray, "raise", "setup"),
+        Stage("training", s.train, "tune", "training"),
+        Stage("timing", s.time_models, "poll", "timing", lambda spec: spec.timing.enabled),
+        Stage("warm", s.reuse_warm, "raise", "training", always=True),
+        Stage("confirm", s.confirm, "tune", "confirm", lambda spec: bool(spec.confirm_seeds)),
+        Stage("heldout", s.evaluate_heldout, "poll", "heldout", lambda spec: spec.heldout.enabled),
+        Stage("publish", s.publish, "poll", "reports", always=True),
+    )
+    return before, charged
+
+
+#: what a launch sets in this process's environment for W&B (the driver's W&B calls and the Ray it
+#: starts read it), taken back when the launch returns: a later launch in the same process (a
+#: notebook, a test) settles its own ``wandb.mode: auto`` rather than reading the last one's
+LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT")
+
+
+def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
+    """Run a loaded sweep to its results; ``args`` is the launcher's command line."""
+    from sweeps.stages import results as finish  # (the reports import pandas, torch and matplotlib)
+
+    before, charged = launch_stages()
+    # the MPS daemon (sweeps.driver.mps) is up before Ray starts and stopped after Ray stops
+    with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(sweep, args.address):
+        launch = Launch.begin(sweep, args, profile, stop)
+        status = run_stages(launch, before)
+        if status is None:
+            with charging(launch.meter):  # every stage's time, till the results are written
+                status = run_stages(launch, charged)
+                launch.enter("reports")
+        if status is not None:
+            return status
+        with stop.during("poll"):  # a stop now is noted: the results are what it needs written
+            launch.notify("reports")
+            finish.write_results(launch)
+            finish.tell_console(launch)
+            return finish.exit_status(launch)
+
+
+def run_stages(launch: Launch, stages: tuple[Stage, ...]) -> int | None:
+    """Run ``stages`` in order; a stop (a signal, Ctrl-C, the budget) skips the ones it finds
+    ahead and cuts the one it comes in. Returns the exit status where the launch ends early (2 for
+    a bad setup, 3 for a spent budget), else None."""
+    for stage in stages:
+        if not stage.wanted(launch.spec):
+            continue
+        launch.enter(stage.ledger)
+        if launch.stopping() and not stage.always:
+            launch.interrupted = True
+            launch.stopped_in = launch.stopped_in or stage.name
+            continue
+        was = launch.interrupted
+        try:
+            with launch.stop.during(stage.stops):
+                launch.notify(stage.name)
+                status = stage.run(launch)
+        except KeyboardInterrupt:  # (StopRequested too) the stage's work stops where it was
+            launch.interrupted, status = True, None
+        except LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if launch.interrupted and not was:
+            launch.stopped_in = launch.stopped_in or stage.name
+        if status is not None:
+            return status
+    return None

@@ -1,0 +1,1 @@
+"""What a launch will do, worked out once before anything starts."""

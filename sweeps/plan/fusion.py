@@ -1,0 +1,287 @@
+"""Which trials of a sweep train fused, decided before Ray starts from the resolved plans.
+
+Two trials fuse when their *fuse keys* are equal (:func:`fuse_key`): the model's shapes (its
+section without the settings a member keeps to itself: learning rate, weight decay, dropout, and
+the evaluation settings), the task (data, batch size, length; each member's seed still draws its
+own data and order) and the training loop (the trainer section, but for each member's own gradient
+clipping). Members come from the seeds of a cell, from grid values that
+change no shape, and from Optuna's samples of one unit asked together; a group has at most the
+sweep's ``fusion.max_members`` (:class:`~sweeps.spec.fusion_schema.FusionSpec`).
+
+A member's Tune config says which group it belongs to (``fused_with``) and which member it is
+(``fused_member``: ``"2/3"``), so a trial knows its group from its own config, results.csv and W&B
+show it, and the trial reserves ``1/3`` of a trial's resources (:func:`member_share`): the group
+as a whole holds what one unfused trial does. A trial that fuses with nobody trains as before.
+This module imports no torch and no Ray: ``--dry-run`` prints what it decides (:func:`fusion_lines`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+FUSED_WITH, FUSED_MEMBER = "fused_with", "fused_member"
+#: model settings the members of a group may hold apart: the fused model keeps them per member
+#: (``lightning_modules.fused``'s MEMBER_SETTINGS), or only evaluation reads them (its
+#: EVALUATION_SETTINGS); written out here so that ``--dry-run`` imports no torch
+MEMBER_MODEL_KEYS = (
+    "lr",
+    "weight_decay",
+    "dropout",
+    "val_beam_size",
+    "length_penalty",
+    "max_decode_len",
+    "val_decode",
+)
+#: trainer settings each member keeps to itself (the fused model clips per member)
+MEMBER_TRAINER_KEYS = ("gradient_clip_val",)
+#: Lightning precisions the fused training step runs in
+FUSED_PRECISIONS = ("32-true", "32", "bf16-mixed")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One trial to train: the ``sample``-th trial of the sweep's plan ``unit`` (a cell and seed)."""
+
+    unit: int
+    sample: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """Trials that train as one fused model (``name`` ``g1``, ``g2`` ...), or one that trains alone
+    (``name`` None)."""
+
+    name: str | None
+    slots: tuple[Slot, ...]
+
+    def member_config(self, j: int) -> dict[str, str]:
+        """What member ``j`` (0-based) of this group adds to its Tune config (nothing when alone)."""
+        if self.name is None:
+            return {}
+        return {FUSED_WITH: self.name, FUSED_MEMBER: f"{j + 1}/{len(self.slots)}"}
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """A sweep's fusion: its groups (hand-out order is the searcher's), or why nothing fuses.
+
+    Attributes:
+        cap: the most members a group may have; device: ``cpu`` or ``gpu`` (the default's).
+        groups: every trial to train, fused groups and single trials (plain and per-unit sweeps).
+        seed_chunks: configurations judged over seeds: the sizes of the fused groups one
+            configuration's seeds train in (its groups are made when Optuna asks it).
+        off: why no trial of this sweep fuses, or None.
+        alone: why some trials train alone although fusion is on.
+    """
+
+    cap: int
+    device: str
+    groups: tuple[Group, ...] = ()
+    seed_chunks: tuple[int, ...] = ()
+    off: str | None = None
+    alone: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fused(self) -> list[Group]:
+        return [g for g in self.groups if g.name is not None]
+
+    @property
+    def active(self) -> bool:
+        """Whether any trial of the sweep trains fused."""
+        return bool(self.fused) or any(n > 1 for n in self.seed_chunks)
+
+
+def member_of(config: dict[str, Any]) -> tuple[str, int, int] | None:
+    """``(group, member index from 0, group size)`` of a member trial's config, or None."""
+    group, member = config.get(FUSED_WITH), config.get(FUSED_MEMBER)
+    if not group or not member:
+        return None
+    j, n = str(member).split("/")
+    return str(group), int(j) - 1, int(n)
+
+
+def member_share(config: dict[str, Any]) -> float:
+    """The share of one trial's resources a trial reserves: ``1/n`` for a member of a group of n."""
+    found = member_of(config)
+    return 1.0 / found[2] if found else 1.0
+
+
+def balanced_chunks(items: list[Any], cap: int) -> list[list[Any]]:
+    """``items`` in order, cut into the fewest chunks of at most ``cap``, sizes differing by at most
+    one (7 at cap 3: 3, 2, 2 -- not 3, 3, 1, whose last member would train alone)."""
+    if not items:
+        return []
+    k = math.ceil(len(items) / cap)
+    size, extra = divmod(len(items), k)
+    out, start = [], 0
+    for i in range(k):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def configuration_member(label: str, seed_index: int, n_seeds: int, cap: int) -> dict[str, str]:
+    """The fused keys of seed ``seed_index`` of a configuration judged over ``n_seeds`` seeds
+    (``label``: the configuration's, e.g. ``attention-memory#3``), or {} when it trains alone."""
+    chunks = balanced_chunks(list(range(n_seeds)), cap)
+    for k, chunk in enumerate(chunks):
+        if seed_index in chunk and len(chunk) > 1:
+            name = label if len(chunks) == 1 else f"{label}/{k + 1}"
+            return {FUSED_WITH: name, FUSED_MEMBER: f"{chunk.index(seed_index) + 1}/{len(chunk)}"}
+    return {}
+
+
+def fuse_key(task: dict[str, Any], model: dict[str, Any], trainer: dict[str, Any]) -> str:
+    """Trials whose keys are equal train as one fused model (module docstring)."""
+    shapes = {k: v for k, v in model.items() if k not in MEMBER_MODEL_KEYS}
+    loop = {k: v for k, v in trainer.items() if k not in MEMBER_TRAINER_KEYS}
+    return json.dumps({"model": shapes, "task": task, "trainer": loop}, sort_keys=True, default=str)
+
+
+def loop_problem(trainer: dict[str, Any]) -> str | None:
+    """Why the fused training loop cannot run these trainer settings as Lightning would, or None."""
+    vci = trainer.get("val_check_interval")
+    if not isinstance(vci, int) or isinstance(vci, bool):
+        return "trainer.val_check_interval is not a whole number of steps"
+    for key in ("max_epochs", "check_val_every_n_epoch", "limit_train_batches"):
+        if trainer.get(key) is not None:
+            return f"trainer.{key} is set (the fused loop counts steps only)"
+    if trainer.get("cuda_graphs"):
+        return "trainer.cuda_graphs is set (the fused step is not captured in CUDA graphs yet)"
+    if int(trainer.get("accumulate_grad_batches") or 1) != 1:
+        return "trainer.accumulate_grad_batches is not 1"
+    if str(trainer.get("precision", "32-true")) not in FUSED_PRECISIONS:
+        return f"trainer.precision {trainer.get('precision')} (the fused step runs 32-true or bf16-mixed)"
+    return None
+
+
+def teacher_problem(model: dict[str, Any]) -> str | None:
+    """Why a cell's students train alone, or None: the fused loop has no teacher pass
+    (``lightning_modules.fused.unfusable_reason`` says the same at launch; this answer needs no
+    torch, so ``--dry-run`` prints the groups the launch will train)."""
+    weight, init = float(model.get("distill_weight") or 0), model.get("init_from_teacher", "none")
+    if weight > 0 or init not in (None, "none"):
+        return f"a teacher's student (distill_weight {weight:g}, init_from_teacher {init}) trains alone"
+    return None
+
+
+def sweep_off(sweep: Any, cap: int) -> str | None:
+    """Why no trial of ``sweep`` fuses, or None."""
+    spec = sweep.spec
+    if cap == 1:
+        return "fusion is off (fusion: off, or fusion.max_members: 1)"
+    if spec.resources.workers > 1:
+        return "DDP trials (resources.workers > 1) are not fused"
+    if spec.objectives:
+        return "multi-objective studies (objectives) are not fused yet"
+    if getattr(sweep, "teachers", None):
+        return (
+            "sweeps with teacher cells (teacher:) are not fused yet: the fused searcher does not "
+            "hold students back until their teachers end"
+        )
+    if spec.per_configuration and spec.early_terminate.type != "none":
+        return (
+            f"early_terminate {spec.early_terminate.type} pauses a configuration's seeds at its "
+            "rungs, and a paused trial cannot leave a fused group and come back: they train alone"
+        )
+    return None
+
+
+def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
+    """The sweep's fusion; ``warm`` (:class:`sweeps.plan.warm.WarmStart`): its reused trials are
+    not trained, so they fuse with nobody; ``check(plan)``: why a plan has no fused form, or None
+    (:func:`unfusable`, which the launch passes: on a model section the signature cache has not
+    seen it imports torch, which ``--dry-run`` never does)."""
+    spec = sweep.spec
+    device = "gpu" if spec.resources.gpu else "cpu"
+    cap = spec.fusion.cap(device)
+    off = sweep_off(sweep, cap)
+    samples = spec.num_samples if sweep.has_search else 1
+    reused = {i: len(rows) for i, rows in (warm.reused.items() if warm is not None else [])}
+    slots = {
+        i: [Slot(i, s) for s in range(reused.get(i, 0), samples)] for i in range(len(sweep.plans))
+    }
+    if off is not None:
+        return FusionPlan(cap, device, _alone(slots), off=off)
+    alone: list[str] = []
+    loose = set()  # units whose trials train alone
+    for i, plan in enumerate(sweep.plans):
+        problem = (
+            loop_problem(plan.trainer)
+            or teacher_problem(plan.model)
+            or (check(plan) if check is not None else None)
+        )
+        if problem is not None:
+            loose.add(i)
+            alone.append(f"{plan.cell.name}: {problem}")
+    if spec.per_configuration:  # a configuration's seeds share its sampled values
+        chunks = balanced_chunks(list(spec.seed_values), cap)
+        if (
+            loose
+        ):  # a cell whose loop cannot fuse: its settings hold for every cell (no grid on them)
+            return FusionPlan(cap, device, off="; ".join(dict.fromkeys(alone)))
+        return FusionPlan(cap, device, seed_chunks=tuple(len(c) for c in chunks))
+    if sweep.has_search and samples > 1:
+        for key in _shape_changing(sweep):
+            alone.append(
+                f"parameters.{key} changes the model's shapes: Optuna's samples train alone"
+            )
+            loose.update(range(len(sweep.plans)))
+    pools: dict[str, list[Slot]] = {}
+    singles: list[Slot] = []
+    for s in range(samples):
+        for i, plan in enumerate(sweep.plans):
+            if not any(slot.sample == s for slot in slots[i]):
+                continue
+            if i in loose:
+                singles.append(Slot(i, s))
+            else:
+                pools.setdefault(fuse_key(plan.task, plan.model, plan.trainer), []).append(
+                    Slot(i, s)
+                )
+    groups: list[Group] = []
+    for pool in pools.values():
+        for chunk in balanced_chunks(pool, cap):
+            groups.append(Group("" if len(chunk) > 1 else None, tuple(chunk)))
+    groups += [Group(None, (slot,)) for slot in singles]
+    groups.sort(key=lambda g: (min(s.sample for s in g.slots), min(s.unit for s in g.slots)))
+    width = len(str(sum(1 for g in groups if g.name is not None)))
+    named, n = [], 0
+    for g in groups:
+        if g.name is not None:
+            n += 1
+            g = Group(f"g{n:0{width}d}", g.slots)
+        named.append(g)
+    return FusionPlan(cap, device, tuple(named), alone=tuple(dict.fromkeys(alone)))
+
+
+def unfusable(plan: Any) -> str | None:
+    """Why the fused model cannot train a trial of ``plan`` (``lightning_modules.fused``'s own
+    answer, e.g. monotonic attention forced to its hard mode in training), or None; asked once per
+    model section, ever (:func:`sweeps.spec.signatures.fusion_problem`)."""
+    from sweeps.spec.signatures import fusion_problem
+
+    return fusion_problem(plan.model)
+
+
+def _alone(slots: dict[int, list[Slot]]) -> tuple[Group, ...]:
+    return tuple(Group(None, (s,)) for i in sorted(slots) for s in slots[i])
+
+
+def _shape_changing(sweep: Any) -> list[str]:
+    """The Optuna parameters whose values change a trial's fuse key (a hidden size, say)."""
+    from sweeps.spec import resolve_sections
+
+    out = []
+    plan = sweep.plans[0]
+    base = {"task": plan.task, "model": plan.model, "trainer": plan.trainer}
+    for key, p in sweep.spec.parameters.items():
+        candidates = p.values if p.values is not None else [p.min, p.max]
+        keys = {fuse_key(*resolve_sections(base, {key: value})) for value in candidates}
+        if len(keys) > 1:
+            out.append(key)
+    return out

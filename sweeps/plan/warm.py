@@ -1,0 +1,336 @@
+"""Warm start from an earlier sweep (``warm_start: PATH``: its output folder, or its
+``optuna.journal``): what the earlier run already knows is not learnt again.
+
+- **Reused trials.** A planned trial whose resolved plan (task, model and trainer sections, Optuna's
+  sampled values, the seed) and code version (:func:`code_version`) are identical to a finished row
+  of the earlier ``results.csv`` (its ``plan_hash``, :func:`plan_fingerprint`) is not trained
+  again: the row comes into the new results (checkpoint, timing and test figures as they were, the
+  checkpoint linked by its path), marked ``reused`` with the folder it came from, and counts toward
+  its (cell, seed)'s ``num_samples``.
+- **Told trials.** Every Optuna study of the new sweep starts with the finished trials of the
+  earlier study of the same unit or cell (matched by the name after ``<sweep>/``), told with
+  ``study.add_trial`` (their values, intermediate values and distributions), where their sampled
+  values fit the new search space.
+
+With configurations judged over seeds (``seeds: {per_configuration: true}``) a configuration is
+reused whole (every seed identical), as the told trial of its number in the new cell study, and
+counts toward the cell's ``num_samples``. ``--dry-run`` prints the counts (:meth:`WarmStart.summary`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
+
+#: the results.csv columns a warm start reads and writes
+PLAN_HASH, REUSED = "plan_hash", "reused"
+#: what decides how a trial trains: a change in any of these files changes every plan's fingerprint
+CODE_PACKAGES = ("lightning_modules", "datamodules", "sweeps/trial", "sweeps/fusion")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A digest of the source the trials run (:data:`CODE_PACKAGES`): equal plans trained by
+    different code are different trials."""
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for package in CODE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def plan_fingerprint(plan: Any) -> str:
+    """The identity of one trial's training: its resolved sections, seed and the code version."""
+    body = json.dumps(
+        {"sections": plan.sections, "seed": plan.seed, "code": code_version()},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:20]
+
+
+@dataclass
+class WarmStart:
+    """What a warm start brings: per unit index (the sweep's plans' order) the earlier rows it
+    reuses, and per study suffix the earlier finished Optuna trials to tell."""
+
+    folder: Path
+    reused: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    told: dict[str, list[Any]] = field(default_factory=dict)
+    unchecked: int = 0  # earlier finished rows without a plan_hash (an older version): not reused
+    #: configurations judged over seeds reused whole: (cell index, its number in the new study, the
+    #: earlier rows by seed)
+    configurations: list[tuple[int, int, dict[int, dict[str, Any]]]] = field(default_factory=list)
+    #: per study suffix, the earlier study's objective names (a multi-objective study's), or None
+    names: dict[str, list[str] | None] = field(default_factory=dict)
+
+    @property
+    def reused_count(self) -> int:
+        return sum(len(r) for r in self.reused.values())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The reused rows, marked ``reused`` with the folder they came from."""
+        return [{**r, REUSED: str(self.folder)} for rows in self.reused.values() for r in rows]
+
+    def reused_ids(self) -> set[str]:
+        return {r["trial_id"] for rows in self.reused.values() for r in rows}
+
+    def plans(self, sweep: Any, out_dir: Path) -> dict[str, tuple[Any, str]]:
+        """Per reused trial id its plan (the new sweep's, with the row's sampled values) and a folder
+        of this sweep for the held-out stage's record (the earlier sweep's folders are not written):
+        a reused chosen row without a test figure is evaluated like the others."""
+        out = {}
+        for i, rows in self.reused.items():
+            plan = sweep.plans[i]
+            for r in rows:
+                params = {key: r.get(f"param:{key}") for key in sweep.spec.parameters}
+                same = plan.with_values(plan.seed, params, params, {}) if params else plan
+                out[r["trial_id"]] = (same, str(out_dir / "heldout" / r["trial_id"]))
+        return out
+
+    def summary(self) -> str:
+        told = sum(len(t) for t in self.told.values())
+        line = (
+            f"warm start from {self.folder}: {self.reused_count} trial(s) reused (identical plan, seed and "
+            f"code), {told} earlier Optuna trial(s) told to {len(self.told)} study(ies)"
+        )
+        if self.unchecked:
+            line += f"; {self.unchecked} earlier finished row(s) have no plan_hash (an older version): not reused"
+        return line
+
+
+def plan_warm_start(sweep: Any) -> WarmStart | None:
+    """The warm start of ``sweep`` (None without ``warm_start``): which planned trials the earlier
+    results hold already, and the earlier Optuna trials of each study."""
+    spec = sweep.spec
+    if not spec.warm_start:
+        return None
+    folder = earlier_folder(spec.warm_start).resolve()
+    warm = WarmStart(folder)
+    journal = folder / OPTUNA_JOURNAL
+    if spec.parameters and journal.is_file():
+        warm.told, warm.names = _earlier_trials(journal)
+    records = _finished_records(warm)
+    if spec.per_configuration:
+        _find_reusable_configurations(sweep, warm, records)
+    else:
+        _find_reusable(sweep, warm, records)
+    return warm
+
+
+def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
+    """The earlier results.csv's finished rows that carry a plan_hash (the others are counted)."""
+    from sweeps.report.results import FINISHED, read_results
+
+    csv = warm.folder / RESULTS_CSV
+    if not csv.is_file():
+        return []
+    df = read_results(csv)
+    if df.empty:
+        return []
+    done = df[df["status"].isin(FINISHED)]
+    if "role" in done:  # a confirm trial (sweeps.stages.confirm) was retrained after a choice
+        done = done[done["role"].astype(str) != "confirm"]
+    if PLAN_HASH not in done:
+        warm.unchecked = len(done)
+        return []
+    warm.unchecked = int(done[PLAN_HASH].isna().sum())
+    return [
+        {k: v for k, v in r.items() if not _missing(v)}
+        for r in done.dropna(subset=[PLAN_HASH]).to_dict("records")
+    ]
+
+
+def _same_plan(sweep: Any, plan: Any, row: dict[str, Any]) -> bool:
+    """Whether ``row`` trained ``plan`` with the row's sampled values, by the same code."""
+    params = {key: row.get(f"param:{key}") for key in sweep.spec.parameters}
+    if any(v is None for v in params.values()):
+        return False
+    candidate = plan.with_values(plan.seed, params, params, {}) if params else plan
+    return plan_fingerprint(candidate) == row[PLAN_HASH]
+
+
+def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -> None:
+    budget = sweep.spec.num_samples if sweep.has_search else 1
+    taken: set[str] = set()
+    for i, plan in enumerate(sweep.plans):
+        for r in records:
+            if len(warm.reused.get(i, [])) >= budget:
+                break
+            if (
+                r.get("cell") != plan.cell.name
+                or int(r.get("seed", -1)) != plan.seed
+                or r["trial_id"] in taken
+            ):
+                continue
+            if _same_plan(sweep, plan, r):
+                warm.reused.setdefault(i, []).append(r)
+                taken.add(r["trial_id"])
+
+
+def _find_reusable_configurations(
+    sweep: Any, warm: WarmStart, records: list[dict[str, Any]]
+) -> None:
+    """Configurations judged over seeds: an earlier configuration is reused whole, when every seed
+    of the new sweep has an identical finished row of it and its Optuna trial is told to the new
+    cell study (its number there: its place among the told trials, in the earlier order)."""
+    from sweeps.search.base import optuna_distributions
+
+    space = optuna_distributions(sweep.spec.parameters, sweep.param_columns)
+    seeds = sweep.spec.seed_values
+    unit_of = {(p.cell.name, p.seed): i for i, p in enumerate(sweep.plans)}
+    for c, cell in enumerate(sweep.cells):
+        told = [t for t in warm.told.get(cell.slug, []) if _fits(t, space)]
+        number_of = {t.number: k for k, t in enumerate(told)}
+        groups: dict[int, dict[int, dict[str, Any]]] = {}
+        for r in records:
+            if r.get("cell") == cell.name and r.get("configuration") is not None:
+                groups.setdefault(int(r["configuration"]), {})[int(r["seed"])] = r
+        for earlier in sorted(groups):
+            by_seed = groups[earlier]
+            if len([k for k in warm.configurations if k[0] == c]) >= sweep.spec.num_samples:
+                break
+            if earlier not in number_of or set(seeds) - set(by_seed):
+                continue
+            if not all(
+                _same_plan(sweep, sweep.plans[unit_of[(cell.name, s)]], by_seed[s]) for s in seeds
+            ):
+                continue
+            new = number_of[earlier]
+            rows = {s: {**by_seed[s], "configuration": new} for s in seeds}
+            for s in seeds:
+                warm.reused.setdefault(unit_of[(cell.name, s)], []).append(rows[s])
+            warm.configurations.append((c, new, rows))
+
+
+def _fits(trial: Any, space: dict[str, Any]) -> bool:
+    """An earlier Optuna trial's sampled values are exactly the new space's names, inside it."""
+    if set(trial.params) != set(space):
+        return False
+    try:
+        return all(
+            space[k]._contains(space[k].to_internal_repr(v)) for k, v in trial.params.items()
+        )
+    except (ValueError, TypeError):
+        return False
+
+
+def _missing(v: Any) -> bool:
+    import pandas as pd
+
+    try:
+        return v is pd.NA or (isinstance(v, float) and v != v)
+    except TypeError:
+        return False
+
+
+def _earlier_trials(journal: Path) -> tuple[dict[str, list[Any]], dict[str, list[str] | None]]:
+    """Per study suffix (after ``<sweep>/``) the earlier study's finished trials, and its objective
+    names (``study.metric_names``: a multi-objective study's, :mod:`sweeps.search.moo_studies`)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    out: dict[str, list[Any]] = {}
+    names: dict[str, list[str] | None] = {}
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    for name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = [t for t in study.get_trials(deepcopy=False) if t.state in finished]
+        if trials:
+            out[name.split("/", 1)[-1]] = trials
+            names[name.split("/", 1)[-1]] = study.metric_names
+    return out, names
+
+
+def tell_earlier(study: Any, trials: list[Any], space: dict[str, Any], source: Path) -> int:
+    """Add the earlier finished ``trials`` to a new, empty ``study`` (``add_trial``), those whose
+    parameters are exactly the new ``space``'s names and lie inside its distributions and, when
+    COMPLETE, have one value per direction of ``study`` (a multi-objective study's vector, with the
+    trial's constraints for the samplers that read them). Returns how many were told."""
+    import optuna
+
+    told, n = 0, len(study.directions)
+    for t in trials:
+        if not _fits(t, space):
+            continue
+        complete = t.state == optuna.trial.TrialState.COMPLETE
+        if complete and len(t.values or []) != n:
+            continue  # another number of objectives: not this study's kind of result
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=t.params,
+                distributions=space,
+                values=list(t.values) if complete else None,
+                state=t.state,
+                intermediate_values=dict(t.intermediate_values),
+                user_attrs={**t.user_attrs, "warm_start_from": str(source)},
+                constraints=_constraints(t),
+            )
+        )
+        told += 1
+    return told
+
+
+def _constraints(trial: Any) -> dict[str, float] | None:
+    try:
+        found = trial.constraints
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return dict(found) if isinstance(found, dict) and found else None
+
+
+def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
+    """Give a new searcher what the earlier sweep knows: the reused trials count as started in
+    their units, and every Optuna study is opened and told the earlier trials of its unit (or
+    cell). Sets ``searcher.reused_count``."""
+    searcher.reused_count = 0
+    if warm is None:
+        return
+    for i, rows in warm.reused.items():
+        searcher.started[i] += len(rows)
+    searcher.reused_count = warm.reused_count
+    if (
+        getattr(searcher, "teachers", None) is not None
+    ):  # reused teachers teach (sweeps.search.teachers)
+        searcher.teachers.adopt(warm.reused)
+    if not searcher.space or not warm.told:
+        return
+    if getattr(searcher, "studies", None):  # one study per cell (sweeps.search.configs)
+        opened = [(searcher._cell_study(c), name) for c, name in enumerate(searcher.studies)]
+    else:
+        opened = [(searcher._study(i), u.name) for i, u in enumerate(searcher.units)]
+    for study, name in opened:
+        suffix = name.split("/", 1)[-1]
+        earlier, names = warm.told.get(suffix), warm.names.get(suffix)
+        if names and study.metric_names and list(names) != list(study.metric_names):
+            continue  # a multi-objective study of other objectives: its values mean other things
+        if earlier and not study.trials:
+            tell_earlier(study, earlier, searcher.space, warm.folder)
+    for cell, number, rows in warm.configurations:  # reused whole: every seed has its outcome
+        trial = searcher._cell_study(cell).trials[number]
+        searcher.configs[(cell, number)] = {
+            "params": dict(trial.params),
+            "storage_id": trial._trial_id,
+            "next": len(rows),
+            "outcomes": {
+                str(s): {
+                    "ray_trial_id": r["trial_id"],
+                    "value": r.get(searcher.metric),
+                    "state": "PRUNED" if r.get("status") == "stopped" else "COMPLETE",
+                    "step": r.get("step"),
+                }
+                for s, r in rows.items()
+            },
+            "curve": {},
+        }

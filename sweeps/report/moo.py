@@ -1,0 +1,349 @@
+"""results.md's multi-objective section, rebuilt from the Optuna journal and results.csv.
+
+    python -m sweeps.report.moo sweep-results/minimal_k      # appends/replaces the section, writes the plots
+
+Per (cell, seed) study: the Pareto front of the feasible finished trials (objective values as the
+search saw them: ``decode_seconds`` is the decode probe's figure, with the timing stage's beside
+it), the trials the constraints ruled out (shown apart, with the constraint each broke), how many
+the rung rule stopped, the hypervolume and its history against the training steps spent, and one
+line per cell answering the sweep's question: the smallest K that met every constraint. Then how
+close the probe came to the timing stage. The sweeps are read by :mod:`sweeps.report.moo_views`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sweeps.layout import RESULTS_CSV, RESULTS_MD
+from sweeps.report.moo_views import (
+    Point,
+    StudyView,
+    history,
+    hypervolume,
+    load_views,
+    reference_point,
+)
+from sweeps.spec.search_schema import PROBED
+
+SECTION = "## Multi-objective search"
+
+
+def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -> str:
+    """``L=20: smallest K within 1 BLEU of bahdanau: K=16 (BLEU 99.1 vs 99.6; decode 0.0123 s)``."""
+    label = _short_cell(cell)
+    what = f"smallest K with {constraint}" if constraint else "smallest K meeting the constraints"
+    parts = []
+    for v in views:
+        ok = [p for p in v.finished if p.feasible and "K" in p.params]
+        base = (v.baseline or {}).get("metrics") or {}
+        base_text = (
+            f" vs {base.get(v.metric_names[0]):.2f}"
+            if base.get(v.metric_names[0]) is not None
+            else ""
+        )
+        if not ok:
+            best = max(v.finished, key=lambda p: p.values[0], default=None)
+            near = (
+                f" (best finished: K={best.params.get('K')}, {v.metric_names[0]} {best.values[0]:.2f}{base_text})"
+                if best
+                else ""
+            )
+            parts.append((None, f"none of the searched K{near}"))
+            continue
+        p = min(ok, key=lambda p: (p.params["K"], -p.values[0]))
+        extra = "".join(f", {k}={val}" for k, val in p.params.items() if k != "K")
+        timed = f" / {p.timed:.4f} s timed" if p.timed is not None else ""
+        parts.append(
+            (
+                p.params["K"],
+                f"K={p.params['K']} ({v.metric_names[0]} {p.values[0]:.2f}{base_text}; "
+                f"decode {p.values[1]:.4f} s probe{timed}{extra})"
+                + _untried_below(v, p.params["K"]),
+            )
+        )
+    seeds = (
+        "; ".join(f"{v.seed_label}: {text}" for v, (_, text) in zip(views, parts))
+        if len(views) > 1
+        else parts[0][1]
+    )
+    return f"{label}: {what}: {seeds}"
+
+
+def _untried_below(v: StudyView, k: int) -> str:
+    """The smaller K the rule stopped before their end: the answer is the smallest K that finished
+    within the bound, not a proof that no smaller K would have (a stop on decode time is a stop on
+    time, and where K hardly changes the time, the probe's noise decides it)."""
+    stopped = sorted(
+        {
+            int(p.params["K"])
+            for p in v.points
+            if p.state == "PRUNED" and "K" in p.params and int(p.params["K"]) < k
+        }
+    )
+    if not stopped:
+        return ""
+    return (
+        f"; smaller K stopped by the rule before the end, their final BLEU unknown: "
+        f"{', '.join(f'K={x}' for x in stopped)} (not ruled out)"
+    )
+
+
+def second_objective_note(name: str) -> str:
+    """Where the search's second objective comes from: a probe measured before training (decode
+    time, or a training step's time or peak), or the trial's own report."""
+    if name == "decode_seconds":
+        return (
+            f"{name} is the decode probe's figure for the trial's architecture (measured alone "
+            "before training; the timing stage's figure after training beside it)."
+        )
+    if name in PROBED:
+        return (
+            f"{name} is the training probe's figure for the trial's architecture (a training step "
+            "of the untrained model, measured alone before training)."
+        )
+    return f"{name} is what the trial reported."
+
+
+def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
+    """The Markdown of the section (empty when the journal holds no multi-objective study)."""
+    views = load_views(sweep_dir) if views is None else views
+    if not views:
+        return ""
+    names = views[0].metric_names
+    constraint = next((c for v in views for c in v.constraints if " within " in c), None)
+    lines = [
+        SECTION,
+        "",
+        f"Objectives: {names[0]} ({views[0].directions[0]}), {names[1]} ({views[0].directions[1]}); "
+        f"{second_objective_note(names[1])} Fronts: the feasible finished trials no other "
+        f"dominates. Hypervolume: reference {names[0]} 0 and 1.1 x the study's slowest {names[1]}. "
+        f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}.",
+        "",
+        "### Answers",
+        "",
+    ]
+    by_cell: dict[str, list[StudyView]] = {}
+    for v in views:
+        by_cell.setdefault(v.cell, []).append(v)
+    for cell, vs in by_cell.items():
+        lines.append("- " + answer_line(sorted(vs, key=lambda v: v.seed), cell, constraint))
+    for v in views:
+        lines += ["", f"### {v.cell}, {v.seed_label}", ""]
+        front, ref = v.front(), reference_point(v)
+        base = (v.baseline or {}).get("metrics")
+        if v.baseline:
+            model = " ".join(
+                f"{k.split('.')[-1]}={val}" for k, val in (v.baseline.get("model") or {}).items()
+            )
+            lines.append(
+                f"Baseline ({model}): "
+                + (", ".join(f"{k} {val:.4g}" for k, val in base.items()) if base else "failed")
+            )
+            lines.append("")
+        lines += ["Pareto front:", "", _table(front, v), ""]
+        out = [p for p in v.finished if not p.feasible]
+        if out:
+            lines += [
+                "Constrained out (finished, but broke a constraint):",
+                "",
+                _table(out, v, broken=True),
+                "",
+            ]
+        pruned = [p for p in v.points if p.state == "PRUNED"]
+        total = sum(p.steps for p in v.points)
+        hist = history(v)
+        lines.append(
+            f"{len(v.finished)} finished, {len(pruned)} stopped by the rung rule"
+            + (f" ({_stop_reasons(p.rung for p in pruned)})" if pruned else "")
+            + f", {sum(p.state == 'FAIL' for p in v.points)} failed; {total} training steps in all. "
+            f"Hypervolume {hypervolume(v.finished, v, ref):.4g}."
+        )
+        if hist:
+            lines += ["", "| training steps spent | hypervolume |", "| --- | --- |"]
+            lines += [f"| {s} | {h:.4g} |" for s, h in hist]
+    lines += ["", probe_agreement(views)]
+    return "\n".join(lines) + "\n"
+
+
+def probe_agreement(views: Sequence[StudyView]) -> str:
+    """How close the decode probe's estimates were to the timing stage's figures."""
+    pairs = [
+        (p.values[1], p.timed)
+        for v in views
+        for p in v.points
+        if p.timed is not None and len(p.values) > 1 and p.state in ("COMPLETE", "PRUNED")
+    ]
+    if not pairs:
+        return "Decode probe vs timing stage: no trial was timed by the timing stage (timing disabled?)."
+    errors = [abs(est - t) / t for est, t in pairs]
+    return (
+        f"Decode probe vs timing stage, {len(pairs)} trials: the probe's estimate was within "
+        f"{100 * statistics.median(errors):.1f}% of the timing stage's figure (median), {100 * max(errors):.1f}% at "
+        f"worst; mean ratio timed/probe {statistics.mean(t / e for e, t in pairs):.3f}."
+    )
+
+
+def section_with_plots(sweep_dir: Path) -> tuple[str, dict[str, Path]]:
+    """The section's Markdown (with its figures linked) and its plots, drawn; ("", {}) when the
+    journal holds no multi-objective study."""
+    sweep_dir = Path(sweep_dir)
+    views = load_views(sweep_dir)
+    if not views:
+        return "", {}
+    from sweeps.report.moo_plots import plot_moo
+
+    paths = plot_moo(views, sweep_dir, history)
+    text = section(sweep_dir, views)
+    if paths:
+        text += "\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items()) + "\n"
+    return text, paths
+
+
+def write_section(sweep_dir: Path) -> dict[str, Path]:
+    """Put the section into results.md (replacing an earlier one) and draw its plots."""
+    text, paths = section_with_plots(sweep_dir)
+    if not text:
+        return {}
+    md = Path(sweep_dir) / RESULTS_MD
+    old = md.read_text() if md.exists() else ""
+    md.write_text(with_section(old, text))
+    paths["md"] = md
+    return paths
+
+
+def with_section(page: str, text: str) -> str:
+    """``page`` with its multi-objective section (if any) replaced by ``text``."""
+    old = page.split(SECTION)[0].rstrip()
+    return (old + "\n\n" if old else "") + text
+
+
+def _table(points: Sequence[Point], v: StudyView, broken: bool = False) -> str:
+    if not points:
+        return "(none)"
+    keys = list(dict.fromkeys(k for p in points for k in p.params))
+    head = [
+        "trial",
+        *keys,
+        v.metric_names[0],
+        f"{v.metric_names[1]} (probe)",
+        f"{v.metric_names[1]} (timed)",
+        "steps",
+    ]
+    head += ["broke"] if broken else []
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for p in sorted(points, key=lambda p: p.values[1] if len(p.values) > 1 else 0):
+        cells = [
+            str(p.number),
+            *(str(p.params.get(k, "")) for k in keys),
+            f"{p.values[0]:.2f}",
+            f"{p.values[1]:.4f}",
+            f"{p.timed:.4f}" if p.timed is not None else "",
+            str(p.steps),
+        ]
+        cells += [", ".join(p.broken)] if broken else []
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _short_cell(cell: str) -> str:
+    return cell.replace("length=", "L=")
+
+
+def wandb_report(
+    sweep_dir: Path, entity: str, project: str, group: str, title: str | None = None
+) -> Any:
+    """The sweep's W&B Report (:func:`sweeps.report.wandb_report.build_wandb_report`) with this section's
+    fronts, constrained-out trials, hypervolume history and answer lines as Markdown before its
+    panels, and a panel of the runs' BLEU against the probe's decode seconds. Not saved."""
+    import wandb_workspaces.reports.v2 as wr
+
+    from sweeps.report.results import read_results
+    from sweeps.report.wandb_report import build_wandb_report
+
+    results = read_results(Path(sweep_dir) / RESULTS_CSV)
+    report = build_wandb_report(entity, project, group, title, results=results)
+    text = section(Path(sweep_dir))
+    if text:
+        at = next(
+            (i for i, b in enumerate(report.blocks) if isinstance(b, wr.PanelGrid)),
+            len(report.blocks),
+        )
+        at = (
+            max(0, at - 2) if at < len(report.blocks) else at
+        )  # before the panels' heading and note
+        report.blocks[at:at] = [
+            wr.H2(text=SECTION.lstrip("# ")),
+            wr.MarkdownBlock(text=text.split("\n", 1)[1]),
+        ]
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sweeps.report.moo", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("sweep_dir")
+    p.add_argument(
+        "--wandb", action="store_true", help="also build and save the W&B Report (API key, network)"
+    )
+    p.add_argument("--entity", default=None)
+    p.add_argument("--project", default="memory-attention")
+    p.add_argument("--group", default=None, help="the W&B group (default: the sweep folder's name)")
+    args = p.parse_args(argv)
+    written = write_section(Path(args.sweep_dir))
+    print(
+        "wrote " + ", ".join(str(x) for x in written.values())
+        if written
+        else "no multi-objective study found"
+    )
+    if args.wandb:
+        report = wandb_report(
+            Path(args.sweep_dir), args.entity, args.project, args.group or Path(args.sweep_dir).name
+        )
+        report.save()
+        print(f"W&B report: {report.url}")
+    return 0
+
+
+def _ties(views: Sequence[StudyView]) -> str:
+    """How the rule compared (its tolerance per objective, as its decisions recorded it)."""
+    tolerance = next(
+        (p.rung["tolerance"] for v in views for p in v.points if (p.rung or {}).get("tolerance")),
+        None,
+    )
+    names = views[0].metric_names
+    ties = [f"{name} by more than {t:.0%}" for name, t in zip(names, tolerance or []) if t]
+    return (
+        f"; a trial was hopeless only when a finished one was better in {' or '.join(ties)}"
+        if ties
+        else ""
+    )
+
+
+def _stop_reasons(rungs) -> str:
+    """Why the rule stopped the trials, counted: at a rung (ranked out, on arrival or, when trials
+    wait at rungs, once the rung was complete), later by the trials that reached the rung after it
+    (pushed out, rule 2b), or at a report because a finished trial dominates the best each could
+    still reach ("hopeless", no rung)."""
+    from collections import Counter
+
+    def reason(rung: dict | None) -> str:
+        rung = rung or {}
+        if rung.get("hopeless"):
+            return f"hopeless at report {rung.get('report', '?')}"
+        if rung.get("report") is not None:
+            return f"pushed out of rung {rung.get('rung', '?')} by later arrivals"
+        if rung.get("waited"):
+            return f"ranked out at rung {rung.get('rung', '?')} after waiting for it to fill"
+        return f"ranked out at rung {rung.get('rung', '?')}"
+
+    return ", ".join(f"{n} {why}" for why, n in Counter(reason(r) for r in rungs).items())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

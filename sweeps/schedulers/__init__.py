@@ -1,0 +1,1 @@
+"""Early stopping inside a unit: the schedulers Tune runs."""

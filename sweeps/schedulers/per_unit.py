@@ -1,0 +1,143 @@
+"""Early stopping inside a (cell, seed) only.
+
+The comparison between grid cells is what a sweep measures, so a scheduler must never stop a
+trial of one cell because another cell scores higher. :class:`PerUnitScheduler` keeps one
+scheduler (ASHA) per (cell, seed) -- the unit Optuna searches -- and routes each trial's events to
+its own: ASHA compares only the nuisance samples of one cell and seed. A unit of a single trial
+(no ``parameters``, or ``num_samples: 1``) has nothing to compare, and its trials run to the end
+(``--dry-run`` says so: :meth:`sweeps.spec.Sweep.early_stopping_note`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+from sweeps.driver.lost_nodes import adopt
+from sweeps.spec import Sweep, unit_key
+
+
+class SweepFIFO(FIFOScheduler):
+    """FIFO order; every trial it is given moves when its node is lost (:mod:`.lost_nodes`)."""
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        adopt(trial)
+        super().on_trial_add(tune_controller, trial)
+
+
+class PerUnitScheduler(SweepFIFO):
+    """One scheduler per (cell, seed), made by ``factory(key)`` when the unit's first trial arrives.
+    Trials are started in FIFO order; results, completions and removals go to the trial's own."""
+
+    def __init__(
+        self, factory: Callable[[tuple[str, Any]], TrialScheduler], metric: str, mode: str
+    ) -> None:
+        super().__init__()
+        self.factory = factory
+        self._metric, self._mode = metric, mode
+        self.schedulers: dict[tuple[str, Any], TrialScheduler] = {}
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec) -> bool:
+        return True  # built with its metric and mode
+
+    def _of(self, trial) -> TrialScheduler:
+        key = unit_key(trial.config)
+        if key not in self.schedulers:
+            self.schedulers[key] = self.factory(key)
+        return self.schedulers[key]
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        adopt(trial)
+        self._of(trial).on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        return self._of(trial).on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        self._of(trial).on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_remove(tune_controller, trial)
+
+    def choose_trial_to_run(self, tune_controller) -> Any | None:
+        """A trial a rule promotes from where it waits (``promotions``: the Pareto rung rule with
+        ``promotion: wait``) first, then FIFO's choice; a trial still waiting at a rung is never
+        chosen (it is PAUSED until its rule promotes or stops it)."""
+        promoted = [
+            t
+            for s in list(self.schedulers.values())
+            for t in getattr(s, "promotions", lambda _c: [])(tune_controller)
+        ]
+        if promoted:
+            return promoted[0]
+        waiting = {tid for s in self.schedulers.values() for tid in getattr(s, "waiting", {})}
+        for status in (Trial.PENDING, Trial.PAUSED):
+            for trial in tune_controller.get_trials():
+                if trial.status == status and trial.trial_id not in waiting:
+                    return trial
+        return None
+
+    def debug_string(self) -> str:
+        return f"early stopping per (cell, seed): {len(self.schedulers)} scheduler(s)"
+
+
+def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
+    """FIFO, or ASHA per (cell, seed) (``early_terminate.type: asha``), or the Pareto rung rule
+    per (cell, seed) (``pareto``: :mod:`sweeps.schedulers.pareto_rungs`, reading the objectives the way the
+    multi-objective ``searcher`` does). One unit of ``grace_period``/``max_t`` is one validation report."""
+    et = sweep.spec.early_terminate
+    if et.type == "pareto":
+        from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
+
+        first = sweep.spec.objectives[0]
+        factory = pareto_rungs_factory(
+            sweep,
+            searcher.reader,
+            searcher.rung_log,
+            reports_per_trial(sweep),
+            searcher.rung_state,
+            searcher.samples_left,
+        )
+        return PerUnitScheduler(factory, first.name, "max" if first.goal == "maximize" else "min")
+    metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
+    if et.type != "asha":
+        return SweepFIFO()
+    max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
+    if sweep.spec.per_configuration:  # all of a configuration's seeds stopped together
+        from sweeps.schedulers.config_rungs import ConfigRungs
+
+        return ConfigRungs(
+            metric,
+            mode,
+            len(sweep.spec.seed_values),
+            min(et.grace_period, max_t),
+            et.reduction_factor,
+            max_t,
+            sweep.spec.trainer.max_steps,
+            searcher.rung_state,
+        )
+
+    def asha(_key: tuple[str, Any]) -> TrialScheduler:
+        return ASHAScheduler(
+            metric=metric,
+            mode=mode,
+            time_attr="training_iteration",
+            max_t=max_t,
+            grace_period=min(et.grace_period, max_t),
+            reduction_factor=et.reduction_factor,
+        )
+
+    return PerUnitScheduler(asha, metric, mode)
+
+
+def reports_per_trial(sweep: Sweep) -> int:
+    t = sweep.spec.trainer
+    if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
+        return max(1, t.max_steps // t.val_check_interval)
+    return 100

@@ -1,0 +1,1 @@
+"""The searchers that hand Tune the sweep's trials."""

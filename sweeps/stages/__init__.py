@@ -1,0 +1,1 @@
+"""The stages of a launch around the Tune run."""

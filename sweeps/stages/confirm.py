@@ -1,0 +1,262 @@
+"""Confirmation on fresh seeds (``seeds: {values: [...], confirm: [...]}``): after selection, each
+cell's chosen configuration (:func:`sweeps.report.selection.chosen_configurations`) is trained again
+once per ``confirm`` seed, seeds the search never saw, so the figure reported for it carries no
+selection at all: neither the choice among Optuna's samples nor the luck of the selection seeds.
+
+The confirm trials are a second, small Tune experiment, ``<storage>/<name>/confirm`` (no Optuna, no
+early stopping: each trains its full length), run after the search and before the held-out stage,
+which then evaluates them on the test split as it does the chosen trials. Their rows in results.csv
+have ``role: confirm`` (the others ``role: select``) and are never chosen nor part of a selection
+summary; results.md puts their validation and test figures beside the selection seeds'
+(:mod:`sweeps.report.heldout`). ``--resume`` restores the confirm experiment: finished confirm
+trials are not trained again, unfinished ones continue from their checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sweeps.driver.cluster import ClusterFit, Paths
+from sweeps.report.selection import CONFIRM, FINISHED, ROLE, SELECT, chosen_configurations
+from sweeps.spec import Sweep
+from sweeps.trial.settings import TrialSettings
+
+#: the confirm experiment's folder, inside the sweep's experiment folder
+CONFIRM_EXPERIMENT = "confirm"
+
+
+def confirm_summary(sweep: Sweep) -> str | None:
+    """``--dry-run``'s line on the confirm trials (None without ``seeds.confirm``)."""
+    seeds = sweep.spec.confirm_seeds
+    if not seeds:
+        return None
+    n = len(sweep.cells) * len(seeds)
+    return (
+        f"then confirm: each cell's chosen configuration retrained on the fresh seed(s) {seeds}: "
+        f"{n} confirm trial(s) ({len(sweep.cells)} cells x {len(seeds)})"
+        + (", evaluated on test" if sweep.spec.heldout.enabled else "")
+        + ", reported beside the selection seeds"
+    )
+
+
+def confirm_configs(sweep: Sweep, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Tune configs of the confirm trials: per cell with a chosen configuration (in grid order)
+    and per confirm seed, the cell's config with the chosen values, ``role: confirm`` and (over
+    seeds) the configuration's number."""
+    spec = sweep.spec
+    objective = spec.seeds.objective if spec.per_configuration else "mean"
+    chosen = chosen_configurations(
+        rows, spec.metric.name, spec.metric.mode, objective, spec.parameters
+    )
+    flat = {key: name for name, key in sweep.param_columns.items()}
+    base = {}
+    for plan in sweep.plans:
+        base.setdefault(plan.cell.name, plan)
+    configs = []
+    for cell in sweep.cells:
+        choice = chosen.get(cell.name)
+        if choice is None:
+            continue
+        for seed in spec.confirm_seeds:
+            config = {**base[cell.name].trial_config(sweep.grid_columns), "seed": seed}
+            config.update({flat[k]: v for k, v in choice["params"].items() if k in flat})
+            config[ROLE] = CONFIRM
+            if choice["configuration"] is not None:
+                config["configuration"] = choice["configuration"]
+            configs.append(config)
+    return configs
+
+
+def run_confirm(
+    sweep: Sweep,
+    paths: Paths,
+    settings: TrialSettings,
+    fit: ClusterFit,
+    configs: list[dict[str, Any]],
+    verbose: int = 1,
+    guard: Any = None,
+    meter: Any = None,
+):
+    """Run (or, when its folder holds one, resume) the confirm experiment; returns its
+    ``ResultGrid`` read back from storage."""
+    from ray import tune
+
+    from sweeps.driver.budget import charging
+    from sweeps.driver.budget_clock import BudgetClock
+    from sweeps.driver.console import SweepConsole
+    from sweeps.driver.experiment import make_trainable, trial_dirname
+    from sweeps.driver.trial_logs import KeepTrialLogs
+    from sweeps.search.base import SweepSearcher, Unit
+    from sweeps.storage import StorageGuard
+
+    parent = paths.experiment(sweep.name)
+    path = parent.rstrip("/") + "/" + CONFIRM_EXPERIMENT
+    trainable = make_trainable(settings)
+    if tune.Tuner.can_restore(path):
+        print(f"resuming the confirm trials in {path}: finished ones are kept", flush=True)
+        tuner = tune.Tuner.restore(
+            path, trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
+    else:
+        index = {c.name: i for i, c in enumerate(sweep.cells)}
+        steps = {p.cell.name: p.trainer.get("max_steps") for p in sweep.plans}
+        units = [
+            Unit(f"{sweep.name}/confirm-{i}", index[c["cell"]], c["seed"], c, steps[c["cell"]])
+            for i, c in enumerate(configs)
+        ]
+        searcher = SweepSearcher(units, 1, sweep.spec.metric.name, sweep.spec.metric.mode)
+        callbacks: list = [BudgetClock(), KeepTrialLogs()]
+        if verbose >= 1:
+            columns = list(sweep.grid_columns) + list(sweep.param_columns)
+            callbacks.append(
+                SweepConsole(
+                    len(configs),
+                    columns,
+                    sweep.spec.metric.name,
+                    sweep.spec.metric.mode,
+                    max_steps=steps,
+                )
+            )
+        spec = sweep.spec
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                num_samples=len(configs),
+                max_concurrent_trials=min(fit.max_concurrent_trials, len(configs)),
+                trial_dirname_creator=trial_dirname,
+                reuse_actors=settings.resources.workers == 1,
+            ),
+            run_config=tune.RunConfig(
+                name=CONFIRM_EXPERIMENT,
+                storage_path=parent,
+                failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
+                callbacks=callbacks,
+                verbose=1 if verbose >= 2 else 0,
+            ),
+        )
+    guard = guard or StorageGuard(paths.storage)
+    with guard.watching(), charging(meter):
+        tuner.fit()
+    return tune.Tuner.restore(path, trainable=trainable).get_results()
+
+
+def confirm_stage(
+    sweep: Sweep,
+    paths: Paths,
+    settings: TrialSettings,
+    fit: ClusterFit,
+    rows: list[dict[str, Any]],
+    verbose: int = 1,
+    guard: Any = None,
+    meter: Any = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+    """The launcher's confirm stage, after the search: marks ``rows`` ``role: select``, trains the
+    confirm trials and returns their rows (``role: confirm``), their plans and folders by trial id
+    (what the held-out stage needs), and whether it was cut short (Ctrl-C, a full storage)."""
+    from sweeps.report.results import result_rows
+    from sweeps.report.selection import mark_chosen
+
+    for row in rows:
+        if row.get("trial_id"):
+            row.setdefault(ROLE, SELECT)
+    spec = sweep.spec
+    objective = spec.seeds.objective if spec.per_configuration else "mean"
+    mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)  # also without heldout
+    configs = confirm_configs(sweep, rows)
+    if not configs:
+        print("confirm: no cell has a chosen configuration; nothing to retrain", flush=True)
+        return [], {}, False
+    print(
+        f"\nconfirm: retraining each cell's chosen configuration on the fresh seed(s) "
+        f"{sweep.spec.confirm_seeds} ({len(configs)} trial(s))",
+        flush=True,
+    )
+    grid = run_confirm(sweep, paths, settings, fit, configs, verbose, guard, meter)
+    more, plans = result_rows(grid, settings.plan, sweep.spec.parameters)
+    from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
+
+    for row in more:
+        row[ROLE], row[PLAN_HASH] = CONFIRM, plan_fingerprint(plans[row["trial_id"]][0])
+    wanted = {(c["cell"], c["seed"]) for c in configs}
+    have = {(r["cell"], r["seed"]) for r in more}
+    if wanted - have:  # a resumed confirm experiment started for another choice
+        print(
+            f"confirm: {len(wanted - have)} confirm trial(s) of the current choice are not in "
+            f"{CONFIRM_EXPERIMENT}/ (the choice changed after it started); delete that folder to retrain",
+            flush=True,
+        )
+    cut = len(grid) > grid.num_terminated + grid.num_errors or (guard is not None and guard.fault)
+    return more, plans, bool(cut)
+
+
+def publish_confirm(
+    rows: list[dict[str, Any]], settings: Any, journal: Any, sweep: Sweep
+) -> dict[str, dict[str, Any]]:
+    """The confirm figures where the sweep's other figures are: in the W&B summary of each confirm
+    run, its cell's mean over the confirm seeds (``confirm/<metric>``, ``confirm/test/bleu``,
+    ``confirm/seeds``); on each cell's Optuna study (or, per (cell, seed), its seeds' studies) the
+    user attribute ``confirm``: the configuration, and per confirm seed its trial id, metric and test
+    figures. Returns the cells' entries; a W&B or Optuna problem is said, not fatal."""
+    import sys
+
+    from sweeps.heldout.evaluate import TEST_COLUMNS
+
+    metric = sweep.spec.metric.name
+    per_cell: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.get(ROLE) != CONFIRM or r.get("status") not in FINISHED:
+            continue
+        entry = per_cell.setdefault(
+            r["cell"], {"configuration": r.get("configuration"), "seeds": {}}
+        )
+        entry["seeds"][str(r["seed"])] = {
+            "trial_id": r["trial_id"],
+            metric: r.get(metric),
+            **{k: r[k] for k in TEST_COLUMNS if r.get(k) is not None},
+        }
+    for entry in per_cell.values():
+        for key in (metric, *TEST_COLUMNS):
+            values = [s[key] for s in entry["seeds"].values() if s.get(key) is not None]
+            if values:
+                entry[f"confirm/{key}"] = sum(values) / len(values)
+        entry["confirm/seeds"] = len(entry["seeds"])
+    if settings.wandb.mode != "disabled":
+        from sweeps.integrations.wandb_runs import add_run_summary
+
+        for entry in per_cell.values():
+            figures = {k: v for k, v in entry.items() if k.startswith("confirm/")}
+            for seed in entry["seeds"].values():
+                try:
+                    add_run_summary(
+                        settings.wandb.mode,
+                        settings.wandb_dir,
+                        seed["trial_id"],
+                        {"role": CONFIRM, **figures},
+                        project=settings.wandb.project,
+                        entity=settings.wandb.entity,
+                    )
+                except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
+                    print(f"[confirm] trial {seed['trial_id']}: not in W&B: {exc}", file=sys.stderr)
+    if per_cell and sweep.has_search and journal is not None and journal.exists():
+        _record_in_studies(per_cell, journal, sweep)
+    return per_cell
+
+
+def _record_in_studies(per_cell: dict[str, dict[str, Any]], journal: Any, sweep: Sweep) -> int:
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    slugs = {c.name: c.slug for c in sweep.cells}
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    reached = 0
+    for name in optuna.get_all_study_names(storage):
+        suffix = name.split("/", 1)[-1]
+        for cell, entry in per_cell.items():
+            slug = slugs.get(cell)
+            if slug and (suffix == slug or suffix.startswith(f"{slug}-seed")):
+                optuna.load_study(study_name=name, storage=storage).set_user_attr("confirm", entry)
+                reached += 1
+    return reached

@@ -1,0 +1,160 @@
+"""The last stage of a launch, after a stop too: every planned trial gets a row (a stopped one
+the status ``preempted`` or ``budget``), results.csv and results.md are written from what is
+done, the console shows the table and how to go on, and :func:`exit_status` says how the launch
+ended (see :mod:`sweeps.launch`)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from sweeps.driver.budget import EXIT_BUDGET
+from sweeps.driver.launch_state import Launch
+from sweeps.driver.lost_nodes import moved_summary
+from sweeps.driver.preemption import EXIT_INTERRUPTED, EXIT_PREEMPTED
+from sweeps.integrations.wandb_env import wandb_sync_hint
+from sweeps.integrations.wandb_runs import close_cut_run, offline_run_dirs
+from sweeps.layout import RESULTS_CSV
+from sweeps.report.local import build_local_report
+from sweeps.report.results import (
+    failure_summary,
+    keep_finished,
+    missing_rows,
+    print_table,
+    results_frame,
+    write_results_csv,
+)
+from sweeps.storage import find_storage_fault
+
+#: the statuses of trials a stop left for later
+STOPPED = ("preempted", "budget", "unfinished")
+
+
+def write_results(launch: Launch) -> None:
+    """Every planned trial's row (even one Tune never created), results.csv and results.md."""
+    spec, rows = launch.spec, launch.rows
+    left = "unfinished" if launch.interrupted else "error"
+    rows += missing_rows(launch.sweep.plans, rows, spec.num_samples, left)
+    # not failed, not the user's Ctrl-C: the requeue, or a larger budget, continues them
+    stopped_by = launch.stopped_by()
+    if stopped_by in ("preempted", "budget") and launch.interrupted:
+        for row in rows:
+            if row.get("status") == "unfinished":
+                row["status"] = stopped_by
+    rows, kept = keep_finished(rows, launch.out_dir / RESULTS_CSV)
+    if kept:
+        print(
+            f"kept {kept} finished trial(s) from the previous results.csv that this run did not "
+            "report as finished (their folders and checkpoints are where the rows say)",
+            flush=True,
+        )
+    launch.rows = rows
+    try:
+        launch.written["csv"] = write_results_csv(rows, launch.out_dir)
+        title = f"Sweep {launch.sweep.name}"
+        launch.written.update(
+            build_local_report(launch.out_dir, spec.metric.name, spec.metric.mode, title)
+        )
+    except OSError as exc:  # a full --output: the table still reaches the console, the old
+        if find_storage_fault(exc) is None:  # files stay whole
+            raise
+        launch.guard.note(exc)
+    launch.df = results_frame(rows)
+
+
+def tell_console(launch: Launch) -> None:
+    """The results table, retried and moved trials, the files written, W&B's and Optuna's
+    next steps."""
+    df, out_dir = launch.df, launch.out_dir
+    print()
+    if not df.empty:
+        print_table(df)
+        retried = df[df["retries"].fillna(0) > 0] if "retries" in df else df.iloc[0:0]
+        if not retried.empty:
+            print(
+                f"{len(retried)} trial(s) failed and were retried ({int(retried['retries'].sum())} "
+                "retries in all; results.csv's retries column): "
+                + ", ".join(f"{r.cell} seed={r.seed}" for r in retried.itertuples())
+            )
+        if moved := moved_summary(df):
+            print(moved)
+    if launch.written:
+        print("\nwrote " + ", ".join(str(p) for p in launch.written.values()))
+    if launch.mode == "offline" and launch.interrupted and not df.empty:
+        stopped = df.loc[df["status"].isin(STOPPED), "trial_id"]  # see close_cut_run
+        cut = [r for t in stopped.dropna() for r in offline_run_dirs(out_dir / "wandb", t)]
+        if closed := sum(close_cut_run(r) for r in cut):
+            print(
+                f"closed {closed} W&B run part(s) the stop cut short (history up to the stop "
+                "kept): their runs continue under the same ids with --resume"
+            )
+    hint, broken = wandb_sync_hint(out_dir) if launch.mode == "offline" else (None, [])
+    for run, problem in broken:
+        print(
+            f"W&B run {run} is incomplete ({problem}): left out of the upload command",
+            file=sys.stderr,
+        )
+    if hint:
+        print(f"W&B ran offline; upload the runs with:\n  {hint}")
+    _optuna_hint(launch)
+
+
+def _optuna_hint(launch: Launch) -> None:
+    sweep, journal = launch.sweep, launch.journal
+    if journal is None or not journal.exists():
+        return
+    first, per = f"{sweep.name}/{sweep.plans[0].unit}", "cell and seed"
+    if launch.spec.per_configuration:
+        first, per = f"{sweep.name}/{sweep.plans[0].cell.slug}", "cell, configurations over seeds"
+    print(
+        f"Optuna studies (one per {per}) in {journal}:\n"
+        f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
+        f"--study-name {shlex.quote(first)}\n"
+        f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}"
+    )
+
+
+def exit_status(launch: Launch) -> int:
+    """1 for a storage fault; for a launch that left work undone, 75 (preempted), 3 (budget) or
+    130 (Ctrl-C); 1 when a trial failed; else 0, also when a stop came after every stage had
+    finished (nothing to requeue)."""
+    resume_cmd = launch.resume_cmd
+    if launch.guard.fault:
+        kept_as_was = (
+            ""
+            if launch.written
+            else " results.csv and results.md were left as they were (nothing could be written)."
+        )
+        print(
+            f"error: {launch.guard.message()}{kept_as_was} Continue with:\n  {resume_cmd}",
+            file=sys.stderr,
+        )
+        return 1
+    stopped_by = launch.stopped_by()
+    if launch.interrupted and stopped_by == "preempted":
+        where = f" in the {launch.stopped_in} stage" if launch.stopped_in else ""
+        print(
+            f"preempted ({launch.stop.signal}){where}; finished trials, checkpoints and records "
+            f"are kept. Continue with:\n  {resume_cmd}"
+        )
+        return EXIT_PREEMPTED
+    if launch.interrupted and stopped_by == "budget":
+        print(launch.meter.ledger.extend_hint(launch.launch_cmd))
+        return EXIT_BUDGET
+    if launch.interrupted:
+        print(
+            f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}"
+        )
+        return EXIT_INTERRUPTED
+    if stopped_by is not None:
+        print(f"{stopped_by} after every stage had finished: nothing was cut, nothing to requeue")
+    failed = failure_summary(launch.df)
+    if failed:
+        print(
+            f"{len(failed)} of {len(launch.df)} trial(s) failed (their rows in results.md say why):",
+            file=sys.stderr,
+        )
+        print("\n".join(failed), file=sys.stderr)
+        print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
+        return 1
+    return 0

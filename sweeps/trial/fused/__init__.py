@@ -1,0 +1,1 @@
+"""Fused trials, the worker's side."""

@@ -1,0 +1,139 @@
+"""The driver's side of fused groups: the roster actor and the Tune callback that feeds it.
+
+A group waits for its members before it trains and for each member's acknowledgement before each
+validation; a member whose trial Tune has ended (finished, stopped, failed for good), or that Tune
+will not start again in this run (a finished member of a resumed sweep), must not be waited for.
+Only the driver knows which those are, so :class:`RosterFeed` (a Tune callback) hands the set of
+ended members to the roster, and each group asks the roster.
+
+The roster also creates each group's actor (:class:`sweeps.trial.fused.group.FusedGroup`) when the
+group's first member asks for it, on that member's node, and hands the same actor to the others.
+The roster owns the groups it creates: they end with it, and it ends with the driver (or when the
+Tune run is over, :func:`stop_roster`), so no group outlives its sweep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune import Callback
+
+from sweeps.plan.fusion import member_of
+
+#: seconds the roster waits for a group it created to answer, before taking it for dead
+ALIVE_TIMEOUT_S = 60.0
+
+
+class Roster:
+    """The roster actor (created by :func:`start_roster`; one per Tune run)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.ended: set[tuple[str, int]] = set()
+        self.groups: dict[str, Any] = {}
+        self._opening = threading.Lock()  # two members asking at once get one actor
+
+    def set_ended(self, ended: list[tuple[str, int]]) -> None:
+        self.ended = {(g, int(j)) for g, j in ended}
+
+    def ended_members(self, group: str) -> list[int]:
+        return sorted(j for g, j in self.ended if g == group)
+
+    def open_group(self, name: str, node_id: str, setup: Any) -> Any:
+        """The actor of group ``name``: the running one, or a new one on ``node_id`` when there
+        is none or it died or failed (it then restarts from its last state)."""
+        with self._opening:
+            return self._open(name, node_id, setup)
+
+    def _open(self, name: str, node_id: str, setup: Any) -> Any:
+        import ray
+
+        from sweeps.trial.fused.group import FusedGroup
+
+        handle = self.groups.get(name)
+        if handle is not None:
+            try:
+                if ray.get(handle.alive.remote(), timeout=ALIVE_TIMEOUT_S):
+                    return handle
+            except Exception:  # noqa: BLE001 -- dead, lost with its node, or not answering
+                pass
+            ray.kill(handle)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        handle = (
+            ray.remote(FusedGroup)
+            .options(
+                num_cpus=0,  # its members hold the group's resources, 1/n each
+                max_concurrency=4 * setup.size + 8,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            )
+            .remote(setup)
+        )
+        self.groups[name] = handle
+        return handle
+
+    def close_group(self, name: str) -> None:
+        """A group whose members have all gone: its process ends."""
+        import ray
+
+        handle = self.groups.pop(name, None)
+        if handle is not None:
+            ray.kill(handle)
+
+
+_ACTIVE: dict[str, Any] = {}
+
+
+def start_roster(name: str) -> Any:
+    """Create the roster actor of this Tune run under ``name`` (in the driver)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()  # the driver's node: it lives as long as the run
+    handle = (
+        ray.remote(Roster)
+        .options(
+            name=name,
+            num_cpus=0,
+            max_concurrency=16,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        )
+        .remote()
+    )
+    _ACTIVE["roster"] = handle
+    return handle
+
+
+def stop_roster() -> None:
+    """End the run's roster and every group it created (after the Tune run)."""
+    import ray
+
+    handle = _ACTIVE.pop("roster", None)
+    if handle is not None:
+        ray.kill(handle)
+
+
+class RosterFeed(Callback):
+    """Tells the roster of the run in progress which members Tune has ended. Saved with the
+    experiment (Tune keeps a run's callbacks), so it holds nothing of its own: it finds the roster
+    :func:`start_roster` made in this process."""
+
+    def __init__(self) -> None:
+        self._sent: frozenset = frozenset()
+
+    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
+        roster = _ACTIVE.get("roster")
+        if roster is None:
+            return
+        ended = frozenset(
+            (found[0], found[1])
+            for t in trials
+            if t.status in ("TERMINATED", "ERROR") and (found := member_of(t.config or {}))
+        )
+        if ended != self._sent:
+            roster.set_ended.remote(sorted(ended))
+            self._sent = ended
+
+    def __getstate__(self) -> dict:
+        return {"_sent": frozenset()}  # a resumed run tells its new roster from the start

@@ -1,0 +1,200 @@
+"""Which Ray the launcher joins without --address: a real `ray start --head` started here (on a
+free port, with its own temp dir, stopped by this test alone), and RAY_ADDRESS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from sweep_helpers import tiny_spec, write_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+RAY = str(Path(sys.executable).with_name("ray"))
+#: every test reads the module's ``ray start`` head: one xdist worker runs them, so it starts once
+pytestmark = pytest.mark.xdist_group("ray-head")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def head():
+    """``ray start --head --block`` in its own session; yields (address, RAY_TMPDIR, env)."""
+    tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
+    port, agent_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": tmp,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "WANDB_MODE": "disabled",
+    }
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        RAY,
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        f"--temp-dir={tmp}/ray",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--object-store-memory=80000000",
+        "--disable-usage-stats",
+        f"--ray-client-server-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={agent_port}",
+        f"--dashboard-port={free_port()}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    address_file = Path(tmp, "ray", "ray_current_cluster")
+    deadline = time.monotonic() + 120
+    while not address_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        # the address file comes before the node can start workers: wait for the runtime-env
+        # agent too (on a loaded 2-core machine it took long enough for the first test's trials
+        # to fail: "Runtime Env Agent network error ... Connection refused")
+        host = address_file.read_text().strip().rsplit(":", 1)[0] if address_file.exists() else ""
+        while (
+            host
+            and not listening(host, agent_port)
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        if not (host and listening(host, agent_port)):
+            proc.kill()
+            pytest.fail("ray start --head did not come up:\n" + proc.communicate()[0][-3000:])
+        yield f"127.0.0.1:{port}", tmp, env
+    finally:
+        # stop only the Ray this test started. SIGTERM to `ray start` alone: it drains its node and
+        # stops the processes it started in about a second. (SIGTERM to the whole process group
+        # stops the GCS too, and `ray start` then waits 30 s for a drain that cannot happen.)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(
+                proc.pid, signal.SIGKILL
+            )  # its own process group: whatever outlived `ray start`
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=5)
+
+
+def run_launcher(tmp_path: Path, env: dict[str, str], name: str) -> subprocess.CompletedProcess:
+    spec = tiny_spec(
+        name,
+        grid={"model": [{"attention": "none"}]},
+        trainer={"max_steps": 2, "val_check_interval": 2},
+        wandb={"mode": "disabled"},
+    )
+    cmd = [
+        sys.executable,
+        str(ROOT / "sweeps" / "launch.py"),
+        str(write_spec(tmp_path, spec)),
+        "--output",
+        str(tmp_path / "out"),
+        "--verbose",
+        "0",
+    ]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def joined_line(out: str) -> str:
+    return next((line for line in out.splitlines() if line.startswith("Ray: joined")), "")
+
+
+def test_without_address_the_launcher_joins_the_ray_start_cluster_on_this_machine(head, tmp_path):
+    address, _, env = head
+    done = run_launcher(tmp_path, env, "joins_head")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = joined_line(done.stdout)
+    port = address.rsplit(":", 1)[1]
+    assert "the `ray start` cluster on this machine at " in line and f":{port}:" in line, line
+    assert "1 node(s), 2 CPUs, 0 GPUs" in line, line
+    assert "starting a local Ray instance" not in done.stdout
+
+
+def test_ray_address_wins_over_the_local_search(head, tmp_path):
+    address, _, env = head
+    # RAY_TMPDIR elsewhere: no `ray start` address file to find; only RAY_ADDRESS leads to the head
+    env = {**env, "RAY_ADDRESS": address, "RAY_TMPDIR": tempfile.mkdtemp(prefix="rn", dir="/tmp")}
+    done = run_launcher(tmp_path, env, "joins_env")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = joined_line(done.stdout)
+    assert f"the Ray cluster at {address} (RAY_ADDRESS)" in line and "1 node(s), 2 CPUs" in line, (
+        line
+    )
+
+
+def test_address_local_starts_a_private_instance_even_with_ray_address_set(head, tmp_path):
+    address, _, env = head
+    env = {**env, "RAY_ADDRESS": address}
+    cmd = [
+        sys.executable,
+        "-c",
+        (
+            "import sys; from sweeps.driver.cluster import choose_address; "
+            "c = choose_address(sys.argv[1] if len(sys.argv) > 1 else None); print(c.address, '|', c.how)"
+        ),
+    ]
+    local = subprocess.run(
+        cmd + ["local"],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert local.stdout.startswith("None | a private local Ray instance"), (
+        local.stdout + local.stderr
+    )
+    nothing = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={
+            **{k: v for k, v in env.items() if k != "RAY_ADDRESS"},
+            "PYTHONPATH": str(ROOT),
+            "RAY_TMPDIR": tempfile.mkdtemp(prefix="rn", dir="/tmp"),
+        },
+    )
+    assert nothing.stdout.startswith("None | a new local Ray instance"), (
+        nothing.stdout + nothing.stderr
+    )

@@ -1,0 +1,63 @@
+"""The console's live table names a trial's state as results.csv's ``status`` column does."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("ray")
+
+from sweeps.driver.console import SweepConsole  # noqa: E402
+from sweeps.report.results import trial_status  # noqa: E402
+
+MAX_STEPS = 40
+
+
+def trial(trial_id: str, status: str, **result) -> SimpleNamespace:
+    return SimpleNamespace(
+        trial_id=trial_id,
+        status=status,
+        config={"cell": "K=4", "seed": 0},
+        last_result={"val/bleu": 50.0, **result} if result else {},
+    )
+
+
+# (Tune's status, the last report) -> results.csv's status, and the table's
+CASES = [
+    (trial("ran", "TERMINATED", step=MAX_STEPS), "done"),
+    (trial("asha", "TERMINATED", step=10), "stopped"),
+    (trial("conv", "TERMINATED", step=20, converged=True), "converged"),
+    (trial("crash", "ERROR", step=10), "error"),
+    (trial("live", "RUNNING", step=10), "running"),
+    (trial("rung", "PAUSED", step=10), "waiting"),
+    (trial("new", "PENDING"), "pending"),
+]
+
+
+def statuses(console: SweepConsole, trials: list) -> dict[str, str]:
+    """trial id -> the table's status column (running trials first, then those with a metric)."""
+    rows = console.table(trials).splitlines()[1:]
+    return {row.split()[0]: row.split()[1] for row in rows}
+
+
+def test_the_table_names_ended_trials_as_results_csv_does():
+    console = SweepConsole(len(CASES), [], "val/bleu", "max", max_steps={"K=4": MAX_STEPS})
+    trials = [t for t, _ in CASES]
+    shown = statuses(console, trials)
+    for t, expected in CASES:
+        assert console.state(t) == expected, t.trial_id
+        if t.status in ("TERMINATED", "ERROR"):
+            # the very function that writes results.csv's row gives the same word
+            assert trial_status(t.status, t.last_result, MAX_STEPS) == expected
+            assert shown[t.trial_id] == expected
+    assert shown["live"] == "running"
+    assert "TERMINATED" not in console.table(trials)
+
+
+def test_without_max_steps_a_finished_trial_is_done_not_stopped():
+    """A console pickled by an older version (no max_steps) still names a finished trial."""
+    console = SweepConsole(1, [], "val/bleu", "max", out=io.StringIO())
+    del console.max_steps
+    assert console.state(trial("asha", "TERMINATED", step=10)) == "done"

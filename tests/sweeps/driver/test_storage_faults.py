@@ -1,0 +1,257 @@
+"""A full disk under a running sweep: one line, a non-zero exit, finished results kept,
+and a resume that continues from them once there is room again."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from sweep_helpers import result_steps, tiny_spec, write_spec
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_storage_fault_is_found_inside_rays_wrapping_and_named_in_one_line():
+    from ray.exceptions import RayTaskError
+
+    from sweeps.storage import StorageFault, describe, find_storage_fault
+
+    # what pyarrow raises when Ray copies a checkpoint to a full disk: errno set, no filename
+    full = OSError(
+        errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device"
+    )
+    assert describe(find_storage_fault(full), "trial t1") == "No space left on device (trial t1)"
+    try:
+        try:
+            raise full
+        except OSError as exc:
+            raise RuntimeError("wandb teardown failed") from exc
+    except RuntimeError as outer:
+        assert find_storage_fault(outer) is full, "found through the chain of causes"
+    assert find_storage_fault(OSError(errno.ENOENT, "No such file", "/x")) is None
+    assert find_storage_fault(ValueError("No space left on device? no: not an OSError")) is None
+    ro = OSError(errno.EROFS, "Read-only file system", "/mnt/out/state.json")
+    assert describe(ro, "saving") == "Read-only file system: /mnt/out/state.json (saving)"
+
+    # the trial's own one-line error, as the driver receives it from the worker
+    wrapped = RayTaskError(
+        "train",
+        "Traceback ...\nlong worker traceback",
+        StorageFault("No space left on device (trial t2)"),
+    )
+    wrapped = wrapped.as_instanceof_cause()
+    assert isinstance(wrapped, StorageFault) and "long worker traceback" in str(wrapped)
+    assert describe(find_storage_fault(wrapped), "x") == "No space left on device (trial t2)"
+
+
+def test_the_guard_keeps_the_traceback_off_the_console_and_interrupts_once(caplog):
+    from sweeps.storage import StorageFault, StorageGuard
+
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda *a: received.append(a[0]))
+    guard = StorageGuard("/mnt/out")
+    log = logging.getLogger("ray.tune.execution.tune_controller")
+    try:
+        with guard.watching(), caplog.at_level(logging.ERROR):
+            log.error("Trial task failed for trial a", exc_info=ValueError("an ordinary crash"))
+            assert received == [] and guard.fault is None
+            for trial in "bc":
+                log.error(
+                    f"Trial task failed for trial {trial}",
+                    exc_info=StorageFault(f"No space left on device (trial {trial})"),
+                )
+            logging.getLogger("ray._private.worker").error(
+                "Unhandled error: ray::train() StorageFault: No space ..."
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["Trial task failed for trial a"], "the storage faults were printed"
+    assert received == [signal.SIGINT], "interrupted once, on the first fault"
+    assert guard.fault == "No space left on device (trial b)"
+    assert "/mnt/out" not in guard.fault and "--resume" in guard.message()
+
+
+def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, monkeypatch):
+    from sweeps.driver.cluster import LaunchError
+    from sweeps.driver.resume_check import check_experiment_state
+
+    stamp = "2026-11-22_22-49-16"
+    exp = tmp_path / "out" / "study"
+    exp.mkdir(parents=True)
+    good = {"trial_data": [["t1", "{}"]], "runner_data": {}}
+    # the staging folder's stamp is a second off the state file's, as Tune makes them
+    staging = (
+        tmp_path
+        / "raytmp"
+        / "ray"
+        / "session_x"
+        / "artifacts"
+        / "2026-11-22_22-49-15"
+        / "study"
+        / "driver_artifacts"
+    )
+    staging.mkdir(parents=True)
+    (staging / f"experiment_state-{stamp}.json").write_text(json.dumps(good))
+    (staging / f"search_gen_state-{stamp}.json").write_bytes(pickle.dumps({"gen": 2}))
+    (staging / f"searcher-state-{stamp}.pkl").write_bytes(pickle.dumps({"started": 2}))
+    # the storage's copy cut short by the full disk; the two pickles written whole, one snapshot older
+    (exp / f"experiment_state-{stamp}.json").write_text(json.dumps(good)[:20])
+    (exp / f"search_gen_state-{stamp}.json").write_bytes(pickle.dumps({"gen": 1}))
+    (exp / f"searcher-state-{stamp}.pkl").write_bytes(pickle.dumps({"started": 1}))
+
+    monkeypatch.setenv(
+        "RAY_TMPDIR", str(tmp_path / "elsewhere")
+    )  # a machine without the driver's copy
+    with pytest.raises(LaunchError, match=f"experiment_state-{stamp}.json is damaged"):
+        check_experiment_state(exp)
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+    said = check_experiment_state(exp)
+    assert len(said) == 1 and "cut short" in said[0] and str(staging) in said[0]
+    assert json.loads((exp / f"experiment_state-{stamp}.json").read_text()) == good
+    assert pickle.loads((exp / f"searcher-state-{stamp}.pkl").read_bytes()) == {"started": 2}, (
+        "one snapshot, all of it"
+    )
+    assert [p.name.split(".damaged-")[0] for p in exp.glob("*.damaged-*")] == [
+        f"experiment_state-{stamp}.json"
+    ]
+    assert check_experiment_state(exp) == [], "whole now"
+
+
+def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy(
+    tmp_path, monkeypatch
+):
+    """Only where the storage's copy is a strict prefix of the staged one; nothing from a staging
+    folder of another run (no state file of this experiment's)."""
+    from sweeps.driver.resume_check import restore_trial_files
+
+    stamp = "2026-11-22_22-49-16"
+    exp = tmp_path / "out" / "study"
+    (exp / "t1_attention=none").mkdir(parents=True)
+    (exp / "t2_attention=none").mkdir()
+    (exp / f"experiment_state-{stamp}.json").write_text("{}")
+    artifacts = tmp_path / "raytmp" / "ray" / "session_x" / "artifacts"
+    staging = artifacts / "2026-11-22_22-49-15" / "study" / "driver_artifacts"
+    other = artifacts / "2026-11-20_10-00-00" / "study" / "driver_artifacts"  # an older sweep
+    for folder, state in ((staging, stamp), (other, "2026-11-20_10-00-00")):
+        (folder / "t1_attention=none").mkdir(parents=True)
+        (folder / "t2_attention=none").mkdir()
+        (folder / f"experiment_state-{state}.json").write_text("{}")
+    reports = '{"step": 10}\n{"step": 20}\n'
+    (staging / "t1_attention=none" / "result.json").write_text(reports)
+    (staging / "t1_attention=none" / "progress.csv").write_text("step\n10\n20\n")
+    (staging / "t1_attention=none" / "params.json").write_text('{"lr": 1}')
+    (staging / "t2_attention=none" / "result.json").write_text(reports)
+    (other / "t2_attention=none" / "params.json").write_text('{"lr": 9}')
+    (exp / "t1_attention=none" / "result.json").write_text("")  # emptied by the full disk
+    (exp / "t1_attention=none" / "progress.csv").write_text("step\n10\n")  # a line short
+    (exp / "t1_attention=none" / "params.json").write_text('{"lr": 2}')  # not a prefix: kept
+    (exp / "t2_attention=none" / "result.json").write_text(reports + '{"step": 30}\n')  # longer
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+    said = restore_trial_files(exp)
+    assert (exp / "t1_attention=none" / "result.json").read_text() == reports
+    assert (exp / "t1_attention=none" / "progress.csv").read_text() == "step\n10\n20\n"
+    assert (exp / "t1_attention=none" / "params.json").read_text() == '{"lr": 2}'
+    assert (exp / "t2_attention=none" / "result.json").read_text().endswith('{"step": 30}\n')
+    assert not (exp / "t2_attention=none" / "params.json").exists(), "another run's file"
+    assert len(said) == 1 and "1 trial(s)" in said[0], said
+    assert "t1_attention=none: progress.csv, result.json" in said[0], said
+    assert restore_trial_files(exp) == [], "whole now"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 6 MiB tmpfs: room for one tiny trial's checkpoints, not two. Needs root (mount). A trial
+    here keeps two checkpoints of 1.6 MB and ~0.3 MB of W&B and Tune files: one trial with a
+    checkpoint's temporary copy takes ~5.3 MB, two trials' four checkpoints alone 6.4 MB (5 MiB
+    left the first trial no margin: it filled the disk once, under the two-worker test run)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(
+            f"cannot mount a small tmpfs here ({made.stderr.strip()}): the full-disk test needs root"
+        )
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(small_disk, tmp_path):
+    """Two launcher processes (the storage fault stops its own process with a SIGINT), each on a
+    private Ray of its own (``--address local``). (They joined the tests' shared Ray once, to
+    start no Ray twice; in one run that Ray then held one of its two CPUs after both launchers had
+    ended, and the next test's timing stage, which waits for a whole free node, waited for ever.)"""
+    spec = tiny_spec(
+        "fulldisk",
+        grid={"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
+        trainer={"max_steps": 20, "val_check_interval": 10},
+        max_concurrent_trials=1,
+    )
+    path = write_spec(tmp_path, spec)
+    out = small_disk / "out"
+    cmd = [
+        sys.executable,
+        str(ROOT / "sweeps" / "launch.py"),
+        str(path),
+        "--output",
+        str(out),
+        "--address",
+        "local",
+    ]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    log = run.stdout + run.stderr
+    assert run.returncode == 1, log[-3000:]
+    errors = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+    assert (
+        len(errors) == 1
+        and "No space left on device" in errors[0]
+        and str(out / "fulldisk") in errors[0]
+    ), log[-3000:]
+    assert "--resume" in run.stderr
+    assert "Traceback" not in log and len(log.splitlines()) < 200, log[-5000:]
+    exp = out / "fulldisk"
+    # Tune rewrites each trial's log files on the storage at every snapshot, and on the full disk
+    # that empties them, the finished trial's too: the resume restores them from the driver's copy
+    checkpoints = {p: p.read_bytes() for p in exp.glob("*/checkpoint_*/*") if p.is_file()}
+    # one trial at a time: the one whose last checkpoint (step 20) is oldest finished first, whole
+    last = sorted(exp.glob("*/checkpoint_000001/checkpoint.ckpt"), key=lambda p: p.stat().st_mtime)
+    assert last, "the disk filled before any trial finished: the tmpfs is too small for this test"
+    finished = last[0].parent.parent
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    run = subprocess.run(
+        cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["status"]) == ["done"] * 2
+    for row in df.itertuples():
+        (folder,) = exp.glob(f"{row.trial_id}_*")
+        steps = result_steps(folder)
+        assert steps[:1] == [10] and steps[-1:] == [20], (folder.name, steps, run.stdout[-2000:])
+    # the trial that finished before the disk filled is not trained again: the same two reports,
+    # the same checkpoints
+    assert result_steps(finished) == [10, 20]
+    kept = {p: data for p, data in checkpoints.items() if p.is_relative_to(finished)}
+    assert len({p.parent for p in kept}) == 2, kept
+    assert all(p.read_bytes() == data for p, data in kept.items()), (
+        f"{finished.name} finished before the disk filled and was re-run"
+    )

@@ -1,0 +1,592 @@
+"""Sweeps end to end on a real local Ray instance, real Optuna and W&B in offline mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from sweep_helpers import (  # noqa: E402
+    SECRET,
+    interrupt_env,
+    interrupted_trials,
+    result_steps,
+    tiny_spec,
+    wandb_read,
+    write_spec,
+)
+
+from sweeps.launch import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline mode must still never write it anywhere
+    spec = write_spec(
+        tmp_path,
+        tiny_spec(
+            "e2e",
+            task={
+                "name": "copy",
+                "max_length": 4,
+                "train_size": 256,
+                "val_size": 16,
+                "test_size": 32,
+                "batch_size": 16,
+            },
+            heldout={"enabled": True},
+            timing={
+                "enabled": True,
+                "processes": 2,
+                "precision": 0.05,
+                "max_seconds": 2,
+                "calibration_seconds": 0.3,
+            },
+        ),
+    )
+    out = tmp_path / "out"
+    assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
+    printed = capsys.readouterr().out
+
+    sweep_dir = out / "e2e"
+    df = pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 2
+    assert set(df["attention"]) == {"none", "memory"}
+    assert (df["status"] == "done").all()
+    assert df.loc[df["attention"] == "memory", "K"].tolist() == [4]
+    for col in (
+        "val/bleu",
+        "decode_seconds",
+        "decode_seconds_iqr",
+        "val/decode_seconds",
+        "val/loss",
+        "train_time_s",
+        "length",
+        "seed",
+    ):
+        assert df[col].notna().all(), col
+    # the timing stage: one timing.json beside each trial, the median of at least 5 repeats taken
+    # alone, more until the median was known to 5% (or the time cap came first, and the record says so)
+    timings = {
+        p.parent.name.split("_")[0]: json.loads(p.read_text())
+        for p in (out / "e2e").glob("*/timing.json")
+    }
+    assert sorted(timings) == sorted(df["trial_id"])
+    for row in df.itertuples():
+        t = timings[row.trial_id]["timing"]
+        assert row.decode_seconds == pytest.approx(t["decode_seconds"]) and t["repeats"] >= 5
+        assert (
+            row.decode_repeats == t["repeats"]
+            # the row carries the record's passes; how many a repeat takes (several for this
+            # few-ms split on a quiet machine, one when a loaded host slowed the last warm-up
+            # pass past MIN_REPEAT_S) is tests/sweeps/timing/test_timing.py's to check
+            and row.decode_passes_per_repeat == t["passes_per_repeat"] >= 1
+        )
+        # where it was timed, as results.md says it: this machine's CPU, by the name torch sees
+        assert (row.timing_device, row.timing_device_name) == ("cpu", t["device_name"])
+        assert (
+            t["device_name"]
+            and f"on CPU ({t['device_name']}) in processes pinned"
+            in (sweep_dir / "results.md").read_text()
+        )
+        if not t["contended"]:  # (a contended timing claims no precision and says so in results.md)
+            assert t["stopped_by"] in ("precision", "time cap", "repeat cap"), t["stopped_by"]
+            assert (
+                t["precision"] <= 0.05 if t["stopped_by"] == "precision" else t["precision"] > 0.05
+            )
+        # two fresh processes timed it; the figure is the faster one's median
+        assert len(t["process_medians"]) == 2 == row.decode_processes and t[
+            "decode_seconds"
+        ] == min(t["process_medians"])
+        assert row.decode_seconds_iqr == pytest.approx(t["iqr_seconds"])
+        # training cost, by default measured beside decode time in the same processes
+        train, memory = timings[row.trial_id]["train"], timings[row.trial_id]["memory"]
+        assert row.train_step_seconds == pytest.approx(train["step_seconds"]) and train["steps"] > 0
+        assert len(train["process_medians"]) == 2 and train["step_seconds"] == min(
+            train["process_medians"]
+        )
+        assert row.train_tokens_per_second == pytest.approx(train["tokens_per_second"])
+        assert row.train_peak_mb == pytest.approx(memory["train_peak_mb"])
+        assert row.decode_peak_mb == pytest.approx(memory["decode_peak_mb"])
+        assert (
+            min(train["tokens_per_second"], memory["train_peak_mb"], memory["decode_peak_mb"]) > 0
+        )
+        assert len(memory["train_samples"]) == 1  # a fresh process of its own per model
+    assert (df["step"] == 20).all()
+    for ckpt in df["checkpoint"]:
+        assert ckpt.endswith("/checkpoint.ckpt") and Path(ckpt).stat().st_size > 0  # loads as it is
+    md = (sweep_dir / "results.md").read_text()
+    assert "| memory K=4" in md.replace("  ", " ") or "memory K=4" in md
+    # one length and one K: bar charts per model, not one-point line plots
+    assert (sweep_dir / "decode_by_model.png").exists() and (
+        sweep_dir / "bleu_by_model.png"
+    ).exists()
+    assert (
+        not (sweep_dir / "decode_vs_length.png").exists()
+        and not (sweep_dir / "bleu_vs_k.png").exists()
+    )
+
+    assert "Training cost by length and model" in md and "train step s" in md
+    assert "Quality vs training cost" in md
+    assert (sweep_dir / "train_step_by_model.png").exists()
+    assert (sweep_dir / "train_peak_by_model.png").exists()
+
+    runs = sorted((sweep_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2, "one W&B run per trial, none duplicated"
+    # the timing stage's figures in each run's summary, as W&B's own reader shows them
+    for run in runs:
+        summary = wandb_read(run)["summary"]
+        row = df[df["trial_id"] == run.name.rsplit("-", 1)[-1]].iloc[0]
+        for col in ("decode_seconds", "train_step_seconds", "train_peak_mb", "decode_peak_mb"):
+            assert summary[col] == pytest.approx(row[col]), (run.name, col)
+    assert all(list(r.glob("*.wandb")) for r in runs)
+    # attention heatmaps logged as W&B images (drawn for the memory-attention run's alpha/beta too)
+    assert all(list(r.glob("files/media/images/val/attention_*.png")) for r in runs)
+
+    # the held-out stage: without a search every trial is its (cell, seed)'s choice, evaluated
+    # once on the copy task's test draw; its figures in results.csv, heldout.json and results.md's
+    # held-out table, validation beside test (the W&B summary: test_experiment's surfaces test)
+    assert df["chosen"].all() and df["test/bleu"].notna().all()
+    assert (df["test_split"] == "copy test draw").all()
+    tested = {
+        p.parent.name.split("_")[0]: json.loads(p.read_text())
+        for p in sweep_dir.glob("*/heldout.json")
+    }
+    assert sorted(tested) == sorted(df["trial_id"])
+    for row in df.itertuples():
+        assert tested[row.trial_id]["metrics"]["test/bleu"] == pytest.approx(
+            df.set_index("trial_id").loc[row.trial_id, "test/bleu"]
+        )
+    held = md.split("## Held-out test results of the chosen configurations")[1]
+    assert "L=4 valid" in held and "L=4 test" in held and "copy test draw" in held
+
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the W&B key was written to {leaked}"
+
+    # the printed upload command (run as printed by test_study's ASHA surfaces test)
+    hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
+    assert hint.startswith("wandb sync ") and "--include-offline" not in hint
+
+    # --resume of a finished sweep does not time a trial twice
+    # (nor evaluate one on test twice)
+    before = {
+        p: p.read_text()
+        for p in (out / "e2e").glob("*/*.json")
+        if p.name in ("timing.json", "heldout.json")
+    }
+    assert main([str(spec), "--output", str(out), "--verbose", "0", "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "already timed" in said and "already evaluated" in said
+    assert {
+        p: p.read_text()
+        for p in (out / "e2e").glob("*/*.json")
+        if p.name in ("timing.json", "heldout.json")
+    } == before
+    assert (
+        pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})["decode_seconds"].tolist()
+        == df["decode_seconds"].tolist()
+    )
+
+
+def test_trial_that_fails_once_resumes_from_its_checkpoint(
+    local_ray, tmp_path, capsys, monkeypatch
+):
+    # Tune's copy of the trial's logs in storage is one report behind when the trial fails (it
+    # was, by chance, in CI): the retry must still keep the step-20 report in result.json
+    monkeypatch.setenv("RAY_TUNE_CALLBACKS", "stale_logs_hook.StaleLogsAtStep")
+    monkeypatch.setenv("STALE_LOGS_AT_STEP", "20")
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "3600")  # no copy to storage replaces it
+    spec = tiny_spec(
+        "chaos",
+        grid={"model": [{"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        chaos={"fail_once_at_step": 25},
+        failure={"max_failures": 1},
+        storage={"keep_checkpoints": 8},  # no forced copy to storage either
+        wandb={"mode": "offline", "log_heatmaps": False},
+        timing={"enabled": False},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 0
+    df = pd.read_csv(out / "chaos" / "results.csv", dtype={"trial_id": str})
+    assert df["status"].tolist() == ["done"] and df["step"].tolist() == [40]
+    # done, but not as if nothing happened: the retry is counted in results.csv and on the console
+    assert df["retries"].tolist() == [1]
+    assert "1 trial(s) failed and were retried (1 retries in all" in capsys.readouterr().out
+    # the retry continued the trial's own W&B run: two offline segments, one run id (the trial's)
+    runs = sorted((out / "chaos" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and {r.name.rsplit("-", 1)[-1] for r in runs} == {df["trial_id"][0]}
+    # read with wandb's own reader: the crashed attempt's segment says so, the retry's ends finished
+    wandb_bin = str(Path(sys.executable).parent / "wandb")
+    read = [
+        json.loads(
+            subprocess.run(
+                [wandb_bin, "leet", "inspect", "--summary", "--json", str(r)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+        )
+        for r in runs
+    ]
+    assert [r["state"] for r in read] == ["failed", "finished"]
+    assert read[1]["summary"]["val/bleu"] == pytest.approx(df["val/bleu"][0])
+    assert len(list((out / "chaos" / "chaos").glob("*.failed"))) == 1, (
+        "the injected failure happened"
+    )
+    trial_dir = next(p for p in (out / "chaos").iterdir() if (p / "result.json").exists())
+    steps = result_steps(trial_dir)
+    # resumed from the step-20 checkpoint: no step reported twice, nothing restarted from zero
+    assert steps == [10, 20, 30, 40]
+
+
+def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_fails(
+    local_ray, tmp_path, capsys
+):
+    spec = tiny_spec(
+        "doomed",
+        chaos={"fail_before_first_report": True},
+        failure={"max_failures": 1},
+        wandb={"mode": "disabled"},
+    )
+    out = tmp_path / "out"
+    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 1
+    df = pd.read_csv(out / "doomed" / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["cell"]) == ["K=4 attention=memory", "attention=none"], (
+        "every planned trial has a row"
+    )
+    assert (df["status"] == "error").all()
+    assert df["retries"].tolist() == [1, 1], (
+        "max_failures 1: one retry each; the last failure is not a retry"
+    )
+    assert (
+        df["error"]
+        .str.endswith(
+            "injected failure before the first report (sweep spec `chaos.fail_before_first_report`)"
+        )
+        .all()
+    )
+    md = (out / "doomed" / "results.md").read_text()
+    assert "Trials: 2 error" in md and "## Failed trials" in md
+    err = capsys.readouterr().err
+    assert "2 of 2 trial(s) failed" in err and "attention=none seed=0" in err and "--resume" in err
+
+
+def test_truncated_newest_checkpoint_is_skipped_and_the_trial_finishes_from_the_previous_one(
+    local_ray, tmp_path
+):
+    spec = tiny_spec(
+        "torn",
+        grid={"model": [{"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        chaos={"fail_once_at_step": 25},
+        failure={"max_failures": 0},  # the trial stays failed, with checkpoints at steps 10 and 20
+        wandb={"mode": "disabled"},
+    )
+    path, out = write_spec(tmp_path, spec), tmp_path / "out"
+    args = [str(path), "--output", str(out), "--verbose", "0"]
+    assert main(args) == 1
+    trial_dir = next(p for p in (out / "torn").iterdir() if (p / "result.json").exists())
+    assert result_steps(trial_dir) == [10, 20]
+    newest = sorted(trial_dir.glob("checkpoint_*"))[-1] / "checkpoint.ckpt"
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])  # a crash in the middle of writing it
+
+    assert main(args + ["--resume"]) == 0
+    lines = [
+        json.loads(line)
+        for line in (trial_dir / "result.json").read_text().splitlines()
+        if line.strip()
+    ]
+    # continued from step 10 (the intact checkpoint): step 20 is reported again, nothing from step 0
+    assert [r["step"] for r in lines] == [10, 20, 20, 30, 40]
+    assert (
+        lines[-1]["skipped_checkpoints"] == 1 and lines[-1]["resumed_from"] == "checkpoint_000000"
+    )
+    df = pd.read_csv(out / "torn" / "results.csv", dtype={"trial_id": str})
+    assert df["status"].tolist() == ["done"]
+
+
+def test_when_no_checkpoint_loads_the_trial_restarts_from_step_0_and_says_so(tmp_path):
+    import torch
+    from ray import tune
+
+    from sweeps.layout import CHECKPOINT_FILE
+    from sweeps.trial.checkpoints import restore_checkpoint
+
+    for i, content in enumerate([b"torn", b""]):
+        (tmp_path / f"checkpoint_00000{i}").mkdir()
+        (tmp_path / f"checkpoint_00000{i}" / CHECKPOINT_FILE).write_bytes(content)
+    said = []
+    newest = tune.Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))
+    restored = restore_checkpoint(newest, str(tmp_path), log=said.append)
+    assert restored.ckpt_path is None and restored.skipped == 2
+    assert (
+        "checkpoint_000001 does not load" in said[0]
+        and "checkpoint_000000 does not load" in said[1]
+    )
+    assert "restarts from step 0" in said[-1]
+
+    torch.save(
+        {"state_dict": {}}, tmp_path / "checkpoint_000000" / CHECKPOINT_FILE
+    )  # the older one is whole
+    said.clear()
+    local = tmp_path / "local"
+    local.mkdir()
+    restored = restore_checkpoint(newest, str(local), log=said.append)
+    assert (restored.name, restored.skipped) == ("checkpoint_000000", 1)
+    assert restored.ckpt_path == str(local / CHECKPOINT_FILE) and "resuming from" in said[-1]
+
+
+def test_unreachable_address_fails_with_one_clear_line(tmp_path, capsys):
+    """Checked first, even in a process that already runs Ray (this module's fixture)."""
+    spec = write_spec(tmp_path, tiny_spec("addr"))
+    code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in err and "--address" in err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_launch_takes_its_wandb_mode_out_of_the_environment_when_it_returns(
+    tmp_path, monkeypatch, capsys
+):
+    """The launcher sets WANDB_MODE for its trials. Left set, it decided the next launch in the same
+    process: a sweep with ``wandb.mode: auto`` after one with ``disabled`` logged no W&B run."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "false")
+    spec = write_spec(tmp_path, tiny_spec("modes", wandb={"mode": "disabled"}))
+    code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
+    assert code == 2 and "cannot reach the Ray cluster" in capsys.readouterr().err
+    assert "WANDB_MODE" not in os.environ and os.environ["WANDB_SILENT"] == "false"
+
+
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(
+    local_ray, tmp_path, monkeypatch, capsys
+):
+    """A real interruption: SIGINT to the launcher (this process) when the second trial reports
+    step 20, the first one finished; then --resume, which keeps the first run's --set overrides."""
+    spec = tiny_spec(
+        "resume",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        trainer={"max_steps": 3000, "val_check_interval": 10},  # the first run's --set makes it 60
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+    )
+    spec["task"]["max_length"] = 3
+    path = write_spec(tmp_path, spec)
+    out = tmp_path / "out"
+    args = [
+        str(path),
+        "--output",
+        str(out),
+        "--num-cpus",
+        "2",
+        "--verbose",
+        "0",
+        "--address",
+        "local",
+    ]
+    exp = out / "resume"
+    with monkeypatch.context() as hooked:
+        for name, value in interrupt_env(exp, step=20).items():
+            hooked.setenv(name, value)
+        code = main(args + ["--set", "trainer.max_steps=60"])
+    finished, running = interrupted_trials(exp)
+    assert code == 130
+    assert "--resume" in capsys.readouterr().out
+    finished_lines = (finished / "result.json").read_text()
+    assert result_steps(finished)[-1] == 60
+    before = result_steps(running)
+    assert (
+        20 <= before[-1] < 60
+    )  # a trial runs at most a report ahead of Tune: it stopped by step 40
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["status"]) == ["done", "unfinished"], "results written for what finished"
+    stale = {
+        p.name: p.read_text() for p in exp.glob("experiment_state-*.json")
+    }  # Tune's record, now
+
+    # a --set that changes the first run's overrides is refused before anything starts
+    capsys.readouterr()
+    assert main(args + ["--resume", "--set", "trainer.max_steps=50"]) == 2
+    refused = capsys.readouterr().err
+    assert "--resume continues the first run with its own overrides" in refused
+    assert "trainer.max_steps=60" in refused and len(refused.strip().splitlines()) == 1
+
+    # resumed without --set: the first run's trainer.max_steps=60 still holds (not the file's 3000)
+    assert main(args + ["--resume"]) == 0
+    assert (
+        "resuming with the first run's overrides: --set trainer.max_steps=60"
+        in capsys.readouterr().out
+    )
+    assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
+    steps = result_steps(running)
+    after = steps[len(before) :]
+    assert steps[: len(before)] == before and after and after[-1] == 60
+    # continued from its last checkpoint (at most one report interval is redone), not from step 0
+    assert after[0] >= before[-1] > 10, f"restarted instead of continuing: {before} then {after}"
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["status"]) == ["done", "done"]
+
+    # kill -9 after the second trial finished but before Tune wrote its state again: the state on
+    # disk says that trial is still running, at a checkpoint Tune has since deleted. A launcher
+    # process of its own, on a Ray of its own: the trial's own line reaches the console too.
+    for p in exp.glob("experiment_state-*.json"):
+        p.unlink()
+    for name, text in stale.items():
+        (exp / name).write_text(text)
+    cmd = [sys.executable, str(ROOT / "sweeps" / "launch.py")] + args + ["--resume"]
+    code = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    assert f"repaired: trial folder {running.name}: its recorded checkpoint" in code.stdout, (
+        code.stdout[-3000:]
+    )
+    assert "finished in an earlier run of this sweep (step 60)" in code.stdout + code.stderr, (
+        code.stdout[-3000:] + code.stderr[-3000:]
+    )
+    assert result_steps(running)[: len(steps)] == steps and set(
+        result_steps(running)[len(steps) :]
+    ) <= {60}
+    again = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert (
+        sorted(again["status"]) == ["done", "done"]
+        and again["val/bleu"].tolist() == df["val/bleu"].tolist()
+    )
+
+
+def test_a_preempted_sweep_says_so_and_resume_ends_it_as_an_uninterrupted_run(
+    local_ray, tmp_path, monkeypatch, capsys
+):
+    """A scheduler's preemption (SIGTERM; SLURM's time-limit warning, SIGUSR1, takes the same
+    path): the launcher stops as on Ctrl-C but exits 75, the unfinished trial is `preempted`
+    (not failed, no retry charged), and --resume ends with every trial `done`, the preempted
+    one continued from its checkpoint to the same BLEU as a run that was never stopped."""
+    spec = tiny_spec(
+        "preempt",
+        grid={"model": [{"attention": "none"}, {"attention": "bahdanau"}]},
+        trainer={"max_steps": 40, "val_check_interval": 10},
+        max_concurrent_trials=1,
+        wandb={"mode": "disabled"},
+        timing={"enabled": False},
+    )
+    spec["task"]["max_length"] = 3
+    path = write_spec(tmp_path, spec)
+    out = tmp_path / "out"
+    args = [str(path), "--output", str(out), "--num-cpus", "2", "--verbose", "0"]
+    args += ["--address", "local"]
+    exp = out / "preempt"
+    signal_name = "SIGTERM"
+    with monkeypatch.context() as hooked:
+        for name, value in interrupt_env(exp, step=20, signal=signal_name).items():
+            hooked.setenv(name, value)
+        code = main(args)
+    finished, running = interrupted_trials(exp)
+    assert code == 75
+    said = capsys.readouterr()
+    assert f"preempted ({signal_name})" in said.out and "--resume" in said.out
+    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(df["status"]) == ["done", "preempted"]
+    assert df["retries"].fillna(0).eq(0).all(), "a preemption is not a failure"
+    assert "preempted" in (exp / "results.md").read_text()
+    finished_lines = (finished / "result.json").read_text()
+    before = result_steps(running)
+
+    assert main(args + ["--resume"]) == 0
+    assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"
+    steps = result_steps(running)
+    assert steps[: len(before)] == before and steps[-1] == 40
+    assert steps[len(before)] >= before[-1], "restarted from step 0 instead of its checkpoint"
+    resumed = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
+    assert sorted(resumed["status"]) == ["done", "done"]
+
+    # the same sweep never stopped: the same BLEU per model, to the last digit
+    straight = tmp_path / "straight"
+    assert (
+        main(
+            [
+                str(path),
+                "--output",
+                str(straight),
+                "--num-cpus",
+                "2",
+                "--verbose",
+                "0",
+                "--address",
+                "local",
+            ]
+        )
+        == 0
+    )
+    whole = pd.read_csv(straight / "preempt" / "results.csv", dtype={"trial_id": str})
+    assert whole.set_index("model")["val/bleu"].to_dict() == (
+        resumed.set_index("model")["val/bleu"].to_dict()
+    )
+
+
+def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_request(
+    local_ray, tmp_path, capsys
+):
+    """check_cluster against this machine's real Ray instance, which has no GPU."""
+    from sweeps.driver.cluster import Paths, check_cluster
+    from sweeps.spec import load_spec
+
+    assert not ray.cluster_resources().get("GPU")
+    sweep = load_spec(write_spec(tmp_path, tiny_spec("fit", resources={"cpu": 1, "gpu": 0.5})))
+    paths = Paths(output=tmp_path, storage=str(tmp_path))
+    assert check_cluster(sweep, paths, address=None).gpu == 0
+    assert sweep.spec.resources.gpu == 0.5, "the validated spec is left as written"
+    assert "trials run on CPU" in capsys.readouterr().out
+    # a cluster (an --address) may still get GPU nodes from its autoscaler: warn, keep the request
+    assert check_cluster(sweep, paths, address="127.0.0.1:6379").gpu == 0.5
+    assert "the cluster has no GPU now" in capsys.readouterr().out
+
+
+def test_results_csv_never_loses_a_finished_row_and_a_damaged_tune_state_is_refused(tmp_path):
+    from sweeps.driver.cluster import LaunchError
+    from sweeps.driver.resume_check import check_experiment_state
+    from sweeps.report.results import keep_finished, read_results, write_results_csv
+
+    row = {"cell": "c", "model": "none", "length": 4, "seed": 0}
+    first = [
+        {
+            **row,
+            "trial_id": "01e13825",
+            "status": "done",
+            "val/bleu": 70.0,
+        },  # not the number 1e13825
+        {**row, "trial_id": "a", "status": "done", "val/bleu": 90.0},
+        {**row, "trial_id": "b", "status": "done", "val/bleu": 80.0},
+    ]
+    write_results_csv(first, tmp_path)
+    # a later run that lost Tune's record of both: one errored row for "a", a placeholder for the other
+    later = [
+        {**row, "trial_id": "a", "status": "error", "error": "never started"},
+        {**row, "trial_id": None, "status": "error", "error": "never started"},
+    ]
+    rows, kept = keep_finished(later, tmp_path / "results.csv")
+    assert kept == 3 and sorted((r["trial_id"], r["status"], r["val/bleu"]) for r in rows) == [
+        ("01e13825", "done", 70.0),
+        ("a", "done", 90.0),
+        ("b", "done", 80.0),
+    ]
+    assert read_results(tmp_path / "results.csv")["trial_id"].tolist()[0] == "01e13825"
+
+    (tmp_path / "experiment_state-2026.json").write_text('{"trial_data": [')
+    with pytest.raises(LaunchError, match="experiment_state-2026.json is damaged"):
+        check_experiment_state(tmp_path)

@@ -1,0 +1,114 @@
+"""Before anything starts: every folder a sweep writes can be written (``--dry-run`` says which
+key to change when one cannot), and the shipped sweep files write nowhere but under their data or
+output folder. No Ray: the launcher's checks and real folders only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sweep_helpers import tiny_spec, write_spec
+
+from sweeps.launch import main
+from sweeps.plan.folders import sweep_folders, write_problem
+from sweeps.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+
+def blocked(tmp_path: Path) -> Path:
+    """A path no one can create, root included: its parent is a file."""
+    wall = tmp_path / "a-file"
+    wall.write_text("not a folder\n")
+    return wall / "sub"
+
+
+def test_write_problem_creates_nothing_and_sees_a_file_in_the_way(tmp_path):
+    assert write_problem(str(tmp_path / "new" / "deeper")) is None
+    assert not (tmp_path / "new").exists(), "the check creates nothing"
+    assert "is a file" in write_problem(str(blocked(tmp_path)))
+    assert write_problem("s3://bucket/sweeps") is None  # buckets are Ray's to check
+
+
+@pytest.mark.parametrize(
+    ("profile", "override", "key"),
+    [
+        ("smoke", "task.cache_dir={blocked}", "task.cache_dir "),
+        (None, "task.data_dir={blocked}/{{pair}}", "task.cache_dir (unset: its default) "),
+        ("smoke", "storage.path={blocked}", "storage.path "),
+    ],
+)
+def test_dry_run_names_the_key_of_a_folder_it_cannot_write(
+    tmp_path, capsys, profile, override, key
+):
+    """wmt17.yaml's own cache default (``<data_dir>/.cache``) is checked like a key that is set."""
+    wall = blocked(tmp_path)
+    code = main(
+        [str(ROOT / "sweeps" / "wmt17.yaml"), "--dry-run", "--output", str(tmp_path / "out")]
+        + ["--set", override.format(blocked=wall)]
+        + (["--profile", profile] if profile else [])
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: {key}") and str(wall) in line, line
+    assert "cannot create or write there" in line and "is a file, not a folder" in line, line
+    assert f"--set {key.split()[0]}=PATH" in line, line
+
+
+def test_dry_run_refuses_an_output_it_cannot_write(tmp_path, capsys):
+    spec = write_spec(tmp_path, tiny_spec("out"))
+    assert main([str(spec), "--dry-run", "--output", str(blocked(tmp_path))]) == 2
+    assert "error: --output " in capsys.readouterr().err
+    assert main([str(spec), "--dry-run", "--output", str(tmp_path / "fine")]) == 0
+    assert "writes to (all writable from here): --output " in capsys.readouterr().out
+    assert not (tmp_path / "fine").exists(), "--dry-run creates nothing"
+
+
+def test_a_fetch_into_data_dir_needs_it_writable_and_data_already_there_does_not(tmp_path):
+    """data_dir is written only when the data is fetched into it: a read-only copy of the data
+    is fine."""
+    smoke = ["task.data_dir=" + str(ROOT / "tests" / "data" / "wmt-ende-tiny")]
+    for download in ("false", "true"):  # the files are there: nothing to fetch
+        sweep = load_spec(
+            ROOT / "sweeps" / "wmt17.yaml",
+            profile="smoke",
+            overrides=smoke + [f"task.download={download}"],
+        )
+        assert "task.data_dir" not in {f.key for f in sweep_folders(sweep, tmp_path)}
+    sweep = load_spec(
+        ROOT / "sweeps" / "wmt17.yaml",
+        profile="smoke",
+        overrides=[f"task.data_dir={tmp_path}/empty/{{pair}}", "task.download=true"],
+    )
+    keys = {f.key: f.path for f in sweep_folders(sweep, tmp_path / "out")}
+    assert keys["task.data_dir"] == str(tmp_path / "empty" / "en-de")
+
+
+def _profiles(path: Path) -> list[str | None]:
+    return [None, *yaml.safe_load(path.read_text()).get("profiles", {})]
+
+
+@pytest.mark.parametrize(
+    ("path", "profile"),
+    [(p, prof) for p in SHIPPED for prof in _profiles(p)],
+    ids=lambda v: v.name if isinstance(v, Path) else str(v),
+)
+def test_shipped_sweeps_write_under_their_data_or_output_folder(
+    path, profile, tmp_path, monkeypatch
+):
+    """No folder of one machine: run from an empty folder, every folder a shipped sweep writes is
+    inside it, and every cache lies under the sweep's data folder or its output root."""
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "sweep-results"  # the default --output, relative to where you launch
+    sweep = load_spec(path, profile=profile)
+    data = {p.task.get("data_dir") for p in sweep.plans} - {None}
+    for folder in sweep_folders(sweep, output):
+        p = Path(folder.path)
+        assert p.is_relative_to(tmp_path), f"{path.name} writes to {folder.key} {p}"
+        if "cache" in folder.key:
+            assert p.is_relative_to(output) or any(p.is_relative_to(d) for d in data), (
+                f"{path.name}: {folder.key} {p} is under neither a data_dir nor the output"
+            )

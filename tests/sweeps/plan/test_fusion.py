@@ -1,0 +1,201 @@
+"""Which trials fuse, decided before Ray starts, and what ``--dry-run`` says about it: pure
+functions of the sweep file (no Ray, no torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweeps.errors import SpecError
+from sweeps.launch import main
+from sweeps.plan.describe import fusion_lines
+from sweeps.plan.fusion import (
+    FUSED_MEMBER,
+    FUSED_WITH,
+    balanced_chunks,
+    configuration_member,
+    member_of,
+    member_share,
+    plan_fusion,
+)
+from sweeps.spec import build_sweep
+
+
+def raw(**over):
+    spec = {
+        "name": "f",
+        "task": {"name": "copy", "max_length": 4, "train_size": 64, "val_size": 8, "batch_size": 8},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
+        "seeds": [0, 1, 2],
+        "trainer": {"max_steps": 10, "val_check_interval": 5},
+    }
+    spec.update(over)
+    return spec
+
+
+def members(plan, sweep):
+    return [
+        [(sweep.plans[s.unit].cell.name, sweep.plans[s.unit].seed, s.sample) for s in g.slots]
+        for g in plan.fused
+    ]
+
+
+def test_seeds_of_a_cell_fuse_and_cells_of_other_shapes_do_not():
+    sweep = build_sweep(raw())
+    plan = plan_fusion(sweep)
+    assert plan.cap == 4 and plan.device == "cpu" and plan.off is None
+    assert [g.name for g in plan.fused] == ["g1", "g2"]
+    assert members(plan, sweep) == [
+        [("attention=none", s, 0) for s in (0, 1, 2)],
+        [("attention=memory K=4", s, 0) for s in (0, 1, 2)],
+    ]
+    assert plan.fused[1].member_config(2) == {FUSED_WITH: "g2", FUSED_MEMBER: "3/3"}
+    lines = fusion_lines(sweep, plan)
+    assert lines[0].startswith("fusion (max 4 members a group, the CPU default): 6 of the 6 trials")
+    assert "2 training processes for 6 trials (unfused: 6)" in lines[0]
+    assert lines[2].split() == ["g1", "3", "attention=none:", "seeds", "0,", "1,", "2"]
+
+
+def test_the_cap_splits_a_pool_evenly_and_grid_values_that_change_no_shape_fuse():
+    """lr is a member's own setting: the two lr cells of one mechanism share a pool of 4 trials,
+    cut 2 + 2 at a cap of 3 (never 3 + 1); the GPU default (16, not the CPU's 4) applies when
+    trials ask for a GPU."""
+    sweep = build_sweep(
+        raw(
+            grid={"model.lr": [0.001, 0.003]},
+            seeds=[0, 1],
+            resources={"cpu": 1, "gpu": 0.5},
+            fusion={"max_members": 3},
+        )
+    )
+    plan = plan_fusion(sweep)
+    assert plan.device == "gpu" and [len(g.slots) for g in plan.fused] == [2, 2]
+    assert members(plan, sweep)[0] == [("lr=0.001", 0, 0), ("lr=0.001", 1, 0)]
+    assert balanced_chunks(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert plan_fusion(build_sweep(raw(resources={"cpu": 1, "gpu": 1}))).cap == 16
+
+
+def test_optuna_samples_of_a_unit_fuse_unless_a_parameter_changes_shapes():
+    searched = raw(
+        seeds=[0],
+        grid={},
+        parameters={"model.lr": {"min": 0.001, "max": 0.01, "distribution": "log_uniform_values"}},
+        num_samples=5,
+    )
+    sweep = build_sweep(searched)
+    plan = plan_fusion(sweep)
+    assert [[s.sample for s in g.slots] for g in plan.fused] == [[0, 1, 2], [3, 4]]
+    assert "default seed=0: samples 1, 2, 3" in "\n".join(fusion_lines(sweep, plan))
+    searched["parameters"]["model.hidden_size"] = {"values": [32, 64]}
+    sweep = build_sweep(searched)
+    plan = plan_fusion(sweep)
+    assert plan.fused == [] and len(plan.groups) == 5
+    assert any("parameters.model.hidden_size changes the model's shapes" in a for a in plan.alone)
+
+
+def test_what_turns_fusion_off_is_said(tmp_path):
+    assert "fusion is off" in plan_fusion(build_sweep(raw(fusion=False))).off
+    assert plan_fusion(build_sweep(raw(fusion={"max_members": 1}))).fused == []
+    ddp = plan_fusion(build_sweep(raw(resources={"cpu": 1, "workers": 2})))
+    assert "DDP" in ddp.off
+    epochs = build_sweep(raw(trainer={"max_steps": 10, "val_check_interval": 0.5}))
+    plan = plan_fusion(epochs)
+    assert plan.fused == [] and "val_check_interval is not a whole number" in plan.alone[0]
+    graphed = raw(resources={"gpu": 1}, trainer={"max_steps": 10, "val_check_interval": 5})
+    graphed["trainer"]["cuda_graphs"] = True
+    plan = plan_fusion(build_sweep(graphed))
+    assert plan.fused == [] and "cuda_graphs is set" in plan.alone[0]
+    paused = raw(
+        parameters={"model.lr": {"values": [0.001, 0.01]}},
+        num_samples=2,
+        seeds={"values": [0, 1, 2], "per_configuration": True},
+        early_terminate={"type": "asha"},
+    )
+    assert "cannot leave a fused group" in plan_fusion(build_sweep(paused)).off
+    paused["early_terminate"] = {"type": "none"}
+    over_seeds = plan_fusion(build_sweep(paused))
+    assert over_seeds.active and over_seeds.seed_chunks == (3,)
+    with pytest.raises(SpecError, match="neither off nor a mapping"):
+        build_sweep(raw(fusion="sometimes"))
+
+
+def test_a_sweep_with_teachers_is_not_fused_and_a_student_of_a_checkpoint_trains_alone():
+    """The fused searcher does not hold students back for their teachers, and the fused loop has
+    no teacher pass: a sweep with teacher cells trains unfused, said in --dry-run's terms; a cell
+    that distils from a checkpoint file (no teacher cell) trains alone, its other cells fuse."""
+    student = {"attention": "memory", "K": 4, "teacher": {"cell": {"attention": "none"}}}
+    grid = {"model": [{"attention": "none"}, dict(student, distill_weight=1.0)]}
+    off = plan_fusion(build_sweep(raw(grid=grid)))
+    assert off.fused == [] and "teacher cells (teacher:) are not fused" in off.off
+    by_file = {"attention": "memory", "K": 4, "teacher_checkpoint": "bahdanau.ckpt"}
+    grid = {
+        "model": [
+            {"attention": "none"},
+            dict(by_file, distill_weight=1.0),
+            dict(by_file, init_from_teacher="encoder"),
+            dict(by_file, distill_weight=0.0),
+        ]
+    }
+    sweep = build_sweep(raw(grid=grid))
+    plan = plan_fusion(sweep)
+    fused = [sweep.plans[g.slots[0].unit].model for g in plan.fused]
+    assert len(plan.fused) == 2 and all(len(g.slots) == 3 for g in plan.fused)
+    assert {m.get("distill_weight", 0) for m in fused} == {0}, fused
+    assert len(plan.alone) == 2 and all("trains alone" in a for a in plan.alone), plan.alone
+    assert any("distill_weight 1," in a for a in plan.alone)
+    assert any("init_from_teacher encoder" in a for a in plan.alone)
+
+
+def test_member_keys_round_trip_and_configuration_chunks():
+    config = {FUSED_WITH: "g2", FUSED_MEMBER: "2/3", "cell": "x"}
+    assert member_of(config) == ("g2", 1, 3) and member_share(config) == pytest.approx(1 / 3)
+    assert member_of({"cell": "x"}) is None and member_share({}) == 1.0
+    assert configuration_member("c#0", 1, 3, 3) == {FUSED_WITH: "c#0", FUSED_MEMBER: "2/3"}
+    assert configuration_member("c#0", 3, 4, 3) == {FUSED_WITH: "c#0/2", FUSED_MEMBER: "2/2"}
+    assert configuration_member("c#0", 0, 1, 3) == {}
+
+
+def test_dry_run_prints_the_groups(tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump(raw(), sort_keys=False))
+    assert main([str(path), "--dry-run", "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "6 of the 6 trials train in 2 fused group(s)" in out
+    assert "attention=memory K=4: seeds 0, 1, 2" in out
+    assert (
+        main([str(path), "--dry-run", "--set", "fusion=off", "--output", str(tmp_path / "o")]) == 0
+    )
+    assert "none of the 6 trials is fused: fusion is off" in capsys.readouterr().out
+
+
+def test_the_torch_free_fuse_key_agrees_with_the_fused_models_shape_key():
+    """``--dry-run`` groups trials by a key written without torch; the fused model's own
+    shape_key must agree: the same settings left out, and every group of the shipped studies one
+    shape to the fused model (a group it refused would fail at its first step)."""
+    import inspect
+    from pathlib import Path
+
+    from lightning_modules.fused import key
+    from lightning_modules.module import Seq2SeqModule
+    from sweeps.plan.fusion import MEMBER_MODEL_KEYS
+    from sweeps.spec import load_spec
+
+    assert set(MEMBER_MODEL_KEYS) == set(key.MEMBER_SETTINGS) | set(key.EVALUATION_SETTINGS)
+    params = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}
+    root = Path(__file__).resolve().parents[3]
+    checked = 0
+    for path in sorted((root / "sweeps").glob("*.yaml")):
+        profiles = [None] + (["cpu"] if "\n  cpu:" in path.read_text() else [])
+        sweeps = [load_spec(path, profile=p) for p in profiles]
+        for sweep, group in [(sw, g) for sw in sweeps for g in plan_fusion(sw).fused]:
+            keys = set()
+            for slot in group.slots:
+                model = sweep.plans[slot.unit].model
+                args = {k: v for k, v in model.items() if k in params}
+                args["attention_kwargs"] = {k: v for k, v in model.items() if k not in params}
+                keys.add(key.shape_key({**args, "src_vocab_size": 24, "tgt_vocab_size": 24}))
+            assert len(keys) == 1, (path.name, group.name)
+            checked += 1
+    assert checked >= 18

@@ -1,0 +1,252 @@
+"""Warm start from an earlier sweep: which planned trials an earlier results.csv holds
+already (same resolved plan, seed and code), how the counts read at --dry-run, the errors, and the
+earlier Optuna trials told to a new study. Real Optuna journals; no Ray. The launcher's run of a
+study with one more length is the slow test at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from sweep_helpers import tiny_spec, write_spec
+
+from sweeps.errors import SpecError
+from sweeps.plan.warm import PLAN_HASH, plan_fingerprint, plan_warm_start, tell_earlier
+from sweeps.spec import load_spec
+
+
+def _earlier(tmp_path: Path, sweep, keep: int) -> Path:
+    """An earlier sweep's folder whose results.csv holds the first ``keep`` plans as finished."""
+    folder = tmp_path / "earlier" / sweep.name
+    folder.mkdir(parents=True)
+    rows = [
+        {
+            "trial_id": f"old{i}",
+            "cell": p.cell.name,
+            "seed": p.seed,
+            "status": "done",
+            "val/bleu": 10.0 + i,
+            "checkpoint": f"/old/{i}/checkpoint.ckpt",
+            PLAN_HASH: plan_fingerprint(p),
+        }
+        for i, p in enumerate(sweep.plans[:keep])
+    ]
+    pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
+    return folder
+
+
+def test_identical_plans_are_reused_and_changed_ones_are_not(tmp_path, capsys):
+    grid = {"task.max_length": [4, 6], "model": [{"attention": "none"}]}
+    first = load_spec(write_spec(tmp_path, tiny_spec("w", grid=grid)))
+    folder = _earlier(tmp_path, first, keep=2)
+    again = load_spec(write_spec(tmp_path, tiny_spec("w", grid=grid, warm_start=str(folder))))
+    warm = plan_warm_start(again)
+    assert warm.reused_count == 2 and sorted(warm.reused) == [0, 1]
+    rows = warm.rows()
+    assert {r["trial_id"] for r in rows} == {"old0", "old1"} and {r["reused"] for r in rows} == {
+        str(folder)
+    }
+    assert rows[0]["checkpoint"] == "/old/0/checkpoint.ckpt"  # linked, as it was
+    # one more length: only the new cell's trial is left to train, and --dry-run says so
+    more = tiny_spec(
+        "w", grid={**grid, "task.max_length": [4, 6, 8]}, warm_start=str(folder / "results.csv")
+    )
+    from sweeps.launch import main
+
+    assert (
+        main([str(write_spec(tmp_path, more)), "--dry-run", "--output", str(tmp_path / "o")]) == 0
+    )
+    said = capsys.readouterr().out
+    assert "2 trial(s) reused" in said and "3 grid points" in said
+    # a longer training is another trial: nothing reused
+    longer = tiny_spec(
+        "w", grid=grid, warm_start=str(folder), trainer={"max_steps": 40, "val_check_interval": 10}
+    )
+    assert plan_warm_start(load_spec(write_spec(tmp_path, longer))).reused_count == 0
+
+
+def test_a_warm_start_that_is_no_sweep_output_fails_at_load(tmp_path):
+    with pytest.raises(SpecError, match="warm_start: .* is not an earlier sweep's output"):
+        load_spec(write_spec(tmp_path, tiny_spec("w", warm_start=str(tmp_path / "nothing"))))
+
+
+def test_earlier_trials_are_told_when_they_fit_the_new_space(tmp_path):
+    import optuna
+
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    old = optuna.create_study(direction="maximize")
+    for lr, value in ((1e-3, 5.0), (5e-3, 7.0), (5e-2, 9.0)):  # the last lies outside the new range
+        old.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": lr},
+                distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)},
+                value=value,
+                intermediate_values={10: value / 2},
+            )
+        )
+    new = optuna.create_study(direction="maximize")
+    assert tell_earlier(new, old.trials, space, tmp_path) == 2
+    assert [t.value for t in new.trials] == [5.0, 7.0] and new.best_trial.params == {"lr": 5e-3}
+    assert new.trials[0].intermediate_values == {10: 2.5}
+    assert new.trials[0].user_attrs["warm_start_from"] == str(tmp_path)
+
+
+@pytest.mark.slow
+def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path):
+    """A finished study re-run with one more length and warm_start (about a minute here): only the
+    new cell's trials have trial folders; results.csv has every cell, the earlier ones reused; the
+    new Optuna studies of the earlier cells start with the earlier trials."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    base = dict(
+        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+    )
+    one = tmp_path / "one"
+    one.mkdir()
+    assert (
+        main(
+            [
+                str(write_spec(one, tiny_spec("w", **base))),
+                "--output",
+                str(tmp_path / "o1"),
+                "--verbose",
+                "0",
+            ]
+        )
+        == 0
+    )
+    more = tiny_spec("w", **base, warm_start=str(tmp_path / "o1" / "w"))
+    more["grid"]["task.max_length"] = [4, 6]
+    assert (
+        main([str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"])
+        == 0
+    )
+    out = tmp_path / "o2" / "w"
+    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    assert len(trained) == 2 and all("length=6" in name for name in trained)
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 4 and (df["status"] == "done").all()
+    assert (df["reused"].notna() == (df["length"] == 4)).all()
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    old = optuna.load_study(study_name="w/attention-none_length-4-seed0", storage=storage)
+    assert len(old.trials) == 2 and all("warm_start_from" in t.user_attrs for t in old.trials)
+    assert sorted(t.user_attrs["ray_trial_id"] for t in old.trials) == sorted(
+        df[df["length"] == 4]["trial_id"]
+    )
+
+
+@pytest.mark.slow
+def test_configurations_over_seeds_are_reused_whole(local_ray, tmp_path):
+    """The same with configurations judged over seeds (about a minute here): the earlier cell's
+    configurations come back whole (both seeds, their numbers those of the told trials in the new
+    cell study), only the new cell trains, and Optuna's new study holds them with their values."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    base = dict(
+        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        seeds={"values": [0, 1], "per_configuration": True},
+    )
+    one = tmp_path / "one"
+    one.mkdir()
+    assert (
+        main(
+            [
+                str(write_spec(one, tiny_spec("c", **base))),
+                "--output",
+                str(tmp_path / "o1"),
+                "--verbose",
+                "0",
+            ]
+        )
+        == 0
+    )
+    more = tiny_spec("c", **base, warm_start=str(tmp_path / "o1" / "c"))
+    more["grid"]["task.max_length"] = [4, 6]
+    assert (
+        main([str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"])
+        == 0
+    )
+    out = tmp_path / "o2" / "c"
+    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    assert len(trained) == 4 and all("length=6" in name for name in trained)
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 8 and (df["reused"].notna() == (df["length"] == 4)).all()
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    study = optuna.load_study(study_name="c/attention-none_length-4", storage=storage)
+    assert len(study.trials) == 2
+    for t in study.trials:
+        rows = df[(df["length"] == 4) & (df["configuration"] == t.number)]
+        assert sorted(rows["seed"]) == [0, 1] and t.value == pytest.approx(rows["val/bleu"].mean())
+
+
+def test_a_multi_objective_study_is_told_its_earlier_vectors_and_constraints(tmp_path):
+    import optuna
+
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    old = optuna.create_study(directions=["maximize", "minimize"])
+    for lr, values in ((1e-3, [5.0, 0.3]), (5e-3, [7.0, 0.1])):
+        old.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": lr}, distributions=space, values=values, constraints={"mb": -1.0}
+            )
+        )
+    new = optuna.create_study(directions=["maximize", "minimize"])
+    assert tell_earlier(new, old.trials, space, tmp_path) == 2
+    assert [t.values for t in new.trials] == [[5.0, 0.3], [7.0, 0.1]]
+    assert new.trials[1].constraints == {"mb": -1.0}
+    assert [t.number for t in new.best_trials] == [1]  # (7, 0.1) dominates (5, 0.3)
+    # a study of one objective is not told two-valued results, nor the reverse
+    assert tell_earlier(optuna.create_study(), old.trials, space, tmp_path) == 0
+
+
+@pytest.mark.slow
+def test_a_multi_objective_study_with_one_more_length_trains_only_the_new_cell(local_ray, tmp_path):
+    """Warm start of the multi-objective searcher (about a minute here): the earlier cell's trials
+    are reused (no trial folder), and its new study starts with the earlier two-valued trials."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.launch import main
+
+    base = dict(
+        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
+        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
+        num_samples=2,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "val/loss", "goal": "minimize"},
+        ],
+    )
+    one = tmp_path / "one"
+    one.mkdir()
+    first = [str(write_spec(one, tiny_spec("m", **base))), "--output", str(tmp_path / "o1")]
+    assert main([*first, "--verbose", "0"]) == 0
+    more = tiny_spec("m", **base, warm_start=str(tmp_path / "o1" / "m"))
+    more["grid"]["task.max_length"] = [4, 6]
+    second = [str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"]
+    assert main(second) == 0
+    out = tmp_path / "o2" / "m"
+    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    assert len(trained) == 2 and all("length=6" in name for name in trained)
+    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 4 and (df["reused"].notna() == (df["length"] == 4)).all()
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    old = optuna.load_study(study_name="m/attention-none_length-4-seed0", storage=storage)
+    assert len(old.trials) == 2 and all(len(t.values) == 2 for t in old.trials)
+    assert sorted(t.user_attrs["ray_trial_id"] for t in old.trials) == sorted(
+        df[df["length"] == 4]["trial_id"]
+    )
