@@ -105,22 +105,21 @@ def peak_rss_mb() -> float:
 
 
 def run_one(n: int, out: Path) -> dict[str, Any]:
-    from sweeps.driver.cluster import Paths, check_cluster, describe_cluster
+    from sweeps.driver.cluster import check_cluster, describe_cluster
     from sweeps.driver.experiment import make_settings, run_tune
+    from sweeps.plan.sweep_plan import build_plan
     from sweeps.report.results import result_rows, write_results_csv
     from sweeps.spec import build_sweep
 
     sweep = build_sweep(study(f"scale{n}", n))
     assert sweep.num_trials == n, sweep.num_trials
-    paths = Paths(output=out, storage=str(out))
-    fit = check_cluster(sweep, paths, address="cluster")
-    settings = make_settings(sweep, paths, "disabled", fit)
+    plan = build_plan(sweep, out)
+    fit = check_cluster(sweep, plan.paths, address="cluster")
+    settings = make_settings(plan, "disabled", fit)
     rss_before = peak_rss_mb()
     start = time.perf_counter()
     with redirect_stdout(io.StringIO()):  # the sweep's console: not what is measured
-        grid = run_tune(
-            sweep, paths, settings, fit, resume=False, verbose=1, trainable_fn=stand_in_trial
-        )
+        grid = run_tune(plan, settings, fit, resume=False, verbose=1, trainable_fn=stand_in_trial)
     rows = result_rows(grid, settings.plan, sweep.spec.parameters)
     write_results_csv(rows, out / sweep.name)
     seconds = time.perf_counter() - start

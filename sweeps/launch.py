@@ -41,8 +41,11 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.driver.pipeline import run_sweep, trial_table  # noqa: E402
+from sweeps.driver.pipeline import run_sweep  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
+from sweeps.plan.describe import describe  # noqa: E402
+from sweeps.plan.folders import check_folders, describe_folders, gpu_note  # noqa: E402
+from sweeps.plan.sweep_plan import build_plan  # noqa: E402
 from sweeps.spec import SpecError, load_spec, resume_launch  # noqa: E402
 
 
@@ -141,30 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"sweep {sweep.name}{f' (profile {profile})' if profile else ''}: {args.spec}")
-    print(trial_table(sweep))
-    for line in fusion_summary(sweep):
-        print(line)
-    note = sweep.early_stopping_note()
-    if note:
-        print(note)
-    from sweeps.spec.teachers import order_lines
-
-    for line in order_lines(sweep):  # dependent trials: which cells wait for which
-        print(line)
-    if sweep.spec.stop_when is not None:
-        print(f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)")
-    # (it reads results.csv with pandas: imported only once the sweep file has passed its checks)
-    from sweeps.plan.estimate import launch_lines
-    from sweeps.plan.folders import check_folders, describe_folders, gpu_note, sweep_folders
-
     try:
-        out_dir = Path(args.output).resolve() / sweep.name
-        for line in launch_lines(out_dir, sweep):
+        plan = build_plan(sweep, Path(args.output))
+        for line in describe(plan):
             print(line)
-        folders = sweep_folders(sweep, Path(args.output).resolve())
-        check_folders(folders)  # every folder a trial writes, before anything starts
+        check_folders(plan.folders)  # every folder a trial writes, before anything starts
         if args.dry_run:
-            print(describe_folders(folders))
+            print(describe_folders(plan.folders))
             note = gpu_note(sweep)
             if note:
                 print(note)
@@ -173,16 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         return 0
-    return run_sweep(sweep, args, profile)
-
-
-def fusion_summary(sweep) -> list[str]:
-    """The sweep's fused groups and what they hold against an unfused run (:mod:`sweeps.fusion`)."""
-    from sweeps.plan.describe import fusion_lines
-    from sweeps.plan.fusion import plan_fusion
-    from sweeps.plan.warm import plan_warm_start
-
-    return fusion_lines(sweep, plan_fusion(sweep, plan_warm_start(sweep)))
+    return run_sweep(plan, args, profile)
 
 
 def exit_quickly(status: object) -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -99,3 +100,41 @@ def wandb_read(run: Path) -> dict:
         timeout=120,
     )
     return json.loads(shown.stdout)
+
+
+#: the planning functions a launch runs once (:mod:`sweeps.plan`), by the file that defines each
+PLANNING = {
+    "build_plan": "sweeps/plan/sweep_plan.py",
+    "plan_warm_start": "sweeps/plan/warm.py",
+    "sweep_units": "sweeps/plan/units.py",
+    "plan_fusion": "sweeps/plan/fusion.py",
+    "plan_mps": "sweeps/plan/mps.py",
+    "sweep_folders": "sweeps/plan/folders.py",
+    "launch_lines": "sweeps/plan/estimate.py",
+}
+
+
+@contextlib.contextmanager
+def counting_calls():
+    """Profiles this process while the block runs; yields ``calls(functions)``: how many times
+    each of ``functions`` (name -> the file defining it, relative to the repository) was called,
+    however it was reached (an import by name, a module attribute, a method)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    stats: list[pstats.Stats] = []
+
+    def calls(functions: dict[str, str]) -> dict[str, int]:
+        counted = dict.fromkeys(functions, 0)
+        for (path, _, name), row in stats[0].stats.items():
+            if name in functions and path.endswith(functions[name]):
+                counted[name] += row[1]  # primitive calls: a recursion counts once
+        return counted
+
+    profile.enable()
+    try:
+        yield calls
+    finally:
+        profile.disable()
+        stats.append(pstats.Stats(profile))

@@ -11,16 +11,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from sweeps.errors import LaunchError  # noqa: F401 (raised here; importable from here too)
+from sweeps.plan.sweep_plan import Paths  # noqa: F401 (importable here too)
 from sweeps.spec import Sweep
-
-
-@dataclass
-class Paths:
-    output: Path  # local folder for results, W&B files and the Optuna journal
-    storage: str  # Ray Tune storage root (local path or s3:// gs://)
-
-    def experiment(self, name: str) -> str:
-        return self.storage.rstrip("/") + "/" + name
 
 
 def check_writable(path: str | Path, what: str) -> None:

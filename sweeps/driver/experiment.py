@@ -16,10 +16,12 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
 from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
-from sweeps.spec import LAUNCH_FILE, Sweep
+from sweeps.plan.sweep_plan import SweepPlan
+from sweeps.spec import LAUNCH_FILE
 from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings
 
@@ -29,15 +31,10 @@ def trial_dirname(trial) -> str:
     return f"{trial.trial_id}_{label}"
 
 
-def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
-    from sweeps.plan.fusion import plan_fusion, unfusable
-    from sweeps.plan.warm import plan_warm_start
-    from sweeps.spec.signatures import save as save_signatures
-
-    spec = sweep.spec
-    out = paths.output / sweep.name
-    fused = plan_fusion(sweep, plan_warm_start(sweep), unfusable).active
-    save_signatures()  # what the fusion checks learnt: the next launch needs no torch for them
+def make_settings(plan: SweepPlan, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
+    """The settings every trial of the launch shares: the sweep file with what the launch settled
+    on written in (the cluster's GPU share, W&B's mode), and the plan's fused groups' roster."""
+    sweep, spec = plan.sweep, plan.spec
     return TrialSettings(
         spec=spec.model_copy(
             update={
@@ -45,16 +42,18 @@ def make_settings(sweep: Sweep, paths: Paths, wandb_mode: str, fit: ClusterFit) 
                 "wandb": spec.wandb.model_copy(update={"mode": wandb_mode}),
             }
         ),
-        wandb_dir=str(out),
-        chaos_dir=str(out / "chaos"),
+        wandb_dir=str(plan.out_dir),
+        chaos_dir=str(plan.out_dir / "chaos"),
         # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
-        train_storage=paths.experiment(sweep.name) + "/ddp",
+        train_storage=plan.paths.experiment(sweep.name) + "/ddp",
         has_search=sweep.has_search,
         cells={p.cell.name: p for p in sweep.plans},
         grid_columns=sweep.grid_columns,
         param_columns=sweep.param_columns,
         # a sweep with fused trials: the name of its run's roster actor (sweeps.trial.fused.roster)
-        fusion_roster=f"fusion-roster-{sweep.name}-{uuid.uuid4().hex[:8]}" if fused else None,
+        fusion_roster=(
+            f"fusion-roster-{sweep.name}-{uuid.uuid4().hex[:8]}" if plan.fusion.active else None
+        ),
     )
 
 
@@ -92,7 +91,7 @@ def make_trainable(
     return tune.with_resources(tune.with_parameters(fn, settings=settings), resources)
 
 
-def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
+def make_run_config(sweep: Any, paths: Paths, callbacks: list, verbose: int):
     from ray import tune
 
     spec = sweep.spec
@@ -108,72 +107,59 @@ def make_run_config(sweep: Sweep, paths: Paths, callbacks: list, verbose: int):
     )
 
 
-def make_searcher(sweep: Sweep, paths: Paths, wandb_mode: str):
-    """The sweep's searcher: every (cell, seed) x ``num_samples`` trials; with ``parameters``,
-    one Optuna study per (cell, seed) in ``<output>/<name>/optuna.journal``."""
-    from sweeps.plan.warm import apply_warm_start, plan_warm_start
+def make_searcher(plan: SweepPlan, wandb_mode: str):
+    """The sweep's searcher, from the plan's units, fused groups and warm start: every (cell,
+    seed) x ``num_samples`` trials; with ``parameters``, one Optuna study per (cell, seed) (per
+    cell when configurations are judged over seeds) in ``<output>/<name>/optuna.journal``."""
+    from sweeps.search.base import SweepSearcher
+    from sweeps.search.warm import apply_warm_start
+    from sweeps.spec.search_space import optuna_distributions
 
-    if (
-        sweep.spec.objectives and sweep.spec.per_configuration
-    ):  # over seeds: sweeps.search.moo_configs
-        from sweeps.search.base import sweep_units
+    sweep, spec, units = plan.sweep, plan.spec, list(plan.units)
+    if spec.objectives and spec.per_configuration:  # over seeds: sweeps.search.moo_configs
         from sweeps.search.moo_configs import make_moo_config_searcher
 
-        searcher = make_moo_config_searcher(sweep, paths, sweep_units(sweep), wandb_mode)
-        apply_warm_start(searcher, sweep, plan_warm_start(sweep))
-        return searcher
-    if sweep.spec.objectives:  # multi-objective studies: sweeps.moo
+        searcher = make_moo_config_searcher(sweep, plan.paths, units, wandb_mode)
+    elif spec.objectives:  # multi-objective studies: sweeps.search.moo
         from sweeps.search.moo import make_moo_searcher
 
-        searcher = make_moo_searcher(sweep, paths, wandb_mode)
-        apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # reused and told trials
-        return searcher
-    from sweeps.plan.cost import estimated_cost
-    from sweeps.search.base import SweepSearcher, optuna_distributions, sweep_units
-    from sweeps.spec.signatures import save as save_signatures
-
-    spec = sweep.spec
-    units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
-    from sweeps.plan.fusion import plan_fusion, unfusable
-
-    fusion = plan_fusion(sweep, plan_warm_start(sweep), unfusable)
-    save_signatures()  # the step costs and fusion checks learnt here serve the next launch
-    space, journal = None, None
-    if sweep.has_search:
-        space = optuna_distributions(spec.parameters, sweep.param_columns)
-        journal_path = paths.output / sweep.name / OPTUNA_JOURNAL
-        journal_path.parent.mkdir(parents=True, exist_ok=True)
-        journal = str(journal_path)
-    if spec.per_configuration:  # one study per cell, configurations judged over seeds
-        from sweeps.search.configs import make_config_searcher
-
-        searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
-        searcher.fusion_cap = fusion.cap if fusion.active else 1
+        searcher = make_moo_searcher(sweep, plan.paths, units, wandb_mode)
     else:
-        cls, kw = SweepSearcher, {}
-        if fusion.active:  # whole groups, one member after another (sweeps.search.fused)
-            from sweeps.search.fused import FusedSearcher
+        space, journal = None, None
+        if sweep.has_search:
+            space = optuna_distributions(spec.parameters, sweep.param_columns)
+            journal_path = plan.out_dir / OPTUNA_JOURNAL
+            journal_path.parent.mkdir(parents=True, exist_ok=True)
+            journal = str(journal_path)
+        if spec.per_configuration:  # one study per cell, configurations judged over seeds
+            from sweeps.search.configs import make_config_searcher
 
-            cls, kw = FusedSearcher, {"groups": list(fusion.groups)}
-        searcher = cls(
-            units,
-            num_samples=spec.num_samples if sweep.has_search else 1,
-            metric=spec.metric.name,
-            mode=spec.metric.mode,
-            space=space,
-            journal=journal,
-            sampler=spec.search.sampler,
-            sampler_seed=spec.search.seed,
-            wandb_enabled=wandb_mode != "disabled",
-            **kw,
-        )
-    apply_warm_start(searcher, sweep, plan_warm_start(sweep))  # warm_start: reused and told trials
+            searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
+            searcher.fusion_cap = plan.fusion.cap if plan.fusion.active else 1
+        else:
+            cls, kw = SweepSearcher, {}
+            if plan.fusion.active:  # whole groups, one member after another (sweeps.search.fused)
+                from sweeps.search.fused import FusedSearcher
+
+                cls, kw = FusedSearcher, {"groups": list(plan.fusion.groups)}
+            searcher = cls(
+                units,
+                num_samples=spec.num_samples if sweep.has_search else 1,
+                metric=spec.metric.name,
+                mode=spec.metric.mode,
+                space=space,
+                journal=journal,
+                sampler=spec.search.sampler,
+                sampler_seed=spec.search.seed,
+                wandb_enabled=wandb_mode != "disabled",
+                **kw,
+            )
+    apply_warm_start(searcher, sweep, plan.warm)  # warm_start: reused and told trials
     return searcher
 
 
 def run_tune(
-    sweep: Sweep,
-    paths: Paths,
+    plan: SweepPlan,
     settings: TrialSettings,
     fit: ClusterFit,
     resume: bool,
@@ -197,6 +183,7 @@ def run_tune(
     from sweeps.search.base import OptunaLinks
     from sweeps.search.teachers import teacher_callbacks
 
+    sweep, paths = plan.sweep, plan.paths
     path = paths.experiment(sweep.name)
     trainable = make_trainable(settings, trainable_fn)
     if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
@@ -214,13 +201,11 @@ def run_tune(
                 f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
                 f"--output (or storage.path), or delete the folder to start again."
             )
-        searcher = make_searcher(sweep, paths, settings.wandb.mode)
+        searcher = make_searcher(plan, settings.wandb.mode)
         # warm_start: the trials an earlier sweep finished are reused, not trained again
-        to_train = sweep.num_trials - getattr(searcher, "reused_count", 0)
+        to_train = plan.to_train
         # a fused group holds one trial's resources: the cap counts groups' worth of member trials
-        per_slot = sweep.spec.fusion.cap("gpu" if sweep.spec.resources.gpu else "cpu")
-        per_slot = per_slot if settings.fusion_roster is not None else 1
-        concurrent = min(fit.max_concurrent_trials * per_slot, max(1, to_train))
+        concurrent = min(fit.max_concurrent_trials * plan.trials_per_slot, max(1, to_train))
         if sweep.spec.per_configuration:
             # a seed paused at a rung holds no slot: the searcher counts the running ones itself
             searcher.limit, concurrent = concurrent, None

@@ -27,7 +27,8 @@ from sweeps.driver.budget import Meter
 from sweeps.driver.cluster import ClusterFit, Paths
 from sweeps.driver.preemption import Preemption
 from sweeps.layout import OPTUNA_JOURNAL
-from sweeps.plan.warm import WarmStart, plan_warm_start
+from sweeps.plan.sweep_plan import SweepPlan
+from sweeps.plan.warm import WarmStart
 from sweeps.spec import Sweep
 from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings
@@ -49,13 +50,11 @@ def stage_callbacks() -> list[Callable[[str], None]]:
 class Launch:
     """The state of one launch, made by its stages in order (each field says which)."""
 
-    sweep: Sweep
+    #: what the launch will do, worked out before it started (:mod:`sweeps.plan`)
+    plan: SweepPlan
     args: argparse.Namespace
     profile: str | None
     stop: Preemption
-    warm: WarmStart | None
-    paths: Paths
-    out_dir: Path
     #: W&B's mode for this launch (check_output)
     mode: str = "disabled"
     #: the budget's meter of this launch (start_budget)
@@ -80,17 +79,31 @@ class Launch:
 
     @classmethod
     def begin(
-        cls, sweep: Sweep, args: argparse.Namespace, profile: str | None, stop: Preemption
+        cls, plan: SweepPlan, args: argparse.Namespace, profile: str | None, stop: Preemption
     ) -> Launch:
-        output = Path(args.output).resolve()
-        paths = Paths(output=output, storage=sweep.spec.storage.path or str(output))
-        launch = cls(sweep, args, profile, stop, plan_warm_start(sweep), paths, output / sweep.name)
-        launch.guard = StorageGuard(paths.storage)
+        launch = cls(plan, args, profile, stop)
+        launch.guard = StorageGuard(plan.storage)
         return launch
 
     @property
+    def sweep(self) -> Sweep:
+        return self.plan.sweep
+
+    @property
     def spec(self) -> Any:
-        return self.sweep.spec
+        return self.plan.sweep.spec
+
+    @property
+    def warm(self) -> WarmStart | None:
+        return self.plan.warm
+
+    @property
+    def paths(self) -> Paths:
+        return self.plan.paths
+
+    @property
+    def out_dir(self) -> Path:
+        return self.plan.out_dir
 
     @property
     def journal(self) -> Path | None:

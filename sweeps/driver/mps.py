@@ -34,11 +34,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from sweeps.driver.environ import restore_environ
+from sweeps.plan.mps import MpsPlan, Want, plan_mps  # noqa: F401 (the command's plan)
 
 #: the MPS control program of NVIDIA's driver
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -47,32 +46,6 @@ PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
 DEFAULT_PIPE = Path("/tmp/nvidia-mps")
 #: seconds the daemon gets to open its control socket, and to quit
 START_SECONDS, QUIT_SECONDS = 10.0, 60.0
-
-Want = Literal["no", "yes", "required"]
-
-
-@dataclass(frozen=True)
-class MpsPlan:
-    """What a sweep wants of MPS: ``no``; ``yes`` where the node can (``auto``); ``required``
-    (``on``: a node without MPS is an error). ``reason`` says why, for the console."""
-
-    want: Want
-    reason: str
-
-
-def plan_mps(mode: str, gpu: float) -> MpsPlan:
-    """The sweep's part of the decision: ``resources.mps`` and the GPUs each trial holds."""
-    if mode == "off":
-        return MpsPlan("no", "resources.mps is off")
-    if gpu <= 0:
-        return MpsPlan("no", "the trials use no GPU (resources.gpu 0)")
-    if mode == "on":
-        return MpsPlan("required", f"resources.mps is on (resources.gpu {gpu:g})")
-    if gpu >= 1:
-        return MpsPlan("no", f"each trial holds whole GPUs (resources.gpu {gpu:g}): none is shared")
-    return MpsPlan(
-        "yes", f"trials share GPUs (resources.gpu {gpu:g}, {int(1 // gpu)} trials to a GPU)"
-    )
 
 
 def node_mps(
@@ -242,15 +215,13 @@ def _starts_its_own_ray(address: str | None) -> bool:
 
 
 @contextmanager
-def mps_for_sweep(sweep, address: str | None) -> Iterator[MpsDaemon | None]:
+def mps_for_sweep(plan: MpsPlan, address: str | None) -> Iterator[MpsDaemon | None]:
     """The launcher's MPS: a daemon for the sweep's trials while the block runs, when the sweep
-    wants one (:func:`plan_mps`), the launcher starts its own Ray (no ``--address``, or
+    wants one (``plan``, the launch plan's :func:`~sweeps.plan.mps.plan_mps`), the launcher starts its own Ray (no ``--address``, or
     ``local``) and this machine has MPS (:func:`node_mps`). Ray is stopped before the daemon.
 
     A sweep with ``resources.mps: on`` on a machine without MPS stops here, before Ray starts,
     with exit status 2 (as a bad ``--output`` does)."""
-    r = sweep.spec.resources
-    plan = plan_mps(r.mps, r.gpu)
     if plan.want == "no":
         yield None
         return

@@ -28,49 +28,8 @@ from sweeps.driver.launch_state import Launch
 from sweeps.driver.mps import mps_for_sweep
 from sweeps.driver.preemption import Preemption
 from sweeps.errors import LaunchError
-from sweeps.plan.warm import plan_warm_start
-from sweeps.spec import Sweep
+from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.spec.schema import SweepSpec
-from sweeps.stages.confirm import confirm_summary
-
-
-def trial_table(sweep: Sweep) -> str:
-    r = sweep.spec.resources
-    res = (
-        f"cpu={r.cpu:g}"
-        + (f" gpu={r.gpu:g}" if r.gpu else "")
-        + (f" workers={r.workers}" if r.workers > 1 else "")
-    )
-    samples = sweep.spec.num_samples if sweep.has_search else 1
-    rows = [("#", "cell", "seed", "samples", "resources")]
-    rows += [
-        (str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    search = ""
-    if sweep.has_search:
-        keys = ", ".join(sweep.spec.parameters)
-        search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
-        if sweep.spec.per_configuration:
-            search = (
-                f"; configurations judged over seeds: one Optuna {sweep.spec.search.sampler.upper()} study per "
-                f"cell over {keys}, {samples} configurations per cell, each trained on every seed and "
-                f"told the {sweep.spec.seeds.objective} over its seeds"
-            )
-        else:
-            search += " (per-unit mode: each (cell, seed) its own Optuna study)"
-    warm = plan_warm_start(sweep)
-    if warm is not None:
-        lines.append(warm.summary())
-    lines.append(
-        f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
-        f"{sweep.num_trials} trials{search}"
-    )
-    if confirm := confirm_summary(sweep):
-        lines.append(confirm)
-    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -116,14 +75,14 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
 LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT")
 
 
-def run_sweep(sweep: Sweep, args: argparse.Namespace, profile: str | None) -> int:
-    """Run a loaded sweep to its results; ``args`` is the launcher's command line."""
+def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) -> int:
+    """Run a planned sweep to its results; ``args`` is the launcher's command line."""
     from sweeps.stages import results as finish  # (the reports import pandas, torch and matplotlib)
 
     before, charged = launch_stages()
     # the MPS daemon (sweeps.driver.mps) is up before Ray starts and stopped after Ray stops
-    with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(sweep, args.address):
-        launch = Launch.begin(sweep, args, profile, stop)
+    with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(plan.mps, args.address):
+        launch = Launch.begin(plan, args, profile, stop)
         status = run_stages(launch, before)
         if status is None:
             with charging(launch.meter):  # every stage's time, till the results are written

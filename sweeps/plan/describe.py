@@ -1,11 +1,30 @@
-"""What ``--dry-run`` (and every launch) says about a sweep's fusion: the groups and their
-members, why some trials train alone, and what the fused sweep holds against the unfused one."""
+"""What ``--dry-run`` (and every launch) prints of its plan (:class:`~sweeps.plan.sweep_plan.SweepPlan`),
+exactly as the launch uses it: the trials and their resources, the warm start, the fused groups and
+their members (and why some trials train alone), the early stopping, the teachers' order, the
+stop rule, the budget."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Group
+from sweeps.spec.teachers import order_lines
+
+
+def describe(plan: Any) -> list[str]:
+    """The plan's lines, in the order a launch prints them."""
+    sweep = plan.sweep
+    lines = [trial_table(plan)]
+    lines += fusion_lines(sweep, plan.fusion)
+    note = sweep.early_stopping_note()
+    if note:
+        lines.append(note)
+    lines += order_lines(sweep)  # dependent trials: which cells wait for which
+    if sweep.spec.stop_when is not None:
+        lines.append(
+            f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)"
+        )
+    return lines + list(plan.budget_lines)
 
 
 def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
@@ -76,3 +95,57 @@ def members_text(sweep: Any, group: Group) -> str:
                 f"{', '.join(map(str, numbers))}"
             )
     return "; ".join(parts)
+
+
+def trial_table(plan: Any) -> str:
+    """The trials of each (cell, seed), their resources, the search and the warm start."""
+    sweep = plan.sweep
+    r = sweep.spec.resources
+    res = (
+        f"cpu={r.cpu:g}"
+        + (f" gpu={r.gpu:g}" if r.gpu else "")
+        + (f" workers={r.workers}" if r.workers > 1 else "")
+    )
+    samples = sweep.spec.num_samples if sweep.has_search else 1
+    rows = [("#", "cell", "seed", "samples", "resources")]
+    rows += [
+        (str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    search = ""
+    if sweep.has_search:
+        keys = ", ".join(sweep.spec.parameters)
+        search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
+        if sweep.spec.per_configuration:
+            search = (
+                f"; configurations judged over seeds: one Optuna {sweep.spec.search.sampler.upper()} study per "
+                f"cell over {keys}, {samples} configurations per cell, each trained on every seed and "
+                f"told the {sweep.spec.seeds.objective} over its seeds"
+            )
+        else:
+            search += " (per-unit mode: each (cell, seed) its own Optuna study)"
+    if plan.warm is not None:
+        lines.append(plan.warm.summary())
+    lines.append(
+        f"{len(sweep.cells)} cells x {len(sweep.spec.seed_values)} seed(s) = {len(sweep.plans)} grid points, "
+        f"{sweep.num_trials} trials{search}"
+    )
+    if confirm := confirm_summary(sweep):
+        lines.append(confirm)
+    return "\n".join(lines)
+
+
+def confirm_summary(sweep: Any) -> str | None:
+    """``--dry-run``'s line on the confirm trials (None without ``seeds.confirm``)."""
+    seeds = sweep.spec.confirm_seeds
+    if not seeds:
+        return None
+    n = len(sweep.cells) * len(seeds)
+    return (
+        f"then confirm: each cell's chosen configuration retrained on the fresh seed(s) {seeds}: "
+        f"{n} confirm trial(s) ({len(sweep.cells)} cells x {len(seeds)})"
+        + (", evaluated on test" if sweep.spec.heldout.enabled else "")
+        + ", reported beside the selection seeds"
+    )

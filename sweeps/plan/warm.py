@@ -183,13 +183,13 @@ def _find_reusable_configurations(
     """Configurations judged over seeds: an earlier configuration is reused whole, when every seed
     of the new sweep has an identical finished row of it and its Optuna trial is told to the new
     cell study (its number there: its place among the told trials, in the earlier order)."""
-    from sweeps.search.base import optuna_distributions
+    from sweeps.spec.search_space import optuna_distributions
 
     space = optuna_distributions(sweep.spec.parameters, sweep.param_columns)
     seeds = sweep.spec.seed_values
     unit_of = {(p.cell.name, p.seed): i for i, p in enumerate(sweep.plans)}
     for c, cell in enumerate(sweep.cells):
-        told = [t for t in warm.told.get(cell.slug, []) if _fits(t, space)]
+        told = [t for t in warm.told.get(cell.slug, []) if fits(t, space)]
         number_of = {t.number: k for k, t in enumerate(told)}
         groups: dict[int, dict[int, dict[str, Any]]] = {}
         for r in records:
@@ -212,7 +212,7 @@ def _find_reusable_configurations(
             warm.configurations.append((c, new, rows))
 
 
-def _fits(trial: Any, space: dict[str, Any]) -> bool:
+def fits(trial: Any, space: dict[str, Any]) -> bool:
     """An earlier Optuna trial's sampled values are exactly the new space's names, inside it."""
     if set(trial.params) != set(space):
         return False
@@ -251,86 +251,3 @@ def _earlier_trials(journal: Path) -> tuple[dict[str, list[Any]], dict[str, list
             out[name.split("/", 1)[-1]] = trials
             names[name.split("/", 1)[-1]] = study.metric_names
     return out, names
-
-
-def tell_earlier(study: Any, trials: list[Any], space: dict[str, Any], source: Path) -> int:
-    """Add the earlier finished ``trials`` to a new, empty ``study`` (``add_trial``), those whose
-    parameters are exactly the new ``space``'s names and lie inside its distributions and, when
-    COMPLETE, have one value per direction of ``study`` (a multi-objective study's vector, with the
-    trial's constraints for the samplers that read them). Returns how many were told."""
-    import optuna
-
-    told, n = 0, len(study.directions)
-    for t in trials:
-        if not _fits(t, space):
-            continue
-        complete = t.state == optuna.trial.TrialState.COMPLETE
-        if complete and len(t.values or []) != n:
-            continue  # another number of objectives: not this study's kind of result
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=t.params,
-                distributions=space,
-                values=list(t.values) if complete else None,
-                state=t.state,
-                intermediate_values=dict(t.intermediate_values),
-                user_attrs={**t.user_attrs, "warm_start_from": str(source)},
-                constraints=_constraints(t),
-            )
-        )
-        told += 1
-    return told
-
-
-def _constraints(trial: Any) -> dict[str, float] | None:
-    try:
-        found = trial.constraints
-    except (AttributeError, KeyError, TypeError):
-        return None
-    return dict(found) if isinstance(found, dict) and found else None
-
-
-def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
-    """Give a new searcher what the earlier sweep knows: the reused trials count as started in
-    their units, and every Optuna study is opened and told the earlier trials of its unit (or
-    cell). Sets ``searcher.reused_count``."""
-    searcher.reused_count = 0
-    if warm is None:
-        return
-    for i, rows in warm.reused.items():
-        searcher.started[i] += len(rows)
-    searcher.reused_count = warm.reused_count
-    if (
-        getattr(searcher, "teachers", None) is not None
-    ):  # reused teachers teach (sweeps.search.teachers)
-        searcher.teachers.adopt(warm.reused)
-    if not searcher.space or not warm.told:
-        return
-    if getattr(searcher, "studies", None):  # one study per cell (sweeps.search.configs)
-        opened = [(searcher._cell_study(c), name) for c, name in enumerate(searcher.studies)]
-    else:
-        opened = [(searcher._study(i), u.name) for i, u in enumerate(searcher.units)]
-    for study, name in opened:
-        suffix = name.split("/", 1)[-1]
-        earlier, names = warm.told.get(suffix), warm.names.get(suffix)
-        if names and study.metric_names and list(names) != list(study.metric_names):
-            continue  # a multi-objective study of other objectives: its values mean other things
-        if earlier and not study.trials:
-            tell_earlier(study, earlier, searcher.space, warm.folder)
-    for cell, number, rows in warm.configurations:  # reused whole: every seed has its outcome
-        trial = searcher._cell_study(cell).trials[number]
-        searcher.configs[(cell, number)] = {
-            "params": dict(trial.params),
-            "storage_id": trial._trial_id,
-            "next": len(rows),
-            "outcomes": {
-                str(s): {
-                    "ray_trial_id": r["trial_id"],
-                    "value": r.get(searcher.metric),
-                    "state": "PRUNED" if r.get("status") == "stopped" else "COMPLETE",
-                    "step": r.get("step"),
-                }
-                for s, r in rows.items()
-            },
-            "curve": {},
-        }

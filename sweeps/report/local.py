@@ -36,7 +36,7 @@ from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.markdown import results_sections
 from sweeps.report.results import read_results
-from sweeps.report.summary import cell_summary, model_points
+from sweeps.report.summary import cell_summary, front_points
 
 
 def build_local_report(
@@ -53,13 +53,14 @@ def build_local_report(
     # every timed trial trained fused: its training step and peaks are its group's one measurement
     timed = df.dropna(subset=["train_step_seconds"]) if "train_step_seconds" in df else df.iloc[0:0]
     fused = "fused_with" in timed and len(timed) > 0 and bool(timed["fused_with"].notna().all())
-    paths: dict[str, Path] = dict(plot_results(cell_summary(df, metric, mode), sweep_dir, fused))
+    summary = cell_summary(df, metric, mode)  # the summary rule, once for every table and plot
+    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, fused))
     paths.update(distill_plots(df, sweep_dir, metric, mode))  # BLEU vs lambda, per K
-    points = model_points(df, metric, mode)
+    points = front_points(summary)
     if not points.empty:
         paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
-    for heading, text in results_sections(df, metric, mode):
+    for heading, text in results_sections(df, metric, mode, summary):
         lines += ([f"## {heading}"] if heading else []) + [text]
         if not heading:  # after the preamble: the budget, the trials that lost their node
             lines += run_notes(df, sweep_dir)

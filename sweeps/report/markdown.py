@@ -295,14 +295,17 @@ def timing_text(df: pd.DataFrame) -> str:
 
 
 def results_sections(
-    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+    df: pd.DataFrame,
+    metric: str = VAL_BLEU,
+    mode: str = "max",
+    summary: pd.DataFrame | None = None,
 ) -> list[tuple[str, str]]:
     """The report's text, shared by results.md and the W&B Report: (heading, Markdown) pairs, the
     first with heading "" (the preamble: a warning when no decode time is a speed figure, the
     summary rule, seeds and trial counts). Then, for a sweep with a length axis, the paper's
     layout (:func:`length_table`); the long table (:func:`paper_table`); the Pareto front; the
-    failed trials."""
-    summary = cell_summary(df, metric, mode)
+    failed trials. ``summary``: :func:`cell_summary` of ``df`` where the caller made it already."""
+    summary = cell_summary(df, metric, mode) if summary is None else summary
     timed = seconds_column(df) == DECODE_SECONDS
     counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
     preamble = [timing_warning(summary, timed), summary_rule(df, metric, mode)]

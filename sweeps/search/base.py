@@ -19,70 +19,15 @@ marked FAIL, so the two agree.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
+from sweeps.plan.units import Unit
 from sweeps.search.teachers import TeacherBook
-from sweeps.spec import ParamSpec
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One (cell, seed): its Optuna study name, its position in the grid and its base config."""
-
-    name: str
-    index: int
-    seed: int
-    config: dict[str, Any]
-    max_steps: int | None = None  # a trial that ends before it was stopped by the scheduler
-    cost: float = 0.0  # expected length of its trials (sweeps.plan.cost): the longest start first
-    teacher: int | None = None  # the unit whose trials teach this one's (sweeps.search.teachers)
-
-
-def sweep_units(sweep: Any, cost: Callable[[Any], float] | None = None) -> list[Unit]:
-    """The sweep's units, in grid order: each plan's Optuna study name (``<sweep>/<unit>``), its
-    cell's position, seed, Tune config and ``max_steps``; ``cost(plan)`` its expected length
-    (:mod:`sweeps.plan.cost`), 0 without one."""
-    index = {c.slug: i for i, c in enumerate(sweep.cells)}
-    return [
-        Unit(
-            f"{sweep.name}/{p.unit}",
-            index[p.cell.slug],
-            p.seed,
-            p.trial_config(sweep.grid_columns),
-            p.trainer.get("max_steps"),
-            cost(p) if cost is not None else 0.0,
-            sweep.teacher_index(i) if getattr(sweep, "teachers", None) else None,
-        )
-        for i, p in enumerate(sweep.plans)
-    ]
-
-
-def optuna_distributions(
-    parameters: dict[str, ParamSpec], columns: dict[str, str]
-) -> dict[str, Any]:
-    """Optuna distributions under the parameters' flat names (``lr``, not ``model.lr``)."""
-    import optuna.distributions as od
-
-    by_key = {key: name for name, key in columns.items()}
-    space = {}
-    for key, p in parameters.items():
-        dist = p.resolved_distribution()
-        if dist == "categorical":
-            d = od.CategoricalDistribution(p.values)
-        elif dist in ("int_uniform", "int_log_uniform"):
-            d = od.IntDistribution(int(p.min), int(p.max), log=dist == "int_log_uniform")
-        elif dist == "log_uniform_values":
-            d = od.FloatDistribution(p.min, p.max, log=True)
-        else:
-            d = od.FloatDistribution(p.min, p.max)
-        space[by_key[key]] = d
-    return space
+from sweeps.spec.search_space import optuna_sampler
 
 
 class SweepSearcher(Searcher):
@@ -312,15 +257,6 @@ class OptunaLinks(Callback):
         from sweeps.layout import checkpoint_path
 
         self.searcher.record(trial.trial_id, "checkpoint_path", checkpoint_path(checkpoint.path))
-
-
-def optuna_sampler(name: str, seed: int) -> Any:
-    """The sweep file's ``search.sampler`` (``tpe`` or ``random``) as Optuna's sampler, seeded."""
-    import optuna
-
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def record_timings(journal: str, timings: dict[str, dict[str, Any]]) -> int:

@@ -18,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from sweeps.plan.units import Unit
 from sweeps.report.selection import aggregate, is_confirm
-from sweeps.search.base import SweepSearcher, Unit, optuna_sampler
+from sweeps.search.base import SweepSearcher
+from sweeps.spec.search_space import optuna_sampler
 
 
 def cell_study_name(sweep_name: str, cell_slug: str) -> str:

@@ -16,7 +16,8 @@ import pickle
 from typing import Any
 
 from sweeps.plan.fusion import FUSED_WITH, Group
-from sweeps.search.base import SweepSearcher, Unit
+from sweeps.plan.units import Unit
+from sweeps.search.base import SweepSearcher
 
 
 class FusedSearcher(SweepSearcher):

@@ -32,10 +32,12 @@ import pickle
 from typing import Any
 
 from sweeps.layout import OPTUNA_JOURNAL
-from sweeps.search.base import SweepSearcher, Unit, optuna_distributions, sweep_units
+from sweeps.plan.units import Unit
+from sweeps.search.base import SweepSearcher
 from sweeps.search.moo_studies import ObjectiveReader, StudyBook
 from sweeps.spec import unit_key
 from sweeps.spec.objectives import PROBED, baseline_of
+from sweeps.spec.search_space import optuna_distributions
 
 
 class MooSearcher(StudyBook, SweepSearcher):
@@ -243,7 +245,7 @@ class MooSearcher(StudyBook, SweepSearcher):
         self._fail_orphans()
 
 
-def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
+def make_moo_searcher(sweep: Any, paths: Any, units: list[Unit], wandb_mode: str) -> MooSearcher:
     """The probe stage (:func:`.probe.build_estimates`), then the searcher of a sweep with
     ``objectives``: one multi-objective Optuna study per (cell, seed) in ``optuna.journal``."""
     import os
@@ -259,7 +261,6 @@ def make_moo_searcher(sweep: Any, paths: Any, wandb_mode: str) -> MooSearcher:
     )
     named = {o.name for o in spec.objectives} | {c.name for c in spec.constraints}
     estimates = build_estimates(sweep, out) if named & set(PROBED) else None
-    units = sweep_units(sweep)
     space = optuna_distributions(spec.parameters, sweep.param_columns)
     return MooSearcher(
         units,

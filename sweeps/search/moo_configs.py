@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from sweeps.plan.units import Unit
 from sweeps.report.selection import aggregate
-from sweeps.search.base import Unit
 from sweeps.search.configs import ConfigSearcher, cell_study_name
 from sweeps.search.moo_studies import ObjectiveReader
 
@@ -190,8 +190,8 @@ def make_moo_config_searcher(sweep: Any, paths: Any, units: list[Unit], wandb_mo
     """The probe stage where an objective needs it (:func:`sweeps.timing.probe.build_estimates`),
     then the :class:`MooConfigSearcher` of the sweep."""
     from sweeps.layout import OPTUNA_JOURNAL
-    from sweeps.search.base import optuna_distributions
     from sweeps.spec.objectives import PROBED
+    from sweeps.spec.search_space import optuna_distributions
 
     spec = sweep.spec
     out = paths.output / sweep.name

@@ -52,7 +52,7 @@ class TeacherBook:
 
     @classmethod
     def of(cls, units: list[Any], samples: int, metric: str, mode: str) -> TeacherBook | None:
-        """The book of ``units`` (:class:`sweeps.search.base.Unit`), None when no unit has a teacher."""
+        """The book of ``units`` (:class:`sweeps.plan.units.Unit`), None when no unit has a teacher."""
         teacher_of = [getattr(u, "teacher", None) for u in units]
         if all(t is None for t in teacher_of):
             return None

@@ -25,20 +25,6 @@ from sweeps.trial.settings import TrialSettings
 CONFIRM_EXPERIMENT = "confirm"
 
 
-def confirm_summary(sweep: Sweep) -> str | None:
-    """``--dry-run``'s line on the confirm trials (None without ``seeds.confirm``)."""
-    seeds = sweep.spec.confirm_seeds
-    if not seeds:
-        return None
-    n = len(sweep.cells) * len(seeds)
-    return (
-        f"then confirm: each cell's chosen configuration retrained on the fresh seed(s) {seeds}: "
-        f"{n} confirm trial(s) ({len(sweep.cells)} cells x {len(seeds)})"
-        + (", evaluated on test" if sweep.spec.heldout.enabled else "")
-        + ", reported beside the selection seeds"
-    )
-
-
 def confirm_configs(sweep: Sweep, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The Tune configs of the confirm trials: per cell with a chosen configuration (in grid order)
     and per confirm seed, the cell's config with the chosen values, ``role: confirm`` and (over
@@ -86,7 +72,8 @@ def run_confirm(
     from sweeps.driver.console import SweepConsole
     from sweeps.driver.experiment import make_trainable, trial_dirname
     from sweeps.driver.trial_logs import KeepTrialLogs
-    from sweeps.search.base import SweepSearcher, Unit
+    from sweeps.plan.units import Unit
+    from sweeps.search.base import SweepSearcher
     from sweeps.storage import StorageGuard
 
     parent = paths.experiment(sweep.name)

@@ -113,7 +113,7 @@ def join_ray(launch: Launch) -> None:
         raise StopRequested from None
     launch.stop.arm()  # ray.init took SIGTERM for itself
     launch.fit = check_cluster(launch.sweep, launch.paths, conn.address)
-    launch.settings = make_settings(launch.sweep, launch.paths, launch.mode, launch.fit)
+    launch.settings = make_settings(launch.plan, launch.mode, launch.fit)
     launch.meter.rates = trial_rates(launch.settings.resources)  # as placed: no GPU, none charged
 
 
@@ -128,8 +128,7 @@ def train(launch: Launch) -> None:
             grid = []
         else:
             grid = run_tune(
-                sweep,
-                launch.paths,
+                launch.plan,
                 launch.settings,
                 launch.fit,
                 resume=launch.args.resume,

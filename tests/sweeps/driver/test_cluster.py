@@ -419,6 +419,7 @@ def connected(c) -> None:
 def test_ddp_trials_are_capped_to_what_the_real_cluster_holds(cluster, tmp_path):
     from sweeps.driver.cluster import Paths, check_cluster
     from sweeps.driver.experiment import make_settings, trial_resources
+    from sweeps.plan.sweep_plan import build_plan
 
     c, _ = cluster
     connected(c)
@@ -431,7 +432,8 @@ def test_ddp_trials_are_capped_to_what_the_real_cluster_holds(cluster, tmp_path)
     assert fit.max_concurrent_trials == 1 and fit.gpu == 1
     assert sweep.spec.max_concurrent_trials is None, "the validated spec is left as written"
     # Tune reserves the driver; Ray Train the workers
-    assert trial_resources(make_settings(sweep, paths, "disabled", fit)) == {"cpu": 1}
+    settings = make_settings(build_plan(sweep, tmp_path), "disabled", fit)
+    assert trial_resources(settings) == {"cpu": 1}
 
 
 def test_local_storage_fails_once_a_node_joins_from_another_host(cluster, tmp_path):

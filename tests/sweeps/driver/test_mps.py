@@ -142,8 +142,14 @@ def test_the_sweep_file_keys_and_their_refusals():
 # ---------------------------------------------------------------- the launcher's daemon
 
 
+def wants(*overrides: str):
+    """The MPS part of the launch plan of the quickstart sweep with ``overrides``."""
+    spec = sweep(*overrides).spec
+    return plan_mps(spec.resources.mps, spec.resources.gpu)
+
+
 def test_the_launcher_starts_a_daemon_for_its_own_ray_and_stops_it(fake_mps, capsys):
-    with mps_for_sweep(sweep("resources.gpu=0.5"), "local") as daemon:
+    with mps_for_sweep(wants("resources.gpu=0.5"), "local") as daemon:
         (start,) = mps_calls(fake_mps)
         assert start == f"start pipe={daemon.pipe} log={daemon.log} node="
         assert os.environ[PIPE_ENV] == str(daemon.pipe) and os.environ[LOG_ENV] == str(daemon.log)
@@ -160,7 +166,7 @@ def test_the_launcher_starts_a_daemon_for_its_own_ray_and_stops_it(fake_mps, cap
 
 def test_the_daemon_is_stopped_when_the_sweep_fails(fake_mps):
     with pytest.raises(ZeroDivisionError):
-        with mps_for_sweep(sweep("resources.gpu=0.5"), "local") as daemon:
+        with mps_for_sweep(wants("resources.gpu=0.5"), "local") as daemon:
             1 / 0  # noqa: B018
     assert [c.split()[0] for c in mps_calls(fake_mps)] == ["start", "quit"]
     assert PIPE_ENV not in os.environ and not daemon.root.exists()
@@ -168,9 +174,9 @@ def test_the_daemon_is_stopped_when_the_sweep_fails(fake_mps):
 
 def test_no_daemon_where_none_is_wanted_or_the_launcher_joins_a_cluster(fake_mps, capsys):
     for overrides, address in ([(), "local"], [("resources.gpu=1",), "local"]):
-        with mps_for_sweep(sweep(*overrides), address) as daemon:
+        with mps_for_sweep(wants(*overrides), address) as daemon:
             assert daemon is None
-    with mps_for_sweep(sweep("resources.gpu=0.5"), "127.0.0.1:6379") as daemon:
+    with mps_for_sweep(wants("resources.gpu=0.5"), "127.0.0.1:6379") as daemon:
         assert daemon is None
     assert mps_calls(fake_mps) == []
     assert "the cluster's scripts run a daemon on each node" in capsys.readouterr().out
@@ -182,7 +188,7 @@ def test_a_sweep_that_requires_mps_stops_before_ray_where_there_is_none(
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-cuda-mps-control anywhere
     monkeypatch.delenv(PIPE_ENV, raising=False)
     with pytest.raises(SystemExit) as stop:
-        with mps_for_sweep(sweep("resources.gpu=0.5", "resources.mps=on"), "local"):
+        with mps_for_sweep(wants("resources.gpu=0.5", "resources.mps=on"), "local"):
             pytest.fail("the sweep must not start")
     assert stop.value.code == 2
     assert "error: resources.mps is on, but this node has no nvidia-cuda-mps-control" in (
@@ -193,12 +199,12 @@ def test_a_sweep_that_requires_mps_stops_before_ray_where_there_is_none(
 def test_a_daemon_that_does_not_start(fake_mps, monkeypatch, capsys):
     """auto: the sweep runs without it, said; on: it stops before Ray with the program's words."""
     monkeypatch.setenv("FAKE_MPS_FAIL_START", "1")
-    with mps_for_sweep(sweep("resources.gpu=0.5"), "local") as daemon:
+    with mps_for_sweep(wants("resources.gpu=0.5"), "local") as daemon:
         assert daemon is None and PIPE_ENV not in os.environ
     err = capsys.readouterr().err
     assert "warning: MPS not started (" in err and "mps-control -d failed: An instance" in err
     with pytest.raises(SystemExit):
-        with mps_for_sweep(sweep("resources.gpu=0.5", "resources.mps=on"), "local"):
+        with mps_for_sweep(wants("resources.gpu=0.5", "resources.mps=on"), "local"):
             pass
     assert "already running" in capsys.readouterr().err
 
@@ -212,9 +218,10 @@ def test_the_local_ray_s_workers_see_the_daemon_and_ray_stops_before_it(tmp_path
         f"""
         import os, ray
         from sweeps.driver.mps import mps_for_sweep
+        from sweeps.plan.mps import plan_mps
         from sweeps.spec import load_spec
         sweep = load_spec({str(QUICKSTART)!r}, overrides=["resources.gpu=0.5"], profile="smoke")
-        with mps_for_sweep(sweep, "local") as daemon:
+        with mps_for_sweep(plan_mps(sweep.spec.resources.mps, 0.5), "local") as daemon:
             ray.init(address="local", num_cpus=1, include_dashboard=False,
                      object_store_memory=80 * 2**20, log_to_driver=False)
             seen = ray.get(ray.remote(lambda: os.environ.get("{PIPE_ENV}")).remote())
@@ -243,9 +250,10 @@ def test_a_preempted_launcher_stops_the_daemon(tmp_path):
         import time
         from sweeps.driver.mps import mps_for_sweep
         from sweeps.driver.preemption import Preemption
+        from sweeps.plan.mps import plan_mps
         from sweeps.spec import load_spec
         sweep = load_spec({str(QUICKSTART)!r}, overrides=["resources.gpu=0.5"], profile="smoke")
-        with Preemption() as preemption, mps_for_sweep(sweep, "local"):
+        with Preemption() as preemption, mps_for_sweep(plan_mps(sweep.spec.resources.mps, 0.5), "local"):
             print("running", flush=True)
             time.sleep(60)
         """

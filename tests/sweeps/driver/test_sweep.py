@@ -14,7 +14,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from sweep_helpers import (  # noqa: E402
+    PLANNING,
     SECRET,
+    counting_calls,
     interrupt_env,
     interrupted_trials,
     result_steps,
@@ -53,8 +55,13 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         ),
     )
     out = tmp_path / "out"
-    assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
+    with counting_calls() as calls:
+        assert main([str(spec), "--output", str(out), "--verbose", "0"]) == 0
     printed = capsys.readouterr().out
+    # the launch works its plan out once and every stage reads it; the report makes its summary
+    # of the cells once for every table and plot
+    assert calls(PLANNING) == {name: 1 for name in PLANNING}, calls(PLANNING)
+    assert calls({"cell_summary": "sweeps/report/summary.py"}) == {"cell_summary": 1}
 
     sweep_dir = out / "e2e"
     df = pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})

@@ -345,7 +345,8 @@ def test_a_converged_trial_is_its_own_status_and_finished():
 
 def test_the_searcher_hands_out_the_longest_trials_first():
     from sweeps.plan.cost import estimated_cost
-    from sweeps.search.base import SweepSearcher, Unit
+    from sweeps.plan.units import Unit
+    from sweeps.search.base import SweepSearcher
 
     trainer = {"max_steps": 3000}
     cells = [

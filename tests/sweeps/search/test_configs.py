@@ -17,9 +17,9 @@ pytest.importorskip("ray")
 from ray.tune.experiment import Trial  # noqa: E402
 from ray.tune.schedulers import TrialScheduler  # noqa: E402
 
+from sweeps.plan.units import Unit  # noqa: E402
 from sweeps.report.selection import aggregate  # noqa: E402
 from sweeps.schedulers.config_rungs import ConfigRungs  # noqa: E402
-from sweeps.search.base import Unit  # noqa: E402
 from sweeps.search.configs import ConfigSearcher  # noqa: E402
 
 

@@ -350,9 +350,10 @@ def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path)
     trained again: it stays RUNNING in Optuna and is told the same outcome when the first ends, never
     FAIL for a sample that did not fail (a FAIL that never ran, as the journal once held)."""
 
-    from sweeps.search.base import Unit, optuna_distributions
+    from sweeps.plan.units import Unit
     from sweeps.search.moo import MooSearcher
     from sweeps.spec import build_sweep
+    from sweeps.spec.search_space import optuna_distributions
 
     spec = moo_spec(
         "repeats",

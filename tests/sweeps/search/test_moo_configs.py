@@ -40,9 +40,10 @@ def test_the_dry_run_accepts_the_mode_and_refuses_pareto_stopping_in_it(tmp_path
 def test_optuna_is_told_the_vector_of_means_over_seeds(tmp_path):
     import optuna
 
-    from sweeps.search.base import optuna_distributions, sweep_units
+    from sweeps.plan.units import sweep_units
     from sweeps.search.moo_configs import MooConfigSearcher
     from sweeps.search.moo_studies import ObjectiveReader
+    from sweeps.spec.search_space import optuna_distributions
 
     spec = _spec(constraints=[{"name": "val/loss", "max": 3.0}])
     sweep = load_spec(write_spec(tmp_path, spec))

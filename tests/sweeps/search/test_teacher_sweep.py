@@ -20,7 +20,8 @@ ray = pytest.importorskip("ray")
 from sweep_helpers import tiny_spec, write_spec  # noqa: E402
 
 from sweeps.launch import main  # noqa: E402
-from sweeps.search.base import SweepSearcher, Unit  # noqa: E402
+from sweeps.plan.units import Unit  # noqa: E402
+from sweeps.search.base import SweepSearcher  # noqa: E402
 from sweeps.search.teachers import TeacherBook  # noqa: E402
 
 BAHDANAU = "attention=bahdanau"

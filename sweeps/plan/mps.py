@@ -1,0 +1,34 @@
+"""Whether a sweep's trials want an MPS daemon (NVIDIA's Multi-Process Service) under them: the
+plan's part of the decision, from ``resources.mps`` and the GPU share each trial holds. Whether the
+node has one, and starting it, is the driver's (:mod:`sweeps.driver.mps`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Want = Literal["no", "yes", "required"]
+
+
+@dataclass(frozen=True)
+class MpsPlan:
+    """What a sweep wants of MPS: ``no``; ``yes`` where the node can (``auto``); ``required``
+    (``on``: a node without MPS is an error). ``reason`` says why, for the console."""
+
+    want: Want
+    reason: str
+
+
+def plan_mps(mode: str, gpu: float) -> MpsPlan:
+    """The sweep's part of the decision: ``resources.mps`` and the GPUs each trial holds."""
+    if mode == "off":
+        return MpsPlan("no", "resources.mps is off")
+    if gpu <= 0:
+        return MpsPlan("no", "the trials use no GPU (resources.gpu 0)")
+    if mode == "on":
+        return MpsPlan("required", f"resources.mps is on (resources.gpu {gpu:g})")
+    if gpu >= 1:
+        return MpsPlan("no", f"each trial holds whole GPUs (resources.gpu {gpu:g}): none is shared")
+    return MpsPlan(
+        "yes", f"trials share GPUs (resources.gpu {gpu:g}, {int(1 // gpu)} trials to a GPU)"
+    )
