@@ -54,7 +54,7 @@ def plain_trial(plan_file: str, out_file: str) -> None:
     import lightning.pytorch as pl
     import torch
 
-    from sweeps.trial.build import build_datamodule, build_module, trainer_kwargs
+    from sweeps.build import build_datamodule, build_module, trainer_kwargs
 
     plan = json.loads(Path(plan_file).read_text())
     imported = time.time()
@@ -148,8 +148,8 @@ def launcher_child(out_file: str, argv: list[str]) -> int:
     stages: dict[str, float] = {}
 
     import sweeps.driver.cluster as cluster
-    import sweeps.driver.experiment as experiment
     import sweeps.report.local as report
+    import sweeps.stages.train as experiment
 
     def timed(module, name: str, key: str):
         fn = getattr(module, name)

@@ -106,10 +106,10 @@ def peak_rss_mb() -> float:
 
 def run_one(n: int, out: Path) -> dict[str, Any]:
     from sweeps.driver.cluster import check_cluster, describe_cluster
-    from sweeps.driver.experiment import make_settings, run_tune
     from sweeps.plan.sweep_plan import build_plan
     from sweeps.report.results import result_rows, write_results_csv
     from sweeps.spec import build_sweep
+    from sweeps.stages.train import make_settings, run_tune
 
     sweep = build_sweep(study(f"scale{n}", n))
     assert sweep.num_trials == n, sweep.num_trials

@@ -41,12 +41,12 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.driver.pipeline import run_sweep  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import check_folders, describe_folders, gpu_note  # noqa: E402
 from sweeps.plan.sweep_plan import build_plan  # noqa: E402
 from sweeps.spec import SpecError, load_spec, resume_launch  # noqa: E402
+from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 """Test-only: send a launcher a signal at a chosen point of a stage, instead of racing it from outside.
 
 The launcher tells the functions named in ``SWEEPS_STAGE_CALLBACKS`` (``module.function``) of each
-stage event (:mod:`sweeps.driver.launch_state`): a stage beginning (``training``, ``timing``,
+stage event (:mod:`sweeps.stages.launch_state`): a stage beginning (``training``, ``timing``,
 ``heldout``, ``reports`` ...), the timing or held-out stage starting work on its next models
 (``timing:start``: a batch, ``heldout:start``: one evaluation) and each model a stage finished
 (``timing:done``, ``heldout:done``, told once its record is written). A test that runs the

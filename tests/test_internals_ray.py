@@ -30,9 +30,9 @@ def stub_trial() -> Trial:
     return trial
 
 
-@internal("ray-movable-trial", "ray", "sweeps/driver/lost_nodes.py (MovableTrial, adopt)")
+@internal("ray-movable-trial", "ray", "sweeps/schedulers/lost_nodes.py (MovableTrial, adopt)")
 def test_a_trial_can_become_a_movable_trial_that_decides_its_own_failures():
-    from sweeps.driver.lost_nodes import MovableTrial, adopt
+    from sweeps.schedulers.lost_nodes import MovableTrial, adopt
 
     trial = stub_trial()
     adopt(trial)  # the class of a live object is swapped: Trial must keep no __slots__
@@ -53,12 +53,14 @@ def test_a_trial_can_become_a_movable_trial_that_decides_its_own_failures():
 
 
 @internal(
-    "ray-node-died-text", "ray", "sweeps/driver/lost_nodes.py (node_loss: _NODE_DIED, _NODE_END)"
+    "ray-node-died-text",
+    "ray",
+    "sweeps/schedulers/lost_nodes.py (node_loss: _NODE_DIED, _NODE_END)",
 )
 def test_the_lost_node_patterns_match_the_words_rays_gcs_writes():
     from ray.exceptions import NodeDiedError, RayActorError, RayTaskError
 
-    from sweeps.driver.lost_nodes import _NODE_DIED, _NODE_END
+    from sweeps.schedulers.lost_nodes import _NODE_DIED, _NODE_END
 
     gcs = Path(ray.__file__).parent / "core" / "src" / "ray" / "gcs" / "gcs_server"
     assert gcs.is_file(), f"{gcs} is not there to read the death causes from"

@@ -266,7 +266,7 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
 
     - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
     - GPUs asked for and offered: fails when this node's torch is a CPU-only build
-      (:func:`sweeps.plan.folders.check_gpu_torch`);
+      (:func:`check_gpu_torch`);
     - no GPU on a local machine: trials fall back to CPU (``gpu`` 0 in the returned fit);
       on a cluster without GPUs a warning only (an autoscaler may still add GPU nodes);
     - DDP trials: Tune sees only each trial's driver, so unless the spec caps it,
@@ -294,8 +294,6 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     total = ray.cluster_resources()
     gpus = float(total.get("GPU", 0))
     if r.gpu and gpus:
-        from sweeps.plan.folders import check_gpu_torch
-
         check_gpu_torch(address)  # a CPU-only torch beside GPUs stops here, before any trial
     if r.gpu and not gpus:
         if address is None:
@@ -321,3 +319,32 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
         # and an autoscaler sees the whole demand. (A custom searcher alone would get one at a time.)
         max_concurrent = max(200, int(1.1 * float(total.get("CPU", 0))))
     return ClusterFit(gpu=gpu, max_concurrent_trials=max_concurrent)
+
+
+def check_gpu_torch(address: str | None) -> None:
+    """A sweep asks for GPUs and the Ray it joined offers some: this process's torch must be able
+    to use them. On a node that offers GPUs (the driver's own) a CPU-only torch build stops the
+    launch (:class:`LaunchError`); with the GPUs on other nodes only, a warning (those nodes may
+    have another install; their trials check for themselves). Through Ray Client (``ray://``)
+    this process is on no node of the cluster: nothing to check here."""
+    import ray
+
+    from sweeps.integrations.torch_build import cpu_only_torch, gpu_torch_problem, torch_build
+
+    if (address or "").startswith("ray://") or not cpu_only_torch():
+        return
+    here = ray.get_runtime_context().get_node_id()
+    node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
+    gpus = float(node.get("Resources", {}).get("GPU", 0))
+    host = node.get("NodeManagerAddress", "this machine")
+    problem = gpu_torch_problem(f"the launcher's node {host} ({gpus:g} GPU(s) in Ray)")
+    if problem is None:  # the GPUs are declared for placement only (a simulated cluster)
+        return
+    if gpus:
+        raise LaunchError(problem)
+    print(
+        f"warning: the launcher's {torch_build()} cannot use a GPU; trials asking for "
+        f"resources.gpu run on the cluster's GPU nodes and stop at once where those have the same "
+        f'build (cluster/README.md, "A CUDA build of torch")',
+        flush=True,
+    )

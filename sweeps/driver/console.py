@@ -218,7 +218,7 @@ class SweepConsole(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
         """A trial Tune requeued: it lost its node (a move), or it failed and is retried."""
-        from sweeps.driver.lost_nodes import move_line, moves
+        from sweeps.schedulers.lost_nodes import move_line, moves
 
         shown = getattr(self, "_moves_shown", {})
         if len(moves(trial)) > shown.get(trial.trial_id, 0):

@@ -1,5 +1,5 @@
 """Variables of this process's environment put back as they were, set or unset: what a launch
-sets for its trials (:func:`sweeps.driver.pipeline.run_sweep`) and an MPS daemon's variables
+sets for its trials (:func:`sweeps.stages.pipeline.run_sweep`) and an MPS daemon's variables
 (:mod:`sweeps.driver.mps`) do not outlive them in a process that goes on (a notebook, a test)."""
 
 from __future__ import annotations

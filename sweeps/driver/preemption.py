@@ -1,7 +1,7 @@
 """A sweep stopped from outside: SIGTERM (a scheduler preempting the job, ``scancel``, a spot
 node's notice), SIGUSR1 (SLURM's warning before the time limit, ``--signal=B:USR1@N``) or Ctrl-C.
 
-Every stage of a launch honours the stop (:mod:`sweeps.stages.setup`), each in the way its work
+Every stage of a launch honours the stop (:mod:`sweeps.stages.pipeline`), each in the way its work
 allows, named by :meth:`Preemption.during`:
 
 - ``tune``: the Tune run stops through Ray Tune's own SIGINT handling: no trial starts, the

@@ -42,8 +42,8 @@ def evaluate_checkpoint(
     module logged. ``HeldoutError`` when the data has no test split (WMT with ``test_prefix: ""``)."""
     import lightning.pytorch as pl
 
+    from sweeps.build import build_datamodule
     from sweeps.timing.checkpoint import check_vocabulary, load_module
-    from sweeps.trial.build import build_datamodule
 
     module = load_module(checkpoint)
     dm = build_datamodule(dict(task), seed)

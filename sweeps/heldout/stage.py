@@ -15,14 +15,12 @@ are ended at once, nothing of them is written, and their rows say that ``--resum
 from __future__ import annotations
 
 import json
-import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_name
-from sweeps.integrations.wandb_runs import add_run_summary
 from sweeps.layout import HELDOUT_FILE, write_atomic
 from sweeps.report.selection import is_confirm, mark_chosen
 from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
@@ -201,31 +199,3 @@ def _evaluate(todo: list, resources: Any, say: Callable[[str], None], watch: Sta
                 say(f"[heldout] trial {row['trial_id']}: failed: {row[HELDOUT_ERROR]}")
                 continue
             yield row, metrics, path, fingerprint
-
-
-def publish_heldout(
-    results: Mapping[str, Mapping[str, float]], settings: Any, journal: Path | None
-) -> None:
-    """The test figures beside what the trial recorded while it trained: in its W&B run's summary
-    and, as the study's user attribute ``heldout`` (``{trial number: figures}``; a told trial is
-    frozen), in its Optuna study. A failure to reach one is said, not fatal."""
-    if settings.wandb.mode != "disabled":
-        for tid, values in results.items():
-            try:
-                add_run_summary(
-                    settings.wandb.mode,
-                    settings.wandb_dir,
-                    tid,
-                    dict(values),
-                    project=settings.wandb.project,
-                    entity=settings.wandb.entity,
-                )
-            except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
-                print(
-                    f"[heldout] trial {tid}: could not add test/bleu to its W&B run: {exc}",
-                    file=sys.stderr,
-                )
-    if journal is not None and results and journal.exists():
-        from sweeps.search.base import record_trial_attrs
-
-        record_trial_attrs(str(journal), "heldout", {k: dict(v) for k, v in results.items()})

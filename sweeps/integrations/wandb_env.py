@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from sweeps.driver.cluster import LaunchError
+from sweeps.errors import LaunchError
 
 
 def wandb_has_credentials() -> bool:

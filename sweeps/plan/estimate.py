@@ -10,8 +10,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from sweeps.driver.budget import KEYS, UNITS, Ledger
 from sweeps.layout import RESULTS_CSV
+from sweeps.report.ledger import KEYS, UNITS, Ledger
 from sweeps.report.results import FINISHED
 
 #: seconds a fresh timing process takes to start (torch and Lightning imported, the model and

@@ -28,8 +28,8 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
     runs, the Optuna journal, under ``<output>/<name>``), ``storage.path`` (Tune's checkpoints),
     and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
     fetches)."""
+    from sweeps.build import build_datamodule
     from sweeps.spec.signatures import signatures
-    from sweeps.trial.build import build_datamodule
 
     found = [Folder("--output", str(output))]
     if sweep.spec.storage.path:
@@ -113,39 +113,10 @@ def describe_folders(folders: list[Folder], limit: int = 3) -> str:
     return "writes to (all writable from here): " + "; ".join(parts[: limit + 2])
 
 
-def check_gpu_torch(address: str | None) -> None:
-    """A sweep asks for GPUs and the Ray it joined offers some: this process's torch must be able
-    to use them. On a node that offers GPUs (the driver's own) a CPU-only torch build stops the
-    launch (:class:`LaunchError`); with the GPUs on other nodes only, a warning (those nodes may
-    have another install; their trials check for themselves). Through Ray Client (``ray://``)
-    this process is on no node of the cluster: nothing to check here."""
-    import ray
-
-    from sweeps.trial.gpu import cpu_only_torch, gpu_torch_problem, torch_build
-
-    if (address or "").startswith("ray://") or not cpu_only_torch():
-        return
-    here = ray.get_runtime_context().get_node_id()
-    node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
-    gpus = float(node.get("Resources", {}).get("GPU", 0))
-    host = node.get("NodeManagerAddress", "this machine")
-    problem = gpu_torch_problem(f"the launcher's node {host} ({gpus:g} GPU(s) in Ray)")
-    if problem is None:  # the GPUs are declared for placement only (a simulated cluster)
-        return
-    if gpus:
-        raise LaunchError(problem)
-    print(
-        f"warning: the launcher's {torch_build()} cannot use a GPU; trials asking for "
-        f"resources.gpu run on the cluster's GPU nodes and stop at once where those have the same "
-        f'build (cluster/README.md, "A CUDA build of torch")',
-        flush=True,
-    )
-
-
 def gpu_note(sweep: Sweep) -> str | None:
     """``--dry-run``'s line when the sweep asks for GPUs and this machine's torch is CPU-only
     (Ray is not started then, so whether it offers GPUs is not known yet)."""
-    from sweeps.trial.gpu import cpu_only_torch, torch_build
+    from sweeps.integrations.torch_build import cpu_only_torch, torch_build
 
     if not sweep.spec.resources.gpu or not cpu_only_torch():
         return None

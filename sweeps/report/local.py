@@ -34,6 +34,7 @@ from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import RESULTS_CSV, RESULTS_MD
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections, split_confirm
+from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points
@@ -86,10 +87,8 @@ def build_local_report(
 
 def run_notes(df, sweep_dir: Path) -> list[str]:
     """results.md's notes on how the sweep ran: what it spent of its budget and whether the budget
-    ran out (:func:`sweeps.driver.budget.report_section`), the finished trials a stop left untimed,
+    ran out (:func:`sweeps.report.ledger.report_section`), the finished trials a stop left untimed,
     and the trials that lost their node and continued on another (results.csv's ``moved``)."""
-    from sweeps.driver.budget import report_section
-
     statuses = df["status"].value_counts().to_dict() if "status" in df else {}
     spent = report_section(sweep_dir, statuses)
     lines = ["## Budget", spent] if spent else []

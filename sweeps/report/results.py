@@ -221,7 +221,7 @@ def result_rows(
 def moved_columns(trial: Any) -> dict[str, Any]:
     """``moved``: how often the trial lost its node and continued on another (not a failure,
     not in ``retries``); ``moved_why``: each time, why and from which step. Tune's trial keeps its
-    moves in ``sweep_moves`` (:mod:`sweeps.driver.lost_nodes`)."""
+    moves in ``sweep_moves`` (:mod:`sweeps.schedulers.lost_nodes`)."""
     moves = list(getattr(trial, "sweep_moves", None) or [])
     why = "; ".join(
         m["why"] + (f", continued from step {m['step']}" if m.get("step") is not None else "")

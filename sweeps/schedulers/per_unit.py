@@ -16,7 +16,7 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from sweeps.driver.lost_nodes import adopt
+from sweeps.schedulers.lost_nodes import adopt
 from sweeps.spec import Sweep, unit_key
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from sweeps.plan.units import Unit
-from sweeps.report.selection import aggregate, is_confirm
+from sweeps.report.selection import aggregate
 from sweeps.search.base import SweepSearcher
 from sweeps.spec.search_space import optuna_sampler
 
@@ -276,56 +276,3 @@ def make_config_searcher(sweep: Any, units: list[Unit], space: dict, journal: st
         sampler_seed=spec.search.seed,
         wandb_enabled=wandb_mode != "disabled",
     )
-
-
-def publish_configurations(rows: list[dict], settings: Any, spec: Any) -> dict[str, dict[str, Any]]:
-    """Each configuration's aggregate over its seeds (the figure Optuna was told, and the mean)
-    into the W&B summary of every one of its seeds' runs: ``configuration/<metric>`` (the
-    ``objective``), ``configuration/<metric>_mean``, ``configuration/seeds``. Returns the figures by
-    Ray trial id; a W&B problem is said, not fatal."""
-    import sys
-
-    from sweeps.integrations.wandb_runs import add_run_summary
-    from sweeps.report.selection import FINISHED
-
-    metric, mode, objective = spec.metric.name, spec.metric.mode, spec.seeds.objective
-    groups: dict[tuple, list[dict]] = {}
-    for (
-        row
-    ) in rows:  # a confirm trial (sweeps.stages.confirm) is not one of the configuration's seeds
-        if row.get("configuration") is not None and row.get("trial_id") and not is_confirm(row):
-            groups.setdefault((row["cell"], row["configuration"]), []).append(row)
-    out: dict[str, dict[str, Any]] = {}
-    for members in groups.values():
-        values = [
-            float(r[metric])
-            for r in members
-            if r.get("status") in FINISHED and r.get(metric) is not None
-        ]
-        if not values:
-            continue
-        figures = {
-            f"configuration/{metric}": aggregate(values, objective, mode),
-            f"configuration/{metric}_mean": sum(values) / len(values),
-            "configuration/seeds": len(values),
-        }
-        for r in members:
-            out[r["trial_id"]] = figures
-    if settings.wandb.mode == "disabled":
-        return out
-    for tid, figures in out.items():
-        try:
-            add_run_summary(
-                settings.wandb.mode,
-                settings.wandb_dir,
-                tid,
-                figures,
-                project=settings.wandb.project,
-                entity=settings.wandb.entity,
-            )
-        except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
-            print(
-                f"[configurations] trial {tid}: could not add its aggregate to W&B: {exc}",
-                file=sys.stderr,
-            )
-    return out

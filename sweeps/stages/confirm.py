@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.driver.cluster import ClusterFit, Paths
-from sweeps.report.selection import CONFIRM, FINISHED, ROLE, SELECT, chosen_configurations
+from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations
 from sweeps.spec import Sweep
+from sweeps.stages.launch_state import Launch
 from sweeps.trial.settings import TrialSettings
 
 #: the confirm experiment's folder, inside the sweep's experiment folder
@@ -70,10 +71,10 @@ def run_confirm(
     from sweeps.driver.budget import charging
     from sweeps.driver.budget_clock import BudgetClock
     from sweeps.driver.console import SweepConsole
-    from sweeps.driver.experiment import make_trainable, trial_dirname
     from sweeps.driver.trial_logs import KeepTrialLogs
     from sweeps.plan.units import Unit
     from sweeps.search.base import SweepSearcher
+    from sweeps.stages.train import make_trainable, trial_dirname
     from sweeps.storage import StorageGuard
 
     parent = paths.experiment(sweep.name)
@@ -178,72 +179,18 @@ def confirm_stage(
     return more, plans, bool(cut)
 
 
-def publish_confirm(
-    rows: list[dict[str, Any]], settings: Any, journal: Any, sweep: Sweep
-) -> dict[str, dict[str, Any]]:
-    """The confirm figures where the sweep's other figures are: in the W&B summary of each confirm
-    run, its cell's mean over the confirm seeds (``confirm/<metric>``, ``confirm/test/bleu``,
-    ``confirm/seeds``); on each cell's Optuna study (or, per (cell, seed), its seeds' studies) the
-    user attribute ``confirm``: the configuration, and per confirm seed its trial id, metric and test
-    figures. Returns the cells' entries; a W&B or Optuna problem is said, not fatal."""
-    import sys
-
-    from sweeps.heldout.evaluate import TEST_COLUMNS
-
-    metric = sweep.spec.metric.name
-    per_cell: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r.get(ROLE) != CONFIRM or r.get("status") not in FINISHED:
-            continue
-        entry = per_cell.setdefault(
-            r["cell"], {"configuration": r.get("configuration"), "seeds": {}}
-        )
-        entry["seeds"][str(r["seed"])] = {
-            "trial_id": r["trial_id"],
-            metric: r.get(metric),
-            **{k: r[k] for k in TEST_COLUMNS if r.get(k) is not None},
-        }
-    for entry in per_cell.values():
-        for key in (metric, *TEST_COLUMNS):
-            values = [s[key] for s in entry["seeds"].values() if s.get(key) is not None]
-            if values:
-                entry[f"confirm/{key}"] = sum(values) / len(values)
-        entry["confirm/seeds"] = len(entry["seeds"])
-    if settings.wandb.mode != "disabled":
-        from sweeps.integrations.wandb_runs import add_run_summary
-
-        for entry in per_cell.values():
-            figures = {k: v for k, v in entry.items() if k.startswith("confirm/")}
-            for seed in entry["seeds"].values():
-                try:
-                    add_run_summary(
-                        settings.wandb.mode,
-                        settings.wandb_dir,
-                        seed["trial_id"],
-                        {"role": CONFIRM, **figures},
-                        project=settings.wandb.project,
-                        entity=settings.wandb.entity,
-                    )
-                except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
-                    print(f"[confirm] trial {seed['trial_id']}: not in W&B: {exc}", file=sys.stderr)
-    if per_cell and sweep.has_search and journal is not None and journal.exists():
-        _record_in_studies(per_cell, journal, sweep)
-    return per_cell
-
-
-def _record_in_studies(per_cell: dict[str, dict[str, Any]], journal: Any, sweep: Sweep) -> int:
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    slugs = {c.name: c.slug for c in sweep.cells}
-    storage = JournalStorage(JournalFileBackend(str(journal)))
-    reached = 0
-    for name in optuna.get_all_study_names(storage):
-        suffix = name.split("/", 1)[-1]
-        for cell, entry in per_cell.items():
-            slug = slugs.get(cell)
-            if slug and (suffix == slug or suffix.startswith(f"{slug}-seed")):
-                optuna.load_study(study_name=name, storage=storage).set_user_attr("confirm", entry)
-                reached += 1
-    return reached
+def confirm(launch: Launch) -> None:
+    """The chosen configurations retrained on the fresh ``confirm_seeds``."""
+    more, plans, cut = confirm_stage(
+        launch.sweep,
+        launch.paths,
+        launch.settings,
+        launch.fit,
+        launch.rows,
+        launch.args.verbose,
+        launch.guard,
+        launch.meter,
+    )
+    launch.rows += more
+    launch.plans.update(plans)
+    launch.interrupted |= cut

@@ -9,8 +9,6 @@ import shlex
 import sys
 
 from sweeps.driver.budget import EXIT_BUDGET
-from sweeps.driver.launch_state import Launch
-from sweeps.driver.lost_nodes import moved_summary
 from sweeps.driver.preemption import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from sweeps.integrations.wandb_env import wandb_sync_hint
 from sweeps.integrations.wandb_runs import close_cut_run, offline_run_dirs
@@ -24,6 +22,8 @@ from sweeps.report.results import (
     results_frame,
     write_results_csv,
 )
+from sweeps.schedulers.lost_nodes import moved_summary
+from sweeps.stages.launch_state import Launch
 from sweeps.storage import find_storage_fault
 
 #: the statuses of trials a stop left for later

@@ -19,6 +19,7 @@ import lightning.pytorch as pl
 import torch
 
 from datamodules import TASKS
+from sweeps.build import build_datamodule
 from sweeps.spec.signatures import datamodule_param_types
 from sweeps.timing.files import (  # noqa: F401 (re-exported: where they were before)
     SPLITS,
@@ -28,7 +29,6 @@ from sweeps.timing.files import (  # noqa: F401 (re-exported: where they were be
     same_checkpoint,
 )
 from sweeps.timing.measure import DecodeTiming, TimingError, measure_decode_time
-from sweeps.trial.build import build_datamodule
 
 DATAMODULE_SETTINGS_KEY = (
     pl.LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY
@@ -135,7 +135,7 @@ def check_vocabulary(module: pl.LightningModule, dm: pl.LightningDataModule) -> 
 def load_for_timing(
     checkpoint: str | Path, task: Mapping[str, Any], seed: int = 0, split: str = "valid"
 ) -> tuple[pl.LightningModule, pl.LightningDataModule, Any]:
-    """Load a checkpoint and build the task's datamodule (``sweeps.trial.build.build_datamodule``);
+    """Load a checkpoint and build the task's datamodule (``sweeps.build.build_datamodule``);
     returns the module, the datamodule and the DataLoader of ``split``."""
     module = load_module(checkpoint)
     task = dict(task)

@@ -86,7 +86,7 @@ def timing_settings(**values: Any) -> TimingSpec:
 
 class StageWatch(Protocol):
     """What a stage after training (timing, held-out) reports to while it runs: the launcher's
-    state of the launch (:class:`sweeps.driver.launch_state.Launch`)."""
+    state of the launch (:class:`sweeps.stages.launch_state.Launch`)."""
 
     def poll(self, cpus: float, gpus: float) -> bool:
         """Called between the stage's steps with the CPUs and GPUs its processes hold now (the

@@ -302,9 +302,9 @@ def time_models(
     ``train_peak_mb``: :func:`sweeps.timing.probe_train.train_cost`, on ``train_steps`` batches)."""
     import torch
 
+    from sweeps.build import build_datamodule, build_module
     from sweeps.timing.measure import fastest_probe
     from sweeps.timing.measure import measure_decode_time as measure
-    from sweeps.trial.build import build_datamodule, build_module
 
     task = dict(task)
     if "num_workers" in task:

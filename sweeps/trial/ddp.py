@@ -1,8 +1,8 @@
 """Multi-worker (DDP) trials: one Tune trial drives a Ray Train ``TorchTrainer`` of N workers.
 
-Chosen by ``resources: {workers: N}`` with N > 1 in a sweep file; :mod:`sweeps.driver.experiment` picks
+Chosen by ``resources: {workers: N}`` with N > 1 in a sweep file; :mod:`sweeps.stages.train` picks
 :func:`run_ddp_trial` as the trainable for such studies. The Tune trial itself is a thin driver (one CPU, see
-:func:`sweeps.driver.experiment.trial_resources`); Ray Train V2 reserves the N workers (``cpu``/``gpu`` each)
+:func:`sweeps.stages.train.trial_resources`); Ray Train V2 reserves the N workers (``cpu``/``gpu`` each)
 in a placement group of its own and runs :func:`train_loop_per_worker` on each, with Lightning's
 DDP through ``RayDDPStrategy`` / ``RayLightningEnvironment`` / ``prepare_trainer`` -- gloo on CPU,
 NCCL on GPUs.

@@ -21,14 +21,14 @@ import lightning.pytorch as pl
 import torch
 
 from datamodules.resumable import RngStateCallback
+from sweeps.build import build_datamodule, build_module, trainer_kwargs
 from sweeps.errors import ChaosError, GpuTorchError
+from sweeps.integrations.torch_build import gpu_torch_problem
 from sweeps.spec import TrialPlan
 from sweeps.storage import find_storage_fault, quiet_close
 from sweeps.trial import phases
-from sweeps.trial.build import build_datamodule, build_module, trainer_kwargs
 from sweeps.trial.callbacks import Chaos, TuneReport
 from sweeps.trial.checkpoints import restore_checkpoint
-from sweeps.trial.gpu import gpu_torch_problem
 from sweeps.trial.lifecycle import STOP_REQUESTED, quiet_logs
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_logger import log_heatmaps

@@ -1,5 +1,5 @@
 """Typed, sweep-wide settings every trial of a sweep shares. Built once by
-:func:`sweeps.driver.experiment.make_settings`, handed to the trainables through
+:func:`sweeps.stages.train.make_settings`, handed to the trainables through
 ``tune.with_parameters`` (so they are stored once, not in every trial's config).
 
 The trial reads the sweep file's own sections (``settings.spec.storage``, ``settings.spec.chaos``,

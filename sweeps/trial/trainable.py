@@ -1,6 +1,6 @@
 """The single-process trainable: the function Ray Tune runs once per trial (one process, a
 fractional or whole GPU or CPUs). Multi-worker trials use :mod:`sweeps.trial.ddp`; both are built from
-:mod:`sweeps.trial.kit`, and :mod:`sweeps.driver.experiment` picks one."""
+:mod:`sweeps.trial.kit`, and :mod:`sweeps.stages.train` picks one."""
 
 from __future__ import annotations
 

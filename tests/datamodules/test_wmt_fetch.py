@@ -732,8 +732,8 @@ def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, 
     """sweeps/wmt17.yaml with download on: the launcher's one prepare_data pass over the sweep's
     plans (before Ray starts) fetches each pair once; each trial's own prepare_data downloads
     nothing and hits the BPE/token caches."""
+    from sweeps.build import build_datamodule, prepare_data
     from sweeps.spec import load_spec
-    from sweeps.trial.build import build_datamodule, prepare_data
 
     sweep = load_spec(
         ROOT / "sweeps" / "wmt17.yaml",

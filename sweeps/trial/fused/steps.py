@@ -18,9 +18,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from sweeps.build import build_datamodule, build_module
 from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
 from sweeps.spec import TrialPlan
-from sweeps.trial.build import build_datamodule, build_module
 from sweeps.trial.callbacks import write_hypotheses
 
 

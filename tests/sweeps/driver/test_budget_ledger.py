@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 from sweep_helpers import tiny_spec, write_spec
 
-from sweeps.driver.budget import Ledger, Meter, trial_rates
+from sweeps.driver.budget import Meter, trial_rates
 from sweeps.plan.estimate import budget_lines
+from sweeps.report.ledger import Ledger
 from sweeps.spec import load_spec, resume_launch, save_launch
 from sweeps.spec.schema import BudgetSpec, ResourcesSpec
 
@@ -178,7 +179,7 @@ def test_a_ledger_saved_before_tune_starts_does_not_make_the_folder_a_sweep(tmp_
     stage slower than that writes budget.json before Tune has written anything. The launch must
     still take the folder for a new sweep (it refused its own run on a loaded machine), and
     ``--resume`` must still find nothing to resume there."""
-    from sweeps.driver.experiment import holds_sweep
+    from sweeps.stages.train import holds_sweep
 
     folder = tmp_path / "quickstart"
     folder.mkdir()

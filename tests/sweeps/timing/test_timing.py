@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from datamodules import CopyTaskDataModule, WMT17DataModule
+from sweeps.build import build_module
 from sweeps.timing import measure
 from sweeps.timing import pinned as pinned_module
 from sweeps.timing.checkpoint import (
@@ -40,7 +41,6 @@ from sweeps.timing.measure import (
 from sweeps.timing.pinned import side_by_side, time_checkpoint_pinned, time_checkpoints_pinned
 from sweeps.timing.record import TIMING_FILE, DecodeTiming, read_record, repeats_note, train_note
 from sweeps.timing.stage import measure_options, run_timing_stage
-from sweeps.trial.build import build_module
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY_WMT = ROOT / "tests" / "data" / "wmt-ende-tiny"

@@ -16,10 +16,10 @@ import pytest
 from stage_hook import timing_processes
 
 from datamodules import CopyTaskDataModule
+from sweeps.build import build_module
 from sweeps.timing.jobs import TimingJob, priority, timing_settings
 from sweeps.timing.record import TIMING_FILE
 from sweeps.timing.stage import run_timing_stage
-from sweeps.trial.build import build_module
 
 COPY = dict(vocab_size=8, max_length=4, train_size=64, val_size=16, batch_size=8)
 

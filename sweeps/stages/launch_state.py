@@ -1,4 +1,4 @@
-"""One launch of a sweep as its stages see it (:mod:`sweeps.stages.setup`): what the command line
+"""One launch of a sweep as its stages see it (:mod:`sweeps.stages.pipeline`): what the command line
 asked for, what each stage found or made (the Ray connection's fit, the trial settings, the rows
 and plans of the trials), whether the launch is stopping, and how a stage that waits on Ray tasks
 polls for that (:meth:`Launch.poll`: the budget charged for what the stage holds, the stop

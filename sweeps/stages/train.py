@@ -21,7 +21,10 @@ from typing import Any
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
 from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
 from sweeps.plan.sweep_plan import SweepPlan
+from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
+from sweeps.report.results import result_rows
 from sweeps.spec import LAUNCH_FILE
+from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings
 
@@ -285,3 +288,45 @@ def only_launch_files(folder: Path) -> bool:
     record of the run's overrides, and the budget ledger (saved while a slow data or Ray stage
     runs). Such a folder holds no sweep yet."""
     return all(p.name in (LAUNCH_FILE, BUDGET_FILE) for p in folder.iterdir())
+
+
+def train(launch: Launch) -> None:
+    """The sweep's Tune experiment, run or resumed; the rows and plans of its trials. Tune takes
+    Ctrl-C (and the SIGINT a preemption or the budget sends) itself and returns normally: the
+    unfinished or never-started trials are how the launch knows it was cut."""
+    sweep, warm = launch.sweep, launch.warm
+    try:
+        if warm is not None and warm.reused_count >= sweep.num_trials:
+            print("every planned trial is reused from the warm start: nothing to train", flush=True)
+            grid = []
+        else:
+            grid = run_tune(
+                launch.plan,
+                launch.settings,
+                launch.fit,
+                resume=launch.args.resume,
+                verbose=launch.args.verbose,
+                guard=launch.guard,
+                meter=launch.meter,
+            )
+    except KeyboardInterrupt:
+        launch.interrupted, grid = True, []
+    launch.grid = grid
+    launch.interrupted |= launch.guard.fault is not None  # the unfinished continue on --resume
+    if grid:
+        # warm_start: the trials an earlier sweep finished are reused, not trained again
+        expected = sweep.num_trials - (warm.reused_count if warm else 0)
+        launch.interrupted |= (
+            len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
+        )
+        launch.rows, launch.plans = result_rows(grid, launch.settings.plan, launch.spec.parameters)
+        for row in launch.rows:  # what a later warm start compares its plans with
+            row[PLAN_HASH] = plan_fingerprint(launch.plans[row["trial_id"]][0])
+
+
+def reuse_warm(launch: Launch) -> None:
+    """warm_start: the earlier sweep's trials, as they were (and their plans, so the held-out
+    stage can test them)."""
+    if launch.warm is not None:
+        launch.rows += launch.warm.rows()
+        launch.plans.update(launch.warm.plans(launch.sweep, launch.out_dir))

@@ -22,8 +22,8 @@ from ray.exceptions import (  # noqa: E402
 from ray.tune import PlacementGroupFactory  # noqa: E402
 from ray.tune.experiment import Trial  # noqa: E402
 
-from sweeps.driver.lost_nodes import MovableTrial, adopt, moved_summary, node_loss  # noqa: E402
 from sweeps.report.results import moved_columns  # noqa: E402
+from sweeps.schedulers.lost_nodes import MovableTrial, adopt, moved_summary, node_loss  # noqa: E402
 
 NODE = "6a4be082a2e7b9db0fd668c797ebbf055e7fc76b2ea6ef83f651e3c9"
 

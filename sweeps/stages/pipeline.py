@@ -1,11 +1,11 @@
 """The stages of a launch, after the command line is read (:mod:`sweeps.launch`), run top to
-bottom over one state of the launch (:class:`~sweeps.driver.launch_state.Launch`): check the output
+bottom over one state of the launch (:class:`~sweeps.stages.launch_state.Launch`): check the output
 and storage, start the budget's meter, prepare the data once, join or start Ray, run the one Tune
 experiment, time the finished models alone (:mod:`sweeps.timing`), retrain the chosen
 configurations on fresh seeds, evaluate the chosen trials on the test split
 (:mod:`sweeps.heldout`), publish the figures, then write results.csv, results.md and the plots,
 and say how to continue (:mod:`sweeps.stages.results`). The stages themselves are in
-:mod:`sweeps.stages.setup`.
+:mod:`sweeps.stages` (setup, train, measure, confirm, publish, results).
 
 Each stage begins where a stop request is checked: SIGTERM or SIGUSR1 (a preemption), Ctrl-C,
 or the budget spent. A stop skips the stages after it, and each stage honours one that comes while
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from sweeps.driver.budget import charging
 from sweeps.driver.environ import environ_restored
-from sweeps.driver.launch_state import Launch
 from sweeps.driver.mps import mps_for_sweep
 from sweeps.driver.preemption import Preemption
 from sweeps.errors import LaunchError
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.spec.schema import SweepSpec
+from sweeps.stages.launch_state import Launch
 
 
 @dataclass(frozen=True)
@@ -50,21 +50,27 @@ class Stage:
 def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
     """The stages before the budget's meter runs, and the charged ones, in order."""
     # The stages import torch, Ray and matplotlib (seconds): --dry-run and --help do without.
-    from sweeps.stages import setup as s
+    from sweeps.stages import confirm, measure, publish, setup, train
 
     before = (
-        Stage("check", s.check_output, "raise", "setup"),
-        Stage("budget", s.start_budget, "raise", "setup"),
+        Stage("check", setup.check_output, "raise", "setup"),
+        Stage("budget", setup.start_budget, "raise", "setup"),
     )
     charged = (
-        Stage("data", s.prepare_data, "raise", "setup"),
-        Stage("ray", s.join_ray, "raise", "setup"),
-        Stage("training", s.train, "tune", "training"),
-        Stage("timing", s.time_models, "poll", "timing", lambda spec: spec.timing.enabled),
-        Stage("warm", s.reuse_warm, "raise", "training", always=True),
-        Stage("confirm", s.confirm, "tune", "confirm", lambda spec: bool(spec.confirm_seeds)),
-        Stage("heldout", s.evaluate_heldout, "poll", "heldout", lambda spec: spec.heldout.enabled),
-        Stage("publish", s.publish, "poll", "reports", always=True),
+        Stage("data", setup.prepare_data, "raise", "setup"),
+        Stage("ray", setup.join_ray, "raise", "setup"),
+        Stage("training", train.train, "tune", "training"),
+        Stage("timing", measure.time_models, "poll", "timing", lambda spec: spec.timing.enabled),
+        Stage("warm", train.reuse_warm, "raise", "training", always=True),
+        Stage("confirm", confirm.confirm, "tune", "confirm", lambda spec: bool(spec.confirm_seeds)),
+        Stage(
+            "heldout",
+            measure.evaluate_heldout,
+            "poll",
+            "heldout",
+            lambda spec: spec.heldout.enabled,
+        ),
+        Stage("publish", publish.publish, "poll", "reports", always=True),
     )
     return before, charged
 

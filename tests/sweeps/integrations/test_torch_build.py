@@ -23,7 +23,7 @@ pytest.importorskip("ray")
 
 from sweep_helpers import tiny_spec, write_spec  # noqa: E402
 
-from sweeps.trial.gpu import SIMULATED_GPUS, cpu_only_torch, gpu_torch_problem  # noqa: E402
+from sweeps.integrations.torch_build import SIMULATED_GPUS, cpu_only_torch, gpu_torch_problem  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [

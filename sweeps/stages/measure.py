@@ -1,0 +1,37 @@
+"""The stages that measure the trained models, after training: each finished model timed alone
+(:mod:`sweeps.timing`), and the trials chosen on validation evaluated once on the test split
+(:mod:`sweeps.heldout`); each publishes its figures beside the trials' own
+(:mod:`sweeps.stages.publish`) once every model is done."""
+
+from __future__ import annotations
+
+from sweeps.heldout.stage import evaluate_chosen_trials, stopped_rows
+from sweeps.stages.launch_state import Launch
+from sweeps.stages.publish import publish_heldout, publish_timings
+from sweeps.timing.stage import time_finished_trials
+
+
+def time_models(launch: Launch) -> None:
+    """Each finished trial's model timed alone, between measurements watching for a stop; the
+    figures published beside the trial's own once every model is timed."""
+    cut = time_finished_trials(
+        launch.rows, launch.plans, launch.out_dir, launch.spec.timing, watch=launch
+    )
+    if cut:  # the models not timed are timed by --resume
+        launch.interrupted = True
+        return
+    publish_timings(launch.rows, launch.settings, launch.journal)
+
+
+def evaluate_heldout(launch: Launch) -> None:
+    """The trials chosen on validation, evaluated once each on the test split (the GPU share the
+    cluster check settled on: ``settings.spec``), watching for a stop between evaluations."""
+    tested = evaluate_chosen_trials(
+        launch.rows, launch.plans, launch.out_dir, launch.settings.spec, watch=launch
+    )
+    if stopped_rows(launch.rows):  # the evaluations left are made by --resume
+        launch.interrupted = True
+        return
+    reused = launch.warm.reused_ids() if launch.warm else ()
+    here = {t: v for t, v in tested.items() if t not in reused}
+    publish_heldout(here, launch.settings, launch.journal)

@@ -1,0 +1,193 @@
+"""What the stages after the Tune run measured, put where each trial's own figures already are:
+the summary of its W&B run (reopened by id online, written into its run log offline) and its Optuna
+study's user attributes (a told trial is frozen, so figures go on the study, keyed by the trial's
+number). One publisher (:func:`publish_figures`) for the timing stage's figures, the held-out
+stage's test figures, a configuration's aggregate over its seeds and the confirm stage's; a failure
+to reach W&B or Optuna is said, never fatal: the results are written all the same."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from sweeps.heldout.evaluate import TEST_COLUMNS
+from sweeps.integrations.wandb_runs import add_run_summary
+from sweeps.layout import OPTUNA_JOURNAL
+from sweeps.report.results import TIMING_COLUMNS
+from sweeps.report.selection import CONFIRM, FINISHED, ROLE, aggregate, is_confirm
+from sweeps.stages.launch_state import Launch
+
+
+def publish_figures(
+    figures: Mapping[str, Mapping[str, Any]],
+    settings: Any,
+    journal: Path | None,
+    attr: str | None,
+    what: str,
+) -> None:
+    """``figures`` (by Ray trial id) into each trial's W&B run summary and, with ``attr``, onto
+    its Optuna study as the user attribute ``attr`` (:func:`record_trial_attrs`). ``what`` names
+    them in a line that says a trial's W&B run could not be reached."""
+    if settings.wandb.mode != "disabled":
+        for tid, values in figures.items():
+            try:
+                add_run_summary(
+                    settings.wandb.mode,
+                    settings.wandb_dir,
+                    tid,
+                    dict(values),
+                    project=settings.wandb.project,
+                    entity=settings.wandb.entity,
+                )
+            except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
+                print(
+                    f"[{what}] trial {tid}: could not add the {what} figures to its W&B run: {exc}",
+                    file=sys.stderr,
+                )
+    if attr is not None and figures and journal is not None and journal.exists():
+        record_trial_attrs(str(journal), attr, {k: dict(v) for k, v in figures.items()})
+
+
+def publish_timings(rows: list[dict], settings: Any, journal: Path | None) -> None:
+    """The timing stage's figures (decode time, the training step, the peaks) of every timed row,
+    as the study attribute ``decode_timing``."""
+    timings = {}
+    for row in rows:
+        values = {c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None}
+        if values:
+            timings[row["trial_id"]] = values
+    publish_figures(timings, settings, journal, "decode_timing", "timing")
+
+
+def publish_heldout(
+    results: Mapping[str, Mapping[str, float]], settings: Any, journal: Path | None
+) -> None:
+    """The held-out stage's test figures (``test/bleu`` ...), as the study attribute ``heldout``."""
+    publish_figures(results, settings, journal, "heldout", "heldout")
+
+
+def publish_configurations(rows: list[dict], settings: Any, spec: Any) -> dict[str, dict[str, Any]]:
+    """Each configuration's aggregate over its seeds (the figure Optuna was told, and the mean)
+    into the W&B summary of every one of its seeds' runs: ``configuration/<metric>`` (the
+    ``objective``), ``configuration/<metric>_mean``, ``configuration/seeds``. Returns the figures by
+    Ray trial id."""
+    metric, mode, objective = spec.metric.name, spec.metric.mode, spec.seeds.objective
+    groups: dict[tuple, list[dict]] = {}
+    for (
+        row
+    ) in rows:  # a confirm trial (sweeps.stages.confirm) is not one of the configuration's seeds
+        if row.get("configuration") is not None and row.get("trial_id") and not is_confirm(row):
+            groups.setdefault((row["cell"], row["configuration"]), []).append(row)
+    out: dict[str, dict[str, Any]] = {}
+    for members in groups.values():
+        values = [
+            float(r[metric])
+            for r in members
+            if r.get("status") in FINISHED and r.get(metric) is not None
+        ]
+        if not values:
+            continue
+        figures = {
+            f"configuration/{metric}": aggregate(values, objective, mode),
+            f"configuration/{metric}_mean": sum(values) / len(values),
+            "configuration/seeds": len(values),
+        }
+        for r in members:
+            out[r["trial_id"]] = figures
+    publish_figures(out, settings, None, None, "configurations")
+    return out
+
+
+def record_trial_attrs(journal: str, attr: str, values: dict[str, dict[str, Any]]) -> int:
+    """Put figures measured after the Tune run (by Ray trial id) on each Optuna study as its user
+    attribute ``attr``: ``{trial number: figures}`` (a configuration judged over seeds:
+    ``{"<number>/seed=<s>": figures}``). Returns how many trials they reached."""
+    storage = JournalStorage(JournalFileBackend(journal))
+    reached = 0
+    for name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=name, storage=storage)
+        found = {}
+        for t in study.get_trials(deepcopy=False):
+            # a configuration judged over seeds (sweeps.search.configs) holds one Ray trial per seed
+            ids = {"": t.user_attrs.get("ray_trial_id")} | {
+                k: v.get("ray_trial_id")
+                for k, v in t.user_attrs.items()
+                if k.startswith("seed=") and isinstance(v, dict)
+            }
+            for seed, tid in ids.items():
+                if tid in values:
+                    found[str(t.number) + (f"/{seed}" if seed else "")] = values[tid]
+        if found:
+            study.set_user_attr(attr, {**study.user_attrs.get(attr, {}), **found})
+            reached += len(found)
+    return reached
+
+
+def publish_confirm(
+    rows: list[dict[str, Any]], settings: Any, journal: Any, sweep: Any
+) -> dict[str, dict[str, Any]]:
+    """The confirm figures where the sweep's other figures are: in the W&B summary of each confirm
+    run, its cell's mean over the confirm seeds (``confirm/<metric>``, ``confirm/test/bleu``,
+    ``confirm/seeds``); on each cell's Optuna study (or, per (cell, seed), its seeds' studies) the
+    user attribute ``confirm``: the configuration, and per confirm seed its trial id, metric and test
+    figures. Returns the cells' entries; a W&B or Optuna problem is said, not fatal."""
+    metric = sweep.spec.metric.name
+    per_cell: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.get(ROLE) != CONFIRM or r.get("status") not in FINISHED:
+            continue
+        entry = per_cell.setdefault(
+            r["cell"], {"configuration": r.get("configuration"), "seeds": {}}
+        )
+        entry["seeds"][str(r["seed"])] = {
+            "trial_id": r["trial_id"],
+            metric: r.get(metric),
+            **{k: r[k] for k in TEST_COLUMNS if r.get(k) is not None},
+        }
+    for entry in per_cell.values():
+        for key in (metric, *TEST_COLUMNS):
+            values = [s[key] for s in entry["seeds"].values() if s.get(key) is not None]
+            if values:
+                entry[f"confirm/{key}"] = sum(values) / len(values)
+        entry["confirm/seeds"] = len(entry["seeds"])
+    by_trial = {
+        seed["trial_id"]: {
+            "role": CONFIRM,
+            **{k: v for k, v in e.items() if k.startswith("confirm/")},
+        }
+        for e in per_cell.values()
+        for seed in e["seeds"].values()
+    }
+    publish_figures(by_trial, settings, None, None, "confirm")
+    if per_cell and sweep.has_search and journal is not None and journal.exists():
+        _record_in_studies(per_cell, journal, sweep)
+    return per_cell
+
+
+def _record_in_studies(per_cell: dict[str, dict[str, Any]], journal: Any, sweep: Any) -> int:
+    slugs = {c.name: c.slug for c in sweep.cells}
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    reached = 0
+    for name in optuna.get_all_study_names(storage):
+        suffix = name.split("/", 1)[-1]
+        for cell, entry in per_cell.items():
+            slug = slugs.get(cell)
+            if slug and (suffix == slug or suffix.startswith(f"{slug}-seed")):
+                optuna.load_study(study_name=name, storage=storage).set_user_attr("confirm", entry)
+                reached += 1
+    return reached
+
+
+def publish(launch: Launch) -> None:
+    """The confirm figures, and each configuration's aggregate beside its seeds' runs."""
+    if launch.spec.confirm_seeds and not launch.interrupted:
+        journal = launch.out_dir / OPTUNA_JOURNAL
+        publish_confirm(launch.rows, launch.settings, journal, launch.sweep)
+    if launch.spec.per_configuration and launch.grid:
+        publish_configurations(launch.rows, launch.settings, launch.spec)
