@@ -56,7 +56,31 @@ clipping and Adam are a few whole-buffer operations (:mod:`lightning_modules.fus
 :mod:`lightning_modules.fused.adam`).
 """
 
-from .key import shape_difference, shape_key, unfusable_reason
-from .model import FusedSeq2Seq
+from __future__ import annotations
 
-__all__ = ["FusedSeq2Seq", "shape_difference", "shape_key", "unfusable_reason"]
+import importlib
+from typing import Any
+
+__all__ = [
+    "FusedSeq2Seq",
+    "member_axes",
+    "padded_axes",
+    "shape_difference",
+    "shape_key",
+    "unfusable_reason",
+]
+# imported on first use, so that the torch-free lists of .axes load without torch
+_HOMES = {
+    "FusedSeq2Seq": ".model",
+    "member_axes": ".key",
+    "padded_axes": ".key",
+    "shape_difference": ".key",
+    "shape_key": ".key",
+    "unfusable_reason": ".key",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
