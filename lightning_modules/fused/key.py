@@ -174,7 +174,7 @@ def padded_axes(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if name in padded:
             out[name] = max(values)
         else:
-            out[name] = tuple(sorted(set(values), key=repr))
+            out[name] = tuple(_sorted(set(values)))
     return out
 
 
@@ -206,6 +206,13 @@ def unfusable_reason(hparams: Mapping[str, Any]) -> str | None:
             "form; leave mode unset (soft in training) or train it unfused"
         )
     return None
+
+
+def _sorted(values: set) -> list:
+    try:
+        return sorted(values)
+    except TypeError:  # values of several types
+        return sorted(values, key=repr)
 
 
 def _hashable(value: Any) -> Any:
