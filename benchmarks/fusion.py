@@ -197,10 +197,12 @@ def _build(task: dict[str, Any]) -> Any:
         shapes: dict[str, list[int]] = {}
         for member, attention_kwargs in enumerate(options):
             shapes.setdefault(json.dumps(attention_kwargs, sort_keys=True), []).append(member)
-        groups = [
-            (FusedSeq2Seq.from_modules([modules[j] for j in js], [clip] * len(js), task["precision"]), js)
-            for js in shapes.values()
-        ]  # fmt: skip
+        groups = []
+        for js in shapes.values():
+            group = [modules[j] for j in js]
+            groups.append(
+                (FusedSeq2Seq.from_modules(group, [clip] * len(js), task["precision"]), js)
+            )
         return lambda i: [g.train_step([streams[j][i % POOL] for j in js]) for g, js in groups]
     if task["fused"]:
         fused = FusedSeq2Seq.from_modules(modules, [clip] * len(modules), task["precision"])

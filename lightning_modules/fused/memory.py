@@ -1,7 +1,8 @@
 """Memory attention fused over members that differ in K, scoring, position encoding or length.
 
-Members whose memory attention differs only in what :data:`~lightning_modules.fused.axes.MEMBER_ATTENTION_OPTIONS`
-lists for it train as one fused mechanism:
+Members whose memory attention differs only in what
+:data:`~lightning_modules.fused.axes.MEMBER_ATTENTION_OPTIONS` lists for it train as one fused
+mechanism:
 
 - **K**: W_alpha and W_beta have the group's largest K outputs; a member's slots past its own K
   are padding (zero weights, :mod:`lightning_modules.fused.layout`). Their pre-activations are

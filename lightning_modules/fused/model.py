@@ -56,9 +56,9 @@ def _source_limit(args: Mapping[str, Any]) -> int | None:
 
 class FusedSeq2Seq:
     """M Seq2SeqModules (members) of one group key trained as one model with a leading member
-    dimension; they may differ along the member axes (:func:`~lightning_modules.fused.key.member_axes`:
-    memory attention's K, scoring and position encodings, ``max_source_len``...), padded and
-    masked per member.
+    dimension; they may differ along the member axes
+    (:func:`~lightning_modules.fused.key.member_axes`: memory attention's K, scoring and position
+    encodings, ``max_source_len``...), padded and masked per member.
 
     Build it with :meth:`from_modules`; then :meth:`train_step` trains every member one step on
     its own batch, :meth:`member_module` gives member i as a plain module (to validate or

@@ -315,9 +315,18 @@ def test_keep_repads_a_mixed_group_to_the_members_kept():
 # ---------------------------------------------------------------- the other mechanisms
 def small_member(member: int, attention: str, length: int, options: dict) -> Seq2SeqModule:
     torch.manual_seed(member)
-    return Seq2SeqModule(VOCAB, VOCAB, attention=attention, attention_kwargs=options,
-                         embedding_dim=8, hidden_size=12, dropout=0.0, max_source_len=length,
-                         lr=LRS[member], weight_decay=WEIGHT_DECAY[member], val_decode=False)  # fmt: skip
+    return Seq2SeqModule(
+        VOCAB,
+        VOCAB,
+        attention=attention,
+        attention_kwargs=options,
+        dropout=0.0,
+        max_source_len=length,
+        lr=LRS[member],
+        weight_decay=WEIGHT_DECAY[member],
+        val_decode=False,
+        **SMALL,
+    )
 
 
 OTHER_GROUPS = {
