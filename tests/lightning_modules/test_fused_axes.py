@@ -196,6 +196,16 @@ def test_padding_stays_exactly_zero_and_every_gradient_finite():
     assert torch.all(cache["C"].view(M, B, 7, -1).masked_select(padded[:, None, :, None]) == 0)
 
 
+def test_a_mixed_group_trains_under_bf16_autocast():
+    """The fills are the bf16 minimum there: still finite, the padding still exactly 0."""
+    members = [memory_member(m, L, o, **SMALL) for m, (L, o) in enumerate(GROUPS["mix"])]
+    fused = FusedSeq2Seq.from_modules(members, precision="bf16-mixed")
+    for step in range(2):
+        assert torch.isfinite(fused.train_step(group_batches("mix", step))).all()
+    assert torch.isfinite(fused.flat.grad).all()
+    assert_padding_is_zero(fused)
+
+
 def test_a_member_longer_than_its_length_is_refused():
     fused, _ = group("length", **SMALL)
     batches = group_batches("length", 0)
