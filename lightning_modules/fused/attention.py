@@ -74,9 +74,12 @@ class FusedMonotonicAttention(MonotonicAttention):
         return self._noisy(energy.view(keys.shape[:-1]))  # (M*B, S)
 
     def _noisy(self, energy: torch.Tensor) -> torch.Tensor:
-        """The pre-sigmoid noise, each member at its own scale (M * B, S)."""
-        if self.noise_scales is None or not self.training:
-            return super()._noisy(energy)
+        """The pre-sigmoid noise, in training mode only, each member at its own scale (energy
+        (M * B, S))."""
+        if not self.training or self.sigmoid_noise <= 0:
+            return energy
+        if self.noise_scales is None:  # one scale, as MonotonicAttention draws it
+            return energy + self.sigmoid_noise * torch.randn_like(energy)
         scales = self.noise_scales.view(-1, 1)  # (M, 1)
         noise = torch.randn_like(energy).view(scales.shape[0], -1) * scales  # (M, B*S)
         return energy + noise.view_as(energy)
