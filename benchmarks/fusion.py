@@ -8,6 +8,7 @@ Run it (from the repository root, on a quiet machine):
     .venv/bin/python benchmarks/fusion.py                     # tiny and paper_copy, L 10 and 40, M 1 2 3 4 8
     .venv/bin/python benchmarks/fusion.py --preset tiny --lengths 10 --members 1 3
     .venv/bin/python benchmarks/fusion.py --device cuda --lengths 40 --members 1 2 4 8 16
+    .venv/bin/python benchmarks/fusion.py --mixed --preset tiny --lengths 10   # the mixed-axes cell
 
 Prints ONE JSON line on stdout (progress goes to stderr): ``speedup`` maps
 ``<preset>/L<L>/M<M>`` to fused member-steps per core-second over unfused trials' (e.g.
@@ -43,6 +44,19 @@ clipping at 1.0, as the quickstart and k_vs_length's cpu profile; paper_copy: 12
 unclipped, as k_vs_length). Timing: one untimed warm-up run of every arm, then ``--repeats``
 rounds, each running every arm of a (preset, L) in turn for ``--steps`` steps (a slow spell of the
 machine falls on all alike); the figures are medians over the rounds.
+
+The mixed-axes cell (``--mixed``, in place of the M cells): one fused group whose members' memory
+attention differs in K (``--mixed-k``, default 1 4 16 32 64) and scoring pair
+(``--mixed-scoring``, default softmax/softmax and sigmoid/sigmoid), ``--mixed-seeds`` members of
+each shape (default 1: 10 members), padded to the largest K with each member's branch picked by a
+mask (:mod:`lightning_modules.fused.memory`), against the same members in one fused group per
+shape. On CPU each process trains the whole mixed group, or every shape's group in turn (one
+round: each group one step), so both arms do the members' steps on the same cores; on a GPU the
+mixed group is one process and the shape groups are one process each side by side, as a sweep
+places them. Its rows (``rows``, and ``speedup`` under ``<preset>/L<L>/mixed<members>``) give
+``mixed_step_seconds`` (one step of the mixed group), ``by_shape_round_seconds`` (one step of
+every shape's group), the member-steps per unit-second of both, and ``speedup``: mixed over by
+shape.
 """
 
 from __future__ import annotations
@@ -69,6 +83,8 @@ TRAINING = {"tiny": (64, 3e-3, 1.0), "paper_copy": (128, 1e-4, 0.0), "paper_wmt"
 STEPS = {"tiny": 8, "paper_copy": 2, "paper_wmt": 1}
 QUICK = dict(presets=["tiny"], lengths=[6], members=[1, 2], batch=8, steps=2, repeats=1, cores=1)
 POOL = 4  # batches per stream, cycled
+MIXED_K = [1, 4, 16, 32, 64]
+MIXED_SCORING = ["softmax/softmax", "sigmoid/sigmoid"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -89,6 +105,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     p.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
     p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
+    p.add_argument(
+        "--mixed",
+        action="store_true",
+        help="the mixed-axes cell (memory attention: one group over --mixed-k x --mixed-scoring "
+        "against one group per shape) in place of the M cells",
+    )
+    p.add_argument("--mixed-k", nargs="+", type=int, default=MIXED_K, help="the members' K")
+    p.add_argument(
+        "--mixed-scoring",
+        nargs="+",
+        default=MIXED_SCORING,
+        help="the members' scoring pairs, encoder/decoder",
+    )
+    p.add_argument("--mixed-seeds", type=int, default=1, help="members of each shape")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:  # the smoke's settings, where the command line leaves the default
@@ -97,6 +127,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 setattr(args, key, value)
     if any(m < 1 for m in args.members) or any(L < 1 for L in args.lengths):
         p.error("--members and --lengths take positive integers")
+    if args.mixed:
+        pairs = [pair.split("/") for pair in args.mixed_scoring]
+        if any(len(pair) != 2 or not {*pair} <= {"softmax", "sigmoid"} for pair in pairs):
+            p.error("--mixed-scoring takes encoder/decoder pairs of softmax and sigmoid")
+        if any(k < 1 for k in args.mixed_k) or args.mixed_seeds < 1:
+            p.error("--mixed-k and --mixed-seeds take positive integers")
+        if args.attention != "memory":
+            p.error("--mixed varies memory attention's options: leave --attention at memory")
     from lightning_modules.attention import ATTENTION_REGISTRY
 
     if args.attention not in ATTENTION_REGISTRY:
@@ -105,8 +143,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------- worker process side
+def _member_options(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each member's attention options: the mixed cell's ``shapes`` ([K, encoder, decoder] per
+    member), else memory attention's K=16 (another mechanism: its defaults)."""
+    if "shapes" in task:
+        return [dict(K=k, encoder_scoring=e, decoder_scoring=d) for k, e, d in task["shapes"]]
+    return [{"K": 16} if task["attention"] == "memory" else {}] * task["members"]
+
+
 def _build(task: dict[str, Any]) -> Any:
-    """A step function for one arm of one cell: one trial, or one fused group of M members."""
+    """A step function for one arm of one cell: one trial, one fused group of M members, or
+    (``by_shape``) one fused group per shape of the members, each stepped in turn."""
     import torch
 
     from datamodules import CopyTaskDataModule
@@ -114,8 +161,9 @@ def _build(task: dict[str, Any]) -> Any:
     from lightning_modules.fused import FusedSeq2Seq
 
     device = torch.device(task["device"])
+    options = _member_options(task)
     streams = []
-    for member in range(task["members"]):
+    for member in range(len(options)):
         dm = CopyTaskDataModule(
             vocab_size=20,
             max_length=task["length"],
@@ -129,14 +177,14 @@ def _build(task: dict[str, Any]) -> Any:
         loader = iter(dm.train_dataloader())
         streams.append([{k: v.to(device) for k, v in next(loader).items()} for _ in range(POOL)])
     modules = []
-    for member in range(task["members"]):
+    for member, attention_kwargs in enumerate(options):
         torch.manual_seed(task["seed"] + member)
         modules.append(
             Seq2SeqModule(
                 dm.src_vocab_size,
                 dm.tgt_vocab_size,
                 attention=task["attention"],
-                attention_kwargs={"K": 16} if task["attention"] == "memory" else {},
+                attention_kwargs=attention_kwargs,
                 preset=task["preset"],
                 max_source_len=dm.max_source_len,
                 lr=task["lr"],
@@ -145,6 +193,17 @@ def _build(task: dict[str, Any]) -> Any:
         )
     bf16 = task["precision"] == "bf16-mixed"
     clip = task["clip"] or None
+    if task["fused"] and task.get("by_shape"):
+        shapes: dict[str, list[int]] = {}
+        for member, attention_kwargs in enumerate(options):
+            shapes.setdefault(json.dumps(attention_kwargs, sort_keys=True), []).append(member)
+        groups = []
+        for js in shapes.values():
+            group = [modules[j] for j in js]
+            groups.append(
+                (FusedSeq2Seq.from_modules(group, [clip] * len(js), task["precision"]), js)
+            )
+        return lambda i: [g.train_step([streams[j][i % POOL] for j in js]) for g, js in groups]
     if task["fused"]:
         fused = FusedSeq2Seq.from_modules(modules, [clip] * len(modules), task["precision"])
         return lambda i: fused.train_step([s[i % POOL] for s in streams])
@@ -331,6 +390,82 @@ def measure_cell(
     return rows
 
 
+def mixed_shapes(args: argparse.Namespace) -> list[list[Any]]:
+    """The mixed cell's members, [K, encoder scoring, decoder scoring] each, shape by shape."""
+    return [
+        [k, *pair.split("/")]
+        for k in args.mixed_k
+        for pair in args.mixed_scoring
+        for _ in range(args.mixed_seeds)
+    ]
+
+
+def measure_mixed(
+    pool: Pool, args: argparse.Namespace, preset: str, length: int
+) -> list[dict[str, Any]]:
+    """The mixed-axes cell of one (preset, L): the mixed group against one group per shape,
+    interleaved over the rounds; one row."""
+    batch, lr, clip = TRAINING[preset]
+    steps = args.steps or STEPS[preset]
+    shapes = mixed_shapes(args)
+    n = len(shapes)
+    cell = dict(preset=preset, length=length, batch=args.batch or batch, lr=lr, clip=clip,
+                device=args.device, precision=args.precision, attention="memory")  # fmt: skip
+    cuda = args.device.startswith("cuda")
+    per_shape = [shapes[i : i + args.mixed_seeds] for i in range(0, n, args.mixed_seeds)]
+    # each worker's members per arm; on CPU every worker runs the arm's whole work on its core
+    plan = {
+        "mixed": [shapes] * (1 if cuda else len(pool.procs)),
+        "by_shape": per_shape if cuda else [shapes] * len(pool.procs),
+    }
+    units = 1 if cuda else len(pool.procs)
+    for name, workers in plan.items():
+        for w, members in enumerate(workers):
+            task = {**cell, "cmd": "build", "key": f"{preset}/{length}/{name}", "fused": True,
+                    "by_shape": name == "by_shape" and not cuda, "shapes": members,
+                    "seed": 1000 * (0 if cuda else w)}  # fmt: skip
+            pool.ask([w], task)
+    rates: dict[str, list[float]] = {name: [] for name in plan}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in plan}
+    seconds: dict[str, list[float]] = {name: [] for name in plan}
+    for _ in range(args.repeats):
+        for name, workers in plan.items():
+            replies = pool.ask(
+                range(len(workers)),
+                {"cmd": "run", "key": f"{preset}/{length}/{name}", "steps": steps,
+                 "device": args.device},
+            )  # fmt: skip
+            per_step = [r["seconds"] / steps for r in replies]
+            seconds[name].append(max(per_step) if cuda else statistics.median(per_step))
+            rates[name].append(sum(len(m) / s for m, s in zip(workers, per_step)) / units)
+            cpu_rates[name].append(
+                sum(len(m) * steps for m in workers) / sum(r["cpu_seconds"] for r in replies)
+            )
+    for name, workers in plan.items():
+        pool.ask(range(len(workers)), {"cmd": "drop", "key": f"{preset}/{length}/{name}"})
+    ratios = [m / b for m, b in zip(rates["mixed"], rates["by_shape"])]
+    cpu_ratios = [m / b for m, b in zip(cpu_rates["mixed"], cpu_rates["by_shape"])]
+    row = {
+        "cell": f"{preset}/L{length}/mixed{n}",
+        "preset": preset,
+        "length": length,
+        "members": n,
+        "shapes": len(per_shape),
+        "K": sorted(set(args.mixed_k)),
+        "scoring": list(args.mixed_scoring),
+        "batch": cell["batch"],
+        "mixed_step_seconds": round(statistics.median(seconds["mixed"]), 6),
+        "by_shape_round_seconds": round(statistics.median(seconds["by_shape"]), 6),
+        "mixed_member_steps_per_unit_second": round(statistics.median(rates["mixed"]), 3),
+        "by_shape_member_steps_per_unit_second": round(statistics.median(rates["by_shape"]), 3),
+        "speedup": round(statistics.median(ratios), 3),
+        "round_speedups": [round(r, 3) for r in ratios],
+        "cpu_time_speedup": round(statistics.median(cpu_ratios), 3),
+    }
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return [row]
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.worker is not None:
@@ -348,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except ValueError as exc:
         raise SystemExit(f"--device: {exc}") from None
     if device.type == "cuda":
-        pool_cores = [-1] * max(args.members)
+        shapes = len(mixed_shapes(args)) // args.mixed_seeds
+        pool_cores = [-1] * (shapes if args.mixed else max(args.members))
         units = "GPU"
     else:
         available = len(os.sched_getaffinity(0))
@@ -361,19 +497,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     print(machine_line(machine), file=sys.stderr, flush=True)
     pool = Pool(pool_cores)
+    measure = measure_mixed if args.mixed else measure_cell
     try:
         rows = [
             row
             for preset in args.presets
             for length in args.lengths
-            for row in measure_cell(pool, args, preset, length)
+            for row in measure(pool, args, preset, length)
         ]
     finally:
         pool.close()
     result = {
         "benchmark": "fusion",
         "speedup": {row["cell"]: row["speedup"] for row in rows},
-        "unit": f"member-steps per {units}-second, fused / unfused",
+        "unit": f"member-steps per {units}-second, "
+        + ("mixed group / one group per shape" if args.mixed else "fused / unfused"),
         "machine": {**machine, "line": machine_line(machine)},
         "torch": torch.__version__,
         "device": str(device),
@@ -389,12 +527,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "steps",
                 "repeats",
                 "precision",
+                "mixed",
             )
         }
         | {
             "processes": len(pool_cores),
             "attention": "memory K=16" if args.attention == "memory" else args.attention,
-        },
+        }
+        | (
+            {
+                "attention": "memory, K and scoring per member",
+                "mixed_k": args.mixed_k,
+                "mixed_scoring": args.mixed_scoring,
+                "mixed_seeds": args.mixed_seeds,
+            }
+            if args.mixed
+            else {}
+        ),
         "rows": rows,
     }
     print(json.dumps(result), flush=True)

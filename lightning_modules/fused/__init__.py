@@ -1,9 +1,10 @@
-"""Fused trials: M same-shape models trained as one model, each still a model of its own.
+"""Fused trials: M models of one group key trained as one model, each still a model of its own.
 
-A sweep's trials often differ only in what changes no tensor shape: the seed, the learning rate,
-weight decay, dropout, gradient clipping. Such models can train as one: every weight gets a
-leading member dimension M, every matrix product becomes one batched product over the members,
-and a training step costs about as many operations as one model's. On a CPU, where a small
+A sweep's trials often differ only in what changes no shared tensor shape: the seed, the learning
+rate, weight decay, dropout, gradient clipping, and memory attention's K, scoring functions,
+position encodings and the length each was built for. Such models can train as one: every weight
+gets a leading member dimension M, every matrix product becomes one batched product over the
+members, and a training step costs about as many operations as one model's. On a CPU, where a small
 model's step is mostly per-operation overhead, and on a GPU, where it is mostly kernel launches,
 M members then train for little more than the price of one::
 
@@ -11,37 +12,52 @@ M members then train for little more than the price of one::
     from lightning_modules.fused import FusedSeq2Seq, shape_key
 
     modules = []
-    for seed, lr in [(0, 1e-3), (1, 1e-3), (2, 3e-3)]:
+    for seed, lr, K, length in [(0, 1e-3, 16, 11), (1, 1e-3, 4, 11), (2, 3e-3, 64, 41)]:
         torch.manual_seed(seed)                       # each member starts where its own run would
-        modules.append(Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 16},
-                                     max_source_len=11, lr=lr))
+        modules.append(Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": K},
+                                     max_source_len=length, lr=lr))
     assert len({shape_key(m.hparams) for m in modules}) == 1     # they fuse
     fused = FusedSeq2Seq.from_modules(modules, clip=[1.0, 1.0, None])
     losses = fused.train_step([batch0, batch1, batch2])          # (3,) one step of each member
-    model = fused.member_module(1)                               # a plain Seq2SeqModule
+    model = fused.member_module(1)                               # a plain Seq2SeqModule, K=4
 
-What fuses: two modules fuse iff their :func:`shape_key` is equal: the mechanism and all its
-options, the sizes, the vocabularies, ``max_source_len`` and the special ids. ``lr``,
-``weight_decay`` and ``dropout`` may differ per member, so may each member's gradient clipping
-value and its batches (their lengths and sizes: they are padded to the longest inside). Every
-registered attention mechanism fuses; monotonic attention in its soft training modes (forcing
-``mode="hard"`` in training has no fused form: :func:`unfusable_reason` says so).
+What fuses: two modules fuse iff their :func:`shape_key` (the group key) is equal: the mechanism
+and the options it does not take per member, the sizes, the vocabularies and the special ids.
+``lr``, ``weight_decay`` and ``dropout`` may differ per member, so may each member's gradient
+clipping value and its batches (their lengths and sizes: they are padded to the longest inside),
+and the *member axes* (:func:`member_axes`; the lists, torch-free, are
+:mod:`lightning_modules.fused.axes`'): ``max_source_len``, memory attention's ``K``,
+``encoder_scoring``, ``decoder_scoring``, ``encoder_normalization``, ``position_encoding``,
+``position_encoding_normalization``, luong_location's length, key_value's ``scaled``, local
+attention's ``window``, monotonic attention's ``sigmoid_noise``, ``score_bias_init`` and
+``scan_chunk``. Members of different K share weights of the largest K; a member's padded slots
+are masked out before the scoring functions, so they get weight 0 and gradient 0 and their
+weights, gradients and Adam moments stay exactly 0 (:mod:`lightning_modules.fused.memory`,
+:meth:`lightning_modules.fused.layout.FlatParameters.padding`); a
+per-member choice of function (scoring, position encoding on or off) computes every branch the
+group uses and picks each member's with a mask. :func:`padded_axes` says what a group computes
+(its largest K, the branches), for costing it. A group whose members agree along the axes runs
+the plain mechanism, at the cost of one shape. Every registered attention mechanism fuses;
+monotonic attention in its soft training modes (forcing ``mode="hard"`` in training has no fused
+form: :func:`unfusable_reason` says so).
 
 The same maths: with dropout off, a fused step of M members gives what M unfused steps
 (``Seq2SeqModule``'s loss, Lightning's norm clipping, ``torch.optim.Adam``) give on the same
 batches, to float32 rounding: losses, gradients, weights and Adam's state
-(tests/lightning_modules/test_fused.py). Each member's sentences keep their own lengths exactly
-as the unfused model's packed sequences do. With dropout (and with monotonic attention's
-pre-sigmoid noise), each member draws its own masks from one random stream over the stacked
-tensors: a member is then a draw from the same distribution as its unfused run, not the same
-numbers.
+(tests/lightning_modules/test_fused.py; members of different K, scoring, position encoding and
+length: tests/lightning_modules/test_fused_axes.py). Each member's sentences keep their own
+lengths exactly as the unfused model's packed sequences do. With dropout (and with monotonic
+attention's pre-sigmoid noise), each member draws its own masks from one random stream over the
+stacked tensors: a member is then a draw from the same distribution as its unfused run, not the
+same numbers.
 
 Each member stays a model of its own: :meth:`FusedSeq2Seq.member_module` gives member i as a
 plain ``Seq2SeqModule`` (its hparams, copies of its current weights, eval mode) to validate,
 decode and checkpoint, and :meth:`FusedSeq2Seq.optimizer_state` its Adam state in
 ``torch.optim.Adam``'s format, so its checkpoint loads and resumes as an unfused trial's.
-:meth:`FusedSeq2Seq.keep` drops members (a trial stopped early stops costing compute;
-:attr:`FusedSeq2Seq.member_ids` maps the remaining ones to the original numbering), and
+:meth:`FusedSeq2Seq.keep` drops members (a trial stopped early stops costing compute, and the
+padding shrinks to the largest K left; :attr:`FusedSeq2Seq.member_ids` maps the remaining ones
+to the original numbering), and
 :meth:`FusedSeq2Seq.state_dict` / :meth:`FusedSeq2Seq.from_state_dict` save and restore the
 whole group exactly. ``precision="bf16-mixed"`` (or the caller's ``torch.autocast``) trains
 under bf16 autocast.
@@ -56,7 +72,31 @@ clipping and Adam are a few whole-buffer operations (:mod:`lightning_modules.fus
 :mod:`lightning_modules.fused.adam`).
 """
 
-from .key import shape_difference, shape_key, unfusable_reason
-from .model import FusedSeq2Seq
+from __future__ import annotations
 
-__all__ = ["FusedSeq2Seq", "shape_difference", "shape_key", "unfusable_reason"]
+import importlib
+from typing import Any
+
+__all__ = [
+    "FusedSeq2Seq",
+    "member_axes",
+    "padded_axes",
+    "shape_difference",
+    "shape_key",
+    "unfusable_reason",
+]
+# imported on first use, so that the torch-free lists of .axes load without torch
+_HOMES = {
+    "FusedSeq2Seq": ".model",
+    "member_axes": ".key",
+    "padded_axes": ".key",
+    "shape_difference": ".key",
+    "shape_key": ".key",
+    "unfusable_reason": ".key",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

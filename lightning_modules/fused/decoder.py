@@ -9,9 +9,12 @@ mechanism's own class (:mod:`lightning_modules.fused.attention`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
+from ..attention import Attention
 from ..packed_lstm import lstm_pointwise
 from ..seq2seq import Decoder, LSTMState
 from .attention import fold, fuse_attention
@@ -23,12 +26,20 @@ class FusedDecoder(nn.Module):
     """:class:`~lightning_modules.seq2seq.Decoder`'s teacher forcing over M members.
 
     Args:
-        decoder: any member's decoder (sizes and the mechanism's class and options).
+        decoder: any member's decoder (for the sizes).
+        attentions: each member's own attention mechanism (its options; the weights come from
+            the leaves).
         rates: each member's dropout probability.
         prefix: the decoder's name in the unfused module's state dict (``"model.decoder."``).
     """
 
-    def __init__(self, decoder: Decoder, rates: DropoutRates, prefix: str) -> None:
+    def __init__(
+        self,
+        decoder: Decoder,
+        attentions: Sequence[Attention],
+        rates: DropoutRates,
+        prefix: str,
+    ) -> None:
         super().__init__()
         self.rates = rates
         self.hidden_size = decoder.hidden_size
@@ -37,8 +48,14 @@ class FusedDecoder(nn.Module):
         self._vocab, self._emb = decoder.embedding.weight.shape
         self.input_sizes = [cell.input_size for cell in decoder.cells]
         self.out = FusedLinear.like(decoder.out)
+        self._prefix = prefix
+        self.set_attention(attentions)
+
+    def set_attention(self, attentions: Sequence[Attention]) -> None:
+        """The fused mechanism of these members' own mechanisms (new members: after
+        :meth:`FusedSeq2Seq.keep`); its leaves are then unbound until the layout binds them."""
         self.attention, self._attention_leaves = fuse_attention(
-            decoder.attention, prefix + "attention."
+            attentions, self._prefix + "attention."
         )
 
     def leaves(self, prefix: str) -> list[Leaf]:

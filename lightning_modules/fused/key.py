@@ -1,18 +1,25 @@
-"""Which trials fuse: the shape key of a :class:`~lightning_modules.module.Seq2SeqModule`'s
-constructor arguments.
+"""Which trials fuse: the group key of a :class:`~lightning_modules.module.Seq2SeqModule`'s
+constructor arguments, and the member axes along which the members of a group may differ.
 
 Two modules train as one fused model iff their :func:`shape_key` values are equal. The key holds
-every argument that fixes a tensor's shape or the computation's structure, resolved the way the
-module resolves it (the preset's sizes with the explicit sizes laid over them, the mechanism's
+every argument that fixes a shared tensor's shape or the computation's structure, resolved the way
+the module resolves it (the preset's sizes with the explicit sizes laid over them, the mechanism's
 options with its defaults filled in and ``max_source_len`` passed on), so ``preset="tiny"`` and
 the same sizes written out fuse.
 
-Left out of the key, because members may differ in them:
+Left out of the key, because members may differ in them (the lists are
+:mod:`lightning_modules.fused.axes`', which imports no torch):
 
 - ``lr``, ``weight_decay``: Adam's settings, applied per member (Adam is elementwise);
 - ``dropout``: a probability, drawn per member (the masks' shapes do not depend on it);
 - ``val_beam_size``, ``length_penalty``, ``max_decode_len``, ``val_decode``: evaluation only;
   a member is evaluated as its own plain module (:meth:`FusedSeq2Seq.member_module`);
+- the *member axes* (:func:`member_axes`): ``max_source_len`` (for every mechanism listed in
+  ``MAX_SOURCE_LEN_PER_MEMBER``) and the mechanism's per-member options
+  (``MEMBER_ATTENTION_OPTIONS``: memory attention's K, scoring functions, encoder normalisation
+  and position encoding, ...), computed per member with padding and masks
+  (:mod:`lightning_modules.fused.memory`); :func:`padded_axes` gives what a group of members
+  computes (its padded sizes, the branches it evaluates), for a planner to cost it;
 - ``preset``: only through the sizes it resolves to;
 - the seed, which is no constructor argument: each member's initial weights are its own.
 """
@@ -20,16 +27,29 @@ Left out of the key, because members may differ in them:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..attention import attention_options
 from ..presets import get_preset
+from .axes import (
+    EVALUATION_SETTINGS,
+    MEMBER_SETTINGS,
+    PADDED_ATTENTION_OPTIONS,
+    member_attention_options,
+    member_module_axes,
+)
 
-#: constructor arguments that may differ between the members of one fused model
-MEMBER_SETTINGS = ("lr", "weight_decay", "dropout")
-#: constructor arguments that only evaluation reads
-EVALUATION_SETTINGS = ("val_beam_size", "length_penalty", "max_decode_len", "val_decode")
+__all__ = [
+    "EVALUATION_SETTINGS",
+    "MEMBER_SETTINGS",
+    "member_axes",
+    "padded_axes",
+    "shape_difference",
+    "shape_key",
+    "unfusable_reason",
+]
+
 SIZES = ("embedding_dim", "hidden_size", "encoder_layers", "decoder_layers", "bidirectional")
 
 
@@ -62,9 +82,10 @@ def resolved_attention_options(args: Mapping[str, Any]) -> dict[str, Any]:
     """The mechanism's options as the model builds it: defaults, the given ones, and
     ``max_source_len`` passed on where the mechanism takes it and it is not set."""
     options = attention_options(args["attention"])
-    options.update(args.get("attention_kwargs") or {})
-    if "max_source_len" in options and options["max_source_len"] is None:
-        options["max_source_len"] = args["max_source_len"]
+    given = dict(args.get("attention_kwargs") or {})
+    options.update(given)
+    if "max_source_len" in options and given.get("max_source_len") is None:
+        options["max_source_len"] = args["max_source_len"]  # as Seq2Seq passes it on
     return options
 
 
@@ -73,26 +94,88 @@ def shape_items(hparams: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     args = module_arguments(hparams)
     sizes = resolved_sizes(args)
     options = resolved_attention_options(args)
+    per_member = set(member_attention_options(args["attention"]))
     items: list[tuple[str, Any]] = [
         ("src_vocab_size", args["src_vocab_size"]),
         ("tgt_vocab_size", args["tgt_vocab_size"]),
         ("attention", args["attention"]),
     ]
-    items += [(f"attention_kwargs.{k}", _hashable(options[k])) for k in sorted(options)]
+    items += [
+        (f"attention_kwargs.{k}", _hashable(options[k]))
+        for k in sorted(options)
+        if k not in per_member
+    ]
     items += [(k, sizes[k]) for k in SIZES]
-    items += [(k, args[k]) for k in ("max_source_len", "pad_id", "bos_id", "eos_id")]
+    shared = ("max_source_len", "pad_id", "bos_id", "eos_id")
+    axes = set(member_module_axes(args["attention"]))
+    items += [(k, args[k]) for k in shared if k not in axes]
     return tuple(items)
 
 
 def shape_key(hparams: Mapping[str, Any]) -> tuple:
-    """The hashable key of everything that fixes tensor shapes and the computation's structure
-    (module docstring): two Seq2SeqModules fuse iff their keys are equal.
+    """The hashable group key: everything that must be equal for modules to train as one
+    (module docstring). Two Seq2SeqModules fuse iff their keys are equal; their member axes
+    (:func:`member_axes`) and settings may differ.
 
     Args:
         hparams: Seq2SeqModule constructor arguments (``module.hparams``, or a trial's subset of
             them: missing ones take the constructor's defaults).
     """
     return shape_items(hparams)
+
+
+def member_axes(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """A module's values along the member axes, resolved as the module builds them: what may
+    differ between the members of one group besides the settings (lr, dropout, ...).
+
+    Args:
+        hparams: Seq2SeqModule constructor arguments, as for :func:`shape_key`.
+    Returns:
+        ``{"max_source_len": 11, "attention_kwargs.K": 16, "attention_kwargs.encoder_scoring":
+        "softmax", ...}``: the module argument where it may differ per member, then the
+        mechanism's per-member options (empty for a mechanism that has none).
+    """
+    args = module_arguments(hparams)
+    options = resolved_attention_options(args)
+    out = {k: args[k] for k in member_module_axes(args["attention"])}
+    out.update(
+        {f"attention_kwargs.{k}": options[k] for k in member_attention_options(args["attention"])}
+    )
+    return out
+
+
+def padded_axes(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What one fused group of these members computes along the member axes, for costing it.
+
+    Args:
+        members: the members' Seq2SeqModule arguments (equal :func:`shape_key`).
+    Returns:
+        per member axis (:func:`member_axes`' names): the group's padded size for the options
+        whose weights are padded to the largest member's (memory attention's K,
+        luong_location's ``max_source_len``), else the sorted tuple of the values the members
+        use (two values: both branches are computed).
+    Raises:
+        ValueError: no members, or their group keys differ.
+    """
+    if not members:
+        raise ValueError("padded_axes needs at least one member")
+    keys = {shape_key(h) for h in members}
+    if len(keys) > 1:
+        raise ValueError(
+            "padded_axes: the members do not fuse; differing settings: "
+            + "; ".join(d for h in members[1:] for d in shape_difference(members[0], h))
+        )
+    axes = [member_axes(h) for h in members]
+    attention = module_arguments(members[0])["attention"]
+    padded = {f"attention_kwargs.{k}" for k in PADDED_ATTENTION_OPTIONS.get(attention, ())}
+    out: dict[str, Any] = {}
+    for name in axes[0]:
+        values = [a[name] for a in axes]
+        if name in padded:
+            out[name] = max(values)
+        else:
+            out[name] = tuple(_sorted(set(values)))
+    return out
 
 
 def shape_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -123,6 +206,13 @@ def unfusable_reason(hparams: Mapping[str, Any]) -> str | None:
             "form; leave mode unset (soft in training) or train it unfused"
         )
     return None
+
+
+def _sorted(values: set) -> list:
+    try:
+        return sorted(values)
+    except TypeError:  # values of several types
+        return sorted(values, key=repr)
 
 
 def _hashable(value: Any) -> Any:

@@ -8,6 +8,12 @@ model's parameters in whatever arrangement its products want (a weight stored tr
 ``bmm``, an LSTM's input and recurrent weights stacked, both directions side by side); ``parts``
 names them and gives each as a view of one member's slice, so the same functions read and write
 the weights, the gradients and Adam's moments of member i under their unfused names.
+
+Members whose weights differ in size (memory attention's K) share a leaf of the group's largest
+shape: ``Leaf.member_shapes`` holds each member's own, a member's slice is cut to it (from the
+start of every dimension) before ``parts`` read it, and the rest of its row is *padding*: zeros
+that the mechanism masks out, so their gradients, Adam's moments and the weights stay exactly 0
+(:meth:`FlatParameters.padding`).
 """
 
 from __future__ import annotations
@@ -26,16 +32,29 @@ Part = Callable[[torch.Tensor], torch.Tensor]
 @dataclass
 class Leaf:
     """One fused parameter: set as ``owner.<attr>``, (M, *shape), holding the unfused parameters
-    ``parts`` (name -> view of a member's slice)."""
+    ``parts`` (name -> view of a member's slice). ``member_shapes``: each member's own shape
+    where members differ (each at most ``shape``; None: all are ``shape``)."""
 
     owner: nn.Module
     attr: str
     shape: tuple[int, ...]
     parts: dict[str, Part] = field(default_factory=dict)
+    member_shapes: list[tuple[int, ...]] | None = None
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def padded(self) -> bool:
+        """Whether some member's own shape is smaller than the leaf's."""
+        return self.member_shapes is not None and any(s != self.shape for s in self.member_shapes)
+
+    def member_slice(self, row: torch.Tensor, member: int) -> torch.Tensor:
+        """Member ``member``'s own part of its row ``row`` (``shape``): a view."""
+        if self.member_shapes is None:
+            return row
+        return row[tuple(slice(0, n) for n in self.member_shapes[member])]
 
 
 def identity(t: torch.Tensor) -> torch.Tensor:
@@ -55,13 +74,37 @@ def scalar(t: torch.Tensor) -> torch.Tensor:
 
 
 def linear_leaves(
-    owner: nn.Module, name: str, in_features: int, out_features: int, bias: bool
+    owner: nn.Module,
+    name: str,
+    in_features: int,
+    out_features: int,
+    bias: bool,
+    member_out: Sequence[int] | None = None,
 ) -> list[Leaf]:
     """A linear map's weight stored transposed, (in, out), and its bias as (1, out): the operands
-    ``torch.baddbmm`` takes as they are."""
-    leaves = [Leaf(owner, "weight_t", (in_features, out_features), {f"{name}.weight": transposed})]
+    ``torch.baddbmm`` takes as they are.
+
+    Args:
+        member_out: each member's own output size where members differ (``out_features`` is then
+            their largest; the columns past a member's own are padding).
+    """
+    weight_shapes = bias_shapes = None
+    if member_out is not None:
+        weight_shapes = [(in_features, n) for n in member_out]
+        bias_shapes = [(1, n) for n in member_out]
+    leaves = [
+        Leaf(
+            owner,
+            "weight_t",
+            (in_features, out_features),
+            {f"{name}.weight": transposed},
+            weight_shapes,
+        )
+    ]
     if bias:
-        leaves.append(Leaf(owner, "bias", (1, out_features), {f"{name}.bias": first_row}))
+        leaves.append(
+            Leaf(owner, "bias", (1, out_features), {f"{name}.bias": first_row}, bias_shapes)
+        )
     return leaves
 
 
@@ -110,9 +153,36 @@ class FlatParameters:
         """Member ``member``'s unfused parameters in ``buffer`` (values, gradients or a moment),
         as views under their unfused names."""
         for index, leaf in enumerate(self.leaves):
-            row = self.leaf_view(buffer, index)[member]
+            row = leaf.member_slice(self.leaf_view(buffer, index)[member], member)
             for name, part in leaf.parts.items():
                 yield name, part(row)
+
+    def padding(self) -> torch.Tensor | None:
+        """(M, P) bool, True at the elements no member owns (its row past its own shapes), which
+        stay exactly 0 in every buffer; None when no leaf is padded."""
+        if not any(leaf.padded for leaf in self.leaves):
+            return None
+        mask = torch.zeros(self.members, self.size, dtype=torch.bool, device=self.data.device)
+        for index, leaf in enumerate(self.leaves):
+            if not leaf.padded:
+                continue
+            view = self.leaf_view(mask, index)  # (M, *shape)
+            view.fill_(True)
+            for member in range(self.members):
+                leaf.member_slice(view[member], member).fill_(False)
+        return mask
+
+    def copy_members(self, source: FlatParameters, members: Sequence[int]) -> None:
+        """Member ``members[j]`` of ``source`` (a layout of the same parameters, maybe padded
+        otherwise) into member j of every buffer here, part by part; the rest stays as it is
+        (zeros in a new layout)."""
+        with torch.no_grad():
+            for name, mine in self.buffers().items():
+                theirs = source.buffers()[name]
+                for j, i in enumerate(members):
+                    parts = dict(source.named_parts(theirs, i))
+                    for part, view in self.named_parts(mine, j):
+                        view.copy_(parts[part])
 
     def apply(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace every buffer by ``fn(buffer)`` (moving, selecting rows) and bind again."""

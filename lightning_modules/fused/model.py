@@ -1,4 +1,5 @@
-"""FusedSeq2Seq: M same-shape Seq2SeqModules trained as one model (see the package docstring)."""
+"""FusedSeq2Seq: M Seq2SeqModules of one group key trained as one model (see the package
+docstring)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import Attention, build_attention
 from ..module import Seq2SeqModule
 from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
 from .decoder import FusedDecoder
 from .encoder import FusedEncoder
-from .key import module_arguments, resolved_sizes, shape_difference, shape_key, unfusable_reason
+from .key import (
+    module_arguments,
+    resolved_attention_options,
+    resolved_sizes,
+    shape_difference,
+    shape_key,
+    unfusable_reason,
+)
 from .layers import DropoutRates
-from .layout import FlatParameters
+from .layout import FlatParameters, Leaf
 
 PRECISIONS = ("32-true", "bf16-mixed")
-STATE_VERSION = 1
+#: 2: members may differ along the member axes (the layout follows from the members' hparams);
+#: a version-1 state (a group of one shape, whose layout is the same) still loads
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 def _new_module(hparams: Mapping[str, Any]) -> Seq2SeqModule:
@@ -30,8 +42,23 @@ def _new_module(hparams: Mapping[str, Any]) -> Seq2SeqModule:
         return Seq2SeqModule(**hparams)
 
 
+def _source_limit(args: Mapping[str, Any]) -> int | None:
+    """The longest batch a member's mechanism takes (a longer one raises in the unfused
+    module): memory attention's with position encodings and luong_location's
+    ``max_source_len``; None for the others."""
+    options = resolved_attention_options(args)
+    if args["attention"] == "luong_location" or (
+        args["attention"] == "memory" and options["position_encoding"]
+    ):
+        return int(options["max_source_len"])
+    return None
+
+
 class FusedSeq2Seq:
-    """M same-shape Seq2SeqModules (members) trained as one model with a leading member dimension.
+    """M Seq2SeqModules (members) of one group key trained as one model with a leading member
+    dimension; they may differ along the member axes
+    (:func:`~lightning_modules.fused.key.member_axes`: memory attention's K, scoring and position
+    encodings, ``max_source_len``...), padded and masked per member.
 
     Build it with :meth:`from_modules`; then :meth:`train_step` trains every member one step on
     its own batch, :meth:`member_module` gives member i as a plain module (to validate or
@@ -39,7 +66,7 @@ class FusedSeq2Seq:
 
     Args:
         hparams: each member's Seq2SeqModule arguments (equal shape keys).
-        template: a module built from one of them (for the structure; its weights are not used).
+        template: a module built from one of them (for the sizes; its weights are not used).
         clip: each member's gradient-norm clipping value (None or 0: none).
         device: where the weights live.
         precision: ``"32-true"`` or ``"bf16-mixed"`` (bf16 autocast over the forward pass, as
@@ -65,16 +92,15 @@ class FusedSeq2Seq:
         self.precision = precision
         self.pad_id, self.bos_id = template.hparams.pad_id, template.hparams.bos_id
         model = template.model
+        self._attention_dims = (model.decoder.hidden_size, model.encoder.output_size)
         rates = self._member_settings()
         self.encoder = FusedEncoder(model.encoder, rates)
-        self.decoder = FusedDecoder(model.decoder, rates, "model.decoder.")
+        self.decoder = FusedDecoder(
+            model.decoder, self._member_attentions(self.hparams), rates, "model.decoder."
+        )
         self.net = nn.ModuleDict({"encoder": self.encoder, "decoder": self.decoder}).to(device)
         self.param_names = [name for name, _ in template.named_parameters()]
-        self.flat = FlatParameters(
-            self.encoder.leaves("model.encoder.") + self.decoder.leaves("model.decoder."),
-            len(hparams),
-            device,
-        )
+        self.flat = FlatParameters(self._leaves(), len(hparams), device)
         covered = [name for leaf in self.flat.leaves for name in leaf.parts]
         if sorted(covered) != sorted(self.param_names):
             raise RuntimeError(
@@ -141,12 +167,47 @@ class FusedSeq2Seq:
             view.copy_(state[name])
 
     def _member_settings(self) -> DropoutRates:
-        """Each member's Adam settings (:attr:`lr`, :attr:`weight_decay`) from its hparams, and
-        its dropout probability."""
+        """Each member's Adam settings (:attr:`lr`, :attr:`weight_decay`) and longest batch
+        (``_source_limits``) from its hparams, and its dropout probability."""
         args = [module_arguments(h) for h in self.hparams]
         self.lr = [float(a["lr"]) for a in args]
         self.weight_decay = [float(a["weight_decay"]) for a in args]
+        self._source_limits = [_source_limit(a) for a in args]
         return DropoutRates([resolved_sizes(a)["dropout"] for a in args])
+
+    def _member_attentions(self, hparams: Sequence[Mapping[str, Any]]) -> list[Attention]:
+        """Each member's own attention mechanism, built from its hparams as its module builds it
+        (for its options and sizes; its random weights are not used, and the caller's random
+        stream is left alone)."""
+        query_dim, memory_dim = self._attention_dims
+        with torch.random.fork_rng(devices=[]):
+            return [
+                build_attention(
+                    args["attention"], query_dim, memory_dim, **resolved_attention_options(args)
+                )
+                for args in map(module_arguments, hparams)
+            ]
+
+    def _leaves(self) -> list[Leaf]:
+        return self.encoder.leaves("model.encoder.") + self.decoder.leaves("model.decoder.")
+
+    def _relayout(self, hparams: Sequence[Mapping[str, Any]], members: Sequence[int]) -> None:
+        """Rebuild the mechanism and the flat buffers for the members ``hparams``, which were
+        members ``members`` of the current layout: their weights, gradients and Adam state move
+        over (by rows where the padded shapes stay, else part by part into fresh zeros)."""
+        old = self.flat
+        self.decoder.set_attention(self._member_attentions(hparams))
+        self.decoder.attention.to(self.device)
+        flat = FlatParameters(self._leaves(), len(hparams), self.device)
+        if [leaf.shape for leaf in flat.leaves] == [leaf.shape for leaf in old.leaves]:
+            rows = torch.tensor(list(members), device=self.device)
+            flat.data, flat.grad = old.data.index_select(0, rows), old.grad.index_select(0, rows)
+            flat.exp_avg = old.exp_avg.index_select(0, rows)
+            flat.exp_avg_sq = old.exp_avg_sq.index_select(0, rows)
+        else:
+            flat.copy_members(old, members)
+        self.flat = flat
+        flat.bind()
 
     # ---------------------------------------------------------------- properties
     @property
@@ -211,6 +272,14 @@ class FusedSeq2Seq:
         S = max(b["src"].shape[1] for b in batches)
         T = max(b["tgt"].shape[1] for b in batches)
         device = batches[0]["src"].device
+        for m, (batch, limit) in enumerate(zip(batches, self._source_limits)):
+            if limit is not None and batch["src"].shape[1] > limit:
+                raise ValueError(
+                    f"member {m}'s batch has {batch['src'].shape[1]} source positions, but its "
+                    f"{self.hparams[m].get('attention')} attention covers "
+                    f"max_source_len={limit}: build it with a larger max_source_len or filter "
+                    "longer sentences out of its data"
+                )
         src = torch.full((M, B, S), self.pad_id, dtype=torch.long, device=device)
         tgt = torch.full((M, B, T), self.pad_id, dtype=torch.long, device=device)
         lengths = torch.ones(M, B, dtype=torch.long, device=device)
@@ -256,7 +325,9 @@ class FusedSeq2Seq:
 
     def keep(self, indices: Sequence[int]) -> None:
         """Keep only members ``indices`` (weights, gradients, Adam state and settings), numbered
-        0.. in that order; :attr:`member_ids` maps them to the original members."""
+        0.. in that order; :attr:`member_ids` maps them to the original members. The padding
+        follows the kept members: dropping the member of the largest K shrinks the padded
+        weights to the largest K left (a group costs what its largest member costs)."""
         indices = [int(i) for i in indices]
         if (
             not indices
@@ -266,8 +337,7 @@ class FusedSeq2Seq:
             raise ValueError(
                 f"keep({indices}): need distinct member indices in 0..{self.members - 1}"
             )
-        rows = torch.tensor(indices, device=self.device)
-        self.flat.apply(lambda t: t.index_select(0, rows))
+        self._relayout([self.hparams[i] for i in indices], indices)
         self.hparams = [self.hparams[i] for i in indices]
         self.member_ids = [self.member_ids[i] for i in indices]
         self.clip = [self.clip[i] for i in indices]
@@ -292,23 +362,37 @@ class FusedSeq2Seq:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (members of the same shape key as this model's)."""
-        if state.get("version") != STATE_VERSION:
+        """Restore :meth:`state_dict`'s output (members of the same group key as this model's;
+        their number and member axes may differ: the layout follows the saved members)."""
+        if state.get("version") not in READABLE_VERSIONS:
             raise ValueError(
-                f"fused state version {state.get('version')!r}; expected {STATE_VERSION}"
+                f"fused state version {state.get('version')!r}; this code reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}: resume it with the code that saved it"
             )
         if shape_key(state["hparams"][0]) != shape_key(self.hparams[0]):
             raise ValueError(
                 "the saved group's shapes differ from this model's: "
                 + "; ".join(shape_difference(self.hparams[0], state["hparams"][0]))
             )
-        self.hparams = [dict(h) for h in state["hparams"]]
+        hparams = [dict(h) for h in state["hparams"]]
+        device = self.device
+        before = self.decoder.attention, self.decoder._attention_leaves
+        self.decoder.set_attention(self._member_attentions(hparams))
+        self.decoder.attention.to(device)
+        flat = FlatParameters(self._leaves(), len(hparams), device)
+        if tuple(state["data"].shape) != tuple(flat.data.shape):
+            self.decoder.attention, self.decoder._attention_leaves = before
+            raise ValueError(
+                f"the saved weights are {tuple(state['data'].shape)}, but the saved members' "
+                f"layout is {tuple(flat.data.shape)}: the state was not written by "
+                "FusedSeq2Seq.state_dict of these members"
+            )
+        self.hparams = hparams
         self.member_ids = list(state["member_ids"])
         self.clip = list(state["clip"])
         self.steps = list(state["steps"])
         self.precision = state["precision"]
-        device = self.device
-        flat = self.flat
+        self.flat = flat
         flat.data = state["data"].to(device).clone()
         flat.exp_avg = state["exp_avg"].to(device).clone()
         flat.exp_avg_sq = state["exp_avg_sq"].to(device).clone()

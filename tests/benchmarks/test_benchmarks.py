@@ -279,6 +279,34 @@ def test_fusion_quick_prints_one_json_line_of_finite_speedups(capsys):
         )  # one process on one core: M member-steps per fused step
 
 
+@pytest.mark.train
+def test_fusion_mixed_cell_compares_one_padded_group_with_one_group_per_shape(capsys):
+    bench = load("fusion")
+    result = bench.main(["--quick", "--mixed", "--mixed-k", "1", "4", "--mixed-seeds", "2"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and json.loads(out[0]) == result, "stdout holds the JSON line alone"
+    assert set(result["speedup"]) == {"tiny/L6/mixed8"}
+    assert result["settings"]["mixed_k"] == [1, 4] and result["settings"]["mixed_seeds"] == 2
+    (row,) = result["rows"]
+    assert row["members"] == 8 and row["shapes"] == 4  # 2 K x 2 scoring pairs, 2 seeds each
+    assert math.isfinite(row["speedup"]) and row["speedup"] > 0
+    assert row["speedup"] == result["speedup"][row["cell"]]
+    # one process on one core: 8 member-steps per step of the mixed group, and per round of the
+    # four shape groups
+    assert row["mixed_member_steps_per_unit_second"] == pytest.approx(
+        8 / row["mixed_step_seconds"], rel=1e-2
+    )
+    assert row["by_shape_member_steps_per_unit_second"] == pytest.approx(
+        8 / row["by_shape_round_seconds"], rel=1e-2
+    )
+
+
+def test_fusion_mixed_cell_refuses_what_it_cannot_build(capsys):
+    with pytest.raises(SystemExit):
+        load("fusion").main(["--mixed", "--mixed-scoring", "softmax", "--quick"])
+    assert "encoder/decoder pairs" in capsys.readouterr().err
+
+
 def test_fusion_names_the_mechanisms_it_takes_when_given_another(capsys):
     with pytest.raises(SystemExit):
         load("fusion").main(["--attention", "bahdanou", "--quick"])

@@ -253,8 +253,9 @@ def test_shape_key_names_what_fuses():
             dict(base, preset="tiny", hidden_size=64, attention_kwargs={"K": 16, "bias": False})]  # fmt: skip
     assert {shape_key(h) for h in [base, *same]} == {shape_key(base)}
     hash(shape_key(base))
-    for change in ({"attention_kwargs": {"K": 4}}, {"hidden_size": 32}, {"max_source_len": 41},
-                   {"attention": "bahdanau"}, {"bidirectional": False}):  # fmt: skip
+    # (K and max_source_len are member axes, test_fused_axes.py: they fuse)
+    for change in ({"attention_kwargs": {"K": 16, "bias": True}}, {"hidden_size": 32},
+                   {"tgt_vocab_size": 25}, {"attention": "bahdanau"}, {"bidirectional": False}):  # fmt: skip
         assert shape_key(dict(base, **change)) != shape_key(base), change
     with pytest.raises(ValueError, match="not Seq2SeqModule arguments"):
         shape_key(dict(base, K=16))
@@ -272,8 +273,8 @@ def test_shape_key_names_what_fuses():
 
 def test_from_modules_names_the_differing_setting():
     a = make_module("memory", {"K": 4}, 0)
-    b = make_module("memory", {"K": 6}, 1)
-    with pytest.raises(ValueError, match=r"attention_kwargs\.K: 4 != 6"):
+    b = make_module("memory", {"K": 6, "bias": True}, 1)
+    with pytest.raises(ValueError, match=r"attention_kwargs\.bias: False != True"):
         FusedSeq2Seq.from_modules([a, b])
 
 
