@@ -80,7 +80,8 @@ def child_env(tmp_path: Path, log: Path) -> dict[str, str]:
 def test_what_a_sweep_wants(mode, gpu, want):
     assert plan_mps(mode, gpu).want == want
     assert (
-        plan_mps("auto", 0.25).reason == "trials share GPUs (resources.gpu 0.25, 4 trials to a GPU)"
+        plan_mps("auto", 0.25).reason == "trials share GPUs (resources.gpu 0.25: 4 training "
+        "processes to a GPU, each an unfused trial or a fused group)"
     )
 
 
