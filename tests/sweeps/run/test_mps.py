@@ -6,7 +6,7 @@ This machine has no NVIDIA driver, so ``nvidia-cuda-mps-control`` is the stand-i
 tests/mps_helpers.py on PATH: it records its calls (``-d``, ``quit``) with the pipe and log
 directories it was given, and checks that they are writable. The decisions, the environment the
 trials get, the command lines and the order of start and stop are real; that the daemon then
-serves CUDA clients is the GPU session's check (benchmarks/gpu_session.sh).
+serves CUDA clients is the GPU benchmarks' check (benchmarks/gpu_benchmarks.py, its share_mps phase).
 """
 
 from __future__ import annotations
