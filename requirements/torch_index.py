@@ -73,10 +73,13 @@ def local_torch(pip: str, constraints: list[str]) -> str | None:
 def choose(url: str, timeout: float, pip: str | None, constraints: list[str]) -> tuple[str, str]:
     """(what to print, why) for the torch index ``url``."""
     if not url:
-        return "", "no torch index (TORCH_INDEX is empty): torch from the public index"
+        return "", "no torch index (TORCH_INDEX is empty): torch from pip's own sources"
     page, why = torch_page(url, timeout)
     if page is None:
-        return "", f"{why}: torch from the public index (on Linux a CUDA build)"
+        return (
+            "",
+            f"{why}: left out, torch from pip's own sources (the public index: CUDA on Linux)",
+        )
     local = local_torch(pip, constraints) if pip else None
     if local is not None and local in wheel_names(page):
         return "", f"pip's find-links already hold {local}, which {url} serves: taken from there"
