@@ -6,6 +6,21 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CONSTRAINTS ?= requirements/cpu.txt
 PIP_CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
+# Where torch comes from, beside the public index: a wheel index with CPU builds of torch, which pip
+# prefers to the public index's build of the same release (2.13.0+cpu sorts above 2.13.0). On Linux
+# x86-64 PyTorch's CPU index: the public index's Linux wheel is a CUDA build that brings some GB of
+# nvidia-* packages. Elsewhere none (macOS: the public index's wheel is a CPU build). `make venv
+# TORCH_INDEX=` takes the public index's build; `TORCH_INDEX=https://download.pytorch.org/whl/cu130`
+# a CUDA one. requirements/torch_index.py leaves the index out, so that torch comes from the public
+# index, where it does not answer one request within TORCH_INDEX_TIMEOUT seconds (rather than pip
+# retrying every package's page), and where pip's own find-links already hold the wheel it serves.
+ifeq ($(shell uname -sm),Linux x86_64)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+endif
+TORCH_INDEX_TIMEOUT ?= 5
+# the option that adds TORCH_INDEX to a pip command ($(1): that venv's pip), or nothing
+TORCH_FROM = $$($(PYTHON) requirements/torch_index.py --timeout $(TORCH_INDEX_TIMEOUT) --pip $(1) \
+	$(PIP_CONSTRAINT_FLAG) -- $(TORCH_INDEX))
 # the versions tested (CONTRIBUTING.md, "The lock"); `make venv LOCK=` installs without it
 LOCK ?= requirements/lock.txt
 # the lock less its torch line: torch comes from TORCH_CONSTRAINTS (the CPU pin) or from a GPU user
@@ -13,29 +28,39 @@ LOCK_FLAG := $(if $(LOCK),-c $(VENV)/lock-constraints.txt,)
 LOCK_CHECK_SKIP := $(if $(filter requirements/cpu.txt,$(TORCH_CONSTRAINTS)),,--skip torch)
 SPEC ?= sweeps/quickstart.yaml
 
-.PHONY: venv lock test-latest sweep test test-fast test-slow lint format bench docs docs-build docs-results clean
+.PHONY: venv install-public-index lock test-latest sweep test test-fast test-slow lint format bench docs docs-build docs-results clean
 
 $(BIN)/.installed: pyproject.toml requirements/cpu.txt requirements/tools.txt $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c requirements/tools.txt --upgrade pip
 	$(if $(LOCK),grep -v '^torch==' $(LOCK) > $(VENV)/lock-constraints.txt,)
-	$(if $(TORCH_CONSTRAINTS),$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) torch,)
+	$(if $(TORCH_CONSTRAINTS),$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) $(call TORCH_FROM,$(BIN)/pip) torch,)
 	$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) -e ".[sweep,dev,docs]"
 	$(if $(LOCK),$(BIN)/python requirements/check_lock.py $(LOCK) $(LOCK_CHECK_SKIP),)
 	touch $@
 
 venv: $(BIN)/.installed
 
+# `make venv` as on a machine whose pip sees only the public package index: in a fresh clone of
+# this repository's HEAD in a temporary folder, with no pip configuration, no local wheel folders
+# and an empty pip cache; then torch and the project imported, and the folder removed. It prints how
+# long it took and which torch it installed (benchmarks/README.md, "Durations"). Downloads every
+# package, on Linux where PyTorch's CPU index is out of reach the public index's CUDA build of
+# torch (some GB): not part of .ci/run.
+install-public-index:
+	bash requirements/install_public_index.sh $(PYTHON)
+
 # requirements/lock.txt made again from pyproject.toml's sweep, dev and docs extras, each package at
 # its newest release within the bounds (`make lock LOCK_UPGRADE=` keeps the current pins where they
-# still fit), torch at requirements/cpu.txt's pin; for this Python and platform (pip's resolver,
-# which sees the CPU torch wheel pip is configured to find). Then `make venv` installs it.
+# still fit), torch at requirements/cpu.txt's pin, its CPU build (from TORCH_INDEX, or a CPU wheel
+# pip is configured to find); for this Python and platform. Then `make venv` installs it.
 LOCK_VENV ?= .venv-lock
 LOCK_UPGRADE ?= --upgrade
 lock:
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/pip install -q -c requirements/tools.txt --upgrade pip pip-tools
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet $(LOCK_UPGRADE) \
+		$(call TORCH_FROM,$(LOCK_VENV)/bin/pip) \
 		--extra sweep --extra dev --extra docs -c requirements/cpu.txt --strip-extras \
 		--allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements/lock.txt pyproject.toml
 
@@ -48,7 +73,7 @@ test-latest:
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/pip install -q -c requirements/tools.txt --upgrade pip
-	$(if $(TORCH_CONSTRAINTS),$(LATEST_VENV)/bin/pip install -q $(PIP_CONSTRAINT_FLAG) torch,)
+	$(if $(TORCH_CONSTRAINTS),$(LATEST_VENV)/bin/pip install -q $(PIP_CONSTRAINT_FLAG) $(call TORCH_FROM,$(LATEST_VENV)/bin/pip) torch,)
 	$(LATEST_VENV)/bin/pip install -q $(PIP_CONSTRAINT_FLAG) -e ".[sweep,dev,docs]"
 	$(if $(LOCK),$(LATEST_VENV)/bin/python requirements/check_lock.py $(LOCK) --report,)
 	$(WRITE_BYTECODE) $(LATEST_VENV)/bin/python -m pytest -q $(LATEST_PYTEST)

@@ -187,9 +187,7 @@ def test_a_trial_knows_its_storage_id(journal_study):
     assert study.trials[0]._trial_id == trial._trial_id
 
 
-@internal(
-    "optuna-storage-calls", "optuna", "sweeps/search/base.py, sweeps/search/configs.py, sweeps/moo/"
-)
+@internal("optuna-storage-calls", "optuna", "sweeps/search/")
 def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(journal_study):
     study, storage, _ = journal_study
     trial = study.ask({})

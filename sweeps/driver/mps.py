@@ -1,7 +1,8 @@
 """NVIDIA MPS for trials that share a GPU: one control daemon per sweep (per node on a cluster),
 started before the trials and stopped after them, also when the sweep fails or is preempted.
 
-Without MPS, processes that share a GPU (``resources.gpu: 0.5`` puts two trials on one) each have
+Without MPS, processes that share a GPU (``resources.gpu: 0.5`` puts two on one: two unfused
+trials, or two fused groups, whose members hold 1/n of a group's share each) each have
 a CUDA context of their own and the GPU time-slices between them; under MPS their kernels run side
 by side, which small launch-bound training steps need. Nothing in a trial changes: CUDA connects a
 process to the daemon that ``CUDA_MPS_PIPE_DIRECTORY`` names.

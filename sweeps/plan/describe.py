@@ -53,7 +53,9 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
     fused, alone = plan.fused, [g for g in plan.groups if g.name is None]
     trials = sum(len(g.slots) for g in plan.groups)
     lines = []
-    if not fused:
+    if not fused and plan.alone:
+        lines.append(f"fusion ({cap}): none of the {trials} trials trains fused; kept apart:")
+    elif not fused:
         lines.append(
             f"fusion ({cap}): no two of the {trials} trials share their shapes: each trains alone"
         )

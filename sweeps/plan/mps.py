@@ -29,6 +29,5 @@ def plan_mps(mode: str, gpu: float) -> MpsPlan:
         return MpsPlan("required", f"resources.mps is on (resources.gpu {gpu:g})")
     if gpu >= 1:
         return MpsPlan("no", f"each trial holds whole GPUs (resources.gpu {gpu:g}): none is shared")
-    return MpsPlan(
-        "yes", f"trials share GPUs (resources.gpu {gpu:g}, {int(1 // gpu)} trials to a GPU)"
-    )
+    shares = f"{int(1 // gpu)} training processes to a GPU, each an unfused trial or a fused group"
+    return MpsPlan("yes", f"trials share GPUs (resources.gpu {gpu:g}: {shares})")

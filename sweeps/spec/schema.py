@@ -64,7 +64,8 @@ class ResourcesSpec(_Strict):
 
     # CPUs each trial holds (each of its DDP workers, with workers > 1); Ray places trials by them
     cpu: float = Field(1.0, gt=0)
-    # GPUs each trial (or DDP worker) holds: 0 trains on the CPU, 0.5 packs two trials on one GPU
+    # GPUs each trial (or DDP worker) holds: 0 trains on the CPU, 0.5 packs two on one GPU (two
+    # trials, or two fused groups: a group holds one trial's share, its members 1/n each)
     gpu: float = Field(0.0, ge=0)
     # processes per trial: 1 is one process; more runs the trial as a DDP job of Ray Train workers
     workers: int = Field(1, ge=1)

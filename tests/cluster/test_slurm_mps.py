@@ -134,7 +134,8 @@ def index(calls: list[str], start: str) -> int:
 def test_one_node_s_ray_runs_under_a_daemon_that_stops_after_it(tmp_path):
     code, out, err, calls = run_job(tmp_path, ["node1"], ["--set", "resources.gpu=0.5"])
     assert code == 0, err
-    assert f"MPS: trials share GPUs (resources.gpu 0.5, 2 trials to a GPU): a control daemon on " \
+    assert "MPS: trials share GPUs (resources.gpu 0.5: 2 training processes to a GPU, each an " \
+        "unfused trial or a fused group): a control daemon on " \
         f"each node that has MPS ({tmp_path}/ray-tmp/mps)" in out  # fmt: skip
     start, head, launch = (
         index(calls, "start pipe="),

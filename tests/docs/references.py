@@ -45,6 +45,8 @@ FILE_ATTR = re.compile(
     r"((?:" + "|".join(PACKAGES) + r"|benchmarks)/[\w/]+\.py):\s?([A-Za-z_][\w.]*)"
 )
 CODE_SPAN = re.compile(r"`([^`]+)`")
+#: an anchor a table row carries (benchmarks/README.md's cited rows)
+ROW_ANCHOR = re.compile(r'<a id="([\w-]+)"></a>')
 NODE_ID = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
 PYTHON_M = re.compile(r"python3?\s+-m\s+([\w.]+)")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
@@ -231,7 +233,8 @@ def generated_text(page: Path) -> str:
 
 @cache
 def headings(page: Path) -> tuple[list[str], set[str]]:
-    """The page's section titles and their anchors (code blocks skipped)."""
+    """The page's section titles and their anchors (code blocks skipped), and the anchors of its
+    rows (``<a id="..."></a>``, outside code spans)."""
     titles, anchors, fenced = [], set(), False
     generated = list(enumerate(generated_text(page).splitlines()))
     for _, line in lines(page) + generated:
@@ -240,6 +243,8 @@ def headings(page: Path) -> tuple[list[str], set[str]]:
         elif not fenced and (m := re.match(r"#{1,6}\s+(.*)", line)):
             titles.append(re.sub(r"\s*\{#[\w-]+\}\s*$", "", m.group(1)).strip())
             anchors |= slug(m.group(1))
+        elif not fenced:
+            anchors |= set(ROW_ANCHOR.findall(CODE_SPAN.sub("", line)))
     return titles, anchors
 
 
@@ -325,7 +330,7 @@ def text_problems(text: str, page: Path) -> list[str]:
             module = m.group(1).rstrip(".")
             if not PLACEHOLDER.search(module) and not module_runs(module):
                 found.append(f"{where}: python -m {module}: no such module")
-        for m in LINK.finditer(line):
+        for m in LINK.finditer(CODE_SPAN.sub("", line)):  # (a link in a code span is an example)
             if why := link_problem(page, m.group(1) or m.group(2), text):
                 found.append(f"{where}: {why}")
     flat = re.sub(r"\s*\n\s*", " ", text)  # a section's name may wrap onto the next line

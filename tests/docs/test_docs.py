@@ -1,8 +1,9 @@
 """The user docs agree with the code and with each other: every file, module attribute,
-``python -m`` command and README section they name exists (:mod:`references`), each duration is
-stated once (benchmarks/README.md), the pages hold no lab notebook (commit hashes, sessions, load
-averages), the README's reuse snippet runs as written and its results.csv table lists every
-column, and the docs site's key reference covers every sweep-file key.
+``python -m`` command and README section they name exists (:mod:`references`; the sweep files'
+comments too), each duration is stated once (benchmarks/README.md), the pages hold no lab notebook
+(commit hashes, how the work was organised), the README's reuse snippet runs as written and its
+results.csv table lists every column, and the docs site's key reference covers every sweep-file
+key.
 
 Fast (no mkdocs build, no import of the project for the references): the key reference is
 produced by calling the site's build hook directly; only the snippet trains (a few seconds).
@@ -134,7 +135,7 @@ def test_the_reference_check_finds_each_kind_of_dead_reference():
 #: a command whose duration the docs might quote
 TIMED = re.compile(
     r"make (?:test(?:-fast|-slow)?|sweep|venv|docs-results|bench)\b|--profile cpu|\b`?cpu`? profiles?"
-    r"|--smoke|--profile smoke|quickstart",
+    r"|--smoke|--profile smoke|quickstart|\b2-core CPU\b|\bon 2 cores\b",
     re.IGNORECASE,
 )
 DURATION = re.compile(
@@ -144,12 +145,32 @@ DURATION = re.compile(
 )
 
 
+SWEEP_FILES = sorted((ROOT / "sweeps").glob("*.yaml"))
+#: a YAML comment: from a ``#`` at the start of a line or after a space to the line's end
+COMMENT = re.compile(r"(?:^|\s)#(.*)$")
+
+
+def comments(path: Path) -> str:
+    """A sweep file's comments, each on its own line's number (the YAML itself blanked)."""
+    return "\n".join(
+        m.group(1) if (m := COMMENT.search(line)) else ""
+        for line in path.read_text(encoding="utf-8").splitlines()
+    )
+
+
+def page_lines(page: Path) -> list[tuple[int, str]]:
+    """A page's lines; a sweep file's comments only."""
+    if page.suffix == ".yaml":
+        return list(enumerate(comments(page).splitlines(), 1))
+    return references.lines(page)
+
+
 def duration_claims(pages: list[Path]) -> list[str]:
     """Lines that put a figure of time beside a command (outside benchmarks/README.md)."""
     found = []
     for page in pages:
         name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name
-        for n, line in references.lines(page):
+        for n, line in page_lines(page):
             if TIMED.search(line) and DURATION.search(line):
                 found.append(f"{name}:{n}: {line.strip()}")
     return found
@@ -159,12 +180,13 @@ def test_each_duration_is_stated_once_in_benchmarks():
     """How long `make test`, `make sweep`, a cpu profile... take is said in benchmarks/README.md's
     Durations table, with its machine; every other page and the Makefile link there."""
     pages = [p for p in references.user_pages() if p != ROOT / "benchmarks" / "README.md"]
-    found = duration_claims([*pages, ROOT / "Makefile"])
+    found = duration_claims([*pages, ROOT / "Makefile", *SWEEP_FILES])
     assert not found, "durations outside benchmarks/README.md:\n" + "\n".join(found)
     table = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert "## Durations" in table
     for command in ("make sweep", "make test", "make test-fast", "--profile cpu"):
-        assert re.search(rf"^\| `[^|]*{re.escape(command)}[^|]*` [^|]*\| [^|]*\d", table, re.M), (
+        row = rf"^\| (?:<a id=\"[\w-]+\"></a>)?`[^|]*{re.escape(command)}[^|]*` [^|]*\| [^|]*\d"
+        assert re.search(row, table, re.M), (
             f"benchmarks/README.md's Durations table has no figure for {command}"
         )
 
@@ -180,25 +202,44 @@ def test_the_duration_check_finds_a_quoted_time(tmp_path):
     assert DURATION.search("6-11 minutes") and DURATION.search("about an hour")
     assert TIMED.search("--profile cpu    # Table 1 scaled down, 3 seeds: 1-3 h")
     assert DURATION.search("1-3 h on 2 cores") and not DURATION.search("3 seeds, 54 trials")
+    sweep = tmp_path / "sweep.yaml"  # a sweep file's comments are read, its YAML is not
+    sweep.write_text(
+        "#   launch.py s.yaml --profile cpu # Table 1 scaled down, 3 seeds: 1-3 h on 2 cores\n"
+        "  # Table 1 scaled down to fit an hour on a 2-core CPU\n"
+        "name: q   # the quickstart in 20 min\n"
+        "description: the quickstart in 3 min\n"
+    )
+    assert [line.split(":")[1] for line in duration_claims([sweep])] == ["1", "2", "3"]
 
 
-#: what a lab notebook leaves: commit hashes, "session", load averages, notes to maintainers,
-#: internal issue numbers
+def test_sweep_file_comments_name_only_what_exists():
+    """A sweep file's comments point to files, modules and README sections that exist (its
+    quickstart once pointed to a README section that did not)."""
+    found = [p for f in SWEEP_FILES for p in references.text_problems(comments(f), f)]
+    assert not found, "dead references in the sweep files' comments:\n" + "\n".join(found)
+    dead = references.text_problems('# see README, "How to read them"\n', SWEEP_FILES[0])
+    assert dead and "has no section" in dead[0]
+
+
+#: what a lab notebook leaves: commit hashes, "session", loans of machines and the calls that
+#: lent them, load averages, notes to maintainers, internal issue numbers
 NOTEBOOK = re.compile(
     r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"
     r"|\bsessions?\b|\bload average|\bload (?:of |about |at )?\d"
+    r"|\bloans?\b|\blent\b|\bthe issue's\b|\brun\(carry="
     r"|for whoever maintains|\bissues? #?\d+",
     re.IGNORECASE,
 )
 
 
 def notebook_pages() -> list[Path]:
-    """README, CONTRIBUTING and docs/, but the committed runs' own records (docs/results/<sweep>/)
-    and the changelog page (which shows CHANGELOG.md, where histories belong)."""
-    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    """README, CONTRIBUTING, CHANGELOG, the cluster and benchmark guides, docs/ and the sweep
+    files, but the committed runs' own records (docs/results/<sweep>/)."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md"]
+    pages += [ROOT / "cluster" / "README.md", ROOT / "benchmarks" / "README.md", *SWEEP_FILES]
     for page in sorted((ROOT / "docs").rglob("*.md")):
         rel = page.relative_to(ROOT / "docs").parts
-        if (rel[0] == "results" and len(rel) > 2) or rel == ("changelog.md",):
+        if rel[0] == "results" and len(rel) > 2:
             continue
         pages.append(page)
     return pages
@@ -214,7 +255,7 @@ def test_user_pages_keep_no_lab_notebook():
     found = [
         f"{page.relative_to(ROOT)}:{n}: {m.group(0)!r} in {line.strip()[:100]}"
         for page in notebook_pages()
-        for n, line in references.lines(page)
+        for n, line in page_lines(page)
         for m in NOTEBOOK.finditer(line)
         # a library's own `session` (Ray Train's) in code is not the notebook's word
         if not (m.group(0).lower().startswith("session") and in_code(line, m.start()))
@@ -230,9 +271,18 @@ def test_the_notebook_pattern_catches_what_the_pages_used_to_hold():
         "Ray's parts, for whoever maintains this:",
         "Issue 22 asked for 3 seeds in under an hour",
         "(K 2..256, commit 92d7966, idle)",
+        "### Fourth loan: the fused tests (H200)",
+        "lent twice, 15 minutes of GPU time each",
+        "the issue's aim, member-steps per GPU-second",
+        "run(carry=[\".whl\"], timeout_s=500, command='...')",
     ):
         assert NOTEBOOK.search(text), text
-    for text in ("`decode_seconds` 0.0246 s", "sweeps/report/results.py", "seed 1234567"):
+    for text in (
+        "`decode_seconds` 0.0246 s",
+        "sweeps/report/results.py",
+        "seed 1234567",
+        "a talented, loaned, sessionless run (carry on)",
+    ):
         assert not NOTEBOOK.search(text), text
 
 

@@ -6,7 +6,7 @@ This machine has no NVIDIA driver, so ``nvidia-cuda-mps-control`` is the stand-i
 tests/mps_helpers.py on PATH: it records its calls (``-d``, ``quit``) with the pipe and log
 directories it was given, and checks that they are writable. The decisions, the environment the
 trials get, the command lines and the order of start and stop are real; that the daemon then
-serves CUDA clients is the GPU session's check (benchmarks/gpu_session.sh).
+serves CUDA clients is the GPU benchmarks' check (benchmarks/gpu_benchmarks.py, its share_mps phase).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def child_env(tmp_path: Path, log: Path) -> dict[str, str]:
 def test_what_a_sweep_wants(mode, gpu, want):
     assert plan_mps(mode, gpu).want == want
     assert (
-        plan_mps("auto", 0.25).reason == "trials share GPUs (resources.gpu 0.25, 4 trials to a GPU)"
+        plan_mps("auto", 0.25).reason == "trials share GPUs (resources.gpu 0.25: 4 training "
+        "processes to a GPU, each an unfused trial or a fused group)"
     )
 
 

@@ -105,6 +105,16 @@ def test_what_turns_fusion_off_is_said(tmp_path):
     graphed["trainer"]["cuda_graphs"] = True
     plan = plan_fusion(build_sweep(graphed))
     assert plan.fused == [] and "cuda_graphs is set" in plan.alone[0]
+    # the seeds of each cell share their shapes: graphs keep them apart, and --dry-run says that
+    said = fusion_lines(build_sweep(graphed), plan)
+    assert said[0] == "fusion (max 16 members a group, the GPU default): none of the 6 trials " \
+        "trains fused; kept apart:"  # fmt: skip
+    assert "share their shapes" not in said[0] and "cuda_graphs is set" in said[1]
+    lone = fusion_lines(build_sweep(raw(seeds=[0])), plan_fusion(build_sweep(raw(seeds=[0]))))
+    assert lone == [
+        "fusion (max 4 members a group, the CPU default): no two of the 2 trials share their "
+        "shapes: each trains alone"
+    ]
     paused = raw(
         parameters={"model.lr": {"values": [0.001, 0.01]}},
         num_samples=2,

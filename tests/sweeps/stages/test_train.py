@@ -253,7 +253,7 @@ def test_interrupted_grid_x_optuna_study_resumes_and_the_journal_agrees(tmp_path
         max_concurrent_trials=1,
         # one trial at a time, so a trial reports step 20 after the first has finished; fused,
         # both groups train at once and, on a loaded machine, both are past step 20 before
-        # either ends (the hook never fires). Fused resumes: tests/sweeps/fusion.
+        # either ends (the hook never fires). Fused resumes: tests/sweeps/trial/fused.
         fusion="off",
         wandb={"mode": "disabled"},
     )

@@ -1,6 +1,6 @@
-"""The prepared GPU session (benchmarks/gpu_session.py) and its benchmarks (cuda_graphs.py,
-gpu_share.py), run here in their CPU forms: the plumbing a lent GPU's few minutes must not be
-spent on. No figure of these runs means anything (no graph is captured on a CPU); what is checked
+"""The GPU tests and benchmarks in one run (benchmarks/gpu_benchmarks.py) and its benchmarks
+(cuda_graphs.py, gpu_share.py), run here in their CPU forms: the plumbing that a few minutes of
+GPU time must not be spent on. No figure of these runs means anything (no graph is captured on a CPU); what is checked
 is that each phase runs, reports one JSON line and keeps to its time, and that the MPS phase puts
 its benchmark under a daemon (the stand-in of tests/mps_helpers.py: this machine has no NVIDIA
 driver) and stops it afterwards."""
@@ -17,10 +17,10 @@ import pytest
 from mps_helpers import install_fake_mps, mps_calls
 
 ROOT = Path(__file__).resolve().parents[2]
-SESSION = ROOT / "benchmarks" / "gpu_session.py"
+SCRIPT = ROOT / "benchmarks" / "gpu_benchmarks.py"
 
 
-def session(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
+def run_script(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS")}
     if mps:
         log = install_fake_mps(tmp_path / "bin")
@@ -32,7 +32,7 @@ def session(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
             if not (Path(d) / "nvidia-cuda-mps-control").exists()
         )
     out = subprocess.run(
-        [sys.executable, str(SESSION), "--out", str(tmp_path / "out"), *args], env=env, cwd=ROOT,
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *args], env=env, cwd=ROOT,
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -40,10 +40,10 @@ def session(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
 
 
 def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
-    lines = session(tmp_path, "--dry-run")
+    lines = run_script(tmp_path, "--dry-run")
     by = {line["phase"]: line for line in lines}
     assert list(by) == ["environment", "cuda_graphs", "gpu_tests", "share", "share_mps",
-                        "fusion", "peers", "session"]  # fmt: skip
+                        "fusion", "peers", "all"]  # fmt: skip
     assert by["cuda_graphs"]["cmd"] == "python benchmarks/cuda_graphs.py --device cuda --repeats 3"
     assert by["share_mps"]["cmd"].startswith(
         "python -m sweeps.driver.mps run --want required --dir /tmp/memattn-mps-bench -- "
@@ -56,14 +56,14 @@ def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
     )
     if not (ROOT / "benchmarks" / "fusion.py").exists():
         assert by["fusion"]["skipped"] == "benchmarks/fusion.py is not in this checkout"
-    # every phase within a loan's 15 minutes, less a machine's start (about 30 s on the H100)
+    # every phase within 15 minutes of GPU time, less a machine's start (about 30 s on the H100)
     assert sum(line.get("limit_s", 0) for line in lines) <= 780
-    assert by["session"]["phases_run"] == 0
+    assert by["all"]["phases_run"] == 0
 
 
 @pytest.mark.train  # runs the benchmarks, 20 s
-def test_the_session_s_phases_run_on_a_cpu_with_mps_put_around_a_benchmark(tmp_path):
-    lines = session(
+def test_the_phases_run_on_a_cpu_with_mps_put_around_a_benchmark(tmp_path):
+    lines = run_script(
         tmp_path, "--device", "cpu", "--phases", "environment", "cuda_graphs", "share_mps", mps=True
     )
     by = {line["phase"]: line for line in lines}
@@ -71,7 +71,7 @@ def test_the_session_s_phases_run_on_a_cpu_with_mps_put_around_a_benchmark(tmp_p
         "environment",
         "cuda_graphs",
         "share_mps",
-        "session",
+        "all",
     ]
     for name in ("environment", "cuda_graphs", "share_mps"):
         assert by[name]["rc"] == 0 and not by[name]["timed_out"], by[name]
@@ -89,5 +89,5 @@ def test_the_session_s_phases_run_on_a_cpu_with_mps_put_around_a_benchmark(tmp_p
 
 
 def test_a_phase_past_its_budget_is_skipped_and_said(tmp_path):
-    lines = session(tmp_path, "--device", "cpu", "--phases", "environment", "--budget", "5")
+    lines = run_script(tmp_path, "--device", "cpu", "--phases", "environment", "--budget", "5")
     assert lines[0]["skipped"] == "its 30 s no longer fit the budget (5 s)"

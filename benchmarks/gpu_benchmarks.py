@@ -1,20 +1,21 @@
-"""Everything a lent GPU is for, in one call: the GPU tests and the measurements of fused trials,
-CUDA graphs and MPS, each phase within its own time limit and all within ``--budget`` seconds.
+"""The GPU tests and the GPU benchmarks in one run: the tests marked ``gpu`` and the measurements of
+fused trials, CUDA graphs and MPS, each phase within its own time limit and all within ``--budget``
+seconds.
 
 Run it on the GPU machine (from the repository root; the device's own Python, which has torch
 and Lightning; nothing here needs Ray, Optuna or W&B):
 
-    python benchmarks/gpu_session.py --out "$OUT" --budget 470 --phases environment cuda_graphs gpu_tests share share_mps
-    python benchmarks/gpu_session.py --out "$OUT" --budget 310 --phases fusion peers
-    python benchmarks/gpu_session.py --dry-run                          # the plan: commands and limits
-    python benchmarks/gpu_session.py --device cpu --out /tmp/s          # the plumbing, on a CPU
+    python benchmarks/gpu_benchmarks.py --out "$OUT" --budget 470 --phases environment cuda_graphs gpu_tests share share_mps
+    python benchmarks/gpu_benchmarks.py --out "$OUT" --budget 310 --phases fusion peers
+    python benchmarks/gpu_benchmarks.py --dry-run                          # the plan: commands and limits
+    python benchmarks/gpu_benchmarks.py --device cpu --out /tmp/s          # the plumbing, on a CPU
 
 Prints one JSON line per phase as it ends (``phase``, ``rc``, ``seconds``, ``timed_out``,
 ``skipped`` with the reason, ``summary``: the phase's figures in short), the phase's whole output
 in ``OUT/<phase>.out`` and ``.err`` (a benchmark's full JSON line is the last JSON line of its ``.out``),
-and a last line ``{"phase": "session", ...}``. A phase that runs past its limit is stopped
+and a last line ``{"phase": "all", ...}``. A phase that runs past its limit is stopped
 (SIGTERM, then SIGKILL) and the next one starts; a phase whose limit no longer fits the budget is
-skipped, so the session ends in time. The phases, in order (the most wanted first):
+skipped, so the run ends in time. The phases, in order (the most wanted first):
 
 - ``environment``: torch, CUDA, the driver, the GPU and its compute mode, nvidia-cuda-mps-control,
   which packages import;
@@ -44,7 +45,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MPS_RUN = [PY, "-m", "sweeps.driver.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
-#: what fit the third loan (an H100): these three counts of members and 3 rounds took 220 s;
+#: what fits the phase's limit on an H100 (2026-11-27): these three counts of members and 3 rounds
+#: took 220 s;
 #: M = 1, 2, 4, 8, 16 at 5 rounds printed nothing within 110 s
 FUSION = ["--preset", "paper_copy", "tiny", "--lengths", "40", "--members", "1", "4", "16",
           "--repeats", "3"]  # fmt: skip
@@ -92,7 +94,7 @@ class Phase:
 
 
 def phases(device: str) -> list[Phase]:
-    """The session's phases on ``device`` (``cpu``: their quick, plumbing-only forms)."""
+    """The phases on ``device`` (``cpu``: their quick, plumbing-only forms)."""
     cpu = device == "cpu"
     quick = ["--quick"] if cpu else []
     graphs = quick or ["--device", "cuda", "--repeats", "3"]
@@ -105,7 +107,7 @@ def phases(device: str) -> list[Phase]:
     fusion = ["benchmarks/fusion.py", *(["--quick"] if cpu else ["--device", "cuda", *FUSION])]
     return [
         Phase("environment", 30, [PY, "-c", ENVIRONMENT]),
-        # the limits: what each took on the H100 of the third loan, with room (benchmarks/README.md)
+        # the limits: what each took on an H100 (2026-11-27), with room (benchmarks/README.md)
         Phase("cuda_graphs", 90, [PY, "benchmarks/cuda_graphs.py", *graphs]),
         Phase(
             "gpu_tests",
@@ -219,10 +221,10 @@ def run_phase(phase: Phase, out_dir: Path, limit: float) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="gpu-session", help="folder for each phase's output")
-    p.add_argument("--budget", type=float, default=510, help="seconds for the session (510)")
+    p.add_argument("--out", default="gpu-benchmarks", help="folder for each phase's output")
+    p.add_argument("--budget", type=float, default=510, help="seconds for the whole run (510)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--phases", nargs="+", help="only these phases, in the session's order")
+    p.add_argument("--phases", nargs="+", help="only these phases, in the run's order")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = p.parse_args(argv)
     plan = phases(args.device)
@@ -251,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(run_phase(phase, out_dir, phase.limit)), flush=True)
         ran += 1
     left = round(deadline - time.monotonic(), 1)
-    print(json.dumps({"phase": "session", "phases_run": ran, "budget_left_s": left,
+    print(json.dumps({"phase": "all", "phases_run": ran, "budget_left_s": left,
                       "out": str(out_dir.resolve())}), flush=True)  # fmt: skip
     return 0
 
