@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a file on a machine without the install (a lent GPU)
+if str(ROOT) not in sys.path:  # run as a file on a machine without the install (a GPU node)
     sys.path.insert(0, str(ROOT))
 PRESETS = ["tiny", "paper_copy"]
 LENGTHS = [10, 40]
