@@ -58,6 +58,8 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
     elif not fused:
         lines.append(
             f"fusion ({cap}): no two of the {trials} trials share their shapes: each trains alone"
+            if not plan.apart
+            else f"fusion ({cap}): each of the {trials} trials trains alone, the cost model's choice"
         )
     else:
         lines.append(
@@ -71,24 +73,51 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
         widths = [max(len(row[i]) for row in rows) for i in range(2)]
         lines += [f"  {a.ljust(widths[0])}  {b.ljust(widths[1])}  {c}".rstrip() for a, b, c in rows]
     lines += [f"  alone: {why}" for why in plan.alone]
+    if plan.kinds:
+        lines.append(
+            f"  never fused with each other: trials that differ in {', '.join(plan.kinds)}"
+        )
+    if plan.costs is not None and (fused or plan.apart):
+        device = "CPU" if plan.costs.device == "cpu" else plan.costs.name
+        note = f"; {plan.costs.note}" if plan.costs.note else ""
+        lines.append(
+            f"  groups cut where the measured step costs of the {device} say (sweeps/plan/"
+            f"step_costs.json{note}); neighbouring groups kept apart, and why:"
+        )
+    for apart in plan.apart:
+        left, right = (_slots_text(sweep, slots) for slots in (apart.left, apart.right))
+        lines.append(f"    {left}  |  {right}: {apart.reason}")
     return lines
 
 
+def _slots_text(sweep: Any, slots: Any) -> str:
+    """Which cells some of a group's trials belong to, folded (``length=20 K=1, 4``)."""
+    cells = list({sweep.plans[s.unit].cell.slug: sweep.plans[s.unit].cell for s in slots}.values())
+    return (_folded(cells) if len(cells) > 1 else None) or "; ".join(c.name for c in cells)
+
+
 def members_text(sweep: Any, group: Group) -> str:
-    """A group's members by cell: ``attention=memory K=16: seeds 0, 1, 2`` or, for Optuna's
-    samples of one unit, ``... seed=0: samples 1, 2, 3``."""
+    """A group's members by cell: ``attention=memory K=16: seeds 0, 1, 2``; cells that differ
+    in one grid value each, with the same seeds, as ``length=20 attention=memory K=1, 4, 16:
+    seeds 0, 1, 2``; for Optuna's samples of one unit, ``... seed=0: samples 1, 2, 3``."""
     by_cell: dict[str, list[tuple[int, int]]] = {}
+    cells: dict[str, Any] = {}
     for slot in group.slots:
         p = sweep.plans[slot.unit]
         by_cell.setdefault(p.cell.name, []).append((p.seed, slot.sample))
+        cells[p.cell.name] = p.cell
     searched = sweep.has_search and sweep.spec.num_samples > 1
+    if not searched:
+        seeds = {name: tuple(sorted({s for s, _ in pairs})) for name, pairs in by_cell.items()}
+        if len(set(seeds.values())) == 1 and len(cells) > 1:
+            folded = _folded(list(cells.values()))
+            if folded is not None:
+                return f"{folded}: {_seeds_text(next(iter(seeds.values())))}"
     parts = []
     for cell, pairs in by_cell.items():
         seeds = sorted({s for s, _ in pairs})
         if not searched:
-            parts.append(
-                f"{cell}: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-            )
+            parts.append(f"{cell}: {_seeds_text(seeds)}")
             continue
         for seed in seeds:
             numbers = sorted(n + 1 for s, n in pairs if s == seed)
@@ -97,6 +126,41 @@ def members_text(sweep: Any, group: Group) -> str:
                 f"{', '.join(map(str, numbers))}"
             )
     return "; ".join(parts)
+
+
+def _seeds_text(seeds: Any) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def _folded(cells: list[Any]) -> str | None:
+    """The cells' names with the grid values that differ between them listed once each
+    (``length=20 attention=memory K=1, 4``), when the cells are every combination of those
+    values; None otherwise (the names are listed one by one)."""
+    keys = list(dict.fromkeys(k for c in cells for k in c.values))
+    varying = {
+        k: list(dict.fromkeys(c.values.get(k) for c in cells))
+        for k in keys
+        if len({repr(c.values.get(k)) for c in cells}) > 1
+    }
+    combos = 1
+    for values in varying.values():
+        combos *= len(values)
+    if combos != len(cells):
+        return None
+    first = cells[0]
+    name_parts = first.name.split(" ")
+    out = []
+    for part, key in zip(name_parts, first.values):
+        if key in varying:
+            label = part.split("=", 1)[0]
+            out.append(f"{label}={', '.join(_value_text(v) for v in varying[key])}")
+        else:
+            out.append(part)
+    return " ".join(out)
+
+
+def _value_text(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def trial_table(plan: Any) -> str:

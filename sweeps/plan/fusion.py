@@ -1,12 +1,16 @@
 """Which trials of a sweep train fused, decided before Ray starts from the resolved plans.
 
-Two trials fuse when their *fuse keys* are equal (:func:`fuse_key`): the model's shapes (its
-section without the settings a member keeps to itself: learning rate, weight decay, dropout, and
-the evaluation settings), the task (data, batch size, length; each member's seed still draws its
-own data and order) and the training loop (the trainer section, but for each member's own gradient
-clipping). Members come from the seeds of a cell, from grid values that
-change no shape, and from Optuna's samples of one unit asked together; a group has at most the
-sweep's ``fusion.max_members`` (:class:`~sweeps.spec.fusion_schema.FusionSpec`).
+Two trials may fuse when their *fuse keys* are equal (:func:`fuse_key`): the model's section
+without what a member keeps to itself (learning rate, weight decay, dropout, the evaluation
+settings, and its mechanism's *member axes*: memory attention's K, scoring functions and position
+encoding, the length it was built for; :mod:`lightning_modules.fused.axes`), the task without its
+length (each member's seed still draws its own data and order) and the training loop (the trainer
+section, but for each member's own gradient clipping). Members come from the seeds of a cell, from
+grid values along the member axes or that change no shape, and from Optuna's samples of one unit
+asked together. Which of the trials that may fuse do, is the cost model's choice
+(:mod:`sweeps.plan.step_costs`): it cuts each pool into the groups whose steps cost least on the
+sweep's device, at most ``fusion.max_members`` members a group
+(:class:`~sweeps.spec.fusion_schema.FusionSpec`), and says why two neighbouring groups stay apart.
 
 A member's Tune config says which group it belongs to (``fused_with``) and which member it is
 (``fused_member``: ``"2/3"``), so a trial knows its group from its own config, results.csv and W&B
@@ -22,19 +26,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-FUSED_WITH, FUSED_MEMBER = "fused_with", "fused_member"
-#: model settings the members of a group may hold apart: the fused model keeps them per member
-#: (``lightning_modules.fused``'s MEMBER_SETTINGS), or only evaluation reads them (its
-#: EVALUATION_SETTINGS); written out here so that ``--dry-run`` imports no torch
-MEMBER_MODEL_KEYS = (
-    "lr",
-    "weight_decay",
-    "dropout",
-    "val_beam_size",
-    "length_penalty",
-    "max_decode_len",
-    "val_decode",
+from lightning_modules.fused.axes import (
+    MAX_SOURCE_LEN_PER_MEMBER,
+    MEMBER_ATTENTION_OPTIONS,
+    PADDED_ATTENTION_OPTIONS,
+    member_keys,
 )
+from sweeps.plan.step_costs import DeviceCosts, Member, device_costs
+from sweeps.spec import resolve_sections
+from sweeps.spec.signatures import default_attention, fusion_problem
+
+FUSED_WITH, FUSED_MEMBER = "fused_with", "fused_member"
+#: the task setting that is each member's own length (its datamodule's, and so its model's
+#: ``max_source_len``) where the mechanism lets members differ in it
+LENGTH_KEY = "max_length"
 #: trainer settings each member keeps to itself (the fused model clips per member)
 MEMBER_TRAINER_KEYS = ("gradient_clip_val",)
 #: Lightning precisions the fused training step runs in
@@ -65,6 +70,15 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Apart:
+    """Two neighbouring groups of trials that could have fused, and why they did not."""
+
+    left: tuple[Slot, ...]
+    right: tuple[Slot, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class FusionPlan:
     """A sweep's fusion: its groups (hand-out order is the searcher's), or why nothing fuses.
 
@@ -75,6 +89,10 @@ class FusionPlan:
             configuration's seeds train in (its groups are made when Optuna asks it).
         off: why no trial of this sweep fuses, or None.
         alone: why some trials train alone although fusion is on.
+        kinds: the settings that tell apart the kinds of trials that never fuse (empty: one kind).
+        apart: in each kind, why the cost model cut it between two neighbouring groups.
+        costs: the device's cost model the groups were cut by (its ``note`` says which
+            measured device stands in for this one).
     """
 
     cap: int
@@ -83,6 +101,9 @@ class FusionPlan:
     seed_chunks: tuple[int, ...] = ()
     off: str | None = None
     alone: tuple[str, ...] = field(default_factory=tuple)
+    kinds: tuple[str, ...] = ()
+    apart: tuple[Apart, ...] = ()
+    costs: DeviceCosts | None = None
 
     @property
     def fused(self) -> list[Group]:
@@ -136,10 +157,45 @@ def configuration_member(label: str, seed_index: int, n_seeds: int, cap: int) ->
 
 
 def fuse_key(task: dict[str, Any], model: dict[str, Any], trainer: dict[str, Any]) -> str:
-    """Trials whose keys are equal train as one fused model (module docstring)."""
-    shapes = {k: v for k, v in model.items() if k not in MEMBER_MODEL_KEYS}
+    """Trials whose keys are equal may train as one fused model (module docstring)."""
+    return json.dumps(key_sections(task, model, trainer), sort_keys=True, default=str)
+
+
+def key_sections(
+    task: dict[str, Any], model: dict[str, Any], trainer: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The settings that must be equal for trials to fuse, by section."""
+    attention = str(model.get("attention") or default_attention())
+    own = member_keys(attention)
+    shapes = {k: v for k, v in model.items() if k not in own}
+    data = dict(task)
+    if attention in MAX_SOURCE_LEN_PER_MEMBER:  # each member's own length
+        data.pop(LENGTH_KEY, None)
     loop = {k: v for k, v in trainer.items() if k not in MEMBER_TRAINER_KEYS}
-    return json.dumps({"model": shapes, "task": task, "trainer": loop}, sort_keys=True, default=str)
+    return {"model": shapes, "task": data, "trainer": loop}
+
+
+def member_shape(
+    task: dict[str, Any], model: dict[str, Any], sampled: dict[str, Any] | None = None
+) -> Member:
+    """What a trial brings to its group's cost (:class:`~sweeps.plan.step_costs.Member`): its
+    length, its padded option (memory attention's K) and its switches. ``sampled``: the upper
+    ends of Optuna parameters along a member axis, whose values are not known before Optuna asks
+    (a group is costed as if each took its largest)."""
+    attention = str(model.get("attention") or default_attention())
+    values = {**model, **(sampled or {})}
+    padded = [int(values[k]) for k in PADDED_ATTENTION_OPTIONS.get(attention, ()) if k in values]
+    switches = tuple(
+        (k, str(values.get(k)))
+        for k in MEMBER_ATTENTION_OPTIONS.get(attention, ())
+        if k not in PADDED_ATTENTION_OPTIONS.get(attention, ()) and k != "max_source_len"
+    )
+    length = int(task.get(LENGTH_KEY) or DEFAULT_LENGTH)
+    return Member(length, max(padded) if padded else None, switches)
+
+
+#: the length a task without ``max_length`` is costed at (a WMT pair's sentences)
+DEFAULT_LENGTH = 50
 
 
 def loop_problem(trainer: dict[str, Any]) -> str | None:
@@ -225,13 +281,17 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
         ):  # a cell whose loop cannot fuse: its settings hold for every cell (no grid on them)
             return FusionPlan(cap, device, off="; ".join(dict.fromkeys(alone)))
         return FusionPlan(cap, device, seed_chunks=tuple(len(c) for c in chunks))
+    sampled: dict[str, Any] = {}
     if sweep.has_search and samples > 1:
         for key in _shape_changing(sweep):
             alone.append(
                 f"parameters.{key} changes the model's shapes: Optuna's samples train alone"
             )
             loose.update(range(len(sweep.plans)))
-    pools: dict[str, list[Slot]] = {}
+        sampled = _sampled_axes(sweep)
+    costs = device_costs(device)
+    pools: dict[str, list[tuple[Slot, Member]]] = {}
+    keys: dict[str, dict[str, Any]] = {}
     singles: list[Slot] = []
     for s in range(samples):
         for i, plan in enumerate(sweep.plans):
@@ -239,14 +299,18 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
                 continue
             if i in loose:
                 singles.append(Slot(i, s))
-            else:
-                pools.setdefault(fuse_key(plan.task, plan.model, plan.trainer), []).append(
-                    Slot(i, s)
-                )
+                continue
+            key = fuse_key(plan.task, plan.model, plan.trainer)
+            keys.setdefault(key, key_sections(plan.task, plan.model, plan.trainer))
+            shape = member_shape(plan.task, plan.model, sampled)
+            pools.setdefault(key, []).append((Slot(i, s), shape))
     groups: list[Group] = []
+    apart: list[Apart] = []
     for pool in pools.values():
-        for chunk in balanced_chunks(pool, cap):
-            groups.append(Group("" if len(chunk) > 1 else None, tuple(chunk)))
+        preset = str(sweep.plans[pool[0][0].unit].model.get("preset") or DEFAULT_PRESET)
+        chunks, why = cheapest_groups(pool, cap, costs, preset, sweep)
+        groups += [Group("" if len(c) > 1 else None, tuple(s for s, _ in c)) for c in chunks]
+        apart += why
     groups += [Group(None, (slot,)) for slot in singles]
     groups.sort(key=lambda g: (min(s.sample for s in g.slots), min(s.unit for s in g.slots)))
     width = len(str(sum(1 for g in groups if g.name is not None)))
@@ -256,15 +320,120 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
             n += 1
             g = Group(f"g{n:0{width}d}", g.slots)
         named.append(g)
-    return FusionPlan(cap, device, tuple(named), alone=tuple(dict.fromkeys(alone)))
+    return FusionPlan(
+        cap,
+        device,
+        tuple(named),
+        alone=tuple(dict.fromkeys(alone)),
+        kinds=_differences(list(keys.values())),
+        apart=tuple(apart),
+        costs=costs,
+    )
+
+
+#: seconds that tell partitions of equal cost apart: fewer groups, then cells kept whole
+TIE = 1e-9
+
+#: the preset a model section without one is costed as (Seq2SeqModule's default sizes)
+DEFAULT_PRESET = "paper_copy"
+
+
+def cheapest_groups(
+    pool: list[tuple[Slot, Member]], cap: int, costs: DeviceCosts, preset: str, sweep: Any
+) -> tuple[list[list[tuple[Slot, Member]]], list[Apart]]:
+    """``pool`` (trials that may fuse) cut into the groups of at most ``cap`` whose steps cost
+    least on the device (:meth:`~sweeps.plan.step_costs.DeviceCosts.group_seconds`, summed over
+    the groups: their members each train the same number of steps), and why each cut is there.
+    The trials keep their order by Optuna sample, then length and padded size (so a cell's seeds,
+    and cells of close shapes, are neighbours); the cuts are the cheapest of all that keep it
+    (dynamic programming over the cut points)."""
+    items = sorted(
+        pool,
+        key=lambda sm: (sm[0].sample, sm[1].length, sm[1].padded or 0, sm[1].switches, sm[0].unit),
+    )
+    n = len(items)
+
+    def cost(a: int, b: int) -> float:
+        return costs.group_seconds(preset, [m for _, m in items[a:b]])
+
+    def splits_a_cell(a: int) -> bool:  # a cut at a parts one cell's trials
+        cell = lambda i: sweep.plans[items[i][0].unit].cell.slug  # noqa: E731
+        return 0 < a < n and cell(a - 1) == cell(a)
+
+    # between cuts of equal cost: fewer groups, then cells kept whole
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
+    for b in range(1, n + 1):
+        for a in range(max(0, b - cap), b):
+            c = best[a] + cost(a, b) + TIE + (TIE if splits_a_cell(a) else 0.0)
+            if c < best[b]:
+                best[b], cut[b] = c, a
+    bounds, b = [], n
+    while b > 0:
+        bounds.append((cut[b], b))
+        b = cut[b]
+    bounds.reverse()
+    chunks = [items[a:b] for a, b in bounds]
+    why = []
+    for (a0, a1), (b0, b1) in zip(bounds, bounds[1:]):
+        if b1 - a0 > cap:
+            reason = f"together they would be {b1 - a0} members, over the cap of {cap}"
+        else:
+            joined, split = cost(a0, b1), cost(a0, a1) + cost(b0, b1)
+            reason = (
+                f"one group's step would cost {joined:.3g} s against {split:.3g} s for the two "
+                f"({_padding_text([m for _, m in items[a0:b1]])})"
+            )
+        slots = [s for s, _ in items]
+        why.append(Apart(tuple(slots[a0:a1]), tuple(slots[b0:b1]), reason))
+    return chunks, why
+
+
+def _padding_text(members: list[Member]) -> str:
+    """What joining ``members`` pads: lengths, the padded option, switched functions."""
+    parts = []
+    lengths = sorted({m.length for m in members})
+    if len(lengths) > 1:
+        parts.append(f"length {lengths[0]} padded to {lengths[-1]}")
+    padded = sorted({m.padded for m in members if m.padded is not None})
+    if len(padded) > 1:
+        parts.append(f"K {padded[0]} padded to {padded[-1]}")
+    if len({m.switches for m in members}) > 1:
+        parts.append("both branches of switched functions")
+    return ", ".join(parts) or "no padding"
+
+
+def _differences(pools: list[dict[str, dict[str, Any]]]) -> tuple[str, ...]:
+    """The settings (``model.attention`` ...) whose values differ between the kinds of trials
+    that may fuse among themselves: what keeps them from fusing with each other."""
+    differing = []
+    for section in ("model", "task", "trainer"):
+        for name in sorted({k for p in pools for k in p[section]}):
+            values = {json.dumps(p[section].get(name), sort_keys=True, default=str) for p in pools}
+            if len(values) > 1:
+                differing.append(f"{section}.{name}")
+    return tuple(differing)
+
+
+def _sampled_axes(sweep: Any) -> dict[str, Any]:
+    """The Optuna parameters along a member axis (``model.K`` ...), at their largest value: what
+    a group of samples is costed at before Optuna has asked them."""
+    out = {}
+    for key, p in sweep.spec.parameters.items():
+        section, _, name = key.partition(".")
+        if section != "model":
+            continue
+        candidates = p.values if p.values is not None else [p.min, p.max]
+        try:
+            out[name] = max(candidates)
+        except TypeError:
+            out[name] = candidates[-1]
+    return out
 
 
 def unfusable(plan: Any) -> str | None:
     """Why the fused model cannot train a trial of ``plan`` (``lightning_modules.fused``'s own
     answer, e.g. monotonic attention forced to its hard mode in training), or None; asked once per
     model section, ever (:func:`sweeps.spec.signatures.fusion_problem`)."""
-    from sweeps.spec.signatures import fusion_problem
-
     return fusion_problem(plan.model)
 
 
@@ -274,8 +443,6 @@ def _alone(slots: dict[int, list[Slot]]) -> tuple[Group, ...]:
 
 def _shape_changing(sweep: Any) -> list[str]:
     """The Optuna parameters whose values change a trial's fuse key (a hidden size, say)."""
-    from sweeps.spec import resolve_sections
-
     out = []
     plan = sweep.plans[0]
     base = {"task": plan.task, "model": plan.model, "trainer": plan.trainer}

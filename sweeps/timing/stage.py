@@ -28,6 +28,7 @@ from typing import Any
 from sweeps.errors import TimingError
 from sweeps.spec.schema import TimingSpec
 from sweeps.timing.files import check_split, checkpoint_file
+from sweeps.timing.fused import time_once_per_group
 from sweeps.timing.jobs import (
     POLL_S,
     Lane,
@@ -108,8 +109,6 @@ def time_finished_trials(
             + (f" to +-{100 * spec.precision:g}%" if spec.precision else "")
             + f", {spec.threads} thread(s)):"
         )
-    from sweeps.timing.fused import time_once_per_group  # a fused group's shapes timed once
-
     results = time_once_per_group(
         jobs, timed_rows, spec, log, partial(run_timing_stage, watch=watch)
     )

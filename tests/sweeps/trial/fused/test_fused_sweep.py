@@ -223,3 +223,53 @@ def test_asha_stops_a_member_and_the_others_finish(local_ray, tmp_path):
     assert len({t.params["lr"] for t in trials}) == 3, "three samples, asked together"
     runs = sorted((tmp_path / "out" / "asha" / "wandb").glob("offline-run-*"))
     assert len(runs) == 3 and all(wandb_read(r)["state"] == "finished" for r in runs)
+
+
+def test_cells_of_other_k_scoring_position_encoding_and_length_train_as_one_group(
+    local_ray, tmp_path
+):
+    """A sweep planned for GPUs (its trials ask for one) joins memory attention's cells across
+    K, the scoring pair, position encodings and the length into one fused group; run on this
+    machine, which has no GPU, the group trains on the CPU. Every row is done, each member's
+    checkpoint loads alone as the model of its own cell (its K, scoring, position encodings,
+    length), and each member is timed as that model: the training step differs by cell."""
+    spec = tiny_spec(
+        "mixed",
+        grid={
+            "task.max_length": [4, 6],
+            "model": [
+                {"attention": "memory", "K": 2, "encoder_scoring": "sigmoid"},
+                {"attention": "memory", "K": 5, "position_encoding": True},
+            ],
+        },
+        trainer={"max_steps": 20, "val_check_interval": 10},
+        resources={"cpu": 1, "gpu": 0.5},
+        timing={
+            "enabled": True,
+            "processes": 1,
+            "precision": 0.5,
+            "max_seconds": 1,
+            "calibration_seconds": 0.2,
+            "measure": ["train"],
+        },
+        wandb={"mode": "disabled"},
+    )
+    assert launch(tmp_path, spec) == 0
+    df = pd.read_csv(tmp_path / "out" / "mixed" / "results.csv", dtype={"trial_id": str})
+    assert len(df) == 4 and (df["status"] == "done").all() and (df["step"] == 20).all()
+    assert df["fused_with"].nunique() == 1 and df["fused_with"].notna().all()
+    from lightning_modules import Seq2SeqModule
+
+    for row in df.itertuples():
+        module = Seq2SeqModule.load_from_checkpoint(row.checkpoint, map_location="cpu")
+        attention = module.model.decoder.attention
+        expected = (2, "sigmoid", False) if row.K == 2 else (5, "softmax", True)
+        assert (
+            attention.K,
+            attention.encoder_scoring,
+            attention.use_position_encoding,
+        ) == expected
+        assert module.hparams.max_source_len == row.length + 1  # its own length (and EOS)
+    # one measurement per cell: four cells, four training steps, none copied from another cell
+    assert df["train_step_seconds"].notna().all()
+    assert df["train_step_seconds"].nunique() == 4

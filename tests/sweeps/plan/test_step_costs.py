@@ -1,0 +1,106 @@
+"""The plan's cost model (sweeps/plan/step_costs.py) on its measured table, and what it makes of
+the shipped sweeps: the groups --dry-run plans for them, and why it keeps cells apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeps.plan.fusion import plan_fusion
+from sweeps.plan.step_costs import Member, device_costs, interpolate, table
+from sweeps.spec import build_sweep, load_spec
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_interpolation_is_linear_between_points_and_continues_beyond_them():
+    points = {"1": 1.0, "4": 4.0, "16": 10.0}
+    assert interpolate(points, 2.5) == pytest.approx(2.5)
+    assert interpolate(points, 10) == pytest.approx(7.0)
+    assert interpolate(points, 22) == pytest.approx(13.0)  # the last segment, continued
+    assert interpolate({"40": 0.5}, 100) == 0.5
+
+
+def test_every_device_in_the_table_says_where_its_figures_were_measured():
+    for name, entry in table()["devices"].items():
+        assert entry["measured"], name
+        assert entry["presets"], name
+
+
+def test_on_a_cpu_padding_costs_and_on_a_gpu_the_group_s_step_hardly_grows():
+    cpu, gpu = device_costs("cpu"), device_costs("gpu", "NVIDIA H100 80GB HBM3")
+    same = [Member(20, 16)] * 4
+    assert cpu.group_seconds("tiny", [Member(20, 1)] * 2 + [Member(20, 64)] * 2) > (
+        cpu.group_seconds("tiny", [Member(20, 1)] * 2)
+        + cpu.group_seconds("tiny", [Member(20, 64)] * 2)
+    )
+    assert cpu.group_seconds("tiny", [Member(20, 16)] * 2 + [Member(40, 16)] * 2) > (
+        cpu.group_seconds("tiny", [Member(20, 16)] * 2)
+        + cpu.group_seconds("tiny", [Member(40, 16)] * 2)
+    )
+    switched = [Member(20, 16, (("s", "a"),)), Member(20, 16, (("s", "b"),))] * 2
+    assert cpu.group_seconds("tiny", switched) > cpu.group_seconds("tiny", same)
+    # a GPU's fused step: about flat in members, K and switches free, in proportion to length
+    assert gpu.group_seconds("paper_copy", [Member(40, 64)] * 16) == pytest.approx(0.1517)
+    assert gpu.group_seconds("paper_copy", switched) == gpu.group_seconds("paper_copy", same)
+    assert gpu.group_seconds("paper_copy", [Member(80, 16)] * 4) == pytest.approx(2 * 0.1408)
+    # a trial alone trains unfused: the measured unfused step
+    assert gpu.group_seconds("paper_copy", [Member(40, 16)]) == pytest.approx(0.0871)
+
+
+def test_a_gpu_the_table_lacks_is_costed_as_the_nearest_and_the_plan_says_so():
+    assert device_costs("gpu", "NVIDIA H200").note is None
+    stand_in = device_costs("gpu", "NVIDIA H100 PCIe")
+    assert stand_in.name == "NVIDIA H100 80GB HBM3" and "NVIDIA H100 PCIe is not in the table" in (
+        stand_in.note
+    )
+    assert "no GPU here" in device_costs("gpu").note
+    assert device_costs("gpu", "Tesla T4").name == table_first_gpu()
+
+
+def table_first_gpu() -> str:
+    return next(name for name in table()["devices"] if name != "cpu")
+
+
+@pytest.mark.parametrize(
+    "sweep, most",
+    [("k_vs_length", 12), ("scoring_functions", 2), ("position_encoding", 2)],
+)
+def test_the_shipped_gpu_sweeps_train_in_few_groups(sweep, most):
+    """Planned for GPUs (their trials ask for one): K, the scoring pair and position encodings
+    join, lengths join where one group costs less than the groups apart, up to 16 members."""
+    loaded = load_spec(ROOT / "sweeps" / f"{sweep}.yaml")
+    plan = plan_fusion(loaded)
+    assert plan.device == "gpu"
+    trials = sum(len(g.slots) for g in plan.groups)
+    assert trials == loaded.num_trials and not [g for g in plan.groups if g.name is None]
+    assert len(plan.groups) <= most, [len(g.slots) for g in plan.groups]
+    assert all(len(g.slots) <= 16 for g in plan.groups)
+
+
+def test_on_a_cpu_cells_far_apart_in_k_are_kept_apart_and_the_dry_run_says_why():
+    sweep = build_sweep(
+        {
+            "name": "far",
+            "task": {
+                "name": "copy",
+                "max_length": 20,
+                "train_size": 64,
+                "val_size": 8,
+                "batch_size": 8,
+            },
+            "model": {"preset": "tiny", "attention": "memory"},
+            "grid": {"model.K": [1, 64]},
+            "seeds": [0, 1],
+            "trainer": {"max_steps": 10, "val_check_interval": 5},
+        }
+    )
+    plan = plan_fusion(sweep)
+    assert [len(g.slots) for g in plan.fused] == [2, 2]
+    (apart,) = plan.apart
+    assert "one group's step would cost" in apart.reason and "K 1 padded to 64" in apart.reason
+    from sweeps.plan.describe import fusion_lines
+
+    said = "\n".join(fusion_lines(sweep, plan))
+    assert "K=1  |  K=64: one group's step would cost" in said.replace("attention=memory ", "")
