@@ -297,7 +297,8 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
         check_gpu_torch(address)  # a CPU-only torch beside GPUs stops here, before any trial
     if r.gpu and not gpus:
         if address is None:
-            print(f"no GPU visible: trials run on CPU (resources.gpu {r.gpu:g} -> 0)")
+            asked = "auto" if r.auto_gpu else f"{r.gpu:g}"
+            print(f"no GPU visible: trials run on CPU (resources.gpu {asked} -> 0)")
             gpu = 0.0
         else:
             print(

@@ -16,6 +16,8 @@ def describe(plan: Any) -> list[str]:
     sweep = plan.sweep
     lines = [trial_table(plan)]
     lines += fusion_lines(sweep, plan.fusion)
+    if plan.arrangement is not None:
+        lines += arrangement_lines(sweep, plan.arrangement)
     note = sweep.early_stopping_note()
     if note:
         lines.append(note)
@@ -25,6 +27,51 @@ def describe(plan: Any) -> list[str]:
             f"stop_when: a trial stops once {sweep.spec.stop_when.describe()} (status converged)"
         )
     return lines + list(plan.budget_lines)
+
+
+def arrangement_lines(sweep: Any, a: Any) -> list[str]:
+    """How the trials use the GPUs, and what that is expected to give (:mod:`sweeps.plan.arrangement`)."""
+    r = sweep.spec.resources
+    whose = (
+        "the plan's (resources.gpu auto)"
+        if a.chosen
+        else f"the sweep file's (resources.gpu {r.gpu:g}, cpu {r.cpu:g}; auto lets the plan choose)"
+    )
+    parts = []
+    if a.groups:
+        gpu = "a GPU of its own" if a.group_gpu >= 1 else f"{a.group_gpu:g} of a GPU"
+        parts.append(
+            f"{a.groups} fused group(s), each on {gpu} with {a.group_cpu:g} CPU thread(s), "
+            f"its members 1/n each"
+        )
+    if a.lone:
+        per_gpu = max(1, round(1 / a.lone_gpu)) if a.lone_gpu else 1
+        parts.append(
+            f"{a.lone} trial(s) alone, {per_gpu} to a GPU with {a.lone_cpu:g} CPU thread(s) each"
+        )
+    steps = "graphed (trainer.cuda_graphs)" if a.graphs else "eager"
+    if not a.graphs and a.groups and a.chosen:
+        steps += " (the cost table holds no graphed fused step yet)"
+    note = f"; {a.costs.note}" if a.costs.note else ""
+    return [
+        f"GPU arrangement, {whose}: "
+        + "; ".join(parts)
+        + f"; steps {steps}; "
+        + ("under MPS" if a.mps else "no MPS (no GPU shared by two processes)"),
+        f"  expected on the {a.costs.name} (sweeps/plan/step_costs.json{note}): "
+        f"{a.rate:.3g} member-steps per GPU-second, {a.speedup:.2f}x one eager trial per GPU "
+        f"({a.eager_rate:.3g}), fused members counted as members",
+        f"  GPU time of the training steps: {_hours(a.gpu_hours)} as arranged, "
+        f"{_hours(a.eager_gpu_hours)} with one eager trial per GPU (validation, timing and the "
+        "test split not counted)",
+    ]
+
+
+def _hours(hours: float) -> str:
+    """GPU-hours as a reader weighs them: minutes below one hour."""
+    if hours < 1:
+        return f"{hours * 60:.3g} GPU-minutes"
+    return f"{hours:,.0f} GPU-hours" if hours >= 100 else f"{hours:.3g} GPU-hours"
 
 
 def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:

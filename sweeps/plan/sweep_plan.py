@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeps.plan.arrangement import Arrangement, arrangement_mps, local_gpu_name, plan_arrangement
 from sweeps.plan.cost import estimated_cost
 from sweeps.plan.estimate import launch_lines
 from sweeps.plan.folders import Folder, sweep_folders
@@ -54,6 +55,8 @@ class SweepPlan:
         units: per (cell, seed), in the sweep's plans' order, what the searcher hands out.
         warm: what a warm start reuses and tells (None without ``warm_start``).
         fusion: the fused groups, the trials that train alone and why.
+        arrangement: how the trials use the GPUs, and what that is expected to give (None for
+            trials on the CPU).
         mps: whether the trials share GPUs under an MPS daemon, and why.
         folders: every folder the sweep writes (checked before anything starts).
         budget_lines: the budget, what earlier runs charged, estimates of the rest.
@@ -65,6 +68,7 @@ class SweepPlan:
     units: tuple[Unit, ...]
     warm: WarmStart | None
     fusion: FusionPlan
+    arrangement: Arrangement | None
     mps: MpsPlan
     folders: tuple[Folder, ...]
     budget_lines: tuple[str, ...]
@@ -104,7 +108,13 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
     spec = sweep.spec
     warm = plan_warm_start(sweep)
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
-    fusion = plan_fusion(sweep, warm, unfusable)
+    gpu_name = local_gpu_name() if spec.resources.gpu else None
+    fusion = plan_fusion(sweep, warm, unfusable, gpu_name)
+    arrangement = plan_arrangement(sweep, fusion, gpu_name)
+    if arrangement is not None and arrangement.chosen:
+        mps = arrangement_mps(arrangement)
+    else:
+        mps = plan_mps(spec.resources.mps, spec.resources.gpu)
     save_signatures()  # the step costs and fusion checks learnt here serve the next launch
     return SweepPlan(
         sweep=sweep,
@@ -113,7 +123,8 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
         units=tuple(units),
         warm=warm,
         fusion=fusion,
-        mps=plan_mps(spec.resources.mps, spec.resources.gpu),
+        arrangement=arrangement,
+        mps=mps,
         folders=tuple(sweep_folders(sweep, output)),
         budget_lines=tuple(launch_lines(output / sweep.name, sweep)),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 from lightning_modules.metric_names import (
     FIT_METRICS,
@@ -65,8 +65,10 @@ class ResourcesSpec(_Strict):
     # CPUs each trial holds (each of its DDP workers, with workers > 1); Ray places trials by them
     cpu: float = Field(1.0, gt=0)
     # GPUs each trial (or DDP worker) holds: 0 trains on the CPU, 0.5 packs two on one GPU (two
-    # trials, or two fused groups: a group holds one trial's share, its members 1/n each)
-    gpu: float = Field(0.0, ge=0)
+    # trials, or two fused groups: a group holds one trial's share, its members 1/n each); auto:
+    # as the plan chooses from the measured costs of the GPU (the fused groups, how many share a
+    # GPU, graphs, CPU threads, MPS: docs/gpu.md), and the CPU where there is no GPU
+    gpu: float | Literal["auto"] = Field(0.0)
     # processes per trial: 1 is one process; more runs the trial as a DDP job of Ray Train workers
     workers: int = Field(1, ge=1)
     # NVIDIA MPS, so the processes that share a GPU run their kernels side by side instead of
@@ -81,14 +83,34 @@ class ResourcesSpec(_Strict):
     def _yaml_switch(cls, value: Any) -> Any:
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
+    _auto_gpu: bool = PrivateAttr(False)
+
     @field_validator("gpu")
     @classmethod
-    def _whole_or_fraction(cls, v: float) -> float:
+    def _whole_or_fraction(cls, v: float | str) -> float | str:
+        if isinstance(v, str):
+            return v
+        if v < 0:
+            raise ValueError("gpu must be 0 or more (0 trains on the CPU), or auto")
         if v > 1 and v != int(v):
             raise ValueError(
                 "gpu above 1 must be a whole number (fractions only pack several trials on one GPU)"
             )
         return v
+
+    @model_validator(mode="after")
+    def _auto_is_a_gpu_each(self) -> ResourcesSpec:
+        """``gpu: auto`` reads as one GPU a trial (it asks for GPUs: planned for them, the CPU
+        where there are none) until the launch's arrangement gives each trial its share."""
+        if self.gpu == "auto":
+            self.gpu = 1.0
+            self._auto_gpu = True
+        return self
+
+    @property
+    def auto_gpu(self) -> bool:
+        """Whether the plan chooses each trial's GPU share (``gpu: auto``)."""
+        return self._auto_gpu
 
 
 # A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.

@@ -12,6 +12,7 @@ trainables once, through ``tune.with_parameters`` (:class:`sweeps.trial.settings
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
 from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
+from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
 from sweeps.report.results import result_rows
@@ -36,12 +38,27 @@ def trial_dirname(trial) -> str:
 
 def make_settings(plan: SweepPlan, wandb_mode: str, fit: ClusterFit) -> TrialSettings:
     """The settings every trial of the launch shares: the sweep file with what the launch settled
-    on written in (the cluster's GPU share, W&B's mode), and the plan's fused groups' roster."""
+    on written in (the cluster's GPU share, or where the plan arranges the GPUs
+    (``resources.gpu: auto``) the arrangement's; W&B's mode), and the plan's fused groups' roster."""
     sweep, spec = plan.sweep, plan.spec
+    resources = spec.resources.model_copy(update={"gpu": fit.gpu})
+    cells = {p.cell.name: p for p in sweep.plans}
+    arranged = arranged_gpus(plan, fit)
+    if arranged is not None:
+        resources = resources.model_copy(
+            update={"gpu": arranged.group_gpu, "cpu": arranged.group_cpu}
+            if arranged.groups
+            else {"gpu": arranged.lone_gpu, "cpu": arranged.lone_cpu}
+        )
+        if arranged.graphs:  # the arrangement's graphed steps, in every trial's own plan
+            cells = {
+                name: dataclasses.replace(p, trainer={**p.trainer, "cuda_graphs": True})
+                for name, p in cells.items()
+            }
     return TrialSettings(
         spec=spec.model_copy(
             update={
-                "resources": spec.resources.model_copy(update={"gpu": fit.gpu}),
+                "resources": resources,
                 "wandb": spec.wandb.model_copy(update={"mode": wandb_mode}),
             }
         ),
@@ -50,14 +67,26 @@ def make_settings(plan: SweepPlan, wandb_mode: str, fit: ClusterFit) -> TrialSet
         # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
         train_storage=plan.paths.experiment(sweep.name) + "/ddp",
         has_search=sweep.has_search,
-        cells={p.cell.name: p for p in sweep.plans},
+        cells=cells,
         grid_columns=sweep.grid_columns,
         param_columns=sweep.param_columns,
         # a sweep with fused trials: the name of its run's roster actor (sweeps.trial.fused.roster)
         fusion_roster=(
             f"fusion-roster-{sweep.name}-{uuid.uuid4().hex[:8]}" if plan.fusion.active else None
         ),
+        lone=(
+            {"cpu": arranged.lone_cpu, "gpu": arranged.lone_gpu}
+            if arranged is not None and arranged.groups and arranged.lone
+            else None
+        ),
     )
+
+
+def arranged_gpus(plan: SweepPlan, fit: ClusterFit) -> Arrangement | None:
+    """The plan's GPU arrangement where it is the launch's: ``resources.gpu: auto`` and GPUs to
+    train on (without them the trials train on the CPU, as the cluster check said)."""
+    a = plan.arrangement
+    return a if a is not None and a.chosen and fit.gpu else None
 
 
 def trial_resources(settings: TrialSettings) -> dict[str, float]:
@@ -86,7 +115,7 @@ def make_trainable(
     if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.fusion)
         from sweeps.trial.fused.member import member_resources, run_member_trial
 
-        fn, resources = run_member_trial, member_resources(resources)
+        fn, resources = run_member_trial, member_resources(resources, settings.lone)
     elif fn is None and settings.resources.workers > 1:
         from sweeps.trial.ddp import run_ddp_trial as fn
     elif fn is None:

@@ -37,6 +37,9 @@ class TrialSettings:
     param_columns: dict[str, str] = field(default_factory=dict)
     # the roster actor of a sweep with fused trials (sweeps.trial.fused.roster), None without fusion
     fusion_roster: str | None = None
+    # what a trial that trains alone reserves in a sweep with fused groups, where the plan's GPU
+    # arrangement gives it another share than a group's (resources.gpu: auto); None: a group's
+    lone: dict[str, float] | None = None
 
     @property
     def name(self) -> str:

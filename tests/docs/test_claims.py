@@ -12,13 +12,11 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import references  # noqa: E402
 
-from sweeps.plan.fusion import plan_fusion
 from sweeps.spec import load_spec
 
 ROOT = references.ROOT
@@ -45,61 +43,38 @@ def shares_per_gpu(resources, cpus_per_gpu: float) -> int:
     return int(min(1 / resources.gpu, cpus_per_gpu / resources.cpu) + 1e-9)
 
 
-def test_the_gpu_guide_s_command_puts_8_graphed_unfused_trials_on_a_gpu():
-    """docs/gpu.md's command for 8 to a GPU sets resources.cpu too: with the shipped cpu: 4 and the
-    batch script's CPUs, Ray would fit only 2 a GPU whatever resources.gpu says."""
-    blocks = re.findall(r"```bash\n(.*?)```", GPU_PAGE.read_text(encoding="utf-8"), re.S)
-    (command,) = [b for b in blocks if "k_vs_length.yaml" in b and "--set" in b]
-    overrides = re.findall(r"--set (\S+)", command)
-    cpus = batch_script_cpus_per_gpu()
-    shipped = load_spec("sweeps/k_vs_length.yaml")
-    assert shares_per_gpu(shipped.spec.resources, cpus) == 2
-    advised = load_spec("sweeps/k_vs_length.yaml", overrides=overrides)
-    assert shares_per_gpu(advised.spec.resources, cpus) == 8
-    assert advised.spec.trainer.cuda_graphs and advised.spec.resources.mps == "auto"
-    assert plan_fusion(advised).fused == [], "graphed trials train unfused, as the page says"
-    without_cpu = [o for o in overrides if not o.startswith("resources.cpu")]
-    assert (
-        shares_per_gpu(
-            load_spec("sweeps/k_vs_length.yaml", overrides=without_cpu).spec.resources, cpus
-        )
-        == 2
-    )
+def test_the_gpu_guide_shows_the_arrangement_the_plan_prints_for_k_vs_length(tmp_path):
+    """docs/gpu.md's example of what `resources.gpu: auto` arranges is the dry run's own text
+    (the note on which GPU stands in left out), and cluster/README.md's count of groups is the
+    plan's."""
+    from sweeps.plan.describe import arrangement_lines
+    from sweeps.plan.sweep_plan import build_plan
 
-
-@pytest.mark.parametrize(
-    ("page", "pattern"),
-    [
-        (
-            GPU_PAGE,
-            r"`k_vs_length\.yaml` \(`resources\.gpu: ([\d.]+)`\) trains its (\d+) trials in (\d+) "
-            r"fused groups of (\d+) and puts (\d+) groups, (\d+) trials, on each GPU",
-        ),
-        (
-            CLUSTER,
-            r"`k_vs_length\.yaml` \(`gpu: ([\d.]+)`\) puts (\d+) groups of (\d+), (\d+) trials",
-        ),
-    ],
-)
-def test_what_the_pages_say_k_vs_length_puts_on_a_gpu_is_the_plan(page, pattern):
-    """A fused group holds one trial's share, its members 1/n each: two shares of a GPU are two
-    groups of a cell's 3 seeds, 6 trials (not "two trials", as the pages once said)."""
-    m = re.search(pattern, flat(page))
-    assert m, f"{page.name} no longer says what k_vs_length.yaml puts on a GPU"
+    blocks = re.findall(r"```text\n(.*?)```", GPU_PAGE.read_text(encoding="utf-8"), re.S)
+    (shown,) = [b for b in blocks if b.startswith("GPU arrangement")]
     sweep = load_spec("sweeps/k_vs_length.yaml")
-    plan = plan_fusion(sweep)
-    sizes = {len(g.slots) for g in plan.fused}
-    assert len(sizes) == 1 and not [g for g in plan.groups if g.name is None]
-    (size,) = sizes
-    groups = shares_per_gpu(sweep.spec.resources, batch_script_cpus_per_gpu())
-    said = [float(x) if "." in x else int(x) for x in m.groups()]
-    if page == GPU_PAGE:
-        gpu, trials, n_groups, group, per_gpu, trials_per_gpu = said
-        assert (trials, n_groups) == (sweep.num_trials, len(plan.fused))
-    else:
-        gpu, per_gpu, group, trials_per_gpu = said
-    assert gpu == sweep.spec.resources.gpu and group == size
-    assert (per_gpu, trials_per_gpu) == (groups, groups * size)
+    plan = build_plan(sweep, tmp_path)
+    said = arrangement_lines(sweep, plan.arrangement)
+    said[1] = re.sub(
+        r"\(sweeps/plan/step_costs\.json;[^)]*\)", "(sweeps/plan/step_costs.json; ...)", said[1]
+    )
+    assert shown.strip().splitlines() == said
+    m = re.search(r"(\d+) trials in (\d+) groups", flat(CLUSTER))
+    assert m and (int(m.group(1)), int(m.group(2))) == (sweep.num_trials, len(plan.fusion.fused))
+
+
+def test_what_the_gpu_guide_says_of_shares_fits_the_batch_script():
+    """A share is one training process; with the batch script's CPUs a GPU, resources.cpu: 4 fits
+    2 shares a GPU whatever resources.gpu says, and resources.cpu: 1 fits 8."""
+    cpus = batch_script_cpus_per_gpu()
+    text = flat(GPU_PAGE)
+    assert "`cpu: 4` fits 2 shares a GPU" in text and "`resources.cpu: 1` for 8 to a GPU" in text
+    spec = load_spec("sweeps/k_vs_length.yaml", overrides=["resources.gpu=0.125"]).spec
+    assert shares_per_gpu(spec.resources, cpus) == 2
+    spec = load_spec(
+        "sweeps/k_vs_length.yaml", overrides=["resources.gpu=0.125", "resources.cpu=1"]
+    ).spec
+    assert shares_per_gpu(spec.resources, cpus) == 8
 
 
 def test_every_shipped_smoke_profile_keeps_off_the_gpu():

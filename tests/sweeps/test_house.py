@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = ROOT / "sweeps"
-MAX_LINES = 400  # CONTRIBUTING's limit: a module a newcomer reads in one sitting
+#: past this a module holds more than one concept: split it by concept (CONTRIBUTING)
+MAX_LINES = 600
 MAX_TOP_MODULES = 8  # besides launch.py: the rest lives in the packages
 
 
@@ -25,7 +26,10 @@ def sweeps_modules() -> list[Path]:
 @pytest.mark.parametrize("path", sweeps_modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_in_sweeps_exceeds_the_line_limit(path):
     lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines; split it by concept"
+    assert lines <= MAX_LINES, (
+        f"{path.relative_to(ROOT)} has {lines} lines: it holds more than one concept; split it by "
+        "concept (a module of its own for each), not into parts of a size"
+    )
 
 
 def test_few_modules_at_the_top_of_sweeps():

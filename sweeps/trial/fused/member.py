@@ -169,16 +169,21 @@ def follow(
         raise stop
 
 
-def member_resources(per_trial: dict[str, float]):
+def member_resources(per_trial: dict[str, float], lone: dict[str, float] | None = None):
     """Tune's resources of a trial by its config: a member of a group of n reserves 1/n of
-    ``per_trial`` (rounded down to Ray's 1/10,000), so the group holds what one trial does."""
-    return functools.partial(_member_bundle, per_trial)
+    ``per_trial`` (rounded down to Ray's 1/10,000), so the group holds what one trial does; a trial
+    that trains alone reserves ``lone`` where the plan gives it its own share (else ``per_trial``)."""
+    return functools.partial(_member_bundle, per_trial, lone)
 
 
-def _member_bundle(per_trial: dict[str, float], config: dict[str, Any]):
+def _member_bundle(
+    per_trial: dict[str, float], lone: dict[str, float] | None, config: dict[str, Any]
+):
     from ray.tune import PlacementGroupFactory
 
     share = member_share(config)
+    if share == 1.0 and lone is not None:
+        per_trial = lone
     bundle = {k.upper(): math.floor(v * share * 10_000) / 10_000 for k, v in per_trial.items()}
     return PlacementGroupFactory([{k: max(v, 0.0001) for k, v in bundle.items() if v}])
 

@@ -71,9 +71,12 @@ def test_k_vs_length_dry_run_lists_the_28_cells_of_table_1_over_3_seeds(capsys):
         for line in said.splitlines()
         if line.split() and line.split()[0].isdigit() and " cells x " not in line
     ]
-    assert len(rows) == 84  # 28 cells x 3 seeds, each cell's seeds one fused group
+    assert len(rows) == 84  # 28 cells x 3 seeds
     assert "28 cells x 3 seed(s) = 84 grid points, 84 trials" in said
-    assert "84 of the 84 trials train in 28 fused group(s)" in said
+    # planned for GPUs (resources.gpu auto): memory attention's K joins at each length, and each
+    # baseline's lengths join: 6 fused groups
+    assert "84 of the 84 trials train in 6 fused group(s)" in said
+    assert "GPU arrangement, the plan's (resources.gpu auto): 6 fused group(s)" in said
     for length in (20, 50, 100, 200):  # Table 1's lengths (the paper's text says 10)
         for model in (
             "attention=none",

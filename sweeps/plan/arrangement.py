@@ -1,0 +1,285 @@
+"""How a sweep's trials use the GPUs: the plan's arrangement, from the measured costs of the GPU
+(:mod:`sweeps.plan.step_costs`), and what it is expected to give.
+
+With ``resources.gpu: auto`` (the shipped sweep files' default) the plan chooses, for each fused
+group and each trial that trains alone: how many share a GPU, whether their steps replay CUDA
+graphs, the CPU threads each training process holds, and whether the GPU's processes run under
+MPS. It picks, among the arrangements the table measured, the one with the most member-steps per
+GPU-second:
+
+- a fused group holds a GPU of its own (one group to a GPU is what was measured: a group of 16
+  steps about as fast as a group of 1), with one CPU thread (a process that drives a GPU needs one
+  fast thread to launch its kernels; more threads do nothing for the GPU's work);
+- trials alone share a GPU under MPS, as many as the table's best measured count (8), eager, or
+  graphed when no trial of the sweep trains fused (graphs are set for the whole sweep, and the
+  table has no graphed fused step yet);
+- graphed fused groups once the table holds their measured step (``fused_graphed_s``).
+
+With a number for ``resources.gpu`` the sweep file's own arrangement stands; the plan reports
+what the table expects of it (several fused groups on one GPU were not measured: they are taken
+to share it without gain).
+
+Expected figures count trials per GPU with fused members counted as members: member-steps per
+GPU-second, against one eager trial per GPU (how a Ray Tune user runs such trials:
+``resources.gpu: 1``), and the GPU-hours of the sweep's training steps for both (validation,
+timing and the test split not counted).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from sweeps.plan.fusion import FusionPlan, Slot, member_shape
+from sweeps.plan.mps import MpsPlan
+from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, interpolate
+
+#: the CPU threads a process that drives a GPU holds
+GPU_PROCESS_CPUS = 1.0
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """A sweep's use of the GPUs (module docstring).
+
+    Attributes:
+        chosen: the plan chose it (``resources.gpu: auto``); False: the sweep file's resources.
+        costs: the GPU's entry of the cost table (``costs.note``: which GPU stands in).
+        group_gpu, group_cpu: what a fused group holds (its members 1/n each).
+        lone_gpu, lone_cpu: what a trial that trains alone holds.
+        graphs: the trials' steps replay CUDA graphs (``trainer.cuda_graphs``).
+        mps: processes share a GPU: an MPS daemon under them where the node has one.
+        rate, eager_rate: expected member-steps per GPU-second, as arranged and with one eager
+            trial per GPU; gpu_hours, eager_gpu_hours: the sweep's training steps' GPU-hours.
+    """
+
+    chosen: bool
+    costs: DeviceCosts
+    group_gpu: float
+    group_cpu: float
+    lone_gpu: float
+    lone_cpu: float
+    graphs: bool
+    mps: bool
+    groups: int
+    lone: int
+    rate: float
+    eager_rate: float
+    gpu_hours: float
+    eager_gpu_hours: float
+
+    @property
+    def speedup(self) -> float:
+        return self.rate / self.eager_rate if self.eager_rate else 0.0
+
+    def resources(self, config: dict[str, Any], members: int | None) -> dict[str, float]:
+        """What one trial reserves: a member of a group of ``members`` its 1/n of the group's
+        share, a trial alone its own."""
+        if members:
+            return {"cpu": self.group_cpu / members, "gpu": self.group_gpu / members}
+        return {"cpu": self.lone_cpu, "gpu": self.lone_gpu}
+
+
+def plan_arrangement(
+    sweep: Any, fusion: FusionPlan, gpu_name: str | None = None
+) -> Arrangement | None:
+    """The sweep's GPU arrangement; None for a sweep whose trials use no GPU."""
+    r = sweep.spec.resources
+    if not r.gpu or r.workers > 1:
+        return None
+    costs = device_costs("gpu", gpu_name)
+    units = sweep.plans
+    steps = {i: int(p.trainer.get("max_steps") or 1) for i, p in enumerate(units)}
+    groups = [g for g in fusion.groups if g.name is not None]
+    lone = [g.slots[0] for g in fusion.groups if g.name is None]
+    if not fusion.groups:  # a configuration's seeds: sized when Optuna asks (fusion.seed_chunks)
+        lone = [slot for slot in _every_slot(sweep)]
+    preset = lambda i: str(units[i].model.get("preset") or "paper_copy")  # noqa: E731
+    shape = lambda i: member_shape(units[i].task, units[i].model)  # noqa: E731
+
+    eager = sum(
+        costs.group_seconds(preset(s.unit), [shape(s.unit)]) * steps[s.unit]
+        for s in _slots(fusion, lone)
+    )
+    member_steps = sum(steps[s.unit] for s in _slots(fusion, lone))
+
+    def group_seconds(graphed: bool) -> float:
+        total = 0.0
+        for g in groups:
+            members = [shape(s.unit) for s in g.slots]
+            seconds = _fused_step(costs, preset(g.slots[0].unit), members, graphed)
+            total += seconds * max(steps[s.unit] for s in g.slots)
+        return total
+
+    def lone_seconds(per_gpu: int, graphed: bool) -> float:
+        total = 0.0
+        for s in lone:
+            shared = _shared(costs, preset(s.unit), per_gpu, graphed)
+            total += costs.group_seconds(preset(s.unit), [shape(s.unit)]) / shared * steps[s.unit]
+        return total
+
+    if r.auto_gpu:
+        graphed_groups = bool(groups) and _has(costs, units, groups, "fused_graphed_s")
+        can_graph = graphs_problem(sweep) is None
+        options = []
+        for per_gpu in _measured_counts(costs, units, lone):
+            for graphed in (False, True):
+                if graphed and (not can_graph or (groups and not graphed_groups)):
+                    continue  # graphs are the sweep's: the groups' graphed step is not measured
+                if not _measured(costs, units, lone, per_gpu, graphed):
+                    continue
+                seconds = group_seconds(graphed) + lone_seconds(per_gpu, graphed)
+                options.append((seconds, per_gpu, graphed))
+        seconds, per_gpu, graphed = min(options, key=lambda o: (o[0], not o[2], o[1]))
+        arrangement = dict(
+            group_gpu=1.0,
+            group_cpu=GPU_PROCESS_CPUS,
+            lone_gpu=1.0 / per_gpu,
+            lone_cpu=GPU_PROCESS_CPUS,
+            graphs=graphed,
+            mps=bool(lone) and per_gpu > 1 and r.mps != "off",
+        )
+    else:  # the sweep file's own: r.gpu a group's or a lone trial's share
+        per_gpu = max(1, int(round(1 / r.gpu))) if r.gpu < 1 else 1
+        graphed = bool(sweep.spec.trainer.cuda_graphs)
+        shared_lone = (
+            lone_seconds(per_gpu, graphed)
+            if _measured(costs, units, lone, per_gpu, graphed)
+            else lone_seconds(1, graphed)
+        )
+        seconds = (
+            group_seconds(graphed and _has(costs, units, groups, "fused_graphed_s")) + shared_lone
+        )
+        arrangement = dict(
+            group_gpu=r.gpu,
+            group_cpu=r.cpu,
+            lone_gpu=r.gpu,
+            lone_cpu=r.cpu,
+            graphs=graphed,
+            mps=r.mps == "on" or (r.mps == "auto" and 0 < r.gpu < 1),
+        )
+    return Arrangement(
+        chosen=r.auto_gpu,
+        costs=costs,
+        groups=len(groups),
+        lone=len(lone),
+        rate=member_steps / seconds if seconds else 0.0,
+        eager_rate=member_steps / eager if eager else 0.0,
+        gpu_hours=seconds / 3600,
+        eager_gpu_hours=eager / 3600,
+        **arrangement,
+    )
+
+
+def graphs_problem(sweep: Any) -> str | None:
+    """Why the sweep's trials cannot replay CUDA graphs, or None: graphs capture single-process
+    float32 steps of one batch each, and not a distilling student's teacher."""
+    spec = sweep.spec
+    if str(spec.trainer.precision) not in ("32-true", "32"):
+        return f"trainer.precision {spec.trainer.precision}"
+    if spec.trainer.accumulate_grad_batches != 1:
+        return "trainer.accumulate_grad_batches is not 1"
+    if any(float(p.model.get("distill_weight") or 0) > 0 for p in sweep.plans):
+        return "a distilling student's teacher runs outside the graph"
+    return None
+
+
+def _every_slot(sweep: Any) -> list[Any]:
+    samples = sweep.spec.num_samples if sweep.has_search else 1
+    return [Slot(i, s) for i in range(len(sweep.plans)) for s in range(samples)]
+
+
+def _slots(fusion: FusionPlan, lone: list[Any]) -> list[Any]:
+    return [s for g in fusion.groups if g.name is not None for s in g.slots] + list(lone)
+
+
+def _length_entry(costs: DeviceCosts, preset: str) -> dict[str, Any]:
+    lengths = costs.preset_entry(preset)[1]["lengths"]
+    return next(iter(lengths.values()))
+
+
+def _has(costs: DeviceCosts, units: list[Any], groups: list[Any], field: str) -> bool:
+    presets = {
+        str(units[s.unit].model.get("preset") or "paper_copy") for g in groups for s in g.slots
+    }
+    return all(field in _length_entry(costs, p) for p in presets)
+
+
+def _fused_step(costs: DeviceCosts, preset: str, members: list[Member], graphed: bool) -> float:
+    """A fused group's step, eager or (where measured) graphed."""
+    if not graphed:
+        return costs.group_seconds(preset, members)
+    entry = _length_entry(costs, preset)
+    length = max(m.length for m in members)
+    L = next(int(k) for k in costs.preset_entry(preset)[1]["lengths"])
+    return interpolate(entry["fused_graphed_s"], len(members)) * length / L
+
+
+def _shared(costs: DeviceCosts, preset: str, per_gpu: int, graphed: bool) -> float:
+    """Steps per GPU-second of ``per_gpu`` processes sharing a GPU under MPS, over one eager
+    process alone (1 with one eager process)."""
+    entry = _length_entry(costs, preset)
+    if per_gpu == 1 and not graphed:
+        return 1.0
+    if per_gpu == 1 and graphed and "graphed_speedup" in entry:
+        return float(entry["graphed_speedup"])
+    table = entry.get("shared_graphed_mps" if graphed else "shared_eager_mps") or {}
+    return float(table.get(str(per_gpu), 1.0))
+
+
+def _measured_counts(costs: DeviceCosts, units: list[Any], lone: list[Any]) -> list[int]:
+    """The numbers of trials to a GPU the table measured (1 always)."""
+    counts = {1}
+    for s in lone:
+        entry = _length_entry(costs, str(units[s.unit].model.get("preset") or "paper_copy"))
+        for field in ("shared_eager_mps", "shared_graphed_mps"):
+            counts |= {int(k) for k in entry.get(field, {})}
+    return sorted(counts)
+
+
+def _measured(
+    costs: DeviceCosts, units: list[Any], lone: list[Any], per_gpu: int, graphed: bool
+) -> bool:
+    """Whether the table holds this arrangement of the lone trials (every one's preset)."""
+    for s in lone:
+        entry = _length_entry(costs, str(units[s.unit].model.get("preset") or "paper_copy"))
+        if per_gpu == 1:
+            if graphed and "graphed_speedup" not in entry:
+                return False
+            continue
+        field = "shared_graphed_mps" if graphed else "shared_eager_mps"
+        if str(per_gpu) not in entry.get(field, {}):
+            return False
+    return True
+
+
+def local_gpu_name() -> str | None:
+    """The name of this machine's first GPU (``nvidia-smi``), or None without one: the GPU the
+    plan costs a launch from here on (a cluster's nodes are not known before Ray starts)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return names[0] if names else None
+
+
+def arrangement_mps(arrangement: Arrangement) -> MpsPlan:
+    """The MPS decision of a chosen arrangement: a daemon where processes share a GPU."""
+    if arrangement.mps:
+        per_gpu = round(1 / arrangement.lone_gpu)
+        return MpsPlan("yes", f"the plan puts {per_gpu} trials alone to a GPU (resources.gpu auto)")
+    return MpsPlan(
+        "no", "the plan gives each training process a GPU of its own (resources.gpu auto)"
+    )

@@ -1,0 +1,91 @@
+"""The plan's GPU arrangement (sweeps/plan/arrangement.py): what ``resources.gpu: auto`` chooses
+from the measured costs, what a sweep file's own resources are expected to give, and what a
+launch reserves for each trial by it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeps.driver.cluster import ClusterFit
+from sweeps.plan.arrangement import plan_arrangement
+from sweeps.plan.fusion import plan_fusion
+from sweeps.plan.sweep_plan import build_plan
+from sweeps.spec import load_spec
+from sweeps.stages.train import make_settings
+from sweeps.trial.fused.member import _member_bundle
+
+ROOT = Path(__file__).resolve().parents[3]
+K_VS_LENGTH = ROOT / "sweeps" / "k_vs_length.yaml"
+
+
+def arranged(*overrides: str, profile: str | None = None):
+    sweep = load_spec(K_VS_LENGTH, overrides=list(overrides), profile=profile)
+    return sweep, plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3")
+
+
+def test_auto_gives_each_fused_group_a_gpu_of_its_own_and_says_what_it_expects():
+    sweep, a = arranged()
+    assert sweep.spec.resources.auto_gpu and a.chosen
+    assert (a.groups, a.lone, a.group_gpu, a.group_cpu, a.graphs, a.mps) == (
+        6,
+        0,
+        1.0,
+        1.0,
+        False,
+        False,
+    )
+    # member-steps per GPU-second over one eager trial per GPU, from the H100's measured steps
+    assert a.speedup == pytest.approx(a.eager_gpu_hours / a.gpu_hours)
+    assert 5 < a.speedup < 7 and a.eager_gpu_hours > 5 * a.gpu_hours
+
+
+def test_auto_without_fusion_shares_each_gpu_between_graphed_trials_under_mps():
+    """8 graphed trials under MPS are the best unfused arrangement the H100 measured (7.0x)."""
+    _, a = arranged("fusion=off")
+    assert (a.groups, a.graphs, a.mps, a.lone_gpu, a.lone_cpu) == (0, True, True, 1 / 8, 1.0)
+    assert a.speedup == pytest.approx(7.0)
+
+
+def test_graphs_are_not_chosen_where_a_student_distils():
+    sweep = load_spec(ROOT / "sweeps" / "memory_distill.yaml")
+    a = plan_arrangement(sweep, plan_fusion(sweep), None)
+    assert a.chosen and not a.graphs and "first GPU stands in" in a.costs.note
+
+
+def test_a_sweep_file_s_own_share_stands_and_cpu_trials_have_no_arrangement():
+    _, a = arranged("resources.gpu=0.5")
+    assert not a.chosen and (a.group_gpu, a.group_cpu) == (0.5, 4)
+    _, cpu = arranged(profile="cpu")
+    assert cpu is None
+
+
+def test_the_launch_reserves_what_the_arrangement_says_and_the_cpu_where_there_is_no_gpu(
+    tmp_path,
+):
+    sweep = load_spec(K_VS_LENGTH, profile="gpu")
+    plan = build_plan(sweep, tmp_path)
+    on_gpus = make_settings(plan, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    assert (on_gpus.resources.gpu, on_gpus.resources.cpu) == (1.0, 1.0)
+    member = {"fused_with": "g1", "fused_member": "2/8"}
+    bundle = _member_bundle({"cpu": 1.0, "gpu": 1.0}, None, member).bundles[0]
+    assert bundle == {"CPU": 0.125, "GPU": 0.125}  # a member holds 1/n of its group's GPU
+    no_gpu = make_settings(plan, "disabled", ClusterFit(gpu=0.0, max_concurrent_trials=8))
+    assert no_gpu.resources.gpu == 0 and no_gpu.resources.cpu == sweep.spec.resources.cpu
+    unfused = build_plan(load_spec(K_VS_LENGTH, overrides=["fusion=off"]), tmp_path)
+    graphed = make_settings(unfused, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    assert graphed.resources.gpu == 1 / 8
+    assert all(p.trainer["cuda_graphs"] for p in graphed.cells.values())
+    assert _member_bundle({"cpu": 1.0, "gpu": 1.0}, {"cpu": 1.0, "gpu": 0.125}, {}).bundles[0] == {
+        "CPU": 1.0,
+        "GPU": 0.125,
+    }
+
+
+def test_the_gpu_profile_of_table_1_is_sized_for_two_minutes_on_one_h100():
+    """k_vs_length's gpu profile: the paper's model, every cell of Table 1's shape, and about 2
+    minutes of training steps on one H100 by the measured costs."""
+    sweep, a = arranged(profile="gpu")
+    assert sweep.plans[0].model["preset"] == "paper_copy"
+    assert 1.0 <= a.gpu_hours * 60 <= 3.0
