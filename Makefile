@@ -14,8 +14,14 @@ PIP_CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINTS),-c $(TORCH_CONSTRAINTS),)
 # a CUDA one. requirements/torch_index.py leaves the index out, so that torch comes from the public
 # index, where it does not answer one request within TORCH_INDEX_TIMEOUT seconds (rather than pip
 # retrying every package's page), and where pip's own find-links already hold the wheel it serves.
+# A node with an NVIDIA driver (nvidia-smi lists a GPU) takes the public index's build, a CUDA one
+# on Linux, and after the install requirements/torch_cuda.py checks that it can use the GPU (or
+# stops with the one command that installs a build the driver runs).
+NVIDIA_GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 ifeq ($(shell uname -sm),Linux x86_64)
+ifeq ($(NVIDIA_GPUS),0)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+endif
 endif
 TORCH_INDEX_TIMEOUT ?= 5
 # the option that adds TORCH_INDEX to a pip command ($(1): that venv's pip), or nothing
@@ -37,6 +43,7 @@ $(BIN)/.installed: pyproject.toml requirements/cpu.txt requirements/tools.txt $(
 	$(if $(TORCH_CONSTRAINTS),$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) $(call TORCH_FROM,$(BIN)/pip) torch,)
 	$(BIN)/pip install -q $(PIP_CONSTRAINT_FLAG) $(LOCK_FLAG) -e ".[sweep,dev,docs]"
 	$(if $(LOCK),$(BIN)/python requirements/check_lock.py $(LOCK) $(LOCK_CHECK_SKIP),)
+	$(if $(filter-out 0,$(NVIDIA_GPUS)),$(BIN)/python requirements/torch_cuda.py,)
 	touch $@
 
 venv: $(BIN)/.installed
