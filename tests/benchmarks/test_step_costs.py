@@ -1,0 +1,43 @@
+"""benchmarks/step_costs.py turns the GPU benchmarks' outputs into the plan's cost table entry of
+that GPU. The outputs here are real ones, of gpu_benchmarks.py's phases in their CPU forms
+(tests/data/gpu_benchmarks_cpu/); on a GPU the same lines carry the GPU's figures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import step_costs  # noqa: E402
+
+OUTPUTS = ROOT / "tests" / "data" / "gpu_benchmarks_cpu"
+
+
+def test_the_entry_holds_each_phase_s_figures_under_the_names_the_plan_reads(tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(OUTPUTS, out)
+    env = json.loads((out / "environment.out").read_text())
+    env["gpu"], env["nvidia_smi"] = "NVIDIA Test GPU", "590.1, Default, 80000 MiB, NVIDIA Test GPU"
+    (out / "environment.out").write_text(json.dumps(env) + "\n")
+    name, entry = step_costs.device_entry(out, date="2026-11-28")
+    assert name == "NVIDIA Test GPU"
+    assert entry["measured"].startswith(
+        "NVIDIA Test GPU, driver 590.1, torch 2.13.0+cpu, 2026-11-28"
+    )
+    fusion = json.loads((out / "fusion.out").read_text())
+    (cell,) = entry["presets"]["tiny"]["lengths"].values()
+    rows = {r["members"]: r for r in fusion["rows"]}
+    assert cell["unfused_s"] == rows[1]["unfused_step_seconds"]
+    assert cell["fused_s"] == {str(m): r["fused_step_seconds"] for m, r in rows.items()}
+    assert cell["graphed_speedup"] > 0
+    share = json.loads((out / "share.out").read_text())
+    assert cell["shared_eager_timesliced"]["2"] == share["speedup"]["tiny/eager/P2"]
+    assert "shared_eager_mps" not in cell  # share_mps did not run: nothing to choose from
+    table = tmp_path / "step_costs.json"
+    shutil.copy(step_costs.TABLE, table)
+    step_costs.write(name, entry, table)
+    written = json.loads(table.read_text())["devices"]
+    assert written[name] == entry and "cpu" in written and "NVIDIA H100 80GB HBM3" in written
