@@ -46,6 +46,8 @@ class Arrangement:
 
     Attributes:
         chosen: the plan chose it (``resources.gpu: auto``); False: the sweep file's resources.
+        fused: trials train in the plan's fused groups; False: every trial alone (the plan's
+            groups dissolved: training them alone is cheaper on this GPU).
         costs: the GPU's entry of the cost table (``costs.note``: which GPU stands in).
         group_gpu, group_cpu: what a fused group holds (its members 1/n each).
         lone_gpu, lone_cpu: what a trial that trains alone holds.
@@ -57,6 +59,7 @@ class Arrangement:
 
     chosen: bool
     costs: DeviceCosts
+    fused: bool
     group_gpu: float
     group_cpu: float
     lone_gpu: float
@@ -69,6 +72,8 @@ class Arrangement:
     eager_rate: float
     gpu_hours: float
     eager_gpu_hours: float
+    #: the best arrangement of the other kind (fused or not), and what it would give
+    instead: str | None = None
 
     @property
     def speedup(self) -> float:
@@ -85,7 +90,11 @@ class Arrangement:
 def plan_arrangement(
     sweep: Any, fusion: FusionPlan, gpu_name: str | None = None
 ) -> Arrangement | None:
-    """The sweep's GPU arrangement; None for a sweep whose trials use no GPU."""
+    """The sweep's GPU arrangement; None for a sweep whose trials use no GPU. With
+    ``resources.gpu: auto`` the cheapest of: the fused groups as planned (each a GPU of its own,
+    eager, or graphed where the table measured it) beside the trials alone, and every trial alone
+    (``fused`` False: the plan then trains none fused); each with the trials alone shared
+    P to a GPU, eager or graphed, as measured."""
     r = sweep.spec.resources
     if not r.gpu or r.workers > 1:
         return None
@@ -95,15 +104,14 @@ def plan_arrangement(
     groups = [g for g in fusion.groups if g.name is not None]
     lone = [g.slots[0] for g in fusion.groups if g.name is None]
     if not fusion.groups:  # a configuration's seeds: sized when Optuna asks (fusion.seed_chunks)
-        lone = [slot for slot in _every_slot(sweep)]
+        lone = list(_every_slot(sweep))
+    every = [s for g in groups for s in g.slots] + lone
     preset = lambda i: str(units[i].model.get("preset") or "paper_copy")  # noqa: E731
     shape = lambda i: member_shape(units[i].task, units[i].model)  # noqa: E731
+    alone = lambda s: costs.group_seconds(preset(s.unit), [shape(s.unit)])  # noqa: E731
 
-    eager = sum(
-        costs.group_seconds(preset(s.unit), [shape(s.unit)]) * steps[s.unit]
-        for s in _slots(fusion, lone)
-    )
-    member_steps = sum(steps[s.unit] for s in _slots(fusion, lone))
+    eager = sum(alone(s) * steps[s.unit] for s in every)
+    member_steps = sum(steps[s.unit] for s in every)
 
     def group_seconds(graphed: bool) -> float:
         total = 0.0
@@ -113,46 +121,66 @@ def plan_arrangement(
             total += seconds * max(steps[s.unit] for s in g.slots)
         return total
 
-    def lone_seconds(per_gpu: int, graphed: bool) -> float:
-        total = 0.0
-        for s in lone:
-            shared = _shared(costs, preset(s.unit), per_gpu, graphed)
-            total += costs.group_seconds(preset(s.unit), [shape(s.unit)]) / shared * steps[s.unit]
-        return total
+    def lone_seconds(slots: list[Any], per_gpu: int, graphed: bool) -> float:
+        return sum(
+            alone(s) / _shared(costs, preset(s.unit), per_gpu, graphed) * steps[s.unit]
+            for s in slots
+        )
 
     if r.auto_gpu:
-        graphed_groups = bool(groups) and _has(costs, units, groups, "fused_graphed_s")
         can_graph = graphs_problem(sweep) is None
-        options = []
-        for per_gpu in _measured_counts(costs, units, lone):
-            for graphed in (False, True):
-                if graphed and (not can_graph or (groups and not graphed_groups)):
-                    continue  # graphs are the sweep's: the groups' graphed step is not measured
-                if not _measured(costs, units, lone, per_gpu, graphed):
-                    continue
-                seconds = group_seconds(graphed) + lone_seconds(per_gpu, graphed)
-                options.append((seconds, per_gpu, graphed))
-        seconds, per_gpu, graphed = min(options, key=lambda o: (o[0], not o[2], o[1]))
+        graphed_groups = bool(groups) and _has(costs, units, groups, "fused_graphed_s")
+        options = []  # (seconds, fused, per_gpu, graphed)
+        for fused in [True, False] if groups else [False]:
+            trials_alone = lone if fused else every
+            for per_gpu in _measured_counts(costs, units, trials_alone):
+                for graphed in (False, True):
+                    if graphed and (not can_graph or (fused and not graphed_groups)):
+                        continue  # graphs are the sweep's: a group's graphed step not measured
+                    if not _measured(costs, units, trials_alone, per_gpu, graphed):
+                        continue
+                    seconds = lone_seconds(trials_alone, per_gpu, graphed)
+                    seconds += group_seconds(graphed) if fused else 0.0
+                    options.append((seconds, fused, per_gpu, graphed))
+        seconds, fused, per_gpu, graphed = min(
+            options, key=lambda o: (o[0], not o[1], not o[3], o[2])
+        )
         arrangement = dict(
+            fused=fused,
             group_gpu=1.0,
             group_cpu=GPU_PROCESS_CPUS,
             lone_gpu=1.0 / per_gpu,
             lone_cpu=GPU_PROCESS_CPUS,
             graphs=graphed,
-            mps=bool(lone) and per_gpu > 1 and r.mps != "off",
+            mps=bool(lone or not fused) and per_gpu > 1 and r.mps != "off",
         )
+        if not fused:
+            groups, lone = [], every
+        if groups and fused:
+            unfused = [o for o in options if not o[1]]
+            if unfused:
+                best = min(unfused)
+                arrangement["instead"] = (
+                    f"every trial alone would give {member_steps / best[0]:.3g} member-steps per "
+                    f"GPU-second ({best[2]} to a GPU, {'graphed' if best[3] else 'eager'})"
+                )
+        elif len(options) > 1 and any(o[1] for o in options):
+            best = min(o for o in options if o[1])
+            arrangement["instead"] = (
+                f"the fused groups as planned would give {member_steps / best[0]:.3g} "
+                f"member-steps per GPU-second ({'graphed' if best[3] else 'eager'}"
+                + ("" if graphed_groups else ": the cost table holds no graphed fused step yet")
+                + ")"
+            )
     else:  # the sweep file's own: r.gpu a group's or a lone trial's share
         per_gpu = max(1, int(round(1 / r.gpu))) if r.gpu < 1 else 1
         graphed = bool(sweep.spec.trainer.cuda_graphs)
-        shared_lone = (
-            lone_seconds(per_gpu, graphed)
-            if _measured(costs, units, lone, per_gpu, graphed)
-            else lone_seconds(1, graphed)
-        )
-        seconds = (
-            group_seconds(graphed and _has(costs, units, groups, "fused_graphed_s")) + shared_lone
-        )
+        if not _measured(costs, units, lone, per_gpu, graphed):
+            per_gpu = 1  # not measured: the shared GPU is taken to give no more than one alone
+        seconds = lone_seconds(lone, per_gpu, graphed)
+        seconds += group_seconds(graphed and _has(costs, units, groups, "fused_graphed_s"))
         arrangement = dict(
+            fused=bool(groups),
             group_gpu=r.gpu,
             group_cpu=r.cpu,
             lone_gpu=r.gpu,
@@ -189,10 +217,6 @@ def graphs_problem(sweep: Any) -> str | None:
 def _every_slot(sweep: Any) -> list[Any]:
     samples = sweep.spec.num_samples if sweep.has_search else 1
     return [Slot(i, s) for i in range(len(sweep.plans)) for s in range(samples)]
-
-
-def _slots(fusion: FusionPlan, lone: list[Any]) -> list[Any]:
-    return [s for g in fusion.groups if g.name is not None for s in g.slots] + list(lone)
 
 
 def _length_entry(costs: DeviceCosts, preset: str) -> dict[str, Any]:

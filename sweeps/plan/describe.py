@@ -53,7 +53,7 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
     if not a.graphs and a.groups and a.chosen:
         steps += " (the cost table holds no graphed fused step yet)"
     note = f"; {a.costs.note}" if a.costs.note else ""
-    return [
+    lines = [
         f"GPU arrangement, {whose}: "
         + "; ".join(parts)
         + f"; steps {steps}; "
@@ -65,6 +65,9 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
         f"{_hours(a.eager_gpu_hours)} with one eager trial per GPU (validation, timing and the "
         "test split not counted)",
     ]
+    if a.instead:
+        lines.insert(2, f"  instead: {a.instead}")
+    return lines
 
 
 def _hours(hours: float) -> str:
@@ -84,7 +87,10 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
     )
     if plan.off is not None:
         trials = sum(len(g.slots) for g in plan.groups) or sweep.num_trials
-        return [f"fusion: none of the {trials} trials is fused: {plan.off}"] if trials > 1 else []
+        lines = [f"fusion: none of the {trials} trials is fused: {plan.off}"] if trials > 1 else []
+        if plan.planned:
+            lines += _group_table(sweep, plan.planned)
+        return lines
     if plan.seed_chunks:
         configs = len(sweep.cells) * spec.num_samples
         per = len(plan.seed_chunks)
@@ -115,10 +121,7 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
             f"processes for {trials} trials (unfused: {trials}); each group holds one trial's "
             f"resources ({held}), its members 1/n each"
         )
-        rows = [("group", "trials", "members")]
-        rows += [(g.name or "", str(len(g.slots)), members_text(sweep, g)) for g in fused]
-        widths = [max(len(row[i]) for row in rows) for i in range(2)]
-        lines += [f"  {a.ljust(widths[0])}  {b.ljust(widths[1])}  {c}".rstrip() for a, b, c in rows]
+        lines += _group_table(sweep, fused)
     lines += [f"  alone: {why}" for why in plan.alone]
     if plan.kinds:
         lines.append(
@@ -141,6 +144,13 @@ def _slots_text(sweep: Any, slots: Any) -> str:
     """Which cells some of a group's trials belong to, folded (``length=20 K=1, 4``)."""
     cells = list({sweep.plans[s.unit].cell.slug: sweep.plans[s.unit].cell for s in slots}.values())
     return (_folded(cells) if len(cells) > 1 else None) or "; ".join(c.name for c in cells)
+
+
+def _group_table(sweep: Any, groups: Any) -> list[str]:
+    rows = [("group", "trials", "members")]
+    rows += [(g.name or "", str(len(g.slots)), members_text(sweep, g)) for g in groups]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    return [f"  {a.ljust(widths[0])}  {b.ljust(widths[1])}  {c}".rstrip() for a, b, c in rows]
 
 
 def members_text(sweep: Any, group: Group) -> str:

@@ -64,6 +64,8 @@ class FusionPlan:
         apart: in each kind, why the cost model cut it between two neighbouring groups.
         costs: the device's cost model the groups were cut by (its ``note`` says which
             measured device stands in for this one).
+        planned: the fused groups the plan made and the GPU arrangement dissolved (``off`` says
+            why); empty otherwise.
     """
 
     cap: int
@@ -75,10 +77,19 @@ class FusionPlan:
     kinds: tuple[str, ...] = ()
     apart: tuple[Apart, ...] = ()
     costs: DeviceCosts | None = None
+    planned: tuple[Group, ...] = ()
 
     @property
     def fused(self) -> list[Group]:
         return [g for g in self.groups if g.name is not None]
+
+    def dissolved(self, reason: str) -> FusionPlan:
+        """This plan with every trial alone, and ``reason`` why (the GPU arrangement trains the
+        trials unfused where that is cheaper than the groups)."""
+        alone = tuple(Group(None, (s,)) for g in self.groups for s in g.slots)
+        return FusionPlan(
+            self.cap, self.device, alone, off=reason, costs=self.costs, planned=tuple(self.fused)
+        )
 
     @property
     def active(self) -> bool:

@@ -111,6 +111,12 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
     gpu_name = local_gpu_name() if spec.resources.gpu else None
     fusion = plan_fusion(sweep, warm, unfusable, gpu_name)
     arrangement = plan_arrangement(sweep, fusion, gpu_name)
+    if arrangement is not None and arrangement.chosen and fusion.fused and not arrangement.fused:
+        fusion = fusion.dissolved(
+            f"its {len(fusion.fused)} fused group(s) are planned, but the GPU arrangement trains "
+            "every trial alone, cheaper by the measured costs (below); a number for "
+            "resources.gpu keeps the groups"
+        )
     if arrangement is not None and arrangement.chosen:
         mps = arrangement_mps(arrangement)
     else:

@@ -60,7 +60,8 @@ def test_the_gpu_guide_shows_the_arrangement_the_plan_prints_for_k_vs_length(tmp
     )
     assert shown.strip().splitlines() == said
     m = re.search(r"(\d+) trials in (\d+) groups", flat(CLUSTER))
-    assert m and (int(m.group(1)), int(m.group(2))) == (sweep.num_trials, len(plan.fusion.fused))
+    planned = plan.fusion.fused or plan.fusion.planned  # planned, whether the arrangement fuses
+    assert m and (int(m.group(1)), int(m.group(2))) == (sweep.num_trials, len(planned))
 
 
 def test_what_the_gpu_guide_says_of_shares_fits_the_batch_script():

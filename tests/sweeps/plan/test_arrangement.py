@@ -25,27 +25,38 @@ def arranged(*overrides: str, profile: str | None = None):
     return sweep, plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3")
 
 
-def test_auto_gives_each_fused_group_a_gpu_of_its_own_and_says_what_it_expects():
+def test_auto_takes_the_cheapest_measured_arrangement_and_says_what_the_other_gives():
+    """On the H100's table, graphed trials alone 8 to a GPU (7.0x one eager trial) beat the
+    eager fused groups (5.9x: no graphed fused step is measured yet): the plan takes them and
+    names what the groups would give; a number for resources.gpu keeps the groups."""
     sweep, a = arranged()
-    assert sweep.spec.resources.auto_gpu and a.chosen
-    assert (a.groups, a.lone, a.group_gpu, a.group_cpu, a.graphs, a.mps) == (
-        6,
+    assert sweep.spec.resources.auto_gpu and a.chosen and not a.fused
+    assert (a.groups, a.lone, a.lone_gpu, a.lone_cpu, a.graphs, a.mps) == (
         0,
+        84,
+        1 / 8,
         1.0,
-        1.0,
-        False,
-        False,
+        True,
+        True,
     )
-    # member-steps per GPU-second over one eager trial per GPU, from the H100's measured steps
-    assert a.speedup == pytest.approx(a.eager_gpu_hours / a.gpu_hours)
-    assert 5 < a.speedup < 7 and a.eager_gpu_hours > 5 * a.gpu_hours
-
-
-def test_auto_without_fusion_shares_each_gpu_between_graphed_trials_under_mps():
-    """8 graphed trials under MPS are the best unfused arrangement the H100 measured (7.0x)."""
-    _, a = arranged("fusion=off")
-    assert (a.groups, a.graphs, a.mps, a.lone_gpu, a.lone_cpu) == (0, True, True, 1 / 8, 1.0)
     assert a.speedup == pytest.approx(7.0)
+    assert a.speedup == pytest.approx(a.eager_gpu_hours / a.gpu_hours)
+    assert "the fused groups as planned would give 29.2 member-steps" in a.instead
+    _, kept = arranged("resources.gpu=1")
+    assert kept.fused and kept.groups == 6 and 5 < kept.speedup < 6.5
+
+
+def test_graphed_fused_steps_in_the_table_make_the_groups_the_cheapest(monkeypatch):
+    """Where the table holds a GPU's graphed fused step (as gpu_benchmarks.py writes it), the
+    plan trains the fused groups graphed, each on a GPU of its own with one CPU thread."""
+    from sweeps.plan import step_costs
+
+    table = step_costs.table()
+    cell = table["devices"]["NVIDIA H100 80GB HBM3"]["presets"]["paper_copy"]["lengths"]["40"]
+    monkeypatch.setitem(cell, "fused_graphed_s", {"1": 0.05, "16": 0.05})
+    _, a = arranged()
+    assert a.fused and a.graphs and (a.groups, a.group_gpu, a.group_cpu) == (6, 1.0, 1.0)
+    assert a.speedup > 7 and "every trial alone would give" in a.instead
 
 
 def test_graphs_are_not_chosen_where_a_student_distils():
@@ -64,18 +75,20 @@ def test_a_sweep_file_s_own_share_stands_and_cpu_trials_have_no_arrangement():
 def test_the_launch_reserves_what_the_arrangement_says_and_the_cpu_where_there_is_no_gpu(
     tmp_path,
 ):
-    sweep = load_spec(K_VS_LENGTH, profile="gpu")
+    sweep = load_spec(K_VS_LENGTH, profile="gpu", overrides=["resources.gpu=1", "resources.cpu=1"])
     plan = build_plan(sweep, tmp_path)
     on_gpus = make_settings(plan, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
     assert (on_gpus.resources.gpu, on_gpus.resources.cpu) == (1.0, 1.0)
     member = {"fused_with": "g1", "fused_member": "2/8"}
     bundle = _member_bundle({"cpu": 1.0, "gpu": 1.0}, None, member).bundles[0]
     assert bundle == {"CPU": 0.125, "GPU": 0.125}  # a member holds 1/n of its group's GPU
-    no_gpu = make_settings(plan, "disabled", ClusterFit(gpu=0.0, max_concurrent_trials=8))
-    assert no_gpu.resources.gpu == 0 and no_gpu.resources.cpu == sweep.spec.resources.cpu
-    unfused = build_plan(load_spec(K_VS_LENGTH, overrides=["fusion=off"]), tmp_path)
-    graphed = make_settings(unfused, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
-    assert graphed.resources.gpu == 1 / 8
+    auto = build_plan(load_spec(K_VS_LENGTH, profile="gpu"), tmp_path)
+    assert not auto.fusion.active and len(auto.fusion.planned) == 4  # dissolved: graphed alone
+    no_gpu = make_settings(auto, "disabled", ClusterFit(gpu=0.0, max_concurrent_trials=8))
+    assert no_gpu.resources.gpu == 0 and no_gpu.resources.cpu == auto.spec.resources.cpu
+    assert not any(p.trainer["cuda_graphs"] for p in no_gpu.cells.values())
+    graphed = make_settings(auto, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    assert (graphed.resources.gpu, graphed.resources.cpu) == (1 / 8, 1.0)
     assert all(p.trainer["cuda_graphs"] for p in graphed.cells.values())
     assert _member_bundle({"cpu": 1.0, "gpu": 1.0}, {"cpu": 1.0, "gpu": 0.125}, {}).bundles[0] == {
         "CPU": 1.0,
