@@ -288,7 +288,7 @@ class TimingSpec(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fresh_process: bool = True  # on CPU: time in a new pinned process, not in the Ray worker
     # with fresh_process: time in this many fresh processes and keep the fastest's median (a
-    # process can run slow for its whole life: see sweeps.timing.lane.run_jobs)
+    # process can run slow for its whole life: see sweeps.timing.remote.run_jobs)
     processes: int = Field(3, ge=1)
     # each fresh process times up to this many models one after another (one start-up and one
     # calibration for them all; 1: a process per model)

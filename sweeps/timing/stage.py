@@ -2,7 +2,7 @@
 
 :func:`time_finished_trials` is what the launcher calls: it makes one :class:`TimingJob` per
 finished trial and :func:`run_timing_stage` runs them in batches of ``timing.models_per_process``
-(:func:`sweeps.timing.lane.run_jobs`),
+(:func:`sweeps.timing.remote.run_jobs`),
 one Ray task per batch that holds a whole node's CPUs (or one whole GPU and the node's CPUs per
 GPU), so nothing else runs beside it. It writes ``timing.json`` next to each trial's results and
 skips trials already timed for the same checkpoint (so ``--resume`` never times a trial twice). On
@@ -40,19 +40,20 @@ from sweeps.timing.jobs import (
     lanes_for,
     tasks_end_with,
 )
-from sweeps.timing.lane import (
-    last_line,
-    measure_options,  # noqa: F401 (re-exported: the stage's options)
-    run_batch,
-)
 from sweeps.timing.record import (
     TimingRecord,
+    attach_timing,
+    attach_train_cost,
     repeats_note,
     shared_core_note,
     train_note,
     write_json_atomic,
 )
-from sweeps.timing.rows import attach_timing, attach_train_cost
+from sweeps.timing.remote import (
+    last_line,
+    measure_options,  # noqa: F401 (re-exported: the stage's options)
+    run_batch,
+)
 
 WHAT = {"decode": "the decoding", "train": "a training step", "memory": "the peak memory"}
 
@@ -79,7 +80,7 @@ def time_finished_trials(
     """The stage as the launcher runs it, on every finished trial's final checkpoint (rows whose
     status is done or stopped); ``plans`` maps a trial id to its plan and folder, ``spec`` is the
     study's ``timing`` block. Writes ``decode_seconds`` and its spread, or the stage's error, into
-    the rows (:func:`sweeps.timing.rows.attach_timing`). True when ``watch`` stopped the stage
+    the rows (:func:`sweeps.timing.record.attach_timing`). True when ``watch`` stopped the stage
     before every model was timed (those rows say so: :data:`NOT_TIMED`)."""
     jobs, timed_rows = [], []
     for row in rows:
@@ -138,7 +139,7 @@ def run_timing_stage(
     """Time every job alone on the connected Ray cluster; returns one outcome per job, in order.
 
     Call after the Tune run, with Ray initialised. Jobs go in batches of
-    ``settings.models_per_process`` (:func:`~sweeps.timing.lane.run_jobs`), each batch a Ray task pinned to one lane
+    ``settings.models_per_process`` (:func:`~sweeps.timing.remote.run_jobs`), each batch a Ray task pinned to one lane
     (see :func:`~sweeps.timing.jobs.plan_lanes`): a whole node's CPUs, or one GPU with its share of
     the node's CPUs, so no other Ray work shares its cores or GPU and lanes run one batch at a time.
     Jobs whose ``timing.json`` already matches their checkpoint are skipped; a failed job is

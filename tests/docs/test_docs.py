@@ -101,7 +101,7 @@ CANARY = """# A page
 - `python -m sweeps.no_such_command DIR`
 - [the timing page](decode-timing.md#no-such-section), [here](#not-here), [there](nowhere.md)
 - the README's "What repeats exactly", and the README's benchmark section
-- fine: `sweeps/launch.py`, `sweeps.timing.rows.attach_timing`, `python -m sweeps.report DIR`,
+- fine: `sweeps/launch.py`, `sweeps.timing.record.attach_timing`, `python -m sweeps.report DIR`,
   `FIRST_COLUMNS` in `sweeps.report.results`, [results](reading-results.md#resultscsv),
   [up](#a-page), `lightning_modules.Seq2SeqModule.decode`, `sweeps/<name>.yaml`,
   benchmarks/README.md, "Durations"

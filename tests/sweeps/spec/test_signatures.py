@@ -118,7 +118,7 @@ def test_the_key_follows_the_source(tmp_path):
 LAUNCH_PROBE = r"""
 import json, sys
 import sweeps.launch, sweeps.stages.setup, sweeps.stages.train, sweeps.stages.measure, sweeps.stages.publish
-import sweeps.stages.confirm, sweeps.timing.lane, sweeps.heldout.stage, sweeps.trial.trainable
+import sweeps.stages.confirm, sweeps.timing.remote, sweeps.heldout.stage, sweeps.trial.trainable
 from sweeps.plan.fusion import unfusable
 from sweeps.plan.cost import estimated_cost
 from sweeps.spec import load_spec

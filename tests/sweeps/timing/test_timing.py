@@ -763,8 +763,7 @@ def test_training_step_and_peaks_are_measured_on_a_copy_of_the_model(copy_ckpts,
     decoding; the record keeps them through timing.json and the results row gets them."""
     from sweeps.timing.checkpoint import checkpoint_fingerprint
     from sweeps.timing.cost import measure_checkpoint
-    from sweeps.timing.record import TimingRecord, write_json_atomic
-    from sweeps.timing.rows import attach_train_cost
+    from sweeps.timing.record import TimingRecord, attach_train_cost, write_json_atomic
     from sweeps.timing.train import quiet_logging, step_runner, train_batches, trainer_copy
 
     ckpt = copy_ckpts["memory"]
