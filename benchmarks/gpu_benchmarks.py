@@ -25,7 +25,8 @@ skipped, so the run ends in time. The phases, in order (the most wanted first):
   eager and graphed, time-sliced and under an MPS daemon (``python -m sweeps.driver.mps run``);
 - ``fusion``: benchmarks/fusion.py --device cuda (fused groups of M = 1, 4, 16 against M unfused
   processes side by side);
-- ``peers``: benchmarks/peers.py --device cuda at L=40, fp32, with the peers that import.
+- ``peers``: benchmarks/peers.py --device cuda at L=40, fp32, the project eager and graphed
+  against the peers that import.
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ def phases(device: str) -> list[Phase]:
     peers = [
         "benchmarks/peers.py",
         *(["--quick"] if cpu else ["--device", "cuda", "--lengths", "40"]),
+        "--systems",
+        "project",
+        "project:graphed",
+        "joeynmt",
+        "opennmt",
     ]
     fusion = ["benchmarks/fusion.py", *(["--quick"] if cpu else ["--device", "cuda", *FUSION])]
     return [

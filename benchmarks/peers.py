@@ -172,9 +172,17 @@ class ProjectSystem:
             bidirectional=True,
             max_source_len=max(cfg["lengths"] + [cfg["decode_length"]]) + 1,
         ).to(device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
         self.device = device
         self.bf16 = precision == "bf16"
+        self.graphs = None
+        if precision == "graphed":  # the training step a sweep with trainer.cuda_graphs runs
+            from lightning_modules.cuda_graphs import GraphedSteps
+
+            capture = device.type == "cuda"
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, capturable=capture)
+            self.graphs = GraphedSteps(self.model, self.optimizer, PAD_ID, capture=capture)
+        else:
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
 
     def _autocast(self):
         import torch
@@ -185,6 +193,9 @@ class ProjectSystem:
         import torch.nn.functional as F
 
         self.model.train()
+        if self.graphs is not None:  # a replayed graph on CUDA (the same step eagerly on a CPU)
+            self.graphs.step({"src": b["src"], "src_lengths": b["lengths"], "tgt": b["tgt"]})
+            return
         with self._autocast():
             logits = self.model(b["src"], b["lengths"], b["tgt_in"])  # (B, T, V)
             loss = F.cross_entropy(
@@ -489,10 +500,12 @@ SYSTEMS = {PROJECT: ProjectSystem, "joeynmt": JoeySystem, "opennmt": OnmtSystem}
 
 def parse_system(name: str) -> tuple[str, str | None, str]:
     """``project@DIR:bf16`` -> ("project", "DIR", "bf16"): the system, the checkout to import the
-    project from (None: this one), the precision ("32" unless ``:bf16``)."""
+    project from (None: this one), the variant ("32" unless ``:bf16``, or ``:graphed``: the
+    project's training step replayed from CUDA graphs, as ``trainer.cuda_graphs`` trains)."""
     precision = "32"
-    if name.endswith(":bf16"):
-        name, precision = name[: -len(":bf16")], "bf16"
+    for variant in ("bf16", "graphed"):
+        if name.endswith(f":{variant}"):
+            name, precision = name[: -len(variant) - 1], variant
     base, _, root = name.partition("@")
     return base, root or None, precision
 
@@ -1008,7 +1021,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--systems",
         nargs="+",
         default=[PROJECT, *PEERS],
-        help="project, project:bf16 (bf16 autocast), project@DIR (the project from another "
+        help="project, project:bf16 (bf16 autocast), project:graphed (its step replayed from CUDA "
+        "graphs, as trainer.cuda_graphs trains), project@DIR (the project from another "
         "checkout, e.g. before a change), joeynmt, opennmt (default: project joeynmt opennmt)",
     )
     p.add_argument("--quick", action="store_true", help="tiny model, 1 timed round: plumbing only")
