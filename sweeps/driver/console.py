@@ -19,7 +19,9 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
+from sweeps.driver import budget, preemption
 from sweeps.report.results import trial_status
+from sweeps.schedulers.lost_nodes import move_line, moves
 
 #: Tune's states of a trial that has not ended, as the table names them
 LIVE_STATES = {"RUNNING": "running", "PENDING": "pending", "PAUSED": "waiting"}
@@ -98,7 +100,6 @@ class SweepConsole(Callback):
     @staticmethod
     def stop_reason() -> str | None:
         """``preempted`` or ``budget`` while the sweep is being stopped so, else None."""
-        from sweeps.driver import budget, preemption
 
         meter = budget.active()
         if preemption.received():
@@ -218,7 +219,6 @@ class SweepConsole(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
         """A trial Tune requeued: it lost its node (a move), or it failed and is retried."""
-        from sweeps.schedulers.lost_nodes import move_line, moves
 
         shown = getattr(self, "_moves_shown", {})
         if len(moves(trial)) > shown.get(trial.trial_id, 0):

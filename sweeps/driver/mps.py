@@ -37,8 +37,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from sweeps.driver.cluster import choose_address
 from sweeps.driver.environ import restore_environ
 from sweeps.plan.mps import MpsPlan, Want, plan_mps  # noqa: F401 (the command's plan)
+from sweeps.spec import SpecError, load_spec
 
 #: the MPS control program of NVIDIA's driver
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -210,8 +212,6 @@ def _starts_its_own_ray(address: str | None) -> bool:
     """Whether the launcher will start a local Ray (the Ray whose processes it can put under MPS)."""
     import ray
 
-    from sweeps.driver.cluster import choose_address
-
     return not ray.is_initialized() and choose_address(address).address is None
 
 
@@ -274,7 +274,6 @@ def mps_for_sweep(plan: MpsPlan, address: str | None) -> Iterator[MpsDaemon | No
 def _plan_command(spec: str, options: Sequence[str]) -> int:
     """Print ``<want> <reason>`` for the sweep as launch.py loads it with ``options`` (its
     ``--profile``, ``--smoke`` and ``--set``; the others change nothing here)."""
-    from sweeps.spec import SpecError, load_spec
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--profile")

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from sweeps.driver.cluster import LaunchError
-from sweeps.layout import OPTUNA_JOURNAL, write_atomic
+from sweeps.layout import CHECKPOINT_FILE, OPTUNA_JOURNAL, write_atomic
 
 
 def repair_journal(journal: Path) -> list[str]:
@@ -194,8 +194,6 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
     from ray.train import Checkpoint
     from ray.train._internal.session import _TrainingResult
     from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
-
-    from sweeps.layout import CHECKPOINT_FILE
 
     said = []
     for state_file in sorted(experiment.glob("experiment_state-*.json")):

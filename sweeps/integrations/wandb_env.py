@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from sweeps.errors import LaunchError
+from sweeps.integrations.wandb_runs import run_problem
 
 
 def wandb_has_credentials() -> bool:
@@ -42,7 +43,6 @@ def wandb_sync_hint(out_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
     paths; ``--include-offline`` is gone), and the runs it leaves out with why. ``wandb sync``
     stops at the first run it cannot read and still exits 0, so a run that is not complete is
     named here and the command lists the others one by one."""
-    from sweeps.integrations.wandb_runs import run_problem
 
     runs = sorted((out_dir / "wandb").glob("offline-run-*"))
     broken = [(r.name, problem) for r in runs if (problem := run_problem(r)) is not None]

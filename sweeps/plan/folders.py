@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sweeps.errors import LaunchError
 from sweeps.spec import Sweep
+from sweeps.spec.signatures import signatures
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,6 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
     and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
     fetches)."""
     from sweeps.build import build_datamodule
-    from sweeps.spec.signatures import signatures
 
     found = [Folder("--output", str(output))]
     if sweep.spec.storage.path:

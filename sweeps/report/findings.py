@@ -19,6 +19,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import BOOTSTRAP_FILE, HYPOTHESES_FILE
+from sweeps.report.distill import distill_findings
 from sweeps.report.results import DECODE_SECONDS, TRAIN_PEAK_MB, TRAIN_STEP_SECONDS
 from sweeps.report.stats import (
     best_memory,
@@ -291,7 +292,6 @@ def seed_sections(
                 _table(rows, list(rows[0])) + "\n\n" + INTERVAL_RULE,
             )
         )
-    from sweeps.report.distill import distill_findings  # the §3.1 objective's
 
     judged = (
         findings(df, metric, mode)

@@ -27,6 +27,7 @@ from datamodules import CopyTaskDataModule
 from datamodules.vocab import FIRST_SYMBOL
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 from lightning_modules.attention import attention_options
+from sweeps.report.figures import heatmap_figure, save_figure
 
 
 def load_module(args: argparse.Namespace) -> Seq2SeqModule:
@@ -74,7 +75,6 @@ def write_heatmaps(
     module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, n: int, prefix: str
 ) -> list[Path]:
     """One PNG per sentence of ``batch`` (the first ``n``); returns the paths."""
-    from sweeps.report.figures import heatmap_figure, save_figure
 
     items = module.attention_heatmaps(batch, max_items=n)
     paths = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, TEST_SACREBLEU, VAL_BLEU, VAL_SACREBLEU
+from sweeps.report.markdown import to_markdown
 from sweeps.report.results import natural_order
 from sweeps.report.stats import interval
 
@@ -100,7 +101,6 @@ def confirm_section(
     """The confirm section (heading, Markdown): per cell the chosen configuration's figures on the
     selection seeds beside those on the confirm seeds, for each ``(label, results column)`` of
     ``columns``; none without finished confirm rows."""
-    from sweeps.report.markdown import to_markdown
 
     finished = confirm[confirm["status"].isin(["done", "stopped", "converged"])]
     if finished.empty:
@@ -127,7 +127,6 @@ def heldout_sections(
 ) -> list[tuple[str, str]]:
     """The held-out section (heading, Markdown), or none when no trial was evaluated on test; then,
     with ``confirm`` rows (:func:`split_confirm`), the confirm section (:func:`confirm_section`)."""
-    from sweeps.report.markdown import to_markdown
 
     frame, valid_col, test_col = heldout_frame(df)
     more = [] if confirm is None or confirm.empty else None

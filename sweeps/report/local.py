@@ -32,12 +32,17 @@ from pathlib import Path
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import RESULTS_CSV, RESULTS_MD
+from sweeps.report.distill import distill_plots
+from sweeps.report.figures import pareto_figure, save_figure
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
+from sweeps.report.moo import section_with_plots, with_section
+from sweeps.report.plots import plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points
+from sweeps.report.wandb_report import build_wandb_report
 
 
 def build_local_report(
@@ -45,9 +50,6 @@ def build_local_report(
 ) -> dict[str, Path]:
     """(Re)write results.md, the plots and pareto.png from ``sweep_dir/results.csv`` (and, for a
     multi-objective study, its section from ``optuna.journal``: :func:`sweeps.report.moo.write_section`)."""
-    from sweeps.report.distill import distill_plots
-    from sweeps.report.figures import pareto_figure, save_figure
-    from sweeps.report.plots import plot_results
 
     # the confirm trials (seeds.confirm) are no part of any selection summary: only of the held-out one
     df, confirm = split_confirm(read_results(sweep_dir / RESULTS_CSV))
@@ -75,7 +77,6 @@ def build_local_report(
         )
     # a multi-objective study's section (fronts, hypervolume, answer lines), read from its Optuna
     # journal: the launcher's page and a rebuilt one are the same
-    from sweeps.report.moo import section_with_plots, with_section
 
     moo_text, moo_paths = section_with_plots(sweep_dir)
     paths.update(moo_paths)
@@ -133,8 +134,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         print(path)
     if args.wandb:
         import wandb
-
-        from sweeps.report.wandb_report import build_wandb_report
 
         entity = args.entity or wandb.Api().default_entity
         results, confirm = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.layout import RESULTS_CSV, RESULTS_MD
+from sweeps.report.moo_plots import plot_moo
 from sweeps.report.moo_views import (
     Point,
     StudyView,
@@ -28,6 +29,8 @@ from sweeps.report.moo_views import (
     load_views,
     reference_point,
 )
+from sweeps.report.results import read_results
+from sweeps.report.wandb_report import build_wandb_report
 from sweeps.spec.search_schema import PROBED
 
 SECTION = "## Multi-objective search"
@@ -195,7 +198,6 @@ def section_with_plots(sweep_dir: Path) -> tuple[str, dict[str, Path]]:
     views = load_views(sweep_dir)
     if not views:
         return "", {}
-    from sweeps.report.moo_plots import plot_moo
 
     paths = plot_moo(views, sweep_dir, history)
     text = section(sweep_dir, views)
@@ -261,9 +263,6 @@ def wandb_report(
     fronts, constrained-out trials, hypervolume history and answer lines as Markdown before its
     panels, and a panel of the runs' BLEU against the probe's decode seconds. Not saved."""
     import wandb_workspaces.reports.v2 as wr
-
-    from sweeps.report.results import read_results
-    from sweeps.report.wandb_report import build_wandb_report
 
     results = read_results(Path(sweep_dir) / RESULTS_CSV)
     report = build_wandb_report(entity, project, group, title, results=results)

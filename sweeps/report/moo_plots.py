@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sweeps.report.figures import save_figure
+
 
 def plot_moo(
     views: Sequence[Any], out_dir: Path, history: Callable[[Any], list[tuple[int, float]]]
@@ -16,7 +18,6 @@ def plot_moo(
     import matplotlib
 
     matplotlib.use("Agg")
-    from sweeps.report.figures import save_figure
 
     if not views:
         return {}

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sweeps.report.stats import t975
+
 FINISHED = ("done", "stopped", "converged")
 #: the results.csv column that says a row is the chosen one of its (cell, seed) or cell
 CHOSEN = "chosen"
@@ -41,8 +43,6 @@ def aggregate(values: list[float], objective: str = "mean", mode: str = "max") -
     (``lcb``) the end of their 95% t-interval that is worse for ``mode`` (``max``: mean -
     t*sd/sqrt(n)). One seed: its value. What Optuna is told (:mod:`sweeps.search.configs`)."""
     import math
-
-    from sweeps.report.stats import t975
 
     n = len(values)
     mean = sum(values) / n

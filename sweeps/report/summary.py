@@ -13,6 +13,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS
 from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
+from sweeps.report.selection import chosen_trials
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -59,7 +60,6 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         return pd.DataFrame()
     if "configuration" in done and done["configuration"].notna().any():
         # configurations judged over seeds: each cell's chosen one, all its seeds (sweeps.report.selection)
-        from sweeps.report.selection import chosen_trials
 
         done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
     seconds = seconds_column(df)

@@ -33,6 +33,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from sweeps.report.pareto import hopeless, rung_standing, to_minimize
 from sweeps.spec import unit_key
+from sweeps.spec.search_schema import BOUNDS, tolerances
 
 Vector = tuple[float, ...]
 
@@ -343,7 +344,6 @@ def pareto_rungs_factory(
     :func:`sweeps.schedulers.per_unit.make_scheduler` keeps one per unit, keyed by (cell, seed)).
     ``reports``: a trial's reports. ``state``: per unit key, each rule's state (saved by the searcher).
     ``samples_left``: per unit key, whether the searcher will start more of its trials."""
-    from sweeps.spec.search_schema import BOUNDS, tolerances
 
     spec = sweep.spec
     et = spec.early_terminate

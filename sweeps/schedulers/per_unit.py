@@ -16,7 +16,9 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
+from sweeps.schedulers.config_rungs import ConfigRungs
 from sweeps.schedulers.lost_nodes import adopt
+from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
 from sweeps.spec import Sweep, unit_key
 
 
@@ -93,8 +95,6 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
     multi-objective ``searcher`` does). One unit of ``grace_period``/``max_t`` is one validation report."""
     et = sweep.spec.early_terminate
     if et.type == "pareto":
-        from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
-
         first = sweep.spec.objectives[0]
         factory = pareto_rungs_factory(
             sweep,
@@ -110,8 +110,6 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         return SweepFIFO()
     max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
     if sweep.spec.per_configuration:  # all of a configuration's seeds stopped together
-        from sweeps.schedulers.config_rungs import ConfigRungs
-
         return ConfigRungs(
             metric,
             mode,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, VAL_SACREBLEU  # noqa: F401
+from sweeps.spec.grid import Cell, base_sections, resolve_sections
 from sweeps.spec.schema import SpecError
 from sweeps.spec.search_schema import (  # noqa: F401 (re-exported)
     BOUNDS,
@@ -32,6 +33,7 @@ from sweeps.spec.search_schema import (  # noqa: F401 (re-exported)
     ConstraintSpec,
     ObjectiveSpec,
 )
+from sweeps.spec.validate import validate_cell
 
 
 def produced_metrics(spec: Any) -> tuple[str, ...]:
@@ -156,8 +158,6 @@ def check_baseline(spec: Any, cells: list, source: str) -> None:
     of = baseline_of(spec)
     if of is None:
         return
-    from sweeps.spec.grid import Cell, base_sections, resolve_sections
-    from sweeps.spec.validate import validate_cell
 
     base = base_sections(spec)
     for cell in cells:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from sweeps.errors import SpecError
 from sweeps.spec.search_schema import _Strict
 
 
@@ -72,7 +73,6 @@ class SeedsSpec(_Strict):
 def check_seeds(spec: Any, source: str | None = None) -> None:
     """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters``; with
     ``objectives`` (:mod:`sweeps.search.moo_configs`) no early stopping and no baseline constraints yet."""
-    from sweeps.errors import SpecError
 
     if isinstance(spec.seeds, SeedsSpec) and spec.seeds.confirm and spec.objectives:
         raise SpecError(

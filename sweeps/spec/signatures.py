@@ -19,12 +19,10 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import inspect
 import os
 import pickle
 import sys
 import tempfile
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,49 +134,15 @@ def save() -> None:
 
 
 def _read_packages(key: str) -> Signatures:
-    from datamodules import datamodule_class
-    from lightning_modules.attention import ATTENTION_REGISTRY, headline_options
-    from lightning_modules.module import Seq2SeqModule
-
-    datamodules: dict[str, Any] = {}
-    for task in TASK_CLASSES:
-        try:
-            datamodules[task] = params(datamodule_class(task).__init__)
-        except ImportError as exc:  # a task whose extra dependencies are not installed
-            datamodules[task] = f"{type(exc).__name__}: {exc}"
-    attention = {}
-    for name, cls in ATTENTION_REGISTRY.items():
-        attention[name] = {
-            k: v for k, v in params(cls.__init__).items() if k not in ("query_dim", "memory_dim")
-        }
-    headlines = {
-        name: (option, meaning) for name, (option, meaning, _) in headline_options().items()
-    }
-    return Signatures(
-        key=key,
-        datamodules=datamodules,
-        module=params(Seq2SeqModule.__init__),
-        attention=attention,
-        headlines=headlines,
-    )
+    return Signatures(key=key, **answers().read_packages())
 
 
-def params(fn) -> dict[str, tuple[Any, Any]]:
-    """A constructor's keyword settings: name -> (annotation with its ``Annotated`` range markers,
-    default or None)."""
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception:
-        hints = {}
-    out = {}
-    for name, p in inspect.signature(fn).parameters.items():
-        if name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-            continue
-        out[name] = (
-            hints.get(name, Any),
-            None if p.default is inspect.Parameter.empty else p.default,
-        )
-    return out
+def answers() -> Any:
+    """The module that asks the model and data packages themselves (:mod:`.model_answers`), on a
+    question the cache has no answer to."""
+    from sweeps.spec import model_answers  # torch and Lightning: only on a cache miss
+
+    return model_answers
 
 
 # ---- what the spec checks ask ----------------------------------------------------------------
@@ -244,13 +208,7 @@ def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, 
     sig = signatures()
     key = (attention, frozen(options), tuple(dims))
     if key not in sig.attention_checks:
-        from lightning_modules.attention import build_attention
-
-        try:
-            build_attention(attention, query_dim=dims[0], memory_dim=dims[1], **options)
-            sig.attention_checks[key] = None
-        except (ValueError, TypeError) as exc:
-            sig.attention_checks[key] = str(exc)
+        sig.attention_checks[key] = answers().attention_problem(attention, options, dims)
         sig.dirty = True
     return sig.attention_checks[key]
 
@@ -263,9 +221,7 @@ def step_cost(attention: str, options: dict[str, Any]) -> float:
     sig = signatures()
     key = (attention, frozen(options))
     if key not in sig.step_costs:
-        from lightning_modules.attention import step_cost as mechanism_cost
-
-        sig.step_costs[key] = mechanism_cost(attention, options)
+        sig.step_costs[key] = answers().step_cost(attention, options)
         sig.dirty = True
     return sig.step_costs[key]
 
@@ -277,12 +233,6 @@ def fusion_problem(model: dict[str, Any]) -> str | None:
     sig = signatures()
     key = frozen(model)
     if key not in sig.fusion_checks:
-        from lightning_modules.fused import unfusable_reason
-
-        args = {k: v for k, v in model.items() if k in sig.module}
-        args["attention_kwargs"] = {k: v for k, v in model.items() if k not in sig.module} or None
-        sig.fusion_checks[key] = unfusable_reason(
-            {**args, "src_vocab_size": 1, "tgt_vocab_size": 1}
-        )
+        sig.fusion_checks[key] = answers().fusion_problem(model, sig.module)
         sig.dirty = True
     return sig.fusion_checks[key]

@@ -25,7 +25,7 @@ from typing import Any
 from lightning_modules.presets import attention_dims, get_preset
 from sweeps.spec.grid import Cell, TrialPlan, column_name
 from sweeps.spec.schema import SpecError, SweepSpec
-from sweeps.spec.signatures import module_signature_params, signatures
+from sweeps.spec.signatures import answers, module_signature_params, signatures
 
 #: the sizes a student started from its teacher's encoder (init_from_teacher) must share with it
 ENCODER_SIZES = (
@@ -102,13 +102,7 @@ def distill_problem(model: dict[str, Any]) -> str | None:
     weight = float(model.get("distill_weight") or 0)
     key = ("distill", attention, weight > 0)
     if key not in sig.attention_checks:
-        from lightning_modules.distill import check_distillation
-
-        try:
-            check_distillation(attention, weight, "the teacher cell's", "none")
-            sig.attention_checks[key] = None
-        except ValueError as exc:
-            sig.attention_checks[key] = str(exc)
+        sig.attention_checks[key] = answers().distill_problem(attention, weight)
         sig.dirty = True
     return sig.attention_checks[key]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.errors import TimingError
+from sweeps.timing import child
 from sweeps.timing.devices import highest_cpus, run_child
 from sweeps.timing.jobs import pick_cpus
 from sweeps.timing.record import DecodeTiming, ModelCost
@@ -77,7 +78,6 @@ def time_checkpoints_pinned(
     (its ``measure``: decode time only by default). Per item: (what was measured, started_at,
     finished_at), or the one-line reason it
     failed ("the timing process failed ..."); a process that dies fails the items it had not done."""
-    from sweeps.timing import child
 
     if not items:
         return []

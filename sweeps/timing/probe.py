@@ -41,7 +41,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import PROBE_FILE
+from sweeps.layout import PROBE_FILE, write_atomic
+from sweeps.spec import resolve_sections
+from sweeps.spec.objectives import baseline_of
+from sweeps.timing.devices import highest_cpus, run_child
 
 #: model settings that change how a model trains, not what it computes when it decodes
 TRAINING_ONLY = frozenset({"lr", "weight_decay", "dropout", "val_decode"})
@@ -90,7 +93,6 @@ def k_anchors(low: int, high: int) -> list[int]:
 def probe_models(spec: Any, plan: Any, baseline: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The model sections to time for one (cell, seed) plan: every combination of the searched
     architecture settings (K at its anchors), and the baseline model of the relative constraints."""
-    from sweeps.spec import resolve_sections
 
     choices: list[tuple[str, list[Any]]] = []
     for key, p in spec.parameters.items():
@@ -171,7 +173,6 @@ class DecodeEstimates:
         return table[lo] + (table[hi] - table[lo]) * (k - lo) / (hi - lo)
 
     def save(self, path: Path) -> Path:
-        from sweeps.layout import write_atomic
 
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, json.dumps({"entries": self.entries}, indent=1) + "\n")
@@ -202,7 +203,6 @@ def build_estimates(
 ) -> DecodeEstimates:
     """The probe stage: every architecture the sweep may sample, timed alone before Tune starts;
     ``decode_probe.json`` in ``out_dir`` is read first and only what it lacks is measured."""
-    from sweeps.spec.objectives import baseline_of
 
     path = Path(out_dir) / PROBE_FILE
     table = DecodeEstimates.load(path)
@@ -256,7 +256,6 @@ def run_probe_process(
 ) -> list[dict]:
     """:func:`time_models` in a fresh Python process (:mod:`sweeps.timing.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
-    from sweeps.timing.devices import highest_cpus, run_child
 
     kwargs = {
         "threads": timing.threads,
