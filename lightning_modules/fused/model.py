@@ -217,6 +217,7 @@ class FusedSeq2Seq:
         self._students = [i for i, path in enumerate(self._teacher_paths) if path is not None]
         self._student_k = [int(resolved_attention_options(args[i])["K"]) for i in self._students]
         self._teachers = {p: t for p, t in self._teachers.items() if p in self._teacher_paths}
+        self._tensors: dict[str, torch.Tensor] = {}
         return DropoutRates([resolved_sizes(a)["dropout"] for a in args])
 
     def _member_attentions(self, hparams: Sequence[Mapping[str, Any]]) -> list[Attention]:
@@ -277,14 +278,19 @@ class FusedSeq2Seq:
         self.net.train()
         self.flat.grad.zero_()
         losses = self._losses(src, lengths, tgt)
+        self._backward(losses)
+        clip_grad_norms_(self.flat.grad, self.clip)
+        adam_step_(self.flat, self.steps, self.lr, self.weight_decay)
+        return losses.detach()
+
+    @staticmethod
+    def _backward(losses: torch.Tensor) -> None:
+        """The gradients of the members' summed losses, added into the flat gradient buffer."""
         with warnings.catch_warnings():
             # the leaves view rows of one flat buffer, strided over the members: autograd adds
             # their gradients in place all the same, and says that this layout is unusual
             warnings.filterwarnings("ignore", message="grad and param do not obey the gradient")
             losses.sum().backward()
-        clip_grad_norms_(self.flat.grad, self.clip)
-        adam_step_(self.flat, self.steps, self.lr, self.weight_decay)
-        return losses.detach()
 
     def _losses(
         self,
@@ -322,13 +328,31 @@ class FusedSeq2Seq:
             return losses
         terms = self._distillation(cache["C"], contexts, tgt)  # (M,) 0 for the others
         self.last_distill = terms.detach()
-        weights = torch.tensor(self.distill_weight, dtype=terms.dtype, device=terms.device)
-        return losses + weights * terms
+        return losses + self.member_tensor("distill_weight") * terms
 
     def shift_target(self, tgt: torch.Tensor) -> torch.Tensor:
         """(M, B, T) targets -> (M, B, T) decoder inputs: BOS followed by tgt[..., :-1]."""
         bos = tgt.new_full((*tgt.shape[:2], 1), self.bos_id)  # (M, B, 1)
         return torch.cat([bos, tgt[..., :-1]], dim=-1)  # (M, B, T)
+
+    def member_tensor(self, name: str) -> torch.Tensor:
+        """A per-member setting on the model's device, made once per set of members (so that a
+        step captured in a CUDA graph reads it without a copy from the host): ``"lr"``,
+        ``"weight_decay"``, ``"clip"`` (each (M, 1); a member without clipping 0),
+        ``"distill_weight"`` (M,), ``"students"`` and ``"student_k"`` (the students' rows and
+        their K, long)."""
+        cached = self._tensors.get(name)
+        if cached is None or cached.device != self.device:
+            values, dtype = {
+                "lr": ([[v] for v in self.lr], torch.float32),
+                "weight_decay": ([[v] for v in self.weight_decay], torch.float32),
+                "clip": ([[float(c or 0.0)] for c in self.clip], torch.float32),
+                "distill_weight": (self.distill_weight, torch.float32),
+                "students": (self._students, torch.long),
+                "student_k": (self._student_k, torch.long),
+            }[name]
+            cached = self._tensors[name] = torch.tensor(values, dtype=dtype, device=self.device)
+        return cached
 
     # ---------------------------------------------------------------- the §3.1 teachers
     @property
@@ -387,10 +411,10 @@ class FusedSeq2Seq:
             tgt: (M, B, T) the targets.
         """
         M, B = tgt.shape[:2]
-        rows = torch.tensor(self._students, device=tgt.device)
+        rows = self.member_tensor("students")  # (students,)
         C = C.view(M, B, *C.shape[1:]).index_select(0, rows)  # (students, B, K, D)
         lengths = (tgt.index_select(0, rows) != self.pad_id).sum(-1)  # (students, B)
-        own_k = torch.tensor(self._student_k, device=tgt.device).view(-1, 1)  # (students, 1)
+        own_k = self.member_tensor("student_k").view(-1, 1)  # (students, 1)
         distances = sentence_distances(C, contexts, lengths, own_k)  # (students, B)
         real = (lengths > 0).to(distances.dtype)  # (students, B) not a filler row
         terms = (distances * real).sum(1) / real.sum(1)  # (students,)
