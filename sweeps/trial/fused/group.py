@@ -196,6 +196,9 @@ class FusedGroup:
         device = build.group_device(self.setup.gpu_ids)
         since = min(self.members[j].last_step for j in use) if use else -1
         loaded = self.store.load(since, set(use)) if since >= 0 and use else None
+        if loaded and "loop" not in loaded[1]:  # written before the loop had a state of its own
+            print(f"[group {self.setup.name}] {loaded[0].path} is an older state: from step 0")
+            loaded = None
         state = loaded[1] if loaded else None
         members = {}
         for j in use:
