@@ -52,22 +52,69 @@ InitFromTeacher = Literal["none", "encoder"]
 INIT_CHOICES: tuple[str, ...] = get_args(InitFromTeacher)
 
 
-def matched_steps(K: int, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def matched_steps(
+    K: int | torch.Tensor, lengths: torch.Tensor, rows: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The target step each memory row is matched with, per sentence (see the module doc).
 
     Args:
-        K: rows of the memory matrix C.
-        lengths: (B,) real target positions per sentence (EOS included), >= 1.
+        K: rows of the memory matrix C; or a tensor of each sentence's own K, broadcastable to
+            ``lengths`` (a fused group's members of different K: the rows past a sentence's own
+            K are padding, never matched), with ``rows`` the rows of C (at least every K).
+        lengths: (...) real target positions per sentence (EOS included); a sentence of 0
+            positions (a fused member's filler row) has no row matched.
+        rows: the rows of C where ``K`` is a tensor (read from ``K`` where it is an int).
     Returns:
-        steps (B, K) long, in [0, length - 1], and matched (B, K) bool (False: a free row past
-        the end of a sentence shorter than K).
+        steps (..., rows) long, in [0, max(length - 1, 0)], and matched (..., rows) bool (False:
+        a free row past the end of a sentence shorter than K, or past the sentence's own K).
     """
-    k = torch.arange(K, device=lengths.device)  # (K,)
-    n = lengths.to(torch.long).unsqueeze(1)  # (B, 1)
-    spread = torch.div((2 * k + 1) * n, 2 * K, rounding_mode="floor")  # (B, K) floor((k+1/2) n/K)
-    steps = torch.where(n > K, spread, k.expand_as(spread))  # (B, K)
-    matched = k.unsqueeze(0) < n  # (B, K)
-    return torch.minimum(steps, n - 1), matched  # a free row points at the last step: unread
+    if isinstance(K, int):
+        rows, own = K, K
+    elif rows is None:
+        raise ValueError("matched_steps: give rows (the rows of C) with a tensor of K")
+    else:
+        own = K.to(torch.long).unsqueeze(-1)  # (..., 1)
+    k = torch.arange(rows, device=lengths.device)  # (R,)
+    n = lengths.to(torch.long).unsqueeze(-1)  # (..., 1)
+    spread = torch.div((2 * k + 1) * n, 2 * own, rounding_mode="floor")  # floor((k+1/2) n/K)
+    steps = torch.where(n > own, spread, k.expand_as(spread))  # (..., R)
+    matched = k < n  # (..., R)
+    if not isinstance(own, int):
+        matched = matched & (k < own)
+    # a free row points at the last step (or the first, in a sentence of none): unread
+    return torch.minimum(steps, (n - 1).clamp(min=0)), matched
+
+
+def sentence_distances(
+    C: torch.Tensor,
+    contexts: torch.Tensor,
+    lengths: torch.Tensor,
+    K: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """mean_{k matched} || C_bk - contexts_b,t(k) ||^2 per sentence (0 for one with no row
+    matched).
+
+    Args:
+        C: (..., R, D) the student's memory matrices.
+        contexts: (..., T, D) the teacher's context at each target step (no gradient needed).
+        lengths: (...) real target positions per sentence.
+        K: each sentence's own K, broadcastable to ``lengths`` (None: R, every row its own).
+    Returns:
+        (...) the distances.
+    """
+    if C.shape[-1] != contexts.shape[-1]:
+        raise ValueError(
+            f"distillation: the student's memory vectors have D={C.shape[-1]} but the teacher's "
+            f"contexts have D={contexts.shape[-1]}; give the student the teacher's encoder size "
+            "(the same preset, or hidden_size and bidirectional)"
+        )
+    rows = C.shape[-2]
+    steps, matched = matched_steps(rows if K is None else K, lengths, rows)  # (..., R), (..., R)
+    index = steps.unsqueeze(-1).expand(*steps.shape, contexts.shape[-1])  # (..., R, D)
+    target = contexts.gather(-2, index).to(C.dtype)  # (..., R, D)
+    squared = (C - target).pow(2).sum(-1)  # (..., R)
+    weight = matched.to(C.dtype)  # (..., R)
+    return (squared * weight).sum(-1) / weight.sum(-1).clamp(min=1)  # (...)
 
 
 def distillation_term(
@@ -80,19 +127,7 @@ def distillation_term(
         contexts: (B, T, D) the teacher's context at each target step (no gradient needed).
         lengths: (B,) real target positions per sentence.
     """
-    if C.shape[-1] != contexts.shape[-1]:
-        raise ValueError(
-            f"distillation: the student's memory vectors have D={C.shape[-1]} but the teacher's "
-            f"contexts have D={contexts.shape[-1]}; give the student the teacher's encoder size "
-            "(the same preset, or hidden_size and bidirectional)"
-        )
-    steps, matched = matched_steps(C.shape[1], lengths)  # (B, K), (B, K)
-    index = steps.unsqueeze(-1).expand(-1, -1, contexts.shape[-1])  # (B, K, D)
-    target = contexts.gather(1, index).to(C.dtype)  # (B, K, D)
-    squared = (C - target).pow(2).sum(-1)  # (B, K)
-    weight = matched.to(C.dtype)  # (B, K)
-    per_sentence = (squared * weight).sum(1) / weight.sum(1).clamp(min=1)  # (B,)
-    return per_sentence.mean()
+    return sentence_distances(C, contexts, lengths).mean()
 
 
 class Teacher:

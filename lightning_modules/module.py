@@ -225,7 +225,7 @@ class Seq2SeqModule(pl.LightningModule):
     def teacher(self) -> Teacher:
         """The §3.1 teacher, loaded from ``teacher_checkpoint`` on first use."""
         if self._teacher is None:
-            self._teacher = Teacher.load(str(self.hparams.teacher_checkpoint), _load_model)
+            self._teacher = load_teacher(str(self.hparams.teacher_checkpoint))
         return self._teacher
 
     def _shared_step(self, batch: dict[str, Any], stage: str) -> torch.Tensor:
@@ -386,9 +386,15 @@ class Seq2SeqModule(pl.LightningModule):
         return items
 
 
+def load_teacher(checkpoint: str) -> Teacher:
+    """The §3.1 teacher of a ``Seq2SeqModule`` checkpoint, built without drawing from the global
+    RNG (what :meth:`Seq2SeqModule.teacher` loads; a fused group loads its members' the same way)."""
+    return Teacher.load(checkpoint, _load_model)
+
+
 def _load_model(checkpoint: str) -> Seq2Seq:
     """The ``Seq2Seq`` of a ``Seq2SeqModule`` checkpoint, on the CPU (a teacher's loader)."""
     return Seq2SeqModule.load_from_checkpoint(checkpoint, map_location="cpu").model
 
 
-__all__ = ["Seq2SeqModule", "METRICS"]
+__all__ = ["Seq2SeqModule", "METRICS", "load_teacher"]

@@ -62,6 +62,18 @@ to the original numbering), and
 whole group exactly. ``precision="bf16-mixed"`` (or the caller's ``torch.autocast``) trains
 under bf16 autocast.
 
+A member may be a §3.1 student (:mod:`lightning_modules.distill`) with a teacher of its own, or
+none, beside the others: :meth:`FusedSeq2Seq.from_modules` starts it as ``setup("fit")`` starts it
+alone (its teacher loaded without drawing from the random stream, ``init_from_teacher`` applied
+before its weights are copied in), and each step adds its ``distill_weight`` times its term
+against its teacher's contexts on its own batch, with its own K, to its loss; the teachers are
+never part of the group's state (tests/lightning_modules/test_fused_students.py).
+
+Training a group as Lightning's Trainer trains a trial (each member's batches in Lightning's
+order, Lightning's validation, checkpoints in Lightning's format, an exact resume) is
+:class:`~lightning_modules.fused.loop.FusedLoop`'s job; on a CUDA device its step may be captured
+as CUDA graphs per length bucket (:class:`~lightning_modules.fused.graphs.GraphedFusedSteps`).
+
 How it is built: the encoder and decoder are written with the member dimension
 (:mod:`lightning_modules.fused.encoder`, :mod:`lightning_modules.fused.decoder`; the LSTM cell's
 pointwise part is the unfused encoder's, and the encoder packs its steps as ``nn.LSTM`` does);
@@ -78,7 +90,9 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "FusedLoop",
     "FusedSeq2Seq",
+    "GraphedFusedSteps",
     "member_axes",
     "padded_axes",
     "shape_difference",
@@ -87,7 +101,9 @@ __all__ = [
 ]
 # imported on first use, so that the torch-free lists of .axes load without torch
 _HOMES = {
+    "FusedLoop": ".loop",
     "FusedSeq2Seq": ".model",
+    "GraphedFusedSteps": ".graphs",
     "member_axes": ".key",
     "padded_axes": ".key",
     "shape_difference": ".key",

@@ -75,6 +75,40 @@ def adam_step_(
         param.addcdiv_(exp_avg * step_size, denom)
 
 
+@torch.no_grad()
+def clip_grad_norms_on_device_(grad: torch.Tensor, clip: torch.Tensor) -> None:
+    """:func:`clip_grad_norms_` with each member's value a tensor on the device, clip (M, 1) (0:
+    no clipping): no host value read or copied, so a CUDA graph can capture it."""
+    norms = torch.linalg.vector_norm(grad, dim=1, keepdim=True)  # (M, 1)
+    coef = (clip / (norms + 1e-6)).clamp(max=1.0)  # (M, 1)
+    grad.mul_(torch.where(clip > 0, coef, 1.0))
+
+
+@torch.no_grad()
+def adam_step_on_device_(
+    flat: FlatParameters,
+    steps: torch.Tensor,
+    lr: torch.Tensor,
+    weight_decay: torch.Tensor | None,
+) -> None:
+    """:func:`adam_step_` with the step counts and settings tensors on the device: steps (M, 1)
+    float32, counted up in place; lr and weight_decay (M, 1) (None: no decay). Its bias
+    corrections are computed on the device in float32 (``torch.optim.Adam(capturable=True)``
+    computes them so), not in double precision on the host: the same step to float32 rounding,
+    and nothing a CUDA graph cannot capture."""
+    beta1, beta2 = BETAS
+    steps.add_(1)
+    step_size = -lr / (1 - torch.pow(beta1, steps))  # (M, 1)
+    correction2_sqrt = (1 - torch.pow(beta2, steps)).sqrt()  # (M, 1)
+    grad = flat.grad
+    if weight_decay is not None:
+        grad = torch.addcmul(grad, flat.data, weight_decay)  # grad + wd * param
+    flat.exp_avg.lerp_(grad, 1 - beta1)
+    flat.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = (flat.exp_avg_sq.sqrt() / correction2_sqrt).add_(EPS)
+    flat.data.addcdiv_(flat.exp_avg * step_size, denom)
+
+
 def adam_state_dict(
     flat: FlatParameters,
     member: int,

@@ -6,9 +6,11 @@ lists as the fused model (:mod:`lightning_modules.fused.key`) from here::
     from lightning_modules.fused.axes import member_keys
     member_keys("memory")    # the model settings that may differ inside a group of memory attention
 
-Three kinds of per-member settings:
+Four kinds of per-member settings:
 
 - :data:`MEMBER_SETTINGS`: Adam's settings and the dropout probability, applied per member;
+- :data:`TEACHER_SETTINGS`: a §3.1 student's teacher, its weight and its start, each member's
+  own (a group may hold students of different teachers beside members with no teacher);
 - :data:`EVALUATION_SETTINGS`: read only when a member is evaluated, as its own plain module;
 - the *member axes*: settings that change what a member computes but not what it shares with the
   others. A member's memory attention may have its own K (its weights are padded to the group's
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 #: constructor arguments that may differ between the members of one fused model
 MEMBER_SETTINGS = ("lr", "weight_decay", "dropout")
+#: a student's §3.1 settings: each member's own teacher pass, term and start
+TEACHER_SETTINGS = ("distill_weight", "teacher_checkpoint", "init_from_teacher")
 #: constructor arguments that only evaluation reads
 EVALUATION_SETTINGS = ("val_beam_size", "length_penalty", "max_decode_len", "val_decode")
 
@@ -105,6 +109,7 @@ def member_keys(attention: str) -> frozenset[str]:
     """
     return frozenset(
         MEMBER_SETTINGS
+        + TEACHER_SETTINGS
         + EVALUATION_SETTINGS
         + member_module_axes(attention)
         + member_attention_options(attention)

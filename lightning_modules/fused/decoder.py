@@ -10,6 +10,7 @@ mechanism's own class (:mod:`lightning_modules.fused.attention`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,14 +83,15 @@ class FusedDecoder(nn.Module):
 
     def forward(
         self, tgt_in: torch.Tensor, state: LSTMState, memory: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Any]:
         """Teacher forcing over M members' targets.
 
         Args:
             tgt_in: (M, B, T) decoder inputs; state: the bridge's per-layer (M, B, H) h and c;
             memory (M, B, S, D) and mask (M, B, S) from the encoder.
         Returns:
-            logits (M, B, T, V).
+            logits (M, B, T, V), and the mechanism's cache on the M * B member-major rows
+            (memory attention's ``C``: (M * B, K, D), what a student's §3.1 term reads).
         """
         M, B, T = tgt_in.shape
         E = self._emb
@@ -135,4 +137,4 @@ class FusedDecoder(nn.Module):
         features = torch.cat(
             [torch.stack(tops, 2), torch.stack(contexts, 2)], dim=-1
         )  # (M, B, T, H+C)
-        return self.out(fold(features)).view(M, B, T, -1)  # (M, B, T, V)
+        return self.out(fold(features)).view(M, B, T, -1), cache  # (M, B, T, V)

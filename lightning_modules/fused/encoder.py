@@ -183,6 +183,59 @@ class FusedEncoder(nn.Module):
         memory = memory.view(M, B, S, dirs * H) * pack.mask.unsqueeze(-1).to(memory.dtype)
         return memory, pack.mask, self._bridge(finals_h, finals_c)
 
+    def masked(
+        self, src: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, LSTMState]:
+        """:meth:`forward` without packing: every sentence runs all S steps of both directions,
+        each step masked on the device (going forward a sentence past its end holds its last
+        state; going backward it starts from zeros at its last token), as
+        :func:`lightning_modules.cuda_graphs.masked_lstm` runs ``nn.LSTM``. Nothing is read on
+        the host and every shape is fixed by ``src``'s, so a CUDA graph can capture it; the same
+        memory, mask and decoder state as :meth:`forward` to float rounding (more work: padded
+        positions are computed and masked).
+
+        Args:
+            src: (M, B, S) source ids, right-padded; lengths: (M, B), each >= 1, any order.
+        Returns:
+            as :meth:`forward`.
+        """
+        M, B, S = src.shape
+        dirs, H = self.directions, self.hidden_size
+        mask = torch.arange(S, device=src.device) < lengths.unsqueeze(-1)  # (M, B, S)
+        # step t of the backward direction reads position S - 1 - t: its inputs and its mask
+        # flipped along S, so that both directions run from step 0 in one recurrence
+        real = mask.unsqueeze(1) if dirs == 1 else torch.stack([mask, mask.flip(-1)], 1)
+        real = real.reshape(M * dirs, B, S, 1).unbind(2)  # S x (M*dirs, B, 1)
+        x = member_dropout(member_embedding(self.embedding, src), self.rates, self.training)
+        finals_h, finals_c = [], []
+        for layer, size in enumerate(self.input_sizes):
+            w_ih = getattr(self, f"weight_ih_{layer}").reshape(M * dirs, size, 4 * H)
+            w_hh = getattr(self, f"weight_hh_{layer}").reshape(M * dirs, H, 4 * H)
+            bias = getattr(self, f"bias_ih_{layer}") + getattr(self, f"bias_hh_{layer}")
+            # (M, dirs, B, S, X): each direction's inputs in its step order
+            inputs = x.unsqueeze(1) if dirs == 1 else torch.stack([x, x.flip(2)], 1)
+            projected = torch.baddbmm(
+                bias.view(M * dirs, 1, 4 * H), inputs.reshape(M * dirs, B * S, size), w_ih
+            ).view(M * dirs, B, S, 4 * H)  # the input part of the gates, biases in
+            zeros = projected.new_zeros(M * dirs, B, H)
+            h = c = zeros
+            outputs = []
+            for t, step in enumerate(projected.unbind(2)):
+                h_new, c_new = lstm_pointwise(torch.baddbmm(step, h, w_hh), c)  # (M*dirs, B, H)
+                outputs.append(torch.where(real[t], h_new, zeros))
+                # a padded step keeps the state: going forward it comes after the sentence (its
+                # last state is held), going backward before it (the state is still zeros)
+                h = torch.where(real[t], h_new, h)
+                c = torch.where(real[t], c_new, c)
+            steps = torch.stack(outputs, 2).view(M, dirs, B, S, H)  # (M, dirs, B, S, H)
+            # back to positions, both directions side by side: (M, B, S, dirs * H)
+            x = steps[:, 0] if dirs == 1 else torch.cat([steps[:, 0], steps[:, 1].flip(2)], -1)
+            finals_h.append(h.view(M, dirs, B, H))
+            finals_c.append(c.view(M, dirs, B, H))
+            if layer < self.num_layers - 1:
+                x = member_dropout(x, self.rates, self.training)
+        return x, mask, self._bridge(finals_h, finals_c)
+
     def _bridge(self, finals_h: list[torch.Tensor], finals_c: list[torch.Tensor]) -> LSTMState:
         """Every layer's and direction's final state, in nn.LSTM's h_n order per sentence, through
         the bridge: per decoder layer h and c (M, B, H)."""

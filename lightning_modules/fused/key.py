@@ -12,6 +12,8 @@ Left out of the key, because members may differ in them (the lists are
 
 - ``lr``, ``weight_decay``: Adam's settings, applied per member (Adam is elementwise);
 - ``dropout``: a probability, drawn per member (the masks' shapes do not depend on it);
+- ``distill_weight``, ``teacher_checkpoint``, ``init_from_teacher``: a §3.1 student's teacher,
+  its term's weight and its start, per member (each member's teacher runs on its own batch);
 - ``val_beam_size``, ``length_penalty``, ``max_decode_len``, ``val_decode``: evaluation only;
   a member is evaluated as its own plain module (:meth:`FusedSeq2Seq.member_module`);
 - the *member axes* (:func:`member_axes`): ``max_source_len`` (for every mechanism listed in
@@ -190,16 +192,10 @@ def shape_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def unfusable_reason(hparams: Mapping[str, Any]) -> str | None:
     """Why a module with these arguments cannot train fused, or None when it can: monotonic
-    attention forced to its hard (test-time) mode in training has no fused form, and neither has
-    a student of a teacher (the teacher's forward pass and its encoder start are the plain
-    module's, in its ``setup`` and ``training_step``, which the fused loop does not call)."""
+    attention forced to its hard (test-time) mode in training has no fused form. (A student of a
+    teacher fuses: each member's teacher pass runs beside the group's step, see
+    :meth:`FusedSeq2Seq.train_step`.)"""
     args = module_arguments(hparams)
-    if args["distill_weight"] > 0 or args["init_from_teacher"] != "none":
-        return (
-            f"a student of a teacher (distill_weight={args['distill_weight']:g}, "
-            f"init_from_teacher={args['init_from_teacher']!r}) trains unfused: the fused model "
-            "has no teacher pass"
-        )
     if args["attention"] == "monotonic" and resolved_attention_options(args).get("mode") == "hard":
         return (
             "monotonic attention with mode='hard' trains on its hard scan, which has no fused "

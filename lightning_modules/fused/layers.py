@@ -80,10 +80,13 @@ def member_dropout(x: torch.Tensor, rates: DropoutRates, training: bool) -> torc
 def member_embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Member m's rows of its own table: weight (M, V, E), ids (M, ...) -> (M, ..., E).
 
+    One ``gather`` along the vocabulary (its backward one ``scatter_add``): no advanced indexing,
+    whose backward (``index_put_`` accumulating) cannot be captured in a CUDA graph.
+
     The padding id's row gets no gradient, as ``nn.Embedding(padding_idx=...)`` gives it, because
     nothing the loss reads depends on a padded position (the encoder's padded outputs are masked,
     the decoder's padded steps are ignored by the loss): their gradients are exact zeros.
     """
-    members = torch.arange(weight.shape[0], device=ids.device)
-    members = members.view(-1, *([1] * (ids.dim() - 1)))  # (M, 1, ...)
-    return weight[members, ids]  # (M, ..., E)
+    M, _, E = weight.shape
+    flat = ids.reshape(M, -1, 1).expand(-1, -1, E)  # (M, N, E) each id along its row
+    return weight.gather(1, flat).view(*ids.shape, E)  # (M, ..., E)

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, build_attention
-from ..module import Seq2SeqModule
+from ..distill import Teacher, check_same_space, init_from_teacher, sentence_distances
+from ..module import Seq2SeqModule, load_teacher
 from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
 from .decoder import FusedDecoder
 from .encoder import FusedEncoder
@@ -54,6 +55,27 @@ def _source_limit(args: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _start_students(modules: Sequence[Seq2SeqModule]) -> dict[str, Teacher]:
+    """What ``Seq2SeqModule.setup("fit")`` does to a student before it trains, for each student
+    among ``modules`` (in place): its teacher loaded (one per checkpoint), its memory size checked
+    against the teacher's contexts, the teacher's encoder copied in for
+    ``init_from_teacher="encoder"``. Returns the teachers by checkpoint."""
+    teachers: dict[str, Teacher] = {}
+    for module in modules:
+        hp = module.hparams
+        if hp.distill_weight <= 0 and hp.init_from_teacher == "none":
+            continue
+        path = str(hp.teacher_checkpoint)
+        if path not in teachers:
+            teachers[path] = module.teacher()
+        teacher = teachers[path]
+        if hp.distill_weight > 0:
+            check_same_space(module.model, teacher.model)
+        if hp.init_from_teacher != "none":
+            init_from_teacher(module.model, teacher.model, hp.init_from_teacher)
+    return teachers
+
+
 class FusedSeq2Seq:
     """M Seq2SeqModules (members) of one group key trained as one model with a leading member
     dimension; they may differ along the member axes
@@ -90,6 +112,10 @@ class FusedSeq2Seq:
         self.clip = list(clip)
         self.steps = [0] * len(hparams)
         self.precision = precision
+        # the §3.1 teachers of the members that distil, by checkpoint: loaded only to train (on
+        # the first step after a restore), never part of the group's state
+        self._teachers: dict[str, Teacher] = {}
+        self.last_distill: torch.Tensor | None = None
         self.pad_id, self.bos_id = template.hparams.pad_id, template.hparams.bos_id
         model = template.model
         self._attention_dims = (model.decoder.hidden_size, model.encoder.output_size)
@@ -120,6 +146,12 @@ class FusedSeq2Seq:
     ) -> FusedSeq2Seq:
         """Fuse ``modules`` (their current weights are copied in; Adam starts fresh).
 
+        A student (``distill_weight`` > 0 or ``init_from_teacher="encoder"``) starts as
+        ``Seq2SeqModule.setup("fit")`` starts it alone: its teacher is loaded (one per checkpoint,
+        without touching the global RNG), its memory size is checked against the teacher's, and
+        ``init_from_teacher="encoder"`` copies the teacher's encoder into the module, in place,
+        before its weights are copied in.
+
         Args:
             modules: Seq2SeqModules of equal :func:`shape_key`, on one device.
             clip: each member's ``gradient_clip_val`` (None: no clipping for any).
@@ -144,7 +176,11 @@ class FusedSeq2Seq:
         if len(devices) > 1:
             raise ValueError(f"modules are on different devices {sorted(map(str, devices))}")
         clip = [None] * len(modules) if clip is None else list(clip)
+        teachers = _start_students(modules)
         fused = cls(hparams, modules[0], clip, devices.pop(), precision)
+        fused._teachers.update(
+            {path: t for path, t in teachers.items() if path in fused._teacher_paths}
+        )
         for i, module in enumerate(modules):
             fused._load_weights(i, module.state_dict())
         return fused
@@ -167,12 +203,21 @@ class FusedSeq2Seq:
             view.copy_(state[name])
 
     def _member_settings(self) -> DropoutRates:
-        """Each member's Adam settings (:attr:`lr`, :attr:`weight_decay`) and longest batch
-        (``_source_limits``) from its hparams, and its dropout probability."""
+        """Each member's Adam settings (:attr:`lr`, :attr:`weight_decay`), longest batch
+        (``_source_limits``) and §3.1 term (:attr:`distill_weight`, its teacher's checkpoint and
+        its memory's K) from its hparams, and its dropout probability."""
         args = [module_arguments(h) for h in self.hparams]
         self.lr = [float(a["lr"]) for a in args]
         self.weight_decay = [float(a["weight_decay"]) for a in args]
         self._source_limits = [_source_limit(a) for a in args]
+        self.distill_weight = [float(a["distill_weight"]) for a in args]
+        self._teacher_paths = [
+            str(a["teacher_checkpoint"]) if a["distill_weight"] > 0 else None for a in args
+        ]
+        self._students = [i for i, path in enumerate(self._teacher_paths) if path is not None]
+        self._student_k = [int(resolved_attention_options(args[i])["K"]) for i in self._students]
+        self._teachers = {p: t for p, t in self._teachers.items() if p in self._teacher_paths}
+        self._tensors: dict[str, torch.Tensor] = {}
         return DropoutRates([resolved_sizes(a)["dropout"] for a in args])
 
     def _member_attentions(self, hparams: Sequence[Mapping[str, Any]]) -> list[Attention]:
@@ -222,43 +267,158 @@ class FusedSeq2Seq:
     def train_step(self, batches: Sequence[Mapping[str, torch.Tensor]]) -> torch.Tensor:
         """One optimisation step of every member: ``batches[i]`` is member i's batch (the
         datamodule's dict: src (B, S), src_lengths (B,), tgt (B, T); sizes may differ between
-        members). Forward, each member's mean token cross-entropy, backward of their sum,
-        per-member gradient-norm clipping, Adam. Returns the (M,) losses, detached."""
+        members). Forward, each member's mean token cross-entropy (plus, for a student, its
+        ``distill_weight`` times its §3.1 term against its own teacher's contexts on its batch:
+        :meth:`_distillation`), backward of their sum, per-member gradient-norm clipping, Adam.
+        Returns the (M,) losses, detached (each as its module's ``train/loss``); a student's
+        term alone is then in :attr:`last_distill` (``train/distill``)."""
         if len(batches) != self.members:
             raise ValueError(f"train_step got {len(batches)} batches for {self.members} members")
         src, lengths, tgt = self._stack(batches)
         self.net.train()
         self.flat.grad.zero_()
         losses = self._losses(src, lengths, tgt)
+        self._backward(losses)
+        clip_grad_norms_(self.flat.grad, self.clip)
+        adam_step_(self.flat, self.steps, self.lr, self.weight_decay)
+        return losses.detach()
+
+    @staticmethod
+    def _backward(losses: torch.Tensor) -> None:
+        """The gradients of the members' summed losses, added into the flat gradient buffer."""
         with warnings.catch_warnings():
             # the leaves view rows of one flat buffer, strided over the members: autograd adds
             # their gradients in place all the same, and says that this layout is unusual
             warnings.filterwarnings("ignore", message="grad and param do not obey the gradient")
             losses.sum().backward()
-        clip_grad_norms_(self.flat.grad, self.clip)
-        adam_step_(self.flat, self.steps, self.lr, self.weight_decay)
-        return losses.detach()
 
-    def _losses(self, src: torch.Tensor, lengths: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """Each member's mean token cross-entropy over its non-pad targets, (M,)."""
+    def _losses(
+        self,
+        src: torch.Tensor,
+        lengths: torch.Tensor,
+        tgt: torch.Tensor,
+        contexts: torch.Tensor | None = None,
+        masked: bool = False,
+    ) -> torch.Tensor:
+        """Each member's training loss, (M,): its mean token cross-entropy over its non-pad
+        targets, plus its §3.1 term for a student. ``contexts``: the students' teacher contexts
+        (computed here when None); ``masked``: the encoder's masked recurrence (no host
+        reads: what a CUDA graph captures) in place of its packed one."""
         autocast = (
             torch.autocast(self.device.type, dtype=torch.bfloat16)
             if self.precision == "bf16-mixed"
             else contextlib.nullcontext()
         )
         with autocast:
-            memory, mask, state = self.encoder(src, lengths)
-            bos = tgt.new_full((*tgt.shape[:2], 1), self.bos_id)  # (M, B, 1)
-            tgt_in = torch.cat([bos, tgt[..., :-1]], dim=-1)  # (M, B, T)
-            logits = self.decoder(tgt_in, state, memory, mask)  # (M, B, T, V)
+            encode = self.encoder.masked if masked else self.encoder
+            memory, mask, state = encode(src, lengths)
+            tgt_in = self.shift_target(tgt)  # (M, B, T)
+            logits, cache = self.decoder(tgt_in, state, memory, mask)  # (M, B, T, V)
             per_token = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]),
                 tgt.reshape(-1),
                 ignore_index=self.pad_id,
                 reduction="none",
             ).view(self.members, -1)  # (M, B*T)
+            if self._students and contexts is None:
+                contexts = self.teacher_contexts(src, lengths, tgt)
         counts = (tgt != self.pad_id).view(self.members, -1).sum(1)  # (M,)
-        return per_token.sum(1) / counts
+        losses = per_token.sum(1) / counts
+        if not self._students:
+            return losses
+        terms = self._distillation(cache["C"], contexts, tgt)  # (M,) 0 for the others
+        self.last_distill = terms.detach()
+        return losses + self.member_tensor("distill_weight") * terms
+
+    def shift_target(self, tgt: torch.Tensor) -> torch.Tensor:
+        """(M, B, T) targets -> (M, B, T) decoder inputs: BOS followed by tgt[..., :-1]."""
+        bos = tgt.new_full((*tgt.shape[:2], 1), self.bos_id)  # (M, B, 1)
+        return torch.cat([bos, tgt[..., :-1]], dim=-1)  # (M, B, T)
+
+    def member_tensor(self, name: str) -> torch.Tensor:
+        """A per-member setting on the model's device, made once per set of members (so that a
+        step captured in a CUDA graph reads it without a copy from the host): ``"lr"``,
+        ``"weight_decay"``, ``"clip"`` (each (M, 1); a member without clipping 0),
+        ``"distill_weight"`` (M,), ``"students"`` and ``"student_k"`` (the students' rows and
+        their K, long)."""
+        cached = self._tensors.get(name)
+        if cached is None or cached.device != self.device:
+            values, dtype = {
+                "lr": ([[v] for v in self.lr], torch.float32),
+                "weight_decay": ([[v] for v in self.weight_decay], torch.float32),
+                "clip": ([[float(c or 0.0)] for c in self.clip], torch.float32),
+                "distill_weight": (self.distill_weight, torch.float32),
+                "students": (self._students, torch.long),
+                "student_k": (self._student_k, torch.long),
+            }[name]
+            cached = self._tensors[name] = torch.tensor(values, dtype=dtype, device=self.device)
+        return cached
+
+    # ---------------------------------------------------------------- the §3.1 teachers
+    @property
+    def students(self) -> list[int]:
+        """The members that distil (``distill_weight`` > 0), in member order."""
+        return list(self._students)
+
+    def teacher(self, member: int) -> Teacher:
+        """Member ``member``'s teacher, loaded on first use from its ``teacher_checkpoint`` (as
+        ``Seq2SeqModule.teacher`` loads it: without drawing from the global RNG); members of one
+        checkpoint share it."""
+        path = self._teacher_paths[member]
+        if path is None:
+            raise ValueError(f"member {member} has no teacher (distill_weight 0)")
+        if path not in self._teachers:
+            self._teachers[path] = load_teacher(path)
+        return self._teachers[path]
+
+    @torch.no_grad()
+    def teacher_contexts(
+        self, src: torch.Tensor, lengths: torch.Tensor, tgt: torch.Tensor
+    ) -> torch.Tensor:
+        """Each student's teacher's contexts on the student's own (stacked) batch: src (M, B, S),
+        lengths (M, B), tgt (M, B, T) -> (len(students), B, T, D), in :attr:`students`' order.
+        Teacher-forced on the student's gold decoder inputs, in eval mode, one call per teacher
+        over all its students' rows (a filler row is one pad token: its contexts are unread)."""
+        tgt_in = self.shift_target(tgt)
+        by_teacher: dict[str, list[int]] = {}
+        for position, member in enumerate(self._students):
+            by_teacher.setdefault(self._teacher_paths[member], []).append(position)
+        out: list[torch.Tensor | None] = [None] * len(self._students)
+        B, T = tgt.shape[1:]
+        for positions in by_teacher.values():
+            rows = torch.tensor([self._students[p] for p in positions], device=src.device)
+            teacher = self.teacher(self._students[positions[0]])
+            contexts = teacher.contexts(
+                src.index_select(0, rows).flatten(0, 1),
+                lengths.index_select(0, rows).flatten(0, 1),
+                tgt_in.index_select(0, rows).flatten(0, 1),
+            ).view(len(positions), B, T, -1)  # (n, B, T, D)
+            for k, position in enumerate(positions):
+                out[position] = contexts[k]
+        return torch.stack(out)  # (students, B, T, D)
+
+    def _distillation(
+        self, C: torch.Tensor, contexts: torch.Tensor, tgt: torch.Tensor
+    ) -> torch.Tensor:
+        """Each member's §3.1 term, (M,), 0 for a member that does not distil: as
+        :func:`lightning_modules.distill.distillation_term` computes it alone, with the
+        member's own K (its padded slots of C are never matched) and its own sentences (a
+        filler row has no target and is not counted).
+
+        Args:
+            C: (M * B, K, D) the memory matrices of every member's rows (K the group's largest).
+            contexts: (len(students), B, T, D) the students' teachers' contexts.
+            tgt: (M, B, T) the targets.
+        """
+        M, B = tgt.shape[:2]
+        rows = self.member_tensor("students")  # (students,)
+        C = C.view(M, B, *C.shape[1:]).index_select(0, rows)  # (students, B, K, D)
+        lengths = (tgt.index_select(0, rows) != self.pad_id).sum(-1)  # (students, B)
+        own_k = self.member_tensor("student_k").view(-1, 1)  # (students, 1)
+        distances = sentence_distances(C, contexts, lengths, own_k)  # (students, B)
+        real = (lengths > 0).to(distances.dtype)  # (students, B) not a filler row
+        terms = (distances * real).sum(1) / real.sum(1)  # (students,)
+        return terms.new_zeros(M).index_copy(0, rows, terms)
 
     def _stack(
         self, batches: Sequence[Mapping[str, torch.Tensor]]

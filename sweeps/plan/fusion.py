@@ -165,8 +165,6 @@ def loop_problem(trainer: dict[str, Any]) -> str | None:
     for key in ("max_epochs", "check_val_every_n_epoch", "limit_train_batches"):
         if trainer.get(key) is not None:
             return f"trainer.{key} is set (the fused loop counts steps only)"
-    if trainer.get("cuda_graphs"):
-        return "trainer.cuda_graphs is set (the fused step is not captured in CUDA graphs yet)"
     if int(trainer.get("accumulate_grad_batches") or 1) != 1:
         return "trainer.accumulate_grad_batches is not 1"
     if str(trainer.get("precision", "32-true")) not in FUSED_PRECISIONS:

@@ -65,6 +65,22 @@ def test_rows_are_matched_to_steps_as_documented():
     assert steps.tolist() == [[2, 7, 13, 18], [1, 3, 5, 7]] and matched.all()
 
 
+def test_rows_of_a_k_per_sentence_are_matched_as_each_k_alone():
+    """A fused group's students of different K in one padded C: each sentence's rows are its own
+    K's, the padded rows never matched, and a filler row (no target) matches nothing."""
+    lengths = torch.tensor([[3, 5, 2], [9, 1, 0]])  # (members, sentences)
+    own = torch.tensor([[3], [6]])  # (members, 1)
+    steps, matched = matched_steps(own, lengths, rows=6)
+    for m, K in enumerate((3, 6)):
+        alone_steps, alone_matched = matched_steps(K, lengths[m].clamp(min=1))
+        real = lengths[m] > 0
+        assert torch.equal(steps[m, real, :K], alone_steps[real])
+        assert torch.equal(matched[m, real, :K], alone_matched[real])
+        assert not matched[m, :, K:].any() and not matched[m, ~real].any()
+    with pytest.raises(ValueError, match="give rows"):
+        matched_steps(own, lengths)
+
+
 def test_the_term_on_a_hand_computed_case_with_k_equal_to_the_length():
     C = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])  # (1, K=2, D=2)
     contexts = torch.tensor(

@@ -263,12 +263,7 @@ def test_shape_key_names_what_fuses():
     assert "hard" in unfusable_reason(
         dict(base, attention="monotonic", attention_kwargs={"mode": "hard"})
     )
-    # a teacher's student: the fused loop has no teacher pass, so it must not fuse silently
-    assert "teacher pass" in unfusable_reason(dict(base, distill_weight=0.5))
-    assert "init_from_teacher='encoder'" in unfusable_reason(
-        dict(base, init_from_teacher="encoder")
-    )
-    assert unfusable_reason(dict(base, distill_weight=0.0, init_from_teacher="none")) is None
+    # (a teacher's student fuses, with its teacher pass: test_fused_students.py)
 
 
 def test_from_modules_names_the_differing_setting():

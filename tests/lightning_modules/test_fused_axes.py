@@ -443,7 +443,10 @@ def test_the_lists_name_real_options_of_every_registered_mechanism():
         "lr",
     } <= axes.member_keys("memory")
     assert axes.member_keys("bahdanau") == frozenset(
-        axes.MEMBER_SETTINGS + axes.EVALUATION_SETTINGS + ("max_source_len",)
+        axes.MEMBER_SETTINGS
+        + axes.TEACHER_SETTINGS
+        + axes.EVALUATION_SETTINGS
+        + ("max_source_len",)
     )
 
 

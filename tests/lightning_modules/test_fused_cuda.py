@@ -1,7 +1,10 @@
 """Fused trials on a CUDA GPU: every registered mechanism's fused steps there give what they give
 on the CPU (same weights and batches: losses, weights, Adam state), and bf16-mixed trains.
 Members that differ along the member axes (test_fused_axes.py) train on CUDA as each trains
-alone there, their padding stays 0, and a mixed group keeps members and resumes exactly.
+alone there, their padding stays 0, and a mixed group keeps members and resumes exactly. Fused
+steps captured as CUDA graphs (lightning_modules/fused/graphs.py) give the eager fused steps, for
+members of different K and lengths and for students, past the graphs a group holds and across a
+change of members; the fused loop trains graphed on a CUDA device.
 
 Marked ``gpu`` and skipped where torch sees no CUDA device: run on a GPU machine with
 ``python -m pytest -m gpu tests/lightning_modules/test_fused_cuda.py``."""
@@ -32,8 +35,14 @@ from test_fused_axes import (
     make_batch,
     small_member,
 )
+from test_fused_loop import MEMBERS as LOOP_MEMBERS
+from test_fused_loop import build as build_loop_member
+from test_fused_loop import run as run_loop
+from test_fused_students import member_batches, students, teachers  # noqa: F401
 
 from lightning_modules.fused import FusedSeq2Seq
+from lightning_modules.fused.graphs import GraphedFusedSteps
+from lightning_modules.fused.loop import FusedLoop, LoopMember, LoopSettings
 
 pytestmark = [
     pytest.mark.gpu,
@@ -146,3 +155,118 @@ def test_a_mixed_group_keeps_members_and_resumes_exactly_on_cuda():
         assert next(module.parameters()).is_cuda
         assert module.model.decoder.attention.K == options["K"]
         assert module.hparams.max_source_len == length
+
+
+# ---------------------------------------------------------------- fused steps as CUDA graphs
+def eager_and_graphed(name: str, **sizes) -> tuple[FusedSeq2Seq, FusedSeq2Seq]:
+    """The group ``GROUPS[name]`` twice on CUDA, from the same weights (each member seeded)."""
+    return group(name, **sizes)[0].to("cuda"), group(name, **sizes)[0].to("cuda")
+
+
+def two_shapes(name: str, step: int, members: list[int] | None = None) -> list[dict]:
+    """The group's batches of ``step`` on CUDA: every member's full length on even steps, at
+    most 5 positions on odd ones, so that the steps fall into two buckets (two graphs)."""
+    spec = GROUPS[name]
+    members = range(len(spec)) if members is None else members
+    return on(
+        "cuda",
+        [make_batch(100 * step + m, ROWS[m], spec[m][0] if step % 2 == 0 else min(spec[m][0], 5))
+         for m in members],
+    )  # fmt: skip
+
+
+def assert_same_group(graphed: FusedSeq2Seq, eager: FusedSeq2Seq, msg: str = "") -> None:
+    for name in ("data", "exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(
+            getattr(graphed.flat, name), getattr(eager.flat, name), **TOL, msg=f"{name} {msg}"
+        )
+    assert graphed.steps == eager.steps
+
+
+@pytest.mark.parametrize("name", ["K", "length", "mix"])
+def test_graphed_fused_steps_equal_eager_fused_steps(name, full_float32):
+    """Members of different K (padded slots masked), lengths (each member's own, a PE member's
+    source capped at its length) and both, over 8 steps of two bucket shapes: each step is
+    captured once per bucket, then replayed, and gives the eager fused step's losses, weights and
+    Adam state; the padding stays exactly 0."""
+    eager, graphed = eager_and_graphed(name)
+    steps = GraphedFusedSteps(graphed)
+    assert steps.capture
+    for step in range(8):
+        batches = two_shapes(name, step)
+        losses = steps.step(batches)
+        assert losses.is_cuda
+        torch.testing.assert_close(losses, eager.train_step(batches), **TOL, msg=f"step {step}")
+        assert_same_group(graphed, eager, f"after step {step}")
+    assert steps.graphs == 2 and steps.captures == 2 and steps.eager_steps == 0
+    if name in ("K", "mix"):
+        assert_padding_is_zero(graphed)
+
+
+def test_graphed_student_steps_equal_eager_ones(teachers, full_float32):  # noqa: F811
+    """Students of two teachers (contexts computed eagerly, staged into the graph's inputs)
+    beside members without a term: the graphed steps give the eager ones, the terms included."""
+    members = list(range(5))
+    eager, graphed = (students(teachers, members)[0].to("cuda") for _ in range(2))
+    steps = GraphedFusedSteps(graphed)
+    for step in range(4):
+        batches = on("cuda", member_batches(step, members))
+        torch.testing.assert_close(steps.step(batches), eager.train_step(batches), **TOL)
+        torch.testing.assert_close(graphed.last_distill, eager.last_distill, **TOL)
+        assert_same_group(graphed, eager, f"after step {step}")
+    assert steps.graphs >= 1 and steps.eager_steps == 0
+
+
+def test_steps_past_the_graphs_held_run_eagerly_and_equal(full_float32):
+    """With one graph held, the second bucket's steps run the same work without a graph."""
+    eager, graphed = eager_and_graphed("K")
+    steps = GraphedFusedSteps(graphed, max_graphs=1)
+    for step in range(4):
+        batches = two_shapes("K", step)
+        torch.testing.assert_close(steps.step(batches), eager.train_step(batches), **TOL)
+    assert steps.graphs == 1 and steps.eager_steps == 2
+    assert_same_group(graphed, eager)
+
+
+def test_a_change_of_members_captures_again(full_float32):
+    """Dropping the member of the largest K gives new, smaller buffers: the old graphs go, the
+    next step is captured again, and the kept members go on as the eager group's."""
+    eager, graphed = eager_and_graphed("mix", **SMALL)
+    steps = GraphedFusedSteps(graphed)
+    for step in range(2):
+        batches = on("cuda", group_batches("mix", step))
+        torch.testing.assert_close(steps.step(batches), eager.train_step(batches), **TOL)
+    for fused in (eager, graphed):
+        fused.keep([4, 0, 2])
+    for step in range(2, 4):
+        batches = on("cuda", group_batches("mix", step, [4, 0, 2]))
+        torch.testing.assert_close(steps.step(batches), eager.train_step(batches), **TOL)
+    assert steps.captures == 2 and steps.graphs == 1
+    assert_same_group(graphed, eager)
+    assert_padding_is_zero(graphed)
+
+
+def test_the_fused_loop_trains_graphed_on_cuda(full_float32):
+    """cuda_graphs on a CUDA device: the loop's steps are graphed (and say so), and its members'
+    losses and validations are the eager loop's."""
+
+    def loop(graphs: bool) -> FusedLoop:
+        parts = {}
+        for j in range(3):
+            dm, module = build_loop_member(j)
+            parts[j] = LoopMember(dm, module, LOOP_MEMBERS[j][3])
+        settings = LoopSettings(max_steps=6, val_check_interval=3, cuda_graphs=graphs)
+        return FusedLoop(parts, settings, "cuda")
+
+    graphed, eager = loop(True), loop(False)
+    assert graphed.graphed is not None and eager.graphed is None
+    assert graphed.graphs_line.startswith("CUDA graphs: the fused group's training steps")
+    mine, theirs = run_loop(graphed), run_loop(eager)
+    assert graphed.graphed.graphs >= 1 and graphed.graphed.eager_steps == 0
+    for j in range(3):
+        torch.testing.assert_close(
+            torch.tensor(mine["losses"][j]), torch.tensor(theirs["losses"][j]), **TOL
+        )
+        for step in (3, 6):
+            a, b = mine["validations"][step][j], theirs["validations"][step][j]
+            assert a.metrics["val/loss"] == pytest.approx(b.metrics["val/loss"], rel=1e-4)

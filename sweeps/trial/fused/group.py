@@ -4,14 +4,17 @@ reports published for its own trial to pass to Tune.
 The roster (:mod:`.roster`) creates it when the group's first member trial asks, on that trial's
 node, holding no resources of its own (each member trial holds 1/n of a trial's). It waits until
 every member has joined (or Tune has ended it), builds each member's data and model as its unfused
-trial would (:mod:`.steps`), or restores them from the group's last state (:mod:`.state`), then
-trains. At each validation (every ``val_check_interval`` steps, and at ``max_steps``) it first
-waits until every member's trial has handed its previous report to Tune -- a trial runs at most
-one report ahead of Tune, as an unfused trial does -- drops the members Tune stopped meanwhile,
-validates each member through Lightning, writes each member's checkpoint and the group's state,
-and publishes the members' reports one after another in member order (so a scheduler that
-compares them meets them in the same order in every run). A member that is done (``max_steps``, converged) or stopped
-leaves the fused model and stops costing compute; the others go on.
+trial would (:mod:`.build`), or restores them from the group's last state (:mod:`.state`), then
+trains them with the model package's fused loop (:class:`lightning_modules.fused.loop.FusedLoop`:
+the steps, Lightning's validation, the checkpoints). The actor keeps what is the sweep's: before
+each validation (every ``val_check_interval`` steps, and at ``max_steps``) it waits until every
+member's trial has handed its previous report to Tune -- a trial runs at most one report ahead of
+Tune, as an unfused trial does -- and drops the members Tune stopped meanwhile; after it, it makes
+each member's report (:mod:`.report`: the stop_when rule, the report folder's files), writes the
+group's state and publishes the members' reports one after another in member order (so a
+scheduler that compares them meets them in the same order in every run). A member that is done
+(``max_steps``, converged) or stopped leaves the fused model and stops costing compute; the others
+go on.
 
 A member trial that fails and is retried joins again and gets the reports it missed. A group that
 fails (an error in training, its node lost) fails its members; their retries find a new group,
@@ -23,24 +26,42 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import ray
 
 from sweeps.trial.fused.closing import seconds_to_close
 from sweeps.trial.fused.state import GroupSetup, GroupStore
 
-if TYPE_CHECKING:
-    from sweeps.trial.fused.steps import Member
-
 
 def _load_training() -> None:
-    """torch and the training steps, in the group's process: not in the roster's, which needs none."""
-    global torch, steps, FusedSeq2Seq
+    """torch, the fused loop and the members' building and reports, in the group's process: not
+    in the roster's, which needs none of them."""
+    global torch, build, report, FusedLoop, LoopMember, LoopSettings
     import torch
 
-    from lightning_modules.fused import FusedSeq2Seq
-    from sweeps.trial.fused import steps
+    from lightning_modules.fused.loop import FusedLoop, LoopMember, LoopSettings
+    from sweeps.trial.fused import build, report
+
+
+@dataclass
+class Member:
+    """One member as the group sees it: its trial, what it has published and Tune has taken, its
+    data, and its stop_when count."""
+
+    j: int
+    trial_id: str
+    plan: Any
+    last_step: int  # its trial's last report when it joined (-1: none)
+    ack: int = -1  # the last step its trial has handed to Tune
+    published: int = -1
+    reports: list[dict] = field(default_factory=list)
+    left: bool = False
+    final: bool = False
+    released: bool = False
+    dm: Any = None
+    stop: Any = None  # report.StopCount
 
 
 #: seconds between the group's looks at the roster while it waits
@@ -55,7 +76,7 @@ class FusedGroup:
         self.setup = setup
         self.cond = threading.Condition()
         self.members: dict[int, Member] = {}
-        self.active: list[int] = []  # members in the fused model, in its order
+        self.loop: Any = None  # the FusedLoop, once built
         self.started = self.done = self.closing = False
         self.error: str | None = None
         self.store = GroupStore(setup.filesystem, setup.folder)
@@ -79,12 +100,12 @@ class FusedGroup:
         with self.cond:
             m = self.members.get(j)
             if self.started:
-                if m is None or not (j in self.active or m.final):
+                if m is None or not (j in self._active() or m.final):
                     return "late"
                 m.trial_id, m.ack, m.released = trial_id, max(m.ack, last_step), False
                 self.cond.notify_all()
                 return "ok"
-            self.members[j] = steps.Member(j, trial_id, plan, last_step, ack=last_step)
+            self.members[j] = Member(j, trial_id, plan, last_step, ack=last_step)
             self.cond.notify_all()
             return "ok"
 
@@ -125,7 +146,7 @@ class FusedGroup:
         """Member ``j``'s attention heatmaps, drawn from ``checkpoint`` (its last report's model) as
         PNG files: the member's process has no torch to draw them (:mod:`.member`)."""
         m = self.members[j]
-        return steps.heatmaps(checkpoint, m.dm or steps.member_data(m.plan))
+        return report.heatmaps(checkpoint, m.dm or build.member_data(m.plan))
 
     # -- the training thread ----------------------------------------------------------------------
 
@@ -163,131 +184,59 @@ class FusedGroup:
                     return
                 self.cond.wait(POLL_S)
 
-    def _build(self) -> None:
-        """The fused model: from the newest state every returning member reached, or from scratch."""
-        from datamodules.resumable import RngStateCallback
+    def _active(self) -> list[int]:
+        """The members in the fused model, in its order."""
+        return self.loop.active if self.loop is not None else []
 
+    def _build(self) -> None:
+        """The fused loop: from the newest state every returning member reached, or from scratch."""
         ended = self._roster_ended(fresh=True)
         with self.cond:
             use = sorted(j for j, m in self.members.items() if not m.left and j not in ended)
-        self.device, accelerator, devices = steps.group_device(self.setup.gpu_ids)
+        device = build.group_device(self.setup.gpu_ids)
         since = min(self.members[j].last_step for j in use) if use else -1
         loaded = self.store.load(since, set(use)) if since >= 0 and use else None
+        if loaded and "loop" not in loaded[1]:  # written before the loop had a state of its own
+            print(f"[group {self.setup.name}] {loaded[0].path} is an older state: from step 0")
+            loaded = None
         state = loaded[1] if loaded else None
-        modules = []
+        members = {}
         for j in use:
             m = self.members[j]
+            module = None
             if state is None:  # seeded as its unfused trial: the same first weights and data
-                m.dm, module = steps.build_member(m.plan)
-                modules.append(module)
+                m.dm, module = build.build_member(m.plan)
+                m.stop = report.StopCount()
             else:
-                m.dm = steps.member_data(m.plan)
-                m.counts.load_state_dict(state["counts"][j])
-            m.trainer = steps.validator(m.plan, accelerator, devices)
-            m.batches = steps.Batches(
-                m.dm.train_dataloader(), state["loaders"][j] if state else None
-            )
-        if state is None:
-            trainer = self.members[use[0]].plan.trainer
-            self.fused = FusedSeq2Seq.from_modules(
-                modules,
-                clip=[self.members[j].plan.trainer.get("gradient_clip_val") or None for j in use],
-                precision=steps.fused_precision(trainer.get("precision")),
-            )
-            self.fused.to(self.device)
-            self.step, self.active = 0, list(use)
-        else:
-            self.fused = FusedSeq2Seq.from_state_dict(state["fused"], device=self.device)
-            self.step, self.active = int(state["step"]), list(state["members"])
-            rng = RngStateCallback()
-            rng.load_state_dict(state["rng"])
-            rng.on_train_start(None, None)  # the RNG states of the state's step, put back
-            self._keep([j for j in self.active if j in use])
-        n = len(self.active)
-        self.last_losses = torch.zeros(n, device=self.device)
-        self.sums = torch.zeros(n, device=self.device)
-        self.counted = torch.zeros(n, device=self.device)
-        self.t0 = time.perf_counter()
+                m.dm = build.member_data(m.plan)
+                m.stop = report.StopCount(**state["stop"][j])
+            clip = m.plan.trainer.get("gradient_clip_val") or None
+            members[j] = LoopMember(m.dm, module, clip)
+        settings = LoopSettings.from_trainer(self.members[use[0]].plan.trainer)
+        self.loop = FusedLoop(members, settings, device, state["loop"] if state else None)
+        if self.loop.graphs_line:
+            print(f"[group {self.setup.name}] {self.loop.graphs_line}", flush=True)
         if loaded:
-            print(f"[group {self.setup.name}] resumed at step {self.step} ({loaded[0].path})")
-
-    def _keep(self, keep: list[int]) -> None:
-        """Drop the members not in ``keep`` from the fused model and the per-member tensors."""
-        if keep == self.active:
-            return
-        positions = [self.active.index(j) for j in keep]
-        if keep:
-            self.fused.keep(positions)
-            if hasattr(self, "sums"):
-                index = torch.tensor(positions, device=self.device, dtype=torch.long)
-                self.last_losses, self.sums, self.counted = (
-                    t.index_select(0, index) for t in (self.last_losses, self.sums, self.counted)
-                )
-        self.active = keep
+            print(f"[group {self.setup.name}] resumed at step {self.loop.step} ({loaded[0].path})")
 
     def _drop_gone(self) -> None:
-        """Members Tune stopped (they left), that are done, or whose trials Tune has ended."""
+        """Members Tune stopped (they left) or whose trials Tune has ended."""
         ended = self._roster_ended()
         with self.cond:
-            keep = [
-                j
-                for j in self.active
-                if not self.members[j].left and not self.members[j].final and j not in ended
-            ]
-        self._keep(keep)
+            gone = [j for j in self.loop.active if self.members[j].left or j in ended]
+        self.loop.drop(gone)
 
     def _train(self) -> None:
-        trainer = self.members[self.active[0]].plan.trainer if self.active else {}
-        max_steps, every = int(trainer.get("max_steps", 0)), int(trainer["val_check_interval"])
-        log_every = int(trainer.get("log_every_n_steps") or 50)
-        while self.active and self.step < max_steps:
-            batches = []
-            for j in self.active:
-                batches.append(steps.to_device(self.members[j].batches.next(), self.device))
-            sizes = torch.tensor([float(b["src"].shape[0]) for b in batches], device=self.device)
-            losses = self.fused.train_step(batches).detach().float()  # (M,)
-            self.step += 1
-            self.last_losses = losses
-            self.sums += losses * sizes
-            self.counted += sizes
-            if self.step % log_every == 0:
-                for j, loss in zip(self.active, losses.tolist()):
-                    epoch = self.members[j].batches.epoch
-                    self.members[j].counts.history.append(
-                        (self.step - 1, {"train/loss_step": loss, "epoch": epoch})
-                    )
-            if self.step % every == 0 or self.step >= max_steps:
-                self._validate(max_steps)
-            self._epoch_ends()
+        while self.loop.running:
+            if self.loop.train_step():
+                self._validate()
+            self.loop.end_step()
             self._drop_gone()
-
-    def _epoch_ends(self, members: list[int] | None = None) -> None:
-        """Members whose epoch ended (or, given, ``members``: their training ends here, as
-        Lightning ends the epoch at ``max_steps``): the epoch's mean training loss
-        (``train/loss_epoch``, weighted by batch size) in their W&B history."""
-        done = [
-            i
-            for i, j in enumerate(self.active)
-            if (j in members if members is not None else self.members[j].batches.epoch_done)
-            and not (members is None and self.members[j].final)
-            and self.counted[i] > 0
-        ]
-        if not done:
-            return
-        means = (self.sums / self.counted.clamp(min=1)).tolist()
-        for i in done:
-            m = self.members[self.active[i]]
-            m.counts.epoch_mean = means[i]
-            m.counts.history.append(
-                (self.step - 1, {"train/loss_epoch": means[i], "epoch": m.batches.epoch})
-            )
-            self.sums[i] = 0.0
-            self.counted[i] = 0.0
 
     def _wait_acks(self, members: list[int] | None = None) -> None:
         """Until the trials of ``members`` (default: all in the fused model) have handed their
         last published report to Tune, or are gone."""
-        members = self.active if members is None else members
+        members = self.loop.active if members is None else members
         while True:
             ended = self._roster_ended()
             with self.cond:
@@ -302,73 +251,42 @@ class FusedGroup:
                     return
                 self.cond.wait(POLL_S)
 
-    def _validate(self, max_steps: int) -> None:
+    def _validate(self) -> None:
         self._wait_acks()
         self._drop_gone()
-        if not self.active:
+        if not self.loop.active:
             return
-        from sweeps.trial.fused.report import member_report
-
-        last = self.last_losses.tolist()
-        reports = {}
-        for pos, j in enumerate(self.active):
-            m = self.members[j]
-            module = self.fused.member_module(pos)
-            metrics = steps.validate(m.trainer, module, m.dm)
-            m.counts.last_loss = last[pos]
-            seconds = m.counts.time_offset + time.perf_counter() - self.t0
-            report = member_report(
-                m.counts, metrics, self.step, m.batches.epoch, seconds, max_steps, self.setup
-            )
-            report["files"] = steps.member_files(
-                m.trainer,
-                module,
-                self.step,
-                m.batches.epoch,
-                self.fused.optimizer_state(pos),
-                seconds,
-            )
-            report["hparams"] = dict(module.hparams)
-            reports[j] = report
+        max_steps = self.loop.settings.max_steps
+        reports = {
+            j: report.member_report(result, self.members[j].stop, max_steps, self.setup)
+            for j, result in self.loop.validate().items()
+        }
         finals = [j for j, r in reports.items() if r["final"]]
-        if finals:  # the epoch ends with their training: its mean, after the report's figures
-            self._epoch_ends(finals)
-            for j in finals:
-                reports[j]["history"] += self.members[j].counts.history
-                self.members[j].counts.history = []
+        # the epoch ends with their training: its mean, after the report's figures
+        for j, rows in self.loop.finish(finals).items():
+            reports[j]["history"] += rows
         self._save_state()
         # one member's report at a time, in member order, each once Tune has taken the one before:
         # a scheduler comparing members (ASHA on one unit's samples) sees them in the same order
         # in every run, as an unfused sweep's trials reach it one by one
-        for k, (j, report) in enumerate(reports.items()):
+        for k, (j, member_report) in enumerate(reports.items()):
             if k:
                 self._wait_acks([list(reports)[k - 1]])
             with self.cond:
                 m = self.members[j]
-                m.reports.append(report)
-                m.published = self.step
-                m.final = m.final or report["final"]
+                m.reports.append(member_report)
+                m.published = self.loop.step
+                m.final = m.final or member_report["final"]
                 self.cond.notify_all()
 
     def _save_state(self) -> None:
-        from datamodules.resumable import RngStateCallback
-
-        elapsed = time.perf_counter() - self.t0
-        counts = {}
-        for j in self.active:
-            c = self.members[j].counts.state_dict()
-            c["time_offset"] = self.members[j].counts.time_offset + elapsed
-            counts[j] = c
+        active = self.loop.active
         self.store.save(
-            self.step,
-            self.active,
+            self.loop.step,
+            active,
             {
-                "step": self.step,
-                "members": list(self.active),
-                "fused": self.fused.state_dict(),
-                "loaders": {j: self.members[j].batches.state_dict() for j in self.active},
-                "counts": counts,
-                "rng": RngStateCallback().state_dict(),
+                "loop": self.loop.state_dict(),
+                "stop": {j: self.members[j].stop.state_dict() for j in active},
             },
         )
 

@@ -108,13 +108,14 @@ def test_what_turns_fusion_off_is_said(tmp_path):
     assert plan.fused == [] and "val_check_interval is not a whole number" in plan.alone[0]
     graphed = raw(resources={"gpu": 1}, trainer={"max_steps": 10, "val_check_interval": 5})
     graphed["trainer"]["cuda_graphs"] = True
-    plan = plan_fusion(build_sweep(graphed))
-    assert plan.fused == [] and "cuda_graphs is set" in plan.alone[0]
-    # the seeds of each cell share their shapes: graphs keep them apart, and --dry-run says that
-    said = fusion_lines(build_sweep(graphed), plan)
-    assert said[0] == "fusion (max 16 members a group, the GPU default): none of the 6 trials " \
+    plan = plan_fusion(build_sweep(graphed))  # graphed trials fuse: the fused step is graphed
+    assert plan.fused and not plan.alone
+    # the seeds of each cell share their shapes: the loop's settings keep them apart, and
+    # --dry-run says that rather than that no two share their shapes
+    said = fusion_lines(epochs, plan_fusion(epochs))
+    assert said[0] == "fusion (max 4 members a group, the CPU default): none of the 6 trials " \
         "trains fused; kept apart:"  # fmt: skip
-    assert "share their shapes" not in said[0] and "cuda_graphs is set" in said[1]
+    assert "share their shapes" not in said[0] and "val_check_interval" in said[1]
     lone = fusion_lines(build_sweep(raw(seeds=[0])), plan_fusion(build_sweep(raw(seeds=[0]))))
     assert lone == [
         "fusion (max 4 members a group, the CPU default): no two of the 2 trials share their "
