@@ -1,7 +1,8 @@
 """The ONE Tune experiment of a study, with or without Optuna: the trainable (single-process or
-DDP), the searcher that hands out every cell's trials (:mod:`sweeps.search.base`), early stopping
-within a (cell, seed) (:mod:`sweeps.schedulers.per_unit`), the console (:mod:`sweeps.driver.console`), and
-running or resuming it under ``<storage>/<name>/``.
+DDP), the searcher that hands out every cell's trials (put together from the plan by
+:mod:`sweeps.search.compose`), early stopping within a (cell, seed)
+(:mod:`sweeps.schedulers.per_unit`), the console (:mod:`sweeps.driver.console`), and running or
+resuming it under ``<storage>/<name>/``.
 
 A trial's config holds only its own plan as flat, readable keys -- ``cell``, ``seed``, the grid
 values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) -- so
@@ -19,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
-from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
+from sweeps.layout import BUDGET_FILE
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
 from sweeps.report.results import result_rows
+from sweeps.search.base import OptunaLinks
+from sweeps.search.compose import make_searcher
+from sweeps.search.teachers import teacher_callbacks
 from sweeps.spec import LAUNCH_FILE
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
@@ -110,57 +114,6 @@ def make_run_config(sweep: Any, paths: Paths, callbacks: list, verbose: int):
     )
 
 
-def make_searcher(plan: SweepPlan, wandb_mode: str):
-    """The sweep's searcher, from the plan's units, fused groups and warm start: every (cell,
-    seed) x ``num_samples`` trials; with ``parameters``, one Optuna study per (cell, seed) (per
-    cell when configurations are judged over seeds) in ``<output>/<name>/optuna.journal``."""
-    from sweeps.search.base import SweepSearcher
-    from sweeps.search.warm import apply_warm_start
-    from sweeps.spec.search_space import optuna_distributions
-
-    sweep, spec, units = plan.sweep, plan.spec, list(plan.units)
-    if spec.objectives and spec.per_configuration:  # over seeds: sweeps.search.moo_configs
-        from sweeps.search.moo_configs import make_moo_config_searcher
-
-        searcher = make_moo_config_searcher(sweep, plan.paths, units, wandb_mode)
-    elif spec.objectives:  # multi-objective studies: sweeps.search.moo
-        from sweeps.search.moo import make_moo_searcher
-
-        searcher = make_moo_searcher(sweep, plan.paths, units, wandb_mode)
-    else:
-        space, journal = None, None
-        if sweep.has_search:
-            space = optuna_distributions(spec.parameters, sweep.param_columns)
-            journal_path = plan.out_dir / OPTUNA_JOURNAL
-            journal_path.parent.mkdir(parents=True, exist_ok=True)
-            journal = str(journal_path)
-        if spec.per_configuration:  # one study per cell, configurations judged over seeds
-            from sweeps.search.configs import make_config_searcher
-
-            searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
-            searcher.fusion_cap = plan.fusion.cap if plan.fusion.active else 1
-        else:
-            cls, kw = SweepSearcher, {}
-            if plan.fusion.active:  # whole groups, one member after another (sweeps.search.fused)
-                from sweeps.search.fused import FusedSearcher
-
-                cls, kw = FusedSearcher, {"groups": list(plan.fusion.groups)}
-            searcher = cls(
-                units,
-                num_samples=spec.num_samples if sweep.has_search else 1,
-                metric=spec.metric.name,
-                mode=spec.metric.mode,
-                space=space,
-                journal=journal,
-                sampler=spec.search.sampler,
-                sampler_seed=spec.search.seed,
-                wandb_enabled=wandb_mode != "disabled",
-                **kw,
-            )
-    apply_warm_start(searcher, sweep, plan.warm)  # warm_start: reused and told trials
-    return searcher
-
-
 def run_tune(
     plan: SweepPlan,
     settings: TrialSettings,
@@ -183,8 +136,6 @@ def run_tune(
     from sweeps.driver.console import SweepConsole
     from sweeps.driver.trial_logs import KeepTrialLogs
     from sweeps.schedulers.per_unit import make_scheduler
-    from sweeps.search.base import OptunaLinks
-    from sweeps.search.teachers import teacher_callbacks
 
     sweep, paths = plan.sweep, plan.paths
     path = paths.experiment(sweep.name)
@@ -207,11 +158,9 @@ def run_tune(
         searcher = make_searcher(plan, settings.wandb.mode)
         # warm_start: the trials an earlier sweep finished are reused, not trained again
         to_train = plan.to_train
-        # a fused group holds one trial's resources: the cap counts groups' worth of member trials
+        # a fused group holds one trial's resources: the cap counts groups' worth of member trials;
+        # the searcher keeps it itself, not counting trials paused at a rung (sweeps.search.base)
         concurrent = min(fit.max_concurrent_trials * plan.trials_per_slot, max(1, to_train))
-        if sweep.spec.per_configuration:
-            # a seed paused at a rung holds no slot: the searcher counts the running ones itself
-            searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
         callbacks += [BudgetClock(), KeepTrialLogs()]
