@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Group
+from sweeps.spec.objectives import baseline_of
 from sweeps.spec.teachers import order_lines
 
 
@@ -69,6 +70,12 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
         widths = [max(len(row[i]) for row in rows) for i in range(2)]
         lines += [f"  {a.ljust(widths[0])}  {b.ljust(widths[1])}  {c}".rstrip() for a, b, c in rows]
     lines += [f"  alone: {why}" for why in plan.alone]
+    if baseline_of(spec) and plan.groups:  # the searcher's own trials, not in the plan's groups
+        shown = " ".join(f"{k}={v}" for k, v in baseline_of(spec).items())
+        lines.append(
+            f"  alone: the baseline model of the relative constraints ({shown}), once per (cell, "
+            "seed), before its unit's samples"
+        )
     return lines
 
 

@@ -176,8 +176,12 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
         return "fusion is off (fusion: off, or fusion.max_members: 1)"
     if spec.resources.workers > 1:
         return "DDP trials (resources.workers > 1) are not fused"
-    if spec.objectives:
-        return "multi-objective studies (objectives) are not fused yet"
+    if spec.early_terminate.waits_at_rungs:
+        return (
+            "early_terminate pareto with promotion: wait pauses trials at their rungs, and a "
+            "paused trial cannot leave a fused group and come back: they train alone "
+            "(promotion: immediate fuses)"
+        )
     if getattr(sweep, "teachers", None):
         return (
             "sweeps with teacher cells (teacher:) are not fused yet: the fused searcher does not "

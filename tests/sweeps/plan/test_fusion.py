@@ -146,6 +146,31 @@ def test_a_sweep_with_teachers_is_not_fused_and_a_student_of_a_checkpoint_trains
     assert any("init_from_teacher encoder" in a for a in plan.alone)
 
 
+def test_multi_objective_studies_fuse_unless_their_rung_rule_pauses_trials():
+    """A multi-objective study's samples fuse like a one-metric study's; the Pareto rung rule's
+    ``promotion: wait`` (its default) pauses trials at a rung, which a fused member cannot do, so
+    that sweep trains unfused and says why; ``promotion: immediate`` fuses."""
+    moo = raw(
+        seeds=[0],
+        grid={},
+        metric=None,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "val/loss", "goal": "minimize"},
+        ],
+        parameters={"model.lr": {"min": 0.001, "max": 0.01, "distribution": "log_uniform_values"}},
+        num_samples=3,
+    )
+    del moo["metric"]
+    assert [len(g.slots) for g in plan_fusion(build_sweep(moo)).fused] == [3]
+    moo["early_terminate"] = {"type": "pareto", "grace_period": 1}
+    waiting = plan_fusion(build_sweep(moo))
+    assert waiting.fused == [] and "promotion: wait pauses trials" in waiting.off
+    assert "(promotion: immediate fuses)" in fusion_lines(build_sweep(moo), waiting)[0]
+    moo["early_terminate"]["promotion"] = "immediate"
+    assert [len(g.slots) for g in plan_fusion(build_sweep(moo)).fused] == [3]
+
+
 def test_member_keys_round_trip_and_configuration_chunks():
     config = {FUSED_WITH: "g2", FUSED_MEMBER: "2/3", "cell": "x"}
     assert member_of(config) == ("g2", 1, 3) and member_share(config) == pytest.approx(1 / 3)
