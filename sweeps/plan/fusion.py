@@ -159,14 +159,28 @@ def loop_problem(trainer: dict[str, Any]) -> str | None:
     return None
 
 
-def teacher_problem(model: dict[str, Any]) -> str | None:
-    """Why a cell's students train alone, or None: the fused loop has no teacher pass
-    (``lightning_modules.fused.unfusable_reason`` says the same at launch; this answer needs no
-    torch, so ``--dry-run`` prints the groups the launch will train)."""
+#: Whether a teacher's student may train fused (with students of its shape, each member with its
+#: own teacher): True asks the fused model (``lightning_modules.fused.unfusable_reason``, read
+#: through the signature cache by the launch's ``check``), which trains a student alone until it
+#: has a teacher pass, and fuses it once it has; False keeps every student alone whatever the
+#: model says. The searcher already hands a students' group out only when every member's teacher
+#: has ended, each member's config with its own ``teacher`` and ``teacher_checkpoint`` (or its
+#: ``teacher_error``, which the member's side must then fail as the unfused trainable does).
+STUDENTS_FUSE_WHEN_THE_MODEL_CAN = True
+
+
+def teacher_problem(plan: Any, check: Any = None) -> str | None:
+    """Why a cell's students train alone, or None for a cell that is no student. With
+    :data:`STUDENTS_FUSE_WHEN_THE_MODEL_CAN` and a ``check`` (the launch's: :func:`unfusable`),
+    the fused model's own answer; without (a plan made without the model's answers), the
+    refusal it gives today, which needs no torch."""
+    model = plan.model
     weight, init = float(model.get("distill_weight") or 0), model.get("init_from_teacher", "none")
-    if weight > 0 or init not in (None, "none"):
-        return f"a teacher's student (distill_weight {weight:g}, init_from_teacher {init}) trains alone"
-    return None
+    if weight <= 0 and init in (None, "none"):
+        return None
+    if STUDENTS_FUSE_WHEN_THE_MODEL_CAN and check is not None:
+        return check(plan)
+    return f"a teacher's student (distill_weight {weight:g}, init_from_teacher {init}) trains alone"
 
 
 def sweep_off(sweep: Any, cap: int) -> str | None:
@@ -181,11 +195,6 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
             "early_terminate pareto with promotion: wait pauses trials at their rungs, and a "
             "paused trial cannot leave a fused group and come back: they train alone "
             "(promotion: immediate fuses)"
-        )
-    if getattr(sweep, "teachers", None):
-        return (
-            "sweeps with teacher cells (teacher:) are not fused yet: the fused searcher does not "
-            "hold students back until their teachers end"
         )
     if spec.per_configuration and spec.early_terminate.type != "none":
         return (
@@ -216,7 +225,7 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
     for i, plan in enumerate(sweep.plans):
         problem = (
             loop_problem(plan.trainer)
-            or teacher_problem(plan.model)
+            or teacher_problem(plan, check)
             or (check(plan) if check is not None else None)
         )
         if problem is not None:
@@ -235,7 +244,8 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
                 f"parameters.{key} changes the model's shapes: Optuna's samples train alone"
             )
             loose.update(range(len(sweep.plans)))
-    pools: dict[str, list[Slot]] = {}
+    role = _roles(sweep)  # teachers fuse with teachers, students with students
+    pools: dict[tuple[str, str], list[Slot]] = {}
     singles: list[Slot] = []
     for s in range(samples):
         for i, plan in enumerate(sweep.plans):
@@ -244,9 +254,8 @@ def plan_fusion(sweep: Any, warm: Any = None, check: Any = None) -> FusionPlan:
             if i in loose:
                 singles.append(Slot(i, s))
             else:
-                pools.setdefault(fuse_key(plan.task, plan.model, plan.trainer), []).append(
-                    Slot(i, s)
-                )
+                key = (role[i], fuse_key(plan.task, plan.model, plan.trainer))
+                pools.setdefault(key, []).append(Slot(i, s))
     groups: list[Group] = []
     for pool in pools.values():
         for chunk in balanced_chunks(pool, cap):
@@ -270,6 +279,22 @@ def unfusable(plan: Any) -> str | None:
     from sweeps.spec.signatures import fusion_problem
 
     return fusion_problem(plan.model)
+
+
+def _roles(sweep: Any) -> list[str]:
+    """Per unit, whether it teaches, learns, both or neither: units of different roles never share
+    a group (a teacher's group goes out first, a student's only when its teachers have ended)."""
+    n = len(sweep.plans)
+    teacher_of = (
+        [sweep.teacher_index(i) for i in range(n)]
+        if getattr(sweep, "teachers", None)
+        else [None] * n
+    )
+    teaching = {t for t in teacher_of if t is not None}
+    return [
+        ("teacher" if i in teaching else "") + ("student" if teacher_of[i] is not None else "")
+        for i in range(n)
+    ]
 
 
 def _alone(slots: dict[int, list[Slot]]) -> tuple[Group, ...]:

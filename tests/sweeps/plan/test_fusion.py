@@ -7,6 +7,7 @@ import pytest
 
 from sweeps.errors import SpecError
 from sweeps.launch import main
+from sweeps.plan import fusion
 from sweeps.plan.describe import fusion_lines
 from sweeps.plan.fusion import (
     FUSED_MEMBER,
@@ -16,6 +17,7 @@ from sweeps.plan.fusion import (
     member_of,
     member_share,
     plan_fusion,
+    unfusable,
 )
 from sweeps.spec import build_sweep
 
@@ -119,14 +121,42 @@ def test_what_turns_fusion_off_is_said(tmp_path):
         build_sweep(raw(fusion="sometimes"))
 
 
-def test_a_sweep_with_teachers_is_not_fused_and_a_student_of_a_checkpoint_trains_alone():
-    """The fused searcher does not hold students back for their teachers, and the fused loop has
-    no teacher pass: a sweep with teacher cells trains unfused, said in --dry-run's terms; a cell
-    that distils from a checkpoint file (no teacher cell) trains alone, its other cells fuse."""
-    student = {"attention": "memory", "K": 4, "teacher": {"cell": {"attention": "none"}}}
-    grid = {"model": [{"attention": "none"}, dict(student, distill_weight=1.0)]}
-    off = plan_fusion(build_sweep(raw(grid=grid)))
-    assert off.fused == [] and "teacher cells (teacher:) are not fused" in off.off
+def test_teachers_fuse_with_teachers_and_students_train_alone_for_want_of_a_teacher_pass(
+    monkeypatch,
+):
+    """A teacher cell's seeds fuse like any cell's, but never with a cell that is not a teacher
+    (its group goes out first); a student trains alone while the fused model has no teacher pass,
+    said in the plan's words without the model's answer and in the model's own with the launch's
+    check; with a check that lets students fuse (the model once it has its teacher pass) they fuse
+    with students, unless :data:`STUDENTS_FUSE_WHEN_THE_MODEL_CAN` is off. A cell that distils
+    from a checkpoint file (no teacher cell) trains alone the same way; its other cells fuse."""
+    teacher = {"cell": {"attention": "none", "lr": 0.001}}
+    student = {"attention": "memory", "K": 4, "teacher": teacher}
+    grid = {
+        "model": [
+            {"attention": "none", "lr": 0.001},  # the teacher
+            {"attention": "none", "lr": 0.003},  # its shape, no teacher: a group of its own
+            dict(student, distill_weight=1.0),
+        ]
+    }
+    sweep = build_sweep(raw(grid=grid))
+    plan = plan_fusion(sweep)
+    assert plan.off is None
+    assert members(plan, sweep) == [
+        [("attention=none lr=0.001", s, 0) for s in (0, 1, 2)],
+        [("attention=none lr=0.003", s, 0) for s in (0, 1, 2)],
+    ], "lr alone would let the two cells fuse: a teacher's group holds teachers only"
+    assert len(plan.alone) == 1 and "trains alone" in plan.alone[0]
+    checked = plan_fusion(sweep, check=unfusable)  # the fused model's answer (signature cache)
+    assert len(checked.fused) == 2 and "the fused model has no teacher pass" in checked.alone[0]
+    fusing = plan_fusion(sweep, check=lambda plan: None)  # a model that can: students fuse too
+    students = [g for g in fusing.fused if sweep.plans[g.slots[0].unit].model.get("distill_weight")]
+    assert len(fusing.fused) == 3 and [len(g.slots) for g in students] == [3]
+    monkeypatch.setattr(fusion, "STUDENTS_FUSE_WHEN_THE_MODEL_CAN", False)
+    assert len(plan_fusion(sweep, check=lambda plan: None).fused) == 2, (
+        "the switch keeps them apart"
+    )
+    monkeypatch.undo()
     by_file = {"attention": "memory", "K": 4, "teacher_checkpoint": "bahdanau.ckpt"}
     grid = {
         "model": [
