@@ -22,7 +22,7 @@ from typing import Any
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
 from sweeps.layout import BUDGET_FILE
 from sweeps.plan.sweep_plan import SweepPlan
-from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
+from sweeps.plan.warm import fingerprint_rows
 from sweeps.report.results import result_rows
 from sweeps.search.base import OptunaLinks
 from sweeps.search.compose import make_searcher
@@ -269,8 +269,8 @@ def train(launch: Launch) -> None:
             len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         )
         launch.rows, launch.plans = result_rows(grid, launch.settings.plan, launch.spec.parameters)
-        for row in launch.rows:  # what a later warm start compares its plans with
-            row[PLAN_HASH] = plan_fingerprint(launch.plans[row["trial_id"]][0])
+        # what a later warm start compares its plans with (a student's names its teacher's)
+        fingerprint_rows(launch.rows, launch.plans, warm.rows() if warm is not None else [])
 
 
 def reuse_warm(launch: Launch) -> None:
