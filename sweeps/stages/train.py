@@ -19,18 +19,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ray import tune
+
+from sweeps.driver.budget import charging
+from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
+from sweeps.driver.console import SweepConsole
+from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import BUDGET_FILE
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm import fingerprint_rows
 from sweeps.report.results import result_rows
+from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks
 from sweeps.search.compose import make_searcher
 from sweeps.search.teachers import teacher_callbacks
 from sweeps.spec import LAUNCH_FILE
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
+from sweeps.trial.fused.member import member_resources, run_member_trial
+from sweeps.trial.fused.roster import RosterFeed, start_roster, stop_roster
 from sweeps.trial.settings import TrialSettings
+from sweeps.trial.trainable import run_trial
 
 
 def trial_dirname(trial) -> str:
@@ -84,23 +94,18 @@ def make_trainable(
     """The trainable this sweep's trials run: single-process or DDP (or ``fn``, e.g. the scale
     benchmark's stand-in), with its resources and the sweep-wide settings bound (stored once in
     Ray's object store, not in every trial's config)."""
-    from ray import tune
-
     resources = trial_resources(settings)
-    if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.fusion)
-        from sweeps.trial.fused.member import member_resources, run_member_trial
-
+    if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.trial.fused)
         fn, resources = run_member_trial, member_resources(resources)
     elif fn is None and settings.resources.workers > 1:
+        # Ray Train and Lightning at import (seconds): a launch of DDP trials only
         from sweeps.trial.ddp import run_ddp_trial as fn
     elif fn is None:
-        from sweeps.trial.trainable import run_trial as fn
+        fn = run_trial
     return tune.with_resources(tune.with_parameters(fn, settings=settings), resources)
 
 
 def make_run_config(sweep: Any, paths: Paths, callbacks: list, verbose: int):
-    from ray import tune
-
     spec = sweep.spec
     return tune.RunConfig(
         name=sweep.name,
@@ -129,14 +134,6 @@ def run_tune(
     watches for a full or read-only storage (:mod:`sweeps.storage`): when it sees one, the
     experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
     nothing can). ``meter`` charges the run's time to the sweep's budget (:mod:`.budget`)."""
-    from ray import tune
-
-    from sweeps.driver.budget import charging
-    from sweeps.driver.budget_clock import BudgetClock
-    from sweeps.driver.console import SweepConsole
-    from sweeps.driver.trial_logs import KeepTrialLogs
-    from sweeps.schedulers.per_unit import make_scheduler
-
     sweep, paths = plan.sweep, plan.paths
     path = paths.experiment(sweep.name)
     trainable = make_trainable(settings, trainable_fn)
@@ -165,8 +162,6 @@ def run_tune(
         callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
         callbacks += [BudgetClock(), KeepTrialLogs()]
         if settings.fusion_roster is not None:  # the members Tune ended, for their groups
-            from sweeps.trial.fused.roster import RosterFeed
-
             callbacks.append(RosterFeed())
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
@@ -196,8 +191,6 @@ def run_tune(
             run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
     guard = guard or StorageGuard(paths.storage)
-    from sweeps.trial.fused.roster import start_roster, stop_roster
-
     if settings.fusion_roster is not None:
         start_roster(settings.fusion_roster)
     with guard.watching(), charging(meter):
@@ -226,8 +219,6 @@ def nothing_to_resume(path: str) -> str:
 def holds_sweep(path: str) -> bool:
     """Whether ``path`` (a sweep's experiment folder, local or in a bucket) holds a sweep's files."""
     if "://" in path:
-        from ray import tune
-
         return tune.Tuner.can_restore(path)
     return Path(path).exists() and not only_launch_files(Path(path))
 
