@@ -177,7 +177,7 @@ def journal_study(tmp_path):
 @internal(
     "optuna-trial-id",
     "optuna",
-    "sweeps/search/base.py, configs.py, warm.py, sweeps/search/moo.py, studies.py",
+    "sweeps/search/per_unit.py, over_seeds.py, moo.py, warm.py, journal.py",
 )
 def test_a_trial_knows_its_storage_id(journal_study):
     study, storage, _ = journal_study
@@ -188,7 +188,9 @@ def test_a_trial_knows_its_storage_id(journal_study):
 
 
 @internal(
-    "optuna-storage-calls", "optuna", "sweeps/search/base.py, sweeps/search/configs.py, sweeps/moo/"
+    "optuna-storage-calls",
+    "optuna",
+    "sweeps/search/journal.py (per_unit.py, over_seeds.py, moo.py)",
 )
 def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(journal_study):
     study, storage, _ = journal_study

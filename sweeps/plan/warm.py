@@ -304,7 +304,7 @@ def _missing(v: Any) -> bool:
 
 def _earlier_trials(journal: Path) -> tuple[dict[str, list[Any]], dict[str, list[str] | None]]:
     """Per study suffix (after ``<sweep>/``) the earlier study's finished trials, and its objective
-    names (``study.metric_names``: a multi-objective study's, :mod:`sweeps.search.moo_studies`)."""
+    names (``study.metric_names``: a multi-objective study's, :mod:`sweeps.search.moo`)."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend

@@ -59,6 +59,10 @@ class Draw(NamedTuple):
     params: dict = {}
     extra: dict = {}
 
+    def adding(self, keys: dict) -> Draw:
+        """This draw with ``keys`` added to what its config holds besides its samples."""
+        return Draw(self.unit, self.number, self.storage_id, self.params, {**self.extra, **keys})
+
 
 class Choice(NamedTuple):
     """What a one-at-a-time hand-out may draw next: a unit (per unit) or a cell (over seeds), the

@@ -63,7 +63,7 @@ class FusedGroups:
         group = self.groups[g]
         for j, slot in enumerate(group.slots):  # Optuna's batched ask: the group at once
             draw = searcher.scope.draw(searcher, slot.unit)
-            self.queue.append(draw._replace(extra={**draw.extra, **group.member_config(j)}))
+            self.queue.append(draw.adding(group.member_config(j)))
         return self.queue.pop(0)
 
     def queued(self) -> set[int]:
@@ -92,5 +92,5 @@ class SeedChunks(OneAtATime):
             cell = searcher.units[draw.unit].index
             label = f"{scope.names[cell].split('/', 1)[-1]}#{draw.number}"
             keys = configuration_member(label, k, len(draws), self.cap)
-            out.append(draw._replace(extra={**draw.extra, **keys}))
+            out.append(draw.adding(keys))
         return out

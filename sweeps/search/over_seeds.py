@@ -11,7 +11,10 @@ is a user attribute of the Optuna trial (``seed=<s>``: its Ray trial id, value, 
 its intermediate values are the aggregate at each step every seed has reported (a
 multi-objective study's: the user attribute ``intermediate``). The early stopping that goes with
 it is :class:`sweeps.schedulers.config_rungs.ConfigRungs`: it stops all of a configuration's seeds
-together, at one rung.
+together, at one rung. With ``objectives``, the Pareto rung rule (which compares single trials of
+one (cell, seed)) and constraints relative to a baseline model (``of:``) are refused at load
+(:mod:`sweeps.spec.selection_schema`), and a sample that repeats an earlier one trains again (its
+seeds are the point).
 """
 
 from __future__ import annotations
