@@ -1,21 +1,16 @@
-"""The sweep's searcher, put together from the launch's plan (:class:`sweeps.plan.sweep_plan.SweepPlan`):
-one :class:`~sweeps.search.base.SweepSearcher` and, for each of its parts, the one the sweep file
-asks for. Every combination is the same searcher:
+"""The sweep's searcher, put together from the launch's plan
+(:class:`sweeps.plan.sweep_plan.SweepPlan`): one :class:`~sweeps.search.base.SweepSearcher` and,
+for each of its parts, the one the sweep file asks for. Every combination is the same searcher:
 
-=====================  ==========================================  ==================================
-part                   sweep file                                  what it is
-=====================  ==========================================  ==================================
-objective kind         ``metric``                                  :class:`~.objective.SingleObjective`
-                       ``objectives`` (and ``constraints``)        :class:`~.moo.MultiObjective`
-scope                  (default)                                   :class:`~.per_unit.PerUnit`
-                       ``seeds: {per_configuration: true}``        :class:`~.over_seeds.OverSeeds`
-hand-out               (default)                                   :class:`~.handout.OneAtATime`
-                       fused groups in the plan                    :class:`~.fused.FusedGroups`
-                       fused, over seeds                           :class:`~.fused.SeedChunks`
-gates                  a grid variant's ``teacher:``               :class:`~.teachers.TeacherBook`
-                       a constraint's ``of:``                      :class:`~.baselines.Baselines`
-warm start             ``warm_start:``                             :func:`~.warm.apply_warm_start`
-=====================  ==========================================  ==================================
+- objective kind: one ``metric``, :class:`~sweeps.search.objective.SingleObjective`;
+  ``objectives`` (and ``constraints``), :class:`~sweeps.search.moo.MultiObjective`;
+- scope: :class:`~sweeps.search.per_unit.PerUnit`; with ``seeds: {per_configuration: true}``,
+  :class:`~sweeps.search.over_seeds.OverSeeds`;
+- hand-out: :class:`~sweeps.search.handout.OneAtATime`; with fused groups in the plan,
+  :class:`~sweeps.search.fused.FusedGroups` (over seeds, :class:`~sweeps.search.fused.SeedChunks`);
+- gates: a grid variant's ``teacher:``, :class:`~sweeps.search.teachers.TeacherBook`; a
+  constraint's ``of:``, :class:`~sweeps.search.baselines.Baselines`;
+- ``warm_start:``, given to all of them by :func:`~sweeps.search.warm.apply_warm_start`.
 
 What cannot be combined is refused before Ray starts, where the plan is made (the spec's checks,
 and :func:`sweeps.plan.fusion.sweep_off` for what does not fuse), and ``--dry-run`` says why.

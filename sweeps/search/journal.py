@@ -43,9 +43,6 @@ class Journal:
             self._studies[name] = create(self.storage, name)
         return self._studies[name]
 
-    def opened(self, name: str) -> bool:
-        return name in self._studies
-
     def names(self) -> set[str]:
         """The names of the studies the journal holds."""
         return set(optuna.get_all_study_names(self.storage))
