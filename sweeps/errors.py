@@ -8,6 +8,7 @@ what is wrong, where, and what to do. The modules that raise them import them fr
 - :class:`TimingError`: bad input to the decode-timing measurement, stage or command.
 - :class:`RunLogError`: a W&B offline run log that cannot be read to its end.
 - :class:`ChaosError`: the failure a sweep's ``chaos`` block injects to exercise retries.
+- :class:`TeacherFailed`: a student trial whose teacher failed (it trains on ``--resume``).
 - :class:`GpuTorchError`: a trial holds a GPU its node's torch cannot use.
 """
 
@@ -52,6 +53,11 @@ class RunLogError(ValueError):
 
 class ChaosError(RuntimeError):
     """The failure a sweep's ``chaos`` block injects to exercise retries."""
+
+
+class TeacherFailed(RuntimeError):
+    """A student trial cannot train: every trial of its teacher unit failed. The message is the
+    reason, one line; the trial ends as an error, so that ``--resume`` runs it again."""
 
 
 class GpuTorchError(RuntimeError):

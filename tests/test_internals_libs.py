@@ -177,7 +177,7 @@ def journal_study(tmp_path):
 @internal(
     "optuna-trial-id",
     "optuna",
-    "sweeps/search/base.py, configs.py, warm.py, sweeps/search/moo.py, studies.py",
+    "sweeps/search/per_unit.py, over_seeds.py, moo.py, warm.py, journal.py",
 )
 def test_a_trial_knows_its_storage_id(journal_study):
     study, storage, _ = journal_study
@@ -187,7 +187,11 @@ def test_a_trial_knows_its_storage_id(journal_study):
     assert study.trials[0]._trial_id == trial._trial_id
 
 
-@internal("optuna-storage-calls", "optuna", "sweeps/search/")
+@internal(
+    "optuna-storage-calls",
+    "optuna",
+    "sweeps/search/journal.py (per_unit.py, over_seeds.py, moo.py)",
+)
 def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(journal_study):
     study, storage, _ = journal_study
     trial = study.ask({})

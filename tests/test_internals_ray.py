@@ -88,10 +88,11 @@ def test_tunes_trial_states_are_the_words_the_code_compares():
 @internal(
     "ray-scheduler-controller",
     "ray",
-    "sweeps/schedulers/config_rungs.py and sweeps/schedulers/pareto_rungs.py",
+    "sweeps/schedulers/config_rungs.py, pareto_rungs.py and per_unit.py",
 )
 def test_a_scheduler_can_pause_a_pending_trial_and_save_a_stopped_one():
     from ray.tune.execution.tune_controller import TrialRunnerWrapper
+    from ray.tune.experiment import Trial
 
     assert "_set_trial_status" in vars(TuneController), "TuneController._set_trial_status is gone"
     assert "_mark_trial_to_checkpoint" in vars(TuneController), (
@@ -106,6 +107,8 @@ def test_a_scheduler_can_pause_a_pending_trial_and_save_a_stopped_one():
     assert "self._tune_controller = tune_controller" in source(TrialRunnerWrapper.__init__)
     assert "getattr(self._tune_controller, attr)" in source(TrialRunnerWrapper.__getattr__)
     assert "choose_trial_to_run(self._wrapped())" in source(TuneController)
+    # a held student gets its new config before it starts, as population-based training sets one
+    assert "self.config = config" in source(Trial.set_config)
     # Ray 2.60 stops a trial without an actor and does not mark it for the saved state
     assert "def stop_trial" in source(TuneController)
 
@@ -283,7 +286,7 @@ def test_callbacks_hear_every_controller_step_and_the_end_of_run_cleanup_is_shor
     assert "time.monotonic() - start < 5" in source(TuneController._cleanup_trials)
 
 
-@internal("ray-max-pending-trials", "ray", "sweeps/search/moo.py (TUNE_MAX_PENDING_TRIALS_PG)")
+@internal("ray-max-pending-trials", "ray", "sweeps/search/compose.py (TUNE_MAX_PENDING_TRIALS_PG)")
 def test_the_pending_trials_setting_is_read_from_the_environment():
     from ray.tune.execution import tune_controller
 

@@ -10,7 +10,7 @@ found here first and named with its line:
   out; the original file is kept beside it as ``optuna.journal.damaged-<time>`` and the launcher
   says which lines went. A last line cut short (a process killed while writing) is what Optuna
   itself skips, and is left alone. An Optuna trial whose record went with such a line and stays
-  RUNNING is marked FAIL on restore (:meth:`sweeps.search.base.SweepSearcher._fail_orphans`);
+  RUNNING is marked FAIL on restore (:meth:`sweeps.search.per_unit.PerUnit.restored`);
 - a file of Tune's driver state that does not read back (a full disk or a kill cut its copy short)
   is restored from the driver's own copy of that snapshot when this machine still has it, and is
   otherwise refused, with what to do: nothing is restarted;

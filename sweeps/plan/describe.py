@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Group
+from sweeps.spec.objectives import baseline_of
 from sweeps.spec.teachers import order_lines
 
 
@@ -123,6 +124,12 @@ def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
         )
         lines += _group_table(sweep, fused)
     lines += [f"  alone: {why}" for why in plan.alone]
+    if baseline_of(spec) and plan.groups:  # the searcher's own trials, not in the plan's groups
+        shown = " ".join(f"{k}={v}" for k, v in baseline_of(spec).items())
+        lines.append(
+            f"  alone: the baseline model of the relative constraints ({shown}), once per (cell, "
+            "seed), before its unit's samples"
+        )
     if plan.kinds:
         lines.append(
             f"  never fused with each other: trials that differ in {', '.join(plan.kinds)}"

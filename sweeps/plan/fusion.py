@@ -172,14 +172,18 @@ def loop_problem(trainer: dict[str, Any]) -> str | None:
     return None
 
 
-def teacher_problem(model: dict[str, Any]) -> str | None:
-    """Why a cell's students train alone, or None: the fused loop has no teacher pass
-    (``lightning_modules.fused.unfusable_reason`` says the same at launch; this answer needs no
-    torch, so ``--dry-run`` prints the groups the launch will train)."""
+def teacher_problem(plan: Any, check: Any = None) -> str | None:
+    """Why a cell's students train alone, or None: a student fuses with students of its shape,
+    each member with its own teacher (the fused model's teacher pass). The searcher hands a
+    students' group out only once every member's teacher has ended, each member's config with its
+    own ``teacher`` and ``teacher_checkpoint`` (or its ``teacher_error``: the member fails at once,
+    as the unfused trainable does, and its group trains the others). With a ``check`` (the
+    launch's: :func:`unfusable`), the fused model's own answer for what else it refuses."""
+    model = plan.model
     weight, init = float(model.get("distill_weight") or 0), model.get("init_from_teacher", "none")
-    if weight > 0 or init not in (None, "none"):
-        return f"a teacher's student (distill_weight {weight:g}, init_from_teacher {init}) trains alone"
-    return None
+    if weight <= 0 and init in (None, "none"):
+        return None
+    return check(plan) if check is not None else None
 
 
 def sweep_off(sweep: Any, cap: int) -> str | None:
@@ -189,12 +193,11 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
         return "fusion is off (fusion: off, or fusion.max_members: 1)"
     if spec.resources.workers > 1:
         return "DDP trials (resources.workers > 1) are not fused"
-    if spec.objectives:
-        return "multi-objective studies (objectives) are not fused yet"
-    if getattr(sweep, "teachers", None):
+    if spec.early_terminate.waits_at_rungs:
         return (
-            "sweeps with teacher cells (teacher:) are not fused yet: the fused searcher does not "
-            "hold students back until their teachers end"
+            "early_terminate pareto with promotion: wait pauses trials at their rungs, and a "
+            "paused trial cannot leave a fused group and come back: they train alone "
+            "(promotion: immediate fuses)"
         )
     if spec.per_configuration and spec.early_terminate.type != "none":
         return (
@@ -228,7 +231,7 @@ def plan_fusion(
     for i, plan in enumerate(sweep.plans):
         problem = (
             loop_problem(plan.trainer)
-            or teacher_problem(plan.model)
+            or teacher_problem(plan, check)
             or (check(plan) if check is not None else None)
         )
         if problem is not None:
@@ -250,7 +253,8 @@ def plan_fusion(
             loose.update(range(len(sweep.plans)))
         sampled = _sampled_axes(sweep)
     costs = device_costs(device, gpu_name)
-    pools: dict[str, list[tuple[Slot, Member]]] = {}
+    role = _roles(sweep)  # teachers fuse with teachers, students with students
+    pools: dict[tuple[str, str], list[tuple[Slot, Member]]] = {}
     keys: dict[str, dict[str, Any]] = {}
     singles: list[Slot] = []
     for s in range(samples):
@@ -263,7 +267,7 @@ def plan_fusion(
             key = fuse_key(plan.task, plan.model, plan.trainer)
             keys.setdefault(key, key_sections(plan.task, plan.model, plan.trainer))
             shape = member_shape(plan.task, plan.model, sampled)
-            pools.setdefault(key, []).append((Slot(i, s), shape))
+            pools.setdefault((role[i], key), []).append((Slot(i, s), shape))
     groups: list[Group] = []
     apart: list[Apart] = []
     for pool in pools.values():
@@ -324,6 +328,22 @@ def unfusable(plan: Any) -> str | None:
     answer, e.g. monotonic attention forced to its hard mode in training), or None; asked once per
     model section, ever (:func:`sweeps.spec.signatures.fusion_problem`)."""
     return fusion_problem(plan.model)
+
+
+def _roles(sweep: Any) -> list[str]:
+    """Per unit, whether it teaches, learns, both or neither: units of different roles never share
+    a group (a teacher's group goes out first, a student's only when its teachers have ended)."""
+    n = len(sweep.plans)
+    teacher_of = (
+        [sweep.teacher_index(i) for i in range(n)]
+        if getattr(sweep, "teachers", None)
+        else [None] * n
+    )
+    teaching = {t for t in teacher_of if t is not None}
+    return [
+        ("teacher" if i in teaching else "") + ("student" if teacher_of[i] is not None else "")
+        for i in range(n)
+    ]
 
 
 def _alone(slots: dict[int, list[Slot]]) -> tuple[Group, ...]:

@@ -6,7 +6,9 @@
   of the earlier ``results.csv`` (its ``plan_hash``, :func:`plan_fingerprint`) is not trained
   again: the row comes into the new results (checkpoint, timing and test figures as they were, the
   checkpoint linked by its path), marked ``reused`` with the folder it came from, and counts toward
-  its (cell, seed)'s ``num_samples``.
+  its (cell, seed)'s ``num_samples``. A student (a cell taught by another) is reused when its
+  teacher is: every trial of its teacher unit reused, the one it would be taught by now its
+  earlier teacher (its fingerprint names the teacher's).
 - **Told trials.** Every Optuna study of the new sweep starts with the finished trials of the
   earlier study of the same unit or cell (matched by the name after ``<sweep>/``), told with
   ``study.add_trial`` (their values, intermediate values and distributions), where their sampled
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.spec.teachers import best_scored
 from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
 
 #: the results.csv columns a warm start reads and writes
@@ -48,14 +51,42 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def plan_fingerprint(plan: Any) -> str:
-    """The identity of one trial's training: its resolved sections, seed and the code version."""
-    body = json.dumps(
-        {"sections": plan.sections, "seed": plan.seed, "code": code_version()},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(body.encode()).hexdigest()[:20]
+def plan_fingerprint(plan: Any, teacher: str | None = None) -> str:
+    """The identity of one trial's training: its resolved sections, seed and the code version. A
+    student's names its teacher by the teacher trial's own fingerprint (``teacher``), not by the
+    path of the checkpoint it was given, which a new plan cannot know: a student whose teacher is
+    reused is then the same training again."""
+    body: dict[str, Any] = {"sections": plan.sections, "seed": plan.seed, "code": code_version()}
+    if teacher is not None:
+        model = {k: v for k, v in plan.model.items() if k != "teacher_checkpoint"}
+        body["sections"] = {**plan.sections, "model": model}
+        body["teacher"] = teacher
+    text = json.dumps(body, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def fingerprint_rows(
+    rows: list[dict[str, Any]], plans: dict[str, tuple[Any, str]], earlier: list[dict[str, Any]]
+) -> None:
+    """Write each of a launch's ``rows`` its ``plan_hash`` (``plans``: per trial id its plan, as
+    the rows were made), a teacher's before its students', whose fingerprints name it; a teacher
+    reused from a warm start (``earlier``: its rows) is named by its earlier fingerprint."""
+    known = {str(r["trial_id"]): r[PLAN_HASH] for r in earlier if r.get(PLAN_HASH)}
+    ids = {str(r["trial_id"]) for r in rows}
+    todo = list(rows)
+    while todo:
+        ready = [r for r in todo if _teacher_of(r) not in ids or _teacher_of(r) in known]
+        for row in ready or todo:  # (none ready: a cycle, which the spec refuses)
+            teacher = _teacher_of(row)
+            plan = plans[row["trial_id"]][0]
+            row[PLAN_HASH] = plan_fingerprint(plan, known.get(teacher) if teacher else None)
+            known[str(row["trial_id"])] = row[PLAN_HASH]
+        todo = [r for r in todo if PLAN_HASH not in r]
+
+
+def _teacher_of(row: dict[str, Any]) -> str | None:
+    teacher = row.get("teacher")
+    return None if teacher is None or _missing(teacher) else str(teacher)
 
 
 @dataclass
@@ -150,19 +181,55 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
     ]
 
 
-def _same_plan(sweep: Any, plan: Any, row: dict[str, Any]) -> bool:
-    """Whether ``row`` trained ``plan`` with the row's sampled values, by the same code."""
+def _same_plan(sweep: Any, plan: Any, row: dict[str, Any], teacher: str | None = None) -> bool:
+    """Whether ``row`` trained ``plan`` with the row's sampled values, by the same code (and, for
+    a student, from the teacher whose fingerprint is ``teacher``)."""
     params = {key: row.get(f"param:{key}") for key in sweep.spec.parameters}
     if any(v is None for v in params.values()):
         return False
     candidate = plan.with_values(plan.seed, params, params, {}) if params else plan
-    return plan_fingerprint(candidate) == row[PLAN_HASH]
+    return plan_fingerprint(candidate, teacher) == row[PLAN_HASH]
+
+
+def _teacher_order(sweep: Any) -> list[int]:
+    """The sweep's units, each teacher before its students (grid order otherwise)."""
+    if not getattr(sweep, "teachers", None):
+        return list(range(len(sweep.plans)))
+    depth: dict[int, int] = {}
+
+    def level(i: int) -> int:
+        if i not in depth:
+            t = sweep.teacher_index(i)
+            depth[i] = 0 if t is None else level(t) + 1
+        return depth[i]
+
+    return sorted(range(len(sweep.plans)), key=lambda i: (level(i), i))
+
+
+def _reused_teacher(sweep: Any, warm: WarmStart, i: int, budget: int) -> dict[str, Any] | None:
+    """For a student unit ``i``: the earlier row of the teacher its trials would be given now,
+    when every trial of its teacher unit is reused (no new teacher trial could be picked
+    instead), else None; for a unit without a teacher, {}."""
+    t = sweep.teacher_index(i) if getattr(sweep, "teachers", None) else None
+    if t is None:
+        return {}
+    rows = warm.reused.get(t, [])
+    metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
+    scored = [(str(r["trial_id"]), float(r[metric])) for r in rows if r.get(metric) is not None]
+    if len(rows) < budget or not scored:
+        return None
+    best = best_scored(scored, mode)
+    return next(r for r in rows if str(r["trial_id"]) == best)
 
 
 def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -> None:
     budget = sweep.spec.num_samples if sweep.has_search else 1
     taken: set[str] = set()
-    for i, plan in enumerate(sweep.plans):
+    for i in _teacher_order(sweep):  # a student is reused only where its teacher is
+        plan = sweep.plans[i]
+        teacher = _reused_teacher(sweep, warm, i, budget)
+        if teacher is None:
+            continue
         for r in records:
             if len(warm.reused.get(i, [])) >= budget:
                 break
@@ -172,7 +239,9 @@ def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -
                 or r["trial_id"] in taken
             ):
                 continue
-            if _same_plan(sweep, plan, r):
+            if teacher and str(r.get("teacher")) != str(teacher["trial_id"]):
+                continue  # taught by another teacher than the one it would get now
+            if _same_plan(sweep, plan, r, teacher.get(PLAN_HASH) if teacher else None):
                 warm.reused.setdefault(i, []).append(r)
                 taken.add(r["trial_id"])
 
@@ -235,7 +304,7 @@ def _missing(v: Any) -> bool:
 
 def _earlier_trials(journal: Path) -> tuple[dict[str, list[Any]], dict[str, list[str] | None]]:
     """Per study suffix (after ``<sweep>/``) the earlier study's finished trials, and its objective
-    names (``study.metric_names``: a multi-objective study's, :mod:`sweeps.search.moo_studies`)."""
+    names (``study.metric_names``: a multi-objective study's, :mod:`sweeps.search.moo`)."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend

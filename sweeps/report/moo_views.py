@@ -47,7 +47,7 @@ class StudyView:
     @property
     def seed_label(self) -> str:
         """``seed <s>``, or for a cell study of configurations judged over seeds (no ``-seed<s>``
-        in its name, :mod:`sweeps.search.moo_configs`) what its values are."""
+        in its name, :mod:`sweeps.search.over_seeds`) what its values are."""
         return f"seed {self.seed}" if self.seed >= 0 else "means over seeds"
 
     @property

@@ -151,7 +151,7 @@ def row_from_result(
     )
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = _short_error(result.error) if result.error is not None else None
-    if metrics.get("teacher_error") and row["error"] is None:
+    if metrics.get("teacher_error"):  # its teacher failed: the reason, not the exception's dump
         row["error"] = str(metrics["teacher_error"])[:300]
     return row
 

@@ -41,7 +41,7 @@ def _value(row: Mapping[str, Any], metric: str) -> float | None:
 def aggregate(values: list[float], objective: str = "mean", mode: str = "max") -> float:
     """The figure a configuration is judged on over its seeds: the mean of their values, or
     (``lcb``) the end of their 95% t-interval that is worse for ``mode`` (``max``: mean -
-    t*sd/sqrt(n)). One seed: its value. What Optuna is told (:mod:`sweeps.search.configs`)."""
+    t*sd/sqrt(n)). One seed: its value. What Optuna is told (:mod:`sweeps.search.over_seeds`)."""
     import math
 
     n = len(values)

@@ -12,7 +12,7 @@ same cell are compared: no cell is stopped because another scores higher. A seed
 its configuration's other seeds; one that finishes early (``stop_when``) counts with its last value.
 
 The state (``rungs``, ``values``, ``stopped``, ``waiting``) is the searcher's
-(:class:`sweeps.search.configs.ConfigSearcher`), saved with it, so ``--resume`` goes on where it was.
+(:class:`sweeps.search.base.SweepSearcher`), saved with it, so ``--resume`` goes on where it was.
 """
 
 from __future__ import annotations

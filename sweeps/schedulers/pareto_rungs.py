@@ -68,7 +68,7 @@ class ParetoRungs(FIFOScheduler):
         tolerance: per objective, the relative difference a value must be better by to count as
             better when a trial is judged hopeless (:func:`sweeps.report.pareto.hopeless`); None: exactly.
         state: where the rule keeps what it has seen (``rungs``, ``finished``, ``stopped``,
-            ``waiting``): the searcher saves it with its own state (:class:`sweeps.search.moo.MooSearcher`),
+            ``waiting``): the searcher saves it with its own state (:class:`sweeps.search.base.SweepSearcher`),
             so it survives ``--resume``; a fresh dict when not given.
         wait: a trial that reaches a rung waits there (PAUSED, from its checkpoint) until it is in the
             top ``floor(n / rf)`` of the rung's ``n`` (:func:`promote_count`) or the rung is complete

@@ -23,11 +23,47 @@ from sweeps.spec import Sweep, unit_key
 
 
 class SweepFIFO(FIFOScheduler):
-    """FIFO order; every trial it is given moves when its node is lost (:mod:`.lost_nodes`)."""
+    """FIFO order; every trial it is given moves when its node is lost (:mod:`.lost_nodes`).
+
+    ``comeback(trial_id)`` (the searcher's :meth:`~sweeps.search.base.SweepSearcher.comeback`)
+    is asked before a trial starts: a student that failed for want of a teacher and runs again on
+    ``--resume`` is held PAUSED until its teacher has ended, then starts with the new config the
+    searcher gives it (Tune's ``Trial.set_config``, as population-based training sets one)."""
+
+    def __init__(self, comeback: Callable[[str], Any] | None = None) -> None:
+        super().__init__()
+        self.comeback = comeback
 
     def on_trial_add(self, tune_controller, trial) -> None:
         adopt(trial)
         super().on_trial_add(tune_controller, trial)
+
+    def held(self, tune_controller) -> set[str]:
+        """The trials the searcher holds back now (PAUSED here: Tune starts every PENDING trial
+        it can, but a PAUSED one only when the scheduler chooses it); a trial it lets go gets its
+        config first."""
+        if self.comeback is None:
+            return set()
+        out = set()
+        for trial in tune_controller.get_trials():
+            if trial.status not in (Trial.PENDING, Trial.PAUSED):
+                continue
+            verdict = self.comeback(trial.trial_id)
+            if verdict is False:
+                out.add(trial.trial_id)
+                if trial.status == Trial.PENDING:
+                    tune_controller._set_trial_status(trial, Trial.PAUSED)
+            elif verdict:
+                trial.set_config(verdict)
+        return out
+
+    def choose_trial_to_run(self, tune_controller) -> Any | None:
+        held = self.held(tune_controller)
+        for status in (Trial.PENDING, Trial.PAUSED):
+            for trial in tune_controller.get_trials():
+                if trial.status == status and trial.trial_id not in held:
+                    return trial
+        return None
 
 
 class PerUnitScheduler(SweepFIFO):
@@ -35,9 +71,13 @@ class PerUnitScheduler(SweepFIFO):
     Trials are started in FIFO order; results, completions and removals go to the trial's own."""
 
     def __init__(
-        self, factory: Callable[[tuple[str, Any]], TrialScheduler], metric: str, mode: str
+        self,
+        factory: Callable[[tuple[str, Any]], TrialScheduler],
+        metric: str,
+        mode: str,
+        comeback: Callable[[str], Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(comeback)
         self.factory = factory
         self._metric, self._mode = metric, mode
         self.schedulers: dict[tuple[str, Any], TrialScheduler] = {}
@@ -70,7 +110,8 @@ class PerUnitScheduler(SweepFIFO):
     def choose_trial_to_run(self, tune_controller) -> Any | None:
         """A trial a rule promotes from where it waits (``promotions``: the Pareto rung rule with
         ``promotion: wait``) first, then FIFO's choice; a trial still waiting at a rung is never
-        chosen (it is PAUSED until its rule promotes or stops it)."""
+        chosen (it is PAUSED until its rule promotes or stops it), nor one the searcher holds."""
+        held = self.held(tune_controller)
         promoted = [
             t
             for s in list(self.schedulers.values())
@@ -79,6 +120,7 @@ class PerUnitScheduler(SweepFIFO):
         if promoted:
             return promoted[0]
         waiting = {tid for s in self.schedulers.values() for tid in getattr(s, "waiting", {})}
+        waiting |= held
         for status in (Trial.PENDING, Trial.PAUSED):
             for trial in tune_controller.get_trials():
                 if trial.status == status and trial.trial_id not in waiting:
@@ -106,8 +148,9 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         )
         return PerUnitScheduler(factory, first.name, "max" if first.goal == "maximize" else "min")
     metric, mode = sweep.spec.metric.name, sweep.spec.metric.mode
+    comeback = getattr(searcher, "comeback", None)
     if et.type != "asha":
-        return SweepFIFO()
+        return SweepFIFO(comeback)
     max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
     if sweep.spec.per_configuration:  # all of a configuration's seeds stopped together
         return ConfigRungs(
@@ -131,7 +174,7 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
             reduction_factor=et.reduction_factor,
         )
 
-    return PerUnitScheduler(asha, metric, mode)
+    return PerUnitScheduler(asha, metric, mode, comeback)
 
 
 def reports_per_trial(sweep: Sweep) -> int:

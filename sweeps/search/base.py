@@ -1,250 +1,296 @@
-"""The sweep's searcher: hands Tune the trials of every (cell, seed) at once.
+"""The sweep's searcher: ONE Tune ``Searcher`` put together from parts, each a concept of its own
+(:func:`sweeps.search.compose.make_searcher` picks them from the launch's plan):
 
-One Tune experiment holds the whole study. :class:`SweepSearcher` is its Tune ``Searcher``: each
-suggestion is one trial of the (cell, seed) with the fewest trials started so far (the longest
-expected, :mod:`sweeps.plan.cost`, then grid order break ties), so all cells fill the cluster
-together up to ``max_concurrent_trials``, longest first; each (cell, seed) gets ``num_samples`` trials.
-A sweep with teachers holds each student unit back until its teacher unit's trials have ended,
-and starts the teachers first (:mod:`sweeps.search.teachers`).
+- the **scope**, with its **objective kind** inside it: what an Optuna trial is and how it is told.
+  :class:`~sweeps.search.per_unit.PerUnit`: one Optuna study per (cell, seed), one Optuna trial per
+  Ray trial; :class:`~sweeps.search.over_seeds.OverSeeds`: one study per cell, one Optuna trial per
+  configuration, told its aggregate once every seed has ended. The objective kind:
+  :class:`~sweeps.search.objective.SingleObjective` (one metric) or
+  :class:`~sweeps.search.moo.MultiObjective` (a vector, constraints, no retraining of a repeat);
+- the **hand-out**: which trial goes next. :class:`~sweeps.search.handout.OneAtATime`: the unit
+  (or cell) with the fewest started, longest first (:mod:`sweeps.plan.cost`);
+  :class:`~sweeps.search.fused.FusedGroups`: the plan's fused groups whole, their members asked of
+  Optuna together; :class:`~sweeps.search.fused.SeedChunks`: a configuration's seeds in fused chunks;
+- the **gates** (:mod:`sweeps.search.gates`): students wait for their teachers
+  (:mod:`.teachers`), a unit's samples for its baseline model (:mod:`.baselines`);
+- a **limit** on the trials running at once that does not count the trials paused at a rung
+  (they hold no resources while the others of their rung catch up). Tune's own
+  ``ConcurrencyLimiter`` counts them, and would start nothing while every slot's trial waits for
+  the trials that fill its rung; so the searcher takes ``max_concurrent_trials`` itself.
 
-With nuisance ``parameters``, each (cell, seed) is its own Optuna study in one durable journal
-(``<output>/<name>/optuna.journal``), with its own sampler seed; a suggestion is ``study.ask()``,
-a finished trial is ``study.tell()``. Each Optuna trial carries user attributes that lead back to
-the run: ``ray_trial_id``, ``wandb_run_id`` and (through :class:`OptunaLinks`) ``checkpoint_path``.
-Resume: Tune saves this searcher with its experiment state (:meth:`SweepSearcher.save`), and the
-journal holds the studies; on restore, an Optuna trial left RUNNING that Tune never started is
-marked FAIL, so the two agree.
+A warm start is given through the same parts (:func:`sweeps.search.warm.apply_warm_start`).
+Resume: Tune saves the searcher with its experiment state (:meth:`SweepSearcher.save`: every part's
+state in one file), and the journal holds the studies. A trial that ended in an error runs again
+on ``--resume`` (Tune's ``resume_errored``): the searcher takes it back as running, its teacher
+gate waits for it again, and a student that failed for want of a teacher is handed out anew once
+its teacher has ended (:meth:`SweepSearcher.comeback`, asked by the scheduler before it starts one).
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
+from sweeps.layout import checkpoint_path
 from sweeps.plan.units import Unit
-from sweeps.search.teachers import TeacherBook
-from sweeps.spec.search_space import optuna_sampler
+from sweeps.spec import unit_key
+from sweeps.trial.teacher import TEACHER_ERROR
+
+
+class Ticket(NamedTuple):
+    """A running Ray trial, as the searcher knows it: its unit (index into the units), and its
+    Optuna trial (number and storage id; a configuration's, over seeds), None without Optuna."""
+
+    unit: int
+    number: int | None = None
+    storage_id: int | None = None
+
+
+class Draw(NamedTuple):
+    """A trial drawn, not yet handed out: its unit, its Optuna trial, the sampled ``params`` and
+    what else its config holds (``extra``: fused keys, a configuration's number)."""
+
+    unit: int
+    number: int | None = None
+    storage_id: int | None = None
+    params: dict = {}
+    extra: dict = {}
+
+    def adding(self, keys: dict) -> Draw:
+        """This draw with ``keys`` added to what its config holds besides its samples."""
+        return Draw(self.unit, self.number, self.storage_id, self.params, {**self.extra, **keys})
+
+
+class Choice(NamedTuple):
+    """What a one-at-a-time hand-out may draw next: a unit (per unit) or a cell (over seeds), the
+    units its trials belong to, how many it has drawn, how long its trials are expected to take."""
+
+    key: int
+    units: list
+    drawn: int
+    cost: float
 
 
 class SweepSearcher(Searcher):
-    """Trials of every (cell, seed) at once, fewest-started first; Optuna inside each when
-    ``space`` is given.
+    """The sweep's Tune searcher (module docstring).
 
     Args:
         units: the sweep's (cell, seed) units, in grid order.
-        num_samples: trials per unit (an Optuna study's budget).
-        metric, mode: what Optuna optimises ("max" or "min").
-        space: Optuna distributions by flat name, or None for a plain grid.
-        journal: the Optuna journal file (needed with ``space``).
-        sampler: "tpe" or "random"; ``sampler_seed`` the sweep-wide seed each unit's seed derives from.
+        scope: :class:`~sweeps.search.per_unit.PerUnit` or :class:`~sweeps.search.over_seeds.OverSeeds`
+            (its ``objective`` is the searcher's).
+        handout: :class:`~sweeps.search.handout.OneAtATime`, or a fused one (:mod:`sweeps.search.fused`).
+        gates: :class:`~sweeps.search.gates.Gate` s (teachers, baselines).
         wandb_enabled: whether trials log to W&B (run id = Ray trial id).
     """
 
     def __init__(
         self,
         units: list[Unit],
-        num_samples: int,
-        metric: str,
-        mode: str,
-        space: dict[str, Any] | None = None,
-        journal: str | None = None,
-        sampler: str = "tpe",
-        sampler_seed: int = 0,
+        scope: Any,
+        handout: Any,
+        gates: list[Any] | tuple = (),
         wandb_enabled: bool = False,
     ) -> None:
-        super().__init__(metric=metric, mode=mode)
-        self.units = units
-        self.num_samples = num_samples
-        self.space = space
-        self.journal = journal
-        self.sampler = sampler
-        self.sampler_seed = sampler_seed
+        super().__init__(metric=scope.objective.metric, mode=scope.objective.mode)
+        self.units = list(units)
+        self.scope = scope
+        self.handout = handout
+        self.gates = [g for g in gates if g is not None]
         self.wandb_enabled = wandb_enabled
-        self.started = [0] * len(units)
-        # Ray trial id -> (unit index, Optuna trial number, Optuna storage trial id)
-        self.live: dict[str, tuple[int, int | None, int | None]] = {}
-        self._storage = None
-        self._studies: dict[int, Any] = {}
-        # students wait for their teachers (sweeps.search.teachers); None in a sweep without them
-        self.teachers = TeacherBook.of(units, num_samples, metric, mode)
+        self.started = [0] * len(units)  # trials handed out (or reused) per unit
+        self.live: dict[str, Ticket] = {}
+        self.trial_configs: dict[str, dict[str, Any]] = {}  # a live trial's config
+        self.limit = 0  # the most trials running at once, paused ones not counted; 0: none
+        # the rung rules' state (sweeps.schedulers), which they hold too; saved here
+        self.rung_state: dict[Any, Any] = {}
+        self.rung_log: dict[str, dict] = {}  # the Pareto rule's decisions, by trial id
+        self.errored: dict[str, tuple[Ticket, dict]] = {}  # ended in an error: back on --resume
+        self.untaught: set[str] = set()  # errored for want of a teacher (teacher_error)
+        self.returning: dict[str, int] = {}  # such trials on --resume, waiting for a teacher
+        self.reused_count = 0  # trials a warm start reuses (sweeps.search.warm)
 
-    # -- Tune's Searcher interface -----------------------------------------------------------
+    # -- the parts -----------------------------------------------------------------------------
+
+    @property
+    def objective(self) -> Any:
+        return self.scope.objective
+
+    @property
+    def reader(self) -> Any:
+        """The multi-objective kind's reader of a report's objectives (the Pareto rung rule's)."""
+        return self.objective.reader
+
+    def gate(self, kind: str) -> Any:
+        return next((g for g in self.gates if g.kind == kind), None)
+
+    @property
+    def teachers(self) -> Any:
+        """The teacher book (:mod:`sweeps.search.teachers`), or None in a sweep without teachers."""
+        return self.gate("teachers")
+
+    def ready(self, unit: int) -> bool:
+        return all(g.ready(unit) for g in self.gates)
+
+    def first(self, unit: int) -> bool:
+        return any(g.first(unit) for g in self.gates)
+
+    def samples_left(self, key: Any) -> bool:
+        """Whether this searcher will start more trials of the (cell, seed) ``key``."""
+        return any(
+            unit_key(u.config) == tuple(key) and self.started[i] < self.scope.budget
+            for i, u in enumerate(self.units)
+        )
+
+    def running(self) -> int:
+        """Trials running now, the gates' own included, those paused at a rung not."""
+        paused = self.scope.paused(self.rung_state) & set(self.live)
+        return len(self.live) + sum(g.running() for g in self.gates) - len(paused)
+
+    # -- Tune's Searcher interface -------------------------------------------------------------
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict, **spec
     ) -> bool:
         return True  # the searcher was built with its metric, mode and space
 
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Cap the trials running at once here (module docstring), not in Tune's limiter."""
+        self.limit = int(max_concurrent or 0)
+        return True
+
     def suggest(self, trial_id: str) -> dict | None:
-        open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
-        if not open_units:
-            return Searcher.FINISHED
-        book = self.teachers
-        if book is not None:  # a student waits for its teacher: "nothing now" if all do
-            open_units = [i for i in open_units if not book.waiting(i)]
-            if not open_units:
-                return None
-        # teachers first, then fewest started, then longest first (sweeps.plan.cost), then grid order
-        i = min(
-            open_units,
-            key=lambda j: (
-                book is None or not book.teaches(j),
-                self.started[j],
-                -self.units[j].cost,
-                j,
-            ),
-        )
-        unit = self.units[i]
-        config = dict(unit.config)
-        if book is not None:
-            config.update(book.assignment(i))  # the teacher's trial id and checkpoint
-        number = storage_id = None
-        if self.space:
-            study = self._study(i)
-            trial = study.ask(self.space)
-            trial.set_user_attr("ray_trial_id", trial_id)
-            if self.wandb_enabled:
-                trial.set_user_attr("wandb_run_id", trial_id)
-            for key in ("teacher", "teacher_checkpoint"):  # a student's, as results.csv has it
-                if config.get(key):
-                    trial.set_user_attr(key, config[key])
-            config.update(trial.params)
-            number, storage_id = trial.number, trial._trial_id
-        self.started[i] += 1
-        self.live[trial_id] = (i, number, storage_id)
+        if self.limit and self.running() >= self.limit:
+            return None  # asked again when a trial ends or pauses
+        for gate in self.gates:  # a gate's own trials first (a unit's baseline)
+            config = gate.own_trial(self, trial_id)
+            if config is not None:
+                return config
+        draw = self.handout.next(self)
+        if draw is None or draw is Searcher.FINISHED:
+            return draw
+        return self._issue(trial_id, draw)
+
+    def _issue(self, trial_id: str, draw: Draw, count: bool = True) -> dict[str, Any]:
+        """Hand out ``draw`` as Ray trial ``trial_id``: its config (the unit's, what the gates
+        add, the samples and the hand-out's keys), recorded on its Optuna trial."""
+        config = dict(self.units[draw.unit].config)
+        for gate in self.gates:
+            config.update(gate.assignment(draw.unit))  # a student's teacher
+        config.update(draw.params)
+        config.update(draw.extra)
+        self.scope.issued(self, trial_id, draw, config)
+        if count:
+            self.started[draw.unit] += 1
+        self.live[trial_id] = Ticket(draw.unit, draw.number, draw.storage_id)
+        self.trial_configs[trial_id] = config
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        """Each report is an intermediate value of the Optuna trial, at its training step: the
-        learning curves of ``plot_intermediate_values`` and optuna-dashboard. (Tune hands a
-        trial's last report to :meth:`on_trial_complete` only, which records it the same way.)"""
-        entry = self.live.get(trial_id)
-        value = (result or {}).get(self.metric)
-        if entry is None or not self.space or value is None or (result or {}).get("teacher_error"):
+        """A report: the Optuna trial's intermediate value (the scope's and objective's way)."""
+        ticket = self.live.get(trial_id)
+        if ticket is None or not result or result.get(TEACHER_ERROR):
             return
-        step = int(result.get("step", result.get("training_iteration", 0)))
-        try:
-            self._get_storage().set_trial_intermediate_value(entry[2], step, float(value))
-        except RuntimeError:
-            pass  # the Optuna trial already finished
+        self.scope.reported(self, trial_id, ticket, result)
 
     def on_trial_complete(
         self, trial_id: str, result: dict | None = None, error: bool = False
     ) -> None:
-        """Tell Optuna how the trial ended: COMPLETE with the metric's last value; PRUNED when the
-        scheduler stopped it before its last step (Optuna then records its last intermediate
-        value, as for its own pruners); FAIL on an error or no result."""
-        error = error or bool((result or {}).get("teacher_error"))  # its teacher failed
+        """A trial ended: the gates note it (a teacher's outcome), the scope tells Optuna."""
+        for gate in self.gates:
+            if gate.ended(self, trial_id, result, error):
+                return  # one of the gate's own trials
+        error = error or bool((result or {}).get(TEACHER_ERROR))  # its teacher failed
         if not error and result:
             self.on_trial_result(trial_id, result)
-        entry = self.live.pop(trial_id, None)
-        if entry is not None and self.teachers is not None:
-            self.teachers.note(entry[0], trial_id, result, error)
-        if entry is None or not self.space:
+        ticket = self.live.pop(trial_id, None)
+        config = self.trial_configs.pop(trial_id, {})
+        if ticket is None:
             return
-        import optuna
+        if error:
+            self.errored[trial_id] = (ticket, config)
+            if config.get(TEACHER_ERROR):
+                self.untaught.add(trial_id)
+        for gate in self.gates:
+            gate.note(ticket.unit, trial_id, result, error)
+        self.scope.ended(self, trial_id, ticket, config, result, error)
 
-        i, number, _ = entry
-        study = self._study(i)
-        value = (result or {}).get(self.metric)
-        max_steps = self.units[i].max_steps
-        # skip_if_finished: a trial told before a kill -9 comes back from an older snapshot and
-        # reports its earlier result again (sweeps.trial.lifecycle.report_earlier_finish)
-        if error or value is None:
-            study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        elif (
-            max_steps is not None
-            and int((result or {}).get("step", max_steps)) < max_steps
-            and not (result or {}).get("converged")
-        ):  # stop_when: a finished trial, COMPLETE
-            study.tell(number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
-        else:
-            study.tell(number, float(value), skip_if_finished=True)
+    def comeback(self, trial_id: str) -> dict[str, Any] | bool | None:
+        """Asked by the scheduler before it starts a trial: None for a trial to start as it is;
+        for a student that failed for want of a teacher and runs again on ``--resume``, False
+        while its teacher unit has not ended, then its new config (its teacher, a new sample)."""
+        unit = self.returning.get(trial_id)
+        if unit is None:
+            return None
+        if not self.ready(unit):
+            return False
+        del self.returning[trial_id]
+        self.untaught.discard(trial_id)
+        return self._issue(trial_id, self.scope.draw(self, unit), count=False)
 
     def save(self, checkpoint_path: str) -> None:
-        teachers = self.teachers.state() if self.teachers is not None else None
+        state = {
+            "started": self.started,
+            "live": dict(self.live),
+            "trial_configs": self.trial_configs,
+            "errored": self.errored,
+            "untaught": self.untaught,
+            "returning": self.returning,
+            "rung_state": self.rung_state,
+            "rung_log": self.rung_log,
+            "scope": self.scope.state(),
+            "handout": self.handout.state(),
+            "gates": {g.kind: g.state() for g in self.gates},
+        }
         with open(checkpoint_path, "wb") as f:
-            pickle.dump({"started": self.started, "live": self.live, "teachers": teachers}, f)
+            pickle.dump(state, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             state = pickle.load(f)
-        self.started, self.live = state["started"], state["live"]
-        if self.teachers is not None:  # which teachers are done: none is trained again
-            self.teachers.load(state.get("teachers"))
-        self._fail_orphans()
+        self.started, self.live = state["started"], dict(state["live"])
+        self.trial_configs = state["trial_configs"]
+        self.untaught, self.returning = state["untaught"], state["returning"]
+        # in place: the rung rules hold these very dicts (both came out of one tuner.pkl)
+        for key, saved in state["rung_state"].items():
+            mine = self.rung_state.get(key)
+            if isinstance(mine, dict) and isinstance(saved, dict):
+                mine.clear()
+                mine.update(saved)
+            else:
+                self.rung_state[key] = saved
+        self.rung_log.clear()
+        self.rung_log.update(state["rung_log"])
+        self.scope.load(state["scope"])
+        self.handout.load(state["handout"])
+        for gate in self.gates:
+            gate.load(state["gates"].get(gate.kind))
+        self._take_back_errored(state["errored"])
+        self.scope.restored(self)
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_storage"], state["_studies"] = None, {}  # reopened from the journal where needed
-        return state
+    def _take_back_errored(self, errored: dict[str, tuple[Ticket, dict]]) -> None:
+        """The launcher resumes errored trials (``resume_errored``): each runs again, as the trial
+        it was, but for a student that failed for want of a teacher, which waits to be handed out
+        anew (:meth:`comeback`). A teacher that runs again is waited for again."""
+        self.errored = {}
+        for trial_id, (ticket, config) in errored.items():
+            if trial_id in self.untaught:
+                self.returning[trial_id] = ticket.unit
+            else:
+                self.live[trial_id] = ticket
+                self.trial_configs[trial_id] = config
+            for gate in self.gates:
+                gate.reopen(ticket.unit, trial_id)
 
     # -- Optuna --------------------------------------------------------------------------------
 
     def record(self, trial_id: str, key: str, value: Any) -> None:
         """Set a user attribute on the Optuna trial behind a running Ray trial (no-op otherwise)."""
-        entry = self.live.get(trial_id)
-        if entry is None or not self.space:
-            return
-        try:
-            self._get_storage().set_trial_user_attr(entry[2], key, value)
-        except RuntimeError:
-            pass  # the Optuna trial already finished: its attributes are frozen
-
-    def unit_seed(self, i: int, n_trials: int) -> int:
-        """Each (cell, seed) samples with its own seed; ``n_trials`` (the study's size when it is
-        opened) makes a resumed study draw new samples rather than repeat its first ones."""
-        seq = np.random.SeedSequence(
-            [self.sampler_seed, self.units[i].index, self.units[i].seed, n_trials]
-        )
-        return int(seq.generate_state(1)[0])
-
-    def _get_storage(self):
-        if self._storage is None:
-            from optuna.storages import JournalStorage
-            from optuna.storages.journal import JournalFileBackend
-
-            self._storage = JournalStorage(JournalFileBackend(self.journal))
-        return self._storage
-
-    def _study(self, i: int):
-        if i not in self._studies:
-            import optuna
-
-            study = optuna.create_study(
-                study_name=self.units[i].name,
-                storage=self._get_storage(),
-                direction="maximize" if self.mode == "max" else "minimize",
-                load_if_exists=True,
-            )
-            seed = self.unit_seed(i, len(study.trials))
-            study.sampler = optuna_sampler(self.sampler, seed)
-            self._studies[i] = study
-        return self._studies[i]
-
-    def _held_trials(self) -> set:
-        """Storage ids of Optuna trials left RUNNING on purpose, besides the live ones (none here)."""
-        return set()
-
-    def _fail_orphans(self) -> None:
-        """Optuna trials left RUNNING by a driver that died before Tune saved them: FAIL."""
-        if not self.space:
-            return
-        import optuna
-
-        live_ids = {sid for _, _, sid in self.live.values()} | self._held_trials()
-        names = set(optuna.get_all_study_names(self._get_storage()))
-        for i, unit in enumerate(self.units):
-            if unit.name not in names:
-                continue
-            study = self._study(i)
-            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-                if t._trial_id not in live_ids:
-                    study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        ticket = self.live.get(trial_id)
+        if ticket is not None and ticket.storage_id is not None:
+            self.scope.record(self, ticket, key, value)
 
 
 class OptunaLinks(Callback):
@@ -254,6 +300,4 @@ class OptunaLinks(Callback):
         self.searcher = searcher
 
     def on_checkpoint(self, iteration: int, trials: list, trial, checkpoint, **info) -> None:
-        from sweeps.layout import checkpoint_path
-
         self.searcher.record(trial.trial_id, "checkpoint_path", checkpoint_path(checkpoint.path))

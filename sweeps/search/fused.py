@@ -1,31 +1,39 @@
-"""The searcher of a sweep with fused trials: :class:`~sweeps.search.base.SweepSearcher`, handing
-out whole groups (:mod:`sweeps.plan.fusion`), one member after another, so that a group's members
-start together.
+"""The hand-outs of fused trials (:mod:`sweeps.plan.fusion`): a group's members go out one after
+another, so that they start together.
 
-When a group's first member is suggested, Optuna is asked all of the group's trials at once (its
-batched ask: several ``study.ask()`` before any ``tell``), and the rest are handed out next; each
-member is its own Optuna trial, told its own value when it ends (:class:`SweepSearcher`'s
-``on_trial_complete``), with the group's name as its user attribute ``fused_with``. Groups go out
-longest first (:mod:`sweeps.plan.cost`), as the units of an unfused sweep. The asked-but-not-yet
-handed-out members are saved with the searcher, and stay RUNNING in Optuna across a resume.
+- :class:`FusedGroups` (per-unit scope): the plan's groups, whole. When a group goes out, Optuna
+  is asked all of its members at once (its batched ask: several ``study.ask()`` before any
+  ``tell``; a multi-objective study asks again while a member repeats an earlier sample), and the
+  rest are handed out next; each member is its own Optuna trial, told its own value (or vector,
+  with its own constraints) when it ends, with the group's name as its user attribute
+  ``fused_with``. Groups go out longest first (:mod:`sweeps.plan.cost`), as the units of an unfused
+  sweep; a group the gates hold back (a student whose teacher has not ended, a unit whose baseline
+  has not) waits until every member's unit is ready, and groups the gates send first (teachers)
+  go first.
+- :class:`SeedChunks` (configurations judged over seeds): each configuration's seeds, in fused
+  chunks of at most the plan's cap (``<cell>#<number>``, ``.../2`` for a second chunk).
+
+The members drawn but not yet handed out are saved with the searcher, and stay RUNNING in
+Optuna across a resume.
 """
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
-from sweeps.plan.fusion import FUSED_WITH, Group
+from ray.tune.search import Searcher
+
+from sweeps.plan.fusion import Group, configuration_member
 from sweeps.plan.units import Unit
-from sweeps.search.base import SweepSearcher
+from sweeps.search.base import Draw
+from sweeps.search.handout import OneAtATime
 
 
-class FusedSearcher(SweepSearcher):
-    """Args (besides :class:`SweepSearcher`'s): ``groups``, every trial to train, fused groups and
-    single trials alike."""
+class FusedGroups:
+    """Args: ``units`` (the sweep's), ``groups``: every trial to train, fused groups and single
+    trials alike (:attr:`sweeps.plan.fusion.FusionPlan.groups`)."""
 
-    def __init__(self, units: list[Unit], groups: list[Group], **kw: Any) -> None:
-        super().__init__(units, **kw)
+    def __init__(self, units: list[Unit], groups: list[Group]) -> None:
         # longest first, then the plan's order (a search's earlier samples before later ones)
         order = sorted(
             range(len(groups)),
@@ -36,54 +44,53 @@ class FusedSearcher(SweepSearcher):
             ),
         )
         self.groups = [groups[g] for g in order]
-        self.next_group = 0
-        # asked, not yet handed out: (unit index, extra config, Optuna number, storage id, params)
-        self.queue: list[tuple[int, dict, int | None, int | None, dict]] = []
+        self.sent: set[int] = set()  # groups handed out (their place in ``groups``)
+        self.queue: list[Draw] = []  # drawn, not yet handed out
 
-    def suggest(self, trial_id: str) -> dict | None:
-        if not self.queue:
-            if self.next_group >= len(self.groups):
-                return SweepSearcher.FINISHED
-            group = self.groups[self.next_group]
-            self.next_group += 1
-            for j, slot in enumerate(group.slots):  # Optuna's batched ask: the group at once
-                number = storage_id = None
-                params: dict = {}
-                if self.space:
-                    trial = self._study(slot.unit).ask(self.space)
-                    number, storage_id, params = trial.number, trial._trial_id, dict(trial.params)
-                self.queue.append((slot.unit, group.member_config(j), number, storage_id, params))
-        i, extra, number, storage_id, params = self.queue.pop(0)
-        if self.space:
-            storage = self._get_storage()
-            storage.set_trial_user_attr(storage_id, "ray_trial_id", trial_id)
-            if self.wandb_enabled:
-                storage.set_trial_user_attr(storage_id, "wandb_run_id", trial_id)
-            if extra:
-                storage.set_trial_user_attr(storage_id, FUSED_WITH, extra[FUSED_WITH])
-        self.started[i] += 1
-        self.live[trial_id] = (i, number, storage_id)
-        return {**self.units[i].config, **params, **extra}
+    def next(self, searcher: Any) -> Draw | str | None:
+        if self.queue:
+            return self.queue.pop(0)
+        left = [g for g in range(len(self.groups)) if g not in self.sent]
+        if not left:
+            return Searcher.FINISHED
+        ready = [g for g in left if all(searcher.ready(s.unit) for s in self.groups[g].slots)]
+        if not ready:
+            return None  # students wait for their teachers, samples for their baseline
+        g = min(
+            ready, key=lambda g: (not any(searcher.first(s.unit) for s in self.groups[g].slots), g)
+        )
+        self.sent.add(g)
+        group = self.groups[g]
+        for j, slot in enumerate(group.slots):  # Optuna's batched ask: the group at once
+            draw = searcher.scope.draw(searcher, slot.unit)
+            self.queue.append(draw.adding(group.member_config(j)))
+        return self.queue.pop(0)
 
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(
-                {
-                    "started": self.started,
-                    "live": self.live,
-                    "next_group": self.next_group,
-                    "queue": self.queue,
-                },
-                f,
-            )
+    def queued(self) -> set[int]:
+        return {d.storage_id for d in self.queue if d.storage_id is not None}
 
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            state = pickle.load(f)
-        self.started, self.live = state["started"], state["live"]
-        self.next_group, self.queue = state["next_group"], state["queue"]
-        self._fail_orphans()
+    def state(self) -> dict[str, Any]:
+        return {"sent": self.sent, "queue": self.queue}
 
-    def _held_trials(self) -> set:
-        """Members asked with their group but not handed out yet stay RUNNING in Optuna."""
-        return {entry[3] for entry in self.queue if entry[3] is not None}
+    def load(self, state: dict[str, Any] | None) -> None:
+        state = state or {}
+        self.sent, self.queue = set(state.get("sent", ())), list(state.get("queue", []))
+
+
+class SeedChunks(OneAtATime):
+    """Configurations judged over seeds, each configuration's seeds fused in chunks of at most
+    ``cap`` (:func:`sweeps.plan.fusion.configuration_member`)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def members(self, searcher: Any, draws: list[Draw]) -> list[Draw]:
+        scope = searcher.scope
+        out = []
+        for k, draw in enumerate(draws):
+            cell = searcher.units[draw.unit].index
+            label = f"{scope.names[cell].split('/', 1)[-1]}#{draw.number}"
+            keys = configuration_member(label, k, len(draws), self.cap)
+            out.append(draw.adding(keys))
+        return out

@@ -1,273 +1,252 @@
-"""The multi-objective searcher: one Optuna multi-objective study per (cell, seed), sampled
-through Ray Tune.
+"""The multi-objective kind (``objectives``, ``constraints``): one multi-objective Optuna study per
+unit or cell, sampled through Ray Tune. :class:`MultiObjective` answers what
+:class:`sweeps.search.objective.SingleObjective` answers for one metric:
 
-:class:`MooSearcher` is :class:`sweeps.search.base.SweepSearcher` with two directions and:
-
-- **objective values** from each report: the trained metrics as reported, ``decode_seconds`` from
-  the decode probe (:mod:`.probe`) -- known before training, so the sampler and the rung rule
-  (:mod:`.rungs`) have both objectives at every report;
+- **objective values** from each report (:class:`ObjectiveReader`): the trained metrics as
+  reported, ``decode_seconds`` (and the training cost figures) from the probe
+  (:mod:`sweeps.timing.probe`) -- known before training, so the sampler and the rung rule
+  (:mod:`sweeps.schedulers.pareto_rungs`) have every objective at every report; each trial's
+  estimates are its user attributes ``<figure>_estimate``;
 - **intermediate values**: a multi-objective ``trial.report`` raises in Optuna, so each report's
   vector is kept in the trial's user attribute ``intermediate`` (``{step: [v1, v2]}``). Not as
   Optuna's own intermediate values: Optuna 5's TPE ranks PRUNED trials by their last intermediate
-  value through ``study.direction``, which raises in a multi-objective study (seen here);
-- **constraints** (``trial.set_constraint``, which Optuna 5's TPE and NSGA-II read; their
-  ``constraints_func`` argument is deprecated): absolute bounds, and bounds relative to a baseline
-  model trained once per (cell, seed) before that unit's search trials start (Tune trial config
-  ``set: {model.attention: bahdanau}``; its metrics go on the study as the ``baseline`` user attribute);
-- **PRUNED** trials: stopped by the rung rule, told ``TrialState.PRUNED``, with the rung decision in
-  the user attribute ``rung``;
+  value through ``study.direction``, which raises in a multi-objective study;
+- **constraints** (``trial.set_constraint``, which Optuna 5's TPE and NSGA-II read): absolute
+  bounds, and bounds relative to a baseline model trained once per (cell, seed) before that unit's
+  search trials start (:mod:`sweeps.search.baselines`);
 - **no retraining of a sample**: a (cell, seed) trains with one seed, so a sample whose parameters
   repeat an earlier trial's would train the same model again; it is told the earlier trial's outcome
   (user attribute ``duplicate_of``) and Optuna is asked again. When the earlier trial is still
   running (or waiting at a rung), the repeat stays RUNNING in Optuna and is told the same outcome
   when the earlier one ends, so the journal holds no FAIL for a sample that never failed.
+  Configurations judged over seeds train each sample on every seed, and ask without this rule.
 
 ``steps`` (training steps spent) is on every trial, for the hypervolume-against-compute history.
-The Optuna and baseline bookkeeping behind these lives in :mod:`sweeps.search.moo_studies`.
 """
 
 from __future__ import annotations
 
-import pickle
+from collections.abc import Callable
 from typing import Any
 
-from sweeps.layout import OPTUNA_JOURNAL
-from sweeps.plan.units import Unit
-from sweeps.search.base import SweepSearcher
-from sweeps.search.moo_studies import ObjectiveReader, StudyBook
-from sweeps.spec import unit_key
-from sweeps.spec.objectives import PROBED, baseline_of
-from sweeps.spec.search_space import optuna_distributions
+import optuna
+
+from sweeps.report.selection import aggregate
+from sweeps.search.journal import Journal
+from sweeps.spec.objectives import DECODE_SECONDS, PROBED, baseline_of
+
+#: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
+MAX_REPEAT_ASKS = 20
 
 
-class MooSearcher(StudyBook, SweepSearcher):
-    """Multi-objective :class:`SweepSearcher` (see the module docstring)."""
+class ObjectiveReader:
+    """(trial config, result) -> the objective values; ``decode_seconds`` from the probe's table."""
+
+    def __init__(self, sweep: Any, estimates: Any) -> None:
+        self.names = [o.name for o in sweep.spec.objectives]
+        self.estimates = estimates
+        self.cells = {p.cell.name: p for p in sweep.plans}  # as the spec resolved them
+        self.param_columns = sweep.param_columns
+
+    def plan(self, config: dict[str, Any]) -> tuple[dict, dict, int]:
+        """The task, model and seed a trial's config stands for: its cell's plan with the samples
+        (and a baseline's settings) written in, as the trainable gets it."""
+        params = {
+            key: _plain(config[name]) for name, key in self.param_columns.items() if name in config
+        }
+        plan = self.cells[config["cell"]].with_values(
+            int(config.get("seed", 0)), {**params, **(config.get("set") or {})}, params, config
+        )
+        return plan.task, plan.model, plan.seed
+
+    def decode_estimate(self, config: dict[str, Any]) -> float | None:
+        return self.estimate(config, DECODE_SECONDS)
+
+    def estimate(self, config: dict[str, Any], name: str) -> float | None:
+        """The probe's figure ``name`` (one of ``PROBED``) for a trial's architecture."""
+        if self.estimates is None:
+            return None
+        return self.estimates.estimate(*self.plan(config), name=name)
+
+    def value(self, config: dict[str, Any], result: dict[str, Any] | None, name: str) -> Any:
+        """An objective's or constraint's value: the probe's for a cost figure, else the report's."""
+        return self.estimate(config, name) if name in PROBED else (result or {}).get(name)
+
+    def __call__(self, config: dict[str, Any], result: dict[str, Any]) -> list[float] | None:
+        out = []
+        for name in self.names:
+            value = self.value(config, result, name)
+            if value is None:
+                return None
+            out.append(float(value))
+        return out
+
+
+class MultiObjective:
+    """Several objectives (module docstring). Args: ``sweep`` (its objectives, constraints and
+    sampler), ``reader``, ``num_samples`` (a study's budget: TPE's and NSGA-II's start), ``dedupe``
+    (the no-retraining rule: per (cell, seed) studies only), ``baselines``: the baseline models'
+    metrics the relative constraints are measured against (:class:`sweeps.search.baselines.Baselines`)."""
 
     def __init__(
         self,
-        units: list[Unit],
-        num_samples: int,
         sweep: Any,
-        space: dict[str, Any],
-        journal: str,
         reader: ObjectiveReader,
-        wandb_enabled: bool,
-        rung_log: dict | None = None,
+        num_samples: int,
+        dedupe: bool = True,
+        baselines: Any = None,
     ) -> None:
         spec = sweep.spec
-        first = spec.objectives[0]
-        super().__init__(
-            units,
-            num_samples,
-            first.name,
-            "max" if first.goal == "maximize" else "min",
-            space=space,
-            journal=journal,
-            sampler=spec.search.sampler,
-            sampler_seed=spec.search.seed,
-            wandb_enabled=wandb_enabled,
-        )
-        self.directions = [o.goal for o in spec.objectives]
+        self.goals = [o.goal for o in spec.objectives]
+        self.modes = ["max" if g == "maximize" else "min" for g in self.goals]
+        self.metric, self.mode = spec.objectives[0].name, self.modes[0]
         self.constraints = list(spec.constraints)
         self.baseline = baseline_of(spec)
+        self.sampler = spec.search.sampler
+        self.num_samples = num_samples
         self.reader = reader
-        self.rung_log = rung_log if rung_log is not None else {}
-        # the Pareto rung rule's state per (cell, seed) (sweeps.schedulers.pareto_rungs), saved and restored here
-        self.rung_state: dict[Any, dict] = {}
-        # per unit: None (not started), "running", "failed", or the baseline's metrics
-        self.baseline_state: list[Any] = [None] * len(units)
-        self.baseline_ids: dict[str, int] = {}
-        self.configs: dict[str, dict] = {}
-        self.curves: dict[str, dict[str, list[float]]] = {}
-        self.max_concurrent = 0  # 0: no cap (Tune's max_concurrent_trials sets it)
-        # (unit, Optuna number of a trial still running) -> its repeats asked meanwhile: (number, storage id)
-        self.repeats: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self.names = list(reader.names)
+        self.dedupe = dedupe
+        self.baselines = baselines
+        # (key, Optuna number of a trial still running) -> its repeats asked meanwhile: (number, storage id)
+        self.repeats: dict[tuple[Any, int], list[tuple[int, int]]] = {}
 
-    # -- concurrency: trials waiting at a rung (PAUSED) hold no slot -----------------------------
+    @property
+    def directions(self) -> list[str]:
+        return list(self.goals)
 
-    def set_max_concurrency(self, max_concurrent: int) -> bool:
-        """Cap the trials running at once here, rather than in Tune's ``ConcurrencyLimiter``, which
-        counts a trial paused at a rung (``promotion: wait``) as running: with every slot's trial
-        waiting for the rung to fill, nothing would start the trials that fill it."""
-        self.max_concurrent = int(max_concurrent or 0)
-        return True
-
-    def waiting(self) -> set[str]:
-        return {tid for state in self.rung_state.values() for tid in state.get("waiting", {})}
-
-    def samples_left(self, key: Any) -> bool:
-        """Whether this searcher will start more trials of the (cell, seed) ``key``."""
-        return any(
-            unit_key(u.config) == tuple(key) and self.started[i] < self.num_samples
-            for i, u in enumerate(self.units)
+    def new_study(self, storage: Any, name: str, seed_of: Callable[[int], int]) -> Any:
+        study = optuna.create_study(
+            study_name=name, storage=storage, directions=self.directions, load_if_exists=True
         )
+        seed = seed_of(len(study.trials))
+        if self.sampler == "nsga2":
+            study.sampler = optuna.samplers.NSGAIISampler(
+                seed=seed, population_size=max(2, min(50, self.num_samples // 3))
+            )
+        elif self.sampler == "random":
+            study.sampler = optuna.samplers.RandomSampler(seed=seed)
+        else:  # few samples per study: TPE's model from a third of the budget, not after 10 random ones
+            study.sampler = optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3))
+            )
+        study.set_metric_names(list(self.names))
+        return study
 
-    # -- Tune's Searcher interface -----------------------------------------------------------
+    # -- asking ------------------------------------------------------------------------------
 
-    def suggest(self, trial_id: str) -> dict | None:
-        if (
-            self.max_concurrent
-            and len(set(self.live) | set(self.baseline_ids)) - len(self.waiting())
-            >= self.max_concurrent
-        ):
-            return None
-        if self.baseline:
-            waiting = [i for i, s in enumerate(self.baseline_state) if s is None]
-            if waiting:
-                i = min(waiting, key=lambda j: (self.started[j], j))
-                self.baseline_state[i] = "running"
-                self.baseline_ids[trial_id] = i
-                return {**self.units[i].config, "set": dict(self.baseline)}
-        open_units = [i for i, n in enumerate(self.started) if n < self.num_samples]
-        if not open_units:
-            return SweepSearcher.FINISHED
-        ready = [
-            i
-            for i in open_units
-            if not self.baseline or self.baseline_state[i] not in (None, "running")
-        ]
-        if not ready:
-            return None  # the baselines of the open units are still training: ask again later
-        i = min(ready, key=lambda j: (self.started[j], j))
-        trial = self._ask_new(i)
-        trial.set_user_attr("ray_trial_id", trial_id)
-        if self.wandb_enabled:
-            trial.set_user_attr("wandb_run_id", trial_id)
-        config = {**self.units[i].config, **trial.params}
-        for name in PROBED:  # the probe's figures for this architecture, where it measured them
+    def ask(self, study: Any, space: dict[str, Any], key: Any) -> Any:
+        """``study.ask``, again while the sample repeats an earlier trial of the study (told that
+        trial's outcome, ``duplicate_of``), at most :data:`MAX_REPEAT_ASKS` times."""
+        if not self.dedupe:
+            return study.ask(space)
+        state = optuna.trial.TrialState
+        for _ in range(MAX_REPEAT_ASKS):
+            trial = study.ask(space)
+            earlier = next(
+                (
+                    t
+                    for t in study.get_trials(deepcopy=False)
+                    if t.number != trial.number
+                    and t.params == trial.params
+                    and "duplicate_of" not in t.user_attrs
+                ),
+                None,
+            )
+            if earlier is None:
+                return trial
+            trial.set_user_attr("duplicate_of", earlier.number)
+            if earlier.state == state.COMPLETE:
+                for name, value in earlier.constraints.items():
+                    trial.set_constraint(name, value)
+                study.tell(trial, earlier.values)
+            elif earlier.state == state.PRUNED:
+                study.tell(trial, state=state.PRUNED)
+            elif earlier.state == state.RUNNING:  # told the same when it ends (told)
+                self.repeats.setdefault((key, earlier.number), []).append(
+                    (trial.number, trial._trial_id)
+                )
+            else:  # the earlier trial failed
+                study.tell(trial, state=state.FAIL)
+        # the sampler keeps repeating itself (a small space used up): train it again
+        return study.ask(space)
+
+    def on_ask(self, trial: Any, config: dict[str, Any]) -> None:
+        """The probe's figures for this architecture, where it measured them."""
+        for name in PROBED:
             estimate = self.reader.estimate(config, name)
             if estimate is not None:
                 trial.set_user_attr(f"{name}_estimate", estimate)
-        self.started[i] += 1
-        self.live[trial_id] = (i, trial.number, trial._trial_id)
-        self.configs[trial_id] = config
-        return config
 
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        entry = self.live.get(trial_id)
-        values = self.reader(self.configs.get(trial_id, {}), result) if entry else None
-        if values is None:
-            return
-        step = int(result.get("step", result.get("training_iteration", 0)))
-        curve = self.curves.setdefault(trial_id, {})
-        curve[str(step)] = values
-        storage = self._get_storage()
-        try:  # not set_trial_intermediate_value: TPE ranks PRUNED trials by it with study.direction (raises here)
-            storage.set_trial_user_attr(entry[2], "intermediate", dict(curve))
-        except RuntimeError:
-            pass  # already finished
+    # -- values ------------------------------------------------------------------------------
 
-    def on_trial_complete(
-        self, trial_id: str, result: dict | None = None, error: bool = False
+    def value(self, config: dict[str, Any], result: dict[str, Any] | None) -> list[float] | None:
+        return self.reader(config, result or {})
+
+    def aggregate(self, vectors: list[list[float]], how: str) -> list[float]:
+        return [aggregate([v[d] for v in vectors], how, mode) for d, mode in enumerate(self.modes)]
+
+    def as_result(self, value: list[float], step: int) -> dict[str, Any]:
+        return {**dict(zip(self.names, value)), "step": step}
+
+    def report(
+        self, journal: Journal, storage_id: int, step: int, value: Any, curve: dict[str, Any]
     ) -> None:
-        if trial_id in self.baseline_ids:
-            self._baseline_done(self.baseline_ids.pop(trial_id), result, error)
+        """Not ``set_trial_intermediate_value``: TPE ranks PRUNED trials by it with
+        ``study.direction``, which raises in a multi-objective study. The curve, as an attribute."""
+        journal.set_attr(storage_id, "intermediate", dict(curve))
+
+    def violations(self, unit: int, config: dict[str, Any], result: dict[str, Any]) -> dict:
+        """Each constraint's violation (<= 0 feasible); a missing value or baseline is a violation."""
+        baseline = self.baselines.metrics(unit) if self.baselines is not None else {}
+        out = {}
+        for c in self.constraints:
+            value = self.reader.value(config, result, c.name)
+            v = 1e9 if value is None else c.violation(float(value), baseline.get(c.name))
+            out[c.label] = min(v, 1e9)
+        return out
+
+    # -- telling -----------------------------------------------------------------------------
+
+    def complete(
+        self, study: Any, number: int, storage_id: int, value: Any, violations: dict
+    ) -> None:
+        trial = optuna.trial.Trial(study, storage_id)
+        for name, violation in violations.items():
+            try:
+                trial.set_constraint(name, violation)
+            except RuntimeError:
+                pass  # told before a restart
+        study.tell(number, list(value), skip_if_finished=True)
+
+    def record_steps(self, journal: Journal, storage_id: int, step: int) -> None:
+        journal.set_attr(storage_id, "steps", int(step))
+
+    def told(self, study: Any, key: Any, number: int) -> None:
+        """The repeats of trial ``number`` asked while it ran: told its outcome, as it was told."""
+        repeats = self.repeats.pop((key, number), [])
+        if not repeats:
             return
-        if not error and result:
-            self.on_trial_result(trial_id, result)
-        entry = self.live.pop(trial_id, None)
-        config = self.configs.pop(trial_id, {})
-        curve = self.curves.pop(trial_id, None)
-        if entry is None:
-            return
-        if not error and not result and self.rung_log.get(trial_id, {}).get("waited"):
-            result = self._last_report(
-                curve, entry[2]
-            )  # stopped while it waited at a rung: Tune gives no result
-        import optuna
+        done = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+        for repeat, storage_id in repeats:
+            if done.state == optuna.trial.TrialState.COMPLETE:
+                trial = optuna.trial.Trial(study, storage_id)
+                for name, value in done.constraints.items():
+                    trial.set_constraint(name, value)
+                study.tell(repeat, done.values, skip_if_finished=True)
+            else:
+                study.tell(repeat, state=done.state, skip_if_finished=True)
 
-        i, number, storage_id = entry
-        study = self._study(i)
-        storage = self._get_storage()
-        result = result or {}
-        values = None if error else self.reader(config, result)
-        max_steps = self.units[i].max_steps
-        state = optuna.trial.TrialState
-        try:
-            if "step" in result:
-                storage.set_trial_user_attr(storage_id, "steps", int(result["step"]))
-            if trial_id in self.rung_log:
-                storage.set_trial_user_attr(storage_id, "rung", self.rung_log[trial_id])
-        except RuntimeError:
-            pass
-        if values is None:
-            study.tell(number, state=state.FAIL, skip_if_finished=True)
-        elif (
-            max_steps is not None
-            and int(result.get("step", max_steps)) < max_steps
-            and not result.get("converged")
-        ):
-            study.tell(
-                number, state=state.PRUNED, skip_if_finished=True
-            )  # (a stop_when convergence is COMPLETE)
-        else:
-            trial = optuna.trial.Trial(study, storage_id)
-            for name, violation in self.violations(i, config, result).items():
-                try:
-                    trial.set_constraint(name, violation)
-                except RuntimeError:
-                    pass
-            study.tell(number, values, skip_if_finished=True)
-        self._tell_repeats(i, number)
+    def held(self, live: set[tuple[Any, int]]) -> set[int]:
+        """A repeat waits RUNNING for its earlier trial, when that one is live (see ``ask``)."""
+        return {sid for key, held in self.repeats.items() if key in live for _, sid in held}
 
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(
-                {
-                    "started": self.started,
-                    "live": self.live,
-                    "baseline_state": self.baseline_state,
-                    "baseline_ids": self.baseline_ids,
-                    "configs": self.configs,
-                    "rung_state": self.rung_state,
-                    "rung_log": self.rung_log,
-                    "repeats": self.repeats,
-                },
-                f,
-            )
+    def state(self) -> dict[str, Any]:
+        return {"repeats": self.repeats}
 
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            state = pickle.load(f)
-        self.started, self.live = state["started"], state["live"]
-        self.baseline_state = [
-            None if s == "running" else s for s in state.get("baseline_state", self.baseline_state)
-        ]
-        self.baseline_ids, self.configs = {}, state.get("configs", {})
-        self.repeats = state.get("repeats", {})
-        # in place: the scheduler's rules hold these very dicts (both came out of one tuner.pkl)
-        for key, saved in state.get("rung_state", {}).items():
-            mine = self.rung_state.setdefault(key, {})
-            mine.clear()
-            mine.update(saved)
-        self.rung_log.clear()
-        self.rung_log.update(state.get("rung_log", {}))
-        self._fail_orphans()
+    def load(self, state: dict[str, Any] | None) -> None:
+        self.repeats = (state or {}).get("repeats", {})
 
 
-def make_moo_searcher(sweep: Any, paths: Any, units: list[Unit], wandb_mode: str) -> MooSearcher:
-    """The probe stage (:func:`.probe.build_estimates`), then the searcher of a sweep with
-    ``objectives``: one multi-objective Optuna study per (cell, seed) in ``optuna.journal``."""
-    import os
-
-    from sweeps.timing.probe import build_estimates
-
-    spec = sweep.spec
-    out = paths.output / sweep.name
-    out.mkdir(parents=True, exist_ok=True)
-    # Tune keeps one trial pending at a time for a search algorithm: the cores idle between trials
-    os.environ.setdefault(
-        "TUNE_MAX_PENDING_TRIALS_PG", str(max(2, spec.max_concurrent_trials or 2))
-    )
-    named = {o.name for o in spec.objectives} | {c.name for c in spec.constraints}
-    estimates = build_estimates(sweep, out) if named & set(PROBED) else None
-    space = optuna_distributions(spec.parameters, sweep.param_columns)
-    return MooSearcher(
-        units,
-        spec.num_samples,
-        sweep,
-        space,
-        str(out / OPTUNA_JOURNAL),
-        ObjectiveReader(sweep, estimates),
-        wandb_enabled=wandb_mode != "disabled",
-    )
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value

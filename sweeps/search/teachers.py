@@ -1,20 +1,24 @@
 """Students held back until their teacher is done, inside the sweep's one Tune run.
 
 A sweep whose cells name teachers (:mod:`sweeps.spec.teachers`) still runs as one Tune
-experiment. Its searcher (:class:`sweeps.search.base.SweepSearcher`) keeps a
-:class:`TeacherBook`: a student unit (cell, seed) is not suggested while its teacher unit has
-trials left to start or finish (``suggest`` returns None: "nothing now", and Tune asks again when
-a trial ends), so the other cells fill the free CPUs and GPUs meanwhile; teacher units are
-suggested before all others. When every trial of the teacher unit has ended, each student trial
-gets in its config the chosen teacher's trial id (``teacher``) and its final checkpoint
-(``teacher_checkpoint``), which the trial writes into its plan as ``model.teacher_checkpoint``.
-If no teacher trial finished with the sweep's metric, the student gets ``teacher_error`` instead,
-a one-line reason, and ends at once with it (its results row: ``error``).
+experiment. :class:`TeacherBook` is a gate of its searcher (:mod:`sweeps.search.gates`): a student
+unit (cell, seed) is not handed out while its teacher unit has trials left to start or finish
+(``suggest`` returns None: "nothing now", and Tune asks again when a trial ends), so the other
+cells fill the free CPUs and GPUs meanwhile; teacher units are handed out before all others. A
+fused group of students goes out when every member's teacher unit has ended; each member gets its
+own teacher. When every trial of the teacher unit has ended, each student trial gets in its config
+the chosen teacher's trial id (``teacher``) and its final checkpoint (``teacher_checkpoint``),
+which the trial writes into its plan as ``model.teacher_checkpoint``. If no teacher trial
+finished with the sweep's metric, the student gets ``teacher_error`` instead, a one-line reason,
+and fails at once with it (its results row: ``error``).
 
 The book is part of the searcher's saved state, so a resumed sweep knows which teachers are done
 and trains none of them again; the checkpoints and errors come from :class:`TeacherLinks`, a Tune
 callback (Tune hands a searcher neither), and from the rows a warm start reuses
-(:meth:`TeacherBook.adopt`).
+(:meth:`TeacherBook.adopt`). A teacher trial that failed runs again on ``--resume``
+(:meth:`TeacherBook.reopen`): its students wait for it once more, and a student that failed for
+want of it is handed out again, with a new config, once it has ended
+(:meth:`sweeps.search.base.SweepSearcher.comeback`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ from typing import Any
 from ray import cloudpickle
 from ray.tune import Callback
 
+from sweeps.layout import checkpoint_path
+from sweeps.search.gates import Gate
+from sweeps.spec.teachers import best_scored
 
-class TeacherBook:
+
+class TeacherBook(Gate):
     """Which units teach which, and what each teacher trial left.
 
     Args:
@@ -50,6 +58,8 @@ class TeacherBook:
         self.checkpoints: dict[str, str] = {}
         self.errors: dict[str, str] = {}
 
+    kind = "teachers"
+
     @classmethod
     def of(cls, units: list[Any], samples: int, metric: str, mode: str) -> TeacherBook | None:
         """The book of ``units`` (:class:`sweeps.plan.units.Unit`), None when no unit has a teacher."""
@@ -63,6 +73,12 @@ class TeacherBook:
 
     def teaches(self, unit: int) -> bool:
         return unit in self.teaching
+
+    def first(self, unit: int) -> bool:
+        return self.teaches(unit)
+
+    def ready(self, unit: int) -> bool:
+        return not self.waiting(unit)
 
     def waiting(self, unit: int) -> bool:
         """Whether ``unit``'s trials must wait: its teacher unit has trials that did not end."""
@@ -85,8 +101,7 @@ class TeacherBook:
                 "teacher": failed,
                 "teacher_error": f"its teacher ({label}) failed: trial {failed}: {why}",
             }
-        sign = 1 if self.mode == "max" else -1
-        best = max(scored, key=lambda tv: sign * tv[1])[0]  # the first of equals
+        best = best_scored(scored, self.mode)
         checkpoint = self.checkpoints.get(best)
         if not checkpoint:
             return {
@@ -106,6 +121,12 @@ class TeacherBook:
             None if value is None else float(value),
             bool(error),
         )
+
+    def reopen(self, unit: int, trial_id: str) -> None:
+        """A teacher trial that failed runs again (``--resume``): its students wait for it."""
+        if unit in self.teaching:
+            self.outcomes.get(unit, {}).pop(trial_id, None)
+            self.errors.pop(trial_id, None)
 
     def adopt(self, reused: dict[int, list[dict[str, Any]]]) -> None:
         """The trials a warm start reuses (per unit, their results rows), as ended teacher trials."""
@@ -140,8 +161,6 @@ class TeacherLinks(Callback):
         return book
 
     def on_checkpoint(self, iteration: int, trials: list, trial, checkpoint, **info) -> None:
-        from sweeps.layout import checkpoint_path
-
         book = self._book_of(trial)
         if book is not None:
             book.checkpoints[trial.trial_id] = checkpoint_path(checkpoint.path)

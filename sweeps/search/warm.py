@@ -1,6 +1,7 @@
-"""A new searcher given what a warm start brings (:mod:`sweeps.plan.warm` decides what that is):
-the reused trials counted as started in their units, and each Optuna study told the earlier
-finished trials of its unit or cell."""
+"""A new searcher given what a warm start brings (:mod:`sweeps.plan.warm` decides what that is),
+through the same parts whatever the searcher is made of (:mod:`sweeps.search.base`): the reused
+trials counted as started in their units, the gates told of them (a reused teacher teaches its
+students), and each Optuna study told the earlier finished trials of its unit or cell."""
 
 from __future__ import annotations
 
@@ -47,47 +48,27 @@ def _constraints(trial: Any) -> dict[str, float] | None:
     return dict(found) if isinstance(found, dict) and found else None
 
 
-def apply_warm_start(searcher: Any, sweep: Any, warm: WarmStart | None) -> None:
-    """Give a new searcher what the earlier sweep knows: the reused trials count as started in
-    their units, and every Optuna study is opened and told the earlier trials of its unit (or
-    cell). Sets ``searcher.reused_count``."""
+def apply_warm_start(searcher: Any, warm: WarmStart | None) -> None:
+    """Give a new searcher what the earlier sweep knows, through its parts: the reused trials
+    count as started in their units, the gates take them as ended (a reused teacher teaches),
+    every Optuna study of the scope is opened and told the earlier trials of its unit (or cell),
+    and a configuration reused whole is the scope's (over seeds). Sets ``searcher.reused_count``."""
     searcher.reused_count = 0
     if warm is None:
         return
     for i, rows in warm.reused.items():
         searcher.started[i] += len(rows)
     searcher.reused_count = warm.reused_count
-    if (
-        getattr(searcher, "teachers", None) is not None
-    ):  # reused teachers teach (sweeps.search.teachers)
-        searcher.teachers.adopt(warm.reused)
-    if not searcher.space or not warm.told:
+    for gate in searcher.gates:
+        gate.adopt(warm.reused)
+    scope = searcher.scope
+    if not scope.space or not warm.told:
         return
-    if getattr(searcher, "studies", None):  # one study per cell (sweeps.search.configs)
-        opened = [(searcher._cell_study(c), name) for c, name in enumerate(searcher.studies)]
-    else:
-        opened = [(searcher._study(i), u.name) for i, u in enumerate(searcher.units)]
-    for study, name in opened:
+    for study, name in scope.studies():
         suffix = name.split("/", 1)[-1]
         earlier, names = warm.told.get(suffix), warm.names.get(suffix)
         if names and study.metric_names and list(names) != list(study.metric_names):
             continue  # a multi-objective study of other objectives: its values mean other things
         if earlier and not study.trials:
-            tell_earlier(study, earlier, searcher.space, warm.folder)
-    for cell, number, rows in warm.configurations:  # reused whole: every seed has its outcome
-        trial = searcher._cell_study(cell).trials[number]
-        searcher.configs[(cell, number)] = {
-            "params": dict(trial.params),
-            "storage_id": trial._trial_id,
-            "next": len(rows),
-            "outcomes": {
-                str(s): {
-                    "ray_trial_id": r["trial_id"],
-                    "value": r.get(searcher.metric),
-                    "state": "PRUNED" if r.get("status") == "stopped" else "COMPLETE",
-                    "step": r.get("step"),
-                }
-                for s, r in rows.items()
-            },
-            "curve": {},
-        }
+            tell_earlier(study, earlier, scope.space, warm.folder)
+    scope.adopt(warm)

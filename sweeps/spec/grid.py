@@ -145,7 +145,7 @@ class Sweep:
         per_plan = self.spec.num_samples
         if any(
             c.of for c in self.spec.constraints
-        ):  # a baseline model per (cell, seed) (sweeps.search.moo)
+        ):  # a baseline model per (cell, seed) (sweeps.search.baselines)
             per_plan += 1
         return len(self.plans) * per_plan
 

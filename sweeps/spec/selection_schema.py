@@ -32,7 +32,7 @@ class HeldoutSpec(_Strict):
 class SeedsSpec(_Strict):
     """``seeds:`` as a mapping: the seeds, and whether a sampled configuration is judged over all
     of them (``per_configuration: true``: one Optuna study per cell, each configuration trained
-    once per seed, Optuna told the ``objective`` over its seeds; :mod:`sweeps.search.configs`) rather
+    once per seed, Optuna told the ``objective`` over its seeds; :mod:`sweeps.search.over_seeds`) rather
     than each (cell, seed) being its own Optuna study (the list form ``seeds: [0, 1]``)."""
 
     values: list[int] = Field(
@@ -72,7 +72,7 @@ class SeedsSpec(_Strict):
 
 def check_seeds(spec: Any, source: str | None = None) -> None:
     """``seeds: {per_configuration: true}`` needs something to judge: Optuna ``parameters``; with
-    ``objectives`` (:mod:`sweeps.search.moo_configs`) no early stopping and no baseline constraints yet."""
+    ``objectives`` (:mod:`sweeps.search.over_seeds`) no early stopping and no baseline constraints yet."""
 
     if isinstance(spec.seeds, SeedsSpec) and spec.seeds.confirm and spec.objectives:
         raise SpecError(
@@ -90,7 +90,7 @@ def check_seeds(spec: Any, source: str | None = None) -> None:
             "add parameters (and num_samples), or use the list form seeds: [..]",
             source,
         )
-    if spec.objectives:  # sweeps.search.moo_configs: a vector of aggregates, no early stopping yet
+    if spec.objectives:  # sweeps.search.over_seeds: a vector of aggregates, no early stopping yet
         if spec.early_terminate.type != "none":
             raise SpecError(
                 "seeds.per_configuration",

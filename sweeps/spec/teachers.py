@@ -45,6 +45,14 @@ def uses_teacher(model: dict[str, Any]) -> bool:
     )
 
 
+def best_scored(scored: list[tuple[str, float]], mode: str) -> str:
+    """``pick: best``: the trial id of the best (trial id, value) pair, by ``mode`` (``max`` or
+    ``min``), the first of equals. The searcher picks a student's teacher with it, and a warm
+    start checks that a reused student's teacher is the one it would pick."""
+    sign = 1 if mode == "max" else -1
+    return max(scored, key=lambda tv: sign * tv[1])[0]
+
+
 def resolve_teachers(
     spec: SweepSpec, cells: list[Cell], plans: list[TrialPlan], source: str
 ) -> dict[str, str]:

@@ -73,7 +73,7 @@ def run_confirm(
     from sweeps.driver.console import SweepConsole
     from sweeps.driver.trial_logs import KeepTrialLogs
     from sweeps.plan.units import Unit
-    from sweeps.search.base import SweepSearcher
+    from sweeps.search.compose import per_unit_searcher
     from sweeps.stages.train import make_trainable, trial_dirname
     from sweeps.storage import StorageGuard
 
@@ -92,7 +92,7 @@ def run_confirm(
             Unit(f"{sweep.name}/confirm-{i}", index[c["cell"]], c["seed"], c, steps[c["cell"]])
             for i, c in enumerate(configs)
         ]
-        searcher = SweepSearcher(units, 1, sweep.spec.metric.name, sweep.spec.metric.mode)
+        searcher = per_unit_searcher(units, 1, sweep.spec.metric.name, sweep.spec.metric.mode)
         callbacks: list = [BudgetClock(), KeepTrialLogs()]
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)

@@ -114,7 +114,7 @@ def record_trial_attrs(journal: str, attr: str, values: dict[str, dict[str, Any]
         study = optuna.load_study(study_name=name, storage=storage)
         found = {}
         for t in study.get_trials(deepcopy=False):
-            # a configuration judged over seeds (sweeps.search.configs) holds one Ray trial per seed
+            # a configuration judged over seeds (sweeps.search.over_seeds) holds one Ray trial per seed
             ids = {"": t.user_attrs.get("ray_trial_id")} | {
                 k: v.get("ray_trial_id")
                 for k, v in t.user_attrs.items()

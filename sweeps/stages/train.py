@@ -1,7 +1,8 @@
 """The ONE Tune experiment of a study, with or without Optuna: the trainable (single-process or
-DDP), the searcher that hands out every cell's trials (:mod:`sweeps.search.base`), early stopping
-within a (cell, seed) (:mod:`sweeps.schedulers.per_unit`), the console (:mod:`sweeps.driver.console`), and
-running or resuming it under ``<storage>/<name>/``.
+DDP), the searcher that hands out every cell's trials (put together from the plan by
+:mod:`sweeps.search.compose`), early stopping within a (cell, seed)
+(:mod:`sweeps.schedulers.per_unit`), the console (:mod:`sweeps.driver.console`), and running or
+resuming it under ``<storage>/<name>/``.
 
 A trial's config holds only its own plan as flat, readable keys -- ``cell``, ``seed``, the grid
 values (``attention``, ``K``, ``length``...) and Optuna's samples (``lr``...) -- so
@@ -19,16 +20,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ray import tune
+
+from sweeps.driver.budget import charging
+from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
-from sweeps.layout import BUDGET_FILE, OPTUNA_JOURNAL
+from sweeps.driver.console import SweepConsole
+from sweeps.driver.trial_logs import KeepTrialLogs
+from sweeps.layout import BUDGET_FILE
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
-from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
+from sweeps.plan.warm import fingerprint_rows
 from sweeps.report.results import result_rows
+from sweeps.schedulers.per_unit import make_scheduler
+from sweeps.search.base import OptunaLinks
+from sweeps.search.compose import make_searcher
+from sweeps.search.teachers import teacher_callbacks
 from sweeps.spec import LAUNCH_FILE
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
+from sweeps.trial.fused.member import member_resources, run_member_trial
+from sweeps.trial.fused.roster import RosterFeed, start_roster, stop_roster
 from sweeps.trial.settings import TrialSettings
+from sweeps.trial.trainable import run_trial
 
 
 def trial_dirname(trial) -> str:
@@ -109,23 +123,18 @@ def make_trainable(
     """The trainable this sweep's trials run: single-process or DDP (or ``fn``, e.g. the scale
     benchmark's stand-in), with its resources and the sweep-wide settings bound (stored once in
     Ray's object store, not in every trial's config)."""
-    from ray import tune
-
     resources = trial_resources(settings)
-    if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.fusion)
-        from sweeps.trial.fused.member import member_resources, run_member_trial
-
+    if fn is None and settings.fusion_roster is not None:  # fused trials (sweeps.trial.fused)
         fn, resources = run_member_trial, member_resources(resources, settings.lone)
     elif fn is None and settings.resources.workers > 1:
+        # Ray Train and Lightning at import (seconds): a launch of DDP trials only
         from sweeps.trial.ddp import run_ddp_trial as fn
     elif fn is None:
-        from sweeps.trial.trainable import run_trial as fn
+        fn = run_trial
     return tune.with_resources(tune.with_parameters(fn, settings=settings), resources)
 
 
 def make_run_config(sweep: Any, paths: Paths, callbacks: list, verbose: int):
-    from ray import tune
-
     spec = sweep.spec
     return tune.RunConfig(
         name=sweep.name,
@@ -137,57 +146,6 @@ def make_run_config(sweep: Any, paths: Paths, callbacks: list, verbose: int):
         if verbose >= 2
         else 0,  # 0/1: our console (sweeps.driver.console) only; 2: Tune's too
     )
-
-
-def make_searcher(plan: SweepPlan, wandb_mode: str):
-    """The sweep's searcher, from the plan's units, fused groups and warm start: every (cell,
-    seed) x ``num_samples`` trials; with ``parameters``, one Optuna study per (cell, seed) (per
-    cell when configurations are judged over seeds) in ``<output>/<name>/optuna.journal``."""
-    from sweeps.search.base import SweepSearcher
-    from sweeps.search.warm import apply_warm_start
-    from sweeps.spec.search_space import optuna_distributions
-
-    sweep, spec, units = plan.sweep, plan.spec, list(plan.units)
-    if spec.objectives and spec.per_configuration:  # over seeds: sweeps.search.moo_configs
-        from sweeps.search.moo_configs import make_moo_config_searcher
-
-        searcher = make_moo_config_searcher(sweep, plan.paths, units, wandb_mode)
-    elif spec.objectives:  # multi-objective studies: sweeps.search.moo
-        from sweeps.search.moo import make_moo_searcher
-
-        searcher = make_moo_searcher(sweep, plan.paths, units, wandb_mode)
-    else:
-        space, journal = None, None
-        if sweep.has_search:
-            space = optuna_distributions(spec.parameters, sweep.param_columns)
-            journal_path = plan.out_dir / OPTUNA_JOURNAL
-            journal_path.parent.mkdir(parents=True, exist_ok=True)
-            journal = str(journal_path)
-        if spec.per_configuration:  # one study per cell, configurations judged over seeds
-            from sweeps.search.configs import make_config_searcher
-
-            searcher = make_config_searcher(sweep, units, space, journal, wandb_mode)
-            searcher.fusion_cap = plan.fusion.cap if plan.fusion.active else 1
-        else:
-            cls, kw = SweepSearcher, {}
-            if plan.fusion.active:  # whole groups, one member after another (sweeps.search.fused)
-                from sweeps.search.fused import FusedSearcher
-
-                cls, kw = FusedSearcher, {"groups": list(plan.fusion.groups)}
-            searcher = cls(
-                units,
-                num_samples=spec.num_samples if sweep.has_search else 1,
-                metric=spec.metric.name,
-                mode=spec.metric.mode,
-                space=space,
-                journal=journal,
-                sampler=spec.search.sampler,
-                sampler_seed=spec.search.seed,
-                wandb_enabled=wandb_mode != "disabled",
-                **kw,
-            )
-    apply_warm_start(searcher, sweep, plan.warm)  # warm_start: reused and told trials
-    return searcher
 
 
 def run_tune(
@@ -205,16 +163,6 @@ def run_tune(
     watches for a full or read-only storage (:mod:`sweeps.storage`): when it sees one, the
     experiment stops as on Ctrl-C, and the grid is whatever can still be read back (None if
     nothing can). ``meter`` charges the run's time to the sweep's budget (:mod:`.budget`)."""
-    from ray import tune
-
-    from sweeps.driver.budget import charging
-    from sweeps.driver.budget_clock import BudgetClock
-    from sweeps.driver.console import SweepConsole
-    from sweeps.driver.trial_logs import KeepTrialLogs
-    from sweeps.schedulers.per_unit import make_scheduler
-    from sweeps.search.base import OptunaLinks
-    from sweeps.search.teachers import teacher_callbacks
-
     sweep, paths = plan.sweep, plan.paths
     path = paths.experiment(sweep.name)
     trainable = make_trainable(settings, trainable_fn)
@@ -236,17 +184,13 @@ def run_tune(
         searcher = make_searcher(plan, settings.wandb.mode)
         # warm_start: the trials an earlier sweep finished are reused, not trained again
         to_train = plan.to_train
-        # a fused group holds one trial's resources: the cap counts groups' worth of member trials
+        # a fused group holds one trial's resources: the cap counts groups' worth of member trials;
+        # the searcher keeps it itself, not counting trials paused at a rung (sweeps.search.base)
         concurrent = min(fit.max_concurrent_trials * plan.trials_per_slot, max(1, to_train))
-        if sweep.spec.per_configuration:
-            # a seed paused at a rung holds no slot: the searcher counts the running ones itself
-            searcher.limit, concurrent = concurrent, None
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
         callbacks += [BudgetClock(), KeepTrialLogs()]
         if settings.fusion_roster is not None:  # the members Tune ended, for their groups
-            from sweeps.trial.fused.roster import RosterFeed
-
             callbacks.append(RosterFeed())
         if verbose >= 1:
             columns = list(sweep.grid_columns) + list(sweep.param_columns)
@@ -276,8 +220,6 @@ def run_tune(
             run_config=make_run_config(sweep, paths, callbacks, verbose),
         )
     guard = guard or StorageGuard(paths.storage)
-    from sweeps.trial.fused.roster import start_roster, stop_roster
-
     if settings.fusion_roster is not None:
         start_roster(settings.fusion_roster)
     with guard.watching(), charging(meter):
@@ -306,8 +248,6 @@ def nothing_to_resume(path: str) -> str:
 def holds_sweep(path: str) -> bool:
     """Whether ``path`` (a sweep's experiment folder, local or in a bucket) holds a sweep's files."""
     if "://" in path:
-        from ray import tune
-
         return tune.Tuner.can_restore(path)
     return Path(path).exists() and not only_launch_files(Path(path))
 
@@ -349,8 +289,8 @@ def train(launch: Launch) -> None:
             len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         )
         launch.rows, launch.plans = result_rows(grid, launch.settings.plan, launch.spec.parameters)
-        for row in launch.rows:  # what a later warm start compares its plans with
-            row[PLAN_HASH] = plan_fingerprint(launch.plans[row["trial_id"]][0])
+        # what a later warm start compares its plans with (a student's names its teacher's)
+        fingerprint_rows(launch.rows, launch.plans, warm.rows() if warm is not None else [])
 
 
 def reuse_warm(launch: Launch) -> None:

@@ -64,8 +64,7 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     from sweeps.storage import short_storage_faults
     from sweeps.trial.teacher import end_without_teacher
 
-    if end_without_teacher(config, settings.metric):  # its teacher failed: the reason, no training
-        return
+    end_without_teacher(config, settings.metric)  # its teacher failed: the reason, no training
     plan = settings.plan(config)
     res = settings.resources
     ctx = tune.get_context()

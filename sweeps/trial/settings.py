@@ -65,7 +65,7 @@ class TrialSettings:
     def plan(self, config: dict[str, Any]) -> TrialPlan:
         """A trial's plan from its Tune config: its cell's plan as the spec resolved it, with the
         seed and Optuna's samples (and a multi-objective sweep's baseline settings, ``set``:
-        :mod:`sweeps.search.moo`) and a student's ``teacher_checkpoint`` written in. Nothing of
+        :mod:`sweeps.search.baselines`) and a student's ``teacher_checkpoint`` written in. Nothing of
         the grid is resolved again."""
         flat = {k: _plain(v) for k, v in config.items()}
         params = {key: flat[name] for name, key in self.param_columns.items() if name in flat}

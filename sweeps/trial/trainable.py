@@ -39,8 +39,7 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     from sweeps.trial.wandb_logger import make_wandb_logger
 
     phases.start()
-    if end_without_teacher(config, settings.metric):  # its teacher failed: the reason, no training
-        return
+    end_without_teacher(config, settings.metric)  # its teacher failed: the reason, no training
     plan = settings.plan(config)
     ctx = tune.get_context()
     trial_id, trial_name = ctx.get_trial_id(), ctx.get_trial_name()

@@ -71,7 +71,7 @@ def run_arguments(
     job_type, label = "train", ""
     if (
         "configuration" in plan.config
-    ):  # judged over seeds (sweeps.search.configs): its seeds' runs together
+    ):  # judged over seeds (sweeps.search.over_seeds): its seeds' runs together
         job_type = configuration_label(plan.cell.slug, plan.config["configuration"])
         run_config["configuration_id"], label = (
             job_type,

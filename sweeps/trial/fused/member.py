@@ -46,6 +46,7 @@ from sweeps.trial.lifecycle import (
     trial_storage_path,
 )
 from sweeps.trial.settings import TrialSettings
+from sweeps.trial.teacher import end_without_teacher
 from sweeps.trial.wandb_run import HEATMAP_KEY, MemberRun, close_wandb, run_arguments
 
 #: seconds a member waits for its next report before it looks whether Tune is stopping it
@@ -64,6 +65,9 @@ def run_member_trial(config: dict[str, Any], settings: TrialSettings) -> None:
 
         return run_trial(config, settings)
     group, j, size = found
+    # a student whose teacher failed fails at once, as its unfused trial does: its group trains
+    # the other members once Tune has ended this one (the roster says so)
+    end_without_teacher(config, settings.metric)
     phases.start()
     plan = settings.plan(config)
     ctx = tune.get_context()

@@ -16,6 +16,7 @@ from sweeps.plan.fusion import (
     member_of,
     member_share,
     plan_fusion,
+    unfusable,
 )
 from sweeps.spec import build_sweep
 
@@ -136,14 +137,29 @@ def test_what_turns_fusion_off_is_said(tmp_path):
         build_sweep(raw(fusion="sometimes"))
 
 
-def test_a_sweep_with_teachers_is_not_fused_and_a_student_of_a_checkpoint_trains_alone():
-    """The fused searcher does not hold students back for their teachers, and the fused loop has
-    no teacher pass: a sweep with teacher cells trains unfused, said in --dry-run's terms; a cell
-    that distils from a checkpoint file (no teacher cell) trains alone, its other cells fuse."""
-    student = {"attention": "memory", "K": 4, "teacher": {"cell": {"attention": "none"}}}
-    grid = {"model": [{"attention": "none"}, dict(student, distill_weight=1.0)]}
-    off = plan_fusion(build_sweep(raw(grid=grid)))
-    assert off.fused == [] and "teacher cells (teacher:) are not fused" in off.off
+def test_teachers_fuse_with_teachers_and_students_with_students():
+    """A teacher cell's seeds fuse like any cell's, but never with a cell that is not a teacher
+    (its group goes out first), and a student's with students only, each member with its own
+    teacher (the fused model's teacher pass), by the plan alone and with the model's own answer.
+    A cell that distils from a checkpoint file (no teacher cell) fuses with its shape's students
+    the same way."""
+    teacher = {"cell": {"attention": "none", "lr": 0.001}}
+    student = {"attention": "memory", "K": 4, "teacher": teacher}
+    grid = {
+        "model": [
+            {"attention": "none", "lr": 0.001},  # the teacher
+            {"attention": "none", "lr": 0.003},  # its shape, no teacher: a group of its own
+            dict(student, distill_weight=1.0),
+        ]
+    }
+    sweep = build_sweep(raw(grid=grid))
+    for plan in (plan_fusion(sweep), plan_fusion(sweep, check=unfusable)):
+        assert plan.off is None and not plan.alone
+        assert members(plan, sweep) == [
+            [("attention=none lr=0.001", s, 0) for s in (0, 1, 2)],
+            [("attention=none lr=0.003", s, 0) for s in (0, 1, 2)],
+            [("attention=memory K=4 distill_weight=1", s, 0) for s in (0, 1, 2)],
+        ], "lr alone would let the two cells fuse: a teacher's group holds teachers only"
     by_file = {"attention": "memory", "K": 4, "teacher_checkpoint": "bahdanau.ckpt"}
     grid = {
         "model": [
@@ -154,13 +170,33 @@ def test_a_sweep_with_teachers_is_not_fused_and_a_student_of_a_checkpoint_trains
         ]
     }
     sweep = build_sweep(raw(grid=grid))
-    plan = plan_fusion(sweep)
-    fused = [sweep.plans[g.slots[0].unit].model for g in plan.fused]
-    assert len(plan.fused) == 2 and all(len(g.slots) == 3 for g in plan.fused)
-    assert {m.get("distill_weight", 0) for m in fused} == {0}, fused
-    assert len(plan.alone) == 2 and all("trains alone" in a for a in plan.alone), plan.alone
-    assert any("distill_weight 1," in a for a in plan.alone)
-    assert any("init_from_teacher encoder" in a for a in plan.alone)
+    plan = plan_fusion(sweep, check=unfusable)
+    assert not plan.alone and sum(len(g.slots) for g in plan.fused) == 12
+
+
+def test_multi_objective_studies_fuse_unless_their_rung_rule_pauses_trials():
+    """A multi-objective study's samples fuse like a one-metric study's; the Pareto rung rule's
+    ``promotion: wait`` (its default) pauses trials at a rung, which a fused member cannot do, so
+    that sweep trains unfused and says why; ``promotion: immediate`` fuses."""
+    moo = raw(
+        seeds=[0],
+        grid={},
+        metric=None,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "val/loss", "goal": "minimize"},
+        ],
+        parameters={"model.lr": {"min": 0.001, "max": 0.01, "distribution": "log_uniform_values"}},
+        num_samples=3,
+    )
+    del moo["metric"]
+    assert [len(g.slots) for g in plan_fusion(build_sweep(moo)).fused] == [3]
+    moo["early_terminate"] = {"type": "pareto", "grace_period": 1}
+    waiting = plan_fusion(build_sweep(moo))
+    assert waiting.fused == [] and "promotion: wait pauses trials" in waiting.off
+    assert "(promotion: immediate fuses)" in fusion_lines(build_sweep(moo), waiting)[0]
+    moo["early_terminate"]["promotion"] = "immediate"
+    assert [len(g.slots) for g in plan_fusion(build_sweep(moo)).fused] == [3]
 
 
 def test_member_keys_round_trip_and_configuration_chunks():

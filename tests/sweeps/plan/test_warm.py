@@ -12,7 +12,7 @@ import pytest
 from sweep_helpers import tiny_spec, write_spec
 
 from sweeps.errors import SpecError
-from sweeps.plan.warm import PLAN_HASH, plan_fingerprint, plan_warm_start
+from sweeps.plan.warm import PLAN_HASH, fingerprint_rows, plan_fingerprint, plan_warm_start
 from sweeps.search.warm import tell_earlier
 from sweeps.spec import load_spec
 
@@ -65,6 +65,41 @@ def test_identical_plans_are_reused_and_changed_ones_are_not(tmp_path, capsys):
         "w", grid=grid, warm_start=str(folder), trainer={"max_steps": 40, "val_check_interval": 10}
     )
     assert plan_warm_start(load_spec(write_spec(tmp_path, longer))).reused_count == 0
+
+
+def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerprint(tmp_path):
+    """A student's fingerprint names its teacher's, not the checkpoint path it was given (which
+    a new plan cannot know): written teacher first whatever the rows' order, and reused when its
+    teacher is; a student of another teacher than the one it would get now trains again."""
+    student = {
+        "attention": "memory",
+        "K": 4,
+        "distill_weight": 1.0,
+        "teacher": {"cell": {"attention": "bahdanau"}},
+    }
+    grid = {"model": [{"attention": "bahdanau"}, student]}
+    first = load_spec(write_spec(tmp_path, tiny_spec("t", grid=grid)))
+    teacher_plan, student_plan = first.plans
+    taught = student_plan.with_values(0, {"model.teacher_checkpoint": "/old/t.ckpt"}, {}, {})
+    rows = [
+        {"trial_id": "s", "cell": student_plan.cell.name, "seed": 0, "teacher": "t"},
+        {"trial_id": "t", "cell": teacher_plan.cell.name, "seed": 0},
+    ]
+    fingerprint_rows(rows, {"s": (taught, ""), "t": (teacher_plan, "")}, [])
+    assert rows[1][PLAN_HASH] == plan_fingerprint(teacher_plan)
+    assert rows[0][PLAN_HASH] == plan_fingerprint(student_plan, rows[1][PLAN_HASH])
+    assert rows[0][PLAN_HASH] == plan_fingerprint(taught, rows[1][PLAN_HASH]), "no path in it"
+    folder = tmp_path / "earlier" / "t"
+    folder.mkdir(parents=True)
+    for row in rows:
+        row.update({"status": "done", "val/bleu": 50.0, "checkpoint": f"/old/{row['trial_id']}"})
+    pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
+    again = load_spec(write_spec(tmp_path, tiny_spec("t", grid=grid, warm_start=str(folder))))
+    warm = plan_warm_start(again)
+    assert {i: [r["trial_id"] for r in rs] for i, rs in warm.reused.items()} == {0: ["t"], 1: ["s"]}
+    rows[0]["teacher"] = "another"
+    pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
+    assert sorted(plan_warm_start(again).reused) == [0]
 
 
 def test_a_warm_start_that_is_no_sweep_output_fails_at_load(tmp_path):

@@ -346,7 +346,7 @@ def test_a_converged_trial_is_its_own_status_and_finished():
 def test_the_searcher_hands_out_the_longest_trials_first():
     from sweeps.plan.cost import estimated_cost
     from sweeps.plan.units import Unit
-    from sweeps.search.base import SweepSearcher
+    from sweeps.search.compose import per_unit_searcher
 
     trainer = {"max_steps": 3000}
     cells = [
@@ -360,7 +360,7 @@ def test_the_searcher_hands_out_the_longest_trials_first():
         Unit(f"s/{i}", i, 0, {"cell": i}, 3000, estimated_cost({"max_length": L}, m, trainer))
         for i, (L, m) in enumerate(cells)
     ]
-    searcher = SweepSearcher(units, num_samples=1, metric="val/bleu", mode="max")
+    searcher = per_unit_searcher(units, num_samples=1, metric="val/bleu", mode="max")
     order = [searcher.suggest(f"t{i}")["cell"] for i in range(len(units))]
     assert order == [3, 2, 4, 1, 0]
 

@@ -20,7 +20,10 @@ from ray.tune.schedulers import TrialScheduler  # noqa: E402
 from sweeps.plan.units import Unit  # noqa: E402
 from sweeps.report.selection import aggregate  # noqa: E402
 from sweeps.schedulers.config_rungs import ConfigRungs  # noqa: E402
-from sweeps.search.configs import ConfigSearcher  # noqa: E402
+from sweeps.search.base import SweepSearcher  # noqa: E402
+from sweeps.search.handout import OneAtATime  # noqa: E402
+from sweeps.search.objective import SingleObjective  # noqa: E402
+from sweeps.search.over_seeds import OverSeeds  # noqa: E402
 
 
 def test_aggregate_is_the_mean_or_the_pessimistic_end_of_the_t_interval():
@@ -31,7 +34,7 @@ def test_aggregate_is_the_mean_or_the_pessimistic_end_of_the_t_interval():
     assert aggregate([7.0], "lcb", "max") == 7.0
 
 
-def _searcher(tmp_path: Path, limit=None) -> ConfigSearcher:
+def _searcher(tmp_path: Path, limit=None) -> SweepSearcher:
     import optuna.distributions as od
 
     units = [
@@ -39,17 +42,18 @@ def _searcher(tmp_path: Path, limit=None) -> ConfigSearcher:
         for c in range(2)
         for s in (0, 1)
     ]
-    return ConfigSearcher(
+    scope = OverSeeds(
         units,
+        SingleObjective("val/bleu", "max"),
         num_samples=2,
-        metric="val/bleu",
-        mode="max",
         space={"lr": od.FloatDistribution(1e-4, 1e-2, log=True)},
         journal=str(tmp_path / "optuna.journal"),
         studies=["s/c0", "s/c1"],
-        objective="mean",
-        limit=limit,
+        how="mean",
     )
+    searcher = SweepSearcher(units, scope, OneAtATime())
+    searcher.set_max_concurrency(limit)
+    return searcher
 
 
 def test_a_configuration_runs_on_every_seed_and_optuna_is_told_its_mean(tmp_path):
@@ -66,10 +70,10 @@ def test_a_configuration_runs_on_every_seed_and_optuna_is_told_its_mean(tmp_path
     searcher.on_trial_result("t1", {"val/bleu": 4.0, "step": 10})
     searcher.on_trial_result("t2", {"val/bleu": 6.0, "step": 10})
     searcher.on_trial_complete("t1", {"val/bleu": 10.0, "step": 30})
-    study = searcher._cell_study(0)
+    study = searcher.scope.cell_study(0)
     assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # a seed is still training
     searcher.on_trial_complete("t2", {"val/bleu": 14.0, "step": 30})
-    (t,) = [t for t in searcher._cell_study(0).trials if t.number == 0]
+    (t,) = [t for t in searcher.scope.cell_study(0).trials if t.number == 0]
     assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 12.0
     assert t.intermediate_values == {10: 5.0, 30: 12.0}
     assert t.user_attrs["seed=0"] == {
@@ -83,13 +87,14 @@ def test_a_configuration_runs_on_every_seed_and_optuna_is_told_its_mean(tmp_path
         14.0,
     ]
     # one study per cell, none per (cell, seed)
-    assert sorted(optuna.get_all_study_names(searcher._get_storage())) == ["s/c0", "s/c1"]
+    assert sorted(optuna.get_all_study_names(searcher.scope.journal.storage)) == ["s/c0", "s/c1"]
 
 
 def test_paused_seeds_hold_no_slot_of_the_searchers_limit(tmp_path):
     searcher = _searcher(tmp_path, limit=1)
     assert searcher.suggest("t1") is not None
     assert searcher.suggest("t2") is None  # one running: the limit
+    ConfigRungs("val/bleu", "max", 2, 1, 2.0, 3, 30, searcher.rung_state)  # its state, shared
     searcher.rung_state["waiting"]["t1"] = ("c0", 0, 1)  # paused at a rung
     assert searcher.suggest("t2")["seed"] == 1  # its sibling may start
 

@@ -351,7 +351,10 @@ def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path)
     FAIL for a sample that did not fail (a FAIL that never ran, as the journal once held)."""
 
     from sweeps.plan.units import Unit
-    from sweeps.search.moo import MooSearcher
+    from sweeps.search.base import SweepSearcher
+    from sweeps.search.handout import OneAtATime
+    from sweeps.search.moo import MultiObjective
+    from sweeps.search.per_unit import PerUnit
     from sweeps.spec import build_sweep
     from sweeps.spec.search_space import optuna_distributions
 
@@ -382,21 +385,20 @@ def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path)
             )
 
     unit = Unit("repeats/u", 0, 0, {"cell": "c", "seed": 0}, max_steps=20)
-    searcher = MooSearcher(
+    scope = PerUnit(
         [unit],
+        MultiObjective(sweep, Reader(), 4),
         4,
-        sweep,
         optuna_distributions(sweep.spec.parameters, sweep.param_columns),
         str(tmp_path / "optuna.journal"),
-        Reader(),
-        wandb_enabled=False,
     )
+    searcher = SweepSearcher([unit], scope, OneAtATime())
     first, second = searcher.suggest("a"), searcher.suggest("b")
     assert {first["K"], second["K"]} == {
         1,
         2,
     }  # the space is two samples: every ask after these repeats one
-    study = searcher._study(0)
+    study = searcher.scope.study(0)
     held = [t for t in study.trials if "duplicate_of" in t.user_attrs]
     assert held and all(
         t.state.name == "RUNNING" for t in held

@@ -41,35 +41,40 @@ def test_optuna_is_told_the_vector_of_means_over_seeds(tmp_path):
     import optuna
 
     from sweeps.plan.units import sweep_units
-    from sweeps.search.moo_configs import MooConfigSearcher
-    from sweeps.search.moo_studies import ObjectiveReader
+    from sweeps.search.base import SweepSearcher
+    from sweeps.search.handout import OneAtATime
+    from sweeps.search.moo import MultiObjective, ObjectiveReader
+    from sweeps.search.over_seeds import OverSeeds, cell_study_name
     from sweeps.spec.search_space import optuna_distributions
 
     spec = _spec(constraints=[{"name": "val/loss", "max": 3.0}])
     sweep = load_spec(write_spec(tmp_path, spec))
-    searcher = MooConfigSearcher(
-        sweep_units(sweep),
-        sweep,
+    units = sweep_units(sweep)
+    objective = MultiObjective(sweep, ObjectiveReader(sweep, None), 2, dedupe=False)
+    scope = OverSeeds(
+        units,
+        objective,
+        sweep.spec.num_samples,
         optuna_distributions(sweep.spec.parameters, sweep.param_columns),
         str(tmp_path / "optuna.journal"),
-        ObjectiveReader(sweep, None),
-        wandb_enabled=False,
+        [cell_study_name(sweep.name, c.slug) for c in sweep.cells],
     )
+    searcher = SweepSearcher(units, scope, OneAtATime())
     a, b = searcher.suggest("a"), searcher.suggest("b")
     assert (a["seed"], b["seed"], a["lr"]) == (0, 1, b["lr"]) and a["configuration"] == 0
     searcher.on_trial_result("a", {"val/bleu": 2.0, "val/loss": 3.0, "step": 10})
     searcher.on_trial_result("b", {"val/bleu": 4.0, "val/loss": 2.0, "step": 10})
     searcher.on_trial_complete("a", {"val/bleu": 10.0, "val/loss": 2.5, "step": 20})
-    study = searcher._cell_study(0)
+    study = searcher.scope.cell_study(0)
     assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # a seed still trains
     searcher.on_trial_complete("b", {"val/bleu": 20.0, "val/loss": 3.5, "step": 20})
-    (t,) = searcher._cell_study(0).trials
+    (t,) = searcher.scope.cell_study(0).trials
     assert t.state == optuna.trial.TrialState.COMPLETE and t.values == [15.0, 3.0]
     assert t.user_attrs["intermediate"] == {"10": [3.0, 2.5], "20": [15.0, 3.0]}
     assert t.user_attrs["seed=1"]["value"] == [20.0, 3.5]
     # val/loss <= 3: seed 0 is 0.5 inside (-0.5), seed 1 0.5 over (+0.5): the mean is 0
-    assert t.constraints == {searcher.constraints[0].label: 0.0}
-    assert optuna.get_all_study_names(searcher._get_storage()) == ["mc/attention-none"]
+    assert t.constraints == {objective.constraints[0].label: 0.0}
+    assert optuna.get_all_study_names(searcher.scope.journal.storage) == ["mc/attention-none"]
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from sweep_helpers import tiny_spec, write_spec  # noqa: E402
 
 from sweeps.launch import main  # noqa: E402
 from sweeps.plan.units import Unit  # noqa: E402
-from sweeps.search.base import SweepSearcher  # noqa: E402
+from sweeps.search.compose import per_unit_searcher  # noqa: E402
 from sweeps.search.teachers import TeacherBook  # noqa: E402
 
 BAHDANAU = "attention=bahdanau"
@@ -51,7 +51,7 @@ def test_the_searcher_withholds_students_until_their_teacher_ends():
         Unit("s/a", 1, 0, {"cell": "A", "seed": 0}),
         Unit("s/s", 2, 0, {"cell": "S", "seed": 0}, teacher=0),
     ]
-    searcher = SweepSearcher(units, num_samples=2, metric="val/bleu", mode="max")
+    searcher = per_unit_searcher(units, num_samples=2, metric="val/bleu", mode="max")
     first = [searcher.suggest(f"t{i}") for i in range(2)]
     assert [c["cell"] for c in first] == ["T", "T"], "the teacher's trials start first"
     assert searcher.suggest("a0")["cell"] == "A" and searcher.suggest("a1")["cell"] == "A"
@@ -65,7 +65,7 @@ def test_the_searcher_withholds_students_until_their_teacher_ends():
     assert (student["teacher"], student["teacher_checkpoint"]) == ("t1", "/c/t1.ckpt")
 
     # a teacher unit whose trials all failed: the student gets the reason instead
-    failed = SweepSearcher(units, num_samples=1, metric="val/bleu", mode="max")
+    failed = per_unit_searcher(units, num_samples=1, metric="val/bleu", mode="max")
     failed.suggest("t0")
     failed.teachers.errors["t0"] = "ValueError: out of memory"
     failed.on_trial_complete("t0", error=True)
@@ -87,12 +87,12 @@ def test_a_students_optuna_trial_names_its_teacher(tmp_path):
     ]
     space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
     journal = str(tmp_path / "optuna.journal")
-    searcher = SweepSearcher(units, 1, "val/bleu", "max", space=space, journal=journal)
+    searcher = per_unit_searcher(units, 1, "val/bleu", "max", space=space, journal=journal)
     searcher.suggest("t0")
     searcher.teachers.checkpoints["t0"] = "/c/t0.ckpt"
     searcher.on_trial_complete("t0", {"val/bleu": 60.0, "step": 10})
     assert searcher.suggest("s0")["teacher"] == "t0"
-    (student,) = searcher._study(1).trials
+    (student,) = searcher.scope.study(1).trials
     assert student.user_attrs["teacher"] == "t0"
     assert student.user_attrs["teacher_checkpoint"] == "/c/t0.ckpt"
 

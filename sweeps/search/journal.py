@@ -1,0 +1,73 @@
+"""The Optuna journal a sweep's studies live in (``<output>/<name>/optuna.journal``), opened once
+per driver: its studies by name, and the writes the searcher makes on a trial by its storage id
+(a user attribute, an intermediate value), which an Optuna trial already told refuses.
+
+Each Optuna trial carries user attributes that lead back to the run: ``ray_trial_id``,
+``wandb_run_id`` and (through :class:`sweeps.search.base.OptunaLinks`) ``checkpoint_path``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+
+class Journal:
+    """The journal file ``path`` (None: a sweep without ``parameters``, no Optuna at all)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._storage: Any = None
+        self._studies: dict[str, Any] = {}
+
+    def __bool__(self) -> bool:
+        return self.path is not None
+
+    def __getstate__(self) -> dict:
+        # Tune pickles the searcher: the storage and the studies are reopened from the file
+        return {"path": self.path, "_storage": None, "_studies": {}}
+
+    @property
+    def storage(self) -> Any:
+        if self._storage is None:
+            self._storage = JournalStorage(JournalFileBackend(self.path))
+        return self._storage
+
+    def study(self, name: str, create: Callable[[Any, str], Any]) -> Any:
+        """The study ``name``, made by ``create(storage, name)`` the first time it is asked for."""
+        if name not in self._studies:
+            self._studies[name] = create(self.storage, name)
+        return self._studies[name]
+
+    def names(self) -> set[str]:
+        """The names of the studies the journal holds."""
+        return set(optuna.get_all_study_names(self.storage))
+
+    def set_attr(self, storage_id: int, key: str, value: Any) -> bool:
+        """Set a user attribute on a trial; False when Optuna refuses (the trial was told)."""
+        try:
+            self.storage.set_trial_user_attr(storage_id, key, value)
+        except RuntimeError:
+            return False
+        return True
+
+    def set_intermediate(self, storage_id: int, step: int, value: float) -> None:
+        try:
+            self.storage.set_trial_intermediate_value(storage_id, step, value)
+        except RuntimeError:
+            pass  # the Optuna trial already finished
+
+    def trial(self, storage_id: int) -> Any:
+        return self.storage.get_trial(storage_id)
+
+    def fail_running(self, study: Any, keep: set[int]) -> None:
+        """Mark FAIL the RUNNING trials of ``study`` whose storage ids are not in ``keep``: trials a
+        driver that died before Tune saved it left RUNNING, which no Ray trial will finish."""
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        for t in running:
+            if t._trial_id not in keep:
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
