@@ -128,8 +128,9 @@ def test_fused_multi_objective_samples_are_asked_together_and_told_their_own_vec
 
 
 def test_teachers_fuse_with_teachers_and_their_students_wait_for_them(local_ray, tmp_path):
-    """Two seeds: the teachers train as one fused group, the students (alone: the fused model has
-    no teacher pass yet) start after both teachers ended, each taught by its own seed's teacher."""
+    """Two seeds: the teachers train as one fused group, the students as another, which starts
+    after both teachers ended, each member taught by its own seed's teacher (the fused model's
+    teacher pass: each student's checkpoint names its own teacher's)."""
     spec = teacher_spec("fuseteach", seeds=[0, 1], max_concurrent_trials=2)
     assert launch(tmp_path, spec) == 0
     df = rows(tmp_path, "fuseteach")
@@ -137,7 +138,7 @@ def test_teachers_fuse_with_teachers_and_their_students_wait_for_them(local_ray,
     teachers, students = df[df["attention"] == "bahdanau"], df[df["attention"] == "memory"]
     assert (df["status"] == "done").all() and len(teachers) == len(students) == 2
     assert (teachers["fused_with"] == "g1").all(), "the teachers fused"
-    assert students["fused_with"].isna().all(), "the students train alone"
+    assert (students["fused_with"] == "g2").all(), "the students fused, apart from the teachers"
     ended = max(reports(exp, t)[-1]["timestamp"] for t in teachers["trial_id"])
     for seed in (0, 1):
         teacher = teachers[teachers["seed"] == seed].iloc[0]
