@@ -16,10 +16,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ray import tune
+
+from sweeps.driver.budget import charging
+from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, Paths
-from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations
+from sweeps.driver.trial_logs import KeepTrialLogs
+from sweeps.plan.units import Unit
+from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
+from sweeps.report.results import result_rows
+from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations, mark_chosen
+from sweeps.search.compose import per_unit_searcher
 from sweeps.spec import Sweep
 from sweeps.stages.launch_state import Launch
+from sweeps.stages.train import console, make_trainable, new_tuner
+from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings
 
 #: the confirm experiment's folder, inside the sweep's experiment folder
@@ -66,17 +77,6 @@ def run_confirm(
 ):
     """Run (or, when its folder holds one, resume) the confirm experiment; returns its
     ``ResultGrid`` read back from storage."""
-    from ray import tune
-
-    from sweeps.driver.budget import charging
-    from sweeps.driver.budget_clock import BudgetClock
-    from sweeps.driver.console import SweepConsole
-    from sweeps.driver.trial_logs import KeepTrialLogs
-    from sweeps.plan.units import Unit
-    from sweeps.search.compose import per_unit_searcher
-    from sweeps.stages.train import make_trainable, trial_dirname
-    from sweeps.storage import StorageGuard
-
     parent = paths.experiment(sweep.name)
     path = parent.rstrip("/") + "/" + CONFIRM_EXPERIMENT
     trainable = make_trainable(settings)
@@ -95,34 +95,17 @@ def run_confirm(
         searcher = per_unit_searcher(units, 1, sweep.spec.metric.name, sweep.spec.metric.mode)
         callbacks: list = [BudgetClock(), KeepTrialLogs()]
         if verbose >= 1:
-            columns = list(sweep.grid_columns) + list(sweep.param_columns)
-            callbacks.append(
-                SweepConsole(
-                    len(configs),
-                    columns,
-                    sweep.spec.metric.name,
-                    sweep.spec.metric.mode,
-                    max_steps=steps,
-                )
-            )
-        spec = sweep.spec
-        tuner = tune.Tuner(
+            callbacks.append(console(sweep, len(configs)))
+        tuner = new_tuner(
             trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=searcher,
-                num_samples=len(configs),
-                max_concurrent_trials=min(fit.max_concurrent_trials, len(configs)),
-                trial_dirname_creator=trial_dirname,
-                reuse_actors=settings.resources.workers == 1,
-            ),
-            run_config=tune.RunConfig(
-                name=CONFIRM_EXPERIMENT,
-                storage_path=parent,
-                failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
-                callbacks=callbacks,
-                verbose=1 if verbose >= 2 else 0,
-            ),
+            searcher,
+            settings,
+            name=CONFIRM_EXPERIMENT,
+            storage_path=parent,
+            trials=len(configs),
+            concurrent=min(fit.max_concurrent_trials, len(configs)),
+            callbacks=callbacks,
+            verbose=verbose,
         )
     guard = guard or StorageGuard(paths.storage)
     with guard.watching(), charging(meter):
@@ -143,8 +126,6 @@ def confirm_stage(
     """The launcher's confirm stage, after the search: marks ``rows`` ``role: select``, trains the
     confirm trials and returns their rows (``role: confirm``), their plans and folders by trial id
     (what the held-out stage needs), and whether it was cut short (Ctrl-C, a full storage)."""
-    from sweeps.report.results import result_rows
-    from sweeps.report.selection import mark_chosen
 
     for row in rows:
         if row.get("trial_id"):
@@ -163,7 +144,6 @@ def confirm_stage(
     )
     grid = run_confirm(sweep, paths, settings, fit, configs, verbose, guard, meter)
     more, plans = result_rows(grid, settings.plan, sweep.spec.parameters)
-    from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
 
     for row in more:
         row[ROLE], row[PLAN_HASH] = CONFIRM, plan_fingerprint(plans[row["trial_id"]][0])

@@ -24,7 +24,7 @@ from ray import tune
 
 from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
-from sweeps.driver.cluster import ClusterFit, LaunchError, Paths
+from sweeps.driver.cluster import ClusterFit, LaunchError
 from sweeps.driver.console import SweepConsole
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import BUDGET_FILE
@@ -134,17 +134,56 @@ def make_trainable(
     return tune.with_resources(tune.with_parameters(fn, settings=settings), resources)
 
 
-def make_run_config(sweep: Any, paths: Paths, callbacks: list, verbose: int):
-    spec = sweep.spec
-    return tune.RunConfig(
-        name=sweep.name,
-        storage_path=paths.storage,
-        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
-        callbacks=callbacks,
-        verbose=1
-        if verbose >= 2
-        else 0,  # 0/1: our console (sweeps.driver.console) only; 2: Tune's too
+def new_tuner(
+    trainable: Any,
+    searcher: Any,
+    settings: TrialSettings,
+    *,
+    name: str,
+    storage_path: str,
+    trials: int,
+    concurrent: int | None,
+    callbacks: list,
+    verbose: int,
+    scheduler: Any = None,
+) -> tune.Tuner:
+    """A Tune run of ``trials`` trials as this project runs them (the search, and the confirm
+    stage's retraining): its searcher, trial folders named by cell, finished trials' processes
+    reused, failures retried, checkpoints kept, the driver's callbacks, Tune's own reporter only
+    at ``verbose`` 2."""
+    spec = settings.spec
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=trials,
+            max_concurrent_trials=concurrent,
+            trial_dirname_creator=trial_dirname,
+            # a finished trial's process runs the next one: no new Ray worker importing torch,
+            # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).
+            # Single-process trials only; each trial re-seeds and resets what it set (trial_kit)
+            reuse_actors=settings.resources.workers == 1,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage_path,
+            failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.storage.keep_checkpoints),
+            callbacks=callbacks,
+            verbose=1 if verbose >= 2 else 0,  # 0/1: our console (sweeps.driver.console) only
+        ),
+    )
+
+
+def console(sweep: Any, trials: int) -> SweepConsole:
+    """The driver's console for ``trials`` trials of ``sweep``: its grid and sampled columns."""
+    return SweepConsole(
+        trials,
+        list(sweep.grid_columns) + list(sweep.param_columns),
+        sweep.spec.metric.name,
+        sweep.spec.metric.mode,
+        max_steps={p.cell.name: p.trainer.get("max_steps") for p in sweep.plans},
     )
 
 
@@ -193,31 +232,18 @@ def run_tune(
         if settings.fusion_roster is not None:  # the members Tune ended, for their groups
             callbacks.append(RosterFeed())
         if verbose >= 1:
-            columns = list(sweep.grid_columns) + list(sweep.param_columns)
-            steps = {p.cell.name: p.trainer.get("max_steps") for p in sweep.plans}
-            callbacks.append(
-                SweepConsole(
-                    to_train,
-                    columns,
-                    sweep.spec.metric.name,
-                    sweep.spec.metric.mode,
-                    max_steps=steps,
-                )
-            )
-        tuner = tune.Tuner(
+            callbacks.append(console(sweep, to_train))
+        tuner = new_tuner(
             trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=searcher,
-                scheduler=make_scheduler(sweep, searcher),
-                num_samples=to_train,
-                max_concurrent_trials=concurrent,
-                trial_dirname_creator=trial_dirname,
-                # a finished trial's process runs the next one: no new Ray worker importing torch,
-                # Lightning and Ray again (~15 s a trial on the loaded 2-core VM, sweep_overhead.py).
-                # Single-process trials only; each trial re-seeds and resets what it set (trial_kit)
-                reuse_actors=settings.resources.workers == 1,
-            ),
-            run_config=make_run_config(sweep, paths, callbacks, verbose),
+            searcher,
+            settings,
+            name=sweep.name,
+            storage_path=paths.storage,
+            trials=to_train,
+            concurrent=concurrent,
+            callbacks=callbacks,
+            verbose=verbose,
+            scheduler=make_scheduler(sweep, searcher),
         )
     guard = guard or StorageGuard(paths.storage)
     if settings.fusion_roster is not None:

@@ -254,7 +254,7 @@ def run_probe_process(
     timing: Any,
     fields: Iterable[str] = ("seconds",),
 ) -> list[dict]:
-    """:func:`time_models` in a fresh Python process (:mod:`sweeps.timing.probe_child`) pinned to the
+    """:func:`~sweeps.timing.probe_measure.time_models` in a fresh Python process (:mod:`sweeps.timing.probe_child`) pinned to the
     highest-numbered CPUs, as the timing stage's processes are."""
 
     kwargs = {
@@ -278,108 +278,3 @@ def run_probe_process(
     if code != 0 or len(found) != len(models):
         raise RuntimeError(f"the decode probe failed (exit {code}): {error}")
     return [json.loads(line) for line in found]
-
-
-def time_models(
-    task: dict[str, Any],
-    seed: int,
-    models: Iterable[dict[str, Any]],
-    threads: int = 1,
-    repeats: int = 5,
-    precision: float | None = 0.02,
-    max_seconds: float = 5.0,
-    warmup: int = 1,
-    rounds: int = 2,
-    calibration_seconds: float = 2.0,
-    train: Iterable[str] = (),
-    train_steps: int = 4,
-) -> Iterable[dict[str, Any]]:
-    """Time each model (random weights, seeded) decoding the task's validation split, every batch
-    forced to its longest reference's length, in ``rounds`` interleaved rounds (the fastest
-    round's median kept, as the timing stage keeps its fastest process's); one entry per model.
-    ``train`` names the training figures to measure too (``train_step_seconds``,
-    ``train_peak_mb``: :func:`sweeps.timing.probe_train.train_cost`, on ``train_steps`` batches)."""
-    import torch
-
-    from sweeps.build import build_datamodule, build_module
-    from sweeps.timing.measure import fastest_probe
-    from sweeps.timing.measure import measure_decode_time as measure
-
-    task = dict(task)
-    if "num_workers" in task:
-        task["num_workers"] = 0  # every batch is built before timing
-    dm = build_datamodule(task, seed)
-    dm.setup("fit")
-    batches = list(dm.val_dataloader())
-    steps = {
-        b["src"].data_ptr(): int(b["tgt_lengths"].max()) for b in batches
-    }  # a trained model's steps
-    models, modules = list(models), []
-    for model in models:
-        torch.manual_seed(0)
-        module = build_module(dict(model), dm)
-
-        def forced(src, src_lengths, module=module):
-            n = steps.get(src.data_ptr(), int(src_lengths.max()))
-            beam = int(module.hparams.val_beam_size)
-            if beam == 1:
-                return module.model.greedy_decode(src, src_lengths, max_len=n, min_len=n)[0]
-            return module.model.beam_search(
-                src,
-                src_lengths,
-                beam_size=beam,
-                max_len=n,
-                min_len=n,
-                length_penalty=module.hparams.length_penalty,
-            )
-
-        module.decode = forced
-        modules.append(module)
-    best: list = [None] * len(modules)
-    costs: list[dict[str, Any]] = [{} for _ in modules]
-    train = list(train)
-    speed = fastest_probe(
-        calibration_seconds
-    )  # the machine's speed, once for every model (not once per measurement)
-    timing_kw = dict(
-        repeats=repeats,
-        warmup=warmup,
-        threads=threads,
-        precision=precision,
-        max_seconds=max_seconds,
-    )
-    for _ in range(
-        rounds
-    ):  # interleaved rounds: a slow spell of a shared machine falls on all models alike
-        for i, module in enumerate(modules):
-            t = measure(
-                module,
-                batches,
-                "cpu",
-                None,
-                repeats,
-                warmup,
-                threads,
-                precision,
-                max_seconds,
-                machine_speed=speed,
-            )
-            if best[i] is None or t.decode_seconds < best[i].decode_seconds:
-                best[i] = t
-            if train:
-                from sweeps.timing.probe_train import faster, train_cost
-
-                got = train_cost(module, dm, train_steps, train, speed, **timing_kw)
-                costs[i] = faster(costs[i], got)
-    for model, t, cost in zip(models, best, costs):
-        yield {
-            **cost,
-            "model": model,
-            "K": model.get(INTERPOLATED),
-            "seconds": float(t.decode_seconds),
-            "repeats": t.repeats,
-            "precision": t.precision,
-            "contended": t.contended,
-            "sentences": t.sentences,
-            "rounds": rounds,
-        }
