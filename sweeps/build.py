@@ -27,6 +27,7 @@ def build_datamodule(task: dict[str, Any], seed: int) -> pl.LightningDataModule:
 def build_module(model: dict[str, Any], dm: pl.LightningDataModule):
     """Seq2SeqModule from the model section: module arguments go straight in, everything else is an
     option of the chosen attention mechanism (``attention_kwargs``). ``dm`` must be set up."""
+    # torch and Lightning (seconds): the launcher builds datamodules only
     from lightning_modules.module import Seq2SeqModule
 
     module_params = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}

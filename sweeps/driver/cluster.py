@@ -330,6 +330,7 @@ def check_gpu_torch(address: str | None) -> None:
     this process is on no node of the cluster: nothing to check here."""
     import ray
 
+    # torch (seconds): only a sweep that asks for GPUs checks its build
     from sweeps.integrations.torch_build import cpu_only_torch, gpu_torch_problem, torch_build
 
     if (address or "").startswith("ray://") or not cpu_only_torch():

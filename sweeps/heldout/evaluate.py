@@ -27,6 +27,7 @@ def split_name(task: Mapping[str, Any]) -> str:
         return "copy test draw"
     if task.get("test_prefix"):
         return str(task["test_prefix"])
+    # torch (seconds): the heldout stage's driver side names splits without it
     from datamodules.wmt17 import PAIR_DEFAULTS
 
     pair = str(task.get("pair", "en-de"))
@@ -42,6 +43,7 @@ def evaluate_checkpoint(
     module logged. ``HeldoutError`` when the data has no test split (WMT with ``test_prefix: ""``)."""
     import lightning.pytorch as pl
 
+    # torch and Lightning (seconds): only the Ray task that evaluates loads them
     from sweeps.build import build_datamodule
     from sweeps.timing.checkpoint import check_vocabulary, load_module
 

@@ -25,6 +25,7 @@ from sweeps.layout import HELDOUT_FILE, write_atomic
 from sweeps.report.selection import is_confirm, mark_chosen
 from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
 from sweeps.timing.jobs import POLL_S, StageWatch, end_tasks, tasks_end_with
+from sweeps.trial.lifecycle import quiet_logs
 
 #: results.csv's column for a chosen trial that could not be evaluated on test
 HELDOUT_ERROR = "heldout_error"
@@ -43,8 +44,6 @@ def _evaluate_task(checkpoint: str, task: dict[str, Any], seed: int) -> dict[str
     """The body of the stage's Ray task: the GPU when Ray gave this task one."""
     import ray
     import torch
-
-    from sweeps.trial.lifecycle import quiet_logs
 
     quiet_logs()
     device = "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"

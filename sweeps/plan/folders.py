@@ -29,6 +29,7 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
     runs, the Optuna journal, under ``<output>/<name>``), ``storage.path`` (Tune's checkpoints),
     and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
     fetches)."""
+    # the datamodules import torch (seconds): planning without folders does without
     from sweeps.build import build_datamodule
 
     found = [Folder("--output", str(output))]
@@ -116,6 +117,7 @@ def describe_folders(folders: list[Folder], limit: int = 3) -> str:
 def gpu_note(sweep: Sweep) -> str | None:
     """``--dry-run``'s line when the sweep asks for GPUs and this machine's torch is CPU-only
     (Ray is not started then, so whether it offers GPUs is not known yet)."""
+    # torch (seconds): only a sweep that asks for GPUs checks its build
     from sweeps.integrations.torch_build import cpu_only_torch, torch_build
 
     if not sweep.spec.resources.gpu or not cpu_only_torch():

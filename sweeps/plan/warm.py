@@ -160,6 +160,7 @@ def plan_warm_start(sweep: Any) -> WarmStart | None:
 
 def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
     """The earlier results.csv's finished rows that carry a plan_hash (the others are counted)."""
+    # pandas (half a second): only a launch that names an earlier folder reads it
     from sweeps.report.results import FINISHED, read_results
 
     csv = warm.folder / RESULTS_CSV
@@ -252,6 +253,7 @@ def _find_reusable_configurations(
     """Configurations judged over seeds: an earlier configuration is reused whole, when every seed
     of the new sweep has an identical finished row of it and its Optuna trial is told to the new
     cell study (its number there: its place among the told trials, in the earlier order)."""
+    # Optuna (half a second): only configurations judged over seeds tell a study
     from sweeps.spec.search_space import optuna_distributions
 
     space = optuna_distributions(sweep.spec.parameters, sweep.param_columns)

@@ -63,6 +63,7 @@ def main() -> None:
     request = json.loads(sys.stdin.read())
     watch_parent(request.get("parent"))
     pin(request["cpus"])
+    # torch, once this process is pinned to its CPUs
     from sweeps.timing.cost import measure_checkpoint
     from sweeps.timing.measure import CALIBRATION_S, fastest_probe
 

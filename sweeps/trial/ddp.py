@@ -23,10 +23,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from sweeps.storage import short_storage_faults
 from sweeps.trial.callbacks import TuneReport
 from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
 from sweeps.trial.lifecycle import placement_metrics
 from sweeps.trial.settings import TrialSettings
+from sweeps.trial.teacher import end_without_teacher
 from sweeps.trial.wandb_logger import make_wandb_logger
 
 
@@ -60,9 +62,6 @@ def run_ddp_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     from ray import tune
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
-
-    from sweeps.storage import short_storage_faults
-    from sweeps.trial.teacher import end_without_teacher
 
     end_without_teacher(config, settings.metric)  # its teacher failed: the reason, no training
     plan = settings.plan(config)

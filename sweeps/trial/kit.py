@@ -21,6 +21,7 @@ import lightning.pytorch as pl
 import torch
 
 from datamodules.resumable import RngStateCallback
+from lightning_modules.cuda_graphs import enable_cuda_graphs
 from sweeps.build import build_datamodule, build_module, trainer_kwargs
 from sweeps.errors import ChaosError, GpuTorchError
 from sweeps.integrations.torch_build import gpu_torch_problem
@@ -31,6 +32,7 @@ from sweeps.trial.callbacks import Chaos, TuneReport
 from sweeps.trial.checkpoints import restore_checkpoint
 from sweeps.trial.lifecycle import STOP_REQUESTED, quiet_logs
 from sweeps.trial.settings import TrialSettings
+from sweeps.trial.stop_when import make_callback
 from sweeps.trial.wandb_logger import log_heatmaps
 from sweeps.trial.wandb_run import close_wandb
 
@@ -124,8 +126,6 @@ def prepare_trial(
         RngStateCallback(),
     ]  # RNG states in every checkpoint: exact resume
     if settings.stop_when is not None:  # first: the report at the same validation says it converged
-        from sweeps.trial.stop_when import make_callback
-
         callbacks.insert(0, make_callback(settings.stop_when, report.extra_metrics))
     if settings.spec.chaos.fail_once_at_step and with_chaos:
         callbacks.append(
@@ -168,8 +168,6 @@ def fit_trial(
     try:
         try:
             if parts.cuda_graphs:  # the module's training hooks change (on a GPU only)
-                from lightning_modules.cuda_graphs import enable_cuda_graphs
-
                 print(f"[trial {trial_id}] {enable_cuda_graphs(parts.module, trainer)}", flush=True)
             with phases.phase("fit"):
                 trainer.fit(parts.module, datamodule=parts.dm, ckpt_path=parts.ckpt_path)

@@ -10,6 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from sweeps.report.figures import heatmap_figure
 from sweeps.spec import TrialPlan
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.wandb_run import HEATMAP_KEY, run_arguments
@@ -49,7 +50,6 @@ def heatmap_figures(module, dm, max_items: int = 2) -> list:
     """Matplotlib figures of the module's attention on a few validation sentences."""
     if not hasattr(module, "attention_heatmaps"):
         return []
-    from sweeps.report.figures import heatmap_figure
 
     batch = next(iter(dm.val_dataloader()))
     batch = {k: v.to(module.device) if torch.is_tensor(v) else v for k, v in batch.items()}

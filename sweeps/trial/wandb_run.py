@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_modules.presets import PRESETS
 from sweeps.report.selection import CONFIRM, ROLE, SELECT
 from sweeps.spec import TrialPlan
 from sweeps.trial.settings import TrialSettings
@@ -24,8 +25,6 @@ def wandb_config(plan: TrialPlan, module: Any = None) -> dict[str, Any]:
     for section in ("task", "model", "trainer"):
         values = dict(plan.sections[section])
         if section == "model":
-            from lightning_modules.presets import PRESETS
-
             kwargs = resolved.get("attention_kwargs") or {}
             preset = PRESETS.get(str(resolved.get("preset") or values.get("preset")), {})
             values = {

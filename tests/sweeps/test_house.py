@@ -1,6 +1,7 @@
 """The shape of the sweeps package, held by tests: module sizes, the number of modules at its top,
-no mechanism named in orchestration code, no import circle among the project's modules, the
-README's layout, no machine path in the repository.
+no mechanism named in orchestration code, no import circle among the project's modules or its
+packages, few imports inside functions and each with its reason, the README's layout, no machine
+path in the repository.
 Static reads of the source (ast), no imports: a fraction of a second."""
 
 from __future__ import annotations
@@ -154,6 +155,90 @@ def test_the_import_graph_has_no_circle():
     assert not circles, "import circles (move what both need into a module below them):\n" + (
         "\n".join(said)
     )
+
+
+def package_of(module: str) -> str:
+    """A module's package at the level the layout speaks of: ``sweeps.<concept>`` for the concept
+    packages under sweeps/ and a module directly in sweeps/ on its own, else the top package."""
+    parts = module.split(".")
+    if parts[0] == "sweeps" and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def test_no_package_imports_a_package_that_imports_it():
+    """Between packages too, dependencies point one way: spec below plan below search, stages
+    above them all (docs/internals.md). Counted with imports inside functions."""
+    modules = project_modules()
+    graph: dict[str, set[str]] = {}
+    for m, p in modules.items():
+        graph.setdefault(package_of(m), set()).update(
+            package_of(n) for n in _imports(m, p, modules) & modules.keys()
+        )
+    graph = {k: v - {k} for k, v in graph.items()}
+    for target in {n for v in graph.values() for n in v}:
+        graph.setdefault(target, set())
+    assert len(graph) > 15, sorted(graph)
+    circles = import_circles(graph)
+    said = [
+        " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c)
+        for c in circles
+    ]
+    assert not circles, "packages that import each other:\n" + "\n".join(said)
+
+
+#: imports of the project's own modules that may sit inside functions, each with its reason
+MAX_INNER_IMPORTS = 40
+INNER_ROOTS = ("sweeps", "lightning_modules", "datamodules")
+
+
+def inner_imports() -> list[tuple[Path, int, bool]]:
+    """Each import of the project's own modules inside a function: its file, its line, and whether
+    a comment gives its reason (on its line, or above its run of imports)."""
+    found = []
+    for root in INNER_ROOTS:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            seen: set[int] = set()
+            for fn in ast.walk(ast.parse("\n".join(lines))):
+                if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                for node in ast.walk(fn):
+                    if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in seen:
+                        continue
+                    name = node.names[0].name if isinstance(node, ast.Import) else node.module
+                    own = getattr(node, "level", 0) or (name or "").split(".")[0] in INNER_ROOTS
+                    if not own:
+                        continue
+                    seen.add(node.lineno)
+                    found.append((path, node.lineno, _has_reason(lines, node.lineno)))
+    return found
+
+
+def _has_reason(lines: list[str], lineno: int) -> bool:
+    if "#" in lines[lineno - 1]:
+        return True
+    i = lineno - 2
+    while i >= 0 and (not lines[i].strip() or lines[i].lstrip().startswith(("import ", "from "))):
+        i -= 1
+    return i >= 0 and "#" in lines[i]
+
+
+def test_few_imports_inside_functions_each_with_its_reason():
+    """An import deferred into a function is for a reason a comment names (torch kept out of the
+    launcher's parts, a process pinned to its CPUs first, an optional dependency); the rest sit at
+    the top of their module, where a reader finds a module's dependencies."""
+    found = inner_imports()
+    assert found, "the reader finds no import inside a function: it is broken"
+    where = [f"{p.relative_to(ROOT)}:{n}" for p, n, _ in found]
+    assert len(found) <= MAX_INNER_IMPORTS, f"{len(found)} imports inside functions: {where}"
+    bare = [f"{p.relative_to(ROOT)}:{n}" for p, n, reason in found if not reason]
+    assert not bare, "imports inside functions without a comment that says why:\n" + "\n".join(bare)
+
+
+def test_the_reason_reader_wants_a_comment():
+    lines = ["def f():", "    x = 1", "    from sweeps import a", "", "    # torch", "    import b"]
+    assert not _has_reason(lines, 3) and _has_reason(lines, 6)
 
 
 def test_the_readme_layout_names_every_package_of_sweeps():

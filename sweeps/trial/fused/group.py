@@ -33,6 +33,7 @@ import ray
 
 from sweeps.trial.fused.closing import seconds_to_close
 from sweeps.trial.fused.state import GroupSetup, GroupStore
+from sweeps.trial.lifecycle import quiet_logs
 
 
 def _load_training() -> None:
@@ -41,6 +42,7 @@ def _load_training() -> None:
     global torch, build, report, FusedLoop, LoopMember, LoopSettings
     import torch
 
+    # torch and Lightning (seconds): only the group's actor process trains
     from lightning_modules.fused.loop import FusedLoop, LoopMember, LoopSettings
     from sweeps.trial.fused import build, report
 
@@ -84,8 +86,6 @@ class FusedGroup:
         self._ended_at = 0.0
         self._unreleased_since: dict[int, float] = {}  # ended by Tune, not released (_maybe_close)
         torch.set_num_threads(max(1, setup.threads))
-        from sweeps.trial.lifecycle import quiet_logs
-
         quiet_logs()  # Lightning's banners, as in a trial's process
         threading.Thread(target=self._run, daemon=True, name=f"group-{setup.name}").start()
 

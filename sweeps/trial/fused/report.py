@@ -13,9 +13,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_modules.module import Seq2SeqModule
 from sweeps.layout import CHECKPOINT_FILE, TRIAL_STATE_FILE
 from sweeps.trial.callbacks import write_hypotheses
 from sweeps.trial.stop_when import CONVERGED
+from sweeps.trial.wandb_logger import heatmap_pngs
 
 
 @dataclass
@@ -74,8 +76,6 @@ def report_files(result: Any) -> dict[str, bytes]:
 def heatmaps(checkpoint: bytes, dm: Any) -> list[bytes]:
     """The attention heatmaps of the model in ``checkpoint`` (a member's report), as its unfused
     trial draws them, as PNG files."""
-    from lightning_modules.module import Seq2SeqModule
-    from sweeps.trial.wandb_logger import heatmap_pngs
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, CHECKPOINT_FILE)

@@ -19,6 +19,7 @@ from typing import Any
 from ray.tune import Callback
 
 from sweeps.plan.fusion import member_of
+from sweeps.trial.fused.group import FusedGroup
 
 #: seconds the roster waits for a group it created to answer, before taking it for dead
 ALIVE_TIMEOUT_S = 60.0
@@ -48,8 +49,6 @@ class Roster:
 
     def _open(self, name: str, node_id: str, setup: Any) -> Any:
         import ray
-
-        from sweeps.trial.fused.group import FusedGroup
 
         handle = self.groups.get(name)
         if handle is not None:
