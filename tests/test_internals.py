@@ -40,7 +40,7 @@ def checked_ids() -> list[str]:
 def test_every_check_has_its_entry_in_the_docs_and_every_entry_its_check():
     ids = checked_ids()
     assert len(ids) == len(set(ids)), "two checks share an id"
-    documented = re.findall(r"^### .*\{#([a-z0-9-]+)\}\s*$", DOC.read_text(), re.M)
+    documented = re.findall(r"^#### .*\{#([a-z0-9-]+)\}\s*$", DOC.read_text(), re.M)
     assert sorted(documented) == sorted(set(documented)), "two entries share an anchor"
     assert not set(ids) - set(documented), f"checks without an entry: {set(ids) - set(documented)}"
     assert not set(documented) - set(ids), f"entries without a check: {set(documented) - set(ids)}"
@@ -48,7 +48,7 @@ def test_every_check_has_its_entry_in_the_docs_and_every_entry_its_check():
 
 def test_the_docs_name_the_versions_the_checks_were_written_against():
     headings = dict(
-        re.findall(r"^## .*\(written against (\S+) ([0-9.]+)\)\s*$", DOC.read_text(), re.M)
+        re.findall(r"^### .*\(written against (\S+) ([0-9.]+)\)\s*$", DOC.read_text(), re.M)
     )
     assert headings == WRITTEN_AGAINST
 

@@ -1,1 +1,2 @@
-"""The launch: the stages run over one Tune experiment on Ray."""
+"""What the launch's stages run on: Ray, the console, the budget, preemption, the checks before
+``--resume``, the trials' logs, the MPS daemon."""

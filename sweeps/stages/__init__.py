@@ -1,1 +1,2 @@
-"""The stages of a launch around the Tune run."""
+"""The stages of a launch in order (``pipeline``): set-up, the Tune run, measure, confirm, publish,
+results."""
