@@ -263,6 +263,7 @@ def pip_env(monkeypatch, find_links: Path | None):
     return str(Path(sys.executable).parent / "pip")
 
 
+@pytest.mark.train  # pip in a fresh process, 3 s
 def test_pip_takes_the_index_s_copy_of_a_wheel_its_find_links_hold(
     torch_index, index, tmp_path, monkeypatch
 ):

@@ -47,6 +47,7 @@ def test_the_newest_cuda_build_the_driver_runs_is_named(driver):
     assert "is a CPU build" in torch_cuda.advice("2.13.0+cpu", None, "13.0")
 
 
+@pytest.mark.train  # a fresh process that imports torch, 2 s
 def test_this_machine_s_cpu_torch_is_refused_where_a_driver_is(driver):
     """This machine's torch is a CPU build: with a driver on the PATH the check stops, naming the
     command; the stand-in driver runs CUDA 13.0, so the public index's build is the one."""

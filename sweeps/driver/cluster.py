@@ -7,12 +7,14 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from sweeps.errors import LaunchError  # noqa: F401 (raised here; importable from here too)
-from sweeps.plan.sweep_plan import Paths  # noqa: F401 (importable here too)
-from sweeps.spec import Sweep
+
+if TYPE_CHECKING:  # the MPS wrapper on every node imports this module: no pydantic, no pandas
+    from sweeps.plan.sweep_plan import Paths
+    from sweeps.spec import Sweep
 
 
 def check_writable(path: str | Path, what: str) -> None:

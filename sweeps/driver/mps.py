@@ -40,7 +40,6 @@ from pathlib import Path
 from sweeps.driver.cluster import choose_address
 from sweeps.driver.environ import restore_environ
 from sweeps.plan.mps import MpsPlan, Want, plan_mps  # noqa: F401 (the command's plan)
-from sweeps.spec import SpecError, load_spec
 
 #: the MPS control program of NVIDIA's driver
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -281,6 +280,9 @@ def _plan_command(spec: str, options: Sequence[str]) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args, _ = p.parse_known_args(list(options))
     profile = "smoke" if args.smoke else args.profile
+    # the sweep file's reader (pydantic) only here: `run`, around every command, starts in 0.1 s
+    from sweeps.spec import SpecError, load_spec
+
     try:
         sweep = load_spec(spec, overrides=args.overrides, profile=profile)
     except SpecError as exc:  # the launcher says it again, and stops the job

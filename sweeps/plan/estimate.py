@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.layout import RESULTS_CSV
+from sweeps.report.columns import FINISHED
 from sweeps.report.ledger import KEYS, UNITS, Ledger
-from sweeps.report.results import FINISHED
 
 #: seconds a fresh timing process takes to start (torch and Lightning imported, the model and
 #: its data loaded) on a small CPU machine; the a-priori timing estimate counts one per process

@@ -277,11 +277,22 @@ def plan_fusion(
         apart += why
     groups += [Group(None, (slot,)) for slot in singles]
     groups.sort(key=lambda g: (min(s.sample for s in g.slots), min(s.unit for s in g.slots)))
-    width = len(str(sum(1 for g in groups if g.name is not None)))
+    # a warm start's reused rows keep the group names they trained under: new groups get others,
+    # so that no two groups of one results.csv share a name
+    taken = {
+        str(r.get(FUSED_WITH))
+        for rows in (warm.reused.values() if warm is not None else [])
+        for r in rows
+        if isinstance(r.get(FUSED_WITH), str)
+    }
+    count = sum(1 for g in groups if g.name is not None)
+    width = len(str(count + len(taken)))
     named, n = [], 0
     for g in groups:
         if g.name is not None:
             n += 1
+            while any(name in taken for name in (f"g{n}", f"g{n:0{width}d}")):
+                n += 1
             g = Group(f"g{n:0{width}d}", g.slots)
         named.append(g)
     return FusionPlan(

@@ -54,3 +54,6 @@ FIRST_COLUMNS = [
     "trial_id", "cell", "model", "attention", "length", "seed", "status", "retries", "moved",
 ]  # fmt: skip
 TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "moved_why", "error", "timing_error"]
+#: statuses of a trial that finished (its model is final): ran out its steps, stopped by the
+#: scheduler, or converged (stop_when)
+FINISHED = ("done", "stopped", "converged")

@@ -27,6 +27,7 @@ from sweeps.layout import (  # noqa: F401 (re-exported)
     write_atomic,
 )
 from sweeps.report.columns import (  # noqa: F401 (re-exported: results.csv's columns)
+    FINISHED,
     FIRST_COLUMNS,
     HELDOUT_COLUMNS,
     METRIC_COLUMNS,
@@ -270,9 +271,6 @@ def read_results(path: Path) -> pd.DataFrame:
     return keep_integers(pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}))
 
 
-#: statuses of a trial that finished (its model is final): ran out its steps, stopped by the
-#: scheduler, or converged (stop_when)
-FINISHED = ("done", "stopped", "converged")
 TEXT_COLUMNS = (
     "trial_id",
     "cell",

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sweeps.report.columns import FINISHED  # noqa: F401 (importable from here too)
 from sweeps.report.stats import t975
 
-FINISHED = ("done", "stopped", "converged")
 #: the results.csv column that says a row is the chosen one of its (cell, seed) or cell
 CHOSEN = "chosen"
 #: results.csv's ``role`` column (a sweep with ``seeds.confirm``): ``select`` for the trials the choice

@@ -23,7 +23,8 @@ Resume: Tune saves the searcher with its experiment state (:meth:`SweepSearcher.
 state in one file), and the journal holds the studies. A trial that ended in an error runs again
 on ``--resume`` (Tune's ``resume_errored``): the searcher takes it back as running, its teacher
 gate waits for it again, and a student that failed for want of a teacher is handed out anew once
-its teacher has ended (:meth:`SweepSearcher.comeback`, asked by the scheduler before it starts one).
+its teacher has ended (:meth:`SweepSearcher.comeback`, asked by the scheduler before it starts one);
+a fused member comes back into its group, once every returning member's teacher has ended.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ray.tune import Callback
 from ray.tune.search import Searcher
 
 from sweeps.layout import checkpoint_path
+from sweeps.plan.grouping import FUSED_MEMBER, FUSED_WITH
 from sweeps.plan.units import Unit
 from sweeps.spec import unit_key
 from sweeps.trial.teacher import TEACHER_ERROR
@@ -110,6 +112,7 @@ class SweepSearcher(Searcher):
         self.errored: dict[str, tuple[Ticket, dict]] = {}  # ended in an error: back on --resume
         self.untaught: set[str] = set()  # errored for want of a teacher (teacher_error)
         self.returning: dict[str, int] = {}  # such trials on --resume, waiting for a teacher
+        self.returning_group: dict[str, dict] = {}  # a returning fused member's group keys
         self.reused_count = 0  # trials a warm start reuses (sweeps.search.warm)
 
     # -- the parts -----------------------------------------------------------------------------
@@ -220,15 +223,25 @@ class SweepSearcher(Searcher):
     def comeback(self, trial_id: str) -> dict[str, Any] | bool | None:
         """Asked by the scheduler before it starts a trial: None for a trial to start as it is;
         for a student that failed for want of a teacher and runs again on ``--resume``, False
-        while its teacher unit has not ended, then its new config (its teacher, a new sample)."""
+        while its teacher unit has not ended, then its new config (its teacher, a new sample). A
+        fused member comes back into its group (the same name and place), and only once the
+        teachers of every member coming back into that group have ended: the group waits for
+        its members, and a member started early would hold its resources while it waits."""
         unit = self.returning.get(trial_id)
         if unit is None:
             return None
-        if not self.ready(unit):
+        keys = self.returning_group.get(trial_id, {})
+        mates = [
+            t
+            for t, mine in self.returning_group.items()
+            if keys and mine.get(FUSED_WITH) == keys.get(FUSED_WITH)
+        ]
+        if not all(self.ready(self.returning[t]) for t in [trial_id, *mates]):
             return False
         del self.returning[trial_id]
+        self.returning_group.pop(trial_id, None)
         self.untaught.discard(trial_id)
-        return self._issue(trial_id, self.scope.draw(self, unit), count=False)
+        return self._issue(trial_id, self.scope.draw(self, unit).adding(keys), count=False)
 
     def save(self, checkpoint_path: str) -> None:
         state = {
@@ -238,6 +251,7 @@ class SweepSearcher(Searcher):
             "errored": self.errored,
             "untaught": self.untaught,
             "returning": self.returning,
+            "returning_group": self.returning_group,
             "rung_state": self.rung_state,
             "rung_log": self.rung_log,
             "scope": self.scope.state(),
@@ -253,6 +267,7 @@ class SweepSearcher(Searcher):
         self.started, self.live = state["started"], dict(state["live"])
         self.trial_configs = state["trial_configs"]
         self.untaught, self.returning = state["untaught"], state["returning"]
+        self.returning_group = state.get("returning_group", {})  # absent in older states
         # in place: the rung rules hold these very dicts (both came out of one tuner.pkl)
         for key, saved in state["rung_state"].items():
             mine = self.rung_state.get(key)
@@ -273,11 +288,15 @@ class SweepSearcher(Searcher):
     def _take_back_errored(self, errored: dict[str, tuple[Ticket, dict]]) -> None:
         """The launcher resumes errored trials (``resume_errored``): each runs again, as the trial
         it was, but for a student that failed for want of a teacher, which waits to be handed out
-        anew (:meth:`comeback`). A teacher that runs again is waited for again."""
+        anew (:meth:`comeback`), into its fused group if it had one. A teacher that runs again
+        is waited for again."""
         self.errored = {}
         for trial_id, (ticket, config) in errored.items():
             if trial_id in self.untaught:
                 self.returning[trial_id] = ticket.unit
+                group = {k: config[k] for k in (FUSED_WITH, FUSED_MEMBER) if k in config}
+                if group:
+                    self.returning_group[trial_id] = group
             else:
                 self.live[trial_id] = ticket
                 self.trial_configs[trial_id] = config

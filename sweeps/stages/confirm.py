@@ -20,8 +20,9 @@ from ray import tune
 
 from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
-from sweeps.driver.cluster import ClusterFit, Paths
+from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.trial_logs import KeepTrialLogs
+from sweeps.plan.sweep_plan import Paths
 from sweeps.plan.units import Unit
 from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
 from sweeps.report.results import result_rows

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.driver.budget import Meter
-from sweeps.driver.cluster import ClusterFit, Paths
+from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.preemption import Preemption
 from sweeps.layout import OPTUNA_JOURNAL
-from sweeps.plan.sweep_plan import SweepPlan
+from sweeps.plan.sweep_plan import Paths, SweepPlan
 from sweeps.plan.warm import WarmStart
 from sweeps.spec import Sweep
 from sweeps.storage import StorageGuard

@@ -7,6 +7,7 @@ Static reads of the source (ast), no imports: a fraction of a second."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -18,6 +19,8 @@ SWEEPS = ROOT / "sweeps"
 #: past this a module holds more than one concept: split it by concept (CONTRIBUTING)
 MAX_LINES = 600
 MAX_TOP_MODULES = 8  # besides launch.py: the rest lives in the packages
+#: the tests that read every module's syntax tree share one worker, and so one reading
+ON_TREES = pytest.mark.xdist_group("house-trees")
 
 
 def sweeps_modules() -> list[Path]:
@@ -55,6 +58,15 @@ def test_orchestration_names_no_mechanism():
 PACKAGES = ("sweeps", "lightning_modules", "datamodules", "benchmarks")
 
 
+@functools.cache
+def parsed(path: Path) -> tuple[list[str], ast.Module]:
+    """A file's lines and syntax tree, read once per test process (the house tests share them:
+    tests/conftest.py keeps them in one worker)."""
+    text = path.read_text()
+    return text.splitlines(), ast.parse(text)
+
+
+@functools.cache
 def project_modules() -> dict[str, Path]:
     """Dotted name -> file, for every module of :data:`PACKAGES` (a package by its ``__init__``)."""
     return {
@@ -75,7 +87,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             dotted = dotted.rpartition(".")[0]
         return dotted or None
 
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)[1]
     typing_only = {
         id(n)
         for node in ast.walk(tree)
@@ -141,11 +153,18 @@ def test_the_circle_finder_finds_a_circle():
     assert import_circles(graph) == [["a", "b", "c"]]
 
 
+@functools.cache
+def module_graph() -> dict[str, frozenset[str]]:
+    """Each project module -> the project modules it imports (:func:`_imports`)."""
+    modules = project_modules()
+    return {m: frozenset(_imports(m, p, modules) & modules.keys()) for m, p in modules.items()}
+
+
+@ON_TREES
 def test_the_import_graph_has_no_circle():
     """No module of the project imports, through any chain, a module that imports it back, not
     even from inside a function: dependencies point down (CONTRIBUTING.md)."""
-    modules = project_modules()
-    graph = {m: _imports(m, p, modules) & modules.keys() for m, p in modules.items()}
+    graph = module_graph()
     assert sum(map(len, graph.values())) > 100, "the import reader finds too few imports"
     circles = import_circles(graph)
     said = [
@@ -166,15 +185,13 @@ def package_of(module: str) -> str:
     return parts[0]
 
 
+@ON_TREES
 def test_no_package_imports_a_package_that_imports_it():
     """Between packages too, dependencies point one way: spec below plan below search, stages
     above them all (docs/internals.md). Counted with imports inside functions."""
-    modules = project_modules()
     graph: dict[str, set[str]] = {}
-    for m, p in modules.items():
-        graph.setdefault(package_of(m), set()).update(
-            package_of(n) for n in _imports(m, p, modules) & modules.keys()
-        )
+    for m, imported in module_graph().items():
+        graph.setdefault(package_of(m), set()).update(package_of(n) for n in imported)
     graph = {k: v - {k} for k, v in graph.items()}
     for target in {n for v in graph.values() for n in v}:
         graph.setdefault(target, set())
@@ -198,9 +215,9 @@ def inner_imports() -> list[tuple[Path, int, bool]]:
     found = []
     for root in INNER_ROOTS:
         for path in sorted((ROOT / root).rglob("*.py")):
-            lines = path.read_text().splitlines()
+            lines, tree = parsed(path)
             seen: set[int] = set()
-            for fn in ast.walk(ast.parse("\n".join(lines))):
+            for fn in ast.walk(tree):
                 if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                     continue
                 for node in ast.walk(fn):
@@ -224,6 +241,7 @@ def _has_reason(lines: list[str], lineno: int) -> bool:
     return i >= 0 and "#" in lines[i]
 
 
+@ON_TREES
 def test_few_imports_inside_functions_each_with_its_reason():
     """An import deferred into a function is for a reason a comment names (torch kept out of the
     launcher's parts, a process pinned to its CPUs first, an optional dependency); the rest sit at

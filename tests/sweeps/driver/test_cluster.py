@@ -417,8 +417,8 @@ def connected(c) -> None:
 
 
 def test_ddp_trials_are_capped_to_what_the_real_cluster_holds(cluster, tmp_path):
-    from sweeps.driver.cluster import Paths, check_cluster
-    from sweeps.plan.sweep_plan import build_plan
+    from sweeps.driver.cluster import check_cluster
+    from sweeps.plan.sweep_plan import Paths, build_plan
     from sweeps.stages.train import make_settings, trial_resources
 
     c, _ = cluster

@@ -375,3 +375,18 @@ def test_a_launched_sweep_that_shares_gpus_runs_under_the_daemon(tmp_path):
     assert started < joined and lines[-1] != "" and "MPS: the daemon stopped" in lines
     start, quit_ = mps_calls(log)
     assert start.startswith("start pipe=") and quit_.startswith("quit pipe=")
+
+
+def test_the_wrapper_and_the_launcher_start_light():
+    """``python -m sweeps.driver.mps run`` wraps every command of a SLURM job on every node, and
+    ``sweeps/launch.py`` answers ``--dry-run`` and ``--help`` before it needs a model: neither
+    imports pandas, torch or Ray to start (the wrapper not even the sweep file's reader)."""
+    code = (
+        "import sys, sweeps.driver.mps; a = set(sys.modules); import sweeps.launch; "
+        "b = set(sys.modules); heavy = ('pandas', 'torch', 'ray', 'pydantic'); "
+        "print([m for m in heavy if m in a], [m for m in heavy if m in b])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split("\n")[0] == "[] ['pydantic']", done.stdout

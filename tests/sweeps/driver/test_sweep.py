@@ -550,7 +550,8 @@ def test_no_gpu_on_a_local_machine_falls_back_to_cpu_and_a_cluster_keeps_the_req
     local_ray, tmp_path, capsys
 ):
     """check_cluster against this machine's real Ray instance, which has no GPU."""
-    from sweeps.driver.cluster import Paths, check_cluster
+    from sweeps.driver.cluster import check_cluster
+    from sweeps.plan.sweep_plan import Paths
     from sweeps.spec import load_spec
 
     assert not ray.cluster_resources().get("GPU")

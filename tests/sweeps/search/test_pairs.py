@@ -3,11 +3,15 @@ Optuna, W&B off (its part is the same in every pair; the fused and teacher tests
 
 - fused groups x multi-objective search: a unit's samples asked of Optuna together, trained as
   one group behind the unit's baseline model, each told its own vector and constraints;
-- fused groups x teachers: teachers fuse with teachers, their students (alone while the fused
-  model has no teacher pass) wait for them;
-- fused groups x warm start: reused trials fuse with nobody, the rest fuse;
-- teachers x warm start: a student whose teacher is reused is reused too;
-- teachers x resume: a teacher that failed and is fixed on ``--resume`` lets its student train.
+- teachers x resume x fused groups: fused teachers fail (the spec's chaos block), their students
+  fail with their teacher's reason; the cause removed, ``--resume`` trains the teachers as one
+  group and their students, which wait for them, as another, each taught by its own teacher;
+- fused groups x warm start, teachers x warm start: that sweep over four seeds, warm-started from
+  it, reuses the first two seeds' teachers and students (a student whose teacher is reused is
+  reused too; they fuse with nobody) and trains the other two seeds' as fused groups.
+
+The teacher pairs share one module run of three launches (each launch costs seconds of process
+starts on two cores); each test reads the launch it is about.
 
 (Fused groups x ASHA and x configurations over seeds: tests/sweeps/trial/fused/; multi-objective
 x configurations over seeds: test_moo_configs.py; the searcher's side of each pair without Ray:
@@ -15,6 +19,8 @@ test_compose.py.)"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -127,98 +133,113 @@ def test_fused_multi_objective_samples_are_asked_together_and_told_their_own_vec
             }
 
 
-def test_teachers_fuse_with_teachers_and_their_students_wait_for_them(local_ray, tmp_path):
-    """Two seeds: the teachers train as one fused group, the students as another, which starts
-    after both teachers ended, each member taught by its own seed's teacher (the fused model's
-    teacher pass: each student's checkpoint names its own teacher's)."""
-    spec = teacher_spec("fuseteach", seeds=[0, 1], max_concurrent_trials=2)
-    assert launch(tmp_path, spec) == 0
-    df = rows(tmp_path, "fuseteach")
-    exp = tmp_path / "out" / "fuseteach"
+@pytest.fixture(scope="module")
+def teacher_runs(local_ray, tmp_path_factory) -> dict:
+    """Three launches of a teacher (bahdanau) and its student over seeds 0 and 1: with the
+    teachers failing, then resumed with the cause removed, then the sweep over seeds 0-3
+    warm-started from it. Each launch's exit status, results.csv and (the first) stderr."""
+    tmp = tmp_path_factory.mktemp("teachers")
+    runs: dict = {"tmp": tmp}
+    failing = teacher_spec(
+        "pairs",
+        seeds=[0, 1],
+        max_concurrent_trials=2,
+        chaos={"fail_before_first_report": True},
+        failure={"max_failures": 0},
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        runs["failed"] = launch(tmp, failing)
+    runs["failed_rows"], runs["failed_err"] = rows(tmp, "pairs"), err.getvalue()
+    fixed = teacher_spec("pairs", seeds=[0, 1], max_concurrent_trials=2)
+    runs["fixed"] = launch(tmp, fixed, "out", "--resume")
+    runs["fixed_rows"] = rows(tmp, "pairs")
+    more = teacher_spec(
+        "pairs", seeds=[0, 1, 2, 3], max_concurrent_trials=2, warm_start=str(tmp / "out" / "pairs")
+    )
+    runs["warm"] = launch(tmp, more, "o2")
+    runs["warm_rows"] = rows(tmp, "pairs", "o2")
+    return runs
+
+
+def test_a_failed_teacher_fails_its_students_with_the_reason(teacher_runs):
+    assert teacher_runs["failed"] == 1
+    df = teacher_runs["failed_rows"]
+    assert (df["status"] == "error").all() and len(df) == 4
+    for seed in (0, 1):
+        teacher = df[(df["attention"] == "bahdanau") & (df["seed"] == seed)].iloc[0]
+        student = df[(df["attention"] == "memory") & (df["seed"] == seed)].iloc[0]
+        assert "chaos: injected failure before the first report" in teacher["error"]
+        assert student["teacher"] == teacher["trial_id"]
+        assert student["error"].startswith(
+            f"its teacher (attention=bahdanau seed={seed}) failed: trial {teacher['trial_id']}: "
+        )
+        assert "chaos: injected failure" in student["error"] and "\n" not in student["error"]
+    assert "its teacher" in teacher_runs["failed_err"]
+
+
+def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teacher_runs):
+    """The resume trains the teachers as one fused group and the students as another, which
+    starts after both teachers ended, each member taught by its own seed's teacher (the fused
+    model's teacher pass: each student's checkpoint names its own teacher's)."""
+    assert teacher_runs["fixed"] == 0
+    df = teacher_runs["fixed_rows"]
+    exp = teacher_runs["tmp"] / "out" / "pairs"
     teachers, students = df[df["attention"] == "bahdanau"], df[df["attention"] == "memory"]
-    assert (df["status"] == "done").all() and len(teachers) == len(students) == 2
-    assert (teachers["fused_with"] == "g1").all(), "the teachers fused"
-    assert (students["fused_with"] == "g2").all(), "the students fused, apart from the teachers"
+    assert (df["status"] == "done").all(), df[["attention", "status", "error"]]
+    assert len(teachers) == len(students) == 2 and df["error"].isna().all()
+    assert teachers["fused_with"].nunique() == 1 and teachers["fused_with"].notna().all()
+    assert students["fused_with"].nunique() == 1 and students["fused_with"].notna().all()
+    assert set(teachers["fused_with"]) != set(students["fused_with"]), "apart from the teachers"
     ended = max(reports(exp, t)[-1]["timestamp"] for t in teachers["trial_id"])
     for seed in (0, 1):
         teacher = teachers[teachers["seed"] == seed].iloc[0]
         student = students[students["seed"] == seed].iloc[0]
         assert student["teacher"] == teacher["trial_id"], "each student its own seed's teacher"
-        assert reports(exp, student["trial_id"])[0]["timestamp"] >= ended
+        trained = [r for r in reports(exp, student["trial_id"]) if r["step"] > 0]
+        assert trained[-1]["step"] == 20, (
+            "it trained, from its first step (its failed try left none)"
+        )
+        assert trained[0]["timestamp"] >= ended
         hparams = torch.load(student["checkpoint"], map_location="cpu", weights_only=False)[
             "hyper_parameters"
         ]
         assert hparams["teacher_checkpoint"] == teacher["checkpoint"]
 
 
-def test_a_warm_start_reuses_its_trials_alone_and_fuses_the_rest(local_ray, tmp_path):
-    """Two seeds trained; the same sweep over four seeds warm-started from it reuses the first
-    two (they fuse with nobody) and trains the other two as one fused group."""
-    base = {"grid": {"model": [{"attention": "memory", "K": 4}]}, "wandb": {"mode": "disabled"}}
-    assert launch(tmp_path, tiny_spec("warmfuse", **base, seeds=[0, 1]), "o1") == 0
-    earlier = rows(tmp_path, "warmfuse", "o1")
-    more = tiny_spec(
-        "warmfuse", **base, seeds=[0, 1, 2, 3], warm_start=str(tmp_path / "o1" / "warmfuse")
-    )
-    assert launch(tmp_path, more, "o2") == 0
-    df = rows(tmp_path, "warmfuse", "o2")
+def test_a_warm_start_reuses_teachers_and_their_students_and_fuses_the_rest(teacher_runs):
+    assert teacher_runs["warm"] == 0
+    earlier, df = teacher_runs["fixed_rows"], teacher_runs["warm_rows"]
     reused, trained = df[df["reused"].notna()], df[df["reused"].isna()]
     assert sorted(reused["trial_id"]) == sorted(earlier["trial_id"])
-    assert reused["seed"].tolist() == [0, 1] and trained["seed"].tolist() == [2, 3]
-    assert (trained["fused_with"] == "g1").all() and (trained["status"] == "done").all()
-    exp = tmp_path / "o2" / "warmfuse"
-    trained_here = [d for d in exp.iterdir() if (d / "result.json").exists()]
-    assert len(trained_here) == 2, "the reused trials did not train again"
+    assert sorted(reused["seed"]) == [0, 0, 1, 1] and sorted(trained["seed"]) == [2, 2, 3, 3]
+    for seed in (0, 1):
+        student = reused[(reused["attention"] == "memory") & (reused["seed"] == seed)].iloc[0]
+        teacher = reused[(reused["attention"] == "bahdanau") & (reused["seed"] == seed)].iloc[0]
+        assert student["teacher"] == teacher["trial_id"], "a reused student keeps its teacher"
+    before = earlier.set_index("trial_id")["fused_with"]
+    assert reused.set_index("trial_id")["fused_with"].equals(before[reused["trial_id"]]), (
+        "a reused row keeps the group it trained in"
+    )
+    assert (trained["status"] == "done").all() and trained["fused_with"].notna().all()
+    for attention in ("bahdanau", "memory"):
+        assert trained[trained["attention"] == attention]["fused_with"].nunique() == 1
+    assert not set(trained["fused_with"]) & set(reused["fused_with"]), (
+        "reused trials fuse with nobody, and the new groups take names of their own"
+    )
+    assert df["fused_with"].nunique() == 4
+    exp = teacher_runs["tmp"] / "o2" / "pairs"
+    assert len(list(exp.glob("*/result.json"))) == 4, "the reused trials did not train again"
 
 
-def test_a_student_whose_teacher_is_reused_is_reused_too(local_ray, tmp_path):
-    """The teacher sweep, then the same sweep warm-started from it: the teacher and its student
-    are both reused, nothing trains. A student's fingerprint names its teacher's, so a changed
-    teacher retrains its student."""
-    assert launch(tmp_path, teacher_spec("warmteach"), "o1") == 0
-    earlier = rows(tmp_path, "warmteach", "o1")
-    again = teacher_spec("warmteach", warm_start=str(tmp_path / "o1" / "warmteach"))
-    assert launch(tmp_path, again, "o2") == 0
-    df = rows(tmp_path, "warmteach", "o2")
-    assert df["reused"].notna().all() and len(df) == 2
-    assert sorted(df["trial_id"]) == sorted(earlier["trial_id"])
-    student = df[df["attention"] == "memory"].iloc[0]
-    assert student["teacher"] == df[df["attention"] == "bahdanau"].iloc[0]["trial_id"]
-    assert not [d for d in (tmp_path / "o2" / "warmteach").glob("*/result.json")], "none trained"
-    # the teacher's model changed (its dropout): neither it nor its student is the same training
+def test_a_changed_teacher_retrains_its_student(teacher_runs, tmp_path):
+    """A student's fingerprint names its teacher's: the teacher's model changed (its dropout),
+    neither it nor its student is the same training."""
     changed = teacher_spec(
-        "warmteach",
+        "pairs",
         grid={"model": [{**BAHDANAU, "dropout": 0.3}, {**STUDENT, "teacher": {"cell": BAHDANAU}}]},
-        warm_start=str(tmp_path / "o1" / "warmteach"),
+        seeds=[0, 1],
+        warm_start=str(teacher_runs["tmp"] / "out" / "pairs"),
     )
     assert plan_warm_start(load_spec(write_spec(tmp_path, changed))).reused_count == 0
-    assert earlier[PLAN_HASH].nunique() == 2
-
-
-def test_a_teacher_that_failed_and_is_fixed_on_resume_lets_its_student_train(local_ray, tmp_path):
-    """The teacher fails (the spec's chaos block) and its student fails for want of it; the cause
-    removed, ``--resume`` runs the teacher again, and the student, held until it has ended, trains
-    with its checkpoint."""
-    failing = teacher_spec(
-        "fixteach", chaos={"fail_before_first_report": True}, failure={"max_failures": 0}
-    )
-    assert launch(tmp_path, failing) == 1
-    df = rows(tmp_path, "fixteach")
-    assert (df["status"] == "error").all()
-    student = df[df["attention"] == "memory"].iloc[0]
-    assert student["error"].startswith("its teacher (attention=bahdanau seed=0) failed: trial ")
-    fixed = teacher_spec("fixteach", failure={"max_failures": 0})
-    assert launch(tmp_path, fixed, "out", "--resume") == 0
-    df = rows(tmp_path, "fixteach")
-    assert (df["status"] == "done").all(), df[["attention", "status", "error"]]
-    teacher = df[df["attention"] == "bahdanau"].iloc[0]
-    student = df[df["attention"] == "memory"].iloc[0]
-    assert student["teacher"] == teacher["trial_id"] and pd.isna(student["error"])
-    exp = tmp_path / "out" / "fixteach"
-    trained = [r for r in reports(exp, student["trial_id"]) if r["step"] > 0]
-    assert trained[-1]["step"] == 20, "it trained, from its first step (its failed try left none)"
-    assert trained[0]["timestamp"] >= reports(exp, teacher["trial_id"])[-1]["timestamp"]
-    hparams = torch.load(student["checkpoint"], map_location="cpu", weights_only=False)[
-        "hyper_parameters"
-    ]
-    assert hparams["teacher_checkpoint"] == teacher["checkpoint"]
+    assert teacher_runs["fixed_rows"][PLAN_HASH].nunique() == 4

@@ -4,6 +4,7 @@ and a restart given the newest one every returning member reached."""
 from __future__ import annotations
 
 import pyarrow.fs
+import pytest
 import torch
 
 from sweeps.trial.fused.state import GroupStore, group_folder
@@ -28,6 +29,7 @@ def test_states_are_kept_newest_few_and_chosen_by_step_and_members(tmp_path):
     assert store.states() == [] and not (tmp_path / "exp" / "fused" / "cell_3_2").exists()
 
 
+@pytest.mark.train  # a fresh process, 2-3 s
 def test_the_roster_s_process_never_imports_torch_or_lightning(tmp_path):
     """The roster only creates and tracks groups: importing what it imports (the group's actor
     class) and unpickling a group's setup must not bring in torch or Lightning. They cost every
