@@ -442,10 +442,10 @@ def test_local_storage_fails_once_a_node_joins_from_another_host(cluster, tmp_pa
     from sweeps.driver.cluster import (
         NODE_LOCAL_FILESYSTEMS,
         LaunchError,
-        Paths,
         check_cluster,
         filesystem_type,
     )
+    from sweeps.plan.sweep_plan import Paths
 
     c, _ = cluster
     connected(c)

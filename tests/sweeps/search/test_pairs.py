@@ -37,6 +37,8 @@ from sweeps.plan.warm import PLAN_HASH, plan_warm_start  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
 
 BAHDANAU = {"attention": "bahdanau"}
+#: the tests that read the teacher launches run in one worker: one worker runs the launches once
+ON_TEACHERS = pytest.mark.xdist_group("teacher-pairs")
 STUDENT = {
     "attention": "memory",
     "K": 4,
@@ -162,6 +164,7 @@ def teacher_runs(local_ray, tmp_path_factory) -> dict:
     return runs
 
 
+@ON_TEACHERS
 def test_a_failed_teacher_fails_its_students_with_the_reason(teacher_runs):
     assert teacher_runs["failed"] == 1
     df = teacher_runs["failed_rows"]
@@ -178,6 +181,7 @@ def test_a_failed_teacher_fails_its_students_with_the_reason(teacher_runs):
     assert "its teacher" in teacher_runs["failed_err"]
 
 
+@ON_TEACHERS
 def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teacher_runs):
     """The resume trains the teachers as one fused group and the students as another, which
     starts after both teachers ended, each member taught by its own seed's teacher (the fused
@@ -207,6 +211,7 @@ def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teac
         assert hparams["teacher_checkpoint"] == teacher["checkpoint"]
 
 
+@ON_TEACHERS
 def test_a_warm_start_reuses_teachers_and_their_students_and_fuses_the_rest(teacher_runs):
     assert teacher_runs["warm"] == 0
     earlier, df = teacher_runs["fixed_rows"], teacher_runs["warm_rows"]
@@ -232,6 +237,7 @@ def test_a_warm_start_reuses_teachers_and_their_students_and_fuses_the_rest(teac
     assert len(list(exp.glob("*/result.json"))) == 4, "the reused trials did not train again"
 
 
+@ON_TEACHERS
 def test_a_changed_teacher_retrains_its_student(teacher_runs, tmp_path):
     """A student's fingerprint names its teacher's: the teacher's model changed (its dropout),
     neither it nor its student is the same training."""
