@@ -62,8 +62,8 @@ def study(name: str, n: int) -> dict[str, Any]:
 
 def stand_in_trial(config: dict[str, Any], settings) -> None:
     """Reports once, like a real trial's last validation (the same metric keys and checkpoint
-    files as :class:`sweeps.trial.callbacks.TuneReport`), and returns. It does not import the trial kit:
-    that would import Lightning in every trial's fresh worker, which is training cost, not
+    files as :class:`sweeps.trial.callbacks.TuneReport`), and returns. It does not import
+    :mod:`sweeps.trial.fitting`: that would import Lightning in every trial's fresh worker, which is training cost, not
     orchestration."""
     import json
 

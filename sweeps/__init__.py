@@ -21,7 +21,7 @@ The command is ``python sweeps/launch.py sweeps/<sweep>.yaml`` (:mod:`sweeps.lau
   budget's meter and clock, preemption, the checks before ``--resume``, the trials' logs, the
   MPS daemon.
 - :mod:`sweeps.trial` -- the worker: the trainables (``trainable``, ``ddp``), what they share
-  (``kit``), their callbacks and checkpoints, the trial's settings, the ``stop_when`` rule, the
+  (``fitting``), their callbacks and checkpoints, the trial's settings, the ``stop_when`` rule, the
   trial's W&B run (``wandb_logger``); :mod:`sweeps.trial.fused`, the fused groups' processes.
 - :mod:`sweeps.timing` -- the decode-timing stage: each finished model timed alone on its device;
   ``python -m sweeps.timing CKPT``; and the decode probe of multi-objective studies.

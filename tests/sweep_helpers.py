@@ -105,7 +105,7 @@ def wandb_read(run: Path) -> dict:
 #: the planning functions a launch runs once (:mod:`sweeps.plan`), by the file that defines each
 PLANNING = {
     "build_plan": "sweeps/plan/sweep_plan.py",
-    "plan_warm_start": "sweeps/plan/warm.py",
+    "plan_warm_start": "sweeps/plan/warm_start.py",
     "sweep_units": "sweeps/plan/units.py",
     "plan_fusion": "sweeps/plan/fusion.py",
     "plan_mps": "sweeps/plan/mps.py",

@@ -67,7 +67,7 @@ def tiny_fit(tmp_path_factory):
 @internal(
     "lightning-system-exit",
     "lightning",
-    "sweeps/trial/kit.py (fit_trial), sweeps/trial/callbacks.py",
+    "sweeps/trial/fitting.py (fit_trial), sweeps/trial/callbacks.py",
 )
 def test_a_system_exit_inside_fit_leaves_fit_as_it_came(tiny_fit):
     stop, _, _ = tiny_fit
@@ -177,7 +177,7 @@ def journal_study(tmp_path):
 @internal(
     "optuna-trial-id",
     "optuna",
-    "sweeps/search/per_unit.py, over_seeds.py, moo.py, warm.py, journal.py",
+    "sweeps/search/per_unit.py, over_seeds.py, moo.py, warm_start.py, journal.py",
 )
 def test_a_trial_knows_its_storage_id(journal_study):
     study, storage, _ = journal_study
@@ -204,7 +204,7 @@ def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(jou
         storage.set_trial_user_attr(trial._trial_id, "late", 1)
 
 
-@internal("optuna-distribution-contains", "optuna", "sweeps/plan/warm.py (_fits)")
+@internal("optuna-distribution-contains", "optuna", "sweeps/plan/warm_start.py (_fits)")
 def test_a_distribution_says_whether_a_value_is_inside_it():
     pytest.importorskip("optuna")
     from optuna.distributions import CategoricalDistribution, FloatDistribution

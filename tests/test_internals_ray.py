@@ -144,7 +144,7 @@ def test_the_training_session_still_has_the_thread_and_locks_finish_on_stop_uses
 
 
 @internal(
-    "ray-stop-systemexit", "ray", "sweeps/trial/kit.py (fit_trial), sweeps/trial/callbacks.py"
+    "ray-stop-systemexit", "ray", "sweeps/trial/fitting.py (fit_trial), sweeps/trial/callbacks.py"
 )
 def test_a_stopped_trial_leaves_tune_report_with_system_exit_0():
     from ray.train._internal import session as train_session

@@ -1,6 +1,6 @@
 """Whether this process's torch can train on a GPU that Ray gives it: the one line, naming the
 torch build and the fix, that the launcher (:mod:`sweeps.plan.folders`) and each trial
-(:func:`sweeps.trial.kit.pick_accelerator`) stop with. Imports torch only."""
+(:func:`sweeps.trial.fitting.pick_accelerator`) stop with. Imports torch only."""
 
 from __future__ import annotations
 

@@ -210,7 +210,7 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
 def plan_fusion(
     sweep: Any, warm: Any = None, check: Any = None, gpu_name: str | None = None
 ) -> FusionPlan:
-    """The sweep's fusion; ``warm`` (:class:`sweeps.plan.warm.WarmStart`): its reused trials are
+    """The sweep's fusion; ``warm`` (:class:`sweeps.plan.warm_start.WarmStart`): its reused trials are
     not trained, so they fuse with nobody; ``check(plan)``: why a plan has no fused form, or None
     (:func:`unfusable`, which the launch passes: on a model section the signature cache has not
     seen it imports torch, which ``--dry-run`` never does); ``gpu_name``: the GPU whose measured

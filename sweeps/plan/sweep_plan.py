@@ -30,7 +30,7 @@ from sweeps.plan.folders import Folder, sweep_folders
 from sweeps.plan.fusion import FusionPlan, plan_fusion, unfusable
 from sweeps.plan.mps import MpsPlan, plan_mps
 from sweeps.plan.units import Unit, sweep_units
-from sweeps.plan.warm import WarmStart, plan_warm_start
+from sweeps.plan.warm_start import WarmStart, plan_warm_start
 from sweeps.spec import Sweep
 from sweeps.spec.signatures import save as save_signatures
 

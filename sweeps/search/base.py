@@ -18,7 +18,7 @@
   ``ConcurrencyLimiter`` counts them, and would start nothing while every slot's trial waits for
   the trials that fill its rung; so the searcher takes ``max_concurrent_trials`` itself.
 
-A warm start is given through the same parts (:func:`sweeps.search.warm.apply_warm_start`).
+A warm start is given through the same parts (:func:`sweeps.search.warm_start.apply_warm_start`).
 Resume: Tune saves the searcher with its experiment state (:meth:`SweepSearcher.save`: every part's
 state in one file), and the journal holds the studies. A trial that ended in an error runs again
 on ``--resume`` (Tune's ``resume_errored``): the searcher takes it back as running, its teacher
@@ -113,7 +113,7 @@ class SweepSearcher(Searcher):
         self.untaught: set[str] = set()  # errored for want of a teacher (teacher_error)
         self.returning: dict[str, int] = {}  # such trials on --resume, waiting for a teacher
         self.returning_group: dict[str, dict] = {}  # a returning fused member's group keys
-        self.reused_count = 0  # trials a warm start reuses (sweeps.search.warm)
+        self.reused_count = 0  # trials a warm start reuses (sweeps.search.warm_start)
 
     # -- the parts -----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ for each of its parts, the one the sweep file asks for. Every combination is the
   :class:`~sweeps.search.fused.FusedGroups` (over seeds, :class:`~sweeps.search.fused.SeedChunks`);
 - gates: a grid variant's ``teacher:``, :class:`~sweeps.search.teachers.TeacherBook`; a
   constraint's ``of:``, :class:`~sweeps.search.baselines.Baselines`;
-- ``warm_start:``, given to all of them by :func:`~sweeps.search.warm.apply_warm_start`.
+- ``warm_start:``, given to all of them by :func:`~sweeps.search.warm_start.apply_warm_start`.
 
 What cannot be combined is refused before Ray starts, where the plan is made (the spec's checks,
 and :func:`sweeps.plan.fusion.sweep_off` for what does not fuse), and ``--dry-run`` says why.
@@ -32,7 +32,7 @@ from sweeps.search.objective import SingleObjective
 from sweeps.search.over_seeds import OverSeeds, cell_study_name
 from sweeps.search.per_unit import PerUnit
 from sweeps.search.teachers import TeacherBook
-from sweeps.search.warm import apply_warm_start
+from sweeps.search.warm_start import apply_warm_start
 from sweeps.spec.objectives import PROBED, baseline_of
 from sweeps.spec.search_space import optuna_distributions
 from sweeps.timing.probe import build_estimates

@@ -1,6 +1,6 @@
 """The sweep file's ``warm_start`` key as the spec checks it: which earlier sweep folder it names,
 and that the folder holds what a warm start reads. What a warm start then reuses is
-:mod:`sweeps.plan.warm`'s."""
+:mod:`sweeps.plan.warm_start`'s."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.plan.sweep_plan import Paths
 from sweeps.plan.units import Unit
-from sweeps.plan.warm import PLAN_HASH, plan_fingerprint
+from sweeps.plan.warm_start import PLAN_HASH, plan_fingerprint
 from sweeps.report.results import result_rows
 from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations, mark_chosen
 from sweeps.search.compose import per_unit_searcher

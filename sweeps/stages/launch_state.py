@@ -28,7 +28,7 @@ from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.preemption import Preemption
 from sweeps.layout import OPTUNA_JOURNAL
 from sweeps.plan.sweep_plan import Paths, SweepPlan
-from sweeps.plan.warm import WarmStart
+from sweeps.plan.warm_start import WarmStart
 from sweeps.spec import Sweep
 from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings

@@ -30,7 +30,7 @@ from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import BUDGET_FILE
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
-from sweeps.plan.warm import fingerprint_rows
+from sweeps.plan.warm_start import fingerprint_rows
 from sweeps.report.results import result_rows
 from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks

@@ -25,7 +25,7 @@ import lightning.pytorch as pl
 
 from sweeps.storage import short_storage_faults
 from sweeps.trial.callbacks import TuneReport
-from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
+from sweeps.trial.fitting import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
 from sweeps.trial.lifecycle import placement_metrics
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.teacher import end_without_teacher

@@ -68,7 +68,7 @@ class FinishOnStop:
     (``session.finish(timeout=0)``), and the actor's process exits while the thread is still
     unwinding the ``SystemExit`` of the stop. W&B's service then sees its client vanish mid-run and
     abandons the run: a 7-byte ``.wandb`` file, state unknown. Waiting here lets
-    :func:`sweeps.trial.kit.fit_trial` (or a fused member) log the heatmaps and ``wandb.finish()``
+    :func:`sweeps.trial.fitting.fit_trial` (or a fused member) log the heatmaps and ``wandb.finish()``
     the run first."""
 
     def cleanup(self) -> None:

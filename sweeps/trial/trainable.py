@@ -1,6 +1,6 @@
 """The single-process trainable: the function Ray Tune runs once per trial (one process, a
 fractional or whole GPU or CPUs). Multi-worker trials use :mod:`sweeps.trial.ddp`; both are built from
-:mod:`sweeps.trial.kit`, and :mod:`sweeps.stages.train` picks one."""
+:mod:`sweeps.trial.fitting`, and :mod:`sweeps.stages.train` picks one."""
 
 from __future__ import annotations
 
@@ -35,7 +35,12 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     import lightning.pytorch as pl
 
     from sweeps.trial.callbacks import TuneReport
-    from sweeps.trial.kit import common_trainer_kwargs, fit_trial, pick_accelerator, prepare_trial
+    from sweeps.trial.fitting import (
+        common_trainer_kwargs,
+        fit_trial,
+        pick_accelerator,
+        prepare_trial,
+    )
     from sweeps.trial.wandb_logger import make_wandb_logger
 
     phases.start()

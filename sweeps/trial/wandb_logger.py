@@ -1,5 +1,5 @@
 """A trial's W&B logger for Lightning (an unfused trial, single-process or DDP, through
-:mod:`sweeps.trial.kit`) and its attention heatmaps. The run's arguments and config are
+:mod:`sweeps.trial.fitting`) and its attention heatmaps. The run's arguments and config are
 :mod:`sweeps.trial.wandb_run`'s, shared with a fused member's run."""
 
 from __future__ import annotations

@@ -217,6 +217,12 @@ def inner_imports() -> list[tuple[Path, int, bool]]:
         for path in sorted((ROOT / root).rglob("*.py")):
             lines, tree = parsed(path)
             seen: set[int] = set()
+            spans = {  # every line of an import statement, a wrapped one's included
+                n
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            }
             for fn in ast.walk(tree):
                 if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                     continue
@@ -228,15 +234,21 @@ def inner_imports() -> list[tuple[Path, int, bool]]:
                     if not own:
                         continue
                     seen.add(node.lineno)
-                    found.append((path, node.lineno, _has_reason(lines, node.lineno)))
+                    found.append((path, node.lineno, _has_reason(lines, node.lineno, spans)))
     return found
 
 
-def _has_reason(lines: list[str], lineno: int) -> bool:
+def _has_reason(lines: list[str], lineno: int, spans: set[int] | None = None) -> bool:
+    """Whether the import on ``lineno`` has a comment on its line or above its run of imports
+    (``spans``: the 1-based lines of the file's import statements, wrapped ones whole)."""
     if "#" in lines[lineno - 1]:
         return True
     i = lineno - 2
-    while i >= 0 and (not lines[i].strip() or lines[i].lstrip().startswith(("import ", "from "))):
+    while i >= 0 and (
+        not lines[i].strip()
+        or lines[i].lstrip().startswith(("import ", "from "))
+        or (spans is not None and i + 1 in spans)
+    ):
         i -= 1
     return i >= 0 and "#" in lines[i]
 
@@ -257,6 +269,15 @@ def test_few_imports_inside_functions_each_with_its_reason():
 def test_the_reason_reader_wants_a_comment():
     lines = ["def f():", "    x = 1", "    from sweeps import a", "", "    # torch", "    import b"]
     assert not _has_reason(lines, 3) and _has_reason(lines, 6)
+    wrapped = [
+        "def f():",
+        "    # torch",
+        "    from a import (",
+        "        b,",
+        "    )",
+        "    import c",
+    ]
+    assert _has_reason(wrapped, 6, {3, 4, 5, 6}) and not _has_reason(wrapped, 6)
 
 
 def test_the_readme_layout_names_every_package_of_sweeps():

@@ -1,5 +1,5 @@
 """What a fused group builds for each member as the member's unfused trial would: its data and model
-(seeded as :func:`sweeps.trial.kit.prepare_trial` seeds, so a member starts from its unfused run's
+(seeded as :func:`sweeps.trial.fitting.prepare_trial` seeds, so a member starts from its unfused run's
 weights and data), and the device the group trains on. The training loop itself is the model
 package's (:class:`lightning_modules.fused.loop.FusedLoop`).
 """

@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from sweeps.trial.fused.closing import seconds_to_close
+from sweeps.trial.fused.group_close import seconds_to_close
 from sweeps.trial.fused.state import GroupSetup, GroupStore
 from sweeps.trial.lifecycle import quiet_logs
 

@@ -107,7 +107,7 @@ def follow(
     extra: dict[str, Any],
 ) -> None:
     """Pass the group's reports for member ``j`` to Tune until its final one, or until Tune stops
-    it; the W&B run is closed whatever happens (see :func:`sweeps.trial.kit.fit_trial`)."""
+    it; the W&B run is closed whatever happens (see :func:`sweeps.trial.fitting.fit_trial`)."""
     logger, stop, failed, final_ckpt, pngs = None, None, True, None, []
     wants_heatmaps = settings.wandb.log_heatmaps and settings.wandb.mode != "disabled"
     try:

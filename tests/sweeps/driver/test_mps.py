@@ -30,7 +30,7 @@ from sweeps.driver.mps import (
 )
 from sweeps.errors import SpecError
 from sweeps.spec import load_spec
-from sweeps.trial.kit import trainer_kwargs
+from sweeps.trial.fitting import trainer_kwargs
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"

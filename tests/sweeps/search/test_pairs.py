@@ -33,7 +33,7 @@ ray = pytest.importorskip("ray")
 from sweep_helpers import tiny_spec, write_spec  # noqa: E402
 
 from sweeps.launch import main  # noqa: E402
-from sweeps.plan.warm import PLAN_HASH, plan_warm_start  # noqa: E402
+from sweeps.plan.warm_start import PLAN_HASH, plan_warm_start  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
 
 BAHDANAU = {"attention": "bahdanau"}

@@ -173,7 +173,7 @@ def test_the_wandb_report_carries_the_heldout_and_confirm_sections():
 
 
 def test_a_reused_row_gets_a_plan_for_the_heldout_stage(tmp_path):
-    from sweeps.plan.warm import PLAN_HASH, WarmStart, plan_fingerprint
+    from sweeps.plan.warm_start import PLAN_HASH, WarmStart, plan_fingerprint
 
     sweep = load_spec(write_spec(tmp_path, tiny_spec("w", parameters=LR, num_samples=1)))
     plan = sweep.plans[1]

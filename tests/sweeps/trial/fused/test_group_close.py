@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sweeps.trial.fused.closing import UNRELEASED_GRACE_S, seconds_to_close
+from sweeps.trial.fused.group_close import UNRELEASED_GRACE_S, seconds_to_close
 
 
 def members(*released: bool) -> dict[int, SimpleNamespace]:

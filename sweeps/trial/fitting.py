@@ -1,7 +1,7 @@
-"""The trial kit: what the single-process trainable (:mod:`sweeps.trial.trainable`) and the DDP trainable
-(:mod:`sweeps.trial.ddp`) share -- seeding, data and module, restoring a
-checkpoint, the report-to-Ray callback, fault injection, the Trainer's arguments, and fitting
-(the W&B run: :mod:`sweeps.trial.wandb_logger`).
+"""Fitting a trial: what the single-process trainable (:mod:`sweeps.trial.trainable`) and the
+DDP trainable (:mod:`sweeps.trial.ddp`) share -- seeding, data and module, restoring a
+checkpoint, the report-to-Ray callback, fault injection, the Trainer's arguments, and the fit
+itself (the W&B run: :mod:`sweeps.trial.wandb_logger`).
 
 Each trial reports to Ray after every validation, with a checkpoint, so a retried trial
 (``FailureConfig(max_failures)``) or a resumed sweep continues from where it stopped. It logs to

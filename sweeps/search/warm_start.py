@@ -1,4 +1,4 @@
-"""A new searcher given what a warm start brings (:mod:`sweeps.plan.warm` decides what that is),
+"""A new searcher given what a warm start brings (:mod:`sweeps.plan.warm_start` decides what that is),
 through the same parts whatever the searcher is made of (:mod:`sweeps.search.base`): the reused
 trials counted as started in their units, the gates told of them (a reused teacher teaches its
 students), and each Optuna study told the earlier finished trials of its unit or cell."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from sweeps.plan.warm import WarmStart, fits
+from sweeps.plan.warm_start import WarmStart, fits
 
 
 def tell_earlier(study: Any, trials: list[Any], space: dict[str, Any], source: Path) -> int:

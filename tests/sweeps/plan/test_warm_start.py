@@ -12,8 +12,8 @@ import pytest
 from sweep_helpers import tiny_spec, write_spec
 
 from sweeps.errors import SpecError
-from sweeps.plan.warm import PLAN_HASH, fingerprint_rows, plan_fingerprint, plan_warm_start
-from sweeps.search.warm import tell_earlier
+from sweeps.plan.warm_start import PLAN_HASH, fingerprint_rows, plan_fingerprint, plan_warm_start
+from sweeps.search.warm_start import tell_earlier
 from sweeps.spec import load_spec
 
 
