@@ -110,6 +110,24 @@ class Unfused:
         return loss.detach()
 
 
+def save_member_checkpoint(fused: FusedSeq2Seq, i: int, path, step: int) -> Seq2SeqModule:
+    """Member ``i`` of ``fused`` written as Lightning writes a trial's checkpoint (its weights,
+    hyperparameters and Adam state) at ``step``; returns the member's plain module."""
+    member = fused.member_module(i)
+    torch.save(
+        {
+            "pytorch-lightning_version": pl.__version__,
+            "epoch": 0,
+            "global_step": step,
+            "state_dict": member.state_dict(),
+            "hyper_parameters": dict(member.hparams),
+            "optimizer_states": [fused.optimizer_state(i)],
+        },
+        path,
+    )
+    return member
+
+
 def assert_member_equals(fused: FusedSeq2Seq, i: int, ref: Unfused, grads: bool = True) -> None:
     weights = fused.member_module(i).state_dict()
     for name, param in ref.module.named_parameters():
@@ -218,19 +236,8 @@ def test_a_member_checkpoint_loads_alone_and_resumes_as_an_unfused_trial(tmp_pat
     fused, refs = fused_and_unfused("memory", {"K": 4, "position_encoding": True})
     for step in range(2):
         fused.train_step(batches_for(step, range(3)))
-    member = fused.member_module(1)
     path = tmp_path / "member1.ckpt"
-    torch.save(
-        {
-            "pytorch-lightning_version": pl.__version__,
-            "epoch": 0,
-            "global_step": 2,
-            "state_dict": member.state_dict(),
-            "hyper_parameters": dict(member.hparams),
-            "optimizer_states": [fused.optimizer_state(1)],
-        },
-        path,
-    )
+    member = save_member_checkpoint(fused, 1, path, step=2)
     loaded = Seq2SeqModule.load_from_checkpoint(path, map_location="cpu")
     assert dict(loaded.hparams) == dict(member.hparams)
     assert all(torch.equal(v, member.state_dict()[k]) for k, v in loaded.state_dict().items())

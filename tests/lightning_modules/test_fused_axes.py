@@ -12,10 +12,16 @@ import io
 import subprocess
 import sys
 
-import lightning.pytorch as pl
 import pytest
 import torch
-from test_fused import TOL, VOCAB, Unfused, assert_member_equals, make_batch
+from test_fused import (
+    TOL,
+    VOCAB,
+    Unfused,
+    assert_member_equals,
+    make_batch,
+    save_member_checkpoint,
+)
 
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 from lightning_modules.attention import attention_options
@@ -223,19 +229,8 @@ def test_a_mixed_members_checkpoint_loads_alone_with_its_own_K_and_length(tmp_pa
     resumes = {}
     for i in (0, 2):  # K=1 without PE, built for 6; K=3 with PE, built for 9
         length, options = GROUPS["mix"][i]
-        member = fused.member_module(i)
         path = tmp_path / f"member{i}.ckpt"
-        torch.save(
-            {
-                "pytorch-lightning_version": pl.__version__,
-                "epoch": 0,
-                "global_step": 3,
-                "state_dict": member.state_dict(),
-                "hyper_parameters": dict(member.hparams),
-                "optimizer_states": [fused.optimizer_state(i)],
-            },
-            path,
-        )
+        member = save_member_checkpoint(fused, i, path, step=3)
         loaded = Seq2SeqModule.load_from_checkpoint(path, map_location="cpu")
         attention = loaded.model.decoder.attention
         assert type(attention) is MemoryAttention and attention.K == options["K"]

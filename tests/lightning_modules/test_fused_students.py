@@ -11,7 +11,14 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import pytest
 import torch
-from test_fused import TOL, VOCAB, Unfused, assert_member_equals, make_batch
+from test_fused import (
+    TOL,
+    VOCAB,
+    Unfused,
+    assert_member_equals,
+    make_batch,
+    save_member_checkpoint,
+)
 from test_fused_axes import CLIPS, LRS, ROWS, WEIGHT_DECAY
 
 from lightning_modules import Seq2SeqModule
@@ -243,19 +250,8 @@ def test_a_students_checkpoint_loads_alone_and_the_group_resumes_with_its_teache
     members = [1, 2, 3]
     fused, refs = students(teachers, members)
     train_both(fused, refs, range(2), members)
-    member = fused.member_module(0)
     path = tmp_path / "member.ckpt"
-    torch.save(
-        {
-            "pytorch-lightning_version": pl.__version__,
-            "epoch": 0,
-            "global_step": 2,
-            "state_dict": member.state_dict(),
-            "hyper_parameters": dict(member.hparams),
-            "optimizer_states": [fused.optimizer_state(0)],
-        },
-        path,
-    )
+    member = save_member_checkpoint(fused, 0, path, step=2)
     loaded = Seq2SeqModule.load_from_checkpoint(path, map_location="cpu")
     assert loaded.hparams.teacher_checkpoint == teachers["B"]
     assert loaded.hparams.distill_weight == 1.0 and loaded.hparams.init_from_teacher == "encoder"
