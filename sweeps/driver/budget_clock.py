@@ -33,7 +33,7 @@ class BudgetClock(Callback):
         meter = budget.active()
         if meter is None:
             return
-        # a member of a fused group of n holds 1/n of a trial (sweeps.fusion)
+        # a member of a fused group of n holds 1/n of a trial (sweeps.plan.fusion)
         running = sum(member_share(t.config or {}) for t in trials if t.status == "RUNNING")
         ran_out = meter.tick(running)
         if ran_out is None:

@@ -138,7 +138,7 @@ def row_from_result(
         "teacher"
     ):  # a student: its teacher's trial id (sweeps.search.teachers)
         row["teacher"] = str(plan.config["teacher"])
-    if (plan.config or {}).get("fused_with"):  # trained fused with its group (sweeps.fusion)
+    if (plan.config or {}).get("fused_with"):  # trained fused with its group (sweeps.trial.fused)
         row["fused_with"] = str(plan.config["fused_with"])
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)

@@ -1,5 +1,5 @@
-"""The sweep file's ``fusion`` key: trials whose models share every shape train as one fused model
-(:mod:`sweeps.fusion`), each still a trial of its own.
+"""The sweep file's ``fusion`` key: trials of one mechanism and one set of sizes train as one fused
+model (:mod:`lightning_modules.fused`), each still a trial of its own.
 
     fusion: {max_members: 3}   # at most 3 trials in a fused group
     fusion: off                # every trial alone, as before
@@ -26,9 +26,11 @@ DEFAULT_MAX_MEMBERS = {"cpu": 4, "gpu": 16}
 
 
 class FusionSpec(_Strict):
-    """Horizontal fusion: trials whose models have the same shapes (mechanism and its options,
-    sizes, batch size and length, the same training loop) train as one model with a leading member
-    dimension, up to ``max_members`` at once. Each member keeps its own seed, data order, learning
+    """Horizontal fusion: trials of one mechanism with the same sizes, batch size and training
+    loop train as one model with a leading member dimension, up to ``max_members`` at once. What
+    may differ member by member (memory attention's K, scoring pair and position encodings, the
+    length, other mechanisms' switch-only options) is padded and masked; the plan joins such
+    trials where the device's measured step costs say it pays (docs/fusion.md). Each member keeps its own seed, data order, learning
     rate, Optuna trial, W&B run, checkpoint and row in results.csv (``fused_with`` names its group).
     ``fusion: off`` is ``max_members: 1``."""
 

@@ -359,7 +359,7 @@ class SweepSpec(_Strict):
         Discriminator(lambda v: "mapping" if isinstance(v, dict | SeedsSpec) else "list"),
     ] = Field(default_factory=lambda: [0])
     metric: MetricSpec = Field(default_factory=MetricSpec)
-    # multi-objective studies (sweeps.spec.objectives, sweeps.moo): instead of `metric`
+    # multi-objective studies (sweeps.spec.objectives, sweeps.search.moo): instead of `metric`
     objectives: list[ObjectiveSpec] = Field(default_factory=list)
     constraints: list[ConstraintSpec] = Field(default_factory=list)
     early_terminate: EarlyTerminateSpec = Field(default_factory=EarlyTerminateSpec)
@@ -368,7 +368,8 @@ class SweepSpec(_Strict):
     )
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    # trials of equal shapes train as one fused model (sweeps.fusion); `fusion: off` trains each alone
+    # trials of one mechanism and sizes train as one fused model (sweeps.plan.fusion);
+    # `fusion: off` trains each alone
     fusion: FusionSpec = Field(default_factory=FusionSpec)
     max_concurrent_trials: int | None = Field(None, ge=1)
     storage: StorageSpec = Field(default_factory=StorageSpec)

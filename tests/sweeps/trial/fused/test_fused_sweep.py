@@ -125,6 +125,12 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
     assert len(df) == len(SEEDS) and df["seed"].tolist() == SEEDS
     assert (df["status"] == "done").all() and (df["step"] == 30).all()
     assert (df["fused_with"] == "g1").all(), "results.csv names each member's group"
+    # and each member's Tune config (params.json): which group, which member
+    members = sorted(
+        (json.loads(p.read_text()) for p in fused.exp.glob("*/params.json")),
+        key=lambda c: c["seed"],
+    )
+    assert [(c["fused_with"], c["fused_member"]) for c in members] == [("g1", "1/2"), ("g1", "2/2")]
     # every member's checkpoint is a plain model of its own: it loads alone, at its last step
     weights = []
     for ckpt in df["checkpoint"]:
