@@ -5,6 +5,7 @@ study with one more length is the slow test at the end."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +16,35 @@ from sweeps.errors import SpecError
 from sweeps.plan.warm_start import PLAN_HASH, fingerprint_rows, plan_fingerprint, plan_warm_start
 from sweeps.search.warm_start import tell_earlier
 from sweeps.spec import load_spec
+
+#: the earlier sweep of the warm-start launches below: one cell, two Optuna samples of lr
+ONE_CELL = dict(
+    grid={"task.max_length": [4], "model": [{"attention": "none"}]},
+    parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
+    num_samples=2,
+)
+
+
+def launch_one_more_length(
+    tmp_path: Path, name: str, **over
+) -> tuple[Path, list[str], pd.DataFrame]:
+    """The one-cell sweep ``name`` (:data:`ONE_CELL` with ``over``), then the same with length 6
+    added, warm-started from it: the second sweep's folder, the trial folders it trained, its
+    results.csv."""
+    from sweeps.launch import main
+
+    base = copy.deepcopy({**ONE_CELL, **over})  # the second sweep's grid changes below
+    one = tmp_path / "one"
+    one.mkdir()
+    first = [str(write_spec(one, tiny_spec(name, **base))), "--output", str(tmp_path / "o1")]
+    assert main([*first, "--verbose", "0"]) == 0
+    more = tiny_spec(name, **base, warm_start=str(tmp_path / "o1" / name))
+    more["grid"]["task.max_length"] = [4, 6]
+    second = [str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"]
+    assert main(second) == 0
+    out = tmp_path / "o2" / name
+    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    return out, trained, pd.read_csv(out / "results.csv", dtype={"trial_id": str})
 
 
 def _earlier(tmp_path: Path, sweep, keep: int) -> Path:
@@ -137,37 +167,8 @@ def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from sweeps.launch import main
-
-    base = dict(
-        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
-        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
-        num_samples=2,
-    )
-    one = tmp_path / "one"
-    one.mkdir()
-    assert (
-        main(
-            [
-                str(write_spec(one, tiny_spec("w", **base))),
-                "--output",
-                str(tmp_path / "o1"),
-                "--verbose",
-                "0",
-            ]
-        )
-        == 0
-    )
-    more = tiny_spec("w", **base, warm_start=str(tmp_path / "o1" / "w"))
-    more["grid"]["task.max_length"] = [4, 6]
-    assert (
-        main([str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"])
-        == 0
-    )
-    out = tmp_path / "o2" / "w"
-    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
+    out, trained, df = launch_one_more_length(tmp_path, "w")
     assert len(trained) == 2 and all("length=6" in name for name in trained)
-    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
     assert len(df) == 4 and (df["status"] == "done").all()
     assert (df["reused"].notna() == (df["length"] == 4)).all()
     storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
@@ -187,38 +188,10 @@ def test_configurations_over_seeds_are_reused_whole(local_ray, tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from sweeps.launch import main
-
-    base = dict(
-        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
-        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
-        num_samples=2,
-        seeds={"values": [0, 1], "per_configuration": True},
+    out, trained, df = launch_one_more_length(
+        tmp_path, "c", seeds={"values": [0, 1], "per_configuration": True}
     )
-    one = tmp_path / "one"
-    one.mkdir()
-    assert (
-        main(
-            [
-                str(write_spec(one, tiny_spec("c", **base))),
-                "--output",
-                str(tmp_path / "o1"),
-                "--verbose",
-                "0",
-            ]
-        )
-        == 0
-    )
-    more = tiny_spec("c", **base, warm_start=str(tmp_path / "o1" / "c"))
-    more["grid"]["task.max_length"] = [4, 6]
-    assert (
-        main([str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"])
-        == 0
-    )
-    out = tmp_path / "o2" / "c"
-    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
     assert len(trained) == 4 and all("length=6" in name for name in trained)
-    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
     assert len(df) == 8 and (df["reused"].notna() == (df["length"] == 4)).all()
     storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
     study = optuna.load_study(study_name="c/attention-none_length-4", storage=storage)
@@ -256,29 +229,15 @@ def test_a_multi_objective_study_with_one_more_length_trains_only_the_new_cell(l
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from sweeps.launch import main
-
-    base = dict(
-        grid={"task.max_length": [4], "model": [{"attention": "none"}]},
-        parameters={"model.lr": {"min": 1e-4, "max": 3e-2, "distribution": "log_uniform_values"}},
-        num_samples=2,
+    out, trained, df = launch_one_more_length(
+        tmp_path,
+        "m",
         objectives=[
             {"name": "val/bleu", "goal": "maximize"},
             {"name": "val/loss", "goal": "minimize"},
         ],
     )
-    one = tmp_path / "one"
-    one.mkdir()
-    first = [str(write_spec(one, tiny_spec("m", **base))), "--output", str(tmp_path / "o1")]
-    assert main([*first, "--verbose", "0"]) == 0
-    more = tiny_spec("m", **base, warm_start=str(tmp_path / "o1" / "m"))
-    more["grid"]["task.max_length"] = [4, 6]
-    second = [str(write_spec(tmp_path, more)), "--output", str(tmp_path / "o2"), "--verbose", "0"]
-    assert main(second) == 0
-    out = tmp_path / "o2" / "m"
-    trained = sorted(d.name for d in out.iterdir() if d.is_dir() and (d / "result.json").exists())
     assert len(trained) == 2 and all("length=6" in name for name in trained)
-    df = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
     assert len(df) == 4 and (df["reused"].notna() == (df["length"] == 4)).all()
     storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
     old = optuna.load_study(study_name="m/attention-none_length-4-seed0", storage=storage)
