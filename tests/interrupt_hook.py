@@ -60,22 +60,31 @@ class InterruptAtStep(Callback):
 
 
 ENV_CELL = "INTERRUPT_ON_COMPLETE"
+ENV_COUNT = "INTERRUPT_ON_COMPLETE_COUNT"
 
 
 class InterruptOnComplete(Callback):
-    """A SIGINT the moment Tune takes in the end of the first trial whose cell contains
-    ``INTERRUPT_ON_COMPLETE`` (e.g. a teacher, while its students wait); records it to
-    ``INTERRUPT_RECORD`` first, with the trials Tune holds at that point."""
+    """A SIGINT the moment Tune takes in the end of the trials whose cell contains
+    ``INTERRUPT_ON_COMPLETE`` (e.g. teachers, while their students wait): of the first one, or of
+    ``INTERRUPT_ON_COMPLETE_COUNT`` of them (the members of a fused group end one after another in
+    Tune's eyes). Records the last one's id to ``INTERRUPT_RECORD`` first, with the trials Tune
+    holds at that point and the status of each."""
 
     def __init__(self) -> None:
         self.cell = os.environ[ENV_CELL]
         self.record = os.environ[ENV_RECORD]
+        self.count = int(os.environ.get(ENV_COUNT, "1"))
+        self.ended = 0
         self.fired = False
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         if self.fired or self.cell not in str(trial.config.get("cell", "")):
             return
+        self.ended += 1
+        if self.ended < self.count:
+            return
         self.fired = True
         with open(self.record, "w") as f:
-            json.dump({"finished": trial.trial_id, "trials": [t.trial_id for t in trials]}, f)
+            held = {t.trial_id: t.status for t in trials}
+            json.dump({"finished": trial.trial_id, "trials": list(held), "status": held}, f)
         os.kill(os.getpid(), signal.SIGINT)

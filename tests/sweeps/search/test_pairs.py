@@ -5,13 +5,16 @@ Optuna, W&B off (its part is the same in every pair; the fused and teacher tests
   one group behind the unit's baseline model, each told its own vector and constraints;
 - teachers x resume x fused groups: fused teachers fail (the spec's chaos block), their students
   fail with their teacher's reason; the cause removed, ``--resume`` trains the teachers as one
-  group and their students, which wait for them, as another, each taught by its own teacher;
+  group, and is Ctrl-C'd the moment both have ended while their students wait; ``--resume``
+  again trains the students as another group, no teacher twice, each student taught by its own
+  seed's teacher (its checkpoint and its W&B run name that teacher's);
 - fused groups x warm start, teachers x warm start: that sweep over four seeds, warm-started from
   it, reuses the first two seeds' teachers and students (a student whose teacher is reused is
   reused too; they fuse with nobody) and trains the other two seeds' as fused groups.
 
-The teacher pairs share one module run of three launches (each launch costs seconds of process
-starts on two cores); each test reads the launch it is about.
+The teacher pairs share one module run of four launches (each launch costs seconds of process
+starts on two cores); each test reads the launches it is about. (The searcher's holding back of
+students, without Ray: test_teacher_sweep.py.)
 
 (Fused groups x ASHA and x configurations over seeds: tests/sweeps/trial/fused/; multi-objective
 x configurations over seeds: test_moo_configs.py; the searcher's side of each pair without Ray:
@@ -22,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -68,9 +73,21 @@ def reports(exp: Path, trial_id: str) -> list[dict]:
 
 def teacher_spec(name: str, **over) -> dict:
     """A teacher cell (bahdanau) and its student (memory K=4, distilled and started from its
-    encoder) over ``seeds``."""
-    base = {"grid": {"model": [BAHDANAU, STUDENT]}, "wandb": {"mode": "disabled"}}
+    encoder) over ``seeds``, W&B offline."""
+    base = {"grid": {"model": [BAHDANAU, STUDENT]}, "wandb": {"mode": "offline", "project": "test"}}
     return tiny_spec(name, **{**base, **over})
+
+
+def wandb_run_record(run: Path) -> dict:
+    """The run record of an offline W&B run (config, tags, notes), as W&B's own reader prints it."""
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+    return next(r["run"] for r in records if r.get("type") == "run")
 
 
 def test_fused_multi_objective_samples_are_asked_together_and_told_their_own_vectors(
@@ -137,9 +154,10 @@ def test_fused_multi_objective_samples_are_asked_together_and_told_their_own_vec
 
 @pytest.fixture(scope="module")
 def teacher_runs(local_ray, tmp_path_factory) -> dict:
-    """Three launches of a teacher (bahdanau) and its student over seeds 0 and 1: with the
-    teachers failing, then resumed with the cause removed, then the sweep over seeds 0-3
-    warm-started from it. Each launch's exit status, results.csv and (the first) stderr."""
+    """Four launches of a teacher (bahdanau) and its student over seeds 0 and 1: with the
+    teachers failing; resumed with the cause removed and Ctrl-C'd once both teachers have ended
+    (tests/interrupt_hook.py); resumed again; then the sweep over seeds 0-3 warm-started from it.
+    Each launch's exit status, results.csv, (the first) stderr, and what the hook saw."""
     tmp = tmp_path_factory.mktemp("teachers")
     runs: dict = {"tmp": tmp}
     failing = teacher_spec(
@@ -154,6 +172,28 @@ def teacher_runs(local_ray, tmp_path_factory) -> dict:
         runs["failed"] = launch(tmp, failing)
     runs["failed_rows"], runs["failed_err"] = rows(tmp, "pairs"), err.getvalue()
     fixed = teacher_spec("pairs", seeds=[0, 1], max_concurrent_trials=2)
+    record = tmp / "interrupted.json"
+    with pytest.MonkeyPatch.context() as hooked:
+        hooked.setenv("RAY_TUNE_CALLBACKS", "interrupt_hook.InterruptOnComplete")
+        hooked.setenv("INTERRUPT_ON_COMPLETE", "attention=bahdanau")
+        hooked.setenv("INTERRUPT_ON_COMPLETE_COUNT", "2")
+        hooked.setenv("INTERRUPT_RECORD", str(record))
+        runs["interrupted"] = launch(tmp, fixed, "out", "--resume")
+    runs["seen"] = json.loads(record.read_text()) if record.exists() else None
+    runs["interrupted_rows"] = rows(tmp, "pairs")
+    exp = tmp / "out" / "pairs"
+    students = runs["interrupted_rows"].query("attention == 'memory'")["trial_id"]
+    runs["student_steps"] = {
+        t: [r["step"] for r in reports(exp, t) if r["step"] > 0]
+        if any(d.name.startswith(t + "_") and (d / "result.json").exists() for d in exp.iterdir())
+        else []
+        for t in students
+    }
+    runs["teacher_logs"] = {
+        d.name: (d / "result.json").read_text()
+        for d in exp.iterdir()
+        if "attention=bahdanau" in d.name and (d / "result.json").exists()
+    }
     runs["fixed"] = launch(tmp, fixed, "out", "--resume")
     runs["fixed_rows"] = rows(tmp, "pairs")
     more = teacher_spec(
@@ -182,10 +222,44 @@ def test_a_failed_teacher_fails_its_students_with_the_reason(teacher_runs):
 
 
 @ON_TEACHERS
+def test_a_stop_while_the_students_wait_then_resume_trains_no_teacher_twice(teacher_runs):
+    """Ctrl-C the moment both fused teachers have ended: no student had started (they wait); the
+    teachers are done. The next ``--resume`` leaves every teacher's records as they were (none
+    trained twice) and trains the students only."""
+    assert teacher_runs["interrupted"] == 130
+    seen, df = teacher_runs["seen"], teacher_runs["interrupted_rows"]
+    teachers = set(df[df["attention"] == "bahdanau"]["trial_id"])
+    assert seen is not None and seen["finished"] in teachers
+    # the hook runs as Tune takes in the second teacher's end: the first has ended, the students
+    # wait (held back, never started)
+    (other,) = teachers - {seen["finished"]}
+    assert seen["status"][other] == "TERMINATED", seen
+    assert set(seen["trials"]) - teachers == set(df[df["attention"] == "memory"]["trial_id"])
+    assert not {seen["status"][t] for t in set(seen["trials"]) - teachers} & {
+        "RUNNING",
+        "TERMINATED",
+    }, seen
+    assert teacher_runs["student_steps"] and not any(teacher_runs["student_steps"].values()), (
+        "a student trained a step before its teachers' stop"
+    )
+    assert (df[df["attention"] == "bahdanau"]["status"] == "done").all()
+    # the students keep the first launch's rows (their teacher's failure) until they run
+    assert (df[df["attention"] == "memory"]["status"] == "error").all()
+    assert teacher_runs["fixed"] == 0
+    exp = teacher_runs["tmp"] / "out" / "pairs"
+    assert len(teacher_runs["teacher_logs"]) == 2
+    for name, log in teacher_runs["teacher_logs"].items():
+        assert (exp / name / "result.json").read_text() == log, f"{name} trained again"
+    trained = [d for d in exp.iterdir() if d.is_dir() and (d / "result.json").exists()]
+    assert len(trained) == 4, "two teachers, two students, each trained once"
+
+
+@ON_TEACHERS
 def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teacher_runs):
-    """The resume trains the teachers as one fused group and the students as another, which
+    """The resumes train the teachers as one fused group and the students as another, which
     starts after both teachers ended, each member taught by its own seed's teacher (the fused
-    model's teacher pass: each student's checkpoint names its own teacher's)."""
+    model's teacher pass: each student's checkpoint names its own teacher's; its W&B run names
+    its teacher's run: config, tags, notes)."""
     assert teacher_runs["fixed"] == 0
     df = teacher_runs["fixed_rows"]
     exp = teacher_runs["tmp"] / "out" / "pairs"
@@ -209,6 +283,13 @@ def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teac
             "hyper_parameters"
         ]
         assert hparams["teacher_checkpoint"] == teacher["checkpoint"]
+        assert hparams["distill_weight"] == 1.0 and Path(teacher["checkpoint"]).is_file()
+        (run,) = sorted((exp / "wandb").glob(f"offline-run-*-{student['trial_id']}"))[-1:]
+        record = wandb_run_record(run)
+        assert record["config"]["update"]["teacher"] == teacher["trial_id"]
+        assert record["config"]["update"]["teacher_checkpoint"] == teacher["checkpoint"]
+        assert f"teacher:{teacher['trial_id']}" in record["tags"]
+        assert record["notes"].startswith(f"Taught by W&B run {teacher['trial_id']} (checkpoint ")
 
 
 @ON_TEACHERS

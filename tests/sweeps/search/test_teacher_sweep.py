@@ -1,46 +1,17 @@
-"""Dependent trials on a real local Ray, real Optuna-free searcher and W&B offline: a teacher
-cell and its student in one Tune run; the launcher Ctrl-C'd the moment the teacher ends while
-its student waits, then resumed: no teacher is trained twice, the student trains with the
-teacher checkpoint its row names, and its W&B run names the teacher's run. The searcher's
-holding back, without Ray, first. (A failed teacher and its students: test_pairs.py.)"""
+"""Dependent trials, the searcher's side without Ray's run: students withheld until their
+teacher ends, then handed its best checkpoint (or its failure); a student's Optuna trial naming its
+teacher; reused teacher rows teaching. The launcher end to end (fused teachers and students, a stop
+while the students wait, resume, warm start): test_pairs.py."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-import pandas as pd
 import pytest
-import torch
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import tiny_spec, write_spec  # noqa: E402
-
-from sweeps.launch import main  # noqa: E402
 from sweeps.plan.units import Unit  # noqa: E402
 from sweeps.search.compose import per_unit_searcher  # noqa: E402
 from sweeps.search.teachers import TeacherBook  # noqa: E402
-
-BAHDANAU = "attention=bahdanau"
-STUDENT = {
-    "attention": "memory",
-    "K": 4,
-    "distill_weight": 1.0,
-    "init_from_teacher": "encoder",
-    "teacher": {"cell": {"attention": "bahdanau"}},
-}
-
-
-def teacher_spec(name: str, teacher: dict | None = None, **over) -> dict:
-    return tiny_spec(
-        name,
-        grid={"model": [teacher or {"attention": "bahdanau"}, STUDENT]},
-        **over,
-    )
-
 
 # -- the searcher, without Ray's run ------------------------------------------------------------
 
@@ -103,68 +74,3 @@ def test_reused_teacher_rows_teach():
     book.adopt({0: [{"trial_id": "old1", "val/bleu": 90.0, "checkpoint": "/old/c.ckpt"}]})
     assert not book.waiting(1)
     assert book.assignment(1) == {"teacher": "old1", "teacher_checkpoint": "/old/c.ckpt"}
-
-
-# -- the launcher --------------------------------------------------------------------------------
-
-
-def _wandb_run_record(run: Path) -> dict:
-    """The run record of an offline W&B run (config, tags, notes), as W&B's own reader prints it."""
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
-    return next(r["run"] for r in records if r.get("type") == "run")
-
-
-def test_kill_while_the_student_waits_then_resume_trains_no_teacher_twice(
-    local_ray, tmp_path, monkeypatch, capsys
-):
-    out = tmp_path / "out"
-    args = [
-        str(write_spec(tmp_path, teacher_spec("teach"))),
-        "--output",
-        str(out),
-        "--verbose",
-        "0",
-    ]
-    exp = out / "teach"
-    record = tmp_path / "interrupted.json"
-    with monkeypatch.context() as hooked:
-        hooked.setenv("RAY_TUNE_CALLBACKS", "interrupt_hook.InterruptOnComplete")
-        hooked.setenv("INTERRUPT_ON_COMPLETE", BAHDANAU)
-        hooked.setenv("INTERRUPT_RECORD", str(record))
-        assert main(args) == 130
-    seen = json.loads(record.read_text())
-    assert seen["trials"] == [seen["finished"]], "the student had not started: it waited"
-    (teacher_dir,) = [d for d in exp.iterdir() if d.is_dir() and BAHDANAU in d.name]
-    teacher_log = (teacher_dir / "result.json").read_text()
-    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str, "teacher": str})
-    assert sorted(df["status"]) == ["done", "unfinished"]
-    capsys.readouterr()
-
-    assert main(args + ["--resume"]) == 0
-    assert (teacher_dir / "result.json").read_text() == teacher_log, "the teacher trained again"
-    trial_dirs = [d for d in exp.iterdir() if d.is_dir() and (d / "result.json").exists()]
-    assert len(trial_dirs) == 2 and sum(BAHDANAU in d.name for d in trial_dirs) == 1
-    df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str, "teacher": str})
-    assert (df["status"] == "done").all()
-    teacher = df[df["attention"] == "bahdanau"].iloc[0]
-    student = df[df["attention"] == "memory"].iloc[0]
-    assert pd.isna(teacher["teacher"]) and student["teacher"] == teacher["trial_id"]
-    # the checkpoint the student's plan used (its model's hyperparameters) is the one its row names
-    hparams = torch.load(student["checkpoint"], map_location="cpu", weights_only=False)[
-        "hyper_parameters"
-    ]
-    assert hparams["teacher_checkpoint"] == teacher["checkpoint"]
-    assert hparams["distill_weight"] == 1.0 and Path(teacher["checkpoint"]).is_file()
-    # the student's W&B run names its teacher's run (config, tags, notes)
-    (run,) = sorted((exp / "wandb").glob(f"offline-run-*-{student['trial_id']}"))
-    record = _wandb_run_record(run)
-    assert record["config"]["update"]["teacher"] == teacher["trial_id"]
-    assert record["config"]["update"]["teacher_checkpoint"] == teacher["checkpoint"]
-    assert f"teacher:{teacher['trial_id']}" in record["tags"]
-    assert record["notes"].startswith(f"Taught by W&B run {teacher['trial_id']} (checkpoint ")
