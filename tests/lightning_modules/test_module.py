@@ -252,13 +252,15 @@ def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
 
 @pytest.mark.train
 def test_import_pulls_in_no_orchestration_or_plotting():
-    """Our packages import none of ray/optuna/wandb/matplotlib. (torchmetrics, which Lightning
+    """Our packages import none of ray/optuna/wandb/matplotlib, nor the orchestration (sweeps/):
+    the module, the data modules and the fused training loop. (torchmetrics, which Lightning
     imports, itself loads matplotlib when it is installed; that is measured and allowed.)"""
     script = (
-        "import sys; banned = {'ray', 'optuna', 'wandb', 'matplotlib'}; "
+        "import sys; banned = {'ray', 'optuna', 'wandb', 'matplotlib', 'sweeps'}; "
         "loaded = lambda: {m.split('.')[0] for m in sys.modules} & banned; "
         "import lightning.pytorch; before = loaded(); "
         "from lightning_modules import Seq2SeqModule; import datamodules; "
+        "import lightning_modules.fused.loop; "
         "print(','.join(sorted(loaded() - before)) + '|' + ','.join(sorted(before - {'matplotlib'})))"
     )
     result = subprocess.run(
