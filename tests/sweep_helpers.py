@@ -90,16 +90,26 @@ def interrupted_trials(exp: Path) -> tuple[Path, Path]:
     return finished, running
 
 
-def wandb_read(run: Path) -> dict:
-    """An offline W&B run as W&B's own client reads it (``wandb leet inspect --summary --json``)."""
+def _wandb_inspect(run: Path, *flags: str) -> str:
     shown = subprocess.run(
-        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json"]
-        + [str(run)],
+        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", *flags, "--json", str(run)],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    return json.loads(shown.stdout)
+    return shown.stdout
+
+
+def wandb_read(run: Path) -> dict:
+    """An offline W&B run as W&B's own client reads it (``wandb leet inspect --summary --json``)."""
+    return json.loads(_wandb_inspect(run, "--summary"))
+
+
+def wandb_run_record(run: Path) -> dict:
+    """The run record of an offline W&B run (config, tags, notes), as W&B's own reader prints it
+    (``wandb leet inspect --json``, one record a line)."""
+    records = [json.loads(line) for line in _wandb_inspect(run).splitlines() if line.strip()]
+    return next(r["run"] for r in records if r.get("type") == "run")
 
 
 #: the planning functions a launch runs once (:mod:`sweeps.plan`), by the file that defines each

@@ -25,8 +25,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +33,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import tiny_spec, write_spec  # noqa: E402
+from sweep_helpers import tiny_spec, wandb_run_record, write_spec  # noqa: E402
 
 from sweeps.launch import main  # noqa: E402
 from sweeps.plan.warm_start import PLAN_HASH, plan_warm_start  # noqa: E402
@@ -76,18 +74,6 @@ def teacher_spec(name: str, **over) -> dict:
     encoder) over ``seeds``, W&B offline."""
     base = {"grid": {"model": [BAHDANAU, STUDENT]}, "wandb": {"mode": "offline", "project": "test"}}
     return tiny_spec(name, **{**base, **over})
-
-
-def wandb_run_record(run: Path) -> dict:
-    """The run record of an offline W&B run (config, tags, notes), as W&B's own reader prints it."""
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
-    return next(r["run"] for r in records if r.get("type") == "run")
 
 
 def test_fused_multi_objective_samples_are_asked_together_and_told_their_own_vectors(
