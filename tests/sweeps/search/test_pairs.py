@@ -1,5 +1,6 @@
 """The pairs of features that must compose, each run by the launcher on the shared local Ray, real
-Optuna, W&B off (its part is the same in every pair; the fused and teacher tests read it):
+Optuna; W&B off for the multi-objective pair, offline for the teacher pairs (where a student's run
+names its teacher's):
 
 - fused groups x multi-objective search: a unit's samples asked of Optuna together, trained as
   one group behind the unit's baseline model, each told its own vector and constraints;
@@ -64,8 +65,9 @@ def rows(tmp: Path, name: str, out: str = "out") -> pd.DataFrame:
 
 
 def reports(exp: Path, trial_id: str) -> list[dict]:
-    (folder,) = [d for d in exp.iterdir() if d.name.startswith(trial_id + "_")]
-    text = (folder / "result.json").read_text()
+    """The trial's reports to Tune, oldest first; none for a trial that never started."""
+    found = [d / "result.json" for d in exp.iterdir() if d.name.startswith(trial_id + "_")]
+    text = found[0].read_text() if found and found[0].exists() else ""
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -170,10 +172,7 @@ def teacher_runs(local_ray, tmp_path_factory) -> dict:
     exp = tmp / "out" / "pairs"
     students = runs["interrupted_rows"].query("attention == 'memory'")["trial_id"]
     runs["student_steps"] = {
-        t: [r["step"] for r in reports(exp, t) if r["step"] > 0]
-        if any(d.name.startswith(t + "_") and (d / "result.json").exists() for d in exp.iterdir())
-        else []
-        for t in students
+        t: [r["step"] for r in reports(exp, t) if r["step"] > 0] for t in students
     }
     runs["teacher_logs"] = {
         d.name: (d / "result.json").read_text()
