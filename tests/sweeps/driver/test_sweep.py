@@ -255,41 +255,14 @@ def test_trial_that_fails_once_resumes_from_its_checkpoint(
     assert steps == [10, 20, 30, 40]
 
 
-def test_trial_failing_before_its_first_report_is_an_error_row_and_the_launcher_fails(
+def test_a_failed_trial_is_an_error_row_and_resume_skips_its_truncated_newest_checkpoint(
     local_ray, tmp_path, capsys
 ):
-    spec = tiny_spec(
-        "doomed",
-        chaos={"fail_before_first_report": True},
-        failure={"max_failures": 1},
-        wandb={"mode": "disabled"},
-    )
-    out = tmp_path / "out"
-    assert main([str(write_spec(tmp_path, spec)), "--output", str(out), "--verbose", "0"]) == 1
-    df = pd.read_csv(out / "doomed" / "results.csv", dtype={"trial_id": str})
-    assert sorted(df["cell"]) == ["K=4 attention=memory", "attention=none"], (
-        "every planned trial has a row"
-    )
-    assert (df["status"] == "error").all()
-    assert df["retries"].tolist() == [1, 1], (
-        "max_failures 1: one retry each; the last failure is not a retry"
-    )
-    assert (
-        df["error"]
-        .str.endswith(
-            "injected failure before the first report (sweep spec `chaos.fail_before_first_report`)"
-        )
-        .all()
-    )
-    md = (out / "doomed" / "results.md").read_text()
-    assert "Trials: 2 error" in md and "## Failed trials" in md
-    err = capsys.readouterr().err
-    assert "2 of 2 trial(s) failed" in err and "attention=none seed=0" in err and "--resume" in err
-
-
-def test_truncated_newest_checkpoint_is_skipped_and_the_trial_finishes_from_the_previous_one(
-    local_ray, tmp_path
-):
+    """A trial that fails with no retry left: the launcher fails, names the trial and the command
+    that goes on, and results.md lists it. Its newest checkpoint then torn (a crash in the middle
+    of writing it): ``--resume`` skips that one and finishes the trial from the one before. (Trials
+    that fail before their first report, or never start, have their rows too: the teacher pairs'
+    failing launch, tests/sweeps/search/test_pairs.py.)"""
     spec = tiny_spec(
         "torn",
         grid={"model": [{"attention": "bahdanau"}]},
@@ -301,6 +274,17 @@ def test_truncated_newest_checkpoint_is_skipped_and_the_trial_finishes_from_the_
     path, out = write_spec(tmp_path, spec), tmp_path / "out"
     args = [str(path), "--output", str(out), "--verbose", "0"]
     assert main(args) == 1
+    failed = pd.read_csv(out / "torn" / "results.csv", dtype={"trial_id": str})
+    assert failed["status"].tolist() == ["error"]
+    assert failed["retries"].fillna(0).tolist() == [0], "max_failures 0: no retry"
+    assert failed["error"].str.contains("chaos: injected failure at step 25").all(), failed["error"]
+    md = (out / "torn" / "results.md").read_text()
+    assert "Trials: 1 error" in md and "## Failed trials" in md
+    err = capsys.readouterr().err
+    assert (
+        "1 of 1 trial(s) failed" in err and "attention=bahdanau seed=0" in err and "--resume" in err
+    )
+
     trial_dir = next(p for p in (out / "torn").iterdir() if (p / "result.json").exists())
     assert result_steps(trial_dir) == [10, 20]
     newest = sorted(trial_dir.glob("checkpoint_*"))[-1] / "checkpoint.ckpt"
