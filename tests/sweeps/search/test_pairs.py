@@ -17,9 +17,9 @@ The teacher pairs share one module run of four launches (each launch costs secon
 starts on two cores); each test reads the launches it is about. (The searcher's holding back of
 students, without Ray: test_teacher_sweep.py.)
 
-(Fused groups x ASHA and x configurations over seeds: tests/sweeps/trial/fused/; multi-objective
-x configurations over seeds: test_moo_configs.py; the searcher's side of each pair without Ray:
-test_compose.py.)"""
+(Fused groups x ASHA: the ASHA study of tests/sweeps/stages/test_train.py, whose samples train as
+one group; x configurations over seeds: tests/sweeps/trial/fused/; multi-objective x configurations
+over seeds: test_moo_configs.py; the searcher's side of each pair without Ray: test_compose.py.)"""
 
 from __future__ import annotations
 

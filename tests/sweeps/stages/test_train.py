@@ -376,10 +376,12 @@ def surfaces(local_ray, tmp_path_factory) -> SimpleNamespace:
 
 @ON_SURFACES
 def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
-    """ASHA stops trials of one (cell, seed). Read back with each tool's own client: every W&B run
-    is finished with its last val/bleu and the timing stage's decode_seconds; Optuna holds the
-    stopped trials as PRUNED with one intermediate value per report and the timings; every
-    checkpoint path loads as it is, without Ray, Optuna or W&B, and validates to its row's BLEU."""
+    """ASHA stops trials of one (cell, seed), whose samples, asked of Optuna together, train as one
+    fused group: a stopped member leaves the group and the others train on to max_steps. Read back
+    with each tool's own client: every W&B run is finished with its last val/bleu and the timing
+    stage's decode_seconds; Optuna holds the stopped trials as PRUNED with one intermediate value
+    per report and the timings; every checkpoint path loads as it is, without Ray, Optuna or W&B,
+    and validates to its row's BLEU."""
     import subprocess
     import sys
 
@@ -395,6 +397,9 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
         df["status"]
     )
     assert df["decode_seconds"].notna().all() and (df["retries"] == 0).all()
+    assert (df["fused_with"] == "g1").all(), "the four samples train as one fused group"
+    assert (df.loc[df["status"] == "stopped", "step"] < 40).all()
+    assert (df.loc[df["status"] == "done", "step"] == 40).all(), "the others trained on"
     reports = {
         d.name.split("_")[0]: results_of(d)
         for d in exp.glob("*_attention=*")
@@ -463,6 +468,8 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
             else optuna.trial.TrialState.COMPLETE
         )
         assert t.state == want, (ray_id, row["status"], t.state)
+        assert t.user_attrs["fused_with"] == "g1"
+        assert t.params["lr"] == pytest.approx(row["param:model.lr"])
         assert t.intermediate_values == {
             r["step"]: pytest.approx(r["val/loss"]) for r in reports[ray_id]
         }
@@ -475,6 +482,7 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
         assert (tested or {}).get("test/bleu") == (
             pytest.approx(row["test/bleu"]) if row["chosen"] else None
         )
+    assert len({t.params["lr"] for t in study.trials}) == len(study.trials) == 4, "asked together"
     # the Optuna commands the launcher prints work as printed
     trials_cmd, dashboard_cmd = printed.split("Optuna studies (one per cell and seed)")[
         1

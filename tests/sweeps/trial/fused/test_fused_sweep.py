@@ -1,8 +1,9 @@
 """Fused sweeps end to end, on the shared local Ray, real Optuna, W&B offline: each member of a
 fused group is a trial of its own everywhere a user looks (results.csv, W&B, Optuna, its
-checkpoint, the timing and held-out stages), a member ASHA stops leaves its group while the others
-finish, a preempted fused sweep resumes to the results of an uninterrupted one, and a fused run
-trains what the unfused run of the same seeds trains."""
+checkpoint, the timing and held-out stages), a preempted fused sweep resumes to the results of an
+uninterrupted one, and a fused run trains what the unfused run of the same seeds trains. (A member
+ASHA stops leaves its group while the others finish: the ASHA study of
+tests/sweeps/stages/test_train.py, whose samples train as one fused group.)"""
 
 from __future__ import annotations
 
@@ -185,50 +186,6 @@ def test_the_resumed_fused_sweep_ends_where_an_uninterrupted_one_does(fused, tmp
     straight = rows(tmp_path, "fused")
     for col in ("val/bleu", "val/loss", "train/loss"):
         assert straight[col].tolist() == fused.df[col].tolist(), col
-
-
-def test_asha_stops_a_member_and_the_others_finish(local_ray, tmp_path):
-    """One unit's three Optuna samples, asked together, train as one group; ASHA stops one of
-    them at a rung (it leaves the group) and the others train on to max_steps. Each member is its
-    own Optuna trial with its own value (PRUNED for the stopped one), its own W&B run."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    spec = tiny_spec(
-        "asha",
-        grid={"model": [{"attention": "none"}]},
-        parameters={"model.lr": {"min": 1e-5, "max": 0.03, "distribution": "log_uniform_values"}},
-        num_samples=3,
-        search={"sampler": "random", "seed": 0},
-        metric={"name": "val/loss", "goal": "minimize"},
-        early_terminate={"type": "asha", "grace_period": 1, "reduction_factor": 2},
-        trainer={"max_steps": 40, "val_check_interval": 10},
-        wandb={"mode": "offline", "project": "test", "log_heatmaps": False},
-    )
-    assert launch(tmp_path, spec) == 0
-    df = rows(tmp_path, "asha")
-    assert (df["fused_with"] == "g1").all() and len(df) == 3
-    stopped, done = df[df["status"] == "stopped"], df[df["status"] == "done"]
-    assert len(stopped) >= 1 and len(done) >= 1, df[["status", "step"]]
-    assert (stopped["step"] < 40).all() and (done["step"] == 40).all()
-    storage = JournalStorage(JournalFileBackend(str(tmp_path / "out" / "asha" / "optuna.journal")))
-    (name,) = optuna.get_all_study_names(storage)
-    trials = optuna.load_study(study_name=name, storage=storage).trials
-    by_ray = {t.user_attrs["ray_trial_id"]: t for t in trials}
-    assert set(by_ray) == set(df["trial_id"]) and len(trials) == 3
-    for row in df.to_dict("records"):
-        t = by_ray[row["trial_id"]]
-        assert t.user_attrs["fused_with"] == "g1"
-        assert t.params["lr"] == pytest.approx(row["param:model.lr"])
-        if row["status"] == "done":
-            assert t.state == optuna.trial.TrialState.COMPLETE
-            assert t.value == pytest.approx(row["val/loss"])
-        else:
-            assert t.state == optuna.trial.TrialState.PRUNED
-    assert len({t.params["lr"] for t in trials}) == 3, "three samples, asked together"
-    runs = sorted((tmp_path / "out" / "asha" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 3 and all(wandb_read(r)["state"] == "finished" for r in runs)
 
 
 def test_cells_of_other_k_scoring_position_encoding_and_length_train_as_one_group(
