@@ -379,17 +379,9 @@ def test_a_preempted_sweep_resumes_to_the_results_of_an_uninterrupted_run(
     spec["task"]["max_length"] = 3
     path = write_spec(tmp_path, spec)
     out = tmp_path / "out"
-    args = [
-        str(path),
-        "--output",
-        str(out),
-        "--num-cpus",
-        "2",
-        "--verbose",
-        "0",
-        "--address",
-        "local",
-    ]
+    # the same flags for every launch below, the uninterrupted one too
+    flags = ["--num-cpus", "2", "--verbose", "0", "--address", "local"]
+    args = [str(path), "--output", str(out), *flags]
     exp = out / "resume"
     with monkeypatch.context() as hooked:
         for name, value in interrupt_env(exp, step=20, signal="SIGTERM").items():
@@ -467,7 +459,7 @@ def test_a_preempted_sweep_resumes_to_the_results_of_an_uninterrupted_run(
     )
 
     # the same sweep never stopped: the same BLEU per model, to the last digit
-    straight = [str(path), "--output", str(tmp_path / "straight"), *args[3:]]
+    straight = [str(path), "--output", str(tmp_path / "straight"), *flags]
     assert main(straight + ["--set", "trainer.max_steps=60"]) == 0
     whole = pd.read_csv(tmp_path / "straight" / "resume" / "results.csv", dtype={"trial_id": str})
     assert whole.set_index("model")["val/bleu"].to_dict() == (
