@@ -73,8 +73,13 @@ def reports(exp: Path, trial_id: str) -> list[dict]:
 
 def teacher_spec(name: str, **over) -> dict:
     """A teacher cell (bahdanau) and its student (memory K=4, distilled and started from its
-    encoder) over ``seeds``, W&B offline."""
-    base = {"grid": {"model": [BAHDANAU, STUDENT]}, "wandb": {"mode": "offline", "project": "test"}}
+    encoder) over ``seeds``, W&B offline without the attention heatmaps (none of these tests reads
+    them; a fused member's are read in the ASHA study of tests/sweeps/stages/test_train.py, and
+    drawing them took about a second per member in the group's process)."""
+    base = {
+        "grid": {"model": [BAHDANAU, STUDENT]},
+        "wandb": {"mode": "offline", "project": "test", "log_heatmaps": False},
+    }
     return tiny_spec(name, **{**base, **over})
 
 
