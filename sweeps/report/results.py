@@ -103,6 +103,10 @@ def trial_status(
     """results.csv's ``status`` of a trial (the console's table names trials with it too), from
     Tune's status (None: unknown), its last report and its ``max_steps`` (None: unknown)."""
     metrics = metrics or {}
+    if tune_status in ("PENDING", "PAUSED") and (failed or metrics.get("teacher_error")):
+        # an earlier attempt's failure, to be run again (a retry; a student whose teacher failed,
+        # on a resume that trains the teacher anew) when the sweep stopped: `--resume` runs it
+        return "unfinished"
     if failed or tune_status == "ERROR" or metrics.get("teacher_error"):
         return "error"  # a student whose teacher failed ended at once with the reason
     if tune_status not in (None, "TERMINATED") or not metrics:
@@ -151,8 +155,10 @@ def row_from_result(
         result.checkpoint.path if result.checkpoint is not None else metrics.get("checkpoint_path")
     )
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
-    row["error"] = _short_error(result.error) if result.error is not None else None
-    if metrics.get("teacher_error"):  # its teacher failed: the reason, not the exception's dump
+    row["error"] = None  # an unfinished trial's earlier failure is not its outcome
+    if status == "error" and result.error is not None:
+        row["error"] = _short_error(result.error)
+    if status == "error" and metrics.get("teacher_error"):  # the reason, not the exception's dump
         row["error"] = str(metrics["teacher_error"])[:300]
     return row
 

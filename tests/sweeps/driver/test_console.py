@@ -61,3 +61,23 @@ def test_without_max_steps_a_finished_trial_is_done_not_stopped():
     console = SweepConsole(1, [], "val/bleu", "max", out=io.StringIO())
     del console.max_steps
     assert console.state(trial("asha", "TERMINATED", step=10)) == "done"
+
+
+def test_a_trial_waiting_to_run_again_is_unfinished_without_its_earlier_failure():
+    """A sweep stopped while a failed trial waited for its retry, or while a student whose teacher
+    had failed waited for that teacher's new training: its row is ``unfinished`` (``--resume`` runs
+    it), with no error; the same trial ended by the failure is an ``error`` with the reason."""
+    from sweeps.report.results import row_from_result
+    from sweeps.spec import load_spec
+
+    plan = load_spec("sweeps/quickstart.yaml").plans[0]
+    reason = "its teacher (attention=bahdanau seed=0) failed: trial t1: boom"
+    for metrics, error in (({}, RuntimeError("boom")), ({"teacher_error": reason}, None)):
+        result = SimpleNamespace(
+            metrics={"step": 0, **metrics}, error=error, checkpoint=None, path="/x/t2", config={}
+        )
+        waiting = row_from_result(result, plan, [], MAX_STEPS, tune_status="PENDING")
+        assert waiting["status"] == "unfinished" and waiting["error"] is None
+        ended = row_from_result(result, plan, [], MAX_STEPS, tune_status="ERROR")
+        assert ended["status"] == "error" and ended["error"]
+        assert reason in ended["error"] or "boom" in ended["error"]

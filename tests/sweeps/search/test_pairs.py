@@ -174,6 +174,7 @@ def teacher_runs(local_ray, tmp_path_factory) -> dict:
         runs["interrupted"] = launch(tmp, fixed, "out", "--resume")
     runs["seen"] = json.loads(record.read_text()) if record.exists() else None
     runs["interrupted_rows"] = rows(tmp, "pairs")
+    runs["interrupted_md"] = (tmp / "out" / "pairs" / "results.md").read_text()
     exp = tmp / "out" / "pairs"
     students = runs["interrupted_rows"].query("attention == 'memory'")["trial_id"]
     runs["student_steps"] = {
@@ -233,8 +234,11 @@ def test_a_stop_while_the_students_wait_then_resume_trains_no_teacher_twice(teac
         "a student trained a step before its teachers' stop"
     )
     assert (df[df["attention"] == "bahdanau"]["status"] == "done").all()
-    # the students keep the first launch's rows (their teacher's failure) until they run
-    assert (df[df["attention"] == "memory"]["status"] == "error").all()
+    # the students wait to run again: unfinished, not failed (their teacher's failure in the first
+    # launch is no longer their outcome)
+    held = df[df["attention"] == "memory"]
+    assert (held["status"] == "unfinished").all() and held["error"].isna().all(), held
+    assert "## Failed trials" not in teacher_runs["interrupted_md"]
     assert teacher_runs["fixed"] == 0
     exp = teacher_runs["tmp"] / "out" / "pairs"
     assert len(teacher_runs["teacher_logs"]) == 2
