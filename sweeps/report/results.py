@@ -156,10 +156,11 @@ def row_from_result(
     )
     row["checkpoint"] = checkpoint_path(str(folder)) if folder else None
     row["error"] = None  # an unfinished trial's earlier failure is not its outcome
-    if status == "error" and result.error is not None:
-        row["error"] = _short_error(result.error)
-    if status == "error" and metrics.get("teacher_error"):  # the reason, not the exception's dump
-        row["error"] = str(metrics["teacher_error"])[:300]
+    if status == "error":
+        if metrics.get("teacher_error"):  # its teacher failed: the reason, not the exception's dump
+            row["error"] = str(metrics["teacher_error"])[:300]
+        elif result.error is not None:
+            row["error"] = _short_error(result.error)
     return row
 
 

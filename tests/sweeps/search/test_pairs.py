@@ -174,8 +174,8 @@ def teacher_runs(local_ray, tmp_path_factory) -> dict:
         runs["interrupted"] = launch(tmp, fixed, "out", "--resume")
     runs["seen"] = json.loads(record.read_text()) if record.exists() else None
     runs["interrupted_rows"] = rows(tmp, "pairs")
-    runs["interrupted_md"] = (tmp / "out" / "pairs" / "results.md").read_text()
     exp = tmp / "out" / "pairs"
+    runs["interrupted_md"] = (exp / "results.md").read_text()
     students = runs["interrupted_rows"].query("attention == 'memory'")["trial_id"]
     runs["student_steps"] = {
         t: [r["step"] for r in reports(exp, t) if r["step"] > 0] for t in students
