@@ -16,7 +16,7 @@ def describe(plan: Any) -> list[str]:
     """The plan's lines, in the order a launch prints them."""
     sweep = plan.sweep
     lines = [trial_table(plan)]
-    lines += fusion_lines(sweep, plan.fusion)
+    lines += fusion_lines(sweep, plan.fusion, plan.arrangement)
     if plan.arrangement is not None:
         lines += arrangement_lines(sweep, plan.arrangement)
     note = sweep.early_stopping_note()
@@ -78,11 +78,11 @@ def _hours(hours: float) -> str:
     return f"{hours:,.0f} GPU-hours" if hours >= 100 else f"{hours:.3g} GPU-hours"
 
 
-def fusion_lines(sweep: Any, plan: FusionPlan) -> list[str]:
-    """The lines the launcher prints about ``plan`` (none for a sweep with nothing to fuse)."""
+def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[str]:
+    """The lines the launcher prints about ``plan`` (none for a sweep with nothing to fuse);
+    under ``resources.gpu: auto`` a group holds what ``arrangement`` gives it."""
     spec = sweep.spec
-    r = spec.resources
-    held = f"cpu={r.cpu:g}" + (f" gpu={r.gpu:g}" if r.gpu else "")
+    held = _held(spec.resources, arrangement, grouped=True)
     cap = f"max {plan.cap} members a group" + (
         "" if spec.fusion.max_members is not None else f", the {plan.device.upper()} default"
     )
@@ -227,23 +227,50 @@ def _value_text(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _held(r: Any, arrangement: Any, grouped: bool) -> str:
+    """What a trial alone (or a fused group, ``grouped``) reserves: the sweep file's resources,
+    or under ``resources.gpu: auto`` the GPU arrangement's (``gpu: auto`` alone says nothing of
+    what is reserved)."""
+    cpu, gpu = r.cpu, r.gpu
+    if arrangement is not None and arrangement.chosen:
+        cpu, gpu = (
+            (arrangement.group_cpu, arrangement.group_gpu)
+            if grouped
+            else (arrangement.lone_cpu, arrangement.lone_gpu)
+        )
+    return (
+        f"cpu={cpu:g}"
+        + (f" gpu={gpu:g}" if gpu else "")
+        + (f" workers={r.workers}" if r.workers > 1 else "")
+    )
+
+
 def trial_table(plan: Any) -> str:
-    """The trials of each (cell, seed), their resources, the search and the warm start."""
+    """The trials of each (cell, seed), their resources, the search and the warm start. A fused
+    group's trials show what the group holds (its members 1/n each); under ``resources.gpu:
+    auto`` what the GPU arrangement reserves, and a line says what they hold without a GPU."""
     sweep = plan.sweep
     r = sweep.spec.resources
-    res = (
-        f"cpu={r.cpu:g}"
-        + (f" gpu={r.gpu:g}" if r.gpu else "")
-        + (f" workers={r.workers}" if r.workers > 1 else "")
+    a = plan.arrangement
+    grouped = (
+        {s.unit for g in plan.fusion.groups if g.name is not None for s in g.slots}
+        if a is None or not a.chosen or a.fused
+        else set()
     )
     samples = sweep.spec.num_samples if sweep.has_search else 1
     rows = [("#", "cell", "seed", "samples", "resources")]
     rows += [
-        (str(i + 1), p.cell.name, str(p.seed), str(samples), res) for i, p in enumerate(sweep.plans)
+        (str(i + 1), p.cell.name, str(p.seed), str(samples), _held(r, a, i in grouped))
+        for i, p in enumerate(sweep.plans)
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if a is not None and a.chosen:
+        lines.append(
+            "resources: on GPUs as the GPU arrangement below reserves them (resources.gpu auto); "
+            f"where Ray offers no GPU every trial trains on the CPU with cpu={r.cpu:g}"
+        )
     search = ""
     if sweep.has_search:
         keys = ", ".join(sweep.spec.parameters)

@@ -102,3 +102,43 @@ def test_the_gpu_profile_of_table_1_is_sized_for_two_minutes_on_one_h100():
     sweep, a = arranged(profile="gpu")
     assert sweep.plans[0].model["preset"] == "paper_copy"
     assert 1.0 <= a.gpu_hours * 60 <= 3.0
+
+
+def resources_column(plan) -> list[str]:
+    """The dry-run trial table's resources, one per (cell, seed)."""
+    from sweeps.plan.describe import trial_table
+
+    rows = trial_table(plan).splitlines()[2 : 2 + len(plan.sweep.plans)]
+    return [row.split("  ")[-1].strip() for row in rows]
+
+
+def test_the_dry_run_shows_what_the_launch_reserves_under_auto(tmp_path, monkeypatch):
+    """``resources.gpu: auto``: each trial's resources in the dry-run's table are what the launch
+    reserves on GPUs (not the sweep file's cpu with a placeholder GPU), a fused group's trials
+    show what their group holds, and a line says what every trial holds where there is no GPU."""
+    from sweeps.plan import step_costs
+    from sweeps.plan.describe import describe
+
+    plan = build_plan(load_spec(K_VS_LENGTH, profile="gpu"), tmp_path)
+    on_gpus = make_settings(plan, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    reserved = f"cpu={on_gpus.resources.cpu:g} gpu={on_gpus.resources.gpu:g}"
+    assert reserved == "cpu=1 gpu=0.125" and set(resources_column(plan)) == {reserved}
+    no_gpu = make_settings(plan, "disabled", ClusterFit(gpu=0.0, max_concurrent_trials=8))
+    assert no_gpu.resources.gpu == 0 and no_gpu.resources.cpu == 4
+    assert "where Ray offers no GPU every trial trains on the CPU with cpu=4" in "\n".join(
+        describe(plan)
+    )
+    # graphed fused steps measured: the groups win, and each trial shows its group's hold
+    table = step_costs.table()
+    cell = table["devices"]["NVIDIA H100 80GB HBM3"]["presets"]["paper_copy"]["lengths"]["40"]
+    monkeypatch.setitem(cell, "fused_graphed_s", {"1": 0.05, "16": 0.05})
+    fused = build_plan(load_spec(K_VS_LENGTH), tmp_path)
+    assert fused.arrangement.fused and fused.fusion.active
+    settings = make_settings(fused, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    held = f"cpu={settings.resources.cpu:g} gpu={settings.resources.gpu:g}"
+    assert held == "cpu=1 gpu=1" and set(resources_column(fused)) == {held}
+    assert f"each group holds one trial's resources ({held})" in "\n".join(describe(fused))
+    # a number for resources.gpu: the sweep file's own, as before
+    own = build_plan(load_spec(K_VS_LENGTH, overrides=["resources.gpu=0.5"]), tmp_path)
+    assert set(resources_column(own)) == {"cpu=4 gpu=0.5"}
+    assert "where Ray offers no GPU" not in "\n".join(describe(own))
