@@ -24,11 +24,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sweeps.plan.fusion import member_share
 from sweeps.report.ledger import KEYS, STAGES, Ledger  # noqa: F401 (importable here too)
 
 #: the launcher's exit status when a budget ran out with trials left
@@ -49,11 +50,17 @@ def trial_rates(resources: Any) -> dict[str, float]:
 class Meter:
     """Charges one launch's time to a :class:`Ledger`, to the stage it is in (:meth:`enter`):
     :meth:`tick` with the number of running trials after each of Tune's steps, :meth:`hold` with
-    the CPUs and GPUs a later stage's processes hold; each says (once) when a budget ran out."""
+    the CPUs and GPUs a later stage's processes hold; each says (once) when a budget ran out.
+
+    ``rates``: what one trial holds (:func:`trial_rates`; a fused group holds one trial's);
+    ``lone_rates``: what a trial that trains alone holds where the plan gives it a share of its
+    own beside fused groups (``resources.gpu: auto``: a GPU a group, an eighth of one a trial
+    alone), else None (``rates``)."""
 
     def __init__(self, ledger: Ledger, rates: dict[str, float]) -> None:
         self.ledger = ledger
         self.rates = rates
+        self.lone_rates: dict[str, float] | None = None
         self.run: dict[str, Any] = {}
         self.stage = STAGES[0]
         self.stopping: str | None = None
@@ -84,11 +91,33 @@ class Meter:
         charged = self.ledger.stages.setdefault(self.stage, {})
         charged["models"] = charged.get("models", 0) + done
 
-    def tick(self, running: float | None = None) -> str | None:
+    def place(self, resources: Any, lone: dict[str, float] | None = None) -> None:
+        """What the launch's trials hold, as placed: ``resources`` a trial (and a fused group),
+        ``lone`` a trial alone beside the groups where the plan gives it a share of its own."""
+        self.rates = trial_rates(resources)
+        self.lone_rates = (
+            None if lone is None else {"cpu_hours": lone["cpu"], "gpu_hours": lone["gpu"]}
+        )
+
+    def tick_trials(self, configs: Iterable[dict[str, Any]]) -> str | None:
+        """:meth:`tick` with the running trials' configs: a member of a fused group of n holds
+        1/n of a trial (:func:`sweeps.plan.fusion.member_share`), a trial alone beside the groups
+        its own share where the plan gives it one."""
+        shares = [member_share(config) for config in configs]
+        alone = sum(share == 1.0 for share in shares) if self.lone_rates is not None else 0
+        return self.tick(sum(shares) - alone, alone)
+
+    def tick(self, running: float | None = None, alone: int = 0) -> str | None:
         """Charge the time since the last tick (at the last known number of running trials: the
-        trials Tune just started or stopped are counted from the next tick). Returns the budget
-        that ran out, the first time one has."""
-        held = None if running is None else {k: running * r for k, r in self.rates.items()}
+        trials Tune just started or stopped are counted from the next tick). ``running``: trials
+        holding ``rates`` (a fused member 1/n of them); ``alone``: trials holding ``lone_rates``.
+        Returns the budget that ran out, the first time one has."""
+        lone = self.lone_rates or self.rates
+        held = (
+            None
+            if running is None
+            else {k: running * r + alone * lone.get(k, 0.0) for k, r in self.rates.items()}
+        )
         return self._charge(held)
 
     def hold(self, cpus: float, gpus: float) -> str | None:

@@ -20,7 +20,6 @@ import sys
 from ray.tune import Callback
 
 from sweeps.driver import budget, preemption
-from sweeps.plan.fusion import member_share
 
 
 class BudgetClock(Callback):
@@ -33,9 +32,7 @@ class BudgetClock(Callback):
         meter = budget.active()
         if meter is None:
             return
-        # a member of a fused group of n holds 1/n of a trial (sweeps.plan.fusion)
-        running = sum(member_share(t.config or {}) for t in trials if t.status == "RUNNING")
-        ran_out = meter.tick(running)
+        ran_out = meter.tick_trials(t.config or {} for t in trials if t.status == "RUNNING")
         if ran_out is None:
             return
         print(

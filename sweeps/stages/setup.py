@@ -19,7 +19,7 @@ import signal
 from pathlib import Path
 
 from sweeps.build import prepare_data as prepare_task_data
-from sweeps.driver.budget import EXIT_BUDGET, budget_meter, trial_rates
+from sweeps.driver.budget import EXIT_BUDGET, budget_meter
 from sweeps.driver.cluster import LaunchError, check_cluster, check_writable, init_ray
 from sweeps.driver.preemption import StopRequested
 from sweeps.driver.resume_check import check_before_resume
@@ -98,4 +98,5 @@ def join_ray(launch: Launch) -> None:
     launch.stop.arm()  # ray.init took SIGTERM for itself
     launch.fit = check_cluster(launch.sweep, launch.paths, conn.address)
     launch.settings = make_settings(launch.plan, launch.mode, launch.fit)
-    launch.meter.rates = trial_rates(launch.settings.resources)  # as placed: no GPU, none charged
+    # as placed: no GPU, none charged; trials alone beside fused groups, on a share of their own
+    launch.meter.place(launch.settings.resources, launch.settings.lone)

@@ -4,6 +4,7 @@ launch reserves for each trial by it."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,36 @@ def test_the_dry_run_shows_what_the_launch_reserves_under_auto(tmp_path, monkeyp
     own = build_plan(load_spec(K_VS_LENGTH, overrides=["resources.gpu=0.5"]), tmp_path)
     assert set(resources_column(own)) == {"cpu=4 gpu=0.5"}
     assert "where Ray offers no GPU" not in "\n".join(describe(own))
+
+
+def test_the_budget_charges_each_trial_what_the_arrangement_reserves(tmp_path, monkeypatch):
+    """Fused groups beside trials alone (graphed fused steps measured; one seed, one length: the
+    memory cells fuse, none and bahdanau train alone): the budget's meter charges a running group
+    the GPU it holds and a trial alone its eighth, as Ray reserves them, not a group's GPU each."""
+    from sweeps.driver.budget import Meter
+    from sweeps.plan import step_costs
+    from sweeps.report.ledger import Ledger
+
+    table = step_costs.table()
+    cell = table["devices"]["NVIDIA H100 80GB HBM3"]["presets"]["paper_copy"]["lengths"]["40"]
+    monkeypatch.setitem(cell, "fused_graphed_s", {"1": 0.05, "16": 0.05})
+    sweep = load_spec(K_VS_LENGTH, overrides=["seeds=[0]", "grid.task.max_length=[20]"])
+    plan = build_plan(sweep, tmp_path)
+    a = plan.arrangement
+    assert a.fused and (a.groups, a.lone) == (1, 2)
+    settings = make_settings(plan, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    assert settings.lone == {"cpu": 1.0, "gpu": 0.125}
+    (group,) = plan.fusion.fused
+    n = len(group.slots)
+    members = [{"fused_with": group.name, "fused_member": f"{j}/{n}"} for j in range(1, n + 1)]
+    alone = [{"cell": "length=20 attention=none"}, {"cell": "length=20 attention=bahdanau"}]
+    meter = Meter(Ledger.load(tmp_path), {})
+    meter.place(settings.resources, settings.lone)
+    meter.start()
+    meter.tick_trials(members + alone)
+    time.sleep(0.05)
+    meter.tick_trials(members + alone)
+    meter.stop()
+    charged = Ledger.load(tmp_path).charged
+    # held from the first tick on: 1 GPU (the group) + 2 x 1/8; 1 CPU (the group) + 2 x 1
+    assert charged["gpu_hours"] / charged["cpu_hours"] == pytest.approx(1.25 / 3)
