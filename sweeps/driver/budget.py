@@ -104,7 +104,7 @@ class Meter:
         1/n of a trial (:func:`sweeps.plan.fusion.member_share`), a trial alone beside the groups
         its own share where the plan gives it one."""
         shares = [member_share(config) for config in configs]
-        alone = sum(share == 1.0 for share in shares) if self.lone_rates is not None else 0
+        alone = sum(share == 1.0 for share in shares)
         return self.tick(sum(shares) - alone, alone)
 
     def tick(self, running: float | None = None, alone: int = 0) -> str | None:

@@ -252,11 +252,8 @@ def trial_table(plan: Any) -> str:
     sweep = plan.sweep
     r = sweep.spec.resources
     a = plan.arrangement
-    grouped = (
-        {s.unit for g in plan.fusion.groups if g.name is not None for s in g.slots}
-        if a is None or not a.chosen or a.fused
-        else set()
-    )
+    # (groups the arrangement dissolved are no longer named: their trials train alone)
+    grouped = {s.unit for g in plan.fusion.groups if g.name is not None for s in g.slots}
     samples = sweep.spec.num_samples if sweep.has_search else 1
     rows = [("#", "cell", "seed", "samples", "resources")]
     rows += [
