@@ -85,6 +85,19 @@ class ResourcesSpec(_Strict):
 
     _auto_gpu: bool = PrivateAttr(False)
 
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _number_or_auto(cls, value: Any) -> Any:
+        """One line for a word that is neither (pydantic would name both arms of the union)."""
+        if isinstance(value, str) and value != "auto":
+            try:
+                float(value)
+            except ValueError:
+                raise ValueError(
+                    f"the GPUs each trial holds: a number (0, 0.5, 1, 2, ...) or auto (got {value!r})"
+                ) from None
+        return value
+
     @field_validator("gpu")
     @classmethod
     def _whole_or_fraction(cls, v: float | str) -> float | str:

@@ -218,6 +218,19 @@ def test_bad_specs_name_the_key_and_what_is_allowed(mutate, expected):
         assert part in msg, f"{part!r} not in {msg!r}"
 
 
+@pytest.mark.parametrize("value", ["atuo", "one"])
+def test_a_word_for_resources_gpu_is_one_line_naming_both_choices(value):
+    """Neither a number nor auto: one line, not one per arm of the field's union (pydantic names
+    them ``resources.gpu.float`` and ``resources.gpu.literal['auto']``)."""
+    raw = base_spec()
+    raw["resources"] = {"gpu": value}
+    msg = error_of(raw)
+    assert msg == (
+        f"x.yaml: resources.gpu: the GPUs each trial holds: a number (0, 0.5, 1, 2, ...) or auto "
+        f"(got {value!r})"
+    )
+
+
 def test_luong_dot_with_a_unidirectional_encoder_passes():
     raw = base_spec()
     raw["grid"]["model"].append({"attention": "luong_dot", "bidirectional": False})
