@@ -414,6 +414,17 @@ class SweepSpec(_Strict):
         """Configurations judged over seeds (``seeds: {per_configuration: true}``) with a search."""
         return isinstance(self.seeds, SeedsSpec) and self.seeds.per_configuration
 
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_form(cls, value: Any) -> Any:
+        """A number or a word is neither form (``seeds: 3`` is not three seeds): one line with both."""
+        if not isinstance(value, list | tuple | dict | SeedsSpec):
+            raise ValueError(
+                "a list of seeds (e.g. [0, 1, 2]: three seeds) or a mapping "
+                f"({{values: [0, 1, 2], per_configuration: true}}) (got {value!r})"
+            )
+        return value
+
     @field_validator("profiles")
     @classmethod
     def _profile_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

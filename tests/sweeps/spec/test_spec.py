@@ -231,6 +231,18 @@ def test_a_word_for_resources_gpu_is_one_line_naming_both_choices(value):
     )
 
 
+@pytest.mark.parametrize("value", [3, "abc"])
+def test_seeds_that_are_neither_a_list_nor_a_mapping_say_both_forms(value):
+    """``seeds: 3`` reads as "three seeds" to a user; the line says what the key takes."""
+    raw = base_spec()
+    raw["seeds"] = value
+    msg = error_of(raw)
+    assert msg.startswith(
+        "x.yaml: seeds: a list of seeds (e.g. [0, 1, 2]: three seeds) or a mapping"
+    )
+    assert msg.endswith(f"(got {value!r})")
+
+
 def test_luong_dot_with_a_unidirectional_encoder_passes():
     raw = base_spec()
     raw["grid"]["model"].append({"attention": "luong_dot", "bidirectional": False})
