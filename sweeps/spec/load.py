@@ -78,6 +78,7 @@ def build_sweep(
     set_keys = parse_overrides(overrides or [], source)
     for key, value in set_keys.items():
         _set_dotted(raw, key, value, f"--set {key}", source)
+    _check_colon_keys(raw, "", source)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
@@ -119,6 +120,27 @@ def build_sweep(
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
     return Sweep(spec=spec, source=source, cells=cells, plans=plans, teachers=teachers)
+
+
+def _check_colon_keys(value: Any, where: str, source: str) -> None:
+    """YAML reads ``{attention:memory}`` (no space after the colon, as typed in ``--set
+    "grid.model=[{attention:memory}]"`` or a file's flow mapping) as one key ``attention:memory``
+    with no value; said as that, before any check finds the key unknown or the setting missing."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if item is None and isinstance(key, str) and ":" in key:
+                name, _, text = key.partition(":")
+                raise SpecError(
+                    path,
+                    f"YAML reads {key!r} as one key with no value; a value needs a space after "
+                    f"the colon: {name}: {text}",
+                    source,
+                )
+            _check_colon_keys(item, path, source)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_colon_keys(item, f"{where}[{i}]", source)
 
 
 def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, tuple[Any, str]]:

@@ -268,6 +268,23 @@ def error_of_override(over):
     return str(info.value)
 
 
+@pytest.mark.parametrize(
+    "override, where, fix",
+    [
+        ("grid.model=[{attention:memory}]", "grid.model[0].attention:memory", "attention: memory"),
+        ("task={name:copy, max_length: 4}", "task.name:copy", "name: copy"),
+    ],
+)
+def test_a_mapping_without_a_space_after_its_colon_is_said_as_yaml_reads_it(override, where, fix):
+    """``{attention:memory}`` is one YAML key with no value: the line says so and how to write it,
+    where the checks after it would call the key unknown or the task's name missing."""
+    msg = error_of_override([override])
+    assert msg == (
+        f"<spec>: {where}: YAML reads {where.rpartition('.')[2]!r} as one key with no value; "
+        f"a value needs a space after the colon: {fix}"
+    )
+
+
 @pytest.mark.train
 def test_cli_reports_bad_spec_without_traceback(tmp_path):
     raw = base_spec()
