@@ -129,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p.add_argument("--project", default="memory-attention")
     p.add_argument("--group", help="W&B group (default: the folder's name)")
     args = p.parse_args(argv)
+    problem = _input_problem(args.sweep_dir, args.metric)
+    if problem:
+        p.error(problem)
     paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
     for path in paths.values():
         print(path)
@@ -150,6 +153,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         report.save()
         print(f"W&B report: {report.url}")
     return paths
+
+
+def _input_problem(sweep_dir: Path, metric: str) -> str | None:
+    """What is wrong with the command's folder or ``--metric``, with the fix; None when nothing."""
+    csv = sweep_dir / RESULTS_CSV
+    if not csv.is_file():
+        inside = sorted(str(f.parent) for f in sweep_dir.glob(f"*/{RESULTS_CSV}"))
+        fix = (
+            f"the sweeps in it: {', '.join(inside)}"
+            if inside
+            else "give the sweep's own folder, <output>/<name> (e.g. sweep-results/quickstart), "
+            f"where its launch wrote {RESULTS_CSV}"
+        )
+        return f"{sweep_dir}: no {RESULTS_CSV} here; {fix}"
+    numeric = read_results(csv).select_dtypes("number").columns
+    if metric not in numeric:
+        metrics = [c for c in numeric if "/" in c or c.endswith("_seconds")] or list(numeric)
+        return f"--metric {metric}: not a figure of {csv}; its metrics: {', '.join(metrics)}"
+    return None
 
 
 if __name__ == "__main__":

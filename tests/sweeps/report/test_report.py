@@ -483,3 +483,29 @@ def test_a_results_md_names_the_device_the_timing_stage_ran_on(tmp_path):
         del row["timing_device"], row["timing_device_name"]
     md = written_report(tmp_path, rows)
     assert "after the Tune run, on CPU in processes pinned to their core(s);" in md
+
+
+def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_nothing(
+    tmp_path, capsys
+):
+    """A folder without results.csv names the sweeps inside it (or where results.csv lives); a
+    --metric that is not a figure of results.csv lists those that are. No traceback, no file."""
+
+    def error_of(*argv: str) -> str:
+        with pytest.raises(SystemExit) as info:
+            report.main([str(a) for a in argv])
+        assert info.value.code == 2
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    assert error_of(tmp_path) == (
+        f"python -m sweeps.report: error: {tmp_path}: no results.csv here; give the sweep's own "
+        "folder, <output>/<name> (e.g. sweep-results/quickstart), where its launch wrote results.csv"
+    )
+    sweep = tmp_path / "k_vs_length"
+    sweep.mkdir()
+    table().to_csv(sweep / "results.csv", index=False)
+    assert error_of(tmp_path).endswith(f"no results.csv here; the sweeps in it: {sweep}")
+    said = error_of(sweep, "--metric", "val/blue")
+    assert said.startswith("python -m sweeps.report: error: --metric val/blue: not a figure of ")
+    assert said.endswith(f"its metrics: {BLEU}, {SEC}")
+    assert sorted(p.name for p in sweep.iterdir()) == ["results.csv"]
