@@ -52,6 +52,23 @@ HYPOTHESES_FILE = "val_hypotheses.txt"
 REFERENCES_FILE = "val_references.txt"
 
 
+def missing_in_sweep_folder(
+    folder: Path, name: str, example: str = "sweep-results/quickstart"
+) -> str | None:
+    """None where ``folder`` holds the file ``name``; else what a command given the folder says:
+    the sweeps inside it that hold one, or which folder to give (``example``, a sweep that has one)."""
+    if (folder / name).is_file():
+        return None
+    inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}"))
+    fix = (
+        f"the sweeps in it with one: {', '.join(inside)}"
+        if inside
+        else f"give the sweep's own folder, <output>/<name> (e.g. {example}), where its launch "
+        f"wrote {name}"
+    )
+    return f"{folder}: no {name} here; {fix}"
+
+
 def checkpoint_path(folder: str) -> str:
     """The Lightning checkpoint file in a trial's checkpoint folder (a path ``load_from_checkpoint``
     takes as it is)."""

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_modules.metric_names import VAL_BLEU
-from sweeps.layout import RESULTS_CSV, RESULTS_MD
+from sweeps.layout import RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
 from sweeps.report.findings import seed_sections
@@ -157,16 +157,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
 
 def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     """What is wrong with the command's folder or ``--metric``, with the fix; None when nothing."""
+    missing = missing_in_sweep_folder(sweep_dir, RESULTS_CSV)
+    if missing:
+        return missing
     csv = sweep_dir / RESULTS_CSV
-    if not csv.is_file():
-        inside = sorted(str(f.parent) for f in sweep_dir.glob(f"*/{RESULTS_CSV}"))
-        fix = (
-            f"the sweeps in it: {', '.join(inside)}"
-            if inside
-            else "give the sweep's own folder, <output>/<name> (e.g. sweep-results/quickstart), "
-            f"where its launch wrote {RESULTS_CSV}"
-        )
-        return f"{sweep_dir}: no {RESULTS_CSV} here; {fix}"
     numeric = read_results(csv).select_dtypes("number").columns
     if metric not in numeric:
         metrics = [c for c in numeric if "/" in c or c.endswith("_seconds")] or list(numeric)

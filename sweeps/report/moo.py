@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import RESULTS_CSV, RESULTS_MD
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
 from sweeps.report.moo_plots import plot_moo
 from sweeps.report.moo_views import (
     Point,
@@ -294,11 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--project", default="memory-attention")
     p.add_argument("--group", default=None, help="the W&B group (default: the sweep folder's name)")
     args = p.parse_args(argv)
-    written = write_section(Path(args.sweep_dir))
+    sweep_dir = Path(args.sweep_dir)
+    missing = missing_in_sweep_folder(sweep_dir, OPTUNA_JOURNAL, "sweep-results/minimal_k")
+    if missing:
+        p.error(missing)
+    written = write_section(sweep_dir)
     print(
         "wrote " + ", ".join(str(x) for x in written.values())
         if written
-        else "no multi-objective study found"
+        else f"no multi-objective study in {sweep_dir / OPTUNA_JOURNAL}: nothing written"
     )
     if args.wandb:
         report = wandb_report(

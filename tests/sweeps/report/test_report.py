@@ -504,8 +504,33 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     sweep = tmp_path / "k_vs_length"
     sweep.mkdir()
     table().to_csv(sweep / "results.csv", index=False)
-    assert error_of(tmp_path).endswith(f"no results.csv here; the sweeps in it: {sweep}")
+    assert error_of(tmp_path).endswith(f"no results.csv here; the sweeps in it with one: {sweep}")
     said = error_of(sweep, "--metric", "val/blue")
     assert said.startswith("python -m sweeps.report: error: --metric val/blue: not a figure of ")
     assert said.endswith(f"its metrics: {BLEU}, {SEC}")
     assert sorted(p.name for p in sweep.iterdir()) == ["results.csv"]
+
+
+def test_the_multi_objective_command_says_which_folder_holds_a_journal(tmp_path, capsys):
+    from sweeps.report import moo
+
+    with pytest.raises(SystemExit) as info:
+        moo.main([str(tmp_path)])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"python -m sweeps.report.moo: error: {tmp_path}: no optuna.journal here; give the "
+        "sweep's own folder, <output>/<name> (e.g. sweep-results/minimal_k), where its launch "
+        "wrote optuna.journal"
+    )
+    searched = tmp_path / "minimal_k"
+    searched.mkdir()
+    (searched / "optuna.journal").touch()
+    with pytest.raises(SystemExit):
+        moo.main([str(tmp_path)])
+    assert capsys.readouterr().err.strip().endswith(f"the sweeps in it with one: {searched}")
+    # a journal without a multi-objective study: said, and nothing written
+    assert moo.main([str(searched)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"no multi-objective study in {searched / 'optuna.journal'}: nothing written"
+    )
+    assert [p.name for p in searched.iterdir()] == ["optuna.journal"]
