@@ -27,7 +27,9 @@ from datamodules import CopyTaskDataModule
 from datamodules.vocab import FIRST_SYMBOL
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 from lightning_modules.attention import attention_options
+from sweeps.errors import TimingError
 from sweeps.report.figures import heatmap_figure, save_figure
+from sweeps.timing.files import checkpoint_file
 
 
 def load_module(args: argparse.Namespace) -> Seq2SeqModule:
@@ -89,7 +91,12 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         prog="python -m sweeps.heatmaps",
         description="Attention heatmaps (PNG) of a checkpoint or an untrained model.",
     )
-    p.add_argument("checkpoint", nargs="?", type=Path, help="a Seq2SeqModule .ckpt")
+    p.add_argument(
+        "checkpoint",
+        nargs="?",
+        type=Path,
+        help="a Seq2SeqModule .ckpt, or a trial's checkpoint folder",
+    )
     p.add_argument(
         "--attention", help="no checkpoint: build an untrained model with this mechanism"
     )
@@ -111,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     args = p.parse_args(argv)
     if (args.checkpoint is None) == (args.attention is None):
         p.error("give a checkpoint or --attention NAME (not both)")
+    if args.checkpoint is not None:
+        try:  # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
+            args.checkpoint = checkpoint_file(args.checkpoint)
+        except TimingError as exc:
+            p.error(str(exc))
     module = load_module(args)
     dm = build_datamodule(module, args)
     batch = next(iter(dm.val_dataloader()))

@@ -72,6 +72,20 @@ def test_heatmap_command_reads_a_checkpoint(tmp_path):
     paths = heatmaps.main([str(ckpt), "--output", str(tmp_path / "png"), "--n", "2"])
     assert [p.name for p in paths] == ["memory_K3_0.png", "memory_K3_1.png"]
     check_png(paths[1])
+    # a trial's checkpoint folder names its checkpoint, as for the timing command
+    again = heatmaps.main([str(tmp_path), "--output", str(tmp_path / "again"), "--n", "2"])
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]
+
+
+def test_heatmap_command_says_when_a_path_holds_no_checkpoint(tmp_path, capsys):
+    for path, said in [
+        (tmp_path / "nope.ckpt", "not found; pass a Lightning .ckpt file or a trial's checkpoint"),
+        (tmp_path, "holds no .ckpt file; pass the .ckpt file itself"),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            heatmaps.main([str(path), "--output", str(tmp_path / "png")])
+        assert info.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "png").exists()
 
 
 @pytest.mark.train
