@@ -42,8 +42,14 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(_here.parent))
 
 from sweeps.errors import LaunchError  # noqa: E402
+from sweeps.layout import RESULTS_CSV  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
-from sweeps.plan.folders import check_folders, describe_folders, gpu_note  # noqa: E402
+from sweeps.plan.folders import (  # noqa: E402
+    check_folders,
+    describe_folders,
+    gpu_note,
+    resume_line,
+)
 from sweeps.plan.sweep_plan import build_plan  # noqa: E402
 from sweeps.spec import SpecError, load_spec, resume_launch  # noqa: E402
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
@@ -151,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         check_folders(plan.folders)  # every folder a trial writes, before anything starts
         if args.dry_run:
             print(describe_folders(plan.folders))
+            if args.resume:
+                print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir / RESULTS_CSV))
             note = gpu_note(sweep)
             if note:
                 print(note)

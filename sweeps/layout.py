@@ -52,6 +52,26 @@ HYPOTHESES_FILE = "val_hypotheses.txt"
 REFERENCES_FILE = "val_references.txt"
 
 
+def only_launch_files(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but what the launcher writes before Tune starts: its
+    record of the run's overrides, and the budget ledger (saved while a slow data or Ray stage
+    runs). Such a folder holds no sweep yet."""
+    return all(p.name in (LAUNCH_FILE, BUDGET_FILE) for p in folder.iterdir())
+
+
+def holds_local_sweep(experiment: Path) -> bool:
+    """Whether a sweep's experiment folder on this machine holds a sweep's files."""
+    return experiment.is_dir() and not only_launch_files(experiment)
+
+
+def nothing_to_resume(path: str) -> str:
+    """What ``--resume`` says when ``path`` (the experiment folder) holds no sweep."""
+    return (
+        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
+        f"same command without --resume to start the sweep."
+    )
+
+
 def missing_in_sweep_folder(
     folder: Path, name: str, example: str = "sweep-results/quickstart"
 ) -> str | None:

@@ -24,14 +24,10 @@ from sweeps.driver.cluster import LaunchError, check_cluster, check_writable, in
 from sweeps.driver.preemption import StopRequested
 from sweeps.driver.resume_check import check_before_resume
 from sweeps.integrations.wandb_env import resolve_wandb_mode
+from sweeps.layout import nothing_to_resume, only_launch_files
 from sweeps.spec import save_launch
 from sweeps.stages.launch_state import Launch
-from sweeps.stages.train import (
-    holds_sweep,
-    make_settings,
-    nothing_to_resume,
-    only_launch_files,
-)
+from sweeps.stages.train import holds_sweep, make_settings
 
 
 def check_output(launch: Launch) -> None:

@@ -27,7 +27,7 @@ from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError
 from sweeps.driver.console import SweepConsole
 from sweeps.driver.trial_logs import KeepTrialLogs
-from sweeps.layout import BUDGET_FILE
+from sweeps.layout import holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm_start import fingerprint_rows
@@ -36,7 +36,6 @@ from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks
 from sweeps.search.compose import make_searcher
 from sweeps.search.teachers import teacher_callbacks
-from sweeps.spec import LAUNCH_FILE
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
 from sweeps.trial.fused.member import member_resources, run_member_trial
@@ -264,25 +263,11 @@ def run_tune(
     return tune.Tuner.restore(path, trainable=trainable).get_results()
 
 
-def nothing_to_resume(path: str) -> str:
-    return (
-        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
-        f"same command without --resume to start the sweep."
-    )
-
-
 def holds_sweep(path: str) -> bool:
     """Whether ``path`` (a sweep's experiment folder, local or in a bucket) holds a sweep's files."""
     if "://" in path:
         return tune.Tuner.can_restore(path)
-    return Path(path).exists() and not only_launch_files(Path(path))
-
-
-def only_launch_files(folder: Path) -> bool:
-    """Whether ``folder`` holds nothing but what the launcher writes before Tune starts: its
-    record of the run's overrides, and the budget ledger (saved while a slow data or Ray stage
-    runs). Such a folder holds no sweep yet."""
-    return all(p.name in (LAUNCH_FILE, BUDGET_FILE) for p in folder.iterdir())
+    return holds_local_sweep(Path(path))
 
 
 def train(launch: Launch) -> None:

@@ -112,3 +112,26 @@ def test_shipped_sweeps_write_under_their_data_or_output_folder(
             assert p.is_relative_to(output) or any(p.is_relative_to(d) for d in data), (
                 f"{path.name}: {folder.key} {p} is under neither a data_dir nor the output"
             )
+
+
+def test_dry_run_resume_says_what_it_continues_or_that_there_is_nothing(tmp_path, capsys):
+    """``--dry-run --resume`` stops where the launch would (the folder holds no sweep), before
+    Ray; with a sweep there it names the folder and its results.csv's statuses."""
+    spec = write_spec(tmp_path, tiny_spec("again"))
+    out = tmp_path / "out"
+    argv = [str(spec), "--dry-run", "--resume", "--output", str(out)]
+    assert main(argv) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        f"error: --resume: {out / 'again'} holds no sweep to continue. Check --output (and "
+        "storage.path), or run the same command without --resume to start the sweep."
+    )
+    (out / "again").mkdir(parents=True)
+    (out / "again" / "launch.json").write_text('{"overrides": [], "profile": null}\n')
+    assert main(argv) == 2, "the launcher's own record is no sweep yet"
+    capsys.readouterr()
+    (out / "again" / "results.csv").write_text("trial_id,status\na,done\nb,preempted\nc,done\n")
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"--resume continues the sweep in {out / 'again'}; its last results.csv: 2 done, 1 preempted"
+    )
