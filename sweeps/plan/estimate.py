@@ -12,7 +12,7 @@ from typing import Any
 
 from sweeps.layout import RESULTS_CSV
 from sweeps.report.columns import FINISHED
-from sweeps.report.ledger import KEYS, UNITS, Ledger
+from sweeps.report.ledger import KEYS, UNITS, Ledger, hours_figure
 
 #: seconds a fresh timing process takes to start (torch and Lightning imported, the model and
 #: its data loaded) on a small CPU machine; the a-priori timing estimate counts one per process
@@ -21,7 +21,7 @@ PROCESS_START_S = 5.0
 
 def _needs(charged: dict[str, float], scale: float) -> str:
     return ", ".join(
-        f"{charged.get(k, 0.0) * scale:.3g} {UNITS[k]}"
+        f"{hours_figure(charged.get(k, 0.0) * scale)} {UNITS[k]}"
         for k in KEYS
         if k == "hours" or charged.get(k, 0.0) > 0
     )
@@ -73,7 +73,7 @@ def stage_lines(ledger: Ledger, spec: Any, trials: int, evaluations: int) -> lis
         else:
             hours = timing_upper_seconds(spec.timing, left) / 3600.0
             lines.append(
-                f"  timing stage: at most about {hours:.3g} hours for {left} model(s), each "
+                f"  timing stage: at most about {hours_figure(hours)} hours for {left} model(s), each "
                 "holding a whole node (or one GPU) while timed (from timing.max_seconds and the "
                 "processes' start-ups)"
             )

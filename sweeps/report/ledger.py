@@ -17,6 +17,16 @@ from sweeps.layout import BUDGET_FILE, write_atomic
 #: the budgets, in the order they are checked and shown
 KEYS = ("hours", "cpu_hours", "gpu_hours")
 UNITS = {"hours": "hours", "cpu_hours": "CPU-hours", "gpu_hours": "GPU-hours"}
+
+
+def hours_figure(hours: float) -> str:
+    """Hours (CPU-, GPU-hours) as printed: three significant figures, never in exponent form (a
+    stage of a hundredth of a second is ``<0.0001``, not ``2.92e-06``; 1,234 hours is ``1,234``)."""
+    if 0 < hours < 1e-4:
+        return "<0.0001"
+    return f"{hours:,.0f}" if hours >= 999.5 else f"{hours:.3g}"
+
+
 #: the stages of a launch, in order, as the ledger names them
 STAGES = ("setup", "training", "timing", "confirm", "heldout", "reports")
 #: the stages after training that measure the trained models, in words
@@ -92,8 +102,10 @@ class Ledger:
     def charged_text(self) -> str:
         """``0.051 hours over 2 runs, 0.102 CPU-hours, 0 GPU-hours``."""
         runs = len(self.runs)
-        parts = [f"{self.charged['hours']:.3g} hours over {runs} run{'s' if runs != 1 else ''}"]
-        parts += [f"{self.charged[k]:.3g} {UNITS[k]}" for k in KEYS[1:]]
+        parts = [
+            f"{hours_figure(self.charged['hours'])} hours over {runs} run{'s' if runs != 1 else ''}"
+        ]
+        parts += [f"{hours_figure(self.charged[k])} {UNITS[k]}" for k in KEYS[1:]]
         return ", ".join(parts)
 
     def stages_text(self) -> str:
@@ -104,15 +116,15 @@ class Ledger:
             set(self.stages) - set(STAGES)
         ):
             got = self.stages[stage]
-            figures = [f"{got.get('hours', 0.0):.3g} hours"]
-            figures += [f"{got[k]:.3g} {UNITS[k]}" for k in KEYS[1:] if got.get(k)]
+            figures = [f"{hours_figure(got.get('hours', 0.0))} hours"]
+            figures += [f"{hours_figure(got[k])} {UNITS[k]}" for k in KEYS[1:] if got.get(k)]
             parts.append(f"{stage} {', '.join(figures)}")
         return "; ".join(parts)
 
     def limits_text(self) -> str:
         """``hours 0.05 (0.051 charged), cpu_hours none``."""
         return ", ".join(
-            f"{k} {self.limits[k]:g} ({self.charged[k]:.3g} charged)"
+            f"{k} {self.limits[k]:,g} ({hours_figure(self.charged[k])} charged)"
             if self.limits.get(k) is not None
             else f"{k} none"
             for k in KEYS
@@ -123,7 +135,7 @@ class Ledger:
         if key is None or self.limits.get(key) is None:
             return f"charged {self.charged_text()}"
         return (
-            f"the {key} budget ran out: {self.charged[key]:.3g} of {self.limits[key]:g} {UNITS[key]} "
+            f"the {key} budget ran out: {hours_figure(self.charged[key])} of {self.limits[key]:,g} {UNITS[key]} "
             f"charged"
         )
 
@@ -133,9 +145,15 @@ class Ledger:
         limit = self.limits.get(key) or 0.0
         return (
             f"{self.ran_out_line()}; finished trials and checkpoints are kept. A larger budget "
-            f"continues the sweep (any {key} above the {self.charged[key]:.3g} charged):\n"
-            f"  {command} --resume --set budget.{key}={max(2 * limit, 1.5 * self.charged[key]):.3g}"
+            f"continues the sweep (any {key} above the {hours_figure(self.charged[key])} charged):\n"
+            f"  {command} --resume --set budget.{key}={_plain(max(2 * limit, 1.5 * self.charged[key]))}"
         )
+
+
+def _plain(value: float) -> str:
+    """Three significant figures as YAML reads a number (``2000``, ``0.00015``; ``2e+03`` would be
+    text to YAML)."""
+    return f"{float(f'{value:.3g}'):.10f}".rstrip("0").rstrip(".")
 
 
 def report_section(out_dir: Path, statuses: dict[str, int]) -> str | None:

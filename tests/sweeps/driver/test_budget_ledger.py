@@ -189,3 +189,24 @@ def test_a_ledger_saved_before_tune_starts_does_not_make_the_folder_a_sweep(tmp_
     assert not holds_sweep(str(folder))
     (folder / "tuner.pkl").write_bytes(b"")  # what Tune writes first
     assert holds_sweep(str(folder))
+
+
+def test_hours_never_print_in_exponent_form_and_the_larger_budget_reads_back_as_a_number(tmp_path):
+    """A stage of a hundredth of a second, or a sweep of thousands of GPU-hours, prints as a reader
+    writes it; the ``--set budget.KEY=...`` of the hint is a number to YAML (``2e+03`` is text)."""
+    import yaml
+
+    from sweeps.report.ledger import hours_figure
+
+    figures = [hours_figure(h) for h in (0, 2.92e-6, 1e-4, 0.00439, 999.4, 999.6, 1234.5)]
+    assert figures == ["0", "<0.0001", "0.0001", "0.00439", "999", "1,000", "1,234"]
+    ledger = Ledger.load(tmp_path)
+    ledger.runs = [{"hours": 0.01}]
+    ledger.charged.update(hours=0.01, gpu_hours=1200.0)
+    ledger.stages = {"setup": {"hours": 2.92e-6}, "training": {"hours": 0.01}}
+    assert ledger.stages_text() == "setup <0.0001 hours; training 0.01 hours"
+    ledger.limits, ledger.ran_out = {"gpu_hours": 1000.0}, "gpu_hours"
+    hint = ledger.extend_hint("python sweeps/launch.py x.yaml")
+    assert "the gpu_hours budget ran out: 1,200 of 1,000 GPU-hours charged" in hint
+    value = hint.rpartition("--set budget.gpu_hours=")[2]
+    assert value == "2000" and yaml.safe_load(value) == 2000
