@@ -42,7 +42,6 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(_here.parent))
 
 from sweeps.errors import LaunchError  # noqa: E402
-from sweeps.layout import RESULTS_CSV  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(describe_folders(plan.folders))
             if args.resume:
-                print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir / RESULTS_CSV))
+                print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
             note = gpu_note(sweep)
             if note:
                 print(note)

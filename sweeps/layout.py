@@ -25,8 +25,10 @@ validation hypotheses and references of that report.
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 RESULTS_CSV = "results.csv"
@@ -70,6 +72,15 @@ def nothing_to_resume(path: str) -> str:
         f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
         f"same command without --resume to start the sweep."
     )
+
+
+def results_statuses(out_dir: Path) -> Counter[str]:
+    """How many rows of each status the sweep's results.csv holds (empty without one)."""
+    path = Path(out_dir) / RESULTS_CSV
+    if not path.is_file():
+        return Counter()
+    with path.open(newline="") as f:
+        return Counter(row.get("status") or "?" for row in csv.DictReader(f))
 
 
 def missing_in_sweep_folder(

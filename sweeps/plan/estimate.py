@@ -6,11 +6,10 @@ timing stage before any run of it, from the ``timing`` settings' own limits."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import RESULTS_CSV
+from sweeps.layout import results_statuses
 from sweeps.report.columns import FINISHED
 from sweeps.report.ledger import KEYS, UNITS, Ledger, hours_figure
 
@@ -117,11 +116,7 @@ def budget_lines(
 
 def finished_trials(out_dir: Path) -> int:
     """How many trials an earlier run's results.csv has finished (0 without one)."""
-    path = Path(out_dir) / RESULTS_CSV
-    if not path.exists():
-        return 0
-    with path.open(newline="") as f:
-        return sum(1 for row in csv.DictReader(f) if row.get("status") in FINISHED)
+    return sum(n for status, n in results_statuses(out_dir).items() if status in FINISHED)
 
 
 def launch_lines(out_dir: Path, sweep: Any) -> list[str]:

@@ -4,15 +4,13 @@ too), and a sweep that asks for GPUs has a torch that can use them."""
 
 from __future__ import annotations
 
-import csv
 import os
 import tempfile
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from sweeps.errors import LaunchError
-from sweeps.layout import holds_local_sweep, nothing_to_resume
+from sweeps.layout import holds_local_sweep, nothing_to_resume, results_statuses
 from sweeps.spec import Sweep
 from sweeps.spec.signatures import signatures
 
@@ -117,22 +115,19 @@ def describe_folders(folders: list[Folder], limit: int = 3) -> str:
     return "writes to (all writable from here): " + "; ".join(parts[: limit + 2])
 
 
-def resume_line(experiment: str, results: Path) -> str:
-    """``--dry-run --resume``'s line: the experiment folder it continues and, from ``results``
-    (the sweep's results.csv, where a run wrote one), how many trials each status holds. Raises
+def resume_line(experiment: str, out_dir: Path) -> str:
+    """``--dry-run --resume``'s line: the experiment folder it continues and how many trials of
+    each status the sweep's results.csv (in ``out_dir``, where a run wrote one) holds. Raises
     :class:`LaunchError` where the launch would stop: the folder holds no sweep to continue."""
     if "://" in experiment:
         return f"--resume continues the sweep in {experiment} (a dry run does not read the bucket)"
     if not holds_local_sweep(Path(experiment)):
         raise LaunchError(nothing_to_resume(experiment))
-    line = f"--resume continues the sweep in {experiment}"
-    if results.is_file():
-        with results.open(newline="") as f:
-            statuses = Counter(row.get("status") or "?" for row in csv.DictReader(f))
-        line += "; its last results.csv: " + ", ".join(
-            f"{n} {status}" for status, n in statuses.most_common()
-        )
-    return line
+    statuses = results_statuses(out_dir)
+    last = ", ".join(f"{n} {status}" for status, n in statuses.most_common())
+    return f"--resume continues the sweep in {experiment}" + (
+        f"; its last results.csv: {last}" if last else ""
+    )
 
 
 def gpu_note(sweep: Sweep) -> str | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from csv import reader
 from pathlib import Path
 
 from lightning_modules.metric_names import VAL_BLEU
@@ -161,10 +162,11 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     if missing:
         return missing
     csv = sweep_dir / RESULTS_CSV
-    numeric = read_results(csv).select_dtypes("number").columns
-    if metric not in numeric:
-        metrics = [c for c in numeric if "/" in c or c.endswith("_seconds")] or list(numeric)
-        return f"--metric {metric}: not a figure of {csv}; its metrics: {', '.join(metrics)}"
+    with csv.open(newline="") as f:
+        columns = next(reader(f), [])
+    if metric not in columns:
+        metrics = [c for c in columns if "/" in c or c.endswith("_seconds")] or columns
+        return f"--metric {metric}: not a column of {csv}; its metrics: {', '.join(metrics)}"
     return None
 
 

@@ -506,7 +506,7 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     table().to_csv(sweep / "results.csv", index=False)
     assert error_of(tmp_path).endswith(f"no results.csv here; the sweeps in it with one: {sweep}")
     said = error_of(sweep, "--metric", "val/blue")
-    assert said.startswith("python -m sweeps.report: error: --metric val/blue: not a figure of ")
+    assert said.startswith("python -m sweeps.report: error: --metric val/blue: not a column of ")
     assert said.endswith(f"its metrics: {BLEU}, {SEC}")
     assert sorted(p.name for p in sweep.iterdir()) == ["results.csv"]
 
