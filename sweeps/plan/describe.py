@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Group
+from sweeps.report.ledger import hours_figure
 from sweeps.spec.objectives import baseline_of
 from sweeps.spec.teachers import order_lines
 
@@ -75,7 +76,7 @@ def _hours(hours: float) -> str:
     """GPU-hours as a reader weighs them: minutes below one hour."""
     if hours < 1:
         return f"{hours * 60:.3g} GPU-minutes"
-    return f"{hours:,.0f} GPU-hours" if hours >= 100 else f"{hours:.3g} GPU-hours"
+    return f"{hours_figure(hours)} GPU-hours"
 
 
 def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[str]:
