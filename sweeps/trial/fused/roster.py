@@ -14,6 +14,7 @@ Tune run is over, :func:`stop_roster`), so no group outlives its sweep.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ray.tune import Callback
@@ -21,7 +22,8 @@ from ray.tune import Callback
 from sweeps.plan.fusion import member_of
 from sweeps.trial.fused.group import FusedGroup
 
-#: seconds the roster waits for a group it created to answer, before taking it for dead
+#: seconds the roster waits for a group that has answered before to answer again, before taking it
+#: for hung (one that has never answered is still starting, and is waited for: :meth:`Roster._answers`)
 ALIVE_TIMEOUT_S = 60.0
 
 
@@ -29,11 +31,13 @@ class Roster:
     """The roster actor (created by :func:`start_roster`; one per Tune run)."""
 
     def __init__(self) -> None:
-        import threading
-
         self.ended: set[tuple[str, int]] = set()
         self.groups: dict[str, Any] = {}
-        self._opening = threading.Lock()  # two members asking at once get one actor
+        self.answered: set[str] = set()  # the groups whose actor has answered since it was created
+        # two members of a group asking at once get one actor; members of other groups do not
+        # wait for it (a group's actor may take a minute to start)
+        self._opening: dict[str, threading.Lock] = {}
+        self._locks = threading.Lock()
 
     def set_ended(self, ended: list[tuple[str, int]]) -> None:
         self.ended = {(g, int(j)) for g, j in ended}
@@ -44,7 +48,9 @@ class Roster:
     def open_group(self, name: str, node_id: str, setup: Any) -> Any:
         """The actor of group ``name``: the running one, or a new one on ``node_id`` when there
         is none or it died or failed (it then restarts from its last state)."""
-        with self._opening:
+        with self._locks:
+            opening = self._opening.setdefault(name, threading.Lock())
+        with opening:
             return self._open(name, node_id, setup)
 
     def _open(self, name: str, node_id: str, setup: Any) -> Any:
@@ -52,12 +58,10 @@ class Roster:
 
         handle = self.groups.get(name)
         if handle is not None:
-            try:
-                if ray.get(handle.alive.remote(), timeout=ALIVE_TIMEOUT_S):
-                    return handle
-            except Exception:  # noqa: BLE001 -- dead, lost with its node, or not answering
-                pass
+            if self._answers(name, handle):
+                return handle
             ray.kill(handle)
+            self.answered.discard(name)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         handle = (
@@ -72,11 +76,28 @@ class Roster:
         self.groups[name] = handle
         return handle
 
+    def _answers(self, name: str, handle: Any) -> bool:
+        """Whether the group's actor is there to join: it answers, and says it has not failed. An
+        actor that has never answered may still be starting (a new process that imports torch and
+        Lightning: a minute or more on a loaded node or from a shared filesystem), so it is waited
+        for until it answers or Ray says it died (with its node, or before it could start); one
+        that answered before and says nothing for :data:`ALIVE_TIMEOUT_S` is taken for hung."""
+        import ray
+
+        timeout = ALIVE_TIMEOUT_S if name in self.answered else None
+        try:
+            fine = ray.get(handle.alive.remote(), timeout=timeout)
+        except Exception:  # noqa: BLE001 -- dead, lost with its node, or not answering
+            return False
+        self.answered.add(name)
+        return bool(fine)
+
     def close_group(self, name: str) -> None:
         """A group whose members have all gone: its process ends."""
         import ray
 
         handle = self.groups.pop(name, None)
+        self.answered.discard(name)
         if handle is not None:
             ray.kill(handle)
 
