@@ -35,17 +35,62 @@ def resolve_device(name: str | torch.device) -> torch.device:
     return device
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
+#: x86 microarchitectures by vendor, family and model range (/proc/cpuinfo's ``cpu family`` and
+#: ``model``): a VM's model name often hides the generation ("AMD EPYC", "Intel(R) Xeon(R)
+#: Processor"), and one name's generations time differently (Zen 3 and Zen 4 train about 1.6x apart)
+_GENERATIONS: tuple[tuple[str, int, range, str], ...] = (
+    ("AuthenticAMD", 0x17, range(0x00, 0x30), "Zen or Zen+"),
+    ("AuthenticAMD", 0x17, range(0x30, 0x100), "Zen 2"),
+    ("AuthenticAMD", 0x19, range(0x00, 0x10), "Zen 3"),
+    ("AuthenticAMD", 0x19, range(0x10, 0x20), "Zen 4"),
+    ("AuthenticAMD", 0x19, range(0x20, 0x60), "Zen 3"),
+    ("AuthenticAMD", 0x19, range(0x60, 0x80), "Zen 4"),
+    ("AuthenticAMD", 0x19, range(0xA0, 0xB0), "Zen 4"),
+    ("AuthenticAMD", 0x1A, range(0x00, 0x100), "Zen 5"),
+    ("GenuineIntel", 6, range(0x55, 0x56), "Skylake-SP or Cascade Lake"),
+    ("GenuineIntel", 6, range(0x6A, 0x6D), "Ice Lake-SP"),
+    ("GenuineIntel", 6, range(0x8F, 0x90), "Sapphire Rapids"),
+    ("GenuineIntel", 6, range(0xAD, 0xAF), "Granite Rapids"),
+    ("GenuineIntel", 6, range(0xCF, 0xD0), "Emerald Rapids"),
+)
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), with its family and model and, where
+    known, its microarchitecture in brackets (``AMD EPYC [Zen 3; family 25, model 1]``: the
+    name goes into parentheses on the pages, "on CPU (...)"); elsewhere ``platform.processor()``. ``cpuinfo``: that file's text (default: read it)."""
     import platform
 
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:  # the first processor's block is over
+                break
+            continue
+        fields.setdefault(key.strip().lower(), value.strip())
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine() or "unknown CPU"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+        family, model = int(fields["cpu family"]), int(fields["model"])
+    except (KeyError, ValueError):
+        return name
+    generation = next(
+        (
+            what
+            for vendor, fam, models, what in _GENERATIONS
+            if vendor == fields.get("vendor_id") and fam == family and model in models
+        ),
+        None,
+    )
+    where = f"family {family}, model {model}"
+    return f"{name} [{generation}; {where}]" if generation else f"{name} [{where}]"
 
 
 def device_name(device: str | torch.device) -> str:

@@ -30,7 +30,7 @@ from sweeps.timing.checkpoint import (
     time_checkpoint,
 )
 from sweeps.timing.cli import main, report_lines
-from sweeps.timing.devices import pinned
+from sweeps.timing.devices import cpu_model, pinned
 from sweeps.timing.jobs import TimingJob, already_timed, pick_cpus, plan_lanes, timing_settings
 from sweeps.timing.measure import (
     TimingError,
@@ -224,7 +224,7 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in proc.stdout
     assert "valid: 24 sentences" in proc.stdout
     assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
-    cpu_model = next(  # what it ran on, by name (a GPU's name on CUDA)
+    model_name = next(  # what it ran on, by name (a GPU's name on CUDA)
         (
             line.split(":", 1)[1].strip()
             for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -232,8 +232,10 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
         ),
         None,
     )
-    if cpu_model:
-        assert data["device_name"] == cpu_model and f"device cpu ({cpu_model})," in proc.stdout
+    if model_name:  # with its family and model (tests/sweeps/timing/test_devices.py)
+        named = data["device_name"]
+        assert named == cpu_model() and named.startswith(f"{model_name} [")
+        assert f"device cpu ({named})," in proc.stdout
 
 
 @pytest.mark.train
