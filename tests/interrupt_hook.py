@@ -36,6 +36,12 @@ ENV_SIGNAL = "INTERRUPT_SIGNAL"
 # Called with the trial and its result instead of the SIGINT, when set (in the launcher's process).
 ACTION: Callable[[Any, dict], None] | None = None
 
+# The steps of every result Tune has taken in during the current run, by trial id, in order, up to
+# and with the one that fired :class:`InterruptAtStep` (for :data:`ACTION`). Not result.json: Tune
+# writes it in a staging folder and copies it to the experiment folder now and then, so that copy
+# can lack the latest reports.
+STEPS: dict[str, list[Any]] = {}
+
 
 class InterruptAtStep(Callback):
     def __init__(self) -> None:
@@ -43,8 +49,11 @@ class InterruptAtStep(Callback):
         self.record = os.environ[ENV_RECORD]
         self.after = int(os.environ.get(ENV_AFTER, "1"))
         self.fired = False
+        STEPS.clear()
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        if not self.fired:
+            STEPS.setdefault(trial.trial_id, []).append(result.get("step"))
         if self.fired or result.get("step") != self.step:
             return
         finished = [t.trial_id for t in trials if t.status == "TERMINATED"]

@@ -125,8 +125,7 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
             node=victim.node_id,
             finished_node=trial_results(exp)[finished][-1]["node_id"],
             finished_lines=(finished / "result.json").read_text(),
-            # the reports so far: Tune logs this one after its callbacks
-            steps=[r["step"] for r in trial_results(exp).get(running, [])] + [result["step"]],
+            steps=list(interrupt_hook.STEPS[trial.trial_id]),  # the reports so far, this one too
         )
         c.remove_node(victim)
 
@@ -244,11 +243,8 @@ def fused_lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
             seen["error"] = "trial not on a removable worker node"
             return
         seen.update(node=victim.node_id, trial=trial.trial_id)
-        seen["steps"] = {
-            d.name.split("_")[0]: [r["step"] for r in rows]
-            for d, rows in trial_results(exp).items()
-        }
-        seen["steps"].setdefault(trial.trial_id, []).append(result["step"])
+        # every member's reports so far, this one too
+        seen["steps"] = {t: list(steps) for t, steps in interrupt_hook.STEPS.items()}
         c.remove_node(victim)
 
     with pytest.MonkeyPatch.context() as mp:
