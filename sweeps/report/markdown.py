@@ -232,7 +232,8 @@ def contended_line(summary: pd.DataFrame) -> str:
 def timed_on(df: pd.DataFrame) -> str:
     """Where the timing stage ran, from results.csv's ``timing_device(_name)``: "on CPU (AMD EPYC
     [Zen 3; family 25, model 1]) in processes pinned to their core(s)", "on GPU (NVIDIA H200)",
-    both when a sweep's trials were timed on both. Results written before the columns existed were all timed on CPU."""
+    both when a sweep's trials were timed on both. Results written before the columns existed
+    were all timed on CPU."""
     pinned = " in processes pinned to their core(s)"
     if TIMING_DEVICE not in df or df[TIMING_DEVICE].dropna().empty:
         return "on CPU" + pinned

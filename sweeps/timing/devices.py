@@ -58,7 +58,8 @@ _GENERATIONS: tuple[tuple[str, int, range, str], ...] = (
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), with its family and model and, where
     known, its microarchitecture in brackets (``AMD EPYC [Zen 3; family 25, model 1]``: the
-    name goes into parentheses on the pages, "on CPU (...)"); elsewhere ``platform.processor()``. ``cpuinfo``: that file's text (default: read it)."""
+    name goes into parentheses on the pages, "on CPU (...)"); elsewhere
+    ``platform.processor()``. ``cpuinfo``: that file's text (default: read it)."""
     import platform
 
     if cpuinfo is None:

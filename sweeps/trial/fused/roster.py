@@ -22,8 +22,9 @@ from ray.tune import Callback
 from sweeps.plan.fusion import member_of
 from sweeps.trial.fused.group import FusedGroup
 
-#: seconds the roster waits for a group that has answered before to answer again, before taking it
-#: for hung (one that has never answered is still starting, and is waited for: :meth:`Roster._answers`)
+#: seconds the roster waits for a group that has answered before to answer again, before taking
+#: it for hung (one that has never answered is still starting, and is waited for:
+#: :meth:`Roster._answers`)
 ALIVE_TIMEOUT_S = 60.0
 
 

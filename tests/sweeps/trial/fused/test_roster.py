@@ -1,7 +1,8 @@
-"""The roster's hold on a fused group's actor, on the shared local Ray: a group's actor that is still
-starting is waited for, however long its start takes (the real one imports torch and Lightning in a
-new process: on a loaded node that took over a minute, and the roster killed it as dead, failing the
-member that had created it); one that answered before and then says nothing is replaced."""
+"""The roster's hold on a fused group's actor, on the shared local Ray: a group's actor that is
+still starting is waited for, however long its start takes (the real one imports torch and
+Lightning in a new process: on a loaded node that took over a minute, and the roster killed it as
+dead, failing the member that had created it); one that answered before and then says nothing is
+replaced."""
 
 from __future__ import annotations
 
