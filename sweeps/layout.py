@@ -69,8 +69,8 @@ def holds_local_sweep(experiment: Path) -> bool:
 def nothing_to_resume(path: str) -> str:
     """What ``--resume`` says when ``path`` (the experiment folder) holds no sweep."""
     return (
-        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run the "
-        f"same command without --resume to start the sweep."
+        f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run "
+        f"the same command without --resume to start the sweep."
     )
 
 
@@ -87,7 +87,8 @@ def missing_in_sweep_folder(
     folder: Path, name: str, example: str = "sweep-results/quickstart"
 ) -> str | None:
     """None where ``folder`` holds the file ``name``; else what a command given the folder says:
-    the sweeps inside it that hold one, or which folder to give (``example``, a sweep that has one)."""
+    the sweeps inside it that hold one, or which folder to give (``example``, a sweep that has
+    one)."""
     if (folder / name).is_file():
         return None
     inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}"))

@@ -72,8 +72,8 @@ def stage_lines(ledger: Ledger, spec: Any, trials: int, evaluations: int) -> lis
         else:
             hours = timing_upper_seconds(spec.timing, left) / 3600.0
             lines.append(
-                f"  timing stage: at most about {hours_figure(hours)} hours for {left} model(s), each "
-                "holding a whole node (or one GPU) while timed (from timing.max_seconds and the "
+                f"  timing stage: at most about {hours_figure(hours)} hours for {left} model(s), "
+                "each holding a whole node (or one GPU) while timed (from timing.max_seconds and the "
                 "processes' start-ups)"
             )
     done = int(ledger.stages.get("heldout", {}).get("models", 0))

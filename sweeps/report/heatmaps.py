@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     if (args.checkpoint is None) == (args.attention is None):
         p.error("give a checkpoint or --attention NAME (not both)")
     if args.checkpoint is not None:
-        try:  # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
+        # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
+        try:
             args.checkpoint = checkpoint_file(args.checkpoint)
         except TimingError as exc:
             p.error(str(exc))

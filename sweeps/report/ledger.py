@@ -134,19 +134,17 @@ class Ledger:
         key = self.ran_out or self.spent()
         if key is None or self.limits.get(key) is None:
             return f"charged {self.charged_text()}"
-        return (
-            f"the {key} budget ran out: {hours_figure(self.charged[key])} of {self.limits[key]:,g} {UNITS[key]} "
-            f"charged"
-        )
+        charged = hours_figure(self.charged[key])
+        return f"the {key} budget ran out: {charged} of {self.limits[key]:,g} {UNITS[key]} charged"
 
     def extend_hint(self, command: str) -> str:
         """What ran out, and the command that continues with a larger budget."""
         key = self.ran_out or "hours"
-        limit = self.limits.get(key) or 0.0
+        limit, charged = self.limits.get(key) or 0.0, self.charged[key]
         return (
             f"{self.ran_out_line()}; finished trials and checkpoints are kept. A larger budget "
-            f"continues the sweep (any {key} above the {hours_figure(self.charged[key])} charged):\n"
-            f"  {command} --resume --set budget.{key}={_plain(max(2 * limit, 1.5 * self.charged[key]))}"
+            f"continues the sweep (any {key} above the {hours_figure(charged)} charged):\n"
+            f"  {command} --resume --set budget.{key}={_plain(max(2 * limit, 1.5 * charged))}"
         )
 
 

@@ -417,7 +417,8 @@ class SweepSpec(_Strict):
     @field_validator("seeds", mode="before")
     @classmethod
     def _seeds_form(cls, value: Any) -> Any:
-        """A number or a word is neither form (``seeds: 3`` is not three seeds): one line with both."""
+        """A number or a word is neither form (``seeds: 3`` is not three seeds): one line with
+        both."""
         if not isinstance(value, list | tuple | dict | SeedsSpec):
             raise ValueError(
                 "a list of seeds (e.g. [0, 1, 2]: three seeds) or a mapping "

@@ -38,7 +38,7 @@ class Roster:
         # two members of a group asking at once get one actor; members of other groups do not
         # wait for it (a group's actor may take a minute to start)
         self._opening: dict[str, threading.Lock] = {}
-        self._locks = threading.Lock()
+        self._opening_guard = threading.Lock()  # held while a group's lock is looked up
 
     def set_ended(self, ended: list[tuple[str, int]]) -> None:
         self.ended = {(g, int(j)) for g, j in ended}
@@ -49,7 +49,7 @@ class Roster:
     def open_group(self, name: str, node_id: str, setup: Any) -> Any:
         """The actor of group ``name``: the running one, or a new one on ``node_id`` when there
         is none or it died or failed (it then restarts from its last state)."""
-        with self._locks:
+        with self._opening_guard:
             opening = self._opening.setdefault(name, threading.Lock())
         with opening:
             return self._open(name, node_id, setup)

@@ -120,11 +120,12 @@ def lost_node(cluster, tmp_path_factory) -> SimpleNamespace:
         if victim is None:
             seen["error"] = "trial not on a removable worker node"
             return
-        finished, running = interrupted_trials(exp)
+        finished, _ = interrupted_trials(exp)
+        finished_lines = (finished / "result.json").read_text()
         seen.update(
             node=victim.node_id,
-            finished_node=trial_results(exp)[finished][-1]["node_id"],
-            finished_lines=(finished / "result.json").read_text(),
+            finished_node=json.loads(finished_lines.splitlines()[-1])["node_id"],
+            finished_lines=finished_lines,
             steps=list(interrupt_hook.STEPS[trial.trial_id]),  # the reports so far, this one too
         )
         c.remove_node(victim)
