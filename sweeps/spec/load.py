@@ -97,12 +97,13 @@ def build_sweep(
     check_baseline(spec, cells, source)
     by_grid = {key for cell in cells for key in cell.values}
     for key in set_keys:
-        if (
-            key in by_grid
-        ):  # the grid's value would win in every cell: the override would do nothing
+        # the grid's value would win in every cell: the override would do nothing (also for a key
+        # inside one the grid sets whole: model.attention.k where the cells set model.attention)
+        held = next((g for g in sorted(by_grid) if key == g or key.startswith(f"{g}.")), None)
+        if held is not None:
             raise SpecError(
                 f"--set {key}",
-                f"the grid sets {key} in its cells, so a fixed value would never be "
+                f"the grid sets {held} in its cells, so a fixed value would never be "
                 f"used; change the grid instead (edit it, or --set the grid entry "
                 f"that holds it: grid.<entry>=[...])",
                 source,

@@ -536,6 +536,11 @@ def test_a_set_that_the_grid_would_override_is_refused():
     assert "--set model.attention" in str(info.value) and "the grid sets model.attention" in str(
         info.value
     )
+    # a key inside one the grid sets whole: the cells' value replaces it, so it is refused too
+    with pytest.raises(SpecError) as info:
+        build_sweep(base_spec(), source="x.yaml", overrides=["model.attention.k=0"])
+    assert "--set model.attention.k" in str(info.value)
+    assert "the grid sets model.attention in its cells" in str(info.value)
     assert (
         build_sweep(base_spec(), source="x.yaml", overrides=["model.lr=0.01"]).plans[0].model["lr"]
         == 0.01
