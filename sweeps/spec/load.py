@@ -17,7 +17,7 @@ from sweeps.spec.dotted import set_dotted
 from sweeps.spec.gpu import check_gpu_settings
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.messages import format_validation
-from sweeps.spec.objectives import check_baseline, check_objectives
+from sweeps.spec.objectives import baseline_of, check_baseline, check_objectives
 from sweeps.spec.schema import SpecError, SweepSpec
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
@@ -95,19 +95,7 @@ def build_sweep(
     check_gpu_settings(spec, source)  # cuda_graphs and mps: on want trials on a GPU
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)
-    by_grid = {key for cell in cells for key in cell.values}
-    for key in set_keys:
-        # the grid's value would win in every cell: the override would do nothing (also for a key
-        # inside one the grid sets whole: model.attention.k where the cells set model.attention)
-        held = next((g for g in sorted(by_grid) if key == g or key.startswith(f"{g}.")), None)
-        if held is not None:
-            raise SpecError(
-                f"--set {key}",
-                f"the grid sets {held} in its cells, so a fixed value would never be "
-                f"used; change the grid instead (edit it, or --set the grid entry "
-                f"that holds it: grid.<entry>=[...])",
-                source,
-            )
+    _check_sets_are_used(set_keys, cells, spec, source)
     plans = []
     base = base_sections(spec)
     try:
@@ -121,6 +109,35 @@ def build_sweep(
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
     return Sweep(spec=spec, source=source, cells=cells, plans=plans, teachers=teachers)
+
+
+def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, source: str) -> None:
+    """A ``--set`` of a key the grid or the search sets in every trial would do nothing: refused,
+    also for a key inside one set whole (``model.attention.k`` where the cells set
+    ``model.attention``)."""
+    by_grid = {key for cell in cells for key in cell.values}
+    for key in set_keys:
+
+        def holder(keys) -> str | None:
+            return next((k for k in sorted(keys) if key == k or key.startswith(f"{k}.")), None)
+
+        if (held := holder(by_grid)) is not None:
+            fix = "the grid entry that holds it: grid.<entry>=[...]"
+            raise SpecError(
+                f"--set {key}",
+                f"the grid sets {held} in its cells, so a fixed value would never be used; "
+                f"change the grid instead (edit it, or --set {fix})",
+                source,
+            )
+        # (a baseline model of relative constraints trains with the fixed value: not refused)
+        if (held := holder(spec.parameters)) is not None and baseline_of(spec) is None:
+            raise SpecError(
+                f"--set {key}",
+                f"the search samples {held} (parameters.{held}) in every trial, so a fixed value "
+                f"would never be used; change its range instead (edit it, or --set "
+                f"parameters.{held}=...), or remove it from parameters: to fix it",
+                source,
+            )
 
 
 def _check_colon_keys(value: Any, where: str, source: str) -> None:

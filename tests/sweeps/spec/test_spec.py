@@ -541,6 +541,19 @@ def test_a_set_that_the_grid_would_override_is_refused():
         build_sweep(base_spec(), source="x.yaml", overrides=["model.attention.k=0"])
     assert "--set model.attention.k" in str(info.value)
     assert "the grid sets model.attention in its cells" in str(info.value)
+    # so is a key the search samples in every trial, unless a baseline model trains with it
+    searched = base_spec(parameters={"model.lr": {"min": 0.0001, "max": 0.01}}, num_samples=2)
+    with pytest.raises(SpecError) as info:
+        build_sweep(searched, source="x.yaml", overrides=["model.lr=0.01"])
+    assert "--set model.lr: the search samples model.lr (parameters.model.lr)" in str(info.value)
+    searched["objectives"] = [
+        {"name": "val/bleu", "goal": "maximize"},
+        {"name": "decode_seconds", "goal": "minimize"},
+    ]
+    searched["grid"] = {"model": [{"attention": "memory"}]}
+    searched["constraints"] = [{"name": "val/bleu", "within": 1.0, "of": {"attention": "none"}}]
+    baseline = build_sweep(searched, source="x.yaml", overrides=["model.lr=0.01"])
+    assert baseline.spec.model["lr"] == 0.01
     assert (
         build_sweep(base_spec(), source="x.yaml", overrides=["model.lr=0.01"]).plans[0].model["lr"]
         == 0.01
