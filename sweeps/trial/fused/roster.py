@@ -14,7 +14,7 @@ Tune run is over, :func:`stop_roster`), so no group outlives its sweep.
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from typing import Any
 
 from ray.tune import Callback
@@ -29,44 +29,46 @@ ALIVE_TIMEOUT_S = 60.0
 
 
 class Roster:
-    """The roster actor (created by :func:`start_roster`; one per Tune run)."""
+    """The roster actor (created by :func:`start_roster`; one per Tune run). An asyncio actor: a
+    member waiting for its group's actor to start holds no thread, so any number of members (a
+    GPU's groups of 16, several at once) wait side by side, and the groups' own questions
+    (:meth:`ended_members`) are answered meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, group_class: type = FusedGroup, alive_timeout_s: float = ALIVE_TIMEOUT_S):
+        self.group_class = group_class  # what a group's actor runs (a stand-in in tests)
+        self.alive_timeout_s = alive_timeout_s
         self.ended: set[tuple[str, int]] = set()
         self.groups: dict[str, Any] = {}
         self.answered: set[str] = set()  # the groups whose actor has answered since it was created
         # two members of a group asking at once get one actor; members of other groups do not
         # wait for it (a group's actor may take a minute to start)
-        self._opening: dict[str, threading.Lock] = {}
-        self._opening_guard = threading.Lock()  # held while a group's lock is looked up
+        self._opening: dict[str, asyncio.Lock] = {}
 
-    def set_ended(self, ended: list[tuple[str, int]]) -> None:
+    async def set_ended(self, ended: list[tuple[str, int]]) -> None:
         self.ended = {(g, int(j)) for g, j in ended}
 
-    def ended_members(self, group: str) -> list[int]:
+    async def ended_members(self, group: str) -> list[int]:
         return sorted(j for g, j in self.ended if g == group)
 
-    def open_group(self, name: str, node_id: str, setup: Any) -> Any:
+    async def open_group(self, name: str, node_id: str, setup: Any) -> Any:
         """The actor of group ``name``: the running one, or a new one on ``node_id`` when there
         is none or it died or failed (it then restarts from its last state)."""
-        with self._opening_guard:
-            opening = self._opening.setdefault(name, threading.Lock())
-        with opening:
-            return self._open(name, node_id, setup)
+        async with self._opening.setdefault(name, asyncio.Lock()):
+            return await self._open(name, node_id, setup)
 
-    def _open(self, name: str, node_id: str, setup: Any) -> Any:
+    async def _open(self, name: str, node_id: str, setup: Any) -> Any:
         import ray
 
         handle = self.groups.get(name)
         if handle is not None:
-            if self._answers(name, handle):
+            if await self._answers(name, handle):
                 return handle
             ray.kill(handle)
             self.answered.discard(name)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         handle = (
-            ray.remote(FusedGroup)
+            ray.remote(self.group_class)
             .options(
                 num_cpus=0,  # its members hold the group's resources, 1/n each
                 max_concurrency=4 * setup.size + 8,
@@ -77,23 +79,21 @@ class Roster:
         self.groups[name] = handle
         return handle
 
-    def _answers(self, name: str, handle: Any) -> bool:
+    async def _answers(self, name: str, handle: Any) -> bool:
         """Whether the group's actor is there to join: it answers, and says it has not failed. An
         actor that has never answered may still be starting (a new process that imports torch and
         Lightning: a minute or more on a loaded node or from a shared filesystem), so it is waited
         for until it answers or Ray says it died (with its node, or before it could start); one
         that answered before and says nothing for :data:`ALIVE_TIMEOUT_S` is taken for hung."""
-        import ray
-
-        timeout = ALIVE_TIMEOUT_S if name in self.answered else None
+        timeout = self.alive_timeout_s if name in self.answered else None
         try:
-            fine = ray.get(handle.alive.remote(), timeout=timeout)
+            fine = await asyncio.wait_for(handle.alive.remote(), timeout)
         except Exception:  # noqa: BLE001 -- dead, lost with its node, or not answering
             return False
         self.answered.add(name)
         return bool(fine)
 
-    def close_group(self, name: str) -> None:
+    async def close_group(self, name: str) -> None:
         """A group whose members have all gone: its process ends."""
         import ray
 
@@ -106,8 +106,9 @@ class Roster:
 _ACTIVE: dict[str, Any] = {}
 
 
-def start_roster(name: str) -> Any:
-    """Create the roster actor of this Tune run under ``name`` (in the driver)."""
+def start_roster(name: str, *args: Any) -> Any:
+    """Create the roster actor of this Tune run under ``name`` (in the driver); ``args`` go to
+    :class:`Roster`."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -116,11 +117,10 @@ def start_roster(name: str) -> Any:
         ray.remote(Roster)
         .options(
             name=name,
-            num_cpus=0,
-            max_concurrency=16,
+            num_cpus=0,  # an asyncio actor: up to 1,000 calls at once (Ray's default)
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         )
-        .remote()
+        .remote(*args)
     )
     _ACTIVE["roster"] = handle
     return handle
