@@ -133,10 +133,12 @@ def resume_line(experiment: str, out_dir: Path) -> str:
 def gpu_note(sweep: Sweep) -> str | None:
     """``--dry-run``'s line when the sweep asks for GPUs and this machine's torch is CPU-only
     (Ray is not started then, so whether it offers GPUs is not known yet)."""
+    if not sweep.spec.resources.gpu:
+        return None
     # torch (seconds): only a sweep that asks for GPUs checks its build
     from sweeps.integrations.torch_build import cpu_only_torch, torch_build
 
-    if not sweep.spec.resources.gpu or not cpu_only_torch():
+    if not cpu_only_torch():
         return None
     r = sweep.spec.resources
     asked = "auto" if r.auto_gpu else f"{r.gpu:g}"
