@@ -278,18 +278,22 @@ def _plan_command(spec: str, options: Sequence[str]) -> int:
     p.add_argument("--profile")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--set", dest="overrides", action="append", default=[])
+    p.add_argument("--output", default="sweep-results")
     args, _ = p.parse_known_args(list(options))
     profile = "smoke" if args.smoke else args.profile
-    # the sweep file's reader (pydantic) only here: `run`, around every command, starts in 0.1 s
+    # the sweep file's reader (pydantic) and the plan only here: `run`, around every command,
+    # starts in 0.1 s
+    from sweeps.errors import LaunchError
+    from sweeps.plan.sweep_plan import build_plan
     from sweeps.spec import SpecError, load_spec
 
     try:
         sweep = load_spec(spec, overrides=args.overrides, profile=profile)
-    except SpecError as exc:  # the launcher says it again, and stops the job
+        # the launch's own decision: with resources.gpu auto, the GPU arrangement it chooses
+        plan = build_plan(sweep, Path(args.output)).mps
+    except (SpecError, LaunchError) as exc:  # the launcher says it again, and stops the job
         print(f"no (the sweep file did not load: {str(exc).splitlines()[0]})")
         return 0
-    r = sweep.spec.resources
-    plan = plan_mps(r.mps, r.gpu)
     print(f"{plan.want} {plan.reason}")
     return 0
 

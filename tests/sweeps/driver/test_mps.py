@@ -295,6 +295,11 @@ def test_plan_says_what_the_sweep_wants(tmp_path):
     )
     broken = mps_command(tmp_path, log, "plan", str(QUICKSTART), "--set", "resources.gpu=-1")
     assert broken.returncode == 0 and broken.stdout.startswith("no (the sweep file did not load")
+    # resources.gpu auto (the shipped GPU sweeps'): what the launch's plan arranges, here trials
+    # alone several to a GPU (it read resources.gpu auto as one whole GPU a trial, and said no)
+    auto = mps_command(tmp_path, log, "plan", str(ROOT / "sweeps" / "k_vs_length.yaml"))
+    assert auto.stdout.startswith("yes the plan puts "), auto.stdout + auto.stderr
+    assert auto.stdout.strip().endswith("trials alone to a GPU (resources.gpu auto)")
 
 
 def test_run_puts_a_command_under_the_node_s_daemon_and_stops_it_whatever_the_command_does(
