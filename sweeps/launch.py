@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
         if args.resume:  # the first run's --set and profile, stored beside its results
             first = resume_launch(
-                Path(args.output).resolve() / sweep.name, args.overrides, profile, args.spec
+                Path(args.output).resolve() / sweep.name,
+                args.overrides,
+                profile,
+                args.spec,
+                sweep.planned,
             )
             if first != (args.overrides, profile):
                 args.overrides, profile = first

@@ -120,6 +120,9 @@ class Sweep:
     plans: list[TrialPlan]
     #: student cell slug -> teacher cell slug, for cells that use a teacher (sweeps.spec.teachers)
     teachers: dict[str, str] = field(default_factory=dict)
+    #: the sweep file's sections that plan the trials (``sweeps.spec.load.PLAN_KEYS``), with its
+    #: profile, before ``--set``: what ``--resume`` compares with the first run's
+    planned: dict[str, Any] = field(default_factory=dict)
 
     def teacher_index(self, i: int) -> int | None:
         """The index in :attr:`plans` of the unit that teaches plan ``i`` (its teacher cell, the

@@ -75,6 +75,7 @@ def build_sweep(
     if profile is not None:
         for key, (value, origin) in profile_overrides(raw, profile, source).items():
             _set_dotted(raw, key, value, origin, source)
+    planned = {k: copy.deepcopy(raw[k]) for k in PLAN_KEYS if k in raw}  # what --resume compares
     set_keys = parse_overrides(overrides or [], source)
     for key, value in set_keys.items():
         _set_dotted(raw, key, value, f"--set {key}", source)
@@ -108,7 +109,9 @@ def build_sweep(
         teachers = resolve_teachers(spec, cells, plans, source)  # dependent trials
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
-    return Sweep(spec=spec, source=source, cells=cells, plans=plans, teachers=teachers)
+    return Sweep(
+        spec=spec, source=source, cells=cells, plans=plans, teachers=teachers, planned=planned
+    )
 
 
 def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, source: str) -> None:
@@ -221,37 +224,53 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
         ) from None
 
 
-def save_launch(out_dir: Path, overrides: list[str], profile: str | None) -> Path:
-    """Record how a sweep was started, so ``--resume`` continues it with the same settings."""
+def save_launch(
+    out_dir: Path, overrides: list[str], profile: str | None, planned: dict[str, Any] | None = None
+) -> Path:
+    """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
+    overrides, the profile and the sweep file's settings that plan its trials (``planned``:
+    :attr:`sweeps.spec.grid.Sweep.planned`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
-    path.write_text(json.dumps({"overrides": list(overrides), "profile": profile}, indent=2) + "\n")
+    record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
+    if planned is not None:
+        record["planned"] = planned
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path
 
 
 def resume_launch(
-    out_dir: Path, overrides: list[str], profile: str | None, source: str
+    out_dir: Path,
+    overrides: list[str],
+    profile: str | None,
+    source: str,
+    planned: dict[str, Any] | None = None,
 ) -> tuple[list[str], str | None]:
     """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
-    New ``--set`` values may repeat them but not change or add to them (the trials already run
-    were planned without); raises SpecError saying which. ``budget.*`` values are the exception:
-    given, they replace the recorded ones. Without a record (a sweep from an older version) the
-    given ones stand."""
+    New ``--set`` values of the settings that plan the trials (:data:`PLAN_KEYS`) may repeat them
+    but not change or add to them (the trials already run were planned without); raises
+    SpecError saying which. Other settings (a budget, ``failure``, ``resources``) may be given:
+    they replace the recorded ones. The sweep file's settings that plan the trials (``planned``)
+    must be the first run's. Without a record (a sweep from an older version) the given ones
+    stand."""
     path = out_dir / LAUNCH_FILE
     if not path.exists():
         return overrides, profile
     first = json.loads(path.read_text())
+    if planned is not None and "planned" in first:
+        _check_plan_unchanged(first["planned"], planned, path, source)
     before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
-    # the budget is not part of the plan: a resume may change it (a larger one continues a sweep
-    # whose budget ran out), and the new values replace the recorded ones
-    spending = {k for k in now if k.startswith(BUDGET_PREFIX)}
-    changed = [k for k in now if k not in spending and (k not in before or before[k] != now[k])]
+    # settings outside the plan may change (a larger budget continues a sweep whose budget ran
+    # out), and the new values replace the recorded ones
+    free = {k for k in now if k.split(".")[0] not in PLAN_KEYS}
+    changed = [k for k in now if k not in free and (k not in before or before[k] != now[k])]
     if changed:
         was = ", ".join(f"{k}={before[k]!r}" if k in before else f"{k} unset" for k in changed)
         raise SpecError(
             f"--set {changed[0]}",
-            f"--resume continues the first run with its own overrides ({was} there; recorded in {path}); "
-            f"drop the --set to continue, or start a new sweep with another --output",
+            f"--resume continues the first run with its own overrides ({was} there; recorded in "
+            f"{path}); drop the --set to continue, or start a new sweep with another --output "
+            f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)",
             source,
         )
     if profile is not None and profile != first.get("profile"):
@@ -261,15 +280,71 @@ def resume_launch(
             f"{path}); resume it with --profile {first.get('profile')} or with no --profile",
             source,
         )
-    kept = [
-        o for o in first["overrides"] if next(iter(parse_overrides([o], source))) not in spending
-    ]
-    new = [o for o in overrides if next(iter(parse_overrides([o], source))) in spending]
+    kept = [o for o in first["overrides"] if next(iter(parse_overrides([o], source))) not in free]
+    new = [o for o in overrides if next(iter(parse_overrides([o], source))) in free]
     return kept + new, first.get("profile")
 
 
-#: the sweep-file keys ``--resume --set`` may change (:func:`resume_launch`)
-BUDGET_PREFIX = "budget."
+#: the sweep file's sections that plan the trials and what they are judged by: a resume's, in the
+#: file and in ``--set``, must be the first run's (the others, such as failure, budget, resources,
+#: fusion, timing, heldout, wandb and chaos, may change: a sweep stopped by a fault is resumed with
+#: its cause removed, one whose budget ran out with a larger one)
+PLAN_KEYS = (
+    "task",
+    "model",
+    "grid",
+    "parameters",
+    "num_samples",
+    "search",
+    "seeds",
+    "metric",
+    "objectives",
+    "constraints",
+    "early_terminate",
+    "stop_when",
+    "trainer",
+    "warm_start",
+)
+
+
+def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> None:
+    """The sweep file a resume reads plans the trials as the first run's did: the trials already
+    run were planned from the first, and the resumed ones would be planned from the edited one,
+    under the same sweep's name and in one results.csv."""
+    now = json.loads(json.dumps(now, default=str))  # as the record holds it (YAML dates as text)
+    changed = _differences(before, now)
+    if not changed:
+        return
+    listed = "; ".join(
+        f"{key} was {_shown(was)}, is {_shown(is_)}" for key, was, is_ in changed[:5]
+    )
+    more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
+    raise SpecError(
+        "--resume",
+        f"the sweep file plans its trials otherwise than at the first run: {listed}{more}. The "
+        f"trials already run were planned from the first run's file (its settings recorded in "
+        f"{path}, under `planned`); put those values back to continue, or start a new sweep with "
+        f"another --output ({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)",
+        source,
+    )
+
+
+_UNSET = object()
+
+
+def _differences(before: Any, now: Any, key: str = "") -> list[tuple[str, Any, Any]]:
+    """The dotted keys whose values differ between two mappings (lists compared whole)."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        found = []
+        for k in [*before, *(k for k in now if k not in before)]:
+            inner = f"{key}.{k}" if key else str(k)
+            found += _differences(before.get(k, _UNSET), now.get(k, _UNSET), inner)
+        return found
+    return [] if before == now else [(key, before, now)]
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is _UNSET else json.dumps(value, default=str)
 
 
 def _validate_search_bounds(

@@ -51,7 +51,7 @@ def check_output(launch: Launch) -> None:
     if args.resume or only_launch_files(out_dir):
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
         # budget this resume gave (if any)
-        save_launch(out_dir, args.overrides, launch.profile)
+        save_launch(out_dir, args.overrides, launch.profile, launch.sweep.planned)
 
 
 def start_budget(launch: Launch) -> int | None:

@@ -367,7 +367,7 @@ def test_a_preempted_sweep_resumes_to_the_results_of_an_uninterrupted_run(
     path, and Ctrl-C too, with exit status 130: the multi-objective study's and the teacher pairs'
     tests) when the second trial reports step 20, the first one finished: the launcher exits 75,
     the unfinished trial is `preempted` (not failed, no retry charged). --resume keeps the first
-    run's --set overrides (a changed one is refused), runs no finished trial again, continues the
+    run's --set overrides and sweep file (a changed one is refused), runs no finished trial again, continues the
     preempted one from its checkpoint, and ends with the BLEU of a run that was never stopped."""
     spec = tiny_spec(
         "resume",
@@ -410,6 +410,23 @@ def test_a_preempted_sweep_resumes_to_the_results_of_an_uninterrupted_run(
     refused = capsys.readouterr().err
     assert "--resume continues the first run with its own overrides" in refused
     assert "trainer.max_steps=60" in refused and len(refused.strip().splitlines()) == 1
+    # so is a sweep file edited since in what plans its trials (the launch recorded the first
+    # one's); the rest (here its budget) may change
+    first_file = path.read_text()
+    edited = {
+        **spec,
+        "trainer": {**spec["trainer"], "val_check_interval": 20},
+        "budget": {"hours": 1},
+    }
+    write_spec(tmp_path, edited)
+    assert main(args + ["--resume"]) == 2
+    refused = capsys.readouterr().err
+    assert (
+        "the sweep file plans its trials otherwise than at the first run: "
+        "trainer.val_check_interval was 10, is 20." in refused
+    )
+    assert len(refused.strip().splitlines()) == 1
+    path.write_text(first_file)
 
     # resumed without --set: the first run's trainer.max_steps=60 still holds (not the file's 3000)
     assert main(args + ["--resume"]) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -492,6 +493,42 @@ def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
     with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
         resume_launch(tmp_path, [], "cpu", "x.yaml")
     assert resume_launch(tmp_path / "older", ["seeds=[1]"], None, "x.yaml") == (["seeds=[1]"], None)
+
+
+def test_resume_refuses_a_sweep_file_that_plans_its_trials_otherwise(tmp_path):
+    from sweeps.spec import resume_launch, save_launch
+
+    spec = base_spec(seeds=[0, 1], budget={"hours": 1}, failure={"max_failures": 0})
+    first = build_sweep(spec, source="x.yaml").planned
+    assert "budget" not in first and "failure" not in first and first["seeds"] == [0, 1]
+    save_launch(tmp_path, [], None, first)
+    assert json.loads((tmp_path / "launch.json").read_text())["planned"] == first
+    # a larger budget, the cause of a failure removed, other resources: the plan is the same
+    again = base_spec(seeds=[0, 1], budget={"hours": 3}, resources={"cpu": 2})
+    assert resume_launch(tmp_path, [], None, "x.yaml", build_sweep(again).planned) == ([], None)
+    edited = base_spec(seeds=[0], trainer={"max_steps": 20, "val_check_interval": 5})
+    with pytest.raises(SpecError) as info:
+        resume_launch(tmp_path, [], None, "x.yaml", build_sweep(edited).planned)
+    said = str(info.value)
+    assert "the sweep file plans its trials otherwise than at the first run: " in said
+    assert "trainer.max_steps was 10, is 20; trainer.val_check_interval was unset, is 5" in said
+    assert "seeds was [0, 1], is [0]" in said and str(tmp_path / "launch.json") in said
+    # the profile's settings count as the file's (the profile itself must be the first run's)
+    profiled = {**spec, "profiles": {"short": {"trainer.max_steps": 5}}}
+    with pytest.raises(SpecError, match="trainer.max_steps was 10, is 5"):
+        planned = build_sweep(profiled, profile="short").planned
+        resume_launch(tmp_path, [], None, "x.yaml", planned)
+    # settings outside the plan may be given with --set too; those of the plan may not
+    assert resume_launch(tmp_path, ["failure.max_failures=3"], None, "x.yaml", first) == (
+        ["failure.max_failures=3"],
+        None,
+    )
+    with pytest.raises(SpecError, match="--set task.max_length: --resume continues"):
+        resume_launch(tmp_path, ["task.max_length=6"], None, "x.yaml", first)
+    # a sweep started before the plan was recorded: nothing to compare
+    save_launch(tmp_path / "older", [], None)
+    planned = build_sweep(edited).planned
+    assert resume_launch(tmp_path / "older", [], None, "x.yaml", planned) == ([], None)
 
 
 def test_every_metric_a_study_may_name_is_a_results_column():
