@@ -177,7 +177,7 @@ def journal_study(tmp_path):
 @internal(
     "optuna-trial-id",
     "optuna",
-    "sweeps/search/per_unit.py, over_seeds.py, moo.py, warm_start.py, journal.py",
+    "sweeps/search/per_unit.py, over_seeds.py, moo.py, journal.py",
 )
 def test_a_trial_knows_its_storage_id(journal_study):
     study, storage, _ = journal_study
@@ -204,7 +204,7 @@ def test_the_storage_records_values_by_trial_id_and_refuses_a_finished_trial(jou
         storage.set_trial_user_attr(trial._trial_id, "late", 1)
 
 
-@internal("optuna-distribution-contains", "optuna", "sweeps/plan/warm_start.py (_fits)")
+@internal("optuna-distribution-contains", "optuna", "sweeps/plan/warm_start.py (fits)")
 def test_a_distribution_says_whether_a_value_is_inside_it():
     pytest.importorskip("optuna")
     from optuna.distributions import CategoricalDistribution, FloatDistribution

@@ -206,7 +206,7 @@ def test_tunes_state_file_names_and_the_drivers_staging_folder():
     assert "Path(self.experiment_driver_staging_path, self.trial_dir_name)" in staged
 
 
-@internal("ray-result-grid-trials", "ray", "sweeps/report/results.py (trial_states, collect)")
+@internal("ray-result-grid-trials", "ray", "sweeps/report/results.py (trial_states, result_rows)")
 def test_a_result_grid_keeps_tunes_trials_in_its_order():
     from ray.tune.result_grid import ResultGrid
 
