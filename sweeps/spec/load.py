@@ -249,7 +249,7 @@ def resume_launch(
     """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
     New ``--set`` values of the settings that plan the trials (:data:`PLAN_KEYS`) may repeat them
     but not change or add to them (the trials already run were planned without); raises
-    SpecError saying which. Other settings (a budget, ``failure``, ``resources``) may be given:
+    SpecError saying which. Other settings (a budget, ``failure``, ``timing``) may be given:
     they replace the recorded ones. The sweep file's settings that plan the trials (``planned``)
     must be the first run's. Without a record (a sweep from an older version) the given ones
     stand."""
@@ -286,9 +286,9 @@ def resume_launch(
 
 
 #: the sweep file's sections that plan the trials and what they are judged by: a resume's, in the
-#: file and in ``--set``, must be the first run's (the others, such as failure, budget, resources,
-#: fusion, timing, heldout, wandb and chaos, may change: a sweep stopped by a fault is resumed with
-#: its cause removed, one whose budget ran out with a larger one)
+#: file and in ``--set``, must be the first run's (the others, such as failure, budget,
+#: max_concurrent_trials, timing, heldout, wandb and chaos, may change: a sweep stopped by a fault
+#: is resumed with its cause removed, one whose budget ran out with a larger one)
 PLAN_KEYS = (
     "task",
     "model",
@@ -304,6 +304,8 @@ PLAN_KEYS = (
     "stop_when",
     "trainer",
     "warm_start",
+    "resources",  # with fusion: which trials train as one fused group, and the GPU arrangement
+    "fusion",
 )
 
 

@@ -503,8 +503,8 @@ def test_resume_refuses_a_sweep_file_that_plans_its_trials_otherwise(tmp_path):
     assert "budget" not in first and "failure" not in first and first["seeds"] == [0, 1]
     save_launch(tmp_path, [], None, first)
     assert json.loads((tmp_path / "launch.json").read_text())["planned"] == first
-    # a larger budget, the cause of a failure removed, other resources: the plan is the same
-    again = base_spec(seeds=[0, 1], budget={"hours": 3}, resources={"cpu": 2})
+    # a larger budget, the cause of a failure removed, other timing: the plan is the same
+    again = base_spec(seeds=[0, 1], budget={"hours": 3}, timing={"processes": 1})
     assert resume_launch(tmp_path, [], None, "x.yaml", build_sweep(again).planned) == ([], None)
     edited = base_spec(seeds=[0], trainer={"max_steps": 20, "val_check_interval": 5})
     with pytest.raises(SpecError) as info:
@@ -525,6 +525,9 @@ def test_resume_refuses_a_sweep_file_that_plans_its_trials_otherwise(tmp_path):
     )
     with pytest.raises(SpecError, match="--set task.max_length: --resume continues"):
         resume_launch(tmp_path, ["task.max_length=6"], None, "x.yaml", first)
+    # the resources decide which trials fuse, and the GPU arrangement: part of the plan
+    with pytest.raises(SpecError, match="--set resources.gpu: --resume continues"):
+        resume_launch(tmp_path, ["resources.gpu=0.5"], None, "x.yaml", first)
     # a sweep started before the plan was recorded: nothing to compare
     save_launch(tmp_path / "older", [], None)
     planned = build_sweep(edited).planned
