@@ -120,11 +120,7 @@ def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, sourc
     ``model.attention``)."""
     by_grid = {key for cell in cells for key in cell.values}
     for key in set_keys:
-
-        def holder(keys) -> str | None:
-            return next((k for k in sorted(keys) if key == k or key.startswith(f"{k}.")), None)
-
-        if (held := holder(by_grid)) is not None:
+        if (held := _holder(key, by_grid)) is not None:
             fix = "the grid entry that holds it: grid.<entry>=[...]"
             raise SpecError(
                 f"--set {key}",
@@ -133,7 +129,7 @@ def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, sourc
                 source,
             )
         # (a baseline model of relative constraints trains with the fixed value: not refused)
-        if (held := holder(spec.parameters)) is not None and baseline_of(spec) is None:
+        if (held := _holder(key, spec.parameters)) is not None and baseline_of(spec) is None:
             raise SpecError(
                 f"--set {key}",
                 f"the search samples {held} (parameters.{held}) in every trial, so a fixed value "
@@ -141,6 +137,12 @@ def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, sourc
                 f"parameters.{held}=...), or remove it from parameters: to fix it",
                 source,
             )
+
+
+def _holder(key: str, keys) -> str | None:
+    """The one of ``keys`` that is ``key`` or holds it (``model.attention`` for
+    ``model.attention.k``), or None."""
+    return next((k for k in sorted(keys) if key == k or key.startswith(f"{k}.")), None)
 
 
 def _check_colon_keys(value: Any, where: str, source: str) -> None:
@@ -270,7 +272,7 @@ def resume_launch(
             f"--set {changed[0]}",
             f"--resume continues the first run with its own overrides ({was} there; recorded in "
             f"{path}); drop the --set to continue, or start a new sweep with another --output "
-            f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)",
+            f"{_plan_note()}",
             source,
         )
     if profile is not None and profile != first.get("profile"):
@@ -326,9 +328,13 @@ def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> N
         f"the sweep file plans its trials otherwise than at the first run: {listed}{more}. The "
         f"trials already run were planned from the first run's file (its settings recorded in "
         f"{path}, under `planned`); put those values back to continue, or start a new sweep with "
-        f"another --output ({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)",
+        f"another --output {_plan_note()}",
         source,
     )
+
+
+def _plan_note() -> str:
+    return f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)"
 
 
 _UNSET = object()
