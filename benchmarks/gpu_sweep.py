@@ -6,9 +6,9 @@ Tune user runs the same trials.
     python benchmarks/gpu_sweep.py --out OUT --quick         # the plumbing, on any machine (CPU)
 
 Each way is one launch of ``sweeps/launch.py sweeps/k_vs_length.yaml --profile gpu`` (Table 1 at
-the paper's model size, sized by the plan for about two minutes on one H100), with W&B offline and
-without the held-out stage and, but for a brief decode timing in ``c`` that makes its results.md
-name the device, without the timing stage (this compares training):
+the paper's model size, sized by the plan for about one minute of training steps on one H100), with
+W&B offline and without the held-out stage and, but for a brief decode timing in ``c`` that makes
+its results.md name the device, without the timing stage (this compares training):
 
 - ``a``: one eager trial per GPU, fusion off (``resources.gpu: 1``): how a Ray Tune user runs
   it. The whole profile does not fit the time: a fixed subset of its cells (``--a-lengths``,

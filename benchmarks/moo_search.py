@@ -249,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the rung rule's rf (3; Ray's ASHA and Optuna's successive halving default to 4)",
     )
     p.add_argument(
-        "--output", default="bench-out", help="folder for the runs (a moo_search/ subfolder)"
+        "--output",
+        default="bench-out",
+        help="folder for the runs (a moo_search/ subfolder; moo_search_quick/ with --quick)",
     )
     args = p.parse_args(argv)
     if args.seeds < 3:

@@ -1027,7 +1027,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="tiny model, 1 timed round: plumbing only")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    p.add_argument("--lengths", nargs="+", type=int, help="training lengths L (default 10 40 100)")
+    p.add_argument(
+        "--lengths",
+        nargs="+",
+        type=int,
+        help="training lengths L (default 10 40 100; 4 8 with --quick)",
+    )
     p.add_argument("--rounds", type=int, help="timed rounds (default 5; 1 with --quick)")
     p.add_argument("--warmup", type=int, help="untimed rounds first (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per system")

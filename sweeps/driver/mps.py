@@ -353,11 +353,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     (``no``/``yes``/``required`` and why); ``python -m sweeps.driver.mps run --want W --dir DIR --
     COMMAND...`` runs COMMAND under a daemon of this node (in a new folder under DIR)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["plan"] and len(argv) >= 2:
+    if argv[:1] == ["plan"] and len(argv) >= 2 and argv[1] not in ("-h", "--help"):
         return _plan_command(argv[1], argv[2:])
     p = argparse.ArgumentParser(prog="python -m sweeps.driver.mps", description=main.__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("plan", help="SWEEP [launch.py options]: what the sweep wants of MPS")
+    what = "SWEEP [launch.py options]: what the sweep wants of MPS, as its launch plans it"
+    sub.add_parser("plan", help=what, description=what)
     run = sub.add_parser("run", help="run a command under this node's MPS daemon")
     run.add_argument("--want", choices=["no", "yes", "required"], required=True)
     run.add_argument("--dir", required=True, help="a node-local folder for the daemon's files")

@@ -179,7 +179,7 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
     if name in profiles:
         blocks.append((f"profiles.{name}", profiles[name] or {}))
     elif name != "smoke":
-        have = ", ".join(["smoke", *sorted(profiles)])
+        have = ", ".join(["smoke", *sorted(set(profiles) - {"smoke"})])
         raise SpecError(
             f"--profile {name}", f"this sweep has no such profile; it has: {have}", source
         )
@@ -275,11 +275,16 @@ def resume_launch(
             f"{_plan_note()}",
             source,
         )
-    if profile is not None and profile != first.get("profile"):
+    if profile is not None and profile != (used := first.get("profile")):
         raise SpecError(
             "--profile",
-            f"the first run used profile {first.get('profile')!r}, not {profile!r} (recorded in "
-            f"{path}); resume it with --profile {first.get('profile')} or with no --profile",
+            (
+                f"the first run used profile {used!r}, not {profile!r} (recorded in {path}); "
+                f"resume it with --profile {used} or with no --profile"
+                if used is not None
+                else f"the first run used no profile, not {profile!r} (recorded in {path}); "
+                f"resume it with no --profile"
+            ),
             source,
         )
     kept = [o for o in first["overrides"] if next(iter(parse_overrides([o], source))) not in free]

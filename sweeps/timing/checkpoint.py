@@ -117,8 +117,10 @@ def split_batches(dm: pl.LightningDataModule, split: str) -> Any:
     except (RuntimeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TimingError(
-            f"split {split!r} does not exist in this data ({type(dm).__name__}: {first}); use --split valid, "
-            f"or configure a test set (e.g. --data test_prefix=newstest2016)"
+            f"split {split!r} does not exist in this data ({type(dm).__name__}: {first}); time the "
+            f"valid split (python -m sweeps.timing --split valid; in a sweep, --set "
+            f"timing.split=valid), or give the data a test set (--data test_prefix=newstest2016; "
+            f"in a sweep, --set task.test_prefix=newstest2016)"
         ) from None
 
 

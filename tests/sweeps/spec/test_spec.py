@@ -29,6 +29,12 @@ def base_spec(**over):
     return spec
 
 
+def error_of_profile(raw, profile: str) -> str:
+    with pytest.raises(SpecError) as info:
+        build_sweep(raw, source="x.yaml", profile=profile)
+    return str(info.value)
+
+
 def error_of(raw) -> str:
     with pytest.raises(SpecError) as info:
         build_sweep(raw, source="x.yaml")
@@ -358,6 +364,8 @@ def test_named_profiles_and_the_smoke_profile():
     assert "move it under `profiles:`" in error_of(base_spec(smoke={"task.max_length": 3}))
     with pytest.raises(SpecError, match="no such profile; it has: smoke, cpu"):
         build_sweep(raw, profile="gpu")
+    own_smoke = base_spec(profiles={"smoke": {"seeds": [1]}, "cpu": {"seeds": [2]}})
+    assert error_of_profile(own_smoke, "gpu").endswith("no such profile; it has: smoke, cpu")
     assert "profile name 'a b'" in error_of(base_spec(profiles={"a b": {}}))
 
 
@@ -492,6 +500,11 @@ def test_resume_reuses_the_first_runs_overrides_and_refuses_new_ones(tmp_path):
         resume_launch(tmp_path, ["seeds=[1]"], None, "x.yaml")
     with pytest.raises(SpecError, match="--profile: the first run used profile 'smoke', not 'cpu'"):
         resume_launch(tmp_path, [], "cpu", "x.yaml")
+    save_launch(tmp_path / "plain", [], profile=None)
+    with pytest.raises(SpecError) as info:
+        resume_launch(tmp_path / "plain", [], "cpu", "x.yaml")
+    assert "the first run used no profile, not 'cpu'" in str(info.value)
+    assert str(info.value).endswith("resume it with no --profile")
     assert resume_launch(tmp_path / "older", ["seeds=[1]"], None, "x.yaml") == (["seeds=[1]"], None)
 
 
