@@ -10,6 +10,7 @@ Plain Python (annotated-types only), no torch.
 from __future__ import annotations
 
 import functools
+import numbers
 import operator
 import typing
 from collections.abc import Callable
@@ -65,15 +66,40 @@ def declared_ranges(fn: Callable) -> dict[str, tuple[tuple[str, Any], ...]]:
     return out
 
 
+def number_kind(annotation: Any) -> type | None:
+    """``int`` for an annotation that takes whole numbers only (``Annotated[int, Ge(1)]``, also
+    optional), ``float`` for one that takes any real number, None otherwise."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return number_kind(typing.get_args(annotation)[0])
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args:  # a Union (Optional[...]): the kind its members share
+        kinds = {number_kind(a) for a in args}
+        return kinds.pop() if len(kinds) == 1 else (float if kinds == {int, float} else None)
+    return annotation if annotation in (int, float) else None
+
+
+@functools.cache
+def _declared_kinds(fn: Callable) -> dict[str, type | None]:
+    hints = typing.get_type_hints(fn, include_extras=True)
+    return {name: number_kind(hints[name]) for name in declared_ranges(fn)}
+
+
 def check_ranges(fn: Callable, values: dict[str, Any], owner: str | None = None) -> None:
     """Raise ValueError naming the first argument of ``fn`` in ``values`` outside its range
-    (``"<owner>: K must be >= 1, got 0"``; ``owner`` defaults to the class that defines ``fn``).
-    None and True/False are not checked."""
+    (``"<owner>: K must be >= 1, got 0"``; ``owner`` defaults to the class that defines ``fn``),
+    or not a number of the declared kind (``K must be a whole number, got 2.5``). None and
+    True/False are not checked."""
     owner = owner or getattr(fn, "__qualname__", "").split(".")[0]
+    kinds = _declared_kinds(fn)
     for name, limits in declared_ranges(fn).items():
         value = values.get(name)
         if value is None or isinstance(value, bool):
             continue
+        # the range's comparisons need a number; a count (K, a window) a whole one
+        if kinds[name] is int and not isinstance(value, numbers.Integral):
+            raise ValueError(f"{owner}: {name} must be a whole number, got {value!r}")
+        if kinds[name] is float and not isinstance(value, numbers.Real):
+            raise ValueError(f"{owner}: {name} must be a number, got {value!r}")
         for symbol, limit in limits:
             if not _BY_SYMBOL[symbol](value, limit):
                 raise ValueError(f"{owner}: {name} must be {symbol} {limit}, got {value!r}")

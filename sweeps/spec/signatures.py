@@ -30,7 +30,7 @@ from typing import Any
 from datamodules import TASKS as TASK_CLASSES  # task name -> datamodule class name (torch-free)
 
 PACKAGES = ("lightning_modules", "datamodules")
-FORMAT = 5  # bump when the pickled layout changes
+FORMAT = 6  # bump when the pickled layout or its keys change
 
 
 @dataclass
@@ -192,10 +192,16 @@ def headline_options() -> dict[str, tuple[str, str, Any]]:
 
 
 def frozen(d: dict) -> tuple:
-    """A hashable key for a settings mapping (values that are lists or dicts by their repr)."""
+    """A hashable key for a settings mapping (values that are lists or dicts by their repr), exact
+    in its values' types: Python holds 64 equal to 64.0 and 1 to True, and a check that fails for
+    one must not answer for the other from the cache."""
     return tuple(
         sorted(
-            (k, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v))
+            (
+                k,
+                type(v).__name__,
+                v if isinstance(v, (str, int, float, bool, type(None))) else repr(v),
+            )
             for k, v in d.items()
         )
     )
@@ -206,7 +212,7 @@ def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, 
     or None. Each distinct configuration is constructed once, ever: the answer is cached with the
     signatures."""
     sig = signatures()
-    key = (attention, frozen(options), tuple(dims))
+    key = (attention, frozen(options), tuple((type(d).__name__, d) for d in dims))
     if key not in sig.attention_checks:
         sig.attention_checks[key] = answers().attention_problem(attention, options, dims)
         sig.dirty = True

@@ -8,12 +8,13 @@ import difflib
 import functools
 import inspect
 import math
+import types
 import typing
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from datamodules.ranges import allowed_range
+from datamodules.ranges import allowed_range, number_kind
 from lightning_modules.presets import PRESETS, attention_dims
 from sweeps.spec.grid import Cell
 from sweeps.spec.messages import format_validation
@@ -175,7 +176,27 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
         )
     if isinstance(value, float) and math.isnan(value):
         return "NaN is not a valid setting"
+    # pydantic's lax mode takes 64.0 and "64" for 64, but the constructors are given the value
+    # itself, and the model's checks refuse them
+    kind = number_kind(annotation)
+    if isinstance(value, float) and kind is int:
+        write = f" (write {int(value)})" if value.is_integer() else ""
+        return f"{value!r} is not a whole number; expected {_type_name(annotation)}{write}"
+    if isinstance(value, str) and kind is not None:
+        return f"{value!r} is text; expected {_type_name(annotation)} ({_unquoted(value)})"
     return None
+
+
+def _unquoted(text: str) -> str:
+    """How to write ``text`` as a number: YAML reads ``1e-4`` (no dot in the mantissa) as text."""
+    try:
+        number = float(text)
+    except ValueError:
+        return "a number, without quotes"
+    if "e" in text.lower() and "." not in text.lower().split("e")[0]:
+        mantissa, exponent = text.lower().split("e")
+        return f"YAML reads {text} as text: write {mantissa}.0e{exponent} or {number:g}"
+    return "write it without quotes"
 
 
 def _accepts_bool(annotation: Any) -> bool:
@@ -224,8 +245,11 @@ _RANGE_ERRORS = {
 
 
 def _type_name(annotation: Any) -> str:
-    import typing
-
+    """``int``, ``int or null`` (an Optional), ``Literal['a', 'b']``: the type a setting takes."""
     if typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
+        return _type_name(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(
+            "null" if a is type(None) else _type_name(a) for a in typing.get_args(annotation)
+        )
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

@@ -411,6 +411,9 @@ def test_pair_defaults_and_paths():
         ("character_coverage", 1.5, "character_coverage must be <= 1.0, got 1.5"),
         ("character_coverage", 0.0, "character_coverage must be > 0.0, got 0.0"),
         ("eval_max_length", -1, "eval_max_length must be >= 1, got -1"),
+        ("max_length", 100.0, "max_length must be a whole number, got 100.0"),
+        ("batch_tokens", "4096", "batch_tokens must be a whole number, got '4096'"),
+        ("character_coverage", "0.9", "character_coverage must be a number, got '0.9'"),
     ],
 )
 def test_out_of_range_arguments_fail_naming_the_argument(key, value, message):

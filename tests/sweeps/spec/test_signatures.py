@@ -173,3 +173,23 @@ def test_a_launch_orders_and_fuses_trials_from_the_cache_without_torch(tmp_path)
         }
     )
     assert hard is not None and reasons[3] == hard
+
+
+def test_a_cached_check_answers_only_for_values_of_its_own_type(tmp_path, monkeypatch):
+    """Python holds 64.0 equal to 64 and True to 1: an attention check that failed for float sizes
+    (a ``hidden_size: 64.0``, before the type check refused it) was served from the cache for the
+    integer ones, and every later dry run of the sweep failed inside torch."""
+    from sweeps.spec import signatures as sig_module
+
+    monkeypatch.setenv("SWEEPS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sig_module, "_LOADED", None)
+    assert sig_module.attention_problem("memory", {"K": 16}, (64.0, 128.0)) is not None
+    assert sig_module.attention_problem("memory", {"K": 16}, (64, 128)) is None
+    assert sig_module.attention_problem("memory", {"K": 16.0}, (64, 128)) is not None
+    assert sig_module.attention_problem("memory", {"K": 16}, (64, 128)) is None
+    assert sig_module.frozen({"position_encoding": True}) != sig_module.frozen(
+        {"position_encoding": 1}
+    )
+    sig_module.save()
+    monkeypatch.setattr(sig_module, "_LOADED", None)  # and from the disk cache, in a new process
+    assert sig_module.attention_problem("memory", {"K": 16}, (64, 128)) is None

@@ -573,6 +573,24 @@ def test_every_metric_a_study_may_name_is_a_results_column():
             lambda s: s["trainer"].update(precision="bogus"),
             ["trainer.precision", "not a Lightning precision", "bf16-mixed"],
         ),
+        # and 64.0 as 64, "32" as 32: the model is given the value itself, and fails in training
+        (
+            lambda s: s["model"].update(hidden_size=64.0),
+            ["model.hidden_size", "64.0 is not a whole number; expected int or null (write 64)"],
+        ),
+        (
+            lambda s: s["grid"]["model"].append({"attention": "memory", "K": 16.0}),
+            ["grid.model[2].K", "16.0 is not a whole number", "(write 16)"],
+        ),
+        (
+            lambda s: s["task"].update(batch_size="32"),
+            ["task.batch_size", "'32' is text; expected int (write it without quotes)"],
+        ),
+        # YAML 1.1 reads 1e-4 (no dot before the exponent) as text
+        (
+            lambda s: s["model"].update(lr=yaml.safe_load("1e-4")),
+            ["model.lr", "YAML reads 1e-4 as text: write 1.0e-4 or 0.0001"],
+        ),
     ],
 )
 def test_values_that_used_to_pass_dry_run_are_refused(mutate, expected):
