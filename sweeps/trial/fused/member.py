@@ -108,7 +108,7 @@ def follow(
 ) -> None:
     """Pass the group's reports for member ``j`` to Tune until its final one, or until Tune stops
     it; the W&B run is closed whatever happens (see :func:`sweeps.trial.fitting.fit_trial`)."""
-    logger, stop, failed, final_ckpt, pngs = None, None, True, None, []
+    logger, stop, failed, final_ckpt, drawn = None, None, True, None, False
     wants_heatmaps = settings.wandb.log_heatmaps and settings.wandb.mode != "disabled"
     try:
         try:
@@ -135,6 +135,18 @@ def follow(
                 # the model this report describes, also when Tune stops the trial inside the
                 # report below: the heatmaps are of the model the stopped trial ends with
                 final_ckpt = report["files"].get(CHECKPOINT_FILE, final_ckpt)
+                if report["final"]:
+                    # the run is whole before Tune has the final report: at the end of a sweep Tune
+                    # kills a trial's process about 10 s after that report, and a member still
+                    # waiting for its heatmaps (drawn by the group, busy training the others) then
+                    # left its W&B run unfinished
+                    drawn = True
+                    if wants_heatmaps and final_ckpt is not None:  # the group draws them: ask
+                        # before the release, after which the group may go
+                        log_heatmaps(logger, heatmaps_of(handle, j, final_ckpt, trial_id), trial_id)
+                    with phases.phase("wandb_close"):
+                        close_wandb(logger)
+                    logger = None
                 with tempfile.TemporaryDirectory() as tmp:
                     for name, data in report["files"].items():
                         Path(tmp, name).write_bytes(data)
@@ -145,27 +157,16 @@ def follow(
                         )
                 last = report["step"]
                 if report["final"]:  # Tune has it: the group need not wait for this member
-                    if wants_heatmaps and final_ckpt is not None:  # the group draws them: ask
-                        # before the release, after which the group may go
-                        pngs = heatmaps_of(handle, j, final_ckpt, trial_id)
                     _quietly(lambda: ray.get(handle.release.remote(j), timeout=30))
                     break
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
             stop = exc
-            if wants_heatmaps and final_ckpt is not None:
-                pngs = heatmaps_of(handle, j, final_ckpt, trial_id)
+            if wants_heatmaps and final_ckpt is not None and not drawn:
+                log_heatmaps(logger, heatmaps_of(handle, j, final_ckpt, trial_id), trial_id)
             _quietly(lambda: ray.get(handle.leave.remote(j), timeout=30))
         failed = False
-        if pngs and logger is not None:
-            try:
-                with phases.phase("heatmaps"):
-                    from PIL import Image
-
-                    logger.log_image(HEATMAP_KEY, [Image.open(io.BytesIO(png)) for png in pngs])
-            except Exception as exc:  # a plotting problem must not fail a finished trial
-                print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
     finally:
         with phases.phase("wandb_close"):
             close_wandb(logger, exit_code=1 if failed else 0)
@@ -232,6 +233,19 @@ def chaos_once(settings: TrialSettings, trial_id: str, step: int) -> None:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("failed once\n")
         raise ChaosError(f"chaos: injected failure at step {step} (sweep spec `chaos` block)")
+
+
+def log_heatmaps(logger: Any, pngs: list[bytes], trial_id: str) -> None:
+    """The heatmaps (PNG files) into the member's W&B run, as the unfused trial logs them."""
+    if not pngs or logger is None:
+        return
+    try:
+        with phases.phase("heatmaps"):
+            from PIL import Image
+
+            logger.log_image(HEATMAP_KEY, [Image.open(io.BytesIO(png)) for png in pngs])
+    except Exception as exc:  # noqa: BLE001 -- a plotting problem must not fail a finished trial
+        print(f"[trial {trial_id}] could not log attention heatmaps: {exc!r}")
 
 
 def heatmaps_of(handle: Any, j: int, checkpoint: bytes, trial_id: str) -> list[bytes]:
