@@ -8,7 +8,8 @@ by side, which small launch-bound training steps need. Nothing in a trial change
 process to the daemon that ``CUDA_MPS_PIPE_DIRECTORY`` names.
 
 ``resources.mps`` (:func:`plan_mps`): ``auto`` (the default) starts a daemon when the trials share
-GPUs (0 < ``resources.gpu`` < 1) and the node has ``nvidia-cuda-mps-control``; ``on`` whenever the
+GPUs (0 < ``resources.gpu`` < 1, or the plan puts several to a GPU with ``resources.gpu: auto``)
+and the node has ``nvidia-cuda-mps-control``; ``on`` whenever the
 trials use a GPU, a node without the program being an error; ``off`` never. A daemon the site
 runs already is used as it is (:func:`node_mps`). Each daemon has its own pipe and log
 directories in a temporary folder of its own, so jobs on one node do not meet.
@@ -17,8 +18,9 @@ directories in a temporary folder of its own, so jobs on one node do not meet.
   local Ray's processes inherit the variables; at the end Ray stops first (its workers are the
   daemon's clients), then the daemon.
 - ``cluster/slurm.sbatch``, on every node: ``python -m sweeps.driver.mps plan SWEEP [options]`` says
-  what the sweep wants, and ``python -m sweeps.driver.mps run --want W --dir DIR -- ray start ...``
-  runs the node's Ray under a daemon and stops the daemon when that Ray ends, whatever ends it.
+  what the sweep wants (from the launch's plan: :func:`sweeps.plan.sweep_plan.build_plan`), and
+  ``python -m sweeps.driver.mps run --want W --dir DIR -- ray start ...`` runs the node's Ray
+  under a daemon and stops the daemon when that Ray ends, whatever ends it.
   A launcher that joins a cluster (``--address``) leaves MPS to the cluster's scripts.
 """
 
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from sweeps.driver.cluster import choose_address
 from sweeps.driver.environ import restore_environ
-from sweeps.plan.mps import MpsPlan, Want, plan_mps  # noqa: F401 (the command's plan)
+from sweeps.plan.mps import MpsPlan, Want, plan_mps  # noqa: F401 (named here by the docs, tests)
 
 #: the MPS control program of NVIDIA's driver
 MPS_CONTROL = "nvidia-cuda-mps-control"
