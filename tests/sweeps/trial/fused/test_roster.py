@@ -39,6 +39,9 @@ def starts_slowly() -> type:
                 time.sleep(1)
             return True
 
+        def pid(self) -> int:  # which actor: each runs in a process of its own
+            return os.getpid()
+
     return StartsSlowly
 
 
@@ -91,11 +94,12 @@ def test_members_waiting_for_a_group_that_starts_do_not_hold_up_other_groups(loc
         first = ray.get(roster.open_group.remote("g0", node, setup(0.0, str(gate))), timeout=60)
         waiting = [roster.open_group.remote("g0", node, setup(0.0, str(gate))) for _ in range(40)]
         other = ray.get(roster.open_group.remote("g1", node, setup(0.0)), timeout=60)
-        assert other._actor_id != first._actor_id
         assert ray.wait(waiting, timeout=0)[0] == []  # g0's members still wait for its start
         gate.touch()
         handed = ray.get(waiting, timeout=120)
-        assert {h._actor_id for h in handed} == {first._actor_id}
+        g0 = ray.get(first.pid.remote(), timeout=60)
+        assert ray.get(other.pid.remote(), timeout=60) != g0
+        assert set(ray.get([h.pid.remote() for h in handed], timeout=60)) == {g0}
         assert ray.get(roster.ended_members.remote("g0"), timeout=60) == []
     finally:
         stop_roster()
