@@ -28,3 +28,25 @@ def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:
             return default
         node = node[p]
     return node
+
+
+#: a key one mapping has and the other lacks, in :func:`dotted_differences`
+UNSET = object()
+
+
+def dotted_differences(before: Any, now: Any, key: str = "") -> list[tuple[str, Any, Any]]:
+    """``[(a.b, value before, value now), ...]`` for the dotted keys whose values differ between
+    two nested mappings (lists compared whole; :data:`UNSET` where one lacks the key)."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        found = []
+        for k in [*before, *(k for k in now if k not in before)]:
+            inner = f"{key}.{k}" if key else str(k)
+            found += dotted_differences(before.get(k, UNSET), now.get(k, UNSET), inner)
+        return found
+    return [] if before == now else [(key, before, now)]
+
+
+def holding_key(key: str, keys) -> str | None:
+    """The one of ``keys`` that is ``key`` or holds it (``model.attention`` for
+    ``model.attention.k``), or None."""
+    return next((k for k in sorted(keys) if key == k or key.startswith(f"{k}.")), None)

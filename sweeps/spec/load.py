@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from sweeps.assignments import AssignmentError, parse_assignments
 from sweeps.layout import LAUNCH_FILE
-from sweeps.spec.dotted import set_dotted
+from sweeps.spec.dotted import UNSET, dotted_differences, holding_key, set_dotted
 from sweeps.spec.gpu import check_gpu_settings
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.messages import format_validation
@@ -120,7 +120,7 @@ def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, sourc
     ``model.attention``)."""
     by_grid = {key for cell in cells for key in cell.values}
     for key in set_keys:
-        if (held := _holder(key, by_grid)) is not None:
+        if (held := holding_key(key, by_grid)) is not None:
             fix = "the grid entry that holds it: grid.<entry>=[...]"
             raise SpecError(
                 f"--set {key}",
@@ -129,7 +129,7 @@ def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, sourc
                 source,
             )
         # (a baseline model of relative constraints trains with the fixed value: not refused)
-        if (held := _holder(key, spec.parameters)) is not None and baseline_of(spec) is None:
+        if (held := holding_key(key, spec.parameters)) is not None and baseline_of(spec) is None:
             raise SpecError(
                 f"--set {key}",
                 f"the search samples {held} (parameters.{held}) in every trial, so a fixed value "
@@ -137,12 +137,6 @@ def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, sourc
                 f"parameters.{held}=...), or remove it from parameters: to fix it",
                 source,
             )
-
-
-def _holder(key: str, keys) -> str | None:
-    """The one of ``keys`` that is ``key`` or holds it (``model.attention`` for
-    ``model.attention.k``), or None."""
-    return next((k for k in sorted(keys) if key == k or key.startswith(f"{k}.")), None)
 
 
 def _check_colon_keys(value: Any, where: str, source: str) -> None:
@@ -321,7 +315,7 @@ def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> N
     run were planned from the first, and the resumed ones would be planned from the edited one,
     under the same sweep's name and in one results.csv."""
     now = json.loads(json.dumps(now, default=str))  # as the record holds it (YAML dates as text)
-    changed = _differences(before, now)
+    changed = dotted_differences(before, now)
     if not changed:
         return
     listed = "; ".join(
@@ -342,22 +336,8 @@ def _plan_note() -> str:
     return f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)"
 
 
-_UNSET = object()
-
-
-def _differences(before: Any, now: Any, key: str = "") -> list[tuple[str, Any, Any]]:
-    """The dotted keys whose values differ between two mappings (lists compared whole)."""
-    if isinstance(before, dict) and isinstance(now, dict):
-        found = []
-        for k in [*before, *(k for k in now if k not in before)]:
-            inner = f"{key}.{k}" if key else str(k)
-            found += _differences(before.get(k, _UNSET), now.get(k, _UNSET), inner)
-        return found
-    return [] if before == now else [(key, before, now)]
-
-
 def _shown(value: Any) -> str:
-    return "unset" if value is _UNSET else json.dumps(value, default=str)
+    return "unset" if value is UNSET else json.dumps(value, default=str)
 
 
 def _validate_search_bounds(

@@ -188,14 +188,11 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
 
 
 def _unquoted(text: str) -> str:
-    """How to write ``text`` as a number: YAML reads ``1e-4`` (no dot in the mantissa) as text."""
-    try:
-        number = float(text)
-    except ValueError:
-        return "a number, without quotes"
-    if "e" in text.lower() and "." not in text.lower().split("e")[0]:
-        mantissa, exponent = text.lower().split("e")
-        return f"YAML reads {text} as text: write {mantissa}.0e{exponent} or {number:g}"
+    """How to write ``text`` (a number pydantic has parsed) as one: YAML reads ``1e-4`` (no dot in
+    the mantissa) as text."""
+    mantissa, e, exponent = text.lower().partition("e")
+    if e and "." not in mantissa:
+        return f"YAML reads {text} as text: write {mantissa}.0e{exponent} or {float(text):g}"
     return "write it without quotes"
 
 

@@ -50,7 +50,7 @@ def check_output(launch: Launch) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.resume or only_launch_files(out_dir):
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
-        # budget this resume gave (if any)
+        # settings outside the plan this resume gave (a budget, failure:, ...)
         save_launch(out_dir, args.overrides, launch.profile, launch.sweep.planned)
 
 
