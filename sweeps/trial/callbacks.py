@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,12 @@ class TuneReport(pl.Callback):
     ``Callback`` class as the Trainer in use.
     """
 
+    #: hold the fit's last report until :func:`sweeps.trial.fitting.fit_trial` has logged the
+    #: heatmaps and closed the W&B run (:meth:`send_held`). Tune stops a trial at its last report
+    #: when a scheduler's ``max_t`` is reached; when that trial is the experiment's last, Tune kills
+    #: its actor about 10 s after the stop, and a W&B run still closing is left ``running``.
+    hold_last = True
+
     def __init__(
         self, time_offset: float = 0.0, extra_metrics: dict[str, Any] | None = None
     ) -> None:
@@ -37,6 +44,8 @@ class TuneReport(pl.Callback):
         self.extra_metrics = dict(extra_metrics or {})
         self.start = time.perf_counter()
         self.last_reported_step = -1
+        self.fit_over = False  # set by finish_fit: any report from here on is the last
+        self.held: tuple[dict[str, Any], str, pl.Trainer] | None = None
 
     def train_seconds(self) -> float:
         return self.time_offset + time.perf_counter() - self.start
@@ -53,6 +62,7 @@ class TuneReport(pl.Callback):
             raise SystemExit(0)
 
     def report(self, trainer: pl.Trainer) -> None:
+        self.send_held()  # a held report that was not the fit's last after all goes first
         metrics = {
             k: float(v)
             for k, v in trainer.callback_metrics.items()
@@ -62,7 +72,8 @@ class TuneReport(pl.Callback):
         metrics.update(
             step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds()
         )
-        with tempfile.TemporaryDirectory() as tmp:
+        tmp: str | None = tempfile.mkdtemp(prefix="trial-report-")
+        try:
             with phases.phase("checkpoint"):
                 save_checkpoint_atomic(trainer, os.path.join(tmp, CHECKPOINT_FILE))
                 if trainer.is_global_zero:
@@ -70,11 +81,46 @@ class TuneReport(pl.Callback):
                         json.dumps({"train_time_s": metrics["train_time_s"]})
                     )
                     write_hypotheses(trainer.lightning_module, tmp)
-            with phases.phase(
-                "report"
-            ):  # Tune's report: the checkpoint copied into the trial's storage
-                self.send(metrics, tmp, trainer)
+            if self.hold_last and self.is_last(trainer):
+                self.held, tmp = (metrics, tmp, trainer), None
+            else:
+                with phases.phase(
+                    "report"
+                ):  # Tune's report: the checkpoint copied into the trial's storage
+                    self.send(metrics, tmp, trainer)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
         self.last_reported_step = trainer.global_step
+
+    def is_last(self, trainer: pl.Trainer) -> bool:
+        """Whether the fit ends after this report: ``max_steps`` reached, a callback stopped it
+        (``stop_when``), or the fit is over (the validation :func:`~sweeps.trial.fitting.finish_fit`
+        adds)."""
+        max_steps = trainer.max_steps if trainer.max_steps is not None else -1
+        return (
+            self.fit_over
+            or trainer.should_stop
+            or (max_steps >= 0 and trainer.global_step >= max_steps)
+        )
+
+    def send_held(self) -> None:
+        """Hand Tune the report :meth:`report` held, if any (a ``SystemExit`` from Tune's report
+        goes on up, as from any report)."""
+        if self.held is None:
+            return
+        (metrics, folder, trainer), self.held = self.held, None
+        try:
+            with phases.phase("report"):
+                self.send(metrics, folder, trainer)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def drop_held(self) -> None:
+        """Forget a held report (the trial failed after it: a retry resumes from the report before)."""
+        if self.held is not None:
+            shutil.rmtree(self.held[1], ignore_errors=True)
+            self.held = None
 
     def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
         """Hand one report to Ray: here Tune's session; :mod:`sweeps.trial.ddp` sends to Ray Train."""

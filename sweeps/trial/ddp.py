@@ -34,7 +34,10 @@ from sweeps.trial.wandb_logger import make_wandb_logger
 
 class TrainReport(TuneReport):
     """:class:`sweeps.trial.callbacks.TuneReport` for Ray Train workers: every rank calls
-    ``ray.train.report`` (Train waits for all of them); only rank 0 attaches the checkpoint."""
+    ``ray.train.report`` (Train waits for all of them); only rank 0 attaches the checkpoint.
+    Every report goes at once: the ranks report together, and only rank 0 closes a W&B run."""
+
+    hold_last = False
 
     def send(self, metrics: dict[str, Any], checkpoint_dir: str, trainer: pl.Trainer) -> None:
         import ray.train

@@ -42,6 +42,7 @@ def finish_fit(
 ) -> None:
     """After ``fit``: when the run ended between validations, validate once more so the final
     model is what the trial reports."""
+    report.fit_over = True
     if report.last_reported_step != trainer.global_step:
         trainer.validate(module, datamodule=dm, verbose=False)
         if report.last_reported_step != trainer.global_step:
@@ -157,12 +158,15 @@ def common_trainer_kwargs(plan: TrialPlan, parts: TrialParts, logger) -> dict[st
 def fit_trial(
     trainer: pl.Trainer, parts: TrialParts, logger, heatmaps: bool, trial_id: str
 ) -> None:
-    """Fit (from the restored checkpoint when resuming), report the final model, log heatmaps, and
-    close W&B and the local checkpoint copy whatever happens.
+    """Fit (from the restored checkpoint when resuming), log heatmaps, close W&B and the local
+    checkpoint copy whatever happens, then hand Tune the final model's report.
 
-    Tune stops a trial (a scheduler's decision, or ``max_t``) by raising ``SystemExit(0)`` from
-    inside the report call; :class:`FinishOnStop` holds the process until this function has
-    logged the heatmaps and closed the W&B run on that path too, then the stop goes on."""
+    The last report waits for the W&B run to close (:attr:`TuneReport.hold_last`): Tune stops a
+    trial at a scheduler's ``max_t``, and at the end of an experiment kills a stopping actor
+    after about 10 s. Tune stops a trial earlier (a scheduler's decision) by raising
+    ``SystemExit(0)`` from inside a report call; :class:`FinishOnStop` holds the process until
+    this function has logged the heatmaps and closed the W&B run on that path too, then the stop
+    goes on."""
     stop: SystemExit | None = None
     failed = True  # until fit returns or Tune stops the trial: a crash marks the W&B run failed
     try:
@@ -192,5 +196,8 @@ def fit_trial(
         with phases.phase("wandb_close"):
             close_wandb(logger, exit_code=1 if failed else 0)
         shutil.rmtree(parts.local_ckpt_dir, ignore_errors=True)
+        if failed:
+            parts.report.drop_held()
+    parts.report.send_held()
     if stop is not None:
         raise stop
