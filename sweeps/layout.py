@@ -83,6 +83,11 @@ def results_statuses(out_dir: Path) -> Counter[str]:
         return Counter(row.get("status") or "?" for row in csv.DictReader(f))
 
 
+def launched(folder: Path) -> bool:
+    """Whether ``folder`` is a sweep's own folder, written by its launch (results or not)."""
+    return (folder / LAUNCH_FILE).is_file() or any(folder.glob("experiment_state-*.json"))
+
+
 def missing_in_sweep_folder(
     folder: Path, name: str, example: str = "sweep-results/quickstart"
 ) -> str | None:
@@ -91,7 +96,17 @@ def missing_in_sweep_folder(
     one)."""
     if (folder / name).is_file():
         return None
+    if name == RESULTS_CSV and launched(folder):
+        return (
+            f"{folder}: no {name} here yet. A sweep's launch writes it when the launch ends (also "
+            "at Ctrl-C, a budget or a preemption); this one was killed or is still running. "
+            "Continue it, which writes results.csv (Ctrl-C then writes it for the trials done so "
+            f"far): python sweeps/launch.py <its sweep file> --resume --output {folder.parent}"
+        )
     inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}"))
+    started = [f for f in sorted(folder.glob("*/")) if launched(f)]
+    if name == RESULTS_CSV and not inside and len(started) == 1:  # <output> of one killed sweep
+        return missing_in_sweep_folder(started[0], name, example)
     fix = (
         f"the sweeps in it with one: {', '.join(inside)}"
         if inside

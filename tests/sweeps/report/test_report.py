@@ -509,6 +509,15 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     assert said.startswith("python -m sweeps.report: error: --metric val/blue: not a column of ")
     assert said.endswith(f"its metrics: {BLEU}, {SEC}")
     assert sorted(p.name for p in sweep.iterdir()) == ["results.csv"]
+    # a sweep's own folder whose launch was killed before it wrote results.csv: how to go on
+    killed = tmp_path / "out" / "quickstart"
+    killed.mkdir(parents=True)
+    (killed / "launch.json").write_text("{}")
+    (killed / "experiment_state-2026-11-29_20-34-30.json").write_text("{}")
+    said = error_of(killed)
+    assert "no results.csv here yet" in said and "was killed or is still running" in said
+    assert said.endswith(f"--resume --output {tmp_path / 'out'}"), said
+    assert error_of(tmp_path / "out") == said, "given its --output, the command finds the sweep"
 
 
 def test_the_multi_objective_command_says_which_folder_holds_a_journal(tmp_path, capsys):
