@@ -41,10 +41,12 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
+from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
+    check_new_sweep,
     describe_folders,
     gpu_note,
     resume_line,
@@ -162,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
             print(describe_folders(plan.folders))
             if args.resume:
                 print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
+            else:
+                check_new_sweep(plan.paths.experiment(sweep.name))
+            running = running_launch(plan.out_dir)  # where the launch would stop: another runs
+            if running:
+                raise LaunchError(running)
             note = gpu_note(sweep)
             if note:
                 print(note)

@@ -12,6 +12,7 @@ A sweep's output folder::
     results.csv           a row for every planned trial (report.results)
     results.md            the report page, and its PNG plots beside it (report.local)
     launch.json           the first run's --set overrides and profile, reused by --resume
+    .launch.lock          held by the launch running now: a second one stops (driver.launch_lock)
     budget.json           the time charged to the sweep's budget over its runs (run.budget)
     optuna.journal        the Optuna studies, one per unit (run.searcher), with parameters
     decode_probe.json     the multi-objective search's decode-time probe (moo.probe)
@@ -36,6 +37,8 @@ RESULTS_MD = "results.md"
 LAUNCH_FILE = (
     "launch.json"  # beside a sweep's results: the --set overrides and profile of its first run
 )
+#: beside them: held by the launch running the sweep (sweeps.driver.launch_lock)
+LOCK_FILE = ".launch.lock"
 OPTUNA_JOURNAL = "optuna.journal"
 BUDGET_FILE = "budget.json"
 PROBE_FILE = "decode_probe.json"
@@ -56,9 +59,9 @@ REFERENCES_FILE = "val_references.txt"
 
 def only_launch_files(folder: Path) -> bool:
     """Whether ``folder`` holds nothing but what the launcher writes before Tune starts: its
-    record of the run's overrides, and the budget ledger (saved while a slow data or Ray stage
-    runs). Such a folder holds no sweep yet."""
-    return all(p.name in (LAUNCH_FILE, BUDGET_FILE) for p in folder.iterdir())
+    record of the run's overrides, the budget ledger (saved while a slow data or Ray stage runs)
+    and the launch's lock. Such a folder holds no sweep yet."""
+    return all(p.name in (LAUNCH_FILE, BUDGET_FILE, LOCK_FILE) for p in folder.iterdir())
 
 
 def holds_local_sweep(experiment: Path) -> bool:
@@ -71,6 +74,14 @@ def nothing_to_resume(path: str) -> str:
     return (
         f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run "
         f"the same command without --resume to start the sweep."
+    )
+
+
+def already_holds(path: str) -> str:
+    """What a launch without ``--resume`` says when ``path`` (the experiment folder) holds a sweep."""
+    return (
+        f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
+        f"--output (or storage.path), or delete the folder to start again."
     )
 
 

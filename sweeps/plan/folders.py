@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeps.errors import LaunchError
-from sweeps.layout import holds_local_sweep, nothing_to_resume, results_statuses
+from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume, results_statuses
 from sweeps.spec import Sweep
 from sweeps.spec.signatures import signatures
 
@@ -128,6 +128,13 @@ def resume_line(experiment: str, out_dir: Path) -> str:
     return f"--resume continues the sweep in {experiment}" + (
         f"; its last results.csv: {last}" if last else ""
     )
+
+
+def check_new_sweep(experiment: str) -> None:
+    """``--dry-run`` without ``--resume`` stops where the launch would: the experiment folder
+    (local) already holds a sweep."""
+    if "://" not in experiment and holds_local_sweep(Path(experiment)):
+        raise LaunchError(already_holds(experiment))
 
 
 def gpu_note(sweep: Sweep) -> str | None:

@@ -55,8 +55,9 @@ class Launch:
     args: argparse.Namespace
     profile: str | None
     stop: Preemption
-    #: W&B's mode for this launch (check_output)
+    #: W&B's mode for this launch, and the sweep folder's launch lock, held to the end (check_output)
     mode: str = "disabled"
+    lock: Any = None
     #: the budget's meter of this launch (start_budget)
     meter: Meter | None = None
     #: what the cluster can hold, and the trials' settings (join_ray)

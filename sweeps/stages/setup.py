@@ -21,33 +21,39 @@ from pathlib import Path
 from sweeps.build import prepare_data as prepare_task_data
 from sweeps.driver.budget import EXIT_BUDGET, budget_meter
 from sweeps.driver.cluster import LaunchError, check_cluster, check_writable, init_ray
+from sweeps.driver.launch_lock import hold_launch_lock
 from sweeps.driver.preemption import StopRequested
 from sweeps.driver.resume_check import check_before_resume
 from sweeps.integrations.wandb_env import resolve_wandb_mode
-from sweeps.layout import nothing_to_resume, only_launch_files
+from sweeps.layout import already_holds, nothing_to_resume, only_launch_files
 from sweeps.spec import save_launch
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.train import holds_sweep, make_settings
 
 
 def check_output(launch: Launch) -> None:
-    """What ``--resume`` continues is there and whole (known before Ray starts), the output and
-    storage folders are writable, W&B's mode is settled, and ``launch.json`` records the run's
-    overrides."""
+    """What ``--resume`` continues is there and whole, and a new sweep's folder holds none (known
+    before Ray starts); no other launch is running the sweep (:mod:`sweeps.driver.launch_lock`);
+    the output and storage folders are writable, W&B's mode is settled, and ``launch.json``
+    records the run's overrides."""
     sweep, args, paths, out_dir = launch.sweep, launch.args, launch.paths, launch.out_dir
-    if args.resume and "://" not in paths.storage:
-        experiment = paths.experiment(sweep.name)
-        if not holds_sweep(experiment):
-            raise LaunchError(nothing_to_resume(experiment))
+    local = "://" not in paths.storage
+    experiment = paths.experiment(sweep.name)
+    if args.resume and local and not holds_sweep(experiment):
+        raise LaunchError(nothing_to_resume(experiment))
+    check_writable(paths.output, "--output")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    launch.lock = hold_launch_lock(out_dir, launch.resume_cmd if args.resume else launch.launch_cmd)
+    if args.resume and local:  # repaired only by the launch that holds the lock
         for repair in check_before_resume(out_dir, Path(experiment)):
             print(f"repaired: {repair}", flush=True)
-    check_writable(paths.output, "--output")
+    if not args.resume and local and holds_sweep(experiment):
+        raise LaunchError(already_holds(experiment))
     if launch.spec.storage.path:
         check_writable(launch.spec.storage.path, "storage.path")
     launch.mode = resolve_wandb_mode(launch.spec.wandb.mode)
     os.environ["WANDB_MODE"] = launch.mode
     os.environ.setdefault("WANDB_SILENT", "true")
-    out_dir.mkdir(parents=True, exist_ok=True)
     if args.resume or only_launch_files(out_dir):
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
         # settings outside the plan this resume gave (a budget, failure:, ...)

@@ -27,7 +27,7 @@ from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError
 from sweeps.driver.console import SweepConsole
 from sweeps.driver.trial_logs import KeepTrialLogs
-from sweeps.layout import holds_local_sweep, nothing_to_resume
+from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm_start import fingerprint_rows
@@ -215,10 +215,7 @@ def run_tune(
         )
     else:
         if not resume and holds_sweep(path):
-            raise LaunchError(
-                f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
-                f"--output (or storage.path), or delete the folder to start again."
-            )
+            raise LaunchError(already_holds(path))
         searcher = make_searcher(plan, settings.wandb.mode)
         # warm_start: the trials an earlier sweep finished are reused, not trained again
         to_train = plan.to_train

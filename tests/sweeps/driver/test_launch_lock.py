@@ -1,0 +1,107 @@
+"""One launch at a time in a sweep's folder: a second launch (``--resume`` in another terminal)
+stops before anything starts and names the running one; a launch killed with -9 blocks nobody;
+a new launch into a folder that holds a sweep is refused before Ray starts. Real processes hold
+the lock; the launches are the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sweeps.driver.launch_lock import hold_launch_lock
+from sweeps.errors import LaunchError
+from sweeps.layout import LOCK_FILE, only_launch_files
+
+ROOT = Path(__file__).resolve().parents[3]
+QUICKSTART = str(ROOT / "sweeps" / "quickstart.yaml")
+
+
+def holder(folder: Path) -> subprocess.Popen:
+    """A process that takes the folder's launch lock as a launch does and keeps it."""
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from sweeps.driver.launch_lock import hold_launch_lock
+        lock = hold_launch_lock(Path({str(folder)!r}), "python sweeps/launch.py first.yaml")
+        print("held", flush=True)
+        time.sleep(300)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_launch_is_refused_while_the_first_lives_and_not_after_kill_9(tmp_path):
+    first = holder(tmp_path)
+    try:
+        record = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert record["pid"] == first.pid and record["command"].endswith("first.yaml")
+        with pytest.raises(LaunchError) as info:
+            hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml")
+        said = str(info.value)
+        assert said.startswith(f"another launch is running this sweep now (pid {first.pid} on ")
+        assert "first.yaml" in said and f"kill -INT {first.pid}" in said
+        assert json.loads((tmp_path / LOCK_FILE).read_text()) == record, "the record was kept"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    lock = hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml")
+    try:
+        assert lock is not None
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    finally:
+        lock.close()
+    # the lock file alone does not make the folder a sweep
+    assert only_launch_files(tmp_path)
+
+
+def launch(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run(
+        [sys.executable, "sweeps/launch.py", QUICKSTART, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+
+
+@pytest.mark.train
+def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_path):
+    folder = tmp_path / "quickstart"
+    folder.mkdir()
+    (folder / "tuner.pkl").write_bytes(b"")  # what Tune writes first: the folder holds a sweep
+    first = holder(folder)
+    try:
+        run = launch("--resume", "--output", str(tmp_path))
+        said = run.stdout + run.stderr
+        assert run.returncode == 2, said[-2000:]
+        assert f"another launch is running this sweep now (pid {first.pid} on " in said
+        assert "Ray:" not in said and "repaired" not in said, "it went on before refusing"
+        dry = launch("--resume", "--dry-run", "--output", str(tmp_path))
+        assert dry.returncode == 2 and f"running this sweep now (pid {first.pid} on " in dry.stderr
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # no --resume, into a folder that holds a sweep: refused before Ray starts too
+    run = launch("--output", str(tmp_path))
+    said = run.stdout + run.stderr
+    assert run.returncode == 2, said[-2000:]
+    assert f"{folder} already holds a sweep of this name. Continue it with --resume" in said
+    assert "Ray:" not in said, "Ray was started before the refusal"
+    dry = launch("--dry-run", "--output", str(tmp_path))
+    assert dry.returncode == 2 and "already holds a sweep of this name" in dry.stderr, dry.stderr
+    assert launch("--resume", "--dry-run", "--output", str(tmp_path)).returncode == 0
+    assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, "tuner.pkl"], "nothing written"
