@@ -5,8 +5,10 @@ terminal, a second job of one SLURM script) would run a second Tune driver on th
 both write the trials' folders, results.csv and the budget ledger, and each overwrites what the
 other wrote. The running launch holds an advisory lock on ``.launch.lock`` in the sweep's folder
 (``flock``); a launch that cannot take it stops before anything starts and names the launch that
-holds it. The kernel releases the lock when its process ends, however it ends (``kill -9``
-included), so a dead launch never blocks the next. A filesystem without locks (some Lustre
+holds it (at once where the holder is on this host; after up to two minutes where it is on
+another, whose lock on NFS outlives a node that died until the node's lease runs out). The kernel
+releases the lock when its process ends, however it ends (``kill -9`` included), so a dead launch
+never blocks the next. A filesystem without locks (some Lustre
 mounts) goes without: the lock is a guard, not a requirement.
 """
 
@@ -22,25 +24,47 @@ from typing import IO
 from sweeps.errors import LaunchError
 from sweeps.layout import LOCK_FILE
 
+#: seconds a launch waits for a lock held from another host before it refuses: a lock on NFS
+#: whose node died is released when the node's lease runs out (90 s by default), and a requeued
+#: SLURM job can start on another node before that
+OTHER_HOST_WAIT_S = 120.0
 
-def hold_launch_lock(out_dir: Path, command: str) -> IO[str] | None:
+
+def hold_launch_lock(
+    out_dir: Path, command: str, other_host_wait_s: float = OTHER_HOST_WAIT_S
+) -> IO[str] | None:
     """Take the sweep folder's launch lock for the life of this process and record who holds it;
     returns the open lock file (keep it) or None where the filesystem has no locks. Raises
-    :class:`LaunchError` naming the holder when another live launch has it."""
+    :class:`LaunchError` naming the holder when another live launch has it: at once where the
+    holder is on this host, after ``other_host_wait_s`` where it is on another."""
     import fcntl
 
     path = Path(out_dir) / LOCK_FILE
     lock = path.open("a+", encoding="utf-8")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        text = lock.read()
-        lock.close()
-        raise LaunchError(held_by(text, path)) from None
-    except OSError:  # no locks on this filesystem
-        lock.close()
-        return None
+    deadline, told = time.monotonic() + other_host_wait_s, False
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            lock.seek(0)
+            text = lock.read()
+            host = _record(text).get("host")
+            if host in (None, socket.gethostname()) or time.monotonic() >= deadline:
+                lock.close()
+                raise LaunchError(held_by(text, path)) from None
+            if not told:
+                print(
+                    f"a launch on {host} holds this sweep ({path}); waiting up to "
+                    f"{other_host_wait_s:.0f} s for it to end (a lock of a node that died is "
+                    "released when its lease runs out)",
+                    flush=True,
+                )
+                told = True
+            time.sleep(min(2.0, other_host_wait_s))
+        except OSError:  # no locks on this filesystem
+            lock.close()
+            return None
     lock.seek(0)
     lock.truncate()
     lock.write(
@@ -79,15 +103,24 @@ def running_launch(out_dir: Path) -> str | None:
     return None
 
 
-def held_by(text: str, path: Path) -> str:
-    """What a launch that finds the lock held says, from the holder's record ``text``."""
+def _record(text: str) -> dict:
+    """The holder's record (pid, host, since, command), or {} where it cannot be read."""
     try:
         record = json.loads(text)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def held_by(text: str, path: Path) -> str:
+    """What a launch that finds the lock held says, from the holder's record ``text``."""
+    record = _record(text)
+    try:
         who = (
             f"pid {record['pid']} on {record['host']} since {record['since']}: {record['command']}"
         )
         kill = f", or kill -INT {record['pid']} on {record['host']}"
-    except (ValueError, KeyError, TypeError):
+    except KeyError:
         who, kill = "its record could not be read", ""
     return (
         f"another launch is running this sweep now ({who}); two would overwrite each other's "

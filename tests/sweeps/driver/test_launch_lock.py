@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,27 @@ def test_a_second_launch_is_refused_while_the_first_lives_and_not_after_kill_9(t
         lock.close()
     # the lock file alone does not make the folder a sweep
     assert only_launch_files(tmp_path)
+
+
+def test_a_lock_held_from_another_host_is_waited_for_then_refused_or_taken(tmp_path, capsys):
+    """On shared storage the holder may be another node, perhaps a dead one whose NFS lock
+    outlives it until its lease runs out: the launch waits before it refuses, and takes the lock
+    when the holder lets it go meanwhile."""
+    first = holder(tmp_path)
+    try:
+        record = json.loads((tmp_path / LOCK_FILE).read_text())
+        (tmp_path / LOCK_FILE).write_text(json.dumps({**record, "host": "node-17"}))
+        with pytest.raises(LaunchError, match=f"pid {first.pid} on node-17 since"):
+            hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml", other_host_wait_s=1)
+        assert "a launch on node-17 holds this sweep" in capsys.readouterr().out
+        threading.Timer(1.0, first.kill).start()  # the holder ends while the launch waits
+        lock = hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml", 60)
+        assert lock is not None
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+        lock.close()
+    finally:
+        first.kill()
+        first.wait()
 
 
 def launch(*argv: str) -> subprocess.CompletedProcess:
