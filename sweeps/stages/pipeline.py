@@ -89,18 +89,24 @@ def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) ->
     # the MPS daemon (sweeps.driver.mps) is up before Ray starts and stopped after Ray stops
     with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(plan.mps, args.address):
         launch = Launch.begin(plan, args, profile, stop)
-        status = run_stages(launch, before)
-        if status is None:
-            with charging(launch.meter):  # every stage's time, till the results are written
-                status = run_stages(launch, charged)
-                launch.enter("reports")
-        if status is not None:
-            return status
-        with stop.during("poll"):  # a stop now is noted: the results are what it needs written
-            launch.notify("reports")
-            finish.write_results(launch)
-            finish.tell_console(launch)
-            return finish.exit_status(launch)
+        try:
+            status = run_stages(launch, before)
+            if status is None:
+                with charging(launch.meter):  # every stage's time, till the results are written
+                    status = run_stages(launch, charged)
+                    launch.enter("reports")
+            if status is not None:
+                return status
+            with stop.during("poll"):  # a stop now is noted: the results are what it needs written
+                launch.notify("reports")
+                finish.write_results(launch)
+                finish.tell_console(launch)
+                return finish.exit_status(launch)
+        finally:
+            if (
+                launch.lock is not None
+            ):  # the next launch of the sweep may start (in this process too)
+                launch.lock.close()
 
 
 def run_stages(launch: Launch, stages: tuple[Stage, ...]) -> int | None:
