@@ -40,7 +40,10 @@ def hold_launch_lock(
     import fcntl
 
     path = Path(out_dir) / LOCK_FILE
-    lock = path.open("a+", encoding="utf-8")
+    try:
+        lock = path.open("a+", encoding="utf-8")
+    except OSError:  # another user's lock file: the folder's other checks speak for it
+        return None
     deadline, told = time.monotonic() + other_host_wait_s, False
     while True:
         try:
