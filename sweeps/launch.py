@@ -165,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume:
                 print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
             else:
-                check_new_sweep(plan.paths.experiment(sweep.name))
+                check_new_sweep(
+                    plan.paths.experiment(sweep.name),
+                    f"python sweeps/launch.py {args.spec} --resume --output {args.output}",
+                )
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)

@@ -77,11 +77,13 @@ def nothing_to_resume(path: str) -> str:
     )
 
 
-def already_holds(path: str) -> str:
-    """What a launch without ``--resume`` says when ``path`` (the experiment folder) holds a sweep."""
+def already_holds(path: str, resume_cmd: str | None = None) -> str:
+    """What a launch without ``--resume`` says when ``path`` (the experiment folder) holds a
+    sweep; ``resume_cmd``: the command that continues it."""
+    how = f" ({resume_cmd})" if resume_cmd else ""
     return (
-        f"{path} already holds a sweep of this name. Continue it with --resume, or pick another "
-        f"--output (or storage.path), or delete the folder to start again."
+        f"{path} already holds a sweep of this name. Continue it with --resume{how}, or pick "
+        f"another --output (or storage.path), or delete the folder to start again."
     )
 
 

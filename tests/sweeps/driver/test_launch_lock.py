@@ -121,9 +121,12 @@ def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_pa
     run = launch("--output", str(tmp_path))
     said = run.stdout + run.stderr
     assert run.returncode == 2, said[-2000:]
-    assert f"{folder} already holds a sweep of this name. Continue it with --resume" in said
+    assert (
+        f"{folder} already holds a sweep of this name. Continue it with --resume (python "
+        f"sweeps/launch.py {QUICKSTART} --resume --output {tmp_path})"
+    ) in said
     assert "Ray:" not in said, "Ray was started before the refusal"
     dry = launch("--dry-run", "--output", str(tmp_path))
-    assert dry.returncode == 2 and "already holds a sweep of this name" in dry.stderr, dry.stderr
+    assert dry.returncode == 2 and f"--resume --output {tmp_path})" in dry.stderr, dry.stderr
     assert launch("--resume", "--dry-run", "--output", str(tmp_path)).returncode == 0
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, "tuner.pkl"], "nothing written"
