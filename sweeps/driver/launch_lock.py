@@ -64,7 +64,7 @@ def hold_launch_lock(
                     flush=True,
                 )
                 told = True
-            time.sleep(min(2.0, other_host_wait_s))
+            time.sleep(min(0.5, other_host_wait_s))
         except OSError:  # no locks on this filesystem
             lock.close()
             return None

@@ -76,9 +76,9 @@ def test_a_lock_held_from_another_host_is_waited_for_then_refused_or_taken(tmp_p
         record = json.loads((tmp_path / LOCK_FILE).read_text())
         (tmp_path / LOCK_FILE).write_text(json.dumps({**record, "host": "node-17"}))
         with pytest.raises(LaunchError, match=f"pid {first.pid} on node-17 since"):
-            hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml", other_host_wait_s=1)
+            hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml", other_host_wait_s=0.3)
         assert "a launch on node-17 holds this sweep" in capsys.readouterr().out
-        threading.Timer(1.0, first.kill).start()  # the holder ends while the launch waits
+        threading.Timer(0.5, first.kill).start()  # the holder ends while the launch waits
         lock = hold_launch_lock(tmp_path, "python sweeps/launch.py second.yaml", 60)
         assert lock is not None
         assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
