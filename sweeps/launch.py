@@ -165,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume:
                 print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
             else:
-                check_new_sweep(
-                    plan.paths.experiment(sweep.name),
-                    f"python sweeps/launch.py {args.spec} --resume --output {args.output}",
-                )
+                check_new_sweep(plan.paths.experiment(sweep.name), args.spec, args.output)
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)

@@ -77,10 +77,11 @@ def nothing_to_resume(path: str) -> str:
     )
 
 
-def already_holds(path: str, resume_cmd: str | None = None) -> str:
+def already_holds(path: str, spec: str | None = None, output: str | None = None) -> str:
     """What a launch without ``--resume`` says when ``path`` (the experiment folder) holds a
-    sweep; ``resume_cmd``: the command that continues it."""
-    how = f" ({resume_cmd})" if resume_cmd else ""
+    sweep; with the launch's sweep file and ``--output``, the command that continues it (the
+    first run's ``--set`` and ``--profile`` come back by themselves on ``--resume``)."""
+    how = f" (python sweeps/launch.py {spec} --resume --output {output})" if spec else ""
     return (
         f"{path} already holds a sweep of this name. Continue it with --resume{how}, or pick "
         f"another --output (or storage.path), or delete the folder to start again."

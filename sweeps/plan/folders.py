@@ -130,11 +130,11 @@ def resume_line(experiment: str, out_dir: Path) -> str:
     )
 
 
-def check_new_sweep(experiment: str, resume_cmd: str) -> None:
+def check_new_sweep(experiment: str, spec: str, output: str) -> None:
     """``--dry-run`` without ``--resume`` stops where the launch would: the experiment folder
-    (local) already holds a sweep (``resume_cmd`` continues it)."""
+    (local) already holds a sweep."""
     if "://" not in experiment and holds_local_sweep(Path(experiment)):
-        raise LaunchError(already_holds(experiment, resume_cmd))
+        raise LaunchError(already_holds(experiment, spec, output))
 
 
 def gpu_note(sweep: Sweep) -> str | None:

@@ -102,10 +102,8 @@ def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) ->
                 finish.write_results(launch)
                 finish.tell_console(launch)
                 return finish.exit_status(launch)
-        finally:
-            if (
-                launch.lock is not None
-            ):  # the next launch of the sweep may start (in this process too)
+        finally:  # the next launch of the sweep may start (in this process too)
+            if launch.lock is not None:
                 launch.lock.close()
 
 

@@ -48,9 +48,7 @@ def check_output(launch: Launch) -> None:
         for repair in check_before_resume(out_dir, Path(experiment)):
             print(f"repaired: {repair}", flush=True)
     if not args.resume and local and holds_sweep(experiment):
-        # (the first run's --set and --profile come back by themselves on --resume)
-        plain = f"python sweeps/launch.py {args.spec} --resume --output {args.output}"
-        raise LaunchError(already_holds(experiment, plain))
+        raise LaunchError(already_holds(experiment, args.spec, args.output))
     if launch.spec.storage.path:
         check_writable(launch.spec.storage.path, "storage.path")
     launch.mode = resolve_wandb_mode(launch.spec.wandb.mode)
