@@ -98,8 +98,9 @@ def results_statuses(out_dir: Path) -> Counter[str]:
 
 
 def launched(folder: Path) -> bool:
-    """Whether ``folder`` is a sweep's own folder, written by its launch (results or not)."""
-    return (folder / LAUNCH_FILE).is_file() or any(folder.glob("experiment_state-*.json"))
+    """Whether ``folder`` is a sweep's own folder, written by its launch (results or not): every
+    launch records its overrides there first."""
+    return (folder / LAUNCH_FILE).is_file()
 
 
 def missing_in_sweep_folder(

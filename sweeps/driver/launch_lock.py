@@ -14,6 +14,7 @@ mounts) goes without: the lock is a guard, not a requirement.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -37,8 +38,6 @@ def hold_launch_lock(
     returns the open lock file (keep it) or None where the filesystem has no locks. Raises
     :class:`LaunchError` naming the holder when another live launch has it: at once where the
     holder is on this host, after ``other_host_wait_s`` where it is on another."""
-    import fcntl
-
     path = Path(out_dir) / LOCK_FILE
     try:
         lock = path.open("a+", encoding="utf-8")
@@ -88,8 +87,6 @@ def hold_launch_lock(
 def running_launch(out_dir: Path) -> str | None:
     """What a launch here would say because another holds the folder's lock, or None (no lock
     file, nobody holds it, or no locks on this filesystem). Writes nothing: ``--dry-run`` asks."""
-    import fcntl
-
     path = Path(out_dir) / LOCK_FILE
     try:
         lock = path.open(encoding="utf-8")

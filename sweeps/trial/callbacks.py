@@ -97,11 +97,10 @@ class TuneReport(pl.Callback):
         """Whether the fit ends after this report: ``max_steps`` reached, a callback stopped it
         (``stop_when``), or the fit is over (the validation :func:`~sweeps.trial.fitting.finish_fit`
         adds)."""
-        max_steps = trainer.max_steps if trainer.max_steps is not None else -1
         return (
             self.fit_over
             or trainer.should_stop
-            or (max_steps >= 0 and trainer.global_step >= max_steps)
+            or 0 <= trainer.max_steps <= trainer.global_step  # Lightning's -1: no limit
         )
 
     def send_held(self) -> None:
