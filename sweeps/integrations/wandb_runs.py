@@ -169,11 +169,13 @@ def close_cut_run(run_dir: str | Path) -> bool:
     history up to the kill kept. For trials stopped from outside (a preemption, a budget, Ctrl-C):
     Tune gives a stopping trial 5 s at the end of a run before it kills the actor, too little on a
     busy machine to close W&B, and the trial's run goes on under its id when the sweep resumes.
-    Returns whether the part was closed (False: complete already, or unreadable)."""
+    Returns whether the part was closed (False: complete already, unreadable, or without a log:
+    a trial stopped while W&B was starting leaves a run folder its process never wrote a log
+    into, with nothing to close)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    path = run_log(run_dir)
     try:
+        path = run_log(run_dir)
         header, chunks = read_chunks(path.read_bytes())
     except (OSError, RunLogError):
         return False

@@ -147,3 +147,14 @@ def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(runs, 
     info = inspect(cut)
     assert info["state"] == "finished" and info["summary"]["val/bleu"] == 2.0
     assert wandb_sync_hint(tmp_path)[1] == []  # no longer left out of the upload command
+
+
+def test_a_run_folder_without_its_log_has_nothing_to_close(tmp_path):
+    """A trial stopped by a budget while W&B was starting leaves ``offline-run-*`` with ``files``,
+    ``logs`` and ``tmp`` but no ``run-<id>.wandb``: the launcher's closing of cut runs passes over
+    it (it raised, and the launch ended in a traceback after writing its results)."""
+    folder = tmp_path / "wandb" / "offline-run-20261129_225625-8372f1eb"
+    for sub in ("files", "logs", "tmp"):
+        (folder / sub).mkdir(parents=True)
+    assert close_cut_run(folder) is False
+    assert sorted(p.name for p in folder.iterdir()) == ["files", "logs", "tmp"]
