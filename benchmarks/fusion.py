@@ -104,6 +104,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="steps per timed run (per preset)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     p.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
+    p.add_argument(
+        "--graphs",
+        action="store_true",
+        help="also time each fused group's step captured as CUDA graphs "
+        "(lightning_modules.fused.graphs; on a CPU the same work eagerly)",
+    )
     p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
     p.add_argument(
         "--mixed",
@@ -135,6 +141,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.error("--mixed-k and --mixed-seeds take positive integers")
         if args.attention != "memory":
             p.error("--mixed varies memory attention's options: leave --attention at memory")
+        if args.graphs:
+            p.error("--graphs times the M cells' fused groups: leave out --mixed")
+    if args.graphs and args.precision != "32-true":
+        p.error("--graphs captures float32 steps: leave --precision at 32-true")
     from lightning_modules.attention import ATTENTION_REGISTRY
 
     if args.attention not in ATTENTION_REGISTRY:
@@ -206,6 +216,11 @@ def _build(task: dict[str, Any]) -> Any:
         return lambda i: [g.train_step([streams[j][i % POOL] for j in js]) for g, js in groups]
     if task["fused"]:
         fused = FusedSeq2Seq.from_modules(modules, [clip] * len(modules), task["precision"])
+        if task.get("graphed"):
+            from lightning_modules.fused.graphs import GraphedFusedSteps
+
+            graphed = GraphedFusedSteps(fused)
+            return lambda i: graphed.step([s[i % POOL] for s in streams])
         return lambda i: fused.train_step([s[i % POOL] for s in streams])
     module, batches = modules[0].train(), streams[0]
     optimizer = module.configure_optimizers()
@@ -238,7 +253,10 @@ def worker(core: int) -> None:
         reply: dict[str, Any] = {}
         if task["cmd"] == "build":
             steps[task["key"]] = _build(task)
-            steps[task["key"]](0)  # one untimed step: allocations and first-call costs
+            # untimed steps: allocations and first-call costs; graphed, every batch of the pool
+            # once, so that each of its length buckets is captured before the timing
+            for i in range(POOL if task.get("graphed") else 1):
+                steps[task["key"]](i)
         elif task["cmd"] == "run":
             step, sync = (
                 steps[task["key"]],
@@ -301,23 +319,27 @@ class Pool:
             proc.wait(timeout=60)
 
 
-def arms(device: str, members: Sequence[int], cores: int) -> list[dict[str, Any]]:
-    """The arms of one (preset, L) cell: who runs what, and over how many units (cores or GPUs)."""
-    if device.startswith("cuda"):
-        out = []
-        for m in members:
+def arms(
+    device: str, members: Sequence[int], cores: int, graphs: bool = False
+) -> list[dict[str, Any]]:
+    """The arms of one (preset, L) cell: who runs what, and over how many units (cores or GPUs).
+    ``graphs``: each fused arm also graphed (``fused_graphed/M<m>``)."""
+    cuda = device.startswith("cuda")
+    workers = 1 if cuda else cores
+    out = (
+        []
+        if cuda
+        else [{"name": "unfused", "fused": False, "members": 1, "workers": cores, "units": cores}]
+    )
+    for m in members:
+        if cuda:
             out.append(
                 {"name": f"unfused/M{m}", "fused": False, "members": 1, "workers": m, "units": 1}
             )
-            out.append(
-                {"name": f"fused/M{m}", "fused": True, "members": m, "workers": 1, "units": 1}
-            )
-        return out
-    out = [{"name": "unfused", "fused": False, "members": 1, "workers": cores, "units": cores}]
-    for m in members:
-        out.append(
-            {"name": f"fused/M{m}", "fused": True, "members": m, "workers": cores, "units": cores}
-        )
+        fused = {"fused": True, "members": m, "workers": workers, "units": workers}
+        out.append({"name": f"fused/M{m}", **fused})
+        if graphs:
+            out.append({"name": f"fused_graphed/M{m}", "graphed": True, **fused})
     return out
 
 
@@ -330,12 +352,13 @@ def measure_cell(
     cell = dict(preset=preset, length=length, batch=args.batch or batch, lr=lr, clip=clip,
                 device=args.device, precision=args.precision,
                 attention=args.attention)  # fmt: skip
-    plan = arms(args.device, args.members, len(pool.procs))
+    plan = arms(args.device, args.members, len(pool.procs), args.graphs)
     for arm in plan:
         for w in range(arm["workers"]):
             key = f"{preset}/{length}/{arm['name']}"
             task = {**cell, "cmd": "build", "key": key, "fused": arm["fused"],
-                    "members": arm["members"], "seed": 1000 * w}  # fmt: skip
+                    "graphed": arm.get("graphed", False), "members": arm["members"],
+                    "seed": 1000 * w}  # fmt: skip
             pool.ask([w], task)
     rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
     cpu_rates: dict[str, list[float]] = {arm["name"]: [] for arm in plan}
@@ -383,9 +406,27 @@ def measure_cell(
                 "cpu_time_speedup": round(statistics.median(cpu_ratios), 3),
             }
         )
+        if args.graphs:  # the graphed group against the same M trials, and against one trial
+            graphed = rates[f"fused_graphed/M{m}"]
+            alone = rates.get("unfused/M1") or rates.get("unfused")
+            rows[-1].update(
+                fused_graphed_step_seconds=round(
+                    statistics.median(seconds[f"fused_graphed/M{m}"]), 6
+                ),
+                fused_graphed_member_steps_per_unit_second=round(statistics.median(graphed), 3),
+                graphed_speedup=round(
+                    statistics.median([g / u for g, u in zip(graphed, rates[base])]), 3
+                ),
+            )
+            if alone:  # one eager trial alone (M=1 among the members, or one per core)
+                rows[-1]["graphed_over_one_trial"] = round(
+                    statistics.median([g / u for g, u in zip(graphed, alone)]), 3
+                )
         if peaks:  # GPU: allocator peak of one unfused trial's process and of the fused group's
             rows[-1]["unfused_peak_mib"] = round(peaks[base], 1)
             rows[-1]["fused_peak_mib"] = round(peaks[f"fused/M{m}"], 1)
+            if args.graphs:
+                rows[-1]["fused_graphed_peak_mib"] = round(peaks[f"fused_graphed/M{m}"], 1)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # a phase cut short keeps its rows
     return rows
 
@@ -510,6 +551,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "fusion",
         "speedup": {row["cell"]: row["speedup"] for row in rows},
+        **(
+            {
+                "graphed_speedup": {row["cell"]: row["graphed_speedup"] for row in rows},
+                "graphed_over_one_trial": {
+                    row["cell"]: row["graphed_over_one_trial"]
+                    for row in rows
+                    if "graphed_over_one_trial" in row
+                },
+            }
+            if args.graphs
+            else {}
+        ),
         "unit": f"member-steps per {units}-second, "
         + ("mixed group / one group per shape" if args.mixed else "fused / unfused"),
         "machine": {**machine, "line": machine_line(machine)},
@@ -528,6 +581,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "repeats",
                 "precision",
                 "mixed",
+                "graphs",
             )
         }
         | {

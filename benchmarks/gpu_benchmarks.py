@@ -46,11 +46,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MPS_RUN = [PY, "-m", "sweeps.driver.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
-#: what fits the phase's limit on an H100 (2026-11-27): these three counts of members and 3 rounds
-#: took 220 s;
-#: M = 1, 2, 4, 8, 16 at 5 rounds printed nothing within 110 s
-FUSION = ["--preset", "paper_copy", "tiny", "--lengths", "40", "--members", "1", "4", "16",
-          "--repeats", "3"]  # fmt: skip
+#: what fits the phase's limit on an H100 (2026-11-27): paper_copy and tiny at these three counts of
+#: members and 3 rounds took 220 s (M = 1, 2, 4, 8, 16 at 5 rounds printed nothing within 110 s);
+#: paper_copy alone, each fused group also graphed, is what the plan's cost table needs
+FUSION = ["--preset", "paper_copy", "--lengths", "40", "--members", "1", "4", "16",
+          "--repeats", "3", "--graphs"]  # fmt: skip
 
 ENVIRONMENT = r"""
 import importlib, json, os, platform, shutil, subprocess
@@ -110,7 +110,10 @@ def phases(device: str) -> list[Phase]:
         "joeynmt",
         "opennmt",
     ]
-    fusion = ["benchmarks/fusion.py", *(["--quick"] if cpu else ["--device", "cuda", *FUSION])]
+    fusion = [
+        "benchmarks/fusion.py",
+        *(["--quick", "--graphs"] if cpu else ["--device", "cuda", *FUSION]),
+    ]
     return [
         Phase("environment", 30, [PY, "-c", ENVIRONMENT]),
         # the limits: what each took on an H100 (2026-11-27), with room (benchmarks/README.md)
@@ -180,13 +183,17 @@ def summary(name: str, out: str, err: str) -> Any:
     if name.startswith("share"):
         keep["steps_per_gpu_second"] = {r["cell"]: r["steps_per_gpu_second"] for r in data["rows"]}
     if name.startswith("fusion"):
-        keep["member_steps_per_gpu_second"] = {
+        keep["member_steps_per_gpu_second"] = {  # unfused, fused, fused graphed (with --graphs)
             r["cell"]: [
                 r["unfused_member_steps_per_unit_second"],
                 r["fused_member_steps_per_unit_second"],
+                *[r[k] for k in ("fused_graphed_member_steps_per_unit_second",) if k in r],
             ]
             for r in data.get("rows", [])
         }
+        for key in ("graphed_speedup", "graphed_over_one_trial"):
+            if key in data:
+                keep[key] = data[key]
     if name == "peers":
         keep = {"train": {s: v.get("train") for s, v in data.get("systems", {}).items()},
                 "ratios": data.get("ratios"), "unavailable": data.get("unavailable")}  # fmt: skip

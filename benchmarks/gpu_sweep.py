@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,7 +58,10 @@ WAYS: dict[str, list[str]] = {
 }
 
 
-def command(way: str, out: Path, quick: bool, a_lengths: list[int]) -> list[str]:
+def command(
+    way: str, out: Path, quick: bool, a_lengths: list[int], extra: list[str] = ()
+) -> list[str]:
+    """One way's launch; ``extra``: that way's own ``--set`` overrides, applied last."""
     overrides = [*STAGES_OFF, *WAYS[way]]  # (c's timing setting comes after, and wins)
     profile = "gpu"
     if way == "a" and a_lengths:
@@ -74,6 +78,7 @@ def command(way: str, out: Path, quick: bool, a_lengths: list[int]) -> list[str]
             "trainer.max_steps=20",
             "trainer.val_check_interval=10",
         ]
+    overrides += list(extra)
     cmd = [
         sys.executable,
         "sweeps/launch.py",
@@ -155,14 +160,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--ways", nargs="+", default=["a", "b", "c"], choices=sorted(WAYS))
     p.add_argument("--a-lengths", type=int, nargs="*", default=[10])
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="WAY:KEY=VALUE",
+        help="an override for one way's launch, after its own (repeatable), e.g. "
+        "b:budget.hours=0.05 (a time cap: the launch stops its trials when it runs out) or "
+        "c:timing.enabled=false",
+    )
     p.add_argument("--quick", action="store_true", help="the plumbing on a CPU, in minutes")
     p.add_argument("--dry-run", action="store_true", help="print the commands; run nothing")
     args = p.parse_args(argv)
+    extra: dict[str, list[str]] = {way: [] for way in WAYS}
+    for item in args.sets:
+        way, _, override = item.partition(":")
+        if way not in WAYS or "=" not in override:
+            p.error(f"--set {item!r}: give WAY:KEY=VALUE, WAY one of {', '.join(WAYS)}")
+        extra[way].append(override)
     results = {}
+    # Ctrl-C (or a SIGINT to the process group) reaches the running launch too, which stops its
+    # trials and writes its results; this process waits for that, prints the way's figures, and
+    # starts no further way
+    stopped: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: stopped.append(signum))
     for way in args.ways:
-        cmd = command(way, args.out, args.quick, args.a_lengths)
+        cmd = command(way, args.out, args.quick, args.a_lengths, extra[way])
         if args.dry_run:
             print(" ".join(cmd))
+            continue
+        if stopped:
+            print(json.dumps({"way": way, "skipped": "interrupted before it began"}), flush=True)
             continue
         env = {**os.environ, "WANDB_MODE": "offline", "RAY_USAGE_STATS_ENABLED": "0"}
         start = time.perf_counter()

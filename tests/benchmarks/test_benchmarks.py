@@ -301,6 +301,26 @@ def test_fusion_mixed_cell_compares_one_padded_group_with_one_group_per_shape(ca
     )
 
 
+@pytest.mark.train
+def test_fusion_graphs_time_each_fused_group_graphed_too(capsys):
+    """--graphs adds each fused group stepped by GraphedFusedSteps (on a CPU, its eager form):
+    the graphed step the plan's cost table reads (``fused_graphed_step_seconds``), its ratio to
+    the same M trials, and to one trial alone."""
+    result = load("fusion").main(["--quick", "--graphs"])
+    assert result["settings"]["graphs"] is True
+    assert set(result["graphed_speedup"]) == set(result["speedup"]) == {"tiny/L6/M1", "tiny/L6/M2"}
+    for row in result["rows"]:
+        assert row["fused_graphed_step_seconds"] > 0
+        assert row["fused_graphed_member_steps_per_unit_second"] == pytest.approx(
+            row["members"] / row["fused_graphed_step_seconds"], rel=1e-2
+        )
+        assert row["graphed_speedup"] == result["graphed_speedup"][row["cell"]] > 0
+        assert row["graphed_over_one_trial"] == result["graphed_over_one_trial"][row["cell"]] > 0
+    with pytest.raises(SystemExit):
+        load("fusion").main(["--quick", "--graphs", "--precision", "bf16-mixed"])
+    assert "float32" in capsys.readouterr().err
+
+
 def test_fusion_mixed_cell_refuses_what_it_cannot_build(capsys):
     with pytest.raises(SystemExit):
         load("fusion").main(["--mixed", "--mixed-scoring", "softmax", "--quick"])

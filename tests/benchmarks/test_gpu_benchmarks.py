@@ -51,7 +51,7 @@ def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
     )
     assert by["share_mps"]["skipped"] == "no nvidia-cuda-mps-control on this machine's PATH"
     assert (
-        "--device cuda --preset paper_copy tiny --lengths 40 --members 1 4 16 --repeats 3"
+        "--device cuda --preset paper_copy --lengths 40 --members 1 4 16 --repeats 3 --graphs"
         in (by["fusion"]["cmd"])
     )
     if not (ROOT / "benchmarks" / "fusion.py").exists():

@@ -30,6 +30,17 @@ def test_the_three_ways_are_the_issue_s_arrangements(tmp_path):
     assert "resources.mps=on" in b and "fusion=off" not in c and "resources.gpu" not in c
 
 
+def test_a_ways_own_overrides_land_on_its_launch_alone(tmp_path):
+    a, b, c = run(
+        "--out", str(tmp_path), "--dry-run", "--set", "b:budget.hours=0.05",
+        "--set", "c:timing.enabled=false",
+    ).stdout.splitlines()  # fmt: skip
+    assert b.endswith("--set budget.hours=0.05 --verbose 0") and "budget.hours" not in a + c
+    assert c.endswith("--set timing.enabled=false --verbose 0")  # after the way's own: it wins
+    bad = run("--out", str(tmp_path), "--dry-run", "--set", "d:budget.hours=1")
+    assert bad.returncode == 2 and "WAY:KEY=VALUE, WAY one of a, b, c" in bad.stderr
+
+
 @pytest.mark.slow
 def test_the_plumbing_runs_on_a_cpu(tmp_path):
     done = run("--out", str(tmp_path), "--quick", "--ways", "a", "c", timeout=900)
