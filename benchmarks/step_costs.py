@@ -51,6 +51,20 @@ def _cell(entry: dict[str, Any], preset: str, length: Any) -> dict[str, Any]:
     )
 
 
+def _fusion_command(fusion: dict[str, Any], device: str) -> str:
+    """fusion.py's command line as its JSON line's settings give it."""
+    settings = fusion.get("settings") or {}
+    words = [f"fusion.py --device {device}"]
+    for flag, key in (("--preset", "presets"), ("--lengths", "lengths"), ("--members", "members")):
+        if settings.get(key):
+            words.append(f"{flag} " + " ".join(str(v) for v in settings[key]))
+    if settings.get("repeats"):
+        words.append(f"--repeats {settings['repeats']}")
+    if settings.get("graphs"):
+        words.append("--graphs")
+    return " ".join(words)
+
+
 def device_entry(out: Path, date: str | None = None) -> tuple[str, dict[str, Any]]:
     """The GPU's name and its table entry, from the phases' outputs in ``out``."""
     env = last_json(out / "environment.out") or {}
@@ -62,7 +76,7 @@ def device_entry(out: Path, date: str | None = None) -> tuple[str, dict[str, Any
     ran = []
     device = (fusion or {}).get("device", "cuda")
     if fusion:
-        ran.append(f"fusion.py --device {device}")
+        ran.append(_fusion_command(fusion, device))
         for row in fusion.get("rows", []):
             cell = _cell(entry, row["preset"], row["length"])
             if int(row["members"]) == 1:
