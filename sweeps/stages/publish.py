@@ -17,7 +17,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from sweeps.heldout.evaluate import TEST_COLUMNS
-from sweeps.integrations.wandb_runs import add_run_summary
+from sweeps.integrations.wandb_runs import add_run_summary, offline_run_dirs, run_problem
 from sweeps.layout import OPTUNA_JOURNAL
 from sweeps.report.results import TIMING_COLUMNS
 from sweeps.report.selection import CONFIRM, FINISHED, ROLE, aggregate, is_confirm
@@ -63,6 +63,51 @@ def publish_timings(rows: list[dict], settings: Any, journal: Path | None) -> No
         if values:
             timings[row["trial_id"]] = values
     publish_figures(timings, settings, journal, "decode_timing", "timing")
+
+
+def stopped_figures(
+    rows: list[dict], statuses: tuple[str, ...], metric: str
+) -> dict[str, dict[str, Any]]:
+    """What results.csv says of each trial a stop left (its status in ``statuses``), by Ray trial
+    id: its reported metrics (``val/...``, ``train/...``; the sweep's ``metric`` always), each None
+    where it reported none. (Not its status or step: a resumed trial's run goes on logging the
+    metrics, which then replace these, but nothing would replace a status.)"""
+    figures = {}
+    for row in rows:
+        tid = row.get("trial_id")
+        if row.get("status") not in statuses or not tid:
+            continue
+        keys = sorted({metric, *(k for k in row if k.startswith(("val/", "train/")))})
+        figures[str(tid)] = {key: _number(row.get(key)) for key in keys}
+    return figures
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float, or None where it is missing or NaN."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number
+
+
+def publish_stopped(rows: list[dict], settings: Any, statuses: tuple[str, ...]) -> None:
+    """Make the W&B summary of each trial a stop left say what results.csv says of it
+    (:func:`stopped_figures`): a stop can land after a trial logged a validation to W&B and
+    before Tune took its report (the fit's last report waits for the W&B run to close), and
+    results.csv, and a resume, go on from the report before. Trials that never started a run are
+    passed over, and offline runs that would not upload whole (no log, or never closed): the
+    upload hint names them."""
+    figures = stopped_figures(rows, statuses, settings.spec.metric.name)
+    local = Path(settings.wandb_dir) / "wandb"  # online runs keep a local folder too
+    for tid in list(figures):
+        if settings.wandb.mode == "offline":
+            folders = offline_run_dirs(local, tid)
+            if not folders or run_problem(folders[-1]) is not None:
+                figures.pop(tid)
+        elif not any(local.glob(f"run-*-{tid}")):  # never started: no run to reopen
+            figures.pop(tid)
+    publish_figures(figures, settings, None, None, "stop")
 
 
 def publish_heldout(

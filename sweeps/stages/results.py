@@ -88,6 +88,10 @@ def tell_console(launch: Launch) -> None:
                 f"closed {closed} W&B run part(s) the stop cut short (history up to the stop "
                 "kept): their runs continue under the same ids with --resume"
             )
+    if launch.mode in ("offline", "online") and launch.interrupted and launch.settings:
+        from sweeps.stages.publish import publish_stopped  # (imports Optuna)
+
+        publish_stopped(launch.rows, launch.settings, STOPPED)
     hint, broken = wandb_sync_hint(out_dir) if launch.mode == "offline" else (None, [])
     for run, problem in broken:
         print(

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from sweep_helpers import tiny_spec, write_spec
+from sweep_helpers import tiny_spec, wandb_read, write_spec
 
 from sweeps.layout import BUDGET_FILE
 
@@ -90,6 +90,16 @@ def test_a_spent_budget_stops_the_sweep_and_every_surface_says_so(spent):
         for t in optuna.load_study(study_name=s.study_name, storage=storage).trials
     ]
     assert optuna.trial.TrialState.FAIL not in states, states
+
+    # each closed W&B run's summary holds results.csv's figure (a stop can land between a
+    # validation logged to W&B and its report to Tune: the launcher writes results.csv's in)
+    from sweeps.integrations.wandb_runs import offline_run_dirs, run_problem
+
+    for row in df.to_dict("records"):
+        runs = offline_run_dirs(spent.exp / "wandb", row["trial_id"])
+        if runs and run_problem(runs[-1]) is None:
+            got, want = wandb_read(runs[-1])["summary"].get("val/bleu"), row["val/bleu"]
+            assert (got is None) if pd.isna(want) else got == pytest.approx(want), (row, got)
 
     assert spent.again == 3
     assert "no trial starts" in spent.said

@@ -158,3 +158,49 @@ def test_a_run_folder_without_its_log_has_nothing_to_close(tmp_path):
         (folder / sub).mkdir(parents=True)
     assert close_cut_run(folder) is False
     assert sorted(p.name for p in folder.iterdir()) == ["files", "logs", "tmp"]
+
+
+@pytest.mark.train
+def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
+    """A stop can land after a trial logged a validation to W&B and before Tune took its report:
+    results.csv (and a resume) go on from the report before. The launcher writes results.csv's
+    figures into such a run's summary; a finished trial's run, a folder without a log and a trial
+    that never started a run are left alone, without a word."""
+    from types import SimpleNamespace
+
+    from sweeps.stages.publish import publish_stopped, stopped_figures
+
+    ahead = make_offline_run(tmp_path, "ahead001", 3)  # logged val/bleu 0, 1, 2: summary 2.0
+    done = make_offline_run(tmp_path, "done0001", 3)
+    nolog = tmp_path / "wandb" / "offline-run-20261129_225625-nolog001"
+    (nolog / "files").mkdir(parents=True)
+    nan = float("nan")
+    rows = [
+        {
+            "trial_id": "ahead001",
+            "status": "budget",
+            "step": 10.0,
+            "val/bleu": 1.0,
+            "val/loss": nan,
+        },
+        {"trial_id": "done0001", "status": "done", "step": 20.0, "val/bleu": 9.0},
+        {"trial_id": "nolog001", "status": "budget", "step": nan},
+        {"trial_id": "never001", "status": "unfinished"},
+    ]
+    assert stopped_figures(rows, ("budget", "unfinished"), "val/bleu") == {
+        "ahead001": {"val/bleu": 1.0, "val/loss": None},
+        "nolog001": {"val/bleu": None},
+        "never001": {"val/bleu": None},
+    }
+    settings = SimpleNamespace(
+        wandb=SimpleNamespace(mode="offline", project=None, entity=None),
+        wandb_dir=str(tmp_path),
+        spec=SimpleNamespace(metric=SimpleNamespace(name="val/bleu")),
+    )
+    publish_stopped(rows, settings, ("budget", "unfinished"))
+    stopped = inspect(ahead)
+    assert stopped["state"] == "finished" and stopped["summary"]["val/bleu"] == 1.0
+    assert stopped["summary"].get("val/loss") is None  # results.csv has none
+    assert inspect(done)["summary"]["val/bleu"] == 2.0
+    assert sorted(p.name for p in nolog.iterdir()) == ["files"]
+    assert "could not" not in capsys.readouterr().err
