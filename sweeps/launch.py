@@ -52,7 +52,7 @@ from sweeps.plan.folders import (  # noqa: E402
     resume_line,
 )
 from sweeps.plan.sweep_plan import build_plan  # noqa: E402
-from sweeps.spec import SpecError, load_spec, resume_launch  # noqa: E402
+from sweeps.spec import SpecError, check_resumed_plan, load_spec, resume_launch  # noqa: E402
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -134,13 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
         if args.resume:  # the first run's --set and profile, stored beside its results
-            first = resume_launch(
-                Path(args.output).resolve() / sweep.name,
-                args.overrides,
-                profile,
-                args.spec,
-                sweep.planned,
-            )
+            folder = Path(args.output).resolve() / sweep.name
+            first = resume_launch(folder, args.overrides, profile, args.spec)
             if first != (args.overrides, profile):
                 args.overrides, profile = first
                 print(
@@ -151,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
                 sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
+            # the file plans the trials as at the first run: read with that run's profile and
+            # overrides, as its plan was recorded
+            check_resumed_plan(folder, sweep.planned, args.spec)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

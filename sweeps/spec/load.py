@@ -310,6 +310,15 @@ PLAN_KEYS = (
 )
 
 
+def check_resumed_plan(out_dir: Path, planned: dict[str, Any], source: str) -> None:
+    """For ``--resume``, once the sweep is loaded with the first run's overrides and profile
+    (:func:`resume_launch`): its file plans the trials as at the first run (raises SpecError
+    saying what changed). Without a record of the first run's plan, nothing to check."""
+    path = out_dir / LAUNCH_FILE
+    if path.exists() and "planned" in (first := json.loads(path.read_text())):
+        _check_plan_unchanged(first["planned"], planned, path, source)
+
+
 def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> None:
     """The sweep file a resume reads plans the trials as the first run's did: the trials already
     run were planned from the first, and the resumed ones would be planned from the edited one,

@@ -547,6 +547,35 @@ def test_resume_refuses_a_sweep_file_that_plans_its_trials_otherwise(tmp_path):
     assert resume_launch(tmp_path / "older", [], None, "x.yaml", planned) == ([], None)
 
 
+def test_the_printed_resume_command_continues_a_sweep_started_with_a_profile(tmp_path, capsys):
+    """The resume command a stop prints names no --profile: the launch reads the first run's from
+    launch.json, and the sweep file's plan is compared with the first run's as read under that
+    profile (it was compared as read without it, and every profiled sweep's resume was refused)."""
+    from sweeps.spec import save_launch
+
+    spec = tmp_path / "profiled.yaml"
+    spec.write_text(
+        yaml.safe_dump({**base_spec(), "profiles": {"short": {"trainer.max_steps": 5}}})
+    )
+    out = tmp_path / "out"
+    first = load_spec(str(spec), overrides=["model.lr=0.01"], profile="short")
+    folder = out.resolve() / first.name
+    save_launch(folder, ["model.lr=0.01"], "short", first.planned)  # as the launch records it
+    (folder / "results.csv").write_text("trial_id,status\nabc,budget\n")  # the stopped run's
+    assert launch_main([str(spec), "--output", str(out), "--resume", "--dry-run"]) == 0
+    said = capsys.readouterr()
+    assert (
+        "resuming with the first run's overrides: --set model.lr=0.01 --profile short" in said.out
+    )
+    assert "(profile short)" in said.out and "plans its trials otherwise" not in said.err
+    # the file edited under the profile: refused, naming what changed
+    spec.write_text(
+        yaml.safe_dump({**base_spec(), "profiles": {"short": {"trainer.max_steps": 7}}})
+    )
+    assert launch_main([str(spec), "--output", str(out), "--resume", "--dry-run"]) == 2
+    assert "trainer.max_steps was 5, is 7" in capsys.readouterr().err
+
+
 def test_every_metric_a_study_may_name_is_a_results_column():
     from lightning_modules.metric_names import FIT_METRICS
     from sweeps.report.results import METRIC_COLUMNS
