@@ -88,7 +88,9 @@ def tell_console(launch: Launch) -> None:
                 f"closed {closed} W&B run part(s) the stop cut short (history up to the stop "
                 "kept): their runs continue under the same ids with --resume"
             )
-    if launch.mode in ("offline", "online") and launch.interrupted and launch.settings:
+    # (online, each run is reopened over the network: not while a preempted job's grace runs)
+    online = launch.mode == "online" and launch.stopped_by() != "preempted"
+    if (launch.mode == "offline" or online) and launch.interrupted and launch.settings:
         from sweeps.stages.publish import publish_stopped  # (imports Optuna)
 
         publish_stopped(launch.rows, launch.settings, STOPPED)
