@@ -239,13 +239,17 @@ def test_the_private_cluster_helpers_exist_with_their_signatures():
 def test_the_loggers_the_code_filters_are_rays_module_loggers():
     import importlib
 
+    from sweeps.driver.console import ANALYSIS_LOGGER, NOT_REPORTED
     from sweeps.storage import ERROR_LOGGERS
     from sweeps.trial.lifecycle import QUIET_LOGGERS
 
-    for name in [*ERROR_LOGGERS, *(n for n in QUIET_LOGGERS if n.startswith("ray."))]:
+    names = [*ERROR_LOGGERS, ANALYSIS_LOGGER, *(n for n in QUIET_LOGGERS if n.startswith("ray."))]
+    for name in names:
         module = importlib.import_module(name)
         assert "getLogger(__name__)" in source(module), f"{name} logs under another name"
     assert "Trial task failed for trial" in source(TuneController), "Tune's trial-error log moved"
+    analysis = source(importlib.import_module(ANALYSIS_LOGGER))
+    assert '"Failed to fetch metrics for' in analysis and NOT_REPORTED in analysis
 
 
 @internal("ray-trial-log-restore", "ray", "sweeps/driver/trial_logs.py, sweeps/trial/lifecycle.py")

@@ -11,10 +11,12 @@ does."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from ray.tune import Callback
@@ -243,3 +245,35 @@ class SweepConsole(Callback):
             held = self._held(trials)
             self._print(self.table(trials, held))
             self._print(self.progress_line(trials, held))
+
+
+#: Tune's results reader (``ExperimentAnalysis``), which warns of trials it finds no metrics for
+ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
+#: its words for a trial that has no result file yet: it had not reported
+NOT_REPORTED = "were not found at"
+
+
+class UnreportedTrials(logging.Filter):
+    """Drops Tune's "Failed to fetch metrics for N trial(s)" warning (shown twice, with a
+    ``FileNotFoundError`` per trial) where every trial it lists had not reported yet: after a stop,
+    one that had just started. results.csv and the console's table list such a trial all the same
+    (``unfinished``, ``budget`` or ``preempted``, no figures). A warning naming any other failure
+    passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if not text.startswith("Failed to fetch metrics"):
+            return True
+        listed = text.splitlines()[1:]
+        return not listed or not all(NOT_REPORTED in line for line in listed)
+
+
+@contextlib.contextmanager
+def quiet_unreported() -> Iterator[None]:
+    """While Tune's results are read: :class:`UnreportedTrials` on its reader's log."""
+    logger, quiet = logging.getLogger(ANALYSIS_LOGGER), UnreportedTrials()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)

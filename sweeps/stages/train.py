@@ -25,7 +25,7 @@ from ray import tune
 from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError
-from sweeps.driver.console import SweepConsole
+from sweeps.driver.console import SweepConsole, quiet_unreported
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
@@ -244,7 +244,7 @@ def run_tune(
     guard = guard or StorageGuard(paths.storage)
     if settings.fusion_roster is not None:
         start_roster(settings.fusion_roster)
-    with guard.watching(), charging(meter):
+    with guard.watching(), charging(meter), quiet_unreported():
         try:
             grid = tuner.fit()
         except Exception as exc:
@@ -257,7 +257,8 @@ def run_tune(
         return grid
     # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
     # state says which trials are unfinished (PENDING).
-    return tune.Tuner.restore(path, trainable=trainable).get_results()
+    with quiet_unreported():
+        return tune.Tuner.restore(path, trainable=trainable).get_results()
 
 
 def holds_sweep(path: str) -> bool:

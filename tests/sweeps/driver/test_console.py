@@ -81,3 +81,28 @@ def test_a_trial_waiting_to_run_again_is_unfinished_without_its_earlier_failure(
         assert waiting["status"] == "unfinished" and waiting["error"] is None
         ended = row_from_result(result, plan, [], MAX_STEPS, tune_status="ERROR")
         assert ended["status"] == "error" and said in ended["error"]
+
+
+def test_tunes_warning_of_trials_not_yet_reported_is_dropped_and_others_pass(caplog):
+    """After a stop, Tune's results reader warns (twice) of a trial that had just started and had
+    written no result file; results.csv lists it anyway. Any other failure it names still shows."""
+    import logging
+
+    from sweeps.driver.console import ANALYSIS_LOGGER, quiet_unreported
+
+    log = logging.getLogger(ANALYSIS_LOGGER)
+    unreported = (
+        "- run_trial_d39a9729: FileNotFoundError('Could not fetch metrics for run_trial_d39a9729: "
+        "both result.json and progress.csv were not found at /out/quickstart/d39a9729')"
+    )
+    other = "- run_trial_0eca54f2: JSONDecodeError('Expecting value: line 1 column 1 (char 0)')"
+    with caplog.at_level(logging.WARNING, logger=ANALYSIS_LOGGER):
+        with quiet_unreported():
+            log.warning(f"Failed to fetch metrics for 1 trial(s):\n{unreported}")
+            assert caplog.records == []
+            log.warning(f"Failed to fetch metrics for 2 trial(s):\n{unreported}\n{other}")
+            log.warning("another warning")
+        log.warning(f"Failed to fetch metrics for 1 trial(s):\n{unreported}")  # outside: shown
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 3 and "JSONDecodeError" in said[0] and said[1] == "another warning"
+    assert log.filters == []
