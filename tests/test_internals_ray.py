@@ -234,7 +234,8 @@ def test_the_private_cluster_helpers_exist_with_their_signatures():
 @internal(
     "ray-logger-names",
     "ray",
-    "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/lifecycle.py (QUIET_LOGGERS)",
+    "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/lifecycle.py (QUIET_LOGGERS), "
+    "sweeps/driver/console.py (ANALYSIS_LOGGER)",
 )
 def test_the_loggers_the_code_filters_are_rays_module_loggers():
     import importlib
