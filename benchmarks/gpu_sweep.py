@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ WAYS: dict[str, list[str]] = {
 
 
 def command(
-    way: str, out: Path, quick: bool, a_lengths: list[int], extra: list[str] = ()
+    way: str, out: Path, quick: bool, a_lengths: list[int], extra: Sequence[str] = ()
 ) -> list[str]:
     """One way's launch; ``extra``: that way's own ``--set`` overrides, applied last."""
     overrides = [*STAGES_OFF, *WAYS[way]]  # (c's timing setting comes after, and wins)
