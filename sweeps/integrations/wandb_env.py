@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 from sweeps.errors import LaunchError
-from sweeps.integrations.wandb_runs import run_problem
+from sweeps.integrations.wandb_runs import run_is_empty, run_problem
 
 
 def wandb_has_credentials() -> bool:
@@ -38,17 +39,29 @@ def resolve_wandb_mode(mode: str) -> str:
     return mode
 
 
-def wandb_sync_hint(out_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
-    """The command that uploads a sweep's offline runs (wandb >= 0.30 takes the run folders as
-    paths; ``--include-offline`` is gone), and the runs it leaves out with why. ``wandb sync``
-    stops at the first run it cannot read and still exits 0, so a run that is not complete is
-    named here and the command lists the others one by one."""
+class SyncHint(NamedTuple):
+    """What :func:`wandb_sync_hint` finds in a sweep's ``wandb/`` folder."""
 
-    runs = sorted((out_dir / "wandb").glob("offline-run-*"))
+    command: str | None  # uploads every complete run (None: there is none)
+    broken: list[tuple[str, str]]  # run folders that would not upload whole, and why
+    empty: list[str]  # run folders with nothing logged (left out; nothing lost)
+
+
+def wandb_sync_hint(out_dir: Path) -> SyncHint:
+    """The command that uploads a sweep's offline runs (wandb >= 0.30 takes the run folders as
+    paths; ``--include-offline`` is gone), the runs it leaves out with why, and the folders with
+    nothing logged in them. ``wandb sync`` stops at the first run it cannot read and still exits
+    0, so a run that is not complete is named here and the command lists the others one by one;
+    a folder of a trial stopped while W&B was starting holds no record and is left out too."""
+
+    found = sorted((out_dir / "wandb").glob("offline-run-*"))
+    empty = [r.name for r in found if run_is_empty(r)]
+    runs = [r for r in found if r.name not in empty]
     broken = [(r.name, problem) for r in runs if (problem := run_problem(r)) is not None]
     if not runs or len(broken) == len(runs):
-        return None, broken
-    if not broken:
-        return f"wandb sync {out_dir / 'wandb'}/offline-run-*", []
+        return SyncHint(None, broken, empty)
+    if not broken and not empty:
+        return SyncHint(f"wandb sync {out_dir / 'wandb'}/offline-run-*", [], [])
     bad = {name for name, _ in broken}
-    return "wandb sync " + " ".join(str(r) for r in runs if r.name not in bad), broken
+    command = "wandb sync " + " ".join(str(r) for r in runs if r.name not in bad)
+    return SyncHint(command, broken, empty)

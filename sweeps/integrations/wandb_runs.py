@@ -122,6 +122,19 @@ def _parse(chunks: Iterable[bytes]) -> list[Any]:
     return records
 
 
+def run_is_empty(run_dir: str | Path) -> bool:
+    """Whether an offline run folder holds nothing logged: no ``run-<id>.wandb``, or one that ends
+    within its file header (a trial stopped while W&B was starting). Such a folder has nothing to
+    upload or close, and nothing to say about the trial."""
+    found = sorted(Path(run_dir).glob("run-*.wandb"))
+    if not found:
+        return True
+    try:
+        return len(found) == 1 and found[0].stat().st_size <= HEADER.size
+    except OSError:
+        return False
+
+
 def run_problem(run_dir: str | Path) -> str | None:
     """Why an offline run folder would not upload whole (unreadable log, or no exit record: the
     process died before the run was finished), or None when it is complete."""
@@ -190,8 +203,9 @@ def close_cut_run(run_dir: str | Path) -> bool:
 
 def offline_run_dirs(wandb_dir: str | Path, run_id: str) -> list[Path]:
     """The offline run folders of one run id, oldest first (a retried trial resumes its run in a
-    new folder)."""
-    return sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}"))
+    new folder), less those with nothing logged (:func:`run_is_empty`)."""
+    found = sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}"))
+    return [folder for folder in found if not run_is_empty(folder)]
 
 
 def add_run_summary(

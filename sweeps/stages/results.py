@@ -94,14 +94,20 @@ def tell_console(launch: Launch) -> None:
         from sweeps.stages.publish import publish_stopped  # (imports Optuna)
 
         publish_stopped(launch.rows, launch.settings, STOPPED)
-    hint, broken = wandb_sync_hint(out_dir) if launch.mode == "offline" else (None, [])
-    for run, problem in broken:
+    sync = wandb_sync_hint(out_dir) if launch.mode == "offline" else None
+    for run, problem in sync.broken if sync else ():
         print(
             f"W&B run {run} is incomplete ({problem}): left out of the upload command",
             file=sys.stderr,
         )
-    if hint:
-        print(f"W&B ran offline; upload the runs with:\n  {hint}")
+    if sync and sync.empty:
+        print(
+            f"{len(sync.empty)} W&B run folder(s) in {out_dir / 'wandb'} hold nothing logged (a "
+            "trial stopped while W&B was starting): left out of the upload command, with nothing "
+            "to upload"
+        )
+    if sync and sync.command:
+        print(f"W&B ran offline; upload the runs with:\n  {sync.command}")
     _optuna_hint(launch)
 
 

@@ -49,6 +49,15 @@ else:
     return folder
 
 
+def cut_after_last_history(run_dir: Path) -> None:
+    """Cut a finished run's log after its last history record, where a kill before
+    ``wandb.finish`` leaves a run that had flushed its history (the log keeps its framing)."""
+    header, chunks = read_chunks(run_log(run_dir).read_bytes())
+    kinds = [r.WhichOneof("record_type") for r in read_records(run_log(run_dir))]
+    last_history = max(i for i, k in enumerate(kinds) if k == "history")
+    run_log(run_dir).write_bytes(write_chunks(header, chunks[: last_history + 1]))
+
+
 def inspect(run_dir: Path) -> dict:
     done = subprocess.run(
         [WANDB, "leet", "inspect", "--summary", "--json", str(run_dir)],
@@ -107,13 +116,14 @@ def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_pa
 @pytest.mark.train
 def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path):
     good = make_offline_run(tmp_path, "good0001", 3)
-    dead = make_offline_run(tmp_path, "dead0001", 3, finish=False)
+    dead = make_offline_run(tmp_path, "dead0001", 3)
+    cut_after_last_history(dead)
     assert run_problem(good) is None
     assert run_problem(dead) is not None
     with pytest.raises(RunLogError, match="never finished"):
         add_offline_summary(dead, {"decode_seconds": 1.0})
-    hint, broken = wandb_sync_hint(tmp_path)
-    assert [name for name, _ in broken] == [dead.name]
+    hint, broken, empty = wandb_sync_hint(tmp_path)
+    assert [name for name, _ in broken] == [dead.name] and empty == []
     assert str(good) in hint and dead.name not in hint
     # the command as printed reads every run it names without an error
     dry = subprocess.run(
@@ -136,17 +146,14 @@ def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(runs, 
 
     cut = tmp_path / "wandb" / runs["short"].name
     shutil.copytree(runs["short"], cut)
-    header, chunks = read_chunks(run_log(cut).read_bytes())
-    kinds = [r.WhichOneof("record_type") for r in read_records(run_log(runs["short"]))]
-    last_history = max(i for i, k in enumerate(kinds) if k == "history")
-    run_log(cut).write_bytes(write_chunks(header, chunks[: last_history + 1]))
+    cut_after_last_history(cut)
     assert run_problem(cut) == "the run was never finished (no exit record)"
 
     assert close_cut_run(cut) and not close_cut_run(cut) and not close_cut_run(runs["short"])
     assert run_problem(cut) is None
     info = inspect(cut)
     assert info["state"] == "finished" and info["summary"]["val/bleu"] == 2.0
-    assert wandb_sync_hint(tmp_path)[1] == []  # no longer left out of the upload command
+    assert wandb_sync_hint(tmp_path).broken == []  # no longer left out of the upload command
 
 
 def test_a_run_folder_without_its_log_has_nothing_to_close(tmp_path):
@@ -204,3 +211,29 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
     assert inspect(done)["summary"]["val/bleu"] == 2.0
     assert sorted(p.name for p in nolog.iterdir()) == ["files"]
     assert "could not" not in capsys.readouterr().err
+
+
+@pytest.mark.train
+def test_run_folders_with_nothing_logged_are_left_out_quietly(tmp_path):
+    """Folders of trials stopped before W&B wrote a record (no log while W&B was starting, or a
+    log that ends within its header: a process killed before W&B's service flushed anything)
+    hold nothing: they are not runs of their ids, not named incomplete at every later launch,
+    and the upload command lists the real runs beside them."""
+    from sweeps.integrations.wandb_runs import offline_run_dirs, run_is_empty
+
+    good = make_offline_run(tmp_path, "good0002", 2)
+    bare = tmp_path / "wandb" / "offline-run-20991231_235959-good0002"  # a later, empty part
+    for sub in ("files", "logs", "tmp"):
+        (bare / sub).mkdir(parents=True)
+    header_only = tmp_path / "wandb" / "offline-run-20991231_235959-lone0001"
+    header_only.mkdir()  # what make_offline_run(finish=False) leaves, as a rule: the header alone
+    (header_only / "run-lone0001.wandb").write_bytes(read_chunks(run_log(good).read_bytes())[0])
+    assert run_is_empty(bare) and run_is_empty(header_only) and not run_is_empty(good)
+    assert offline_run_dirs(tmp_path / "wandb", "good0002") == [good]
+    assert offline_run_dirs(tmp_path / "wandb", "lone0001") == []
+    hint = wandb_sync_hint(tmp_path)
+    assert hint.broken == [] and sorted(hint.empty) == sorted([bare.name, header_only.name])
+    assert hint.command == f"wandb sync {good}"
+    # the summary of a stopped trial still lands in its run, not in the empty later folder
+    add_run_summary("offline", tmp_path, "good0002", {"val/bleu": 7.5})
+    assert inspect(good)["summary"]["val/bleu"] == 7.5
