@@ -15,8 +15,9 @@ and beyond them the model interpolates, and where nothing was measured it assume
   Padding is not free on a CPU, so the cost model keeps cells apart where it costs more than it
   saves.
 - **GPU**: a fused step is launch-bound: its time is the measured fused step at M members
-  (linear between the measured counts), proportional to the length (a step is a loop over time
-  steps; only L=40 was measured), whatever the members' K or switches. So on a GPU every member
+  (linear between the measured counts, never below one measured at fewer:
+  :func:`fused_envelope`), proportional to the length (a step is a loop over time steps; only
+  L=40 was measured), whatever the members' K or switches. So on a GPU every member
   axis joins, up to the cap, and lengths join where one group's step costs less than the groups
   apart.
 
@@ -132,7 +133,7 @@ class DeviceCosts:
         if self.device == "gpu":
             if M == 1:
                 return self.unfused_seconds(preset, length)
-            return max(interpolate(self._proportional(preset, "fused_s", length), M), 1e-6)
+            return max(fused_envelope(self._proportional(preset, "fused_s", length), M), 1e-6)
         base = self.unfused_seconds(preset, length)
         if M > 1:
             base *= M / cpu_speedup(self._at_length(preset, "fused_speedup", length), M)
@@ -143,6 +144,16 @@ class DeviceCosts:
         if len({m.switches for m in members}) > 1:
             base *= 1 + self.entry["member_switches"]
         return base
+
+
+def fused_envelope(measured: Mapping[str, float], members: int) -> float:
+    """A GPU group's step at ``members`` from the steps measured by member count: interpolated
+    (:func:`interpolate`), and never below a step measured at fewer members. A group does the work
+    of a smaller one and more, so a measured step that falls with the count (the H200's: 0.118 s at
+    1 member, 0.104 s at 16) is the spread of single measurements, and taken as it stands it would
+    make the plan fill every group to the cap, cutting cells' seeds apart to save nothing."""
+    floor = max((v for k, v in measured.items() if int(k) <= members), default=0.0)
+    return max(interpolate(measured, members), floor)
 
 
 def cpu_speedup(measured: Mapping[str, float], members: int) -> float:
