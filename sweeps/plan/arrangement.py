@@ -121,25 +121,26 @@ def plan_arrangement(
             total += seconds * max(steps[s.unit] for s in g.slots)
         return total
 
-    def lone_seconds(slots: list[Any], per_gpu: int, graphed: bool) -> float:
+    def lone_seconds(slots: list[Any], per_gpu: int, graphed: bool, mps: bool) -> float:
         return sum(
-            alone(s) / _shared(costs, preset(s.unit), per_gpu, graphed) * steps[s.unit]
+            alone(s) / _shared(costs, preset(s.unit), per_gpu, graphed, mps) * steps[s.unit]
             for s in slots
         )
 
     if r.auto_gpu:
+        mps = r.mps != "off"  # processes that share a GPU do so under MPS, unless it is off
         can_graph = graphs_problem(sweep) is None
         graphed_groups = bool(groups) and _has(costs, units, groups, "fused_graphed_s")
         options = []  # (seconds, fused, per_gpu, graphed)
         for fused in [True, False] if groups else [False]:
             trials_alone = lone if fused else every
-            for per_gpu in _measured_counts(costs, units, trials_alone):
+            for per_gpu in _measured_counts(costs, units, trials_alone, mps):
                 for graphed in (False, True):
                     if graphed and (not can_graph or (fused and not graphed_groups)):
                         continue  # graphs are the sweep's: a group's graphed step not measured
-                    if not _measured(costs, units, trials_alone, per_gpu, graphed):
+                    if not _measured(costs, units, trials_alone, per_gpu, graphed, mps):
                         continue
-                    seconds = lone_seconds(trials_alone, per_gpu, graphed)
+                    seconds = lone_seconds(trials_alone, per_gpu, graphed, mps)
                     seconds += group_seconds(graphed) if fused else 0.0
                     options.append((seconds, fused, per_gpu, graphed))
         seconds, fused, per_gpu, graphed = min(
@@ -152,7 +153,7 @@ def plan_arrangement(
             lone_gpu=1.0 / per_gpu,
             lone_cpu=GPU_PROCESS_CPUS,
             graphs=graphed,
-            mps=bool(lone or not fused) and per_gpu > 1 and r.mps != "off",
+            mps=bool(lone or not fused) and per_gpu > 1 and mps,
         )
         if not fused:
             groups, lone = [], every
@@ -175,9 +176,10 @@ def plan_arrangement(
     else:  # the sweep file's own: r.gpu a group's or a lone trial's share
         per_gpu = max(1, int(round(1 / r.gpu))) if r.gpu < 1 else 1
         graphed = bool(sweep.spec.trainer.cuda_graphs)
-        if not _measured(costs, units, lone, per_gpu, graphed):
+        mps = r.mps == "on" or (r.mps == "auto" and 0 < r.gpu < 1)
+        if not _measured(costs, units, lone, per_gpu, graphed, mps):
             per_gpu = 1  # not measured: the shared GPU is taken to give no more than one alone
-        seconds = lone_seconds(lone, per_gpu, graphed)
+        seconds = lone_seconds(lone, per_gpu, graphed, mps)
         seconds += group_seconds(graphed and _has(costs, units, groups, "fused_graphed_s"))
         arrangement = dict(
             fused=bool(groups),
@@ -186,7 +188,7 @@ def plan_arrangement(
             lone_gpu=r.gpu,
             lone_cpu=r.cpu,
             graphs=graphed,
-            mps=r.mps == "on" or (r.mps == "auto" and 0 < r.gpu < 1),
+            mps=mps,
         )
     return Arrangement(
         chosen=r.auto_gpu,
@@ -241,30 +243,36 @@ def _fused_step(costs: DeviceCosts, preset: str, members: list[Member], graphed:
     return interpolate(entry["fused_graphed_s"], len(members)) * length / L
 
 
-def _shared(costs: DeviceCosts, preset: str, per_gpu: int, graphed: bool) -> float:
-    """Steps per GPU-second of ``per_gpu`` processes sharing a GPU under MPS, over one eager
-    process alone (1 with one eager process)."""
+def _shared_field(graphed: bool, mps: bool) -> str:
+    """The table's figures of processes sharing a GPU: eager or graphed, under MPS or
+    time-sliced (no MPS)."""
+    return f"shared_{'graphed' if graphed else 'eager'}_{'mps' if mps else 'timesliced'}"
+
+
+def _shared(costs: DeviceCosts, preset: str, per_gpu: int, graphed: bool, mps: bool) -> float:
+    """Steps per GPU-second of ``per_gpu`` processes sharing a GPU (under MPS, or time-sliced),
+    over one eager process alone (1 with one eager process)."""
     entry = _length_entry(costs, preset)
     if per_gpu == 1 and not graphed:
         return 1.0
     if per_gpu == 1 and graphed and "graphed_speedup" in entry:
         return float(entry["graphed_speedup"])
-    table = entry.get("shared_graphed_mps" if graphed else "shared_eager_mps") or {}
+    table = entry.get(_shared_field(graphed, mps)) or {}
     return float(table.get(str(per_gpu), 1.0))
 
 
-def _measured_counts(costs: DeviceCosts, units: list[Any], lone: list[Any]) -> list[int]:
-    """The numbers of trials to a GPU the table measured (1 always)."""
+def _measured_counts(costs: DeviceCosts, units: list[Any], lone: list[Any], mps: bool) -> list[int]:
+    """The numbers of trials to a GPU the table measured, under MPS or time-sliced (1 always)."""
     counts = {1}
     for s in lone:
         entry = _length_entry(costs, str(units[s.unit].model.get("preset") or "paper_copy"))
-        for field in ("shared_eager_mps", "shared_graphed_mps"):
-            counts |= {int(k) for k in entry.get(field, {})}
+        for graphed in (False, True):
+            counts |= {int(k) for k in entry.get(_shared_field(graphed, mps), {})}
     return sorted(counts)
 
 
 def _measured(
-    costs: DeviceCosts, units: list[Any], lone: list[Any], per_gpu: int, graphed: bool
+    costs: DeviceCosts, units: list[Any], lone: list[Any], per_gpu: int, graphed: bool, mps: bool
 ) -> bool:
     """Whether the table holds this arrangement of the lone trials (every one's preset)."""
     for s in lone:
@@ -273,8 +281,7 @@ def _measured(
             if graphed and "graphed_speedup" not in entry:
                 return False
             continue
-        field = "shared_graphed_mps" if graphed else "shared_eager_mps"
-        if str(per_gpu) not in entry.get(field, {}):
+        if str(per_gpu) not in entry.get(_shared_field(graphed, mps), {}):
             return False
     return True
 
@@ -299,11 +306,17 @@ def local_gpu_name() -> str | None:
     return names[0] if names else None
 
 
-def arrangement_mps(arrangement: Arrangement) -> MpsPlan:
-    """The MPS decision of a chosen arrangement: a daemon where processes share a GPU."""
+def arrangement_mps(arrangement: Arrangement, mode: str) -> MpsPlan:
+    """The MPS decision of a chosen arrangement: a daemon where processes share a GPU (required
+    with ``resources.mps: on``, which also asks for one under whole GPUs; never with ``off``,
+    where the plan shares a GPU only as far as time-slicing was measured to pay)."""
+    if mode == "on":
+        return MpsPlan("required", "resources.mps is on (resources.gpu auto)")
     if arrangement.mps:
         per_gpu = round(1 / arrangement.lone_gpu)
         return MpsPlan("yes", f"the plan puts {per_gpu} trials alone to a GPU (resources.gpu auto)")
+    if mode == "off":
+        return MpsPlan("no", "resources.mps is off (resources.gpu auto)")
     return MpsPlan(
         "no", "the plan gives each training process a GPU of its own (resources.gpu auto)"
     )

@@ -55,11 +55,16 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
     if not a.graphs and a.groups and a.chosen:
         steps += " (the cost table holds no graphed fused step yet)"
     note = f"; {a.costs.note}" if a.costs.note else ""
+    shared = (a.lone and 0 < a.lone_gpu < 1) or (a.groups and 0 < a.group_gpu < 1)
+    mps = (
+        "under MPS"
+        if a.mps
+        else "time-sliced, no MPS"
+        if shared
+        else "no MPS (no GPU shared by two processes)"
+    )
     lines = [
-        f"GPU arrangement, {whose}: "
-        + "; ".join(parts)
-        + f"; steps {steps}; "
-        + ("under MPS" if a.mps else "no MPS (no GPU shared by two processes)"),
+        f"GPU arrangement, {whose}: " + "; ".join(parts) + f"; steps {steps}; " + mps,
         f"  expected on the {a.costs.name} (sweeps/plan/step_costs.json{note}): "
         f"{a.rate:.3g} member-steps per GPU-second, {a.speedup:.2f}x one eager trial per GPU "
         f"({a.eager_rate:.3g}), fused members counted as members",

@@ -118,7 +118,7 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
             "resources.gpu keeps the groups"
         )
     if arrangement is not None and arrangement.chosen:
-        mps = arrangement_mps(arrangement)
+        mps = arrangement_mps(arrangement, spec.resources.mps)
     else:
         mps = plan_mps(spec.resources.mps, spec.resources.gpu)
     save_signatures()  # the step costs and fusion checks learnt here serve the next launch

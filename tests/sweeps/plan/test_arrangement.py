@@ -47,6 +47,29 @@ def test_auto_takes_the_cheapest_measured_arrangement_and_says_what_the_other_gi
     assert kept.fused and kept.groups == 6 and 5 < kept.speedup < 6.5
 
 
+def test_resources_mps_holds_under_auto():
+    """``off``: the plan shares no GPU under MPS, so it costs sharing by what time-slicing was
+    measured to give (the paper's model: nothing) and keeps the fused groups; ``on``: the daemon
+    is required, as with a number for resources.gpu. Under auto both were ignored: the plan put
+    8 trials to a GPU on MPS's figures with MPS off, and never required it."""
+    from sweeps.plan.arrangement import arrangement_mps
+
+    _, off = arranged("resources.mps=off")
+    assert off.fused and off.groups == 6 and not off.mps and off.lone == 0
+    assert "1 to a GPU" in off.instead
+    assert arrangement_mps(off, "off").want == "no"
+    _, on = arranged("resources.mps=on")
+    assert on.mps and round(1 / on.lone_gpu) == 8
+    assert arrangement_mps(on, "on").want == "required"
+    assert arrangement_mps(on, "auto").want == "yes"
+    # a share of the sweep file's own, MPS off: time-sliced figures where measured (tiny)
+    sweep = load_spec(
+        ROOT / "sweeps" / "quickstart.yaml", overrides=["resources.gpu=0.25", "resources.mps=off"]
+    )
+    sliced = plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3")
+    assert not sliced.mps and sliced.speedup == pytest.approx(2.78)
+
+
 def test_graphed_fused_steps_in_the_table_make_the_groups_the_cheapest(monkeypatch):
     """Where the table holds a GPU's graphed fused step (as gpu_benchmarks.py writes it), the
     plan trains the fused groups graphed, each on a GPU of its own with one CPU thread."""
