@@ -349,14 +349,33 @@ class WMT17DataModule(pl.LightningDataModule):
                 )
         return corpora
 
+    def _split_paths(self) -> list[str]:
+        return [self.path(s, lang) for s in self.splits for lang in (self.src_lang, self.tgt_lang)]
+
+    def _lacking(self) -> list[str]:
+        """The split files missing or empty under ``data_dir``."""
+        return [
+            p for p in self._split_paths() if not (os.path.isfile(p) and os.path.getsize(p) > 0)
+        ]
+
     def _files_present(self) -> bool:
-        return all(
-            os.path.isfile(p) and os.path.getsize(p) > 0
-            for p in (
-                self.path(split, lang)
-                for split in self.splits
-                for lang in (self.src_lang, self.tgt_lang)
-            )
+        return not self._lacking()
+
+    def missing_data(self) -> str | None:
+        """What :meth:`prepare_data` would stop on, in one line, before it runs: split files
+        missing or empty under ``data_dir`` while nothing fetches them (``download`` off, the
+        release as the source); None when they are there or will be fetched."""
+        if self.source == "hf" or self.download:
+            return None
+        lacking = self._lacking()
+        if not lacking:
+            return None
+        return (
+            f"task.data_dir {self.data_dir} lacks {len(lacking)} of the {len(self._split_paths())} "
+            f"{self.pair} files ({', '.join(os.path.basename(p) for p in lacking[:3])}"
+            f"{', ...' if len(lacking) > 3 else ''}), missing or empty, and task.download is off: "
+            f"the data stage would stop. Fetch them with `python -m datamodules.wmt17 fetch "
+            f"--pair {self.pair} --to {self.data_dir}`, or set task.download: true"
         )
 
     def written_dirs(self) -> dict[str, str]:

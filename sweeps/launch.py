@@ -47,6 +47,7 @@ from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
     check_new_sweep,
+    data_notes,
     describe_folders,
     gpu_note,
     resume_line,
@@ -167,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)
-            note = gpu_note(sweep)
-            if note:
-                print(note)
+            for note in [gpu_note(sweep), *data_notes(sweep)]:
+                if note:
+                    print(note)
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sweeps.errors import LaunchError
 from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume, results_statuses
@@ -30,19 +31,43 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
     runs, the Optuna journal, under ``<output>/<name>``), ``storage.path`` (Tune's checkpoints),
     and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
     fetches)."""
-    # the datamodules import torch (seconds): planning without folders does without
-    from sweeps.build import build_datamodule
-
     found = [Folder("--output", str(output))]
     if sweep.spec.storage.path:
         found.append(Folder("storage.path", sweep.spec.storage.path))
+    for task, datamodule in _folder_datamodules(sweep):
+        if hasattr(datamodule, "written_dirs"):
+            for arg, path in datamodule.written_dirs().items():
+                found.append(Folder(f"task.{arg}", str(path), default=not task.get(arg)))
+    unique: dict[str, Folder] = {}
+    for folder in found:
+        unique.setdefault(folder.path, folder)
+    return list(unique.values())
+
+
+def data_notes(sweep: Sweep) -> list[str]:
+    """``--dry-run``'s lines for tasks whose data is not there and will not be fetched (a
+    datamodule's ``missing_data()``): the launch's data stage would stop on them."""
+    notes = []
+    for _, datamodule in _folder_datamodules(sweep):
+        missing = getattr(datamodule, "missing_data", None)
+        if missing is not None and (problem := missing()) is not None:
+            notes.append(f"note: {problem}")
+    return notes
+
+
+def _folder_datamodules(sweep: Sweep) -> list[tuple[dict, Any]]:
+    """Each distinct task of the sweep whose datamodule takes folders (``*_dir`` arguments), with
+    that datamodule built; the others are not imported (a dry run of a copy-task sweep reads the
+    signature cache, not torch)."""
+    # the datamodules import torch (seconds): planning without folders does without
+    from sweeps.build import build_datamodule
+
     seen: set[str] = set()
+    out = []
     for plan in sweep.plans:
         task = plan.task
         key = repr(sorted(task.items()))
         params = signatures().datamodules.get(task["name"])
-        # only a datamodule that takes folders (`*_dir` arguments) writes any: the others are not
-        # imported (a dry run of a copy-task sweep reads the signature cache, not torch)
         if (
             key in seen
             or not isinstance(params, dict)
@@ -50,14 +75,8 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
         ):
             continue
         seen.add(key)
-        if not hasattr(datamodule := build_datamodule(task, seed=0), "written_dirs"):
-            continue
-        for arg, path in datamodule.written_dirs().items():
-            found.append(Folder(f"task.{arg}", str(path), default=not task.get(arg)))
-    unique: dict[str, Folder] = {}
-    for folder in found:
-        unique.setdefault(folder.path, folder)
-    return list(unique.values())
+        out.append((task, build_datamodule(task, seed=0)))
+    return out
 
 
 def write_problem(path: str) -> str | None:

@@ -87,6 +87,32 @@ def test_a_fetch_into_data_dir_needs_it_writable_and_data_already_there_does_not
     assert keys["task.data_dir"] == str(tmp_path / "empty" / "en-de")
 
 
+def test_dry_run_notes_wmt_data_that_is_missing_and_not_fetched(tmp_path, capsys):
+    """With task.download off, a data_dir without the pair's files (or with an empty one) makes
+    the data stage stop: the dry run says so, with the fetch command; data that is there, or
+    that the launch fetches, gets no note."""
+    tiny = ROOT / "tests" / "data" / "wmt-ende-tiny"
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for f in tiny.iterdir():
+        (partial / f.name).write_bytes(f.read_bytes())
+    (partial / "train.de").write_bytes(b"")  # an interrupted copy
+
+    def notes(data_dir: Path, download: str) -> list[str]:
+        sets = [f"task.data_dir={data_dir}", f"task.download={download}"]
+        argv = [str(ROOT / "sweeps" / "wmt17.yaml"), "--profile", "smoke", "--dry-run"]
+        argv += ["--output", str(tmp_path / f"out-{download}")]
+        assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        return [line for line in out if line.startswith("note: task.data_dir")]
+
+    assert notes(tiny, "false") == []
+    assert notes(tmp_path / "none", "true") == []  # the launch fetches them
+    (line,) = notes(partial, "false")
+    assert "lacks 1 of the 6 en-de files (train.de), missing or empty" in line
+    assert f"python -m datamodules.wmt17 fetch --pair en-de --to {partial}" in line
+
+
 def _profiles(path: Path) -> list[str | None]:
     return [None, *yaml.safe_load(path.read_text()).get("profiles", {})]
 
