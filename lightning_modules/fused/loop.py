@@ -288,8 +288,12 @@ class FusedLoop:
     def train_step(self) -> bool:
         """One training step of every active member on its next batch. Returns whether a
         validation is due now (:meth:`validate`, before the next step)."""
-        batches = [_to_device(self.members[j].batches.next(), self.device) for j in self.active]
-        sizes = torch.tensor([float(b["src"].shape[0]) for b in batches], device=self.device)
+        # every member's batch drawn first, then copied: on a GPU the first copy waits for the
+        # step before to end, so the draws (M of them, on the process's one thread) overlap that
+        # step instead of following it
+        drawn = [self.members[j].batches.next() for j in self.active]
+        batches = [_to_device(batch, self.device) for batch in drawn]
+        sizes = torch.tensor([float(b["src"].shape[0]) for b in drawn], device=self.device)
         if self.graphed is not None:
             losses = self.graphed.step(batches)
         else:
