@@ -95,7 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="override a spec key (repeatable)",
     )
     p.add_argument(
-        "--output", default="sweep-results", help="folder for results (default: sweep-results)"
+        "--output",
+        type=_folder,
+        default="sweep-results",
+        help="folder for results (default: sweep-results)",
     )
     p.add_argument(
         "--num-cpus",
@@ -121,6 +124,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _folder(text: str) -> str:
+    """An empty ``--output`` (``--output "$DIR"`` with DIR unset) would write into the current
+    folder: refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"empty folder name {text!r}; give the folder for the results, e.g. --output "
+            "sweep-results (the default), or --output . for the current folder"
+        )
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

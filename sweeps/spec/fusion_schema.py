@@ -52,10 +52,11 @@ class FusionSpec(_Strict):
             return {}
         if value is None:
             return {}
-        if isinstance(value, str):
+        if not isinstance(value, dict | FusionSpec):  # a word, a number (fusion: 4), a list
+            members = value if isinstance(value, int) and value >= 1 else "N"
             raise ValueError(
                 f"{value!r} is neither off nor a mapping; write `fusion: off` or "
-                "`fusion: {max_members: N}`"
+                f"`fusion: {{max_members: {members}}}`"
             )
         return value
 

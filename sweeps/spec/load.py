@@ -64,7 +64,10 @@ def build_sweep(
     overrides: list[str] | None = None,
     profile: str | None = None,
 ) -> Sweep:
-    raw = copy.deepcopy(raw)
+    """The sweep of ``raw`` with ``profile`` and the ``--set`` ``overrides`` applied, validated
+    and expanded. Every profile the file declares is checked too, each applied alone to the
+    file, so a mistake in one fails whichever profile (or none) the launch uses; an error that
+    comes with a profile names it (``profiles.fast: trainer.max_stepz: unknown key; ...``)."""
     if "smoke" in raw:
         raise SpecError(
             "smoke",
@@ -72,6 +75,47 @@ def build_sweep(
             "`profiles:` as `smoke:` (its keys stay as they are)",
             source,
         )
+    try:
+        sweep = _build(raw, source, overrides, profile)
+    except SpecError as exc:
+        raise _from_profile(exc, raw, source, overrides, profile) from None
+    declared = raw.get("profiles")
+    for name in declared if isinstance(declared, dict) else ():
+        if name != profile:
+            try:  # a warm_start folder a profile names may come with a later run: not required
+                _build(raw, source, None, name, used=False)
+            except SpecError as exc:
+                raise _from_profile(exc, raw, source, None, name) from None
+    return sweep
+
+
+def _from_profile(
+    exc: SpecError, raw: dict, source: str, overrides: list[str] | None, profile: str | None
+) -> SpecError:
+    """``exc``, raised with ``profile`` applied, said as that profile's (``profiles.NAME: ...``)
+    unless it names its place already or the file without the profile fails alike."""
+    if profile is None or exc.path.startswith(("profiles.", "--profile", "smoke defaults")):
+        return exc
+    try:
+        _build(raw, source, overrides, None)
+    except SpecError as without:
+        if str(without) == str(exc):
+            return exc
+    declared = raw.get("profiles") or {}
+    where = f"profiles.{profile}" if profile in declared else "--smoke (the smoke defaults)"
+    said = f"{exc.path}: {exc.message}" if exc.path else exc.message
+    return SpecError(where, said, source)
+
+
+def _build(
+    raw: dict[str, Any],
+    source: str,
+    overrides: list[str] | None,
+    profile: str | None,
+    used: bool = True,
+) -> Sweep:
+    """:func:`build_sweep` of one profile (``used``: the one the launch runs with)."""
+    raw = copy.deepcopy(raw)
     if profile is not None:
         for key, (value, origin) in profile_overrides(raw, profile, source).items():
             _set_dotted(raw, key, value, origin, source)
@@ -92,7 +136,8 @@ def build_sweep(
     check_sections(spec, source)
     check_objectives(spec, source)  # objectives/constraints
     check_seeds(spec, source)  # seeds: {per_configuration: true}
-    check_warm_start(spec, source)
+    if used:
+        check_warm_start(spec, source)
     check_gpu_settings(spec, source)  # cuda_graphs and mps: on want trials on a GPU
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)

@@ -1,8 +1,10 @@
 """Pydantic's validation errors of a sweep file as one line per mistake: the key's dotted path
-and what is allowed there (an unknown key lists the keys its section accepts)."""
+and what is allowed there (an unknown key lists the keys its section accepts, a value where a
+section's mapping goes says so and shows the section's keys)."""
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any
 
@@ -11,16 +13,23 @@ from pydantic import BaseModel, ValidationError
 from sweeps.spec.schema import SweepSpec
 
 
-def format_validation(exc: ValidationError) -> str:
+def format_validation(exc: ValidationError, under: tuple = ()) -> str:
+    """The errors of a model validated at ``under`` (``("trainer",)``: a cell's trainer section,
+    validated alone) in the sweep file, one line each."""
     lines = []
     for err in exc.errors():
+        full = (*under, *err["loc"])
         # a tagged union's branch name (seeds' "list" / "mapping") is not a key the user wrote
-        loc = ".".join(str(p) for p in err["loc"] if p not in ("list", "mapping"))
+        loc = ".".join(str(p) for p in full if p not in ("list", "mapping"))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            parent = err["loc"][:-1]
+            parent = full[:-1]
             allowed = allowed_keys(parent)
             msg = f"unknown key; allowed here: {', '.join(allowed)}"
+        elif err["type"] == "model_type":  # pydantic names the section's class
+            msg = _not_a_mapping(loc, full, err.get("input"))
+        elif err["type"] == "dict_type":  # task: 5, profiles.fast: 5
+            msg = f"must be a mapping, not {err.get('input')!r}"
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif (
@@ -39,6 +48,35 @@ def format_validation(exc: ValidationError) -> str:
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
 
 
+def _not_a_mapping(where: str, loc: tuple, value: Any) -> str:
+    """``timing: false``, ``fusion: 4``, ``--set trainer=5``: a section given one value."""
+    model = section_model(loc)
+    keys = sorted(model.model_fields)
+    if isinstance(value, bool) and "enabled" in keys:
+        return f"must be a mapping, not {value!r}; write {where}: {{enabled: {str(value).lower()}}}"
+    # the usual form: the key that takes the word given (early_terminate: asha -> {type: asha}),
+    # else the section's first key with its default (trainer: {max_steps: 1000})
+    first, field = next(iter(model.model_fields.items()))
+    worded = [k for k, f in model.model_fields.items() if _takes_word(f.annotation, value)]
+    if worded:
+        example = f" (e.g. {where}: {{{worded[0]}: {value}}})"
+    elif isinstance(field.default, int | float | str):
+        default = str(field.default).lower() if isinstance(field.default, bool) else field.default
+        example = f" (e.g. {where}: {{{first}: {default}}})"
+    else:
+        example = ""
+    return f"must be a mapping of its keys{example}, not {value!r}; allowed keys: {', '.join(keys)}"
+
+
+def _takes_word(annotation: Any, value: Any) -> bool:
+    """Whether ``annotation`` is a choice of words (a Literal, also optional) that has ``value``."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return isinstance(value, str) and value in typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, typing.Annotated):
+        return any(_takes_word(a, value) for a in typing.get_args(annotation))
+    return False
+
+
 def _model_inside(ann: Any) -> type[BaseModel] | None:
     for a in typing.get_args(ann):
         if isinstance(a, type) and issubclass(a, BaseModel):
@@ -50,6 +88,12 @@ def _model_inside(ann: Any) -> type[BaseModel] | None:
 
 
 def allowed_keys(loc: tuple) -> list[str]:
+    """The keys the section at ``loc`` accepts."""
+    return sorted(section_model(loc).model_fields)
+
+
+def section_model(loc: tuple) -> type[BaseModel]:
+    """The model of the section at ``loc`` (a key path from the top of the sweep file)."""
     model: type[BaseModel] = SweepSpec
     for part in loc:
         fld = model.model_fields.get(str(part))
@@ -62,4 +106,4 @@ def allowed_keys(loc: tuple) -> list[str]:
             if nxt is None:
                 continue
             model = nxt
-    return sorted(model.model_fields)
+    return model

@@ -62,11 +62,18 @@ def check_objectives(spec: Any, source: str) -> None:
                 "{name: decode_seconds, goal: minimize}]",
                 source,
             )
-        if spec.early_terminate.type == "pareto" or spec.early_terminate.tolerance is not None:
+        if spec.early_terminate.type == "pareto":
             raise SpecError(
                 "early_terminate.type",
                 "pareto ranks trials on several objectives; this sweep has one "
                 "metric: use asha, or declare `objectives:`",
+                source,
+            )
+        if spec.early_terminate.tolerance is not None:
+            raise SpecError(
+                "early_terminate.tolerance",
+                f"type {spec.early_terminate.type} does not read a tolerance (the Pareto rung "
+                "rule of a multi-objective study does, per objective); remove it",
                 source,
             )
         return

@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lightning_modules.metric_names import (
     FIT_METRICS,
@@ -26,7 +34,7 @@ from sweeps.spec.search_schema import (
     StopWhenSpec,
     _Strict,
 )
-from sweeps.spec.selection_schema import HeldoutSpec, SeedsSpec
+from sweeps.spec.selection_schema import HeldoutSpec, Seed, SeedsSpec, seeds_problem
 
 
 class MetricSpec(_Strict):
@@ -129,6 +137,13 @@ class ResourcesSpec(_Strict):
 # A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.
 Positive = Annotated[int | float, Field(gt=0)]
 NonNegative = Annotated[int | float, Field(ge=0)]
+#: the trainer keys Lightning reads as a count when an int and as a fraction when a float:
+#: key -> (what the fraction is of, what the count counts)
+FRACTION_OR_COUNT = {
+    "val_check_interval": ("a fraction of an epoch", "training batches between validations"),
+    "limit_train_batches": ("a fraction of each epoch", "training batches per epoch"),
+    "limit_val_batches": ("a fraction of the validation set", "validation batches"),
+}
 
 
 class TrainerSpec(_Strict):
@@ -176,6 +191,20 @@ class TrainerSpec(_Strict):
                     "accumulate_grad_batches must be 1 with it (or set cuda_graphs: false)"
                 )
         return self
+
+    @field_validator(*FRACTION_OR_COUNT)
+    @classmethod
+    def _fraction_or_count(cls, value: Any, info: ValidationInfo) -> Any:
+        """Lightning reads these as a count when whole (an int) and as a fraction when a float,
+        which must then be 0.0 to 1.0: above it, it raises when the trial starts."""
+        if isinstance(value, float) and value > 1.0:
+            fraction, count = FRACTION_OR_COUNT[info.field_name]
+            raise ValueError(
+                f"{value!r} is above 1.0: Lightning reads a float as {fraction} (0.0 to 1.0) and "
+                f"a whole number as a count of {count}; write a fraction up to 1.0, or a whole "
+                f"number (e.g. {max(1, round(value))})"
+            )
+        return value
 
     @field_validator("precision", mode="before")
     @classmethod
@@ -367,7 +396,7 @@ class SweepSpec(_Strict):
     search: SearchSpec = Field(default_factory=SearchSpec)
     # a list (one Optuna study per cell and seed), or {values, per_configuration, objective}
     seeds: Annotated[
-        Annotated[Annotated[list[int], Field(min_length=1)], Tag("list")]
+        Annotated[Annotated[list[Seed], Field(min_length=1)], Tag("list")]
         | Annotated[SeedsSpec, Tag("mapping")],
         Discriminator(lambda v: "mapping" if isinstance(v, dict | SeedsSpec) else "list"),
     ] = Field(default_factory=lambda: [0])
@@ -418,12 +447,20 @@ class SweepSpec(_Strict):
     @classmethod
     def _seeds_form(cls, value: Any) -> Any:
         """A number or a word is neither form (``seeds: 3`` is not three seeds): one line with
-        both."""
+        both. The list form's seeds as :func:`~sweeps.spec.selection_schema.seeds_problem` checks
+        them, each once (a seed twice would train the same trials twice)."""
         if not isinstance(value, list | tuple | dict | SeedsSpec):
             raise ValueError(
                 "a list of seeds (e.g. [0, 1, 2]: three seeds) or a mapping "
                 f"({{values: [0, 1, 2], per_configuration: true}}) (got {value!r})"
             )
+        problem = seeds_problem(value, "seeds: [0, 1, 2]")
+        if problem:
+            raise ValueError(problem)
+        if isinstance(value, list | tuple):
+            scalars = [v for v in value if isinstance(v, int | float | str)]
+            if len(set(scalars)) != len(scalars):
+                raise ValueError(f"repeats a seed: {list(value)}; list each seed once")
         return value
 
     @field_validator("profiles")

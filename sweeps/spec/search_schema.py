@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lightning_modules.metric_names import (
     DECODE_SECONDS,
@@ -20,10 +27,23 @@ from lightning_modules.metric_names import (
     VAL_SACREBLEU,
     VAL_TOKEN_ACC,
 )
+from sweeps.spec.scalars import schema_value_problem
 
 
 class _Strict(BaseModel):
+    """A section of the sweep file: unknown keys are refused, and so are ``true`` for a number
+    (pydantic would read it as 1) and a whole number YAML read as text (``max_steps: 1e5``), each
+    in the words the constructor settings' checks use (:mod:`sweeps.spec.scalars`)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _yaml_scalar(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = schema_value_problem(cls.model_fields[info.field_name].annotation, value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class EarlyTerminateSpec(_Strict):

@@ -3,9 +3,9 @@ evaluation after selection (``heldout``, run by :mod:`sweeps.heldout`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from sweeps.errors import SpecError
 from sweeps.spec.search_schema import _Strict
@@ -29,13 +29,39 @@ class HeldoutSpec(_Strict):
     )
 
 
+#: the largest seed: Lightning's ``seed_everything`` takes 0 to 2**32 - 1 (numpy's seeds) and raises
+#: on any other, in the trial, after the sweep has started
+SEED_MAX = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+
+
+def seeds_problem(values: Any, example: str, empty: bool = False) -> str | None:
+    """Why a list of seeds as written cannot be trained (``empty``: an empty list is allowed), or
+    None: a seed that is a yes/no value (pydantic would read ``true`` as 1) or outside 0 to
+    :data:`SEED_MAX`, an empty list. ``example`` is how to write the key (``seeds: [0, 1, 2]``)."""
+    if not isinstance(values, list | tuple):
+        return None
+    if not values and not empty:
+        return f"an empty list trains nothing; give at least one seed, e.g. {example}"
+    whole = f"a seed is a whole number from 0 to {SEED_MAX}"
+    for value in values:
+        if isinstance(value, bool):
+            return f"{value!r} is a yes/no value; {whole}, e.g. {example}"
+        if isinstance(value, int | float) and not 0 <= value <= SEED_MAX:
+            return (
+                f"{value!r} is out of range; {whole} (Lightning's seed_everything refuses "
+                f"others), e.g. {example}"
+            )
+    return None
+
+
 class SeedsSpec(_Strict):
     """``seeds:`` as a mapping: the seeds, and whether a sampled configuration is judged over all
     of them (``per_configuration: true``: one Optuna study per cell, each configuration trained
     once per seed, Optuna told the ``objective`` over its seeds; :mod:`sweeps.search.over_seeds`) rather
     than each (cell, seed) being its own Optuna study (the list form ``seeds: [0, 1]``)."""
 
-    values: list[int] = Field(
+    values: list[Seed] = Field(
         default_factory=lambda: [0],
         min_length=1,
         description="The seeds; each configuration runs once per seed.",
@@ -51,12 +77,21 @@ class SeedsSpec(_Strict):
         "pessimistic end of the 95% t-interval over seeds (mean - t*sd/sqrt(n) when maximizing).",
     )
 
-    confirm: list[int] = Field(
+    confirm: list[Seed] = Field(
         default_factory=list,
         description="Fresh seeds (none of `values`) on which each cell's chosen configuration is "
         "trained again after selection (`role: confirm` in results.csv) and evaluated by the held-out "
         "stage: results.md reports their validation and test figures as the ones free of selection.",
     )
+
+    @field_validator("values", "confirm", mode="before")
+    @classmethod
+    def _trainable(cls, value: Any, info: ValidationInfo) -> Any:
+        example = "values: [0, 1, 2]" if info.field_name == "values" else "confirm: [3, 4]"
+        problem = seeds_problem(value, example, empty=info.field_name == "confirm")
+        if problem:
+            raise ValueError(problem)
+        return value
 
     def model_post_init(self, __context) -> None:
         if len(set(self.values)) != len(self.values):

@@ -8,7 +8,6 @@ import difflib
 import functools
 import inspect
 import math
-import types
 import typing
 from typing import Any
 
@@ -18,6 +17,13 @@ from datamodules.ranges import allowed_range, number_kind
 from lightning_modules.presets import PRESETS, attention_dims
 from sweeps.spec.grid import Cell
 from sweeps.spec.messages import format_validation
+from sweeps.spec.scalars import (
+    accepts_bool,
+    is_number_text,
+    text_problem,
+    type_name,
+    yes_no_problem,
+)
 from sweeps.spec.schema import SpecError, SweepSpec, TrainerSpec
 from sweeps.spec.signatures import (
     TASK_CLASSES,
@@ -46,7 +52,13 @@ def _origin(cell: Cell, key: str, default: str) -> str:
 def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: str) -> None:
     problem = _trainer_problem(trainer)
     if problem:
-        raise SpecError("", "trainer." + problem, source)
+        # the cell's own trainer values (a grid's, a searched range's end), where they were written
+        here = [
+            f"{origin} = {trainer[key[8:]]!r}"
+            for key, origin in cell.origins.items()
+            if key.startswith("trainer.") and key[8:] in trainer and origin != key
+        ]
+        raise SpecError("", problem + (f" (where {', '.join(here)})" if here else ""), source)
 
     dm_params = datamodule_param_types(task["name"])
     for key, value in task.items():
@@ -155,8 +167,13 @@ def _type_adapter(annotation: Any) -> TypeAdapter:
 @functools.lru_cache(maxsize=4096)
 def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
     """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
-    if kind is bool and not _accepts_bool(annotation):  # pydantic's lax mode would take True for 1
-        return f"{value!r} is a yes/no value; expected {_type_name(annotation)}"
+    if kind is bool and not accepts_bool(annotation):  # pydantic's lax mode would take True for 1
+        return yes_no_problem(annotation, value)
+    # pydantic's lax mode takes "64" and 64.0 for 64 (and refuses "1e5" in words of its own), but
+    # the constructors are given the value itself, and the model's checks refuse them
+    number = number_kind(annotation)
+    if isinstance(value, str) and number is not None and is_number_text(value):
+        return text_problem(annotation, value)
     try:
         try:
             adapter = _type_adapter(annotation)
@@ -168,41 +185,18 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
         allowed = allowed_range(annotation)
         if allowed and err["type"] in _RANGE_ERRORS:
             return f"{value!r} is out of range; allowed: {allowed}"
-        return f"{err['msg']} (got {value!r}; expected {_type_name(annotation)})"
+        return f"{err['msg']} (got {value!r}; expected {type_name(annotation)})"
     except Exception as exc:  # noqa: BLE001 -- a check that cannot run is a problem, never a pass
         return (
-            f"could not be checked against {_type_name(annotation)} ({type(exc).__name__}: {exc}); "
+            f"could not be checked against {type_name(annotation)} ({type(exc).__name__}: {exc}); "
             f"this setting cannot come from a sweep file"
         )
     if isinstance(value, float) and math.isnan(value):
         return "NaN is not a valid setting"
-    # pydantic's lax mode takes 64.0 and "64" for 64, but the constructors are given the value
-    # itself, and the model's checks refuse them
-    kind = number_kind(annotation)
-    if isinstance(value, float) and kind is int:
+    if isinstance(value, float) and number is int:
         write = f" (write {int(value)})" if value.is_integer() else ""
-        return f"{value!r} is not a whole number; expected {_type_name(annotation)}{write}"
-    if isinstance(value, str) and kind is not None:
-        return f"{value!r} is text; expected {_type_name(annotation)} ({_unquoted(value)})"
+        return f"{value!r} is not a whole number; expected {type_name(annotation)}{write}"
     return None
-
-
-def _unquoted(text: str) -> str:
-    """How to write ``text`` (a number pydantic has parsed) as one: YAML reads ``1e-4`` (no dot in
-    the mantissa) as text."""
-    mantissa, e, exponent = text.lower().partition("e")
-    if e and "." not in mantissa:
-        return f"YAML reads {text} as text: write {mantissa}.0e{exponent} or {float(text):g}"
-    return "write it without quotes"
-
-
-def _accepts_bool(annotation: Any) -> bool:
-    """Whether ``annotation`` (through Optional, Union, Annotated, Literal) admits True/False."""
-    if annotation is bool or annotation is Any:
-        return True
-    return any(
-        arg is True or arg is False or _accepts_bool(arg) for arg in typing.get_args(annotation)
-    )
 
 
 def check_bounds_pairs(section: str, values: dict[str, Any], where_of: Any, source: str) -> None:
@@ -228,7 +222,7 @@ def _trainer_problem(trainer: dict[str, Any]) -> str | None:
             TrainerSpec.model_validate(trainer)
             _TRAINER_CHECKS[key] = None
         except ValidationError as exc:
-            _TRAINER_CHECKS[key] = format_validation(exc).lstrip()
+            _TRAINER_CHECKS[key] = format_validation(exc, under=("trainer",)).lstrip()
     return _TRAINER_CHECKS[key]
 
 
@@ -239,14 +233,3 @@ _RANGE_ERRORS = {
     "less_than_equal",
     "multiple_of",
 }
-
-
-def _type_name(annotation: Any) -> str:
-    """``int``, ``int or null`` (an Optional), ``Literal['a', 'b']``: the type a setting takes."""
-    if typing.get_origin(annotation) is typing.Annotated:
-        return _type_name(typing.get_args(annotation)[0])
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return " or ".join(
-            "null" if a is type(None) else _type_name(a) for a in typing.get_args(annotation)
-        )
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

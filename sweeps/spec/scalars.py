@@ -1,0 +1,97 @@
+"""One value of a sweep file as YAML reads it and as a message says it: a yes/no value where a
+number goes (pydantic's lax mode would take ``true`` for 1), a number YAML read as text (``1e-4``,
+``1e5``: no dot before the exponent), and a type as a user writes it. Used by the schema's own
+fields (:class:`sweeps.spec.search_schema._Strict`) and by the checks of the constructor settings
+(:mod:`sweeps.spec.validate`), so both say these mistakes in the same words."""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from typing import Any
+
+from datamodules.ranges import number_kind
+
+
+def accepts_bool(annotation: Any) -> bool:
+    """Whether ``annotation`` (through Optional, Union, Annotated, Literal) admits True/False."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(
+        arg is True or arg is False or accepts_bool(arg) for arg in typing.get_args(annotation)
+    )
+
+
+def type_name(annotation: Any) -> str:
+    """``int``, ``int or null`` (an Optional), ``Literal['a', 'b']``: the type a setting takes."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return type_name(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(
+            "null" if a is type(None) else type_name(a) for a in typing.get_args(annotation)
+        )
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def is_number_text(text: str) -> bool:
+    """Whether ``text`` is a finite number written as text (``'1e5'``, ``'32'``)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def unquoted(text: str, kind: type | None = float) -> str:
+    """How to write ``text`` (a number read as text) as a number of ``kind``: YAML reads ``1e-4``
+    and ``1e5`` (no dot in the mantissa) as text."""
+    mantissa, e, exponent = text.lower().partition("e")
+    if e and "." not in mantissa:
+        number = float(text)
+        if kind is int and number.is_integer():
+            return f"YAML reads {text} as text: write {int(number)}"
+        return f"YAML reads {text} as text: write {mantissa}.0e{exponent} or {number:g}"
+    return "write it without quotes"
+
+
+def text_problem(annotation: Any, value: str) -> str:
+    """The line for a number written as text where ``annotation`` wants a number."""
+    write = unquoted(value, number_kind(annotation))
+    return f"{value!r} is text; expected {type_name(annotation)} ({write})"
+
+
+def yes_no_problem(annotation: Any, value: bool) -> str:
+    """The line for True/False where ``annotation`` wants no yes/no value."""
+    return f"{value!r} is a yes/no value; expected {type_name(annotation)}"
+
+
+def _holds_items(annotation: Any) -> bool:
+    """Whether ``annotation`` is (or may be) a list or mapping of values, not one value."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, set, frozenset, dict):
+        return True
+    if origin is typing.Annotated:
+        return _holds_items(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_holds_items(a) for a in typing.get_args(annotation))
+    return False
+
+
+def schema_value_problem(annotation: Any, value: Any) -> str | None:
+    """What pydantic's lax mode would take silently, or refuse in words of its own, for one value
+    of a schema field of a number type: ``true`` (read as 1) and a whole number that YAML read as
+    text (``max_steps: 1e5``: "unable to parse string as an integer"). None when neither."""
+    if _holds_items(annotation):
+        return None
+    kind = number_kind(annotation)
+    if kind is None:
+        return None
+    if isinstance(value, bool) and not accepts_bool(annotation):
+        return yes_no_problem(annotation, value)
+    if kind is int and isinstance(value, str) and is_number_text(value):
+        try:
+            int(value)  # "32": pydantic reads it as 32, the value the field holds
+        except ValueError:
+            if float(value).is_integer():  # "1e5"; "1.5" is no whole number either way
+                return text_problem(annotation, value)
+    return None

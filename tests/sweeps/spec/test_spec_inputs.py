@@ -1,0 +1,315 @@
+"""Inputs a dry run used to accept, or to answer in pydantic's words (an internal class name,
+"unable to parse string as an integer"): seeds Lightning refuses or repeats, trainer values
+Lightning refuses when the trial starts, numbers YAML reads as text, yes/no values for numbers, a
+section given one value, a profile checked only when used, an empty --output, a tolerance under
+asha. Each fails before anything starts, in one line naming the key, the value and what to write.
+No Ray."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sweeps.launch import main as launch_main
+from sweeps.spec import SpecError, build_sweep
+
+
+def base_spec(**over):
+    spec = {
+        "name": "t",
+        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
+        "trainer": {"max_steps": 10},
+    }
+    spec.update(over)
+    return spec
+
+
+def error_of(raw, **kwargs) -> str:
+    with pytest.raises(SpecError) as info:
+        build_sweep(raw, source="x.yaml", **kwargs)
+    message = str(info.value)
+    assert "\n" not in message, "one line"
+    return message
+
+
+# ---- seeds: what Lightning's seed_everything takes, each once
+
+
+def test_the_seed_range_is_lightnings():
+    from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
+
+    from sweeps.spec.selection_schema import SEED_MAX
+
+    assert (min_seed_value, max_seed_value) == (0, SEED_MAX)
+    sweep = build_sweep(base_spec(seeds=[0, SEED_MAX]))
+    assert sorted({p.seed for p in sweep.plans}) == [0, SEED_MAX]
+
+
+WHOLE = "a seed is a whole number from 0 to 4294967295"
+
+
+@pytest.mark.parametrize(
+    "seeds, said",
+    [
+        (
+            [0, -1],
+            f"seeds: -1 is out of range; {WHOLE} (Lightning's seed_everything refuses others), "
+            "e.g. seeds: [0, 1, 2]",
+        ),
+        ([2**32], f"seeds: 4294967296 is out of range; {WHOLE}"),
+        ([True], f"seeds: True is a yes/no value; {WHOLE}, e.g. seeds: [0, 1, 2]"),
+        # two trials of one seed are the same trial (and the same Optuna study's name)
+        ([0, 1, 0], "seeds: repeats a seed: [0, 1, 0]; list each seed once"),
+        ([], "seeds: an empty list trains nothing; give at least one seed, e.g. seeds: [0, 1, 2]"),
+        (
+            {"values": []},
+            "seeds.values: an empty list trains nothing; give at least one seed, "
+            "e.g. values: [0, 1, 2]",
+        ),
+        ({"values": [-1]}, f"seeds.values: -1 is out of range; {WHOLE}"),
+        (
+            {"values": [0], "confirm": [2**32]},
+            f"seeds.confirm: 4294967296 is out of range; {WHOLE}",
+        ),
+    ],
+)
+def test_seeds_lightning_refuses_repeated_or_none_are_refused(seeds, said):
+    msg = error_of(base_spec(seeds=seeds))
+    assert msg.startswith(f"x.yaml: {said}"), msg
+
+
+# ---- trainer values Lightning refuses when the trial starts
+
+
+@pytest.mark.parametrize(
+    "key, value, said",
+    [
+        (
+            "val_check_interval",
+            1.5,
+            "1.5 is above 1.0: Lightning reads a float as a fraction of an epoch (0.0 to 1.0) and "
+            "a whole number as a count of training batches between validations; write a fraction "
+            "up to 1.0, or a whole number (e.g. 2)",
+        ),
+        # a float, so a fraction to Lightning, not "every 4 batches"
+        ("val_check_interval", 4.0, "4.0 is above 1.0: Lightning reads a float as a fraction"),
+        (
+            "limit_val_batches",
+            2.5,
+            "2.5 is above 1.0: Lightning reads a float as a fraction of the validation set (0.0 "
+            "to 1.0) and a whole number as a count of validation batches; write a fraction up to "
+            "1.0, or a whole number (e.g. 2)",
+        ),
+        ("limit_train_batches", 3.5, "3.5 is above 1.0: Lightning reads a float as a fraction"),
+    ],
+)
+def test_a_float_above_one_for_a_fraction_or_count_is_refused(key, value, said):
+    msg = error_of(base_spec(trainer={"max_steps": 10, key: value}))
+    assert msg.startswith(f"x.yaml: trainer.{key}: {said}"), msg
+
+
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        {"max_steps": 10, "val_check_interval": 1.0, "limit_val_batches": 0.5},
+        {"max_steps": 10, "val_check_interval": 10, "limit_val_batches": 2},
+        {"max_steps": 10, "limit_train_batches": 1.0, "limit_val_batches": 0},
+        # 40 batches are 10 steps of 4 batches: validated at the last step
+        {"max_steps": 10, "val_check_interval": 40, "accumulate_grad_batches": 4},
+    ],
+)
+def test_fractions_up_to_one_and_counts_within_the_trial_pass(trainer):
+    assert build_sweep(base_spec(trainer=trainer)).plans
+
+
+def test_a_val_check_interval_past_the_last_step_is_taken():
+    """A shorter run by ``--set trainer.max_steps=100`` on a file that validates every 400 steps
+    still validates, reports and checkpoints once, as the trial ends (finish_fit)."""
+    over = ["trainer.max_steps=100", "trainer.val_check_interval=400"]
+    assert build_sweep(base_spec(), overrides=over).plans
+
+
+def test_a_cells_trainer_section_error_has_one_key_path():
+    """A check of the whole section (cuda_graphs with precision), for a cell: ``trainer:``, not
+    ``trainer.:``."""
+    raw = base_spec(resources={"gpu": 1}, trainer={"max_steps": 10, "cuda_graphs": True})
+    raw["grid"]["trainer.precision"] = ["32-true", "16-mixed"]
+    msg = error_of(raw)
+    assert msg.startswith("x.yaml: trainer: cuda_graphs captures float32 steps"), msg
+    assert msg.endswith("(where grid.trainer.precision = '16-mixed')")
+
+
+# ---- numbers YAML reads as text, yes/no values for numbers
+
+
+def test_a_whole_number_yaml_reads_as_text_says_how_to_write_it():
+    said = (
+        "x.yaml: trainer.max_steps: '1e5' is text; expected int "
+        "(YAML reads 1e5 as text: write 100000)"
+    )
+    as_yaml = yaml.safe_load("{max_steps: 1e5}")  # YAML 1.1: no dot, so not a number
+    assert error_of(base_spec(trainer=as_yaml)) == said
+    assert error_of(base_spec(), overrides=["trainer.max_steps=1e5"]) == said
+    # the constructor settings say it alike (pydantic: "unable to parse string as an integer")
+    task = {**base_spec()["task"], "train_size": yaml.safe_load("2e4")}
+    assert error_of(base_spec(task=task)) == (
+        "x.yaml: task.train_size: '2e4' is text; expected int (YAML reads 2e4 as text: write 20000)"
+    )
+    # a float's own message is as it was
+    assert "YAML reads 3e-3 as text: write 3.0e-3 or 0.003" in error_of(
+        base_spec(model={"preset": "tiny", "lr": yaml.safe_load("3e-3")})
+    )
+
+
+@pytest.mark.parametrize(
+    "over, said",
+    [
+        (
+            {"trainer": {"max_steps": True}},
+            "trainer.max_steps: True is a yes/no value; expected int",
+        ),
+        ({"num_samples": True}, "num_samples: True is a yes/no value; expected int"),
+        ({"timing": {"repeats": False}}, "timing.repeats: False is a yes/no value; expected int"),
+        (
+            {"trainer": {"max_steps": 10, "val_check_interval": True}},
+            "trainer.val_check_interval: True is a yes/no value; expected int or float or null",
+        ),
+        (
+            {"budget": {"hours": True}},
+            "budget.hours: True is a yes/no value; expected float or null",
+        ),
+    ],
+)
+def test_a_yes_no_value_for_a_number_is_refused_as_model_settings_are(over, said):
+    """pydantic's lax mode would read true as 1 (one step, one sample); ``model.K: true`` has been
+    refused in these words."""
+    assert error_of(base_spec(**over)) == f"x.yaml: {said}"
+
+
+# ---- a section given one value
+
+
+@pytest.mark.parametrize(
+    "over, said",
+    [
+        (
+            {"fusion": 4},
+            "fusion: 4 is neither off nor a mapping; write `fusion: off` or "
+            "`fusion: {max_members: 4}`",
+        ),
+        (
+            {"heldout": False},
+            "heldout: must be a mapping, not False; write heldout: {enabled: false}",
+        ),
+        ({"timing": False}, "timing: must be a mapping, not False; write timing: {enabled: false}"),
+        (
+            {"search": "random"},
+            "search: must be a mapping of its keys (e.g. search: {sampler: random}), not "
+            "'random'; allowed keys: sampler, seed",
+        ),
+        # the word goes under the key that takes it
+        (
+            {"early_terminate": "asha"},
+            "early_terminate: must be a mapping of its keys (e.g. early_terminate: {type: asha}), "
+            "not 'asha'; allowed keys: grace_period, max_t, promotion, reduction_factor, "
+            "tolerance, type",
+        ),
+        (
+            {"wandb": "offline"},
+            "wandb: must be a mapping of its keys (e.g. wandb: {mode: offline})",
+        ),
+        (
+            {"stop_when": 3},
+            "stop_when: must be a mapping of its keys, not 3; allowed keys: at_least, at_most, "
+            "metric, reports",
+        ),
+        ({"task": 5}, "task: must be a mapping, not 5"),
+    ],
+)
+def test_a_section_given_one_value_says_it_takes_a_mapping(over, said):
+    msg = error_of(base_spec(**over))
+    assert msg.startswith(f"x.yaml: {said}"), msg
+    assert "instance of" not in msg and "Spec" not in msg
+
+
+def test_a_set_of_a_whole_section_to_one_value_lists_its_keys():
+    msg = error_of(base_spec(), overrides=["trainer=5"])
+    assert msg.startswith(
+        "x.yaml: trainer: must be a mapping of its keys (e.g. trainer: {max_steps: 1000}), not 5; "
+        "allowed keys: accumulate_grad_batches, check_val_every_n_epoch, "
+    )
+    assert "TrainerSpec" not in msg
+
+
+# ---- profiles: every one checked when the file loads, its errors naming it
+
+
+def test_every_profile_is_checked_when_the_file_loads():
+    raw = base_spec(profiles={"ok": {"trainer.max_steps": 20}, "fast": {"trainer.max_stepz": 5}})
+    said = "x.yaml: profiles.fast: trainer.max_stepz: unknown key; allowed here: "
+    assert error_of(raw).startswith(said)  # no --profile
+    assert error_of(raw, profile="ok").startswith(said)  # another profile
+    assert error_of(raw, profile="fast").startswith(said)  # the profile itself
+    # a value only a profile's grid brings, caught by the cell checks
+    cells = base_spec(profiles={"big": {"grid.model": [{"attention": "memory", "K": 0}]}})
+    assert error_of(cells).startswith("x.yaml: profiles.big: grid.model[0].K: 0 is out of range")
+    # the smoke profile's own block, applied after the smoke defaults
+    smoke = base_spec(profiles={"smoke": {"trainer.val_check_interval": 2.5}})
+    assert error_of(smoke).startswith(
+        "x.yaml: profiles.smoke: trainer.val_check_interval: 2.5 is above 1.0"
+    ), error_of(smoke)
+
+
+def test_an_error_of_the_file_or_of_a_set_is_not_put_on_a_profile():
+    raw = base_spec(profiles={"fast": {"trainer.max_steps": 5}})
+    raw["trainer"]["max_stepz"] = 3
+    assert error_of(raw, profile="fast").startswith("x.yaml: trainer.max_stepz: unknown key")
+    fine = base_spec(profiles={"fast": {"trainer.max_steps": 5}})
+    msg = error_of(fine, profile="fast", overrides=["trainer.bogus=1"])
+    assert msg.startswith("x.yaml: trainer.bogus: unknown key")
+
+
+def test_a_profiles_warm_start_folder_is_needed_only_when_it_is_used(tmp_path):
+    """A profile that continues an earlier run names a folder that run has not written yet."""
+    raw = base_spec(profiles={"again": {"warm_start": str(tmp_path / "first" / "t")}})
+    assert build_sweep(raw).plans
+    assert error_of(raw, profile="again").startswith(
+        f"x.yaml: profiles.again: warm_start: {tmp_path / 'first' / 't'} is not an earlier "
+        "sweep's output"
+    )
+
+
+# ---- the launcher: an empty --output
+
+
+@pytest.mark.parametrize("output", ["", "  "])
+def test_an_empty_output_folder_is_refused(tmp_path, capsys, output):
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    with pytest.raises(SystemExit) as info:  # argparse's own exit for a bad argument
+        launch_main([str(spec), "--dry-run", "--output", output])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert (
+        f"argument --output: empty folder name {output!r}; give the folder for the results, "
+        "e.g. --output sweep-results (the default), or --output . for the current folder"
+    ) in err
+
+
+# ---- early_terminate: the key the rule does not take
+
+
+def test_a_tolerance_under_asha_names_the_tolerance():
+    raw = base_spec(
+        early_terminate={"type": "asha", "tolerance": {"val/bleu": 0.1}},
+        parameters={"model.lr": {"min": 0.001, "max": 0.01}},
+        num_samples=2,
+    )
+    assert error_of(raw) == (
+        "x.yaml: early_terminate.tolerance: type asha does not read a tolerance (the Pareto rung "
+        "rule of a multi-objective study does, per objective); remove it"
+    )
+    pareto = base_spec(early_terminate={"type": "pareto"})
+    assert error_of(pareto).startswith("x.yaml: early_terminate.type: pareto ranks trials")
