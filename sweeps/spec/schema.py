@@ -27,12 +27,14 @@ from lightning_modules.metric_names import (
 from sweeps.errors import SpecError  # noqa: F401 (raised here; importable from here too)
 from sweeps.spec.fusion_schema import FusionSpec
 from sweeps.spec.search_schema import (
+    NATURAL_GOALS,
     ConstraintSpec,
     EarlyTerminateSpec,
     ObjectiveSpec,
     ParamSpec,
     StopWhenSpec,
     _Strict,
+    goal_problem,
 )
 from sweeps.spec.selection_schema import HeldoutSpec, Seed, SeedsSpec, seeds_problem
 
@@ -43,7 +45,8 @@ class MetricSpec(_Strict):
 
     # the metric trials are selected and stopped on (a results.csv column); default: validation BLEU
     name: str = VAL_BLEU
-    # maximize: a higher value of the metric is better; minimize: a lower one (a loss)
+    # maximize: a higher value of the metric is better; minimize: a lower one (a loss); without
+    # it, the metric's own direction
     goal: Literal["maximize", "minimize"] = "maximize"
 
     @field_validator("name")
@@ -60,6 +63,22 @@ class MetricSpec(_Strict):
                 f"{value!r} is not a metric the trials report{timing}; valid: {', '.join(FIT_METRICS)}"
             )
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _goal_of_the_metric(cls, value: Any) -> Any:
+        """Without a goal, the metric's own direction (``{name: val/loss}`` minimizes)."""
+        if isinstance(value, dict) and "goal" not in value and "name" in value:
+            natural = NATURAL_GOALS.get(value["name"])
+            return {**value, "goal": natural} if natural else value
+        return value
+
+    @model_validator(mode="after")
+    def _natural_goal(self) -> MetricSpec:
+        problem = goal_problem(self.name, self.goal)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @property
     def mode(self) -> str:

@@ -149,9 +149,44 @@ PROBED = (DECODE_SECONDS, "train_step_seconds", "train_peak_mb")
 BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0.0, TRAIN_LOSS: 0.0}
 
 
+def goal_problem(name: str, goal: str) -> str | None:
+    """Why ``goal`` for the metric ``name`` would select the worst trials, or None (a metric of
+    no known direction takes either)."""
+    natural = NATURAL_GOALS.get(name)
+    if natural is None or natural == goal:
+        return None
+    better = "higher" if natural == "maximize" else "lower"
+    return (
+        f"goal {goal} for {name} would pick the worst trials (a {better} {name} is better); "
+        f"write goal: {natural}"
+    )
+
+
+def beyond_bound(name: str, value: float | None, side: str) -> str | None:
+    """Why ``value`` as a ``side`` (``at least`` / ``at most``) of the metric ``name`` can never be
+    met (BLEU above 100, token accuracy above 1, a loss below 0), or None."""
+    bound = BOUNDS.get(name)
+    if bound is None or value is None:
+        return None
+    rising = NATURAL_GOALS.get(name) == "maximize"
+    if (side == "at least" and rising and value > bound) or (
+        side == "at most" and not rising and value < bound
+    ):
+        limit = "at most" if rising else "at least"
+        return f"{name} is {limit} {bound:g}, so {side} {value:g} is never met"
+    return None
+
+
 class ObjectiveSpec(_Strict):
     name: str  # a metric the trials report, or a figure the probe measures (decode_seconds)
     goal: Literal["maximize", "minimize"]  # whether a higher or a lower value is better
+
+    @model_validator(mode="after")
+    def _natural_goal(self) -> ObjectiveSpec:
+        problem = goal_problem(self.name, self.goal)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class ConstraintSpec(_Strict):
@@ -179,6 +214,11 @@ class ConstraintSpec(_Strict):
                 "a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
                 "model settings, e.g. {attention: bahdanau})"
             )
+        problem = beyond_bound(self.name, self.min, "at least") or beyond_bound(
+            self.name, self.max, "at most"
+        )
+        if problem:
+            raise ValueError(f"no trial could count: {problem}")
         return self
 
     @property
@@ -235,6 +275,11 @@ class StopWhenSpec(_Strict):
                 "give exactly one of at_least (a metric that rises, e.g. val/bleu) "
                 "and at_most (one that falls, e.g. val/loss)"
             )
+        problem = beyond_bound(self.metric, self.at_least, "at least") or beyond_bound(
+            self.metric, self.at_most, "at most"
+        )
+        if problem:
+            raise ValueError(f"no trial would stop: {problem}")
         return self
 
     def reached(self, value: float) -> bool:

@@ -313,3 +313,39 @@ def test_a_tolerance_under_asha_names_the_tolerance():
     )
     pareto = base_spec(early_terminate={"type": "pareto"})
     assert error_of(pareto).startswith("x.yaml: early_terminate.type: pareto ranks trials")
+
+
+# ---- goals against a metric's direction, bounds no trial can reach
+
+
+def test_a_goal_against_the_metrics_direction_is_refused():
+    """Maximizing a loss picks the worst trials: refused for the sweep's metric and for each
+    objective, with the goal to write."""
+    msg = error_of(base_spec(metric={"name": "val/loss", "goal": "maximize"}))
+    assert msg == (
+        "x.yaml: metric: goal maximize for val/loss would pick the worst trials (a lower val/loss "
+        "is better); write goal: minimize"
+    )
+    objectives = [
+        {"name": "val/bleu", "goal": "minimize"},
+        {"name": "decode_seconds", "goal": "minimize"},
+    ]
+    raw = base_spec(objectives=objectives)
+    raw.pop("metric", None)
+    assert "goal minimize for val/bleu would pick the worst trials" in error_of(raw)
+    assert build_sweep(base_spec(metric={"name": "val/loss", "goal": "minimize"})).plans
+    # without a goal, the metric's own
+    assert build_sweep(base_spec(metric={"name": "val/loss"})).spec.metric.goal == "minimize"
+    assert build_sweep(base_spec(metric={"name": "val/bleu"})).spec.metric.goal == "maximize"
+
+
+def test_a_bound_past_what_the_metric_can_reach_is_refused():
+    """Token accuracy is a fraction and BLEU at most 100: a stop at 95 accuracy never comes."""
+    msg = error_of(base_spec(stop_when={"metric": "val/token_acc", "at_least": 95}))
+    assert msg.endswith(
+        "no trial would stop: val/token_acc is at most 1, so at least 95 is never met"
+    )
+    assert "val/loss is at least 0, so at most -1 is never met" in error_of(
+        base_spec(stop_when={"metric": "val/loss", "at_most": -1})
+    )
+    assert build_sweep(base_spec(stop_when={"metric": "val/bleu", "at_least": 99.5})).plans
