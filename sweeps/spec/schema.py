@@ -85,6 +85,11 @@ class MetricSpec(_Strict):
         return "max" if self.goal == "maximize" else "min"
 
 
+#: the client processes an MPS server serves on one GPU (Volta and later): the smallest GPU share
+#: a trial may hold is one of them
+MPS_CLIENTS = 48
+
+
 class ResourcesSpec(_Strict):
     """Per trial. ``gpu`` may be fractional (several trials packed on one GPU); ``workers`` > 1
     runs the trial as a DDP job of that many Ray Train workers, each with ``cpu``/``gpu``."""
@@ -115,13 +120,19 @@ class ResourcesSpec(_Strict):
     @field_validator("gpu", mode="before")
     @classmethod
     def _number_or_auto(cls, value: Any) -> Any:
-        """One line for a word that is neither (pydantic would name both arms of the union)."""
+        """One line for a word that is neither (pydantic would name both arms of the union), or
+        a yes/no value (pydantic would read true as 1)."""
+        if isinstance(value, bool):
+            raise ValueError(
+                f"{value!r} is a yes/no value; the GPUs each trial holds: a number (0, 0.5, 1) or "
+                "auto"
+            )
         if isinstance(value, str) and value != "auto":
             try:
                 float(value)
             except ValueError:
                 raise ValueError(
-                    f"the GPUs each trial holds: a number (0, 0.5, 1, 2, ...) or auto (got {value!r})"
+                    f"the GPUs each trial holds: a number (0, 0.5, 1) or auto (got {value!r})"
                 ) from None
         return value
 
@@ -132,9 +143,17 @@ class ResourcesSpec(_Strict):
             return v
         if v < 0:
             raise ValueError("gpu must be 0 or more (0 trains on the CPU), or auto")
-        if v > 1 and v != int(v):
+        if v > 1:
             raise ValueError(
-                "gpu above 1 must be a whole number (fractions only pack several trials on one GPU)"
+                f"{v:g} GPUs a trial: a trial (or each of its DDP workers) trains on one GPU, so the "
+                f"others would stay reserved and idle; for {v:g} GPUs a trial write workers: "
+                f"{max(2, round(v))} with gpu: 1 (a DDP job, one GPU a worker), else gpu: 1"
+            )
+        if 0 < v < 1 / MPS_CLIENTS:
+            raise ValueError(
+                f"gpu {v:g} packs {round(1 / v)} trials on one GPU; NVIDIA MPS serves at most "
+                f"{MPS_CLIENTS} processes a GPU and each holds a CUDA context of its own: give "
+                f"1/{MPS_CLIENTS} ({1 / MPS_CLIENTS:.3g}) or more, e.g. gpu: 0.125 (8 to a GPU)"
             )
         return v
 

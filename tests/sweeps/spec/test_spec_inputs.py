@@ -349,3 +349,29 @@ def test_a_bound_past_what_the_metric_can_reach_is_refused():
         base_spec(stop_when={"metric": "val/loss", "at_most": -1})
     )
     assert build_sweep(base_spec(stop_when={"metric": "val/bleu", "at_least": 99.5})).plans
+
+
+# ---- GPU shares a trial cannot use
+
+
+@pytest.mark.parametrize(
+    "gpu, said",
+    [
+        (True, "resources.gpu: True is a yes/no value"),
+        (
+            8,
+            "resources.gpu: 8 GPUs a trial: a trial (or each of its DDP workers) trains on one GPU",
+        ),
+        (2.0, "write workers: 2 with gpu: 1"),
+        (0.0001, "gpu 0.0001 packs 10000 trials on one GPU; NVIDIA MPS serves at most 48"),
+    ],
+)
+def test_a_gpu_share_no_trial_can_use_is_refused(gpu, said):
+    """A trial trains on one GPU (devices=1; a DDP worker on one too): more GPUs would stay held
+    and idle; a share below one MPS client's packs more processes than MPS serves."""
+    assert said in error_of(base_spec(resources={"gpu": gpu}))
+
+
+def test_gpu_shares_a_trial_uses_pass():
+    for gpu in (0, 1 / 48, 0.125, 0.5, 1, "auto"):
+        assert build_sweep(base_spec(resources={"gpu": gpu})).plans
