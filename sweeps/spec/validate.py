@@ -150,6 +150,10 @@ def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
         problem = _type_problem(annotation, type(value), value)  # cached: grids repeat their values
     except TypeError:  # an unhashable value (a list, a dict)
         problem = _type_problem.__wrapped__(annotation, type(value), value)
+    if problem and isinstance(value, list) and where.startswith(("model.", "task.")):
+        # a list in the base section: values to sweep, which the grid takes
+        shown = ", ".join(map(str, value))
+        problem += f"; to sweep these values, put them under grid: (grid: {{{where}: [{shown}]}})"
     if problem:
         raise SpecError(where, problem, source)
 

@@ -207,7 +207,10 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
             lambda s: s.update(parameters={"model.lr": {"min": 0.1}}),
             ["parameters.model.lr", "min", "max"],
         ),
-        (lambda s: s.update(resources={"gpu": 1.5}), ["resources.gpu", "trains on one GPU", "workers: 2"]),
+        (
+            lambda s: s.update(resources={"gpu": 1.5}),
+            ["resources.gpu", "trains on one GPU", "workers: 2"],
+        ),
         (lambda s: s.update(name="my sweep"), ["name", "letters"]),
         # tiny is bidirectional: memory D = 2H, so q^T s_j has mismatched sizes (unidirectional works)
         (

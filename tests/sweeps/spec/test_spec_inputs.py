@@ -375,3 +375,14 @@ def test_a_gpu_share_no_trial_can_use_is_refused(gpu, said):
 def test_gpu_shares_a_trial_uses_pass():
     for gpu in (0, 1 / 48, 0.125, 0.5, 1, "auto"):
         assert build_sweep(base_spec(resources={"gpu": gpu})).plans
+
+
+def test_a_list_in_the_base_section_points_to_the_grid():
+    raw = base_spec(model={"preset": "tiny", "attention": "memory", "K": [1, 4]})
+    raw.pop("grid")
+    msg = error_of(raw)
+    assert msg.startswith("x.yaml: model.K: ") and msg.endswith(
+        "to sweep these values, put them under grid: (grid: {model.K: [1, 4]})"
+    )
+    raw = {**raw, "model": {"preset": "tiny", "attention": "memory"}, "grid": {"model.K": [1, 4]}}
+    assert len(build_sweep(raw).plans) == 2  # what the hint says to write
