@@ -20,6 +20,7 @@ from sweeps.schedulers.config_rungs import ConfigRungs
 from sweeps.schedulers.lost_nodes import adopt
 from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
 from sweeps.spec import Sweep, unit_key
+from sweeps.spec.search_schema import reports_per_trial
 
 
 class SweepFIFO(FIFOScheduler):
@@ -142,7 +143,7 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
             sweep,
             searcher.reader,
             searcher.rung_log,
-            reports_per_trial(sweep),
+            reports_per_trial(sweep.spec),
             searcher.rung_state,
             searcher.samples_left,
         )
@@ -151,7 +152,7 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
     comeback = getattr(searcher, "comeback", None)
     if et.type != "asha":
         return SweepFIFO(comeback)
-    max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep))
+    max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep.spec))
     if sweep.spec.per_configuration:  # all of a configuration's seeds stopped together
         return ConfigRungs(
             metric,
@@ -175,10 +176,3 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         )
 
     return PerUnitScheduler(asha, metric, mode, comeback)
-
-
-def reports_per_trial(sweep: Sweep) -> int:
-    t = sweep.spec.trainer
-    if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
-        return max(1, t.max_steps // t.val_check_interval)
-    return 100

@@ -22,7 +22,7 @@ from typing import Any
 
 from sweeps.spec.dotted import set_dotted
 from sweeps.spec.schema import SpecError, SweepSpec, TeacherSpec
-from sweeps.spec.search_schema import tolerances
+from sweeps.spec.search_schema import reports_per_trial, tolerances
 
 SECTIONS = ("task", "model", "trainer")
 # Column names in results for well-known keys.
@@ -180,6 +180,14 @@ class Sweep:
             return (
                 f"early_terminate {self.spec.early_terminate.type}: it compares trials only within one (cell, seed), "
                 f"and each holds a single trial ({why}): there is nothing to stop; every trial runs to the end"
+            )
+        et, reports = self.spec.early_terminate, reports_per_trial(self.spec)
+        if et.max_t is None and et.grace_period >= reports:
+            return (
+                f"early_terminate {et.type}: its first rung (grace_period {et.grace_period}) is at "
+                f"or past a trial's last report (a trial makes {reports}: trainer.max_steps over "
+                "val_check_interval): there is nothing to stop; every trial runs to the end (lower "
+                "grace_period)"
             )
         ties = ""
         if self.spec.early_terminate.type == "pareto":

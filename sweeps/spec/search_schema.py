@@ -71,6 +71,24 @@ class EarlyTerminateSpec(_Strict):
         """The Pareto rule with ``promotion: wait``, its default."""
         return self.type == "pareto" and (self.promotion or "wait") == "wait"
 
+    @model_validator(mode="after")
+    def _first_rung_before_the_last(self) -> EarlyTerminateSpec:
+        if self.max_t is not None and self.grace_period > self.max_t:
+            raise ValueError(
+                f"grace_period {self.grace_period} is above max_t {self.max_t}: the first rung "
+                "would come after the rungs end; give a grace_period up to max_t"
+            )
+        return self
+
+
+def reports_per_trial(spec: Any) -> int:
+    """The validation reports a whole trial makes: ``trainer.max_steps`` over an int
+    ``val_check_interval`` (at least 1); 100 where the interval is a fraction of an epoch."""
+    t = spec.trainer
+    if isinstance(t.val_check_interval, int) and t.val_check_interval > 0:
+        return max(1, t.max_steps // t.val_check_interval)
+    return 100
+
 
 # decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
 # differ by up to 8% (docs/moo_early_stopping.md, "The tolerance")
@@ -99,6 +117,11 @@ class ParamSpec(_Strict):
 
     def resolved_distribution(self) -> str:
         if self.values is not None:
+            if self.min is not None or self.max is not None:
+                raise ValueError(
+                    "give either `values: [...]` (the choices) or `min` and `max` (a range), "
+                    "not both"
+                )
             if self.distribution not in (None, "categorical"):
                 raise ValueError("`values` goes with distribution categorical (or none)")
             if not self.values:

@@ -386,3 +386,30 @@ def test_a_list_in_the_base_section_points_to_the_grid():
     )
     raw = {**raw, "model": {"preset": "tiny", "attention": "memory"}, "grid": {"model.K": [1, 4]}}
     assert len(build_sweep(raw).plans) == 2  # what the hint says to write
+
+
+def test_a_parameter_with_both_choices_and_a_range_is_refused():
+    """Which of the two Optuna would draw from was not said anywhere: the choices won."""
+    both = {"model.lr": {"values": [0.001], "min": 0.1, "max": 0.2}}
+    msg = error_of(base_spec(parameters=both, num_samples=2))
+    assert msg == (
+        "x.yaml: parameters.model.lr: give either `values: [...]` (the choices) or `min` and "
+        "`max` (a range), not both"
+    )
+
+
+def test_asha_rungs_that_can_never_stop_a_trial_are_said():
+    """A grace_period above max_t was cut to max_t without a word; one at or past a trial's last
+    report stops nothing, and the dry run said the trials were compared."""
+    searched = dict(parameters={"model.lr": {"min": 0.001, "max": 0.01}}, num_samples=4)
+    trainer = {"max_steps": 30, "val_check_interval": 10}  # 3 reports a trial
+    late = {"type": "asha", "grace_period": 10, "max_t": 2}
+    assert error_of(base_spec(**searched, trainer=trainer, early_terminate=late)) == (
+        "x.yaml: early_terminate: grace_period 10 is above max_t 2: the first rung would come "
+        "after the rungs end; give a grace_period up to max_t"
+    )
+    for grace, stops in ((3, False), (2, True)):
+        et = {"type": "asha", "grace_period": grace}
+        note = build_sweep(base_spec(**searched, trainer=trainer, early_terminate=et))
+        note = note.early_stopping_note()
+        assert ("there is nothing to stop" not in note) == stops, note
