@@ -79,12 +79,23 @@ def _folder_datamodules(sweep: Sweep) -> list[tuple[dict, Any]]:
     return out
 
 
+#: the URI schemes pyarrow's ``FileSystem.from_uri`` (Ray's storage) reads, besides file://
+URI_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
+
+
 def write_problem(path: str) -> str | None:
     """Why ``path`` cannot be created or written from this process, or None when it can.
     Nothing is created: a probe file is written and removed in the nearest folder that exists
-    (where ``path`` would be created). Buckets (``s3://``, ``gs://``) are left to Ray."""
-    if "://" in path and not path.startswith("file://"):
-        return None
+    (where ``path`` would be created). Buckets (``s3://``, ``gs://``) are left to Ray, once their
+    scheme is one its storage reads (pyarrow's filesystems)."""
+    scheme, sep, _ = path.partition("://")
+    if sep and scheme != "file":  # pyarrow reads schemes in lower case only
+        if scheme in URI_SCHEMES:
+            return None
+        return (
+            f"unknown filesystem {scheme}:// (Ray's storage reads a URI with pyarrow, which takes "
+            f"{', '.join(s + '://' for s in URI_SCHEMES)}, or a local or NFS path)"
+        )
     target = Path(path.removeprefix("file://")).expanduser().absolute()
     existing = target
     while not existing.exists() and existing != existing.parent:
@@ -131,7 +142,9 @@ def describe_folders(folders: list[Folder], limit: int = 3) -> str:
         f"{key} {paths[0]}" + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else "")
         for key, paths in by_key.items()
     ]
-    return "writes to (all writable from here): " + "; ".join(parts[: limit + 2])
+    remote = any("://" in f.path and not f.path.startswith("file://") for f in folders)
+    checked = "the local ones writable from here" if remote else "all writable from here"
+    return f"writes to ({checked}): " + "; ".join(parts[: limit + 2])
 
 
 def resume_line(experiment: str, out_dir: Path) -> str:

@@ -161,3 +161,17 @@ def test_dry_run_resume_says_what_it_continues_or_that_there_is_nothing(tmp_path
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"--resume continues the sweep in {out / 'again'}; its last results.csv: 2 done, 1 preempted"
     )
+
+
+def test_a_storage_uri_of_a_scheme_ray_cannot_read_is_refused(tmp_path, capsys):
+    """s4:// passed the dry run, listed as writable; Ray's storage (pyarrow) would refuse it once
+    the sweep had started."""
+    base = [str(ROOT / "sweeps" / "quickstart.yaml"), "--dry-run", "--output", str(tmp_path)]
+    assert main([*base, "--set", "storage.path=s4://bucket/sweeps"]) == 2
+    err = capsys.readouterr().err
+    assert "storage.path s4://bucket/sweeps: unknown filesystem s4://" in err and "s3://" in err
+    assert main([*base, "--set", "storage.path=s3://bucket/sweeps"]) == 0
+    out = capsys.readouterr().out
+    assert "writes to (the local ones writable from here): " in out
+    assert write_problem("gs://bucket/x") is None
+    assert "unknown filesystem S3://" in write_problem("S3://b/x")  # pyarrow: lower case only
