@@ -6,6 +6,7 @@ fields (:class:`sweeps.spec.search_schema._Strict`) and by the checks of the con
 
 from __future__ import annotations
 
+import difflib
 import math
 import types
 import typing
@@ -95,3 +96,10 @@ def schema_value_problem(annotation: Any, value: Any) -> str | None:
             if float(value).is_integer():  # "1e5"; "1.5" is no whole number either way
                 return text_problem(annotation, value)
     return None
+
+
+def did_you_mean(key: str, known: typing.Iterable[str]) -> str:
+    """`` (did you mean max_length?)`` for the closest known name (an old spelling such as WMT's
+    ``max_len``, or a typo), or ""."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

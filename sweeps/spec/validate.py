@@ -4,11 +4,9 @@ ranges they declare), so a bad value fails before Ray starts, naming where it wa
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import math
-import typing
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -19,6 +17,7 @@ from sweeps.spec.grid import Cell
 from sweeps.spec.messages import format_validation
 from sweeps.spec.scalars import (
     accepts_bool,
+    did_you_mean,
     is_number_text,
     text_problem,
     type_name,
@@ -108,7 +107,8 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
         else:
             raise SpecError(
                 where,
-                f"not a model setting nor an option of attention {attention!r}. Model settings: "
+                f"not a model setting nor an option of attention {attention!r}"
+                f"{did_you_mean(key, [*mod_params, *att_params])}. Model settings: "
                 f"{', '.join(sorted(k for k in mod_params if k not in DERIVED_MODEL_KEYS))}; "
                 f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
                 source,
@@ -132,13 +132,6 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             else _origin(cell, "model.attention", "model")
         )
         raise SpecError(where, problem, source)
-
-
-def did_you_mean(key: str, known: typing.Iterable[str]) -> str:
-    """`` (did you mean max_length?)`` for the closest known name (an old spelling such as WMT's
-    ``max_len``, or a typo), or ""."""
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:

@@ -248,7 +248,7 @@ def test_a_set_of_a_whole_section_to_one_value_lists_its_keys():
 
 def test_every_profile_is_checked_when_the_file_loads():
     raw = base_spec(profiles={"ok": {"trainer.max_steps": 20}, "fast": {"trainer.max_stepz": 5}})
-    said = "x.yaml: profiles.fast: trainer.max_stepz: unknown key; allowed here: "
+    said = "x.yaml: profiles.fast: trainer.max_stepz: unknown key (did you mean max_steps?); "
     assert error_of(raw).startswith(said)  # no --profile
     assert error_of(raw, profile="ok").startswith(said)  # another profile
     assert error_of(raw, profile="fast").startswith(said)  # the profile itself
@@ -413,3 +413,16 @@ def test_asha_rungs_that_can_never_stop_a_trial_are_said():
         note = build_sweep(base_spec(**searched, trainer=trainer, early_terminate=et))
         note = note.early_stopping_note()
         assert ("there is nothing to stop" not in note) == stops, note
+
+
+def test_a_misspelt_key_gets_the_nearest_name_in_every_section():
+    """Only task settings said "did you mean"; the sections and model settings listed their keys."""
+    raw = base_spec(trainer={"max_step": 10})
+    assert "trainer.max_step: unknown key (did you mean max_steps?); allowed here: " in error_of(
+        raw
+    )
+    raw = base_spec(model={"preset": "tiny", "lrr": 0.1})
+    assert "model.lrr: not a model setting nor an option of attention" in error_of(raw)
+    assert "(did you mean lr?)" in error_of(raw)
+    raw = base_spec(nme="x")
+    assert error_of(raw).startswith("x.yaml: nme: unknown key (did you mean name?)")
