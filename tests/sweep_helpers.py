@@ -18,6 +18,20 @@ TESTS = Path(__file__).resolve().parent
 SECRET = "wandb-key-that-must-never-be-written-0123456789"
 
 
+def base_spec(**over: Any) -> dict[str, Any]:
+    """A copy-task sweep of three cells (no attention; memory K=2 and K=4), ten steps a trial, for
+    the sweep-file checks; ``over`` replaces top-level keys."""
+    spec = {
+        "name": "t",
+        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
+        "model": {"preset": "tiny"},
+        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
+        "trainer": {"max_steps": 10},
+    }
+    spec.update(over)
+    return spec
+
+
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
     """A two-cell copy-task study that trains in seconds; top-level keys in ``over`` replace its own.
     The decode-timing stage is off (each timed trial costs a fresh process, ~4 s), and so is the

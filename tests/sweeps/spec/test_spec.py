@@ -9,24 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_helpers import base_spec
 
 from sweeps.launch import main as launch_main
 from sweeps.spec import SpecError, build_sweep, expand_grid, load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
-
-
-def base_spec(**over):
-    spec = {
-        "name": "t",
-        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
-        "model": {"preset": "tiny"},
-        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
-        "trainer": {"max_steps": 10},
-    }
-    spec.update(over)
-    return spec
 
 
 def error_of_profile(raw, profile: str) -> str:

@@ -9,21 +9,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from sweep_helpers import base_spec
 
 from sweeps.launch import main as launch_main
 from sweeps.spec import SpecError, build_sweep
-
-
-def base_spec(**over):
-    spec = {
-        "name": "t",
-        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
-        "model": {"preset": "tiny"},
-        "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": [2, 4]}]},
-        "trainer": {"max_steps": 10},
-    }
-    spec.update(over)
-    return spec
 
 
 def error_of(raw, **kwargs) -> str:
