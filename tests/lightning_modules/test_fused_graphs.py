@@ -1,7 +1,8 @@
 """A fused group's steps for CUDA graphs (lightning_modules/fused/graphs.py), everything that needs
 no CUDA: the work a graph holds, run eagerly on the CPU, is the eager fused step (the masked
 encoder gives the packed one, the bucket's padding changes nothing, clipping and Adam read their
-settings from tensors), for members of different K and lengths and for students; the buckets and
+settings from tensors), for members of different K and lengths and for students, and it reads
+nothing on the host, for every mechanism (a read a capture cannot hold); the buckets and
 their cap; when a step is captured, replayed or run eagerly (the fallback past the graphs a group
 holds); a change of members restarting the graphs; what is refused. The captures themselves are
 tested on a GPU (test_fused_cuda.py)."""
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_fused import TOL, Unfused, assert_member_equals, batches_for, make_module
+from test_fused import CASES, IDS, TOL, Unfused, assert_member_equals, batches_for, make_module
 from test_fused_axes import SMALL, group, group_batches
 from test_fused_students import Student, member_batches, students, teachers  # noqa: F401
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lightning_modules.fused import FusedSeq2Seq
 from lightning_modules.fused.graphs import (
@@ -74,6 +76,84 @@ def test_the_graphs_work_run_eagerly_is_the_eager_fused_step(name):
     assert steps.eager_steps == 5 and steps.graphs == 0
     for B, S, T in steps.buckets:  # the source capped at the members' longest (with PE: 12)
         assert B % 8 == 0 and T % 8 == 0 and (S % 8 == 0 or S == steps._cap() == 12)
+
+
+class HostReads(TorchDispatchMode):
+    """Records the operators that read a tensor's values on the host, or whose output's shape
+    depends on them: on a GPU each waits for the device, and a CUDA graph cannot capture it.
+    ``Tensor.tolist`` is not an operator: :func:`host_reads` watches it beside."""
+
+    READS = frozenset(
+        {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default"}
+        | {"aten.unique_consecutive.default", "aten._unique2.default", "aten.unique_dim.default"}
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = str(func)
+        bool_index = name == "aten.index.Tensor" and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ()
+        )
+        sized = name == "aten.repeat_interleave.Tensor" and kwargs.get("output_size") is not None
+        if (
+            name in self.READS
+            or bool_index
+            or (name.startswith("aten.repeat_interleave") and not sized)
+        ):
+            self.found.append(name)
+        return func(*args, **kwargs)
+
+
+def host_reads(run) -> list[str]:
+    """What ``run()`` read on the host (:class:`HostReads`, and ``Tensor.tolist`` calls)."""
+    tolist, calls = torch.Tensor.tolist, []
+
+    def watched(self):
+        calls.append("Tensor.tolist")
+        return tolist(self)
+
+    torch.Tensor.tolist = watched
+    try:
+        with HostReads() as mode:
+            run()
+    finally:
+        torch.Tensor.tolist = tolist
+    return sorted(set(mode.found + calls))
+
+
+def graphed_work(fused: FusedSeq2Seq, batches: list[dict]):
+    """The work :class:`GraphedFusedSteps` captures for ``batches``' bucket, to run again."""
+    steps = GraphedFusedSteps(fused, capture=False)
+    steps.step(batches)  # stages the bucket
+    (bucket,) = steps.buckets.values()
+    return lambda: steps._work(bucket)
+
+
+@pytest.mark.parametrize("attention, options", CASES, ids=IDS)
+def test_the_work_a_graph_captures_reads_nothing_on_the_host(attention, options):
+    """No value read back to the host and no shape taken from values in the captured step of any
+    mechanism (on a GPU such a read breaks the capture; the eager packed step makes them)."""
+    fused = FusedSeq2Seq.from_modules([make_module(attention, options, m) for m in range(2)])
+    assert host_reads(graphed_work(fused, batches_for(0, range(2)))) == []
+    packed = FusedSeq2Seq.from_modules([make_module(attention, options, m) for m in range(2)])
+    assert "Tensor.tolist" in host_reads(lambda: packed.train_step(batches_for(0, range(2))))
+
+
+@pytest.mark.parametrize("name", ["K", "length", "mix"])
+def test_the_captured_work_of_members_of_other_shapes_reads_nothing_on_the_host(name):
+    fused, _ = group(name, **SMALL)
+    assert host_reads(graphed_work(fused, group_batches(name, 0))) == []
+
+
+def test_a_student_groups_captured_work_reads_nothing_on_the_host(teachers):  # noqa: F811
+    """The teachers' contexts are computed before the replay and staged in the bucket: the
+    captured step of students beside a member without a teacher reads nothing either."""
+    fused, _ = students(teachers, [0, 1, 2])
+    assert host_reads(graphed_work(fused, member_batches(0, [0, 1, 2]))) == []
 
 
 def test_a_student_groups_graphed_work_is_its_eager_step(teachers):  # noqa: F811
