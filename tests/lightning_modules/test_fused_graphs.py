@@ -80,11 +80,13 @@ def test_the_graphs_work_run_eagerly_is_the_eager_fused_step(name):
 
 class HostReads(TorchDispatchMode):
     """Records the operators that read a tensor's values on the host, or whose output's shape
-    depends on them: on a GPU each waits for the device, and a CUDA graph cannot capture it.
-    ``Tensor.tolist`` is not an operator: :func:`host_reads` watches it beside."""
+    depends on them, and tensors made from the host's data (``torch.tensor(list)``: on a GPU a copy
+    from pageable memory): on a GPU each waits for the device or the host, and a CUDA graph cannot
+    capture it. ``Tensor.tolist`` is not an operator: :func:`host_reads` watches it beside."""
 
     READS = frozenset(
         {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default"}
+        | {"aten.lift_fresh.default"}
         | {"aten.unique_consecutive.default", "aten._unique2.default", "aten.unique_dim.default"}
     )
 
