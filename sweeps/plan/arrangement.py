@@ -34,7 +34,7 @@ from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Slot, member_shape
 from sweeps.plan.mps import MpsPlan
-from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, interpolate
+from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, fused_envelope
 
 #: the CPU threads a process that drives a GPU holds
 GPU_PROCESS_CPUS = 1.0
@@ -240,7 +240,7 @@ def _fused_step(costs: DeviceCosts, preset: str, members: list[Member], graphed:
     entry = _length_entry(costs, preset)
     length = max(m.length for m in members)
     L = next(int(k) for k in costs.preset_entry(preset)[1]["lengths"])
-    return interpolate(entry["fused_graphed_s"], len(members)) * length / L
+    return fused_envelope(entry["fused_graphed_s"], len(members)) * length / L
 
 
 def _shared_field(graphed: bool, mps: bool) -> str:

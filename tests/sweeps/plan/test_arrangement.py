@@ -81,6 +81,11 @@ def test_graphed_fused_steps_in_the_table_make_the_groups_the_cheapest(monkeypat
     _, a = arranged()
     assert a.fused and a.graphs and (a.groups, a.group_gpu, a.group_cpu) == (6, 1.0, 1.0)
     assert a.speedup > 7 and "every trial alone would give" in a.instead
+    # a graphed step measured lower at 16 members than at 1 is costed as flat, as an eager one:
+    # the same groups (cells of one length), not groups filled to the cap
+    monkeypatch.setitem(cell, "fused_graphed_s", {"1": 0.06, "16": 0.05})
+    sweep, flat = arranged()
+    assert flat.fused and flat.groups == 6 and flat.speedup == pytest.approx(a.speedup * 5 / 6)
 
 
 def test_graphs_are_not_chosen_where_a_student_distils():
