@@ -21,6 +21,10 @@ QUIET_LOGGERS = (
     "lightning.fabric.utilities.rank_zero",
     "ray.train._internal.storage",  # "Checkpoint successfully created at ..."
     "ray.train.v2._internal.execution.storage",
+    # "Restored on <ip> from checkpoint: Checkpoint(...)", a resumed trial's; Ray's log
+    # deduplication holds the second trial's and prints it after the launch's last lines. The
+    # launch says what a resume continues, and each result (result.json) its resumed_from
+    "ray.tune.trainable.trainable",
 )
 
 
@@ -70,6 +74,10 @@ class FinishOnStop:
     abandons the run: a 7-byte ``.wandb`` file, state unknown. Waiting here lets
     :func:`sweeps.trial.fitting.fit_trial` (or a fused member) log the heatmaps and ``wandb.finish()``
     the run first."""
+
+    def setup(self, config) -> None:
+        quiet_logs()  # before Tune restores a resumed trial, whose banner it quiets
+        super().setup(config)  # type: ignore[misc]
 
     def cleanup(self) -> None:
         self._finish_training_thread()

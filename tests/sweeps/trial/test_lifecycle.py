@@ -1,0 +1,34 @@
+"""A trial process's lifecycle parts that need no Ray: the loggers it quiets, and when."""
+
+from __future__ import annotations
+
+import logging
+
+from sweeps.trial.lifecycle import QUIET_LOGGERS, FinishOnStop
+
+RESTORE_BANNER = "ray.tune.trainable.trainable"  # "Restored on <ip> from checkpoint: ..."
+
+
+def test_tunes_restore_banner_is_quiet_before_tune_restores_the_trial():
+    """Tune builds the trainable (``setup``), then restores a resumed trial: its banner, which
+    Ray's log deduplication held back and printed after the launch's last lines, is quieted in
+    ``setup``, before the restore, and the trainable's own setup still runs."""
+
+    class Trainable:
+        def setup(self, config):
+            self.config = config
+            self.level = logging.getLogger(RESTORE_BANNER).getEffectiveLevel()
+
+    class Trial(FinishOnStop, Trainable):
+        pass
+
+    logger = logging.getLogger(RESTORE_BANNER)
+    before = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        trial = Trial()
+        trial.setup({"seed": 0})
+        assert RESTORE_BANNER in QUIET_LOGGERS
+        assert trial.config == {"seed": 0} and trial.level == logging.WARNING
+    finally:
+        logger.setLevel(before)
