@@ -291,13 +291,37 @@ def test_callbacks_hear_every_controller_step_and_the_end_of_run_cleanup_is_shor
     assert "time.monotonic() - start < 5" in source(TuneController._cleanup_trials)
 
 
-@internal("ray-max-pending-trials", "ray", "sweeps/search/compose.py (TUNE_MAX_PENDING_TRIALS_PG)")
-def test_the_pending_trials_setting_is_read_from_the_environment():
-    from ray.tune.execution import tune_controller
+@internal(
+    "ray-max-pending-trials",
+    "ray",
+    "sweeps/search/compose.py and sweeps/stages/train.py (one_pending): TUNE_MAX_PENDING_TRIALS_PG",
+)
+def test_the_pending_trials_setting_is_read_from_the_environment(monkeypatch):
+    """Read when a run starts, over the limiter ``max_concurrent_trials`` puts around the searcher:
+    a fused sweep's run places one trial at a time (without it, as many as the limit), and the
+    setting is put back after the run."""
+    import os
+    from types import SimpleNamespace
 
-    assert 'os.getenv("TUNE_MAX_PENDING_TRIALS_PG"' in source(
-        tune_controller._get_max_pending_trials
-    )
+    from ray.tune.execution import tune_controller
+    from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
+
+    from sweeps.stages.train import PENDING_ENV, one_pending
+
+    assert f'os.getenv("{PENDING_ENV}"' in source(tune_controller._get_max_pending_trials)
+
+    class Nothing(Searcher):
+        def suggest(self, trial_id):
+            return None
+
+    run = SearchGenerator(ConcurrencyLimiter(Nothing(metric="m", mode="max"), max_concurrent=8))
+    monkeypatch.delenv(PENDING_ENV, raising=False)
+    assert tune_controller._get_max_pending_trials(run) == 8
+    with one_pending(SimpleNamespace(fusion_roster="roster")):
+        assert tune_controller._get_max_pending_trials(run) == 1
+    with one_pending(SimpleNamespace(fusion_roster=None)):
+        assert tune_controller._get_max_pending_trials(run) == 8
+    assert PENDING_ENV not in os.environ
 
 
 @internal("ray-no-prestart", "ray", "sweeps/driver/cluster.py (init_ray) and tests/conftest.py")

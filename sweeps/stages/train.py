@@ -14,9 +14,11 @@ trainables once, through ``tune.with_parameters`` (:class:`sweeps.trial.settings
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError
 from sweeps.driver.console import SweepConsole, quiet_unreported
+from sweeps.driver.environ import environ_restored
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
@@ -244,7 +247,7 @@ def run_tune(
     guard = guard or StorageGuard(paths.storage)
     if settings.fusion_roster is not None:
         start_roster(settings.fusion_roster)
-    with guard.watching(), charging(meter), quiet_unreported():
+    with guard.watching(), charging(meter), quiet_unreported(), one_pending(settings):
         try:
             grid = tuner.fit()
         except Exception as exc:
@@ -259,6 +262,27 @@ def run_tune(
     # state says which trials are unfinished (PENDING).
     with quiet_unreported():
         return tune.Tuner.restore(path, trainable=trainable).get_results()
+
+
+#: Tune's setting of how many trials may wait for resources at once (read when its run starts)
+PENDING_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+
+
+@contextmanager
+def one_pending(settings: TrialSettings) -> Iterator[None]:
+    """For fused trials, one trial waiting for resources at a time. A group trains once all its
+    members run, and each member holds 1/n of the group's resources: with several trials
+    waiting, Tune gave freed resources (a finished trial's reused process, above all) to members
+    of other groups, and on 2 CPUs four members of four groups of two held every CPU while their
+    partners waited, for good. Handed out group by group (:mod:`sweeps.search.fused`) and placed
+    one at a time, at most one group is partly placed, and the whole groups' ending frees what it
+    needs."""
+    if settings.fusion_roster is None:
+        yield
+        return
+    with environ_restored([PENDING_ENV]):
+        os.environ[PENDING_ENV] = "1"
+        yield
 
 
 def holds_sweep(path: str) -> bool:
