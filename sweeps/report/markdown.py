@@ -189,9 +189,10 @@ def fused_line(df: pd.DataFrame) -> str:
         f"Fused: {len(fused)} of {len(df)} trials trained in {fused['fused_with'].nunique()} fused "
         "group(s) (results.csv's fused_with), each judged as a trial of its own"
         + (
-            "; a group's training step and peak memory were measured once, on one member's "
-            "model alone, so in the findings they count once, not once per seed (a cell trained "
-            "as one group has no interval over seeds for them: not shown)."
+            "; a training step and the peaks of memory were measured once for each cell of a "
+            "group, on one member's model alone, and copied to that cell's other members, so in "
+            "the findings they count once per cell, not once per seed (a cell trained in one "
+            "group has no interval over seeds for them: not shown)."
             if timed
             else "."
         )

@@ -543,3 +543,24 @@ def test_the_multi_objective_command_says_which_folder_holds_a_journal(tmp_path,
         f"no multi-objective study in {searched / 'optuna.journal'}: nothing written"
     )
     assert [p.name for p in searched.iterdir()] == ["optuna.journal"]
+
+
+def test_the_fused_line_says_steps_were_timed_once_per_cell_of_a_group():
+    """The timing stage measures a training step and the peaks once per cell within a group
+    (sweeps.timing.fused) and copies them to the cell's other members; the line said once per
+    group, which two cells of one group with different figures contradict."""
+    import pandas as pd
+
+    from sweeps.report.markdown import fused_line
+
+    df = pd.DataFrame(
+        {
+            "cell": ["K=1", "K=1", "K=4"],
+            "fused_with": ["g1", "g1", "g1"],
+            "train_step_seconds": [0.009, 0.009, 0.012],
+        }
+    )
+    line = fused_line(df)
+    assert line.startswith("Fused: 3 of 3 trials trained in 1 fused group(s)")
+    assert "measured once for each cell of a group" in line and "once per cell" in line
+    assert fused_line(df.drop(columns="train_step_seconds")).endswith("trial of its own.")
