@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import os
+import stat
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -138,11 +139,18 @@ def checkpoint_path(folder: str) -> str:
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
-    """Replace ``path`` with ``data`` (text is written as UTF-8)."""
+    """Replace ``path`` with ``data`` (text is written as UTF-8), with the permissions a file
+    written in place would have: the old file's, else those the process's umask gives a new file
+    (a temporary file is made readable by its owner only, and results.csv was left so)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
@@ -152,3 +160,15 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (``os.umask`` sets it, for every thread):
+    Linux says it in /proc/self/status; elsewhere the usual 022."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
