@@ -235,22 +235,26 @@ def test_the_private_cluster_helpers_exist_with_their_signatures():
     "ray-logger-names",
     "ray",
     "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/lifecycle.py (QUIET_LOGGERS), "
-    "sweeps/driver/console.py (ANALYSIS_LOGGER)",
+    "sweeps/driver/console.py (ANALYSIS_LOGGER, RUN_LOGGER)",
 )
 def test_the_loggers_the_code_filters_are_rays_module_loggers():
     import importlib
 
-    from sweeps.driver.console import ANALYSIS_LOGGER, NOT_REPORTED
+    from sweeps.driver.console import ANALYSIS_LOGGER, INTERRUPTED, NOT_REPORTED, RUN_LOGGER
     from sweeps.storage import ERROR_LOGGERS
     from sweeps.trial.lifecycle import QUIET_LOGGERS
 
-    names = [*ERROR_LOGGERS, ANALYSIS_LOGGER, *(n for n in QUIET_LOGGERS if n.startswith("ray."))]
+    names = [*ERROR_LOGGERS, ANALYSIS_LOGGER, RUN_LOGGER]
+    names += [n for n in QUIET_LOGGERS if n.startswith("ray.")]
     for name in names:
         module = importlib.import_module(name)
         assert "getLogger(__name__)" in source(module), f"{name} logs under another name"
     assert "Trial task failed for trial" in source(TuneController), "Tune's trial-error log moved"
     analysis = source(importlib.import_module(ANALYSIS_LOGGER))
     assert '"Failed to fetch metrics for' in analysis and NOT_REPORTED in analysis
+    assert f'f"{INTERRUPTED}, but' in source(importlib.import_module(RUN_LOGGER)), (
+        "Tune's run loop no longer says how to resume a stopped run in the words filtered"
+    )
 
 
 @internal("ray-trial-log-restore", "ray", "sweeps/driver/trial_logs.py, sweeps/trial/lifecycle.py")

@@ -109,11 +109,10 @@ class SweepConsole(Callback):
         return "budget" if meter is not None and meter.stopping else None
 
     def _held(self, trials: list) -> dict[str, str]:
-        """The trials the sweep's stop ended (Tune calls them TERMINATED): id -> the status
-        results.csv gives them."""
-        reason = self.stop_reason()
-        if reason is None:
-            return {}
+        """At the run's end, the trials the sweep's stop ended rather than ending on their own
+        (Tune calls them TERMINATED): id -> the status results.csv gives them (``unfinished``
+        after a Ctrl-C)."""
+        reason = self.stop_reason() or "unfinished"
         return {
             t.trial_id: reason
             for t in trials
@@ -139,7 +138,9 @@ class SweepConsole(Callback):
         paused = counts.get(
             "PAUSED", 0
         )  # waiting at a rung (early_terminate pareto, promotion: wait)
-        stopped = {r: counts.get(r, 0) for r in ("preempted", "budget") if counts.get(r)}
+        stopped = {
+            r: counts.get(r, 0) for r in ("preempted", "budget", "unfinished") if counts.get(r)
+        }
         pending = self.total - finished - failed - running - paused - sum(stopped.values())
         if stopped and pending > 0:  # never started, and will not be in this run: as results.csv
             reason = next(iter(stopped))
@@ -268,12 +269,34 @@ class UnreportedTrials(logging.Filter):
         return not listed or not all(NOT_REPORTED in line for line in listed)
 
 
+#: Tune's run loop, which ends a stopped run with its own way to resume it
+RUN_LOGGER = "ray.tune.tune"
+#: the start of that warning ("... saved.\nResume experiment with: Tuner.restore(path=...)")
+INTERRUPTED = "Experiment has been interrupted"
+
+
+class TunersResumeAdvice(logging.Filter):
+    """Drops Tune's "Experiment has been interrupted, but the most recent state was saved. Resume
+    experiment with: Tuner.restore(...)": a stopped launch prints the command that continues the
+    sweep (``--resume``), and ``Tuner.restore`` alone would not (it knows nothing of the plan, the
+    stages after training, the results)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(INTERRUPTED)
+
+
 @contextlib.contextmanager
 def quiet_unreported() -> Iterator[None]:
-    """While Tune's results are read: :class:`UnreportedTrials` on its reader's log."""
-    logger, quiet = logging.getLogger(ANALYSIS_LOGGER), UnreportedTrials()
-    logger.addFilter(quiet)
+    """While Tune runs and its results are read: :class:`UnreportedTrials` on its reader's log,
+    :class:`TunersResumeAdvice` on its run loop's."""
+    filters = [
+        (logging.getLogger(ANALYSIS_LOGGER), UnreportedTrials()),
+        (logging.getLogger(RUN_LOGGER), TunersResumeAdvice()),
+    ]
+    for logger, quiet in filters:
+        logger.addFilter(quiet)
     try:
         yield
     finally:
-        logger.removeFilter(quiet)
+        for logger, quiet in filters:
+            logger.removeFilter(quiet)

@@ -140,9 +140,9 @@ def test_a_budget_must_be_positive(tmp_path):
 
 
 def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_path):
-    """Tune ends the running trials of a stopped sweep as TERMINATED; while a budget stop is in
-    progress the console's last table and line call those `budget` (the trials that ended on
-    their own stay finished), as results.csv does."""
+    """Tune ends the running trials of a stopped sweep as TERMINATED; the console's last table and
+    line call those `budget` while a budget stop is in progress, `unfinished` after a Ctrl-C (the
+    trials that ended on their own stay finished), as results.csv does."""
     from sweeps.driver.budget import charging
     from sweeps.driver.console import SweepConsole
 
@@ -156,7 +156,12 @@ def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_pa
     console.on_step_begin(0, [trial("a", "TERMINATED")])  # finished in an earlier run
     console.on_trial_complete(1, [], trial("b", "TERMINATED"))
     trials = [trial("a", "TERMINATED"), trial("b", "TERMINATED"), trial("c", "TERMINATED")]
-    assert console._held(trials) == {}, "nothing is stopping the sweep"
+    # stopped, but not by a budget or a preemption (Ctrl-C): results.csv's unfinished
+    ctrl_c = console._held(trials)
+    assert ctrl_c == {"c": "unfinished"}
+    assert console.progress_line(trials, ctrl_c).startswith(
+        "[4 trials] 2 finished, 0 running, 0 pending, 0 failed, 2 unfinished |"
+    ), "a stopped trial, and the one never created, counted finished"
     meter = Meter(Ledger.load(tmp_path), {})
     with charging(meter):
         meter.stopping = "hours"

@@ -106,3 +106,25 @@ def test_tunes_warning_of_trials_not_yet_reported_is_dropped_and_others_pass(cap
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 3 and "JSONDecodeError" in said[0] and said[1] == "another warning"
     assert log.filters == []
+
+
+def test_tunes_own_resume_advice_after_a_stop_is_dropped(caplog):
+    """A stopped launch prints its own --resume command; Tune's "Resume experiment with:
+    Tuner.restore(...)" beside it was a second, different instruction. Its other warnings pass."""
+    import logging
+
+    from sweeps.driver.console import RUN_LOGGER, quiet_unreported
+
+    log = logging.getLogger(RUN_LOGGER)
+    advice = (
+        "Experiment has been interrupted, but the most recent state was saved.\n"
+        'Resume experiment with: Tuner.restore(path="/out/k_vs_length", trainable=...)'
+    )
+    with caplog.at_level(logging.WARNING, logger=RUN_LOGGER):
+        with quiet_unreported():
+            log.warning(advice)
+            log.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run.")
+        log.warning(advice)  # outside the launch's Tune run: shown
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("Stop signal received") and said[1] == advice and len(said) == 2
+    assert log.filters == []
