@@ -27,6 +27,7 @@ from sweeps.layout import (  # noqa: F401 (re-exported)
     write_atomic,
 )
 from sweeps.report.columns import (  # noqa: F401 (re-exported: results.csv's columns)
+    BASELINE,
     FINISHED,
     FIRST_COLUMNS,
     HELDOUT_COLUMNS,
@@ -144,6 +145,8 @@ def row_from_result(
         row["teacher"] = str(plan.config["teacher"])
     if (plan.config or {}).get("fused_with"):  # trained fused with its group (sweeps.trial.fused)
         row["fused_with"] = str(plan.config["fused_with"])
+    if (plan.config or {}).get("set"):  # a relative constraint's baseline (sweeps.search.baselines)
+        row[BASELINE] = True
     for key in search_keys:
         row[f"param:{key}"] = plan.value(key)
     for m in METRIC_COLUMNS:
@@ -295,6 +298,7 @@ TEXT_COLUMNS = (
     "role",
     "teacher",
     "fused_with",
+    BASELINE,
     TIMING_DEVICE,
     "timing_device_name",
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sweeps.report.columns import FINISHED  # noqa: F401 (importable from here too)
+from sweeps.report.columns import BASELINE, FINISHED  # noqa: F401 (importable from here too)
 from sweeps.report.stats import t975
 
 #: the results.csv column that says a row is the chosen one of its (cell, seed) or cell
@@ -22,6 +22,12 @@ CHOSEN = "chosen"
 #: was made among, ``confirm`` for the chosen configuration retrained on a fresh seed afterwards
 #: (:mod:`sweeps.stages.confirm`): never chosen, never part of a selection summary
 ROLE, SELECT, CONFIRM = "role", "select", "confirm"
+
+
+def is_baseline(row: Mapping[str, Any]) -> bool:
+    """Whether a results row is a relative constraint's baseline (:data:`BASELINE`; "True" when
+    read back from results.csv)."""
+    return str(row.get(BASELINE, "")).strip().lower() in ("true", "1", "1.0")
 
 
 def is_confirm(row: Mapping[str, Any]) -> bool:
@@ -59,7 +65,8 @@ def chosen_trials(
     """Trial ids of the chosen trials among ``rows`` (results rows: ``trial_id``, ``cell``,
     ``seed``, ``status``, the metric, and ``configuration`` when configurations are judged over
     seeds). ``mode`` is ``max`` or ``min``; a row without the metric or unfinished, or a confirm
-    trial (:func:`is_confirm`), is never chosen.
+    trial (:func:`is_confirm`) or a relative constraint's baseline (:func:`is_baseline`), is
+    never chosen.
     Over seeds, a configuration all of whose seeds ran to the end (not stopped early) beats one
     stopped at a rung, then more finished seeds beat fewer, then the ``objective``'s aggregate."""
     sign = 1.0 if mode == "max" else -1.0
@@ -70,6 +77,7 @@ def chosen_trials(
         and _value(r, metric) is not None
         and r.get("trial_id")
         and not is_confirm(r)
+        and not is_baseline(r)
     ]
     chosen: set[str] = set()
     best: dict[tuple, tuple[float, str]] = {}

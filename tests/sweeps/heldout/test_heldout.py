@@ -140,3 +140,17 @@ def test_the_report_summarises_the_chosen_configuration_over_its_seeds():
     assert summary_rule(df.drop(columns=["configuration"]), "val/bleu", "max").startswith(
         "One rule"
     )
+
+
+def test_a_relative_constraints_baseline_is_never_the_cells_choice():
+    """minimal_k trains a Bahdanau baseline in each cell and seed of a memory search: with the
+    best val/bleu of its cell it was chosen, and the held-out stage tested it instead of a memory
+    model. Marked ``baseline`` in its row (as a bool, or "True" read back from results.csv)."""
+    rows = [
+        _row("base", "L=10", 0, 0.32, baseline=True),
+        _row("m1", "L=10", 0, 0.20),
+        _row("m2", "L=10", 0, 0.14),
+        _row("base6", "L=6", 0, 0.9, baseline="True"),
+        _row("m3", "L=6", 0, 0.1),
+    ]
+    assert chosen_trials(rows, "val/bleu", "max") == {"m1", "m3"}

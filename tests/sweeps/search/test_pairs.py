@@ -120,6 +120,12 @@ def test_fused_multi_objective_samples_are_asked_together_and_told_their_own_vec
     baseline = df[df["attention"] == "bahdanau"]
     members = df[df["attention"] == "memory"]
     assert len(baseline) == 1 and baseline["fused_with"].isna().all(), "the baseline trains alone"
+    # marked in results.csv, and so never its cell's chosen model (the members are)
+    assert (
+        baseline["baseline"].astype(str).tolist() == ["True"] and members["baseline"].isna().all()
+    )
+    if "chosen" in df:
+        assert not baseline["chosen"].astype(str).eq("True").any()
     assert len(members) == 3 and (members["fused_with"] == "g1").all()
     first_member_report = min(reports(out, t)[0]["timestamp"] for t in members["trial_id"])
     assert reports(out, baseline["trial_id"].iloc[0])[-1]["timestamp"] <= first_member_report
