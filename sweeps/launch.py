@@ -47,7 +47,6 @@ from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
     check_new_sweep,
-    data_notes,
     describe_folders,
     gpu_note,
     resume_line,
@@ -182,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)
-            for note in [gpu_note(sweep), *data_notes(sweep)]:
+            for note in [gpu_note(sweep), *plan.data_notes]:
                 if note:
                     print(note)
     except LaunchError as exc:

@@ -26,15 +26,19 @@ class Folder:
     default: bool = False
 
 
-def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
+def sweep_folders(
+    sweep: Sweep, output: Path, datamodules: list[tuple[dict, Any]] | None = None
+) -> list[Folder]:
     """The folders a run of ``sweep`` writes, each once: ``--output`` (``output``: results, W&B
     runs, the Optuna journal, under ``<output>/<name>``), ``storage.path`` (Tune's checkpoints),
     and the folders each task's datamodule writes (its ``written_dirs()``: data caches, data it
-    fetches)."""
+    fetches). ``datamodules``: :func:`folder_datamodules` of the sweep, where already built."""
     found = [Folder("--output", str(output))]
     if sweep.spec.storage.path:
         found.append(Folder("storage.path", sweep.spec.storage.path))
-    for task, datamodule in _folder_datamodules(sweep):
+    if datamodules is None:
+        datamodules = folder_datamodules(sweep)
+    for task, datamodule in datamodules:
         if hasattr(datamodule, "written_dirs"):
             for arg, path in datamodule.written_dirs().items():
                 found.append(Folder(f"task.{arg}", str(path), default=not task.get(arg)))
@@ -44,18 +48,19 @@ def sweep_folders(sweep: Sweep, output: Path) -> list[Folder]:
     return list(unique.values())
 
 
-def data_notes(sweep: Sweep) -> list[str]:
+def data_notes(datamodules: list[tuple[dict, Any]]) -> list[str]:
     """``--dry-run``'s lines for tasks whose data is not there and will not be fetched (a
-    datamodule's ``missing_data()``): the launch's data stage would stop on them."""
+    datamodule's ``missing_data()``, of :func:`folder_datamodules`): the launch's data stage
+    would stop on them."""
     notes = []
-    for _, datamodule in _folder_datamodules(sweep):
+    for _, datamodule in datamodules:
         missing = getattr(datamodule, "missing_data", None)
         if missing is not None and (problem := missing()) is not None:
             notes.append(f"note: {problem}")
     return notes
 
 
-def _folder_datamodules(sweep: Sweep) -> list[tuple[dict, Any]]:
+def folder_datamodules(sweep: Sweep) -> list[tuple[dict, Any]]:
     """Each distinct task of the sweep whose datamodule takes folders (``*_dir`` arguments), with
     that datamodule built; the others are not imported (a dry run of a copy-task sweep reads the
     signature cache, not torch)."""

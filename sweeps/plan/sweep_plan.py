@@ -26,7 +26,7 @@ from typing import Any
 from sweeps.plan.arrangement import Arrangement, arrangement_mps, local_gpu_name, plan_arrangement
 from sweeps.plan.cost import estimated_cost
 from sweeps.plan.estimate import launch_lines
-from sweeps.plan.folders import Folder, sweep_folders
+from sweeps.plan.folders import Folder, data_notes, folder_datamodules, sweep_folders
 from sweeps.plan.fusion import FusionPlan, plan_fusion, unfusable
 from sweeps.plan.mps import MpsPlan, plan_mps
 from sweeps.plan.units import Unit, sweep_units
@@ -59,6 +59,7 @@ class SweepPlan:
             trials on the CPU).
         mps: whether the trials share GPUs under an MPS daemon, and why.
         folders: every folder the sweep writes (checked before anything starts).
+        data_notes: ``--dry-run``'s notes on task data the data stage would stop on.
         budget_lines: the budget, what earlier runs charged, estimates of the rest.
     """
 
@@ -72,6 +73,7 @@ class SweepPlan:
     mps: MpsPlan
     folders: tuple[Folder, ...]
     budget_lines: tuple[str, ...]
+    data_notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -121,6 +123,7 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
         mps = arrangement_mps(arrangement, spec.resources.mps)
     else:
         mps = plan_mps(spec.resources.mps, spec.resources.gpu)
+    datamodules = folder_datamodules(sweep)  # the folders they write, the data they lack
     save_signatures()  # the step costs and fusion checks learnt here serve the next launch
     return SweepPlan(
         sweep=sweep,
@@ -131,6 +134,7 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
         fusion=fusion,
         arrangement=arrangement,
         mps=mps,
-        folders=tuple(sweep_folders(sweep, output)),
+        folders=tuple(sweep_folders(sweep, output, datamodules)),
+        data_notes=tuple(data_notes(datamodules)),
         budget_lines=tuple(launch_lines(output / sweep.name, sweep)),
     )

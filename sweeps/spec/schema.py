@@ -33,13 +33,13 @@ from sweeps.spec.search_schema import (
     ObjectiveSpec,
     ParamSpec,
     StopWhenSpec,
+    _Goal,
     _Strict,
-    goal_problem,
 )
 from sweeps.spec.selection_schema import HeldoutSpec, Seed, SeedsSpec, seeds_problem
 
 
-class MetricSpec(_Strict):
+class MetricSpec(_Goal):
     """What a sweep selects and stops on: one of the metrics a trial reports while it trains
     (``lightning_modules.metric_names.FIT_METRICS``); each is a results.csv column."""
 
@@ -72,13 +72,6 @@ class MetricSpec(_Strict):
             natural = NATURAL_GOALS.get(value["name"])
             return {**value, "goal": natural} if natural else value
         return value
-
-    @model_validator(mode="after")
-    def _natural_goal(self) -> MetricSpec:
-        problem = goal_problem(self.name, self.goal)
-        if problem:
-            raise ValueError(problem)
-        return self
 
     @property
     def mode(self) -> str:

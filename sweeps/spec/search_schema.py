@@ -200,16 +200,21 @@ def beyond_bound(name: str, value: float | None, side: str) -> str | None:
     return None
 
 
-class ObjectiveSpec(_Strict):
-    name: str  # a metric the trials report, or a figure the probe measures (decode_seconds)
-    goal: Literal["maximize", "minimize"]  # whether a higher or a lower value is better
+class _Goal(_Strict):
+    """A section that names a metric (``name``) and a direction (``goal``): the direction is the
+    metric's own (:func:`goal_problem`)."""
 
     @model_validator(mode="after")
-    def _natural_goal(self) -> ObjectiveSpec:
-        problem = goal_problem(self.name, self.goal)
+    def _natural_goal(self) -> _Goal:
+        problem = goal_problem(self.name, self.goal)  # type: ignore[attr-defined]
         if problem:
             raise ValueError(problem)
         return self
+
+
+class ObjectiveSpec(_Goal):
+    name: str  # a metric the trials report, or a figure the probe measures (decode_seconds)
+    goal: Literal["maximize", "minimize"]  # whether a higher or a lower value is better
 
 
 class ConstraintSpec(_Strict):
