@@ -93,7 +93,7 @@ def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[
         "" if spec.fusion.max_members is not None else f", the {plan.device.upper()} default"
     )
     if plan.off is not None:
-        trials = sum(len(g.slots) for g in plan.groups) or sweep.num_trials
+        trials = sweep.num_trials  # the relative constraints' baselines too: none is fused
         lines = [f"fusion: none of the {trials} trials is fused: {plan.off}"] if trials > 1 else []
         if plan.planned:
             lines += _group_table(sweep, plan.planned)

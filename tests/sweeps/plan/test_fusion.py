@@ -3,6 +3,8 @@ functions of the sweep file (no Ray, no torch)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sweeps.errors import SpecError
@@ -222,6 +224,18 @@ def test_dry_run_prints_the_groups(tmp_path, capsys):
         main([str(path), "--dry-run", "--set", "fusion=off", "--output", str(tmp_path / "o")]) == 0
     )
     assert "none of the 6 trials is fused: fusion is off" in capsys.readouterr().out
+
+
+def test_a_sweep_with_baselines_counts_them_in_the_fusion_line_as_in_the_trial_count(
+    tmp_path, capsys
+):
+    """minimal_k's smoke dry run said "20 trials" and then "none of the 16 trials is fused": the
+    relative constraint's 4 baselines are trials too, and none of them is fused either."""
+    spec = str(Path(__file__).resolve().parents[3] / "sweeps" / "minimal_k.yaml")
+    assert main([spec, "--smoke", "--dry-run", "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "= 4 grid points, 20 trials;" in out
+    assert "fusion: none of the 20 trials is fused" in out
 
 
 def test_the_torch_free_fuse_key_agrees_with_the_fused_models_shape_key():
