@@ -350,13 +350,29 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
 
 
 def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
+    """The console's results table: who each trial is (its id, cell, seed, and in a searched
+    sweep its sampled values, as the progress table showed them; a relative constraint's
+    baseline marked in ``model``), then its figures."""
+    df = df.copy()
+    params = {c: c.removeprefix("param:").rsplit(".", 1)[-1] for c in df if c.startswith("param:")}
+    shown = {}
+    for column, short in params.items():  # K, encoder_scoring, ...; the full name where two clash
+        shown[column] = column.removeprefix("param:") if short in shown.values() else short
+    baselines = BASELINE in df and df[BASELINE].astype(str).str.lower().isin({"true", "1"}).any()
+    if baselines and "model" in df:
+        mark = df[BASELINE].astype(str).str.lower().isin({"true", "1"})
+        df["model"] = df["model"].astype(object)
+        df.loc[mark, "model"] = df.loc[mark, "model"].astype(str) + " (baseline)"
     cols = [
         c
         for c in [
+            "trial_id",
             "cell",
+            *(["model"] if baselines else []),
             "configuration",
             "seed",
             "role",
+            *shown,
             "status",
             VAL_BLEU,
             "chosen",
@@ -370,4 +386,10 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
         ]
         if c in df
     ]
-    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"), file=out)
+    for column in shown:  # K=3, not 3.000 (results.csv keeps Optuna's samples as sampled)
+        values = pd.to_numeric(df[column], errors="coerce").dropna()
+        if df[column].dtype.kind == "f" and not values.empty and (values == values.round()).all():
+            df[column] = ["-" if pd.isna(v) else int(v) for v in df[column]]
+    table = df[cols].rename(columns=shown)
+    text = table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3f}")
+    print(text, file=out)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import HYPOTHESES_FILE, REFERENCES_FILE
-from sweeps.report.results import FINISHED, natural_order
+from sweeps.report.results import BASELINE, FINISHED, natural_order
 
 # Student's t, 0.975 quantile, by degrees of freedom (no scipy in the sweep extra)
 _T975 = [
@@ -81,10 +81,30 @@ def interval(values) -> tuple[float, float, float, int]:
     return float(v.mean()), sd, t975(n - 1) * sd / math.sqrt(n), n
 
 
+def summary_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each relative constraint's baseline (results.csv's ``baseline`` column, trained
+    in the cell it is the yardstick of) in a cell of its own, ``<cell>, baseline``, its model
+    labelled ``<model> (baseline)``: the summary rule chooses the cell's best trial among the
+    searched models, and shows the baseline beside it, never in its place."""
+    if BASELINE not in df:
+        return df
+    mark = df[BASELINE].astype(str).str.strip().str.lower().isin({"true", "1", "1.0"})
+    mark &= ~df["cell"].astype(str).str.endswith(", baseline")  # not twice
+    if not mark.any():
+        return df
+    df = df.copy()
+    df["cell"] = df["cell"].astype(object)
+    df.loc[mark, "cell"] = df.loc[mark, "cell"].astype(str) + ", baseline"
+    if "model" in df:
+        df.loc[mark, "model"] = df.loc[mark, "model"].astype(str) + " (baseline)"
+    return df
+
+
 def per_seed(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
-    """The summary rule's chosen trial per (cell, seed): the best finished one by ``metric``."""
+    """The summary rule's chosen trial per (cell, seed): the best finished one by ``metric``
+    (a relative constraint's baseline in a cell of its own: :func:`summary_cells`)."""
     done = df[df["status"].isin(FINISHED)] if "status" in df else df
-    done = done.dropna(subset=[metric]) if metric in done else done
+    done = summary_cells(done.dropna(subset=[metric]) if metric in done else done)
     return (
         done.sort_values(metric, ascending=mode == "min", kind="stable")
         .groupby(["cell", "seed"], dropna=False)

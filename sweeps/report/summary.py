@@ -14,6 +14,7 @@ import pandas as pd
 from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS
 from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
 from sweeps.report.selection import chosen_trials
+from sweeps.report.stats import per_seed, summary_cells
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -63,11 +64,8 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
 
         done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
     seconds = seconds_column(df)
-    best = (
-        done.sort_values(metric, ascending=mode == "min", kind="stable")
-        .groupby(["cell", "seed"], dropna=False)
-        .head(1)
-    )
+    done = summary_cells(done)
+    best = per_seed(done, metric, mode)
     timed = (
         best[DECODE_SECONDS].notna()
         if seconds == DECODE_SECONDS

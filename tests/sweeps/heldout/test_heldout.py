@@ -154,3 +154,28 @@ def test_a_relative_constraints_baseline_is_never_the_cells_choice():
         _row("m3", "L=6", 0, 0.1),
     ]
     assert chosen_trials(rows, "val/bleu", "max") == {"m1", "m3"}
+
+
+def test_the_summary_tables_show_the_baseline_beside_the_cells_choice_not_in_its_place():
+    """results.md's tables follow the same rule as the held-out choice: minimal_k's Table 1 layout
+    showed only the Bahdanau baseline (the best val/bleu of each length's cell) and no memory row."""
+    from sweeps.report.markdown import length_table
+    from sweeps.report.summary import cell_summary
+
+    rows = [
+        _row("base", "length=10", 0, 100.0, baseline=True, model="bahdanau", length=10),
+        _row("m1", "length=10", 0, 99.5, model="memory", length=10, K=3),
+        _row("m2", "length=10", 0, 78.0, model="memory", length=10, K=1),
+        _row("base20", "length=20", 0, 99.4, baseline="True", model="bahdanau", length=20),
+        _row("m3", "length=20", 0, 94.8, model="memory", length=20, K=10),
+    ]
+    df = pd.DataFrame(rows)
+    summary = cell_summary(df)
+    memory = summary[summary["model"] == "memory"]
+    assert list(memory["val/bleu"]) == [99.5, 94.8]
+    assert list(memory["K"]) == [3, 10]
+    assert sorted(summary["model"].unique()) == ["bahdanau (baseline)", "memory"]
+    chosen = chosen_trials(rows, "val/bleu", "max")
+    assert set(df[df["val/bleu"].isin(memory["val/bleu"])]["trial_id"]) == chosen
+    table = length_table(df)
+    assert list(table.iloc[:, 0]) == ["bahdanau (baseline)", "memory"]

@@ -564,3 +564,27 @@ def test_the_fused_line_says_steps_were_timed_once_per_cell_of_a_group():
     assert line.startswith("Fused: 3 of 3 trials trained in 1 fused group(s)")
     assert "measured once for each cell of a group" in line and "once per cell" in line
     assert fused_line(df.drop(columns="train_step_seconds")).endswith("trial of its own.")
+
+
+def test_the_console_table_says_which_trial_each_row_is(tmp_path):
+    """A searched sweep's last console table showed cell, seed and figures only: which trial, its
+    sampled K and whether it was the baseline could be read only in results.csv."""
+    import io
+
+    from sweeps.report.results import print_table, read_results, write_results_csv
+
+    rows = [
+        {"trial_id": "b0", "cell": "length=10", "model": "bahdanau", "attention": "bahdanau",
+         "length": 10, "seed": 0, "status": "done", "baseline": True, BLEU: 99.0},
+        {"trial_id": "m1", "cell": "length=10", "model": "memory", "attention": "memory",
+         "length": 10, "seed": 0, "status": "done", "param:model.K": 3.0,
+         "param:model.position_encoding": False, BLEU: 98.5},
+    ]  # fmt: skip
+    out = io.StringIO()
+    print_table(read_results(write_results_csv(rows, tmp_path)), out)
+    header, base, memory = out.getvalue().splitlines()
+    assert header.split()[:7] == [
+        "trial_id", "cell", "model", "seed", "K", "position_encoding", "status"
+    ]  # fmt: skip
+    assert base.split()[:6] == ["b0", "length=10", "bahdanau", "(baseline)", "0", "-"]
+    assert memory.split()[:6] == ["m1", "length=10", "memory", "0", "3", "False"]
