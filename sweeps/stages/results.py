@@ -115,13 +115,18 @@ def _optuna_hint(launch: Launch) -> None:
     sweep, journal = launch.sweep, launch.journal
     if journal is None or not journal.exists():
         return
-    first, per = f"{sweep.name}/{sweep.plans[0].unit}", "cell and seed"
+    names, per = [f"{sweep.name}/{p.unit}" for p in sweep.plans], "cell and seed"
     if launch.spec.per_configuration:
-        first, per = f"{sweep.name}/{sweep.plans[0].cell.slug}", "cell, configurations over seeds"
+        names = [f"{sweep.name}/{p.cell.slug}" for p in sweep.plans]
+        per = "cell, configurations over seeds"
+    names = list(dict.fromkeys(names))
+    shown = names if len(names) <= 6 else [*names[:3], "...", names[-1]]
     print(
-        f"Optuna studies (one per {per}) in {journal}:\n"
+        f"Optuna studies (one per {per}) in {journal}: {', '.join(shown)} ({len(names)})\n"
         f"  optuna trials --storage {shlex.quote(str(journal))} --storage-class JournalFileBackend "
-        f"--study-name {shlex.quote(first)}\n"
+        f"--study-name {shlex.quote(names[0])}"
+        + ("   # or another study's name" if len(names) > 1 else "")
+        + "\n"
         f"  optuna-dashboard --storage-class JournalFileStorage {shlex.quote(str(journal))}"
     )
 

@@ -1,0 +1,44 @@
+"""The lines the launcher prints after a sweep that point at its records, run as printed: the
+Optuna command names the studies the journal holds (no Ray; a journal Optuna itself writes)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from sweeps.spec import load_spec
+from sweeps.stages.results import _optuna_hint
+
+ROOT = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.train  # runs the optuna CLI: seconds
+
+
+def test_the_optuna_hint_names_every_study_of_a_sweep_with_several(tmp_path, capsys):
+    """minimal_k keeps one study per length and seed; the hint named one of the four, and
+    `optuna trials` needs a study's name to say anything."""
+    sweep = load_spec(ROOT / "sweeps" / "minimal_k.yaml", profile="smoke")
+    journal = tmp_path / "optuna.journal"
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    names = [f"{sweep.name}/{p.unit}" for p in sweep.plans]
+    for name in names:
+        optuna.create_study(study_name=name, storage=storage).enqueue_trial({"x": 1})
+    launch = SimpleNamespace(sweep=sweep, journal=journal, spec=sweep.spec)
+    _optuna_hint(launch)
+    head, trials_cmd, _ = capsys.readouterr().out.splitlines()
+    assert head.endswith(f"{', '.join(names)} ({len(names)})") and len(names) == 4
+    assert set(names) == set(optuna.get_all_study_names(storage))
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(trials_cmd, shell=True, capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "WAITING" in done.stdout, done.stderr
+    assert shlex.split(trials_cmd, comments=True)[-1] == names[0]
