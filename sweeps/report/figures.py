@@ -134,11 +134,12 @@ def seeds_handle():
     )
 
 
-def pareto_figure(points: pd.DataFrame):
+def pareto_figure(points: pd.DataFrame, untimed: str = ""):
     """BLEU vs decode seconds, one colour per length, front as a step line, front points labelled.
 
     With several seeds each point carries error bars (std over seeds of decode seconds and BLEU);
-    a contended decode time is drawn as an x and its label carries the dagger.
+    a contended decode time is drawn as an x and its label carries the dagger. ``untimed``: the
+    title's line saying the decode times are not the timing stage's.
     """
     fig, ax = plt.subplots(figsize=(6.8, 4.8))
     contended = contended_mask(points)
@@ -205,6 +206,8 @@ def pareto_figure(points: pd.DataFrame):
     ax.set_xlabel("decode time over the validation set (s)")
     ax.set_ylabel("BLEU")
     title = "Quality vs speed (circled + line: Pareto front)"
+    if untimed:
+        title += f"\n{untimed}"
     if len(points) and contended.all():
         title += "\nall decode times contended: not speed figures"
     ax.set_title(title, fontsize=10)

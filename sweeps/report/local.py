@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from csv import reader
 from pathlib import Path
 
-from lightning_modules.metric_names import VAL_BLEU
+from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
 from sweeps.layout import RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
@@ -40,9 +40,9 @@ from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
 from sweeps.report.moo import section_with_plots, with_section
-from sweeps.report.plots import plot_results
+from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
-from sweeps.report.summary import cell_summary, front_points
+from sweeps.report.summary import cell_summary, front_points, seconds_column
 from sweeps.report.wandb_report import build_wandb_report
 
 
@@ -58,11 +58,13 @@ def build_local_report(
     timed = df.dropna(subset=["train_step_seconds"]) if "train_step_seconds" in df else df.iloc[0:0]
     fused = "fused_with" in timed and len(timed) > 0 and bool(timed["fused_with"].notna().all())
     summary = cell_summary(df, metric, mode)  # the summary rule, once for every table and plot
-    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, fused))
+    decode_timed = seconds_column(df) == DECODE_SECONDS  # else val/decode_seconds: not speed
+    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, fused, decode_timed))
     paths.update(distill_plots(df, sweep_dir, metric, mode))  # BLEU vs lambda, per K
     points = front_points(summary)
     if not points.empty:
-        paths["pareto"] = save_figure(pareto_figure(points), sweep_dir / "pareto.png")
+        untimed = "" if decode_timed else UNTIMED_NOTE
+        paths["pareto"] = save_figure(pareto_figure(points, untimed), sweep_dir / "pareto.png")
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
     for heading, text in results_sections(df, metric, mode, summary):
         lines += ([f"## {heading}"] if heading else []) + [text]

@@ -38,7 +38,9 @@ LINE_MARKERS = [
 ]  # mechanisms sharing a headline option (local_m, local_p) at one length
 
 
-def plot_results(summary: pd.DataFrame, out_dir: Path, fused: bool = False) -> dict[str, Path]:
+def plot_results(
+    summary: pd.DataFrame, out_dir: Path, fused: bool = False, timed: bool = True
+) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.summary.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the sweep has the axis it draws:
 
@@ -54,6 +56,10 @@ def plot_results(summary: pd.DataFrame, out_dir: Path, fused: bool = False) -> d
       model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length. With
       ``fused`` (trials trained in fused groups), these two were measured once per group and
       copied to its members: no error bars, and the title says why.
+
+    ``timed``: the decode times are the timing stage's; without it they are val/decode_seconds
+    (:func:`~sweeps.report.summary.seconds_column`), and the decode figure's title says they are
+    not speed figures (:data:`UNTIMED_NOTE`).
 
     Returns the paths by name."""
     paths: dict[str, Path] = {}
@@ -77,14 +83,15 @@ def plot_results(summary: pd.DataFrame, out_dir: Path, fused: bool = False) -> d
         )
     if DECODE_SECONDS in summary and summary[DECODE_SECONDS].notna().any():
         ylabel = "decode time over validation set (s)"
+        untimed = "" if timed else f"\n{UNTIMED_NOTE}"
         if lengths >= 2:
             fig = by_length_figure(
-                summary, DECODE_SECONDS, ylabel, "Decode time vs length", mark_contended=True
+                summary, DECODE_SECONDS, ylabel, "Decode time vs length" + untimed, True
             )
             paths["decode_vs_length"] = _save(fig, out_dir / "decode_vs_length.png")
         else:
             fig = by_model_figure(
-                summary, DECODE_SECONDS, ylabel, "Decode time per model", mark_contended=True
+                summary, DECODE_SECONDS, ylabel, "Decode time per model" + untimed, True
             )
             paths["decode_by_model"] = _save(fig, out_dir / "decode_by_model.png")
     for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost
@@ -279,6 +286,8 @@ def by_model_figure(
     return fig
 
 
+#: the decode figures' second title line when the timing stage did not run
+UNTIMED_NOTE = "val/decode_seconds: timed during training beside other trials, not a speed figure"
 #: the training-cost figures' second title line for a fused sweep
 ONCE_PER_GROUP_NOTE = "one measurement per fused group, copied to its seeds: no spread to draw"
 

@@ -198,3 +198,36 @@ def test_one_seed_draws_no_error_bars_and_two_seeds_do():
         lines = plots.by_length_figure(s2, SEC, "s", "Decode time vs length")
         assert (error_bars_drawn(bars) > 0) == drawn, seeds
         assert (error_bars_drawn(lines) > 0) == drawn, seeds
+
+
+def test_decode_figures_say_so_when_the_timing_stage_did_not_run(tmp_path, monkeypatch):
+    """Without the timing stage the report's decode times are val/decode_seconds, timed during
+    training beside other trials: results.md said so, the decode and Pareto figures did not."""
+    from sweeps.report import local
+    from sweeps.report.results import write_results_csv
+
+    drawn = {}
+
+    def keep(fig, path, *args, **kwargs):
+        drawn[path.name] = fig
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(local, "save_figure", keep)
+    rows = [
+        {"trial_id": f"t{length}{m}", "cell": f"length={length} {m}", "model": m, "attention": m,
+         "length": length, "seed": 0, "status": "done", BLEU: 90.0 - length + i,
+         "val/decode_seconds": 0.01 * length * (i + 1)}
+        for length in (10, 20) for i, m in enumerate(("none", "bahdanau"))
+    ]  # fmt: skip
+    for timed in (False, True):
+        drawn.clear()
+        out = tmp_path / str(timed)
+        if timed:
+            for r in rows:
+                r[SEC] = r["val/decode_seconds"] / 2
+        write_results_csv(rows, out)
+        local.build_local_report(out)
+        for name in ("decode_vs_length.png", "pareto.png"):
+            title = drawn[name].axes[0].get_title()
+            assert (plots.UNTIMED_NOTE in title) != timed, (name, title)
