@@ -3,6 +3,8 @@ study, and return what was decided (:class:`ClusterFit`) rather than changing th
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -121,6 +123,30 @@ def _reachable(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
+#: Ray's lines at every start of a local instance, and the level each logger is held at while it
+#: starts: "Token authentication is enabled for this Ray cluster" (the launcher's private instance
+#: keeps Ray's default, a token in ~/.ray/auth_token), and "Started a local Ray instance." (the
+#: launcher says so itself, and what it joined). Errors, and the worker's warnings, still show.
+LOCAL_START_LOGGERS = {
+    "ray._private.authentication.authentication_token_setup": logging.ERROR,
+    "ray._private.worker": logging.WARNING,
+}
+
+
+@contextlib.contextmanager
+def quiet_loggers(levels: dict[str, int]):
+    """Each logger of ``levels`` held at its level (or above) while the block runs."""
+    loggers = {logging.getLogger(name): level for name, level in levels.items()}
+    before = {logger: logger.level for logger in loggers}
+    for logger, level in loggers.items():
+        logger.setLevel(max(level, logger.level))
+    try:
+        yield
+    finally:
+        for logger, level in before.items():
+            logger.setLevel(level)
+
+
 def init_ray(
     address: str | None,
     runtime_env: dict[str, Any],
@@ -150,14 +176,15 @@ def init_ray(
             # (docs/internals.md, "Ray's idle workers")
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
             cpus = num_cpus or os.cpu_count() or 1
-            ray.init(
-                address="local",  # a new instance, even when RAY_ADDRESS or a `ray start` cluster exists
-                num_cpus=cpus,
-                include_dashboard=dashboard,
-                runtime_env=runtime_env,
-                object_store_memory=min(2 * 2**30, max(78 * 2**20, cpus * 256 * 2**20)),
-                log_to_driver=True,
-            )
+            with quiet_loggers(LOCAL_START_LOGGERS):
+                ray.init(
+                    address="local",  # a new instance, even when RAY_ADDRESS or a `ray start` one exists
+                    num_cpus=cpus,
+                    include_dashboard=dashboard,
+                    runtime_env=runtime_env,
+                    object_store_memory=min(2 * 2**30, max(78 * 2**20, cpus * 256 * 2**20)),
+                    log_to_driver=True,
+                )
         else:
             print(f"connecting to {conn.address} ...", flush=True)
             try:

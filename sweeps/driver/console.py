@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -285,13 +286,38 @@ class TunersResumeAdvice(logging.Filter):
         return not record.getMessage().startswith(INTERRUPTED)
 
 
+#: Tune's lines about its own bookkeeping that ask nothing of a user of the launcher, by logger:
+#: the experiment-state snapshot that the launch's checkpoints force after a burst of reports (what
+#: keeps ``--resume`` exact; a warning about its cost, milliseconds on local storage); a paused
+#: trial's result file not yet copied to storage as it resumes (its log continues where it was);
+#: the run loop's "Wrote the latest version of all result files ..." (the launch says what it wrote)
+ROUTINE = {
+    "ray.tune.execution.experiment_state": ("Experiment state snapshotting has been triggered",),
+    "ray.tune.logger.logger": ("Remote file not found",),
+    RUN_LOGGER: ("Wrote the latest version of all result files",),
+}
+
+
+class Routine(logging.Filter):
+    """Drops the records that start with one of ``starts`` (:data:`ROUTINE`)."""
+
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.starts)
+
+
 @contextlib.contextmanager
 def quiet_unreported() -> Iterator[None]:
     """While Tune runs and its results are read: :class:`UnreportedTrials` on its reader's log,
-    :class:`TunersResumeAdvice` on its run loop's."""
+    :class:`TunersResumeAdvice` on its run loop's, :class:`Routine` on the loggers of
+    :data:`ROUTINE`."""
     filters = [
         (logging.getLogger(ANALYSIS_LOGGER), UnreportedTrials()),
         (logging.getLogger(RUN_LOGGER), TunersResumeAdvice()),
+        *((logging.getLogger(name), Routine(starts)) for name, starts in ROUTINE.items()),
     ]
     for logger, quiet in filters:
         logger.addFilter(quiet)
@@ -300,3 +326,26 @@ def quiet_unreported() -> Iterator[None]:
     finally:
         for logger, quiet in filters:
             logger.removeFilter(quiet)
+
+
+#: Tune's choice of console engine: "0" the legacy one, silent at ``verbose=0``; the newer one
+#: prints its "Configuration for experiment" box (SearchGenerator, SweepFIFO: the launcher's
+#: internals) and a TensorBoard command for a staging folder under /tmp/ray even at ``verbose=0``
+NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
+
+
+@contextlib.contextmanager
+def tune_reporter(verbose: int) -> Iterator[None]:
+    """Below ``verbose`` 2, Tune prints nothing of its own while the block runs (the launcher's
+    console, :class:`SweepConsole`, says what happens); at 2 its own reporter too. The setting is
+    the driver's own: set after Ray started, so no trial process sees it."""
+    before = os.environ.get(NEW_OUTPUT_ENV)
+    if verbose < 2:
+        os.environ[NEW_OUTPUT_ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NEW_OUTPUT_ENV, None)
+        else:
+            os.environ[NEW_OUTPUT_ENV] = before

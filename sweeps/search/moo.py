@@ -26,6 +26,7 @@ unit or cell, sampled through Ray Tune. :class:`MultiObjective` answers what
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -130,7 +131,10 @@ class MultiObjective:
             study.sampler = optuna.samplers.TPESampler(
                 seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3))
             )
-        study.set_metric_names(list(self.names))
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and the names are
+            # what optuna-dashboard and `optuna trials` label the objectives with
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(self.names))
         return study
 
     # -- asking ------------------------------------------------------------------------------

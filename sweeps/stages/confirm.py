@@ -21,6 +21,7 @@ from ray import tune
 from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit
+from sweeps.driver.console import quiet_unreported, tune_reporter
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.plan.sweep_plan import Paths
 from sweeps.plan.units import Unit
@@ -109,7 +110,7 @@ def run_confirm(
             verbose=verbose,
         )
     guard = guard or StorageGuard(paths.storage)
-    with guard.watching(), charging(meter):
+    with guard.watching(), charging(meter), quiet_unreported(), tune_reporter(verbose):
         tuner.fit()
     return tune.Tuner.restore(path, trainable=trainable).get_results()
 

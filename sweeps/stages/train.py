@@ -27,7 +27,7 @@ from ray import tune
 from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError
-from sweeps.driver.console import SweepConsole, quiet_unreported
+from sweeps.driver.console import SweepConsole, quiet_unreported, tune_reporter
 from sweeps.driver.environ import environ_restored
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
@@ -247,7 +247,13 @@ def run_tune(
     guard = guard or StorageGuard(paths.storage)
     if settings.fusion_roster is not None:
         start_roster(settings.fusion_roster)
-    with guard.watching(), charging(meter), quiet_unreported(), one_pending(settings):
+    with (
+        guard.watching(),
+        charging(meter),
+        quiet_unreported(),
+        one_pending(settings),
+        tune_reporter(verbose),
+    ):
         try:
             grid = tuner.fit()
         except Exception as exc:

@@ -128,3 +128,71 @@ def test_tunes_own_resume_advice_after_a_stop_is_dropped(caplog):
     said = [r.getMessage() for r in caplog.records]
     assert said[0].startswith("Stop signal received") and said[1] == advice and len(said) == 2
     assert log.filters == []
+
+
+def test_tunes_routine_bookkeeping_lines_are_dropped_and_its_other_warnings_pass(caplog):
+    """Tune's warnings about its experiment-state snapshots, a resumed trial's result file not
+    yet in storage, and its "Wrote the latest version" line ask nothing of the launcher's user; the
+    loggers' other lines still show, and only while the launch's Tune run lasts."""
+    import importlib
+    import inspect
+    import logging
+
+    from sweeps.driver.console import ROUTINE, quiet_unreported
+
+    for name, starts in ROUTINE.items():  # the loggers are Ray's modules, and say these words
+        source = inspect.getsource(importlib.import_module(name))
+        assert all(start in source for start in starts), (name, starts)
+    with caplog.at_level(logging.INFO):
+        with quiet_unreported():
+            for name, starts in ROUTINE.items():
+                logging.getLogger(name).warning(f"{starts[0]} (this run's words)")
+                logging.getLogger(name).warning(f"something else from {name}")
+        name, starts = next(iter(ROUTINE.items()))
+        logging.getLogger(name).warning(f"{starts[0]} after the run")
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"something else from {n}" for n in ROUTINE] + [f"{starts[0]} after the run"]
+    assert all(logging.getLogger(n).filters == [] for n in ROUTINE)
+
+
+def test_a_local_ray_start_holds_rays_start_lines_and_no_others():
+    """Starting the launcher's private Ray, Ray warned that token authentication is on and said it
+    started a local instance, beside the launcher's own two lines. The loggers are Ray's modules and
+    say those words; held while the block runs, set back after."""
+    import importlib
+    import inspect
+    import logging
+
+    from sweeps.driver.cluster import LOCAL_START_LOGGERS, quiet_loggers
+
+    words = {
+        "ray._private.authentication.authentication_token_setup": "Token authentication is enabled",
+        "ray._private.worker": "Started a local Ray instance",
+    }
+    assert set(words) == set(LOCAL_START_LOGGERS)
+    for name, text in words.items():
+        assert text in inspect.getsource(importlib.import_module(name)), name
+    worker = logging.getLogger("ray._private.worker")
+    before = worker.level
+    with quiet_loggers(LOCAL_START_LOGGERS):
+        assert not worker.isEnabledFor(logging.INFO) and worker.isEnabledFor(logging.WARNING)
+        auth = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        assert not auth.isEnabledFor(logging.WARNING) and auth.isEnabledFor(logging.ERROR)
+    assert worker.level == before
+
+
+def test_tunes_own_reporter_is_off_below_verbose_2_and_the_setting_set_back(monkeypatch):
+    import os
+
+    from sweeps.driver.console import NEW_OUTPUT_ENV, tune_reporter
+
+    monkeypatch.delenv(NEW_OUTPUT_ENV, raising=False)
+    with tune_reporter(1):
+        assert os.environ[NEW_OUTPUT_ENV] == "0"
+    assert NEW_OUTPUT_ENV not in os.environ
+    with tune_reporter(2):
+        assert NEW_OUTPUT_ENV not in os.environ
+    monkeypatch.setenv(NEW_OUTPUT_ENV, "1")
+    with tune_reporter(0):
+        assert os.environ[NEW_OUTPUT_ENV] == "0"
+    assert os.environ[NEW_OUTPUT_ENV] == "1"

@@ -391,6 +391,9 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
 
     assert surfaces.code == 0
     printed = surfaces.printed
+    # Tune's own console (its experiment box, a TensorBoard command for a folder under /tmp/ray)
+    # is off below --verbose 2: the launcher's says what happens
+    assert "Configuration for experiment" not in printed and "TensorBoard" not in printed
     exp = surfaces.exp
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str}).set_index("trial_id")
     assert len(df) == 4 and (df["status"] == "stopped").any() and (df["status"] == "done").any(), (
