@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 from sweeps.report.results import DECODE_SECONDS  # noqa: E402
-from sweeps.report.summary import DAGGER, contended_mask  # noqa: E402
+from sweeps.report.summary import DAGGER, axis_of, contended_mask  # noqa: E402
 
 #: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
 MAX_VECTOR_PANELS = 6
@@ -144,10 +144,11 @@ def pareto_figure(points: pd.DataFrame, untimed: str = ""):
     fig, ax = plt.subplots(figsize=(6.8, 4.8))
     contended = contended_mask(points)
     several_seeds = bool("seeds" in points and (points["seeds"] > 1).any())
-    groups = points.groupby("length", dropna=False) if "length" in points else [(None, points)]
+    axis = axis_of(points)  # length, or a translation sweep's language pair
+    groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
     for (length, g), colour in zip(groups, colours()):
         marked = contended[g.index]
-        label = f"L={int(length)}" if pd.notna(length) else "all"
+        label = "all" if pd.isna(length) else str(length) if axis == "pair" else f"L={int(length)}"
         ax.scatter(
             g.loc[~marked, DECODE_SECONDS],
             g.loc[~marked, VAL_BLEU],

@@ -22,6 +22,7 @@ from sweeps.layout import BOOTSTRAP_FILE, HYPOTHESES_FILE
 from sweeps.report.distill import distill_findings
 from sweeps.report.results import DECODE_SECONDS, TRAIN_PEAK_MB, TRAIN_STEP_SECONDS
 from sweeps.report.stats import (
+    axis_of,
     best_memory,
     bootstrap_table,
     cell_intervals,
@@ -51,7 +52,7 @@ def measurements(best: pd.DataFrame, length: Any, model: str, column: str) -> in
     """How many separate measurements of ``column`` the seeds of ``model`` at ``length`` hold: one
     per fused group (results.csv's ``fused_with``) for a figure measured once per group, else one
     per seed."""
-    at = best[(best["length"] == length) & (best["model"] == model)].dropna(subset=[column])
+    at = best[(best[axis_of(best)] == length) & (best["model"] == model)].dropna(subset=[column])
     if "fused_with" not in at or column not in ONCE_PER_GROUP:
         return len(at)
     grouped = at["fused_with"].notna()
@@ -72,10 +73,12 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
     and length: ``finding``, ``length``, ``quantity``, ``estimate`` (mean ± 95% half-width),
     ``verdict``. Empty when the sweep lacks the models a finding compares."""
     best = per_seed(df, metric, mode)
-    if best.empty or "length" not in best or best["length"].isna().all():
+    axis = axis_of(best)  # length, or a translation sweep's language pair (each judged alone)
+    if best.empty or axis not in best or best[axis].isna().all():
         return []
     models = set(best["model"])
-    lengths = sorted(best["length"].dropna().unique())
+    lengths = sorted(best[axis].dropna().unique())
+    grows = axis == "length" and len(lengths) >= 2  # the findings on longer sequences
     out: list[dict[str, Any]] = []
 
     def row(
@@ -141,7 +144,7 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
     small = min(memories, key=memory_k, default=None)
     big = max(memories, key=memory_k, default=None)
     if (
-        len(lengths) >= 2 and small is not None and memory_k(small) < memory_k(big)
+        grows and small is not None and memory_k(small) < memory_k(big)
     ):  # two K to compare (not one K, other settings)
         gains = {}
         for length in (lengths[0], lengths[-1]):
@@ -162,7 +165,7 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
             0.0,
             "above",
         )
-    if "bahdanau" in models and memories and len(lengths) >= 2:
+    if "bahdanau" in models and memories and grows:
         mem = max(memories, key=memory_k)
         for column, what in COST_GAPS:
             if column not in best or best[column].isna().all():
@@ -206,13 +209,14 @@ def scoring_findings(
     if "encoder_scoring" not in df or "decoder_scoring" not in df:
         return []
     best = per_seed(df, metric, mode).copy()
-    best["pair"] = best["encoder_scoring"].astype(str) + "/" + best["decoder_scoring"].astype(str)
-    best["model"] = best["pair"]
+    axis = axis_of(best)  # length, or a translation sweep's language pair
+    scoring = best["encoder_scoring"].astype(str) + "/" + best["decoder_scoring"].astype(str)
+    best["model"] = scoring
     out = []
-    for length in sorted(best["length"].dropna().unique()):
-        at = best[best["length"] == length]
-        others = sorted(p for p in at["pair"].unique() if p != "softmax/softmax")
-        if "softmax/softmax" not in set(at["pair"]) or not others:
+    for length in sorted(best[axis].dropna().unique()):
+        at = best[best[axis] == length]
+        others = sorted(p for p in at["model"].unique() if p != "softmax/softmax")
+        if "softmax/softmax" not in set(at["model"]) or not others:
             continue
         diffs = {p: paired_difference(best, length, p, "softmax/softmax") for p in others}
         verdicts = {p: verdict(m, ci, n, 0.0, "above") for p, (m, ci, n) in diffs.items()}
@@ -237,8 +241,9 @@ def scoring_findings(
 
 
 def bootstrap_markdown(table: pd.DataFrame) -> str:
+    axis = "pair" if table["length"].map(lambda v: isinstance(v, str)).any() else "L"
     lines = [
-        "| L | best memory | − Bahdanau (BLEU) | 95% interval | p | sentences (seeds) |",
+        f"| {axis} | best memory | − Bahdanau (BLEU) | 95% interval | p | sentences (seeds) |",
         "| ---: | --- | ---: | --- | ---: | --- |",
     ]
     for r in table.itertuples():
@@ -274,10 +279,12 @@ def seed_sections(
         return []
     sections = []
     cells = cell_intervals(df, metric, mode)
+    pairs = axis_of(df) == "pair"  # a translation sweep: its cells by language pair
+    axis_label = "pair" if pairs else "L"
     if not cells.empty and (cells["n"] >= 2).any():
         rows = [
             {
-                "L": "" if pd.isna(r.length) else int(r.length),
+                axis_label: "" if pd.isna(r.length) else r.length if pairs else int(r.length),
                 "model": r.model,
                 "BLEU mean ± std": f"{r.mean:.2f} ± {r.std:.2f}",
                 "95% interval": f"[{r.low:.2f}, {r.high:.2f}]",
@@ -305,7 +312,17 @@ def seed_sections(
             (
                 "The paper's findings, judged on the intervals",
                 f"{tally}. Each row: the quantity, its mean over seeds ± the 95% half-width, and the verdict.\n\n"
-                + _table(judged, ["finding", "length", "quantity", "estimate", "seeds", "verdict"])
+                + _table(
+                    [{**j, axis_label: j["length"]} for j in judged],
+                    [
+                        "finding",
+                        "pair" if pairs else "length",
+                        "quantity",
+                        "estimate",
+                        "seeds",
+                        "verdict",
+                    ],
+                )
                 + "\n\n"
                 + INTERVAL_RULE,
             )

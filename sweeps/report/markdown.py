@@ -10,10 +10,11 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS
+from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.results import DECODE_SECONDS, TIMING_DEVICE, natural_order
 from sweeps.report.summary import (
     DAGGER,
+    axis_of,
     cell_summary,
     contended_count,
     contended_mask,
@@ -46,16 +47,17 @@ def paper_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> 
 def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
     if summary.empty:
         return pd.DataFrame()
-    keys = [k for k in ("length", "model") if k in summary and summary[k].notna().any()]
+    keys = [k for k in (axis_of(summary), "model") if k in summary and summary[k].notna().any()]
     if summary[keys].duplicated().any():  # cells differing in more than length and model
         keys = ["cell"]
     table = summary[keys].copy()
     for name, column, digits in (
         ("BLEU", VAL_BLEU, 2),
+        ("sacreBLEU", VAL_SACREBLEU, 2),
         (DECODE_SECONDS, DECODE_SECONDS, 4),
         ("loss", VAL_LOSS, 3),
     ):
-        if column in summary:
+        if column in summary and summary[column].notna().any():  # sacreBLEU: a WMT sweep's
             table[name] = [
                 mean_std(m, sd, digits) for m, sd in zip(summary[column], summary[f"{column}_std"])
             ]
@@ -76,31 +78,28 @@ def length_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
 
 
 def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
-    if (
-        summary.empty
-        or "model" not in summary
-        or "length" not in summary
-        or summary["length"].isna().all()
-    ):
+    axis = axis_of(summary)
+    if summary.empty or "model" not in summary or axis not in summary or summary[axis].isna().all():
         return pd.DataFrame()
-    cells = summary.dropna(subset=["length"])
-    if cells[["length", "model"]].duplicated().any():
+    cells = summary.dropna(subset=[axis])
+    if cells[[axis, "model"]].duplicated().any():
         return pd.DataFrame()
+    label = (lambda v: str(v)) if axis == "pair" else (lambda v: f"L={v}")
     with_seconds = DECODE_SECONDS in cells and cells[DECODE_SECONDS].notna().any()
     seconds = pd.Series(_seconds_text(cells), index=cells.index) if with_seconds else None
     models = pd.Series(cells["model"].unique()).sort_values(key=natural_order, kind="stable")
     rows = []
     for model in models:
         row: dict[str, str] = {"model": model}
-        for length in sorted(cells["length"].unique()):
-            match = cells[(cells["model"] == model) & (cells["length"] == length)]
+        for value in sorted(cells[axis].unique(), key=str if axis == "pair" else None):
+            match = cells[(cells["model"] == model) & (cells[axis] == value)]
             found = not match.empty
             r = match.iloc[0] if found else None
-            row[f"L={length} BLEU"] = (
+            row[f"{label(value)} BLEU"] = (
                 mean_std(r[VAL_BLEU], r[f"{VAL_BLEU}_std"], 2) if found else "–"
             )
             if with_seconds:
-                row[f"L={length} decode s"] = seconds[match.index[0]] if found else "–"
+                row[f"{label(value)} decode s"] = seconds[match.index[0]] if found else "–"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -114,14 +113,15 @@ def _seconds_text(summary: pd.DataFrame) -> list[str]:
 
 
 def pareto_markdown(points: pd.DataFrame) -> str:
-    """The front per length as a table: model, BLEU, seconds (contended ones marked †), BLEU
-    gained and time paid vs the previous point."""
+    """The front per length (or pair: :func:`axis_of`) as a table: model, BLEU, seconds
+    (contended ones marked †), BLEU gained and time paid vs the previous point."""
+    axis = axis_of(points)
     lines = [
-        "| length | model | BLEU | decode s | +BLEU | +seconds |",
+        f"| {axis} | model | BLEU | decode s | +BLEU | +seconds |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     contended = contended_mask(points)
-    for length, g in points[points["pareto"]].groupby("length", dropna=False):
+    for length, g in points[points["pareto"]].groupby(axis, dropna=False):
         previous = None
         for idx, row in g.sort_values(DECODE_SECONDS).iterrows():
             bleu, seconds = float(row[VAL_BLEU]), float(row[DECODE_SECONDS])
@@ -147,10 +147,15 @@ def pareto_notes(points: pd.DataFrame, timed: bool = True) -> list[str]:
     contended = contended_mask(points)
     if contended.any():
         shaky = []
-        for length, g in points.groupby("length", dropna=False):
+        axis = axis_of(points)
+        for length, g in points.groupby(axis, dropna=False):
             k = int(contended[g.index].sum())
             if k:
-                name = f"L={length}" if pd.notna(length) else "the sweep"
+                name = (
+                    (length if axis == "pair" else f"L={length}")
+                    if pd.notna(length)
+                    else "the sweep"
+                )
                 shaky.append(f"{name} ({k} of {len(g)} decode times contended)")
         lines.append(
             "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."
@@ -293,6 +298,13 @@ def timing_text(df: pd.DataFrame) -> str:
             "decode_seconds: val/decode_seconds, measured during training beside other trials (the timing "
             "stage did not run): a training-time signal, not a speed measurement."
         )
+    if VAL_SACREBLEU in df and df[VAL_SACREBLEU].notna().any():  # a translation sweep
+        return (
+            "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set's tokenized text, as "
+            "the data files hold it (val/bleu, tokenized BLEU); sacreBLEU: on the detokenized text "
+            "with sacreBLEU's default 13a tokenizer (val/sacrebleu, the figure WMT results are "
+            "compared by); " + timing
+        )
     return "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; " + timing
 
 
@@ -329,16 +341,17 @@ def results_sections(
             + (failed if not errors.empty else [])
         )
     marks = contended_line(summary)
-    wide = _length_table(summary)
+    wide, axis = _length_table(summary), axis_of(summary)
     if not wide.empty:
+        table = "Table 2" if axis == "pair" else "Table 1"
         sections.append(
             (
-                "Results by model and length (the paper's Table 1 layout)",
+                f"Results by model and {axis} (the paper's {table} layout)",
                 _paragraphs([to_markdown(wide), marks]),
             )
         )
         marks = ""
-    heading = "Results by length and model" if not wide.empty else "Results"
+    heading = f"Results by {axis} and model" if not wide.empty else "Results"
     sections.append(
         (heading, _paragraphs([to_markdown(_long_table(summary)), marks, timing_text(df)]))
     )

@@ -21,7 +21,7 @@ from sweeps.report.figures import (  # noqa: E402
     seed_spread,
 )
 from sweeps.report.results import DECODE_SECONDS, headline_columns  # noqa: E402
-from sweeps.report.summary import contended_mask  # noqa: E402
+from sweeps.report.summary import axis_of, contended_mask  # noqa: E402
 from sweeps.spec.signatures import headline_options  # noqa: E402
 
 #: (summary column, axis label, file stem) of the training-cost figures
@@ -65,7 +65,8 @@ def plot_results(
     paths: dict[str, Path] = {}
     if summary.empty or VAL_BLEU not in summary:
         return paths
-    lengths = summary["length"].dropna().nunique() if "length" in summary else 0
+    axis = axis_of(summary)  # a translation sweep's pairs are no length axis
+    lengths = summary["length"].dropna().nunique() if axis == "length" and axis in summary else 0
     for option in headline_columns():
         fig = bleu_vs_headline_figure(summary, option)
         if fig is not None:
@@ -119,9 +120,8 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     if option not in summary or "attention" not in summary or not meanings:
         return None
     rows = summary[summary["attention"].isin(list(meanings)) & summary[option].notna()]
-    by_length = (
-        rows.groupby("length", dropna=False, sort=True) if "length" in rows else [(None, rows)]
-    )
+    axis = axis_of(summary)  # length, or a translation sweep's language pair
+    by_length = rows.groupby(axis, dropna=False, sort=True) if axis in rows else [(None, rows)]
     drawn = []  # (length, [(mechanism, its points), ...]) for each length with a line
     for length, g in by_length:
         lines = [
@@ -137,7 +137,13 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     line_labels = set()
     for (length, lines), colour in zip(drawn, colours()):
-        at = f" L={length}" if length is not None and pd.notna(length) else ""
+        at = (
+            ""
+            if length is None or pd.isna(length)
+            else f" {length}"
+            if axis == "pair"
+            else f" L={length}"
+        )
         for (name, g), marker in zip(lines, LINE_MARKERS * 8):
             ax.errorbar(
                 g[option].astype(float),
@@ -151,7 +157,7 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
             line_labels.add(f"{name}{at}")
         others = summary[~summary["attention"].isin(list(meanings))]
         if at:
-            others = others[others["length"] == length]
+            others = others[others[axis] == length]
         for (_, row), style in zip(others.iterrows(), REFERENCE_STYLES * 8):
             ax.axhline(
                 row[VAL_BLEU],
@@ -275,7 +281,9 @@ def by_model_figure(
         ha="right",
         fontsize=8,
     )
-    if "length" in rows and rows["length"].notna().any():
+    if axis_of(rows) == "pair" and rows["pair"].nunique() == 1:  # a translation sweep's pair
+        title += f" ({rows['pair'].dropna().iloc[0]})"
+    elif axis_of(rows) == "length" and "length" in rows and rows["length"].notna().any():
         title += f" (L={rows['length'].dropna().iloc[0]})"
     ax.set_ylabel(ylabel)
     second = f"\n{note}" if note else _seeds_note(rows)

@@ -81,6 +81,13 @@ def interval(values) -> tuple[float, float, float, int]:
     return float(v.mean()), sd, t975(n - 1) * sd / math.sqrt(n), n
 
 
+def axis_of(frame: pd.DataFrame) -> str:
+    """The column a report's tables, fronts and findings are laid out along: ``pair`` for a
+    translation sweep (the paper's Table 2: one column per language pair; its ``length`` is the
+    longest sentence kept, a filter), else ``length`` (Table 1: the copy task's sequence length)."""
+    return "pair" if "pair" in frame and frame["pair"].notna().any() else "length"
+
+
 def summary_cells(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each relative constraint's baseline (results.csv's ``baseline`` column, trained
     in the cell it is the yardstick of) in a cell of its own, ``<cell>, baseline``, its model
@@ -115,15 +122,17 @@ def per_seed(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.
 def cell_intervals(
     df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max", column: str = VAL_BLEU
 ) -> pd.DataFrame:
-    """Per cell: ``length``, ``model``, ``mean``, ``std``, ``ci`` (half-width), ``low``, ``high``, ``n``."""
+    """Per cell: ``length`` (a translation sweep's pair: :func:`axis_of`), ``model``, ``mean``,
+    ``std``, ``ci`` (half-width), ``low``, ``high``, ``n``."""
     best = per_seed(df, metric, mode)
+    axis = axis_of(best)  # ``length`` holds a translation sweep's language pair
     rows = []
     for cell, g in best.groupby("cell", sort=False):
         mean, sd, ci, n = interval(g[column])
         rows.append(
             {
                 "cell": cell,
-                "length": g["length"].iloc[0] if "length" in g else None,
+                "length": g[axis].iloc[0] if axis in g else None,
                 "model": g["model"].iloc[0],
                 "mean": mean,
                 "std": sd,
@@ -144,8 +153,10 @@ def cell_intervals(
 def paired_difference(
     best: pd.DataFrame, length: Any, a: str, b: str, column: str = VAL_BLEU
 ) -> tuple[float, float, int]:
-    """(mean, half-width, n) of ``a`` − ``b`` at ``length``, paired by seed."""
-    at = best[best["length"] == length] if "length" in best else best
+    """(mean, half-width, n) of ``a`` − ``b`` at ``length`` (a language pair: :func:`axis_of`),
+    paired by seed."""
+    axis = axis_of(best)
+    at = best[best[axis] == length] if axis in best else best
     va = at[at["model"] == a].set_index("seed")[column]
     vb = at[at["model"] == b].set_index("seed")[column]
     diffs = (va - vb).dropna()
@@ -188,7 +199,7 @@ def memory_k(model: str) -> int:
 def best_memory(best: pd.DataFrame, length: Any) -> str | None:
     """The memory model with the highest mean BLEU at ``length`` (chosen on the same data it is
     judged on: a selection that flatters memory attention a little)."""
-    at = best[(best["length"] == length) & best["model"].isin(memory_models(best))]
+    at = best[(best[axis_of(best)] == length) & best["model"].isin(memory_models(best))]
     if at.empty:
         return None
     return str(at.groupby("model")[VAL_BLEU].mean().idxmax())
@@ -254,13 +265,14 @@ def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max")
     hypotheses (an older run) are left out."""
     best = per_seed(df, metric, mode)
     rows = []
-    if best.empty or "length" not in best or "checkpoint" not in best:
+    axis = axis_of(best)  # length, or a translation sweep's language pair
+    if best.empty or axis not in best or "checkpoint" not in best:
         return pd.DataFrame()
-    for length in sorted(best["length"].dropna().unique()):
+    for length in sorted(best[axis].dropna().unique()):
         top = best_memory(best, length)
         if top is None or "bahdanau" not in set(best["model"]):
             continue
-        at = best[best["length"] == length]
+        at = best[best[axis] == length]
         sys_h, base_h, refs, seeds = [], [], [], []
         for seed, g in at.groupby("seed"):
             a, b = g[g["model"] == top], g[g["model"] == "bahdanau"]
@@ -285,7 +297,7 @@ def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max")
         r = paired_bootstrap(sys_h, base_h, refs)
         rows.append(
             {
-                "length": int(length),
+                "length": length if axis == "pair" else int(length),
                 "memory": top,
                 "seeds": ",".join(map(str, seeds)),
                 "sentences": len(refs),

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS
+from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
 from sweeps.report.selection import chosen_trials
-from sweeps.report.stats import per_seed, summary_cells
+from sweeps.report.stats import axis_of, per_seed, summary_cells
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -75,7 +75,7 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         _contended=contended_flags(best) & timed,
         _train_contended=contended_flags(best, TRAIN_CONTENDED),
     )
-    values = [c for c in (VAL_BLEU, seconds, VAL_LOSS, *TRAIN_FIGURES) if c in best]
+    values = [c for c in (VAL_BLEU, VAL_SACREBLEU, seconds, VAL_LOSS, *TRAIN_FIGURES) if c in best]
     groups = best.groupby("cell", dropna=False, sort=False)
     summary = groups[values].mean()
     for c in values:
@@ -84,7 +84,7 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
     summary["train_contended"] = groups["_train_contended"].sum().astype(int)
-    labels = [c for c in ("length", "model", "attention", *headline_columns()) if c in best]
+    labels = [c for c in ("length", "pair", "model", "attention", *headline_columns()) if c in best]
     summary = (
         best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
     )
@@ -99,7 +99,7 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         values = summary[c].dropna() if c in summary else None
         if values is not None and not values.empty and (values == values.round()).all():
             summary[c] = summary[c].astype("Int64")
-    sort = [c for c in ("length", "model") if c in summary]
+    sort = [c for c in (axis_of(summary), "model") if c in summary]
     return summary.sort_values(
         sort, na_position="first", kind="stable", key=natural_order
     ).reset_index(drop=True)
@@ -151,7 +151,7 @@ def pareto_front(
 
 def model_points(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
     """One point per cell (:func:`cell_summary`: the summary rule, ``contended`` included), with
-    its Pareto front (``pareto``) among the cells of the same length."""
+    its Pareto front (``pareto``) among the cells of the same length (pair: :func:`axis_of`)."""
     points = front_points(cell_summary(df, metric, mode))
     return (
         points
@@ -167,7 +167,8 @@ def front_points(summary: pd.DataFrame) -> pd.DataFrame:
     points = summary.dropna(subset=[VAL_BLEU, DECODE_SECONDS]).reset_index(drop=True)
     if points.empty:
         return points
-    by = ["length"] if "length" in points else []
+    axis = axis_of(points)
+    by = [axis] if axis in points else []
     fronts = (
         [pareto_front(g) for _, g in points.groupby(by, dropna=False)]
         if by

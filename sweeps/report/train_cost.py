@@ -11,7 +11,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.report.results import natural_order
-from sweeps.report.summary import DAGGER, pareto_front
+from sweeps.report.summary import DAGGER, axis_of, pareto_front
 from sweeps.report.table_text import mean_std, to_markdown
 
 STEP = "train_step_seconds"
@@ -35,7 +35,7 @@ def measured(summary: pd.DataFrame) -> bool:
 def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Rows (length, model), columns the training step's seconds and tokens/s and the two peaks;
     a contended training step marked †."""
-    keys = [k for k in ("length", "model") if k in summary and summary[k].notna().any()]
+    keys = [k for k in (axis_of(summary), "model") if k in summary and summary[k].notna().any()]
     if not keys or summary[keys].duplicated().any():
         keys = ["cell"]
     rows = summary.sort_values(keys, kind="stable", key=natural_order)
@@ -62,11 +62,12 @@ def cost_front(summary: pd.DataFrame) -> str:
     points = summary.dropna(subset=[VAL_BLEU, STEP])
     if points.empty:
         return ""
+    axis = axis_of(points)
     lines = [
-        "| length | model | BLEU | train step s | train peak MiB |",
+        f"| {axis} | model | BLEU | train step s | train peak MiB |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
-    groups = points.groupby("length", dropna=False) if "length" in points else [(None, points)]
+    groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
     for length, g in groups:
         front = g[pareto_front(g, VAL_BLEU, STEP)].sort_values(STEP)
         for _, r in front.iterrows():
@@ -104,7 +105,7 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
     )
     out = [
         (
-            "Training cost by length and model",
+            f"Training cost by {axis_of(summary)} and model",
             "\n\n".join(
                 p for p in (to_markdown(cost_table(summary)), contended, how_text(df)) if p
             ),

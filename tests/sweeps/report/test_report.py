@@ -588,3 +588,38 @@ def test_the_console_table_says_which_trial_each_row_is(tmp_path):
     ]  # fmt: skip
     assert base.split()[:6] == ["b0", "length=10", "bahdanau", "(baseline)", "0", "-"]
     assert memory.split()[:6] == ["m1", "length=10", "memory", "0", "3", "False"]
+
+
+def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2():
+    """wmt17's report put its cells in "the paper's Table 1 layout" under L=<max_length> (a filter,
+    the same for every pair) and judged the findings per length: two pairs' seeds mixed in one
+    paired difference. Each pair is now a column of Table 2's layout, a row of the long table and
+    the Pareto front, and its findings are judged on its own seeds."""
+    from sweeps.report.findings import findings
+    from sweeps.report.markdown import results_sections
+
+    rows = []
+    gap = {"en-de": 1.0, "en-fi": 5.0}  # Bahdanau's lead over memory, per pair
+    for pair in gap:
+        for seed in (0, 1, 2):
+            for model in ("bahdanau", "memory K=32"):
+                lead = gap[pair] + 0.1 * seed if model == "bahdanau" else 0.0
+                rows.append(
+                    {"trial_id": f"{pair}{seed}{model}", "cell": f"pair={pair} {model}",
+                     "model": model, "attention": model.split()[0], "length": 80, "pair": pair,
+                     "seed": seed, "status": "done", BLEU: 20.0 + lead,
+                     "val/sacrebleu": 19.0 + lead, SEC: 1.0 + seed / 100}
+                )  # fmt: skip
+    df = pd.DataFrame(rows)
+    sections = dict(results_sections(df))
+    wide = sections["Results by model and pair (the paper's Table 2 layout)"]
+    assert "| model       | en-de BLEU" in wide and "en-fi decode s" in wide and "L=80" not in wide
+    long = sections["Results by pair and model"]
+    assert long.splitlines()[0].split("|")[1:4] == [" pair   ", " model       ", " BLEU         "]
+    assert "sacreBLEU" in long and "13a" in long
+    assert "| pair | model | BLEU | decode s |" in sections["Quality vs speed: the Pareto front"]
+    judged = {f["length"]: f for f in findings(df) if f["finding"].startswith("memory attention")}
+    assert set(judged) == {"en-de", "en-fi"}
+    assert judged["en-de"]["estimate"].startswith("+1.10") and judged["en-de"]["verdict"] == "held"
+    assert judged["en-fi"]["estimate"].startswith("+5.10")
+    assert judged["en-fi"]["verdict"] == "contradicted"
