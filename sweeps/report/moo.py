@@ -77,6 +77,12 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -
     return f"{label}: {what}: {seeds}"
 
 
+def _baseline_figure(name: str, value: float) -> str:
+    """``val/bleu 100.00``, ``decode_seconds 0.0160 (probe)``: a probed objective is the probe's
+    figure, as the trials it is compared with (the timing stage's is in the tables above)."""
+    return f"{name} {value:.4g}" + (" (probe)" if name in PROBED else "")
+
+
 def _untried_below(v: StudyView, k: int) -> str:
     """The smaller K the rule stopped before their end: the answer is the smallest K that finished
     within the bound, not a proof that no smaller K would have (a stop on decode time is a stop on
@@ -145,7 +151,11 @@ def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
             )
             lines.append(
                 f"Baseline ({model}): "
-                + (", ".join(f"{k} {val:.4g}" for k, val in base.items()) if base else "failed")
+                + (
+                    ", ".join(_baseline_figure(k, val) for k, val in base.items())
+                    if base
+                    else "failed"
+                )
             )
             lines.append("")
         lines += ["Pareto front:", "", _table(front, v), ""]

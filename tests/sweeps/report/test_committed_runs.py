@@ -36,3 +36,12 @@ def test_a_committed_run_regenerates_byte_for_byte(run: Path, tmp_path: Path):
 
 def test_the_committed_runs_are_found():
     assert {p.name for p in RUNS} >= {"k_vs_length", "minimal_k", "memory_distill"}
+
+
+def test_a_baselines_probed_figure_is_labelled_as_the_probes():
+    """minimal_k's "Baseline (attention=bahdanau): val/bleu 100, decode_seconds 0.01605" gave the
+    decode probe's figure unlabelled, beside tables that hold the timing stage's (0.0177)."""
+    text = (ROOT / "docs" / "results" / "minimal_k" / "results.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("Baseline (")]
+    assert len(lines) == 3
+    assert all("decode_seconds " in line and line.endswith("(probe)") for line in lines), lines
