@@ -60,6 +60,7 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -
             continue
         p = min(ok, key=lambda p: (p.params["K"], -p.values[0]))
         extra = "".join(f", {k}={val}" for k, val in p.params.items() if k != "K")
+        extra += f", trial {p.trial_id}" if p.trial_id else ""
         timed = f" / {p.timed:.4f} s timed" if p.timed is not None else ""
         parts.append(
             (
@@ -239,7 +240,7 @@ def _table(points: Sequence[Point], v: StudyView, broken: bool = False) -> str:
         return "(none)"
     keys = list(dict.fromkeys(k for p in points for k in p.params))
     head = [
-        "trial",
+        "trial (Optuna #)",
         *keys,
         v.metric_names[0],
         f"{v.metric_names[1]} (probe)",
@@ -250,7 +251,7 @@ def _table(points: Sequence[Point], v: StudyView, broken: bool = False) -> str:
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for p in sorted(points, key=lambda p: p.values[1] if len(p.values) > 1 else 0):
         cells = [
-            str(p.number),
+            f"{p.trial_id} (#{p.number})" if p.trial_id else f"#{p.number}",
             *(str(p.params.get(k, "")) for k in keys),
             f"{p.values[0]:.2f}",
             f"{p.values[1]:.4f}",

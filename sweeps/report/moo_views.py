@@ -29,6 +29,7 @@ class Point:
     timed: float | None = None  # the timing stage's figure of the second objective
     completed: float = 0.0  # completion time, for the history
     rung: dict | None = None
+    trial_id: str | None = None  # Ray's: results.csv's trial_id
 
 
 @dataclass
@@ -107,6 +108,7 @@ def load_views(sweep_dir: Path) -> list[StudyView]:
                     timed=timed.get(t.user_attrs.get("ray_trial_id")),
                     completed=t.datetime_complete.timestamp() if t.datetime_complete else math.inf,
                     rung=t.user_attrs.get("rung"),
+                    trial_id=t.user_attrs.get("ray_trial_id"),
                 )
             )
         slug = name.split("/", 1)[-1].rsplit("-seed", 1)

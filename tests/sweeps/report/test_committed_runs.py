@@ -45,3 +45,23 @@ def test_a_baselines_probed_figure_is_labelled_as_the_probes():
     lines = [line for line in text.splitlines() if line.startswith("Baseline (")]
     assert len(lines) == 3
     assert all("decode_seconds " in line and line.endswith("(probe)") for line in lines), lines
+
+
+def test_a_multi_objective_tables_trials_are_results_csvs_rows():
+    """The front and constrained-out tables named a trial by its number in its length's Optuna
+    study (1, 8, ...), which no other record of the sweep uses: each row now leads with the trial
+    id of results.csv, whose row holds the same K and BLEU."""
+    import csv
+
+    run = ROOT / "docs" / "results" / "minimal_k"
+    rows = {r["trial_id"]: r for r in csv.DictReader((run / "results.csv").open())}
+    listed = [
+        line.split(" | ")
+        for line in (run / "results.md").read_text().splitlines()
+        if line.startswith("| ") and " (#" in line.split(" | ")[0]
+    ]
+    assert len(listed) == 9
+    for cells in listed:
+        trial = cells[0].removeprefix("| ").split(" (#")[0]
+        assert rows[trial]["K"] == cells[1], trial
+        assert abs(float(rows[trial]["val/bleu"]) - float(cells[5])) < 0.006, trial
