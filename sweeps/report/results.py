@@ -358,9 +358,9 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
     shown = {}
     for column, short in params.items():  # K, encoder_scoring, ...; the full name where two clash
         shown[column] = column.removeprefix("param:") if short in shown.values() else short
-    baselines = BASELINE in df and df[BASELINE].astype(str).str.lower().isin({"true", "1"}).any()
+    mark = df[BASELINE].astype(str).str.lower().isin({"true", "1"}) if BASELINE in df else None
+    baselines = mark is not None and bool(mark.any())
     if baselines and "model" in df:
-        mark = df[BASELINE].astype(str).str.lower().isin({"true", "1"})
         df["model"] = df["model"].astype(object)
         df.loc[mark, "model"] = df.loc[mark, "model"].astype(str) + " (baseline)"
     cols = [
