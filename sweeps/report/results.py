@@ -391,5 +391,11 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
         if df[column].dtype.kind == "f" and not values.empty and (values == values.round()).all():
             df[column] = ["-" if pd.isna(v) else int(v) for v in df[column]]
     table = df[cols].rename(columns=shown)
+    for c in table.columns:  # a figure not measured (a trial stopped before timing) is None: "-"
+        values = table[c].dropna()
+        if table[c].dtype == object and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+        ):
+            table[c] = pd.to_numeric(table[c], errors="coerce")
     text = table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3f}")
     print(text, file=out)

@@ -588,6 +588,12 @@ def test_the_console_table_says_which_trial_each_row_is(tmp_path):
     ]  # fmt: skip
     assert base.split()[:6] == ["b0", "length=10", "bahdanau", "(baseline)", "0", "-"]
     assert memory.split()[:6] == ["m1", "length=10", "memory", "0", "3", "False"]
+    # as the launch prints it (not read back): a figure a budget stop left unmeasured is None
+    from sweeps.report.results import results_frame
+
+    out = io.StringIO()
+    print_table(results_frame([{**rows[1], "status": "budget", SEC: None}]), out)
+    assert "None" not in out.getvalue() and out.getvalue().split()[-1] == "-"
 
 
 def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2():
