@@ -35,6 +35,10 @@ from typing import Any
 from sweeps.plan.fusion import FusionPlan, Slot, member_shape
 from sweeps.plan.mps import MpsPlan
 from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, fused_envelope
+from sweeps.spec.objectives import baseline_of
+
+#: the sample number of a relative constraint's baseline (one per unit, besides its samples)
+BASELINE_SAMPLE = -1
 
 #: the CPU threads a process that drives a GPU holds
 GPU_PROCESS_CPUS = 1.0
@@ -74,6 +78,8 @@ class Arrangement:
     eager_gpu_hours: float
     #: the best arrangement of the other kind (fused or not), and what it would give
     instead: str | None = None
+    #: the sweep's models the table has no figures of, and what stands in for each
+    stand_ins: tuple[str, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -105,10 +111,18 @@ def plan_arrangement(
     lone = [g.slots[0] for g in fusion.groups if g.name is None]
     if not fusion.groups:  # a configuration's seeds: sized when Optuna asks (fusion.seed_chunks)
         lone = list(_every_slot(sweep))
+    base = baseline_of(sweep.spec)
+    if base and sweep.has_search:  # a relative constraint's baseline per unit, trained alone
+        lone += [Slot(i, BASELINE_SAMPLE) for i in range(len(units))]
     every = [s for g in groups for s in g.slots] + lone
     preset = lambda i: str(units[i].model.get("preset") or "paper_copy")  # noqa: E731
     shape = lambda i: member_shape(units[i].task, units[i].model)  # noqa: E731
-    alone = lambda s: costs.group_seconds(preset(s.unit), [shape(s.unit)])  # noqa: E731
+
+    def alone(s: Slot) -> float:
+        model = units[s.unit].model
+        if s.sample == BASELINE_SAMPLE:
+            model = {**model, **{k.split(".", 1)[1]: v for k, v in (base or {}).items()}}
+        return costs.group_seconds(preset(s.unit), [member_shape(units[s.unit].task, model)])
 
     eager = sum(alone(s) * steps[s.unit] for s in every)
     member_steps = sum(steps[s.unit] for s in every)
@@ -191,6 +205,7 @@ def plan_arrangement(
             mps=mps,
         )
     return Arrangement(
+        stand_ins=stand_ins(costs, units),
         chosen=r.auto_gpu,
         costs=costs,
         groups=len(groups),
@@ -201,6 +216,27 @@ def plan_arrangement(
         eager_gpu_hours=eager / 3600,
         **arrangement,
     )
+
+
+def stand_ins(costs: DeviceCosts, units: list[Any]) -> tuple[str, ...]:
+    """For each model preset and task of ``units`` the table has no figures of: what it is
+    costed as (the measured preset nearest in hidden size; the copy task's step at the same
+    length for any other task)."""
+    out = []
+    for preset, task in dict.fromkeys(
+        (str(u.model.get("preset") or "paper_copy"), str(u.task.get("name") or "copy"))
+        for u in units
+    ):
+        measured = costs.preset_entry(preset)[0]
+        if measured == preset and task == "copy":
+            continue
+        what = f"{task}'s {preset} model" if task != "copy" else f"the {preset} model"
+        out.append(
+            f"{what} is costed as the table's {measured} model on the copy task"
+            + (" (nearest in hidden size)" if measured != preset else "")
+            + " at the same length: not measured"
+        )
+    return tuple(out)
 
 
 def graphs_problem(sweep: Any) -> str | None:

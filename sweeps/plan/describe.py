@@ -74,6 +74,7 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
     ]
     if a.instead:
         lines.insert(2, f"  instead: {a.instead}")
+    lines[2:2] = [f"  costed: {line}" for line in a.stand_ins]
     return lines
 
 

@@ -236,6 +236,28 @@ def test_a_sweep_with_baselines_counts_them_in_the_fusion_line_as_in_the_trial_c
     out = capsys.readouterr().out
     assert "= 4 grid points, 20 trials;" in out
     assert "fusion: none of the 20 trials is fused" in out
+    # on GPUs (the full study), the arrangement and its GPU-hours count the 4 baselines too
+    assert main([spec, "--dry-run", "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "100 trials;" in out
+        and "GPU arrangement, the plan's (resources.gpu auto): 100 trial(s)" in out
+    )
+
+
+def test_the_gpu_arrangement_says_which_measured_model_stands_in_for_one_it_has_no_figures_of(
+    tmp_path, capsys
+):
+    """wmt17's GPU-hours came from the copy task's paper_copy step with nothing saying so."""
+    root = Path(__file__).resolve().parents[3] / "sweeps"
+    assert main([str(root / "wmt17.yaml"), "--dry-run", "--output", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "costed: wmt17's paper_wmt model is costed as the table's paper_copy model on the copy "
+        "task (nearest in hidden size) at the same length: not measured" in out
+    )
+    assert main([str(root / "k_vs_length.yaml"), "--dry-run", "--output", str(tmp_path / "k")]) == 0
+    assert "costed:" not in capsys.readouterr().out  # paper_copy on the copy task: measured
 
 
 def test_the_torch_free_fuse_key_agrees_with_the_fused_models_shape_key():
