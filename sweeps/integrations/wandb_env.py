@@ -65,3 +65,15 @@ def wandb_sync_hint(out_dir: Path) -> SyncHint:
     bad = {name for name, _ in broken}
     command = "wandb sync " + " ".join(str(r) for r in runs if r.name not in bad)
     return SyncHint(command, broken, empty)
+
+
+def unsynced_runs(out_dir: Path) -> list[str]:
+    """The sweep's offline W&B runs with something logged that ``wandb sync`` has not uploaded
+    (no ``.wandb.synced`` marker beside the run's ``.wandb`` file, as wandb's own sync checks)."""
+    runs = sorted((out_dir / "wandb").glob("offline-run-*"))
+    return [
+        r.name
+        for r in runs
+        if not run_is_empty(r)
+        and not any(f.with_suffix(".wandb.synced").exists() for f in r.glob("*.wandb"))
+    ]

@@ -27,6 +27,7 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from csv import reader
 from pathlib import Path
@@ -43,7 +44,7 @@ from sweeps.report.moo import section_with_plots, with_section
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
-from sweeps.report.wandb_report import build_wandb_report
+from sweeps.report.wandb_report import build_wandb_report, report_problem
 
 
 def build_local_report(
@@ -138,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
     for path in paths.values():
         print(path)
+    if args.wandb and (problem := report_problem(args.sweep_dir)):
+        print(f"--wandb: {problem}; the local report above is written", file=sys.stderr)
+        raise SystemExit(2)
     if args.wandb:
         import wandb
 

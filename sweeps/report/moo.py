@@ -30,7 +30,7 @@ from sweeps.report.moo_views import (
     reference_point,
 )
 from sweeps.report.results import read_results
-from sweeps.report.wandb_report import build_wandb_report
+from sweeps.report.wandb_report import build_wandb_report, report_problem
 from sweeps.spec.search_schema import PROBED
 
 SECTION = "## Multi-objective search"
@@ -315,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if written
         else f"no multi-objective study in {sweep_dir / OPTUNA_JOURNAL}: nothing written"
     )
+    if args.wandb and (problem := report_problem(sweep_dir)):
+        print(f"--wandb: {problem}; the section above is written", file=sys.stderr)
+        return 2
     if args.wandb:
         report = wandb_report(
             Path(args.sweep_dir), args.entity, args.project, args.group or Path(args.sweep_dir).name

@@ -5,11 +5,13 @@ results.md's text as Markdown and panels over the group's runs. ``python -m swee
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, VAL_BLEU, VAL_LOSS
+from sweeps.integrations.wandb_env import unsynced_runs, wandb_has_credentials, wandb_sync_hint
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import pareto_markdown, results_sections
@@ -160,3 +162,18 @@ def build_wandb_report(
             ),
         ]
     return wr.Report(project=project, entity=entity, title=title or f"Sweep {group}", blocks=blocks)
+
+
+def report_problem(sweep_dir: Path) -> str | None:
+    """Why a W&B Report of the sweep cannot be built from here, with the fix; None when it can.
+    The Report is built on W&B from the runs uploaded there."""
+    if not wandb_has_credentials():
+        return "no W&B credentials here: `wandb login` or `export WANDB_API_KEY=...`"
+    offline = unsynced_runs(sweep_dir)
+    if offline:
+        hint = wandb_sync_hint(sweep_dir).command or f"wandb sync {sweep_dir / 'wandb'}"
+        return (
+            f"{len(offline)} of the sweep's W&B runs ran offline and are not uploaded, and a W&B "
+            f"Report shows only uploaded runs: upload them first ({hint})"
+        )
+    return None

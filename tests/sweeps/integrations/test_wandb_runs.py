@@ -237,3 +237,42 @@ def test_run_folders_with_nothing_logged_are_left_out_quietly(tmp_path):
     # the summary of a stopped trial still lands in its run, not in the empty later folder
     add_run_summary("offline", tmp_path, "good0002", {"val/bleu": 7.5})
     assert inspect(good)["summary"]["val/bleu"] == 7.5
+
+
+@pytest.mark.train
+def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(tmp_path, monkeypatch, capsys):
+    """`python -m sweeps.report DIR --wandb` ended in wandb's traceback without an API key, and
+    with offline runs never synced would have built a Report of runs W&B does not hold: it says
+    which, with the fix, after writing the local report (exit 2). "Synced" is wandb's own mark."""
+    from wandb.cli import beta_sync
+
+    from sweeps.integrations.wandb_env import unsynced_runs
+    from sweeps.report import moo
+    from sweeps.report.local import main
+    from sweeps.report.results import write_results_csv
+    from sweeps.report.wandb_report import report_problem as _wandb_problem
+
+    out = tmp_path / "sweep"
+    write_results_csv(
+        [{"trial_id": "t1", "cell": "c", "model": "m", "length": 4, "seed": 0, "status": "done",
+          "val/bleu": 1.0}], out,
+    )  # fmt: skip
+    run = make_offline_run(out, "sync0001", 2)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    with pytest.raises(SystemExit) as stop:
+        main([str(out), "--wandb"])
+    assert stop.value.code == 2 and (out / "results.md").exists()
+    assert "no W&B credentials here: `wandb login`" in capsys.readouterr().err
+    (out / "optuna.journal").touch()  # no study in it: no section, then the same check
+    assert moo.main([str(out), "--wandb"]) == 2  # the multi-objective section's command alike
+    assert "no W&B credentials here" in capsys.readouterr().err
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert unsynced_runs(out) == [run.name]
+    problem = _wandb_problem(out)
+    assert "1 of the sweep's W&B runs ran offline and are not uploaded" in problem
+    assert f"wandb sync {out / 'wandb'}/offline-run-*" in problem
+    (log,) = run.glob("*.wandb")
+    log.with_suffix(".wandb.synced").touch()  # what wandb sync leaves once a run is uploaded
+    assert beta_sync._is_synced(log) and unsynced_runs(out) == [] and _wandb_problem(out) is None
