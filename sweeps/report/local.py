@@ -33,14 +33,14 @@ from csv import reader
 from pathlib import Path
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
-from sweeps.layout import RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
 from sweeps.report.findings import seed_sections
 from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
-from sweeps.report.moo import section_with_plots, with_section
+from sweeps.report.moo import journal_problem, section_with_plots, with_section
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
@@ -162,18 +162,72 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     return paths
 
 
+#: the columns every results.csv holds (:data:`~sweeps.report.columns.FIRST_COLUMNS`): which trial,
+#: which cell and seed, how it ended
+REQUIRED = ("trial_id", "cell", "seed", "status")
+
+
 def _input_problem(sweep_dir: Path, metric: str) -> str | None:
-    """What is wrong with the command's folder or ``--metric``, with the fix; None when nothing."""
+    """What is wrong with the command's folder, its results.csv or ``--metric``, with the fix;
+    None when nothing. A results.csv that is cut short, holds no trial, lacks a column every
+    results.csv has, or has no value of the metric is refused: the rebuild would replace the
+    report already there with one of nothing."""
+    if sweep_dir.name == RESULTS_CSV and sweep_dir.is_file():
+        return f"{sweep_dir}: give the sweep's folder, {sweep_dir.parent}, not its {RESULTS_CSV}"
     missing = missing_in_sweep_folder(sweep_dir, RESULTS_CSV)
     if missing:
         return missing
     csv = sweep_dir / RESULTS_CSV
-    with csv.open(newline="") as f:
-        columns = next(reader(f), [])
+    kept = "; results.md and the plots are left as they are"
+    try:
+        with csv.open(newline="", encoding="utf-8") as f:
+            rows = list(reader(f))
+    except UnicodeDecodeError as exc:
+        return f"{csv}: not UTF-8 text (byte {exc.start}): not a results.csv the launch wrote{kept}"
+    columns, rows = (rows[0], rows[1:]) if rows else ([], [])
+    if not rows:
+        return (
+            f"{csv}: no trial rows ({'only a header' if columns else 'empty'}): nothing to build "
+            f"a report from{kept}. A launch's --resume writes it again from the sweep's trials"
+        )
+    short = [n + 2 for n, row in enumerate(rows) if len(row) != len(columns)]
+    if short:
+        return (
+            f"{csv}: line {short[0]} has {len(rows[short[0] - 2])} fields where the header has "
+            f"{len(columns)}: the file is cut short or edited{kept}. A launch's --resume writes "
+            "it again from the sweep's trials"
+        )
+    lacking = [c for c in REQUIRED if c not in columns]
+    if lacking:
+        return f"{csv}: no {', '.join(lacking)} column: not a results.csv the launch wrote{kept}"
     if metric not in columns:
         metrics = [c for c in columns if "/" in c or c.endswith("_seconds")] or columns
         return f"--metric {metric}: not a column of {csv}; its metrics: {', '.join(metrics)}"
+    journal = sweep_dir / OPTUNA_JOURNAL
+    if journal.is_file() and (damaged := journal_problem(journal)):
+        return damaged
+    at = columns.index(metric)
+    values = [row[at] for row in rows if row[at] != ""]
+    numbers = [v for v in values if _number(v)]
+    if not numbers:
+        filled = [
+            c for k, c in enumerate(columns)
+            if ("/" in c or c.endswith("_seconds")) and any(_number(r[k]) for r in rows)
+        ]  # fmt: skip
+        return (
+            f"--metric {metric}: "
+            + ("no trial has a value of it" if not values else "not a number in any trial")
+            + f" in {csv}; the metrics with values: {', '.join(filled) or 'none'}"
+        )
     return None
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

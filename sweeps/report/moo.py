@@ -13,6 +13,7 @@ close the probe came to the timing stage. The sweeps are read by :mod:`sweeps.re
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections.abc import Sequence
@@ -309,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = missing_in_sweep_folder(sweep_dir, OPTUNA_JOURNAL, "sweep-results/minimal_k")
     if missing:
         p.error(missing)
+    damaged = journal_problem(sweep_dir / OPTUNA_JOURNAL)
+    if damaged:
+        p.error(damaged)
     written = write_section(sweep_dir)
     print(
         "wrote " + ", ".join(str(x) for x in written.values())
@@ -325,6 +329,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.save()
         print(f"W&B report: {report.url}")
     return 0
+
+
+def journal_problem(journal: Path) -> str | None:
+    """What makes ``journal`` (Optuna's JournalFileBackend: one JSON record a line) unfit to
+    rebuild a report from, with what is kept; None when every line is whole. A journal cut short
+    (a copy stopped midway, a full disk) would give a section of part of its studies."""
+    kept = "; results.md is left as it is"
+    try:
+        text = journal.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{journal}: not UTF-8 text (byte {exc.start}): not a journal Optuna wrote{kept}"
+    if text and not text.endswith("\n"):
+        lines = text.count("\n") + 1
+        return f"{journal}: its last line ({lines}) is cut short: the journal is incomplete{kept}"
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            return f"{journal}: line {n} is not one of Optuna's records (garbled){kept}"
+    return None
 
 
 def _ties(views: Sequence[StudyView]) -> str:

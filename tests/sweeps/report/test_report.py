@@ -503,12 +503,34 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     )
     sweep = tmp_path / "k_vs_length"
     sweep.mkdir()
-    table().to_csv(sweep / "results.csv", index=False)
+    rows = table().assign(trial_id=list("abcdefg"), cell=list("abcdefg"), seed=0, status="done")
+    rows.to_csv(sweep / "results.csv", index=False)
     assert error_of(tmp_path).endswith(f"no results.csv here; the sweeps in it with one: {sweep}")
     said = error_of(sweep, "--metric", "val/blue")
     assert said.startswith("python -m sweeps.report: error: --metric val/blue: not a column of ")
     assert said.endswith(f"its metrics: {BLEU}, {SEC}")
     assert sorted(p.name for p in sweep.iterdir()) == ["results.csv"]
+    # a results.csv that would rebuild the report as one of nothing: refused, the report kept
+    (sweep / "results.md").write_text("the report of 7 trials")
+    whole = (sweep / "results.csv").read_text()
+    assert error_of(sweep / "results.csv").endswith(
+        f"give the sweep's folder, {sweep}, not its results.csv"
+    )
+    for text, said in [
+        (whole.splitlines()[0] + "\n", "no trial rows (only a header)"),
+        (whole[: whole.rindex(",")], "line 8 has 6 fields where the header has 7"),
+        (whole.replace("status", "state"), "no status column: not a results.csv the launch wrote"),
+        (whole.replace(BLEU, "val/x"), f"--metric {BLEU}: not a column"),
+    ]:
+        (sweep / "results.csv").write_text(text)
+        assert said in error_of(sweep), (said, error_of(sweep))
+        assert (sweep / "results.md").read_text() == "the report of 7 trials"
+    empty = rows.assign(**{BLEU: math.nan})
+    empty.to_csv(sweep / "results.csv", index=False)
+    assert error_of(sweep).endswith(
+        f"no trial has a value of it in {sweep / 'results.csv'}; the metrics with values: {SEC}"
+    )
+    (sweep / "results.csv").write_text(whole)
     # a sweep's own folder whose launch was killed before it wrote results.csv: how to go on
     killed = tmp_path / "out" / "quickstart"
     killed.mkdir(parents=True)
@@ -543,6 +565,27 @@ def test_the_multi_objective_command_says_which_folder_holds_a_journal(tmp_path,
         f"no multi-objective study in {searched / 'optuna.journal'}: nothing written"
     )
     assert [p.name for p in searched.iterdir()] == ["optuna.journal"]
+    # a journal cut short or garbled (a copy stopped midway): refused, the report kept, which a
+    # rebuild from part of the studies would replace
+    import shutil
+    from pathlib import Path
+
+    run = tmp_path / "copy"
+    shutil.copytree(Path(__file__).resolve().parents[3] / "docs" / "results" / "minimal_k", run)
+    report_before = (run / "results.md").read_text()
+    journal = (run / "optuna.journal").read_bytes()
+    lines = journal.count(b"\n")
+    for broken, said in [
+        (journal[: len(journal) // 2 + 7], "is cut short: the journal is incomplete"),
+        (journal.replace(b"\n", b"\n{garbled\n", 1), "line 2 is not one of Optuna's records"),
+    ]:
+        (run / "optuna.journal").write_bytes(broken)
+        for command in (moo.main, report.main):
+            with pytest.raises(SystemExit):
+                command([str(run)])
+            assert said in capsys.readouterr().err
+            assert (run / "results.md").read_text() == report_before
+    assert lines > 100
 
 
 def test_the_fused_line_says_steps_were_timed_once_per_cell_of_a_group():
