@@ -127,11 +127,18 @@ def _positive_int(text: str) -> int:
 
 def _folder(text: str) -> str:
     """An empty ``--output`` (``--output "$DIR"`` with DIR unset) would write into the current
-    folder: refused."""
+    folder, and a URI (``s3://...``) into a local folder named ``s3:``: both refused."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
             f"empty folder name {text!r}; give the folder for the results, e.g. --output "
             "sweep-results (the default), or --output . for the current folder"
+        )
+    scheme, sep, _ = text.partition("://")
+    if sep and scheme.isidentifier():  # a URI would become a local folder named "s3:"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a URI; --output is a folder of this machine (or a shared NFS path) for "
+            f"results.csv, the reports and W&B's offline runs. Checkpoints go to a bucket with "
+            f"--set storage.path={text}"
         )
     return text
 

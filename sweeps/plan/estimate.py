@@ -106,6 +106,13 @@ def budget_lines(
         lines.append(f"  charged so far: {ledger.charged_text()}")
         if by_stage := ledger.stages_text():
             lines.append(f"  by stage: {by_stage}")
+    if ledger.runs and ledger.ran_out:  # what a --resume would meet: nothing may start
+        key = ledger.ran_out
+        lines.append(
+            f"  spent: {ledger.ran_out_line()}; a --resume stops before any trial starts (exit "
+            f"3) unless it brings a larger budget: --set budget.{key}=N, N above "
+            f"{hours_figure(ledger.charged[key])}"
+        )
     guess = estimate(ledger, finished, total)
     if guess:
         lines.append(f"  estimate: {guess}")

@@ -43,8 +43,16 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
             "greater_than_equal",
             "less_than",
             "less_than_equal",
+            "int_parsing",
+            "int_type",
+            "int_from_float",
+            "float_parsing",
+            "float_type",
+            "bool_parsing",
+            "bool_type",
         ):
-            msg = f"{msg} (got {err.get('input')!r})"
+            value = err.get("input")
+            msg = f"{msg} (got {'nothing' if value is None else repr(value)})"
         lines.append(f"{loc}: {msg}")
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
 

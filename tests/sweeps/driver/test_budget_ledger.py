@@ -56,6 +56,15 @@ def test_dry_run_lines_show_the_budget_and_an_estimate_from_an_earlier_run(tmp_p
     assert lines[0].startswith("budget: hours 2 (0.5 charged)")
     assert "the other 3 need about 1.5 hours more of training" in lines[2]
     assert budget_lines(Ledger.load(tmp_path / "none"), 0, 4) == []  # no budget, no runs: silent
+    assert not any("spent:" in line for line in lines)
+    # a budget already spent: the dry run says what a --resume would meet (it stops, exit 3)
+    ledger.charged["hours"] = 2.25
+    ledger.set_limits(BudgetSpec(hours=2))
+    (spent,) = [line for line in budget_lines(ledger, 1, 4) if "spent:" in line]
+    assert "the hours budget ran out: 2.25 of 2 hours charged" in spent
+    assert "--set budget.hours=N, N above 2.25" in spent
+    ledger.set_limits(BudgetSpec(hours=3))  # the larger budget a resume brings: nothing to say
+    assert not any("spent:" in line for line in budget_lines(ledger, 1, 4))
 
 
 def test_the_stages_after_training_are_estimated_from_their_own_rate_or_the_timing_settings(

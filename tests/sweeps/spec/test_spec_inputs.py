@@ -7,6 +7,8 @@ No Ray."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from sweep_helpers import base_spec
@@ -287,6 +289,18 @@ def test_an_empty_output_folder_is_refused(tmp_path, capsys, output):
     ) in err
 
 
+@pytest.mark.parametrize("output", ["s3://bucket/sweeps", "gs://b/x", "s4://typo/x"])
+def test_a_uri_as_output_folder_is_refused_with_storage_path_named(tmp_path, capsys, output):
+    """``--output s3://bucket/x`` became a local folder named ``s3:`` (pathlib folds the //)."""
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    with pytest.raises(SystemExit) as info:
+        launch_main([str(spec), "--dry-run", "--output", output])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"--set storage.path={output}" in err
+    assert not (Path.cwd() / output.split("/")[0]).exists()
+
+
 # ---- early_terminate: the key the rule does not take
 
 
@@ -415,3 +429,19 @@ def test_a_misspelt_key_gets_the_nearest_name_in_every_section():
     assert "(did you mean lr?)" in error_of(raw)
     raw = base_spec(nme="x")
     assert error_of(raw).startswith("x.yaml: nme: unknown key (did you mean name?)")
+
+
+@pytest.mark.parametrize(
+    "setting, got",
+    [("trainer.max_steps=abc", "(got 'abc')"), ("trainer.max_steps=", "(got nothing)"),
+     ("budget.hours=abc", "(got 'abc')")],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_is_quoted_in_its_error(tmp_path, capsys, setting, got):
+    """`--set model.lr=abc` quoted the value, `--set trainer.max_steps=abc` did not: the error of
+    a value that is not the key's type says what was given."""
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    assert launch_main([str(spec), "--dry-run", "--set", setting]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: {spec}: {setting.split('=')[0]}: Input should be a valid")
+    assert err.endswith(got)
