@@ -51,6 +51,7 @@ from _machine import (  # noqa: E402
 
 from lightning_modules.attention import build_attention  # noqa: E402
 from lightning_modules.attention.base import Attention  # noqa: E402
+from sweeps.layout import output_folder  # noqa: E402
 from sweeps.timing.devices import resolve_device  # noqa: E402
 
 FULL_SIZES = [10, 50, 100, 500, 1000]
@@ -215,7 +216,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--output", type=Path, default=Path("bench-out"))
+    p.add_argument("--output", type=output_folder, default=Path("bench-out"))
     p.add_argument(
         "--quick",
         action="store_true",

@@ -61,6 +61,7 @@ from _machine import (  # noqa: E402
 from datamodules.vocab import EOS_ID, FIRST_SYMBOL  # noqa: E402
 from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
 from sweeps.assignments import AssignmentError, parse_assignments  # noqa: E402
+from sweeps.layout import output_folder  # noqa: E402
 from sweeps.timing.devices import resolve_device  # noqa: E402
 
 ALIASES = {"luong": "luong_general", "local": "local_p"}
@@ -302,7 +303,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--output",
-        type=Path,
+        type=output_folder,
         default=Path("bench-out"),
         help="folder for the CSV, PNG and Markdown",
     )

@@ -50,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from sweeps.layout import output_folder  # noqa: E402
+
 TARGET_HV, TARGET_COMPUTE = 0.98, 0.40
 
 
@@ -250,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--output",
+        type=output_folder,
         default="bench-out",
         help="folder for the runs (a moo_search/ subfolder; moo_search_quick/ with --quick)",
     )

@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from sweeps.layout import output_folder  # noqa: E402
+
 NODES = 4
 CPUS_PER_NODE = 4
 GPUS_PER_NODE = 2
@@ -198,7 +200,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--dry-run-cells", type=int, default=10_000, help="cells of the timed dry run (0: skip)"
     )
     p.add_argument(
-        "--output", type=Path, default=Path("bench-out"), help="where sweep_scale.csv/.md go"
+        "--output",
+        type=output_folder,
+        default=Path("bench-out"),
+        help="where sweep_scale.csv/.md go",
     )
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

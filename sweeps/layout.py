@@ -26,6 +26,7 @@ validation hypotheses and references of that report.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import stat
@@ -172,3 +173,61 @@ def _umask() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0o022
+
+
+#: the URI schemes pyarrow's ``FileSystem.from_uri`` (Ray's storage) reads, besides file://
+URI_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
+
+
+def write_problem(path: str) -> str | None:
+    """Why ``path`` cannot be created or written from this process, or None when it can.
+    Nothing is created: a probe file is written and removed in the nearest folder that exists
+    (where ``path`` would be created). Buckets (``s3://``, ``gs://``) are left to Ray, once their
+    scheme is one its storage reads (pyarrow's filesystems)."""
+    scheme, sep, _ = path.partition("://")
+    if sep and scheme != "file":  # pyarrow reads schemes in lower case only
+        if scheme in URI_SCHEMES:
+            return None
+        return (
+            f"unknown filesystem {scheme}:// (Ray's storage reads a URI with pyarrow, which takes "
+            f"{', '.join(s + '://' for s in URI_SCHEMES)}, or a local or NFS path)"
+        )
+    target = Path(path.removeprefix("file://")).expanduser().absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot create or write there ({existing} is a file, not a folder)"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = "" if existing == target else f" in {existing}, where it would be created"
+        return f"cannot create or write there ({exc.strerror or exc}{where})"
+    return None
+
+
+def output_folder(text: str) -> Path:
+    """An argparse ``type`` for a command's output folder: refused at once (not after the
+    measurements, whose results would be lost) where it cannot be created or written."""
+    problem = write_problem(text) if text.strip() else "an empty name"
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}; give a folder you can write to")
+    return Path(text)
+
+
+def output_file(text: str) -> Path:
+    """An argparse ``type`` for a file a command writes at its end: its folder writable and the
+    name not a folder's, checked before the work whose result it holds."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text}: a folder; give a file name (e.g. {path}/out.json)"
+        )
+    problem = write_problem(str(path.parent)) if text.strip() else "an empty name"
+    if problem:
+        raise argparse.ArgumentTypeError(
+            f"{text}: {problem}; give a file in a folder you can write to"
+        )
+    return path

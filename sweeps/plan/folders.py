@@ -4,14 +4,21 @@ too), and a sweep that asks for GPUs has a torch that can use them."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sweeps.errors import LaunchError
-from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume, results_statuses
+from sweeps.layout import (  # noqa: F401 (URI_SCHEMES, output_folder, output_file: importable here)
+    URI_SCHEMES,
+    already_holds,
+    holds_local_sweep,
+    nothing_to_resume,
+    output_file,
+    output_folder,
+    results_statuses,
+    write_problem,
+)
 from sweeps.spec import Sweep
 from sweeps.spec.signatures import signatures
 
@@ -82,39 +89,6 @@ def folder_datamodules(sweep: Sweep) -> list[tuple[dict, Any]]:
         seen.add(key)
         out.append((task, build_datamodule(task, seed=0)))
     return out
-
-
-#: the URI schemes pyarrow's ``FileSystem.from_uri`` (Ray's storage) reads, besides file://
-URI_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
-
-
-def write_problem(path: str) -> str | None:
-    """Why ``path`` cannot be created or written from this process, or None when it can.
-    Nothing is created: a probe file is written and removed in the nearest folder that exists
-    (where ``path`` would be created). Buckets (``s3://``, ``gs://``) are left to Ray, once their
-    scheme is one its storage reads (pyarrow's filesystems)."""
-    scheme, sep, _ = path.partition("://")
-    if sep and scheme != "file":  # pyarrow reads schemes in lower case only
-        if scheme in URI_SCHEMES:
-            return None
-        return (
-            f"unknown filesystem {scheme}:// (Ray's storage reads a URI with pyarrow, which takes "
-            f"{', '.join(s + '://' for s in URI_SCHEMES)}, or a local or NFS path)"
-        )
-    target = Path(path.removeprefix("file://")).expanduser().absolute()
-    existing = target
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"cannot create or write there ({existing} is a file, not a folder)"
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=existing)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        where = "" if existing == target else f" in {existing}, where it would be created"
-        return f"cannot create or write there ({exc.strerror or exc}{where})"
-    return None
 
 
 def check_folders(folders: list[Folder]) -> None:

@@ -11,6 +11,7 @@ datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperpara
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,19 @@ def load_module(path: str | Path) -> pl.LightningModule:
 def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A checkpoint's module hyperparameters and its datamodule settings ({} when it was not
     written by ``trainer.fit(model, datamodule=dm)`` or the datamodule saves no hyperparameters)."""
-    ckpt = torch.load(
-        checkpoint_file(path), map_location="cpu", weights_only=False
-    )  # the user's own file
+    file = checkpoint_file(path)
+    try:
+        ckpt = torch.load(file, map_location="cpu", weights_only=False)  # the user's own file
+    except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:  # empty, text, not torch's
+        raise TimingError(
+            f"{file}: not a checkpoint torch can read ({type(exc).__name__}: {exc}); give a "
+            "trial's checkpoint.ckpt (results.csv's checkpoint column) or its folder"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise TimingError(
+            f"{file}: a torch file but not a Lightning checkpoint (no state_dict); give a "
+            "trial's checkpoint.ckpt (results.csv's checkpoint column) or its folder"
+        )
     return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
 
 

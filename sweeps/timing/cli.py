@@ -36,6 +36,7 @@ from typing import Any
 
 from datamodules import TASKS
 from sweeps.assignments import AssignmentError, parse_assignments, yaml_value
+from sweeps.layout import output_file
 from sweeps.timing.checkpoint import (
     check_split,
     checkpoint_file,
@@ -127,7 +128,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=4,
         help="training batches in one timed pass (default 4)",
     )
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the result as JSON")
+    p.add_argument(
+        "--json",
+        type=output_file,
+        default=None,
+        metavar="FILE",
+        help="also write the result as JSON",
+    )
     return p.parse_args(argv)
 
 

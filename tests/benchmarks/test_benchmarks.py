@@ -338,3 +338,17 @@ def test_fusion_names_the_mechanisms_it_takes_when_given_another(capsys):
 def test_fusion_refuses_cuda_without_a_gpu():
     with pytest.raises(SystemExit, match="no CUDA device"):
         load("fusion").main(["--device", "cuda", "--quick"])
+
+
+@pytest.mark.parametrize("name", ["decode_speed", "attention_step", "sweep_scale", "moo_search"])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_benchmark_runs(
+    tmp_path, capsys, name
+):
+    """decode_speed --output <a file> measured everything, then lost it to a FileExistsError."""
+    bench = load(name)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--output", str(blocker / "out")])
+    assert stop.value.code == 2
+    assert f"{blocker} is a file, not a folder" in capsys.readouterr().err

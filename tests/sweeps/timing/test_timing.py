@@ -261,6 +261,18 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert "not found" in one_line_error(capsys)
     assert main([str(tmp_path)]) == 2
     assert "holds no .ckpt file" in one_line_error(capsys)
+    # a file that is no checkpoint (empty, a results.csv, a torch file of something else)
+    for name, content in [("empty.ckpt", b""), ("results.csv", b"trial_id,cell\n")]:
+        (tmp_path / name).write_bytes(content)
+        assert main([str(tmp_path / name)]) == 2
+        assert "not a checkpoint torch can read" in one_line_error(capsys)
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.ckpt")
+    assert main([str(tmp_path / "other.ckpt")]) == 2
+    assert "a torch file but not a Lightning checkpoint" in one_line_error(capsys)
+    # a --json that could not be written is refused before the measurement, not after it
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "other.ckpt"), "--json", str(tmp_path)])
+    assert "a folder; give a file name" in capsys.readouterr().err
 
     ckpt, options = wmt_ckpt
     assert main([str(ckpt), "--split", "test", *options]) == 2
