@@ -17,6 +17,7 @@ other tasks are not supported by this command: call
 from __future__ import annotations
 
 import argparse
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from datamodules.vocab import FIRST_SYMBOL
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 from lightning_modules.attention import attention_options
 from sweeps.errors import TimingError
+from sweeps.layout import output_folder
 from sweeps.report.figures import heatmap_figure, save_figure
 from sweeps.timing.files import checkpoint_file
 
@@ -86,6 +88,16 @@ def write_heatmaps(
     return paths
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> list[Path]:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.heatmaps",
@@ -102,29 +114,49 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     )
     p.add_argument("--K", type=int, help="memory vectors (with --attention memory)")
     p.add_argument("--preset", default="tiny", help="model size for --attention (default tiny)")
-    p.add_argument("--output", type=Path, required=True, help="folder for the PNGs")
-    p.add_argument("--n", type=int, default=4, help="sentences to draw")
+    p.add_argument("--output", type=output_folder, required=True, help="folder for the PNGs")
+    p.add_argument("--n", type=_positive, default=4, help="sentences to draw")
     p.add_argument(
-        "--vocab-size", type=int, help="copy-task symbols (default: from the checkpoint, or 20)"
+        "--vocab-size",
+        type=_positive,
+        help="copy-task symbols (default: from the checkpoint, or 20)",
     )
     p.add_argument(
         "--max-length",
-        type=int,
+        type=_positive,
         help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)",
     )
-    p.add_argument("--min-length", type=int, default=1)
+    p.add_argument("--min-length", type=_positive, default=1)
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--seed", type=int, default=0, help="weights seed for --attention")
     args = p.parse_args(argv)
-    if (args.checkpoint is None) == (args.attention is None):
-        p.error("give a checkpoint or --attention NAME (not both)")
+    if args.checkpoint is None and args.attention is None:
+        p.error("give a checkpoint (a .ckpt, or a trial's folder) or --attention NAME")
+    if args.checkpoint is not None and args.attention is not None:
+        p.error("give a checkpoint or --attention NAME, not both: a checkpoint brings its own")
+    if args.max_length is not None and args.min_length > args.max_length:
+        p.error(f"--min-length {args.min_length} is above --max-length {args.max_length}")
+    if args.attention is not None:
+        try:
+            options = attention_options(args.attention)
+        except (ValueError, KeyError) as exc:
+            p.error(str(exc).strip("'\""))
+        if args.K is not None and "K" not in options:
+            p.error(
+                f"--K is memory attention's; --attention {args.attention} takes none (drop --K)"
+            )
     if args.checkpoint is not None:
         # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
         try:
             args.checkpoint = checkpoint_file(args.checkpoint)
         except TimingError as exc:
             p.error(str(exc))
-    module = load_module(args)
+    try:
+        module = load_module(args)
+    except (ValueError, KeyError) as exc:  # an unknown mechanism, preset or K: its own words
+        p.error(str(exc).strip("'\""))
+    except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:
+        p.error(f"{args.checkpoint}: not a checkpoint torch can read ({type(exc).__name__})")
     dm = build_datamodule(module, args)
     batch = next(iter(dm.val_dataloader()))
     name = module.hparams.attention

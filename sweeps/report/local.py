@@ -123,14 +123,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         description="Rebuild a sweep's local report (and optionally a W&B Report).",
     )
     p.add_argument("sweep_dir", type=Path, help="<output>/<name>, the folder holding results.csv")
-    p.add_argument("--metric", default=VAL_BLEU)
-    p.add_argument("--mode", default="max", choices=["max", "min"])
-    p.add_argument("--title")
+    p.add_argument(
+        "--metric",
+        default=VAL_BLEU,
+        help=f"the results.csv column each cell's best trial is chosen by (default {VAL_BLEU})",
+    )
+    p.add_argument(
+        "--mode", default="max", choices=["max", "min"], help="max or min of --metric (default max)"
+    )
+    p.add_argument("--title", help="results.md's heading (default: Sweep <folder name>)")
     p.add_argument(
         "--wandb", action="store_true", help="also build and save a W&B Report for the group"
     )
     p.add_argument("--entity", help="W&B entity (default: the API key's)")
-    p.add_argument("--project", default="memory-attention")
+    p.add_argument(
+        "--project", default="memory-attention", help="W&B project (default memory-attention)"
+    )
     p.add_argument("--group", help="W&B group (default: the folder's name)")
     args = p.parse_args(argv)
     problem = _input_problem(args.sweep_dir, args.metric)

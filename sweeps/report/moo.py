@@ -298,12 +298,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.report.moo", description=__doc__.splitlines()[0]
     )
-    p.add_argument("sweep_dir")
+    p.add_argument("sweep_dir", help="<output>/<name>, the folder holding optuna.journal")
     p.add_argument(
         "--wandb", action="store_true", help="also build and save the W&B Report (API key, network)"
     )
-    p.add_argument("--entity", default=None)
-    p.add_argument("--project", default="memory-attention")
+    p.add_argument("--entity", default=None, help="W&B entity (default: the API key's)")
+    p.add_argument(
+        "--project", default="memory-attention", help="W&B project (default memory-attention)"
+    )
     p.add_argument("--group", default=None, help="the W&B group (default: the sweep folder's name)")
     args = p.parse_args(argv)
     sweep_dir = Path(args.sweep_dir)

@@ -88,6 +88,38 @@ def test_heatmap_command_says_when_a_path_holds_no_checkpoint(tmp_path, capsys):
     assert not (tmp_path / "png").exists()
 
 
+def test_heatmap_command_refuses_bad_options_in_one_line(tmp_path, capsys):
+    """Each of these ended in a traceback (a bad mechanism, K or preset; --n 0; a file that is no
+    checkpoint) or was changed without a word (--min-length above --max-length, --K dropped)."""
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    (tmp_path / "a-file").write_text("")
+    for argv, said in [
+        (["--attention", "foo"], "unknown attention 'foo'; valid names: bahdanau"),
+        (["--attention", "foo", "--K", "4"], "unknown attention 'foo'"),
+        (["--attention", "memory", "--K", "0"], "K must be >= 1, got 0"),
+        (["--attention", "memory", "--preset", "huge"], "unknown preset 'huge'; valid presets"),
+        (["--attention", "memory", "--n", "0"], "argument --n: 0: must be 1 or more"),
+        (["--attention", "bahdanau", "--K", "4"], "--K is memory attention's"),
+        (
+            ["--attention", "memory", "--min-length", "9", "--max-length", "5"],
+            "--min-length 9 is above",
+        ),
+        ([], "give a checkpoint (a .ckpt, or a trial's folder) or --attention NAME"),
+        ([str(tmp_path / "empty.ckpt")], "not a checkpoint torch can read"),
+        (
+            ["--attention", "memory", "--output", str(tmp_path / "a-file" / "x")],
+            "is a file, not a folder",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            heatmaps.main(
+                [*argv, "--output", str(tmp_path / "png")] if "--output" not in argv else argv
+            )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert info.value.code == 2 and said in err[-1] and "Traceback" not in err[0], (argv, err)
+    assert not (tmp_path / "png").exists()
+
+
 @pytest.mark.train
 def test_memory_figure_grows_a_column_per_memory_vector(tmp_path):
     """Six vectors draw twice as wide as three (one panel each below alpha, beta and the combined
