@@ -334,6 +334,13 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
                 f"warning: the cluster has no GPU now; trials asking for resources.gpu={r.gpu:g} wait "
                 f"until GPU nodes join (an autoscaler adds them), or run with --set resources.gpu=0"
             )
+    # trials on the CPU hold resources.cpu (on GPUs, auto: what the arrangement gives them)
+    on_cpu = not gpu or not gpus or not r.auto_gpu
+    cpu_problem = too_few_cpus(r, ray.nodes()) if on_cpu else None
+    if cpu_problem and address is None:  # this machine's own Ray: no node will join it
+        raise LaunchError(cpu_problem)
+    if cpu_problem:
+        print(f"warning: {cpu_problem} (unless larger nodes join: an autoscaler adds them)")
     if r.workers > 1 and max_concurrent is None:
         per_trial_cpu = 1 + r.workers * r.cpu  # the trial's driver + its workers
         fits = int(float(total.get("CPU", 0)) // per_trial_cpu)
@@ -349,6 +356,30 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
         # and an autoscaler sees the whole demand. (A custom searcher alone would get one at a time.)
         max_concurrent = max(200, int(1.1 * float(total.get("CPU", 0))))
     return ClusterFit(gpu=gpu, max_concurrent_trials=max_concurrent)
+
+
+def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
+    """Why no trial of the sweep could ever start on ``nodes`` (Ray's ``ray.nodes()``), with the
+    fix, or None: a trial's process needs ``resources.cpu`` CPUs on one node; a DDP trial its
+    driver's and each worker's, on the cluster. Tune would wait for them without end."""
+    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
+    if not cpus:
+        return None
+    if resources.workers > 1:
+        need, have = 1 + resources.workers * resources.cpu, sum(cpus)
+        if need <= have:
+            return None
+        return (
+            f"a DDP trial needs {need:g} CPUs (its driver, and {resources.workers} workers of "
+            f"resources.cpu {resources.cpu:g}) and the cluster has {have:g}: no trial would "
+            "start; --set resources.workers=N or resources.cpu=N for fewer"
+        )
+    if resources.cpu <= max(cpus):
+        return None
+    return (
+        f"a trial needs resources.cpu {resources.cpu:g} CPUs on one node and the largest node "
+        f"has {max(cpus):g}: no trial would start; --set resources.cpu={max(1, int(max(cpus)))}"
+    )
 
 
 def check_gpu_torch(address: str | None) -> None:

@@ -56,7 +56,9 @@ ray.shutdown()
 
 
 def idle_counts(value: str, seconds: float) -> list[tuple[int, float]]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    """(idle workers, seconds) once a second; the start printed nothing of Ray's own (its token
+    authentication warning, "Started a local Ray instance"), which is not the launcher's to say."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     done = subprocess.run(
         [sys.executable, "-c", COUNT, value, str(seconds)],
         capture_output=True,
@@ -66,6 +68,9 @@ def idle_counts(value: str, seconds: float) -> list[tuple[int, float]]:
         env={**env, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert "Token authentication" not in said and "Started a local Ray instance" not in said, said
+    assert "Ray: joined a private local Ray instance (--address local)" in said
     lines = [line.split() for line in done.stdout.splitlines() if line.startswith("IDLE ")]
     return [(int(n), float(t)) for _, n, t in lines]
 
