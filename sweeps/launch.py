@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
+from sweeps.driver.cluster import local_cpu_note  # noqa: E402
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)
-            for note in [gpu_note(sweep), *plan.data_notes]:
+            cpus = local_cpu_note(sweep.spec.resources, args.address, args.num_cpus)
+            for note in [gpu_note(sweep), cpus, *plan.data_notes]:
                 if note:
                     print(note)
     except LaunchError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,6 +380,23 @@ def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
     return (
         f"a trial needs resources.cpu {resources.cpu:g} CPUs on one node and the largest node "
         f"has {max(cpus):g}: no trial would start; --set resources.cpu={max(1, int(max(cpus)))}"
+    )
+
+
+def local_cpu_note(resources: Any, address: str | None, num_cpus: int | None) -> str | None:
+    """``--dry-run``'s line where the launch would start a local Ray here whose CPUs no trial
+    fits in (:func:`too_few_cpus`; Ray is not started by a dry run); None otherwise, or where a
+    GPU here would give the trials the arrangement's CPUs instead."""
+    if address not in (None, "local") or (address is None and os.environ.get("RAY_ADDRESS")):
+        return None
+    if resources.gpu and shutil.which("nvidia-smi"):
+        return None
+    cpus = num_cpus or os.cpu_count() or 1
+    problem = too_few_cpus(resources, [{"Alive": True, "Resources": {"CPU": cpus}}])
+    if problem is None:
+        return None
+    return (
+        f"note: on a local Ray instance here ({cpus} CPUs, no GPU) the launch would stop: {problem}"
     )
 
 

@@ -35,3 +35,22 @@ def test_a_ddp_trial_counts_its_driver_and_workers_on_the_whole_cluster():
         "a DDP trial needs 9 CPUs (its driver, and 4 workers of resources.cpu 2)"
     )
     assert said.endswith("--set resources.workers=N or resources.cpu=N for fewer")
+
+
+def test_the_dry_run_says_where_a_local_launch_would_stop(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    from sweeps.launch import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    spec = str(Path(__file__).resolve().parents[3] / "sweeps" / "quickstart.yaml")
+    base = [spec, "--dry-run", "--output", str(tmp_path), "--set", "resources.cpu=3"]
+    assert main([*base, "--num-cpus", "2"]) == 0
+    assert (
+        "note: on a local Ray instance here (2 CPUs, no GPU) the launch would stop: a trial needs "
+        "resources.cpu 3 CPUs on one node and the largest node has 2: no trial would start; "
+        "--set resources.cpu=2"
+    ) in capsys.readouterr().out
+    for more in (["--num-cpus", "4"], ["--address", "10.0.0.5:6379"]):  # fits; another Ray
+        assert main([*base, *more]) == 0
+        assert "the launch would stop" not in capsys.readouterr().out
