@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from sweeps.driver.cluster import local_cpu_note  # noqa: E402
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
+from sweeps.layout import positive_int  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
@@ -102,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--num-cpus",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="CPUs of the local Ray instance (default: all)",
     )
@@ -114,16 +115,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter",
     )
     return p.parse_args(argv)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _folder(text: str) -> str:

@@ -231,3 +231,14 @@ def output_file(text: str) -> Path:
             f"{text}: {problem}; give a file in a folder you can write to"
         )
     return path
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for a count: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

@@ -29,7 +29,7 @@ from datamodules.vocab import FIRST_SYMBOL
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 from lightning_modules.attention import attention_options
 from sweeps.errors import TimingError
-from sweeps.layout import output_folder
+from sweeps.layout import output_folder, positive_int
 from sweeps.report.figures import heatmap_figure, save_figure
 from sweeps.timing.files import checkpoint_file
 
@@ -88,16 +88,6 @@ def write_heatmaps(
     return paths
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> list[Path]:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.heatmaps",
@@ -115,18 +105,18 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     p.add_argument("--K", type=int, help="memory vectors (with --attention memory)")
     p.add_argument("--preset", default="tiny", help="model size for --attention (default tiny)")
     p.add_argument("--output", type=output_folder, required=True, help="folder for the PNGs")
-    p.add_argument("--n", type=_positive, default=4, help="sentences to draw")
+    p.add_argument("--n", type=positive_int, default=4, help="sentences to draw")
     p.add_argument(
         "--vocab-size",
-        type=_positive,
+        type=positive_int,
         help="copy-task symbols (default: from the checkpoint, or 20)",
     )
     p.add_argument(
         "--max-length",
-        type=_positive,
+        type=positive_int,
         help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)",
     )
-    p.add_argument("--min-length", type=_positive, default=1)
+    p.add_argument("--min-length", type=positive_int, default=1)
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--seed", type=int, default=0, help="weights seed for --attention")
     args = p.parse_args(argv)

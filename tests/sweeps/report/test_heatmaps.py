@@ -98,7 +98,7 @@ def test_heatmap_command_refuses_bad_options_in_one_line(tmp_path, capsys):
         (["--attention", "foo", "--K", "4"], "unknown attention 'foo'"),
         (["--attention", "memory", "--K", "0"], "K must be >= 1, got 0"),
         (["--attention", "memory", "--preset", "huge"], "unknown preset 'huge'; valid presets"),
-        (["--attention", "memory", "--n", "0"], "argument --n: 0: must be 1 or more"),
+        (["--attention", "memory", "--n", "0"], "argument --n: must be at least 1, got 0"),
         (["--attention", "bahdanau", "--K", "4"], "--K is memory attention's"),
         (
             ["--attention", "memory", "--min-length", "9", "--max-length", "5"],
