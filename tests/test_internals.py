@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from internals_check import WRITTEN_AGAINST, internal
+from internals_check import WRITTEN_AGAINST, internal, source
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "internals.md"
@@ -201,6 +201,17 @@ def test_a_run_log_written_by_hand_reads_back_with_wandbs_own_reader(tmp_path):
     assert done.returncode == 0, f"wandb leet inspect refused the log: {done.stderr.strip()}"
     seen = json.loads(done.stdout)
     assert seen["state"] == "finished" and seen["summary"]["decode_seconds"] == 0.25, seen
+
+
+@internal("wandb-synced-mark", "wandb", "sweeps/integrations/wandb_env.py (unsynced_runs)")
+def test_wandb_sync_marks_an_uploaded_run_beside_its_log():
+    pytest.importorskip("wandb")
+    from pathlib import Path
+
+    from wandb.cli import beta_sync
+
+    assert '".wandb.synced"' in source(beta_sync._is_synced)
+    assert not beta_sync._is_synced(Path("/nonexistent/run-x.wandb"))
 
 
 @internal("wandb-record-proto", "wandb", "sweeps/integrations/wandb_runs.py")

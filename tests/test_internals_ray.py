@@ -235,17 +235,32 @@ def test_the_private_cluster_helpers_exist_with_their_signatures():
     "ray-logger-names",
     "ray",
     "sweeps/storage.py (ERROR_LOGGERS), sweeps/trial/lifecycle.py (QUIET_LOGGERS), "
-    "sweeps/driver/console.py (ANALYSIS_LOGGER, RUN_LOGGER)",
+    "sweeps/driver/console.py (ANALYSIS_LOGGER, RUN_LOGGER, ROUTINE, tune_reporter), "
+    "sweeps/driver/cluster.py (LOCAL_START_LOGGERS)",
 )
 def test_the_loggers_the_code_filters_are_rays_module_loggers():
     import importlib
 
-    from sweeps.driver.console import ANALYSIS_LOGGER, INTERRUPTED, NOT_REPORTED, RUN_LOGGER
+    from ray.tune.experimental import output
+
+    from sweeps.driver.cluster import LOCAL_START_LOGGERS
+    from sweeps.driver.console import (
+        ANALYSIS_LOGGER,
+        INTERRUPTED,
+        NEW_OUTPUT_ENV,
+        NOT_REPORTED,
+        ROUTINE,
+        RUN_LOGGER,
+    )
     from sweeps.storage import ERROR_LOGGERS
     from sweeps.trial.lifecycle import QUIET_LOGGERS
 
-    names = [*ERROR_LOGGERS, ANALYSIS_LOGGER, RUN_LOGGER]
+    names = [*ERROR_LOGGERS, ANALYSIS_LOGGER, RUN_LOGGER, *ROUTINE, *LOCAL_START_LOGGERS]
     names += [n for n in QUIET_LOGGERS if n.startswith("ray.")]
+    for name, starts in ROUTINE.items():  # the words of the lines dropped
+        assert all(start in source(importlib.import_module(name)) for start in starts), name
+    # the console engine chosen by the variable (0: the legacy one, silent at verbose 0)
+    assert f'os.environ.get("{NEW_OUTPUT_ENV}", "1") == "0"' in source(output.get_air_verbosity)
     for name in names:
         module = importlib.import_module(name)
         assert "getLogger(__name__)" in source(module), f"{name} logs under another name"
