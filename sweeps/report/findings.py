@@ -262,6 +262,9 @@ def _seed_list(seeds: Any) -> str:
 
 # -- results.md's sections -------------------------------------------------------------------------
 
+#: the findings table's columns after the finding and where it is judged
+JUDGED_FIGURES = ("quantity", "estimate", "seeds", "verdict")
+
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
@@ -313,15 +316,8 @@ def seed_sections(
                 "The paper's findings, judged on the intervals",
                 f"{tally}. Each row: the quantity, its mean over seeds ± the 95% half-width, and the verdict.\n\n"
                 + _table(
-                    [{**j, axis_label: j["length"]} for j in judged],
-                    [
-                        "finding",
-                        "pair" if pairs else "length",
-                        "quantity",
-                        "estimate",
-                        "seeds",
-                        "verdict",
-                    ],
+                    [{**j, "pair": j["length"]} for j in judged] if pairs else judged,
+                    ["finding", "pair" if pairs else "length", *JUDGED_FIGURES],
                 )
                 + "\n\n"
                 + INTERVAL_RULE,
