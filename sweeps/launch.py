@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.driver.cluster import local_cpu_note  # noqa: E402
+from sweeps.driver.cluster import ADDRESS_FORMS, address_parts, local_cpu_note  # noqa: E402
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
 from sweeps.layout import positive_int  # noqa: E402
@@ -66,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("spec", help="the sweep file, e.g. sweeps/k_vs_length.yaml")
     p.add_argument(
         "--address",
+        type=_address,
         default=None,
         help="Ray to join: HOST:PORT, ray://HOST:10001, auto, or local (a private instance); default: "
         "RAY_ADDRESS, else the `ray start` cluster on this machine, else a new local instance",
@@ -115,6 +116,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter",
     )
     return p.parse_args(argv)
+
+
+def _address(text: str) -> str:
+    """``--address``'s form, checked before anything (whether it answers: when the launch joins)."""
+    if text not in ("auto", "local") and address_parts(text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {ADDRESS_FORMS}")
+    return text
 
 
 def _folder(text: str) -> str:

@@ -43,19 +43,29 @@ def check_writable(path: str | Path, what: str) -> None:
 # Ray set-up
 
 
-def check_address(address: str, timeout: float = 5.0, source: str = "--address") -> None:
-    """Fail fast with a clear message when a cluster address (from ``source``) can't be reached."""
-    if address in ("auto", "local"):
-        return
+def address_parts(address: str) -> tuple[str, int] | None:
+    """(host, port) of a cluster address (``HOST:PORT``, ``ray://HOST:10001``), or None where it
+    is not one (``auto`` and ``local`` are no cluster's address either)."""
     try:
         parsed = urlparse(address if "://" in address else f"ray://{address}")
         host, port = parsed.hostname, parsed.port
     except ValueError:  # urllib's own complaint about the port or brackets
-        host = port = None
-    if not host or not port:
-        raise LaunchError(
-            f"{source} {address!r}: expected HOST:PORT, ray://HOST:10001, auto or local"
-        )
+        return None
+    return (host, port) if host and port else None
+
+
+#: what an address may be, as the errors say it
+ADDRESS_FORMS = "expected HOST:PORT, ray://HOST:10001, auto or local"
+
+
+def check_address(address: str, timeout: float = 5.0, source: str = "--address") -> None:
+    """Fail fast with a clear message when a cluster address (from ``source``) can't be reached."""
+    if address in ("auto", "local"):
+        return
+    parts = address_parts(address)
+    if parts is None:
+        raise LaunchError(f"{source} {address!r}: {ADDRESS_FORMS}")
+    host, port = parts
     try:
         with socket.create_connection((host, port), timeout=timeout):
             pass

@@ -74,14 +74,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--precision",
-        type=float,
+        type=_at_least(0.0),
         default=0.02,
         help="repeat until the median's 95%% interval is within this fraction of it (default 0.02); "
         "0: exactly --repeats passes",
     )
     p.add_argument(
         "--max-seconds",
-        type=float,
+        type=_at_least(0.0, strictly=True),
         default=30.0,
         help="with --precision: stop after this many seconds of timed decoding (default 30)",
     )
@@ -136,6 +136,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="also write the result as JSON",
     )
     return p.parse_args(argv)
+
+
+def _at_least(low: float, strictly: bool = False):
+    """An argparse ``type``: a number not below ``low`` (above it, ``strictly``)."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < low or (strictly and value == low) or value != value:
+            bound = "above" if strictly else "at least"
+            raise argparse.ArgumentTypeError(f"must be {bound} {low:g}, got {text}")
+        return value
+
+    return number
 
 
 def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:

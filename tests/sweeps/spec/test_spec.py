@@ -677,9 +677,14 @@ def test_bad_launcher_arguments_fail_in_one_line_before_ray(tmp_path, capsys):
     assert (
         info.value.code == 2 and "--num-cpus: must be at least 1, got -1" in capsys.readouterr().err
     )
-    assert main([str(spec), "--output", str(tmp_path / "o"), "--address", "http://:::"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "expected HOST:PORT" in err
+    # an address of no form a Ray is reached by: refused as an argument, by --dry-run too
+    for address, dry in [("http://:::", []), ("bogus:xx", ["--dry-run"])]:
+        with pytest.raises(SystemExit) as info:
+            main([str(spec), "--output", str(tmp_path / "o"), "--address", address, *dry])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert info.value.code == 2 and err.endswith(
+            f"argument --address: {address!r}: expected HOST:PORT, ray://HOST:10001, auto or local"
+        )
     # --resume with nothing there to continue names the folder instead of starting a new sweep
     assert main([str(spec), "--output", str(tmp_path / "empty"), "--resume"]) == 2
     err = capsys.readouterr().err.strip()

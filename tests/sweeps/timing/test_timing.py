@@ -269,6 +269,14 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.ckpt")
     assert main([str(tmp_path / "other.ckpt")]) == 2
     assert "a torch file but not a Lightning checkpoint" in one_line_error(capsys)
+    # a precision below 0 ran to the time cap; a negative cap reported "median +-inf%"
+    for option, said in [
+        (["--precision", "-1"], "argument --precision: must be at least 0, got -1"),
+        (["--max-seconds", "-5"], "argument --max-seconds: must be above 0, got -5"),
+    ]:
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "other.ckpt"), *option])
+        assert capsys.readouterr().err.strip().endswith(said)
     # a --json that could not be written is refused before the measurement, not after it
     with pytest.raises(SystemExit):
         main([str(tmp_path / "other.ckpt"), "--json", str(tmp_path)])
