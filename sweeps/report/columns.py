@@ -3,6 +3,8 @@ and the held-out stage's figures, then the tail (:mod:`sweeps.report.results` wr
 
 from __future__ import annotations
 
+from typing import Any
+
 from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, METRICS, VAL_BLEU
 
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
@@ -61,3 +63,12 @@ FINISHED = ("done", "stopped", "converged")
 #: results.csv's mark of a relative constraint's baseline model (``of:``), trained in the cell
 #: and seed it is the baseline of: a yardstick, never the cell's chosen model
 BASELINE = "baseline"
+
+
+def baseline_mask(df: Any) -> Any:
+    """Bool per row of a results frame: the row is a relative constraint's baseline
+    (:data:`BASELINE` True as written, or "True" as read back from results.csv). The frame is
+    pandas' (this module itself imports none: the launcher's light start reads it)."""
+    if BASELINE not in df:
+        return df.index.to_series(index=df.index).notna() & False
+    return df[BASELINE].astype(str).str.strip().str.lower().isin({"true", "1", "1.0"})

@@ -38,6 +38,7 @@ from sweeps.report.columns import (  # noqa: F401 (re-exported: results.csv's co
     TRAIN_COLUMNS,
     TRAIN_PEAK_MB,
     TRAIN_STEP_SECONDS,
+    baseline_mask,
 )
 from sweeps.spec import TrialPlan, column_name
 from sweeps.spec.signatures import default_attention, headline_options
@@ -358,8 +359,8 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
     shown = {}
     for column, short in params.items():  # K, encoder_scoring, ...; the full name where two clash
         shown[column] = column.removeprefix("param:") if short in shown.values() else short
-    mark = df[BASELINE].astype(str).str.lower().isin({"true", "1"}) if BASELINE in df else None
-    baselines = mark is not None and bool(mark.any())
+    mark = baseline_mask(df)
+    baselines = bool(mark.any())
     if baselines and "model" in df:
         df["model"] = df["model"].astype(object)
         df.loc[mark, "model"] = df.loc[mark, "model"].astype(str) + " (baseline)"

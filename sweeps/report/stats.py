@@ -28,7 +28,8 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import HYPOTHESES_FILE, REFERENCES_FILE
-from sweeps.report.results import BASELINE, FINISHED, natural_order
+from sweeps.report.columns import baseline_mask
+from sweeps.report.results import FINISHED, natural_order
 
 # Student's t, 0.975 quantile, by degrees of freedom (no scipy in the sweep extra)
 _T975 = [
@@ -93,10 +94,7 @@ def summary_cells(df: pd.DataFrame) -> pd.DataFrame:
     in the cell it is the yardstick of) in a cell of its own, ``<cell>, baseline``, its model
     labelled ``<model> (baseline)``: the summary rule chooses the cell's best trial among the
     searched models, and shows the baseline beside it, never in its place."""
-    if BASELINE not in df:
-        return df
-    mark = df[BASELINE].astype(str).str.strip().str.lower().isin({"true", "1", "1.0"})
-    mark &= ~df["cell"].astype(str).str.endswith(", baseline")  # not twice
+    mark = baseline_mask(df)
     if not mark.any():
         return df
     df = df.copy()
@@ -111,7 +109,14 @@ def per_seed(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.
     """The summary rule's chosen trial per (cell, seed): the best finished one by ``metric``
     (a relative constraint's baseline in a cell of its own: :func:`summary_cells`)."""
     done = df[df["status"].isin(FINISHED)] if "status" in df else df
-    done = summary_cells(done.dropna(subset=[metric]) if metric in done else done)
+    return best_of_cells(
+        summary_cells(done.dropna(subset=[metric]) if metric in done else done), metric, mode
+    )
+
+
+def best_of_cells(done: pd.DataFrame, metric: str, mode: str) -> pd.DataFrame:
+    """The best row by ``metric`` of each (cell, seed) of ``done`` (finished trials, their cells
+    as :func:`summary_cells` made them)."""
     return (
         done.sort_values(metric, ascending=mode == "min", kind="stable")
         .groupby(["cell", "seed"], dropna=False)

@@ -14,7 +14,7 @@ import pandas as pd
 from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
 from sweeps.report.selection import chosen_trials
-from sweeps.report.stats import axis_of, per_seed, summary_cells
+from sweeps.report.stats import axis_of, best_of_cells, summary_cells
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -65,7 +65,7 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
     seconds = seconds_column(df)
     done = summary_cells(done)
-    best = per_seed(done, metric, mode)
+    best = best_of_cells(done, metric, mode)
     timed = (
         best[DECODE_SECONDS].notna()
         if seconds == DECODE_SECONDS
