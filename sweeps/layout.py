@@ -235,10 +235,19 @@ def output_file(text: str) -> Path:
 
 def positive_int(text: str) -> int:
     """An argparse ``type`` for a count: a whole number, 1 or more."""
+    return _whole_number(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """An argparse ``type`` for a count that may be none (warm-up passes): a whole number, 0 or more."""
+    return _whole_number(text, 0)
+
+
+def _whole_number(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
     return value

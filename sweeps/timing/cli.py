@@ -36,14 +36,14 @@ from typing import Any
 
 from datamodules import TASKS
 from sweeps.assignments import AssignmentError, parse_assignments, yaml_value
-from sweeps.layout import output_file
+from sweeps.layout import nonnegative_int, output_file, positive_int
 from sweeps.timing.checkpoint import (
     check_split,
     checkpoint_file,
     data_task,
     read_settings,
 )
-from sweeps.timing.cost import measure_checkpoint
+from sweeps.timing.cost import MEASURES, measure_checkpoint
 from sweeps.timing.measure import TimingError
 from sweeps.timing.memory import MEMORY_ENV, MemoryPeaks
 from sweeps.timing.record import (
@@ -65,12 +65,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--split", default="valid", help="valid (default) or test")
     p.add_argument(
         "--beam",
-        type=int,
+        type=positive_int,
         default=None,
         help="beam size; 1 = greedy (default: the checkpoint's val_beam_size)",
     )
     p.add_argument(
-        "--repeats", type=int, default=5, help="timed repeats over the split, at least (default 5)"
+        "--repeats",
+        type=positive_int,
+        default=5,
+        help="timed repeats over the split, at least (default 5)",
     )
     p.add_argument(
         "--precision",
@@ -87,14 +90,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--calibration-seconds",
-        type=float,
+        type=_at_least(0.0),
         default=2.0,
         help="how long to probe the machine's speed before the passes, the bar slow passes are "
         "judged against (default 2)",
     )
-    p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
+    p.add_argument(
+        "--warmup", type=nonnegative_int, default=1, help="untimed passes first (default 1)"
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument(
+        "--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)"
+    )
     p.add_argument(
         "--task",
         default=None,
@@ -112,19 +119,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="any datamodule setting, e.g. --data eval_batch_size=64 (repeatable)",
+        help="any setting of the checkpoint's datamodule (repeatable), e.g. --data batch_size=64 "
+        "(the copy task's and WMT's) or --data eval_batch_size=64 (WMT's alone)",
     )
     p.add_argument(
         "--measure",
         nargs="+",
         default=["decode"],
+        choices=MEASURES,
         metavar="WHAT",
         help="decode (default), train (seconds per training step on a copy of the model), "
         "memory (peaks of a training step and of decoding)",
     )
     p.add_argument(
         "--train-steps",
-        type=int,
+        type=positive_int,
         default=4,
         help="training batches in one timed pass (default 4)",
     )
@@ -160,7 +169,7 @@ def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:
     except AssignmentError as exc:
         if exc.value is None or not exc.key:
             raise TimingError(
-                f"--data {exc.item!r}: expected KEY=VALUE, e.g. --data eval_batch_size=64"
+                f"--data {exc.item!r}: expected KEY=VALUE, e.g. --data batch_size=64"
             ) from None
         raise TimingError(f"--data {exc.item!r}: cannot parse the value {exc.value!r}") from None
     if args.data_dir is not None:

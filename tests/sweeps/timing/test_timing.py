@@ -273,6 +273,20 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     for option, said in [
         (["--precision", "-1"], "argument --precision: must be at least 0, got -1"),
         (["--max-seconds", "-5"], "argument --max-seconds: must be above 0, got -5"),
+        # counts below their floor reached the measurement; --measure foo was named timing.measure
+        (["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),
+        (["--beam", "0"], "argument --beam: must be at least 1, got 0"),
+        (["--warmup", "-1"], "argument --warmup: must be at least 0, got -1"),
+        (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (["--train-steps", "0"], "argument --train-steps: must be at least 1, got 0"),
+        (
+            ["--calibration-seconds", "-1"],
+            "argument --calibration-seconds: must be at least 0, got -1",
+        ),
+        (
+            ["--measure", "decode", "foo"],
+            "argument --measure: invalid choice: 'foo' (choose from 'decode', 'train', 'memory')",
+        ),
     ]:
         with pytest.raises(SystemExit):
             main([str(tmp_path / "other.ckpt"), *option])
@@ -310,6 +324,8 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
                 "max_length=6",
                 "--data",
                 "val_size=10",
+                "--data",
+                "batch_size=4",  # the example --help gives for the copy task
                 "--repeats",
                 "1",
                 "--precision",
