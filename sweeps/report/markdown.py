@@ -51,6 +51,8 @@ def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
     if summary[keys].duplicated().any():  # cells differing in more than length and model
         keys = ["cell"]
     table = summary[keys].copy()
+    for column in (c for c in summary if c.endswith("_chosen") and summary[c].notna().any()):
+        table[column.removesuffix("_chosen")] = summary[column].fillna("")
     for name, column, digits in (
         ("BLEU", VAL_BLEU, 2),
         ("sacreBLEU", VAL_SACREBLEU, 2),
@@ -96,12 +98,35 @@ def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
             found = not match.empty
             r = match.iloc[0] if found else None
             row[f"{label(value)} BLEU"] = (
-                mean_std(r[VAL_BLEU], r[f"{VAL_BLEU}_std"], 2) if found else "–"
+                mean_std(r[VAL_BLEU], r[f"{VAL_BLEU}_std"], 2) + _chosen_text(r) if found else "–"
             )
             if with_seconds:
                 row[f"{label(value)} decode s"] = seconds[match.index[0]] if found else "–"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _chosen_text(row: pd.Series) -> str:
+    """`` (K=3)``: the searched headline options' values the cell's chosen trials have."""
+    chosen = [
+        f"{c.removesuffix('_chosen')}={row[c]}"
+        for c in row.index
+        if c.endswith("_chosen") and isinstance(row[c], str)
+    ]
+    return f" ({', '.join(chosen)})" if chosen else ""
+
+
+def chosen_note(summary: pd.DataFrame) -> str:
+    """What ``(K=3)`` beside a figure means, where a table shows one."""
+    columns = [c for c in summary if c.endswith("_chosen") and summary[c].notna().any()]
+    if not columns:
+        return ""
+    names = " and ".join(c.removesuffix("_chosen") for c in columns)
+    return (
+        f"({names}=...) beside a figure: the value of the trial chosen there, searched rather than "
+        "a grid value, so the model's name does not say it; several, split by /, where the seeds' "
+        "chosen trials differ."
+    )
 
 
 def _seconds_text(summary: pd.DataFrame) -> list[str]:
@@ -129,7 +154,8 @@ def pareto_markdown(points: pd.DataFrame) -> str:
             paid = "" if previous is None else f"{seconds - previous[1]:+.4f}"
             mark = f" {DAGGER}" if contended[idx] else ""
             lines.append(
-                f"| {length} | {row['model']} | {bleu:.2f} | {seconds:.4f}{mark} | {gain} | {paid} |"
+                f"| {length} | {row['model']}{_chosen_text(row)} | {bleu:.2f} | {seconds:.4f}{mark} "
+                f"| {gain} | {paid} |"
             )
             previous = (bleu, seconds)
     return "\n".join(lines)
@@ -347,7 +373,7 @@ def results_sections(
         sections.append(
             (
                 f"Results by model and {axis} (the paper's {table} layout)",
-                _paragraphs([to_markdown(wide), marks]),
+                _paragraphs([to_markdown(wide), chosen_note(summary), marks]),
             )
         )
         marks = ""

@@ -86,7 +86,11 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     summary["train_contended"] = groups["_train_contended"].sum().astype(int)
     labels = [c for c in ("length", "pair", "model", "attention", *headline_columns()) if c in best]
     summary = (
-        best.groupby("cell", dropna=False, sort=False)[labels].first().join(summary).reset_index()
+        best.groupby("cell", dropna=False, sort=False)[labels]
+        .first()
+        .join(summary)
+        .join(chosen_options(done, best))
+        .reset_index()
     )
     if seconds != DECODE_SECONDS:
         summary = summary.rename(
@@ -103,6 +107,23 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     return summary.sort_values(
         sort, na_position="first", kind="stable", key=natural_order
     ).reset_index(drop=True)
+
+
+def chosen_options(done: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, ``<option>_chosen``: the headline option's value of each seed's chosen trial
+    (``"3"``, ``"3/5"`` where the seeds' differ), for the cells whose finished trials took more
+    than one value of it (searched, so the model's name does not say it; NaN elsewhere)."""
+    out = pd.DataFrame(index=pd.Index(best["cell"].unique(), name="cell"))
+    for option in (c for c in headline_columns() if c in done):
+        searched = done.groupby("cell", dropna=False)[option].nunique() > 1
+        if not searched.any():
+            continue
+        chosen = best.groupby("cell", dropna=False, sort=False)[option].agg(
+            lambda v: "/".join(f"{x:g}" for x in sorted(v.dropna().unique()))
+        )
+        keep = searched.reindex(chosen.index, fill_value=False) & (chosen != "")
+        out[f"{option}_chosen"] = chosen.where(keep)
+    return out
 
 
 def seconds_column(df: pd.DataFrame) -> str:

@@ -414,6 +414,35 @@ def test_b_results_md_leads_with_one_row_per_model_and_lengths_as_columns(tmp_pa
     assert long[0][:2] == ["length", "model"] and len(long) == 1 + 6, "the long table stays below"
 
 
+def test_b_a_searched_k_is_shown_beside_the_figure_of_the_trial_chosen(tmp_path):
+    """minimal_k searches K per length with Optuna: its Table 1 read "memory 99.52" with no word of
+    the K chosen (only the multi-objective answers said K=3). A grid K (the model's name says it)
+    gets no mark; seeds whose chosen trials differ in K show both."""
+    rows = sweep_rows(lengths=(10,), models=[("memory K=4", "memory", 4, 80.0, 0.04)])
+    for seed, (k, bleu) in enumerate([(3, 95.0), (5, 97.0)]):  # per seed: a better, searched K
+        for searched_k, searched_bleu in ((k, bleu), (k + 10, bleu - 20)):
+            rows.append(
+                dict(
+                    rows[seed],
+                    trial_id=f"s{seed}-{searched_k}",
+                    cell="length=10 memory",
+                    model="memory",
+                    K=searched_k,
+                    **{BLEU: searched_bleu},
+                )
+            )
+    md = written_report(tmp_path, rows)
+    table = {row[0]: row for row in table_rows(md, PAPER)}
+    assert table["memory"][1] == "96.00 ± 1.41 (K=3/5)"
+    assert table["memory K=4"][1] == "80.50 ± 0.71", "a grid K is in the model's name already"
+    assert "(K=...) beside a figure: the value of the trial chosen there" in md
+    long = table_rows(md, "Results by length and model")
+    assert long[0][:3] == ["length", "model", "K"]
+    assert {row[1]: row[2] for row in long[1:]} == {"memory": "3/5", "memory K=4": ""}
+    front = table_rows(md, "Quality vs speed: the Pareto front")
+    assert "memory (K=3/5)" in {row[1] for row in front[1:]}
+
+
 def test_b_one_seed_shows_no_spread_and_a_missing_cell_a_dash(tmp_path):
     rows = [
         r for r in sweep_rows(seeds=(3,)) if not (r["model"] == "bahdanau" and r["length"] == 50)
