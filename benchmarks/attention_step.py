@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import nonnegative_int, positive_int  # noqa: E402
 from _machine import (  # noqa: E402
     announced,
     markdown_table,
@@ -225,18 +226,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--mechanisms", nargs="+", default=MECHANISMS, choices=MECHANISMS)
     p.add_argument(
-        "--sources", nargs="+", type=int, help=f"source lengths S (default {FULL_SIZES})"
+        "--sources", nargs="+", type=positive_int, help=f"source lengths S (default {FULL_SIZES})"
     )
     p.add_argument(
-        "--targets", nargs="+", type=int, help=f"output lengths T (default {FULL_SIZES})"
+        "--targets", nargs="+", type=positive_int, help=f"output lengths T (default {FULL_SIZES})"
     )
-    p.add_argument("--square", nargs="+", type=int, help="run only the cells S = T for these sizes")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--dim", type=int, default=256, help="H = D = attention width")
-    p.add_argument("--K", type=int, default=32, help="memory vectors of the memory mechanism")
-    p.add_argument("--repeats", type=int, help="timed runs per cell (default 5; 3 with --quick)")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument(
+        "--square", nargs="+", type=positive_int, help="run only the cells S = T for these sizes"
+    )
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--dim", type=positive_int, default=256, help="H = D = attention width")
+    p.add_argument(
+        "--K", type=positive_int, default=32, help="memory vectors of the memory mechanism"
+    )
+    p.add_argument(
+        "--repeats", type=positive_int, help="timed runs per cell (default 5; 3 with --quick)"
+    )
+    p.add_argument("--warmup", type=nonnegative_int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--silent", action="store_true")
     args = p.parse_args(argv)

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import positive_int, preset_name  # noqa: E402
 from _machine import announced, machine_info, time_interleaved  # noqa: E402
 
 from datamodules import CopyTaskDataModule  # noqa: E402
@@ -58,12 +59,18 @@ QUICK = dict(presets=["tiny"], lengths=[6], batch=8, steps=2, repeats=2)
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--presets", nargs="+", default=PRESETS, help="model presets")
-    p.add_argument("--lengths", nargs="+", type=int, default=LENGTHS, help="copy-task max lengths")
+    p.add_argument("--presets", nargs="+", type=preset_name, default=PRESETS, help="model presets")
+    p.add_argument(
+        "--lengths", nargs="+", type=positive_int, default=LENGTHS, help="copy-task max lengths"
+    )
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (no graphs: a smoke)")
-    p.add_argument("--batch", type=int, default=None, help="sentences per batch (the sweep's)")
-    p.add_argument("--steps", type=int, default=None, help="steps per timed call (per preset)")
-    p.add_argument("--repeats", type=int, default=7, help="timed rounds (default 7)")
+    p.add_argument(
+        "--batch", type=positive_int, default=None, help="sentences per batch (the sweep's)"
+    )
+    p.add_argument(
+        "--steps", type=positive_int, default=None, help="steps per timed call (per preset)"
+    )
+    p.add_argument("--repeats", type=positive_int, default=7, help="timed rounds (default 7)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="seconds, on the CPU: " + str(QUICK))
     args = p.parse_args(argv)

@@ -31,11 +31,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import nonnegative_int, positive_int  # noqa: E402
 
 from datamodules.bpe import ensure_bpe_model, ensure_encoded, load_sentencepiece, read_lines  # noqa: E402
 from datamodules.bucketing import TokenBucketBatchSampler  # noqa: E402
@@ -51,27 +54,49 @@ SLICE = Path(__file__).resolve().parents[1] / "tests" / "data" / "wmt-ende-tiny"
 EN_CS_PAIRS = 52_000_000
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(SHARED if SHARED.is_dir() else SLICE))
+    ap.add_argument(
+        "--data",
+        default=str(SHARED if SHARED.is_dir() else SLICE),
+        help="a folder with train.SRC and train.TGT, one sentence a line",
+    )
     ap.add_argument("--src", default="en")
     ap.add_argument("--tgt", default="de")
-    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--vocab", type=positive_int, default=8000)
     ap.add_argument(
         "--max-length",
-        type=int,
+        type=positive_int,
         default=80,
         help="drop pairs longer than this (WMT17DataModule max_length)",
     )
-    ap.add_argument("--batch-tokens", type=int, default=4096)
-    ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 16))
+    ap.add_argument("--batch-tokens", type=positive_int, default=4096)
+    ap.add_argument("--threads", type=positive_int, default=min(os.cpu_count() or 1, 16))
     ap.add_argument(
         "--scale",
-        type=int,
+        type=nonnegative_int,
         default=1_000_000,
         help="also time the batch sampler on this many resampled pairs (0: skip)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    data = Path(args.data)
+    wanted = [f"train.{lang}" for lang in (args.src, args.tgt)]
+    missing = [name for name in wanted if not (data / name).is_file()]
+    if missing:  # checked before the BPE training reads them
+        problem = (
+            f"no {' or '.join(missing)} in it"
+            if data.is_dir()
+            else ("not a folder" if data.exists() else "no such folder")
+        )
+        ap.error(
+            f"--data {data}: {problem}; the folder must hold {' and '.join(wanted)} (the "
+            "training split of --src and --tgt, one sentence a line)"
+        )
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
 
     import torch
     from torch.utils.data import DataLoader

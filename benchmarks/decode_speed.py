@@ -49,6 +49,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import (  # noqa: E402
+    mechanism_spec,
+    nonnegative_int,
+    positive_int,
+    preset_name,
+    refuse_unbuildable,
+    split_mechanism,
+)
 from _machine import (  # noqa: E402
     announced,
     markdown_table,
@@ -60,11 +68,9 @@ from _machine import (  # noqa: E402
 
 from datamodules.vocab import EOS_ID, FIRST_SYMBOL  # noqa: E402
 from lightning_modules.seq2seq import Seq2Seq  # noqa: E402
-from sweeps.assignments import AssignmentError, parse_assignments  # noqa: E402
 from sweeps.layout import output_folder  # noqa: E402
 from sweeps.timing.devices import resolve_device  # noqa: E402
 
-ALIASES = {"luong": "luong_general", "local": "local_p"}
 FULL_MECHANISMS = [
     "none",
     "memory:K=1",
@@ -86,32 +92,10 @@ BENCH_DEFAULTS: dict[str, dict[str, Any]] = {"monotonic": {"score_bias_init": 0.
 
 
 def parse_mechanism(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"memory:K=32,position_encoding=true"`` -> ("memory", {"K": 32, "position_encoding": True})."""
-    name, _, rest = spec.partition(":")
-    name = ALIASES.get(name.strip(), name.strip())
-    try:
-        given = parse_assignments(
-            filter(None, (p.strip() for p in rest.split(","))), value=_parse_value
-        )
-    except AssignmentError as exc:
-        raise SystemExit(
-            f"bad mechanism option {exc.item!r} in {spec!r}: expected key=value"
-        ) from None
+    """``"memory:K=32,position_encoding=true"`` -> ("memory", {"K": 32, "position_encoding": True}),
+    with the benchmark's own defaults (:data:`BENCH_DEFAULTS`) where the spec leaves them."""
+    name, given = split_mechanism(spec)
     return name, {**BENCH_DEFAULTS.get(name, {}), **given}
-
-
-def _parse_value(text: str) -> Any:
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 def build_model(spec: str, length: int, preset: str, device: torch.device, seed: int) -> Seq2Seq:
@@ -313,17 +297,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"{QUICK_MECHANISMS} x L in {QUICK_LENGTHS}, fewer repeats",
     )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    p.add_argument("--mechanisms", nargs="+", help=f"default {FULL_MECHANISMS}")
-    p.add_argument("--lengths", nargs="+", type=int, help=f"default {FULL_LENGTHS}")
+    p.add_argument(
+        "--mechanisms", nargs="+", type=mechanism_spec, help=f"default {FULL_MECHANISMS}"
+    )
+    p.add_argument("--lengths", nargs="+", type=positive_int, help=f"default {FULL_LENGTHS}")
     p.add_argument("--modes", nargs="+", choices=["greedy", "beam"], default=["greedy", "beam"])
     p.add_argument(
-        "--preset", default="paper_copy", help="model size preset (the same for every mechanism)"
+        "--preset",
+        type=preset_name,
+        default="paper_copy",
+        help="model size preset (the same for every mechanism)",
     )
-    p.add_argument("--batch", type=int, help="sentences per batch (default 32; 4 with --quick)")
-    p.add_argument("--beam", type=int, default=10, help="beam size of the beam mode")
-    p.add_argument("--repeats", type=int, help="timed runs per cell (default 5; 3 with --quick)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs per cell")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument(
+        "--batch", type=positive_int, help="sentences per batch (default 32; 4 with --quick)"
+    )
+    p.add_argument("--beam", type=positive_int, default=10, help="beam size of the beam mode")
+    p.add_argument(
+        "--repeats", type=positive_int, help="timed runs per cell (default 5; 3 with --quick)"
+    )
+    p.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed runs per cell")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--silent", action="store_true", help="no per-cell progress lines")
     args = p.parse_args(argv)
@@ -331,6 +324,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.lengths = args.lengths or (QUICK_LENGTHS if args.quick else FULL_LENGTHS)
     args.batch = args.batch or (4 if args.quick else 32)
     args.repeats = args.repeats or (3 if args.quick else 5)
+    refuse_unbuildable(
+        p,
+        args.mechanisms,
+        lambda spec: build_model(spec, max(args.lengths), args.preset, torch.device("cpu"), 0),
+    )
     return args
 
 

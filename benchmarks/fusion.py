@@ -75,6 +75,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file on a machine without the install (a GPU node)
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import positive_int, preset_name  # noqa: E402
+
 PRESETS = ["tiny", "paper_copy"]
 LENGTHS = [10, 40]
 MEMBERS = [1, 2, 3, 4, 8]
@@ -89,9 +92,20 @@ MIXED_SCORING = ["softmax/softmax", "sigmoid/sigmoid"]
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", dest="presets", nargs="+", default=PRESETS, help="model presets")
-    p.add_argument("--lengths", nargs="+", type=int, default=LENGTHS, help="copy-task max lengths")
-    p.add_argument("--members", nargs="+", type=int, default=MEMBERS, help="members M per group")
+    p.add_argument(
+        "--preset",
+        dest="presets",
+        nargs="+",
+        type=preset_name,
+        default=PRESETS,
+        help="model presets",
+    )
+    p.add_argument(
+        "--lengths", nargs="+", type=positive_int, default=LENGTHS, help="copy-task max lengths"
+    )
+    p.add_argument(
+        "--members", nargs="+", type=positive_int, default=MEMBERS, help="members M per group"
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument(
         "--attention",
@@ -99,10 +113,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the mechanism (default memory, with K=16); another name of the attention registry "
         "(bahdanau, none, luong_general, ...) with its default options",
     )
-    p.add_argument("--cores", type=int, default=None, help="CPU: processes side by side (all)")
-    p.add_argument("--batch", type=int, default=None, help="sentences per batch (the sweep's)")
-    p.add_argument("--steps", type=int, default=None, help="steps per timed run (per preset)")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    p.add_argument(
+        "--cores", type=positive_int, default=None, help="CPU: processes side by side (all)"
+    )
+    p.add_argument(
+        "--batch", type=positive_int, default=None, help="sentences per batch (the sweep's)"
+    )
+    p.add_argument(
+        "--steps", type=positive_int, default=None, help="steps per timed run (per preset)"
+    )
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed rounds (default 5)")
     p.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
     p.add_argument(
         "--graphs",
@@ -117,28 +137,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the mixed-axes cell (memory attention: one group over --mixed-k x --mixed-scoring "
         "against one group per shape) in place of the M cells",
     )
-    p.add_argument("--mixed-k", nargs="+", type=int, default=MIXED_K, help="the members' K")
+    p.add_argument(
+        "--mixed-k", nargs="+", type=positive_int, default=MIXED_K, help="the members' K"
+    )
     p.add_argument(
         "--mixed-scoring",
         nargs="+",
         default=MIXED_SCORING,
         help="the members' scoring pairs, encoder/decoder",
     )
-    p.add_argument("--mixed-seeds", type=int, default=1, help="members of each shape")
+    p.add_argument("--mixed-seeds", type=positive_int, default=1, help="members of each shape")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:  # the smoke's settings, where the command line leaves the default
         for key, value in QUICK.items():
             if getattr(args, key) == p.get_default(key):
                 setattr(args, key, value)
-    if any(m < 1 for m in args.members) or any(L < 1 for L in args.lengths):
-        p.error("--members and --lengths take positive integers")
     if args.mixed:
         pairs = [pair.split("/") for pair in args.mixed_scoring]
         if any(len(pair) != 2 or not {*pair} <= {"softmax", "sigmoid"} for pair in pairs):
             p.error("--mixed-scoring takes encoder/decoder pairs of softmax and sigmoid")
-        if any(k < 1 for k in args.mixed_k) or args.mixed_seeds < 1:
-            p.error("--mixed-k and --mixed-seeds take positive integers")
         if args.attention != "memory":
             p.error("--mixed varies memory attention's options: leave --attention at memory")
         if args.graphs:

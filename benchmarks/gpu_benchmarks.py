@@ -44,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import positive_float  # noqa: E402
+
 PY = sys.executable
 MPS_RUN = [PY, "-m", "sweeps.driver.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
 #: what fits the phase's limit on an H100 (2026-11-27): paper_copy and tiny at these three counts of
@@ -235,7 +238,9 @@ def run_phase(phase: Phase, out_dir: Path, limit: float) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="gpu-benchmarks", help="folder for each phase's output")
-    p.add_argument("--budget", type=float, default=510, help="seconds for the whole run (510)")
+    p.add_argument(
+        "--budget", type=positive_float, default=510, help="seconds for the whole run (510)"
+    )
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--phases", nargs="+", help="only these phases, in the run's order")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")

@@ -40,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import positive_int, preset_name  # noqa: E402
+
 PRESETS = ["tiny", "paper_copy"]
 PROCESSES = [1, 2, 4, 8]
 MODES = ["eager", "graphed"]
@@ -50,13 +53,19 @@ QUICK = dict(presets=["tiny"], processes=[1, 2], modes=["eager", "graphed"], len
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--presets", nargs="+", default=PRESETS)
-    p.add_argument("--processes", nargs="+", type=int, default=PROCESSES, help="P side by side")
+    p.add_argument("--presets", nargs="+", type=preset_name, default=PRESETS)
+    p.add_argument(
+        "--processes", nargs="+", type=positive_int, default=PROCESSES, help="P side by side"
+    )
     p.add_argument("--modes", nargs="+", choices=MODES, default=MODES)
-    p.add_argument("--length", type=int, default=40, help="copy-task max length L (default 40)")
-    p.add_argument("--batch", type=int, default=None, help="sentences per batch (the sweep's)")
-    p.add_argument("--steps", type=int, default=None, help="steps per process and round")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
+    p.add_argument(
+        "--length", type=positive_int, default=40, help="copy-task max length L (default 40)"
+    )
+    p.add_argument(
+        "--batch", type=positive_int, default=None, help="sentences per batch (the sweep's)"
+    )
+    p.add_argument("--steps", type=positive_int, default=None, help="steps per process and round")
+    p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (default 3)")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (plumbing only)")
     p.add_argument("--quick", action="store_true", help="seconds, on the CPU: " + str(QUICK))
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -65,8 +74,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         for key, value in QUICK.items():
             setattr(args, key, value)
         args.device = "cpu"
-    if min(args.processes) < 1:
-        p.error("--processes takes positive integers")
     return args
 
 

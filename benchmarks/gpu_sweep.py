@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import positive_int  # noqa: E402
+
 SPEC = "sweeps/k_vs_length.yaml"
 STAGES_OFF = ["timing.enabled=false", "heldout.enabled=false", "wandb.mode=offline"]
 #: the three ways' overrides of the gpu profile
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--ways", nargs="+", default=["a", "b", "c"], choices=sorted(WAYS))
-    p.add_argument("--a-lengths", type=int, nargs="*", default=[10])
+    p.add_argument("--a-lengths", type=positive_int, nargs="*", default=[10])
     p.add_argument(
         "--set",
         dest="sets",

@@ -50,6 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import positive_int  # noqa: E402
+
 from sweeps.layout import output_folder  # noqa: E402
 
 TARGET_HV, TARGET_COMPUTE = 0.98, 0.40
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--quick", action="store_true", help="one length (8), 450 steps: ~5 min on 2 cores"
     )
-    p.add_argument("--seeds", type=int, default=3, help="search seeds (at least 3)")
+    p.add_argument("--seeds", type=positive_int, default=3, help="search seeds (at least 3)")
     p.add_argument(
         "--reduction-factor",
         type=float,
@@ -259,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.seeds < 3:
         p.error("--seeds: at least 3")
+    if not args.reduction_factor > 1:  # each rung keeps the best 1/rf of the trials reaching it
+        p.error(f"--reduction-factor: must be above 1, got {args.reduction_factor:g}")
     started = time.time()
     out = Path(args.output).resolve() / ("moo_search_quick" if args.quick else "moo_search")
     shutil.rmtree(out, ignore_errors=True)

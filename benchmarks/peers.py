@@ -64,6 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import nonnegative_int, positive_int  # noqa: E402
 
 PROJECT = "project"
 PEERS = ("joeynmt", "opennmt")
@@ -1030,12 +1031,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--lengths",
         nargs="+",
-        type=int,
+        type=positive_int,
         help="training lengths L (default 10 40 100; 4 8 with --quick)",
     )
-    p.add_argument("--rounds", type=int, help="timed rounds (default 5; 1 with --quick)")
-    p.add_argument("--warmup", type=int, help="untimed rounds first (default 1)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per system")
+    p.add_argument("--rounds", type=positive_int, help="timed rounds (default 5; 1 with --quick)")
+    p.add_argument("--warmup", type=nonnegative_int, help="untimed rounds first (default 1)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per system")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

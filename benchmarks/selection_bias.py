@@ -28,12 +28,16 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import positive_int  # noqa: E402
 
 
 def study(name: str, search_seed: int, samples: int, per_configuration: bool) -> dict[str, Any]:
@@ -78,7 +82,7 @@ def reported(results: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--samples", type=int, default=4, help="Optuna samples per study")
+    p.add_argument("--samples", type=positive_int, default=4, help="Optuna samples per study")
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["WANDB_MODE"] = "disabled"

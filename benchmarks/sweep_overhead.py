@@ -40,6 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import positive_int  # noqa: E402
 
 QUICK = ["trainer.max_steps=300", "trainer.val_check_interval=100", "task.train_size=4000"]
 TRIAL_PHASES = ("setup", "wandb_init", "checkpoint", "report", "heatmaps", "wandb_close")
@@ -298,9 +300,27 @@ def load_average() -> list[float] | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def spec_path(text: str) -> str:
+    """``--spec``'s file: as given when it is absolute or found from the current folder, else
+    relative to the repository root (so the default, and ``sweeps/<name>.yaml``, work from any
+    folder)."""
+    path = Path(text)
+    if path.is_absolute() or path.exists() or not (ROOT / path).exists():
+        return text
+    return str(ROOT / path)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, the sweep file loaded with the overrides (``args.sweep``): a file that
+    is missing or wrong, or a bad ``--set``, is refused here, before anything runs."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--spec", default="sweeps/quickstart.yaml")
+    p.add_argument(
+        "--spec",
+        type=spec_path,
+        default="sweeps/quickstart.yaml",
+        help="the sweep file (default sweeps/quickstart.yaml); a relative path not found from the "
+        "current folder is read from the repository root",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -312,19 +332,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument(
         "--rounds",
-        type=int,
+        type=positive_int,
         default=1,
         help="measure N times, the order alternating (plain first, then launcher first, ...): a machine "
         "whose load changes during the run favours neither; the figures are the rounds' means",
     )
     args = p.parse_args(argv)
-    from benchmarks._machine import cpu_model
+    from sweeps.errors import SpecError
     from sweeps.spec import load_spec
 
-    overrides = (QUICK if args.quick else []) + args.overrides
-    sweep = load_spec(
-        args.spec, overrides=overrides + ["timing.enabled=false", "heldout.enabled=false"]
-    )
+    args.overrides = (QUICK if args.quick else []) + args.overrides  # both ways run these
+    try:
+        args.sweep = load_spec(
+            args.spec, overrides=args.overrides + ["timing.enabled=false", "heldout.enabled=false"]
+        )
+    except SpecError as exc:
+        p.error(str(exc))
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    from benchmarks._machine import cpu_model
+
+    overrides, sweep = args.overrides, args.sweep
+    spec = str(Path(args.spec).resolve())  # the launcher runs from the repository root
     concurrency = max(
         1, min(len(sweep.plans), int((os.cpu_count() or 1) // sweep.spec.resources.cpu))
     )
@@ -336,9 +368,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             work.mkdir(parents=True, exist_ok=True)
             if r % 2 == 0:
                 plain_s, plain = run_plain(sweep, concurrency, work)
-                launcher_s, info, out = run_launcher(args.spec, overrides, work)
+                launcher_s, info, out = run_launcher(spec, overrides, work)
             else:
-                launcher_s, info, out = run_launcher(args.spec, overrides, work)
+                launcher_s, info, out = run_launcher(spec, overrides, work)
                 plain_s, plain = run_plain(sweep, concurrency, work)
             trials = trial_records(out)
             if len(trials) != len(plain):

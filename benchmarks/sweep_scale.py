@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _args import nonnegative_int, positive_int  # noqa: E402
+
 from sweeps.layout import output_folder  # noqa: E402
 
 NODES = 4
@@ -191,13 +194,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--trials",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=[100, 1000],
         help="study sizes N (default 100 1000)",
     )
     p.add_argument(
-        "--dry-run-cells", type=int, default=10_000, help="cells of the timed dry run (0: skip)"
+        "--dry-run-cells",
+        type=nonnegative_int,
+        default=10_000,
+        help="cells of the timed dry run (0: skip)",
     )
     p.add_argument(
         "--output",

@@ -43,6 +43,13 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import (  # noqa: E402
+    mechanism_spec,
+    nonnegative_int,
+    positive_int,
+    preset_name,
+    refuse_unbuildable,
+)
 from _machine import announced, machine_info, time_interleaved  # noqa: E402
 from decode_speed import make_batch, parse_mechanism  # noqa: E402
 
@@ -59,21 +66,41 @@ VOCAB = 20 + FIRST_SYMBOL
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mechanisms", nargs="+", default=MECHANISMS, help="name[:key=value,...]")
-    p.add_argument("--lengths", nargs="+", type=int, default=LENGTHS)
-    p.add_argument("--preset", default="paper_copy", help="model sizes (default paper_copy)")
-    p.add_argument("--batch", type=int, default=32, help="sentences per step (default 32)")
-    p.add_argument("--repeats", type=int, default=7, help="timed rounds (default 7)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
-    p.add_argument("--memory-repeats", type=int, default=3, help="peak rounds (default 3)")
+    p.add_argument(
+        "--mechanisms",
+        nargs="+",
+        type=mechanism_spec,
+        default=MECHANISMS,
+        help="name[:key=value,...]",
+    )
+    p.add_argument("--lengths", nargs="+", type=positive_int, default=LENGTHS)
+    p.add_argument(
+        "--preset",
+        type=preset_name,
+        default="paper_copy",
+        help="model sizes (default paper_copy)",
+    )
+    p.add_argument("--batch", type=positive_int, default=32, help="sentences per step (default 32)")
+    p.add_argument("--repeats", type=positive_int, default=7, help="timed rounds (default 7)")
+    p.add_argument(
+        "--warmup", type=nonnegative_int, default=1, help="untimed rounds first (default 1)"
+    )
+    p.add_argument("--memory-repeats", type=positive_int, default=3, help="peak rounds (default 3)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    p.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
+    p.add_argument(
+        "--threads", type=positive_int, default=1, help="torch threads on CPU (default 1)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
     args = p.parse_args(argv)
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
+    refuse_unbuildable(
+        p,
+        args.mechanisms,
+        lambda spec: build(spec, max(args.lengths), args.preset, torch.device("cpu"), 0),
+    )
     return args
 
 
