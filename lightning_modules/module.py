@@ -23,6 +23,7 @@ datamodule can ``detokenize``; the same under ``test/``.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import lightning.pytorch as pl
@@ -98,7 +99,10 @@ class Seq2SeqModule(pl.LightningModule):
         teacher_checkpoint: the trained Seq2SeqModule checkpoint that teaches (read only while
             training; a trained student loads and decodes without it).
         init_from_teacher: "encoder" starts the student from the teacher's encoder and
-            embeddings; "none" from its own random initialisation.
+            embeddings; "none" from its own random initialisation. The copy is made once, at the
+            first fit of a fresh module: never over weights of its own (loaded with
+            ``load_from_checkpoint`` or ``load_state_dict``, or trained by an earlier fit), so a
+            trained student trains on from where it stands.
     """
 
     def __init__(
@@ -161,6 +165,8 @@ class Seq2SeqModule(pl.LightningModule):
         self.last_decoded: dict[str, tuple[list[str], list[str]]] = {}
         # the §3.1 teacher: loaded only to train, never a submodule (not in the state dict)
         self._teacher: Teacher | None = None
+        # whether the weights are the module's own (loaded, or copied from the teacher already)
+        self._own_weights = False
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
@@ -206,7 +212,7 @@ class Seq2SeqModule(pl.LightningModule):
         if stage == "fit" and self.hparams.distill_weight > 0:
             check_same_space(self.model, self.teacher().model)
         if stage == "fit" and self.hparams.init_from_teacher != "none":
-            init_from_teacher(self.model, self.teacher().model, self.hparams.init_from_teacher)
+            self.start_from_teacher(self.teacher())
         datamodule = (
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         )
@@ -220,6 +226,22 @@ class Seq2SeqModule(pl.LightningModule):
                 f"{self.hparams.attention!r} was built for max_source_len={built}; pass "
                 f"max_source_len={data_max} (or larger) to Seq2SeqModule"
             )
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ):
+        """:meth:`torch.nn.Module.load_state_dict`; the weights loaded are the module's own from
+        then on (``init_from_teacher`` never copies the teacher's encoder over them)."""
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self._own_weights = True
+        return result
+
+    def start_from_teacher(self, teacher: Teacher) -> None:
+        """``init_from_teacher``'s copy of the teacher's encoder into a fresh student, once: not
+        into a module whose weights are its own already (loaded or trained)."""
+        if self.hparams.init_from_teacher != "none" and not self._own_weights:
+            init_from_teacher(self.model, teacher.model, self.hparams.init_from_teacher)
+        self._own_weights = True
 
     # ---------------------------------------------------------------- internals
     def teacher(self) -> Teacher:

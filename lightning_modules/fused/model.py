@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, build_attention
-from ..distill import Teacher, check_same_space, init_from_teacher, sentence_distances
+from ..distill import Teacher, check_same_space, sentence_distances
 from ..module import Seq2SeqModule, load_teacher
 from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
 from .decoder import FusedDecoder
@@ -71,8 +71,7 @@ def _start_students(modules: Sequence[Seq2SeqModule]) -> dict[str, Teacher]:
         teacher = teachers[path]
         if hp.distill_weight > 0:
             check_same_space(module.model, teacher.model)
-        if hp.init_from_teacher != "none":
-            init_from_teacher(module.model, teacher.model, hp.init_from_teacher)
+        module.start_from_teacher(teacher)
     return teachers
 
 

@@ -222,6 +222,30 @@ def test_init_from_teacher_copies_the_encoder_and_embeddings_only(teacher_ckpt):
         init_from_teacher(other, module.teacher().model, "encoder")
 
 
+def test_a_trained_student_trains_on_from_its_own_encoder_not_the_teachers(
+    teacher_ckpt, quiet_trainer, tmp_path
+):
+    """A student of init_from_teacher="encoder" loaded from its checkpoint (or fitted a second
+    time) and trained further had its trained encoder replaced by the teacher's, without a word:
+    setup("fit") copied it in at every fit."""
+    dm = small_copy()
+    taught = student(dm, teacher_checkpoint=teacher_ckpt, init_from_teacher="encoder")
+    trainer = quiet_trainer(max_steps=2, limit_val_batches=0)
+    trainer.fit(taught, datamodule=dm)
+    key = "encoder.rnn.weight_ih_l0"
+    teachers = taught.teacher().model.state_dict()[key]
+    trained = taught.model.state_dict()[key].clone()
+    assert not torch.equal(trained, teachers), "two steps changed the copied encoder"
+    ckpt = tmp_path / "student.ckpt"
+    trainer.save_checkpoint(ckpt)
+
+    loaded = Seq2SeqModule.load_from_checkpoint(ckpt, map_location="cpu")
+    loaded.setup("fit")  # what the next fit does first
+    assert torch.equal(loaded.model.state_dict()[key], trained)
+    quiet_trainer(max_steps=0, limit_val_batches=0).fit(taught, datamodule=dm)  # a second fit
+    assert torch.equal(taught.model.state_dict()[key], trained)
+
+
 def test_configuration_errors_name_the_fix(teacher_ckpt):
     dm = small_copy()
     with pytest.raises(ValueError, match="attention 'bahdanau' has no C"):
