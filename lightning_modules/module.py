@@ -17,7 +17,9 @@ Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val
 ``val/token_acc`` (teacher-forced argmax accuracy over non-pad target tokens), ``val/bleu``
 (sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), ``val/decode_seconds`` (time spent in
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
-datamodule can ``detokenize``; the same under ``test/``.
+datamodule can ``detokenize``; the same under ``test/``. ``train/loss`` is logged per step and
+per epoch: ``trainer.callback_metrics`` holds it under its name, a Lightning logger receives
+``train/loss_step`` and ``train/loss_epoch``.
 """
 
 from __future__ import annotations

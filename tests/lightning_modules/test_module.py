@@ -64,6 +64,28 @@ def test_metric_names_match_the_contract():
     assert METRICS["test"]["bleu"] == TEST_BLEU == "test/bleu"
 
 
+def test_a_logger_receives_the_training_loss_under_lightnings_step_and_epoch_names(
+    tmp_path, quiet_trainer
+):
+    """docs/CONTRACTS.md: ``train/loss`` in callback_metrics; a logger's ``train/loss_step`` and
+    ``train/loss_epoch`` (the docs promised ``train/loss`` to a logger, which never saw it)."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    dm = small_copy()
+    model = module_for(dm, "bahdanau")
+    trainer = quiet_trainer(
+        max_steps=2, limit_val_batches=0, logger=CSVLogger(tmp_path), log_every_n_steps=1
+    )
+    trainer.fit(model, datamodule=dm)
+    assert TRAIN_LOSS in trainer.callback_metrics
+    (metrics,) = tmp_path.glob("**/metrics.csv")
+    logged = set(next(csv.reader(metrics.open())))
+    assert {f"{TRAIN_LOSS}_step", f"{TRAIN_LOSS}_epoch"} <= logged
+    assert TRAIN_LOSS not in logged
+
+
 @pytest.mark.parametrize("attention", MECHANISMS)
 def test_every_mechanism_trains_end_to_end(attention, quiet_trainer):
     dm = small_copy()
