@@ -8,6 +8,8 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
+from datamodules.ranges import check_ranges
+
 from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
@@ -27,7 +29,8 @@ class BahdanauAttention(Attention):
         self, query_dim: int, memory_dim: int, attention_dim: Annotated[int, Ge(1)] | None = None
     ) -> None:
         super().__init__(query_dim, memory_dim)
-        self.attention_dim = attention_dim or query_dim
+        check_ranges(BahdanauAttention.__init__, locals(), owner="bahdanau attention")
+        self.attention_dim = query_dim if attention_dim is None else attention_dim
         self.query_proj = nn.Linear(query_dim, self.attention_dim, bias=False)  # W_q
         self.key_proj = nn.Linear(memory_dim, self.attention_dim, bias=False)  # W_k
         self.v = nn.Linear(self.attention_dim, 1, bias=False)

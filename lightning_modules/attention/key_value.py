@@ -9,6 +9,8 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
+from datamodules.ranges import check_ranges
+
 from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
@@ -40,8 +42,9 @@ class KeyValueAttention(Attention):
         scaled: bool = False,
     ) -> None:
         super().__init__(query_dim, memory_dim)
-        self.key_dim = key_dim or memory_dim
-        self.value_dim = value_dim or memory_dim
+        check_ranges(KeyValueAttention.__init__, locals(), owner="key_value attention")
+        self.key_dim = memory_dim if key_dim is None else key_dim
+        self.value_dim = memory_dim if value_dim is None else value_dim
         self.query_proj = nn.Linear(query_dim, self.key_dim, bias=False)  # W_Q
         self.key_proj = nn.Linear(memory_dim, self.key_dim, bias=False)  # W_K
         self.value_proj = nn.Linear(memory_dim, self.value_dim, bias=False)  # W_V

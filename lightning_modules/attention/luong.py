@@ -9,6 +9,8 @@ import torch
 from annotated_types import Ge
 from torch import nn
 
+from datamodules.ranges import check_ranges
+
 from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
@@ -126,6 +128,7 @@ class LuongLocationAttention(Attention):
         self, query_dim: int, memory_dim: int, max_source_len: Annotated[int, Ge(1)] = 256
     ) -> None:
         super().__init__(query_dim, memory_dim)
+        check_ranges(LuongLocationAttention.__init__, locals(), owner="luong_location attention")
         self.max_source_len = max_source_len
         self.W_a = nn.Linear(query_dim, max_source_len)
 

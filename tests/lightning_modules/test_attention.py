@@ -112,6 +112,25 @@ def test_unknown_option_raises_listing_valid_ones(name):
         build_attention(name, query_dim=H, memory_dim=D, no_such_option=1)
 
 
+#: per range symbol, a value just outside it
+OUTSIDE = {">=": lambda x: x - 1, ">": lambda x: x, "<=": lambda x: x + 1, "<": lambda x: x}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_declared_range_is_checked_by_the_constructor(name):
+    """docs/CONTRACTS.md: each constructor checks its declared ranges. bahdanau's attention_dim=0
+    and key_value's key_dim=0 were replaced by the default without a word, a negative one ended
+    in torch's "negative dimension", and luong_location took max_source_len=-2."""
+    from datamodules.ranges import declared_ranges
+
+    cls = ATTENTION_REGISTRY[name]
+    for option, limits in declared_ranges(cls.__init__).items():
+        for symbol, limit in limits:
+            value = OUTSIDE[symbol](limit)
+            with pytest.raises(ValueError, match=rf"{option} must be {symbol} {limit}, got"):
+                build(name, **{option: value})
+
+
 def test_unknown_name_raises_listing_valid_ones():
     with pytest.raises(ValueError, match="valid names: .*bahdanau.*memory.*monotonic"):
         build_attention("no_such_attention", query_dim=H, memory_dim=D)
