@@ -36,7 +36,7 @@ from annotated_types import Ge, Gt, Interval
 from datamodules.ranges import check_ranges
 from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
 
-from .attention import DEFAULT_ATTENTION, attention_options
+from .attention import DEFAULT_ATTENTION
 from .distill import (
     InitFromTeacher,
     Teacher,
@@ -87,7 +87,8 @@ class Seq2SeqModule(pl.LightningModule):
         preset: a ``PRESETS`` name; the size arguments below override it when not None.
         embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes
             (hidden_size: decoder units, and encoder units per direction; dropout on cell inputs).
-        max_source_len: longest source incl. EOS (memory and luong_location attention need it).
+        max_source_len: longest source incl. EOS (luong_location attention, and memory attention with
+            position encodings, cover that many positions; a longer source fails at fit).
         pad_id, bos_id, eos_id: special token ids.
         lr, weight_decay: Adam settings (default: the paper's Adam at 1e-4, no weight decay).
         val_beam_size: 1 decodes greedily in validation/test, more uses beam search (the
@@ -219,9 +220,9 @@ class Seq2SeqModule(pl.LightningModule):
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         )
         data_max = getattr(datamodule, "max_source_len", None)
-        if data_max is None or "max_source_len" not in attention_options(self.hparams.attention):
+        built = self.model.attention.longest_source
+        if data_max is None or built is None:
             return
-        built = self.model.attention_kwargs.get("max_source_len", self.hparams.max_source_len)
         if data_max > built:
             raise ValueError(
                 f"the datamodule's sources are up to {data_max} tokens (incl. EOS) but attention "

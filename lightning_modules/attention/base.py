@@ -197,6 +197,12 @@ class Attention(nn.Module):
         """Size of the returned context vector (D unless a value map changes it)."""
         return self.memory_dim
 
+    @property
+    def longest_source(self) -> int | None:
+        """The longest source (incl. EOS) this mechanism as built can attend over; None: any
+        length. A mechanism whose scores cover a fixed number of positions overrides this."""
+        return None
+
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor) -> Cache:
         """Source-only work, once per sentence.
 

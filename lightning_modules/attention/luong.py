@@ -132,6 +132,11 @@ class LuongLocationAttention(Attention):
         self.max_source_len = max_source_len
         self.W_a = nn.Linear(query_dim, max_source_len)
 
+    @property
+    def longest_source(self) -> int:
+        """``max_source_len``: the score layer has one output per position."""
+        return self.max_source_len
+
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         if memory.shape[1] > self.max_source_len:
             raise ValueError(

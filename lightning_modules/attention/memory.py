@@ -156,6 +156,12 @@ class MemoryAttention(Attention):
         """Grows slowly with K: K=32 costs 10 % more per step than K=1."""
         return cls.step_cost + 0.02 * math.log2(max(1, int(options.get("K") or 32)))
 
+    @property
+    def longest_source(self) -> int | None:
+        """``max_source_len`` with position encodings (their matrix covers that many positions);
+        without them, any length."""
+        return self.max_source_len if self.use_position_encoding else None
+
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
         S = memory.shape[1]
         pre = self.W_alpha(memory)  # (B, S, K)

@@ -204,15 +204,32 @@ def test_preset_overrides():
 
 
 @pytest.mark.parametrize(
-    "attention", [n for n in ("memory", "luong_location") if n in ATTENTION_REGISTRY]
+    "attention, options",
+    [("memory", {"position_encoding": True}), ("luong_location", {})],
+    ids=["memory+pe", "luong_location"],
 )
-def test_sources_longer_than_max_source_len_fail_early(attention, quiet_trainer):
+def test_sources_longer_than_max_source_len_fail_early(attention, options, quiet_trainer):
     dm = small_copy(max_length=20)
     model = Seq2SeqModule(
-        dm.src_vocab_size, dm.tgt_vocab_size, attention=attention, max_source_len=10
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention=attention,
+        attention_kwargs=options,
+        max_source_len=10,
     )
     with pytest.raises(ValueError, match="max_source_len=21"):
         quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
+
+
+def test_memory_attention_without_position_encodings_takes_any_source_length(quiet_trainer):
+    """max_source_len is S of the position encodings: memory attention without them was refused
+    sources longer than it, though nothing in it depends on the length."""
+    dm = small_copy(max_length=20)
+    model = Seq2SeqModule(
+        dm.src_vocab_size, dm.tgt_vocab_size, attention="memory", max_source_len=10
+    )
+    assert model.model.attention.longest_source is None
+    quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
 
 
 def test_attention_heatmaps_data():
