@@ -292,17 +292,20 @@ class Seq2SeqModule(pl.LightningModule):
         return loss
 
     def decode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
-        """Decode with the configured strategy (greedy or beam): tokens (B, T')."""
+        """Decode with the configured strategy (greedy or beam): tokens (B, T'), an ordinary
+        tensor (the decoders run under ``torch.inference_mode``; a copy of their result can be
+        changed in place or fed to a training step)."""
         if self.hparams.val_beam_size == 1:
             tokens, _ = self.model.greedy_decode(src, src_lengths, self.hparams.max_decode_len)
-            return tokens
-        return self.model.beam_search(
-            src,
-            src_lengths,
-            beam_size=self.hparams.val_beam_size,
-            max_len=self.hparams.max_decode_len,
-            length_penalty=self.hparams.length_penalty,
-        )
+        else:
+            tokens = self.model.beam_search(
+                src,
+                src_lengths,
+                beam_size=self.hparams.val_beam_size,
+                max_len=self.hparams.max_decode_len,
+                length_penalty=self.hparams.length_penalty,
+            )
+        return tokens.clone()
 
     def _decode_into_buffer(self, batch: dict[str, Any], stage: str) -> None:
         buffer = self._decode_buffers.setdefault(stage, _DecodeBuffer())

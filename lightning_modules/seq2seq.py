@@ -8,6 +8,10 @@ Plain ``nn.Module`` code (no Lightning) so the model can be reused anywhere::
     tokens, lengths = model.greedy_decode(src, src_lengths, max_len=20)
     tokens = model.beam_search(src, src_lengths, beam_size=10, max_len=20)
 
+The decoding methods run under ``torch.inference_mode``: what they return are inference tensors,
+to read, or to ``.clone()`` before changing them in place or feeding them to a training step
+(``Seq2SeqModule.decode`` returns the copy).
+
 Architecture choices (documented once, here):
 
 * Encoder: embeddings -> dropout -> (bi)LSTM stack over packed sequences. ``hidden_size`` is the

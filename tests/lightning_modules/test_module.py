@@ -232,6 +232,20 @@ def test_memory_attention_without_position_encodings_takes_any_source_length(qui
     quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_decode_returns_an_ordinary_tensor(beam):
+    """Seq2SeqModule.decode handed back the decoders' inference tensors: masking them in place
+    or feeding them to a training step raised "Inplace update to inference tensor"."""
+    dm = small_copy()
+    dm.setup("fit")
+    model = module_for(dm, "bahdanau")
+    model.hparams.val_beam_size = beam
+    batch = next(iter(dm.val_dataloader()))
+    tokens = model.eval().decode(batch["src"], batch["src_lengths"])
+    assert not tokens.is_inference()
+    tokens.masked_fill_(tokens == 0, 1)  # in place, as a user's post-processing does
+
+
 def test_attention_heatmaps_data():
     attention = "memory" if "memory" in ATTENTION_REGISTRY else "none"
     kwargs = {"attention_kwargs": {"K": 4}} if attention == "memory" else {}
