@@ -66,7 +66,8 @@ class LuongDotAttention(_ContentAttention):
             raise ValueError(
                 f"luong_dot scores q^T s_j, so the decoder size must equal the encoder size; got "
                 f"query_dim={query_dim}, memory_dim={memory_dim}. Make them equal (a bidirectional "
-                "encoder gives D = 2 x hidden_size: set bidirectional=false), or use luong_general "
+                "encoder gives D = 2 x hidden_size: a unidirectional one, bidirectional=False, or "
+                "bidirectional: false in a sweep file, gives D = hidden_size), or use luong_general "
                 "(q^T W s_j), which maps between the two sizes."
             )
         super().__init__(query_dim, memory_dim)
