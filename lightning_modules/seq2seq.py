@@ -22,7 +22,7 @@ Architecture choices (documented once, here):
 * Bridge: ``tanh(W [final states of every encoder layer and direction])`` gives the decoder's
   initial (h, c) for every decoder layer (separate linears for h and c), so the encoder and
   decoder may have different depths and the no-attention baseline is a real seq2seq model.
-* Decoder (input feeding, Luong et al. 2015's form): step i reads ``x_i = [emb(y_{i-1}); c_{i-1}]``,
+* Decoder (the previous context fed back): step i reads ``x_i = [emb(y_{i-1}); c_{i-1}]``,
   runs one ``nn.LSTMCell`` per layer, queries the attention with the top state ``h_i`` to get the
   context ``c_i``, and predicts ``softmax(W [h_i; c_i] + b)``. ``c_0 = 0``. No extra tanh layer:
   the fed-back vector is the raw context ``c_{i-1}``.
