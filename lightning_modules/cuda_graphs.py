@@ -52,6 +52,22 @@ MAX_GRAPHS = 16
 WARMUP_STEPS = 2
 
 
+def capture_failed(step: str, exc: BaseException) -> RuntimeError:
+    """The error a failed capture of ``step`` raises: out of GPU memory, what frees some (each
+    captured length bucket holds a memory pool of its own); else the fallback, eager training."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return RuntimeError(
+            f"capturing {step} as a CUDA graph ran out of GPU memory (each length bucket's graph "
+            f"keeps a memory pool of its own, up to {MAX_GRAPHS}): give each trial more of the GPU "
+            "(resources.gpu), put fewer trials in a fused group (fusion.max_members) or train "
+            "without graphs (trainer.cuda_graphs: false)"
+        )
+    return RuntimeError(
+        f"capturing {step} as a CUDA graph failed ({exc}); train without graphs "
+        "(trainer.cuda_graphs: false)"
+    )
+
+
 def bucket_shape(
     batch: int, src_len: int, tgt_len: int, multiple: int = PAD_MULTIPLE, src_cap: int | None = None
 ) -> tuple[int, int, int]:
@@ -259,10 +275,7 @@ class GraphedSteps:
             with torch.cuda.graph(graph):
                 bucket.loss = self._work(bucket)
         except RuntimeError as exc:
-            raise RuntimeError(
-                f"capturing the training step as a CUDA graph failed ({exc}); train without "
-                "graphs (trainer.cuda_graphs: false)"
-            ) from exc
+            raise capture_failed("the training step", exc) from exc
         bucket.graph = graph
 
     def snapshot(self) -> dict[str, Any]:

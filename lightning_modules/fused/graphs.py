@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from ..cuda_graphs import MAX_GRAPHS, PAD_MULTIPLE, WARMUP_STEPS, bucket_shape
+from ..cuda_graphs import MAX_GRAPHS, PAD_MULTIPLE, WARMUP_STEPS, bucket_shape, capture_failed
 from .adam import adam_step_on_device_, clip_grad_norms_on_device_
 from .layout import FlatParameters
 from .model import FusedSeq2Seq
@@ -256,10 +256,7 @@ class GraphedFusedSteps:
             with torch.cuda.graph(graph):
                 bucket.losses, bucket.distill = self._work(bucket)
         except RuntimeError as exc:
-            raise RuntimeError(
-                f"capturing the fused training step as a CUDA graph failed ({exc}); train "
-                "without graphs (trainer.cuda_graphs: false)"
-            ) from exc
+            raise capture_failed("the fused training step", exc) from exc
         bucket.graph = graph
         self.captures += 1
 

@@ -313,3 +313,20 @@ def test_a_lightning_fit_with_cuda_graphs_trains_as_eager_on_cuda(tmp_path):
     assert graphs >= 1
     for name, p in weights[True].items():
         torch.testing.assert_close(p, weights[False][name], rtol=1e-3, atol=5e-5, msg=name)
+
+
+def test_a_capture_out_of_gpu_memory_says_what_frees_memory():
+    """Running out of memory while capturing said "train without graphs" alone, as for any other
+    failure; the message names what frees memory (each bucket's graph keeps its own pool)."""
+    from lightning_modules.cuda_graphs import capture_failed
+
+    oom = capture_failed(
+        "the fused training step", torch.cuda.OutOfMemoryError("CUDA out of memory")
+    )
+    assert "ran out of GPU memory" in str(oom)
+    assert all(key in str(oom) for key in ("resources.gpu", "fusion.max_members", "cuda_graphs"))
+    other = capture_failed("the training step", RuntimeError("operation not permitted"))
+    assert str(other) == (
+        "capturing the training step as a CUDA graph failed (operation not permitted); train "
+        "without graphs (trainer.cuda_graphs: false)"
+    )
