@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from .extras import import_extra
 from .vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, UNK_ID
 
 try:  # POSIX only; elsewhere the caches still work, just without the cross-process guard
@@ -164,8 +165,7 @@ def ensure_bpe_model(
     with file_lock(os.path.join(cache_dir, f"bpe-{key}.lock")):
         if os.path.exists(final):  # another process trained it while we waited
             return final, True
-        import sentencepiece as spm
-
+        spm = import_sentencepiece()
         tmpdir = tempfile.mkdtemp(prefix=f".bpe-{key}-", dir=cache_dir)
         try:
             prefix = os.path.join(tmpdir, "m")
@@ -236,11 +236,18 @@ def _chain_lines(paths: Sequence[str]) -> Iterator[str]:
         yield from iter_lines(p)
 
 
+def import_sentencepiece():
+    """The ``sentencepiece`` module; when it is not installed, an ImportError naming the extra."""
+    return import_extra(
+        "sentencepiece",
+        "WMT17DataModule's shared BPE vocabulary (training it, encoding and decoding text) uses "
+        "sentencepiece",
+    )
+
+
 def load_sentencepiece(model_path: str):
     """A ``SentencePieceProcessor`` for ``model_path``."""
-    import sentencepiece as spm
-
-    return spm.SentencePieceProcessor(model_file=model_path)
+    return import_sentencepiece().SentencePieceProcessor(model_file=model_path)
 
 
 # --------------------------------------------------------------------------------------------

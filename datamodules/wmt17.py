@@ -72,11 +72,13 @@ from .bpe import (
     ensure_bpe_model,
     ensure_encoded,
     file_lock,
+    import_sentencepiece,
     load_sentencepiece,
     read_lines,
     token_cache_dir,
 )
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
+from .extras import import_extra
 from .ranges import check_ranges
 from .resumable import ResumableDataLoader
 from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, content_ids
@@ -98,6 +100,12 @@ _FALLBACK_DEFAULTS = dict(train="train", valid="newstest2015", test="newstest201
 #: (wmt/wmt17), valid/test from ``hf_eval`` (wmt/wmt16: newstest2015, or newsdev2016 for tr-en;
 #: newstest2016)
 HF_SPLITS: dict[str, str] = {"train": "train", "valid": "validation", "test": "test"}
+
+
+def _default_prefixes(src_lang: str, tgt_lang: str) -> dict[str, str]:
+    """The file prefix of each split when none is given: :data:`PAIR_DEFAULTS` of the pair."""
+    other = tgt_lang if src_lang == "en" else src_lang
+    return PAIR_DEFAULTS.get(other, _FALLBACK_DEFAULTS)
 
 
 class WMT17DataModule(pl.LightningDataModule):
@@ -205,8 +213,7 @@ class WMT17DataModule(pl.LightningDataModule):
         self.max_sentences = max_sentences
         self.eval_max_length = eval_max_length
         self.source = source
-        other = self.tgt_lang if self.src_lang == "en" else self.src_lang
-        defaults = PAIR_DEFAULTS.get(other, _FALLBACK_DEFAULTS)
+        defaults = _default_prefixes(self.src_lang, self.tgt_lang)
         self.prefixes: dict[str, str] = dict(
             train=defaults["train"] if train_prefix is None else train_prefix,
             valid=defaults["valid"] if valid_prefix is None else valid_prefix,
@@ -364,18 +371,22 @@ class WMT17DataModule(pl.LightningDataModule):
     def missing_data(self) -> str | None:
         """What :meth:`prepare_data` would stop on, in one line, before it runs: split files
         missing or empty under ``data_dir`` while nothing fetches them (``download`` off, the
-        release as the source); None when they are there or will be fetched."""
+        release as the source); None when they are there or will be fetched. The line names each
+        argument both ways, as passed here and as a sweep file's ``task.<argument>`` (a sweep's
+        ``--dry-run`` prints it as a note)."""
         if self.source == "hf" or self.download:
             return None
         lacking = self._lacking()
         if not lacking:
             return None
         return (
-            f"task.data_dir {self.data_dir} lacks {len(lacking)} of the {len(self._split_paths())} "
-            f"{self.pair} files ({', '.join(os.path.basename(p) for p in lacking[:3])}"
-            f"{', ...' if len(lacking) > 3 else ''}), missing or empty, and task.download is off: "
-            f"the data stage would stop. Fetch them with `python -m datamodules.wmt17 fetch "
-            f"--pair {self.pair} --to {self.data_dir}`, or set task.download: true"
+            f"data_dir {self.data_dir} (task.data_dir in a sweep file) lacks {len(lacking)} of the "
+            f"{len(self._split_paths())} {self.pair} files "
+            f"({', '.join(os.path.basename(p) for p in lacking[:3])}"
+            f"{', ...' if len(lacking) > 3 else ''}), missing or empty, and download is off: "
+            "prepare_data() (a sweep's data stage) would stop. Fetch them with "
+            f"`python -m datamodules.wmt17 fetch --pair {self.pair} --to {self.data_dir}`, or set "
+            "download=True (task.download: true in a sweep file)"
         )
 
     def written_dirs(self) -> dict[str, str]:
@@ -393,6 +404,7 @@ class WMT17DataModule(pl.LightningDataModule):
     def prepare_data(self) -> None:
         """Download (``source="hf"``, or ``download=True``) if needed, check the files, train/reuse
         BPE, encode/reuse every split."""
+        import_sentencepiece()  # missing: the clear ImportError now, not after a download
         if self.source == "hf":
             self._download_hf()
         elif self.download and not self._files_present():
@@ -476,7 +488,7 @@ class WMT17DataModule(pl.LightningDataModule):
     ) -> TokenBucketBatchSampler:
         """The batch sampler of a split (rank/world_size default to the running job's)."""
         if split not in self.datasets:
-            raise RuntimeError(f"no {split!r} split: call setup() first (test needs test_prefix)")
+            raise RuntimeError(self._no_split(split))
         r, w = self._rank_world()
         ds = self.datasets[split]
         train = split == "train"
@@ -491,6 +503,21 @@ class WMT17DataModule(pl.LightningDataModule):
             world_size=w if world_size is None else world_size,
             max_sentences=self.max_sentences,
         )
+
+    def _no_split(self, split: str) -> str:
+        """Why ``split`` has no dataset: no test split configured, or setup() not run yet."""
+        if split == "test" and not self.prefixes["test"]:
+            default = _default_prefixes(self.src_lang, self.tgt_lang)["test"]
+            return (
+                f"WMT17DataModule(pair={self.pair!r}) has no test split: test_prefix is empty. "
+                "To test, create it with test_prefix set to the name of the test files in "
+                f"data_dir without the language suffix (test_prefix={default!r} for "
+                f"{default}.{self.src_lang} and {default}.{self.tgt_lang}), or leave test_prefix "
+                f"unset for the pair's default, {default!r}"
+            )
+        if not self.datasets:
+            return f"no {split!r} split yet: call setup() first"
+        return f"no {split!r} split; the splits are {', '.join(self.datasets)}"
 
     def _loader(self, split: str) -> DataLoader:
         self._check_trainer()
@@ -545,20 +572,20 @@ class WMT17DataModule(pl.LightningDataModule):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_sp"] = None  # reloaded from bpe_model_path on demand
+        # the processor is reloaded from bpe_model_path on demand; the detokenizer pickles as its
+        # settings (ddp_spawn sends the datamodule to its processes)
+        state["_sp"] = None
         return state
 
     # ------------------------------------------------------------------ Hugging Face
     def _download_hf(self) -> None:
         """Write the splits from Hugging Face ``datasets`` into the files layout (once)."""
-        try:
-            import datasets
-        except ImportError as err:
-            raise ImportError(
-                "WMT17DataModule(source='hf') needs the Hugging Face `datasets` package: "
-                "pip install datasets; this needs internet. Offline, put the WMT'17 files under "
-                f"data_dir and use source='files'.\n{self._layout()}"
-            ) from err
+        datasets = import_extra(
+            "datasets",
+            "WMT17DataModule(source='hf') loads WMT with the Hugging Face package datasets",
+            "It also needs internet; offline, put the WMT'17 files under data_dir and use "
+            f"source='files'.\n{self._layout()}",
+        )
         config = f"{other_language(self.pair)}-en"
         os.makedirs(self.data_dir, exist_ok=True)
         with file_lock(os.path.join(self.data_dir, ".hf-download.lock")):

@@ -10,8 +10,11 @@ opt-in ``"builtin"`` for installs without sacremoses; its scores are not compara
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
+
+from .extras import import_extra
 
 # Moses tokenizer.perl escapes; one regex pass, so "&amp;quot;" correctly becomes "&quot;"
 _ESCAPES = {
@@ -89,29 +92,51 @@ def moses_detokenize(text: str, lang: str = "en") -> str:
     return "".join(out)
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
+class MosesPostprocess:
+    """The standard Moses post-processing, as a picklable ``str -> str`` callable:
+    :func:`join_aggressive_marks`, then ``sacremoses.MosesDetokenizer(lang)``.
+
+    Pickles as its ``lang`` alone and is rebuilt on loading (in a process ``ddp_spawn`` starts),
+    so a process without sacremoses gets the same clear ImportError.
+    """
+
+    def __init__(self, lang: str = "en") -> None:
+        self.lang = lang
+        self._md = import_extra(
+            "sacremoses",
+            "WMT detokenization for val/sacrebleu uses the Moses detokenizer from sacremoses",
+            "detokenizer='builtin' runs without it, but its sacreBLEU is not comparable with "
+            "published scores",
+        ).MosesDetokenizer(lang=lang)
+
+    def __call__(self, text: str) -> str:
+        return self._md.detokenize(join_aggressive_marks(text).split())
+
+    def __reduce__(self) -> tuple:
+        return MosesPostprocess, (self.lang,)
+
+    def __repr__(self) -> str:
+        return f"MosesPostprocess(lang={self.lang!r})"
+
+
 def make_detokenizer(kind: str = "sacremoses", lang: str = "en") -> Callable[[str], str]:
     """``str -> str`` detokenizer for the target language ``lang`` (de, cs, fi, tr, en).
 
-    ``sacremoses`` (the standard Moses post-processing: :func:`join_aggressive_marks`, then
-    ``sacremoses.MosesDetokenizer(lang)``), ``builtin`` (:func:`moses_detokenize`, approximate) or
-    ``none``. ``sacremoses`` raises ImportError at once, naming the extra, when it is not installed.
+    ``sacremoses`` (the standard Moses post-processing, :class:`MosesPostprocess`), ``builtin``
+    (:func:`moses_detokenize`, approximate) or ``none``. ``sacremoses`` raises ImportError at once,
+    naming the extra, when it is not installed. Each one pickles (``ddp_spawn`` sends the
+    datamodule holding it to the new processes).
     """
     if kind == "builtin":
-        return lambda text: moses_detokenize(text, lang)
+        return functools.partial(moses_detokenize, lang=lang)
     if kind == "none":
-        return lambda text: text
+        return _unchanged
     if kind == "sacremoses":
-        try:
-            from sacremoses import MosesDetokenizer
-        except ImportError as err:
-            raise ImportError(
-                "WMT detokenization for val/sacrebleu uses the Moses detokenizer from sacremoses, "
-                "which is not installed: `pip install -e .[data]` (or `pip install sacremoses`). "
-                "detokenizer='builtin' runs without it, but its sacreBLEU is not comparable with "
-                "published scores"
-            ) from err
-        md = MosesDetokenizer(lang=lang)
-        return lambda text: md.detokenize(join_aggressive_marks(text).split())
+        return MosesPostprocess(lang)
     raise ValueError(f"unknown detokenizer {kind!r}; use 'sacremoses', 'builtin' or 'none'")
 
 

@@ -321,7 +321,12 @@ def test_hf_source_without_datasets_says_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
     d = WMT17DataModule(pair="de-en", data_dir=str(tmp_path), source="hf")
     assert not d.moses_tokenized
-    with pytest.raises(ImportError, match="pip install datasets; this needs internet"):
+    with pytest.raises(
+        ImportError,
+        match=r"^WMT17DataModule\(source='hf'\) loads WMT with the Hugging Face package datasets, "
+        r"which is not installed: `pip install -e \.\[data\]` \(or `pip install datasets`\)\. "
+        r"It also needs internet; offline, put the WMT'17 files under data_dir",
+    ):
         d.prepare_data()
 
 
@@ -428,6 +433,106 @@ def test_datasets_pickle_without_copying_the_corpus(dm):
     assert len(blob) < 200_000  # memmaps are reopened, not serialised
     again = pickle.loads(blob)
     assert np.array_equal(again[3][0], ds[3][0])
+
+
+@pytest.mark.parametrize("detokenizer", ["sacremoses", "builtin"])
+@pytest.mark.parametrize("moses_tokenized", [True, False])
+def test_the_datamodule_pickles_for_ddp_spawn_and_detokenizes_the_same(
+    dm, detokenizer, moses_tokenized
+):
+    """Lightning's ddp_spawn pickles the datamodule with the trainer: every detokenizer setting
+    survives it, and the copy detokenizes, decodes and batches as the original does."""
+    d = make_dm(dm.cache_dir, detokenizer=detokenizer, moses_tokenized=moses_tokenized)
+    d.setup("fit")
+    again = pickle.loads(pickle.dumps(d))
+    lines = read_lines(str(TINY / "valid.de")) + [
+        "zum &quot; Autonomen Gemeindezentrum &quot; .",
+        "1 @,@ 000 @.@ 5 Euro , state @-@ of @-@ the @-@ art",
+    ]
+    assert [again.detokenize(t) for t in lines] == [d.detokenize(t) for t in lines]
+    changed = d.detokenize(lines[-1]) != lines[-1]
+    assert changed == moses_tokenized  # raw text: the identity; Moses text: detokenized
+    ids = d.text_to_ids(lines[0])
+    assert again.ids_to_text(ids) == d.ids_to_text(ids) == lines[0]
+    first, copied = next(iter(d.val_dataloader())), next(iter(again.val_dataloader()))
+    assert torch.equal(first["src"], copied["src"]) and first["references"] == copied["references"]
+
+
+def _blocked_sentencepiece(monkeypatch) -> str:
+    """Make `import sentencepiece` fail; the message expected then."""
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)
+    return (
+        r"^WMT17DataModule's shared BPE vocabulary \(training it, encoding and decoding text\) uses "
+        r"sentencepiece, which is not installed: `pip install -e \.\[data\]` \(or "
+        r"`pip install sentencepiece`\)$"
+    )
+
+
+def test_without_sentencepiece_the_error_names_the_extra_before_any_download(
+    dm, tmp_path, monkeypatch
+):
+    message = _blocked_sentencepiece(monkeypatch)
+    fresh = make_dm(tmp_path / "cache")
+    with pytest.raises(ImportError, match=message):
+        fresh.prepare_data()
+    with pytest.raises(ImportError, match=message):
+        fresh.setup("fit")  # setup without prepare_data trains the BPE itself
+    # download on and nothing there: the error comes before the fetch tries the (dead) address
+    fetching = make_dm(tmp_path / "cache", data_dir=tmp_path / "none", download=True)
+    fetching.release_url = "http://127.0.0.1:9/nothing-listens-here"
+    with pytest.raises(ImportError, match=message):
+        fetching.prepare_data()
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(ImportError, match=message):
+        pickle.loads(pickle.dumps(dm)).ids_to_text([5, 6])  # a spawned process reloads the model
+
+
+def test_missing_data_names_each_argument_for_python_and_for_a_sweep_file(tmp_path):
+    shutil.copy(TINY / "train.en", tmp_path / "train.en")
+    (tmp_path / "valid.de").write_bytes(b"")  # an interrupted copy
+    d = make_dm(tmp_path / "cache", data_dir=tmp_path)
+    assert d.missing_data() == (
+        f"data_dir {tmp_path} (task.data_dir in a sweep file) lacks 3 of the 4 en-de files "
+        "(train.de, valid.en, valid.de), missing or empty, and download is off: prepare_data() "
+        "(a sweep's data stage) would stop. Fetch them with `python -m datamodules.wmt17 fetch "
+        f"--pair en-de --to {tmp_path}`, or set download=True (task.download: true in a sweep file)"
+    )
+    assert make_dm(tmp_path / "cache", data_dir=tmp_path, download=True).missing_data() is None
+    assert make_dm(tmp_path / "cache").missing_data() is None  # TINY has them all
+
+
+def test_testing_without_a_test_split_says_test_prefix_is_empty_and_how_to_set_it(dm, tmp_path):
+    assert dm.prefixes["test"] == "" and dm.datasets  # set up, with no test split
+    with pytest.raises(RuntimeError) as err:
+        dm.test_dataloader()
+    assert str(err.value) == (
+        "WMT17DataModule(pair='en-de') has no test split: test_prefix is empty. To test, create "
+        "it with test_prefix set to the name of the test files in data_dir without the language "
+        "suffix (test_prefix='newstest2016' for newstest2016.en and newstest2016.de), or leave "
+        "test_prefix unset for the pair's default, 'newstest2016'"
+    )
+    with pytest.raises(RuntimeError, match=r"^no 'valid' split yet: call setup\(\) first$"):
+        make_dm(tmp_path).val_dataloader()
+    d = make_dm(dm.cache_dir, test_prefix="valid")  # a test split: the same files as valid
+    d.setup("test")
+    assert next(iter(d.test_dataloader()))["references"]
+
+
+def test_every_batch_key_is_one_contracts_lists(dm):
+    """docs/CONTRACTS.md's batch table names every key a WMT or copy-task batch carries."""
+    from datamodules import CopyTaskDataModule
+
+    contracts = (Path(__file__).resolve().parents[2] / "docs" / "CONTRACTS.md").read_text()
+    table = contracts.split("## Batches", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    copy = CopyTaskDataModule(train_size=8, val_size=8, test_size=8, batch_size=4)
+    copy.setup("fit")
+    for batch in (
+        next(iter(dm.train_dataloader())),
+        next(iter(dm.val_dataloader())),
+        next(iter(copy.train_dataloader())),
+    ):
+        assert set(batch) <= listed, set(batch) - listed
 
 
 @pytest.mark.slow

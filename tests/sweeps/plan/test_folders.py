@@ -104,7 +104,7 @@ def test_dry_run_notes_wmt_data_that_is_missing_and_not_fetched(tmp_path, capsys
         argv += ["--output", str(tmp_path / f"out-{download}")]
         assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
         out = capsys.readouterr().out.splitlines()
-        return [line for line in out if line.startswith("note: task.data_dir")]
+        return [line for line in out if line.startswith("note: data_dir")]
 
     assert notes(tiny, "false") == []
     assert notes(tmp_path / "none", "true") == []  # the launch fetches them
