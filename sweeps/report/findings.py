@@ -337,8 +337,11 @@ def seed_sections(
                 "sacrebleu's paired bootstrap resampling (`sacrebleu.significance.PairedTest`, test_type bs, "
                 "1,000 resamples, seed 12345) over each trial's saved validation hypotheses "
                 f"(`{HYPOTHESES_FILE}` beside its checkpoint), every seed's sentences pooled, each paired with "
-                "the same sentence of the same seed; p: sacrebleu's p-value for the difference; the interval: "
-                "the 2.5-97.5 percentiles of the difference over the same resamples. This interval is over "
+                "the same sentence of the same seed; p: sacrebleu's p-value for the difference (1 where there "
+                "is none); the interval: the 2.5-97.5 percentiles of the difference over the same "
+                "resamples. The two are different rules (sacrebleu's p compares centred |differences|), so "
+                "near p = 0.05 the interval can exclude 0 while p is above 0.05, or the reverse. This "
+                "interval is over "
                 "validation sentences for these trained models, not over training seeds (those are above); "
                 "the best memory model is chosen by its mean BLEU on the same data.",
             )

@@ -251,9 +251,11 @@ def paired_bootstrap(
             for i in idx
         ]
     )
-    # sacrebleu counts resampled |differences| strictly above the observed one: two systems with the
-    # same statistics on every sentence (both at BLEU 100, say) would get p = 1/(n+1); they differ in nothing
-    p = 1.0 if not np.any(s_sys != s_base) else float(sys_.p_value)
+    # sacrebleu counts centred resampled |differences| strictly above the observed one: with no
+    # observed difference (the same statistics on every sentence, or both systems at BLEU 0 on
+    # every resample) that count can be 0, p = 1/(n+1), "significant"; no difference is p = 1
+    same = not np.any(s_sys != s_base) or sys_.score == base.score
+    p = 1.0 if same else float(sys_.p_value)
     return {
         "diff": sys_.score - base.score,
         "low": float(np.percentile(diffs, 2.5)),

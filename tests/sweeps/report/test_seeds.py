@@ -218,6 +218,12 @@ def test_paired_bootstrap_uses_sacrebleu_and_brackets_the_difference():
     assert (
         same["diff"] == 0 and same["low"] <= 0 <= same["high"] and same["p"] == 1.0
     )  # not sacrebleu's 1/(n+1)
+    # both systems at BLEU 0 on every resample (a copy task's short length, barely trained): their
+    # hypotheses differ, the difference is 0 throughout, and sacrebleu's p was 1/(n+1) = 0.005
+    nothing = [" ".join(r.split()[:2]) for r in refs]
+    other = [" ".join(reversed(r.split()[:3])) for r in refs]
+    zero = paired_bootstrap(nothing, other, refs, n_samples=200)
+    assert (zero["diff"], zero["low"], zero["high"], zero["p"]) == (0, 0, 0, 1.0)
 
 
 def test_bootstrap_table_reads_the_hypotheses_beside_each_checkpoint(tmp_path: Path):
