@@ -41,23 +41,13 @@ from sweeps.report.columns import (  # noqa: F401 (re-exported: results.csv's co
     baseline_mask,
 )
 from sweeps.spec import TrialPlan, column_name
-from sweeps.spec.signatures import default_attention, headline_options
+from sweeps.spec.signatures import headline_options, model_identity
 
 
 def headline_columns() -> list[str]:
     """The columns of the mechanisms' headline options (memory attention's ``K``, local
     attention's ``window``; ``Attention.headline``), each once."""
     return list(dict.fromkeys(option for option, _, _ in headline_options().values()))
-
-
-def headline_value(model: dict[str, Any]) -> dict[str, Any]:
-    """``{option: value}`` of a trial's mechanism's headline option (its default when the plan
-    does not set it; ``{"K": 32}`` for memory attention), or ``{}`` for a mechanism without one."""
-    headline = headline_options().get(model.get("attention", default_attention()))
-    if headline is None:
-        return {}
-    option, _, default = headline
-    return {option: model.get(option, default)}
 
 
 def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
@@ -76,8 +66,7 @@ def plan_columns(plan: TrialPlan) -> dict[str, Any]:
     columns: dict[str, Any] = {
         "cell": plan.cell.name,
         "model": model_label(plan.model, plan.grid),
-        "attention": plan.model.get("attention", default_attention()),
-        **headline_value(plan.model),
+        **model_identity(plan.model),
         "length": plan.task.get("max_length"),
         "seed": plan.seed,
     }

@@ -191,6 +191,19 @@ def headline_options() -> dict[str, tuple[str, str, Any]]:
     }
 
 
+def model_identity(model: dict[str, Any]) -> dict[str, Any]:
+    """``{"attention": ..., <headline option>: ...}`` of a trial's model section: its mechanism (the
+    default where the section names none) and that mechanism's headline option (its default where
+    the section leaves it; ``{"attention": "memory", "K": 32}``, ``{"attention": "bahdanau"}``).
+    What results.csv's ``attention`` and headline columns hold, and a W&B run's config."""
+    attention = model.get("attention", default_attention())
+    headline = headline_options().get(attention)
+    if headline is None:
+        return {"attention": attention}
+    option, _, default = headline
+    return {"attention": attention, option: model.get(option, default)}
+
+
 def frozen(d: dict) -> tuple:
     """A hashable key for a settings mapping (values that are lists or dicts by their repr), exact
     in its values' types: Python holds 64 equal to 64.0 and 1 to True, and a check that fails for

@@ -22,6 +22,7 @@ from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE, TRI
 from sweeps.trial import phases
 from sweeps.trial.checkpoints import save_checkpoint_atomic
 from sweeps.trial.lifecycle import STOP_REQUESTED
+from sweeps.trial.wandb_run import log_reported_training
 
 
 class TuneReport(pl.Callback):
@@ -72,6 +73,7 @@ class TuneReport(pl.Callback):
         metrics.update(
             step=trainer.global_step, epoch=trainer.current_epoch, train_time_s=self.train_seconds()
         )
+        log_reported_training(trainer.loggers, metrics, trainer.global_step)
         tmp: str | None = tempfile.mkdtemp(prefix="trial-report-")
         try:
             with phases.phase("checkpoint"):

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_modules.metric_names import TRAIN_DISTILL, TRAIN_LOSS
 from lightning_modules.presets import PRESETS
+from sweeps.report.columns import BASELINE
 from sweeps.report.selection import CONFIRM, ROLE, SELECT
 from sweeps.spec import TrialPlan
+from sweeps.spec.signatures import model_identity
 from sweeps.trial.settings import TrialSettings
 
 
@@ -19,6 +22,11 @@ def wandb_config(plan: TrialPlan, module: Any = None) -> dict[str, Any]:
     a model setting the preset supplies is taken from the built module's hyperparameters."""
     config = {k: v for k, v in plan.config.items() if v is not None}
     shown = set(plan.grid) | set(plan.params)  # dotted keys already there under a flat name
+    for key, value in model_identity(plan.model).items():  # as results.csv's columns name them
+        config.setdefault(key, value)
+        shown.add(f"model.{key}")
+    if plan.config.get("set"):  # a relative constraint's baseline (sweeps.search.baselines)
+        config[BASELINE] = True
     if plan.config.get("teacher_checkpoint"):  # a student's: its flat teacher keys say it
         shown.add("model.teacher_checkpoint")
     resolved = dict(getattr(module, "hparams", {}) or {})
@@ -103,6 +111,21 @@ def run_arguments(
         "config": run_config,
         "mode": wb.mode,
     }
+
+
+#: results.csv's training figures: Lightning's logger records them only as ``<name>_step`` (every
+#: ``log_every_n_steps``) and ``<name>_epoch``, which are not the reported values
+REPORTED_TRAINING = (TRAIN_LOSS, TRAIN_DISTILL)
+
+
+def log_reported_training(loggers: Any, metrics: dict[str, Any], step: int) -> None:
+    """Log a report's training figures (:data:`REPORTED_TRAINING`) under results.csv's names, at
+    the step its validation metrics were logged at (Lightning's: the report's step - 1), so a
+    run's history holds every metric at every report as results.csv names it."""
+    figures = {k: metrics[k] for k in REPORTED_TRAINING if metrics.get(k) is not None}
+    if figures:
+        for logger in loggers:
+            logger.log_metrics(figures, step=max(step - 1, 0))
 
 
 #: the W&B key of the attention heatmaps a trial logs at its end

@@ -401,7 +401,9 @@ def test_every_mechanism_takes_query_and_memory_sizes_separately():
     for name in NAMES:
         cls = ATTENTION_REGISTRY[name]
         if cls.equal_sizes:
-            with pytest.raises(ValueError, match="bidirectional=False, or bidirectional: false in a sweep file"):
+            with pytest.raises(
+                ValueError, match="bidirectional=False, or bidirectional: false in a sweep file"
+            ):
                 build_attention(name, query_dim=H, memory_dim=2 * H, **OPTIONS.get(name, {}))
             continue
         attn = build_attention(name, query_dim=H, memory_dim=2 * H, **OPTIONS.get(name, {})).eval()

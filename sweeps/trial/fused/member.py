@@ -47,7 +47,13 @@ from sweeps.trial.lifecycle import (
 )
 from sweeps.trial.settings import TrialSettings
 from sweeps.trial.teacher import end_without_teacher
-from sweeps.trial.wandb_run import HEATMAP_KEY, MemberRun, close_wandb, run_arguments
+from sweeps.trial.wandb_run import (
+    HEATMAP_KEY,
+    MemberRun,
+    close_wandb,
+    log_reported_training,
+    run_arguments,
+)
 
 #: seconds a member waits for its next report before it looks whether Tune is stopping it
 POLL_S = 1.0
@@ -132,6 +138,8 @@ def follow(
                 for step, values in report["history"]:
                     if logger is not None:
                         logger.log_metrics(values, step=step)
+                if logger is not None:
+                    log_reported_training([logger], report["metrics"], report["step"])
                 # the model this report describes, also when Tune stops the trial inside the
                 # report below: the heatmaps are of the model the stopped trial ends with
                 final_ckpt = report["files"].get(CHECKPOINT_FILE, final_ckpt)

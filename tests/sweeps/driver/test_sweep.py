@@ -154,6 +154,13 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         row = df[df["trial_id"] == run.name.rsplit("-", 1)[-1]].iloc[0]
         for col in ("decode_seconds", "train_step_seconds", "train_peak_mb", "decode_peak_mb"):
             assert summary[col] == pytest.approx(row[col]), (run.name, col)
+        # the reported training loss under results.csv's name (Lightning's logger wrote only
+        # train/loss_step and train/loss_epoch, neither the reported value), and the model's
+        # mechanism and K as results.csv's columns name them
+        assert summary["train/loss"] == pytest.approx(row["train/loss"]), run.name
+        config = wandb_read(run)["config"]
+        assert config["attention"] == row["attention"]
+        assert config.get("K") == (None if pd.isna(row.get("K")) else row["K"])
     assert all(list(r.glob("*.wandb")) for r in runs)
     # attention heatmaps logged as W&B images (drawn for the memory-attention run's alpha/beta too)
     assert all(list(r.glob("files/media/images/val/attention_*.png")) for r in runs)

@@ -881,6 +881,18 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     report = wandb_report(out, "an-entity", "test", "moo_e2e")  # built, not saved: offline, no key
     text = repr(report.blocks)
     assert "Multi-objective search" in text and "Pareto front" in text and "smallest K with" in text
+    # each run's config names its mechanism and K as results.csv does, and the baseline as one
+    # (the baseline's run was told apart only by a nested `set`, the samples' had no `attention`)
+    from sweep_helpers import wandb_read
+
+    for row in rows.to_dict("records"):
+        config = wandb_read(sorted((out / "wandb").glob(f"offline-run-*-{row['trial_id']}"))[-1])[
+            "config"
+        ]
+        assert config["attention"] == row["attention"]
+        assert config.get("baseline", False) == (row["attention"] == "bahdanau")
+        assert config.get("K") == (None if pd.isna(row["K"]) else row["K"])
+        assert "model.attention" not in config and "model.K" not in config
 
 
 @pytest.mark.slow

@@ -151,6 +151,7 @@ def test_each_member_of_a_fused_group_is_a_trial_of_its_own(fused):
         assert last["config"]["fused_with"] == "g1" and last["config"]["seed"] == row["seed"]
         assert last["config"]["fused_member"] == f"{row['seed'] + 1}/{len(SEEDS)}"
         assert last["summary"]["val/bleu"] == pytest.approx(row["val/bleu"])
+        assert last["summary"]["train/loss"] == pytest.approx(row["train/loss"])
         assert last["summary"]["decode_seconds"] == pytest.approx(row["decode_seconds"])
     # the timing stage: decode time per model, the training step once for the group
     assert df["decode_seconds"].notna().all() and df["train_step_seconds"].notna().all()
