@@ -53,7 +53,8 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -
         if not ok:
             best = max(v.finished, key=lambda p: p.values[0], default=None)
             near = (
-                f" (best finished: K={best.params.get('K')}, {v.metric_names[0]} {best.values[0]:.2f}{base_text})"
+                f" (best finished: K={best.params.get('K')}, {v.metric_names[0]} "
+                f"{best.values[0]:.2f}{base_text}{_broke(best, constraint)})"
                 if best
                 else ""
             )
@@ -77,6 +78,14 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -
         else parts[0][1]
     )
     return f"{label}: {what}: {seeds}"
+
+
+def _broke(point: Point, constraint: str | None) -> str:
+    """``, broke val/bleu >= 50``: the constraints a finished trial failed, unless it failed only
+    the one the answer is about (which its figures beside the baseline's show)."""
+    if not point.broken or point.broken == [constraint]:
+        return ""
+    return f", broke {', '.join(point.broken)}"
 
 
 def _baseline_figure(name: str, value: float) -> str:

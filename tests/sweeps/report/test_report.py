@@ -701,3 +701,27 @@ def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2(
     assert judged["en-de"]["estimate"].startswith("+1.10") and judged["en-de"]["verdict"] == "held"
     assert judged["en-fi"]["estimate"].startswith("+5.10")
     assert judged["en-fi"]["verdict"] == "contradicted"
+
+
+def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_broke():
+    """minimal_k's smoke answer read "none of the searched K (best finished: K=1, val/bleu 0.00 vs
+    0.00)": within 1 of the baseline, so the reader could not tell why K=1 was no answer. It had
+    failed val/bleu >= 50, which the line now names."""
+    from sweeps.report.moo import answer_line
+    from sweeps.report.moo_views import Point, StudyView
+
+    broke = ["val/bleu >= 50"]
+    view = StudyView(
+        name="s/length-4-seed0",
+        cell="length=4 memory",
+        seed=0,
+        directions=["maximize", "minimize"],
+        metric_names=["val/bleu", "decode_seconds"],
+        points=[Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", False, broke, trial_id="t1")],
+        baseline={"metrics": {"val/bleu": 0.0}},
+        constraints=["val/bleu >= 50", "val/bleu within 1 of attention=bahdanau"],
+    )
+    line = answer_line([view], "length=4 memory", "val/bleu within 1 of attention=bahdanau")
+    assert line.endswith(
+        "none of the searched K (best finished: K=1, val/bleu 0.00 vs 0.00, broke val/bleu >= 50)"
+    ), line
