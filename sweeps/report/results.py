@@ -240,6 +240,16 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
+    for c in (c for c in df.columns if c.startswith("param:")):
+        # Optuna's samples keep their type: an integer parameter's column holds integers beside
+        # a baseline's missing value (pandas would write 2.0, 3.0 ...), rows read back from an
+        # earlier results.csv (2.0) included
+        sampled = [r[c] for r in rows if r.get(c) is not None and not pd.isna(r[c])]
+        whole = all(
+            isinstance(v, int) or (isinstance(v, float) and v.is_integer()) for v in sampled
+        )
+        if whole and any(isinstance(v, int) and not isinstance(v, bool) for v in sampled):
+            df[c] = df[c].astype("Int64")
     at = FIRST_COLUMNS.index("attention") + 1
     first = FIRST_COLUMNS[:at] + headline_columns() + FIRST_COLUMNS[at:]
     heldout = [c for c in HELDOUT_COLUMNS if c in df]
@@ -387,5 +397,7 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
         ):
             table[c] = pd.to_numeric(table[c], errors="coerce")
+        elif table[c].dtype == object:  # a value the trial's model has none of (a baseline's PE)
+            table[c] = ["-" if v is None or v is pd.NA else v for v in table[c]]
     text = table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3f}")
     print(text, file=out)

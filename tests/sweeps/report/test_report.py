@@ -666,6 +666,22 @@ def test_the_console_table_says_which_trial_each_row_is(tmp_path):
     out = io.StringIO()
     print_table(results_frame([{**rows[1], "status": "budget", SEC: None}]), out)
     assert "None" not in out.getvalue() and out.getvalue().split()[-1] == "-"
+    # as launched, too: the baseline has no position_encoding (it printed "None" beside "-" for K)
+    out = io.StringIO()
+    launched = {"param:model.K": None, "param:model.position_encoding": None}  # plan.value(key)
+    print_table(results_frame([{**rows[0], **launched}, rows[1]]), out)
+    # results.csv keeps an integer sample an integer beside the baseline's missing value (it
+    # wrote K 2.0 while its K column, Optuna, W&B and the checkpoint said 2)
+    import csv
+
+    written = write_results_csv(
+        [{**rows[0], **launched}, {**rows[1], "param:model.K": 3}, {**rows[1], "trial_id": "m2",
+         "param:model.K": 5.0}], tmp_path / "ints")  # fmt: skip
+    assert [r["param:model.K"] for r in csv.DictReader(written.open())] == ["", "3", "5"]
+    assert "None" not in out.getvalue()
+    assert out.getvalue().splitlines()[1].split()[:6] == [
+        "b0", "length=10", "bahdanau", "(baseline)", "0", "-"
+    ]  # fmt: skip
 
 
 def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2():
