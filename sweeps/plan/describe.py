@@ -287,6 +287,9 @@ def trial_table(plan: Any) -> str:
             )
         else:
             search += " (per-unit mode: each (cell, seed) its own Optuna study)"
+        if baseline_of(sweep.spec):  # counted in the trials: say where the extra ones come from
+            shown = " ".join(f"{k}={v}" for k, v in baseline_of(sweep.spec).items())
+            search += f", plus 1 baseline ({shown}) per cell and seed for the relative constraints"
     if plan.warm is not None:
         lines.append(plan.warm.summary())
     lines.append(

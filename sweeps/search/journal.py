@@ -40,7 +40,14 @@ class Journal:
     def study(self, name: str, create: Callable[[Any, str], Any]) -> Any:
         """The study ``name``, made by ``create(storage, name)`` the first time it is asked for."""
         if name not in self._studies:
-            self._studies[name] = create(self.storage, name)
+            # Optuna's INFO line per study ("A new study created in Journal with name: ...") cut
+            # into the progress table; the launch names the studies once at its end
+            level = optuna.logging.get_verbosity()
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            try:
+                self._studies[name] = create(self.storage, name)
+            finally:
+                optuna.logging.set_verbosity(level)
         return self._studies[name]
 
     def names(self) -> set[str]:

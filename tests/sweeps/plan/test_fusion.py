@@ -235,6 +235,9 @@ def test_a_sweep_with_baselines_counts_them_in_the_fusion_line_as_in_the_trial_c
     assert main([spec, "--smoke", "--dry-run", "--output", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "= 4 grid points, 20 trials;" in out
+    # 4 x 4 samples is 16: the line says where the other 4 come from
+    assert "4 samples per cell and seed" in out
+    assert "plus 1 baseline (model.attention=bahdanau) per cell and seed" in out
     assert "fusion: none of the 20 trials is fused" in out
     # on GPUs (the full study), the arrangement and its GPU-hours count the 4 baselines too
     assert main([spec, "--dry-run", "--output", str(tmp_path / "out")]) == 0

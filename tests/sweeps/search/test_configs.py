@@ -264,3 +264,38 @@ def test_a_configurations_wandb_label_fits_wandbs_64_characters():
     assert configuration_label("attention-none", 3) == "attention-none#3"
     long_a, long_b = configuration_label("x" * 100, 12), configuration_label("x" * 99 + "y", 12)
     assert len(long_a) == 64 and long_a.endswith("#12") and long_a != long_b
+
+
+def test_opening_a_study_prints_no_optuna_info_line(tmp_path):
+    """Optuna's "A new study created in Journal with name: ..." cut into the progress output once
+    per study (minimal_k: 4 lines); the launch names its studies once at its end."""
+    import logging
+
+    import optuna
+
+    from sweeps.search.journal import Journal
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    kept = Kept()
+    journal = Journal(str(tmp_path / "optuna.journal"))
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)  # Optuna's default
+    logging.getLogger("optuna").addHandler(kept)
+    try:
+        study = journal.study(
+            "s/length-4-seed0",
+            lambda storage, name: optuna.create_study(study_name=name, storage=storage),
+        )
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO, "the caller's is kept"
+    finally:
+        logging.getLogger("optuna").removeHandler(kept)
+        optuna.logging.set_verbosity(before)
+    assert study.study_name == "s/length-4-seed0"
+    assert not [line for line in kept.lines if "A new study created" in line], kept.lines
