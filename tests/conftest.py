@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 import warnings
@@ -75,9 +76,23 @@ def pytest_collection_finish(session):
 
 def pytest_configure(config):
     """Under pytest-xdist (make test), hand the tests out in the order sorted below rather than
-    xdist's own (it would move the multi-test groups ahead of everything else by size)."""
+    xdist's own (it would move the multi-test groups ahead of everything else by size).
+
+    Every Ray the suite starts keeps its files in a folder of this session's (``RAY_TMPDIR``, set
+    here unless set already; xdist's workers inherit it), not in /tmp/ray: a test's cluster
+    writes its address there, and a sweep launched on the machine meanwhile without --address
+    joined it (and died with it); a test's launch would likewise join a user's ``ray start``."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if "RAY_TMPDIR" not in os.environ:  # short: Ray's socket paths have a length limit
+        os.environ["RAY_TMPDIR"] = config._ray_tmpdir = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+
+
+def pytest_unconfigure(config):
+    """The session's Ray folder goes with the session that made it."""
+    made = getattr(config, "_ray_tmpdir", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------
