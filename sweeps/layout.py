@@ -57,6 +57,8 @@ CHECKPOINT_FILE = "checkpoint.ckpt"
 #: beside it: the validation hypotheses and references of that report, one sentence a line
 HYPOTHESES_FILE = "val_hypotheses.txt"
 REFERENCES_FILE = "val_references.txt"
+#: sacreBLEU's signature of the validation's val/sacrebleu, beside the hypotheses (translation only)
+SIGNATURE_FILE = "val_sacrebleu_signature.txt"
 
 
 def only_launch_files(folder: Path) -> bool:

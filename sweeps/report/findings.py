@@ -241,15 +241,19 @@ def scoring_findings(
 
 
 def bootstrap_markdown(table: pd.DataFrame) -> str:
-    axis = "pair" if table["length"].map(lambda v: isinstance(v, str)).any() else "L"
+    # by pair (a translation sweep), else by length; an older paired_bootstrap.csv kept a
+    # translation sweep's pairs under "length"
+    key = "pair" if "pair" in table else "length"
+    pairs = key == "pair" or table[key].map(lambda v: isinstance(v, str)).any()
     lines = [
-        f"| {axis} | best memory | − Bahdanau (BLEU) | 95% interval | p | sentences (seeds) |",
+        f"| {'pair' if pairs else 'L'} | best memory | − Bahdanau (BLEU) | 95% interval | p | "
+        "sentences (seeds) |",
         "| ---: | --- | ---: | --- | ---: | --- |",
     ]
-    for r in table.itertuples():
+    for r in table.to_dict("records"):
         lines.append(
-            f"| {r.length} | {r.memory} | {r.diff:+.2f} | [{r.low:+.2f}, {r.high:+.2f}] | {r.p:.3f} | "
-            f"{r.sentences} ({_seed_list(r.seeds)}) |"
+            f"| {r[key]} | {r['memory']} | {r['diff']:+.2f} | [{r['low']:+.2f}, {r['high']:+.2f}] "
+            f"| {r['p']:.3f} | {r['sentences']} ({_seed_list(r['seeds'])}) |"
         )
     return "\n".join(lines)
 

@@ -18,9 +18,19 @@ HELDOUT_RULE = (
     "Chosen on validation, reported on test: per cell the trial (for each seed) or the configuration "
     "(judged on its mean over seeds) that the sweep's metric ({metric}, {mode}) chose on the validation "
     "split, then its final checkpoint evaluated once on the test split ({splits}). Each figure: mean ± "
-    "the 95% t-interval's half-width over seeds (n = seeds). The validation column is the figure the "
-    "choice was made on, so it is biased upward (the best of several noisy draws); the test column is not."
+    "the 95% t-interval's half-width over seeds (n = seeds). {valid_is}, so it is biased upward (the "
+    "best of several noisy draws); the test column is not."
 )
+
+
+def valid_column_note(valid_col: str, metric: str) -> str:
+    """What the validation column is, against the figure the choice was made on."""
+    if valid_col == metric:
+        return "The validation column is the figure the choice was made on"
+    return (
+        f"The validation column is the chosen trials' {valid_col} (the test column's metric), on "
+        f"the sentences whose {metric} made the choice"
+    )
 
 
 CONFIRM_RULE = (
@@ -171,7 +181,9 @@ def heldout_sections(
     notes = [
         f"Split of each column: `valid` = validation split ({valid_col}), `test` = held-out test split "
         f"({test_col}; {splits}).",
-        HELDOUT_RULE.format(metric=metric, mode=mode, splits=splits),
+        HELDOUT_RULE.format(
+            metric=metric, mode=mode, splits=splits, valid_is=valid_column_note(valid_col, metric)
+        ),
     ]
     if missing:
         notes.append(

@@ -12,6 +12,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.results import DECODE_SECONDS, TIMING_DEVICE, natural_order
+from sweeps.report.stats import sacrebleu_signatures
 from sweeps.report.summary import (
     DAGGER,
     axis_of,
@@ -325,11 +326,15 @@ def timing_text(df: pd.DataFrame) -> str:
             "stage did not run): a training-time signal, not a speed measurement."
         )
     if VAL_SACREBLEU in df and df[VAL_SACREBLEU].notna().any():  # a translation sweep
+        signatures = sacrebleu_signatures(df)
+        signed = f", signature {' / '.join(f'`{s}`' for s in signatures)}" if signatures else ""
         return (
             "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set's tokenized text, as "
-            "the data files hold it (val/bleu, tokenized BLEU); sacreBLEU: on the detokenized text "
-            "with sacreBLEU's default 13a tokenizer (val/sacrebleu, the figure WMT results are "
-            "compared by); " + timing
+            "the data files hold it (val/bleu, tokenized BLEU); sacreBLEU: hypotheses and "
+            "references detokenized, then sacreBLEU's default 13a tokenizer (val/sacrebleu"
+            f"{signed}): the metric WMT results are compared by, its references here the data "
+            "files' tokenized text detokenized rather than WMT's raw references, so an "
+            "approximation of a published score's protocol; " + timing
         )
     return "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; " + timing
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
-from sweeps.layout import HYPOTHESES_FILE, REFERENCES_FILE
+from sweeps.layout import HYPOTHESES_FILE, REFERENCES_FILE, SIGNATURE_FILE
 from sweeps.report.columns import baseline_mask
 from sweeps.report.results import FINISHED, natural_order
 
@@ -213,6 +213,15 @@ def best_memory(best: pd.DataFrame, length: Any) -> str | None:
 # -- the paired bootstrap on the validation sentences -----------------------------------------------
 
 
+def sacrebleu_signatures(df: pd.DataFrame) -> list[str]:
+    """The sacreBLEU signatures the trials' val/sacrebleu was computed with (the file each report
+    leaves beside its checkpoint), each once: one, unless the trials ran different sacrebleu."""
+    if "checkpoint" not in df:
+        return []
+    found = (_read_lines(c, SIGNATURE_FILE) for c in df["checkpoint"])
+    return sorted({lines[0] for lines in found if lines})
+
+
 def _read_lines(checkpoint: Any, name: str) -> list[str] | None:
     if not isinstance(checkpoint, str) or not checkpoint:
         return None
@@ -304,7 +313,7 @@ def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max")
         r = paired_bootstrap(sys_h, base_h, refs)
         rows.append(
             {
-                "length": length if axis == "pair" else int(length),
+                axis: length if axis == "pair" else int(length),  # a pair under "pair"
                 "memory": top,
                 "seeds": ",".join(map(str, seeds)),
                 "sentences": len(refs),

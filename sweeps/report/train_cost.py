@@ -116,8 +116,9 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
         out.append(
             (
                 "Quality vs training cost: the Pareto front",
-                front + "\n\nPer length, the models no other beats on both BLEU and the "
-                "seconds of a training step; each with its training step's peak memory.",
+                front + f"\n\nPer {'language pair' if axis_of(summary) == 'pair' else 'length'}, "
+                "the models no other beats on both BLEU and the seconds of a training step; each "
+                "with its training step's peak memory.",
             )
         )
     return out

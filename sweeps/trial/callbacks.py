@@ -18,7 +18,13 @@ import torch
 from ray import tune
 
 from sweeps.errors import ChaosError
-from sweeps.layout import CHECKPOINT_FILE, HYPOTHESES_FILE, REFERENCES_FILE, TRIAL_STATE_FILE
+from sweeps.layout import (
+    CHECKPOINT_FILE,
+    HYPOTHESES_FILE,
+    REFERENCES_FILE,
+    SIGNATURE_FILE,
+    TRIAL_STATE_FILE,
+)
 from sweeps.trial import phases
 from sweeps.trial.checkpoints import save_checkpoint_atomic
 from sweeps.trial.lifecycle import STOP_REQUESTED
@@ -138,6 +144,9 @@ def write_hypotheses(module: pl.LightningModule, folder: str) -> None:
         hyps, refs = decoded
         Path(folder, HYPOTHESES_FILE).write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
         Path(folder, REFERENCES_FILE).write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
+    signature = getattr(module, "last_bleu_signature", None)
+    if signature:  # what val/sacrebleu was computed with: a figure is cited with it
+        Path(folder, SIGNATURE_FILE).write_text(signature + "\n")
 
 
 class Chaos(pl.Callback):

@@ -99,6 +99,12 @@ def test_table_2_layout_for_pairs_compares_sacrebleu_valid_and_test():
     # sacreBLEU of the chosen seeds: valid 19, 21 -> 20.00 ± t(1)*sd/sqrt(2); test 17, 18 -> 17.50
     assert "20.00 ± 12.71" in bahdanau and "17.50 ± 6.35" in bahdanau
     assert "newstest2016" in text and "validation split" in text
+    # the choice was made on val/bleu: the sacreBLEU column is not "the figure the choice was made on"
+    assert "The validation column is the figure the choice was made on" not in text
+    assert (
+        "the chosen trials' val/sacrebleu (the test column's metric), on the sentences whose "
+        "val/bleu made the choice, so it is biased upward" in text
+    )
     memory = next(line for line in text.splitlines() if line.startswith("| memory K=32"))
     assert memory.rstrip(" |").endswith("–")  # not run on en-fi
 
@@ -107,6 +113,7 @@ def test_table_1_layout_for_lengths_and_nothing_without_test_figures():
     ((heading, text),) = heldout_sections(_frame("length"))
     assert "Table 1 layout" in heading and "L=10 valid" in text and "L=50 test" in text
     assert "copy test draw" in text
+    assert "The validation column is the figure the choice was made on, so it" in text
     assert heldout_sections(_frame("length").drop(columns=["test/bleu"])) == []
 
 

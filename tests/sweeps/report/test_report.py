@@ -702,10 +702,16 @@ def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2(
                     {"trial_id": f"{pair}{seed}{model}", "cell": f"pair={pair} {model}",
                      "model": model, "attention": model.split()[0], "length": 80, "pair": pair,
                      "seed": seed, "status": "done", BLEU: 20.0 + lead,
-                     "val/sacrebleu": 19.0 + lead, SEC: 1.0 + seed / 100}
+                     "val/sacrebleu": 19.0 + lead, SEC: 1.0 + seed / 100,
+                     "train_step_seconds": 0.1 + (model == "bahdanau") / 10, "train_peak_mb": 9.0}
                 )  # fmt: skip
     df = pd.DataFrame(rows)
     sections = dict(results_sections(df))
+    cost = sections["Quality vs training cost: the Pareto front"]
+    assert "Per language pair, the models" in cost and "Per length" not in cost
+    long = sections["Results by pair and model"]
+    assert "approximation of a published score's protocol" in long
+    assert "signature" not in long  # no trial folder left a signature
     wide = sections["Results by model and pair (the paper's Table 2 layout)"]
     assert "| model       | en-de BLEU" in wide and "en-fi decode s" in wide and "L=80" not in wide
     long = sections["Results by pair and model"]
@@ -717,6 +723,35 @@ def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2(
     assert judged["en-de"]["estimate"].startswith("+1.10") and judged["en-de"]["verdict"] == "held"
     assert judged["en-fi"]["estimate"].startswith("+5.10")
     assert judged["en-fi"]["verdict"] == "contradicted"
+
+
+def test_a_translation_sweeps_page_gives_the_sacrebleu_signature_its_trials_wrote(tmp_path):
+    """val/sacrebleu was computed with a signature no surface printed: each report writes it beside
+    the checkpoint (sweeps.trial.callbacks.write_hypotheses), and results.md quotes it."""
+    from types import SimpleNamespace
+
+    from sweeps.layout import SIGNATURE_FILE
+    from sweeps.report.markdown import results_sections
+    from sweeps.trial.callbacks import write_hypotheses
+
+    signature = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+    module = SimpleNamespace(
+        last_decoded={"val": (["a b"], ["a b"])}, last_bleu_signature=signature
+    )
+    rows = []
+    for seed in (0, 1):
+        folder = tmp_path / f"t{seed}"
+        folder.mkdir()
+        write_hypotheses(module, str(folder))
+        assert (folder / SIGNATURE_FILE).read_text() == signature + "\n"
+        rows.append(
+            {"trial_id": f"t{seed}", "cell": "pair=en-de memory", "model": "memory",
+             "attention": "memory", "pair": "en-de", "length": 80, "seed": seed, "status": "done",
+             BLEU: 20.0, "val/sacrebleu": 19.0, SEC: 1.0,
+             "checkpoint": str(folder / "checkpoint.ckpt")}
+        )  # fmt: skip
+    long = dict(results_sections(pd.DataFrame(rows)))["Results by pair and model"]
+    assert f"(val/sacrebleu, signature `{signature}`)" in long
 
 
 def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_broke():

@@ -531,3 +531,19 @@ def test_the_bootstrap_table_names_its_seeds_as_seeds_not_as_a_count():
     rows = bootstrap_markdown(table).splitlines()[2:]
     assert rows[0].endswith("| 200 (seed 0) |"), rows[0]
     assert rows[1].endswith("| 600 (seeds 0,1,2) |"), rows[1]
+
+
+def test_a_translation_sweeps_bootstrap_is_keyed_by_pair_in_its_csv_and_its_table():
+    """paired_bootstrap.csv put a translation sweep's language pair under a column named
+    `length`; it is `pair`, and a file written before (pairs under `length`) still reads as pairs."""
+    from sweeps.report.findings import bootstrap_markdown
+
+    figures = dict(
+        memory="memory K=32", seeds="0", sentences=50, diff=0.5, low=0.1, high=0.9, p=0.04
+    )
+    for column in ("pair", "length"):
+        text = bootstrap_markdown(pd.DataFrame([{column: "en-de", **figures}]))
+        assert text.splitlines()[0].startswith("| pair | best memory |"), column
+        assert text.splitlines()[2].startswith("| en-de | memory K=32 | +0.50 | [+0.10, +0.90]")
+    lengths = bootstrap_markdown(pd.DataFrame([{"length": 40, **figures}]))
+    assert lengths.splitlines()[0].startswith("| L |") and "| 40 |" in lengths
