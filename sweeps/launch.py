@@ -54,7 +54,13 @@ from sweeps.plan.folders import (  # noqa: E402
     resume_line,
 )
 from sweeps.plan.sweep_plan import build_plan  # noqa: E402
-from sweeps.spec import SpecError, check_resumed_plan, load_spec, resume_launch  # noqa: E402
+from sweeps.spec import (  # noqa: E402
+    SpecError,
+    check_resumed_plan,
+    load_spec,
+    profile_line,
+    resume_launch,
+)
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -174,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"sweep {sweep.name}{f' (profile {profile})' if profile else ''}: {args.spec}")
+    if sweep.profile_settings:
+        print(profile_line(profile, sweep.profile_settings))
     try:
         plan = build_plan(sweep, Path(args.output))
         for line in describe(plan):

@@ -27,13 +27,20 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from csv import reader
 from pathlib import Path
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
+from sweeps.layout import (
+    LAUNCH_FILE,
+    OPTUNA_JOURNAL,
+    RESULTS_CSV,
+    RESULTS_MD,
+    missing_in_sweep_folder,
+)
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
 from sweeps.report.findings import seed_sections
@@ -95,8 +102,9 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
     ran out (:func:`sweeps.report.ledger.report_section`), the finished trials a stop left untimed,
     and the trials that lost their node and continued on another (results.csv's ``moved``)."""
     statuses = df["status"].value_counts().to_dict() if "status" in df else {}
+    lines = [profile_note(sweep_dir)] if profile_note(sweep_dir) else []
     spent = report_section(sweep_dir, statuses)
-    lines = ["## Budget", spent] if spent else []
+    lines += ["## Budget", spent] if spent else []
     errors = df["timing_error"].fillna("").astype(str) if "timing_error" in df else None
     untimed = df[errors.str.startswith("not timed:")] if errors is not None else df.iloc[0:0]
     if not untimed.empty:  # a stop in the timing stage (sweeps.timing.stage.NOT_TIMED)
@@ -115,6 +123,16 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
             + "\n".join(f"- {r.cell} seed={r.seed}: {r.moved_why}" for r in moved.itertuples()),
         ]
     return lines
+
+
+def profile_note(sweep_dir: Path) -> str:
+    """``This run's profile smoke sets: ...``, from launch.json: a profile's figures are its
+    settings' (a smoke run's tiny model, validated on its first batches), not the sweep file's."""
+    try:
+        said = json.loads((sweep_dir / LAUNCH_FILE).read_text()).get("profile_sets")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f"This run's {said}: its figures are of those settings." if said else ""
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:

@@ -29,6 +29,7 @@ from sweeps.spec.load import (
     check_resumed_plan,
     load_spec,
     parse_overrides,
+    profile_line,
     resume_launch,
     save_launch,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "flat_columns",
     "get_dotted",
     "load_spec",
+    "profile_line",
     "parse_overrides",
     "resolve_sections",
     "resume_launch",

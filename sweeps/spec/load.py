@@ -116,9 +116,9 @@ def _build(
 ) -> Sweep:
     """:func:`build_sweep` of one profile (``used``: the one the launch runs with)."""
     raw = copy.deepcopy(raw)
-    if profile is not None:
-        for key, (value, origin) in profile_overrides(raw, profile, source).items():
-            _set_dotted(raw, key, value, origin, source)
+    profiled = profile_overrides(raw, profile, source) if profile is not None else {}
+    for key, (value, origin) in profiled.items():
+        _set_dotted(raw, key, value, origin, source)
     planned = {k: copy.deepcopy(raw[k]) for k in PLAN_KEYS if k in raw}  # what --resume compares
     set_keys = parse_overrides(overrides or [], source)
     for key, value in set_keys.items():
@@ -155,7 +155,13 @@ def _build(
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
     return Sweep(
-        spec=spec, source=source, cells=cells, plans=plans, teachers=teachers, planned=planned
+        spec=spec,
+        source=source,
+        cells=cells,
+        plans=plans,
+        teachers=teachers,
+        planned=planned,
+        profile_settings=profiled,
     )
 
 
@@ -246,6 +252,21 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 }
 
 
+def profile_line(name: str | None, settings: dict[str, tuple[Any, str]]) -> str:
+    """``profile smoke sets: model.preset=tiny, ... (the smoke defaults); task.max_length=4
+    (profiles.smoke)``: what a profile changed, so a figure is never read as the full study's
+    (a smoke run's validation covers its first ``trainer.limit_val_batches`` batches)."""
+    groups: dict[str, list[str]] = {}
+    for key, (value, origin) in settings.items():
+        where = "the smoke defaults" if origin.startswith("smoke defaults") else f"profiles.{name}"
+        groups.setdefault(where, []).append(
+            f"{key}={json.dumps(value) if isinstance(value, (dict, list)) else value}"
+        )
+    return f"profile {name} sets: " + "; ".join(
+        f"{', '.join(items)} ({where})" for where, items in groups.items()
+    )
+
+
 def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
     """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
     try:
@@ -266,16 +287,23 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
 
 
 def save_launch(
-    out_dir: Path, overrides: list[str], profile: str | None, planned: dict[str, Any] | None = None
+    out_dir: Path,
+    overrides: list[str],
+    profile: str | None,
+    planned: dict[str, Any] | None = None,
+    profile_settings: dict[str, tuple[Any, str]] | None = None,
 ) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
-    :attr:`sweeps.spec.grid.Sweep.planned`)."""
+    :attr:`sweeps.spec.grid.Sweep.planned`); and what the profile set, in words
+    (``profile_sets``: :func:`profile_line`), which results.md repeats."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
     if planned is not None:
         record["planned"] = planned
+    if profile_settings:
+        record["profile_sets"] = profile_line(profile, profile_settings)
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path
 

@@ -57,7 +57,13 @@ def check_output(launch: Launch) -> None:
     if args.resume or only_launch_files(out_dir):
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
         # settings outside the plan this resume gave (a budget, failure:, ...)
-        save_launch(out_dir, args.overrides, launch.profile, launch.sweep.planned)
+        save_launch(
+            out_dir,
+            args.overrides,
+            launch.profile,
+            launch.sweep.planned,
+            launch.sweep.profile_settings,
+        )
 
 
 def start_budget(launch: Launch) -> int | None:

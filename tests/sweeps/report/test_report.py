@@ -776,3 +776,24 @@ def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_b
     assert line.endswith(
         "none of the searched K (best finished: K=1, val/bleu 0.00 vs 0.00, broke val/bleu >= 50)"
     ), line
+
+
+def test_a_profiles_settings_are_said_on_the_page_its_figures_are_on(tmp_path):
+    """A smoke run validated on its first 2 batches with the tiny model, and neither the dry run
+    nor results.md said so: the profile's settings are printed by the launch, kept in launch.json
+    and repeated on the page (a rebuild from results.csv and launch.json says the same)."""
+    from pathlib import Path
+
+    from sweeps.spec import load_spec, save_launch
+
+    root = Path(__file__).resolve().parents[3]
+    sweep = load_spec(str(root / "sweeps" / "k_vs_length.yaml"), profile="smoke")
+    assert sweep.profile_settings["trainer.limit_val_batches"] == (
+        2,
+        "smoke defaults: trainer.limit_val_batches",
+    )
+    save_launch(tmp_path, [], "smoke", sweep.planned, sweep.profile_settings)
+    md = written_report(tmp_path, sweep_rows())
+    (line,) = [x for x in md.splitlines() if x.startswith("This run's profile smoke sets: ")]
+    assert "model.preset=tiny" in line and "trainer.limit_val_batches=2" in line
+    assert "(the smoke defaults)" in line and "(profiles.smoke)" in line
