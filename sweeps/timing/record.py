@@ -252,7 +252,8 @@ def train_note(t: TrainTiming) -> str:
         f", fastest of {len(t.process_medians)} processes" if len(t.process_medians) > 1 else ""
     )
     flag = (
-        "; WARNING: contended (the core was shared or the machine slow too often)"
+        "; WARNING: the train step's time is contended (the core was shared or the machine slow "
+        "too often)"
         if t.contended
         else ""
     )
