@@ -18,6 +18,7 @@ stop came after every stage had finished. Returns the launcher's exit status.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,7 +79,15 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
 #: what a launch sets in this process's environment for W&B (the driver's W&B calls and the Ray it
 #: starts read it), taken back when the launch returns: a later launch in the same process (a
 #: notebook, a test) settles its own ``wandb.mode: auto`` rather than reading the last one's
-LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT")
+LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT", "RAY_COLOR_PREFIX")
+
+
+def plain_prefixes() -> None:
+    """Ray colours the ``(trial pid=...)`` prefix of the lines its processes print, as escape
+    codes that a log file or a pipe shows raw: off where the launcher's output is not a terminal,
+    unless the environment says otherwise."""
+    if not sys.stdout.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
 
 def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) -> int:
@@ -88,6 +97,7 @@ def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) ->
     before, charged = launch_stages()
     # the MPS daemon (sweeps.driver.mps) is up before Ray starts and stopped after Ray stops
     with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(plan.mps, args.address):
+        plain_prefixes()
         launch = Launch.begin(plan, args, profile, stop)
         try:
             status = run_stages(launch, before)

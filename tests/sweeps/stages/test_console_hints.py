@@ -42,3 +42,28 @@ def test_the_optuna_hint_names_every_study_of_a_sweep_with_several(tmp_path, cap
     done = subprocess.run(trials_cmd, shell=True, capture_output=True, text=True, env=env)
     assert done.returncode == 0 and "WAITING" in done.stdout, done.stderr
     assert shlex.split(trials_cmd, comments=True)[-1] == names[0]
+
+
+def test_ray_prints_its_process_prefixes_without_colour_codes_into_a_file(monkeypatch):
+    """A launch's output sent to a file or a pipe held Ray's colour codes raw around every
+    `(run_member_trial pid=...)` prefix; on a terminal the colours stay, and a user's
+    RAY_COLOR_PREFIX is kept. The launch takes the setting back when it returns (LAUNCH_ENV)."""
+    import io
+
+    from sweeps.stages.pipeline import LAUNCH_ENV, plain_prefixes
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert "RAY_COLOR_PREFIX" in LAUNCH_ENV
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    plain_prefixes()
+    assert "RAY_COLOR_PREFIX" not in os.environ
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    plain_prefixes()
+    assert os.environ["RAY_COLOR_PREFIX"] == "0"
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
+    plain_prefixes()
+    assert os.environ["RAY_COLOR_PREFIX"] == "1"
