@@ -39,6 +39,11 @@ def quiet_logs() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # on a machine with SLURM installed, Lightning suggests srun for every trial: Ray places trials
     warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system")
+    # an epoch shorter than log_every_n_steps (a smoke run's, a small corpus'): each report logs
+    # the training loss under results.csv's name anyway (sweeps.trial.wandb_run)
+    warnings.filterwarnings(
+        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging"
+    )
 
 
 def placement_metrics() -> dict[str, Any]:
