@@ -119,8 +119,18 @@ class Launch:
     def resume_cmd(self) -> str:
         return (
             f"python sweeps/launch.py {self.args.spec} --resume --output {self.args.output}"
-            + (f" --profile {self.profile}" if self.profile else "")
-            + "".join(f" --set {shlex.quote(o)}" for o in self.args.overrides)
+            + self.settings_args
+        )
+
+    @property
+    def full_cmd(self) -> str:
+        """The command as it ran, with its profile and ``--set`` values (the lock's record)."""
+        return self.resume_cmd if self.args.resume else self.launch_cmd + self.settings_args
+
+    @property
+    def settings_args(self) -> str:
+        return (f" --profile {self.profile}" if self.profile else "") + "".join(
+            f" --set {shlex.quote(o)}" for o in self.args.overrides
         )
 
     # ---- stopping ------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def check_output(launch: Launch) -> None:
         raise LaunchError(nothing_to_resume(experiment))
     check_writable(paths.output, "--output")
     out_dir.mkdir(parents=True, exist_ok=True)
-    launch.lock = hold_launch_lock(out_dir, launch.resume_cmd if args.resume else launch.launch_cmd)
+    launch.lock = hold_launch_lock(out_dir, launch.full_cmd)
     if args.resume and local:  # repaired only by the launch that holds the lock
         for repair in check_before_resume(out_dir, Path(experiment)):
             print(f"repaired: {repair}", flush=True)

@@ -130,3 +130,24 @@ def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_pa
     assert dry.returncode == 2 and f"--resume --output {tmp_path})" in dry.stderr, dry.stderr
     assert launch("--resume", "--dry-run", "--output", str(tmp_path)).returncode == 0
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, "tuner.pkl"], "nothing written"
+
+
+def test_the_lock_records_the_command_as_it_ran_with_its_profile_and_sets():
+    """The lock named `python sweeps/launch.py X --output Y`, without the --profile and --set
+    the holder ran with: what another launch is told the running one is."""
+    from argparse import Namespace
+
+    from sweeps.stages.launch_state import Launch
+
+    args = Namespace(spec="sweeps/wmt17.yaml", output="out", resume=False,
+                     overrides=["task.cache_dir=/tmp/a b"])  # fmt: skip
+    launch = Launch(plan=None, args=args, profile="smoke", stop=None, listeners=[])
+    assert launch.full_cmd == (
+        "python sweeps/launch.py sweeps/wmt17.yaml --output out --profile smoke "
+        "--set 'task.cache_dir=/tmp/a b'"
+    )
+    args.resume = True
+    assert launch.full_cmd == (
+        "python sweeps/launch.py sweeps/wmt17.yaml --resume --output out --profile smoke "
+        "--set 'task.cache_dir=/tmp/a b'"
+    )
