@@ -351,3 +351,12 @@ def test_the_raylet_still_has_the_prestart_flag_the_launcher_turns_off():
         "Ray's raylet no longer has the config flag prestart_worker_first_driver "
         "(RAY_prestart_worker_first_driver)"
     )
+
+
+@internal("ray-color-prefix", "ray", "sweeps/stages/pipeline.py (plain_prefixes)")
+def test_ray_reads_its_colour_switch_when_it_prints_a_process_line():
+    import ray._private.worker as worker
+
+    assert 'os.getenv("RAY_COLOR_PREFIX") == "0"' in source(worker.print_worker_logs), (
+        "Ray no longer turns the process prefixes' colours off with RAY_COLOR_PREFIX=0"
+    )

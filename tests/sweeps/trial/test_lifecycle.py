@@ -32,29 +32,3 @@ def test_tunes_restore_banner_is_quiet_before_tune_restores_the_trial():
         assert trial.config == {"seed": 0} and trial.level == logging.WARNING
     finally:
         logger.setLevel(before)
-
-
-def test_an_epoch_shorter_than_the_logging_interval_is_not_warned_about_in_a_trial():
-    """Lightning warned, once per trial, that an epoch (a smoke run's 19 batches) is shorter than
-    log_every_n_steps; each report logs the reported training loss anyway. The warning is read
-    from Lightning's source, so a change of its words fails here rather than going unfiltered."""
-    import inspect
-    import re
-    import warnings
-
-    from lightning.pytorch.loops import fit_loop
-    from lightning.pytorch.utilities.warnings import PossibleUserWarning
-
-    from sweeps.trial.lifecycle import quiet_logs
-
-    (said,) = re.findall(
-        r'f"(The number of training batches \(\{self\.max_batches\}\)[^"]*)"',
-        inspect.getsource(fit_loop),
-    )
-    message = said.replace("{self.max_batches}", "19").replace("{trainer.log_every_n_steps}", "50")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        quiet_logs()
-        warnings.warn(message, PossibleUserWarning, stacklevel=1)
-        warnings.warn("The number of validation batches is odd", PossibleUserWarning, stacklevel=1)
-    assert [str(w.message) for w in caught] == ["The number of validation batches is odd"]
