@@ -252,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + ", ".join(ph.name for ph in plan))  # fmt: skip
     plan = [ph for ph in plan if not args.phases or ph.name in args.phases]
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not args.dry_run:  # the dry run prints the plan and writes nothing
+        out_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
     has_mps = bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")) or _which("nvidia-cuda-mps-control")
     ran = 0

@@ -41,6 +41,7 @@ def run_script(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
 
 def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
     lines = run_script(tmp_path, "--dry-run")
+    assert not (tmp_path / "out").exists(), "the dry run made its --out folder"
     by = {line["phase"]: line for line in lines}
     assert list(by) == ["environment", "cuda_graphs", "gpu_tests", "share", "share_mps",
                         "fusion", "peers", "all"]  # fmt: skip
