@@ -78,7 +78,7 @@ def pytest_configure(config):
     """Under pytest-xdist (make test), hand the tests out in the order sorted below rather than
     xdist's own (it would move the multi-test groups ahead of everything else by size).
 
-    Every Ray the suite starts keeps its files in a folder of this session's (``RAY_TMPDIR``, set
+    Every Ray the suite starts keeps its files in a folder of this test run's (``RAY_TMPDIR``, set
     here unless set already; xdist's workers inherit it), not in /tmp/ray: a test's cluster
     writes its address there, and a sweep launched on the machine meanwhile without --address
     joined it (and died with it); a test's launch would likewise join a user's ``ray start``."""
@@ -89,7 +89,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """The session's Ray folder goes with the session that made it."""
+    """The test run's Ray folder goes with the run that made it."""
     made = getattr(config, "_ray_tmpdir", None)
     if made:
         shutil.rmtree(made, ignore_errors=True)

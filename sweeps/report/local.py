@@ -102,7 +102,8 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
     ran out (:func:`sweeps.report.ledger.report_section`), the finished trials a stop left untimed,
     and the trials that lost their node and continued on another (results.csv's ``moved``)."""
     statuses = df["status"].value_counts().to_dict() if "status" in df else {}
-    lines = [profile_note(sweep_dir)] if profile_note(sweep_dir) else []
+    note = profile_note(sweep_dir)
+    lines = [note] if note else []
     spent = report_section(sweep_dir, statuses)
     lines += ["## Budget", spent] if spent else []
     errors = df["timing_error"].fillna("").astype(str) if "timing_error" in df else None

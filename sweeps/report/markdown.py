@@ -17,6 +17,7 @@ from sweeps.report.summary import (
     DAGGER,
     axis_of,
     cell_summary,
+    chosen_columns,
     contended_count,
     contended_mask,
     front_points,
@@ -52,8 +53,8 @@ def _long_table(summary: pd.DataFrame) -> pd.DataFrame:
     if summary[keys].duplicated().any():  # cells differing in more than length and model
         keys = ["cell"]
     table = summary[keys].copy()
-    for column in (c for c in summary if c.endswith("_chosen") and summary[c].notna().any()):
-        table[column.removesuffix("_chosen")] = summary[column].fillna("")
+    for column, option in chosen_columns(summary).items():
+        table[option] = summary[column].fillna("")
     for name, column, digits in (
         ("BLEU", VAL_BLEU, 2),
         ("sacreBLEU", VAL_SACREBLEU, 2),
@@ -109,20 +110,16 @@ def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def _chosen_text(row: pd.Series) -> str:
     """`` (K=3)``: the searched headline options' values the cell's chosen trials have."""
-    chosen = [
-        f"{c.removesuffix('_chosen')}={row[c]}"
-        for c in row.index
-        if c.endswith("_chosen") and isinstance(row[c], str)
-    ]
+    chosen = [f"{option}={row[c]}" for c, option in chosen_columns(row).items()]
     return f" ({', '.join(chosen)})" if chosen else ""
 
 
 def chosen_note(summary: pd.DataFrame) -> str:
     """What ``(K=3)`` beside a figure means, where a table shows one."""
-    columns = [c for c in summary if c.endswith("_chosen") and summary[c].notna().any()]
-    if not columns:
+    options = list(chosen_columns(summary).values())
+    if not options:
         return ""
-    names = " and ".join(c.removesuffix("_chosen") for c in columns)
+    names = " and ".join(options)
     return (
         f"({names}=...) beside a figure: the value of the trial chosen there, searched rather than "
         "a grid value, so the model's name does not say it; several, split by /, where the seeds' "

@@ -109,6 +109,10 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     ).reset_index(drop=True)
 
 
+#: the suffix of :func:`chosen_options`' columns
+CHOSEN = "_chosen"
+
+
 def chosen_options(done: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
     """Per cell, ``<option>_chosen``: the headline option's value of each seed's chosen trial
     (``"3"``, ``"3/5"`` where the seeds' differ), for the cells whose finished trials took more
@@ -122,8 +126,16 @@ def chosen_options(done: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
             lambda v: "/".join(f"{x:g}" for x in sorted(v.dropna().unique()))
         )
         keep = searched.reindex(chosen.index, fill_value=False) & (chosen != "")
-        out[f"{option}_chosen"] = chosen.where(keep)
+        out[f"{option}{CHOSEN}"] = chosen.where(keep)
     return out
+
+
+def chosen_columns(frame: pd.DataFrame | pd.Series) -> dict[str, str]:
+    """``{"K_chosen": "K"}``: the :func:`chosen_options` columns of a summary (or its row) that
+    hold a value, by the option each names."""
+    index = frame.index if isinstance(frame, pd.Series) else frame.columns
+    held = frame.notna() if isinstance(frame, pd.Series) else frame.notna().any()
+    return {c: c.removesuffix(CHOSEN) for c in index if c.endswith(CHOSEN) and held[c]}
 
 
 def seconds_column(df: pd.DataFrame) -> str:

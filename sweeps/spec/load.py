@@ -94,7 +94,7 @@ def _from_profile(
 ) -> SpecError:
     """``exc``, raised with ``profile`` applied, said as that profile's (``profiles.NAME: ...``)
     unless it names its place already or the file without the profile fails alike."""
-    if profile is None or exc.path.startswith(("profiles.", "--profile", "smoke defaults")):
+    if profile is None or exc.path.startswith(("profiles.", "--profile", SMOKE_ORIGIN)):
         return exc
     try:
         _build(raw, source, overrides, None)
@@ -230,13 +230,16 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
         )
     out: dict[str, tuple[Any, str]] = {}
     if name == "smoke":
-        out.update({k: (v, f"smoke defaults: {k}") for k, v in SMOKE_DEFAULTS.items()})
+        out.update({k: (v, f"{SMOKE_ORIGIN}: {k}") for k, v in SMOKE_DEFAULTS.items()})
     for where, block in blocks:
         if not isinstance(block, dict):
             raise SpecError(where, "must be a mapping of dotted keys to values", source)
         out.update({k: (v, f"{where}.{k}") for k, v in block.items()})
     return out
 
+
+#: where a setting of :data:`SMOKE_DEFAULTS` says it came from (errors, :func:`profile_line`)
+SMOKE_ORIGIN = "smoke defaults"
 
 # What --smoke (the `smoke` profile) does to every sweep: the same grid shape, scaled down to
 # finish in minutes on a CPU. A sweep's own `profiles.smoke` is applied after
@@ -258,7 +261,7 @@ def profile_line(name: str | None, settings: dict[str, tuple[Any, str]]) -> str:
     (a smoke run's validation covers its first ``trainer.limit_val_batches`` batches)."""
     groups: dict[str, list[str]] = {}
     for key, (value, origin) in settings.items():
-        where = "the smoke defaults" if origin.startswith("smoke defaults") else f"profiles.{name}"
+        where = "the smoke defaults" if origin.startswith(SMOKE_ORIGIN) else f"profiles.{name}"
         groups.setdefault(where, []).append(
             f"{key}={json.dumps(value) if isinstance(value, (dict, list)) else value}"
         )
