@@ -44,8 +44,27 @@ def produced_metrics(spec: Any) -> tuple[str, ...]:
     return (*names, *PROBED)
 
 
+def _not_produced(name: str, valid: tuple[str, ...]) -> str:
+    """The refusal of a metric no trial of this sweep produces, naming the ones it does."""
+    why = " (val/sacrebleu needs a task that detokenizes: wmt17)" if name == VAL_SACREBLEU else ""
+    return f"{name!r} is a metric this sweep never produces{why}; valid: {', '.join(valid)}"
+
+
+def check_reported_metrics(spec: Any, source: str) -> None:
+    """``metric`` and ``stop_when.metric`` name a metric this sweep's trials report (the schema
+    knows every task's metrics; this knows the task's: val/sacrebleu only on WMT)."""
+    fit = tuple(m for m in produced_metrics(spec) if m in FIT_METRICS)
+    named = [("metric.name", spec.metric.name)]
+    if spec.stop_when is not None:
+        named.append(("stop_when.metric", spec.stop_when.metric))
+    for key, name in named:
+        if name not in fit:
+            raise SpecError(key, _not_produced(name, fit), source)
+
+
 def check_objectives(spec: Any, source: str) -> None:
     """The dry-run checks of ``objectives``, ``constraints`` and what depends on them; one line each."""
+    check_reported_metrics(spec, source)
     if spec.early_terminate.promotion is not None and spec.early_terminate.type != "pareto":
         raise SpecError(
             "early_terminate.promotion",
@@ -102,16 +121,7 @@ def check_objectives(spec: Any, source: str) -> None:
         )
     for i, c in enumerate(spec.constraints):
         if c.name not in valid:
-            why = (
-                " (val/sacrebleu needs a task that detokenizes: wmt17)"
-                if c.name == "val/sacrebleu"
-                else ""
-            )
-            raise SpecError(
-                f"constraints[{i}].name",
-                f"{c.name!r} is a metric this sweep never produces{why}; valid: {', '.join(valid)}",
-                source,
-            )
+            raise SpecError(f"constraints[{i}].name", _not_produced(c.name, valid), source)
     if len({repr(sorted(c.of.items())) for c in spec.constraints if c.of}) > 1:
         raise SpecError(
             "constraints",

@@ -354,6 +354,20 @@ def test_a_bound_past_what_the_metric_can_reach_is_refused():
     assert build_sweep(base_spec(stop_when={"metric": "val/bleu", "at_least": 99.5})).plans
 
 
+def test_a_metric_the_task_never_reports_is_refused_for_selection_and_stopping():
+    """val/sacrebleu is a metric of WMT only: a copy-task sweep selecting or stopping on it would
+    wait for a figure no trial reports."""
+    why = "'val/sacrebleu' is a metric this sweep never produces (val/sacrebleu needs a task"
+    msg = error_of(base_spec(metric={"name": "val/sacrebleu"}))
+    assert msg.startswith("x.yaml: metric.name: " + why), msg
+    msg = error_of(base_spec(stop_when={"metric": "val/sacrebleu", "at_least": 20}))
+    assert msg.startswith("x.yaml: stop_when.metric: " + why), msg
+    assert "valid: train/loss, val/loss" in msg and "valid: val/sacrebleu" not in msg
+    wmt = base_spec(metric={"name": "val/sacrebleu"})
+    wmt["task"] = {"name": "wmt17", "pair": "de-en"}
+    assert build_sweep(wmt).spec.metric.name == "val/sacrebleu"
+
+
 # ---- GPU shares a trial cannot use
 
 
