@@ -118,6 +118,21 @@ def test_a_sweep_file_example_loads_and_one_named_after_a_shipped_file_is_that_f
             assert load_spec(str(path)).num_trials > 0, where
 
 
+def test_the_example_with_every_section_has_every_section_but_those_it_names():
+    """sweep-file.md's example shows each top-level key of the schema, or its text names the ones it
+    leaves out: a new section joins the example or that list."""
+    from sweeps.spec.schema import SweepSpec
+
+    page = (ROOT / "docs" / "sweep-file.md").read_text(encoding="utf-8")
+    part = page.split("## An example with every section", 1)[1]
+    said, block = part.split("```yaml\n", 1)
+    shown = yaml.safe_load(block.split("```", 1)[0])
+    left_out = set(re.findall(r"`(\w+):`", said))
+    missing = sorted(set(SweepSpec.model_fields) - set(shown) - left_out)
+    assert not missing, f"sweep-file.md's example shows neither these nor names them: {missing}"
+    assert left_out <= set(SweepSpec.model_fields), left_out - set(SweepSpec.model_fields)
+
+
 def test_the_gpu_pages_are_found_from_where_a_user_starts():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "(docs/gpu.md)" in readme and "(docs/fusion.md)" in readme

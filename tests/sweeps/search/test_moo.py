@@ -714,6 +714,9 @@ def test_the_worked_example_of_the_docs():
     ]
     for k, bleu, seconds, decision in first:
         assert rungs.decide(f"K{k}", 1, [bleu, seconds]) == decision, k
+    # the docs' order at K=4's arrival: K=16, K=2, then K=32, K=4 (rank 1, both ends of it: arrival
+    # breaks the tie)
+    assert rungs.log["K4"]["position"] == 4
     # report 2: K=16 is ranked again at rung 1, which holds six now: K=8 (5th) dominates it, and it is
     # 4th of keep = max(keep(6) = 2, 3 on the rung's front). ASHA would have let it go on (it came first).
     assert rungs.decide("K16", 2, [55, 0.020]) == "STOP"
