@@ -328,10 +328,14 @@ class CudaGraphSeq2SeqModule(Seq2SeqModule):
         object, weights and hyperparameters; only its training hooks change.
 
         Raises:
-            ValueError: the module distils (its teacher runs outside any graph).
+            ValueError: the module distils (its teacher runs outside any graph), or sets an
+                argument the graphed step does not implement (:func:`graph_gap`).
         """
         if type(module) is not Seq2SeqModule:
             raise TypeError(f"adopt takes a Seq2SeqModule, got {type(module).__name__}")
+        gap = graph_gap(module)
+        if gap:
+            raise ValueError(gap)
         if module.hparams.distill_weight > 0:
             raise ValueError(
                 "CUDA graphs do not capture a distilling student's teacher (distill_weight > 0); "
@@ -398,6 +402,20 @@ def _algorithm(value: Any) -> str:
     return str(getattr(value, "value", value) or "norm")
 
 
+def graph_gap(module: Seq2SeqModule) -> str | None:
+    """Why the graphed step would train ``module`` otherwise than its own step does: an argument
+    set away from its default that the graphed step does not implement; else None."""
+    from .fused.key import step_gaps  # the fused and the graphed steps implement one list
+
+    gaps = step_gaps(dict(module.hparams))
+    if not gaps:
+        return None
+    return (
+        f"Seq2SeqModule's {', '.join(gaps)} set away from the default has no graphed form "
+        "(lightning_modules/cuda_graphs.py does not implement it): it takes eager steps"
+    )
+
+
 def enable_cuda_graphs(module: pl.LightningModule, trainer: pl.Trainer) -> str:
     """What ``trainer.cuda_graphs: true`` does to a trial's module before it is fitted: graphed
     steps where the trainer trains on a CUDA GPU; elsewhere nothing. Returns a line saying which."""
@@ -405,6 +423,9 @@ def enable_cuda_graphs(module: pl.LightningModule, trainer: pl.Trainer) -> str:
         return "trainer.cuda_graphs ignored: this trial trains on the CPU (eager steps)"
     if type(module) is not Seq2SeqModule:
         return f"trainer.cuda_graphs ignored: a {type(module).__name__} takes eager steps"
+    gap = graph_gap(module)
+    if gap:
+        return f"trainer.cuda_graphs ignored: {gap}"
     CudaGraphSeq2SeqModule.adopt(module)
     return (
         f"CUDA graphs: training steps captured per batch shape (multiples of {PAD_MULTIPLE}, "

@@ -34,6 +34,31 @@ MEMBER_SETTINGS = ("lr", "weight_decay", "dropout")
 TEACHER_SETTINGS = ("distill_weight", "teacher_checkpoint", "init_from_teacher")
 #: constructor arguments that only evaluation reads
 EVALUATION_SETTINGS = ("val_beam_size", "length_penalty", "max_decode_len", "val_decode")
+#: constructor arguments every member of a group holds equal (the group key, resolved as the module
+#: resolves them: :mod:`lightning_modules.fused.key`), besides the member axes
+SHAPE_ARGUMENTS = (
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "attention",
+    "attention_kwargs",
+    "preset",
+    "embedding_dim",
+    "hidden_size",
+    "encoder_layers",
+    "decoder_layers",
+    "bidirectional",
+    "max_source_len",
+    "pad_id",
+    "bos_id",
+    "eos_id",
+)
+#: every Seq2SeqModule argument that the training steps written apart from the module's own
+#: implement: the fused model's (:mod:`lightning_modules.fused`) and the CUDA-graphed one
+#: (:mod:`lightning_modules.cuda_graphs`), which compute the loss and the update themselves. A
+#: new argument that changes training is implemented in both and listed here (and under the
+#: group key or the member settings above); until then a module that sets it away from its
+#: default trains alone, with the module's own eager step (:func:`step_gaps`).
+STEP_ARGUMENTS = SHAPE_ARGUMENTS + MEMBER_SETTINGS + TEACHER_SETTINGS + EVALUATION_SETTINGS
 
 #: per mechanism, the options that may differ between members (any other option must be equal).
 #: memory: K padded to the largest, the scoring functions, the encoder softmax's axis and the

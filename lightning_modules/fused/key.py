@@ -38,6 +38,7 @@ from .axes import (
     EVALUATION_SETTINGS,
     MEMBER_SETTINGS,
     PADDED_ATTENTION_OPTIONS,
+    STEP_ARGUMENTS,
     member_attention_options,
     member_module_axes,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "padded_axes",
     "shape_difference",
     "shape_key",
+    "step_gaps",
     "unfusable_reason",
 ]
 
@@ -190,12 +192,33 @@ def shape_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def step_gaps(hparams: Mapping[str, Any]) -> list[str]:
+    """The Seq2SeqModule arguments set away from their defaults that the fused and the graphed
+    training steps do not implement (not in :data:`~lightning_modules.fused.axes.STEP_ARGUMENTS`):
+    a module with any trains with its own eager step, alone."""
+    from ..module import Seq2SeqModule  # deferred: the module imports Lightning
+
+    parameters = inspect.signature(Seq2SeqModule.__init__).parameters
+    return [
+        name
+        for name, value in hparams.items()
+        if name in parameters and name not in STEP_ARGUMENTS and value != parameters[name].default
+    ]
+
+
 def unfusable_reason(hparams: Mapping[str, Any]) -> str | None:
     """Why a module with these arguments cannot train fused, or None when it can: monotonic
-    attention forced to its hard (test-time) mode in training has no fused form. (A student of a
-    teacher fuses: each member's teacher pass runs beside the group's step, see
+    attention forced to its hard (test-time) mode in training has no fused form, nor has an
+    argument the fused step does not implement (:func:`step_gaps`). (A student of a teacher
+    fuses: each member's teacher pass runs beside the group's step, see
     :meth:`FusedSeq2Seq.train_step`.)"""
     args = module_arguments(hparams)
+    gaps = step_gaps(args)
+    if gaps:
+        return (
+            f"Seq2SeqModule's {', '.join(gaps)} set away from the default has no fused form "
+            "(lightning_modules/fused/ does not implement it): it trains unfused"
+        )
     if args["attention"] == "monotonic" and resolved_attention_options(args).get("mode") == "hard":
         return (
             "monotonic attention with mode='hard' trains on its hard scan, which has no fused "

@@ -34,8 +34,9 @@ from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F40
 
 #: the results.csv columns a warm start reads and writes
 PLAN_HASH, REUSED = "plan_hash", "reused"
-#: what decides how a trial trains: a change in any of these files changes every plan's fingerprint
-CODE_PACKAGES = ("lightning_modules", "datamodules", "sweeps/trial", "sweeps/fusion")
+#: what decides how a trial trains (folders and files, from the repository root): a change in any
+#: of these files changes every plan's fingerprint
+CODE_PACKAGES = ("lightning_modules", "datamodules", "sweeps/trial", "sweeps/build.py")
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,7 +46,8 @@ def code_version() -> str:
     root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
     for package in CODE_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
+        where = root / package
+        for path in [where] if where.is_file() else sorted(where.rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

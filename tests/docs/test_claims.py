@@ -133,6 +133,21 @@ def test_the_example_with_every_section_has_every_section_but_those_it_names():
     assert left_out <= set(SweepSpec.model_fields), left_out - set(SweepSpec.model_fields)
 
 
+def test_the_api_reference_lists_every_registered_mechanism():
+    """docs/reference/api/lightning_modules.md names each mechanism class by hand."""
+    from lightning_modules import ATTENTION_REGISTRY
+
+    page = (ROOT / "docs" / "reference" / "api" / "lightning_modules.md").read_text(
+        encoding="utf-8"
+    )
+    missing = [
+        name
+        for name, cls in ATTENTION_REGISTRY.items()
+        if f"::: {cls.__module__}.{cls.__qualname__}" not in page
+    ]
+    assert not missing, f"add a `:::` line for these mechanisms' classes: {missing}"
+
+
 def test_the_gpu_pages_are_found_from_where_a_user_starts():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "(docs/gpu.md)" in readme and "(docs/fusion.md)" in readme

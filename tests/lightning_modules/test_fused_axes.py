@@ -422,12 +422,51 @@ def test_the_group_key_leaves_the_member_axes_out():
 
 def test_the_lists_name_real_options_of_every_registered_mechanism():
     assert set(axes.MAX_SOURCE_LEN_PER_MEMBER) == set(ATTENTION_REGISTRY), (
-        "a new mechanism: decide whether its members may be built for different lengths"
+        "a new mechanism: decide whether its members may be built for different lengths, and "
+        "list it in lightning_modules/fused/axes.py's MAX_SOURCE_LEN_PER_MEMBER if they may"
     )
     for name, options in axes.MEMBER_ATTENTION_OPTIONS.items():
         assert name in ATTENTION_REGISTRY and set(options) <= set(attention_options(name)), name
     for name, options in axes.PADDED_ATTENTION_OPTIONS.items():
         assert set(options) <= set(axes.MEMBER_ATTENTION_OPTIONS[name])
+
+
+def test_every_module_argument_is_implemented_by_the_fused_and_graphed_steps():
+    """The fused and the graphed steps compute the loss and the update themselves: an argument of
+    Seq2SeqModule they do not know would be dropped without a word."""
+    import inspect
+
+    arguments = set(inspect.signature(Seq2SeqModule.__init__).parameters) - {"self"}
+    assert arguments == set(axes.STEP_ARGUMENTS), (
+        "a new Seq2SeqModule argument: implement it in lightning_modules/fused/ and "
+        "cuda_graphs.py and list it in lightning_modules/fused/axes.py's STEP_ARGUMENTS (until "
+        "then a trial that sets it trains unfused and eager); unknown there: "
+        f"{sorted(arguments - set(axes.STEP_ARGUMENTS))}"
+    )
+
+
+def test_an_argument_the_own_steps_lack_trains_alone_and_eager(monkeypatch):
+    """Set away from its default, an argument missing from STEP_ARGUMENTS keeps a module out of
+    any group and out of CUDA graphs; at its default it changes nothing."""
+    from lightning_modules import cuda_graphs
+
+    lacking = tuple(a for a in axes.STEP_ARGUMENTS if a != "weight_decay")
+    monkeypatch.setattr(key, "STEP_ARGUMENTS", lacking)
+    base = {"src_vocab_size": 9, "tgt_vocab_size": 9, "attention": "bahdanau", "preset": "tiny"}
+    assert key.unfusable_reason(base) is None
+    assert key.unfusable_reason(dict(base, weight_decay=0.0)) is None  # the default
+    reason = key.unfusable_reason(dict(base, weight_decay=0.01))
+    assert reason == (
+        "Seq2SeqModule's weight_decay set away from the default has no fused form "
+        "(lightning_modules/fused/ does not implement it): it trains unfused"
+    )
+    module = Seq2SeqModule(**base, weight_decay=0.01)
+    assert "weight_decay set away from the default has no graphed form" in cuda_graphs.graph_gap(
+        module
+    )
+    with pytest.raises(ValueError, match="it takes eager steps"):
+        cuda_graphs.CudaGraphSeq2SeqModule.adopt(module)
+    assert cuda_graphs.graph_gap(Seq2SeqModule(**base)) is None
     assert key.MEMBER_SETTINGS is axes.MEMBER_SETTINGS
     assert key.EVALUATION_SETTINGS is axes.EVALUATION_SETTINGS
     assert {

@@ -67,6 +67,18 @@ def _earlier(tmp_path: Path, sweep, keep: int) -> Path:
     return folder
 
 
+def test_the_code_a_fingerprint_covers_exists_and_holds_what_builds_a_trial():
+    """Every folder and file the code version digests is there (a moved package would drop out of
+    it unnoticed), the trial's builder among them."""
+    from sweeps import build
+    from sweeps.plan import warm_start
+
+    root = Path(warm_start.__file__).resolve().parents[2]
+    absent = [p for p in warm_start.CODE_PACKAGES if not (root / p).exists()]
+    assert not absent, f"CODE_PACKAGES names what is not there: {absent}"
+    assert str(Path(build.__file__).resolve().relative_to(root)) in warm_start.CODE_PACKAGES
+
+
 def test_identical_plans_are_reused_and_changed_ones_are_not(tmp_path, capsys):
     grid = {"task.max_length": [4, 6], "model": [{"attention": "none"}]}
     first = load_spec(write_spec(tmp_path, tiny_spec("w", grid=grid)))

@@ -321,7 +321,11 @@ def test_attention_zoo_covers_every_registered_mechanism():
     from lightning_modules.attention import ATTENTION_REGISTRY
 
     sweep = load_spec(ROOT / "sweeps" / "attention_zoo.yaml")
-    assert {p.model["attention"] for p in sweep.plans} == set(ATTENTION_REGISTRY)
+    zoo = {p.model["attention"] for p in sweep.plans}
+    assert zoo == set(ATTENTION_REGISTRY), (
+        f"sweeps/attention_zoo.yaml's grid lacks {sorted(set(ATTENTION_REGISTRY) - zoo)} "
+        f"(and names no longer registered: {sorted(zoo - set(ATTENTION_REGISTRY))})"
+    )
 
 
 def test_wmt_paths_are_filled_in_per_pair_and_made_absolute():
