@@ -53,12 +53,34 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def plan_fingerprint(plan: Any, teacher: str | None = None) -> str:
-    """The identity of one trial's training: its resolved sections, seed and the code version. A
-    student's names its teacher by the teacher trial's own fingerprint (``teacher``), not by the
-    path of the checkpoint it was given, which a new plan cannot know: a student whose teacher is
-    reused is then the same training again."""
+#: results.csv statuses of a trial that ended before its last step: ASHA's or the Pareto rule's
+#: stop, and stop_when's
+STOPPED_EARLY = ("stopped", "converged")
+
+
+def stop_rules(spec: Any) -> dict[str, Any]:
+    """What ends a trial before its last step: the early-termination rule, ``stop_when`` and the
+    metrics they read. A trial that ended early is the same training again only under the same
+    rules; one that ran to its last step is, whatever they are."""
+    return {
+        "early_terminate": spec.early_terminate.model_dump(mode="json"),
+        "stop_when": spec.stop_when.model_dump(mode="json") if spec.stop_when else None,
+        "metric": spec.metric.model_dump(mode="json"),
+        "objectives": [o.model_dump(mode="json") for o in spec.objectives],
+    }
+
+
+def plan_fingerprint(
+    plan: Any, teacher: str | None = None, stops: dict[str, Any] | None = None
+) -> str:
+    """The identity of one trial's training: its resolved sections, seed and the code version,
+    and for a trial that ended before its last step the rules that ended it (``stops``:
+    :func:`stop_rules`). A student's names its teacher by the teacher trial's own fingerprint
+    (``teacher``), not by the path of the checkpoint it was given, which a new plan cannot know: a
+    student whose teacher is reused is then the same training again."""
     body: dict[str, Any] = {"sections": plan.sections, "seed": plan.seed, "code": code_version()}
+    if stops is not None:
+        body["stops"] = stops
     if teacher is not None:
         model = {k: v for k, v in plan.model.items() if k != "teacher_checkpoint"}
         body["sections"] = {**plan.sections, "model": model}
@@ -68,11 +90,16 @@ def plan_fingerprint(plan: Any, teacher: str | None = None) -> str:
 
 
 def fingerprint_rows(
-    rows: list[dict[str, Any]], plans: dict[str, tuple[Any, str]], earlier: list[dict[str, Any]]
+    rows: list[dict[str, Any]],
+    plans: dict[str, tuple[Any, str]],
+    earlier: list[dict[str, Any]],
+    stops: dict[str, Any] | None = None,
 ) -> None:
     """Write each of a launch's ``rows`` its ``plan_hash`` (``plans``: per trial id its plan, as
     the rows were made), a teacher's before its students', whose fingerprints name it; a teacher
-    reused from a warm start (``earlier``: its rows) is named by its earlier fingerprint."""
+    reused from a warm start (``earlier``: its rows) is named by its earlier fingerprint. A row
+    that ended before its last step (:data:`STOPPED_EARLY`) is fingerprinted with the sweep's
+    ``stops`` (:func:`stop_rules`)."""
     known = {str(r["trial_id"]): r[PLAN_HASH] for r in earlier if r.get(PLAN_HASH)}
     ids = {str(r["trial_id"]) for r in rows}
     todo = list(rows)
@@ -81,7 +108,10 @@ def fingerprint_rows(
         for row in ready or todo:  # (none ready: a cycle, which the spec refuses)
             teacher = _teacher_of(row)
             plan = plans[row["trial_id"]][0]
-            row[PLAN_HASH] = plan_fingerprint(plan, known.get(teacher) if teacher else None)
+            early = stops if row.get("status") in STOPPED_EARLY else None
+            row[PLAN_HASH] = plan_fingerprint(
+                plan, known.get(teacher) if teacher else None, early
+            )
             known[str(row["trial_id"])] = row[PLAN_HASH]
         todo = [r for r in todo if PLAN_HASH not in r]
 
@@ -186,12 +216,14 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
 
 def _same_plan(sweep: Any, plan: Any, row: dict[str, Any], teacher: str | None = None) -> bool:
     """Whether ``row`` trained ``plan`` with the row's sampled values, by the same code (and, for
-    a student, from the teacher whose fingerprint is ``teacher``)."""
+    a student, from the teacher whose fingerprint is ``teacher``); a row that ended before its
+    last step, also under this sweep's rules for ending early."""
     params = {key: row.get(f"param:{key}") for key in sweep.spec.parameters}
     if any(v is None for v in params.values()):
         return False
     candidate = plan.with_values(plan.seed, params, params, {}) if params else plan
-    return plan_fingerprint(candidate, teacher) == row[PLAN_HASH]
+    stops = stop_rules(sweep.spec) if row.get("status") in STOPPED_EARLY else None
+    return plan_fingerprint(candidate, teacher, stops) == row[PLAN_HASH]
 
 
 def _teacher_order(sweep: Any) -> list[int]:

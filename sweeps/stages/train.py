@@ -33,7 +33,7 @@ from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
-from sweeps.plan.warm_start import fingerprint_rows
+from sweeps.plan.warm_start import fingerprint_rows, stop_rules
 from sweeps.report.results import result_rows
 from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks
@@ -329,7 +329,12 @@ def train(launch: Launch) -> None:
         )
         launch.rows, launch.plans = result_rows(grid, launch.settings.plan, launch.spec.parameters)
         # what a later warm start compares its plans with (a student's names its teacher's)
-        fingerprint_rows(launch.rows, launch.plans, warm.rows() if warm is not None else [])
+        fingerprint_rows(
+            launch.rows,
+            launch.plans,
+            warm.rows() if warm is not None else [],
+            stop_rules(launch.spec),
+        )
 
 
 def reuse_warm(launch: Launch) -> None:

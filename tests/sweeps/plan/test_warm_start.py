@@ -13,7 +13,13 @@ import pytest
 from sweep_helpers import tiny_spec, write_spec
 
 from sweeps.errors import SpecError
-from sweeps.plan.warm_start import PLAN_HASH, fingerprint_rows, plan_fingerprint, plan_warm_start
+from sweeps.plan.warm_start import (
+    PLAN_HASH,
+    fingerprint_rows,
+    plan_fingerprint,
+    plan_warm_start,
+    stop_rules,
+)
 from sweeps.search.warm_start import tell_earlier
 from sweeps.spec import load_spec
 
@@ -47,8 +53,9 @@ def launch_one_more_length(
     return out, trained, pd.read_csv(out / "results.csv", dtype={"trial_id": str})
 
 
-def _earlier(tmp_path: Path, sweep, keep: int) -> Path:
-    """An earlier sweep's folder whose results.csv holds the first ``keep`` plans as finished."""
+def _earlier(tmp_path: Path, sweep, keep: int, statuses: tuple[str, ...] = ()) -> Path:
+    """An earlier sweep's folder whose results.csv holds the first ``keep`` plans as finished
+    (``statuses``: theirs, in order; else done), fingerprinted as that sweep's launch does."""
     folder = tmp_path / "earlier" / sweep.name
     folder.mkdir(parents=True)
     rows = [
@@ -56,13 +63,14 @@ def _earlier(tmp_path: Path, sweep, keep: int) -> Path:
             "trial_id": f"old{i}",
             "cell": p.cell.name,
             "seed": p.seed,
-            "status": "done",
+            "status": statuses[i] if statuses else "done",
             "val/bleu": 10.0 + i,
             "checkpoint": f"/old/{i}/checkpoint.ckpt",
-            PLAN_HASH: plan_fingerprint(p),
         }
         for i, p in enumerate(sweep.plans[:keep])
     ]
+    plans = {r["trial_id"]: (p, "") for r, p in zip(rows, sweep.plans, strict=False)}
+    fingerprint_rows(rows, plans, [], stop_rules(sweep.spec))
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
     return folder
 
@@ -107,6 +115,27 @@ def test_identical_plans_are_reused_and_changed_ones_are_not(tmp_path, capsys):
         "w", grid=grid, warm_start=str(folder), trainer={"max_steps": 40, "val_check_interval": 10}
     )
     assert plan_warm_start(load_spec(write_spec(tmp_path, longer))).reused_count == 0
+
+
+def test_a_trial_that_ended_early_is_reused_only_under_the_same_rules_for_ending_early(tmp_path):
+    """A trial ASHA stopped (or stop_when ended) is not the plan's whole training: a sweep with
+    other rules for ending early trains it again; one that ran to its last step is reused."""
+    grid = {"task.max_length": [4, 6, 8], "model": [{"attention": "none"}]}
+    asha = {"type": "asha", "grace_period": 1, "reduction_factor": 2}
+    first = load_spec(write_spec(tmp_path, tiny_spec("w", grid=grid, early_terminate=asha)))
+    folder = _earlier(tmp_path, first, keep=3, statuses=("done", "stopped", "converged"))
+
+    def reused(**over) -> list[str]:
+        spec = load_spec(
+            write_spec(tmp_path, tiny_spec("w", grid=grid, warm_start=str(folder), **over))
+        )
+        return sorted(r["trial_id"] for r in plan_warm_start(spec).rows())
+
+    assert reused(early_terminate=asha) == ["old0", "old1", "old2"]
+    assert reused() == ["old0"]  # no early termination: the stopped and converged train again
+    assert reused(early_terminate={**asha, "grace_period": 2}) == ["old0"]
+    stop = {"metric": "val/bleu", "at_least": 99.0}
+    assert reused(early_terminate=asha, stop_when=stop) == ["old0"]
 
 
 def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerprint(tmp_path):
