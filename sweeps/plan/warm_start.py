@@ -109,9 +109,7 @@ def fingerprint_rows(
             teacher = _teacher_of(row)
             plan = plans[row["trial_id"]][0]
             early = stops if row.get("status") in STOPPED_EARLY else None
-            row[PLAN_HASH] = plan_fingerprint(
-                plan, known.get(teacher) if teacher else None, early
-            )
+            row[PLAN_HASH] = plan_fingerprint(plan, known.get(teacher) if teacher else None, early)
             known[str(row["trial_id"])] = row[PLAN_HASH]
         todo = [r for r in todo if PLAN_HASH not in r]
 
