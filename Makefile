@@ -138,8 +138,10 @@ docs-build: venv
 
 # docs/results/$(SWEEP)/ regenerated: the sweep's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
-#   make docs-results SWEEP=k_vs_length   (hours on a 2-core CPU: benchmarks/README.md, "Durations")
+#   make docs-results SWEEP=k_vs_length   (hours on a 2-core CPU: benchmarks/README.md, "Durations";
+#                                          it fuses now: docs/results/README.md says which folder is which)
 #   make docs-results SWEEP=scoring_functions
+#   make docs-results SWEEP=memory_distill
 #   make docs-results SWEEP=minimal_k     (with its Optuna journal and decode probe table)
 SWEEP ?= k_vs_length
 docs-results: venv
