@@ -49,6 +49,7 @@ from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
     check_new_sweep,
+    check_sweep_folder,
     describe_folders,
     gpu_note,
     resume_line,
@@ -187,15 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         for line in describe(plan):
             print(line)
         check_folders(plan.folders)  # every folder a trial writes, before anything starts
+        check_sweep_folder(plan.out_dir, args.output)
         if args.dry_run:
             print(describe_folders(plan.folders))
-            if args.resume:
-                print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
-            else:
-                check_new_sweep(plan.paths.experiment(sweep.name), args.spec, args.output)
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)
+            if args.resume:
+                print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
+            else:
+                check_new_sweep(
+                    plan.paths.experiment(sweep.name), args.spec, args.output, plan.out_dir
+                )
             cpus = local_cpu_note(sweep.spec.resources, args.address, args.num_cpus)
             for note in [gpu_note(sweep), cpus, *plan.data_notes]:
                 if note:

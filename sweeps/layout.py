@@ -81,11 +81,19 @@ def nothing_to_resume(path: str) -> str:
     )
 
 
+def launch_script() -> str:
+    """``sweeps/launch.py`` as the command a message prints spells it: relative to the working
+    directory where the repository is below it, else absolute (a launch run from elsewhere)."""
+    script = Path(__file__).resolve().parent / "launch.py"
+    here = Path.cwd().resolve()
+    return str(script.relative_to(here)) if script.is_relative_to(here) else str(script)
+
+
 def already_holds(path: str, spec: str | None = None, output: str | None = None) -> str:
     """What a launch without ``--resume`` says when ``path`` (the experiment folder) holds a
     sweep; with the launch's sweep file and ``--output``, the command that continues it (the
     first run's ``--set`` and ``--profile`` come back by themselves on ``--resume``)."""
-    how = f" (python sweeps/launch.py {spec} --resume --output {output})" if spec else ""
+    how = f" (python {launch_script()} {spec} --resume --output {output})" if spec else ""
     return (
         f"{path} already holds a sweep of this name. Continue it with --resume{how}, or pick "
         f"another --output (or storage.path), or delete the folder to start again."
@@ -120,7 +128,7 @@ def missing_in_sweep_folder(
             f"{folder}: no {name} here yet. A sweep's launch writes it when the launch ends (also "
             "at Ctrl-C, a budget or a preemption); this one was killed or is still running. "
             "Continue it, which writes results.csv (Ctrl-C then writes it for the trials done so "
-            f"far): python sweeps/launch.py <its sweep file> --resume --output {folder.parent}"
+            f"far): python {launch_script()} <its sweep file> --resume --output {folder.parent}"
         )
     inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}"))
     started = [f for f in sorted(folder.glob("*/")) if launched(f)]

@@ -14,6 +14,7 @@ from sweeps.layout import (  # noqa: F401 (URI_SCHEMES, output_folder, output_fi
     already_holds,
     holds_local_sweep,
     nothing_to_resume,
+    only_launch_files,
     output_file,
     output_folder,
     results_statuses,
@@ -106,6 +107,15 @@ def check_folders(folders: list[Folder]) -> None:
         raise LaunchError(f"{what} {folder.path}: {problem}; {fix}")
 
 
+def check_sweep_folder(out_dir: Path, output: str) -> None:
+    """The sweep's own folder, ``<output>/<name>``, is a folder or not there yet."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise LaunchError(
+            f"--output {output}: {out_dir} is a file, where the sweep's folder goes; move it, "
+            f"or choose another --output"
+        )
+
+
 def describe_folders(folders: list[Folder], limit: int = 3) -> str:
     """One line: the folders by key, relative to the working directory where they are inside it."""
     here = Path.cwd()
@@ -141,11 +151,14 @@ def resume_line(experiment: str, out_dir: Path) -> str:
     )
 
 
-def check_new_sweep(experiment: str, spec: str, output: str) -> None:
+def check_new_sweep(experiment: str, spec: str, output: str, out_dir: Path | None = None) -> None:
     """``--dry-run`` without ``--resume`` stops where the launch would: the experiment folder
-    (local) already holds a sweep."""
+    (local) already holds a sweep, or the sweep's folder (``out_dir``) holds a sweep's results
+    (its trials kept under another storage.path)."""
     if "://" not in experiment and holds_local_sweep(Path(experiment)):
         raise LaunchError(already_holds(experiment, spec, output))
+    if out_dir is not None and out_dir.is_dir() and not only_launch_files(out_dir):
+        raise LaunchError(already_holds(str(out_dir), spec, output))
 
 
 def gpu_note(sweep: Sweep) -> str | None:

@@ -41,7 +41,9 @@ def load_spec(
             "", f"is a folder, not a sweep file; pass one of its .yaml files ({found})", source
         )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_yaml(path.read_text(encoding="utf-8"), source)
+    except KeyGivenTwice as exc:
+        raise SpecError("", str(exc), source) from None
     except UnicodeDecodeError as exc:
         raise SpecError(
             "",
@@ -56,6 +58,45 @@ def load_spec(
     if not isinstance(raw, dict):
         raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
     return build_sweep(raw, source=source, overrides=overrides, profile=profile)
+
+
+class KeyGivenTwice(ValueError):
+    """A mapping of the file names one key twice."""
+
+
+class _OneKeyOnceLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is refused: PyYAML keeps the last
+    value without a word, so a pasted line would quietly replace a setting (merges, ``<<:``,
+    still override)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: YAML's own error follows
+                continue
+            if first is not None:
+                where = "" if first == line else f" (first on line {first})"
+                raise KeyGivenTwice(
+                    f"line {line}: {key} is given twice in one mapping{where}; keep one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(text: str, source: str) -> Any:
+    """A sweep file's YAML (:class:`_OneKeyOnceLoader`); its errors' marks name ``source``."""
+    loader = _OneKeyOnceLoader(text)
+    loader.name = source  # marks say the file, not "<unicode string>"
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def build_sweep(

@@ -7,6 +7,7 @@ Unknown keys and bad values fail here with the key's path and what is allowed
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated, Any, Literal
 
@@ -270,10 +271,20 @@ class StorageSpec(_Strict):
     """Where Ray keeps trial directories and checkpoints: a local path (default: the --output
     folder) or shared storage (``s3://...``, ``gs://...``, an NFS path) for multi-node clusters."""
 
-    # where trial folders and checkpoints go; null: the --output folder (s3://, gs://, NFS: cluster)
+    # where trial folders and checkpoints go; null: the --output folder (s3://, gs://, NFS: cluster);
+    # a relative local path is taken from the folder the launch runs in
     path: str | None = None
     # checkpoints kept per trial, the newest (older ones are deleted as new ones are written)
     keep_checkpoints: int = Field(2, ge=1)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        """A local path made absolute, as the task's folders are: Tune takes only a URI or an
+        absolute path, and the trials run in folders of their own."""
+        if value is None or "://" in value:
+            return value
+        return os.path.abspath(os.path.expanduser(value))
 
 
 class FailureSpec(_Strict):

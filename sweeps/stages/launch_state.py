@@ -26,7 +26,7 @@ from typing import Any
 from sweeps.driver.budget import Meter
 from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.preemption import Preemption
-from sweeps.layout import OPTUNA_JOURNAL
+from sweeps.layout import OPTUNA_JOURNAL, launch_script
 from sweeps.plan.sweep_plan import Paths, SweepPlan
 from sweeps.plan.warm_start import WarmStart
 from sweeps.spec import Sweep
@@ -113,12 +113,16 @@ class Launch:
 
     @property
     def launch_cmd(self) -> str:
-        return f"python sweeps/launch.py {self.args.spec} --output {self.args.output}"
+        return (
+            f"python {launch_script()} {self.args.spec} --output {self.args.output}"
+            + self.address_arg
+        )
 
     @property
     def resume_cmd(self) -> str:
         return (
-            f"python sweeps/launch.py {self.args.spec} --resume --output {self.args.output}"
+            f"python {launch_script()} {self.args.spec} --resume --output {self.args.output}"
+            + self.address_arg
             + self.settings_args
         )
 
@@ -126,6 +130,12 @@ class Launch:
     def full_cmd(self) -> str:
         """The command as it ran, with its profile and ``--set`` values (the lock's record)."""
         return self.resume_cmd if self.args.resume else self.launch_cmd + self.settings_args
+
+    @property
+    def address_arg(self) -> str:
+        """``--address`` as the launch was given it (a resume joins the same Ray), or nothing."""
+        address = getattr(self.args, "address", None)
+        return f" --address {address}" if address else ""
 
     @property
     def settings_args(self) -> str:

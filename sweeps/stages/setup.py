@@ -49,6 +49,10 @@ def check_output(launch: Launch) -> None:
             print(f"repaired: {repair}", flush=True)
     if not args.resume and local and holds_sweep(experiment):
         raise LaunchError(already_holds(experiment, args.spec, args.output))
+    if not args.resume and not only_launch_files(out_dir):
+        # the results of a sweep whose trials are elsewhere (another storage.path): a new one
+        # here would mix its rows with theirs
+        raise LaunchError(already_holds(str(out_dir), args.spec, args.output))
     if launch.spec.storage.path:
         check_writable(launch.spec.storage.path, "storage.path")
     launch.mode = resolve_wandb_mode(launch.spec.wandb.mode)

@@ -132,6 +132,55 @@ def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_pa
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, "tuner.pkl"], "nothing written"
 
 
+@pytest.mark.train
+def test_a_folder_holding_a_sweeps_results_is_refused_whatever_storage_path_says(tmp_path):
+    """The results of a sweep whose trials went to another storage.path: a new launch there
+    would mix its rows with theirs. A file where the sweep's folder goes is refused as clearly."""
+    folder = tmp_path / "quickstart"
+    folder.mkdir()
+    (folder / "results.csv").write_text("trial_id,status\nold1,done\n")
+    for dry in (["--dry-run"], []):
+        run = launch(*dry, "--output", str(tmp_path), "--set", f"storage.path={tmp_path / 'st'}")
+        said = run.stdout + run.stderr
+        assert run.returncode == 2, said[-2000:]
+        assert f"error: {folder} already holds a sweep of this name. Continue it with" in said
+        assert "Ray:" not in said
+    assert (folder / "results.csv").read_text() == "trial_id,status\nold1,done\n"
+    assert not (tmp_path / "st").exists() or not any((tmp_path / "st").iterdir())
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "quickstart").write_text("not a folder")
+    for dry in (["--dry-run"], []):
+        run = launch(*dry, "--output", str(taken))
+        assert run.returncode == 2, (run.stdout + run.stderr)[-2000:]
+        assert run.stderr.strip().endswith(
+            f"--output {taken}: {taken / 'quickstart'} is a file, where the sweep's folder goes; "
+            "move it, or choose another --output"
+        ), run.stderr
+
+
+def test_a_printed_command_names_the_launcher_from_where_it_runs_and_keeps_the_address(
+    tmp_path, monkeypatch
+):
+    """From the repository root `python sweeps/launch.py`; from elsewhere the launcher's own path,
+    which that folder has no `sweeps/` to find it by. A resume joins the Ray the launch joined."""
+    from argparse import Namespace
+
+    from sweeps.layout import already_holds
+    from sweeps.stages.launch_state import Launch
+
+    args = Namespace(spec="q.yaml", output="out", resume=True, overrides=[], address="local")
+    launch_ = Launch(plan=None, args=args, profile=None, stop=None, listeners=[])
+    monkeypatch.chdir(ROOT)
+    assert (
+        launch_.resume_cmd == "python sweeps/launch.py q.yaml --resume --output out --address local"
+    )
+    monkeypatch.chdir(tmp_path)
+    script = ROOT / "sweeps" / "launch.py"
+    assert launch_.resume_cmd.startswith(f"python {script} q.yaml --resume")
+    assert f"(python {script} q.yaml --resume --output out)" in already_holds("x", "q.yaml", "out")
+
+
 def test_the_lock_records_the_command_as_it_ran_with_its_profile_and_sets():
     """The lock named `python sweeps/launch.py X --output Y`, without the --profile and --set
     the holder ran with: what another launch is told the running one is."""

@@ -132,6 +132,47 @@ def test_a_cells_trainer_section_error_has_one_key_path():
     assert msg.endswith("(where grid.trainer.precision = '16-mixed')")
 
 
+# ---- the file itself: a key given twice, a relative storage path
+
+
+def test_a_key_given_twice_in_one_mapping_is_refused_with_its_line(tmp_path):
+    """PyYAML keeps the last of two equal keys without a word: a pasted line would replace a
+    setting unseen."""
+    from sweeps.spec import load_spec
+
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ntask: {name: copy, max_length: 12, max_length: 50}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: line 2: max_length is given twice in one mapping; keep one"
+    )
+    path.write_text("name: t\ntask: {name: copy}\nname: u\n")
+    with pytest.raises(SpecError, match="line 3: name is given twice in one mapping "
+                       r"\(first on line 1\); keep one"):  # fmt: skip
+        load_spec(path)
+    # a merge still overrides, and YAML's own errors name the file, not "<unicode string>"
+    path.write_text(
+        "name: t\nbase: &b {name: copy, max_length: 4}\ntask: {<<: *b, max_length: 5}\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "base: unknown key" in str(info.value)
+    path.write_text("name: t\ntask: {name: copy\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert f'in "{path}", line' in str(info.value) and "<unicode string>" not in str(info.value)
+
+
+def test_a_relative_storage_path_is_taken_from_the_launch_folder(tmp_path, monkeypatch):
+    """Tune takes a URI or an absolute path: a relative one ended in pyarrow's error after Ray
+    had started."""
+    monkeypatch.chdir(tmp_path)
+    spec = build_sweep(base_spec(storage={"path": "ckpts"})).spec
+    assert spec.storage.path == str(tmp_path / "ckpts")
+    assert build_sweep(base_spec(storage={"path": "s3://b/x"})).spec.storage.path == "s3://b/x"
+
+
 # ---- numbers YAML reads as text, yes/no values for numbers
 
 
