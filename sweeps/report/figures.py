@@ -4,7 +4,7 @@
   trial's W&B images).
 - :func:`pareto_figure`: BLEU against decode seconds, the Pareto front per length (``pareto.png``).
 - Shared by these and :mod:`sweeps.report.plots`' figures: the colours, the legend entries for
-  contended decode times and for error bars over seeds, and :func:`save_figure`.
+  contended decode times (training steps) and for error bars over seeds, and :func:`save_figure`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 from sweeps.report.results import DECODE_SECONDS  # noqa: E402
-from sweeps.report.summary import DAGGER, axis_of, contended_mask  # noqa: E402
+from sweeps.report.summary import (  # noqa: E402
+    CONTENDED_FIGURES,
+    DAGGER,
+    axis_of,
+    contended_mask,
+)
 
 #: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
 MAX_VECTOR_PANELS = 6
@@ -104,7 +109,12 @@ def _ticks(ax, src: list, out: list, shape: tuple) -> None:
         ax.set_yticks(range(len(out)), out, fontsize=7)
 
 
-CONTENDED_LABEL = "† contended decode time: not a speed figure"
+def contended_label(figure: str = DECODE_SECONDS) -> str:
+    """The legend entry's text for a contended ``figure`` (decode time, training step time)."""
+    return f"{DAGGER} contended {CONTENDED_FIGURES[figure][1]}: not a speed figure"
+
+
+CONTENDED_LABEL = contended_label()
 
 
 def colours() -> list:
@@ -113,16 +123,15 @@ def colours() -> list:
     return [cycle[i % len(cycle)] for i in range(64)]
 
 
-def contended_handle(kind: str = "x"):
-    """The legend entry for contended decode times: an x marker (points) or a hatched bar."""
+def contended_handle(kind: str = "x", label: str = CONTENDED_LABEL):
+    """The legend entry for contended decode times (``label``: another figure's,
+    :func:`contended_label`): an x marker (points) or a hatched bar."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     if kind == "hatch":
-        return Patch(facecolor="white", edgecolor="0.3", hatch="///", label=CONTENDED_LABEL)
-    return Line2D(
-        [], [], ls="none", marker="x", markersize=7, mew=1.6, color="0.3", label=CONTENDED_LABEL
-    )
+        return Patch(facecolor="white", edgecolor="0.3", hatch="///", label=label)
+    return Line2D([], [], ls="none", marker="x", markersize=7, mew=1.6, color="0.3", label=label)
 
 
 def seeds_handle():

@@ -22,6 +22,7 @@ from sweeps.layout import BOOTSTRAP_FILE, HYPOTHESES_FILE
 from sweeps.report.distill import distill_findings
 from sweeps.report.results import DECODE_SECONDS, TRAIN_PEAK_MB, TRAIN_STEP_SECONDS
 from sweeps.report.stats import (
+    SECONDS_DIGITS,
     axis_of,
     best_memory,
     bootstrap_table,
@@ -43,6 +44,8 @@ COST_GAPS = (
     (TRAIN_STEP_SECONDS, ("training-step", "seconds per step")),
     (TRAIN_PEAK_MB, ("training peak-memory", "MiB")),
 )
+#: the decimals of each gap's estimate: seconds as the tables print them, MiB as BLEU
+GAP_DIGITS = {DECODE_SECONDS: SECONDS_DIGITS, TRAIN_STEP_SECONDS: SECONDS_DIGITS}
 
 #: the timing stage's figures measured once per fused group (on one member's model), not per trial
 ONCE_PER_GROUP = (TRAIN_STEP_SECONDS, TRAIN_PEAK_MB)
@@ -90,13 +93,14 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
         n: int,
         margin: float,
         side: str,
+        digits: int = 2,
     ) -> None:
         out.append(
             {
                 "finding": finding,
                 "length": length,
                 "quantity": quantity,
-                "estimate": estimate(mean, ci),
+                "estimate": estimate(mean, ci, digits),
                 "seeds": n,
                 "verdict": verdict(mean, ci, n, margin, side),
             }
@@ -194,6 +198,7 @@ def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> lis
                 n,
                 0.0,
                 "above",
+                GAP_DIGITS.get(column, 2),
             )
     return out
 

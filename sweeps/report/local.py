@@ -13,8 +13,9 @@ faster and at least as good) drawn and its points labelled, e.g. "memory K=32", 
 answers "which K buys how much BLEU for how much time".
 
 A decode time the timing stage measured while the machine was busy (``decode_contended`` in
-results.csv) is marked with a dagger (†) wherever it is shown, in tables and plots, and the page
-says how many there are: it is not a speed figure.
+results.csv; a training step's: ``train_step_contended``) is marked with a dagger (†) wherever it
+is shown, in tables, Pareto fronts and plots, and the page says how many there are: it is not a
+speed figure.
 
 ``--wandb`` builds a W&B Report for the sweep's group (:mod:`sweeps.report.wandb_report`) with the same
 tables as Markdown and panels over the group's runs, and saves it (needs an API key and network).
@@ -48,7 +49,7 @@ from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
 from sweeps.report.moo import journal_problem, section_with_plots, with_section
-from sweeps.report.plots import UNTIMED_NOTE, plot_results
+from sweeps.report.plots import UNTIMED_NOTE, copied_to_seeds, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
 from sweeps.report.wandb_report import build_wandb_report, report_problem
@@ -62,12 +63,11 @@ def build_local_report(
 
     # the confirm trials (seeds.confirm) are no part of any selection summary: only of the held-out one
     df, confirm = split_confirm(read_results(sweep_dir / RESULTS_CSV))
-    # every timed trial trained fused: its training step and peaks are its group's one measurement
-    timed = df.dropna(subset=["train_step_seconds"]) if "train_step_seconds" in df else df.iloc[0:0]
-    fused = "fused_with" in timed and len(timed) > 0 and bool(timed["fused_with"].notna().all())
+    # each fused cell's training step and peaks measured once and copied to its seeds: no spread
+    copied = copied_to_seeds(df)
     summary = cell_summary(df, metric, mode)  # the summary rule, once for every table and plot
     decode_timed = seconds_column(df) == DECODE_SECONDS  # else val/decode_seconds: not speed
-    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, fused, decode_timed))
+    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, copied, decode_timed))
     paths.update(distill_plots(df, sweep_dir, metric, mode))  # BLEU vs lambda, per K
     points = front_points(summary)
     if not points.empty:

@@ -20,7 +20,9 @@ from sweeps.report.summary import (
     chosen_columns,
     contended_count,
     contended_mask,
+    contended_notes,
     front_points,
+    pareto_rule,
     seconds_column,
     summary_rule,
 )
@@ -33,11 +35,8 @@ CONTENDED_MEANING = (
 )
 RETIME_HINT = "time the checkpoints again on a quiet machine (python -m sweeps.timing CKPT)"
 PARETO_RULE = (
-    f"Rule: contended decode times ({DAGGER}) are kept in the front's computation and marked, not dropped. "
-    "A front among contended figures is not trustworthy: a model timed on a busy machine looks slower than "
-    "it is and can drop off the front (on a loaded machine no attention once came out at 0.081 s, slower "
-    "than memory attention's 0.045 s)."
-)
+    pareto_rule()
+)  # the decode front's (the training-cost front's: sweeps.report.train_cost)
 
 
 def paper_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
@@ -167,24 +166,7 @@ def pareto_notes(points: pd.DataFrame, timed: bool = True) -> list[str]:
         return lines + [
             "The front orders training-time decode signals (no timing stage ran): not speed figures."
         ]
-    lines.append(PARETO_RULE)
-    contended = contended_mask(points)
-    if contended.any():
-        shaky = []
-        axis = axis_of(points)
-        for length, g in points.groupby(axis, dropna=False):
-            k = int(contended[g.index].sum())
-            if k:
-                name = (
-                    (length if axis == "pair" else f"L={length}")
-                    if pd.notna(length)
-                    else "the sweep"
-                )
-                shaky.append(f"{name} ({k} of {len(g)} decode times contended)")
-        lines.append(
-            "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."
-        )
-    return lines
+    return lines + contended_notes(points)
 
 
 def seeds_line(df: pd.DataFrame, summary: pd.DataFrame) -> str:

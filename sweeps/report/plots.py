@@ -15,13 +15,13 @@ import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 from sweeps.report.figures import (  # noqa: E402
-    CONTENDED_LABEL,
     colours,
     contended_handle,
+    contended_label,
     seed_spread,
 )
 from sweeps.report.results import DECODE_SECONDS, headline_columns  # noqa: E402
-from sweeps.report.summary import axis_of, contended_mask  # noqa: E402
+from sweeps.report.summary import CONTENDED_FIGURES, axis_of, contended_mask  # noqa: E402
 from sweeps.spec.signatures import headline_options  # noqa: E402
 
 #: (summary column, axis label, file stem) of the training-cost figures
@@ -39,7 +39,7 @@ LINE_MARKERS = [
 
 
 def plot_results(
-    summary: pd.DataFrame, out_dir: Path, fused: bool = False, timed: bool = True
+    summary: pd.DataFrame, out_dir: Path, copied: bool = False, timed: bool = True
 ) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.summary.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the sweep has the axis it draws:
@@ -53,9 +53,10 @@ def plot_results(
       ``decode_by_model.png`` (a bar per model); contended times drawn as x / hatched bars.
     - training cost, when the timing stage measured it: ``train_step_vs_length.png`` and
       ``train_peak_vs_length.png`` (seconds per training step, its peak memory; one line per
-      model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length. With
-      ``fused`` (trials trained in fused groups), these two were measured once per group and
-      copied to its members: no error bars, and the title says why.
+      model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length; a
+      contended training step drawn apart as a contended decode time is. With ``copied``
+      (:func:`copied_to_seeds`: the timing stage measured each cell of a fused group once and
+      copied the figures to its seeds), no error bars, and the title says why.
 
     ``timed``: the decode times are the timing stage's; without it they are val/decode_seconds
     (:func:`~sweeps.report.summary.seconds_column`), and the decode figure's title says they are
@@ -98,12 +99,14 @@ def plot_results(
     for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost
         if column not in summary or not summary[column].notna().any():
             continue
-        note = ONCE_PER_GROUP_NOTE if fused else None
+        note = ONCE_PER_GROUP_NOTE if copied else None
+        marked = column in CONTENDED_FIGURES  # the training step, as decode time: not its peak
         if lengths >= 2:
-            fig = by_length_figure(summary, column, ylabel, f"{ylabel} vs length", note=note)
+            title = f"{ylabel} vs length"
+            fig = by_length_figure(summary, column, ylabel, title, marked, note)
             paths[f"{stem}_vs_length"] = _save(fig, out_dir / f"{stem}_vs_length.png")
         else:
-            fig = by_model_figure(summary, column, ylabel, f"{ylabel} per model", note=note)
+            fig = by_model_figure(summary, column, ylabel, f"{ylabel} per model", marked, note)
             paths[f"{stem}_by_model"] = _save(fig, out_dir / f"{stem}_by_model.png")
     return paths
 
@@ -204,11 +207,14 @@ def by_length_figure(
     note: str | None = None,
 ):
     """``column`` against length, one line per model (error bars over seeds); with
-    ``mark_contended`` a contended point is an x. ``note``: the title's second line instead of
-    the error bars' (then drawn without them)."""
+    ``mark_contended`` a contended point (of the decode time or the training step:
+    :data:`~sweeps.report.summary.CONTENDED_FIGURES`) is an x. ``note``: the title's second line
+    instead of the error bars' (then drawn without them)."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     rows = summary.dropna(subset=[column, "length"])
-    contended = contended_mask(rows) if mark_contended else pd.Series(False, index=rows.index)
+    contended = (
+        contended_mask(rows, column) if mark_contended else pd.Series(False, index=rows.index)
+    )
     models = rows["model"].unique()  # the summary's order: natural, by length then model
     for model, colour in zip(models, colours()):
         g = rows[rows["model"] == model].sort_values("length")
@@ -234,13 +240,13 @@ def by_length_figure(
         )
     handles, labels = ax.get_legend_handles_labels()
     if contended.any():
-        handles.append(contended_handle("x"))
-        labels.append(CONTENDED_LABEL)
+        handles.append(contended_handle("x", contended_label(column)))
+        labels.append(contended_label(column))
     ax.set_xticks(sorted(rows["length"].astype(int).unique()))
     ax.set_xlabel("sequence length L")
     ax.set_ylabel(ylabel)
     second = f"\n{note}" if note else _seeds_note(rows)
-    ax.set_title(title + second + _all_contended_note(contended), fontsize=10)
+    ax.set_title(title + second + _all_contended_note(contended, column), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
@@ -261,7 +267,9 @@ def by_model_figure(
     names = (
         rows["model"] if "model" in rows and not rows["model"].duplicated().any() else rows["cell"]
     )
-    contended = contended_mask(rows) if mark_contended else pd.Series(False, index=rows.index)
+    contended = (
+        contended_mask(rows, column) if mark_contended else pd.Series(False, index=rows.index)
+    )
     fig, ax = plt.subplots(figsize=(max(4.8, 0.9 * len(rows) + 2.4), 4.2))
     bars = ax.bar(
         range(len(rows)),
@@ -287,17 +295,35 @@ def by_model_figure(
         title += f" (L={rows['length'].dropna().iloc[0]})"
     ax.set_ylabel(ylabel)
     second = f"\n{note}" if note else _seeds_note(rows)
-    ax.set_title(title + second + _all_contended_note(contended), fontsize=10)
+    ax.set_title(title + second + _all_contended_note(contended, column), fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     if contended.any():
-        ax.legend(handles=[contended_handle("hatch")], fontsize=7)
+        ax.legend(handles=[contended_handle("hatch", contended_label(column))], fontsize=7)
     return fig
 
 
 #: the decode figures' second title line when the timing stage did not run
 UNTIMED_NOTE = "val/decode_seconds: timed during training beside other trials, not a speed figure"
-#: the training-cost figures' second title line for a fused sweep
-ONCE_PER_GROUP_NOTE = "one measurement per fused group, copied to its seeds: no spread to draw"
+#: the training-cost figures' second title line when each was copied to its cell's seeds
+ONCE_PER_GROUP_NOTE = (
+    "one measurement per cell of a fused group, copied to its seeds: no spread to draw"
+)
+
+
+def copied_to_seeds(df: pd.DataFrame) -> bool:
+    """Whether results.csv's training steps (and peaks) are copies: every timed trial trained
+    fused and each cell's seeds hold one figure, which the timing stage measured on one member
+    of the cell's group and copied to the others (:mod:`sweeps.timing.fused`). False where a
+    cell's seeds were timed apart (one seed a cell: each cell of a group its own measurement;
+    a cell's seeds in different groups, or of different shapes), or no cell has two seeds."""
+    if "train_step_seconds" not in df or "fused_with" not in df:
+        return False
+    timed = df.dropna(subset=["train_step_seconds"])
+    if timed.empty or timed["fused_with"].isna().any():
+        return False
+    cells = timed.groupby("cell", dropna=False)
+    several = cells["seed"].nunique() > 1
+    return bool(several.any() and (cells["train_step_seconds"].nunique()[several] == 1).all())
 
 
 def _seeds_note(summary: pd.DataFrame) -> str:
@@ -308,9 +334,9 @@ def _seeds_note(summary: pd.DataFrame) -> str:
     )
 
 
-def _all_contended_note(contended: pd.Series) -> str:
+def _all_contended_note(contended: pd.Series, figure: str) -> str:
     return (
-        "\nall decode times contended (†): not speed figures"
+        f"\nall {CONTENDED_FIGURES[figure][1]}s contended (†): not speed figures"
         if len(contended) and contended.all()
         else ""
     )

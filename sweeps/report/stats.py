@@ -188,9 +188,16 @@ def verdict(mean: float, ci: float, n: int, margin: float, side: str) -> str:
     return "held" if high < margin else "contradicted" if low > margin else "not shown"
 
 
-def estimate(mean: float, ci: float) -> str:
-    """A finding's estimate as the tables print it: ``+1.23 ± 0.45`` (empty without a mean)."""
-    return "" if pd.isna(mean) else f"{mean:+.2f}" + ("" if pd.isna(ci) else f" ± {ci:.2f}")
+#: the decimals of a figure in seconds (decode time, a training step), as the tables print them
+SECONDS_DIGITS = 4
+
+
+def estimate(mean: float, ci: float, digits: int = 2) -> str:
+    """A finding's estimate as the tables print it: ``+1.23 ± 0.45`` for BLEU (or MiB), ``digits``
+    decimals (:data:`SECONDS_DIGITS` for seconds: ``+0.0049 ± 0.0012``); empty without a mean."""
+    if pd.isna(mean):
+        return ""
+    return f"{mean:+.{digits}f}" + ("" if pd.isna(ci) else f" ± {ci:.{digits}f}")
 
 
 def memory_models(best: pd.DataFrame) -> list[str]:

@@ -12,7 +12,13 @@ from __future__ import annotations
 import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS, VAL_SACREBLEU
-from sweeps.report.results import DECODE_SECONDS, FINISHED, headline_columns, natural_order
+from sweeps.report.results import (
+    DECODE_SECONDS,
+    FINISHED,
+    TRAIN_STEP_SECONDS,
+    headline_columns,
+    natural_order,
+)
 from sweeps.report.selection import chosen_trials
 from sweeps.report.stats import axis_of, best_of_cells, summary_cells
 
@@ -21,8 +27,14 @@ CONTENDED = "decode_contended"
 TRAIN_CONTENDED = "train_step_contended"
 # the timing stage's training cost, summarised like decode time (mean +- std over seeds)
 TRAIN_FIGURES = ("train_step_seconds", "train_tokens_per_second", "train_peak_mb", "decode_peak_mb")
-#: the mark beside a contended decode time, in every table and plot label
+#: the mark beside a contended decode time (or training step), in every table and plot label
 DAGGER = "†"
+#: the figures the timing stage flags as contended, each with the :func:`cell_summary` column
+#: counting its contended trials and what the page calls it
+CONTENDED_FIGURES = {
+    DECODE_SECONDS: ("contended", "decode time"),
+    TRAIN_STEP_SECONDS: ("train_contended", "training step time"),
+}
 
 SUMMARY_RULE = (
     "One rule everywhere (table, Pareto front, plots): per cell, the best trial by the sweep's metric "
@@ -171,7 +183,7 @@ def pareto_front(
     """Bool per row: True where no other row has ``cost`` <= and ``quality`` >= with one strict.
 
     Rows with a missing quality or cost are never on the front. Ties (equal cost and quality)
-    are all on the front. Contended decode times take part like any other (:data:`PARETO_RULE`).
+    are all on the front. Contended decode times take part like any other (:func:`pareto_rule`).
     """
     on_front = pd.Series(False, index=df.index)
     valid = df[[quality, cost]].dropna()
@@ -213,8 +225,51 @@ def front_points(summary: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def contended_mask(frame: pd.DataFrame) -> pd.Series:
-    """Bool per row of a :func:`cell_summary` (or its points): any of its decode times is contended."""
-    if "contended" not in frame:
+def contended_mask(frame: pd.DataFrame, figure: str = DECODE_SECONDS) -> pd.Series:
+    """Bool per row of a :func:`cell_summary` (or its points): any of its decode times (or of the
+    ``figure`` of :data:`CONTENDED_FIGURES`: the training step's) is contended; all False for a
+    figure the timing stage never flags (a peak of memory)."""
+    column = CONTENDED_FIGURES.get(figure, ("",))[0]
+    if column not in frame:
         return pd.Series(False, index=frame.index)
-    return frame["contended"].fillna(0).astype(int) > 0
+    return frame[column].fillna(0).astype(int) > 0
+
+
+def pareto_rule(figure: str = DECODE_SECONDS) -> str:
+    """The rule a Pareto front of quality against ``figure`` follows for contended figures."""
+    example = (
+        " (on a loaded machine no attention once came out at 0.081 s, slower than memory "
+        "attention's 0.045 s)"
+        if figure == DECODE_SECONDS
+        else ""
+    )
+    return (
+        f"Rule: contended {CONTENDED_FIGURES[figure][1]}s ({DAGGER}) are kept in the front's "
+        "computation and marked, not dropped. A front among contended figures is not trustworthy: "
+        f"a model timed on a busy machine looks slower than it is and can drop off the front{example}."
+    )
+
+
+def contended_notes(points: pd.DataFrame, figure: str = DECODE_SECONDS) -> list[str]:
+    """A Pareto front's caveat for contended figures (``figure``: :data:`CONTENDED_FIGURES`) over
+    ``points`` (every cell the front was chosen from): :func:`pareto_rule`, then the lengths (pairs)
+    whose front was computed among contended figures."""
+    lines = [pareto_rule(figure)]
+    contended = contended_mask(points, figure)
+    if contended.any():
+        shaky = []
+        axis = axis_of(points)
+        groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
+        for length, g in groups:
+            k = int(contended[g.index].sum())
+            if k:
+                name = (
+                    (length if axis == "pair" else f"L={length}")
+                    if pd.notna(length)
+                    else "the sweep"
+                )
+                shaky.append(f"{name} ({k} of {len(g)} {CONTENDED_FIGURES[figure][1]}s contended)")
+        lines.append(
+            "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."
+        )
+    return lines

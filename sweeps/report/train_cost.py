@@ -11,7 +11,13 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.report.results import natural_order
-from sweeps.report.summary import DAGGER, axis_of, pareto_front
+from sweeps.report.summary import (
+    DAGGER,
+    axis_of,
+    contended_mask,
+    contended_notes,
+    pareto_front,
+)
 from sweeps.report.table_text import mean_std, to_markdown
 
 STEP = "train_step_seconds"
@@ -40,7 +46,7 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
         keys = ["cell"]
     rows = summary.sort_values(keys, kind="stable", key=natural_order)
     table = rows[keys].copy()
-    marked = rows.get("train_contended", pd.Series(0, index=rows.index)).fillna(0) > 0
+    marked = contended_mask(rows, STEP)
     for name, column, digits in COLUMNS:
         if column not in rows:
             continue
@@ -55,13 +61,20 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def cost_front(summary: pd.DataFrame) -> str:
-    """Per length, the models no other beats on both BLEU and training-step seconds."""
+def cost_points(summary: pd.DataFrame) -> pd.DataFrame:
+    """The cells the training-cost front is chosen from: those with both BLEU and a training step."""
     if VAL_BLEU not in summary or STEP not in summary:
-        return ""
-    points = summary.dropna(subset=[VAL_BLEU, STEP])
+        return summary.iloc[0:0]
+    return summary.dropna(subset=[VAL_BLEU, STEP])
+
+
+def cost_front(summary: pd.DataFrame) -> str:
+    """Per length, the models no other beats on both BLEU and training-step seconds (a contended
+    training step marked †, as the decode front marks a contended decode time)."""
+    points = cost_points(summary)
     if points.empty:
         return ""
+    contended = contended_mask(points, STEP)
     axis = axis_of(points)
     lines = [
         f"| {axis} | model | BLEU | train step s | train peak MiB |",
@@ -70,11 +83,12 @@ def cost_front(summary: pd.DataFrame) -> str:
     groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
     for length, g in groups:
         front = g[pareto_front(g, VAL_BLEU, STEP)].sort_values(STEP)
-        for _, r in front.iterrows():
+        for idx, r in front.iterrows():
             peak = r.get("train_peak_mb")
+            mark = f" {DAGGER}" if contended[idx] else ""
             lines.append(
                 f"| {'' if length is None else length} | {r['model']} | {r[VAL_BLEU]:.2f} | "
-                f"{r[STEP]:.4f} | {'' if pd.isna(peak) else f'{peak:.1f}'} |"
+                f"{r[STEP]:.4f}{mark} | {'' if pd.isna(peak) else f'{peak:.1f}'} |"
             )
     return "\n".join(lines)
 
@@ -113,12 +127,13 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
     ]
     front = cost_front(summary)
     if front:
+        what = (
+            f"Per {'language pair' if axis_of(summary) == 'pair' else 'length'}, the models no "
+            "other beats on both BLEU and the seconds of a training step; each with its training "
+            "step's peak memory."
+        )
+        notes = contended_notes(cost_points(summary), STEP)  # as the decode front's
         out.append(
-            (
-                "Quality vs training cost: the Pareto front",
-                front + f"\n\nPer {'language pair' if axis_of(summary) == 'pair' else 'length'}, "
-                "the models no other beats on both BLEU and the seconds of a training step; each "
-                "with its training step's peak memory.",
-            )
+            ("Quality vs training cost: the Pareto front", "\n\n".join([front, what, *notes]))
         )
     return out

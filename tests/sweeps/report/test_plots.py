@@ -9,6 +9,7 @@ from matplotlib.collections import PathCollection
 
 from lightning_modules.metric_names import VAL_BLEU as BLEU
 from sweeps.report import plots
+from sweeps.report.figures import CONTENDED_LABEL
 from sweeps.report.results import DECODE_SECONDS as SEC
 from sweeps.report.summary import cell_summary
 
@@ -89,7 +90,7 @@ def test_decode_vs_length_needs_two_lengths_and_marks_contended_points(tmp_path)
     paths = plots.plot_results(s, tmp_path)
     assert "decode_vs_length" in paths and "decode_by_model" not in paths
     fig = plots.by_length_figure(s, SEC, "s", "Decode time vs length", mark_contended=True)
-    assert plots.CONTENDED_LABEL in legend_texts(fig)
+    assert CONTENDED_LABEL in legend_texts(fig)
     crosses = [
         c
         for c in fig.axes[0].collections
@@ -101,7 +102,7 @@ def test_decode_vs_length_needs_two_lengths_and_marks_contended_points(tmp_path)
     clean = plots.by_length_figure(
         summary(), SEC, "s", "Decode time vs length", mark_contended=True
     )
-    assert plots.CONTENDED_LABEL not in legend_texts(clean)
+    assert CONTENDED_LABEL not in legend_texts(clean)
 
 
 def test_one_length_decode_bars_hatch_the_contended_one(tmp_path):
@@ -112,7 +113,7 @@ def test_one_length_decode_bars_hatch_the_contended_one(tmp_path):
     ax = fig.axes[0]
     hatched = [t.get_text() for t, bar in zip(ax.get_xticklabels(), ax.patches) if bar.get_hatch()]
     assert hatched == ["memory K=4 †"]
-    assert plots.CONTENDED_LABEL in legend_texts(fig)
+    assert CONTENDED_LABEL in legend_texts(fig)
     assert "std over seeds" in ax.get_title()
 
 
@@ -170,7 +171,7 @@ def test_a_fused_sweep_s_training_cost_figures_draw_no_seed_spread(tmp_path, mon
     monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
     for fused in (False, True):
         drawn.clear()
-        plots.plot_results(s, tmp_path, fused=fused)
+        plots.plot_results(s, tmp_path, copied=fused)
         ax = drawn["train_step_vs_length.png"].axes[0]
         bars = [c.has_yerr for c in ax.containers]
         assert bars and all(b != fused for b in bars), (fused, bars)

@@ -10,7 +10,7 @@ import pytest
 
 from lightning_modules.metric_names import VAL_BLEU as BLEU
 from sweeps.report import local as report
-from sweeps.report.figures import pareto_figure
+from sweeps.report.figures import CONTENDED_LABEL, pareto_figure
 from sweeps.report.markdown import length_table
 from sweeps.report.results import DECODE_SECONDS as SEC
 from sweeps.report.summary import cell_summary, model_points, pareto_front
@@ -360,7 +360,7 @@ def test_a_pareto_figure_marks_contended_points_and_draws_seed_error_bars():
     fig = pareto_figure(points)
     ax = fig.axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert plots.CONTENDED_LABEL in legend and "error bars: ± std over seeds" in legend
+    assert CONTENDED_LABEL in legend and "error bars: ± std over seeds" in legend
     assert any(
         isinstance(c, ErrorbarContainer) and c.has_xerr and c.has_yerr for c in ax.containers
     ), "xerr/yerr over seeds"
@@ -375,7 +375,7 @@ def test_a_pareto_figure_marks_contended_points_and_draws_seed_error_bars():
     assert not any(isinstance(c, ErrorbarContainer) for c in ax.containers), (
         "one seed: no spread to draw"
     )
-    assert plots.CONTENDED_LABEL not in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert CONTENDED_LABEL not in [t.get_text() for t in ax.get_legend().get_texts()]
     plots.plt.close(fig)
 
 

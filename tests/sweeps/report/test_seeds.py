@@ -140,11 +140,38 @@ def test_a_fused_group_s_one_step_measurement_counts_once_not_once_per_seed():
     df["fused_with"] = df["length"].astype(str) + df["model"]  # one group per cell
     rows = {f["finding"]: f for f in findings(df)}
     assert (rows[gap]["seeds"], rows[gap]["verdict"]) == (1, "not shown")
-    assert rows[gap]["estimate"] == "+0.11"  # the gap itself, with no interval
+    assert rows[gap]["estimate"] == "+0.1100"  # the gap itself, with no interval
     peak = rows["the training peak-memory gap (Bahdanau − memory K=16, MiB) grows with length"]
     assert (peak["seeds"], peak["verdict"]) == (1, "not shown")
     decode = rows["the decode-time gap (Bahdanau − memory K=16, seconds) grows with length"]
     assert (decode["seeds"], decode["verdict"]) == (3, "held")
+
+
+def test_a_finding_in_seconds_keeps_the_digits_the_tables_print():
+    """A decode-time gap of +0.0049 s read "+0.00" and a training-step gap of -0.0152 s "-0.02":
+    an estimate in seconds has the tables' 4 decimals; BLEU's and MiB's keep 2."""
+    df = _frame(
+        {
+            (6, "memory K=32"): [90.0, 91.0],
+            (6, "bahdanau"): [95.0, 95.5],
+            (14, "memory K=32"): [80.0, 82.0],
+            (14, "bahdanau"): [96.0, 96.5],
+        }
+    )
+    decode = {(6, "bahdanau"): 0.0100, (6, "memory K=32"): 0.0090}
+    decode |= {(14, "bahdanau"): 0.0159, (14, "memory K=32"): 0.0100}  # the gap grows 0.0049 s
+    step = {(6, "bahdanau"): 0.0160, (6, "memory K=32"): 0.0092}
+    step |= {(14, "bahdanau"): 0.0208, (14, "memory K=32"): 0.0292}  # and shrinks 0.0152 s
+    keys = list(zip(df["length"], df["model"]))
+    later = (df["length"] == 14) & (df["model"] == "bahdanau")
+    df["decode_seconds"] = [decode[k] for k in keys] + df["seed"] * 0.0002 * later
+    df["train_step_seconds"] = [step[k] for k in keys]
+    df["train_peak_mb"] = [{"bahdanau": 6.5}.get(m, 5.0) * length for length, m in keys]
+    rows = {(f["finding"].split(" (")[0], f["length"]): f["estimate"] for f in findings(df)}
+    assert rows[("the decode-time gap", "6→14")] == "+0.0050 ± 0.0013"  # 0.0049, 0.0051
+    assert rows[("the training-step gap", "6→14")] == "-0.0152 ± 0.0000"
+    assert rows[("the training peak-memory gap", "6→14")] == "+12.00 ± 0.00"
+    assert rows[("memory attention", 14)] == "+15.25 ± 9.53"  # BLEU: 2 decimals, as before
 
 
 def _scoring_frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
