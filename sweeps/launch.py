@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"sweep {sweep.name}{f' (profile {profile})' if profile else ''}: {args.spec}")
-    if sweep.profile_settings:
-        print(profile_line(profile, sweep.profile_settings))
+    if sweep.profile_settings or sweep.set_overrides:
+        print(profile_line(profile, sweep.profile_settings, sweep.set_overrides))
     try:
         plan = build_plan(sweep, Path(args.output))
         for line in describe(plan):

@@ -127,8 +127,9 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
 
 
 def profile_note(sweep_dir: Path) -> str:
-    """``This run's profile smoke sets: ...``, from launch.json: a profile's figures are its
-    settings' (a smoke run's tiny model, validated on its first batches), not the sweep file's."""
+    """``This run's profile smoke sets: ...; then --set ...``, from launch.json: a profile's
+    figures are its settings' (a smoke run's tiny model, validated on its first batches), and a
+    ``--set``'s, not the sweep file's."""
     try:
         said = json.loads((sweep_dir / LAUNCH_FILE).read_text()).get("profile_sets")
     except (OSError, ValueError, AttributeError):

@@ -123,8 +123,11 @@ class Sweep:
     #: the sweep file's sections that plan the trials (``sweeps.spec.load.PLAN_KEYS``), with its
     #: profile, before ``--set``: what ``--resume`` compares with the first run's
     planned: dict[str, Any] = field(default_factory=dict)
-    #: what the profile set, key -> (value, where: ``smoke defaults: ...`` or ``profiles.<name>.<key>``)
+    #: what the profile set and no ``--set`` replaced, key -> (value, where: ``smoke defaults:
+    #: ...`` or ``profiles.<name>.<key>``)
     profile_settings: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: the launch's ``--set`` overrides, as given (``KEY=VALUE``), applied after the profile
+    set_overrides: list[str] = field(default_factory=list)
 
     def teacher_index(self, i: int) -> int | None:
         """The index in :attr:`plans` of the unit that teaches plan ``i`` (its teacher cell, the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,8 @@ def _build(
     set_keys = parse_overrides(overrides or [], source)
     for key, value in set_keys.items():
         _set_dotted(raw, key, value, f"--set {key}", source)
+    # what the profile set and a --set then replaced is not what the run used: not said as its
+    profiled = {k: v for k, v in profiled.items() if holding_key(k, set_keys) is None}
     _check_colon_keys(raw, "", source)
     try:
         spec = SweepSpec.model_validate(raw)
@@ -203,6 +206,7 @@ def _build(
         teachers=teachers,
         planned=planned,
         profile_settings=profiled,
+        set_overrides=list(overrides or []),
     )
 
 
@@ -296,19 +300,30 @@ SMOKE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def profile_line(name: str | None, settings: dict[str, tuple[Any, str]]) -> str:
+def profile_line(
+    name: str | None, settings: dict[str, tuple[Any, str]], overrides: Sequence[str] = ()
+) -> str:
     """``profile smoke sets: model.preset=tiny, ... (the smoke defaults); task.max_length=4
-    (profiles.smoke)``: what a profile changed, so a figure is never read as the full study's
-    (a smoke run's validation covers its first ``trainer.limit_val_batches`` batches)."""
+    (profiles.smoke); then --set trainer.max_steps=30``: what a profile and the ``--set``
+    overrides changed, so a figure is never read as the full study's (a smoke run's validation
+    covers its first ``trainer.limit_val_batches`` batches). ``settings``: the profile's, less
+    those a ``--set`` replaced (:attr:`~sweeps.spec.grid.Sweep.profile_settings`); empty when
+    neither changed anything."""
     groups: dict[str, list[str]] = {}
     for key, (value, origin) in settings.items():
         where = "the smoke defaults" if origin.startswith(SMOKE_ORIGIN) else f"profiles.{name}"
         groups.setdefault(where, []).append(
             f"{key}={json.dumps(value) if isinstance(value, (dict, list)) else value}"
         )
-    return f"profile {name} sets: " + "; ".join(
-        f"{', '.join(items)} ({where})" for where, items in groups.items()
-    )
+    parts = []
+    if groups:
+        parts.append(
+            f"profile {name} sets: "
+            + "; ".join(f"{', '.join(items)} ({where})" for where, items in groups.items())
+        )
+    if overrides:
+        parts.append(("then " if parts else "") + "--set " + ", ".join(overrides))
+    return "; ".join(parts)
 
 
 def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
@@ -346,8 +361,8 @@ def save_launch(
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
     if planned is not None:
         record["planned"] = planned
-    if profile_settings:
-        record["profile_sets"] = profile_line(profile, profile_settings)
+    if profile_settings or overrides:
+        record["profile_sets"] = profile_line(profile, profile_settings or {}, overrides)
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path
 

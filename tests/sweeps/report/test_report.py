@@ -797,3 +797,22 @@ def test_a_profiles_settings_are_said_on_the_page_its_figures_are_on(tmp_path):
     (line,) = [x for x in md.splitlines() if x.startswith("This run's profile smoke sets: ")]
     assert "model.preset=tiny" in line and "trainer.limit_val_batches=2" in line
     assert "(the smoke defaults)" in line and "(profiles.smoke)" in line
+    assert "task.train_size=2000" in line
+    # a --set after the profile: its value is said, the profile's replaced one is not
+    sets = ["task.train_size=500", "grid.task.max_length=[5]"]
+    sweep = load_spec(str(root / "sweeps" / "k_vs_length.yaml"), overrides=sets, profile="smoke")
+    assert "task.train_size" not in sweep.profile_settings and sweep.set_overrides == sets
+    again = tmp_path / "again"
+    save_launch(again, sweep.set_overrides, "smoke", sweep.planned, sweep.profile_settings)
+    md = written_report(again, sweep_rows())
+    (line,) = [x for x in md.splitlines() if x.startswith("This run's profile smoke sets: ")]
+    assert line.endswith(
+        "(profiles.smoke); then --set task.train_size=500, grid.task.max_length=[5]: its figures "
+        "are of those settings."
+    ), line
+    assert "task.train_size=2000" not in line and "grid.task.max_length=[5, 10" not in line
+    # a --set alone is said too
+    bare = tmp_path / "bare"
+    save_launch(bare, ["trainer.max_steps=30"], None)
+    md = written_report(bare, sweep_rows())
+    assert "This run's --set trainer.max_steps=30: its figures are of those settings." in md
