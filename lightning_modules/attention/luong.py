@@ -97,7 +97,13 @@ class LuongGeneralAttention(_ContentAttention):
 @register_attention("luong_concat")
 class LuongConcatAttention(_ContentAttention):
     """score_j = v^T tanh(W [q; s_j]). W = [W_q | W_s] is kept as its two halves so the memory
-    half W_s s_j is precomputed; the hidden width is H."""
+    half W_s s_j is precomputed; the hidden width is H.
+
+    In this project's one decoder, where every mechanism is queried with the same state, this is
+    Bahdanau's score with ``attention_dim`` = H, and its layers have the same shapes and are made
+    in the same order: under one seed it is the same model as ``bahdanau``, weight for weight, and
+    trains to the same figures. Luong et al.'s concat differs from Bahdanau's attention only in
+    the decoder around it. A result "luong_concat matches bahdanau" holds by construction."""
 
     def __init__(self, query_dim: int, memory_dim: int) -> None:
         super().__init__(query_dim, memory_dim)

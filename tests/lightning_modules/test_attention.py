@@ -690,3 +690,18 @@ def test_each_mechanism_declares_its_headline_option():
     shipped_names = {"bahdanau", "key_value", "luong_concat", "luong_dot", "luong_general"}
     shipped_names |= {"luong_location", "monotonic", "none"}
     assert not shipped_names & set(found)
+
+
+def test_luong_concat_is_bahdanau_with_attention_dim_h_weight_for_weight():
+    """In the project's one decoder both score v^T tanh(W_q q + W_s s_j), with the same layers
+    made in the same order: under one seed they are one model (luong.py's docstring, and why the
+    attention zoo's two rows agree to the last digit)."""
+    memory, mask = torch.randn(2, 5, 6), torch.ones(2, 5, dtype=torch.bool)
+    query = torch.randn(2, 4)
+    out = []
+    for name in ("bahdanau", "luong_concat"):
+        torch.manual_seed(0)
+        attn = build_attention(name, query_dim=4, memory_dim=6).eval()
+        ctx, _, weights = attn.step(query, attn.precompute(memory, mask), None, need_weights=True)
+        out.append((ctx, weights))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
