@@ -66,6 +66,8 @@ def repair_journal(journal: Path) -> list[str]:
     ]
 
 
+#: the name a trial's TensorBoard events file starts with
+TENSORBOARD_EVENTS = "events.out.tfevents"
 #: the files of one snapshot of Tune's driver state, written together every few seconds
 STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
 
@@ -116,7 +118,10 @@ def restore_trial_files(experiment: Path) -> list[str]:
     still has it. Tune rewrites them there in place at every snapshot: on a full disk each rewrite
     empties them, the finished trials' too, and a resumed trial then goes on from what is left
     (its ``result.json`` lost every report before the stop). A file is restored only where the
-    storage's copy is a strict prefix of the staged one (empty, or a line or more short)."""
+    storage's copy is a strict prefix of the staged one (empty, or a line or more short). What a
+    stop leaves behind as a matter of course, a TensorBoard events file whose last copy did not
+    run before the launch ended (Ctrl-C, a preemption), is brought up to date without a word; the
+    other files are named."""
     folders = staging_folders(
         experiment, [p.name for p in experiment.glob("experiment_state-*.json")]
     )
@@ -139,12 +144,18 @@ def restore_trial_files(experiment: Path) -> list[str]:
             if longer:
                 write_atomic(stored, max(longer, key=len))
                 restored.setdefault(trial.name, []).append(name)
-    if not restored:
+    said = {
+        trial: kept
+        for trial, names in restored.items()
+        if (kept := [n for n in names if not n.startswith(TENSORBOARD_EVENTS)])
+    }
+    if not said:
         return []
-    files = "; ".join(f"{trial}: {', '.join(names)}" for trial, names in restored.items())
+    files = "; ".join(f"{trial}: {', '.join(names)}" for trial, names in said.items())
     return [
-        f"Tune's files of {len(restored)} trial(s) were cut short on the storage (a full disk, or a "
-        f"copy stopped midway); restored from the driver's own copy: {files}"
+        f"Tune's files of {len(said)} trial(s) on the storage were behind the driver's own copy "
+        f"(its last copy did not run: a full disk, or a copy stopped midway); restored from that "
+        f"copy: {files}"
     ]
 
 

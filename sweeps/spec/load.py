@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from sweeps.assignments import AssignmentError, parse_assignments
 from sweeps.layout import LAUNCH_FILE
-from sweeps.spec.dotted import UNSET, dotted_differences, holding_key, set_dotted
+from sweeps.spec.dotted import UNSET, dotted_differences, get_dotted, holding_key, set_dotted
 from sweeps.spec.gpu import check_gpu_settings
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.messages import format_validation
@@ -164,6 +164,7 @@ def _build(
     planned = {k: copy.deepcopy(raw[k]) for k in PLAN_KEYS if k in raw}  # what --resume compares
     set_keys = parse_overrides(overrides or [], source)
     for key, value in set_keys.items():
+        _check_whole_mapping(raw, key, value, source)
         _set_dotted(raw, key, value, f"--set {key}", source)
     # what the profile set and a --set then replaced is not what the run used: not said as its
     profiled = {k: v for k, v in profiled.items() if holding_key(k, set_keys) is None}
@@ -502,6 +503,27 @@ def _validate_search_bounds(
                 raise SpecError(f"parameters.{key}", str(exc), source) from None
             probe = Cell(cell.values, {**cell.origins, key: f"parameters.{key}"})
             validate_cell(sections["task"], sections["model"], sections["trainer"], probe, source)
+
+
+def _check_whole_mapping(raw: dict, key: str, value: Any, source: str) -> None:
+    """``--set model={preset: tiny}`` replaces the whole section: refused where that would drop
+    settings the file (or its profile) gives, naming them and the one-key form."""
+    if "." not in key and key in ("grid", "parameters"):
+        return  # a whole grid or search space is given as such
+    current = get_dotted(raw, key) if not key.startswith(("grid.", "parameters.")) else None
+    if not (isinstance(value, dict) and isinstance(current, dict)):
+        return
+    if any(":" in str(k) for k in value):
+        return  # `{name:copy}`, misread by YAML: _check_colon_keys says how to write it
+    dropped = sorted(set(current) - set(value))
+    if dropped:
+        raise SpecError(
+            f"--set {key}",
+            f"replaces the whole mapping, which drops {', '.join(dropped)}; set one key at a "
+            f"time (--set {key}.{sorted(value)[0] if value else dropped[0]}=VALUE), or give "
+            f"every key to keep",
+            source,
+        )
 
 
 def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> None:

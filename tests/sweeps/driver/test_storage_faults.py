@@ -157,6 +157,13 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     (exp / "t1_attention=none" / "progress.csv").write_text("step\n10\n")  # a line short
     (exp / "t1_attention=none" / "params.json").write_text('{"lr": 2}')  # not a prefix: kept
     (exp / "t2_attention=none" / "result.json").write_text(reports + '{"step": 30}\n')  # longer
+    # what a Ctrl-C leaves as a matter of course: the events file a line behind, brought up to
+    # date without a word
+    events = "events.out.tfevents.1796031557.vm"
+    (exp / "t3_attention=none").mkdir()
+    (staging / "t3_attention=none").mkdir()
+    (staging / "t3_attention=none" / events).write_text("a\nb\n")
+    (exp / "t3_attention=none" / events).write_text("a\n")
 
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
     said = restore_trial_files(exp)
@@ -167,6 +174,7 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     assert not (exp / "t2_attention=none" / "params.json").exists(), "another run's file"
     assert len(said) == 1 and "1 trial(s)" in said[0], said
     assert "t1_attention=none: progress.csv, result.json" in said[0], said
+    assert "t3" not in said[0] and (exp / "t3_attention=none" / events).read_text() == "a\nb\n"
     assert restore_trial_files(exp) == [], "whole now"
 
 

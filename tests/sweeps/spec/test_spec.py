@@ -284,6 +284,17 @@ def test_a_mapping_without_a_space_after_its_colon_is_said_as_yaml_reads_it(over
     )
 
 
+def test_a_set_of_a_whole_mapping_that_would_drop_settings_is_refused():
+    """``--set model={preset: tiny}`` replaced the whole section: the file's other model settings
+    were dropped without a word."""
+    assert error_of_override(["task={name: copy, max_length: 6}"]) == (
+        "<spec>: --set task: replaces the whole mapping, which drops train_size, val_size; set "
+        "one key at a time (--set task.max_length=VALUE), or give every key to keep"
+    )
+    whole = "task={name: copy, max_length: 6, train_size: 64, val_size: 16}"
+    assert build_sweep(base_spec(), overrides=[whole]).plans[0].task["max_length"] == 6
+
+
 @pytest.mark.train
 def test_cli_reports_bad_spec_without_traceback(tmp_path):
     raw = base_spec()
