@@ -263,6 +263,31 @@ def bootstrap_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def taught_models(df: pd.DataFrame) -> set[str]:
+    """The models whose trials a teacher taught (§3.1): by its attention contexts (a weight above
+    0) or by its trained encoder to start from. A student of neither is memory attention alone."""
+    if "teacher" not in df:
+        return set()
+    rows = df[df["teacher"].notna() & (df["teacher"].astype(str) != "")]
+    weight = pd.to_numeric(rows.get("distill_weight", 0), errors="coerce")
+    start = rows.get("init_from_teacher", pd.Series("none", index=rows.index)).astype(str)
+    return set(rows.loc[(weight.fillna(0) > 0) | ~start.isin(["none", "nan", ""]), "model"])
+
+
+def taught_note(df: pd.DataFrame, named: set[str]) -> str:
+    """The sentence a comparison of memory attention with Bahdanau needs where its best memory
+    model (among ``named``) was taught by a Bahdanau teacher; empty where none was."""
+    students = sorted(named & taught_models(df))
+    if not students:
+        return ""
+    return (
+        f"{', '.join(students)} {'was' if len(students) == 1 else 'were'} taught by a teacher "
+        "(its attention contexts, or its trained encoder to start from): a comparison of "
+        f"{'it' if len(students) == 1 else 'them'} with the teacher's mechanism is not the "
+        "paper's, of memory attention trained alone."
+    )
+
+
 def _seed_list(seeds: Any) -> str:
     """``seed 0`` or ``seeds 0,1,2``: a bare ``(0)`` beside a count reads as no seeds."""
     text = str(seeds)
@@ -320,6 +345,8 @@ def seed_sections(
     if judged:
         counts = pd.Series([j["verdict"] for j in judged]).value_counts().to_dict()
         tally = ", ".join(f"{v} {k}" for k, v in counts.items())
+        compared = {m.strip() for j in judged for m in str(j["quantity"]).split(" − ")}
+        taught = taught_note(df, compared)
         sections.append(
             (
                 "The paper's findings, judged on the intervals",
@@ -329,7 +356,8 @@ def seed_sections(
                     ["finding", "pair" if pairs else "length", *JUDGED_FIGURES],
                 )
                 + "\n\n"
-                + INTERVAL_RULE,
+                + INTERVAL_RULE
+                + (f"\n\n{taught}" if taught else ""),
             )
         )
     table = bootstrap_table(df, metric, mode)
@@ -352,7 +380,8 @@ def seed_sections(
                 "near p = 0.05 the interval can exclude 0 while p is above 0.05, or the reverse. This "
                 "interval is over "
                 "validation sentences for these trained models, not over training seeds (those are above); "
-                "the best memory model is chosen by its mean BLEU on the same data.",
+                "the best memory model is chosen by its mean BLEU on the same data."
+                + (f" {note}" if (note := taught_note(df, set(table["memory"]))) else ""),
             )
         )
     return sections

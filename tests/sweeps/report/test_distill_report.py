@@ -89,3 +89,25 @@ def test_results_md_and_the_lambda_figure(tmp_path):
 def test_no_finding_without_a_lambda_axis():
     rows = [r for r in _rows() if r.get("distill_weight", 0) == 0]
     assert distill_findings(pd.DataFrame(rows)) == []
+
+
+def test_a_best_memory_model_taught_by_its_comparator_is_said_to_be_a_student(tmp_path):
+    """The Table 1 finding and the bootstrap compare memory attention with Bahdanau; where the
+    best memory model is a student of a Bahdanau teacher, the page says the comparison is not the
+    paper's. A weight-0 student started from scratch is memory attention alone."""
+    from sweeps.report.findings import taught_models, taught_note
+
+    frame = results_frame(_rows())
+    assert taught_models(frame) == {
+        "memory K=4 distill_weight=1",
+        "memory K=4 distill_weight=10",
+        "memory K=21 distill_weight=1",
+    }
+    assert taught_note(frame, {"memory K=21 distill_weight=0", "bahdanau"}) == ""
+    assert taught_note(frame, {"memory K=21 distill_weight=1"}).startswith(
+        "memory K=21 distill_weight=1 was taught by a teacher (its attention contexts, or its "
+        "trained encoder to start from): a comparison of it with the teacher's mechanism is not "
+        "the paper's"
+    )
+    started = [dict(r, teacher="x", init_from_teacher="encoder") for r in _rows()]
+    assert "memory K=21 distill_weight=0" in taught_models(results_frame(started))
