@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_modules.metric_names import DECODE_SECONDS, FIT_METRICS, METRICS, VAL_BLEU
+from lightning_modules.metric_names import (
+    DECODE_SECONDS,
+    FIT_METRICS,
+    METRICS,
+    TRAIN_DISTILL,
+    TRAIN_LOSS,
+    VAL_BLEU,
+)
 
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
 # train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
@@ -41,8 +48,18 @@ TIMING_COLUMNS = [
     "timing_device_name",
     *TRAIN_COLUMNS,
 ]
-# every metric the module logs during training (val/bleu first), then the timing stage's
-METRIC_COLUMNS = [VAL_BLEU, *TIMING_COLUMNS, *(m for m in FIT_METRICS if m != VAL_BLEU)]
+# every metric the module logs during training (val/bleu first), then the timing stage's; a
+# student's distillation term beside its training loss (empty for other trials)
+METRIC_COLUMNS = [
+    VAL_BLEU,
+    *TIMING_COLUMNS,
+    *(
+        n
+        for m in FIT_METRICS
+        if m != VAL_BLEU
+        for n in ((m, TRAIN_DISTILL) if m == TRAIN_LOSS else (m,))
+    ),
+]
 #: the held-out stage's (sweeps.heldout), after the metrics, in rows that have them: whether the
 #: row is the one chosen on validation, and its test figures
 HELDOUT_COLUMNS = [

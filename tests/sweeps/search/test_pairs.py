@@ -279,6 +279,9 @@ def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teac
             "it trained, from its first step (its failed try left none)"
         )
         assert trained[0]["timestamp"] >= ended
+        # its distillation term is a results.csv column, as Tune's last report (and W&B) has it
+        assert student["train/distill"] == pytest.approx(trained[-1]["train/distill"], rel=1e-9)
+        assert student["train/distill"] > 0 and pd.isna(teacher["train/distill"])
         hparams = torch.load(student["checkpoint"], map_location="cpu", weights_only=False)[
             "hyper_parameters"
         ]
