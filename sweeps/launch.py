@@ -122,7 +122,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=[0, 1, 2],
         help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter",
     )
-    return p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    cut = bool(extra)  # an argument past the sweep file: a value the shell split at a space
+    for override in args.overrides if cut else ():
+        if override.count("[") > override.count("]") or override.count("{") > override.count("}"):
+            # `--set k=[4, 8]` unquoted: "8]" came as the next argument (the sweep file's place)
+            rest = args.spec if extra and not Path(args.spec).exists() else " ".join(extra)
+            p.error(
+                f"--set {override} was cut at a space by the shell ({rest or 'the rest'} came "
+                f"as another argument): quote the whole value, --set '{override} {rest}'"
+            )
+    if extra:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def _address(text: str) -> str:

@@ -172,7 +172,16 @@ def _build(
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError("", format_validation(exc), source) from None
+        said = format_validation(exc)
+        key = next((k for k in set_keys if said.startswith(f"{k}: ")), None)
+        if key is not None:  # the value came from the command line, not the file: say so
+            empty = (
+                " (nothing after '=': YAML reads that as null)"
+                if set_keys[key] is None and "(got nothing)" not in said
+                else ""
+            )
+            raise SpecError(f"--set {key}", said[len(key) + 2 :] + empty, source) from None
+        raise SpecError("", said, source) from None
     for pname, p in spec.parameters.items():
         try:
             p.resolved_distribution()

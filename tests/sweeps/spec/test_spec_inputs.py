@@ -183,7 +183,9 @@ def test_a_whole_number_yaml_reads_as_text_says_how_to_write_it():
     )
     as_yaml = yaml.safe_load("{max_steps: 1e5}")  # YAML 1.1: no dot, so not a number
     assert error_of(base_spec(trainer=as_yaml)) == said
-    assert error_of(base_spec(), overrides=["trainer.max_steps=1e5"]) == said
+    assert error_of(base_spec(), overrides=["trainer.max_steps=1e5"]) == said.replace(
+        "x.yaml: ", "x.yaml: --set ", 1
+    )
     # the constructor settings say it alike (pydantic: "unable to parse string as an integer")
     task = {**base_spec()["task"], "train_size": yaml.safe_load("2e4")}
     assert error_of(base_spec(task=task)) == (
@@ -269,7 +271,8 @@ def test_a_section_given_one_value_says_it_takes_a_mapping(over, said):
 def test_a_set_of_a_whole_section_to_one_value_lists_its_keys():
     msg = error_of(base_spec(), overrides=["trainer=5"])
     assert msg.startswith(
-        "x.yaml: trainer: must be a mapping of its keys (e.g. trainer: {max_steps: 1000}), not 5; "
+        "x.yaml: --set trainer: must be a mapping of its keys (e.g. trainer: {max_steps: 1000}), "
+        "not 5; "
         "allowed keys: accumulate_grad_batches, check_val_every_n_epoch, "
     )
     assert "TrainerSpec" not in msg
@@ -300,7 +303,7 @@ def test_an_error_of_the_file_or_of_a_set_is_not_put_on_a_profile():
     assert error_of(raw, profile="fast").startswith("x.yaml: trainer.max_stepz: unknown key")
     fine = base_spec(profiles={"fast": {"trainer.max_steps": 5}})
     msg = error_of(fine, profile="fast", overrides=["trainer.bogus=1"])
-    assert msg.startswith("x.yaml: trainer.bogus: unknown key")
+    assert msg.startswith("x.yaml: --set trainer.bogus: unknown key")
 
 
 def test_a_profiles_warm_start_folder_is_needed_only_when_it_is_used(tmp_path):
@@ -498,5 +501,36 @@ def test_a_value_of_the_wrong_type_is_quoted_in_its_error(tmp_path, capsys, sett
     spec.write_text(yaml.safe_dump(base_spec()))
     assert launch_main([str(spec), "--dry-run", "--set", setting]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith(f"error: {spec}: {setting.split('=')[0]}: Input should be a valid")
+    assert err.startswith(f"error: {spec}: --set {setting.split('=')[0]}: Input should be a valid")
     assert err.endswith(got)
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_a_set_value_the_shell_cut_at_a_space_says_to_quote_it(capsys, before):
+    """`--set grid.task.max_length=[4, 8]` unquoted reached the launcher as two arguments: argparse
+    said only "unrecognized arguments: 8]" (or took "8]" for the sweep file)."""
+    spec = "sweeps/quickstart.yaml"
+    cut = ["--set", "grid.task.max_length=[4,", "8]"]
+    with pytest.raises(SystemExit) as info:
+        launch_main([*cut, spec, "--dry-run"] if before else [spec, "--dry-run", *cut])
+    assert info.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "--set grid.task.max_length=[4, was cut at a space by the shell (8] came as another "
+            "argument): quote the whole value, --set 'grid.task.max_length=[4, 8]'"
+        )
+    )
+
+
+def test_a_bad_set_value_is_named_as_the_set_it_came_from():
+    """The file was named as if it held the bad value the command line gave."""
+    assert error_of(base_spec(), overrides=["trainer.max_steps=abc"]) == (
+        "x.yaml: --set trainer.max_steps: Input should be a valid integer, unable to parse string "
+        "as an integer (got 'abc')"
+    )
+    assert error_of(base_spec(wandb={"project": "p"}), overrides=["wandb.project="]) == (
+        "x.yaml: --set wandb.project: Input should be a valid string (nothing after '=': YAML "
+        "reads that as null)"
+    )
