@@ -5,6 +5,7 @@ file; this module knows nothing of reports.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -109,6 +110,16 @@ def trial_status(
     return "done"
 
 
+def last_report(trial_dir: Any) -> dict[str, Any]:
+    """The last report in a local trial folder's ``result.json``; {} where there is none."""
+    path = Path(str(trial_dir)) / "result.json"
+    try:
+        lines = path.read_text().splitlines() if "://" not in str(trial_dir) else []
+        return json.loads(next(line for line in reversed(lines) if line.strip()))
+    except (OSError, StopIteration, ValueError):
+        return {}
+
+
 def row_from_result(
     result,
     plan: TrialPlan,
@@ -118,6 +129,8 @@ def row_from_result(
     retries: int = 0,
 ) -> dict[str, Any]:
     metrics = dict(result.metrics or {})
+    if "step" not in metrics:  # Tune's saved state predates the reports (a second Ctrl-C)
+        metrics = {**last_report(result.path), **metrics}
     status = trial_status(tune_status, metrics, max_steps, failed=result.error is not None)
     row: dict[str, Any] = {
         "trial_id": metrics.get("trial_id") or Path(str(result.path)).name,

@@ -29,6 +29,7 @@ from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit, LaunchError
 from sweeps.driver.console import SweepConsole, quiet_unreported, tune_reporter
 from sweeps.driver.environ import environ_restored
+from sweeps.driver.resume_check import restore_trial_files
 from sweeps.driver.trial_logs import KeepTrialLogs
 from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
@@ -298,6 +299,22 @@ def holds_sweep(path: str) -> bool:
     return holds_local_sweep(Path(path))
 
 
+def saved_grid(launch: Launch) -> Any:
+    """The trials as Tune's last saved state has them (their ids, last reports and checkpoints),
+    where a second Ctrl-C stopped Tune before its final save (the trials' reports it had not
+    copied to the storage yet are taken from its staging copy first); empty where nothing can be
+    read."""
+    path = launch.paths.experiment(launch.sweep.name)
+    try:
+        if "://" not in path:  # the reports Tune had not copied yet, from its staging copy
+            restore_trial_files(Path(path))
+        with quiet_unreported():
+            trainable = make_trainable(launch.settings, None)
+            return tune.Tuner.restore(path, trainable=trainable).get_results()
+    except Exception:  # noqa: BLE001 -- no saved state yet: the plan's rows say what was planned
+        return []
+
+
 def train(launch: Launch) -> None:
     """The sweep's Tune experiment, run or resumed; the rows and plans of its trials. Tune takes
     Ctrl-C (and the SIGINT a preemption or the budget sends) itself and returns normally: the
@@ -317,8 +334,8 @@ def train(launch: Launch) -> None:
                 guard=launch.guard,
                 meter=launch.meter,
             )
-    except KeyboardInterrupt:
-        launch.interrupted, grid = True, []
+    except KeyboardInterrupt:  # Ctrl-C twice: Tune stopped at once, without its last save
+        launch.interrupted, grid = True, saved_grid(launch)
     launch.grid = grid
     launch.interrupted |= launch.guard.fault is not None  # the unfinished continue on --resume
     if grid:

@@ -373,6 +373,42 @@ def test_a_converged_trial_is_its_own_status_and_finished():
     )
 
 
+def test_a_trial_whose_saved_state_predates_its_reports_takes_them_from_its_folder(tmp_path):
+    """Ctrl-C twice: Tune stops without its last save, and the state it saved before holds the
+    trial with no report. Its row takes the last report of its own result.json (unfinished, as
+    it is), not empty figures."""
+    import json
+
+    from sweeps.report.results import row_from_result
+    from sweeps.spec import load_spec
+
+    folder = tmp_path / "t1_attention=bahdanau"
+    folder.mkdir()
+    reports = [
+        {"trial_id": "t1", "step": 10, "val/bleu": 5.0},
+        {"trial_id": "t1", "step": 20, "val/bleu": 7.5},
+    ]
+    (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in reports))
+
+    class R:
+        metrics = {}
+        error = None
+        checkpoint = None
+        path = str(folder)
+        config = {}
+
+    plan = load_spec("sweeps/quickstart.yaml").plans[0]
+    row = row_from_result(R(), plan, [], max_steps=1200, tune_status="PENDING")
+    assert (row["trial_id"], row["step"], row["val/bleu"], row["status"]) == (
+        "t1",
+        20,
+        7.5,
+        "unfinished",
+    )
+    R.path = str(tmp_path / "never_started")
+    assert row_from_result(R(), plan, [], max_steps=1200, tune_status="PENDING")["step"] is None
+
+
 # -- packing ---------------------------------------------------------------------------------------
 
 
