@@ -79,13 +79,15 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
 #: what a launch sets in this process's environment for W&B (the driver's W&B calls and the Ray it
 #: starts read it), taken back when the launch returns: a later launch in the same process (a
 #: notebook, a test) settles its own ``wandb.mode: auto`` rather than reading the last one's
-LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT", "RAY_COLOR_PREFIX")
+LAUNCH_ENV = ("WANDB_MODE", "WANDB_SILENT")
 
 
 def plain_prefixes() -> None:
     """Ray colours the ``(trial pid=...)`` prefix of the lines its processes print, as escape
     codes that a log file or a pipe shows raw: off where the launcher's output is not a terminal,
-    unless the environment says otherwise."""
+    unless the environment says otherwise. Kept after the launch returns: Ray's processes print
+    their last lines (a worker's teardown) as the process exits, and the output is still no
+    terminal then."""
     if not sys.stdout.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
