@@ -18,6 +18,7 @@ from sweeps.report.figures import (  # noqa: E402
     colours,
     contended_handle,
     contended_label,
+    model_styles,
     seed_spread,
 )
 from sweeps.report.results import DECODE_SECONDS, headline_columns  # noqa: E402
@@ -206,27 +207,30 @@ def by_length_figure(
     mark_contended: bool = False,
     note: str | None = None,
 ):
-    """``column`` against length, one line per model (error bars over seeds); with
+    """``column`` against length, one line per model in its style of every figure
+    (:func:`~sweeps.report.figures.model_styles`), error bars over seeds; with
     ``mark_contended`` a contended point (of the decode time or the training step:
     :data:`~sweeps.report.summary.CONTENDED_FIGURES`) is an x. ``note``: the title's second line
     instead of the error bars' (then drawn without them)."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
+    styles = model_styles(summary["model"])  # every model's, so each looks as in other figures
     rows = summary.dropna(subset=[column, "length"])
     contended = (
         contended_mask(rows, column) if mark_contended else pd.Series(False, index=rows.index)
     )
-    models = rows["model"].unique()  # the summary's order: natural, by length then model
-    for model, colour in zip(models, colours()):
+    for model, style in styles.items():
         g = rows[rows["model"] == model].sort_values("length")
+        if g.empty:
+            continue
+        colour = style["color"]
         ax.errorbar(
             g["length"].astype(float),
             g[column],
             yerr=None if note else seed_spread(g, column),
-            marker="o",
             markersize=4,
             capsize=3,
-            color=colour,
             label=model,
+            **style,
         )
         marked = g[contended[g.index]]
         ax.scatter(
@@ -260,9 +264,11 @@ def by_model_figure(
     mark_contended: bool = False,
     note: str | None = None,
 ):
-    """A bar per cell (labelled by model, or by cell when models repeat), error bars over seeds;
+    """A bar per cell (labelled by model, or by cell when models repeat) in its model's colour,
+    error bars over seeds;
     with ``mark_contended`` a contended bar is hatched and its label carries the dagger.
     ``note``: as for :func:`by_length_figure`."""
+    styles = model_styles(summary["model"]) if "model" in summary else {}
     rows = summary.dropna(subset=[column]).reset_index(drop=True)
     names = (
         rows["model"] if "model" in rows and not rows["model"].duplicated().any() else rows["cell"]
@@ -276,7 +282,9 @@ def by_model_figure(
         rows[column],
         yerr=None if note else seed_spread(rows, column),
         capsize=3,
-        color=colours()[: len(rows)],
+        color=[styles[str(m)]["color"] for m in rows["model"]]
+        if styles
+        else colours()[: len(rows)],
         edgecolor="0.25",
     )
     for bar, flag in zip(bars, contended):
