@@ -35,6 +35,10 @@ slots; C_k is then a *sum* whose scale grows with the sentence length. Normalisi
 source positions for each k instead ("S") makes each C_k a convex combination of encoder
 states, a length-independent summary. The paper's text admits both readings, so the sweep can
 compare them. It has no effect with sigmoid encoder scoring (which normalises over nothing).
+
+With K=1 and the softmax over K, every source position gives its one slot weight 1 whatever its
+score, so position encodings (which scale the scores) change nothing: such a model is the same
+with and without them.
 """
 
 from __future__ import annotations

@@ -705,3 +705,30 @@ def test_luong_concat_is_bahdanau_with_attention_dim_h_weight_for_weight():
         ctx, _, weights = attn.step(query, attn.precompute(memory, mask), None, need_weights=True)
         out.append((ctx, weights))
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+
+
+def test_memory_attention_with_one_slot_softmax_over_k_ignores_position_encodings():
+    """With K=1 and the encoder softmax over K, every source position gives its one slot weight 1,
+    whatever the score: position encodings (which scale the scores) change nothing, so
+    position_encoding.yaml's K=1 cells with and without them are one model."""
+    memory, mask = torch.randn(2, 5, 6), torch.tensor([[1] * 5, [1] * 3 + [0] * 2]).bool()
+    query = torch.randn(2, 4)
+    out = []
+    for pe in (False, True):
+        torch.manual_seed(0)
+        attn = build_attention(
+            "memory", query_dim=4, memory_dim=6, K=1, position_encoding=pe, max_source_len=5
+        ).eval()
+        ctx, _, weights = attn.step(query, attn.precompute(memory, mask), None, need_weights=True)
+        out.append((ctx, weights))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+    torch.manual_seed(0)  # sigmoid scoring normalises over nothing: there they differ
+    plain = build_attention("memory", query_dim=4, memory_dim=6, K=1, encoder_scoring="sigmoid")
+    torch.manual_seed(0)
+    encoded = build_attention(
+        "memory", query_dim=4, memory_dim=6, K=1, encoder_scoring="sigmoid",
+        position_encoding=True, max_source_len=5,
+    )  # fmt: skip
+    a = plain.eval().step(query, plain.precompute(memory, mask), None)[0]
+    b = encoded.eval().step(query, encoded.precompute(memory, mask), None)[0]
+    assert not torch.allclose(a, b)
