@@ -5,6 +5,7 @@ figures, and the colours and legend entries all figures share, are in :mod:`swee
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -47,7 +48,8 @@ def plot_results(
 
     - BLEU: ``bleu_vs_<option>.png`` per headline option (:func:`bleu_vs_headline_figure`; memory
       attention's ``bleu_vs_k.png``: BLEU against K, one line per length with at least two K
-      values, error bars over seeds; other models as labelled reference lines) when some length
+      values and per combination of the model's other grid values (position encodings on and
+      off), error bars over seeds; other models as labelled reference lines) when some length
       has two or more of its values; else ``bleu_vs_length.png`` (one line per model) when there
       are two or more lengths; else ``bleu_by_model.png`` (a bar per model).
     - decode time: ``decode_vs_length.png`` (one line per model) with two or more lengths, else
@@ -114,10 +116,14 @@ def plot_results(
 
 def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     """BLEU against a headline option (``Attention.headline``: memory attention's K, local
-    attention's window): for each mechanism that declares ``option``, one line per length that has
-    two or more of its values (error bars over seeds); at those lengths every model without the
-    option is a reference line in the length's colour, labelled "<model> L=<length>" in the
-    legend. None when no such line has two points (a one-point line says nothing)."""
+    attention's window): for each mechanism that declares ``option``, one line per length and per
+    combination of the model's other grid values (:func:`variant_of`: position encodings on and
+    off, a scoring function) that has two or more of its values (error bars over seeds); at those
+    lengths every model without the option is a reference line in the length's colour, labelled
+    "<model> L=<length>" in the legend. A line is labelled "<mechanism> L=<length>", then its
+    other values ("memory L=10, PE on"); with one length, each such combination has a colour of
+    its own, with several a line style. None when no such line has two points (a one-point line
+    says nothing)."""
     meanings = {
         name: meaning for name, (opt, meaning, _) in headline_options().items() if opt == option
     }
@@ -126,18 +132,22 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     rows = summary[summary["attention"].isin(list(meanings)) & summary[option].notna()]
     axis = axis_of(summary)  # length, or a translation sweep's language pair
     by_length = rows.groupby(axis, dropna=False, sort=True) if axis in rows else [(None, rows)]
-    drawn = []  # (length, [(mechanism, its points), ...]) for each length with a line
+    variants = pd.Series([variant_of(r, option) for _, r in rows.iterrows()], rows.index, object)
+    drawn = []  # (length, [(mechanism, variant, its points), ...]) for each length with a line
     for length, g in by_length:
         lines = [
-            (name, m.sort_values(option))
-            for name, m in g.groupby("attention", sort=True)
-            # one point per value: not when another grid axis (distill_weight) repeats the values
+            (name, variant, m.sort_values(option))
+            for (name, variant), m in g.groupby(["attention", variants[g.index]], sort=True)
+            # one point per value: not when a grid axis the label does not name repeats them
             if m[option].nunique() >= 2 and m[option].is_unique
         ]
         if lines:
+            lines.sort(key=lambda line: (line[0], _natural(line[1])))
             drawn.append((length, lines))
     if not drawn:
         return None
+    kinds = sorted({v for _, lines in drawn for _, v, _ in lines}, key=_natural)
+    by_variant = len(drawn) == 1 and len(kinds) > 1  # one length: a colour per combination
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     line_labels = set()
     for (length, lines), colour in zip(drawn, colours()):
@@ -148,17 +158,23 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
             if axis == "pair"
             else f" L={length}"
         )
-        for (name, g), marker in zip(lines, LINE_MARKERS * 8):
+        mechanisms = list(dict.fromkeys(name for name, _, _ in lines))
+        for name, variant, g in lines:
+            label = f"{name}{at}" + (f", {variant_label(variant)}" if variant else "")
+            style = {"color": colour, "marker": LINE_MARKERS[mechanisms.index(name) % 4]}
+            if variant:  # else as drawn before lines had other values
+                style.update(variant_style(kinds.index(variant), mechanisms.index(name)))
+                if by_variant:
+                    style["color"] = colours()[kinds.index(variant)]
             ax.errorbar(
                 g[option].astype(float),
                 g[VAL_BLEU],
                 yerr=seed_spread(g, VAL_BLEU),
-                marker=marker,
                 capsize=3,
-                color=colour,
-                label=f"{name}{at}",
+                **style,
+                label=label,
             )
-            line_labels.add(f"{name}{at}")
+            line_labels.add(label)
         others = summary[~summary["attention"].isin(list(meanings))]
         if at:
             others = others[others[axis] == length]
@@ -172,10 +188,12 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
                 label=f"{row['model']}{at}",
             )
     ax.set_xscale("log", base=2)
-    values = sorted({int(v) for _, lines in drawn for _, g in lines for v in g[option]})
+    values = sorted({int(v) for _, lines in drawn for _, _, g in lines for v in g[option]})
     ax.set_xticks(values, [str(v) for v in values])
     meaning = "; ".join(
-        dict.fromkeys(meanings[name] for _, lines in drawn for name, _ in lines if meanings[name])
+        dict.fromkeys(
+            meanings[name] for _, lines in drawn for name, _, _ in lines if meanings[name]
+        )
     )
     ax.set_xlabel(f"{option} ({meaning})" if meaning else option)
     ax.set_ylabel("BLEU")
@@ -197,6 +215,57 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
         bbox_to_anchor=(1.01, 0.5),
     )
     return fig
+
+
+#: the line styles of a headline figure's lines with other grid values (:func:`variant_style`)
+VARIANT_STYLES = ["-", (0, (4, 1.5)), (0, (1, 1)), (0, (6, 1.5, 1, 1.5))]
+
+
+def variant_style(i: int, mechanism: int) -> dict:
+    """The line style, marker and fill of the ``i``-th combination of other grid values in a
+    headline figure (of its ``mechanism``-th mechanism): each its own, and past the first hollow
+    markers on dashed lines, so lines that coincide (position encodings at K=1) both show."""
+    style = {
+        "linestyle": VARIANT_STYLES[i % len(VARIANT_STYLES)],
+        "marker": LINE_MARKERS[(mechanism + i) % len(LINE_MARKERS)],
+    }
+    return {**style, "markerfacecolor": "none"} if i else style
+
+
+#: shorter names of grid options in a line's label
+SHORT_OPTIONS = {"position_encoding": "PE", "distill_weight": "λ", "init_from_teacher": "init"}
+
+
+def variant_of(row: pd.Series, option: str) -> str:
+    """The grid values of a summary row's model other than its mechanism and ``option`` (its
+    label less those: ``position_encoding=True`` of ``memory K=4 position_encoding=True``), what
+    tells its cell apart from the others with the same ``option`` value; "" where none."""
+    model = "" if pd.isna(row.get("model")) else str(row.get("model"))
+    model, baseline = model.removesuffix(BASELINE_SUFFIX), model.endswith(BASELINE_SUFFIX)
+    parts = re.split(r" (?=[\w.]+=)", model)
+    if parts[0] == str(row.get("attention", "")):
+        parts = parts[1:]
+    parts = [p for p in parts if p and not p.startswith(f"{option}=")]
+    return " ".join(parts + ["(baseline)"] * baseline)
+
+
+#: what :func:`~sweeps.report.stats.summary_cells` appends to a baseline cell's model
+BASELINE_SUFFIX = " (baseline)"
+
+
+def variant_label(variant: str) -> str:
+    """A line's other grid values for its legend: ``PE on``, ``encoder_scoring=sigmoid, λ=0.1``."""
+    out = []
+    for part in re.split(r" (?=[\w.]+=)", variant):
+        key, eq, value = part.partition("=")
+        name = SHORT_OPTIONS.get(key, key)
+        flag = {"True": "on", "False": "off"}.get(value) if eq else None
+        out.append(f"{name} {flag}" if flag else f"{name}{eq}{value}")
+    return ", ".join(out)
+
+
+def _natural(text: str) -> str:
+    return re.sub(r"\d+", lambda m: m.group().zfill(12), text)
 
 
 def by_length_figure(

@@ -73,7 +73,14 @@ def test_results_md_and_the_lambda_figure(tmp_path):
     (tmp_path / RESULTS_CSV).write_text(frame.to_csv(index=False))
     paths = build_local_report(tmp_path)
     assert paths["bleu_vs_lambda"].is_file()
-    assert "bleu_vs_k" not in paths, "K repeats over lambda: no BLEU vs K line through them"
+    # K repeats over lambda: no BLEU vs K line through them, one line per lambda with two Ks
+    assert paths["bleu_vs_k"].is_file() and "bleu_by_model" not in paths
+    from sweeps.report.plots import bleu_vs_headline_figure
+    from sweeps.report.summary import cell_summary
+
+    fig = bleu_vs_headline_figure(cell_summary(frame), "K")
+    lines = {c.get_label(): c.lines[0].get_xdata().tolist() for c in fig.axes[0].containers}
+    assert lines == {"memory L=20, λ=0": [4.0, 21.0], "memory L=20, λ=1": [4.0, 21.0]}
     md = (tmp_path / "results.md").read_text()
     assert f"| {SMALL_K} | 20 | λ=1 − λ=0 (K=4) | +5.17 ± " in md and "| 3 | held |" in md
     assert f"| {LARGE_K} | 20 | λ=1 − λ=0 (K=21) |" in md and "contradicted" in md

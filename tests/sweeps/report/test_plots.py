@@ -232,3 +232,72 @@ def test_decode_figures_say_so_when_the_timing_stage_did_not_run(tmp_path, monke
         for name in ("decode_vs_length.png", "pareto.png"):
             title = drawn[name].axes[0].get_title()
             assert (plots.UNTIMED_NOTE in title) != timed, (name, title)
+
+
+def position_encoding_summary(lengths=(100,)) -> pd.DataFrame:
+    """cell_summary of position_encoding.yaml's grid, K x position encodings off and on, beside
+    Bahdanau, two seeds: BLEU = K (+ 10 with encodings) - L / 100 (seed 1: one more)."""
+    rows = []
+    for length in lengths:
+        models = [
+            (f"memory K={k} position_encoding={pe}", "memory", k, k + 10 * pe - length / 100)
+            for k in (1, 4, 16)
+            for pe in (False, True)
+        ] + [("bahdanau", "bahdanau", None, 90.0)]
+        for seed in (0, 1):
+            for model, attention, k, bleu in models:
+                rows.append(
+                    {
+                        "cell": f"length={length} attention={model}",
+                        "model": model,
+                        "attention": attention,
+                        "K": k,
+                        "length": length,
+                        "seed": seed,
+                        "status": "done",
+                        BLEU: bleu + seed,
+                        SEC: 0.01,
+                    }
+                )
+    return cell_summary(pd.DataFrame(rows))
+
+
+def errorbar_lines(fig) -> dict[str, list[list[float]]]:
+    """Each errorbar line's points (K, BLEU), by its legend label."""
+    return {c.get_label(): c.lines[0].get_xydata().tolist() for c in fig.axes[0].containers}
+
+
+def test_bleu_vs_k_draws_a_line_per_position_encoding_where_k_repeats_over_it(tmp_path):
+    """position_encoding.yaml crosses K with position_encoding at one length: K repeats, once per
+    PE value, and the report drew no bleu_vs_k.png (a bar chart only). One line per PE value now,
+    each through its own cells' points, Bahdanau a reference line as before."""
+    s = position_encoding_summary()
+    paths = plots.plot_results(s, tmp_path)
+    assert "bleu_vs_k" in paths and (tmp_path / "bleu_vs_k.png").is_file()
+    assert "bleu_by_model" not in paths
+    fig = plots.bleu_vs_headline_figure(s, "K")
+    assert errorbar_lines(fig) == {
+        "memory L=100, PE off": [[1.0, 0.5], [4.0, 3.5], [16.0, 15.5]],
+        "memory L=100, PE on": [[1.0, 10.5], [4.0, 13.5], [16.0, 25.5]],
+    }
+    texts = legend_texts(fig)
+    assert texts == ["memory L=100, PE off", "memory L=100, PE on", "bahdanau L=100"]
+    off, on = (c.lines[0] for c in fig.axes[0].containers)
+    assert off.get_color() != on.get_color(), "one length: a colour per PE value"
+    assert on.get_linestyle() != off.get_linestyle(), "lines that coincide (K=1) both show"
+
+    # several lengths: a line per length and PE value, the length in the label
+    fig = plots.bleu_vs_headline_figure(position_encoding_summary(lengths=(10, 20)), "K")
+    lines = errorbar_lines(fig)
+    assert list(lines) == [
+        "memory L=10, PE off",
+        "memory L=10, PE on",
+        "memory L=20, PE off",
+        "memory L=20, PE on",
+    ]
+    assert lines["memory L=20, PE on"] == [
+        [1.0, pytest.approx(11.3)],
+        [4.0, pytest.approx(14.3)],
+        [16.0, pytest.approx(26.3)],
+    ]
+    assert {"bahdanau L=10", "bahdanau L=20"} <= set(legend_texts(fig))
