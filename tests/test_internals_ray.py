@@ -360,3 +360,12 @@ def test_ray_reads_its_colour_switch_when_it_prints_a_process_line():
     assert 'os.getenv("RAY_COLOR_PREFIX") == "0"' in source(worker.print_worker_logs), (
         "Ray no longer turns the process prefixes' colours off with RAY_COLOR_PREFIX=0"
     )
+
+
+@internal("ray-sigterm-exit", "ray", "sweeps/trial/lifecycle.py (quiet_lost_exits)")
+def test_a_ray_worker_exits_on_sigterm_by_raising_system_exit():
+    import ray._private.worker as worker
+
+    assert "raise_sys_exit_with_custom_error_message" in source(worker.Worker.main_loop), (
+        "Ray's worker no longer exits on SIGTERM by raising SystemExit from its handler"
+    )

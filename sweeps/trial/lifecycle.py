@@ -7,6 +7,7 @@ process trains nothing and so imports no torch) share them."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,25 @@ def quiet_logs() -> None:
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging"
     )
+    quiet_lost_exits()
+
+
+def quiet_lost_exits() -> None:
+    """Ray ends a worker it no longer needs with SIGTERM, whose handler raises SystemExit. Where
+    the signal lands inside a weakref or garbage-collection callback, Python cannot raise it, and
+    prints "Exception ignored in: <function WeakSet...>" with Ray's traceback, which reached the
+    sweep's console from a trial that had finished. Such a lost exit is dropped; every other
+    exception Python cannot raise is printed as before (``sys.unraisablehook``)."""
+    if getattr(sys.unraisablehook, "drops_lost_exits", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(info: Any) -> None:
+        if not isinstance(info.exc_value, SystemExit):
+            previous(info)
+
+    hook.drops_lost_exits = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def placement_metrics() -> dict[str, Any]:
