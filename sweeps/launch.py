@@ -123,18 +123,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter",
     )
     args, extra = p.parse_known_args(argv)
-    cut = bool(extra)  # an argument past the sweep file: a value the shell split at a space
-    for override in args.overrides if cut else ():
+    if not extra:
+        return args
+    # an argument past the sweep file: `--set k=[4, 8]` unquoted, its "8]" split off by the shell
+    # (into the sweep file's place where the --set came first)
+    rest = args.spec if not Path(args.spec).exists() else " ".join(extra)
+    for override in args.overrides:
         if override.count("[") > override.count("]") or override.count("{") > override.count("}"):
-            # `--set k=[4, 8]` unquoted: "8]" came as the next argument (the sweep file's place)
-            rest = args.spec if extra and not Path(args.spec).exists() else " ".join(extra)
             p.error(
-                f"--set {override} was cut at a space by the shell ({rest or 'the rest'} came "
-                f"as another argument): quote the whole value, --set '{override} {rest}'"
+                f"--set {override} was cut at a space by the shell ({rest} came as another "
+                f"argument): quote the whole value, --set '{override} {rest}'"
             )
-    if extra:
-        p.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args
+    p.error(f"unrecognized arguments: {' '.join(extra)}")
 
 
 def _address(text: str) -> str:

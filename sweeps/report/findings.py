@@ -269,7 +269,9 @@ def taught_models(df: pd.DataFrame) -> set[str]:
     if "teacher" not in df:
         return set()
     rows = df[df["teacher"].notna() & (df["teacher"].astype(str) != "")]
-    weight = pd.to_numeric(rows.get("distill_weight", 0), errors="coerce")
+    weight = pd.to_numeric(
+        rows.get("distill_weight", pd.Series(0, index=rows.index)), errors="coerce"
+    )
     start = rows.get("init_from_teacher", pd.Series("none", index=rows.index)).astype(str)
     return set(rows.loc[(weight.fillna(0) > 0) | ~start.isin(["none", "nan", ""]), "model"])
 

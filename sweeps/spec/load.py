@@ -517,9 +517,9 @@ def _validate_search_bounds(
 def _check_whole_mapping(raw: dict, key: str, value: Any, source: str) -> None:
     """``--set model={preset: tiny}`` replaces the whole section: refused where that would drop
     settings the file (or its profile) gives, naming them and the one-key form."""
-    if "." not in key and key in ("grid", "parameters"):
-        return  # a whole grid or search space is given as such
-    current = get_dotted(raw, key) if not key.startswith(("grid.", "parameters.")) else None
+    if key.split(".")[0] in ("grid", "parameters"):
+        return  # a grid axis or a search space (or all of one) is given as such
+    current = get_dotted(raw, key)
     if not (isinstance(value, dict) and isinstance(current, dict)):
         return
     if any(":" in str(k) for k in value):

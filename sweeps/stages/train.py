@@ -267,6 +267,11 @@ def run_tune(
         return grid
     # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
     # state says which trials are unfinished (PENDING).
+    return read_back(path, trainable)
+
+
+def read_back(path: str, trainable: Any) -> Any:
+    """The experiment's ``ResultGrid`` as the state Tune saved at ``path`` has it."""
     with quiet_unreported():
         return tune.Tuner.restore(path, trainable=trainable).get_results()
 
@@ -308,9 +313,7 @@ def saved_grid(launch: Launch) -> Any:
     try:
         if "://" not in path:  # the reports Tune had not copied yet, from its staging copy
             restore_trial_files(Path(path))
-        with quiet_unreported():
-            trainable = make_trainable(launch.settings, None)
-            return tune.Tuner.restore(path, trainable=trainable).get_results()
+        return read_back(path, make_trainable(launch.settings, None))
     except Exception:  # noqa: BLE001 -- no saved state yet: the plan's rows say what was planned
         return []
 

@@ -161,14 +161,12 @@ def test_each_headline_option_gets_its_own_figure(tmp_path):
     assert {"bleu_vs_k", "bleu_vs_window"} <= set(paths)
 
 
-def test_a_fused_sweep_s_training_cost_figures_draw_no_seed_spread(tmp_path, monkeypatch):
+def test_a_fused_sweep_s_training_cost_figures_draw_no_seed_spread(tmp_path, drawn):
     """A fused group's training step is one measurement copied to its seeds: the figure draws no
     error bars and its title says why; an unfused sweep's keeps its bars over seeds."""
     s = summary()
     s["train_step_seconds"] = s[SEC] * 2
     s["train_step_seconds_std"] = s[f"{SEC}_std"]
-    drawn = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
     for fused in (False, True):
         drawn.clear()
         plots.plot_results(s, tmp_path, copied=fused)
@@ -201,20 +199,12 @@ def test_one_seed_draws_no_error_bars_and_two_seeds_do():
         assert (error_bars_drawn(lines) > 0) == drawn, seeds
 
 
-def test_decode_figures_say_so_when_the_timing_stage_did_not_run(tmp_path, monkeypatch):
+def test_decode_figures_say_so_when_the_timing_stage_did_not_run(tmp_path, drawn):
     """Without the timing stage the report's decode times are val/decode_seconds, timed during
     training beside other trials: results.md said so, the decode and Pareto figures did not."""
     from sweeps.report import local
     from sweeps.report.results import write_results_csv
 
-    drawn = {}
-
-    def keep(fig, path, *args, **kwargs):
-        drawn[path.name] = fig
-        return path
-
-    monkeypatch.setattr(plots, "_save", keep)
-    monkeypatch.setattr(local, "save_figure", keep)
     rows = [
         {"trial_id": f"t{length}{m}", "cell": f"length={length} {m}", "model": m, "attention": m,
          "length": length, "seed": 0, "status": "done", BLEU: 90.0 - length + i,

@@ -92,11 +92,9 @@ def test_the_training_cost_front_marks_and_caveats_a_contended_step_as_the_decod
     assert RULE in clean_front, "the rule is stated, as on the decode front"
 
 
-def test_the_training_step_figures_draw_a_contended_step_apart(tmp_path, monkeypatch):
+def test_the_training_step_figures_draw_a_contended_step_apart(tmp_path, drawn):
     """train_step_vs_length.png / train_step_by_model.png drew contended steps like any other,
     where the decode figures draw contended times as an x / a hatched bar."""
-    drawn = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and path)
     s = cell_summary(pd.DataFrame(rows(contended={("bahdanau", 50)})))
     plots.plot_results(s, tmp_path)
     ax = drawn["train_step_vs_length.png"].axes[0]
@@ -120,37 +118,30 @@ def test_the_training_step_figures_draw_a_contended_step_apart(tmp_path, monkeyp
     assert "all training step times contended (†): not speed figures" in title
 
 
-def _train_step_title(tmp_path, monkeypatch, trials: list[dict]) -> str:
-    drawn = {}
-
-    def keep(fig, path, *args, **kwargs):
-        drawn[path.name] = fig
-        return path
-
-    monkeypatch.setattr(plots, "_save", keep)
-    monkeypatch.setattr(local, "save_figure", keep)
+def _train_step_title(tmp_path, drawn, trials: list[dict]) -> str:
+    drawn.clear()
     write_results_csv(trials, tmp_path)
     local.build_local_report(tmp_path)
     return drawn["train_step_vs_length.png"].axes[0].get_title()
 
 
-def test_one_seed_fused_steps_are_not_called_copies(tmp_path, monkeypatch):
+def test_one_seed_fused_steps_are_not_called_copies(tmp_path, drawn):
     """With one seed every cell of a fused group is timed on its own model: nothing was copied
     to any seed, yet the figures said "copied to its seeds: no spread to draw"."""
     by_length = lambda length, model: f"g{length}"  # noqa: E731 - a group per length
-    title = _train_step_title(tmp_path / "one", monkeypatch, rows(group=by_length))
+    title = _train_step_title(tmp_path / "one", drawn, rows(group=by_length))
     assert plots.ONCE_PER_GROUP_NOTE not in title and "copied" not in title
 
 
-def test_fused_steps_copied_to_a_cell_s_seeds_are_said_to_be(tmp_path, monkeypatch):
+def test_fused_steps_copied_to_a_cell_s_seeds_are_said_to_be(tmp_path, drawn):
     """Three seeds of a cell trained in one group, their training step measured once and copied
     (one value across the seeds): no spread to draw, and the title says why; a fused sweep whose
     seeds hold their own measurements draws its error bars over seeds."""
     by_cell = lambda length, model: f"{length}{model}"  # noqa: E731 - a group per cell
     same = lambda length, i, seed: 0.001 * (i + 1) * length  # noqa: E731 - the seeds' one figure
     copied = rows(seeds=(0, 1, 2), group=by_cell, step=same)
-    title = _train_step_title(tmp_path / "copied", monkeypatch, copied)
+    title = _train_step_title(tmp_path / "copied", drawn, copied)
     assert plots.ONCE_PER_GROUP_NOTE in title and "std over seeds" not in title
     apart = rows(seeds=(0, 1, 2), group=by_cell)  # each seed its own value
-    title = _train_step_title(tmp_path / "apart", monkeypatch, apart)
+    title = _train_step_title(tmp_path / "apart", drawn, apart)
     assert plots.ONCE_PER_GROUP_NOTE not in title and "std over seeds" in title
