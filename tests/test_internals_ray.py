@@ -369,3 +369,13 @@ def test_a_ray_worker_exits_on_sigterm_by_raising_system_exit():
     assert "raise_sys_exit_with_custom_error_message" in source(worker.Worker.main_loop), (
         "Ray's worker no longer exits on SIGTERM by raising SystemExit from its handler"
     )
+
+
+@internal("ray-gcs-probe", "ray", "sweeps/driver/cluster.py (what_answers)")
+def test_the_gcs_service_the_launcher_probes_is_generated_in_ray():
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    assert "GetClusterId" in source(gcs_service_pb2_grpc.NodeInfoGcsServiceStub.__init__), (
+        "Ray's generated NodeInfoGcsService stub has no GetClusterId"
+    )
+    gcs_service_pb2.GetClusterIdRequest().SerializeToString()  # a request with no fields

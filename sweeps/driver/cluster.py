@@ -75,6 +75,43 @@ def check_address(address: str, timeout: float = 5.0, source: str = "--address")
             f"(`ray status` on it), is the port open from here, and is it the GCS port (6379) or the "
             f"Ray Client port (ray://HOST:10001)? Run with --address local for a private instance on this machine."
         ) from None
+    other = what_answers(address, host, port, timeout)
+    if other is not None:
+        raise LaunchError(
+            f"{address} (from {source}) answers, but {other}. Give the head node's GCS port (6379 unless "
+            f"`ray start --head --port` said otherwise) or its Ray Client port as ray://HOST:10001; "
+            f"`ray status` on the head prints its address. Run with --address local for a private "
+            f"instance on this machine."
+        )
+
+
+def what_answers(address: str, host: str, port: int, timeout: float = 5.0) -> str | None:
+    """None where a Ray GCS (``HOST:PORT``) or a gRPC server (``ray://``, Ray Client's) answers at
+    ``host:port``; else what answers there, in words. Ray itself would retry for minutes, printing
+    its gcs_client lines, at a port that takes the connection but speaks no gRPC (a web server, the
+    dashboard) and at a Ray Client port given without ``ray://``. A GCS that asks for a token
+    answers UNAUTHENTICATED, which is an answer; under TLS (``RAY_USE_TLS``) this is left to Ray."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() not in ("", "0", "false"):
+        return None
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc  # docs/internals.md
+
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        try:
+            if address.startswith("ray://"):
+                grpc.channel_ready_future(channel).result(timeout=timeout)
+                return None
+            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout)
+        except grpc.FutureTimeoutError:
+            return f"not as a gRPC server within {timeout:g} s (is it the Ray Client port?)"
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                return "as a gRPC server that is not Ray's GCS (a Ray Client port is given as ray://HOST:PORT)"
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return f"not as Ray's GCS within {timeout:g} s: it speaks no gRPC"
+    return None
 
 
 def check_ddp_dependencies() -> None:

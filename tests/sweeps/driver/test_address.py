@@ -3,12 +3,15 @@ free port, with its own temp dir, stopped by this test alone), and RAY_ADDRESS."
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -198,3 +201,88 @@ def test_address_local_starts_a_private_instance_even_with_ray_address_set(head,
     assert nothing.stdout.startswith("None | a new local Ray instance"), (
         nothing.stdout + nothing.stderr
     )
+
+
+def test_the_head_nodes_gcs_answers_the_launchers_probe(head):
+    from sweeps.driver.cluster import what_answers
+
+    address, _, _ = head
+    host, port = address.rsplit(":", 1)
+    assert what_answers(address, host, int(port), timeout=10) is None
+
+
+@contextlib.contextmanager
+def web_server():
+    """A port that takes connections and answers HTTP/1, as a dashboard or any web server does."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_that_answers_but_not_as_ray_is_refused_in_one_line(tmp_path, scheme):
+    """Ray retried such a port for minutes, printing its gcs_client lines, until the launch was
+    stopped; its trials were then written as preempted."""
+    with web_server() as port:
+        address = f"{scheme}127.0.0.1:{port}"
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "sweeps" / "launch.py"),
+                str(write_spec(tmp_path, tiny_spec("web"))),
+                "--address",
+                address,
+                "--output",
+                str(tmp_path / "out"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="rw", dir="/tmp")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    err = done.stderr.strip()
+    assert (
+        len(err.splitlines()) == 1 and f"{address} (from --address) answers, but not as" in err
+    ), err
+    assert "ray://HOST:10001" in err and "--address local" in err
+    assert not (tmp_path / "out" / "web" / "results.csv").exists()
+
+
+def test_a_grpc_server_that_is_not_a_gcs_is_named_as_such():
+    """A Ray Client port given without ray:// speaks gRPC, but none of the GCS's services."""
+    import grpc
+
+    from sweeps.driver.cluster import what_answers
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        said = what_answers(f"127.0.0.1:{port}", "127.0.0.1", port, timeout=10)
+        assert said is not None and "not Ray's GCS" in said and "ray://HOST:PORT" in said, said
+        assert what_answers(f"ray://127.0.0.1:{port}", "127.0.0.1", port, timeout=10) is None
+    finally:
+        server.stop(None)
