@@ -56,15 +56,42 @@ def sweep_folders(
     return list(unique.values())
 
 
+#: the repository this launcher belongs to: where a sweep file's relative paths to the data it
+#: ships (``tests/data/wmt-ende-tiny``) lead when the launch starts from another folder
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def elsewhere_hint(task: dict[str, Any], here: Path | None = None) -> str:
+    """``""``, or a sentence for a task whose ``data_dir`` is not there from the working
+    directory (``here``) while the repository holds it at the same relative path: a sweep file's
+    relative paths are taken from where the launch starts, and a shipped profile's point into the
+    repository."""
+    here = (here or Path.cwd()).resolve()
+    path = task.get("data_dir")
+    if not isinstance(path, str) or "://" in path or here == REPOSITORY or Path(path).exists():
+        return ""
+    absolute = Path(path)
+    if not absolute.is_relative_to(here):
+        return ""
+    relative = absolute.relative_to(here)
+    if not (REPOSITORY / relative).is_dir():
+        return ""
+    return (
+        f". A relative task.data_dir is taken from where the launch starts ({here}); the "
+        f"repository holds {relative}: launch from {REPOSITORY}, or "
+        f"--set task.data_dir={REPOSITORY / relative}"
+    )
+
+
 def data_notes(datamodules: list[tuple[dict, Any]]) -> list[str]:
     """``--dry-run``'s lines for tasks whose data is not there and will not be fetched (a
     datamodule's ``missing_data()``, of :func:`folder_datamodules`): the launch's data stage
     would stop on them."""
     notes = []
-    for _, datamodule in datamodules:
+    for task, datamodule in datamodules:
         missing = getattr(datamodule, "missing_data", None)
         if missing is not None and (problem := missing()) is not None:
-            notes.append(f"note: {problem}")
+            notes.append(f"note: {problem}{elsewhere_hint(task)}")
     return notes
 
 

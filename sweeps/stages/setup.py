@@ -26,6 +26,7 @@ from sweeps.driver.preemption import StopRequested
 from sweeps.driver.resume_check import check_before_resume
 from sweeps.integrations.wandb_env import resolve_wandb_mode
 from sweeps.layout import already_holds, nothing_to_resume, only_launch_files
+from sweeps.plan.folders import elsewhere_hint
 from sweeps.spec import save_launch
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.train import holds_sweep, make_settings
@@ -86,7 +87,8 @@ def prepare_data(launch: Launch) -> None:
     try:
         prepare_task_data(tasks)
     except (FileNotFoundError, ValueError, ImportError) as exc:
-        raise LaunchError(f"preparing the data failed: {exc}") from None
+        hint = next((h for task in tasks if (h := elsewhere_hint(task))), "")
+        raise LaunchError(f"preparing the data failed: {exc}{hint}") from None
 
 
 def join_ray(launch: Launch) -> None:

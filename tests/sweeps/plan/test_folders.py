@@ -113,6 +113,27 @@ def test_dry_run_notes_wmt_data_that_is_missing_and_not_fetched(tmp_path, capsys
     assert f"python -m datamodules.wmt17 fetch --pair en-de --to {partial}" in line
 
 
+def test_smoke_launched_from_another_folder_says_where_the_repository_holds_its_data(
+    tmp_path, monkeypatch, capsys
+):
+    """wmt17's smoke profile names the slice the repository ships by a relative path, taken from
+    where the launch starts: from another folder the dry run and the data stage said only to fetch
+    the data, where launching from the repository (or giving its absolute path) is the fix."""
+    monkeypatch.chdir(tmp_path)
+    argv = [str(ROOT / "sweeps" / "wmt17.yaml"), "--smoke", "--output", str(tmp_path / "out")]
+    assert main(argv + ["--dry-run"]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if "note: data_dir" in line]
+    fix = f"launch from {ROOT}, or --set task.data_dir={ROOT / 'tests' / 'data' / 'wmt-ende-tiny'}"
+    assert f"taken from where the launch starts ({tmp_path.resolve()})" in note and fix in note
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "preparing the data failed" in err and fix in err, err
+    assert not (tmp_path / "out" / "wmt17" / "results.csv").exists()
+    monkeypatch.chdir(ROOT)  # from the repository the same profile finds its data: no note
+    assert main(argv + ["--dry-run"]) == 0
+    assert "note: data_dir" not in capsys.readouterr().out
+
+
 def _profiles(path: Path) -> list[str | None]:
     return [None, *yaml.safe_load(path.read_text()).get("profiles", {})]
 
