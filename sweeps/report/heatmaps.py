@@ -31,7 +31,7 @@ from lightning_modules.attention import attention_options
 from sweeps.errors import TimingError
 from sweeps.layout import output_folder, positive_int
 from sweeps.report.figures import heatmap_figure, save_figure
-from sweeps.timing.files import checkpoint_file
+from sweeps.timing.files import command_checkpoint
 
 
 def load_module(args: argparse.Namespace) -> Seq2SeqModule:
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         "checkpoint",
         nargs="?",
         type=Path,
-        help="a Seq2SeqModule .ckpt, or a trial's checkpoint folder",
+        help="a Seq2SeqModule .ckpt, a trial's checkpoint folder, or a trial's folder (its last checkpoint)",
     )
     p.add_argument(
         "--attention", help="no checkpoint: build an untrained model with this mechanism"
@@ -138,9 +138,10 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     if args.checkpoint is not None:
         # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
         try:
-            args.checkpoint = checkpoint_file(args.checkpoint)
+            args.checkpoint = command_checkpoint(args.checkpoint)
         except TimingError as exc:
             p.error(str(exc))
+        print(f"checkpoint {args.checkpoint}", flush=True)
     try:
         module = load_module(args)
     except (ValueError, KeyError) as exc:  # an unknown mechanism, preset or K: its own words

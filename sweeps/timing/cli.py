@@ -10,7 +10,8 @@ Run it (from the repository root):
     python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
         --data vocab_size=16000
 
-``CKPT`` is a Lightning checkpoint, or a folder holding one ``.ckpt`` (a sweep trial's checkpoint).
+``CKPT`` is a Lightning checkpoint, a folder holding one ``.ckpt`` (a sweep trial's checkpoint), or
+a trial's folder (its last checkpoint, the one results.csv names).
 The data come from the checkpoint where it can say (:mod:`sweeps.timing.checkpoint`); for WMT
 checkpoints name them: ``--task wmt17``, ``--data-dir``, ``--cache-dir`` and ``--data KEY=VALUE``
 for any other setting the model was trained with (they also override what a checkpoint stores).
@@ -39,11 +40,11 @@ from sweeps.assignments import AssignmentError, parse_assignments, yaml_value
 from sweeps.layout import nonnegative_int, output_file, positive_int
 from sweeps.timing.checkpoint import (
     check_split,
-    checkpoint_file,
     data_task,
     read_settings,
 )
 from sweeps.timing.cost import MEASURES, measure_checkpoint
+from sweeps.timing.files import command_checkpoint
 from sweeps.timing.measure import TimingError
 from sweeps.timing.memory import MEMORY_ENV, MemoryPeaks
 from sweeps.timing.record import (
@@ -61,7 +62,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Time decoding a whole split with a checkpoint: alone, data loading excluded, "
         "median of repeated runs after a warm-up.",
     )
-    p.add_argument("checkpoint", help="a Lightning .ckpt file, or a trial's checkpoint folder")
+    p.add_argument(
+        "checkpoint",
+        help="a Lightning .ckpt file, a trial's checkpoint folder, or a trial's folder (its last checkpoint)",
+    )
     p.add_argument("--split", default="valid", help="valid (default) or test")
     p.add_argument(
         "--beam",
@@ -243,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_split(args.split)
         overrides = _data_overrides(args)
-        ckpt = checkpoint_file(args.checkpoint)
+        ckpt = command_checkpoint(args.checkpoint)
         hparams, saved = read_settings(ckpt)
         task = data_task(saved, args.task, overrides)
         print(

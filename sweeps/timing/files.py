@@ -26,13 +26,28 @@ def checkpoint_file(path: str | Path) -> Path:
                 if found
                 else "no .ckpt file"
             )
-            raise TimingError(f"checkpoint folder {p} holds {held}; pass the .ckpt file itself")
+            raise TimingError(
+                f"checkpoint folder {p} holds {held}; pass the .ckpt file itself, or a trial's folder "
+                f"(its checkpoint_NNNNNN folders)"
+            )
         return found[0]
     if not p.is_file():
         raise TimingError(
             f"checkpoint {p} not found; pass a Lightning .ckpt file or a trial's checkpoint folder"
         )
     return p
+
+
+def command_checkpoint(path: str | Path) -> Path:
+    """What the commands that take a ``CKPT`` (timing, heatmaps) read: :func:`checkpoint_file`,
+    and also a trial's own folder, as results.csv's folders are: its newest ``checkpoint_NNNNNN``,
+    the last report's, which results.csv's ``checkpoint`` names."""
+    p = Path(path)
+    if p.is_dir() and not any(p.glob("*.ckpt")):
+        kept = sorted(d for d in p.glob("checkpoint_*") if d.is_dir() and any(d.glob("*.ckpt")))
+        if kept:
+            return checkpoint_file(kept[-1])
+    return checkpoint_file(p)
 
 
 def checkpoint_fingerprint(path: str | Path) -> str:

@@ -75,12 +75,25 @@ def test_heatmap_command_reads_a_checkpoint(tmp_path):
     # a trial's checkpoint folder names its checkpoint, as for the timing command
     again = heatmaps.main([str(tmp_path), "--output", str(tmp_path / "again"), "--n", "2"])
     assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]
+    # a trial's own folder, as results.csv lists them: its last checkpoint, the one the row names
+    trial = tmp_path / "trial"
+    for kept in ("checkpoint_000009", "checkpoint_000010"):
+        (trial / kept).mkdir(parents=True)
+        (trial / kept / "checkpoint.ckpt").write_bytes(ckpt.read_bytes())
+    torch.manual_seed(1)
+    other = Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 3}, max_source_len=9)
+    saved = torch.load(ckpt, weights_only=False)
+    torch.save(
+        {**saved, "state_dict": other.state_dict()}, trial / "checkpoint_000009" / "checkpoint.ckpt"
+    )
+    last = heatmaps.main([str(trial), "--output", str(tmp_path / "last"), "--n", "2"])
+    assert [p.read_bytes() for p in last] == [p.read_bytes() for p in paths]
 
 
 def test_heatmap_command_says_when_a_path_holds_no_checkpoint(tmp_path, capsys):
     for path, said in [
         (tmp_path / "nope.ckpt", "not found; pass a Lightning .ckpt file or a trial's checkpoint"),
-        (tmp_path, "holds no .ckpt file; pass the .ckpt file itself"),
+        (tmp_path, "holds no .ckpt file; pass the .ckpt file itself, or a trial's folder"),
     ]:
         with pytest.raises(SystemExit) as info:
             heatmaps.main([str(path), "--output", str(tmp_path / "png")])
