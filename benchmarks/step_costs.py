@@ -6,13 +6,16 @@
 
 ``OUT`` is the folder ``gpu_benchmarks.py --out`` wrote: each phase's ``<phase>.out`` ends with its
 benchmark's JSON line. The entry is keyed by the GPU's name (``environment``'s, as ``nvidia-smi``
-and torch name it), and replaces that GPU's entry in the table. It holds, per preset and length:
-``unfused_s`` and ``fused_s`` by members (``fusion``: ``fused_graphed_s`` too where the run graphed
-the fused step), ``graphed_speedup`` (``cuda_graphs``), the steps per GPU-second of P processes
+and torch name it), and is written over that GPU's entry in the table. It holds, per preset and
+length: ``unfused_s`` and ``fused_s`` by members (``fusion``: ``fused_graphed_s`` too where the run
+graphed the fused step), ``graphed_speedup`` (``cuda_graphs``), the steps per GPU-second of P processes
 sharing the GPU over one eager process alone (``share``: ``shared_eager_timesliced``,
 ``shared_graphed_timesliced``; ``share_mps``: ``shared_eager_mps``, ``shared_graphed_mps``); and
-``measured``: the GPU, driver, torch, date and commands. Phases that did not run leave their
-fields out (the plan does not choose what the table does not hold).
+``fused_mib_per_member``, the fused group's peak memory over its members (for a reader weighing
+memory; the plan does not read it); and ``measured``: the GPU, driver, torch, date and commands.
+Phases that did not run leave their fields out (the plan does not choose what the table does not
+hold), and ``--write`` keeps the GPU's earlier figures of those phases. A run on the CPU, or one
+that with the earlier entry still holds no training step (``fusion``), is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "sweeps" / "plan" / "step_costs.json"
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the plan's reader of the table
+
+from sweeps.plan.step_costs import STEP_FIELDS, TABLE, costs_steps  # noqa: E402
 
 
 def last_json(path: Path) -> dict[str, Any] | None:
@@ -69,6 +74,14 @@ def device_entry(out: Path, date: str | None = None) -> tuple[str, dict[str, Any
     """The GPU's name and its table entry, from the phases' outputs in ``out``."""
     env = last_json(out / "environment.out") or {}
     fusion = last_json(out / "fusion.out")
+    if (fusion or {}).get("device", "cuda") != "cuda" or (
+        env and not env.get("gpu") and not fusion
+    ):
+        raise SystemExit(
+            f"{out}: these phases ran on the CPU (gpu_benchmarks.py --device cpu), not a GPU: the "
+            "table's GPU entries come from a run on the GPU; its CPU entry is fusion.py's full grid "
+            "(benchmarks/README.md)"
+        )
     name = env.get("gpu") or ((fusion or {}).get("machine") or {}).get("device_name")
     if not name:
         raise SystemExit(f"{out}: no GPU named (environment.out and fusion.out are missing)")
@@ -117,11 +130,46 @@ def device_entry(out: Path, date: str | None = None) -> tuple[str, dict[str, Any
     return name, {"measured": entry.pop("measured"), **entry}
 
 
-def write(name: str, entry: dict[str, Any], table: Path = TABLE) -> None:
-    """Put ``entry`` in the table as GPU ``name``'s, replacing its earlier one."""
+def merged(entry: dict[str, Any], earlier: dict[str, Any] | None) -> dict[str, Any]:
+    """``entry`` over the GPU's ``earlier`` one: each figure this run measured replaces the
+    earlier one, and those it did not measure (a phase not run this time) are kept, which
+    ``measured`` then says."""
+    if not earlier:
+        return entry
+    out = json.loads(json.dumps(earlier))
+    kept = False
+    for preset, measured in entry.get("presets", {}).items():
+        for length, cell in measured["lengths"].items():
+            old = _cell(out, preset, length)
+            kept |= bool(set(old) - set(cell))
+            old.update(cell)
+    kept |= any(
+        set(old["lengths"]) - set(entry.get("presets", {}).get(p, {}).get("lengths", {}))
+        for p, old in out.get("presets", {}).items()
+    )
+    out["measured"] = entry["measured"] + (
+        f"; the figures this run did not measure are kept from: {earlier['measured']}"
+        if kept
+        else ""
+    )
+    return {"measured": out.pop("measured"), **out}
+
+
+def write(name: str, entry: dict[str, Any], table: Path = TABLE) -> dict[str, Any]:
+    """Put ``entry`` in the table as GPU ``name``'s, over its earlier one (:func:`merged`); returns
+    what was written. An entry the plan could not cost a step with (no fusion phase ran, and
+    none did before) is refused."""
     data = json.loads(table.read_text())
+    entry = merged(entry, data["devices"].get(name))
+    if not costs_steps(entry):
+        raise SystemExit(
+            f"the {name}'s entry would hold no training step to cost ({', '.join(STEP_FIELDS)}: "
+            "the fusion phase's): run gpu_benchmarks.py with its fusion phase into the same --out "
+            "folder, then write again"
+        )
     data["devices"][name] = entry
     table.write_text(json.dumps(data, indent=2) + "\n")
+    return entry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     name, entry = device_entry(args.out)
     print(json.dumps({"device": name, **entry}))
     if args.write:
-        write(name, entry, args.table)
+        entry = write(name, entry, args.table)
         print(f"wrote the {name}'s entry into {args.table}", file=sys.stderr)
     return 0
 

@@ -227,7 +227,7 @@ def stand_ins(costs: DeviceCosts, units: list[Any]) -> tuple[str, ...]:
         (str(u.model.get("preset") or "paper_copy"), str(u.task.get("name") or "copy"))
         for u in units
     ):
-        measured = costs.preset_entry(preset)[0]
+        measured = costs.preset_entry(preset, "unfused_s")[0]
         if measured == preset and task == "copy":
             continue
         what = f"{task}'s {preset} model" if task != "copy" else f"the {preset} model"

@@ -21,8 +21,9 @@ and beyond them the model interpolates, and where nothing was measured it assume
   axis joins, up to the cap, and lengths join where one group's step costs less than the groups
   apart.
 
-A preset the table does not hold is costed as the measured preset nearest in hidden size; a GPU
-the table does not hold, as the measured GPU the table names first (:func:`device_costs` says which).
+A preset the table does not hold (or holds without the figure asked for) is costed as the measured
+preset nearest in hidden size that has it; a GPU the table does not hold, or holds without a step
+cost, as the measured GPU whose name is nearest (:func:`device_costs` says which).
 """
 
 from __future__ import annotations
@@ -91,9 +92,16 @@ class DeviceCosts:
     def entry(self) -> dict[str, Any]:
         return table()["devices"][self.name]
 
-    def preset_entry(self, preset: str) -> tuple[str, dict[str, Any]]:
-        """The measured preset a model of ``preset`` is costed as (the nearest in hidden size)."""
-        measured = self.entry["presets"]
+    def preset_entry(self, preset: str, field: str | None = None) -> tuple[str, dict[str, Any]]:
+        """The measured preset a model of ``preset`` is costed as: itself where the table holds
+        it (with ``field`` at some length, when given), else the nearest in hidden size that does.
+        A GPU run measures the fused step at one preset and the graphs and sharing at two: the
+        other preset's entry holds no step to cost."""
+        measured = {
+            name: entry
+            for name, entry in self.entry["presets"].items()
+            if field is None or any(field in cell for cell in entry["lengths"].values())
+        }
         if preset in measured:
             return preset, measured[preset]
         hidden = PRESETS.get(preset, PRESETS["paper_copy"])["hidden_size"]
@@ -103,7 +111,7 @@ class DeviceCosts:
     def _at_length(self, preset: str, field: str, length: float) -> Any:
         """``field`` of the measured lengths, at ``length``: numbers interpolated over the
         lengths, per-member tables interpolated point by point."""
-        lengths = self.preset_entry(preset)[1]["lengths"]
+        lengths = self.preset_entry(preset, field)[1]["lengths"]
         values = {L: v[field] for L, v in lengths.items() if field in v}
         first = next(iter(values.values()))
         if isinstance(first, dict):
@@ -113,7 +121,7 @@ class DeviceCosts:
 
     def _proportional(self, preset: str, field: str, length: float) -> Any:
         """``field`` measured at one length (the GPU's), scaled in proportion to ``length``."""
-        lengths = self.preset_entry(preset)[1]["lengths"]
+        lengths = self.preset_entry(preset, field)[1]["lengths"]
         L, values = next((int(L), v[field]) for L, v in lengths.items() if field in v)
         if isinstance(values, dict):
             return {k: v * length / L for k, v in values.items()}
@@ -169,9 +177,20 @@ def cpu_speedup(measured: Mapping[str, float], members: int) -> float:
     return max(flat + (at8 - flat) * (members - 4) / 4, 1e-3)
 
 
+#: what a device's entry must hold for the plan to cost groups and lone trials on it
+STEP_FIELDS = ("unfused_s", "fused_s")
+
+
+def costs_steps(entry: Mapping[str, Any]) -> bool:
+    """Whether a device's entry holds each of :data:`STEP_FIELDS` at some preset and length (an
+    entry written from a GPU run without its fusion phase holds only graphs and sharing)."""
+    cells = [c for p in entry.get("presets", {}).values() for c in p.get("lengths", {}).values()]
+    return all(any(field in cell for cell in cells) for field in STEP_FIELDS)
+
+
 def gpu_names() -> list[str]:
-    """The GPUs the table holds, in its order."""
-    return [name for name in table()["devices"] if name != "cpu"]
+    """The GPUs the table holds a step cost of, in its order."""
+    return [n for n, e in table()["devices"].items() if n != "cpu" and costs_steps(e)]
 
 
 def device_costs(device: str, gpu_name: str | None = None) -> DeviceCosts:

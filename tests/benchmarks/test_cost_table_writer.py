@@ -9,6 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import step_costs  # noqa: E402
@@ -22,6 +24,8 @@ def test_the_entry_holds_each_phase_s_figures_under_the_names_the_plan_reads(tmp
     env = json.loads((out / "environment.out").read_text())
     env["gpu"], env["nvidia_smi"] = "NVIDIA Test GPU", "590.1, Default, 80000 MiB, NVIDIA Test GPU"
     (out / "environment.out").write_text(json.dumps(env) + "\n")
+    fusion = json.loads((out / "fusion.out").read_text())
+    (out / "fusion.out").write_text(json.dumps({**fusion, "device": "cuda"}) + "\n")
     name, entry = step_costs.device_entry(out, date="2026-11-28")
     assert name == "NVIDIA Test GPU"
     assert entry["measured"].startswith(
@@ -41,3 +45,34 @@ def test_the_entry_holds_each_phase_s_figures_under_the_names_the_plan_reads(tmp
     step_costs.write(name, entry, table)
     written = json.loads(table.read_text())["devices"]
     assert written[name] == entry and "cpu" in written and "NVIDIA H100 80GB HBM3" in written
+
+
+def test_a_run_on_the_cpu_is_not_written_as_a_gpu(tmp_path, capsys):
+    """gpu_benchmarks.py --device cpu (its plumbing run) was written as a GPU named after the CPU."""
+    with pytest.raises(SystemExit) as info:
+        step_costs.device_entry(OUTPUTS)
+    assert "ran on the CPU" in str(info.value) and "not a GPU" in str(info.value)
+
+
+def test_a_second_run_adds_to_the_gpu_s_entry_and_a_run_without_steps_alone_is_refused(tmp_path):
+    """The GPU benchmarks run in two calls; a call that measured graphs and sharing but no fused
+    step replaced the GPU's entry with one the plan could not cost."""
+    table = tmp_path / "step_costs.json"
+    shutil.copy(step_costs.TABLE, table)
+    before = json.loads(table.read_text())["devices"]["NVIDIA H100 80GB HBM3"]
+    graphs = {
+        "measured": "NVIDIA H100 80GB HBM3, driver 600.1, 2026-12-01: cuda_graphs.py --device cuda",
+        "presets": {"tiny": {"lengths": {"40": {"graphed_speedup": 9.0}}}},
+    }
+    written = step_costs.write("NVIDIA H100 80GB HBM3", graphs, table)
+    cell = written["presets"]["tiny"]["lengths"]["40"]
+    assert cell["graphed_speedup"] == 9.0
+    assert cell["fused_s"] == before["presets"]["tiny"]["lengths"]["40"]["fused_s"]
+    assert written["presets"]["paper_copy"] == before["presets"]["paper_copy"]
+    assert written["measured"].startswith(graphs["measured"] + "; the figures this run did not")
+    assert before["measured"] in written["measured"]
+    assert json.loads(table.read_text())["devices"]["NVIDIA H100 80GB HBM3"] == written
+    with pytest.raises(SystemExit) as info:
+        step_costs.write("NVIDIA New GPU", graphs, table)
+    assert "would hold no training step to cost" in str(info.value)
+    assert "NVIDIA New GPU" not in json.loads(table.read_text())["devices"]

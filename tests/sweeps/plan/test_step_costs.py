@@ -59,6 +59,37 @@ def test_a_gpu_the_table_lacks_is_costed_as_the_nearest_and_the_plan_says_so():
     assert device_costs("gpu", "Tesla T4").name == table_first_gpu()
 
 
+def test_a_gpu_entry_written_from_a_whole_gpu_run_plans_its_sweeps(monkeypatch, capsys):
+    """gpu_benchmarks.py measures the fused step at paper_copy and the graphs and sharing at tiny
+    and paper_copy: tiny's cell holds no step. The plan raised StopIteration on such an entry,
+    and on one whose run had no fusion phase at all (its first call)."""
+    import json
+
+    import sweeps.plan.step_costs as step_costs
+    from sweeps.launch import main
+
+    h100 = json.loads(json.dumps(table()["devices"]["NVIDIA H100 80GB HBM3"]))
+    for field in ("unfused_s", "fused_s"):
+        del h100["presets"]["tiny"]["lengths"]["40"][field]
+    graphs_only = {
+        "measured": "NVIDIA Test GPU, a run without its fusion phase",
+        "presets": {"tiny": {"lengths": {"40": {"graphed_speedup": 3.0}}}},
+    }
+    shipped = table()
+    devices = {**shipped["devices"], "NVIDIA H100 80GB HBM3": h100, "NVIDIA Test GPU": graphs_only}
+    monkeypatch.setattr(step_costs, "table", lambda: {**shipped, "devices": devices})
+    gpu = device_costs("gpu", "NVIDIA H100 80GB HBM3")
+    assert gpu.group_seconds("tiny", [Member(40, 16)]) == gpu.group_seconds(
+        "paper_copy", [Member(40, 16)]
+    )  # costed as the preset nearest in hidden size that has the step
+    assert gpu.group_seconds("tiny", [Member(40, 16)] * 4) > 0
+    test_gpu = device_costs("gpu", "NVIDIA Test GPU")
+    assert test_gpu.name != "NVIDIA Test GPU" and "not in the table" in test_gpu.note
+    argv = [str(ROOT / "sweeps" / "quickstart.yaml"), "--dry-run", "--set", "resources.gpu=auto"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "is costed as the table's paper_copy model" in capsys.readouterr().out
+
+
 def table_first_gpu() -> str:
     return next(name for name in table()["devices"] if name != "cpu")
 
