@@ -507,15 +507,60 @@ def ray_flags() -> dict[str, set[str]]:
         "attach": _click_flags(scripts.attach),
         "dashboard": _click_flags(scripts.dashboard),
         "job submit": _click_flags(job_cli_group.commands["submit"]),
+        "get-auth-token": _click_flags(scripts.get_auth_token),
     }
+
+
+@pytest.fixture(scope="module")
+def mps_run_flags() -> dict[str, Any]:
+    """The options of ``python -m sweeps.driver.mps run``, read from its own parser: flag -> the
+    values it takes (None: any)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps.driver.mps", "run", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    flags: dict[str, Any] = {f: None for f in re.findall(r"(--[a-z][a-z-]*)", proc.stdout)}
+    choices = re.search(r"--want \{([a-z,]+)\}", proc.stdout)
+    assert choices, proc.stdout
+    flags["--want"] = set(choices.group(1).split(","))
+    return flags
+
+
+MPS_RUN = ["python", "-m", "sweeps.driver.mps", "run"]
+
+
+def mps_wrapped(words: list[str]) -> list[str] | None:
+    """The command that ``python -m sweeps.driver.mps run [options] -- COMMAND`` runs under a
+    node's MPS daemon; None for any other command."""
+    if words[:4] != MPS_RUN or "--" not in words:
+        return None
+    return words[words.index("--") + 1 :]
+
+
+def mps_problems(words: list[str], mps_run_flags: dict[str, Any]) -> list[str]:
+    """What is wrong with an ``mps run`` command line, by the wrapper's own parser: unknown
+    options, a ``--want`` it does not take or that starts no daemon, no ``--dir``."""
+    options = words[len(MPS_RUN) : words.index("--")]
+    bad = [f"unknown {w}" for w in options if w.startswith("--") and w not in mps_run_flags]
+    want = options[options.index("--want") + 1] if "--want" in options else None
+    if want not in mps_run_flags["--want"] - {"no"}:
+        bad.append(f"--want {want} starts no daemon")
+    if "--dir" not in options:
+        bad.append("no --dir")
+    return bad
 
 
 def shell_commands(text: str) -> list[list[str]]:
     """Simple commands in a shell script or README code block, as word lists: line continuations
     joined, split at shell operators (``;``, ``&&``, ``|``, ``&``, redirections...) outside quotes;
-    leading ``VAR=value`` assignments, ``srun ...`` wrappers and ``$ `` prompts dropped; the
-    command string of ``ray exec CONFIG "CMD"`` and of ``bash -c 'SCRIPT' NAME ARGS`` (``"$@"``
-    read as ARGS) parsed as well."""
+    leading ``VAR=value`` assignments, ``srun``/``setsid``/``nohup ...`` wrappers and ``$ ``
+    prompts dropped; the command string of ``ray exec CONFIG "CMD"`` and of ``bash -c 'SCRIPT'
+    NAME ARGS`` (``"$@"`` read as ARGS), and the command ``python -m sweeps.driver.mps run ... --
+    CMD`` runs, listed as well."""
     text = re.sub(r"\\\n\s*", " ", text)
     commands: list[list[str]] = []
     for line in _logical_lines(text):
@@ -540,6 +585,8 @@ def shell_commands(text: str) -> list[list[str]]:
                     if words[:2] == ["bash", "-c"] and len(words) > 2:  # bash -c 'SCRIPT' $0 ARGS
                         script = words[2].replace('"$@"', shlex.join(words[4:]))
                         commands += shell_commands(script)
+                    if inner := mps_wrapped(words):  # mps run ... -- COMMAND
+                        commands.append(_strip_prefixes(inner))
                 words = []
             else:
                 words.append(tok)
@@ -569,7 +616,7 @@ def _logical_lines(text: str) -> list[str]:
 def _strip_prefixes(words: list[str]) -> list[str]:
     while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
         words = words[1:]
-    if words and words[0] in ("srun", "exec", "timeout"):
+    if words and words[0] in ("srun", "exec", "timeout", "setsid", "nohup"):
         words = _drop_wrapper(words)
     return words
 
@@ -615,7 +662,7 @@ def check_commands(
     return bad
 
 
-def test_ray_up_config_is_valid_for_the_cluster_launcher(launch_flags, ray_flags):
+def test_ray_up_config_is_valid_for_the_cluster_launcher(launch_flags, ray_flags, mps_run_flags):
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     cfg = yaml.safe_load((CLUSTER_DIR / "aws-gpu.yaml").read_text())
@@ -651,6 +698,40 @@ def test_ray_up_config_is_valid_for_the_cluster_launcher(launch_flags, ray_flags
     assert "WANDB_API_KEY=" not in (CLUSTER_DIR / "aws-gpu.yaml").read_text().replace(
         'WANDB_API_KEY="$(', ""
     )
+    for c in cfg["initialization_commands"]:
+        assert subprocess.run(["bash", "-n", "-c", c]).returncode == 0, c
+
+    # the GPU nodes (every worker type) run their Ray under an MPS daemon, as slurm.sbatch does:
+    # `mps run ... -- ray start --block` in the background (a start command must return)
+    wrapped = [
+        (line, words)
+        for line in cfg["worker_start_ray_commands"]
+        for words in shell_commands(line)
+        if mps_wrapped(words)
+    ]
+    assert wrapped, "the workers' ray start runs under python -m sweeps.driver.mps run"
+    for line, words in wrapped:
+        assert not mps_problems(words, mps_run_flags), mps_problems(words, mps_run_flags)
+        inner = mps_wrapped(words)
+        assert inner[:2] == ["ray", "start"] and "--block" in inner, inner
+        assert any(w.startswith("--address") for w in inner), inner
+        assert line.rstrip().endswith("&"), "in the background: the start command returns"
+    starts = [c for c in commands if c[:2] == ["ray", "start"] and "--head" not in c]
+    assert starts and all("--block" in c for c in starts), "every worker's ray start is wrapped"
+
+    # Ray's token: synced from your machine as the comment says, and turned on on every node
+    text = (CLUSTER_DIR / "aws-gpu.yaml").read_text()
+    assert cfg["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
+    assert "~/.ray/auth_token" in text.split("cluster_name:")[0], "the comment names the file"
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        for line in cfg[key]:
+            if "ray start" in line:
+                assert "RAY_AUTH_MODE=token" in line, line
+    assert any("export RAY_AUTH_MODE=token" in c for c in cfg["setup_commands"]), "ray exec shells"
+
+    # WMT's data: a filesystem every node mounts, at the same path in the containers
+    assert "-v /mnt/efs:/mnt/efs" in cfg["docker"]["run_options"]
+    assert any("/mnt/efs" in c for c in cfg["initialization_commands"])
 
 
 def test_kuberay_manifest_has_the_keys_kuberay_requires():
@@ -685,6 +766,24 @@ def test_kuberay_manifest_has_the_keys_kuberay_requires():
     pvcs = [d for d in docs if d.get("kind") == "PersistentVolumeClaim"]
     assert pvcs and pvcs[0]["spec"]["accessModes"] == ["ReadWriteMany"]
 
+    # the containers' own commands run KubeRay's generated `ray start`; the GPU workers start an
+    # MPS daemon before it (the project is not in the image yet: the daemon itself, not mps run)
+    assert rc["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    for pod in [head["template"]] + [g["template"] for g in groups]:
+        (container,) = [c for c in pod["spec"]["containers"] if c["name"].startswith("ray-")]
+        assert container["command"] == ["/bin/bash", "-lc", "--"]
+        (script,) = container["args"]
+        assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0, script
+        lines = [ln.strip() for ln in script.replace(";", "\n").splitlines()]
+        assert lines[-1] == 'exec /bin/bash -c "$KUBERAY_GEN_RAY_START_CMD"', script
+        assert "ulimit -n 65536" in lines, "what KubeRay's own command does first"
+        if container["resources"]["limits"].get("nvidia.com/gpu"):
+            assert "nvidia-cuda-mps-control -d" in script, "MPS on every GPU worker"
+            assert script.index("nvidia-cuda-mps-control -d") < script.index("KUBERAY_GEN")
+            assert "resources.mps=off" in script, "what to set where the daemon cannot start"
+        else:
+            assert "mps" not in script.lower(), "no daemon on the CPU head"
+
 
 def test_slurm_script_starts_ray_then_the_sweep(launch_flags, ray_flags):
     text = (CLUSTER_DIR / "slurm.sbatch").read_text()
@@ -708,7 +807,22 @@ def test_slurm_script_starts_ray_then_the_sweep(launch_flags, ray_flags):
     assert "WANDB_API_KEY=" not in text
 
 
-def test_readme_commands_exist(launch_flags, ray_flags):
+def test_slurm_script_runs_every_nodes_ray_under_mps(mps_run_flags):
+    """Where the sweep wants MPS, the head's and each other node's ``ray start`` run under
+    ``python -m sweeps.driver.mps run`` (the wrapper's flags checked against its parser)."""
+    text = (CLUSTER_DIR / "slurm.sbatch").read_text()
+    (array,) = re.findall(r"^\s*mps_run=\((.+)\)\s*$", text, flags=re.M)
+    words = shlex.split(array)
+    assert words[: len(MPS_RUN)] == MPS_RUN and words[-1] == "--", words
+    options = words[len(MPS_RUN) : -1]
+    assert {w for w in options if w.startswith("--")} <= set(mps_run_flags), options
+    assert {"--want", "--dir"} <= set(options)
+    assert "python -m sweeps.driver.mps plan" in text, "--want from the sweep's own plan"
+    assert re.search(r'"\$\{mps_run\[@\]\}" ray start --head', text), "the head"
+    assert re.search(r'-w "\$node" "\$\{mps_run\[@\]\}"\s*\\?\s*bash -c', text), "the workers"
+
+
+def test_readme_commands_exist(launch_flags, ray_flags, mps_run_flags):
     text = (CLUSTER_DIR / "README.md").read_text()
     blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, flags=re.S)
     assert blocks
@@ -719,6 +833,20 @@ def test_readme_commands_exist(launch_flags, ray_flags):
         any(w.endswith("sweeps/launch.py") for w in c) and "--address" in c for c in commands
     )
     assert not check_commands(commands, launch_flags, ray_flags)
+    # WMT on a cluster: its data on a path every node mounts (the trials read it where they run)
+    wmt = [
+        c
+        for c in commands
+        if any(w.endswith("wmt17.yaml") for w in c) and "--resume" not in c and "--smoke" not in c
+    ]
+    assert wmt
+    for c in wmt:
+        assert any(w.startswith("task.data_dir=/") for w in c), " ".join(c)
+    # the MPS commands it gives are the wrapper's
+    for match in re.findall(r"`(python -m sweeps\.driver\.mps run [^`]*)`", text):
+        words = shlex.split(match)
+        if "--" in words:
+            assert not mps_problems(words, mps_run_flags), match
     for f in re.findall(r"\bcluster/[\w.-]+\.(?:yaml|sbatch|txt)\b", text):
         assert (ROOT / f).exists(), f
     assert not re.search(r"WANDB_API_KEY=[\"']?[0-9a-f]{20,}", text), "no literal key in the README"
@@ -726,22 +854,35 @@ def test_readme_commands_exist(launch_flags, ray_flags):
 
 def test_cluster_requirements_match_pyproject():
     """``cluster/requirements.txt`` (for ``ray job submit``) = the project's dependencies and its
-    ``[sweep]`` extra, less Ray (which the ``rayproject/ray`` image brings)."""
+    ``[sweep]`` extra, requirement for requirement (name, extras, version bounds, markers), less
+    Ray, which the ``rayproject/ray`` image brings (at a version the project's bound allows)."""
     import tomllib
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
-    def name(req: str) -> str:
-        return re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower()
+    def parsed(reqs: list[str]) -> dict[str, tuple]:
+        out: dict[str, tuple] = {}
+        for text in reqs:
+            r = Requirement(text)
+            name = canonicalize_name(r.name)
+            assert name not in out, f"{name} listed twice"
+            out[name] = (frozenset(r.extras), r.specifier, str(r.marker or ""))
+        return out
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {
-        name(r) for r in project["dependencies"] + project["optional-dependencies"]["sweep"]
-    } - {"ray"}
-    lines = [
-        ln
-        for ln in (CLUSTER_DIR / "requirements.txt").read_text().splitlines()
-        if ln.strip() and not ln.startswith("#")
-    ]
-    assert {name(ln) for ln in lines} == wanted
+    wanted = parsed(project["dependencies"] + project["optional-dependencies"]["sweep"])
+    ray_extras, ray_bound, _ = wanted.pop("ray")
+    assert ray_bound.contains(ray.__version__), (ray_bound, "the image's Ray")
+    assert {"default", "tune"} <= ray_extras
+    lines = (CLUSTER_DIR / "requirements.txt").read_text().splitlines()
+    listed = parsed([ln.split(" #")[0] for ln in lines if ln.strip() and not ln.startswith("#")])
+    assert "ray" not in listed, "the image brings Ray"
+    assert listed == wanted, {
+        n: (listed.get(n), wanted.get(n))
+        for n in listed.keys() | wanted.keys()
+        if listed.get(n) != wanted.get(n)
+    }
+    assert "tests/sweeps/driver/test_cluster.py" in "\n".join(lines), "the comment names this test"
 
 
 def test_command_checker_catches_unknown_flags_and_files(launch_flags, ray_flags):
