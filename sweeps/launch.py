@@ -177,13 +177,15 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(args.output).resolve() / sweep.name
             first = resume_launch(folder, args.overrides, profile, args.spec)
             if first != (args.overrides, profile):
+                given = set(args.overrides)
                 args.overrides, profile = first
+                kept = [f"--set {o}" for o in args.overrides if o not in given]
+                kept += [f"--profile {profile}"] if profile else []
+                now = [f"--set {o}" for o in args.overrides if o in given]
                 print(
                     "resuming with the first run's overrides: "
-                    + " ".join(
-                        [f"--set {o}" for o in args.overrides]
-                        + ([f"--profile {profile}"] if profile else [])
-                    )
+                    + (" ".join(kept) or "none")
+                    + (f"; and this command's: {' '.join(now)}" if now else "")
                 )
                 sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
             # the file plans the trials as at the first run: read with that run's profile and

@@ -251,6 +251,7 @@ def test_the_loggers_the_code_filters_are_rays_module_loggers():
         NOT_REPORTED,
         ROUTINE,
         RUN_LOGGER,
+        STOP_SIGNAL,
     )
     from sweeps.storage import ERROR_LOGGERS
     from sweeps.trial.lifecycle import QUIET_LOGGERS
@@ -269,6 +270,9 @@ def test_the_loggers_the_code_filters_are_rays_module_loggers():
     assert '"Failed to fetch metrics for' in analysis and NOT_REPORTED in analysis
     assert f'f"{INTERRUPTED}, but' in source(importlib.import_module(RUN_LOGGER)), (
         "Tune's run loop no longer says how to resume a stopped run in the words filtered"
+    )
+    assert f'"{STOP_SIGNAL} (e.g. via SIGINT' in source(importlib.import_module(RUN_LOGGER)), (
+        "Tune's SIGINT handler no longer warns in the words filtered"
     )
 
 

@@ -13,8 +13,6 @@ holds nothing of its own and charges the meter of the run in progress (:func:`bu
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 from ray.tune import Callback
@@ -42,7 +40,7 @@ class BudgetClock(Callback):
             file=sys.stderr,
             flush=True,
         )
-        os.kill(os.getpid(), signal.SIGINT)  # Tune's handler: a graceful stop, state saved
+        preemption.stop_tune()
 
     def on_experiment_end(self, trials: list, **info) -> None:
         meter = budget.active()

@@ -276,14 +276,23 @@ RUN_LOGGER = "ray.tune.tune"
 INTERRUPTED = "Experiment has been interrupted"
 
 
+#: the start of Tune's warning on SIGINT ("... ending Ray Tune run. ... Press CTRL+C ... to skip")
+STOP_SIGNAL = "Stop signal received"
+
+
 class TunersResumeAdvice(logging.Filter):
     """Drops Tune's "Experiment has been interrupted, but the most recent state was saved. Resume
     experiment with: Tuner.restore(...)": a stopped launch prints the command that continues the
     sweep (``--resume``), and ``Tuner.restore`` alone would not (it knows nothing of the plan, the
-    stages after training, the results)."""
+    stages after training, the results). Drops Tune's "Stop signal received (e.g. via
+    SIGINT/Ctrl+C)" too where the launcher sent that signal itself (a preemption, a spent budget,
+    each said in its own line): no one pressed Ctrl-C. After a real Ctrl-C it stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(INTERRUPTED)
+        text = record.getMessage()
+        if text.startswith(STOP_SIGNAL):
+            return not preemption.launcher_stopped()
+        return not text.startswith(INTERRUPTED)
 
 
 #: Tune's lines about its own bookkeeping that ask nothing of a user of the launcher, by logger:

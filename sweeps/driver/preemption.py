@@ -52,6 +52,23 @@ def received() -> str | None:
 
 
 _ACTIVE: Preemption | None = None
+#: whether the launcher itself stopped the Tune run (a preemption signal, a spent budget), by the
+#: SIGINT of :func:`stop_tune`: Tune's "Stop signal received (e.g. via SIGINT/Ctrl+C) ... Press
+#: CTRL+C ... to skip" then speaks of a Ctrl-C nobody pressed (:mod:`sweeps.driver.console`)
+_launcher_stopped = False
+
+
+def stop_tune() -> None:
+    """Stop the Tune run as Ctrl-C does, through Tune's own SIGINT handler (a graceful stop: no
+    trial starts, the running ones stop at their last checkpoint, the state is saved)."""
+    global _launcher_stopped
+    _launcher_stopped = True
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def launcher_stopped() -> bool:
+    """Whether the Tune run of the launch in progress was stopped by :func:`stop_tune`."""
+    return _launcher_stopped
 
 
 def active() -> Preemption | None:
@@ -72,8 +89,8 @@ class Preemption:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> Preemption:
-        global _received, _ACTIVE
-        _received, _ACTIVE = None, self
+        global _received, _ACTIVE, _launcher_stopped
+        _received, _ACTIVE, _launcher_stopped = None, self, False
         self.arm()
         return self
 
@@ -151,7 +168,7 @@ class Preemption:
                 flush=True,
             )
             if self.mode == "tune":
-                os.kill(os.getpid(), signal.SIGINT)  # Tune's handler: a graceful stop, state saved
+                stop_tune()
                 return
         if self.mode == "raise":
             raise StopRequested

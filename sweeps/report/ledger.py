@@ -168,8 +168,9 @@ def report_section(out_dir: Path, statuses: dict[str, int]) -> str | None:
     left = statuses.get("budget", 0)
     if left:  # (a budget that ran out as the last trial finished stopped nothing)
         lines.append(
-            f"**The budget ran out** ({ledger.ran_out_line()}): {left} trial(s) left with the "
-            "status `budget`, stopped at their last checkpoint. A larger budget continues them: "
+            f"**The budget ran out** in training ({ledger.ran_out_line()}): {left} trial(s) left "
+            "with the status `budget`, each stopped at its last checkpoint or before it started. "
+            "A larger budget continues them: "
             "`--resume --set budget.hours=...` (or `budget.cpu_hours`, `budget.gpu_hours`)."
         )
     elif ledger.ran_out and ledger.stopped_in in AFTER_TRAINING:

@@ -114,15 +114,14 @@ class Launch:
     @property
     def launch_cmd(self) -> str:
         return (
-            f"python {launch_script()} {self.args.spec} --output {self.args.output}"
-            + self.address_arg
+            f"python {launch_script()} {self.args.spec} --output {self.args.output}" + self.ray_args
         )
 
     @property
     def resume_cmd(self) -> str:
         return (
             f"python {launch_script()} {self.args.spec} --resume --output {self.args.output}"
-            + self.address_arg
+            + self.ray_args
             + self.settings_args
         )
 
@@ -132,10 +131,14 @@ class Launch:
         return self.resume_cmd if self.args.resume else self.launch_cmd + self.settings_args
 
     @property
-    def address_arg(self) -> str:
-        """``--address`` as the launch was given it (a resume joins the same Ray), or nothing."""
+    def ray_args(self) -> str:
+        """``--address`` and ``--num-cpus`` as the launch was given them, or nothing: a resume
+        joins the same Ray, or starts one of the same size (the sweep's files keep neither)."""
         address = getattr(self.args, "address", None)
-        return f" --address {address}" if address else ""
+        cpus = getattr(self.args, "num_cpus", None)
+        return (f" --address {address}" if address else "") + (
+            f" --num-cpus {cpus}" if cpus else ""
+        )
 
     @property
     def settings_args(self) -> str:

@@ -214,9 +214,10 @@ def run_tune(
         print(
             f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints"
         )
-        tuner = tune.Tuner.restore(
-            path, trainable=trainable, resume_unfinished=True, resume_errored=True
-        )
+        with quiet_unreported():  # restoring reads the results: trials that never reported
+            tuner = tune.Tuner.restore(
+                path, trainable=trainable, resume_unfinished=True, resume_errored=True
+            )
     else:
         if not resume and holds_sweep(path):
             raise LaunchError(already_holds(path))

@@ -120,14 +120,34 @@ def test_tunes_own_resume_advice_after_a_stop_is_dropped(caplog):
         "Experiment has been interrupted, but the most recent state was saved.\n"
         'Resume experiment with: Tuner.restore(path="/out/k_vs_length", trainable=...)'
     )
+    stop = "Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run."
     with caplog.at_level(logging.WARNING, logger=RUN_LOGGER):
         with quiet_unreported():
             log.warning(advice)
-            log.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run.")
+            log.warning(stop)  # a real Ctrl-C: Tune's line stays
         log.warning(advice)  # outside the launch's Tune run: shown
     said = [r.getMessage() for r in caplog.records]
     assert said[0].startswith("Stop signal received") and said[1] == advice and len(said) == 2
     assert log.filters == []
+
+
+def test_tunes_ctrl_c_line_is_dropped_where_the_launcher_stopped_the_run_itself(
+    caplog, monkeypatch
+):
+    """A preemption or a spent budget stops Tune by a SIGINT the launcher sends itself, after its
+    own line saying why; Tune's "Stop signal received (e.g. via SIGINT/Ctrl+C) ... Press CTRL+C
+    to skip" beside it spoke of a Ctrl-C nobody pressed."""
+    import logging
+
+    from sweeps.driver import preemption
+    from sweeps.driver.console import RUN_LOGGER, quiet_unreported
+
+    monkeypatch.setattr(preemption, "_launcher_stopped", True)  # as stop_tune leaves it
+    log = logging.getLogger(RUN_LOGGER)
+    with caplog.at_level(logging.WARNING, logger=RUN_LOGGER), quiet_unreported():
+        log.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run.")
+        log.warning("another warning")
+    assert [r.getMessage() for r in caplog.records] == ["another warning"]
 
 
 def test_tunes_routine_bookkeeping_lines_are_dropped_and_its_other_warnings_pass(caplog):

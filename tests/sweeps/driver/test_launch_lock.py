@@ -159,7 +159,7 @@ def test_a_folder_holding_a_sweeps_results_is_refused_whatever_storage_path_says
         ), run.stderr
 
 
-def test_a_printed_command_names_the_launcher_from_where_it_runs_and_keeps_the_address(
+def test_a_printed_command_names_the_launcher_from_where_it_runs_and_keeps_its_ray(
     tmp_path, monkeypatch
 ):
     """From the repository root `python sweeps/launch.py`; from elsewhere the launcher's own path,
@@ -179,6 +179,10 @@ def test_a_printed_command_names_the_launcher_from_where_it_runs_and_keeps_the_a
     script = ROOT / "sweeps" / "launch.py"
     assert launch_.resume_cmd.startswith(f"python {script} q.yaml --resume")
     assert f"(python {script} q.yaml --resume --output out)" in already_holds("x", "q.yaml", "out")
+    # a local Ray of the size it was given: without --num-cpus, a resume took every CPU
+    args.num_cpus = 1
+    assert launch_.resume_cmd.endswith("--resume --output out --address local --num-cpus 1")
+    assert launch_.launch_cmd.endswith("--output out --address local --num-cpus 1")
 
 
 def test_the_lock_records_the_command_as_it_ran_with_its_profile_and_sets():

@@ -575,6 +575,13 @@ def test_the_printed_resume_command_continues_a_sweep_started_with_a_profile(tmp
         "resuming with the first run's overrides: --set model.lr=0.01 --profile short" in said.out
     )
     assert "(profile short)" in said.out and "plans its trials otherwise" not in said.err
+    # a setting outside the plan given now is this command's, not the first run's
+    argv = [str(spec), "--output", str(out), "--resume", "--dry-run", "--set", "budget.hours=1"]
+    assert launch_main(argv) == 0
+    assert (
+        "resuming with the first run's overrides: --set model.lr=0.01 --profile short; and this "
+        "command's: --set budget.hours=1"
+    ) in capsys.readouterr().out
     # the file edited under the profile: refused, naming what changed
     spec.write_text(
         yaml.safe_dump({**base_spec(), "profiles": {"short": {"trainer.max_steps": 7}}})
