@@ -6,6 +6,7 @@ Run it (from the repository root):
     .venv/bin/python benchmarks/cuda_graphs.py --device cuda                 # tiny and paper_copy, L=40
     .venv/bin/python benchmarks/cuda_graphs.py --device cuda --lengths 10 40 --presets tiny
     .venv/bin/python benchmarks/cuda_graphs.py --quick                       # seconds, on the CPU: proves it runs
+    .venv/bin/python benchmarks/cuda_graphs.py --quick --device cuda         # seconds, graphs captured
 
 Prints ONE JSON line on stdout (progress on stderr): ``speedup`` maps ``<preset>/L<L>`` to the
 eager step's seconds over the graphed step's (above 1: graphs are faster); ``rows`` has per cell
@@ -63,7 +64,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--lengths", nargs="+", type=positive_int, default=LENGTHS, help="copy-task max lengths"
     )
-    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (no graphs: a smoke)")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="cuda[:N] (default; cpu with --quick) or cpu (no graphs: a smoke)",
+    )
     p.add_argument(
         "--batch", type=positive_int, default=None, help="sentences per batch (the sweep's)"
     )
@@ -72,12 +77,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--repeats", type=positive_int, default=7, help="timed rounds (default 7)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="seconds, on the CPU: " + str(QUICK))
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="seconds, on the CPU unless --device is given: " + str(QUICK),
+    )
     args = p.parse_args(argv)
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-        args.device = "cpu"
+    if args.device is None:  # --quick alone: a smoke on the CPU, on any machine
+        args.device = "cpu" if args.quick else "cuda"
     return args
 
 

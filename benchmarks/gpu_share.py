@@ -8,6 +8,7 @@ Run it (from the repository root, on a machine with a GPU):
     python -m sweeps.driver.mps run --want required --dir /tmp/mps -- python benchmarks/gpu_share.py
     python benchmarks/gpu_share.py --presets paper_copy --processes 1 4 --modes eager
     python benchmarks/gpu_share.py --quick                                  # seconds, CPU: plumbing
+    python benchmarks/gpu_share.py --quick --device cuda                    # seconds, on the GPU
 
 The second line runs the same under an MPS daemon of its own (every process a client of it).
 Prints ONE JSON line on stdout (progress on stderr): ``mps`` (whether the processes ran under an
@@ -66,14 +67,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--steps", type=positive_int, default=None, help="steps per process and round")
     p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (default 3)")
-    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (plumbing only)")
-    p.add_argument("--quick", action="store_true", help="seconds, on the CPU: " + str(QUICK))
+    p.add_argument(
+        "--device",
+        default=None,
+        help="cuda[:N] (default; cpu with --quick) or cpu (plumbing only)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="seconds, on the CPU unless --device is given: " + str(QUICK),
+    )
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-        args.device = "cpu"
+    if args.device is None:  # --quick alone: plumbing on the CPU, on any machine
+        args.device = "cpu" if args.quick else "cuda"
     return args
 
 
@@ -208,15 +218,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.worker is not None:
         worker(args.worker)
         return {}
-    import torch
-
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _machine import machine_info, machine_line
     from cuda_graphs import cuda_versions
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch sees no CUDA device here")
+    from sweeps.timing.devices import resolve_device
+
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise SystemExit(f"--device: {exc}") from None
     machine = machine_info(device)
     print(machine_line(machine), file=sys.stderr, flush=True)
     workers = Workers(max(args.processes))

@@ -241,7 +241,7 @@ def agreement(pairs: list) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="benchmarks/moo_search.py", description=__doc__.splitlines()[0]
+        prog="benchmarks/moo_search.py", description=__doc__.split("\n\n")[0]
     )
     p.add_argument(
         "--quick", action="store_true", help="one length (8), 450 steps: ~5 min on 2 cores"

@@ -659,7 +659,7 @@ class Child:
         }
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", name],
+            [sys.executable, str(Path(__file__).resolve()), "--child", absolute(name)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -708,7 +708,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from sweeps.timing.devices import highest_cpus, resolve_device
 
-    device = resolve_device(args.device)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise SystemExit(f"--device: {exc}") from None
     sizes = QUICK if args.quick else FULL
     cfg = {
         **sizes,
@@ -1044,10 +1047,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         base, root, _ = parse_system(name)
         if base not in SYSTEMS or (root and base != PROJECT):
             p.error(
-                f"unknown system {name!r}; use project, project:bf16, project@DIR (the project "
-                "imported from another checkout), joeynmt or opennmt"
+                f"argument --systems: unknown system {name!r}; use project, project:bf16, "
+                "project:graphed, project@DIR (the project imported from another checkout; "
+                "project@DIR:bf16 and project@DIR:graphed too), joeynmt or opennmt"
             )
+        problem = root and checkout_problem(Path(root))
+        if problem:
+            p.error(f"argument --systems: {name!r}: {problem}")
     return args
+
+
+#: files every checkout of the project has that the ``project`` system imports
+CHECKOUT_FILES = ("lightning_modules/seq2seq.py", "datamodules/vocab.py")
+
+
+def checkout_problem(root: Path) -> str | None:
+    """Why ``root`` (``project@DIR``) is not a checkout of this project to import the model from,
+    or None."""
+    if not root.is_dir():
+        return f"{root} is not a folder" + ("" if root.exists() else " (no such path)")
+    missing = [f for f in CHECKOUT_FILES if not (root / f).is_file()]
+    if missing:
+        return f"{root} has no {' or '.join(missing)}: not a checkout of this project"
+    return None
+
+
+def absolute(name: str) -> str:
+    """``project@DIR[:variant]`` with DIR made absolute (the child processes run in the
+    repository's root, not in the folder the command was given in)."""
+    base, root, precision = parse_system(name)
+    if not root:
+        return name
+    return f"{base}@{Path(root).resolve()}" + ("" if precision == "32" else f":{precision}")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -125,7 +125,7 @@ def run_one(n: int, out: Path) -> dict[str, Any]:
     start = time.perf_counter()
     with redirect_stdout(io.StringIO()):  # the sweep's console: not what is measured
         grid = run_tune(plan, settings, fit, resume=False, verbose=1, trainable_fn=stand_in_trial)
-    rows = result_rows(grid, settings.plan, sweep.spec.parameters)
+    rows, _plans = result_rows(grid, settings.plan, sweep.spec.parameters)
     write_results_csv(rows, out / sweep.name)
     seconds = time.perf_counter() - start
     rss_after = peak_rss_mb()

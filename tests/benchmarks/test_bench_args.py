@@ -1,13 +1,16 @@
 """The benchmark scripts refuse a bad command line in one line (argparse's ``usage:`` and
 ``script: error: ...``, exit 2) while reading it, before anything is measured: unknown mechanisms,
 mechanism options and presets, counts below 1, negative warm-ups, a budget of no seconds, a data
-folder without its files, a sweep file that is missing or wrong. Nothing here measures."""
+folder without its files, a sweep file that is missing or wrong, an unknown system, another
+checkout that is not one; a device torch cannot use in one line too (``--device: ...``, exit 1).
+Nothing here measures; ``--help`` gives whole sentences."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 from test_benchmarks import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +91,18 @@ CASES = [
     ("peers", ["--rounds", "0"], f"argument --rounds: {AT_LEAST_1}"),
     ("peers", ["--warmup", "-1"], "argument --warmup: must be at least 0, got -1"),
     ("peers", ["--lengths", "0"], f"argument --lengths: {AT_LEAST_1}"),
+    (
+        "peers",
+        ["--systems", "project@/no/such/checkout", "--quick"],
+        "argument --systems: 'project@/no/such/checkout': /no/such/checkout is not a folder "
+        "(no such path)",
+    ),
+    (
+        "peers",
+        ["--systems", "projekt"],
+        "argument --systems: unknown system 'projekt'; use project, project:bf16, "
+        "project:graphed, project@DIR",
+    ),
     ("selection_bias", ["--samples", "0"], f"argument --samples: {AT_LEAST_1}"),
     ("sweep_scale", ["--trials", "100", "0"], f"argument --trials: {AT_LEAST_1}"),
     ("sweep_scale", ["--dry-run-cells", "-1"], "argument --dry-run-cells: must be at least 0"),
@@ -178,3 +193,83 @@ def test_the_default_sweep_file_is_found_from_another_folder(tmp_path, monkeypat
     own.parent.mkdir()
     own.write_text((ROOT / "sweeps" / "quickstart.yaml").read_text())
     assert bench.parse_args([]).spec == "sweeps/quickstart.yaml"
+
+
+def test_another_checkout_must_be_a_checkout_of_the_project(tmp_path, capsys):
+    """peers.py --systems project@DIR with DIR a folder of something else ran this checkout's
+    model under DIR's name."""
+    line = refusal(capsys, "peers", ["--systems", f"project@{tmp_path}:bf16"])
+    assert line == (
+        f"argument --systems: 'project@{tmp_path}:bf16': {tmp_path} has no "
+        "lightning_modules/seq2seq.py or datamodules/vocab.py: not a checkout of this project"
+    )
+    peers = load("peers")
+    args = peers.parse_args(["--systems", "project", f"project@{ROOT}", f"project@{ROOT}:graphed"])
+    assert args.systems == ["project", f"project@{ROOT}", f"project@{ROOT}:graphed"]
+
+
+def test_a_relative_checkout_is_found_from_the_folder_the_command_was_given_in(monkeypatch):
+    """The children run in the repository's root: they are given the folder made absolute."""
+    peers = load("peers")
+    monkeypatch.chdir(ROOT / "benchmarks")
+    assert peers.parse_args(["--systems", "project@..:bf16"]).systems == ["project@..:bf16"]
+    assert peers.absolute("project@..:bf16") == f"project@{ROOT}:bf16"
+    assert peers.absolute("project@..") == f"project@{ROOT}" and peers.absolute("joeynmt") == (
+        "joeynmt"
+    )
+
+
+DEVICE_FOO = [
+    ("peers", ["--device", "foo"]),
+    ("peers", ["--device", "foo", "--quick"]),
+    ("gpu_share", ["--device", "foo", "--rounds", "1"]),
+    ("gpu_share", ["--device", "foo", "--quick"]),  # --quick ran it on the CPU instead
+    ("cuda_graphs", ["--device", "foo"]),
+    ("cuda_graphs", ["--device", "foo", "--quick"]),
+]
+
+
+@pytest.mark.parametrize(
+    "name, argv", DEVICE_FOO, ids=[f"{n}:{' '.join(a)}" for n, a in DEVICE_FOO]
+)
+def test_an_unknown_device_is_refused_in_one_line_before_anything_runs(name, argv):
+    with pytest.raises(SystemExit) as stop:
+        load(name).main(argv)
+    assert str(stop.value.code) == "--device: unknown device 'foo'; use cpu or cuda[:N]"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+@pytest.mark.parametrize("name", ["peers", "gpu_share", "cuda_graphs"])
+def test_cuda_without_a_gpu_is_refused_in_one_line_even_with_quick(name):
+    """--quick no longer turns an explicit --device cuda into the CPU (gpu_share, cuda_graphs)."""
+    with pytest.raises(SystemExit) as stop:
+        load(name).main(["--device", "cuda", "--quick"])
+    assert str(stop.value.code) == (
+        "--device: device cuda asked for, but torch sees no CUDA device; use cpu"
+    )
+
+
+@pytest.mark.parametrize("name", ["gpu_share", "cuda_graphs"])
+def test_quick_runs_on_the_cpu_unless_a_device_is_given(name):
+    bench = load(name)
+    assert bench.parse_args([]).device == "cuda"
+    assert bench.parse_args(["--quick"]).device == "cpu"  # the plumbing, on any machine
+    assert bench.parse_args(["--quick", "--device", "cuda:1"]).device == "cuda:1"
+    assert bench.parse_args(["--device", "cpu"]).device == "cpu"
+
+
+SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("[a-z]*.py"))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_describes_the_script_in_whole_sentences(capsys, name):
+    """moo_search --help cut its question after its first line ("... front, and")."""
+    module = load(name)
+    with pytest.raises(SystemExit) as stop:
+        (getattr(module, "parse_args", None) or module.main)(["--help"])
+    assert stop.value.code == 0
+    help_text = capsys.readouterr().out
+    description = " ".join(help_text.split("\n\n")[1].split())
+    assert description.endswith((".", "?")), description
+    first = " ".join(module.__doc__.split("\n\n")[0].split())
+    assert description == first

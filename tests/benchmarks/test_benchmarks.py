@@ -352,3 +352,45 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_benchmark
         bench.main(["--output", str(blocker / "out")])
     assert stop.value.code == 2
     assert f"{blocker} is a file, not a folder" in capsys.readouterr().err
+
+
+def test_sweep_scale_turns_a_finished_study_into_its_row_and_results_csv(tmp_path, monkeypatch):
+    """After its trials, sweep_scale turns the result grid into results.csv rows (``result_rows``,
+    which returns the rows and the trials' plans) and its per-trial figures. Here the study's
+    Tune run is replaced by the results its stand-in trials report (no Ray started)."""
+    from ray.tune import Checkpoint, Result
+
+    import sweeps.driver.cluster as cluster
+    import sweeps.stages.train as train
+    from sweeps.driver.cluster import ClusterFit
+
+    bench = load("sweep_scale")
+
+    def finished(plan, settings, fit, resume, verbose, trainable_fn):
+        """One finished trial per planned trial, each with a stand-in trial's last report."""
+        grid = []
+        for i, trial in enumerate(plan.sweep.plans):
+            config = trial.trial_config(plan.sweep.grid_columns)
+            folder = tmp_path / "n10" / plan.sweep.name / f"trial_{i}"
+            (folder / "checkpoint_000000").mkdir(parents=True)
+            (folder / "checkpoint_000000" / "checkpoint.ckpt").write_bytes(b"x")
+            (folder / "result.json").write_text("{}\n")
+            metrics = {
+                "val/bleu": float(settings.plan(config).model["K"]), "val/loss": 1.0,
+                "val/token_acc": 0.5, "val/decode_seconds": 0.01, "step": 10, "epoch": 0,
+                "train_time_s": 0.1, "node_id": f"node{i % 2}", "gpu_ids": "", "config": config,
+            }  # fmt: skip
+            checkpoint = Checkpoint.from_directory(str(folder / "checkpoint_000000"))
+            grid.append(
+                Result(metrics=metrics, checkpoint=checkpoint, error=None, path=str(folder))
+            )
+        return grid
+
+    monkeypatch.setattr(train, "run_tune", finished)
+    monkeypatch.setattr(cluster, "check_cluster", lambda *a, **k: ClusterFit(0.5, None))
+    monkeypatch.setattr(cluster, "describe_cluster", lambda: "4 nodes (simulated)")
+    row = bench.run_one(10, tmp_path / "n10")
+    assert row["trials"] == 10 and row["nodes_used"] == 2 and row["bytes_per_trial"] > 0
+    assert row["cluster"] == "4 nodes (simulated)" and row["seconds_per_trial"] > 0
+    written = read_csv(tmp_path / "n10" / "scale10" / "results.csv")
+    assert len(written) == 10 and {r["status"] for r in written} == {"done"}
