@@ -15,6 +15,8 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from sweeps.search.seeding import LOST
+
 
 class Journal:
     """The journal file ``path`` (None: a sweep without ``parameters``, no Optuna at all)."""
@@ -72,9 +74,20 @@ class Journal:
         return self.storage.get_trial(storage_id)
 
     def fail_running(self, study: Any, keep: set[int]) -> None:
-        """Mark FAIL the RUNNING trials of ``study`` whose storage ids are not in ``keep``: trials a
-        driver that died before Tune saved it left RUNNING, which no Ray trial will finish."""
+        """The RUNNING trials of ``study`` whose storage ids are not in ``keep`` were asked by a
+        driver that stopped before Tune saved them: no Ray trial holds them, and none will finish
+        them. Each is marked FAIL with the attribute ``lost`` saying so, and its configuration is
+        asked again (``enqueue_trial``): the resumed launch trains what the stopped one drew, as
+        the trial of the lost one's ordinal (:mod:`sweeps.search.seeding`)."""
         running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         for t in running:
-            if t._trial_id not in keep:
-                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            if t._trial_id in keep:
+                continue
+            self.set_attr(
+                t._trial_id,
+                LOST,
+                "asked by a launch that stopped before Ray Tune saved it: trained again by the "
+                "resumed launch as a later trial of the same configuration",
+            )
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})

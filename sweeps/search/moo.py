@@ -34,6 +34,7 @@ import optuna
 
 from sweeps.report.selection import aggregate
 from sweeps.search.journal import Journal
+from sweeps.search.seeding import LOST, PerTrial
 from sweeps.spec.objectives import DECODE_SECONDS, PROBED, baseline_of
 
 #: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
@@ -120,22 +121,25 @@ class MultiObjective:
         study = optuna.create_study(
             study_name=name, storage=storage, directions=self.directions, load_if_exists=True
         )
-        seed = seed_of(len(study.trials))
-        if self.sampler == "nsga2":
-            study.sampler = optuna.samplers.NSGAIISampler(
-                seed=seed, population_size=max(2, min(50, self.num_samples // 3))
-            )
-        elif self.sampler == "random":
-            study.sampler = optuna.samplers.RandomSampler(seed=seed)
-        else:  # few samples per study: TPE's model from a third of the budget, not after 10 random ones
-            study.sampler = optuna.samplers.TPESampler(
-                seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3))
-            )
+        study.sampler = PerTrial(self.make_sampler, seed_of)  # trial k drawn with seed_of(k)
         with warnings.catch_warnings():  # experimental since Optuna 3.2, and the names are
             # what optuna-dashboard and `optuna trials` label the objectives with
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(self.names))
         return study
+
+    def make_sampler(self, seed: int) -> Any:
+        """The sweep's ``search.sampler``, seeded with ``seed``."""
+        if self.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(
+                seed=seed, population_size=max(2, min(50, self.num_samples // 3))
+            )
+        if self.sampler == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        # few samples per study: TPE's model from a third of the budget, not after 10 random ones
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=max(2, min(10, self.num_samples // 3))
+        )
 
     # -- asking ------------------------------------------------------------------------------
 
@@ -154,6 +158,7 @@ class MultiObjective:
                     if t.number != trial.number
                     and t.params == trial.params
                     and "duplicate_of" not in t.user_attrs
+                    and LOST not in t.user_attrs  # asked again: its configuration is this one
                 ),
                 None,
             )

@@ -17,6 +17,7 @@ are written once for both:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ import optuna
 
 from sweeps.report.selection import aggregate
 from sweeps.search.journal import Journal
+from sweeps.search.seeding import PerTrial
 from sweeps.spec.search_space import optuna_sampler
 
 
@@ -41,11 +43,12 @@ class SingleObjective:
         return ["maximize" if self.mode == "max" else "minimize"]
 
     def new_study(self, storage: Any, name: str, seed_of: Callable[[int], int]) -> Any:
-        """Open (or create) study ``name``; its sampler's seed is ``seed_of(trials it holds)``."""
+        """Open (or create) study ``name``; its sampler draws its k-th trial seeded with
+        ``seed_of(k)`` (:class:`sweeps.search.seeding.PerTrial`)."""
         study = optuna.create_study(
             study_name=name, storage=storage, direction=self.directions[0], load_if_exists=True
         )
-        study.sampler = optuna_sampler(self.sampler, seed_of(len(study.trials)))
+        study.sampler = PerTrial(functools.partial(optuna_sampler, self.sampler), seed_of)
         return study
 
     def ask(self, study: Any, space: dict[str, Any], key: Any) -> Any:

@@ -65,8 +65,8 @@ class OverSeeds:
     # -- the studies ---------------------------------------------------------------------------
 
     def cell_study(self, cell: int) -> Any:
-        def seed_of(n_trials: int) -> int:
-            seq = np.random.SeedSequence([self.sampler_seed, cell, n_trials, 32])
+        def seed_of(n: int) -> int:  # the n-th trial's (sweeps.search.seeding)
+            seq = np.random.SeedSequence([self.sampler_seed, cell, n, 32])
             return int(seq.generate_state(1)[0])
 
         return self.journal.study(

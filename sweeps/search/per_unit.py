@@ -50,11 +50,12 @@ class PerUnit:
 
     # -- the studies ---------------------------------------------------------------------------
 
-    def unit_seed(self, i: int, n_trials: int) -> int:
-        """Each (cell, seed) samples with its own seed; ``n_trials`` (the study's size when it is
-        opened) makes a resumed study draw new samples rather than repeat its first ones."""
+    def unit_seed(self, i: int, n: int) -> int:
+        """The seed of the ``n``-th trial of unit ``i``'s study (its ordinal,
+        :mod:`sweeps.search.seeding`): each (cell, seed) samples with its own seeds, and trial
+        ``n`` draws the same whether the study ran through or was stopped and resumed."""
         seq = np.random.SeedSequence(
-            [self.sampler_seed, self.units[i].index, self.units[i].seed, n_trials]
+            [self.sampler_seed, self.units[i].index, self.units[i].seed, n]
         )
         return int(seq.generate_state(1)[0])
 

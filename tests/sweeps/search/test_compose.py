@@ -271,3 +271,50 @@ def test_a_configurations_seeds_go_out_in_fused_chunks(tmp_path):
     ]
     assert {c["configuration"] for c in configs} == {0} and len({c["lr"] for c in configs}) == 1
     assert searcher.suggest("x") is Searcher.FINISHED
+
+
+@pytest.mark.parametrize("objective", ["single", "multi"])
+def test_a_stopped_and_resumed_study_draws_what_an_uninterrupted_one_draws(tmp_path, objective):
+    """A study's sampler was seeded once, when the study was opened: a resumed launch reopened it
+    seeded anew, and every trial drawn after the stop differed from the uninterrupted run's. A
+    trial asked after Tune last saved the searcher (a killed driver) was left FAIL, its
+    configuration never trained. Now trial k is drawn with its own seed, and a lost trial's
+    configuration is asked again, marked in Optuna."""
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    units = [Unit("s/u", 0, 0, {"cell": "u", "seed": 0}, max_steps=20)]
+
+    def searcher(journal: Path) -> SweepSearcher:
+        if objective == "single":
+            kind = SingleObjective("val/bleu", "max")
+        else:
+            sweep = build_sweep(raw(metric=None, objectives=OBJECTIVES, parameters=LR))
+            kind = MultiObjective(sweep, ObjectiveReader(sweep, None), 4)  # TPE's model after 2
+        return SweepSearcher(units, PerUnit(units, kind, 4, space, str(journal)), OneAtATime())
+
+    def run(s: SweepSearcher, trial_id: str, bleu: float) -> float:
+        lr = s.suggest(trial_id)["lr"]
+        s.on_trial_complete(trial_id, {"val/bleu": bleu, "val/loss": 1.0, "step": 20})
+        return lr
+
+    straight = searcher(tmp_path / "straight")
+    through = [run(straight, f"t{k}", 10.0 * k) for k in range(4)]
+
+    stopped = searcher(tmp_path / "stopped")
+    drawn = [run(stopped, "t0", 0.0)]
+    pickled = pickle.dumps(stopped)
+    stopped.save(str(tmp_path / "searcher.pkl"))  # Tune's last save before the driver dies
+    lost = stopped.suggest("t1")["lr"]  # asked, then the driver is killed
+    resumed = pickle.loads(pickled)
+    resumed.restore(str(tmp_path / "searcher.pkl"))
+    drawn += [run(resumed, f"r{k}", 10.0 * k) for k in (1, 2, 3)]
+    assert lost == through[1] and drawn == through, (drawn, through)
+    trials = resumed.scope.study(0).trials
+    assert [t.state.name for t in trials] == [
+        "COMPLETE",
+        "FAIL",
+        "COMPLETE",
+        "COMPLETE",
+        "COMPLETE",
+    ]
+    assert "asked by a launch that stopped" in trials[1].user_attrs["lost"]
+    assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
