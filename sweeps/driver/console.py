@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from ray.tune import Callback
 
 from sweeps.driver import budget, preemption
-from sweeps.report.results import trial_status
+from sweeps.report.results import last_report, trial_status
 from sweeps.schedulers.lost_nodes import move_line, moves
 
 #: Tune's states of a trial that has not ended, as the table names them
@@ -35,6 +35,19 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _finished_on_disk(trial_dir: str | None, max_steps: int | None) -> bool:
+    """Whether the last report in the trial's own ``result.json`` ended it: Tune's ``done``, the
+    ``stop_when`` rule, or ``max_steps`` reached."""
+    last = last_report(trial_dir) if trial_dir else {}
+    if not last:
+        return False
+    return bool(
+        last.get("done")
+        or last.get("converged")
+        or (max_steps is not None and int(last.get("step") or 0) >= max_steps)
+    )
 
 
 def _cell(value: Any) -> str:
@@ -82,6 +95,7 @@ class SweepConsole(Callback):
         self._last_line = 0.0
         self._last_counts: Counter = Counter()
         self._ended: set[str] = set()  # trials that ended on their own (not stopped with the sweep)
+        self._earlier: set[str] = set()  # finished in an earlier run; Tune runs them again
         self._seen_first_step = False
 
     def __getstate__(self) -> dict:
@@ -93,12 +107,26 @@ class SweepConsole(Callback):
         """At the start of every run, a resumed one included: the clocks start now."""
         self._start = time.monotonic()
         self._last_table = self._last_line = 0.0
-        self._ended, self._seen_first_step = set(), False
+        self._ended, self._earlier, self._seen_first_step = set(), set(), False
 
     def on_step_begin(self, iteration: int, trials: list, **info) -> None:
-        if not self._seen_first_step:  # a resumed run: the trials an earlier run finished
+        if not self._seen_first_step:
             self._seen_first_step = True
-            self._ended |= {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")}
+            self._restored(trials)
+
+    def _restored(self, trials: list) -> None:
+        """At a run's start (a resumed one: Tune hands the callbacks the trials as its saved state
+        has them): the trials an earlier run ended, and those it finished after Tune's last save
+        (a killed launcher), which Tune has as pending or running and runs again, and which report
+        their earlier result at once (:func:`sweeps.trial.lifecycle.report_earlier_finish`)."""
+        self._ended |= {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")}
+        steps = getattr(self, "max_steps", {})
+        self._earlier = {
+            t.trial_id
+            for t in trials
+            if t.status in LIVE_STATES
+            and _finished_on_disk(getattr(t, "path", None), steps.get(t.config.get("cell")))
+        }
 
     @staticmethod
     def stop_reason() -> str | None:
@@ -132,7 +160,15 @@ class SweepConsole(Callback):
 
     def progress_line(self, trials: list, held: dict[str, str] | None = None) -> str:
         held = held or {}
-        counts = Counter(held.get(t.trial_id, t.status) if held else t.status for t in trials)
+        earlier = getattr(self, "_earlier", set())  # older pickles: none
+        counts = Counter(
+            held.get(t.trial_id, t.status)
+            if held
+            else "TERMINATED"
+            if t.trial_id in earlier and t.status in LIVE_STATES
+            else t.status
+            for t in trials
+        )
         finished = counts.get("TERMINATED", 0)
         failed = counts.get("ERROR", 0)
         running = counts.get("RUNNING", 0)
@@ -243,6 +279,9 @@ class SweepConsole(Callback):
         )
 
     def on_experiment_end(self, trials: list, **info) -> None:
+        if not self._seen_first_step:  # no step: a resume of a sweep whose every trial had ended
+            self._seen_first_step = True
+            self._restored(trials)
         if trials:
             held = self._held(trials)
             self._print(self.table(trials, held))

@@ -15,7 +15,7 @@ found here first and named with its line:
   is restored from the driver's own copy of that snapshot when this machine still has it, and is
   otherwise refused, with what to do: nothing is restarted;
 - a trial's log files cut short on the storage (Tune rewrites them at each snapshot; a full disk
-  empties them) are restored from the driver's own copy when this machine still has it;
+  empties them, a killed launcher leaves them as its last copy had them) are restored from the driver's own copy when this machine still has it;
 - a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
   the launcher killed in between) is pointed at its newest intact checkpoint.
 """
@@ -117,7 +117,8 @@ def restore_trial_files(experiment: Path) -> list[str]:
     events) cut short on the storage are restored from the driver's staging copy when this machine
     still has it. Tune rewrites them there in place at every snapshot: on a full disk each rewrite
     empties them, the finished trials' too, and a resumed trial then goes on from what is left
-    (its ``result.json`` lost every report before the stop). A file is restored only where the
+    (its ``result.json`` lost every report before the stop); a launcher killed (kill -9) leaves
+    them as its last copy had them. A file is restored only where the
     storage's copy is a strict prefix of the staged one (empty, or a line or more short). What a
     stop leaves behind as a matter of course, a TensorBoard events file whose last copy did not
     run before the launch ended (Ctrl-C, a preemption), is brought up to date without a word; the
@@ -154,7 +155,8 @@ def restore_trial_files(experiment: Path) -> list[str]:
     files = "; ".join(f"{trial}: {', '.join(names)}" for trial, names in said.items())
     return [
         f"Tune's files of {len(said)} trial(s) on the storage were behind the driver's own copy "
-        f"(its last copy did not run: a full disk, or a copy stopped midway); restored from that "
+        f"(its last copy did not run: the launcher was killed, the disk was full, or a copy "
+        f"stopped midway); restored from that "
         f"copy: {files}"
     ]
 

@@ -401,12 +401,20 @@ def resume_launch(
     # settings outside the plan may change (a larger budget continues a sweep whose budget ran
     # out), and the new values replace the recorded ones
     free = {k for k in now if k.split(".")[0] not in PLAN_KEYS}
-    changed = [k for k in now if k not in free and (k not in before or before[k] != now[k])]
+    # a --set of the value the first run planned with (its own --set, its profile's or its
+    # file's) repeats it
+    first_values = {k: _first_value(first, before, k, source) for k in now if k not in free}
+    changed = [k for k, (value, _) in first_values.items() if value is UNSET or value != now[k]]
     if changed:
-        was = ", ".join(f"{k}={before[k]!r}" if k in before else f"{k} unset" for k in changed)
+        was = ", ".join(
+            f"{k}={value!r}{where}" if value is not UNSET else f"{k} unset"
+            for k in changed
+            for value, where in [first_values[k]]
+        )
         raise SpecError(
             f"--set {changed[0]}",
-            f"--resume continues the first run with its own overrides ({was} there; recorded in "
+            f"--resume continues the first run with its own overrides (the first run's: {was}; "
+            f"recorded in "
             f"{path}); drop the --set to continue, or start a new sweep with another --output "
             f"{_plan_note()}",
             source,
@@ -426,6 +434,29 @@ def resume_launch(
     kept = [o for o in first["overrides"] if next(iter(parse_overrides([o], source))) not in free]
     new = [o for o in overrides if next(iter(parse_overrides([o], source))) in free]
     return kept + new, first.get("profile")
+
+
+def _first_value(first: dict, before: dict[str, Any], key: str, source: str) -> tuple[Any, str]:
+    """The value the first run (its record ``first``, its ``--set`` values ``before``) planned
+    ``key`` with, :data:`UNSET` where none, and where that value came from, in words (nothing
+    for its own ``--set``)."""
+    if key in before:
+        return before[key], ""
+    value = get_dotted(first.get("planned"), key, UNSET)  # the file's, with the profile's
+    if value is UNSET:
+        return UNSET, ""
+    used = first.get("profile")
+    if used is not None:
+        try:  # the profile's settings, as the sweep file (its plan the first run's) declares them
+            raw = read_yaml(Path(source).read_text(encoding="utf-8"), source)
+            profiled = profile_overrides(raw if isinstance(raw, dict) else {}, used, source)
+        except (OSError, ValueError, yaml.YAMLError, SpecError):
+            profiled = profile_overrides({}, used, source) if used == "smoke" else {}
+        if holding_key(key, profiled) is not None:
+            return value, f" from profile {used}"
+        if any(k.startswith(f"{key}.") for k in profiled):
+            return value, f" from the sweep file and profile {used}"
+    return value, " from the sweep file"
 
 
 #: the sweep file's sections that plan the trials and what they are judged by: a resume's, in the

@@ -211,13 +211,21 @@ def run_tune(
     if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
         raise LaunchError(nothing_to_resume(path))
     if resume and tune.Tuner.can_restore(path):
-        print(
-            f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints"
-        )
         with quiet_unreported():  # restoring reads the results: trials that never reported
             tuner = tune.Tuner.restore(
                 path, trainable=trainable, resume_unfinished=True, resume_errored=True
             )
+        ended = finished_before(tuner, plan.to_train)
+        if ended is not None:  # Tune would run no step: its results are the saved ones
+            print(
+                f"nothing to resume in training: every trial ({len(ended)}) finished in an earlier "
+                f"run of this sweep; their results are as they were",
+                flush=True,
+            )
+            return ended
+        print(
+            f"resuming {path}: finished trials are kept, unfinished and errored ones continue from their checkpoints"
+        )
     else:
         if not resume and holds_sweep(path):
             raise LaunchError(already_holds(path))
@@ -269,6 +277,18 @@ def run_tune(
     # Read the results back from storage: after a SIGINT Tune returns normally, and only the saved
     # state says which trials are unfinished (PENDING).
     return read_back(path, trainable)
+
+
+def finished_before(tuner: tune.Tuner, trials: int) -> Any:
+    """A restored experiment's ``ResultGrid`` where its saved state holds every trial the launch
+    trains (``trials``), each finished (TERMINATED: not an errored one, which a resume runs
+    again): Tune, handed every trial it may create and none to run, would end at once. None
+    otherwise (or where the saved results cannot be read)."""
+    try:
+        grid = tuner.get_results()
+    except Exception:  # noqa: BLE001 -- unreadable here: Tune's own run says what it finds
+        return None
+    return grid if len(grid) >= trials and grid.num_terminated == len(grid) else None
 
 
 def read_back(path: str, trainable: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -216,3 +217,47 @@ def test_tunes_own_reporter_is_off_below_verbose_2_and_the_setting_set_back(monk
     with tune_reporter(0):
         assert os.environ[NEW_OUTPUT_ENV] == "0"
     assert os.environ[NEW_OUTPUT_ENV] == "1"
+
+
+def test_a_resume_of_a_sweep_whose_every_trial_ended_names_them_as_they_ended():
+    """Every trial ended in an earlier run: Tune runs no step (so no ``on_step_begin``) and ends at
+    once; the last table and line name them as results.csv does, not ``unfinished``."""
+    out = io.StringIO()
+    console = SweepConsole(3, [], "val/bleu", "max", out=out, max_steps={"K=4": MAX_STEPS})
+    trials = [
+        trial("ran", "TERMINATED", step=MAX_STEPS),
+        trial("asha", "TERMINATED", step=10),
+        trial("crash", "ERROR", step=10),
+    ]
+    console.setup()
+    console.on_experiment_end(trials)
+    said = out.getvalue()
+    assert "unfinished" not in said, said
+    assert said.splitlines()[-1].startswith(
+        "[3 trials] 2 finished, 0 running, 0 pending, 1 failed |"
+    )
+    rows = {line.split()[0]: line.split()[1] for line in said.splitlines()[1:-1]}
+    assert rows == {"ran": "done", "asha": "stopped", "crash": "error"}
+
+
+def test_the_first_line_of_a_resume_counts_trials_finished_after_tunes_last_save(tmp_path):
+    """A launcher killed after a trial finished but before Tune saved its state: the resumed run's
+    Tune has that trial pending (to report its earlier result again); the first line counts it
+    finished, as its own result.json says, and a trial that had not finished as pending."""
+    out = io.StringIO()
+    console = SweepConsole(3, [], "val/bleu", "max", out=out, max_steps={"K=4": MAX_STEPS})
+    finished, cut = tmp_path / "finished", tmp_path / "cut"
+    for folder, last in ((finished, MAX_STEPS), (cut, 20)):
+        folder.mkdir()
+        reports = [{"step": s, "val/bleu": 1.0} for s in range(10, last + 1, 10)]
+        (folder / "result.json").write_text("".join(json.dumps(r) + "\n" for r in reports))
+    trials = [
+        trial("before", "TERMINATED", step=MAX_STEPS),
+        SimpleNamespace(**{**vars(trial("stale", "PENDING", step=20)), "path": str(finished)}),
+        SimpleNamespace(**{**vars(trial("cut", "PENDING", step=20)), "path": str(cut)}),
+    ]
+    console.setup()
+    console.on_step_begin(0, trials)
+    console.on_step_end(1, trials)
+    line = out.getvalue().splitlines()[-1]
+    assert line.startswith("[3 trials] 2 finished, 0 running, 1 pending, 0 failed |"), line

@@ -174,6 +174,8 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     assert not (exp / "t2_attention=none" / "params.json").exists(), "another run's file"
     assert len(said) == 1 and "1 trial(s)" in said[0], said
     assert "t1_attention=none: progress.csv, result.json" in said[0], said
+    # a killed launcher leaves them behind too, not only a full disk: the line names both
+    assert "did not run: the launcher was killed, the disk was full, or a copy" in said[0], said
     assert "t3" not in said[0] and (exp / "t3_attention=none" / events).read_text() == "a\nb\n"
     assert restore_trial_files(exp) == [], "whole now"
 

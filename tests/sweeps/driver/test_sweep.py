@@ -199,6 +199,11 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
     assert main([str(spec), "--output", str(out), "--verbose", "0", "--resume"]) == 0
     said = capsys.readouterr().out
     assert "already timed" in said and "already evaluated" in said
+    # every trial finished: Tune is not run again, and the launch says so in one line
+    assert (
+        "nothing to resume in training: every trial (2) finished in an earlier run of this sweep"
+        in said
+    ), said
     assert {
         p: p.read_text()
         for p in (out / "e2e").glob("*/*.json")

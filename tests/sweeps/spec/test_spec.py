@@ -715,3 +715,29 @@ def test_bad_launcher_arguments_fail_in_one_line_before_ray(tmp_path, capsys):
         and f"{tmp_path / 'empty' / 't'} holds no sweep to continue" in err
     )
     assert not ray.is_initialized()
+
+
+def test_resume_accepts_a_set_that_repeats_the_first_runs_planned_value(tmp_path):
+    """A --set of the value the first run planned with, from its profile or its file (not from a
+    --set), repeats it: accepted. Another value is refused, saying where the first run's came from
+    (not "unset")."""
+    from sweeps.spec import resume_launch, save_launch
+
+    raw = {**base_spec(), "profiles": {"short": {"trainer.max_steps": 5}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for profile, key, value, where in [
+        ("smoke", "trainer.max_steps", 60, "profile smoke"),  # the smoke defaults
+        ("short", "trainer.max_steps", 5, "profile short"),  # the file's own profile
+        (None, "trainer.max_steps", 10, "the sweep file"),
+    ]:
+        folder = tmp_path / str(profile)
+        sweep = build_sweep(raw, source=str(path), profile=profile)
+        save_launch(folder, [], profile, sweep.planned, sweep.profile_settings)
+        assert resume_launch(folder, [f"{key}={value}"], profile, str(path)) == ([], profile)
+        with pytest.raises(SpecError) as info:
+            resume_launch(folder, [f"{key}=100"], profile, str(path))
+        said = str(info.value)
+        assert f"--set {key}: --resume continues the first run with its own overrides" in said
+        assert f"(the first run's: {key}={value} from {where}; recorded in" in said
+        assert "unset" not in said
