@@ -147,9 +147,25 @@ def run_problem(run_dir: str | Path) -> str | None:
     return None
 
 
+def logged_keys(records: Iterable[Any]) -> set[str]:
+    """The keys a run's records logged (its history) or put in its summary."""
+    keys: set[str] = set()
+    for record in records:
+        kind = record.WhichOneof("record_type")
+        items = (
+            record.history.item
+            if kind == "history"
+            else (record.summary.update if kind == "summary" else ())
+        )
+        keys |= {item.key or ".".join(item.nested_key) for item in items}
+    return keys
+
+
 def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     """Write ``values`` into the summary of a finished offline run: a summary record inserted
-    before its exit record (later records renumbered), the file replaced atomically."""
+    before its exit record (later records renumbered), the file replaced atomically. A None for a
+    key the run never logged is left out: it would add a key the run does not have (a copy
+    task's ``val/sacrebleu``, a non-student's ``train/distill``)."""
     import json
 
     from wandb.proto import wandb_internal_pb2 as pb
@@ -157,6 +173,8 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     path = run_log(run_dir)
     header, chunks = read_chunks(path.read_bytes())
     records = _parse(chunks)
+    logged = logged_keys(records)
+    values = {k: v for k, v in values.items() if v is not None or k in logged}
     exits = [i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit"]
     if not exits:
         raise RunLogError(
@@ -235,6 +253,6 @@ def add_run_summary(
         dir=str(wandb_dir),
         settings=wandb.Settings(silent=True, x_disable_stats=True),
     )
-    run.summary.update(dict(values))
+    run.summary.update({k: v for k, v in values.items() if v is not None or k in run.summary})
     run.finish()
     return run.url or run_id

@@ -179,6 +179,7 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
 
     ahead = make_offline_run(tmp_path, "ahead001", 3)  # logged val/bleu 0, 1, 2: summary 2.0
     done = make_offline_run(tmp_path, "done0001", 3)
+    early = make_offline_run(tmp_path, "early001", 1)  # logged val/bleu 0.0, never reported
     nolog = tmp_path / "wandb" / "offline-run-20261129_225625-nolog001"
     (nolog / "files").mkdir(parents=True)
     nan = float("nan")
@@ -189,13 +190,16 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
             "step": 10.0,
             "val/bleu": 1.0,
             "val/loss": nan,
+            "val/sacrebleu": nan,  # a copy task's trial never logs it
         },
         {"trial_id": "done0001", "status": "done", "step": 20.0, "val/bleu": 9.0},
+        {"trial_id": "early001", "status": "budget", "step": nan, "val/bleu": nan},
         {"trial_id": "nolog001", "status": "budget", "step": nan},
         {"trial_id": "never001", "status": "unfinished"},
     ]
     assert stopped_figures(rows, ("budget", "unfinished"), "val/bleu") == {
-        "ahead001": {"val/bleu": 1.0, "val/loss": None},
+        "ahead001": {"val/bleu": 1.0, "val/loss": None, "val/sacrebleu": None},
+        "early001": {"val/bleu": None},
         "nolog001": {"val/bleu": None},
         "never001": {"val/bleu": None},
     }
@@ -208,6 +212,16 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
     stopped = inspect(ahead)
     assert stopped["state"] == "finished" and stopped["summary"]["val/bleu"] == 1.0
     assert stopped["summary"].get("val/loss") is None  # results.csv has none
+    # a key the run never logged is not added to its log as a null (W&B's page would list it)
+    written = {
+        item.key
+        for r in read_records(run_log(ahead))
+        if r.WhichOneof("record_type") == "summary"
+        for item in r.summary.update
+    }
+    assert "val/bleu" in written and "val/sacrebleu" not in written, written
+    nulled = inspect(early)["summary"]  # a key it logged: nulled, as results.csv has none
+    assert nulled.get("val/bleu") is None and nulled["_step"] == 0, nulled
     assert inspect(done)["summary"]["val/bleu"] == 2.0
     assert sorted(p.name for p in nolog.iterdir()) == ["files"]
     assert "could not" not in capsys.readouterr().err
