@@ -138,6 +138,12 @@ class Seq2SeqModule(pl.LightningModule):
         super().__init__()
         check_ranges(Seq2SeqModule.__init__, locals())
         check_distillation(attention, distill_weight, teacher_checkpoint, init_from_teacher)
+        if val_beam_size > tgt_vocab_size:  # beam search keeps at most one hypothesis per token
+            raise ValueError(
+                f"val_beam_size={val_beam_size} is above the target vocabulary size "
+                f"({tgt_vocab_size}): a beam holds at most one hypothesis per token; pass "
+                f"val_beam_size of at most {tgt_vocab_size}"
+            )
         self.save_hyperparameters()
         sizes = get_preset(preset)
         overrides = dict(
@@ -219,15 +225,33 @@ class Seq2SeqModule(pl.LightningModule):
         datamodule = (
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         )
+        for side in ("src", "tgt"):  # an id past the model's embeddings: torch's bare IndexError
+            data, own = (
+                getattr(datamodule, f"{side}_vocab_size", None),
+                self.hparams[f"{side}_vocab_size"],
+            )
+            if isinstance(data, int) and data > own:
+                raise ValueError(
+                    f"the datamodule's {side} vocabulary has {data} ids but the model was built "
+                    f"for {side}_vocab_size={own}; pass {side}_vocab_size={data} (the "
+                    f"datamodule's {side}_vocab_size) to Seq2SeqModule"
+                )
         data_max = getattr(datamodule, "max_source_len", None)
         built = self.model.attention.longest_source
         if data_max is None or built is None:
             return
         if data_max > built:
+            given = (self.hparams.attention_kwargs or {}).get("max_source_len") is not None
+            where = (
+                f'attention_kwargs["max_source_len"]={data_max} (or larger; it is set there, '
+                "which the module's max_source_len does not override)"
+                if given
+                else f"max_source_len={data_max} (or larger)"
+            )
             raise ValueError(
                 f"the datamodule's sources are up to {data_max} tokens (incl. EOS) but attention "
                 f"{self.hparams.attention!r} was built for max_source_len={built}; pass "
-                f"max_source_len={data_max} (or larger) to Seq2SeqModule"
+                f"{where} to Seq2SeqModule"
             )
 
     def load_state_dict(
@@ -294,7 +318,16 @@ class Seq2SeqModule(pl.LightningModule):
     def decode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
         """Decode with the configured strategy (greedy or beam): tokens (B, T'), an ordinary
         tensor (the decoders run under ``torch.inference_mode``; a copy of their result can be
-        changed in place or fed to a training step)."""
+        changed in place or fed to a training step). A module in training mode decodes in eval
+        mode (no dropout, no monotonic attention's noise) and is left in training mode."""
+        if self.training:
+            modes = [(m, m.training) for m in self.modules()]
+            self.eval()
+            try:
+                return self.decode(src, src_lengths)
+            finally:
+                for m, training in modes:
+                    m.training = training
         if self.hparams.val_beam_size == 1:
             tokens, _ = self.model.greedy_decode(src, src_lengths, self.hparams.max_decode_len)
         else:

@@ -221,6 +221,57 @@ def test_sources_longer_than_max_source_len_fail_early(attention, options, quiet
         quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
 
 
+def test_a_limit_set_in_attention_kwargs_is_the_one_the_error_names(quiet_trainer):
+    """attention_kwargs' max_source_len wins over the module's: the error told the user to raise
+    the module's argument, which changes nothing."""
+    dm = small_copy(max_length=20)
+    model = Seq2SeqModule(
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention="memory",
+        attention_kwargs={"position_encoding": True, "max_source_len": 10},
+        max_source_len=21,
+    )
+    with pytest.raises(ValueError, match=r'attention_kwargs\["max_source_len"\]=21'):
+        quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
+
+
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_a_model_vocabulary_smaller_than_the_datas_is_refused_before_training(side, quiet_trainer):
+    """Token ids past the model's embeddings ended in torch's "IndexError: index out of range in
+    self", naming neither the argument nor the fix."""
+    dm = small_copy()
+    sizes = {"src": dm.src_vocab_size, "tgt": dm.tgt_vocab_size, side: 10}
+    model = Seq2SeqModule(sizes["src"], sizes["tgt"], attention="none")
+    with pytest.raises(ValueError, match=f"{side}_vocab_size={dm.src_vocab_size} \\(the datamod"):
+        quiet_trainer(fast_dev_run=True).fit(model, datamodule=dm)
+    bigger = Seq2SeqModule(dm.src_vocab_size + 5, dm.tgt_vocab_size + 5, attention="none")
+    quiet_trainer(fast_dev_run=True).fit(bigger, datamodule=dm)  # ids it never sees: fine
+
+
+def test_a_beam_wider_than_the_target_vocabulary_is_refused_when_built():
+    """It was accepted, and the first validation stopped on `beam_size` (not the argument given)."""
+    with pytest.raises(ValueError, match="val_beam_size=100 is above the target vocabulary size"):
+        Seq2SeqModule(24, 24, val_beam_size=100)
+    assert Seq2SeqModule(24, 24, val_beam_size=24).hparams.val_beam_size == 24
+
+
+def test_decode_in_training_mode_decodes_as_in_eval_and_keeps_the_mode():
+    """A module left in training mode (as built) decoded with dropout and monotonic attention's
+    noise: the same batch gave other tokens each time."""
+    dm = small_copy()
+    dm.setup("fit")
+    batch = next(iter(dm.val_dataloader()))
+    torch.manual_seed(0)
+    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="monotonic", dropout=0.3)
+    model.model.encoder.eval()  # a part the user froze stays as it was
+    trained = [model.decode(batch["src"], batch["src_lengths"]) for _ in range(2)]
+    assert model.training and not model.model.encoder.training
+    model.eval()
+    assert torch.equal(trained[0], trained[1])
+    assert torch.equal(trained[0], model.decode(batch["src"], batch["src_lengths"]))
+
+
 def test_memory_attention_without_position_encodings_takes_any_source_length(quiet_trainer):
     """max_source_len is S of the position encodings: memory attention without them was refused
     sources longer than it, though nothing in it depends on the length."""
