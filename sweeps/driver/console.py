@@ -161,14 +161,15 @@ class SweepConsole(Callback):
     def progress_line(self, trials: list, held: dict[str, str] | None = None) -> str:
         held = held or {}
         earlier = getattr(self, "_earlier", set())  # older pickles: none
-        counts = Counter(
-            held.get(t.trial_id, t.status)
-            if held
-            else "TERMINATED"
-            if t.trial_id in earlier and t.status in LIVE_STATES
-            else t.status
-            for t in trials
-        )
+
+        def status(t: Any) -> str:
+            if held:
+                return held.get(t.trial_id, t.status)
+            if earlier and t.status in LIVE_STATES and t.trial_id in earlier:
+                return "TERMINATED"  # finished after Tune's last save: it re-reports at once
+            return t.status
+
+        counts = Counter(status(t) for t in trials)
         finished = counts.get("TERMINATED", 0)
         failed = counts.get("ERROR", 0)
         running = counts.get("RUNNING", 0)
