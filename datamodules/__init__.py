@@ -1,4 +1,8 @@
-"""LightningDataModules serving batches per docs/CONTRACTS.md. Needs only torch and lightning.
+"""LightningDataModules serving batches per docs/CONTRACTS.md.
+
+Needs torch, Lightning, sacrebleu (WMT'17's BLEU scoring), numpy and annotated-types; WMT'17's
+tokenizer and detokenizer are the ``data`` extra (sentencepiece, sacremoses; datasets for
+``source="hf"``). None of Ray, Optuna or W&B.
 
 The classes are imported on first use, so ``python -m datamodules.wmt17 fetch`` and the fetch
 module (:mod:`datamodules.wmt17_fetch`, standard library + numpy) load nothing they do not need.
@@ -27,3 +31,7 @@ def __getattr__(name: str) -> Any:
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

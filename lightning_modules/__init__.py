@@ -1,7 +1,10 @@
-"""Attention-variant seq2seq models as Lightning modules. Needs only torch and lightning.
+"""Attention-variant seq2seq models as Lightning modules.
+
+Needs torch, Lightning, sacrebleu, numpy and annotated-types (and imports :mod:`datamodules`, for
+the token ids and the range checker); none of Ray, Optuna or W&B.
 
 The names below are imported on first use, so light modules of the package
-(:mod:`lightning_modules.presets`) load without torch.
+(:mod:`lightning_modules.presets`) load without torch; ``dir()`` lists them all the same.
 """
 
 from __future__ import annotations
@@ -31,3 +34,7 @@ def __getattr__(name: str) -> Any:
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -18,8 +18,9 @@ Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val
 (sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), ``val/decode_seconds`` (time spent in
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
 datamodule can ``detokenize``; the same under ``test/``. ``train/loss`` is logged per step and
-per epoch: ``trainer.callback_metrics`` holds it under its name, a Lightning logger receives
-``train/loss_step`` and ``train/loss_epoch``.
+per epoch: a Lightning logger receives ``train/loss_step`` and ``train/loss_epoch``;
+``trainer.callback_metrics`` holds those and ``train/loss``, the last step's loss while an epoch
+runs and the epoch's mean once it has ended.
 """
 
 from __future__ import annotations

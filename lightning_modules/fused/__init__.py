@@ -8,17 +8,24 @@ members, and a training step costs about as many operations as one model's. On a
 model's step is mostly per-operation overhead, and on a GPU, where it is mostly kernel launches,
 M members then train for little more than the price of one::
 
+    import torch
+
+    from datamodules import CopyTaskDataModule
     from lightning_modules import Seq2SeqModule
     from lightning_modules.fused import FusedSeq2Seq, shape_key
 
-    modules = []
-    for seed, lr, K, length in [(0, 1e-3, 16, 11), (1, 1e-3, 4, 11), (2, 3e-3, 64, 41)]:
+    modules, batches = [], []
+    for seed, lr, K, length in [(0, 1e-3, 16, 10), (1, 1e-3, 4, 10), (2, 3e-3, 64, 40)]:
+        dm = CopyTaskDataModule(max_length=length, train_size=256, seed=seed)  # vocabularies of 24
+        dm.setup("fit")
+        batches.append(next(iter(dm.train_dataloader())))   # each member's batch, its own lengths
         torch.manual_seed(seed)                       # each member starts where its own run would
-        modules.append(Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": K},
-                                     max_source_len=length, lr=lr))
+        modules.append(Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="memory",
+                                     attention_kwargs={"K": K}, max_source_len=dm.max_source_len,
+                                     lr=lr))
     assert len({shape_key(m.hparams) for m in modules}) == 1     # they fuse
     fused = FusedSeq2Seq.from_modules(modules, clip=[1.0, 1.0, None])
-    losses = fused.train_step([batch0, batch1, batch2])          # (3,) one step of each member
+    losses = fused.train_step(batches)                           # (3,) one step of each member
     model = fused.member_module(1)                               # a plain Seq2SeqModule, K=4
 
 What fuses: two modules fuse iff their :func:`shape_key` (the group key) is equal: the mechanism
@@ -116,3 +123,7 @@ def __getattr__(name: str) -> Any:
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
