@@ -1,5 +1,7 @@
 """Exact resume: a training run stopped at any checkpoint and resumed ends bit for bit where an
-uninterrupted run with the same seed ends (same machine).
+uninterrupted run with the same seed ends (same machine) -- a checkpoint written during ``fit``
+(``ModelCheckpoint``, a callback's ``trainer.save_checkpoint``) or after it returned at
+``max_steps`` (``trainer.save_checkpoint``).
 
 Two pieces, both saved in the ordinary Lightning checkpoint:
 
@@ -55,20 +57,25 @@ class EpochRandomSampler(RandomSampler):
         return len(self.data_source)
 
 
-class _SkipFirst:
-    """The loader's batch-index iterable with its first ``skip`` batches dropped."""
+class _EpochBatches:
+    """The batch-index iterable a :class:`ResumableDataLoader`'s iterators draw from. Each pass
+    (a new iterator, or a persistent-workers iterator reset for the next epoch) first settles the
+    epoch with the loader, just before the first index is drawn, then drops the batches the
+    loader's plan says were trained on already."""
 
-    def __init__(self, batches, skip: int) -> None:
+    def __init__(self, loader: ResumableDataLoader, batches) -> None:
+        self.loader = loader
         self.batches = batches
-        self.skip = skip
 
     def __iter__(self) -> Iterator[list[int]]:
+        resume_epoch, skip = self.loader._plan
+        self.loader._begin(resume_epoch)
         for i, batch in enumerate(self.batches):
-            if i >= self.skip:
+            if i >= skip:
                 yield batch
 
     def __len__(self) -> int:
-        return max(0, len(self.batches) - self.skip)
+        return max(0, len(self.batches) - self.loader._plan[1])
 
 
 def _epoch_holders(loader: DataLoader) -> list[Any]:
@@ -95,38 +102,90 @@ class ResumableDataLoader(DataLoader):
     ``load_state_dict`` sets the samplers' epoch and makes the next iterator skip those batches;
     a finished epoch resumes at the start of the next one.
 
+    The loader, not the number Lightning passes to ``set_epoch``, decides the resumed epoch.
+    Lightning's own count can be one ahead: ``trainer.save_checkpoint`` after a ``fit`` that
+    stopped at ``max_steps`` mid-epoch saves that epoch as finished, and the resumed fit loop
+    finishes the epoch's remaining batches under the next epoch's number (its ``current_epoch``
+    and ``set_epoch``). The resumed iterator keeps the saved epoch; the difference to the first
+    number ``set_epoch`` gets after the resume is kept and added to every later one, so each later
+    epoch is drawn in the uninterrupted run's order too. Without a resume the difference is 0.
+
     Give it a ``generator``: the iterator's base seed (for worker seeding) is then drawn from it,
     re-seeded per epoch, instead of from the global torch RNG that dropout uses.
     """
 
+    # the current pass: (its saved epoch if it resumes a checkpoint, else None; batches skipped)
+    _plan: tuple[int | None, int] = (None, 0)
+    _resume_epoch: int | None = None  # the saved epoch the next iterator resumes
+    _pending_skip = 0  # and the batches it skips
+    _outside = 0  # the number last given to set_epoch (by Lightning or by hand)
+    _written: int | None = None  # the epoch the loader itself last gave the samplers
+    _offset = 0  # the loader's epoch minus the set_epoch number
+    _offset_pending = False  # resumed, and no set_epoch seen since to fix the offset from
+    _building = False  # __iter__ is building an iterator: _index_sampler gives _EpochBatches
+
     def state_dict(self) -> dict[str, int]:
-        return {
-            "epoch": getattr(self, "_iter_epoch", self._sampler_epoch()),
-            "batches": getattr(self, "_yielded", 0),
-        }
+        if self._resume_epoch is not None:  # loaded, not iterated yet
+            return {"epoch": self._resume_epoch, "batches": self._pending_skip}
+        if not hasattr(self, "_iter_epoch"):
+            return {"epoch": self._sampler_epoch(), "batches": 0}
+        return {"epoch": self._iter_epoch, "batches": self._yielded}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         epoch, skip = int(state["epoch"]), int(state["batches"])
         if skip >= len(self):  # the epoch was finished: the next one starts from its first batch
             epoch, skip = epoch + 1, 0
-        for holder in _epoch_holders(self):
-            holder.set_epoch(epoch)
-        self._pending_skip = skip
+        self._set_epoch(epoch)
+        self._outside, self._offset, self._offset_pending = epoch, 0, True
+        self._resume_epoch, self._pending_skip = epoch, skip
 
     def _sampler_epoch(self) -> int:
         epochs = [int(h.epoch) for h in _epoch_holders(self) if hasattr(h, "epoch")]
         return epochs[0] if epochs else 0
 
+    def _set_epoch(self, epoch: int) -> None:
+        for holder in _epoch_holders(self):
+            holder.set_epoch(epoch)
+        self._written = epoch
+
+    def _settle(self) -> int:
+        """The epoch of a pass that is not a resume: the last ``set_epoch`` number plus the
+        offset. The samplers' epoch differing from the one the loader last gave them means
+        ``set_epoch`` was called since: the first such call after a resume fixes the offset, the
+        pass it is for being the one after the resumed pass."""
+        now = self._sampler_epoch()
+        if now != self._written:
+            if self._offset_pending:
+                self._offset = self._iter_epoch + 1 - now
+                self._offset_pending = False
+            self._outside = now
+        return self._outside + self._offset
+
+    def _begin(self, resume_epoch: int | None) -> None:
+        """Settles a pass's epoch and gives it to the samplers; called when ``__iter__`` starts
+        and again when the pass draws its first index (Lightning calls ``set_epoch`` in between
+        for the first iterator of a fit). A resumed pass keeps the saved epoch; a ``set_epoch``
+        number seen by then is Lightning's for that same epoch, and fixes the offset."""
+        if resume_epoch is not None:
+            epoch = resume_epoch
+            now = self._sampler_epoch()
+            if self._offset_pending and now != self._written:
+                self._offset, self._offset_pending, self._outside = epoch - now, False, now
+        else:
+            epoch = self._settle()
+        self._set_epoch(epoch)
+        self._iter_epoch = epoch
+
     @property
     def _index_sampler(self):
         base = super()._index_sampler
-        skip = getattr(self, "_skip_now", 0)
-        return _SkipFirst(base, skip) if skip else base
+        return _EpochBatches(self, base) if self._building else base
 
     def __iter__(self):
-        epoch = self._sampler_epoch()
-        skip = getattr(self, "_pending_skip", 0)
-        self._pending_skip = 0
+        self._plan = (self._resume_epoch, self._pending_skip)
+        self._resume_epoch, self._pending_skip = None, 0
+        self._begin(self._plan[0])
+        epoch = self._iter_epoch
         if self.generator is not None:
             if not hasattr(self, "_generator_seed"):
                 self._generator_seed = self.generator.initial_seed()
@@ -134,12 +193,12 @@ class ResumableDataLoader(DataLoader):
                 1, np.uint64
             )[0]
             self.generator.manual_seed(int(seed) & (2**63 - 1))
-        self._skip_now = skip
+        self._yielded = self._plan[1]
+        self._building = True
         try:
             iterator = super().__iter__()  # builds its index iterator from _index_sampler now
         finally:
-            self._skip_now = 0
-        self._iter_epoch, self._yielded = epoch, skip
+            self._building = False
         return self._counted(iterator)
 
     def _counted(self, iterator):

@@ -215,9 +215,13 @@ def test_a_loaders_iterator_takes_its_batches_from_the_index_sampler():
     from datamodules.resumable import ResumableDataLoader
 
     assert "loader._index_sampler" in source(_BaseDataLoaderIter.__init__)
+    assert "iter(self._index_sampler)" in source(_BaseDataLoaderIter._reset), (
+        "a persistent iterator no longer iterates its own index sampler again each epoch"
+    )
     loader = ResumableDataLoader(TensorDataset(torch.arange(8.0)), batch_size=2)
     loader.load_state_dict({"epoch": 0, "batches": 3})
     assert len(list(loader)) == 1, "the overridden _index_sampler did not skip the batches"
+    assert len(list(loader)) == 4, "the epoch after the resumed one skipped batches too"
 
 
 # ---- Optuna -------------------------------------------------------------------------------------

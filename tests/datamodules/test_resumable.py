@@ -1,0 +1,138 @@
+"""Exact resume from the two kinds of checkpoint a fit stopped mid-epoch leaves: one written by
+``ModelCheckpoint`` during the fit, and one written by ``trainer.save_checkpoint`` after ``fit``
+returned at ``max_steps`` (the README's example). Lightning saves the second with the epoch
+counted as finished; the loader must still resume the saved epoch, and draw the epochs after it
+in the uninterrupted run's order.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from datamodules.copy_task import CopyTaskDataModule
+from datamodules.resumable import EpochRandomSampler, ResumableDataLoader, RngStateCallback
+from lightning_modules import Seq2SeqModule
+
+SEED = 5
+BATCHES_PER_EPOCH = 8  # train_size 64 / batch_size 8
+STOP_AT = 5  # mid-epoch 0
+MAX_STEPS = 14  # into epoch 1
+
+
+class Batches(pl.Callback):
+    """The first source token of every training batch, by global step."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.seen[trainer.global_step] = int(batch["src"][0, 0])
+
+
+def fit(quiet_trainer, max_steps: int, ckpt_path=None, callbacks=()):
+    """One fit from scratch objects; returns (module, trainer, the batches it trained on)."""
+    pl.seed_everything(SEED, verbose=False)
+    dm = CopyTaskDataModule(
+        vocab_size=8,
+        max_length=6,
+        min_length=1,
+        train_size=8 * BATCHES_PER_EPOCH,
+        val_size=8,
+        test_size=0,
+        batch_size=8,
+        seed=SEED,
+    )
+    dm.setup("fit")
+    module = Seq2SeqModule(
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention="memory",
+        attention_kwargs={"K": 4},
+        preset="tiny",
+        dropout=0.3,
+        max_source_len=dm.max_source_len,
+        lr=3e-3,
+    )
+    batches = Batches()
+    trainer = quiet_trainer(
+        max_steps=max_steps,
+        max_epochs=-1,
+        limit_val_batches=0,
+        callbacks=[batches, RngStateCallback(), *callbacks],
+        enable_checkpointing=bool(callbacks),
+    )
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return module, trainer, batches.seen
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(quiet_trainer):
+    module, _, seen = fit(quiet_trainer, MAX_STEPS)
+    return module, seen
+
+
+@pytest.mark.train
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+@pytest.mark.parametrize("saved_by", ["save_checkpoint-after-fit", "ModelCheckpoint-during-fit"])
+def test_a_fit_stopped_mid_epoch_resumes_bit_for_bit(
+    tmp_path, uninterrupted, quiet_trainer, saved_by
+):
+    reference, reference_batches = uninterrupted
+    if saved_by == "save_checkpoint-after-fit":
+        _, trainer, _ = fit(quiet_trainer, STOP_AT)
+        checkpoint = tmp_path / "stopped.ckpt"
+        trainer.save_checkpoint(checkpoint)
+    else:
+        every = pl.callbacks.ModelCheckpoint(
+            dirpath=tmp_path, every_n_train_steps=STOP_AT, save_top_k=-1
+        )
+        fit(quiet_trainer, STOP_AT, callbacks=[every])
+        (checkpoint,) = tmp_path.glob(f"*step={STOP_AT}.ckpt")
+
+    resumed, _, batches = fit(quiet_trainer, MAX_STEPS, ckpt_path=checkpoint)
+
+    assert batches == {s: b for s, b in reference_batches.items() if s > STOP_AT}
+    ref_state, state = reference.state_dict(), resumed.state_dict()
+    different = [k for k in ref_state if not torch.equal(ref_state[k], state[k])]
+    assert not different, f"resumed from {saved_by}: {len(different)} tensors differ"
+
+
+@pytest.mark.parametrize("workers", [0, 1], ids=["in-process", "persistent-worker"])
+@pytest.mark.parametrize(
+    "ahead", [0, 1], ids=["ModelCheckpoint-during-fit", "save_checkpoint-after-fit"]
+)
+def test_the_resumed_epoch_is_the_saved_one_and_later_epochs_follow_it(workers, ahead):
+    """Lightning's calls on resume: ``load_state_dict``, ``iter``, ``set_epoch`` with its
+    ``current_epoch`` (``ahead`` of the saved epoch after a ``save_checkpoint`` written once ``fit``
+    stopped mid-epoch), the epoch's last batches; then ``set_epoch`` and ``iter`` every epoch (a
+    persistent-workers loader reuses its first iterator: the skip is for the resumed epoch only)."""
+    data = list(range(40))
+
+    def loader():
+        return ResumableDataLoader(
+            data,
+            batch_size=4,
+            sampler=EpochRandomSampler(data, seed=7),
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            generator=torch.Generator().manual_seed(1),
+        )
+
+    reference = ResumableDataLoader(data, batch_size=4, sampler=EpochRandomSampler(data, seed=7))
+    epochs = []
+    for epoch in range(3):
+        reference.sampler.set_epoch(epoch)
+        epochs.append([b.tolist() for b in reference])
+
+    resumed = loader()
+    resumed.load_state_dict({"epoch": 0, "batches": 3})
+    it = iter(resumed)
+    resumed.sampler.set_epoch(ahead)
+    assert [b.tolist() for b in it] == epochs[0][3:]
+    assert resumed.state_dict() == {"epoch": 0, "batches": len(epochs[0])}
+    for epoch in (1, 2):
+        resumed.sampler.set_epoch(epoch + ahead)
+        assert [b.tolist() for b in resumed] == epochs[epoch]
+        assert resumed.state_dict() == {"epoch": epoch, "batches": len(epochs[epoch])}
