@@ -69,7 +69,12 @@ class SweepFIFO(FIFOScheduler):
 
 class PerUnitScheduler(SweepFIFO):
     """One scheduler per (cell, seed), made by ``factory(key)`` when the unit's first trial arrives.
-    Trials are started in FIFO order; results, completions and removals go to the trial's own."""
+    Trials are started in FIFO order; results, completions and removals go to the trial's own.
+
+    ``store``: where the units' schedulers are kept, when they hold what they have seen (ASHA's
+    rungs): the searcher's ``unit_schedulers``, which Tune saves with the experiment and a resume
+    restores. Tune keeps no scheduler's state of its own: a resumed ASHA started with empty rungs,
+    and let a trial through a rung at which the uninterrupted run had stopped it."""
 
     def __init__(
         self,
@@ -77,11 +82,12 @@ class PerUnitScheduler(SweepFIFO):
         metric: str,
         mode: str,
         comeback: Callable[[str], Any] | None = None,
+        store: dict[Any, Any] | None = None,
     ) -> None:
         super().__init__(comeback)
         self.factory = factory
         self._metric, self._mode = metric, mode
-        self.schedulers: dict[tuple[str, Any], TrialScheduler] = {}
+        self.schedulers: dict[Any, TrialScheduler] = {} if store is None else store
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec) -> bool:
         return True  # built with its metric and mode
@@ -129,7 +135,10 @@ class PerUnitScheduler(SweepFIFO):
         return None
 
     def debug_string(self) -> str:
-        return f"early stopping per (cell, seed): {len(self.schedulers)} scheduler(s)"
+        count = sum(
+            1 for key in self.schedulers if isinstance(key, tuple) and key[:1] == ("scheduler",)
+        )
+        return f"early stopping per (cell, seed): {count} scheduler(s)"
 
 
 def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
@@ -175,4 +184,5 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
             reduction_factor=et.reduction_factor,
         )
 
-    return PerUnitScheduler(asha, metric, mode, comeback)
+    store = getattr(searcher, "unit_schedulers", None)  # saved and restored with the searcher
+    return PerUnitScheduler(asha, metric, mode, comeback, store)

@@ -108,6 +108,9 @@ class SweepSearcher(Searcher):
         self.limit = 0  # the most trials running at once, paused ones not counted; 0: none
         # the rung rules' state (sweeps.schedulers), which they hold too; saved here
         self.rung_state: dict[Any, Any] = {}
+        #: each unit's ASHA (sweeps.schedulers.per_unit): Tune saves no scheduler, so its rungs
+        #: are saved here, restored in place (the scheduler holds this very dict)
+        self.unit_schedulers: dict[Any, Any] = {}
         self.rung_log: dict[str, dict] = {}  # the Pareto rule's decisions, by trial id
         self.errored: dict[str, tuple[Ticket, dict]] = {}  # ended in an error: back on --resume
         self.untaught: set[str] = set()  # errored for want of a teacher (teacher_error)
@@ -254,6 +257,7 @@ class SweepSearcher(Searcher):
             "returning_group": self.returning_group,
             "rung_state": self.rung_state,
             "rung_log": self.rung_log,
+            "unit_schedulers": self.unit_schedulers,
             "scope": self.scope.state(),
             "handout": self.handout.state(),
             "gates": {g.kind: g.state() for g in self.gates},
@@ -278,6 +282,9 @@ class SweepSearcher(Searcher):
                 self.rung_state[key] = saved
         self.rung_log.clear()
         self.rung_log.update(state["rung_log"])
+        schedulers = self.__dict__.setdefault("unit_schedulers", {})  # a searcher pickled before
+        schedulers.clear()
+        schedulers.update(state.get("unit_schedulers", {}))  # absent in older states
         self.scope.load(state["scope"])
         self.handout.load(state["handout"])
         for gate in self.gates:

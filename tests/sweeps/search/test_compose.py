@@ -318,3 +318,56 @@ def test_a_stopped_and_resumed_study_draws_what_an_uninterrupted_one_draws(tmp_p
     ]
     assert "asked by a launch that stopped" in trials[1].user_attrs["lost"]
     assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
+
+
+def test_a_units_asha_rungs_survive_a_restart(tmp_path):
+    """Tune saves no scheduler: a resumed sweep's ASHA began with empty rungs and let a trial
+    through the rung at which the uninterrupted run stopped it (tune_optuna's smoke sweep, stopped
+    and resumed, trained such a trial to the end). The units' ASHA is kept in the searcher's
+    saved state, restored in place into the scheduler that came out of the same tuner.pkl."""
+    from ray import cloudpickle
+    from ray.tune import PlacementGroupFactory
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from sweeps.schedulers.per_unit import make_scheduler
+
+    sweep = build_sweep(
+        raw(parameters=LR, num_samples=2, early_terminate={"type": "asha", "reduction_factor": 2})
+    )
+    units = sweep_units(sweep)
+    space = optuna_distributions(sweep.spec.parameters, sweep.param_columns)
+    scope = PerUnit(units, SingleObjective("val/bleu", "max"), 2, space, str(tmp_path / "j"))
+    searcher = SweepSearcher(units, scope, OneAtATime())
+    scheduler = make_scheduler(sweep, searcher)
+    tuner_pkl = cloudpickle.dumps((searcher, scheduler))  # as Tune keeps both, at the start
+
+    def trial(trial_id: str) -> Trial:
+        t = Trial(
+            "run_trial",
+            config={"cell": units[0].config["cell"], "seed": units[0].seed},
+            trial_id=trial_id,
+            stub=True,
+            placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        )
+        t.create_placement_group_factory()
+        return t
+
+    def second_trial_at_its_first_rung(sched) -> str:
+        late = trial("late")
+        sched.on_trial_add(None, late)
+        return sched.on_trial_result(None, late, {"training_iteration": 1, "val/bleu": 1.0})
+
+    first = trial("first")
+    scheduler.on_trial_add(None, first)
+    report = {"training_iteration": 1, "val/bleu": 50.0}
+    assert scheduler.on_trial_result(None, first, report) == TrialScheduler.CONTINUE
+    scheduler.on_trial_complete(None, first, {"training_iteration": 2, "val/bleu": 60.0})
+    searcher.save(str(tmp_path / "searcher.pkl"))  # Tune's snapshot; then the launcher stops
+
+    resumed, rescheduler = cloudpickle.loads(tuner_pkl)
+    resumed.restore(str(tmp_path / "searcher.pkl"))
+    rescheduler.on_trial_add(None, trial("first"))  # Tune adds the restored trials again
+    uninterrupted = second_trial_at_its_first_rung(scheduler)
+    assert uninterrupted == TrialScheduler.STOP
+    assert second_trial_at_its_first_rung(rescheduler) == uninterrupted
