@@ -383,3 +383,23 @@ def test_the_gcs_service_the_launcher_probes_is_generated_in_ray():
         "Ray's generated NodeInfoGcsService stub has no GetClusterId"
     )
     gcs_service_pb2.GetClusterIdRequest().SerializeToString()  # a request with no fields
+
+
+@internal(
+    "ray-scheduler-state",
+    "ray",
+    "sweeps/search/base.py (save, restore), sweeps/schedulers/per_unit.py (PerUnitScheduler)",
+)
+def test_tune_saves_the_searcher_not_the_scheduler_and_pickles_both_in_one_tuner_file():
+    from ray.tune.impl.tuner_internal import TunerInternal
+
+    assert '"_scheduler_alg"' in source(TuneController.__getstate__), (
+        "Tune's controller state no longer leaves the scheduler out"
+    )
+    assert "_search_alg.save_to_dir" in source(TuneController.save_to_dir)
+    assert "pickle.dumps(self.__getstate__())" in source(TunerInternal), (
+        "tuner.pkl is no longer one pickle of the Tuner's state"
+    )
+    assert "_tune_config" not in source(TunerInternal.__getstate__), (
+        "the Tuner's pickled state may no longer hold its TuneConfig"
+    )
