@@ -903,6 +903,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # stderr: errors
     try:
         sums = read_sha256sums(args.sha256sums) if args.sha256sums else None
+    except (OSError, ValueError) as exc:
+        print(f"error: --sha256sums {args.sha256sums}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
         report = fetch(
             args.pair,
             args.to,
@@ -916,7 +920,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as exc:  # e.g. an unreadable --sha256sums file
+    except (OSError, ValueError) as exc:  # e.g. a folder it cannot write
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:

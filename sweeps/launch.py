@@ -13,6 +13,9 @@
                            `ray start` runs on this machine, else a new local instance
     --set KEY=VALUE        override any spec key (repeatable), e.g. --set trainer.max_steps=500
     --output DIR           results, W&B offline runs and (by default) checkpoints; default sweep-results/
+    --num-cpus N           the CPUs of a local Ray instance the launch starts (default: all)
+    --verbose {0,1,2}      0: no trial table; 1 (default): the launch's table and progress line;
+                           2: Tune's own reporter too
 
 After the Tune run, the decode-timing stage (:mod:`sweeps.timing`, the spec's ``timing`` block)
 times each finished trial's final model alone on a node: the results' ``decode_seconds``.
@@ -21,7 +24,8 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 ``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
 
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
---set value, or a folder it cannot write (one line naming the key, nothing started); 75 preempted (SIGTERM, or
+--set value, a folder it cannot write, or a torch that cannot use the GPUs asked for (one line
+naming the key, nothing started); 75 preempted (SIGTERM, or
 SIGUSR1 as SLURM's warning before the time limit, in any stage: the unfinished trials are
 ``preempted`` in results.csv, and ``--resume`` continues them and times and evaluates the models
 not yet done); 3 the sweep's ``budget`` ran out (the unfinished trials are ``budget``; ``--resume

@@ -360,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sweeps.driver.mps", description=main.__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     what = "SWEEP [launch.py options]: what the sweep wants of MPS, as its launch plans it"
-    sub.add_parser("plan", help=what, description=what)
+    usage = "python -m sweeps.driver.mps plan [-h] SWEEP [launch.py options]"
+    sub.add_parser("plan", help=what, description=what, usage=usage)
     run = sub.add_parser("run", help="run a command under this node's MPS daemon")
     run.add_argument("--want", choices=["no", "yes", "required"], required=True)
     run.add_argument("--dir", required=True, help="a node-local folder for the daemon's files")

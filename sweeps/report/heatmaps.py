@@ -3,7 +3,8 @@
     python -m sweeps.heatmaps sweep-results/k_vs_length/.../checkpoint.ckpt --output heatmaps [--n 4]
     python -m sweeps.heatmaps --attention memory --K 16 --output heatmaps     # untrained, copy task
 
-Writes ``DIR/<attention>_<i>.png``, one per validation sentence (the first ``--n``): the alignment
+Writes ``DIR/<attention>_<i>.png`` (``memory_K16_0.png`` for memory attention), one per validation
+sentence (the first ``--n``): the alignment
 for every mechanism, and for memory attention the paper's Fig. 6-8 panels (alpha, beta, the
 combined alignment and the per-vector alignments; see :func:`sweeps.report.figures.heatmap_figure`).
 
@@ -103,9 +104,9 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         "--attention", help="no checkpoint: build an untrained model with this mechanism"
     )
     p.add_argument("--K", type=int, help="memory vectors (with --attention memory)")
-    p.add_argument("--preset", default="tiny", help="model size for --attention (default tiny)")
+    p.add_argument("--preset", help="model size for --attention (default tiny)")
     p.add_argument("--output", type=output_folder, required=True, help="folder for the PNGs")
-    p.add_argument("--n", type=positive_int, default=4, help="sentences to draw")
+    p.add_argument("--n", type=positive_int, default=4, help="sentences to draw (default 4)")
     p.add_argument(
         "--vocab-size",
         type=positive_int,
@@ -116,14 +117,22 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         type=positive_int,
         help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)",
     )
-    p.add_argument("--min-length", type=positive_int, default=1)
-    p.add_argument("--data-seed", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0, help="weights seed for --attention")
+    p.add_argument(
+        "--min-length", type=positive_int, default=1, help="copy-task shortest sequence (default 1)"
+    )
+    p.add_argument(
+        "--data-seed", type=int, default=0, help="seed of the validation sentences (default 0)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="weights seed for --attention (default 0)")
     args = p.parse_args(argv)
     if args.checkpoint is None and args.attention is None:
         p.error("give a checkpoint (a .ckpt, or a trial's folder) or --attention NAME")
     if args.checkpoint is not None and args.attention is not None:
         p.error("give a checkpoint or --attention NAME, not both: a checkpoint brings its own")
+    if args.checkpoint is not None and (given := [o for o in ("K", "preset") if getattr(args, o)]):
+        flags = " and ".join(f"--{o}" for o in given)
+        p.error(f"{flags}: for --attention; a checkpoint brings its own (drop {flags})")
+    args.preset = args.preset or "tiny"
     if args.max_length is not None and args.min_length > args.max_length:
         p.error(f"--min-length {args.min_length} is above --max-length {args.max_length}")
     if args.attention is not None:

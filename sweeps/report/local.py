@@ -33,6 +33,7 @@ import sys
 from collections.abc import Sequence
 from csv import reader
 from pathlib import Path
+from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
 from sweeps.layout import (
@@ -171,28 +172,44 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         print(f"--wandb: {problem}; the local report above is written", file=sys.stderr)
         raise SystemExit(2)
     if args.wandb:
-        import wandb
-
-        entity = args.entity or wandb.Api().default_entity
-        results, confirm = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))
-        report = build_wandb_report(
-            entity,
-            args.project,
-            args.group or args.sweep_dir.name,
-            args.title,
-            results=results,
-            metric=args.metric,
-            mode=args.mode,
-            confirm=confirm,
-        )
-        report.save()
-        print(f"W&B report: {report.url}")
+        try:
+            url = _publish_wandb_report(args)
+        except Exception as exc:  # noqa: BLE001 -- W&B's own errors: a key refused, no network
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            print(
+                f"--wandb: W&B did not take the report ({type(exc).__name__}: {why}); the local "
+                "report above is written. Check the API key (wandb login) and the network, then "
+                "run the command again",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
+        print(f"W&B report: {url}")
     return paths
+
+
+def _publish_wandb_report(args: Any) -> str:
+    """The W&B Report of ``args.sweep_dir`` (``--wandb``), saved; its address."""
+    import wandb
+
+    entity = args.entity or wandb.Api().default_entity
+    results, confirm = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))
+    report = build_wandb_report(
+        entity,
+        args.project,
+        args.group or args.sweep_dir.name,
+        args.title,
+        results=results,
+        metric=args.metric,
+        mode=args.mode,
+        confirm=confirm,
+    )
+    report.save()
+    return report.url
 
 
 #: the columns every results.csv holds (:data:`~sweeps.report.columns.FIRST_COLUMNS`): which trial,
 #: which cell and seed, how it ended
-REQUIRED = ("trial_id", "cell", "seed", "status")
+REQUIRED = ("trial_id", "cell", "model", "length", "seed", "status")
 
 
 def _input_problem(sweep_dir: Path, metric: str) -> str | None:

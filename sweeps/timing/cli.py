@@ -94,7 +94,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--calibration-seconds",
-        type=_at_least(0.0),
+        type=_at_least(0.0, strictly=True),
         default=2.0,
         help="how long to probe the machine's speed before the passes, the bar slow passes are "
         "judged against (default 2)",

@@ -524,6 +524,10 @@ def test_sha256sums_are_checked_when_the_files_are_already_in_place(
         and "dev.tgz (as recorded in wmt17-fetch.json when fetched)" in out
     )
     assert sum(server.gets.values()) == gets  # checked without a request
+    # a sums file that is not there: named as the option ("[Errno 2] No such file" alone had been)
+    missing = ["fetch", "--pair", "en-de", "--to", str(tmp_path), "--sha256sums", "/nonexistent"]
+    assert main(missing) == 2
+    assert "error: --sha256sums /nonexistent: No such file" in capsys.readouterr().err
     (tmp_path / MANIFEST).unlink()  # now as if placed by hand: nothing to check against
     with pytest.raises(
         FetchError,

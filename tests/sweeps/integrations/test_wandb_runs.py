@@ -290,3 +290,11 @@ def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(tmp_path, monkey
     (log,) = run.glob("*.wandb")
     log.with_suffix(".wandb.synced").touch()  # what wandb sync leaves once a run is uploaded
     assert beta_sync._is_synced(log) and unsynced_runs(out) == [] and _wandb_problem(out) is None
+    # a key W&B does not take, or no W&B to reach (a port on this machine that nothing serves):
+    # the same one line and exit 2 where wandb's traceback ended the command (about 20 s)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    with pytest.raises(SystemExit) as stop:
+        main([str(out), "--wandb"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--wandb: W&B did not take the report (" in err, err
+    assert "Traceback" not in err and "the local report above is written" in err

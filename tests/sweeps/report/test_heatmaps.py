@@ -118,6 +118,9 @@ def test_heatmap_command_refuses_bad_options_in_one_line(tmp_path, capsys):
             "--min-length 9 is above",
         ),
         ([], "give a checkpoint (a .ckpt, or a trial's folder) or --attention NAME"),
+        # with a checkpoint they were ignored: the checkpoint's own K drawn under the asked one
+        ([str(tmp_path / "empty.ckpt"), "--K", "4"], "--K: for --attention; a checkpoint brings"),
+        ([str(tmp_path / "empty.ckpt"), "--preset", "base"], "drop --preset"),
         ([str(tmp_path / "empty.ckpt")], "not a checkpoint torch can read"),
         (
             ["--attention", "memory", "--output", str(tmp_path / "a-file" / "x")],

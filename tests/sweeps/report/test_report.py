@@ -532,7 +532,9 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     )
     sweep = tmp_path / "k_vs_length"
     sweep.mkdir()
-    rows = table().assign(trial_id=list("abcdefg"), cell=list("abcdefg"), seed=0, status="done")
+    rows = table().assign(
+        trial_id=list("abcdefg"), cell=list("abcdefg"), length=20, seed=0, status="done"
+    )
     rows.to_csv(sweep / "results.csv", index=False)
     assert error_of(tmp_path).endswith(f"no results.csv here; the sweeps in it with one: {sweep}")
     said = error_of(sweep, "--metric", "val/blue")
@@ -547,8 +549,11 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     )
     for text, said in [
         (whole.splitlines()[0] + "\n", "no trial rows (only a header)"),
-        (whole[: whole.rindex(",")], "line 8 has 6 fields where the header has 7"),
+        (whole[: whole.rindex(",")], "line 8 has 7 fields where the header has 8"),
         (whole.replace("status", "state"), "no status column: not a results.csv the launch wrote"),
+        # the report reads each trial's model and length (a traceback after the plots were redrawn)
+        (whole.replace("length", "len"), "no length column: not a results.csv the launch wrote"),
+        (whole.replace("model", "net"), "no model column: not a results.csv the launch wrote"),
         (whole.replace(BLEU, "val/x"), f"--metric {BLEU}: not a column"),
     ]:
         (sweep / "results.csv").write_text(text)

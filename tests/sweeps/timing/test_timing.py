@@ -281,7 +281,12 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
         (["--train-steps", "0"], "argument --train-steps: must be at least 1, got 0"),
         (
             ["--calibration-seconds", "-1"],
-            "argument --calibration-seconds: must be at least 0, got -1",
+            "argument --calibration-seconds: must be above 0, got -1",
+        ),
+        # 0 passed, then stopped the measurement as "calibration_seconds must be > 0"
+        (
+            ["--calibration-seconds", "0"],
+            "argument --calibration-seconds: must be above 0, got 0",
         ),
         (
             ["--measure", "decode", "foo"],
