@@ -10,10 +10,9 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import pytest
 import torch
+from model_helpers import small_memory_run
 
-from datamodules.copy_task import CopyTaskDataModule
 from datamodules.resumable import EpochRandomSampler, ResumableDataLoader, RngStateCallback
-from lightning_modules import Seq2SeqModule
 
 SEED = 5
 BATCHES_PER_EPOCH = 8  # train_size 64 / batch_size 8
@@ -34,27 +33,7 @@ class Batches(pl.Callback):
 def fit(quiet_trainer, max_steps: int, ckpt_path=None, callbacks=()):
     """One fit from scratch objects; returns (module, trainer, the batches it trained on)."""
     pl.seed_everything(SEED, verbose=False)
-    dm = CopyTaskDataModule(
-        vocab_size=8,
-        max_length=6,
-        min_length=1,
-        train_size=8 * BATCHES_PER_EPOCH,
-        val_size=8,
-        test_size=0,
-        batch_size=8,
-        seed=SEED,
-    )
-    dm.setup("fit")
-    module = Seq2SeqModule(
-        dm.src_vocab_size,
-        dm.tgt_vocab_size,
-        attention="memory",
-        attention_kwargs={"K": 4},
-        preset="tiny",
-        dropout=0.3,
-        max_source_len=dm.max_source_len,
-        lr=3e-3,
-    )
+    dm, module = small_memory_run(SEED, 8, BATCHES_PER_EPOCH, 8)
     batches = Batches()
     trainer = quiet_trainer(
         max_steps=max_steps,

@@ -14,10 +14,9 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+from model_helpers import small_memory_run
 
-from datamodules.copy_task import CopyTaskDataModule
 from datamodules.resumable import ResumableDataLoader, RngStateCallback
-from lightning_modules import Seq2SeqModule
 
 SEED = 3
 BATCHES_PER_EPOCH = 10  # train_size 160 / batch_size 16
@@ -51,27 +50,7 @@ class SaveEachValidation(pl.Callback):
 def fit(quiet_trainer, folder: Path, stop_at: int | None = None, ckpt_path: Path | None = None):
     """One trial attempt from scratch objects; returns (module, final val metrics)."""
     pl.seed_everything(SEED, workers=True, verbose=False)
-    dm = CopyTaskDataModule(
-        vocab_size=8,
-        max_length=6,
-        min_length=1,
-        train_size=16 * BATCHES_PER_EPOCH,
-        val_size=32,
-        test_size=0,
-        batch_size=16,
-        seed=SEED,
-    )
-    dm.setup("fit")
-    module = Seq2SeqModule(
-        dm.src_vocab_size,
-        dm.tgt_vocab_size,
-        attention="memory",
-        attention_kwargs={"K": 4},
-        preset="tiny",
-        dropout=0.3,
-        max_source_len=dm.max_source_len,
-        lr=3e-3,
-    )
+    dm, module = small_memory_run(SEED, 16, BATCHES_PER_EPOCH, 32)
     saver = SaveEachValidation(folder, stop_at)
     trainer = quiet_trainer(
         max_steps=MAX_STEPS,
