@@ -227,6 +227,17 @@ def test_a_loaders_iterator_takes_its_batches_from_the_index_sampler():
 # ---- Optuna -------------------------------------------------------------------------------------
 
 
+@internal("optuna-skipped-tell", "optuna", "sweeps/driver/console.py (OPTUNA_TELL_LOGGER)")
+def test_optunas_line_for_a_trial_told_twice_comes_from_its_tell_modules_logger():
+    import importlib
+
+    from sweeps.driver.console import OPTUNA_SKIPPED, OPTUNA_TELL_LOGGER
+
+    module = importlib.import_module(OPTUNA_TELL_LOGGER)
+    assert "get_logger(__name__)" in source(module), "Optuna's tell logs under another name"
+    assert f'f"{OPTUNA_SKIPPED} {{' in source(module), "Optuna's tell says it otherwise"
+
+
 @pytest.fixture
 def journal_study(tmp_path):
     optuna = pytest.importorskip("optuna")

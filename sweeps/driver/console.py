@@ -358,15 +358,22 @@ class Routine(logging.Filter):
         return not record.getMessage().startswith(self.starts)
 
 
+#: Optuna's ``tell``, whose INFO line a resumed trial's repeated last report brings: the searcher
+#: tells a trial again on purpose (``skip_if_finished``), and the first telling stands
+OPTUNA_TELL_LOGGER = "optuna.study._tell"
+OPTUNA_SKIPPED = "Skipped telling trial"
+
+
 @contextlib.contextmanager
 def quiet_unreported() -> Iterator[None]:
     """While Tune runs and its results are read: :class:`UnreportedTrials` on its reader's log,
     :class:`TunersResumeAdvice` on its run loop's, :class:`Routine` on the loggers of
-    :data:`ROUTINE`."""
+    :data:`ROUTINE`, and on Optuna's ``tell`` (:data:`OPTUNA_SKIPPED`)."""
     filters = [
         (logging.getLogger(ANALYSIS_LOGGER), UnreportedTrials()),
         (logging.getLogger(RUN_LOGGER), TunersResumeAdvice()),
         *((logging.getLogger(name), Routine(starts)) for name, starts in ROUTINE.items()),
+        (logging.getLogger(OPTUNA_TELL_LOGGER), Routine((OPTUNA_SKIPPED,))),
     ]
     for logger, quiet in filters:
         logger.addFilter(quiet)

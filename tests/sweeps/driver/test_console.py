@@ -261,3 +261,34 @@ def test_the_first_line_of_a_resume_counts_trials_finished_after_tunes_last_save
     console.on_step_end(1, trials)
     line = out.getvalue().splitlines()[-1]
     assert line.startswith("[3 trials] 2 finished, 0 running, 1 pending, 0 failed |"), line
+
+
+def test_optunas_line_for_a_trial_told_twice_is_dropped_while_tune_runs():
+    """A resumed trial re-reports its last result; the searcher tells Optuna again on purpose
+    (skip_if_finished), and Optuna's INFO "Skipped telling trial 0 ... already finished" reached
+    the console of a resumed search."""
+    import logging
+
+    import optuna
+
+    from sweeps.driver.console import OPTUNA_TELL_LOGGER, quiet_unreported
+
+    said: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger(OPTUNA_TELL_LOGGER)
+    logger.addHandler(handler)
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    try:
+        study = optuna.create_study()
+        trial = study.ask()
+        study.tell(trial, 1.0)
+        with quiet_unreported():
+            study.tell(trial.number, 1.0, skip_if_finished=True)
+        assert said == []
+        study.tell(trial.number, 1.0, skip_if_finished=True)  # outside a launch: Optuna's own
+        assert len(said) == 1 and said[0].startswith("Skipped telling trial 0")
+    finally:
+        logger.removeHandler(handler)
+        optuna.logging.set_verbosity(level)
