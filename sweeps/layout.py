@@ -32,7 +32,9 @@ import os
 import stat
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
@@ -50,6 +52,7 @@ TIMING_FILE = "timing.json"
 HELDOUT_FILE = "heldout.json"
 #: Ray Tune's own per-trial report log
 TUNE_RESULT_FILE = "result.json"
+
 PHASES_FILE = "phases.json"
 TRIAL_STATE_FILE = "trial_state.json"
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
@@ -59,6 +62,14 @@ HYPOTHESES_FILE = "val_hypotheses.txt"
 REFERENCES_FILE = "val_references.txt"
 #: sacreBLEU's signature of the validation's val/sacrebleu, beside the hypotheses (translation only)
 SIGNATURE_FILE = "val_sacrebleu_signature.txt"
+
+
+def finished_report(last: Mapping[str, Any], max_steps: int | None) -> bool:
+    """Whether a trial's last report (the last line of its ``result.json``) ended it: Tune's
+    ``done`` (a scheduler's stop), the ``stop_when`` rule's ``converged``, or ``max_steps`` reached
+    (None: not known here)."""
+    reached = max_steps is not None and int(last.get("step") or 0) >= max_steps
+    return bool(last.get("done") or last.get("converged") or reached)
 
 
 def only_launch_files(folder: Path) -> bool:

@@ -162,3 +162,20 @@ def counting_calls():
     finally:
         profile.disable()
         stats.append(pstats.Stats(profile))
+
+
+def done_row(
+    model: str, attention: str, k: int | None, length: int, seed: int, **figures: Any
+) -> dict[str, Any]:
+    """One finished trial of a hand-made study, as results.csv holds it (its cell named after the
+    length and the model), with ``figures`` (BLEU, decode seconds, ...)."""
+    return {
+        "cell": f"length={length} {model}",
+        "model": model,
+        "attention": attention,
+        "K": k,
+        "length": length,
+        "seed": seed,
+        "status": "done",
+        **figures,
+    }

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from ray.tune import Callback
 
 from sweeps.driver import budget, preemption
+from sweeps.layout import finished_report
 from sweeps.report.results import last_report, trial_status
 from sweeps.schedulers.lost_nodes import move_line, moves
 
@@ -38,16 +39,8 @@ def _duration(seconds: float) -> str:
 
 
 def _finished_on_disk(trial_dir: str | None, max_steps: int | None) -> bool:
-    """Whether the last report in the trial's own ``result.json`` ended it: Tune's ``done``, the
-    ``stop_when`` rule, or ``max_steps`` reached."""
-    last = last_report(trial_dir) if trial_dir else {}
-    if not last:
-        return False
-    return bool(
-        last.get("done")
-        or last.get("converged")
-        or (max_steps is not None and int(last.get("step") or 0) >= max_steps)
-    )
+    """Whether the last report in the trial's own ``result.json`` ended it."""
+    return finished_report(last_report(trial_dir) if trial_dir else {}, max_steps)
 
 
 def _cell(value: Any) -> str:

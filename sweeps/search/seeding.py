@@ -89,8 +89,9 @@ class PerTrial(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        # a trial told later than the next was asked: its own sampler, not the one in hand
-        self._make(0).after_trial(study, trial, state, values)
+        # a trial is told after others were asked: the sampler in hand is of its kind, and
+        # these samplers' after_trial draws no random number
+        self._sampler.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         """Seeds come from the trials' ordinals: nothing to reseed."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.layout import CHECKPOINT_FILE, TUNE_RESULT_FILE
+from sweeps.layout import CHECKPOINT_FILE, TUNE_RESULT_FILE, finished_report
 
 # Lines every trial would print at every start or report, forwarded to the sweep's console.
 QUIET_LOGGERS = (
@@ -171,7 +171,7 @@ def report_earlier_finish(trial_dir: str | None, trial_id: str, max_steps: int) 
         last = json.loads(lines[-1]) if lines else {}
     except ValueError:
         return False  # a last line cut short by the kill: the trial had not finished
-    if not last.get("done") and not last.get("converged") and int(last.get("step", 0)) < max_steps:
+    if not finished_report(last, max_steps):
         return False
     folders = sorted(
         p for p in Path(trial_dir).glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
+from sweep_helpers import done_row
 
 from lightning_modules.metric_names import VAL_BLEU as BLEU
 from sweeps.report import plots
@@ -23,20 +24,12 @@ def summary(
     for length in lengths:
         for seed in seeds:
             for i, (model, attention, k) in enumerate(models):
-                rows.append(
-                    {
-                        "cell": f"length={length} {model}",
-                        "model": model,
-                        "attention": attention,
-                        "K": k,
-                        "length": length,
-                        "seed": seed,
-                        "status": "done",
-                        BLEU: 50.0 + 5 * i - length / 10 + seed,
-                        SEC: 0.01 * (i + 1) * length / 10 + 0.001 * seed,
-                        "decode_contended": (model, length, seed) in contended,
-                    }
-                )
+                figures = {
+                    BLEU: 50.0 + 5 * i - length / 10 + seed,
+                    SEC: 0.01 * (i + 1) * length / 10 + 0.001 * seed,
+                    "decode_contended": (model, length, seed) in contended,
+                }
+                rows.append(done_row(model, attention, k, length, seed, **figures))
     return cell_summary(pd.DataFrame(rows))
 
 
@@ -236,19 +229,8 @@ def position_encoding_summary(lengths=(100,)) -> pd.DataFrame:
         ] + [("bahdanau", "bahdanau", None, 90.0)]
         for seed in (0, 1):
             for model, attention, k, bleu in models:
-                rows.append(
-                    {
-                        "cell": f"length={length} attention={model}",
-                        "model": model,
-                        "attention": attention,
-                        "K": k,
-                        "length": length,
-                        "seed": seed,
-                        "status": "done",
-                        BLEU: bleu + seed,
-                        SEC: 0.01,
-                    }
-                )
+                row = done_row(model, attention, k, length, seed, **{BLEU: bleu + seed, SEC: 0.01})
+                rows.append({**row, "cell": f"length={length} attention={model}"})
     return cell_summary(pd.DataFrame(rows))
 
 

@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 import pytest
+from sweep_helpers import done_row
 
 from lightning_modules.metric_names import VAL_BLEU as BLEU
 from sweeps.report import local as report
@@ -260,13 +261,7 @@ def sweep_rows(lengths=(10, 50), seeds=(0, 1), models=MODELS, contended=()) -> l
                 rows.append(
                     {
                         "trial_id": f"{model}-{length}-{seed}",
-                        "cell": f"length={length} {model}",
-                        "model": model,
-                        "attention": attention,
-                        "K": k,
-                        "length": length,
-                        "seed": seed,
-                        "status": "done",
+                        **done_row(model, attention, k, length, seed),
                         BLEU: bleu - (length == 50) * 10 + seed,
                         SEC: sec * length / 10 * (1 + 0.1 * seed) * (1.8 if busy else 1),
                         "decode_repeats": 5,
