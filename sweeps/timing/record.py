@@ -20,6 +20,21 @@ from sweeps.timing.memory import MemoryPeaks
 OLD_FIGURE_KEY = "median_seconds"
 
 
+def run_spread(runs: Sequence[float]) -> dict[str, float]:
+    """The median of a timing's kept runs, with their fastest, slowest and quartiles (inclusive;
+    a single run is all of them), under the record's field names."""
+    q1, _, q3 = (
+        statistics.quantiles(runs, n=4, method="inclusive") if len(runs) > 1 else (runs[0],) * 3
+    )
+    return {
+        "median": statistics.median(runs),
+        "min_seconds": min(runs),
+        "max_seconds": max(runs),
+        "q1_seconds": q1,
+        "q3_seconds": q3,
+    }
+
+
 @dataclass(frozen=True)
 class DecodeTiming:
     """Seconds to decode one whole split, over repeated timed passes
@@ -85,16 +100,11 @@ class DecodeTiming:
         threads: int,
     ) -> DecodeTiming:
         runs = tuple(float(s) for s in seconds)
-        q1, _, q3 = (
-            statistics.quantiles(runs, n=4, method="inclusive") if len(runs) > 1 else runs * 3
-        )
-        median = statistics.median(runs)
+        spread = run_spread(runs)
+        median = spread.pop("median")
         return cls(
             decode_seconds=median,
-            min_seconds=min(runs),
-            max_seconds=max(runs),
-            q1_seconds=q1,
-            q3_seconds=q3,
+            **spread,
             seconds=runs,
             per_sentence_seconds=median / sentences,
             sentences=sentences,

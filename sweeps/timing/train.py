@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import statistics
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ import torch
 from sweeps.errors import TimingError
 from sweeps.timing.devices import resolve_device
 from sweeps.timing.measure import CALIBRATION_S, _timed_repeats, _warm_up, kept_runs
-from sweeps.timing.record import TrainTiming
+from sweeps.timing.record import TrainTiming, run_spread
 
 DEFAULT_STEPS = 4
 
@@ -146,18 +145,11 @@ def measure_train_step(
     runs, interrupted, contended = kept_runs(passes, keep, repeats)
     steps = len(on_device)
     per_step = tuple(r / steps for r in runs)
-    q1, _, q3 = (
-        statistics.quantiles(per_step, n=4, method="inclusive")
-        if len(per_step) > 1
-        else per_step * 3
-    )
-    median = statistics.median(per_step)
+    spread = run_spread(per_step)
+    median = spread.pop("median")
     return TrainTiming(
         step_seconds=median,
-        min_seconds=min(per_step),
-        max_seconds=max(per_step),
-        q1_seconds=q1,
-        q3_seconds=q3,
+        **spread,
         seconds=per_step,
         tokens_per_second=tokens / (median * steps),
         tokens_per_step=tokens / steps,
