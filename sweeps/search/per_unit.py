@@ -46,7 +46,8 @@ class PerUnit:
         self.space = space or None
         self.journal = Journal(journal if self.space else None)
         self.sampler_seed = sampler_seed
-        self.curves: dict[str, dict[str, Any]] = {}  # a live trial's values by step
+        # a live trial's values by step (its reports before a --resume from its Optuna trial)
+        self.curves: dict[str, dict[str, Any]] = {}
 
     # -- the studies ---------------------------------------------------------------------------
 
@@ -117,7 +118,9 @@ class PerUnit:
         if value is None:
             return
         step = int(result.get("step", result.get("training_iteration", 0)))
-        curve = self.curves.setdefault(trial_id, {})
+        curve = self.curves.get(trial_id)
+        if curve is None:  # its first report here: after a --resume, its curve so far is saved
+            curve = self.curves[trial_id] = dict(self._saved_curve(ticket.storage_id))
         curve[str(step)] = value
         self.objective.report(self.journal, ticket.storage_id, step, value, curve)
 
@@ -161,10 +164,15 @@ class PerUnit:
             self.objective.complete(study, number, storage_id, value, violations)
         self.objective.told(study, i, number)
 
+    def _saved_curve(self, storage_id: int) -> dict[str, Any]:
+        """A trial's curve as its Optuna trial holds it (``intermediate``, a multi-objective
+        study's; written at every report, so it holds those after the searcher's last save too)."""
+        return self.journal.trial(storage_id).user_attrs.get("intermediate") or {}
+
     def _last_report(self, curve: dict | None, storage_id: int) -> dict | None:
         """A trial's last report, objectives by name and its step, from its curve (kept here, or in
         its Optuna trial's ``intermediate`` after a ``--resume``)."""
-        curve = curve or self.journal.trial(storage_id).user_attrs.get("intermediate") or {}
+        curve = curve or self._saved_curve(storage_id)
         if not curve:
             return None
         step = max(curve, key=int)

@@ -346,6 +346,24 @@ def test_a_waiting_trial_is_not_started_past_its_rung_after_a_restart():
     }
 
 
+class ProbeReader:
+    """The objectives as the probe would give them: BLEU from the report, one decode figure per K."""
+
+    names = ["val/bleu", "decode_seconds"]
+
+    def decode_estimate(self, config):
+        return 0.01 * config["K"]
+
+    def estimate(self, config, name):
+        return self.decode_estimate(config) if name == "decode_seconds" else None
+
+    def value(self, config, result, name):
+        return self.estimate(config, name) if name == "decode_seconds" else result.get(name)
+
+    def __call__(self, config, result):
+        return [result["val/bleu"], self.decode_estimate(config)] if "val/bleu" in result else None
+
+
 def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path):
     """TPE may repeat a sample whose trial is still running (or waiting at a rung). The repeat is not
     trained again: it stays RUNNING in Optuna and is told the same outcome when the first ends, never
@@ -368,27 +386,10 @@ def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path)
     )
     sweep = build_sweep(spec, source="test")
 
-    class Reader:  # what the probe would give: one decode figure per K
-        names = ["val/bleu", "decode_seconds"]
-
-        def decode_estimate(self, config):
-            return 0.01 * config["K"]
-
-        def estimate(self, config, name):
-            return self.decode_estimate(config) if name == "decode_seconds" else None
-
-        def value(self, config, result, name):
-            return self.estimate(config, name) if name == "decode_seconds" else result.get(name)
-
-        def __call__(self, config, result):
-            return (
-                [result["val/bleu"], self.decode_estimate(config)] if "val/bleu" in result else None
-            )
-
     unit = Unit("repeats/u", 0, 0, {"cell": "c", "seed": 0}, max_steps=20)
     scope = PerUnit(
         [unit],
-        MultiObjective(sweep, Reader(), 4),
+        MultiObjective(sweep, ProbeReader(), 4),
         4,
         optuna_distributions(sweep.spec.parameters, sweep.param_columns),
         str(tmp_path / "optuna.journal"),
@@ -423,6 +424,53 @@ def test_a_repeat_of_a_running_sample_is_told_its_outcome_when_it_ends(tmp_path)
             assert t.constraints == earlier.constraints
     assert not [t for t in study.trials if t.state.name in ("FAIL", "RUNNING")]
     assert {t.state.name for t in study.trials} == {"COMPLETE", "PRUNED"}
+
+
+def test_a_resumed_trial_keeps_the_curve_it_reported_before_the_stop(tmp_path):
+    """The ``intermediate`` attribute holds every report's vector, those made before a --resume
+    too: the reports before the searcher's last save, and those after it (a kill -9) that only the
+    journal holds. The resumed process starts with no curve of its own."""
+    from sweeps.plan.units import Unit
+    from sweeps.search.base import SweepSearcher
+    from sweeps.search.handout import OneAtATime
+    from sweeps.search.moo import MultiObjective
+    from sweeps.search.per_unit import PerUnit
+    from sweeps.spec import build_sweep
+    from sweeps.spec.search_space import optuna_distributions
+
+    spec = moo_spec(
+        "curve", grid={"task.max_length": [4]}, parameters={"model.K": {"values": [1, 2]}}
+    )
+    sweep = build_sweep(spec, source="test")
+    unit = Unit("curve/u", 0, 0, {"cell": "c", "seed": 0}, max_steps=40)
+
+    def searcher():  # a launch's searcher: the same journal, nothing else carried over
+        scope = PerUnit(
+            [unit],
+            MultiObjective(sweep, ProbeReader(), 1),
+            1,
+            optuna_distributions(sweep.spec.parameters, sweep.param_columns),
+            str(tmp_path / "optuna.journal"),
+        )
+        return SweepSearcher([unit], scope, OneAtATime())
+
+    first = searcher()
+    first.suggest("a")
+    first.on_trial_result("a", {"val/bleu": 10.0, "step": 10})
+    first.save(str(tmp_path / "searcher.pkl"))
+    first.on_trial_result("a", {"val/bleu": 20.0, "step": 20})  # after the save: a kill -9 next
+    resumed = searcher()
+    resumed.restore(str(tmp_path / "searcher.pkl"))
+    resumed.on_trial_result("a", {"val/bleu": 30.0, "step": 30})
+    resumed.on_trial_complete("a", {"val/bleu": 40.0, "step": 40})
+    (t,) = resumed.scope.study(0).trials
+    assert t.state.name == "COMPLETE"
+    assert {s: v[0] for s, v in t.user_attrs["intermediate"].items()} == {
+        "10": 10.0,
+        "20": 20.0,
+        "30": 30.0,
+        "40": 40.0,
+    }
 
 
 def test_the_progress_line_counts_trials_waiting_at_a_rung_apart():
