@@ -22,12 +22,23 @@ def set_dotted(node: dict, dotted: str, value: Any) -> None:
 
 
 def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:
-    """``node[a][b][c]`` for ``a.b.c``, or ``default`` where a part is missing."""
-    for p in dotted.split("."):
-        if not isinstance(node, dict) or p not in node:
-            return default
-        node = node[p]
-    return node
+    """``node[a][b][c]`` for ``a.b.c``, or ``default`` where a part is missing. A mapping's key
+    may itself hold dots (``parameters: {model.K: ...}``): ``parameters.model.K`` finds it."""
+    if not isinstance(node, dict):
+        return default
+    if dotted in node:
+        return node[dotted]
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest key first
+        head = ".".join(parts[:cut])
+        if head in node:
+            found = get_dotted(node[head], ".".join(parts[cut:]), _MISSING)
+            if found is not _MISSING:
+                return found
+    return default
+
+
+_MISSING = object()
 
 
 #: a key one mapping has and the other lacks, in :func:`dotted_differences`

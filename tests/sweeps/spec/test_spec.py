@@ -741,3 +741,29 @@ def test_resume_accepts_a_set_that_repeats_the_first_runs_planned_value(tmp_path
         assert f"--set {key}: --resume continues the first run with its own overrides" in said
         assert f"(the first run's: {key}={value} from {where}; recorded in" in said
         assert "unset" not in said
+    # a search parameter's key is itself dotted (parameters: {model.lr: ...})
+    lr = {"min": 0.001, "max": 0.01, "distribution": "log_uniform_values"}
+    raw = {
+        **base_spec(),
+        "parameters": {"model.lr": lr},
+        "profiles": {"narrow": {"parameters.model.lr": {**lr, "max": 0.005}}},
+    }
+    path.write_text(yaml.safe_dump(raw))
+    for profile, value, where in [
+        (None, lr, "the sweep file"),
+        ("narrow", {**lr, "max": 0.005}, "profile narrow"),
+    ]:
+        folder = tmp_path / f"search-{profile}"
+        sweep = build_sweep(raw, source=str(path), profile=profile)
+        save_launch(folder, [], profile, sweep.planned, sweep.profile_settings)
+        again = f"parameters.model.lr={json.dumps(value)}"
+        assert resume_launch(folder, [again], profile, str(path)) == ([], profile)
+        with pytest.raises(SpecError) as info:
+            resume_launch(
+                folder,
+                [f"parameters.model.lr={json.dumps({**lr, 'min': 1e-4})}"],
+                profile,
+                str(path),
+            )
+        said = str(info.value)
+        assert f"(the first run's: parameters.model.lr={value!r} from {where}; recorded in" in said
