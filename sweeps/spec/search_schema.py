@@ -6,6 +6,7 @@ sweep file as a whole (:class:`~sweeps.spec.schema.SweepSpec`), is in :mod:`swee
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -185,19 +186,33 @@ def goal_problem(name: str, goal: str) -> str | None:
     )
 
 
+#: the values each metric can take (BLEU and token accuracy both ways; losses, seconds and MB at
+#: least 0): a bound outside them is never met
+RANGES = {
+    **{name: (0.0, BOUNDS[name]) for name in (VAL_BLEU, VAL_SACREBLEU, VAL_TOKEN_ACC)},
+    **{name: (0.0, math.inf) for name, goal in NATURAL_GOALS.items() if goal == "minimize"},
+}
+
+
 def beyond_bound(name: str, value: float | None, side: str) -> str | None:
     """Why ``value`` as a ``side`` (``at least`` / ``at most``) of the metric ``name`` can never be
-    met (BLEU above 100, token accuracy above 1, a loss below 0), or None."""
-    bound = BOUNDS.get(name)
-    if bound is None or value is None:
+    met (BLEU above 100 or below 0, token accuracy above 1, a loss or a time below 0), or None."""
+    low, high = RANGES.get(name, (-math.inf, math.inf))
+    if value is None:
         return None
-    rising = NATURAL_GOALS.get(name) == "maximize"
-    if (side == "at least" and rising and value > bound) or (
-        side == "at most" and not rising and value < bound
-    ):
-        limit = "at most" if rising else "at least"
-        return f"{name} is {limit} {bound:g}, so {side} {value:g} is never met"
+    if side == "at least" and value > high:
+        return f"{name} is at most {high:g}, so {side} {value:g} is never met"
+    if side == "at most" and value < low:
+        return f"{name} is at least {low:g}, so {side} {value:g} is never met"
     return None
+
+
+def finite_bound(value: float | None) -> float | None:
+    """A bound as given, where it is a number (NaN compares false both ways, and a trial would
+    count whatever its value; an infinite one bounds nothing or everything)."""
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"a bound is a finite number, not {value}")
+    return value
 
 
 class _Goal(_Strict):
@@ -228,6 +243,8 @@ class ConstraintSpec(_Strict):
     # how much worse than the baseline a trial may be, in the metric's units
     within: float | None = Field(None, ge=0)
     of: dict[str, Any] | None = None  # the baseline: model settings, e.g. {attention: bahdanau}
+
+    _finite = field_validator("min", "max")(finite_bound)
 
     @model_validator(mode="after")
     def _one_kind(self) -> ConstraintSpec:
@@ -286,6 +303,8 @@ class StopWhenSpec(_Strict):
     at_least: float | None = None  # stop once the metric is at least this (a rising metric)
     at_most: float | None = None  # stop once the metric is at most this (a falling one, a loss)
     reports: int = Field(2, ge=1)  # validation reports in a row the bound must hold at
+
+    _finite = field_validator("at_least", "at_most")(finite_bound)
 
     @field_validator("metric")
     @classmethod

@@ -396,6 +396,9 @@ def test_a_bound_past_what_the_metric_can_reach_is_refused():
         base_spec(stop_when={"metric": "val/loss", "at_most": -1})
     )
     assert build_sweep(base_spec(stop_when={"metric": "val/bleu", "at_least": 99.5})).plans
+    assert "at_least: a bound is a finite number, not nan" in error_of(
+        base_spec(stop_when={"metric": "val/bleu", "at_least": float("nan")})
+    )
 
 
 def test_a_metric_the_task_never_reports_is_refused_for_selection_and_stopping():
@@ -534,3 +537,35 @@ def test_a_bad_set_value_is_named_as_the_set_it_came_from():
         "x.yaml: --set wandb.project: Input should be a valid string (nothing after '=': YAML "
         "reads that as null)"
     )
+
+
+def test_a_constraint_no_trial_can_meet_is_refused():
+    """A constraint is refused where it keeps every trial out (BLEU at most -5, a decode time at
+    most -1 s, as a loss at most -1 is) or bounds nothing (NaN: every comparison is false, so every
+    trial counted as feasible)."""
+    objectives = [
+        {"name": "val/bleu", "goal": "maximize"},
+        {"name": "decode_seconds", "goal": "minimize"},
+    ]
+
+    lr = {"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}}
+
+    def study(constraint):
+        raw = base_spec(objectives=objectives, constraints=[constraint], parameters=lr)
+        raw.pop("metric", None)
+        return raw
+
+    for constraint, said in [
+        ({"name": "val/bleu", "max": -5}, "val/bleu is at least 0, so at most -5 is never met"),
+        ({"name": "val/bleu", "min": 101}, "val/bleu is at most 100, so at least 101 is never met"),
+        (
+            {"name": "decode_seconds", "max": -1},
+            "decode_seconds is at least 0, so at most -1 is never met",
+        ),
+        ({"name": "val/loss", "max": -1}, "val/loss is at least 0, so at most -1 is never met"),
+        ({"name": "val/bleu", "min": float("nan")}, "min: a bound is a finite number, not nan"),
+        ({"name": "val/loss", "max": float("inf")}, "max: a bound is a finite number, not inf"),
+    ]:
+        msg = error_of(study(constraint))
+        assert said in msg and len(msg.splitlines()) == 1, (constraint, msg)
+    assert build_sweep(study({"name": "val/bleu", "min": 10})).spec.constraints[0].min == 10
