@@ -94,6 +94,13 @@ def _baseline_figure(name: str, value: float) -> str:
     return f"{name} {value:.4g}" + (" (probe)" if name in PROBED else "")
 
 
+def _objectives_first(figures: dict[str, float], v: StudyView) -> list[str]:
+    """The names of a baseline's figures: the study's objectives in their order, then the others
+    (a relative constraint's) by name; not as stored, which once followed a set's order."""
+    ours = [n for n in v.metric_names if n in figures]
+    return ours + sorted(n for n in figures if n not in ours)
+
+
 def _untried_below(v: StudyView, k: int) -> str:
     """The smaller K the rule stopped before their end: the answer is the smallest K that finished
     within the bound, not a proof that no smaller K would have (a stop on decode time is a stop on
@@ -163,7 +170,7 @@ def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
             lines.append(
                 f"Baseline ({model}): "
                 + (
-                    ", ".join(_baseline_figure(k, val) for k, val in base.items())
+                    ", ".join(_baseline_figure(k, base[k]) for k in _objectives_first(base, v))
                     if base
                     else "failed"
                 )

@@ -59,10 +59,11 @@ class Baselines(Gate):
         i = self.ids.pop(trial_id)
         result = result or {}
         objective = searcher.objective
-        names = {c.name for c in objective.constraints if c.of}
+        names = [c.name for c in objective.constraints if c.of]
         config = self.units[i].config | {"set": self.settings}
-        measured = {
-            n: objective.reader.value(config, result, n) for n in names | set(objective.names)
+        measured = {  # the objectives in their order, then the constraints' (the report's order)
+            n: objective.reader.value(config, result, n)
+            for n in dict.fromkeys([*objective.names, *names])
         }
         ok = not error and all(measured.get(n) is not None for n in names)
         self.states[i] = (

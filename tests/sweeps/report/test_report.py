@@ -778,6 +778,29 @@ def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_b
     ), line
 
 
+def test_a_baselines_figures_read_in_the_studys_objective_order(tmp_path):
+    """The baseline line listed its figures as the study attribute stored them, in the order of a
+    Python set: two runs of one sweep read "val/bleu 0, decode_seconds ..." and "decode_seconds
+    ..., val/bleu 0". The objectives come first, in their order, then the others by name."""
+    from sweeps.report.moo import section
+    from sweeps.report.moo_views import Point, StudyView
+
+    stored = {"val/loss": 1.5, "decode_seconds": 0.004, "val/bleu": 0.0}  # as a set gave them
+    view = StudyView(
+        name="s/length-4-seed0",
+        cell="length=4 memory",
+        seed=0,
+        directions=["maximize", "minimize"],
+        metric_names=["val/bleu", "decode_seconds"],
+        points=[Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", trial_id="t1")],
+        baseline={"metrics": stored, "model": {"model.attention": "bahdanau"}},
+    )
+    (line,) = [x for x in section(tmp_path, [view]).splitlines() if x.startswith("Baseline (")]
+    assert line == (
+        "Baseline (attention=bahdanau): val/bleu 0, decode_seconds 0.004 (probe), val/loss 1.5"
+    )
+
+
 def test_a_profiles_settings_are_said_on_the_page_its_figures_are_on(tmp_path):
     """A smoke run validated on its first 2 batches with the tiny model, and neither the dry run
     nor results.md said so: the profile's settings are printed by the launch, kept in launch.json
