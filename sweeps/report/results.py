@@ -181,24 +181,38 @@ def natural_order(column: pd.Series) -> pd.Series:
 
 
 def missing_rows(
-    plans: Iterable[Any], rows: list[dict[str, Any]], samples: int, status: str
+    plans: Iterable[Any],
+    rows: list[dict[str, Any]],
+    samples: int,
+    status: str,
+    search_keys: Iterable[str] = (),
+    baseline: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """A row for every planned trial that has none (Tune never created it, e.g. a sweep stopped
-    before Optuna sampled it): ``samples`` trials per plan (cell and seed), marked ``status``."""
+    before Optuna sampled it): ``samples`` trials per plan (cell and seed), and the plan's
+    baseline trial where the sweep has one (``baseline``: its model settings, dotted;
+    :mod:`sweeps.search.baselines`), marked ``status``. A searched setting's column is empty in a
+    sample's row: no value was drawn."""
     seen: dict[tuple[str, int], int] = {}
+    based = set()
     for row in rows:
-        seen[(row["cell"], row["seed"])] = seen.get((row["cell"], row["seed"]), 0) + 1
+        unit = (row["cell"], row["seed"])
+        if row.get(BASELINE) is True:
+            based.add(unit)
+        else:
+            seen[unit] = seen.get(unit, 0) + 1
+    undrawn = {column_name(k): None for k in search_keys}
     out = []
     for plan in plans:
-        for _ in range(samples - seen.get((plan.cell.name, plan.seed), 0)):
-            out.append(
-                {
-                    "trial_id": None,
-                    **plan_columns(plan),
-                    "status": status,
-                    "error": "never started" if status == "error" else None,
-                }
-            )
+        never = {"trial_id": None, "status": status}
+        never["error"] = "never started" if status == "error" else None
+        unit = (plan.cell.name, plan.seed)
+        if baseline is not None and unit not in based:
+            config = {"cell": plan.cell.name, "seed": plan.seed, "set": dict(baseline)}
+            of = plan.with_values(plan.seed, dict(baseline), {}, config)
+            out.append({**plan_columns(of), BASELINE: True, **never})
+        for _ in range(samples - seen.get(unit, 0)):
+            out.append({**plan_columns(plan), **undrawn, **never})
     return out
 
 

@@ -23,6 +23,7 @@ from sweeps.report.results import (
     write_results_csv,
 )
 from sweeps.schedulers.lost_nodes import moved_summary
+from sweeps.spec.objectives import baseline_of
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import find_storage_fault
 
@@ -34,7 +35,9 @@ def write_results(launch: Launch) -> None:
     """Every planned trial's row (even one Tune never created), results.csv and results.md."""
     spec, rows = launch.spec, launch.rows
     left = "unfinished" if launch.interrupted else "error"
-    rows += missing_rows(launch.sweep.plans, rows, spec.num_samples, left)
+    rows += missing_rows(
+        launch.sweep.plans, rows, spec.num_samples, left, spec.parameters, baseline_of(spec)
+    )
     # not failed, not the user's Ctrl-C: the requeue, or a larger budget, continues them
     stopped_by = launch.stopped_by()
     if stopped_by in ("preempted", "budget") and launch.interrupted:

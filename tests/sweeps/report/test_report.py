@@ -839,3 +839,50 @@ def test_a_profiles_settings_are_said_on_the_page_its_figures_are_on(tmp_path):
     save_launch(bare, ["trainer.max_steps=30"], None)
     md = written_report(bare, sweep_rows())
     assert "This run's --set trainer.max_steps=30: its figures are of those settings." in md
+
+
+def test_a_stopped_searchs_unstarted_trials_each_have_their_row():
+    """A multi-objective sweep stopped early wrote 8 rows of its 10 planned trials: no row for a
+    baseline not yet started, a started baseline counted as one of its unit's samples, and every
+    sample not yet drawn showed K=32 (memory's default) though K was searched in 1..8."""
+    from sweep_helpers import tiny_spec
+
+    from sweeps.report.results import missing_rows
+    from sweeps.spec import build_sweep
+    from sweeps.spec.objectives import baseline_of
+
+    spec = tiny_spec(
+        "stopped",
+        model={"preset": "tiny", "attention": "memory"},
+        grid={"task.max_length": [4, 6]},
+        parameters={"model.K": {"min": 1, "max": 8, "distribution": "int_log_uniform"}},
+        num_samples=4,
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "decode_seconds", "goal": "minimize"},
+        ],
+        constraints=[{"name": "val/bleu", "within": 1.0, "of": {"attention": "bahdanau"}}],
+    )
+    sweep = build_sweep(spec, source="test")
+    spec = sweep.spec
+    of = baseline_of(spec)
+
+    def fill(rows):
+        return rows + missing_rows(sweep.plans, rows, 4, "unfinished", spec.parameters, of)
+
+    rows = fill([])  # stopped before any trial
+    assert len(rows) == 10
+    bases = [r for r in rows if r.get("baseline") is True]
+    assert [(r["length"], r["attention"]) for r in bases] == [(4, "bahdanau"), (6, "bahdanau")]
+    samples = [r for r in rows if r.get("baseline") is not True]
+    assert {r["attention"] for r in samples} == {"memory"}
+    assert all(r["K"] is None and r["status"] == "unfinished" for r in samples)
+    # stopped after length 4's baseline and three samples had started
+    cell = sweep.plans[0].cell.name
+    started = [{"cell": cell, "seed": 0, "baseline": True}] + [{"cell": cell, "seed": 0}] * 3
+    added = fill(started)[4:]
+    assert [(r["length"], r.get("baseline") is True) for r in added] == [
+        (4, False),
+        (6, True),
+        *[(6, False)] * 4,
+    ]
