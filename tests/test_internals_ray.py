@@ -317,7 +317,8 @@ def test_callbacks_hear_every_controller_step_and_the_end_of_run_cleanup_is_shor
 @internal(
     "ray-max-pending-trials",
     "ray",
-    "sweeps/search/compose.py and sweeps/stages/train.py (one_pending): TUNE_MAX_PENDING_TRIALS_PG",
+    "sweeps/search/compose.py and sweeps/stages/train.py (one_pending): TUNE_MAX_PENDING_TRIALS_PG;"
+    " sweeps/schedulers/placement.py",
 )
 def test_the_pending_trials_setting_is_read_from_the_environment(monkeypatch):
     """Read when a run starts, over the limiter ``max_concurrent_trials`` puts around the searcher:
@@ -332,6 +333,11 @@ def test_the_pending_trials_setting_is_read_from_the_environment(monkeypatch):
     from sweeps.stages.train import PENDING_ENV, one_pending
 
     assert f'os.getenv("{PENDING_ENV}"' in source(tune_controller._get_max_pending_trials)
+    # the scheduler's choice is staged first; the other pending trials only while fewer actors
+    # than the setting wait for resources (sweeps.schedulers.placement keeps groups whole by it)
+    adding = source(tune_controller.TuneController._maybe_add_actors)
+    chosen = adding.index("self._scheduler_alg.choose_trial_to_run(")
+    assert chosen < adding.index("num_pending_actors >= self._max_pending_trials")
 
     class Nothing(Searcher):
         def suggest(self, trial_id):

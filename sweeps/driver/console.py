@@ -333,10 +333,15 @@ class TunersResumeAdvice(logging.Filter):
 #: keeps ``--resume`` exact; a warning about its cost, milliseconds on local storage); a paused
 #: trial's result file not yet copied to storage as it resumes (its log continues where it was);
 #: the run loop's "Wrote the latest version of all result files ..." (the launch says what it wrote)
+#: and its "Trials did not complete: [run_trial_...]" (an ERROR line after every stop: the launch
+#: counts the unfinished trials, lists each failed one with its error and says how to continue);
+#: the controller's "Restoring the run from the latest experiment state file: ..." (the launch says
+#: what it resumes)
 ROUTINE = {
     "ray.tune.execution.experiment_state": ("Experiment state snapshotting has been triggered",),
     "ray.tune.logger.logger": ("Remote file not found",),
-    RUN_LOGGER: ("Wrote the latest version of all result files",),
+    RUN_LOGGER: ("Wrote the latest version of all result files", "Trials did not complete"),
+    "ray.tune.execution.tune_controller": ("Restoring the run from the latest experiment state",),
 }
 
 

@@ -24,6 +24,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from sweeps.schedulers.pareto_rungs import milestones
+from sweeps.schedulers.placement import next_to_start
 
 
 def config_key(config: dict[str, Any]) -> tuple[str, int]:
@@ -143,8 +144,8 @@ class ConfigRungs(FIFOScheduler):
 
     def choose_trial_to_run(self, tune_controller) -> Any | None:
         """A waiting seed whose configuration the rung kept goes on first; one whose configuration
-        was stopped is stopped here (Tune tells the searcher: PRUNED); then FIFO's choice, never a
-        trial still waiting."""
+        was stopped is stopped here (Tune tells the searcher: PRUNED); then FIFO's choice
+        (:mod:`.placement`), never a trial still waiting."""
         trials = {t.trial_id: t for t in tune_controller.get_trials()}
         for trial_id, (cell, number, m) in list(self.waiting.items()):
             trial = trials.get(trial_id)
@@ -170,11 +171,7 @@ class ConfigRungs(FIFOScheduler):
             elif len(self.state["values"].get(k, {}).get(str(m), {})) >= self.seeds:
                 del self.waiting[trial_id]
                 return trial
-        for status in (Trial.PENDING, Trial.PAUSED):
-            for trial in tune_controller.get_trials():
-                if trial.status == status and trial.trial_id not in self.waiting:
-                    return trial
-        return None
+        return next_to_start(tune_controller, self.waiting)
 
     def debug_string(self) -> str:
         return (

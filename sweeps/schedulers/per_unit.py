@@ -19,6 +19,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from sweeps.schedulers.config_rungs import ConfigRungs
 from sweeps.schedulers.lost_nodes import adopt
 from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
+from sweeps.schedulers.placement import next_to_start
 from sweeps.spec import Sweep, unit_key
 from sweeps.spec.search_schema import reports_per_trial
 
@@ -59,12 +60,7 @@ class SweepFIFO(FIFOScheduler):
         return out
 
     def choose_trial_to_run(self, tune_controller) -> Any | None:
-        held = self.held(tune_controller)
-        for status in (Trial.PENDING, Trial.PAUSED):
-            for trial in tune_controller.get_trials():
-                if trial.status == status and trial.trial_id not in held:
-                    return trial
-        return None
+        return next_to_start(tune_controller, self.held(tune_controller))
 
 
 class PerUnitScheduler(SweepFIFO):
@@ -116,7 +112,7 @@ class PerUnitScheduler(SweepFIFO):
 
     def choose_trial_to_run(self, tune_controller) -> Any | None:
         """A trial a rule promotes from where it waits (``promotions``: the Pareto rung rule with
-        ``promotion: wait``) first, then FIFO's choice; a trial still waiting at a rung is never
+        ``promotion: wait``) first, then FIFO's choice (:mod:`.placement`); a trial still waiting at a rung is never
         chosen (it is PAUSED until its rule promotes or stops it), nor one the searcher holds."""
         held = self.held(tune_controller)
         promoted = [
@@ -127,12 +123,7 @@ class PerUnitScheduler(SweepFIFO):
         if promoted:
             return promoted[0]
         waiting = {tid for s in self.schedulers.values() for tid in getattr(s, "waiting", {})}
-        waiting |= held
-        for status in (Trial.PENDING, Trial.PAUSED):
-            for trial in tune_controller.get_trials():
-                if trial.status == status and trial.trial_id not in waiting:
-                    return trial
-        return None
+        return next_to_start(tune_controller, waiting | held)
 
     def debug_string(self) -> str:
         count = sum(
