@@ -307,6 +307,8 @@ SMOKE_DEFAULTS: dict[str, Any] = {
     "num_samples": 1,
     "early_terminate.grace_period": 1,
     "early_terminate.max_t": 2,
+    "timing.processes": 1,  # each model timed in one fresh process, not three
+    "timing.max_seconds": 5,  # per model and measure: the plumbing, not a speed figure
 }
 
 

@@ -366,6 +366,9 @@ def test_named_profiles_and_the_smoke_profile():
     assert {p.model["preset"] for p in cpu.plans} == {"tiny"}  # smoke's defaults are not applied
     smoke = build_sweep(raw, profile="smoke")
     assert smoke.spec.trainer.max_steps == 60  # SMOKE_DEFAULTS
+    # the timing stage's plumbing, not speed figures: one process, 5 s a measure (tune_optuna's
+    # smoke run spent 4 of its 5 minutes timing 4 models at the stage's defaults)
+    assert (smoke.spec.timing.processes, smoke.spec.timing.max_seconds) == (1, 5)
     assert {(p.task["max_length"], p.task["val_size"]) for p in smoke.plans} == {(3, 8)}
     # the older top-level spelling is refused with where it goes now, not silently ignored
     assert "move it under `profiles:`" in error_of(base_spec(smoke={"task.max_length": 3}))
