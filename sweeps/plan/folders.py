@@ -95,6 +95,21 @@ def data_notes(datamodules: list[tuple[dict, Any]]) -> list[str]:
     return notes
 
 
+def check_test_split(sweep: Sweep, datamodules: list[tuple[dict, Any]]) -> None:
+    """Raise :class:`LaunchError` where the held-out stage is on and a task has no test split
+    (WMT with ``test_prefix: ""``; ``datamodules`` of :func:`folder_datamodules`): it would fail for
+    every chosen trial, after all the training."""
+    if not sweep.spec.heldout.enabled:
+        return
+    for task, datamodule in datamodules:
+        if "test" not in getattr(datamodule, "splits", ("test",)):
+            raise LaunchError(
+                f"task {task.get('name')!r} has no test split (task.test_prefix is empty), and the "
+                "held-out stage evaluates the chosen trials on one after training: set "
+                "task.test_prefix (e.g. newstest2016) or heldout.enabled: false"
+            )
+
+
 def folder_datamodules(sweep: Sweep) -> list[tuple[dict, Any]]:
     """Each distinct task of the sweep whose datamodule takes folders (``*_dir`` arguments), with
     that datamodule built; the others are not imported (a dry run of a copy-task sweep reads the

@@ -26,7 +26,13 @@ from typing import Any
 from sweeps.plan.arrangement import Arrangement, arrangement_mps, local_gpu_name, plan_arrangement
 from sweeps.plan.cost import estimated_cost
 from sweeps.plan.estimate import launch_lines
-from sweeps.plan.folders import Folder, data_notes, folder_datamodules, sweep_folders
+from sweeps.plan.folders import (
+    Folder,
+    check_test_split,
+    data_notes,
+    folder_datamodules,
+    sweep_folders,
+)
 from sweeps.plan.fusion import FusionPlan, plan_fusion, unfusable
 from sweeps.plan.mps import MpsPlan, plan_mps
 from sweeps.plan.units import Unit, sweep_units
@@ -124,6 +130,7 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
     else:
         mps = plan_mps(spec.resources.mps, spec.resources.gpu)
     datamodules = folder_datamodules(sweep)  # the folders they write, the data they lack
+    check_test_split(sweep, datamodules)
     save_signatures()  # the step costs and fusion checks learnt here serve the next launch
     return SweepPlan(
         sweep=sweep,

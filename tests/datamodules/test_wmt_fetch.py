@@ -762,3 +762,27 @@ def test_the_study_fetches_once_in_the_driver_and_trials_find_the_files(server, 
     assert (tmp_path / "wmt17" / "en-de" / "newstest2016.de").read_bytes() == expected_layout()[
         "newstest2016.de"
     ]
+
+
+def test_a_sweep_without_a_test_split_is_refused_before_it_trains(tmp_path):
+    """wmt17's smoke with ``task.test_prefix=""`` (the 10k sample has no test files) passed the dry
+    run, trained every trial, then failed the held-out evaluation of each, exit status 0. The plan
+    refuses it, as the dry run and the launch make it; with the held-out stage off it stands."""
+    from sweeps.errors import LaunchError
+    from sweeps.plan.sweep_plan import build_plan
+    from sweeps.spec import load_spec
+
+    def plan(*more):
+        sets = ['task.test_prefix=""', f"task.cache_dir={tmp_path}/cache", *more]
+        return build_plan(
+            load_spec(ROOT / "sweeps" / "wmt17.yaml", profile="smoke", overrides=sets), tmp_path
+        )
+
+    with pytest.raises(LaunchError) as info:
+        plan()
+    assert str(info.value) == (
+        "task 'wmt17' has no test split (task.test_prefix is empty), and the held-out stage "
+        "evaluates the chosen trials on one after training: set task.test_prefix (e.g. "
+        "newstest2016) or heldout.enabled: false"
+    )
+    assert plan("heldout.enabled=false").sweep.num_trials == 5
