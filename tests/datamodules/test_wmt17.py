@@ -588,3 +588,28 @@ def test_settings_are_saved_for_checkpoints_and_rebuild_the_same_data(dm):
     again = WMT17DataModule(**dm.hparams)
     assert again.prefixes == dm.prefixes and again.cache_dir == dm.cache_dir
     assert again.path("valid", "de") == dm.path("valid", "de") and again.vocab_size == dm.vocab_size
+
+
+def test_a_data_file_edited_in_place_gets_a_new_cache_key(tmp_path):
+    """The caches' key hashed 16 blocks of 64 KiB of each file: a same-size edit elsewhere in a
+    training file over 1 MiB (a re-cased word, a fixed character) kept the old BPE model and token
+    ids without a word. The key is the whole content's; a copy of the file (new path, new mtime)
+    keeps it."""
+    from datamodules.bpe import file_fingerprint
+
+    line = b"As you walk down the bazaar on your left there are couple of stone stores .\n"
+    path = tmp_path / "train.en"
+    path.write_bytes(line * 40_000)  # 3 MB
+    before = file_fingerprint(str(path))
+    data = bytearray(path.read_bytes())
+    gap = (
+        (len(data) - (1 << 16)) // 15 + (1 << 16) + 5000
+    )  # between the old key's 2nd and 3rd blocks
+    at = gap + data[gap:].index(b"the")
+    data[at : at + 3] = b"THE"
+    path.write_bytes(bytes(data))
+    assert path.stat().st_size == len(line) * 40_000
+    assert file_fingerprint(str(path)) != before
+    copy = tmp_path / "copy.en"
+    shutil.copyfile(path, copy)
+    assert file_fingerprint(str(copy)) == file_fingerprint(str(path))
