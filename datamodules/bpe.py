@@ -50,8 +50,8 @@ def file_fingerprint(path: str, chunk: int = 1 << 24) -> str:
     """The caches' key of a file's content: sha256 of its size and every byte.
 
     The key does not depend on the path or mtime, so copying the data keeps the cache; any edit
-    changes it (a key of sampled blocks missed a same-size edit between them, and served the old
-    BPE model and token ids). A file is read once per process while its size, mtime and inode
+    changes it (a key of sampled blocks would miss a same-size edit between them, and serve the
+    old BPE model and token ids). A file is read once per process while its size, mtime and inode
     stay (sha256 hashes about 2 GB a second on a Zen 5 core; a launch and each of its trials
     key the same files).
     """
