@@ -40,6 +40,29 @@ def stopped_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [row for row in rows if row.get(HELDOUT_ERROR) == NOT_EVALUATED]
 
 
+def _mark_chosen(rows: list[dict[str, Any]], spec: Any) -> set[str]:
+    """``chosen`` written into the rows by the sweep's metric (over seeds, its objective, where
+    configurations are judged over seeds); the chosen trial ids."""
+    objective = spec.seeds.objective if spec.per_configuration else "mean"
+    return mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)
+
+
+def mark_not_evaluated(rows: list[dict[str, Any]], spec: Any) -> int:
+    """A stop after training, before the held-out stage: the trials the metric chose (``chosen``
+    written as the stage writes it) say they are not evaluated yet (:data:`NOT_EVALUATED`).
+    Nothing where a trial is unfinished: the choice may change once it finishes. Returns how many
+    rows say so."""
+    if any(row.get("status") in ("unfinished", "preempted", "budget") for row in rows):
+        return 0
+    chosen = _mark_chosen(rows, spec)
+    marked = 0
+    for row in rows:
+        if row.get("trial_id") in chosen and not _present(row.get(TEST_COLUMNS[0])):
+            row[HELDOUT_ERROR] = NOT_EVALUATED
+            marked += 1
+    return marked
+
+
 def _evaluate_task(checkpoint: str, task: dict[str, Any], seed: int) -> dict[str, float]:
     """The body of the stage's Ray task: the GPU when Ray gave this task one."""
     import ray
@@ -87,8 +110,7 @@ def evaluate_chosen_trials(
     rows not evaluated with :data:`NOT_EVALUATED`. Returns ``{trial id: test figures}`` of the
     rows that have them. Needs a running Ray."""
     say = log or (lambda _msg: None)
-    objective = spec.seeds.objective if spec.per_configuration else "mean"
-    chosen = mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)
+    chosen = _mark_chosen(rows, spec)
     every = spec.heldout.trials == "all"
     todo, results = [], {}
     for row in rows:

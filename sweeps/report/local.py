@@ -109,11 +109,11 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
     lines += ["## Budget", spent] if spent else []
     errors = df["timing_error"].fillna("").astype(str) if "timing_error" in df else None
     untimed = df[errors.str.startswith("not timed:")] if errors is not None else df.iloc[0:0]
-    if not untimed.empty:  # a stop in the timing stage (sweeps.timing.stage.NOT_TIMED)
+    if not untimed.empty:  # a stop before the timing stage ended (sweeps.timing.stage.NOT_TIMED)
         lines += [
             "## Not timed yet",
-            f"The sweep stopped in its timing stage before {len(untimed)} finished trial(s) were "
-            "timed: `--resume` times them (and only them).\n\n"
+            f"The sweep stopped before {len(untimed)} finished trial(s) were timed: `--resume` "
+            "times them (and only them).\n\n"
             + "\n".join(f"- {r.cell} seed={r.seed}" for r in untimed.itertuples()),
         ]
     moved = df[df["moved"].fillna(0) > 0] if "moved" in df else df.iloc[0:0]

@@ -158,13 +158,14 @@ def pareto_markdown(points: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def pareto_notes(points: pd.DataFrame, timed: bool = True) -> list[str]:
+def pareto_notes(points: pd.DataFrame, timed: bool = True, pending: bool = False) -> list[str]:
     """What the front table means, the rule for contended times (when the timing stage ran) and
     the lengths whose front was computed among contended figures."""
     lines = ["Each step along the front: the BLEU a slower model buys and the seconds it costs."]
     if not timed:
+        why = "not timed yet: `--resume` times them" if pending else "no timing stage ran"
         return lines + [
-            "The front orders training-time decode signals (no timing stage ran): not speed figures."
+            f"The front orders training-time decode signals ({why}): not speed figures."
         ]
     return lines + contended_notes(points)
 
@@ -210,13 +211,25 @@ def fused_line(df: pd.DataFrame) -> str:
     )
 
 
-def timing_warning(summary: pd.DataFrame, timed: bool) -> str:
-    """The page's opening warning when none of its decode times is a speed figure ("" otherwise)."""
+def timing_pending(df: pd.DataFrame) -> bool:
+    """Whether some trial waits for the timing stage (a stop came first: ``--resume`` times it)."""
+    errors = df["timing_error"] if "timing_error" in df else pd.Series(dtype=object)
+    return bool(errors.fillna("").astype(str).str.startswith("not timed:").any())
+
+
+def timing_warning(summary: pd.DataFrame, timed: bool, pending: bool = False) -> str:
+    """The page's opening warning when none of its decode times is a speed figure ("" otherwise);
+    ``pending``: a stop came before the timing stage timed the models (:func:`timing_pending`)."""
     if summary.empty or DECODE_SECONDS not in summary or not summary[DECODE_SECONDS].notna().any():
         return ""
     if not timed:
+        why = (
+            "the sweep stopped before its timing stage timed these models (`--resume` times them)"
+            if pending
+            else "the timing stage did not run"
+        )
         return (
-            "**The decode times here are not speed figures:** the timing stage did not run, so they are "
+            f"**The decode times here are not speed figures:** {why}, so they are "
             "val/decode_seconds, measured during training beside other trials."
         )
     marked, shown = contended_count(summary)
@@ -332,7 +345,8 @@ def results_sections(
     summary = cell_summary(df, metric, mode) if summary is None else summary
     timed = seconds_column(df) == DECODE_SECONDS
     counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
-    preamble = [timing_warning(summary, timed), summary_rule(df, metric, mode)]
+    pending = timing_pending(df)
+    preamble = [timing_warning(summary, timed, pending), summary_rule(df, metric, mode)]
     preamble += [seeds_line(df, summary) if not summary.empty else ""]
     preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
     preamble += [fused_line(df)]
@@ -370,7 +384,7 @@ def results_sections(
         sections.append(
             (
                 "Quality vs speed: the Pareto front",
-                _paragraphs([pareto_markdown(points), *pareto_notes(points, timed)]),
+                _paragraphs([pareto_markdown(points), *pareto_notes(points, timed, pending)]),
             )
         )
     sections += train_cost_sections(df, summary)  # the timing stage's training cost

@@ -5,10 +5,10 @@
 
 from __future__ import annotations
 
-from sweeps.heldout.stage import evaluate_chosen_trials, stopped_rows
+from sweeps.heldout.stage import evaluate_chosen_trials, mark_not_evaluated, stopped_rows
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.publish import publish_heldout, publish_timings
-from sweeps.timing.stage import time_finished_trials
+from sweeps.timing.stage import mark_not_timed, time_finished_trials
 
 
 def time_models(launch: Launch) -> None:
@@ -35,3 +35,14 @@ def evaluate_heldout(launch: Launch) -> None:
     reused = launch.warm.reused_ids() if launch.warm else ()
     here = {t: v for t, v in tested.items() if t not in reused}
     publish_heldout(here, launch.settings, launch.journal)
+
+
+def timing_left(launch: Launch) -> None:
+    """A stop before the timing stage: the finished trials' rows say they are not timed yet."""
+    mark_not_timed(launch.rows)
+
+
+def heldout_left(launch: Launch) -> None:
+    """A stop after training, before the held-out stage: the chosen trials' rows say they are not
+    evaluated yet, as a stop inside the stage leaves them."""
+    mark_not_evaluated(launch.rows, launch.settings.spec)

@@ -37,8 +37,8 @@ from sweeps.stages.launch_state import Launch
 class Stage:
     """One stage: its event name, the function, how it takes a stop request (``raise``,
     ``tune`` or ``poll``: :data:`sweeps.driver.preemption.MODES`), the budget ledger's name for its
-    time, whether the sweep asks for it, and whether it runs after a stop too (it gathers what
-    is done)."""
+    time, whether the sweep asks for it, whether it runs after a stop too (it gathers what
+    is done), and what marks the rows it leaves to ``--resume`` when a stop skips it."""
 
     name: str
     run: Callable[[Launch], int | None]
@@ -46,6 +46,7 @@ class Stage:
     ledger: str
     wanted: Callable[[SweepSpec], bool] = lambda spec: True
     always: bool = False
+    left: Callable[[Launch], None] | None = None
 
 
 def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
@@ -61,7 +62,14 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
         Stage("data", setup.prepare_data, "raise", "setup"),
         Stage("ray", setup.join_ray, "raise", "setup"),
         Stage("training", train.train, "tune", "training"),
-        Stage("timing", measure.time_models, "poll", "timing", lambda spec: spec.timing.enabled),
+        Stage(
+            "timing",
+            measure.time_models,
+            "poll",
+            "timing",
+            lambda spec: spec.timing.enabled,
+            left=measure.timing_left,
+        ),
         Stage("warm", train.reuse_warm, "raise", "training", always=True),
         Stage("confirm", confirm.confirm, "tune", "confirm", lambda spec: bool(spec.confirm_seeds)),
         Stage(
@@ -70,6 +78,7 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
             "poll",
             "heldout",
             lambda spec: spec.heldout.enabled,
+            left=measure.heldout_left,
         ),
         Stage("publish", publish.publish, "poll", "reports", always=True),
     )
@@ -130,6 +139,8 @@ def run_stages(launch: Launch, stages: tuple[Stage, ...]) -> int | None:
         if launch.stopping() and not stage.always:
             launch.interrupted = True
             launch.stopped_in = launch.stopped_in or stage.name
+            if stage.left is not None:  # its rows say they wait for --resume
+                stage.left(launch)
             continue
         was = launch.interrupted
         try:

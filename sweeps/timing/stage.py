@@ -69,6 +69,18 @@ WAIT_AGAIN_S = 300.0
 NOT_TIMED = "not timed: the sweep stopped first (--resume times it)"
 
 
+def mark_not_timed(rows: list[dict[str, Any]]) -> int:
+    """A stop before the timing stage: each finished trial's row without a decode time says it
+    is not timed yet (:data:`NOT_TIMED`). Returns how many rows say so."""
+    marked = 0
+    for row in rows:
+        finished = row.get("status") in ("done", "stopped", "converged") and row.get("checkpoint")
+        if finished and row.get("decode_seconds") is None and not row.get("timing_error"):
+            row["timing_error"] = NOT_TIMED
+            marked += 1
+    return marked
+
+
 def time_finished_trials(
     rows: list[dict],
     plans: Mapping[str, tuple[dict, str]],

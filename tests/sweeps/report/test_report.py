@@ -344,6 +344,18 @@ def test_a_no_timing_stage_says_so_at_the_top(tmp_path):
     md = written_report(tmp_path, rows)
     assert "not speed figures:** the timing stage did not run" in md.split("## ")[0]
     assert "†" not in md
+    # stopped before the timing stage timed them: said so, with what times them
+    from sweeps.timing.stage import NOT_TIMED
+
+    for row in rows:
+        row["timing_error"] = NOT_TIMED
+    md = written_report(tmp_path, rows)
+    top = md.split("## ")[0]
+    assert (
+        "not speed figures:** the sweep stopped before its timing stage timed these models "
+        "(`--resume` times them)" in top
+    ), top
+    assert "(not timed yet: `--resume` times them): not speed figures." in md
 
 
 def test_a_pareto_figure_marks_contended_points_and_draws_seed_error_bars():

@@ -94,7 +94,12 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     assert sorted(df["status"]) == ["done", "done"], "the trained models stay done"
     assert df["decode_seconds"].notna().sum() == 1
     assert df["timing_error"].tolist().count(NOT_TIMED) == 1
-    assert "## Not timed yet" in (exp / "results.md").read_text()
+    page = (exp / "results.md").read_text()
+    assert "## Not timed yet" in page and "stopped before 1 finished trial(s) were timed" in page
+    # the held-out stage the stop skipped: the chosen trials wait for --resume, as a stop inside
+    # the stage leaves them (no `chosen` nor `heldout_error` at all had read as heldout off)
+    assert df["chosen"].tolist() == [True, True]
+    assert df["heldout_error"].tolist() == [NOT_EVALUATED] * 2
 
     # 2. a budget smaller than what was charged plus the rest of the timing: the resume stops
     # in the timing stage (status budget, exit 3), and results.md's charge includes the stage
