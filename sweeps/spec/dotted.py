@@ -7,23 +7,46 @@ from typing import Any
 
 
 def set_dotted(node: dict, dotted: str, value: Any) -> None:
-    """``node[a][b][c] = value`` for ``a.b.c``, creating mappings on the way. Raises ValueError
-    naming the part that is not a mapping."""
+    """``node[a][b][c] = value`` for ``a.b.c``, creating mappings on the way; a number indexes a
+    list (``objectives.1.goal``). Raises ValueError naming the part that cannot be set."""
     parts = dotted.split(".")
     if not all(parts):
         raise ValueError("empty part in dotted key")
-    for p in parts[:-1]:
-        if node.get(p) is None:
+    for i, p in enumerate(parts[:-1]):
+        if isinstance(node, dict) and node.get(p) is None:
             node[p] = {}
-        if not isinstance(node[p], dict):
+        node = _item(node, p, ".".join(parts[: i + 1]), dotted)
+        if not isinstance(node, dict | list):
             raise ValueError(f"{p!r} is not a mapping, cannot set {dotted}")
-        node = node[p]
-    node[parts[-1]] = value
+    if isinstance(node, list):
+        _item(node, parts[-1], dotted, dotted)  # an index in range
+        node[int(parts[-1])] = value
+    else:
+        node[parts[-1]] = value
+
+
+def _item(node: dict | list, part: str, where: str, dotted: str) -> Any:
+    """``node``'s entry ``part``: a key of a mapping, an index of a list."""
+    if isinstance(node, dict):
+        return node[part]
+    if not part.isdigit() or int(part) >= len(node):
+        last = f"0 to {len(node) - 1}" if node else "none"
+        raise ValueError(
+            f"{where.rsplit('.', 1)[0]} is a list of {len(node)} item(s) (numbered {last}), "
+            f"cannot set {dotted}"
+        )
+    return node[int(part)]
 
 
 def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:
     """``node[a][b][c]`` for ``a.b.c``, or ``default`` where a part is missing. A mapping's key
-    may itself hold dots (``parameters: {model.K: ...}``): ``parameters.model.K`` finds it."""
+    may itself hold dots (``parameters: {model.K: ...}``): ``parameters.model.K`` finds it; a
+    number indexes a list (``objectives.1.goal``)."""
+    if isinstance(node, list):
+        head, _, rest = dotted.partition(".")
+        if not head.isdigit() or int(head) >= len(node):
+            return default
+        return get_dotted(node[int(head)], rest, default) if rest else node[int(head)]
     if not isinstance(node, dict):
         return default
     if dotted in node:

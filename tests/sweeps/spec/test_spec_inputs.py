@@ -569,3 +569,24 @@ def test_a_constraint_no_trial_can_meet_is_refused():
         msg = error_of(study(constraint))
         assert said in msg and len(msg.splitlines()) == 1, (constraint, msg)
     assert build_sweep(study({"name": "val/bleu", "min": 10})).spec.constraints[0].min == 10
+
+
+def test_a_set_reaches_an_item_of_a_list_by_its_number():
+    """``--set objectives.1.goal=...`` was refused ("'objectives' is not a mapping"), though the
+    dry run's own errors name list items that way (``constraints.0.min``)."""
+    objectives = [
+        {"name": "val/bleu", "goal": "maximize"},
+        {"name": "decode_seconds", "goal": "minimize"},
+    ]
+    lr = {"model.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}}
+    raw = base_spec(
+        objectives=objectives, parameters=lr, constraints=[{"name": "val/bleu", "min": 10}]
+    )
+    raw.pop("metric", None)
+    sweep = build_sweep(raw, overrides=["constraints.0.min=20", "objectives.1.name=val/loss"])
+    assert sweep.spec.constraints[0].min == 20
+    assert [o.name for o in sweep.spec.objectives] == ["val/bleu", "val/loss"]
+    assert error_of(raw, overrides=["objectives.2.goal=minimize"]) == (
+        "x.yaml: --set objectives.2.goal: objectives is a list of 2 item(s) (numbered 0 to 1), "
+        "cannot set objectives.2.goal"
+    )
