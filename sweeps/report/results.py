@@ -417,6 +417,8 @@ def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
         values = pd.to_numeric(df[column], errors="coerce").dropna()
         if df[column].dtype.kind == "f" and not values.empty and (values == values.round()).all():
             df[column] = ["-" if pd.isna(v) else int(v) for v in df[column]]
+        elif df[column].dtype.kind == "f":  # lr 0.001178 and 0.0009152, as the progress table
+            df[column] = ["-" if pd.isna(v) else f"{v:.4g}" for v in df[column]]
     table = df[cols].rename(columns=shown)
     for c in table.columns:  # a figure not measured (a trial stopped before timing) is None: "-"
         values = table[c].dropna()

@@ -694,6 +694,17 @@ def test_the_console_table_says_which_trial_each_row_is(tmp_path):
     assert out.getvalue().splitlines()[1].split()[:6] == [
         "b0", "length=10", "bahdanau", "(baseline)", "0", "-"
     ]  # fmt: skip
+    # a sampled learning rate keeps 4 significant digits, as the progress table shows it (two
+    # samples, 0.001178 and 0.0009152, both read "0.001" at the figures' 3 decimals)
+    out = io.StringIO()
+    lrs = [
+        {**rows[1], "trial_id": t, "param:model.lr": lr}
+        for t, lr in [("a", 0.001178), ("b", 0.0009152)]
+    ]
+    print_table(results_frame(lrs), out)
+    header, *lines = out.getvalue().splitlines()
+    at = header.split().index("lr")
+    assert [line.split()[at] for line in lines] == ["0.001178", "0.0009152"]
 
 
 def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2():
