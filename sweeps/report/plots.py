@@ -149,7 +149,7 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     kinds = sorted({v for _, lines in drawn for _, v, _ in lines}, key=_natural)
     by_variant = len(drawn) == 1 and len(kinds) > 1  # one length: a colour per combination
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
-    line_labels = set()
+    line_labels, references = set(), 0
     for (length, lines), colour in zip(drawn, colours()):
         at = (
             ""
@@ -179,6 +179,7 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
         if at:
             others = others[others[axis] == length]
         for (_, row), style in zip(others.iterrows(), REFERENCE_STYLES * 8):
+            references += 1
             ax.axhline(
                 row[VAL_BLEU],
                 ls=style,
@@ -198,7 +199,8 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     ax.set_xlabel(f"{option} ({meaning})" if meaning else option)
     ax.set_ylabel("BLEU")
     ax.set_title(
-        f"BLEU vs {option} (reference lines: the other models at that length)"
+        f"BLEU vs {option}"
+        + (" (reference lines: the other models at that length)" if references else "")
         + _seeds_note(summary),
         fontsize=10,
     )

@@ -55,6 +55,11 @@ def test_bleu_vs_k_labels_its_reference_lines_by_model_and_length():
         "bahdanau L=50",
     } <= set(texts)
     assert texts[:2] == ["memory L=10", "memory L=50"], "the lines first, then the references"
+    assert "(reference lines: the other models at that length)" in fig.axes[0].get_title()
+    # memory attention alone (position_encoding.yaml's grid): no reference line, none promised
+    fig = plots.bleu_vs_headline_figure(summary(others=()), "K")
+    assert legend_texts(fig) == ["memory L=10", "memory L=50"]
+    assert "reference" not in fig.axes[0].get_title()
 
 
 def test_bleu_vs_k_draws_no_one_point_line(tmp_path):
