@@ -162,8 +162,10 @@ def exit_status(launch: Launch) -> int:
         print(launch.meter.ledger.extend_hint(launch.launch_cmd))
         return EXIT_BUDGET
     if launch.interrupted:
+        where = f" in the {launch.stopped_in} stage" if launch.stopped_in else ""
         print(
-            f"interrupted; finished trials and checkpoints are kept. Continue with:\n  {resume_cmd}"
+            f"interrupted{where}; finished trials and checkpoints are kept. Continue with:\n"
+            f"  {resume_cmd}"
         )
         return EXIT_INTERRUPTED
     if stopped_by is not None:

@@ -1,11 +1,11 @@
 """A stop in the stages after training, on one small real sweep (a real local Ray, two tiny copy-task
 models, the timing and held-out stages on): SIGTERM as the second model's timing begins, a budget
 that runs out in the timing stage, then --resume to the end; and on a copy of the sweep as it was,
-SIGTERM once the first model is evaluated on test, and SIGTERM as the reports begin. Each signal is sent by the launcher's own stage hook (tests/stage_hook.py) at
+Ctrl-C (SIGINT) once the first model is evaluated on test, and SIGTERM as the reports begin. Each signal is sent by the launcher's own stage hook (tests/stage_hook.py) at
 that point, not by a timer from outside.
 
 What must hold: a stop ends the running stage's processes at once (no timing process outlives the
-launcher), exits 75 (3 for the budget) with results.csv and results.md written from what is done,
+launcher), exits 75 (3 for the budget, 130 for Ctrl-C) with results.csv and results.md written from what is done,
 and each ``--resume`` times and evaluates only what is missing, never twice: every record the
 earlier runs wrote is unchanged, byte for byte. A signal that comes when every stage is done
 changes nothing: exit 0.
@@ -39,11 +39,13 @@ def records(exp: Path, name: str) -> dict[str, bytes]:
     return {p.parent.name: p.read_bytes() for p in sorted(exp.glob(f"*/{name}"))}
 
 
-def stopped_run(args: list[str], monkeypatch, record: Path, at: str) -> tuple[int, float]:
-    """The launcher with a SIGTERM at ``at``: its exit status, and the seconds from the signal to
-    its return."""
+def stopped_run(
+    args: list[str], monkeypatch, record: Path, at: str, signal_name: str = "SIGTERM"
+) -> tuple[int, float]:
+    """The launcher with ``signal_name`` at ``at``: its exit status, and the seconds from the
+    signal to its return."""
     with monkeypatch.context() as hooked:
-        for name, value in hook_env(record, at).items():
+        for name, value in hook_env(record, at, signal_name).items():
             hooked.setenv(name, value)
         code = main(args)
     assert record.exists(), f"the stage hook never fired at {at}"
@@ -130,7 +132,8 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     assert df["decode_seconds"].notna().all() and df["timing_error"].isna().all()
     capsys.readouterr()
 
-    # 4. the copy, resumed: SIGTERM as the first held-out evaluation is written ends the second
+    # 4. the copy, resumed: Ctrl-C (SIGINT) as the first held-out evaluation is written ends the
+    # second, and the last line names the stage
     args = [str(path), "--output", str(tmp_path / "copy"), "--verbose", "0"]
     exp = tmp_path / "copy" / "stages"
     code, took = stopped_run(
@@ -138,10 +141,12 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
         monkeypatch,
         tmp_path / "heldout.json",
         "heldout:done@1",
+        "SIGINT",
     )
-    assert code == 75 and took < STOP_S, (code, took)
+    assert code == 130 and took < STOP_S, (code, took)
+    assert "interrupted in the heldout stage; finished trials" in capsys.readouterr().out
     with capsys.disabled():
-        print(f"\nSIGTERM in the held-out stage: exit 75 after {took:.1f} s")
+        print(f"\nSIGINT in the held-out stage: exit 130 after {took:.1f} s")
     now = records(exp, TIMING_FILE)
     assert len(now) == 2 and {k: now[k] for k in timed} == timed, "the first model timed again"
     tested = records(exp, HELDOUT_FILE)
