@@ -161,11 +161,24 @@ def logged_keys(records: Iterable[Any]) -> set[str]:
     return keys
 
 
+def summary_values(records: Iterable[Any]) -> dict[str, str]:
+    """The values the run's summary records set, by key, as JSON text (the last one written)."""
+    held: dict[str, str] = {}
+    for record in records:
+        if record.WhichOneof("record_type") == "summary":
+            for item in record.summary.update:
+                held[item.key or ".".join(item.nested_key)] = item.value_json
+            for item in record.summary.remove:
+                held.pop(item.key or ".".join(item.nested_key), None)
+    return held
+
+
 def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     """Write ``values`` into the summary of a finished offline run: a summary record inserted
     before its exit record (later records renumbered), the file replaced atomically. A None for a
     key the run never logged is left out: it would add a key the run does not have (a copy
-    task's ``val/sacrebleu``, a non-student's ``train/distill``)."""
+    task's ``val/sacrebleu``, a non-student's ``train/distill``). Values the summary already
+    holds are not written again (a resume of a finished sweep publishes the same figures)."""
     import json
 
     from wandb.proto import wandb_internal_pb2 as pb
@@ -175,11 +188,15 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     records = _parse(chunks)
     logged = logged_keys(records)
     values = {k: v for k, v in values.items() if v is not None or k in logged}
+    held = summary_values(records)  # a resume publishes the same figures again: written once
+    values = {k: v for k, v in values.items() if held.get(k) != json.dumps(v)}
     exits = [i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit"]
     if not exits:
         raise RunLogError(
             f"{path}: the run was never finished (no exit record); its summary is not updated"
         )
+    if not values:
+        return path
     at = exits[-1]
     update = pb.Record(
         num=records[at].num,

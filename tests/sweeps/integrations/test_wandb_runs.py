@@ -99,6 +99,10 @@ def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_pa
     assert after["state"] == before["state"] == "finished"
     assert after["summary"]["val/bleu"] == 1499.0  # the history's last value is still the summary's
     assert {k: after["summary"][k] for k in values} == values
+    # published again (a resume of the finished sweep): the run's file stays as it is
+    data = run_log(runs["long"]).read_bytes()
+    add_offline_summary(runs["long"], values)
+    assert run_log(runs["long"]).read_bytes() == data, "the same figures written a second time"
     assert len(sorted((runs["root"] / "wandb").glob("offline-run-*-long0001"))) == 1, (
         "no second folder for the run"
     )
