@@ -87,9 +87,11 @@ class Meter:
         return ran_out
 
     def count(self, done: int = 1) -> None:
-        """``done`` more models finished by the stage (timed, evaluated): the estimates' rate."""
+        """``done`` more models finished by the stage (timed, evaluated): the estimates' rate.
+        Written at once (a model takes seconds; a kill -9 before the next save lost the count)."""
         charged = self.ledger.stages.setdefault(self.stage, {})
         charged["models"] = charged.get("models", 0) + done
+        self._save()
 
     def place(self, resources: Any, lone: dict[str, float] | None = None) -> None:
         """What the launch's trials hold, as placed: ``resources`` a trial (and a fused group),

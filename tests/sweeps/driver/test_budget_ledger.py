@@ -115,6 +115,8 @@ def test_a_meter_charges_each_stage_what_its_processes_hold_and_stops_in_the_sta
     time.sleep(0.01)
     assert meter.hold(2.0, 0.0) == "cpu_hours"
     meter.count()
+    # on disk at once: a kill -9 before the next save lost the models a stage had finished
+    assert Ledger.load(tmp_path).stages["timing"]["models"] == 1
     meter.stop()
     back = Ledger.load(tmp_path)
     assert back.stopped_in == "timing" and back.ran_out == "cpu_hours"
