@@ -88,7 +88,7 @@ class Meter:
 
     def count(self, done: int = 1) -> None:
         """``done`` more models finished by the stage (timed, evaluated): the estimates' rate.
-        Written at once (a model takes seconds; a kill -9 before the next save lost the count)."""
+        Written at once, so that a kill -9 before the next periodic save keeps the count."""
         charged = self.ledger.stages.setdefault(self.stage, {})
         charged["models"] = charged.get("models", 0) + done
         self._save()
