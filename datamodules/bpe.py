@@ -5,6 +5,11 @@ work happens under an exclusive ``fcntl.flock`` on a lock file next to the artef
 written to a temporary name and published with ``os.replace``, so a reader either finds nothing
 (and waits for the lock) or a complete file, never a half-written one.
 
+A cache entry found damaged (a token file whose size is not what its ``meta.json`` says, a model
+sentencepiece cannot read: a partial copy of the cache, a full disk, a stray edit) is rebuilt under
+the same lock with a logged warning, as if it had not been there; the token caches made with a
+rebuilt model are rebuilt too.
+
 Cache layout under ``cache_dir``::
 
     bpe-<key>.model / bpe-<key>.vocab        sentencepiece model shared by both languages
@@ -16,6 +21,7 @@ Cache layout under ``cache_dir``::
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import io
 import itertools
@@ -103,6 +109,29 @@ def read_lines(path: str) -> list[str]:
     return list(iter_lines(path))
 
 
+def discard(path: str, cache_dir: str) -> None:
+    """Remove a cache file or folder: renamed away first (one atomic step, so a reader finds the
+    old entry or none, never part of one), then deleted."""
+    aside = tempfile.mkdtemp(prefix=".discard-", dir=cache_dir)
+    try:
+        os.replace(path, os.path.join(aside, "old"))
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _check_rebuildable(entry: str, path: str, problem: str | None, cache_dir: str) -> bool:
+    """Whether the cache entry at ``path`` (``entry``: its name in messages) is complete
+    (``problem`` None); when it is damaged, a ValueError in one line if this process cannot
+    rebuild it (``cache_dir`` not writable)."""
+    if problem is not None and not os.access(cache_dir, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{entry} is damaged ({problem}) and cache_dir {cache_dir} is not writable, so it "
+            f"cannot be rebuilt here: delete {path} from an account that can write there, or set "
+            "cache_dir to a writable folder"
+        )
+    return problem is None
+
+
 @contextlib.contextmanager
 def file_lock(path: str) -> Iterator[None]:
     """Exclusive inter-process lock held on ``path`` (created if needed) for the ``with`` body."""
@@ -166,11 +195,18 @@ def ensure_bpe_model(
     """
     key = bpe_cache_key(train_files, vocab_size, model_type, character_coverage, sample_sentences)
     final = os.path.join(cache_dir, f"bpe-{key}.model")
-    if os.path.exists(final):
+    entry = f"the cached BPE model {final}"
+    if os.path.exists(final) and _check_rebuildable(entry, final, _model_problem(final), cache_dir):
         return final, True
     with file_lock(os.path.join(cache_dir, f"bpe-{key}.lock")):
-        if os.path.exists(final):  # another process trained it while we waited
-            return final, True
+        if os.path.exists(final):
+            problem = _model_problem(final)
+            if problem is None:  # another process trained it while we waited
+                return final, True
+            log.warning("%s is damaged (%s): training it again", entry, problem)
+            discard(final, cache_dir)
+            # the token caches made with it: a model trained again may give other ids
+            _discard_token_caches(cache_dir, os.path.basename(final))
         spm = import_sentencepiece()
         tmpdir = tempfile.mkdtemp(prefix=f".bpe-{key}-", dir=cache_dir)
         try:
@@ -235,6 +271,31 @@ def _train_sentencepiece(spm, vocab_size: int, **options) -> None:
             f"vocab_size={vocab_size} is too small for this corpus: its characters and "
             f"the special/byte pieces need at least {needed.group(1)}; raise vocab_size"
         ) from None
+
+
+def _model_problem(model_path: str) -> str | None:
+    """Why sentencepiece cannot load ``model_path`` (None: it loads)."""
+    try:
+        load_sentencepiece(model_path)
+    except (RuntimeError, OSError) as err:  # "could not parse ModelProto", a short read
+        return f"sentencepiece cannot read it: {err}"
+    return None
+
+
+def _discard_token_caches(cache_dir: str, model_name: str) -> None:
+    """Remove the token caches encoded with the model file ``model_name`` (``bpe-<key>.model``),
+    each under its own lock: a model trained again may not give the same ids."""
+    for meta_path in sorted(glob.glob(os.path.join(cache_dir, "tok-*", "meta.json"))):
+        directory = os.path.dirname(meta_path)
+        try:
+            with open(meta_path) as fh:
+                model = json.load(fh).get("model", "")
+        except (OSError, ValueError, AttributeError):
+            continue  # unreadable: ensure_encoded finds it damaged and rebuilds it
+        if os.path.basename(str(model)) == model_name:
+            with file_lock(directory + ".lock"):
+                if os.path.exists(directory):
+                    discard(directory, cache_dir)
 
 
 def _chain_lines(paths: Sequence[str]) -> Iterator[str]:
@@ -324,6 +385,36 @@ class TokenizedCorpus:
         return state
 
 
+def token_cache_problem(directory: str) -> str | None:
+    """Why the token cache in ``directory`` is damaged (None: complete): ``meta.json`` unreadable,
+    a file missing, a size other than ``meta.json``'s counts give, or offsets that do not run from
+    0 to ``n_tokens``. Reads the two file sizes and two offsets, not the data."""
+    try:
+        with open(os.path.join(directory, "meta.json")) as fh:
+            meta = json.load(fh)
+        n_lines, n_tokens = int(meta["n_lines"]), int(meta["n_tokens"])
+        itemsize = np.dtype(meta["dtype"]).itemsize
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"meta.json is unreadable: {err}"
+    sizes = {"offsets.bin": (n_lines + 1) * 8, "tokens.bin": n_tokens * itemsize}
+    for name, want in sizes.items():
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            return f"{name} is missing"
+        if os.path.getsize(path) != want:
+            return (
+                f"{name} has {os.path.getsize(path)} bytes, where meta.json's {n_lines} lines and "
+                f"{n_tokens} tokens make {want}"
+            )
+    with open(os.path.join(directory, "offsets.bin"), "rb") as fh:
+        first = int(np.frombuffer(fh.read(8), dtype=np.int64)[0])
+        fh.seek(-8, os.SEEK_END)
+        last = int(np.frombuffer(fh.read(8), dtype=np.int64)[0])
+    if (first, last) != (0, n_tokens):
+        return f"offsets.bin runs from {first} to {last}, not from 0 to n_tokens={n_tokens}"
+    return None
+
+
 def token_cache_dir(cache_dir: str, model_key: str, text_path: str) -> str:
     """Directory of the cache of ``text_path`` encoded with the model whose key is ``model_key``."""
     spec = f"{CACHE_FORMAT};{model_key};{file_fingerprint(text_path)}"
@@ -349,11 +440,18 @@ def ensure_encoded(
     """
     model_key = os.path.basename(model_path)[len("bpe-") : -len(".model")]
     final = token_cache_dir(cache_dir, model_key, text_path)
-    if os.path.exists(os.path.join(final, "meta.json")):
+    entry = f"the token cache {final} of {text_path}"
+    meta_path = os.path.join(final, "meta.json")
+    if os.path.exists(meta_path) and _check_rebuildable(
+        entry, final, token_cache_problem(final), cache_dir
+    ):
         return TokenizedCorpus(final), True
     with file_lock(final + ".lock"):
-        if os.path.exists(os.path.join(final, "meta.json")):
-            return TokenizedCorpus(final), True
+        if os.path.exists(meta_path):
+            problem = token_cache_problem(final)
+            if problem is None:  # another process encoded it while we waited
+                return TokenizedCorpus(final), True
+            log.warning("%s is damaged (%s): encoding it again", entry, problem)
         sp = load_sentencepiece(model_path)
         dtype = np.uint16 if sp.get_piece_size() <= np.iinfo(np.uint16).max + 1 else np.int32
         threads = num_threads or min(os.cpu_count() or 1, 16)
@@ -371,8 +469,8 @@ def ensure_encoded(
             )
             with open(os.path.join(tmp, "meta.json"), "w") as fh:
                 json.dump(meta, fh, indent=1)
-            if os.path.exists(final):  # a crashed writer's leftover without meta.json
-                shutil.rmtree(final)
+            if os.path.exists(final):  # damaged, or a crashed writer's leftover without meta.json
+                discard(final, cache_dir)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -36,6 +36,8 @@ Caches (``cache_dir``, default ``<data_dir>/.cache``): the sentencepiece model, 
 of the two training files (order-free, so en-de and de-en share it), the vocabulary size and the
 BPE options, trained once under a file lock; and each split/language encoded once into a numpy
 token file + offsets (see :mod:`datamodules.bpe`), which is what trials and DataLoader workers read.
+A damaged entry (a token file cut short, a model sentencepiece cannot read) is built again, with a
+logged warning.
 
 Batching: length-bucketed batches under a token budget (``batch_tokens``, padded size per side) or
 a fixed ``batch_size``; deterministic per ``(seed, epoch)``; each DDP rank takes an equal share of
@@ -68,7 +70,6 @@ from torch.utils.data import DataLoader
 from .bpe import (
     TokenizedCorpus,
     bpe_cache_key,
-    count_lines,
     ensure_bpe_model,
     ensure_encoded,
     file_lock,
@@ -83,6 +84,16 @@ from .ranges import check_ranges
 from .resumable import ResumableDataLoader
 from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, content_ids
 from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, other_language
+from .wmt_checks import (
+    check_files,
+    check_kept,
+    check_line_counts,
+    check_pair,
+    in_release,
+    layout,
+    missing_line,
+    no_test_split,
+)
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
 
 log = logging.getLogger(__name__)
@@ -112,7 +123,8 @@ class WMT17DataModule(pl.LightningDataModule):
     """WMT'17 parallel text -> shared BPE -> cached ids -> length-bucketed batches (CONTRACTS.md).
 
     Args:
-        pair: ``"src-tgt"``, e.g. ``"en-de"`` (English to German) or ``"de-en"``.
+        pair: ``"src-tgt"`` in lower case, e.g. ``"en-de"`` (English to German) or ``"de-en"``;
+            a pair the release does not have (``"en-fr"``) reads files placed in ``data_dir``.
         data_dir: folder with the ``{prefix}.{lang}`` files (written there for ``source="hf"``).
         vocab_size: shared BPE vocabulary size (the real size is read back from the model).
         max_length: training pairs with more than ``max_length`` BPE tokens (EOS not counted) on
@@ -186,9 +198,7 @@ class WMT17DataModule(pl.LightningDataModule):
         # Lightning stores these in every checkpoint written by trainer.fit(model, dm), so the
         # timing command (python -m sweeps.timing CKPT) can rebuild the data from the checkpoint alone
         self.save_hyperparameters()
-        langs = pair.split("-")
-        if len(langs) != 2 or not all(langs) or langs[0] == langs[1]:
-            raise ValueError(f"pair must look like 'en-de' (source-target), got {pair!r}")
+        langs = check_pair(pair)
         if source not in ("files", "hf"):
             raise ValueError(f"source must be 'files' or 'hf', got {source!r}")
         if batch_size is None and batch_tokens is None:
@@ -264,43 +274,10 @@ class WMT17DataModule(pl.LightningDataModule):
         return os.path.join(self.data_dir, f"{self.prefixes[split]}.{lang}")
 
     def _layout(self) -> str:
-        a, b = sorted((self.src_lang, self.tgt_lang))
-        rows = [f"  {self.prefixes[s]}.{a} / {self.prefixes[s]}.{b}  ({s})" for s in self.splits]
-        return (
-            "expected layout under data_dir: one sentence per line, UTF-8, the two files of a "
-            "split line-aligned:\n"
-            + "\n".join(rows)
-            + "\n(override names with train_prefix/valid_prefix/test_prefix). Get the paper's data "
-            f"with `python -m datamodules.wmt17 fetch --pair {self.pair} --to {self.data_dir}` "
-            "or download=True; offline, see `python -m datamodules.wmt17 fetch --help`"
-        )
-
-    def _check_files(self) -> None:
-        for split in self.splits:
-            for lang in (self.src_lang, self.tgt_lang):
-                p = self.path(split, lang)
-                if not os.path.isfile(p):
-                    raise FileNotFoundError(
-                        f"WMT17DataModule(pair={self.pair!r}): missing {split} file {p}\n"
-                        f"{self._layout()}"
-                    )
-                if os.path.getsize(p) == 0:  # sentencepiece would fail on it with a RuntimeError
-                    raise ValueError(
-                        f"WMT17DataModule(pair={self.pair!r}): the {split} file {p} is empty (0 "
-                        "bytes; an interrupted copy or download?). Copy the complete file there, "
-                        f"or run `python -m datamodules.wmt17 fetch --pair {self.pair} --to "
-                        f"{self.data_dir}` (or download=True), which fetches the release again when "
-                        f"a file is empty\n{self._layout()}"
-                    )
+        return layout(self.pair, self.src_lang, self.tgt_lang, self.prefixes, self.data_dir)
 
     def _check_line_counts(self, split: str) -> None:
-        a, b = self.path(split, self.src_lang), self.path(split, self.tgt_lang)
-        na, nb = count_lines(a), count_lines(b)
-        if na != nb:
-            raise ValueError(
-                f"{split}: {a} has {na} lines but {b} has {nb} lines; the two sides "
-                "of a parallel corpus must be line-aligned"
-            )
+        check_line_counts(split, self.path(split, self.src_lang), self.path(split, self.tgt_lang))
 
     # ------------------------------------------------------------------ caches
     def _train_files(self) -> list[str]:
@@ -308,7 +285,8 @@ class WMT17DataModule(pl.LightningDataModule):
 
     def _prepare(self) -> dict[tuple[str, str], TokenizedCorpus]:
         """Files checked, BPE model and all token caches present (built here if missing)."""
-        self._check_files()
+        # each file there, not empty and text: else an error naming it and the fix
+        check_files(self.pair, self.src_lang, self.tgt_lang, self.prefixes, self.data_dir)
         os.makedirs(self.cache_dir, exist_ok=True)
         train_files = self._train_files()
         key = bpe_cache_key(
@@ -370,24 +348,23 @@ class WMT17DataModule(pl.LightningDataModule):
 
     def missing_data(self) -> str | None:
         """What :meth:`prepare_data` would stop on, in one line, before it runs: split files
-        missing or empty under ``data_dir`` while nothing fetches them (``download`` off, the
-        release as the source); None when they are there or will be fetched. The line names each
+        missing or empty under ``data_dir`` while nothing fetches them (``download`` off, or a
+        pair the release does not have); None when they are there or will be fetched. The line names each
         argument both ways, as passed here and as a sweep file's ``task.<argument>`` (a sweep's
         ``--dry-run`` prints it as a note)."""
-        if self.source == "hf" or self.download:
+        if self.source == "hf" or self._fetches:
             return None
         lacking = self._lacking()
         if not lacking:
             return None
-        return (
-            f"data_dir {self.data_dir} (task.data_dir in a sweep file) lacks {len(lacking)} of the "
-            f"{len(self._split_paths())} {self.pair} files "
-            f"({', '.join(os.path.basename(p) for p in lacking[:3])}"
-            f"{', ...' if len(lacking) > 3 else ''}), missing or empty, and download is off: "
-            "prepare_data() (a sweep's data stage) would stop. Fetch them with "
-            f"`python -m datamodules.wmt17 fetch --pair {self.pair} --to {self.data_dir}`, or set "
-            "download=True (task.download: true in a sweep file)"
+        return missing_line(
+            self.pair, self.src_lang, self.tgt_lang, self.data_dir, self._split_paths(), lacking
         )
+
+    @property
+    def _fetches(self) -> bool:
+        """Whether prepare_data() fetches missing files: download on, a pair of the release."""
+        return self.download and in_release(self.src_lang, self.tgt_lang)
 
     def written_dirs(self) -> dict[str, str]:
         """The folders :meth:`prepare_data` writes, by the argument that sets each: ``cache_dir``
@@ -395,7 +372,7 @@ class WMT17DataModule(pl.LightningDataModule):
         with files missing); ``hf_cache_dir`` when set for ``source="hf"``. A sweep's ``--dry-run``
         checks that each can be written (a read-only ``data_dir`` is fine when nothing is fetched)."""
         out = {"cache_dir": self.cache_dir}
-        if self.source == "hf" or (self.download and not self._files_present()):
+        if self.source == "hf" or (self._fetches and not self._files_present()):
             out["data_dir"] = self.data_dir
         if self.source == "hf" and self.hf_cache_dir:
             out["hf_cache_dir"] = self.hf_cache_dir
@@ -407,7 +384,7 @@ class WMT17DataModule(pl.LightningDataModule):
         import_sentencepiece()  # missing: the clear ImportError now, not after a download
         if self.source == "hf":
             self._download_hf()
-        elif self.download and not self._files_present():
+        elif self._fetches and not self._files_present():
             fetch(self.pair, self.data_dir, base_url=self.release_url)
         self._prepare()
 
@@ -430,13 +407,13 @@ class WMT17DataModule(pl.LightningDataModule):
             src, tgt = corpora[split, self.src_lang], corpora[split, self.tgt_lang]
             limit = self.max_length if split == "train" else self.eval_max_length
             keep = self._filter(split, src, tgt, limit)
+            arg = "max_length" if split == "train" else "eval_max_length"
+            paths = [self.path(split, lang) for lang in (self.src_lang, self.tgt_lang)]
+            check_kept(split, paths, self.filter_stats[split], arg, limit)  # no empty loader later
             refs = None if split == "train" else read_lines(self.path(split, self.tgt_lang))
             self.datasets[split] = ParallelTokenDataset(src, tgt, keep, refs)
-        nonempty = [d for d in self.datasets.values() if len(d)]
-        if not len(self.datasets["train"]):
-            raise ValueError("no training pair survived the length filter; raise max_length")
-        self.max_source_len = int(max(d.src_lengths.max() for d in nonempty))
-        self.max_target_len = int(max(d.tgt_lengths.max() for d in nonempty))
+        self.max_source_len = int(max(d.src_lengths.max() for d in self.datasets.values()))
+        self.max_target_len = int(max(d.tgt_lengths.max() for d in self.datasets.values()))
 
     def _filter(
         self, split: str, src: TokenizedCorpus, tgt: TokenizedCorpus, limit: int | None
@@ -508,13 +485,7 @@ class WMT17DataModule(pl.LightningDataModule):
         """Why ``split`` has no dataset: no test split configured, or setup() not run yet."""
         if split == "test" and not self.prefixes["test"]:
             default = _default_prefixes(self.src_lang, self.tgt_lang)["test"]
-            return (
-                f"WMT17DataModule(pair={self.pair!r}) has no test split: test_prefix is empty. "
-                "To test, create it with test_prefix set to the name of the test files in "
-                f"data_dir without the language suffix (test_prefix={default!r} for "
-                f"{default}.{self.src_lang} and {default}.{self.tgt_lang}), or leave test_prefix "
-                f"unset for the pair's default, {default!r}"
-            )
+            return no_test_split(self.pair, self.src_lang, self.tgt_lang, default)
         if not self.datasets:
             return f"no {split!r} split yet: call setup() first"
         return f"no {split!r} split; the splits are {', '.join(self.datasets)}"

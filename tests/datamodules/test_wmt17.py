@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -613,3 +614,169 @@ def test_a_data_file_edited_in_place_gets_a_new_cache_key(tmp_path):
     copy = tmp_path / "copy.en"
     shutil.copyfile(path, copy)
     assert file_fingerprint(str(copy)) == file_fingerprint(str(path))
+
+
+def _copy_tiny(folder: Path) -> Path:
+    """A writable copy of the tiny corpus (the text files only)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            shutil.copy(TINY / f"{name}.{lang}", folder / f"{name}.{lang}")
+    return folder
+
+
+def test_a_truncated_token_cache_is_encoded_again_with_a_warning(tmp_path, caplog):
+    """A tokens.bin shorter than its meta.json says (a partial copy of the cache) made setup fail
+    with numpy's bare "mmap length is greater than file size", naming no file."""
+    first = make_dm(tmp_path)
+    first.setup("fit")
+    ids = np.array(first.datasets["valid"].src.tokens)  # a copy: the file is cut below
+    del first.datasets  # its memory maps: reading a cut mapped file is a bus error
+    valid_en = next(
+        d
+        for d in tmp_path.glob("tok-*")
+        if d.is_dir() and "valid.en" in (d / "meta.json").read_text()
+    )
+    tokens = valid_en / "tokens.bin"
+    os.truncate(tokens, tokens.stat().st_size // 2)
+    caplog.set_level(logging.WARNING, logger="datamodules.bpe")
+    again = make_dm(tmp_path)
+    again.prepare_data()
+    again.setup("fit")
+    assert again.cache_report["valid.en"] == "encoded"
+    assert {k: v for k, v in again.cache_report.items() if k != "valid.en"} == {
+        k: "hit" for k in first.cache_report if k != "valid.en"
+    }
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        f"the token cache {valid_en} of {TINY / 'valid.en'} is damaged (tokens.bin has" in warning
+    )
+    np.testing.assert_array_equal(again.datasets["valid"].src.tokens, ids)
+    assert not list(tmp_path.glob(".*"))  # the damaged copy is gone, no temporaries left
+
+
+def test_an_unreadable_bpe_model_is_trained_again_with_its_token_caches(tmp_path, caplog):
+    """Garbage in bpe-*.model made setup fail with sentencepiece's RuntimeError; the token caches
+    made with the old model are encoded again too, since a new model may give other ids."""
+    first = make_dm(tmp_path)
+    first.setup("fit")
+    Path(first.bpe_model_path).write_bytes(b"not a sentencepiece model")
+    caplog.set_level(logging.WARNING, logger="datamodules.bpe")
+    again = make_dm(tmp_path)
+    again.prepare_data()
+    again.setup("fit")
+    assert again.bpe_model_path == first.bpe_model_path
+    assert set(again.cache_report.values()) == {"trained", "encoded"}
+    assert again.cache_report["bpe"] == "trained"
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the cached BPE model {first.bpe_model_path} is damaged (sentencepiece" in warning
+    line = read_lines(str(TINY / "valid.de"))[0]
+    assert again.ids_to_text(again.text_to_ids(line)) == line
+    assert len(list(tmp_path.glob("tok-*/meta.json"))) == 4 and not list(tmp_path.glob(".*"))
+
+
+def test_a_damaged_cache_in_a_folder_that_cannot_be_written_names_it_and_the_fix(
+    tmp_path, monkeypatch
+):
+    first = make_dm(tmp_path)
+    first.setup("fit")
+    (meta,) = [m for m in tmp_path.glob("tok-*/meta.json") if "train.de" in m.read_text()]
+    (meta.parent / "offsets.bin").write_bytes(b"")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only shared cache
+    with pytest.raises(ValueError) as err:
+        make_dm(tmp_path).setup("fit")
+    assert str(err.value) == (
+        f"the token cache {meta.parent} of {TINY / 'train.de'} is damaged (offsets.bin has 0 "
+        "bytes, where meta.json's 1000 lines and "
+        f"{json.loads(meta.read_text())['n_tokens']} tokens make 8008) and cache_dir {tmp_path} is "
+        f"not writable, so it cannot be rebuilt here: delete {meta.parent} from an account that "
+        "can write there, or set cache_dir to a writable folder"
+    )
+
+
+def test_a_pair_outside_the_release_says_to_place_the_files_not_to_fetch(tmp_path):
+    """The release has en-cs, en-de, en-fi and en-tr: for en-fr the messages suggested
+    `fetch --pair en-fr` or download=True, which cannot work."""
+    data = _copy_tiny(tmp_path / "data")  # en-de files: no train.fr
+    d = make_dm(tmp_path / "cache", pair="en-fr", data_dir=data)
+    note = d.missing_data()
+    assert note is not None and "fetch --pair" not in note
+    assert "the WMT'17 release has no en-fr (only en-cs, en-de, en-fi, en-tr" in note
+    assert f"Place train.en, train.fr, valid.en, valid.fr in {data}" in note
+    fetching = make_dm(tmp_path / "cache", pair="fr-en", data_dir=data, download=True)
+    assert fetching.missing_data() is not None  # download=True cannot fetch it either
+    assert "data_dir" not in fetching.written_dirs()
+    for dm_ in (d, fetching):
+        with pytest.raises(FileNotFoundError) as err:
+            dm_.prepare_data()  # no download attempted
+        text = str(err.value)
+        assert f"missing train file {data / 'train.fr'}" in text and "train.en / train.fr" in text
+        assert "fetch --pair" not in text and f"Place the files above in {data}" in text
+    assert "fetch --pair en-de" in make_dm(tmp_path / "c", data_dir=tmp_path / "x").missing_data()
+
+
+def test_an_upper_case_pair_is_refused_naming_the_lower_case_spelling():
+    """pair="EN-DE" looked for train.EN and suggested `fetch --pair EN-DE`."""
+    with pytest.raises(ValueError) as err:
+        WMT17DataModule(pair="EN-DE", data_dir=str(TINY))
+    assert str(err.value) == (
+        "pair must be lower case, as the files' language suffixes are: pair='en-de', not 'EN-DE'"
+    )
+
+
+@pytest.mark.parametrize(
+    "kind,encode,expected",
+    [
+        ("gzip", gzip.compress, "is gzip-compressed: gunzip it"),
+        ("utf-16", lambda b: b.decode().encode("utf-16"), "is not UTF-8 text: it has NUL bytes"),
+    ],
+    ids=["gzip", "utf-16"],
+)
+def test_a_compressed_or_non_utf8_file_is_named_before_the_line_counts(
+    tmp_path, kind, encode, expected
+):
+    """A gzipped train.en (not gunzipped after a download) was reported as a line-count mismatch
+    between the two sides."""
+    data = _copy_tiny(tmp_path / "data")
+    path = data / "train.en"
+    path.write_bytes(encode(path.read_bytes()))
+    with pytest.raises(ValueError) as err:
+        make_dm(tmp_path / "cache", data_dir=data).prepare_data()
+    assert str(err.value).startswith(
+        f"WMT17DataModule(pair='en-de'): train file {path} {expected}"
+    ), err.value
+    assert "\n" not in str(err.value)
+    if kind == "gzip":
+        assert f"(`mv {path} {path}.gz && gunzip {path}.gz`)" in str(err.value)
+    assert not list((tmp_path / "cache").glob("bpe-*"))
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_an_evaluation_split_of_blank_lines_is_refused_in_setup(dm, tmp_path, split):
+    """Validation files of blank lines passed setup (a logged warning only) and the first
+    `next(iter(dm.val_dataloader()))` raised a bare StopIteration."""
+    data = _copy_tiny(tmp_path / "data")
+    (data / f"{split}.de").write_text("\n" * 50, encoding="utf-8")
+    d = make_dm(dm.cache_dir, data_dir=data, test_prefix="test")
+    label = dict(valid="validation", test="test")[split]
+    with pytest.raises(ValueError) as err:
+        d.setup("fit")
+    assert str(err.value) == (
+        f"no {label} pair is left in {data / f'{split}.en'} and {data / f'{split}.de'}: each of "
+        f"its 50 pairs has an empty side (a blank or whitespace-only line); put the {label} "
+        "sentences there, one per line, line-aligned"
+    )
+
+
+def test_an_evaluation_split_longer_than_eval_max_length_says_to_raise_it(dm):
+    d = make_dm(dm.cache_dir, eval_max_length=1)
+    with pytest.raises(ValueError) as err:
+        d.setup("fit")
+    stats = d.filter_stats["valid"]
+    assert stats["kept"] == 0 and stats["too_long"] > 0
+    assert str(err.value) == (
+        f"no validation pair survived the length filter in {TINY / 'valid.en'} and "
+        f"{TINY / 'valid.de'}: of 50 pairs, {stats['empty']} have an empty side and "
+        f"{stats['too_long']} have more than eval_max_length=1 BPE tokens on a side; raise "
+        "eval_max_length"
+    )
