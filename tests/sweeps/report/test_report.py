@@ -777,21 +777,31 @@ def test_a_translation_sweeps_page_gives_the_sacrebleu_signature_its_trials_wrot
     assert f"(val/sacrebleu, signature `{signature}`)" in long
 
 
-def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_broke():
-    """minimal_k's smoke answer read "none of the searched K (best finished: K=1, val/bleu 0.00 vs
-    0.00)": within 1 of the baseline, so the reader could not tell why K=1 was no answer. It had
-    failed val/bleu >= 50, which the line now names."""
-    from sweeps.report.moo import answer_line
-    from sweeps.report.moo_views import Point, StudyView
+def study_view(point, **more):
+    """One length's two-objective study (BLEU, decode time) holding ``point``."""
+    from sweeps.report.moo_views import StudyView
 
-    broke = ["val/bleu >= 50"]
-    view = StudyView(
+    return StudyView(
         name="s/length-4-seed0",
         cell="length=4 memory",
         seed=0,
         directions=["maximize", "minimize"],
         metric_names=["val/bleu", "decode_seconds"],
-        points=[Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", False, broke, trial_id="t1")],
+        points=[point],
+        **more,
+    )
+
+
+def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_broke():
+    """minimal_k's smoke answer read "none of the searched K (best finished: K=1, val/bleu 0.00 vs
+    0.00)": within 1 of the baseline, so the reader could not tell why K=1 was no answer. It had
+    failed val/bleu >= 50, which the line now names."""
+    from sweeps.report.moo import answer_line
+    from sweeps.report.moo_views import Point
+
+    broke = ["val/bleu >= 50"]
+    view = study_view(
+        Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", False, broke, trial_id="t1"),
         baseline={"metrics": {"val/bleu": 0.0}},
         constraints=["val/bleu >= 50", "val/bleu within 1 of attention=bahdanau"],
     )
@@ -806,16 +816,11 @@ def test_a_baselines_figures_read_in_the_studys_objective_order(tmp_path):
     Python set: two runs of one sweep read "val/bleu 0, decode_seconds ..." and "decode_seconds
     ..., val/bleu 0". The objectives come first, in their order, then the others by name."""
     from sweeps.report.moo import section
-    from sweeps.report.moo_views import Point, StudyView
+    from sweeps.report.moo_views import Point
 
     stored = {"val/loss": 1.5, "decode_seconds": 0.004, "val/bleu": 0.0}  # as a set gave them
-    view = StudyView(
-        name="s/length-4-seed0",
-        cell="length=4 memory",
-        seed=0,
-        directions=["maximize", "minimize"],
-        metric_names=["val/bleu", "decode_seconds"],
-        points=[Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", trial_id="t1")],
+    view = study_view(
+        Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", trial_id="t1"),
         baseline={"metrics": stored, "model": {"model.attention": "bahdanau"}},
     )
     (line,) = [x for x in section(tmp_path, [view]).splitlines() if x.startswith("Baseline (")]
