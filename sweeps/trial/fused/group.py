@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from sweeps.trial.fused.group_close import seconds_to_close
+from sweeps.trial.fused.group_close import seconds_to_close, states_spent
 from sweeps.trial.fused.state import GroupSetup, GroupStore
 from sweeps.trial.lifecycle import quiet_logs
 
@@ -60,8 +60,9 @@ class Member:
     published: int = -1
     reports: list[dict] = field(default_factory=list)
     left: bool = False
-    final: bool = False
-    released: bool = False
+    final: bool = False  # the group published its final report
+    released: bool = False  # its trial is done with the group (its final report taken, or left)
+    taken: bool = False  # its trial handed its final report to Tune
     dm: Any = None
     stop: Any = None  # report.StopCount
 
@@ -139,7 +140,7 @@ class FusedGroup:
     def release(self, j: int) -> None:
         """Member ``j``'s trial is over (its final report handed to Tune)."""
         with self.cond:
-            self.members[j].released = True
+            self.members[j].released = self.members[j].taken = True
         self._maybe_close()
 
     def heatmaps(self, j: int, checkpoint: bytes) -> list[bytes]:
@@ -303,12 +304,8 @@ class FusedGroup:
                     threading.Timer(wait, self._maybe_close).start()
                 return
             self.closing = True
-            finished = all(
-                j in self.members
-                and (self.members[j].final or (self.members[j].left and j in ended))
-                for j in range(self.setup.size)
-            )
-        if finished:  # no member will resume: the group's states are of no more use
+            spent = states_spent(self.members, ended, self.setup.size)
+        if spent:  # no member will resume: the group's states are of no more use
             self.store.remove()
         ray.get_actor(self.setup.roster).close_group.remote(self.setup.name)
 

@@ -39,3 +39,14 @@ def seconds_to_close(
     for j in waiting:
         unreleased_since.setdefault(j, now)
     return max((unreleased_since[j] + UNRELEASED_GRACE_S - now for j in waiting), default=0.0)
+
+
+def states_spent(members: dict[int, Any], ended: set[int], size: int) -> bool:
+    """Whether no member will resume from the group's saved states, so they may go: each member's
+    trial handed its final report to Tune (``taken``: a ``release``), or left on a stop that Tune
+    ended it with (``left``, in ``ended``: a scheduler's stop). A member whose final report the
+    group published but whose trial was stopped before handing it over (a Ctrl-C in between) is
+    neither: it resumes, from the states."""
+    return all(
+        j in members and (members[j].taken or (members[j].left and j in ended)) for j in range(size)
+    )

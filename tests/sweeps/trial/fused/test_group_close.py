@@ -40,3 +40,20 @@ def test_a_member_ended_by_tune_but_not_released_keeps_the_group_for_the_grace()
     )
     # and its release ends the wait at once
     assert seconds_to_close(members(True, True), {1}, 2, since, now=101.0) == 0.0
+
+
+def test_the_states_go_only_once_no_member_will_resume_from_them():
+    """A Ctrl-C just as a group published its members' final reports: one member's trial had
+    handed its own to Tune, the other's was stopped first. The group took both as done and
+    removed its states, and on --resume the second member trained again from step 0."""
+    from sweeps.trial.fused.group_close import states_spent
+
+    def member(taken=False, left=False, final=True):
+        return SimpleNamespace(taken=taken, left=left, final=final, released=taken or left)
+
+    stopped_before_handing = {0: member(taken=True), 1: member(left=True)}
+    assert not states_spent(stopped_before_handing, set(), 2)
+    assert states_spent({0: member(taken=True), 1: member(taken=True)}, set(), 2)
+    # a member a scheduler stopped (Tune ended it): it will not resume either
+    assert states_spent({0: member(taken=True), 1: member(left=True, final=False)}, {1}, 2)
+    assert not states_spent({0: member(taken=True)}, set(), 2)  # one never joined
