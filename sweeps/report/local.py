@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from csv import reader
@@ -94,8 +95,23 @@ def build_local_report(
     paths.update(moo_paths)
     page = "\n\n".join(lines) + "\n"
     paths["md"] = sweep_dir / RESULTS_MD
+    earlier = linked_figures(paths["md"])
     paths["md"].write_text(with_section(page, moo_text) if moo_text else page)
+    for name in earlier - {p.name for p in paths.values()}:  # a figure of fewer results
+        (sweep_dir / name).unlink(missing_ok=True)
     return paths
+
+
+def linked_figures(page: Path) -> set[str]:
+    """The PNG files beside ``page`` (an earlier results.md) that it shows: the figures an earlier
+    report of the sweep drew. One this report does not draw (a stopped run's per-model bars, where
+    the finished sweep draws lines over lengths) is removed, not left to be opened as current."""
+    try:
+        text = page.read_text()
+    except OSError:
+        return set()
+    names = re.findall(r"!\[[^\]]*\]\(([^)/\\]+\.png)\)", text)
+    return {n for n in names if (page.parent / n).is_file()}
 
 
 def run_notes(df, sweep_dir: Path) -> list[str]:

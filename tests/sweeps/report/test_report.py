@@ -914,3 +914,20 @@ def test_a_stopped_searchs_unstarted_trials_each_have_their_row():
         (6, True),
         *[(6, False)] * 4,
     ]
+
+
+def test_a_figure_the_finished_sweep_no_longer_draws_is_removed(tmp_path):
+    """A stopped run's report drew per-model bars (one length finished); the resumed run's report
+    drew lines over lengths and left the bars beside them, partial figures under names a reader
+    opens. The folder holds the figures its results.md shows, and a PNG the report never drew
+    stays."""
+    import re
+
+    def shown(md):
+        return set(re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", md))
+
+    (tmp_path / "mine.png").write_bytes(b"not the report's")
+    first = shown(written_report(tmp_path, sweep_rows(lengths=(10,))))
+    md = written_report(tmp_path, sweep_rows())
+    assert first - shown(md), "the test needs a figure only the partial report draws"
+    assert {p.name for p in tmp_path.glob("*.png")} == shown(md) | {"mine.png"}
