@@ -648,6 +648,9 @@ def test_the_fused_line_says_steps_were_timed_once_per_cell_of_a_group():
     assert line.startswith("Fused: 3 of 3 trials trained in 1 fused group(s)")
     assert "measured once for each cell of a group" in line and "once per cell" in line
     assert fused_line(df.drop(columns="train_step_seconds")).endswith("trial of its own.")
+    # stopped before they finished: they train in their groups (on --resume), not "trained"
+    df["status"] = ["done", "unfinished", "unfinished"]
+    assert fused_line(df).startswith("Fused: 3 of 3 trials train in 1 fused group(s)")
 
 
 def test_the_console_table_says_which_trial_each_row_is(tmp_path):
