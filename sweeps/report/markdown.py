@@ -197,8 +197,10 @@ def fused_line(df: pd.DataFrame) -> str:
         return ""
     fused = df[df["fused_with"].notna()]
     timed = "train_step_seconds" in df and fused["train_step_seconds"].notna().any()
-    waiting = "status" in fused and fused["status"].isin(["unfinished", "preempted", "budget"])
-    verb = "train" if waiting.any() else "trained"  # a stopped sweep's groups train on --resume
+    waiting = (
+        "status" in fused and fused["status"].isin(["unfinished", "preempted", "budget"]).any()
+    )
+    verb = "train" if waiting else "trained"  # a stopped sweep's groups train on --resume
     return (
         f"Fused: {len(fused)} of {len(df)} trials {verb} in {fused['fused_with'].nunique()} fused "
         "group(s) (results.csv's fused_with), each judged as a trial of its own"
