@@ -116,8 +116,17 @@ def confirm_section(
     if finished.empty:
         return []
     chosen, rows = _chosen(df, tested=False), []
+    params = [c for c in finished.columns if c.startswith("param:") and c in chosen]
     for cell, group in finished.groupby("cell", sort=False):
         mine = chosen[chosen["cell"] == cell]
+        if params and len(mine):  # where each seed chose its own: the confirmed one's rows
+            confirmed = [None if pd.isna(v) else v for v in group.iloc[0][params]]
+            mine = mine[
+                [
+                    [None if pd.isna(v) else v for v in values] == confirmed
+                    for values in mine[params].itertuples(index=False)
+                ]
+            ]
         row = {"cell": cell}
         for who, frame in (("chosen", mine), ("confirm", group)):
             for label, col in columns:

@@ -142,6 +142,20 @@ def test_the_report_keeps_confirm_rows_apart_and_sets_them_beside_the_chosen():
     # chosen: valid 11 (10, 12), test 8.5; confirm: valid 6.5, test 4.5; 2 seeds each
     assert cells[1].startswith("11.00 ±") and cells[2].startswith("8.50 ±") and cells[3] == "2"
     assert cells[4].startswith("6.50 ±") and cells[5].startswith("4.50 ±") and cells[6] == "2"
+    # each seed chose its own trial (per unit): the chosen figure is the confirmed configuration's
+    # alone, not the mean with the other seed's choice (42.32 and 1.81 read 22.07 beside 44)
+    rows = [
+        _row("a0", "A", 0, 42.0, 9e-3, chosen=True, **{"test/bleu": 40.0}),
+        _row("a1", "A", 1, 2.0, 1e-3, chosen=True, **{"test/bleu": 1.0}),
+        _row("k7", "A", 7, 47.0, 9e-3, chosen=False, role="confirm", **{"test/bleu": 45.0}),
+        _row("k8", "A", 8, 41.0, 9e-3, chosen=False, role="confirm", **{"test/bleu": 43.0}),
+    ]
+    df, confirm = split_confirm(pd.DataFrame(rows))
+    sections = dict(heldout_sections(df, "val/bleu", "max", confirm))
+    (text,) = [t for h, t in sections.items() if h.startswith("Confirmed on fresh seeds")]
+    line = next(x for x in text.splitlines() if x.startswith("| A "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1].startswith("42.00") and cells[2].startswith("40.00") and cells[3] == "1"
 
 
 def test_the_wandb_report_carries_the_heldout_and_confirm_sections():
