@@ -255,9 +255,21 @@ def _reused_teacher(sweep: Any, warm: WarmStart, i: int, budget: int) -> dict[st
     return next(r for r in rows if str(r["trial_id"]) == best)
 
 
+def _checkpoint_gone(row: dict[str, Any]) -> bool:
+    """Whether an earlier row's checkpoint is a local file that is no longer there (a bucket's
+    is taken as it is)."""
+    path = str(row.get("checkpoint") or "")
+    return not path or ("://" not in path and not Path(path).is_file())
+
+
 def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -> None:
     budget = sweep.spec.num_samples if sweep.has_search else 1
     taken: set[str] = set()
+    teachers = (
+        {sweep.teacher_index(i) for i in range(len(sweep.plans))} - {None}
+        if getattr(sweep, "teachers", None)
+        else set()
+    )
     for i in _teacher_order(sweep):  # a student is reused only where its teacher is
         plan = sweep.plans[i]
         teacher = _reused_teacher(sweep, warm, i, budget)
@@ -272,6 +284,8 @@ def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -
                 or r["trial_id"] in taken
             ):
                 continue
+            if i in teachers and _checkpoint_gone(r):
+                continue  # a teacher teaches from its checkpoint: without it, it trains again
             if teacher and str(r.get("teacher")) != str(teacher["trial_id"]):
                 continue  # taught by another teacher than the one it would get now
             if _same_plan(sweep, plan, r, teacher.get(PLAN_HASH) if teacher else None):

@@ -163,11 +163,18 @@ def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerpr
     folder = tmp_path / "earlier" / "t"
     folder.mkdir(parents=True)
     for row in rows:
-        row.update({"status": "done", "val/bleu": 50.0, "checkpoint": f"/old/{row['trial_id']}"})
+        checkpoint = folder / f"{row['trial_id']}.ckpt"
+        checkpoint.write_bytes(b"a checkpoint")
+        row.update({"status": "done", "val/bleu": 50.0, "checkpoint": str(checkpoint)})
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
     again = load_spec(write_spec(tmp_path, tiny_spec("t", grid=grid, warm_start=str(folder))))
     warm = plan_warm_start(again)
     assert {i: [r["trial_id"] for r in rs] for i, rs in warm.reused.items()} == {0: ["t"], 1: ["s"]}
+    # the teacher's checkpoint gone (its folder moved): it trains again, and so do its students
+    # (they were counted reused, then failed for the missing file)
+    (folder / "t.ckpt").unlink()
+    assert plan_warm_start(again).reused == {}
+    (folder / "t.ckpt").write_bytes(b"a checkpoint")
     rows[0]["teacher"] = "another"
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
     assert sorted(plan_warm_start(again).reused) == [0]
