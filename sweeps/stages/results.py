@@ -106,8 +106,8 @@ def tell_console(launch: Launch) -> None:
     if sync and sync.empty:
         print(
             f"{len(sync.empty)} W&B run folder(s) in {out_dir / 'wandb'} hold nothing logged (a "
-            "trial stopped while W&B was starting): left out of the upload command, with nothing "
-            "to upload"
+            "trial stopped while W&B was starting, or killed before W&B wrote its first records): "
+            "left out of the upload command, with nothing to upload"
         )
     if sync and sync.command:
         print(f"W&B ran offline; upload the runs with:\n  {sync.command}")
