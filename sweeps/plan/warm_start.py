@@ -128,6 +128,7 @@ class WarmStart:
     reused: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     told: dict[str, list[Any]] = field(default_factory=dict)
     unchecked: int = 0  # earlier finished rows without a plan_hash (an older version): not reused
+    earlier: int = 0  # earlier finished rows with a plan_hash, reused or not
     #: configurations judged over seeds reused whole: (cell index, its number in the new study, the
     #: earlier rows by seed)
     configurations: list[tuple[int, int, dict[int, dict[str, Any]]]] = field(default_factory=list)
@@ -166,6 +167,11 @@ class WarmStart:
         )
         if self.unchecked:
             line += f"; {self.unchecked} earlier finished row(s) have no plan_hash (an older version): not reused"
+        if self.earlier and not self.reused_count:
+            line += (
+                f"; none of its {self.earlier} finished row(s) has a plan of this sweep: a setting, "
+                f"a seed or the code differs (compare the two sweeps' launch.json)"
+            )
         return line
 
 
@@ -181,6 +187,7 @@ def plan_warm_start(sweep: Any) -> WarmStart | None:
     if spec.parameters and journal.is_file():
         warm.told, warm.names = _earlier_trials(journal)
     records = _finished_records(warm)
+    warm.earlier = len(records)
     if spec.per_configuration:
         _find_reusable_configurations(sweep, warm, records)
     else:

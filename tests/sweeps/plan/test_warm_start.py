@@ -114,7 +114,13 @@ def test_identical_plans_are_reused_and_changed_ones_are_not(tmp_path, capsys):
     longer = tiny_spec(
         "w", grid=grid, warm_start=str(folder), trainer={"max_steps": 40, "val_check_interval": 10}
     )
-    assert plan_warm_start(load_spec(write_spec(tmp_path, longer))).reused_count == 0
+    warm = plan_warm_start(load_spec(write_spec(tmp_path, longer)))
+    assert warm.reused_count == 0
+    # and the dry run's line says why none is (it said "0 trial(s) reused" and nothing more)
+    assert warm.summary().endswith(
+        "; none of its 2 finished row(s) has a plan of this sweep: a setting, a seed or the code "
+        "differs (compare the two sweeps' launch.json)"
+    )
 
 
 def test_a_trial_that_ended_early_is_reused_only_under_the_same_rules_for_ending_early(tmp_path):
