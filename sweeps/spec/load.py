@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -143,9 +144,20 @@ def _from_profile(
     except SpecError as without:
         if str(without) == str(exc):
             return exc
+    said = f"{exc.path}: {exc.message}" if exc.path else exc.message
+    if overrides:  # the profile alone builds: the --set and the profile together do not
+        try:
+            _build(raw, source, None, profile)
+        except SpecError:
+            pass
+        else:
+            keys = list(parse_overrides(overrides, source))
+            plain = re.sub(r"\[\d*\]", "", exc.path)
+            held = holding_key(plain, keys)
+            named = held or ", ".join(keys)
+            return SpecError(f"--set {named} (with --profile {profile})", said, source)
     declared = raw.get("profiles") or {}
     where = f"profiles.{profile}" if profile in declared else "--smoke (the smoke defaults)"
-    said = f"{exc.path}: {exc.message}" if exc.path else exc.message
     return SpecError(where, said, source)
 
 

@@ -590,3 +590,20 @@ def test_a_set_reaches_an_item_of_a_list_by_its_number():
         "x.yaml: --set objectives.2.goal: objectives is a list of 2 item(s) (numbered 0 to 1), "
         "cannot set objectives.2.goal"
     )
+
+
+def test_a_set_that_fails_only_beside_a_profile_is_said_as_the_sets():
+    """A --set grid that the profile's settings make wrong was said as "profiles.short: ...",
+    though the profile alone builds; it is the --set's, under that profile."""
+    raw = base_spec(profiles={"short": {"model.hidden_size": 32}})
+    raw["model"] = {"preset": "tiny"}
+    student = {"attention": "memory", "K": 4, "distill_weight": 1, "hidden_size": 64}
+    student["teacher"] = {"cell": {"attention": "bahdanau"}}
+    grid = (
+        "grid.model="
+        + yaml.safe_dump([{"attention": "bahdanau"}, student], default_flow_style=True).strip()
+    )
+    assert build_sweep(raw, source="x.yaml", overrides=[grid]).plans  # without the profile
+    assert build_sweep(raw, source="x.yaml", profile="short").plans  # the profile alone
+    msg = error_of(raw, overrides=[grid], profile="short")
+    assert msg.startswith("x.yaml: --set grid.model (with --profile short): grid.model[1]: "), msg
