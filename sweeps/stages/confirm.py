@@ -31,7 +31,7 @@ from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations
 from sweeps.search.compose import per_unit_searcher
 from sweeps.spec import Sweep
 from sweeps.stages.launch_state import Launch
-from sweeps.stages.train import console, make_trainable, new_tuner
+from sweeps.stages.train import console, make_trainable, new_tuner, read_back
 from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings
 
@@ -84,9 +84,10 @@ def run_confirm(
     trainable = make_trainable(settings)
     if tune.Tuner.can_restore(path):
         print(f"resuming the confirm trials in {path}: finished ones are kept", flush=True)
-        tuner = tune.Tuner.restore(
-            path, trainable=trainable, resume_unfinished=True, resume_errored=True
-        )
+        with quiet_unreported():  # restoring reads the results: trials that never reported
+            tuner = tune.Tuner.restore(
+                path, trainable=trainable, resume_unfinished=True, resume_errored=True
+            )
     else:
         index = {c.name: i for i, c in enumerate(sweep.cells)}
         steps = {p.cell.name: p.trainer.get("max_steps") for p in sweep.plans}
@@ -112,7 +113,7 @@ def run_confirm(
     guard = guard or StorageGuard(paths.storage)
     with guard.watching(), charging(meter), quiet_unreported(), tune_reporter(verbose):
         tuner.fit()
-    return tune.Tuner.restore(path, trainable=trainable).get_results()
+    return read_back(path, trainable)
 
 
 def confirm_stage(
