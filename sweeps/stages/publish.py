@@ -180,15 +180,16 @@ def publish_confirm(
     """The confirm figures where the sweep's other figures are: in the W&B summary of each confirm
     run, its cell's mean over the confirm seeds (``confirm/<metric>``, ``confirm/test/bleu``,
     ``confirm/seeds``); on each cell's Optuna study (or, per (cell, seed), its seeds' studies) the
-    user attribute ``confirm``: the configuration, and per confirm seed its trial id, metric and test
-    figures. Returns the cells' entries; a W&B or Optuna problem is said, not fatal."""
+    user attribute ``confirm``: the configuration (its number where configurations are judged over
+    seeds, and its sampled values), and per confirm seed its trial id, metric and test figures. Returns the cells' entries; a W&B or Optuna problem is said, not fatal."""
     metric = sweep.spec.metric.name
     per_cell: dict[str, dict[str, Any]] = {}
     for r in rows:
         if r.get(ROLE) != CONFIRM or r.get("status") not in FINISHED:
             continue
+        params = {key: r.get(f"param:{key}") for key in sweep.spec.parameters}
         entry = per_cell.setdefault(
-            r["cell"], {"configuration": r.get("configuration"), "seeds": {}}
+            r["cell"], {"configuration": r.get("configuration"), "params": params, "seeds": {}}
         )
         entry["seeds"][str(r["seed"])] = {
             "trial_id": r["trial_id"],

@@ -325,3 +325,25 @@ def test_confirm_trials_cut_by_ctrl_c_continue_on_resume(local_ray, tmp_path, mo
     rows = df[df["role"] == "confirm"]
     assert sorted(rows["seed"]) == [5, 5, 6, 6] and (rows["status"] == "done").all()
     assert len(df) == 6
+
+
+def test_the_confirm_attribute_names_the_configurations_values():
+    """Where each seed chose its own trial (a search per cell and seed), the ``confirm`` attribute
+    held ``configuration: None`` and nothing that said which lr was confirmed."""
+    from types import SimpleNamespace
+
+    from sweeps.stages.publish import publish_confirm
+
+    sweep = SimpleNamespace(
+        spec=SimpleNamespace(metric=SimpleNamespace(name="val/bleu"), parameters={"model.lr": {}}),
+        has_search=True,
+    )
+    settings = SimpleNamespace(wandb=SimpleNamespace(mode="disabled"))
+    rows = [
+        _row("k7", "A", 7, 47.0, 9e-3, role="confirm"),
+        _row("k8", "A", 8, 41.0, 9e-3, role="confirm"),
+        _row("a0", "A", 0, 42.0, 9e-3, role="select"),
+    ]
+    (entry,) = publish_confirm(rows, settings, None, sweep).values()
+    assert entry["params"] == {"model.lr": 9e-3} and entry["configuration"] is None
+    assert sorted(entry["seeds"]) == ["7", "8"] and entry["confirm/val/bleu"] == 44.0
