@@ -112,8 +112,9 @@ class PerUnitScheduler(SweepFIFO):
 
     def choose_trial_to_run(self, tune_controller) -> Any | None:
         """A trial a rule promotes from where it waits (``promotions``: the Pareto rung rule with
-        ``promotion: wait``) first, then FIFO's choice (:mod:`.placement`); a trial still waiting at a rung is never
-        chosen (it is PAUSED until its rule promotes or stops it), nor one the searcher holds."""
+        ``promotion: wait``) first, then FIFO's choice (:mod:`.placement`); a trial still waiting
+        at a rung is never chosen (it is PAUSED until its rule promotes or stops it), nor one the
+        searcher holds."""
         held = self.held(tune_controller)
         promoted = [
             t
