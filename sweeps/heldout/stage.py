@@ -22,6 +22,7 @@ from typing import Any
 
 from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_name
 from sweeps.layout import HELDOUT_FILE, write_atomic
+from sweeps.report.columns import FINISHED
 from sweeps.report.selection import is_confirm, mark_chosen
 from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
 from sweeps.timing.jobs import POLL_S, StageWatch, end_tasks, tasks_end_with
@@ -43,8 +44,7 @@ def stopped_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 def _mark_chosen(rows: list[dict[str, Any]], spec: Any) -> set[str]:
     """``chosen`` written into the rows by the sweep's metric (over seeds, its objective, where
     configurations are judged over seeds); the chosen trial ids."""
-    objective = spec.seeds.objective if spec.per_configuration else "mean"
-    return mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)
+    return mark_chosen(rows, spec.metric.name, spec.metric.mode, spec.seed_objective)
 
 
 def mark_not_evaluated(rows: list[dict[str, Any]], spec: Any) -> int:
@@ -117,7 +117,7 @@ def evaluate_chosen_trials(
         tid = row.get("trial_id")
         if not tid or not row.get("checkpoint") or tid not in plans:
             continue
-        finished = row.get("status") in ("done", "stopped", "converged")
+        finished = row.get("status") in FINISHED
         if tid not in chosen and not ((every or is_confirm(row)) and finished):
             continue
         if _present(row.get(TEST_COLUMNS[0])):  # a reused row tested in its earlier sweep

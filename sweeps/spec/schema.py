@@ -485,6 +485,12 @@ class SweepSpec(_Strict):
         """Configurations judged over seeds (``seeds: {per_configuration: true}``) with a search."""
         return isinstance(self.seeds, SeedsSpec) and self.seeds.per_configuration
 
+    @property
+    def seed_objective(self) -> str:
+        """How the chosen trials' figures are taken over seeds: ``seeds.objective`` where
+        configurations are judged over seeds, else each seed's own choice, then the mean."""
+        return self.seeds.objective if self.per_configuration else "mean"
+
     @field_validator("seeds", mode="before")
     @classmethod
     def _seeds_form(cls, value: Any) -> Any:

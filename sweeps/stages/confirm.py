@@ -44,9 +44,8 @@ def confirm_configs(sweep: Sweep, rows: list[dict[str, Any]]) -> list[dict[str, 
     and per confirm seed, the cell's config with the chosen values, ``role: confirm`` and (over
     seeds) the configuration's number."""
     spec = sweep.spec
-    objective = spec.seeds.objective if spec.per_configuration else "mean"
     chosen = chosen_configurations(
-        rows, spec.metric.name, spec.metric.mode, objective, spec.parameters
+        rows, spec.metric.name, spec.metric.mode, spec.seed_objective, spec.parameters
     )
     flat = {key: name for name, key in sweep.param_columns.items()}
     base = {}
@@ -134,8 +133,9 @@ def confirm_stage(
         if row.get("trial_id"):
             row.setdefault(ROLE, SELECT)
     spec = sweep.spec
-    objective = spec.seeds.objective if spec.per_configuration else "mean"
-    mark_chosen(rows, spec.metric.name, spec.metric.mode, objective)  # also without heldout
+    mark_chosen(
+        rows, spec.metric.name, spec.metric.mode, spec.seed_objective
+    )  # also without heldout
     configs = confirm_configs(sweep, rows)
     if not configs:
         print("confirm: no cell has a chosen configuration; nothing to retrain", flush=True)
