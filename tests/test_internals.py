@@ -224,3 +224,6 @@ def test_the_record_messages_have_the_fields_the_code_writes():
     )
     assert record.WhichOneof("record_type") == "summary"
     assert pb.Record(exit=pb.RunExitRecord(exit_code=0)).WhichOneof("record_type") == "exit"
+    # what a summary already holds is read back (summary_values): removals and nested keys too
+    gone = pb.SummaryRecord(remove=[pb.SummaryItem(nested_key=["a", "b"])])
+    assert [list(item.nested_key) for item in gone.remove] == [["a", "b"]]
