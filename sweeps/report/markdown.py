@@ -18,6 +18,7 @@ from sweeps.report.summary import (
     axis_of,
     cell_summary,
     chosen_columns,
+    chosen_text,
     contended_count,
     contended_mask,
     contended_notes,
@@ -109,8 +110,8 @@ def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def _chosen_text(row: pd.Series) -> str:
     """`` (K=3)``: the searched headline options' values the cell's chosen trials have."""
-    chosen = [f"{option}={row[c]}" for c, option in chosen_columns(row).items()]
-    return f" ({', '.join(chosen)})" if chosen else ""
+    chosen = chosen_text(row)
+    return f" ({chosen})" if chosen else ""
 
 
 def chosen_note(summary: pd.DataFrame) -> str:

@@ -23,7 +23,12 @@ from sweeps.report.figures import (  # noqa: E402
     seed_spread,
 )
 from sweeps.report.results import DECODE_SECONDS, headline_columns  # noqa: E402
-from sweeps.report.summary import CONTENDED_FIGURES, axis_of, contended_mask  # noqa: E402
+from sweeps.report.summary import (  # noqa: E402
+    CONTENDED_FIGURES,
+    axis_of,
+    chosen_text,
+    contended_mask,
+)
 from sweeps.spec.signatures import headline_options  # noqa: E402
 
 #: (summary column, axis label, file stem) of the training-cost figures
@@ -281,8 +286,10 @@ def by_length_figure(
     """``column`` against length, one line per model in its style of every figure
     (:func:`~sweeps.report.figures.model_styles`), error bars over seeds; with
     ``mark_contended`` a contended point (of the decode time or the training step:
-    :data:`~sweeps.report.summary.CONTENDED_FIGURES`) is an x. ``note``: the title's second line
-    instead of the error bars' (then drawn without them)."""
+    :data:`~sweeps.report.summary.CONTENDED_FIGURES`) is an x. A point whose headline option was
+    searched (memory attention's K chosen by Optuna, which can differ from length to length) is
+    labelled with the value chosen there ("K=3"). ``note``: the title's second line instead of
+    the error bars' (then drawn without them)."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     styles = model_styles(summary["model"])  # every model's, so each looks as in other figures
     rows = summary.dropna(subset=[column, "length"])
@@ -303,6 +310,17 @@ def by_length_figure(
             label=model,
             **style,
         )
+        for _, point in g.iterrows():
+            if text := chosen_text(point):
+                ax.annotate(
+                    text,
+                    (float(point["length"]), point[column]),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                    color=colour,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                )
         marked = g[contended[g.index]]
         ax.scatter(
             marked["length"].astype(float),
@@ -335,15 +353,21 @@ def by_model_figure(
     mark_contended: bool = False,
     note: str | None = None,
 ):
-    """A bar per cell (labelled by model, or by cell when models repeat) in its model's colour,
-    error bars over seeds;
+    """A bar per cell (labelled by model, or by cell when models repeat, and by the searched
+    headline options' chosen values: "memory (K=3)") in its model's colour, error bars over seeds;
     with ``mark_contended`` a contended bar is hatched and its label carries the dagger.
     ``note``: as for :func:`by_length_figure`."""
     styles = model_styles(summary["model"]) if "model" in summary else {}
     rows = summary.dropna(subset=[column]).reset_index(drop=True)
-    names = (
-        rows["model"] if "model" in rows and not rows["model"].duplicated().any() else rows["cell"]
-    )
+    names = [
+        f"{name} ({chosen})" if (chosen := chosen_text(row)) else str(name)
+        for name, (_, row) in zip(
+            rows["model"]
+            if "model" in rows and not rows["model"].duplicated().any()
+            else rows["cell"],
+            rows.iterrows(),
+        )
+    ]
     contended = (
         contended_mask(rows, column) if mark_contended else pd.Series(False, index=rows.index)
     )

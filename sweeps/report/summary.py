@@ -150,6 +150,12 @@ def chosen_columns(frame: pd.DataFrame | pd.Series) -> dict[str, str]:
     return {c: c.removesuffix(CHOSEN) for c in index if c.endswith(CHOSEN) and held[c]}
 
 
+def chosen_text(row: pd.Series) -> str:
+    """``K=3``: the searched headline options' values the cell's chosen trials have (empty for a
+    cell whose model's name says them)."""
+    return ", ".join(f"{option}={row[c]}" for c, option in chosen_columns(row).items())
+
+
 def seconds_column(df: pd.DataFrame) -> str:
     """``decode_seconds`` (the timing stage) when any trial has it, else the training-time signal."""
     return (

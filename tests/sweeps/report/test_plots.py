@@ -278,3 +278,24 @@ def test_bleu_vs_k_draws_a_line_per_position_encoding_where_k_repeats_over_it(tm
         [16.0, pytest.approx(26.3)],
     ]
     assert {"bahdanau L=10", "bahdanau L=20"} <= set(legend_texts(fig))
+
+
+def test_a_searched_k_is_named_at_each_point_and_bar_it_was_chosen_at():
+    """K searched by Optuna, not a grid value: the memory line of BLEU vs length joins trials of
+    different K (chosen per length), and its model name says none of them."""
+    rows = []
+    for length, best_k in ((10, 4), (50, 2)):
+        for k in (2, 4):
+            bleu = 60.0 if k == best_k else 40.0
+            rows.append(done_row("memory", "memory", k, length, 0, **{BLEU: bleu, SEC: 0.01}))
+        rows.append(done_row("bahdanau", "bahdanau", None, length, 0, **{BLEU: 50.0, SEC: 0.02}))
+    s = cell_summary(pd.DataFrame(rows))
+    fig = plots.by_length_figure(s, BLEU, "BLEU", "BLEU vs length")
+    labels = {(t.get_text(), t.xy[0]) for t in fig.axes[0].texts}
+    assert labels == {("K=4", 10.0), ("K=2", 50.0)}, "only memory's points, each with its K"
+    one = cell_summary(pd.DataFrame([r for r in rows if r["length"] == 10]))
+    ticks = [
+        t.get_text()
+        for t in plots.by_model_figure(one, BLEU, "BLEU", "t").axes[0].get_xticklabels()
+    ]
+    assert ticks == ["bahdanau", "memory (K=4)"]
