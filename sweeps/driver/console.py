@@ -26,6 +26,7 @@ from sweeps.driver import budget, preemption
 from sweeps.layout import finished_report
 from sweeps.report.results import last_report, trial_status
 from sweeps.schedulers.lost_nodes import move_line, moves
+from sweeps.schedulers.placement import held_before_start
 
 #: Tune's states of a trial that has not ended, as the table names them
 LIVE_STATES = {"RUNNING": "running", "PENDING": "pending", "PAUSED": "waiting"}
@@ -143,6 +144,8 @@ class SweepConsole(Callback):
 
     def state(self, trial: Any) -> str:
         """The trial's state as the table shows it: results.csv's status once it has ended."""
+        if trial.status == "PAUSED" and trial.trial_id in held_before_start:
+            return "pending"  # held before it starts, not waiting at a rung
         if trial.status in LIVE_STATES:
             return LIVE_STATES[trial.status]
         steps = getattr(self, "max_steps", {}).get(trial.config.get("cell"))  # older pickles: none
@@ -160,6 +163,8 @@ class SweepConsole(Callback):
                 return held.get(t.trial_id, t.status)
             if earlier and t.status in LIVE_STATES and t.trial_id in earlier:
                 return "TERMINATED"  # finished after Tune's last save: it re-reports at once
+            if t.status == "PAUSED" and t.trial_id in held_before_start:
+                return "PENDING"  # held before it starts (placement), not waiting at a rung
             return t.status
 
         counts = Counter(status(t) for t in trials)

@@ -19,7 +19,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from sweeps.schedulers.config_rungs import ConfigRungs
 from sweeps.schedulers.lost_nodes import adopt
 from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
-from sweeps.schedulers.placement import next_to_start
+from sweeps.schedulers.placement import held_before_start, next_to_start
 from sweeps.spec import Sweep, unit_key
 from sweeps.spec.search_schema import reports_per_trial
 
@@ -55,6 +55,7 @@ class SweepFIFO(FIFOScheduler):
                 out.add(trial.trial_id)
                 if trial.status == Trial.PENDING:
                     tune_controller._set_trial_status(trial, Trial.PAUSED)
+                    held_before_start.add(trial.trial_id)
             elif verdict:
                 trial.set_config(verdict)
         return out

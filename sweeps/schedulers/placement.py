@@ -11,7 +11,17 @@ members of two groups held every CPU while their partners waited for one, for go
 The order here: the members of a group already partly running first, then trials that need no
 one else (trials alone, and groups all of whose members Tune holds), then the members of groups
 some of whose members the searcher has yet to hand out, last: those it hands out once these have
-started."""
+started.
+
+Order alone does not keep a group whole. Tune starts any PENDING trial on its own (the
+scheduler's choice is only the first it places), and asks the searcher for a trial only while
+none is PENDING. A resumed memory_distill sweep on one CPU brought back the first member of one
+group and the whole of another: Tune started the first member of each, each held half the CPU,
+and neither partner could ever start (one was still in the searcher's queue, which was never
+asked). So in a fused sweep every PENDING trial but the chosen one is held PAUSED
+(:func:`next_to_start`), and while a running group waits for members the searcher has yet to hand
+out no trial is chosen (:func:`held_for_partners`): Tune then asks the searcher for them, and the
+held trials start, one at a time, in the order above."""
 
 from __future__ import annotations
 
@@ -22,36 +32,91 @@ from ray.tune.experiment import Trial
 
 from sweeps.plan.fusion import member_of
 
+#: The trials held PAUSED before they start (for the order above, or by the searcher): the
+#: console calls them pending, not waiting at a rung.
+held_before_start: set[str] = set()
+
+
+def _groups(trials: list[Any]) -> dict[str, tuple[int, list[Any]]]:
+    """Each group's size and the members of it Tune holds."""
+    out: dict[str, tuple[int, list[Any]]] = {}
+    for trial in trials:
+        found = member_of(trial.config or {})
+        if found is not None:
+            out.setdefault(found[0], (found[2], []))[1].append(trial)
+    return out
+
+
+def _rank(trial: Any, groups: dict[str, tuple[int, list[Any]]]) -> int:
+    """0: a member of a group partly running; 1: alone, or of a group Tune holds whole; 2: of a
+    group some of whose members the searcher has yet to hand out."""
+    found = member_of(trial.config or {})
+    if found is None:
+        return 1
+    size, members = groups[found[0]]
+    if any(m.status == Trial.RUNNING for m in members):
+        return 0
+    return 1 if len(members) >= size else 2
+
 
 def placement_order(trials: Iterable[Any]) -> list[Any]:
     """``trials`` (Tune's, in creation order) in the order they should be started (module
     docstring); the order among equals is kept."""
     trials = list(trials)
-    present: dict[str, list[Any]] = {}
+    groups = _groups(trials)
+    return sorted(trials, key=lambda t: _rank(t, groups))
+
+
+def waiting_for_partners(trials: Iterable[Any]) -> set[str]:
+    """The groups with a member running and members that are not in Tune yet (still in the
+    searcher's queue)."""
+    return {
+        group
+        for group, (size, members) in _groups(list(trials)).items()
+        if len(members) < size and any(m.status == Trial.RUNNING for m in members)
+    }
+
+
+def _hold(tune_controller: Any, trial: Any) -> None:
+    """Set a PENDING trial PAUSED, to start when :func:`next_to_start` chooses it."""
+    tune_controller._set_trial_status(trial, Trial.PAUSED)
+    held_before_start.add(trial.trial_id)
+
+
+def held_for_partners(tune_controller: Any, trials: list[Any]) -> set[str]:
+    """While a running group waits for members the searcher has yet to hand out, every trial of
+    another group, or alone, waits: a PENDING one is set PAUSED. The ids of the trials so held."""
+    groups = waiting_for_partners(trials)
+    if not groups:
+        return set()
+    out = set()
     for trial in trials:
         found = member_of(trial.config or {})
-        if found is not None:
-            present.setdefault(found[0], []).append(trial)
-
-    def rank(trial: Any) -> int:
-        found = member_of(trial.config or {})
-        if found is None:
-            return 1
-        members = present[found[0]]
-        if any(m.status == Trial.RUNNING for m in members):
-            return 0
-        return 1 if len(members) >= found[2] else 2
-
-    return sorted(trials, key=rank)
+        if found is not None and found[0] in groups:
+            continue
+        if trial.status == Trial.PENDING:
+            _hold(tune_controller, trial)
+        if trial.status == Trial.PAUSED:
+            out.add(trial.trial_id)
+    return out
 
 
 def next_to_start(tune_controller: Any, skip: Iterable[str] = ()) -> Any | None:
-    """FIFO's choice (a PENDING trial, else a PAUSED one) in :func:`placement_order`, passing
-    over the trials ``skip`` names (those waiting at a rung, or held by the searcher)."""
-    skip = set(skip)
-    order = placement_order(tune_controller.get_trials())
-    for status in (Trial.PENDING, Trial.PAUSED):
-        for trial in order:
-            if trial.status == status and trial.trial_id not in skip:
-                return trial
-    return None
+    """The first trial in :func:`placement_order` waiting to start (PENDING before PAUSED among
+    equals: the choice of the step before, still waiting for its resources, stays chosen),
+    passing over the trials ``skip`` names (those waiting at a rung, or held by the searcher) and
+    those :func:`held_for_partners` holds. In a fused sweep every other PENDING trial is held
+    PAUSED, so that Tune starts no other (module docstring)."""
+    trials = list(tune_controller.get_trials())
+    skip = set(skip) | held_for_partners(tune_controller, trials)
+    groups = _groups(trials)
+    waiting = [t for t in trials if t.status in (Trial.PENDING, Trial.PAUSED)]
+    order = sorted(waiting, key=lambda t: (_rank(t, groups), t.status != Trial.PENDING))
+    chosen = next((t for t in order if t.trial_id not in skip), None)
+    if groups:
+        for trial in waiting:
+            if trial is not chosen and trial.status == Trial.PENDING:
+                _hold(tune_controller, trial)
+    if chosen is not None:
+        held_before_start.discard(chosen.trial_id)
+    return chosen

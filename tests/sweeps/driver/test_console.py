@@ -294,3 +294,30 @@ def test_optunas_line_for_a_trial_told_twice_is_dropped_while_tune_runs():
     finally:
         logger.removeHandler(handler)
         optuna.logging.set_verbosity(level)
+
+
+def test_a_trial_held_before_it_starts_is_pending_not_waiting_at_a_rung():
+    """The scheduler holds trials PAUSED before they start (a fused group's partners first, a
+    student until its teacher ends): the table and progress line call them pending; a trial
+    PAUSED at a rung is still waiting."""
+    from ray.tune.experiment import Trial
+
+    from sweeps.schedulers.per_unit import SweepFIFO
+
+    g1a = SimpleNamespace(
+        trial_id="g1a",
+        status="RUNNING",
+        config={"cell": "K=4", "seed": 0, "fused_with": "g1", "fused_member": "1/2"},
+        last_result={},
+    )
+    lone, rung = trial("lone", "PENDING"), trial("rung", "PAUSED", step=10)
+    tune = SimpleNamespace(
+        get_trials=lambda: [g1a, lone, rung],
+        _set_trial_status=lambda t, s: setattr(t, "status", s),
+    )
+    assert SweepFIFO().choose_trial_to_run(tune) is None  # g1's partner comes first
+    assert lone.status == Trial.PAUSED
+    console = SweepConsole(3, [], "val/bleu", "max", out=io.StringIO())
+    assert console.state(lone) == "pending"
+    assert console.state(rung) == "waiting"
+    assert "1 running, 1 waiting at a rung, 1 pending" in console.progress_line([g1a, lone, rung])

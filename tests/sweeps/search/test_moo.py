@@ -481,8 +481,8 @@ def test_the_progress_line_counts_trials_waiting_at_a_rung_apart():
 
     console = SweepConsole(6, ["K"], "val/bleu", "max")
     trials = [
-        SimpleNamespace(status=s, last_result={})
-        for s in ("TERMINATED", "RUNNING", "PAUSED", "PAUSED")
+        SimpleNamespace(trial_id=f"t{i}", status=s, last_result={})
+        for i, s in enumerate(("TERMINATED", "RUNNING", "PAUSED", "PAUSED"))
     ]
     line = console.progress_line(trials)
     assert line.startswith(
