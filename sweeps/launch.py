@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 kept += [f"--profile {profile}"] if profile else []
                 now = [f"--set {o}" for o in args.overrides if o in given]
                 print(
-                    "resuming with the first run's overrides: "
+                    "resuming with the recorded overrides: "
                     + (" ".join(kept) or "none")
                     + (f"; and this command's: {' '.join(now)}" if now else "")
                 )

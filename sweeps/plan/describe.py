@@ -148,9 +148,13 @@ def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[
             f"  groups cut where the measured step costs of the {device} say (sweeps/plan/"
             f"step_costs.json{note}); neighbouring groups kept apart, and why:"
         )
+    said: dict[tuple[frozenset[str], str], list[Any]] = {}  # each pair of cells once
     for apart in plan.apart:
         left, right = (_slots_text(sweep, slots) for slots in (apart.left, apart.right))
-        lines.append(f"    {left}  |  {right}: {apart.reason}")
+        said.setdefault((frozenset((left, right)), apart.reason), [left, right, 0])[2] += 1
+    for (_, reason), (left, right, times) in said.items():
+        again = f" (at {times} places in the order)" if times > 1 else ""
+        lines.append(f"    {left}  |  {right}: {reason}{again}")
     return lines
 
 

@@ -443,7 +443,7 @@ def test_a_preempted_sweep_resumes_to_the_results_of_an_uninterrupted_run(
     # resumed without --set: the first run's trainer.max_steps=60 still holds (not the file's 3000)
     assert main(args + ["--resume"]) == 0
     assert (
-        "resuming with the first run's overrides: --set trainer.max_steps=60"
+        "resuming with the recorded overrides: --set trainer.max_steps=60"
         in capsys.readouterr().out
     )
     assert (finished / "result.json").read_text() == finished_lines, "a finished trial was re-run"

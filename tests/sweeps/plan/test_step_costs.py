@@ -154,3 +154,29 @@ def test_on_a_cpu_cells_far_apart_in_k_are_kept_apart_and_the_dry_run_says_why()
 
     said = "\n".join(fusion_lines(sweep, plan))
     assert "K=1  |  K=64: one group's step would cost" in said.replace("attention=memory ", "")
+
+
+def test_a_pair_of_cells_kept_apart_is_said_once_however_often_the_order_meets_it():
+    """With Optuna's samples the group order meets the same two cells once per sample: the dry
+    run said each such line 8 times (docs/sweep-file.md's example)."""
+    sweep = build_sweep(
+        {
+            "name": "far_samples",
+            "task": {"name": "copy", "max_length": 20, "train_size": 64, "val_size": 8},
+            "model": {"preset": "tiny", "attention": "memory"},
+            "grid": {"model.K": [1, 64]},
+            "parameters": {
+                "model.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2}
+            },
+            "num_samples": 3,
+            "seeds": [0, 1],
+            "trainer": {"max_steps": 10, "val_check_interval": 5},
+        }
+    )
+    from sweeps.plan.describe import fusion_lines
+
+    plan = plan_fusion(sweep)
+    assert len(plan.apart) > 1
+    said = [line for line in fusion_lines(sweep, plan) if "  |  " in line]
+    assert len(said) == 1, said
+    assert said[0].endswith(f"(at {len(plan.apart)} places in the order)")

@@ -575,14 +575,14 @@ def test_the_printed_resume_command_continues_a_sweep_started_with_a_profile(tmp
     assert launch_main([str(spec), "--output", str(out), "--resume", "--dry-run"]) == 0
     said = capsys.readouterr()
     assert (
-        "resuming with the first run's overrides: --set model.lr=0.01 --profile short" in said.out
+        "resuming with the recorded overrides: --set model.lr=0.01 --profile short" in said.out
     )
     assert "(profile short)" in said.out and "plans its trials otherwise" not in said.err
     # a setting outside the plan given now is this command's, not the first run's
     argv = [str(spec), "--output", str(out), "--resume", "--dry-run", "--set", "budget.hours=1"]
     assert launch_main(argv) == 0
     assert (
-        "resuming with the first run's overrides: --set model.lr=0.01 --profile short; and this "
+        "resuming with the recorded overrides: --set model.lr=0.01 --profile short; and this "
         "command's: --set budget.hours=1"
     ) in capsys.readouterr().out
     # the file edited under the profile: refused, naming what changed
