@@ -361,6 +361,32 @@ class Routine(logging.Filter):
         return not record.getMessage().startswith(self.starts)
 
 
+#: Ray's driver-side logger of errors in tasks whose result no one read
+UNHANDLED_LOGGER = "ray._private.worker"
+
+
+class StoppedTrialErrors(logging.Filter):
+    """Drops Ray's "Unhandled error ... ActorDiedError" where a trial's process was killed with
+    the result of its training call unread: a second Ctrl-C makes Tune stop at once, and each
+    member of a fused group running then printed its traceback (about 40 lines a group) after
+    Tune's own stop line. Tune reads every result it waits for, so no other failure ends up
+    here; the launch says what the stop left (``unfinished`` rows, the ``--resume`` command)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        died = "ActorDiedError" in text or "The actor died unexpectedly" in text
+        return not (text.startswith("Unhandled error") and died)
+
+
+def quiet_stopped_trials() -> None:
+    """:class:`StoppedTrialErrors` on Ray's logger, for the rest of the process (once): Ray
+    reports an unread result when its reference is collected, which can be after the Tune run,
+    even at the process's exit."""
+    logger = logging.getLogger(UNHANDLED_LOGGER)
+    if not any(isinstance(f, StoppedTrialErrors) for f in logger.filters):
+        logger.addFilter(StoppedTrialErrors())
+
+
 #: Optuna's ``tell``, whose INFO line a resumed trial's repeated last report brings: the searcher
 #: tells a trial again on purpose (``skip_if_finished``), and the first telling stands
 OPTUNA_TELL_LOGGER = "optuna.study._tell"

@@ -103,12 +103,14 @@ def plain_prefixes() -> None:
 
 def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) -> int:
     """Run a planned sweep to its results; ``args`` is the launcher's command line."""
+    from sweeps.driver.console import quiet_stopped_trials  # (imports Ray)
     from sweeps.stages import results as finish  # (the reports import pandas, torch and matplotlib)
 
     before, charged = launch_stages()
     # the MPS daemon (sweeps.driver.mps) is up before Ray starts and stopped after Ray stops
     with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(plan.mps, args.address):
         plain_prefixes()
+        quiet_stopped_trials()
         launch = Launch.begin(plan, args, profile, stop)
         try:
             status = run_stages(launch, before)

@@ -262,6 +262,8 @@ def heatmaps_of(handle: Any, j: int, checkpoint: bytes, trial_id: str) -> list[b
     try:
         with phases.phase("heatmaps"):
             return ray.get(handle.heatmaps.remote(j, checkpoint), timeout=120)
+    except ray.exceptions.RayActorError:  # the group is gone: the sweep is being stopped
+        return []
     except Exception as exc:  # noqa: BLE001 -- a plotting problem must not fail a finished trial
         print(f"[trial {trial_id}] could not draw attention heatmaps: {exc!r}")
         return []

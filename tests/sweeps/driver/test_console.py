@@ -321,3 +321,25 @@ def test_a_trial_held_before_it_starts_is_pending_not_waiting_at_a_rung():
     assert console.state(lone) == "pending"
     assert console.state(rung) == "waiting"
     assert "1 running, 1 waiting at a rung, 1 pending" in console.progress_line([g1a, lone, rung])
+
+
+def test_the_unread_result_of_a_trial_killed_by_a_second_ctrl_c_is_not_printed(caplog):
+    """A second Ctrl-C stops Tune at once: each running member of a fused group left its training
+    call's result unread, and Ray printed its ActorDiedError traceback (about 40 lines a group)
+    after the launch's own lines. Any other unread error is still printed."""
+    import logging
+
+    import ray._private.worker as ray_worker
+    from ray.exceptions import ActorDiedError
+
+    from sweeps.driver.console import StoppedTrialErrors, quiet_stopped_trials
+
+    quiet_stopped_trials()
+    quiet_stopped_trials()  # once per process, however often a launch runs in it
+    assert sum(isinstance(f, StoppedTrialErrors) for f in ray_worker.logger.filters) == 1
+    with caplog.at_level(logging.ERROR, logger=ray_worker.logger.name):
+        ray_worker._unhandled_error_handler(ActorDiedError())
+        ray_worker._unhandled_error_handler(RuntimeError("ray.exceptions.ActorDiedError: gone"))
+        ray_worker._unhandled_error_handler(ValueError("boom"))
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].endswith(": boom"), said

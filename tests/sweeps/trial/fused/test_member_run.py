@@ -153,3 +153,28 @@ def test_a_member_s_run_records_what_lightning_s_logger_records_without_torch(tm
         assert info["state"] == "finished"
         assert info["summary"]["val/bleu"] == 12.25 and info["summary"]["trainer/global_step"] == 9
         assert "val/attention" in info["summary"]
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [("ActorDiedError", False), ("ValueError", True)],
+)
+def test_a_member_asks_no_heatmaps_of_a_group_that_is_gone(error, said, capsys):
+    """The group's process dies when a second Ctrl-C stops the sweep: its members printed "could
+    not draw attention heatmaps: ActorDiedError()" after the launch's last line. A drawing that
+    fails for another reason is still said."""
+    pytest.importorskip("ray")
+    import ray.exceptions
+
+    from sweeps.trial.fused.member import heatmaps_of
+
+    exc = ray.exceptions.ActorDiedError() if error == "ActorDiedError" else ValueError("no axes")
+
+    class Group:
+        class heatmaps:  # noqa: N801 -- as a Ray actor handle's method is called
+            @staticmethod
+            def remote(*_args):
+                raise exc
+
+    assert heatmaps_of(Group(), 0, b"", "t1") == []
+    assert ("could not draw attention heatmaps" in capsys.readouterr().out) is said
