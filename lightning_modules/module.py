@@ -283,13 +283,19 @@ class Seq2SeqModule(pl.LightningModule):
         batch_size = src.shape[0]
         tgt_in = self.model.shift_target(tgt)  # (B, T)
         distilling = stage == "train" and self.hparams.distill_weight > 0
-        if distilling:
-            logits, cache, _ = self.model.forward_with_contexts(src, src_lengths, tgt_in)
-        else:
-            logits = self.model(src, src_lengths, tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=self.hparams.pad_id
-        )
+        try:
+            if distilling:
+                logits, cache, _ = self.model.forward_with_contexts(src, src_lengths, tgt_in)
+            else:
+                logits = self.model(src, src_lengths, tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                tgt.reshape(-1),
+                ignore_index=self.hparams.pad_id,
+            )
+        except IndexError as exc:  # free until raised: no per-step check of the ids
+            self._check_batch_ids(batch, exc)
+            raise
         names = METRICS[stage]
         if distilling:
             contexts = self.teacher().contexts(src, src_lengths, tgt_in)  # (B, T, D)
@@ -315,6 +321,19 @@ class Seq2SeqModule(pl.LightningModule):
         if self.hparams.val_decode:
             self._decode_into_buffer(batch, stage)
         return loss
+
+    def _check_batch_ids(self, batch: dict[str, Any], exc: IndexError) -> None:
+        """Raise ValueError naming the largest id of a batch past the model's vocabulary, in place
+        of torch's bare IndexError (dataloaders without a datamodule skip :meth:`setup`'s check).
+        On the CPU only: on a GPU such an id stops the device, with no IndexError to catch."""
+        for side in ("src", "tgt"):
+            largest, own = int(batch[side].max()), self.hparams[f"{side}_vocab_size"]
+            if largest >= own:
+                raise ValueError(
+                    f"the batch's {side} ids go up to {largest} but the model was built for "
+                    f"{side}_vocab_size={own} (ids 0 to {own - 1}); pass {side}_vocab_size="
+                    f"{largest + 1} or more (the data's {side} vocabulary size) to Seq2SeqModule"
+                ) from exc
 
     def decode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
         """Decode with the configured strategy (greedy or beam): tokens (B, T'), an ordinary

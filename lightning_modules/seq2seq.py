@@ -49,12 +49,14 @@ Architecture choices (documented once, here):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from datamodules.ranges import check_ranges
 from datamodules.vocab import (
     BOS_ID,
     EOS_ID,
@@ -354,6 +356,36 @@ class Decoder(nn.Module):
         return torch.stack(outputs, dim=1)  # (B, T, H + C)
 
 
+def check_special_ids(
+    src_vocab_size: int, tgt_vocab_size: int, pad_id: int, bos_id: int, eos_id: int
+) -> None:
+    """Raise ValueError naming a special id outside the vocabularies that hold it (a source holds
+    pad and EOS, a target pad, BOS and EOS: docs/CONTRACTS.md), or a pad id shared with BOS or EOS
+    (padding is left out of the loss and has a zero embedding). BOS and EOS may share an id."""
+    sides = {
+        "src": (src_vocab_size, ("pad_id", "eos_id")),
+        "tgt": (tgt_vocab_size, ("pad_id", "bos_id", "eos_id")),
+    }
+    ids = {"pad_id": pad_id, "bos_id": bos_id, "eos_id": eos_id}
+    for side, (size, names) in sides.items():
+        for name in names:
+            if not 0 <= ids[name] < size:
+                raise ValueError(
+                    f"{name}={ids[name]} is not an id of the {side} vocabulary "
+                    f"({side}_vocab_size={size}: ids 0 to {size - 1}); pass {name} below {size}, "
+                    f"or {side}_vocab_size={ids[name] + 1} or more"
+                )
+    why = {
+        "eos_id": "padding is left out of the loss, so the model would never learn to end",
+        "bos_id": "the padding id's embedding is fixed at zero, so BOS would carry nothing",
+    }
+    for name in ("eos_id", "bos_id"):
+        if ids[name] == pad_id:
+            raise ValueError(
+                f"pad_id and {name} are both {pad_id}: {why[name]}; give them different ids"
+            )
+
+
 class Seq2Seq(nn.Module):
     """Encoder, bridge, attention and input-feeding decoder.
 
@@ -386,6 +418,18 @@ class Seq2Seq(nn.Module):
         eos_id: int = EOS_ID,
     ) -> None:
         super().__init__()
+        check_ranges(Seq2Seq.__init__, locals(), owner="Seq2Seq")  # bidirectional: a bool
+        check_special_ids(src_vocab_size, tgt_vocab_size, pad_id, bos_id, eos_id)
+        if attention_kwargs is not None and not isinstance(attention_kwargs, Mapping):
+            positional = (
+                "; pass it by name: the argument after attention is attention_kwargs, not an option"
+                if isinstance(attention_kwargs, (int, float, str))
+                else ""
+            )
+            raise ValueError(
+                f"attention_kwargs must be a dict of the mechanism's own options, e.g. "
+                f'attention_kwargs={{"K": 16}}, got {attention_kwargs!r}{positional}'
+            )
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.tgt_vocab_size = tgt_vocab_size
         self.max_source_len = max_source_len

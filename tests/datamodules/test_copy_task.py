@@ -88,6 +88,26 @@ def test_out_of_range_arguments_fail_naming_the_argument(key, value, bound):
         CopyTaskDataModule(**{key: value})
 
 
+@pytest.mark.parametrize("value", ["false", "False", 1, None, np.bool_(False)], ids=repr)
+def test_bucket_batches_takes_only_true_or_false(value):
+    """bucket_batches="false" is truthy: the train loader bucketed its batches without a word."""
+    with pytest.raises(
+        ValueError, match=r"^CopyTaskDataModule: bucket_batches must be True or False, got "
+    ):
+        CopyTaskDataModule(bucket_batches=value)
+    assert CopyTaskDataModule(bucket_batches=False).hparams.bucket_batches is False
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_a_count_given_none_or_a_bool_fails_naming_it(value):
+    """batch_size=None or True got past the range check (it skipped None and bools)."""
+    with pytest.raises(
+        ValueError,
+        match=rf"^CopyTaskDataModule: batch_size must be a whole number >= 1, got {value}",
+    ):
+        CopyTaskDataModule(batch_size=value)
+
+
 def test_ranges_are_declared_as_plain_annotated_types_markers():
     hints = typing.get_type_hints(CopyTaskDataModule.__init__, include_extras=True)
     assert hints["batch_size"].__metadata__ == (annotated_types.Ge(1),)

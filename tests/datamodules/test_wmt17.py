@@ -428,6 +428,19 @@ def test_out_of_range_arguments_fail_naming_the_argument(key, value, message):
     assert WMT17DataModule(eval_max_length=None).eval_max_length is None  # None stays allowed
 
 
+@pytest.mark.parametrize(
+    "key,value",
+    [("shuffle", "false"), ("download", "False"), ("moses_tokenized", 0), ("max_length", None)],
+)
+def test_bools_and_counts_refuse_values_of_another_kind(key, value):
+    """shuffle="false" and download="False" are truthy and were used as given; max_length=None
+    got past the range check, which skipped None even where the argument is not Optional."""
+    must = "True or False" if key != "max_length" else "a whole number >= 1"
+    with pytest.raises(ValueError, match=rf"^WMT17DataModule: {key} must be {must}, got {value!r}"):
+        WMT17DataModule(**{key: value})
+    assert WMT17DataModule(moses_tokenized=None, shuffle=False).hparams.shuffle is False
+
+
 def test_datasets_pickle_without_copying_the_corpus(dm):
     ds = dm.datasets["train"]
     blob = pickle.dumps(ds)

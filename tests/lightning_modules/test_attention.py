@@ -4,11 +4,13 @@ newly registered mechanism is tested by being registered; mechanism-specific one
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from datamodules.ranges import declared_ranges
 from lightning_modules.attention import ATTENTION_REGISTRY, Shared, build_attention, map_batch
 from lightning_modules.attention.functional import (
     monotonic_alignment,
@@ -732,3 +734,40 @@ def test_memory_attention_with_one_slot_softmax_over_k_ignores_position_encoding
     a = plain.eval().step(query, plain.precompute(memory, mask), None)[0]
     b = encoded.eval().step(query, encoded.precompute(memory, mask), None)[0]
     assert not torch.allclose(a, b)
+
+
+#: per mechanism, its options annotated ``bool``
+FLAGS = {
+    name: [o for o, hint in typing.get_type_hints(cls.__init__).items() if hint is bool]
+    for name, cls in ATTENTION_REGISTRY.items()
+}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if FLAGS[n]])
+def test_bool_options_take_only_true_or_false(name):
+    """memory's position_encoding="false" (or bias="False") switched position encodings (biases)
+    on without a word: the string is truthy. A bool option now takes True or False only."""
+    for option in FLAGS[name]:
+        for value in ("false", 0, 1):
+            with pytest.raises(ValueError, match=rf"{option} must be True or False, got {value!r}"):
+                build(name, **{option: value})
+        for value in (True, False):
+            build(name, **{option: value})
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if declared_ranges(ATTENTION_REGISTRY[n].__init__)]
+)
+def test_a_number_option_that_is_not_optional_refuses_none_and_bools(name):
+    """K=None and K=True (window=None, attention_dim=True) reached nn.Linear or arithmetic, whose
+    errors ("empty(): argument 'size' ...") named neither the option nor the fix."""
+    cls = ATTENTION_REGISTRY[name]
+    hints = typing.get_type_hints(cls.__init__, include_extras=True)
+    for option in declared_ranges(cls.__init__):
+        with pytest.raises(ValueError, match=rf"{option} must be a (whole )?number .*, got True"):
+            build(name, **{option: True})
+        if type(None) in typing.get_args(hints[option]):  # Optional: None is its default
+            build(name, **{option: None})
+        else:
+            with pytest.raises(ValueError, match=rf"{option} must be .*, got None; leave it out"):
+                build(name, **{option: None})

@@ -256,6 +256,94 @@ def test_a_beam_wider_than_the_target_vocabulary_is_refused_when_built():
     assert Seq2SeqModule(24, 24, val_beam_size=24).hparams.val_beam_size == 24
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"bidirectional": "False"},
+        {"val_decode": "false"},
+        {"val_decode": 1},
+        {"val_decode": None},
+        {"attention": "memory", "attention_kwargs": {"position_encoding": "false"}},
+        {"attention": "memory", "attention_kwargs": {"bias": "False"}},
+        {"attention": "key_value", "attention_kwargs": {"scaled": "no"}},
+    ],
+    ids=str,
+)
+def test_a_bool_option_given_anything_but_true_or_false_is_refused(kwargs):
+    """bidirectional="False", val_decode="false", position_encoding="false" (from argparse, an env
+    var, a hand-written config) were truthy: they built the model with the option switched on."""
+    inner = "attention_kwargs" in kwargs
+    option, value = next(iter((kwargs["attention_kwargs"] if inner else kwargs).items()))
+    with pytest.raises(ValueError, match=rf"{option} must be True or False, got {value!r}"):
+        Seq2SeqModule(24, 24, **kwargs)
+    for good in (True, False):  # the bools themselves keep working, stored as given
+        given = {**kwargs, "attention_kwargs": {option: good}} if inner else {option: good}
+        hparams = Seq2SeqModule(24, 24, **given).hparams
+        assert (hparams.attention_kwargs if inner else hparams)[option] is good
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lr": None}, r"lr must be a number > 0, got None; leave it out for the default"),
+        ({"max_source_len": True}, r"max_source_len must be a whole number >= 1, got True"),
+        ({"attention_kwargs": {"K": None}}, r"K must be a whole number >= 1, got None; leave"),
+        ({"attention_kwargs": {"K": True}}, r"K must be a whole number >= 1, got True"),
+    ],
+    ids=str,
+)
+def test_a_number_option_given_none_or_a_bool_is_refused_naming_it(kwargs, message):
+    """K=None or K=True reached nn.Linear: "empty(): argument 'size' (position 1) must be tuple of
+    ints", which names neither K nor the fix."""
+    with pytest.raises(ValueError, match=message):
+        Seq2SeqModule(24, 24, **{"attention": "memory", **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"bos_id": 99}, r"bos_id=99 is not an id of the tgt vocabulary \(tgt_vocab_size=24"),
+        ({"eos_id": 30}, r"eos_id=30 is not an id of the src vocabulary \(src_vocab_size=24"),
+        ({"pad_id": 24}, r"pad_id=24 is not an id of the src vocabulary"),
+        ({"pad_id": 2, "eos_id": 2}, r"pad_id and eos_id are both 2: .* give them different"),
+        ({"pad_id": 1, "bos_id": 1}, r"pad_id and bos_id are both 1: .* give them different"),
+    ],
+    ids=str,
+)
+def test_special_ids_outside_the_vocabulary_or_shared_with_padding_are_refused(kwargs, message):
+    """eos_id=30 with a vocabulary of 24 was accepted (the model could never emit EOS), bos_id=99
+    ended in torch's bare IndexError at the first step, and pad_id == eos_id left EOS out of the
+    loss."""
+    with pytest.raises(ValueError, match=message):
+        Seq2SeqModule(24, 24, **kwargs)
+    assert Seq2SeqModule(24, 24, bos_id=2, eos_id=2).hparams.bos_id == 2  # BOS may be EOS
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"attention_kwargs": [("K", 4)]}], ids=str)
+def test_attention_kwargs_that_are_not_a_dict_are_refused_naming_them(kwargs):
+    """Seq2SeqModule(V, V, "memory", 16), K given positionally, said "'int' object is not
+    iterable"; a list of pairs was accepted and kept as a list in the hparams."""
+    args = (24, 24, "memory") + (() if kwargs else (16,))
+    with pytest.raises(ValueError, match=r"attention_kwargs must be a dict .*, got (16|\[)"):
+        Seq2SeqModule(*args, **kwargs)
+
+
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_ids_past_the_vocabulary_from_a_plain_dataloader_are_named(side, quiet_trainer):
+    """Without a datamodule, setup's check has no vocabulary size to compare: a too-small model
+    vocabulary gave torch's bare "IndexError: index out of range in self"."""
+    dm = small_copy()
+    dm.setup("fit")
+    sizes = {"src": dm.src_vocab_size, "tgt": dm.tgt_vocab_size, side: 10}
+    model = Seq2SeqModule(sizes["src"], sizes["tgt"], attention="none")
+    with pytest.raises(
+        ValueError, match=rf"{side} ids go up to \d+ but .* {side}_vocab_size=10 \(ids 0 to 9\)"
+    ):
+        quiet_trainer(max_steps=2).fit(model, train_dataloaders=dm.train_dataloader())
+    with pytest.raises(ValueError, match=rf"pass {side}_vocab_size=\d+ or more"):
+        quiet_trainer().validate(model, dataloaders=dm.val_dataloader())
+
+
 def test_decode_in_training_mode_decodes_as_in_eval_and_keeps_the_mode():
     """A module left in training mode (as built) decoded with dropout and monotonic attention's
     noise: the same batch gave other tokens each time."""
