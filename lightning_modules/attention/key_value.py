@@ -17,10 +17,10 @@ from .functional import masked_softmax
 
 @register_attention("key_value")
 class KeyValueAttention(Attention):
-    """alpha = softmax_j((W_K s_j)^T (W_Q h)); ctx = sum_j alpha_j W_V s_j.
+    """alpha = softmax_j((W_K s_j)^T (W_Q h) / sqrt(d_k)); ctx = sum_j alpha_j W_V s_j.
 
-    Unscaled by default, as the seeds' lecture notes write it; ``scaled=True`` divides the scores
-    by sqrt(d_k) (Vaswani et al.'s scaled dot product).
+    Scaled by 1/sqrt(d_k) by default (Vaswani et al.'s scaled dot product, keeping the scores'
+    spread independent of d_k); ``scaled=False`` leaves them unscaled.
 
     The maps have no bias, so ``ctx == W_V(sum_j alpha_j s_j)`` exactly, and a fully masked row
     (all alpha zero) gives a zero context.
@@ -39,7 +39,7 @@ class KeyValueAttention(Attention):
         memory_dim: int,
         key_dim: Annotated[int, Ge(1)] | None = None,
         value_dim: Annotated[int, Ge(1)] | None = None,
-        scaled: bool = False,
+        scaled: bool = True,
     ) -> None:
         super().__init__(query_dim, memory_dim)
         check_ranges(KeyValueAttention.__init__, locals(), owner="key_value attention")

@@ -381,9 +381,10 @@ def test_memory_projections_have_no_bias_unless_asked():
     assert with_bias.W_alpha.bias is not None and with_bias.W_beta.bias is not None
 
 
-def test_key_value_is_unscaled_unless_asked():
+def test_key_value_is_scaled_by_the_root_of_the_key_size_unless_told_not_to():
+    """alpha = softmax_j((W_K s_j)^T (W_Q h) / sqrt(d)): the default is the scaled form."""
     memory, mask, queries = make_inputs()
-    plain, scaled = build("key_value"), build("key_value", scaled=True)  # same seed, same weights
+    plain, scaled = build("key_value", scaled=False), build("key_value")  # same seed and weights
     q, keys = plain.query_proj(queries[0]), plain.key_proj(memory)  # (B, d), (B, S, d)
     scores = torch.einsum("bsk,bk->bs", keys, q)  # (B, S)
     for attn, divisor in ((plain, 1.0), (scaled, math.sqrt(D))):
