@@ -85,7 +85,18 @@ def holds_local_sweep(experiment: Path) -> bool:
 
 
 def nothing_to_resume(path: str) -> str:
-    """What ``--resume`` says when ``path`` (the experiment folder) holds no sweep."""
+    """What ``--resume`` says when ``path`` (the experiment folder) holds no sweep; where
+    ``--output`` named the sweep's own folder (``<out>/<name>``, so the launch looked in
+    ``<out>/<name>/<name>``), the ``--output`` that continues it instead of starting a new
+    sweep inside it."""
+    folder = Path(path)
+    if "://" not in path and folder.parent.name == folder.name:
+        if holds_local_sweep(folder.parent):
+            return (
+                f"--resume: {path} holds no sweep to continue, and --output names the sweep's "
+                f"own folder ({folder.parent}): pass --output {folder.parent.parent}, the folder "
+                f"that holds {folder.name}/."
+            )
     return (
         f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run "
         f"the same command without --resume to start the sweep."

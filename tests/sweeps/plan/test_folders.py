@@ -182,6 +182,14 @@ def test_dry_run_resume_says_what_it_continues_or_that_there_is_nothing(tmp_path
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"--resume continues the sweep in {out / 'again'}; its last results.csv: 2 done, 1 preempted"
     )
+    # --output the sweep's own folder: the advice was to start a new sweep inside it
+    inside = [str(spec), "--dry-run", "--resume", "--output", str(out / "again")]
+    assert main(inside) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --resume: {out / 'again' / 'again'} holds no sweep to continue, and --output "
+        f"names the sweep's own folder ({out / 'again'}): pass --output {out}, the folder that "
+        "holds again/."
+    )
 
 
 def test_a_storage_uri_of_a_scheme_ray_cannot_read_is_refused(tmp_path, capsys):
