@@ -31,6 +31,13 @@ from sweeps.storage import find_storage_fault
 STOPPED = ("preempted", "budget", "unfinished")
 
 
+#: what the retry line adds: a resume keeps the settings that planned the trials
+RETRY_NOTE = (
+    "(a resume runs them as they were planned: a failure that a setting of task, model, trainer, "
+    "grid or the search causes fails again; change it with another --output, a new sweep)"
+)
+
+
 def write_results(launch: Launch) -> None:
     """Every planned trial's row (even one Tune never created), results.csv and results.md."""
     spec, rows = launch.spec, launch.rows
@@ -177,6 +184,6 @@ def exit_status(launch: Launch) -> int:
             file=sys.stderr,
         )
         print("\n".join(failed), file=sys.stderr)
-        print(f"retry them with:\n  {resume_cmd}", file=sys.stderr)
+        print(f"retry them with:\n  {resume_cmd}\n{RETRY_NOTE}", file=sys.stderr)
         return 1
     return 0

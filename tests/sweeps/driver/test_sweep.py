@@ -296,6 +296,8 @@ def test_a_failed_trial_is_an_error_row_and_resume_skips_its_truncated_newest_ch
     assert (
         "1 of 1 trial(s) failed" in err and "attention=bahdanau seed=0" in err and "--resume" in err
     )
+    # a resume keeps the plan's settings: a failure one of them causes needs a new sweep
+    assert "change it with another --output, a new sweep" in err
 
     trial_dir = next(p for p in (out / "torn").iterdir() if (p / "result.json").exists())
     assert result_steps(trial_dir) == [10, 20]
