@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from sweeps.heldout.stage import evaluate_chosen_trials, mark_not_evaluated, stopped_rows
+from sweeps.layout import HELDOUT_FILE, TIMING_FILE
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.publish import publish_heldout, publish_timings
 from sweeps.timing.stage import mark_not_timed, time_finished_trials
@@ -46,3 +47,26 @@ def heldout_left(launch: Launch) -> None:
     """A stop after training, before the held-out stage: the chosen trials' rows say they are not
     evaluated yet, as a stop inside the stage leaves them."""
     mark_not_evaluated(launch.rows, launch.settings.spec)
+
+
+def measured_before(launch: Launch, name: str, key: str, what: str) -> None:
+    """A stage turned off (``<key>: false``) on a resume whose earlier runs measured some trials
+    (their ``name`` files): say that results.csv and results.md leave those figures out now, and
+    how to bring them back (they stay on disk)."""
+    if not launch.args.resume or not launch.out_dir.is_dir():
+        return
+    found = sum(1 for _ in launch.out_dir.glob(f"*/{name}"))
+    if found:
+        print(
+            f"{key} is false: the {what} an earlier run measured for {found} trial(s) (their "
+            f"{name}, kept) are left out of results.csv and results.md; --resume --set "
+            f"{key}=true brings them back"
+        )
+
+
+def timing_off(launch: Launch) -> None:
+    measured_before(launch, TIMING_FILE, "timing.enabled", "decode timings")
+
+
+def heldout_off(launch: Launch) -> None:
+    measured_before(launch, HELDOUT_FILE, "heldout.enabled", "test-split figures")

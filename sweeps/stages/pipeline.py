@@ -38,7 +38,8 @@ class Stage:
     """One stage: its event name, the function, how it takes a stop request (``raise``,
     ``tune`` or ``poll``: :data:`sweeps.driver.preemption.MODES`), the budget ledger's name for its
     time, whether the sweep asks for it, whether it runs after a stop too (it gathers what
-    is done), and what marks the rows it leaves to ``--resume`` when a stop skips it."""
+    is done), what marks the rows it leaves to ``--resume`` when a stop skips it, and what it says
+    when the sweep does not ask for it (``off``)."""
 
     name: str
     run: Callable[[Launch], int | None]
@@ -47,6 +48,7 @@ class Stage:
     wanted: Callable[[SweepSpec], bool] = lambda spec: True
     always: bool = False
     left: Callable[[Launch], None] | None = None
+    off: Callable[[Launch], None] | None = None
 
 
 def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
@@ -69,6 +71,7 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
             "timing",
             lambda spec: spec.timing.enabled,
             left=measure.timing_left,
+            off=measure.timing_off,
         ),
         Stage("warm", train.reuse_warm, "raise", "training", always=True),
         Stage("confirm", confirm.confirm, "tune", "confirm", lambda spec: bool(spec.confirm_seeds)),
@@ -79,6 +82,7 @@ def launch_stages() -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
             "heldout",
             lambda spec: spec.heldout.enabled,
             left=measure.heldout_left,
+            off=measure.heldout_off,
         ),
         Stage("publish", publish.publish, "poll", "reports", always=True),
     )
@@ -136,6 +140,8 @@ def run_stages(launch: Launch, stages: tuple[Stage, ...]) -> int | None:
     a bad setup, 3 for a spent budget), else None."""
     for stage in stages:
         if not stage.wanted(launch.spec):
+            if stage.off is not None:
+                stage.off(launch)
             continue
         launch.enter(stage.ledger)
         if launch.stopping() and not stage.always:

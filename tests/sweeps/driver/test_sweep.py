@@ -214,6 +214,28 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
         == df["decode_seconds"].tolist()
     )
 
+    # a resume that turns the measuring stages off says which figures results.csv now leaves out,
+    # and keeps their files: turned on again, results.csv has them back
+    resume = [str(spec), "--output", str(out), "--verbose", "0", "--resume"]
+    off = ["--set", "timing.enabled=false", "--set", "heldout.enabled=false"]
+    assert main([*resume, *off]) == 0
+    said = capsys.readouterr().out
+    for key, what in (("timing", "decode timings"), ("heldout", "test-split figures")):
+        assert (
+            f"{key}.enabled is false: the {what} an earlier run measured for 2 trial(s)" in said
+        ), said
+    assert "test/bleu" not in pd.read_csv(sweep_dir / "results.csv")
+    assert {
+        p: p.read_text()
+        for p in (out / "e2e").glob("*/*.json")
+        if p.name in ("timing.json", "heldout.json")
+    } == before
+    on = ["--set", "timing.enabled=true", "--set", "heldout.enabled=true"]
+    assert main([*resume, *on]) == 0
+    back = pd.read_csv(sweep_dir / "results.csv", dtype={"trial_id": str})
+    assert back["decode_seconds"].tolist() == df["decode_seconds"].tolist()
+    assert back["test/bleu"].tolist() == df["test/bleu"].tolist()
+
 
 def test_trial_that_fails_once_resumes_from_its_checkpoint(
     local_ray, tmp_path, capsys, monkeypatch
