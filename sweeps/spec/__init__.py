@@ -1,5 +1,6 @@
 """The sweep file: schema (:mod:`.schema`), grid expansion (:mod:`.grid`), cell validation
-(:mod:`.validate`) and loading (:mod:`.load`).
+(:mod:`.validate`), loading (:mod:`.load`) and the launch record ``--resume`` reads
+(:mod:`.launch_record`).
 
 A sweep file is one study. ``load_spec(path)`` parses and validates it completely -- every key,
 every grid cell's resolved model and data settings, every nuisance distribution -- before Ray is
@@ -8,6 +9,7 @@ started, and raises :class:`SpecError` naming the key's path and what is allowed
 tunes inside each cell with a budget of ``num_samples`` trials.
 """
 
+from sweeps.layout import LAUNCH_FILE
 from sweeps.spec.dotted import get_dotted, set_dotted
 from sweeps.spec.grid import (
     COLUMN_NAMES,
@@ -22,16 +24,13 @@ from sweeps.spec.grid import (
     resolve_sections,
     unit_key,
 )
+from sweeps.spec.launch_record import check_resumed_plan, resume_launch, save_launch
 from sweeps.spec.load import (
-    LAUNCH_FILE,
     SMOKE_DEFAULTS,
     build_sweep,
-    check_resumed_plan,
     load_spec,
     parse_overrides,
     profile_line,
-    resume_launch,
-    save_launch,
 )
 from sweeps.spec.schema import SpecError, SweepSpec, TrainerSpec
 from sweeps.spec.search_schema import ParamSpec

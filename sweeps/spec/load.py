@@ -14,8 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from sweeps.assignments import AssignmentError, parse_assignments
-from sweeps.layout import LAUNCH_FILE
-from sweeps.spec.dotted import UNSET, dotted_differences, get_dotted, holding_key, set_dotted
+from sweeps.spec.dotted import get_dotted, holding_key, set_dotted
 from sweeps.spec.gpu import check_gpu_settings
 from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
 from sweeps.spec.messages import format_validation
@@ -38,7 +37,7 @@ def load_spec(
     if not path.exists():
         raise SpecError("", "no such sweep file; the shipped ones are in sweeps/*.yaml", source)
     if path.is_dir():
-        found = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:8]) or "none"
+        found = ", ".join(sorted(p.name for p in path.glob("*.yaml"))) or "none"
         raise SpecError(
             "", f"is a folder, not a sweep file; pass one of its .yaml files ({found})", source
         )
@@ -369,110 +368,6 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
         ) from None
 
 
-def save_launch(
-    out_dir: Path,
-    overrides: list[str],
-    profile: str | None,
-    planned: dict[str, Any] | None = None,
-    profile_settings: dict[str, tuple[Any, str]] | None = None,
-) -> Path:
-    """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
-    overrides, the profile and the sweep file's settings that plan its trials (``planned``:
-    :attr:`sweeps.spec.grid.Sweep.planned`); and what the profile set, in words
-    (``profile_sets``: :func:`profile_line`), which results.md repeats."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / LAUNCH_FILE
-    record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
-    if planned is not None:
-        record["planned"] = planned
-    if profile_settings or overrides:
-        record["profile_sets"] = profile_line(profile, profile_settings or {}, overrides)
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    return path
-
-
-def resume_launch(
-    out_dir: Path,
-    overrides: list[str],
-    profile: str | None,
-    source: str,
-    planned: dict[str, Any] | None = None,
-) -> tuple[list[str], str | None]:
-    """The first run's overrides and profile (``--smoke`` is profile smoke), for ``--resume``.
-    New ``--set`` values of the settings that plan the trials (:data:`PLAN_KEYS`) may repeat them
-    but not change or add to them (the trials already run were planned without); raises
-    SpecError saying which. Other settings (a budget, ``failure``, ``timing``) may be given:
-    they replace the recorded ones. The sweep file's settings that plan the trials (``planned``)
-    must be the first run's. Without a record (a sweep from an older version) the given ones
-    stand."""
-    path = out_dir / LAUNCH_FILE
-    if not path.exists():
-        return overrides, profile
-    first = json.loads(path.read_text())
-    if planned is not None and "planned" in first:
-        _check_plan_unchanged(first["planned"], planned, path, source)
-    before, now = parse_overrides(first["overrides"], source), parse_overrides(overrides, source)
-    # settings outside the plan may change (a larger budget continues a sweep whose budget ran
-    # out), and the new values replace the recorded ones
-    free = {k for k in now if k.split(".")[0] not in PLAN_KEYS}
-    # a --set of the value the first run planned with (its own --set, its profile's or its
-    # file's) repeats it
-    first_values = {k: _first_value(first, before, k, source) for k in now if k not in free}
-    changed = [k for k, (value, _) in first_values.items() if value is UNSET or value != now[k]]
-    if changed:
-        was = ", ".join(
-            f"{k}={value!r}{where}" if value is not UNSET else f"{k} unset"
-            for k in changed
-            for value, where in [first_values[k]]
-        )
-        raise SpecError(
-            f"--set {changed[0]}",
-            f"--resume continues the first run with its own overrides (the first run's: {was}; "
-            f"recorded in "
-            f"{path}); drop the --set to continue, or start a new sweep with another --output "
-            f"{_plan_note()}",
-            source,
-        )
-    if profile is not None and profile != (used := first.get("profile")):
-        raise SpecError(
-            "--profile",
-            (
-                f"the first run used profile {used!r}, not {profile!r} (recorded in {path}); "
-                f"resume it with --profile {used} or with no --profile"
-                if used is not None
-                else f"the first run used no profile, not {profile!r} (recorded in {path}); "
-                f"resume it with no --profile"
-            ),
-            source,
-        )
-    kept = [o for o in first["overrides"] if next(iter(parse_overrides([o], source))) not in free]
-    new = [o for o in overrides if next(iter(parse_overrides([o], source))) in free]
-    return kept + new, first.get("profile")
-
-
-def _first_value(first: dict, before: dict[str, Any], key: str, source: str) -> tuple[Any, str]:
-    """The value the first run (its record ``first``, its ``--set`` values ``before``) planned
-    ``key`` with, :data:`UNSET` where none, and where that value came from, in words (nothing
-    for its own ``--set``)."""
-    if key in before:
-        return before[key], ""
-    value = get_dotted(first.get("planned"), key, UNSET)  # the file's, with the profile's
-    if value is UNSET:
-        return UNSET, ""
-    used = first.get("profile")
-    if used is not None:
-        try:  # the profile's settings, as the sweep file (its plan the first run's) declares them
-            raw = read_yaml(Path(source).read_text(encoding="utf-8"), source)
-            profiled = profile_overrides(raw if isinstance(raw, dict) else {}, used, source)
-        except (OSError, ValueError, yaml.YAMLError, SpecError):
-            profiled = profile_overrides({}, used, source) if used == "smoke" else {}
-        if holding_key(key, profiled) is not None:
-            return value, f" from profile {used}"
-        if any(k.startswith(f"{key}.") for k in profiled):
-            return value, f" from the sweep file and profile {used}"
-    return value, " from the sweep file"
-
-
 #: the sweep file's sections that plan the trials and what they are judged by: a resume's, in the
 #: file and in ``--set``, must be the first run's (the others, such as failure, budget,
 #: max_concurrent_trials, timing, heldout, wandb and chaos, may change: a sweep stopped by a fault
@@ -495,45 +390,6 @@ PLAN_KEYS = (
     "resources",  # with fusion: which trials train as one fused group, and the GPU arrangement
     "fusion",
 )
-
-
-def check_resumed_plan(out_dir: Path, planned: dict[str, Any], source: str) -> None:
-    """For ``--resume``, once the sweep is loaded with the first run's overrides and profile
-    (:func:`resume_launch`): its file plans the trials as at the first run (raises SpecError
-    saying what changed). Without a record of the first run's plan, nothing to check."""
-    path = out_dir / LAUNCH_FILE
-    if path.exists() and "planned" in (first := json.loads(path.read_text())):
-        _check_plan_unchanged(first["planned"], planned, path, source)
-
-
-def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> None:
-    """The sweep file a resume reads plans the trials as the first run's did: the trials already
-    run were planned from the first, and the resumed ones would be planned from the edited one,
-    under the same sweep's name and in one results.csv."""
-    now = json.loads(json.dumps(now, default=str))  # as the record holds it (YAML dates as text)
-    changed = dotted_differences(before, now)
-    if not changed:
-        return
-    listed = "; ".join(
-        f"{key} was {_shown(was)}, is {_shown(is_)}" for key, was, is_ in changed[:5]
-    )
-    more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
-    raise SpecError(
-        "--resume",
-        f"the sweep file plans its trials otherwise than at the first run: {listed}{more}. The "
-        f"trials already run were planned from the first run's file (its settings recorded in "
-        f"{path}, under `planned`); put those values back to continue, or start a new sweep with "
-        f"another --output {_plan_note()}",
-        source,
-    )
-
-
-def _plan_note() -> str:
-    return f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)"
-
-
-def _shown(value: Any) -> str:
-    return "unset" if value is UNSET else json.dumps(value, default=str)
 
 
 def _validate_search_bounds(
@@ -582,14 +438,63 @@ def _check_whole_mapping(raw: dict, key: str, value: Any, source: str) -> None:
 
 def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> None:
     """An override of the raw spec. ``grid`` and ``parameters`` keys are themselves dotted:
-    ``grid.task.max_length`` sets ``raw["grid"]["task.max_length"]``."""
+    ``grid.task.max_length`` sets ``raw["grid"]["task.max_length"]``; but a key that goes on past
+    an entry they have walks into it: ``grid.model.1.K`` sets ``K`` in the second variant of
+    ``grid.model``, ``parameters.model.lr.max`` the range's ``max``."""
     parts = key.split(".")
     if parts[0] in ("grid", "parameters") and len(parts) > 1 and all(parts):
         if not isinstance(raw.get(parts[0]), dict):
             raw[parts[0]] = {}
-        raw[parts[0]][".".join(parts[1:])] = value
+        if not _set_inside_entry(raw[parts[0]], parts[0], parts[1:], value, origin, source):
+            raw[parts[0]][".".join(parts[1:])] = value
         return
     try:
         set_dotted(raw, key, value)
     except ValueError as exc:
         raise SpecError(origin, str(exc), source) from None
+
+
+def _set_inside_entry(
+    block: dict, section: str, parts: list[str], value: Any, origin: str, source: str
+) -> bool:
+    """Sets ``value`` inside an entry of ``block`` (the grid or the parameters) that ``parts``
+    goes on past (the longest such entry's name first): into a list's item by its number (a grid
+    variant, one value of an axis), or a mapping's key (a parameter's ``max``). False where no
+    entry is named so, or where the grid's list is followed by a name, not a number
+    (``grid.model.dropout``: a new axis, as it always was)."""
+    for cut in range(len(parts) - 1, 0, -1):
+        name, rest = ".".join(parts[:cut]), parts[cut:]
+        entry = block.get(name)
+        if isinstance(entry, list) and rest[0].isdigit():
+            break
+        if isinstance(entry, dict):
+            break
+    else:
+        return False
+    where = f"{section}.{name}"
+    if isinstance(entry, list) and int(rest[0]) >= len(entry):
+        last = f"0 to {len(entry) - 1}" if entry else "none"
+        raise SpecError(
+            origin,
+            f"{where} is a list of {len(entry)} item(s) (numbered {last}), cannot set "
+            f"{section}.{'.'.join(parts)}",
+            source,
+        )
+    if isinstance(entry, list) and len(rest) == 1:
+        entry[int(rest[0])] = value
+        return True
+    inner = entry[int(rest[0])] if isinstance(entry, list) else entry
+    below = rest[1:] if isinstance(entry, list) else rest
+    if not isinstance(inner, dict):
+        raise SpecError(
+            origin,
+            f"{where}.{rest[0]} is {inner!r}, not a mapping, cannot set {section}."
+            f"{'.'.join(parts)}",
+            source,
+        )
+    try:
+        set_dotted(inner, ".".join(below), value)
+    except ValueError as exc:
+        inside = f"{where}.{rest[0]}" if isinstance(entry, list) else where
+        raise SpecError(origin, f"in {inside}: {exc}", source) from None
+    return True

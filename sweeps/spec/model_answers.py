@@ -1,9 +1,9 @@
 """What only the model and data packages can answer, asked by the signature cache
 (:mod:`sweeps.spec.signatures`) on a question it has not seen: their constructor signatures,
-whether a mechanism takes some options, its cost per decoder step, whether a model has a fused
-form, whether a mechanism can distil. Importing this module imports torch and Lightning, which is
-why the cache imports it only on a miss: a launch or a ``--dry-run`` of a sweep it has seen never
-does."""
+whether a mechanism takes some options, the longest source it covers, its cost per decoder step,
+whether a model has a fused form, whether a mechanism can distil. Importing this module imports
+torch and Lightning, which is why the cache imports it only on a miss: a launch or a
+``--dry-run`` of a sweep it has seen never does."""
 
 from __future__ import annotations
 
@@ -52,6 +52,16 @@ def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, 
     except (ValueError, TypeError) as exc:
         return str(exc)
     return None
+
+
+def longest_source(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> int | None:
+    """The mechanism's ``longest_source`` as built with ``options``, or None (any length, or it
+    does not build)."""
+    try:
+        built = build_attention(attention, query_dim=dims[0], memory_dim=dims[1], **options)
+    except (ValueError, TypeError):
+        return None
+    return built.longest_source
 
 
 def step_cost(attention: str, options: dict[str, Any]) -> float:

@@ -1,8 +1,10 @@
 """One value of a sweep file as YAML reads it and as a message says it: a yes/no value where a
-number goes (pydantic's lax mode would take ``true`` for 1), a number YAML read as text (``1e-4``,
-``1e5``: no dot before the exponent), and a type as a user writes it. Used by the schema's own
-fields (:class:`sweeps.spec.search_schema._Strict`) and by the checks of the constructor settings
-(:mod:`sweeps.spec.validate`), so both say these mistakes in the same words."""
+number goes (pydantic's lax mode would take ``true`` for 1), text where a yes/no value goes
+(``'false'``, which a constructor would read as true), a number YAML read as text (``1e-4``,
+``1e5``, ``2.0e4``: no dot before the exponent, or no sign in it), and a type as a user writes
+it. Used by the schema's own fields (:class:`sweeps.spec.search_schema._Strict`) and by the
+checks of the constructor settings (:mod:`sweeps.spec.validate`), so both say these mistakes in
+the same words."""
 
 from __future__ import annotations
 
@@ -44,13 +46,20 @@ def is_number_text(text: str) -> bool:
 
 
 def unquoted(text: str, kind: type | None = float) -> str:
-    """How to write ``text`` (a number read as text) as a number of ``kind``: YAML reads ``1e-4``
-    and ``1e5`` (no dot in the mantissa) as text."""
+    """How to write ``text`` (a number read as text) as a number of ``kind``: YAML 1.1 reads an
+    exponent as a number only with a dot in the mantissa and a sign in the exponent, so ``1e-4``,
+    ``1e5`` and ``2.0e4`` are text, ``2.0e+4`` a number."""
     mantissa, e, exponent = text.lower().partition("e")
-    if e and "." not in mantissa:
+    if e and ("." not in mantissa or exponent[:1] not in ("+", "-")):
         number = float(text)
+        signed = exponent if exponent[:1] in ("+", "-") else f"+{exponent}"
+        dotted = "." in mantissa
+        as_yaml = f"{mantissa if dotted else mantissa + '.0'}e{signed}"
         if kind is int and number.is_integer():
-            return f"YAML reads {text} as text: write {int(number)}"
+            also = f" (or {as_yaml})" if dotted else ""
+            return f"YAML reads {text} as text: write {int(number)}{also}"
+        if dotted:
+            return f"YAML reads {text} as text: write {as_yaml} or {number:g}"
         return f"YAML reads {text} as text: write {mantissa}.0e{exponent} or {number:g}"
     return "write it without quotes"
 
@@ -59,6 +68,33 @@ def text_problem(annotation: Any, value: str) -> str:
     """The line for a number written as text where ``annotation`` wants a number."""
     write = unquoted(value, number_kind(annotation))
     return f"{value!r} is text; expected {type_name(annotation)} ({write})"
+
+
+#: the text pydantic's lax mode reads as a yes/no value (any case)
+BOOL_WORDS = {
+    **dict.fromkeys(("true", "yes", "y", "on", "t", "1"), True),
+    **dict.fromkeys(("false", "no", "n", "off", "f", "0"), False),
+}
+
+
+def accepts_text(annotation: Any) -> bool:
+    """Whether ``annotation`` (through Optional, Union, Annotated, Literal) admits some text."""
+    if annotation is str or annotation is Any:
+        return True
+    return any(isinstance(arg, str) or accepts_text(arg) for arg in typing.get_args(annotation))
+
+
+def bool_text_problem(annotation: Any, value: Any) -> str | None:
+    """The line for text where ``annotation`` wants a yes/no value and no text (``'false'`` is
+    text, which pydantic's lax mode would read as False but a constructor given it reads as
+    true), or None where ``value`` is no such text."""
+    if not isinstance(value, str) or not accepts_bool(annotation) or accepts_text(annotation):
+        return None
+    if number_kind(annotation) is not None and is_number_text(value):
+        return None  # '1' where a number or a yes/no value goes: said as a number's text
+    word = BOOL_WORDS.get(value.strip().lower())
+    write = "true or false" if word is None else str(word).lower()
+    return f"{value!r} is text; expected {type_name(annotation)} (write {write} without quotes)"
 
 
 def yes_no_problem(annotation: Any, value: bool) -> str:
@@ -80,10 +116,14 @@ def _holds_items(annotation: Any) -> bool:
 
 def schema_value_problem(annotation: Any, value: Any) -> str | None:
     """What pydantic's lax mode would take silently, or refuse in words of its own, for one value
-    of a schema field of a number type: ``true`` (read as 1) and a whole number that YAML read as
-    text (``max_steps: 1e5``: "unable to parse string as an integer"). None when neither."""
+    of a schema field of a number or yes/no type: ``true`` (read as 1), text for a yes/no value
+    (``'false'``, read as False) and a whole number that YAML read as text (``max_steps: 1e5``:
+    "unable to parse string as an integer"). None when none of these."""
     if _holds_items(annotation):
         return None
+    problem = bool_text_problem(annotation, value)
+    if problem:
+        return problem
     kind = number_kind(annotation)
     if kind is None:
         return None

@@ -192,7 +192,9 @@ class TrainerSpec(_Strict):
     check_val_every_n_epoch: int | None = Field(None, ge=1)
     # training batches per epoch: a count (int) or a fraction of the epoch (float); null: all
     limit_train_batches: Positive | None = None
-    limit_val_batches: NonNegative | None = None  # 0 turns validation off
+    # validation batches: a count (int) or a fraction of the validation set (float); null: all.
+    # Not 0: validation off, no trial would report its metric (reports come with validation)
+    limit_val_batches: NonNegative | None = None
     # the gradients' norm is clipped to this at every step; 0 or null: no clipping
     gradient_clip_val: float | None = Field(1.0, ge=0)
     # batches whose gradients are summed into one optimizer step (1: a step per batch)
@@ -235,6 +237,19 @@ class TrainerSpec(_Strict):
                 f"{value!r} is above 1.0: Lightning reads a float as {fraction} (0.0 to 1.0) and "
                 f"a whole number as a count of {count}; write a fraction up to 1.0, or a whole "
                 f"number (e.g. {max(1, round(value))})"
+            )
+        return value
+
+    @field_validator("limit_val_batches")
+    @classmethod
+    def _validates(cls, value: Any) -> Any:
+        """0 turns Lightning's validation off: the trials report to Tune when they validate, so
+        none would report the sweep's metric, and Tune stops the launch with a traceback."""
+        if value == 0:
+            raise ValueError(
+                f"{value!r} turns validation off, so no trial would report the sweep's metric "
+                "(trials report when they validate); give a count of validation batches (e.g. "
+                "2) or a fraction above 0 (e.g. 0.25)"
             )
         return value
 
@@ -340,7 +355,19 @@ class SearchSpec(_Strict):
     # Optuna's sampler: tpe, random, or nsga2 (NSGAIISampler, for multi-objective studies)
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     # the samplers' base seed: each Optuna study (a cell and seed) samples from a seed drawn from it
+    # (by numpy's SeedSequence, which takes whole numbers from 0)
     seed: int = 0
+
+    @field_validator("seed")
+    @classmethod
+    def _non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(
+                f"{value} is out of range; the samplers' base seed is a whole number from 0 (each "
+                f"study's seed is drawn from it by numpy's SeedSequence, which refuses negative "
+                f"ones), e.g. search: {{seed: 0}}"
+            )
+        return value
 
 
 class TimingSpec(_Strict):

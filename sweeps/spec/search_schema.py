@@ -295,6 +295,28 @@ class ConstraintSpec(_Strict):
 # ---- a trial whose metric converged stops: the callback is sweeps.trial.stop_when
 
 
+def stop_direction_problem(
+    metric: str, at_least: float | None, at_most: float | None
+) -> str | None:
+    """Why a ``stop_when`` bound against ``metric``'s direction would stop every trial at once, or
+    None: an untrained model's BLEU is already at most 90, its loss already at least 0.1, so the
+    trial would stop as converged at its first report (a metric of no known direction takes
+    either)."""
+    natural = NATURAL_GOALS.get(metric)
+    if natural == "maximize" and at_most is not None:
+        given, bound, better = "at_most", at_most, "higher"
+    elif natural == "minimize" and at_least is not None:
+        given, bound, better = "at_least", at_least, "lower"
+    else:
+        return None
+    fix = "at_least" if given == "at_most" else "at_most"
+    return (
+        f"{given} {bound:g} for {metric} would stop every trial as converged at its first "
+        f"report (a {better} {metric} is better, and an untrained model's is {given.replace('_', ' ')} "
+        f"{bound:g} already); write {fix}: {bound:g}"
+    )
+
+
 class StopWhenSpec(_Strict):
     """Stop a trial once ``metric`` is at least ``at_least`` (or at most ``at_most``) at
     ``reports`` validation reports in a row."""
@@ -327,6 +349,9 @@ class StopWhenSpec(_Strict):
         )
         if problem:
             raise ValueError(f"no trial would stop: {problem}")
+        problem = stop_direction_problem(self.metric, self.at_least, self.at_most)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def reached(self, value: float) -> bool:

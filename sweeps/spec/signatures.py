@@ -30,7 +30,7 @@ from typing import Any
 from datamodules import TASKS as TASK_CLASSES  # task name -> datamodule class name (torch-free)
 
 PACKAGES = ("lightning_modules", "datamodules")
-FORMAT = 6  # bump when the pickled layout or its keys change
+FORMAT = 7  # bump when the pickled layout or its keys change
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Signatures:
     attention_checks: dict[tuple, str | None] = field(default_factory=dict)  # see attention_problem
     step_costs: dict[tuple, float] = field(default_factory=dict)  # see step_cost
     fusion_checks: dict[tuple, str | None] = field(default_factory=dict)  # see fusion_problem
+    longest_sources: dict[tuple, int | None] = field(default_factory=dict)  # see longest_source
     dirty: bool = False
 
 
@@ -230,6 +231,19 @@ def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, 
         sig.attention_checks[key] = answers().attention_problem(attention, options, dims)
         sig.dirty = True
     return sig.attention_checks[key]
+
+
+def longest_source(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> int | None:
+    """The longest source (incl. EOS) the mechanism built with ``options`` attends over (its own
+    ``longest_source``: luong_location's ``max_source_len``, memory attention's with position
+    encodings), or None: any length (or it does not build: :func:`attention_problem` says why).
+    Cached with the signatures, as :func:`attention_problem` is."""
+    sig = signatures()
+    key = (attention, frozen(options), tuple((type(d).__name__, d) for d in dims))
+    if key not in sig.longest_sources:
+        sig.longest_sources[key] = answers().longest_source(attention, options, dims)
+        sig.dirty = True
+    return sig.longest_sources[key]
 
 
 def step_cost(attention: str, options: dict[str, Any]) -> float:

@@ -13,10 +13,12 @@ from pydantic import TypeAdapter, ValidationError
 
 from datamodules.ranges import allowed_range, number_kind
 from lightning_modules.presets import PRESETS, attention_dims
+from sweeps.spec.data_fit import check_data_fit
 from sweeps.spec.grid import Cell
 from sweeps.spec.messages import format_validation
 from sweeps.spec.scalars import (
     accepts_bool,
+    bool_text_problem,
     did_you_mean,
     is_number_text,
     text_problem,
@@ -132,6 +134,14 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             else _origin(cell, "model.attention", "model")
         )
         raise SpecError(where, problem, source)
+    if "max_source_len" in att_params and model.get("max_source_len") is not None:
+        # the module passes its own on to the mechanism, as the trial builds it
+        att_opts = {**att_opts, "max_source_len": model["max_source_len"]}
+
+    def where_of(key: str) -> str:
+        return _origin(cell, key, key)
+
+    check_data_fit(task, model, trainer, where_of, source, (attention, att_opts, dims))
 
 
 def _check_type(annotation: Any, value: Any, where: str, source: str) -> None:
@@ -166,8 +176,12 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
     """Why ``value`` does not fit ``annotation`` (message), or None. ``kind`` keeps 1 and True apart."""
     if kind is bool and not accepts_bool(annotation):  # pydantic's lax mode would take True for 1
         return yes_no_problem(annotation, value)
-    # pydantic's lax mode takes "64" and 64.0 for 64 (and refuses "1e5" in words of its own), but
-    # the constructors are given the value itself, and the model's checks refuse them
+    # pydantic's lax mode takes "64" and 64.0 for 64, and "false" for False (and refuses "1e5" in
+    # words of its own), but the constructors are given the value itself: the model's checks
+    # refuse the first, and a bool setting given the text "false" is on
+    bool_text = bool_text_problem(annotation, value)
+    if bool_text:
+        return bool_text
     number = number_kind(annotation)
     if isinstance(value, str) and number is not None and is_number_text(value):
         return text_problem(annotation, value)

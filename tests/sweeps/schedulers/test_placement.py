@@ -111,7 +111,11 @@ def run_like_tune(scheduler, trials, queue, cpus=1.0, steps=50):
             chosen.status = Trial.PENDING
         for t in [chosen, *reversed(tune.trials)]:  # the choice, then the rest
             used = sum(share[r.trial_id] for r in tune.trials if r.status == Trial.RUNNING)
-            if t is not None and t.status == Trial.PENDING and used + share[t.trial_id] <= cpus + 1e-9:
+            if (
+                t is not None
+                and t.status == Trial.PENDING
+                and used + share[t.trial_id] <= cpus + 1e-9
+            ):
                 t.status = Trial.RUNNING
         for group, (size, members) in _groups(tune.trials).items():
             running = [m for m in members if m.status == Trial.RUNNING]

@@ -574,9 +574,7 @@ def test_the_printed_resume_command_continues_a_sweep_started_with_a_profile(tmp
     (folder / "results.csv").write_text("trial_id,status\nabc,budget\n")  # the stopped run's
     assert launch_main([str(spec), "--output", str(out), "--resume", "--dry-run"]) == 0
     said = capsys.readouterr()
-    assert (
-        "resuming with the recorded overrides: --set model.lr=0.01 --profile short" in said.out
-    )
+    assert "resuming with the recorded overrides: --set model.lr=0.01 --profile short" in said.out
     assert "(profile short)" in said.out and "plans its trials otherwise" not in said.err
     # a setting outside the plan given now is this command's, not the first run's
     argv = [str(spec), "--output", str(out), "--resume", "--dry-run", "--set", "budget.hours=1"]

@@ -106,7 +106,7 @@ def test_a_float_above_one_for_a_fraction_or_count_is_refused(key, value, said):
     [
         {"max_steps": 10, "val_check_interval": 1.0, "limit_val_batches": 0.5},
         {"max_steps": 10, "val_check_interval": 10, "limit_val_batches": 2},
-        {"max_steps": 10, "limit_train_batches": 1.0, "limit_val_batches": 0},
+        {"max_steps": 10, "limit_train_batches": 1.0, "limit_val_batches": 1},
         # 40 batches are 10 steps of 4 batches: validated at the last step
         {"max_steps": 10, "val_check_interval": 40, "accumulate_grad_batches": 4},
     ],
