@@ -32,6 +32,19 @@ def base_spec(**over: Any) -> dict[str, Any]:
     return spec
 
 
+def spec_error(raw: dict[str, Any], **kwargs: Any) -> str:
+    """The one-line message :func:`sweeps.spec.build_sweep` refuses ``raw`` with."""
+    import pytest
+
+    from sweeps.spec import SpecError, build_sweep
+
+    with pytest.raises(SpecError) as info:
+        build_sweep(raw, source="x.yaml", **kwargs)
+    message = str(info.value)
+    assert "\n" not in message, "one line"
+    return message
+
+
 def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
     """A two-cell copy-task study that trains in seconds; top-level keys in ``over`` replace its own.
     The decode-timing stage is off (each timed trial costs a fresh process, ~4 s), and so is the

@@ -225,12 +225,10 @@ def attention_problem(attention: str, options: dict[str, Any], dims: tuple[int, 
     """Why the mechanism rejects ``options`` at (query, memory) sizes ``dims`` (its own message),
     or None. Each distinct configuration is constructed once, ever: the answer is cached with the
     signatures."""
-    sig = signatures()
-    key = (attention, frozen(options), tuple((type(d).__name__, d) for d in dims))
-    if key not in sig.attention_checks:
-        sig.attention_checks[key] = answers().attention_problem(attention, options, dims)
-        sig.dirty = True
-    return sig.attention_checks[key]
+    key = _mechanism_key(attention, options, dims)
+    return _cached(
+        "attention_checks", key, lambda: answers().attention_problem(attention, options, dims)
+    )
 
 
 def longest_source(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> int | None:
@@ -238,12 +236,25 @@ def longest_source(attention: str, options: dict[str, Any], dims: tuple[int, int
     ``longest_source``: luong_location's ``max_source_len``, memory attention's with position
     encodings), or None: any length (or it does not build: :func:`attention_problem` says why).
     Cached with the signatures, as :func:`attention_problem` is."""
+    key = _mechanism_key(attention, options, dims)
+    return _cached(
+        "longest_sources", key, lambda: answers().longest_source(attention, options, dims)
+    )
+
+
+def _mechanism_key(attention: str, options: dict[str, Any], dims: tuple[int, int]) -> tuple:
+    """A mechanism built with ``options`` at sizes ``dims``, as a cache key (1 and 1.0 apart)."""
+    return (attention, frozen(options), tuple((type(d).__name__, d) for d in dims))
+
+
+def _cached(table: str, key: tuple, ask: Any) -> Any:
+    """The signatures' answer in ``table`` to ``key``, asked (``ask()``) and kept on a miss."""
     sig = signatures()
-    key = (attention, frozen(options), tuple((type(d).__name__, d) for d in dims))
-    if key not in sig.longest_sources:
-        sig.longest_sources[key] = answers().longest_source(attention, options, dims)
+    answers_of = getattr(sig, table)
+    if key not in answers_of:
+        answers_of[key] = ask()
         sig.dirty = True
-    return sig.longest_sources[key]
+    return answers_of[key]
 
 
 def step_cost(attention: str, options: dict[str, Any]) -> float:

@@ -12,18 +12,12 @@ import os
 
 import pytest
 import yaml
-from sweep_helpers import base_spec
+from sweep_helpers import base_spec, spec_error
 
 from sweeps.launch import main as launch_main
-from sweeps.spec import SpecError, build_sweep, load_spec
+from sweeps.spec import build_sweep, load_spec
 
-
-def error_of(raw, **kwargs) -> str:
-    with pytest.raises(SpecError) as info:
-        build_sweep(raw, source="x.yaml", **kwargs)
-    message = str(info.value)
-    assert "\n" not in message, "one line"
-    return message
+error_of = spec_error
 
 
 # ---- text for a yes/no setting: pydantic's lax mode read 'false' as False for the check, and

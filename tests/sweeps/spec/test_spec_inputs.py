@@ -11,18 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import base_spec
+from sweep_helpers import base_spec, spec_error
 
 from sweeps.launch import main as launch_main
 from sweeps.spec import SpecError, build_sweep
 
-
-def error_of(raw, **kwargs) -> str:
-    with pytest.raises(SpecError) as info:
-        build_sweep(raw, source="x.yaml", **kwargs)
-    message = str(info.value)
-    assert "\n" not in message, "one line"
-    return message
+error_of = spec_error
 
 
 # ---- seeds: what Lightning's seed_everything takes, each once

@@ -5,8 +5,9 @@ mistakes, each naming its key path, before Ray starts. No Ray needed."""
 from __future__ import annotations
 
 import pytest
+from sweep_helpers import spec_error
 
-from sweeps.spec import SpecError, build_sweep
+from sweeps.spec import build_sweep
 
 STUDENT = {
     "attention": "memory",
@@ -32,12 +33,7 @@ def spec(**over):
     return raw
 
 
-def error_of(raw) -> str:
-    with pytest.raises(SpecError) as info:
-        build_sweep(raw, source="x.yaml")
-    message = str(info.value)
-    assert "\n" not in message, "one line"
-    return message
+error_of = spec_error
 
 
 def test_each_student_cell_is_taught_by_the_teacher_cell_of_its_length_and_seed():
