@@ -28,6 +28,7 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -55,6 +56,7 @@ from sweeps.report.plots import UNTIMED_NOTE, copied_to_seeds, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
 from sweeps.report.wandb_report import build_wandb_report, report_problem
+from sweeps.spec.search_schema import NATURAL_GOALS
 
 
 def build_local_report(
@@ -162,11 +164,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p.add_argument("sweep_dir", type=Path, help="<output>/<name>, the folder holding results.csv")
     p.add_argument(
         "--metric",
-        default=VAL_BLEU,
-        help=f"the results.csv column each cell's best trial is chosen by (default {VAL_BLEU})",
+        help="the results.csv column each cell's best trial is chosen by (default: the sweep's "
+        f"metric, as its launch.json records it; without one, {VAL_BLEU})",
     )
     p.add_argument(
-        "--mode", default="max", choices=["max", "min"], help="max or min of --metric (default max)"
+        "--mode",
+        choices=["max", "min"],
+        help="max or min of --metric (default: the sweep's goal for its own metric, else the "
+        "metric's direction: min for a loss or a time, max for BLEU or accuracy)",
     )
     p.add_argument("--title", help="results.md's heading (default: Sweep <folder name>)")
     p.add_argument(
@@ -178,9 +183,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     )
     p.add_argument("--group", help="W&B group (default: the folder's name)")
     args = p.parse_args(argv)
+    recorded = _recorded_metric(args.sweep_dir)
+    args.metric = args.metric or recorded.get("name") or VAL_BLEU
     problem = _input_problem(args.sweep_dir, args.metric)
-    if problem:
-        p.error(problem)
+    chosen = problem or chosen_mode(args.metric, args.mode, recorded)
+    if isinstance(chosen, str):
+        p.error(chosen)
+    args.mode = chosen[1]
     paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
     for path in paths.values():
         print(path)
@@ -201,6 +210,40 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
             raise SystemExit(2) from None
         print(f"W&B report: {url}")
     return paths
+
+
+def _recorded_metric(sweep_dir: Path) -> dict[str, Any]:
+    """The sweep's metric as its launch.json records it (``{"name": ..., "goal": ...}``), or {}."""
+    with contextlib.suppress(OSError, ValueError, LookupError, TypeError, AttributeError):
+        return dict(json.loads((sweep_dir / LAUNCH_FILE).read_text())["planned"]["metric"])
+    return {}
+
+
+def chosen_mode(metric: str, mode: str | None, recorded: dict[str, Any]) -> tuple[str, str] | str:
+    """``metric`` and the mode the best trials are chosen by: ``mode`` as given, else the sweep's
+    goal for its own metric (``recorded``), else the metric's direction. A message instead where
+    the choice would pick the worst trials (a mode against the metric's direction), would choose
+    on the test split, or has no known direction and no ``--mode``."""
+    if metric.startswith("test/"):
+        return (
+            f"--metric {metric}: the test split is measured once, on the trials already chosen "
+            "on validation; choosing by it would report the test split's best as if it were held "
+            f"out. Choose by a validation metric (e.g. {VAL_BLEU})"
+        )
+    natural = {"maximize": "max", "minimize": "min"}.get(NATURAL_GOALS.get(metric, ""))
+    if mode is not None:
+        if natural is not None and mode != natural:
+            better = "higher" if natural == "max" else "lower"
+            return (
+                f"--mode {mode} for {metric} would pick the worst trials (a {better} {metric} is "
+                f"better): give --mode {natural}, or leave --mode out"
+            )
+        return metric, mode
+    if metric == recorded.get("name") and recorded.get("goal") in ("maximize", "minimize"):
+        return metric, "max" if recorded["goal"] == "maximize" else "min"
+    if natural is None:
+        return f"--metric {metric}: no known direction; give --mode max or --mode min"
+    return metric, natural
 
 
 def _publish_wandb_report(args: Any) -> str:

@@ -934,3 +934,41 @@ def test_a_figure_the_finished_sweep_no_longer_draws_is_removed(tmp_path):
     md = written_report(tmp_path, sweep_rows())
     assert first - shown(md), "the test needs a figure only the partial report draws"
     assert {p.name for p in tmp_path.glob("*.png")} == shown(md) | {"mine.png"}
+
+
+def test_the_command_chooses_by_the_sweeps_own_metric_and_refuses_to_choose_the_worst(
+    tmp_path, capsys
+):
+    """Without --metric the rebuild chose by val/bleu, max whatever the sweep's metric (launch.json
+    records it); --metric val/loss alone chose the highest loss; --metric test/bleu chose on the
+    test split. Each is the sweep's own choice now, or refused with the fix."""
+    import json
+
+    from sweeps.report.results import write_results_csv
+
+    rows = sweep_rows()
+    for row in rows:
+        row["val/loss"], row["test/bleu"], row["val/other"] = 1.0, 50.0, 2.0
+    write_results_csv(rows, tmp_path)
+    record = {"planned": {"metric": {"name": "val/loss", "goal": "minimize"}}}
+    (tmp_path / "launch.json").write_text(json.dumps(record))
+    rule = "the best trial by the sweep's metric ({}, {})"
+    md = report.main([str(tmp_path)])["md"].read_text()
+    assert rule.format("val/loss", "min") in md, "the sweep's own metric and goal"
+    md = report.main([str(tmp_path), "--metric", BLEU])["md"].read_text()
+    assert rule.format(BLEU, "max") in md, "another metric: its own direction"
+
+    def refused(*argv: str) -> str:
+        with pytest.raises(SystemExit) as info:
+            report.main([str(tmp_path), *argv])
+        assert info.value.code == 2
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    assert refused("--metric", "val/loss", "--mode", "max").endswith(
+        "--mode max for val/loss would pick the worst trials (a lower val/loss is better): give "
+        "--mode min, or leave --mode out"
+    )
+    assert "choose by a validation metric" in refused("--metric", "test/bleu").lower()
+    assert refused("--metric", "val/other").endswith(
+        "--metric val/other: no known direction; give --mode max or --mode min"
+    )
