@@ -156,5 +156,8 @@ docs-results: venv
 	# by this machine's absolute path (tests/sweeps/test_house.py holds it)
 	sed -i 's#$(CURDIR)/##g' $$(ls docs/results/$(SWEEP)/* | grep -v '\.png$$')
 
+# the environments and what the benchmarks and the docs build made; never sweep-results/, where the
+# sweeps write their results and checkpoints by default (delete it by hand when they are not wanted)
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) sweep-results bench-out site
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) bench-out site
+	@if [ -d sweep-results ]; then echo "kept sweep-results/ (the sweeps' results and checkpoints)"; fi

@@ -331,3 +331,19 @@ def test_no_internal_issue_number_in_the_code():
         if pattern.search(line)
     ]
     assert not found, "internal issue numbers:\n" + "\n".join(found)
+
+
+def test_make_clean_keeps_the_sweeps_results(tmp_path):
+    """`make clean` deleted sweep-results/, the default --output: every sweep's results and
+    checkpoints. It removes what the environments, benchmarks and docs build made, and keeps it."""
+    import shutil
+
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    for made in ("sweep-results", "bench-out", "site"):
+        (tmp_path / made).mkdir()
+        (tmp_path / made / "file").write_text("x")
+    said = subprocess.run(
+        ["make", "-s", "clean"], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Makefile", "sweep-results"]
+    assert "kept sweep-results/" in said
