@@ -111,7 +111,25 @@ def what_answers(address: str, host: str, port: int, timeout: float = 5.0) -> st
                 return "as a gRPC server that is not Ray's GCS (a Ray Client port is given as ray://HOST:PORT)"
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 return f"not as Ray's GCS within {timeout:g} s: it speaks no gRPC"
+            if code == grpc.StatusCode.UNAUTHENTICATED and not token_mode():
+                raise LaunchError(token_needed(address)) from None
     return None
+
+
+def token_mode() -> bool:
+    """Whether this process's Ray sends its auth token (``RAY_AUTH_MODE=token``)."""
+    return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+
+
+def token_needed(address: str) -> str:
+    """What to do where the GCS at ``address`` asks for Ray's token and this process sends none."""
+    return (
+        f"the Ray cluster at {address} asks for Ray's auth token (token authentication: `ray start "
+        f"--head` turns it on where ~/.ray/auth_token exists, and the launcher's own local Ray "
+        f"leaves that file): export RAY_AUTH_MODE=token and run again (the token is read from "
+        f"RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token: the "
+        f"head node's, copied here from another machine). cluster/README.md, section 2."
+    )
 
 
 def check_ddp_dependencies() -> None:
@@ -238,10 +256,19 @@ def init_ray(
             try:
                 ray.init(address=conn.address, runtime_env=runtime_env)
             except ConnectionError as exc:
+                token = (
+                    " If the cluster is up and uses token authentication (~/.ray/auth_token is "
+                    "here), export RAY_AUTH_MODE=token and run again."
+                    if not token_mode() and (Path.home() / ".ray" / "auth_token").exists()
+                    else ""
+                )
                 raise LaunchError(
                     f"no Ray cluster at {conn.address}: {exc}. Start one (`ray start --head`, see cluster/README.md), "
-                    f"or run with --address local for a private instance on this machine."
+                    f"or run with --address local for a private instance on this machine.{token}"
                 ) from None
+            if conn.address == "auto":  # say which one Ray found
+                found = ray.get_runtime_context().gcs_address
+                conn = RayConnection(conn.address, f"{conn.how}, found at {found}")
     print(f"Ray: joined {conn.how}: {describe_cluster()}", flush=True)
     return conn
 

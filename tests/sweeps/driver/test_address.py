@@ -203,6 +203,30 @@ def test_address_local_starts_a_private_instance_even_with_ray_address_set(head,
     )
 
 
+def test_address_auto_says_which_cluster_ray_found(head):
+    """``--address auto`` said "joined the Ray cluster at auto": Ray's search can find another
+    one than meant (without a `ray start` address file it takes any GCS running here)."""
+    address, _, env = head
+    join = (
+        "from sweeps.driver.cluster import init_ray; import ray; "
+        "init_ray('auto', {}); ray.shutdown()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", join],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = joined_line(done.stdout)
+    port = address.rsplit(":", 1)[1]
+    assert line.startswith("Ray: joined the Ray cluster at auto (--address), found at "), (
+        done.stdout + done.stderr
+    )
+    assert line.split(", found at ")[1].split(":")[1] == f"{port}", line
+
+
 def test_the_head_nodes_gcs_answers_the_launchers_probe(head):
     from sweeps.driver.cluster import what_answers
 
@@ -284,5 +308,37 @@ def test_a_grpc_server_that_is_not_a_gcs_is_named_as_such():
         said = what_answers(f"127.0.0.1:{port}", "127.0.0.1", port, timeout=10)
         assert said is not None and "not Ray's GCS" in said and "ray://HOST:PORT" in said, said
         assert what_answers(f"ray://127.0.0.1:{port}", "127.0.0.1", port, timeout=10) is None
+    finally:
+        server.stop(None)
+
+
+def test_a_gcs_that_asks_for_ray_s_token_is_said_with_the_fix(monkeypatch):
+    """`ray start --head` turns token authentication on where ~/.ray/auth_token exists (which the
+    launcher's own local Ray leaves): a launch without RAY_AUTH_MODE=token retried for 20 s, then
+    said "no Ray cluster at ..." and advised starting one. The GCS answers UNAUTHENTICATED."""
+    import grpc
+
+    from sweeps.driver.cluster import LaunchError, what_answers
+
+    class AsksForToken(grpc.GenericRpcHandler):
+        def service(self, details):
+            def refuse(request, context):
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken")
+
+            return grpc.unary_unary_rpc_method_handler(refuse)
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers((AsksForToken(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    address = f"127.0.0.1:{port}"
+    try:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+        with pytest.raises(LaunchError) as said:
+            what_answers(address, "127.0.0.1", port, timeout=10)
+        assert f"the Ray cluster at {address} asks for Ray's auth token" in str(said.value)
+        assert "export RAY_AUTH_MODE=token" in str(said.value)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")  # this process sends it: Ray's to judge
+        assert what_answers(address, "127.0.0.1", port, timeout=10) is None
     finally:
         server.stop(None)
