@@ -258,9 +258,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     """Run the benchmark; returns the paths written (csv, md, png)."""
     args = parse_args(argv)
-    settings = (
-        f"batch {args.batch}, H = D = {args.dim}, memory K = {args.K}, median of {args.repeats}"
-    )
+    # memory attention's K only where memory attention runs
+    memory = f", memory K = {args.K}" if "memory" in args.mechanisms else ""
+    settings = f"batch {args.batch}, H = D = {args.dim}{memory}, median of {args.repeats}"
     with announced(args.device, args.threads, settings) as header:
         rows = run(args)
     return write_outputs(

@@ -86,7 +86,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-    if args.device is None:  # --quick alone: a smoke on the CPU, on any machine
+    # --quick alone: a smoke on the CPU, on any machine; not a word of the device: the GPU default
+    args.device_default = args.device is None and not args.quick
+    if args.device is None:
         args.device = "cpu" if args.quick else "cuda"
     return args
 
@@ -197,6 +199,12 @@ def cuda_versions() -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if vars(args).pop("device_default") and not torch.cuda.is_available():
+        raise SystemExit(
+            "--device: this benchmark times CUDA graphs on cuda by default, but torch sees no CUDA "
+            "device; on a machine without a GPU give --device cpu (no graphs: a smoke) or --quick "
+            "(seconds, on the CPU)"
+        )
     load_before = os.getloadavg()[0]
     settings = f"settings: {vars(args)}"
     # the machine and settings lines go to stderr: stdout holds the JSON line alone

@@ -273,9 +273,9 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
         ax.set_yscale("log")
         ax.set_xlabel("source length L (decode L + 1 steps)")
         ax.set_ylabel("seconds per batch (median)")
-        ax.set_title(
-            f"{mode} decoding" + (f" (beam {rows[0].get('beam', '')})" if mode == "beam" else "")
-        )
+        # the beam size of this panel's own rows (a greedy row's "beam" is 1)
+        beam = next((r.get("beam", "") for r in rows if r["mode"] == mode), "")
+        ax.set_title(f"{mode} decoding" + (f" (beam {beam})" if mode == "beam" else ""))
         ax.grid(True, which="both", alpha=0.3)
     axes[0, -1].legend(fontsize=7)
     return save_png(fig, path)

@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -46,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _args import positive_float  # noqa: E402
+from _children import run_child  # noqa: E402
 
 PY = sys.executable
 MPS_RUN = [PY, "-m", "sweeps.driver.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
@@ -209,28 +208,21 @@ def run_phase(phase: Phase, out_dir: Path, limit: float) -> dict[str, Any]:
     start = time.monotonic()
     out_path, err_path = out_dir / f"{phase.name}.out", out_dir / f"{phase.name}.err"
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen(phase.cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
-                                start_new_session=True)  # fmt: skip
-        timed_out = False
-        try:
-            proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGTERM)  # an MPS wrapper quits its daemon on the way out
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        # its own session: past its limit the phase's group gets SIGTERM (an MPS wrapper quits its
+        # daemon on the way out), then 20 s, then SIGKILL; a SIGTERM or Ctrl-C to this script
+        # reaches the phase the same way, so a stopped run leaves no phase (and no launch) behind
+        done = run_child(phase.cmd, cwd=ROOT, env=env, stdout=out, stderr=err, timeout=limit,
+                         grace=20, signal_group=True)  # fmt: skip
+        timed_out = done.timed_out
     text, errors = out_path.read_text(), err_path.read_text()
     line = {
         "phase": phase.name,
-        "rc": proc.returncode,
+        "rc": done.returncode,
         "seconds": round(time.monotonic() - start, 1),
         "timed_out": timed_out,
         "summary": summary(phase.name, text, errors),
     }
-    if proc.returncode != 0:
+    if done.returncode != 0:
         line["stderr_tail"] = errors.strip().splitlines()[-8:]
     return line
 

@@ -82,7 +82,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-    if args.device is None:  # --quick alone: plumbing on the CPU, on any machine
+    # --quick alone: plumbing on the CPU, on any machine; not a word of the device: the GPU default
+    args.device_default = args.device is None and not args.quick
+    if args.device is None:
         args.device = "cpu" if args.quick else "cuda"
     return args
 
@@ -219,11 +221,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         worker(args.worker)
         return {}
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
     from _machine import machine_info, machine_line
     from cuda_graphs import cuda_versions
 
     from sweeps.timing.devices import resolve_device
 
+    if vars(args).pop("device_default") and not torch.cuda.is_available():
+        raise SystemExit(
+            "--device: this benchmark shares a GPU, on cuda by default, but torch sees no CUDA "
+            "device; on a machine without a GPU give --device cpu (plumbing only) or --quick "
+            "(seconds, on the CPU)"
+        )
     try:
         device = resolve_device(args.device)
     except ValueError as exc:

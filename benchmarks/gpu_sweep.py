@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _args import positive_int  # noqa: E402
+from _children import run_child  # noqa: E402
 
 SPEC = "sweeps/k_vs_length.yaml"
 STAGES_OFF = ["timing.enabled=false", "heldout.enabled=false", "wandb.mode=offline"]
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         env = {**os.environ, "WANDB_MODE": "offline", "RAY_USAGE_STATS_ENABLED": "0"}
         start = time.perf_counter()
-        rc = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+        # SIGTERM and Ctrl-C passed on: a stopped benchmark stops its launch and the launch's Ray
+        rc = run_child(cmd, cwd=ROOT, env=env).returncode
         result = figures(way, args.out / way / "k_vs_length", time.perf_counter() - start, rc)
         results[way] = result
         print(json.dumps(result), flush=True)

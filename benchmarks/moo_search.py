@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _args import positive_int  # noqa: E402
+from _children import run_child  # noqa: E402
 
 from sweeps.layout import output_folder  # noqa: E402
 
@@ -139,7 +140,8 @@ def launch(spec: dict[str, Any], out: Path, log: Path, probe_table: Path | None 
     ):  # the same decode figures for every run (sweeps.timing.probe.SHARED_TABLE_ENV)
         env["SWEEPS_DECODE_PROBE_TABLE"] = str(probe_table)
     with open(log, "a") as f:
-        done = subprocess.run(
+        # SIGTERM passed on: a benchmark stopped from outside stops its launch and the launch's Ray
+        done = run_child(
             [
                 sys.executable,
                 str(ROOT / "sweeps/launch.py"),

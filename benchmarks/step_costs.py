@@ -178,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="put the entry in the plan's table")
     p.add_argument("--table", type=Path, default=TABLE)
     args = p.parse_args(argv)
+    made_by = "the folder comes from python benchmarks/gpu_benchmarks.py --out DIR, run on the GPU"
+    if not args.out.exists():
+        p.error(f"{args.out}: no such folder; {made_by}")
+    if not args.out.is_dir():
+        p.error(f"{args.out} is a file, not a folder; {made_by}")
     name, entry = device_entry(args.out)
     print(json.dumps({"device": name, **entry}))
     if args.write:

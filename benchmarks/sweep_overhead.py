@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _args import positive_int  # noqa: E402
+from _children import run_child  # noqa: E402
 
 QUICK = ["trainer.max_steps=300", "trainer.val_check_interval=100", "task.train_size=4000"]
 TRIAL_PHASES = ("setup", "wandb_init", "checkpoint", "report", "heatmaps", "wandb_close")
@@ -198,7 +199,8 @@ def run_launcher(spec: str, overrides: list[str], work: Path) -> tuple[float, di
     record = work / "launcher.json"
     env = dict(os.environ, WANDB_MODE="offline", RAY_USAGE_STATS_ENABLED="0")
     start = time.time()
-    proc = subprocess.run(
+    # SIGTERM passed on: a benchmark stopped from outside stops its launch and the launch's Ray
+    proc = run_child(
         [sys.executable, __file__, "--launcher-child", str(record), "--", *argv],
         cwd=ROOT,
         env=env,

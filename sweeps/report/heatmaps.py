@@ -57,6 +57,21 @@ def load_module(args: argparse.Namespace) -> Seq2SeqModule:
     return module.eval()
 
 
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` is no Lightning checkpoint of a Seq2SeqModule (None: it reads as one). Any
+    file can be handed in (results.csv, a log), and unpickling one fails in many ways
+    (IndexError, KeyError, UnpicklingError...)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 -- whatever the unpickler made of the bytes
+        return f"not a checkpoint torch can read ({type(exc).__name__})"
+    keys = ("state_dict", "hyper_parameters", "pytorch-lightning_version")  # what loading reads
+    missing = [key for key in keys if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if missing:
+        return f"a torch file, but not a Lightning checkpoint (no {', '.join(missing)})"
+    return None
+
+
 def build_datamodule(module: Seq2SeqModule, args: argparse.Namespace) -> CopyTaskDataModule:
     """The copy task the module was built for (its vocabulary and longest source)."""
     hp = module.hparams
@@ -151,12 +166,25 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         except TimingError as exc:
             p.error(str(exc))
         print(f"checkpoint {args.checkpoint}", flush=True)
+    if args.checkpoint is not None and (problem := checkpoint_problem(args.checkpoint)):
+        p.error(
+            f"{args.checkpoint}: {problem}; pass a Lightning .ckpt file or a trial's checkpoint "
+            "folder"
+        )
     try:
         module = load_module(args)
     except (ValueError, KeyError) as exc:  # an unknown mechanism, preset or K: its own words
         p.error(str(exc).strip("'\""))
     except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:
         p.error(f"{args.checkpoint}: not a checkpoint torch can read ({type(exc).__name__})")
+    hp = module.hparams  # the copy task's symbols: what the model embeds and emits
+    known = min(int(hp.src_vocab_size), int(hp.tgt_vocab_size)) - FIRST_SYMBOL
+    if args.vocab_size is not None and args.vocab_size > known:
+        # a copy task with more symbols than the model embeds: an IndexError deep in torch
+        p.error(
+            f"--vocab-size {args.vocab_size}: the checkpoint's model knows {known} symbols; "
+            f"drop --vocab-size or give at most {known}"
+        )
     dm = build_datamodule(module, args)
     batch = next(iter(dm.val_dataloader()))
     name = module.hparams.attention

@@ -249,6 +249,18 @@ def test_cuda_without_a_gpu_is_refused_in_one_line_even_with_quick(name):
     )
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
+@pytest.mark.parametrize("name", ["gpu_share", "cuda_graphs"])
+def test_the_cuda_default_without_a_gpu_names_the_cpu_ways_to_run(name):
+    """Run bare, as the README lists them: nobody asked for cuda, so the message says it is the
+    default and names the flags that run the benchmark on a CPU."""
+    with pytest.raises(SystemExit) as stop:
+        load(name).main([])
+    said = str(stop.value.code)
+    assert said.startswith("--device: ") and "on cuda by default" in said, said
+    assert "give --device cpu" in said and "or --quick" in said and "asked for" not in said
+
+
 @pytest.mark.parametrize("name", ["gpu_share", "cuda_graphs"])
 def test_quick_runs_on_the_cpu_unless_a_device_is_given(name):
     bench = load(name)

@@ -96,6 +96,26 @@ def test_decode_speed_tiny_run_writes_csv_png_and_ratios(tmp_path, capsys):
     assert "Headline ratios" in out and "beam 3, L=7" in out
 
 
+def test_decode_speed_plot_titles_the_beam_panel_with_the_beam_rows_size(tmp_path, monkeypatch):
+    """The greedy rows come first (beam 1): the beam panel read its size from them."""
+    bench = load("decode_speed")
+    titles = []
+
+    def keep_titles(fig, path):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        bench.pyplot_or_none().close(fig)
+
+    monkeypatch.setattr(bench, "save_png", keep_titles)
+    rows = [
+        {"mechanism": m, "length": L, "mode": mode, "seconds": 0.01 * L, "beam": beam}
+        for mode, beam in (("greedy", 1), ("beam", 10))
+        for m in ("none", "memory:K=4")
+        for L in (4, 8)
+    ]
+    bench.plot(rows, tmp_path / "decode_speed.png")
+    assert titles == ["greedy decoding", "beam decoding (beam 10)"]
+
+
 def test_decode_speed_mechanism_specs():
     bench = load("decode_speed")
     assert bench.parse_mechanism("memory:K=32,position_encoding=true") == (
@@ -160,6 +180,18 @@ def test_attention_step_tiny_run_writes_csv(tmp_path, capsys):
         assert float(r["speedup_vs_softmax"]) == pytest.approx(expected, rel=2e-3, abs=2e-3)
     assert paths["png"].stat().st_size > 0
     assert "softmax time / monotonic time" in capsys.readouterr().out
+
+
+def test_attention_step_names_memory_k_only_when_memory_attention_ran(tmp_path, capsys):
+    bench = load("attention_step")
+    tiny = ["--sources", "4", "--targets", "3", "--batch", "2", "--dim", "8", "--K", "4"]
+    tiny += ["--repeats", "1", "--warmup", "0", "--silent"]
+    for mechanisms, said in [(["softmax", "monotonic"], False), (["softmax", "memory"], True)]:
+        out = tmp_path / "-".join(mechanisms)
+        paths = bench.main([*tiny, "--mechanisms", *mechanisms, "--output", str(out)])
+        settings = capsys.readouterr().out.splitlines()[1]  # under the machine's line
+        assert settings.startswith("batch 2, H = D = 8") and ("memory K = 4" in settings) is said
+        assert ("memory K = 4" in paths["md"].read_text()) is said
 
 
 def test_attention_step_square_prints_the_s_equals_t_table(tmp_path, capsys):

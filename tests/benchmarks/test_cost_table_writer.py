@@ -76,3 +76,18 @@ def test_a_second_run_adds_to_the_gpu_s_entry_and_a_run_without_steps_alone_is_r
         step_costs.write("NVIDIA New GPU", graphs, table)
     assert "would hold no training step to cost" in str(info.value)
     assert "NVIDIA New GPU" not in json.loads(table.read_text())["devices"]
+
+
+def test_a_missing_folder_is_said_with_the_command_that_makes_it(tmp_path, capsys):
+    """It said "no GPU named (environment.out and fusion.out are missing)" of a folder that is
+    not there."""
+    (tmp_path / "a-file").write_text("")
+    for out, said in [
+        (tmp_path / "nope", f"{tmp_path / 'nope'}: no such folder; the folder comes from"),
+        (tmp_path / "a-file", f"{tmp_path / 'a-file'} is a file, not a folder; the folder comes"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            step_costs.main([str(out)])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert stop.value.code == 2 and said in err, err
+        assert "python benchmarks/gpu_benchmarks.py --out DIR" in err

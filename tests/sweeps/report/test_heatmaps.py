@@ -136,6 +136,41 @@ def test_heatmap_command_refuses_bad_options_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "png").exists()
 
 
+def test_heatmap_command_refuses_a_vocabulary_the_checkpoint_lacks_and_a_file_that_is_no_checkpoint(
+    tmp_path, capsys
+):
+    """Each ended in a traceback: --vocab-size above the model's vocabulary (IndexError in the
+    embedding), a results.csv given as the checkpoint (IndexError from the unpickler)."""
+    module = Seq2SeqModule(24, 24, attention="memory", attention_kwargs={"K": 3}, max_source_len=9)
+    ckpt = tmp_path / "model.ckpt"  # 24 tokens: 20 copy-task symbols and the 4 special ones
+    saved = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**saved, "pytorch-lightning_version": pl.__version__}, ckpt)
+    torch.save(saved, tmp_path / "no-version.ckpt")  # Lightning's own KeyError, said as the name
+    (tmp_path / "results.csv").write_text("trial_id,val/bleu\na1b2c3d4,12.5\n")
+    torch.save({"epoch": 1}, tmp_path / "other.pt")
+    for argv, said in [
+        (
+            [str(ckpt), "--vocab-size", "50"],
+            "--vocab-size 50: the checkpoint's model knows 20 symbols; drop --vocab-size or give "
+            "at most 20",
+        ),
+        (
+            [str(tmp_path / "results.csv")],
+            "results.csv: not a checkpoint torch can read (IndexError); pass a Lightning .ckpt",
+        ),
+        (
+            [str(tmp_path / "other.pt")],
+            "other.pt: a torch file, but not a Lightning checkpoint (no state_dict, hyper_param",
+        ),
+        ([str(tmp_path / "no-version.ckpt")], "(no pytorch-lightning_version); pass a Lightning"),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            heatmaps.main([*argv, "--output", str(tmp_path / "png")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert info.value.code == 2 and said in err[-1] and "Traceback" not in err[0], (argv, err)
+    assert not list((tmp_path / "png").glob("*.png"))
+
+
 @pytest.mark.train
 def test_memory_figure_grows_a_column_per_memory_vector(tmp_path):
     """Six vectors draw twice as wide as three (one panel each below alpha, beta and the combined
