@@ -263,6 +263,9 @@ def link_problem(page: Path, target: str, text: str | None = None) -> str | None
     if path and not dest.exists():
         shown = dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest
         return f"link to {target}: no {shown}"
+    if path and dest.is_dir() and page.resolve().is_relative_to(ROOT / "docs"):
+        # the docs site makes a page of each .md file, none of a folder
+        return f"link to {target}: a folder, which the docs site has no page for; link a file in it"
     if anchor and dest.suffix == ".md":
         if not path and text is not None:
             titles = re.findall(r"^#{1,6}\s+(.*)", text, re.M)
