@@ -59,7 +59,7 @@ def test_a_gpu_the_table_lacks_is_costed_as_the_nearest_and_the_plan_says_so():
     assert device_costs("gpu", "Tesla T4").name == table_first_gpu()
 
 
-def test_a_gpu_entry_written_from_a_whole_gpu_run_plans_its_sweeps(monkeypatch, capsys):
+def test_a_gpu_entry_written_from_a_whole_gpu_run_plans_its_sweeps(monkeypatch, capsys, tmp_path):
     """gpu_benchmarks.py measures the fused step at paper_copy and the graphs and sharing at tiny
     and paper_copy: tiny's cell holds no step. The plan raised StopIteration on such an entry,
     and on one whose run had no fusion phase at all (its first call)."""
@@ -86,6 +86,7 @@ def test_a_gpu_entry_written_from_a_whole_gpu_run_plans_its_sweeps(monkeypatch, 
     test_gpu = device_costs("gpu", "NVIDIA Test GPU")
     assert test_gpu.name != "NVIDIA Test GPU" and "not in the table" in test_gpu.note
     argv = [str(ROOT / "sweeps" / "quickstart.yaml"), "--dry-run", "--set", "resources.gpu=auto"]
+    argv += ["--output", str(tmp_path)]  # not sweep-results/ here, which `make sweep` fills
     assert main(argv) == 0, capsys.readouterr().err
     assert "is costed as the table's paper_copy model" in capsys.readouterr().out
 
