@@ -131,6 +131,10 @@ def test_an_exception_out_of_the_stage_still_ends_its_running_timing_process(loc
     with pytest.raises(KeyboardInterrupt):
         run_timing_stage([job], settings, log=None, watch=watch)
     assert watch.seen >= watch.polls, "interrupted before its timing process ran"
+    for _ in range(40):  # the kernel kills it with its worker (PR_SET_PDEATHSIG): a moment later
+        if not timing_processes():
+            break
+        threading.Event().wait(0.25)
     assert timing_processes() == [], "the timing process outlived the interrupt"
     for _ in range(40):  # Ray gives a killed worker's CPUs back within a moment
         if local_ray.available_resources().get("CPU", 0) >= 2:
