@@ -338,6 +338,11 @@ def test_the_pending_trials_setting_is_read_from_the_environment(monkeypatch):
     adding = source(tune_controller.TuneController._maybe_add_actors)
     chosen = adding.index("self._scheduler_alg.choose_trial_to_run(")
     assert chosen < adding.index("num_pending_actors >= self._max_pending_trials")
+    # the searcher is asked only while fewer trials are PENDING (a PAUSED one does not count),
+    # and a scheduler may set a trial's status (placement holds the others PAUSED)
+    asking = source(tune_controller.TuneController._maybe_update_trial_queue)
+    assert "len(self._pending_trials) < self._max_pending_trials" in asking
+    assert '"_set_trial_status"' in source(tune_controller.TuneController._wrapped)
 
     class Nothing(Searcher):
         def suggest(self, trial_id):
@@ -389,6 +394,20 @@ def test_the_gcs_service_the_launcher_probes_is_generated_in_ray():
         "Ray's generated NodeInfoGcsService stub has no GetClusterId"
     )
     gcs_service_pb2.GetClusterIdRequest().SerializeToString()  # a request with no fields
+    from ray._private.authentication import authentication_token_setup
+
+    assert authentication_token_setup.AUTH_MODE_ENV_VAR == "RAY_AUTH_MODE"
+
+
+@internal("ray-unhandled-errors", "ray", "sweeps/driver/console.py (StoppedTrialErrors)")
+def test_ray_says_an_unread_task_error_through_its_worker_modules_logger():
+    import logging
+
+    import ray._private.worker as worker
+
+    said = source(worker._unhandled_error_handler)
+    assert "logger.error(" in said and 'f"Unhandled error' in said
+    assert worker.logger is logging.getLogger("ray._private.worker")
 
 
 @internal(
