@@ -67,12 +67,12 @@ def placement_order(trials: Iterable[Any]) -> list[Any]:
     return sorted(trials, key=lambda t: _rank(t, groups))
 
 
-def waiting_for_partners(trials: Iterable[Any]) -> set[str]:
-    """The groups with a member running and members that are not in Tune yet (still in the
-    searcher's queue)."""
+def waiting_for_partners(groups: dict[str, tuple[int, list[Any]]]) -> set[str]:
+    """The groups (of :func:`_groups`) with a member running and members that are not in Tune
+    yet (still in the searcher's queue)."""
     return {
         group
-        for group, (size, members) in _groups(list(trials)).items()
+        for group, (size, members) in groups.items()
         if len(members) < size and any(m.status == Trial.RUNNING for m in members)
     }
 
@@ -83,22 +83,17 @@ def _hold(tune_controller: Any, trial: Any) -> None:
     held_before_start.add(trial.trial_id)
 
 
-def held_for_partners(tune_controller: Any, trials: list[Any]) -> set[str]:
+def held_for_partners(trials: list[Any], groups: dict[str, tuple[int, list[Any]]]) -> set[str]:
     """While a running group waits for members the searcher has yet to hand out, every trial of
-    another group, or alone, waits: a PENDING one is set PAUSED. The ids of the trials so held."""
-    groups = waiting_for_partners(trials)
-    if not groups:
-        return set()
-    out = set()
-    for trial in trials:
-        found = member_of(trial.config or {})
-        if found is not None and found[0] in groups:
-            continue
-        if trial.status == Trial.PENDING:
-            _hold(tune_controller, trial)
-        if trial.status == Trial.PAUSED:
-            out.add(trial.trial_id)
-    return out
+    another group, or alone, waits: the ids of the waiting trials held so."""
+    waiting = waiting_for_partners(groups)
+    return {
+        t.trial_id
+        for t in trials
+        if waiting
+        and t.status in (Trial.PENDING, Trial.PAUSED)
+        and (member_of(t.config or {}) or ("",))[0] not in waiting
+    }
 
 
 def next_to_start(tune_controller: Any, skip: Iterable[str] = ()) -> Any | None:
@@ -108,8 +103,8 @@ def next_to_start(tune_controller: Any, skip: Iterable[str] = ()) -> Any | None:
     those :func:`held_for_partners` holds. In a fused sweep every other PENDING trial is held
     PAUSED, so that Tune starts no other (module docstring)."""
     trials = list(tune_controller.get_trials())
-    skip = set(skip) | held_for_partners(tune_controller, trials)
     groups = _groups(trials)
+    skip = set(skip) | held_for_partners(trials, groups)
     waiting = [t for t in trials if t.status in (Trial.PENDING, Trial.PAUSED)]
     order = sorted(waiting, key=lambda t: (_rank(t, groups), t.status != Trial.PENDING))
     chosen = next((t for t in order if t.trial_id not in skip), None)
