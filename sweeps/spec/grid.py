@@ -24,6 +24,10 @@ from sweeps.spec.dotted import set_dotted
 from sweeps.spec.schema import SpecError, SweepSpec, TeacherSpec
 from sweeps.spec.search_schema import reports_per_trial, tolerances
 
+#: where a setting of the smoke defaults (:data:`sweeps.spec.load.SMOKE_DEFAULTS`) says it came
+#: from (errors, :func:`sweeps.spec.load.profile_line`)
+SMOKE_ORIGIN = "smoke defaults"
+
 SECTIONS = ("task", "model", "trainer")
 # Column names in results for well-known keys.
 COLUMN_NAMES = {"task.max_length": "length"}
@@ -169,9 +173,23 @@ class Sweep:
 
     def early_stopping_note(self) -> str | None:
         """What ``--dry-run`` says about early stopping (which runs per (cell, seed), see
-        :mod:`sweeps.schedulers.per_unit`), or None without it."""
+        :mod:`sweeps.schedulers.per_unit`), or None without it (or what of it goes unused)."""
         if self.spec.early_terminate.type == "none":
-            return None
+            et = self.spec.early_terminate
+            unused = [
+                f"{k} {getattr(et, k)}"
+                for k in sorted(et.model_fields_set - {"type"})
+                # (the smoke defaults set a rung for every sweep, with or without a rule)
+                if not self.profile_settings.get(f"early_terminate.{k}", (0, ""))[1].startswith(
+                    SMOKE_ORIGIN
+                )
+            ]
+            return (
+                f"early_terminate none: {', '.join(unused)} not used, no trial is stopped early "
+                "(set early_terminate.type asha or pareto to use it, or remove it)"
+                if unused
+                else None
+            )
         if self.spec.per_configuration:  # sweeps.schedulers.config_rungs
             return (
                 f"early_terminate {self.spec.early_terminate.type}: compares the {self.spec.num_samples} "

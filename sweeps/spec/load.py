@@ -16,7 +16,15 @@ from pydantic import ValidationError
 from sweeps.assignments import AssignmentError, parse_assignments
 from sweeps.spec.dotted import get_dotted, holding_key, set_dotted
 from sweeps.spec.gpu import check_gpu_settings
-from sweeps.spec.grid import Cell, Sweep, TrialPlan, base_sections, expand_grid, resolve_sections
+from sweeps.spec.grid import (
+    SMOKE_ORIGIN,
+    Cell,
+    Sweep,
+    TrialPlan,
+    base_sections,
+    expand_grid,
+    resolve_sections,
+)
 from sweeps.spec.messages import format_validation
 from sweeps.spec.objectives import baseline_of, check_baseline, check_objectives
 from sweeps.spec.schema import SpecError, SweepSpec
@@ -303,9 +311,6 @@ def profile_overrides(raw: dict[str, Any], name: str, source: str) -> dict[str, 
         out.update({k: (v, f"{where}.{k}") for k, v in block.items()})
     return out
 
-
-#: where a setting of :data:`SMOKE_DEFAULTS` says it came from (errors, :func:`profile_line`)
-SMOKE_ORIGIN = "smoke defaults"
 
 # What --smoke (the `smoke` profile) does to every sweep: the same grid shape, scaled down to
 # finish in minutes on a CPU. A sweep's own `profiles.smoke` is applied after

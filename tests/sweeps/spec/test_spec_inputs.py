@@ -14,7 +14,7 @@ import yaml
 from sweep_helpers import base_spec, spec_error
 
 from sweeps.launch import main as launch_main
-from sweeps.spec import SpecError, build_sweep
+from sweeps.spec import SpecError, build_sweep, load_spec
 
 error_of = spec_error
 
@@ -471,6 +471,25 @@ def test_asha_rungs_that_can_never_stop_a_trial_are_said():
         note = build_sweep(base_spec(**searched, trainer=trainer, early_terminate=et))
         note = note.early_stopping_note()
         assert ("there is nothing to stop" not in note) == stops, note
+
+
+def test_early_stopping_settings_without_a_rule_are_said_to_be_unused():
+    """``{type: none, grace_period: 3}`` ran every trial to the end without a word about the
+    grace period the user meant to apply."""
+    et = {"type": "none", "grace_period": 3, "reduction_factor": 4}
+    note = build_sweep(base_spec(early_terminate=et)).early_stopping_note()
+    assert note == (
+        "early_terminate none: grace_period 3, reduction_factor 4.0 not used, no trial is stopped "
+        "early (set early_terminate.type asha or pareto to use it, or remove it)"
+    )
+    assert build_sweep(base_spec(early_terminate={"type": "none"})).early_stopping_note() is None
+    # the smoke defaults set a first rung for every sweep: not a user's setting to warn about
+    smoke = load_spec(Path("sweeps/quickstart.yaml"), profile="smoke")
+    assert smoke.spec.early_terminate.type == "none" and smoke.early_stopping_note() is None
+    given = load_spec(
+        Path("sweeps/quickstart.yaml"), ["early_terminate.grace_period=2"], profile="smoke"
+    )
+    assert given.early_stopping_note().startswith("early_terminate none: grace_period 2 not used")
 
 
 def test_a_misspelt_key_gets_the_nearest_name_in_every_section():
