@@ -136,25 +136,30 @@ docs: venv
 docs-build: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# docs/results/$(SWEEP)/ regenerated: the sweep's cpu profile from scratch on this machine (3 seeds),
+# docs/results/$(DOCS_AS)/ regenerated: the sweep's cpu profile from scratch on this machine (3 seeds),
 # then its results.csv, results.md, paired_bootstrap.csv and plots copied over the committed ones.
 #   make docs-results SWEEP=k_vs_length   (hours on a 2-core CPU: benchmarks/README.md, "Durations";
-#                                          it fuses now: docs/results/README.md says which folder is which)
+#                                          fused, into docs/results/k_vs_length_fused/)
+#   make docs-results SWEEP=k_vs_length SET=fusion=off   (unfused, into docs/results/k_vs_length/)
 #   make docs-results SWEEP=scoring_functions
 #   make docs-results SWEEP=memory_distill
 #   make docs-results SWEEP=minimal_k     (with its Optuna journal and decode probe table)
+# SET: --set overrides, space-separated; DOCS_AS: the folder under docs/results/ (k_vs_length's
+# committed example is unfused, its fused run is k_vs_length_fused: neither is written over the other)
 SWEEP ?= k_vs_length
+SET ?=
+DOCS_AS ?= $(if $(filter k_vs_length,$(SWEEP)),$(if $(filter fusion=off,$(SET)),k_vs_length,k_vs_length_fused),$(SWEEP))
 docs-results: venv
 	rm -rf sweep-results/docs/$(SWEEP)
 	@date -u +"start %Y-%m-%dT%H:%M:%SZ"
-	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py sweeps/$(SWEEP).yaml --profile cpu --output sweep-results/docs
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python sweeps/launch.py sweeps/$(SWEEP).yaml --profile cpu --output sweep-results/docs $(foreach s,$(SET),--set $(s))
 	@date -u +"end   %Y-%m-%dT%H:%M:%SZ"
-	mkdir -p docs/results/$(SWEEP)
-	rm -f docs/results/$(SWEEP)/*.png docs/results/$(SWEEP)/paired_bootstrap.csv
-	cd sweep-results/docs/$(SWEEP) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(SWEEP)/
+	mkdir -p docs/results/$(DOCS_AS)
+	rm -f docs/results/$(DOCS_AS)/*.png docs/results/$(DOCS_AS)/paired_bootstrap.csv
+	cd sweep-results/docs/$(SWEEP) && cp results.csv results.md *.png $$(ls paired_bootstrap.csv optuna.journal decode_probe.json 2>/dev/null) $(CURDIR)/docs/results/$(DOCS_AS)/
 	# the copies name the trials' folders relative to the repository (sweep-results/docs/...), not
 	# by this machine's absolute path (tests/sweeps/test_house.py holds it)
-	sed -i 's#$(CURDIR)/##g' $$(ls docs/results/$(SWEEP)/* | grep -v '\.png$$')
+	sed -i 's#$(CURDIR)/##g' $$(ls docs/results/$(DOCS_AS)/* | grep -v '\.png$$')
 
 # the environments and what the benchmarks and the docs build made; never sweep-results/, where the
 # sweeps write their results and checkpoints by default (delete it by hand when they are not wanted)

@@ -347,3 +347,30 @@ def test_make_clean_keeps_the_sweeps_results(tmp_path):
     ).stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Makefile", "sweep-results"]
     assert "kept sweep-results/" in said
+
+
+def test_make_docs_results_keeps_the_unfused_example_apart_from_the_fused_run(tmp_path):
+    """`make docs-results SWEEP=k_vs_length` fuses now, and copied that run over
+    docs/results/k_vs_length/, the committed unfused example the docs describe as unfused."""
+    import shutil
+
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+
+    def commands(*args: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "-o", "venv", "docs-results", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    fused = commands("SWEEP=k_vs_length")
+    assert "docs/results/k_vs_length_fused/" in fused and "docs/results/k_vs_length/" not in fused
+    assert "--set" not in fused
+    unfused = commands("SWEEP=k_vs_length", "SET=fusion=off")
+    assert "--output sweep-results/docs --set fusion=off" in unfused
+    assert "docs/results/k_vs_length/" in unfused and "k_vs_length_fused" not in unfused
+    other = commands("SWEEP=minimal_k", "SET=trainer.max_steps=10 num_samples=2")
+    assert "--set trainer.max_steps=10 --set num_samples=2" in other
+    assert "docs/results/minimal_k/" in other
