@@ -7,7 +7,7 @@ and Lightning; nothing here needs Ray, Optuna or W&B):
 
     python benchmarks/gpu_benchmarks.py --out "$OUT" --budget 470 --phases environment cuda_graphs gpu_tests share share_mps
     python benchmarks/gpu_benchmarks.py --out "$OUT" --budget 310 --phases fusion peers
-    python benchmarks/gpu_benchmarks.py --dry-run                          # the plan: commands and limits
+    python benchmarks/gpu_benchmarks.py --dry-run --budget 470             # the plan: commands, limits, fit
     python benchmarks/gpu_benchmarks.py --device cpu --out /tmp/s          # the plumbing, on a CPU
 
 Prints one JSON line per phase as it ends (``phase``, ``rc``, ``seconds``, ``timed_out``,
@@ -15,7 +15,8 @@ Prints one JSON line per phase as it ends (``phase``, ``rc``, ``seconds``, ``tim
 in ``OUT/<phase>.out`` and ``.err`` (a benchmark's full JSON line is the last JSON line of its ``.out``),
 and a last line ``{"phase": "all", ...}``. A phase that runs past its limit is stopped
 (SIGTERM, then SIGKILL) and the next one starts; a phase whose limit no longer fits the budget is
-skipped, so the run ends in time. The phases, in order (the most wanted first):
+skipped, so the run ends in time; the dry run marks ``may_not_fit`` each phase that would be
+skipped if the phases before it took their whole limits. The phases, in order (the most wanted first):
 
 - ``environment``: torch, CUDA, the driver, the GPU and its compute mode, nvidia-cuda-mps-control,
   which packages import;
@@ -249,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic() + args.budget
     has_mps = bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")) or _which("nvidia-cuda-mps-control")
     ran = 0
+    planned = 0.0  # the dry run: the limits of the phases before this one, each taken in full
     for phase in plan:
         skipped = None
         if phase.needs and not (ROOT / phase.needs).exists():
@@ -259,7 +261,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             skipped = f"its {phase.limit:g} s no longer fit the budget ({args.budget:g} s)"
         if args.dry_run or skipped:
             line = {"phase": phase.name, "limit_s": phase.limit, "cmd": shown(phase.cmd)}
-            print(json.dumps({**line, "skipped": skipped} if skipped else line), flush=True)
+            if skipped:
+                line["skipped"] = skipped
+            else:  # a dry run: will it start whatever the phases before it take?
+                if args.budget - planned < phase.limit:
+                    line["may_not_fit"] = (
+                        f"if the phases before it take their limits ({planned:g} s), "
+                        f"{max(0.0, args.budget - planned):g} s of the budget ({args.budget:g} s) "
+                        f"are left for its {phase.limit:g} s, and it is skipped"
+                    )
+                planned += phase.limit
+            print(json.dumps(line), flush=True)
             continue
         print(json.dumps(run_phase(phase, out_dir, phase.limit)), flush=True)
         ran += 1

@@ -60,6 +60,25 @@ def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
     # every phase within 15 minutes of GPU time, less a machine's start (about 30 s on the H100)
     assert sum(line.get("limit_s", 0) for line in lines) <= 780
     assert by["all"]["phases_run"] == 0
+    # the module's two calls (its docstring) each fit their budget
+    first = ["environment", "cuda_graphs", "gpu_tests", "share", "share_mps"]
+    for budget, names in (("470", first), ("310", ["fusion", "peers"])):
+        split = run_script(tmp_path, "--dry-run", "--budget", budget, "--phases", *names)
+        assert not any("may_not_fit" in line for line in split), split
+
+
+def test_the_plan_says_which_phases_a_budget_may_not_reach(tmp_path):
+    """The dry run printed every phase alike whatever ``--budget`` was: a device run planned
+    with too small a budget found out only as the phases were skipped on the GPU."""
+    lines = run_script(
+        tmp_path, "--dry-run", "--budget", "200", "--phases", "environment", "cuda_graphs", "share"
+    )
+    by = {line["phase"]: line for line in lines}
+    assert "may_not_fit" not in by["environment"] and "may_not_fit" not in by["cuda_graphs"]
+    assert by["share"]["may_not_fit"] == (
+        "if the phases before it take their limits (120 s), 80 s of the budget (200 s) are left "
+        "for its 150 s, and it is skipped"
+    )
 
 
 @pytest.mark.train  # runs the benchmarks, 20 s
