@@ -28,6 +28,7 @@ from sweeps.spec.grid import (
 from sweeps.spec.messages import format_validation
 from sweeps.spec.objectives import baseline_of, check_baseline, check_objectives
 from sweeps.spec.schema import SpecError, SweepSpec
+from sweeps.spec.search_schema import ParamSpec
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
 from sweeps.spec.teachers import resolve_teachers
@@ -450,7 +451,12 @@ def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> No
     if parts[0] in ("grid", "parameters") and len(parts) > 1 and all(parts):
         if not isinstance(raw.get(parts[0]), dict):
             raw[parts[0]] = {}
-        if not _set_inside_entry(raw[parts[0]], parts[0], parts[1:], value, origin, source):
+        if _set_inside_entry(raw[parts[0]], parts[0], parts[1:], value, origin, source):
+            return
+        if parts[0] == "parameters" and len(parts) > 2 and parts[-1] in ParamSpec.model_fields:
+            # a new parameter by one of its keys (parameters.model.wd.values=[0, 0.1])
+            raw["parameters"][".".join(parts[1:-1])] = {parts[-1]: value}
+        else:
             raw[parts[0]][".".join(parts[1:])] = value
         return
     try:

@@ -248,6 +248,22 @@ def test_a_set_reaches_into_a_parameters_range():
     assert error_of(raw, overrides=["parameters.model.lr.maxx=1"]).startswith(
         "x.yaml: --set parameters.model.lr.maxx: unknown key"
     )
+    # a new parameter given by its keys, one --set each ("must be a mapping of its keys" before)
+    sweep = build_sweep(
+        raw,
+        overrides=[
+            "parameters.model.weight_decay.min=0.001",
+            "parameters.model.weight_decay.max=0.1",
+            "parameters.model.weight_decay.distribution=log_uniform_values",
+            "parameters.model.hidden_size.values=[16, 32]",
+        ],
+    )
+    wd = sweep.spec.parameters["model.weight_decay"]
+    assert (wd.min, wd.max, wd.distribution) == (0.001, 0.1, "log_uniform_values")
+    assert sweep.spec.parameters["model.hidden_size"].values == [16, 32]
+    assert error_of(raw, overrides=["parameters.model.weight_decay.min=0.001"]) == (
+        "x.yaml: parameters.model.weight_decay: give either `values: [...]` or both `min` and `max`"
+    )
 
 
 # ---- a damaged launch.json: --resume said it with a traceback
