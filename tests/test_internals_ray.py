@@ -399,6 +399,17 @@ def test_the_gcs_service_the_launcher_probes_is_generated_in_ray():
     assert authentication_token_setup.AUTH_MODE_ENV_VAR == "RAY_AUTH_MODE"
 
 
+@internal("ray-gcs-reconnect", "ray", "sweeps/driver/gcs_watch.py (reconnect_timeout)")
+def test_rays_wait_for_a_lost_gcs_is_the_config_entry_the_watch_reads():
+    from pathlib import Path
+
+    import ray._raylet
+
+    binary = Path(ray._raylet.__file__).read_bytes()
+    assert b"RAY_gcs_rpc_server_reconnect_timeout_s" in binary
+    assert b"Failed to connect to GCS within " in binary
+
+
 @internal("ray-unhandled-errors", "ray", "sweeps/driver/console.py (StoppedTrialErrors)")
 def test_ray_says_an_unread_task_error_through_its_worker_modules_logger():
     import logging

@@ -236,6 +236,19 @@ def close_cut_run(run_dir: str | Path) -> bool:
     return True
 
 
+def close_superseded_parts(wandb_dir: str | Path) -> int:
+    """Close (:func:`close_cut_run`) each offline run part that a later part of the same run id
+    follows: its process was gone when the later one began (a launcher killed, a lost head or
+    node, a retried trial) and never wrote its exit record, so ``wandb sync`` would leave its
+    history out of the run. The newest part of each run is left as it is. Returns how many were
+    closed."""
+    parts: dict[str, list[Path]] = {}
+    for folder in sorted(Path(wandb_dir).glob("offline-run-*-*")):
+        if not run_is_empty(folder):
+            parts.setdefault(folder.name.rsplit("-", 1)[1], []).append(folder)
+    return sum(close_cut_run(folder) for found in parts.values() for folder in found[:-1])
+
+
 def offline_run_dirs(wandb_dir: str | Path, run_id: str) -> list[Path]:
     """The offline run folders of one run id, oldest first (a retried trial resumes its run in a
     new folder), less those with nothing logged (:func:`run_is_empty`)."""

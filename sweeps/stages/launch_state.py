@@ -63,6 +63,8 @@ class Launch:
     #: what the cluster can hold, and the trials' settings (join_ray)
     fit: ClusterFit | None = None
     settings: TrialSettings | None = None
+    #: the watch on the Ray head's GCS, from joining Ray to the reports (join_ray)
+    watch: Any = None
     #: the storage's watch for a full or read-only disk
     guard: StorageGuard | None = None
     #: the Tune run's result grid, the trials' rows and {trial id: (plan, folder)} (train)
@@ -85,6 +87,12 @@ class Launch:
         launch = cls(plan, args, profile, stop)
         launch.guard = StorageGuard(plan.storage)
         return launch
+
+    def stop_watch(self) -> None:
+        """The launch no longer needs Ray's head: its loss is no longer the launch's end."""
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
 
     @property
     def sweep(self) -> Sweep:

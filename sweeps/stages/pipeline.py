@@ -122,6 +122,7 @@ def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) ->
                 with charging(launch.meter):  # every stage's time, till the results are written
                     status = run_stages(launch, charged)
                     launch.enter("reports")
+            launch.stop_watch()  # the reports need no Ray
             if status is not None:
                 return status
             with stop.during("poll"):  # a stop now is noted: the results are what it needs written
@@ -130,6 +131,7 @@ def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) ->
                 finish.tell_console(launch)
                 return finish.exit_status(launch)
         finally:  # the next launch of the sweep may start (in this process too)
+            launch.stop_watch()
             if launch.lock is not None:
                 launch.lock.close()
 

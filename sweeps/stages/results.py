@@ -11,7 +11,11 @@ import sys
 from sweeps.driver.budget import EXIT_BUDGET
 from sweeps.driver.preemption import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from sweeps.integrations.wandb_env import wandb_sync_hint
-from sweeps.integrations.wandb_runs import close_cut_run, offline_run_dirs
+from sweeps.integrations.wandb_runs import (
+    close_cut_run,
+    close_superseded_parts,
+    offline_run_dirs,
+)
 from sweeps.layout import RESULTS_CSV
 from sweeps.report.local import build_local_report
 from sweeps.report.results import (
@@ -90,6 +94,11 @@ def tell_console(launch: Launch) -> None:
             print(moved)
     if launch.written:
         print("\nwrote " + ", ".join(str(p) for p in launch.written.values()))
+    if launch.mode == "offline" and (closed := close_superseded_parts(out_dir / "wandb")):
+        print(
+            f"closed {closed} W&B run part(s) that an earlier run of the sweep left open (its "
+            "launcher or node lost; history up to then kept): their runs upload whole"
+        )
     if launch.mode == "offline" and launch.interrupted and not df.empty:
         stopped = df.loc[df["status"].isin(STOPPED), "trial_id"]  # see close_cut_run
         cut = [r for t in stopped.dropna() for r in offline_run_dirs(out_dir / "wandb", t)]

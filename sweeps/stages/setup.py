@@ -14,6 +14,7 @@ the launch ends there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -21,8 +22,9 @@ from pathlib import Path
 from sweeps.build import prepare_data as prepare_task_data
 from sweeps.driver.budget import EXIT_BUDGET, budget_meter
 from sweeps.driver.cluster import LaunchError, check_cluster, check_writable, init_ray
+from sweeps.driver.gcs_watch import GcsWatch, end_launch, lost_head_line, watchable
 from sweeps.driver.launch_lock import hold_launch_lock
-from sweeps.driver.preemption import StopRequested
+from sweeps.driver.preemption import EXIT_PREEMPTED, StopRequested
 from sweeps.driver.resume_check import check_before_resume
 from sweeps.integrations.wandb_env import resolve_wandb_mode
 from sweeps.layout import already_holds, nothing_to_resume, only_launch_files
@@ -110,7 +112,28 @@ def join_ray(launch: Launch) -> None:
         launch.stop.note("SIGTERM")
         raise StopRequested from None
     launch.stop.arm()  # ray.init took SIGTERM for itself
+    watch_head(launch, conn.address)
     launch.fit = check_cluster(launch.sweep, launch.paths, conn.address)
     launch.settings = make_settings(launch.plan, launch.mode, launch.fit)
     # as placed: no GPU, none charged; trials alone beside fused groups, on a share of their own
     launch.meter.place(launch.settings.resources, launch.settings.lone)
+
+
+def watch_head(launch: Launch, address: str | None) -> None:
+    """Watch the GCS of the Ray just joined (or started): a lost head ends the launch with the
+    resume command and exit status 75 (:mod:`sweeps.driver.gcs_watch`), not Ray's bare exit 1."""
+    import ray
+
+    if address and address.startswith("ray://"):
+        return
+    gcs = ray.get_runtime_context().gcs_address
+    if not watchable(gcs):
+        return
+
+    def lost(seconds: float) -> None:
+        with contextlib.suppress(Exception):  # what was charged until now stays charged
+            if launch.meter is not None:
+                launch.meter.stop()
+        end_launch(lost_head_line(gcs, seconds, launch.resume_cmd), EXIT_PREEMPTED)
+
+    launch.watch = GcsWatch(gcs, lost).start()

@@ -44,6 +44,14 @@ def listening(host: str, port: int) -> bool:
 @pytest.fixture(scope="module")
 def head():
     """``ray start --head --block`` in its own session; yields (address, RAY_TMPDIR, env)."""
+    with ray_head() as started:
+        yield started[:3]
+
+
+@contextlib.contextmanager
+def ray_head():
+    """Start a ``ray start --head --block`` here; yields (address, RAY_TMPDIR, env, process),
+    and stops it (if it still runs) when the block ends."""
     tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, agent_port = free_port(), free_port()
     env = {
@@ -101,12 +109,13 @@ def head():
         if not (host and listening(host, agent_port)):
             proc.kill()
             pytest.fail("ray start --head did not come up:\n" + proc.communicate()[0][-3000:])
-        yield f"127.0.0.1:{port}", tmp, env
+        yield f"127.0.0.1:{port}", tmp, env, proc
     finally:
         # stop only the Ray this test started. SIGTERM to `ray start` alone: it drains its node and
         # stops the processes it started in about a second. (SIGTERM to the whole process group
         # stops the GCS too, and `ray start` then waits 30 s for a drain that cannot happen.)
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -342,3 +351,49 @@ def test_a_gcs_that_asks_for_ray_s_token_is_said_with_the_fix(monkeypatch):
         assert what_answers(address, "127.0.0.1", port, timeout=10) is None
     finally:
         server.stop(None)
+
+
+def test_a_lost_head_ends_the_launch_with_the_resume_command_and_75(tmp_path):
+    """When the head node died, Ray ended the launcher 60 s later from its C++ side: exit 1 (the
+    status of a failed trial), no line of the launcher's and no resume command. Its own watch on
+    the GCS ends it first (here at 20 s, Ray's wait set to 30 s), with both and exit 75."""
+    with ray_head() as (address, _, env, proc):
+        spec = tiny_spec(
+            "lost_head",
+            grid={"model": [{"attention": "none"}]},
+            trainer={"max_steps": 100000, "val_check_interval": 5},
+            wandb={"mode": "disabled"},
+        )
+        cmd = [
+            sys.executable,
+            str(ROOT / "sweeps" / "launch.py"),
+            str(write_spec(tmp_path, spec)),
+            "--output",
+            str(tmp_path / "out"),
+            "--address",
+            address,
+        ]
+        env = {**env, "RAY_gcs_rpc_server_reconnect_timeout_s": "30"}
+        launch = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        said = []
+        try:
+            for line in launch.stdout:  # the trial runs on the head
+                said.append(line)
+                if " 1 running," in line:
+                    break
+            os.killpg(proc.pid, signal.SIGKILL)  # the head node's every Ray process
+            killed = time.monotonic()
+            said += launch.stdout.readlines()
+            launch.wait(timeout=120)
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+        out = "".join(said)
+        assert launch.returncode == 75, out[-3000:]
+        assert time.monotonic() - killed < 30, "Ray's own end came first"
+        assert "error: the Ray cluster's head at " in out and "has not answered for" in out, out
+        resume = out.split("continue with:\n", 1)[1].splitlines()[0].strip()
+        assert resume.startswith("python sweeps/launch.py ") and "--resume" in resume, resume
+        assert f"--address {address}" in resume, resume

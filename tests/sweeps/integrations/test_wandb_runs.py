@@ -160,6 +160,31 @@ def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(runs, 
     assert wandb_sync_hint(tmp_path).broken == []  # no longer left out of the upload command
 
 
+def test_a_part_a_later_part_of_its_run_follows_is_closed(runs, tmp_path):
+    """A launcher killed (or its head lost) mid-trial leaves the trial's run part without an exit
+    record; the resume goes on in a new part of the same run id, and the old part was left out of
+    the upload command: the run's history before the kill never reached W&B."""
+    import shutil
+
+    from sweeps.integrations.wandb_runs import close_superseded_parts
+
+    newest = tmp_path / "wandb" / runs["short"].name
+    shutil.copytree(runs["short"], newest)
+    cut = newest.with_name("offline-run-20000101_000000-short001")  # the same run, earlier
+    shutil.copytree(runs["short"], cut)
+    cut_after_last_history(cut)
+    alone = newest.with_name("offline-run-20000101_000000-alone001")  # no later part: left open
+    shutil.copytree(runs["short"], alone)
+    cut_after_last_history(alone)
+    assert [name for name, _ in wandb_sync_hint(tmp_path).broken] == [alone.name, cut.name]
+
+    assert close_superseded_parts(tmp_path / "wandb") == 1
+    assert run_problem(cut) is None and inspect(cut)["state"] == "finished"
+    assert run_problem(alone) == "the run was never finished (no exit record)"
+    assert [name for name, _ in wandb_sync_hint(tmp_path).broken] == [alone.name]
+    assert close_superseded_parts(tmp_path / "wandb") == 0
+
+
 def test_a_run_folder_without_its_log_has_nothing_to_close(tmp_path):
     """A trial stopped by a budget while W&B was starting leaves ``offline-run-*`` with ``files``,
     ``logs`` and ``tmp`` but no ``run-<id>.wandb``: the launcher's closing of cut runs passes over
