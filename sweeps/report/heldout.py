@@ -143,9 +143,15 @@ def heldout_sections(
     metric: str = VAL_BLEU,
     mode: str = "max",
     confirm: pd.DataFrame | None = None,
+    chosen_by: tuple[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """The held-out section (heading, Markdown), or none when no trial was evaluated on test; then,
-    with ``confirm`` rows (:func:`split_confirm`), the confirm section (:func:`confirm_section`)."""
+    with ``confirm`` rows (:func:`split_confirm`), the confirm section (:func:`confirm_section`).
+    ``chosen_by``: the metric and mode the launch chose by (results.csv's ``chosen``), where a
+    rebuilt report's ``metric`` differs from it; the rows are the launch's choice either way."""
+    page = (metric, mode)
+    if chosen_by is not None:
+        metric, mode = chosen_by
 
     frame, valid_col, test_col = heldout_frame(df)
     more = [] if confirm is None or confirm.empty else None
@@ -197,6 +203,11 @@ def heldout_sections(
     if missing:
         notes.append(
             f"{missing} chosen trial(s) have no test figure (results.csv's heldout_error says why)."
+        )
+    if page != (metric, mode):
+        notes.append(
+            f"These are the launch's choices (results.csv's `chosen`, by {metric}, {mode}), the "
+            f"trials evaluated on test; this page's other tables choose by {page[0]}, {page[1]}."
         )
     return [
         (

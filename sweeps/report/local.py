@@ -83,7 +83,7 @@ def build_local_report(
         if not heading:  # after the preamble: the budget, the trials that lost their node
             lines += run_notes(df, sweep_dir)
     for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
-        df, metric, mode, confirm
+        df, metric, mode, confirm, launch_choice(sweep_dir)
     ):  # intervals, findings, paired bootstrap; test
         lines += [f"## {heading}", text]
     if paths:
@@ -217,6 +217,14 @@ def _recorded_metric(sweep_dir: Path) -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError, LookupError, TypeError, AttributeError):
         return dict(json.loads((sweep_dir / LAUNCH_FILE).read_text())["planned"]["metric"])
     return {}
+
+
+def launch_choice(sweep_dir: Path) -> tuple[str, str] | None:
+    """The metric and mode the launch chose its trials by (results.csv's ``chosen``), as its
+    launch.json records them; None without a record."""
+    recorded = _recorded_metric(sweep_dir)
+    goal = {"maximize": "max", "minimize": "min"}.get(recorded.get("goal", ""))
+    return (recorded["name"], goal) if recorded.get("name") and goal else None
 
 
 def chosen_mode(metric: str, mode: str | None, recorded: dict[str, Any]) -> tuple[str, str] | str:

@@ -949,6 +949,7 @@ def test_the_command_chooses_by_the_sweeps_own_metric_and_refuses_to_choose_the_
     rows = sweep_rows()
     for row in rows:
         row["val/loss"], row["test/bleu"], row["val/other"] = 1.0, 50.0, 2.0
+        row["chosen"] = True  # one trial per (cell, seed): each is its cell's choice
     write_results_csv(rows, tmp_path)
     record = {"planned": {"metric": {"name": "val/loss", "goal": "minimize"}}}
     (tmp_path / "launch.json").write_text(json.dumps(record))
@@ -957,6 +958,14 @@ def test_the_command_chooses_by_the_sweeps_own_metric_and_refuses_to_choose_the_
     assert rule.format("val/loss", "min") in md, "the sweep's own metric and goal"
     md = report.main([str(tmp_path), "--metric", BLEU])["md"].read_text()
     assert rule.format(BLEU, "max") in md, "another metric: its own direction"
+    # the held-out rows are still the launch's choice (results.csv's chosen), and say so: the
+    # section said that the page's --metric had chosen them
+    assert "that the sweep's metric (val/loss, min) chose on the validation split" in md
+    assert (
+        "These are the launch's choices (results.csv's `chosen`, by val/loss, min), the trials "
+        f"evaluated on test; this page's other tables choose by {BLEU}, max."
+    ) in md
+    assert "launch's choices" not in report.main([str(tmp_path)])["md"].read_text()
 
     def refused(*argv: str) -> str:
         with pytest.raises(SystemExit) as info:
