@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS, VAL_SACREBLEU
+from sweeps.report.columns import FINISHED
 from sweeps.report.results import DECODE_SECONDS, TIMING_DEVICE, natural_order
 from sweeps.report.stats import sacrebleu_signatures
 from sweeps.report.summary import (
@@ -129,10 +130,45 @@ def chosen_note(summary: pd.DataFrame) -> str:
 
 def _seconds_text(summary: pd.DataFrame) -> list[str]:
     marked = contended_mask(summary)
+    timed = summary["timed_seeds"] if "timed_seeds" in summary else summary["seeds"]
     return [
-        mean_std(m, sd, 4) + (f" {DAGGER}" if flag and pd.notna(m) else "")
-        for m, sd, flag in zip(summary[DECODE_SECONDS], summary[f"{DECODE_SECONDS}_std"], marked)
+        mean_std(m, sd, 4)
+        + (f" {DAGGER}" if flag and pd.notna(m) else "")
+        + (f" ({n} of {seeds} seeds)" if pd.notna(m) and n < seeds else "")
+        for m, sd, flag, n, seeds in zip(
+            summary[DECODE_SECONDS],
+            summary[f"{DECODE_SECONDS}_std"],
+            marked,
+            timed,
+            summary["seeds"],
+        )
     ]
+
+
+def timing_failed_note(df: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """What ``(2 of 3 seeds)`` beside a decode time means, and each finished trial whose timing
+    failed, with its error ("" when none did)."""
+    if "timing_error" not in df or DECODE_SECONDS not in df:
+        return ""
+    errors = df["timing_error"].fillna("").astype(str)
+    done = df["status"].isin(FINISHED) if "status" in df else pd.Series(True, index=df.index)
+    failed = df[
+        done & df[DECODE_SECONDS].isna() & (errors != "") & ~errors.str.startswith("not timed:")
+    ]
+    if failed.empty:
+        return ""
+    fewer = "timed_seeds" in summary and (summary["timed_seeds"] < summary["seeds"]).any()
+    return (
+        (
+            "(n of N seeds) beside a decode time: its mean and spread are over the n seeds whose model "
+            "was timed. "
+            if fewer
+            else ""
+        )
+        + "The timing stage failed for "
+        + "; ".join(f"{r.cell} seed={r.seed} ({r.timing_error})" for r in failed.itertuples())
+        + " (results.csv's timing_error; a `--resume` times them again)."
+    )
 
 
 def pareto_markdown(points: pd.DataFrame) -> str:
@@ -381,8 +417,12 @@ def results_sections(
         )
         marks = ""
     heading = f"Results by {axis} and model" if not wide.empty else "Results"
+    failed_timing = timing_failed_note(df, summary)
     sections.append(
-        (heading, _paragraphs([to_markdown(_long_table(summary)), marks, timing_text(df)]))
+        (
+            heading,
+            _paragraphs([to_markdown(_long_table(summary)), marks, failed_timing, timing_text(df)]),
+        )
     )
     points = front_points(summary)
     if not points.empty:

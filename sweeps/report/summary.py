@@ -93,6 +93,10 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     for c in values:
         summary[f"{c}_std"] = groups[c].std()
     summary["seeds"] = groups["seed"].nunique()
+    if (
+        seconds in best
+    ):  # a seed whose timing failed has no decode time: its cell's mean is of fewer
+        summary["timed_seeds"] = groups[seconds].count()
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
     summary["train_contended"] = groups["_train_contended"].sum().astype(int)

@@ -316,6 +316,25 @@ def test_a_contended_time_is_marked_in_every_table_and_counted(tmp_path):
     }
 
 
+def test_a_seed_whose_timing_failed_is_said_not_averaged_away(tmp_path):
+    """One seed's timing failed: the cell's decode mean was of the other seeds under "seeds 3",
+    and the error appeared nowhere on the page."""
+    rows = sweep_rows(seeds=(0, 1, 2))
+    failed = next(r for r in rows if r["trial_id"] == "bahdanau-50-2")
+    failed[SEC], failed["timing_error"] = None, "timing failed: the process ran out of memory"
+    md = written_report(tmp_path, rows)
+    paper = {row[0]: row for row in table_rows(md, PAPER)}
+    decode_50 = table_rows(md, PAPER)[0].index("L=50 decode s")
+    timed = [r[SEC] for r in rows if r["trial_id"] in ("bahdanau-50-0", "bahdanau-50-1")]
+    assert paper["bahdanau"][decode_50].startswith(f"{sum(timed) / 2:.4f} ± ")
+    assert paper["bahdanau"][decode_50].endswith(" (2 of 3 seeds)")
+    assert sum("of 3 seeds" in cell for row in paper.values() for cell in row) == 1, "that cell"
+    assert (
+        "The timing stage failed for length=50 bahdanau seed=2 (timing failed: the process ran "
+        "out of memory)"
+    ) in md
+
+
 @pytest.mark.train
 def test_a_contended_points_stay_in_the_front_marked_and_the_rule_is_stated(tmp_path):
     # memory K=4 at L=10 contended (1.8x slower) is still on the front: it keeps its place, marked
