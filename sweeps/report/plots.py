@@ -29,6 +29,7 @@ from sweeps.report.summary import (  # noqa: E402
     chosen_text,
     contended_mask,
 )
+from sweeps.report.train_cost import copied_to_seeds  # noqa: E402, F401 (importable from here too)
 from sweeps.spec.signatures import headline_options  # noqa: E402
 
 #: (summary column, axis label, file stem) of the training-cost figures
@@ -411,22 +412,6 @@ UNTIMED_NOTE = "val/decode_seconds: timed during training beside other trials, n
 ONCE_PER_GROUP_NOTE = (
     "one measurement per cell of a fused group, copied to its seeds: no spread to draw"
 )
-
-
-def copied_to_seeds(df: pd.DataFrame) -> bool:
-    """Whether results.csv's training steps (and peaks) are copies: every timed trial trained
-    fused and each cell's seeds hold one figure, which the timing stage measured on one member
-    of the cell's group and copied to the others (:mod:`sweeps.timing.fused`). False where a
-    cell's seeds were timed apart (one seed a cell: each cell of a group its own measurement;
-    a cell's seeds in different groups, or of different shapes), or no cell has two seeds."""
-    if "train_step_seconds" not in df or "fused_with" not in df:
-        return False
-    timed = df.dropna(subset=["train_step_seconds"])
-    if timed.empty or timed["fused_with"].isna().any():
-        return False
-    cells = timed.groupby("cell", dropna=False)
-    several = cells["seed"].nunique() > 1
-    return bool(several.any() and (cells["train_step_seconds"].nunique()[several] == 1).all())
 
 
 def _seeds_note(summary: pd.DataFrame) -> str:

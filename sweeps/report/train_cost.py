@@ -34,13 +34,30 @@ TRAIN_TIME_NOTE = (
 )
 
 
+def copied_to_seeds(df: pd.DataFrame) -> bool:
+    """Whether results.csv's training steps (and peaks) are copies: every timed trial trained
+    fused and each cell's seeds hold one figure, which the timing stage measured on one member
+    of the cell's group and copied to the others (:mod:`sweeps.timing.fused`). False where a
+    cell's seeds were timed apart (one seed a cell: each cell of a group its own measurement;
+    a cell's seeds in different groups, or of different shapes), or no cell has two seeds."""
+    if "train_step_seconds" not in df or "fused_with" not in df:
+        return False
+    timed = df.dropna(subset=["train_step_seconds"])
+    if timed.empty or timed["fused_with"].isna().any():
+        return False
+    cells = timed.groupby("cell", dropna=False)
+    several = cells["seed"].nunique() > 1
+    return bool(several.any() and (cells["train_step_seconds"].nunique()[several] == 1).all())
+
+
 def measured(summary: pd.DataFrame) -> bool:
     return any(c in summary and summary[c].notna().any() for _, c, _ in COLUMNS)
 
 
-def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
+def cost_table(summary: pd.DataFrame, copied: bool = False) -> pd.DataFrame:
     """Rows (length, model), columns the training step's seconds and tokens/s and the two peaks;
-    a contended training step marked †."""
+    a contended training step marked †. ``copied``: each cell's figures are one measurement
+    copied to its seeds (:func:`copied_to_seeds`): shown without a spread."""
     keys = [k for k in (axis_of(summary), "model") if k in summary and summary[k].notna().any()]
     if not keys or summary[keys].duplicated().any():
         keys = ["cell"]
@@ -51,6 +68,8 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
         if column not in rows:
             continue
         std = rows.get(f"{column}_std", pd.Series(float("nan"), index=rows.index))
+        if copied:  # one measurement a cell: a spread of 0 over its seeds would be no figure
+            std = pd.Series(float("nan"), index=rows.index)
         table[name] = [mean_std(m, sd, digits) for m, sd in zip(rows[column], std)]
     if STEP in rows:
         table["train step s"] = [
@@ -111,6 +130,13 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
     """(heading, Markdown) sections for results.md and the W&B Report ([] when not measured)."""
     if summary.empty or not measured(summary):
         return []
+    copied = copied_to_seeds(df)
+    once = (
+        "Each fused group's training step and peaks were measured once, on one member, and copied "
+        "to its members (results.csv's fused_with): one measurement per cell, so no spread."
+        if copied
+        else ""
+    )
     marked = int((summary.get("train_contended", pd.Series(dtype=int)).fillna(0) > 0).sum())
     contended = (
         f"{marked} training step time(s) contended ({DAGGER}): measured while the machine was busy."
@@ -121,7 +147,9 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
         (
             f"Training cost by {axis_of(summary)} and model",
             "\n\n".join(
-                p for p in (to_markdown(cost_table(summary)), contended, how_text(df)) if p
+                p
+                for p in (to_markdown(cost_table(summary, copied)), once, contended, how_text(df))
+                if p
             ),
         )
     ]

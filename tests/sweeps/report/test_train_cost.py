@@ -145,3 +145,24 @@ def test_fused_steps_copied_to_a_cell_s_seeds_are_said_to_be(tmp_path, drawn):
     apart = rows(seeds=(0, 1, 2), group=by_cell)  # each seed its own value
     title = _train_step_title(tmp_path / "apart", drawn, apart)
     assert plots.ONCE_PER_GROUP_NOTE not in title and "std over seeds" in title
+
+
+def test_the_cost_table_gives_a_copied_measurement_no_spread():
+    """A fused cell's one training-step measurement, copied to its three seeds, showed in the
+    table as "0.0215 ± 0.0000" beside "seeds 3": a measured zero spread that was never measured."""
+    by_cell = lambda length, model: f"{length}{model}"  # noqa: E731 - a group per cell
+    same = lambda length, i, seed: 0.001 * (i + 1) * length  # noqa: E731 - the seeds' one figure
+    copied = pd.DataFrame(rows(seeds=(0, 1, 2), group=by_cell, step=same))
+    text = dict(train_cost_sections(copied, cell_summary(copied)))
+    table = next(t for heading, t in text.items() if heading.startswith("Training cost by"))
+    lines = [line for line in table.splitlines() if line.startswith("| 50 ")]
+    assert len(lines) == 3 and not any("±" in line for line in lines), lines
+    assert "| 0.0500 " in next(line for line in lines if "| none " in line)
+    assert "measured once, on one member, and copied to its members" in table
+    apart = pd.DataFrame(rows(seeds=(0, 1, 2), group=by_cell))  # each seed its own value
+    table = next(
+        t
+        for heading, t in train_cost_sections(apart, cell_summary(apart))
+        if heading.startswith("Training cost by")
+    )
+    assert "±" in table and "copied to its members" not in table
