@@ -26,6 +26,7 @@ runs and the epoch's mean once it has ended.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -89,7 +90,9 @@ class Seq2SeqModule(pl.LightningModule):
         embedding_dim, hidden_size, encoder_layers, decoder_layers, dropout, bidirectional: sizes
             (hidden_size: decoder units, and encoder units per direction; dropout on cell inputs).
         max_source_len: longest source incl. EOS (luong_location attention, and memory attention with
-            position encodings, cover that many positions; a longer source fails at fit).
+            position encodings, cover that many positions; a longer source fails at fit). Memory
+            attention's position encodings take it as eq. 10's S, the data's longest source: give
+            the datamodule's ``max_source_len`` (a far larger one is warned of at fit).
         pad_id, bos_id, eos_id: special token ids.
         lr, weight_decay: Adam settings (default: the paper's Adam at 1e-4, no weight decay).
         val_beam_size: 1 decodes greedily in validation/test, more uses beam search (the
@@ -241,6 +244,16 @@ class Seq2SeqModule(pl.LightningModule):
         built = self.model.attention.longest_source
         if data_max is None or built is None:
             return
+        if data_max < built and getattr(self.model.attention, "use_position_encoding", False):
+            warnings.warn(
+                f"attention {self.hparams.attention!r} encodes positions for max_source_len="
+                f"{built}, but the datamodule's sources are up to {data_max} tokens (incl. EOS): "
+                "its position encodings (eq. 10, S the longest source) then vary little over the "
+                f"real positions; pass max_source_len={data_max} to Seq2SeqModule for the "
+                "paper's form",
+                UserWarning,
+                stacklevel=2,
+            )
         if data_max > built:
             given = (self.hparams.attention_kwargs or {}).get("max_source_len") is not None
             where = (
