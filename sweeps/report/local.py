@@ -82,9 +82,12 @@ def build_local_report(
         lines += ([f"## {heading}"] if heading else []) + [text]
         if not heading:  # after the preamble: the budget, the trials that lost their node
             lines += run_notes(df, sweep_dir)
+    smoke = launch_profile(sweep_dir) == "smoke"
     for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
         df, metric, mode, confirm, launch_choice(sweep_dir)
     ):  # intervals, findings, paired bootstrap; test
+        if smoke and heading.startswith(FINDINGS_HEADING):
+            text = f"{SMOKE_FINDINGS}\n\n{text}"
         lines += [f"## {heading}", text]
     if paths:
         lines.append(
@@ -143,6 +146,22 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
             + "\n".join(f"- {r.cell} seed={r.seed}: {r.moved_why}" for r in moved.itertuples()),
         ]
     return lines
+
+
+#: the findings section's heading (:func:`sweeps.report.findings.seed_sections`)
+FINDINGS_HEADING = "The paper's findings"
+#: what a smoke run's findings section says first
+SMOKE_FINDINGS = (
+    "**A smoke run** (`--smoke`: the plumbing's tiny model and few steps): the verdicts below are "
+    "computed as for a study, but they say nothing of the paper's claims."
+)
+
+
+def launch_profile(sweep_dir: Path) -> str | None:
+    """The profile the sweep was launched with, as its launch.json records it."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return json.loads((sweep_dir / LAUNCH_FILE).read_text()).get("profile")
+    return None
 
 
 def profile_note(sweep_dir: Path) -> str:

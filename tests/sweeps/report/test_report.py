@@ -1000,3 +1000,20 @@ def test_the_command_chooses_by_the_sweeps_own_metric_and_refuses_to_choose_the_
     assert refused("--metric", "val/other").endswith(
         "--metric val/other: no known direction; give --mode max or --mode min"
     )
+
+
+def test_a_smoke_runs_findings_say_they_are_no_evidence(tmp_path):
+    """A smoke run's results.md judged the paper's findings (held, contradicted) as a study's,
+    though its sweep files call --smoke plumbing only."""
+    import json
+
+    md = written_report(tmp_path, sweep_rows())
+    findings = md.split("## The paper's findings")[1].split("\n## ")[0]
+    assert "| held |" in findings or "| contradicted |" in findings, "the test needs verdicts"
+    assert "A smoke run" not in md
+    (tmp_path / "launch.json").write_text(json.dumps({"profile": "smoke"}))
+    md = report.main([str(tmp_path)])["md"].read_text()
+    findings = md.split("## The paper's findings")[1].split("\n## ")[0]
+    assert findings.split("\n\n")[1].startswith("**A smoke run** (`--smoke`")
+    (tmp_path / "launch.json").write_text(json.dumps({"profile": "cpu"}))
+    assert "A smoke run" not in report.main([str(tmp_path)])["md"].read_text()
