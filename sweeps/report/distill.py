@@ -31,7 +31,14 @@ import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 from sweeps.report.figures import colours  # noqa: E402
-from sweeps.report.stats import estimate, interval, per_seed, verdict  # noqa: E402
+from sweeps.report.stats import (  # noqa: E402
+    CONTEXT,
+    estimate,
+    interval,
+    per_seed,
+    shared,
+    verdict,
+)
 
 WEIGHT, INIT = "distill_weight", "init_from_teacher"
 SMALL_K = "the §3.1 term improves BLEU at small K (K < L)"
@@ -40,7 +47,25 @@ LARGE_K = "the §3.1 term improves BLEU at K >= L"
 
 def students(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
     """The summary rule's rows (one per cell and seed) of the cells that set ``distill_weight``
-    and ``K``, with ``init_from_teacher`` filled in, or an empty frame when lambda does not vary."""
+    and ``K``, with ``init_from_teacher`` filled in, or an empty frame when lambda does not vary.
+    A (length, K, start) where several cells share one lambda (another grid value varies) is
+    left out: no seed pairs one student there (:func:`mixed_students`)."""
+    memory = _students(df, metric, mode)
+    if mixed := shared(memory, STUDENT):
+        groups = {key[:-1] for key in mixed}
+        keys = pd.Series(list(zip(*(memory[k] for k in STUDENT[:-1]))), index=memory.index)
+        memory = memory[~keys.isin(groups)]
+    return memory if not memory.empty and memory[WEIGHT].nunique() >= 2 else pd.DataFrame()
+
+
+def mixed_students(
+    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+) -> dict[tuple, list[str]]:
+    """The (length, K, start, context, lambda) that several cells share, each with their names."""
+    return shared(_students(df, metric, mode), STUDENT)
+
+
+def _students(df: pd.DataFrame, metric: str, mode: str) -> pd.DataFrame:
     if WEIGHT not in df or "K" not in df:
         return pd.DataFrame()
     best = per_seed(df, metric, mode)
@@ -52,7 +77,12 @@ def students(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.
     memory[INIT] = memory[INIT].fillna("none").astype(str) if INIT in memory else "none"
     if "length" not in memory:
         memory["length"] = pd.NA
-    return memory if memory[WEIGHT].nunique() >= 2 else pd.DataFrame()
+    memory[CONTEXT] = memory[CONTEXT].fillna("").astype(str) if CONTEXT in memory else ""
+    return memory
+
+
+#: what names one student of a distillation sweep at a length (with its context)
+STUDENT = ["length", "K", INIT, CONTEXT, WEIGHT]
 
 
 def distill_findings(
@@ -64,7 +94,7 @@ def distill_findings(
     if memory.empty:
         return rows
     starts = memory[INIT].nunique() > 1  # name the start in each row only when it varies
-    for (length, k, init), g in memory.groupby(["length", "K", INIT], dropna=False, sort=True):
+    for (length, k, init, context), g in memory.groupby(STUDENT[:-1], dropna=False, sort=True):
         base = g[g[WEIGHT] == 0].set_index("seed")[VAL_BLEU]
         if base.empty:
             continue
@@ -72,11 +102,12 @@ def distill_findings(
             diffs = (g[g[WEIGHT] == weight].set_index("seed")[VAL_BLEU] - base).dropna()
             mean, _, ci, n = interval(diffs)
             start = f", init {init}" if starts or init != "none" else ""
+            at = "" if pd.isna(length) else int(length)
             small = pd.notna(length) and int(k) < int(length)
             rows.append(
                 {
                     "finding": SMALL_K if small or pd.isna(length) else LARGE_K,
-                    "length": "" if pd.isna(length) else int(length),
+                    "length": f"{at}, {context}" if context else at,
                     "quantity": f"λ={weight:g} − λ=0 (K={int(k)}{start})",
                     "estimate": estimate(mean, ci),
                     "seeds": n,
@@ -92,16 +123,14 @@ def lambda_figure(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"):
     if memory.empty:
         return None
     summary = (
-        memory.groupby(["length", "K", INIT, WEIGHT], dropna=False)[VAL_BLEU]
-        .agg(["mean", "std", "count"])
-        .reset_index()
+        memory.groupby(STUDENT, dropna=False)[VAL_BLEU].agg(["mean", "std", "count"]).reset_index()
     )
-    lines = list(summary.groupby(["length", "K", INIT], dropna=False, sort=True))
+    lines = list(summary.groupby(STUDENT[:-1], dropna=False, sort=True))
     ks = sorted(summary["K"].unique())
     lengths = sorted(summary["length"].dropna().unique())
     styles = ["-", "--", ":", "-."]
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
-    for (length, k, init), g in lines:
+    for (length, k, init, context), g in lines:
         g = g.sort_values(WEIGHT)
         at = f"L={int(length)} " if pd.notna(length) else ""
         style = styles[(lengths.index(length) if pd.notna(length) else 0) % len(styles)]
@@ -113,7 +142,9 @@ def lambda_figure(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"):
             ls=style,
             capsize=3,
             color=colours()[ks.index(k) % len(colours())],
-            label=f"{at}K={int(k)}" + ("" if init == "none" else f" init {init}"),
+            label=f"{at}K={int(k)}"
+            + ("" if init == "none" else f" init {init}")
+            + (f" {context}" if context else ""),
         )
     best = per_seed(df, metric, mode)
     others = best[pd.to_numeric(best[WEIGHT], errors="coerce").isna()]  # the teachers

@@ -19,7 +19,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import BOOTSTRAP_FILE, HYPOTHESES_FILE
-from sweeps.report.distill import distill_findings
+from sweeps.report.distill import distill_findings, mixed_students
 from sweeps.report.results import DECODE_SECONDS, TRAIN_PEAK_MB, TRAIN_STEP_SECONDS
 from sweeps.report.stats import (
     SECONDS_DIGITS,
@@ -27,12 +27,14 @@ from sweeps.report.stats import (
     best_memory,
     bootstrap_table,
     cell_intervals,
+    contexts,
     estimate,
     interval,
     memory_k,
     memory_models,
     paired_difference,
     per_seed,
+    shared,
     verdict,
 )
 
@@ -48,7 +50,7 @@ COST_GAPS = (
 GAP_DIGITS = {DECODE_SECONDS: SECONDS_DIGITS, TRAIN_STEP_SECONDS: SECONDS_DIGITS}
 
 #: the timing stage's figures measured once per fused group (on one member's model), not per trial
-ONCE_PER_GROUP = (TRAIN_STEP_SECONDS, TRAIN_PEAK_MB)
+ONCE_PER_GROUP = (TRAIN_STEP_SECONDS, TRAIN_PEAK_MB, "train_tokens_per_second", "decode_peak_mb")
 
 
 def measurements(best: pd.DataFrame, length: Any, model: str, column: str) -> int:
@@ -74,14 +76,33 @@ INTERVAL_RULE = (
 def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> list[dict[str, Any]]:
     """The paper's Table 1 findings (§4.1.2) that this sweep's cells can judge, one row per finding
     and length: ``finding``, ``length``, ``quantity``, ``estimate`` (mean ± 95% half-width),
-    ``verdict``. Empty when the sweep lacks the models a finding compares."""
+    ``verdict``. Empty when the sweep lacks the models a finding compares. A grid with an axis
+    outside ``model`` (``task.train_size``) is judged within each of its settings (its
+    ``context``, named in the row's length); a length where one model name stands for several
+    cells is left out (:func:`unpaired_note` says so)."""
     best = per_seed(df, metric, mode)
     axis = axis_of(best)  # length, or a translation sweep's language pair (each judged alone)
     if best.empty or axis not in best or best[axis].isna().all():
         return []
+    return [in_context(r, context) for context, rows in contexts(best) for r in _judged(rows)]
+
+
+def in_context(row: dict[str, Any], context: str) -> dict[str, Any]:
+    """A finding's row judged within ``context`` (:func:`~sweeps.report.stats.contexts`): its
+    length followed by the context's grid values."""
+    return {**row, "length": f"{row['length']}, {context}"} if context else row
+
+
+def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
+    """:func:`findings` among ``best``'s rows (one context's)."""
+    axis = axis_of(best)
+    mixed = {key[0] for key in shared(best, [axis, "model"])}  # lengths that cannot be paired
+    best = best[~best[axis].isin(mixed)]
+    if best.empty:
+        return []
     models = set(best["model"])
     lengths = sorted(best[axis].dropna().unique())
-    grows = axis == "length" and len(lengths) >= 2  # the findings on longer sequences
+    grows = axis == "length" and len(lengths) >= 2 and not mixed  # the findings on longer sequences
     out: list[dict[str, Any]] = []
 
     def row(
@@ -213,12 +234,30 @@ def scoring_findings(
     the closest (lowest mean difference)."""
     if "encoder_scoring" not in df or "decoder_scoring" not in df:
         return []
-    best = per_seed(df, metric, mode).copy()
+    return [
+        in_context(r, context)
+        for context, rows in contexts(per_seed(df, metric, mode))
+        for r in _scoring_judged(scoring_pairs(rows))
+    ]
+
+
+def scoring_pairs(best: pd.DataFrame) -> pd.DataFrame:
+    """``best``'s rows of a model with scoring functions (not Bahdanau's, nor no attention's),
+    each row's ``model`` its scoring pair (``softmax/sigmoid``)."""
+    best = best.dropna(subset=["encoder_scoring", "decoder_scoring"]).copy()
+    best["model"] = best["encoder_scoring"].astype(str) + "/" + best["decoder_scoring"].astype(str)
+    return best
+
+
+def _scoring_judged(best: pd.DataFrame) -> list[dict[str, Any]]:
+    """:func:`scoring_findings` among ``best``'s rows (one context's, ``model`` the scoring pair);
+    a length where one pair stands for several cells (another grid value varies) is left out."""
     axis = axis_of(best)  # length, or a translation sweep's language pair
-    scoring = best["encoder_scoring"].astype(str) + "/" + best["decoder_scoring"].astype(str)
-    best["model"] = scoring
+    mixed = {key[0] for key in shared(best, [axis, "model"])}
     out = []
     for length in sorted(best[axis].dropna().unique()):
+        if length in mixed:
+            continue
         at = best[best[axis] == length]
         others = sorted(p for p in at["model"].unique() if p != "softmax/softmax")
         if "softmax/softmax" not in set(at["model"]) or not others:
@@ -243,6 +282,39 @@ def scoring_findings(
             }
         )
     return out
+
+
+def unpaired_note(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> str:
+    """The line that says which findings (and paired bootstrap rows) were left out because one
+    model name stands for several cells at a length (a scoring pair or a student with another
+    grid value varied beside it), which a pairing by seed would mix; "" where none was."""
+    best = per_seed(df, metric, mode)
+    axis = axis_of(best)
+    if best.empty or axis not in best:
+        return ""
+    found: list[tuple[tuple, list[str]]] = []
+    scored = "encoder_scoring" in best and "decoder_scoring" in best
+    for _, rows in contexts(best):
+        found += shared(rows, [axis, "model"]).items()
+        if scored:  # where the scoring finding is judged: softmax/softmax among the pairs
+            pairs = scoring_pairs(rows)
+            judged = pairs.groupby(axis)["model"].transform(
+                lambda m: (m == "softmax/softmax").any()
+            )
+            found += shared(pairs[judged.astype(bool)], [axis, "model"]).items()
+    found += mixed_students(df, metric, mode).items()
+    if not found:
+        return ""
+    named = "; ".join(
+        f"{' '.join(str(v) for v in key if str(v) not in ('', 'nan', '<NA>'))}: "
+        + ", ".join(f"`{c}`" for c in cells)
+        for key, cells in found
+    )
+    return (
+        "Left out of the findings and the paired bootstrap: where one name stands for several "
+        "cells (their other grid values differ), a pairing by seed would mix them, so nothing "
+        f"is judged there ({named})."
+    )
 
 
 def bootstrap_markdown(table: pd.DataFrame) -> str:
@@ -362,6 +434,8 @@ def seed_sections(
                 + (f"\n\n{taught}" if taught else ""),
             )
         )
+    if note := unpaired_note(df, metric, mode):
+        sections.append(("Findings left out", note))
     table = bootstrap_table(df, metric, mode)
     cache = sweep_dir / BOOTSTRAP_FILE if sweep_dir is not None else None
     if not table.empty and cache is not None:

@@ -13,7 +13,7 @@ import pandas as pd
 from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.columns import FINISHED
 from sweeps.report.results import DECODE_SECONDS, TIMING_DEVICE, natural_order
-from sweeps.report.stats import sacrebleu_signatures
+from sweeps.report.stats import sacrebleu_signatures, told_apart_note
 from sweeps.report.summary import (
     DAGGER,
     axis_of,
@@ -390,7 +390,7 @@ def results_sections(
     preamble = [timing_warning(summary, timed, pending), summary_rule(df, metric, mode)]
     preamble += [seeds_line(df, summary) if not summary.empty else ""]
     preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
-    preamble += [fused_line(df)]
+    preamble += [fused_line(df), told_apart_note(df)]
     sections = [("", _paragraphs(preamble))]
     errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
     failed = [

@@ -51,19 +51,40 @@ def headline_columns() -> list[str]:
     return list(dict.fromkeys(option for option, _, _ in headline_options().values()))
 
 
+#: the grid keys a report lays its tables out along (:func:`sweeps.report.stats.axis_of`): no part of
+#: a model's label
+LAYOUT_KEYS = ("task.max_length", "task.pair")
+
+
 def model_label(model: dict[str, Any], grid: dict[str, Any]) -> str:
-    """``memory K=32``, ``bahdanau``, ``memory K=16 encoder_scoring=sigmoid`` ... from what varies."""
+    """``memory K=32``, ``bahdanau``, ``memory K=16 encoder_scoring=sigmoid`` ... from what varies:
+    the model's own grid values, then every other grid value but the length (or language pair)
+    (:func:`grid_context`: ``bahdanau train_size=1000``), so that a length and a label name one
+    cell."""
     parts = [str(model.get("attention", "?"))]
     for key, value in grid.items():
         if key.startswith("model.") and key != "model.attention":
             parts.append(f"{column_name(key)}={value}")
-    return " ".join(parts)
+    context = grid_context(grid)
+    return " ".join(parts + ([context] if context else []))
+
+
+def grid_context(grid: dict[str, Any]) -> str:
+    """A cell's grid values outside ``model`` and the length (pair), ``train_size=1000``
+    (results.csv's ``context``); "" for a grid of the model and the length only."""
+    return " ".join(
+        f"{column_name(key)}={value}"
+        for key, value in grid.items()
+        if not key.startswith("model.") and key not in LAYOUT_KEYS
+    )
 
 
 def plan_columns(plan: TrialPlan) -> dict[str, Any]:
     """The columns a row takes from its trial's plan: the cell, the model's label, mechanism and
-    headline option, the length, the seed and each grid key's value under its column name. The one
-    place a plan property becomes a column, for finished and never-started trials alike."""
+    headline option, the length, the seed and each grid key's value under its column name (and
+    ``context``, where the grid has an axis outside ``model`` other than the length:
+    :func:`grid_context`). The one place a plan property becomes a column, for finished and
+    never-started trials alike."""
     columns: dict[str, Any] = {
         "cell": plan.cell.name,
         "model": model_label(plan.model, plan.grid),
@@ -71,6 +92,8 @@ def plan_columns(plan: TrialPlan) -> dict[str, Any]:
         "length": plan.task.get("max_length"),
         "seed": plan.seed,
     }
+    if context := grid_context(plan.grid):
+        columns["context"] = context
     for key, value in plan.grid.items():
         columns.setdefault(column_name(key), value)
     return columns
@@ -312,6 +335,7 @@ TEXT_COLUMNS = (
     "trial_id",
     "cell",
     "model",
+    "context",
     "attention",
     "status",
     "checkpoint",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sweeps.report.columns import BASELINE, FINISHED  # noqa: F401 (importable from here too)
-from sweeps.report.stats import t975
+from sweeps.report.student_t import t975
 
 #: the results.csv column that says a row is the chosen one of its (cell, seed) or cell
 CHOSEN = "chosen"

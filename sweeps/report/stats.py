@@ -20,6 +20,7 @@ bootstrap over validation sentences.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,44 +31,7 @@ from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import HYPOTHESES_FILE, REFERENCES_FILE, SIGNATURE_FILE
 from sweeps.report.columns import baseline_mask
 from sweeps.report.results import FINISHED, natural_order
-
-# Student's t, 0.975 quantile, by degrees of freedom (no scipy in the sweep extra)
-_T975 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-]
-
-
-def t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+from sweeps.report.student_t import t975
 
 
 def interval(values) -> tuple[float, float, float, int]:
@@ -105,13 +69,28 @@ def summary_cells(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def per_seed(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
-    """The summary rule's chosen trial per (cell, seed): the best finished one by ``metric``
-    (a relative constraint's baseline in a cell of its own: :func:`summary_cells`)."""
+def summary_trials(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """The trials the summary rule chooses among, the same for every table, front, plot and seed
+    section: the finished ones with ``metric``; where configurations are judged over seeds
+    (results.csv's ``configuration``), only each cell's chosen configuration, all its seeds
+    (:func:`sweeps.report.selection.chosen_trials`); a relative constraint's baseline in a cell of
+    its own (:func:`summary_cells`); each model labelled apart from other cells at its length
+    (:func:`told_apart`)."""
+    from sweeps.report.selection import chosen_trials  # it imports this module
+
     done = df[df["status"].isin(FINISHED)] if "status" in df else df
-    return best_of_cells(
-        summary_cells(done.dropna(subset=[metric]) if metric in done else done), metric, mode
-    )
+    if metric in done:
+        done = done.dropna(subset=[metric])
+    if "configuration" in done and done["configuration"].notna().any():
+        done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
+    return summary_cells(told_apart(done))
+
+
+def per_seed(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
+    """The summary rule's chosen trial per (cell, seed): the best of :func:`summary_trials` by
+    ``metric``; all seeds of each cell's chosen configuration where configurations are judged
+    over seeds, as the tables show them."""
+    return best_of_cells(summary_trials(df, metric, mode), metric, mode)
 
 
 def best_of_cells(done: pd.DataFrame, metric: str, mode: str) -> pd.DataFrame:
@@ -122,6 +101,86 @@ def best_of_cells(done: pd.DataFrame, metric: str, mode: str) -> pd.DataFrame:
         .groupby(["cell", "seed"], dropna=False)
         .head(1)
     )
+
+
+#: results.csv's column of a cell's grid values besides its length (or pair) and its model
+#: (``train_size=1000``): what its model's label adds to the model's own name
+CONTEXT = "context"
+_PART = re.compile(r" (?=[\w.]+=)")
+
+
+def told_apart(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each model label that several cells share at one length (pair: an older
+    results.csv, whose labels name the model's settings only, of a grid with an axis outside
+    ``model``: ``task.train_size``) completed by the cell's other grid values, from its name
+    (``bahdanau train_size=1000``), and those values in :data:`CONTEXT`; unchanged where the
+    length and the model name one cell."""
+    axis = axis_of(frame)
+    if frame.empty or not {"cell", "model", axis} <= set(frame):
+        return frame
+    cells = frame.groupby([axis, "model"], dropna=False)["cell"].transform("nunique")
+    if not (cells > 1).any():
+        return frame
+    frame = frame.copy()
+    frame["model"] = frame["model"].astype(object)
+    if CONTEXT not in frame:
+        frame[CONTEXT] = pd.Series(pd.NA, index=frame.index, dtype=object)
+    frame[CONTEXT] = frame[CONTEXT].astype(object)
+    for idx in frame.index[cells > 1]:
+        model, cell = str(frame.at[idx, "model"]), str(frame.at[idx, "cell"])
+        own = {part.partition("=")[0] for part in _PART.split(model)} | {axis, "attention"}
+        extra = [p for p in _PART.split(cell) if p.partition("=")[0] not in own]
+        if extra:
+            frame.at[idx, "model"] = " ".join([model, *extra])
+            context = frame.at[idx, CONTEXT]
+            frame.at[idx, CONTEXT] = " ".join(
+                ([str(context)] if pd.notna(context) and str(context) else []) + extra
+            )
+    return frame
+
+
+def told_apart_note(df: pd.DataFrame) -> str:
+    """The page's line where :func:`told_apart` renamed models (an older results.csv); ""."""
+    after = told_apart(df)
+    if after is df:
+        return ""
+    names = after["model"].astype(str)
+    renamed = pd.Series(names[names != df["model"].astype(str)].unique(), dtype=object)
+    return (
+        "Several cells share a model's name at one length here (their grid values outside "
+        "`model` differ; results.csv's labels name the model's own settings only), so each is "
+        "named with its cell's other grid values in every table, front, plot and finding: "
+        + ", ".join(f"`{m}`" for m in renamed.sort_values(key=natural_order))
+        + ". Findings compare models within one setting of those values."
+    )
+
+
+def contexts(best: pd.DataFrame):
+    """(context, rows) per value of :data:`CONTEXT` in ``best`` ("" where none), each model's
+    label without it (``bahdanau``, not ``bahdanau train_size=1000``): the findings compare models
+    within one context only, by the names the paper's models have."""
+    if CONTEXT not in best or best.empty or not best[CONTEXT].notna().any():
+        yield "", best
+        return
+    keys = best[CONTEXT].fillna("").astype(str)
+    for context in sorted(keys.unique(), key=lambda v: natural_order(pd.Series([v])).iloc[0]):
+        rows = best[keys == context].copy()
+        if context:
+            rows["model"] = rows["model"].astype(str).str.replace(" " + context, "", regex=False)
+        yield context, rows
+
+
+def shared(best: pd.DataFrame, keys: list[str]) -> dict[tuple, list[str]]:
+    """The values of ``keys`` (a length and a model) that more than one cell of ``best`` has, each
+    with those cells' names: a statistic paired by seed there would pair rows of different cells."""
+    if best.empty or not set(keys) <= set(best):
+        return {}
+    cells = best.groupby(keys, dropna=False)["cell"].unique()
+    return {
+        key if isinstance(key, tuple) else (key,): sorted(map(str, names))
+        for key, names in cells.items()
+        if len(names) > 1
+    }
 
 
 def cell_intervals(
@@ -164,6 +223,8 @@ def paired_difference(
     at = best[best[axis] == length] if axis in best else best
     va = at[at["model"] == a].set_index("seed")[column]
     vb = at[at["model"] == b].set_index("seed")[column]
+    if va.index.duplicated().any() or vb.index.duplicated().any():
+        return math.nan, math.nan, 0  # several cells under one name: no pairing by seed
     diffs = (va - vb).dropna()
     mean, _, ci, n = interval(diffs)
     return mean, ci, n
@@ -286,14 +347,24 @@ def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max")
     """Per length: the best memory model against Bahdanau, the seeds' validation sentences pooled
     (each paired with the same sentence of the same seed). Lengths whose trials saved no
     hypotheses (an older run) are left out."""
-    best = per_seed(df, metric, mode)
-    rows = []
-    axis = axis_of(best)  # length, or a translation sweep's language pair
-    if best.empty or axis not in best or "checkpoint" not in best:
+    everything = per_seed(df, metric, mode)
+    axis = axis_of(everything)  # length, or a translation sweep's language pair
+    if everything.empty or axis not in everything or "checkpoint" not in everything:
         return pd.DataFrame()
+    rows = []
+    for context, best in contexts(everything):  # within one setting of a grid's other axes
+        rows += _bootstrap_rows(best, axis, context)
+    return pd.DataFrame(rows)
+
+
+def _bootstrap_rows(best: pd.DataFrame, axis: str, context: str) -> list[dict[str, Any]]:
+    """:func:`bootstrap_table`'s rows of one context (its models' names without it); a length
+    where one model name stands for several cells is left out (no seed pairs them)."""
+    mixed = {key[0] for key in shared(best, [axis, "model"])}
+    rows = []
     for length in sorted(best[axis].dropna().unique()):
         top = best_memory(best, length)
-        if top is None or "bahdanau" not in set(best["model"]):
+        if top is None or "bahdanau" not in set(best["model"]) or length in mixed:
             continue
         at = best[best[axis] == length]
         sys_h, base_h, refs, seeds = [], [], [], []
@@ -321,10 +392,10 @@ def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max")
         rows.append(
             {
                 axis: length if axis == "pair" else int(length),  # a pair under "pair"
-                "memory": top,
+                "memory": f"{top} {context}" if context else top,
                 "seeds": ",".join(map(str, seeds)),
                 "sentences": len(refs),
                 **{k: round(v, 4) for k, v in r.items()},
             }
         )
-    return pd.DataFrame(rows)
+    return rows

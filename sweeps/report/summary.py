@@ -14,13 +14,11 @@ import pandas as pd
 from lightning_modules.metric_names import VAL_BLEU, VAL_DECODE_SECONDS, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.results import (
     DECODE_SECONDS,
-    FINISHED,
     TRAIN_STEP_SECONDS,
     headline_columns,
     natural_order,
 )
-from sweeps.report.selection import chosen_trials
-from sweeps.report.stats import axis_of, best_of_cells, summary_cells
+from sweeps.report.stats import axis_of, best_of_cells, summary_trials
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -66,17 +64,12 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     cell's mean is marked when any is); the training cost (:data:`TRAIN_FIGURES`) likewise when
     the timing stage measured it, ``train_contended`` counting its contended training steps.
     """
-    done = df[df["status"].isin(FINISHED)] if "status" in df else df
-    if metric in done:
-        done = done.dropna(subset=[metric])
+    # configurations judged over seeds: each cell's chosen one, all its seeds; the same trials as
+    # the seed sections' (sweeps.report.stats.per_seed)
+    done = summary_trials(df, metric, mode)
     if done.empty:
         return pd.DataFrame()
-    if "configuration" in done and done["configuration"].notna().any():
-        # configurations judged over seeds: each cell's chosen one, all its seeds (sweeps.report.selection)
-
-        done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
     seconds = seconds_column(df)
-    done = summary_cells(done)
     best = best_of_cells(done, metric, mode)
     timed = (
         best[DECODE_SECONDS].notna()
