@@ -73,6 +73,17 @@ INTERVAL_RULE = (
 )
 
 
+def multiplicity_note(judged: int) -> str:
+    """What judging ``judged`` findings at once means for their verdicts."""
+    if judged < 2:
+        return ""
+    return (
+        f"Each interval is a 95% one on its own, with no correction for judging {judged} findings "
+        "together: about one interval in 20 misses the true value, so one verdict among them may "
+        "be wrong by chance alone."
+    )
+
+
 def findings(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> list[dict[str, Any]]:
     """The paper's Table 1 findings (§4.1.2) that this sweep's cells can judge, one row per finding
     and length: ``finding``, ``length``, ``quantity``, ``estimate`` (mean ± 95% half-width),
@@ -431,6 +442,7 @@ def seed_sections(
                 )
                 + "\n\n"
                 + INTERVAL_RULE
+                + (f" {many}" if (many := multiplicity_note(len(judged))) else "")
                 + (f"\n\n{taught}" if taught else ""),
             )
         )

@@ -1017,3 +1017,16 @@ def test_a_smoke_runs_findings_say_they_are_no_evidence(tmp_path):
     assert findings.split("\n\n")[1].startswith("**A smoke run** (`--smoke`")
     (tmp_path / "launch.json").write_text(json.dumps({"profile": "cpu"}))
     assert "A smoke run" not in report.main([str(tmp_path)])["md"].read_text()
+
+
+def test_the_findings_say_how_many_verdicts_share_the_95_percent(tmp_path):
+    """Thirteen verdicts judged at 95% each, and nothing said that one of them may be wrong by
+    chance alone."""
+    md = written_report(tmp_path, sweep_rows())
+    findings = md.split("## The paper's findings")[1].split("\n## ")[0]
+    rows = table_rows(md, "The paper's findings, judged on the intervals")[1:]
+    assert len(rows) >= 2, "the test needs several findings"
+    assert (
+        f"with no correction for judging {len(rows)} findings together: about one interval in 20 "
+        "misses the true value"
+    ) in findings
