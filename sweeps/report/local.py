@@ -56,6 +56,7 @@ from sweeps.report.plots import UNTIMED_NOTE, copied_to_seeds, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
 from sweeps.report.wandb_report import build_wandb_report, report_problem
+from sweeps.spec.launch_record import sweep_id
 from sweeps.spec.search_schema import NATURAL_GOALS
 
 
@@ -288,6 +289,7 @@ def _publish_wandb_report(args: Any) -> str:
         metric=args.metric,
         mode=args.mode,
         confirm=confirm,
+        sweep_id=sweep_id(args.sweep_dir),
     )
     report.save()
     return report.url

@@ -32,7 +32,8 @@ def _reports_api() -> Any:
 
 
 PANELS_NOTE = (
-    "The panels plot the runs' own W&B records: every run of the group that took part in the selection "
+    "The panels plot the runs' own W&B records: every run of the group (of this sweep, by its sweep_id, "
+    "where its launch recorded one) that took part in the selection "
     "(each Optuna sample, each seed; the confirm runs of seeds.confirm are plotted apart, below). "
     "decode_seconds is the timing stage's figure, added to each run's summary after the Tune run; a panel "
     f"cannot mark a contended one (decode_contended in the summary): the tables above do ({DAGGER}). "
@@ -55,8 +56,11 @@ def build_wandb_report(
     metric: str = VAL_BLEU,
     mode: str = "max",
     confirm: pd.DataFrame | None = None,
+    sweep_id: str | None = None,
 ) -> Any:
     """A ``wandb_workspaces.reports.v2.Report`` for one sweep group (not saved; call ``.save()``).
+    ``sweep_id``: the sweep's id (launch.json's), whose runs alone the panels then plot: a smoke
+    run or an earlier run of a sweep of the same name shares the group.
 
     Args:
         results: the sweep's results frame (``read_results(results.csv)``): the report then carries
@@ -82,8 +86,12 @@ def build_wandb_report(
     def runs(name: str, role: str | None) -> Any:
         """The group's runs, or those of one role."""
         role_filter = f" and Config('{ROLE}') == '{role}'" if role else ""
+        this_sweep = f" and Config('sweep_id') == '{sweep_id}'" if sweep_id else ""
         return wr.Runset(
-            entity=entity, project=project, name=name, filters=f"Group == '{group}'{role_filter}"
+            entity=entity,
+            project=project,
+            name=name,
+            filters=f"Group == '{group}'{this_sweep}{role_filter}",
         )
 
     runset = runs(group, SELECT if has_confirm else None)

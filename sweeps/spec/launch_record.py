@@ -7,6 +7,7 @@ kill, emptied) is said in one line naming the file, never a traceback."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,16 @@ def save_launch(
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
     :attr:`sweeps.spec.grid.Sweep.planned`); and what the profile set, in words
-    (``profile_sets``: :func:`profile_line`), which results.md repeats."""
+    (``profile_sets``: :func:`profile_line`), which results.md repeats; and the sweep's id
+    (``sweep_id``: :func:`sweep_id`), made by its first launch and kept by every resume."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
+    if path.exists():  # a resume: the first launch's id (none where it recorded none)
+        if first := sweep_id(out_dir):
+            record["sweep_id"] = first
+    else:
+        record["sweep_id"] = uuid.uuid4().hex[:12]
     if planned is not None:
         record["planned"] = planned
     if profile_settings or overrides:
@@ -39,6 +46,18 @@ def save_launch(
     # in one step: a launch killed while writing leaves the old record whole, never half of one
     write_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
     return path
+
+
+def sweep_id(out_dir: Path) -> str | None:
+    """The id the sweep's first launch recorded in launch.json (every trial's W&B run carries it
+    in its config, ``sweep_id``, which tells this sweep's runs from those of another run of a
+    sweep of the same name in the same W&B group); None without one (a sweep from an older
+    version, or no readable record)."""
+    try:
+        found = json.loads((Path(out_dir) / LAUNCH_FILE).read_text()).get("sweep_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) and found else None
 
 
 def resume_launch(

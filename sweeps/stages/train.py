@@ -40,6 +40,7 @@ from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks
 from sweeps.search.compose import make_searcher
 from sweeps.search.teachers import teacher_callbacks
+from sweeps.spec.launch_record import sweep_id
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
 from sweeps.trial.fused.member import member_resources, run_member_trial
@@ -80,6 +81,7 @@ def make_settings(plan: SweepPlan, wandb_mode: str, fit: ClusterFit) -> TrialSet
             }
         ),
         wandb_dir=str(plan.out_dir),
+        sweep_id=sweep_id(plan.out_dir),
         chaos_dir=str(plan.out_dir / "chaos"),
         # DDP trials: Ray Train run folders (train-<trial id>), where a retried trial finds its checkpoints
         train_storage=plan.paths.experiment(sweep.name) + "/ddp",

@@ -40,6 +40,9 @@ class TrialSettings:
     # what a trial that trains alone reserves in a sweep with fused groups, where the plan's GPU
     # arrangement gives it another share than a group's (resources.gpu: auto); None: a group's
     lone: dict[str, float] | None = None
+    # the sweep's id from its launch.json (sweeps.spec.launch_record.sweep_id), in every W&B run's
+    # config; None for a sweep that recorded none
+    sweep_id: str | None = None
 
     @property
     def name(self) -> str:

@@ -75,6 +75,8 @@ def run_arguments(
     if wb.mode == "disabled":
         return None
     run_config = {**wandb_config(plan, module), "trial_id": trial_id, "sweep": settings.name}
+    if getattr(settings, "sweep_id", None):  # this sweep's runs among the group's (the Report's)
+        run_config["sweep_id"] = settings.sweep_id
     job_type, label = "train", ""
     if (
         "configuration" in plan.config

@@ -106,6 +106,10 @@ def test_wandb_report_construction_from_points(tmp_path):
     assert "memory K=32" in rep.blocks[3].text
     grid = rep.blocks[-1]
     assert grid.runsets[0].filters == "Group == 'k_vs_length'"
+    mine = build_wandb_report("me", "proj", "k_vs_length", points=points, sweep_id="0123abcd4567")
+    assert mine.blocks[-1].runsets[0].filters == (
+        "Group == 'k_vs_length' and Config('sweep_id') == '0123abcd4567'"
+    )
     scatter = next(
         p
         for p in grid.panels

@@ -768,3 +768,26 @@ def test_resume_accepts_a_set_that_repeats_the_first_runs_planned_value(tmp_path
             )
         said = str(info.value)
         assert f"(the first run's: parameters.model.lr={value!r} from {where}; recorded in" in said
+
+
+def test_the_sweep_id_is_made_once_and_kept_by_every_resume(tmp_path):
+    """The W&B Report plotted every run of the sweep's group: a smoke run or an earlier run of a
+    sweep of the same name shares it. Each sweep has an id of its own, in its launch.json and in
+    every run's config, made by its first launch and kept by its resumes."""
+    import json
+
+    from sweeps.spec import save_launch
+    from sweeps.spec.launch_record import sweep_id
+
+    save_launch(tmp_path / "a", [], profile="smoke")
+    first = sweep_id(tmp_path / "a")
+    assert first and len(first) == 12 and int(first, 16) >= 0
+    save_launch(tmp_path / "a", ["budget.hours=1"], profile="smoke")  # a resume
+    assert sweep_id(tmp_path / "a") == first
+    save_launch(tmp_path / "b", [], profile="smoke")
+    assert sweep_id(tmp_path / "b") not in (None, first)
+    old = tmp_path / "old"  # a sweep whose launch recorded none: its runs carry none either
+    old.mkdir()
+    (old / "launch.json").write_text(json.dumps({"overrides": [], "profile": None}))
+    save_launch(old, [], profile=None)
+    assert sweep_id(old) is None and "sweep_id" not in json.loads((old / "launch.json").read_text())

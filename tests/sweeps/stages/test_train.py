@@ -441,6 +441,8 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
             assert "test/bleu" not in summary
         assert "val/attention" in summary, "the heatmaps were logged, stopped trial or not"
         assert config["K"] == 4 and config["model.hidden_size"] == 64  # the preset's size, resolved
+        # this sweep's runs among the group's, for the W&B Report's panels
+        assert config["sweep_id"] == json.loads((exp / "launch.json").read_text())["sweep_id"]
         assert (
             not {"model.K", "model.lr", "attention_kwargs", "lr_"} & set(config)
             and None not in config.values()
