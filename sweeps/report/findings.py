@@ -37,6 +37,7 @@ from sweeps.report.stats import (
     shared,
     verdict,
 )
+from sweeps.report.summary import CONTENDED, DAGGER, TRAIN_CONTENDED, contended_flags
 
 #: the costs whose Bahdanau − memory gap is judged to grow with length: (results.csv column, (what,
 #: unit)); decode time and the training step are the timing stage's (each model alone on its node),
@@ -70,6 +71,14 @@ INTERVAL_RULE = (
     "per-seed differences. A finding is **held** when its whole interval lies on the finding's side of its "
     "margin (for 'within N', inside ±N), **contradicted** when the whole interval lies on the other side, "
     "**not shown** when the interval straddles the margin (or fewer than 2 seeds finished)."
+)
+
+
+#: what a finding marked † means
+CONTENDED_FINDING = (
+    f"{DAGGER} the finding compares times of which some were flagged contended (measured while the "
+    "machine was busy, marked † in the tables): they are not speed figures, and neither is the "
+    "verdict."
 )
 
 
@@ -221,8 +230,13 @@ def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
                              for length in (lengths[0], lengths[-1])
                              for model in ("bahdanau", mem)))  # fmt: skip
                 ci = ci if n >= 2 else float("nan")
+            ends = (lengths[0], lengths[-1])
+            used = best[best["length"].isin(ends) & best["model"].isin(["bahdanau", mem])]
+            flag = {DECODE_SECONDS: CONTENDED, TRAIN_STEP_SECONDS: TRAIN_CONTENDED}.get(column)
+            busy = flag is not None and contended_flags(used, flag).any()  # (a peak never is)
             row(
-                f"the {what[0]} gap (Bahdanau − {mem}, {what[1]}) grows with length",
+                f"the {what[0]} gap (Bahdanau − {mem}, {what[1]}) grows with length"
+                + (f" {DAGGER}" if busy else ""),
                 f"{lengths[0]}→{lengths[-1]}",
                 "gap(L_max) − gap(L_min)",
                 m,
@@ -443,6 +457,11 @@ def seed_sections(
                 + "\n\n"
                 + INTERVAL_RULE
                 + (f" {many}" if (many := multiplicity_note(len(judged))) else "")
+                + (
+                    f"\n\n{CONTENDED_FINDING}"
+                    if any(str(j["finding"]).endswith(DAGGER) for j in judged)
+                    else ""
+                )
                 + (f"\n\n{taught}" if taught else ""),
             )
         )

@@ -1034,3 +1034,17 @@ def test_the_findings_say_how_many_verdicts_share_the_95_percent(tmp_path):
         f"with no correction for judging {len(rows)} findings together: about one interval in 20 "
         "misses the true value"
     ) in findings
+
+
+def test_a_finding_on_contended_times_is_marked_as_they_are(tmp_path):
+    """"The decode-time gap grows with length: held", judged on Bahdanau's decode times that the
+    page's own tables mark contended (not speed figures), carried no mark."""
+    gap = "the decode-time gap (Bahdanau − memory K=4, seconds) grows with length"
+    clean = written_report(tmp_path / "clean", sweep_rows())
+    rows = {r[0]: r for r in table_rows(clean, "The paper's findings, judged on the intervals")}
+    assert gap in rows, "the test needs the decode-time finding"
+    busy = written_report(tmp_path / "busy", sweep_rows(contended={("bahdanau", 50, 1)}))
+    rows = {r[0]: r for r in table_rows(busy, "The paper's findings, judged on the intervals")}
+    assert f"{gap} †" in rows and gap not in rows
+    assert "† the finding compares times of which some were flagged contended" in busy
+    assert "flagged contended (measured" not in clean
