@@ -129,22 +129,21 @@ def ray_head():
         proc.wait(timeout=5)
 
 
-def run_launcher(tmp_path: Path, env: dict[str, str], name: str) -> subprocess.CompletedProcess:
+def launch_command(tmp_path: Path, name: str, steps: int, *flags: str) -> list[str]:
+    """The launcher on a one-trial sweep of ``steps`` training steps, into ``tmp_path/out``."""
     spec = tiny_spec(
         name,
         grid={"model": [{"attention": "none"}]},
-        trainer={"max_steps": 2, "val_check_interval": 2},
+        trainer={"max_steps": steps, "val_check_interval": min(steps, 5)},
         wandb={"mode": "disabled"},
     )
-    cmd = [
-        sys.executable,
-        str(ROOT / "sweeps" / "launch.py"),
-        str(write_spec(tmp_path, spec)),
-        "--output",
-        str(tmp_path / "out"),
-        "--verbose",
-        "0",
-    ]
+    script = str(ROOT / "sweeps" / "launch.py")
+    spec_file = str(write_spec(tmp_path, spec))
+    return [sys.executable, script, spec_file, "--output", str(tmp_path / "out"), *flags]
+
+
+def run_launcher(tmp_path: Path, env: dict[str, str], name: str) -> subprocess.CompletedProcess:
+    cmd = launch_command(tmp_path, name, 2, "--verbose", "0")
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -358,21 +357,7 @@ def test_a_lost_head_ends_the_launch_with_the_resume_command_and_75(tmp_path):
     status of a failed trial), no line of the launcher's and no resume command. Its own watch on
     the GCS ends it first (here at 20 s, Ray's wait set to 30 s), with both and exit 75."""
     with ray_head() as (address, _, env, proc):
-        spec = tiny_spec(
-            "lost_head",
-            grid={"model": [{"attention": "none"}]},
-            trainer={"max_steps": 100000, "val_check_interval": 5},
-            wandb={"mode": "disabled"},
-        )
-        cmd = [
-            sys.executable,
-            str(ROOT / "sweeps" / "launch.py"),
-            str(write_spec(tmp_path, spec)),
-            "--output",
-            str(tmp_path / "out"),
-            "--address",
-            address,
-        ]
+        cmd = launch_command(tmp_path, "lost_head", 100000, "--address", address)
         env = {**env, "RAY_gcs_rpc_server_reconnect_timeout_s": "30"}
         launch = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

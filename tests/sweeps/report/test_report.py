@@ -1037,7 +1037,7 @@ def test_the_findings_say_how_many_verdicts_share_the_95_percent(tmp_path):
 
 
 def test_a_finding_on_contended_times_is_marked_as_they_are(tmp_path):
-    """"The decode-time gap grows with length: held", judged on Bahdanau's decode times that the
+    """ "The decode-time gap grows with length: held", judged on Bahdanau's decode times that the
     page's own tables mark contended (not speed figures), carried no mark."""
     gap = "the decode-time gap (Bahdanau − memory K=4, seconds) grows with length"
     clean = written_report(tmp_path / "clean", sweep_rows())
