@@ -263,13 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = {"phase": phase.name, "limit_s": phase.limit, "cmd": shown(phase.cmd)}
             if skipped:
                 line["skipped"] = skipped
-            else:  # a dry run: will it start whatever the phases before it take?
-                if args.budget - planned < phase.limit:
-                    line["may_not_fit"] = (
-                        f"if the phases before it take their limits ({planned:g} s), "
-                        f"{max(0.0, args.budget - planned):g} s of the budget ({args.budget:g} s) "
-                        f"are left for its {phase.limit:g} s, and it is skipped"
-                    )
+            elif args.budget - planned < phase.limit:  # a dry run: would it start, whatever
+                line["may_not_fit"] = (  # the phases before it take? (skipped, it takes nothing)
+                    f"if the phases before it take their limits ({planned:g} s), "
+                    f"{max(0.0, args.budget - planned):g} s of the budget ({args.budget:g} s) "
+                    f"are left for its {phase.limit:g} s, and it is skipped"
+                )
+            else:
                 planned += phase.limit
             print(json.dumps(line), flush=True)
             continue

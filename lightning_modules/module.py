@@ -92,7 +92,7 @@ class Seq2SeqModule(pl.LightningModule):
         max_source_len: longest source incl. EOS (luong_location attention, and memory attention with
             position encodings, cover that many positions; a longer source fails at fit). Memory
             attention's position encodings take it as eq. 10's S, the data's longest source: give
-            the datamodule's ``max_source_len`` (a far larger one is warned of at fit).
+            the datamodule's ``max_source_len`` (a larger one is warned of when the module is set up).
         pad_id, bos_id, eos_id: special token ids.
         lr, weight_decay: Adam settings (default: the paper's Adam at 1e-4, no weight decay).
         val_beam_size: 1 decodes greedily in validation/test, more uses beam search (the

@@ -28,8 +28,8 @@ Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 
 naming the key, nothing started); 75 preempted (SIGTERM, or
 SIGUSR1 as SLURM's warning before the time limit, in any stage: the unfinished trials are
 ``preempted`` in results.csv, and ``--resume`` continues them and times and evaluates the models
-not yet done), or the Ray head lost (its GCS silent for 40 s; the resume command is said, no
-results.csv is written); 3 the sweep's ``budget`` ran out (the unfinished trials are ``budget``; ``--resume
+not yet done), or the Ray head lost (its GCS silent for 40 s by default; the resume command is
+said, no results.csv is written); 3 the sweep's ``budget`` ran out (the unfinished trials are ``budget``; ``--resume
 --set budget.hours=N`` continues them); 130 interrupted (Ctrl-C). A stop that comes when every
 stage has finished exits 0.
 """

@@ -85,6 +85,11 @@ def check_address(address: str, timeout: float = 5.0, source: str = "--address")
         )
 
 
+#: gRPC channel options for a probe of the GCS: straight to it, past any ``http_proxy`` /
+#: ``grpc_proxy`` in the environment (Ray turns the proxy off for its own channels too)
+NO_PROXY = [("grpc.enable_http_proxy", 0)]
+
+
 def what_answers(address: str, host: str, port: int, timeout: float = 5.0) -> str | None:
     """None where a Ray GCS (``HOST:PORT``) or a gRPC server (``ray://``, Ray Client's) answers at
     ``host:port``; else what answers there, in words. Ray itself would retry for minutes, printing
@@ -96,7 +101,8 @@ def what_answers(address: str, host: str, port: int, timeout: float = 5.0) -> st
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc  # docs/internals.md
 
-    with grpc.insecure_channel(f"{host}:{port}") as channel:
+    # no HTTP proxy, as Ray's own channels: one in http_proxy would answer for any address
+    with grpc.insecure_channel(f"{host}:{port}", options=NO_PROXY) as channel:
         try:
             if address.startswith("ray://"):
                 grpc.channel_ready_future(channel).result(timeout=timeout)

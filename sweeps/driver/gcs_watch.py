@@ -8,8 +8,8 @@ no line of the launcher's own, no resume command, although nothing finished is l
 ``--resume`` continues the sweep on a new head. The watch ends the launcher before that, once the
 GCS has not answered for two thirds of Ray's wait (40 s by default; a GCS restarted by Ray's fault
 tolerance within it is waited for), with one line naming what happened and the command that
-continues, and the exit status of a preemption (75: "try again later"), which a batch script
-requeues. Nothing more can be written then: the trials' results are Tune's, whose controller waits
+continues, and the exit status of a preemption (75: "try again later", for a batch script to
+requeue on). Nothing more can be written then: the trials' results are Tune's, whose controller waits
 on the lost GCS.
 
 The probe is one ``GetClusterId`` call to the GCS, the launcher's address check's
@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+
+from sweeps.driver.cluster import NO_PROXY
 
 #: Ray's wait for a lost GCS (``RAY_gcs_rpc_server_reconnect_timeout_s``) when not set
 RAY_RECONNECT_S = 60.0
@@ -43,7 +45,7 @@ def gcs_answers(address: str, timeout: float) -> bool:
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc  # docs/internals.md
 
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address, options=NO_PROXY) as channel:
         try:
             gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
                 gcs_service_pb2.GetClusterIdRequest(), timeout=timeout

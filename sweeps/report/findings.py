@@ -74,6 +74,20 @@ INTERVAL_RULE = (
 )
 
 
+#: the findings section's heading (:func:`seed_sections`)
+FINDINGS_HEADING = "The paper's findings, judged on the intervals"
+#: what a smoke run's findings section says first (:func:`smoke_caveat`)
+SMOKE_FINDINGS = (
+    "**A smoke run** (`--smoke`: the plumbing's tiny model and few steps): the verdicts below are "
+    "computed as for a study, but they say nothing of the paper's claims."
+)
+
+
+def smoke_caveat(heading: str, text: str, smoke: bool) -> str:
+    """A section's text, the findings' opened by :data:`SMOKE_FINDINGS` for a smoke run."""
+    return f"{SMOKE_FINDINGS}\n\n{text}" if smoke and heading == FINDINGS_HEADING else text
+
+
 #: what a finding marked † means
 CONTENDED_FINDING = (
     f"{DAGGER} the finding compares times of which some were flagged contended (measured while the "
@@ -448,7 +462,7 @@ def seed_sections(
         taught = taught_note(df, compared)
         sections.append(
             (
-                "The paper's findings, judged on the intervals",
+                FINDINGS_HEADING,
                 f"{tally}. Each row: the quantity, its mean over seeds ± the 95% half-width, and the verdict.\n\n"
                 + _table(
                     [{**j, "pair": j["length"]} for j in judged] if pairs else judged,

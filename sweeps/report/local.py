@@ -47,7 +47,7 @@ from sweeps.layout import (
 )
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
-from sweeps.report.findings import seed_sections
+from sweeps.report.findings import seed_sections, smoke_caveat
 from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
@@ -87,9 +87,7 @@ def build_local_report(
     for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
         df, metric, mode, confirm, launch_choice(sweep_dir)
     ):  # intervals, findings, paired bootstrap; test
-        if smoke and heading.startswith(FINDINGS_HEADING):
-            text = f"{SMOKE_FINDINGS}\n\n{text}"
-        lines += [f"## {heading}", text]
+        lines += [f"## {heading}", smoke_caveat(heading, text, smoke)]
     if paths:
         lines.append(
             "## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items())
@@ -149,13 +147,9 @@ def run_notes(df, sweep_dir: Path) -> list[str]:
     return lines
 
 
-#: the findings section's heading (:func:`sweeps.report.findings.seed_sections`)
-FINDINGS_HEADING = "The paper's findings"
-#: what a smoke run's findings section says first
-SMOKE_FINDINGS = (
-    "**A smoke run** (`--smoke`: the plumbing's tiny model and few steps): the verdicts below are "
-    "computed as for a study, but they say nothing of the paper's claims."
-)
+def reused_rows(results: Any) -> bool:
+    """Whether results.csv holds trials a warm start reused from an earlier sweep."""
+    return "reused" in results and results["reused"].fillna("").astype(str).str.strip().ne("").any()
 
 
 def launch_profile(sweep_dir: Path) -> str | None:
@@ -289,7 +283,10 @@ def _publish_wandb_report(args: Any) -> str:
         metric=args.metric,
         mode=args.mode,
         confirm=confirm,
-        sweep_id=sweep_id(args.sweep_dir),
+        # a warm start's reused trials are runs of the sweep it reused them from (another id)
+        sweep_id=None if reused_rows(results) else sweep_id(args.sweep_dir),
+        chosen_by=launch_choice(args.sweep_dir),
+        smoke=launch_profile(args.sweep_dir) == "smoke",
     )
     report.save()
     return report.url

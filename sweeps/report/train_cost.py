@@ -50,14 +50,30 @@ def copied_to_seeds(df: pd.DataFrame) -> bool:
     return bool(several.any() and (cells["train_step_seconds"].nunique()[several] == 1).all())
 
 
+def copied_cells(df: pd.DataFrame) -> set[str]:
+    """The cells whose training steps (and peaks) are one measurement copied to their seeds: every
+    timed seed trained fused, at least two of them, all holding one figure (a sweep with some
+    cells fused and others not has such cells beside measured ones)."""
+    if "train_step_seconds" not in df or "fused_with" not in df:
+        return set()
+    timed = df.dropna(subset=["train_step_seconds"])
+    cells = timed.groupby("cell", dropna=False)
+    copied = (
+        (cells["fused_with"].count() == cells.size())
+        & (cells["seed"].nunique() > 1)
+        & (cells["train_step_seconds"].nunique() == 1)
+    )
+    return set(copied[copied].index)
+
+
 def measured(summary: pd.DataFrame) -> bool:
     return any(c in summary and summary[c].notna().any() for _, c, _ in COLUMNS)
 
 
-def cost_table(summary: pd.DataFrame, copied: bool = False) -> pd.DataFrame:
+def cost_table(summary: pd.DataFrame, copied: set[str] | None = None) -> pd.DataFrame:
     """Rows (length, model), columns the training step's seconds and tokens/s and the two peaks;
-    a contended training step marked †. ``copied``: each cell's figures are one measurement
-    copied to its seeds (:func:`copied_to_seeds`): shown without a spread."""
+    a contended training step marked †. ``copied``: the cells whose figures are one measurement
+    copied to their seeds (:func:`copied_cells`): shown without a spread."""
     keys = [k for k in (axis_of(summary), "model") if k in summary and summary[k].notna().any()]
     if not keys or summary[keys].duplicated().any():
         keys = ["cell"]
@@ -68,8 +84,8 @@ def cost_table(summary: pd.DataFrame, copied: bool = False) -> pd.DataFrame:
         if column not in rows:
             continue
         std = rows.get(f"{column}_std", pd.Series(float("nan"), index=rows.index))
-        if copied:  # one measurement a cell: a spread of 0 over its seeds would be no figure
-            std = pd.Series(float("nan"), index=rows.index)
+        # one measurement a cell: a spread of 0 over its seeds would be no figure
+        std = std.where(~rows["cell"].isin(copied or set()))
         table[name] = [mean_std(m, sd, digits) for m, sd in zip(rows[column], std)]
     if STEP in rows:
         table["train step s"] = [
@@ -130,10 +146,15 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
     """(heading, Markdown) sections for results.md and the W&B Report ([] when not measured)."""
     if summary.empty or not measured(summary):
         return []
-    copied = copied_to_seeds(df)
+    copied = copied_cells(df)
     once = (
         "Each fused group's training step and peaks were measured once, on one member, and copied "
-        "to its members (results.csv's fused_with): one measurement per cell, so no spread."
+        "to its members (results.csv's fused_with): "
+        + (
+            "one measurement per cell, so no spread."
+            if copied >= set(summary["cell"])
+            else "such a cell's figures, shown without a spread, are one measurement."
+        )
         if copied
         else ""
     )

@@ -12,7 +12,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, VAL_BLEU, VAL_LOSS
 from sweeps.integrations.wandb_env import unsynced_runs, wandb_has_credentials, wandb_sync_hint
-from sweeps.report.findings import seed_sections
+from sweeps.report.findings import seed_sections, smoke_caveat
 from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import pareto_markdown, results_sections
 from sweeps.report.results import DECODE_SECONDS
@@ -57,10 +57,14 @@ def build_wandb_report(
     mode: str = "max",
     confirm: pd.DataFrame | None = None,
     sweep_id: str | None = None,
+    chosen_by: tuple[str, str] | None = None,
+    smoke: bool = False,
 ) -> Any:
     """A ``wandb_workspaces.reports.v2.Report`` for one sweep group (not saved; call ``.save()``).
     ``sweep_id``: the sweep's id (launch.json's), whose runs alone the panels then plot: a smoke
-    run or an earlier run of a sweep of the same name shares the group.
+    run or an earlier run of a sweep of the same name shares the group. ``chosen_by`` and
+    ``smoke``: as results.md's (the launch's metric for the held-out rows, a smoke run's caveat
+    on its findings: :func:`sweeps.report.local.build_local_report`).
 
     Args:
         results: the sweep's results frame (``read_results(results.csv)``): the report then carries
@@ -106,8 +110,9 @@ def build_wandb_report(
         for heading, text in results_sections(results, metric, mode):
             blocks += ([wr.H2(text=heading)] if heading else []) + [wr.MarkdownBlock(text=text)]
         for heading, text in seed_sections(results, metric, mode) + heldout_sections(
-            results, metric, mode, confirm
+            results, metric, mode, confirm, chosen_by
         ):  # intervals, findings, paired bootstrap; chosen on validation, reported on test
+            text = smoke_caveat(heading, text, smoke)
             blocks += [wr.H2(text=heading), wr.MarkdownBlock(text=text)]
         if "length" in results:
             lengths = results["length"].dropna().nunique()

@@ -25,6 +25,7 @@ def save_launch(
     profile: str | None,
     planned: dict[str, Any] | None = None,
     profile_settings: dict[str, tuple[Any, str]] | None = None,
+    resume: bool = False,
 ) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
@@ -34,10 +35,9 @@ def save_launch(
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
-    if path.exists():  # a resume: the first launch's id (none where it recorded none)
-        if first := sweep_id(out_dir):
-            record["sweep_id"] = first
-    else:
+    if first := sweep_id(out_dir):  # a resume: the first launch's id
+        record["sweep_id"] = first
+    elif not resume and not path.exists():  # a new sweep (a resume keeps none where none was)
         record["sweep_id"] = uuid.uuid4().hex[:12]
     if planned is not None:
         record["planned"] = planned

@@ -70,6 +70,7 @@ def check_output(launch: Launch) -> None:
             launch.profile,
             launch.sweep.planned,
             launch.sweep.profile_settings,
+            resume=args.resume,
         )
 
 

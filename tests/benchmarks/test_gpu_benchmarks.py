@@ -79,6 +79,20 @@ def test_the_plan_says_which_phases_a_budget_may_not_reach(tmp_path):
         "if the phases before it take their limits (120 s), 80 s of the budget (200 s) are left "
         "for its 150 s, and it is skipped"
     )
+    # a phase that would be skipped takes no time: the next one that fits still runs
+    lines = run_script(
+        tmp_path,
+        "--dry-run",
+        "--budget",
+        "200",
+        "--phases",
+        "environment",
+        "cuda_graphs",
+        "share",
+        "peers",
+    )
+    by = {line["phase"]: line for line in lines}
+    assert "may_not_fit" in by["share"] and "may_not_fit" not in by["peers"], by
 
 
 @pytest.mark.train  # runs the benchmarks, 20 s

@@ -235,12 +235,23 @@ def test_address_auto_says_which_cluster_ray_found(head):
     assert line.split(", found at ")[1].split(":")[1] == f"{port}", line
 
 
-def test_the_head_nodes_gcs_answers_the_launchers_probe(head):
+def test_the_head_nodes_gcs_answers_the_launchers_probe(head, monkeypatch):
     from sweeps.driver.cluster import what_answers
+    from sweeps.driver.gcs_watch import gcs_answers
 
     address, _, _ = head
     host, port = address.rsplit(":", 1)
     assert what_answers(address, host, int(port), timeout=10) is None
+    assert gcs_answers(address, timeout=10)
+    # a proxy in the environment (no proxy there: nothing listens on port 9) is not asked: gRPC
+    # took it, the probes failed against a healthy GCS, and the watch ended the launch as if the
+    # head had died
+    for name in ("no_proxy", "NO_PROXY", "no_grpc_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("http_proxy", "https_proxy", "grpc_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    assert gcs_answers(address, timeout=5)
+    assert what_answers(address, host, int(port), timeout=5) is None
 
 
 @contextlib.contextmanager

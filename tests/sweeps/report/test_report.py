@@ -1048,3 +1048,32 @@ def test_a_finding_on_contended_times_is_marked_as_they_are(tmp_path):
     assert f"{gap} †" in rows and gap not in rows
     assert "† the finding compares times of which some were flagged contended" in busy
     assert "flagged contended (measured" not in clean
+
+
+def test_the_wandb_report_says_what_results_md_says_of_the_choice_and_a_smoke_run():
+    """results.md named the launch's metric for the held-out rows and opened a smoke run's
+    findings with its caveat; the W&B Report, built from the same results, did neither."""
+    pytest.importorskip("wandb_workspaces.reports.v2")
+    rows = sweep_rows()
+    for row in rows:
+        row["test/bleu"], row["chosen"] = 50.0, True
+    df = pd.DataFrame(rows)
+    rep = build_wandb_report(
+        "me", "proj", "g", results=df, chosen_by=("val/loss", "min"), smoke=True
+    )
+    text = "\n".join(b.text for b in rep.blocks if type(b).__name__ == "MarkdownBlock")
+    assert "These are the launch's choices (results.csv's `chosen`, by val/loss, min)" in text
+    assert "**A smoke run** (`--smoke`" in text
+    plain = build_wandb_report("me", "proj", "g", results=df)
+    text = "\n".join(b.text for b in plain.blocks if type(b).__name__ == "MarkdownBlock")
+    assert "launch's choices" not in text and "A smoke run" not in text
+
+
+def test_a_warm_started_sweeps_report_keeps_the_reused_runs():
+    """A warm start's reused trials are runs of the sweep they came from, under its sweep_id: the
+    Report's filter on this sweep's id would leave them out of its panels."""
+    from sweeps.report.local import reused_rows
+
+    assert reused_rows(pd.DataFrame({"reused": [None, "sweep-results/earlier/k_vs_length"]}))
+    assert not reused_rows(pd.DataFrame({"reused": [None, ""]}))
+    assert not reused_rows(pd.DataFrame({"trial_id": ["a"]}))

@@ -166,3 +166,21 @@ def test_the_cost_table_gives_a_copied_measurement_no_spread():
         if heading.startswith("Training cost by")
     )
     assert "±" in table and "copied to its members" not in table
+
+
+def test_a_sweep_of_fused_and_lone_cells_gives_only_the_copied_ones_no_spread():
+    """Whether figures were copied was decided for the whole sweep: one cell trained alone (its
+    seeds measured apart) and every fused cell went back to "± 0.0000" over its seeds."""
+
+    def group(length, model):
+        return None if model == "bahdanau" else f"{length}{model}"
+
+    def step(length, i, seed):  # the fused cells' seeds hold one figure, bahdanau's its own
+        return 0.001 * (i + 1) * length + (0.0001 * seed if i == 2 else 0)
+
+    mixed = pd.DataFrame(rows(seeds=(0, 1, 2), group=group, step=step))
+    text = dict(train_cost_sections(mixed, cell_summary(mixed)))
+    table = next(t for heading, t in text.items() if heading.startswith("Training cost by"))
+    lines = {line.split("|")[2].strip(): line for line in table.splitlines() if "| 50 " in line}
+    assert "±" in lines["bahdanau"] and "±" not in lines["none"] and "±" not in lines["memory K=4"]
+    assert "such a cell's figures, shown without a spread, are one measurement" in table

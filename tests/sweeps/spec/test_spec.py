@@ -791,3 +791,6 @@ def test_the_sweep_id_is_made_once_and_kept_by_every_resume(tmp_path):
     (old / "launch.json").write_text(json.dumps({"overrides": [], "profile": None}))
     save_launch(old, [], profile=None)
     assert sweep_id(old) is None and "sweep_id" not in json.loads((old / "launch.json").read_text())
+    older = tmp_path / "older"  # resumed with no launch.json at all: its runs carry none either
+    save_launch(older, [], profile=None, resume=True)
+    assert sweep_id(older) is None
