@@ -88,6 +88,12 @@ def smoke_caveat(heading: str, text: str, smoke: bool) -> str:
     return f"{SMOKE_FINDINGS}\n\n{text}" if smoke and heading == FINDINGS_HEADING else text
 
 
+#: what the per-cell table says where an interval reaches past BLEU's range
+CUT_NOTE = (
+    "An interval that reaches past BLEU's range (0 to 100) is cut at its end: a mean of BLEU "
+    "scores lies in it."
+)
+
 #: what a finding marked † means
 CONTENDED_FINDING = (
     f"{DAGGER} the finding compares times of which some were flagged contended (measured while the "
@@ -437,7 +443,8 @@ def seed_sections(
                 axis_label: "" if pd.isna(r.length) else r.length if pairs else int(r.length),
                 "model": r.model,
                 "BLEU mean ± std": f"{r.mean:.2f} ± {r.std:.2f}",
-                "95% interval": f"[{r.low:.2f}, {r.high:.2f}]",
+                # BLEU's range: a mean of scores in [0, 100] lies there, whatever the t-interval
+                "95% interval": f"[{max(r.low, 0.0):.2f}, {min(r.high, 100.0):.2f}]",
                 "seeds": r.n,
             }
             for r in cells.itertuples()
@@ -446,7 +453,10 @@ def seed_sections(
         sections.append(
             (
                 "BLEU over seeds: 95% intervals per cell",
-                _table(rows, list(rows[0])) + "\n\n" + INTERVAL_RULE,
+                _table(rows, list(rows[0]))
+                + "\n\n"
+                + INTERVAL_RULE
+                + (f" {CUT_NOTE}" if ((cells["low"] < 0) | (cells["high"] > 100)).any() else ""),
             )
         )
 

@@ -1077,3 +1077,19 @@ def test_a_warm_started_sweeps_report_keeps_the_reused_runs():
     assert reused_rows(pd.DataFrame({"reused": [None, "sweep-results/earlier/k_vs_length"]}))
     assert not reused_rows(pd.DataFrame({"reused": [None, ""]}))
     assert not reused_rows(pd.DataFrame({"trial_id": ["a"]}))
+
+
+def test_a_bleu_interval_is_cut_at_bleus_range():
+    """The per-cell table printed [68.82, 106.02] for a BLEU mean, past the score's 100."""
+    from sweeps.report.findings import seed_sections
+
+    rows = sweep_rows(seeds=(0, 1, 2))
+    for row in rows:  # bahdanau near the top: its t-interval reaches past 100
+        if row["model"] == "bahdanau":
+            row[BLEU] = 99.0 + row["seed"] * 0.5
+    text = dict(seed_sections(pd.DataFrame(rows)))["BLEU over seeds: 95% intervals per cell"]
+    lines = [line for line in text.splitlines() if "| bahdanau |" in line]
+    assert lines and all(line.split("|")[4].strip().endswith(", 100.00]") for line in lines)
+    assert "is cut at its end" in text
+    low = [line for line in text.splitlines() if "| none |" in line]
+    assert low and not any(line.split("|")[4].strip().endswith(", 100.00]") for line in low)
