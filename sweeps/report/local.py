@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -39,7 +38,6 @@ from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
 from sweeps.layout import (
-    LAUNCH_FILE,
     OPTUNA_JOURNAL,
     RESULTS_CSV,
     RESULTS_MD,
@@ -52,11 +50,12 @@ from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.ledger import report_section
 from sweeps.report.markdown import results_sections
 from sweeps.report.moo import journal_problem, section_with_plots, with_section
-from sweeps.report.plots import UNTIMED_NOTE, copied_to_seeds, plot_results
+from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
+from sweeps.report.train_cost import copied_to_seeds
 from sweeps.report.wandb_report import build_wandb_report, report_problem
-from sweeps.spec.launch_record import sweep_id
+from sweeps.spec.launch_record import recorded, sweep_id
 from sweeps.spec.search_schema import NATURAL_GOALS
 
 
@@ -154,19 +153,14 @@ def reused_rows(results: Any) -> bool:
 
 def launch_profile(sweep_dir: Path) -> str | None:
     """The profile the sweep was launched with, as its launch.json records it."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        return json.loads((sweep_dir / LAUNCH_FILE).read_text()).get("profile")
-    return None
+    return recorded(sweep_dir).get("profile")
 
 
 def profile_note(sweep_dir: Path) -> str:
     """``This run's profile smoke sets: ...; then --set ...``, from launch.json: a profile's
     figures are its settings' (a smoke run's tiny model, validated on its first batches), and a
     ``--set``'s, not the sweep file's."""
-    try:
-        said = json.loads((sweep_dir / LAUNCH_FILE).read_text()).get("profile_sets")
-    except (OSError, ValueError, AttributeError):
-        return ""
+    said = recorded(sweep_dir).get("profile_sets")
     return f"This run's {said}: its figures are of those settings." if said else ""
 
 
@@ -228,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
 
 def _recorded_metric(sweep_dir: Path) -> dict[str, Any]:
     """The sweep's metric as its launch.json records it (``{"name": ..., "goal": ...}``), or {}."""
-    with contextlib.suppress(OSError, ValueError, LookupError, TypeError, AttributeError):
-        return dict(json.loads((sweep_dir / LAUNCH_FILE).read_text())["planned"]["metric"])
+    with contextlib.suppress(LookupError, TypeError, AttributeError, ValueError):
+        return dict(recorded(sweep_dir)["planned"]["metric"])
     return {}
 
 

@@ -29,7 +29,6 @@ from sweeps.report.summary import (  # noqa: E402
     chosen_text,
     contended_mask,
 )
-from sweeps.report.train_cost import copied_to_seeds  # noqa: E402, F401 (importable from here too)
 from sweeps.spec.signatures import headline_options  # noqa: E402
 
 #: (summary column, axis label, file stem) of the training-cost figures
@@ -64,7 +63,7 @@ def plot_results(
       ``train_peak_vs_length.png`` (seconds per training step, its peak memory; one line per
       model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length; a
       contended training step drawn apart as a contended decode time is. With ``copied``
-      (:func:`copied_to_seeds`: the timing stage measured each cell of a fused group once and
+      (:func:`sweeps.report.train_cost.copied_to_seeds`: the timing stage measured each cell of a fused group once and
       copied the figures to its seeds), no error bars, and the title says why.
 
     ``timed``: the decode times are the timing stage's; without it they are val/decode_seconds

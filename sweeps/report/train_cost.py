@@ -45,9 +45,9 @@ def copied_to_seeds(df: pd.DataFrame) -> bool:
     timed = df.dropna(subset=["train_step_seconds"])
     if timed.empty or timed["fused_with"].isna().any():
         return False
-    cells = timed.groupby("cell", dropna=False)
-    several = cells["seed"].nunique() > 1
-    return bool(several.any() and (cells["train_step_seconds"].nunique()[several] == 1).all())
+    seeds = timed.groupby("cell", dropna=False)["seed"].nunique()
+    several = set(seeds[seeds > 1].index)
+    return bool(several) and several <= copied_cells(df)
 
 
 def copied_cells(df: pd.DataFrame) -> set[str]:

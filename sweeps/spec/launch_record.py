@@ -48,15 +48,23 @@ def save_launch(
     return path
 
 
+def recorded(out_dir: Path) -> dict[str, Any]:
+    """The sweep's launch.json as it stands, or {} where there is none or it cannot be read: for
+    what only describes the sweep (a report's notes, the W&B runs' id), never to resume it
+    (:func:`read_launch` says a damaged record)."""
+    try:
+        record = json.loads((Path(out_dir) / LAUNCH_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def sweep_id(out_dir: Path) -> str | None:
     """The id the sweep's first launch recorded in launch.json (every trial's W&B run carries it
     in its config, ``sweep_id``, which tells this sweep's runs from those of another run of a
     sweep of the same name in the same W&B group); None without one (a sweep from an older
     version, or no readable record)."""
-    try:
-        found = json.loads((Path(out_dir) / LAUNCH_FILE).read_text()).get("sweep_id")
-    except (OSError, ValueError, AttributeError):
-        return None
+    found = recorded(out_dir).get("sweep_id")
     return found if isinstance(found, str) and found else None
 
 
