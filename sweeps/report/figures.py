@@ -29,8 +29,8 @@ from sweeps.report.results import DECODE_SECONDS, natural_order  # noqa: E402
 from sweeps.report.summary import (  # noqa: E402
     CONTENDED_FIGURES,
     DAGGER,
-    axis_of,
     contended_mask,
+    front_groups,
 )
 
 #: most memory vectors drawn as their own panel in :func:`heatmap_figure` (the ones used most)
@@ -214,13 +214,12 @@ def _pareto_drawn(points: pd.DataFrame, untimed: str, numbered: bool):
     fig, ax = plt.subplots(figsize=(6.8, 4.8), dpi=DPI)
     contended = contended_mask(points)
     several_seeds = bool("seeds" in points and (points["seeds"] > 1).any())
-    axis = axis_of(points)  # length, or a translation sweep's language pair
-    groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
+    # one colour per front: a length (or a translation sweep's language pair), and a context
+    groups = front_groups(points)
     numbers = {name: i + 1 for i, name in enumerate(model_styles(points["model"]))}
     labels = []
-    for (length, g), colour in zip(groups, colours()):
+    for (label, g), colour in zip(groups, colours()):
         marked = contended[g.index]
-        label = "all" if pd.isna(length) else str(length) if axis == "pair" else f"L={int(length)}"
         ax.scatter(
             g.loc[~marked, DECODE_SECONDS],
             g.loc[~marked, VAL_BLEU],

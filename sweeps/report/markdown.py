@@ -23,6 +23,7 @@ from sweeps.report.summary import (
     contended_count,
     contended_mask,
     contended_notes,
+    front_groups,
     front_points,
     pareto_rule,
     seconds_column,
@@ -172,17 +173,19 @@ def timing_failed_note(df: pd.DataFrame, summary: pd.DataFrame) -> str:
 
 
 def pareto_markdown(points: pd.DataFrame) -> str:
-    """The front per length (or pair: :func:`axis_of`) as a table: model, BLEU, seconds
-    (contended ones marked †), BLEU gained and time paid vs the previous point."""
+    """The front per length (or pair: :func:`axis_of`; and per context: :func:`front_groups`) as a
+    table: model, BLEU, seconds (contended ones marked †), BLEU gained and time paid vs the
+    previous point of the same front."""
     axis = axis_of(points)
     lines = [
         f"| {axis} | model | BLEU | decode s | +BLEU | +seconds |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     contended = contended_mask(points)
-    for length, g in points[points["pareto"]].groupby(axis, dropna=False):
+    for _, g in front_groups(points):
         previous = None
-        for idx, row in g.sort_values(DECODE_SECONDS).iterrows():
+        for idx, row in g[g["pareto"]].sort_values(DECODE_SECONDS).iterrows():
+            length = row.get(axis)
             bleu, seconds = float(row[VAL_BLEU]), float(row[DECODE_SECONDS])
             gain = "" if previous is None else f"{bleu - previous[0]:+.2f}"
             paid = "" if previous is None else f"{seconds - previous[1]:+.4f}"

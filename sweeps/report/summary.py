@@ -18,7 +18,7 @@ from sweeps.report.results import (
     headline_columns,
     natural_order,
 )
-from sweeps.report.stats import axis_of, best_of_cells, summary_trials
+from sweeps.report.stats import CONTEXT, axis_of, best_of_cells, summary_trials
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
 CONTENDED = "decode_contended"
@@ -93,7 +93,11 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
     summary["train_contended"] = groups["_train_contended"].sum().astype(int)
-    labels = [c for c in ("length", "pair", "model", "attention", *headline_columns()) if c in best]
+    labels = [
+        c
+        for c in ("length", "pair", CONTEXT, "model", "attention", *headline_columns())
+        if c in best
+    ]
     summary = (
         best.groupby("cell", dropna=False, sort=False)[labels]
         .first()
@@ -215,17 +219,54 @@ def front_points(summary: pd.DataFrame) -> pd.DataFrame:
     points = summary.dropna(subset=[VAL_BLEU, DECODE_SECONDS]).reset_index(drop=True)
     if points.empty:
         return points
-    axis = axis_of(points)
-    by = [axis] if axis in points else []
-    fronts = (
-        [pareto_front(g) for _, g in points.groupby(by, dropna=False)]
-        if by
-        else [pareto_front(points)]
-    )
+    fronts = [pareto_front(g) for _, g in front_groups(points)]
     points["pareto"] = pd.concat(fronts).reindex(points.index).fillna(False).astype(bool)
     return points.sort_values(
-        by + [DECODE_SECONDS], na_position="first", kind="stable"
+        front_keys(points) + [DECODE_SECONDS], na_position="first", kind="stable"
     ).reset_index(drop=True)
+
+
+def front_keys(points: pd.DataFrame) -> list[str]:
+    """The columns a Pareto front is drawn within: the length (pair: :func:`axis_of`), and the
+    cell's grid values outside the model (:data:`~sweeps.report.stats.CONTEXT`, ``train_size=1000``)
+    where cells differ in them: a front compares models under one setting, as the findings do."""
+    axis = axis_of(points)
+    keys = [axis] if axis in points else []
+    if CONTEXT in points and points[CONTEXT].fillna("").astype(str).nunique() > 1:
+        keys.append(CONTEXT)
+    return keys
+
+
+def front_groups(points: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(name, rows) per Pareto front of ``points`` (:func:`front_keys`), in the report's order:
+    ``L=20``, ``en-de``, ``L=20 train_size=1000``; ``the sweep`` where no row has a length."""
+    keys = front_keys(points)
+    if not keys:
+        return [("the sweep", points)]
+    axis = axis_of(points)
+    out = []
+    for key, rows in points.groupby(keys, dropna=False, sort=False):
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        at = values.get(axis)
+        parts = (
+            [str(at) if axis == "pair" else f"L={int(at)}"]
+            if at is not None and pd.notna(at)
+            else []
+        )
+        context = values.get(CONTEXT)
+        if context is not None and pd.notna(context) and str(context):
+            parts.append(str(context))
+        out.append((" ".join(parts) or "the sweep", rows))
+    order = sorted(range(len(out)), key=lambda i: _group_order(out[i][1], keys))
+    return [out[i] for i in order]
+
+
+def _group_order(rows: pd.DataFrame, keys: list[str]) -> tuple:
+    """A front group's place: by length (pair), then context, as the tables order them."""
+    first = rows.iloc[0]
+    return tuple(
+        (pd.isna(first[k]), natural_order(pd.Series([str(first[k])])).iloc[0]) for k in keys
+    )
 
 
 def contended_mask(frame: pd.DataFrame, figure: str = DECODE_SECONDS) -> pd.Series:
@@ -261,16 +302,9 @@ def contended_notes(points: pd.DataFrame, figure: str = DECODE_SECONDS) -> list[
     contended = contended_mask(points, figure)
     if contended.any():
         shaky = []
-        axis = axis_of(points)
-        groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
-        for length, g in groups:
+        for name, g in front_groups(points):
             k = int(contended[g.index].sum())
             if k:
-                name = (
-                    (length if axis == "pair" else f"L={length}")
-                    if pd.notna(length)
-                    else "the sweep"
-                )
                 shaky.append(f"{name} ({k} of {len(g)} {CONTENDED_FIGURES[figure][1]}s contended)")
         lines.append(
             "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."

@@ -16,6 +16,7 @@ from sweeps.report.summary import (
     axis_of,
     contended_mask,
     contended_notes,
+    front_groups,
     pareto_front,
 )
 from sweeps.report.table_text import mean_std, to_markdown
@@ -104,7 +105,8 @@ def cost_points(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def cost_front(summary: pd.DataFrame) -> str:
-    """Per length, the models no other beats on both BLEU and training-step seconds (a contended
+    """Per length (and context: :func:`~sweeps.report.summary.front_groups`), the models no other
+    beats on both BLEU and training-step seconds (a contended
     training step marked †, as the decode front marks a contended decode time)."""
     points = cost_points(summary)
     if points.empty:
@@ -115,14 +117,14 @@ def cost_front(summary: pd.DataFrame) -> str:
         f"| {axis} | model | BLEU | train step s | train peak MiB |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
-    groups = points.groupby(axis, dropna=False) if axis in points else [(None, points)]
-    for length, g in groups:
+    for _, g in front_groups(points):
         front = g[pareto_front(g, VAL_BLEU, STEP)].sort_values(STEP)
         for idx, r in front.iterrows():
+            length = r.get(axis)
             peak = r.get("train_peak_mb")
             mark = f" {DAGGER}" if contended[idx] else ""
             lines.append(
-                f"| {'' if length is None else length} | {r['model']} | {r[VAL_BLEU]:.2f} | "
+                f"| {'' if length is None or pd.isna(length) else length} | {r['model']} | {r[VAL_BLEU]:.2f} | "
                 f"{r[STEP]:.4f}{mark} | {'' if pd.isna(peak) else f'{peak:.1f}'} |"
             )
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import pytest
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.report.distill import distill_findings
+from sweeps.report.figures import pareto_figure
 from sweeps.report.findings import (
     ONCE_PER_GROUP,
     findings,
@@ -22,6 +23,7 @@ from sweeps.report.findings import (
     scoring_findings,
     seed_sections,
 )
+from sweeps.report.markdown import pareto_markdown
 from sweeps.report.plots import by_length_figure
 from sweeps.report.results import model_label, plan_columns, read_results
 from sweeps.report.stats import bootstrap_table, cell_intervals
@@ -246,6 +248,28 @@ def test_an_older_results_csv_s_fronts_and_plots_keep_its_cells_apart():
     assert {"bahdanau train_size=100000", "bahdanau train_size=1000"} <= set(lines)
     for label, x in lines.items():  # one point per length: no zig-zag between two cells
         assert x == sorted(set(x)), f"{label} runs through {x}"
+
+
+def test_a_front_compares_models_under_one_context_as_the_findings_do():
+    """Each length's Pareto front is drawn per train size: the halved copy's models are not
+    judged against the other train size's (which beats every one of them on BLEU at the same
+    decode time), and the table, the training-cost front and the figure keep the fronts apart."""
+    original, df = _two_train_sizes()
+    alone = model_points(original).set_index(["length", "model"])["pareto"]
+    points = model_points(df)
+    for size in (100000, 1000):
+        mine = points[points["context"] == f"train_size={size}"]
+        got = {
+            (length, model.removesuffix(f" train_size={size}")): front
+            for length, model, front in zip(mine["length"], mine["model"], mine["pareto"])
+        }
+        assert got == alone.to_dict(), f"train_size={size}"
+    table = pareto_markdown(points)
+    for size in (100000, 1000):
+        assert f"| 10 | bahdanau train_size={size} |" in table
+    fig = pareto_figure(points)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert {"L=10 train_size=1000", "L=10 train_size=100000"} <= set(legend)
 
 
 def test_a_scoring_pair_several_cells_share_is_left_out_and_said_so():
