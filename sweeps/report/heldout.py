@@ -1,6 +1,7 @@
 """results.md's held-out section: the configuration each cell chose on validation, its validation
-figure beside its test figure (the held-out stage's, :mod:`sweeps.heldout`), mean ± the 95%
-t-interval's half-width over seeds. In the paper's layouts: Table 2's (a row per model, a valid and
+figure beside its test figure (the held-out stage's, :mod:`sweeps.heldout`), mean ± std over
+seeds, as every table of the page shows a figure (the seed sections give the 95% intervals). In
+the paper's layouts: Table 2's (a row per model, a valid and
 a test column per language pair) for a sweep over ``task.pair``, Table 1's (a valid and a test
 column per length) for a sweep over lengths, else one row per cell.
 """
@@ -18,7 +19,7 @@ HELDOUT_RULE = (
     "Chosen on validation, reported on test: per cell the trial (for each seed) or the configuration "
     "(judged on its mean over seeds) that the sweep's metric ({metric}, {mode}) chose on the validation "
     "split, then its final checkpoint evaluated once on the test split ({splits}). Each figure: mean ± "
-    "the 95% t-interval's half-width over seeds (n = seeds). {valid_is}, so it is biased upward (the "
+    "std over seeds, as in the tables above. {valid_is}, so it is biased upward (the "
     "best of several noisy draws); the test column is not."
 )
 
@@ -38,7 +39,7 @@ CONFIRM_RULE = (
     "seeds the search never saw (seeds.confirm; results.csv's role = confirm) and evaluated once on the "
     "test split. Those figures (the `confirm` columns) carry no selection at all, neither the "
     "choice among samples nor the luck of the selection seeds; the `chosen` columns are the selection "
-    "seeds' figures of the same configuration. Each: mean ± the 95% t-interval's half-width over its seeds."
+    "seeds' figures of the same configuration. Each: mean ± std over its seeds."
 )
 
 
@@ -58,10 +59,10 @@ def _chosen(df: pd.DataFrame, tested: bool = True) -> pd.DataFrame:
 
 
 def _figure(values: pd.Series) -> str:
-    mean, _sd, half, n = interval(values)
+    mean, sd, _half, n = interval(values)
     if n == 0:
         return "–"
-    return f"{mean:.2f}" + ("" if pd.isna(half) else f" ± {half:.2f}")
+    return f"{mean:.2f}" + ("" if pd.isna(sd) else f" ± {sd:.2f}")
 
 
 def heldout_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:

@@ -65,3 +65,20 @@ def test_a_multi_objective_tables_trials_are_results_csvs_rows():
         trial = cells[0].removeprefix("| ").split(" (#")[0]
         assert rows[trial]["K"] == cells[1], trial
         assert abs(float(rows[trial]["val/bleu"]) - float(cells[5])) < 0.006, trial
+
+
+def test_a_held_out_valid_figure_reads_as_the_table_s_figure_of_the_cell():
+    """"±" means one thing on a page: the held-out table's validation column is the first table's
+    BLEU figure of the same cell (mean ± std over seeds), character for character."""
+    page = (ROOT / "docs/results/k_vs_length/results.md").read_text()
+    first = page.split("## Results by model and length")[1].split("\n\n")[1]
+    held = page.split("## Held-out test results")[1].split("\n\n")[1]
+
+    def cells(table: str) -> dict[str, list[str]]:
+        rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
+        return {r[0].strip(): [c.strip().removesuffix(" †") for c in r[1:]] for r in rows}
+
+    first_rows, held_rows = cells(first), cells(held)
+    assert set(first_rows) == set(held_rows) and len(held_rows) == 6
+    for model, figures in first_rows.items():
+        assert figures[0::2] == held_rows[model][0::2], model  # L=10, 20, 40: BLEU / valid
