@@ -116,9 +116,32 @@ def already_holds(path: str, spec: str | None = None, output: str | None = None)
     sweep; with the launch's sweep file and ``--output``, the command that continues it (the
     first run's ``--set`` and ``--profile`` come back by themselves on ``--resume``)."""
     how = f" (python {launch_script()} {spec} --resume --output {output})" if spec else ""
+    grow = (
+        f" To change what it plans (more lengths, seeds or K, another setting) and keep its "
+        f"finished trials, start a new sweep warm-started from it: --set warm_start="
+        f"{Path(output) / Path(path).name} --output <another folder> (a trial whose plan, seed "
+        f"and code are unchanged is reused, not trained again)."
+        if output
+        else ""
+    )
     return (
         f"{path} already holds a sweep of this name. Continue it with --resume{how}, or pick "
-        f"another --output (or storage.path), or delete the folder to start again."
+        f"another --output (or storage.path), or delete the folder to start again.{grow}"
+    )
+
+
+def inside_a_sweep(output: str, spec: str | None = None) -> str | None:
+    """What a new launch says when ``--output`` is itself a sweep's own folder (it holds that
+    sweep's launch.json): the new sweep would be written inside it. None where it is not."""
+    folder = Path(output)
+    if "://" in output or not launched(folder):
+        return None
+    how = f"python {launch_script()} {spec} --resume --output {folder.parent}" if spec else ""
+    return (
+        f"--output {output} is a sweep's own folder (it holds {folder.name}'s {LAUNCH_FILE}): a "
+        f"new sweep would be written inside it. To continue that sweep: "
+        f"{how or f'--resume --output {folder.parent}'}; for a new sweep, another --output (with "
+        f"--set warm_start={output} to keep its finished trials)."
     )
 
 
@@ -163,6 +186,22 @@ def missing_in_sweep_folder(
         f"wrote {name}"
     )
     return f"{folder}: no {name} here; {fix}"
+
+
+def checkpoint_gone(path: str, folder: Path) -> bool:
+    """Whether a results.csv row's checkpoint (``path``, as the row has it) of the sweep in
+    ``folder`` is a local file no longer there. A relative path is the launch's working folder's;
+    from another one it is found under ``folder`` by the part after the sweep's name
+    (``sweep-results/quickstart/<trial>/...``). A bucket's is taken as it is."""
+    if not path:
+        return True
+    if "://" in path or Path(path).is_file():
+        return False
+    parts = Path(path).parts
+    if not Path(path).is_absolute() and folder.name in parts:
+        inside = parts[len(parts) - parts[::-1].index(folder.name) :]
+        return not folder.joinpath(*inside).is_file()
+    return True
 
 
 def checkpoint_path(folder: str) -> str:

@@ -252,6 +252,38 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
     return said
 
 
+def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
+    """On a resume, the line naming the trials results.csv records as finished whose checkpoint
+    file is gone (a trial folder deleted to have it trained again, a move): Tune counts them
+    finished, so the resume does not train them; the timing and held-out stages cannot measure
+    them. The line gives the launch that does train them again: a new sweep warm-started from
+    this one, which reuses every trial whose checkpoint is there. "" where none is gone."""
+    import csv
+
+    from sweeps.layout import RESULTS_CSV, checkpoint_gone, launch_script
+    from sweeps.report.columns import FINISHED
+
+    try:
+        with (out_dir / RESULTS_CSV).open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return ""
+    gone = [
+        f"{r.get('trial_id')} ({r.get('cell')} seed={r.get('seed')})"
+        for r in rows
+        if r.get("status") in FINISHED and checkpoint_gone(r.get("checkpoint") or "", out_dir)
+    ]
+    if not gone:
+        return ""
+    return (
+        f"note: {len(gone)} finished trial(s) have lost their checkpoint file (deleted or moved): "
+        f"{', '.join(gone)}. Their rows keep their training figures, but this resume does not "
+        "train them again (Tune counts them finished) and cannot time or test them. To train "
+        f"them again and keep the rest: python {launch_script()} {spec} --set warm_start={out_dir}"
+        " --output <another folder> (every trial whose checkpoint is here is reused)"
+    )
+
+
 def check_before_resume(out_dir: Path, experiment: Path) -> list[str]:
     """The checks for a local study folder; returns the repairs made, to be said."""
     repaired = check_experiment_state(experiment) + restore_trial_files(experiment)

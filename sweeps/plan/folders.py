@@ -13,6 +13,7 @@ from sweeps.layout import (  # noqa: F401 (URI_SCHEMES, output_folder, output_fi
     URI_SCHEMES,
     already_holds,
     holds_local_sweep,
+    inside_a_sweep,
     nothing_to_resume,
     only_launch_files,
     output_file,
@@ -196,7 +197,10 @@ def resume_line(experiment: str, out_dir: Path) -> str:
 def check_new_sweep(experiment: str, spec: str, output: str, out_dir: Path | None = None) -> None:
     """``--dry-run`` without ``--resume`` stops where the launch would: the experiment folder
     (local) already holds a sweep, or the sweep's folder (``out_dir``) holds a sweep's results
-    (its trials kept under another storage.path)."""
+    (its trials kept under another storage.path), or ``output`` is itself a sweep's own folder
+    (:func:`~sweeps.layout.inside_a_sweep`)."""
+    if nested := inside_a_sweep(output, spec):
+        raise LaunchError(nested)
     if "://" not in experiment and holds_local_sweep(Path(experiment)):
         raise LaunchError(already_holds(experiment, spec, output))
     if out_dir is not None and out_dir.is_dir() and not only_launch_files(out_dir):

@@ -6,7 +6,8 @@
   of the earlier ``results.csv`` (its ``plan_hash``, :func:`plan_fingerprint`) is not trained
   again: the row comes into the new results (checkpoint, timing and test figures as they were, the
   checkpoint linked by its path), marked ``reused`` with the folder it came from, and counts toward
-  its (cell, seed)'s ``num_samples``. A student (a cell taught by another) is reused when its
+  its (cell, seed)'s ``num_samples``. A row whose checkpoint file is gone (its trial folder
+  deleted to have it trained again) is not reused: its trial trains again. A student (a cell taught by another) is reused when its
   teacher is: every trial of its teacher unit reused, the one it would be taught by now its
   earlier teacher (its fingerprint names the teacher's).
 - **Told trials.** Every Optuna study of the new sweep starts with the finished trials of the
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_gone
+from sweeps.report.columns import FINISHED
 from sweeps.spec.teachers import best_scored
 from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
 
@@ -71,14 +73,22 @@ def stop_rules(spec: Any) -> dict[str, Any]:
 
 
 def plan_fingerprint(
-    plan: Any, teacher: str | None = None, stops: dict[str, Any] | None = None
+    plan: Any,
+    teacher: str | None = None,
+    stops: dict[str, Any] | None = None,
+    code: str | None = None,
 ) -> str:
     """The identity of one trial's training: its resolved sections, seed and the code version,
     and for a trial that ended before its last step the rules that ended it (``stops``:
     :func:`stop_rules`). A student's names its teacher by the teacher trial's own fingerprint
     (``teacher``), not by the path of the checkpoint it was given, which a new plan cannot know: a
-    student whose teacher is reused is then the same training again."""
-    body: dict[str, Any] = {"sections": plan.sections, "seed": plan.seed, "code": code_version()}
+    student whose teacher is reused is then the same training again. ``code``: the code it trained
+    with, where that is not this one (:func:`fingerprint_rows`)."""
+    body: dict[str, Any] = {
+        "sections": plan.sections,
+        "seed": plan.seed,
+        "code": code or code_version(),
+    }
     if stops is not None:
         body["stops"] = stops
     if teacher is not None:
@@ -94,22 +104,41 @@ def fingerprint_rows(
     plans: dict[str, tuple[Any, str]],
     earlier: list[dict[str, Any]],
     stops: dict[str, Any] | None = None,
+    before: dict[str, dict[str, Any]] | None = None,
+    codes: list[str] | None = None,
 ) -> None:
     """Write each of a launch's ``rows`` its ``plan_hash`` (``plans``: per trial id its plan, as
     the rows were made), a teacher's before its students', whose fingerprints name it; a teacher
     reused from a warm start (``earlier``: its rows) is named by its earlier fingerprint. A row
     that ended before its last step (:data:`STOPPED_EARLY`) is fingerprinted with the sweep's
-    ``stops`` (:func:`stop_rules`)."""
+    ``stops`` (:func:`stop_rules`).
+
+    On a resume, ``before``: the sweep's own rows of its earlier runs (its results.csv), by trial
+    id. A trial they record as finished was not trained now and keeps the fingerprint it was
+    trained with (the code of then, not of now); one they record as stopped part-way and
+    continued now, where the sweep's runs trained with more than one version of the code
+    (``codes``: launch.json's), trained under two and gets a fingerprint no plan matches."""
+    before = before or {}
+    mixed = "+".join(codes) if codes and len(set(codes)) > 1 else None
     known = {str(r["trial_id"]): r[PLAN_HASH] for r in earlier if r.get(PLAN_HASH)}
     ids = {str(r["trial_id"]) for r in rows}
     todo = list(rows)
     while todo:
         ready = [r for r in todo if _teacher_of(r) not in ids or _teacher_of(r) in known]
         for row in ready or todo:  # (none ready: a cycle, which the spec refuses)
-            teacher = _teacher_of(row)
-            plan = plans[row["trial_id"]][0]
-            early = stops if row.get("status") in STOPPED_EARLY else None
-            row[PLAN_HASH] = plan_fingerprint(plan, known.get(teacher) if teacher else None, early)
+            old = before.get(str(row["trial_id"])) or {}
+            if old.get("status") in FINISHED and isinstance(old.get(PLAN_HASH), str):
+                row[PLAN_HASH] = old[PLAN_HASH]
+            else:
+                teacher = _teacher_of(row)
+                plan = plans[row["trial_id"]][0]
+                early = stops if row.get("status") in STOPPED_EARLY else None
+                row[PLAN_HASH] = plan_fingerprint(
+                    plan,
+                    known.get(teacher) if teacher else None,
+                    early,
+                    code=mixed if old else None,
+                )
             known[str(row["trial_id"])] = row[PLAN_HASH]
         todo = [r for r in todo if PLAN_HASH not in r]
 
@@ -129,6 +158,9 @@ class WarmStart:
     told: dict[str, list[Any]] = field(default_factory=dict)
     unchecked: int = 0  # earlier finished rows without a plan_hash (an older version): not reused
     earlier: int = 0  # earlier finished rows with a plan_hash, reused or not
+    #: earlier finished rows whose checkpoint file is gone (a trial folder deleted to have it
+    #: trained again, a clean-up): not reused, their trials train again
+    lost: int = 0
     #: configurations judged over seeds reused whole: (cell index, its number in the new study, the
     #: earlier rows by seed)
     configurations: list[tuple[int, int, dict[int, dict[str, Any]]]] = field(default_factory=list)
@@ -167,6 +199,11 @@ class WarmStart:
         )
         if self.unchecked:
             line += f"; {self.unchecked} earlier finished row(s) have no plan_hash (an older version): not reused"
+        if self.lost:
+            line += (
+                f"; {self.lost} earlier finished row(s) have lost their checkpoint file (deleted or "
+                "moved): not reused, their trials train again"
+            )
         if self.earlier and not self.reused_count:
             line += (
                 f"; none of its {self.earlier} finished row(s) has a plan of this sweep: a setting, "
@@ -213,10 +250,14 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
         warm.unchecked = len(done)
         return []
     warm.unchecked = int(done[PLAN_HASH].isna().sum())
-    return [
+    records = [
         {k: v for k, v in r.items() if not _missing(v)}
         for r in done.dropna(subset=[PLAN_HASH]).to_dict("records")
     ]
+    # a model no stage can time, test or teach from is not a trained trial to build on
+    kept = [r for r in records if not checkpoint_gone(str(r.get("checkpoint") or ""), warm.folder)]
+    warm.lost = len(records) - len(kept)
+    return kept
 
 
 def _same_plan(sweep: Any, plan: Any, row: dict[str, Any], teacher: str | None = None) -> bool:
@@ -262,21 +303,9 @@ def _reused_teacher(sweep: Any, warm: WarmStart, i: int, budget: int) -> dict[st
     return next(r for r in rows if str(r["trial_id"]) == best)
 
 
-def _checkpoint_gone(row: dict[str, Any]) -> bool:
-    """Whether an earlier row's checkpoint is a local file that is no longer there (a bucket's
-    is taken as it is)."""
-    path = str(row.get("checkpoint") or "")
-    return not path or ("://" not in path and not Path(path).is_file())
-
-
 def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -> None:
     budget = sweep.spec.num_samples if sweep.has_search else 1
     taken: set[str] = set()
-    teachers = (
-        {sweep.teacher_index(i) for i in range(len(sweep.plans))} - {None}
-        if getattr(sweep, "teachers", None)
-        else set()
-    )
     for i in _teacher_order(sweep):  # a student is reused only where its teacher is
         plan = sweep.plans[i]
         teacher = _reused_teacher(sweep, warm, i, budget)
@@ -291,8 +320,6 @@ def _find_reusable(sweep: Any, warm: WarmStart, records: list[dict[str, Any]]) -
                 or r["trial_id"] in taken
             ):
                 continue
-            if i in teachers and _checkpoint_gone(r):
-                continue  # a teacher teaches from its checkpoint: without it, it trains again
             if teacher and str(r.get("teacher")) != str(teacher["trial_id"]):
                 continue  # taught by another teacher than the one it would get now
             if _same_plan(sweep, plan, r, teacher.get(PLAN_HASH) if teacher else None):

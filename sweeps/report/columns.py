@@ -46,6 +46,9 @@ TIMING_COLUMNS = [
     # where the figures were measured: "cpu" or "cuda", and the processor's or GPU's name
     TIMING_DEVICE,
     "timing_device_name",
+    # the settings the figures were taken under: the data split decoded, torch's threads
+    "timing_split",
+    "timing_threads",
     *TRAIN_COLUMNS,
 ]
 # every metric the module logs during training (val/bleu first), then the timing stage's; a

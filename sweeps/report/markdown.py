@@ -168,7 +168,9 @@ def timing_failed_note(df: pd.DataFrame, summary: pd.DataFrame) -> str:
         )
         + "The timing stage failed for "
         + "; ".join(f"{r.cell} seed={r.seed} ({r.timing_error})" for r in failed.itertuples())
-        + " (results.csv's timing_error; a `--resume` times them again)."
+        + " (results.csv's timing_error; a `--resume` times them again, but not a model whose "
+        "checkpoint is gone or damaged: its trial trains again in a sweep warm-started from "
+        "this one)."
     )
 
 
@@ -318,6 +320,49 @@ def timed_on(df: pd.DataFrame) -> str:
     return " and ".join(places)
 
 
+#: what the timing stage's split (results.csv's ``timing_split``) decodes, in words
+SPLIT_WORDS = {"valid": "the validation set", "test": "the test set"}
+#: the settings a decode time is taken under, as results.csv has them, and their names in words
+TIMING_SETTINGS = {"timing_split": "split", "timing_threads": "threads", TIMING_DEVICE: "device"}
+
+
+def timed_split(df: pd.DataFrame) -> str:
+    """The data the timing stage decoded (``the validation set``; rows from before the column
+    was written: the stage's default, the validation set)."""
+    column = "timing_split"
+    splits = (
+        sorted(set(df[column].dropna()), key=lambda s: (s != "valid", str(s)))
+        if column in df
+        else []
+    )
+    words = [SPLIT_WORDS.get(str(s), f"the {s} split") for s in splits]
+    return " or ".join(words) if words else SPLIT_WORDS["valid"]
+
+
+def mixed_timing_line(df: pd.DataFrame) -> str:
+    """The line saying a sweep's decode times were taken under more than one setting of the
+    timing stage (another split, thread count or device: a warm start's reused rows keep theirs,
+    as they were), how many of each; "" where all share one."""
+    keys = [c for c in TIMING_SETTINGS if c in df]
+    if DECODE_SECONDS not in df or not keys:
+        return ""
+    timed = df[df[DECODE_SECONDS].notna()]
+    counts = timed[keys].astype(object).where(timed[keys].notna(), "?").value_counts(sort=False)
+    if len(counts) <= 1:
+        return ""
+    parts = [
+        " ".join(f"{TIMING_SETTINGS[k]} {v}" for k, v in zip(keys, key)) + f": {n} model(s)"
+        for key, n in sorted(counts.items(), key=lambda kv: tuple(map(str, kv[0])))
+    ]
+    return (
+        "These decode times were not all taken under one setting ("
+        + "; ".join(parts)
+        + "; ? where results.csv does not say): compare a figure only with those of its own "
+        "setting. A warm start keeps a reused row's figures as they were; `python -m "
+        "sweeps.timing CKPT` times any checkpoint again under one setting."
+    )
+
+
 def timing_text(df: pd.DataFrame) -> str:
     """What BLEU and the decode times are, and how the decode times were measured."""
     if seconds_column(df) == DECODE_SECONDS:
@@ -348,7 +393,7 @@ def timing_text(df: pd.DataFrame) -> str:
         )
         how += f", the fastest of {processes} fresh processes" if processes not in ("", "1") else ""
         timing = (
-            f"decode_seconds: the seconds to decode the validation set, the decode-timing stage's median{how}; "
+            f"decode_seconds: the seconds to decode {timed_split(df)}, the decode-timing stage's median{how}; "
             f"each model alone on its node after the Tune run, {timed_on(df)}; "
             "repeats that found their core shared or the machine running slow were run again (data loading "
             "excluded; per trial in results.csv: decode_seconds_iqr/min/max, decode_repeats, "
@@ -356,6 +401,8 @@ def timing_text(df: pd.DataFrame) -> str:
             "val/decode_seconds in results.csv and W&B is measured during training beside other trials: "
             "a training-time signal only."
         )
+        if mixed := mixed_timing_line(df):
+            timing += " " + mixed
     else:
         timing = (
             "decode_seconds: val/decode_seconds, measured during training beside other trials (the timing "

@@ -26,12 +26,15 @@ def save_launch(
     planned: dict[str, Any] | None = None,
     profile_settings: dict[str, tuple[Any, str]] | None = None,
     resume: bool = False,
+    code: str | None = None,
 ) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
     :attr:`sweeps.spec.grid.Sweep.planned`); and what the profile set, in words
-    (``profile_sets``: :func:`profile_line`), which results.md repeats; and the sweep's id
-    (``sweep_id``: :func:`sweep_id`), made by its first launch and kept by every resume."""
+    (``profile_sets``: :func:`profile_line`), which results.md repeats; the sweep's id
+    (``sweep_id``: :func:`sweep_id`), made by its first launch and kept by every resume; and the
+    versions of the trials' code its runs trained with (``codes``: :func:`code_versions`; ``code``,
+    this run's, is added where it differs from the last)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
@@ -39,6 +42,11 @@ def save_launch(
         record["sweep_id"] = first
     elif not resume and not path.exists():  # a new sweep (a resume keeps none where none was)
         record["sweep_id"] = uuid.uuid4().hex[:12]
+    codes = code_versions(out_dir)
+    if code is not None and (not codes or codes[-1] != code):
+        codes.append(code)
+    if codes:
+        record["codes"] = codes
     if planned is not None:
         record["planned"] = planned
     if profile_settings or overrides:
@@ -66,6 +74,14 @@ def sweep_id(out_dir: Path) -> str | None:
     version, or no readable record)."""
     found = recorded(out_dir).get("sweep_id")
     return found if isinstance(found, str) and found else None
+
+
+def code_versions(out_dir: Path) -> list[str]:
+    """The versions of the trials' code (:func:`sweeps.plan.warm_start.code_version`) the sweep's
+    runs trained with, in order, as launch.json records them ([] for a sweep from an older
+    version, or no readable record)."""
+    found = recorded(out_dir).get("codes")
+    return [c for c in found if isinstance(c, str)] if isinstance(found, list) else []
 
 
 def resume_launch(
@@ -107,7 +123,8 @@ def resume_launch(
             f"--resume continues the first run with its own overrides (the first run's: {was}; "
             f"recorded in "
             f"{path}); drop the --set to continue, or start a new sweep with another --output "
-            f"{_plan_note()}",
+            f"{_plan_note()}; --set warm_start={out_dir} there keeps this sweep's finished "
+            f"trials (one whose plan, seed and code are unchanged is reused, not trained again)",
             source,
         )
     if profile is not None and profile != (used := first.get("profile")):

@@ -10,7 +10,7 @@ import sys
 
 from sweeps.driver.budget import EXIT_BUDGET
 from sweeps.driver.preemption import EXIT_INTERRUPTED, EXIT_PREEMPTED
-from sweeps.integrations.wandb_env import wandb_sync_hint
+from sweeps.integrations.wandb_env import unsynced_runs, wandb_sync_hint
 from sweeps.integrations.wandb_runs import (
     close_cut_run,
     close_superseded_parts,
@@ -127,7 +127,30 @@ def tell_console(launch: Launch) -> None:
         )
     if sync and sync.command:
         print(f"W&B ran offline; upload the runs with:\n  {sync.command}")
+    if reused := reused_runs_hint(launch):
+        print(reused)
     _optuna_hint(launch)
+
+
+def reused_runs_hint(launch: Launch) -> str:
+    """A warm start's reused rows have their W&B runs in the earlier sweep's folder: the command
+    that uploads those not uploaded yet (the W&B group lacks them until it runs), or ""."""
+    warm = launch.warm
+    if warm is None or not warm.reused_count:
+        return ""
+    ids = warm.reused_ids()
+    runs = [
+        warm.folder / "wandb" / name
+        for name in unsynced_runs(warm.folder)
+        if name.rsplit("-", 1)[-1] in ids
+    ]
+    if not runs:
+        return ""
+    return (
+        f"{len(runs)} W&B run(s) of the {warm.reused_count} reused row(s) are the earlier "
+        f"sweep's, in {warm.folder / 'wandb'}, not uploaded yet; upload them with:\n  wandb sync "
+        + " ".join(str(r) for r in runs)
+    )
 
 
 def _optuna_hint(launch: Launch) -> None:

@@ -25,11 +25,13 @@ from sweeps.driver.cluster import LaunchError, check_cluster, check_writable, in
 from sweeps.driver.gcs_watch import GcsWatch, end_launch, lost_head_line, watchable
 from sweeps.driver.launch_lock import hold_launch_lock
 from sweeps.driver.preemption import EXIT_PREEMPTED, StopRequested
-from sweeps.driver.resume_check import check_before_resume
+from sweeps.driver.resume_check import check_before_resume, lost_finished_checkpoints
 from sweeps.integrations.wandb_env import resolve_wandb_mode
-from sweeps.layout import already_holds, nothing_to_resume, only_launch_files
+from sweeps.layout import already_holds, inside_a_sweep, nothing_to_resume, only_launch_files
 from sweeps.plan.folders import elsewhere_hint
+from sweeps.plan.warm_start import code_version
 from sweeps.spec import save_launch
+from sweeps.spec.launch_record import code_versions
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.train import holds_sweep, make_settings
 
@@ -44,12 +46,16 @@ def check_output(launch: Launch) -> None:
     experiment = paths.experiment(sweep.name)
     if args.resume and local and not holds_sweep(experiment):
         raise LaunchError(nothing_to_resume(experiment))
+    if not args.resume and (nested := inside_a_sweep(args.output, args.spec)):
+        raise LaunchError(nested)
     check_writable(paths.output, "--output")
     out_dir.mkdir(parents=True, exist_ok=True)
     launch.lock = hold_launch_lock(out_dir, launch.full_cmd)
     if args.resume and local:  # repaired only by the launch that holds the lock
         for repair in check_before_resume(out_dir, Path(experiment)):
             print(f"repaired: {repair}", flush=True)
+        if lost := lost_finished_checkpoints(out_dir, args.spec, args.output):
+            print(lost, flush=True)
     if not args.resume and local and holds_sweep(experiment):
         raise LaunchError(already_holds(experiment, args.spec, args.output))
     if not args.resume and not only_launch_files(out_dir):
@@ -62,6 +68,9 @@ def check_output(launch: Launch) -> None:
     os.environ["WANDB_MODE"] = launch.mode
     os.environ.setdefault("WANDB_SILENT", "true")
     if args.resume or only_launch_files(out_dir):
+        code = code_version()
+        if args.resume and (line := code_changed_line(code_versions(out_dir), code)):
+            print(line, flush=True)
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
         # settings outside the plan this resume gave (a budget, failure:, ...)
         save_launch(
@@ -71,7 +80,23 @@ def check_output(launch: Launch) -> None:
             launch.sweep.planned,
             launch.sweep.profile_settings,
             resume=args.resume,
+            code=code,
         )
+
+
+def code_changed_line(codes: list[str], code: str) -> str:
+    """On a resume, the line saying the trials' code changed since the sweep's last run (``codes``:
+    launch.json's, :func:`~sweeps.spec.launch_record.code_versions`); "" where it did not, or
+    where the sweep's record has no version (an older one)."""
+    if not codes or codes[-1] == code:
+        return ""
+    return (
+        "note: the trials' code (lightning_modules, datamodules, sweeps/trial, sweeps/build.py) "
+        "changed since this sweep's last run: the trials this resume trains or continues run the "
+        "new code beside finished ones the old code trained, and a later warm start reuses only "
+        "the trials whose whole training ran one version (results.csv's plan_hash). For results "
+        "of one version, start a new sweep with another --output"
+    )
 
 
 def start_budget(launch: Launch) -> int | None:

@@ -31,16 +31,16 @@ from sweeps.driver.console import SweepConsole, quiet_unreported, tune_reporter
 from sweeps.driver.environ import environ_restored
 from sweeps.driver.resume_check import restore_trial_files
 from sweeps.driver.trial_logs import KeepTrialLogs
-from sweeps.layout import already_holds, holds_local_sweep, nothing_to_resume
+from sweeps.layout import RESULTS_CSV, already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm_start import fingerprint_rows, stop_rules
-from sweeps.report.results import result_rows
+from sweeps.report.results import read_results, result_rows
 from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks
 from sweeps.search.compose import make_searcher
 from sweeps.search.teachers import teacher_callbacks
-from sweeps.spec.launch_record import sweep_id
+from sweeps.spec.launch_record import code_versions, sweep_id
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
 from sweeps.trial.fused.member import member_resources, run_member_trial
@@ -377,7 +377,25 @@ def train(launch: Launch) -> None:
             launch.plans,
             warm.rows() if warm is not None else [],
             stop_rules(launch.spec),
+            earlier_rows(launch.out_dir) if launch.args.resume else {},
+            code_versions(launch.out_dir),
         )
+
+
+def earlier_rows(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """The sweep's rows of its earlier runs (its results.csv, not yet rewritten), by trial id; {}
+    where there is none or it cannot be read (the trials' fingerprints are then this code's)."""
+    try:
+        old = read_results(out_dir / RESULTS_CSV)
+    except (OSError, ValueError):
+        return {}
+    if old.empty or "trial_id" not in old:
+        return {}
+    return {
+        str(r["trial_id"]): {k: v for k, v in r.items() if not (isinstance(v, float) and v != v)}
+        for r in old.to_dict("records")
+        if isinstance(r.get("trial_id"), str)
+    }
 
 
 def reuse_warm(launch: Launch) -> None:

@@ -41,8 +41,29 @@ def load_module(path: str | Path) -> pl.LightningModule:
     # torch and Lightning (seconds): the timing stage's driver checks files without them
     from lightning_modules.module import Seq2SeqModule
 
-    return Seq2SeqModule.load_from_checkpoint(
-        str(checkpoint_file(path)), map_location="cpu", weights_only=False
+    file = checkpoint_file(path)
+    try:
+        return Seq2SeqModule.load_from_checkpoint(str(file), map_location="cpu", weights_only=False)
+    except UNREADABLE as exc:
+        raise TimingError(unreadable(file, exc)) from None
+
+
+#: what torch raises on a file it cannot read as a checkpoint: empty, text, not torch's (the
+#: first three), or cut short or damaged on disk (OSError: "[Errno 22] Invalid argument")
+UNREADABLE = (EOFError, pickle.UnpicklingError, RuntimeError, OSError)
+
+
+def unreadable(file: Path, exc: BaseException) -> str:
+    """What a command says of a checkpoint file torch cannot read (``exc``: one of
+    :data:`UNREADABLE`; a missing file is said before it is read)."""
+    damaged = (
+        "cut short or damaged on disk (a full disk, a copy or a kill while it was written)"
+        if isinstance(exc, OSError)
+        else "not a checkpoint torch can read"
+    )
+    return (
+        f"{file}: {damaged} ({type(exc).__name__}: {exc}); give a trial's checkpoint.ckpt "
+        "(results.csv's checkpoint column) or its folder, or train the trial again"
     )
 
 
@@ -52,11 +73,8 @@ def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     file = checkpoint_file(path)
     try:
         ckpt = torch.load(file, map_location="cpu", weights_only=False)  # the user's own file
-    except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:  # empty, text, not torch's
-        raise TimingError(
-            f"{file}: not a checkpoint torch can read ({type(exc).__name__}: {exc}); give a "
-            "trial's checkpoint.ckpt (results.csv's checkpoint column) or its folder"
-        ) from None
+    except UNREADABLE as exc:
+        raise TimingError(unreadable(file, exc)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise TimingError(
             f"{file}: a torch file but not a Lightning checkpoint (no state_dict); give a "

@@ -186,13 +186,25 @@ class Lane:
 
 
 def already_timed(
-    job: TimingJob, measure: Sequence[str] = ("decode",), train_steps: int | None = None
+    job: TimingJob,
+    measure: Sequence[str] = ("decode",),
+    train_steps: int | None = None,
+    threads: int | None = None,
+    device: str | None = None,
 ) -> TimingRecord | None:
     """The job's existing record when it is for the same checkpoint file, split and beam size and
-    holds everything ``measure`` asks for (training timed over ``train_steps`` steps)."""
+    holds everything ``measure`` asks for (training timed over ``train_steps`` steps), its decode
+    time taken on ``device`` (``cpu``, ``cuda``; None or ``auto``: either) and, on a CPU, with
+    ``threads`` torch threads: a figure of other settings is timed again, not relabelled."""
     record = read_record(job.result_path)
     if record is None:
         return None
+    decode = record.timing
+    if decode is not None and device not in (None, "auto") and decode.device != device:
+        return None
+    if decode is not None and threads is not None and decode.device == "cpu":
+        if decode.threads != threads:
+            return None
     held = {
         "decode": record.timing is not None,
         "train": record.train is not None

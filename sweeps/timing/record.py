@@ -342,10 +342,13 @@ def _torch_version() -> str:
 
 
 def attach_timing(
-    row: dict[str, Any], timing: dict[str, Any] | None, error: str | None = None
+    row: dict[str, Any],
+    timing: dict[str, Any] | None,
+    error: str | None = None,
+    split: str | None = None,
 ) -> None:
-    """Write one trial's isolated decode timing (a ``DecodeTiming.to_dict()``) into its row, or
-    the timing stage's error into ``timing_error``."""
+    """Write one trial's isolated decode timing (a ``DecodeTiming.to_dict()``, of the data
+    ``split`` it decoded) into its row, or the timing stage's error into ``timing_error``."""
     if timing is not None:
         row.update(
             decode_seconds=timing["decode_seconds"],
@@ -360,7 +363,10 @@ def attach_timing(
             decode_contended=bool(timing.get("contended", False)),
             timing_device=timing.get("device"),
             timing_device_name=timing.get("device_name"),  # absent from records before it was kept
+            timing_threads=timing.get("threads"),
         )
+        if split is not None:
+            row["timing_split"] = split
     if error is not None:
         row["timing_error"] = error
 

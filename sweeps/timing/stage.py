@@ -132,7 +132,12 @@ def time_finished_trials(
             error = NOT_TIMED if stopped else None
         else:
             error = NOT_TIMED if outcome.status == "stopped" else outcome.error
-        attach_timing(row, record.timing.to_dict() if record and record.timing else None, error)
+        attach_timing(
+            row,
+            record.timing.to_dict() if record and record.timing else None,
+            error,
+            record.split if record else None,
+        )
         if cost is not None:
             attach_train_cost(
                 row,
@@ -173,7 +178,9 @@ def run_timing_stage(
     for i, job in enumerate(jobs):
         try:
             check_split(job.split)
-            record = already_timed(job, settings.measure, settings.train_steps)
+            record = already_timed(
+                job, settings.measure, settings.train_steps, settings.threads, settings.device
+            )
             checkpoint_file(job.checkpoint)
         except TimingError as exc:
             outcomes[i] = TimingOutcome(job, "error", error=str(exc))

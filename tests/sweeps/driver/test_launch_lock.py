@@ -144,8 +144,21 @@ def test_a_folder_holding_a_sweeps_results_is_refused_whatever_storage_path_says
         said = run.stdout + run.stderr
         assert run.returncode == 2, said[-2000:]
         assert f"error: {folder} already holds a sweep of this name. Continue it with" in said
+        # and how to grow it without training its finished trials again
+        assert f"--set warm_start={folder} --output <another folder>" in said
         assert "Ray:" not in said
     assert (folder / "results.csv").read_text() == "trial_id,status\nold1,done\n"
+    # --output naming that sweep's own folder: refused, not a second sweep nested inside it
+    (folder / "launch.json").write_text('{"overrides": [], "profile": null}\n')
+    for dry in (["--dry-run"], []):
+        run = launch(*dry, "--output", str(folder))
+        said = run.stdout + run.stderr
+        assert run.returncode == 2, said[-2000:]
+        assert (
+            f"--output {folder} is a sweep's own folder (it holds quickstart's launch.json)" in said
+        )
+        assert f"--resume --output {tmp_path}" in said and "Ray:" not in said
+    assert not (folder / "quickstart").exists()
     assert not (tmp_path / "st").exists() or not any((tmp_path / "st").iterdir())
     taken = tmp_path / "taken"
     taken.mkdir()

@@ -65,10 +65,13 @@ def _earlier(tmp_path: Path, sweep, keep: int, statuses: tuple[str, ...] = ()) -
             "seed": p.seed,
             "status": statuses[i] if statuses else "done",
             "val/bleu": 10.0 + i,
-            "checkpoint": f"/old/{i}/checkpoint.ckpt",
+            "checkpoint": str(folder / f"old{i}" / "checkpoint.ckpt"),
         }
         for i, p in enumerate(sweep.plans[:keep])
     ]
+    for row in rows:  # each trial's model, as its launch left it
+        Path(row["checkpoint"]).parent.mkdir()
+        Path(row["checkpoint"]).write_bytes(b"a checkpoint")
     plans = {r["trial_id"]: (p, "") for r, p in zip(rows, sweep.plans, strict=False)}
     fingerprint_rows(rows, plans, [], stop_rules(sweep.spec))
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
@@ -98,7 +101,7 @@ def test_identical_plans_are_reused_and_changed_ones_are_not(tmp_path, capsys):
     assert {r["trial_id"] for r in rows} == {"old0", "old1"} and {r["reused"] for r in rows} == {
         str(folder)
     }
-    assert rows[0]["checkpoint"] == "/old/0/checkpoint.ckpt"  # linked, as it was
+    assert rows[0]["checkpoint"] == str(folder / "old0" / "checkpoint.ckpt")  # linked, as it was
     # one more length: only the new cell's trial is left to train, and --dry-run says so
     more = tiny_spec(
         "w", grid={**grid, "task.max_length": [4, 6, 8]}, warm_start=str(folder / "results.csv")
@@ -142,6 +145,76 @@ def test_a_trial_that_ended_early_is_reused_only_under_the_same_rules_for_ending
     assert reused(early_terminate={**asha, "grace_period": 2}) == ["old0"]
     stop = {"metric": "val/bleu", "at_least": 99.0}
     assert reused(early_terminate=asha, stop_when=stop) == ["old0"]
+
+
+def test_a_resume_after_a_code_change_keeps_what_each_trial_trained_with(tmp_path):
+    """A resume re-fingerprints nothing it did not train: a trial its earlier run finished keeps
+    its fingerprint (the old code's, so a later warm start under the new code trains it again); one
+    stopped part-way and continued now trained under two versions and matches no plan; one new
+    to this run is the new code's. launch.json keeps the versions, and the resume says the change."""
+    from sweeps.spec.launch_record import code_versions, save_launch
+    from sweeps.stages.setup import code_changed_line
+    from sweeps.stages.train import earlier_rows
+
+    grid = {"task.max_length": [4, 6, 8], "model": [{"attention": "none"}]}
+    sweep = load_spec(write_spec(tmp_path, tiny_spec("c", grid=grid)))
+    a, b, c = sweep.plans[:3]
+    out = tmp_path / "out"
+    save_launch(out, [], None, code="old")
+    old = plan_fingerprint(a, code="old")
+    pd.DataFrame(
+        [
+            {"trial_id": "a", "cell": a.cell.name, "status": "done", PLAN_HASH: old},
+            {"trial_id": "b", "cell": b.cell.name, "status": "preempted", PLAN_HASH: "x"},
+        ]
+    ).to_csv(out / "results.csv", index=False)
+    assert code_changed_line(code_versions(out), "new").startswith("note: the trials' code")
+    assert code_changed_line(code_versions(out), "old") == ""
+    save_launch(out, [], None, resume=True, code="new")
+    assert code_versions(out) == ["old", "new"]
+    rows = [
+        {"trial_id": t, "cell": p.cell.name, "seed": p.seed, "status": "done"}
+        for t, p in zip("abc", (a, b, c))
+    ]
+    plans = {r["trial_id"]: (p, "") for r, p in zip(rows, (a, b, c))}
+    fingerprint_rows(rows, plans, [], None, earlier_rows(out), code_versions(out))
+    assert rows[0][PLAN_HASH] == old != plan_fingerprint(a)
+    assert rows[1][PLAN_HASH] == plan_fingerprint(b, code="old+new")
+    assert rows[1][PLAN_HASH] not in (plan_fingerprint(b), plan_fingerprint(b, code="old"))
+    assert rows[2][PLAN_HASH] == plan_fingerprint(c)
+    # a sweep whose runs all ran one version: a continued trial is that version's
+    again = [{k: v for k, v in r.items() if k != PLAN_HASH} for r in rows]
+    fingerprint_rows(again, plans, [], None, earlier_rows(out), ["new"])
+    assert again[1][PLAN_HASH] == plan_fingerprint(b)
+
+
+def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_launch_that_retrains_it(
+    tmp_path,
+):
+    """A trial folder deleted to have it trained again: the resume does not train it (Tune counts
+    it finished) and said "nothing to resume"; now it names the trial and the warm start that
+    trains it again, which reuses the others (their checkpoints are there) and not it."""
+    from sweeps.driver.resume_check import lost_finished_checkpoints
+    from sweeps.layout import checkpoint_gone
+
+    grid = {"task.max_length": [4, 6], "model": [{"attention": "none"}]}
+    sweep = load_spec(write_spec(tmp_path, tiny_spec("g", grid=grid)))
+    folder = _earlier(tmp_path, sweep, keep=2)
+    gone = folder / "old1" / "checkpoint.ckpt"
+    gone.unlink()  # its trial folder deleted, to have it trained again
+    line = lost_finished_checkpoints(folder, "g.yaml", "out")
+    assert line.startswith("note: 1 finished trial(s) have lost their checkpoint file")
+    assert f"old1 ({sweep.plans[1].cell.name} seed=0)" in line and "old0" not in line
+    assert f"g.yaml --set warm_start={folder} --output <another folder>" in line
+    again = tiny_spec("g", grid=grid, warm_start=str(folder))
+    warm = plan_warm_start(load_spec(write_spec(tmp_path, again)))
+    assert sorted(r["trial_id"] for r in warm.rows()) == ["old0"]
+    assert "1 earlier finished row(s) have lost their checkpoint file" in warm.summary()
+    gone.write_bytes(b"a checkpoint")
+    assert lost_finished_checkpoints(folder, "g.yaml", "out") == ""
+    # a launch's relative path, read from another working folder: found under the sweep's folder
+    assert not checkpoint_gone(f"sweep-results/{folder.name}/old1/checkpoint.ckpt", folder)
+    assert checkpoint_gone(f"sweep-results/{folder.name}/old9/checkpoint.ckpt", folder)
 
 
 def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerprint(tmp_path):
@@ -213,7 +286,7 @@ def test_earlier_trials_are_told_when_they_fit_the_new_space(tmp_path):
 
 
 @pytest.mark.slow
-def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path):
+def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path, capsys):
     """A finished study re-run with one more length and warm_start (about a minute here): only the
     new cell's trials have trial folders; results.csv has every cell, the earlier ones reused; the
     new Optuna studies of the earlier cells start with the earlier trials."""
@@ -225,6 +298,12 @@ def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path):
     assert len(trained) == 2 and all("length=6" in name for name in trained)
     assert len(df) == 4 and (df["status"] == "done").all()
     assert (df["reused"].notna() == (df["length"] == 4)).all()
+    # the reused rows' W&B runs are the first sweep's: the upload line names them too
+    earlier = sorted((tmp_path / "o1" / "w" / "wandb").glob("offline-run-*"))
+    assert len(earlier) == 2, earlier
+    said = capsys.readouterr().out
+    assert "2 W&B run(s) of the 2 reused row(s) are the earlier sweep's" in said
+    assert all(str(run) in said for run in earlier)
     storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
     old = optuna.load_study(study_name="w/attention-none_length-4-seed0", storage=storage)
     assert len(old.trials) == 2 and all("warm_start_from" in t.user_attrs for t in old.trials)

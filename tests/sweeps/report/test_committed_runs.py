@@ -68,7 +68,7 @@ def test_a_multi_objective_tables_trials_are_results_csvs_rows():
 
 
 def test_a_held_out_valid_figure_reads_as_the_table_s_figure_of_the_cell():
-    """"±" means one thing on a page: the held-out table's validation column is the first table's
+    """ "±" means one thing on a page: the held-out table's validation column is the first table's
     BLEU figure of the same cell (mean ± std over seeds), character for character."""
     page = (ROOT / "docs/results/k_vs_length/results.md").read_text()
     first = page.split("## Results by model and length")[1].split("\n\n")[1]

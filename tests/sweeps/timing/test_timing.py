@@ -269,6 +269,15 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.ckpt")
     assert main([str(tmp_path / "other.ckpt")]) == 2
     assert "a torch file but not a Lightning checkpoint" in one_line_error(capsys)
+    # a real checkpoint cut short on disk: named as such (it was a bare "[Errno 22] Invalid
+    # argument", or a traceback), by the command and by the stages' loader alike
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(copy_ckpts["memory"].read_bytes()[:5000])
+    assert main([str(cut)]) == 2
+    said = one_line_error(capsys)
+    assert f"{cut}: cut short or damaged on disk" in said and "train the trial again" in said
+    with pytest.raises(TimingError, match="cut short or damaged on disk"):
+        load_module(cut)
     # a precision below 0 ran to the time cap; a negative cap reported "median +-inf%"
     for option, said in [
         (["--precision", "-1"], "argument --precision: must be at least 0, got -1"),
@@ -466,6 +475,11 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     # a new checkpoint (the trial trained further) or another beam size is not "already timed"
     assert already_timed(jobs[0]) is not None
     assert already_timed(dataclasses.replace(jobs[0], beam_size=5)) is None
+    # nor a figure of other settings (a resume with --set timing.threads=2 kept the 1-thread
+    # figures, and results.md called them the new settings')
+    assert already_timed(jobs[0], threads=1, device="auto") is not None
+    assert already_timed(jobs[0], threads=2) is None
+    assert already_timed(jobs[0], device="cuda") is None
     # the sweep folder copied elsewhere as `cp -r` or scp copy it (new paths, new modification
     # times): its records still name its checkpoints, so a resume there times nothing again
     moved = tmp_path / "elsewhere" / "trial_moved"
