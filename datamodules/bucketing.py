@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .bpe import TokenizedCorpus
+from .resumable import EpochHook
 from .vocab import EOS_ID, PAD_ID
 
 
@@ -86,16 +87,6 @@ def collate_pairs(
     return batch
 
 
-class _EpochHook:
-    """What Lightning finds at ``batch_sampler.sampler``: forwards ``set_epoch``."""
-
-    def __init__(self, owner: TokenBucketBatchSampler) -> None:
-        self.owner = owner
-
-    def set_epoch(self, epoch: int) -> None:
-        self.owner.set_epoch(epoch)
-
-
 class TokenBucketBatchSampler:
     """Yields lists of dataset positions; batches hold sentences of similar length.
 
@@ -158,7 +149,7 @@ class TokenBucketBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self.sampler = _EpochHook(self)
+        self.sampler = EpochHook(self)
         self._batches: list[np.ndarray] | None = None
 
     def set_epoch(self, epoch: int) -> None:

@@ -57,6 +57,20 @@ class EpochRandomSampler(RandomSampler):
         return len(self.data_source)
 
 
+class EpochHook:
+    """What Lightning finds at ``batch_sampler.sampler``: forwards ``set_epoch`` to the batch
+    sampler that owns it. Lightning's per-epoch ``set_epoch`` goes to a loader's ``sampler`` and
+    to its ``batch_sampler.sampler``, never to the batch sampler itself, so a batch sampler whose
+    order depends on its epoch sets ``self.sampler = EpochHook(self)`` (both bucketing samplers
+    do)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self.owner.set_epoch(epoch)
+
+
 class _EpochBatches:
     """The batch-index iterable a :class:`ResumableDataLoader`'s iterators draw from. Each pass
     (a new iterator, or a persistent-workers iterator reset for the next epoch) first settles the

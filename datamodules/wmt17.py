@@ -513,7 +513,23 @@ class WMT17DataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test")
 
+    def predict_dataloader(self) -> DataLoader:
+        """What ``trainer.predict`` decodes: the test split, in the test loader's batches; the
+        validation split when no test split is configured (``test_prefix=""``). Each batch's
+        ``indices`` are the split's line numbers (``predict_step`` returns them)."""
+        return self._loader("test" if self.prefixes["test"] else "valid")
+
     # ------------------------------------------------------------------ text
+    @property
+    def vocabulary_id(self) -> str | None:
+        """The BPE model's identity, ``"bpe-<key>"`` (its cache key: the training text's content,
+        the vocabulary size and the BPE options), once :meth:`prepare_data` or :meth:`setup` has
+        built or found it; None before. A model records it when it is fit, and refuses data
+        under another BPE later."""
+        if self.bpe_model_path is None:
+            return None
+        return os.path.splitext(os.path.basename(self.bpe_model_path))[0]
+
     @property
     def sp(self):
         """The shared ``SentencePieceProcessor`` (after setup)."""

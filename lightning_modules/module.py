@@ -13,8 +13,9 @@ Reduced precision is the Trainer's choice, opt-in: ``pl.Trainer(precision="bf16-
 ``precision=lightning_modules.fastest_precision(device)``, bf16 only where the hardware has it;
 see :mod:`lightning_modules.precision`) trains and decodes under bf16 autocast.
 
-Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss``,
-``val/token_acc`` (teacher-forced argmax accuracy over non-pad target tokens), ``val/bleu``
+Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss`` and
+``val/token_acc`` (teacher-forced cross-entropy and argmax accuracy, each the mean over every
+non-pad target token of the split, whatever its batching), ``val/bleu``
 (sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), ``val/decode_seconds`` (time spent in
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
 datamodule can ``detokenize``; the same under ``test/``. ``train/loss`` is logged per step and
@@ -62,7 +63,7 @@ from .metric_names import (  # noqa: F401 -- re-exported: the module's public me
     VAL_SACREBLEU,
     VAL_TOKEN_ACC,
 )
-from .seq2seq import Seq2Seq, get_preset
+from .seq2seq import Seq2Seq, get_preset, ids_error
 
 # Value ranges, declared once here (plain annotated_types markers: pydantic's TypeAdapter,
 # typing.get_type_hints(include_extras=True) and datamodules.ranges.check_ranges read them).
@@ -140,6 +141,22 @@ class Seq2SeqModule(pl.LightningModule):
         init_from_teacher: InitFromTeacher = "none",
     ) -> None:
         super().__init__()
+        unknown = [
+            name
+            for name, value in (
+                ("src_vocab_size", src_vocab_size),
+                ("tgt_vocab_size", tgt_vocab_size),
+                ("max_source_len", max_source_len),
+            )
+            if value is None
+        ]
+        if unknown:  # a datamodule's sizes read before its setup (WMT17DataModule's are None then)
+            raise ValueError(
+                f"Seq2SeqModule: {', '.join(unknown)} got None: a datamodule's vocabulary and "
+                'longest source are known after dm.prepare_data(); dm.setup("fit"); call those '
+                "before building the model from dm.src_vocab_size, dm.tgt_vocab_size and "
+                "dm.max_source_len (or pass whole numbers)"
+            )
         check_ranges(Seq2SeqModule.__init__, locals())
         check_distillation(attention, distill_weight, teacher_checkpoint, init_from_teacher)
         if val_beam_size > tgt_vocab_size:  # beam search keeps at most one hypothesis per token
@@ -180,6 +197,10 @@ class Seq2SeqModule(pl.LightningModule):
         self._teacher: Teacher | None = None
         # whether the weights are the module's own (loaded, or copied from the teacher already)
         self._own_weights = False
+        #: the vocabulary of the data the weights were trained on (sizes, and the datamodule's
+        #: ``vocabulary_id`` where it has one), recorded at the first fit with a datamodule and
+        #: saved in checkpoints; None before (and for checkpoints written before the record)
+        self.data_vocabulary: dict[str, Any] | None = None
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
@@ -211,6 +232,25 @@ class Seq2SeqModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_decode_metrics("test")
 
+    # ---------------------------------------------------------------- prediction
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        """Decode a batch as validation does (:meth:`decode`: ``val_beam_size``,
+        ``length_penalty``, ``max_decode_len``), for ``trainer.predict``.
+
+        Returns:
+            a dict: ``hypotheses`` LongTensor (B, T') on the CPU (EOS then padding), ``text`` the
+            hypotheses through :meth:`ids_to_text` (the datamodule's, when it has one), and the
+            batch's ``indices`` (dataset line numbers) when it carries them.
+        """
+        tokens = self.decode(batch["src"], batch["src_lengths"]).cpu()  # (B, T')
+        out: dict[str, Any] = {
+            "hypotheses": tokens,
+            "text": [self.ids_to_text(row) for row in tokens.tolist()],
+        }
+        if batch.get("indices") is not None:
+            out["indices"] = batch["indices"].cpu()
+        return out
+
     # ---------------------------------------------------------------- optimisation
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(
@@ -229,17 +269,7 @@ class Seq2SeqModule(pl.LightningModule):
         datamodule = (
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         )
-        for side in ("src", "tgt"):  # an id past the model's embeddings: torch's bare IndexError
-            data, own = (
-                getattr(datamodule, f"{side}_vocab_size", None),
-                self.hparams[f"{side}_vocab_size"],
-            )
-            if isinstance(data, int) and data > own:
-                raise ValueError(
-                    f"the datamodule's {side} vocabulary has {data} ids but the model was built "
-                    f"for {side}_vocab_size={own}; pass {side}_vocab_size={data} (the "
-                    f"datamodule's {side}_vocab_size) to Seq2SeqModule"
-                )
+        self._check_vocabulary(datamodule, stage)
         data_max = getattr(datamodule, "max_source_len", None)
         built = self.model.attention.longest_source
         if data_max is None or built is None:
@@ -267,6 +297,74 @@ class Seq2SeqModule(pl.LightningModule):
                 f"{self.hparams.attention!r} was built for max_source_len={built}; pass "
                 f"{where} to Seq2SeqModule"
             )
+
+    def _check_vocabulary(self, datamodule: Any, stage: str) -> None:
+        """Refuse a datamodule whose vocabulary is not the one the weights were trained on, and
+        record it at the first fit (:attr:`data_vocabulary`, saved in checkpoints).
+
+        A model's ids must mean what they meant in training: with trained weights (a recorded
+        vocabulary, or weights loaded from a checkpoint that predates the record) the
+        datamodule's vocabulary sizes must equal the ones trained on, and its
+        ``vocabulary_id`` (WMT17DataModule: the BPE model's cache key) the recorded one. A fresh
+        model only needs room for the data's ids."""
+        current = data_vocabulary(datamodule)
+        if current is None:
+            return
+        recorded = self.data_vocabulary
+        trained = recorded is not None or self._own_weights
+        for side in ("src", "tgt"):
+            key, own = f"{side}_vocab_size", self.hparams[f"{side}_vocab_size"]
+            data = current[key]
+            was = recorded[key] if recorded is not None and recorded.get(key) else own
+            if trained and data != was:
+                raise ValueError(
+                    self._other_data(
+                        datamodule,
+                        f"its {side} vocabulary has {data} ids, the data the model was trained "
+                        f"on had {was}",
+                        f"{side}_vocab_size={data}",
+                    )
+                )
+            if data > own:  # an id past the model's embeddings: torch's bare IndexError
+                raise ValueError(
+                    f"the datamodule's {side} vocabulary has {data} ids but the model was built "
+                    f"for {side}_vocab_size={own}; pass {side}_vocab_size={data} (the "
+                    f"datamodule's {side}_vocab_size) to Seq2SeqModule"
+                )
+        was_id, now_id = (recorded or {}).get("vocabulary_id"), current["vocabulary_id"]
+        if was_id is not None and now_id is not None and was_id != now_id:
+            raise ValueError(
+                self._other_data(
+                    datamodule,
+                    f"its vocabulary is {now_id!r}, the model was trained on {was_id!r} (a BPE "
+                    "trained on other text or with other settings: the same id is another piece)",
+                    None,
+                )
+            )
+        if stage == "fit" and recorded is None:
+            self.data_vocabulary = current
+
+    def _other_data(self, datamodule: Any, what: str, size: str | None) -> str:
+        name = type(datamodule).__name__
+        fresh = (
+            f"; to train a new model on this data instead, build Seq2SeqModule with {size}"
+            if size
+            else ""
+        )
+        return (
+            f"the datamodule does not match the model's trained weights: {what}. Evaluate the "
+            f"model with the data it was trained with: rebuild the datamodule from the model's "
+            f"checkpoint, {name}.load_from_checkpoint(path) (or {name}(**torch.load(path, "
+            f'weights_only=False)["datamodule_hyper_parameters"])){fresh}'
+        )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.data_vocabulary is not None:
+            checkpoint[DATA_VOCABULARY] = dict(self.data_vocabulary)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if checkpoint.get(DATA_VOCABULARY) is not None:  # absent from older checkpoints
+            self.data_vocabulary = dict(checkpoint[DATA_VOCABULARY])
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
@@ -327,10 +425,13 @@ class Seq2SeqModule(pl.LightningModule):
             )
             return loss
         real = tgt != self.hparams.pad_id  # (B, T)
+        tokens = int(real.sum())  # the batch's real target tokens (at least one per sentence: EOS)
         correct = ((logits.argmax(-1) == tgt) & real).sum()
-        token_acc = correct.float() / real.sum().clamp(min=1)
-        self.log(names["loss"], loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
-        self.log(names["token_acc"], token_acc, batch_size=batch_size, sync_dist=True)
+        token_acc = correct.float() / max(tokens, 1)
+        # weighted by the batch's token count, Lightning's epoch mean of these per-batch token means
+        # is the mean over every target token of the split, however the split is batched
+        self.log(names["loss"], loss, prog_bar=True, batch_size=tokens, sync_dist=True)
+        self.log(names["token_acc"], token_acc, batch_size=tokens, sync_dist=True)
         if self.hparams.val_decode:
             self._decode_into_buffer(batch, stage)
         return loss
@@ -340,13 +441,16 @@ class Seq2SeqModule(pl.LightningModule):
         of torch's bare IndexError (dataloaders without a datamodule skip :meth:`setup`'s check).
         On the CPU only: on a GPU such an id stops the device, with no IndexError to catch."""
         for side in ("src", "tgt"):
-            largest, own = int(batch[side].max()), self.hparams[f"{side}_vocab_size"]
-            if largest >= own:
-                raise ValueError(
-                    f"the batch's {side} ids go up to {largest} but the model was built for "
-                    f"{side}_vocab_size={own} (ids 0 to {own - 1}); pass {side}_vocab_size="
-                    f"{largest + 1} or more (the data's {side} vocabulary size) to Seq2SeqModule"
-                ) from exc
+            ids = batch[side]
+            error = ids_error(
+                f"the batch's {side}",
+                side,
+                int(ids.min()),
+                int(ids.max()),
+                self.hparams[f"{side}_vocab_size"],
+            )
+            if error is not None:
+                raise error from exc
 
     def decode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
         """Decode with the configured strategy (greedy or beam): tokens (B, T'), an ordinary
@@ -478,6 +582,25 @@ class Seq2SeqModule(pl.LightningModule):
                 item["beta"] = trace["beta"][i, :t_len].float().cpu().numpy()  # (T, K)
             items.append(item)
         return items
+
+
+#: the checkpoint key of :attr:`Seq2SeqModule.data_vocabulary`
+DATA_VOCABULARY = "data_vocabulary"
+
+
+def data_vocabulary(datamodule: Any) -> dict[str, Any] | None:
+    """A datamodule's vocabulary as the module records it: ``src_vocab_size``,
+    ``tgt_vocab_size`` and ``vocabulary_id`` (None where the datamodule has none); None when its
+    sizes are not known (no datamodule, or one not set up)."""
+    sizes = [getattr(datamodule, f"{side}_vocab_size", None) for side in ("src", "tgt")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes):
+        return None
+    identity = getattr(datamodule, "vocabulary_id", None)
+    return {
+        "src_vocab_size": sizes[0],
+        "tgt_vocab_size": sizes[1],
+        "vocabulary_id": identity if isinstance(identity, str) else None,
+    }
 
 
 def load_teacher(checkpoint: str) -> Teacher:

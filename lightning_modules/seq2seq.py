@@ -386,6 +386,104 @@ def check_special_ids(
             )
 
 
+def ids_error(where: str, side: str, low: int, high: int, own: int) -> ValueError | None:
+    """The error for ids of ``side`` ("src"/"tgt") outside ``0 .. own - 1`` (``low``/``high``:
+    the smallest and largest seen; ``where``: the tensor that holds them), or None when in range.
+    Shared by the model's input checks and the training/evaluation steps' batch check."""
+    if low < 0:
+        return ValueError(
+            f"{side} ids in {where} go down to {low}, but ids are 0 to {own - 1} "
+            f"({side}_vocab_size={own}); pass token ids, not negative values"
+        )
+    if high >= own:
+        return ValueError(
+            f"{side} ids go up to {high} but the model was built for {side}_vocab_size={own} "
+            f"(ids 0 to {own - 1}), in {where}; pass {side}_vocab_size={high + 1} or "
+            f"more (the data's {side} vocabulary size) to Seq2SeqModule, or ids below {own}"
+        )
+    return None
+
+
+def _capturing(tensor: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on ``tensor``'s device: no host reads then."""
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _is_ids(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.long, torch.int)
+
+
+def check_inputs(
+    src: Any,
+    src_lengths: Any,
+    src_vocab_size: int,
+    tgt_in: Any = None,
+    tgt_vocab_size: int | None = None,
+) -> None:
+    """Raise ValueError naming the argument and the fix when ``src`` is not a (B, S) integer
+    tensor, ``src_lengths`` not a (B,) integer tensor of lengths 1 to S, ``tgt_in`` (when given)
+    not a (B, T) integer tensor, or an id lies outside its vocabulary. The shape and type checks
+    read nothing from the device; the value checks read four to six numbers in one transfer (the
+    encoder reads the lengths back anyway) and are skipped while a CUDA graph is captured."""
+    if not _is_ids(src) or src.dim() != 2:
+        got = (
+            f"a {src.dim()}-D {src.dtype} tensor"
+            if isinstance(src, torch.Tensor)
+            else type(src).__name__
+        )
+        raise ValueError(
+            f"src must be a (B, S) LongTensor of token ids (a batch of right-padded sentences), "
+            f"got {got}; for one sentence pass src.unsqueeze(0) with src_lengths of shape (1,), "
+            "and convert other types with torch.as_tensor(..., dtype=torch.long)"
+        )
+    batch, width = src.shape
+    rule = f"src_lengths must be a (B,) LongTensor with 1 <= length <= src.shape[1] (here B={batch}, S={width})"
+    if not _is_ids(src_lengths):
+        got = (
+            src_lengths.dtype
+            if isinstance(src_lengths, torch.Tensor)
+            else type(src_lengths).__name__
+        )
+        raise ValueError(
+            f"{rule}, got {got}; pass torch.tensor(lengths, dtype=torch.long, device=src.device)"
+        )
+    if tuple(src_lengths.shape) != (batch,):
+        raise ValueError(
+            f"{rule}, got shape {tuple(src_lengths.shape)}; give one length (incl. EOS) per row "
+            "of src"
+        )
+    if tgt_in is not None:
+        if not _is_ids(tgt_in) or tgt_in.dim() != 2 or tgt_in.shape[0] != batch:
+            got = (
+                f"{tgt_in.dtype} of shape {tuple(tgt_in.shape)}"
+                if isinstance(tgt_in, torch.Tensor)
+                else type(tgt_in).__name__
+            )
+            raise ValueError(
+                f"tgt_in must be a (B, T) LongTensor of decoder inputs with src's B={batch} rows "
+                f"(BOS then the target shifted right: shift_target(tgt)), got {got}"
+            )
+    if batch == 0 or _capturing(src):
+        return
+    parts = [src_lengths.min(), src_lengths.max(), src.min(), src.max()]
+    if tgt_in is not None and tgt_in.numel():
+        parts += [tgt_in.min(), tgt_in.max()]
+    # one device read (src_lengths may sit on the CPU beside a CUDA src: the encoder allows it)
+    values = torch.stack([p.to(device=src.device, dtype=torch.long) for p in parts]).tolist()
+    shortest, longest = values[0], values[1]
+    if shortest < 1 or longest > width:
+        bad = shortest if shortest < 1 else longest
+        raise ValueError(
+            f"{rule}, got a length of {bad}; a length counts a sentence's real tokens incl. EOS "
+            "(padding excluded), so it is at least 1 and at most the padded width"
+        )
+    error = ids_error("src", "src", values[2], values[3], src_vocab_size)
+    if error is None and len(values) > 4 and tgt_vocab_size is not None:
+        error = ids_error("tgt_in", "tgt", values[4], values[5], tgt_vocab_size)
+    if error is not None:
+        raise error
+
+
 class Seq2Seq(nn.Module):
     """Encoder, bridge, attention and input-feeding decoder.
 
@@ -431,6 +529,7 @@ class Seq2Seq(nn.Module):
                 f'attention_kwargs={{"K": 16}}, got {attention_kwargs!r}{positional}'
             )
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.src_vocab_size = src_vocab_size
         self.tgt_vocab_size = tgt_vocab_size
         self.max_source_len = max_source_len
         options = dict(attention_kwargs or {})
@@ -531,6 +630,7 @@ class Seq2Seq(nn.Module):
         Returns:
             logits (B, T, V).
         """
+        check_inputs(src, src_lengths, self.src_vocab_size, tgt_in, self.tgt_vocab_size)
         state, cache, attn_state = self._start(src, src_lengths)
         return self.decoder(tgt_in, state, cache, attn_state)
 
@@ -544,6 +644,7 @@ class Seq2Seq(nn.Module):
         Returns:
             logits (B, T, V), the attention cache, contexts (B, T, C).
         """
+        check_inputs(src, src_lengths, self.src_vocab_size, tgt_in, self.tgt_vocab_size)
         state, cache, attn_state = self._start(src, src_lengths)
         features = self.decoder.features(tgt_in, state, cache, attn_state)  # (B, T, H + C)
         logits = self.decoder.out(features)  # (B, T, V)
@@ -577,6 +678,7 @@ class Seq2Seq(nn.Module):
             tokens (B, T') ending in EOS then padding, and lengths (B,) incl. EOS (the sentence's
             limit if no EOS).
         """
+        check_inputs(src, src_lengths, self.src_vocab_size)
         limits, max_steps = self._length_limits(src_lengths, max_len, src.device)  # (B,), int
         state, cache, attn_state = self._start(src, src_lengths)
         batch = src.shape[0]
@@ -642,6 +744,7 @@ class Seq2Seq(nn.Module):
             tokens (B, T') of the best hypothesis per sentence (EOS then padding), or
             (tokens, lengths, scores) when ``return_scores``.
         """
+        check_inputs(src, src_lengths, self.src_vocab_size)
         if not 1 <= beam_size <= self.tgt_vocab_size:
             raise ValueError(
                 f"beam_size must be in [1, {self.tgt_vocab_size}] (the target vocabulary size); got {beam_size}"
@@ -776,6 +879,7 @@ class Seq2Seq(nn.Module):
             mechanism's :meth:`~Attention.extra_weights` stacked per step as (B, T, ...) (memory
             attention: ``alpha`` (B, T, S, K), the same at every step, and ``beta`` (B, T, K)).
         """
+        check_inputs(src, src_lengths, self.src_vocab_size)
         limits, max_steps = self._length_limits(src_lengths, max_len, src.device)  # (B,), int
         state, cache, attn_state = self._start(src, src_lengths)
         batch = src.shape[0]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import typing
 
 import annotated_types
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
 
 from datamodules import CopyTaskDataModule
+from datamodules.copy_task import collate_copy
 from datamodules.ranges import declared_ranges
 
 
@@ -134,3 +136,63 @@ def test_test_split_is_held_out_from_train_and_validation():
         vocab_size=3, min_length=1, max_length=6, train_size=300, val_size=50, test_size=100
     )
     assert np.array_equal(again.held_out_test().tokens, test.tokens)
+
+
+class _EpochBatches(pl.Callback):
+    """The training batches of every epoch, as tuples of their source rows."""
+
+    def __init__(self) -> None:
+        self.epochs: dict[int, list[tuple]] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        rows = tuple(tuple(row) for row in batch["src"].tolist())
+        self.epochs.setdefault(trainer.current_epoch, []).append(rows)
+
+
+def test_bucketed_batches_are_drawn_anew_every_epoch_of_a_fit(quiet_trainer):
+    """Lightning calls ``set_epoch`` on a loader's ``sampler`` and ``batch_sampler.sampler`` only;
+    the bucketing batch sampler had neither, so every epoch replayed epoch 0's batches."""
+    from lightning_modules import Seq2SeqModule
+
+    dm = make(train_size=48, val_size=8, test_size=8, batch_size=8, bucket_batches=True)
+    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="none")
+    seen = _EpochBatches()
+    trainer = quiet_trainer(max_epochs=3, limit_val_batches=0, callbacks=[seen])
+    trainer.fit(model, datamodule=dm)
+
+    assert sorted(seen.epochs) == [0, 1, 2]
+    orders = [seen.epochs[e] for e in range(3)]
+    assert orders[0] != orders[1] and orders[1] != orders[2] and orders[0] != orders[2]
+    sampler = dm.train_dataloader().batch_sampler
+    for epoch, batches in enumerate(orders):  # each epoch is that epoch's (seed, epoch) order
+        sampler.set_epoch(epoch)
+        assert batches == [
+            tuple(
+                tuple(r) for r in collate_copy([dm.datasets["train"][i] for i in b])["src"].tolist()
+            )
+            for b in sampler.batches()
+        ]
+
+
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_a_bucketed_loader_resumes_mid_epoch_through_lightnings_set_epoch_calls(ahead):
+    """With Lightning's ``set_epoch`` now reaching the bucketing sampler (through its ``sampler``),
+    a loader restored mid-epoch still finishes the saved epoch and then follows the
+    uninterrupted run's epochs (``ahead``: the number ``trainer.save_checkpoint`` after a fit
+    stopped at ``max_steps`` leaves Lightning one epoch ahead)."""
+    dm = make(train_size=40, batch_size=4, bucket_batches=True)
+    reference = dm.train_dataloader()
+    epochs = []
+    for epoch in range(3):
+        reference.batch_sampler.sampler.set_epoch(epoch)
+        epochs.append([b["src"].tolist() for b in reference])
+    assert epochs[0] != epochs[1]
+
+    resumed = dm.train_dataloader()
+    resumed.load_state_dict({"epoch": 0, "batches": 3})
+    it = iter(resumed)
+    resumed.batch_sampler.sampler.set_epoch(ahead)  # what Lightning's _set_sampler_epoch reaches
+    assert [b["src"].tolist() for b in it] == epochs[0][3:]
+    for epoch in (1, 2):
+        resumed.batch_sampler.sampler.set_epoch(epoch + ahead)
+        assert [b["src"].tolist() for b in resumed] == epochs[epoch]

@@ -793,3 +793,64 @@ def test_an_evaluation_split_longer_than_eval_max_length_says_to_raise_it(dm):
         f"{stats['too_long']} have more than eval_max_length=1 BPE tokens on a side; raise "
         "eval_max_length"
     )
+
+
+def test_trainer_predict_translates_the_validation_split_without_a_test_split(dm, quiet_trainer):
+    """trainer.predict needed a predict_dataloader; with test_prefix="" it is the validation
+    split, every line once, with its line number."""
+    from lightning_modules import Seq2SeqModule
+
+    torch.manual_seed(0)
+    model = Seq2SeqModule(
+        dm.src_vocab_size, dm.tgt_vocab_size, attention="bahdanau", max_decode_len=5
+    )
+    predicted = quiet_trainer(use_distributed_sampler=False).predict(model, datamodule=dm)
+    indices = torch.cat([out["indices"] for out in predicted]).tolist()
+    assert sorted(indices) == dm.datasets["valid"].keep.tolist()
+    batch = next(iter(dm.val_dataloader()))
+    assert torch.equal(predicted[0]["hypotheses"], model.decode(batch["src"], batch["src_lengths"]))
+    assert predicted[0]["text"] == [dm.ids_to_text(r) for r in predicted[0]["hypotheses"].tolist()]
+
+
+def test_building_the_model_before_setup_says_to_set_the_datamodule_up(tmp_path):
+    """WMT17DataModule's sizes are None until setup(); the model said only "src_vocab_size must be
+    a whole number >= 1, got None"."""
+    from lightning_modules import Seq2SeqModule
+
+    d = make_dm(tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"src_vocab_size, tgt_vocab_size, max_source_len got None.*"
+        r"dm\.prepare_data\(\); dm\.setup\(\"fit\"\)",
+    ):
+        Seq2SeqModule(d.src_vocab_size, d.tgt_vocab_size, max_source_len=d.max_source_len)
+    d.prepare_data()
+    d.setup("fit")
+    Seq2SeqModule(d.src_vocab_size, d.tgt_vocab_size, max_source_len=d.max_source_len)
+
+
+def test_a_trained_model_refuses_another_bpe_of_the_same_size(dm, tmp_path, quiet_trainer):
+    """Nothing identified the BPE: a checkpoint evaluated under a BPE trained differently (same
+    piece count) ran with every id meaning another piece. The model records the datamodule's
+    ``vocabulary_id`` when fit and checks it after loading."""
+    from lightning_modules import Seq2SeqModule
+
+    assert dm.vocabulary_id.startswith("bpe-")
+    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="none")
+    trainer = quiet_trainer(max_steps=1, limit_val_batches=0, use_distributed_sampler=False)
+    trainer.fit(model, datamodule=dm)
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = Seq2SeqModule.load_from_checkpoint(path)
+    assert loaded.data_vocabulary["vocabulary_id"] == dm.vocabulary_id
+
+    other = make_dm(tmp_path / "cache", bpe_model_type="unigram")
+    other.prepare_data()
+    other.setup("fit")
+    assert other.src_vocab_size == dm.src_vocab_size and other.vocabulary_id != dm.vocabulary_id
+    with pytest.raises(ValueError, match=r"its vocabulary is 'bpe-.*WMT17DataModule\.load_from_c"):
+        quiet_trainer(use_distributed_sampler=False).validate(loaded, datamodule=other)
+    same = WMT17DataModule.load_from_checkpoint(path)
+    quiet_trainer(use_distributed_sampler=False, limit_val_batches=1).validate(
+        loaded, datamodule=same, verbose=False
+    )

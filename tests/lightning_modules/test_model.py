@@ -339,3 +339,44 @@ def test_beam_search_with_a_shared_cache_equals_the_expanded_one(attention):
     assert model.attention.shares_cache  # every registered mechanism shares its cache
     assert torch.equal(shared[0], expanded[0]) and torch.equal(shared[1], expanded[1])
     torch.testing.assert_close(shared[2], expanded[2], rtol=0, atol=1e-5)
+
+
+_SRC = torch.tensor([[5, 6, 2, 0, 0], [7, 8, 9, 10, 2]])  # (2, 5)
+_LENGTHS = torch.tensor([3, 5])
+_MISUSE = {
+    "1-D src": ((_SRC[0], _LENGTHS[:1]), r"src must be a \(B, S\) LongTensor.*src\.unsqueeze\(0\)"),
+    "float src": ((_SRC.float(), _LENGTHS), r"src must be a \(B, S\) LongTensor.*float32"),
+    "lengths a list": ((_SRC, [3, 5]), r"src_lengths must be a \(B,\) LongTensor.*got list"),
+    "lengths 2-D": ((_SRC, _LENGTHS.unsqueeze(1)), r"src_lengths must .* got shape \(2, 1\)"),
+    "lengths not B": ((_SRC, torch.tensor([3, 5, 1])), r"src_lengths must .* got shape \(3,\)"),
+    "length past S": ((_SRC, torch.tensor([3, 6])), r"1 <= length <= src\.shape\[1\].*of 6"),
+    "length 0": ((_SRC, torch.tensor([0, 5])), r"1 <= length <= src\.shape\[1\].*of 0"),
+    "id past vocab": ((_SRC + VOCAB, _LENGTHS), r"src ids go up to \d+ .*src_vocab_size=24"),
+    "negative id": ((_SRC - 3, _LENGTHS), r"src ids in src go down to -3"),
+}
+
+
+@pytest.mark.parametrize("entry", ["forward", "greedy_decode", "beam_search", "attention_trace"])
+@pytest.mark.parametrize("case", list(_MISUSE))
+def test_misused_inputs_are_refused_naming_the_argument_and_the_fix(entry, case):
+    """Each gave torch's internal error (a failed unpack, `'list' object has no attribute 'to'`,
+    a narrow() range error, a matmul shape error, an embedding IndexError)."""
+    model = make_model("memory")
+    (src, lengths), message = _MISUSE[case]
+    if entry == "forward":
+        tgt_in = torch.ones((2, 4), dtype=torch.long) if isinstance(src, torch.Tensor) else None
+        call = lambda: model(src, lengths, tgt_in if src.dim() == 2 else tgt_in[:1])  # noqa: E731
+    else:
+        call = lambda: getattr(model, entry)(src, lengths)  # noqa: E731
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_forward_refuses_decoder_inputs_of_another_batch_or_past_the_vocabulary():
+    model = make_model("bahdanau")
+    tgt_in = torch.ones((2, 4), dtype=torch.long)
+    with pytest.raises(ValueError, match=r"tgt_in must be a \(B, T\) LongTensor .*B=2 rows"):
+        model(_SRC, _LENGTHS, tgt_in[:1])
+    with pytest.raises(ValueError, match=r"tgt ids go up to 30 .*tgt_vocab_size=24.*in tgt_in"):
+        model(_SRC, _LENGTHS, tgt_in * 30)
+    assert model(_SRC, _LENGTHS, tgt_in).shape == (2, 4, VOCAB)  # well-formed inputs still pass

@@ -555,3 +555,96 @@ def test_copy_task_reaches_bleu_95(attention, attention_kwargs, max_steps, quiet
     minutes = (time.perf_counter() - start) / 60
     print(f"{attention}: val/bleu={bleu:.2f} after {trainer.global_step} steps, {minutes:.1f} min")
     assert bleu >= 95.0
+
+
+def test_val_loss_and_token_acc_are_per_token_means_whatever_the_eval_batching(quiet_trainer):
+    """Each batch's token mean was logged weighted by its sentence count, so the epoch figure
+    changed with the eval batch size (batches of short sentences counted for more)."""
+    torch.manual_seed(0)
+    model = Seq2SeqModule(14, 14, attention="bahdanau", val_decode=False).eval()
+    results = []
+    for batch_size in (32, 3, 1):  # one batch; uneven batches; one sentence each
+        dm = small_copy(min_length=0, max_length=6, batch_size=batch_size)
+        (logged,) = quiet_trainer().validate(model, datamodule=dm, verbose=False)
+        results.append((logged[VAL_LOSS], logged[VAL_TOKEN_ACC]))
+
+    dm = small_copy(min_length=0, max_length=6)
+    dm.setup("fit")
+    summed, correct, tokens = 0.0, 0, 0
+    with torch.no_grad():
+        for batch in dm.val_dataloader():
+            tgt = batch["tgt"]
+            logits = model(batch["src"], batch["src_lengths"], model.model.shift_target(tgt))
+            real = tgt != model.hparams.pad_id
+            summed += float(
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none"
+                )[real.reshape(-1)].sum()
+            )
+            correct += int(((logits.argmax(-1) == tgt) & real).sum())
+            tokens += int(real.sum())
+    assert len(set(dm.datasets["val"].lengths().tolist())) > 1  # sentences of unequal lengths
+    for loss, acc in results:
+        assert loss == pytest.approx(summed / tokens, rel=1e-5)
+        assert acc == pytest.approx(correct / tokens, rel=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_trainer_predict_decodes_the_datamodules_test_split_as_validation_does(beam, quiet_trainer):
+    """There was no predict_step (Lightning passed the batch dict to forward: an unrelated
+    TypeError) and no predict_dataloader."""
+    torch.manual_seed(0)
+    dm = small_copy(batch_size=8)
+    model = module_for(dm, "memory", attention_kwargs={"K": 4}, val_beam_size=beam)
+    predicted = quiet_trainer().predict(model, datamodule=dm)
+
+    batches = list(dm.test_dataloader())
+    assert len(predicted) == len(batches)
+    for out, batch in zip(predicted, batches):
+        expected = model.decode(batch["src"], batch["src_lengths"])
+        assert torch.equal(out["hypotheses"], expected)
+        assert out["text"] == [dm.ids_to_text(row) for row in expected.tolist()]
+    # a plain dataloader works too (and ids_to_text falls back to the module's own)
+    (first, *_) = quiet_trainer().predict(model, dataloaders=dm.val_dataloader())
+    batch = next(iter(dm.val_dataloader()))
+    assert torch.equal(first["hypotheses"], model.decode(batch["src"], batch["src_lengths"]))
+
+
+def _trained_checkpoint(tmp_path, quiet_trainer, drop_record: bool = False) -> Path:
+    dm = small_copy()
+    model = Seq2SeqModule(dm.src_vocab_size, dm.tgt_vocab_size, attention="none")
+    trainer = quiet_trainer(max_steps=2, limit_val_batches=0)
+    trainer.fit(model, datamodule=dm)
+    path = tmp_path / "trained.ckpt"
+    trainer.save_checkpoint(path)
+    if drop_record:  # as a checkpoint written before the record existed
+        checkpoint = torch.load(path, weights_only=False)
+        checkpoint.pop("data_vocabulary", None)
+        torch.save(checkpoint, path)
+    return path
+
+
+@pytest.mark.parametrize("drop_record", [False, True], ids=["recorded", "older-checkpoint"])
+@pytest.mark.parametrize("other_vocab", [8, 12], ids=["smaller", "larger"])
+def test_a_trained_model_refuses_data_of_another_vocabulary_pointing_to_its_own(
+    tmp_path, quiet_trainer, other_vocab, drop_record
+):
+    """A loaded model validated under a smaller vocabulary ran silently, every id meaning another
+    symbol; under a larger one the error said to rebuild the model (losing its weights)."""
+    path = _trained_checkpoint(tmp_path, quiet_trainer, drop_record)
+    loaded = Seq2SeqModule.load_from_checkpoint(path)
+    if not drop_record:
+        assert loaded.data_vocabulary == {
+            "src_vocab_size": 14,
+            "tgt_vocab_size": 14,
+            "vocabulary_id": None,
+        }
+    with pytest.raises(
+        ValueError,
+        match=r"does not match the model's trained weights: its src vocabulary has "
+        rf"{other_vocab + 4} ids, the data the model was trained on had 14\. .*"
+        r"CopyTaskDataModule\.load_from_checkpoint\(path\)",
+    ):
+        quiet_trainer().validate(loaded, datamodule=small_copy(vocab_size=other_vocab))
+    again = CopyTaskDataModule.load_from_checkpoint(path)  # the fix the message gives
+    quiet_trainer().validate(loaded, datamodule=again, verbose=False)
