@@ -22,6 +22,7 @@ found here first and named with its line:
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import pickle
@@ -31,7 +32,15 @@ import time
 from pathlib import Path
 
 from sweeps.driver.cluster import LaunchError
-from sweeps.layout import CHECKPOINT_FILE, OPTUNA_JOURNAL, write_atomic
+from sweeps.layout import (
+    CHECKPOINT_FILE,
+    OPTUNA_JOURNAL,
+    RESULTS_CSV,
+    checkpoint_gone,
+    launch_script,
+    write_atomic,
+)
+from sweeps.report.columns import FINISHED
 
 
 def repair_journal(journal: Path) -> list[str]:
@@ -258,11 +267,6 @@ def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
     finished, so the resume does not train them; the timing and held-out stages cannot measure
     them. The line gives the launch that does train them again: a new sweep warm-started from
     this one, which reuses every trial whose checkpoint is there. "" where none is gone."""
-    import csv
-
-    from sweeps.layout import RESULTS_CSV, checkpoint_gone, launch_script
-    from sweeps.report.columns import FINISHED
-
     try:
         with (out_dir / RESULTS_CSV).open(newline="") as f:
             rows = list(csv.DictReader(f))
