@@ -46,13 +46,21 @@ def heatmap_figure(item: dict[str, Any], title: str = ""):
     sum_k beta_tk alpha_sk (T x S); a second row with the per-vector alignments beta_tk alpha_sk
     (T x S) of the ``MAX_VECTOR_PANELS`` vectors with the most decoder mass, each titled with k and
     its share of that mass. Returns the matplotlib Figure (the caller saves or logs and closes it).
+
+    Every panel is drawn on one fixed scale, :data:`WEIGHT_SCALE` (0 white, 1 black; widened to
+    the largest value where a panel holds a larger one), shown by a colour bar: a cell's darkness
+    is its weight, comparable across panels and figures. A panel whose weights are all near 0 is
+    near white, and a flat alignment an even grey, not stretched to black and white.
     """
     weights = np.asarray(item["weights"], dtype=float)  # (T, S)
     src, out = list(item.get("source", [])), list(item.get("output", []))
+    panels = [weights] + [np.asarray(item[k], dtype=float) for k in ("alpha", "beta") if k in item]
+    scale = weight_scale(panels)
     if "alpha" not in item or "beta" not in item:
         fig, ax = plt.subplots(figsize=(4.6, 4.2))
-        _heatmap(ax, weights, "alignment", "source", "output")
+        image = _heatmap(ax, weights, "alignment", "source", "output", scale)
         _ticks(ax, src, out, weights.shape)
+        _colour_bar(fig, image, ax=ax)
     else:
         alpha = np.asarray(item["alpha"], dtype=float)  # (S, K)
         beta = np.asarray(item["beta"], dtype=float)  # (T, K)
@@ -60,25 +68,29 @@ def heatmap_figure(item: dict[str, Any], title: str = ""):
         chosen = np.argsort(-mass, kind="stable")[: min(MAX_VECTOR_PANELS, alpha.shape[1])]
         ncols = max(3, len(chosen))
         fig = plt.figure(figsize=(3.0 * ncols, 6.4))
-        grid = fig.add_gridspec(2, ncols, height_ratios=[1.25, 1])
+        # the panels' columns, and a narrow last one for the colour bar of them all
+        grid = fig.add_gridspec(
+            2, ncols + 1, height_ratios=[1.25, 1], width_ratios=[1.0] * ncols + [0.06]
+        )
         third = ncols // 3
         ax_a = fig.add_subplot(grid[0, :third])
         ax_b = fig.add_subplot(grid[0, third : 2 * third])
-        ax_c = fig.add_subplot(grid[0, 2 * third :])
+        ax_c = fig.add_subplot(grid[0, 2 * third : ncols])
         _heatmap(
             ax_a,
             alpha.T,
             f"encoder scores alpha (K={alpha.shape[1]} x S)",
             "source",
             "memory vector k",
+            scale,
         )
         vectors = [
             str(k + 1) for k in range(alpha.shape[1])
         ]  # 1-based, as in the per-vector titles
         _ticks(ax_a, src, vectors, alpha.T.shape)
-        _heatmap(ax_b, beta, "decoder scores beta (T x K)", "memory vector k", "output")
+        _heatmap(ax_b, beta, "decoder scores beta (T x K)", "memory vector k", "output", scale)
         _ticks(ax_b, vectors, out, beta.shape)
-        _heatmap(ax_c, weights, "combined: sum_k beta_k alpha_k", "source", "output")
+        image = _heatmap(ax_c, weights, "combined: sum_k beta_k alpha_k", "source", "output", scale)
         _ticks(ax_c, src, out, weights.shape)
         total = float(mass.sum()) or 1.0
         for col, k in enumerate(chosen):
@@ -90,21 +102,53 @@ def heatmap_figure(item: dict[str, Any], title: str = ""):
                 f"vector k={k + 1} ({100 * mass[k] / total:.0f}% of beta)",
                 "source",
                 "output",
+                scale,
             )
             _ticks(
                 ax, src if len(src) <= 20 else [], out if len(out) <= 20 else [], per_vector.shape
             )
+        _colour_bar(fig, image, cax=fig.add_subplot(grid[:, ncols]))
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
-def _heatmap(ax, values: np.ndarray, title: str, xlabel: str, ylabel: str) -> None:
-    ax.imshow(values, aspect="auto", cmap="Greys", interpolation="nearest")  # darker = more weight
+#: the colour scale of every heatmap panel (:func:`heatmap_figure`): attention weights lie in [0, 1]
+WEIGHT_SCALE = (0.0, 1.0)
+#: the colour bar's label
+WEIGHT_LABEL = "attention weight"
+
+
+def weight_scale(panels: Iterable[np.ndarray]) -> tuple[float, float]:
+    """The colour limits of a heatmap figure: :data:`WEIGHT_SCALE`, widened to cover a value
+    outside it (none of the shipped mechanisms gives one: softmax and sigmoid scores, and sums of
+    their products, lie in [0, 1]), so that no weight is drawn clipped."""
+    low, high = WEIGHT_SCALE
+    for values in panels:
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            low, high = min(low, float(finite.min())), max(high, float(finite.max()))
+    return low, high
+
+
+def _heatmap(ax, values: np.ndarray, title: str, xlabel: str, ylabel: str, scale=WEIGHT_SCALE):
+    """One panel on the figure's fixed colour ``scale`` (darker = more weight); its image."""
+    low, high = scale
+    image = ax.imshow(
+        values, aspect="auto", cmap="Greys", interpolation="nearest", vmin=low, vmax=high
+    )
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
+    return image
+
+
+def _colour_bar(fig, image, **where) -> None:
+    """The colour bar of the figure's one scale (``ax=`` beside a panel, or ``cax=`` its own axes)."""
+    bar = fig.colorbar(image, **where)
+    bar.set_label(WEIGHT_LABEL, fontsize=8)
+    bar.ax.tick_params(labelsize=7)
 
 
 def _ticks(ax, src: list, out: list, shape: tuple) -> None:

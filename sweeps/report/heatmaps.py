@@ -6,18 +6,26 @@
 Writes ``DIR/<attention>_<i>.png`` (``memory_K16_0.png`` for memory attention), one per validation
 sentence (the first ``--n``): the alignment
 for every mechanism, and for memory attention the paper's Fig. 6-8 panels (alpha, beta, the
-combined alignment and the per-vector alignments; see :func:`sweeps.report.figures.heatmap_figure`).
+combined alignment and the per-vector alignments; see :func:`sweeps.report.figures.heatmap_figure`),
+every panel on one colour scale of attention weights, 0 to 1.
 
-The checkpoint's datamodule is rebuilt from its hyperparameters: the copy task with
-``vocab_size = src_vocab_size - 4`` and ``max_length = max_source_len - 1`` (override with
-``--vocab-size`` / ``--max-length``; ``--data-seed`` picks the validation set). Checkpoints of
-other tasks are not supported by this command: call
-``Seq2SeqModule.attention_heatmaps`` on one of their batches and ``heatmap_figure`` directly.
+What is drawn: for a trial's checkpoint, the first ``--n`` sentences of the trial's own validation
+set, in its order: the copy task is rebuilt from the data settings the checkpoint stores (its
+seed, lengths, vocabulary and validation size, written by ``trainer.fit(model, datamodule=dm)``),
+so these are the sentences of the trial's ``val_references.txt`` and of the heatmaps it logged to
+W&B. ``--data-seed``, ``--min-length``, ``--max-length`` and ``--vocab-size`` override a stored
+setting (another draw, no longer the trial's sentences). A checkpoint that stores no data
+settings, and an untrained ``--attention`` model, get a new draw of the copy task:
+``vocab_size = src_vocab_size - 4``, ``max_length = max_source_len - 1``, lengths from 1, seed 0
+(or the options), ``--n`` sentences. Checkpoints of other tasks are not supported by this
+command: call ``Seq2SeqModule.attention_heatmaps`` on one of their batches and
+``heatmap_figure`` directly.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,9 +38,21 @@ from datamodules.vocab import FIRST_SYMBOL
 from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
 from lightning_modules.attention import attention_options
 from sweeps.errors import TimingError
-from sweeps.layout import output_folder, positive_int
+from sweeps.layout import nonnegative_int, output_folder, positive_int
 from sweeps.report.figures import heatmap_figure, save_figure
+from sweeps.timing.checkpoint import read_settings
 from sweeps.timing.files import command_checkpoint
+
+#: the settings of the copy task a checkpoint stores that decide its validation sentences (the
+#: training and test sizes, the batch size and the workers do not: each split has its own seed)
+VALIDATION_SETTINGS = ("vocab_size", "max_length", "min_length", "val_size", "seed")
+#: the options that override a stored setting, by setting
+OVERRIDES = {
+    "vocab_size": "vocab_size",
+    "max_length": "max_length",
+    "min_length": "min_length",
+    "seed": "data_seed",
+}
 
 
 def load_module(args: argparse.Namespace) -> Seq2SeqModule:
@@ -72,20 +92,56 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
-def build_datamodule(module: Seq2SeqModule, args: argparse.Namespace) -> CopyTaskDataModule:
-    """The copy task the module was built for (its vocabulary and longest source)."""
+def copy_task_settings(saved: dict[str, Any]) -> str | None:
+    """Why a checkpoint's stored data settings are not the copy task's (None: they are, or it
+    stores none)."""
+    params = inspect.signature(CopyTaskDataModule.__init__).parameters
+    foreign = sorted(set(saved) - set(params))
+    if saved and foreign:
+        return (
+            f"the checkpoint was trained on other data than the copy task (its data settings "
+            f"include {', '.join(foreign)}); this command draws copy-task checkpoints: call "
+            "Seq2SeqModule.attention_heatmaps on one of its batches and heatmap_figure directly"
+        )
+    return None
+
+
+def data_settings(
+    module: Seq2SeqModule, args: argparse.Namespace, saved: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The copy task whose validation sentences are drawn (:data:`VALIDATION_SETTINGS`): the one
+    ``saved`` in the checkpoint (the trial's own), each option given overriding its setting;
+    without saved settings a new draw for the module's vocabulary and longest source."""
     hp = module.hparams
-    vocab_size = args.vocab_size or int(hp.src_vocab_size) - FIRST_SYMBOL
-    max_length = args.max_length or int(hp.max_source_len) - 1
+    if saved:
+        settings = {k: saved[k] for k in VALIDATION_SETTINGS if k in saved}
+    else:
+        settings = {
+            "vocab_size": int(hp.src_vocab_size) - FIRST_SYMBOL,
+            "max_length": int(hp.max_source_len) - 1,
+            "min_length": 1,
+            "val_size": max(args.n, 1),
+            "seed": 0,
+        }
+    for setting, option in OVERRIDES.items():
+        if getattr(args, option) is not None:
+            settings[setting] = getattr(args, option)
+    if not saved:  # a new draw: lengths from 1, unless that is above the longest
+        settings["min_length"] = min(settings["min_length"], settings["max_length"])
+    return settings
+
+
+def build_datamodule(
+    module: Seq2SeqModule, args: argparse.Namespace, saved: dict[str, Any] | None = None
+) -> CopyTaskDataModule:
+    """The copy task of :func:`data_settings`, set up: its validation split is the trial's (from
+    ``saved``, the checkpoint's data settings) or a new draw; its first batch holds ``--n``
+    sentences."""
     dm = CopyTaskDataModule(
-        vocab_size=vocab_size,
-        max_length=max_length,
-        min_length=min(args.min_length, max_length),
-        train_size=1,
-        val_size=max(args.n, 1),
-        test_size=1,
+        **data_settings(module, args, saved),
+        train_size=1,  # each split is drawn from its own seed: the validation split is the same
+        test_size=0,
         batch_size=max(args.n, 1),
-        seed=args.data_seed,
     )
     dm.setup("fit")
     return dm
@@ -125,18 +181,25 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     p.add_argument(
         "--vocab-size",
         type=positive_int,
-        help="copy-task symbols (default: from the checkpoint, or 20)",
+        help="copy-task symbols (default: the checkpoint's data settings, else its model's "
+        "vocabulary, or 20)",
     )
     p.add_argument(
         "--max-length",
         type=positive_int,
-        help="copy-task longest sequence (default: checkpoint's max_source_len - 1, or 10)",
+        help="copy-task longest sequence (default: the checkpoint's data settings, else its "
+        "max_source_len - 1, or 10)",
     )
     p.add_argument(
-        "--min-length", type=positive_int, default=1, help="copy-task shortest sequence (default 1)"
+        "--min-length",
+        type=nonnegative_int,
+        help="copy-task shortest sequence (default: the checkpoint's data settings, else 1)",
     )
     p.add_argument(
-        "--data-seed", type=int, default=0, help="seed of the validation sentences (default 0)"
+        "--data-seed",
+        type=nonnegative_int,
+        help="seed of the validation sentences (default: the trial's, from the checkpoint's data "
+        "settings, else 0); another seed draws other sentences than the trial validated on",
     )
     p.add_argument("--seed", type=int, default=0, help="weights seed for --attention (default 0)")
     args = p.parse_args(argv)
@@ -148,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         flags = " and ".join(f"--{o}" for o in given)
         p.error(f"{flags}: for --attention; a checkpoint brings its own (drop {flags})")
     args.preset = args.preset or "tiny"
-    if args.max_length is not None and args.min_length > args.max_length:
+    if None not in (args.min_length, args.max_length) and args.min_length > args.max_length:
         p.error(f"--min-length {args.min_length} is above --max-length {args.max_length}")
     if args.attention is not None:
         try:
@@ -185,8 +248,33 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             f"--vocab-size {args.vocab_size}: the checkpoint's model knows {known} symbols; "
             f"drop --vocab-size or give at most {known}"
         )
-    dm = build_datamodule(module, args)
+    try:  # the trial's data settings, as trainer.fit(model, datamodule=dm) stored them
+        saved = read_settings(args.checkpoint)[1] if args.checkpoint is not None else {}
+    except TimingError as exc:
+        p.error(str(exc))
+    if problem := copy_task_settings(saved):
+        p.error(f"{args.checkpoint}: {problem}")
+    try:
+        dm = build_datamodule(module, args, saved)
+    except ValueError as exc:  # an option against a stored setting: --min-length above its longest
+        p.error(f"{exc} (the copy task asked for: {data_settings(module, args, saved)})")
     batch = next(iter(dm.val_dataloader()))
+    settings = ", ".join(f"{k}={getattr(dm.hparams, k)}" for k in VALIDATION_SETTINGS)
+    changed = [
+        f"--{o.replace('_', '-')}" for o in OVERRIDES.values() if getattr(args, o) is not None
+    ]
+    whose = (
+        "a new draw of the copy task's"
+        if not saved
+        else f"the trial's copy task, with {' '.join(changed)} given, so not the trial's"
+        if changed
+        else "the trial's"
+    )
+    print(
+        f"sentences: the first {min(args.n, len(dm.datasets['val']))} of {whose} validation "
+        f"set ({settings})",
+        flush=True,
+    )
     name = module.hparams.attention
     kwargs = module.hparams.attention_kwargs or {}
     prefix = name + (f"_K{kwargs['K']}" if "K" in kwargs else "")

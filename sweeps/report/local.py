@@ -53,7 +53,7 @@ from sweeps.report.moo import journal_problem, section_with_plots, with_section
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
-from sweeps.report.train_cost import copied_to_seeds
+from sweeps.report.train_cost import copied_cells
 from sweeps.report.wandb_report import build_wandb_report, report_problem
 from sweeps.spec.launch_record import recorded, sweep_id
 from sweeps.spec.search_schema import NATURAL_GOALS
@@ -67,8 +67,9 @@ def build_local_report(
 
     # the confirm trials (seeds.confirm) are no part of any selection summary: only of the held-out one
     df, confirm = split_confirm(read_results(sweep_dir / RESULTS_CSV))
-    # each fused cell's training step and peaks measured once and copied to its seeds: no spread
-    copied = copied_to_seeds(df)
+    # the fused cells whose training step and peaks were measured once and copied to their
+    # seeds: no spread (a sweep can hold such cells beside cells measured on each seed)
+    copied = copied_cells(df)
     summary = cell_summary(df, metric, mode)  # the summary rule, once for every table and plot
     decode_timed = seconds_column(df) == DECODE_SECONDS  # else val/decode_seconds: not speed
     paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, copied, decode_timed))

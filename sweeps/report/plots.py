@@ -6,12 +6,14 @@ figures, and the colours and legend entries all figures share, are in :mod:`swee
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
@@ -37,6 +39,8 @@ TRAIN_PLOTS = (
     ("train_peak_mb", "training step peak memory (MiB)", "train_peak"),
 )
 REFERENCE_STYLES = ["--", ":", "-.", (0, (5, 2, 1, 2, 1, 2))]
+#: the markers of a headline figure's models at one value of its option (no line to draw)
+POINT_MARKERS = ["*", "X", "P", "h"]
 LINE_MARKERS = [
     "o",
     "s",
@@ -46,7 +50,10 @@ LINE_MARKERS = [
 
 
 def plot_results(
-    summary: pd.DataFrame, out_dir: Path, copied: bool = False, timed: bool = True
+    summary: pd.DataFrame,
+    out_dir: Path,
+    copied: bool | Collection[str] = (),
+    timed: bool = True,
 ) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.summary.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the sweep has the axis it draws:
@@ -62,9 +69,11 @@ def plot_results(
     - training cost, when the timing stage measured it: ``train_step_vs_length.png`` and
       ``train_peak_vs_length.png`` (seconds per training step, its peak memory; one line per
       model), or ``train_step_by_model.png`` / ``train_peak_by_model.png`` for one length; a
-      contended training step drawn apart as a contended decode time is. With ``copied``
-      (:func:`sweeps.report.train_cost.copied_to_seeds`: the timing stage measured each cell of a fused group once and
-      copied the figures to its seeds), no error bars, and the title says why.
+      contended training step drawn apart as a contended decode time is. ``copied``: the cells
+      whose figures the timing stage measured once, on one member of a fused group, and copied
+      to their seeds (:func:`sweeps.report.train_cost.copied_cells`; True: every cell): those
+      get no error bar, the cells measured per seed keep theirs, and the title says which is
+      which (:func:`cost_note`).
 
     ``timed``: the decode times are the timing stage's; without it they are val/decode_seconds
     (:func:`~sweeps.report.summary.seconds_column`), and the decode figure's title says they are
@@ -104,19 +113,37 @@ def plot_results(
                 summary, DECODE_SECONDS, ylabel, "Decode time per model" + untimed, True
             )
             paths["decode_by_model"] = _save(fig, out_dir / "decode_by_model.png")
+    cells = set(summary["cell"]) if copied is True else set(copied or ())
     for column, ylabel, stem in TRAIN_PLOTS:  # the timing stage's training cost
         if column not in summary or not summary[column].notna().any():
             continue
-        note = ONCE_PER_GROUP_NOTE if copied else None
+        note, apart = cost_note(summary.dropna(subset=[column]), cells)
         marked = column in CONTENDED_FIGURES  # the training step, as decode time: not its peak
         if lengths >= 2:
             title = f"{ylabel} vs length"
-            fig = by_length_figure(summary, column, ylabel, title, marked, note)
+            fig = by_length_figure(summary, column, ylabel, title, marked, note, apart)
             paths[f"{stem}_vs_length"] = _save(fig, out_dir / f"{stem}_vs_length.png")
         else:
-            fig = by_model_figure(summary, column, ylabel, f"{ylabel} per model", marked, note)
+            title = f"{ylabel} per model"
+            fig = by_model_figure(summary, column, ylabel, title, marked, note, apart)
             paths[f"{stem}_by_model"] = _save(fig, out_dir / f"{stem}_by_model.png")
     return paths
+
+
+def cost_note(rows: pd.DataFrame, copied: Collection[str]) -> tuple[str | None, set[str]]:
+    """A training-cost figure's second title line and the cells drawn without an error bar, for
+    its ``rows`` of which ``copied`` were measured once and copied to their seeds: where every
+    cell of several seeds is such a copy, :data:`ONCE_PER_GROUP_NOTE` and no bars at all (None:
+    the note is the figure's); where copies sit beside cells measured per seed,
+    :data:`SOME_COPIED_NOTE` and the copies' cells; else (None, {}): bars over seeds as in every
+    figure."""
+    several = rows["seeds"] > 1 if "seeds" in rows else pd.Series(False, index=rows.index)
+    is_copy = rows["cell"].isin(set(copied))
+    if not (several & is_copy).any():
+        return None, set()
+    if not (several & ~is_copy).any():
+        return ONCE_PER_GROUP_NOTE, set()
+    return SOME_COPIED_NOTE, set(rows.loc[is_copy, "cell"])
 
 
 def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
@@ -127,8 +154,10 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     lengths every model without the option is a reference line in the length's colour, labelled
     "<model> L=<length>" in the legend. A line is labelled "<mechanism> L=<length>", then its
     other values ("memory L=10, PE on"); with one length, each such combination has a colour of
-    its own, with several a line style. None when no such line has two points (a one-point line
-    says nothing)."""
+    its own, with several a line style. A model of such a mechanism at one value only (memory
+    attention at one K: memory_distill's random-start students) is a lone marker at that value,
+    with its error bar, labelled as a line is, and the title says so. None when no such line has
+    two points (a one-point line says nothing)."""
     meanings = {
         name: meaning for name, (opt, meaning, _) in headline_options().items() if opt == option
     }
@@ -139,22 +168,25 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     by_length = rows.groupby(axis, dropna=False, sort=True) if axis in rows else [(None, rows)]
     variants = pd.Series([variant_of(r, option) for _, r in rows.iterrows()], rows.index, object)
     drawn = []  # (length, [(mechanism, variant, its points), ...]) for each length with a line
+    alone = {}  # length -> [(mechanism, variant, its one point), ...]: a model at one value
     for length, g in by_length:
-        lines = [
-            (name, variant, m.sort_values(option))
-            for (name, variant), m in g.groupby(["attention", variants[g.index]], sort=True)
+        lines, points = [], []
+        for (name, variant), m in g.groupby(["attention", variants[g.index]], sort=True):
             # one point per value: not when a grid axis the label does not name repeats them
-            if m[option].nunique() >= 2 and m[option].is_unique
-        ]
+            if m[option].nunique() >= 2 and m[option].is_unique:
+                lines.append((name, variant, m.sort_values(option)))
+            elif len(m) == 1:  # a model at one value (a control): a point of its own
+                points.append((name, variant, m))
         if lines:
             lines.sort(key=lambda line: (line[0], _natural(line[1])))
             drawn.append((length, lines))
+            alone[length] = sorted(points, key=lambda point: (point[0], _natural(point[1])))
     if not drawn:
         return None
     kinds = sorted({v for _, lines in drawn for _, v, _ in lines}, key=_natural)
     by_variant = len(drawn) == 1 and len(kinds) > 1  # one length: a colour per combination
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
-    line_labels, references = set(), 0
+    line_labels, references, points = set(), 0, 0
     for (length, lines), colour in zip(drawn, colours()):
         at = (
             ""
@@ -180,6 +212,22 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
                 label=label,
             )
             line_labels.add(label)
+        for name, variant, g in alone[length]:  # after the lines: their styles stay as they were
+            label = f"{name}{at}" + (f", {variant_label(variant)}" if variant else "")
+            colour_at = colours()[len(kinds) + points] if by_variant else colour
+            ax.errorbar(
+                g[option].astype(float),
+                g[VAL_BLEU],
+                yerr=seed_spread(g, VAL_BLEU),
+                capsize=3,
+                ls="none",
+                marker=POINT_MARKERS[points % len(POINT_MARKERS)],
+                markersize=9,
+                color=colour_at,
+                label=label,
+            )
+            line_labels.add(label)
+            points += 1
         others = summary[~summary["attention"].isin(list(meanings))]
         if at:
             others = others[others[axis] == length]
@@ -194,7 +242,10 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
                 label=f"{row['model']}{at}",
             )
     ax.set_xscale("log", base=2)
-    values = sorted({int(v) for _, lines in drawn for _, _, g in lines for v in g[option]})
+    values = sorted(
+        {int(v) for _, lines in drawn for _, _, g in lines for v in g[option]}
+        | {int(v) for found in alone.values() for _, _, g in found for v in g[option]}
+    )
     ax.set_xticks(values, [str(v) for v in values])
     meaning = "; ".join(
         dict.fromkeys(
@@ -206,6 +257,7 @@ def bleu_vs_headline_figure(summary: pd.DataFrame, option: str):
     ax.set_title(
         f"BLEU vs {option}"
         + (" (reference lines: the other models at that length)" if references else "")
+        + (f"\nlone markers: the models at one {option} value" if points else "")
         + _seeds_note(summary),
         fontsize=10,
     )
@@ -282,6 +334,7 @@ def by_length_figure(
     title: str,
     mark_contended: bool = False,
     note: str | None = None,
+    no_spread: Collection[str] = (),
 ):
     """``column`` against length, one line per model in its style of every figure
     (:func:`~sweeps.report.figures.model_styles`), error bars over seeds; with
@@ -289,7 +342,8 @@ def by_length_figure(
     :data:`~sweeps.report.summary.CONTENDED_FIGURES`) is an x. A point whose headline option was
     searched (memory attention's K chosen by Optuna, which can differ from length to length) is
     labelled with the value chosen there ("K=3"). ``note``: the title's second line instead of
-    the error bars' (then drawn without them)."""
+    the error bars' (then drawn without them, unless ``no_spread`` is given: then only the cells
+    it names have none, as :func:`cost_note` gives them)."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
     styles = model_styles(summary["model"])  # every model's, so each looks as in other figures
     rows = summary.dropna(subset=[column, "length"])
@@ -304,7 +358,7 @@ def by_length_figure(
         ax.errorbar(
             g["length"].astype(float),
             g[column],
-            yerr=None if note else seed_spread(g, column),
+            yerr=None if note and not no_spread else _spread(g, column, no_spread),
             markersize=4,
             capsize=3,
             label=model,
@@ -352,6 +406,7 @@ def by_model_figure(
     title: str,
     mark_contended: bool = False,
     note: str | None = None,
+    no_spread: Collection[str] = (),
 ):
     """A bar per cell (labelled by model, or by cell when models repeat, and by the searched
     headline options' chosen values: "memory (K=3)") in its model's colour, error bars over seeds;
@@ -375,7 +430,7 @@ def by_model_figure(
     bars = ax.bar(
         range(len(rows)),
         rows[column],
-        yerr=None if note else seed_spread(rows, column),
+        yerr=None if note and not no_spread else _spread(rows, column, no_spread),
         capsize=3,
         color=[styles[str(m)]["color"] for m in rows["model"]]
         if styles
@@ -411,6 +466,19 @@ UNTIMED_NOTE = "val/decode_seconds: timed during training beside other trials, n
 ONCE_PER_GROUP_NOTE = (
     "one measurement per cell of a fused group, copied to its seeds: no spread to draw"
 )
+#: ... when some cells' were copied and others' measured on each seed
+SOME_COPIED_NOTE = (
+    "error bars: ± std over seeds; none on a fused group's cells, measured once and copied to "
+    "their seeds"
+)
+
+
+def _spread(rows: pd.DataFrame, column: str, no_spread: Collection[str]):
+    """:func:`~sweeps.report.figures.seed_spread`, NaN (no bar) for the cells in ``no_spread``."""
+    spread = seed_spread(rows, column)
+    if spread is None or not no_spread:
+        return spread
+    return np.where(rows["cell"].isin(set(no_spread)).to_numpy(), np.nan, spread)
 
 
 def _seeds_note(summary: pd.DataFrame) -> str:

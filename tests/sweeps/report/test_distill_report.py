@@ -79,8 +79,15 @@ def test_results_md_and_the_lambda_figure(tmp_path):
     from sweeps.report.summary import cell_summary
 
     fig = bleu_vs_headline_figure(cell_summary(frame), "K")
-    lines = {c.get_label(): c.lines[0].get_xdata().tolist() for c in fig.axes[0].containers}
-    assert lines == {"memory L=20, λ=0": [4.0, 21.0], "memory L=20, λ=1": [4.0, 21.0]}
+    lines = {
+        c.get_label(): (c.lines[0].get_xdata().tolist(), c.lines[0].get_linestyle())
+        for c in fig.axes[0].containers
+    }
+    assert lines == {
+        "memory L=20, λ=0": ([4.0, 21.0], "-"),
+        "memory L=20, λ=1": ([4.0, 21.0], "--"),
+        "memory L=20, λ=10": ([4.0], "None"),  # at one K: a lone marker, not left out
+    }
     md = (tmp_path / "results.md").read_text()
     assert f"| {SMALL_K} | 20 | λ=1 − λ=0 (K=4) | +5.17 ± " in md and "| 3 | held |" in md
     assert f"| {LARGE_K} | 20 | λ=1 − λ=0 (K=21) |" in md and "contradicted" in md
