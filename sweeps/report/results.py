@@ -16,8 +16,10 @@ import pandas as pd
 from lightning_modules.metric_names import (
     DECODE_SECONDS,
     METRICS,
+    TRAIN_DISTILL,
     VAL_BLEU,
     VAL_LOSS,
+    VAL_SACREBLEU,
 )  # DECODE_SECONDS: the timing stage's figure
 from sweeps.layout import (  # noqa: F401 (re-exported)
     CHECKPOINT_FILE,
@@ -286,10 +288,26 @@ def _short_error(err: BaseException) -> str:
     return (text[-1] if text else type(err).__name__)[:300]
 
 
+#: metric columns only some sweeps have a value for, written only where a trial has one:
+#: detokenized BLEU (translation), a student's distillation term, the timing stage's settings
+OPTIONAL_METRICS = (VAL_SACREBLEU, TRAIN_DISTILL, "timing_split", "timing_threads")
+
+
+def metric_columns(df: pd.DataFrame) -> list[str]:
+    """:data:`METRIC_COLUMNS` that ``df``'s results.csv gets: every one, but an optional one
+    (:data:`OPTIONAL_METRICS`) only where a row has a value (a copy-task sweep has no
+    ``val/sacrebleu``, a sweep without students no ``train/distill``)."""
+    return [
+        c
+        for c in METRIC_COLUMNS
+        if c not in OPTIONAL_METRICS or (c in df and df[c].notna().any())
+    ]
+
+
 def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
-        return pd.DataFrame(columns=FIRST_COLUMNS + METRIC_COLUMNS + TAIL_COLUMNS)
+        return pd.DataFrame(columns=FIRST_COLUMNS + metric_columns(df) + TAIL_COLUMNS)
     for c in (c for c in df.columns if c.startswith("param:")):
         # Optuna's samples keep their type: an integer parameter's column holds integers beside
         # a baseline's missing value (pandas would write 2.0, 3.0 ...), rows read back from an
@@ -304,7 +322,7 @@ def results_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     first = FIRST_COLUMNS[:at] + headline_columns() + FIRST_COLUMNS[at:]
     heldout = [c for c in HELDOUT_COLUMNS if c in df]
     middle = [c for c in df.columns if c not in first + METRIC_COLUMNS + heldout + TAIL_COLUMNS]
-    order = [c for c in first if c in df] + middle + METRIC_COLUMNS + heldout + TAIL_COLUMNS
+    order = [c for c in first if c in df] + middle + metric_columns(df) + heldout + TAIL_COLUMNS
     df = df.reindex(columns=order).sort_values(
         ["length", "model", "seed"], na_position="first", kind="stable", key=natural_order
     )

@@ -205,6 +205,22 @@ def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     assert results_frame(rows)["K"].dropna().tolist() == [16]
 
 
+def test_a_column_only_some_sweeps_fill_is_written_only_where_a_trial_has_it():
+    """A copy-task sweep without students has no val/sacrebleu and no train/distill column (the
+    docs: a script asks whether a column is there); a translation sweep's rows, or a student's,
+    bring theirs. The columns every trial reports stay, empty or not."""
+    from sweeps.report.results import results_frame
+
+    row = {"trial_id": "a", "cell": "c", "model": "none", "length": 4, "seed": 0, "status": "done"}
+    row[BLEU] = 9.0
+    copy = results_frame([row])
+    assert {"val/sacrebleu", "train/distill", "timing_split"}.isdisjoint(copy.columns)
+    assert {BLEU, "val/loss", SEC}.issubset(copy.columns)
+    wmt = results_frame([row, {**row, "trial_id": "b", "val/sacrebleu": 21.0}])
+    assert wmt["val/sacrebleu"].tolist()[1] == 21.0 and "train/distill" not in wmt
+    assert "val/sacrebleu" not in results_frame([])
+
+
 def test_tables_order_k_as_numbers_not_text():
     rows = [
         {
