@@ -288,6 +288,18 @@ def test_tune_restores_a_retried_trials_log_files_from_its_storage():
     assert callable(Callback.on_trial_recover) and callable(TrainContext.get_storage)
 
 
+@internal("ray-csv-logger-continue", "ray", "sweeps/driver/trial_logs.py (ProgressCSV)")
+def test_tunes_csv_logger_keeps_a_writer_per_trial_and_a_continue_flag():
+    from ray.tune.logger import CSVLoggerCallback
+    from ray.tune.utils.callback import _create_default_callbacks
+
+    setup, log = source(CSVLoggerCallback._setup_trial), source(CSVLoggerCallback.log_trial_result)
+    assert "self._trial_continue[trial]" in setup and "self._trial_files[trial]" in setup
+    assert "if not self._trial_csv[trial]:" in log, "Tune no longer keeps the writer it finds"
+    assert "if not self._trial_continue[trial]:" in log
+    assert "isinstance(callback, CSVLoggerCallback)" in source(_create_default_callbacks)
+
+
 @internal(
     "ray-sigint-stop", "ray", "sweeps/driver/preemption.py, budget_clock.py, sweeps/storage.py"
 )

@@ -298,9 +298,7 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
     (:data:`OPTIONAL_METRICS`) only where a row has a value (a copy-task sweep has no
     ``val/sacrebleu``, a sweep without students no ``train/distill``)."""
     return [
-        c
-        for c in METRIC_COLUMNS
-        if c not in OPTIONAL_METRICS or (c in df and df[c].notna().any())
+        c for c in METRIC_COLUMNS if c not in OPTIONAL_METRICS or (c in df and df[c].notna().any())
     ]
 
 

@@ -22,7 +22,7 @@ from sweeps.driver.budget import charging
 from sweeps.driver.budget_clock import BudgetClock
 from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.console import quiet_unreported, tune_reporter
-from sweeps.driver.trial_logs import KeepTrialLogs
+from sweeps.driver.trial_logs import KeepTrialLogs, ProgressCSV
 from sweeps.plan.sweep_plan import Paths
 from sweeps.plan.units import Unit
 from sweeps.plan.warm_start import PLAN_HASH, plan_fingerprint
@@ -95,7 +95,7 @@ def run_confirm(
             for i, c in enumerate(configs)
         ]
         searcher = per_unit_searcher(units, 1, sweep.spec.metric.name, sweep.spec.metric.mode)
-        callbacks: list = [BudgetClock(), KeepTrialLogs()]
+        callbacks: list = [BudgetClock(), KeepTrialLogs(), ProgressCSV()]
         if verbose >= 1:
             callbacks.append(console(sweep, len(configs)))
         tuner = new_tuner(

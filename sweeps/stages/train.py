@@ -30,7 +30,7 @@ from sweeps.driver.cluster import ClusterFit, LaunchError
 from sweeps.driver.console import SweepConsole, quiet_unreported, tune_reporter
 from sweeps.driver.environ import environ_restored
 from sweeps.driver.resume_check import restore_trial_files
-from sweeps.driver.trial_logs import KeepTrialLogs
+from sweeps.driver.trial_logs import KeepTrialLogs, ProgressCSV
 from sweeps.layout import RESULTS_CSV, already_holds, holds_local_sweep, nothing_to_resume
 from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
@@ -239,7 +239,7 @@ def run_tune(
         concurrent = min(fit.max_concurrent_trials * plan.trials_per_slot, max(1, to_train))
         callbacks: list = [OptunaLinks(searcher)] if sweep.has_search else []
         callbacks += teacher_callbacks(searcher)  # teachers' checkpoints for their students
-        callbacks += [BudgetClock(), KeepTrialLogs()]
+        callbacks += [BudgetClock(), KeepTrialLogs(), ProgressCSV()]
         if settings.fusion_roster is not None:  # the members Tune ended, for their groups
             callbacks.append(RosterFeed())
         if verbose >= 1:
