@@ -404,7 +404,7 @@ class Seq2SeqModule(pl.LightningModule):
                 tgt.reshape(-1),
                 ignore_index=self.hparams.pad_id,
             )
-        except IndexError as exc:  # free until raised: no per-step check of the ids
+        except IndexError as exc:  # a target id past the vocabulary (the inputs: Seq2Seq.forward)
             self._check_batch_ids(batch, exc)
             raise
         names = METRICS[stage]

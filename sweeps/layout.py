@@ -133,9 +133,9 @@ def already_holds(path: str, spec: str | None = None, output: str | None = None)
 def inside_a_sweep(output: str, spec: str | None = None) -> str | None:
     """What a new launch says when ``--output`` is itself a sweep's own folder (it holds that
     sweep's launch.json): the new sweep would be written inside it. None where it is not."""
-    folder = Path(output)
-    if "://" in output or not launched(folder):
+    if "://" in str(output) or not launched(Path(output)):
         return None
+    folder = Path(output).resolve()  # `--output .` in a sweep's folder: its name, its parent
     how = f"python {launch_script()} {spec} --resume --output {folder.parent}" if spec else ""
     return (
         f"--output {output} is a sweep's own folder (it holds {folder.name}'s {LAUNCH_FILE}): a "
@@ -188,20 +188,29 @@ def missing_in_sweep_folder(
     return f"{folder}: no {name} here; {fix}"
 
 
-def checkpoint_gone(path: str, folder: Path) -> bool:
-    """Whether a results.csv row's checkpoint (``path``, as the row has it) of the sweep in
-    ``folder`` is a local file no longer there. A relative path is the launch's working folder's;
-    from another one it is found under ``folder`` by the part after the sweep's name
-    (``sweep-results/quickstart/<trial>/...``). A bucket's is taken as it is."""
+def checkpoint_here(path: str, folder: Path) -> str | None:
+    """Where a results.csv row's checkpoint (``path``, as the row has it) of the sweep in
+    ``folder`` is now: the path itself where it is a file, else the same file under ``folder`` by
+    the part of the path after the sweep's name (a folder moved or copied since: the launch wrote
+    ``/old/place/quickstart/<trial>/...``; a relative path read from another working folder);
+    None where neither is there. A bucket's path is taken as it is."""
     if not path:
-        return True
+        return None
     if "://" in path or Path(path).is_file():
-        return False
+        return path
     parts = Path(path).parts
-    if not Path(path).is_absolute() and folder.name in parts:
+    if folder.name in parts:
         inside = parts[len(parts) - parts[::-1].index(folder.name) :]
-        return not folder.joinpath(*inside).is_file()
-    return True
+        moved = folder.joinpath(*inside)
+        if inside and moved.is_file():
+            return str(moved)
+    return None
+
+
+def checkpoint_gone(path: str, folder: Path) -> bool:
+    """Whether a results.csv row's checkpoint is a local file that is no longer there, where it
+    was written nor in the sweep's folder (:func:`checkpoint_here`)."""
+    return checkpoint_here(path, folder) is None
 
 
 def checkpoint_path(folder: str) -> str:

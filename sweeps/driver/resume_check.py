@@ -229,15 +229,18 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
             manager = meta.get("checkpoint_manager")
             latest = getattr(manager, "_latest_checkpoint_result", None)
             path = getattr(getattr(latest, "checkpoint", None), "path", None)
-            if not path or "://" in str(path) or Path(path, CHECKPOINT_FILE).is_file():
+            if not path or "://" in str(path) or _here(experiment, path).is_file():
                 continue
+            trial_folder = _here(
+                experiment, path
+            ).parent.parent  # (the file, its checkpoint folder)
             intact = sorted(
-                p for p in Path(path).parent.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file()
+                p for p in trial_folder.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file()
             )
             kept = [
                 r
                 for r in manager._checkpoint_results
-                if Path(r.checkpoint.path, CHECKPOINT_FILE).is_file()
+                if _here(experiment, r.checkpoint.path).is_file()
             ]
             if intact:
                 newest = _TrainingResult(Checkpoint(path=str(intact[-1])), dict(latest.metrics))
@@ -259,6 +262,17 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
         if changed:
             write_atomic(state_file, json.dumps(state, indent=2))
     return said
+
+
+def _here(experiment: Path, path: str) -> Path:
+    """The checkpoint file of a checkpoint folder Tune recorded (``path``), where it is now: the
+    recorded place, or for an experiment folder moved or copied since, the same trial folder and
+    checkpoint under ``experiment`` (Tune re-roots its recorded paths when it restores a moved
+    experiment, ``Trial.set_storage``)."""
+    recorded = Path(path)
+    if (recorded / CHECKPOINT_FILE).is_file():
+        return recorded / CHECKPOINT_FILE
+    return experiment / recorded.parent.name / recorded.name / CHECKPOINT_FILE
 
 
 def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:

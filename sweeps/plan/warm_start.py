@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_gone
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_here
 from sweeps.report.columns import FINISHED
 from sweeps.spec.teachers import best_scored
 from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
@@ -99,6 +99,12 @@ def plan_fingerprint(
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+#: results.csv's column of the versions of the trials' code (:func:`code_version`) that trained a
+#: trial, ``+``-joined where a resume continued it under another; ``unknown`` where no record says
+CODE_COLUMN = "code_version"
+UNKNOWN_CODE = "unknown"
+
+
 def fingerprint_rows(
     rows: list[dict[str, Any]],
     plans: dict[str, tuple[Any, str]],
@@ -106,40 +112,58 @@ def fingerprint_rows(
     stops: dict[str, Any] | None = None,
     before: dict[str, dict[str, Any]] | None = None,
     codes: list[str] | None = None,
+    reported: set[str] | None = None,
 ) -> None:
     """Write each of a launch's ``rows`` its ``plan_hash`` (``plans``: per trial id its plan, as
-    the rows were made), a teacher's before its students', whose fingerprints name it; a teacher
-    reused from a warm start (``earlier``: its rows) is named by its earlier fingerprint. A row
-    that ended before its last step (:data:`STOPPED_EARLY`) is fingerprinted with the sweep's
-    ``stops`` (:func:`stop_rules`).
+    the rows were made) and the code that trained it (:data:`CODE_COLUMN`), a teacher's before its
+    students', whose fingerprints name it; a teacher reused from a warm start (``earlier``: its
+    rows) is named by its earlier fingerprint. A row that ended before its last step
+    (:data:`STOPPED_EARLY`) is fingerprinted with the sweep's ``stops`` (:func:`stop_rules`).
 
-    On a resume, ``before``: the sweep's own rows of its earlier runs (its results.csv), by trial
-    id. A trial they record as finished was not trained now and keeps the fingerprint it was
-    trained with (the code of then, not of now); one they record as stopped part-way and
-    continued now, where the sweep's runs trained with more than one version of the code
-    (``codes``: launch.json's), trained under two and gets a fingerprint no plan matches."""
+    The code of a trial: this code where it reported in this run (``reported``: trial ids; None:
+    every row did, a first run), with the code its row of an earlier run names (``before``: the
+    sweep's own results.csv on a resume, by trial id). A trial that trained under two versions
+    gets a fingerprint no plan matches. Where no record says (a trial that finished in a run
+    killed before it wrote results.csv, or a sweep of an older version), the code is this one if
+    the sweep's runs all ran it (``codes``: launch.json's), else unknown: no plan matches; a row of
+    an older version's run that finished keeps the fingerprint it has."""
     before = before or {}
-    mixed = "+".join(codes) if codes and len(set(codes)) > 1 else None
+    now = code_version()
+    one_version = not codes or set(codes) == {now}
     known = {str(r["trial_id"]): r[PLAN_HASH] for r in earlier if r.get(PLAN_HASH)}
     ids = {str(r["trial_id"]) for r in rows}
     todo = list(rows)
     while todo:
         ready = [r for r in todo if _teacher_of(r) not in ids or _teacher_of(r) in known]
         for row in ready or todo:  # (none ready: a cycle, which the spec refuses)
-            old = before.get(str(row["trial_id"])) or {}
-            if old.get("status") in FINISHED and isinstance(old.get(PLAN_HASH), str):
-                row[PLAN_HASH] = old[PLAN_HASH]
-            else:
-                teacher = _teacher_of(row)
-                plan = plans[row["trial_id"]][0]
-                early = stops if row.get("status") in STOPPED_EARLY else None
-                row[PLAN_HASH] = plan_fingerprint(
-                    plan,
-                    known.get(teacher) if teacher else None,
-                    early,
-                    code=mixed if old else None,
-                )
-            known[str(row["trial_id"])] = row[PLAN_HASH]
+            tid = str(row["trial_id"])
+            old = before.get(tid) or {}
+            trained = {c for c in str(old.get(CODE_COLUMN) or "").split("+") if c}
+            if not trained and (old.get("step") or old.get("checkpoint")):
+                # it trained in an earlier run whose row names no code (an older version's)
+                trained.add(now if one_version else UNKNOWN_CODE)
+            if reported is None or tid in reported:
+                trained.add(now)
+            if (
+                old.get("status") in FINISHED
+                and CODE_COLUMN not in old
+                and isinstance(old.get(PLAN_HASH), str)
+                and not (reported is None or tid in reported)
+            ):
+                row[PLAN_HASH] = old[PLAN_HASH]  # an older version's row: as it was written
+                known[tid] = row[PLAN_HASH]
+                continue
+            if not trained:
+                trained = {now if one_version else UNKNOWN_CODE}
+            code = "+".join(sorted(trained))
+            row[CODE_COLUMN] = code
+            teacher = _teacher_of(row)
+            plan = plans[row["trial_id"]][0]
+            early = stops if row.get("status") in STOPPED_EARLY else None
+            row[PLAN_HASH] = plan_fingerprint(
+                plan, known.get(teacher) if teacher else None, early, code=code
+            )
+            known[tid] = row[PLAN_HASH]
         todo = [r for r in todo if PLAN_HASH not in r]
 
 
@@ -254,8 +278,13 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
         {k: v for k, v in r.items() if not _missing(v)}
         for r in done.dropna(subset=[PLAN_HASH]).to_dict("records")
     ]
-    # a model no stage can time, test or teach from is not a trained trial to build on
-    kept = [r for r in records if not checkpoint_gone(str(r.get("checkpoint") or ""), warm.folder)]
+    # a model no stage can time, test or teach from is not a trained trial to build on; one in a
+    # folder moved since it was written is linked where it is now
+    kept = []
+    for r in records:
+        here = checkpoint_here(str(r.get("checkpoint") or ""), warm.folder)
+        if here is not None:
+            kept.append({**r, "checkpoint": here})
     warm.lost = len(records) - len(kept)
     return kept
 

@@ -260,8 +260,10 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         p.error(f"{exc} (the copy task asked for: {data_settings(module, args, saved)})")
     batch = next(iter(dm.val_dataloader()))
     settings = ", ".join(f"{k}={getattr(dm.hparams, k)}" for k in VALIDATION_SETTINGS)
-    changed = [
-        f"--{o.replace('_', '-')}" for o in OVERRIDES.values() if getattr(args, o) is not None
+    changed = [  # an option repeating the stored setting changes nothing
+        f"--{o.replace('_', '-')}"
+        for k, o in OVERRIDES.items()
+        if getattr(args, o) is not None and getattr(args, o) != saved.get(k)
     ]
     whose = (
         "a new draw of the copy task's"

@@ -361,6 +361,7 @@ TEXT_COLUMNS = (
     "test_split",
     "heldout_error",
     "plan_hash",
+    "code_version",
     "reused",
     "role",
     "teacher",

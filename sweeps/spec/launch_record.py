@@ -43,6 +43,8 @@ def save_launch(
     elif not resume and not path.exists():  # a new sweep (a resume keeps none where none was)
         record["sweep_id"] = uuid.uuid4().hex[:12]
     codes = code_versions(out_dir)
+    if resume and not codes and path.exists():  # a sweep of a version that recorded none
+        codes = [UNRECORDED]
     if code is not None and (not codes or codes[-1] != code):
         codes.append(code)
     if codes:
@@ -74,6 +76,10 @@ def sweep_id(out_dir: Path) -> str | None:
     version, or no readable record)."""
     found = recorded(out_dir).get("sweep_id")
     return found if isinstance(found, str) and found else None
+
+
+#: launch.json's ``codes`` entry for the runs of a sweep whose version recorded no code version
+UNRECORDED = "unrecorded"
 
 
 def code_versions(out_dir: Path) -> list[str]:

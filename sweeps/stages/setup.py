@@ -31,7 +31,7 @@ from sweeps.layout import already_holds, inside_a_sweep, nothing_to_resume, only
 from sweeps.plan.folders import elsewhere_hint
 from sweeps.plan.warm_start import code_version
 from sweeps.spec import save_launch
-from sweeps.spec.launch_record import code_versions
+from sweeps.spec.launch_record import UNRECORDED, code_versions, recorded
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.train import holds_sweep, make_settings
 
@@ -69,7 +69,8 @@ def check_output(launch: Launch) -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
     if args.resume or only_launch_files(out_dir):
         code = code_version()
-        if args.resume and (line := code_changed_line(code_versions(out_dir), code)):
+        known = code_versions(out_dir) or ([UNRECORDED] if recorded(out_dir) else [])
+        if args.resume and (line := code_changed_line(known, code)):
             print(line, flush=True)
         # a new sweep: what --resume will reuse; a resume: the first run's overrides, with the
         # settings outside the plan this resume gave (a budget, failure:, ...)
@@ -90,12 +91,17 @@ def code_changed_line(codes: list[str], code: str) -> str:
     where the sweep's record has no version (an older one)."""
     if not codes or codes[-1] == code:
         return ""
+    since = (
+        "may differ from its earlier runs' (made by a version that did not record it)"
+        if codes[-1] == UNRECORDED
+        else "changed since this sweep's last run"
+    )
     return (
         "note: the trials' code (lightning_modules, datamodules, sweeps/trial, sweeps/build.py) "
-        "changed since this sweep's last run: the trials this resume trains or continues run the "
-        "new code beside finished ones the old code trained, and a later warm start reuses only "
-        "the trials whose whole training ran one version (results.csv's plan_hash). For results "
-        "of one version, start a new sweep with another --output"
+        f"{since}: the trials this resume trains or continues run this code beside finished "
+        "ones an earlier one trained (results.csv's code_version says which), and a later warm "
+        "start reuses only the trials whose whole training ran one version. For results of one "
+        "version, start a new sweep with another --output"
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -346,6 +347,7 @@ def train(launch: Launch) -> None:
     Ctrl-C (and the SIGINT a preemption or the budget sends) itself and returns normally: the
     unfinished or never-started trials are how the launch knows it was cut."""
     sweep, warm = launch.sweep, launch.warm
+    started = time.time()
     try:
         if warm is not None and warm.reused_count >= sweep.num_trials:
             print("every planned trial is reused from the warm start: nothing to train", flush=True)
@@ -379,7 +381,18 @@ def train(launch: Launch) -> None:
             stop_rules(launch.spec),
             earlier_rows(launch.out_dir) if launch.args.resume else {},
             code_versions(launch.out_dir),
+            reported_since(grid, started) if launch.args.resume else None,
         )
+
+
+def reported_since(grid, started: float) -> set[str]:
+    """The trials of a Tune ``ResultGrid`` whose last report came at or after ``started`` (this
+    run's start): those this run trained (Tune stamps each report, whole seconds)."""
+    return {
+        str(r.metrics["trial_id"])
+        for r in grid
+        if r.metrics and r.metrics.get("trial_id") and r.metrics.get("timestamp", 0) >= int(started)
+    }
 
 
 def earlier_rows(out_dir: Path) -> dict[str, dict[str, Any]]:

@@ -217,3 +217,19 @@ def test_the_lock_records_the_command_as_it_ran_with_its_profile_and_sets():
         "python sweeps/launch.py sweeps/wmt17.yaml --resume --output out --profile smoke "
         "--set 'task.cache_dir=/tmp/a b'"
     )
+
+
+def test_output_dot_inside_a_sweep_folder_names_the_sweep_and_the_folder_that_holds_it(
+    tmp_path, monkeypatch
+):
+    """`--output .` run from inside a sweep's folder: the refusal names that sweep and the folder
+    to resume it from (it read "it holds 's launch.json" and "--resume --output .")."""
+    from sweeps.layout import inside_a_sweep
+
+    folder = tmp_path / "quickstart"
+    folder.mkdir()
+    (folder / "launch.json").write_text('{"overrides": [], "profile": null}\n')
+    monkeypatch.chdir(folder)
+    said = inside_a_sweep(".", "q.yaml")
+    assert "(it holds quickstart's launch.json)" in said
+    assert f"--resume --output {tmp_path};" in said

@@ -511,6 +511,26 @@ def test_a_preempted_sweep_resumes_to_the_results_of_an_uninterrupted_run(
         and again["val/bleu"].tolist() == df["val/bleu"].tolist()
     )
 
+    # the whole output folder moved (a sweep copied from a cluster to a workstation): a resume
+    # finds every checkpoint where it is now (it repointed them at "step 0" and emptied their
+    # rows' checkpoints and figures), and a warm start from it reuses its trials
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    assert main([str(path), "--output", str(moved), *flags, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "repaired" not in said and "lost their checkpoint" not in said, said[-2000:]
+    kept = pd.read_csv(moved / "resume" / "results.csv", dtype={"trial_id": str})
+    assert kept["val/bleu"].tolist() == again["val/bleu"].tolist()
+    assert all(str(moved) in c and Path(c).is_file() for c in kept["checkpoint"]), kept[
+        "checkpoint"
+    ]
+    warm = {**spec, "warm_start": str(moved / "resume")}
+    warm["trainer"] = {**spec["trainer"], "max_steps": 60}  # the first run's --set
+    (tmp_path / "w").mkdir()
+    dry = [str(write_spec(tmp_path / "w", warm)), "--output", str(tmp_path / "w"), "--dry-run"]
+    assert main(dry) == 0
+    assert "2 trial(s) reused" in capsys.readouterr().out
+
     # the same sweep never stopped: the same BLEU per model, to the last digit
     straight = [str(path), "--output", str(tmp_path / "straight"), *flags]
     assert main(straight + ["--set", "trainer.max_steps=60"]) == 0

@@ -148,44 +148,74 @@ def test_a_trial_that_ended_early_is_reused_only_under_the_same_rules_for_ending
 
 
 def test_a_resume_after_a_code_change_keeps_what_each_trial_trained_with(tmp_path):
-    """A resume re-fingerprints nothing it did not train: a trial its earlier run finished keeps
-    its fingerprint (the old code's, so a later warm start under the new code trains it again); one
-    stopped part-way and continued now trained under two versions and matches no plan; one new
-    to this run is the new code's. launch.json keeps the versions, and the resume says the change."""
+    """A resume fingerprints each trial by the code that trained it (results.csv's code_version),
+    not by today's: one its earlier run finished keeps the old code's fingerprint (a later warm
+    start under the new code trains it again); one continued across the change, or whose record
+    is lost or of an older version, matches no plan; one this run trained alone is the new code's.
+    launch.json keeps the versions of the sweep's runs, and the resume says the change."""
+    from sweeps.plan.warm_start import CODE_COLUMN, code_version
     from sweeps.spec.launch_record import code_versions, save_launch
     from sweeps.stages.setup import code_changed_line
     from sweeps.stages.train import earlier_rows
 
-    grid = {"task.max_length": [4, 6, 8], "model": [{"attention": "none"}]}
+    grid = {"task.max_length": [4, 6, 8, 10, 12, 14], "model": [{"attention": "none"}]}
     sweep = load_spec(write_spec(tmp_path, tiny_spec("c", grid=grid)))
-    a, b, c = sweep.plans[:3]
+    a, b, c, d, e, f = sweep.plans[:6]
+    now = code_version()
     out = tmp_path / "out"
     save_launch(out, [], None, code="old")
     old = plan_fingerprint(a, code="old")
-    pd.DataFrame(
-        [
-            {"trial_id": "a", "cell": a.cell.name, "status": "done", PLAN_HASH: old},
-            {"trial_id": "b", "cell": b.cell.name, "status": "preempted", PLAN_HASH: "x"},
-        ]
-    ).to_csv(out / "results.csv", index=False)
-    assert code_changed_line(code_versions(out), "new").startswith("note: the trials' code")
-    assert code_changed_line(code_versions(out), "old") == ""
-    save_launch(out, [], None, resume=True, code="new")
-    assert code_versions(out) == ["old", "new"]
-    rows = [
-        {"trial_id": t, "cell": p.cell.name, "seed": p.seed, "status": "done"}
-        for t, p in zip("abc", (a, b, c))
+    rows_before = [
+        {"trial_id": "a", "status": "done", PLAN_HASH: old, CODE_COLUMN: "old", "step": 60},
+        {"trial_id": "b", "status": "preempted", PLAN_HASH: "x", CODE_COLUMN: "old", "step": 20},
+        # an older version's rows: no code_version column
+        {"trial_id": "d", "status": "done", PLAN_HASH: "legacy", "step": 60},
+        {"trial_id": "e", "status": "preempted", PLAN_HASH: "y", "step": 20},
     ]
-    plans = {r["trial_id"]: (p, "") for r, p in zip(rows, (a, b, c))}
-    fingerprint_rows(rows, plans, [], None, earlier_rows(out), code_versions(out))
-    assert rows[0][PLAN_HASH] == old != plan_fingerprint(a)
-    assert rows[1][PLAN_HASH] == plan_fingerprint(b, code="old+new")
-    assert rows[1][PLAN_HASH] not in (plan_fingerprint(b), plan_fingerprint(b, code="old"))
-    assert rows[2][PLAN_HASH] == plan_fingerprint(c)
-    # a sweep whose runs all ran one version: a continued trial is that version's
-    again = [{k: v for k, v in r.items() if k != PLAN_HASH} for r in rows]
-    fingerprint_rows(again, plans, [], None, earlier_rows(out), ["new"])
-    assert again[1][PLAN_HASH] == plan_fingerprint(b)
+    pd.DataFrame(rows_before).to_csv(out / "results.csv", index=False)
+    assert code_changed_line(code_versions(out), now).startswith("note: the trials' code")
+    assert code_changed_line(code_versions(out), "old") == ""
+    save_launch(out, [], None, resume=True, code=now)
+    assert code_versions(out) == ["old", now]
+    rows = [{"trial_id": t, "seed": 0, "status": "done"} for t in "abcdef"]
+    plans = {r["trial_id"]: (p, "") for r, p in zip(rows, (a, b, c, d, e, f))}
+    reported = {"b", "c", "e"}  # this run trained b and e on, and c from the start
+    fingerprint_rows(rows, plans, [], None, earlier_rows(out), code_versions(out), reported)
+    by = {r["trial_id"]: r for r in rows}
+    assert by["a"][PLAN_HASH] == old and by["a"][CODE_COLUMN] == "old"
+    assert by["b"][CODE_COLUMN] == "+".join(sorted(["old", now]))
+    assert by["b"][PLAN_HASH] not in (plan_fingerprint(b), plan_fingerprint(b, code="old"))
+    assert by["c"][PLAN_HASH] == plan_fingerprint(c) and by["c"][CODE_COLUMN] == now
+    assert by["d"][PLAN_HASH] == "legacy", "an older version's finished row, as it was"
+    assert by["e"][CODE_COLUMN] == "+".join(sorted(["unknown", now]))
+    # f: finished in a run killed before it wrote results.csv, under one of two versions
+    assert by["f"][CODE_COLUMN] == "unknown" and by["f"][PLAN_HASH] != plan_fingerprint(f)
+    # a sweep whose runs all ran this code: a trial without a record is this code's
+    again = [{k: v for k, v in r.items() if k not in (PLAN_HASH, CODE_COLUMN)} for r in rows]
+    fingerprint_rows(again, plans, [], None, {}, [now], set())
+    assert again[5][PLAN_HASH] == plan_fingerprint(f)
+    # a first run: every row is this code's
+    first = [{k: v for k, v in r.items() if k not in (PLAN_HASH, CODE_COLUMN)} for r in rows]
+    fingerprint_rows(first, plans, [])
+    assert [r[PLAN_HASH] for r in first] == [plan_fingerprint(p) for p in (a, b, c, d, e, f)]
+
+
+def test_a_resume_of_a_sweep_that_recorded_no_code_says_so(tmp_path):
+    """A sweep made before code versions were recorded: its resume says the code may differ, and
+    launch.json records that its earlier runs' code is unrecorded."""
+    from sweeps.plan.warm_start import code_version
+    from sweeps.spec.launch_record import code_versions, save_launch
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "launch.json").write_text('{"overrides": [], "profile": null}\n')
+    from sweeps.stages.setup import code_changed_line
+
+    assert "made by a version that did not record it" in code_changed_line(
+        ["unrecorded"], code_version()
+    )
+    save_launch(out, [], None, resume=True, code=code_version())
+    assert code_versions(out) == ["unrecorded", code_version()]
 
 
 def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_launch_that_retrains_it(

@@ -104,6 +104,13 @@ def test_the_command_draws_a_trial_s_own_validation_sentences(
     )
     assert sentences(kept) != references[:5]
     assert "--data-seed given, so not the trial's" in capsys.readouterr().out
+    # one repeating the stored setting changes nothing, and is not said to
+    kept.clear()
+    heatmaps.main(
+        [str(trial_checkpoint), "--output", str(tmp_path / "same"), "--n", "5", "--min-length", "0"]
+    )
+    assert sentences(kept) == references[:5]
+    assert "the first 5 of the trial's validation set" in capsys.readouterr().out
 
 
 def test_more_sentences_than_the_trial_validated_on_draws_its_whole_validation_set(
