@@ -139,10 +139,9 @@ class CopyTaskDataModule(pl.LightningDataModule):
         bucket_batches: training batches of similar lengths (:class:`LengthBucketBatchSampler`)
             instead of random ones padded to their longest: less padding computed; single-process
             training only (under DDP the shuffled sampler is kept). Faster per step, but the copy
-            task learns slower on them: L=40, memory K=16, 3,000 steps gave 81.9 BLEU bucketed
+            task learns slower on them: L=40, memory K=16, 3,000 steps gave 78.9 BLEU bucketed
             against 94.9 with random batches (``sweeps/k_vs_length.yaml`` has the figures), so the
-            shipped studies leave it off. Those runs predate the per-epoch reshuffle of bucketed
-            batches (every epoch then replayed the first one's batches) and are not re-measured.
+            shipped studies leave it off.
     """
 
     pad_id = PAD_ID
