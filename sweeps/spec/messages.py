@@ -13,6 +13,13 @@ from pydantic import BaseModel, ValidationError
 from sweeps.spec.scalars import did_you_mean
 from sweeps.spec.schema import SweepSpec
 
+#: what a mapping of one value per key looks like, where a single value is the likely mistake
+MAPPING_EXAMPLES = {
+    "early_terminate.tolerance": (
+        "one fraction per objective, e.g. early_terminate.tolerance: {decode_seconds: 0.2}"
+    ),
+}
+
 
 def format_validation(exc: ValidationError, under: tuple = ()) -> str:
     """The errors of a model validated at ``under`` (``("trainer",)``: a cell's trainer section,
@@ -31,6 +38,8 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
             msg = _not_a_mapping(loc, full, err.get("input"))
         elif err["type"] == "dict_type":  # task: 5, profiles.fast: 5
             msg = f"must be a mapping, not {err.get('input')!r}"
+            if example := MAPPING_EXAMPLES.get(".".join(str(p) for p in full)):
+                msg += f" ({example})"
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif (

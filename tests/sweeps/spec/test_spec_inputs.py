@@ -254,6 +254,11 @@ def test_a_yes_no_value_for_a_number_is_refused_as_model_settings_are(over, said
             "metric, reports",
         ),
         ({"task": 5}, "task: must be a mapping, not 5"),
+        (  # one fraction per objective: a single number is the likely mistake
+            {"early_terminate": {"type": "pareto", "tolerance": 0.1}},
+            "early_terminate.tolerance: must be a mapping, not 0.1 (one fraction per objective, "
+            "e.g. early_terminate.tolerance: {decode_seconds: 0.2})",
+        ),
     ],
 )
 def test_a_section_given_one_value_says_it_takes_a_mapping(over, said):
