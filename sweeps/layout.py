@@ -11,13 +11,15 @@ A sweep's output folder::
 
     results.csv           a row for every planned trial (report.results)
     results.md            the report page, and its PNG plots beside it (report.local)
-    launch.json           the first run's --set overrides and profile, reused by --resume
+    launch.json           the first run's --set overrides and profile, reused by --resume; the
+                          sweep's id; the code versions its runs trained with (codes)
     .launch.lock          held by the launch running now: a second one stops (driver.launch_lock)
     budget.json           the time charged to the sweep's budget over its runs (run.budget)
     optuna.journal        the Optuna studies, one per unit (run.searcher), with parameters
     decode_probe.json     the multi-objective search's decode-time probe (moo.probe)
     paired_bootstrap.csv  sacrebleu's paired bootstrap between models (report.findings)
-    timing/<trial>/timing.json   the isolated decode timing of a trial's checkpoint (timing.stage)
+    timing/<trial>/timing.json   with a bucket as storage, a trial's decode timing (timing.stage;
+                          else in the trial's folder); heldout/<trial>/heldout.json likewise
 
 A trial's folder (Ray Tune's) holds ``result.json`` (Tune's reports), ``phases.json`` (where its
 wall time went) and ``trial_state.json``; each checkpoint folder holds ``checkpoint.ckpt`` and the

@@ -172,6 +172,12 @@ def test_a_trials_saved_state_holds_its_checkpoint_manager_as_the_repair_reads_i
     meta = json.loads(run_metadata, cls=TuneFunctionDecoder, allow_cloudpickle=True)
     manager = meta["checkpoint_manager"]
     assert hasattr(manager, "_latest_checkpoint_result"), "no _latest_checkpoint_result"
+    # a moved experiment: Tune re-roots the recorded checkpoint paths on restore
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    assert "trial.set_storage(new_storage)" in source(TuneController._restore_trials)
+    assert "original_storage.trial_fs_path, new_storage.trial_fs_path" in source(Trial.set_storage)
     assert isinstance(manager._checkpoint_results, list), "no _checkpoint_results list"
     result = _TrainingResult(Checkpoint(path="/nowhere"), {"step": 1})
     assert result.checkpoint.path == "/nowhere" and result.metrics == {"step": 1}

@@ -58,7 +58,7 @@ import torch
 from datamodules.resumable import RngStateCallback
 
 from ..metric_names import TRAIN_DISTILL, TRAIN_LOSS
-from ..module import Seq2SeqModule
+from ..module import Seq2SeqModule, data_vocabulary
 from .graphs import GraphedFusedSteps, graphs_line
 from .model import FusedSeq2Seq
 
@@ -365,6 +365,8 @@ class FusedLoop:
         for pos, j in enumerate(self.active):
             member = self.members[j]
             module = self.fused.member_module(pos)
+            if module.data_vocabulary is None:  # what its own fit records: the data it trains on
+                module.data_vocabulary = data_vocabulary(member.datamodule)
             metrics = _validate(member.trainer, module, member.datamodule)
             epoch = member.batches.epoch
             train = {}

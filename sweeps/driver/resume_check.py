@@ -17,7 +17,11 @@ found here first and named with its line:
 - a trial's log files cut short on the storage (Tune rewrites them at each snapshot; a full disk
   empties them, a killed launcher leaves them as its last copy had them) are restored from the driver's own copy when this machine still has it;
 - a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
-  the launcher killed in between) is pointed at its newest intact checkpoint.
+  the launcher killed in between) is pointed at its newest intact checkpoint; in a sweep folder
+  moved or copied since, a checkpoint is looked for where it is now (Tune re-roots the recorded
+  paths itself);
+- the finished trials whose checkpoint file is gone are named, with the warm-started launch that
+  trains them again (:func:`lost_finished_checkpoints`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from sweeps.layout import (
     write_atomic,
 )
 from sweeps.report.columns import FINISHED
+from sweeps.spec.launch_record import recorded_flags
 
 
 def repair_journal(journal: Path) -> list[str]:
@@ -293,12 +298,14 @@ def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
     ]
     if not gone:
         return ""
+    flags = f" {flags}" if (flags := recorded_flags(out_dir)) else ""
     return (
         f"note: {len(gone)} finished trial(s) have lost their checkpoint file (deleted or moved): "
         f"{', '.join(gone)}. Their rows keep their training figures, but this resume does not "
         "train them again (Tune counts them finished) and cannot time or test them. To train "
-        f"them again and keep the rest: python {launch_script()} {spec} --set warm_start={out_dir}"
-        " --output <another folder> (every trial whose checkpoint is here is reused)"
+        f"them again and keep the rest: python {launch_script()} {spec}{flags} --set "
+        f"warm_start={out_dir} --output <another folder> (with the first run's profile and --set, "
+        "every trial whose checkpoint is here is reused)"
     )
 
 

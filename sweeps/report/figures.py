@@ -2,7 +2,8 @@
 
 - :func:`heatmap_figure`: the attention heatmaps of one sentence (``sweeps.report.heatmaps``, the
   trial's W&B images).
-- :func:`pareto_figure`: BLEU against decode seconds, the Pareto front per length (``pareto.png``),
+- :func:`pareto_figure`: BLEU against decode seconds, the Pareto front per length and context
+  (``pareto.png``),
   its points labelled where no label covers another (:func:`place_labels`).
 - Shared by these and :mod:`sweeps.report.plots`' figures: the colours, each model's style
   (:func:`model_styles`), the legend entries for contended decode times (training steps) and for
@@ -236,7 +237,8 @@ SAME_SPOT = 3.0
 
 
 def pareto_figure(points: pd.DataFrame, untimed: str = ""):
-    """BLEU vs decode seconds, one colour per length, front as a step line, every point labelled.
+    """BLEU vs decode seconds, one colour per front (a length, and a context: :func:`front_groups`),
+    the front as a step line, every point labelled.
 
     With several seeds each point carries error bars (std over seeds of decode seconds and BLEU);
     a contended decode time is drawn as an x and its label carries the dagger. ``untimed``: the

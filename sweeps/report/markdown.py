@@ -169,8 +169,8 @@ def timing_failed_note(df: pd.DataFrame, summary: pd.DataFrame) -> str:
         + "The timing stage failed for "
         + "; ".join(f"{r.cell} seed={r.seed} ({r.timing_error})" for r in failed.itertuples())
         + " (results.csv's timing_error; a `--resume` times them again, but not a model whose "
-        "checkpoint is gone or damaged: its trial trains again in a sweep warm-started from "
-        "this one)."
+        "checkpoint is gone or damaged: delete its trial folder, and a sweep warm-started from "
+        "this one trains it again)."
     )
 
 

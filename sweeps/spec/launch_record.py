@@ -1,5 +1,6 @@
 """The record of how a sweep was launched (``launch.json`` in its folder: the ``--set`` overrides,
-the profile, the sweep file's settings that plan the trials), written by every launch and read by
+the profile, the sweep file's settings that plan the trials, the sweep's id and the versions of
+the trials' code its runs trained with), written by every launch and read by
 ``--resume``, which continues the sweep with them (:func:`resume_launch`) and refuses a sweep file
 that plans its trials otherwise (:func:`check_resumed_plan`). A damaged record (cut short by a
 kill, emptied) is said in one line naming the file, never a traceback."""
@@ -7,6 +8,7 @@ kill, emptied) is said in one line naming the file, never a traceback."""
 from __future__ import annotations
 
 import json
+import shlex
 import uuid
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,17 @@ def sweep_id(out_dir: Path) -> str | None:
     version, or no readable record)."""
     found = recorded(out_dir).get("sweep_id")
     return found if isinstance(found, str) and found else None
+
+
+def recorded_flags(out_dir: Path) -> str:
+    """The first run's ``--profile`` and ``--set`` flags as launch.json records them, quoted for a
+    shell (``--profile cpu --set 'seeds=[0]'``): what a command printed for a new sweep that must
+    plan its trials as this one did (a warm start from it) repeats; "" without a record."""
+    record = recorded(out_dir)
+    parts = ["--profile", str(record["profile"])] if record.get("profile") else []
+    for override in record.get("overrides") or []:
+        parts += ["--set", str(override)]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 #: launch.json's ``codes`` entry for the runs of a sweep whose version recorded no code version
@@ -199,7 +212,8 @@ def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> N
         f"the sweep file plans its trials otherwise than at the first run: {listed}{more}. The "
         f"trials already run were planned from the first run's file (its settings recorded in "
         f"{path}, under `planned`); put those values back to continue, or start a new sweep with "
-        f"another --output {_plan_note()}",
+        f"another --output {_plan_note()}; --set warm_start={path.parent} there keeps this "
+        "sweep's finished trials (one whose plan, seed and code are unchanged is reused)",
         source,
     )
 

@@ -87,8 +87,9 @@ def check_output(launch: Launch) -> None:
 
 def code_changed_line(codes: list[str], code: str) -> str:
     """On a resume, the line saying the trials' code changed since the sweep's last run (``codes``:
-    launch.json's, :func:`~sweeps.spec.launch_record.code_versions`); "" where it did not, or
-    where the sweep's record has no version (an older one)."""
+    launch.json's, :func:`~sweeps.spec.launch_record.code_versions`; ``unrecorded`` last for a sweep
+    of a version that recorded none: the line says it may have); "" where it did not, or where
+    there is no record."""
     if not codes or codes[-1] == code:
         return ""
     since = (

@@ -5,7 +5,8 @@ finished trial and :func:`run_timing_stage` runs them in batches of ``timing.mod
 (:func:`sweeps.timing.remote.run_jobs`),
 one Ray task per batch that holds a whole node's CPUs (or one whole GPU and the node's CPUs per
 GPU), so nothing else runs beside it. It writes ``timing.json`` next to each trial's results and
-skips trials already timed for the same checkpoint (so ``--resume`` never times a trial twice). On
+skips trials already timed for the same checkpoint, split, beam size, device and (on a CPU) thread
+count (so ``--resume`` never times a trial twice under the same settings). On
 CPU a batch is timed in fresh processes pinned to their CPUs (:mod:`sweeps.timing.pinned`,
 running :mod:`sweeps.timing.child`), each timing the batch's checkpoints one after another. The
 jobs, the settings and the lanes they run on live in :mod:`sweeps.timing.jobs`.

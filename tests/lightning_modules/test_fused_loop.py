@@ -179,6 +179,9 @@ def test_each_member_trains_validates_and_logs_as_its_own_lightning_fit(tmp_path
     assert raw["optimizer_states"][0]["state"][0]["step"] == 6
     assert loaded.model.decoder.attention.K == 2
     assert all(torch.equal(v, last.module.state_dict()[k]) for k, v in loaded.state_dict().items())
+    # the data it trained on, recorded as its own fit records it (a vocabulary check reads it)
+    assert raw["data_vocabulary"]["src_vocab_size"] == loaded.hparams.src_vocab_size
+    assert loaded.data_vocabulary == raw["data_vocabulary"]
 
 
 def test_the_loop_validates_at_its_interval_and_at_max_steps(tmp_path, monkeypatch):

@@ -236,6 +236,10 @@ def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_la
     assert line.startswith("note: 1 finished trial(s) have lost their checkpoint file")
     assert f"old1 ({sweep.plans[1].cell.name} seed=0)" in line and "old0" not in line
     assert f"g.yaml --set warm_start={folder} --output <another folder>" in line
+    # the first run's profile and --set come along: without them no plan would match
+    (folder / "launch.json").write_text('{"overrides": ["seeds=[0]"], "profile": "cpu"}\n')
+    line = lost_finished_checkpoints(folder, "g.yaml", "out")
+    assert f"g.yaml --profile cpu --set 'seeds=[0]' --set warm_start={folder} --output" in line
     again = tiny_spec("g", grid=grid, warm_start=str(folder))
     warm = plan_warm_start(load_spec(write_spec(tmp_path, again)))
     assert sorted(r["trial_id"] for r in warm.rows()) == ["old0"]
