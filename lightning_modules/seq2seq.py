@@ -409,6 +409,15 @@ def _capturing(tensor: torch.Tensor) -> bool:
     return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
+def _tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _described(value: Any, as_tensor: str) -> str:
+    """What an input check says it got: ``as_tensor`` for a tensor, else the value's type."""
+    return as_tensor if _tensor(value) else type(value).__name__
+
+
 def _is_ids(tensor: Any) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.dtype in (torch.long, torch.int)
 
@@ -426,11 +435,7 @@ def check_inputs(
     read nothing from the device; the value checks read four to six numbers in one transfer (the
     encoder reads the lengths back anyway) and are skipped while a CUDA graph is captured."""
     if not _is_ids(src) or src.dim() != 2:
-        got = (
-            f"a {src.dim()}-D {src.dtype} tensor"
-            if isinstance(src, torch.Tensor)
-            else type(src).__name__
-        )
+        got = _described(src, f"a {src.dim()}-D {src.dtype} tensor" if _tensor(src) else "")
         raise ValueError(
             f"src must be a (B, S) LongTensor of token ids (a batch of right-padded sentences), "
             f"got {got}; for one sentence pass src.unsqueeze(0) with src_lengths of shape (1,), "
@@ -439,11 +444,7 @@ def check_inputs(
     batch, width = src.shape
     rule = f"src_lengths must be a (B,) LongTensor with 1 <= length <= src.shape[1] (here B={batch}, S={width})"
     if not _is_ids(src_lengths):
-        got = (
-            src_lengths.dtype
-            if isinstance(src_lengths, torch.Tensor)
-            else type(src_lengths).__name__
-        )
+        got = _described(src_lengths, str(src_lengths.dtype) if _tensor(src_lengths) else "")
         raise ValueError(
             f"{rule}, got {got}; pass torch.tensor(lengths, dtype=torch.long, device=src.device)"
         )
@@ -454,11 +455,8 @@ def check_inputs(
         )
     if tgt_in is not None:
         if not _is_ids(tgt_in) or tgt_in.dim() != 2 or tgt_in.shape[0] != batch:
-            got = (
-                f"{tgt_in.dtype} of shape {tuple(tgt_in.shape)}"
-                if isinstance(tgt_in, torch.Tensor)
-                else type(tgt_in).__name__
-            )
+            shown = f"{tgt_in.dtype} of shape {tuple(tgt_in.shape)}" if _tensor(tgt_in) else ""
+            got = _described(tgt_in, shown)
             raise ValueError(
                 f"tgt_in must be a (B, T) LongTensor of decoder inputs with src's B={batch} rows "
                 f"(BOS then the target shifted right: shift_target(tgt)), got {got}"

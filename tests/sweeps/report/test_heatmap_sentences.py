@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.train  # trains a tiny model for two steps and validate
 
 
 @pytest.fixture
-def trial_checkpoint(tmp_path) -> Path:
+def trial_checkpoint(tmp_path, quiet_trainer) -> Path:
     """A trial's checkpoint folder as a sweep leaves it: ``trainer.fit(model, datamodule=dm)``'s
     checkpoint (with its data settings) and the validation references beside it. The data are
     not the command's old defaults: seed 3, lengths from 0, 12 validation sentences."""
@@ -38,16 +37,7 @@ def trial_checkpoint(tmp_path) -> Path:
         preset="tiny",
         max_source_len=dm.max_source_len,
     )
-    trainer = pl.Trainer(
-        max_steps=2,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = quiet_trainer(max_steps=2, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=dm)
     trainer.validate(module, datamodule=dm, verbose=False)  # decodes the whole validation set
     folder = tmp_path / "trial" / "checkpoint_000001"
