@@ -121,12 +121,30 @@ def _config_key(value: Any) -> str:
 def mark_chosen(
     rows: list[dict[str, Any]], metric: str, mode: str, objective: str = "mean"
 ) -> set[str]:
-    """Write ``chosen`` (True/False) into every row with a trial id; returns the chosen ids."""
+    """Write ``chosen`` (True/False) into every row with a trial id, and where configurations
+    were judged over seeds by another aggregate than the mean, that ``objective`` into their rows
+    (:data:`SEED_OBJECTIVE`: the report's tables choose as the launch did); returns the chosen ids."""
     chosen = chosen_trials(rows, metric, mode, objective)
     for r in rows:
         if r.get("trial_id"):
             r[CHOSEN] = r["trial_id"] in chosen
+            if objective != "mean" and _has(r.get("configuration")):
+                r[SEED_OBJECTIVE] = objective
     return chosen
+
+
+#: results.csv's column of the aggregate over seeds the configurations were judged by, where it is
+#: not the mean (``lcb``)
+SEED_OBJECTIVE = "seed_objective"
+
+
+def seed_objective(rows: Any) -> str:
+    """The aggregate over seeds a results frame's configurations were judged by (its
+    :data:`SEED_OBJECTIVE` column), ``mean`` where none is written."""
+    if SEED_OBJECTIVE not in rows:
+        return "mean"
+    values = [v for v in rows[SEED_OBJECTIVE] if isinstance(v, str) and v]
+    return values[0] if values else "mean"
 
 
 def chosen_configurations(

@@ -76,13 +76,15 @@ def summary_trials(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") 
     (:func:`sweeps.report.selection.chosen_trials`); a relative constraint's baseline in a cell of
     its own (:func:`summary_cells`); each model labelled apart from other cells at its length
     (:func:`told_apart`)."""
-    from sweeps.report.selection import chosen_trials  # it imports this module
+    from sweeps.report.selection import chosen_trials, seed_objective  # it imports this module
 
     done = df[df["status"].isin(FINISHED)] if "status" in df else df
     if metric in done:
         done = done.dropna(subset=[metric])
     if "configuration" in done and done["configuration"].notna().any():
-        done = done[done["trial_id"].isin(chosen_trials(done.to_dict("records"), metric, mode))]
+        objective = seed_objective(done)  # the launch's (lcb), as results.csv records it
+        ids = chosen_trials(done.to_dict("records"), metric, mode, objective)
+        done = done[done["trial_id"].isin(ids)]
     return summary_cells(told_apart(done))
 
 

@@ -18,6 +18,7 @@ from sweeps.report.results import (
     headline_columns,
     natural_order,
 )
+from sweeps.report.selection import seed_objective
 from sweeps.report.stats import CONTEXT, axis_of, best_of_cells, summary_trials
 
 # The timing stage's flag: too few clean passes, so the median includes disturbed ones.
@@ -41,15 +42,24 @@ SUMMARY_RULE = (
 #: the rule when configurations are judged over seeds (results.csv's ``configuration`` column)
 CONFIGURATION_RULE = (
     "Configurations judged over seeds: per cell, the configuration (one Optuna sample, trained on every "
-    "seed) with the best mean of the sweep's metric ({metric}, {mode}) over its seeds; then the mean +- std "
-    "over those seeds."
+    "seed) with the best {aggregate} of the sweep's metric ({metric}, {mode}) over its seeds; then the mean "
+    "+- std over those seeds."
 )
+#: what a configuration is judged on over its seeds, by results.csv's ``seed_objective``
+AGGREGATES = {
+    "mean": "mean",
+    "lcb": "lower end of its 95% t-interval (seeds.objective: lcb; the upper end for a metric to "
+    "minimize)",
+}
 
 
 def summary_rule(df: pd.DataFrame, metric: str, mode: str) -> str:
     """The rule :func:`cell_summary` applied to ``df``, in words."""
     judged = "configuration" in df and df["configuration"].notna().any()
-    return (CONFIGURATION_RULE if judged else SUMMARY_RULE).format(metric=metric, mode=mode)
+    objective = seed_objective(df)
+    aggregate = AGGREGATES.get(objective, objective)
+    rule = CONFIGURATION_RULE if judged else SUMMARY_RULE
+    return rule.format(metric=metric, mode=mode, aggregate=aggregate)
 
 
 def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:

@@ -322,3 +322,39 @@ def test_a_fused_groups_decode_peak_counts_once_per_group():
         }
     )
     assert measurements(best, 10, "bahdanau", "decode_peak_mb") == 1
+
+
+def test_configurations_judged_by_their_lower_bound_are_the_tables_configurations_too():
+    """seeds.objective: lcb chose the steady configuration (50, 50, 50) over the one with the
+    better mean (80, 20, 80: mean 60, a 95% lower bound far below 50); the tables showed the best
+    mean's, beside held-out and confirm sections about the chosen one. The launch writes the
+    objective into the rows (seed_objective), and every table and the rule line follow it."""
+    from sweeps.report.selection import mark_chosen
+    from sweeps.report.summary import summary_rule
+
+    rows = [
+        {
+            "trial_id": f"c{configuration}s{seed}",
+            "cell": "length=10 attention=bahdanau",
+            "model": "bahdanau",
+            "attention": "bahdanau",
+            "length": 10,
+            "seed": seed,
+            "configuration": configuration,
+            "status": "done",
+            VAL_BLEU: bleu,
+        }
+        for configuration, bleus in ((0, [50.0, 50.0, 50.0]), (1, [80.0, 20.0, 80.0]))
+        for seed, bleu in enumerate(bleus)
+    ]
+    chosen = mark_chosen(rows, VAL_BLEU, "max", "lcb")
+    assert chosen == {"c0s0", "c0s1", "c0s2"}
+    df = pd.DataFrame(rows)
+    assert cell_summary(df)[VAL_BLEU].tolist() == [50.0], "the launch's choice, not the best mean"
+    assert "the best lower end of its 95% t-interval (seeds.objective: lcb" in summary_rule(
+        df, VAL_BLEU, "max"
+    )
+    # a sweep judged by the mean writes no objective: the tables take the best mean, as before
+    mean_rows = [{k: v for k, v in r.items() if k != "seed_objective"} for r in rows]
+    assert mark_chosen(mean_rows, VAL_BLEU, "max") == {"c1s0", "c1s1", "c1s2"}
+    assert cell_summary(pd.DataFrame(mean_rows))[VAL_BLEU].tolist() == [60.0]
