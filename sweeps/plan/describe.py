@@ -281,7 +281,9 @@ def trial_table(plan: Any) -> str:
         )
     search = ""
     if sweep.has_search:
-        keys = ", ".join(sweep.spec.parameters)
+        keys = ", ".join(  # model.lr (log_uniform_values): how each is drawn, inferred or given
+            f"{k} ({v.resolved_distribution()})" for k, v in sweep.spec.parameters.items()
+        )
         search = f"; Optuna {sweep.spec.search.sampler.upper()} over {keys}, {samples} samples per cell and seed"
         if sweep.spec.per_configuration:
             search = (

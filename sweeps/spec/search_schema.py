@@ -107,10 +107,13 @@ class ParamSpec(_Strict):
     """A nuisance parameter in W&B Sweeps' shape."""
 
     values: list[Any] | None = None  # the choices (a categorical parameter)
-    min: float | None = None  # the range's lower end (with max)
-    max: float | None = None  # the range's upper end (with min)
+    # the range's ends, as the file writes them: 0 is an integer, 0.0 a float (what a missing
+    # distribution is inferred from)
+    min: int | float | None = None  # the range's lower end (with max)
+    max: int | float | None = None  # the range's upper end (with min)
     # how values are drawn; null: categorical with values, else int_uniform when min and max are
-    # whole numbers, uniform otherwise (log_uniform_values: log scale, min > 0)
+    # both written as integers (0, 64), uniform otherwise (0.0, 1.0; log_uniform_values: log
+    # scale, min > 0)
     distribution: (
         Literal["categorical", "uniform", "log_uniform_values", "int_uniform", "int_log_uniform"]
         | None
@@ -133,10 +136,15 @@ class ParamSpec(_Strict):
         if not self.min < self.max:
             raise ValueError(f"min ({self.min}) must be below max ({self.max})")
         dist = self.distribution or (
-            "int_uniform"
-            if float(self.min).is_integer() and float(self.max).is_integer()
-            else "uniform"
+            "int_uniform" if isinstance(self.min, int) and isinstance(self.max, int) else "uniform"
         )
+        if dist == "int_uniform" and not (
+            float(self.min).is_integer() and float(self.max).is_integer()
+        ):  # int() would cut 0.5 to 0, below the range
+            raise ValueError(
+                "int_uniform needs whole numbers for min and max (e.g. {min: 1, max: 8}); for a "
+                "real-valued range leave distribution out or give uniform"
+            )
         if dist == "log_uniform_values" and self.min <= 0:
             raise ValueError("log_uniform_values needs min > 0")
         if dist == "categorical":

@@ -625,3 +625,27 @@ def test_a_set_that_fails_only_beside_a_profile_is_said_as_the_sets():
     assert build_sweep(raw, source="x.yaml", profile="short").plans  # the profile alone
     msg = error_of(raw, overrides=[grid], profile="short")
     assert msg.startswith("x.yaml: --set grid.model (with --profile short): grid.model[1]: "), msg
+
+
+def test_a_range_is_integer_only_where_the_file_writes_integers(tmp_path, capsys):
+    """{min: 0.0, max: 1.0} was taken for whole numbers and drew only 0 and 1 (a weight decay of
+    1 learns nothing); an explicit int_uniform of 0.5 to 10.5 drew 0, below its range. The dry run
+    names each parameter's distribution."""
+    from sweeps.spec.search_schema import ParamSpec
+
+    assert ParamSpec(min=0.0, max=1.0).resolved_distribution() == "uniform"
+    assert ParamSpec(min=16, max=64).resolved_distribution() == "int_uniform"
+    assert yaml.safe_load("{min: 0.0, max: 1.0}") == {"min": 0.0, "max": 1.0}  # floats in YAML
+    with pytest.raises(ValueError, match="int_uniform needs whole numbers for min and max"):
+        ParamSpec(min=0.5, max=10.5, distribution="int_uniform").resolved_distribution()
+    spec = base_spec(
+        parameters={
+            "model.weight_decay": {"min": 0.0, "max": 1.0},
+            "model.hidden_size": {"min": 16, "max": 64},
+        }
+    )
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert launch_main([str(path), "--dry-run", "--output", str(tmp_path / "o")]) == 0
+    said = capsys.readouterr().out
+    assert "over model.hidden_size (int_uniform), model.weight_decay (uniform)" in said
