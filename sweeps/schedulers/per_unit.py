@@ -134,6 +134,25 @@ class PerUnitScheduler(SweepFIFO):
         return f"early stopping per (cell, seed): {count} scheduler(s)"
 
 
+def unit_asha(
+    metric: str, mode: str, max_t: int, grace_period: int, reduction_factor: float
+) -> ASHAScheduler:
+    """One unit's ASHA, its rungs in validation reports. ``max_t`` ends the rungs, not the trials
+    (``stop_last_trials=False``): a trial that passes every rung trains to its own last step, as
+    under configurations' rungs (:class:`~sweeps.schedulers.config_rungs.ConfigRungs`); Ray's
+    default stopped every trial at ``max_t``, so a smoke run (``max_t: 2``) lengthened by ``--set``
+    ended all its trials, the best included, at their second report."""
+    return ASHAScheduler(
+        metric=metric,
+        mode=mode,
+        time_attr="training_iteration",
+        max_t=max_t,
+        grace_period=grace_period,
+        reduction_factor=reduction_factor,
+        stop_last_trials=False,
+    )
+
+
 def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
     """FIFO, or ASHA per (cell, seed) (``early_terminate.type: asha``), or the Pareto rung rule
     per (cell, seed) (``pareto``: :mod:`sweeps.schedulers.pareto_rungs`, reading the objectives the way the
@@ -168,14 +187,7 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
         )
 
     def asha(_key: tuple[str, Any]) -> TrialScheduler:
-        return ASHAScheduler(
-            metric=metric,
-            mode=mode,
-            time_attr="training_iteration",
-            max_t=max_t,
-            grace_period=min(et.grace_period, max_t),
-            reduction_factor=et.reduction_factor,
-        )
+        return unit_asha(metric, mode, max_t, min(et.grace_period, max_t), et.reduction_factor)
 
     store = getattr(searcher, "unit_schedulers", None)  # saved and restored with the searcher
     return PerUnitScheduler(asha, metric, mode, comeback, store)
