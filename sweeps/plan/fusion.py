@@ -41,6 +41,7 @@ from sweeps.plan.grouping import (  # noqa: F401 (the plan's groups, importable 
 )
 from sweeps.plan.step_costs import DeviceCosts, device_costs
 from sweeps.spec import resolve_sections
+from sweeps.spec.search_schema import configuration_rungs
 from sweeps.spec.signatures import default_attention, fusion_problem
 
 #: trainer settings each member keeps to itself (the fused model clips per member)
@@ -199,7 +200,7 @@ def sweep_off(sweep: Any, cap: int) -> str | None:
             "paused trial cannot leave a fused group and come back: they train alone "
             "(promotion: immediate fuses)"
         )
-    if spec.per_configuration and spec.early_terminate.type != "none":
+    if spec.per_configuration and configuration_rungs(spec):
         return (
             f"early_terminate {spec.early_terminate.type} pauses a configuration's seeds at its "
             "rungs, and a paused trial cannot leave a fused group and come back: they train alone"

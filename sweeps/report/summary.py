@@ -42,8 +42,9 @@ SUMMARY_RULE = (
 #: the rule when configurations are judged over seeds (results.csv's ``configuration`` column)
 CONFIGURATION_RULE = (
     "Configurations judged over seeds: per cell, the configuration (one Optuna sample, trained on every "
-    "seed) with the best {aggregate} of the sweep's metric ({metric}, {mode}) over its seeds; then the mean "
-    "+- std over those seeds."
+    "seed) with the best {aggregate} of the sweep's metric ({metric}, {mode}) over its seeds, among those "
+    "whose seeds all ran to the end (one stopped at a rung comes after them); then the mean +- std over "
+    "those seeds."
 )
 #: what a configuration is judged on over its seeds, by results.csv's ``seed_objective``
 AGGREGATES = {

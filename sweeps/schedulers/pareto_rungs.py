@@ -33,7 +33,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from sweeps.report.pareto import hopeless, rung_standing, to_minimize
 from sweeps.spec import unit_key
-from sweeps.spec.search_schema import BOUNDS, tolerances
+from sweeps.spec.search_schema import BOUNDS, milestones, tolerances  # noqa: F401 (milestones: importable here too)
 
 Vector = tuple[float, ...]
 
@@ -42,16 +42,6 @@ def promote_count(n: int, reduction_factor: float) -> int:
     """How many of a filling rung's ``n`` trials a waiting trial may be among to go on: the top
     ``floor(n / rf)`` (ASHA's promotion, Li et al. 2020): none before ``rf`` have arrived."""
     return int(math.floor(n / reduction_factor + 1e-9))
-
-
-def milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
-    """Report counts at which a trial is compared: grace, grace*rf, ... below ``max_t``."""
-    out, t = [], float(grace_period)
-    while round(t) < max_t:
-        if not out or round(t) > out[-1]:
-            out.append(int(round(t)))
-        t *= reduction_factor
-    return out
 
 
 class ParetoRungs(FIFOScheduler):

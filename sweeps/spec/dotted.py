@@ -31,9 +31,15 @@ def _item(node: dict | list, part: str, where: str, dotted: str) -> Any:
         return node[part]
     if not part.isdigit() or int(part) >= len(node):
         last = f"0 to {len(node) - 1}" if node else "none"
+        listed = where.rsplit(".", 1)[0]
+        mapping = (  # seeds' list form and its mapping form: the setting goes in the mapping
+            f"; write seeds in their mapping form, --set 'seeds={{values: {node}, {part}: ...}}'"
+            if listed == "seeds" and not part.isdigit()
+            else ""
+        )
         raise ValueError(
-            f"{where.rsplit('.', 1)[0]} is a list of {len(node)} item(s) (numbered {last}), "
-            f"cannot set {dotted}"
+            f"{listed} is a list of {len(node)} item(s) (numbered {last}), cannot set {dotted}"
+            f"{mapping}"
         )
     return node[int(part)]
 

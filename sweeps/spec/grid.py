@@ -22,7 +22,7 @@ from typing import Any
 
 from sweeps.spec.dotted import set_dotted
 from sweeps.spec.schema import SpecError, SweepSpec, TeacherSpec
-from sweeps.spec.search_schema import reports_per_trial, tolerances
+from sweeps.spec.search_schema import configuration_rungs, reports_per_trial, tolerances
 
 #: where a setting of the smoke defaults (:data:`sweeps.spec.load.SMOKE_DEFAULTS`) says it came
 #: from (errors, :func:`sweeps.spec.load.profile_line`)
@@ -189,6 +189,13 @@ class Sweep:
                 "(set early_terminate.type asha or pareto to use it, or remove it)"
                 if unused
                 else None
+            )
+        if self.spec.per_configuration and not configuration_rungs(self.spec):
+            return (
+                f"early_terminate {self.spec.early_terminate.type}: no rung to compare "
+                "configurations at (fewer than 2 configurations, or the first rung at or past "
+                "max_t, a whole trial's reports where not given): there is nothing to stop; every "
+                "configuration's seeds run to the end"
             )
         if self.spec.per_configuration:  # sweeps.schedulers.config_rungs
             return (

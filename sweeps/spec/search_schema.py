@@ -91,6 +91,28 @@ def reports_per_trial(spec: Any) -> int:
     return 100
 
 
+def milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
+    """Report counts at which a trial is compared: grace, grace*rf, ... below ``max_t``."""
+    out, t = [], float(grace_period)
+    while round(t) < max_t:
+        if not out or round(t) > out[-1]:
+            out.append(int(round(t)))
+        t *= reduction_factor
+    return out
+
+
+def configuration_rungs(spec: Any) -> list[int]:
+    """The rungs at which configurations judged over seeds are compared
+    (:class:`sweeps.schedulers.config_rungs.ConfigRungs`: ASHA's ``grace_period``,
+    ``reduction_factor`` and ``max_t``, the last a whole trial's reports when not given); [] where
+    there is none (a first rung at or past ``max_t``), or fewer than 2 configurations to compare."""
+    et = spec.early_terminate
+    if et.type == "none" or spec.num_samples < 2:
+        return []
+    max_t = et.max_t or max(et.grace_period, reports_per_trial(spec))
+    return milestones(min(et.grace_period, max_t), et.reduction_factor, max_t)
+
+
 # decode_seconds better only by more than 10%: the probe's figures for same-cost architectures
 # differ by up to 8% (docs/moo_early_stopping.md, "The tolerance")
 DEFAULT_TOLERANCE = {DECODE_SECONDS: 0.10}

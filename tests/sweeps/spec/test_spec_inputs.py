@@ -649,3 +649,32 @@ def test_a_range_is_integer_only_where_the_file_writes_integers(tmp_path, capsys
     assert launch_main([str(path), "--dry-run", "--output", str(tmp_path / "o")]) == 0
     said = capsys.readouterr().out
     assert "over model.hidden_size (int_uniform), model.weight_decay (uniform)" in said
+
+
+def test_a_setting_of_seeds_in_their_list_form_says_to_write_the_mapping_form():
+    msg = error_of(base_spec(seeds=[0, 1]), overrides=["seeds.per_configuration=true"])
+    assert msg.endswith(
+        "cannot set seeds.per_configuration; write seeds in their mapping form, "
+        "--set 'seeds={values: [0, 1], per_configuration: ...}'"
+    ), msg
+
+
+def test_configurations_with_no_rung_to_compare_at_say_so_and_fuse():
+    """Configurations judged over seeds whose first rung is at or past a trial's last report: the
+    dry run promised comparisons "at each rung" that never come, and left their seeds unfused (the
+    rungs pause them) for early stopping that cannot happen."""
+    from sweeps.plan.fusion import sweep_off
+
+    raw = base_spec(
+        parameters={"model.lr": {"min": 1e-3, "max": 1e-2}},
+        num_samples=2,
+        seeds={"values": [0, 1], "per_configuration": True},
+        early_terminate={"type": "asha", "grace_period": 2},
+        trainer={"max_steps": 20, "val_check_interval": 10},  # 2 reports: no rung below 2
+    )
+    sweep = build_sweep(raw, source="x.yaml")
+    assert "no rung to compare configurations at" in sweep.early_stopping_note()
+    assert sweep_off(sweep, 4) is None
+    sweep = build_sweep({**raw, "early_terminate": {"type": "asha", "grace_period": 1}})
+    assert "at each rung" in sweep.early_stopping_note()
+    assert "pauses a configuration's seeds" in sweep_off(sweep, 4)
