@@ -396,15 +396,17 @@ class Seq2SeqModule(pl.LightningModule):
         distilling = stage == "train" and self.hparams.distill_weight > 0
         try:
             if distilling:
-                logits, cache, _ = self.model.forward_with_contexts(src, src_lengths, tgt_in)
+                logits, cache, _ = self.model.forward_with_contexts(
+                    src, src_lengths, tgt_in, check=False
+                )
             else:
-                logits = self.model(src, src_lengths, tgt_in)  # (B, T, V)
+                logits = self.model(src, src_lengths, tgt_in, check=False)  # (B, T, V)
             loss = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]),
                 tgt.reshape(-1),
                 ignore_index=self.hparams.pad_id,
             )
-        except IndexError as exc:  # a target id past the vocabulary (the inputs: Seq2Seq.forward)
+        except IndexError as exc:  # an id past the vocabulary: named here, free until raised
             self._check_batch_ids(batch, exc)
             raise
         names = METRICS[stage]
