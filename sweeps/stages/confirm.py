@@ -14,6 +14,8 @@ trials are not trained again, unfinished ones continue from their checkpoints.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -25,13 +27,21 @@ from sweeps.driver.console import quiet_unreported, tune_reporter
 from sweeps.driver.trial_logs import KeepTrialLogs, ProgressCSV
 from sweeps.plan.sweep_plan import Paths
 from sweeps.plan.units import Unit
-from sweeps.plan.warm_start import PLAN_HASH, plan_fingerprint
+from sweeps.plan.warm_start import fingerprint_rows
 from sweeps.report.results import result_rows
 from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations, mark_chosen
 from sweeps.search.compose import per_unit_searcher
 from sweeps.spec import Sweep
+from sweeps.spec.launch_record import code_versions
 from sweeps.stages.launch_state import Launch
-from sweeps.stages.train import console, make_trainable, new_tuner, read_back
+from sweeps.stages.train import (
+    console,
+    earlier_rows,
+    make_trainable,
+    new_tuner,
+    read_back,
+    reported_since,
+)
 from sweeps.storage import StorageGuard
 from sweeps.trial.settings import TrialSettings
 
@@ -124,10 +134,14 @@ def confirm_stage(
     verbose: int = 1,
     guard: Any = None,
     meter: Any = None,
+    out_dir: Path | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
     """The launcher's confirm stage, after the search: marks ``rows`` ``role: select``, trains the
     confirm trials and returns their rows (``role: confirm``), their plans and folders by trial id
-    (what the held-out stage needs), and whether it was cut short (Ctrl-C, a full storage)."""
+    (what the held-out stage needs), and whether it was cut short (Ctrl-C, a full storage). Each
+    row names the code that trained it, as the search's rows do (``out_dir``: the sweep's folder,
+    whose results.csv and launch.json say which code trained a confirm trial an earlier run
+    started)."""
 
     for row in rows:
         if row.get("trial_id"):
@@ -145,11 +159,20 @@ def confirm_stage(
         f"{sweep.spec.confirm_seeds} ({len(configs)} trial(s))",
         flush=True,
     )
+    started = time.time()
     grid = run_confirm(sweep, paths, settings, fit, configs, verbose, guard, meter)
     more, plans = result_rows(grid, settings.plan, sweep.spec.parameters)
-
     for row in more:
-        row[ROLE], row[PLAN_HASH] = CONFIRM, plan_fingerprint(plans[row["trial_id"]][0])
+        row[ROLE] = CONFIRM
+    earlier = out_dir is not None
+    fingerprint_rows(
+        more,
+        plans,
+        [],
+        before=earlier_rows(out_dir) if earlier else {},
+        codes=code_versions(out_dir) if earlier else None,
+        reported=reported_since(grid, started) if earlier else None,
+    )
     wanted = {(c["cell"], c["seed"]) for c in configs}
     have = {(r["cell"], r["seed"]) for r in more}
     if wanted - have:  # a resumed confirm experiment started for another choice
@@ -173,6 +196,7 @@ def confirm(launch: Launch) -> None:
         launch.args.verbose,
         launch.guard,
         launch.meter,
+        launch.out_dir,
     )
     launch.rows += more
     launch.plans.update(plans)

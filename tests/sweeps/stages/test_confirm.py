@@ -224,6 +224,7 @@ def test_confirm_end_to_end_and_resume_trains_nothing_again(local_ray, tmp_path)
     from optuna.storages.journal import JournalFileBackend
 
     from sweeps.launch import main
+    from sweeps.plan.warm_start import code_version
 
     spec = tiny_spec(
         "cf",
@@ -242,6 +243,8 @@ def test_confirm_end_to_end_and_resume_trains_nothing_again(local_ray, tmp_path)
     assert len(df) == 10 and len(confirm) == 2 and (df["role"] == "select").sum() == 8
     assert (confirm["seed"] == 7).all() and not confirm["chosen"].any()
     assert confirm["test/bleu"].notna().all() and (confirm["status"] == "done").all()
+    # the code that trained each trial, confirm trials as the search's
+    assert (df["code_version"] == code_version()).all()
     for _, row in confirm.iterrows():
         chosen = df[(df["cell"] == row["cell"]) & df["chosen"]]
         assert set(chosen["configuration"]) == {row["configuration"]}
@@ -263,6 +266,11 @@ def test_confirm_end_to_end_and_resume_trains_nothing_again(local_ray, tmp_path)
     assert again == trained
     df2 = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
     assert sorted(df2[df2["role"] == "confirm"]["trial_id"]) == sorted(confirm["trial_id"])
+    assert (df2["code_version"] == code_version()).all()
+    assert (
+        df2.set_index("trial_id")["plan_hash"].to_dict()
+        == df.set_index("trial_id")["plan_hash"].to_dict()
+    )
 
 
 @pytest.mark.slow
