@@ -185,17 +185,42 @@ class Lane:
     device: str = "cpu"
 
 
+#: the ``timing`` settings that shape how a figure is measured (its repeats and their stopping
+#: rule, the untimed passes, the calibration, the fresh processes on a CPU); a record keeps them
+#: (:attr:`~sweeps.timing.record.TimingRecord.settings`) and a resume under others times again
+MEASURE_SETTINGS = (
+    "repeats",
+    "precision",
+    "max_seconds",
+    "calibration_seconds",
+    "warmup",
+    "fresh_process",
+    "processes",
+)
+#: of those, the ones that bear only on a CPU's timing (a GPU's runs in the Ray worker)
+CPU_ONLY_SETTINGS = ("fresh_process", "processes")
+
+
+def measure_settings(settings: TimingSpec, device: str = "cpu") -> dict[str, Any]:
+    """The :data:`MEASURE_SETTINGS` of ``settings`` that bear on a timing on ``device``."""
+    keys = [k for k in MEASURE_SETTINGS if device == "cpu" or k not in CPU_ONLY_SETTINGS]
+    return {k: getattr(settings, k) for k in keys}
+
+
 def already_timed(
     job: TimingJob,
     measure: Sequence[str] = ("decode",),
     train_steps: int | None = None,
     threads: int | None = None,
     device: str | None = None,
+    settings: TimingSpec | None = None,
 ) -> TimingRecord | None:
     """The job's existing record when it is for the same checkpoint file, split and beam size and
     holds everything ``measure`` asks for (training timed over ``train_steps`` steps), its decode
-    time taken on ``device`` (``cpu``, ``cuda``; None or ``auto``: either) and, on a CPU, with
-    ``threads`` torch threads: a figure of other settings is timed again, not relabelled."""
+    time taken on ``device`` (``cpu``, ``cuda``; None or ``auto``: either), on a CPU with
+    ``threads`` torch threads, and under the same :data:`MEASURE_SETTINGS` as ``settings`` (a
+    record written before it kept them holds for any): a figure of other settings is timed again,
+    not relabelled."""
     record = read_record(job.result_path)
     if record is None:
         return None
@@ -204,6 +229,10 @@ def already_timed(
         return None
     if decode is not None and threads is not None and decode.device == "cpu":
         if decode.threads != threads:
+            return None
+    if settings is not None and record.settings is not None:
+        taken = (decode or record.train).device if (decode or record.train) else "cpu"
+        if record.settings != measure_settings(settings, taken):
             return None
     held = {
         "decode": record.timing is not None,

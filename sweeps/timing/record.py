@@ -294,6 +294,9 @@ class TimingRecord:
     train: TrainTiming | None = None
     memory: MemoryPeaks | None = None
     measured: tuple[str, ...] = ("decode",)  # files written before training cost: decode only
+    #: the ``timing`` settings it was measured under (:func:`sweeps.timing.jobs.measure_settings`);
+    #: None in files written before they were kept
+    settings: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

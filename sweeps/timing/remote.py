@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from sweeps.spec.schema import TimingSpec
 from sweeps.timing.files import checkpoint_fingerprint
-from sweeps.timing.jobs import Lane, TimingJob, priority
+from sweeps.timing.jobs import Lane, TimingJob, measure_settings, priority
 from sweeps.timing.memory import MEMORY_ENV, combine
 from sweeps.timing.pinned import side_by_side, time_checkpoints_pinned
 from sweeps.timing.record import ModelCost, TimingRecord, fastest
@@ -147,6 +147,7 @@ def run_jobs(
                 train=train,
                 memory=memory,
                 measured=tuple(settings.measure),
+                settings=measure_settings(settings, lane.device),
             )
         )
     return out

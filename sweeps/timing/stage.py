@@ -180,7 +180,12 @@ def run_timing_stage(
         try:
             check_split(job.split)
             record = already_timed(
-                job, settings.measure, settings.train_steps, settings.threads, settings.device
+                job,
+                settings.measure,
+                settings.train_steps,
+                settings.threads,
+                settings.device,
+                settings,
             )
             checkpoint_file(job.checkpoint)
         except TimingError as exc:

@@ -480,6 +480,24 @@ def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ck
     assert already_timed(jobs[0], threads=1, device="auto") is not None
     assert already_timed(jobs[0], threads=2) is None
     assert already_timed(jobs[0], device="cuda") is None
+    # nor one measured under other repeats, warm-up or processes (a resume with --set
+    # timing.repeats=20 kept the 2-repeat figures); a record kept them as it was timed
+    assert records[0].settings == {
+        "repeats": 2,
+        "precision": None,
+        "max_seconds": settings.max_seconds,
+        "calibration_seconds": 0.2,
+        "warmup": 1,
+        "fresh_process": True,
+        "processes": 1,
+    }
+    assert already_timed(jobs[0], settings=settings) is not None
+    for change in ({"repeats": 20}, {"warmup": 0}, {"processes": 3}, {"precision": 0.01}):
+        other = settings.model_copy(update=change)
+        assert already_timed(jobs[0], settings=other) is None, change
+    assert already_timed(jobs[0], settings=settings.model_copy(update={"models_per_process": 2}))
+    again = run_timing_stage(jobs[1:], settings.model_copy(update={"repeats": 3}), log=None)
+    assert [o.status for o in again] == ["timed"] and again[0].record.timing.repeats == 3
     # the sweep folder copied elsewhere as `cp -r` or scp copy it (new paths, new modification
     # times): its records still name its checkpoints, so a resume there times nothing again
     moved = tmp_path / "elsewhere" / "trial_moved"
