@@ -33,6 +33,7 @@ import csv
 import os
 import stat
 import tempfile
+import zipfile
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -207,6 +208,18 @@ def checkpoint_here(path: str, folder: Path) -> str | None:
         if inside and moved.is_file():
             return str(moved)
     return None
+
+
+def checkpoint_damaged(path: str) -> bool:
+    """Whether a local checkpoint file is not whole: torch writes a zip archive whose directory
+    comes last, so a file cut short (a full disk, a copy or a kill while it was written) or not
+    torch's lacks it. Reads the file's end only; a bucket's path is not read (False)."""
+    if "://" in path:
+        return False
+    try:
+        return not zipfile.is_zipfile(path)
+    except OSError:
+        return True
 
 
 def checkpoint_gone(path: str, folder: Path) -> bool:

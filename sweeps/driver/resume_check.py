@@ -40,7 +40,8 @@ from sweeps.layout import (
     CHECKPOINT_FILE,
     OPTUNA_JOURNAL,
     RESULTS_CSV,
-    checkpoint_gone,
+    checkpoint_damaged,
+    checkpoint_here,
     launch_script,
     write_atomic,
 )
@@ -282,30 +283,45 @@ def _here(experiment: Path, path: str) -> Path:
 
 def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
     """On a resume, the line naming the trials results.csv records as finished whose checkpoint
-    file is gone (a trial folder deleted to have it trained again, a move): Tune counts them
-    finished, so the resume does not train them; the timing and held-out stages cannot measure
-    them. The line gives the launch that does train them again: a new sweep warm-started from
-    this one, which reuses every trial whose checkpoint is there. "" where none is gone."""
+    file is gone (a trial folder deleted to have it trained again, a move) or damaged (cut
+    short): Tune counts them finished, so the resume does not train them; the timing and held-out
+    stages cannot measure them. The line gives the launch that does train them again: a new sweep
+    warm-started from this one, which reuses every trial whose checkpoint is there and whole. ""
+    where none is gone or damaged."""
     try:
         with (out_dir / RESULTS_CSV).open(newline="") as f:
             rows = list(csv.DictReader(f))
     except (OSError, csv.Error, UnicodeDecodeError):
         return ""
-    gone = [
-        f"{r.get('trial_id')} ({r.get('cell')} seed={r.get('seed')})"
-        for r in rows
-        if r.get("status") in FINISHED and checkpoint_gone(r.get("checkpoint") or "", out_dir)
-    ]
-    if not gone:
+    gone, damaged = [], []
+    for r in rows:
+        if r.get("status") not in FINISHED:
+            continue
+        name = f"{r.get('trial_id')} ({r.get('cell')} seed={r.get('seed')})"
+        here = checkpoint_here(r.get("checkpoint") or "", out_dir)
+        if here is None:
+            gone.append(name)
+        elif checkpoint_damaged(here):
+            damaged.append(name)
+    if not gone and not damaged:
         return ""
     flags = f" {flags}" if (flags := recorded_flags(out_dir)) else ""
+    said = [
+        f"{len(gone)} finished trial(s) have lost their checkpoint file (deleted or moved): "
+        f"{', '.join(gone)}"
+        if gone
+        else "",
+        f"{len(damaged)} finished trial(s) have a damaged checkpoint file (cut short or not "
+        f"torch's): {', '.join(damaged)}"
+        if damaged
+        else "",
+    ]
     return (
-        f"note: {len(gone)} finished trial(s) have lost their checkpoint file (deleted or moved): "
-        f"{', '.join(gone)}. Their rows keep their training figures, but this resume does not "
-        "train them again (Tune counts them finished) and cannot time or test them. To train "
+        f"note: {'; '.join(s for s in said if s)}. Their rows keep their training figures, but "
+        "this resume does not train them again (Tune counts them finished) and cannot time or test them. To train "
         f"them again and keep the rest: python {launch_script()} {spec}{flags} --set "
         f"warm_start={out_dir} --output <another folder> (with the first run's profile and --set, "
-        "every trial whose checkpoint is here is reused)"
+        "every trial whose checkpoint is here and whole is reused)"
     )
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_here
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_damaged, checkpoint_here
 from sweeps.report.columns import FINISHED
 from sweeps.spec.teachers import best_scored
 from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
@@ -185,6 +185,8 @@ class WarmStart:
     #: earlier finished rows whose checkpoint file is gone (a trial folder deleted to have it
     #: trained again, a clean-up): not reused, their trials train again
     lost: int = 0
+    #: earlier finished rows whose checkpoint file is cut short or not torch's: not reused either
+    damaged: int = 0
     #: configurations judged over seeds reused whole: (cell index, its number in the new study, the
     #: earlier rows by seed)
     configurations: list[tuple[int, int, dict[int, dict[str, Any]]]] = field(default_factory=list)
@@ -227,6 +229,11 @@ class WarmStart:
             line += (
                 f"; {self.lost} earlier finished row(s) have lost their checkpoint file (deleted or "
                 "moved): not reused, their trials train again"
+            )
+        if self.damaged:
+            line += (
+                f"; {self.damaged} earlier finished row(s) have a damaged checkpoint file (cut "
+                "short or not torch's): not reused, their trials train again"
             )
         if self.earlier and not self.reused_count:
             line += (
@@ -283,9 +290,11 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
     kept = []
     for r in records:
         here = checkpoint_here(str(r.get("checkpoint") or ""), warm.folder)
-        if here is not None:
+        if here is not None and checkpoint_damaged(here):
+            warm.damaged += 1
+        elif here is not None:
             kept.append({**r, "checkpoint": here})
-    warm.lost = len(records) - len(kept)
+    warm.lost = len(records) - len(kept) - warm.damaged
     return kept
 
 

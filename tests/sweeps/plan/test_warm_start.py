@@ -6,6 +6,7 @@ study with one more length is the slow test at the end."""
 from __future__ import annotations
 
 import copy
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -53,6 +54,12 @@ def launch_one_more_length(
     return out, trained, pd.read_csv(out / "results.csv", dtype={"trial_id": str})
 
 
+def _checkpoint(path: Path) -> None:
+    """A stand-in for a model file, whole as torch writes one: a zip archive."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"a checkpoint")
+
+
 def _earlier(tmp_path: Path, sweep, keep: int, statuses: tuple[str, ...] = ()) -> Path:
     """An earlier sweep's folder whose results.csv holds the first ``keep`` plans as finished
     (``statuses``: theirs, in order; else done), fingerprinted as that sweep's launch does."""
@@ -69,9 +76,9 @@ def _earlier(tmp_path: Path, sweep, keep: int, statuses: tuple[str, ...] = ()) -
         }
         for i, p in enumerate(sweep.plans[:keep])
     ]
-    for row in rows:  # each trial's model, as its launch left it
+    for row in rows:  # each trial's model, as its launch left it (torch writes a zip archive)
         Path(row["checkpoint"]).parent.mkdir()
-        Path(row["checkpoint"]).write_bytes(b"a checkpoint")
+        _checkpoint(Path(row["checkpoint"]))
     plans = {r["trial_id"]: (p, "") for r, p in zip(rows, sweep.plans, strict=False)}
     fingerprint_rows(rows, plans, [], stop_rules(sweep.spec))
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
@@ -244,7 +251,17 @@ def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_la
     warm = plan_warm_start(load_spec(write_spec(tmp_path, again)))
     assert sorted(r["trial_id"] for r in warm.rows()) == ["old0"]
     assert "1 earlier finished row(s) have lost their checkpoint file" in warm.summary()
-    gone.write_bytes(b"a checkpoint")
+    # a checkpoint cut short on disk (a full disk, a copy killed): said, and not reused either
+    _checkpoint(gone)
+    whole = (folder / "old0" / "checkpoint.ckpt").read_bytes()
+    (folder / "old0" / "checkpoint.ckpt").write_bytes(whole[: len(whole) // 2])
+    line = lost_finished_checkpoints(folder, "g.yaml", "out")
+    assert "1 finished trial(s) have a damaged checkpoint file (cut short" in line, line
+    assert "old0" in line and "old1" not in line and "lost their" not in line
+    warm = plan_warm_start(load_spec(write_spec(tmp_path, again)))
+    assert sorted(r["trial_id"] for r in warm.rows()) == ["old1"]
+    assert "1 earlier finished row(s) have a damaged checkpoint file" in warm.summary()
+    (folder / "old0" / "checkpoint.ckpt").write_bytes(whole)
     assert lost_finished_checkpoints(folder, "g.yaml", "out") == ""
     # a launch's relative path, read from another working folder: found under the sweep's folder
     assert not checkpoint_gone(f"sweep-results/{folder.name}/old1/checkpoint.ckpt", folder)
@@ -277,7 +294,7 @@ def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerpr
     folder.mkdir(parents=True)
     for row in rows:
         checkpoint = folder / f"{row['trial_id']}.ckpt"
-        checkpoint.write_bytes(b"a checkpoint")
+        _checkpoint(checkpoint)
         row.update({"status": "done", "val/bleu": 50.0, "checkpoint": str(checkpoint)})
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
     again = load_spec(write_spec(tmp_path, tiny_spec("t", grid=grid, warm_start=str(folder))))
@@ -287,7 +304,7 @@ def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerpr
     # (they were counted reused, then failed for the missing file)
     (folder / "t.ckpt").unlink()
     assert plan_warm_start(again).reused == {}
-    (folder / "t.ckpt").write_bytes(b"a checkpoint")
+    _checkpoint(folder / "t.ckpt")
     rows[0]["teacher"] = "another"
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
     assert sorted(plan_warm_start(again).reused) == [0]
