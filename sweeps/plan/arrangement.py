@@ -10,12 +10,14 @@ GPU-second:
 - a fused group holds a GPU of its own (one group to a GPU is what was measured: a group of 16
   steps about as fast as a group of 1), with one CPU thread (a process that drives a GPU needs one
   fast thread to launch its kernels; more threads do nothing for the GPU's work);
-- trials alone share a GPU under MPS, as many as the table's best measured count (8), eager, or
-  graphed when no trial of the sweep trains fused (graphs are set for the whole sweep, and the
-  table has no graphed fused step yet);
+- trials alone share a GPU under MPS, as many as the table's best measured count (8) and no more
+  than there are trials alone, eager, or graphed when no trial of the sweep trains fused (graphs
+  are set for the whole sweep, and the table has no graphed fused step yet);
 - graphed fused groups once the table holds their measured step (``fused_graphed_s``).
 
-With a number for ``resources.gpu`` the sweep file's own arrangement stands; the plan reports
+Graphs the sweep file sets itself (``trainer.cuda_graphs`` in its trainer section or a grid)
+stand, under ``auto`` too: each trial is costed as its plan says. With a number for
+``resources.gpu`` the sweep file's own arrangement stands; the plan reports
 what the table expects of it (several fused groups on one GPU were not measured: they are taken
 to share it without gain).
 
@@ -34,7 +36,9 @@ from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Slot, member_shape
 from sweeps.plan.mps import MpsPlan
+from sweeps.plan.mps import per_gpu as shares_per_gpu
 from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, fused_envelope
+from sweeps.spec.gpu import asks_for_cuda_graphs
 from sweeps.spec.objectives import baseline_of
 
 #: the sample number of a relative constraint's baseline (one per unit, besides its samples)
@@ -78,8 +82,12 @@ class Arrangement:
     eager_gpu_hours: float
     #: the best arrangement of the other kind (fused or not), and what it would give
     instead: str | None = None
-    #: the sweep's models the table has no figures of, and what stands in for each
+    #: the sweep's models the table has no figures of, and what stands in for each; arrangements
+    #: it has no figures of, and how they are costed
     stand_ins: tuple[str, ...] = ()
+    #: the trials' steps where the sweep file sets ``trainer.cuda_graphs`` itself (its choice
+    #: stands, also under ``auto``): which are graphed, and how they are costed; None: ``graphs``
+    steps: str | None = None
 
     @property
     def speedup(self) -> float:
@@ -117,6 +125,16 @@ def plan_arrangement(
     every = [s for g in groups for s in g.slots] + lone
     preset = lambda i: str(units[i].model.get("preset") or "paper_copy")  # noqa: E731
     shape = lambda i: member_shape(units[i].task, units[i].model)  # noqa: E731
+    # graphs the sweep file sets (its trainer section, a grid) stand: each trial as its plan says
+    own_graphs = asks_for_cuda_graphs(sweep.spec)
+
+    def graphed_of(s: Slot, chosen: bool) -> bool:
+        return bool(units[s.unit].trainer.get("cuda_graphs")) if own_graphs else chosen
+
+    notes: list[str] = []
+
+    def steps_word(graphed: bool) -> str:
+        return "steps as the sweep file sets" if own_graphs else "graphed" if graphed else "eager"
 
     def alone(s: Slot) -> float:
         model = units[s.unit].model
@@ -131,14 +149,27 @@ def plan_arrangement(
         total = 0.0
         for g in groups:
             members = [shape(s.unit) for s in g.slots]
-            seconds = _fused_step(costs, preset(g.slots[0].unit), members, graphed)
-            total += seconds * max(steps[s.unit] for s in g.slots)
+            measured = _has(costs, units, [g], "fused_graphed_s")  # else costed eager
+            step = _fused_step(
+                costs,
+                preset(g.slots[0].unit),
+                members,
+                graphed_of(g.slots[0], graphed) and measured,
+            )
+            total += step * max(steps[s.unit] for s in g.slots)
         return total
 
     def lone_seconds(slots: list[Any], per_gpu: int, graphed: bool, mps: bool) -> float:
         return sum(
-            alone(s) / _shared(costs, preset(s.unit), per_gpu, graphed, mps) * steps[s.unit]
+            alone(s)
+            / _shared(costs, preset(s.unit), per_gpu, graphed_of(s, graphed), mps)
+            * steps[s.unit]
             for s in slots
+        )
+
+    def measured(slots: list[Any], per_gpu: int, graphed: bool, mps: bool) -> bool:
+        return all(
+            _measured(costs, units, [s], per_gpu, graphed_of(s, graphed), mps) for s in slots
         )
 
     if r.auto_gpu:
@@ -148,11 +179,14 @@ def plan_arrangement(
         options = []  # (seconds, fused, per_gpu, graphed)
         for fused in [True, False] if groups else [False]:
             trials_alone = lone if fused else every
-            for per_gpu in _measured_counts(costs, units, trials_alone, mps):
-                for graphed in (False, True):
+            # no more to a GPU than there are trials alone: a count's gain needs that many
+            counts = [n for n in _measured_counts(costs, units, trials_alone, mps)]
+            counts = [n for n in counts if n <= max(1, len(trials_alone))]
+            for per_gpu in counts:
+                for graphed in (False,) if own_graphs else (False, True):
                     if graphed and (not can_graph or (fused and not graphed_groups)):
                         continue  # graphs are the sweep's: a group's graphed step not measured
-                    if not _measured(costs, units, trials_alone, per_gpu, graphed, mps):
+                    if not measured(trials_alone, per_gpu, graphed, mps):
                         continue
                     seconds = lone_seconds(trials_alone, per_gpu, graphed, mps)
                     seconds += group_seconds(graphed) if fused else 0.0
@@ -177,35 +211,46 @@ def plan_arrangement(
                 best = min(unfused)
                 arrangement["instead"] = (
                     f"every trial alone would give {member_steps / best[0]:.3g} member-steps per "
-                    f"GPU-second ({best[2]} to a GPU, {'graphed' if best[3] else 'eager'})"
+                    f"GPU-second ({best[2]} to a GPU, {steps_word(best[3])})"
                 )
         elif len(options) > 1 and any(o[1] for o in options):
             best = min(o for o in options if o[1])
             arrangement["instead"] = (
                 f"the fused groups as planned would give {member_steps / best[0]:.3g} "
-                f"member-steps per GPU-second ({'graphed' if best[3] else 'eager'}"
+                f"member-steps per GPU-second ({steps_word(best[3])}"
                 + ("" if graphed_groups else ": the cost table holds no graphed fused step yet")
                 + ")"
             )
     else:  # the sweep file's own: r.gpu a group's or a lone trial's share
-        per_gpu = max(1, int(round(1 / r.gpu))) if r.gpu < 1 else 1
-        graphed = bool(sweep.spec.trainer.cuda_graphs)
+        per_gpu = shares_per_gpu(r.gpu)
         mps = r.mps == "on" or (r.mps == "auto" and 0 < r.gpu < 1)
-        if not _measured(costs, units, lone, per_gpu, graphed, mps):
+        if lone and not measured(lone, per_gpu, False, mps):
+            notes.append(
+                f"{per_gpu} trials to a GPU {'under MPS' if mps else 'time-sliced'} is not "
+                f"measured on the {costs.name}: costed as one alone (no gain from sharing)"
+            )
             per_gpu = 1  # not measured: the shared GPU is taken to give no more than one alone
-        seconds = lone_seconds(lone, per_gpu, graphed, mps)
-        seconds += group_seconds(graphed and _has(costs, units, groups, "fused_graphed_s"))
+        seconds = lone_seconds(lone, per_gpu, False, mps) + group_seconds(False)
         arrangement = dict(
             fused=bool(groups),
             group_gpu=r.gpu,
             group_cpu=r.cpu,
             lone_gpu=r.gpu,
             lone_cpu=r.cpu,
-            graphs=graphed,
+            graphs=bool(sweep.spec.trainer.cuda_graphs),
             mps=mps,
         )
+    if own_graphs:
+        arrangement["graphs"] = False  # the plan adds none: each trial's plan holds its own
+        arrangement["steps"] = _own_steps(
+            [graphed_of(s, False) for s in every],
+            [
+                graphed_of(g.slots[0], False) and not _has(costs, units, [g], "fused_graphed_s")
+                for g in groups
+            ],
+        )
     return Arrangement(
-        stand_ins=stand_ins(costs, units),
+        stand_ins=stand_ins(costs, units) + tuple(notes),
         chosen=r.auto_gpu,
         costs=costs,
         groups=len(groups),
@@ -216,6 +261,26 @@ def plan_arrangement(
         eager_gpu_hours=eager / 3600,
         **arrangement,
     )
+
+
+def _own_steps(trials: list[bool], eager_groups: list[bool]) -> str:
+    """How the trials step where the sweep file sets ``trainer.cuda_graphs``: ``trials`` whether
+    each is graphed; ``eager_groups`` for each fused group, whether it is graphed but costed eager
+    (the table holds no graphed fused step)."""
+    n = sum(trials)
+    text = (
+        "graphed (trainer.cuda_graphs)"
+        if n == len(trials)
+        else f"graphed in {n} of {len(trials)} trial(s) (trainer.cuda_graphs), eager in the rest"
+        if n
+        else "eager (trainer.cuda_graphs false)"
+    )
+    if any(eager_groups):
+        text += (
+            f"; {sum(eager_groups)} graphed fused group(s) costed eager (the cost table holds no "
+            "graphed fused step yet)"
+        )
+    return text
 
 
 def stand_ins(costs: DeviceCosts, units: list[Any]) -> tuple[str, ...]:
@@ -349,7 +414,7 @@ def arrangement_mps(arrangement: Arrangement, mode: str) -> MpsPlan:
     if mode == "on":
         return MpsPlan("required", "resources.mps is on (resources.gpu auto)")
     if arrangement.mps:
-        per_gpu = round(1 / arrangement.lone_gpu)
+        per_gpu = shares_per_gpu(arrangement.lone_gpu)
         return MpsPlan("yes", f"the plan puts {per_gpu} trials alone to a GPU (resources.gpu auto)")
     if mode == "off":
         return MpsPlan("no", "resources.mps is off (resources.gpu auto)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.plan.fusion import FusionPlan, Group
+from sweeps.plan.mps import per_gpu as shares_per_gpu
 from sweeps.report.ledger import hours_figure
 from sweeps.spec.objectives import baseline_of
 from sweeps.spec.teachers import order_lines
@@ -47,13 +48,14 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
             f"its members 1/n each"
         )
     if a.lone:
-        per_gpu = max(1, round(1 / a.lone_gpu)) if a.lone_gpu else 1
+        per_gpu = shares_per_gpu(a.lone_gpu) if a.lone_gpu else 1
         parts.append(
             f"{a.lone} trial(s) alone, {per_gpu} to a GPU with {a.lone_cpu:g} CPU thread(s) each"
         )
     steps = "graphed (trainer.cuda_graphs)" if a.graphs else "eager"
     if not a.graphs and a.groups and a.chosen:
         steps += " (the cost table holds no graphed fused step yet)"
+    steps = a.steps or steps
     note = f"; {a.costs.note}" if a.costs.note else ""
     shared = (a.lone and 0 < a.lone_gpu < 1) or (a.groups and 0 < a.group_gpu < 1)
     mps = (

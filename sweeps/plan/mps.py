@@ -19,6 +19,12 @@ class MpsPlan:
     reason: str
 
 
+def per_gpu(share: float) -> int:
+    """How many processes holding ``share`` of a GPU each Ray places on one GPU: the whole shares
+    that fit (``1 // 0.2`` is 4.0 in floating point; Ray counts in fixed decimals and fits 5)."""
+    return max(1, int(1 / share + 1e-9)) if 0 < share < 1 else 1
+
+
 def plan_mps(mode: str, gpu: float) -> MpsPlan:
     """The sweep's part of the decision: ``resources.mps`` and the GPUs each trial holds."""
     if mode == "off":
@@ -29,5 +35,5 @@ def plan_mps(mode: str, gpu: float) -> MpsPlan:
         return MpsPlan("required", f"resources.mps is on (resources.gpu {gpu:g})")
     if gpu >= 1:
         return MpsPlan("no", f"each trial holds whole GPUs (resources.gpu {gpu:g}): none is shared")
-    shares = f"{int(1 // gpu)} training processes to a GPU, each an unfused trial or a fused group"
+    shares = f"{per_gpu(gpu)} training processes to a GPU, each an unfused trial or a fused group"
     return MpsPlan("yes", f"trials share GPUs (resources.gpu {gpu:g}: {shares})")

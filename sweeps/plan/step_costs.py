@@ -204,7 +204,8 @@ def device_costs(device: str, gpu_name: str | None = None) -> DeviceCosts:
     why = (
         f"{gpu_name} is not in the table: the {nearest} stands in"
         if gpu_name
-        else "no GPU here to name: the table's first GPU stands in"
+        else "no GPU here to name: the table's first GPU stands in; resources.gpu_kind names "
+        "the cluster's, e.g. --set 'resources.gpu_kind=NVIDIA H200'"
     )
     return DeviceCosts("gpu", nearest, why)
 

@@ -116,7 +116,7 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
     spec = sweep.spec
     warm = plan_warm_start(sweep)
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
-    gpu_name = local_gpu_name() if spec.resources.gpu else None
+    gpu_name = (spec.resources.gpu_kind or local_gpu_name()) if spec.resources.gpu else None
     fusion = plan_fusion(sweep, warm, unfusable, gpu_name)
     arrangement = plan_arrangement(sweep, fusion, gpu_name)
     if arrangement is not None and arrangement.chosen and fusion.fused and not arrangement.fused:

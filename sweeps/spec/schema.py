@@ -103,6 +103,10 @@ class ResourcesSpec(_Strict):
     # never (YAML reads a bare on/off as true/false: taken as on/off). The launcher starts it for
     # the Ray it starts, cluster/slurm.sbatch on every node
     mps: Literal["auto", "on", "off"] = "auto"
+    # the GPU kind the plan costs the arrangement on (a name of sweeps/plan/step_costs.json, or
+    # nvidia-smi's; another takes the nearest in the table): for a plan made off the GPU nodes, a
+    # login node or a laptop launching onto a cluster; default: this machine's first GPU
+    gpu_kind: str | None = None
 
     @field_validator("mps", mode="before")
     @classmethod

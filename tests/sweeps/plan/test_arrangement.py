@@ -94,6 +94,63 @@ def test_graphs_are_not_chosen_where_a_student_distils():
     assert a.chosen and not a.graphs and "first GPU stands in" in a.costs.note
 
 
+def test_graphs_the_sweep_file_sets_stand_under_auto_and_are_costed_as_set():
+    """``trainer.cuda_graphs: true`` under auto: the trials ran graphed while the plan said and
+    costed "steps eager" (on the H200's table, which keeps the fused groups); now the line says
+    graphed, costs the groups eager where no graphed fused step is measured, and the plan adds
+    nothing to the trials' own settings. Graphs in a grid are costed per trial."""
+    from sweeps.plan.describe import arrangement_lines
+
+    sweep = load_spec(K_VS_LENGTH, overrides=["trainer.cuda_graphs=true"])
+    a = plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H200")
+    assert a.fused and a.groups == 6 and not a.graphs
+    line = arrangement_lines(sweep, a)[0]
+    assert "steps graphed (trainer.cuda_graphs); 6 graphed fused group(s) costed eager" in line
+    # on the H100's table graphed trials alone stay the cheapest, as the plan would choose them
+    sweep, h100 = arranged("trainer.cuda_graphs=true")
+    assert not h100.fused and h100.lone == 84 and h100.speedup == pytest.approx(7.0)
+    # a grid of graphs: half the trials graphed, named so (a number for resources.gpu)
+    sweep, mixed = arranged("grid.trainer.cuda_graphs=[true,false]", "resources.gpu=0.5")
+    assert (
+        "graphed in 84 of 168 trial(s) (trainer.cuda_graphs), eager in the rest"
+        in (arrangement_lines(sweep, mixed)[0])
+    )
+
+
+def test_trials_to_a_gpu_are_counted_as_ray_places_them_and_never_more_than_there_are():
+    """``resources.gpu: 0.2`` fits 5 to a GPU (the MPS line said 4: ``1 // 0.2`` is 4.0); 0.13
+    fits 7 (the plan said 8 and took the 8-share figure); a count the table does not hold is
+    said to be costed as one alone. Three trials alone were planned 8 to a GPU at its gain."""
+    from sweeps.plan.describe import arrangement_lines
+    from sweeps.plan.mps import per_gpu, plan_mps
+
+    assert [per_gpu(g) for g in (0.2, 0.13, 0.125, 0.5, 1.0, 0.3)] == [5, 7, 8, 2, 1, 3]
+    assert "5 training processes to a GPU" in plan_mps("auto", 0.2).reason
+    sweep, a = arranged("fusion=off", "resources.gpu=0.13", profile="gpu")
+    lines = arrangement_lines(sweep, a)
+    assert "7 to a GPU" in lines[0] and a.speedup == pytest.approx(1.0)
+    assert any("7 trials to a GPU under MPS is not measured" in line for line in lines)
+    quick = load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides=["resources.gpu=auto"])
+    three = plan_arrangement(quick, plan_fusion(quick), "NVIDIA H100 80GB HBM3")
+    assert three.lone == 3 and three.lone_gpu == 1 / 2 and three.speedup < 17
+
+
+def test_the_gpu_kind_is_named_by_the_sweep_where_the_plan_is_made_off_the_gpus(tmp_path):
+    """A plan made where no GPU is visible (a login node joining a cluster) was always costed on
+    the H100, whose arrangement for k_vs_length differs from the H200's; resources.gpu_kind names
+    the cluster's, and the stand-in line says how."""
+    plan = build_plan(
+        load_spec(K_VS_LENGTH, overrides=["resources.gpu_kind=NVIDIA H200"]), tmp_path
+    )
+    assert plan.arrangement.costs.name == "NVIDIA H200" and plan.arrangement.fused
+    other = build_plan(
+        load_spec(K_VS_LENGTH, overrides=["resources.gpu_kind=Tesla V100"]), tmp_path
+    )
+    assert "Tesla V100 is not in the table" in other.arrangement.costs.note
+    here = plan_arrangement(*(lambda s: (s, plan_fusion(s)))(load_spec(K_VS_LENGTH)), None)
+    assert "resources.gpu_kind" in here.costs.note
+
+
 def test_a_sweep_file_s_own_share_stands_and_cpu_trials_have_no_arrangement():
     _, a = arranged("resources.gpu=0.5")
     assert not a.chosen and (a.group_gpu, a.group_cpu) == (0.5, 4)
@@ -176,7 +233,8 @@ def test_the_dry_run_shows_what_the_launch_reserves_under_auto(tmp_path, monkeyp
 def test_the_budget_charges_each_trial_what_the_arrangement_reserves(tmp_path, monkeypatch):
     """Fused groups beside trials alone (graphed fused steps measured; one seed, one length: the
     memory cells fuse, none and bahdanau train alone): the budget's meter charges a running group
-    the GPU it holds and a trial alone its eighth, as Ray reserves them, not a group's GPU each."""
+    the GPU it holds and a trial alone its share (two alone: half a GPU each), as Ray reserves
+    them, not a group's GPU each."""
     from sweeps.driver.budget import Meter
     from sweeps.plan import step_costs
     from sweeps.report.ledger import Ledger
@@ -189,7 +247,7 @@ def test_the_budget_charges_each_trial_what_the_arrangement_reserves(tmp_path, m
     a = plan.arrangement
     assert a.fused and (a.groups, a.lone) == (1, 2)
     settings = make_settings(plan, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
-    assert settings.lone == {"cpu": 1.0, "gpu": 0.125}
+    assert settings.lone == {"cpu": 1.0, "gpu": 0.5}
     (group,) = plan.fusion.fused
     n = len(group.slots)
     members = [{"fused_with": group.name, "fused_member": f"{j}/{n}"} for j in range(1, n + 1)]
@@ -202,5 +260,5 @@ def test_the_budget_charges_each_trial_what_the_arrangement_reserves(tmp_path, m
     meter.tick_trials(members + alone)
     meter.stop()
     charged = Ledger.load(tmp_path).charged
-    # held from the first tick on: 1 GPU (the group) + 2 x 1/8; 1 CPU (the group) + 2 x 1
-    assert charged["gpu_hours"] / charged["cpu_hours"] == pytest.approx(1.25 / 3)
+    # held from the first tick on: 1 GPU (the group) + 2 x 1/2; 1 CPU (the group) + 2 x 1
+    assert charged["gpu_hours"] / charged["cpu_hours"] == pytest.approx(2 / 3)
