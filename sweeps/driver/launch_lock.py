@@ -88,6 +88,27 @@ def running_launch(out_dir: Path) -> str | None:
     """What a launch here would say because another holds the folder's lock, or None (no lock
     file, nobody holds it, or no locks on this filesystem). Writes nothing: ``--dry-run`` asks."""
     path = Path(out_dir) / LOCK_FILE
+    text = _held_record(path)
+    return None if text is None else held_by(text, path)
+
+
+def lock_holder(out_dir: Path) -> str | None:
+    """The launch holding the sweep folder's lock, in words (pid, host, since, command), or None
+    where none does. Writes nothing."""
+    text = _held_record(Path(out_dir) / LOCK_FILE)
+    if text is None:
+        return None
+    record = _record(text)
+    try:
+        return (
+            f"pid {record['pid']} on {record['host']} since {record['since']}: {record['command']}"
+        )
+    except KeyError:
+        return "its record could not be read"
+
+
+def _held_record(path: Path) -> str | None:
+    """The lock file's record where a launch holds the lock, else None."""
     try:
         lock = path.open(encoding="utf-8")
     except OSError:
@@ -96,7 +117,7 @@ def running_launch(out_dir: Path) -> str | None:
         try:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return held_by(lock.read(), path)
+            return lock.read()
         except OSError:
             return None
         fcntl.flock(lock, fcntl.LOCK_UN)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
+from sweeps.driver.launch_lock import lock_holder
 from sweeps.layout import (
     OPTUNA_JOURNAL,
     RESULTS_CSV,
@@ -304,6 +305,13 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
         return missing
     csv = sweep_dir / RESULTS_CSV
     kept = "; results.md and the plots are left as they are"
+    holder = lock_holder(sweep_dir)
+    if holder is not None:
+        return (
+            f"{sweep_dir}: a launch is running this sweep ({holder}); its results.csv is an "
+            f"earlier run's until the launch writes it at its end, so a report now would show "
+            f"the unfinished sweep as it was{kept}. Run this again when the launch has ended"
+        )
     try:
         with csv.open(newline="", encoding="utf-8") as f:
             rows = list(reader(f))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -233,3 +234,25 @@ def test_output_dot_inside_a_sweep_folder_names_the_sweep_and_the_folder_that_ho
     said = inside_a_sweep(".", "q.yaml")
     assert "(it holds quickstart's launch.json)" in said
     assert f"--resume --output {tmp_path};" in said
+
+
+def test_the_report_command_refuses_a_sweep_a_launch_is_running(tmp_path, capsys):
+    """``python -m sweeps.report`` on a sweep whose launch is running rebuilt results.md from the
+    earlier run's results.csv (a finished-looking page of a half-run sweep), exit 0; it now names
+    the running launch and leaves results.md as it is."""
+    from sweeps.report import local as report
+
+    shutil.copy(ROOT / "docs" / "results" / "minimal_k" / "results.csv", tmp_path)
+    (tmp_path / "results.md").write_text("the earlier run's page")
+    first = holder(tmp_path)
+    try:
+        with pytest.raises(SystemExit) as info:
+            report.main([str(tmp_path)])
+        assert info.value.code == 2
+        said = capsys.readouterr().err
+        assert f"a launch is running this sweep (pid {first.pid} on " in said
+        assert "first.yaml" in said and "when the launch has ended" in said
+        assert (tmp_path / "results.md").read_text() == "the earlier run's page"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
