@@ -1,5 +1,6 @@
 """After `make venv` on a node with an NVIDIA driver: the venv's torch can use the GPU, or the one
-command that installs a build that can.
+command that installs a build that can (or, where the installed build is one the driver runs, what
+to check: the GPU is then out of this process's reach, and no reinstall brings it).
 
     .venv/bin/python requirements/torch_cuda.py          # exit 0: it can; 2: it cannot (says why)
 
@@ -34,17 +35,21 @@ def driver_cuda() -> str | None:
     return m.group(1) if m else None
 
 
+def _version(cuda: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in cuda.split("."))
+
+
 def build_for(cuda: str | None) -> str | None:
     """The newest CUDA build of :data:`CUDA_BUILDS` a driver for ``cuda`` runs, or None."""
     if cuda is None:
         return None
-    have = tuple(int(x) for x in cuda.split("."))
-    fitting = [b for b in CUDA_BUILDS if tuple(int(x) for x in b.split(".")) <= have]
+    fitting = [b for b in CUDA_BUILDS if _version(b) <= _version(cuda)]
     return fitting[-1] if fitting else None
 
 
 def advice(version: str, built_for: str | None, cuda: str | None) -> str:
-    """The line that says why torch cannot use the GPU, and the command that fixes it."""
+    """The line that says why torch cannot use the GPU, and the command that fixes it; where the
+    driver runs the installed build already, what to check instead (no reinstall fixes that)."""
     build = build_for(cuda)
     why = (
         f"torch {version} is a CPU build"
@@ -52,6 +57,15 @@ def advice(version: str, built_for: str | None, cuda: str | None) -> str:
         else f"torch {version} is built for CUDA {built_for}"
     )
     driver = f"the driver runs CUDA {cuda} at most" if cuda else "nvidia-smi names no CUDA version"
+    if built_for is not None and cuda is not None and _version(built_for) <= _version(cuda):
+        return (
+            f"error: torch {version} is built for CUDA {built_for}, which the NVIDIA driver here "
+            f"runs (CUDA {cuda} at most): the build is right, but torch cannot reach the GPU from "
+            "this process (torch.cuda.is_available() is False); check CUDA_VISIBLE_DEVICES (empty "
+            "or a wrong index hides the GPU), that you may open /dev/nvidia* (a container needs "
+            "the GPU passed in), and `nvidia-smi` (the GPU listed, not busy in exclusive-process "
+            "mode)"
+        )
     if build is None:
         return (
             f"error: an NVIDIA driver is here, but {why} and {driver}: no CUDA build of torch 2.13 "

@@ -47,6 +47,23 @@ def test_the_newest_cuda_build_the_driver_runs_is_named(driver):
     assert "is a CPU build" in torch_cuda.advice("2.13.0+cpu", None, "13.0")
 
 
+def test_a_build_the_driver_runs_is_not_reinstalled_when_the_gpu_is_out_of_reach():
+    """torch.cuda.is_available() False with a build the driver runs (CUDA_VISIBLE_DEVICES empty,
+    no device permission, a container without the device): reinstalling it would fail alike, so
+    the line says what to check."""
+    for built_for, cuda in (("13.0", "13.0"), ("12.8", "13.0"), ("12.6", "12.9")):
+        line = torch_cuda.advice(f"2.13.0+cu{built_for.replace('.', '')}", built_for, cuda)
+        assert "make venv" not in line and "the build is right" in line, line
+        assert "CUDA_VISIBLE_DEVICES" in line and "`nvidia-smi`" in line
+    assert torch_cuda.advice("2.13.0+cu130", "13.0", "13.0") == (
+        "error: torch 2.13.0+cu130 is built for CUDA 13.0, which the NVIDIA driver here runs "
+        "(CUDA 13.0 at most): the build is right, but torch cannot reach the GPU from this "
+        "process (torch.cuda.is_available() is False); check CUDA_VISIBLE_DEVICES (empty or a "
+        "wrong index hides the GPU), that you may open /dev/nvidia* (a container needs the GPU "
+        "passed in), and `nvidia-smi` (the GPU listed, not busy in exclusive-process mode)"
+    )
+
+
 @pytest.mark.train  # a fresh process that imports torch, 2 s
 def test_this_machine_s_cpu_torch_is_refused_where_a_driver_is(driver):
     """This machine's torch is a CPU build: with a driver on the PATH the check stops, naming the

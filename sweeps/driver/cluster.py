@@ -422,6 +422,11 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
         raise LaunchError(cpu_problem)
     if cpu_problem:
         print(f"warning: {cpu_problem} (unless larger nodes join: an autoscaler adds them)")
+    gpu_problem = too_few_gpus(r, gpu, gpus, address is None) if gpu and gpus else None
+    if gpu_problem and address is None:  # this machine's own Ray: its GPUs are all there is
+        raise LaunchError(gpu_problem)
+    if gpu_problem:
+        print(f"warning: {gpu_problem} (unless GPU nodes join: an autoscaler adds them)")
     if r.workers > 1 and max_concurrent is None:
         per_trial_cpu = 1 + r.workers * r.cpu  # the trial's driver + its workers
         fits = int(float(total.get("CPU", 0)) // per_trial_cpu)
@@ -460,6 +465,29 @@ def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
     return (
         f"a trial needs resources.cpu {resources.cpu:g} CPUs on one node and the largest node "
         f"has {max(cpus):g}: no trial would start; --set resources.cpu={max(1, int(max(cpus)))}"
+    )
+
+
+def too_few_gpus(resources: Any, gpu: float, gpus: float, local: bool) -> str | None:
+    """Why no DDP trial of the sweep could ever start where Ray holds ``gpus`` GPUs in all, with
+    the fix, or None: each of its ``resources.workers`` workers holds ``gpu`` GPUs, and Tune
+    would wait for them without end. ``local``: the launcher's own Ray, on this machine."""
+    if resources.workers <= 1:
+        return None
+    need = resources.workers * gpu
+    if need <= gpus:
+        return None
+    where = "the machine" if local else "the cluster"
+    fits = int(gpus // gpu)
+    fix = (
+        f"--set resources.workers={fits} for fewer workers"
+        if fits >= 2
+        else "--set resources.workers=1 for one process a trial"
+    )
+    further = "; or launch on a cluster with more (--address)" if local else ""
+    return (
+        f"a DDP trial needs {need:g} GPUs ({resources.workers} workers of resources.gpu "
+        f"{gpu:g}) and {where} has {gpus:g}: no trial would start; {fix}{further}"
     )
 
 

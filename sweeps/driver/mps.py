@@ -45,6 +45,10 @@ from sweeps.plan.mps import MpsPlan, Want, plan_mps  # noqa: F401 (named here by
 
 #: the MPS control program of NVIDIA's driver
 MPS_CONTROL = "nvidia-cuda-mps-control"
+#: why :func:`node_mps` starts no daemon on a node without the control program
+NO_CONTROL = f"no {MPS_CONTROL} on this node's PATH"
+#: what tells the launcher this machine has an NVIDIA GPU at all (as the plan names it)
+NVIDIA_SMI = "nvidia-smi"
 PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
 #: where a node-wide daemon listens when nobody set a pipe directory
 DEFAULT_PIPE = Path("/tmp/nvidia-mps")
@@ -77,7 +81,7 @@ def node_mps(
                 f"NVIDIA's driver); put it on PATH, or set resources.mps to auto (MPS where a node "
                 f"has it) or off"
             )
-        return None, f"no {MPS_CONTROL} on this node's PATH: the trials time-slice the GPU"
+        return None, f"{NO_CONTROL}: the trials time-slice the GPU"
     return binary, "starting one"
 
 
@@ -216,11 +220,35 @@ def _starts_its_own_ray(address: str | None) -> bool:
     return not ray.is_initialized() and choose_address(address).address is None
 
 
+def without_mps(arranged: bool, gpu_here: bool) -> str:
+    """What a sweep that wanted a daemon and got none comes to, for the console: on a machine
+    without an NVIDIA GPU, only that (its trials train on the CPU, no GPU time-slices); under
+    ``resources.gpu: auto`` (``arranged``) that the plan counted on MPS, and the launch that plans
+    without it."""
+    if not gpu_here:
+        return f"no NVIDIA GPU on this machine: no {NVIDIA_SMI} on PATH"
+    if not arranged:
+        return "the trials time-slice the GPU"
+    return (
+        "the trials time-slice the GPU, but the plan's GPU arrangement (resources.gpu auto) "
+        "assumed MPS; relaunch with --set resources.mps=off: the plan then costs shared GPUs as "
+        "time-sliced (and keeps any fused groups)"
+    )
+
+
 @contextmanager
-def mps_for_sweep(plan: MpsPlan, address: str | None) -> Iterator[MpsDaemon | None]:
+def mps_for_sweep(
+    plan: MpsPlan,
+    address: str | None,
+    arranged: bool = False,
+    which: Callable[[str], str | None] = shutil.which,
+) -> Iterator[MpsDaemon | None]:
     """The launcher's MPS: a daemon for the sweep's trials while the block runs, when the sweep
     wants one (``plan``, the launch plan's :func:`~sweeps.plan.mps.plan_mps`), the launcher starts its own Ray (no ``--address``, or
     ``local``) and this machine has MPS (:func:`node_mps`). Ray is stopped before the daemon.
+    ``arranged``: the plan chose the GPU arrangement (``resources.gpu: auto``), counting on MPS
+    where it shares GPUs; without a daemon the console says so, with the launch that plans
+    without it (:func:`without_mps`).
 
     A sweep with ``resources.mps: on`` on a machine without MPS stops here, before Ray starts,
     with exit status 2 (as a bad ``--output`` does)."""
@@ -235,10 +263,24 @@ def mps_for_sweep(plan: MpsPlan, address: str | None) -> Iterator[MpsDaemon | No
         yield None
         return
     try:
-        binary, why = node_mps(plan.want, os.environ)
+        binary, why = node_mps(plan.want, os.environ, which)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    gpu_here = which(NVIDIA_SMI) is not None
+    if binary is None and not gpu_here and why.startswith(NO_CONTROL):
+        print(f"MPS: none started ({without_mps(arranged, gpu_here)})")
+        yield None
+        return
+    if binary is None and why.startswith(NO_CONTROL):
+        said = f"MPS: none started ({plan.reason}, but {NO_CONTROL}): "
+        said += without_mps(arranged, gpu_here)
+        if arranged:  # the arrangement loses what it was chosen for: a warning
+            print(f"warning: {said}", file=sys.stderr, flush=True)
+        else:
+            print(said)
+        yield None
+        return
     if binary is None:
         print(f"MPS: none started ({plan.reason}, but {why})")
         yield None
@@ -249,7 +291,10 @@ def mps_for_sweep(plan: MpsPlan, address: str | None) -> Iterator[MpsDaemon | No
         if plan.want == "required":
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        print(f"warning: MPS not started ({exc}); the trials time-slice the GPU", file=sys.stderr)
+        print(
+            f"warning: MPS not started ({exc}); {without_mps(arranged, gpu_here)}",
+            file=sys.stderr,
+        )
         yield None
         return
     print(

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from sweeps.assignments import AssignmentError, parse_assignments
 from sweeps.spec.dotted import get_dotted, holding_key, set_dotted
-from sweeps.spec.gpu import check_gpu_settings
+from sweeps.spec.gpu import check_gpu_settings, check_graphed_students
 from sweeps.spec.grid import (
     SMOKE_ORIGIN,
     Cell,
@@ -212,7 +212,7 @@ def _build(
     check_seeds(spec, source)  # seeds: {per_configuration: true}
     if used:
         check_warm_start(spec, source)
-    check_gpu_settings(spec, source)  # cuda_graphs and mps: on want trials on a GPU
+    check_gpu_settings(spec, source, _cpu_profile(spec, profiled, set_keys))
     cells = expand_grid(spec.grid, source)
     check_baseline(spec, cells, source)
     _check_sets_are_used(set_keys, cells, spec, source)
@@ -226,6 +226,7 @@ def _build(
             for seed in spec.seed_values:
                 plans.append(TrialPlan(cell, seed, task, model, trainer))
         teachers = resolve_teachers(spec, cells, plans, source)  # dependent trials
+        check_graphed_students(spec, plans, source)  # their teachers run outside a graph
     finally:
         save_signatures()  # the attention checks learnt here serve the next run too
     return Sweep(
@@ -238,6 +239,23 @@ def _build(
         profile_settings=profiled,
         set_overrides=list(overrides or []),
     )
+
+
+def _cpu_profile(
+    spec: SweepSpec, profiled: dict[str, tuple[Any, str]], set_keys: dict[str, Any]
+) -> str | None:
+    """The profile (``profiles.smoke``) that set ``resources.gpu``, where the graphs the trials
+    ask for are the file's own ``trainer.cuda_graphs`` (neither the profile's nor a ``--set``):
+    for :func:`~sweeps.spec.gpu.check_gpu_settings`, whose fix is then to turn them off in it."""
+    if not spec.trainer.cuda_graphs:
+        return None
+    if any(holding_key("trainer.cuda_graphs", keys) for keys in (profiled, set_keys)):
+        return None
+    held = holding_key("resources.gpu", profiled)
+    origin = profiled[held][1] if held is not None else ""
+    if not origin.startswith("profiles."):
+        return None
+    return origin.removesuffix(f".{held}")
 
 
 def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, source: str) -> None:

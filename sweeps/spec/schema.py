@@ -145,7 +145,9 @@ class ResourcesSpec(_Strict):
             raise ValueError(
                 f"{v:g} GPUs a trial: a trial (or each of its DDP workers) trains on one GPU, so the "
                 f"others would stay reserved and idle; for {v:g} GPUs a trial write workers: "
-                f"{max(2, round(v))} with gpu: 1 (a DDP job, one GPU a worker), else gpu: 1"
+                f"{max(2, round(v))} with gpu: 1 (a DDP job, one GPU a worker: it needs "
+                f"{max(2, round(v))} GPUs on one node, or on a cluster's nodes together), else "
+                "gpu: 1"
             )
         if 0 < v < 1 / MPS_CLIENTS:
             raise ValueError(

@@ -112,7 +112,9 @@ def run_sweep(plan: SweepPlan, args: argparse.Namespace, profile: str | None) ->
 
     before, charged = launch_stages()
     # the MPS daemon (sweeps.driver.mps) is up before Ray starts and stopped after Ray stops
-    with environ_restored(LAUNCH_ENV), Preemption() as stop, mps_for_sweep(plan.mps, args.address):
+    arranged = plan.arrangement is not None and plan.arrangement.chosen  # resources.gpu auto
+    mps = mps_for_sweep(plan.mps, args.address, arranged)
+    with environ_restored(LAUNCH_ENV), Preemption() as stop, mps:
         plain_prefixes()
         quiet_stopped_trials()
         launch = Launch.begin(plan, args, profile, stop)

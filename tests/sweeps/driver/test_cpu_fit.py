@@ -1,11 +1,17 @@
-"""A sweep whose trials ask for more CPUs than Ray can give one: refused before any trial on the
-launcher's own local Ray (Tune would wait without end), with the value that fits."""
+"""A sweep whose trials ask for more CPUs than Ray can give one, or DDP trials that ask for more
+GPUs than it holds: refused before any trial on the launcher's own local Ray (Tune would wait
+without end), with the value that fits."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sweeps.driver.cluster import too_few_cpus
+import pytest
+from sweep_helpers import base_spec
+
+from sweeps.driver.cluster import LaunchError, check_cluster, too_few_cpus, too_few_gpus
+from sweeps.plan.sweep_plan import Paths
+from sweeps.spec import build_sweep
 
 
 def nodes(*cpus: float, dead: float | None = None) -> list[dict]:
@@ -54,3 +60,45 @@ def test_the_dry_run_says_where_a_local_launch_would_stop(tmp_path, capsys, monk
     for more in (["--num-cpus", "4"], ["--address", "10.0.0.5:6379"]):  # fits; another Ray
         assert main([*base, *more]) == 0
         assert "the launch would stop" not in capsys.readouterr().out
+
+
+def test_a_ddp_trial_asking_for_more_gpus_than_there_are_is_named_with_the_workers_that_fit():
+    r = SimpleNamespace(cpu=1, workers=3)  # gpu: 3 refused, its advice: workers 3, gpu 1
+    assert too_few_gpus(r, 1.0, 1.0, local=True) == (
+        "a DDP trial needs 3 GPUs (3 workers of resources.gpu 1) and the machine has 1: no trial "
+        "would start; --set resources.workers=1 for one process a trial; or launch on a cluster "
+        "with more (--address)"
+    )
+    said = too_few_gpus(SimpleNamespace(cpu=1, workers=4), 1.0, 2.0, local=False)
+    assert said.endswith("and the cluster has 2: no trial would start; --set resources.workers=2 "
+                         "for fewer workers")  # fmt: skip
+    assert too_few_gpus(r, 1.0, 3.0, local=True) is None
+    assert too_few_gpus(r, 0.5, 2.0, local=True) is None  # 3 x 0.5
+    assert too_few_gpus(SimpleNamespace(cpu=1, workers=1), 1.0, 0.5, local=True) is None
+
+
+def test_the_local_ray_refuses_a_ddp_trial_before_any_trial_starts(tmp_path, monkeypatch, capsys):
+    """check_cluster on the launcher's own Ray (a stand-in for Ray's calls: one node, 1 GPU,
+    declared for placement only); with --address the same is a warning (GPU nodes may join)."""
+    import ray  # (Ray and torch: only this test of the file needs them)
+
+    from sweeps.integrations.torch_build import SIMULATED_GPUS
+
+    node = {"Alive": True, "NodeID": "n", "NodeManagerAddress": "127.0.0.1",
+            "Resources": {"CPU": 16.0, "GPU": 1.0}}  # fmt: skip
+    monkeypatch.setattr(ray, "nodes", lambda: [node])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: dict(node["Resources"]))
+    monkeypatch.setattr(
+        ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n")
+    )
+    monkeypatch.setenv(SIMULATED_GPUS, "1")
+    sweep = build_sweep(base_spec(resources={"cpu": 1, "gpu": 1, "workers": 3}))
+    paths = Paths(output=tmp_path, storage=str(tmp_path))
+    with pytest.raises(LaunchError, match=r"^a DDP trial needs 3 GPUs \(3 workers of "
+                       r"resources\.gpu 1\) and the machine has 1: no trial would start"):  # fmt: skip
+        check_cluster(sweep, paths, address=None)
+    fit = check_cluster(sweep, paths, address="127.0.0.1:6379")
+    assert fit.max_concurrent_trials == 1
+    assert "warning: a DDP trial needs 3 GPUs" in capsys.readouterr().out
+    two = build_sweep(base_spec(resources={"cpu": 1, "gpu": 0.5, "workers": 2}))
+    assert check_cluster(two, paths, address=None).gpu == 0.5

@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from mps_helpers import install_fake_mps, mps_calls
 
 from sweeps.driver.mps import (
@@ -29,6 +30,7 @@ from sweeps.driver.mps import (
     plan_mps,
 )
 from sweeps.errors import SpecError
+from sweeps.plan.mps import MpsPlan
 from sweeps.spec import load_spec
 from sweeps.trial.fitting import trainer_kwargs
 
@@ -140,6 +142,30 @@ def test_the_sweep_file_keys_and_their_refusals():
     assert "cuda_graphs" not in trainer_kwargs(ok.plans[0].trainer)  # not a Trainer argument
 
 
+def test_a_cpu_profile_under_the_file_s_own_graphs_names_its_fix(tmp_path):
+    """``trainer.cuda_graphs: true`` in the file's trainer section and a smoke profile that
+    trains on the CPU: the error names docs/gpu.md's fix, graphs off in that profile, which then
+    loads; graphs given on the command line keep the fix of the two keys in one launch."""
+    raw = yaml.safe_load(QUICKSTART.read_text())
+    raw["trainer"] = {**raw.get("trainer", {}), "cuda_graphs": True}
+    raw["resources"] = {**raw.get("resources", {}), "gpu": 0.5}
+    raw.setdefault("profiles", {}).setdefault("smoke", {})["resources.gpu"] = 0
+    path = tmp_path / "graphs.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: profiles.smoke: trainer.cuda_graphs: captures training steps on a GPU, but the "
+        "trials train on the CPU (resources.gpu: 0); set trainer.cuda_graphs: false in "
+        "profiles.smoke, or set resources.gpu there (e.g. 1 or 0.5), or remove cuda_graphs"
+    )
+    raw["profiles"]["smoke"]["trainer.cuda_graphs"] = False
+    path.write_text(yaml.safe_dump(raw))
+    assert load_spec(path, profile="smoke").spec.trainer.cuda_graphs is False
+    with pytest.raises(SpecError, match=r"set resources\.gpu \(e\.g\. 1 or 0\.5\), or remove"):
+        sweep("trainer.cuda_graphs=true")
+
+
 # ---------------------------------------------------------------- the launcher's daemon
 
 
@@ -208,6 +234,59 @@ def test_a_daemon_that_does_not_start(fake_mps, monkeypatch, capsys):
         with mps_for_sweep(wants("resources.gpu=0.5", "resources.mps=on"), "local"):
             pass
     assert "already running" in capsys.readouterr().err
+
+
+def test_without_a_daemon_an_auto_arrangement_names_the_launch_that_plans_without_mps(
+    tmp_path, monkeypatch, capsys
+):
+    """``resources.gpu: auto`` put trials several to a GPU counting on MPS: with no control
+    program, or a daemon that fails, the warning says so and names --set resources.mps=off; on a
+    machine without an NVIDIA GPU nothing is said of time-slicing a GPU."""
+    auto = MpsPlan("yes", "the plan puts 8 trials alone to a GPU (resources.gpu auto)")
+    gpu_bin = tmp_path / "gpu"
+    gpu_bin.mkdir()
+    (gpu_bin / "nvidia-smi").write_text("#!/bin/sh\n")
+    (gpu_bin / "nvidia-smi").chmod(0o755)
+    monkeypatch.delenv(PIPE_ENV, raising=False)
+    fix = (
+        "the trials time-slice the GPU, but the plan's GPU arrangement (resources.gpu auto) "
+        "assumed MPS; relaunch with --set resources.mps=off: the plan then costs shared GPUs as "
+        "time-sliced (and keeps any fused groups)"
+    )
+    monkeypatch.setenv("PATH", str(gpu_bin))  # a GPU, no nvidia-cuda-mps-control
+    with mps_for_sweep(auto, "local", arranged=True) as daemon:
+        assert daemon is None
+    said = capsys.readouterr()
+    assert said.err == (
+        "warning: MPS: none started (the plan puts 8 trials alone to a GPU (resources.gpu auto), "
+        f"but no nvidia-cuda-mps-control on this node's PATH): {fix}\n"
+    )
+    with mps_for_sweep(wants("resources.gpu=0.5"), "local") as daemon:  # a number: as it was
+        assert daemon is None
+    assert (
+        "but no nvidia-cuda-mps-control on this node's PATH): the trials time-slice the GPU\n"
+        in (capsys.readouterr().out)
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # no GPU at all
+    with mps_for_sweep(auto, "local", arranged=True) as daemon:
+        assert daemon is None
+    said = capsys.readouterr()
+    assert "time-slice" not in said.out + said.err and "--set resources.mps" not in said.err
+    assert said.out == "MPS: none started (no NVIDIA GPU on this machine: no nvidia-smi on PATH)\n"
+    log = install_fake_mps(gpu_bin)  # a daemon that fails to start
+    monkeypatch.setenv("PATH", str(gpu_bin))
+    monkeypatch.setenv("FAKE_MPS_LOG", str(log))
+    monkeypatch.setenv("FAKE_MPS_FAIL_START", "1")
+    with mps_for_sweep(auto, "local", arranged=True) as daemon:
+        assert daemon is None
+    err = capsys.readouterr().err
+    assert err.startswith("warning: MPS not started (") and err.endswith(f"); {fix}\n")
+    (gpu_bin / "nvidia-smi").unlink()
+    with mps_for_sweep(auto, "local", arranged=True) as daemon:
+        assert daemon is None
+    err = capsys.readouterr().err
+    assert "time-slice" not in err and err.endswith("); no NVIDIA GPU on this machine: no "
+                                                    "nvidia-smi on PATH\n")  # fmt: skip
 
 
 @pytest.mark.ray

@@ -426,6 +426,11 @@ def test_a_metric_the_task_never_reports_is_refused_for_selection_and_stopping()
             "resources.gpu: 8 GPUs a trial: a trial (or each of its DDP workers) trains on one GPU",
         ),
         (2.0, "write workers: 2 with gpu: 1"),
+        (
+            3,
+            "for 3 GPUs a trial write workers: 3 with gpu: 1 (a DDP job, one GPU a worker: it "
+            "needs 3 GPUs on one node, or on a cluster's nodes together), else gpu: 1",
+        ),
         (0.0001, "gpu 0.0001 packs 10000 trials on one GPU; NVIDIA MPS serves at most 48"),
     ],
 )

@@ -173,3 +173,46 @@ def test_teachers_are_refused_where_students_cannot_be_held_back():
     assert "a teacher is named by a grid variant" in error_of(
         spec(model={"preset": "tiny", "teacher": {"cell": {"attention": "bahdanau"}}})
     )
+
+
+def test_cuda_graphs_for_a_distilling_student_are_refused_with_the_fix():
+    """Its teacher runs outside the graph: the student would fail at fit, after its teacher's
+    trials trained. Refused on loading, wherever the graphs are asked for (the trainer section,
+    a grid, a search) and wherever the student's distill_weight comes from."""
+    gpu = {"resources": {"gpu": 0.5}}
+    said = error_of(spec(trainer={"max_steps": 10, "cuda_graphs": True}, **gpu))
+    assert said.startswith(
+        "x.yaml: trainer.cuda_graphs: does not capture a distilling student's teacher, which "
+        "runs outside the graph: cell 'length=5 attention=memory K=2 distill_weight=1' "
+        "(distill_weight 1) would fail when it starts (after its teacher cell's trials, where "
+        "it has one)"
+    ), said
+    assert said.endswith(
+        "train distilling students without graphs (trainer.cuda_graphs: false, e.g. --set "
+        "trainer.cuda_graphs=false), or set their distill_weight to 0"
+    )
+    auto = error_of(spec(trainer={"max_steps": 10, "cuda_graphs": True}, resources={"gpu": "auto"}))
+    assert "does not capture a distilling student's teacher" in auto
+    grid = spec(**gpu)
+    grid["grid"]["trainer.cuda_graphs"] = [False, True]
+    assert error_of(grid).startswith("x.yaml: grid.trainer.cuda_graphs: does not capture")
+    assert "(take true out of grid.trainer.cuda_graphs)" in error_of(grid)
+    # without students, or without graphs, nothing to refuse
+    no_students = spec(trainer={"max_steps": 10, "cuda_graphs": True}, **gpu)
+    no_students["grid"]["model"][1] = {**STUDENT, "distill_weight": [0]}
+    no_students["grid"]["model"][1].pop("teacher")
+    assert build_sweep(no_students, source="x.yaml").plans
+    assert build_sweep(spec(**gpu), source="x.yaml").plans
+    # a search that samples the weight, a fixed teacher checkpoint
+    searched = {
+        "name": "t",
+        "task": {"name": "copy", "max_length": 5, "train_size": 64, "val_size": 16},
+        "model": {"preset": "tiny", "attention": "memory", "K": 2, "teacher_checkpoint": "t.ckpt"},
+        "trainer": {"max_steps": 10, "cuda_graphs": True},
+        "parameters": {"model.distill_weight": {"min": 0.0, "max": 1.0}},
+        "num_samples": 2,
+        **gpu,
+    }
+    assert "(a sampled model.distill_weight above 0)" in error_of(searched)
+    searched["trainer"]["cuda_graphs"] = False
+    assert build_sweep(searched, source="x.yaml").plans
