@@ -9,7 +9,8 @@ GPU-second:
 
 - a fused group holds a GPU of its own (one group to a GPU is what was measured: a group of 16
   steps about as fast as a group of 1), with one CPU thread (a process that drives a GPU needs one
-  fast thread to launch its kernels; more threads do nothing for the GPU's work);
+  fast thread to launch its kernels; more threads do nothing for the GPU's work), and a CPU more
+  for each of its DataLoader workers (``task.num_workers``);
 - trials alone share a GPU under MPS, as many as the table's best measured count (8) and no more
   than there are trials alone, eager, or graphed when no trial of the sweep trains fused (graphs
   are set for the whole sweep, and the table has no graphed fused step yet);
@@ -194,12 +195,14 @@ def plan_arrangement(
         seconds, fused, per_gpu, graphed = min(
             options, key=lambda o: (o[0], not o[1], not o[3], o[2])
         )
+        # the process that drives the GPU, and each of its DataLoader workers (task.num_workers)
+        loaders = max(int(u.task.get("num_workers") or 0) for u in units)
         arrangement = dict(
             fused=fused,
             group_gpu=1.0,
-            group_cpu=GPU_PROCESS_CPUS,
+            group_cpu=GPU_PROCESS_CPUS + loaders,
             lone_gpu=1.0 / per_gpu,
-            lone_cpu=GPU_PROCESS_CPUS,
+            lone_cpu=GPU_PROCESS_CPUS + loaders,
             graphs=graphed,
             mps=bool(lone or not fused) and per_gpu > 1 and mps,
         )

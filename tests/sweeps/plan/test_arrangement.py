@@ -262,3 +262,14 @@ def test_the_budget_charges_each_trial_what_the_arrangement_reserves(tmp_path, m
     charged = Ledger.load(tmp_path).charged
     # held from the first tick on: 1 GPU (the group) + 2 x 1/2; 1 CPU (the group) + 2 x 1
     assert charged["gpu_hours"] / charged["cpu_hours"] == pytest.approx(2 / 3)
+
+
+def test_a_trial_under_auto_holds_a_cpu_for_each_of_its_data_loader_workers():
+    """wmt17.yaml's trials load with 2 DataLoader workers; under auto each held 1 CPU, so 8 to a
+    GPU ran 24 processes on 8 CPUs. Each holds the GPU's driving thread and one per worker."""
+    sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml")
+    assert {int(p.task["num_workers"]) for p in sweep.plans} == {2}
+    a = plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3")
+    assert a.chosen and a.lone_cpu == 3.0 and a.group_cpu == 3.0
+    _, copy = arranged()
+    assert copy.lone_cpu == 1.0
