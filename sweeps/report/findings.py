@@ -329,6 +329,66 @@ def _scoring_judged(best: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+#: the reading of a row with position encodings that names none (the memory attention default)
+DEFAULT_PE_READING = "sentence"
+
+
+def position_findings(
+    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+) -> list[dict[str, Any]]:
+    """position_encoding.yaml's question, at each length and K: do position encodings raise BLEU?
+    Memory attention with them (each ``position_encoding_normalization`` reading apart) against
+    the same K without, paired by seed: held when the interval lies above 0, contradicted when
+    below, not shown otherwise. K=1 is left out (with or without, one model: the encoder's softmax
+    over one slot is 1 whatever the score), as is a K where another grid value varies beside it."""
+    if "position_encoding" not in df or "K" not in df:
+        return []
+    return [
+        in_context(r, context)
+        for context, rows in contexts(per_seed(df, metric, mode))
+        for r in _position_judged(rows, metric)
+    ]
+
+
+def _position_judged(best: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
+    axis = axis_of(best)
+    best = best[(best["attention"].astype(str) == "memory") & best["K"].notna()].copy()
+    if best.empty or axis not in best:
+        return []
+    best["pe"] = best["position_encoding"].map(lambda v: str(v).lower() in ("true", "1", "1.0"))
+    reading = (
+        best["position_encoding_normalization"].fillna(DEFAULT_PE_READING).astype(str)
+        if "position_encoding_normalization" in best
+        else pd.Series(DEFAULT_PE_READING, index=best.index)
+    )
+    best["reading"] = reading.where(best["pe"], "")
+    out = []
+    for (length, k), at in best.groupby([axis, "K"], sort=True):
+        if int(k) == 1:
+            continue
+        off = at[~at["pe"]].set_index("seed")[metric]
+        readings = sorted(at.loc[at["pe"], "reading"].unique())
+        if off.empty or off.index.duplicated().any():
+            continue
+        for name in readings:
+            on = at[at["pe"] & (at["reading"] == name)].set_index("seed")[metric]
+            if on.index.duplicated().any():
+                continue
+            m, _, ci, n = interval((on - off).dropna())
+            label = "PE on" if len(readings) == 1 else f"PE on ({name})"
+            out.append(
+                {
+                    "finding": f"position encodings raise BLEU at K={int(k)} (the study's question)",
+                    "length": length,
+                    "quantity": f"{label} − PE off",
+                    "estimate": estimate(m, ci),
+                    "seeds": n,
+                    "verdict": verdict(m, ci, n, 0.0, "above"),
+                }
+            )
+    return out
+
+
 def unpaired_note(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> str:
     """The line that says which findings (and paired bootstrap rows) were left out because one
     model name stands for several cells at a length (a scoring pair or a student with another
@@ -463,6 +523,7 @@ def seed_sections(
     judged = (
         findings(df, metric, mode)
         + scoring_findings(df, metric, mode)
+        + position_findings(df, metric, mode)
         + distill_findings(df, metric, mode)
     )
     if judged:

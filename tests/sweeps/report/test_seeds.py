@@ -11,7 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeps.report.findings import bootstrap_markdown, findings, scoring_findings, seed_sections
+from sweeps.report.findings import (
+    bootstrap_markdown,
+    findings,
+    position_findings,
+    scoring_findings,
+    seed_sections,
+)
 from sweeps.report.stats import (
     bootstrap_table,
     cell_intervals,
@@ -224,6 +230,59 @@ def test_softmax_softmax_worst_is_judged_against_every_other_pair():
     assert judged[60]["quantity"].startswith("softmax/sigmoid")
     # one K (the scoring study): no "larger K" finding comparing K=32 with itself
     assert not any(f["finding"].startswith("longer sequences need larger K") for f in findings(df))
+
+
+def test_the_position_encoding_study_judges_pe_on_against_off_per_k_paired_by_seed():
+    """position_encoding.yaml's report had no comparison of PE on with PE off (a planted +5 BLEU
+    effect gave no row): each K's PE-on reading is judged against PE off at the same K and seed;
+    K=1 (one model with or without) is left out; a second reading is named."""
+    rows = []
+    bleus = {  # (K, PE, reading): per seed
+        (1, False, None): [50, 52, 51],
+        (1, True, "sentence"): [50, 52, 51],
+        (4, False, None): [60, 62, 61],
+        (4, True, "sentence"): [66, 67, 66.5],  # above: held
+        (16, False, None): [70, 72, 71],
+        (16, True, "sentence"): [60, 63, 61],  # below: contradicted
+        (16, True, "none"): [71, 70, 73],  # straddles: not shown
+    }
+    for (k, pe, reading), values in bleus.items():
+        for seed, bleu in enumerate(values):
+            cell = f"length=100 memory K={k} position_encoding={pe}" + (
+                f" position_encoding_normalization={reading}" if reading == "none" else ""
+            )
+            rows.append(
+                {
+                    "cell": cell,
+                    "model": cell.removeprefix("length=100 "),
+                    "attention": "memory",
+                    "K": k,
+                    "position_encoding": pe,
+                    "position_encoding_normalization": reading if reading == "none" else None,
+                    "length": 100,
+                    "seed": seed,
+                    "status": "done",
+                    "val/bleu": bleu,
+                }
+            )
+    judged = position_findings(pd.DataFrame(rows))
+    got = {(j["finding"].split(" at ")[1].split()[0], j["quantity"]): j for j in judged}
+    assert set(got) == {
+        ("K=4", "PE on − PE off"),
+        ("K=16", "PE on (none) − PE off"),
+        ("K=16", "PE on (sentence) − PE off"),
+    }
+    assert got["K=4", "PE on − PE off"]["verdict"] == "held"
+    assert got["K=4", "PE on − PE off"]["estimate"].startswith("+5.50")
+    assert got["K=16", "PE on (sentence) − PE off"]["verdict"] == "contradicted"
+    assert got["K=16", "PE on (none) − PE off"]["verdict"] == "not shown"
+    assert all(j["seeds"] == 3 and j["length"] == 100 for j in judged)
+    # and in results.md's findings table, beside the paper's
+    sections = dict(seed_sections(pd.DataFrame(rows)))
+    assert (
+        "position encodings raise BLEU at K=4"
+        in sections[next(iter(k for k in sections if "findings" in k))]
+    )
 
 
 def test_paired_bootstrap_uses_sacrebleu_and_brackets_the_difference():
