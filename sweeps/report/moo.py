@@ -149,7 +149,10 @@ def section(sweep_dir: Path, views: list[StudyView] | None = None) -> str:
         f"Objectives: {names[0]} ({views[0].directions[0]}), {names[1]} ({views[0].directions[1]}); "
         f"{second_objective_note(names[1])} Fronts: the feasible finished trials no other "
         f"dominates. Hypervolume: reference {names[0]} 0 and 1.1 x the study's slowest {names[1]}. "
-        f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}.",
+        f"Early stopping: the Pareto rung rule (docs/moo_early_stopping.md){_ties(views)}. "
+        "The answers count finished trials only (a stopped one is named as not ruled out); the "
+        "tables above take each cell's best trial by its last report, a stopped one included, so "
+        "the two can name different models.",
         "",
         "### Answers",
         "",
