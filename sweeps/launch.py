@@ -1,7 +1,8 @@
 """Run a sweep: ``python sweeps/launch.py sweeps/k_vs_length.yaml [options]``.
 
     --dry-run              validate, print the trial table and count, check that every folder
-                           the sweep writes can be written; start nothing
+                           the sweep writes can be written and that a cluster address given
+                           answers; start nothing
     --profile NAME         apply the sweep's named profile of overrides (its `profiles:` block)
     --smoke                the plumbing profile: the same grid, scaled down (tiny model, few steps)
                            to finish in minutes on CPU; proves nothing about the science
@@ -24,8 +25,8 @@ included), results.md, PNG plots. W&B logs online when an API key is present (en
 ``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
 
 Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
---set value, a folder it cannot write, or a torch that cannot use the GPUs asked for (one line
-naming the key, nothing started); 75 preempted (SIGTERM, or
+--set value, a folder it cannot write, a cluster address that does not answer, or a torch that
+cannot use the GPUs asked for (one line naming the key, nothing started); 75 preempted (SIGTERM, or
 SIGUSR1 as SLURM's warning before the time limit, in any stage: the unfinished trials are
 ``preempted`` in results.csv, and ``--resume`` continues them and times and evaluates the models
 not yet done), or the Ray head lost (its GCS silent for 40 s by default; the resume command is
@@ -46,8 +47,14 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.driver.cluster import ADDRESS_FORMS, address_parts, local_cpu_note  # noqa: E402
+from sweeps.driver.cluster import (  # noqa: E402
+    ADDRESS_FORMS,
+    address_parts,
+    check_address,
+    local_cpu_note,
+)
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
+from sweeps.driver.resume_check import lost_finished_checkpoints  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
 from sweeps.layout import positive_int  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
@@ -213,12 +220,21 @@ def main(argv: list[str] | None = None) -> int:
             running = running_launch(plan.out_dir)  # where the launch would stop: another runs
             if running:
                 raise LaunchError(running)
+            experiment = plan.paths.experiment(sweep.name)
             if args.resume:
-                print(resume_line(plan.paths.experiment(sweep.name), plan.out_dir))
-            else:
-                check_new_sweep(
-                    plan.paths.experiment(sweep.name), args.spec, args.output, plan.out_dir
+                print(resume_line(experiment, plan.out_dir))
+                lost = "://" not in experiment and lost_finished_checkpoints(
+                    plan.out_dir, args.spec, args.output
                 )
+                if lost:  # as the resume says it
+                    print(lost)
+            else:
+                check_new_sweep(experiment, args.spec, args.output, plan.out_dir)
+            # where the launch would stop: the cluster it joins does not answer (a probe of its
+            # port and GCS, which starts nothing)
+            address = args.address or os.environ.get("RAY_ADDRESS")
+            if address and args.address != "local":
+                check_address(address, source="--address" if args.address else "RAY_ADDRESS")
             cpus = local_cpu_note(sweep.spec.resources, args.address, args.num_cpus)
             for note in [gpu_note(sweep), cpus, *plan.data_notes]:
                 if note:

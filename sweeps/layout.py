@@ -193,13 +193,15 @@ def missing_in_sweep_folder(
 
 def checkpoint_here(path: str, folder: Path) -> str | None:
     """Where a results.csv row's checkpoint (``path``, as the row has it) of the sweep in
-    ``folder`` is now: the path itself where it is a file, else the same file under ``folder`` by
-    the part of the path after the sweep's name (a folder moved or copied since: the launch wrote
-    ``/old/place/quickstart/<trial>/...``; a relative path read from another working folder);
+    ``folder`` is now: the same file under ``folder`` by the part of the path after the sweep's
+    name (a folder moved or copied since: the launch wrote ``/old/place/quickstart/<trial>/...``;
+    a relative path read from another working folder), else the path itself where it is a file.
+    Where the trial's folder is under ``folder`` (a copy beside its original), its checkpoint is
+    that folder's, and None when gone from it even though the original's file is still there.
     None where neither is there. A bucket's path is taken as it is."""
     if not path:
         return None
-    if "://" in path or Path(path).is_file():
+    if "://" in path:
         return path
     parts = Path(path).parts
     if folder.name in parts:
@@ -207,7 +209,9 @@ def checkpoint_here(path: str, folder: Path) -> str | None:
         moved = folder.joinpath(*inside)
         if inside and moved.is_file():
             return str(moved)
-    return None
+        if len(inside) > 1 and (folder / inside[0]).is_dir():
+            return None  # the trial is here (its checkpoint too, if any): not another copy's
+    return path if Path(path).is_file() else None
 
 
 def checkpoint_damaged(path: str) -> bool:

@@ -182,14 +182,20 @@ def test_a_trials_saved_state_holds_its_checkpoint_manager_as_the_repair_reads_i
     result = _TrainingResult(Checkpoint(path="/nowhere"), {"step": 1})
     assert result.checkpoint.path == "/nowhere" and result.metrics == {"step": 1}
     json.dumps(meta, cls=TuneFunctionEncoder)  # written back the same way
+    # a finished trial is told by its status in the entry's first part (_trial_status)
+    from sweeps.driver.resume_check import _trial_status
+
+    trial = stub_trial()
+    trial.status = Trial.TERMINATED
+    assert _trial_status(trial.get_json_state()) == "TERMINATED"
 
 
 @internal(
     "ray-state-files",
     "ray",
-    "sweeps/driver/resume_check.py (STATE_FILES, staging_folders, restore_trial_files)",
+    "sweeps/driver/resume_check.py (STATE_FILES, staging_folders, staged_for, restore_trial_files)",
 )
-def test_tunes_state_file_names_and_the_drivers_staging_folder():
+def test_tunes_state_file_names_and_the_drivers_staging_folder(tmp_path):
     from ray.train import constants
     from ray.train._internal.storage import StorageContext
     from ray.tune.search.search_generator import SearchGenerator
@@ -210,6 +216,15 @@ def test_tunes_state_file_names_and_the_drivers_staging_folder():
     # each trial's log files in a folder of the trial's own folder name (restore_trial_files)
     staged = source(StorageContext.trial_driver_staging_path.fget)
     assert "Path(self.experiment_driver_staging_path, self.trial_dir_name)" in staged
+    # a trial's saved state records the storage it wrote to, read without unpickling (staged_for)
+    from sweeps.driver.resume_check import _recorded_storage
+
+    trial = stub_trial()
+    trial.storage = StorageContext(
+        storage_path=str(tmp_path), experiment_dir_name="study", trial_dir_name="t1"
+    )
+    entry = trial.get_json_state()  # what experiment_state's trial_data[i] holds
+    assert _recorded_storage(entry) == (str(tmp_path.resolve()), "study")
 
 
 @internal("ray-result-grid-trials", "ray", "sweeps/report/results.py (trial_states, result_rows)")

@@ -13,11 +13,14 @@ found here first and named with its line:
   RUNNING is marked FAIL on restore (:meth:`sweeps.search.per_unit.PerUnit.restored`);
 - a file of Tune's driver state that does not read back (a full disk or a kill cut its copy short)
   is restored from the driver's own copy of that snapshot when this machine still has it, and is
-  otherwise refused, with what to do: nothing is restarted;
+  otherwise refused, with what to do: nothing is restarted. A driver's copy is used only where it
+  was written for this folder's storage (:func:`staged_for`), never a copy of the folder this
+  one was copied from;
 - a trial's log files cut short on the storage (Tune rewrites them at each snapshot; a full disk
   empties them, a killed launcher leaves them as its last copy had them) are restored from the driver's own copy when this machine still has it;
-- a trial whose recorded checkpoint is gone (deleted by Tune's rotation after its last snapshot,
-  the launcher killed in between) is pointed at its newest intact checkpoint; in a sweep folder
+- an unfinished trial whose recorded checkpoint is gone (deleted by Tune's rotation after its
+  last snapshot, the launcher killed in between) is pointed at its newest intact checkpoint (a
+  finished one is left as recorded: Tune does not run it again); in a sweep folder
   moved or copied since, a checkpoint is looked for where it is now (Tune re-roots the recorded
   paths itself);
 - the finished trials whose checkpoint file is gone are named, with the warm-started launch that
@@ -30,6 +33,7 @@ import csv
 import json
 import os
 import pickle
+import pickletools
 import shutil
 import tempfile
 import time
@@ -101,20 +105,75 @@ def damage(path: Path) -> str | None:
 
 def staging_folders(experiment: Path, states: list[str]) -> list[Path]:
     """The driver's staging folders on this machine (newest first) of the runs that wrote any of
-    the state files named ``states``: Tune writes each snapshot and each trial's log files there
-    first, then copies them to the storage, where a full disk or a kill mid-copy cuts its copies
-    short, not these."""
+    the state files named ``states`` for this experiment folder: Tune writes each snapshot and each
+    trial's log files there first, then copies them to the storage, where a full disk or a kill
+    mid-copy cuts its copies short, not these. A staging folder is this experiment's only where
+    its run's own snapshot records this storage (:func:`staged_for`): a copy of a sweep folder
+    holds the same state file names as its original, whose staging copies are not the copy's."""
     root = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
     # the staging folder's own timestamp can differ from the state file's by a second: match the file
     return sorted(
         (
             p
             for p in root.glob(f"session_*/artifacts/*/{experiment.name}/driver_artifacts")
-            if any((p / name).is_file() for name in states)
+            if any((p / name).is_file() for name in states) and staged_for(p, experiment)
         ),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
+
+
+def staged_for(folder: Path, experiment: Path) -> bool:
+    """Whether the staging folder ``folder`` is of a run whose storage was ``experiment``: the
+    newest snapshot in it (the run's own; the older ones are what it found on the storage when it
+    resumed) records, for its trials, the storage path and experiment folder name Tune wrote to.
+    False where that cannot be read: a copy not tied to this folder is not used."""
+    states = sorted(folder.glob("experiment_state-*.json"))
+    if not states:
+        return False
+    try:
+        trials = json.loads(states[-1].read_text()).get("trial_data") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    want = (str(experiment.parent.resolve()), experiment.name)
+    recorded = {_recorded_storage(entry) for entry in trials}
+    return bool(recorded) and recorded <= {want}
+
+
+def _recorded_storage(entry: object) -> tuple[str, str] | None:
+    """(storage path resolved, experiment folder name) one trial of Tune's experiment state
+    records: its ``storage``, a pickled ``StorageContext``, read as data (its strings), not
+    loaded: a staging folder of another run or user is never unpickled here."""
+    try:
+        storage = json.loads(entry[0])["storage"]  # type: ignore[index]
+        strings = _pickled_strings(bytes.fromhex(storage["value"]))
+        path = strings[strings.index("storage_fs_path") + 1]
+        name = strings[strings.index("experiment_dir_name") + 1]
+    except (TypeError, ValueError, KeyError, IndexError, pickle.UnpicklingError):
+        return None
+    return str(Path(path).resolve()), name
+
+
+def _pickled_strings(data: bytes) -> list[str]:
+    """The strings of a pickle in the order it pushes them (a memoized one again where it is
+    fetched back), without loading it: an object's attributes come as name, then value."""
+    memo: dict[int, object] = {}
+    found: list[str] = []
+    last: object = None
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "MEMOIZE":
+            memo[len(memo)] = last
+            continue
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[int(arg)] = last
+            continue
+        if op.name in ("GET", "BINGET", "LONG_BINGET"):
+            last = memo.get(int(arg))
+        else:  # a string pushed (not a GLOBAL's module and name), else something else
+            last = arg if "UNICODE" in op.name or "STRING" in op.name else None
+        if isinstance(last, str):
+            found.append(last)
+    return found
 
 
 def driver_copy(experiment: Path, state: Path) -> Path | None:
@@ -218,7 +277,11 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
     Tune deletes a trial's old checkpoints (``storage.keep_checkpoints``) as soon as a new one is
     registered, but writes its experiment state only every few seconds: a launcher killed in
     between leaves a state whose trial resumes from a deleted folder, and Ray fails the trial
-    before it starts ("does not exist on storage anymore") while newer folders sit beside it."""
+    before it starts ("does not exist on storage anymore") while newer folders sit beside it.
+
+    A finished trial (``TERMINATED``) is left as recorded: Tune does not run it again, and its
+    row keeps naming the checkpoint its timing and held-out records measured; one whose file is
+    gone is named by :func:`lost_finished_checkpoints`."""
     from ray.train import Checkpoint
     from ray.train._internal.session import _TrainingResult
     from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
@@ -228,6 +291,8 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
         state = json.loads(state_file.read_text())
         changed = False
         for entry in state.get("trial_data", []):
+            if _trial_status(entry) == "TERMINATED":
+                continue
             try:  # Tune's own file, which Tune unpickles the same way when it restores
                 meta = json.loads(entry[1], cls=TuneFunctionDecoder, allow_cloudpickle=True)
             except Exception:  # noqa: BLE001 -- a record this Ray cannot read: left to Tune, as before
@@ -270,15 +335,25 @@ def repoint_lost_checkpoints(experiment: Path) -> list[str]:
     return said
 
 
+def _trial_status(entry: object) -> str | None:
+    """The status (``TERMINATED``, ``PAUSED`` ...) one trial of Tune's experiment state records."""
+    try:
+        return json.loads(entry[0]).get("status")  # type: ignore[index]
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return None
+
+
 def _here(experiment: Path, path: str) -> Path:
     """The checkpoint file of a checkpoint folder Tune recorded (``path``), where it is now: the
-    recorded place, or for an experiment folder moved or copied since, the same trial folder and
-    checkpoint under ``experiment`` (Tune re-roots its recorded paths when it restores a moved
-    experiment, ``Trial.set_storage``)."""
+    same trial folder and checkpoint under ``experiment`` (Tune re-roots its recorded paths when
+    it restores an experiment folder moved or copied since, ``Trial.set_storage``), or the
+    recorded place where ``experiment`` has no such trial folder. A copy's trial is judged by the
+    copy's file, even where its original's is still there."""
     recorded = Path(path)
-    if (recorded / CHECKPOINT_FILE).is_file():
-        return recorded / CHECKPOINT_FILE
-    return experiment / recorded.parent.name / recorded.name / CHECKPOINT_FILE
+    here = experiment / recorded.parent.name / recorded.name / CHECKPOINT_FILE
+    if here.is_file() or here.parent.parent.is_dir():
+        return here
+    return recorded / CHECKPOINT_FILE
 
 
 def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
@@ -317,8 +392,10 @@ def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
         else "",
     ]
     return (
-        f"note: {'; '.join(s for s in said if s)}. Their rows keep their training figures, but "
-        "this resume does not train them again (Tune counts them finished) and cannot time or test them. To train "
+        f"note: {'; '.join(s for s in said if s)}. Their rows keep their training figures (and "
+        "where the file is gone, the timing and test figures measured before: their timing.json "
+        "and heldout.json), but this resume does not train them again (Tune counts them "
+        "finished) and cannot measure them again. To train "
         f"them again and keep the rest: python {launch_script()} {spec}{flags} --set "
         f"warm_start={out_dir} --output <another folder> (with the first run's profile and --set, "
         "every trial whose checkpoint is here and whole is reused)"

@@ -24,7 +24,13 @@ from sweeps.heldout.evaluate import TEST_COLUMNS, evaluate_checkpoint, split_nam
 from sweeps.layout import HELDOUT_FILE, write_atomic
 from sweeps.report.columns import FINISHED
 from sweeps.report.selection import is_confirm, mark_chosen
-from sweeps.timing.files import checkpoint_fingerprint, same_checkpoint
+from sweeps.timing.files import (
+    checkpoint_fingerprint,
+    checkpoint_gone,
+    gone_in_launch,
+    measured_this,
+    same_checkpoint,
+)
 from sweeps.timing.jobs import POLL_S, StageWatch, end_tasks, tasks_end_with
 from sweeps.trial.lifecycle import quiet_logs
 
@@ -95,6 +101,20 @@ def _already_evaluated(path: Path, checkpoint: str, fingerprint: str) -> dict[st
     return record.get("metrics") if same else None
 
 
+def _kept_when_gone(path: Path, checkpoint: str) -> tuple[str, dict[str, float]] | None:
+    """(split, test figures) of the record at ``path`` where it measured ``checkpoint``, a
+    checkpoint whose file is gone (:func:`~sweeps.timing.files.measured_this`): the figures of
+    that model, which nothing can evaluate again; None where there is no such record."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not measured_this(record.get("checkpoint"), checkpoint):
+        return None
+    metrics = record.get("metrics")
+    return (record.get("split") or "", metrics) if isinstance(metrics, dict) else None
+
+
 def evaluate_chosen_trials(
     rows: list[dict[str, Any]],
     plans: Mapping[str, tuple[Any, str]],
@@ -124,6 +144,20 @@ def evaluate_chosen_trials(
             continue
         plan, trial_dir = plans[tid]
         path = _record_path(trial_dir, out_dir, tid)
+        if checkpoint_gone(row["checkpoint"]):  # nothing can evaluate that model again
+            kept = _kept_when_gone(path, row["checkpoint"])
+            if kept is None:
+                row[HELDOUT_ERROR] = gone_in_launch(row["checkpoint"], "evaluate")
+                say(f"[heldout] trial {tid}: {row[HELDOUT_ERROR]}")
+                continue
+            row[TEST_SPLIT], metrics = kept
+            row.update(metrics)
+            results[tid] = metrics
+            say(
+                f"[heldout] trial {tid}: its checkpoint is gone; the figures evaluated for it "
+                f"before are kept ({path})"
+            )
+            continue
         try:
             fingerprint = checkpoint_fingerprint(row["checkpoint"])
         except Exception as exc:  # noqa: BLE001 -- a missing checkpoint is said in the row

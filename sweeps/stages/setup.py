@@ -21,9 +21,15 @@ from pathlib import Path
 
 from sweeps.build import prepare_data as prepare_task_data
 from sweeps.driver.budget import EXIT_BUDGET, budget_meter
-from sweeps.driver.cluster import LaunchError, check_cluster, check_writable, init_ray
+from sweeps.driver.cluster import (
+    LaunchError,
+    check_address,
+    check_cluster,
+    check_writable,
+    init_ray,
+)
 from sweeps.driver.gcs_watch import GcsWatch, end_launch, lost_head_line, watchable
-from sweeps.driver.launch_lock import hold_launch_lock
+from sweeps.driver.launch_lock import hold_launch_lock, running_launch
 from sweeps.driver.preemption import EXIT_PREEMPTED, StopRequested
 from sweeps.driver.resume_check import check_before_resume, lost_finished_checkpoints
 from sweeps.integrations.wandb_env import resolve_wandb_mode
@@ -39,8 +45,10 @@ from sweeps.stages.train import holds_sweep, make_settings
 def check_output(launch: Launch) -> None:
     """What ``--resume`` continues is there and whole, and a new sweep's folder holds none (known
     before Ray starts); no other launch is running the sweep (:mod:`sweeps.driver.launch_lock`);
-    the output and storage folders are writable, W&B's mode is settled, and ``launch.json``
-    records the run's overrides."""
+    a cluster address given answers; the output and storage folders are writable, W&B's mode is
+    settled, and ``launch.json`` records the run's overrides. A launch refused here writes
+    nothing: every refusal is checked before the sweep's folder, its lock and its files are made
+    (and those taking the lock checked again under it)."""
     sweep, args, paths, out_dir = launch.sweep, launch.args, launch.paths, launch.out_dir
     local = "://" not in paths.storage
     experiment = paths.experiment(sweep.name)
@@ -48,6 +56,11 @@ def check_output(launch: Launch) -> None:
         raise LaunchError(nothing_to_resume(experiment))
     if not args.resume and (nested := inside_a_sweep(args.output, args.spec)):
         raise LaunchError(nested)
+    if running := running_launch(out_dir):
+        raise LaunchError(running)
+    if not args.resume:
+        refuse_a_sweep_there(launch, experiment)
+    check_given_address(args.address)
     check_writable(paths.output, "--output")
     out_dir.mkdir(parents=True, exist_ok=True)
     launch.lock = hold_launch_lock(out_dir, launch.full_cmd)
@@ -56,12 +69,8 @@ def check_output(launch: Launch) -> None:
             print(f"repaired: {repair}", flush=True)
         if lost := lost_finished_checkpoints(out_dir, args.spec, args.output):
             print(lost, flush=True)
-    if not args.resume and local and holds_sweep(experiment):
-        raise LaunchError(already_holds(experiment, args.spec, args.output))
-    if not args.resume and not only_launch_files(out_dir):
-        # the results of a sweep whose trials are elsewhere (another storage.path): a new one
-        # here would mix its rows with theirs
-        raise LaunchError(already_holds(str(out_dir), args.spec, args.output))
+    if not args.resume:  # again, under the lock: a launch may have started it meanwhile
+        refuse_a_sweep_there(launch, experiment)
     if launch.spec.storage.path:
         check_writable(launch.spec.storage.path, "storage.path")
     launch.mode = resolve_wandb_mode(launch.spec.wandb.mode)
@@ -83,6 +92,27 @@ def check_output(launch: Launch) -> None:
             resume=args.resume,
             code=code,
         )
+
+
+def refuse_a_sweep_there(launch: Launch, experiment: str) -> None:
+    """A new sweep (no ``--resume``) is refused where its experiment folder already holds a
+    sweep, or its own folder holds a sweep's results (its trials under another storage.path: a
+    new one there would mix its rows with theirs)."""
+    args, out_dir = launch.args, launch.out_dir
+    if "://" not in launch.paths.storage and holds_sweep(experiment):
+        raise LaunchError(already_holds(experiment, args.spec, args.output))
+    if out_dir.is_dir() and not only_launch_files(out_dir):
+        raise LaunchError(already_holds(str(out_dir), args.spec, args.output))
+
+
+def check_given_address(address: str | None) -> None:
+    """The cluster address the launch will join, where one is given (``--address``, else
+    ``RAY_ADDRESS``), answers as Ray's (:func:`~sweeps.driver.cluster.check_address`): a launch
+    refused for it stops before it writes anything. ``auto``, ``local`` and none are Ray's to
+    find or start (:func:`~sweeps.driver.cluster.init_ray`)."""
+    given = address or os.environ.get("RAY_ADDRESS")
+    if given and address != "local":
+        check_address(given, source="--address" if address else "RAY_ADDRESS")
 
 
 def code_changed_line(codes: list[str], code: str) -> str:

@@ -77,6 +77,38 @@ def same_checkpoint(recorded: str | None, path: str | Path, current: str | None 
     return recorded == f"{f}:{st.st_size}:{st.st_mtime_ns}"
 
 
+def checkpoint_gone(path: str | Path) -> bool:
+    """Whether a local checkpoint (a ``.ckpt`` file or its folder) is no longer on disk; a
+    bucket's path is not looked at (False)."""
+    return "://" not in str(path) and not Path(path).exists()
+
+
+def measured_this(recorded: str | None, path: str | Path) -> bool:
+    """Whether a record's ``checkpoint`` (the path it measured) names the same checkpoint of the
+    same trial as ``path``: its trial folder, checkpoint folder and file, wherever the sweep folder
+    lies. What ties a timing or held-out record to a checkpoint whose file is gone, when its
+    fingerprint cannot be checked any more."""
+    if not recorded:
+        return False
+
+    def tail(p: str | Path) -> tuple[str, ...]:
+        q = Path(p)
+        return (q if q.suffix == ".ckpt" else q / "checkpoint.ckpt").parts[-3:]
+
+    return tail(recorded) == tail(path)
+
+
+def gone_in_launch(path: str | Path, what: str) -> str:
+    """What the launch's timing and held-out stages say of a finished trial whose checkpoint file
+    is gone and which no record measured before (``what``: ``time``, ``evaluate``)."""
+    return (
+        f"checkpoint {path} is gone (deleted or moved), so this launch cannot {what} it; to train "
+        "it again and keep the other trials, start a new sweep warm-started from this one (--set "
+        "warm_start=<this sweep's folder> --output <another folder>; the resume's note names the "
+        "command)"
+    )
+
+
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise TimingError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sweeps.errors import TimingError
 from sweeps.spec.schema import TimingSpec
 from sweeps.timing.devices import highest_cpus
-from sweeps.timing.files import same_checkpoint
+from sweeps.timing.files import checkpoint_gone, measured_this, same_checkpoint
 from sweeps.timing.record import TIMING_FILE, TimingRecord, read_record
 
 
@@ -215,7 +215,9 @@ def already_timed(
     device: str | None = None,
     settings: TimingSpec | None = None,
 ) -> TimingRecord | None:
-    """The job's existing record when it is for the same checkpoint file, split and beam size and
+    """The job's existing record when it is for the same checkpoint file (or, that file gone,
+    names the same trial's checkpoint: :func:`~sweeps.timing.files.measured_this`), split and beam
+    size and
     holds everything ``measure`` asks for (training timed over ``train_steps`` steps), its decode
     time taken on ``device`` (``cpu``, ``cuda``; None or ``auto``: either), on a CPU with
     ``threads`` torch threads, and under the same :data:`MEASURE_SETTINGS` as ``settings`` (a
@@ -245,6 +247,9 @@ def already_timed(
     )
     if not (all(held.get(m, False) for m in measure) and same_beam and record.split == job.split):
         return None
+    if checkpoint_gone(job.checkpoint):
+        # nothing can time that model again: the record of its checkpoint keeps its figures
+        return record if measured_this(record.checkpoint, job.checkpoint) else None
     try:  # last: it reads the whole checkpoint to hash it
         return record if same_checkpoint(record.fingerprint, job.checkpoint) else None
     except TimingError:

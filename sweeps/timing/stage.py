@@ -28,7 +28,7 @@ from typing import Any
 
 from sweeps.errors import TimingError
 from sweeps.spec.schema import TimingSpec
-from sweeps.timing.files import check_split, checkpoint_file
+from sweeps.timing.files import check_split, checkpoint_file, checkpoint_gone, gone_in_launch
 from sweeps.timing.fused import time_once_per_group
 from sweeps.timing.jobs import (
     POLL_S,
@@ -187,11 +187,20 @@ def run_timing_stage(
                 settings.device,
                 settings,
             )
-            checkpoint_file(job.checkpoint)
+            if record is None and checkpoint_gone(job.checkpoint):
+                raise TimingError(gone_in_launch(job.checkpoint, "time"))
+            if record is None:
+                checkpoint_file(job.checkpoint)
         except TimingError as exc:
             outcomes[i] = TimingOutcome(job, "error", error=str(exc))
             continue
-        if record is not None:
+        if record is not None and checkpoint_gone(job.checkpoint):
+            outcomes[i] = TimingOutcome(job, "skipped", record=record)
+            say(
+                f"[timing] trial {job.trial_id}: its checkpoint is gone; the figures timed for "
+                f"it before are kept ({job.result_path})"
+            )
+        elif record is not None:
             outcomes[i] = TimingOutcome(job, "skipped", record=record)
             say(
                 f"[timing] trial {job.trial_id}: already timed for this checkpoint ({job.result_path})"

@@ -311,7 +311,29 @@ def test_an_address_that_answers_but_not_as_ray_is_refused_in_one_line(tmp_path,
         len(err.splitlines()) == 1 and f"{address} (from --address) answers, but not as" in err
     ), err
     assert "ray://HOST:10001" in err and "--address local" in err
-    assert not (tmp_path / "out" / "web" / "results.csv").exists()
+    assert not (tmp_path / "out").exists(), "a refused launch wrote its folder, lock or ledger"
+
+
+def test_an_unreachable_address_is_refused_by_the_dry_run_and_the_launch_writes_nothing(
+    tmp_path,
+):
+    """The dry run asks the address as the launch does (a probe that starts nothing), and the
+    launch refused for it leaves no folder, lock, launch.json or budget.json behind."""
+    spec = str(write_spec(tmp_path, tiny_spec("gone")))
+    for dry in (["--dry-run"], []):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "sweeps" / "launch.py"), spec, *dry]
+            + ["--address", "127.0.0.1:1", "--output", str(tmp_path / "out")],
+            cwd=ROOT,
+            env={**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        err = done.stderr.strip()
+        assert done.returncode == 2, done.stdout[-2000:] + err[-2000:]
+        assert err.startswith("error: cannot reach the Ray cluster at 127.0.0.1:1"), err
+        assert not (tmp_path / "out").exists(), f"{dry}: a refused launch wrote to disk"
 
 
 def test_a_grpc_server_that_is_not_a_gcs_is_named_as_such():

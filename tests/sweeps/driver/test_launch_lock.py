@@ -118,7 +118,9 @@ def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_pa
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    # no --resume, into a folder that holds a sweep: refused before Ray starts too
+    # no --resume, into a folder that holds a sweep: refused before Ray starts too, and before
+    # it takes the lock (the record of the last launch is kept)
+    record = (folder / LOCK_FILE).read_text()
     run = launch("--output", str(tmp_path))
     said = run.stdout + run.stderr
     assert run.returncode == 2, said[-2000:]
@@ -131,6 +133,7 @@ def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_pa
     assert dry.returncode == 2 and f"--resume --output {tmp_path})" in dry.stderr, dry.stderr
     assert launch("--resume", "--dry-run", "--output", str(tmp_path)).returncode == 0
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, "tuner.pkl"], "nothing written"
+    assert (folder / LOCK_FILE).read_text() == record, "the refused launch rewrote the lock"
 
 
 @pytest.mark.train

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -81,6 +82,20 @@ def test_the_guard_keeps_the_traceback_off_the_console_and_interrupts_once(caplo
     assert "/mnt/out" not in guard.fault and "--resume" in guard.message()
 
 
+def tune_state(experiment: Path, *trials: str) -> str:
+    """An ``experiment_state-*.json`` as Tune writes it for a run whose storage is
+    ``experiment`` (its parent, and its folder's name): each trial's ``storage`` a pickled object
+    with the attributes of Ray's ``StorageContext`` that say where it wrote."""
+    storage = SimpleNamespace(
+        experiment_dir_name=experiment.name,
+        trial_dir_name="t",
+        storage_fs_path=str(experiment.parent),
+    )
+    fallback = {"_type": "CLOUDPICKLE_FALLBACK", "value": pickle.dumps(storage).hex()}
+    entries = [[json.dumps({"trial_id": t, "storage": fallback}), "{}"] for t in trials]
+    return json.dumps({"trial_data": entries, "runner_data": {}})
+
+
 def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, monkeypatch):
     from sweeps.driver.cluster import LaunchError
     from sweeps.driver.resume_check import check_experiment_state
@@ -88,7 +103,7 @@ def test_a_cut_short_tune_state_is_restored_from_the_drivers_own_copy(tmp_path, 
     stamp = "2026-11-22_22-49-16"
     exp = tmp_path / "out" / "study"
     exp.mkdir(parents=True)
-    good = {"trial_data": [["t1", "{}"]], "runner_data": {}}
+    good = json.loads(tune_state(exp, "t1"))
     # the staging folder's stamp is a second off the state file's, as Tune makes them
     staging = (
         tmp_path
@@ -132,21 +147,32 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     tmp_path, monkeypatch
 ):
     """Only where the storage's copy is a strict prefix of the staged one; nothing from a staging
-    folder of another run (no state file of this experiment's)."""
+    folder of another run (no state file of this experiment's), nor from the staging folder of
+    the sweep folder this one is a copy of (the same state file names, another storage)."""
     from sweeps.driver.resume_check import restore_trial_files
 
     stamp = "2026-11-22_22-49-16"
     exp = tmp_path / "out" / "study"
     (exp / "t1_attention=none").mkdir(parents=True)
     (exp / "t2_attention=none").mkdir()
-    (exp / f"experiment_state-{stamp}.json").write_text("{}")
+    (exp / f"experiment_state-{stamp}.json").write_text(tune_state(exp, "t1"))
     artifacts = tmp_path / "raytmp" / "ray" / "session_x" / "artifacts"
     staging = artifacts / "2026-11-22_22-49-15" / "study" / "driver_artifacts"
     other = artifacts / "2026-11-20_10-00-00" / "study" / "driver_artifacts"  # an older sweep
-    for folder, state in ((staging, stamp), (other, "2026-11-20_10-00-00")):
+    # the run of the folder this one was copied from (cp -r), resumed there: its staging folder
+    # holds the same state file, and the original's files, longer than the copy's
+    original = tmp_path / "original" / "study"
+    theirs = tmp_path / "raytmp" / "ray" / "session_y" / "artifacts" / "2026-11-22_22-49-15"
+    theirs = theirs / "study" / "driver_artifacts"
+    for folder, state in ((staging, stamp), (other, "2026-11-20_10-00-00"), (theirs, stamp)):
         (folder / "t1_attention=none").mkdir(parents=True)
         (folder / "t2_attention=none").mkdir()
-        (folder / f"experiment_state-{state}.json").write_text("{}")
+        (folder / f"experiment_state-{state}.json").write_text(tune_state(exp, "t1"))
+    (theirs / f"experiment_state-{stamp}.json").write_text(tune_state(exp, "t1"))
+    (theirs / "experiment_state-2026-11-23_08-00-00.json").write_text(tune_state(original, "t1"))
+    (exp / "t4_attention=none").mkdir()  # never trained in the copy
+    (theirs / "t4_attention=none").mkdir()
+    (theirs / "t4_attention=none" / "result.json").write_text('{"step": 60, "done": true}\n')
     reports = '{"step": 10}\n{"step": 20}\n'
     (staging / "t1_attention=none" / "result.json").write_text(reports)
     (staging / "t1_attention=none" / "progress.csv").write_text("step\n10\n20\n")
@@ -177,6 +203,7 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     # a killed launcher leaves them behind too, not only a full disk: the line names both
     assert "did not run: the launcher was killed, the disk was full, or a copy" in said[0], said
     assert "t3" not in said[0] and (exp / "t3_attention=none" / events).read_text() == "a\nb\n"
+    assert not list((exp / "t4_attention=none").iterdir()), "the original's files, in its copy"
     assert restore_trial_files(exp) == [], "whole now"
 
 
@@ -265,3 +292,116 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_a_resume_finishes_it(smal
     assert all(p.read_bytes() == data for p, data in kept.items()), (
         f"{finished.name} finished before the disk filled and was re-run"
     )
+
+
+def test_a_finished_trial_whose_checkpoint_is_gone_keeps_its_figures_and_is_said_once(
+    tmp_path, monkeypatch
+):
+    """A finished trial's checkpoint deleted (or a copy made without it): Tune counts it finished
+    and does not train it again, so the state repair says nothing of it (it said "starts again
+    from step 0", beside the note that says it does not), its timing and test figures measured
+    before are kept (they went blank: the records could no longer be tied to the file by its
+    hash), and a trial no record measured says the launch that trains it again, not the timing
+    command's advice."""
+    import ray
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune import PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    from sweeps.driver.resume_check import repoint_lost_checkpoints
+    from sweeps.heldout.stage import HELDOUT_ERROR, evaluate_chosen_trials
+    from sweeps.layout import CHECKPOINT_FILE, HELDOUT_FILE
+    from sweeps.spec import load_spec
+    from sweeps.spec.schema import TimingSpec
+    from sweeps.timing.record import TIMING_FILE
+    from sweeps.timing.stage import time_finished_trials
+
+    exp = tmp_path / "out" / "study"
+    original = tmp_path / "original" / "study"
+    entries = []
+    trials = (("TERMINATED", "t1_done"), ("PAUSED", "t2_paused"), ("PAUSED", "t5_copied"))
+    for status, name in trials:
+        trial = Trial(
+            "run_trial",
+            config={"cell": "c", "seed": 0},
+            stub=True,
+            placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        )
+        trial.create_placement_group_factory()
+        trial.status = status
+        (exp / name).mkdir(parents=True)  # its checkpoint folders deleted
+        # t5: this folder is a copy (cp -r) whose checkpoint went; the original's is still there
+        where = original if name == "t5_copied" else exp
+        last = _TrainingResult(
+            Checkpoint(path=str(where / name / "checkpoint_000001")), {"step": 6}
+        )
+        trial.run_metadata.checkpoint_manager._latest_checkpoint_result = last
+        trial.run_metadata.checkpoint_manager._checkpoint_results = [last]
+        trial.invalidate_json_state()
+        entries.append(list(trial.get_json_state()))
+    (original / "t5_copied" / "checkpoint_000001").mkdir(parents=True)
+    (original / "t5_copied" / "checkpoint_000001" / CHECKPOINT_FILE).write_bytes(b"PK")
+    (exp / "experiment_state-x.json").write_text(json.dumps({"trial_data": entries}))
+    assert repoint_lost_checkpoints(exp) == [
+        f"trial folder {name}: its recorded checkpoint checkpoint_000001 is gone; no "
+        "checkpoint is left, so it starts again from step 0"
+        for name in ("t2_paused", "t5_copied")
+    ], "a finished trial is not trained again: only the unfinished ones are said"
+
+    # the timing and held-out stages of the resume: t1 measured before (its records name the
+    # checkpoint of the sweep folder it was copied from), t3 never
+    gone = {t: exp / f"{t}_x" / "checkpoint_000001" / CHECKPOINT_FILE for t in ("t1", "t3")}
+    decode = {
+        **dict.fromkeys(("min_seconds", "max_seconds", "q1_seconds", "q3_seconds"), 0.02),
+        **{"decode_seconds": 0.02, "seconds": [0.02], "per_sentence_seconds": 0.001},
+        **{"sentences": 20, "output_tokens": 80, "batches": 1, "beam_size": 1, "warmup": 0},
+        **{"device": "cpu", "threads": TimingSpec().threads, "torch_version": "2"},
+    }
+    measured = str(original / "t1_x" / "checkpoint_000001" / CHECKPOINT_FILE)
+    (exp / "t1_x").mkdir()
+    (exp / "t1_x" / TIMING_FILE).write_text(
+        json.dumps(
+            {
+                "trial_id": "t1",
+                "checkpoint": measured,
+                "fingerprint": "sha256:0:1",
+                "split": "valid",
+                "timing": decode,
+                **{"node_id": "n", "hostname": "h", "reserved_cpus": 1.0, "reserved_gpus": 0.0},
+                **{"started_at": 0.0, "finished_at": 1.0},
+            }
+        )
+    )
+    tested = {"test/bleu": 12.5, "test/loss": 1.0, "test/token_acc": 0.5}
+    (exp / "t1_x" / HELDOUT_FILE).write_text(
+        json.dumps(
+            {"trial_id": "t1", "checkpoint": measured, "fingerprint": "sha256:0:1"}
+            | {"split": "copy test draw", "metrics": tested}
+        )
+    )
+    (exp / "t3_x").mkdir()
+    rows = [
+        {"trial_id": t, "cell": "c", "seed": 0, "status": "done", "val/bleu": 5.0}
+        | {"checkpoint": str(gone[t])}
+        for t in ("t1", "t3")
+    ]
+    plans = {t: (SimpleNamespace(task={"name": "copy"}, seed=0), str(exp / f"{t}_x")) for t in gone}
+    said: list[str] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # nothing left to run on Ray
+    decode_only = TimingSpec(measure=["decode"])
+    assert not time_finished_trials(rows, plans, exp.parent, decode_only, log=said.append)
+    assert rows[0].get("decode_seconds") == 0.02 and not rows[0].get("timing_error"), (rows, said)
+    assert rows[1].get("decode_seconds") is None
+    error = rows[1]["timing_error"]
+    assert error.startswith(f"checkpoint {gone['t3']} is gone (deleted or moved)"), error
+    assert "--set warm_start=" in error and "pass a Lightning .ckpt" not in error
+    assert any("t1: its checkpoint is gone; the figures timed for it before" in s for s in said)
+
+    spec = load_spec(write_spec(tmp_path, tiny_spec("study", heldout={"trials": "all"}))).spec
+    said.clear()
+    found = evaluate_chosen_trials(rows, plans, exp.parent, spec, log=said.append)
+    assert found == {"t1": tested} and rows[0]["test/bleu"] == 12.5
+    assert rows[0]["test_split"] == "copy test draw" and not rows[0].get(HELDOUT_ERROR)
+    assert rows[1][HELDOUT_ERROR].startswith(f"checkpoint {gone['t3']} is gone (deleted or")
+    assert any(s.startswith("[heldout] trial t3: checkpoint") for s in said), said

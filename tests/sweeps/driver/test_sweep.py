@@ -391,6 +391,8 @@ def test_a_launch_takes_its_wandb_mode_out_of_the_environment_when_it_returns(
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "false")
     spec = write_spec(tmp_path, tiny_spec("modes", wandb={"mode": "disabled"}))
+    # refused where Ray is joined, after the mode is set (not before anything is written)
+    monkeypatch.setattr("sweeps.stages.setup.check_given_address", lambda address: None)
     code = main([str(spec), "--address", "127.0.0.1:1", "--output", str(tmp_path / "o")])
     assert code == 2 and "cannot reach the Ray cluster" in capsys.readouterr().err
     assert "WANDB_MODE" not in os.environ and os.environ["WANDB_SILENT"] == "false"

@@ -168,3 +168,22 @@ def test_a_stop_after_training_is_honoured_at_once_and_resume_does_only_what_is_
     df = pd.read_csv(exp / "results.csv", dtype={"trial_id": str})
     assert sorted(df["status"]) == ["done", "done"] and df["test/bleu"].notna().all()
     assert df["decode_seconds"].notna().all() and "heldout_error" not in df
+
+    # 6. a finished trial's checkpoints deleted: --dry-run and --resume say so once (not that it
+    # starts again: Tune counts it finished), and its row keeps the decode time and test figures
+    # its records hold, which nothing can measure again
+    lost = sorted(exp.glob("*/timing.json"))[0].parent
+    for folder in lost.glob("checkpoint_*"):
+        shutil.rmtree(folder)
+    assert main([*args, "--resume", "--dry-run"]) == 0
+    note = f"note: 1 finished trial(s) have lost their checkpoint file (deleted or moved): {lost.name[:8]}"
+    assert note in capsys.readouterr().out
+    assert main([*args, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert note in said and "starts again from step 0" not in said, said[-3000:]
+    assert records(exp, TIMING_FILE) == now and records(exp, HELDOUT_FILE) == final
+    again = pd.read_csv(exp / "results.csv", dtype={"trial_id": str}).set_index("trial_id")
+    before = df.set_index("trial_id")
+    for column in ("decode_seconds", "test/bleu"):
+        assert again[column].to_dict() == before[column].to_dict(), column
+    assert again["timing_error"].isna().all(), again["timing_error"].tolist()
