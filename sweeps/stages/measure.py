@@ -21,7 +21,7 @@ def time_models(launch: Launch) -> None:
     if cut:  # the models not timed are timed by --resume
         launch.interrupted = True
         return
-    publish_timings(launch.rows, launch.settings, launch.journal)
+    launch.published |= publish_timings(launch.rows, launch.settings, launch.journal)
 
 
 def evaluate_heldout(launch: Launch) -> None:

@@ -8,7 +8,7 @@ to reach W&B or Optuna is said, never fatal: the results are written all the sam
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,12 @@ def publish_figures(
     journal: Path | None,
     attr: str | None,
     what: str,
+    more: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """``figures`` (by Ray trial id) into each trial's W&B run summary and, with ``attr``, onto
     its Optuna study as the user attribute ``attr`` (:func:`record_trial_attrs`). ``what`` names
-    them in a line that says a trial's W&B run could not be reached."""
+    them in a line that says a trial's W&B run could not be reached. ``more``: values by trial id
+    that go into the run's summary beside them, not into the study."""
     if settings.wandb.mode != "disabled":
         for tid, values in figures.items():
             try:
@@ -41,7 +43,7 @@ def publish_figures(
                     settings.wandb.mode,
                     settings.wandb_dir,
                     tid,
-                    dict(values),
+                    {**values, **((more or {}).get(str(tid)) or {})},
                     project=settings.wandb.project,
                     entity=settings.wandb.entity,
                 )
@@ -54,31 +56,53 @@ def publish_figures(
         record_trial_attrs(str(journal), attr, {k: dict(v) for k, v in figures.items()})
 
 
-def publish_timings(rows: list[dict], settings: Any, journal: Path | None) -> None:
+def publish_timings(rows: list[dict], settings: Any, journal: Path | None) -> set[str]:
     """The timing stage's figures (decode time, the training step, the peaks) of every timed row,
-    as the study attribute ``decode_timing``."""
+    as the study attribute ``decode_timing``, and with its results.csv status and step into its
+    W&B run (one reopening of an online run for both); returns the trial ids published."""
     timings = {}
     for row in rows:
         values = {c: row[c] for c in TIMING_COLUMNS if row.get(c) is not None}
         if values:
             timings[row["trial_id"]] = values
-    publish_figures(timings, settings, journal, "decode_timing", "timing")
+    publish_figures(timings, settings, journal, "decode_timing", "timing", with_status(rows))
+    return {str(t) for t in timings}
+
+
+def with_status(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    """Each row's results.csv ``status`` and ``step``, by trial id, for its W&B run's summary
+    (W&B's own state says "finished" of a cut run too)."""
+    return {
+        str(r["trial_id"]): {"status": str(r.get("status")), "step": _number(r.get("step"))}
+        for r in rows
+        if r.get("trial_id")
+    }
 
 
 def stopped_figures(
-    rows: list[dict], statuses: tuple[str, ...], metric: str
+    rows: list[dict],
+    statuses: tuple[str, ...],
+    metric: str,
+    trained: Collection[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """What results.csv says of each trial a stop left (its status in ``statuses``), by Ray trial
     id: its reported metrics (``val/...``, ``train/...``; the sweep's ``metric`` always), each None
-    where it reported none. (Not its status or step: a resumed trial's run goes on logging the
-    metrics, which then replace these, but nothing would replace a status.)"""
-    figures = {}
+    where it reported none; and of each trial that reported in this launch (``trained``) and of
+    those, its ``status`` and ``step`` (W&B's own state says "finished" of a cut run too: a
+    resume that continues the trial writes its status again when it ends)."""
+    figures: dict[str, dict[str, Any]] = {}
     for row in rows:
         tid = row.get("trial_id")
-        if row.get("status") not in statuses or not tid:
+        if not tid or (row.get("status") not in statuses and str(tid) not in trained):
             continue
-        keys = sorted({metric, *(k for k in row if k.startswith(("val/", "train/")))})
-        figures[str(tid)] = {key: _number(row.get(key)) for key in keys}
+        values: dict[str, Any] = {
+            "status": str(row.get("status")),
+            "step": _number(row.get("step")),
+        }
+        if row.get("status") in statuses:
+            keys = sorted({metric, *(k for k in row if k.startswith(("val/", "train/")))})
+            values.update({key: _number(row.get(key)) for key in keys})
+        figures[str(tid)] = values
     return figures
 
 
@@ -91,14 +115,17 @@ def _number(value: Any) -> float | None:
     return None if number != number else number
 
 
-def publish_stopped(rows: list[dict], settings: Any, statuses: tuple[str, ...]) -> None:
-    """Make the W&B summary of each trial a stop left say what results.csv says of it
-    (:func:`stopped_figures`): a stop can land after a trial logged a validation to W&B and
+def publish_stopped(
+    rows: list[dict], settings: Any, statuses: tuple[str, ...], trained: Collection[str] = ()
+) -> None:
+    """Make the W&B summary of each trial a stop left, and of each trial this launch trained
+    (``trained``), say what results.csv says of it (:func:`stopped_figures`): its status, and for
+    one a stop left its figures: a stop can land after a trial logged a validation to W&B and
     before Tune took its report (the fit's last report waits for the W&B run to close), and
     results.csv, and a resume, go on from the report before. Trials that never started a run are
     passed over, and offline runs that would not upload whole (no log, or never closed): the
     upload hint names them."""
-    figures = stopped_figures(rows, statuses, settings.spec.metric.name)
+    figures = stopped_figures(rows, statuses, settings.spec.metric.name, trained)
     local = Path(settings.wandb_dir) / "wandb"  # online runs keep a local folder too
     for tid in list(figures):
         if settings.wandb.mode == "offline":

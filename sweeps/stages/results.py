@@ -109,10 +109,11 @@ def tell_console(launch: Launch) -> None:
             )
     # (online, each run is reopened over the network: not while a preempted job's grace runs)
     online = launch.mode == "online" and launch.stopped_by() != "preempted"
-    if (launch.mode == "offline" or online) and launch.interrupted and launch.settings:
+    if (launch.mode == "offline" or online) and launch.settings:
         from sweeps.stages.publish import publish_stopped  # (imports Optuna)
 
-        publish_stopped(launch.rows, launch.settings, STOPPED)
+        cut = STOPPED if launch.interrupted else ()
+        publish_stopped(launch.rows, launch.settings, cut, launch.trained - launch.published)
     sync = wandb_sync_hint(out_dir) if launch.mode == "offline" else None
     for run, problem in sync.broken if sync else ():
         print(

@@ -373,6 +373,11 @@ def train(launch: Launch) -> None:
             len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         )
         launch.rows, launch.plans = result_rows(grid, launch.settings.plan, launch.spec.parameters)
+        launch.trained = (
+            reported_since(grid, started)
+            if launch.args.resume
+            else {str(r["trial_id"]) for r in launch.rows if r.get("trial_id")}
+        )
         # what a later warm start compares its plans with (a student's names its teacher's)
         fingerprint_rows(
             launch.rows,

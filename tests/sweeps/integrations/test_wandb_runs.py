@@ -200,8 +200,9 @@ def test_a_run_folder_without_its_log_has_nothing_to_close(tmp_path):
 def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
     """A stop can land after a trial logged a validation to W&B and before Tune took its report:
     results.csv (and a resume) go on from the report before. The launcher writes results.csv's
-    figures into such a run's summary; a finished trial's run, a folder without a log and a trial
-    that never started a run are left alone, without a word."""
+    figures and status into such a run's summary, and the status of a trial it trained to its end
+    into that one's (W&B's state says "finished" of both); a folder without a log and a trial that
+    never started a run are left alone, without a word."""
     from types import SimpleNamespace
 
     from sweeps.stages.publish import publish_stopped, stopped_figures
@@ -226,20 +227,26 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
         {"trial_id": "nolog001", "status": "budget", "step": nan},
         {"trial_id": "never001", "status": "unfinished"},
     ]
+    cut = {"status": "budget", "step": None}
     assert stopped_figures(rows, ("budget", "unfinished"), "val/bleu") == {
-        "ahead001": {"val/bleu": 1.0, "val/loss": None, "val/sacrebleu": None},
-        "early001": {"val/bleu": None},
-        "nolog001": {"val/bleu": None},
-        "never001": {"val/bleu": None},
+        "ahead001": {"val/bleu": 1.0, "val/loss": None, "val/sacrebleu": None, **cut, "step": 10.0},
+        "early001": {"val/bleu": None, **cut},
+        "nolog001": {"val/bleu": None, **cut},
+        "never001": {"val/bleu": None, "status": "unfinished", "step": None},
     }
     settings = SimpleNamespace(
         wandb=SimpleNamespace(mode="offline", project=None, entity=None),
         wandb_dir=str(tmp_path),
         spec=SimpleNamespace(metric=SimpleNamespace(name="val/bleu")),
     )
-    publish_stopped(rows, settings, ("budget", "unfinished"))
+    # a trial this launch trained to its end: its status and step, nothing else
+    publish_stopped(rows, settings, ("budget", "unfinished"), trained={"done0001", "ahead001"})
     stopped = inspect(ahead)
     assert stopped["state"] == "finished" and stopped["summary"]["val/bleu"] == 1.0
+    # W&B's state says "finished" of a cut run too: the run's summary says what results.csv does
+    assert stopped["summary"]["status"] == "budget" and stopped["summary"]["step"] == 10.0
+    finished = inspect(done)["summary"]
+    assert finished["status"] == "done" and finished["step"] == 20.0
     assert stopped["summary"].get("val/loss") is None  # results.csv has none
     # a key the run never logged is not added to its log as a null (W&B's page would list it)
     written = {
