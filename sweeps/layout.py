@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
+import json
 import os
 import stat
 import tempfile
@@ -350,3 +352,45 @@ def _whole_number(text: str, low: int) -> int:
     if value < low:
         raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
     return value
+
+
+def lock_holder(out_dir: Path) -> str | None:
+    """The launch holding the sweep folder's lock, in words (pid, host, since, command), or None
+    where none does. Writes nothing."""
+    text = held_lock_record(Path(out_dir) / LOCK_FILE)
+    if text is None:
+        return None
+    record = lock_record(text)
+    try:
+        return (
+            f"pid {record['pid']} on {record['host']} since {record['since']}: {record['command']}"
+        )
+    except KeyError:
+        return "its record could not be read"
+
+
+def held_lock_record(path: Path) -> str | None:
+    """The lock file's record where a launch holds the lock (:mod:`sweeps.driver.launch_lock`),
+    else None. Writes nothing."""
+    try:
+        lock = path.open(encoding="utf-8")
+    except OSError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return lock.read()
+        except OSError:
+            return None
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return None
+
+
+def lock_record(text: str) -> dict:
+    """The holder's record (pid, host, since, command), or {} where it cannot be read."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from sweeps.errors import LaunchError
-from sweeps.layout import LOCK_FILE
+from sweeps.layout import LOCK_FILE, held_lock_record, lock_record
 
 #: seconds a launch waits for a lock held from another host before it refuses: a lock on NFS
 #: whose node died is released when the node's lease runs out (90 s by default), and a requeued
@@ -51,7 +51,7 @@ def hold_launch_lock(
         except BlockingIOError:
             lock.seek(0)
             text = lock.read()
-            host = _record(text).get("host")
+            host = lock_record(text).get("host")
             if host in (None, socket.gethostname()) or time.monotonic() >= deadline:
                 lock.close()
                 raise LaunchError(held_by(text, path)) from None
@@ -88,54 +88,13 @@ def running_launch(out_dir: Path) -> str | None:
     """What a launch here would say because another holds the folder's lock, or None (no lock
     file, nobody holds it, or no locks on this filesystem). Writes nothing: ``--dry-run`` asks."""
     path = Path(out_dir) / LOCK_FILE
-    text = _held_record(path)
+    text = held_lock_record(path)
     return None if text is None else held_by(text, path)
-
-
-def lock_holder(out_dir: Path) -> str | None:
-    """The launch holding the sweep folder's lock, in words (pid, host, since, command), or None
-    where none does. Writes nothing."""
-    text = _held_record(Path(out_dir) / LOCK_FILE)
-    if text is None:
-        return None
-    record = _record(text)
-    try:
-        return (
-            f"pid {record['pid']} on {record['host']} since {record['since']}: {record['command']}"
-        )
-    except KeyError:
-        return "its record could not be read"
-
-
-def _held_record(path: Path) -> str | None:
-    """The lock file's record where a launch holds the lock, else None."""
-    try:
-        lock = path.open(encoding="utf-8")
-    except OSError:
-        return None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return lock.read()
-        except OSError:
-            return None
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    return None
-
-
-def _record(text: str) -> dict:
-    """The holder's record (pid, host, since, command), or {} where it cannot be read."""
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def held_by(text: str, path: Path) -> str:
     """What a launch that finds the lock held says, from the holder's record ``text``."""
-    record = _record(text)
+    record = lock_record(text)
     try:
         who = (
             f"pid {record['pid']} on {record['host']} since {record['since']}: {record['command']}"

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
-from sweeps.driver.launch_lock import lock_holder
 from sweeps.layout import (
     OPTUNA_JOURNAL,
     RESULTS_CSV,
     RESULTS_MD,
+    lock_holder,
     missing_in_sweep_folder,
 )
 from sweeps.report.distill import distill_plots

@@ -97,7 +97,7 @@ def table_first_gpu() -> str:
 
 @pytest.mark.parametrize(
     "sweep, most",
-    [("k_vs_length", 12), ("scoring_functions", 2), ("position_encoding", 2)],
+    [("k_vs_length", 12), ("scoring_functions", 2), ("position_encoding", 3)],
 )
 def test_the_shipped_gpu_sweeps_train_in_few_groups(sweep, most):
     """Planned for GPUs (their trials ask for one): K, the scoring pair and position encodings
