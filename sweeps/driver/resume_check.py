@@ -126,8 +126,9 @@ def staging_folders(experiment: Path, states: list[str]) -> list[Path]:
 def staged_for(folder: Path, experiment: Path) -> bool:
     """Whether the staging folder ``folder`` is of a run whose storage was ``experiment``: the
     newest snapshot in it (the run's own; the older ones are what it found on the storage when it
-    resumed) records, for its trials, the storage path and experiment folder name Tune wrote to.
-    False where that cannot be read: a copy not tied to this folder is not used."""
+    resumed) records, for its trials, the storage path and experiment folder name Tune wrote to:
+    this folder, or where it was before a move (that place no longer holds it). False where that
+    cannot be read, or names a folder still there: a copy's original is not this folder."""
     states = sorted(folder.glob("experiment_state-*.json"))
     if not states:
         return False
@@ -137,7 +138,15 @@ def staged_for(folder: Path, experiment: Path) -> bool:
         return False
     want = (str(experiment.parent.resolve()), experiment.name)
     recorded = {_recorded_storage(entry) for entry in trials}
-    return bool(recorded) and recorded <= {want}
+    if not recorded or None in recorded:
+        return False
+    if recorded <= {want}:
+        return True
+    # a folder moved since (its recorded place no longer holds the sweep) is the same sweep; a
+    # copy's original, still where it was, is another
+    return all(
+        name == experiment.name and not (Path(path) / name).exists() for path, name in recorded
+    )
 
 
 def _recorded_storage(entry: object) -> tuple[str, str] | None:

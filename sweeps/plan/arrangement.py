@@ -169,6 +169,8 @@ def plan_arrangement(
         )
 
     def measured(slots: list[Any], per_gpu: int, graphed: bool, mps: bool) -> bool:
+        if own_graphs and per_gpu == 1:
+            return True  # each alone as the file sets it; a graphed step not measured costs eager
         return all(
             _measured(costs, units, [s], per_gpu, graphed_of(s, graphed), mps) for s in slots
         )
@@ -197,10 +199,12 @@ def plan_arrangement(
         )
         # the process that drives the GPU, and each of its DataLoader workers (task.num_workers)
         loaders = max(int(u.task.get("num_workers") or 0) for u in units)
+        # a fused group's members each run their own DataLoader workers in the group's process
+        members = max((len(g.slots) for g in groups), default=1) if fused else 1
         arrangement = dict(
             fused=fused,
             group_gpu=1.0,
-            group_cpu=GPU_PROCESS_CPUS + loaders,
+            group_cpu=GPU_PROCESS_CPUS + loaders * members,
             lone_gpu=1.0 / per_gpu,
             lone_cpu=GPU_PROCESS_CPUS + loaders,
             graphs=graphed,
@@ -243,9 +247,17 @@ def plan_arrangement(
             graphs=bool(sweep.spec.trainer.cuda_graphs),
             mps=mps,
         )
+    if own_graphs and any(
+        graphed_of(s, False) and "graphed_speedup" not in _length_entry(costs, preset(s.unit))
+        for s in lone
+    ):
+        notes.append(
+            f"graphed steps of trials alone are not measured on the {costs.name}: costed eager"
+        )
     if own_graphs:
         arrangement["graphs"] = False  # the plan adds none: each trial's plan holds its own
         arrangement["steps"] = _own_steps(
+            "trainer.cuda_graphs" in sweep.spec.parameters,
             [graphed_of(s, False) for s in every],
             [
                 graphed_of(g.slots[0], False) and not _has(costs, units, [g], "fused_graphed_s")
@@ -266,11 +278,13 @@ def plan_arrangement(
     )
 
 
-def _own_steps(trials: list[bool], eager_groups: list[bool]) -> str:
-    """How the trials step where the sweep file sets ``trainer.cuda_graphs``: ``trials`` whether
-    each is graphed; ``eager_groups`` for each fused group, whether it is graphed but costed eager
-    (the table holds no graphed fused step)."""
+def _own_steps(searched: bool, trials: list[bool], eager_groups: list[bool]) -> str:
+    """How the trials step where the sweep file sets ``trainer.cuda_graphs``: ``searched``, by
+    the search's sample; else ``trials`` whether each is graphed; ``eager_groups`` for each fused
+    group, whether it is graphed but costed eager (the table holds no graphed fused step)."""
     n = sum(trials)
+    if searched:
+        return "as each trial samples trainer.cuda_graphs (costed eager where not set)"
     text = (
         "graphed (trainer.cuda_graphs)"
         if n == len(trials)

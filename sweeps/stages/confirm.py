@@ -135,13 +135,14 @@ def confirm_stage(
     guard: Any = None,
     meter: Any = None,
     out_dir: Path | None = None,
+    trained: set[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
     """The launcher's confirm stage, after the search: marks ``rows`` ``role: select``, trains the
     confirm trials and returns their rows (``role: confirm``), their plans and folders by trial id
     (what the held-out stage needs), and whether it was cut short (Ctrl-C, a full storage). Each
     row names the code that trained it, as the search's rows do (``out_dir``: the sweep's folder,
     whose results.csv and launch.json say which code trained a confirm trial an earlier run
-    started)."""
+    started); the ones that reported in this run join ``trained``."""
 
     for row in rows:
         if row.get("trial_id"):
@@ -165,14 +166,17 @@ def confirm_stage(
     for row in more:
         row[ROLE] = CONFIRM
     earlier = out_dir is not None
+    reported = reported_since(grid, started) if earlier else None
     fingerprint_rows(
         more,
         plans,
         [],
         before=earlier_rows(out_dir) if earlier else {},
         codes=code_versions(out_dir) if earlier else None,
-        reported=reported_since(grid, started) if earlier else None,
+        reported=reported,
     )
+    if trained is not None:  # their W&B runs get results.csv's status (sweeps.stages.results)
+        trained |= reported if reported is not None else {str(r["trial_id"]) for r in more}
     wanted = {(c["cell"], c["seed"]) for c in configs}
     have = {(r["cell"], r["seed"]) for r in more}
     if wanted - have:  # a resumed confirm experiment started for another choice
@@ -197,6 +201,7 @@ def confirm(launch: Launch) -> None:
         launch.guard,
         launch.meter,
         launch.out_dir,
+        launch.trained,
     )
     launch.rows += more
     launch.plans.update(plans)

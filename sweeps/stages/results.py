@@ -33,6 +33,8 @@ from sweeps.storage import find_storage_fault
 
 #: the statuses of trials a stop left for later
 STOPPED = ("preempted", "budget", "unfinished")
+#: the statuses of a trial that ran to its own end: W&B's state "finished" says as much
+ENDED = ("done", "converged")
 
 
 #: what the retry line adds: a resume keeps the settings that planned the trials
@@ -113,7 +115,11 @@ def tell_console(launch: Launch) -> None:
         from sweeps.stages.publish import publish_stopped  # (imports Optuna)
 
         cut = STOPPED if launch.interrupted else ()
-        publish_stopped(launch.rows, launch.settings, cut, launch.trained - launch.published)
+        status = launch.trained - launch.published
+        if online:  # a reopening over the network per run: only where W&B's "finished" misleads
+            ended = {str(r.get("trial_id")) for r in launch.rows if r.get("status") in ENDED}
+            status -= ended
+        publish_stopped(launch.rows, launch.settings, cut, status)
     sync = wandb_sync_hint(out_dir) if launch.mode == "offline" else None
     for run, problem in sync.broken if sync else ():
         print(

@@ -61,7 +61,10 @@ def check_output(launch: Launch) -> None:
     if not args.resume:
         refuse_a_sweep_there(launch, experiment)
     check_given_address(args.address)
+    launch.mode = resolve_wandb_mode(launch.spec.wandb.mode)
     check_writable(paths.output, "--output")
+    if launch.spec.storage.path:
+        check_writable(launch.spec.storage.path, "storage.path")
     out_dir.mkdir(parents=True, exist_ok=True)
     launch.lock = hold_launch_lock(out_dir, launch.full_cmd)
     if args.resume and local:  # repaired only by the launch that holds the lock
@@ -71,9 +74,6 @@ def check_output(launch: Launch) -> None:
             print(lost, flush=True)
     if not args.resume:  # again, under the lock: a launch may have started it meanwhile
         refuse_a_sweep_there(launch, experiment)
-    if launch.spec.storage.path:
-        check_writable(launch.spec.storage.path, "storage.path")
-    launch.mode = resolve_wandb_mode(launch.spec.wandb.mode)
     os.environ["WANDB_MODE"] = launch.mode
     os.environ.setdefault("WANDB_SILENT", "true")
     if args.resume or only_launch_files(out_dir):

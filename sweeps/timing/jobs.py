@@ -233,8 +233,9 @@ def already_timed(
         if decode.threads != threads:
             return None
     if settings is not None and record.settings is not None:
-        taken = (decode or record.train).device if (decode or record.train) else "cpu"
-        if record.settings != measure_settings(settings, taken):
+        # the keys the record holds (a GPU's holds no CPU-only ones), compared with these
+        now = measure_settings(settings)
+        if any(now.get(key) != value for key, value in record.settings.items()):
             return None
     held = {
         "decode": record.timing is not None,

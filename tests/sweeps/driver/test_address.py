@@ -415,3 +415,23 @@ def test_a_lost_head_ends_the_launch_with_the_resume_command_and_75(tmp_path):
         resume = out.split("continue with:\n", 1)[1].splitlines()[0].strip()
         assert resume.startswith("python sweeps/launch.py ") and "--resume" in resume, resume
         assert f"--address {address}" in resume, resume
+
+
+def test_online_w_and_b_without_credentials_is_refused_before_anything_is_written(tmp_path):
+    """``wandb.mode: online`` with no key is refused (exit 2) before the sweep's folder and its
+    lock are made, as the address is: it left an empty sweep folder holding the refused command."""
+    spec = str(write_spec(tmp_path, tiny_spec("online", wandb={"mode": "online"})))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "sweeps" / "launch.py"), spec]
+        + ["--output", str(tmp_path / "out")],
+        cwd=ROOT,
+        env={**env, "HOME": str(tmp_path), "RAY_TMPDIR": str(tmp_path / "ray")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    err = done.stderr.strip()
+    assert done.returncode == 2, done.stdout[-2000:] + err[-2000:]
+    assert "wandb.mode is online but no W&B credentials were found" in err, err
+    assert not (tmp_path / "out").exists(), "a refused launch wrote to disk"

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,6 +163,7 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     # the run of the folder this one was copied from (cp -r), resumed there: its staging folder
     # holds the same state file, and the original's files, longer than the copy's
     original = tmp_path / "original" / "study"
+    original.mkdir(parents=True)  # still there: this folder is its copy, not the folder moved
     theirs = tmp_path / "raytmp" / "ray" / "session_y" / "artifacts" / "2026-11-22_22-49-15"
     theirs = theirs / "study" / "driver_artifacts"
     for folder, state in ((staging, stamp), (other, "2026-11-20_10-00-00"), (theirs, stamp)):
@@ -205,6 +207,13 @@ def test_trial_files_cut_short_on_the_storage_are_restored_from_the_drivers_copy
     assert "t3" not in said[0] and (exp / "t3_attention=none" / events).read_text() == "a\nb\n"
     assert not list((exp / "t4_attention=none").iterdir()), "the original's files, in its copy"
     assert restore_trial_files(exp) == [], "whole now"
+    # a folder moved (its recorded place holds it no longer) is the same sweep: its run's staging
+    # copy serves it, as before the copy check; a copy's original still there does not
+    from sweeps.driver.resume_check import staged_for
+
+    assert not staged_for(theirs, exp)
+    shutil.rmtree(original)
+    assert staged_for(theirs, exp)
 
 
 @pytest.fixture

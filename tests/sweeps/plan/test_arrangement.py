@@ -115,6 +115,15 @@ def test_graphs_the_sweep_file_sets_stand_under_auto_and_are_costed_as_set():
         "graphed in 84 of 168 trial(s) (trainer.cuda_graphs), eager in the rest"
         in (arrangement_lines(sweep, mixed)[0])
     )
+    # trials alone graphed on a GPU whose table holds no graphed step (the H200): costed eager,
+    # said so (the plan had no option left and stopped with min() of an empty list)
+    quick = load_spec(
+        ROOT / "sweeps" / "quickstart.yaml",
+        overrides=["trainer.cuda_graphs=true", "resources.gpu=auto"],
+    )
+    h200 = plan_arrangement(quick, plan_fusion(quick), "NVIDIA H200")
+    assert h200.lone == 3 and h200.speedup == pytest.approx(1.0)
+    assert any("graphed steps of trials alone are not measured" in n for n in h200.stand_ins)
 
 
 def test_trials_to_a_gpu_are_counted_as_ray_places_them_and_never_more_than_there_are():
@@ -270,6 +279,11 @@ def test_a_trial_under_auto_holds_a_cpu_for_each_of_its_data_loader_workers():
     sweep = load_spec(ROOT / "sweeps" / "wmt17.yaml")
     assert {int(p.task["num_workers"]) for p in sweep.plans} == {2}
     a = plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3")
-    assert a.chosen and a.lone_cpu == 3.0 and a.group_cpu == 3.0
+    assert a.chosen and not a.fused and a.lone_cpu == 3.0
+    # a fused group's members each run their own workers in the group's process (H200: 4 of 4)
+    fusion = plan_fusion(sweep)
+    grouped = plan_arrangement(sweep, fusion, "NVIDIA H200")
+    assert grouped.fused and max(len(g.slots) for g in fusion.groups) == 4
+    assert grouped.group_cpu == 1 + 2 * 4
     _, copy = arranged()
     assert copy.lone_cpu == 1.0

@@ -179,9 +179,12 @@ def test_dry_run_resume_says_what_it_continues_or_that_there_is_nothing(tmp_path
     capsys.readouterr()
     (out / "again" / "results.csv").write_text("trial_id,status\na,done\nb,preempted\nc,done\n")
     assert main(argv) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    said = capsys.readouterr().out.splitlines()
+    assert (
         f"--resume continues the sweep in {out / 'again'}; its last results.csv: 2 done, 1 preempted"
-    )
+    ) in said
+    # its finished rows name no checkpoint file: said as the resume says it
+    assert any(line.startswith("note: 2 finished trial(s) have lost their") for line in said)
     # --output the sweep's own folder: the advice was to start a new sweep inside it
     inside = [str(spec), "--dry-run", "--resume", "--output", str(out / "again")]
     assert main(inside) == 2

@@ -955,3 +955,38 @@ def test_memory_processes_run_side_by_side_each_on_cpus_of_its_own(monkeypatch):
     seen.clear()
     side_by_side([(f"b{i}",) for i in range(3)], run, threads=1)
     assert max(seen) == 1
+
+
+def test_a_gpu_record_of_peaks_alone_is_already_timed_under_the_same_settings(tmp_path):
+    """A GPU lane's record keeps no CPU-only settings (fresh processes); one holding peaks alone
+    (``measure: [memory]``) was compared as a CPU's and timed again at every resume."""
+    from sweeps.timing.files import checkpoint_fingerprint
+    from sweeps.timing.jobs import measure_settings
+    from sweeps.timing.memory import MemoryPeaks
+    from sweeps.timing.record import TimingRecord, write_json_atomic
+
+    ckpt = tmp_path / "checkpoint_000001" / "checkpoint.ckpt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"weights")
+    settings = timing_settings(measure=["memory"], device="cuda")
+    record = TimingRecord(
+        trial_id="t1",
+        checkpoint=str(ckpt.parent),
+        fingerprint=checkpoint_fingerprint(ckpt.parent),
+        split="valid",
+        timing=None,
+        node_id="n",
+        hostname="h",
+        reserved_cpus=4.0,
+        reserved_gpus=1.0,
+        started_at=0.0,
+        finished_at=1.0,
+        memory=MemoryPeaks(3.0, 2.0, "cuda allocator", "cuda"),
+        measured=("memory",),
+        settings=measure_settings(settings, "cuda"),
+    )
+    write_json_atomic(tmp_path / TIMING_FILE, record.to_dict())
+    job = TimingJob("t1", str(ckpt.parent), {"name": "copy"}, str(tmp_path))
+    assert already_timed(job, ["memory"], None, 1, "cuda", settings) == record
+    other = settings.model_copy(update={"warmup": 3})
+    assert already_timed(job, ["memory"], None, 1, "cuda", other) is None
