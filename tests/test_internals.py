@@ -214,7 +214,9 @@ def test_wandb_sync_marks_an_uploaded_run_beside_its_log():
     assert not beta_sync._is_synced(Path("/nonexistent/run-x.wandb"))
 
 
-@internal("wandb-record-proto", "wandb", "sweeps/integrations/wandb_runs.py")
+@internal(
+    "wandb-record-proto", "wandb", "sweeps/integrations/wandb_runs.py, sweeps/report/sweep_runs.py"
+)
 def test_the_record_messages_have_the_fields_the_code_writes():
     pytest.importorskip("wandb")
     from wandb.proto import wandb_internal_pb2 as pb
@@ -224,6 +226,9 @@ def test_the_record_messages_have_the_fields_the_code_writes():
     )
     assert record.WhichOneof("record_type") == "summary"
     assert pb.Record(exit=pb.RunExitRecord(exit_code=0)).WhichOneof("record_type") == "exit"
+    # where a run logged to, as the W&B Report reads it (sweeps.report.sweep_runs.run_target)
+    run = pb.Record(run=pb.RunRecord(project="p", run_group="g", entity="e")).run
+    assert (run.project, run.run_group, run.entity) == ("p", "g", "e")
     # what a summary already holds is read back (summary_values): removals and nested keys too
     gone = pb.SummaryRecord(remove=[pb.SummaryItem(nested_key=["a", "b"])])
     assert [list(item.nested_key) for item in gone.remove] == [["a", "b"]]

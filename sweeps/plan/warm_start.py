@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_damaged, checkpoint_here
-from sweeps.report.columns import FINISHED
+from sweeps.report.columns import FINISHED, REUSED
 from sweeps.spec.teachers import best_scored
 from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
 
 #: the results.csv columns a warm start reads and writes
-PLAN_HASH, REUSED = "plan_hash", "reused"
+PLAN_HASH = "plan_hash"
 #: what decides how a trial trains (folders and files, from the repository root): a change in any
 #: of these files changes every plan's fingerprint
 CODE_PACKAGES = ("lightning_modules", "datamodules", "sweeps/trial", "sweeps/build.py")

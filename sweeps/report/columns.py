@@ -79,6 +79,8 @@ TAIL_COLUMNS = ["train_time_s", "step", "checkpoint", "moved_why", "error", "tim
 #: statuses of a trial that finished (its model is final): ran out its steps, stopped by the
 #: scheduler, or converged (stop_when)
 FINISHED = ("done", "stopped", "converged")
+#: results.csv's mark of a row a warm start reused: the sweep folder it was reused from
+REUSED = "reused"
 
 #: results.csv's mark of a relative constraint's baseline model (``of:``), trained in the cell
 #: and seed it is the baseline of: a yardstick, never the cell's chosen model

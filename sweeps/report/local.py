@@ -28,9 +28,7 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
-import sys
 from collections.abc import Sequence
 from csv import reader
 from pathlib import Path
@@ -46,17 +44,14 @@ from sweeps.layout import (
 )
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
-from sweeps.report.findings import seed_sections, smoke_caveat
-from sweeps.report.heldout import heldout_sections, split_confirm
-from sweeps.report.ledger import report_section
-from sweeps.report.markdown import results_sections
-from sweeps.report.moo import journal_problem, section_with_plots, with_section
+from sweeps.report.heldout import split_confirm
+from sweeps.report.moo import journal_problem, report_sections, section_with_plots, with_section
+from sweeps.report.page import page_sections, recorded_metric
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
 from sweeps.report.train_cost import copied_cells
-from sweeps.report.wandb_report import build_wandb_report, report_problem
-from sweeps.spec.launch_record import recorded, sweep_id
+from sweeps.report.wandb_report import publish_report
 from sweeps.spec.search_schema import NATURAL_GOALS
 
 
@@ -80,15 +75,8 @@ def build_local_report(
         untimed = "" if decode_timed else UNTIMED_NOTE
         paths["pareto"] = save_figure(pareto_figure(points, untimed), sweep_dir / "pareto.png")
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
-    for heading, text in results_sections(df, metric, mode, summary):
+    for heading, text in page_sections(df, confirm, sweep_dir, metric, mode, summary):
         lines += ([f"## {heading}"] if heading else []) + [text]
-        if not heading:  # after the preamble: the budget, the trials that lost their node
-            lines += run_notes(df, sweep_dir)
-    smoke = launch_profile(sweep_dir) == "smoke"
-    for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
-        df, metric, mode, confirm, launch_choice(sweep_dir)
-    ):  # intervals, findings, paired bootstrap; test
-        lines += [f"## {heading}", smoke_caveat(heading, text, smoke)]
     if paths:
         lines.append(
             "## Figures\n\n" + "\n".join(f"![{name}]({p.name})" for name, p in paths.items())
@@ -119,53 +107,6 @@ def linked_figures(page: Path) -> set[str]:
     return {n for n in names if (page.parent / n).is_file()}
 
 
-def run_notes(df, sweep_dir: Path) -> list[str]:
-    """results.md's notes on how the sweep ran: what it spent of its budget and whether the budget
-    ran out (:func:`sweeps.report.ledger.report_section`), the finished trials a stop left untimed,
-    and the trials that lost their node and continued on another (results.csv's ``moved``)."""
-    statuses = df["status"].value_counts().to_dict() if "status" in df else {}
-    note = profile_note(sweep_dir)
-    lines = [note] if note else []
-    spent = report_section(sweep_dir, statuses)
-    lines += ["## Budget", spent] if spent else []
-    errors = df["timing_error"].fillna("").astype(str) if "timing_error" in df else None
-    untimed = df[errors.str.startswith("not timed:")] if errors is not None else df.iloc[0:0]
-    if not untimed.empty:  # a stop before the timing stage ended (sweeps.timing.stage.NOT_TIMED)
-        lines += [
-            "## Not timed yet",
-            f"The sweep stopped before {len(untimed)} finished trial(s) were timed: `--resume` "
-            "times them (and only them).\n\n"
-            + "\n".join(f"- {r.cell} seed={r.seed}" for r in untimed.itertuples()),
-        ]
-    moved = df[df["moved"].fillna(0) > 0] if "moved" in df else df.iloc[0:0]
-    if not moved.empty:
-        lines += [
-            "## Trials that lost their node",
-            "Each continued from its last checkpoint on another node; a move is not a failure "
-            "(not in `retries`, not charged against `failure.max_failures`).\n\n"
-            + "\n".join(f"- {r.cell} seed={r.seed}: {r.moved_why}" for r in moved.itertuples()),
-        ]
-    return lines
-
-
-def reused_rows(results: Any) -> bool:
-    """Whether results.csv holds trials a warm start reused from an earlier sweep."""
-    return "reused" in results and results["reused"].fillna("").astype(str).str.strip().ne("").any()
-
-
-def launch_profile(sweep_dir: Path) -> str | None:
-    """The profile the sweep was launched with, as its launch.json records it."""
-    return recorded(sweep_dir).get("profile")
-
-
-def profile_note(sweep_dir: Path) -> str:
-    """``This run's profile smoke sets: ...; then --set ...``, from launch.json: a profile's
-    figures are its settings' (a smoke run's tiny model, validated on its first batches), and a
-    ``--set``'s, not the sweep file's."""
-    said = recorded(sweep_dir).get("profile_sets")
-    return f"This run's {said}: its figures are of those settings." if said else ""
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.report",
@@ -187,13 +128,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p.add_argument(
         "--wandb", action="store_true", help="also build and save a W&B Report for the group"
     )
-    p.add_argument("--entity", help="W&B entity (default: the API key's)")
     p.add_argument(
-        "--project", default="memory-attention", help="W&B project (default memory-attention)"
+        "--entity", help="W&B entity (default: the runs' where they name one, else the API key's)"
     )
-    p.add_argument("--group", help="W&B group (default: the folder's name)")
+    p.add_argument(
+        "--project",
+        help="W&B project (default: the one the sweep's runs logged to, read from their records; "
+        "without any, memory-attention)",
+    )
+    p.add_argument(
+        "--group",
+        help="W&B group (default: the one the sweep's runs logged to; without any, the folder's "
+        "name)",
+    )
     args = p.parse_args(argv)
-    recorded = _recorded_metric(args.sweep_dir)
+    recorded = recorded_metric(args.sweep_dir)
     args.metric = args.metric or recorded.get("name") or VAL_BLEU
     problem = _input_problem(args.sweep_dir, args.metric)
     chosen = problem or chosen_mode(args.metric, args.mode, recorded)
@@ -203,38 +152,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
     for path in paths.values():
         print(path)
-    if args.wandb and (problem := report_problem(args.sweep_dir)):
-        print(f"--wandb: {problem}; the local report above is written", file=sys.stderr)
-        raise SystemExit(2)
-    if args.wandb:
-        try:
-            url = _publish_wandb_report(args)
-        except Exception as exc:  # noqa: BLE001 -- W&B's own errors: a key refused, no network
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            print(
-                f"--wandb: W&B did not take the report ({type(exc).__name__}: {why}); the local "
-                "report above is written. Check the API key (wandb login) and the network, then "
-                "run the command again",
-                file=sys.stderr,
-            )
-            raise SystemExit(2) from None
-        print(f"W&B report: {url}")
+    if args.wandb and (code := _publish_wandb_report(args)):
+        raise SystemExit(code)
     return paths
-
-
-def _recorded_metric(sweep_dir: Path) -> dict[str, Any]:
-    """The sweep's metric as its launch.json records it (``{"name": ..., "goal": ...}``), or {}."""
-    with contextlib.suppress(LookupError, TypeError, AttributeError, ValueError):
-        return dict(recorded(sweep_dir)["planned"]["metric"])
-    return {}
-
-
-def launch_choice(sweep_dir: Path) -> tuple[str, str] | None:
-    """The metric and mode the launch chose its trials by (results.csv's ``chosen``), as its
-    launch.json records them; None without a record."""
-    recorded = _recorded_metric(sweep_dir)
-    goal = {"maximize": "max", "minimize": "min"}.get(recorded.get("goal", ""))
-    return (recorded["name"], goal) if recorded.get("name") and goal else None
 
 
 def chosen_mode(metric: str, mode: str | None, recorded: dict[str, Any]) -> tuple[str, str] | str:
@@ -264,28 +184,21 @@ def chosen_mode(metric: str, mode: str | None, recorded: dict[str, Any]) -> tupl
     return metric, natural
 
 
-def _publish_wandb_report(args: Any) -> str:
-    """The W&B Report of ``args.sweep_dir`` (``--wandb``), saved; its address."""
-    import wandb
-
-    entity = args.entity or wandb.Api().default_entity
-    results, confirm = split_confirm(read_results(args.sweep_dir / RESULTS_CSV))
-    report = build_wandb_report(
-        entity,
-        args.project,
-        args.group or args.sweep_dir.name,
-        args.title,
-        results=results,
+def _publish_wandb_report(args: Any) -> int:
+    """Build and save the W&B Report of ``args.sweep_dir`` (``--wandb``): 0, or 2 with the fix
+    (:func:`sweeps.report.wandb_report.publish_report`). A multi-objective sweep's section comes
+    after results.md's others, as on the page."""
+    return publish_report(
+        args.sweep_dir,
+        "the local report above is written",
+        entity=args.entity,
+        project=args.project,
+        group=args.group,
+        title=args.title,
         metric=args.metric,
         mode=args.mode,
-        confirm=confirm,
-        # a warm start's reused trials are runs of the sweep it reused them from (another id)
-        sweep_id=None if reused_rows(results) else sweep_id(args.sweep_dir),
-        chosen_by=launch_choice(args.sweep_dir),
-        smoke=launch_profile(args.sweep_dir) == "smoke",
+        extra=report_sections(args.sweep_dir),
     )
-    report.save()
-    return report.url
 
 
 #: the columns every results.csv holds (:data:`~sweeps.report.columns.FIRST_COLUMNS`): which trial,

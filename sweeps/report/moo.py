@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_MD, missing_in_sweep_folder
 from sweeps.report.moo_plots import plot_moo
 from sweeps.report.moo_views import (
     Point,
@@ -30,8 +30,7 @@ from sweeps.report.moo_views import (
     load_views,
     reference_point,
 )
-from sweeps.report.results import read_results
-from sweeps.report.wandb_report import build_wandb_report, report_problem
+from sweeps.report.wandb_report import publish_report, sweep_report
 from sweeps.spec.search_schema import PROBED
 
 SECTION = "## Multi-objective search"
@@ -287,30 +286,29 @@ def _short_cell(cell: str) -> str:
     return cell.replace("length=", "L=")
 
 
-def wandb_report(
-    sweep_dir: Path, entity: str, project: str, group: str, title: str | None = None
-) -> Any:
-    """The sweep's W&B Report (:func:`sweeps.report.wandb_report.build_wandb_report`) with this section's
-    fronts, constrained-out trials, hypervolume history and answer lines as Markdown before its
-    panels, and a panel of the runs' BLEU against the probe's decode seconds. Not saved."""
-    import wandb_workspaces.reports.v2 as wr
-
-    results = read_results(Path(sweep_dir) / RESULTS_CSV)
-    report = build_wandb_report(entity, project, group, title, results=results)
+def report_sections(sweep_dir: Path) -> list[tuple[str, str]]:
+    """The section as the W&B Report's (heading, Markdown) (its figures are the Report's panels);
+    [] when the journal holds no multi-objective study."""
     text = section(Path(sweep_dir))
-    if text:
-        at = next(
-            (i for i, b in enumerate(report.blocks) if isinstance(b, wr.PanelGrid)),
-            len(report.blocks),
-        )
-        at = (
-            max(0, at - 2) if at < len(report.blocks) else at
-        )  # before the panels' heading and note
-        report.blocks[at:at] = [
-            wr.H2(text=SECTION.lstrip("# ")),
-            wr.MarkdownBlock(text=text.split("\n", 1)[1]),
-        ]
-    return report
+    return [(SECTION.lstrip("# "), text.split("\n", 1)[1].lstrip("\n"))] if text else []
+
+
+def wandb_report(
+    sweep_dir: Path,
+    entity: str | None,
+    project: str | None,
+    group: str | None,
+    title: str | None = None,
+) -> Any:
+    """The sweep's W&B Report (:func:`sweeps.report.wandb_report.sweep_report`, as
+    ``python -m sweeps.report DIR --wandb`` builds it): results.md's text, then this section's
+    fronts, constrained-out trials, hypervolume history and answer lines as Markdown, then the
+    panels over the runs of this sweep (BLEU and decode seconds per cell, BLEU against the timing
+    stage's decode seconds). Not saved."""
+    sweep_dir = Path(sweep_dir)
+    return sweep_report(
+        sweep_dir, entity, project, group, title, extra=report_sections(sweep_dir)
+    ).report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -319,13 +317,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("sweep_dir", help="<output>/<name>, the folder holding optuna.journal")
     p.add_argument(
-        "--wandb", action="store_true", help="also build and save the W&B Report (API key, network)"
+        "--wandb",
+        action="store_true",
+        help="also build and save the sweep's W&B Report, as python -m sweeps.report DIR --wandb "
+        "does (API key, network)",
     )
-    p.add_argument("--entity", default=None, help="W&B entity (default: the API key's)")
     p.add_argument(
-        "--project", default="memory-attention", help="W&B project (default memory-attention)"
+        "--entity", help="W&B entity (default: the runs' where they name one, else the API key's)"
     )
-    p.add_argument("--group", default=None, help="the W&B group (default: the sweep folder's name)")
+    p.add_argument(
+        "--project",
+        help="W&B project (default: the one the sweep's runs logged to, read from their records; "
+        "without any, memory-attention)",
+    )
+    p.add_argument(
+        "--group",
+        help="W&B group (default: the one the sweep's runs logged to; without any, the folder's "
+        "name)",
+    )
     args = p.parse_args(argv)
     sweep_dir = Path(args.sweep_dir)
     missing = missing_in_sweep_folder(sweep_dir, OPTUNA_JOURNAL, "sweep-results/minimal_k")
@@ -340,16 +349,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if written
         else f"no multi-objective study in {sweep_dir / OPTUNA_JOURNAL}: nothing written"
     )
-    if args.wandb and (problem := report_problem(sweep_dir)):
-        print(f"--wandb: {problem}; the section above is written", file=sys.stderr)
-        return 2
-    if args.wandb:
-        report = wandb_report(
-            Path(args.sweep_dir), args.entity, args.project, args.group or Path(args.sweep_dir).name
-        )
-        report.save()
-        print(f"W&B report: {report.url}")
-    return 0
+    if not args.wandb:
+        return 0
+    return publish_report(
+        sweep_dir,
+        "the section above is written",
+        entity=args.entity,
+        project=args.project,
+        group=args.group,
+        extra=report_sections(sweep_dir),
+    )
 
 
 def journal_problem(journal: Path) -> str | None:

@@ -1087,8 +1087,9 @@ def test_the_wandb_report_says_what_results_md_says_of_the_choice_and_a_smoke_ru
 
 def test_a_warm_started_sweeps_report_keeps_the_reused_runs():
     """A warm start's reused trials are runs of the sweep they came from, under its sweep_id: the
-    Report's filter on this sweep's id would leave them out of its panels."""
-    from sweeps.report.local import reused_rows
+    Report's filter on this sweep's id alone would leave them out of its panels (its filter takes
+    both: tests/sweeps/report/test_wandb_sweep_report.py)."""
+    from sweeps.report.sweep_runs import reused_rows
 
     assert reused_rows(pd.DataFrame({"reused": [None, "sweep-results/earlier/k_vs_length"]}))
     assert not reused_rows(pd.DataFrame({"reused": [None, ""]}))
