@@ -51,7 +51,7 @@ from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import cell_summary, front_points, seconds_column
 from sweeps.report.train_cost import copied_cells
-from sweeps.report.wandb_report import publish_report
+from sweeps.report.wandb_report import add_target_args, publish_report
 from sweeps.spec.search_schema import NATURAL_GOALS
 
 
@@ -128,19 +128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p.add_argument(
         "--wandb", action="store_true", help="also build and save a W&B Report for the group"
     )
-    p.add_argument(
-        "--entity", help="W&B entity (default: the runs' where they name one, else the API key's)"
-    )
-    p.add_argument(
-        "--project",
-        help="W&B project (default: the one the sweep's runs logged to, read from their records; "
-        "without any, memory-attention)",
-    )
-    p.add_argument(
-        "--group",
-        help="W&B group (default: the one the sweep's runs logged to; without any, the folder's "
-        "name)",
-    )
+    add_target_args(p)
     args = p.parse_args(argv)
     recorded = recorded_metric(args.sweep_dir)
     args.metric = args.metric or recorded.get("name") or VAL_BLEU

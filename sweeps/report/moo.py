@@ -30,7 +30,7 @@ from sweeps.report.moo_views import (
     load_views,
     reference_point,
 )
-from sweeps.report.wandb_report import publish_report, sweep_report
+from sweeps.report.wandb_report import add_target_args, publish_report, sweep_report
 from sweeps.spec.search_schema import PROBED
 
 SECTION = "## Multi-objective search"
@@ -322,19 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also build and save the sweep's W&B Report, as python -m sweeps.report DIR --wandb "
         "does (API key, network)",
     )
-    p.add_argument(
-        "--entity", help="W&B entity (default: the runs' where they name one, else the API key's)"
-    )
-    p.add_argument(
-        "--project",
-        help="W&B project (default: the one the sweep's runs logged to, read from their records; "
-        "without any, memory-attention)",
-    )
-    p.add_argument(
-        "--group",
-        help="W&B group (default: the one the sweep's runs logged to; without any, the folder's "
-        "name)",
-    )
+    add_target_args(p)
     args = p.parse_args(argv)
     sweep_dir = Path(args.sweep_dir)
     missing = missing_in_sweep_folder(sweep_dir, OPTUNA_JOURNAL, "sweep-results/minimal_k")

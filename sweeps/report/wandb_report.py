@@ -351,3 +351,20 @@ def report_problem(sweep_dir: Path) -> str | None:
         f"uploaded{of_reused}, and a W&B Report shows only uploaded runs: upload them first "
         f"({'; '.join(commands)})"
     )
+
+
+def add_target_args(p: Any) -> None:
+    """The report commands' ``--entity``, ``--project`` and ``--group`` (an argparse parser)."""
+    p.add_argument(
+        "--entity", help="W&B entity (default: the runs' where they name one, else the API key's)"
+    )
+    p.add_argument(
+        "--project",
+        help="W&B project (default: the one the sweep's runs logged to, read from their records; "
+        "without any, memory-attention)",
+    )
+    p.add_argument(
+        "--group",
+        help="W&B group (default: the one the sweep's runs logged to; without any, the folder's "
+        "name)",
+    )
