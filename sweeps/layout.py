@@ -228,12 +228,6 @@ def checkpoint_damaged(path: str) -> bool:
         return True
 
 
-def checkpoint_gone(path: str, folder: Path) -> bool:
-    """Whether a results.csv row's checkpoint is a local file that is no longer there, where it
-    was written nor in the sweep's folder (:func:`checkpoint_here`)."""
-    return checkpoint_here(path, folder) is None
-
-
 def checkpoint_path(folder: str) -> str:
     """The Lightning checkpoint file in a trial's checkpoint folder (a path ``load_from_checkpoint``
     takes as it is)."""

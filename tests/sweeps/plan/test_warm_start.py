@@ -233,7 +233,7 @@ def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_la
     it finished) and said "nothing to resume"; now it names the trial and the warm start that
     trains it again, which reuses the others (their checkpoints are there) and not it."""
     from sweeps.driver.resume_check import lost_finished_checkpoints
-    from sweeps.layout import checkpoint_gone, checkpoint_here
+    from sweeps.layout import checkpoint_here
 
     grid = {"task.max_length": [4, 6], "model": [{"attention": "none"}]}
     sweep = load_spec(write_spec(tmp_path, tiny_spec("g", grid=grid)))
@@ -265,8 +265,8 @@ def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_la
     (folder / "old0" / "checkpoint.ckpt").write_bytes(whole)
     assert lost_finished_checkpoints(folder, "g.yaml", "out") == ""
     # a launch's relative path, read from another working folder: found under the sweep's folder
-    assert not checkpoint_gone(f"sweep-results/{folder.name}/old1/checkpoint.ckpt", folder)
-    assert checkpoint_gone(f"sweep-results/{folder.name}/old9/checkpoint.ckpt", folder)
+    assert checkpoint_here(f"sweep-results/{folder.name}/old1/checkpoint.ckpt", folder) is not None
+    assert checkpoint_here(f"sweep-results/{folder.name}/old9/checkpoint.ckpt", folder) is None
     # a copy of the sweep folder (cp -r) whose checkpoint went: its results.csv still names the
     # original's file, which is there, but the copy is judged by its own files
     copied = tmp_path / "copy" / folder.name
@@ -275,7 +275,7 @@ def test_a_finished_trial_whose_checkpoint_is_gone_is_said_on_resume_with_the_la
     line = lost_finished_checkpoints(copied, "g.yaml", "out")
     assert line.startswith("note: 1 finished trial(s) have lost their checkpoint file"), line
     assert "old1 (" in line and "old0" not in line
-    assert checkpoint_gone(str(folder / "old1" / "checkpoint.ckpt"), copied)
+    assert checkpoint_here(str(folder / "old1" / "checkpoint.ckpt"), copied) is None
     assert checkpoint_here(str(folder / "old0" / "checkpoint.ckpt"), copied) == str(
         copied / "old0" / "checkpoint.ckpt"
     ), "the copy's own file, not the original's"
