@@ -44,6 +44,29 @@ RETRY_NOTE = (
 )
 
 
+def retry_command(launch: Launch) -> str:
+    """The resume that retries a launch's failed trials: without the ``chaos`` faults it injected
+    (its own ``--set chaos...`` left out, and the recorded ones, which a resume keeps, switched
+    off), which would fail every trial again."""
+    chaos = launch.spec.chaos
+    injected = [
+        key
+        for key, value in (
+            ("fail_before_first_report", chaos.fail_before_first_report),
+            ("fail_once_at_step", chaos.fail_once_at_step),
+        )
+        if value
+    ]
+    if not injected:
+        return launch.resume_cmd
+    command = launch.resume_cmd
+    for o in launch.args.overrides:
+        if o.strip().startswith("chaos."):
+            command = command.replace(f" --set {shlex.quote(o)}", "", 1)
+    off = {"fail_before_first_report": "false", "fail_once_at_step": "null"}
+    return command + "".join(f" --set chaos.{key}={off[key]}" for key in injected)
+
+
 def write_results(launch: Launch) -> None:
     """Every planned trial's row (even one Tune never created), results.csv and results.md."""
     spec, rows = launch.spec, launch.rows
@@ -223,6 +246,6 @@ def exit_status(launch: Launch) -> int:
             file=sys.stderr,
         )
         print("\n".join(failed), file=sys.stderr)
-        print(f"retry them with:\n  {resume_cmd}\n{RETRY_NOTE}", file=sys.stderr)
+        print(f"retry them with:\n  {retry_command(launch)}\n{RETRY_NOTE}", file=sys.stderr)
         return 1
     return 0

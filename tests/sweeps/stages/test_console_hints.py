@@ -68,3 +68,25 @@ def test_ray_prints_its_process_prefixes_without_colour_codes_into_a_file(monkey
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
     plain_prefixes()
     assert os.environ["RAY_COLOR_PREFIX"] == "1"
+
+
+def test_the_retry_of_failed_trials_leaves_the_injected_faults_out():
+    """After trials failed under ``--set chaos.fail_before_first_report=true``, "retry them with"
+    repeated that --set, and a resume keeps the recorded one anyway: following it failed every
+    trial again. The retry switches each injected fault off and keeps the other --set values."""
+    from argparse import Namespace
+
+    from sweeps.stages.launch_state import Launch
+    from sweeps.stages.results import retry_command
+
+    sets = ["chaos.fail_before_first_report=true", "failure.max_failures=0"]
+    sweep = load_spec(ROOT / "sweeps" / "quickstart.yaml", overrides=sets, profile="smoke")
+    args = Namespace(spec="q.yaml", output="out", resume=False, overrides=sets)
+    launch = Launch(plan=SimpleNamespace(sweep=sweep), args=args, profile="smoke", stop=None)
+    assert retry_command(launch) == (
+        "python sweeps/launch.py q.yaml --resume --output out --profile smoke "
+        "--set failure.max_failures=0 --set chaos.fail_before_first_report=false"
+    )
+    clean = load_spec(ROOT / "sweeps" / "quickstart.yaml", profile="smoke")
+    launch = Launch(plan=SimpleNamespace(sweep=clean), args=args, profile="smoke", stop=None)
+    assert retry_command(launch) == launch.resume_cmd
