@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from csv import reader
 from pathlib import Path
@@ -36,9 +37,11 @@ from typing import Any
 
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
 from sweeps.layout import (
+    HELDOUT_FILE,
     OPTUNA_JOURNAL,
     RESULTS_CSV,
     RESULTS_MD,
+    TIMING_FILE,
     lock_holder,
     missing_in_sweep_folder,
 )
@@ -137,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     if isinstance(chosen, str):
         p.error(chosen)
     args.mode = chosen[1]
+    for note in lost_columns(args.sweep_dir):
+        print(f"note: {note}", file=sys.stderr)
     paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
     for path in paths.values():
         print(path)
@@ -187,6 +192,36 @@ def _publish_wandb_report(args: Any) -> int:
         mode=args.mode,
         extra=report_sections(args.sweep_dir),
     )
+
+
+#: the records a stage after training leaves in a trial's folder (or, with a bucket as storage,
+#: under the sweep's ``timing/`` and ``heldout/``), and the results.csv column each one fills
+STAGE_RECORDS = ((TIMING_FILE, "decode_seconds", "timing"), (HELDOUT_FILE, "test/bleu", "held-out"))
+
+
+def lost_columns(sweep_dir: Path) -> list[str]:
+    """What a results.csv edited by hand (or by a script) lost that the sweep's own records
+    hold: a stage's column gone while trial folders keep its records, whose section the rebuilt
+    page then leaves out (or reads as a stage that never ran)."""
+    try:
+        with (sweep_dir / RESULTS_CSV).open(newline="", encoding="utf-8") as f:
+            columns = next(reader(f), [])
+    except (OSError, UnicodeDecodeError):
+        return []
+    notes = []
+    for record, column, stage in STAGE_RECORDS:
+        if column in columns:
+            continue
+        found = len(list(sweep_dir.glob(f"*/{record}"))) + len(
+            list(sweep_dir.glob(f"*/*/{record}"))
+        )
+        if found:
+            notes.append(
+                f"{sweep_dir / RESULTS_CSV} has no {column} column, but {found} trial folder(s) "
+                f"hold the {stage} stage's {record}: the page is built without them (edited by "
+                "hand?); a launch's --resume writes results.csv again from the sweep's records"
+            )
+    return notes
 
 
 #: the columns every results.csv holds (:data:`~sweeps.report.columns.FIRST_COLUMNS`): which trial,

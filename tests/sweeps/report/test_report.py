@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import shutil
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -1110,3 +1112,26 @@ def test_a_bleu_interval_is_cut_at_bleus_range():
     assert "is cut at its end" in text
     low = [line for line in text.splitlines() if "| none |" in line]
     assert low and not any(line.split("|")[4].strip().endswith(", 100.00]") for line in low)
+
+
+def test_a_results_csv_that_lost_a_stage_s_column_is_said_beside_the_records(tmp_path, capsys):
+    """A results.csv edited by hand without ``test/bleu`` (or ``decode_seconds``) rebuilt a page
+    without its held-out section (or saying the timing stage never ran), without a word, though
+    the trial folders keep the records."""
+    root = Path(__file__).resolve().parents[3]
+    sweep = tmp_path / "k_vs_length"
+    shutil.copytree(root / "docs" / "results" / "k_vs_length", sweep)
+    df = pd.read_csv(sweep / "results.csv", dtype={"trial_id": str})
+    assert "test/bleu" in df and "decode_seconds" in df
+    df.drop(columns=["test/bleu"]).to_csv(sweep / "results.csv", index=False)
+    trial = sweep / f"{df['trial_id'].iloc[0]}_trial"
+    trial.mkdir()
+    (trial / "heldout.json").write_text("{}")
+    (trial / "timing.json").write_text("{}")
+    report.main([str(sweep)])
+    err = capsys.readouterr().err
+    assert (
+        "has no test/bleu column, but 1 trial folder(s) hold the held-out stage's heldout.json"
+        in err
+    )
+    assert "decode_seconds" not in err, "its column is there"
