@@ -192,3 +192,19 @@ def done_row(
         "status": "done",
         **figures,
     }
+
+
+def stub_trial():
+    """A Tune trial as Tune's controller holds it, without a Ray instance (Tune's own stub mode)."""
+    # Ray's Tune (seconds to import): only the tests that build a trial pay for it
+    from ray.tune import PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    trial = Trial(
+        "run_trial",
+        config={"cell": "c", "seed": 0},
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+    )
+    trial.create_placement_group_factory()
+    return trial

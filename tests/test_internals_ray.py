@@ -13,21 +13,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from internals_check import internal, source, strings_in  # noqa: E402
-from ray.tune import PlacementGroupFactory  # noqa: E402
 from ray.tune.execution.tune_controller import TuneController  # noqa: E402
 from ray.tune.experiment import Trial  # noqa: E402
-
-
-def stub_trial() -> Trial:
-    """A trial as Tune's controller holds it, without a Ray instance (Tune's own stub mode)."""
-    trial = Trial(
-        "run_trial",
-        config={"cell": "c", "seed": 0},
-        stub=True,
-        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
-    )
-    trial.create_placement_group_factory()
-    return trial
+from sweep_helpers import stub_trial  # noqa: E402
 
 
 @internal("ray-movable-trial", "ray", "sweeps/schedulers/lost_nodes.py (MovableTrial, adopt)")

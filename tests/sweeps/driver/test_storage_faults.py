@@ -315,8 +315,7 @@ def test_a_finished_trial_whose_checkpoint_is_gone_keeps_its_figures_and_is_said
     import ray
     from ray.train import Checkpoint
     from ray.train._internal.session import _TrainingResult
-    from ray.tune import PlacementGroupFactory
-    from ray.tune.experiment import Trial
+    from sweep_helpers import stub_trial
 
     from sweeps.driver.resume_check import repoint_lost_checkpoints
     from sweeps.heldout.stage import HELDOUT_ERROR, evaluate_chosen_trials
@@ -331,13 +330,7 @@ def test_a_finished_trial_whose_checkpoint_is_gone_keeps_its_figures_and_is_said
     entries = []
     trials = (("TERMINATED", "t1_done"), ("PAUSED", "t2_paused"), ("PAUSED", "t5_copied"))
     for status, name in trials:
-        trial = Trial(
-            "run_trial",
-            config={"cell": "c", "seed": 0},
-            stub=True,
-            placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
-        )
-        trial.create_placement_group_factory()
+        trial = stub_trial()
         trial.status = status
         (exp / name).mkdir(parents=True)  # its checkpoint folders deleted
         # t5: this folder is a copy (cp -r) whose checkpoint went; the original's is still there
