@@ -72,11 +72,12 @@ def publish_timings(rows: list[dict], settings: Any, journal: Path | None) -> se
 def with_status(rows: list[dict]) -> dict[str, dict[str, Any]]:
     """Each row's results.csv ``status`` and ``step``, by trial id, for its W&B run's summary
     (W&B's own state says "finished" of a cut run too)."""
-    return {
-        str(r["trial_id"]): {"status": str(r.get("status")), "step": _number(r.get("step"))}
-        for r in rows
-        if r.get("trial_id")
-    }
+    return {str(r["trial_id"]): status_of(r) for r in rows if r.get("trial_id")}
+
+
+def status_of(row: dict) -> dict[str, Any]:
+    """A row's ``status`` and ``step``, as its W&B run's summary takes them."""
+    return {"status": str(row.get("status")), "step": _number(row.get("step"))}
 
 
 def stopped_figures(
@@ -95,10 +96,7 @@ def stopped_figures(
         tid = row.get("trial_id")
         if not tid or (row.get("status") not in statuses and str(tid) not in trained):
             continue
-        values: dict[str, Any] = {
-            "status": str(row.get("status")),
-            "step": _number(row.get("step")),
-        }
+        values = status_of(row)
         if row.get("status") in statuses:
             keys = sorted({metric, *(k for k in row if k.startswith(("val/", "train/")))})
             values.update({key: _number(row.get(key)) for key in keys})
