@@ -110,7 +110,7 @@ test: venv
 # suite, ~10 CPU-s of imports, and still the whole is a fifth shorter than one process); how long:
 # benchmarks/README.md, "Durations"
 test-fast: venv
-	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train" --timeout $(TEST_TIMEOUT)
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train and not report" --timeout $(TEST_TIMEOUT)
 
 test-slow: venv
 	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -m slow

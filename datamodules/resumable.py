@@ -23,6 +23,7 @@ Two pieces, both saved in the ordinary Lightning checkpoint:
 from __future__ import annotations
 
 import random
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,8 +79,20 @@ class _EpochBatches:
     loader's plan says were trained on already."""
 
     def __init__(self, loader: ResumableDataLoader, batches) -> None:
-        self.loader = loader
+        # weakly: the loader's persistent iterator holds this, and a loader -> iterator -> loader
+        # circle left the loader to the garbage collector, which closed the iterator's index
+        # queues before the iterator's shutdown sent its workers the word to stop: each worker
+        # was then waited for 5 s (torch's MP_STATUS_CHECK_INTERVAL) and killed, at every loader's
+        # end
+        self._loader = weakref.ref(loader)
         self.batches = batches
+
+    @property
+    def loader(self) -> ResumableDataLoader:
+        loader = self._loader()
+        if loader is None:  # only an iterator outliving its loader can get here
+            raise RuntimeError("the ResumableDataLoader of this iterator is gone")
+        return loader
 
     def __iter__(self) -> Iterator[list[int]]:
         resume_epoch, skip = self.loader._plan

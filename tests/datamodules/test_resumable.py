@@ -7,6 +7,9 @@ in the uninterrupted run's order.
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -115,3 +118,32 @@ def test_the_resumed_epoch_is_the_saved_one_and_later_epochs_follow_it(workers, 
         resumed.sampler.set_epoch(epoch + ahead)
         assert [b.tolist() for b in resumed] == epochs[epoch]
         assert resumed.state_dict() == {"epoch": epoch, "batches": len(epochs[epoch])}
+
+
+def test_a_persistent_workers_loader_dropped_stops_its_workers_at_once():
+    """Dropped, a loader with persistent workers is freed at once, not left to the garbage
+    collector in a circle with its iterator: there the iterator's queues were closed before its
+    shutdown told the workers to stop, and each worker was waited for 5 s, then killed."""
+    data = list(range(40))
+    loader = ResumableDataLoader(
+        data,
+        batch_size=4,
+        sampler=EpochRandomSampler(data, seed=7),
+        num_workers=1,
+        persistent_workers=True,
+        generator=torch.Generator().manual_seed(1),
+    )
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        assert sorted(i for b in loader for i in b.tolist()) == data
+    workers = list(loader._iterator._workers)  # torch's own list of the worker processes
+    gone = weakref.ref(loader)
+    gc.disable()  # freed by its reference count alone
+    try:
+        del loader
+        assert gone() is None
+    finally:
+        gc.enable()
+    for w in workers:
+        w.join(timeout=30)
+        assert w.exitcode == 0  # stopped when told, not terminated

@@ -19,6 +19,9 @@ from sweeps.report.results import DECODE_SECONDS as SEC
 from sweeps.report.summary import cell_summary, model_points, pareto_front
 from sweeps.report.wandb_report import build_wandb_report
 
+# most tests here build a sweep's whole report, every table and figure: seconds each
+pytestmark = pytest.mark.report
+
 
 def table() -> pd.DataFrame:
     """Hand-made: A, B, E are the front; C is dominated by B, D by A, G ties A, F has no BLEU."""

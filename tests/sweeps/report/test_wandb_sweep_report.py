@@ -17,6 +17,9 @@ from sweeps.report import local, moo
 from sweeps.report.results import write_results_csv
 from sweeps.report.wandb_report import report_problem
 
+# the tests here build W&B Reports from offline runs and the local page: seconds each
+pytestmark = pytest.mark.report
+
 wr = pytest.importorskip("wandb_workspaces.reports.v2")
 ROOT = Path(__file__).resolve().parents[3]
 MOO_RESULTS = ROOT / "docs" / "results" / "minimal_k"
