@@ -195,8 +195,12 @@ def _publish_wandb_report(args: Any) -> int:
 
 
 #: the records a stage after training leaves in a trial's folder (or, with a bucket as storage,
-#: under the sweep's ``timing/`` and ``heldout/``), and the results.csv column each one fills
-STAGE_RECORDS = ((TIMING_FILE, "decode_seconds", "timing"), (HELDOUT_FILE, "test/bleu", "held-out"))
+#: under the sweep's ``timing/`` and ``heldout/``), and the results.csv columns its section needs
+STAGE_RECORDS = (
+    (TIMING_FILE, "decode_seconds", "timing"),
+    (HELDOUT_FILE, "test/bleu", "held-out"),
+    (HELDOUT_FILE, "chosen", "held-out"),  # which trials the held-out section is of
+)
 
 
 def lost_columns(sweep_dir: Path) -> list[str]:

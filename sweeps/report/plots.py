@@ -350,18 +350,22 @@ def by_length_figure(
     contended = (
         contended_mask(rows, column) if mark_contended else pd.Series(False, index=rows.index)
     )
+    drawn: dict[tuple, str] = {}  # each line's points: the first model that drew them
     for model, style in styles.items():
         g = rows[rows["model"] == model].sort_values("length")
         if g.empty:
             continue
         colour = style["color"]
+        points = tuple(zip(g["length"].astype(float), g[column].astype(float).round(9)))
+        under = drawn.setdefault(points, model)
         ax.errorbar(
             g["length"].astype(float),
             g[column],
             yerr=None if note and not no_spread else _spread(g, column, no_spread),
             markersize=4,
             capsize=3,
-            label=model,
+            # a line drawn exactly over another's would hide it: the legend says where it is
+            label=model if under == model else f"{model} (under {under}: the same points)",
             **style,
         )
         for _, point in g.iterrows():

@@ -299,3 +299,21 @@ def test_a_searched_k_is_named_at_each_point_and_bar_it_was_chosen_at():
         for t in plots.by_model_figure(one, BLEU, "BLEU", "t").axes[0].get_xticklabels()
     ]
     assert ticks == ["bahdanau", "memory (K=4)"]
+
+
+def test_a_line_drawn_exactly_over_another_says_so_in_the_legend():
+    """attention_zoo's luong_concat is Bahdanau's model weight for weight (its docstring): its BLEU
+    line lies on Bahdanau's, which hid it. The legend names the line it lies under; lines that
+    only share a point keep their plain labels."""
+    s = summary(ks=(4,), others=("bahdanau", "luong_concat", "none"))
+    same = s["model"] == "luong_concat"
+    for _, row in s[same].iterrows():
+        twin = (s["model"] == "bahdanau") & (s["length"] == row["length"])
+        s.loc[s.index[same & (s["length"] == row["length"])], BLEU] = s.loc[twin, BLEU].iloc[0]
+    s.loc[(s["model"] == "none") & (s["length"] == 10), BLEU] = s.loc[
+        (s["model"] == "memory K=4") & (s["length"] == 10), BLEU
+    ].iloc[0]
+    fig = plots.by_length_figure(s, BLEU, "BLEU", "BLEU vs length")
+    assert sorted(legend_texts(fig)) == sorted(
+        ["memory K=4", "bahdanau", "luong_concat (under bahdanau: the same points)", "none"]
+    )

@@ -1138,3 +1138,9 @@ def test_a_results_csv_that_lost_a_stage_s_column_is_said_beside_the_records(tmp
         in err
     )
     assert "decode_seconds" not in err, "its column is there"
+    # the held-out section also needs the chosen column, which says which trials it tested
+    df.drop(columns=["chosen"]).to_csv(sweep / "results.csv", index=False)
+    report.main([str(sweep)])
+    err = capsys.readouterr().err
+    assert "has no chosen column, but 1 trial folder(s) hold the held-out stage's heldout.json" in err
+    assert "test/bleu" not in err, "its column is there"
