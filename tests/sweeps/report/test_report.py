@@ -1142,5 +1142,7 @@ def test_a_results_csv_that_lost_a_stage_s_column_is_said_beside_the_records(tmp
     df.drop(columns=["chosen"]).to_csv(sweep / "results.csv", index=False)
     report.main([str(sweep)])
     err = capsys.readouterr().err
-    assert "has no chosen column, but 1 trial folder(s) hold the held-out stage's heldout.json" in err
+    assert (
+        "has no chosen column, but 1 trial folder(s) hold the held-out stage's heldout.json" in err
+    )
     assert "test/bleu" not in err, "its column is there"
