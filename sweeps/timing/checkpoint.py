@@ -3,8 +3,8 @@ is timed on, and time it (:func:`time_checkpoint`).
 
 The data come from the checkpoint where it can say: a checkpoint written by ``trainer.fit(model,
 datamodule=dm)`` stores the settings of a datamodule that calls ``save_hyperparameters()``
-(``CopyTaskDataModule`` does), from which the task is recognised. ``WMT17DataModule`` does not
-(yet), so for WMT checkpoints the data are named (the command's ``--task wmt17``, ``--data-dir``,
+(``CopyTaskDataModule`` and ``WMT17DataModule`` both do), from which the task is recognised.
+Where a checkpoint stores none, the data are named (the command's ``--task``, ``--data-dir``,
 ``--cache-dir`` and ``--data KEY=VALUE``; they also override what a checkpoint stores).
 """
 

@@ -7,14 +7,16 @@ Run it (from the repository root):
     python -m sweeps.timing CKPT --device cuda --json timing.json
     python -m sweeps.timing CKPT --measure decode train memory   # + the training step, peak memory
     # Britz et al.'s Table 3: WMT'17 en-de newstest2015 (2,169 sentences), beam 10
-    python -m sweeps.timing CKPT --split valid --beam 10 --task wmt17 --data-dir data/wmt17/en-de \
-        --data vocab_size=16000
+    python -m sweeps.timing CKPT --split valid --beam 10
+    # a checkpoint saved without its datamodule's settings: name the data
+    python -m sweeps.timing CKPT --task wmt17 --data-dir data/wmt17/en-de --data vocab_size=16000
 
 ``CKPT`` is a Lightning checkpoint, a folder holding one ``.ckpt`` (a sweep trial's checkpoint), or
 a trial's folder (its last checkpoint, the one results.csv names).
-The data come from the checkpoint where it can say (:mod:`sweeps.timing.checkpoint`); for WMT
-checkpoints name them: ``--task wmt17``, ``--data-dir``, ``--cache-dir`` and ``--data KEY=VALUE``
-for any other setting the model was trained with (they also override what a checkpoint stores).
+The data come from the checkpoint where it stores its datamodule's settings (a fit with
+``datamodule=dm``, either task: :mod:`sweeps.timing.checkpoint`); else name them: ``--task``,
+``--data-dir``, ``--cache-dir`` and ``--data KEY=VALUE`` for any other setting the model was
+trained with (they also override what a checkpoint stores).
 
 What is timed and how is :mod:`sweeps.timing.measure`: one untimed warm-up pass (``--warmup``),
 then at least ``--repeats`` timed passes, more until the median is known to ``--precision``; the
