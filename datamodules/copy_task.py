@@ -265,6 +265,11 @@ class CopyTaskDataModule(pl.LightningDataModule):
             self.datasets[split],
             batch_size=self.batch_size,
             shuffle=False,
+            # each iterator draws its workers' base seed from here, not from the global RNG that
+            # dropout draws from: the validation loader's (made at the sanity check in a fit from
+            # scratch, at the first validation in a resumed fit, or at each validation without
+            # workers) moved dropout's stream, and a resume with workers was not exact
+            generator=torch.Generator().manual_seed(self.seed),
             collate_fn=collate_copy,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

@@ -502,7 +502,11 @@ class WMT17DataModule(pl.LightningDataModule):
             return ResumableDataLoader(
                 self.datasets[split], generator=torch.Generator().manual_seed(self.seed), **kwargs
             )
-        return DataLoader(self.datasets[split], **kwargs)
+        # its own generator: the base seed each iterator draws for its workers would otherwise come
+        # from the global RNG that dropout draws from (CopyTaskDataModule._loader says why)
+        return DataLoader(
+            self.datasets[split], generator=torch.Generator().manual_seed(self.seed), **kwargs
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

@@ -81,6 +81,47 @@ def test_a_fit_stopped_mid_epoch_resumes_bit_for_bit(
     assert not different, f"resumed from {saved_by}: {len(different)} tensors differ"
 
 
+def validated_fit(quiet_trainer, max_steps: int, ckpt_path=None, callbacks=(), workers: int = 1):
+    """:func:`fit` with a persistent loader worker and validation every 4 steps (after Lightning's
+    sanity check, which a resumed fit skips)."""
+    pl.seed_everything(SEED, verbose=False)
+    dm, module = small_memory_run(SEED, 8, BATCHES_PER_EPOCH, 8)
+    dm.num_workers = workers
+    trainer = quiet_trainer(
+        max_steps=max_steps,
+        max_epochs=-1,
+        val_check_interval=4,
+        check_val_every_n_epoch=None,
+        callbacks=[RngStateCallback(), *callbacks],
+        enable_checkpointing=bool(callbacks),
+    )
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return module
+
+
+@pytest.mark.train
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+def test_a_fit_with_loader_workers_and_validation_resumes_bit_for_bit(tmp_path, quiet_trainer):
+    """Each new iterator of a loader without a generator of its own draws its workers' base seed
+    from the global torch RNG, the one dropout draws from. The validation loader's persistent
+    iterator is made at the sanity check in a fit from scratch, at the first validation in a
+    resumed one: the resumed fit drew once more, and its dropout went another way from there
+    (K=4, dropout 0.3, one worker). Without workers a new iterator each validation drew, so the
+    same fit without workers trained to other weights too."""
+    reference = validated_fit(quiet_trainer, MAX_STEPS)
+    every = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, every_n_train_steps=STOP_AT, save_top_k=-1
+    )
+    validated_fit(quiet_trainer, STOP_AT, callbacks=[every])
+    (checkpoint,) = tmp_path.glob(f"*step={STOP_AT}.ckpt")
+    resumed = validated_fit(quiet_trainer, MAX_STEPS, ckpt_path=checkpoint)
+    in_process = validated_fit(quiet_trainer, MAX_STEPS, workers=0)
+    ref_state = reference.state_dict()
+    for other in (resumed, in_process):
+        state = other.state_dict()
+        assert [k for k in ref_state if not torch.equal(ref_state[k], state[k])] == []
+
+
 @pytest.mark.parametrize("workers", [0, 1], ids=["in-process", "persistent-worker"])
 @pytest.mark.parametrize(
     "ahead", [0, 1], ids=["ModelCheckpoint-during-fit", "save_checkpoint-after-fit"]
