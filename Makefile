@@ -106,9 +106,9 @@ TEST_TIMEOUT ?= 900
 test: venv
 	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 --timeout $(TEST_TIMEOUT)
 
-# the loop for someone changing one module: no Ray, no training, on two workers (each collects the
-# suite, ~10 CPU-s of imports, and still the whole is a fifth shorter than one process); how long:
-# benchmarks/README.md, "Durations"
+# the loop for someone changing one module: no Ray, no training, no whole reports, on two workers
+# (each collects the suite, ~10 CPU-s of imports, and still the whole is a fifth shorter than one
+# process); how long: benchmarks/README.md, "Durations"
 test-fast: venv
 	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not ray and not train and not report" --timeout $(TEST_TIMEOUT)
 

@@ -194,7 +194,8 @@ TRAINING_FIXTURES = {"copy_ckpts", "wmt_ckpt", "runs", "uninterrupted"}
 
 def _mark_ray_and_training(items) -> None:
     """``ray`` and ``train`` markers, besides those written on the tests themselves, so that
-    ``make test-fast`` (``-m "not slow and not ray and not train and not report"``) stays under a minute."""
+    ``make test-fast`` (``-m "not slow and not ray and not train and not report"``) stays under a
+    minute."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         module = getattr(getattr(item, "module", None), "__name__", "").rpartition(".")[2]

@@ -197,9 +197,8 @@ def _publish_wandb_report(args: Any) -> int:
 #: the records a stage after training leaves in a trial's folder (or, with a bucket as storage,
 #: under the sweep's ``timing/`` and ``heldout/``), and the results.csv columns its section needs
 STAGE_RECORDS = (
-    (TIMING_FILE, "decode_seconds", "timing"),
-    (HELDOUT_FILE, "test/bleu", "held-out"),
-    (HELDOUT_FILE, "chosen", "held-out"),  # which trials the held-out section is of
+    (TIMING_FILE, ("decode_seconds",), "timing"),
+    (HELDOUT_FILE, ("test/bleu", "chosen"), "held-out"),  # chosen: the trials it tested
 )
 
 
@@ -213,17 +212,20 @@ def lost_columns(sweep_dir: Path) -> list[str]:
     except (OSError, UnicodeDecodeError):
         return []
     notes = []
-    for record, column, stage in STAGE_RECORDS:
-        if column in columns:
+    for record, needed, stage in STAGE_RECORDS:
+        lost = [column for column in needed if column not in columns]
+        if not lost:
             continue
         found = len(list(sweep_dir.glob(f"*/{record}"))) + len(
             list(sweep_dir.glob(f"*/*/{record}"))
         )
         if found:
             notes.append(
-                f"{sweep_dir / RESULTS_CSV} has no {column} column, but {found} trial folder(s) "
-                f"hold the {stage} stage's {record}: the page is built without them (edited by "
-                "hand?); a launch's --resume writes results.csv again from the sweep's records"
+                f"{sweep_dir / RESULTS_CSV} has no {' or '.join(lost)} column, but {found} trial "
+                f"folder(s) hold the {stage} stage's {record}: the page is built without them "
+                f"(edited by hand, or written by a launch with the {stage} stage off?); a "
+                f"launch's --resume with the stage on writes results.csv again from the sweep's "
+                "records"
             )
     return notes
 

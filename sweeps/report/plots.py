@@ -364,9 +364,12 @@ def by_length_figure(
             yerr=None if note and not no_spread else _spread(g, column, no_spread),
             markersize=4,
             capsize=3,
-            # a line drawn exactly over another's would hide it: the legend says where it is
+            # a line on exactly another's points is drawn beneath it (it would hide the other):
+            # the legend says where it is
             label=model if under == model else f"{model} (under {under}: the same points)",
             **style,
+            # errorbar draws its line at zorder + 0.1 (2.1 by default): this one at 2.0
+            **({} if under == model else {"zorder": 1.9}),
         )
         for _, point in g.iterrows():
             if text := chosen_text(point):

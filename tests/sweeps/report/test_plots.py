@@ -302,9 +302,9 @@ def test_a_searched_k_is_named_at_each_point_and_bar_it_was_chosen_at():
 
 
 def test_a_line_drawn_exactly_over_another_says_so_in_the_legend():
-    """attention_zoo's luong_concat is Bahdanau's model weight for weight (its docstring): its BLEU
-    line lies on Bahdanau's, which hid it. The legend names the line it lies under; lines that
-    only share a point keep their plain labels."""
+    """attention_zoo's luong_concat is Bahdanau's model weight for weight (its docstring): drawn
+    after Bahdanau's, its BLEU line hid Bahdanau's. It is drawn beneath, and the legend names the
+    line it lies under; lines that only share a point keep their plain labels."""
     s = summary(ks=(4,), others=("bahdanau", "luong_concat", "none"))
     same = s["model"] == "luong_concat"
     for _, row in s[same].iterrows():
@@ -317,3 +317,6 @@ def test_a_line_drawn_exactly_over_another_says_so_in_the_legend():
     assert sorted(legend_texts(fig)) == sorted(
         ["memory K=4", "bahdanau", "luong_concat (under bahdanau: the same points)", "none"]
     )
+    line = {c.get_label().split(" ")[0]: c.lines[0] for c in fig.axes[0].containers}
+    assert line["luong_concat"].get_zorder() < line["bahdanau"].get_zorder()
+    assert line["none"].get_zorder() == line["bahdanau"].get_zorder()

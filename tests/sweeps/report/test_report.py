@@ -19,8 +19,8 @@ from sweeps.report.results import DECODE_SECONDS as SEC
 from sweeps.report.summary import cell_summary, model_points, pareto_front
 from sweeps.report.wandb_report import build_wandb_report
 
-# most tests here build a sweep's whole report, every table and figure: seconds each
-pytestmark = pytest.mark.report
+# pytest.mark.report: the test builds a sweep's whole report, every table and figure (seconds;
+# make test-fast leaves it out)
 
 
 def table() -> pd.DataFrame:
@@ -74,6 +74,7 @@ def results_csv(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
 
 
+@pytest.mark.report
 def test_local_report_has_tables_front_and_figures(tmp_path):
     results_csv(tmp_path)
     paths = report.main([str(tmp_path), "--title", "k vs length"])
@@ -100,6 +101,7 @@ def test_wandb_report_missing_package_has_a_clear_message(monkeypatch):
         build_wandb_report("me", "proj", "k_vs_length")
 
 
+@pytest.mark.report
 def test_wandb_report_construction_from_points(tmp_path):
     pytest.importorskip("wandb_workspaces.reports.v2")
     results_csv(tmp_path)
@@ -126,6 +128,7 @@ def test_wandb_report_construction_from_points(tmp_path):
     assert {type(p).__name__ for p in grid.panels} >= {"LinePlot", "BarPlot", "MediaBrowser"}
 
 
+@pytest.mark.report
 def test_one_summary_rule_for_table_front_and_plots(tmp_path):
     """Per cell: the best trial by the metric over Optuna samples for each seed, then mean +- std
     over seeds -- the same numbers in the table, the Pareto front and what the plots draw."""
@@ -314,6 +317,7 @@ def table_rows(md: str, section: str) -> list[list[str]]:
 PAPER = "Results by model and length (the paper's Table 1 layout)"
 
 
+@pytest.mark.report
 def test_a_contended_time_is_marked_in_every_table_and_counted(tmp_path):
     """Read back from results.csv (True/False as text): one seed of one cell contended -> that cell's
     mean carries the dagger in the paper's table, the long table and the page counts it."""
@@ -341,6 +345,7 @@ def test_a_contended_time_is_marked_in_every_table_and_counted(tmp_path):
     }
 
 
+@pytest.mark.report
 def test_a_seed_whose_timing_failed_is_said_not_averaged_away(tmp_path):
     """One seed's timing failed: the cell's decode mean was of the other seeds under "seeds 3",
     and the error appeared nowhere on the page."""
@@ -361,6 +366,7 @@ def test_a_seed_whose_timing_failed_is_said_not_averaged_away(tmp_path):
 
 
 @pytest.mark.train
+@pytest.mark.report
 def test_a_contended_points_stay_in_the_front_marked_and_the_rule_is_stated(tmp_path):
     # memory K=4 at L=10 contended (1.8x slower) is still on the front: it keeps its place, marked
     md = written_report(tmp_path, sweep_rows(contended={("memory K=4", 10, 0)}))
@@ -372,6 +378,7 @@ def test_a_contended_points_stay_in_the_front_marked_and_the_rule_is_stated(tmp_
     assert "L=50 (" not in front.split("Not trustworthy here")[1]
 
 
+@pytest.mark.report
 def test_a_all_contended_study_says_so_at_the_top(tmp_path):
     everything = {(m, length, seed) for m, *_ in MODELS for length in (10, 50) for seed in (0, 1)}
     md = written_report(tmp_path, sweep_rows(contended=everything))
@@ -381,6 +388,7 @@ def test_a_all_contended_study_says_so_at_the_top(tmp_path):
     )
 
 
+@pytest.mark.report
 def test_a_no_timing_stage_says_so_at_the_top(tmp_path):
     rows = sweep_rows()
     for row in rows:
@@ -445,6 +453,7 @@ def _marker_is_x(collection) -> bool:
     )
 
 
+@pytest.mark.report
 def test_b_results_md_leads_with_one_row_per_model_and_lengths_as_columns(tmp_path):
     md = written_report(tmp_path, sweep_rows())
     assert (
@@ -465,6 +474,7 @@ def test_b_results_md_leads_with_one_row_per_model_and_lengths_as_columns(tmp_pa
     assert long[0][:2] == ["length", "model"] and len(long) == 1 + 6, "the long table stays below"
 
 
+@pytest.mark.report
 def test_b_a_searched_k_is_shown_beside_the_figure_of_the_trial_chosen(tmp_path):
     """minimal_k searches K per length with Optuna: its Table 1 read "memory 99.52" with no word of
     the K chosen (only the multi-objective answers said K=3). A grid K (the model's name says it)
@@ -494,6 +504,7 @@ def test_b_a_searched_k_is_shown_beside_the_figure_of_the_trial_chosen(tmp_path)
     assert "memory (K=3/5)" in {row[1] for row in front[1:]}
 
 
+@pytest.mark.report
 def test_b_one_seed_shows_no_spread_and_a_missing_cell_a_dash(tmp_path):
     rows = [
         r for r in sweep_rows(seeds=(3,)) if not (r["model"] == "bahdanau" and r["length"] == 50)
@@ -547,6 +558,7 @@ def test_d_wandb_report_carries_the_paper_table_and_length_panels(tmp_path):
     ]
 
 
+@pytest.mark.report
 def test_a_results_md_names_the_device_the_timing_stage_ran_on(tmp_path):
     """results.csv's timing_device(_name) decide where results.md says the models were timed: a GPU
     sweep's page once claimed "on CPU in processes pinned to their core(s)"."""
@@ -795,6 +807,7 @@ def test_a_translation_sweep_is_laid_out_by_language_pair_as_the_papers_table_2(
     assert judged["en-fi"]["verdict"] == "contradicted"
 
 
+@pytest.mark.report
 def test_a_translation_sweeps_page_gives_the_sacrebleu_signature_its_trials_wrote(tmp_path):
     """val/sacrebleu was computed with a signature no surface printed: each report writes it beside
     the checkpoint (sweeps.trial.callbacks.write_hypotheses), and results.md quotes it."""
@@ -876,6 +889,7 @@ def test_a_baselines_figures_read_in_the_studys_objective_order(tmp_path):
     )
 
 
+@pytest.mark.report
 def test_a_profiles_settings_are_said_on_the_page_its_figures_are_on(tmp_path):
     """A smoke run validated on its first 2 batches with the tiny model, and neither the dry run
     nor results.md said so: the profile's settings are printed by the launch, kept in launch.json
@@ -963,6 +977,7 @@ def test_a_stopped_searchs_unstarted_trials_each_have_their_row():
     ]
 
 
+@pytest.mark.report
 def test_a_figure_the_finished_sweep_no_longer_draws_is_removed(tmp_path):
     """A stopped run's report drew per-model bars (one length finished); the resumed run's report
     drew lines over lengths and left the bars beside them, partial figures under names a reader
@@ -980,6 +995,7 @@ def test_a_figure_the_finished_sweep_no_longer_draws_is_removed(tmp_path):
     assert {p.name for p in tmp_path.glob("*.png")} == shown(md) | {"mine.png"}
 
 
+@pytest.mark.report
 def test_the_command_chooses_by_the_sweeps_own_metric_and_refuses_to_choose_the_worst(
     tmp_path, capsys
 ):
@@ -1027,6 +1043,7 @@ def test_the_command_chooses_by_the_sweeps_own_metric_and_refuses_to_choose_the_
     )
 
 
+@pytest.mark.report
 def test_a_smoke_runs_findings_say_they_are_no_evidence(tmp_path):
     """A smoke run's results.md judged the paper's findings (held, contradicted) as a study's,
     though its sweep files call --smoke plumbing only."""
@@ -1044,6 +1061,7 @@ def test_a_smoke_runs_findings_say_they_are_no_evidence(tmp_path):
     assert "A smoke run" not in report.main([str(tmp_path)])["md"].read_text()
 
 
+@pytest.mark.report
 def test_the_findings_say_how_many_verdicts_share_the_95_percent(tmp_path):
     """Thirteen verdicts judged at 95% each, and nothing said that one of them may be wrong by
     chance alone."""
@@ -1057,6 +1075,7 @@ def test_the_findings_say_how_many_verdicts_share_the_95_percent(tmp_path):
     ) in findings
 
 
+@pytest.mark.report
 def test_a_finding_on_contended_times_is_marked_as_they_are(tmp_path):
     """ "The decode-time gap grows with length: held", judged on Bahdanau's decode times that the
     page's own tables mark contended (not speed figures), carried no mark."""
@@ -1117,6 +1136,7 @@ def test_a_bleu_interval_is_cut_at_bleus_range():
     assert low and not any(line.split("|")[4].strip().endswith(", 100.00]") for line in low)
 
 
+@pytest.mark.report
 def test_a_results_csv_that_lost_a_stage_s_column_is_said_beside_the_records(tmp_path, capsys):
     """A results.csv edited by hand without ``test/bleu`` (or ``decode_seconds``) rebuilt a page
     without its held-out section (or saying the timing stage never ran), without a word, though
@@ -1146,3 +1166,8 @@ def test_a_results_csv_that_lost_a_stage_s_column_is_said_beside_the_records(tmp
         "has no chosen column, but 1 trial folder(s) hold the held-out stage's heldout.json" in err
     )
     assert "test/bleu" not in err, "its column is there"
+    # both gone (a resume with the held-out stage off writes neither): one note for the section
+    df.drop(columns=["chosen", "test/bleu"]).to_csv(sweep / "results.csv", index=False)
+    report.main([str(sweep)])
+    err = capsys.readouterr().err
+    assert err.count("heldout.json") == 1 and "has no test/bleu or chosen column" in err, err
