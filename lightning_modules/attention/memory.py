@@ -74,6 +74,10 @@ def _sigmoid_masked(pre: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(pre) * mask[..., None].to(pre.dtype)  # (B, S, K)
 
 
+def _softmax_over_last(pre: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(pre, dim=-1)
+
+
 #: (encoder_scoring, encoder_normalization) -> alpha from pre-activations (B, S, K) and mask (B, S)
 _ENCODER_SCORES: dict[tuple[str, str], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     ("softmax", "K"): _softmax_over_k,
@@ -81,9 +85,10 @@ _ENCODER_SCORES: dict[tuple[str, str], Callable[[torch.Tensor, torch.Tensor], to
     ("sigmoid", "K"): _sigmoid_masked,
     ("sigmoid", "S"): _sigmoid_masked,
 }
-#: decoder_scoring -> beta from pre-activations (B, K)
+#: decoder_scoring -> beta from pre-activations (B, K); named functions, never lambdas: a module
+#: holding one would not pickle (Lightning's ddp_spawn, multiprocessing, ``copy.deepcopy`` alike)
 _DECODER_SCORES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "softmax": lambda pre: torch.softmax(pre, dim=-1),
+    "softmax": _softmax_over_last,
     "sigmoid": torch.sigmoid,
 }
 

@@ -648,3 +648,19 @@ def test_a_trained_model_refuses_data_of_another_vocabulary_pointing_to_its_own(
         quiet_trainer().validate(loaded, datamodule=small_copy(vocab_size=other_vocab))
     again = CopyTaskDataModule.load_from_checkpoint(path)  # the fix the message gives
     quiet_trainer().validate(loaded, datamodule=again, verbose=False)
+
+
+@pytest.mark.parametrize("attention", MECHANISMS)
+def test_every_mechanism_s_module_pickles_as_ddp_spawn_sends_it(attention):
+    """Lightning's ``ddp_spawn`` (and any multiprocessing hand-over) pickles the module: memory
+    attention's default decoder scoring was a lambda, and the paper's model did not pickle."""
+    import pickle
+
+    dm = small_copy()
+    for options in [{}, {"decoder_scoring": "sigmoid"}] if attention == "memory" else [{}]:
+        module = module_for(dm, attention, preset="tiny", attention_kwargs=options)
+        again = pickle.loads(pickle.dumps(module))
+        assert type(again) is Seq2SeqModule and dict(again.hparams) == dict(module.hparams)
+        mine, theirs = module.state_dict(), again.state_dict()
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine)
