@@ -287,7 +287,14 @@ class WMT17DataModule(pl.LightningDataModule):
         """Files checked, BPE model and all token caches present (built here if missing)."""
         # each file there, not empty and text: else an error naming it and the fix
         check_files(self.pair, self.src_lang, self.tgt_lang, self.prefixes, self.data_dir)
-        os.makedirs(self.cache_dir, exist_ok=True)
+        try:
+            os.makedirs(self.cache_dir, exist_ok=True)
+        except OSError as exc:  # a read-only data_dir (the default <data_dir>/.cache), a file there
+            raise type(exc)(
+                f"WMT17DataModule(pair={self.pair!r}): cannot create the cache folder "
+                f"{self.cache_dir} ({exc.strerror or exc}); the BPE model and token caches are "
+                "written there (default <data_dir>/.cache): pass cache_dir= a writable folder"
+            ) from exc
         train_files = self._train_files()
         key = bpe_cache_key(
             train_files,

@@ -46,7 +46,7 @@ def make_dm(cache_dir, pair: str = "en-de", data_dir=TINY, **kw) -> WMT17DataMod
         batch_tokens=BUDGET,
         valid_prefix="valid",
         test_prefix="",
-        cache_dir=str(cache_dir),
+        cache_dir=None if cache_dir is None else str(cache_dir),  # None: <data_dir>/.cache
     )
     args.update(kw)
     return WMT17DataModule(**args)
@@ -281,6 +281,28 @@ def test_empty_file_names_the_file_and_the_fix_before_sentencepiece(tmp_path, em
     assert f"file {tmp_path / empty[0]} is empty" in text
     assert f"python -m datamodules.wmt17 fetch --pair en-de --to {tmp_path}" in text
     assert not list((tmp_path / "cache").glob("bpe-*"))  # failed before sentencepiece ran
+
+
+@pytest.mark.parametrize("blocked", ["a file there", "a read-only data_dir"])
+def test_a_cache_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path, blocked):
+    """The default cache (<data_dir>/.cache) in a shared, read-only corpus folder: a bare
+    PermissionError named only the folder, not that it is the cache nor how to move it."""
+    if blocked == "a read-only data_dir" and os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    for name in ("train.en", "train.de", "valid.en", "valid.de"):
+        shutil.copy(TINY / name, tmp_path / name)
+    if blocked == "a file there":
+        (tmp_path / ".cache").write_text("not a folder")
+    else:
+        tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(OSError) as err:
+            make_dm(None, data_dir=tmp_path).prepare_data()
+    finally:
+        tmp_path.chmod(0o755)
+    text = str(err.value)
+    assert f"cannot create the cache folder {tmp_path / '.cache'}" in text
+    assert "pass cache_dir= a writable folder" in text
 
 
 def test_line_count_mismatch_reports_both_counts(tmp_path):
