@@ -51,7 +51,9 @@ def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
     held-out stage (a Ray task per chosen trial): the tests of each stage turn it on. One trial at a
     time: Tune reuses the finished trial's process for the next, where two at once would start a
     second trial actor importing torch and Lightning (~5 CPU-s, more than the trial's training);
-    the tests of trials running side by side ask for ``max_concurrent_trials=2``."""
+    the tests of trials running side by side ask for ``max_concurrent_trials=2``. No attention
+    heatmaps: a trial draws them for its W&B run in its own process (~1 CPU-s a trial); the
+    end-to-end sweep and the fused sweep draw them, and tests/sweeps/trial checks them."""
     spec: dict[str, Any] = {
         "name": name,
         "task": {
@@ -65,7 +67,7 @@ def tiny_spec(name: str, **over: Any) -> dict[str, Any]:
         "grid": {"model": [{"attention": "none"}, {"attention": "memory", "K": 4}]},
         "trainer": {"max_steps": 20, "val_check_interval": 10},
         "resources": {"cpu": 1},
-        "wandb": {"project": "test", "tags": ["pytest"]},
+        "wandb": {"project": "test", "tags": ["pytest"], "log_heatmaps": False},
         "timing": {"enabled": False},
         "heldout": {"enabled": False},
         "max_concurrent_trials": 1,

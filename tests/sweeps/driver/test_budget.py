@@ -58,7 +58,7 @@ def spent(local_ray, tmp_path_factory) -> SimpleNamespace:
         trainer={"max_steps": 40, "val_check_interval": 10},
         max_concurrent_trials=1,
         budget={"hours": BUDGET_HOURS},
-        wandb={"project": "test", "mode": "offline"},
+        wandb={"project": "test", "mode": "offline", "log_heatmaps": False},
     )
     spec["task"]["max_length"] = 3
     path, out = write_spec(tmp, spec), tmp / "out"

@@ -324,7 +324,7 @@ def test_two_worker_ddp_trial_trains_and_reports(tmp_path):
         "ddp",
         grid={"model": [{"attention": "memory", "K": 4}]},
         resources={"cpu": 1, "workers": 2},
-        wandb={"project": "test", "mode": "offline"},
+        wandb={"project": "test", "mode": "offline", "log_heatmaps": False},
     )
     out = run_ddp_sweep(tmp_path, spec, {"WANDB_API_KEY": SECRET, "WANDB_MODE": "offline"})
     df = pd.read_csv(out / "ddp" / "results.csv")

@@ -45,6 +45,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
                 "batch_size": 16,
             },
             heldout={"enabled": True},
+            wandb={"project": "test", "tags": ["pytest"]},  # with its attention heatmaps
             timing={
                 "enabled": True,
                 "processes": 2,

@@ -848,7 +848,7 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
             {"name": "val/bleu", "min": 0},  # 20 steps learn next to nothing: bounds they can meet
             {"name": "val/bleu", "within": 5.0, "of": {"attention": "bahdanau"}},
         ],
-        wandb={"project": "test", "mode": "offline"},
+        wandb={"project": "test", "mode": "offline", "log_heatmaps": False},
     )
     path = write_spec(tmp_path, spec)
     args = [str(path), "--output", str(tmp_path / "out"), "--verbose", "0"]
