@@ -52,6 +52,19 @@ def make_dm(cache_dir, pair: str = "en-de", data_dir=TINY, **kw) -> WMT17DataMod
     return WMT17DataModule(**args)
 
 
+#: every text file of the tiny corpus: train, valid and test, both sides
+ALL_TINY = tuple(f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("en", "de"))
+
+
+def copy_tiny(to: Path, names=("train.en", "train.de", "valid.en", "valid.de")) -> Path:
+    """A writable copy of the tiny corpus's ``names`` in the folder ``to`` (made if missing): a
+    data_dir a test may break."""
+    to.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy(TINY / name, to / name)
+    return to
+
+
 @pytest.fixture(scope="module")
 def dm(tmp_path_factory) -> WMT17DataModule:
     d = make_dm(tmp_path_factory.mktemp("wmt-cache"))
@@ -258,7 +271,7 @@ def test_empty_and_overlong_pairs_are_dropped_and_logged(tmp_path, caplog):
 
 
 def test_missing_file_names_path_and_layout(tmp_path):
-    shutil.copy(TINY / "train.en", tmp_path / "train.en")
+    copy_tiny(tmp_path, ("train.en",))
     d = make_dm(tmp_path / "cache", data_dir=tmp_path)
     with pytest.raises(FileNotFoundError) as err:
         d.prepare_data()
@@ -270,8 +283,7 @@ def test_missing_file_names_path_and_layout(tmp_path):
 def test_empty_file_names_the_file_and_the_fix_before_sentencepiece(tmp_path, empty):
     """Both training files empty made sentencepiece raise a RuntimeError; one empty side a
     line-count error that did not say why."""
-    for name in ("train.en", "train.de", "valid.en", "valid.de"):
-        shutil.copy(TINY / name, tmp_path / name)
+    copy_tiny(tmp_path)
     for name in empty:
         (tmp_path / name).write_bytes(b"")
     d = make_dm(tmp_path / "cache", data_dir=tmp_path)
@@ -289,8 +301,7 @@ def test_a_cache_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path, bloc
     PermissionError named only the folder, not that it is the cache nor how to move it."""
     if blocked == "a read-only data_dir" and os.geteuid() == 0:
         pytest.skip("root writes into a read-only folder")
-    for name in ("train.en", "train.de", "valid.en", "valid.de"):
-        shutil.copy(TINY / name, tmp_path / name)
+    copy_tiny(tmp_path)
     if blocked == "a file there":
         (tmp_path / ".cache").write_text("not a folder")
     else:
@@ -306,8 +317,7 @@ def test_a_cache_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path, bloc
 
 
 def test_line_count_mismatch_reports_both_counts(tmp_path):
-    for name in ("train.en", "valid.en", "valid.de"):
-        shutil.copy(TINY / name, tmp_path / name)
+    copy_tiny(tmp_path, ("train.en", "valid.en", "valid.de"))
     lines = (TINY / "train.de").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "train.de").write_text("".join(lines[:-3]), encoding="utf-8")
     with pytest.raises(ValueError, match=r"has 1000 lines but .*has 997 lines"):
@@ -524,7 +534,7 @@ def test_without_sentencepiece_the_error_names_the_extra_before_any_download(
 
 
 def test_missing_data_names_each_argument_for_python_and_for_a_sweep_file(tmp_path):
-    shutil.copy(TINY / "train.en", tmp_path / "train.en")
+    copy_tiny(tmp_path, ("train.en",))
     (tmp_path / "valid.de").write_bytes(b"")  # an interrupted copy
     d = make_dm(tmp_path / "cache", data_dir=tmp_path)
     assert d.missing_data() == (
@@ -651,15 +661,6 @@ def test_a_data_file_edited_in_place_gets_a_new_cache_key(tmp_path):
     assert file_fingerprint(str(copy)) == file_fingerprint(str(path))
 
 
-def _copy_tiny(folder: Path) -> Path:
-    """A writable copy of the tiny corpus (the text files only)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train", "valid", "test"):
-        for lang in ("en", "de"):
-            shutil.copy(TINY / f"{name}.{lang}", folder / f"{name}.{lang}")
-    return folder
-
-
 def test_a_truncated_token_cache_is_encoded_again_with_a_warning(tmp_path, caplog):
     """A tokens.bin shorter than its meta.json says (a partial copy of the cache) made setup fail
     with numpy's bare "mmap length is greater than file size", naming no file."""
@@ -732,7 +733,7 @@ def test_a_damaged_cache_in_a_folder_that_cannot_be_written_names_it_and_the_fix
 def test_a_pair_outside_the_release_says_to_place_the_files_not_to_fetch(tmp_path):
     """The release has en-cs, en-de, en-fi and en-tr: for en-fr the messages suggested
     `fetch --pair en-fr` or download=True, which cannot work."""
-    data = _copy_tiny(tmp_path / "data")  # en-de files: no train.fr
+    data = copy_tiny(tmp_path / "data", ALL_TINY)  # en-de files: no train.fr
     d = make_dm(tmp_path / "cache", pair="en-fr", data_dir=data)
     note = d.missing_data()
     assert note is not None and "fetch --pair" not in note
@@ -772,7 +773,7 @@ def test_a_compressed_or_non_utf8_file_is_named_before_the_line_counts(
 ):
     """A gzipped train.en (not gunzipped after a download) was reported as a line-count mismatch
     between the two sides."""
-    data = _copy_tiny(tmp_path / "data")
+    data = copy_tiny(tmp_path / "data", ALL_TINY)
     path = data / "train.en"
     path.write_bytes(encode(path.read_bytes()))
     with pytest.raises(ValueError) as err:
@@ -790,7 +791,7 @@ def test_a_compressed_or_non_utf8_file_is_named_before_the_line_counts(
 def test_an_evaluation_split_of_blank_lines_is_refused_in_setup(dm, tmp_path, split):
     """Validation files of blank lines passed setup (a logged warning only) and the first
     `next(iter(dm.val_dataloader()))` raised a bare StopIteration."""
-    data = _copy_tiny(tmp_path / "data")
+    data = copy_tiny(tmp_path / "data", ALL_TINY)
     (data / f"{split}.de").write_text("\n" * 50, encoding="utf-8")
     d = make_dm(dm.cache_dir, data_dir=data, test_prefix="test")
     label = dict(valid="validation", test="test")[split]
