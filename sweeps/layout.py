@@ -41,6 +41,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_modules.checkpoint_files import TRIAL_CHECKPOINT_FILE
+
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
 LAUNCH_FILE = (
@@ -60,8 +62,9 @@ TUNE_RESULT_FILE = "result.json"
 
 PHASES_FILE = "phases.json"
 TRIAL_STATE_FILE = "trial_state.json"
-#: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at
-CHECKPOINT_FILE = "checkpoint.ckpt"
+#: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at (the
+#: model package names it too, for a folder handed to ``Seq2SeqModule.load_from_checkpoint``)
+CHECKPOINT_FILE = TRIAL_CHECKPOINT_FILE
 #: beside it: the validation hypotheses and references of that report, one sentence a line
 HYPOTHESES_FILE = "val_hypotheses.txt"
 REFERENCES_FILE = "val_references.txt"

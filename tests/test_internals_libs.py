@@ -103,6 +103,18 @@ def test_the_trainer_says_whether_it_will_replace_the_sampler(tiny_fit):
     assert trainer._accelerator_connector.use_distributed_sampler is False
 
 
+@internal(
+    "lightning-restricted-classmethod",
+    "lightning",
+    "lightning_modules/module.py (Seq2SeqModule.load_from_checkpoint)",
+)
+def test_load_from_checkpoint_is_a_restricted_classmethod_the_module_can_wrap():
+    pl = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
+
+    assert isinstance(pl.LightningModule.__dict__["load_from_checkpoint"], _restricted_classmethod)
+
+
 @internal("lightning-wandb-init", "lightning", "sweeps/trial/wandb_logger.py (lightning_logger)")
 def test_the_wandb_loggers_init_arguments_are_a_dict_it_passes_to_wandb_init(tmp_path):
     pytest.importorskip("wandb")

@@ -39,11 +39,14 @@ DATAMODULE_SETTINGS_KEY = (
 def load_module(path: str | Path) -> pl.LightningModule:
     """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
     # torch and Lightning (seconds): the timing stage's driver checks files without them
+    from lightning_modules.checkpoint_files import CheckpointError
     from lightning_modules.module import Seq2SeqModule
 
     file = checkpoint_file(path)
     try:
         return Seq2SeqModule.load_from_checkpoint(str(file), map_location="cpu", weights_only=False)
+    except CheckpointError as exc:  # the file says what it is: one line naming it
+        raise TimingError(f"{exc}, or train the trial again") from None
     except UNREADABLE as exc:
         raise TimingError(unreadable(file, exc)) from None
 

@@ -1,0 +1,93 @@
+"""What a file handed to ``Seq2SeqModule.load_from_checkpoint`` is, when it is no Lightning
+checkpoint: one line naming the file, what it is and what to pass instead.
+
+torch's own errors on such a file say little of it: ``KeyError: '101'`` for a text file,
+``EOFError`` with no message for an empty one, ``KeyError: 'pytorch-lightning_version'`` for a
+``state_dict`` saved with ``torch.save``, a 600-character advice on ``weights_only`` for a
+requirements file, "[enforce fail at inline_container.cc...]" for a zip archive torch did not
+write, ``IsADirectoryError`` for a sweep trial's checkpoint folder.
+
+Only what the file itself shows is said; anything else (a real checkpoint of another model, a
+state dict whose shapes differ) keeps Lightning's own error.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+#: the Lightning checkpoint file in a sweep trial's checkpoint folder (``sweeps.layout``'s
+#: ``CHECKPOINT_FILE``)
+TRIAL_CHECKPOINT_FILE = "checkpoint.ckpt"
+
+#: what every message ends with: where a checkpoint comes from
+WHAT_TO_PASS = (
+    "pass a Lightning checkpoint (a .ckpt file written by Trainer.save_checkpoint or "
+    "ModelCheckpoint; a sweep's: results.csv's checkpoint column)"
+)
+
+#: the keys Lightning's loading reads from a checkpoint
+LIGHTNING_KEYS = ("pytorch-lightning_version", "state_dict", "hyper_parameters")
+
+#: where the two files torch.save writes begin: a zip archive (torch 1.6 on) or a pickle
+ZIP_MAGIC, PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+
+
+class CheckpointError(ValueError):
+    """A file handed to ``load_from_checkpoint`` that is no Lightning checkpoint (one line)."""
+
+
+def checkpoint_problem(path: object, error: BaseException) -> str | None:
+    """Why ``path`` did not load as a Lightning checkpoint, given the ``error`` loading it raised,
+    in one line ending with what to pass; None where the file does not show it (a stream, a
+    remote path, a missing file, or a real checkpoint that failed for another reason)."""
+    if not isinstance(path, (str, os.PathLike)) or "://" in str(path):
+        return None
+    file = Path(path)
+    if file.is_dir():
+        inner = file / TRIAL_CHECKPOINT_FILE
+        if inner.is_file():
+            return f"{file}: a folder, not a checkpoint file; its checkpoint is {inner}"
+        return f"{file}: a folder, not a checkpoint file; {WHAT_TO_PASS}"
+    if not file.is_file():
+        return None
+    what = _what_the_file_is(file, error)
+    return None if what is None else f"{file}: {what}; {WHAT_TO_PASS}"
+
+
+def _what_the_file_is(file: Path, error: BaseException) -> str | None:
+    with open(file, "rb") as f:
+        head = f.read(4)
+    if not head:
+        return "an empty file (cut short on disk, or never written)"
+    if head == ZIP_MAGIC:
+        if not zipfile.is_zipfile(file):
+            return (
+                "cut short or damaged on disk (a full disk, a copy or a kill while it was written)"
+            )
+        with zipfile.ZipFile(file) as archive:
+            names = archive.namelist()
+        if not any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
+            return "a zip archive, but not one torch.save wrote"
+    elif not head.startswith(PICKLE_MAGIC):
+        return "not a file torch.save wrote"
+    missing = _missing_key(error)
+    if missing is not None:
+        return (
+            f"a torch file, but not a Lightning checkpoint (it has no {missing!r}: a state_dict or "
+            "other object saved with torch.save; such a state_dict loads with load_state_dict into "
+            "a module built with the same settings)"
+        )
+    return None
+
+
+def _missing_key(error: BaseException) -> str | None:
+    """The Lightning key whose absence ``error`` (or an error it came from) is."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyError) and error.args and error.args[0] in LIGHTNING_KEYS:
+            return str(error.args[0])
+        error = error.__cause__ or error.__context__
+    return None

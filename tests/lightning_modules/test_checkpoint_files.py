@@ -1,0 +1,82 @@
+"""``Seq2SeqModule.load_from_checkpoint`` on a file that is no Lightning checkpoint: one line naming
+the file, what it is and what to pass (it was torch's error on the bytes: ``KeyError: '101'`` for a
+text file, a bare ``EOFError`` for an empty one, ``KeyError: 'pytorch-lightning_version'`` for a
+state_dict)."""
+
+from __future__ import annotations
+
+import zipfile
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from lightning_modules.checkpoint_files import WHAT_TO_PASS, CheckpointError
+from lightning_modules.module import Seq2SeqModule
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A real checkpoint, as a sweep trial's folder holds it."""
+    module = Seq2SeqModule(12, 12, attention="bahdanau", preset="tiny")
+    trainer = pl.Trainer(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0
+    )
+    trainer.strategy.connect(module)
+    folder = tmp_path / "checkpoint_000001"
+    folder.mkdir()
+    trainer.save_checkpoint(folder / "checkpoint.ckpt")
+    return module, folder / "checkpoint.ckpt"
+
+
+def bad_files(tmp_path, checkpoint):
+    """(file, what the error says it is) for each kind of file that is no checkpoint."""
+    text, empty, cut, archive = (
+        tmp_path / n for n in ("results.csv", "e.ckpt", "c.ckpt", "z.ckpt")
+    )
+    text.write_text("trial_id,cell\n")
+    empty.write_bytes(b"")
+    cut.write_bytes(checkpoint.read_bytes()[:5000])
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("notes.txt", "not torch's")
+    weights, state = tmp_path / "weights.pt", tmp_path / "state.pt"
+    torch.save({"weight": torch.zeros(2)}, weights)
+    torch.save({"state_dict": {}}, state)
+    missing = "a torch file, but not a Lightning checkpoint (it has no 'pytorch-lightning_version'"
+    return [
+        (text, "not a file torch.save wrote"),
+        (empty, "an empty file"),
+        (cut, "cut short or damaged on disk"),
+        (archive, "a zip archive, but not one torch.save wrote"),
+        (weights, missing),
+        (state, missing),
+        (tmp_path, "a folder, not a checkpoint file"),
+    ]
+
+
+def test_a_file_that_is_no_checkpoint_is_named_with_what_it_is_and_what_to_pass(saved, tmp_path):
+    module, checkpoint = saved
+    for file, what in bad_files(tmp_path, checkpoint):
+        with pytest.raises(CheckpointError) as info:
+            Seq2SeqModule.load_from_checkpoint(file)
+        said = str(info.value)
+        assert said.startswith(f"{file}: {what}") and "\n" not in said, said
+        assert said.endswith(WHAT_TO_PASS), said
+        assert isinstance(info.value, ValueError) and info.value.__cause__ is not None
+    # a trial's checkpoint folder names the file inside it
+    with pytest.raises(CheckpointError, match="its checkpoint is .*checkpoint_000001/checkpoint"):
+        Seq2SeqModule.load_from_checkpoint(checkpoint.parent)
+    # what the file does not show keeps its own error: a missing file, a real checkpoint's
+    # other failures (here weights of another mechanism than the one asked for)
+    with pytest.raises(FileNotFoundError):
+        Seq2SeqModule.load_from_checkpoint(tmp_path / "nope.ckpt")
+    with pytest.raises(RuntimeError, match="Error.s. in loading state_dict"):
+        Seq2SeqModule.load_from_checkpoint(checkpoint, attention="none")
+    # the checkpoint itself loads as before, and still only on the class
+    loaded = Seq2SeqModule.load_from_checkpoint(checkpoint, map_location="cpu")
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(loaded.state_dict().values(), module.state_dict().values(), strict=True)
+    )
+    with pytest.raises(TypeError, match="cannot be called on an instance"):
+        module.load_from_checkpoint(checkpoint)
