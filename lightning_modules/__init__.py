@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "ATTENTION_REGISTRY",
     "build_attention",
+    "CheckpointError",
     "PRESETS",
     "Seq2Seq",
     "Seq2SeqModule",
@@ -23,6 +24,7 @@ __all__ = [
 _HOMES = {
     "ATTENTION_REGISTRY": ".attention",
     "build_attention": ".attention",
+    "CheckpointError": ".checkpoint_files",
     "PRESETS": ".presets",
     "Seq2Seq": ".seq2seq",
     "Seq2SeqModule": ".module",

@@ -361,13 +361,28 @@ class Seq2SeqModule(pl.LightningModule):
         )
 
     @_restricted_classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: Any,
+        map_location: Any = None,
+        hparams_file: Any = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Lightning's :meth:`~lightning.pytorch.LightningModule.load_from_checkpoint`; a file that
         is no Lightning checkpoint (a folder, an empty or text file, a ``state_dict`` saved with
         ``torch.save``, a checkpoint cut short on disk) raises :class:`CheckpointError`, one line
         naming the file, what it is and what to pass, in place of torch's error on its bytes."""
         try:
-            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+            return super().load_from_checkpoint(
+                checkpoint_path,
+                map_location=map_location,
+                hparams_file=hparams_file,
+                strict=strict,
+                weights_only=weights_only,
+                **kwargs,
+            )
         except Exception as exc:
             problem = checkpoint_problem(checkpoint_path, exc)
             if problem is None:

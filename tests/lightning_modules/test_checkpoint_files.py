@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+import lightning_modules
 from lightning_modules.checkpoint_files import WHAT_TO_PASS, CheckpointError
 from lightning_modules.module import Seq2SeqModule
 
@@ -63,6 +64,7 @@ def test_a_file_that_is_no_checkpoint_is_named_with_what_it_is_and_what_to_pass(
         assert said.startswith(f"{file}: {what}") and "\n" not in said, said
         assert said.endswith(WHAT_TO_PASS), said
         assert isinstance(info.value, ValueError) and info.value.__cause__ is not None
+        assert isinstance(info.value, lightning_modules.CheckpointError)  # the package's name
     # a trial's checkpoint folder names the file inside it
     with pytest.raises(CheckpointError, match="its checkpoint is .*checkpoint_000001/checkpoint"):
         Seq2SeqModule.load_from_checkpoint(checkpoint.parent)
