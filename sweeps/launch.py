@@ -56,7 +56,7 @@ from sweeps.driver.cluster import (  # noqa: E402
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.driver.resume_check import lost_finished_checkpoints  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
-from sweeps.layout import positive_int  # noqa: E402
+from sweeps.layout import holds_local_sweep, positive_int  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
@@ -185,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     profile = "smoke" if args.smoke else args.profile
     try:
         sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
-        if args.resume:  # the first run's --set and profile, stored beside its results
-            folder = Path(args.output).resolve() / sweep.name
+        folder = Path(args.output).resolve() / sweep.name
+        # a launch refused before Tune started left only its own files (launch.json, the budget
+        # ledger, the lock): no trial was planned from its overrides, so none are held to
+        if args.resume and (sweep.spec.storage.path is not None or holds_local_sweep(folder)):
+            # the first run's --set and profile, stored beside its results
             first = resume_launch(folder, args.overrides, profile, args.spec)
             if first != (args.overrides, profile):
                 given = set(args.overrides)

@@ -105,6 +105,12 @@ def nothing_to_resume(path: str) -> str:
                 f"own folder ({folder.parent}): pass --output {folder.parent.parent}, the folder "
                 f"that holds {folder.name}/."
             )
+    if "://" not in path and (folder / LAUNCH_FILE).is_file() and only_launch_files(folder):
+        return (
+            f"--resume: {path} holds no sweep to continue: the launch that wrote its "
+            f"{LAUNCH_FILE} stopped before any trial started. Run the same command without "
+            f"--resume to start the sweep."
+        )
     return (
         f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run "
         f"the same command without --resume to start the sweep."

@@ -173,10 +173,19 @@ def test_dry_run_resume_says_what_it_continues_or_that_there_is_nothing(tmp_path
         f"error: --resume: {out / 'again'} holds no sweep to continue. Check --output (and "
         "storage.path), or run the same command without --resume to start the sweep."
     )
+    # a launch refused before any trial started (here with --set trainer.max_steps=7) leaves its
+    # own record: no sweep yet, and a --resume with another --set is not held to the refused one's
     (out / "again").mkdir(parents=True)
+    (out / "again" / "launch.json").write_text(
+        '{"overrides": ["trainer.max_steps=7"], "profile": null}\n'
+    )
+    assert main([*argv, "--set", "trainer.max_steps=9"]) == 2, "the launcher's own record"
+    assert capsys.readouterr().err.strip() == (
+        f"error: --resume: {out / 'again'} holds no sweep to continue: the launch that wrote its "
+        "launch.json stopped before any trial started. Run the same command without --resume to "
+        "start the sweep."
+    )
     (out / "again" / "launch.json").write_text('{"overrides": [], "profile": null}\n')
-    assert main(argv) == 2, "the launcher's own record is no sweep yet"
-    capsys.readouterr()
     (out / "again" / "results.csv").write_text("trial_id,status\na,done\nb,preempted\nc,done\n")
     assert main(argv) == 0
     said = capsys.readouterr().out.splitlines()
