@@ -182,6 +182,12 @@ def missing_in_sweep_folder(
     one)."""
     if (folder / name).is_file():
         return None
+    if name == RESULTS_CSV and launched(folder) and only_launch_files(folder):
+        return (
+            f"{folder}: no {name} here: the launch that wrote its {LAUNCH_FILE} stopped before "
+            f"any trial started (its error said why). Launch the sweep, without --resume: python "
+            f"{launch_script()} <its sweep file> --output {folder.parent}"
+        )
     if name == RESULTS_CSV and launched(folder):
         return (
             f"{folder}: no {name} here yet. A sweep's launch writes it when the launch ends (also "

@@ -637,6 +637,16 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
     assert "no results.csv here yet" in said and "was killed or is still running" in said
     assert said.endswith(f"--resume --output {tmp_path / 'out'}"), said
     assert error_of(tmp_path / "out") == said, "given its --output, the command finds the sweep"
+    # one whose launch was refused before any trial started: nothing to continue, launch it
+    (killed / "experiment_state-2026-11-29_20-34-30.json").unlink()
+    (killed / "budget.json").write_text("{}")
+    said = error_of(killed)
+    assert "stopped before any trial started" in said, said
+    command = said.rsplit(": ", 1)[1]  # the launch to run, not a resume
+    assert (
+        command.endswith(f"<its sweep file> --output {tmp_path / 'out'}")
+        and "--resume" not in command
+    )
 
 
 def test_the_multi_objective_command_says_which_folder_holds_a_journal(tmp_path, capsys):
