@@ -13,8 +13,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["CopyTaskDataModule", "TASKS", "WMT17DataModule", "datamodule_class"]
-_HOMES = {"CopyTaskDataModule": ".copy_task", "WMT17DataModule": ".wmt17"}
+__all__ = ["CheckpointError", "CopyTaskDataModule", "TASKS", "WMT17DataModule", "datamodule_class"]
+_HOMES = {
+    "CheckpointError": ".checkpoint_files",
+    "CopyTaskDataModule": ".copy_task",
+    "WMT17DataModule": ".wmt17",
+}
 
 #: a sweep file's ``task.name`` -> its datamodule class (the one list of tasks)
 TASKS = {"copy": "CopyTaskDataModule", "wmt17": "WMT17DataModule"}

@@ -24,6 +24,7 @@ import torch
 from annotated_types import Ge
 from torch.utils.data import DataLoader, Dataset
 
+from .checkpoint_files import LoadsCheckpointFiles
 from .ranges import check_ranges
 from .resumable import EpochHook, EpochRandomSampler, ResumableDataLoader
 from .vocab import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, UNK_ID, ids_to_text
@@ -126,7 +127,7 @@ class LengthBucketBatchSampler:
         return full * (self.pool // self.batch_size) + -(-rest // self.batch_size)
 
 
-class CopyTaskDataModule(pl.LightningDataModule):
+class CopyTaskDataModule(LoadsCheckpointFiles, pl.LightningDataModule):
     """Random symbol sequences to copy.
 
     Args:

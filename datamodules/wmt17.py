@@ -79,6 +79,7 @@ from .bpe import (
     token_cache_dir,
 )
 from .bucketing import ParallelTokenDataset, TokenBucketBatchSampler, collate_pairs
+from .checkpoint_files import LoadsCheckpointFiles
 from .extras import import_extra
 from .ranges import check_ranges
 from .resumable import ResumableDataLoader
@@ -119,7 +120,7 @@ def _default_prefixes(src_lang: str, tgt_lang: str) -> dict[str, str]:
     return PAIR_DEFAULTS.get(other, _FALLBACK_DEFAULTS)
 
 
-class WMT17DataModule(pl.LightningDataModule):
+class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
     """WMT'17 parallel text -> shared BPE -> cached ids -> length-bucketed batches (CONTRACTS.md).
 
     Args:

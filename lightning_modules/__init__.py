@@ -24,7 +24,7 @@ __all__ = [
 _HOMES = {
     "ATTENTION_REGISTRY": ".attention",
     "build_attention": ".attention",
-    "CheckpointError": ".checkpoint_files",
+    "CheckpointError": "datamodules.checkpoint_files",
     "PRESETS": ".presets",
     "Seq2Seq": ".seq2seq",
     "Seq2SeqModule": ".module",

@@ -35,13 +35,12 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from annotated_types import Ge, Gt, Interval
-from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 
+from datamodules.checkpoint_files import LoadsCheckpointFiles
 from datamodules.ranges import check_ranges
 from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
 
 from .attention import DEFAULT_ATTENTION
-from .checkpoint_files import CheckpointError, checkpoint_problem
 from .distill import (
     InitFromTeacher,
     Teacher,
@@ -83,7 +82,7 @@ class _DecodeBuffer:
         self.seconds = 0.0
 
 
-class Seq2SeqModule(pl.LightningModule):
+class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
     """Attention seq2seq trained with teacher-forced cross-entropy and Adam.
 
     Args:
@@ -359,35 +358,6 @@ class Seq2SeqModule(pl.LightningModule):
             f"checkpoint, {name}.load_from_checkpoint(path) (or {name}(**torch.load(path, "
             f'weights_only=False)["datamodule_hyper_parameters"])){fresh}'
         )
-
-    @_restricted_classmethod
-    def load_from_checkpoint(
-        cls,
-        checkpoint_path: Any,
-        map_location: Any = None,
-        hparams_file: Any = None,
-        strict: bool | None = None,
-        weights_only: bool | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Lightning's :meth:`~lightning.pytorch.LightningModule.load_from_checkpoint`; a file that
-        is no Lightning checkpoint (a folder, an empty or text file, a ``state_dict`` saved with
-        ``torch.save``, a checkpoint cut short on disk) raises :class:`CheckpointError`, one line
-        naming the file, what it is and what to pass, in place of torch's error on its bytes."""
-        try:
-            return super().load_from_checkpoint(
-                checkpoint_path,
-                map_location=map_location,
-                hparams_file=hparams_file,
-                strict=strict,
-                weights_only=weights_only,
-                **kwargs,
-            )
-        except Exception as exc:
-            problem = checkpoint_problem(checkpoint_path, exc)
-            if problem is None:
-                raise
-            raise CheckpointError(problem) from exc
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.data_vocabulary is not None:

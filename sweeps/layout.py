@@ -41,8 +41,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_modules.checkpoint_files import TRIAL_CHECKPOINT_FILE
-
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
 LAUNCH_FILE = (
@@ -63,8 +61,9 @@ TUNE_RESULT_FILE = "result.json"
 PHASES_FILE = "phases.json"
 TRIAL_STATE_FILE = "trial_state.json"
 #: the file a trial's checkpoint folder holds: what the checkpoint column and Optuna point at (the
-#: model package names it too, for a folder handed to ``Seq2SeqModule.load_from_checkpoint``)
-CHECKPOINT_FILE = TRIAL_CHECKPOINT_FILE
+#: data package names it too, ``datamodules.checkpoint_files``, for a folder handed to
+#: ``load_from_checkpoint``; it imports Lightning, which this module must not)
+CHECKPOINT_FILE = "checkpoint.ckpt"
 #: beside it: the validation hypotheses and references of that report, one sentence a line
 HYPOTHESES_FILE = "val_hypotheses.txt"
 REFERENCES_FILE = "val_references.txt"

@@ -106,13 +106,14 @@ def test_the_trainer_says_whether_it_will_replace_the_sampler(tiny_fit):
 @internal(
     "lightning-restricted-classmethod",
     "lightning",
-    "lightning_modules/module.py (Seq2SeqModule.load_from_checkpoint)",
+    "datamodules/checkpoint_files.py (LoadsCheckpointFiles)",
 )
-def test_load_from_checkpoint_is_a_restricted_classmethod_the_module_can_wrap():
+def test_load_from_checkpoint_is_a_restricted_classmethod_the_project_can_wrap():
     pl = pytest.importorskip("lightning.pytorch")
     from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 
-    assert isinstance(pl.LightningModule.__dict__["load_from_checkpoint"], _restricted_classmethod)
+    for cls in (pl.LightningModule, pl.LightningDataModule):
+        assert isinstance(cls.__dict__["load_from_checkpoint"], _restricted_classmethod), cls
 
 
 @internal("lightning-wandb-init", "lightning", "sweeps/trial/wandb_logger.py (lightning_logger)")

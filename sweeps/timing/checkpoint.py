@@ -39,7 +39,7 @@ DATAMODULE_SETTINGS_KEY = (
 def load_module(path: str | Path) -> pl.LightningModule:
     """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
     # torch and Lightning (seconds): the timing stage's driver checks files without them
-    from lightning_modules.checkpoint_files import CheckpointError
+    from datamodules.checkpoint_files import CheckpointError
     from lightning_modules.module import Seq2SeqModule
 
     file = checkpoint_file(path)

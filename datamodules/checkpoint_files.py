@@ -1,5 +1,6 @@
-"""What a file handed to ``Seq2SeqModule.load_from_checkpoint`` is, when it is no Lightning
-checkpoint: one line naming the file, what it is and what to pass instead.
+"""What a file handed to ``load_from_checkpoint`` (of ``Seq2SeqModule`` and of both datamodules)
+is, when it is no Lightning checkpoint: one line naming the file, what it is and what to pass
+instead (:class:`LoadsCheckpointFiles`, the classes' common base).
 
 torch's own errors on such a file say little of it: ``KeyError: '101'`` for a text file,
 ``EOFError`` with no message for an empty one, ``KeyError: 'pytorch-lightning_version'`` for a
@@ -16,9 +17,12 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 
 #: the Lightning checkpoint file in a sweep trial's checkpoint folder (``sweeps.layout``'s
-#: ``CHECKPOINT_FILE``)
+#: ``CHECKPOINT_FILE``, the same name)
 TRIAL_CHECKPOINT_FILE = "checkpoint.ckpt"
 
 #: what every message ends with: where a checkpoint comes from
@@ -36,6 +40,25 @@ ZIP_MAGIC, PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
 
 class CheckpointError(ValueError):
     """A file handed to ``load_from_checkpoint`` that is no Lightning checkpoint (one line)."""
+
+
+class LoadsCheckpointFiles:
+    """A base, before ``LightningModule`` or ``LightningDataModule``, whose ``load_from_checkpoint``
+    is Lightning's with one addition: a file that is no Lightning checkpoint (a folder, an empty
+    or text file, a ``state_dict`` saved with ``torch.save``, a checkpoint cut short on disk)
+    raises :class:`CheckpointError`, one line naming the file, what it is and what to pass, in
+    place of torch's error on its bytes. Lightning's arguments pass through as they are; like
+    Lightning's, it is called on the class, not on an instance."""
+
+    @_restricted_classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        except Exception as exc:
+            problem = checkpoint_problem(checkpoint_path, exc)
+            if problem is None:
+                raise
+            raise CheckpointError(problem) from exc
 
 
 def checkpoint_problem(path: object, error: BaseException) -> str | None:

@@ -1,18 +1,21 @@
-"""``Seq2SeqModule.load_from_checkpoint`` on a file that is no Lightning checkpoint: one line naming
-the file, what it is and what to pass (it was torch's error on the bytes: ``KeyError: '101'`` for a
-text file, a bare ``EOFError`` for an empty one, ``KeyError: 'pytorch-lightning_version'`` for a
-state_dict)."""
+"""``load_from_checkpoint`` of the model and of both datamodules on a file that is no Lightning
+checkpoint: one line naming the file, what it is and what to pass (it was torch's error on the
+bytes: ``KeyError: '101'`` for a text file, a bare ``EOFError`` for an empty one,
+``KeyError: 'pytorch-lightning_version'`` for a state_dict)."""
 
 from __future__ import annotations
 
+import re
 import zipfile
 
 import lightning.pytorch as pl
 import pytest
 import torch
 
+import datamodules
 import lightning_modules
-from lightning_modules.checkpoint_files import WHAT_TO_PASS, CheckpointError
+from datamodules import CopyTaskDataModule, WMT17DataModule
+from datamodules.checkpoint_files import WHAT_TO_PASS, CheckpointError
 from lightning_modules.module import Seq2SeqModule
 
 
@@ -64,7 +67,7 @@ def test_a_file_that_is_no_checkpoint_is_named_with_what_it_is_and_what_to_pass(
         assert said.startswith(f"{file}: {what}") and "\n" not in said, said
         assert said.endswith(WHAT_TO_PASS), said
         assert isinstance(info.value, ValueError) and info.value.__cause__ is not None
-        assert isinstance(info.value, lightning_modules.CheckpointError)  # the package's name
+        assert lightning_modules.CheckpointError is datamodules.CheckpointError is CheckpointError
     # a trial's checkpoint folder names the file inside it
     with pytest.raises(CheckpointError, match="its checkpoint is .*checkpoint_000001/checkpoint"):
         Seq2SeqModule.load_from_checkpoint(checkpoint.parent)
@@ -82,3 +85,13 @@ def test_a_file_that_is_no_checkpoint_is_named_with_what_it_is_and_what_to_pass(
     )
     with pytest.raises(TypeError, match="cannot be called on an instance"):
         module.load_from_checkpoint(checkpoint)
+
+
+@pytest.mark.parametrize("datamodule", [CopyTaskDataModule, WMT17DataModule])
+def test_the_datamodules_say_the_same_of_such_a_file(datamodule, saved, tmp_path):
+    _, checkpoint = saved
+    for file, what in bad_files(tmp_path, checkpoint):
+        with pytest.raises(CheckpointError, match=f"^{re.escape(f'{file}: {what}')}"):
+            datamodule.load_from_checkpoint(file)
+    with pytest.raises(FileNotFoundError):
+        datamodule.load_from_checkpoint(tmp_path / "nope.ckpt")
