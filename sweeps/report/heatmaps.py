@@ -77,21 +77,6 @@ def load_module(args: argparse.Namespace) -> Seq2SeqModule:
     return module.eval()
 
 
-def checkpoint_problem(path: Path) -> str | None:
-    """Why ``path`` is no Lightning checkpoint of a Seq2SeqModule (None: it reads as one). Any
-    file can be handed in (results.csv, a log), and unpickling one fails in many ways
-    (IndexError, KeyError, UnpicklingError...)."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 -- whatever the unpickler made of the bytes
-        return f"not a checkpoint torch can read ({type(exc).__name__})"
-    keys = ("state_dict", "hyper_parameters", "pytorch-lightning_version")  # what loading reads
-    missing = [key for key in keys if not isinstance(checkpoint, dict) or key not in checkpoint]
-    if missing:
-        return f"a torch file, but not a Lightning checkpoint (no {', '.join(missing)})"
-    return None
-
-
 def copy_task_settings(saved: dict[str, Any]) -> str | None:
     """Why a checkpoint's stored data settings are not the copy task's (None: they are, or it
     stores none)."""
@@ -229,14 +214,11 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         except TimingError as exc:
             p.error(str(exc))
         print(f"checkpoint {args.checkpoint}", flush=True)
-    if args.checkpoint is not None and (problem := checkpoint_problem(args.checkpoint)):
-        p.error(
-            f"{args.checkpoint}: {problem}; pass a Lightning .ckpt file or a trial's checkpoint "
-            "folder"
-        )
     try:
         module = load_module(args)
-    except (ValueError, KeyError) as exc:  # an unknown mechanism, preset or K: its own words
+    except (ValueError, KeyError) as exc:
+        # an unknown mechanism, preset or K, or a file that is no checkpoint (a CheckpointError,
+        # one line naming what it is): its own words
         p.error(str(exc).strip("'\""))
     except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:
         p.error(f"{args.checkpoint}: not a checkpoint torch can read ({type(exc).__name__})")

@@ -121,7 +121,7 @@ def test_heatmap_command_refuses_bad_options_in_one_line(tmp_path, capsys):
         # with a checkpoint they were ignored: the checkpoint's own K drawn under the asked one
         ([str(tmp_path / "empty.ckpt"), "--K", "4"], "--K: for --attention; a checkpoint brings"),
         ([str(tmp_path / "empty.ckpt"), "--preset", "base"], "drop --preset"),
-        ([str(tmp_path / "empty.ckpt")], "not a checkpoint torch can read"),
+        ([str(tmp_path / "empty.ckpt")], "empty.ckpt: an empty file"),
         (
             ["--attention", "memory", "--output", str(tmp_path / "a-file" / "x")],
             "is a file, not a folder",
@@ -156,13 +156,18 @@ def test_heatmap_command_refuses_a_vocabulary_the_checkpoint_lacks_and_a_file_th
         ),
         (
             [str(tmp_path / "results.csv")],
-            "results.csv: not a checkpoint torch can read (IndexError); pass a Lightning .ckpt",
+            "results.csv: not a file torch.save wrote; pass a Lightning checkpoint (a .ckpt file",
         ),
         (
             [str(tmp_path / "other.pt")],
-            "other.pt: a torch file, but not a Lightning checkpoint (no state_dict, hyper_param",
+            "other.pt: a torch file, but not a Lightning checkpoint (it has no "
+            "'pytorch-lightning_version'",
         ),
-        ([str(tmp_path / "no-version.ckpt")], "(no pytorch-lightning_version); pass a Lightning"),
+        (
+            [str(tmp_path / "no-version.ckpt")],
+            "no-version.ckpt: a torch file, but not a Lightning checkpoint (it has no "
+            "'pytorch-lightning_version'",
+        ),
     ]:
         with pytest.raises(SystemExit) as info:
             heatmaps.main([*argv, "--output", str(tmp_path / "png")])
