@@ -184,7 +184,7 @@ def missing_in_sweep_folder(
     if name == RESULTS_CSV and launched(folder) and only_launch_files(folder):
         return (
             f"{folder}: no {name} here: the launch that wrote its {LAUNCH_FILE} stopped before "
-            f"any trial started (its error said why). Launch the sweep, without --resume: python "
+            f"any trial started. Launch the sweep, without --resume: python "
             f"{launch_script()} <its sweep file> --output {folder.parent}"
         )
     if name == RESULTS_CSV and launched(folder):
