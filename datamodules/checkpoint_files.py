@@ -31,8 +31,9 @@ WHAT_TO_PASS = (
     "ModelCheckpoint; a sweep's: results.csv's checkpoint column)"
 )
 
-#: the keys Lightning's loading reads from a checkpoint
-LIGHTNING_KEYS = ("pytorch-lightning_version", "state_dict", "hyper_parameters")
+#: the keys every checkpoint Lightning writes holds (``hyper_parameters`` only where the module
+#: saved some: without it a checkpoint is still Lightning's, and its error is Lightning's own)
+LIGHTNING_KEYS = ("pytorch-lightning_version", "state_dict")
 
 #: where the two files torch.save writes begin: a zip archive (torch 1.6 on) or a pickle
 ZIP_MAGIC, PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
@@ -55,16 +56,16 @@ class LoadsCheckpointFiles:
         try:
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
         except Exception as exc:
-            problem = checkpoint_problem(checkpoint_path, exc)
+            problem = checkpoint_problem(checkpoint_path)
             if problem is None:
                 raise
             raise CheckpointError(problem) from exc
 
 
-def checkpoint_problem(path: object, error: BaseException) -> str | None:
-    """Why ``path`` did not load as a Lightning checkpoint, given the ``error`` loading it raised,
-    in one line ending with what to pass; None where the file does not show it (a stream, a
-    remote path, a missing file, or a real checkpoint that failed for another reason)."""
+def checkpoint_problem(path: object) -> str | None:
+    """Why ``path``, which did not load as a Lightning checkpoint, is none, in one line ending with
+    what to pass; None where the file does not show it (a stream, a remote path, a missing file,
+    or a real checkpoint that failed for another reason)."""
     if not isinstance(path, (str, os.PathLike)) or "://" in str(path):
         return None
     file = Path(path)
@@ -75,11 +76,11 @@ def checkpoint_problem(path: object, error: BaseException) -> str | None:
         return f"{file}: a folder, not a checkpoint file; {WHAT_TO_PASS}"
     if not file.is_file():
         return None
-    what = _what_the_file_is(file, error)
+    what = _what_the_file_is(file)
     return None if what is None else f"{file}: {what}; {WHAT_TO_PASS}"
 
 
-def _what_the_file_is(file: Path, error: BaseException) -> str | None:
+def _what_the_file_is(file: Path) -> str | None:
     with open(file, "rb") as f:
         head = f.read(4)
     if not head:
@@ -95,22 +96,25 @@ def _what_the_file_is(file: Path, error: BaseException) -> str | None:
             return "a zip archive, but not one torch.save wrote"
     elif not head.startswith(PICKLE_MAGIC):
         return "not a file torch.save wrote"
-    missing = _missing_key(error)
-    if missing is not None:
-        return (
-            f"a torch file, but not a Lightning checkpoint (it has no {missing!r}: a state_dict or "
-            "other object saved with torch.save; such a state_dict loads with load_state_dict into "
-            "a module built with the same settings)"
-        )
-    return None
+    return _what_torch_reads(file)
 
 
-def _missing_key(error: BaseException) -> str | None:
-    """The Lightning key whose absence ``error`` (or an error it came from) is."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, KeyError) and error.args and error.args[0] in LIGHTNING_KEYS:
-            return str(error.args[0])
-        error = error.__cause__ or error.__context__
-    return None
+def _what_torch_reads(file: Path) -> str | None:
+    """What a file torch.save wrote holds, where that is no Lightning checkpoint (None: a dict
+    with Lightning's keys, or a file only a full unpickling reads: left to the error raised)."""
+    import torch  # the error path only
+
+    try:  # weights_only: nothing in the file runs
+        held = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 -- a pickled class, or damage: the first error says more
+        return None
+    if not isinstance(held, dict):
+        return f"a torch file holding a {type(held).__name__}, not a Lightning checkpoint"
+    missing = [key for key in LIGHTNING_KEYS if key not in held]
+    if not missing:
+        return None
+    return (
+        f"a torch file, but not a Lightning checkpoint (it has no {', '.join(map(repr, missing))}: "
+        "a state_dict or other object saved with torch.save; such a state_dict loads with "
+        "load_state_dict into a module built with the same settings)"
+    )

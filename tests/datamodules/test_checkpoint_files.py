@@ -46,6 +46,8 @@ def bad_files(tmp_path, checkpoint):
     weights, state = tmp_path / "weights.pt", tmp_path / "state.pt"
     torch.save({"weight": torch.zeros(2)}, weights)
     torch.save({"state_dict": {}}, state)
+    tensor = tmp_path / "tensor.pt"
+    torch.save(torch.zeros(3), tensor)  # Lightning indexed it: "too many indices for tensor"
     missing = "a torch file, but not a Lightning checkpoint (it has no 'pytorch-lightning_version'"
     return [
         (text, "not a file torch.save wrote"),
@@ -54,6 +56,7 @@ def bad_files(tmp_path, checkpoint):
         (archive, "a zip archive, but not one torch.save wrote"),
         (weights, missing),
         (state, missing),
+        (tensor, "a torch file holding a Tensor, not a Lightning checkpoint"),
         (tmp_path, "a folder, not a checkpoint file"),
     ]
 
