@@ -86,6 +86,16 @@ def only_launch_files(folder: Path) -> bool:
     return all(p.name in (LAUNCH_FILE, BUDGET_FILE, LOCK_FILE) for p in folder.iterdir())
 
 
+def stopped_before_trials(folder: Path) -> bool:
+    """Whether ``folder`` holds a launch's record and only what a launch writes before Tune starts:
+    the launch that wrote it was refused (or killed) before any trial started."""
+    return launched(folder) and only_launch_files(folder)
+
+
+#: what :func:`stopped_before_trials` says of such a folder
+NO_TRIAL_STARTED = f"the launch that wrote its {LAUNCH_FILE} stopped before any trial started"
+
+
 def holds_local_sweep(experiment: Path) -> bool:
     """Whether a sweep's experiment folder on this machine holds a sweep's files."""
     return experiment.is_dir() and not only_launch_files(experiment)
@@ -104,11 +114,10 @@ def nothing_to_resume(path: str) -> str:
                 f"own folder ({folder.parent}): pass --output {folder.parent.parent}, the folder "
                 f"that holds {folder.name}/."
             )
-    if "://" not in path and (folder / LAUNCH_FILE).is_file() and only_launch_files(folder):
+    if "://" not in path and stopped_before_trials(folder):
         return (
-            f"--resume: {path} holds no sweep to continue: the launch that wrote its "
-            f"{LAUNCH_FILE} stopped before any trial started. Run the same command without "
-            f"--resume to start the sweep."
+            f"--resume: {path} holds no sweep to continue: {NO_TRIAL_STARTED}. Run the same "
+            f"command without --resume to start the sweep."
         )
     return (
         f"--resume: {path} holds no sweep to continue. Check --output (and storage.path), or run "
@@ -181,11 +190,10 @@ def missing_in_sweep_folder(
     one)."""
     if (folder / name).is_file():
         return None
-    if name == RESULTS_CSV and launched(folder) and only_launch_files(folder):
+    if name == RESULTS_CSV and stopped_before_trials(folder):
         return (
-            f"{folder}: no {name} here: the launch that wrote its {LAUNCH_FILE} stopped before "
-            f"any trial started. Launch the sweep, without --resume: python "
-            f"{launch_script()} <its sweep file> --output {folder.parent}"
+            f"{folder}: no {name} here: {NO_TRIAL_STARTED}. Launch the sweep, without --resume: "
+            f"python {launch_script()} <its sweep file> --output {folder.parent}"
         )
     if name == RESULTS_CSV and launched(folder):
         return (

@@ -70,7 +70,7 @@ def test_a_file_that_is_no_checkpoint_is_named_with_what_it_is_and_what_to_pass(
         assert said.startswith(f"{file}: {what}") and "\n" not in said, said
         assert said.endswith(WHAT_TO_PASS), said
         assert isinstance(info.value, ValueError) and info.value.__cause__ is not None
-        assert lightning_modules.CheckpointError is datamodules.CheckpointError is CheckpointError
+    assert lightning_modules.CheckpointError is datamodules.CheckpointError is CheckpointError
     # a trial's checkpoint folder names the file inside it
     with pytest.raises(CheckpointError, match="its checkpoint is .*checkpoint_000001/checkpoint"):
         Seq2SeqModule.load_from_checkpoint(checkpoint.parent)
