@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 import torch
 
 from datamodules import TASKS
+from datamodules.checkpoint_files import CheckpointError, checkpoint_problem
 from sweeps.build import build_datamodule
 from sweeps.spec.signatures import datamodule_param_types
 from sweeps.timing.files import (  # noqa: F401 (re-exported: where they were before)
@@ -39,7 +40,6 @@ DATAMODULE_SETTINGS_KEY = (
 def load_module(path: str | Path) -> pl.LightningModule:
     """``Seq2SeqModule.load_from_checkpoint`` on the CPU."""
     # torch and Lightning (seconds): the timing stage's driver checks files without them
-    from datamodules.checkpoint_files import CheckpointError
     from lightning_modules.module import Seq2SeqModule
 
     file = checkpoint_file(path)
@@ -56,9 +56,18 @@ def load_module(path: str | Path) -> pl.LightningModule:
 UNREADABLE = (EOFError, pickle.UnpicklingError, RuntimeError, OSError)
 
 
-def unreadable(file: Path, exc: BaseException) -> str:
+def unreadable(file: Path, exc: BaseException | None) -> str:
     """What a command says of a checkpoint file torch cannot read (``exc``: one of
-    :data:`UNREADABLE`; a missing file is said before it is read)."""
+    :data:`UNREADABLE`; None: it read, but holds no Lightning checkpoint). A missing file is said
+    before it is read. What the file shows it is (empty, text, a zip torch did not write, a
+    ``state_dict`` saved alone) is said in the words ``load_from_checkpoint`` uses."""
+    if (problem := checkpoint_problem(file)) is not None:
+        return f"{problem}, or train the trial again"
+    if exc is None:  # a dict with Lightning's keys but no state_dict: not one Lightning wrote
+        return (
+            f"{file}: a torch file but not a Lightning checkpoint (no state_dict); give a "
+            "trial's checkpoint.ckpt (results.csv's checkpoint column) or its folder"
+        )
     damaged = (
         "cut short or damaged on disk (a full disk, a copy or a kill while it was written)"
         if isinstance(exc, OSError)
@@ -79,10 +88,7 @@ def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     except UNREADABLE as exc:
         raise TimingError(unreadable(file, exc)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise TimingError(
-            f"{file}: a torch file but not a Lightning checkpoint (no state_dict); give a "
-            "trial's checkpoint.ckpt (results.csv's checkpoint column) or its folder"
-        )
+        raise TimingError(unreadable(file, None))
     return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
 
 

@@ -261,14 +261,24 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert "not found" in one_line_error(capsys)
     assert main([str(tmp_path)]) == 2
     assert "holds no .ckpt file" in one_line_error(capsys)
-    # a file that is no checkpoint (empty, a results.csv, a torch file of something else)
-    for name, content in [("empty.ckpt", b""), ("results.csv", b"trial_id,cell\n")]:
+    # a file that is no checkpoint (empty, a results.csv, a torch file of something else): named
+    # as load_from_checkpoint names it (it was "not a checkpoint torch can read (EOFError: )")
+    for name, content, what in [
+        ("empty.ckpt", b"", "an empty file (cut short on disk, or never written)"),
+        ("results.csv", b"trial_id,cell\n", "not a file torch.save wrote"),
+    ]:
         (tmp_path / name).write_bytes(content)
         assert main([str(tmp_path / name)]) == 2
-        assert "not a checkpoint torch can read" in one_line_error(capsys)
+        said = one_line_error(capsys)
+        assert f"{tmp_path / name}: {what}; pass a Lightning checkpoint" in said, said
+        assert said.endswith("or train the trial again"), said
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.ckpt")
     assert main([str(tmp_path / "other.ckpt")]) == 2
-    assert "a torch file but not a Lightning checkpoint" in one_line_error(capsys)
+    said = one_line_error(capsys)
+    assert "a torch file, but not a Lightning checkpoint (it has no 'pytorch-lightning" in said
+    torch.save([1, 2], tmp_path / "list.ckpt")  # a torch file of something other than a dict
+    assert main([str(tmp_path / "list.ckpt")]) == 2
+    assert "a torch file holding a list, not a Lightning checkpoint" in one_line_error(capsys)
     # a real checkpoint cut short on disk: named as such (it was a bare "[Errno 22] Invalid
     # argument", or a traceback), by the command and by the stages' loader alike
     cut = tmp_path / "cut.ckpt"
