@@ -39,7 +39,7 @@ from sweeps.plan.fusion import FusionPlan, Slot, member_shape
 from sweeps.plan.mps import MpsPlan
 from sweeps.plan.mps import per_gpu as shares_per_gpu
 from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, fused_envelope
-from sweeps.spec.gpu import asks_for_cuda_graphs
+from sweeps.spec.gpu import sets_cuda_graphs
 from sweeps.spec.objectives import baseline_of
 
 #: the sample number of a relative constraint's baseline (one per unit, besides its samples)
@@ -126,8 +126,9 @@ def plan_arrangement(
     every = [s for g in groups for s in g.slots] + lone
     preset = lambda i: str(units[i].model.get("preset") or "paper_copy")  # noqa: E731
     shape = lambda i: member_shape(units[i].task, units[i].model)  # noqa: E731
-    # graphs the sweep file sets (its trainer section, a grid) stand: each trial as its plan says
-    own_graphs = asks_for_cuda_graphs(sweep.spec)
+    # graphs the sweep sets, on or off (its trainer section, a grid, a --set) stand: each trial as
+    # its plan says
+    own_graphs = sets_cuda_graphs(sweep.spec)
 
     def graphed_of(s: Slot, chosen: bool) -> bool:
         return bool(units[s.unit].trainer.get("cuda_graphs")) if own_graphs else chosen

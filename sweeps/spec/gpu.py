@@ -12,15 +12,30 @@ from sweeps.errors import SpecError
 from sweeps.spec.schema import SweepSpec
 
 
-def asks_for_cuda_graphs(spec: SweepSpec) -> bool:
-    """``trainer.cuda_graphs`` true in the trainer section, or among a grid's or a search's values."""
-    if spec.trainer.cuda_graphs:
-        return True
+def cuda_graphs_values(spec: SweepSpec) -> list[Any]:
+    """The values the sweep gives ``trainer.cuda_graphs``: its trainer section's where it sets the
+    key (a profile's or a ``--set``'s included), a grid's (``trainer.cuda_graphs: [...]``, or
+    ``trainer:`` as a list of settings) and a search's; ``[]`` where it sets none."""
+    values = [spec.trainer.cuda_graphs] if "cuda_graphs" in spec.trainer.model_fields_set else []
     grid_values = spec.grid.get("trainer.cuda_graphs", [])
-    values = list(grid_values) if isinstance(grid_values, list) else [grid_values]
+    values += list(grid_values) if isinstance(grid_values, list) else [grid_values]
+    variants = spec.grid.get("trainer", [])
+    if isinstance(variants, list):
+        values += [v["cuda_graphs"] for v in variants if isinstance(v, dict) and "cuda_graphs" in v]
     searched = spec.parameters.get("trainer.cuda_graphs")
     values += list(searched.values or []) if searched is not None else []
-    return any(v is True for v in values)
+    return values
+
+
+def asks_for_cuda_graphs(spec: SweepSpec) -> bool:
+    """``trainer.cuda_graphs`` true in the trainer section, or among a grid's or a search's values."""
+    return any(v is True for v in cuda_graphs_values(spec))
+
+
+def sets_cuda_graphs(spec: SweepSpec) -> bool:
+    """The sweep sets ``trainer.cuda_graphs`` itself, true or false: the GPU plan keeps that
+    choice (:func:`sweeps.plan.arrangement.plan_arrangement`)."""
+    return bool(cuda_graphs_values(spec))
 
 
 def check_gpu_settings(spec: SweepSpec, source: str, cpu_profile: str | None = None) -> None:

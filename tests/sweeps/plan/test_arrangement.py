@@ -126,6 +126,26 @@ def test_graphs_the_sweep_file_sets_stand_under_auto_and_are_costed_as_set():
     assert any("graphed steps of trials alone are not measured" in n for n in h200.stand_ins)
 
 
+def test_graphs_the_sweep_turns_off_stay_off_under_auto():
+    """``trainer.cuda_graphs: false`` under auto (a --set, or the file's trainer section): the plan
+    chose graphed trials alone as though the key were unset, and the trials ran graphed; now the
+    choice stands, and on the H100's table the eager fused groups are the cheapest left."""
+    from sweeps.plan.describe import arrangement_lines
+    from sweeps.spec.gpu import cuda_graphs_values, sets_cuda_graphs
+
+    sweep, a = arranged("trainer.cuda_graphs=false")
+    assert a.fused and a.groups == 6 and not a.graphs and a.lone == 0
+    assert a.speedup == pytest.approx(5.88, abs=0.01)
+    assert "steps eager (trainer.cuda_graphs false)" in arrangement_lines(sweep, a)[0]
+    assert not any(p.trainer["cuda_graphs"] for p in sweep.plans)
+    # unset: the plan's choice, graphed (the default profile sets no graphs)
+    unset = load_spec(K_VS_LENGTH)
+    assert not sets_cuda_graphs(unset.spec) and cuda_graphs_values(unset.spec) == []
+    # a grid's `trainer:` variants set it too, as its dotted key does
+    variants = load_spec(K_VS_LENGTH, overrides=["grid.trainer=[{cuda_graphs: false}]"])
+    assert cuda_graphs_values(variants.spec) == [False]
+
+
 def test_trials_to_a_gpu_are_counted_as_ray_places_them_and_never_more_than_there_are():
     """``resources.gpu: 0.2`` fits 5 to a GPU (the MPS line said 4: ``1 // 0.2`` is 4.0); 0.13
     fits 7 (the plan said 8 and took the 8-share figure); a count the table does not hold is
