@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -158,3 +159,44 @@ def test_the_gpu_pages_are_found_from_where_a_user_starts():
     section = cluster.split("### On GPUs", 1)[1].split("\n### ", 1)[0]
     for needed in ("docs/gpu.md", "MPS", "Fused trials", "CUDA graphs", "resources.cpu"):
         assert needed in section, f"cluster/README.md's GPU section says nothing of {needed}"
+
+
+def shown_part_differs(shown: Any, real: Any, where: str = "") -> list[str]:
+    """The keys of ``shown`` (a shortened copy of a sweep file's YAML) whose values the file holds
+    otherwise: a mapping is compared on the keys it shows, anything else as a whole."""
+    if isinstance(shown, dict) and isinstance(real, dict):
+        return [
+            d
+            for k, v in shown.items()
+            for d in (
+                shown_part_differs(v, real[k], f"{where}{k}.") if k in real else [f"{where}{k}"]
+            )
+        ]
+    return [] if shown == real else [where.rstrip(".")]
+
+
+def shortened_examples() -> list[tuple[str, str, dict]]:
+    """The YAML blocks of the user pages, without a name, that the sentence before them calls a
+    shipped sweep file's (``The shipped example is `sweeps/minimal_k.yaml```): page, file, block."""
+    out = []
+    for page in references.user_pages():
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r"```yaml\n(.*?)```", text, re.S):
+            before = text[: m.start()].rstrip().rsplit("\n\n", 1)[-1]
+            named = re.search(r"shipped example is `(sweeps/\w+\.yaml)`", before)
+            data = yaml.safe_load(m.group(1))
+            if named and isinstance(data, dict) and "name" not in data:
+                out.append((str(page.relative_to(ROOT)), named.group(1), data))
+    return out
+
+
+def test_a_shortened_example_of_a_shipped_file_shows_that_files_values():
+    """multi-objective.md's example of minimal_k.yaml showed `grace_period: 1`, the file's cpu and
+    smoke profiles' value, where the file has 2: what such an example shows is the file's."""
+    examples = shortened_examples()
+    assert any(where == "docs/multi-objective.md" for where, _, _ in examples), examples
+    for where, file, shown in examples:
+        real = yaml.safe_load((ROOT / file).read_text())
+        differ = shown_part_differs(shown, real)
+        assert not differ, f"{where}: its example of {file} shows other values for {differ}"
+    assert shown_part_differs({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3, "d": 4}}) == ["a.c"]
