@@ -126,7 +126,7 @@ def test_graphs_the_sweep_file_sets_stand_under_auto_and_are_costed_as_set():
     assert any("graphed steps of trials alone are not measured" in n for n in h200.stand_ins)
 
 
-def test_graphs_the_sweep_turns_off_stay_off_under_auto():
+def test_graphs_the_sweep_turns_off_stay_off_under_auto(tmp_path):
     """``trainer.cuda_graphs: false`` under auto (a --set, or the file's trainer section): the plan
     chose graphed trials alone as though the key were unset, and the trials ran graphed; now the
     choice stands, and on the H100's table the eager fused groups are the cheapest left."""
@@ -137,7 +137,11 @@ def test_graphs_the_sweep_turns_off_stay_off_under_auto():
     assert a.fused and a.groups == 6 and not a.graphs and a.lone == 0
     assert a.speedup == pytest.approx(5.88, abs=0.01)
     assert "steps eager (trainer.cuda_graphs false)" in arrangement_lines(sweep, a)[0]
-    assert not any(p.trainer["cuda_graphs"] for p in sweep.plans)
+    off = build_plan(
+        load_spec(K_VS_LENGTH, profile="gpu", overrides=["trainer.cuda_graphs=false"]), tmp_path
+    )
+    on_gpus = make_settings(off, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    assert on_gpus.cells and not any(p.trainer["cuda_graphs"] for p in on_gpus.cells.values())
     # unset: the plan's choice, graphed (the default profile sets no graphs)
     unset = load_spec(K_VS_LENGTH)
     assert not sets_cuda_graphs(unset.spec) and cuda_graphs_values(unset.spec) == []
