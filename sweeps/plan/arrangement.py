@@ -136,7 +136,13 @@ def plan_arrangement(
     notes: list[str] = []
 
     def steps_word(graphed: bool) -> str:
-        return "steps as the sweep file sets" if own_graphs else "graphed" if graphed else "eager"
+        return (
+            "steps as the sweep sets trainer.cuda_graphs"
+            if own_graphs
+            else "graphed"
+            if graphed
+            else "eager"
+        )
 
     def alone(s: Slot) -> float:
         model = units[s.unit].model
