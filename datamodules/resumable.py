@@ -14,7 +14,10 @@ Two pieces, both saved in the ordinary Lightning checkpoint:
   ``epoch``/``set_epoch`` such as :class:`~datamodules.bucketing.TokenBucketBatchSampler`.
 - :class:`RngStateCallback` -- the global RNG states (torch CPU and CUDA, numpy, python
   ``random``: dropout and noise draw from them) as the callback's checkpoint state, put back at
-  ``on_train_start``, just before the resumed run's first training step.
+  ``on_train_start``, just before the resumed run's first training step. There it also sets
+  back Lightning's count of a finished epoch's batches, which a ``trainer.save_checkpoint``
+  after a fit that stopped on an epoch's last batch keeps (the next epoch would end after one
+  batch).
 
     trainer = pl.Trainer(callbacks=[RngStateCallback()], ...)
     trainer.fit(module, datamodule=dm, ckpt_path=path)   # dm's train loader a ResumableDataLoader
@@ -279,7 +282,9 @@ class RngStateCallback(pl.Callback):
     nothing draws from them between that moment (the end of a validation) and the next training
     step. Lightning hands them back (``load_state_dict``) while it restores the checkpoint, before
     the data and sanity-check setup; they are put back at ``on_train_start``, the last hook before
-    the first resumed training step.
+    the first resumed training step. A resume from a checkpoint saved after a fit that stopped on
+    an epoch's last batch also has its count of that epoch's batches set back there, so that the
+    next epoch trains whole (:func:`_start_the_next_epoch_whole`).
     """
 
     def __init__(self) -> None:
@@ -292,6 +297,28 @@ class RngStateCallback(pl.Callback):
         self._pending = state_dict
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._pending is not None:
+        if self._pending is not None:  # a resume, of a checkpoint written with this callback
+            _start_the_next_epoch_whole(trainer)
             _set_rng_states(self._pending)
             self._pending = None
+
+
+def _start_the_next_epoch_whole(trainer: pl.Trainer) -> None:
+    """A fit resumed from ``trainer.save_checkpoint`` after a fit that stopped at ``max_steps`` on
+    an epoch's last batch: Lightning restores that epoch as finished but keeps its count of the
+    epoch's batches, so the resumed fit trained one batch of the next epoch and then ended it (the
+    rest of that epoch never trained; a plain ``DataLoader`` the same). The count is set back to
+    zero here, as Lightning itself does for a checkpoint written on an epoch's last batch during
+    the fit, so the next epoch trains whole. Lightning's loop progress counters: listed in
+    docs/internals.md."""
+    fit = trainer.fit_loop
+    loop = fit.epoch_loop
+    epochs, batches = fit.epoch_progress.total, loop.batch_progress.current
+    if not (loop.restarting and epochs.ready and epochs.completed == epochs.ready):
+        return  # not a resume, or one from inside an epoch (its own restart handles it)
+    if batches.completed != batches.ready or batches.ready < trainer.num_training_batches:
+        return  # the epoch's last batch not reached: the resumed pass finishes the epoch
+    loop.batch_progress.reset_on_run()
+    loop.scheduler_progress.reset_on_run()
+    loop.automatic_optimization.optim_progress.reset_on_run()
+    loop.val_loop.batch_progress.total.reset()

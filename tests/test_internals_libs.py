@@ -87,6 +87,34 @@ def test_the_fit_loop_saves_the_loaders_state_and_draws_no_batch_ahead(tiny_fit)
     assert "_load_state_dicts(" in source(_FitLoop), "the loader's state is not loaded on resume"
 
 
+@internal(
+    "lightning-loop-progress",
+    "lightning",
+    "datamodules/resumable.py (_start_the_next_epoch_whole)",
+)
+def test_the_epoch_loop_keeps_a_finished_epochs_batch_count_and_resets_it_as_the_project_does(
+    tiny_fit,
+):
+    """The counters the project reads and zeroes exist, and Lightning's own reset still zeroes
+    them for the during-fit case only (the case the project completes)."""
+    _, _, trainer = tiny_fit
+    fit = trainer.fit_loop
+    loop = fit.epoch_loop
+    for counts in (fit.epoch_progress.total, loop.batch_progress.current):
+        assert all(hasattr(counts, n) for n in ("ready", "completed")), counts
+    for progress in (
+        loop.batch_progress,
+        loop.scheduler_progress,
+        loop.automatic_optimization.optim_progress,
+    ):
+        assert callable(progress.reset_on_run), progress
+    assert callable(loop.val_loop.batch_progress.total.reset)
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    body = source(_TrainingEpochLoop.reset)
+    assert "if self.restarted_on_train_batch_end:" in body and "reset_on_run()" in body
+
+
 @internal("lightning-sampler-epoch", "lightning", "datamodules/resumable.py (_epoch_holders)")
 def test_lightning_sets_the_epoch_on_the_sampler_and_the_batch_samplers_sampler():
     pytest.importorskip("lightning")

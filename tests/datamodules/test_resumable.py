@@ -1,6 +1,6 @@
-"""Exact resume from the two kinds of checkpoint a fit stopped mid-epoch leaves: one written by
-``ModelCheckpoint`` during the fit, and one written by ``trainer.save_checkpoint`` after ``fit``
-returned at ``max_steps`` (the README's example). Lightning saves the second with the epoch
+"""Exact resume from the two kinds of checkpoint a fit stopped mid-epoch or at an epoch's end
+leaves: one written by ``ModelCheckpoint`` during the fit, and one written by
+``trainer.save_checkpoint`` after ``fit`` returned at ``max_steps`` (the README's example). Lightning saves the second with the epoch
 counted as finished; the loader must still resume the saved epoch, and draw the epochs after it
 in the uninterrupted run's order.
 """
@@ -58,24 +58,28 @@ def uninterrupted(quiet_trainer):
 @pytest.mark.train
 @pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
 @pytest.mark.parametrize("saved_by", ["save_checkpoint-after-fit", "ModelCheckpoint-during-fit"])
+@pytest.mark.parametrize("stop", [STOP_AT, BATCHES_PER_EPOCH], ids=["mid-epoch", "epoch-end"])
 def test_a_fit_stopped_mid_epoch_resumes_bit_for_bit(
-    tmp_path, uninterrupted, quiet_trainer, saved_by
+    tmp_path, uninterrupted, quiet_trainer, saved_by, stop
 ):
+    """At the epoch's end too: saved after a fit that stopped on an epoch's last batch, the resumed
+    fit trained the next epoch's first batch, then ended that epoch and went on to the one after
+    (Lightning kept the finished epoch's batch count)."""
     reference, reference_batches = uninterrupted
     if saved_by == "save_checkpoint-after-fit":
-        _, trainer, _ = fit(quiet_trainer, STOP_AT)
+        _, trainer, _ = fit(quiet_trainer, stop)
         checkpoint = tmp_path / "stopped.ckpt"
         trainer.save_checkpoint(checkpoint)
     else:
         every = pl.callbacks.ModelCheckpoint(
-            dirpath=tmp_path, every_n_train_steps=STOP_AT, save_top_k=-1
+            dirpath=tmp_path, every_n_train_steps=stop, save_top_k=-1
         )
-        fit(quiet_trainer, STOP_AT, callbacks=[every])
-        (checkpoint,) = tmp_path.glob(f"*step={STOP_AT}.ckpt")
+        fit(quiet_trainer, stop, callbacks=[every])
+        (checkpoint,) = tmp_path.glob(f"*step={stop}.ckpt")
 
     resumed, _, batches = fit(quiet_trainer, MAX_STEPS, ckpt_path=checkpoint)
 
-    assert batches == {s: b for s, b in reference_batches.items() if s > STOP_AT}
+    assert batches == {s: b for s, b in reference_batches.items() if s > stop}
     ref_state, state = reference.state_dict(), resumed.state_dict()
     different = [k for k in ref_state if not torch.equal(ref_state[k], state[k])]
     assert not different, f"resumed from {saved_by}: {len(different)} tensors differ"
