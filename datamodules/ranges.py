@@ -6,7 +6,7 @@ is truthy) and refuses None and True/False for a ranged number that is not Optio
 Plain Python (annotated-types only), no torch.
 
     def __init__(self, batch_size: Annotated[int, Ge(1)] = 64) -> None:
-        check_ranges(type(self).__init__, locals())   # ValueError: batch_size must be >= 1, got 0
+        check_ranges(type(self).__init__, locals())   # ValueError: <Class>: batch_size must be >= 1, got 0
 """
 
 from __future__ import annotations

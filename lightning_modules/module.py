@@ -38,7 +38,7 @@ from annotated_types import Ge, Gt, Interval
 
 from datamodules.checkpoint_files import LoadsCheckpointFiles
 from datamodules.ranges import check_ranges
-from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
+from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, SPECIAL_IDS, ids_to_text
 
 from .attention import DEFAULT_ATTENTION
 from .distill import (
@@ -535,12 +535,15 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         return getattr(self.trainer, "datamodule", None)
 
     def ids_to_text(self, ids: list[int]) -> str:
-        """The datamodule's ``ids_to_text``; without one, space-joined ids up to EOS, specials dropped."""
+        """The datamodule's ``ids_to_text``; without one, space-joined ids up to EOS, specials
+        dropped: pad, BOS and EOS, and with the project's ids (0, 1, 2) its unknown-token id 3 too,
+        as both datamodules drop it."""
         datamodule = self._datamodule()
         if datamodule is not None and hasattr(datamodule, "ids_to_text"):
             return datamodule.ids_to_text(ids)
         hp = self.hparams
-        return ids_to_text(ids, hp.eos_id, (hp.pad_id, hp.bos_id, hp.eos_id))
+        own = (hp.pad_id, hp.bos_id, hp.eos_id)
+        return ids_to_text(ids, hp.eos_id, SPECIAL_IDS if own == (PAD_ID, BOS_ID, EOS_ID) else own)
 
     def _token_string(self, token: int) -> str:
         hp = self.hparams

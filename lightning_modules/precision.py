@@ -46,7 +46,12 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
     later), or a CPU with AVX512_BF16 or AMX-BF16."""
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if not torch.cuda.is_available():
+            return False
+        try:  # torch 2.4 on counts a GPU that emulates bf16 (before Ampere) unless told not to
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # an older torch: hardware support only
+            return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
         return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
     return False

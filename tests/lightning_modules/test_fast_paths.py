@@ -181,3 +181,10 @@ def test_fastest_precision_is_bf16_only_where_it_is_native(monkeypatch):
     assert precision.fastest_precision("cpu") == "bf16-mixed"
     monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_bf16"})
     assert precision.native_bf16(torch.device("cpu"))
+    # a GPU before Ampere (a V100, a T4): torch's check counts its bf16 emulation by default, and
+    # such a GPU was given bf16-mixed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation
+    )
+    assert not precision.native_bf16("cuda") and precision.fastest_precision("cuda") == "32-true"
