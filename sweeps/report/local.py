@@ -134,8 +134,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     add_target_args(p)
     args = p.parse_args(argv)
     recorded = recorded_metric(args.sweep_dir)
+    given = args.metric is not None
     args.metric = args.metric or recorded.get("name") or VAL_BLEU
     problem = _input_problem(args.sweep_dir, args.metric)
+    if problem and not given and problem.startswith(f"--metric {args.metric}:"):
+        # not passed: say where the metric came from, and the option that chooses another
+        source = "the sweep's metric (its launch.json)" if recorded.get("name") else "the default"
+        problem = (
+            f"{args.metric}, {source}, chooses each cell's best trial, but: "
+            + problem.removeprefix(f"--metric {args.metric}: ")
+            + "; --metric names another"
+        )
     chosen = problem or chosen_mode(args.metric, args.mode, recorded)
     if isinstance(chosen, str):
         p.error(chosen)
