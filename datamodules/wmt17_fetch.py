@@ -80,6 +80,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 try:
     import fcntl
@@ -803,6 +804,8 @@ def _remove_stale_temporaries(directory: str) -> None:
 
 
 def _writable_dir(directory: str) -> None:
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise FetchError(f"{directory} is a file, not a folder; choose another --to (data_dir)")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
@@ -842,6 +845,30 @@ def files_per_pair() -> str:
     return "\n".join(rows)
 
 
+def _http_url(text: str) -> str:
+    """``--base-url``: an http(s) URL (a bare host or path reached urllib as "unknown url type")."""
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL; e.g. {RELEASE_URL} or a mirror's http://HOST/PATH"
+        )
+    return text
+
+
+def _at_least_zero(kind: type) -> Any:
+    """An argparse type: a number of ``kind`` that is 0 or more (a negative one was taken as 0)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m datamodules.wmt17 fetch ...``; returns the exit status (2 on a FetchError,
     130 on ctrl-c)."""
@@ -868,7 +895,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="target folder (the datamodule's data_dir); shared by all nodes on a cluster",
     )
     cmd.add_argument(
-        "--base-url", default=RELEASE_URL, help=f"release root (default {RELEASE_URL})"
+        "--base-url",
+        type=_http_url,
+        default=RELEASE_URL,
+        help=f"release root, http(s):// (default {RELEASE_URL})",
     )
     cmd.add_argument(
         "--sha256sums",
@@ -885,14 +915,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
     cmd.add_argument(
         "--retries",
-        type=int,
+        type=_at_least_zero(int),
         default=5,
         help="tries in a row that receive nothing before giving up on a file: HTTP "
         "5xx/408/429, connection errors, broken transfers (default 5)",
     )
     cmd.add_argument(
         "--retry-delay",
-        type=float,
+        type=_at_least_zero(float),
         default=1.0,
         metavar="SECONDS",
         help="wait before the first retry, doubled for each further one (default 1)",
@@ -914,8 +944,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             checksums=sums,
             progress=False if args.no_progress else None,
             keep_archives=args.keep_archives,
-            retries=max(0, args.retries),
-            retry_delay=max(0.0, args.retry_delay),
+            retries=args.retries,
+            retry_delay=args.retry_delay,
         )
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)

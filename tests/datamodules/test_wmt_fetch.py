@@ -482,6 +482,30 @@ def test_help_lists_the_file_names_of_every_pair(capsys):
     assert "newsdev2016.tr" in text and "names above" not in text
 
 
+def test_the_commands_bad_options_are_refused_before_anything_is_fetched(tmp_path, capsys):
+    """A negative --retries or --retry-delay was taken as 0; a --base-url without http(s):// got
+    urllib's "unknown url type" after the first download began; a --to that is a file said
+    "cannot create ...: File exists"."""
+    for option, said in [
+        (["--retries", "-1"], "argument --retries: must be 0 or more, got -1"),
+        (["--retry-delay", "-3"], "argument --retry-delay: must be 0 or more, got -3"),
+        (
+            ["--base-url", "mirror/wmt17"],
+            "argument --base-url: 'mirror/wmt17' is not an http(s) URL",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as done:
+            main(["fetch", "--pair", "en-de", "--to", str(tmp_path / "d"), *option])
+        assert done.value.code == 2 and said in capsys.readouterr().err, option
+    assert not (tmp_path / "d").exists(), "nothing made before the options were checked"
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    assert main(["fetch", "--pair", "en-de", "--to", str(afile)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {afile} is a file, not a folder; choose another --to (data_dir)"
+    )
+
+
 def test_sha256sums_are_checked_when_the_files_are_already_in_place(
     server, release, tmp_path, capsys
 ):
