@@ -20,7 +20,28 @@ def yaml_value(text: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ValueError(str(exc).splitlines()[0]) from None
+        raise ValueError(yaml_problem(exc, lines=False)) from None
+
+
+def yaml_problem(exc: Exception, lines: bool = True) -> str:
+    """A PyYAML error in one line: its problem and where (``line 3, column 1``; the column alone
+    for one-line text, ``lines=False``), and the construct it was reading when that started
+    elsewhere, rather than PyYAML's several lines quoting the text under a caret."""
+
+    def at(mark: Any) -> str:
+        column = f"column {mark.column + 1}"
+        return f"line {mark.line + 1}, {column}" if lines else column
+
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if not problem or mark is None:
+        return " ".join(str(exc).split())
+    said = f"{problem} at {at(mark)}"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and start is not None and (start.line, start.column) != (mark.line, mark.column):
+        said += f" ({context} that starts at {at(start)})"
+    elif context:
+        said += f" ({context})"
+    return said
 
 
 def parse_assignments(
@@ -39,6 +60,10 @@ def parse_assignments(
             out[key] = value(text.strip())
         except ValueError as exc:
             raise AssignmentError(
-                item, key, text, f"cannot parse the value {text.strip()!r} ({exc})"
+                item,
+                key,
+                text,
+                f"cannot parse the value {text.strip()!r} ({exc})",
+                problem=str(exc),
             ) from None
     return out

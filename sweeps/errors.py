@@ -28,11 +28,15 @@ class SpecError(ValueError):
 
 class AssignmentError(ValueError):
     """One bad item: ``item`` as written, ``key`` (stripped, "" when there is none) and ``value``
-    (the text after ``=``, None when there is no ``=``). Each command words its own message."""
+    (the text after ``=``, None when there is no ``=``), ``problem`` (why the value was refused,
+    "" for no value). Each command words its own message."""
 
-    def __init__(self, item: str, key: str, value: str | None, reason: str) -> None:
+    def __init__(
+        self, item: str, key: str, value: str | None, reason: str, problem: str = ""
+    ) -> None:
         super().__init__(f"{item!r}: {reason}")
         self.item, self.key, self.value, self.reason = item, key, value, reason
+        self.problem = problem
 
 
 class LaunchError(RuntimeError):

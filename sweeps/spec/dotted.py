@@ -3,6 +3,7 @@ nested mappings, used by overrides, grid expansion, trial resolution and results
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -19,21 +20,22 @@ def set_dotted(node: dict, dotted: str, value: Any) -> None:
         if not isinstance(node, dict | list):
             raise ValueError(f"{p!r} is not a mapping, cannot set {dotted}")
     if isinstance(node, list):
-        _item(node, parts[-1], dotted, dotted)  # an index in range
+        _item(node, parts[-1], dotted, dotted, value)  # an index in range
         node[int(parts[-1])] = value
     else:
         node[parts[-1]] = value
 
 
-def _item(node: dict | list, part: str, where: str, dotted: str) -> Any:
-    """``node``'s entry ``part``: a key of a mapping, an index of a list."""
+def _item(node: dict | list, part: str, where: str, dotted: str, value: Any = ...) -> Any:
+    """``node``'s entry ``part``: a key of a mapping, an index of a list (``value``: what was to
+    be set there, for the hint of seeds' mapping form)."""
     if isinstance(node, dict):
         return node[part]
     if not part.isdigit() or int(part) >= len(node):
         last = f"0 to {len(node) - 1}" if node else "none"
         listed = where.rsplit(".", 1)[0]
         mapping = (  # seeds' list form and its mapping form: the setting goes in the mapping
-            f"; write seeds in their mapping form, --set 'seeds={{values: {node}, {part}: ...}}'"
+            f"; write seeds in their mapping form, --set 'seeds={_seeds_mapping(node, part, value)}'"
             if listed == "seeds" and not part.isdigit()
             else ""
         )
@@ -42,6 +44,15 @@ def _item(node: dict | list, part: str, where: str, dotted: str) -> Any:
             f"{mapping}"
         )
     return node[int(part)]
+
+
+def _seeds_mapping(seeds: list, key: str, value: Any) -> str:
+    """``{values: [0, 1], per_configuration: true}``: seeds' list form as a mapping with ``key``
+    set to ``value`` (``...`` where it is not known); ``values`` itself replaces the list."""
+    given = "..." if value is ... else json.dumps(value)
+    if key == "values":
+        return f"{{values: {given}}}"
+    return f"{{values: {json.dumps(seeds)}, {key}: {given}}}"
 
 
 def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:

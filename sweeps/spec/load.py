@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sweeps.assignments import AssignmentError, parse_assignments
-from sweeps.spec.dotted import get_dotted, holding_key, set_dotted
+from sweeps.assignments import yaml_problem
+from sweeps.spec.dotted import holding_key, set_dotted
 from sweeps.spec.gpu import check_gpu_settings, check_graphed_students
 from sweeps.spec.grid import (
     SMOKE_ORIGIN,
@@ -26,14 +26,22 @@ from sweeps.spec.grid import (
     resolve_sections,
 )
 from sweeps.spec.messages import format_validation
-from sweeps.spec.objectives import baseline_of, check_baseline, check_objectives
+from sweeps.spec.objectives import check_baseline, check_objectives
+from sweeps.spec.overrides import (
+    check_no_profile_sets,
+    check_sets_are_used,
+    check_whole_mapping,
+    parse_overrides,
+    said_as_set,
+    set_override,
+)
 from sweeps.spec.schema import SpecError, SweepSpec
-from sweeps.spec.search_schema import ParamSpec
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
 from sweeps.spec.teachers import resolve_teachers
 from sweeps.spec.validate import check_sections, validate_cell
 from sweeps.spec.warm_start import check_warm_start
+from sweeps.spec.yaml_read import KeyGivenTwice, read_yaml
 
 
 def load_spec(
@@ -64,49 +72,12 @@ def load_spec(
     except OSError as exc:
         raise SpecError("", f"cannot read it ({exc.strerror or exc})", source) from None
     except yaml.YAMLError as exc:
-        raise SpecError("", f"not valid YAML: {exc}", source) from None
+        raise SpecError(
+            "", f"not valid YAML: {yaml_problem(exc)}; correct the file", source
+        ) from None
     if not isinstance(raw, dict):
         raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
     return build_sweep(raw, source=source, overrides=overrides, profile=profile)
-
-
-class KeyGivenTwice(ValueError):
-    """A mapping of the file names one key twice."""
-
-
-class _OneKeyOnceLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is refused: PyYAML keeps the last
-    value without a word, so a pasted line would quietly replace a setting (merges, ``<<:``,
-    still override)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: YAML's own error follows
-                continue
-            if first is not None:
-                where = "" if first == line else f" (first on line {first})"
-                raise KeyGivenTwice(
-                    f"line {line}: {key} is given twice in one mapping{where}; keep one"
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep)
-
-
-def read_yaml(text: str, source: str) -> Any:
-    """A sweep file's YAML (:class:`_OneKeyOnceLoader`); its errors' marks name ``source``."""
-    loader = _OneKeyOnceLoader(text)
-    loader.name = source  # marks say the file, not "<unicode string>"
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
 
 
 def build_sweep(
@@ -159,6 +130,8 @@ def _from_profile(
         except SpecError:
             pass
         else:
+            if exc.path.startswith("--set "):  # said as a --set's already
+                return SpecError(f"{exc.path} (with --profile {profile})", exc.message, source)
             keys = list(parse_overrides(overrides, source))
             plain = re.sub(r"\[\d*\]", "", exc.path)
             held = holding_key(plain, keys)
@@ -178,16 +151,34 @@ def _build(
 ) -> Sweep:
     """:func:`build_sweep` of one profile (``used``: the one the launch runs with)."""
     raw = copy.deepcopy(raw)
+    set_keys = parse_overrides(overrides or [], source)
+    check_no_profile_sets(overrides or [], set_keys, profile, source)
     profiled = profile_overrides(raw, profile, source) if profile is not None else {}
     for key, (value, origin) in profiled.items():
-        _set_dotted(raw, key, value, origin, source)
+        set_override(raw, key, value, origin, source)
     planned = {k: copy.deepcopy(raw[k]) for k in PLAN_KEYS if k in raw}  # what --resume compares
-    set_keys = parse_overrides(overrides or [], source)
     for key, value in set_keys.items():
-        _check_whole_mapping(raw, key, value, source)
-        _set_dotted(raw, key, value, f"--set {key}", source)
+        check_whole_mapping(raw, key, value, source)
+        set_override(raw, key, value, f"--set {key}", source)
     # what the profile set and a --set then replaced is not what the run used: not said as its
     profiled = {k: v for k, v in profiled.items() if holding_key(k, set_keys) is None}
+    try:
+        return _checked(raw, source, overrides, set_keys, profiled, planned, used)
+    except SpecError as exc:
+        raise said_as_set(exc, set_keys) from None
+
+
+def _checked(
+    raw: dict[str, Any],
+    source: str,
+    overrides: list[str] | None,
+    set_keys: dict[str, Any],
+    profiled: dict[str, tuple[Any, str]],
+    planned: dict[str, Any],
+    used: bool,
+) -> Sweep:
+    """The rest of :func:`_build`: ``raw`` (the profile and the ``--set`` overrides applied)
+    validated, its grid expanded and every cell checked."""
     _check_colon_keys(raw, "", source)
     try:
         spec = SweepSpec.model_validate(raw)
@@ -201,6 +192,12 @@ def _build(
                 else ""
             )
             raise SpecError(f"--set {key}", said[len(key) + 2 :] + empty, source) from None
+        loc = said.partition(": ")[0]
+        for key in set_keys:
+            if holding_key(loc, [key]):  # inside the value: --set constraints, constraints.0
+                raise SpecError(f"--set {key}", said, source) from None
+            if holding_key(key, [loc]):  # above it: --set trainr.max_steps, trainr unknown
+                raise SpecError(f"--set {key}", said, source) from None
         raise SpecError("", said, source) from None
     for pname, p in spec.parameters.items():
         try:
@@ -214,8 +211,8 @@ def _build(
         check_warm_start(spec, source)
     check_gpu_settings(spec, source, _cpu_profile(spec, profiled, set_keys))
     cells = expand_grid(spec.grid, source)
-    check_baseline(spec, cells, source)
-    _check_sets_are_used(set_keys, cells, spec, source)
+    _check_grid_and_search_apart(spec, cells, source)
+    check_sets_are_used(set_keys, cells, spec, source)
     plans = []
     base = base_sections(spec)
     try:
@@ -225,6 +222,7 @@ def _build(
             _validate_search_bounds(spec, task, model, trainer, cell, source)
             for seed in spec.seed_values:
                 plans.append(TrialPlan(cell, seed, task, model, trainer))
+        check_baseline(spec, cells, source)  # after the cells: their own mistakes said first
         teachers = resolve_teachers(spec, cells, plans, source)  # dependent trials
         check_graphed_students(spec, plans, source)  # their teachers run outside a graph
     finally:
@@ -258,27 +256,23 @@ def _cpu_profile(
     return origin.removesuffix(f".{held}")
 
 
-def _check_sets_are_used(set_keys: dict[str, Any], cells: list, spec: Any, source: str) -> None:
-    """A ``--set`` of a key the grid or the search sets in every trial would do nothing: refused,
-    also for a key inside one set whole (``model.attention.k`` where the cells set
-    ``model.attention``)."""
-    by_grid = {key for cell in cells for key in cell.values}
-    for key in set_keys:
-        if (held := holding_key(key, by_grid)) is not None:
-            fix = "the grid entry that holds it: grid.<entry>=[...]"
-            raise SpecError(
-                f"--set {key}",
-                f"the grid sets {held} in its cells, so a fixed value would never be used; "
-                f"change the grid instead (edit it, or --set {fix})",
-                source,
+def _check_grid_and_search_apart(spec: SweepSpec, cells: list, source: str) -> None:
+    """A key both a grid axis and an Optuna parameter: the sample replaced the cell's value, so
+    the cell's label named a value its trials never trained with; refused, naming both."""
+    for pname in spec.parameters:
+        for cell in cells:
+            key = next(
+                (k for k in cell.values if holding_key(k, [pname]) or holding_key(pname, [k])),
+                None,
             )
-        # (a baseline model of relative constraints trains with the fixed value: not refused)
-        if (held := holding_key(key, spec.parameters)) is not None and baseline_of(spec) is None:
+            if key is None:
+                continue
+            origin = cell.origins.get(key, f"grid.{key}")
             raise SpecError(
-                f"--set {key}",
-                f"the search samples {held} (parameters.{held}) in every trial, so a fixed value "
-                f"would never be used; change its range instead (edit it, or --set "
-                f"parameters.{held}=...), or remove it from parameters: to fix it",
+                f"parameters.{pname}",
+                f"the grid sets {key} too ({origin}), so the sampled value would replace the "
+                f"cell's and its label would be wrong; keep it in one place: remove it from "
+                f"parameters: or from grid:",
                 source,
             )
 
@@ -373,25 +367,6 @@ def profile_line(
     return "; ".join(parts)
 
 
-def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
-    """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML)."""
-    try:
-        return parse_assignments(items)
-    except AssignmentError as exc:
-        if exc.value is None or not exc.key:
-            raise SpecError(
-                f"--set {exc.item}",
-                "expected dotted.key=value, e.g. --set trainer.max_steps=100",
-                source,
-            ) from None
-        raise SpecError(
-            f"--set {exc.key}",
-            f"cannot parse the value {exc.value.strip()!r} (YAML, e.g. 100, 0.5, [1, 2], 'text'); "
-            f'quote it for the shell, e.g. --set "{exc.key}=[1, 2]"',
-            source,
-        ) from None
-
-
 #: the sweep file's sections that plan the trials and what they are judged by: a resume's, in the
 #: file and in ``--set``, must be the first run's (the others, such as failure, budget,
 #: max_concurrent_trials, timing, heldout, wandb and chaos, may change: a sweep stopped by a fault
@@ -437,93 +412,3 @@ def _validate_search_bounds(
                 raise SpecError(f"parameters.{key}", str(exc), source) from None
             probe = Cell(cell.values, {**cell.origins, key: f"parameters.{key}"})
             validate_cell(sections["task"], sections["model"], sections["trainer"], probe, source)
-
-
-def _check_whole_mapping(raw: dict, key: str, value: Any, source: str) -> None:
-    """``--set model={preset: tiny}`` replaces the whole section: refused where that would drop
-    settings the file (or its profile) gives, naming them and the one-key form."""
-    if key.split(".")[0] in ("grid", "parameters"):
-        return  # a grid axis or a search space (or all of one) is given as such
-    current = get_dotted(raw, key)
-    if not (isinstance(value, dict) and isinstance(current, dict)):
-        return
-    if any(":" in str(k) for k in value):
-        return  # `{name:copy}`, misread by YAML: _check_colon_keys says how to write it
-    dropped = sorted(set(current) - set(value))
-    if dropped:
-        raise SpecError(
-            f"--set {key}",
-            f"replaces the whole mapping, which drops {', '.join(dropped)}; set one key at a "
-            f"time (--set {key}.{sorted(value)[0] if value else dropped[0]}=VALUE), or give "
-            f"every key to keep",
-            source,
-        )
-
-
-def _set_dotted(raw: dict, key: str, value: Any, origin: str, source: str) -> None:
-    """An override of the raw spec. ``grid`` and ``parameters`` keys are themselves dotted:
-    ``grid.task.max_length`` sets ``raw["grid"]["task.max_length"]``; but a key that goes on past
-    an entry they have walks into it: ``grid.model.1.K`` sets ``K`` in the second variant of
-    ``grid.model``, ``parameters.model.lr.max`` the range's ``max``."""
-    parts = key.split(".")
-    if parts[0] in ("grid", "parameters") and len(parts) > 1 and all(parts):
-        if not isinstance(raw.get(parts[0]), dict):
-            raw[parts[0]] = {}
-        if _set_inside_entry(raw[parts[0]], parts[0], parts[1:], value, origin, source):
-            return
-        if parts[0] == "parameters" and len(parts) > 2 and parts[-1] in ParamSpec.model_fields:
-            # a new parameter by one of its keys (parameters.model.wd.values=[0, 0.1])
-            raw["parameters"][".".join(parts[1:-1])] = {parts[-1]: value}
-        else:
-            raw[parts[0]][".".join(parts[1:])] = value
-        return
-    try:
-        set_dotted(raw, key, value)
-    except ValueError as exc:
-        raise SpecError(origin, str(exc), source) from None
-
-
-def _set_inside_entry(
-    block: dict, section: str, parts: list[str], value: Any, origin: str, source: str
-) -> bool:
-    """Sets ``value`` inside an entry of ``block`` (the grid or the parameters) that ``parts``
-    goes on past (the longest such entry's name first): into a list's item by its number (a grid
-    variant, one value of an axis), or a mapping's key (a parameter's ``max``). False where no
-    entry is named so, or where the grid's list is followed by a name, not a number
-    (``grid.model.dropout``: a new axis, as it always was)."""
-    for cut in range(len(parts) - 1, 0, -1):
-        name, rest = ".".join(parts[:cut]), parts[cut:]
-        entry = block.get(name)
-        if isinstance(entry, list) and rest[0].isdigit():
-            break
-        if isinstance(entry, dict):
-            break
-    else:
-        return False
-    where = f"{section}.{name}"
-    if isinstance(entry, list) and int(rest[0]) >= len(entry):
-        last = f"0 to {len(entry) - 1}" if entry else "none"
-        raise SpecError(
-            origin,
-            f"{where} is a list of {len(entry)} item(s) (numbered {last}), cannot set "
-            f"{section}.{'.'.join(parts)}",
-            source,
-        )
-    if isinstance(entry, list) and len(rest) == 1:
-        entry[int(rest[0])] = value
-        return True
-    inner = entry[int(rest[0])] if isinstance(entry, list) else entry
-    below = rest[1:] if isinstance(entry, list) else rest
-    if not isinstance(inner, dict):
-        raise SpecError(
-            origin,
-            f"{where}.{rest[0]} is {inner!r}, not a mapping, cannot set {section}."
-            f"{'.'.join(parts)}",
-            source,
-        )
-    try:
-        set_dotted(inner, ".".join(below), value)
-    except ValueError as exc:
-        inside = f"{where}.{rest[0]}" if isinstance(entry, list) else where
-        raise SpecError(origin, f"in {inside}: {exc}", source) from None
-    return True

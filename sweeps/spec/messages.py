@@ -42,6 +42,9 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
                 msg += f" ({example})"
         elif err["type"] == "missing":
             msg = "required key is missing"
+        elif err["type"] == "finite_number":  # once for an int | float union, not per member
+            loc = loc.removesuffix(".int").removesuffix(".float")
+            msg = f"{err.get('input')!r} is not a finite number; give a number, not .inf or .nan"
         elif (
             err["type"] == "value_error"
         ):  # our own validators' messages, without pydantic's prefix
@@ -62,7 +65,8 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
         ):
             value = err.get("input")
             msg = f"{msg} (got {'nothing' if value is None else repr(value)})"
-        lines.append(f"{loc}: {msg}")
+        if f"{loc}: {msg}" not in lines:
+            lines.append(f"{loc}: {msg}")
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
 
 

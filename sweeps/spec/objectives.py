@@ -179,6 +179,7 @@ def check_baseline(spec: Any, cells: list, source: str) -> None:
     base = base_sections(spec)
     for cell in cells:
         values = {**cell.values, **of}
-        origins = {**cell.origins, **{k: "constraints[].of." + k.split(".", 1)[1] for k in of}}
+        at = next(i for i, c in enumerate(spec.constraints) if c.of)
+        origins = {**cell.origins, **{k: f"constraints[{at}].of.{k.split('.', 1)[1]}" for k in of}}
         task, model, trainer = resolve_sections(base, values)
         validate_cell(task, model, trainer, Cell(values, origins), source)

@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    ConfigDict,
     Discriminator,
     Field,
     PrivateAttr,
@@ -186,6 +187,9 @@ FRACTION_OR_COUNT = {
 
 class TrainerSpec(_Strict):
     """The Lightning Trainer settings a sweep may set (the rest are fixed by the trial)."""
+
+    # every number here is a count, a fraction or a bound: infinity (.inf) is none of them
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # optimizer steps a trial trains for (Lightning's global steps): the length of every trial
     max_steps: int = Field(1000, ge=1)

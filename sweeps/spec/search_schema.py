@@ -289,6 +289,11 @@ class ConstraintSpec(_Strict):
                 "a relative constraint needs both `within` (how much worse) and `of` (the baseline's "
                 "model settings, e.g. {attention: bahdanau})"
             )
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(
+                f"no trial could count: min {self.min:g} is above max {self.max:g}; swap them "
+                f"(min: {self.max:g}, max: {self.min:g})"
+            )
         problem = beyond_bound(self.name, self.min, "at least") or beyond_bound(
             self.name, self.max, "at most"
         )

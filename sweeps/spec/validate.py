@@ -7,11 +7,12 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import string
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from datamodules.ranges import allowed_range, number_kind
+from datamodules.ranges import allowed_range, bounds, number_kind, range_markers
 from lightning_modules.presets import PRESETS, attention_dims
 from sweeps.spec.data_fit import check_data_fit
 from sweeps.spec.grid import Cell
@@ -74,6 +75,14 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
                 source,
             )
         _check_type(dm_params[key], value, where, source)
+        if task["name"] == "wmt17" and key == "pair":
+            from datamodules.wmt_checks import check_pair  # no torch: its spelling checks only
+
+            try:
+                check_pair(value)
+            except ValueError as exc:
+                raise SpecError(where, str(exc), source) from None
+    _check_placeholders(task, dm_params, lambda k: _origin(cell, k, k), source)
 
     check_bounds_pairs("task", task, lambda k: _origin(cell, k, k), source)
 
@@ -106,6 +115,17 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             _check_type(mod_params[key][0], value, where, source)
         elif key in att_params:
             _check_type(att_params[key], value, where, source)
+        elif (by := _origin(cell, "model.attention", "")).startswith(
+            "constraints["
+        ) and not where.startswith("constraints["):  # a fixed setting the baseline takes too
+            raise SpecError(
+                where,
+                f"not an option of attention {attention!r}, the baseline model of the relative "
+                f"constraints ({by}), which trains with the sweep's fixed model settings too; "
+                f"give {key} to the searched models only: through parameters: (--set "
+                f"'parameters.model.{key}={{values: [{value}]}}') or a grid.model variant",
+                source,
+            )
         else:
             raise SpecError(
                 where,
@@ -204,10 +224,58 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
         )
     if isinstance(value, float) and math.isnan(value):
         return "NaN is not a valid setting"
+    allowed = allowed_range(annotation)
+    if isinstance(value, float) and math.isinf(value) and allowed and not _allows_inf(annotation):
+        return f"{value!r} is out of range; allowed: {allowed}, a finite number"
     if isinstance(value, float) and number is int:
         write = f" (write {int(value)})" if value.is_integer() else ""
         return f"{value!r} is not a whole number; expected {type_name(annotation)}{write}"
     return None
+
+
+def _check_placeholders(task: dict, dm_params: dict, where_of: Any, source: str) -> None:
+    """A ``{...}`` field left in a resolved ``*_dir`` path (:func:`~sweeps.spec.grid.resolve_sections`
+    fills in ``{pair}`` from the task's settings): a misspelt one (``{pari}``), or one naming a
+    setting this sweep does not give, was kept literally as part of the folder's name."""
+    for key, value in task.items():
+        if not (key.endswith("_dir") and isinstance(value, str) and "{" in value):
+            continue
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
+        except ValueError as exc:
+            raise SpecError(
+                where_of(f"task.{key}"),
+                f"{exc} in {value!r}; write a placeholder as {{pair}}",
+                source,
+            ) from None
+        if not fields:
+            continue
+        name = fields[0]
+        where = where_of(f"task.{key}")
+        if name in dm_params:
+            raise SpecError(
+                where,
+                f"{{{name}}} is not filled in: it comes from task.{name}, which this sweep does "
+                f"not set; set it (--set task.{name}=...) or give a grid axis grid.task.{name}",
+                source,
+            )
+        known = [k for k in ("pair",) if k in dm_params]
+        takes = (
+            ", ".join(f"{{{k}}} (filled in from task.{k})" for k in known)
+            or "a task setting's name"
+        )
+        close = f" (did you mean {{{known[0]}}}?)" if did_you_mean(name, known) else ""
+        raise SpecError(
+            where, f"unknown placeholder {{{name}}}{close}; a path here takes {takes}", source
+        )
+
+
+def _allows_inf(annotation: Any) -> bool:
+    """Whether a ranged setting's range takes infinity explicitly: a bound that is itself infinite
+    (``Le(math.inf)``), or pydantic's ``AllowInfNan(True)``."""
+    if any(isinstance(limit, float) and math.isinf(limit) for _, limit in bounds(annotation)):
+        return True
+    return any(getattr(m, "allow_inf_nan", None) is True for m in range_markers(annotation))
 
 
 def check_bounds_pairs(section: str, values: dict[str, Any], where_of: Any, source: str) -> None:

@@ -278,8 +278,9 @@ def test_a_mapping_without_a_space_after_its_colon_is_said_as_yaml_reads_it(over
     """``{attention:memory}`` is one YAML key with no value: the line says so and how to write it,
     where the checks after it would call the key unknown or the task's name missing."""
     msg = error_of_override([override])
+    key = override.partition("=")[0]
     assert msg == (
-        f"<spec>: {where}: YAML reads {where.rpartition('.')[2]!r} as one key with no value; "
+        f"<spec>: --set {key}: {where}: YAML reads {where.rpartition('.')[2]!r} as one key with no value; "
         f"a value needs a space after the colon: {fix}"
     )
 

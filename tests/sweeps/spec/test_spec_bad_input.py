@@ -53,7 +53,8 @@ def _variant(**extra):
         (
             base_spec(),
             ["model.bidirectional='yes'"],
-            "model.bidirectional: 'yes' is text; expected bool or null (write true without quotes)",
+            "--set model.bidirectional: 'yes' is text; expected bool or null (write true without "
+            "quotes)",
         ),
         (
             base_spec(),
@@ -121,7 +122,7 @@ def test_a_validation_interval_past_an_epoch_with_check_val_every_n_epoch_is_ref
     every = ["trainer.check_val_every_n_epoch=1", "trainer.max_steps=40"]
     msg = error_of(raw, overrides=[*every, "trainer.val_check_interval=12"])
     assert msg == (
-        "x.yaml: trainer.check_val_every_n_epoch: 1 makes Lightning count val_check_interval "
+        "x.yaml: --set trainer.check_val_every_n_epoch: 1 makes Lightning count val_check_interval "
         "(12) in training batches within one epoch, but an epoch has 11 (train_size 650 / "
         "batch_size 64); remove check_val_every_n_epoch (the interval then counts batches "
         "across epochs) or give a val_check_interval up to 11"
@@ -139,7 +140,7 @@ def test_a_max_source_len_below_the_copy_tasks_sources_is_refused():
     pe = "grid.model=[{attention: memory, K: 4, position_encoding: true}]"
     msg = error_of(base_spec(), overrides=[pe, "model.max_source_len=5"])
     assert msg == (
-        "x.yaml: model.max_source_len: 5 is below the copy task's longest source, 6 tokens "
+        "x.yaml: --set model.max_source_len: 5 is below the copy task's longest source, 6 tokens "
         "(max_length 5 plus EOS), and attention 'memory' here covers only max_source_len "
         "positions; write max_source_len: 6 (or more), or leave it out (the trial gives the "
         "task's)"
@@ -150,7 +151,7 @@ def test_a_max_source_len_below_the_copy_tasks_sources_is_refused():
     assert build_sweep(base_spec(), overrides=[plain, "model.max_source_len=5"]).plans
     location = "grid.model=[{attention: luong_location, max_source_len: [6, 5]}]"
     msg = error_of(base_spec(), overrides=[location])
-    assert msg.startswith("x.yaml: grid.model[0].max_source_len: 5 is below"), msg
+    assert msg.startswith("x.yaml: --set grid.model: grid.model[0].max_source_len: 5 is below"), msg
 
 
 @pytest.mark.parametrize("bucket_batches", [False, True])

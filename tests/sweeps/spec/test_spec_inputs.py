@@ -155,7 +155,10 @@ def test_a_key_given_twice_in_one_mapping_is_refused_with_its_line(tmp_path):
     path.write_text("name: t\ntask: {name: copy\n")
     with pytest.raises(SpecError) as info:
         load_spec(path)
-    assert f'in "{path}", line' in str(info.value) and "<unicode string>" not in str(info.value)
+    assert str(info.value) == (
+        f"{path}: not valid YAML: expected ',' or '}}', but got '<stream end>' at line 3, column 1 "
+        f"(while parsing a flow mapping that starts at line 2, column 7); correct the file"
+    )
 
 
 def test_a_relative_storage_path_is_taken_from_the_launch_folder(tmp_path, monkeypatch):
@@ -660,8 +663,15 @@ def test_a_setting_of_seeds_in_their_list_form_says_to_write_the_mapping_form():
     msg = error_of(base_spec(seeds=[0, 1]), overrides=["seeds.per_configuration=true"])
     assert msg.endswith(
         "cannot set seeds.per_configuration; write seeds in their mapping form, "
-        "--set 'seeds={values: [0, 1], per_configuration: ...}'"
+        "--set 'seeds={values: [0, 1], per_configuration: true}'"
     ), msg
+
+
+def test_a_setting_of_seeds_values_in_their_list_form_suggests_a_valid_mapping():
+    """The hint for --set seeds.values=[1] was --set 'seeds={values: [0], values: ...}', a key
+    given twice; it is the mapping with the given values."""
+    msg = error_of(base_spec(seeds=[0]), overrides=["seeds.values=[1]"])
+    assert msg.endswith("write seeds in their mapping form, --set 'seeds={values: [1]}'"), msg
 
 
 def test_configurations_with_no_rung_to_compare_at_say_so_and_fuse():
