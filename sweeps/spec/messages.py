@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sweeps.spec.placement import belongs_elsewhere
 from sweeps.spec.scalars import did_you_mean
 from sweeps.spec.schema import SweepSpec
 
@@ -33,7 +34,9 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
         if err["type"] == "extra_forbidden":
             parent = full[:-1]
             allowed = allowed_keys(parent)
-            msg = f"unknown key{did_you_mean(str(full[-1]), allowed)}; allowed here: {', '.join(allowed)}"
+            key, here = str(full[-1]), ".".join(str(p) for p in parent)
+            hint = belongs_elsewhere(key, here) or did_you_mean(key, allowed)
+            msg = f"unknown key{hint}; allowed here: {', '.join(allowed)}"
         elif err["type"] == "model_type":  # pydantic names the section's class
             msg = _not_a_mapping(loc, full, err.get("input"))
         elif err["type"] == "dict_type":  # task: 5, profiles.fast: 5

@@ -17,6 +17,7 @@ from lightning_modules.presets import PRESETS, attention_dims
 from sweeps.spec.data_fit import check_data_fit
 from sweeps.spec.grid import Cell
 from sweeps.spec.messages import format_validation
+from sweeps.spec.placement import belongs_elsewhere
 from sweeps.spec.scalars import (
     accepts_bool,
     bool_text_problem,
@@ -70,7 +71,8 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
         if key not in dm_params:
             raise SpecError(
                 where,
-                f"unknown {task['name']} task setting{did_you_mean(key, dm_params)}; "
+                f"unknown {task['name']} task setting"
+                f"{belongs_elsewhere(key, 'task') or did_you_mean(key, dm_params)}; "
                 f"allowed: {', '.join(sorted(dm_params))}",
                 source,
             )
@@ -130,7 +132,8 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
             raise SpecError(
                 where,
                 f"not a model setting nor an option of attention {attention!r}"
-                f"{did_you_mean(key, [*mod_params, *att_params])}. Model settings: "
+                f"{belongs_elsewhere(key, 'model') or did_you_mean(key, [*mod_params, *att_params])}"
+                ". Model settings: "
                 f"{', '.join(sorted(k for k in mod_params if k not in DERIVED_MODEL_KEYS))}; "
                 f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
                 source,

@@ -188,3 +188,31 @@ def test_an_error_at_a_set_key_is_said_as_the_sets(override, said):
     """It was said as though in the file ("x.yaml: model.lrr: ...")."""
     msg = error_of(base_spec(), overrides=[override])
     assert msg.startswith(f"x.yaml: {said}"), msg
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("trainer.lr=0.1", "--set trainer.lr: unknown key (it belongs elsewhere: model.lr)"),
+        ("max_steps=5", "--set max_steps: unknown key (it belongs elsewhere: trainer.max_steps)"),
+        ("task.K=4", "--set task.K: unknown copy task setting (it belongs elsewhere: model.K)"),
+        (
+            "model.batch_size=8",
+            "--set model.batch_size: not a model setting nor an option of attention 'none' "
+            "(it belongs elsewhere: task.batch_size)",
+        ),
+        (  # it said "did you mean sampler?"
+            "search.num_samples=4",
+            "--set search.num_samples: unknown key (it belongs elsewhere: num_samples (top level))",
+        ),
+        (
+            "resources.max_concurrent_trials=2",
+            "unknown key (it belongs elsewhere: max_concurrent_trials (top level))",
+        ),
+        # a typo of this section's own key keeps its nearest spelling
+        ("trainer.max_step=5", "--set trainer.max_step: unknown key (did you mean max_steps?)"),
+    ],
+)
+def test_a_key_in_the_wrong_section_names_the_section_that_takes_it(override, said):
+    """Keys in the wrong section got no hint of where they belong, or a wrong one."""
+    assert said in _load_error("sweeps/quickstart.yaml", override)
