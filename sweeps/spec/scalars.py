@@ -30,6 +30,8 @@ def type_name(annotation: Any) -> str:
     """``int``, ``int or null`` (an Optional), ``Literal['a', 'b']``: the type a setting takes."""
     if typing.get_origin(annotation) is typing.Annotated:
         return type_name(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) is typing.Literal:  # "Literal" alone names no choice
+        return "one of " + ", ".join(map(repr, typing.get_args(annotation)))
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return " or ".join(
             "null" if a is type(None) else type_name(a) for a in typing.get_args(annotation)

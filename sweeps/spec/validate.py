@@ -219,6 +219,8 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
         allowed = allowed_range(annotation)
         if allowed and err["type"] in _RANGE_ERRORS:
             return f"{value!r} is out of range; allowed: {allowed}"
+        if err["type"] == "literal_error":  # pydantic's "Input should be 'a' or 'b'"
+            return f"{value!r} is not a choice of this setting; give {type_name(annotation)}"
         return f"{err['msg']} (got {value!r}; expected {type_name(annotation)})"
     except Exception as exc:  # noqa: BLE001 -- a check that cannot run is a problem, never a pass
         return (

@@ -216,3 +216,11 @@ def test_an_error_at_a_set_key_is_said_as_the_sets(override, said):
 def test_a_key_in_the_wrong_section_names_the_section_that_takes_it(override, said):
     """Keys in the wrong section got no hint of where they belong, or a wrong one."""
     assert said in _load_error("sweeps/quickstart.yaml", override)
+
+
+def test_a_word_outside_a_settings_choices_lists_them_without_pydantics_words():
+    """It said "Input should be 'files' or 'hf' (got 'x'; expected Literal)"."""
+    said = _load_error("sweeps/wmt17.yaml", "task.source=x")
+    assert said.endswith("--set task.source: 'x' is not a choice of this setting; give one of "
+                         "'files', 'hf'"), said  # fmt: skip
+    assert "Literal" not in said and "Input should" not in said
