@@ -92,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--profile",
+        action="append",
         default=None,
         metavar="NAME",
         help="apply the sweep's named profile of overrides",
@@ -135,6 +136,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="0: quiet; 1: trial table and progress line (default); 2: also Tune's own reporter",
     )
     args, extra = p.parse_known_args(argv)
+    profiles = list(dict.fromkeys(args.profile or []))
+    if len(profiles) > 1:  # the last one alone was used, without a word
+        p.error(
+            f"--profile {' and --profile '.join(profiles)}: one profile a launch; pick one, and "
+            "give the other's settings you want with --set KEY=VALUE"
+        )
+    args.profile = profiles[0] if profiles else None
     if not extra:
         return args
     # an argument past the sweep file: `--set k=[4, 8]` unquoted, its "8]" split off by the shell

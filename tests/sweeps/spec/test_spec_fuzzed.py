@@ -62,6 +62,24 @@ def test_a_set_into_a_profile_is_refused_with_the_form_that_works():
     assert msg.endswith("write --smoke --set 'trainer.max_step=5'"), msg
 
 
+def test_two_profiles_are_refused_where_the_last_one_was_used_without_a_word(capsys):
+    k_vs_length = "sweeps/k_vs_length.yaml"
+    with pytest.raises(SystemExit) as done:
+        launch_main([k_vs_length, "--dry-run", "--profile", "cpu", "--profile", "gpu"])
+    assert done.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "error: --profile cpu and --profile gpu: one profile a launch; pick one, and give the "
+            "other's settings you want with --set KEY=VALUE"
+        )
+    )
+    # the same one twice is that one
+    assert launch_main([k_vs_length, "--dry-run", "--profile", "cpu", "--profile", "cpu"]) == 0
+    assert "profile cpu sets:" in capsys.readouterr().out
+
+
 def test_a_constraint_with_min_above_max_is_refused():
     """{name: val/bleu, min: 50, max: 40} was accepted: no trial could ever count."""
     msg = _load_error("sweeps/minimal_k.yaml", "constraints=[{name: val/bleu, min: 50, max: 40}]")
