@@ -24,6 +24,7 @@ from typing import Any
 
 from lightning_modules.presets import attention_dims, get_preset
 from sweeps.spec.grid import Cell, TrialPlan, column_name
+from sweeps.spec.scalars import did_you_mean
 from sweeps.spec.schema import SpecError, SweepSpec
 from sweeps.spec.signatures import answers, module_signature_params, signatures
 
@@ -133,6 +134,17 @@ def _match(cell: Cell, cells: list[Cell], source: str) -> Cell:
         and all(c.values.get(k, v) == v for k, v in shared.items())
     ]
     at = f" at {_describe(shared)}" if shared else ""
+    keys = {k for c in cells for k in c.values}
+    unknown = [k for k in wanted if k not in keys]
+    if not found and unknown:  # "no cell has atention=bahdanau" hid the misspelt key
+        key = unknown[0]
+        close = did_you_mean(key, keys)
+        raise SpecError(
+            where,
+            f"{key} is no grid value of any cell{close}; a teacher is named by its cell's grid "
+            f"values: {', '.join(sorted(keys))}",
+            source,
+        )
     if not found:
         names = ", ".join(repr(c.name) for c in cells[:4]) + (", ..." if len(cells) > 4 else "")
         raise SpecError(

@@ -107,6 +107,13 @@ def test_a_teacher_cell_that_is_not_in_the_sweep_is_refused():
     message = error_of(raw)
     assert message.startswith("x.yaml: grid.model[1].teacher.cell: no cell of the sweep has ")
     assert "attention=luong_dot at length=5" in message
+    # a misspelt key: it said "no cell of the sweep has atention=bahdanau", naming no key problem
+    raw["grid"]["model"][1]["teacher"] = {"cell": {"atention": "bahdanau"}}
+    message = error_of(raw)
+    assert message.startswith(
+        "x.yaml: grid.model[1].teacher.cell: model.atention is no grid value of any cell (did "
+        "you mean model.attention?); a teacher is named by its cell's grid values: "
+    ), message
 
 
 def test_a_teacher_that_matches_several_cells_is_refused():
