@@ -298,7 +298,8 @@ class RngStateCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._pending is not None:  # a resume, of a checkpoint written with this callback
-            _start_the_next_epoch_whole(trainer)
+            if trainer is not None:  # (the fused loop, which has none, puts back the states alone)
+                _start_the_next_epoch_whole(trainer)
             _set_rng_states(self._pending)
             self._pending = None
 
