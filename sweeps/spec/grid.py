@@ -379,6 +379,11 @@ def _teacher_of(
             message = f"unknown key; allowed here: {', '.join(TeacherSpec.model_fields)}"
         elif err["type"] == "missing":
             message = "required key is missing (e.g. teacher: {cell: {attention: bahdanau}})"
+        elif err["type"] == "model_type":  # "a valid dictionary or instance of TeacherSpec"
+            message = (
+                f"must be a mapping, not {err.get('input')!r} (e.g. teacher: {{cell: "
+                "{attention: bahdanau}})"
+            )
         else:
             message = f"{err['msg']} (got {err.get('input')!r})"
         raise SpecError(f"{where}.{key}", message, source) from None

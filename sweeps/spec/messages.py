@@ -45,6 +45,9 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
                 msg += f" ({example})"
         elif err["type"] == "missing":
             msg = "required key is missing"
+        elif err["type"] == "string_type":  # name: 5
+            value = err.get("input")
+            msg = f"must be text, not {'null' if value is None else repr(value)}"
         elif err["type"] == "finite_number":  # once for an int | float union, not per member
             loc = loc.removesuffix(".int").removesuffix(".float")
             msg = f"{err.get('input')!r} is not a finite number; give a number, not .inf or .nan"

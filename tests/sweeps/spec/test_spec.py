@@ -156,7 +156,7 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
         ),
         (lambda s: s["task"].update(name="mnist"), ["task.name", "copy", "wmt17"]),
         # CONTRIBUTING's recipe for a new key, done once: wandb.notes is checked like any key
-        (lambda s: s.update(wandb={"notes": [1]}), ["wandb.notes", "string"]),
+        (lambda s: s.update(wandb={"notes": [1]}), ["wandb.notes", "must be text, not [1]"]),
         (
             lambda s: s["task"].update(max_lenght=7),
             ["task.max_lenght", "unknown copy task setting", "max_length"],

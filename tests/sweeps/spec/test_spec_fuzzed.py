@@ -242,3 +242,14 @@ def test_a_word_outside_a_settings_choices_lists_them_without_pydantics_words():
     assert said.endswith("--set task.source: 'x' is not a choice of this setting; give one of "
                          "'files', 'hf'"), said  # fmt: skip
     assert "Literal" not in said and "Input should" not in said
+
+
+def test_text_and_teacher_settings_say_what_they_take_and_what_they_got(tmp_path):
+    """``name: 5`` said "Input should be a valid string" without the value; ``teacher: 5`` "a
+    valid dictionary or instance of TeacherSpec", a class the file never names."""
+    assert error_of(base_spec(name=5)) == "x.yaml: name: must be text, not 5"
+    raw = base_spec(grid={"model": [{"attention": "memory", "teacher": 5}]})
+    assert error_of(raw) == (
+        "x.yaml: grid.model[0].teacher: must be a mapping, not 5 (e.g. teacher: {cell: "
+        "{attention: bahdanau}})"
+    )

@@ -560,8 +560,8 @@ def test_a_bad_set_value_is_named_as_the_set_it_came_from():
         "as an integer (got 'abc')"
     )
     assert error_of(base_spec(wandb={"project": "p"}), overrides=["wandb.project="]) == (
-        "x.yaml: --set wandb.project: Input should be a valid string (nothing after '=': YAML "
-        "reads that as null)"
+        "x.yaml: --set wandb.project: must be text, not null (nothing after '=': YAML reads that "
+        "as null)"
     )
 
 
