@@ -190,6 +190,11 @@ def missing_in_sweep_folder(
     one)."""
     if (folder / name).is_file():
         return None
+    if (folder / name).exists():  # a folder (or a device) under the file's name
+        return (
+            f"{folder / name}: not a file, where the launch writes its {name}; move it away "
+            "(a launch's --resume writes the file again)"
+        )
     if name == RESULTS_CSV and stopped_before_trials(folder):
         return (
             f"{folder}: no {name} here: {NO_TRIAL_STARTED}. Launch the sweep, without --resume: "
@@ -202,7 +207,7 @@ def missing_in_sweep_folder(
             "Continue it, which writes results.csv (Ctrl-C then writes it for the trials done so "
             f"far): python {launch_script()} <its sweep file> --resume --output {folder.parent}"
         )
-    inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}"))
+    inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}") if f.is_file())
     started = [f for f in sorted(folder.glob("*/")) if launched(f)]
     if name == RESULTS_CSV and not inside and len(started) == 1:  # <output> of one killed sweep
         return missing_in_sweep_folder(started[0], name, example)

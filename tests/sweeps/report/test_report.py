@@ -589,6 +589,12 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
         assert info.value.code == 2
         return capsys.readouterr().err.strip().splitlines()[-1]
 
+    odd = tmp_path / "odd"
+    (odd / "results.csv").mkdir(parents=True)  # it said "no results.csv here"
+    assert error_of(odd) == (
+        f"python -m sweeps.report: error: {odd / 'results.csv'}: not a file, where the launch "
+        "writes its results.csv; move it away (a launch's --resume writes the file again)"
+    )
     assert error_of(tmp_path) == (
         f"python -m sweeps.report: error: {tmp_path}: no results.csv here; give the sweep's own "
         "folder, <output>/<name> (e.g. sweep-results/quickstart), where its launch wrote results.csv"
