@@ -159,6 +159,21 @@ def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def launch_problem(cmd: Sequence[str]) -> str | None:
+    """What the launcher would refuse in ``cmd`` (its sweep file, profile and ``--set``), said
+    before any way runs: a misspelt ``--set`` found after way a has spent its GPU time wastes it."""
+    sys.path.insert(0, str(ROOT))
+    from sweeps.launch import parse_args
+    from sweeps.spec import SpecError, load_spec
+
+    args = parse_args(list(cmd[2:]))
+    try:
+        load_spec(str(ROOT / args.spec), overrides=args.overrides, profile=args.profile)
+    except SpecError as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
@@ -183,6 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         if way not in WAYS or "=" not in override:
             p.error(f"--set {item!r}: give WAY:KEY=VALUE, WAY one of {', '.join(WAYS)}")
         extra[way].append(override)
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out {args.out}: a file; give a folder (each way writes a folder in it)")
+    for way in args.ways:  # each launch's sweep file, profile and --set read as it will read them
+        if problem := launch_problem(
+            command(way, args.out, args.quick, args.a_lengths, extra[way])
+        ):
+            p.error(f"way {way}: {problem}")
     results = {}
     # Ctrl-C (or a SIGINT to the process group) reaches the running launch too, which stops its
     # trials and writes its results; this process waits for that, prints the way's figures, and

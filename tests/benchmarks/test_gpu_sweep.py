@@ -39,6 +39,13 @@ def test_a_ways_own_overrides_land_on_its_launch_alone(tmp_path):
     assert c.endswith("--set timing.enabled=false --verbose 0")  # after the way's own: it wins
     bad = run("--out", str(tmp_path), "--dry-run", "--set", "d:budget.hours=1")
     assert bad.returncode == 2 and "WAY:KEY=VALUE, WAY one of a, b, c" in bad.stderr
+    # a misspelt key reached way a's launch after the other ways' GPU time: refused before any
+    typo = run("--out", str(tmp_path), "--dry-run", "--set", "c:trainer.max_step=5")
+    assert typo.returncode == 2 and not typo.stdout, typo.stdout
+    assert "error: way c: " in typo.stderr and "--set trainer.max_step: unknown key" in typo.stderr
+    (tmp_path / "file").write_text("")
+    bad = run("--out", str(tmp_path / "file"), "--dry-run")
+    assert bad.returncode == 2 and "--out " in bad.stderr and "a file; give a folder" in bad.stderr
 
 
 @pytest.mark.slow
