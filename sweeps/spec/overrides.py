@@ -15,7 +15,7 @@ from sweeps.spec.dotted import get_dotted, holding_key, set_dotted
 from sweeps.spec.objectives import baseline_of
 from sweeps.spec.schema import SpecError
 from sweeps.spec.search_schema import ParamSpec
-from sweeps.spec.yaml_read import KeyGivenTwice, read_yaml
+from sweeps.spec.yaml_read import KEEP_ONE, KeyGivenTwice, read_yaml
 
 
 def said_as_set(exc: SpecError, set_keys: dict[str, Any]) -> SpecError:
@@ -101,7 +101,7 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
                 source,
             ) from None
         text = exc.value.strip()
-        if isinstance(exc.__cause__, KeyGivenTwice) or exc.problem.endswith("; keep one"):
+        if exc.problem.endswith(KEEP_ONE):  # a key given twice: the value parsed, YAML-wise
             raise SpecError(f"--set {exc.key}", f"{text!r}: {exc.problem}", source) from None
         raise SpecError(
             f"--set {exc.key}",

@@ -7,6 +7,10 @@ from typing import Any
 
 import yaml
 
+#: how a key given twice ends its message (what a --set's reader tells it by, the error's class
+#: being gone once the value's parser words it)
+KEEP_ONE = "; keep one"
+
 
 class KeyGivenTwice(ValueError):
     """A mapping of the file names one key twice."""
@@ -31,7 +35,7 @@ class _OneKeyOnceLoader(yaml.SafeLoader):
             if first is not None:
                 where = "" if first == line else f" (first on line {first})"
                 raise KeyGivenTwice(
-                    f"line {line}: {key} is given twice in one mapping{where}; keep one"
+                    f"line {line}: {key} is given twice in one mapping{where}{KEEP_ONE}"
                 )
             seen[key] = line
         return super().construct_mapping(node, deep)
