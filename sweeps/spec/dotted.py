@@ -4,7 +4,25 @@ nested mappings, used by overrides, grid expansion, trial resolution and results
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from typing import Any
+
+
+def key_path(parts: Iterable[str | int]) -> str:
+    """A key's path as the messages write it: ``objectives[0].goal``, ``grid.model[1].K`` (a
+    list's item by its number in brackets; ``--set`` takes this form and the dotted one)."""
+    out = ""
+    for part in parts:
+        index = isinstance(part, int) and not isinstance(part, bool)
+        out += f"[{part}]" if index else f".{part}" if out else str(part)
+    return out
+
+
+def dotted_key(key: str) -> str:
+    """``objectives[1].name`` -> ``objectives.1.name``: the bracket form the messages write, as
+    a dotted key (the form :func:`set_dotted` walks)."""
+    return re.sub(r"\[(\d+)\]", r".\1", key)
 
 
 def set_dotted(node: dict, dotted: str, value: Any) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from sweeps.spec.dotted import set_dotted
+from sweeps.spec.dotted import key_path, set_dotted
 from sweeps.spec.schema import SpecError, SweepSpec, TeacherSpec
 from sweeps.spec.search_schema import configuration_rungs, reports_per_trial, tolerances
 
@@ -374,7 +374,7 @@ def _teacher_of(
         return rest, TeacherSpec.model_validate(variant[TEACHER])
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in (TEACHER, *err["loc"]))
+        key = key_path((TEACHER, *err["loc"]))
         if err["type"] == "extra_forbidden":
             message = f"unknown key; allowed here: {', '.join(TeacherSpec.model_fields)}"
         elif err["type"] == "missing":

@@ -14,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from sweeps.assignments import yaml_problem
-from sweeps.spec.dotted import holding_key, set_dotted
+from sweeps.spec.dotted import dotted_key, holding_key, set_dotted
 from sweeps.spec.gpu import check_gpu_settings, check_graphed_students
 from sweeps.spec.grid import (
     SMOKE_ORIGIN,
@@ -184,15 +184,16 @@ def _checked(
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
         said = format_validation(exc)
-        key = next((k for k in set_keys if said.startswith(f"{k}: ")), None)
-        if key is not None:  # the value came from the command line, not the file: say so
+        written, _, rest = said.partition(": ")
+        loc = dotted_key(written)  # the form of the --set keys
+        if loc in set_keys:  # the value came from the command line, not the file: say so
             empty = (
                 " (nothing after '=': YAML reads that as null)"
-                if set_keys[key] is None and "(got nothing)" not in said
+                if set_keys[loc] is None and "(got nothing)" not in said
                 else ""
             )
-            raise SpecError(f"--set {key}", said[len(key) + 2 :] + empty, source) from None
-        loc = said.partition(": ")[0]
+            raise SpecError(f"--set {loc}", rest + empty, source) from None
+        loc = dotted_key(said.lstrip().partition(": ")[0])  # the first, where several
         for key in set_keys:
             if holding_key(loc, [key]):  # inside the value: --set constraints, constraints.0
                 raise SpecError(f"--set {key}", said, source) from None

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sweeps.spec.dotted import key_path
 from sweeps.spec.placement import belongs_elsewhere
 from sweeps.spec.scalars import did_you_mean
 from sweeps.spec.schema import SweepSpec
@@ -18,6 +19,10 @@ from sweeps.spec.schema import SweepSpec
 MAPPING_EXAMPLES = {
     "early_terminate.tolerance": (
         "one fraction per objective, e.g. early_terminate.tolerance: {decode_seconds: 0.2}"
+    ),
+    "constraints.of": (
+        "the settings of the baseline model to be within `within` of, e.g. "
+        "{name: val/bleu, within: 1.0, of: {attention: bahdanau}}"
     ),
 }
 
@@ -29,20 +34,24 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
     for err in exc.errors():
         full = (*under, *err["loc"])
         # a tagged union's branch name (seeds' "list" / "mapping") is not a key the user wrote
-        loc = ".".join(str(p) for p in full if p not in ("list", "mapping"))
+        loc = key_path(p for p in full if p not in ("list", "mapping"))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             parent = full[:-1]
             allowed = allowed_keys(parent)
-            key, here = str(full[-1]), ".".join(str(p) for p in parent)
+            key, here = str(full[-1]), key_path(parent)
             hint = belongs_elsewhere(key, here) or did_you_mean(key, allowed)
             msg = f"unknown key{hint}; allowed here: {', '.join(allowed)}"
         elif err["type"] == "model_type":  # pydantic names the section's class
             msg = _not_a_mapping(loc, full, err.get("input"))
         elif err["type"] == "dict_type":  # task: 5, profiles.fast: 5
             msg = f"must be a mapping, not {err.get('input')!r}"
-            if example := MAPPING_EXAMPLES.get(".".join(str(p) for p in full)):
+            section = ".".join(str(p) for p in full if not isinstance(p, int))  # any item's
+            if example := MAPPING_EXAMPLES.get(section):
                 msg += f" ({example})"
+        elif err["type"] == "invalid_key":  # {off: ...}: YAML's off is false, pydantic's 0
+            loc = key_path(p for p in full[:-1] if p not in ("list", "mapping"))
+            msg = _key_not_text(err.get("input"))
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif err["type"] == "string_type":  # name: 5
@@ -74,6 +83,16 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
         if f"{loc}: {msg}" not in lines:
             lines.append(f"{loc}: {msg}")
     return "; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+
+
+def _key_not_text(key: Any) -> str:
+    """A mapping's key that YAML read as something other than text."""
+    if isinstance(key, bool):  # yes, no, on, off (any case) are YAML's true and false
+        return (
+            f"a key here reads as {str(key).lower()} (YAML takes an unquoted yes, no, on or off "
+            "for true or false): quote it, e.g. 'off'"
+        )
+    return f"a key here reads as {key!r}, not text: quote it, e.g. '{key}'"
 
 
 def _not_a_mapping(where: str, loc: tuple, value: Any) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from sweeps.assignments import AssignmentError, parse_assignments, yaml_problem
-from sweeps.spec.dotted import get_dotted, holding_key, set_dotted
+from sweeps.spec.dotted import dotted_key, get_dotted, holding_key, set_dotted
 from sweeps.spec.objectives import baseline_of
 from sweeps.spec.schema import SpecError
 from sweeps.spec.search_schema import ParamSpec
@@ -23,7 +23,7 @@ def said_as_set(exc: SpecError, set_keys: dict[str, Any]) -> SpecError:
     the file's: ``--set model.lrr: ...``, ``--set constraints: constraints[0]: ...``."""
     if not exc.path or exc.path.startswith("--set ") or " " in exc.path:
         return exc
-    held = holding_key(re.sub(r"\[(\d+)\]", r".\1", exc.path), set_keys)
+    held = holding_key(dotted_key(exc.path), set_keys)
     if held is None:
         return exc
     said = exc.message if held == exc.path else f"{exc.path}: {exc.message}"
@@ -92,7 +92,7 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
     """``["trainer.max_steps=100", ...]`` -> ``{"trainer.max_steps": 100}`` (values are YAML, a
     key given twice in one of their mappings refused as in the file)."""
     try:
-        return parse_assignments(items, value=_override_value)
+        parsed = parse_assignments(items, value=_override_value)
     except AssignmentError as exc:
         if exc.value is None or not exc.key:
             raise SpecError(
@@ -108,6 +108,7 @@ def parse_overrides(items: list[str], source: str = "<spec>") -> dict[str, Any]:
             f"cannot parse the value {text!r} as YAML: {exc.problem}{_shell_split_hint(exc.key, text)}",
             source,
         ) from None
+    return {dotted_key(key): value for key, value in parsed.items()}
 
 
 def _override_value(text: str) -> Any:

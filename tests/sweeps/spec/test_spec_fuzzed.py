@@ -2,8 +2,8 @@
 a WMT pair the datamodule refuses, a --set into a profile, a constraint's min above its max, a key
 both a grid axis and a searched parameter, an infinite float, a misspelt path placeholder, YAML
 that does not parse (a --set value, a sweep file), a key given twice in a --set value, an option
-the relative constraints' baseline does not take, a --set key said as the file's. Each is one
-line naming the key and the fix. No Ray."""
+the relative constraints' baseline does not take, a --set key said as the file's, a list item's
+path, a key YAML reads as false. Each is one line naming the key and the fix. No Ray."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_a_constraint_with_min_above_max_is_refused():
     """{name: val/bleu, min: 50, max: 40} was accepted: no trial could ever count."""
     msg = _load_error("sweeps/minimal_k.yaml", "constraints=[{name: val/bleu, min: 50, max: 40}]")
     assert msg == (
-        "sweeps/minimal_k.yaml: --set constraints: constraints.0: no trial could count: min 50 "
+        "sweeps/minimal_k.yaml: --set constraints: constraints[0]: no trial could count: min 50 "
         "is above max 40; swap them (min: 40, max: 50)"
     )
 
@@ -252,4 +252,41 @@ def test_text_and_teacher_settings_say_what_they_take_and_what_they_got(tmp_path
     assert error_of(raw) == (
         "x.yaml: grid.model[0].teacher: must be a mapping, not 5 (e.g. teacher: {cell: "
         "{attention: bahdanau}})"
+    )
+
+
+def test_a_list_item_is_written_one_way_and_set_either_way():
+    """Pydantic's paths said ``objectives.0.goal`` where the project's own said
+    ``objectives[0].name``, and ``--set objectives[1].goal=...`` (a path copied from a message)
+    was an unknown key."""
+    k = "sweeps/minimal_k.yaml"
+    assert _load_error(k, "objectives=[{name: val/bleu, goal: up}]") == (
+        f"{k}: --set objectives: objectives[0].goal: Input should be 'maximize' or 'minimize' "
+        "(got 'up')"
+    )
+    for key in ("objectives[1].goal", "objectives.1.goal"):
+        assert _load_error(k, f"{key}=up") == (
+            f"{k}: --set objectives.1.goal: Input should be 'maximize' or 'minimize' (got 'up')"
+        )
+    sweep = load_spec(k, overrides=["constraints[0].min=20", "objectives[1].name=val/loss"])
+    assert sweep.spec.constraints[0].min == 20 and sweep.spec.objectives[1].name == "val/loss"
+    raw = base_spec(grid={"model": [{"attention": "memory", "K": [2]}, {"attention": "none"}]})
+    assert error_of(raw, overrides=["grid.model[0].K=[0]"]).startswith(
+        "x.yaml: --set grid.model.0.K: grid.model[0].K: 0 is out of range"
+    )
+
+
+def test_a_key_yaml_reads_as_true_or_false_is_told_to_be_quoted():
+    """``{off: ...}`` (a slip for ``of``) said "constraints.0.0: Keys should be strings": YAML
+    reads an unquoted off as false, which pydantic numbers 0."""
+    with pytest.raises(SpecError) as info:
+        load_spec("sweeps/minimal_k.yaml", overrides=["constraints=[{off: val/bleu, max: 1}]"])
+    assert (
+        "constraints[0]: a key here reads as false (YAML takes an unquoted yes, no, on or off "
+        "for true or false): quote it, e.g. 'off'"
+    ) in str(info.value).splitlines()[-1]
+    with pytest.raises(SpecError) as info:
+        load_spec("sweeps/minimal_k.yaml", overrides=["constraints=[{name: val/bleu, of: x}]"])
+    assert "constraints[0].of: must be a mapping, not 'x' (the settings of the baseline" in str(
+        info.value
     )
