@@ -23,6 +23,13 @@ from .base import Attention, beam_groups, register_attention
 from .functional import masked_softmax
 
 
+def position_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype of window centres and source positions: the query's, at least float32 (bf16, which
+    a decoder hands over under bf16 autocast, holds whole numbers exactly only up to 256: a window
+    past there would be off by one or more, its Gaussian centred wrongly)."""
+    return torch.promote_types(query.dtype, torch.float32)
+
+
 class _LocalAttention(Attention):
     """Shared window, score and Gaussian; subclasses say where the window is centred."""
 
@@ -38,7 +45,9 @@ class _LocalAttention(Attention):
     headline_meaning = "half-width D of [p_t - D, p_t + D]"
 
     def center(self, query: torch.Tensor, cache, state) -> torch.Tensor:
-        """The window centre p_t, (N,) float, in 0-based source positions (one per query row)."""
+        """The window centre p_t, (N,), in 0-based source positions (one per query row), in
+        :func:`position_dtype` (float32 for a bf16 query), as are the positions it is compared
+        with."""
         raise NotImplementedError
 
     def _next_state(self, state):
@@ -52,7 +61,7 @@ class _LocalAttention(Attention):
         Bc, S = mask.shape
         G = beam_groups(query, Bc)
         p_t = self.center(query, cache, state)  # (N,)
-        positions = torch.arange(S, device=query.device, dtype=query.dtype)  # (S,)
+        positions = torch.arange(S, device=query.device, dtype=p_t.dtype)  # (S,)
         offset = (positions[None, :] - p_t[:, None]).view(Bc, G, S)  # (Bc, G, S) s - p_t
         in_window = offset.abs() <= self.window  # (Bc, G, S)
         scores = torch.einsum("bsh,bgh->bgs", cache["keys"], query.view(Bc, G, -1))  # (Bc, G, S)
@@ -60,7 +69,7 @@ class _LocalAttention(Attention):
             scores, mask.unsqueeze(1) & in_window
         )  # (Bc, G, S), 0 outside sentence/window
         gaussian = torch.exp(-offset.square() / (2 * self.sigma**2))  # (Bc, G, S)
-        weights = align * gaussian  # (Bc, G, S) not renormalised (Luong eq. 10)
+        weights = align * gaussian.to(align.dtype)  # (Bc, G, S) not renormalised (Luong eq. 10)
         ctx = torch.bmm(weights, cache["memory"]).view(query.shape[0], -1)  # (N, D)
         return (
             ctx,
@@ -86,7 +95,7 @@ class LocalMonotonicAttention(_LocalAttention):
         return {"t": torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device)}  # (B,)
 
     def center(self, query, cache, state):
-        return state["t"].to(query.dtype)  # (B,)
+        return state["t"].to(position_dtype(query))  # (B,)
 
     def _next_state(self, state):
         return {"t": state["t"] + 1}  # (B,)
@@ -96,7 +105,9 @@ class LocalMonotonicAttention(_LocalAttention):
 class LocalPredictiveAttention(_LocalAttention):
     """local-p: p_t = S_real * sigmoid(v_p^T tanh(W_p h_t)), S_real the sentence's real length.
 
-    The Gaussian keeps p_t differentiable, so the position predictor trains through it.
+    The Gaussian keeps p_t differentiable, so the position predictor trains through it. As in
+    Luong's eq. 9, p_t lies in [0, S_real]; positions here are 0-based, so its top, S_real, is one
+    past the last real token (whose weight is then at most exp(-1 / (2 sigma^2)) of its peak).
 
     Args:
         query_dim: size H of the decoder state.
@@ -110,7 +121,8 @@ class LocalPredictiveAttention(_LocalAttention):
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
     def center(self, query, cache, state):
-        length = cache["mask"].sum(dim=1).to(query.dtype)  # (Bc,)
+        dtype = position_dtype(query)
+        length = cache["mask"].sum(dim=1).to(dtype)  # (Bc,)
         length = length.repeat_interleave(beam_groups(query, length.shape[0]))  # (N,) per query row
-        gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)  # (B,)
+        gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query))).to(dtype)).squeeze(-1)  # (B,)
         return length * gate  # (B,)

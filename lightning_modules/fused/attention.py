@@ -164,13 +164,13 @@ class _FusedWindows:
         G = beam_groups(query, Bc)
         members = self.windows.shape[0]
         p_t = self.center(query, cache, state)  # (N,)
-        positions = torch.arange(S, device=query.device, dtype=query.dtype)  # (S,)
+        positions = torch.arange(S, device=query.device, dtype=p_t.dtype)  # (S,)
         offset = (positions[None, :] - p_t[:, None]).view(members, -1, G, S)  # (M, B, G, S)
         in_window = (offset.abs() <= self.windows.view(-1, 1, 1, 1)).view(Bc, G, S)
         scores = torch.einsum("bsh,bgh->bgs", cache["keys"], query.view(Bc, G, -1))  # (M*B, G, S)
         align = masked_softmax(scores, mask.unsqueeze(1) & in_window)  # (M*B, G, S)
         gaussian = torch.exp(-offset.square() / self.spreads.view(-1, 1, 1, 1))  # (M, B, G, S)
-        weights = align * gaussian.view(Bc, G, S)  # (M*B, G, S) not renormalised
+        weights = align * gaussian.view(Bc, G, S).to(align.dtype)  # (M*B, G, S) not renormalised
         ctx = torch.bmm(weights, cache["memory"]).view(query.shape[0], -1)  # (N, D)
         return (
             ctx,

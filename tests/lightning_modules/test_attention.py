@@ -295,11 +295,37 @@ def test_local_m_centre_is_the_step_index():
         _, state, _ = attn.step(query, cache, state)
 
 
-def test_local_p_centre_lies_in_the_sentence():
+def test_local_p_centre_lies_in_zero_to_the_sentence_length():
+    """Luong's eq. 9 gives p_t in [0, S]: with 0-based positions the top, S, is one past the last
+    real token (docstring)."""
     attn = build("local_p")
     memory, mask, queries = make_inputs()
     centre = attn.center(queries[0], attn.precompute(memory, mask), None)
     assert torch.all(centre >= 0) and torch.all(centre <= torch.tensor(LENGTHS, dtype=torch.float))
+
+
+@pytest.mark.parametrize("name", ["local_m", "local_p"])
+def test_local_windows_past_position_256_hold_under_bf16(name):
+    """Under bf16 autocast the decoder hands the attention a bf16 query; positions and centres
+    were taken in its dtype, which holds whole numbers exactly only up to 256: local_m's window
+    at t=257 covered 252..261 (10 positions), its Gaussian centred off."""
+    S = 400
+    attn = build(name, window=4).eval()
+    memory, mask, _ = make_inputs(batch=1, src_len=S, lengths=[S])
+    query = torch.randn(1, H, generator=torch.Generator().manual_seed(3))
+    for t in (257, 301, 333):
+        state = {"t": torch.tensor([t])}
+        centre = attn.center(query, attn.precompute(memory, mask), state)
+        _, _, exact = attn.step(query, attn.precompute(memory, mask), state, need_weights=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            cache = attn.precompute(memory, mask)
+            low = attn.center(query.bfloat16(), cache, state)
+            _, _, weights = attn.step(query.bfloat16(), cache, state, need_weights=True)
+        assert low.dtype == torch.float32
+        assert torch.equal(weights[0].nonzero(), exact[0].nonzero()), t
+        assert weights[0].float().argmax() == exact[0].argmax(), t
+        if name == "local_m":
+            assert low.item() == centre.item() == t
 
 
 # ---- memory attention ----------------------------------------------------------------------
