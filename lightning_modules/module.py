@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from annotated_types import Ge, Gt, Interval
 
-from datamodules.checkpoint_files import LoadsCheckpointFiles
+from datamodules.checkpoint_files import CheckpointError, LoadsCheckpointFiles
 from datamodules.ranges import check_ranges
 from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, SPECIAL_IDS, ids_to_text
 
@@ -364,6 +364,14 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             checkpoint[DATA_VOCABULARY] = dict(self.data_vocabulary)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if checkpoint.get(FUSED_MEMBER) is not None and _fitting(self):
+            raise CheckpointError(
+                f"a fused group's member checkpoint (step {checkpoint[FUSED_MEMBER]['step']}) "
+                "holds the member's weights, step and Adam state but not a fit loop's position: "
+                "Trainer.fit(ckpt_path=...) would train it again from step 0. Resume its sweep "
+                "with --resume (the group goes on from its own state), or start a new fit from "
+                "its weights: Seq2SeqModule.load_from_checkpoint(path), then trainer.fit(module)"
+            )
         if checkpoint.get(DATA_VOCABULARY) is not None:  # absent from older checkpoints
             self.data_vocabulary = dict(checkpoint[DATA_VOCABULARY])
 
@@ -592,6 +600,15 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
 
 #: the checkpoint key of :attr:`Seq2SeqModule.data_vocabulary`
 DATA_VOCABULARY = "data_vocabulary"
+#: the checkpoint key that marks a fused group's member checkpoint (its step and epoch): it loads
+#: as a plain module's, but its fit loop's counters are a validation's, not a fit's
+FUSED_MEMBER = "fused_member"
+
+
+def _fitting(module: pl.LightningModule) -> bool:
+    """Whether ``module`` is attached to a Trainer that is fitting (restoring a fit's checkpoint)."""
+    trainer = module._trainer  # None outside a Trainer (load_from_checkpoint)
+    return trainer is not None and trainer.state.fn == "fit"
 
 
 def data_vocabulary(datamodule: Any) -> dict[str, Any] | None:

@@ -61,7 +61,9 @@ same numbers.
 Each member stays a model of its own: :meth:`FusedSeq2Seq.member_module` gives member i as a
 plain ``Seq2SeqModule`` (its hparams, copies of its current weights, eval mode) to validate,
 decode and checkpoint, and :meth:`FusedSeq2Seq.optimizer_state` its Adam state in
-``torch.optim.Adam``'s format, so its checkpoint loads and resumes as an unfused trial's.
+``torch.optim.Adam``'s format, so its checkpoint loads as an unfused trial's (weights, step,
+epoch and Adam state; ``Trainer.fit(ckpt_path=...)`` refuses it, as it holds no fit loop's
+position: a group resumes from its own state).
 :meth:`FusedSeq2Seq.keep` drops members (a trial stopped early stops costing compute, and the
 padding shrinks to the largest K left; :attr:`FusedSeq2Seq.member_ids` maps the remaining ones
 to the original numbering), and

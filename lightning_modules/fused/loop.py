@@ -32,7 +32,9 @@ What it does as Lightning does, member by member:
   rows Lightning's logger would have been handed since the last validation (every
   ``log_every_n_steps`` steps, at each epoch's end, the validation's own), and its checkpoint in
   Lightning's format (``Seq2SeqModule.load_from_checkpoint`` loads it as a plain model; the
-  training step, epoch and the member's Adam state written in).
+  training step, epoch and the member's Adam state written in). It is no fit's checkpoint:
+  ``Trainer.fit(ckpt_path=...)`` refuses it (its fit loop's counters are a validation's, and
+  would start the fit again at step 0); the group resumes from its own :meth:`FusedLoop.state_dict`.
 - **State**: :meth:`FusedLoop.state_dict` is the whole loop (the fused model with every member's
   Adam state, each loader's position, what each member's figures have counted so far, the
   global random states); a loop built from it goes on exactly where the saved one was.
@@ -58,7 +60,7 @@ import torch
 from datamodules.resumable import RngStateCallback
 
 from ..metric_names import TRAIN_DISTILL, TRAIN_LOSS
-from ..module import Seq2SeqModule, data_vocabulary
+from ..module import FUSED_MEMBER, Seq2SeqModule, data_vocabulary
 from .graphs import GraphedFusedSteps, graphs_line
 from .model import FusedSeq2Seq
 
@@ -106,10 +108,27 @@ class LoopSettings:
             cuda_graphs=bool(trainer.get("cuda_graphs")),
         )
 
+    def __post_init__(self) -> None:
+        if self.precision is not None and self.precision not in _FUSED_PRECISION:
+            raise ValueError(
+                f"precision={self.precision!r}: a fused group trains in 32-true or bf16-mixed "
+                f"(valid: {', '.join(_FUSED_PRECISION)}); train a trial of another precision "
+                "alone"
+            )
+
     @property
     def fused_precision(self) -> str:
         """The fused model's name for the precision (its step runs 32-true or bf16-mixed)."""
-        return "bf16-mixed" if self.precision == "bf16-mixed" else "32-true"
+        return _FUSED_PRECISION.get(self.precision or "32-true", "32-true")
+
+
+#: Lightning's precision names a fused group trains in, by the fused model's name for each
+_FUSED_PRECISION = {
+    "32-true": "32-true",
+    "32": "32-true",
+    "bf16-mixed": "bf16-mixed",
+    "bf16": "bf16-mixed",
+}
 
 
 @dataclass
@@ -502,6 +521,7 @@ def _checkpoint_bytes(
         trainer.save_checkpoint(path, weights_only=False)
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
         ckpt.update(global_step=step, epoch=epoch, optimizer_states=[optimizer_state])
+        ckpt[FUSED_MEMBER] = {"step": step, "epoch": epoch}  # not resumable by Trainer.fit
         torch.save(ckpt, path)
         with open(path, "rb") as f:
             return f.read()

@@ -7,11 +7,12 @@ mechanism:
 - **K**: W_alpha and W_beta have the group's largest K outputs; a member's slots past its own K
   are padding (zero weights, :mod:`lightning_modules.fused.layout`). Their pre-activations are
   replaced by the dtype's most negative finite value before the scoring function (a fill, not a
-  product), and the scores are multiplied by the slot mask afterwards: every padded slot gets
-  weight exactly 0 and gradient exactly 0 under softmax over K, softmax over S and sigmoid alike,
-  for alpha and beta. Each member has at least one real slot, so no softmax runs over a row of
-  fills alone; the softmax over S of a padded slot's column is a uniform row over fills (finite,
-  no NaN) that the mask then zeroes.
+  product); alpha's scores are multiplied by the slot mask afterwards, beta's need no product
+  (sigmoid and softmax over K of the fill are exactly 0): every padded slot gets weight exactly 0
+  and gradient exactly 0 under softmax over K, softmax over S and sigmoid alike, for alpha and
+  beta. Each member has at least one real slot, so no softmax runs over a row of fills alone;
+  the softmax over S of a padded slot's column is a uniform row over fills (finite, no NaN) that
+  the mask then zeroes.
 - **scoring functions and the encoder softmax's axis**: every encoder function a member of the
   group uses (softmax over K, softmax over S, sigmoid) and every decoder function is computed, and
   each member's rows pick its own with ``torch.where``; the unselected branches are finite, so no

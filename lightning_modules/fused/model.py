@@ -15,6 +15,7 @@ from torch import nn
 from ..attention import Attention, build_attention
 from ..distill import Teacher, check_same_space, sentence_distances
 from ..module import Seq2SeqModule, load_teacher
+from ..seq2seq import check_inputs
 from .adam import adam_state_dict, adam_step_, clip_grad_norms_, load_adam_state_dict
 from .decoder import FusedDecoder
 from .encoder import FusedEncoder
@@ -425,13 +426,27 @@ class FusedSeq2Seq:
         """The members' batches padded to common sizes: src (M, B, S), lengths (M, B), tgt
         (M, B, T), each member's sentences sorted longest first (the loss is a sum over them). A
         member with fewer sentences gets filler rows (one pad token, all-pad target) that the
-        loss ignores."""
+        loss ignores. A batch on the CPU is checked as the unfused model checks its inputs
+        (:func:`~lightning_modules.seq2seq.check_inputs`: lengths 1 to S, ids in the
+        vocabulary); one already on a GPU is not (that would read the device every step)."""
         M = self.members
         B = max(b["src"].shape[0] for b in batches)
         S = max(b["src"].shape[1] for b in batches)
         T = max(b["tgt"].shape[1] for b in batches)
         device = batches[0]["src"].device
         for m, (batch, limit) in enumerate(zip(batches, self._source_limits)):
+            if batch["src"].device.type == "cpu":  # a GPU's batch is not read back every step
+                h = self.hparams[m]
+                try:
+                    check_inputs(
+                        batch["src"],
+                        batch["src_lengths"],
+                        h["src_vocab_size"],
+                        batch["tgt"],
+                        h["tgt_vocab_size"],
+                    )
+                except ValueError as exc:  # a length past the row would read the next sentence
+                    raise ValueError(f"member {m}'s batch: {exc}") from None
             if limit is not None and batch["src"].shape[1] > limit:
                 raise ValueError(
                     f"member {m}'s batch has {batch['src'].shape[1]} source positions, but its "

@@ -253,6 +253,19 @@ def test_a_member_checkpoint_loads_alone_and_resumes_as_an_unfused_trial(tmp_pat
     assert fused.steps[1] == 3
 
 
+@pytest.mark.parametrize("length", [0, 13])
+def test_a_member_batch_with_a_bad_length_is_refused_as_the_unfused_model_refuses_it(length):
+    """A length of 0 read the sentence's last step, one past the row's width the next
+    sentence's (even the next member's) embeddings: a loss, no error."""
+    fused, _ = fused_and_unfused("memory", {"K": 4})
+    batches = batches_for(0, range(3))
+    batches[1]["src_lengths"][0] = length
+    with pytest.raises(
+        ValueError, match=rf"^member 1's batch: src_lengths must .* length of {length}"
+    ):
+        fused.train_step(batches)
+
+
 def test_shape_key_names_what_fuses():
     base = dict(src_vocab_size=24, tgt_vocab_size=24, attention="memory", attention_kwargs={"K": 16},
                 max_source_len=11)  # fmt: skip

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from datamodules import CopyTaskDataModule
-from lightning_modules import Seq2SeqModule
+from lightning_modules import CheckpointError, Seq2SeqModule
 from lightning_modules.fused.loop import FusedLoop, LoopMember, LoopSettings
 
 #: 48 sentences in batches of 16: an epoch is 3 steps
@@ -182,6 +182,13 @@ def test_each_member_trains_validates_and_logs_as_its_own_lightning_fit(tmp_path
     # the data it trained on, recorded as its own fit records it (a vocabulary check reads it)
     assert raw["data_vocabulary"]["src_vocab_size"] == loaded.hparams.src_vocab_size
     assert loaded.data_vocabulary == raw["data_vocabulary"]
+    # no fit's checkpoint: its fit loop's counters are a validation's, so Trainer.fit would
+    # have trained it again from step 0 (with its trained weights and Adam state)
+    dm, module = build(1)
+    trainer = pl.Trainer(max_steps=8, logger=False, enable_checkpointing=False)
+    with pytest.raises(CheckpointError, match=r"member checkpoint \(step 6\) .* from step 0"):
+        trainer.fit(module, datamodule=dm, ckpt_path=path)
+    assert trainer.global_step == 0
 
 
 def test_the_loop_validates_at_its_interval_and_at_max_steps(tmp_path, monkeypatch):
@@ -322,3 +329,15 @@ def test_settings_from_a_trainer_section():
     assert settings == LoopSettings(30, 10, 50, "bf16-mixed", 2, False)
     assert settings.fused_precision == "bf16-mixed"
     assert LoopSettings(1, 1, precision="32").fused_precision == "32-true"
+
+
+def test_a_precision_the_fused_step_has_not_is_refused():
+    """16-mixed and 64-true were trained as 32-true without a word (each member's validation in
+    its own precision)."""
+    for precision in ("16-mixed", "64-true"):
+        with pytest.raises(ValueError, match=rf"precision='{precision}': a fused group trains in"):
+            LoopSettings(max_steps=4, val_check_interval=2, precision=precision)
+    assert LoopSettings(max_steps=4, val_check_interval=2, precision="bf16").fused_precision == (
+        "bf16-mixed"
+    )
+    assert LoopSettings(max_steps=4, val_check_interval=2).fused_precision == "32-true"
