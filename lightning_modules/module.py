@@ -380,6 +380,12 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
     ):
         """:meth:`torch.nn.Module.load_state_dict`; the weights loaded are the module's own from
         then on (``init_from_teacher`` never copies the teacher's encoder over them)."""
+        if strict and _location_bias_unbuilt(self, state_dict):
+            raise CheckpointError(
+                "these weights give luong_location's W_a a bias, which this version builds "
+                "without (Luong's eq. 8 has none; versions up to 0.1.0 had one): load them with "
+                "Seq2SeqModule.load_from_checkpoint(path, attention_kwargs={'bias': True})"
+            )
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self._own_weights = True
         return result
@@ -603,6 +609,16 @@ DATA_VOCABULARY = "data_vocabulary"
 #: the checkpoint key that marks a fused group's member checkpoint (its step and epoch): it loads
 #: as a plain module's, but its fit loop's counters are a validation's, not a fit's
 FUSED_MEMBER = "fused_member"
+
+
+def _location_bias_unbuilt(module: Seq2SeqModule, state_dict: Mapping[str, Any]) -> bool:
+    """Whether ``state_dict`` has a luong_location bias that ``module`` was built without."""
+    options = module.hparams.get("attention_kwargs") or {}
+    return (
+        module.hparams.get("attention") == "luong_location"
+        and not options.get("bias")
+        and any(key.endswith("attention.W_a.bias") for key in state_dict)
+    )
 
 
 def _fitting(module: pl.LightningModule) -> bool:

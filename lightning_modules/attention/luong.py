@@ -129,15 +129,22 @@ class LuongLocationAttention(Attention):
         query_dim: size H of the decoder state.
         memory_dim: size D of the encoder states.
         max_source_len: longest source the score layer covers; a longer source raises.
+        bias: give W_a a bias (a learned prior over positions that no decoder state moves).
+            Luong's eq. 8 has none; versions up to 0.1.0 had one, so their checkpoints load with
+            ``attention_kwargs={"bias": True}``.
     """
 
     def __init__(
-        self, query_dim: int, memory_dim: int, max_source_len: Annotated[int, Ge(1)] = 256
+        self,
+        query_dim: int,
+        memory_dim: int,
+        max_source_len: Annotated[int, Ge(1)] = 256,
+        bias: bool = False,
     ) -> None:
         super().__init__(query_dim, memory_dim)
         check_ranges(LuongLocationAttention.__init__, locals(), owner="luong_location attention")
         self.max_source_len = max_source_len
-        self.W_a = nn.Linear(query_dim, max_source_len)
+        self.W_a = nn.Linear(query_dim, max_source_len, bias=bias)
 
     @property
     def longest_source(self) -> int:

@@ -257,6 +257,20 @@ def test_luong_location_rejects_long_sources():
         attn.precompute(memory, mask)
 
 
+def test_luong_location_scores_the_decoder_state_alone_without_a_bias():
+    """Luong's eq. 8, softmax(W_a h_t): a zero state gives uniform weights over the sentence.
+    W_a had a bias (a position prior no state moves); bias=True keeps one, for older checkpoints."""
+    attn = build("luong_location")
+    assert attn.W_a.bias is None and build("luong_location", bias=True).W_a.bias is not None
+    memory, mask, queries = make_inputs()
+    _, _, weights = attn.step(
+        torch.zeros_like(queries[0]), attn.precompute(memory, mask), None, need_weights=True
+    )
+    lengths = torch.tensor(LENGTHS, dtype=torch.float)[:, None]
+    expected = torch.where(mask, 1 / lengths.clamp(min=1), torch.zeros(()))
+    torch.testing.assert_close(weights, expected)
+
+
 def test_option_sizes_are_respected():
     memory, mask, queries = make_inputs()
     kv = build("key_value", key_dim=3, value_dim=5)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from datamodules import CopyTaskDataModule
-from lightning_modules import ATTENTION_REGISTRY, Seq2SeqModule
+from lightning_modules import ATTENTION_REGISTRY, CheckpointError, Seq2SeqModule
 from lightning_modules.module import (
     METRICS,
     TEST_BLEU,
@@ -677,3 +677,22 @@ def test_every_mechanism_s_module_pickles_as_ddp_spawn_sends_it(attention):
         mine, theirs = module.state_dict(), again.state_dict()
         assert mine.keys() == theirs.keys()
         assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_an_older_luong_location_checkpoint_with_a_bias_says_how_to_load(tmp_path, quiet_trainer):
+    """Versions up to 0.1.0 gave luong_location's W_a a bias; this one builds it without (Luong's
+    eq. 8): such weights are refused with the one argument that loads them, which does."""
+    model = Seq2SeqModule(20, 20, attention="luong_location", attention_kwargs={"bias": True},
+                          max_source_len=8, preset="tiny")  # fmt: skip
+    trainer = quiet_trainer(max_steps=0)
+    trainer.strategy.connect(model)
+    path = tmp_path / "old.ckpt"
+    trainer.save_checkpoint(path)
+    old = torch.load(path, weights_only=False)
+    old["hyper_parameters"]["attention_kwargs"] = {}  # as 0.1.0 wrote it: no bias option
+    torch.save(old, path)
+    with pytest.raises(CheckpointError, match=r"load_from_checkpoint\(path, attention_kwargs="):
+        Seq2SeqModule.load_from_checkpoint(path)
+    loaded = Seq2SeqModule.load_from_checkpoint(path, attention_kwargs={"bias": True})
+    bias = "model.decoder.attention.W_a.bias"
+    assert torch.equal(loaded.state_dict()[bias], old["state_dict"][bias])
