@@ -15,7 +15,7 @@ Prints ONE JSON line on stdout (progress on stderr): ``mps`` (whether the proces
 MPS daemon: ``CUDA_MPS_PIPE_DIRECTORY`` set), ``rows`` per preset, step mode and P:
 ``steps_per_gpu_second`` (trained steps of all P processes per second of the GPU's time),
 ``step_seconds`` (the median process's seconds per step), ``over_one_eager`` (steps per
-GPU-second over one eager process alone on the GPU, the same preset: the issue's yardstick);
+GPU-second over one eager process alone on the GPU, the same preset: the yardstick of docs/gpu.md's gains);
 ``speedup`` maps ``<preset>/<mode>/P<P>`` to ``over_one_eager``; plus ``machine``, ``cuda``,
 ``settings``.
 

@@ -15,7 +15,7 @@ search: {sampler: tpe}                         # or nsga2
 ```
 
 :func:`check_objectives` runs at ``--dry-run`` (from :func:`sweeps.spec.load.build_sweep`) and
-raises :class:`SpecError` with one line for each mistake the issue names: ``metric`` and
+raises :class:`SpecError` with one line for each of these mistakes: ``metric`` and
 ``objectives`` together, an unknown objective, a constraint on a metric the sweep never produces.
 """
 

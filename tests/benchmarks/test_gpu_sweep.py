@@ -20,7 +20,7 @@ def run(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_the_three_ways_are_the_issue_s_arrangements(tmp_path):
+def test_the_three_ways_are_eager_alone_graphed_under_mps_and_the_plans(tmp_path):
     a, b, c = run("--out", str(tmp_path), "--dry-run").stdout.splitlines()
     for line in (a, b, c):
         assert "--profile gpu --address local" in line and "heldout.enabled=false" in line

@@ -186,7 +186,7 @@ def assert_log_ends_with_results(job: Job) -> None:
 
 
 def test_the_quickstart_runs_under_slurm_as_without_it(slurm, tmp_path, tmp_path_factory):
-    """The issue's case: one CPU node, Ray's defaults (token authentication where ~/.ray/auth_token
+    """The plain case: one CPU node, Ray's defaults (token authentication where ~/.ray/auth_token
     exists, as here), the sweep runs, its results are those of a run without SLURM, and the job
     log ends with them (not Ray's crash report), exit 0."""
     ref = Reference.start(tmp_path_factory, SHORT)

@@ -322,7 +322,7 @@ def test_no_internal_issue_number_in_the_code():
         text=True,
         check=True,
     ).stdout.split()
-    pattern = re.compile(r"\b[Ii]ssues? #?\d+")
+    pattern = re.compile(r"\b[Ii]ssues? #?\d+|\bthe issue(?:'s|_s)?\b", re.IGNORECASE)
     found = [
         f"{rel}:{i}: {line.strip()[:80]}"
         for rel in files
