@@ -32,13 +32,22 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_modules.presets import PRESETS
 from sweeps.plan.fusion import FusionPlan, Slot, member_shape
 from sweeps.plan.mps import MpsPlan
 from sweeps.plan.mps import per_gpu as shares_per_gpu
-from sweeps.plan.step_costs import DeviceCosts, Member, device_costs, fused_envelope
+from sweeps.plan.step_costs import (
+    MEASURED_BATCH,
+    SIZE_KEYS,
+    DeviceCosts,
+    Member,
+    device_costs,
+    fused_envelope,
+)
 from sweeps.spec.gpu import sets_cuda_graphs
 from sweeps.spec.objectives import baseline_of
 
@@ -215,7 +224,8 @@ def plan_arrangement(
             lone_gpu=1.0 / per_gpu,
             lone_cpu=GPU_PROCESS_CPUS + loaders,
             graphs=graphed,
-            mps=bool(lone or not fused) and per_gpu > 1 and mps,
+            # a daemon where trials share a GPU; resources.mps on asks for one in any case
+            mps=r.mps == "on" or (bool(lone or not fused) and per_gpu > 1 and mps),
         )
         if not fused:
             groups, lone = [], every
@@ -272,7 +282,7 @@ def plan_arrangement(
             ],
         )
     return Arrangement(
-        stand_ins=stand_ins(costs, units) + tuple(notes),
+        stand_ins=stand_ins(costs, units, sweep.spec.parameters) + tuple(notes),
         chosen=r.auto_gpu,
         costs=costs,
         groups=len(groups),
@@ -307,10 +317,14 @@ def _own_steps(searched: bool, trials: list[bool], eager_groups: list[bool]) -> 
     return text
 
 
-def stand_ins(costs: DeviceCosts, units: list[Any]) -> tuple[str, ...]:
+def stand_ins(
+    costs: DeviceCosts, units: list[Any], searched: Iterable[str] = ()
+) -> tuple[str, ...]:
     """For each model preset and task of ``units`` the table has no figures of: what it is
     costed as (the measured preset nearest in hidden size; the copy task's step at the same
-    length for any other task)."""
+    length for any other task); and the settings the table's steps were not measured with (a
+    model size the preset sets otherwise, another batch size, a precision other than float32,
+    set or ``searched``), costed as the measured ones."""
     out = []
     for preset, task in dict.fromkeys(
         (str(u.model.get("preset") or "paper_copy"), str(u.task.get("name") or "copy"))
@@ -325,7 +339,38 @@ def stand_ins(costs: DeviceCosts, units: list[Any]) -> tuple[str, ...]:
             + (" (nearest in hidden size)" if measured != preset else "")
             + " at the same length: not measured"
         )
+    differing: dict[str, dict[str, None]] = {}  # per measured preset, each setting once
+    for u in units:
+        preset = str(u.model.get("preset") or "paper_copy")
+        measured = costs.preset_entry(preset, "unfused_s")[0]
+        for said in _unmeasured_settings(u, preset, measured, searched):
+            differing.setdefault(measured, {})[said] = None
+    for measured, said in differing.items():
+        batch = MEASURED_BATCH.get(measured)
+        out.append(
+            f"trials with {', '.join(said)} are costed as the table's {measured} model "
+            f"(its sizes{f', batch {batch}' if batch else ''}, float32): not measured"
+        )
     return tuple(out)
+
+
+def _unmeasured_settings(
+    unit: Any, preset: str, measured: str, searched: Iterable[str]
+) -> list[str]:
+    """The settings of ``unit`` the table's step of ``measured`` was not measured with."""
+    sizes = PRESETS.get(preset, {})
+    out = [
+        f"{key}={unit.model[key]}"
+        for key in SIZE_KEYS
+        if unit.model.get(key) is not None and unit.model[key] != sizes.get(key)
+    ]
+    batch = unit.task.get("batch_size")
+    if batch is not None and measured in MEASURED_BATCH and batch != MEASURED_BATCH[measured]:
+        out.append(f"batch_size={batch}")
+    if str(unit.trainer.get("precision") or "32-true") not in ("32-true", "32"):
+        out.append(f"precision={unit.trainer['precision']}")
+    unmeasured = (*SIZE_KEYS, "batch_size", "precision")
+    return out + [f"{key} searched" for key in searched if key.split(".")[-1] in unmeasured]
 
 
 def graphs_problem(sweep: Any) -> str | None:

@@ -146,9 +146,10 @@ def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[
     if plan.costs is not None and (fused or plan.apart):
         device = "CPU" if plan.costs.device == "cpu" else plan.costs.name
         note = f"; {plan.costs.note}" if plan.costs.note else ""
+        why = "; neighbouring groups kept apart, and why:" if plan.apart else ""
         lines.append(
             f"  groups cut where the measured step costs of the {device} say (sweeps/plan/"
-            f"step_costs.json{note}); neighbouring groups kept apart, and why:"
+            f"step_costs.json{note}){why}"
         )
     said: dict[tuple[frozenset[str], str], list[Any]] = {}  # each pair of cells once
     for apart in plan.apart:

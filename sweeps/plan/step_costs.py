@@ -40,6 +40,12 @@ from lightning_modules.presets import PRESETS
 TABLE = Path(__file__).with_name("step_costs.json")
 #: the memory-attention K the table's steps were measured at
 MEASURED_K = 16
+#: the batch size the table's steps were measured at, per preset (the sweep files', the table's
+#: ``about``: benchmarks/fusion.py's ``TRAINING``), in float32
+MEASURED_BATCH = {"tiny": 64, "paper_copy": 128}
+#: the model sizes a preset sets (:data:`~lightning_modules.presets.PRESETS`): one of them set
+#: otherwise makes a model the table has no step of
+SIZE_KEYS = ("embedding_dim", "hidden_size", "encoder_layers", "decoder_layers")
 
 
 @functools.cache
@@ -159,7 +165,15 @@ def fused_envelope(measured: Mapping[str, float], members: int) -> float:
     (:func:`interpolate`), and never below a step measured at fewer members. A group does the work
     of a smaller one and more, so a measured step that falls with the count (the H200's: 0.118 s at
     1 member, 0.104 s at 16) is the spread of single measurements, and taken as it stands it would
-    make the plan fill every group to the cap, cutting cells' seeds apart to save nothing."""
+    make the plan fill every group to the cap, cutting cells' seeds apart to save nothing.
+
+    Past the largest group measured the step grows in proportion to the members (no gain per
+    member beyond what was measured): the nearly flat segment below it, continued, would cost a
+    group of 84 on the H100 as 1.4 times one of 16, where the H200, measured that far, takes 2.7
+    times its 16-member step for 64 members."""
+    top = max(int(k) for k in measured)
+    if members > top:
+        return fused_envelope(measured, top) * members / top
     floor = max((v for k, v in measured.items() if int(k) <= members), default=0.0)
     return max(interpolate(measured, members), floor)
 
@@ -201,6 +215,8 @@ def device_costs(device: str, gpu_name: str | None = None) -> DeviceCosts:
     if gpu_name in names:
         return DeviceCosts("gpu", gpu_name)
     nearest = _nearest_gpu(gpu_name, names)
+    if gpu_name and _short_for(gpu_name, nearest, names):  # H200 for the NVIDIA H200
+        return DeviceCosts("gpu", nearest)
     why = (
         f"{gpu_name} is not in the table: the {nearest} stands in"
         if gpu_name
@@ -216,3 +232,11 @@ def _nearest_gpu(name: str | None, names: list[str]) -> str:
         return names[0]
     words = set(name.lower().split())
     return max(names, key=lambda n: (len(words & set(n.lower().split())), -names.index(n)))
+
+
+def _short_for(name: str, nearest: str, names: list[str]) -> bool:
+    """Whether ``name`` is a short form of ``nearest`` alone among ``names``: every word of it in
+    ``nearest``'s name (``H200``, ``nvidia h100``) and in no other's."""
+    words = set(name.lower().split())
+    holding = [n for n in names if words <= set(n.lower().split())]
+    return holding == [nearest]

@@ -62,6 +62,10 @@ def test_resources_mps_holds_under_auto():
     assert on.mps and round(1 / on.lone_gpu) == 8
     assert arrangement_mps(on, "on").want == "required"
     assert arrangement_mps(on, "auto").want == "yes"
+    # where the plan gives each process a GPU of its own, on still asks for the daemon, and the
+    # arrangement says so (it said "no MPS" while the launch required one)
+    _, whole = arranged("resources.mps=on", "trainer.cuda_graphs=false")
+    assert whole.fused and whole.mps and arrangement_mps(whole, "on").want == "required"
     # a share of the sweep file's own, MPS off: time-sliced figures where measured (tiny)
     sweep = load_spec(
         ROOT / "sweeps" / "quickstart.yaml", overrides=["resources.gpu=0.25", "resources.mps=off"]
@@ -311,3 +315,29 @@ def test_a_trial_under_auto_holds_a_cpu_for_each_of_its_data_loader_workers():
     assert grouped.group_cpu == 1 + 2 * 4
     _, copy = arranged()
     assert copy.lone_cpu == 1.0
+
+
+def test_settings_the_table_was_not_measured_with_are_said_as_costed():
+    """A model size its preset sets otherwise, another batch, bf16, or one of them searched:
+    costed as the measured model, and the dry run said nothing of it."""
+    _, plain = arranged()
+    assert not any("not measured" in line for line in plain.stand_ins)
+    _, changed = arranged(
+        "model.hidden_size=512", "task.batch_size=32", "trainer.precision=bf16-mixed"
+    )
+    (line,) = [line for line in changed.stand_ins if line.startswith("trials with")]
+    assert line == (
+        "trials with hidden_size=512, batch_size=32, precision=bf16-mixed are costed as the "
+        "table's paper_copy model (its sizes, batch 128, float32): not measured"
+    )
+    sweep = load_spec(ROOT / "sweeps" / "tune_optuna.yaml")
+    searched = plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3")
+    assert any("model.hidden_size searched" in line for line in searched.stand_ins)
+
+
+def test_the_measured_batch_is_the_fusion_benchmark_s():
+    """The plan's record of the batch the table's steps were measured at is the benchmark's."""
+    from benchmarks.fusion import TRAINING  # torch and Lightning: only this test needs them
+    from sweeps.plan.step_costs import MEASURED_BATCH
+
+    assert MEASURED_BATCH == {p: TRAINING[p][0] for p in MEASURED_BATCH}

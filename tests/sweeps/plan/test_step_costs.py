@@ -57,6 +57,24 @@ def test_a_gpu_the_table_lacks_is_costed_as_the_nearest_and_the_plan_says_so():
     )
     assert "no GPU here" in device_costs("gpu").note
     assert device_costs("gpu", "Tesla T4").name == table_first_gpu()
+    # a short form of one name alone is that GPU (it said "H200 is not in the table")
+    for short, name in (("H200", "NVIDIA H200"), ("nvidia h100", "NVIDIA H100 80GB HBM3")):
+        costs = device_costs("gpu", short)
+        assert (costs.name, costs.note) == (name, None), short
+    assert device_costs("gpu", "NVIDIA").note is not None  # every name holds it: not one's
+
+
+def test_a_group_past_the_largest_measured_grows_in_proportion_to_its_members():
+    """The H100 is measured to 16 members: the flat 4-16 segment, continued, costed a group of 84
+    as 1.4 times one of 16 (the H200, measured to 64, takes 2.7 times its 16's step at 64)."""
+    h100 = device_costs("gpu", "NVIDIA H100 80GB HBM3")
+    sixteen = h100.group_seconds("paper_copy", [Member(40, 16)] * 16)
+    for members in (32, 84):
+        step = h100.group_seconds("paper_copy", [Member(40, 16)] * members)
+        assert step == pytest.approx(sixteen * members / 16)
+    # within what the H200 measured, its own figures
+    h200 = device_costs("gpu", "NVIDIA H200")
+    assert h200.group_seconds("paper_copy", [Member(40, 16)] * 64) == pytest.approx(0.2825)
 
 
 def test_a_gpu_entry_written_from_a_whole_gpu_run_plans_its_sweeps(monkeypatch, capsys, tmp_path):
@@ -181,3 +199,22 @@ def test_a_pair_of_cells_kept_apart_is_said_once_however_often_the_order_meets_i
     said = [line for line in fusion_lines(sweep, plan) if "  |  " in line]
     assert len(said) == 1, said
     assert said[0].endswith(f"(at {len(plan.apart)} places in the order)")
+
+
+def test_one_fused_group_is_said_without_the_heading_of_groups_kept_apart():
+    """A sweep of one group printed "neighbouring groups kept apart, and why:" over nothing."""
+    from sweeps.plan.describe import fusion_lines
+
+    sweep = build_sweep(
+        {
+            "name": "one",
+            "task": {"name": "copy", "max_length": 20, "train_size": 64, "val_size": 8},
+            "model": {"preset": "tiny", "attention": "memory", "K": 4},
+            "seeds": [0, 1],
+            "trainer": {"max_steps": 10, "val_check_interval": 5},
+        }
+    )
+    plan = plan_fusion(sweep)
+    assert len(plan.fused) == 1 and not plan.apart
+    (cut,) = [line for line in fusion_lines(sweep, plan) if "groups cut where" in line]
+    assert cut.endswith("(sweeps/plan/step_costs.json)"), cut
