@@ -623,7 +623,10 @@ def _location_bias_unbuilt(module: Seq2SeqModule, state_dict: Mapping[str, Any])
 
 def _fitting(module: pl.LightningModule) -> bool:
     """Whether ``module`` is attached to a Trainer that is fitting (restoring a fit's checkpoint)."""
-    trainer = module._trainer  # None outside a Trainer (load_from_checkpoint)
+    try:
+        trainer = module.trainer
+    except RuntimeError:  # attached to none (load_from_checkpoint)
+        return False
     return trainer is not None and trainer.state.fn == "fit"
 
 
