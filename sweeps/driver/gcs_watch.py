@@ -30,6 +30,12 @@ from sweeps.driver.cluster import NO_PROXY
 
 #: Ray's wait for a lost GCS (``RAY_gcs_rpc_server_reconnect_timeout_s``) when not set
 RAY_RECONNECT_S = 60.0
+#: once the launch is stopping (a signal, Ctrl-C, the budget), a GCS silent this long is lost: a
+#: signal sent to the launcher's whole process group stops the local Ray's processes too, and the
+#: stop that was asked for within seconds would otherwise wait out Ray's reconnection
+STOPPING_LOST_S = 5.0
+#: ... asked this often then
+STOPPING_EVERY_S = 1.0
 
 
 def reconnect_timeout() -> float:
@@ -62,7 +68,9 @@ class GcsWatch:
     """A daemon thread that asks the GCS at ``address`` whether it is there every ``every``
     seconds and calls ``on_lost(seconds)`` once, from the thread, when it has not answered for
     ``lost_after`` seconds. ``lost_after`` defaults to two thirds of Ray's own wait
-    (:func:`reconnect_timeout`), ``every`` to a quarter of that, at most 5 s."""
+    (:func:`reconnect_timeout`), ``every`` to a quarter of that, at most 5 s. While ``stopping()``
+    says the launch is stopping, it asks every :data:`STOPPING_EVERY_S` and a GCS silent for
+    :data:`STOPPING_LOST_S` is lost."""
 
     def __init__(
         self,
@@ -71,12 +79,14 @@ class GcsWatch:
         lost_after: float | None = None,
         every: float | None = None,
         answers: Callable[[str, float], bool] = gcs_answers,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.address = address
         self.on_lost = on_lost
         self.lost_after = lost_after if lost_after is not None else reconnect_timeout() * 2 / 3
         self.every = every if every is not None else min(5.0, self.lost_after / 4)
         self.answers = answers
+        self.stopping = stopping
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gcs-watch", daemon=True)
 
@@ -90,17 +100,24 @@ class GcsWatch:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.every + 1)
 
+    def _limits(self) -> tuple[float, float]:
+        """(seconds between probes, seconds of silence that mean lost), as the launch stands."""
+        if self.stopping():
+            return min(self.every, STOPPING_EVERY_S), min(self.lost_after, STOPPING_LOST_S)
+        return self.every, self.lost_after
+
     def _run(self) -> None:
         last = time.monotonic()
-        while not self._stop.wait(self.every):
+        while not self._stop.wait(self._limits()[0]):
+            every, lost_after = self._limits()
             try:
-                ok = self.answers(self.address, min(5.0, self.every))
+                ok = self.answers(self.address, min(5.0, every))
             except Exception:  # noqa: BLE001 -- a probe that cannot run says nothing of the GCS
                 ok = True
             now = time.monotonic()
             if ok:
                 last = now
-            elif now - last >= self.lost_after and not self._stop.is_set():
+            elif now - last >= lost_after and not self._stop.is_set():
                 self.on_lost(now - last)
                 return
 
@@ -112,8 +129,18 @@ def watchable(address: str | None) -> bool:
     return os.environ.get("RAY_USE_TLS", "0").lower() in ("", "0", "false")
 
 
-def lost_head_line(address: str, seconds: float, resume_cmd: str) -> str:
-    """What the launcher says as it ends on a lost head."""
+def lost_head_line(address: str, seconds: float, resume_cmd: str, with_stop: bool = False) -> str:
+    """What the launcher says as it ends on a lost head; ``with_stop``: its own local Ray, lost
+    while the launch was stopping (the stop's signal reached Ray's processes too)."""
+    if with_stop:
+        return (
+            f"error: the launcher's local Ray (GCS at {address}) stopped with it: the stop's "
+            "signal reached Ray's processes too, as a signal to the whole process group does "
+            "(`kill -TERM -PGID`, GNU timeout), so the results could not be written. Nothing "
+            "finished is lost: a resume continues each unfinished trial from its last checkpoint "
+            "and writes results.csv. To stop a sweep with its results written, signal the "
+            f"launcher alone (`kill -TERM PID`). Continue with:\n  {resume_cmd}"
+        )
     return (
         f"error: the Ray cluster's head at {address} has not answered for {seconds:.0f} s (its "
         "GCS is gone: the head node died, or its Ray was stopped), and the sweep cannot go on "

@@ -193,10 +193,14 @@ def watch_head(launch: Launch, address: str | None) -> None:
     if not watchable(gcs):
         return
 
+    def stopping() -> bool:
+        return launch.stopped_by() is not None
+
     def lost(seconds: float) -> None:
         with contextlib.suppress(Exception):  # what was charged until now stays charged
             if launch.meter is not None:
                 launch.meter.stop()
-        end_launch(lost_head_line(gcs, seconds, launch.resume_cmd), EXIT_PREEMPTED)
+        with_stop = address is None and stopping()  # its own Ray, gone with the stop's signal
+        end_launch(lost_head_line(gcs, seconds, launch.resume_cmd, with_stop), EXIT_PREEMPTED)
 
-    launch.watch = GcsWatch(gcs, lost).start()
+    launch.watch = GcsWatch(gcs, lost, stopping=stopping).start()

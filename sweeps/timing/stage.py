@@ -272,6 +272,11 @@ def _run_batches(
             try:
                 results, note = ray.get(done[0])
             except Exception as exc:  # one failed batch must not lose the others' timings
+                if watch is not None and watch.poll(cpus, gpus):
+                    # the stop's signal reached the Ray processes too (a signal to the whole
+                    # process group): its models are not timed, not failed
+                    batches.appendleft(batch)
+                    continue
                 results, note = [last_line(exc)] * len(batch), None
             if note and not said:
                 say(f"[timing] {note}")

@@ -83,3 +83,31 @@ def test_the_line_names_the_head_and_the_resume_command():
         "error: the Ray cluster's head at 10.0.0.1:6379 has not answered for 41 s"
     )
     assert line.endswith("continue with:\n  python sweeps/launch.py s.yaml --resume")
+
+
+def test_once_the_launch_stops_a_silent_gcs_is_lost_within_seconds(monkeypatch):
+    """A signal to the launcher's whole process group (kill -TERM -PGID, GNU timeout) stops the
+    local Ray's processes too: the stop, asked for within seconds, waited out the 40 s meant for
+    a head that may come back, and then ended as if the head had died."""
+    import sweeps.driver.gcs_watch as gcs_watch
+
+    monkeypatch.setattr(gcs_watch, "STOPPING_LOST_S", 0.2)
+    monkeypatch.setattr(gcs_watch, "STOPPING_EVERY_S", 0.02)
+    lost, called, stopping = [], threading.Event(), threading.Event()
+    watch = GcsWatch(
+        "h:1",
+        lambda s: (lost.append(s), called.set()),
+        lost_after=30,
+        every=0.05,
+        answers=lambda a, t: False,
+        stopping=stopping.is_set,
+    ).start()
+    assert not called.wait(0.5), "not stopping: the whole wait"
+    stopping.set()
+    assert called.wait(5)
+    watch.stop()
+    assert len(lost) == 1
+    line = lost_head_line("127.0.0.1:6379", 5.2, "python sweeps/launch.py s.yaml --resume", True)
+    assert line.startswith("error: the launcher's local Ray (GCS at 127.0.0.1:6379) stopped with it")
+    assert "signal the launcher alone (`kill -TERM PID`)" in line
+    assert line.endswith("Continue with:\n  python sweeps/launch.py s.yaml --resume")
