@@ -34,6 +34,7 @@ import fcntl
 import json
 import os
 import stat
+import sys
 import tempfile
 import zipfile
 from collections import Counter
@@ -125,19 +126,38 @@ def nothing_to_resume(path: str) -> str:
     )
 
 
+def command_path(path: Path) -> str:
+    """``path`` as a command a message prints spells it: relative to the working directory where
+    it lies below it, else absolute."""
+    here = Path.cwd().resolve()
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
+
+
+def python_command() -> str:
+    """The Python running this launcher as a command a message prints (``.venv/bin/python`` run
+    from the repository): a venv's need not be activated for the command to work."""
+    return command_path(Path(os.path.abspath(sys.executable)))  # the venv's link, not its target
+
+
+def wandb_command() -> str:
+    """W&B's command beside that Python (``.venv/bin/wandb``), else ``wandb`` (on the PATH)."""
+    beside = Path(os.path.abspath(sys.executable)).parent / "wandb"
+    return command_path(beside) if beside.is_file() else "wandb"
+
+
 def launch_script() -> str:
     """``sweeps/launch.py`` as the command a message prints spells it: relative to the working
     directory where the repository is below it, else absolute (a launch run from elsewhere)."""
-    script = Path(__file__).resolve().parent / "launch.py"
-    here = Path.cwd().resolve()
-    return str(script.relative_to(here)) if script.is_relative_to(here) else str(script)
+    return command_path(Path(__file__).resolve().parent / "launch.py")
 
 
 def already_holds(path: str, spec: str | None = None, output: str | None = None) -> str:
     """What a launch without ``--resume`` says when ``path`` (the experiment folder) holds a
     sweep; with the launch's sweep file and ``--output``, the command that continues it (the
     first run's ``--set`` and ``--profile`` come back by themselves on ``--resume``)."""
-    how = f" (python {launch_script()} {spec} --resume --output {output})" if spec else ""
+    how = (
+        f" ({python_command()} {launch_script()} {spec} --resume --output {output})" if spec else ""
+    )
     grow = (
         f" To change what it plans (more lengths, seeds or K, another setting) and keep its "
         f"finished trials, start a new sweep warm-started from it: --set warm_start="
@@ -158,7 +178,11 @@ def inside_a_sweep(output: str, spec: str | None = None) -> str | None:
     if "://" in str(output) or not launched(Path(output)):
         return None
     folder = Path(output).resolve()  # `--output .` in a sweep's folder: its name, its parent
-    how = f"python {launch_script()} {spec} --resume --output {folder.parent}" if spec else ""
+    how = (
+        f"{python_command()} {launch_script()} {spec} --resume --output {folder.parent}"
+        if spec
+        else ""
+    )
     return (
         f"--output {output} is a sweep's own folder (it holds {folder.name}'s {LAUNCH_FILE}): a "
         f"new sweep would be written inside it. To continue that sweep: "
@@ -198,14 +222,14 @@ def missing_in_sweep_folder(
     if name == RESULTS_CSV and stopped_before_trials(folder):
         return (
             f"{folder}: no {name} here: {NO_TRIAL_STARTED}. Launch the sweep, without --resume: "
-            f"python {launch_script()} <its sweep file> --output {folder.parent}"
+            f"{python_command()} {launch_script()} <its sweep file> --output {folder.parent}"
         )
     if name == RESULTS_CSV and launched(folder):
         return (
             f"{folder}: no {name} here yet. A sweep's launch writes it when the launch ends (also "
             "at Ctrl-C, a budget or a preemption); this one was killed or is still running. "
             "Continue it, which writes results.csv (Ctrl-C then writes it for the trials done so "
-            f"far): python {launch_script()} <its sweep file> --resume --output {folder.parent}"
+            f"far): {python_command()} {launch_script()} <its sweep file> --resume --output {folder.parent}"
         )
     inside = sorted(str(f.parent) for f in folder.glob(f"*/{name}") if f.is_file())
     started = [f for f in sorted(folder.glob("*/")) if launched(f)]

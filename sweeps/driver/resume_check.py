@@ -47,6 +47,7 @@ from sweeps.layout import (
     checkpoint_damaged,
     checkpoint_here,
     launch_script,
+    python_command,
     write_atomic,
 )
 from sweeps.report.columns import FINISHED
@@ -405,7 +406,7 @@ def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
         "where the file is gone, the timing and test figures measured before: their timing.json "
         "and heldout.json), but this resume does not train them again (Tune counts them "
         "finished) and cannot measure them again. To train "
-        f"them again and keep the rest: python {launch_script()} {spec}{flags} --set "
+        f"them again and keep the rest: {python_command()} {launch_script()} {spec}{flags} --set "
         f"warm_start={out_dir} --output <another folder> (with the first run's profile and --set, "
         "every trial whose checkpoint is here and whole is reused)"
     )

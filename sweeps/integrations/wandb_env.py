@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 
 from sweeps.errors import LaunchError
 from sweeps.integrations.wandb_runs import run_is_empty, run_problem
+from sweeps.layout import wandb_command
 
 
 def wandb_has_credentials() -> bool:
@@ -61,9 +62,9 @@ def wandb_sync_hint(out_dir: Path) -> SyncHint:
     if not runs or len(broken) == len(runs):
         return SyncHint(None, broken, empty)
     if not broken and not empty:
-        return SyncHint(f"wandb sync {out_dir / 'wandb'}/offline-run-*", [], [])
+        return SyncHint(f"{wandb_command()} sync {out_dir / 'wandb'}/offline-run-*", [], [])
     bad = {name for name, _ in broken}
-    command = "wandb sync " + " ".join(str(r) for r in runs if r.name not in bad)
+    command = f"{wandb_command()} sync " + " ".join(str(r) for r in runs if r.name not in bad)
     return SyncHint(command, broken, empty)
 
 

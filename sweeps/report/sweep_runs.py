@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from sweeps.integrations.wandb_env import unsynced_runs
 from sweeps.integrations.wandb_runs import read_records, run_is_empty, run_log
-from sweeps.layout import RESULTS_CSV
+from sweeps.layout import RESULTS_CSV, wandb_command
 from sweeps.report.columns import REUSED
 from sweeps.spec.launch_record import sweep_id
 
@@ -149,4 +149,4 @@ def unsynced_reused(results: Any) -> dict[Path, list[Path]]:
 
 def sync_line(runs: list[Path]) -> str:
     """The ``wandb sync`` command of some runs, one path each."""
-    return "wandb sync " + " ".join(str(r) for r in runs)
+    return f"{wandb_command()} sync " + " ".join(str(r) for r in runs)

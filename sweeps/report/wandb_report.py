@@ -15,7 +15,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, VAL_BLEU, VAL_LOSS
 from sweeps.integrations.wandb_env import unsynced_runs, wandb_has_credentials, wandb_sync_hint
-from sweeps.layout import RESULTS_CSV
+from sweeps.layout import RESULTS_CSV, wandb_command
 from sweeps.report.findings import seed_sections, smoke_caveat
 from sweeps.report.heldout import heldout_sections, split_confirm
 from sweeps.report.markdown import pareto_markdown, results_sections
@@ -334,7 +334,7 @@ def report_problem(sweep_dir: Path) -> str | None:
     if not offline and not reused:
         return None
     commands = (
-        [wandb_sync_hint(sweep_dir).command or f"wandb sync {sweep_dir / 'wandb'}"]
+        [wandb_sync_hint(sweep_dir).command or f"{wandb_command()} sync {sweep_dir / 'wandb'}"]
         if offline
         else []
     ) + [sync_line(runs) for runs in reused.values()]

@@ -26,7 +26,7 @@ from typing import Any
 from sweeps.driver.budget import Meter
 from sweeps.driver.cluster import ClusterFit
 from sweeps.driver.preemption import Preemption
-from sweeps.layout import OPTUNA_JOURNAL, launch_script
+from sweeps.layout import OPTUNA_JOURNAL, launch_script, python_command
 from sweeps.plan.sweep_plan import Paths, SweepPlan
 from sweeps.plan.warm_start import WarmStart
 from sweeps.spec import Sweep
@@ -126,13 +126,14 @@ class Launch:
     @property
     def launch_cmd(self) -> str:
         return (
-            f"python {launch_script()} {self.args.spec} --output {self.args.output}" + self.ray_args
+            f"{python_command()} {launch_script()} {self.args.spec} --output {self.args.output}"
+            + self.ray_args
         )
 
     @property
     def resume_cmd(self) -> str:
         return (
-            f"python {launch_script()} {self.args.spec} --resume --output {self.args.output}"
+            f"{python_command()} {launch_script()} {self.args.spec} --resume --output {self.args.output}"
             + self.ray_args
             + self.settings_args
         )

@@ -16,7 +16,7 @@ from sweeps.integrations.wandb_runs import (
     close_superseded_parts,
     offline_run_dirs,
 )
-from sweeps.layout import RESULTS_CSV
+from sweeps.layout import RESULTS_CSV, wandb_command
 from sweeps.report.local import build_local_report
 from sweeps.report.results import (
     failure_summary,
@@ -178,7 +178,7 @@ def reused_runs_hint(launch: Launch) -> str:
         return ""
     return (
         f"{len(runs)} W&B run(s) of the {warm.reused_count} reused row(s) are the earlier "
-        f"sweep's, in {warm.folder / 'wandb'}, not uploaded yet; upload them with:\n  wandb sync "
+        f"sweep's, in {warm.folder / 'wandb'}, not uploaded yet; upload them with:\n  {wandb_command()} sync "
         + " ".join(str(r) for r in runs)
     )
 

@@ -175,7 +175,7 @@ def assert_log_ends_with_results(job: Job) -> None:
     wrote = max(i for i, line in enumerate(lines) if line.startswith("wrote "))
     # after the files written: only the launcher's W&B lines (incomplete runs, the upload hint),
     # and trial output that Ray forwards to the driver late, "(run_trial pid=N) ..."
-    late = re.compile(r"^(W&B |  wandb sync |(\x1b\[\d+m)?\(\w+ pid=\d+\))")
+    late = re.compile(r"^(W&B |  (\S*/)?wandb sync |(\x1b\[\d+m)?\(\w+ pid=\d+\))")
     assert all(late.match(line) for line in lines[wrote + 1 :]), job
     # the results table just before, of this run (earlier runs' stopped ones are above it)
     header = max(

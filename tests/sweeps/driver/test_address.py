@@ -413,7 +413,9 @@ def test_a_lost_head_ends_the_launch_with_the_resume_command_and_75(tmp_path):
         assert time.monotonic() - killed < 30, "Ray's own end came first"
         assert "error: the Ray cluster's head at " in out and "has not answered for" in out, out
         resume = out.split("continue with:\n", 1)[1].splitlines()[0].strip()
-        assert resume.startswith("python sweeps/launch.py ") and "--resume" in resume, resume
+        python, script = resume.split()[:2]  # the launcher's own Python, runnable as printed
+        assert python.endswith("python") and script == "sweeps/launch.py", resume
+        assert "--resume" in resume, resume
         assert f"--address {address}" in resume, resume
 
 

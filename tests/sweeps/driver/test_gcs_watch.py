@@ -108,6 +108,8 @@ def test_once_the_launch_stops_a_silent_gcs_is_lost_within_seconds(monkeypatch):
     watch.stop()
     assert len(lost) == 1
     line = lost_head_line("127.0.0.1:6379", 5.2, "python sweeps/launch.py s.yaml --resume", True)
-    assert line.startswith("error: the launcher's local Ray (GCS at 127.0.0.1:6379) stopped with it")
+    assert line.startswith(
+        "error: the launcher's local Ray (GCS at 127.0.0.1:6379) stopped with it"
+    )
     assert "signal the launcher alone (`kill -TERM PID`)" in line
     assert line.endswith("Continue with:\n  python sweeps/launch.py s.yaml --resume")

@@ -19,7 +19,7 @@ import pytest
 
 from sweeps.driver.launch_lock import hold_launch_lock
 from sweeps.errors import LaunchError
-from sweeps.layout import LOCK_FILE, only_launch_files
+from sweeps.layout import LOCK_FILE, only_launch_files, python_command
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = str(ROOT / "sweeps" / "quickstart.yaml")
@@ -125,8 +125,8 @@ def test_the_launcher_stops_before_ray_for_a_running_or_an_existing_sweep(tmp_pa
     said = run.stdout + run.stderr
     assert run.returncode == 2, said[-2000:]
     assert (
-        f"{folder} already holds a sweep of this name. Continue it with --resume (python "
-        f"sweeps/launch.py {QUICKSTART} --resume --output {tmp_path})"
+        f"{folder} already holds a sweep of this name. Continue it with --resume "
+        f"({python_command()} sweeps/launch.py {QUICKSTART} --resume --output {tmp_path})"
     ) in said
     assert "Ray:" not in said, "Ray was started before the refusal"
     dry = launch("--dry-run", "--output", str(tmp_path))
@@ -189,13 +189,19 @@ def test_a_printed_command_names_the_launcher_from_where_it_runs_and_keeps_its_r
     args = Namespace(spec="q.yaml", output="out", resume=True, overrides=[], address="local")
     launch_ = Launch(plan=None, args=args, profile=None, stop=None, listeners=[])
     monkeypatch.chdir(ROOT)
-    assert (
-        launch_.resume_cmd == "python sweeps/launch.py q.yaml --resume --output out --address local"
+    # this Python as run (a venv's need not be activated): below the root, relative
+    python = os.path.relpath(os.path.abspath(sys.executable), ROOT)
+    if python.startswith(".."):
+        python = os.path.abspath(sys.executable)
+    assert launch_.resume_cmd == (
+        f"{python} sweeps/launch.py q.yaml --resume --output out --address local"
     )
     monkeypatch.chdir(tmp_path)
-    script = ROOT / "sweeps" / "launch.py"
-    assert launch_.resume_cmd.startswith(f"python {script} q.yaml --resume")
-    assert f"(python {script} q.yaml --resume --output out)" in already_holds("x", "q.yaml", "out")
+    script, python = ROOT / "sweeps" / "launch.py", os.path.abspath(sys.executable)
+    assert launch_.resume_cmd.startswith(f"{python} {script} q.yaml --resume")
+    assert f"({python} {script} q.yaml --resume --output out)" in already_holds(
+        "x", "q.yaml", "out"
+    )
     # a local Ray of the size it was given: without --num-cpus, a resume took every CPU
     args.num_cpus = 1
     assert launch_.resume_cmd.endswith("--resume --output out --address local --num-cpus 1")
@@ -212,13 +218,14 @@ def test_the_lock_records_the_command_as_it_ran_with_its_profile_and_sets():
     args = Namespace(spec="sweeps/wmt17.yaml", output="out", resume=False,
                      overrides=["task.cache_dir=/tmp/a b"])  # fmt: skip
     launch = Launch(plan=None, args=args, profile="smoke", stop=None, listeners=[])
+    python = python_command()
     assert launch.full_cmd == (
-        "python sweeps/launch.py sweeps/wmt17.yaml --output out --profile smoke "
+        f"{python} sweeps/launch.py sweeps/wmt17.yaml --output out --profile smoke "
         "--set 'task.cache_dir=/tmp/a b'"
     )
     args.resume = True
     assert launch.full_cmd == (
-        "python sweeps/launch.py sweeps/wmt17.yaml --resume --output out --profile smoke "
+        f"{python} sweeps/launch.py sweeps/wmt17.yaml --resume --output out --profile smoke "
         "--set 'task.cache_dir=/tmp/a b'"
     )
 

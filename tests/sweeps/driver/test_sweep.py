@@ -26,6 +26,7 @@ from sweep_helpers import (  # noqa: E402
 )
 
 from sweeps.launch import main  # noqa: E402
+from sweeps.layout import wandb_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -188,7 +189,7 @@ def test_sweep_end_to_end(local_ray, tmp_path, monkeypatch, capsys):
 
     # the printed upload command (run as printed by test_study's ASHA surfaces test)
     hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
-    assert hint.startswith("wandb sync ") and "--include-offline" not in hint
+    assert hint.startswith(f"{wandb_command()} sync ") and "--include-offline" not in hint
 
     # --resume of a finished sweep does not time a trial twice
     # (nor evaluate one on test twice)

@@ -26,6 +26,7 @@ from sweeps.integrations.wandb_runs import (  # noqa: E402
     run_problem,
     write_chunks,
 )
+from sweeps.layout import wandb_command  # noqa: E402
 
 WANDB = str(Path(sys.executable).parent / "wandb")
 
@@ -131,7 +132,7 @@ def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path)
     assert str(good) in hint and dead.name not in hint
     # the command as printed reads every run it names without an error
     dry = subprocess.run(
-        hint.replace("wandb sync", f"{WANDB} sync --dry-run", 1),
+        hint.replace(" sync ", " sync --dry-run ", 1),
         shell=True,
         capture_output=True,
         text=True,
@@ -283,7 +284,7 @@ def test_run_folders_with_nothing_logged_are_left_out_quietly(tmp_path):
     assert offline_run_dirs(tmp_path / "wandb", "lone0001") == []
     hint = wandb_sync_hint(tmp_path)
     assert hint.broken == [] and sorted(hint.empty) == sorted([bare.name, header_only.name])
-    assert hint.command == f"wandb sync {good}"
+    assert hint.command == f"{wandb_command()} sync {good}"
     # the summary of a stopped trial still lands in its run, not in the empty later folder
     add_run_summary("offline", tmp_path, "good0002", {"val/bleu": 7.5})
     assert inspect(good)["summary"]["val/bleu"] == 7.5

@@ -15,6 +15,7 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from sweeps.layout import python_command
 from sweeps.spec import load_spec
 from sweeps.stages.results import _optuna_hint
 
@@ -84,7 +85,7 @@ def test_the_retry_of_failed_trials_leaves_the_injected_faults_out():
     args = Namespace(spec="q.yaml", output="out", resume=False, overrides=sets)
     launch = Launch(plan=SimpleNamespace(sweep=sweep), args=args, profile="smoke", stop=None)
     assert retry_command(launch) == (
-        "python sweeps/launch.py q.yaml --resume --output out --profile smoke "
+        f"{python_command()} sweeps/launch.py q.yaml --resume --output out --profile smoke "
         "--set failure.max_failures=0 --set chaos.fail_before_first_report=false"
     )
     clean = load_spec(ROOT / "sweeps" / "quickstart.yaml", profile="smoke")

@@ -450,7 +450,7 @@ def test_asha_study_every_surface_agrees_with_results_csv(surfaces):
     hint = printed.split("upload the runs with:\n")[1].splitlines()[0].strip()
     bin_dir = str(Path(sys.executable).parent)
     sync = subprocess.run(
-        hint.replace("wandb sync", "wandb sync --dry-run", 1),
+        hint.replace(" sync ", " sync --dry-run ", 1),
         shell=True,
         capture_output=True,
         text=True,
