@@ -78,7 +78,8 @@ def choose(url: str, timeout: float, pip: str | None, constraints: list[str]) ->
     if page is None:
         return (
             "",
-            f"{why}: left out, torch from pip's own sources (the public index: CUDA on Linux)",
+            f"{why}: left out, torch from pip's own sources (its configured index and links; "
+            "the public index gives a CUDA build on Linux)",
         )
     local = local_torch(pip, constraints) if pip else None
     if local is not None and local in wheel_names(page):
