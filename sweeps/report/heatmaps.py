@@ -138,6 +138,12 @@ def write_heatmaps(
     """One PNG per sentence of ``batch`` (the first ``n``); returns the paths."""
 
     items = module.attention_heatmaps(batch, max_items=n)
+    if items and not any(item["weights"].any() for item in items):
+        print(  # (no attention at all, or one that gave every position 0)
+            f"note: {module.hparams.attention}'s weights are 0 at every position of every "
+            "sentence: the panels show the sentences and an empty alignment",
+            flush=True,
+        )
     paths = []
     for i, item in enumerate(items):
         fig = heatmap_figure(item, title=f"{prefix} #{i}")
