@@ -250,6 +250,45 @@ def test_luong_dot_needs_equal_sizes():
         build_attention("luong_dot", query_dim=8, memory_dim=6)
 
 
+PADDED = [(name, {}) for name in NAMES] + [
+    ("memory", {"K": 4, "position_encoding": True}),
+    ("memory", {"K": 4, "position_encoding": True, "position_encoding_normalization": "none"}),
+    ("memory", {"K": 4, "encoder_normalization": "S"}),
+    ("memory", {"K": 4, "encoder_scoring": "sigmoid", "decoder_scoring": "sigmoid"}),
+    ("monotonic", {"score_bias_init": 0.0, "sigmoid_noise": 0.0}),
+]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize(("name", "options"), PADDED, ids=[f"{n}{o}" for n, o in PADDED])
+def test_more_padding_in_the_batch_changes_no_context_and_no_weight(name, options, training):
+    """A batch padded wider (a longer sentence beside it) gives every step the same context and
+    the same weights over the real positions, and weight exactly 0 past them (float64)."""
+    if training and name == "monotonic" and options.get("sigmoid_noise", 1.0) != 0:
+        pytest.skip("monotonic's training noise draws differ with the width")
+    attn = build(name, training=training, **options, **(
+        {"max_source_len": 16} if options.get("position_encoding") else {}
+    )).double()  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    memory = torch.randn(B, S, D, dtype=torch.float64, generator=g)
+    queries = torch.randn(6, B, H, dtype=torch.float64, generator=g)
+    lengths = torch.tensor([9, 5, 2, 1])
+    runs = []
+    for extra in (0, 7):
+        wide = torch.cat([memory, torch.randn(B, extra, D, dtype=torch.float64, generator=g)], 1)
+        mask = torch.arange(S + extra)[None, :] < lengths[:, None]  # (B, S + extra)
+        cache = attn.precompute(wide, mask)
+        state, steps = attn.initial_state(cache), []
+        for query in queries:
+            ctx, state, weights = attn.step(query, cache, state, need_weights=True)
+            steps.append((ctx, weights))
+        runs.append(steps)
+    for (ctx, weights), (wide_ctx, wide_weights) in zip(*runs):
+        torch.testing.assert_close(wide_ctx, ctx, rtol=0, atol=1e-12)
+        torch.testing.assert_close(wide_weights[:, :S], weights, rtol=0, atol=1e-12)
+        assert torch.all(wide_weights[:, S:] == 0)
+
+
 def test_luong_location_rejects_long_sources():
     attn = build("luong_location", max_source_len=5)
     memory, mask, _ = make_inputs()  # S = 9 > 5
