@@ -155,6 +155,7 @@ def _build(
     check_no_profile_sets(overrides or [], set_keys, profile, source)
     profiled = profile_overrides(raw, profile, source) if profile is not None else {}
     for key, (value, origin) in profiled.items():
+        check_whole_mapping(raw, key, value, source, origin)
         set_override(raw, key, value, origin, source)
     planned = {k: copy.deepcopy(raw[k]) for k in PLAN_KEYS if k in raw}  # what --resume compares
     for key, value in set_keys.items():

@@ -132,9 +132,12 @@ def _shell_split_hint(key: str, text: str) -> str:
     return f'; the shell split it at a space: quote it, e.g. --set "{key}=[1, 2]"'
 
 
-def check_whole_mapping(raw: dict, key: str, value: Any, source: str) -> None:
+def check_whole_mapping(
+    raw: dict, key: str, value: Any, source: str, origin: str | None = None
+) -> None:
     """``--set model={preset: tiny}`` replaces the whole section: refused where that would drop
-    settings the file (or its profile) gives, naming them and the one-key form."""
+    settings the file (or its profile) gives, naming them and the one-key form. ``origin``: the
+    profile entry that sets it (``profiles.fast.model``), where it is not a ``--set``."""
     if key.split(".")[0] in ("grid", "parameters"):
         return  # a grid axis or a search space (or all of one) is given as such
     current = get_dotted(raw, key)
@@ -144,11 +147,16 @@ def check_whole_mapping(raw: dict, key: str, value: Any, source: str) -> None:
         return  # `{name:copy}`, misread by YAML: _check_colon_keys says how to write it
     dropped = sorted(set(current) - set(value))
     if dropped:
+        one = f"{key}.{sorted(value)[0] if value else dropped[0]}"
         raise SpecError(
-            f"--set {key}",
+            origin or f"--set {key}",
             f"replaces the whole mapping, which drops {', '.join(dropped)}; set one key at a "
-            f"time (--set {key}.{sorted(value)[0] if value else dropped[0]}=VALUE), or give "
-            f"every key to keep",
+            + (
+                f"time (--set {one}=VALUE)"
+                if origin is None
+                else f"time, a profile's keys dotted ({one}: VALUE)"
+            )
+            + ", or give every key to keep",
             source,
         )
 

@@ -296,6 +296,21 @@ def test_a_set_of_a_whole_mapping_that_would_drop_settings_is_refused():
     assert build_sweep(base_spec(), overrides=[whole]).plans[0].task["max_length"] == 6
 
 
+def test_a_profile_that_gives_a_whole_mapping_that_would_drop_settings_is_refused():
+    """A profile's ``model: {lr: 0.003}`` replaced the whole section without a word, where the
+    same ``--set`` was refused: the profile ran the default model with the file's preset,
+    attention and K gone."""
+    raw = base_spec()
+    raw["profiles"] = {"fast": {"task": {"max_length": 6}}}
+    assert error_of_profile(raw, "fast") == (
+        "x.yaml: profiles.fast.task: replaces the whole mapping, which drops name, train_size, "
+        "val_size; set one key at a time, a profile's keys dotted (task.max_length: VALUE), or "
+        "give every key to keep"
+    )
+    raw["profiles"] = {"fast": {"task.max_length": 6}}
+    assert build_sweep(raw, profile="fast").plans[0].task["max_length"] == 6
+
+
 @pytest.mark.train
 def test_cli_reports_bad_spec_without_traceback(tmp_path):
     raw = base_spec()
