@@ -102,12 +102,33 @@ def check_test_split(sweep: Sweep, datamodules: list[tuple[dict, Any]]) -> None:
     every chosen trial, after all the training."""
     if not sweep.spec.heldout.enabled:
         return
+    for plan in sweep.plans:
+        if plan.task.get("test_size") == 0:
+            raise LaunchError(
+                f"{plan.cell.name}: task.test_size is 0, and the held-out stage evaluates the "
+                "chosen trials on the test split after training: set task.test_size (e.g. "
+                "1000) or heldout.enabled: false"
+            )
     for task, datamodule in datamodules:
         if "test" not in getattr(datamodule, "splits", ("test",)):
             raise LaunchError(
                 f"task {task.get('name')!r} has no test split (task.test_prefix is empty), and the "
                 "held-out stage evaluates the chosen trials on one after training: set "
                 "task.test_prefix (e.g. newstest2016) or heldout.enabled: false"
+            )
+
+
+def check_teacher_checkpoints(sweep: Sweep) -> None:
+    """Raise :class:`LaunchError` where a fixed ``model.teacher_checkpoint`` is not a file here:
+    each of its students would fail as it starts, after the teachers' and others' training."""
+    for plan in sweep.plans:
+        path = plan.model.get("teacher_checkpoint")
+        if isinstance(path, str) and "://" not in path and not Path(path).is_file():
+            where = plan.cell.origins.get("model.teacher_checkpoint", "model.teacher_checkpoint")
+            raise LaunchError(
+                f"{where}: {path} is not a file (a relative path is taken from where the launch "
+                "starts); give a teacher's checkpoint, e.g. a results.csv row's checkpoint, or "
+                "name a teacher cell (teacher: {cell: {attention: bahdanau}})"
             )
 
 

@@ -28,6 +28,7 @@ from sweeps.plan.cost import estimated_cost
 from sweeps.plan.estimate import launch_lines
 from sweeps.plan.folders import (
     Folder,
+    check_teacher_checkpoints,
     check_test_split,
     data_notes,
     folder_datamodules,
@@ -131,6 +132,7 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
         mps = plan_mps(spec.resources.mps, spec.resources.gpu)
     datamodules = folder_datamodules(sweep)  # the folders they write, the data they lack
     check_test_split(sweep, datamodules)
+    check_teacher_checkpoints(sweep)
     save_signatures()  # the step costs and fusion checks learnt here serve the next launch
     return SweepPlan(
         sweep=sweep,

@@ -404,6 +404,9 @@ def resolve_sections(
     for key, value in values.items():
         set_dotted(sections, key, value)
     _resolve_paths(sections["task"])
+    checkpoint = sections["model"].get("teacher_checkpoint")
+    if isinstance(checkpoint, str) and checkpoint and "://" not in checkpoint:
+        sections["model"]["teacher_checkpoint"] = os.path.abspath(os.path.expanduser(checkpoint))
     return sections["task"], sections["model"], sections["trainer"]
 
 

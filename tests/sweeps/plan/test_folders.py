@@ -67,6 +67,38 @@ def test_dry_run_refuses_an_output_it_cannot_write(tmp_path, capsys):
     assert not (tmp_path / "fine").exists(), "--dry-run creates nothing"
 
 
+def test_a_fixed_teacher_checkpoint_must_be_a_file_and_is_read_from_where_the_launch_starts(
+    tmp_path, capsys, monkeypatch
+):
+    """A fixed ``model.teacher_checkpoint`` that is no file let the launch start, and each student
+    failed as it started; a relative one was kept relative, though trials run in folders of
+    their own."""
+    raw = tiny_spec("taught")
+    raw["grid"]["model"][1].update(distill_weight=0.5, teacher_checkpoint="t.ckpt")
+    spec = write_spec(tmp_path, raw)
+    monkeypatch.chdir(tmp_path)
+    argv = [str(spec), "--dry-run", "--output", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: grid.model[1].teacher_checkpoint: {tmp_path / 't.ckpt'} is not a file" in err
+    assert "a relative path is taken from where the launch starts" in err
+    (tmp_path / "t.ckpt").write_bytes(b"")
+    assert main(argv) == 0
+    sweep = load_spec(spec)
+    assert sweep.plans[1].model["teacher_checkpoint"] == str(tmp_path / "t.ckpt")
+
+
+def test_a_test_size_of_0_with_the_held_out_stage_on_is_refused_before_training(tmp_path, capsys):
+    """The held-out stage failed for every chosen trial, after all the training."""
+    raw = tiny_spec("untested", heldout={"enabled": True})
+    raw["task"]["test_size"] = 0
+    spec = write_spec(tmp_path, raw)
+    argv = [str(spec), "--dry-run", "--output", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "task.test_size is 0, and the held-out stage evaluates" in capsys.readouterr().err
+    assert main([*argv, "--set", "heldout.enabled=false"]) == 0
+
+
 def test_a_fetch_into_data_dir_needs_it_writable_and_data_already_there_does_not(tmp_path):
     """data_dir is written only when the data is fetched into it: a read-only copy of the data
     is fine."""
