@@ -119,8 +119,9 @@ def _holds_items(annotation: Any) -> bool:
 def schema_value_problem(annotation: Any, value: Any) -> str | None:
     """What pydantic's lax mode would take silently, or refuse in words of its own, for one value
     of a schema field of a number or yes/no type: ``true`` (read as 1), text for a yes/no value
-    (``'false'``, read as False) and a whole number that YAML read as text (``max_steps: 1e5``:
-    "unable to parse string as an integer"). None when none of these."""
+    (``'false'``, read as False) and a number written or read as text (``max_steps: "600"``,
+    which pydantic reads as 600; ``max_steps: 1e5``: "unable to parse string as an integer").
+    None when none of these."""
     if _holds_items(annotation):
         return None
     problem = bool_text_problem(annotation, value)
@@ -131,12 +132,12 @@ def schema_value_problem(annotation: Any, value: Any) -> str | None:
         return None
     if isinstance(value, bool) and not accepts_bool(annotation):
         return yes_no_problem(annotation, value)
-    if kind is int and isinstance(value, str) and is_number_text(value):
-        try:
-            int(value)  # "32": pydantic reads it as 32, the value the field holds
-        except ValueError:
-            if float(value).is_integer():  # "1e5"; "1.5" is no whole number either way
-                return text_problem(annotation, value)
+    if isinstance(value, str) and is_number_text(value) and not accepts_text(annotation):
+        # pydantic would read "32" as 32, but the sweep folder's record keeps the text (so that
+        # unquoting it later changes the plan --resume compares) and the constructor settings
+        # refuse it: refused here too, in the same words
+        if kind is float or float(value).is_integer():  # "1.5" for an int: pydantic's own line
+            return text_problem(annotation, value)
     return None
 
 

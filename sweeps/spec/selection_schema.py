@@ -47,6 +47,8 @@ def seeds_problem(values: Any, example: str, empty: bool = False) -> str | None:
     for value in values:
         if isinstance(value, bool):
             return f"{value!r} is a yes/no value; {whole}, e.g. {example}"
+        if isinstance(value, str):  # pydantic would read "1" as 1: [1, "1"] trained one seed twice
+            return f"{value!r} is text; {whole}, written without quotes, e.g. {example}"
         if isinstance(value, int | float) and not 0 <= value <= SEED_MAX:
             return (
                 f"{value!r} is out of range; {whole} (Lightning's seed_everything refuses "

@@ -646,6 +646,16 @@ def test_every_metric_a_study_may_name_is_a_results_column():
             lambda s: s["task"].update(batch_size="32"),
             ["task.batch_size", "'32' is text; expected int (write it without quotes)"],
         ),
+        # the sweep's own sections as the constructor settings: pydantic read "600" as 600, but
+        # the folder's record kept the text, and --resume refused the file once it was unquoted
+        (
+            lambda s: s["trainer"].update(max_steps="600"),
+            ["trainer.max_steps", "'600' is text; expected int (write it without quotes)"],
+        ),
+        (
+            lambda s: s.update(seeds=[1, "1"]),
+            ["seeds", "'1' is text; a seed is a whole number", "written without quotes"],
+        ),
         # YAML 1.1 reads 1e-4 (no dot before the exponent) as text
         (
             lambda s: s["model"].update(lr=yaml.safe_load("1e-4")),
