@@ -365,8 +365,29 @@ def profile_line(
             + "; ".join(f"{', '.join(items)} ({where})" for where, items in groups.items())
         )
     if overrides:
-        parts.append(("then " if parts else "") + "--set " + ", ".join(overrides))
+        parts.append(
+            ("then " if parts else "") + "--set " + ", ".join(overrides) + _set_twice(overrides)
+        )
     return "; ".join(parts)
+
+
+def _set_twice(overrides: Sequence[str]) -> str:
+    """`` (trainer.max_steps given twice: the last holds)``, said for each ``--set`` key a later
+    ``--set`` gives again or replaces with the mapping above it; later ones win (a wrapper's own
+    overrides come first, its user's after), so the line says which were not used."""
+    keys = [dotted_key(o.partition("=")[0].strip()) for o in overrides]
+    said = []
+    for i, key in enumerate(keys):
+        later = [k for k in keys[i + 1 :] if k == key or key.startswith(k + ".")]
+        if later and key not in said:
+            said.append(key)
+    notes = [
+        f"{k} given twice: the last holds"
+        if keys.count(k) > 1
+        else f"{k} replaced by a later --set {next(x for x in keys if k.startswith(x + '.'))}"
+        for k in said
+    ]
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 #: the sweep file's sections that plan the trials and what they are judged by: a resume's, in the

@@ -13,6 +13,7 @@ from sweep_helpers import base_spec
 
 from sweeps.launch import main as launch_main
 from sweeps.spec import SpecError, build_sweep, expand_grid, load_spec
+from sweeps.spec.load import profile_line
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT / "sweeps").glob("*.yaml"))
@@ -294,6 +295,20 @@ def test_a_set_of_a_whole_mapping_that_would_drop_settings_is_refused():
     )
     whole = "task={name: copy, max_length: 6, train_size: 64, val_size: 16}"
     assert build_sweep(base_spec(), overrides=[whole]).plans[0].task["max_length"] == 6
+
+
+def test_the_set_line_says_which_of_a_key_given_twice_holds():
+    """A later ``--set`` wins (a wrapper's own overrides come first, its user's after); the line
+    said nothing of the one not used."""
+    line = profile_line(None, {}, ["trainer.max_steps=5", "model.K=4", "trainer.max_steps=600"])
+    assert line.endswith("(trainer.max_steps given twice: the last holds)")
+    sweep = build_sweep(base_spec(), overrides=["trainer.max_steps=5", "trainer.max_steps=600"])
+    assert sweep.plans[0].trainer["max_steps"] == 600
+    whole = ["task.max_length=5", "task={name: copy, max_length: 6, train_size: 64, val_size: 16}"]
+    assert profile_line(None, {}, whole).endswith(
+        "(task.max_length replaced by a later --set task)"
+    )
+    assert "(" not in profile_line(None, {}, ["trainer={max_steps: 6}", "trainer.max_steps=7"])
 
 
 def test_a_profile_that_gives_a_whole_mapping_that_would_drop_settings_is_refused():
