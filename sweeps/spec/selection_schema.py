@@ -118,6 +118,22 @@ def check_seeds(spec: Any, source: str | None = None) -> None:
             "front, not one configuration: drop seeds.confirm or use a single `metric`",
             source,
         )
+    if isinstance(spec.seeds, SeedsSpec) and spec.seeds.objective == "lcb":
+        if not spec.seeds.per_configuration:  # each (cell, seed) its own study: no seeds to pool
+            raise SpecError(
+                "seeds.objective",
+                "lcb is what Optuna is told of a configuration over its seeds, which only "
+                "per_configuration: true trains; without it each (cell, seed) is its own study "
+                "and the choice is by the mean: add per_configuration: true, or drop objective",
+                source,
+            )
+        if len(spec.seeds.values) < 2:
+            raise SpecError(
+                "seeds.objective",
+                "lcb over one seed has no interval (it is that seed's value): give two seeds or "
+                "more in seeds.values, or drop objective",
+                source,
+            )
     if not isinstance(spec.seeds, SeedsSpec) or not spec.seeds.per_configuration:
         return
     if not spec.parameters:

@@ -667,6 +667,18 @@ def test_a_setting_of_seeds_in_their_list_form_says_to_write_the_mapping_form():
     ), msg
 
 
+def test_lcb_without_seeds_to_pool_is_refused():
+    """``objective: lcb`` without per_configuration was dropped (each (cell, seed) its own study,
+    chosen by the mean), and over one seed the dry run said "told the lcb" of a single value."""
+    searched = dict(parameters={"model.lr": {"min": 1e-3, "max": 1e-2}}, num_samples=2)
+    msg = error_of(base_spec(seeds={"values": [0, 1], "objective": "lcb"}, **searched))
+    assert "seeds.objective: lcb is what Optuna is told" in msg and "per_configuration: true" in msg
+    one = {"values": [0], "per_configuration": True, "objective": "lcb"}
+    assert "lcb over one seed has no interval" in error_of(base_spec(seeds=one, **searched))
+    pooled = {"values": [0, 1], "per_configuration": True, "objective": "lcb"}
+    assert build_sweep(base_spec(seeds=pooled, **searched), source="x.yaml").plans
+
+
 def test_a_setting_of_seeds_values_in_their_list_form_suggests_a_valid_mapping():
     """The hint for --set seeds.values=[1] was --set 'seeds={values: [0], values: ...}', a key
     given twice; it is the mapping with the given values."""
