@@ -27,6 +27,18 @@ MAPPING_EXAMPLES = {
 }
 
 
+#: pydantic's range errors: the comparison and the name of its bound in the error's context
+BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+
+#: the other way to say "none" where a list may not be empty
+EMPTY_LIST_HINTS = {"timing.measure": "or timing.enabled: false to time nothing"}
+
+
 def format_validation(exc: ValidationError, under: tuple = ()) -> str:
     """The errors of a model validated at ``under`` (``("trainer",)``: a cell's trainer section,
     validated alone) in the sweep file, one line each."""
@@ -64,12 +76,18 @@ def format_validation(exc: ValidationError, under: tuple = ()) -> str:
             err["type"] == "value_error"
         ):  # our own validators' messages, without pydantic's prefix
             msg = str(err.get("ctx", {}).get("error", msg))
+        elif err["type"] in BOUNDS:  # said as the constructor settings' ranges are
+            bound = err.get("ctx", {}).get(BOUNDS[err["type"]][1])
+            if isinstance(bound, float) and bound.is_integer():
+                bound = int(bound)  # > 0, as the constructor settings' ranges say it
+            msg = f"{err.get('input')!r} is out of range; allowed: {BOUNDS[err['type']][0]} {bound}"
+        elif err["type"] == "too_short":  # an empty list where one item at least goes
+            least = err.get("ctx", {}).get("min_length", 1)
+            msg = f"an empty list; give at least {least} item(s)"
+            if hint := EMPTY_LIST_HINTS.get(loc):
+                msg += f" ({hint})"
         elif err["type"] in (
             "literal_error",
-            "greater_than",
-            "greater_than_equal",
-            "less_than",
-            "less_than_equal",
             "int_parsing",
             "int_type",
             "int_from_float",

@@ -140,7 +140,17 @@ def test_k_vs_length_cpu_profile_is_table_1_scaled_down():
         ),
         (
             lambda s: s["trainer"].update(max_steps=0),
-            ["trainer.max_steps", "greater than or equal to 1", "got 0"],
+            ["trainer.max_steps", "0 is out of range; allowed: >= 1"],
+        ),
+        # the sweep's own sections say a range as the constructor settings do (pydantic's "Input
+        # should be greater than 0"), and an empty list the other way to ask for nothing
+        (
+            lambda s: s.update(budget={"hours": -1}),
+            ["budget.hours: -1 is out of range; allowed: > 0"],
+        ),
+        (
+            lambda s: s.update(timing={"measure": []}),
+            ["timing.measure: an empty list; give at least 1 item(s) (or timing.enabled: false"],
         ),
         (
             lambda s: s.update(metric={"name": "val/bleu", "goal": "up"}),
@@ -471,7 +481,7 @@ def test_dry_run_says_when_early_stopping_has_nothing_to_stop(tmp_path, capsys):
         ("task", "vocab_size", 0, ">= 1"),
         ("task", "train_size", 0, ">= 1"),
         ("model", "lr", -0.003, "> 0"),
-        ("trainer", "val_check_interval", 0, "greater than 0"),
+        ("trainer", "val_check_interval", 0, "0 is out of range; allowed: > 0"),
     ],
 )
 def test_dry_run_rejects_out_of_range_values_naming_the_key(
