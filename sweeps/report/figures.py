@@ -236,26 +236,37 @@ MARKER_RADIUS = 4.5
 SAME_SPOT = 3.0
 
 
-def pareto_figure(points: pd.DataFrame, untimed: str = ""):
+#: the data a decode time is of where results.csv does not say (the timing stage's default)
+VALIDATION_WORDS = "the validation set"
+
+
+def decode_label(split: str = VALIDATION_WORDS) -> str:
+    """A decode-time axis label: ``decode time over the test set (s)`` for decode times of
+    ``split`` (in words: :func:`sweeps.report.summary.timed_split`)."""
+    return f"decode time over {split} (s)"
+
+
+def pareto_figure(points: pd.DataFrame, untimed: str = "", split: str = VALIDATION_WORDS):
     """BLEU vs decode seconds, one colour per front (a length, and a context: :func:`front_groups`),
     the front as a step line, every point labelled.
 
     With several seeds each point carries error bars (std over seeds of decode seconds and BLEU);
     a contended decode time is drawn as an x and its label carries the dagger. ``untimed``: the
-    title's line saying the decode times are not the timing stage's. A label is the model's name
+    title's line saying the decode times are not the timing stage's; ``split``: the data they are
+    of, in words, the x axis label (:func:`decode_label`). A label is the model's name
     where every name finds a place near its point that no other label takes (:func:`place_labels`);
     otherwise each model gets a number (:func:`~sweeps.report.results.natural_order`), its points
     are labelled with it, and a key beside the axes names them.
     """
     for numbered in (False, True):
-        fig, labels = _pareto_drawn(points, untimed, numbered)
+        fig, labels = _pareto_drawn(points, untimed, numbered, split)
         if place_labels(fig.axes[0], labels, None if numbered else NAME_RINGS):
             return fig
         plt.close(fig)
     raise AssertionError("numbered labels always find a place")
 
 
-def _pareto_drawn(points: pd.DataFrame, untimed: str, numbered: bool):
+def _pareto_drawn(points: pd.DataFrame, untimed: str, numbered: bool, split: str):
     """The Pareto figure laid out, and its labels (:func:`place_labels`) not yet placed."""
     fig, ax = plt.subplots(figsize=(6.8, 4.8), dpi=DPI)
     contended = contended_mask(points)
@@ -321,7 +332,7 @@ def _pareto_drawn(points: pd.DataFrame, untimed: str, numbered: bool):
         if wanted:
             handles.append(extra)
             legend_labels.append(extra.get_label())
-    ax.set_xlabel("decode time over the validation set (s)")
+    ax.set_xlabel(decode_label(split))
     ax.set_ylabel("BLEU")
     title = "Quality vs speed (circled + line: Pareto front)"
     if untimed:

@@ -19,12 +19,20 @@ import pandas as pd
 
 from lightning_modules.metric_names import VAL_BLEU
 from sweeps.layout import BOOTSTRAP_FILE, HYPOTHESES_FILE
+from sweeps.report.bootstrap_text import (
+    BOOTSTRAP_HEADING,
+    bootstrap_markdown,
+    current_bootstrap,
+    stale_note,
+)
 from sweeps.report.distill import distill_findings, mixed_students
 from sweeps.report.results import DECODE_SECONDS, TRAIN_PEAK_MB, TRAIN_STEP_SECONDS
 from sweeps.report.stats import (
+    BOOTSTRAP_TRIALS,
     SECONDS_DIGITS,
     axis_of,
     best_memory,
+    bootstrap_choice,
     bootstrap_table,
     cell_intervals,
     contexts,
@@ -102,6 +110,16 @@ CONTENDED_FINDING = (
 )
 
 
+#: a finding row's key: its memory model is the best K at the length (:func:`best_memory`)
+BEST_K = "best_k"
+#: what the findings table says where a finding compares the best K
+BEST_K_NOTE = (
+    "The best memory model (its best K) at a length is picked by mean BLEU on the same seeds "
+    "its finding is then judged on, and the interval does not allow for that pick: it flatters "
+    "memory attention a little."
+)
+
+
 def multiplicity_note(judged: int) -> str:
     """What judging ``judged`` findings at once means for their verdicts."""
     if judged < 2:
@@ -155,6 +173,7 @@ def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
         margin: float,
         side: str,
         digits: int = 2,
+        best_k: bool = False,
     ) -> None:
         out.append(
             {
@@ -164,12 +183,16 @@ def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
                 "estimate": estimate(mean, ci, digits),
                 "seeds": n,
                 "verdict": verdict(mean, ci, n, margin, side),
+                BEST_K: best_k,
             }
         )
 
     memories = memory_models(best)
     for length in lengths:
         top = best_memory(best, length)
+        # picked among several K, on the seeds the finding is judged on (BEST_K_NOTE)
+        named = best.loc[best[axis] == length, "model"]
+        picked = named[named.isin(memories)].nunique() > 1
         if top and "bahdanau" in models:
             m, ci, n = paired_difference(best, length, "bahdanau", top)
             row(
@@ -181,6 +204,7 @@ def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
                 n,
                 2.0,
                 "below",
+                best_k=picked,
             )
         if top and "none" in models:
             m, ci, n = paired_difference(best, length, top, "none")
@@ -193,6 +217,7 @@ def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
                 n,
                 10.0,
                 "above",
+                best_k=picked,
             )
         if "memory K=1" in models and "none" in models:
             m, ci, n = paired_difference(best, length, "memory K=1", "none")
@@ -346,11 +371,14 @@ def position_findings(
     return [
         in_context(r, context)
         for context, rows in contexts(per_seed(df, metric, mode))
-        for r in _position_judged(rows, metric)
+        for r in _position_judged(rows)
     ]
 
 
-def _position_judged(best: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
+def _position_judged(best: pd.DataFrame) -> list[dict[str, Any]]:
+    """:func:`position_findings` among ``best``'s rows (one context's, each seed's trial chosen by
+    the selection metric): the finding is about BLEU, so BLEU is what is paired, whatever metric
+    chose the trials."""
     axis = axis_of(best)
     best = best[(best["attention"].astype(str) == "memory") & best["K"].notna()].copy()
     if best.empty or axis not in best:
@@ -366,12 +394,12 @@ def _position_judged(best: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
     for (length, k), at in best.groupby([axis, "K"], sort=True):
         if int(k) == 1:
             continue
-        off = at[~at["pe"]].set_index("seed")[metric]
+        off = at[~at["pe"]].set_index("seed")[VAL_BLEU]
         readings = sorted(at.loc[at["pe"], "reading"].unique())
         if off.empty or off.index.duplicated().any():
             continue
         for name in readings:
-            on = at[at["pe"] & (at["reading"] == name)].set_index("seed")[metric]
+            on = at[at["pe"] & (at["reading"] == name)].set_index("seed")[VAL_BLEU]
             if on.index.duplicated().any():
                 continue
             m, _, ci, n = interval((on - off).dropna())
@@ -422,24 +450,6 @@ def unpaired_note(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -
     )
 
 
-def bootstrap_markdown(table: pd.DataFrame) -> str:
-    # by pair (a translation sweep), else by length; an older paired_bootstrap.csv kept a
-    # translation sweep's pairs under "length"
-    key = "pair" if "pair" in table else "length"
-    pairs = key == "pair" or table[key].map(lambda v: isinstance(v, str)).any()
-    lines = [
-        f"| {'pair' if pairs else 'L'} | best memory | − Bahdanau (BLEU) | 95% interval | p | "
-        "sentences (seeds) |",
-        "| ---: | --- | ---: | --- | ---: | --- |",
-    ]
-    for r in table.to_dict("records"):
-        lines.append(
-            f"| {r[key]} | {r['memory']} | {r['diff']:+.2f} | [{r['low']:+.2f}, {r['high']:+.2f}] "
-            f"| {r['p']:.3f} | {r['sentences']} ({_seed_list(r['seeds'])}) |"
-        )
-    return "\n".join(lines)
-
-
 def taught_models(df: pd.DataFrame) -> set[str]:
     """The models whose trials a teacher taught (§3.1): by its attention contexts (a weight above
     0) or by its trained encoder to start from. A student of neither is memory attention alone."""
@@ -465,12 +475,6 @@ def taught_note(df: pd.DataFrame, named: set[str]) -> str:
         f"{'it' if len(students) == 1 else 'them'} with the teacher's mechanism is not the "
         "paper's, of memory attention trained alone."
     )
-
-
-def _seed_list(seeds: Any) -> str:
-    """``seed 0`` or ``seeds 0,1,2``: a bare ``(0)`` beside a count reads as no seeds."""
-    text = str(seeds)
-    return f"seeds {text}" if "," in text else f"seed {text}"
 
 
 # -- results.md's sections -------------------------------------------------------------------------
@@ -542,6 +546,7 @@ def seed_sections(
                 + "\n\n"
                 + INTERVAL_RULE
                 + (f" {many}" if (many := multiplicity_note(len(judged))) else "")
+                + (f" {BEST_K_NOTE}" if any(j.get(BEST_K) for j in judged) else "")
                 + (
                     f"\n\n{CONTENDED_FINDING}"
                     if any(str(j["finding"]).endswith(DAGGER) for j in judged)
@@ -554,14 +559,18 @@ def seed_sections(
         sections.append(("Findings left out", note))
     table = bootstrap_table(df, metric, mode)
     cache = sweep_dir / BOOTSTRAP_FILE if sweep_dir is not None else None
+    stale: list[str] = []  # the cached rows that no longer compare the chosen trials
     if not table.empty and cache is not None:
         table.to_csv(cache, index=False)
     elif table.empty and cache is not None and cache.is_file():
-        table = pd.read_csv(cache, dtype={"seeds": str})
+        cached = pd.read_csv(cache, dtype={"seeds": str, **dict.fromkeys(BOOTSTRAP_TRIALS, str)})
+        table, stale = current_bootstrap(cached, bootstrap_choice(df, metric, mode))
+    if table.empty and stale:
+        sections.append((BOOTSTRAP_HEADING, stale_note(stale)))
     if not table.empty:
         sections.append(
             (
-                "Best memory model vs Bahdanau: paired bootstrap on the validation sentences",
+                BOOTSTRAP_HEADING,
                 bootstrap_markdown(table) + "\n\n"
                 "sacrebleu's paired bootstrap resampling (`sacrebleu.significance.PairedTest`, test_type bs, "
                 "1,000 resamples, seed 12345) over each trial's saved validation hypotheses "
@@ -573,7 +582,8 @@ def seed_sections(
                 "interval is over "
                 "validation sentences for these trained models, not over training seeds (those are above); "
                 "the best memory model is chosen by its mean BLEU on the same data."
-                + (f" {note}" if (note := taught_note(df, set(table["memory"]))) else ""),
+                + (f" {note}" if (note := taught_note(df, set(table["memory"]))) else "")
+                + (f"\n\n{stale_note(stale)}" if stale else ""),
             )
         )
     return sections

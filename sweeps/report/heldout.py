@@ -58,11 +58,23 @@ def _chosen(df: pd.DataFrame, tested: bool = True) -> pd.DataFrame:
     return df[flag]
 
 
-def _figure(values: pd.Series) -> str:
+def _figure(values: pd.Series, seeds: int | None = None) -> str:
+    """``mean ± std`` of ``values``; ``(n of N seeds)`` after it where only n of the row's
+    ``seeds`` have a value (a seed whose test evaluation failed): the row's other column can
+    then be over other seeds, as a decode time of fewer seeds says."""
     mean, sd, _half, n = interval(values)
     if n == 0:
         return "–"
-    return f"{mean:.2f}" + ("" if pd.isna(sd) else f" ± {sd:.2f}")
+    fewer = f" ({n} of {seeds} seeds)" if seeds is not None and n < seeds else ""
+    return f"{mean:.2f}" + ("" if pd.isna(sd) else f" ± {sd:.2f}") + fewer
+
+
+#: what ``(n of N seeds)`` beside a held-out figure means
+FEWER_NOTE = (
+    "(n of N seeds) beside a figure: its mean and spread are over the n of the cell's N chosen "
+    "seeds that have that figure, so a row's valid and test columns are then over different "
+    "seeds."
+)
 
 
 def heldout_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
@@ -76,15 +88,16 @@ def heldout_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     rows = []
     for cell, group in chosen.groupby("cell", sort=False):
         first = group.iloc[0]
+        seeds = int(group["seed"].nunique())
         rows.append(
             {
                 "cell": cell,
                 "model": first.get("model", cell),
                 "length": first.get("length"),
                 "pair": first.get("pair"),
-                "valid": _figure(group[valid_col]) if valid_col in group else "–",
-                "test": _figure(group[test_col]),
-                "seeds": int(group["seed"].nunique()),
+                "valid": _figure(group[valid_col], seeds) if valid_col in group else "–",
+                "test": _figure(group[test_col], seeds),
+                "seeds": seeds,
             }
         )
     return pd.DataFrame(rows), valid_col, test_col
@@ -205,6 +218,8 @@ def heldout_sections(
         notes.append(
             f"{missing} chosen trial(s) have no test figure (results.csv's heldout_error says why)."
         )
+    if frame[["valid", "test"]].map(lambda text: " seeds)" in str(text)).any().any():
+        notes.append(FEWER_NOTE)
     if page != (metric, mode):
         notes.append(
             f"These are the launch's choices (results.csv's `chosen`, by {metric}, {mode}), the "

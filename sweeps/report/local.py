@@ -28,6 +28,7 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -52,7 +53,13 @@ from sweeps.report.moo import journal_problem, report_sections, section_with_plo
 from sweeps.report.page import page_sections, recorded_metric
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
-from sweeps.report.summary import cell_summary, front_points, seconds_column
+from sweeps.report.summary import (
+    SPLIT_WORDS,
+    cell_summary,
+    front_points,
+    seconds_column,
+    timed_split,
+)
 from sweeps.report.train_cost import copied_cells
 from sweeps.report.wandb_report import add_target_args, publish_report
 from sweeps.spec.search_schema import NATURAL_GOALS
@@ -71,12 +78,15 @@ def build_local_report(
     copied = copied_cells(df)
     summary = cell_summary(df, metric, mode)  # the summary rule, once for every table and plot
     decode_timed = seconds_column(df) == DECODE_SECONDS  # else val/decode_seconds: not speed
-    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, copied, decode_timed))
+    # the data the decode times are of: the timing stage's split, else training's validation
+    split = timed_split(df) if decode_timed else SPLIT_WORDS["valid"]
+    paths: dict[str, Path] = dict(plot_results(summary, sweep_dir, copied, decode_timed, split))
     paths.update(distill_plots(df, sweep_dir, metric, mode))  # BLEU vs lambda, per K
     points = front_points(summary)
     if not points.empty:
         untimed = "" if decode_timed else UNTIMED_NOTE
-        paths["pareto"] = save_figure(pareto_figure(points, untimed), sweep_dir / "pareto.png")
+        figure = pareto_figure(points, untimed, split)
+        paths["pareto"] = save_figure(figure, sweep_dir / "pareto.png")
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
     for heading, text in page_sections(df, confirm, sweep_dir, metric, mode, summary):
         lines += ([f"## {heading}"] if heading else []) + [text]
@@ -247,7 +257,8 @@ REQUIRED = ("trial_id", "cell", "model", "length", "seed", "status")
 def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     """What is wrong with the command's folder, its results.csv or ``--metric``, with the fix;
     None when nothing. A results.csv that is cut short, holds no trial, lacks a column every
-    results.csv has, or has no value of the metric is refused: the rebuild would replace the
+    results.csv has (or val/bleu, which every table shows), or has no finite value of the metric
+    is refused: the rebuild would replace the
     report already there with one of nothing."""
     if sweep_dir.name == RESULTS_CSV and sweep_dir.is_file():
         return f"{sweep_dir}: give the sweep's folder, {sweep_dir.parent}, not its {RESULTS_CSV}"
@@ -284,6 +295,16 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     lacking = [c for c in REQUIRED if c not in columns]
     if lacking:
         return f"{csv}: no {', '.join(lacking)} column: not a results.csv the launch wrote{kept}"
+    bleu = columns.index(VAL_BLEU) if VAL_BLEU in columns else None
+    if bleu is None or not any(_number(row[bleu]) for row in rows):
+        # whatever --metric chooses by, every table shows BLEU: another --metric is no way out
+        return (
+            f"{csv}: "
+            + (f"no {VAL_BLEU} column" if bleu is None else f"no finite {VAL_BLEU} in any trial")
+            + f": the report's tables, findings and figures show each chosen trial's {VAL_BLEU}, "
+            "whatever --metric chooses by, so none can be built (edited by hand? a launch's "
+            f"--resume writes it again from the sweep's trials){kept}"
+        )
     if metric not in columns:
         metrics = [c for c in columns if "/" in c or c.endswith("_seconds")] or columns
         return f"--metric {metric}: not a column of {csv}; its metrics: {', '.join(metrics)}"
@@ -300,18 +321,22 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
         ]  # fmt: skip
         return (
             f"--metric {metric}: "
-            + ("no trial has a value of it" if not values else "not a number in any trial")
+            + (
+                "no trial has a value of it"
+                if not values
+                else "not a finite number in any trial (nan, inf or text)"
+            )
             + f" in {csv}; the metrics with values: {', '.join(filled) or 'none'}"
         )
     return None
 
 
 def _number(text: str) -> bool:
+    """Whether ``text`` is a finite number: a NaN or an infinity chooses no trial."""
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pandas as pd
 from lightning_modules.metric_names import VAL_BLEU, VAL_LOSS, VAL_SACREBLEU
 from sweeps.report.columns import FINISHED
 from sweeps.report.results import DECODE_SECONDS, TIMING_DEVICE, natural_order
-from sweeps.report.stats import sacrebleu_signatures, told_apart_note
+from sweeps.report.stats import sacrebleu_signatures, summary_cells, told_apart_note
 from sweeps.report.summary import (
     DAGGER,
     axis_of,
@@ -28,6 +28,7 @@ from sweeps.report.summary import (
     pareto_rule,
     seconds_column,
     summary_rule,
+    timed_split,
 )
 from sweeps.report.table_text import mean_std, to_markdown
 from sweeps.report.train_cost import train_cost_sections
@@ -108,6 +109,11 @@ def _length_table(summary: pd.DataFrame) -> pd.DataFrame:
                 row[f"{label(value)} decode s"] = seconds[match.index[0]] if found else "–"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def dash_note(wide: pd.DataFrame) -> str:
+    """:data:`DASH_NOTE`, where the paper's layout ``wide`` has a "–"."""
+    return DASH_NOTE if wide.isin(["–"]).any().any() else ""
 
 
 def _chosen_text(row: pd.Series) -> str:
@@ -212,8 +218,10 @@ def pareto_notes(points: pd.DataFrame, timed: bool = True, pending: bool = False
     return lines + contended_notes(points)
 
 
-def seeds_line(df: pd.DataFrame, summary: pd.DataFrame) -> str:
-    """How many seeds the sweep has, what a figure is over them, and the cells with fewer."""
+def seeds_line(df: pd.DataFrame, summary: pd.DataFrame, metric: str = VAL_BLEU) -> str:
+    """How many seeds the sweep has, what a figure is over them, and the cells with fewer: every
+    cell results.csv plans (whatever its trials' status), a cell where no seed finished among
+    them, each with how many of its seeds finished and how the others ended."""
     seeds = sorted(pd.unique(df["seed"].dropna())) if "seed" in df else []
     names = ", ".join(str(s) for s in seeds)
     if len(seeds) <= 1:
@@ -223,14 +231,61 @@ def seeds_line(df: pd.DataFrame, summary: pd.DataFrame) -> str:
             else "Seeds: none recorded."
         )
     line = f"Seeds: {len(seeds)} ({names}): each figure is the mean ± std over seeds."
-    fewer = summary[summary["seeds"] < len(seeds)] if "seeds" in summary else summary.iloc[0:0]
-    if not fewer.empty:
-        line += (
-            " Fewer finished in: "
-            + ", ".join(f"{c} ({s})" for c, s in zip(fewer["cell"], fewer["seeds"]))
-            + "."
-        )
+    fewer = fewer_seeds(df, summary, len(seeds), metric)
+    if fewer:
+        line += " Fewer finished in: " + ", ".join(fewer) + "."
     return line
+
+
+def fewer_seeds(df: pd.DataFrame, summary: pd.DataFrame, seeds: int, metric: str) -> list[str]:
+    """``length=40 attention=bahdanau (0 of 3: 3 error)`` for each cell of ``df`` (results.csv's,
+    any status) whose figures are over fewer than ``seeds`` seeds: how many finished, and what
+    each other seed's trials ended as (``no val/bleu``: finished without a value of ``metric``)."""
+    if "cell" not in df or "status" not in df:
+        return []
+    planned = summary_cells(df)
+    finished = dict(zip(summary["cell"], summary["seeds"])) if "seeds" in summary else {}
+    out = []
+    for cell, trials in planned.groupby("cell", sort=False):
+        n = int(finished.get(cell, 0))
+        if n >= seeds:
+            continue
+        ended = []
+        for _, seed in trials.groupby("seed", sort=False):
+            done = seed["status"].isin(FINISHED)
+            if metric in seed and (done & seed[metric].notna()).any():
+                continue
+            ended.append(f"no {metric}" if done.any() else str(seed["status"].iloc[-1]))
+        counts = pd.Series(ended, dtype=object).value_counts(sort=False)
+        how = ", ".join(f"{count} {ended_as}" for ended_as, count in counts.items())
+        out.append(f"{cell} ({n} of {seeds}{': ' + how if how else ''})")
+    return out
+
+
+def unmeasured_line(df: pd.DataFrame, metric: str = VAL_BLEU) -> str:
+    """The finished trials results.csv holds no value of ``metric`` for (a NaN, an empty field),
+    by trial id: no table or figure shows them, there being nothing to choose them by."""
+    if "status" not in df or metric not in df:
+        return ""
+    lost = df[df["status"].isin(FINISHED) & pd.to_numeric(df[metric], errors="coerce").isna()]
+    if lost.empty:
+        return ""
+    ids = lost["trial_id"] if "trial_id" in lost else lost["cell"]
+    named = ", ".join(
+        f"{i} ({r.cell} seed={r.seed})" if "trial_id" in lost else str(i)
+        for i, r in zip(ids, lost.itertuples())
+    )
+    return (
+        f"Finished without a value of {metric}, so in no table or figure (nothing to choose them "
+        f"by): {named}. Their results.csv rows say what they reported."
+    )
+
+
+#: what "–" in the paper's layout means, where the table has one
+DASH_NOTE = (
+    "–: no finished trial of the model at that length, either not planned there or every seed "
+    "failed (the seeds line above names such cells)."
+)
 
 
 def fused_line(df: pd.DataFrame) -> str:
@@ -320,23 +375,8 @@ def timed_on(df: pd.DataFrame) -> str:
     return " and ".join(places)
 
 
-#: what the timing stage's split (results.csv's ``timing_split``) decodes, in words
-SPLIT_WORDS = {"valid": "the validation set", "test": "the test set"}
 #: the settings a decode time is taken under, as results.csv has them, and their names in words
 TIMING_SETTINGS = {"timing_split": "split", "timing_threads": "threads", TIMING_DEVICE: "device"}
-
-
-def timed_split(df: pd.DataFrame) -> str:
-    """The data the timing stage decoded (``the validation set``; rows from before the column
-    was written: the stage's default, the validation set)."""
-    column = "timing_split"
-    splits = (
-        sorted(set(df[column].dropna()), key=lambda s: (s != "valid", str(s)))
-        if column in df
-        else []
-    )
-    words = [SPLIT_WORDS.get(str(s), f"the {s} split") for s in splits]
-    return " or ".join(words) if words else SPLIT_WORDS["valid"]
 
 
 def mixed_timing_line(df: pd.DataFrame) -> str:
@@ -438,7 +478,8 @@ def results_sections(
     counts = df["status"].value_counts().to_dict() if "status" in df and not df.empty else {}
     pending = timing_pending(df)
     preamble = [timing_warning(summary, timed, pending), summary_rule(df, metric, mode)]
-    preamble += [seeds_line(df, summary) if not summary.empty else ""]
+    preamble += [seeds_line(df, summary, metric) if not summary.empty else ""]
+    preamble += [unmeasured_line(df, metric)]
     preamble += ["Trials: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")]
     preamble += [fused_line(df), told_apart_note(df)]
     sections = [("", _paragraphs(preamble))]
@@ -462,7 +503,7 @@ def results_sections(
         sections.append(
             (
                 f"Results by model and {axis} (the paper's {table} layout)",
-                _paragraphs([to_markdown(wide), chosen_note(summary), marks]),
+                _paragraphs([to_markdown(wide), dash_note(wide), chosen_note(summary), marks]),
             )
         )
         marks = ""

@@ -18,9 +18,11 @@ import pandas as pd  # noqa: E402
 
 from lightning_modules.metric_names import VAL_BLEU  # noqa: E402
 from sweeps.report.figures import (  # noqa: E402
+    VALIDATION_WORDS,
     colours,
     contended_handle,
     contended_label,
+    decode_label,
     model_styles,
     seed_spread,
 )
@@ -54,6 +56,7 @@ def plot_results(
     out_dir: Path,
     copied: bool | Collection[str] = (),
     timed: bool = True,
+    split: str = VALIDATION_WORDS,
 ) -> dict[str, Path]:
     """The report's figures from ``sweeps.report.summary.cell_summary`` (one row per cell, mean +- std
     over seeds of each seed's best trial), each only where the sweep has the axis it draws:
@@ -77,7 +80,8 @@ def plot_results(
 
     ``timed``: the decode times are the timing stage's; without it they are val/decode_seconds
     (:func:`~sweeps.report.summary.seconds_column`), and the decode figure's title says they are
-    not speed figures (:data:`UNTIMED_NOTE`).
+    not speed figures (:data:`UNTIMED_NOTE`). ``split``: the data the decode times are of, in
+    words (:func:`sweeps.report.summary.timed_split`), the decode figure's axis label.
 
     Returns the paths by name."""
     paths: dict[str, Path] = {}
@@ -101,7 +105,7 @@ def plot_results(
             out_dir / "bleu_by_model.png",
         )
     if DECODE_SECONDS in summary and summary[DECODE_SECONDS].notna().any():
-        ylabel = "decode time over validation set (s)"
+        ylabel = decode_label(split)
         untimed = "" if timed else f"\n{UNTIMED_NOTE}"
         if lengths >= 2:
             fig = by_length_figure(

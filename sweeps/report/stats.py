@@ -345,42 +345,26 @@ def paired_bootstrap(
     }
 
 
+#: paired_bootstrap.csv's columns naming the trials each row compared (results.csv's trial ids,
+#: in the order of its ``seeds``); an older file has neither
+BOOTSTRAP_TRIALS = ("memory_trials", "bahdanau_trials")
+
+
 def bootstrap_table(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") -> pd.DataFrame:
     """Per length: the best memory model against Bahdanau, the seeds' validation sentences pooled
     (each paired with the same sentence of the same seed). Lengths whose trials saved no
     hypotheses (an older run) are left out."""
-    everything = per_seed(df, metric, mode)
-    axis = axis_of(everything)  # length, or a translation sweep's language pair
-    if everything.empty or axis not in everything or "checkpoint" not in everything:
-        return pd.DataFrame()
     rows = []
-    for context, best in contexts(everything):  # within one setting of a grid's other axes
-        rows += _bootstrap_rows(best, axis, context)
-    return pd.DataFrame(rows)
-
-
-def _bootstrap_rows(best: pd.DataFrame, axis: str, context: str) -> list[dict[str, Any]]:
-    """:func:`bootstrap_table`'s rows of one context (its models' names without it); a length
-    where one model name stands for several cells is left out (no seed pairs them)."""
-    mixed = {key[0] for key in shared(best, [axis, "model"])}
-    rows = []
-    for length in sorted(best[axis].dropna().unique()):
-        top = best_memory(best, length)
-        if top is None or "bahdanau" not in set(best["model"]) or length in mixed:
-            continue
-        at = best[best[axis] == length]
-        sys_h, base_h, refs, seeds = [], [], [], []
-        for seed, g in at.groupby("seed"):
-            a, b = g[g["model"] == top], g[g["model"] == "bahdanau"]
-            if a.empty or b.empty:
-                continue
+    for (length, memory), pairs in bootstrap_choice(df, metric, mode).items():
+        sys_h, base_h, refs, seeds, ids = [], [], [], [], []
+        for seed, (a, b) in pairs.items():
             ha, hb = (
-                _read_lines(a["checkpoint"].iloc[0], HYPOTHESES_FILE),
-                _read_lines(b["checkpoint"].iloc[0], HYPOTHESES_FILE),
+                _read_lines(a["checkpoint"], HYPOTHESES_FILE),
+                _read_lines(b["checkpoint"], HYPOTHESES_FILE),
             )
             ra, rb = (
-                _read_lines(a["checkpoint"].iloc[0], REFERENCES_FILE),
-                _read_lines(b["checkpoint"].iloc[0], REFERENCES_FILE),
+                _read_lines(a["checkpoint"], REFERENCES_FILE),
+                _read_lines(b["checkpoint"], REFERENCES_FILE),
             )
             if not (ha and hb and ra) or ra != rb or len(ha) != len(ra) or len(hb) != len(rb):
                 continue
@@ -388,16 +372,48 @@ def _bootstrap_rows(best: pd.DataFrame, axis: str, context: str) -> list[dict[st
             base_h += hb
             refs += ra
             seeds.append(int(seed))
+            ids.append((a.get("trial_id"), b.get("trial_id")))
         if not refs:
             continue
         r = paired_bootstrap(sys_h, base_h, refs)
-        rows.append(
-            {
-                axis: length if axis == "pair" else int(length),  # a pair under "pair"
-                "memory": f"{top} {context}" if context else top,
-                "seeds": ",".join(map(str, seeds)),
-                "sentences": len(refs),
-                **{k: round(v, 4) for k, v in r.items()},
-            }
-        )
-    return rows
+        row = {
+            "pair" if isinstance(length, str) else "length": length,  # a pair under "pair"
+            "memory": memory,
+            "seeds": ",".join(map(str, seeds)),
+            "sentences": len(refs),
+            **{k: round(v, 4) for k, v in r.items()},
+        }
+        if all(pd.notna(i) for pair in ids for i in pair):  # results.csv names its trials
+            for k, column in enumerate(BOOTSTRAP_TRIALS):
+                row[column] = ",".join(str(pair[k]) for pair in ids)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def bootstrap_choice(
+    df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max"
+) -> dict[tuple[Any, str], dict[int, tuple[dict[str, Any], dict[str, Any]]]]:
+    """The trials the paired bootstrap compares, as results.csv chooses them now: per (length, or
+    a translation sweep's pair; the best memory model's label, with its context) and per seed
+    where both finished, (the memory model's row, Bahdanau's row). A length where one model name
+    stands for several cells is left out (no seed pairs them)."""
+    everything = per_seed(df, metric, mode)
+    axis = axis_of(everything)  # length, or a translation sweep's language pair
+    if everything.empty or axis not in everything or "checkpoint" not in everything:
+        return {}
+    chosen = {}
+    for context, best in contexts(everything):  # within one setting of a grid's other axes
+        mixed = {key[0] for key in shared(best, [axis, "model"])}
+        for length in sorted(best[axis].dropna().unique()):
+            top = best_memory(best, length)
+            if top is None or "bahdanau" not in set(best["model"]) or length in mixed:
+                continue
+            at = best[best[axis] == length]
+            pairs = {}
+            for seed, g in at.groupby("seed"):
+                a, b = g[g["model"] == top], g[g["model"] == "bahdanau"]
+                if not a.empty and not b.empty:
+                    pairs[int(seed)] = (a.iloc[0].to_dict(), b.iloc[0].to_dict())
+            key = length if axis == "pair" else int(length)
+            chosen[key, f"{top} {context}" if context else top] = pairs
+    return chosen

@@ -321,3 +321,21 @@ def contended_notes(points: pd.DataFrame, figure: str = DECODE_SECONDS) -> list[
             "Not trustworthy here, fronts among contended figures: " + ", ".join(shaky) + "."
         )
     return lines
+
+
+#: what the timing stage's split (results.csv's ``timing_split``) decodes, in words
+SPLIT_WORDS = {"valid": "the validation set", "test": "the test set"}
+
+
+def timed_split(df: pd.DataFrame) -> str:
+    """The data the timing stage decoded (``the validation set``; rows from before the column
+    was written: the stage's default, the validation set), for the page's text and the decode
+    figures' axis labels."""
+    column = "timing_split"
+    splits = (
+        sorted(set(df[column].dropna()), key=lambda s: (s != "valid", str(s)))
+        if column in df
+        else []
+    )
+    words = [SPLIT_WORDS.get(str(s), f"the {s} split") for s in splits]
+    return " or ".join(words) if words else SPLIT_WORDS["valid"]

@@ -18,6 +18,7 @@ from sweeps.report.summary import (
     contended_notes,
     front_groups,
     pareto_front,
+    timed_split,
 )
 from sweeps.report.table_text import mean_std, to_markdown
 
@@ -131,6 +132,7 @@ def cost_front(summary: pd.DataFrame) -> str:
 
 
 def how_text(df: pd.DataFrame) -> str:
+    """What the training-cost table's figures are and how the timing stage measured them."""
     steps = df.get("train_step_repeats")
     repeats = "" if steps is None or steps.dropna().empty else f" over {int(steps.min())}+ repeats"
     return (
@@ -138,7 +140,7 @@ def how_text(df: pd.DataFrame) -> str:
         "study's batch size on the first batches of its training data, the timing stage's median"
         f"{repeats}, each model alone as for decode time (a copy of the model: the checkpoint is "
         "untouched); tokens/s: target tokens per second. Peaks: the memory a pass of training "
-        "steps (activations, gradients, the optimiser's state) and decoding the validation set add "
+        f"steps (activations, gradients, the optimiser's state) and decoding {timed_split(df)} add "
         "above what the process held before (CPU: resident set, in a fresh process per model; GPU: "
         "the allocator's peak). " + TRAIN_TIME_NOTE
     )

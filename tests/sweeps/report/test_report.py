@@ -623,20 +623,21 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
         # the report reads each trial's model and length (a traceback after the plots were redrawn)
         (whole.replace("length", "len"), "no length column: not a results.csv the launch wrote"),
         (whole.replace("model", "net"), "no model column: not a results.csv the launch wrote"),
-        # no --metric given: the metric is named as the sweep's own (it said "--metric val/bleu")
-        (
-            whole.replace(BLEU, "val/x"),
-            f"{BLEU}, the default, chooses each cell's best trial, but: not a column",
-        ),
+        # every table shows BLEU: no --metric is a way out (it said "--metric names another",
+        # and --metric val/loss then failed with KeyError 'val/bleu')
+        (whole.replace(BLEU, "val/x"), f"no {BLEU} column: the report's tables, findings"),
     ]:
         (sweep / "results.csv").write_text(text)
         assert said in error_of(sweep), (said, error_of(sweep))
         assert (sweep / "results.md").read_text() == "the report of 7 trials"
     empty = rows.assign(**{BLEU: math.nan})
     empty.to_csv(sweep / "results.csv", index=False)
-    assert error_of(sweep).endswith(
-        f"no trial has a value of it in {sweep / 'results.csv'}; the metrics with values: {SEC}; "
-        "--metric names another"
+    assert f"no finite {BLEU} in any trial: the report's tables" in error_of(sweep)
+    untimed = rows.assign(**{SEC: math.nan})
+    untimed.to_csv(sweep / "results.csv", index=False)
+    assert error_of(sweep, "--metric", SEC).endswith(
+        f"--metric {SEC}: no trial has a value of it in {sweep / 'results.csv'}; the metrics "
+        f"with values: {BLEU}"
     )
     (sweep / "results.csv").write_text(whole)
     # a sweep's own folder whose launch was killed before it wrote results.csv: how to go on

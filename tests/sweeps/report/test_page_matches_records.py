@@ -1,0 +1,278 @@
+"""results.md says only what results.csv still holds: a cached paired bootstrap of trials no longer
+chosen is left out, a finding says what it judges, a NaN is no value, a decode time is labelled
+with the split it timed, a cell whose seeds all failed is counted, a held-out row says when its
+columns average different seeds, and the t quantile is right past 30 degrees of freedom."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweeps.report import local
+from sweeps.report.figures import pareto_figure
+from sweeps.report.findings import BEST_K_NOTE, position_findings, seed_sections
+from sweeps.report.heldout import heldout_sections
+from sweeps.report.markdown import results_sections
+from sweeps.report.plots import plot_results
+from sweeps.report.results import read_results
+from sweeps.report.stats import bootstrap_table
+from sweeps.report.student_t import t975
+from sweeps.report.summary import cell_summary, front_points
+
+ROOT = Path(__file__).resolve().parents[3]
+RUN = ROOT / "docs" / "results" / "k_vs_length"
+BOOTSTRAP = "Best memory model vs Bahdanau: paired bootstrap on the validation sentences"
+
+
+def _run(tmp_path: Path, change=None) -> tuple[pd.DataFrame, Path]:
+    """The committed k_vs_length run's results.csv (changed by ``change``) and its cached
+    paired_bootstrap.csv in a folder of their own, no trial's hypotheses beside them."""
+    folder = tmp_path / "run"
+    folder.mkdir(parents=True)
+    shutil.copy(RUN / "paired_bootstrap.csv", folder)
+    df = read_results(RUN / "results.csv")
+    df = change(df) if change else df
+    df.to_csv(folder / "results.csv", index=False)
+    return read_results(folder / "results.csv"), folder
+
+
+def _failed_bahdanau_40(df: pd.DataFrame) -> pd.DataFrame:
+    at = (df["length"] == 40) & (df["model"] == "bahdanau")
+    df.loc[at, "status"] = "error"
+    df.loc[at, "error"] = "RuntimeError: CUDA out of memory"
+    df.loc[at, ["val/bleu", "test/bleu", "decode_seconds"]] = float("nan")
+    return df
+
+
+# -- the cached paired bootstrap -------------------------------------------------------------------
+
+
+def test_a_cached_bootstrap_row_whose_bahdanau_trials_all_failed_is_left_out_and_said(tmp_path):
+    df, folder = _run(tmp_path, _failed_bahdanau_40)
+    text = dict(seed_sections(df, sweep_dir=folder))[BOOTSTRAP]
+    table = text.split("\n\n")[0]
+    assert "| 10 | memory K=16 |" in table and "| 20 | memory K=16 |" in table
+    assert "| 40 |" not in table
+    assert "Left out of the paired bootstrap: 1 row(s)" in text and "L=40 memory K=32" in text
+    # the committed run itself: every cached row still compares its chosen trials
+    whole, same = _run(tmp_path / "whole")
+    kept = dict(seed_sections(whole, sweep_dir=same))[BOOTSTRAP]
+    assert "| 40 | memory K=32 |" in kept and "Left out" not in kept
+    # the cache is the record of what was computed: kept whole for a report with the hypotheses
+    assert (folder / "paired_bootstrap.csv").read_text() == (
+        RUN / "paired_bootstrap.csv"
+    ).read_text()
+
+
+def test_a_cached_bootstrap_of_a_sweep_without_bahdanau_shows_no_row(tmp_path):
+    one = lambda df: df[(df["length"] == 20) & (df["model"] == "memory K=16") & (df["seed"] == 0)]  # noqa: E731
+    df, folder = _run(tmp_path, one)
+    text = dict(seed_sections(df, sweep_dir=folder))[BOOTSTRAP]
+    assert "| L | best memory |" not in text
+    assert "3 row(s)" in text and "no longer the ones results.csv chooses" in text
+
+
+def test_a_cached_row_naming_its_trials_is_kept_only_while_they_are_the_chosen_ones(tmp_path):
+    df, folder = _run(tmp_path)
+    cached = pd.read_csv(folder / "paired_bootstrap.csv", dtype={"seeds": str})
+    ids = {
+        (length, model): ",".join(
+            df[(df["length"] == length) & (df["model"] == model)].sort_values("seed")["trial_id"]
+        )
+        for length, model in zip(
+            [*cached["length"]] * 2, [*cached["memory"], *["bahdanau"] * len(cached)]
+        )
+    }
+    cached["memory_trials"] = [ids[r.length, r.memory] for r in cached.itertuples()]
+    cached["bahdanau_trials"] = [ids[r.length, "bahdanau"] for r in cached.itertuples()]
+    cached.loc[cached["length"] == 20, "memory_trials"] = "aaaaaaaa,bbbbbbbb,cccccccc"  # others
+    cached.to_csv(folder / "paired_bootstrap.csv", index=False)
+    text = dict(seed_sections(df, sweep_dir=folder))[BOOTSTRAP]
+    assert "| 10 | memory K=16 |" in text and "| 40 | memory K=32 |" in text
+    assert "| 20 |" not in text.split("\n\n")[0] and "(L=20 memory K=16)" in text
+
+
+def test_the_bootstrap_table_names_the_trials_it_compared(tmp_path):
+    rows = []
+    refs = [f"{i} {i + 1} {i + 2} {i + 3}" for i in range(20)]
+    for seed in (0, 1):
+        for model, hyps in (("memory K=16", refs), ("bahdanau", [r[:3] for r in refs])):
+            folder = tmp_path / f"{model}-{seed}".replace(" ", "_") / "checkpoint_000001"
+            folder.mkdir(parents=True)
+            (folder / "val_hypotheses.txt").write_text("\n".join(hyps) + "\n")
+            (folder / "val_references.txt").write_text("\n".join(refs) + "\n")
+            rows.append(
+                {
+                    "trial_id": f"{model[0]}{seed}",
+                    "cell": f"length=8 {model}",
+                    "model": model,
+                    "attention": model.split()[0],
+                    "length": 8,
+                    "seed": seed,
+                    "status": "done",
+                    "val/bleu": 100.0 if model != "bahdanau" else 70.0,
+                    "checkpoint": str(folder / "checkpoint.ckpt"),
+                }
+            )
+    table = bootstrap_table(pd.DataFrame(rows))
+    assert table[["seeds", "memory_trials", "bahdanau_trials"]].values.tolist() == [
+        ["0,1", "m0,m1", "b0,b1"]
+    ]
+
+
+# -- what a finding judges -------------------------------------------------------------------------
+
+
+def test_a_position_encoding_finding_pairs_bleu_when_the_trials_are_chosen_by_loss():
+    """With --metric val/loss the finding "position encodings raise BLEU" paired the losses: a
+    lower loss with PE on read as BLEU lowered."""
+    rows = []
+    for pe, bleus, losses in ((False, [60, 62, 61], [0.5, 0.6, 0.55]), (True, [66, 67, 66.5], [0.3, 0.35, 0.32])):  # fmt: skip
+        for seed, (bleu, loss) in enumerate(zip(bleus, losses)):
+            rows.append(
+                {
+                    "cell": f"length=100 memory K=4 position_encoding={pe}",
+                    "model": f"memory K=4 position_encoding={pe}",
+                    "attention": "memory",
+                    "K": 4,
+                    "position_encoding": pe,
+                    "length": 100,
+                    "seed": seed,
+                    "status": "done",
+                    "val/bleu": bleu,
+                    "val/loss": loss,
+                }
+            )
+    [judged] = position_findings(pd.DataFrame(rows), "val/loss", "min")
+    assert judged["verdict"] == "held" and judged["estimate"].startswith("+5.50")
+
+
+def _frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "trial_id": f"{length}{model}{seed}",
+            "cell": f"length={length} {model}",
+            "model": model,
+            "attention": model.split()[0],
+            "length": length,
+            "seed": seed,
+            "status": "done",
+            "val/bleu": bleu,
+        }
+        for (length, model), bleus in values.items()
+        for seed, bleu in enumerate(bleus)
+    )
+
+
+def test_the_findings_say_the_best_k_is_picked_on_the_seeds_it_is_judged_on():
+    picked = _frame({(20, "bahdanau"): [90, 91, 92], (20, "memory K=4"): [89, 90, 91],
+                     (20, "memory K=16"): [85, 86, 87]})  # fmt: skip
+    text = dict(seed_sections(picked))["The paper's findings, judged on the intervals"]
+    assert BEST_K_NOTE in text
+    fixed = _frame({(20, "memory K=1"): [40, 41, 42], (20, "none"): [39, 40, 41]})
+    assert BEST_K_NOTE not in dict(seed_sections(fixed))["The paper's findings, judged on the intervals"]  # fmt: skip
+
+
+# -- NaN and missing BLEU --------------------------------------------------------------------------
+
+
+def test_an_all_nan_metric_is_refused_and_a_nan_trial_is_named(tmp_path):
+    nan = lambda df: df.assign(**{"val/bleu": float("nan")})  # noqa: E731
+    _, folder = _run(tmp_path, nan)
+    problem = local._input_problem(folder, "val/bleu")
+    assert problem is not None and "no finite val/bleu in any trial" in problem
+    df = read_results(RUN / "results.csv")
+    lost = df.index[(df["length"] == 40) & (df["model"] == "bahdanau") & (df["seed"] == 0)]
+    df.loc[lost, "val/bleu"] = float("nan")
+    preamble = dict(results_sections(df))[""]
+    assert f"{df.loc[lost[0], 'trial_id']} (length=40 attention=bahdanau seed=0)" in preamble
+    assert "length=40 attention=bahdanau (2 of 3: 1 no val/bleu)" in preamble
+
+
+def test_without_a_val_bleu_column_another_metric_is_no_way_out(tmp_path, capsys):
+    _, folder = _run(tmp_path, lambda df: df.drop(columns=["val/bleu"]))
+    for metric in ([], ["--metric", "val/loss"]):
+        with pytest.raises(SystemExit) as stop:
+            local.main([str(folder), *metric])
+        assert stop.value.code == 2
+        said = capsys.readouterr().err
+        assert "no val/bleu column" in said and "whatever --metric chooses by" in said, metric
+
+
+# -- decode times of the test split ----------------------------------------------------------------
+
+
+def test_decode_figures_name_the_split_the_timing_stage_decoded(drawn, tmp_path):
+    df = read_results(RUN / "results.csv").assign(timing_split="test")
+    summary = cell_summary(df)
+    plot_results(summary, tmp_path, split="the test set")
+    assert drawn["decode_vs_length.png"].axes[0].get_ylabel() == "decode time over the test set (s)"
+    pareto = pareto_figure(front_points(summary), split="the test set")
+    assert pareto.axes[0].get_xlabel() == "decode time over the test set (s)"
+
+
+@pytest.mark.report
+def test_a_sweep_timed_on_the_test_split_says_so_on_every_decode_figure(drawn, tmp_path):
+    _, folder = _run(tmp_path, lambda df: df.assign(timing_split="test"))
+    local.build_local_report(folder)
+    assert drawn["decode_vs_length.png"].axes[0].get_ylabel() == "decode time over the test set (s)"
+    assert drawn["pareto.png"].axes[0].get_xlabel() == "decode time over the test set (s)"
+    assert "decoding the test set add" in (folder / "results.md").read_text()
+
+
+# -- cells whose seeds failed ----------------------------------------------------------------------
+
+
+def test_a_cell_whose_every_seed_failed_is_counted_and_its_dash_explained():
+    df = _failed_bahdanau_40(read_results(RUN / "results.csv"))
+    sections = dict(results_sections(df))
+    assert "Fewer finished in: length=40 attention=bahdanau (0 of 3: 3 error)." in sections[""]
+    table = sections["Results by model and length (the paper's Table 1 layout)"]
+    assert "| –" in table and "–: no finished trial of the model at that length" in table
+    whole = dict(results_sections(read_results(RUN / "results.csv")))
+    assert "–:" not in whole["Results by model and length (the paper's Table 1 layout)"]
+
+
+# -- held-out rows over different seeds ------------------------------------------------------------
+
+
+def test_a_held_out_row_says_when_its_test_figure_is_over_fewer_seeds():
+    df = read_results(RUN / "results.csv")
+    at = (df["length"] == 10) & (df["model"] == "bahdanau") & (df["seed"] == 2)
+    df.loc[at, "test/bleu"] = float("nan")
+    [(_, text)] = heldout_sections(df)
+    row = next(line for line in text.splitlines() if line.startswith("| bahdanau"))
+    l10_valid, l10_test = (c.strip() for c in row.strip("|").split("|")[1:3])
+    assert l10_test.endswith("(2 of 3 seeds)") and "seeds)" not in l10_valid
+    assert "(n of N seeds) beside a figure" in text
+
+
+# -- Student's t -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "df, quantile",
+    [(31, 2.0395), (39, 2.0227), (40, 2.0211), (60, 2.0003), (120, 1.9799), (1000, 1.9623)],
+)
+def test_the_t_quantile_is_right_past_the_table(df, quantile):
+    """Past 30 degrees of freedom the quantile was the normal's, 1.96."""
+    assert t975(df) == pytest.approx(quantile, abs=2e-4)
+
+
+# -- the sweep file's description ------------------------------------------------------------------
+
+
+def test_the_sweep_file_page_does_not_promise_the_description_on_results_md():
+    """Nothing reads a sweep's ``description``: the example sweep file said results.md shows it."""
+    line = next(
+        line
+        for line in (ROOT / "docs" / "sweep-file.md").read_text().splitlines()
+        if line.startswith("description:")
+    )
+    assert "results.md" not in line and "no report shows it" in line
+    assert not any(
+        ".description" in p.read_text() for p in (ROOT / "sweeps" / "report").glob("*.py")
+    )
