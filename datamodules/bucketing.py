@@ -95,8 +95,11 @@ class TokenBucketBatchSampler:
     for source and for target separately (padded size), or into runs of ``batch_size``. A single
     sentence longer than the budget gets a batch of its own. The batches are built once (so their
     count, which Lightning reads once, never changes); with ``shuffle`` their order is permuted per
-    epoch (``set_epoch``). Everything is a function of ``(seed, epoch)``, so all ranks agree. Rank r of W takes batches r, r+W, ...; the batch list is first padded by
-    repeating its head so every rank gets the same count.
+    epoch (``set_epoch``). Everything is a function of ``(seed, epoch)``, so all ranks agree. Rank r
+    of W takes batches r, r+W, ...; the batch list is first padded by repeating its head so every
+    rank gets the same count (the per-step collectives need it). Those repeated sentences are
+    decoded twice in an evaluation; the module keeps one hypothesis per batch ``indices`` entry
+    (:func:`lightning_modules.module.one_per_index`), so BLEU counts each once.
 
     Args:
         src_lengths, tgt_lengths: int (N,) padded-size lengths (incl. EOS) of each pair.

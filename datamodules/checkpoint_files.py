@@ -9,17 +9,26 @@ requirements file, "[enforce fail at inline_container.cc...]" for a zip archive 
 write, ``IsADirectoryError`` for a sweep trial's checkpoint folder.
 
 Only what the file itself shows is said; anything else (a real checkpoint of another model, a
-state dict whose shapes differ) keeps Lightning's own error.
+state dict whose shapes differ) keeps Lightning's own error. One more thing is said for the
+datamodules (:func:`datamodule_settings_problem`): a checkpoint that stores no datamodule settings
+(Lightning built a default-configured datamodule from it), or another datamodule's (Lightning
+dropped the settings the class does not take and failed on what was left, or not at all).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+from lightning.pytorch.core.datamodule import LightningDataModule
 from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
+
+from . import TASKS, datamodule_class
 
 #: the Lightning checkpoint file in a sweep trial's checkpoint folder (``sweeps.layout``'s
 #: ``CHECKPOINT_FILE``, the same name)
@@ -45,14 +54,23 @@ class CheckpointError(ValueError):
 
 class LoadsCheckpointFiles:
     """A base, before ``LightningModule`` or ``LightningDataModule``, whose ``load_from_checkpoint``
-    is Lightning's with one addition: a file that is no Lightning checkpoint (a folder, an empty
+    is Lightning's with two additions: a file that is no Lightning checkpoint (a folder, an empty
     or text file, a ``state_dict`` saved with ``torch.save``, a checkpoint cut short on disk)
     raises :class:`CheckpointError`, one line naming the file, what it is and what to pass, in
-    place of torch's error on its bytes. Lightning's arguments pass through as they are; like
-    Lightning's, it is called on the class, not on an instance."""
+    place of torch's error on its bytes; and a datamodule loaded from a checkpoint that stores no
+    datamodule settings, or another datamodule's, raises :class:`CheckpointError` saying which
+    (:func:`datamodule_settings_problem`; checked for a checkpoint given as a local file).
+    Lightning's arguments pass through as they are; like Lightning's, it is called on the class,
+    not on an instance."""
 
     @_restricted_classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        hparams_file = args[1] if len(args) > 1 else kwargs.get("hparams_file")
+        if issubclass(cls, LightningDataModule) and hparams_file is None:  # a file's settings win
+            stored = stored_datamodule_settings(checkpoint_path, kwargs.get("weights_only"))
+            problem = None if stored is None else datamodule_settings_problem(cls, stored)
+            if problem is not None:
+                raise CheckpointError(f"{checkpoint_path}: {problem}")
         try:
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
         except Exception as exc:
@@ -60,6 +78,70 @@ class LoadsCheckpointFiles:
             if problem is None:
                 raise
             raise CheckpointError(problem) from exc
+
+
+def stored_datamodule_settings(
+    path: object, weights_only: bool | None = None
+) -> Mapping[str, Any] | None:
+    """The datamodule settings a Lightning checkpoint file stores ({} where it stores none); None
+    where ``path`` is not a local file that loads as a Lightning checkpoint (a stream, a remote
+    path, a file that is none: left to the loading and its errors). The tensors are memory-mapped,
+    not read."""
+    if not isinstance(path, (str, os.PathLike)) or "://" in str(path) or not Path(path).is_file():
+        return None
+    try:
+        held = torch.load(
+            path,
+            map_location="cpu",
+            weights_only=True if weights_only is None else weights_only,
+            mmap=True,
+        )
+    except Exception:  # noqa: BLE001 -- not a checkpoint torch reads this way: the load says why
+        return None
+    if not isinstance(held, dict) or any(key not in held for key in LIGHTNING_KEYS):
+        return None
+    settings = held.get(LightningDataModule.CHECKPOINT_HYPER_PARAMS_KEY)
+    return dict(settings) if isinstance(settings, Mapping) else {}
+
+
+def _init_parameters(cls: type) -> set[str]:
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+
+
+def datamodule_settings_problem(cls: type, settings: Mapping[str, Any]) -> str | None:
+    """What is wrong with loading datamodule ``cls`` from a checkpoint storing ``settings``, in
+    one line ending with the fix; None when nothing is.
+
+    No settings: the model was fit without a datamodule (``trainer.fit(model, dataloaders)``), and
+    Lightning would build ``cls`` with its defaults, whatever data the model was trained on.
+    Another datamodule's settings: those of the project's datamodule whose parameters take more of
+    them than ``cls``'s do (a copy-task checkpoint loaded as WMT failed on a range check of the
+    settings the two share)."""
+    name = cls.__name__
+    if not settings:
+        return (
+            f"the checkpoint stores no datamodule settings (the model was fit without a "
+            f"datamodule, e.g. trainer.fit(model, train_dataloaders=...)), so {name}."
+            "load_from_checkpoint would build one with its defaults, not the data the model was "
+            f"trained on; build the datamodule yourself with the settings it was trained with, "
+            f"{name}(...)"
+        )
+    keys = set(settings)
+    foreign = sorted(keys - _init_parameters(cls))
+    if not foreign:  # all of them cls's: the other classes are not imported
+        return None
+    best, best_count = None, len(keys) - len(foreign)
+    for task in TASKS:
+        other = datamodule_class(task)
+        count = len(keys & _init_parameters(other))
+        if other is not cls and count > best_count:
+            best, best_count = other, count
+    if best is None:  # no other class takes more of them: Lightning drops what cls does not take
+        return None
+    return (
+        f"the checkpoint's datamodule settings are {best.__name__}'s, not {name}'s ({name} takes "
+        f"no {', '.join(foreign)}); load them with {best.__name__}.load_from_checkpoint(path)"
+    )
 
 
 def checkpoint_problem(path: object) -> str | None:
@@ -102,8 +184,6 @@ def _what_the_file_is(file: Path) -> str | None:
 def _what_torch_reads(file: Path) -> str | None:
     """What a file torch.save wrote holds, where that is no Lightning checkpoint (None: a dict
     with Lightning's keys, or a file only a full unpickling reads: left to the error raised)."""
-    import torch  # the error path only
-
     try:  # weights_only: nothing in the file runs
         held = torch.load(file, map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 -- a pickled class, or damage: the first error says more

@@ -4,17 +4,32 @@
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))   # dict per docs/CONTRACTS.md
 
-Symbols are the ids ``4 .. vocab_size + 3`` (0-3 are pad/bos/eos/unk); sequence lengths are uniform
-in ``[min_length, max_length]`` (an empty sequence becomes just EOS). Each split is generated from
+Symbols are the ids ``4 .. vocab_size + 3`` (0-3 are pad/bos/eos/unk). Each split is generated from
 its own seed derived from ``seed`` (``numpy.random.SeedSequence(seed).spawn(3)``), as one flat
-token array plus offsets, so 100k examples take milliseconds. The test split is held out: a test
-sequence that also occurs in the training or validation split is replaced by a fresh draw from the
-test split's own generator (:meth:`CopyTaskDataModule.held_out_test`; short sequences over a small
-vocabulary collide often), so a test BLEU measures copying unseen sequences.
+token array plus offsets, so 100k examples take milliseconds. Every batch carries its sequences'
+positions in the split (``indices``, docs/CONTRACTS.md).
+
+Training and validation lengths are uniform in ``[min_length, max_length]`` (an empty sequence
+becomes just EOS). The two are drawn independently, so validation is not held out from training:
+short sequences, of which few distinct ones exist, occur in both. At the defaults (vocab_size=20,
+lengths 0..10, train_size=100,000, seed 0) 339 of the 1,000 validation sequences also occur in
+training, all of them of length 0 to 4; at max_length=20, 158; at max_length=50, 60; at
+max_length=200, 15.
+
+The test split is held out: a test sequence that also occurs in the training or validation split is
+replaced by a fresh draw from the test split's own generator
+(:meth:`CopyTaskDataModule.held_out_test`), so a test BLEU measures copying unseen sequences. The
+redraws change its lengths: the short sequences are the ones that collide, so the held-out split's
+lengths are not uniform but lean long. At the defaults 299 of its 1,000 sequences are drawn again;
+it then holds no sequence of length 0, 1 or 2 (79, 89 and 68 before) and 43 of length 3 (87 before),
+and its mean length is 6.91 against 5.24 before; at max_length=20, 155 are drawn again and the mean
+length is 12.06 against 10.48. Validation and test BLEU are thus measured on different mixes of
+lengths. (The generation is kept as it is: the published figures were computed on these splits.)
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Annotated
 
@@ -30,6 +45,11 @@ from .resumable import EpochHook, EpochRandomSampler, ResumableDataLoader
 from .vocab import BOS_ID, EOS_ID, FIRST_SYMBOL, PAD_ID, UNK_ID, ids_to_text
 
 SPLITS = ("train", "val", "test")
+
+
+class SmallTestSplitWarning(UserWarning):
+    """The copy task's held-out test split came out smaller than ``test_size``
+    (:meth:`CopyTaskDataModule.held_out_test`)."""
 
 
 class CopyDataset(Dataset):
@@ -69,15 +89,40 @@ class CopyDataset(Dataset):
         return np.diff(self.offsets)
 
 
-def collate_copy(examples: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
-    """Pad a list of symbol sequences into a batch dict: src == tgt == symbols + EOS, right-padded."""
+class NumberedCopyDataset(Dataset):
+    """What the loaders serve: item i of a :class:`CopyDataset` as ``(i, sequence)``, so that
+    :func:`collate_numbered` gives each batch its sequences' positions in the split (``indices``)."""
+
+    def __init__(self, data: CopyDataset) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[int, np.ndarray]:
+        return index, self.data[index]
+
+
+def collate_copy(
+    examples: Sequence[np.ndarray], indices: Sequence[int] | None = None
+) -> dict[str, torch.Tensor]:
+    """Pad a list of symbol sequences into a batch dict: src == tgt == symbols + EOS, right-padded;
+    with ``indices`` (each sequence's position in its split) the batch's ``indices`` too."""
     lengths = torch.tensor([len(x) + 1 for x in examples], dtype=torch.long)  # (B,) incl. EOS
     width = int(lengths.max()) if len(examples) else 1
     src = torch.full((len(examples), width), PAD_ID, dtype=torch.long)  # (B, S)
     for row, seq in enumerate(examples):
         src[row, : len(seq)] = torch.from_numpy(np.ascontiguousarray(seq))
         src[row, len(seq)] = EOS_ID
-    return {"src": src, "src_lengths": lengths, "tgt": src.clone(), "tgt_lengths": lengths.clone()}
+    batch = {"src": src, "src_lengths": lengths, "tgt": src.clone(), "tgt_lengths": lengths.clone()}
+    if indices is not None:
+        batch["indices"] = torch.tensor(list(indices), dtype=torch.long)  # (B,)
+    return batch
+
+
+def collate_numbered(items: Sequence[tuple[int, np.ndarray]]) -> dict[str, torch.Tensor]:
+    """:func:`collate_copy` of :class:`NumberedCopyDataset` items: the batch dict with ``indices``."""
+    return collate_copy([seq for _, seq in items], [index for index, _ in items])
 
 
 class LengthBucketBatchSampler:
@@ -132,7 +177,8 @@ class CopyTaskDataModule(LoadsCheckpointFiles, pl.LightningDataModule):
 
     Args:
         vocab_size: number of distinct symbols (ids 4 .. vocab_size + 3).
-        max_length, min_length: sequence lengths (without EOS), uniform in [min_length, max_length].
+        max_length, min_length: sequence lengths (without EOS), uniform in [min_length, max_length]
+            in train and validation; the held-out test split has fewer short ones (module docstring).
         train_size, val_size, test_size: examples per split.
         batch_size: examples per batch.
         seed: generation seed; the splits use distinct seeds derived from it.
@@ -199,9 +245,13 @@ class CopyTaskDataModule(LoadsCheckpointFiles, pl.LightningDataModule):
 
     def held_out_test(self, max_rounds: int = 20) -> CopyDataset:
         """The test split with no sequence that occurs in train or validation: each such sequence
-        is replaced by a new draw from the test split's own generator, up to ``max_rounds`` times
-        (where few distinct sequences exist, e.g. ``max_length=1``, the split comes out smaller).
-        Done once, when the test split is first asked for; :attr:`test_redrawn` counts the draws."""
+        is replaced by a new draw from the test split's own generator, up to ``max_rounds`` times.
+        Done once, when the test split is first asked for; :attr:`test_redrawn` counts the draws.
+
+        Where few distinct sequences exist (a small ``vocab_size`` and ``max_length`` against a
+        large ``train_size``) the split comes out smaller than ``test_size``: a
+        :class:`SmallTestSplitWarning` says how many it holds and why; an empty one (with
+        ``test_size`` above 0) raises ValueError."""
         if not self.datasets:
             self.setup()
         if self._test_rng is None:  # already held out
@@ -227,43 +277,74 @@ class CopyTaskDataModule(LoadsCheckpointFiles, pl.LightningDataModule):
             new = [fresh[i] for i in range(len(fresh)) if fresh[i].tobytes() not in seen]
             kept += new
             missing -= len(new)
+        asked = self.sizes["test"]
+        if len(kept) < asked:
+            why = self._why_few_unseen(len(seen), max_rounds)
+            if not kept:
+                raise ValueError(
+                    f"CopyTaskDataModule: the held-out test split is empty (test_size={asked}): "
+                    f"{why}. Raise vocab_size or max_length, or lower train_size, so that unseen "
+                    "sequences remain; or pass test_size=0 to skip testing"
+                )
+            warnings.warn(
+                f"CopyTaskDataModule: the held-out test split has {len(kept)} sequences, not "
+                f"test_size={asked}: {why}. Raise vocab_size or max_length, or lower train_size, "
+                "for a full test split",
+                SmallTestSplitWarning,
+                stacklevel=2,
+            )
         self.datasets["test"] = CopyDataset.join(kept)
         self._test_rng = None
         return self.datasets["test"]
+
+    def _why_few_unseen(self, seen: int, max_rounds: int) -> str:
+        """Why the test draws found few sequences outside train and validation (``seen``: the
+        distinct sequences those two hold)."""
+        lengths = range(self.min_length, self.max_length + 1)
+        total = sum(self.vocab_size**n for n in lengths)
+        count = f"{total:.3g}" if total > 10**9 else str(total)
+        return (
+            f"a test sequence that also occurs in train or validation is drawn again (up to "
+            f"{max_rounds} times), and of the {count} distinct sequences of lengths "
+            f"{self.min_length}..{self.max_length} over vocab_size={self.vocab_size} symbols, "
+            f"train and validation (train_size={self.sizes['train']}, "
+            f"val_size={self.sizes['val']}) hold {seen}"
+        )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if not self.datasets:
             self.setup()
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        # batches carry each sequence's position in the split (``indices``): under DDP the
+        # samplers repeat some sequences, and the module counts each index once in BLEU
+        dataset = NumberedCopyDataset(self.datasets[split])
         if (
             shuffle and self.bucket_batches and not distributed
         ):  # batches of similar lengths, (seed, epoch)
-            dataset = self.datasets[split]
             return ResumableDataLoader(
                 dataset,
                 batch_sampler=LengthBucketBatchSampler(
-                    dataset.lengths(), self.batch_size, seed=self.seed
+                    self.datasets[split].lengths(), self.batch_size, seed=self.seed
                 ),
                 generator=torch.Generator().manual_seed(self.seed),
-                collate_fn=collate_copy,
+                collate_fn=collate_numbered,
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
             )
         if (
             shuffle
         ):  # order a function of (seed, epoch), position saved in checkpoints: exact resume
-            dataset = self.datasets[split]
             return ResumableDataLoader(
                 dataset,
                 batch_size=self.batch_size,
                 sampler=EpochRandomSampler(dataset, seed=self.seed),
                 generator=torch.Generator().manual_seed(self.seed),
-                collate_fn=collate_copy,
+                collate_fn=collate_numbered,
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
             )
         return DataLoader(
-            self.datasets[split],
+            dataset,
             batch_size=self.batch_size,
             shuffle=False,
             # each iterator draws its workers' base seed from here, not from the global RNG that
@@ -271,7 +352,7 @@ class CopyTaskDataModule(LoadsCheckpointFiles, pl.LightningDataModule):
             # scratch, at the first validation in a resumed fit, or at each validation without
             # workers) moved dropout's stream, and a resume with workers was not exact
             generator=torch.Generator().manual_seed(self.seed),
-            collate_fn=collate_copy,
+            collate_fn=collate_numbered,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

@@ -59,7 +59,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args, get_type_hints
 
 import lightning.pytorch as pl
 import numpy as np
@@ -144,9 +144,12 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         character_coverage: sentencepiece coverage; rarer characters fall back to bytes.
         bpe_sample_sentences: at most this many training lines (both sides) train the BPE.
         moses_tokenized: the text is Moses-tokenized (None: True for files, False for hf).
-        detokenizer: for ``val/sacrebleu``, in the target language: ``"sacremoses"`` (standard
-            Moses post-processing, comparable with published scores; the ``data`` extra) or
-            ``"builtin"`` (an approximation that needs no extra; not comparable).
+        detokenizer: for ``val/sacrebleu``, in the target language: ``"sacremoses"`` (the
+            standard Moses post-processing; the ``data`` extra) or ``"builtin"`` (an
+            approximation of it that needs no extra; its scores are further off). Either way
+            ``val/sacrebleu`` approximates a published score's protocol but is not it: its
+            references are the files' tokenized (in the release, truecased) lines detokenized,
+            not WMT's raw references (docs/running.md). Used only with ``moses_tokenized`` text.
         shuffle, seed: training batch order, deterministic per (seed, epoch).
         num_workers: DataLoader workers (token caches are memory-mapped, not copied).
         encode_threads: sentencepiece threads for encoding/training (default: all cores, <= 16).
@@ -200,6 +203,7 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         # timing command (python -m sweeps.timing CKPT) can rebuild the data from the checkpoint alone
         self.save_hyperparameters()
         langs = check_pair(pair)
+        _check_choices(bpe_model_type, detokenizer, moses_tokenized)
         if source not in ("files", "hf"):
             raise ValueError(f"source must be 'files' or 'hf', got {source!r}")
         if batch_size is None and batch_tokens is None:
@@ -601,6 +605,44 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
                     name, config, split=hf_split, cache_dir=self.hf_cache_dir
                 )
                 _write_parallel(ds, paths)
+
+
+@functools.cache
+def _choices(parameter: str) -> tuple[str, ...]:
+    """The values a ``Literal`` parameter of :class:`WMT17DataModule` takes (its annotation)."""
+    return get_args(get_type_hints(WMT17DataModule.__init__)[parameter])
+
+
+def _check_choices(bpe_model_type: object, detokenizer: object, moses_tokenized: object) -> None:
+    """Refuse a ``bpe_model_type`` or ``detokenizer`` outside its ``Literal`` (sentencepiece took
+    ``"BPE"`` and ``"char"`` as given; a detokenizer was only looked at for Moses-tokenized text,
+    so ``detokenizer="moses"`` with ``moses_tokenized=False`` passed unseen)."""
+    models = _choices("bpe_model_type")
+    if bpe_model_type not in models:
+        lower = bpe_model_type.lower() if isinstance(bpe_model_type, str) else None
+        fix = (
+            f"pass {lower!r} (lower case)"
+            if lower in models
+            else "pass 'bpe' (the default) or 'unigram'; sentencepiece's other model types "
+            "(char, word) are not offered"
+        )
+        raise ValueError(
+            f"WMT17DataModule: bpe_model_type must be one of {', '.join(map(repr, models))}, "
+            f"got {bpe_model_type!r}; {fix}"
+        )
+    detokenizers = _choices("detokenizer")
+    if detokenizer not in detokenizers:
+        unused = (
+            " (with moses_tokenized=False the text is taken as untokenized and no detokenizer "
+            "runs: leave detokenizer out, or pass moses_tokenized=True for Moses-tokenized files)"
+            if moses_tokenized is False
+            else ""
+        )
+        raise ValueError(
+            f"WMT17DataModule: detokenizer must be one of {', '.join(map(repr, detokenizers))}, "
+            f"got {detokenizer!r}; pass detokenizer='sacremoses' for Moses' own detokenizer or "
+            f"'builtin' for the approximation that needs no extra package{unused}"
+        )
 
 
 def _write_parallel(ds, paths: dict[str, str]) -> None:

@@ -1,11 +1,15 @@
 """Text helpers for Moses-tokenized WMT data: unescaping, detokenizers, and both BLEUs.
 
-The default detokenizer is the standard one, so ``val/sacrebleu`` can be compared with published
-scores: join the aggressive-hyphen marks (`` @-@ `` ``@,@`` ``@.@``), then run Moses'
-``detokenizer.perl`` through its Python port, ``sacremoses`` (the ``data`` and ``sweep`` extras).
-:func:`moses_detokenize` is a small hand-written approximation of the same rules, kept as the
-opt-in ``"builtin"`` for installs without sacremoses; its scores are not comparable (it writes
-``hier…`` for Moses' ``hier …``, ``States 'gas`` for ``States' gas``, ``¢ 1`` for ``¢1``).
+The default detokenizer is the standard one: join the aggressive-hyphen marks (`` @-@ `` ``@,@``
+``@.@``), then run Moses' ``detokenizer.perl`` through its Python port, ``sacremoses`` (the
+``data`` and ``sweep`` extras), and score with sacreBLEU's defaults. ``val/sacrebleu`` so
+approximates a published score's protocol closely but is not it: its references are the data
+files' tokenized text detokenized (for the WMT'17 preprocessed release, tokenized and truecased
+lines: ``die Regierung`` where WMT's raw reference has ``Die Regierung``), not WMT's raw
+references (docs/running.md). :func:`moses_detokenize` is a small hand-written approximation of the
+same rules, kept as the opt-in ``"builtin"`` for installs without sacremoses; its scores are
+further off (it writes ``hier…`` for Moses' ``hier …``, ``States 'gas`` for ``States' gas``,
+``¢ 1`` for ``¢1``).
 """
 
 from __future__ import annotations
@@ -109,8 +113,8 @@ class MosesPostprocess:
         self._md = import_extra(
             "sacremoses",
             "WMT detokenization for val/sacrebleu uses the Moses detokenizer from sacremoses",
-            "detokenizer='builtin' runs without it, but its sacreBLEU is not comparable with "
-            "published scores",
+            "detokenizer='builtin' runs without it, but its sacreBLEU is further from a "
+            "published score's protocol",
         ).MosesDetokenizer(lang=lang)
 
     def __call__(self, text: str) -> str:

@@ -16,7 +16,9 @@ see :mod:`lightning_modules.precision`) trains and decodes under bf16 autocast.
 Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss`` and
 ``val/token_acc`` (teacher-forced cross-entropy and argmax accuracy, each the mean over every
 non-pad target token of the split, whatever its batching), ``val/bleu``
-(sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), ``val/decode_seconds`` (time spent in
+(sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output; each sentence counted once, also under
+DDP, where the samplers repeat some: batches with ``indices`` keep one hypothesis per index, see
+:func:`one_per_index`), ``val/decode_seconds`` (time spent in
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
 datamodule can ``detokenize``; the same under ``test/``. ``train/loss`` is logged per step and
 per epoch: a Lightning logger receives ``train/loss_step`` and ``train/loss_epoch``;
@@ -74,12 +76,38 @@ Probability = Annotated[float, Interval(ge=0, lt=1)]
 
 
 class _DecodeBuffer:
-    """Hypotheses, references and decode time accumulated over one evaluation epoch."""
+    """Hypotheses, references, their sentences' indices and decode time accumulated over one
+    evaluation epoch."""
 
     def __init__(self) -> None:
         self.hyps: list[str] = []
         self.refs: list[str] = []
+        #: each sentence's index in its split (the batches' ``indices``); None once a batch
+        #: came without them (a plain dataloader), and then no repeat is removed
+        self.indices: list[int] | None = []
         self.seconds = 0.0
+
+
+def one_per_index(
+    indices: list[int], hyps: list[str], refs: list[str]
+) -> tuple[list[str], list[str]]:
+    """One hypothesis and reference per sentence index, the first seen, in index order.
+
+    Under DDP some sentences are decoded twice: the samplers give every rank the same number of
+    batches (so the per-step collectives match) by repeating the split's first batches
+    (:class:`~datamodules.bucketing.TokenBucketBatchSampler`) or sentences (Lightning's
+    ``DistributedSampler``). Keeping one per index makes the BLEU that of the split itself, and
+    index order makes the lists the same whatever the number of ranks."""
+    if not len(indices) == len(hyps) == len(refs):
+        raise ValueError(
+            f"{len(indices)} indices for {len(hyps)} hypotheses and {len(refs)} references: "
+            "give one index per decoded sentence"
+        )
+    first: dict[int, tuple[str, str]] = {}
+    for index, hyp, ref in zip(indices, hyps, refs):
+        first.setdefault(index, (hyp, ref))
+    order = sorted(first)
+    return [first[i][0] for i in order], [first[i][1] for i in order]
 
 
 class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
@@ -191,8 +219,10 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         # per stage; not ``_buffers``, which is nn.Module's registry of tensors (moved by .to())
         self._decode_buffers: dict[str, _DecodeBuffer] = {}
         self.last_bleu_signature: str | None = None
-        # the last evaluation's (hypotheses, references) per stage ("val", "test"), in the
-        # dataloader's order: what its BLEU was computed from (e.g. for paired significance tests)
+        # the last evaluation's (hypotheses, references) per stage ("val", "test"), one per
+        # sentence in the order of the batches' ``indices`` (the split's order; the dataloader's
+        # order for batches without them): what its BLEU was computed from (e.g. for paired
+        # significance tests)
         self.last_decoded: dict[str, tuple[list[str], list[str]]] = {}
         # the §3.1 teacher: loaded only to train, never a submodule (not in the state dict)
         self._teacher: Teacher | None = None
@@ -509,6 +539,11 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             buffer.refs.extend(batch["references"])
         else:
             buffer.refs.extend(self.ids_to_text(row) for row in batch["tgt"].tolist())
+        indices = batch.get("indices")
+        if indices is None:
+            buffer.indices = None
+        elif buffer.indices is not None:
+            buffer.indices.extend(int(i) for i in indices.tolist())
 
     def _log_decode_metrics(self, stage: str) -> None:
         buffer = self._decode_buffers.pop(stage, None)
@@ -516,17 +551,24 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             return
         import sacrebleu  # lazy: only needed once per evaluation epoch
 
-        hyps, refs, seconds = buffer.hyps, buffer.refs, buffer.seconds
+        hyps, refs, indices, seconds = buffer.hyps, buffer.refs, buffer.indices, buffer.seconds
         if (
             self.trainer.world_size > 1
             and torch.distributed.is_available()
             and torch.distributed.is_initialized()
         ):
             gathered: list[Any] = [None] * self.trainer.world_size
-            torch.distributed.all_gather_object(gathered, (hyps, refs, seconds))
+            torch.distributed.all_gather_object(gathered, (hyps, refs, indices, seconds))
             hyps = [h for part in gathered for h in part[0]]
             refs = [r for part in gathered for r in part[1]]
-            seconds = sum(part[2] for part in gathered)
+            indices = (
+                None
+                if any(part[2] is None for part in gathered)
+                else [i for part in gathered for i in part[2]]
+            )
+            seconds = sum(part[3] for part in gathered)
+        if indices is not None:  # the sentences the samplers repeated under DDP, once each
+            hyps, refs = one_per_index(indices, hyps, refs)
         names = METRICS[stage]
         self.last_decoded[stage] = (list(hyps), list(refs))
         bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score if hyps else 0.0

@@ -98,3 +98,54 @@ def test_the_datamodules_say_the_same_of_such_a_file(datamodule, saved, tmp_path
             datamodule.load_from_checkpoint(file)
     with pytest.raises(FileNotFoundError):
         datamodule.load_from_checkpoint(tmp_path / "nope.ckpt")
+
+
+@pytest.mark.parametrize("datamodule", [CopyTaskDataModule, WMT17DataModule])
+def test_a_checkpoint_without_datamodule_settings_is_refused_saying_to_build_one(datamodule, saved):
+    """A model fit without a datamodule stores no datamodule settings: the datamodules loaded
+    from its checkpoint with their defaults, whatever data the model was trained on."""
+    _, checkpoint = saved
+    assert "datamodule_hyper_parameters" not in torch.load(checkpoint, weights_only=True)
+    name = datamodule.__name__
+    with pytest.raises(CheckpointError) as info:
+        datamodule.load_from_checkpoint(checkpoint)
+    said = str(info.value)
+    assert said.startswith(f"{checkpoint}: the checkpoint stores no datamodule settings")
+    assert said.endswith(
+        f"build the datamodule yourself with the settings it was trained with, {name}(...)"
+    )
+    assert "\n" not in said
+
+
+def with_settings(checkpoint, tmp_path, settings: dict):
+    """``checkpoint`` with ``settings`` stored as a datamodule's, as trainer.fit(model, dm) does."""
+    held = torch.load(checkpoint, weights_only=True)
+    held["datamodule_hyper_parameters"] = settings
+    path = tmp_path / "with_settings.ckpt"
+    torch.save(held, path)
+    return path
+
+
+def test_another_datamodules_settings_are_refused_naming_the_class_to_load_them(saved, tmp_path):
+    """A copy-task checkpoint loaded as WMT failed on a range check (vocab_size=7 below WMT's
+    smallest); the settings are named as the other class's, with the call that loads them."""
+    _, checkpoint = saved
+    copy = dict(CopyTaskDataModule(vocab_size=7, max_length=5, train_size=64).hparams)
+    path = with_settings(checkpoint, tmp_path, copy)
+    with pytest.raises(CheckpointError) as info:
+        WMT17DataModule.load_from_checkpoint(path)
+    said = str(info.value)
+    assert said.startswith(
+        f"{path}: the checkpoint's datamodule settings are CopyTaskDataModule's, not "
+        "WMT17DataModule's (WMT17DataModule takes no bucket_batches, min_length, test_size"
+    )
+    assert said.endswith("load them with CopyTaskDataModule.load_from_checkpoint(path)")
+    loaded = CopyTaskDataModule.load_from_checkpoint(path)  # the fix it gives
+    assert dict(loaded.hparams) == copy and loaded.src_vocab_size == 11
+
+    wmt = dict(WMT17DataModule(pair="de-en", vocab_size=8000).hparams)
+    path = with_settings(checkpoint, tmp_path, wmt)
+    with pytest.raises(CheckpointError, match=r"are WMT17DataModule's, not CopyTaskDataModule's"):
+        CopyTaskDataModule.load_from_checkpoint(path)
+    loaded = WMT17DataModule.load_from_checkpoint(path)
+    assert (loaded.pair, loaded.vocab_size) == ("de-en", 8000)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import typing
+import warnings
+from pathlib import Path
 
 import annotated_types
 import lightning.pytorch as pl
@@ -10,9 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+import datamodules.copy_task
 from datamodules import CopyTaskDataModule
-from datamodules.copy_task import collate_copy
+from datamodules.copy_task import SmallTestSplitWarning, collate_copy
 from datamodules.ranges import declared_ranges
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make(**kwargs) -> CopyTaskDataModule:
@@ -196,3 +202,126 @@ def test_a_bucketed_loader_resumes_mid_epoch_through_lightnings_set_epoch_calls(
     for epoch in (1, 2):
         resumed.batch_sampler.sampler.set_epoch(epoch + ahead)
         assert [b["src"].tolist() for b in resumed] == epochs[epoch]
+
+
+@pytest.mark.parametrize("bucket_batches", [False, True])
+def test_every_batch_carries_its_sequences_positions_in_the_split(bucket_batches):
+    """``indices`` (docs/CONTRACTS.md) on the copy task's batches too: each row is the split's
+    sequence at that position; evaluation batches cover the split once, in order."""
+    dm = make(
+        vocab_size=3,
+        max_length=5,
+        train_size=40,
+        val_size=30,
+        test_size=30,
+        batch_size=8,
+        bucket_batches=bucket_batches,
+    )
+    loaders = {"train": dm.train_dataloader(), "val": dm.val_dataloader()}
+    loaders["test"] = dm.test_dataloader()  # after the redraws: positions in the held-out split
+    for split, loader in loaders.items():
+        seen = []
+        for batch in loader:
+            assert batch["indices"].dtype == torch.long
+            assert batch["indices"].shape == batch["src_lengths"].shape
+            expected = collate_copy([dm.datasets[split][i] for i in batch["indices"].tolist()])
+            assert torch.equal(batch["src"], expected["src"])
+            seen += batch["indices"].tolist()
+        assert sorted(seen) == list(range(len(dm.datasets[split])))
+        if split != "train":
+            assert seen == sorted(seen)
+
+
+def test_an_empty_held_out_test_split_is_refused_naming_what_to_change():
+    """Two symbols and lengths up to 4 make 31 sequences, all in a 10,000-sequence training split:
+    the test split came out empty and trainer.test returned [] without a word."""
+    settings = dict(vocab_size=2, max_length=4, train_size=10_000, val_size=100, test_size=1000)
+    dm = make(**settings)
+    with pytest.raises(
+        ValueError, match=r"held-out test split is empty \(test_size=1000\)"
+    ) as info:
+        dm.test_dataloader()
+    said = str(info.value)
+    assert "of the 31 distinct sequences" in said and "hold 31" in said
+    assert "Raise vocab_size or max_length, or lower train_size" in said
+    assert said.endswith("or pass test_size=0 to skip testing")
+    skipped = make(**{**settings, "test_size": 0})  # no test split asked for: none, no error
+    assert len(skipped.held_out_test()) == 0
+
+
+def test_a_short_held_out_test_split_is_warned_of_with_its_size_and_why():
+    dm = make(vocab_size=2, max_length=4, train_size=60, val_size=10, test_size=100)
+    with pytest.warns(
+        SmallTestSplitWarning, match=r"has (\d+) sequences, not test_size=100"
+    ) as caught:
+        test = dm.held_out_test()
+    said = str(caught[0].message)
+    assert f"has {len(test)} sequences" in said and 0 < len(test) < 100
+    assert "of the 31 distinct sequences of lengths 0..4 over vocab_size=2" in said
+    assert issubclass(SmallTestSplitWarning, UserWarning)
+    defaults = CopyTaskDataModule()  # and the defaults (as every shipped sweep's) draw it whole
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallTestSplitWarning)
+        assert len(defaults.held_out_test()) == 1000
+
+
+def split_figures(**kwargs) -> dict[str, object]:
+    """What the module docstring and docs/reading-results.md say of the copy task's splits."""
+    dm = CopyTaskDataModule(**kwargs)
+    dm.setup("fit")
+    train = {dm.datasets["train"][i].tobytes() for i in range(len(dm.datasets["train"]))}
+    val = dm.datasets["val"]
+    shared = [len(val[i]) for i in range(len(val)) if val[i].tobytes() in train]
+    before = dm.datasets["test"].lengths()
+    after = dm.held_out_test().lengths()
+    return {
+        "val_in_train": len(shared),
+        "longest_shared": max(shared),
+        "redrawn": dm.test_redrawn,
+        "mean_before": f"{before.mean():.2f}",
+        "mean_after": f"{after.mean():.2f}",
+        "short_before": np.bincount(before, minlength=4)[:4].tolist(),
+        "short_after": np.bincount(after, minlength=4)[:4].tolist(),
+    }
+
+
+def test_the_figures_said_of_the_splits_are_the_measured_ones():
+    """Train and validation lengths are uniform, but the test split's redraws remove the short
+    sequences and validation shares its short ones with training: the docstring and the results
+    page say so with these figures (the docstring said all lengths were uniform)."""
+    doc = " ".join(datamodules.copy_task.__doc__.split())
+    page = " ".join((ROOT / "docs" / "reading-results.md").read_text().split())
+    d = split_figures()
+    assert d == {
+        "val_in_train": 339,
+        "longest_shared": 4,
+        "redrawn": 299,
+        "mean_before": "5.24",
+        "mean_after": "6.91",
+        "short_before": [79, 89, 68, 87],
+        "short_after": [0, 0, 0, 43],
+    }
+    assert (
+        "339 of the 1,000 validation sequences also occur in training, all of them of length 0 to 4"
+        in doc
+    )
+    assert "299 of its 1,000 sequences are drawn again" in doc
+    assert (
+        "no sequence of length 0, 1 or 2 (79, 89 and 68 before) and 43 of length 3 (87 before)"
+        in doc
+    )
+    assert "mean length is 6.91 against 5.24 before" in doc
+    assert (
+        "339 of the 1,000 validation sequences also occur in training, all of length 0 to 4" in page
+    )
+    assert "mean length of 6.91 against 5.24 before the redraws" in page
+    at_20 = split_figures(max_length=20)
+    assert (at_20["val_in_train"], at_20["redrawn"]) == (158, 155)
+    assert (at_20["mean_after"], at_20["mean_before"]) == ("12.06", "10.48")
+    assert re.search(r"at max_length=20, 158;", doc) and "158 at `max_length: 20`" in page
+    assert "155 are drawn again and the mean length is 12.06 against 10.48" in doc
+    assert "12.06 against 10.48 at `max_length: 20`" in page
+    for length, shared in ((50, 60), (200, 15)):
+        assert split_figures(max_length=length)["val_in_train"] == shared
+        assert f"at max_length={length}, {shared}" in doc
+    assert "15 at `max_length: 200`" in page

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+import datamodules.wmt_text
 from datamodules import WMT17DataModule
 from datamodules.bpe import read_lines
 from datamodules.bucketing import TokenBucketBatchSampler
@@ -458,6 +459,53 @@ def test_out_of_range_arguments_fail_naming_the_argument(key, value, message):
     with pytest.raises(ValueError, match=f"^WMT17DataModule: {message}$"):
         WMT17DataModule(**{key: value})
     assert WMT17DataModule(eval_max_length=None).eval_max_length is None  # None stays allowed
+
+
+@pytest.mark.parametrize(
+    "value,fix",
+    [("BPE", "pass 'bpe' (lower case)"), ("char", "pass 'bpe' (the default) or 'unigram'")],
+)
+def test_a_bpe_model_type_other_than_bpe_or_unigram_is_refused(value, fix):
+    """sentencepiece took "BPE" (a second BPE model under another cache key) and "char" as given."""
+    with pytest.raises(ValueError) as info:
+        WMT17DataModule(bpe_model_type=value)
+    said = str(info.value)
+    assert said.startswith(
+        f"WMT17DataModule: bpe_model_type must be one of 'bpe', 'unigram', got {value!r}; {fix}"
+    )
+    assert WMT17DataModule(bpe_model_type="unigram").bpe_model_type == "unigram"
+
+
+@pytest.mark.parametrize("moses_tokenized", [None, True, False])
+def test_a_detokenizer_outside_its_choices_is_refused_whatever_the_text(moses_tokenized):
+    """With moses_tokenized=False no detokenizer runs, and detokenizer="moses" passed unseen."""
+    with pytest.raises(ValueError) as info:
+        WMT17DataModule(detokenizer="moses", moses_tokenized=moses_tokenized)
+    said = str(info.value)
+    assert said.startswith(
+        "WMT17DataModule: detokenizer must be one of 'sacremoses', 'builtin', got 'moses'; pass "
+        "detokenizer='sacremoses'"
+    )
+    unused = "with moses_tokenized=False the text is taken as untokenized and no detokenizer runs"
+    assert (unused in said) == (moses_tokenized is False)
+
+
+def test_the_docstrings_say_val_sacrebleu_approximates_the_published_protocol():
+    """docs/running.md says val/sacrebleu's references are the files' tokenized text detokenized,
+    so it approximates a published score's protocol; the docstrings called it comparable."""
+    texts = {
+        "wmt_text": datamodules.wmt_text.__doc__,
+        "WMT17DataModule": WMT17DataModule.__doc__,
+    }
+    for where, text in texts.items():
+        flat = " ".join(text.split())
+        assert "comparable with published" not in flat, where
+        assert "approximates a published score's protocol" in flat, where
+        assert "not WMT's raw references" in flat, where
+    running = " ".join(
+        (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text().split()
+    )
+    assert "approximates a published score's protocol closely but is not it" in running
 
 
 @pytest.mark.parametrize(
