@@ -50,7 +50,7 @@ from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
 from sweeps.report.heldout import split_confirm
 from sweeps.report.moo import journal_problem, report_sections, section_with_plots, with_section
-from sweeps.report.page import page_sections, recorded_metric
+from sweeps.report.page import page_sections, recorded_metric, sweep_description
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
 from sweeps.report.summary import (
@@ -88,6 +88,8 @@ def build_local_report(
         figure = pareto_figure(points, untimed, split)
         paths["pareto"] = save_figure(figure, sweep_dir / "pareto.png")
     lines = [f"# {title or 'Sweep ' + sweep_dir.name}"]
+    if description := sweep_description(sweep_dir):  # the sweep file's own words
+        lines.append(description)
     for heading, text in page_sections(df, confirm, sweep_dir, metric, mode, summary):
         lines += ([f"## {heading}"] if heading else []) + [text]
     if paths:

@@ -84,6 +84,12 @@ def launch_profile(sweep_dir: Path) -> str | None:
     return recorded(sweep_dir).get("profile")
 
 
+def sweep_description(sweep_dir: Path) -> str:
+    """The sweep file's ``description``, as its launch.json records it ("" without one)."""
+    said = recorded(sweep_dir).get("description")
+    return said.strip() if isinstance(said, str) else ""
+
+
 def profile_note(sweep_dir: Path) -> str:
     """``This run's profile smoke sets: ...; then --set ...``, from launch.json: a profile's
     figures are its settings' (a smoke run's tiny model, validated on its first batches), and a

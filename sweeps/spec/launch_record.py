@@ -29,6 +29,7 @@ def save_launch(
     profile_settings: dict[str, tuple[Any, str]] | None = None,
     resume: bool = False,
     code: str | None = None,
+    description: str | None = None,
 ) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
@@ -36,7 +37,8 @@ def save_launch(
     (``profile_sets``: :func:`profile_line`), which results.md repeats; the sweep's id
     (``sweep_id``: :func:`sweep_id`), made by its first launch and kept by every resume; and the
     versions of the trials' code its runs trained with (``codes``: :func:`code_versions`; ``code``,
-    this run's, is added where it differs from the last)."""
+    this run's, is added where it differs from the last); the sweep file's ``description``, which
+    results.md shows under its title."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
@@ -53,6 +55,8 @@ def save_launch(
         record["codes"] = codes
     if planned is not None:
         record["planned"] = planned
+    if description:
+        record["description"] = description
     if profile_settings or overrides:
         record["profile_sets"] = profile_line(profile, profile_settings or {}, overrides)
     # in one step: a launch killed while writing leaves the old record whole, never half of one

@@ -91,6 +91,7 @@ def check_output(launch: Launch) -> None:
             launch.sweep.profile_settings,
             resume=args.resume,
             code=code,
+            description=launch.sweep.spec.description,
         )
 
 

@@ -21,6 +21,7 @@ from sweeps.report.results import read_results
 from sweeps.report.stats import bootstrap_table
 from sweeps.report.student_t import t975
 from sweeps.report.summary import cell_summary, front_points
+from sweeps.spec.launch_record import save_launch
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN = ROOT / "docs" / "results" / "k_vs_length"
@@ -265,14 +266,21 @@ def test_the_t_quantile_is_right_past_the_table(df, quantile):
 # -- the sweep file's description ------------------------------------------------------------------
 
 
-def test_the_sweep_file_page_does_not_promise_the_description_on_results_md():
-    """Nothing reads a sweep's ``description``: the example sweep file said results.md shows it."""
+@pytest.mark.report
+def test_the_sweep_files_description_stands_under_the_pages_title(drawn, tmp_path):
+    """docs/sweep-file.md said results.md shows the sweep's ``description``, and nothing read it:
+    the launch now records it in launch.json and the page shows it under its title."""
+    _, folder = _run(tmp_path)
+    save_launch(folder, [], None, description="K against length, three seeds")
+    local.build_local_report(folder, title="k_vs_length")
+    assert (folder / "results.md").read_text().splitlines()[:3] == [
+        "# k_vs_length",
+        "",
+        "K against length, three seeds",
+    ]
     line = next(
         line
         for line in (ROOT / "docs" / "sweep-file.md").read_text().splitlines()
         if line.startswith("description:")
     )
-    assert "results.md" not in line and "no report shows it" in line
-    assert not any(
-        ".description" in p.read_text() for p in (ROOT / "sweeps" / "report").glob("*.py")
-    )
+    assert "shown under results.md's title" in line
