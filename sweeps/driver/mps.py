@@ -319,23 +319,34 @@ def mps_for_sweep(
 
 def _plan_command(spec: str, options: Sequence[str]) -> int:
     """Print ``<want> <reason>`` for the sweep as launch.py loads it with ``options`` (its
-    ``--profile``, ``--smoke`` and ``--set``; the others change nothing here)."""
+    ``--profile``, ``--smoke``, ``--set``, and with ``--resume`` the first run's as the sweep's
+    launch.json under ``--output`` records them, as the launcher reads them; the others change
+    nothing here)."""
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--profile")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--output", default="sweep-results")
+    p.add_argument("--resume", action="store_true")
     args, _ = p.parse_known_args(list(options))
     profile = "smoke" if args.smoke else args.profile
     # the sweep file's reader (pydantic) and the plan only here: `run`, around every command,
     # starts in 0.1 s
     from sweeps.errors import LaunchError
+    from sweeps.layout import holds_local_sweep
     from sweeps.plan.sweep_plan import build_plan
     from sweeps.spec import SpecError, load_spec
+    from sweeps.spec.launch_record import resume_launch
 
     try:
         sweep = load_spec(spec, overrides=args.overrides, profile=profile)
+        folder = Path(args.output).resolve() / sweep.name
+        if args.resume and (sweep.spec.storage.path is not None or holds_local_sweep(folder)):
+            # a resubmission may give only --resume and a budget: the first run's --set and
+            # profile plan the trials (and so whether they share GPUs), as the launcher reads them
+            overrides, profile = resume_launch(folder, args.overrides, profile, spec)
+            sweep = load_spec(spec, overrides=overrides, profile=profile)
         # the launch's own decision: with resources.gpu auto, the GPU arrangement it chooses
         plan = build_plan(sweep, Path(args.output)).mps
     except (SpecError, LaunchError) as exc:  # the launcher says it again, and stops the job

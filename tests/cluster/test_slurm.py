@@ -49,6 +49,7 @@ done
 exit $status
 """
 SCONTROL = r"""#!/bin/bash
+if [[ $1 == requeue ]]; then echo "scontrol requeue $2" >> "$FAKE_LOG"; exit 0; fi
 [[ "$1 $2" == "show hostnames" ]] || exit 1
 for n in $FAKE_NODES; do echo "$n"; done
 """
@@ -94,7 +95,7 @@ PYTHON = (
     r"""#!/bin/bash
 echo "python $*" >> "$FAKE_LOG"
 case "$*" in
-    *sweeps/launch.py*) exit 0 ;;
+    *sweeps/launch.py*) exit "${FAKE_LAUNCH_EXIT:-0}" ;;
     *ray.nodes*) """
     + JOIN_COUNT
     + r""" ;;
@@ -149,7 +150,9 @@ needs_address = pytest.mark.skipif(ADDRESS is None, reason="no non-loopback IPv4
 class Job:
     """One run of the batch script: return code, output, the log of stand-in calls, seconds."""
 
-    def __init__(self, tmp: Path, nodes: list[str], **env: str) -> None:
+    def __init__(
+        self, tmp: Path, nodes: list[str], usr1_after: float | None = None, **env: str
+    ) -> None:
         bin_dir, venv_bin = tmp / "bin", tmp / "venv" / "bin"
         bin_dir.mkdir()
         venv_bin.mkdir(parents=True)
@@ -196,6 +199,9 @@ class Job:
                 start_new_session=True,
             )
             try:
+                if usr1_after is not None:  # the time-limit warning (--signal=B:USR1@N)
+                    time.sleep(usr1_after)
+                    proc.send_signal(signal.SIGUSR1)
                 self.code = proc.wait(timeout=60)
             finally:
                 self.seconds = time.monotonic() - t0
@@ -316,3 +322,34 @@ def test_nodes_that_do_not_join_are_reported_and_the_sweep_runs_on_the_others(tm
     assert job.code == 0, job.err
     assert "warning: 1 of 2 node(s) joined within 0s (MEMATTN_JOIN_TIMEOUT)" in job.err
     assert len(job.launches()) == 1 and job.seconds < 10
+
+
+@pytest.mark.train  # the batch script runs, seconds
+@pytest.mark.parametrize("launcher_exit, requeued", [(75, True), (3, False), (2, False)])
+def test_the_job_requeues_on_the_launchers_75_whatever_stopped_it(
+    tmp_path, launcher_exit, requeued
+):
+    """75 (stopped as preempted: a Ray head lost under the sweep, with no signal to the job) is
+    what the launcher gives a batch script to requeue on, and the job did not; 3 (the budget is
+    spent) and 2 (a bad setup) end the job with them."""
+    job = Job(tmp_path, ["node1"], SLURM_JOB_ID="4242", FAKE_LAUNCH_EXIT=str(launcher_exit))
+    assert len(job.launches()) == 1
+    assert ("scontrol requeue 4242" in job.calls) == requeued, job.out + job.err
+    assert job.code == (0 if requeued else launcher_exit), job.err
+
+
+@pytest.mark.train  # the batch script runs, seconds
+def test_a_warning_before_the_sweep_starts_requeues_the_job(tmp_path):
+    """A time-limit warning (or SIGTERM) while the nodes join ended the job with exit 0 and no
+    requeue, though it said "requeueing the job": the sweep never ran."""
+    job = Job(
+        tmp_path,
+        ["node1"],
+        usr1_after=2.0,
+        SLURM_JOB_ID="4242",
+        FAKE_JOINED="0",  # the head never counts as joined: the job waits for it
+        MEMATTN_JOIN_TIMEOUT="30",
+    )
+    assert "before the sweep started: requeueing the job" in job.out, job.out + job.err
+    assert job.launches() == [] and "scontrol requeue 4242" in job.calls
+    assert job.code == 0 and job.seconds < 20, job.err

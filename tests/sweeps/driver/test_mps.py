@@ -32,6 +32,7 @@ from sweeps.driver.mps import (
 from sweeps.errors import SpecError
 from sweeps.plan.mps import MpsPlan
 from sweeps.spec import load_spec
+from sweeps.spec.launch_record import save_launch
 from sweeps.trial.fitting import trainer_kwargs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -379,6 +380,22 @@ def test_plan_says_what_the_sweep_wants(tmp_path):
     auto = mps_command(tmp_path, log, "plan", str(ROOT / "sweeps" / "k_vs_length.yaml"))
     assert auto.stdout.startswith("yes the plan puts "), auto.stdout + auto.stderr
     assert auto.stdout.strip().endswith("trials alone to a GPU (resources.gpu auto)")
+
+
+def test_plan_of_a_resumed_sweep_reads_the_first_runs_settings(tmp_path):
+    """A resubmission with only ``--resume`` (and a budget) was planned from the sweep file: the
+    nodes' daemons followed it, not the first run's ``--set``, which the launcher resumes with."""
+    log = install_fake_mps(tmp_path / "bin")
+    out = tmp_path / "out"
+    folder = out / load_spec(QUICKSTART).name
+    save_launch(folder, ["resources.gpu=0.5"], "smoke")
+    (folder / "results.csv").write_text("trial_id\n")  # the folder holds a sweep
+    plan = ["plan", str(QUICKSTART), "--output", str(out)]
+    resumed = mps_command(tmp_path, log, *plan, "--resume", "--set", "budget.hours=2")
+    assert resumed.stdout.strip() == f"yes {plan_mps('auto', 0.5).reason}", resumed.stderr
+    assert mps_command(tmp_path, log, *plan, "--smoke").stdout.startswith(
+        "no the trials use no GPU"
+    )
 
 
 def test_run_puts_a_command_under_the_node_s_daemon_and_stops_it_whatever_the_command_does(
