@@ -57,7 +57,7 @@ def answer_line(views: Sequence[StudyView], cell: str, constraint: str | None) -
                 if best
                 else ""
             )
-            parts.append((None, f"none of the searched K{near}"))
+            parts.append((None, f"none of the searched K{near}" + _untried_below(v, None)))
             continue
         p = min(ok, key=lambda p: (p.params["K"], -p.values[0]))
         extra = "".join(f", {k}={val}" for k, val in p.params.items() if k != "K")
@@ -100,22 +100,23 @@ def _objectives_first(figures: dict[str, float], v: StudyView) -> list[str]:
     return ours + sorted(n for n in figures if n not in ours)
 
 
-def _untried_below(v: StudyView, k: int) -> str:
-    """The smaller K the rule stopped before their end: the answer is the smallest K that finished
-    within the bound, not a proof that no smaller K would have (a stop on decode time is a stop on
-    time, and where K hardly changes the time, the probe's noise decides it)."""
+def _untried_below(v: StudyView, k: int | None) -> str:
+    """The smaller K (``k`` None: any K, where none met the constraints) the rule stopped before
+    their end: the answer is the smallest K that finished within the bound, not a proof that no
+    smaller K would have (a stop on decode time is a stop on time, and where K hardly changes the
+    time, the probe's noise decides it)."""
     stopped = sorted(
         {
             int(p.params["K"])
             for p in v.points
-            if p.state == "PRUNED" and "K" in p.params and int(p.params["K"]) < k
+            if p.state == "PRUNED" and "K" in p.params and (k is None or int(p.params["K"]) < k)
         }
     )
     if not stopped:
         return ""
     return (
-        f"; smaller K stopped by the rule before the end, their final BLEU unknown: "
-        f"{', '.join(f'K={x}' for x in stopped)} (not ruled out)"
+        f"; {'smaller ' if k is not None else ''}K stopped by the rule before the end, their "
+        f"final BLEU unknown: {', '.join(f'K={x}' for x in stopped)} (not ruled out)"
     )
 
 

@@ -891,6 +891,21 @@ def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_b
     assert line.endswith(
         "none of the searched K (best finished: K=1, val/bleu 0.00 vs 0.00, broke val/bleu >= 50)"
     ), line
+    # the K the rule stopped are named where none met the bound too: the page says a stopped one
+    # is named as not ruled out, and the line said "none of the searched K" without them
+    stopped = study_view(
+        Point(1, {"K": 1}, [0.0, 0.002], 30, "COMPLETE", False, broke, trial_id="t1"),
+        baseline={"metrics": {"val/bleu": 0.0}},
+        constraints=["val/bleu >= 50", "val/bleu within 1 of attention=bahdanau"],
+    )
+    stopped.points.extend(
+        Point(k, {"K": k}, [0.0, 0.003], 30, "PRUNED", trial_id=f"t{k}") for k in (2, 3)
+    )
+    line = answer_line([stopped], "length=4 memory", "val/bleu within 1 of attention=bahdanau")
+    assert line.endswith(
+        "broke val/bleu >= 50); K stopped by the rule before the end, their final BLEU unknown: "
+        "K=2, K=3 (not ruled out)"
+    ), line
 
 
 def test_a_baselines_figures_read_in_the_studys_objective_order(tmp_path):
