@@ -18,7 +18,6 @@ from sweeps.report.heldout import heldout_sections
 from sweeps.report.markdown import results_sections
 from sweeps.report.plots import plot_results
 from sweeps.report.results import read_results
-from sweeps.report.stats import bootstrap_table
 from sweeps.report.student_t import t975
 from sweeps.report.summary import cell_summary, front_points
 from sweeps.spec.launch_record import save_launch
@@ -94,34 +93,6 @@ def test_a_cached_row_naming_its_trials_is_kept_only_while_they_are_the_chosen_o
     text = dict(seed_sections(df, sweep_dir=folder))[BOOTSTRAP]
     assert "| 10 | memory K=16 |" in text and "| 40 | memory K=32 |" in text
     assert "| 20 |" not in text.split("\n\n")[0] and "(L=20 memory K=16)" in text
-
-
-def test_the_bootstrap_table_names_the_trials_it_compared(tmp_path):
-    rows = []
-    refs = [f"{i} {i + 1} {i + 2} {i + 3}" for i in range(20)]
-    for seed in (0, 1):
-        for model, hyps in (("memory K=16", refs), ("bahdanau", [r[:3] for r in refs])):
-            folder = tmp_path / f"{model}-{seed}".replace(" ", "_") / "checkpoint_000001"
-            folder.mkdir(parents=True)
-            (folder / "val_hypotheses.txt").write_text("\n".join(hyps) + "\n")
-            (folder / "val_references.txt").write_text("\n".join(refs) + "\n")
-            rows.append(
-                {
-                    "trial_id": f"{model[0]}{seed}",
-                    "cell": f"length=8 {model}",
-                    "model": model,
-                    "attention": model.split()[0],
-                    "length": 8,
-                    "seed": seed,
-                    "status": "done",
-                    "val/bleu": 100.0 if model != "bahdanau" else 70.0,
-                    "checkpoint": str(folder / "checkpoint.ckpt"),
-                }
-            )
-    table = bootstrap_table(pd.DataFrame(rows))
-    assert table[["seeds", "memory_trials", "bahdanau_trials"]].values.tolist() == [
-        ["0,1", "m0,m1", "b0,b1"]
-    ]
 
 
 # -- what a finding judges -------------------------------------------------------------------------

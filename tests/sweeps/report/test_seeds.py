@@ -312,20 +312,22 @@ def test_paired_bootstrap_uses_sacrebleu_and_brackets_the_difference():
     assert (zero["diff"], zero["low"], zero["high"], zero["p"]) == (0, 0, 0, 1.0)
 
 
-def test_bootstrap_table_reads_the_hypotheses_beside_each_checkpoint(tmp_path: Path):
-    refs = [f"{i} {i + 1} {i + 2} 5 6 7" for i in range(40)]
+def saved_pairs(
+    tmp_path: Path, refs: list[str], bahdanau_hyps: list[str], trial_ids: bool = False
+) -> pd.DataFrame:
+    """results.csv rows of memory K=16 (copying ``refs`` exactly) and Bahdanau (``bahdanau_hyps``)
+    at L=8 over seeds 0 and 1, each trial's validation hypotheses and references saved beside its
+    checkpoint as a trial saves them; ``trial_ids``: with ids m0, m1, b0, b1."""
     rows = []
     for seed in (0, 1):
-        for model, hyps in (
-            ("memory K=16", refs),
-            ("bahdanau", [r.split(" ", 1)[1] for r in refs]),
-        ):
+        for model, hyps in (("memory K=16", refs), ("bahdanau", bahdanau_hyps)):
             folder = tmp_path / f"{model}-{seed}".replace(" ", "_") / "checkpoint_000001"
             folder.mkdir(parents=True)
             (folder / "val_hypotheses.txt").write_text("\n".join(hyps) + "\n")
             (folder / "val_references.txt").write_text("\n".join(refs) + "\n")
             rows.append(
                 {
+                    **({"trial_id": f"{model[0]}{seed}"} if trial_ids else {}),
                     "cell": f"length=8 {model}",
                     "model": model,
                     "attention": model.split()[0],
@@ -336,7 +338,12 @@ def test_bootstrap_table_reads_the_hypotheses_beside_each_checkpoint(tmp_path: P
                     "checkpoint": str(folder / "checkpoint.ckpt"),
                 }
             )
-    df = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def test_bootstrap_table_reads_the_hypotheses_beside_each_checkpoint(tmp_path: Path):
+    refs = [f"{i} {i + 1} {i + 2} 5 6 7" for i in range(40)]
+    df = saved_pairs(tmp_path, refs, [r.split(" ", 1)[1] for r in refs])
     table = bootstrap_table(df)
     assert list(table["sentences"]) == [80] and table["seeds"].iloc[0] == "0,1"
     assert table["diff"].iloc[0] > 0 and table["low"].iloc[0] > 0
@@ -669,3 +676,11 @@ def test_a_translation_sweeps_bootstrap_is_keyed_by_pair_in_its_csv_and_its_tabl
         assert text.splitlines()[2].startswith("| en-de | memory K=32 | +0.50 | [+0.10, +0.90]")
     lengths = bootstrap_markdown(pd.DataFrame([{"length": 40, **figures}]))
     assert lengths.splitlines()[0].startswith("| L |") and "| 40 |" in lengths
+
+
+def test_the_bootstrap_table_names_the_trials_it_compared(tmp_path):
+    refs = [f"{i} {i + 1} {i + 2} {i + 3}" for i in range(20)]
+    table = bootstrap_table(saved_pairs(tmp_path, refs, [r[:3] for r in refs], trial_ids=True))
+    assert table[["seeds", "memory_trials", "bahdanau_trials"]].values.tolist() == [
+        ["0,1", "m0,m1", "b0,b1"]
+    ]
