@@ -12,7 +12,7 @@ import pandas as pd
 
 from lightning_modules.metric_names import TEST_BLEU, TEST_SACREBLEU, VAL_BLEU, VAL_SACREBLEU
 from sweeps.report.markdown import to_markdown
-from sweeps.report.results import natural_order
+from sweeps.report.results import natural_order, param_labels, param_text
 from sweeps.report.stats import interval
 
 HELDOUT_RULE = (
@@ -85,6 +85,7 @@ def heldout_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     sacre = TEST_SACREBLEU in chosen and chosen[TEST_SACREBLEU].notna().any()
     valid_col = VAL_SACREBLEU if sacre and VAL_SACREBLEU in chosen else VAL_BLEU
     test_col = TEST_SACREBLEU if sacre else TEST_BLEU
+    labels = {c: label for c, label in param_labels(chosen).items() if chosen[c].notna().any()}
     rows = []
     for cell, group in chosen.groupby("cell", sort=False):
         first = group.iloc[0]
@@ -95,12 +96,32 @@ def heldout_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
                 "model": first.get("model", cell),
                 "length": first.get("length"),
                 "pair": first.get("pair"),
+                **({CHOSEN_VALUES: _chosen_values(group, labels)} if labels else {}),
                 "valid": _figure(group[valid_col], seeds) if valid_col in group else "–",
                 "test": _figure(group[test_col], seeds),
                 "seeds": seeds,
             }
         )
     return pd.DataFrame(rows), valid_col, test_col
+
+
+#: the held-out table's column of the sampled values the choice settled on (a searched sweep's)
+CHOSEN_VALUES = "chosen values"
+
+
+def _chosen_values(group: pd.DataFrame, labels: dict[str, str]) -> str:
+    """The sampled values of a cell's chosen trials (``K=7, lr=0.003``): once where every seed
+    chose the same, else each seed's (``seed 0: K=7; seed 1: K=5``)."""
+    texts = {
+        seed: ", ".join(
+            f"{label}={param_text(row[c])}" for c, label in labels.items() if pd.notna(row[c])
+        )
+        or "–"
+        for seed, row in zip(group["seed"], group.to_dict("records"))
+    }
+    if len(set(texts.values())) == 1:
+        return next(iter(texts.values()))
+    return "; ".join(f"seed {seed}: {text}" for seed, text in sorted(texts.items()))
 
 
 def _wide(frame: pd.DataFrame, axis: str, label) -> pd.DataFrame:
@@ -205,7 +226,8 @@ def heldout_sections(
             "the paper's Table 1 layout",
         )
     else:
-        table, layout = frame[["cell", "valid", "test", "seeds"]], "by cell"
+        columns = ["cell", *([CHOSEN_VALUES] if CHOSEN_VALUES in frame else []), "valid", "test"]
+        table, layout = frame[[*columns, "seeds"]], "by cell"
     missing = int(chosen[TEST_BLEU].isna().sum())
     notes = [
         f"Split of each column: `valid` = validation split ({valid_col}), `test` = held-out test split "
@@ -214,6 +236,11 @@ def heldout_sections(
             metric=metric, mode=mode, splits=splits, valid_is=valid_column_note(valid_col, metric)
         ),
     ]
+    if CHOSEN_VALUES in frame and CHOSEN_VALUES not in table:
+        notes.append(
+            "The chosen values of each cell:\n"
+            + "\n".join(f"- {r['cell']}: {r[CHOSEN_VALUES]}" for r in frame.to_dict("records"))
+        )
     if missing:
         notes.append(
             f"{missing} chosen trial(s) have no test figure (results.csv's heldout_error says why)."

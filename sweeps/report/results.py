@@ -417,15 +417,31 @@ def write_results_csv(rows: list[dict[str, Any]], out_dir: Path) -> Path:
     return write_atomic(path, results_frame(rows).to_csv(index=False))
 
 
+def param_labels(df: pd.DataFrame) -> dict[str, str]:
+    """results.csv's sampled-value columns (``param:model.K``) and the names the tables give them:
+    the key's last part (K, encoder_scoring), the whole key where two last parts clash."""
+    params = {c: c.removeprefix("param:").rsplit(".", 1)[-1] for c in df if c.startswith("param:")}
+    shown: dict[str, str] = {}
+    for column, short in params.items():
+        shown[column] = column.removeprefix("param:") if short in shown.values() else short
+    return shown
+
+
+def param_text(value: Any) -> str:
+    """One sampled value as the tables show it: 3, not 3.0; 0.001178 to 4 significant digits."""
+    if isinstance(value, float) and value == round(value):
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def print_table(df: pd.DataFrame, out: Any | None = None) -> None:
     """The console's results table: who each trial is (its id, cell, seed, and in a searched
     sweep its sampled values, as the progress table showed them; a relative constraint's
     baseline marked in ``model``), then its figures."""
     df = df.copy()
-    params = {c: c.removeprefix("param:").rsplit(".", 1)[-1] for c in df if c.startswith("param:")}
-    shown = {}
-    for column, short in params.items():  # K, encoder_scoring, ...; the full name where two clash
-        shown[column] = column.removeprefix("param:") if short in shown.values() else short
+    shown = param_labels(df)
     mark = baseline_mask(df)
     baselines = bool(mark.any())
     if baselines and "model" in df:

@@ -187,3 +187,43 @@ def test_the_summary_tables_show_the_baseline_beside_the_cells_choice_not_in_its
     assert set(df[df["val/bleu"].isin(memory["val/bleu"])]["trial_id"]) == chosen
     table = length_table(df)
     assert list(table.iloc[:, 0]) == ["bahdanau (baseline)", "memory"]
+
+
+def test_a_searched_sweeps_table_says_the_values_each_cell_chose():
+    """The sampled values of the chosen trials beside their figures: once where every seed chose
+    the same, each seed's where they differ; a line under the table in the paper's layouts."""
+    rows = [
+        _row("a", "c1", 0, 20.0, chosen=True, **{"test/bleu": 18.0, "param:model.K": 7.0}),
+        _row("b", "c1", 1, 22.0, chosen=True, **{"test/bleu": 19.0, "param:model.K": 7.0}),
+        _row("c", "c2", 0, 30.0, chosen=True, **{"test/bleu": 28.0, "param:model.K": 5.0}),
+        _row("d", "c2", 1, 32.0, chosen=True, **{"test/bleu": 29.0, "param:model.K": 3.0}),
+        _row("e", "c2", 1, 1.0, chosen=False, **{"test/bleu": None, "param:model.K": 9.0}),
+    ]
+    for r in rows:
+        r["param:model.lr"] = 0.0011784 if r["cell"] == "c1" else None
+    df = pd.DataFrame(rows)
+    ((heading, text),) = heldout_sections(df)
+    assert "by cell" in heading
+    lines = text.splitlines()
+    assert [c.strip() for c in lines[0].strip("|").split("|")][:3] == [
+        "cell",
+        "chosen values",
+        "valid",
+    ]
+    cells = {
+        row[0]: row[1]
+        for row in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])
+        if row[0] in ("c1", "c2")
+    }
+    assert cells == {"c1": "K=7, lr=0.001178", "c2": "seed 0: K=5; seed 1: K=3"}
+    # a grid sweep has no sampled values, and no such column
+    ((_, plain),) = heldout_sections(df.drop(columns=["param:model.K", "param:model.lr"]))
+    assert "chosen values" not in plain
+    # the paper's layouts keep their columns and say the values under the table
+    df["model"], df["length"] = "memory", [10, 10, 20, 20, 20]
+    ((heading, wide),) = heldout_sections(df)
+    assert "Table 1 layout" in heading
+    assert (
+        "The chosen values of each cell:\n- c1: K=7, lr=0.001178\n- c2: seed 0: K=5; seed 1: K=3"
+        in wide
+    )
