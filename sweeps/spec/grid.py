@@ -29,6 +29,12 @@ from sweeps.spec.search_schema import configuration_rungs, reports_per_trial, to
 SMOKE_ORIGIN = "smoke defaults"
 
 SECTIONS = ("task", "model", "trainer")
+#: one variant of each section's list, as the errors show it
+SECTION_EXAMPLES = {
+    "task": "{max_length: 20}",
+    "model": "{attention: memory, K: 4}",
+    "trainer": "{max_steps: 2000}",
+}
 # Column names in results for well-known keys.
 COLUMN_NAMES = {"task.max_length": "length"}
 
@@ -313,6 +319,23 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
                 raise SpecError(path, "empty list of variants", source)
             axes.append(options)
             continue
+        if key in SECTIONS and isinstance(spec, list):
+            i, bad = next((i, v) for i, v in enumerate(spec) if not isinstance(v, dict))
+            raise SpecError(
+                f"{path}[{i}]",
+                f"a variant is a mapping of {key} settings (e.g. {SECTION_EXAMPLES[key]}), not "
+                f"{bad!r}; an axis over one setting is written {path}.<setting>: [values]",
+                source,
+            )
+        section, _, rest = key.partition(".")
+        variants = grid.get(section)
+        if isinstance(variants, list) and rest.split(".")[0].lstrip("-").isdigit():
+            raise SpecError(
+                path,
+                f"grid.{section} is a list of {len(variants)} variant(s), numbered 0 to "
+                f"{len(variants) - 1}: {rest.split('.')[0]} names none of them",
+                source,
+            )
         if isinstance(spec, dict) and set(spec) == {"values"}:
             spec = spec["values"]
         if "." not in key or key.split(".")[0] not in SECTIONS:

@@ -51,6 +51,29 @@ def test_grid_variants_concatenate_and_axes_cross():
     assert not any("K=" in n and "memory" not in n for n in names)
 
 
+@pytest.mark.parametrize("variants", [[3], [{"attention": "none"}, "memory"]])
+def test_a_section_variant_that_is_not_a_mapping_is_named_with_the_two_forms(variants):
+    with pytest.raises(SpecError) as info:
+        expand_grid({"model": variants}, "x.yaml")
+    bad = len(variants) - 1
+    assert str(info.value) == (
+        f"x.yaml: grid.model[{bad}]: a variant is a mapping of model settings (e.g. {{attention: "
+        f"memory, K: 4}}), not {variants[bad]!r}; an axis over one setting is written "
+        "grid.model.<setting>: [values]"
+    )
+
+
+def test_a_variant_number_past_the_list_is_named_with_the_numbers_it_has():
+    with pytest.raises(SpecError) as info:
+        expand_grid(
+            {"model": [{"attention": "none"}, {"attention": "memory"}], "model.-1.K": [3]}, "x"
+        )
+    assert str(info.value) == (
+        "x: grid.model.-1.K: grid.model is a list of 2 variant(s), numbered 0 to 1: -1 names none "
+        "of them"
+    )
+
+
 def dry_run(path, capsys) -> str:
     """The launcher's ``--dry-run`` in this process (the command line itself is run as a process by
     test_cli_reports_bad_spec_without_traceback): what it printed."""
