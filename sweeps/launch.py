@@ -24,9 +24,12 @@ Results land in ``<output>/<name>/``: results.csv (a row for every planned trial
 included), results.md, PNG plots. W&B logs online when an API key is present (environment or
 ``wandb login``), offline otherwise, and the command to upload offline runs is printed at the end.
 
-Exit status: 0 all trials done; 1 some trial failed (listed, with its error); 2 a bad spec,
---set value, a folder it cannot write, a cluster address that does not answer, or a torch that
-cannot use the GPUs asked for (one line naming the key, nothing started); 75 preempted (SIGTERM, or
+Exit status: 0 all trials done; 1 some trial failed (listed, with its error), or the disk filled or
+went read-only; 2 the launch refused before training, in one line naming the problem (a bad spec or
+--set value, a folder it cannot write or that holds the sweep already, another launch of it running,
+nothing to --resume, data it could not prepare, a cluster address that does not answer, more CPUs or
+GPUs asked than a local Ray has, local storage across several hosts, a torch that cannot use the
+GPUs asked for); 75 preempted (SIGTERM, or
 SIGUSR1 as SLURM's warning before the time limit, in any stage: the unfinished trials are
 ``preempted`` in results.csv, and ``--resume`` continues them and times and evaluates the models
 not yet done), or the Ray head lost (its GCS silent for 40 s by default; the resume command is
