@@ -44,8 +44,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
 from _args import positive_float  # noqa: E402
 from _children import run_child  # noqa: E402
+
+from sweeps.layout import output_folder  # noqa: E402  (the standard library only)
 
 PY = sys.executable
 MPS_RUN = [PY, "-m", "sweeps.driver.mps", "run", "--want", "required", "--dir", "/tmp/memattn-mps-bench", "--"]  # fmt: skip
@@ -230,7 +233,9 @@ def run_phase(phase: Phase, out_dir: Path, limit: float) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="gpu-benchmarks", help="folder for each phase's output")
+    p.add_argument(
+        "--out", type=output_folder, default="gpu-benchmarks", help="folder for each phase's output"
+    )
     p.add_argument(
         "--budget", type=positive_float, default=510, help="seconds for the whole run (510)"
     )

@@ -39,6 +39,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import positive_int  # noqa: E402
 
+from sweeps.layout import nonnegative_int  # noqa: E402
+
 
 def study(name: str, search_seed: int, samples: int, per_configuration: bool) -> dict[str, Any]:
     seeds: Any = {"values": [0, 1], "per_configuration": True} if per_configuration else [0, 1]
@@ -81,7 +83,8 @@ def reported(results: Path) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1, 2])
+    # checked here: the spec refuses a negative search.seed only after earlier seeds have trained
+    p.add_argument("--search-seeds", type=nonnegative_int, nargs="+", default=[0, 1, 2])
     p.add_argument("--samples", type=positive_int, default=4, help="Optuna samples per study")
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

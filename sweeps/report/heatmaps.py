@@ -217,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
         try:
             args.checkpoint = command_checkpoint(args.checkpoint)
+            read_settings(args.checkpoint)  # one without the module's settings: said here
         except TimingError as exc:
             p.error(str(exc))
         print(f"checkpoint {args.checkpoint}", flush=True)

@@ -297,6 +297,16 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     lacking = [c for c in REQUIRED if c not in columns]
     if lacking:
         return f"{csv}: no {', '.join(lacking)} column: not a results.csv the launch wrote{kept}"
+    for k, column in enumerate(columns):
+        if not _numeric_column(column):
+            continue
+        text = next((row[k] for row in rows if row[k] != "" and not _parses(row[k])), None)
+        if text is not None:
+            line = next(n + 2 for n, row in enumerate(rows) if row[k] == text)
+            return (
+                f"{csv}: line {line}, column {column}: {text!r} is not a number (edited by hand? "
+                f"a launch's --resume writes it again from the sweep's trials){kept}"
+            )
     bleu = columns.index(VAL_BLEU) if VAL_BLEU in columns else None
     if bleu is None or not any(_number(row[bleu]) for row in rows):
         # whatever --metric chooses by, every table shows BLEU: another --metric is no way out
@@ -331,6 +341,28 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
             + f" in {csv}; the metrics with values: {', '.join(filled) or 'none'}"
         )
     return None
+
+
+#: results.csv's columns of numbers besides the metrics (``val/bleu``) and the ``_seconds`` ones
+NUMBER_COLUMNS = frozenset(
+    {"length", "seed", "K", "step", "retries", "train_time_s", "train_peak_mb", "decode_peak_mb"}
+    | {"decode_repeats", "decode_passes_per_repeat", "decode_precision", "decode_processes"}
+    | {"decode_interrupted"}
+)
+
+
+def _numeric_column(column: str) -> bool:
+    """Whether the report reads ``column`` as numbers: text there stops it half-way."""
+    return "/" in column or "_seconds" in column or column in NUMBER_COLUMNS
+
+
+def _parses(text: str) -> bool:
+    """Whether ``text`` reads as a number, NaN and infinities included (a trial without it)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _number(text: str) -> bool:

@@ -21,6 +21,7 @@ import torch
 
 from datamodules import TASKS
 from datamodules.checkpoint_files import CheckpointError, checkpoint_problem
+from lightning_modules.attention import ATTENTION_REGISTRY
 from sweeps.build import build_datamodule
 from sweeps.spec.signatures import datamodule_param_types
 from sweeps.timing.files import (  # noqa: F401 (re-exported: where they were before)
@@ -89,7 +90,21 @@ def read_settings(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise TimingError(unreadable(file, exc)) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise TimingError(unreadable(file, None))
-    return dict(ckpt.get("hyper_parameters") or {}), dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
+    hparams = dict(ckpt.get("hyper_parameters") or {})
+    if not hparams:  # load_from_checkpoint would fail on the constructor's missing arguments
+        raise TimingError(
+            f"{file}: a Lightning checkpoint without the module's settings (hyper_parameters: "
+            "saved without save_hyperparameters, or by another module); give a trial's "
+            "checkpoint.ckpt (results.csv's checkpoint column) or its folder"
+        )
+    attention = hparams.get("attention")
+    if attention is not None and attention not in ATTENTION_REGISTRY:
+        raise TimingError(
+            f"{file}: its model's attention {attention!r} is none this version knows (valid: "
+            f"{', '.join(sorted(ATTENTION_REGISTRY))}): a checkpoint of another version or "
+            "an edited one"
+        )
+    return hparams, dict(ckpt.get(DATAMODULE_SETTINGS_KEY) or {})
 
 
 def saved_data_settings(path: str | Path) -> dict[str, Any]:

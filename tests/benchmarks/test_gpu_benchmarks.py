@@ -39,6 +39,20 @@ def run_script(tmp_path: Path, *args: str, mps: bool = False) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
+def test_an_output_folder_it_cannot_write_is_refused_before_any_phase(tmp_path):
+    """--out under a file passed the plan and stopped the run at its first write, a traceback."""
+    (tmp_path / "afile").write_text("")
+    for extra in (["--dry-run"], ["--phases", "environment"]):
+        out = subprocess.run(
+            [sys.executable, str(SCRIPT), "--out", str(tmp_path / "afile" / "x"), *extra],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert f"argument --out: {tmp_path / 'afile' / 'x'}: cannot create or write there" in (
+            out.stderr
+        )
+
+
 def test_the_plan_names_every_phase_and_what_it_needs(tmp_path):
     lines = run_script(tmp_path, "--dry-run")
     assert not (tmp_path / "out").exists(), "the dry run made its --out folder"

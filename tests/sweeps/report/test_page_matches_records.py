@@ -164,6 +164,29 @@ def test_an_all_nan_metric_is_refused_and_a_nan_trial_is_named(tmp_path):
     assert "length=40 attention=bahdanau (2 of 3: 1 no val/bleu)" in preamble
 
 
+@pytest.mark.parametrize("column", ["val/bleu", "seed", "length", "decode_seconds"])
+def test_text_in_a_column_of_numbers_is_refused_before_any_figure_is_redrawn(
+    tmp_path, capsys, column
+):
+    """One hand-edited cell of a column of numbers: the rebuild stopped half-way in pandas (text in
+    ``seed``: after the plots were redrawn from the bad rows, results.md left as it was)."""
+
+    def edit(df: pd.DataFrame) -> pd.DataFrame:
+        df[column] = df[column].astype(object)
+        df.loc[df.index[3], column] = "oops"
+        return df
+
+    _, folder = _run(tmp_path, edit)
+    drawn = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.png")}
+    with pytest.raises(SystemExit) as stop:
+        local.main([str(folder)])
+    assert stop.value.code == 2
+    said = capsys.readouterr().err
+    assert f"line 5, column {column}: 'oops' is not a number" in said, said
+    assert "results.md and the plots are left as they are" in said
+    assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.png")} == drawn
+
+
 def test_without_a_val_bleu_column_another_metric_is_no_way_out(tmp_path, capsys):
     _, folder = _run(tmp_path, lambda df: df.drop(columns=["val/bleu"]))
     for metric in ([], ["--metric", "val/loss"]):

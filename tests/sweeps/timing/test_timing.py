@@ -20,6 +20,7 @@ import torch
 
 from datamodules import CopyTaskDataModule, WMT17DataModule
 from sweeps.build import build_module
+from sweeps.report.heatmaps import main as heatmaps_main
 from sweeps.timing import measure
 from sweeps.timing import pinned as pinned_module
 from sweeps.timing.checkpoint import (
@@ -279,6 +280,24 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     torch.save([1, 2], tmp_path / "list.ckpt")  # a torch file of something other than a dict
     assert main([str(tmp_path / "list.ckpt")]) == 2
     assert "a torch file holding a list, not a Lightning checkpoint" in one_line_error(capsys)
+    # a Lightning checkpoint without the module's settings, or of a mechanism this version lacks:
+    # a TypeError of the constructor's, or the model's own error sent to "the data options"
+    real = torch.load(copy_ckpts["memory"], map_location="cpu", weights_only=False)
+    torch.save({**real, "hyper_parameters": {}}, tmp_path / "nohp.ckpt")
+    torch.save(
+        {**real, "hyper_parameters": {**real["hyper_parameters"], "attention": "nosuch"}},
+        tmp_path / "badattn.ckpt",
+    )
+    for name, what in [
+        ("nohp.ckpt", "a Lightning checkpoint without the module's settings (hyper_parameters"),
+        ("badattn.ckpt", "its model's attention 'nosuch' is none this version knows"),
+    ]:
+        assert main([str(tmp_path / name)]) == 2
+        said = one_line_error(capsys)
+        assert f"{tmp_path / name}: {what}" in said and "data options" not in said, said
+        with pytest.raises(SystemExit) as stop:
+            heatmaps_main([str(tmp_path / name), "--output", str(tmp_path / "maps")])
+        assert stop.value.code == 2 and f"{tmp_path / name}: {what}" in capsys.readouterr().err
     # a real checkpoint cut short on disk: named as such (it was a bare "[Errno 22] Invalid
     # argument", or a traceback), by the command and by the stages' loader alike
     cut = tmp_path / "cut.ckpt"
