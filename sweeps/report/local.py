@@ -300,7 +300,7 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     for k, column in enumerate(columns):
         if not _numeric_column(column):
             continue
-        text = next((row[k] for row in rows if row[k] != "" and not _parses(row[k])), None)
+        text = next((row[k] for row in rows if row[k] != "" and _float(row[k]) is None), None)
         if text is not None:
             line = next(n + 2 for n, row in enumerate(rows) if row[k] == text)
             return (
@@ -356,21 +356,19 @@ def _numeric_column(column: str) -> bool:
     return "/" in column or "_seconds" in column or column in NUMBER_COLUMNS
 
 
-def _parses(text: str) -> bool:
-    """Whether ``text`` reads as a number, NaN and infinities included (a trial without it)."""
+def _float(text: str) -> float | None:
+    """``text`` as a number (NaN and the infinities too: a trial without the figure); None for
+    text that is none."""
     try:
-        float(text)
+        return float(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _number(text: str) -> bool:
     """Whether ``text`` is a finite number: a NaN or an infinity chooses no trial."""
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+    value = _float(text)
+    return value is not None and math.isfinite(value)
 
 
 if __name__ == "__main__":

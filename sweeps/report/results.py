@@ -6,6 +6,7 @@ file; this module knows nothing of reports.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -429,7 +430,7 @@ def param_labels(df: pd.DataFrame) -> dict[str, str]:
 
 def param_text(value: Any) -> str:
     """One sampled value as the tables show it: 3, not 3.0; 0.001178 to 4 significant digits."""
-    if isinstance(value, float) and value == round(value):
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
         return str(int(value))
     if isinstance(value, float):
         return f"{value:.4g}"
