@@ -213,11 +213,14 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             p.error(
                 f"--K is memory attention's; --attention {args.attention} takes none (drop --K)"
             )
+    saved: dict[str, Any] = {}
     if args.checkpoint is not None:
         # a .ckpt file, or a trial's checkpoint folder holding one (as the timing command takes)
         try:
             args.checkpoint = command_checkpoint(args.checkpoint)
-            read_settings(args.checkpoint)  # one without the module's settings: said here
+            # the trial's data settings, as trainer.fit(model, datamodule=dm) stored them; a
+            # checkpoint without the module's settings is said here, before it is loaded
+            saved = read_settings(args.checkpoint)[1]
         except TimingError as exc:
             p.error(str(exc))
         print(f"checkpoint {args.checkpoint}", flush=True)
@@ -237,10 +240,6 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             f"--vocab-size {args.vocab_size}: the checkpoint's model knows {known} symbols; "
             f"drop --vocab-size or give at most {known}"
         )
-    try:  # the trial's data settings, as trainer.fit(model, datamodule=dm) stored them
-        saved = read_settings(args.checkpoint)[1] if args.checkpoint is not None else {}
-    except TimingError as exc:
-        p.error(str(exc))
     if problem := copy_task_settings(saved):
         p.error(f"{args.checkpoint}: {problem}")
     try:

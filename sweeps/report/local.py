@@ -300,9 +300,12 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
     for k, column in enumerate(columns):
         if not _numeric_column(column):
             continue
-        text = next((row[k] for row in rows if row[k] != "" and _float(row[k]) is None), None)
-        if text is not None:
-            line = next(n + 2 for n, row in enumerate(rows) if row[k] == text)
+        bad = next(
+            ((n + 2, row[k]) for n, row in enumerate(rows) if row[k] and _float(row[k]) is None),
+            None,
+        )
+        if bad is not None:
+            line, text = bad
             return (
                 f"{csv}: line {line}, column {column}: {text!r} is not a number (edited by hand? "
                 f"a launch's --resume writes it again from the sweep's trials){kept}"

@@ -328,12 +328,12 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
                 source,
             )
         section, _, rest = key.partition(".")
-        variants = grid.get(section)
-        if isinstance(variants, list) and rest.split(".")[0].lstrip("-").isdigit():
+        variants, number = grid.get(section), rest.split(".")[0]
+        if isinstance(variants, list) and number.lstrip("-").isdigit():
             raise SpecError(
                 path,
                 f"grid.{section} is a list of {len(variants)} variant(s), numbered 0 to "
-                f"{len(variants) - 1}: {rest.split('.')[0]} names none of them",
+                f"{len(variants) - 1}: {number} names none of them",
                 source,
             )
         if isinstance(spec, dict) and set(spec) == {"values"}:
