@@ -5,6 +5,7 @@ tests/test_internals_ray.py; W&B's and the list itself in tests/test_internals.p
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -136,12 +137,13 @@ def test_the_trainer_says_whether_it_will_replace_the_sampler(tiny_fit):
     "lightning",
     "datamodules/checkpoint_files.py (LoadsCheckpointFiles)",
 )
-def test_load_from_checkpoint_is_a_restricted_classmethod_the_project_can_wrap():
+def test_load_from_checkpoint_gives_the_undecorated_method_as_its_func():
     pl = pytest.importorskip("lightning.pytorch")
-    from lightning.pytorch.utilities.model_helpers import _restricted_classmethod
 
     for cls in (pl.LightningModule, pl.LightningDataModule):
-        assert isinstance(cls.__dict__["load_from_checkpoint"], _restricted_classmethod), cls
+        method = cls.__dict__["load_from_checkpoint"].__func__
+        assert cls.load_from_checkpoint.__func__ is method, cls
+        assert list(inspect.signature(method).parameters)[:2] == ["cls", "checkpoint_path"], cls
 
 
 @internal("lightning-wandb-init", "lightning", "sweeps/trial/wandb_logger.py (lightning_logger)")

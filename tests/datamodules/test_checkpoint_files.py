@@ -149,3 +149,33 @@ def test_another_datamodules_settings_are_refused_naming_the_class_to_load_them(
         CopyTaskDataModule.load_from_checkpoint(path)
     loaded = WMT17DataModule.load_from_checkpoint(path)
     assert (loaded.pair, loaded.vocab_size) == ("de-en", 8000)
+
+
+def test_a_load_reads_no_source_of_the_frames_that_call_it(saved, tmp_path, monkeypatch):
+    """Lightning's class-only check called ``inspect.stack()`` on every load, twice through the
+    project's base (10-20 ms each under pytest, where every frame's file is looked up among all
+    loaded modules). A load now never calls it; a call on an instance is still
+    refused, and still allowed from TorchScript, as Lightning allows it."""
+    import inspect
+
+    module, checkpoint = saved
+    settings = dict(CopyTaskDataModule(vocab_size=7, max_length=5, train_size=64).hparams)
+    checkpoint = with_settings(checkpoint, tmp_path, settings)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("inspect.stack() called by a load")
+
+    monkeypatch.setattr(inspect, "stack", forbidden)
+    for cls in (Seq2SeqModule, CopyTaskDataModule):
+        assert isinstance(cls.load_from_checkpoint(checkpoint, map_location="cpu"), cls)
+    with pytest.raises(TypeError, match="`Seq2SeqModule.load_from_checkpoint` cannot be called"):
+        module.load_from_checkpoint(checkpoint)
+    # a caller whose file lies under torch/jit (TorchScript's compiler) may call it on an instance
+    scripted = compile(
+        "def call(m, path):\n    return m.load_from_checkpoint(path, map_location='cpu')\n",
+        "/site-packages/torch/jit/_recursive.py",
+        "exec",
+    )
+    space: dict = {}
+    exec(scripted, space)
+    assert isinstance(space["call"](module, checkpoint), Seq2SeqModule)
