@@ -67,9 +67,9 @@ class class_only(classmethod):
     """A classmethod that raises ``TypeError`` when called on an instance, as Lightning's
     ``load_from_checkpoint`` does, without its cost: Lightning's decorator calls
     ``inspect.stack()`` on every call, from the class too, which reads the source of every frame
-    on the stack and looks each file's module up among every loaded one (10-20 ms a call
-    under pytest, twice per load through this base). This one walks the frames only
-    for the call it refuses."""
+    on the stack and looks each file's module up among every loaded one (10-20 ms a call under
+    pytest, twice per load through this base). This one walks the frames only for a call on an
+    instance, the one it refuses."""
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         bound = super().__get__(instance, owner)
@@ -109,7 +109,7 @@ class LoadsCheckpointFiles:
             problem = None if stored is None else datamodule_settings_problem(cls, stored)
             if problem is not None:
                 raise CheckpointError(f"{checkpoint_path}: {problem}")
-        # Lightning's method itself (``__func__``), not its class-only wrapper: the check is done
+        # Lightning's method itself (``__func__``), past its wrapper's check: class_only made it
         try:
             return super().load_from_checkpoint.__func__(cls, checkpoint_path, *args, **kwargs)
         except Exception as exc:

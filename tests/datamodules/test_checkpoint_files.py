@@ -5,6 +5,7 @@ bytes: ``KeyError: '101'`` for a text file, a bare ``EOFError`` for an empty one
 
 from __future__ import annotations
 
+import inspect
 import re
 import zipfile
 
@@ -154,10 +155,8 @@ def test_another_datamodules_settings_are_refused_naming_the_class_to_load_them(
 def test_a_load_reads_no_source_of_the_frames_that_call_it(saved, tmp_path, monkeypatch):
     """Lightning's class-only check called ``inspect.stack()`` on every load, twice through the
     project's base (10-20 ms each under pytest, where every frame's file is looked up among all
-    loaded modules). A load now never calls it; a call on an instance is still
-    refused, and still allowed from TorchScript, as Lightning allows it."""
-    import inspect
-
+    loaded modules). A load now never calls it; a call on an instance is still refused, and still
+    allowed from TorchScript, as Lightning allows it."""
     module, checkpoint = saved
     settings = dict(CopyTaskDataModule(vocab_size=7, max_length=5, train_size=64).hparams)
     checkpoint = with_settings(checkpoint, tmp_path, settings)
