@@ -109,7 +109,8 @@ class LoadsCheckpointFiles:
             problem = None if stored is None else datamodule_settings_problem(cls, stored)
             if problem is not None:
                 raise CheckpointError(f"{checkpoint_path}: {problem}")
-        # Lightning's method itself (``__func__``), past its wrapper's check: class_only made it
+        # Lightning's method itself (``__func__``), past its wrapper's inspect.stack() check: the
+        # call on an instance that check refuses was refused above, by class_only
         try:
             return super().load_from_checkpoint.__func__(cls, checkpoint_path, *args, **kwargs)
         except Exception as exc:
