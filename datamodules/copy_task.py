@@ -374,5 +374,6 @@ class CopyTaskDataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         return self.test_dataloader()
 
     def ids_to_text(self, ids: Sequence[int] | torch.Tensor) -> str:
-        """Space-joined symbol ids up to the first EOS, specials dropped: ``[7, 12, 5, 2, 0] -> "7 12 5"``."""
+        """Space-joined ids up to the first EOS, padding and BOS dropped: ``[7, 12, 5, 2, 0] ->
+        "7 12 5"``; an unknown token the model emitted stays, as ``3`` (:data:`~datamodules.vocab.DROPPED_IDS`)."""
         return ids_to_text(ids)

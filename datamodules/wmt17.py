@@ -560,10 +560,10 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         return self.sp.encode(text, out_type=int)
 
     def ids_to_text(self, ids: Sequence[int]) -> str:
-        """Ids -> BPE-merged text (tokenized, as in the files); stops at EOS, drops pad/bos/unk."""
-        return self.sp.decode(
-            content_ids(ids, self.eos_id, (self.pad_id, self.bos_id, self.unk_id))
-        )
+        """Ids -> BPE-merged text (tokenized, as in the files); stops at EOS, drops padding and
+        BOS. An unknown token stays, as sentencepiece writes it (`` ⁇ ``): one a model emitted
+        is a wrong word in BLEU, not a word left out (:data:`~datamodules.vocab.DROPPED_IDS`)."""
+        return self.sp.decode(content_ids(ids, self.eos_id, (self.pad_id, self.bos_id)))
 
     def detokenize(self, text: str) -> str:
         """Moses-style detokenization of tokenized target text (identity for raw text)."""

@@ -40,7 +40,7 @@ from annotated_types import Ge, Gt, Interval
 
 from datamodules.checkpoint_files import CheckpointError, LoadsCheckpointFiles
 from datamodules.ranges import check_ranges
-from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, SPECIAL_IDS, ids_to_text
+from datamodules.vocab import BOS_ID, EOS_ID, PAD_ID, PIECES, ids_to_text
 
 from .attention import DEFAULT_ATTENTION
 from .distill import (
@@ -591,15 +591,13 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         return getattr(self.trainer, "datamodule", None)
 
     def ids_to_text(self, ids: list[int]) -> str:
-        """The datamodule's ``ids_to_text``; without one, space-joined ids up to EOS, specials
-        dropped: pad, BOS and EOS, and with the project's ids (0, 1, 2) its unknown-token id 3 too,
-        as both datamodules drop it."""
+        """The datamodule's ``ids_to_text``; without one, space-joined ids up to EOS, padding and
+        BOS dropped, as both datamodules do (an unknown token stays: a wrong token in BLEU)."""
         datamodule = self._datamodule()
         if datamodule is not None and hasattr(datamodule, "ids_to_text"):
             return datamodule.ids_to_text(ids)
         hp = self.hparams
-        own = (hp.pad_id, hp.bos_id, hp.eos_id)
-        return ids_to_text(ids, hp.eos_id, SPECIAL_IDS if own == (PAD_ID, BOS_ID, EOS_ID) else own)
+        return ids_to_text(ids, hp.eos_id, (hp.pad_id, hp.bos_id))
 
     def _token_string(self, token: int) -> str:
         hp = self.hparams

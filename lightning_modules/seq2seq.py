@@ -45,6 +45,10 @@ Architecture choices (documented once, here):
 * Length limit: ``max_len`` steps for every sentence when given; by default each sentence's own
   ``2 * source length + 10``, so a sentence decodes the same alone and in any batch. A sentence
   at its limit is closed without EOS (its length is the limit).
+* Never emitted: greedy decoding, beam search and the attention trace never extend a hypothesis
+  with padding or BOS (unless BOS is also EOS): greedy's logits and beam search's log-probabilities
+  (after the softmax, so that a score stays the model's own log-probability) are -inf there. Neither is ever a target, and an output
+  holding one would be a wrong token that the text for BLEU drops without a trace.
 """
 
 from __future__ import annotations
@@ -527,6 +531,10 @@ class Seq2Seq(nn.Module):
                 f'attention_kwargs={{"K": 16}}, got {attention_kwargs!r}{positional}'
             )
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        # what decoding never emits: padding and BOS are never targets, so an output holding one is
+        # a wrong token that the text for BLEU would drop without a trace (fairseq masks padding
+        # alike); BOS stays where it is also EOS
+        self.never_emitted: tuple[int, ...] = tuple(sorted({pad_id, bos_id} - {eos_id}))
         self.src_vocab_size = src_vocab_size
         self.tgt_vocab_size = tgt_vocab_size
         self.max_source_len = max_source_len
@@ -578,6 +586,11 @@ class Seq2Seq(nn.Module):
             return step
         tables = self.decoder.decode_tables()
         return lambda *args: step(*args, tables=tables)
+
+    def _never_emitted(self, device: torch.device) -> torch.Tensor:
+        """The ids of :attr:`never_emitted` (padding, BOS) as an index on ``device``: a decoding
+        loop sets their logits to -inf at every step."""
+        return torch.tensor(self.never_emitted, dtype=torch.long, device=device)
 
     def _start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[LSTMState, Any, Any]:
         memory, mask, state = self.encoder(src, src_lengths)  # (B, S, D), (B, S)
@@ -700,10 +713,12 @@ class Seq2Seq(nn.Module):
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
         outputs = []
         step = self._decode_step()
+        never = self._never_emitted(src.device)
         for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(
                 y, state, ctx, cache, attn_state, False
             )  # (B, V)
+            logits.index_fill_(1, never, float("-inf"))
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
@@ -800,6 +815,7 @@ class Seq2Seq(nn.Module):
             bound_divisor = limits.to(score_dtype) ** length_penalty  # (B,)
         history_tokens, history_parents, history_best = [], [], []
         step = self._decode_step()
+        never = self._never_emitted(device)
         for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(
                 y, state, ctx, cache, attn_state, False
@@ -807,6 +823,8 @@ class Seq2Seq(nn.Module):
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             logp = torch.log_softmax(logits.to(score_dtype), dim=-1)  # (B*k, V)
+            # after the softmax: a hypothesis's score stays the model's own log-probability
+            logp.index_fill_(1, never, float("-inf"))
             cand = (scores.unsqueeze(1) + logp).view(batch, k * vocab)  # (B, k*V)
             top_scores, top = cand.topk(width, dim=1)  # (B, 2k) best first
             top_tokens = top % vocab  # (B, 2k)
@@ -899,6 +917,7 @@ class Seq2Seq(nn.Module):
         y = src.new_full((batch,), self.bos_id)  # (B,)
         ctx = state[0][0].new_zeros(batch, self.decoder.context_dim)  # (B, C)
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        never = self._never_emitted(src.device)
         outputs, weights = [], []
         extras: dict[str, list[torch.Tensor]] = {}
         for t in range(max_steps):
@@ -914,6 +933,7 @@ class Seq2Seq(nn.Module):
             for key, value in self.attention.extra_weights(query, cache, prev_attn_state).items():
                 extras.setdefault(key, []).append(value)
             logits = self.decoder.out(torch.cat([query, ctx], dim=-1))  # (B, V)
+            logits.index_fill_(1, never, float("-inf"))  # as greedy_decode
             state = (hs, cs)
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)
             outputs.append(y)

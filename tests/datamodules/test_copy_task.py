@@ -73,7 +73,9 @@ def test_batch_format_follows_contract():
 def test_ids_to_text():
     dm = make()
     assert dm.ids_to_text([7, 12, 5, 2, 0, 0]) == "7 12 5"
-    assert dm.ids_to_text(torch.tensor([1, 9, 3, 2, 9])) == "9"  # BOS/UNK dropped, stops at EOS
+    # BOS dropped, stops at EOS; an unknown token stays: where a model emits one, BLEU counts a
+    # wrong token, not a shorter sentence
+    assert dm.ids_to_text(torch.tensor([1, 9, 3, 2, 9])) == "9 3"
     assert dm.ids_to_text([2]) == ""
 
 

@@ -170,6 +170,11 @@ def test_round_trip_text_ids_text_is_exact(dm):
     refs = read_lines(str(TINY / "valid.de"))
     assert [dm.ids_to_text(corpus[i].tolist()) for i in range(len(corpus))] == refs
     assert dm.ids_to_text(torch.tensor([dm.bos_id, *dm.text_to_ids("Haus"), dm.pad_id])) == "Haus"
+    # an unknown token a model emits stays in the text, as sentencepiece writes it: a wrong word
+    # for BLEU (which splits at whitespace), where dropping it would score "Haus <unk> Haus" as
+    # "Haus Haus"
+    haus = dm.text_to_ids("Haus")
+    assert dm.ids_to_text([*haus, dm.unk_id, *haus, dm.eos_id]).split() == ["Haus", "⁇", "Haus"]
 
 
 @pytest.mark.train

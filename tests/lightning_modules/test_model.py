@@ -175,6 +175,39 @@ def test_attention_trace(attention):
         assert trace["beta"].shape == (2, steps, K)
 
 
+def test_decoding_never_emits_padding_or_bos_and_beam_scores_stay_the_models():
+    """A model whose output layer prefers padding, then BOS, to every other token: greedy, beam
+    search and the attention trace emit neither (the text for BLEU would drop them, crediting a
+    wrong output), and take the best of the rest. Beam scores stay the model's own
+    log-probabilities (padding and BOS keep their share of the softmax). Where BOS is also EOS,
+    it stays: it ends sentences."""
+    model = make_model("bahdanau", seed=4)
+    batch = make_batch([2, 5, 9], seed=4)
+    src, lengths = batch["src"], batch["src_lengths"]
+    with torch.no_grad():
+        model.decoder.out.bias[model.pad_id] += 50.0
+        model.decoder.out.bias[model.bos_id] += 40.0
+        greedy, greedy_lengths = model.greedy_decode(src, lengths, max_len=10)
+        beam, beam_lengths, scores = model.beam_search(
+            src, lengths, beam_size=3, max_len=10, length_penalty=1.0, return_scores=True
+        )
+        trace = model.attention_trace(src, lengths, max_len=10)
+        logits = model(src, lengths, model.shift_target(greedy))  # (B, T, V)
+    for tokens, ends in ((greedy, greedy_lengths), (beam, beam_lengths)):
+        real = torch.arange(tokens.shape[1]).unsqueeze(0) < ends.unsqueeze(1)  # (B, T)
+        assert not (((tokens == model.pad_id) | (tokens == model.bos_id)) & real).any(), tokens
+    assert torch.equal(trace["tokens"], greedy)
+    # greedy took the best token after padding and BOS (the unmasked argmax is padding)
+    real = torch.arange(greedy.shape[1]).unsqueeze(0) < greedy_lengths.unsqueeze(1)
+    assert (logits.argmax(-1)[real] == model.pad_id).all()
+    assert torch.equal(logits[..., 2:].argmax(-1)[real] + 2, greedy[real])
+    torch.testing.assert_close(
+        rescore(model, batch, beam, beam_lengths, 1.0), scores, atol=1e-4, rtol=1e-4
+    )
+    shared = Seq2Seq.from_preset("tiny", VOCAB, VOCAB, attention="bahdanau", bos_id=2, eos_id=2)
+    assert shared.never_emitted == (0,) and model.never_emitted == (0, 1)
+
+
 @pytest.mark.parametrize(
     "attention", [n for n in MECHANISMS if "max_source_len" in attention_options(n)]
 )

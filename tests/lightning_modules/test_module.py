@@ -610,17 +610,17 @@ def test_trainer_predict_decodes_the_datamodules_test_split_as_validation_does(b
     assert torch.equal(first["hypotheses"], model.decode(batch["src"], batch["src_lengths"]))
 
 
-def test_without_a_datamodule_ids_to_text_drops_the_specials_the_datamodules_drop():
-    """The module's own ids_to_text kept the unknown-token id 3 (``'7 3 5'``), where the copy
-    task's and WMT'17's drop it (``'7 5'``): BLEU and predict text then depended on whether a
-    datamodule was attached. With ids other than the project's, only its own three are dropped."""
+def test_without_a_datamodule_ids_to_text_drops_what_the_datamodules_drop():
+    """BLEU and predict text must not depend on whether a datamodule is attached: the module's
+    own ids_to_text drops padding and BOS as the copy task's and WMT'17's do, and keeps an unknown
+    token (3) as they do. With ids other than the project's, its own padding and BOS."""
     from datamodules.vocab import ids_to_text
 
-    ids = [7, 3, 1, 5, 2, 9]
+    ids = [7, 3, 1, 5, 0, 2, 9]
     model = Seq2SeqModule(24, 24)
-    assert model.ids_to_text(ids) == ids_to_text(ids) == "7 5"
+    assert model.ids_to_text(ids) == ids_to_text(ids) == "7 3 5"
     other = Seq2SeqModule(24, 24, pad_id=3, bos_id=4, eos_id=5)
-    assert other.ids_to_text([7, 0, 1, 2, 4, 5, 9]) == "7 0 1 2"
+    assert other.ids_to_text([7, 0, 1, 2, 3, 4, 5, 9]) == "7 0 1 2"
 
 
 def _trained_checkpoint(tmp_path, quiet_trainer, drop_record: bool = False) -> Path:
