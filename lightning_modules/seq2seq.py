@@ -46,18 +46,20 @@ Architecture choices (documented once, here):
   ``2 * source length + 10``, so a sentence decodes the same alone and in any batch. A sentence
   at its limit is closed without EOS (its length is the limit).
 * Never emitted: greedy decoding, beam search and the attention trace never extend a hypothesis
-  with padding or BOS (unless BOS is also EOS): greedy's logits and beam search's log-probabilities
-  (after the softmax, so that a score stays the model's own log-probability) are -inf there. Neither is ever a target, and an output
+  with padding or BOS (unless BOS is also EOS): greedy's logits (through the output layer's bias
+  in the decode tables: no extra operation a step) and beam search's log-probabilities (after the
+  softmax, so that a score stays the model's own log-probability) are -inf there. Neither is ever a target, and an output
   holding one would be a wrong token that the text for BLEU drops without a trace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from datamodules.ranges import check_ranges
@@ -281,15 +283,22 @@ class Decoder(nn.Module):
             x = h
         return new_h, new_c
 
-    def decode_tables(self) -> dict[str, Any]:
+    def decode_tables(self, never_emitted: Sequence[int] = ()) -> dict[str, Any]:
         """What every decoding step reuses, computed once per decode (eval mode): layer 0's
-        embedding part of the gates for every token (V, 4H), and :meth:`_fused_weights`."""
+        embedding part of the gates for every token (V, 4H), and :meth:`_fused_weights`. With
+        ``never_emitted`` ids, the output layer's bias with -inf at those ids (``out_bias``, (V,)):
+        the step's logits come out masked, at no extra operation a step."""
         weights, biases = self._fused_weights()
-        return {
+        tables = {
             "embedding_gates": self._embedding_gates(self.embedding.weight),  # (V, 4H)
             "weights": weights,
             "biases": biases,
         }
+        if never_emitted:
+            bias = self.out.bias.detach().clone()  # (V,)
+            bias[list(never_emitted)] = float("-inf")
+            tables["out_bias"] = bias
+        return tables
 
     def step(
         self,
@@ -324,7 +333,8 @@ class Decoder(nn.Module):
         ctx, attn_state, weights = self.attention.step(
             hs[-1], cache, attn_state, need_weights
         )  # (B, C)
-        logits = self.out(torch.cat([hs[-1], ctx], dim=-1))  # (B, V)
+        bias = self.out.bias if tables is None else tables.get("out_bias", self.out.bias)
+        logits = F.linear(torch.cat([hs[-1], ctx], dim=-1), self.out.weight, bias)  # (B, V)
         return logits, (hs, cs), ctx, attn_state, weights
 
     def forward(
@@ -577,19 +587,31 @@ class Seq2Seq(nn.Module):
         return self.decoder.attention
 
     # ---------------------------------------------------------------- shared pieces
-    def _decode_step(self) -> Any:
+    def _decode_step(self, masked: bool = False) -> Any:
         """The decoder's step for a decoding loop: with :meth:`Decoder.decode_tables` computed
         once for the whole decode where the decoder has them (a stand-in decoder, as in the
-        tests, may have only ``step``)."""
+        tests, may have only ``step``). ``masked``: its logits are -inf at :attr:`never_emitted`
+        (through the output layer's bias where the decoder has tables, else set each step)."""
         step = self.decoder.step
-        if not isinstance(self.decoder, Decoder):
+        if isinstance(self.decoder, Decoder):
+            tables = self.decoder.decode_tables(self.never_emitted if masked else ())
+            return lambda *args: step(*args, tables=tables)
+        if not masked:
             return step
-        tables = self.decoder.decode_tables()
-        return lambda *args: step(*args, tables=tables)
+        never = None
+
+        def masked_step(*args):
+            nonlocal never
+            logits, *rest = step(*args)
+            if never is None:
+                never = self._never_emitted(logits.device)
+            # out of place: a stand-in's logits may be a view of its own tensors
+            return (logits.index_fill(1, never, float("-inf")), *rest)
+
+        return masked_step
 
     def _never_emitted(self, device: torch.device) -> torch.Tensor:
-        """The ids of :attr:`never_emitted` (padding, BOS) as an index on ``device``: a decoding
-        loop sets their logits to -inf at every step."""
+        """The ids of :attr:`never_emitted` (padding, BOS) as an index on ``device``."""
         return torch.tensor(self.never_emitted, dtype=torch.long, device=device)
 
     def _start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[LSTMState, Any, Any]:
@@ -712,13 +734,11 @@ class Seq2Seq(nn.Module):
         ctx = state[0][0].new_zeros(batch, self.decoder.context_dim)  # (B, C)
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
         outputs = []
-        step = self._decode_step()
-        never = self._never_emitted(src.device)
+        step = self._decode_step(masked=True)  # padding and BOS at -inf
         for t in range(max_steps):
             logits, state, ctx, attn_state, _ = step(
                 y, state, ctx, cache, attn_state, False
             )  # (B, V)
-            logits.index_fill_(1, never, float("-inf"))
             if t < min_len:
                 logits[:, self.eos_id] = float("-inf")
             y = logits.argmax(-1).masked_fill_(finished, self.pad_id)  # (B,)

@@ -101,13 +101,22 @@ def test_fused_decode_step_matches_the_cells(attention, layers):
 @pytest.mark.parametrize("attention", MECHANISMS)
 def test_greedy_and_beam_outputs_are_those_of_the_cells(attention):
     """Decoding through the fused step gives the tokens the plain step gives, and the beam scores
-    to rounding."""
+    to rounding; greedy's mask through the output bias gives what a mask set each step gives."""
     model = make_model(attention, seed=5).eval()
     batch = make_batch([9, 2, 5, 12, 1], seed=5)
     src, lengths = batch["src"], batch["src_lengths"]
     fused_greedy = model.greedy_decode(src, lengths)
     fused_beam = model.beam_search(src, lengths, beam_size=4, return_scores=True)
-    model._decode_step = lambda: model.decoder.step  # the plain step, no tables
+    never = torch.tensor(model.never_emitted)
+
+    def plain_step(masked=False):  # the plain step, no tables: padding and BOS masked each step
+        def step(*args):
+            logits, *rest = model.decoder.step(*args)
+            return (logits.index_fill_(1, never, float("-inf")) if masked else logits, *rest)
+
+        return step
+
+    model._decode_step = plain_step
     plain_greedy = model.greedy_decode(src, lengths)
     plain_beam = model.beam_search(src, lengths, beam_size=4, return_scores=True)
     assert torch.equal(fused_greedy[0], plain_greedy[0])

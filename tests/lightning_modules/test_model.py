@@ -206,6 +206,13 @@ def test_decoding_never_emits_padding_or_bos_and_beam_scores_stay_the_models():
     )
     shared = Seq2Seq.from_preset("tiny", VOCAB, VOCAB, attention="bahdanau", bos_id=2, eos_id=2)
     assert shared.never_emitted == (0,) and model.never_emitted == (0, 1)
+    # a decoder without the output layer's tables (TableDecoder, below): masked each step
+    probs = torch.full((1, VOCAB, VOCAB), 0.01)
+    probs[0, :, model.pad_id], probs[0, :, model.bos_id], probs[0, :, 7] = 0.5, 0.3, 0.1
+    table = torch.log(probs / probs.sum(-1, keepdim=True))
+    model.decoder = TableDecoder(table, model.decoder)
+    tokens, _ = model.greedy_decode(src, lengths, max_len=4)
+    assert (tokens == 7).all()
 
 
 @pytest.mark.parametrize(
