@@ -13,30 +13,38 @@ from lightning_modules.metric_names import (
     TRAIN_LOSS,
     VAL_BLEU,
 )
+from sweeps.spec.search_schema import estimate_column
 
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
 # train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
 TRAIN_STEP_SECONDS, TRAIN_PEAK_MB = "train_step_seconds", "train_peak_mb"
+
+
 TIMING_DEVICE = "timing_device"
 TRAIN_COLUMNS = [
     TRAIN_STEP_SECONDS,
     "train_step_seconds_iqr",
+    estimate_column(TRAIN_STEP_SECONDS),
     "train_tokens_per_second",
     "train_step_repeats",
     "train_step_precision",
     "train_step_interrupted",
     "train_step_contended",
     TRAIN_PEAK_MB,
+    estimate_column(TRAIN_PEAK_MB),
     "decode_peak_mb",
     "peak_mb_spread",
 ]
 # decode_seconds: the timing stage's median (the model alone on its node); its spread beside it.
 # val/decode_seconds: measured during training, beside other trials: a training-time signal only.
+# <figure>_estimate: a multi-objective sweep's probe figure, what its Optuna trial was told
+# (sweeps.timing.probe), in sweeps that probe it.
 TIMING_COLUMNS = [
     DECODE_SECONDS,
     "decode_seconds_iqr",
     "decode_seconds_min",
     "decode_seconds_max",
+    estimate_column(DECODE_SECONDS),
     "decode_repeats",
     "decode_passes_per_repeat",
     "decode_precision",
@@ -63,6 +71,8 @@ METRIC_COLUMNS = [
         for n in ((m, TRAIN_DISTILL) if m == TRAIN_LOSS else (m,))
     ),
 ]
+#: the probe's figures (sweeps.timing.probe.add_estimates), in the sweeps that probe them
+ESTIMATE_COLUMNS = [estimate_column(n) for n in (DECODE_SECONDS, TRAIN_STEP_SECONDS, TRAIN_PEAK_MB)]
 #: the held-out stage's (sweeps.heldout), after the metrics, in rows that have them: whether the
 #: row is the one chosen on validation, and its test figures
 HELDOUT_COLUMNS = [

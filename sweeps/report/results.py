@@ -32,6 +32,7 @@ from sweeps.layout import (  # noqa: F401 (re-exported)
 )
 from sweeps.report.columns import (  # noqa: F401 (re-exported: results.csv's columns)
     BASELINE,
+    ESTIMATE_COLUMNS,
     FINISHED,
     FIRST_COLUMNS,
     HELDOUT_COLUMNS,
@@ -291,7 +292,13 @@ def _short_error(err: BaseException) -> str:
 
 #: metric columns only some sweeps have a value for, written only where a trial has one:
 #: detokenized BLEU (translation), a student's distillation term, the timing stage's settings
-OPTIONAL_METRICS = (VAL_SACREBLEU, TRAIN_DISTILL, "timing_split", "timing_threads")
+OPTIONAL_METRICS = (
+    VAL_SACREBLEU,
+    TRAIN_DISTILL,
+    "timing_split",
+    "timing_threads",
+    *ESTIMATE_COLUMNS,
+)
 
 
 def metric_columns(df: pd.DataFrame) -> list[str]:

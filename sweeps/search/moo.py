@@ -36,6 +36,7 @@ from sweeps.report.selection import aggregate
 from sweeps.search.journal import Journal
 from sweeps.search.seeding import LOST, PerTrial
 from sweeps.spec.objectives import DECODE_SECONDS, PROBED, baseline_of
+from sweeps.spec.search_schema import estimate_column
 
 #: asks of Optuna before a sample that repeats an earlier one is trained anyway (space used up)
 MAX_REPEAT_ASKS = 20
@@ -185,7 +186,7 @@ class MultiObjective:
         for name in PROBED:
             estimate = self.reader.estimate(config, name)
             if estimate is not None:
-                trial.set_user_attr(f"{name}_estimate", estimate)
+                trial.set_user_attr(estimate_column(name), estimate)
 
     # -- values ------------------------------------------------------------------------------
 

@@ -198,6 +198,14 @@ NATURAL_GOALS = {
 #: figures of a model's cost the probe (sweeps.timing.probe) measures before training, for every
 #: architecture the search may sample: objectives and constraints know them before a trial trains
 PROBED = (DECODE_SECONDS, "train_step_seconds", "train_peak_mb")
+
+
+def estimate_column(figure: str) -> str:
+    """Where a trial's probe figure (one of :data:`PROBED`) is kept, what its Optuna trial was
+    told: results.csv's column and the Optuna trial's user attribute, ``decode_seconds_estimate``."""
+    return f"{figure}_estimate"
+
+
 #: upper or lower bounds a trained metric cannot pass (BLEU <= 100, token accuracy <= 1): the
 #: rung rule stops a trial that could not reach the front even at its bound
 BOUNDS = {VAL_BLEU: 100.0, VAL_SACREBLEU: 100.0, VAL_TOKEN_ACC: 1.0, VAL_LOSS: 0.0, TRAIN_LOSS: 0.0}

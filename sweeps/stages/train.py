@@ -44,6 +44,7 @@ from sweeps.search.teachers import teacher_callbacks
 from sweeps.spec.launch_record import code_versions, sweep_id
 from sweeps.stages.launch_state import Launch
 from sweeps.storage import StorageGuard
+from sweeps.timing.probe import add_estimates
 from sweeps.trial.fused.member import member_resources, run_member_trial
 from sweeps.trial.fused.roster import RosterFeed, start_roster, stop_roster
 from sweeps.trial.settings import TrialSettings
@@ -373,6 +374,7 @@ def train(launch: Launch) -> None:
             len(grid) > grid.num_terminated + grid.num_errors or len(grid) < expected
         )
         launch.rows, launch.plans = result_rows(grid, launch.settings.plan, launch.spec.parameters)
+        add_estimates(launch.rows, launch.plans, launch.out_dir)  # what Optuna was told
         launch.trained = (
             reported_since(grid, started)
             if launch.args.resume

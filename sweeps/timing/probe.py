@@ -29,7 +29,8 @@ Settings that only change training (``lr``, ``dropout``, ``weight_decay``) are n
 The table is kept in ``<output>/<name>/decode_probe.json`` (``--resume`` reuses it; so does any run
 started with ``SWEEPS_DECODE_PROBE_TABLE=<a decode_probe.json>``, as ``benchmarks/moo_search.py``
 does so that the grid and every search share one set of figures) and each trial's estimate goes into results.md beside the timing stage's figure, with how far
-apart they are (``sweeps.report.moo``).
+apart they are (``sweeps.report.moo``), and into results.csv (``decode_seconds_estimate``: what
+its Optuna trial was told).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 from sweeps.layout import PROBE_FILE, write_atomic
 from sweeps.spec import resolve_sections
 from sweeps.spec.objectives import baseline_of
+from sweeps.spec.search_schema import estimate_column
 from sweeps.timing.devices import highest_cpus, run_child
 
 #: model settings that change how a model trains, not what it computes when it decodes
@@ -196,6 +198,26 @@ def isotonic(values: list[float]) -> list[float]:
             pools[-1][0] += total
             pools[-1][1] += count
     return [total / count for total, count in pools for _ in range(int(count))]
+
+
+def add_estimates(rows: list[dict[str, Any]], plans: dict[str, Any], out_dir: Path) -> None:
+    """Each row's probe figures, where the sweep keeps a probe table (``decode_probe.json``: a
+    multi-objective sweep whose objectives or constraints name them), as the columns
+    :func:`estimate_column` names: the values its Optuna trial was told, beside the timing
+    stage's. ``plans``: {trial id: (its plan, its folder)}."""
+    path = Path(out_dir) / PROBE_FILE
+    if not path.exists():
+        return
+    table = DecodeEstimates.load(path)
+    for row in rows:
+        held = plans.get(str(row.get("trial_id")))
+        if held is None:
+            continue
+        plan = held[0]
+        for name in FIELDS:
+            value = table.estimate(plan.task, plan.model, plan.seed, name=name)
+            if value is not None:
+                row[estimate_column(name)] = value
 
 
 def build_estimates(

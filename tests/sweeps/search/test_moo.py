@@ -928,6 +928,16 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     assert (
         len(rows) == 6 and (rows["attention"] == "bahdanau").sum() == 1
     )  # 5 samples + the baseline
+    # results.csv holds what each Optuna trial was told: its decode_seconds objective is the
+    # probe's figure, in the column its user attribute is named after (the timing stage's own
+    # figure, decode_seconds, is another measurement)
+    by_id = pd.read_csv(out / "results.csv", dtype={"trial_id": str}).set_index("trial_id")
+    assert (by_id["decode_seconds_estimate"] > 0).all()
+    for t in trained:
+        told = by_id.loc[t.user_attrs["ray_trial_id"], "decode_seconds_estimate"]
+        assert told == pytest.approx(t.user_attrs["decode_seconds_estimate"], rel=1e-12), t.number
+        if t.values is not None:
+            assert told == pytest.approx(t.values[1], rel=1e-12), t.number
     from sweeps.report.moo import wandb_report
 
     report = wandb_report(out, "an-entity", "test", "moo_e2e")  # built, not saved: offline, no key
