@@ -48,8 +48,9 @@ Architecture choices (documented once, here):
 * Never emitted: greedy decoding, beam search and the attention trace never extend a hypothesis
   with padding or BOS (unless BOS is also EOS): greedy's logits (through the output layer's bias
   in the decode tables: no extra operation a step) and beam search's log-probabilities (after the
-  softmax, so that a score stays the model's own log-probability) are -inf there. Neither is ever a target, and an output
-  holding one would be a wrong token that the text for BLEU drops without a trace.
+  softmax, so that a score stays the model's own log-probability) are -inf there. Neither is
+  ever a target, and an output holding one would be a wrong token that the text for BLEU drops
+  without a trace.
 """
 
 from __future__ import annotations

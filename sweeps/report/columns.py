@@ -18,8 +18,6 @@ from sweeps.spec.search_schema import estimate_column
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
 # train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
 TRAIN_STEP_SECONDS, TRAIN_PEAK_MB = "train_step_seconds", "train_peak_mb"
-
-
 TIMING_DEVICE = "timing_device"
 TRAIN_COLUMNS = [
     TRAIN_STEP_SECONDS,

@@ -291,7 +291,8 @@ def _short_error(err: BaseException) -> str:
 
 
 #: metric columns only some sweeps have a value for, written only where a trial has one:
-#: detokenized BLEU (translation), a student's distillation term, the timing stage's settings
+#: detokenized BLEU (translation), a student's distillation term, the timing stage's settings,
+#: the probe's figures (a multi-objective sweep that probes them)
 OPTIONAL_METRICS = (
     VAL_SACREBLEU,
     TRAIN_DISTILL,
