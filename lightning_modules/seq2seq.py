@@ -599,13 +599,10 @@ class Seq2Seq(nn.Module):
             return lambda *args: step(*args, tables=tables)
         if not masked:
             return step
-        never = None
 
         def masked_step(*args):
-            nonlocal never
             logits, *rest = step(*args)
-            if never is None:
-                never = self._never_emitted(logits.device)
+            never = self._never_emitted(logits.device)
             # out of place: a stand-in's logits may be a view of its own tensors
             return (logits.index_fill(1, never, float("-inf")), *rest)
 

@@ -13,7 +13,7 @@ from lightning_modules.metric_names import (
     TRAIN_LOSS,
     VAL_BLEU,
 )
-from sweeps.spec.search_schema import estimate_column
+from sweeps.spec.search_schema import PROBED, estimate_column
 
 # the timing stage's training step and peak memory (sweeps.timing.train, sweeps.timing.memory);
 # train_time_s (a TAIL column) is the trial's wall time, shared with the trials beside it
@@ -70,7 +70,7 @@ METRIC_COLUMNS = [
     ),
 ]
 #: the probe's figures (sweeps.timing.probe.add_estimates), in the sweeps that probe them
-ESTIMATE_COLUMNS = [estimate_column(n) for n in (DECODE_SECONDS, TRAIN_STEP_SECONDS, TRAIN_PEAK_MB)]
+ESTIMATE_COLUMNS = [estimate_column(n) for n in PROBED]
 #: the held-out stage's (sweeps.heldout), after the metrics, in rows that have them: whether the
 #: row is the one chosen on validation, and its test figures
 HELDOUT_COLUMNS = [

@@ -45,7 +45,7 @@ from typing import Any
 from sweeps.layout import PROBE_FILE, write_atomic
 from sweeps.spec import resolve_sections
 from sweeps.spec.objectives import baseline_of
-from sweeps.spec.search_schema import estimate_column
+from sweeps.spec.search_schema import PROBED, estimate_column
 from sweeps.timing.devices import highest_cpus, run_child
 
 #: model settings that change how a model trains, not what it computes when it decodes
@@ -214,7 +214,7 @@ def add_estimates(rows: list[dict[str, Any]], plans: dict[str, Any], out_dir: Pa
         if held is None:
             continue
         plan = held[0]
-        for name in FIELDS:
+        for name in PROBED:  # as the Optuna trial's attributes (sweeps.search.moo)
             value = table.estimate(plan.task, plan.model, plan.seed, name=name)
             if value is not None:
                 row[estimate_column(name)] = value
