@@ -19,6 +19,7 @@ from optuna.storages.journal import JournalFileBackend
 from sweeps.heldout.evaluate import TEST_COLUMNS
 from sweeps.integrations.wandb_runs import add_run_summary, offline_run_dirs, run_problem
 from sweeps.layout import OPTUNA_JOURNAL
+from sweeps.report.columns import ESTIMATE_COLUMNS
 from sweeps.report.results import TIMING_COLUMNS
 from sweeps.report.selection import CONFIRM, FINISHED, ROLE, aggregate, is_confirm
 from sweeps.stages.launch_state import Launch
@@ -90,18 +91,26 @@ def stopped_figures(
     id: its reported metrics (``val/...``, ``train/...``; the sweep's ``metric`` always), each None
     where it reported none; and of each trial that reported in this launch (``trained``) and of
     those, its ``status`` and ``step`` (W&B's own state says "finished" of a cut run too: a
-    resume that continues the trial writes its status again when it ends)."""
+    resume that continues the trial writes its status again when it ends) and the probe figures
+    its Optuna trial was told (:func:`estimates_of`; the timing stage publishes them with its
+    own, where it runs)."""
     figures: dict[str, dict[str, Any]] = {}
     for row in rows:
         tid = row.get("trial_id")
         if not tid or (row.get("status") not in statuses and str(tid) not in trained):
             continue
-        values = status_of(row)
+        values = {**status_of(row), **estimates_of(row)}
         if row.get("status") in statuses:
             keys = sorted({metric, *(k for k in row if k.startswith(("val/", "train/")))})
             values.update({key: _number(row.get(key)) for key in keys})
         figures[str(tid)] = values
     return figures
+
+
+def estimates_of(row: dict) -> dict[str, float]:
+    """A row's probe figures (``<figure>_estimate``: what a multi-objective sweep's Optuna trial
+    was told), those it has."""
+    return {c: v for c in ESTIMATE_COLUMNS if (v := _number(row.get(c))) is not None}
 
 
 def _number(value: Any) -> float | None:

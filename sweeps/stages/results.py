@@ -135,12 +135,16 @@ def tell_console(launch: Launch) -> None:
     # (online, each run is reopened over the network: not while a preempted job's grace runs)
     online = launch.mode == "online" and launch.stopped_by() != "preempted"
     if (launch.mode == "offline" or online) and launch.settings:
-        from sweeps.stages.publish import publish_stopped  # (imports Optuna)
+        from sweeps.stages.publish import estimates_of, publish_stopped  # (imports Optuna)
 
         cut = STOPPED if launch.interrupted else ()
         status = launch.trained - launch.published
         if online:  # a reopening over the network per run: only where W&B's "finished" misleads
-            ended = {str(r.get("trial_id")) for r in launch.rows if r.get("status") in ENDED}
+            ended = {  # or where the run lacks the probe figures Optuna was told
+                str(r.get("trial_id"))
+                for r in launch.rows
+                if r.get("status") in ENDED and not estimates_of(r)
+            }
             status -= ended
         publish_stopped(launch.rows, launch.settings, cut, status)
     sync = wandb_sync_hint(out_dir) if launch.mode == "offline" else None

@@ -948,9 +948,11 @@ def test_tiny_multi_objective_study_end_to_end(tmp_path, local_ray, monkeypatch)
     from sweep_helpers import wandb_read
 
     for row in rows.to_dict("records"):
-        config = wandb_read(sorted((out / "wandb").glob(f"offline-run-*-{row['trial_id']}"))[-1])[
-            "config"
-        ]
+        run = wandb_read(sorted((out / "wandb").glob(f"offline-run-*-{row['trial_id']}"))[-1])
+        config = run["config"]
+        # and its summary holds the probe figure its Optuna trial was told, the timing stage off
+        told = run["summary"].get("decode_seconds_estimate")
+        assert told == pytest.approx(row["decode_seconds_estimate"], rel=1e-12), row["trial_id"]
         assert config["attention"] == row["attention"]
         assert config.get("baseline", False) == (row["attention"] == "bahdanau")
         assert config.get("K") == (None if pd.isna(row["K"]) else row["K"])
