@@ -55,6 +55,7 @@ if __name__ == "__main__":  # `python -m datamodules.wmt17 fetch ...`: before to
     sys.exit(main())
 
 import functools
+import itertools
 import logging
 import os
 import tempfile
@@ -105,6 +106,8 @@ SPLITS = ("train", "valid", "test")
 #: smallest BPE vocabulary: 4 special ids + 256 byte-fallback pieces (a corpus with many distinct
 #: characters needs more; sentencepiece then says how many)
 MIN_VOCAB = 260
+#: how sentencepiece writes the unknown token in text (its default ``unk_surface``, less the spaces)
+UNK_MARK = "\u2047"
 
 _FALLBACK_DEFAULTS = dict(train="train", valid="newstest2015", test="newstest2016")
 
@@ -561,9 +564,18 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
 
     def ids_to_text(self, ids: Sequence[int]) -> str:
         """Ids -> BPE-merged text (tokenized, as in the files); stops at EOS, drops padding and
-        BOS. An unknown token stays, as sentencepiece writes it (`` ⁇ ``): one a model emitted
-        is a wrong word in BLEU, not a word left out (:data:`~datamodules.vocab.DROPPED_IDS`)."""
-        return self.sp.decode(content_ids(ids, self.eos_id, (self.pad_id, self.bos_id)))
+        BOS. An unknown token stays, as sentencepiece's mark ``⁇``, a word of its own: one a model
+        emitted is a wrong word in BLEU, not a word left out
+        (:data:`~datamodules.vocab.DROPPED_IDS`). Sentencepiece writes it with a space each side,
+        which beside a word's own leading space left two in the hypothesis files."""
+        kept = content_ids(ids, self.eos_id, (self.pad_id, self.bos_id))
+        if self.unk_id not in kept:
+            return self.sp.decode(kept)  # exactly the line its encoding came from
+        words = []  # the pieces between unknown tokens decoded apart, each mark a word
+        for unknown, run in itertools.groupby(kept, lambda token: token == self.unk_id):
+            run = list(run)
+            words += [UNK_MARK] * len(run) if unknown else [self.sp.decode(run).strip()]
+        return " ".join(word for word in words if word)
 
     def detokenize(self, text: str) -> str:
         """Moses-style detokenization of tokenized target text (identity for raw text)."""

@@ -170,11 +170,14 @@ def test_round_trip_text_ids_text_is_exact(dm):
     refs = read_lines(str(TINY / "valid.de"))
     assert [dm.ids_to_text(corpus[i].tolist()) for i in range(len(corpus))] == refs
     assert dm.ids_to_text(torch.tensor([dm.bos_id, *dm.text_to_ids("Haus"), dm.pad_id])) == "Haus"
-    # an unknown token a model emits stays in the text, as sentencepiece writes it: a wrong word
+    # an unknown token a model emits stays in the text, as sentencepiece's mark: a wrong word
     # for BLEU (which splits at whitespace), where dropping it would score "Haus <unk> Haus" as
-    # "Haus Haus"
-    haus = dm.text_to_ids("Haus")
-    assert dm.ids_to_text([*haus, dm.unk_id, *haus, dm.eos_id]).split() == ["Haus", "⁇", "Haus"]
+    # "Haus Haus"; one space each side, as between words (sentencepiece's own writing, " ⁇ ",
+    # beside the next word's space gives two)
+    haus, unk = dm.text_to_ids("Haus"), dm.unk_id
+    assert dm.ids_to_text([*haus, unk, *haus, dm.eos_id]) == "Haus ⁇ Haus"
+    assert dm.ids_to_text([unk, *haus, unk, unk]) == "⁇ Haus ⁇ ⁇"
+    assert dm.ids_to_text([unk, dm.eos_id, *haus]) == "⁇"
 
 
 @pytest.mark.train
