@@ -7,6 +7,7 @@ Unknown keys and bad values fail here with the key's path and what is allowed
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from typing import Annotated, Any, Literal
@@ -270,6 +271,15 @@ class TrainerSpec(_Strict):
         if text not in LIGHTNING_PRECISIONS:
             raise ValueError(
                 f"{value!r} is not a Lightning precision; valid: {', '.join(LIGHTNING_PRECISIONS)}"
+            )
+        if (
+            text.startswith("transformer-engine")
+            and importlib.util.find_spec("transformer_engine") is None
+        ):  # else each trial's Trainer would refuse it, after Ray started
+            raise ValueError(
+                f"{text} needs NVIDIA's Transformer Engine, which this Python lacks: install it "
+                "where the trials run (pip install 'transformer-engine[pytorch]'), or choose "
+                "bf16-mixed"
             )
         return text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -680,6 +681,19 @@ def test_every_metric_a_study_may_name_is_a_results_column():
         (
             lambda s: s["trainer"].update(precision="bogus"),
             ["trainer.precision", "not a Lightning precision", "bf16-mixed"],
+        ),
+        # a precision Lightning knows, whose package is missing: each trial's Trainer refused it
+        pytest.param(
+            lambda s: s["trainer"].update(precision="transformer-engine"),
+            [
+                "trainer.precision",
+                "Transformer Engine",
+                "pip install 'transformer-engine[pytorch]'",
+            ],
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("transformer_engine") is not None,
+                reason="Transformer Engine is installed here",
+            ),
         ),
         # and 64.0 as 64, "32" as 32: the model is given the value itself, and fails in training
         (
