@@ -98,8 +98,8 @@ class TokenBucketBatchSampler:
     epoch (``set_epoch``). Everything is a function of ``(seed, epoch)``, so all ranks agree. Rank r
     of W takes batches r, r+W, ...; the batch list is first padded by repeating its head so every
     rank gets the same count (the per-step collectives need it). Those repeated sentences are
-    decoded twice in an evaluation; the module keeps one hypothesis per batch ``indices`` entry
-    (:func:`lightning_modules.module.one_per_index`), so BLEU counts each once.
+    evaluated twice; the module keeps one sentence per batch ``indices`` entry
+    (:func:`lightning_modules.module.first_per_index`), so its figures count each once.
 
     Args:
         src_lengths, tgt_lengths: int (N,) padded-size lengths (incl. EOS) of each pair.

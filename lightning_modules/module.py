@@ -16,9 +16,9 @@ see :mod:`lightning_modules.precision`) trains and decodes under bf16 autocast.
 Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss`` and
 ``val/token_acc`` (teacher-forced cross-entropy and argmax accuracy, each the mean over every
 non-pad target token of the split, whatever its batching), ``val/bleu``
-(sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output; each sentence counted once, also under
-DDP, where the samplers repeat some: batches with ``indices`` keep one hypothesis per index, see
-:func:`one_per_index`), ``val/decode_seconds`` (time spent in
+(sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), each counting every sentence once,
+also under DDP, where the samplers repeat some: batches with ``indices`` keep one sentence per
+index (:func:`first_per_index`); ``val/decode_seconds`` (time spent in
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the
 datamodule can ``detokenize``; the same under ``test/``. ``train/loss`` is logged per step and
 per epoch: a Lightning logger receives ``train/loss_step`` and ``train/loss_epoch``;
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 import lightning.pytorch as pl
@@ -75,39 +75,50 @@ TokenId = Annotated[int, Ge(0)]
 Probability = Annotated[float, Interval(ge=0, lt=1)]
 
 
-class _DecodeBuffer:
-    """Hypotheses, references, their sentences' indices and decode time accumulated over one
-    evaluation epoch."""
+class _EvalBuffer:
+    """What one evaluation epoch gathers per sentence: its teacher-forced loss summed over its
+    target tokens, their count and how many the argmax got right, its index in the split, and
+    with decoding on its hypothesis and reference, and the decode time."""
 
     def __init__(self) -> None:
-        self.hyps: list[str] = []
-        self.refs: list[str] = []
+        self.loss: list[float] = []
+        self.tokens: list[int] = []
+        self.correct: list[int] = []
         #: each sentence's index in its split (the batches' ``indices``); None once a batch
         #: came without them (a plain dataloader), and then no repeat is removed
         self.indices: list[int] | None = []
+        self.hyps: list[str] = []
+        self.refs: list[str] = []
         self.seconds = 0.0
 
+    def columns(self) -> tuple[list, ...]:
+        """The per-sentence lists, in one order (:meth:`from_columns`)."""
+        return self.loss, self.tokens, self.correct, self.hyps, self.refs
 
-def one_per_index(
-    indices: list[int], hyps: list[str], refs: list[str]
-) -> tuple[list[str], list[str]]:
-    """One hypothesis and reference per sentence index, the first seen, in index order.
+    def from_columns(self, columns: Iterable[list]) -> None:
+        self.loss, self.tokens, self.correct, self.hyps, self.refs = map(list, columns)
 
-    Under DDP some sentences are decoded twice: the samplers give every rank the same number of
+
+def first_per_index(indices: list[int], *columns: list) -> list[list]:
+    """Each column's entries at the first sentence of each index, in index order (a column with
+    nothing in it, such as hypotheses where nothing is decoded, stays empty).
+
+    Under DDP some sentences are evaluated twice: the samplers give every rank the same number of
     batches (so the per-step collectives match) by repeating the split's first batches
     (:class:`~datamodules.bucketing.TokenBucketBatchSampler`) or sentences (Lightning's
-    ``DistributedSampler``). Keeping one per index makes the BLEU that of the split itself, and
+    ``DistributedSampler``). Keeping one per index makes the figures those of the split itself, and
     index order makes the lists the same whatever the number of ranks."""
-    if not len(indices) == len(hyps) == len(refs):
-        raise ValueError(
-            f"{len(indices)} indices for {len(hyps)} hypotheses and {len(refs)} references: "
-            "give one index per decoded sentence"
-        )
-    first: dict[int, tuple[str, str]] = {}
-    for index, hyp, ref in zip(indices, hyps, refs):
-        first.setdefault(index, (hyp, ref))
-    order = sorted(first)
-    return [first[i][0] for i in order], [first[i][1] for i in order]
+    for column in columns:
+        if column and len(column) != len(indices):
+            raise ValueError(
+                f"{len(indices)} indices for {len(column)} sentences' figures: give one index "
+                "per evaluated sentence"
+            )
+    first: dict[int, int] = {}
+    for at, index in enumerate(indices):
+        first.setdefault(index, at)
+    order = [first[i] for i in sorted(first)]
+    return [[column[at] for at in order] if column else [] for column in columns]
 
 
 class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
@@ -217,7 +228,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             **sizes,
         )
         # per stage; not ``_buffers``, which is nn.Module's registry of tensors (moved by .to())
-        self._decode_buffers: dict[str, _DecodeBuffer] = {}
+        self._eval_buffers: dict[str, _EvalBuffer] = {}
         self.last_bleu_signature: str | None = None
         # the last evaluation's (hypotheses, references) per stage ("val", "test"), one per
         # sentence in the order of the batches' ``indices`` (the split's order; the dataloader's
@@ -245,23 +256,23 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
 
     # ---------------------------------------------------------------- validation
     def on_validation_epoch_start(self) -> None:
-        self._decode_buffers["val"] = _DecodeBuffer()
+        self._eval_buffers["val"] = _EvalBuffer()
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "val")
 
     def on_validation_epoch_end(self) -> None:
-        self._log_decode_metrics("val")
+        self._log_eval_metrics("val")
 
     # ---------------------------------------------------------------- test
     def on_test_epoch_start(self) -> None:
-        self._decode_buffers["test"] = _DecodeBuffer()
+        self._eval_buffers["test"] = _EvalBuffer()
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "test")
 
     def on_test_epoch_end(self) -> None:
-        self._log_decode_metrics("test")
+        self._log_eval_metrics("test")
 
     # ---------------------------------------------------------------- prediction
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
@@ -450,6 +461,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
                 logits.reshape(-1, logits.shape[-1]),
                 tgt.reshape(-1),
                 ignore_index=self.hparams.pad_id,
+                reduction="mean" if stage == "train" else "none",
             )
         except IndexError as exc:  # an id past the vocabulary: named here, free until raised
             self._check_batch_ids(batch, exc)
@@ -471,17 +483,22 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
                 batch_size=batch_size,
             )
             return loss
+        # per sentence, summed at the epoch's end over the split's sentences, each once
+        # (:meth:`_log_eval_metrics`): the means over every target token of the split, however
+        # it is batched and sharded
         real = tgt != self.hparams.pad_id  # (B, T)
-        tokens = int(real.sum())  # the batch's real target tokens (at least one per sentence: EOS)
-        correct = ((logits.argmax(-1) == tgt) & real).sum()
-        token_acc = correct.float() / max(tokens, 1)
-        # weighted by the batch's token count, Lightning's epoch mean of these per-batch token means
-        # is the mean over every target token of the split, however the split is batched
-        self.log(names["loss"], loss, prog_bar=True, batch_size=tokens, sync_dist=True)
-        self.log(names["token_acc"], token_acc, batch_size=tokens, sync_dist=True)
+        buffer = self._eval_buffers.setdefault(stage, _EvalBuffer())
+        buffer.loss.extend(loss.view_as(tgt).sum(1).tolist())  # (pad positions give 0)
+        buffer.tokens.extend(real.sum(1).tolist())  # at least one a sentence: its EOS
+        buffer.correct.extend(((logits.argmax(-1) == tgt) & real).sum(1).tolist())
+        indices = batch.get("indices")
+        if indices is None:
+            buffer.indices = None
+        elif buffer.indices is not None:
+            buffer.indices.extend(int(i) for i in indices.tolist())
         if self.hparams.val_decode:
-            self._decode_into_buffer(batch, stage)
-        return loss
+            self._decode_into_buffer(batch, buffer)
+        return loss.sum() / max(int(real.sum()), 1)
 
     def _check_batch_ids(self, batch: dict[str, Any], exc: IndexError) -> None:
         """Raise ValueError naming the largest id of a batch past the model's vocabulary, in place
@@ -524,8 +541,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             )
         return tokens.clone()
 
-    def _decode_into_buffer(self, batch: dict[str, Any], stage: str) -> None:
-        buffer = self._decode_buffers.setdefault(stage, _DecodeBuffer())
+    def _decode_into_buffer(self, batch: dict[str, Any], buffer: _EvalBuffer) -> None:
         on_cuda = batch["src"].is_cuda
         if on_cuda:
             torch.cuda.synchronize(batch["src"].device)
@@ -539,36 +555,43 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             buffer.refs.extend(batch["references"])
         else:
             buffer.refs.extend(self.ids_to_text(row) for row in batch["tgt"].tolist())
-        indices = batch.get("indices")
-        if indices is None:
-            buffer.indices = None
-        elif buffer.indices is not None:
-            buffer.indices.extend(int(i) for i in indices.tolist())
 
-    def _log_decode_metrics(self, stage: str) -> None:
-        buffer = self._decode_buffers.pop(stage, None)
-        if not self.hparams.val_decode or buffer is None:
+    def _log_eval_metrics(self, stage: str) -> None:
+        """The epoch's figures from its buffer: every rank's sentences gathered under DDP, each
+        index once; the loss and token accuracy over their tokens, and BLEU where decoding is on."""
+        buffer = self._eval_buffers.pop(stage, None)
+        if buffer is None:
             return
-        import sacrebleu  # lazy: only needed once per evaluation epoch
-
-        hyps, refs, indices, seconds = buffer.hyps, buffer.refs, buffer.indices, buffer.seconds
         if (
             self.trainer.world_size > 1
             and torch.distributed.is_available()
             and torch.distributed.is_initialized()
         ):
             gathered: list[Any] = [None] * self.trainer.world_size
-            torch.distributed.all_gather_object(gathered, (hyps, refs, indices, seconds))
-            hyps = [h for part in gathered for h in part[0]]
-            refs = [r for part in gathered for r in part[1]]
-            indices = (
-                None
-                if any(part[2] is None for part in gathered)
-                else [i for part in gathered for i in part[2]]
+            mine = (buffer.columns(), buffer.indices, buffer.seconds)
+            torch.distributed.all_gather_object(gathered, mine)
+            buffer.from_columns(
+                [x for part in gathered for x in part[0][c]] for c in range(len(mine[0]))
             )
-            seconds = sum(part[3] for part in gathered)
-        if indices is not None:  # the sentences the samplers repeated under DDP, once each
-            hyps, refs = one_per_index(indices, hyps, refs)
+            buffer.indices = (
+                None
+                if any(part[1] is None for part in gathered)
+                else [i for part in gathered for i in part[1]]
+            )
+            buffer.seconds = sum(part[2] for part in gathered)
+        if buffer.indices is not None:  # the sentences the samplers repeated under DDP, once each
+            buffer.from_columns(first_per_index(buffer.indices, *buffer.columns()))
+        names = METRICS[stage]
+        if tokens := sum(buffer.tokens):
+            self.log(names["loss"], sum(buffer.loss) / tokens, prog_bar=True)
+            self.log(names["token_acc"], sum(buffer.correct) / tokens)
+        if self.hparams.val_decode:
+            self._log_decode_metrics(stage, buffer)
+
+    def _log_decode_metrics(self, stage: str, buffer: _EvalBuffer) -> None:
+        import sacrebleu  # lazy: only needed once per evaluation epoch
+
+        hyps, refs, seconds = buffer.hyps, buffer.refs, buffer.seconds
         names = METRICS[stage]
         self.last_decoded[stage] = (list(hyps), list(refs))
         bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score if hyps else 0.0

@@ -24,6 +24,7 @@ from lightning_modules.module import (
     VAL_LOSS,
     VAL_SACREBLEU,
     VAL_TOKEN_ACC,
+    _EvalBuffer,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,11 +148,11 @@ def test_a_perfect_copier_scores_bleu_100_and_batch_references_are_used(quiet_tr
     results = quiet_trainer(fast_dev_run=True).validate(model, datamodule=dm, verbose=False)[0]
     assert results[VAL_BLEU] == pytest.approx(100.0)
     batch = next(iter(dm.val_dataloader()))
-    model._decode_into_buffer(batch, "val")
-    buffer = model._decode_buffers["val"]
+    buffer = _EvalBuffer()
+    model._decode_into_buffer(batch, buffer)
     assert buffer.hyps == buffer.refs  # references from ids_to_text(tgt) when the key is absent
     batch["references"] = ["x"] * batch["src"].shape[0]
-    model._decode_into_buffer(batch, "val")
+    model._decode_into_buffer(batch, buffer)
     assert buffer.refs[-1] == "x"
 
 
