@@ -256,6 +256,18 @@ def offline_run_dirs(wandb_dir: str | Path, run_id: str) -> list[Path]:
     return [folder for folder in found if not run_is_empty(folder)]
 
 
+def open_failed_run(arguments: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    """Open a run with ``wandb.init``'s ``arguments`` (a trial's own:
+    :func:`sweeps.trial.wandb_run.run_arguments`), write ``summary`` and finish it failed (exit
+    code 1): the run of a trial that failed before it opened one. Returns its id."""
+    import wandb
+
+    run = wandb.init(**arguments, settings=wandb.Settings(silent=True, x_disable_stats=True))
+    run.summary.update({k: v for k, v in summary.items() if v is not None})
+    run.finish(exit_code=1)
+    return run.id
+
+
 def add_run_summary(
     mode: str,
     wandb_dir: str | Path,

@@ -116,6 +116,13 @@ def trial_states(grid) -> list[tuple[str | None, dict[str, Any], int]]:
     ]
 
 
+def trial_names(grid) -> dict[str, str]:
+    """Each trial's Tune name (``<trainable>_<trial id>``, as its own process knows it), by trial
+    id; {} where the grid does not say."""
+    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None) or []
+    return {str(t.trial_id): str(t) for t in trials}
+
+
 def trial_status(
     tune_status: str | None, metrics: dict | None, max_steps: int | None, failed: bool = False
 ) -> str:

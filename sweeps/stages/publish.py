@@ -17,12 +17,18 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from sweeps.heldout.evaluate import TEST_COLUMNS
-from sweeps.integrations.wandb_runs import add_run_summary, offline_run_dirs, run_problem
+from sweeps.integrations.wandb_runs import (
+    add_run_summary,
+    offline_run_dirs,
+    open_failed_run,
+    run_problem,
+)
 from sweeps.layout import OPTUNA_JOURNAL
 from sweeps.report.columns import ESTIMATE_COLUMNS
 from sweeps.report.results import TIMING_COLUMNS
 from sweeps.report.selection import CONFIRM, FINISHED, ROLE, aggregate, is_confirm
 from sweeps.stages.launch_state import Launch
+from sweeps.trial.wandb_run import run_arguments
 
 
 def publish_figures(
@@ -142,6 +148,36 @@ def publish_stopped(
         elif not any(local.glob(f"run-*-{tid}")):  # never started: no run to reopen
             figures.pop(tid)
     publish_figures(figures, settings, None, None, "stop")
+
+
+def publish_failed(
+    rows: list[dict], settings: Any, plans: Mapping[str, Any], names: Mapping[str, str]
+) -> int:
+    """A W&B run for each trial that failed before it opened its own (its data or model could not
+    be built, a GPU its torch cannot use, its teacher failed): its config and name as the trial
+    would have made them (``plans``: {trial id: (plan, folder)}; ``names``: Tune's trial names),
+    results.csv's ``status`` and ``error`` in its summary, state failed. So W&B lists every trial
+    results.csv does. A trial with a run already (a later failure, an earlier launch's) is left as
+    it is. Returns how many runs were opened."""
+    if settings.wandb.mode not in ("offline", "online"):
+        return 0
+    local = Path(settings.wandb_dir) / "wandb"  # online runs keep a local folder too
+    opened = 0
+    for row in rows:
+        tid = str(row.get("trial_id") or "")
+        if row.get("status") != "error" or tid not in plans:
+            continue
+        if offline_run_dirs(local, tid) or any(local.glob(f"run-*-{tid}")):
+            continue
+        plan = plans[tid][0]
+        arguments = run_arguments(settings, plan, tid, names.get(tid, f"run_trial_{tid}"))
+        try:
+            open_failed_run(arguments, {**status_of(row), "error": row.get("error")})
+        except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
+            print(f"[failed] trial {tid}: could not open its W&B run: {exc}", file=sys.stderr)
+            continue
+        opened += 1
+    return opened
 
 
 def publish_heldout(

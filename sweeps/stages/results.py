@@ -24,6 +24,7 @@ from sweeps.report.results import (
     missing_rows,
     print_table,
     results_frame,
+    trial_names,
     write_results_csv,
 )
 from sweeps.schedulers.lost_nodes import moved_summary
@@ -135,7 +136,11 @@ def tell_console(launch: Launch) -> None:
     # (online, each run is reopened over the network: not while a preempted job's grace runs)
     online = launch.mode == "online" and launch.stopped_by() != "preempted"
     if (launch.mode == "offline" or online) and launch.settings:
-        from sweeps.stages.publish import estimates_of, publish_stopped  # (imports Optuna)
+        from sweeps.stages.publish import (  # (imports Optuna)
+            estimates_of,
+            publish_failed,
+            publish_stopped,
+        )
 
         cut = STOPPED if launch.interrupted else ()
         status = launch.trained - launch.published
@@ -147,6 +152,12 @@ def tell_console(launch: Launch) -> None:
             }
             status -= ended
         publish_stopped(launch.rows, launch.settings, cut, status)
+        names = trial_names(launch.grid)
+        if opened := publish_failed(launch.rows, launch.settings, launch.plans, names):
+            print(
+                f"opened a W&B run for {opened} trial(s) that failed before they opened one "
+                "(state failed; results.csv's status and error in its summary)"
+            )
     sync = wandb_sync_hint(out_dir) if launch.mode == "offline" else None
     for run, problem in sync.broken if sync else ():
         print(

@@ -34,7 +34,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from sweep_helpers import tiny_spec, wandb_run_record, write_spec  # noqa: E402
+from sweep_helpers import tiny_spec, wandb_read, wandb_run_record, write_spec  # noqa: E402
 
 from sweeps.launch import main  # noqa: E402
 from sweeps.plan.warm_start import PLAN_HASH, plan_warm_start  # noqa: E402
@@ -170,6 +170,8 @@ def teacher_runs(local_ray, tmp_path_factory) -> dict:
     with contextlib.redirect_stderr(err):
         runs["failed"] = launch(tmp, failing)
     runs["failed_rows"], runs["failed_err"] = rows(tmp, "pairs"), err.getvalue()
+    found = sorted((tmp / "out" / "pairs" / "wandb").glob("offline-run-*"))
+    runs["failed_wandb"] = {d.name.rsplit("-", 1)[-1]: wandb_read(d) for d in found}
     fixed = teacher_spec("pairs", seeds=[0, 1], max_concurrent_trials=2)
     record = tmp / "interrupted.json"
     with pytest.MonkeyPatch.context() as hooked:
@@ -216,6 +218,16 @@ def test_a_failed_teacher_fails_its_students_with_the_reason(teacher_runs):
         )
         assert "chaos: injected failure" in student["error"] and "\n" not in student["error"]
     assert "its teacher" in teacher_runs["failed_err"]
+    # none opened a W&B run before it failed: the launcher opened one for each, which says what
+    # results.csv says (state failed, its status and error, its config as a trial makes it)
+    runs = teacher_runs["failed_wandb"]
+    assert set(runs) == set(df["trial_id"]), sorted(runs)
+    for row in df.to_dict("records"):
+        run = runs[row["trial_id"]]
+        assert run["state"] == "failed", run["state"]
+        assert run["summary"]["status"] == "error" and run["summary"]["error"] == row["error"]
+        assert run["config"]["attention"] == row["attention"]
+        assert run["config"]["seed"] == row["seed"] and run["config"]["trial_id"] == row["trial_id"]
 
 
 @ON_TEACHERS
