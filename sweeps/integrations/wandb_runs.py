@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,14 @@ def logged_keys(records: Iterable[Any]) -> set[str]:
     return keys
 
 
+def folder_keys(run_dir: str | Path) -> set[str]:
+    """:func:`logged_keys` of an offline run folder; none where its log cannot be read."""
+    try:
+        return logged_keys(_parse(read_chunks(run_log(run_dir).read_bytes())[1]))
+    except (OSError, RunLogError):
+        return set()
+
+
 def summary_values(records: Iterable[Any]) -> dict[str, str]:
     """The values the run's summary records set, by key, as JSON text (the last one written)."""
     held: dict[str, str] = {}
@@ -173,12 +181,16 @@ def summary_values(records: Iterable[Any]) -> dict[str, str]:
     return held
 
 
-def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
+def add_offline_summary(
+    run_dir: str | Path, values: Mapping[str, Any], earlier: Collection[str] = ()
+) -> Path:
     """Write ``values`` into the summary of a finished offline run: a summary record inserted
     before its exit record (later records renumbered), the file replaced atomically. A None for a
     key the run never logged is left out: it would add a key the run does not have (a copy
-    task's ``val/sacrebleu``, a non-student's ``train/distill``). Values the summary already
-    holds are not written again (a resume of a finished sweep publishes the same figures)."""
+    task's ``val/sacrebleu``, a non-student's ``train/distill``); ``earlier``: the keys the run's
+    earlier folders logged (one run once uploaded: a None there clears what they left, such as
+    a first attempt's ``error``). Values the summary already holds are not written again (a
+    resume of a finished sweep publishes the same figures)."""
     import json
 
     from wandb.proto import wandb_internal_pb2 as pb
@@ -186,7 +198,7 @@ def add_offline_summary(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     path = run_log(run_dir)
     header, chunks = read_chunks(path.read_bytes())
     records = _parse(chunks)
-    logged = logged_keys(records)
+    logged = logged_keys(records) | set(earlier)
     values = {k: v for k, v in values.items() if v is not None or k in logged}
     held = summary_values(records)  # a resume publishes the same figures again: written once
     values = {k: v for k, v in values.items() if held.get(k) != json.dumps(v)}
@@ -282,7 +294,8 @@ def add_run_summary(
         folders = offline_run_dirs(Path(wandb_dir) / "wandb", run_id)
         if not folders:
             raise RunLogError(f"no offline W&B run {run_id} under {wandb_dir}/wandb")
-        return str(add_offline_summary(folders[-1], values))
+        earlier = set().union(*(folder_keys(folder) for folder in folders[:-1]))
+        return str(add_offline_summary(folders[-1], values, earlier))
     if mode != "online":
         return ""
     import wandb

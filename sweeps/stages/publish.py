@@ -83,8 +83,15 @@ def with_status(rows: list[dict]) -> dict[str, dict[str, Any]]:
 
 
 def status_of(row: dict) -> dict[str, Any]:
-    """A row's ``status`` and ``step``, as its W&B run's summary takes them."""
-    return {"status": str(row.get("status")), "step": _number(row.get("step"))}
+    """A row's ``status``, ``step`` and ``error``, as its W&B run's summary takes them (an error
+    the run's first attempt was given, by :func:`publish_failed`, cleared where the trial's
+    outcome has none)."""
+    error = row.get("error")
+    return {
+        "status": str(row.get("status")),
+        "step": _number(row.get("step")),
+        "error": error if isinstance(error, str) and error else None,
+    }
 
 
 def stopped_figures(
@@ -172,7 +179,7 @@ def publish_failed(
         plan = plans[tid][0]
         arguments = run_arguments(settings, plan, tid, names.get(tid, f"run_trial_{tid}"))
         try:
-            open_failed_run(arguments, {**status_of(row), "error": row.get("error")})
+            open_failed_run(arguments, status_of(row))
         except Exception as exc:  # noqa: BLE001 -- a W&B problem must not lose the results
             print(f"[failed] trial {tid}: could not open its W&B run: {exc}", file=sys.stderr)
             continue

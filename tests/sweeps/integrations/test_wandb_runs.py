@@ -228,12 +228,12 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
         {"trial_id": "nolog001", "status": "budget", "step": nan},
         {"trial_id": "never001", "status": "unfinished"},
     ]
-    cut = {"status": "budget", "step": None}
+    cut = {"status": "budget", "step": None, "error": None}
     assert stopped_figures(rows, ("budget", "unfinished"), "val/bleu") == {
         "ahead001": {"val/bleu": 1.0, "val/loss": None, "val/sacrebleu": None, **cut, "step": 10.0},
         "early001": {"val/bleu": None, **cut},
         "nolog001": {"val/bleu": None, **cut},
-        "never001": {"val/bleu": None, "status": "unfinished", "step": None},
+        "never001": {"val/bleu": None, "status": "unfinished", "step": None, "error": None},
     }
     settings = SimpleNamespace(
         wandb=SimpleNamespace(mode="offline", project=None, entity=None),

@@ -36,6 +36,7 @@ ray = pytest.importorskip("ray")
 
 from sweep_helpers import tiny_spec, wandb_read, wandb_run_record, write_spec  # noqa: E402
 
+from sweeps.integrations.wandb_runs import read_records, run_log, summary_values  # noqa: E402
 from sweeps.launch import main  # noqa: E402
 from sweeps.plan.warm_start import PLAN_HASH, plan_warm_start  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
@@ -300,6 +301,12 @@ def test_fixed_on_resume_the_teachers_fuse_and_their_students_wait_for_them(teac
         assert hparams["teacher_checkpoint"] == teacher["checkpoint"]
         assert hparams["distill_weight"] == 1.0 and Path(teacher["checkpoint"]).is_file()
         (run,) = sorted((exp / "wandb").glob(f"offline-run-*-{student['trial_id']}"))[-1:]
+        # the run the launcher opened for its failed first try holds that try's error; the
+        # folder that trained it clears it (one W&B run once uploaded): its summary is the row's
+        # (W&B's reader leaves a null out: the run's own records hold it)
+        summary = wandb_read(run)["summary"]
+        assert summary["status"] == "done" and summary.get("error") is None
+        assert summary_values(read_records(run_log(run)))["error"] == "null"
         record = wandb_run_record(run)
         assert record["config"]["update"]["teacher"] == teacher["trial_id"]
         assert record["config"]["update"]["teacher_checkpoint"] == teacher["checkpoint"]
