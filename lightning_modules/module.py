@@ -487,10 +487,15 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         # (:meth:`_log_eval_metrics`): the means over every target token of the split, however
         # it is batched and sharded
         real = tgt != self.hparams.pad_id  # (B, T)
+        sentence_loss = loss.view_as(tgt).sum(1)  # (B,) pad positions give 0
+        correct = (logits.argmax(-1) == tgt) & real
+        # one copy to the host for the three (token counts are exact in float32)
+        figures = torch.stack((sentence_loss, real.sum(1).float(), correct.sum(1).float()))
+        losses, tokens, right = figures.tolist()
         buffer = self._eval_buffers.setdefault(stage, _EvalBuffer())
-        buffer.loss.extend(loss.view_as(tgt).sum(1).tolist())  # (pad positions give 0)
-        buffer.tokens.extend(real.sum(1).tolist())  # at least one a sentence: its EOS
-        buffer.correct.extend(((logits.argmax(-1) == tgt) & real).sum(1).tolist())
+        buffer.loss.extend(losses)
+        buffer.tokens.extend(int(n) for n in tokens)  # at least one a sentence: its EOS
+        buffer.correct.extend(int(n) for n in right)
         indices = batch.get("indices")
         if indices is None:
             buffer.indices = None
@@ -498,7 +503,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             buffer.indices.extend(int(i) for i in indices.tolist())
         if self.hparams.val_decode:
             self._decode_into_buffer(batch, buffer)
-        return loss.sum() / max(int(real.sum()), 1)
+        return sentence_loss.sum() / max(sum(tokens), 1)
 
     def _check_batch_ids(self, batch: dict[str, Any], exc: IndexError) -> None:
         """Raise ValueError naming the largest id of a batch past the model's vocabulary, in place
