@@ -3,8 +3,9 @@
 The searcher (:mod:`sweeps.search.teachers`) gives such a trial ``teacher_error`` in its config
 instead of a checkpoint. The trainable reports that reason once (with the sweep's metric as NaN,
 so Tune and its schedulers take the report) and raises :class:`~sweeps.errors.TeacherFailed`: no
-model is built, no W&B run is made, the searcher tells Optuna FAIL. Its results row says ``error``
-with the reason (:func:`sweeps.report.results.row_from_result`). A failed trial is one that
+model is built, the searcher tells Optuna FAIL. Its results row says ``error`` with the reason
+(:func:`sweeps.report.results.row_from_result`), and the launcher opens its W&B run, failed, at
+the launch's end (:func:`sweeps.stages.publish.publish_failed`). A failed trial is one that
 ``--resume`` runs again: once the teacher has run again and ended, the searcher hands the student
 out anew, with its teacher (:meth:`sweeps.search.base.SweepSearcher.comeback`).
 """
