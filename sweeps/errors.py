@@ -67,3 +67,9 @@ class TeacherFailed(RuntimeError):
 class GpuTorchError(RuntimeError):
     """A trial holds a GPU that its node's torch cannot use (a CPU-only build): one line naming the
     build and the fix. Raised before the trial builds or trains anything."""
+
+
+class CpuPrecisionError(RuntimeError):
+    """A trial on the CPU asks for float16 mixed precision, which Lightning would swap for
+    bf16-mixed while the trial's records named float16: one line with the fix. Raised before the
+    trial builds or trains anything."""

@@ -1,7 +1,8 @@
 """The GPU settings' checks that need more than one key: ``trainer.cuda_graphs`` and
 ``resources.mps: on`` want trials on a GPU, and are refused before Ray starts when the sweep's
-trials ask for none (:func:`check_gpu_settings`, called by :func:`sweeps.spec.load.build_sweep`);
-graphs are refused for distilling students too (:func:`check_graphed_students`)."""
+trials ask for none, as is ``trainer.precision: 16-mixed``, which Lightning swaps for bf16-mixed on
+a CPU (:func:`check_gpu_settings`, called by :func:`sweeps.spec.load.build_sweep`); graphs are
+refused for distilling students too (:func:`check_graphed_students`)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,29 @@ from typing import Any
 from sweeps.errors import SpecError
 from sweeps.spec.schema import SweepSpec
 
+#: the precisions that are float16 mixed precision (the legacy spelling too): a GPU's only.
+#: Lightning trains bf16-mixed in their place on a CPU, with a warning in the trial's log alone
+FLOAT16_MIXED = ("16-mixed", "16")
 
-def cuda_graphs_values(spec: SweepSpec) -> list[Any]:
-    """The values the sweep gives ``trainer.cuda_graphs``: its trainer section's where it sets the
-    key (a profile's or a ``--set``'s included), a grid's (``trainer.cuda_graphs: [...]``, or
-    ``trainer:`` as a list of settings) and a search's; ``[]`` where it sets none."""
-    values = [spec.trainer.cuda_graphs] if "cuda_graphs" in spec.trainer.model_fields_set else []
-    grid_values = spec.grid.get("trainer.cuda_graphs", [])
+
+def trainer_values(spec: SweepSpec, key: str) -> list[Any]:
+    """The values the sweep gives ``trainer.<key>``: its trainer section's where it sets the key
+    (a profile's or a ``--set``'s included), a grid's (``trainer.<key>: [...]``, or ``trainer:``
+    as a list of settings) and a search's; ``[]`` where it sets none."""
+    values = [getattr(spec.trainer, key)] if key in spec.trainer.model_fields_set else []
+    grid_values = spec.grid.get(f"trainer.{key}", [])
     values += list(grid_values) if isinstance(grid_values, list) else [grid_values]
     variants = spec.grid.get("trainer", [])
     if isinstance(variants, list):
-        values += [v["cuda_graphs"] for v in variants if isinstance(v, dict) and "cuda_graphs" in v]
-    searched = spec.parameters.get("trainer.cuda_graphs")
+        values += [v[key] for v in variants if isinstance(v, dict) and key in v]
+    searched = spec.parameters.get(f"trainer.{key}")
     values += list(searched.values or []) if searched is not None else []
     return values
+
+
+def cuda_graphs_values(spec: SweepSpec) -> list[Any]:
+    """The values the sweep gives ``trainer.cuda_graphs`` (:func:`trainer_values`)."""
+    return trainer_values(spec, "cuda_graphs")
 
 
 def asks_for_cuda_graphs(spec: SweepSpec) -> bool:
@@ -48,6 +58,16 @@ def check_gpu_settings(spec: SweepSpec, source: str, cpu_profile: str | None = N
             "resources.mps",
             "on shares a GPU between trial processes, but the trials use no GPU (resources.gpu: "
             "0); set resources.gpu (e.g. 0.5), or resources.mps: auto",
+            source,
+        )
+    float16 = sorted({str(v) for v in trainer_values(spec, "precision")} & set(FLOAT16_MIXED))
+    if float16 and r.gpu == 0:
+        raise SpecError(
+            "trainer.precision",
+            f"{float16[0]} is float16 mixed precision, which Lightning runs on a GPU only, but "
+            "the trials train on the CPU (resources.gpu: 0): Lightning would train bf16-mixed in "
+            f"its place while every record said {float16[0]}; set trainer.precision: bf16-mixed, "
+            "or set resources.gpu (e.g. 1 or 0.5)",
             source,
         )
     if not asks_for_cuda_graphs(spec):

@@ -210,7 +210,8 @@ class TrainerSpec(_Strict):
     gradient_clip_val: float | None = Field(1.0, ge=0)
     # batches whose gradients are summed into one optimizer step (1: a step per batch)
     accumulate_grad_batches: int = Field(1, ge=1)
-    # Lightning's precision: 32-true is float32; 16-mixed and bf16-mixed compute in half on a GPU
+    # Lightning's precision: 32-true is float32; 16-mixed and bf16-mixed compute in half on a GPU;
+    # on a CPU bf16-mixed only (16-mixed is refused there: Lightning would swap it for bf16-mixed)
     precision: str = "32-true"
     # steps between two logs of the training metrics (train/loss) to W&B
     log_every_n_steps: int = Field(50, ge=1)

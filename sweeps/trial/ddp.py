@@ -111,7 +111,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     trial_id, trial_name = loop_config["trial_id"], loop_config["trial_name"]
     train_ctx = ray.train.get_context()
     rank, world_size = train_ctx.get_world_rank(), train_ctx.get_world_size()
-    accelerator, _ = pick_accelerator()  # a GPU this node's torch cannot use stops the trial here
+    # a GPU this node's torch cannot use, or float16 mixed precision on the CPU, stops it here
+    accelerator, _ = pick_accelerator(plan.trainer.get("precision") or "32-true")
     # rank 0 alone fails on chaos; Ray Train then stops the other ranks and the whole trial is retried
     parts = prepare_trial(
         plan,

@@ -23,9 +23,10 @@ import torch
 from datamodules.resumable import RngStateCallback
 from lightning_modules.cuda_graphs import enable_cuda_graphs
 from sweeps.build import build_datamodule, build_module, trainer_kwargs
-from sweeps.errors import ChaosError, GpuTorchError
+from sweeps.errors import ChaosError, CpuPrecisionError, GpuTorchError
 from sweeps.integrations.torch_build import gpu_torch_problem
 from sweeps.spec import TrialPlan
+from sweeps.spec.gpu import FLOAT16_MIXED
 from sweeps.storage import find_storage_fault, quiet_close
 from sweeps.trial import phases
 from sweeps.trial.callbacks import Chaos, TuneReport
@@ -49,20 +50,38 @@ def finish_fit(
             report.report(trainer)
 
 
-def pick_accelerator() -> tuple[str, int]:
+def pick_accelerator(precision: str = "32-true") -> tuple[str, int]:
     """GPU only when Ray assigned this trial one (a 0-GPU trial on a GPU node must stay on CPU).
     A GPU assigned to a torch that cannot use it stops the trial before it builds anything
-    (:class:`~sweeps.errors.GpuTorchError`), rather than train on the CPU beside an idle GPU."""
+    (:class:`~sweeps.errors.GpuTorchError`), rather than train on the CPU beside an idle GPU; so
+    does float16 mixed ``precision`` on the CPU (:func:`check_cpu_precision`)."""
     import ray
 
     gpu_ids = ray.get_gpu_ids()
     if not gpu_ids:
+        check_cpu_precision(precision)
         return "cpu", 1
     host = ray.util.get_node_ip_address()
     problem = gpu_torch_problem(f"trial on {host} (GPU {','.join(map(str, gpu_ids))})")
     if problem:
         raise GpuTorchError(problem)
-    return ("gpu" if torch.cuda.is_available() else "cpu"), 1
+    accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    if accelerator == "cpu":
+        check_cpu_precision(precision)
+    return accelerator, 1
+
+
+def check_cpu_precision(precision: str) -> None:
+    """:class:`~sweeps.errors.CpuPrecisionError` for float16 mixed precision on the CPU, where
+    Lightning trains bf16-mixed in its place (a sweep whose ``resources.gpu: auto`` found no GPU;
+    ``resources.gpu: 0`` is refused before Ray starts: :func:`sweeps.spec.gpu.check_gpu_settings`)."""
+    if str(precision) in FLOAT16_MIXED:
+        raise CpuPrecisionError(
+            f"trainer.precision {precision} is float16 mixed precision, which Lightning runs on a "
+            "GPU only, and Ray gave this trial none: Lightning would train it bf16-mixed while its "
+            "records said float16; set trainer.precision: bf16-mixed, or give the trials a GPU "
+            "(resources.gpu)"
+        )
 
 
 @dataclass

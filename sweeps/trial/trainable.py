@@ -53,7 +53,8 @@ def run_trial(config: dict[str, Any], settings: TrialSettings) -> None:
     ):
         if report_earlier_finish(trial_storage_dir(ctx), trial_id, plan.trainer["max_steps"]):
             return
-        accelerator, devices = pick_accelerator()  # a GPU torch cannot use stops the trial here
+        # a GPU torch cannot use, or float16 mixed precision on the CPU, stops the trial here
+        accelerator, devices = pick_accelerator(plan.trainer.get("precision") or "32-true")
         with phases.phase("setup"):  # seed, data, module, the checkpoint to resume from
             parts = prepare_trial(
                 plan, settings, tune.get_checkpoint(), trial_id, TuneReport, placement_metrics()

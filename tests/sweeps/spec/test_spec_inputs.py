@@ -126,6 +126,40 @@ def test_a_cells_trainer_section_error_has_one_key_path():
     assert msg.endswith("(where grid.trainer.precision = '16-mixed')")
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"trainer": {"max_steps": 10, "precision": "16-mixed"}},
+        {"trainer": {"max_steps": 10, "precision": 16}},  # the legacy spelling, as YAML reads it
+        {"grid": {"model": [{"attention": "none"}], "trainer.precision": ["32-true", "16-mixed"]}},
+    ],
+)
+def test_float16_mixed_precision_on_the_cpu_is_refused_with_the_fix(where):
+    """Lightning trains ``16-mixed`` as bf16-mixed on a CPU, saying so only in the trial's log:
+    every record would name a precision the trials did not train at."""
+    said = error_of(base_spec(**where))
+    assert said.startswith("x.yaml: trainer.precision: 16"), said
+    assert "on a GPU only" in said and "would train bf16-mixed in its place" in said
+    assert said.endswith("set trainer.precision: bf16-mixed, or set resources.gpu (e.g. 1 or 0.5)")
+    # what the fix says is taken: the CPU's own half precision, or a GPU for the trials
+    build_sweep(base_spec(**where), overrides=["resources.gpu=0.5"])
+    assert build_sweep(base_spec(trainer={"max_steps": 10, "precision": "bf16-mixed"})).plans
+
+
+def test_a_trial_on_the_cpu_stops_before_it_builds_anything_at_float16_mixed_precision():
+    """Where ``resources.gpu: auto`` found no GPU, the trial is the first to know it is on the
+    CPU: it stops with the fix before any data or model, rather than train bf16-mixed."""
+    # (the trial's module imports Lightning: this test alone of the file needs it)
+    from sweeps.errors import CpuPrecisionError
+    from sweeps.trial.fitting import check_cpu_precision
+
+    for precision in ("16-mixed", "16"):
+        with pytest.raises(CpuPrecisionError, match="set trainer.precision: bf16-mixed, or give"):
+            check_cpu_precision(precision)
+    for precision in ("32-true", "bf16-mixed", "16-true", "64-true"):
+        check_cpu_precision(precision)
+
+
 # ---- the file itself: a key given twice, a relative storage path
 
 
