@@ -77,6 +77,7 @@ from sweeps.spec import (  # noqa: E402
     profile_line,
     resume_launch,
 )
+from sweeps.spec.gpu import float16_precisions  # noqa: E402
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -249,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             address = args.address or os.environ.get("RAY_ADDRESS")
             if address and args.address != "local":
                 check_address(address, source="--address" if args.address else "RAY_ADDRESS")
-            cpus = local_cpu_note(sweep.spec.resources, args.address, args.num_cpus)
+            cpus = local_cpu_note(
+                sweep.spec.resources, args.address, args.num_cpus, float16_precisions(sweep.spec)
+            )
             for note in [gpu_note(sweep), cpus, *plan.data_notes]:
                 if note:
                     print(note)

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -377,13 +378,16 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
     - GPUs asked for and offered: fails when this node's torch is a CPU-only build
       (:func:`check_gpu_torch`);
-    - no GPU on a local machine: trials fall back to CPU (``gpu`` 0 in the returned fit);
-      on a cluster without GPUs a warning only (an autoscaler may still add GPU nodes);
+    - no GPU on a local machine: trials fall back to CPU (``gpu`` 0 in the returned fit), unless
+      they train at float16 mixed precision, a GPU's only (:class:`LaunchError`); on a cluster
+      without GPUs a warning only (an autoscaler may still add GPU nodes);
     - DDP trials: Tune sees only each trial's driver, so unless the spec caps it,
       ``max_concurrent_trials`` is what the cluster's CPUs and GPUs hold at once;
     - other trials without a cap: Tune's own budget for a grid (see :class:`ClusterFit`).
     """
     import ray
+
+    from sweeps.spec.gpu import float16_precisions  # (pydantic: not at the module's top, above)
 
     if not (address or "").startswith(
         "ray://"
@@ -408,6 +412,8 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     if r.gpu and not gpus:
         if address is None:
             asked = "auto" if r.auto_gpu else f"{r.gpu:g}"
+            if float16 := float16_precisions(sweep.spec):  # Lightning would train bf16-mixed
+                raise LaunchError(cpu_float16_problem(float16, asked))
             print(f"no GPU visible: trials run on CPU (resources.gpu {asked} -> 0)")
             gpu = 0.0
         else:
@@ -491,15 +497,34 @@ def too_few_gpus(resources: Any, gpu: float, gpus: float, local: bool) -> str | 
     )
 
 
-def local_cpu_note(resources: Any, address: str | None, num_cpus: int | None) -> str | None:
+def cpu_float16_problem(float16: Sequence[str], asked: str) -> str:
+    """Why a local launch whose trials asked for GPUs (``resources.gpu`` ``asked``) on a machine
+    without one stops at float16 mixed precision (``float16``: the sweep's), with the fix."""
+    return (
+        f"trainer.precision {float16[0]} is float16 mixed precision, which Lightning runs on a "
+        "GPU only, and this machine has none: the trials would train on the CPU (resources.gpu "
+        f"{asked} -> 0), at bf16-mixed in its place; --set trainer.precision=bf16-mixed, or "
+        "launch on a cluster with GPUs (--address)"
+    )
+
+
+def local_cpu_note(
+    resources: Any, address: str | None, num_cpus: int | None, float16: Sequence[str] = ()
+) -> str | None:
     """``--dry-run``'s line where the launch would start a local Ray here whose CPUs no trial
-    fits in (:func:`too_few_cpus`; Ray is not started by a dry run); None otherwise, or where a
-    GPU here would give the trials the arrangement's CPUs instead."""
+    fits in (:func:`too_few_cpus`; Ray is not started by a dry run), or that no GPU here leaves
+    the trials of ``float16`` mixed precision (the sweep's) on the CPU
+    (:func:`cpu_float16_problem`); None otherwise, or where a GPU here would give the trials the
+    arrangement's CPUs instead."""
     if address not in (None, "local") or (address is None and os.environ.get("RAY_ADDRESS")):
         return None
     if resources.gpu and shutil.which("nvidia-smi"):
         return None
     cpus = num_cpus or os.cpu_count() or 1
+    if resources.gpu and float16:
+        asked = "auto" if resources.auto_gpu else f"{resources.gpu:g}"
+        problem = cpu_float16_problem(float16, asked)
+        return f"note: on a local Ray instance here ({cpus} CPUs, no GPU) the launch would stop: {problem}"
     problem = too_few_cpus(resources, [{"Alive": True, "Resources": {"CPU": cpus}}])
     if problem is None:
         return None

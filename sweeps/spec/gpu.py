@@ -32,6 +32,12 @@ def trainer_values(spec: SweepSpec, key: str) -> list[Any]:
     return values
 
 
+def float16_precisions(spec: SweepSpec) -> list[str]:
+    """The float16 mixed precisions (:data:`FLOAT16_MIXED`) the sweep trains at anywhere: its
+    trainer section, a grid or a search (:func:`trainer_values`); ``[]`` where none."""
+    return sorted({str(v) for v in trainer_values(spec, "precision")} & set(FLOAT16_MIXED))
+
+
 def cuda_graphs_values(spec: SweepSpec) -> list[Any]:
     """The values the sweep gives ``trainer.cuda_graphs`` (:func:`trainer_values`)."""
     return trainer_values(spec, "cuda_graphs")
@@ -60,7 +66,7 @@ def check_gpu_settings(spec: SweepSpec, source: str, cpu_profile: str | None = N
             "0); set resources.gpu (e.g. 0.5), or resources.mps: auto",
             source,
         )
-    float16 = sorted({str(v) for v in trainer_values(spec, "precision")} & set(FLOAT16_MIXED))
+    float16 = float16_precisions(spec)
     if float16 and r.gpu == 0:
         raise SpecError(
             "trainer.precision",

@@ -9,7 +9,13 @@ from types import SimpleNamespace
 import pytest
 from sweep_helpers import base_spec
 
-from sweeps.driver.cluster import LaunchError, check_cluster, too_few_cpus, too_few_gpus
+from sweeps.driver.cluster import (
+    LaunchError,
+    check_cluster,
+    local_cpu_note,
+    too_few_cpus,
+    too_few_gpus,
+)
 from sweeps.plan.sweep_plan import Paths
 from sweeps.spec import build_sweep
 
@@ -104,3 +110,50 @@ def test_the_local_ray_refuses_a_ddp_trial_before_any_trial_starts(tmp_path, mon
     assert "warning: a DDP trial needs 3 GPUs" in capsys.readouterr().out
     two = build_sweep(base_spec(resources={"cpu": 1, "gpu": 0.5, "workers": 2}))
     assert check_cluster(two, paths, address=None).gpu == 0.5
+
+
+def test_a_local_launch_without_a_gpu_refuses_float16_mixed_precision_before_any_trial(
+    tmp_path, monkeypatch, capsys
+):
+    """``resources.gpu`` auto (or 1) on a machine without a GPU: the trials would fall back to the
+    CPU, where Lightning trains bf16-mixed in place of 16-mixed; the launcher's own Ray (a
+    stand-in for Ray's calls: one node, no GPU) stops the launch with the fix, before any trial.
+    Another Ray may gain GPU nodes: its trials wait for them, as at any precision."""
+    import ray  # (Ray: only the tests of check_cluster in the file need it)
+
+    node = {"Alive": True, "NodeID": "n", "NodeManagerAddress": "127.0.0.1",
+            "Resources": {"CPU": 2.0}}  # fmt: skip
+    monkeypatch.setattr(ray, "nodes", lambda: [node])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: dict(node["Resources"]))
+    monkeypatch.setattr(
+        ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n")
+    )
+    paths = Paths(output=tmp_path, storage=str(tmp_path))
+    for gpu in ("auto", 1):
+        sweep = build_sweep(base_spec(resources={"gpu": gpu}, trainer={"precision": "16-mixed"}))
+        with pytest.raises(LaunchError, match=r"^trainer\.precision 16-mixed is float16 mixed "):
+            check_cluster(sweep, paths, address=None)
+        assert "no GPU visible" not in capsys.readouterr().out
+        assert check_cluster(sweep, paths, address="127.0.0.1:6379").gpu == (
+            sweep.spec.resources.gpu
+        )
+    said = ""
+    try:
+        check_cluster(sweep, paths, address=None)
+    except LaunchError as exc:
+        said = str(exc)
+    assert said.endswith(
+        "(resources.gpu 1 -> 0), at bf16-mixed in its place; --set trainer.precision=bf16-mixed, "
+        "or launch on a cluster with GPUs (--address)"
+    ), said
+    # the dry run says it where it would start that Ray (no nvidia-smi on the test machines)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    note = local_cpu_note(sweep.spec.resources, None, 2, ["16-mixed"])
+    assert (
+        note == f"note: on a local Ray instance here (2 CPUs, no GPU) the launch would stop: {said}"
+    )
+    assert local_cpu_note(sweep.spec.resources, "10.0.0.5:6379", 2, ["16-mixed"]) is None
+    assert local_cpu_note(sweep.spec.resources, None, 2, []) is None
+    bf16 = build_sweep(base_spec(resources={"gpu": 1}, trainer={"precision": "bf16-mixed"}))
+    assert check_cluster(bf16, paths, address=None).gpu == 0.0
+    assert "no GPU visible: trials run on CPU (resources.gpu 1 -> 0)" in capsys.readouterr().out
