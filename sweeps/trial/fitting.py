@@ -73,8 +73,9 @@ def pick_accelerator(precision: str = "32-true") -> tuple[str, int]:
 
 def check_cpu_precision(precision: str) -> None:
     """:class:`~sweeps.errors.CpuPrecisionError` for float16 mixed precision on the CPU, where
-    Lightning trains bf16-mixed in its place (a sweep whose ``resources.gpu: auto`` found no GPU;
-    ``resources.gpu: 0`` is refused before Ray starts: :func:`sweeps.spec.gpu.check_gpu_settings`)."""
+    Lightning trains bf16-mixed in its place: a trial a cluster's Ray gave no GPU
+    (``resources.gpu: 0`` is refused before Ray starts, :func:`sweeps.spec.gpu.check_gpu_settings`;
+    a local launch on a machine without a GPU before any trial, :func:`sweeps.driver.cluster.check_cluster`)."""
     if str(precision) in FLOAT16_MIXED:
         raise CpuPrecisionError(
             f"trainer.precision {precision} is float16 mixed precision, which Lightning runs on a "

@@ -147,8 +147,9 @@ def test_float16_mixed_precision_on_the_cpu_is_refused_with_the_fix(where):
 
 
 def test_a_trial_on_the_cpu_stops_before_it_builds_anything_at_float16_mixed_precision():
-    """Where ``resources.gpu: auto`` found no GPU, the trial is the first to know it is on the
-    CPU: it stops with the fix before any data or model, rather than train bf16-mixed."""
+    """Where a cluster's Ray gave a trial no GPU (``resources.gpu: auto`` on CPU nodes), the
+    trial is the first to know it is on the CPU: it stops with the fix before any data or model,
+    rather than train bf16-mixed."""
     # (the trial's module imports Lightning: this test alone of the file needs it)
     from sweeps.errors import CpuPrecisionError
     from sweeps.trial.fitting import check_cpu_precision
