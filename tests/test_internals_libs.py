@@ -232,6 +232,22 @@ def test_a_reports_training_loss_is_logged_at_the_step_of_its_validation(tmp_pat
     assert validated == ["1", "3"] and reported == validated, (validated, reported)
 
 
+@internal(
+    "lightning-cpu-float16",
+    "lightning",
+    "sweeps/spec/gpu.py (FLOAT16_MIXED), sweeps/trial/fitting.py (check_cpu_precision)",
+)
+def test_a_cpu_trainer_trains_float16_mixed_precision_as_bf16_mixed():
+    pl = pytest.importorskip("lightning.pytorch")
+
+    for asked in ("16-mixed", "16"):
+        trainer = pl.Trainer(
+            accelerator="cpu", devices=1, precision=asked, logger=False,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        )  # fmt: skip
+        assert trainer.precision == "bf16-mixed", (asked, trainer.precision)
+
+
 @internal("lightning-logger-names", "lightning", "sweeps/trial/lifecycle.py (QUIET_LOGGERS)")
 def test_lightnings_banners_come_from_the_loggers_the_code_quiets():
     import importlib
