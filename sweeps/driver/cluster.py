@@ -411,10 +411,9 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
         check_gpu_torch(address)  # a CPU-only torch beside GPUs stops here, before any trial
     if r.gpu and not gpus:
         if address is None:
-            asked = "auto" if r.auto_gpu else f"{r.gpu:g}"
             if float16 := float16_precisions(sweep.spec):  # Lightning would train bf16-mixed
-                raise LaunchError(cpu_float16_problem(float16, asked))
-            print(f"no GPU visible: trials run on CPU (resources.gpu {asked} -> 0)")
+                raise LaunchError(cpu_float16_problem(float16, r))
+            print(f"no GPU visible: trials run on CPU (resources.gpu {asked_gpu(r)} -> 0)")
             gpu = 0.0
         else:
             print(
@@ -497,15 +496,20 @@ def too_few_gpus(resources: Any, gpu: float, gpus: float, local: bool) -> str | 
     )
 
 
-def cpu_float16_problem(float16: Sequence[str], asked: str) -> str:
-    """Why a local launch whose trials asked for GPUs (``resources.gpu`` ``asked``) on a machine
-    without one stops at float16 mixed precision (``float16``: the sweep's), with the fix."""
+def cpu_float16_problem(float16: Sequence[str], resources: Any) -> str:
+    """Why a local launch whose trials asked for GPUs (``resources.gpu``) on a machine without one
+    stops at float16 mixed precision (``float16``: the sweep's), with the fix."""
     return (
         f"trainer.precision {float16[0]} is float16 mixed precision, which Lightning runs on a "
         "GPU only, and this machine has none: the trials would train on the CPU (resources.gpu "
-        f"{asked} -> 0), at bf16-mixed in its place; --set trainer.precision=bf16-mixed, or "
-        "launch on a cluster with GPUs (--address)"
+        f"{asked_gpu(resources)} -> 0), at bf16-mixed in its place; --set "
+        "trainer.precision=bf16-mixed, or launch on a cluster with GPUs (--address)"
     )
+
+
+def asked_gpu(resources: Any) -> str:
+    """``resources.gpu`` as the sweep gave it: ``auto``, or the number."""
+    return "auto" if resources.auto_gpu else f"{resources.gpu:g}"
 
 
 def local_cpu_note(
@@ -522,10 +526,9 @@ def local_cpu_note(
         return None
     cpus = num_cpus or os.cpu_count() or 1
     if resources.gpu and float16:
-        asked = "auto" if resources.auto_gpu else f"{resources.gpu:g}"
-        problem = cpu_float16_problem(float16, asked)
-        return f"note: on a local Ray instance here ({cpus} CPUs, no GPU) the launch would stop: {problem}"
-    problem = too_few_cpus(resources, [{"Alive": True, "Resources": {"CPU": cpus}}])
+        problem = cpu_float16_problem(float16, resources)
+    else:
+        problem = too_few_cpus(resources, [{"Alive": True, "Resources": {"CPU": cpus}}])
     if problem is None:
         return None
     return (

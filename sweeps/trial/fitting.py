@@ -57,15 +57,13 @@ def pick_accelerator(precision: str = "32-true") -> tuple[str, int]:
     does float16 mixed ``precision`` on the CPU (:func:`check_cpu_precision`)."""
     import ray
 
-    gpu_ids = ray.get_gpu_ids()
-    if not gpu_ids:
-        check_cpu_precision(precision)
-        return "cpu", 1
-    host = ray.util.get_node_ip_address()
-    problem = gpu_torch_problem(f"trial on {host} (GPU {','.join(map(str, gpu_ids))})")
-    if problem:
-        raise GpuTorchError(problem)
-    accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    accelerator = "cpu"
+    if gpu_ids := ray.get_gpu_ids():
+        host = ray.util.get_node_ip_address()
+        problem = gpu_torch_problem(f"trial on {host} (GPU {','.join(map(str, gpu_ids))})")
+        if problem:
+            raise GpuTorchError(problem)
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     if accelerator == "cpu":
         check_cpu_precision(precision)
     return accelerator, 1
