@@ -431,8 +431,18 @@ def test_attention_heatmaps_data():
     assert model.training  # restored
 
 
+#: the packages a user's import of ours must not pull in (torchmetrics, which Lightning imports,
+#: itself loads matplotlib when it is installed: that is allowed)
+BANNED = ("ray", "optuna", "wandb", "matplotlib", "sweeps")
+
+
 @pytest.mark.train
-def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
+def test_a_fresh_process_imports_no_orchestration_or_plotting_and_loads_a_checkpoint(
+    tmp_path, quiet_trainer
+):
+    """One fresh process (each costs seconds of imports): our packages (the module, the data
+    modules, the fused training loop) import none of ray/optuna/wandb/matplotlib, nor the
+    orchestration (sweeps/); then ``load_from_checkpoint`` gives the saved model's outputs."""
     attention = "memory" if "memory" in ATTENTION_REGISTRY else "none"
     kwargs = {"attention_kwargs": {"K": 4}} if attention == "memory" else {}
     dm = small_copy()
@@ -449,9 +459,17 @@ def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
     expected_tokens, _ = model.model.greedy_decode(batch["src"], batch["src_lengths"], max_len=8)
     script = textwrap.dedent(
         f"""
+        import sys
+        banned = set({BANNED!r})
+        loaded = lambda: {{m.split(".")[0] for m in sys.modules}} & banned
+        import lightning.pytorch
+        before = loaded()
+        from lightning_modules import Seq2SeqModule
+        import datamodules
+        import lightning_modules.fused.loop
+        print(",".join(sorted(loaded() - before)) + "|" + ",".join(sorted(before - {{"matplotlib"}})))
         import torch
         torch.set_num_threads(1)
-        from lightning_modules import Seq2SeqModule
         model = Seq2SeqModule.load_from_checkpoint({str(ckpt)!r}, map_location="cpu").eval()
         batch = torch.load({str(tmp_path / "batch.pt")!r})
         with torch.no_grad():
@@ -459,29 +477,6 @@ def test_load_from_checkpoint_in_a_fresh_process(tmp_path, quiet_trainer):
         tokens, _ = model.model.greedy_decode(batch["src"], batch["src_lengths"], max_len=8)
         torch.save({{"logits": logits, "tokens": tokens, "hparams": dict(model.hparams)}}, {str(tmp_path / "out.pt")!r})
         """
-    )
-    subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=120)
-    out = torch.load(tmp_path / "out.pt")
-    torch.testing.assert_close(out["logits"], expected, rtol=0, atol=1e-6)
-    assert torch.equal(out["tokens"], expected_tokens)
-    assert (
-        out["hparams"]["attention"] == attention
-        and out["hparams"]["max_source_len"] == dm.max_source_len
-    )
-
-
-@pytest.mark.train
-def test_import_pulls_in_no_orchestration_or_plotting():
-    """Our packages import none of ray/optuna/wandb/matplotlib, nor the orchestration (sweeps/):
-    the module, the data modules and the fused training loop. (torchmetrics, which Lightning
-    imports, itself loads matplotlib when it is installed; that is measured and allowed.)"""
-    script = (
-        "import sys; banned = {'ray', 'optuna', 'wandb', 'matplotlib', 'sweeps'}; "
-        "loaded = lambda: {m.split('.')[0] for m in sys.modules} & banned; "
-        "import lightning.pytorch; before = loaded(); "
-        "from lightning_modules import Seq2SeqModule; import datamodules; "
-        "import lightning_modules.fused.loop; "
-        "print(','.join(sorted(loaded() - before)) + '|' + ','.join(sorted(before - {'matplotlib'})))"
     )
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -494,19 +489,24 @@ def test_import_pulls_in_no_orchestration_or_plotting():
     added, by_lightning = result.stdout.strip().split("|")
     assert added == "", f"our packages imported: {added}"
     assert by_lightning == "", f"lightning itself imported: {by_lightning}"
+    out = torch.load(tmp_path / "out.pt")
+    torch.testing.assert_close(out["logits"], expected, rtol=0, atol=1e-6)
+    assert torch.equal(out["tokens"], expected_tokens)
+    assert (
+        out["hparams"]["attention"] == attention
+        and out["hparams"]["max_source_len"] == dm.max_source_len
+    )
+
+
+def test_no_source_line_of_ours_imports_orchestration_or_plotting():
+    """The import check above sees what one process loads; the source says it of every file."""
     for package in ("lightning_modules", "datamodules"):
         for path in (ROOT / package).rglob("*.py"):
             for line in path.read_text().splitlines():
                 words = line.split()
                 if words[:1] in (["import"], ["from"]) and len(words) > 1:
                     top = words[1].split(".")[0]
-                    assert top not in {
-                        "ray",
-                        "optuna",
-                        "wandb",
-                        "matplotlib",
-                        "pytorch_lightning",
-                    }, f"{path}: {line}"
+                    assert top not in {*BANNED, "pytorch_lightning"} - {"sweeps"}, f"{path}: {line}"
 
 
 class _StopAtBleu(pl.Callback):

@@ -162,15 +162,32 @@ def test_without_address_the_launcher_joins_the_ray_start_cluster_on_this_machin
     assert "starting a local Ray instance" not in done.stdout
 
 
-def test_ray_address_wins_over_the_local_search(head, tmp_path):
+def test_ray_address_wins_over_the_local_search(head):
+    """Joined as the launcher joins (``init_ray``), without a sweep: the test above trains one on
+    this head already."""
     address, _, env = head
     # RAY_TMPDIR elsewhere: no `ray start` address file to find; only RAY_ADDRESS leads to the head
     env = {**env, "RAY_ADDRESS": address, "RAY_TMPDIR": tempfile.mkdtemp(prefix="rn", dir="/tmp")}
-    done = run_launcher(tmp_path, env, "joins_env")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = join_as_the_launcher(None, env)
     line = joined_line(done.stdout)
     assert f"the Ray cluster at {address} (RAY_ADDRESS)" in line and "1 node(s), 2 CPUs" in line, (
-        line
+        done.stdout + done.stderr
+    )
+
+
+def join_as_the_launcher(address: str | None, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A fresh process that joins a Ray with the launcher's ``init_ray(address)`` and leaves it."""
+    join = (
+        "import sys; from sweeps.driver.cluster import init_ray; import ray; "
+        "init_ray(sys.argv[1] if len(sys.argv) > 1 else None, {}); ray.shutdown()"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", join, *([address] if address else [])],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -215,18 +232,7 @@ def test_address_auto_says_which_cluster_ray_found(head):
     """``--address auto`` said "joined the Ray cluster at auto": Ray's search can find another
     one than meant (without a `ray start` address file it takes any GCS running here)."""
     address, _, env = head
-    join = (
-        "from sweeps.driver.cluster import init_ray; import ray; "
-        "init_ray('auto', {}); ray.shutdown()"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", join],
-        cwd=ROOT,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = join_as_the_launcher("auto", env)
     line = joined_line(done.stdout)
     port = address.rsplit(":", 1)[1]
     assert line.startswith("Ray: joined the Ray cluster at auto (--address), found at "), (
