@@ -191,40 +191,19 @@ def test_measure_decodes_the_whole_split_repeats_times_after_a_warmup(copy_ckpts
 
 
 @pytest.mark.train
-def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp_path):
+def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp_path, capsys):
+    """In this process: ``python -m sweeps.timing`` itself runs in the peaks test below."""
     out = tmp_path / "timing.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sweeps.timing",
-            str(copy_ckpts["memory"]),
-            "--split",
-            "valid",
-            "--repeats",
-            "3",
-            "--precision",
-            "0",
-            "--calibration-seconds",
-            "0.3",
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    argv = [str(copy_ckpts["memory"]), "--split", "valid", "--repeats", "3", "--precision", "0"]
+    assert main([*argv, "--calibration-seconds", "0.3", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["repeats"] == 3 and data["beam_size"] == 2  # the checkpoint's val_beam_size
     assert data["decode_seconds"] == statistics.median(data["seconds"])
-    assert f"whole split  {data['decode_seconds']:.4f} s  (median of 3" in proc.stdout
-    assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in proc.stdout
-    assert "valid: 24 sentences" in proc.stdout
-    assert "beam 2," in proc.stdout and "1 warm-up + 3 timed runs" in proc.stdout
+    assert f"whole split  {data['decode_seconds']:.4f} s  (median of 3" in printed
+    assert f"per sentence {1000 * data['per_sentence_seconds']:.3f} ms" in printed
+    assert "valid: 24 sentences" in printed
+    assert "beam 2," in printed and "1 warm-up + 3 timed runs" in printed
     model_name = next(  # what it ran on, by name (a GPU's name on CUDA)
         (
             line.split(":", 1)[1].strip()
@@ -236,7 +215,7 @@ def test_command_prints_split_and_sentence_seconds_with_the_beam(copy_ckpts, tmp
     if model_name:  # with its family and model (tests/sweeps/timing/test_devices.py)
         named = data["device_name"]
         assert named == cpu_model() and named.startswith(f"{model_name} [")
-        assert f"device cpu ({named})," in proc.stdout
+        assert f"device cpu ({named})," in printed
 
 
 @pytest.mark.train
