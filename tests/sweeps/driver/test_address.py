@@ -1,5 +1,5 @@
 """Which Ray the launcher joins without --address: a real `ray start --head` started here (on a
-free port, with its own temp dir, stopped by this test alone), and RAY_ADDRESS."""
+free port, with its own temp dir, stopped by these tests alone), and RAY_ADDRESS."""
 
 from __future__ import annotations
 
@@ -43,9 +43,13 @@ def listening(host: str, port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def head():
-    """``ray start --head --block`` in its own session; yields (address, RAY_TMPDIR, env)."""
+    """``ray start --head --block`` in its own session; yields (address, RAY_TMPDIR, env, process).
+
+    test_a_lost_head_ends_the_launch_with_the_resume_command_and_75 kills it (its every process),
+    so that test must stay the last in this module to use it: the module's tests run in file order,
+    in one xdist worker (its xdist_group). Run alone, that test gets a head of its own here."""
     with ray_head() as started:
-        yield started[:3]
+        yield started
 
 
 @contextlib.contextmanager
@@ -152,7 +156,7 @@ def joined_line(out: str) -> str:
 
 
 def test_without_address_the_launcher_joins_the_ray_start_cluster_on_this_machine(head, tmp_path):
-    address, _, env = head
+    address, _, env, _ = head
     done = run_launcher(tmp_path, env, "joins_head")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     line = joined_line(done.stdout)
@@ -165,7 +169,7 @@ def test_without_address_the_launcher_joins_the_ray_start_cluster_on_this_machin
 def test_ray_address_wins_over_the_local_search(head):
     """Joined as the launcher joins (``init_ray``), without a sweep: the test above trains one on
     this head already."""
-    address, _, env = head
+    address, _, env, _ = head
     # RAY_TMPDIR elsewhere: no `ray start` address file to find; only RAY_ADDRESS leads to the head
     env = {**env, "RAY_ADDRESS": address, "RAY_TMPDIR": tempfile.mkdtemp(prefix="rn", dir="/tmp")}
     done = join_as_the_launcher(None, env)
@@ -192,7 +196,7 @@ def join_as_the_launcher(address: str | None, env: dict[str, str]) -> subprocess
 
 
 def test_address_local_starts_a_private_instance_even_with_ray_address_set(head, tmp_path):
-    address, _, env = head
+    address, _, env, _ = head
     env = {**env, "RAY_ADDRESS": address}
     cmd = [
         sys.executable,
@@ -231,7 +235,7 @@ def test_address_local_starts_a_private_instance_even_with_ray_address_set(head,
 def test_address_auto_says_which_cluster_ray_found(head):
     """``--address auto`` said "joined the Ray cluster at auto": Ray's search can find another
     one than meant (without a `ray start` address file it takes any GCS running here)."""
-    address, _, env = head
+    address, _, env, _ = head
     done = join_as_the_launcher("auto", env)
     line = joined_line(done.stdout)
     port = address.rsplit(":", 1)[1]
@@ -245,7 +249,7 @@ def test_the_head_nodes_gcs_answers_the_launchers_probe(head, monkeypatch):
     from sweeps.driver.cluster import what_answers
     from sweeps.driver.gcs_watch import gcs_answers
 
-    address, _, _ = head
+    address, _, _, _ = head
     host, port = address.rsplit(":", 1)
     assert what_answers(address, host, int(port), timeout=10) is None
     assert gcs_answers(address, timeout=10)
@@ -391,45 +395,54 @@ def test_a_gcs_that_asks_for_ray_s_token_is_said_with_the_fix(monkeypatch):
         server.stop(None)
 
 
-def test_a_lost_head_ends_the_launch_with_the_resume_command_and_75(tmp_path):
+def test_a_lost_head_ends_the_launch_with_the_resume_command_and_75(head, tmp_path):
     """When the head node died, Ray ended the launcher 60 s later from its C++ side: exit 1 (the
     status of a failed trial), no line of the launcher's and no resume command. Its own watch on
-    the GCS ends it first (here at 20 s, Ray's wait set to 30 s), with both and exit 75."""
-    with ray_head() as (address, _, env, proc):
-        cmd = launch_command(tmp_path, "lost_head", 100000, "--address", address)
-        env = {**env, "RAY_gcs_rpc_server_reconnect_timeout_s": "30"}
-        launch = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        said = []
-        try:
-            for line in launch.stdout:  # the trial runs on the head
-                said.append(line)
-                if " 1 running," in line:
-                    break
-            os.killpg(proc.pid, signal.SIGKILL)  # the head node's every Ray process
-            killed = time.monotonic()
-            said += launch.stdout.readlines()
-            launch.wait(timeout=120)
-        finally:
-            if launch.poll() is None:
-                launch.kill()
-        out = "".join(said)
-        assert launch.returncode == 75, out[-3000:]
-        assert time.monotonic() - killed < 30, "Ray's own end came first"
-        assert "error: the Ray cluster's head at " in out and "has not answered for" in out, out
-        resume = out.split("continue with:\n", 1)[1].splitlines()[0].strip()
-        python, script = resume.split()[:2]  # the launcher's own Python, runnable as printed
-        assert python.endswith("python") and script == "sweeps/launch.py", resume
-        assert "--resume" in resume, resume
-        assert f"--address {address}" in resume, resume
+    the GCS ends it first (here at 20 s, Ray's wait set to 30 s), with both and exit 75.
+
+    It kills the module's head: the last test here to use it (see ``head``)."""
+    address, _, env, proc = head
+    cmd = launch_command(tmp_path, "lost_head", 100000, "--address", address)
+    env = {**env, "RAY_gcs_rpc_server_reconnect_timeout_s": "30"}
+    launch = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    said = []
+    try:
+        for line in launch.stdout:  # the trial runs on the head
+            said.append(line)
+            if " 1 running," in line:
+                break
+        os.killpg(proc.pid, signal.SIGKILL)  # the head node's every Ray process
+        killed = time.monotonic()
+        said += launch.stdout.readlines()
+        launch.wait(timeout=120)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    out = "".join(said)
+    assert launch.returncode == 75, out[-3000:]
+    assert time.monotonic() - killed < 30, "Ray's own end came first"
+    assert "error: the Ray cluster's head at " in out and "has not answered for" in out, out
+    resume = out.split("continue with:\n", 1)[1].splitlines()[0].strip()
+    python, script = resume.split()[:2]  # the launcher's own Python, runnable as printed
+    assert python.endswith("python") and script == "sweeps/launch.py", resume
+    assert "--resume" in resume, resume
+    assert f"--address {address}" in resume, resume
 
 
 def test_online_w_and_b_without_credentials_is_refused_before_anything_is_written(tmp_path):
     """``wandb.mode: online`` with no key is refused (exit 2) before the sweep's folder and its
     lock are made, as the address is: it left an empty sweep folder holding the refused command."""
+    from sweeps.spec.signatures import cache_dir
+
     spec = str(write_spec(tmp_path, tiny_spec("online", wandb={"mode": "online"})))
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # this user's signature cache: under the fresh HOME below it would be rebuilt, importing torch
+    # and Lightning (as tests/cluster/test_slurm.py's signatures_cache); nothing when it is off
+    cache = cache_dir()
+    if cache is not None:
+        env["SWEEPS_CACHE_DIR"] = str(cache)
     done = subprocess.run(
         [sys.executable, str(ROOT / "sweeps" / "launch.py"), spec]
         + ["--output", str(tmp_path / "out")],

@@ -1,11 +1,12 @@
 """The on-disk signature cache (sweeps/spec/signatures.py): a dry run after the first reads the
 model and data packages' signatures from disk, imports neither torch nor Lightning, and still
-rejects every bad value it rejected before."""
+rejects every bad value it rejected before; a damaged cache file is rebuilt."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.spec.signatures import source_key
+from sweeps.spec.signatures import Signatures, _package_dirs, _versions, source_key
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -64,7 +65,7 @@ def probe(cache: Path, *specs: str, script: str = PROBE) -> list[dict]:
 
 
 @pytest.mark.train
-def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(tmp_path):
+def test_a_damaged_cache_is_rebuilt_then_a_dry_run_reads_it_and_rejects_bad_values(tmp_path):
     cache = tmp_path / "cache"
     good = spec_file(tmp_path, "good")
     dot = spec_file(
@@ -72,9 +73,19 @@ def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(
     )  # H=64 != D=128 on the tiny model
     bad_lr = spec_file(tmp_path, "lr", lr=-0.003)
     bad_k = spec_file(tmp_path, "k", variants=[{"attention": "memory", "K": 0}])
+    # the file the first run reads, damaged: it must rebuild it (and not fail)
+    key = source_key(_package_dirs(), _versions())
+    cache.mkdir()
+    pkl = cache / f"signatures-{key}.pkl"
+    pkl.write_bytes(b"not a pickle")
     cold = probe(cache, good, dot)
     assert cold[0]["error"] is None and cold[0]["torch"]  # the first run reads the packages
-    assert len(list(cache.glob("signatures-*.pkl"))) == 1
+    # one file, the damaged one (a key computed here unlike the probe's would leave two), rebuilt
+    assert list(cache.glob("signatures-*.pkl")) == [pkl]
+    assert pkl.read_bytes() != b"not a pickle"
+    with open(pkl, "rb") as fh:
+        rebuilt = pickle.load(fh)
+    assert isinstance(rebuilt, Signatures) and rebuilt.key == key
 
     warm = probe(cache, good, dot, bad_lr, bad_k)
     assert [w["torch"] or w["lightning"] for w in warm] == [False] * 4
@@ -84,17 +95,6 @@ def test_second_dry_run_reads_signatures_from_disk_and_still_rejects_bad_values(
     )  # the cached check
     assert "model.lr" in warm[2]["error"] and "> 0" in warm[2]["error"]
     assert "grid.model[0].K: 0 is out of range" in warm[3]["error"] and ">= 1" in warm[3]["error"]
-
-
-@pytest.mark.train
-def test_a_damaged_cache_file_is_rebuilt(tmp_path):
-    cache = tmp_path / "cache"
-    good = spec_file(tmp_path, "good")
-    probe(cache, good)
-    (pkl,) = cache.glob("signatures-*.pkl")
-    pkl.write_bytes(b"not a pickle")
-    assert probe(cache, good)[0]["error"] is None
-    assert pkl.read_bytes() != b"not a pickle"
 
 
 def test_the_key_follows_the_source(tmp_path):
