@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,23 +32,56 @@ from sweeps.layout import wandb_command  # noqa: E402
 WANDB = str(Path(sys.executable).parent / "wandb")
 
 
-def make_offline_run(root: Path, run_id: str, steps: int, finish: bool = True) -> Path:
-    """A real offline run written by wandb in its own process (``finish=False``: the process dies
-    mid-run, as a killed trial's would)."""
+#: every real W&B run the module's tests use (its id: the steps it logs); 1,500 records of ~100
+#: bytes: the long run's log spans several 32 KiB blocks, so records are split across them
+RUNS = {
+    "long0001": 1500,
+    "short001": 3,
+    "good0001": 3,
+    "dead0001": 3,
+    "ahead001": 3,
+    "done0001": 3,
+    "early001": 1,
+    "good0002": 2,
+    "sync0001": 2,
+}
+
+
+def make_offline_runs(root: Path, runs: dict[str, int]) -> dict[str, Path]:
+    """Real offline runs written and finished by wandb, all in one process of their own (each
+    fresh process costs seconds of imports), each run under a root folder of its own,
+    ``root/<id>/wandb/offline-run-*-<id>``."""
     code = f"""
 import os, wandb
-run = wandb.init(project="t", id={run_id!r}, dir={str(root)!r}, config={{"attention": "memory", "K": 4}})
-for step in range({steps}):
-    run.log({{"val/bleu": float(step), "pad": "x" * 40}}, step=step)
-if {finish}:
+for run_id, steps in {runs!r}.items():
+    folder = os.path.join({str(root)!r}, run_id)
+    os.makedirs(folder)
+    run = wandb.init(project="t", id=run_id, dir=folder, config={{"attention": "memory", "K": 4}})
+    for step in range(steps):
+        run.log({{"val/bleu": float(step), "pad": "x" * 40}}, step=step)
     run.finish()
-else:
-    os._exit(0)
 """
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
-    (folder,) = sorted((root / "wandb").glob(f"offline-run-*-{run_id}"))
-    return folder
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
+    made = {}
+    for run_id in runs:
+        (made[run_id],) = sorted((root / run_id / "wandb").glob(f"offline-run-*-{run_id}"))
+    return made
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    """The module's runs, made once; a test that reads or changes one takes its own copy
+    (:func:`offline_run`), except the framing test, which only reads the long one."""
+    return make_offline_runs(tmp_path_factory.mktemp("wb"), RUNS)
+
+
+def offline_run(made: dict[str, Path], run_id: str, root: Path) -> Path:
+    """A copy of the made run ``run_id`` in ``root``'s ``wandb`` folder, where wandb would have
+    written it with ``dir=root``: this test's own."""
+    copy = root / "wandb" / made[run_id].name
+    shutil.copytree(made[run_id], copy)
+    return copy
 
 
 def cut_after_last_history(run_dir: Path) -> None:
@@ -70,20 +104,9 @@ def inspect(run_dir: Path) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("wb")
-    # 1,500 records of ~100 bytes: the log spans several 32 KiB blocks, so records are split across them
-    return {
-        "long": make_offline_run(root, "long0001", 1500),
-        "short": make_offline_run(root, "short001", 3),
-        "root": root,
-    }
-
-
 @pytest.mark.train
-def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(runs):
-    data = run_log(runs["long"]).read_bytes()
+def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(made):
+    data = run_log(made["long0001"]).read_bytes()
     assert len(data) > 3 * BLOCK, "the run must span blocks for this test to mean anything"
     header, records = read_chunks(data)
     assert write_chunks(header, records) == data
@@ -92,7 +115,9 @@ def test_the_framing_reads_and_writes_wandbs_own_file_byte_for_byte(runs):
 
 
 @pytest.mark.train
-def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_path):
+def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(made, tmp_path):
+    runs = {"long": offline_run(made, "long0001", tmp_path), "root": tmp_path}
+    runs["short"] = offline_run(made, "short001", tmp_path)
     before = inspect(runs["long"])
     values = {"decode_seconds": 0.01234, "decode_seconds_iqr": 0.0002, "decode_contended": True}
     add_offline_summary(runs["long"], values)
@@ -119,9 +144,9 @@ def test_timing_summary_lands_in_the_finished_run_as_wandb_reads_it(runs, tmp_pa
 
 
 @pytest.mark.train
-def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path):
-    good = make_offline_run(tmp_path, "good0001", 3)
-    dead = make_offline_run(tmp_path, "dead0001", 3)
+def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(made, tmp_path):
+    good = offline_run(made, "good0001", tmp_path)
+    dead = offline_run(made, "dead0001", tmp_path)
     cut_after_last_history(dead)
     assert run_problem(good) is None
     assert run_problem(dead) is not None
@@ -142,40 +167,34 @@ def test_an_unfinished_run_is_named_and_left_out_of_the_upload_command(tmp_path)
 
 
 @pytest.mark.train
-def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(runs, tmp_path):
+def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(made, tmp_path):
     """A trial killed before wandb.finish (Tune's 5 s at the end of a stopped run): its log ends
     after its last history record. Made here from a real finished run, cut where the kill would
     cut it; the launcher's close_cut_run gives it an exit record, and wandb reads it finished with
     its history, and uploads it."""
-    import shutil
-
-    cut = tmp_path / "wandb" / runs["short"].name
-    shutil.copytree(runs["short"], cut)
+    cut = offline_run(made, "short001", tmp_path)
     cut_after_last_history(cut)
     assert run_problem(cut) == "the run was never finished (no exit record)"
 
-    assert close_cut_run(cut) and not close_cut_run(cut) and not close_cut_run(runs["short"])
+    assert close_cut_run(cut) and not close_cut_run(cut) and not close_cut_run(made["short001"])
     assert run_problem(cut) is None
     info = inspect(cut)
     assert info["state"] == "finished" and info["summary"]["val/bleu"] == 2.0
     assert wandb_sync_hint(tmp_path).broken == []  # no longer left out of the upload command
 
 
-def test_a_part_a_later_part_of_its_run_follows_is_closed(runs, tmp_path):
+def test_a_part_a_later_part_of_its_run_follows_is_closed(made, tmp_path):
     """A launcher killed (or its head lost) mid-trial leaves the trial's run part without an exit
     record; the resume goes on in a new part of the same run id, and the old part was left out of
     the upload command: the run's history before the kill never reached W&B."""
-    import shutil
-
     from sweeps.integrations.wandb_runs import close_superseded_parts
 
-    newest = tmp_path / "wandb" / runs["short"].name
-    shutil.copytree(runs["short"], newest)
+    newest = offline_run(made, "short001", tmp_path)
     cut = newest.with_name("offline-run-20000101_000000-short001")  # the same run, earlier
-    shutil.copytree(runs["short"], cut)
+    shutil.copytree(made["short001"], cut)
     cut_after_last_history(cut)
     alone = newest.with_name("offline-run-20000101_000000-alone001")  # no later part: left open
-    shutil.copytree(runs["short"], alone)
+    shutil.copytree(made["short001"], alone)
     cut_after_last_history(alone)
     assert [name for name, _ in wandb_sync_hint(tmp_path).broken] == [alone.name, cut.name]
 
@@ -198,7 +217,7 @@ def test_a_run_folder_without_its_log_has_nothing_to_close(tmp_path):
 
 
 @pytest.mark.train
-def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
+def test_a_stopped_trials_run_says_what_results_csv_says(made, tmp_path, capsys):
     """A stop can land after a trial logged a validation to W&B and before Tune took its report:
     results.csv (and a resume) go on from the report before. The launcher writes results.csv's
     figures and status into such a run's summary, and the status of a trial it trained to its end
@@ -208,9 +227,9 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
 
     from sweeps.stages.publish import publish_stopped, stopped_figures
 
-    ahead = make_offline_run(tmp_path, "ahead001", 3)  # logged val/bleu 0, 1, 2: summary 2.0
-    done = make_offline_run(tmp_path, "done0001", 3)
-    early = make_offline_run(tmp_path, "early001", 1)  # logged val/bleu 0.0, never reported
+    ahead = offline_run(made, "ahead001", tmp_path)  # logged val/bleu 0, 1, 2: summary 2.0
+    done = offline_run(made, "done0001", tmp_path)  # 3 steps too
+    early = offline_run(made, "early001", tmp_path)  # logged val/bleu 0.0, never reported
     nolog = tmp_path / "wandb" / "offline-run-20261129_225625-nolog001"
     (nolog / "files").mkdir(parents=True)
     nan = float("nan")
@@ -265,19 +284,19 @@ def test_a_stopped_trials_run_says_what_results_csv_says(tmp_path, capsys):
 
 
 @pytest.mark.train
-def test_run_folders_with_nothing_logged_are_left_out_quietly(tmp_path):
+def test_run_folders_with_nothing_logged_are_left_out_quietly(made, tmp_path):
     """Folders of trials stopped before W&B wrote a record (no log while W&B was starting, or a
     log that ends within its header: a process killed before W&B's service flushed anything)
     hold nothing: they are not runs of their ids, not named incomplete at every later launch,
     and the upload command lists the real runs beside them."""
     from sweeps.integrations.wandb_runs import offline_run_dirs, run_is_empty
 
-    good = make_offline_run(tmp_path, "good0002", 2)
+    good = offline_run(made, "good0002", tmp_path)  # 2 steps
     bare = tmp_path / "wandb" / "offline-run-20991231_235959-good0002"  # a later, empty part
     for sub in ("files", "logs", "tmp"):
         (bare / sub).mkdir(parents=True)
     header_only = tmp_path / "wandb" / "offline-run-20991231_235959-lone0001"
-    header_only.mkdir()  # what make_offline_run(finish=False) leaves, as a rule: the header alone
+    header_only.mkdir()  # the header alone: what a process killed after wandb.init leaves, as a rule
     (header_only / "run-lone0001.wandb").write_bytes(read_chunks(run_log(good).read_bytes())[0])
     assert run_is_empty(bare) and run_is_empty(header_only) and not run_is_empty(good)
     assert offline_run_dirs(tmp_path / "wandb", "good0002") == [good]
@@ -291,7 +310,9 @@ def test_run_folders_with_nothing_logged_are_left_out_quietly(tmp_path):
 
 
 @pytest.mark.train
-def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(tmp_path, monkeypatch, capsys):
+def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(
+    made, tmp_path, monkeypatch, capsys
+):
     """`python -m sweeps.report DIR --wandb` ended in wandb's traceback without an API key, and
     with offline runs never synced would have built a Report of runs W&B does not hold: it says
     which, with the fix, after writing the local report (exit 2). "Synced" is wandb's own mark."""
@@ -308,7 +329,7 @@ def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(tmp_path, monkey
         [{"trial_id": "t1", "cell": "c", "model": "m", "length": 4, "seed": 0, "status": "done",
           "val/bleu": 1.0}], out,
     )  # fmt: skip
-    run = make_offline_run(out, "sync0001", 2)
+    run = offline_run(made, "sync0001", out)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
@@ -330,6 +351,13 @@ def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(tmp_path, monkey
     # a key W&B does not take, or no W&B to reach (a port on this machine that nothing serves):
     # the same one line and exit 2 where wandb's traceback ended the command (about 20 s)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    # wandb.Api()'s wait for an answer (19 s by default): WANDB_HTTP_TIMEOUT, which wandb reads
+    # once, as it first imports wandb.apis.public.api (set on the class too, for where an earlier
+    # test has imported it)
+    monkeypatch.setenv("WANDB_HTTP_TIMEOUT", "3")
+    from wandb.apis.public import api as public_api
+
+    monkeypatch.setattr(public_api.Api, "_HTTP_TIMEOUT", 3)
     with pytest.raises(SystemExit) as stop:
         main([str(out), "--wandb"])
     err = capsys.readouterr().err
