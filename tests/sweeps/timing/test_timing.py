@@ -394,6 +394,24 @@ def test_lanes_hold_a_whole_node_or_a_gpu_with_its_cpu_share():
     ] * 4
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    saved = dict(os.environ)
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 2**20,
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.mark.train
 def test_stage_times_trials_one_after_another_and_never_twice(local_ray, copy_ckpts, tmp_path):
     jobs = []
