@@ -413,7 +413,7 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
         if address is None:
             if float16 := float16_precisions(sweep.spec):  # Lightning would train bf16-mixed
                 raise LaunchError(cpu_float16_problem(float16, r))
-            print(f"no GPU visible: trials run on CPU (resources.gpu {asked_gpu(r)} -> 0)")
+            print(f"no GPU visible: trials run on CPU (resources.gpu {r.asked_gpu} -> 0)")
             gpu = 0.0
         else:
             print(
@@ -502,14 +502,9 @@ def cpu_float16_problem(float16: Sequence[str], resources: Any) -> str:
     return (
         f"trainer.precision {float16[0]} is float16 mixed precision, which Lightning runs on a "
         "GPU only, and this machine has none: the trials would train on the CPU (resources.gpu "
-        f"{asked_gpu(resources)} -> 0), at bf16-mixed in its place; --set "
+        f"{resources.asked_gpu} -> 0), at bf16-mixed in its place; --set "
         "trainer.precision=bf16-mixed, or launch on a cluster with GPUs (--address)"
     )
-
-
-def asked_gpu(resources: Any) -> str:
-    """``resources.gpu`` as the sweep gave it: ``auto``, or the number."""
-    return "auto" if resources.auto_gpu else f"{resources.gpu:g}"
 
 
 def local_cpu_note(

@@ -238,10 +238,8 @@ def gpu_note(sweep: Sweep) -> str | None:
 
     if not cpu_only_torch():
         return None
-    r = sweep.spec.resources
-    asked = "auto" if r.auto_gpu else f"{r.gpu:g}"
     return (
-        f"note: resources.gpu={asked}, but this machine's {torch_build()} "
+        f"note: resources.gpu={sweep.spec.resources.asked_gpu}, but this machine's {torch_build()} "
         f"cannot use a GPU: where Ray offers one here the launch stops (install a CUDA build: "
         f'cluster/README.md, "A CUDA build of torch"); with no GPU here a local run uses the CPU'
     )

@@ -173,6 +173,11 @@ class ResourcesSpec(_Strict):
         """Whether the plan chooses each trial's GPU share (``gpu: auto``)."""
         return self._auto_gpu
 
+    @property
+    def asked_gpu(self) -> str:
+        """``gpu`` as the sweep file gave it, for messages: ``auto``, or the number."""
+        return "auto" if self._auto_gpu else f"{self.gpu:g}"
+
 
 # A count of batches/steps (int) or a fraction of an epoch (float), as Lightning takes them.
 Positive = Annotated[int | float, Field(gt=0)]

@@ -353,7 +353,7 @@ def test_a_wandb_report_needs_credentials_and_the_runs_uploaded(
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     # wandb.Api()'s wait for an answer (19 s by default): WANDB_HTTP_TIMEOUT, which wandb reads
     # once, as it first imports wandb.apis.public.api (set on the class too, for where an earlier
-    # test has imported it)
+    # test has imported it: Api._HTTP_TIMEOUT, wandb 0.31; monkeypatch fails where it is gone)
     monkeypatch.setenv("WANDB_HTTP_TIMEOUT", "3")
     from wandb.apis.public import api as public_api
 
