@@ -8,8 +8,10 @@ what is wrong, where, and what to do. The modules that raise them import them fr
 - :class:`TimingError`: bad input to the decode-timing measurement, stage or command.
 - :class:`RunLogError`: a W&B offline run log that cannot be read to its end.
 - :class:`ChaosError`: the failure a sweep's ``chaos`` block injects to exercise retries.
+- :class:`NotRetried`: a trial's failure that a retry would only repeat (not retried).
 - :class:`TeacherFailed`: a student trial whose teacher failed (it trains on ``--resume``).
 - :class:`GpuTorchError`: a trial holds a GPU its node's torch cannot use.
+- :class:`CpuPrecisionError`: a trial on the CPU asks for float16 mixed precision.
 """
 
 from __future__ import annotations
@@ -59,17 +61,25 @@ class ChaosError(RuntimeError):
     """The failure a sweep's ``chaos`` block injects to exercise retries."""
 
 
-class TeacherFailed(RuntimeError):
+class NotRetried(RuntimeError):
+    """A trial's failure that a retry would only repeat: the trial ends before it trains, for a
+    reason its next attempt meets again (the same config on the same resources). Tune does not
+    retry it, and ``failure.max_failures`` is not spent on it
+    (:class:`sweeps.schedulers.lost_nodes.MovableTrial`); ``--resume`` runs the trial again."""
+
+
+class TeacherFailed(NotRetried):
     """A student trial cannot train: every trial of its teacher unit failed. The message is the
     reason, one line; the trial ends as an error, so that ``--resume`` runs it again."""
 
 
 class GpuTorchError(RuntimeError):
     """A trial holds a GPU that its node's torch cannot use (a CPU-only build): one line naming the
-    build and the fix. Raised before the trial builds or trains anything."""
+    build and the fix. Raised before the trial builds or trains anything. Retried like any
+    failure: its next attempt may be placed on a node whose torch can use its GPU."""
 
 
-class CpuPrecisionError(RuntimeError):
+class CpuPrecisionError(NotRetried):
     """A trial on the CPU asks for float16 mixed precision, which Lightning would swap for
     bf16-mixed while the trial's records named float16: one line with the fix. Raised before the
     trial builds or trains anything."""

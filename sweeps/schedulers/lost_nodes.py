@@ -13,6 +13,11 @@ from its checkpoint wherever Ray places it. Every trial passes through the sched
 ``on_trial_add`` (new trials and those read back by ``--resume`` alike), which is where
 :func:`adopt` is called (:mod:`sweeps.schedulers.per_unit`).
 
+The same class keeps Tune from retrying a failure that a retry would only repeat
+(:class:`~sweeps.errors.NotRetried`: a student whose teacher failed, float16 mixed precision on a
+CPU): its ``should_recover`` says no for it, so the trial ends in ``error`` at once and
+``failure.max_failures`` is left to the failures a retry can get past.
+
 The moves are kept on the trial (``sweep_moves``, a list of ``{"why", "step"}``), so they are
 saved with the experiment's state and read back by the results (:mod:`sweeps.report.results`:
 the ``moved`` and ``moved_why`` columns) and the console (:mod:`sweeps.driver.console`).
@@ -25,6 +30,8 @@ from typing import Any
 
 from ray.exceptions import NodeDiedError, RayActorError, RayTaskError
 from ray.tune.experiment import Trial
+
+from sweeps.errors import NotRetried
 
 #: the trial attribute that holds its moves (saved with the experiment's state)
 MOVES = "sweep_moves"
@@ -87,10 +94,25 @@ def _node_answers(node_id: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def not_retried(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (what Tune got from a trial) is a :class:`~sweeps.errors.NotRetried`, raised
+    in the trial's own process (where Ray hands it over as a ``RayTaskError`` around it)."""
+    cause = exc.cause if isinstance(exc, RayTaskError) else None
+    return isinstance(exc, NotRetried) or isinstance(cause, NotRetried)
+
+
 class MovableTrial(Trial):
-    """A Tune trial that moves when its node is lost, rather than failing (module docstring)."""
+    """A Tune trial that moves when its node is lost, rather than failing, and is not retried for
+    a failure a retry would repeat (module docstring)."""
+
+    #: the last failure was a :class:`~sweeps.errors.NotRetried` (set by each ``handle_error``)
+    sweep_not_retried = False
+
+    def should_recover(self) -> bool:
+        return not self.sweep_not_retried and super().should_recover()
 
     def handle_error(self, exc: BaseException | None = None) -> None:
+        self.sweep_not_retried = not_retried(exc)
         last = self.last_result or {}
         why = node_loss(exc, last.get("node_id"))
         if why is None:

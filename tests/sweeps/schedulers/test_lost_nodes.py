@@ -22,6 +22,7 @@ from ray.exceptions import (  # noqa: E402
 from ray.tune import PlacementGroupFactory  # noqa: E402
 from ray.tune.experiment import Trial  # noqa: E402
 
+from sweeps.errors import CpuPrecisionError, GpuTorchError, TeacherFailed  # noqa: E402
 from sweeps.report.results import moved_columns  # noqa: E402
 from sweeps.schedulers.lost_nodes import MovableTrial, adopt, moved_summary, node_loss  # noqa: E402
 
@@ -127,6 +128,35 @@ def test_a_moved_trial_is_not_charged_and_keeps_its_moves_in_its_saved_state():
     assert moved_columns(back)["moved"] == 1
     adopt(back)
     assert type(back) is MovableTrial
+
+
+def test_a_failure_its_retry_would_repeat_is_not_retried_and_others_still_are(monkeypatch):
+    """A student whose teacher failed was retried up to ``failure.max_failures`` times, failing
+    the same way each time (float16 mixed precision on a CPU too). Tune hands such a failure over
+    as Ray does, a ``RayTaskError`` around the trial's own exception (or Ray's subclass of both):
+    the trial is not retried. Any other failure still is, a GPU its torch cannot use among them
+    (another node may have a torch that can)."""
+    trial = Trial(
+        "run_trial",
+        config={"cell": "attention=memory", "seed": 0},
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        max_failures=2,
+    )
+    # Tune's handle_error also writes the error beside the trial, in a Ray session's staging
+    # folder; a trial of no folder writes none (the counting and should_recover are Tune's own)
+    monkeypatch.setattr(MovableTrial, "local_path", None)
+    trial.create_placement_group_factory()
+    adopt(trial)
+    for error in (TeacherFailed("its teacher failed"), CpuPrecisionError("float16 on a CPU")):
+        wrapped = RayTaskError("run_trial", "Traceback ...", error)
+        for exc in (wrapped, wrapped.as_instanceof_cause()):
+            trial.handle_error(exc)
+            assert not trial.should_recover(), exc
+    for error in (RuntimeError("loss is NaN"), GpuTorchError("a CPU-only torch")):
+        trial.run_metadata.num_failures = 0
+        trial.handle_error(RayTaskError("run_trial", "Traceback ...", error))
+        assert trial.num_failures == 1 and trial.should_recover(), error
 
 
 def test_the_closing_line_names_the_moved_trials():
