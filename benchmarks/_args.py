@@ -1,6 +1,7 @@
 """Argparse types shared by the benchmark scripts: a bad value is refused in one line
 (``script: error: argument --x: ...``, exit 2) when the command line is read, before anything
-is measured.
+is measured. What only the script can judge after (a device torch cannot use, more cores than
+the process may use) is refused the same way, by :func:`refusal`.
 
 Import them as the scripts import their other siblings (``from _args import positive_int``,
 after putting this folder on ``sys.path``). Importing this file is cheap (no torch): the
@@ -33,9 +34,17 @@ __all__ = [
     "positive_float",
     "positive_int",
     "preset_name",
+    "refusal",
     "split_mechanism",
     "refuse_unbuildable",
 ]
+
+
+def refusal(message: str) -> SystemExit:
+    """A command line refused after argparse read it, as argparse refuses one: ``script: error:
+    MESSAGE`` on stderr and exit status 2. Raise what it returns."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr, flush=True)
+    return SystemExit(2)
 
 
 def positive_float(text: str) -> float:

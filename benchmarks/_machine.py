@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _args import refusal
 
 from sweeps.timing.devices import cpu_model, device_name, highest_cpus, pinned, resolve_device
 
@@ -131,7 +132,7 @@ def announced(device_name: str, threads: int, settings: str) -> Iterator[str]:
     try:
         device = resolve_device(device_name)
     except ValueError as exc:
-        raise SystemExit(f"--device: {exc}") from None
+        raise refusal(f"--device: {exc}") from None
     header = machine_line(machine_info(device))
     cpus = highest_cpus(min(threads, len(os.sched_getaffinity(0)))) if device.type == "cpu" else []
     with pinned(cpus) if cpus else nullcontext():

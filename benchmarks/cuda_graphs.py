@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _args import positive_int, preset_name  # noqa: E402
+from _args import positive_int, preset_name, refusal  # noqa: E402
 from _machine import announced, machine_info, time_interleaved  # noqa: E402
 
 from datamodules import CopyTaskDataModule  # noqa: E402
@@ -200,7 +200,7 @@ def cuda_versions() -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if vars(args).pop("device_default") and not torch.cuda.is_available():
-        raise SystemExit(
+        raise refusal(
             "--device: this benchmark times CUDA graphs on cuda by default, but torch sees no CUDA "
             "device; on a machine without a GPU give --device cpu (no graphs: a smoke) or --quick "
             "(seconds, on the CPU)"

@@ -76,7 +76,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file on a machine without the install (a GPU node)
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _args import positive_int, preset_name  # noqa: E402
+from _args import positive_int, preset_name, refusal  # noqa: E402
 
 PRESETS = ["tiny", "paper_copy"]
 LENGTHS = [10, 40]
@@ -540,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
-        raise SystemExit(f"--device: {exc}") from None
+        raise refusal(f"--device: {exc}") from None
     if device.type == "cuda":
         shapes = len(mixed_shapes(args)) // args.mixed_seeds
         pool_cores = [-1] * (shapes if args.mixed else max(args.members))
@@ -549,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         available = len(os.sched_getaffinity(0))
         cores = args.cores or available
         if not 1 <= cores <= available:
-            raise SystemExit(f"--cores {cores}: this process may use {available} core(s)")
+            raise refusal(f"--cores {cores}: this process may use {available} core(s)")
         pool_cores = highest_cpus(cores)
         units = "core"
     machine = machine_info(device)

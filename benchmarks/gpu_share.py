@@ -42,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _args import positive_int, preset_name  # noqa: E402
+from _args import positive_int, preset_name, refusal  # noqa: E402
 
 PRESETS = ["tiny", "paper_copy"]
 PROCESSES = [1, 2, 4, 8]
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from sweeps.timing.devices import resolve_device
 
     if vars(args).pop("device_default") and not torch.cuda.is_available():
-        raise SystemExit(
+        raise refusal(
             "--device: this benchmark shares a GPU, on cuda by default, but torch sees no CUDA "
             "device; on a machine without a GPU give --device cpu (plumbing only) or --quick "
             "(seconds, on the CPU)"
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
-        raise SystemExit(f"--device: {exc}") from None
+        raise refusal(f"--device: {exc}") from None
     machine = machine_info(device)
     print(machine_line(machine), file=sys.stderr, flush=True)
     workers = Workers(max(args.processes))

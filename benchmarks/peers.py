@@ -64,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _args import nonnegative_int, positive_int  # noqa: E402
+from _args import nonnegative_int, positive_int, refusal  # noqa: E402
 
 PROJECT = "project"
 PEERS = ("joeynmt", "opennmt")
@@ -711,7 +711,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         device = resolve_device(args.device)
     except ValueError as exc:
-        raise SystemExit(f"--device: {exc}") from None
+        raise refusal(f"--device: {exc}") from None
     sizes = QUICK if args.quick else FULL
     cfg = {
         **sizes,

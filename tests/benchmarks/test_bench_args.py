@@ -2,11 +2,13 @@
 ``script: error: ...``, exit 2) while reading it, before anything is measured: unknown mechanisms,
 mechanism options and presets, counts below 1, negative warm-ups, a budget of no seconds, a data
 folder without its files, a sweep file that is missing or wrong, an unknown system, another
-checkout that is not one; a device torch cannot use in one line too (``--device: ...``, exit 1).
-Nothing here measures; ``--help`` gives whole sentences."""
+checkout that is not one. What only the script can judge once it has read the line, a device
+torch cannot use, is refused the same way (``script: error: --device: ...``, exit 2) without the
+usage. Nothing here measures; ``--help`` gives whole sentences."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -219,6 +221,17 @@ def test_a_relative_checkout_is_found_from_the_folder_the_command_was_given_in(m
     )
 
 
+def late_refusal(capsys, name: str, argv: list[str]) -> str:
+    """What ``benchmarks/<name>.py argv`` says when its ``main`` refuses what argparse let through:
+    one line, ``script: error: ...``, exit 2 (as argparse's own refusals; it was exit 1)."""
+    with pytest.raises(SystemExit) as stop:
+        load(name).main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.count(": error: ") == 1, err
+    return err.split(": error: ")[1]
+
+
 DEVICE_FOO = [
     ("peers", ["--device", "foo"]),
     ("peers", ["--device", "foo", "--quick"]),
@@ -232,31 +245,31 @@ DEVICE_FOO = [
 @pytest.mark.parametrize(
     "name, argv", DEVICE_FOO, ids=[f"{n}:{' '.join(a)}" for n, a in DEVICE_FOO]
 )
-def test_an_unknown_device_is_refused_in_one_line_before_anything_runs(name, argv):
-    with pytest.raises(SystemExit) as stop:
-        load(name).main(argv)
-    assert str(stop.value.code) == "--device: unknown device 'foo'; use cpu or cuda[:N]"
+def test_an_unknown_device_is_refused_in_one_line_before_anything_runs(name, argv, capsys):
+    assert late_refusal(capsys, name, argv) == "--device: unknown device 'foo'; use cpu or cuda[:N]"
+
+
+def test_more_cores_than_the_process_may_use_are_refused_in_one_line(capsys):
+    cores = len(os.sched_getaffinity(0)) + 1
+    said = late_refusal(capsys, "fusion", ["--quick", "--device", "cpu", "--cores", str(cores)])
+    assert said == f"--cores {cores}: this process may use {cores - 1} core(s)"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
 @pytest.mark.parametrize("name", ["peers", "gpu_share", "cuda_graphs"])
-def test_cuda_without_a_gpu_is_refused_in_one_line_even_with_quick(name):
+def test_cuda_without_a_gpu_is_refused_in_one_line_even_with_quick(name, capsys):
     """--quick no longer turns an explicit --device cuda into the CPU (gpu_share, cuda_graphs)."""
-    with pytest.raises(SystemExit) as stop:
-        load(name).main(["--device", "cuda", "--quick"])
-    assert str(stop.value.code) == (
+    assert late_refusal(capsys, name, ["--device", "cuda", "--quick"]) == (
         "--device: device cuda asked for, but torch sees no CUDA device; use cpu"
     )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no GPU")
 @pytest.mark.parametrize("name", ["gpu_share", "cuda_graphs"])
-def test_the_cuda_default_without_a_gpu_names_the_cpu_ways_to_run(name):
+def test_the_cuda_default_without_a_gpu_names_the_cpu_ways_to_run(name, capsys):
     """Run bare, as the README lists them: nobody asked for cuda, so the message says it is the
     default and names the flags that run the benchmark on a CPU."""
-    with pytest.raises(SystemExit) as stop:
-        load(name).main([])
-    said = str(stop.value.code)
+    said = late_refusal(capsys, name, [])
     assert said.startswith("--device: ") and "on cuda by default" in said, said
     assert "give --device cpu" in said and "or --quick" in said and "asked for" not in said
 
