@@ -183,6 +183,7 @@ def test_a_run_part_cut_before_its_exit_is_closed_and_reads_back_finished(made, 
     assert wandb_sync_hint(tmp_path).broken == []  # no longer left out of the upload command
 
 
+@pytest.mark.train  # the module's runs: a wandb process of seconds, as its other users
 def test_a_part_a_later_part_of_its_run_follows_is_closed(made, tmp_path):
     """A launcher killed (or its head lost) mid-trial leaves the trial's run part without an exit
     record; the resume goes on in a new part of the same run id, and the old part was left out of
