@@ -33,7 +33,6 @@ import ray
 
 from sweeps.trial.fused.group_close import seconds_to_close, states_spent
 from sweeps.trial.fused.state import GroupSetup, GroupStore
-from sweeps.trial.lifecycle import quiet_logs
 
 
 def _load_training() -> None:
@@ -87,6 +86,10 @@ class FusedGroup:
         self._ended_at = 0.0
         self._unreleased_since: dict[int, float] = {}  # ended by Tune, not released (_maybe_close)
         torch.set_num_threads(max(1, setup.threads))
+        # here, not at the top: the roster's process imports this module for the class alone, and
+        # sweeps.trial.lifecycle brings Tune and pandas (1.2 s) into it
+        from sweeps.trial.lifecycle import quiet_logs
+
         quiet_logs()  # Lightning's banners, as in a trial's process
         threading.Thread(target=self._run, daemon=True, name=f"group-{setup.name}").start()
 
