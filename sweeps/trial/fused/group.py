@@ -36,14 +36,17 @@ from sweeps.trial.fused.state import GroupSetup, GroupStore
 
 
 def _load_training() -> None:
-    """torch, the fused loop and the members' building and reports, in the group's process: not
-    in the roster's, which needs none of them."""
-    global torch, build, report, FusedLoop, LoopMember, LoopSettings
+    """torch, the fused loop, the members' building and reports and the trials' logging quiet, in
+    the group's process: not in the roster's, which needs none of them."""
+    global torch, build, report, FusedLoop, LoopMember, LoopSettings, quiet_logs
     import torch
 
     # torch and Lightning (seconds): only the group's actor process trains
     from lightning_modules.fused.loop import FusedLoop, LoopMember, LoopSettings
     from sweeps.trial.fused import build, report
+
+    # Tune and pandas (1.2 s), which sweeps.trial.lifecycle imports
+    from sweeps.trial.lifecycle import quiet_logs
 
 
 @dataclass
@@ -86,10 +89,6 @@ class FusedGroup:
         self._ended_at = 0.0
         self._unreleased_since: dict[int, float] = {}  # ended by Tune, not released (_maybe_close)
         torch.set_num_threads(max(1, setup.threads))
-        # here, not at the top: the roster's process imports this module for the class alone, and
-        # sweeps.trial.lifecycle brings Tune and pandas (1.2 s) into it
-        from sweeps.trial.lifecycle import quiet_logs
-
         quiet_logs()  # Lightning's banners, as in a trial's process
         threading.Thread(target=self._run, daemon=True, name=f"group-{setup.name}").start()
 
