@@ -12,8 +12,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ray import tune
-
 from sweeps.layout import CHECKPOINT_FILE, TUNE_RESULT_FILE, finished_report
 
 # Lines every trial would print at every start or report, forwarded to the sweep's console.
@@ -182,6 +180,10 @@ def report_earlier_finish(trial_dir: str | None, trial_id: str, max_steps: int) 
         f"its result is reported again, not trained again",
         flush=True,
     )
+    # here, not at the top: the held-out stage's tasks and a fused group's process import this
+    # module for its logging helpers alone, and Tune brings pandas with it (1.2 s)
+    from ray import tune
+
     tune.report(
         metrics, checkpoint=tune.Checkpoint.from_directory(str(folders[-1])) if folders else None
     )

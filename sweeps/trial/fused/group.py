@@ -33,20 +33,18 @@ import ray
 
 from sweeps.trial.fused.group_close import seconds_to_close, states_spent
 from sweeps.trial.fused.state import GroupSetup, GroupStore
+from sweeps.trial.lifecycle import quiet_logs
 
 
 def _load_training() -> None:
-    """torch, the fused loop, the members' building and reports and the trials' logging quiet, in
-    the group's process: not in the roster's, which needs none of them."""
-    global torch, build, report, FusedLoop, LoopMember, LoopSettings, quiet_logs
+    """torch, the fused loop and the members' building and reports, in the group's process: not
+    in the roster's, which needs none of them."""
+    global torch, build, report, FusedLoop, LoopMember, LoopSettings
     import torch
 
     # torch and Lightning (seconds): only the group's actor process trains
     from lightning_modules.fused.loop import FusedLoop, LoopMember, LoopSettings
     from sweeps.trial.fused import build, report
-
-    # Tune and pandas (1.2 s), which sweeps.trial.lifecycle imports
-    from sweeps.trial.lifecycle import quiet_logs
 
 
 @dataclass

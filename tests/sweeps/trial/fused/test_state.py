@@ -35,7 +35,8 @@ def test_the_roster_s_process_never_imports_torch_lightning_or_tune(tmp_path):
     class) and unpickling a group's setup must not bring in torch or Lightning. They cost every
     fused sweep's roster 4 CPU-seconds and a few hundred MB when the setup lived beside the
     training steps. Nor Tune and pandas: 1.2 s more when the roster's class lived beside the
-    driver's Tune callback."""
+    driver's Tune callback, and when the trials' logging helpers (the group's) imported Tune for
+    a report they do not make."""
     import pickle
     import subprocess
     import sys
