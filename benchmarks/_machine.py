@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -119,6 +120,20 @@ def pyplot_or_none():
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return None
     return plt
+
+
+def cuda_versions() -> dict[str, Any]:
+    """torch's CUDA and the NVIDIA driver (nvidia-smi), where there are."""
+    out: dict[str, Any] = {"torch_cuda": torch.version.cuda, "driver": None}
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        out["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        pass
+    return out
 
 
 @contextmanager

@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import positive_int, preset_name, refusal  # noqa: E402
-from _machine import announced, machine_info, time_interleaved  # noqa: E402
+from _machine import announced, cuda_versions, machine_info, time_interleaved  # noqa: E402
 
 from datamodules import CopyTaskDataModule  # noqa: E402
 from lightning_modules import Seq2SeqModule  # noqa: E402
@@ -181,20 +180,6 @@ def measure_cell(args: argparse.Namespace, device: torch.device, preset: str, le
     }
     print(f"{row['cell']}: graphed {row['speedup']}x eager", file=sys.stderr, flush=True)
     return row
-
-
-def cuda_versions() -> dict[str, Any]:
-    """torch's CUDA and the NVIDIA driver (nvidia-smi), where there are."""
-    out: dict[str, Any] = {"torch_cuda": torch.version.cuda, "driver": None}
-    try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )  # fmt: skip
-        out["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        pass
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

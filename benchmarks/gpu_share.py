@@ -222,8 +222,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return {}
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import torch
-    from _machine import machine_info, machine_line
-    from cuda_graphs import cuda_versions
+
+    # cuda_graphs (torch and Lightning) only in the workers, which build the models
+    from _machine import cuda_versions, machine_info, machine_line
 
     from sweeps.timing.devices import resolve_device
 
