@@ -223,7 +223,7 @@ def test_a_relative_checkout_is_found_from_the_folder_the_command_was_given_in(m
 
 def late_refusal(capsys, name: str, argv: list[str]) -> str:
     """What ``benchmarks/<name>.py argv`` says when its ``main`` refuses what argparse let through:
-    one line, ``script: error: ...``, exit 2 (as argparse's own refusals; it was exit 1)."""
+    one line, ``script: error: ...``, exit 2, as argparse's own refusals."""
     with pytest.raises(SystemExit) as stop:
         load(name).main(argv)
     assert stop.value.code == 2
