@@ -403,9 +403,9 @@ def lost_finished_checkpoints(out_dir: Path, spec: str, output: str) -> str:
     ]
     return (
         f"note: {'; '.join(s for s in said if s)}. Their rows keep their training figures (and "
-        "where the file is gone, the timing and test figures measured before: their timing.json "
-        "and heldout.json), but this resume does not train them again (Tune counts them "
-        "finished) and cannot measure them again. To train "
+        "where the file is gone, the timing and test figures measured before, as long as their "
+        "timing.json and heldout.json are still in the trial's folder), but this resume does not "
+        "train them again (Tune counts them finished) and cannot measure them again. To train "
         f"them again and keep the rest: {python_command()} {launch_script()} {spec}{flags} --set "
         f"warm_start={out_dir} --output <another folder> (with the first run's profile and --set, "
         "every trial whose checkpoint is here and whole is reused)"
