@@ -535,7 +535,10 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         """What ``trainer.predict`` decodes: the test split, in the test loader's batches; the
         validation split when no test split is configured (``test_prefix=""``). Each batch's
-        ``indices`` are the split's line numbers (``predict_step`` returns them)."""
+        ``indices`` are the split's line numbers (``predict_step`` returns them). Lightning warns
+        that it cannot set ``drop_last=False`` on this loader's batch sampler, a custom one:
+        :class:`~datamodules.bucketing.TokenBucketBatchSampler` drops no sentence, so on one
+        process every line the split keeps is decoded once."""
         return self._loader("test" if self.prefixes["test"] else "valid")
 
     # ------------------------------------------------------------------ text
