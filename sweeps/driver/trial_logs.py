@@ -24,10 +24,12 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback  # docs/internals.md
 from ray.tune.result import EXPR_PROGRESS_FILE
 
+from sweeps.layout import TUNE_RESULT_FILE
+
 log = logging.getLogger(__name__)
 
 #: Tune's per-trial log files that its loggers restore from storage on a retry
-RESTORED_FILES = ("result.json", "progress.csv")
+RESTORED_FILES = (TUNE_RESULT_FILE, EXPR_PROGRESS_FILE)
 
 
 def push_trial_logs(trial) -> None:

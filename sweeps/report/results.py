@@ -27,6 +27,7 @@ from sweeps.layout import (  # noqa: F401 (re-exported)
     HYPOTHESES_FILE,
     REFERENCES_FILE,
     RESULTS_CSV,
+    TUNE_RESULT_FILE,
     checkpoint_path,
     write_atomic,
 )
@@ -146,7 +147,7 @@ def trial_status(
 
 def last_report(trial_dir: Any) -> dict[str, Any]:
     """The last report in a local trial folder's ``result.json``; {} where there is none."""
-    path = Path(str(trial_dir)) / "result.json"
+    path = Path(str(trial_dir)) / TUNE_RESULT_FILE
     try:
         lines = path.read_text().splitlines() if "://" not in str(trial_dir) else []
         return json.loads(next(line for line in reversed(lines) if line.strip()))
