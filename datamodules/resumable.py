@@ -110,7 +110,8 @@ class _EpochBatches:
 
 def _epoch_holders(loader: DataLoader) -> list[Any]:
     """The objects whose ``epoch`` decides the order: the sampler, the batch sampler and its
-    ``sampler`` (whichever have ``set_epoch``), as Lightning's ``_set_sampler_epoch`` finds them."""
+    ``sampler`` (whichever have ``set_epoch``); Lightning's ``_set_sampler_epoch`` reaches the
+    first and the last."""
     found: dict[int, Any] = {}
     batch_sampler = getattr(loader, "batch_sampler", None)
     for obj in (
