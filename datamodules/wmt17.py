@@ -85,7 +85,7 @@ from .extras import import_extra
 from .ranges import check_ranges
 from .resumable import ResumableDataLoader
 from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, content_ids
-from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, other_language
+from .wmt17_fetch import PAIR_DEFAULTS, RELEASE_URL, fetch, layout_files, other_language
 from .wmt_checks import (
     check_files,
     check_kept,
@@ -95,6 +95,7 @@ from .wmt_checks import (
     layout,
     missing_line,
     no_test_split,
+    unfetched_line,
 )
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
 
@@ -363,23 +364,35 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
 
     def missing_data(self) -> str | None:
         """What :meth:`prepare_data` would stop on, in one line, before it runs: split files
-        missing or empty under ``data_dir`` while nothing fetches them (``download`` off, or a
-        pair the release does not have); None when they are there or will be fetched. The line names each
-        argument both ways, as passed here and as a sweep file's ``task.<argument>`` (a sweep's
+        missing or empty under ``data_dir`` while nothing fetches them (``download`` off, a pair
+        the release does not have, or a prefix of the caller's whose files the release's fetch does
+        not write); None when they are there or will be fetched. The line names each argument
+        both ways, as passed here and as a sweep file's ``task.<argument>`` (a sweep's
         ``--dry-run`` prints it as a note)."""
         if self.source == "hf" or self._fetches:
             return None
         lacking = self._lacking()
         if not lacking:
             return None
+        if self.download and in_release(self.src_lang, self.tgt_lang):
+            return unfetched_line(self.pair, self.data_dir, self._not_fetched(), self.prefixes)
         return missing_line(
             self.pair, self.src_lang, self.tgt_lang, self.data_dir, self._split_paths(), lacking
         )
 
+    def _not_fetched(self) -> list[str]:
+        """The missing split files that the release's fetch does not write (a prefix of the
+        caller's, not the pair's default)."""
+        fetched = set(layout_files(other_language(self.pair), self.data_dir))
+        return [p for p in self._lacking() if p not in fetched]
+
     @property
     def _fetches(self) -> bool:
-        """Whether prepare_data() fetches missing files: download on, a pair of the release."""
-        return self.download and in_release(self.src_lang, self.tgt_lang)
+        """Whether prepare_data() fetches missing files: download on, a pair of the release, and
+        every missing file one the fetch writes."""
+        return (
+            self.download and in_release(self.src_lang, self.tgt_lang) and not self._not_fetched()
+        )
 
     def written_dirs(self) -> dict[str, str]:
         """The folders :meth:`prepare_data` writes, by the argument that sets each: ``cache_dir``

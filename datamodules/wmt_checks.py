@@ -197,6 +197,26 @@ def missing_line(
     )
 
 
+def unfetched_line(
+    pair: str, data_dir: str, unfetched: Sequence[str], prefixes: dict[str, str]
+) -> str:
+    """:meth:`~datamodules.wmt17.WMT17DataModule.missing_data`'s line for files ``unfetched``
+    that ``download`` cannot bring: their prefix is the caller's, and the release's fetch writes
+    the pair's default names only."""
+    names = [os.path.basename(p) for p in unfetched]
+    given = sorted(
+        {f"{split}_prefix={prefixes[split]!r}" for split in prefixes for p in names
+         if p.rsplit(".", 1)[0] == prefixes[split]}
+    )  # fmt: skip
+    return (
+        f"data_dir {data_dir} (task.data_dir in a sweep file) lacks "
+        f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}, and download cannot fetch "
+        f"them: it writes the release's {pair} files under their default names only, and "
+        f"{', '.join(given)} names others. Place those files in {data_dir}, or leave the prefix "
+        "unset (task.<split>_prefix in a sweep file) to read the release's"
+    )
+
+
 def no_test_split(pair: str, src_lang: str, tgt_lang: str, default: str) -> str:
     """Why there is no test split (``test_prefix`` is empty) and how to have one (``default``: the
     pair's test prefix)."""

@@ -599,7 +599,19 @@ def test_missing_data_names_each_argument_for_python_and_for_a_sweep_file(tmp_pa
         "(a sweep's data stage) would stop. Fetch them with `python -m datamodules.wmt17 fetch "
         f"--pair en-de --to {tmp_path}`, or set download=True (task.download: true in a sweep file)"
     )
-    assert make_dm(tmp_path / "cache", data_dir=tmp_path, download=True).missing_data() is None
+    # download=True fetches the release's files under the pair's default names only: a prefix of
+    # the caller's (valid_prefix="valid") stays missing after the fetch, said before it
+    fetching = make_dm(tmp_path / "cache", data_dir=tmp_path, download=True)
+    assert fetching.missing_data() == (
+        f"data_dir {tmp_path} (task.data_dir in a sweep file) lacks valid.en, valid.de, and "
+        "download cannot fetch them: it writes the release's en-de files under their default "
+        "names only, and valid_prefix='valid' names others. Place those files in "
+        f"{tmp_path}, or leave the prefix unset (task.<split>_prefix in a sweep file) to read "
+        "the release's"
+    )
+    assert "data_dir" not in fetching.written_dirs()  # nothing is fetched for it
+    defaults = make_dm(tmp_path / "cache", data_dir=tmp_path, download=True, valid_prefix=None)
+    assert defaults.missing_data() is None and "data_dir" in defaults.written_dirs()
     assert make_dm(tmp_path / "cache").missing_data() is None  # TINY has them all
 
 
