@@ -29,8 +29,8 @@ How it behaves:
   against ``--sha256sums`` when given (the release publishes no checksum file that we found; the
   figures we computed are recorded in ``wmt17-fetch.json`` so a site can pin them);
 * a server error (HTTP 5xx, 408, 429), a refused, reset or timed-out connection and a transfer
-  that breaks off are retried with exponential backoff: ``--retries`` tries in a row that receive
-  nothing (default 5), waiting ``--retry-delay`` seconds (default 1) doubled each time (1, 2, 4,
+  that breaks off are retried with exponential backoff: ``--retries`` retries after a first try,
+  in a row that receive nothing (default 5: six tries), waiting ``--retry-delay`` seconds (default 1) doubled each time (1, 2, 4,
   8, 16 s); a try that received bytes starts the count again. A 404 is not retried: the address
   is wrong (check ``--base-url`` and the pair);
 * ctrl-c prints one line and exits with status 130; the partial file keeps what arrived: run the
@@ -917,8 +917,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--retries",
         type=_at_least_zero(int),
         default=5,
-        help="tries in a row that receive nothing before giving up on a file: HTTP "
-        "5xx/408/429, connection errors, broken transfers (default 5)",
+        help="retries after the first try, in a row that receive nothing, before giving up on "
+        "a file: HTTP 5xx/408/429, connection errors, broken transfers (default 5)",
     )
     cmd.add_argument(
         "--retry-delay",

@@ -24,7 +24,11 @@ Modes (option ``mode``; None means "parallel" in training and "hard" in eval):
   positions) evaluate their whole sentence, in one more op. So a step costs a fixed handful of
   tensor ops (about twenty) and one host sync (deciding whether that second op is needed), on CPU
   and GPU alike. Energy evaluations per row: ``scan_chunk`` per step, plus at most S for each jump
-  past a window, which moves the row on by at least ``scan_chunk`` positions or ends it.
+  past a window, which moves the row on by at least ``scan_chunk`` positions or ends it. So a
+  sentence costs at most T * scan_chunk + S * S / scan_chunk evaluations: linear in S while the
+  hits fall within the windows, up to S * S / scan_chunk where every step jumps past one (the
+  second op scores a row's whole sentence, its positions before the row's one included, to keep
+  one rectangular tensor op).
 
   What keeps the step short: ``precompute`` (in hard mode only) pads keys, memory and a stop bias
   (r at real positions, -inf at padded ones) with ``scan_chunk`` rows past the end, so no window
