@@ -212,8 +212,9 @@ def unfetched_line(
         f"data_dir {data_dir} (task.data_dir in a sweep file) lacks "
         f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}, and download cannot fetch "
         f"them: it writes the release's {pair} files under their default names only, and "
-        f"{', '.join(given)} names others. Place those files in {data_dir}, or leave the prefix "
-        "unset (task.<split>_prefix in a sweep file) to read the release's"
+        f"{', '.join(given)} {'names' if len(given) == 1 else 'name'} others. Place those files in "
+        f"{data_dir}, or leave the prefix unset (task.<split>_prefix in a sweep file) to read the "
+        "release's"
     )
 
 

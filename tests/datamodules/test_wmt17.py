@@ -580,7 +580,10 @@ def test_without_sentencepiece_the_error_names_the_extra_before_any_download(
     with pytest.raises(ImportError, match=message):
         fresh.setup("fit")  # setup without prepare_data trains the BPE itself
     # download on and nothing there: the error comes before the fetch tries the (dead) address
-    fetching = make_dm(tmp_path / "cache", data_dir=tmp_path / "none", download=True)
+    fetching = make_dm(
+        tmp_path / "cache", data_dir=tmp_path / "none", download=True, valid_prefix=None
+    )  # the release's file names: a fetch would write them
+    assert "data_dir" in fetching.written_dirs()  # it would fetch
     fetching.release_url = "http://127.0.0.1:9/nothing-listens-here"
     with pytest.raises(ImportError, match=message):
         fetching.prepare_data()

@@ -110,10 +110,13 @@ def test_a_fetch_into_data_dir_needs_it_writable_and_data_already_there_does_not
             overrides=smoke + [f"task.download={download}"],
         )
         assert "task.data_dir" not in {f.key for f in sweep_folders(sweep, tmp_path)}
+    # the release's own file names (the smoke profile names the tiny slice's valid and test
+    # files, which no fetch writes)
+    release = ["task.valid_prefix=null", "task.test_prefix=null"]
     sweep = load_spec(
         ROOT / "sweeps" / "wmt17.yaml",
         profile="smoke",
-        overrides=[f"task.data_dir={tmp_path}/empty/{{pair}}", "task.download=true"],
+        overrides=[f"task.data_dir={tmp_path}/empty/{{pair}}", "task.download=true", *release],
     )
     keys = {f.key: f.path for f in sweep_folders(sweep, tmp_path / "out")}
     assert keys["task.data_dir"] == str(tmp_path / "empty" / "en-de")
@@ -130,8 +133,8 @@ def test_dry_run_notes_wmt_data_that_is_missing_and_not_fetched(tmp_path, capsys
         (partial / f.name).write_bytes(f.read_bytes())
     (partial / "train.de").write_bytes(b"")  # an interrupted copy
 
-    def notes(data_dir: Path, download: str) -> list[str]:
-        sets = [f"task.data_dir={data_dir}", f"task.download={download}"]
+    def notes(data_dir: Path, download: str, *more: str) -> list[str]:
+        sets = [f"task.data_dir={data_dir}", f"task.download={download}", *more]
         argv = [str(ROOT / "sweeps" / "wmt17.yaml"), "--profile", "smoke", "--dry-run"]
         argv += ["--output", str(tmp_path / f"out-{download}")]
         assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
@@ -139,7 +142,13 @@ def test_dry_run_notes_wmt_data_that_is_missing_and_not_fetched(tmp_path, capsys
         return [line for line in out if line.startswith("note: data_dir")]
 
     assert notes(tiny, "false") == []
-    assert notes(tmp_path / "none", "true") == []  # the launch fetches them
+    release = ("task.valid_prefix=null", "task.test_prefix=null")  # the names the fetch writes
+    assert notes(tmp_path / "none", "true", *release) == []  # the launch fetches them
+    # the smoke profile's own prefixes (the tiny slice's valid and test files): no fetch writes
+    # them, and the dry run says so before the launch would download anything
+    (line,) = notes(tmp_path / "none", "true")
+    assert "lacks valid.en, valid.de, test.en, ..., and download cannot fetch them" in line
+    assert "test_prefix='test', valid_prefix='valid' name others" in line
     (line,) = notes(partial, "false")
     assert "lacks 1 of the 6 en-de files (train.de), missing or empty" in line
     assert f"python -m datamodules.wmt17 fetch --pair en-de --to {partial}" in line
