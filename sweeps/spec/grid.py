@@ -360,7 +360,10 @@ def expand_grid(grid: dict[str, Any], source: str) -> list[Cell]:
             for k in v:
                 if k in vals:
                     raise SpecError(
-                        o[k], f"{k} is set by two grid entries ({origins[k]} and {o[k]})", source
+                        o[k],
+                        f"{k} is set by two grid entries ({origins[k]} and {o[k]}): keep it in "
+                        "one of them",
+                        source,
                     )
             vals.update(v)
             origins.update(o)

@@ -50,6 +50,14 @@ def _not_produced(name: str, valid: tuple[str, ...]) -> str:
     return f"{name!r} is a metric this sweep never produces{why}; valid: {', '.join(valid)}"
 
 
+def _pareto_or_remove(spec: Any) -> str:
+    """The fix of a Pareto-only setting on another scheduler: the Pareto rule where the sweep
+    has the objectives it ranks, else only to remove it."""
+    if spec.objectives:
+        return "set early_terminate.type: pareto, or remove it"
+    return "remove it (the Pareto rule ranks trials on `objectives:`, which this sweep has not)"
+
+
 def check_reported_metrics(spec: Any, source: str) -> None:
     """``metric`` and ``stop_when.metric`` name a metric this sweep's trials report (the schema
     knows every task's metrics; this knows the task's: val/sacrebleu only on WMT)."""
@@ -68,8 +76,8 @@ def check_objectives(spec: Any, source: str) -> None:
     if spec.early_terminate.promotion is not None and spec.early_terminate.type != "pareto":
         raise SpecError(
             "early_terminate.promotion",
-            "promotion (wait or immediate) is read by the Pareto rung rule "
-            "only; set early_terminate.type: pareto, or remove it",
+            "promotion (wait or immediate) is read by the Pareto rung rule only; "
+            + _pareto_or_remove(spec),
             source,
         )
     if not spec.objectives:
@@ -132,8 +140,7 @@ def check_objectives(spec: Any, source: str) -> None:
     if spec.early_terminate.tolerance is not None and spec.early_terminate.type != "pareto":
         raise SpecError(
             "early_terminate.tolerance",
-            "a tolerance is read by the Pareto rung rule only; "
-            "set early_terminate.type: pareto, or remove it",
+            "a tolerance is read by the Pareto rung rule only; " + _pareto_or_remove(spec),
             source,
         )
     for name in spec.early_terminate.tolerance or {}:

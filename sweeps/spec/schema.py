@@ -38,6 +38,7 @@ from sweeps.spec.search_schema import (
     StopWhenSpec,
     _Goal,
     _Strict,
+    reported_metrics_text,
 )
 from sweeps.spec.selection_schema import HeldoutSpec, Seed, SeedsSpec, seeds_problem
 
@@ -63,7 +64,7 @@ class MetricSpec(_Goal):
                 else ""
             )
             raise ValueError(
-                f"{value!r} is not a metric the trials report{timing}; valid: {', '.join(FIT_METRICS)}"
+                f"{value!r} is not a metric the trials report{timing}; valid: {reported_metrics_text()}"
             )
         return value
 

@@ -156,7 +156,7 @@ class ParamSpec(_Strict):
         if self.min is None or self.max is None:
             raise ValueError("give either `values: [...]` or both `min` and `max`")
         if not self.min < self.max:
-            raise ValueError(f"min ({self.min}) must be below max ({self.max})")
+            raise ValueError(f"min ({self.min}) must be below max ({self.max}): swap them")
         dist = self.distribution or (
             "int_uniform" if isinstance(self.min, int) and isinstance(self.max, int) else "uniform"
         )
@@ -198,6 +198,12 @@ NATURAL_GOALS = {
 #: figures of a model's cost the probe (sweeps.timing.probe) measures before training, for every
 #: architecture the search may sample: objectives and constraints know them before a trial trains
 PROBED = (DECODE_SECONDS, "train_step_seconds", "train_peak_mb")
+
+
+def reported_metrics_text() -> str:
+    """The metrics a trial can report, for a refusal's ``valid:`` list: val/sacrebleu says that
+    only a task that detokenizes (wmt17) reports it."""
+    return ", ".join(f"{m} (wmt17 only)" if m == VAL_SACREBLEU else m for m in FIT_METRICS)
 
 
 def estimate_column(figure: str) -> str:
@@ -376,7 +382,7 @@ class StopWhenSpec(_Strict):
     def _reported(cls, value: str) -> str:
         if value not in FIT_METRICS:
             raise ValueError(
-                f"{value!r} is not a metric the trials report; valid: {', '.join(FIT_METRICS)}"
+                f"{value!r} is not a metric the trials report; valid: {reported_metrics_text()}"
             )
         return value
 

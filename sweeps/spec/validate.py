@@ -40,6 +40,9 @@ from sweeps.spec.signatures import (
 TASKS = tuple(TASK_CLASSES)
 # Module arguments the trial fills in from the datamodule; a spec may not set them.
 DERIVED_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
+#: the module's arguments a model section does not take: the derived ones, and attention_kwargs
+#: (its options go straight under model)
+NOT_LISTED_MODEL_KEYS = (*DERIVED_MODEL_KEYS, "attention_kwargs")
 
 
 def check_sections(spec: SweepSpec, source: str) -> None:
@@ -134,7 +137,7 @@ def validate_cell(task: dict, model: dict, trainer: dict, cell: Cell, source: st
                 f"not a model setting nor an option of attention {attention!r}"
                 f"{belongs_elsewhere(key, 'model') or did_you_mean(key, [*mod_params, *att_params])}"
                 ". Model settings: "
-                f"{', '.join(sorted(k for k in mod_params if k not in DERIVED_MODEL_KEYS))}; "
+                f"{', '.join(sorted(k for k in mod_params if k not in NOT_LISTED_MODEL_KEYS))}; "
                 f"{attention} options: {', '.join(sorted(att_params)) or '(none)'}",
                 source,
             )

@@ -882,3 +882,46 @@ def test_the_sweep_id_is_made_once_and_kept_by_every_resume(tmp_path):
     older = tmp_path / "older"  # resumed with no launch.json at all: its runs carry none either
     save_launch(older, [], profile=None, resume=True)
     assert sweep_id(older) is None
+
+
+@pytest.mark.parametrize(
+    "sets, said, fixed",
+    [
+        (  # the list of metrics says which one only WMT reports
+            ["metric.name=val/sacreblue"],
+            "valid: train/loss, val/loss, val/token_acc, val/bleu, val/sacrebleu (wmt17 only), ",
+            ["metric.name=val/bleu"],
+        ),
+        (  # one metric: the Pareto rule is no way out, so the fix is to remove the key
+            ["early_terminate.type=asha", "early_terminate.promotion=wait"],
+            "read by the Pareto rung rule only; remove it (the Pareto rule ranks trials on "
+            "`objectives:`, which this sweep has not)",
+            ["early_terminate.type=asha"],
+        ),
+        (
+            ["grid.model.attention=[memory]"],
+            "model.attention is set by two grid entries (grid.model[0].attention and "
+            "grid.model.attention): keep it in one of them",
+            ["grid.model=[{attention: memory}]"],
+        ),
+        (
+            ["parameters.model.lr={min: 0.01, max: 0.0001}"],
+            "min (0.01) must be below max (0.0001): swap them",
+            ["parameters.model.lr={min: 0.0001, max: 0.01}"],
+        ),
+    ],
+)
+def test_a_refusal_names_a_fix_that_passes(sets, said, fixed, tmp_path, capsys):
+    """Each refusal's fix, applied as it says, passes the dry run (the Pareto rule suggested to a
+    one-metric sweep was refused in turn; the metric list offered val/sacrebleu to the copy task)."""
+    argv = [str(ROOT / "sweeps" / "quickstart.yaml"), "--dry-run", "--output", str(tmp_path)]
+    assert launch_main([*argv, *(x for s in sets for x in ("--set", s))]) == 2
+    assert said in capsys.readouterr().err
+    assert launch_main([*argv, *(x for s in fixed for x in ("--set", s))]) == 0, capsys.readouterr()
+
+
+def test_a_model_key_refusal_lists_only_settings_a_model_section_takes():
+    message = error_of_override(["model.KK=16"])
+    settings = message.split("Model settings: ")[1].split(";")[0].split(", ")
+    assert "attention" in settings and "lr" in settings
+    assert "attention_kwargs" not in settings and "src_vocab_size" not in settings
