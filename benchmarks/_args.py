@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "preset_name",
+    "quick_settings",
     "refusal",
     "split_mechanism",
     "refuse_unbuildable",
@@ -45,6 +46,27 @@ def refusal(message: str) -> SystemExit:
     MESSAGE`` on stderr and exit status 2. Raise what it returns."""
     print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr, flush=True)
     return SystemExit(2)
+
+
+def quick_settings(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    quick: dict[str, Any],
+    argv: Sequence[str] | None,
+) -> None:
+    """``--quick``: the smoke's settings (``quick``, by destination) for every option the command
+    line (``argv``; None: ``sys.argv``) does not give; an option given keeps its value, even one
+    given at its default. (The command line is read again with a marker for each default.)"""
+    unset = object()
+    saved = {key: parser.get_default(key) for key in quick}
+    parser.set_defaults(**dict.fromkeys(quick, unset))
+    try:
+        seen = parser.parse_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    for key, value in quick.items():
+        if getattr(seen, key) is unset:
+            setattr(args, key, value)
 
 
 def positive_float(text: str) -> float:

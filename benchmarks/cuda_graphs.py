@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _args import positive_int, preset_name, refusal  # noqa: E402
+from _args import positive_int, preset_name, quick_settings, refusal  # noqa: E402
 from _machine import announced, cuda_versions, machine_info, time_interleaved  # noqa: E402
 
 from datamodules import CopyTaskDataModule  # noqa: E402
@@ -79,12 +79,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="seconds, on the CPU unless --device is given: " + str(QUICK),
+        help="seconds, on the CPU unless --device is given: " + str(QUICK) + " where not given",
     )
     args = p.parse_args(argv)
     if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
+        quick_settings(p, args, QUICK, argv)
     # --quick alone: a smoke on the CPU, on any machine; not a word of the device: the GPU default
     args.device_default = args.device is None and not args.quick
     if args.device is None:

@@ -76,7 +76,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file on a machine without the install (a GPU node)
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _args import positive_int, preset_name, refusal  # noqa: E402
+from _args import positive_int, preset_name, quick_settings, refusal  # noqa: E402
 
 PRESETS = ["tiny", "paper_copy"]
 LENGTHS = [10, 40]
@@ -130,7 +130,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="also time each fused group's step captured as CUDA graphs "
         "(lightning_modules.fused.graphs; on a CPU the same work eagerly)",
     )
-    p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
+    p.add_argument(
+        "--quick", action="store_true", help="a few seconds: " + str(QUICK) + " where not given"
+    )
     p.add_argument(
         "--mixed",
         action="store_true",
@@ -149,10 +151,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mixed-seeds", type=positive_int, default=1, help="members of each shape")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.quick:  # the smoke's settings, where the command line leaves the default
-        for key, value in QUICK.items():
-            if getattr(args, key) == p.get_default(key):
-                setattr(args, key, value)
+    if args.quick:
+        quick_settings(p, args, QUICK, argv)
     if args.mixed:
         pairs = [pair.split("/") for pair in args.mixed_scoring]
         if any(len(pair) != 2 or not {*pair} <= {"softmax", "sigmoid"} for pair in pairs):

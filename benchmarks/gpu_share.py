@@ -42,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _args import positive_int, preset_name, refusal  # noqa: E402
+from _args import positive_int, preset_name, quick_settings, refusal  # noqa: E402
 
 PRESETS = ["tiny", "paper_copy"]
 PROCESSES = [1, 2, 4, 8]
@@ -75,13 +75,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="seconds, on the CPU unless --device is given: " + str(QUICK),
+        help="seconds, on the CPU unless --device is given: " + str(QUICK) + " where not given",
     )
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
+        quick_settings(p, args, QUICK, argv)
     # --quick alone: plumbing on the CPU, on any machine; not a word of the device: the GPU default
     args.device_default = args.device is None and not args.quick
     if args.device is None:

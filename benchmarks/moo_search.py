@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         "--output",
         type=output_folder,
         default="bench-out",
-        help="folder for the runs (a moo_search/ subfolder; moo_search_quick/ with --quick)",
+        help="folder for the runs (a moo_search/ subfolder; moo_search_quick/ with --quick; an "
+        "earlier run's subfolder there is replaced)",
     )
     args = p.parse_args(argv)
     if args.seeds < 3:

@@ -50,6 +50,21 @@ CPUS_PER_NODE = 4
 GPUS_PER_NODE = 2
 
 
+def study_size(text: str) -> int:
+    """An argparse ``type`` for a study size: a positive multiple of 10 (10 lengths x N/10 K)."""
+    n = positive_int(text)
+    if n % 10:
+        raise argparse.ArgumentTypeError(
+            f"{n} is not a multiple of 10 (a study is 10 lengths x N/10 values of K)"
+        )
+    return n
+
+
+def cells_or_none(text: str) -> int:
+    """:func:`study_size`, or 0 (no timed dry run)."""
+    return 0 if nonnegative_int(text) == 0 else study_size(text)
+
+
 def study(name: str, n: int) -> dict[str, Any]:
     """An n-cell copy-task study: 10 lengths x n/10 values of K (memory attention), fractional GPUs."""
     lengths = [10 * (i + 1) for i in range(10)]
@@ -194,16 +209,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--trials",
-        type=positive_int,
+        type=study_size,
         nargs="+",
         default=[100, 1000],
-        help="study sizes N (default 100 1000)",
+        help="study sizes N, multiples of 10: 10 lengths x N/10 values of K (default 100 1000)",
     )
     p.add_argument(
         "--dry-run-cells",
-        type=nonnegative_int,
+        type=cells_or_none,
         default=10_000,
-        help="cells of the timed dry run (0: skip)",
+        help="cells of the timed dry run, a multiple of 10 (0: skip)",
     )
     p.add_argument(
         "--output",

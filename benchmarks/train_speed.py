@@ -48,6 +48,7 @@ from _args import (  # noqa: E402
     nonnegative_int,
     positive_int,
     preset_name,
+    quick_settings,
     refuse_unbuildable,
 )
 from _machine import announced, machine_info, time_interleaved  # noqa: E402
@@ -91,11 +92,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--threads", type=positive_int, default=1, help="torch threads on CPU (default 1)"
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="a few seconds: " + str(QUICK))
+    p.add_argument(
+        "--quick", action="store_true", help="a few seconds: " + str(QUICK) + " where not given"
+    )
     args = p.parse_args(argv)
     if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
+        quick_settings(p, args, QUICK, argv)
     refuse_unbuildable(
         p,
         args.mechanisms,

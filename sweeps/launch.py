@@ -130,7 +130,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--num-cpus",
         type=positive_int,
         default=None,
-        help="CPUs of the local Ray instance (default: all)",
+        help="CPUs of a local Ray instance the launch starts (default: all of the machine's); "
+        "not read when it joins a cluster",
     )
     p.add_argument(
         "--verbose",

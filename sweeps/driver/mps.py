@@ -419,7 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     usage = "python -m sweeps.driver.mps plan [-h] SWEEP [launch.py options]"
     sub.add_parser("plan", help=what, description=what, usage=usage)
     run = sub.add_parser("run", help="run a command under this node's MPS daemon")
-    run.add_argument("--want", choices=["no", "yes", "required"], required=True)
+    run.add_argument(
+        "--want",
+        choices=["no", "yes", "required"],
+        required=True,
+        help="what `plan` printed: no, COMMAND alone; yes, a daemon where this node has "
+        "nvidia-cuda-mps-control and none runs; required, the same or exit 1",
+    )
     run.add_argument("--dir", required=True, help="a node-local folder for the daemon's files")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = p.parse_args(argv)

@@ -92,17 +92,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-seconds",
         type=_at_least(0.0, strictly=True),
         default=30.0,
-        help="with --precision: stop after this many seconds of timed decoding (default 30)",
+        help="with --precision: stop adding repeats this many wall seconds after the first timed "
+        "pass (waits for a slow machine included), once --repeats clean ones are in; also caps "
+        "--measure train (default 30)",
     )
     p.add_argument(
         "--calibration-seconds",
         type=_at_least(0.0, strictly=True),
         default=2.0,
         help="how long to probe the machine's speed before the passes, the bar slow passes are "
-        "judged against (default 2)",
+        "judged against; on the CPU with --threads 1 only (default 2)",
     )
     p.add_argument(
-        "--warmup", type=nonnegative_int, default=1, help="untimed passes first (default 1)"
+        "--warmup",
+        type=nonnegative_int,
+        default=1,
+        help="untimed passes first (default 1; at least 1 while --precision is above 0)",
     )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument(

@@ -91,6 +91,11 @@ CASES = [
     ("moo_search", ["--seeds", "0"], f"argument --seeds: {AT_LEAST_1}"),
     ("moo_search", ["--reduction-factor", "1"], "--reduction-factor: must be above 1, got 1"),
     ("peers", ["--rounds", "0"], f"argument --rounds: {AT_LEAST_1}"),
+    (  # a study is 10 lengths x N/10 values of K: 15 built 10 trials and failed after Ray started
+        "sweep_scale",
+        ["--trials", "15"],
+        "argument --trials: 15 is not a multiple of 10 (a study is 10 lengths x N/10 values of K)",
+    ),
     ("peers", ["--warmup", "-1"], "argument --warmup: must be at least 0, got -1"),
     ("peers", ["--lengths", "0"], f"argument --lengths: {AT_LEAST_1}"),
     (
@@ -298,3 +303,30 @@ def test_help_describes_the_script_in_whole_sentences(capsys, name):
     assert description.endswith((".", "?")), description
     first = " ".join(module.__doc__.split("\n\n")[0].split())
     assert description == first
+
+
+@pytest.mark.parametrize(
+    "name, given",
+    [
+        ("cuda_graphs", {"--repeats": ("9", "repeats", 9)}),
+        ("gpu_share", {"--rounds": ("4", "rounds", 4)}),
+        ("train_speed", {"--repeats": ("7", "repeats", 7)}),
+        (
+            "fusion",
+            {
+                "--repeats": ("5", "repeats", 5),
+                "--preset": ("paper_copy", "presets", ["paper_copy"]),
+            },
+        ),
+    ],
+)
+def test_quick_keeps_an_option_given_and_sets_the_rest(name, given):
+    """--quick fills in its smoke settings where the command line leaves the default: cuda_graphs,
+    gpu_share and train_speed overwrote an option given with it, as fusion did not."""
+    bench = load(name)
+    flags = [x for flag, (text, _, _) in given.items() for x in (flag, text)]
+    args = bench.parse_args(["--quick", *flags])
+    for _, key, value in given.values():
+        assert getattr(args, key) == value
+    others = {k: v for k, v in bench.QUICK.items() if k not in {k for _, k, _ in given.values()}}
+    assert others and all(getattr(args, k) == v for k, v in others.items())
