@@ -449,6 +449,23 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     return ClusterFit(gpu=gpu, max_concurrent_trials=max_concurrent)
 
 
+def ddp_cpu_fixes(resources: Any, have: float) -> str:
+    """The ``--set`` that fit a DDP trial on ``have`` CPUs: each worker's share of what its
+    driver leaves (in quarter CPUs), or as many workers of ``resources.cpu`` as fit (one: no DDP)."""
+    spare = have - 1  # the trial's driver holds one
+    fixes = []
+    share = int(spare / resources.workers * 4) / 4
+    if share > 0:
+        fixes.append(f"--set resources.cpu={share:g}")
+    workers = int(spare // resources.cpu) if spare > 0 else 0
+    fixes.append(
+        f"--set resources.workers={workers}"
+        if workers >= 2
+        else "--set resources.workers=1 (no DDP)"
+    )
+    return " or ".join(fixes)
+
+
 def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
     """Why no trial of the sweep could ever start on ``nodes`` (Ray's ``ray.nodes()``), with the
     fix, or None: a trial's process needs ``resources.cpu`` CPUs on one node; a DDP trial its
@@ -463,7 +480,7 @@ def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
         return (
             f"a DDP trial needs {need:g} CPUs (its driver, and {resources.workers} workers of "
             f"resources.cpu {resources.cpu:g}) and the cluster has {have:g}: no trial would "
-            "start; --set resources.workers=N or resources.cpu=N for fewer"
+            f"start; {ddp_cpu_fixes(resources, have)}"
         )
     if resources.cpu <= max(cpus):
         return None

@@ -46,7 +46,11 @@ def test_a_ddp_trial_counts_its_driver_and_workers_on_the_whole_cluster():
     assert said.startswith(
         "a DDP trial needs 9 CPUs (its driver, and 4 workers of resources.cpu 2)"
     )
-    assert said.endswith("--set resources.workers=N or resources.cpu=N for fewer")
+    # each fix fits: 4 workers of 1.75 CPUs (1 + 7 <= 8), or 3 workers of 2 (1 + 6 <= 8)
+    assert said.endswith("--set resources.cpu=1.75 or --set resources.workers=3"), said
+    small = too_few_cpus(SimpleNamespace(cpu=1, workers=2), nodes(2))  # 3 CPUs asked of 2
+    assert small.endswith("--set resources.cpu=0.5 or --set resources.workers=1 (no DDP)"), small
+    assert too_few_cpus(SimpleNamespace(cpu=0.5, workers=2), nodes(2)) is None
 
 
 def test_the_dry_run_says_where_a_local_launch_would_stop(tmp_path, capsys, monkeypatch):
