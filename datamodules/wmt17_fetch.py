@@ -30,8 +30,8 @@ How it behaves:
   figures we computed are recorded in ``wmt17-fetch.json`` so a site can pin them);
 * a server error (HTTP 5xx, 408, 429), a refused, reset or timed-out connection and a transfer
   that breaks off are retried with exponential backoff: ``--retries`` retries after a first try,
-  in a row that receive nothing (default 5: six tries), waiting ``--retry-delay`` seconds (default 1) doubled each time (1, 2, 4,
-  8, 16 s); a try that received bytes starts the count again. A 404 is not retried: the address
+  in a row that receive nothing (default 5: six tries), waiting ``--retry-delay`` seconds
+  (default 1) doubled each time (1, 2, 4, 8, 16 s); a try that received bytes starts the count again. A 404 is not retried: the address
   is wrong (check ``--base-url`` and the pair);
 * ctrl-c prints one line and exits with status 130; the partial file keeps what arrived: run the
   same command again to resume;
