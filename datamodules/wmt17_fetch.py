@@ -820,13 +820,27 @@ def _writable_dir(directory: str) -> None:
 
 # ------------------------------------------------------------------------------------ command line
 def read_sha256sums(path: str) -> dict[str, str]:
-    """``sha256sum`` output (``<hex>  <name>`` per line) -> {name: hex}."""
+    """``sha256sum`` output (``<hex>  <name>`` per line) -> {name: hex}; a ValueError naming the
+    first line that is not one (or a file that is not text)."""
     out = {}
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                digest, name = line.split(maxsplit=1)
-                out[os.path.basename(name.strip().lstrip("*"))] = digest.lower()
+        try:
+            lines = fh.read().splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(
+                "not a text file; give `sha256sum` output: <hex>  <name> per line"
+            ) from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2 or not re.fullmatch(r"[0-9a-fA-F]{64}", parts[0]):
+            raise ValueError(
+                f"line {number} is not `<64 hex digits>  <file name>` (`sha256sum` output): "
+                f"{line.strip()[:60]!r}"
+            )
+        digest, name = parts
+        out[os.path.basename(name.strip().lstrip("*"))] = digest.lower()
     return out
 
 
@@ -934,7 +948,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sums = read_sha256sums(args.sha256sums) if args.sha256sums else None
     except (OSError, ValueError) as exc:
-        print(f"error: --sha256sums {args.sha256sums}: {exc.strerror or exc}", file=sys.stderr)
+        reason = getattr(exc, "strerror", None) or exc  # OSError's words, or the line refused
+        print(f"error: --sha256sums {args.sha256sums}: {reason}", file=sys.stderr)
         return 2
     try:
         report = fetch(

@@ -356,6 +356,27 @@ def _plan_command(spec: str, options: Sequence[str]) -> int:
     return 0
 
 
+#: the exit status when the command cannot be run at all (a shell's, for a command not found)
+COMMAND_NOT_RUN = 127
+
+
+def _cannot_run(command: Sequence[str], exc: OSError) -> str:
+    return (
+        f"error: cannot run {command[0]!r} ({exc.strerror or exc}): give the command after `--` "
+        "as its path, or a name found on PATH"
+    )
+
+
+def _replace_with(command: Sequence[str]) -> int:
+    """This process becomes ``command``; a command that cannot be run is said in one line, and its
+    status (:data:`COMMAND_NOT_RUN`) returned."""
+    try:
+        os.execvp(command[0], list(command))
+    except OSError as exc:
+        print(_cannot_run(command, exc), file=sys.stderr, flush=True)
+    return COMMAND_NOT_RUN
+
+
 def _run_command(want: Want, folder: str, command: Sequence[str]) -> int:
     """Run ``command`` under this node's daemon (started when ``want`` asks and the node can),
     passing SIGTERM, SIGINT, SIGUSR1 and SIGHUP on to it; the daemon stops when it ends. Without
@@ -368,7 +389,7 @@ def _run_command(want: Want, folder: str, command: Sequence[str]) -> int:
         return 1
     if binary is None:
         print(f"MPS on {node}: none started ({why})", flush=True)
-        os.execvp(command[0], list(command))  # nothing to stop afterwards: the command alone
+        return _replace_with(command)  # nothing to stop afterwards: the command alone
     Path(folder).mkdir(parents=True, exist_ok=True)
     try:
         daemon, before = start_daemon(binary, parent=folder)
@@ -377,7 +398,7 @@ def _run_command(want: Want, folder: str, command: Sequence[str]) -> int:
             print(f"error: MPS on {node}: {exc}", file=sys.stderr, flush=True)
             return 1
         print(f"warning: MPS on {node} not started ({exc})", file=sys.stderr, flush=True)
-        os.execvp(command[0], list(command))
+        return _replace_with(command)
     print(f"MPS on {node}: a control daemon, pipe {daemon.pipe}", flush=True)
     passed = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
     child: subprocess.Popen | None = None
@@ -391,10 +412,15 @@ def _run_command(want: Want, folder: str, command: Sequence[str]) -> int:
 
     previous = {s: signal.signal(s, pass_on) for s in passed}
     try:
-        child = subprocess.Popen(list(command))
-        for number in pending:
-            child.send_signal(number)
-        code = child.wait()
+        try:
+            child = subprocess.Popen(list(command))
+        except OSError as exc:
+            print(_cannot_run(command, exc), file=sys.stderr, flush=True)
+            code = COMMAND_NOT_RUN
+        else:
+            for number in pending:
+                child.send_signal(number)
+            code = child.wait()
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

@@ -28,6 +28,7 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import re
 import sys
@@ -122,6 +123,12 @@ def linked_figures(page: Path) -> set[str]:
     return {n for n in names if (page.parent / n).is_file()}
 
 
+#: the errors of a report that cannot be written where it goes (not a fault of the sweep's files)
+UNWRITABLE = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOSPC, errno.EDQUOT}
+)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.report",
@@ -163,7 +170,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args.mode = chosen[1]
     for note in lost_columns(args.sweep_dir):
         print(f"note: {note}", file=sys.stderr)
-    paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
+    try:
+        paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
+    except OSError as exc:  # another user's sweep folder, a read-only or full disk, a folder
+        if (
+            exc.errno not in UNWRITABLE
+        ):  # where a figure goes: one line, the files left as they were
+            raise
+        print(
+            f"error: cannot write {exc.filename or args.sweep_dir} ({exc.strerror}): the report is "
+            "written beside results.csv; run it where that folder can be written (as its owner, "
+            "with space free), or on a copy of the sweep's folder",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
     for path in paths.values():
         print(path)
     if args.wandb and (code := _publish_wandb_report(args)):

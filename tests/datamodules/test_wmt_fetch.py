@@ -552,6 +552,17 @@ def test_sha256sums_are_checked_when_the_files_are_already_in_place(
     missing = ["fetch", "--pair", "en-de", "--to", str(tmp_path), "--sha256sums", "/nonexistent"]
     assert main(missing) == 2
     assert "error: --sha256sums /nonexistent: No such file" in capsys.readouterr().err
+    # nor one that is not sha256sum's output: a line of another shape, or bytes that are not text
+    # (each was a traceback, or taken as a checksum of a file named by its second word)
+    bad = tmp_path / "bad.txt"
+    for content, said in (
+        (b"not a sha line\n", "line 1 is not `<64 hex digits>  <file name>` (`sha256sum` output)"),
+        (b"\xff\xfe\x00garbage", "not a text file"),
+    ):
+        bad.write_bytes(content)
+        assert main([*missing[:-1], str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --sha256sums {bad}: {said}") and "Traceback" not in err
     (tmp_path / MANIFEST).unlink()  # now as if placed by hand: nothing to check against
     with pytest.raises(
         FetchError,

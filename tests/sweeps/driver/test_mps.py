@@ -25,6 +25,7 @@ from mps_helpers import install_fake_mps, mps_calls
 from sweeps.driver.mps import (
     LOG_ENV,
     PIPE_ENV,
+    main,
     mps_for_sweep,
     node_mps,
     plan_mps,
@@ -413,6 +414,17 @@ def test_run_puts_a_command_under_the_node_s_daemon_and_stops_it_whatever_the_co
     assert pipe.startswith(f"{folder}/memattn-mps-") and quit_ == f"quit pipe={pipe} node="
     assert f"child sees {pipe}" in failed.stdout
     assert "the daemon stopped" in failed.stdout and not Path(pipe).exists()
+    # a command that cannot be run: one line and a shell's 127 (it was a traceback), the daemon
+    # stopped all the same; without a daemon likewise, where this process would have become it
+    missing = mps_command(
+        tmp_path, log, "run", "--want", "yes", "--dir", str(folder), "--", "/no/such/command",
+    )  # fmt: skip
+    said = "error: cannot run '/no/such/command' (No such file or directory)"
+    assert missing.returncode == 127 and missing.stderr.startswith(said), missing.stderr
+    assert "Traceback" not in missing.stderr and "the daemon stopped" in missing.stdout
+    assert [c.split()[0] for c in mps_calls(log)] == ["start", "quit", "start", "quit"]
+    argv = ["run", "--want", "no", "--dir", str(folder), "--", "/no/such/command"]
+    assert main(argv) == 127
 
 
 def test_run_passes_sigterm_on_and_stops_the_daemon_after_the_command(tmp_path):

@@ -640,6 +640,16 @@ def test_the_command_says_what_is_wrong_with_its_folder_or_metric_and_writes_not
         f"with values: {BLEU}"
     )
     (sweep / "results.csv").write_text(whole)
+    # a figure that cannot be written where it goes (here a folder in its place; a read-only or
+    # full disk, another user's folder, alike): one line and exit 1, results.md as it was
+    (sweep / "bleu_by_model.png").mkdir()
+    with pytest.raises(SystemExit) as info:
+        report.main([str(sweep)])
+    said = capsys.readouterr().err.strip()
+    assert info.value.code == 1 and len(said.splitlines()) == 1, said
+    assert said.startswith(f"error: cannot write {sweep / 'bleu_by_model.png'} (Is a directory)")
+    assert (sweep / "results.md").read_text() == "the report of 7 trials"
+    (sweep / "bleu_by_model.png").rmdir()
     # a sweep's own folder whose launch was killed before it wrote results.csv: how to go on
     killed = tmp_path / "out" / "quickstart"
     killed.mkdir(parents=True)
