@@ -172,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         print(f"note: {note}", file=sys.stderr)
     try:
         paths = build_local_report(args.sweep_dir, args.metric, args.mode, args.title)
-    except OSError as exc:  # another user's sweep folder, a read-only or full disk, a folder
-        if (
-            exc.errno not in UNWRITABLE
-        ):  # where a figure goes: one line, the files left as they were
+    except OSError as exc:
+        # another user's sweep folder, a read-only or full disk, a folder where a figure goes:
+        # one line, and the files not yet rewritten stay as they were
+        if exc.errno not in UNWRITABLE:
             raise
         print(
             f"error: cannot write {exc.filename or args.sweep_dir} ({exc.strerror}): the report is "

@@ -18,10 +18,10 @@ from sweeps.spec.search_schema import _Strict
 
 #: the cap when a sweep file sets none, by where its trials train (``resources.gpu`` > 0: gpu).
 #: CPU: benchmarks/fusion.py's throughput is best at 2 to 4 members in each of its 4 cells and
-#: lower at 8 in all 4 (benchmarks/README.md, "Fused trials"). GPU (an H100): a fused group's step takes
-#: about as long at 16 members as at 1 (paper_copy, L=40: 0.152 s against 0.134 s), so 16 members
-#: train 9.2x the member-steps per GPU-second of one trial alone (benchmarks/README.md, "On a GPU";
-#: more than 16 was not measured).
+#: lower at 8 in all 4 (benchmarks/README.md, "Fused trials"). GPU (an H100): a fused group's
+#: step takes about as long at 16 members as at 1 (paper_copy, L=40: 0.152 s against 0.134 s),
+#: so 16 members train 9.2x the member-steps per GPU-second of one trial alone
+#: (benchmarks/README.md, "On a GPU"; more than 16 was not measured).
 DEFAULT_MAX_MEMBERS = {"cpu": 4, "gpu": 16}
 
 
