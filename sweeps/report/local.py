@@ -123,6 +123,8 @@ def linked_figures(page: Path) -> set[str]:
     return {n for n in names if (page.parent / n).is_file()}
 
 
+#: how a damaged results.csv is made again (every refusal of one says it)
+REWRITES = "A launch's --resume writes it again from the sweep's trials"
 #: the errors of a report that cannot be written where it goes (not a fault of the sweep's files)
 UNWRITABLE = frozenset(
     {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOSPC, errno.EDQUOT}
@@ -300,23 +302,28 @@ def _input_problem(sweep_dir: Path, metric: str) -> str | None:
         with csv.open(newline="", encoding="utf-8") as f:
             rows = list(reader(f))
     except UnicodeDecodeError as exc:
-        return f"{csv}: not UTF-8 text (byte {exc.start}): not a results.csv the launch wrote{kept}"
+        return (
+            f"{csv}: not UTF-8 text (byte {exc.start}): not a results.csv the launch wrote{kept}. "
+            f"{REWRITES}"
+        )
     columns, rows = (rows[0], rows[1:]) if rows else ([], [])
     if not rows:
         return (
             f"{csv}: no trial rows ({'only a header' if columns else 'empty'}): nothing to build "
-            f"a report from{kept}. A launch's --resume writes it again from the sweep's trials"
+            f"a report from{kept}. {REWRITES}"
         )
     short = [n + 2 for n, row in enumerate(rows) if len(row) != len(columns)]
     if short:
         return (
             f"{csv}: line {short[0]} has {len(rows[short[0] - 2])} fields where the header has "
-            f"{len(columns)}: the file is cut short or edited{kept}. A launch's --resume writes "
-            "it again from the sweep's trials"
+            f"{len(columns)}: the file is cut short or edited{kept}. {REWRITES}"
         )
     lacking = [c for c in REQUIRED if c not in columns]
     if lacking:
-        return f"{csv}: no {', '.join(lacking)} column: not a results.csv the launch wrote{kept}"
+        return (
+            f"{csv}: no {', '.join(lacking)} column: not a results.csv the launch wrote{kept}. "
+            f"{REWRITES}"
+        )
     for k, column in enumerate(columns):
         if not _numeric_column(column):
             continue
