@@ -359,9 +359,6 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
             p for p in self._split_paths() if not (os.path.isfile(p) and os.path.getsize(p) > 0)
         ]
 
-    def _files_present(self) -> bool:
-        return not self._lacking()
-
     def missing_data(self) -> str | None:
         """What :meth:`prepare_data` would stop on, in one line, before it runs: split files
         missing or empty under ``data_dir`` while nothing fetches them (``download`` off, a pair
@@ -369,29 +366,32 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         not write); None when they are there or will be fetched. The line names each argument
         both ways, as passed here and as a sweep file's ``task.<argument>`` (a sweep's
         ``--dry-run`` prints it as a note)."""
-        if self.source == "hf" or self._fetches:
+        if self.source == "hf":
             return None
         lacking = self._lacking()
-        if not lacking:
+        if not lacking or self._fetch_needed(lacking):
             return None
         if self.download and in_release(self.src_lang, self.tgt_lang):
-            return unfetched_line(self.pair, self.data_dir, self._not_fetched(), self.prefixes)
+            unfetched = self._unfetchable(lacking)
+            return unfetched_line(self.pair, self.data_dir, unfetched, self.prefixes)
         return missing_line(
             self.pair, self.src_lang, self.tgt_lang, self.data_dir, self._split_paths(), lacking
         )
 
-    def _not_fetched(self) -> list[str]:
-        """The missing split files that the release's fetch does not write (a prefix of the
-        caller's, not the pair's default)."""
+    def _unfetchable(self, lacking: list[str]) -> list[str]:
+        """The files of ``lacking`` that the release's fetch does not write (a prefix of the
+        caller's, not the pair's default); for a pair of the release."""
         fetched = set(layout_files(other_language(self.pair), self.data_dir))
-        return [p for p in self._lacking() if p not in fetched]
+        return [p for p in lacking if p not in fetched]
 
-    @property
-    def _fetches(self) -> bool:
-        """Whether prepare_data() fetches missing files: download on, a pair of the release, and
-        every missing file one the fetch writes."""
+    def _fetch_needed(self, lacking: list[str]) -> bool:
+        """Whether prepare_data() fetches the files ``lacking`` (:meth:`_lacking`): some missing,
+        download on, a pair of the release, and every missing file one the fetch writes."""
         return (
-            self.download and in_release(self.src_lang, self.tgt_lang) and not self._not_fetched()
+            bool(lacking)
+            and self.download
+            and in_release(self.src_lang, self.tgt_lang)
+            and not self._unfetchable(lacking)
         )
 
     def written_dirs(self) -> dict[str, str]:
@@ -400,7 +400,7 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         with files missing); ``hf_cache_dir`` when set for ``source="hf"``. A sweep's ``--dry-run``
         checks that each can be written (a read-only ``data_dir`` is fine when nothing is fetched)."""
         out = {"cache_dir": self.cache_dir}
-        if self.source == "hf" or (self._fetches and not self._files_present()):
+        if self.source == "hf" or self._fetch_needed(self._lacking()):
             out["data_dir"] = self.data_dir
         if self.source == "hf" and self.hf_cache_dir:
             out["hf_cache_dir"] = self.hf_cache_dir
@@ -412,7 +412,7 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         import_sentencepiece()  # missing: the clear ImportError now, not after a download
         if self.source == "hf":
             self._download_hf()
-        elif self._fetches and not self._files_present():
+        elif self._fetch_needed(self._lacking()):
             fetch(self.pair, self.data_dir, base_url=self.release_url)
         self._prepare()
 
