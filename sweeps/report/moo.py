@@ -107,7 +107,7 @@ def _untried_below(v: StudyView, k: int | None) -> str:
     time, the probe's noise decides it)."""
     stopped = sorted(
         {
-            int(p.params["K"])
+            (int(p.params["K"]), _other_than_finished(v, p))
             for p in v.points
             if p.state == "PRUNED" and "K" in p.params and (k is None or int(p.params["K"]) < k)
         }
@@ -116,8 +116,24 @@ def _untried_below(v: StudyView, k: int | None) -> str:
         return ""
     return (
         f"; {'smaller ' if k is not None else ''}K stopped by the rule before the end, their "
-        f"final BLEU unknown: {', '.join(f'K={x}' for x in stopped)} (not ruled out)"
+        f"final BLEU unknown: {', '.join(f'K={x}{o}' for x, o in stopped)} (not ruled out)"
     )
+
+
+def _other_than_finished(v: StudyView, stopped: Point) -> str:
+    """`` (position_encoding=True)``: what sets a stopped trial apart from the finished trials of
+    its K, where there are any (their final BLEU is known, so the K alone would say too much);
+    empty where no trial of its K finished."""
+    k = stopped.params["K"]
+    same = [p for p in v.finished if p.params.get("K") == k]
+    if not same:
+        return ""
+    apart = {
+        name: value
+        for name, value in stopped.params.items()
+        if name != "K" and any(p.params.get(name) != value for p in same)
+    }
+    return f" ({', '.join(f'{n}={x}' for n, x in apart.items())})" if apart else ""
 
 
 def second_objective_note(name: str) -> str:
@@ -398,11 +414,14 @@ def _stop_reasons(rungs) -> str:
         rung = rung or {}
         if rung.get("hopeless"):
             return f"hopeless at report {rung.get('report', '?')}"
+        # a rung is named by the report it is at (the scheduler's milestone): the second rung of
+        # a grace period of 1 and rf 3 is report 3's, which docs/moo_early_stopping.md calls rung 2
+        at = f"the rung at report {rung.get('rung', '?')}"
         if rung.get("report") is not None:
-            return f"pushed out of rung {rung.get('rung', '?')} by later arrivals"
+            return f"pushed out of {at} by later arrivals"
         if rung.get("waited"):
-            return f"ranked out at rung {rung.get('rung', '?')} after waiting for it to fill"
-        return f"ranked out at rung {rung.get('rung', '?')}"
+            return f"ranked out at {at} after waiting for it to fill"
+        return f"ranked out at {at}"
 
     return ", ".join(f"{n} {why}" for why, n in Counter(reason(r) for r in rungs).items())
 

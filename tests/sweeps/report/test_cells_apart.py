@@ -31,7 +31,7 @@ from sweeps.report.summary import cell_summary, model_points
 from sweeps.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-T975_2 = 4.303  # Student's t, 0.975 quantile, 2 degrees of freedom (any textbook table)
+T975_2 = 4.302653  # Student's t, 0.975 quantile, 2 degrees of freedom (to 6 decimals)
 
 
 def _t_interval(values) -> tuple[float, float]:

@@ -61,7 +61,7 @@ def test_the_finding_is_judged_per_k_and_lambda_on_intervals_over_seeds():
     assert set(judged) == {"λ=1 − λ=0 (K=4)", "λ=10 − λ=0 (K=4)", "λ=1 − λ=0 (K=21)"}
     held = judged["λ=1 − λ=0 (K=4)"]
     assert (held["finding"], held["verdict"], held["seeds"]) == (SMALL_K, "held", 3)
-    half = 4.303 * pd.Series([5.0, 5.5, 5.0]).std() / math.sqrt(3)
+    half = 4.302653 * pd.Series([5.0, 5.5, 5.0]).std() / math.sqrt(3)
     assert held["estimate"] == f"+5.17 ± {half:.2f}"
     assert judged["λ=10 − λ=0 (K=4)"]["verdict"] == "not shown"
     large = judged["λ=1 − λ=0 (K=21)"]

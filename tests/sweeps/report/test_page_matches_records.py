@@ -249,6 +249,14 @@ def test_a_held_out_row_says_when_its_test_figure_is_over_fewer_seeds():
 
 
 @pytest.mark.parametrize(
+    "df, quantile", [(1, 12.706205), (2, 4.302653), (3, 3.182446), (10, 2.228139), (30, 2.042272)]
+)
+def test_the_t_quantile_is_right_to_six_decimals_in_the_table(df, quantile):
+    """Three decimals (4.303 at 2 degrees) moved a printed half-width by 0.01."""
+    assert t975(df) == pytest.approx(quantile, abs=1e-6)
+
+
+@pytest.mark.parametrize(
     "df, quantile",
     [(31, 2.0395), (39, 2.0227), (40, 2.0211), (60, 2.0003), (120, 1.9799), (1000, 1.9623)],
 )

@@ -918,6 +918,32 @@ def test_a_moo_answer_without_a_feasible_k_names_the_constraint_its_best_trial_b
     ), line
 
 
+def test_a_stopped_trial_of_a_k_that_finished_is_named_by_what_sets_it_apart():
+    """minimal_k's L=20 answer listed K=10 among the K "stopped by the rule before the end, their
+    final BLEU unknown", beside "best finished: K=10": its K=10 with position encoding stopped, the
+    one without finished at 94.76. A stopped trial of a K that finished names what sets it apart;
+    one of a K none of whose trials finished is its K alone."""
+    from sweeps.report.moo import answer_line
+    from sweeps.report.moo_views import Point
+
+    broke = ["val/bleu >= 50"]
+    view = study_view(
+        Point(
+            1, {"K": 10, "position_encoding": False}, [40.0, 0.002], 30, "COMPLETE", False, broke
+        ),
+        baseline={"metrics": {"val/bleu": 99.0}},
+        constraints=["val/bleu >= 50"],
+    )
+    view.points += [
+        Point(2, {"K": 10, "position_encoding": True}, [5.0, 0.002], 10, "PRUNED"),
+        Point(3, {"K": 2, "position_encoding": True}, [5.0, 0.001], 10, "PRUNED"),
+    ]
+    line = answer_line([view], "length=4 memory", None)
+    assert line.endswith(
+        "their final BLEU unknown: K=2, K=10 (position_encoding=True) (not ruled out)"
+    ), line
+
+
 def test_a_baselines_figures_read_in_the_studys_objective_order(tmp_path):
     """The baseline line listed its figures as the study attribute stored them, in the order of a
     Python set: two runs of one sweep read "val/bleu 0, decode_seconds ..." and "decode_seconds

@@ -49,7 +49,7 @@ def _frame(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
 def test_t_interval_matches_the_textbook():
     mean, sd, half, n = interval([1.0, 2.0, 3.0])
     assert (mean, sd, n) == (2.0, 1.0, 3)
-    assert half == pytest.approx(4.303 / math.sqrt(3), rel=1e-4)
+    assert half == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
     assert math.isnan(interval([5.0])[2])
 
 

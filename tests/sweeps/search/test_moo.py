@@ -810,9 +810,11 @@ def test_results_md_says_why_each_trial_stopped():
         {"rung": None, "report": 6, "hopeless": True, "stopped": True},
         {"rung": 3, "position": 6, "recorded": 8, "keep": 3, "stopped": True, "waited": True},
     ]
+    # a rung by its report: with grace 1 and rf 3 the rung at report 3 is the second
     assert _stop_reasons(logs) == (
-        "1 ranked out at rung 3, 2 pushed out of rung 3 by later arrivals, "
-        "1 hopeless at report 6, 1 ranked out at rung 3 after waiting for it to fill"
+        "1 ranked out at the rung at report 3, 2 pushed out of the rung at report 3 by later "
+        "arrivals, 1 hopeless at report 6, 1 ranked out at the rung at report 3 after waiting for "
+        "it to fill"
     )
 
 
