@@ -25,6 +25,7 @@ from sweeps.report.summary import (
     contended_notes,
     front_groups,
     front_points,
+    over_fewer_seeds,
     pareto_rule,
     seconds_column,
     summary_rule,
@@ -197,7 +198,7 @@ def pareto_markdown(points: pd.DataFrame) -> str:
             bleu, seconds = float(row[VAL_BLEU]), float(row[DECODE_SECONDS])
             gain = "" if previous is None else f"{bleu - previous[0]:+.2f}"
             paid = "" if previous is None else f"{seconds - previous[1]:+.4f}"
-            mark = f" {DAGGER}" if contended[idx] else ""
+            mark = (f" {DAGGER}" if contended[idx] else "") + over_fewer_seeds(row, "timed_seeds")
             lines.append(
                 f"| {length} | {row['model']}{_chosen_text(row)} | {bleu:.2f} | {seconds:.4f}{mark} "
                 f"| {gain} | {paid} |"

@@ -101,6 +101,9 @@ def cell_summary(df: pd.DataFrame, metric: str = VAL_BLEU, mode: str = "max") ->
         seconds in best
     ):  # a seed whose timing failed has no decode time: its cell's mean is of fewer
         summary["timed_seeds"] = groups[seconds].count()
+    for c in TRAIN_FIGURES:  # likewise a seed whose training cost was not measured
+        if c in best:
+            summary[f"{c}_seeds"] = groups[c].count()
     summary["trials"] = done.groupby("cell", dropna=False)["seed"].size()
     summary["contended"] = groups["_contended"].sum().astype(int)
     summary["train_contended"] = groups["_train_contended"].sum().astype(int)
@@ -278,6 +281,16 @@ def _group_order(rows: pd.DataFrame, keys: list[str]) -> tuple:
     return tuple(
         (pd.isna(first[k]), natural_order(pd.Series([str(first[k])])).iloc[0]) for k in keys
     )
+
+
+def over_fewer_seeds(row: pd.Series, count: str) -> str:
+    """`` (2 of 3 seeds)``: a :func:`cell_summary` row's mean of a figure whose seeds are counted
+    in ``count`` (``timed_seeds``, ``train_step_seconds_seeds``) is over fewer seeds than the
+    cell's; "" where it is over all of them."""
+    n, seeds = row.get(count), row.get("seeds")
+    if n is None or seeds is None or pd.isna(n) or pd.isna(seeds) or n >= seeds:
+        return ""
+    return f" ({int(n)} of {int(seeds)} seeds)"
 
 
 def contended_mask(frame: pd.DataFrame, figure: str = DECODE_SECONDS) -> pd.Series:

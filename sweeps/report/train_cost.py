@@ -17,6 +17,7 @@ from sweeps.report.summary import (
     contended_mask,
     contended_notes,
     front_groups,
+    over_fewer_seeds,
     pareto_front,
     timed_split,
 )
@@ -88,11 +89,15 @@ def cost_table(summary: pd.DataFrame, copied: set[str] | None = None) -> pd.Data
         std = rows.get(f"{column}_std", pd.Series(float("nan"), index=rows.index))
         # one measurement a cell: a spread of 0 over its seeds would be no figure
         std = std.where(~rows["cell"].isin(copied or set()))
-        table[name] = [mean_std(m, sd, digits) for m, sd in zip(rows[column], std)]
-    if STEP in rows:
-        table["train step s"] = [
-            text + (f" {DAGGER}" if flag and text else "")
-            for text, flag in zip(table["train step s"], marked)
+        # a contended training step marked; a mean over fewer seeds than the cell's says so, as
+        # a decode time's does
+        flags = marked if column == STEP else pd.Series(False, index=rows.index)
+        counts = rows.get(f"{column}_seeds", rows["seeds"])
+        table[name] = [
+            mean_std(m, sd, digits)
+            + (f" {DAGGER}" if flag and pd.notna(m) else "")
+            + (f" ({n} of {seeds} seeds)" if pd.notna(m) and n < seeds else "")
+            for m, sd, flag, n, seeds in zip(rows[column], std, flags, counts, rows["seeds"])
         ]
     table["seeds"] = rows["seeds"]
     return table
@@ -123,10 +128,13 @@ def cost_front(summary: pd.DataFrame) -> str:
         for idx, r in front.iterrows():
             length = r.get(axis)
             peak = r.get("train_peak_mb")
-            mark = f" {DAGGER}" if contended[idx] else ""
+            mark = (f" {DAGGER}" if contended[idx] else "") + over_fewer_seeds(r, f"{STEP}_seeds")
+            peak_text = (
+                "" if pd.isna(peak) else f"{peak:.1f}" + over_fewer_seeds(r, "train_peak_mb_seeds")
+            )
             lines.append(
                 f"| {'' if length is None or pd.isna(length) else length} | {r['model']} | {r[VAL_BLEU]:.2f} | "
-                f"{r[STEP]:.4f}{mark} | {'' if pd.isna(peak) else f'{peak:.1f}'} |"
+                f"{r[STEP]:.4f}{mark} | {peak_text} |"
             )
     return "\n".join(lines)
 
@@ -163,11 +171,26 @@ def train_cost_sections(df: pd.DataFrame, summary: pd.DataFrame) -> list[tuple[s
         else ""
     )
     marked = int((summary.get("train_contended", pd.Series(dtype=int)).fillna(0) > 0).sum())
+    shown = int(summary[STEP].notna().sum()) if STEP in summary else 0
+    several = bool((summary["seeds"] > 1).any())
     contended = (
-        f"{marked} training step time(s) contended ({DAGGER}): measured while the machine was busy."
+        f"{marked} of {shown} training step times {'is' if marked == 1 else 'are'} contended "
+        f"({DAGGER}): measured while the machine was busy"
+        + ("; a mean over seeds is marked when any seed's time is" if several else "")
+        + "."
         if marked
         else ""
     )
+    fewer = any(
+        (summary[f"{c}_seeds"] < summary["seeds"]).any()
+        for _, c, _ in COLUMNS
+        if f"{c}_seeds" in summary
+    )
+    if fewer:
+        contended += (" " if contended else "") + (
+            "(n of N seeds) beside a figure: its mean and spread are over the n seeds whose "
+            "training cost was measured."
+        )
     out = [
         (
             f"Training cost by {axis_of(summary)} and model",

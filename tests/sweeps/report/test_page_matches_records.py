@@ -286,3 +286,32 @@ def test_the_sweep_files_description_stands_under_the_pages_title(drawn, tmp_pat
         if line.startswith("description:")
     )
     assert "shown under results.md's title" in line
+
+
+def test_a_training_cost_or_front_figure_over_fewer_seeds_says_so(tmp_path):
+    """A seed whose training cost was not measured (a row warm-started from before the timing
+    stage measured it) left its cell's training step a mean of 2 seeds beside "3" in the seeds
+    column, and a seed whose decode timing failed left the Pareto front's time a mean of 2 beside
+    a BLEU of 3: each such figure now says "(2 of 3 seeds)", as Table 1's decode time did."""
+
+    def blanked(df: pd.DataFrame) -> pd.DataFrame:
+        at = (df["length"] == 40) & (df["seed"] == 2)
+        train = ["train_step_seconds", "train_tokens_per_second", "train_peak_mb"]
+        df.loc[at & (df["model"] == "bahdanau"), train] = float("nan")
+        df.loc[at & (df["model"] == "memory K=32"), "decode_seconds"] = float("nan")
+        return df
+
+    df, _ = _run(tmp_path, blanked)
+    sections = dict(results_sections(df))
+    cost = next(text for head, text in sections.items() if head.startswith("Training cost by"))
+    row = next(line for line in cost.splitlines() if line.startswith("| 40") and "bahdanau" in line)
+    step, tokens, train_peak, decode_peak = (c.strip() for c in row.strip("|").split("|")[2:6])
+    assert step.endswith("(2 of 3 seeds)") and tokens.endswith("(2 of 3 seeds)"), row
+    assert train_peak.endswith("(2 of 3 seeds)") and "seeds)" not in decode_peak, row
+    assert "(n of N seeds) beside a figure" in cost
+    front = next(text for head, text in sections.items() if head.startswith("Quality vs speed"))
+    k32 = next(line for line in front.splitlines() if line.startswith("| 40 | memory K=32"))
+    assert "(2 of 3 seeds)" in k32, k32
+    # the committed run: every figure over all 3 seeds, none marked
+    whole, _ = _run(tmp_path / "whole")
+    assert "seeds)" not in "".join(text for _, text in results_sections(whole))
