@@ -25,7 +25,7 @@ def test_a_trial_can_become_a_movable_trial_that_decides_its_own_failures():
     trial = stub_trial()
     adopt(trial)  # the class of a live object is swapped: Trial must keep no __slots__
     assert type(trial) is MovableTrial, "Trial's class could not be swapped"
-    for name in ("last_result", "num_failures", "run_metadata", "should_recover"):
+    for name in ("last_result", "num_failures", "max_failures", "run_metadata", "should_recover"):
         assert hasattr(trial, name), f"Trial.{name} is gone"
     manager = trial.run_metadata.checkpoint_manager
     assert hasattr(manager, "latest_checkpoint_result"), (

@@ -25,7 +25,7 @@ from ray.tune import Callback
 from sweeps.driver import budget, preemption
 from sweeps.layout import finished_report
 from sweeps.report.results import last_report, trial_status
-from sweeps.schedulers.lost_nodes import move_line, moves
+from sweeps.schedulers.lost_nodes import failures_this_run, move_line, moves
 from sweeps.schedulers.placement import held_before_start
 
 #: Tune's states of a trial that has not ended, as the table names them
@@ -267,8 +267,8 @@ class SweepConsole(Callback):
         else:
             self._print(
                 f"trial {trial.trial_id} ({trial.config.get('cell')} seed={trial.config.get('seed')}) "
-                f"failed; retried from its last checkpoint (failure {trial.num_failures} of "
-                f"{trial.max_failures} allowed)"
+                f"failed; retried from its last checkpoint (failure {failures_this_run(trial)} of "
+                f"{trial.max_failures} allowed in this run)"
             )
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from sweeps.schedulers.lost_nodes import adopt
 from sweeps.schedulers.pareto_rungs import milestones
 from sweeps.schedulers.placement import next_to_start
 
@@ -65,6 +66,10 @@ class ConfigRungs(FIFOScheduler):
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec) -> bool:
         return True
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        adopt(trial)  # a trial whose node is lost moves, as under the other schedulers
+        super().on_trial_add(tune_controller, trial)
 
     @property
     def waiting(self) -> dict[str, tuple[str, int, int]]:

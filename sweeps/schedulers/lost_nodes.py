@@ -21,6 +21,13 @@ CPU): its ``should_recover`` says no for it, so the trial ends in ``error`` at o
 The moves are kept on the trial (``sweep_moves``, a list of ``{"why", "step"}``), so they are
 saved with the experiment's state and read back by the results (:mod:`sweeps.report.results`:
 the ``moved`` and ``moved_why`` columns) and the console (:mod:`sweeps.driver.console`).
+
+``failure.max_failures`` counts the failures of each run of the sweep. Tune keeps a trial's
+count and its ``max_failures`` in the state a ``--resume`` reads back, and the restored run's own
+settings: a trial that ended in ``error`` after its retries got one attempt on ``--resume``, none
+retried, and a larger ``--set failure.max_failures`` was not read. The driver names the run's
+allowance (:func:`allow_failures`) before Tune starts; :func:`adopt` gives it to each trial with
+the count it arrived with, and ``should_recover`` counts from there.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from sweeps.errors import NotRetried
 
 #: the trial attribute that holds its moves (saved with the experiment's state)
 MOVES = "sweep_moves"
+#: this run's ``failure.max_failures`` (:func:`allow_failures`; None: each trial's own, as Tune
+#: made it), in the driver, whose controller adopts the trials
+_ALLOWED: list[int | None] = [None]
 # Ray's words (the GCS's death cause of an actor whose node died, Ray 2.60)
 _NODE_DIED = re.compile(r"its node has died\. Node Id: (?P<node>[0-9a-f]+)")
 _NODE_END = re.compile(r"the actor's node was (?P<how>terminated[^\n]*)")
@@ -107,9 +117,13 @@ class MovableTrial(Trial):
 
     #: the last failure was a :class:`~sweeps.errors.NotRetried` (set by each ``handle_error``)
     sweep_not_retried = False
+    #: the failures counted before this run of the sweep (set by :func:`adopt`)
+    sweep_failed_before = 0
 
     def should_recover(self) -> bool:
-        return not self.sweep_not_retried and super().should_recover()
+        if self.sweep_not_retried:
+            return False
+        return self.max_failures < 0 or failures_this_run(self) <= self.max_failures
 
     def handle_error(self, exc: BaseException | None = None) -> None:
         self.sweep_not_retried = not_retried(exc)
@@ -126,9 +140,26 @@ class MovableTrial(Trial):
 
 
 def adopt(trial: Any) -> None:
-    """Make a Tune trial a :class:`MovableTrial` (the same object: only its class changes)."""
+    """Make a Tune trial a :class:`MovableTrial` (the same object: only its class changes), with
+    this run's ``failure.max_failures`` (:func:`allow_failures`)."""
     if type(trial) is Trial:
         trial.__class__ = MovableTrial
+    if isinstance(trial, MovableTrial):  # this run's allowance, counted from what it arrived with
+        trial.sweep_failed_before = trial.run_metadata.num_failures
+        if _ALLOWED[0] is not None:
+            trial.max_failures = _ALLOWED[0]
+
+
+def allow_failures(max_failures: int | None) -> None:
+    """Each trial Tune is given from now on (new, or read back by ``--resume``) may fail
+    ``max_failures`` times more and be retried (the sweep's ``failure.max_failures``; None: as
+    Tune made the trial)."""
+    _ALLOWED[0] = max_failures
+
+
+def failures_this_run(trial: Any) -> int:
+    """The trial's failures since this run of the sweep was given it."""
+    return trial.run_metadata.num_failures - getattr(trial, "sweep_failed_before", 0)
 
 
 def moves(trial: Any) -> list[dict[str, Any]]:

@@ -30,6 +30,8 @@ from sweeps.plan.units import Unit
 from sweeps.plan.warm_start import fingerprint_rows
 from sweeps.report.results import result_rows
 from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations, mark_chosen
+from sweeps.schedulers.lost_nodes import allow_failures
+from sweeps.schedulers.per_unit import SweepFIFO
 from sweeps.search.compose import per_unit_searcher
 from sweeps.spec import Sweep
 from sweeps.spec.launch_record import code_versions
@@ -91,6 +93,7 @@ def run_confirm(
     parent = paths.experiment(sweep.name)
     path = parent.rstrip("/") + "/" + CONFIRM_EXPERIMENT
     trainable = make_trainable(settings)
+    allow_failures(settings.spec.failure.max_failures)  # this run's, a resumed trial's too
     if tune.Tuner.can_restore(path):
         print(f"resuming the confirm trials in {path}: finished ones are kept", flush=True)
         with quiet_unreported():  # restoring reads the results: trials that never reported
@@ -118,6 +121,7 @@ def run_confirm(
             concurrent=min(fit.max_concurrent_trials, len(configs)),
             callbacks=callbacks,
             verbose=verbose,
+            scheduler=SweepFIFO(),  # a confirm trial whose node is lost moves, as the search's do
         )
     guard = guard or StorageGuard(paths.storage)
     with guard.watching(), charging(meter), quiet_unreported(), tune_reporter(verbose):

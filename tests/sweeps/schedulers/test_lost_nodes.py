@@ -175,3 +175,55 @@ def test_the_closing_line_names_the_moved_trials():
     assert line.startswith("1 trial(s) lost their node") and "attention=none seed=0" in line
     assert "bahdanau" not in line
     assert moved_summary(df.iloc[1:]) is None
+
+
+def test_each_run_of_a_sweep_allows_its_own_failure_max_failures(monkeypatch):
+    """Tune keeps a trial's failure count and its max_failures in the state a --resume reads back:
+    a trial that ended in error after its 2 retries got one attempt on --resume, none retried, and
+    `--resume --set failure.max_failures=5` changed nothing. Each run now allows its own, counted
+    from the failures the trial arrived with; every scheduler the sweeps use adopts its trials
+    (the configurations' ASHA did not: its trials' lost nodes were failures)."""
+    from sweeps.schedulers import lost_nodes
+    from sweeps.schedulers.config_rungs import ConfigRungs
+
+    monkeypatch.setattr(lost_nodes, "_ALLOWED", [None])  # the driver's setting, put back after
+    monkeypatch.setattr(MovableTrial, "local_path", None)  # no folder: no error file (as above)
+    first = Trial(
+        "run_trial",
+        config={"cell": "attention=none", "seed": 0},
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        max_failures=2,
+    )
+    first.create_placement_group_factory()
+    lost_nodes.allow_failures(2)
+    adopt(first)
+    fails = lambda t: t.handle_error(RayTaskError("run_trial", "...", RuntimeError("NaN")))  # noqa: E731
+    for _ in range(2):
+        fails(first)
+        assert first.should_recover()
+    fails(first)
+    assert not first.should_recover()  # the first run: 2 retries, then error
+
+    def read_back(trial):  # as Tune's controller restores a trial on --resume
+        state, metadata = trial.get_json_state()
+        back = Trial.from_json_state(state, stub=True)
+        back.restore_run_metadata(metadata)
+        return back
+
+    back = read_back(first)
+    assert (back.num_failures, back.max_failures) == (3, 2)  # as Tune saved it
+
+    lost_nodes.allow_failures(5)  # --resume --set failure.max_failures=5
+    ConfigRungs("val/bleu", "max", 2, 1, 2.0, 3, 30, {}).on_trial_add(None, back)
+    assert type(back) is MovableTrial and back.max_failures == 5
+    for n in range(1, 6):
+        fails(back)
+        assert back.should_recover() and lost_nodes.failures_this_run(back) == n
+    fails(back)
+    assert not back.should_recover()
+    # a run that names no allowance leaves Tune's, counted from the trial's arrival all the same
+    lost_nodes.allow_failures(None)
+    again = read_back(back)
+    adopt(again)
+    assert again.max_failures == 5 and lost_nodes.failures_this_run(again) == 0
