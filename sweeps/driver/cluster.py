@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import socket
@@ -372,8 +373,11 @@ class ClusterFit:
     max_concurrent_trials: int | None
 
 
-def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit:
-    """Fit the sweep to the Ray it is connected to; call after :func:`init_ray`.
+def check_cluster(
+    sweep: Sweep, paths: Paths, address: str | None, resuming: bool = False
+) -> ClusterFit:
+    """Fit the sweep to the Ray it is connected to; call after :func:`init_ray`. ``resuming``: a
+    ``--resume``, whose refusals name the fixes it can take (:func:`resumed_fix`).
 
     - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
     - GPUs asked for and offered: fails when this node's torch is a CPU-only build
@@ -412,7 +416,7 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
     if r.gpu and not gpus:
         if address is None:
             if float16 := float16_precisions(sweep.spec):  # Lightning would train bf16-mixed
-                raise LaunchError(cpu_float16_problem(float16, r))
+                raise LaunchError(cpu_float16_problem(float16, r, resuming))
             print(f"no GPU visible: trials run on CPU (resources.gpu {r.asked_gpu} -> 0)")
             gpu = 0.0
         else:
@@ -422,12 +426,12 @@ def check_cluster(sweep: Sweep, paths: Paths, address: str | None) -> ClusterFit
             )
     # trials on the CPU hold resources.cpu (on GPUs, auto: what the arrangement gives them)
     on_cpu = not gpu or not gpus or not r.auto_gpu
-    cpu_problem = too_few_cpus(r, ray.nodes()) if on_cpu else None
+    cpu_problem = too_few_cpus(r, ray.nodes(), resuming) if on_cpu else None
     if cpu_problem and address is None:  # this machine's own Ray: no node will join it
         raise LaunchError(cpu_problem)
     if cpu_problem:
         print(f"warning: {cpu_problem} (unless larger nodes join: an autoscaler adds them)")
-    gpu_problem = too_few_gpus(r, gpu, gpus, address is None) if gpu and gpus else None
+    gpu_problem = too_few_gpus(r, gpu, gpus, address is None, resuming) if gpu and gpus else None
     if gpu_problem and address is None:  # this machine's own Ray: its GPUs are all there is
         raise LaunchError(gpu_problem)
     if gpu_problem:
@@ -466,10 +470,25 @@ def ddp_cpu_fixes(resources: Any, have: float) -> str:
     return " or ".join(fixes)
 
 
-def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
+def resumed_fix(where: str, cpus: float | None = None) -> str:
+    """The fix for a ``--resume`` that meets a machine its first run's resources do not fit: it
+    keeps them (the trials already run were planned from them), so a ``--set`` of another value is
+    refused. ``where``: what the resume needs; ``cpus``: the CPUs a local Ray would have to count
+    (``--num-cpus``: the trials then share this machine's cores)."""
+    more = (
+        f", or --num-cpus {math.ceil(cpus)} (this machine's Ray counts that many)" if cpus else ""
+    )
+    return (
+        f"--resume keeps the first run's resources and trainer settings: resume it where {where} "
+        f"(--address){more}"
+    )
+
+
+def too_few_cpus(resources: Any, nodes: list[dict[str, Any]], resuming: bool = False) -> str | None:
     """Why no trial of the sweep could ever start on ``nodes`` (Ray's ``ray.nodes()``), with the
     fix, or None: a trial's process needs ``resources.cpu`` CPUs on one node; a DDP trial its
-    driver's and each worker's, on the cluster. Tune would wait for them without end."""
+    driver's and each worker's, on the cluster. Tune would wait for them without end.
+    ``resuming``: the fix a ``--resume`` can take (:func:`resumed_fix`)."""
     cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
     if not cpus:
         return None
@@ -480,20 +499,33 @@ def too_few_cpus(resources: Any, nodes: list[dict[str, Any]]) -> str | None:
         return (
             f"a DDP trial needs {need:g} CPUs (its driver, and {resources.workers} workers of "
             f"resources.cpu {resources.cpu:g}) and the cluster has {have:g}: no trial would "
-            f"start; {ddp_cpu_fixes(resources, have)}"
+            f"start; "
+            + (
+                resumed_fix(f"the cluster has {need:g} CPUs", need)
+                if resuming
+                else ddp_cpu_fixes(resources, have)
+            )
         )
     if resources.cpu <= max(cpus):
         return None
     return (
         f"a trial needs resources.cpu {resources.cpu:g} CPUs on one node and the largest node "
-        f"has {max(cpus):g}: no trial would start; --set resources.cpu={max(1, int(max(cpus)))}"
+        f"has {max(cpus):g}: no trial would start; "
+        + (
+            resumed_fix(f"a node has {resources.cpu:g} CPUs", resources.cpu)
+            if resuming
+            else f"--set resources.cpu={max(1, int(max(cpus)))}"
+        )
     )
 
 
-def too_few_gpus(resources: Any, gpu: float, gpus: float, local: bool) -> str | None:
+def too_few_gpus(
+    resources: Any, gpu: float, gpus: float, local: bool, resuming: bool = False
+) -> str | None:
     """Why no DDP trial of the sweep could ever start where Ray holds ``gpus`` GPUs in all, with
     the fix, or None: each of its ``resources.workers`` workers holds ``gpu`` GPUs, and Tune
-    would wait for them without end. ``local``: the launcher's own Ray, on this machine."""
+    would wait for them without end. ``local``: the launcher's own Ray, on this machine;
+    ``resuming``: the fix a ``--resume`` can take (:func:`resumed_fix`)."""
     if resources.workers <= 1:
         return None
     need = resources.workers * gpu
@@ -507,20 +539,27 @@ def too_few_gpus(resources: Any, gpu: float, gpus: float, local: bool) -> str | 
         else "--set resources.workers=1 for one process a trial"
     )
     further = "; or launch on a cluster with more (--address)" if local else ""
+    if resuming:
+        fix, further = resumed_fix(f"Ray holds {need:g} GPUs"), ""
     return (
         f"a DDP trial needs {need:g} GPUs ({resources.workers} workers of resources.gpu "
         f"{gpu:g}) and {where} has {gpus:g}: no trial would start; {fix}{further}"
     )
 
 
-def cpu_float16_problem(float16: Sequence[str], resources: Any) -> str:
+def cpu_float16_problem(float16: Sequence[str], resources: Any, resuming: bool = False) -> str:
     """Why a local launch whose trials asked for GPUs (``resources.gpu``) on a machine without one
-    stops at float16 mixed precision (``float16``: the sweep's), with the fix."""
+    stops at float16 mixed precision (``float16``: the sweep's), with the fix (``resuming``: the
+    one a ``--resume`` can take, :func:`resumed_fix`)."""
     return (
         f"trainer.precision {float16[0]} is float16 mixed precision, which Lightning runs on a "
         "GPU only, and this machine has none: the trials would train on the CPU (resources.gpu "
-        f"{resources.asked_gpu} -> 0), at bf16-mixed in its place; --set "
-        "trainer.precision=bf16-mixed, or launch on a cluster with GPUs (--address)"
+        f"{resources.asked_gpu} -> 0), at bf16-mixed in its place; "
+        + (
+            resumed_fix("there are GPUs")
+            if resuming
+            else "--set trainer.precision=bf16-mixed, or launch on a cluster with GPUs (--address)"
+        )
     )
 
 

@@ -177,7 +177,7 @@ def join_ray(launch: Launch) -> None:
         raise StopRequested from None
     launch.stop.arm()  # ray.init took SIGTERM for itself
     watch_head(launch, conn.address)
-    launch.fit = check_cluster(launch.sweep, launch.paths, conn.address)
+    launch.fit = check_cluster(launch.sweep, launch.paths, conn.address, bool(args.resume))
     launch.settings = make_settings(launch.plan, launch.mode, launch.fit)
     # as placed: no GPU, none charged; trials alone beside fused groups, on a share of their own
     launch.meter.place(launch.settings.resources, launch.settings.lone)

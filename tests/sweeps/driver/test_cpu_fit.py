@@ -12,6 +12,7 @@ from sweep_helpers import base_spec
 from sweeps.driver.cluster import (
     LaunchError,
     check_cluster,
+    cpu_float16_problem,
     local_cpu_note,
     too_few_cpus,
     too_few_gpus,
@@ -51,6 +52,28 @@ def test_a_ddp_trial_counts_its_driver_and_workers_on_the_whole_cluster():
     small = too_few_cpus(SimpleNamespace(cpu=1, workers=2), nodes(2))  # 3 CPUs asked of 2
     assert small.endswith("--set resources.cpu=0.5 or --set resources.workers=1 (no DDP)"), small
     assert too_few_cpus(SimpleNamespace(cpu=0.5, workers=2), nodes(2)) is None
+
+
+def test_a_resume_that_does_not_fit_is_told_a_fix_a_resume_takes():
+    """A sweep started where a trial's 4 CPUs fit, resumed on a smaller machine: the refusal said
+    `--set resources.cpu=2`, which --resume then refused (the first run's resources planned its
+    trials). Each refusal on --resume names a machine that fits, or --num-cpus for this one."""
+    r = SimpleNamespace(cpu=4, workers=1, asked_gpu="auto")
+    fix = "--resume keeps the first run's resources and trainer settings: resume it where "
+    said = too_few_cpus(r, nodes(2), resuming=True)
+    assert said.endswith(
+        f"no trial would start; {fix}a node has 4 CPUs (--address), or --num-cpus 4 (this "
+        "machine's Ray counts that many)"
+    ), said
+    assert too_few_cpus(r, nodes(4)) is None  # what --num-cpus 4 gives the local Ray
+    ddp = too_few_cpus(SimpleNamespace(cpu=1.5, workers=2), nodes(2), resuming=True)
+    assert ddp.endswith(f"{fix}the cluster has 4 CPUs (--address), or --num-cpus 4 (this "
+                        "machine's Ray counts that many)"), ddp  # fmt: skip
+    assert too_few_cpus(SimpleNamespace(cpu=1.5, workers=2), nodes(4)) is None
+    gpus = too_few_gpus(SimpleNamespace(cpu=1, workers=3), 1.0, 1.0, local=True, resuming=True)
+    assert gpus.endswith(f"no trial would start; {fix}Ray holds 3 GPUs (--address)"), gpus
+    for text in (said, ddp, gpus, cpu_float16_problem(["16-mixed"], r, resuming=True)):
+        assert "--set" not in text and fix in text, text
 
 
 def test_the_dry_run_says_where_a_local_launch_would_stop(tmp_path, capsys, monkeypatch):
