@@ -9,11 +9,17 @@ which then evaluates them on the test split as it does the chosen trials. Their 
 have ``role: confirm`` (the others ``role: select``) and are never chosen nor part of a selection
 summary; results.md puts their validation and test figures beside the selection seeds'
 (:mod:`sweeps.report.heldout`). ``--resume`` restores the confirm experiment: finished confirm
-trials are not trained again, unfinished ones continue from their checkpoints.
+trials are not trained again, unfinished ones continue from their checkpoints. Where the choice
+changed since the confirm trials started (a ``--resume`` whose errored trials finished and beat
+the earlier choice), the confirm experiment of the new choice is ``confirm-<digest>`` beside it
+(:func:`confirm_experiment`): the earlier folder is kept as it was, its trials no longer reported,
+since they retrained a configuration that is no longer the chosen one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +84,53 @@ def confirm_configs(sweep: Sweep, rows: list[dict[str, Any]]) -> list[dict[str, 
     return configs
 
 
+def choice_keys(configs: list[dict[str, Any]], params: list[str]) -> set[tuple]:
+    """What a confirm trial retrains, per config: its cell, its seed and the chosen values of the
+    searched ``params`` (Tune's config names), numbers as floats (a value read back from Tune's
+    state or from results.csv compares equal whatever its type)."""
+
+    def value(v: Any) -> Any:
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else repr(v)
+
+    return {
+        (c.get("cell"), value(c.get("seed")), tuple((k, value(c.get(k))) for k in sorted(params)))
+        for c in configs
+    }
+
+
+def confirm_experiment(
+    parent: str, trainable: Any, configs: list[dict[str, Any]], params: list[str]
+) -> str:
+    """The folder of the confirm experiment that retrains ``configs``: ``confirm`` where it is new
+    or its trials so far retrain these choices; where the choice changed since ``confirm`` started,
+    ``confirm-<digest of the choices>`` (restored on a later ``--resume`` as ``confirm`` is), and
+    a line that says so."""
+    path = parent.rstrip("/") + "/" + CONFIRM_EXPERIMENT
+    if not tune.Tuner.can_restore(path):
+        return path
+    try:
+        with quiet_unreported():
+            grid = tune.Tuner.restore(path, trainable=trainable).get_results()
+        started = [r.config or {} for r in grid]
+    except Exception:  # noqa: BLE001 -- unreadable here: restoring it to train says what it finds
+        return path
+    wanted = choice_keys(configs, params)
+    stale = choice_keys(started, params) - wanted  # (the searcher may not have made them all yet)
+    if not stale:
+        return path
+    digest = hashlib.sha256(json.dumps(sorted(wanted), default=str).encode()).hexdigest()[:8]
+    name = f"{CONFIRM_EXPERIMENT}-{digest}"
+    cells = sorted({k[0] for k in stale}, key=str)
+    print(
+        f"confirm: the chosen configuration of {', '.join(map(str, cells))} changed since the "
+        f"confirm trials in {CONFIRM_EXPERIMENT}/ started (trials unfinished then have finished "
+        f"since): the new choice's confirm trials train in {name}/; {CONFIRM_EXPERIMENT}/ is "
+        "kept as it was, its trials no longer reported",
+        flush=True,
+    )
+    return parent.rstrip("/") + "/" + name
+
+
 def run_confirm(
     sweep: Sweep,
     paths: Paths,
@@ -91,8 +144,8 @@ def run_confirm(
     """Run (or, when its folder holds one, resume) the confirm experiment; returns its
     ``ResultGrid`` read back from storage."""
     parent = paths.experiment(sweep.name)
-    path = parent.rstrip("/") + "/" + CONFIRM_EXPERIMENT
     trainable = make_trainable(settings)
+    path = confirm_experiment(parent, trainable, configs, list(sweep.param_columns))
     allow_failures(settings.spec.failure.max_failures)  # this run's, a resumed trial's too
     if tune.Tuner.can_restore(path):
         print(f"resuming the confirm trials in {path}: finished ones are kept", flush=True)
@@ -115,7 +168,7 @@ def run_confirm(
             trainable,
             searcher,
             settings,
-            name=CONFIRM_EXPERIMENT,
+            name=path.rstrip("/").rsplit("/", 1)[-1],  # confirm, or confirm-<digest>
             storage_path=parent,
             trials=len(configs),
             concurrent=min(fit.max_concurrent_trials, len(configs)),
@@ -181,14 +234,6 @@ def confirm_stage(
     )
     if trained is not None:  # their W&B runs get results.csv's status (sweeps.stages.results)
         trained |= reported if reported is not None else {str(r["trial_id"]) for r in more}
-    wanted = {(c["cell"], c["seed"]) for c in configs}
-    have = {(r["cell"], r["seed"]) for r in more}
-    if wanted - have:  # a resumed confirm experiment started for another choice
-        print(
-            f"confirm: {len(wanted - have)} confirm trial(s) of the current choice are not in "
-            f"{CONFIRM_EXPERIMENT}/ (the choice changed after it started); delete that folder to retrain",
-            flush=True,
-        )
     cut = len(grid) > grid.num_terminated + grid.num_errors or (guard is not None and guard.fault)
     return more, plans, bool(cut)
 

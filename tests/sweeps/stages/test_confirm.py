@@ -355,3 +355,48 @@ def test_the_confirm_attribute_names_the_configurations_values():
     (entry,) = publish_confirm(rows, settings, None, sweep).values()
     assert entry["params"] == {"model.lr": 9e-3} and entry["configuration"] is None
     assert sorted(entry["seeds"]) == ["7", "8"] and entry["confirm/val/bleu"] == 44.0
+
+
+def test_a_changed_choice_retrains_its_confirm_trials_beside_the_earlier_ones(
+    local_ray, tmp_path, capsys
+):
+    """A --resume whose errored trials finished and beat the earlier choice restored the confirm
+    experiment of the earlier choice: results.md set its figures under the chosen configurations,
+    for values no longer chosen, and nothing was retrained. A real Tune experiment holding the
+    earlier choice's confirm trials: the new choice's trials go to confirm-<digest>/, the earlier
+    folder kept; the same choice (or a part of it the searcher has not made yet) restores it."""
+    from ray import tune
+
+    from sweeps.plan.units import Unit
+    from sweeps.search.compose import per_unit_searcher
+    from sweeps.stages.confirm import confirm_experiment
+
+    def trainable(config):
+        tune.report({"val/loss": 1.0})
+
+    started = [
+        {"cell": "c0", "seed": 7, "lr": 0.01, "role": "confirm"},
+        {"cell": "c1", "seed": 7, "lr": 0.02, "role": "confirm"},
+    ]
+    parent = str(tmp_path / "sweep")
+    units = [Unit(f"s/confirm-{i}", i, 7, c, 10) for i, c in enumerate(started)]
+    tune.Tuner(  # as the confirm stage makes its trials: one per unit
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=per_unit_searcher(units, 1, "val/loss", "min"), num_samples=2
+        ),
+        run_config=tune.RunConfig(name="confirm", storage_path=parent, verbose=0),
+    ).fit()
+    same = [{**c, "seed": 7.0} for c in started]  # a seed read back from results.csv: a float
+    assert confirm_experiment(parent, trainable, same, ["lr"]) == parent + "/confirm"
+    assert confirm_experiment(parent, trainable, [*same, {**same[0], "seed": 8}], ["lr"]).endswith(
+        "/confirm"
+    )  # one more confirm seed than the searcher had made when it stopped
+    capsys.readouterr()
+    changed = [started[0], {**started[1], "lr": 0.005}]
+    path = confirm_experiment(parent, trainable, changed, ["lr"])
+    assert path.startswith(parent + "/confirm-") and len(path.rsplit("-", 1)[1]) == 8
+    said = capsys.readouterr().out
+    assert "the chosen configuration of c1 changed since the confirm trials in confirm/" in said
+    assert confirm_experiment(parent, trainable, changed, ["lr"]) == path  # the same name again
+    assert tune.Tuner.can_restore(parent + "/confirm")  # kept as it was
