@@ -59,7 +59,7 @@ from sweeps.driver.cluster import (  # noqa: E402
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.driver.resume_check import lost_finished_checkpoints  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402
-from sweeps.layout import holds_local_sweep, positive_int  # noqa: E402
+from sweeps.layout import LAUNCH_FILE, holds_local_sweep, positive_int  # noqa: E402
 from sweeps.plan.describe import describe  # noqa: E402
 from sweeps.plan.folders import (  # noqa: E402
     check_folders,
@@ -78,6 +78,7 @@ from sweeps.spec import (  # noqa: E402
     resume_launch,
 )
 from sweeps.spec.gpu import float16_precisions  # noqa: E402
+from sweeps.spec.launch_record import read_launch  # noqa: E402
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -187,6 +188,22 @@ def _folder(text: str) -> str:
     return text
 
 
+def stored_elsewhere(folder: Path, spec: str) -> bool:
+    """Whether the first run recorded in ``folder`` (its launch.json, no results beside it yet)
+    sent its trials to a ``storage.path`` that holds them: a ``--resume`` without that run's
+    ``--set storage.path`` must still find them (it said no trial had started, and the command it
+    offered trained every trial again beside the stored ones). A bucket is taken at its word."""
+    record = folder / LAUNCH_FILE
+    if not record.exists():
+        return False
+    first = read_launch(record, spec)
+    then = load_spec(spec, overrides=first["overrides"], profile=first.get("profile"))
+    storage = then.spec.storage.path
+    if storage is None:
+        return False
+    return "://" in storage or holds_local_sweep(Path(storage) / then.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.smoke and args.profile not in (None, "smoke"):
@@ -201,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(args.output).resolve() / sweep.name
         # a launch refused before Tune started left only its own files (launch.json, the budget
         # ledger, the lock): no trial was planned from its overrides, so none are held to
-        if args.resume and (sweep.spec.storage.path is not None or holds_local_sweep(folder)):
+        if args.resume and (
+            sweep.spec.storage.path is not None
+            or holds_local_sweep(folder)
+            or stored_elsewhere(folder, args.spec)
+        ):
             # the first run's --set and profile, stored beside its results
             first = resume_launch(folder, args.overrides, profile, args.spec)
             if first != (args.overrides, profile):

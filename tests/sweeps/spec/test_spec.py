@@ -656,6 +656,32 @@ def test_the_printed_resume_command_continues_a_sweep_started_with_a_profile(tmp
     assert "trainer.max_steps was 5, is 7" in capsys.readouterr().err
 
 
+def test_a_resume_finds_the_trials_its_first_runs_set_sent_to_a_storage_path(tmp_path, capsys):
+    """A first run with --set storage.path, killed before results.csv existed: its --output folder
+    held only the launch's record, so a bare --resume never read the record, looked for the trials
+    beside it and said no trial had started; the command it offered trained every trial again
+    beside the stored ones. It now reads the record where its storage.path holds the sweep."""
+    from sweeps.spec import save_launch
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(base_spec()))
+    out, store = tmp_path / "out", tmp_path / "store"
+    sets = [f"storage.path={store}"]
+    first = load_spec(str(spec), overrides=sets)
+    save_launch(out.resolve() / first.name, sets, None, first.planned)  # as the launch records it
+    argv = [str(spec), "--output", str(out), "--resume", "--dry-run"]
+    assert launch_main(argv) == 2  # the storage holds nothing yet: the record binds nobody
+    said = capsys.readouterr()
+    assert "resuming with the recorded overrides" not in said.out
+    assert "stopped before any trial started" in said.err
+    (store / first.name).mkdir(parents=True)
+    (store / first.name / "experiment_state-2026-12-02_10-00-00.json").write_text("{}")
+    assert launch_main(argv) == 0
+    assert f"resuming with the recorded overrides: --set storage.path={store}" in (
+        capsys.readouterr().out
+    )
+
+
 def test_every_metric_a_study_may_name_is_a_results_column():
     from lightning_modules.metric_names import FIT_METRICS
     from sweeps.report.results import METRIC_COLUMNS
