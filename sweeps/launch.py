@@ -78,7 +78,7 @@ from sweeps.spec import (  # noqa: E402
     resume_launch,
 )
 from sweeps.spec.gpu import float16_precisions  # noqa: E402
-from sweeps.spec.launch_record import read_launch  # noqa: E402
+from sweeps.spec.launch_record import read_launch, recorded_gpu_name  # noqa: E402
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -247,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     if sweep.profile_settings or sweep.set_overrides:
         print(profile_line(profile, sweep.profile_settings, sweep.set_overrides))
     try:
-        plan = build_plan(sweep, Path(args.output))
+        # a resume plans the GPU arrangement for the GPU its first launch planned for
+        first_gpu = (
+            recorded_gpu_name(Path(args.output).resolve() / sweep.name) if args.resume else None
+        )
+        plan = build_plan(sweep, Path(args.output), first_gpu)
         for line in describe(plan):
             print(line)
         check_folders(plan.folders)  # every folder a trial writes, before anything starts

@@ -81,6 +81,7 @@ class SweepPlan:
     folders: tuple[Folder, ...]
     budget_lines: tuple[str, ...]
     data_notes: tuple[str, ...] = ()
+    gpu_name: str | None = None
 
     @property
     def name(self) -> str:
@@ -111,13 +112,18 @@ class SweepPlan:
         return self.fusion.cap if self.fusion.active else 1
 
 
-def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
-    """The plan of a launch of ``sweep`` writing under ``output`` (made once per launch)."""
+def build_plan(sweep: Sweep, output: Path, gpu_name: str | None = None) -> SweepPlan:
+    """The plan of a launch of ``sweep`` writing under ``output`` (made once per launch).
+    ``gpu_name``: the GPU to cost the arrangement for where ``resources.gpu_kind`` names none ("":
+    none), a resume's first launch's (:func:`~sweeps.spec.launch_record.recorded_gpu_name`); by
+    default this machine's."""
     output = Path(output).resolve()
     spec = sweep.spec
     warm = plan_warm_start(sweep)
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
-    gpu_name = (spec.resources.gpu_kind or local_gpu_name()) if spec.resources.gpu else None
+    if gpu_name is None:
+        gpu_name = local_gpu_name() or ""
+    gpu_name = (spec.resources.gpu_kind or gpu_name or None) if spec.resources.gpu else None
     fusion = plan_fusion(sweep, warm, unfusable, gpu_name)
     arrangement = plan_arrangement(sweep, fusion, gpu_name)
     if arrangement is not None and arrangement.chosen and fusion.fused and not arrangement.fused:
@@ -146,4 +152,5 @@ def build_plan(sweep: Sweep, output: Path) -> SweepPlan:
         folders=tuple(sweep_folders(sweep, output, datamodules)),
         data_notes=tuple(data_notes(datamodules)),
         budget_lines=tuple(launch_lines(output / sweep.name, sweep)),
+        gpu_name=gpu_name,
     )

@@ -30,6 +30,7 @@ def save_launch(
     resume: bool = False,
     code: str | None = None,
     description: str | None = None,
+    gpu_name: str | None = None,
 ) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
@@ -38,7 +39,8 @@ def save_launch(
     (``sweep_id``: :func:`sweep_id`), made by its first launch and kept by every resume; and the
     versions of the trials' code its runs trained with (``codes``: :func:`code_versions`; ``code``,
     this run's, is added where it differs from the last); the sweep file's ``description``, which
-    results.md shows under its title."""
+    results.md shows under its title; and the GPU the first launch's plan costed its arrangement
+    from (``gpu_name``, "" for none: :func:`recorded_gpu_name`), kept by every resume."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
@@ -57,6 +59,9 @@ def save_launch(
         record["planned"] = planned
     if description:
         record["description"] = description
+    first_gpu = recorded_gpu_name(out_dir) if resume else None
+    if first_gpu is not None or gpu_name is not None:
+        record["gpu_name"] = first_gpu if first_gpu is not None else gpu_name
     if profile_settings or overrides:
         record["profile_sets"] = profile_line(profile, profile_settings or {}, overrides)
     # in one step: a launch killed while writing leaves the old record whole, never half of one
@@ -73,6 +78,15 @@ def recorded(out_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def recorded_gpu_name(out_dir: Path) -> str | None:
+    """The GPU the sweep's first launch planned its GPU arrangement for (its name as
+    ``nvidia-smi`` gives it; "" where that launch saw none), which a resume plans for again, on
+    whichever machine it runs: the arrangement decides whether trials train fused, and Tune
+    refuses a resume whose trainable changed. None without a record of it."""
+    found = recorded(out_dir).get("gpu_name")
+    return found if isinstance(found, str) else None
 
 
 def sweep_id(out_dir: Path) -> str | None:

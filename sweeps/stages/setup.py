@@ -92,6 +92,7 @@ def check_output(launch: Launch) -> None:
             resume=args.resume,
             code=code,
             description=launch.sweep.spec.description,
+            gpu_name=launch.plan.gpu_name or "",
         )
 
 

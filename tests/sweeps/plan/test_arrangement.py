@@ -354,3 +354,30 @@ def test_a_choice_within_the_margin_of_separate_runs_says_so():
     assert "1% more GPU time than the choice, within the 10%" in a.instead
     _, far = arranged()
     assert "more GPU time" not in far.instead
+
+
+def test_a_resume_plans_for_the_gpu_its_first_launch_planned_for(tmp_path, capsys):
+    """k_vs_length's arrangement fuses on the H200 and trains every trial alone on the H100, the
+    stand-in where no GPU is visible: a sweep started on an H200 and resumed from a login node
+    without one planned other trials (unfused), which Tune refuses to restore. launch.json keeps
+    the GPU the first launch planned for, and every resume plans for it, wherever it runs."""
+    from sweeps.launch import main
+    from sweeps.spec import save_launch
+    from sweeps.spec.launch_record import recorded_gpu_name
+
+    sweep = load_spec(K_VS_LENGTH)
+    folder = (tmp_path / "out").resolve() / sweep.name
+    save_launch(folder, [], None, sweep.planned, gpu_name="NVIDIA H200")
+    (folder / "results.csv").write_text("trial_id,status\nabc,budget\n")  # a stopped run's
+    argv = [str(K_VS_LENGTH), "--output", str(tmp_path / "out"), "--dry-run"]
+    assert main([*argv, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "6 fused group(s), each on a GPU of its own" in said
+    assert "expected on the NVIDIA H200 (" in said
+    assert main([*argv[:2], str(tmp_path / "new"), "--dry-run"]) == 0  # a new sweep, no GPU here
+    assert "expected on the NVIDIA H100" in capsys.readouterr().out
+    # a resume keeps the first launch's GPU in the record, whatever the resume's machine has
+    save_launch(folder, [], None, sweep.planned, resume=True, gpu_name="")
+    assert recorded_gpu_name(folder) == "NVIDIA H200"
+    save_launch(tmp_path / "none", [], None, sweep.planned, gpu_name="")  # first saw no GPU
+    assert recorded_gpu_name(tmp_path / "none") == ""
