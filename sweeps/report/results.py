@@ -389,11 +389,15 @@ TEXT_COLUMNS = (
 )
 
 
-def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict[str, Any]], int]:
+def keep_finished(
+    rows: list[dict[str, Any]], previous: Path, superseded: set[str] = frozenset()
+) -> tuple[list[dict[str, Any]], int]:
     """``rows`` with every finished row of an earlier ``results.csv`` that they lack put back, so
     the file never loses a finished trial (a resume that lost Tune's record of it, a restart).
     An old finished row replaces the new row of the same trial, or else a never-started
-    placeholder of its (cell, seed). Returns the rows and how many were put back."""
+    placeholder of its (cell, seed). ``superseded``: trial ids no longer reported (an earlier
+    choice's confirm trials, :func:`sweeps.stages.confirm.confirm_experiment`), never put back.
+    Returns the rows and how many were put back."""
     if not previous.exists():
         return rows, 0
     try:
@@ -405,7 +409,7 @@ def keep_finished(rows: list[dict[str, Any]], previous: Path) -> tuple[list[dict
     finished_now = {r.get("trial_id") for r in rows if r.get("status") in FINISHED}
     rows, kept = list(rows), 0
     for record in old[old["status"].isin(FINISHED)].to_dict("records"):
-        if record.get("trial_id") in finished_now:
+        if record.get("trial_id") in finished_now or str(record.get("trial_id")) in superseded:
             continue
         record = {
             k: v for k, v in record.items() if not (v is pd.NA or isinstance(v, float) and v != v)

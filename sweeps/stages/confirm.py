@@ -100,24 +100,27 @@ def choice_keys(configs: list[dict[str, Any]], params: list[str]) -> set[tuple]:
 
 def confirm_experiment(
     parent: str, trainable: Any, configs: list[dict[str, Any]], params: list[str]
-) -> str:
-    """The folder of the confirm experiment that retrains ``configs``: ``confirm`` where it is new
-    or its trials so far retrain these choices; where the choice changed since ``confirm`` started,
-    ``confirm-<digest of the choices>`` (restored on a later ``--resume`` as ``confirm`` is), and
-    a line that says so."""
+) -> tuple[str, set[str]]:
+    """The folder of the confirm experiment that retrains ``configs``, and the trial ids of the
+    confirm trials no longer reported: ``confirm`` (none) where it is new or its trials so far
+    retrain these choices; where the choice changed since ``confirm`` started,
+    ``confirm-<digest of the choices>`` (restored on a later ``--resume`` as ``confirm`` is), the
+    ids of ``confirm``'s trials (which results.csv must not keep: :func:`keep_finished`), and a
+    line that says so."""
     path = parent.rstrip("/") + "/" + CONFIRM_EXPERIMENT
     if not tune.Tuner.can_restore(path):
-        return path
+        return path, set()
     try:
         with quiet_unreported():
             grid = tune.Tuner.restore(path, trainable=trainable).get_results()
         started = [r.config or {} for r in grid]
+        ids = {str(r.metrics["trial_id"]) for r in grid if (r.metrics or {}).get("trial_id")}
     except Exception:  # noqa: BLE001 -- unreadable here: restoring it to train says what it finds
-        return path
+        return path, set()
     wanted = choice_keys(configs, params)
     stale = choice_keys(started, params) - wanted  # (the searcher may not have made them all yet)
     if not stale:
-        return path
+        return path, set()
     digest = hashlib.sha256(json.dumps(sorted(wanted), default=str).encode()).hexdigest()[:8]
     name = f"{CONFIRM_EXPERIMENT}-{digest}"
     cells = sorted({k[0] for k in stale}, key=str)
@@ -128,7 +131,7 @@ def confirm_experiment(
         "kept as it was, its trials no longer reported",
         flush=True,
     )
-    return parent.rstrip("/") + "/" + name
+    return parent.rstrip("/") + "/" + name, ids
 
 
 def run_confirm(
@@ -142,10 +145,11 @@ def run_confirm(
     meter: Any = None,
 ):
     """Run (or, when its folder holds one, resume) the confirm experiment; returns its
-    ``ResultGrid`` read back from storage."""
+    ``ResultGrid`` read back from storage, and the ids of an earlier choice's confirm trials no
+    longer reported (:func:`confirm_experiment`)."""
     parent = paths.experiment(sweep.name)
     trainable = make_trainable(settings)
-    path = confirm_experiment(parent, trainable, configs, list(sweep.param_columns))
+    path, superseded = confirm_experiment(parent, trainable, configs, list(sweep.param_columns))
     allow_failures(settings.spec.failure.max_failures)  # this run's, a resumed trial's too
     if tune.Tuner.can_restore(path):
         print(f"resuming the confirm trials in {path}: finished ones are kept", flush=True)
@@ -179,7 +183,7 @@ def run_confirm(
     guard = guard or StorageGuard(paths.storage)
     with guard.watching(), charging(meter), quiet_unreported(), tune_reporter(verbose):
         tuner.fit()
-    return read_back(path, trainable)
+    return read_back(path, trainable), superseded
 
 
 def confirm_stage(
@@ -193,10 +197,11 @@ def confirm_stage(
     meter: Any = None,
     out_dir: Path | None = None,
     trained: set[str] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+) -> tuple[list[dict[str, Any]], dict[str, Any], bool, set[str]]:
     """The launcher's confirm stage, after the search: marks ``rows`` ``role: select``, trains the
     confirm trials and returns their rows (``role: confirm``), their plans and folders by trial id
-    (what the held-out stage needs), and whether it was cut short (Ctrl-C, a full storage). Each
+    (what the held-out stage needs), whether it was cut short (Ctrl-C, a full storage), and the
+    ids of an earlier choice's confirm trials, no longer reported. Each
     row names the code that trained it, as the search's rows do (``out_dir``: the sweep's folder,
     whose results.csv and launch.json say which code trained a confirm trial an earlier run
     started); the ones that reported in this run join ``trained``."""
@@ -211,14 +216,14 @@ def confirm_stage(
     configs = confirm_configs(sweep, rows)
     if not configs:
         print("confirm: no cell has a chosen configuration; nothing to retrain", flush=True)
-        return [], {}, False
+        return [], {}, False, set()
     print(
         f"\nconfirm: retraining each cell's chosen configuration on the fresh seed(s) "
         f"{sweep.spec.confirm_seeds} ({len(configs)} trial(s))",
         flush=True,
     )
     started = time.time()
-    grid = run_confirm(sweep, paths, settings, fit, configs, verbose, guard, meter)
+    grid, superseded = run_confirm(sweep, paths, settings, fit, configs, verbose, guard, meter)
     more, plans = result_rows(grid, settings.plan, sweep.spec.parameters)
     for row in more:
         row[ROLE] = CONFIRM
@@ -235,12 +240,12 @@ def confirm_stage(
     if trained is not None:  # their W&B runs get results.csv's status (sweeps.stages.results)
         trained |= reported if reported is not None else {str(r["trial_id"]) for r in more}
     cut = len(grid) > grid.num_terminated + grid.num_errors or (guard is not None and guard.fault)
-    return more, plans, bool(cut)
+    return more, plans, bool(cut), superseded
 
 
 def confirm(launch: Launch) -> None:
     """The chosen configurations retrained on the fresh ``confirm_seeds``."""
-    more, plans, cut = confirm_stage(
+    more, plans, cut, superseded = confirm_stage(
         launch.sweep,
         launch.paths,
         launch.settings,
@@ -253,5 +258,6 @@ def confirm(launch: Launch) -> None:
         launch.trained,
     )
     launch.rows += more
+    launch.superseded |= superseded
     launch.plans.update(plans)
     launch.interrupted |= cut

@@ -73,6 +73,8 @@ class Launch:
     plans: dict[str, Any] = field(default_factory=dict)
     #: the trials that reported in this launch (train): their W&B runs get results.csv's status
     trained: set[str] = field(default_factory=set)
+    #: the trials results.csv no longer reports: an earlier choice's confirm trials (confirm)
+    superseded: set[str] = field(default_factory=set)
     #: the trials whose W&B runs got their status with the timing figures (measure)
     published: set[str] = field(default_factory=set)
     #: some work this launch planned was left undone (a stop, a storage fault, a cut Tune run)

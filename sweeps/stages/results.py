@@ -81,7 +81,7 @@ def write_results(launch: Launch) -> None:
         for row in rows:
             if row.get("status") == "unfinished":
                 row["status"] = stopped_by
-    rows, kept = keep_finished(rows, launch.out_dir / RESULTS_CSV)
+    rows, kept = keep_finished(rows, launch.out_dir / RESULTS_CSV, launch.superseded)
     if kept:
         print(
             f"kept {kept} finished trial(s) from the previous results.csv that this run did not "

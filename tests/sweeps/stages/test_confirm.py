@@ -380,7 +380,7 @@ def test_a_changed_choice_retrains_its_confirm_trials_beside_the_earlier_ones(
     ]
     parent = str(tmp_path / "sweep")
     units = [Unit(f"s/confirm-{i}", i, 7, c, 10) for i, c in enumerate(started)]
-    tune.Tuner(  # as the confirm stage makes its trials: one per unit
+    first = tune.Tuner(  # as the confirm stage makes its trials: one per unit
         trainable,
         tune_config=tune.TuneConfig(
             search_alg=per_unit_searcher(units, 1, "val/loss", "min"), num_samples=2
@@ -388,15 +388,28 @@ def test_a_changed_choice_retrains_its_confirm_trials_beside_the_earlier_ones(
         run_config=tune.RunConfig(name="confirm", storage_path=parent, verbose=0),
     ).fit()
     same = [{**c, "seed": 7.0} for c in started]  # a seed read back from results.csv: a float
-    assert confirm_experiment(parent, trainable, same, ["lr"]) == parent + "/confirm"
-    assert confirm_experiment(parent, trainable, [*same, {**same[0], "seed": 8}], ["lr"]).endswith(
-        "/confirm"
-    )  # one more confirm seed than the searcher had made when it stopped
+    assert confirm_experiment(parent, trainable, same, ["lr"]) == (parent + "/confirm", set())
+    path, gone = confirm_experiment(parent, trainable, [*same, {**same[0], "seed": 8}], ["lr"])
+    assert path.endswith("/confirm") and not gone  # one more confirm seed than the searcher made
     capsys.readouterr()
     changed = [started[0], {**started[1], "lr": 0.005}]
-    path = confirm_experiment(parent, trainable, changed, ["lr"])
+    path, gone = confirm_experiment(parent, trainable, changed, ["lr"])
     assert path.startswith(parent + "/confirm-") and len(path.rsplit("-", 1)[1]) == 8
     said = capsys.readouterr().out
     assert "the chosen configuration of c1 changed since the confirm trials in confirm/" in said
-    assert confirm_experiment(parent, trainable, changed, ["lr"]) == path  # the same name again
+    assert confirm_experiment(parent, trainable, changed, ["lr"]) == (path, gone)  # the same again
     assert tune.Tuner.can_restore(parent + "/confirm")  # kept as it was
+    # confirm/'s trials leave results.csv: the rows of a resume do not bring them back
+    from sweeps.report.results import keep_finished
+
+    assert gone == {r.metrics["trial_id"] for r in first} and len(gone) == 2
+    earlier = tmp_path / "results.csv"
+    pd.DataFrame(
+        [
+            {"trial_id": i, "cell": "c0", "seed": 7, "status": "done", "role": "confirm"}
+            for i in gone
+        ]
+        + [{"trial_id": "s1", "cell": "c0", "seed": 0, "status": "done", "role": "select"}]
+    ).to_csv(earlier, index=False)
+    rows, kept = keep_finished([], earlier, gone)
+    assert [r["trial_id"] for r in rows] == ["s1"] and kept == 1
