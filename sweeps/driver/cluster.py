@@ -570,20 +570,23 @@ def local_cpu_note(
     fits in (:func:`too_few_cpus`; Ray is not started by a dry run), or that no GPU here leaves
     the trials of ``float16`` mixed precision (the sweep's) on the CPU
     (:func:`cpu_float16_problem`); None otherwise, or where a GPU here would give the trials the
-    arrangement's CPUs instead."""
+    arrangement's CPUs instead (``resources.gpu: auto``; a share of a GPU holds ``resources.cpu``
+    as on the CPU, as :func:`check_cluster` counts it)."""
     if address not in (None, "local") or (address is None and os.environ.get("RAY_ADDRESS")):
         return None
-    if resources.gpu and shutil.which("nvidia-smi"):
+    gpu_here = bool(resources.gpu and shutil.which("nvidia-smi"))
+    if gpu_here and resources.auto_gpu:
         return None
     cpus = num_cpus or os.cpu_count() or 1
-    if resources.gpu and float16:
+    if resources.gpu and float16 and not gpu_here:
         problem = cpu_float16_problem(float16, resources)
     else:
         problem = too_few_cpus(resources, [{"Alive": True, "Resources": {"CPU": cpus}}])
     if problem is None:
         return None
     return (
-        f"note: on a local Ray instance here ({cpus} CPUs, no GPU) the launch would stop: {problem}"
+        f"note: on a local Ray instance here ({cpus} CPUs{'' if gpu_here else ', no GPU'}) the "
+        f"launch would stop: {problem}"
     )
 
 

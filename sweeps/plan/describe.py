@@ -65,6 +65,13 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
         if shared
         else "no MPS (no GPU shared by two processes)"
     )
+    # the confirm stage's retraining is not costed: its trials are known only after the search
+    confirm = (
+        f", nor the confirm stage's {len(sweep.cells) * len(sweep.spec.confirm_seeds)} "
+        "full-length trial(s)"
+        if sweep.spec.confirm_seeds
+        else ""
+    )
     lines = [
         f"GPU arrangement, {whose}: " + "; ".join(parts) + f"; steps {steps}; " + mps,
         f"  expected on the {a.costs.name} (sweeps/plan/step_costs.json{note}): "
@@ -72,7 +79,7 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
         f"({a.eager_rate:.3g}), fused members counted as members",
         f"  GPU time of the training steps: {_hours(a.gpu_hours)} as arranged, "
         f"{_hours(a.eager_gpu_hours)} with one eager trial per GPU (validation, timing and the "
-        "test split not counted)",
+        f"test split not counted{confirm})",
     ]
     if a.instead:
         lines.insert(2, f"  instead: {a.instead}")
@@ -114,7 +121,10 @@ def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[
             f"resources ({held}); a configuration's groups are named after it (<cell>#<n>)"
         ]
     fused, alone = plan.fused, [g for g in plan.groups if g.name is None]
-    trials = sum(len(g.slots) for g in plan.groups)
+    # the relative constraints' baselines, one per (cell, seed): the searcher's own trials, each
+    # alone, not in the plan's groups (the counts below are of every trial the launch trains)
+    baselines = len(sweep.plans) if baseline_of(spec) and plan.groups else 0
+    trials = sum(len(g.slots) for g in plan.groups) + baselines
     lines = []
     if not fused and plan.alone:
         lines.append(f"fusion ({cap}): none of the {trials} trials trains fused; kept apart:")
@@ -127,8 +137,9 @@ def fusion_lines(sweep: Any, plan: FusionPlan, arrangement: Any = None) -> list[
     else:
         lines.append(
             f"fusion ({cap}): {sum(len(g.slots) for g in fused)} of the {trials} trials train in "
-            f"{len(fused)} fused group(s), {len(alone)} alone: {len(fused) + len(alone)} training "
-            f"processes for {trials} trials (unfused: {trials}); each group holds one trial's "
+            f"{len(fused)} fused group(s), {len(alone) + baselines} alone: "
+            f"{len(fused) + len(alone) + baselines} training processes for {trials} trials "
+            f"(unfused: {trials}); each group holds one trial's "
             f"resources ({held}), its members 1/n each"
         )
         lines += _group_table(sweep, fused)

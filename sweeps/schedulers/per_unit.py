@@ -21,7 +21,7 @@ from sweeps.schedulers.lost_nodes import adopt
 from sweeps.schedulers.pareto_rungs import pareto_rungs_factory
 from sweeps.schedulers.placement import held_before_start, next_to_start
 from sweeps.spec import Sweep, unit_key
-from sweeps.spec.search_schema import reports_per_trial
+from sweeps.spec.search_schema import configuration_rungs, reports_per_trial
 
 
 class SweepFIFO(FIFOScheduler):
@@ -174,6 +174,11 @@ def make_scheduler(sweep: Sweep, searcher: Any = None) -> TrialScheduler:
     if et.type != "asha":
         return SweepFIFO(comeback)
     max_t = et.max_t or max(et.grace_period, reports_per_trial(sweep.spec))
+    if sweep.spec.per_configuration and not configuration_rungs(sweep.spec):
+        # no rung to compare configurations at (one a cell, or none before the end): the seeds
+        # run to the end, as --dry-run says, and fused where the plan fused them; ConfigRungs
+        # would pause a seed at a rung until its siblings came, which a fused group cannot
+        return SweepFIFO(comeback)
     if sweep.spec.per_configuration:  # all of a configuration's seeds stopped together
         return ConfigRungs(
             metric,

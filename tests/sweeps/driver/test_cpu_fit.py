@@ -97,6 +97,21 @@ def test_the_dry_run_says_where_a_local_launch_would_stop(tmp_path, capsys, monk
         assert "the launch would stop" not in capsys.readouterr().out
 
 
+def test_the_dry_run_warns_of_a_fixed_gpu_share_too_large_for_the_cpus_on_a_gpu_machine(
+    monkeypatch,
+):
+    """On a machine with a GPU (nvidia-smi found: a stand-in here) the dry run said nothing of a
+    trial's CPUs, while a launch with a fixed share (resources.gpu 1) counts resources.cpu and
+    stops: wmt17.yaml's cpu 8 on a 2-CPU GPU box. Under auto the arrangement's CPUs stand."""
+    monkeypatch.setattr("sweeps.driver.cluster.shutil.which", lambda name: f"/usr/bin/{name}")
+    fixed = build_sweep(base_spec(resources={"cpu": 8, "gpu": 1})).spec.resources
+    said = local_cpu_note(fixed, None, 2)
+    assert said.startswith("note: on a local Ray instance here (2 CPUs) the launch would stop: ")
+    assert said.endswith("--set resources.cpu=2"), said
+    auto = build_sweep(base_spec(resources={"cpu": 8, "gpu": "auto"})).spec.resources
+    assert local_cpu_note(auto, None, 2) is None
+
+
 def test_a_ddp_trial_asking_for_more_gpus_than_there_are_is_named_with_the_workers_that_fit():
     r = SimpleNamespace(cpu=1, workers=3)  # gpu: 3 refused, its advice: workers 3, gpu 1
     assert too_few_gpus(r, 1.0, 1.0, local=True) == (

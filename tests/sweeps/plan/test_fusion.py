@@ -290,3 +290,22 @@ def test_the_torch_free_fuse_key_agrees_with_the_fused_models_shape_key():
             assert len(keys) == 1, (path.name, group.name)
             checked += 1
     assert checked >= 18
+
+
+def test_the_dry_runs_counts_take_in_the_baselines_and_say_what_the_gpu_time_leaves_out(
+    tmp_path, capsys
+):
+    """minimal_k's fusion line said "96 of the 96 trials ... 6 training processes" beside "100
+    trials" and 4 baselines trained alone; the GPU time of a sweep with confirm seeds did not say
+    that the confirm stage's full-length trials were not in it."""
+    sweeps = Path(__file__).resolve().parents[3] / "sweeps"
+    out = ["--dry-run", "--output", str(tmp_path), "--set", "resources.gpu=1"]
+    assert main([str(sweeps / "minimal_k.yaml"), *out, "--set", "early_terminate.type=none"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "96 of the 100 trials train in 6 fused group(s), 4 alone: 10 training processes for "
+        "100 trials (unfused: 100)"
+    ) in said
+    confirm = ["--set", "seeds={values: [0, 1, 2], confirm: [7]}"]
+    assert main([str(sweeps / "k_vs_length.yaml"), *out, *confirm]) == 0
+    assert "nor the confirm stage's 28 full-length trial(s))" in capsys.readouterr().out

@@ -299,3 +299,21 @@ def test_opening_a_study_prints_no_optuna_info_line(tmp_path):
         optuna.logging.set_verbosity(before)
     assert study.study_name == "s/length-4-seed0"
     assert not [line for line in kept.lines if "A new study created" in line], kept.lines
+
+
+def test_configurations_with_no_rung_to_compare_at_run_to_the_end_under_fifo():
+    """tune_optuna's over-seeds profile with num_samples 1: --dry-run said every configuration's
+    seeds run to the end, fused, but the launch still put them under the configurations' rungs,
+    which pause a seed until its siblings arrive; a paused member cannot come back to its fused
+    group, so the trials failed. Where no rung compares configurations, the scheduler is FIFO."""
+    from sweeps.plan.fusion import plan_fusion
+    from sweeps.schedulers.per_unit import SweepFIFO, make_scheduler
+    from sweeps.spec import load_spec
+
+    spec = Path(__file__).resolve().parents[3] / "sweeps" / "tune_optuna.yaml"
+    searcher = SimpleNamespace(rung_state={}, comeback=None)
+    one = load_spec(str(spec), overrides=["num_samples=1"], profile="over-seeds")
+    assert plan_fusion(one).active  # the seeds of each configuration train fused
+    assert type(make_scheduler(one, searcher)) is SweepFIFO
+    three = load_spec(str(spec), profile="over-seeds")  # 3 configurations a cell: compared
+    assert not plan_fusion(three).active and type(make_scheduler(three, searcher)) is ConfigRungs
