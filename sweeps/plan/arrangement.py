@@ -394,12 +394,19 @@ def _unmeasured_settings(
 
 def graphs_problem(sweep: Any) -> str | None:
     """Why the sweep's trials cannot replay CUDA graphs, or None: graphs capture single-process
-    float32 steps of one batch each, and not a distilling student's teacher."""
+    float32 steps of one batch each, and not a distilling student's teacher. Each cell's trainer
+    is read (a grid over ``trainer.*`` sets it per cell: the arrangement graphs every cell), and
+    a search over those settings is one too."""
     spec = sweep.spec
-    if str(spec.trainer.precision) not in ("32-true", "32"):
-        return f"trainer.precision {spec.trainer.precision}"
-    if spec.trainer.accumulate_grad_batches != 1:
-        return "trainer.accumulate_grad_batches is not 1"
+    for plan in sweep.plans:
+        precision = str(plan.trainer.get("precision") or spec.trainer.precision)
+        if precision not in ("32-true", "32"):
+            return f"trainer.precision {precision}"
+        if int(plan.trainer.get("accumulate_grad_batches") or 1) != 1:
+            return "trainer.accumulate_grad_batches is not 1"
+    for key in ("trainer.precision", "trainer.accumulate_grad_batches"):
+        if key in spec.parameters:
+            return f"{key} is searched"
     if any(float(p.model.get("distill_weight") or 0) > 0 for p in sweep.plans):
         return "a distilling student's teacher runs outside the graph"
     return None

@@ -381,3 +381,18 @@ def test_a_resume_plans_for_the_gpu_its_first_launch_planned_for(tmp_path, capsy
     assert recorded_gpu_name(folder) == "NVIDIA H200"
     save_launch(tmp_path / "none", [], None, sweep.planned, gpu_name="")  # first saw no GPU
     assert recorded_gpu_name(tmp_path / "none") == ""
+
+
+def test_no_cell_is_graphed_where_one_cannot_replay_a_graph():
+    """graphs_problem read the sweep's trainer section only: a grid over
+    trainer.accumulate_grad_batches (or precision) left the arrangement graphing every cell, and
+    the cells of 2 batches a step stopped at their first step. Each cell's trainer is read."""
+    quick = ROOT / "sweeps" / "quickstart.yaml"
+
+    def graphed(*overrides: str) -> bool:
+        sweep = load_spec(quick, overrides=["resources.gpu=auto", *overrides])
+        return plan_arrangement(sweep, plan_fusion(sweep), "NVIDIA H100 80GB HBM3").graphs
+
+    assert graphed()
+    assert not graphed("grid.trainer.accumulate_grad_batches=[1, 2]")
+    assert not graphed("grid.trainer.precision=[32-true, bf16-mixed]")
