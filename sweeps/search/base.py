@@ -304,8 +304,8 @@ class SweepSearcher(Searcher):
                 group = {k: config[k] for k in (FUSED_WITH, FUSED_MEMBER) if k in config}
                 if group:
                     self.returning_group[trial_id] = group
-            else:
-                self.live[trial_id] = ticket
+            else:  # as the trial it was; told to Optuna as a retry (the scope's way)
+                self.live[trial_id] = self.scope.retried(self, trial_id, ticket, config)
                 self.trial_configs[trial_id] = config
             for gate in self.gates:
                 gate.reopen(ticket.unit, trial_id)

@@ -144,6 +144,12 @@ class OverSeeds:
         if str(step) in full:
             self.objective.report(self.journal, storage_id, step, full[str(step)], full)
 
+    def retried(self, searcher: Any, trial_id: str, ticket: Ticket, config: dict) -> Ticket:
+        """A seed told FAIL runs again on ``--resume``: it stays its configuration's seed. Where
+        the configuration was told FAIL already (every seed had ended), Optuna keeps FAIL: its
+        seeds' outcomes would have to be told again as a new trial, which is not done."""
+        return ticket
+
     def ended(
         self,
         searcher: Any,

@@ -107,6 +107,25 @@ class PerUnit:
         for key, value in attrs.items():
             self.journal.set_attr(draw.storage_id, key, value)
 
+    def retried(self, searcher: Any, trial_id: str, ticket: Ticket, config: dict) -> Ticket:
+        """Ray trial ``trial_id``, told FAIL, runs again on ``--resume`` (``resume_errored``): its
+        Optuna trial is finished and takes no later tell, so the retry is a new Optuna trial of
+        the same parameters (``retry_of`` names the failed one, which stays FAIL), told how the
+        retry ends. Where the failed one was never told (RUNNING), it is the retry's."""
+        if ticket.storage_id is None or not self.space:
+            return ticket
+        old = self.journal.trial(ticket.storage_id)
+        if old.state != optuna.trial.TrialState.FAIL:
+            return ticket
+        study = self.study(ticket.unit)
+        study.enqueue_trial(old.params, user_attrs={"retry_of": old.number})
+        trial = self.objective.ask(study, self.space, ticket.unit)
+        self.objective.on_ask(trial, {**self.units[ticket.unit].config, **trial.params})
+        extra = {k: config[k] for k in ("fused_with",) if config.get(k)}
+        draw = Draw(ticket.unit, trial.number, trial._trial_id, dict(trial.params), extra)
+        self.issued(searcher, trial_id, draw, config)
+        return Ticket(ticket.unit, trial.number, trial._trial_id)
+
     # -- what Tune tells -----------------------------------------------------------------------
 
     def reported(self, searcher: Any, trial_id: str, ticket: Ticket, result: dict) -> None:

@@ -371,3 +371,31 @@ def test_a_units_asha_rungs_survive_a_restart(tmp_path):
     uninterrupted = second_trial_at_its_first_rung(scheduler)
     assert uninterrupted == TrialScheduler.STOP
     assert second_trial_at_its_first_rung(rescheduler) == uninterrupted
+
+
+def test_an_errored_trial_that_a_resume_finishes_is_told_to_optuna_as_a_retry(tmp_path):
+    """A trial that errored was told FAIL; --resume runs it again as the same Ray trial, and its
+    finish was told to the finished Optuna trial, which takes no tell: Optuna kept FAIL, no value
+    and no curve, while results.csv said done. The retry is a new Optuna trial of the same
+    parameters (retry_of the failed one), told its value; the failed one stays FAIL."""
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    units = [Unit("s/u", 0, 0, {"cell": "u", "seed": 0}, max_steps=20)]
+    kind = SingleObjective("val/bleu", "max")
+    first = SweepSearcher(units, PerUnit(units, kind, 4, space, str(tmp_path / "j")), OneAtATime())
+    lr = first.suggest("t0")["lr"]
+    first.on_trial_complete("t0", None, error=True)  # failed past its retries: error
+    pickled = pickle.dumps(first)
+    first.save(str(tmp_path / "searcher.pkl"))
+    resumed = pickle.loads(pickled)  # --resume (resume_errored): Tune runs t0 again
+    resumed.restore(str(tmp_path / "searcher.pkl"))
+    resumed.on_trial_result("t0", {"val/bleu": 30.0, "step": 10})
+    resumed.on_trial_complete("t0", {"val/bleu": 42.0, "val/loss": 1.0, "step": 20})
+    trials = resumed.scope.study(0).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].value == 42.0 and trials[1].params == {"lr": lr}
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].user_attrs["ray_trial_id"] == "t0"
+    # a trial whose outcome was never told (RUNNING when the driver died) keeps its Optuna trial
+    again = SweepSearcher(units, PerUnit(units, kind, 4, space, str(tmp_path / "k")), OneAtATime())
+    again.suggest("u0")
+    ticket = again.live["u0"]
+    assert again.scope.retried(again, "u0", ticket, {}) == ticket
