@@ -50,12 +50,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from sweeps.driver.cluster import (  # noqa: E402
-    ADDRESS_FORMS,
-    address_parts,
-    check_address,
-    local_cpu_note,
-)
+from sweeps.driver.cluster import ADDRESS_FORMS, address_parts, check_address  # noqa: E402
+from sweeps.driver.cpu_fit import local_cpu_note  # noqa: E402
 from sweeps.driver.launch_lock import running_launch  # noqa: E402
 from sweeps.driver.resume_check import lost_finished_checkpoints  # noqa: E402
 from sweeps.errors import LaunchError  # noqa: E402

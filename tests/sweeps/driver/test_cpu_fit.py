@@ -9,9 +9,8 @@ from types import SimpleNamespace
 import pytest
 from sweep_helpers import base_spec
 
-from sweeps.driver.cluster import (
-    LaunchError,
-    check_cluster,
+from sweeps.driver.cluster import LaunchError, check_cluster
+from sweeps.driver.cpu_fit import (
     cpu_float16_problem,
     local_cpu_note,
     too_few_cpus,
@@ -103,7 +102,7 @@ def test_the_dry_run_warns_of_a_fixed_gpu_share_too_large_for_the_cpus_on_a_gpu_
     """On a machine with a GPU (nvidia-smi found: a stand-in here) the dry run said nothing of a
     trial's CPUs, while a launch with a fixed share (resources.gpu 1) counts resources.cpu and
     stops: wmt17.yaml's cpu 8 on a 2-CPU GPU box. Under auto the arrangement's CPUs stand."""
-    monkeypatch.setattr("sweeps.driver.cluster.shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("sweeps.driver.cpu_fit.shutil.which", lambda name: f"/usr/bin/{name}")
     fixed = build_sweep(base_spec(resources={"cpu": 8, "gpu": 1})).spec.resources
     said = local_cpu_note(fixed, None, 2)
     assert said.startswith("note: on a local Ray instance here (2 CPUs) the launch would stop: ")
