@@ -130,19 +130,24 @@ def test_a_moved_trial_is_not_charged_and_keeps_its_moves_in_its_saved_state():
     assert type(back) is MovableTrial
 
 
+def failing_trial(cell: str) -> Trial:
+    """A stub trial of ``cell`` that Tune retries twice (``failure.max_failures: 2``)."""
+    return Trial(
+        "run_trial",
+        config={"cell": cell, "seed": 0},
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        max_failures=2,
+    )
+
+
 def test_a_failure_its_retry_would_repeat_is_not_retried_and_others_still_are(monkeypatch):
     """A student whose teacher failed was retried up to ``failure.max_failures`` times, failing
     the same way each time (float16 mixed precision on a CPU too). Tune hands such a failure over
     as Ray does, a ``RayTaskError`` around the trial's own exception (or Ray's subclass of both):
     the trial is not retried. Any other failure still is, a GPU its torch cannot use among them
     (another node may have a torch that can)."""
-    trial = Trial(
-        "run_trial",
-        config={"cell": "attention=memory", "seed": 0},
-        stub=True,
-        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
-        max_failures=2,
-    )
+    trial = failing_trial("attention=memory")
     # Tune's handle_error also writes the error beside the trial, in a Ray session's staging
     # folder; a trial of no folder writes none (the counting and should_recover are Tune's own)
     monkeypatch.setattr(MovableTrial, "local_path", None)
@@ -188,13 +193,7 @@ def test_each_run_of_a_sweep_allows_its_own_failure_max_failures(monkeypatch):
 
     monkeypatch.setattr(lost_nodes, "_ALLOWED", [None])  # the driver's setting, put back after
     monkeypatch.setattr(MovableTrial, "local_path", None)  # no folder: no error file (as above)
-    first = Trial(
-        "run_trial",
-        config={"cell": "attention=none", "seed": 0},
-        stub=True,
-        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
-        max_failures=2,
-    )
+    first = failing_trial("attention=none")
     first.create_placement_group_factory()
     lost_nodes.allow_failures(2)
     adopt(first)
