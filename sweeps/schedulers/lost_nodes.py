@@ -26,13 +26,15 @@ the ``moved`` and ``moved_why`` columns) and the console (:mod:`sweeps.driver.co
 count and its ``max_failures`` in the state a ``--resume`` reads back, and the restored run's own
 settings: a trial that ended in ``error`` after its retries got one attempt on ``--resume``, none
 retried, and a larger ``--set failure.max_failures`` was not read. The driver names the run's
-allowance (:func:`allow_failures`) before Tune starts; :func:`adopt` gives it to each trial with
+allowance while Tune runs (:func:`failures_allowed`); :func:`adopt` gives it to each trial with
 the count it arrived with, and ``should_recover`` counts from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from ray.exceptions import NodeDiedError, RayActorError, RayTaskError
@@ -155,6 +157,17 @@ def allow_failures(max_failures: int | None) -> None:
     ``max_failures`` times more and be retried (the sweep's ``failure.max_failures``; None: as
     Tune made the trial)."""
     _ALLOWED[0] = max_failures
+
+
+@contextlib.contextmanager
+def failures_allowed(max_failures: int) -> Iterator[None]:
+    """:func:`allow_failures` while a Tune run lasts (its controller adopts the trials), as Tune
+    makes the trials again after it: nothing of one launch holds for the next in the process."""
+    allow_failures(max_failures)
+    try:
+        yield
+    finally:
+        allow_failures(None)
 
 
 def failures_this_run(trial: Any) -> int:

@@ -36,7 +36,7 @@ from sweeps.plan.units import Unit
 from sweeps.plan.warm_start import fingerprint_rows
 from sweeps.report.results import result_rows
 from sweeps.report.selection import CONFIRM, ROLE, SELECT, chosen_configurations, mark_chosen
-from sweeps.schedulers.lost_nodes import allow_failures
+from sweeps.schedulers.lost_nodes import failures_allowed
 from sweeps.schedulers.per_unit import SweepFIFO
 from sweeps.search.compose import per_unit_searcher
 from sweeps.spec import Sweep
@@ -150,7 +150,6 @@ def run_confirm(
     parent = paths.experiment(sweep.name)
     trainable = make_trainable(settings)
     path, superseded = confirm_experiment(parent, trainable, configs, list(sweep.param_columns))
-    allow_failures(settings.spec.failure.max_failures)  # this run's, a resumed trial's too
     if tune.Tuner.can_restore(path):
         print(f"resuming the confirm trials in {path}: finished ones are kept", flush=True)
         with quiet_unreported():  # restoring reads the results: trials that never reported
@@ -181,7 +180,8 @@ def run_confirm(
             scheduler=SweepFIFO(),  # a confirm trial whose node is lost moves, as the search's do
         )
     guard = guard or StorageGuard(paths.storage)
-    with guard.watching(), charging(meter), quiet_unreported(), tune_reporter(verbose):
+    allowed = failures_allowed(settings.spec.failure.max_failures)  # a resumed trial's too
+    with guard.watching(), allowed, charging(meter), quiet_unreported(), tune_reporter(verbose):
         tuner.fit()
     return read_back(path, trainable), superseded
 

@@ -37,7 +37,7 @@ from sweeps.plan.arrangement import Arrangement
 from sweeps.plan.sweep_plan import SweepPlan
 from sweeps.plan.warm_start import fingerprint_rows, stop_rules
 from sweeps.report.results import read_results, result_rows
-from sweeps.schedulers.lost_nodes import allow_failures
+from sweeps.schedulers.lost_nodes import failures_allowed
 from sweeps.schedulers.per_unit import make_scheduler
 from sweeps.search.base import OptunaLinks
 from sweeps.search.compose import make_searcher
@@ -213,7 +213,6 @@ def run_tune(
     sweep, paths = plan.sweep, plan.paths
     path = paths.experiment(sweep.name)
     trainable = make_trainable(settings, trainable_fn)
-    allow_failures(settings.spec.failure.max_failures)  # this run's, a resumed trial's too
     if resume and not tune.Tuner.can_restore(path) and not holds_sweep(path):
         raise LaunchError(nothing_to_resume(path))
     if resume and tune.Tuner.can_restore(path):
@@ -265,6 +264,7 @@ def run_tune(
         start_roster(settings.fusion_roster)
     with (
         guard.watching(),
+        failures_allowed(settings.spec.failure.max_failures),  # this run's, a resumed trial's too
         charging(meter),
         quiet_unreported(),
         one_pending(settings),

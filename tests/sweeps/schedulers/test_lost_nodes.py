@@ -226,3 +226,9 @@ def test_each_run_of_a_sweep_allows_its_own_failure_max_failures(monkeypatch):
     again = read_back(back)
     adopt(again)
     assert again.max_failures == 5 and lost_nodes.failures_this_run(again) == 0
+    # the driver's allowance lasts as long as its Tune run: the next launch in the process (a
+    # test's) adopts its trials as Tune made them
+    with lost_nodes.failures_allowed(0):
+        adopt(again)
+        assert again.max_failures == 0
+    assert lost_nodes._ALLOWED == [None]
