@@ -375,7 +375,7 @@ def check_cluster(
     sweep: Sweep, paths: Paths, address: str | None, resuming: bool = False
 ) -> ClusterFit:
     """Fit the sweep to the Ray it is connected to; call after :func:`init_ray`. ``resuming``: a
-    ``--resume``, whose refusals name the fixes it can take (:func:`resumed_fix`).
+    ``--resume``, whose refusals name the fixes it can take (:func:`~sweeps.driver.cpu_fit.resumed_fix`).
 
     - storage: fails with :class:`LaunchError` when a multi-host cluster can't share it;
     - GPUs asked for and offered: fails when this node's torch is a CPU-only build

@@ -94,17 +94,17 @@ def too_few_gpus(
         return None
     where = "the machine" if local else "the cluster"
     fits = int(gpus // gpu)
-    fix = (
-        f"--set resources.workers={fits} for fewer workers"
-        if fits >= 2
-        else "--set resources.workers=1 for one process a trial"
-    )
-    further = "; or launch on a cluster with more (--address)" if local else ""
     if resuming:
-        fix, further = resumed_fix(f"Ray holds {need:g} GPUs"), ""
+        fix = resumed_fix(f"Ray holds {need:g} GPUs")
+    else:
+        fix = (
+            f"--set resources.workers={fits} for fewer workers"
+            if fits >= 2
+            else "--set resources.workers=1 for one process a trial"
+        ) + ("; or launch on a cluster with more (--address)" if local else "")
     return (
         f"a DDP trial needs {need:g} GPUs ({resources.workers} workers of resources.gpu "
-        f"{gpu:g}) and {where} has {gpus:g}: no trial would start; {fix}{further}"
+        f"{gpu:g}) and {where} has {gpus:g}: no trial would start; {fix}"
     )
 
 

@@ -67,8 +67,7 @@ def arrangement_lines(sweep: Any, a: Any) -> list[str]:
     )
     # the confirm stage's retraining is not costed: its trials are known only after the search
     confirm = (
-        f", nor the confirm stage's {len(sweep.cells) * len(sweep.spec.confirm_seeds)} "
-        "full-length trial(s)"
+        f", nor the confirm stage's {confirm_trials(sweep)} full-length trial(s)"
         if sweep.spec.confirm_seeds
         else ""
     )
@@ -321,12 +320,17 @@ def trial_table(plan: Any) -> str:
     return "\n".join(lines)
 
 
+def confirm_trials(sweep: Any) -> int:
+    """How many trials the confirm stage retrains: each cell's choice once per confirm seed."""
+    return len(sweep.cells) * len(sweep.spec.confirm_seeds)
+
+
 def confirm_summary(sweep: Any) -> str | None:
     """``--dry-run``'s line on the confirm trials (None without ``seeds.confirm``)."""
     seeds = sweep.spec.confirm_seeds
     if not seeds:
         return None
-    n = len(sweep.cells) * len(seeds)
+    n = confirm_trials(sweep)
     return (
         f"then confirm: each cell's chosen configuration retrained on the fresh seed(s) {seeds}: "
         f"{n} confirm trial(s) ({len(sweep.cells)} cells x {len(seeds)})"

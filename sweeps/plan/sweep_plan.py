@@ -121,9 +121,12 @@ def build_plan(sweep: Sweep, output: Path, gpu_name: str | None = None) -> Sweep
     spec = sweep.spec
     warm = plan_warm_start(sweep)
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
-    if gpu_name is None:
-        gpu_name = local_gpu_name() or ""
-    gpu_name = (spec.resources.gpu_kind or gpu_name or None) if spec.resources.gpu else None
+    if not spec.resources.gpu:
+        gpu_name = None
+    else:  # nvidia-smi asked only where the trials use GPUs
+        if gpu_name is None:
+            gpu_name = local_gpu_name() or ""
+        gpu_name = spec.resources.gpu_kind or gpu_name or None
     fusion = plan_fusion(sweep, warm, unfusable, gpu_name)
     arrangement = plan_arrangement(sweep, fusion, gpu_name)
     if arrangement is not None and arrangement.chosen and fusion.fused and not arrangement.fused:

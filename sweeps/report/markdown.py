@@ -142,7 +142,7 @@ def _seconds_text(summary: pd.DataFrame) -> list[str]:
     return [
         mean_std(m, sd, 4)
         + (f" {DAGGER}" if flag and pd.notna(m) else "")
-        + (f" ({n} of {seeds} seeds)" if pd.notna(m) and n < seeds else "")
+        + (over_fewer_seeds(n, seeds) if pd.notna(m) else "")
         for m, sd, flag, n, seeds in zip(
             summary[DECODE_SECONDS],
             summary[f"{DECODE_SECONDS}_std"],
@@ -198,7 +198,9 @@ def pareto_markdown(points: pd.DataFrame) -> str:
             bleu, seconds = float(row[VAL_BLEU]), float(row[DECODE_SECONDS])
             gain = "" if previous is None else f"{bleu - previous[0]:+.2f}"
             paid = "" if previous is None else f"{seconds - previous[1]:+.4f}"
-            mark = (f" {DAGGER}" if contended[idx] else "") + over_fewer_seeds(row, "timed_seeds")
+            mark = (f" {DAGGER}" if contended[idx] else "") + over_fewer_seeds(
+                row.get("timed_seeds"), row.get("seeds")
+            )
             lines.append(
                 f"| {length} | {row['model']}{_chosen_text(row)} | {bleu:.2f} | {seconds:.4f}{mark} "
                 f"| {gain} | {paid} |"

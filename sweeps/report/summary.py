@@ -283,11 +283,10 @@ def _group_order(rows: pd.DataFrame, keys: list[str]) -> tuple:
     )
 
 
-def over_fewer_seeds(row: pd.Series, count: str) -> str:
-    """`` (2 of 3 seeds)``: a :func:`cell_summary` row's mean of a figure whose seeds are counted
-    in ``count`` (``timed_seeds``, ``train_step_seconds_seeds``) is over fewer seeds than the
-    cell's; "" where it is over all of them."""
-    n, seeds = row.get(count), row.get("seeds")
+def over_fewer_seeds(n: float | None, seeds: float | None) -> str:
+    """`` (2 of 3 seeds)``: a :func:`cell_summary` mean over ``n`` of its cell's ``seeds`` seeds
+    (``timed_seeds``, ``train_step_seconds_seeds``: the seeds that have the figure); "" where it
+    is over all of them, or either count is unknown."""
     if n is None or seeds is None or pd.isna(n) or pd.isna(seeds) or n >= seeds:
         return ""
     return f" ({int(n)} of {int(seeds)} seeds)"

@@ -96,7 +96,7 @@ def cost_table(summary: pd.DataFrame, copied: set[str] | None = None) -> pd.Data
         table[name] = [
             mean_std(m, sd, digits)
             + (f" {DAGGER}" if flag and pd.notna(m) else "")
-            + (f" ({n} of {seeds} seeds)" if pd.notna(m) and n < seeds else "")
+            + (over_fewer_seeds(n, seeds) if pd.notna(m) else "")
             for m, sd, flag, n, seeds in zip(rows[column], std, flags, counts, rows["seeds"])
         ]
     table["seeds"] = rows["seeds"]
@@ -128,9 +128,13 @@ def cost_front(summary: pd.DataFrame) -> str:
         for idx, r in front.iterrows():
             length = r.get(axis)
             peak = r.get("train_peak_mb")
-            mark = (f" {DAGGER}" if contended[idx] else "") + over_fewer_seeds(r, f"{STEP}_seeds")
+            mark = (f" {DAGGER}" if contended[idx] else "") + over_fewer_seeds(
+                r.get(f"{STEP}_seeds"), r.get("seeds")
+            )
             peak_text = (
-                "" if pd.isna(peak) else f"{peak:.1f}" + over_fewer_seeds(r, "train_peak_mb_seeds")
+                ""
+                if pd.isna(peak)
+                else f"{peak:.1f}" + over_fewer_seeds(r.get("train_peak_mb_seeds"), r.get("seeds"))
             )
             lines.append(
                 f"| {'' if length is None or pd.isna(length) else length} | {r['model']} | {r[VAL_BLEU]:.2f} | "
