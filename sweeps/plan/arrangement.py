@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_modules.presets import PRESETS
-from sweeps.plan.fusion import FusionPlan, Slot, member_shape
+from sweeps.plan.fusion import FusionPlan, Group, Slot, balanced_chunks, member_shape
 from sweeps.plan.mps import MpsPlan
 from sweeps.plan.mps import per_gpu as shares_per_gpu
 from sweeps.plan.step_costs import (
@@ -127,8 +127,8 @@ def plan_arrangement(
     steps = {i: int(p.trainer.get("max_steps") or 1) for i, p in enumerate(units)}
     groups = [g for g in fusion.groups if g.name is not None]
     lone = [g.slots[0] for g in fusion.groups if g.name is None]
-    if not fusion.groups:  # a configuration's seeds: sized when Optuna asks (fusion.seed_chunks)
-        lone = list(_every_slot(sweep))
+    if not fusion.groups:  # configurations judged over seeds: their groups made as Optuna asks
+        groups, lone = seed_groups(sweep, fusion)
     base = baseline_of(sweep.spec)
     if base and sweep.has_search:  # a relative constraint's baseline per unit, trained alone
         lone += [Slot(i, BASELINE_SAMPLE) for i in range(len(units))]
@@ -412,9 +412,26 @@ def graphs_problem(sweep: Any) -> str | None:
     return None
 
 
-def _every_slot(sweep: Any) -> list[Any]:
+def seed_groups(sweep: Any, fusion: FusionPlan) -> tuple[list[Group], list[Slot]]:
+    """The fused groups and lone trials of a sweep whose configurations are judged over seeds
+    (``fusion.seed_chunks``): each configuration's seeds in the chunks Optuna's configurations
+    train in (:func:`~sweeps.plan.fusion.configuration_member`), a chunk of one alone; every trial
+    alone where no seed fuses."""
     samples = sweep.spec.num_samples if sweep.has_search else 1
-    return [Slot(i, s) for i in range(len(sweep.plans)) for s in range(samples)]
+    if not fusion.active:
+        return [], [Slot(i, s) for i in range(len(sweep.plans)) for s in range(samples)]
+    groups: list[Group] = []
+    lone: list[Slot] = []
+    for cell in sweep.cells:
+        units = [i for i, p in enumerate(sweep.plans) if p.cell == cell]
+        for sample in range(samples):
+            for chunk in balanced_chunks(units, fusion.cap):
+                slots = tuple(Slot(i, sample) for i in chunk)
+                if len(slots) > 1:
+                    groups.append(Group(f"{cell.name}#{sample}", slots))
+                else:
+                    lone += slots
+    return groups, lone
 
 
 def _length_entry(costs: DeviceCosts, preset: str) -> dict[str, Any]:

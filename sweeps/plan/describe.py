@@ -278,6 +278,8 @@ def trial_table(plan: Any) -> str:
     a = plan.arrangement
     # (groups the arrangement dissolved are no longer named: their trials train alone)
     grouped = {s.unit for g in plan.fusion.groups if g.name is not None for s in g.slots}
+    if plan.fusion.seed_chunks and plan.fusion.active:  # every configuration's seeds fused
+        grouped = set(range(len(sweep.plans)))
     samples = sweep.spec.num_samples if sweep.has_search else 1
     rows = [("#", "cell", "seed", "samples", "resources")]
     rows += [

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps.plan.arrangement import Arrangement, arrangement_mps, local_gpu_name, plan_arrangement
+from sweeps.plan.arrangement import (
+    Arrangement,
+    arrangement_mps,
+    local_gpu_name,
+    plan_arrangement,
+    seed_groups,
+)
 from sweeps.plan.cost import estimated_cost
 from sweeps.plan.estimate import launch_lines
 from sweeps.plan.folders import (
@@ -129,9 +135,10 @@ def build_plan(sweep: Sweep, output: Path, gpu_name: str | None = None) -> Sweep
         gpu_name = spec.resources.gpu_kind or gpu_name or None
     fusion = plan_fusion(sweep, warm, unfusable, gpu_name)
     arrangement = plan_arrangement(sweep, fusion, gpu_name)
-    if arrangement is not None and arrangement.chosen and fusion.fused and not arrangement.fused:
+    if arrangement is not None and arrangement.chosen and fusion.active and not arrangement.fused:
+        planned = len(fusion.fused) or len(seed_groups(sweep, fusion)[0])
         fusion = fusion.dissolved(
-            f"its {len(fusion.fused)} fused group(s) are planned, but the GPU arrangement trains "
+            f"its {planned} fused group(s) are planned, but the GPU arrangement trains "
             "every trial alone, cheaper by the measured costs (below); a number for "
             "resources.gpu keeps the groups"
         )

@@ -396,3 +396,56 @@ def test_no_cell_is_graphed_where_one_cannot_replay_a_graph():
     assert graphed()
     assert not graphed("grid.trainer.accumulate_grad_batches=[1, 2]")
     assert not graphed("grid.trainer.precision=[32-true, bf16-mixed]")
+
+
+TUNE_OPTUNA = ROOT / "sweeps" / "tune_optuna.yaml"
+
+
+def test_a_configuration_s_fused_seeds_are_costed_and_reserved_as_groups(tmp_path):
+    """Configurations judged over seeds fuse each configuration's seeds (made as Optuna asks):
+    the arrangement costs those groups, not the seeds as trials alone. Where the groups win (the
+    H200, 16 seeds), each holds a GPU of its own and its members 1/16 of it, as the dry run says;
+    where trials alone win (the H100, 3 seeds), the groups are dissolved and no seed fuses."""
+    from sweeps.plan.describe import describe
+
+    over_seeds = [
+        "resources.gpu=auto",
+        "resources.cpu=2",
+        "early_terminate.type=none",  # (ASHA pauses seeds at its rungs: they would train alone)
+    ]
+    seeds16 = "seeds.values=[" + ",".join(map(str, range(16))) + "]"
+    sweep = load_spec(
+        TUNE_OPTUNA,
+        profile="over-seeds",
+        overrides=[*over_seeds, seeds16, "resources.gpu_kind=NVIDIA H200"],
+    )
+    plan = build_plan(sweep, tmp_path)
+    a = plan.arrangement
+    configs = len(sweep.cells) * sweep.spec.num_samples
+    assert plan.fusion.active and a.fused and (a.groups, a.lone) == (configs, 0)
+    assert (a.group_gpu, a.group_cpu, a.graphs, a.mps) == (1.0, 1.0, False, False)
+    assert a.speedup > 5  # a group of 16 on one GPU, against one eager trial per GPU
+    settings = make_settings(plan, "disabled", ClusterFit(gpu=1.0, max_concurrent_trials=8))
+    member = {"fused_with": "attention-bahdanau#0", "fused_member": "3/16"}
+    per_trial = {"cpu": settings.resources.cpu, "gpu": settings.resources.gpu}
+    assert _member_bundle(per_trial, settings.lone, member).bundles[0] == {
+        "CPU": 0.0625,
+        "GPU": 0.0625,
+    }
+    text = "\n".join(describe(plan))
+    assert set(resources_column(plan)) == {"cpu=1 gpu=1"}
+    assert f"{configs} fused group(s), each on a GPU of its own" in text
+    assert "each group holding one trial's resources (cpu=1 gpu=1)" in text
+    # on the H100's table graphed trials alone, 8 to a GPU, beat eager groups of 3
+    sweep3 = load_spec(
+        TUNE_OPTUNA,
+        profile="over-seeds",
+        overrides=[*over_seeds, "resources.gpu_kind=NVIDIA H100 80GB HBM3"],
+    )
+    alone = build_plan(sweep3, tmp_path)
+    assert not alone.fusion.active and not alone.arrangement.fused
+    assert (alone.arrangement.groups, alone.arrangement.lone) == (0, sweep3.num_trials)
+    text = "\n".join(describe(alone))
+    assert f"its {configs} fused group(s) are planned, but the GPU arrangement" in text
+    assert "the fused groups as planned would give" in text
+    assert set(resources_column(alone)) == {"cpu=1 gpu=0.125"}
