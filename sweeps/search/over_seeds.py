@@ -61,6 +61,8 @@ class OverSeeds:
             self.seeds_of.setdefault(u.index, []).append(i)
         #: (cell, configuration number) -> its Optuna trial, its seeds' outcomes and curve
         self.configurations: dict[tuple[int, int], dict[str, Any]] = {}
+        #: (cell, number) of a configuration told FAIL -> (number, storage id) of its retry
+        self.retries: dict[tuple[int, int], tuple[int, int]] = {}
 
     # -- the studies ---------------------------------------------------------------------------
 
@@ -145,10 +147,53 @@ class OverSeeds:
             self.objective.report(self.journal, storage_id, step, full[str(step)], full)
 
     def retried(self, searcher: Any, trial_id: str, ticket: Ticket, config: dict) -> Ticket:
-        """A seed told FAIL runs again on ``--resume``: it stays its configuration's seed. Where
-        the configuration was told FAIL already (every seed had ended), Optuna keeps FAIL: its
-        seeds' outcomes would have to be told again as a new trial, which is not done."""
-        return ticket
+        """A seed that failed runs again on ``--resume`` (``resume_errored``). While its
+        configuration waits for other seeds, it stays the configuration's seed and its retry's
+        outcome replaces the failed one. Where the configuration was told ``FAIL`` (every seed had
+        ended), Optuna takes no later tell: the configuration goes on as a new Optuna trial of the
+        same parameters (``retry_of`` the failed one, which stays ``FAIL``), holding the other
+        seeds' outcomes and curve, told once its retried seeds end. Every seed retried in this
+        launch joins the one new trial."""
+        i, number, storage_id = ticket
+        cell = self.units[i].index
+        key = (cell, number)
+        if storage_id is None or key not in self.configurations:
+            return ticket
+        seed = str(self.units[i].seed)
+        again = self.retries.get(key)
+        if again is None:
+            old = self.journal.trial(storage_id)
+            if old.state != optuna.trial.TrialState.FAIL:
+                return ticket  # not told yet
+            study = self.cell_study(cell)
+            study.enqueue_trial(old.params, user_attrs={"retry_of": old.number})
+            trial = self.objective.ask(study, self.space, cell)
+            self.objective.on_ask(trial, {**self.units[i].config, **trial.params})
+            trial.set_user_attr("objective", self.how)
+            entry = self.configurations[key]
+            again = self.retries[key] = (trial.number, trial._trial_id)
+            self.configurations[(cell, trial.number)] = {
+                "params": dict(trial.params),
+                "storage_id": trial._trial_id,
+                "outcomes": dict(entry["outcomes"]),
+                "curve": {step: dict(at) for step, at in entry["curve"].items()},
+            }
+            for s, outcome in entry["outcomes"].items():
+                shown = {k: v for k, v in outcome.items() if k != "violations"}
+                self.journal.set_attr(trial._trial_id, f"seed={s}", shown)
+            n = len(self.seeds_of[cell])
+            full = {
+                step: self.objective.aggregate(list(at.values()), self.how)
+                for step, at in sorted(entry["curve"].items(), key=lambda kv: int(kv[0]))
+                if len(at) == n
+            }
+            for step, value in full.items():
+                self.objective.report(self.journal, trial._trial_id, int(step), value, full)
+        number, new_id = again
+        self.configurations[(cell, number)]["outcomes"].pop(seed, None)  # its retry's is to come
+        fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
+        self.journal.set_attr(new_id, f"seed={seed}", {"ray_trial_id": trial_id, **fused})
+        return Ticket(i, number, new_id)
 
     def ended(
         self,
@@ -168,7 +213,9 @@ class OverSeeds:
         result = result or {}
         value = None if error else self.objective.value(config, result)
         step = int(result.get("step", 0) or 0)
-        label = f"{unit.config['cell']}#{number}"
+        # the rung rule's label: the configuration's number in the trial's config (a retry's
+        # Optuna trial has another)
+        label = f"{unit.config['cell']}#{config.get('configuration', number)}"
         stopped_at = searcher.rung_state.get("stopped", {}).get(label)
         if value is None and isinstance(stopped_at, int) and not error:
             # a seed stopped while it waited at the rung (no result of its own here): its report there
@@ -259,9 +306,14 @@ class OverSeeds:
                 self.journal.fail_running(self.cell_study(cell), keep)
 
     def state(self) -> dict[str, Any]:
-        return {"configurations": self.configurations, "objective": self.objective.state()}
+        return {
+            "configurations": self.configurations,
+            "retries": self.retries,
+            "objective": self.objective.state(),
+        }
 
     def load(self, state: dict[str, Any] | None) -> None:
         state = state or {}
         self.configurations = state.get("configurations", {})
+        self.retries = state.get("retries", {})  # absent in older states
         self.objective.load(state.get("objective"))

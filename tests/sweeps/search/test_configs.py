@@ -90,6 +90,49 @@ def test_a_configuration_runs_on_every_seed_and_optuna_is_told_its_mean(tmp_path
     assert sorted(optuna.get_all_study_names(searcher.scope.journal.storage)) == ["s/c0", "s/c1"]
 
 
+def test_a_configuration_told_fail_whose_seed_a_resume_finishes_is_told_as_a_retry(tmp_path):
+    """A seed that failed made its configuration FAIL in Optuna once every seed had ended; on
+    --resume the seed runs again and finishes, and Optuna, which takes no later tell, kept FAIL
+    while results.csv said done. The configuration goes on as a new trial of the same values
+    (retry_of the failed one), with the other seed's outcome and curve, told the mean."""
+    import pickle
+
+    import optuna
+
+    searcher = _searcher(tmp_path)
+    first, _ = searcher.suggest("t1"), searcher.suggest("t2")
+    searcher.on_trial_result("t1", {"val/bleu": 4.0, "step": 10})
+    searcher.on_trial_result("t2", {"val/bleu": 6.0, "step": 10})
+    searcher.on_trial_complete("t1", {"val/bleu": 10.0, "step": 30})
+    searcher.on_trial_complete("t2", None, error=True)  # failed past its retries: error
+    (failed,) = searcher.scope.cell_study(0).trials
+    assert failed.state == optuna.trial.TrialState.FAIL
+    saved = str(tmp_path / "searcher.pkl")
+    searcher.save(saved)
+    resumed = pickle.loads(pickle.dumps(searcher))  # --resume (resume_errored): t2 runs again
+    resumed.restore(saved)
+    assert resumed.scope.held() == {resumed.live["t2"].storage_id}  # RUNNING until t2 ends
+    resumed.on_trial_result("t2", {"val/bleu": 8.0, "step": 20})
+    resumed.on_trial_complete("t2", {"val/bleu": 14.0, "step": 30})
+    old, retry = resumed.scope.cell_study(0).trials
+    assert old.state == optuna.trial.TrialState.FAIL  # as it was
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.value == 12.0
+    assert retry.params == old.params == {"lr": first["lr"]} and retry.user_attrs["retry_of"] == 0
+    assert retry.user_attrs["seed=0"] == old.user_attrs["seed=0"]  # t1's outcome, carried over
+    assert retry.user_attrs["seed=1"]["ray_trial_id"] == "t2"
+    assert retry.user_attrs["seed=1"]["state"] == "COMPLETE"
+    assert retry.intermediate_values == {10: 5.0, 30: 12.0}
+    assert retry.user_attrs["seed_values"] == [10.0, 14.0]
+    # a configuration not yet told keeps its trial: a seed's retry replaces its failed outcome
+    (tmp_path / "again").mkdir()
+    again = _searcher(tmp_path / "again")
+    for trial_id in ("u1", "u2"):
+        again.suggest(trial_id)
+    again.on_trial_complete("u1", None, error=True)  # u2 still running
+    ticket = again.live.get("u1") or again.errored["u1"][0]
+    assert again.scope.retried(again, "u1", ticket, {}) == ticket
+
+
 def test_paused_seeds_hold_no_slot_of_the_searchers_limit(tmp_path):
     searcher = _searcher(tmp_path, limit=1)
     assert searcher.suggest("t1") is not None
