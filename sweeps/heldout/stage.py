@@ -85,6 +85,12 @@ def _record_path(trial_dir: str, out_dir: Path, trial_id: str) -> Path:
     return folder / HELDOUT_FILE
 
 
+def evaluated_before(plans: Mapping[str, tuple[Any, str]], out_dir: Path) -> list[str]:
+    """The trials of ``plans`` ({trial id: (plan, folder)}) with a held-out record on disk: those
+    a launch evaluated, chosen then or not now."""
+    return [t for t, (_, folder) in plans.items() if _record_path(folder, out_dir, t).is_file()]
+
+
 def _present(value: Any) -> bool:
     try:
         return value is not None and float(value) == float(value)

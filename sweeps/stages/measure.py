@@ -5,7 +5,12 @@
 
 from __future__ import annotations
 
-from sweeps.heldout.stage import evaluate_chosen_trials, mark_not_evaluated, stopped_rows
+from sweeps.heldout.stage import (
+    evaluate_chosen_trials,
+    evaluated_before,
+    mark_not_evaluated,
+    stopped_rows,
+)
 from sweeps.layout import HELDOUT_FILE, TIMING_FILE
 from sweeps.stages.launch_state import Launch
 from sweeps.stages.publish import publish_heldout, publish_timings
@@ -35,7 +40,8 @@ def evaluate_heldout(launch: Launch) -> None:
         return
     reused = launch.warm.reused_ids() if launch.warm else ()
     here = {t: v for t, v in tested.items() if t not in reused}
-    publish_heldout(here, launch.settings, launch.journal)
+    dropped = [t for t in evaluated_before(launch.plans, launch.out_dir) if t not in tested]
+    publish_heldout(here, launch.settings, launch.journal, [t for t in dropped if t not in reused])
 
 
 def timing_left(launch: Launch) -> None:

@@ -188,10 +188,22 @@ def publish_failed(
 
 
 def publish_heldout(
-    results: Mapping[str, Mapping[str, float]], settings: Any, journal: Path | None
+    results: Mapping[str, Mapping[str, float]],
+    settings: Any,
+    journal: Path | None,
+    dropped: Collection[str] = (),
 ) -> None:
-    """The held-out stage's test figures (``test/bleu`` ...), as the study attribute ``heldout``."""
+    """The held-out stage's test figures (``test/bleu`` ...), as the study attribute ``heldout``.
+    ``dropped``: trials an earlier launch evaluated whose figures results.csv no longer holds (a
+    resume chose another trial): their W&B summaries' test figures become null and their entries
+    leave the study attribute."""
     publish_figures(results, settings, journal, "heldout", "heldout")
+    if not dropped:
+        return
+    cleared = {str(t): dict.fromkeys(TEST_COLUMNS) for t in dropped}
+    publish_figures(cleared, settings, None, None, "heldout")
+    if journal is not None and journal.exists():
+        record_trial_attrs(str(journal), "heldout", {}, drop=set(cleared))
 
 
 def publish_configurations(rows: list[dict], settings: Any, spec: Any) -> dict[str, dict[str, Any]]:
@@ -226,12 +238,16 @@ def publish_configurations(rows: list[dict], settings: Any, spec: Any) -> dict[s
     return out
 
 
-def record_trial_attrs(journal: str, attr: str, values: dict[str, dict[str, Any]]) -> int:
+def record_trial_attrs(
+    journal: str, attr: str, values: dict[str, dict[str, Any]], drop: Collection[str] = ()
+) -> int:
     """Put figures measured after the Tune run (by Ray trial id) on each Optuna study as its user
     attribute ``attr``: ``{trial number: figures}`` (a configuration judged over seeds:
-    ``{"<number>/seed=<s>": figures}``). Returns how many trials they reached."""
+    ``{"<number>/seed=<s>": figures}``); the entries of the trials in ``drop`` are taken out.
+    Returns how many trials they reached."""
     storage = JournalStorage(JournalFileBackend(journal))
     reached = 0
+    values = {**values, **dict.fromkeys(drop)}
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
         found = {}
@@ -246,7 +262,8 @@ def record_trial_attrs(journal: str, attr: str, values: dict[str, dict[str, Any]
                 if tid in values:
                     found[str(t.number) + (f"/{seed}" if seed else "")] = values[tid]
         if found:
-            study.set_user_attr(attr, {**study.user_attrs.get(attr, {}), **found})
+            kept = {**study.user_attrs.get(attr, {}), **found}
+            study.set_user_attr(attr, {k: v for k, v in kept.items() if v is not None})
             reached += len(found)
     return reached
 

@@ -44,6 +44,7 @@ RUNS = {
     "early001": 1,
     "good0002": 2,
     "sync0001": 2,
+    "held0001": 2,
 }
 
 
@@ -282,6 +283,40 @@ def test_a_stopped_trials_run_says_what_results_csv_says(made, tmp_path, capsys)
     assert inspect(done)["summary"]["val/bleu"] == 2.0
     assert sorted(p.name for p in nolog.iterdir()) == ["files"]
     assert "could not" not in capsys.readouterr().err
+
+
+@pytest.mark.train
+def test_test_figures_of_a_trial_no_longer_chosen_leave_its_run_and_its_study(made, tmp_path):
+    """A resume that chose another trial (an errored one finished better) leaves the earlier
+    choice's row without test figures in results.csv: its W&B summary's test figures become null
+    and its entry leaves the study's ``heldout`` attribute, the new choice's goes in."""
+    from types import SimpleNamespace
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.stages.publish import publish_heldout
+
+    before = offline_run(made, "held0001", tmp_path)
+    add_offline_summary(before, {"test/bleu": 41.0, "test/loss": 1.5})
+    journal = tmp_path / "optuna.journal"
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    study = optuna.create_study(study_name="s/c", storage=storage, direction="maximize")
+    for number, tid in enumerate(("held0001", "next0001")):
+        trial = study.ask()
+        trial.set_user_attr("ray_trial_id", tid)
+        study.tell(trial, 40.0 + number)
+    study.set_user_attr("heldout", {"0": {"test/bleu": 41.0, "test/loss": 1.5}})
+    settings = SimpleNamespace(
+        wandb=SimpleNamespace(mode="offline", project=None, entity=None), wandb_dir=str(tmp_path)
+    )
+    publish_heldout({"next0001": {"test/bleu": 44.0}}, settings, journal, dropped=["held0001"])
+    summary = inspect(before)["summary"]
+    assert summary.get("test/bleu") is None and summary.get("test/loss") is None, summary
+    assert summary["val/bleu"] == 1.0  # its own figures stay
+    held = optuna.load_study(study_name="s/c", storage=storage).user_attrs["heldout"]
+    assert held == {"1": {"test/bleu": 44.0}}
 
 
 @pytest.mark.train
