@@ -293,6 +293,12 @@ def trial_table(plan: Any) -> str:
         lines.append(
             "resources: on GPUs as the GPU arrangement below reserves them (resources.gpu auto); "
             f"where Ray offers no GPU every trial trains on the CPU with cpu={r.cpu:g}"
+            + (
+                f", a fused group (up to {plan.fusion.cap} members) cpu={r.cpu:g} for all its "
+                "members"
+                if plan.fusion.active
+                else ""
+            )
         )
     search = ""
     if sweep.has_search:

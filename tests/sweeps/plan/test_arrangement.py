@@ -436,6 +436,10 @@ def test_a_configuration_s_fused_seeds_are_costed_and_reserved_as_groups(tmp_pat
     assert set(resources_column(plan)) == {"cpu=1 gpu=1"}
     assert f"{configs} fused group(s), each on a GPU of its own" in text
     assert "each group holding one trial's resources (cpu=1 gpu=1)" in text
+    # without a GPU the groups as planned hold the sweep file's CPUs
+    assert "on the CPU with cpu=2, a fused group (up to 16 members) cpu=2 for all its" in text
+    no_gpu = make_settings(plan, "disabled", ClusterFit(gpu=0.0, max_concurrent_trials=8))
+    assert (no_gpu.resources.cpu, no_gpu.resources.gpu) == (2, 0)
     # on the H100's table graphed trials alone, 8 to a GPU, beat eager groups of 3
     sweep3 = load_spec(
         TUNE_OPTUNA,
