@@ -47,6 +47,11 @@ except ImportError:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1  # bump when the on-disk layout or the encoding options change
+#: the threads sentencepiece's unigram trainer runs on, whatever the machine: its pieces depend on
+#: how many threads split the work (16 and 1 give 56 of 2,000 pieces apart on the 10k-pair sample),
+#: not on the cores, and the cache key (a checkpoint's vocabulary id) cannot tell them apart. The
+#: BPE trainer's pieces do not depend on it, so it uses the threads asked for.
+UNIGRAM_THREADS = 16
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,6 +174,8 @@ def bpe_cache_key(
         normalization="identity",
         byte_fallback=True,
     )
+    if any(crlf_lines(p) for p in train_files):  # trained without the \r (ensure_bpe_model)
+        spec["line_ends"] = "crlf stripped"
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -188,7 +195,10 @@ def ensure_bpe_model(
     byte fallback is on, so ``decode(encode(line)) == line`` for any UTF-8 line. At most
     ``sample_sentences`` lines (sampled by sentencepiece) are used for training, so a 52M-pair
     corpus does not have to fit in memory. ``hard_vocab_limit`` is off: a small corpus yields a
-    smaller vocabulary instead of an error; read the real size from the model.
+    smaller vocabulary instead of an error; read the real size from the model. ``num_threads``: the
+    BPE trainer's (default: the CPUs, at most 16); the unigram trainer's are
+    :data:`UNIGRAM_THREADS`. The trainer reads the lines as encoding does (:func:`iter_lines`:
+    without a line's ``\r``).
 
     Returns:
         (path of the ``.model`` file, True if it was found in the cache, False if trained now)
@@ -211,8 +221,14 @@ def ensure_bpe_model(
         tmpdir = tempfile.mkdtemp(prefix=f".bpe-{key}-", dir=cache_dir)
         try:
             prefix = os.path.join(tmpdir, "m")
-            threads = num_threads or min(os.cpu_count() or 1, 16)
-            if any("," in p for p in train_files):  # sentencepiece splits input= on commas
+            threads = (
+                UNIGRAM_THREADS
+                if model_type == "unigram"
+                else num_threads or min(os.cpu_count() or 1, 16)
+            )
+            # sentencepiece splits input= on commas, and its reader keeps a line's \r, which
+            # encoding strips (CRLF files gave the model pieces no encoded line holds)
+            if any("," in p or crlf_lines(p) for p in train_files):
                 inputs = {"sentence_iterator": _chain_lines(train_files)}
             else:
                 inputs = {"input": ",".join(train_files)}
@@ -296,6 +312,12 @@ def _discard_token_caches(cache_dir: str, model_name: str) -> None:
             with file_lock(directory + ".lock"):
                 if os.path.exists(directory):
                     discard(directory, cache_dir)
+
+
+def crlf_lines(path: str, head: int = 1 << 16) -> bool:
+    """Whether the file's lines end in ``\\r\\n`` (Windows line endings), judged by its first bytes."""
+    with open(path, "rb") as fh:
+        return b"\r\n" in fh.read(head)
 
 
 def _chain_lines(paths: Sequence[str]) -> Iterator[str]:

@@ -7,6 +7,7 @@ not compressed; line-aligned), and why a split has no pair left after filtering.
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Sequence
 
@@ -133,6 +134,15 @@ def not_text(path: str) -> str | None:
         return (
             f"{path} is not UTF-8 text: it has NUL bytes in its first {HEAD_BYTES // 1024} KiB "
             "(UTF-16, or a binary file); write it as UTF-8, one sentence per line"
+        )
+    try:  # (a character cut by the end of the head is not an error: final=False)
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError as exc:
+        line = head[: exc.start].count(b"\n") + 1
+        return (
+            f"{path} is not UTF-8 text: byte 0x{head[exc.start]:02x} on line {line} is not UTF-8 "
+            "(Latin-1 or Windows-1252?), and would be read as U+FFFD; convert it, e.g. "
+            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8 && mv {path}.utf8 {path}`"
         )
     return None
 

@@ -858,6 +858,62 @@ def test_a_compressed_or_non_utf8_file_is_named_before_the_line_counts(
     assert not list((tmp_path / "cache").glob("bpe-*"))
 
 
+def test_a_latin_1_file_is_refused_naming_the_conversion(tmp_path):
+    """A Latin-1 train.de passed every check: read with U+FFFD for each byte that is not UTF-8,
+    it trained a BPE model and scored BLEU with every umlaut replaced."""
+    data = copy_tiny(tmp_path / "data", ALL_TINY)
+    path = data / "train.de"
+    text = path.read_text(encoding="utf-8")
+    path.write_bytes(text.encode("latin-1", errors="replace"))
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if not line.isascii())
+    with pytest.raises(ValueError) as err:
+        make_dm(tmp_path / "cache", data_dir=data).prepare_data()
+    message = str(err.value)
+    assert message.startswith(f"WMT17DataModule(pair='en-de'): train file {path} is not UTF-8 text")
+    assert f"on line {first} is not UTF-8 (Latin-1 or Windows-1252?)" in message
+    assert f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8 && mv {path}.utf8 {path}`" in message
+    assert not list((tmp_path / "cache").glob("bpe-*"))
+
+
+def test_a_unigram_model_is_the_same_whatever_the_threads_asked_for(tmp_path):
+    """sentencepiece's unigram pieces depend on how many threads split its work (1 and 16 gave 4
+    of the tiny corpus's 800 pieces apart), and the threads were the machine's CPUs or the
+    datamodule's encode_threads: two nodes trained two vocabularies under one vocabulary id."""
+    from datamodules.bpe import ensure_bpe_model, load_sentencepiece
+
+    files = [str(TINY / "train.en"), str(TINY / "train.de")]
+    pieces = []
+    for threads in (1, 16):
+        model, _ = ensure_bpe_model(
+            files, str(tmp_path / str(threads)), VOCAB, "unigram", num_threads=threads
+        )
+        sp = load_sentencepiece(model)
+        pieces.append([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+    assert pieces[0] == pieces[1]
+
+
+def test_windows_line_endings_train_the_model_encoding_reads(tmp_path):
+    """The BPE trainer read CRLF files with each line's \\r, which encoding strips: the model
+    held pieces ending in \\r that no encoded line uses, under the key of the LF files' model.
+    It trains on the lines encoding reads, under a key of its own."""
+    from datamodules.bpe import bpe_cache_key, ensure_bpe_model, load_sentencepiece
+
+    lf = copy_tiny(tmp_path / "lf", ("train.en", "train.de"))
+    crlf = copy_tiny(tmp_path / "crlf", ("train.en", "train.de"))
+    for name in ("train.en", "train.de"):
+        path = crlf / name
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    files = {d: [str(d / "train.en"), str(d / "train.de")] for d in (lf, crlf)}
+    models = {d: ensure_bpe_model(files[d], str(tmp_path / d.name), VOCAB)[0] for d in files}
+    pieces = {
+        d: [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        for d, sp in ((d, load_sentencepiece(m)) for d, m in models.items())
+    }
+    assert not [p for p in pieces[crlf] if "\r" in p]
+    assert pieces[crlf] == pieces[lf]
+    assert bpe_cache_key(files[crlf], VOCAB) != bpe_cache_key(files[lf], VOCAB)
+
+
 @pytest.mark.parametrize("split", ["valid", "test"])
 def test_an_evaluation_split_of_blank_lines_is_refused_in_setup(dm, tmp_path, split):
     """Validation files of blank lines passed setup (a logged warning only) and the first
