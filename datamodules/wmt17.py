@@ -29,8 +29,12 @@ for files) means the text is Moses-tokenized, so ``ids_to_text`` gives tokenized
 copy: ``hf_train``/``hf_eval`` take any name or folder ``datasets.load_dataset`` accepts): the
 training corpus from ``wmt/wmt17`` and validation/test from ``wmt/wmt16`` (whose validation/test are
 newstest2015/newstest2016, newsdev2016/newstest2016 for tr), config ``<xx>-en``, writes them to the
-layout above, and goes on identically. That text is not tokenized (``moses_tokenized`` defaults to
-False there, and ``detokenize`` is then the identity).
+layout above, and goes on identically. Two of Hugging Face's splits are not the release's
+(:func:`hf_deviations`, logged as a warning): fi-en's test split is newstest2016 with both of its
+references (newstestB2016 too: each source twice, 6,000 lines), and cs-en's training corpus leaves
+out CzEng (about 1M pairs against the release's ~52M); the ``fetch`` command gets the paper's. That text is not tokenized (``moses_tokenized`` defaults to
+False there, ``detokenize`` is then the identity, and ``val/bleu`` is sacreBLEU's score, as
+``val/sacrebleu``: BLEU on untokenized words would count "house." and "house" apart).
 
 Caches (``cache_dir``, default ``<data_dir>/.cache``): the sentencepiece model, keyed by the content
 of the two training files (order-free, so en-de and de-en share it), the vocabulary size and the
@@ -598,8 +602,9 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         return self._detok(text)
 
     def bleu(self, hyps: Sequence[str], refs: Sequence[str]) -> dict:
-        """:func:`~datamodules.wmt_text.bleu_scores` with this datamodule's detokenizer."""
-        return bleu_scores(hyps, refs, self.detokenize)
+        """:func:`~datamodules.wmt_text.bleu_scores` with this datamodule's detokenizer (text that
+        is not Moses-tokenized is scored with sacreBLEU's tokenizer both ways)."""
+        return bleu_scores(hyps, refs, self.detokenize, tokenized=self.moses_tokenized)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -618,6 +623,8 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
             f"source='files'.\n{self._layout()}",
         )
         config = f"{other_language(self.pair)}-en"
+        for deviation in hf_deviations(self.pair, self.splits):
+            log.warning("WMT17DataModule(source='hf'): %s", deviation)
         os.makedirs(self.data_dir, exist_ok=True)
         with file_lock(os.path.join(self.data_dir, ".hf-download.lock")):
             for split in self.splits:
@@ -633,6 +640,28 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
                     name, config, split=hf_split, cache_dir=self.hf_cache_dir
                 )
                 _write_parallel(ds, paths)
+
+
+def hf_deviations(pair: str, splits: Sequence[str]) -> list[str]:
+    """Where Hugging Face's splits (``source="hf"``) of ``pair`` are not the WMT'17 release's, for
+    the ``splits`` loaded: one line each, naming the way to the release's."""
+    other = other_language(pair)
+    fetch = (
+        f"for the release's, `python -m datamodules.wmt17 fetch --pair {pair}` and source='files'"
+    )
+    out = []
+    if other == "fi" and "test" in splits:
+        out.append(
+            "Hugging Face's fi-en test split is newstest2016 with both of its references "
+            "(newstest2016 and newstestB2016: each source twice, 6,000 lines), so test BLEU is "
+            f"not newstest2016's published protocol; {fetch}"
+        )
+    if other == "cs" and "train" in splits:
+        out.append(
+            "Hugging Face's cs-en training corpus leaves out CzEng (a manual download there): "
+            f"about 1M pairs against the release's ~52M; {fetch}"
+        )
+    return out
 
 
 @functools.cache

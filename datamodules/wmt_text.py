@@ -149,11 +149,14 @@ def bleu_scores(
     refs: Sequence[str],
     detokenize: Callable[[str], str] | None = None,
     lang: str = "en",
+    tokenized: bool = True,
 ) -> dict:
     """Corpus BLEU two ways, from tokenized hypotheses and tokenized references.
 
     ``bleu``: sacrebleu with ``tokenize="none"`` on the tokenized text (what ``multi-bleu.perl``
-    reports on Moses-tokenized data). ``sacrebleu``: detokenize both sides, then sacrebleu's
+    reports on Moses-tokenized data); on text that is not tokenized (``tokenized`` False: words
+    would keep their punctuation) sacrebleu's ``13a`` tokenization, so it equals ``sacrebleu``
+    there. ``sacrebleu``: detokenize both sides, then sacrebleu's
     default ``13a`` tokenization; ``signature`` is its reproducibility signature. Detokenized
     references stand in for the raw reference files, so report the result as an approximation.
     ``detokenize`` defaults to ``make_detokenizer("sacremoses", lang)``.
@@ -166,7 +169,7 @@ def bleu_scores(
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
     detok = detokenize or make_detokenizer("sacremoses", lang)
-    tok_metric = BLEU(tokenize="none")
+    tok_metric = BLEU(tokenize="none" if tokenized else "13a")
     tok = tok_metric.corpus_score(list(hyps), [list(refs)])
     sb_metric = BLEU()
     sb = sb_metric.corpus_score([detok(h) for h in hyps], [[detok(r) for r in refs]])

@@ -333,6 +333,18 @@ def test_line_count_mismatch_reports_both_counts(tmp_path):
         make_dm(tmp_path / "cache", data_dir=tmp_path).prepare_data()
 
 
+def test_untokenized_text_is_scored_by_sacrebleus_tokenizer_both_ways(tmp_path):
+    """With text that is not Moses-tokenized (source="hf"'s default), val/bleu was BLEU over
+    untokenized words ("gut." and "gut" apart), neither multi-bleu's figure nor sacreBLEU's."""
+    hyps, refs = ["Es ist gut", "Das Haus ist rot"], ["Es ist gut.", "Das Haus ist rot!"]
+    raw = bleu_scores(hyps, refs, detokenize=lambda t: t, tokenized=False)
+    assert raw["bleu"] == pytest.approx(raw["sacrebleu"]) and "tok:13a" in raw["bleu_signature"]
+    assert bleu_scores(hyps, refs, detokenize=lambda t: t)["bleu"] < raw["bleu"]
+    d = make_dm(tmp_path / "cache", moses_tokenized=False)
+    scores = d.bleu(hyps, refs)
+    assert scores["bleu"] == pytest.approx(raw["bleu"]) and "tok:13a" in scores["bleu_signature"]
+
+
 def test_bleu_of_references_against_themselves_is_100(dm):
     refs = read_lines(str(TINY / "valid.de"))
     scores = bleu_scores(refs, refs)
@@ -1004,3 +1016,16 @@ def test_a_trained_model_refuses_another_bpe_of_the_same_size(dm, tmp_path, quie
     quiet_trainer(use_distributed_sampler=False, limit_val_batches=1).validate(
         loaded, datamodule=same, verbose=False
     )
+
+
+def test_hugging_faces_splits_that_are_not_the_releases_are_named():
+    """source="hf" was said to fetch "the same splits"; fi-en's test split holds newstestB2016's
+    second reference too, and cs-en's training corpus leaves out CzEng."""
+    from datamodules.wmt17 import hf_deviations
+
+    assert hf_deviations("en-de", ["train", "valid", "test"]) == []
+    (fi,) = hf_deviations("fi-en", ["train", "valid", "test"])
+    assert "newstestB2016" in fi and "6,000 lines" in fi and "fetch --pair fi-en" in fi
+    assert hf_deviations("en-fi", ["train", "valid"]) == []  # no test split loaded
+    (cs,) = hf_deviations("en-cs", ["train", "valid"])
+    assert "CzEng" in cs and "source='files'" in cs
