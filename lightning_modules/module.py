@@ -306,7 +306,8 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         longer sources than a position-dependent mechanism was built for."""
         if stage == "fit" and self.hparams.distill_weight > 0:
             check_same_space(self.model, self.teacher().model)
-        if stage == "fit" and self.hparams.init_from_teacher != "none":
+        # (weights of its own, loaded or trained: no copy, so no teacher wanted for one)
+        if stage == "fit" and self.hparams.init_from_teacher != "none" and not self._own_weights:
             self.start_from_teacher(self.teacher())
         datamodule = (
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -316,7 +317,19 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         built = self.model.attention.longest_source
         if data_max is None or built is None:
             return
-        if data_max < built and getattr(self.model.attention, "use_position_encoding", False):
+        if self._own_weights and data_max > built:  # trained weights: their positions are fixed
+            raise ValueError(
+                f"the datamodule's sources are up to {data_max} tokens (incl. EOS) but these "
+                f"weights of {self.hparams.attention!r} attention were trained for "
+                f"max_source_len={built} positions: filter longer sentences out of the data "
+                f"(sources of at most {built} tokens), or train a model with a larger "
+                "max_source_len"
+            )
+        if (
+            data_max < built
+            and not self._own_weights  # a trained model's positions are what they were trained as
+            and getattr(self.model.attention, "use_position_encoding", False)
+        ):
             warnings.warn(
                 f"attention {self.hparams.attention!r} encodes positions for max_source_len="
                 f"{built}, but the datamodule's sources are up to {data_max} tokens (incl. EOS): "
@@ -403,6 +416,9 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.data_vocabulary is not None:
             checkpoint[DATA_VOCABULARY] = dict(self.data_vocabulary)
+        if (positions := self.model.attention.longest_source) is not None:
+            checkpoint[SOURCE_POSITIONS] = positions  # (load_from_checkpoint's kwargs overwrite
+            # the hyperparameters it holds before on_load_checkpoint reads them)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if checkpoint.get(FUSED_MEMBER) is not None and _fitting(self):
@@ -415,6 +431,28 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             )
         if checkpoint.get(DATA_VOCABULARY) is not None:  # absent from older checkpoints
             self.data_vocabulary = dict(checkpoint[DATA_VOCABULARY])
+        self._check_positions(checkpoint.get(SOURCE_POSITIONS))
+
+    def _check_positions(self, trained: int | None) -> None:
+        """Refuse weights trained for another number of source positions (``trained``, recorded
+        in the checkpoint since this version) than this module's mechanism covers
+        (``max_source_len``: memory attention's position encodings, eq. 10's S, are no weights
+        and would change without a word; luong_location's score layer would not load)."""
+        built = self.model.attention.longest_source
+        if built is None or trained is None or int(trained) == built:
+            return
+        raise CheckpointError(
+            f"these weights were trained with {self.hparams.attention!r} attention over "
+            f"max_source_len={trained} source positions, and this module is built for {built}: "
+            + (
+                "memory attention's position encodings (eq. 10, S the longest source) are "
+                "computed from it, so the same weights would be another model"
+                if self.hparams.attention == "memory"
+                else "luong_location's score layer has one output per position"
+            )
+            + f"; load them without overriding max_source_len (sources up to {trained} tokens, "
+            "incl. EOS)"
+        )
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
@@ -422,10 +460,11 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         """:meth:`torch.nn.Module.load_state_dict`; the weights loaded are the module's own from
         then on (``init_from_teacher`` never copies the teacher's encoder over them)."""
         if strict and _location_bias_unbuilt(self, state_dict):
+            stored = {**(self.hparams.attention_kwargs or {}), "bias": True}  # the others kept
             raise CheckpointError(
                 "these weights give luong_location's W_a a bias, which this version builds "
                 "without (Luong's eq. 8 has none; versions up to 0.1.0 had one): load them with "
-                "Seq2SeqModule.load_from_checkpoint(path, attention_kwargs={'bias': True})"
+                f"Seq2SeqModule.load_from_checkpoint(path, attention_kwargs={stored!r})"
             )
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self._own_weights = True
@@ -649,12 +688,13 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         """
         src = batch["src"][:max_items].to(self.device)  # (N, S)
         src_lengths = batch["src_lengths"][:max_items].to(self.device)  # (N,)
-        was_training = self.training
+        modes = [(m, m.training) for m in self.modules()]  # each put back as it was (decode)
         self.eval()
         try:
             trace = self.model.attention_trace(src, src_lengths, self.hparams.max_decode_len)
         finally:
-            self.train(was_training)
+            for m, training in modes:
+                m.training = training
         items = []
         for i in range(src.shape[0]):
             s_len = int(src_lengths[i])
@@ -674,6 +714,9 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
 
 #: the checkpoint key of :attr:`Seq2SeqModule.data_vocabulary`
 DATA_VOCABULARY = "data_vocabulary"
+#: the checkpoint key of the source positions the weights were trained over (the mechanism's
+#: ``longest_source``: luong_location, memory attention with position encodings)
+SOURCE_POSITIONS = "source_positions"
 #: the checkpoint key that marks a fused group's member checkpoint (its step and epoch): it loads
 #: as a plain module's, but its fit loop's counters are a validation's, not a fit's
 FUSED_MEMBER = "fused_member"

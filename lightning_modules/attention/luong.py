@@ -152,12 +152,15 @@ class LuongLocationAttention(Attention):
         return self.max_source_len
 
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
+        # padded wider than the score layer covers: fine while no sentence is (masked columns)
         if memory.shape[1] > self.max_source_len:
-            raise ValueError(
-                f"luong_location scores at most max_source_len={self.max_source_len} positions, but "
-                f"the source has {memory.shape[1]}; build it with a larger max_source_len or filter "
-                "longer sentences out of the data."
-            )
+            longest = int(mask.sum(1).max())
+            if longest > self.max_source_len:
+                raise ValueError(
+                    f"luong_location scores at most max_source_len={self.max_source_len} "
+                    f"positions, but a source has {longest}; build it with a larger "
+                    "max_source_len or filter longer sentences out of the data."
+                )
         return {"memory": memory, "mask": mask}
 
     shares_cache = True
@@ -165,6 +168,9 @@ class LuongLocationAttention(Attention):
     def step(self, query, cache, state, need_weights=False):
         Bc, S = cache["mask"].shape
         G = beam_groups(query, Bc)
-        scores = self.W_a(query)[:, :S].reshape(Bc, G, S)  # (Bc, G, S)
+        scores = self.W_a(query)[:, :S]
+        if S > self.max_source_len:  # padding past the layer's positions: masked out
+            scores = nn.functional.pad(scores, (0, S - self.max_source_len))
+        scores = scores.reshape(Bc, G, S)  # (Bc, G, S)
         ctx, weights = _attend(query, scores, cache, need_weights)
         return ctx, state, weights

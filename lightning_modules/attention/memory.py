@@ -175,12 +175,16 @@ class MemoryAttention(Attention):
         S = memory.shape[1]
         pre = self.W_alpha(memory)  # (B, S, K)
         if self.use_position_encoding:
-            if S > self.max_source_len:
-                raise ValueError(
-                    f"memory attention: the position encodings cover max_source_len={self.max_source_len} "
-                    f"positions, but the source has {S}; build it with a larger max_source_len."
-                )
             pe = self.pe[:, :S].to(pre.dtype)  # (K, S)
+            if S > self.max_source_len:  # padded wider than L covers: fine while no sentence is
+                longest = int(mask.sum(1).max())
+                if longest > self.max_source_len:
+                    raise ValueError(
+                        f"memory attention: the position encodings cover max_source_len="
+                        f"{self.max_source_len} positions, but a source has {longest}; build it "
+                        "with a larger max_source_len, or filter longer sentences out of the data"
+                    )
+                pe = nn.functional.pad(pe, (0, S - self.max_source_len))  # masked columns
             if self.position_encoding_normalization == "sentence":
                 pre = pre * sentence_position_encoding(
                     pe, mask

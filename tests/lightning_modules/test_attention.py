@@ -263,7 +263,9 @@ PADDED = [(name, {}) for name in NAMES] + [
 @pytest.mark.parametrize(("name", "options"), PADDED, ids=[f"{n}{o}" for n, o in PADDED])
 def test_more_padding_in_the_batch_changes_no_context_and_no_weight(name, options, training):
     """A batch padded wider (a longer sentence beside it) gives every step the same context and
-    the same weights over the real positions, and weight exactly 0 past them (float64)."""
+    the same weights over the real positions, and weight exactly 0 past them (float64); so does
+    one padded past the positions luong_location and memory's position encodings cover (16),
+    which they refused though no sentence was longer."""
     if training and name == "monotonic" and options.get("sigmoid_noise", 1.0) != 0:
         pytest.skip("monotonic's training noise draws differ with the width")
     attn = build(name, training=training, **options, **(
@@ -274,7 +276,7 @@ def test_more_padding_in_the_batch_changes_no_context_and_no_weight(name, option
     queries = torch.randn(6, B, H, dtype=torch.float64, generator=g)
     lengths = torch.tensor([9, 5, 2, 1])
     runs = []
-    for extra in (0, 7):
+    for extra in (0, 7, 12):
         wide = torch.cat([memory, torch.randn(B, extra, D, dtype=torch.float64, generator=g)], 1)
         mask = torch.arange(S + extra)[None, :] < lengths[:, None]  # (B, S + extra)
         cache = attn.precompute(wide, mask)
@@ -283,17 +285,24 @@ def test_more_padding_in_the_batch_changes_no_context_and_no_weight(name, option
             ctx, state, weights = attn.step(query, cache, state, need_weights=True)
             steps.append((ctx, weights))
         runs.append(steps)
-    for (ctx, weights), (wide_ctx, wide_weights) in zip(*runs):
-        torch.testing.assert_close(wide_ctx, ctx, rtol=0, atol=1e-12)
-        torch.testing.assert_close(wide_weights[:, :S], weights, rtol=0, atol=1e-12)
-        assert torch.all(wide_weights[:, S:] == 0)
+    for wider in runs[1:]:
+        for (ctx, weights), (wide_ctx, wide_weights) in zip(runs[0], wider):
+            torch.testing.assert_close(wide_ctx, ctx, rtol=0, atol=1e-12)
+            torch.testing.assert_close(wide_weights[:, :S], weights, rtol=0, atol=1e-12)
+            assert torch.all(wide_weights[:, S:] == 0)
 
 
-def test_luong_location_rejects_long_sources():
-    attn = build("luong_location", max_source_len=5)
-    memory, mask, _ = make_inputs()  # S = 9 > 5
-    with pytest.raises(ValueError, match="max_source_len=5.*9"):
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("luong_location", {}), ("memory", {"K": 4, "position_encoding": True})],
+    ids=["luong_location", "memory-pe"],
+)
+def test_a_sentence_longer_than_the_positions_covered_is_refused(name, options):
+    attn = build(name, **options, max_source_len=5)
+    memory, mask, _ = make_inputs()  # a sentence of 9 > 5
+    with pytest.raises(ValueError, match="max_source_len=5 positions, but a source has 9"):
         attn.precompute(memory, mask)
+    attn.precompute(memory, mask & (torch.arange(S) < 5))  # padded to 9, none longer than 5
 
 
 def test_luong_location_scores_the_decoder_state_alone_without_a_bias():

@@ -4,6 +4,8 @@ distill_weight = 0 giving the ordinary model to the last digit."""
 
 from __future__ import annotations
 
+import shutil
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -244,6 +246,12 @@ def test_a_trained_student_trains_on_from_its_own_encoder_not_the_teachers(
     assert torch.equal(loaded.model.state_dict()[key], trained)
     quiet_trainer(max_steps=0, limit_val_batches=0).fit(taught, datamodule=dm)  # a second fit
     assert torch.equal(taught.model.state_dict()[key], trained)
+    # its teacher is wanted for nothing then (distill_weight 0): a fit needs no teacher file
+    moved = tmp_path / "elsewhere.ckpt"
+    shutil.copy(ckpt, moved)
+    again = Seq2SeqModule.load_from_checkpoint(moved, teacher_checkpoint=str(tmp_path / "gone"))
+    quiet_trainer(max_steps=1, limit_val_batches=0).fit(again, datamodule=dm)
+    assert again.global_step == 1 and not torch.equal(again.model.state_dict()[key], teachers)
 
 
 def test_configuration_errors_name_the_fix(teacher_ckpt):

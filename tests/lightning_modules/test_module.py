@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -697,3 +698,44 @@ def test_an_older_luong_location_checkpoint_with_a_bias_says_how_to_load(tmp_pat
     loaded = Seq2SeqModule.load_from_checkpoint(path, attention_kwargs={"bias": True})
     bias = "model.decoder.attention.W_a.bias"
     assert torch.equal(loaded.state_dict()[bias], old["state_dict"][bias])
+    # its other options stored there are named too: the override replaces them all
+    old["hyper_parameters"]["attention_kwargs"] = {"max_source_len": 8}
+    old["hyper_parameters"]["max_source_len"] = 30
+    torch.save(old, path)
+    wanted = {"max_source_len": 8, "bias": True}
+    with pytest.raises(CheckpointError, match=re.escape(f"attention_kwargs={wanted!r})")):
+        Seq2SeqModule.load_from_checkpoint(path)
+    loaded = Seq2SeqModule.load_from_checkpoint(path, attention_kwargs=wanted)
+    assert torch.equal(loaded.state_dict()[bias], old["state_dict"][bias])
+
+
+def test_weights_trained_for_other_source_positions_are_refused(tmp_path, quiet_trainer):
+    """Memory attention's position encodings (eq. 10, S = max_source_len) are no weights:
+    load_from_checkpoint(path, max_source_len=13), which setup's advice for longer data named,
+    loaded the trained weights as another model without a word. It is refused; a trained model
+    given longer sources is told to filter them, not to build a larger max_source_len."""
+    model = Seq2SeqModule(
+        14, 14, attention="memory", preset="tiny", max_source_len=9,
+        attention_kwargs={"K": 4, "position_encoding": True},
+    )  # fmt: skip
+    trainer = quiet_trainer(max_steps=0)
+    trainer.strategy.connect(model)
+    path = tmp_path / "pe.ckpt"
+    trainer.save_checkpoint(path)
+    with pytest.raises(CheckpointError, match="over max_source_len=9 source positions, and this"):
+        Seq2SeqModule.load_from_checkpoint(path, max_source_len=13)
+    loaded = Seq2SeqModule.load_from_checkpoint(path)
+    longer = CopyTaskDataModule(vocab_size=10, max_length=12, train_size=32, val_size=8)
+    with pytest.raises(ValueError, match="filter longer sentences out of the data") as err:
+        quiet_trainer(max_steps=1).validate(loaded, datamodule=longer)
+    assert "pass max_source_len" not in str(err.value)
+
+
+def test_attention_heatmaps_put_each_submodule_back_in_its_own_mode():
+    dm = small_copy()
+    dm.setup("fit")
+    model = module_for(dm, "bahdanau")
+    model.model.encoder.eval()  # a frozen encoder inside a module in training mode
+    batch = next(iter(dm.val_dataloader()))
+    model.attention_heatmaps(batch, max_items=1)
+    assert model.training and not model.model.encoder.training
