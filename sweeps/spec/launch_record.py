@@ -237,7 +237,10 @@ def _check_plan_unchanged(before: dict, now: dict, path: Path, source: str) -> N
 
 
 def _plan_note() -> str:
-    return f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change)"
+    return (
+        f"({', '.join(PLAN_KEYS)} must stay as they were; the rest may change, and a "
+        "storage.path must change with --output where one is set)"
+    )
 
 
 def _shown(value: Any) -> str:

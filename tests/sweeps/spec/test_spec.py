@@ -601,6 +601,8 @@ def test_resume_refuses_a_sweep_file_that_plans_its_trials_otherwise(tmp_path):
     assert "the sweep file plans its trials otherwise than at the first run: " in said
     assert "trainer.max_steps was 10, is 20; trainer.val_check_interval was unset, is 5" in said
     assert "seeds was [0, 1], is [0]" in said and str(tmp_path / "launch.json") in said
+    # a new sweep beside a storage.path's one would meet its trials there: that changes too
+    assert "a storage.path must change with --output where one is set" in said
     # the profile's settings count as the file's (the profile itself must be the first run's)
     profiled = {**spec, "profiles": {"short": {"trainer.max_steps": 5}}}
     with pytest.raises(SpecError, match="trainer.max_steps was 10, is 5"):
