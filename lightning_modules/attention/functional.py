@@ -37,6 +37,20 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> t
     return torch.softmax(filled, dim=dim) * mask.to(scores.dtype)  # (B, S)
 
 
+def check_positions(mask: torch.Tensor, covered: int, what: str) -> None:
+    """Raise where a sentence of the batch (``mask`` (B, S), True at real positions) is longer
+    than the ``covered`` positions a mechanism has (``what`` says whose, before
+    "max_source_len=..."); a batch only padded wider passes (its padding is masked out)."""
+    if mask.shape[1] <= covered:
+        return
+    longest = int(mask.sum(1).max())
+    if longest > covered:
+        raise ValueError(
+            f"{what} max_source_len={covered} positions, but a source has {longest}; build it "
+            "with a larger max_source_len, or filter longer sentences out of the data"
+        )
+
+
 def position_encoding(
     K: int, S: int, dtype: torch.dtype = torch.float32, device=None
 ) -> torch.Tensor:

@@ -12,7 +12,7 @@ from torch import nn
 from datamodules.ranges import check_ranges
 
 from .base import Attention, beam_groups, register_attention
-from .functional import masked_softmax
+from .functional import check_positions, masked_softmax
 
 
 def _attend(query: torch.Tensor, scores: torch.Tensor, cache, need_weights: bool):
@@ -152,15 +152,7 @@ class LuongLocationAttention(Attention):
         return self.max_source_len
 
     def precompute(self, memory: torch.Tensor, mask: torch.Tensor):
-        # padded wider than the score layer covers: fine while no sentence is (masked columns)
-        if memory.shape[1] > self.max_source_len:
-            longest = int(mask.sum(1).max())
-            if longest > self.max_source_len:
-                raise ValueError(
-                    f"luong_location scores at most max_source_len={self.max_source_len} "
-                    f"positions, but a source has {longest}; build it with a larger "
-                    "max_source_len or filter longer sentences out of the data."
-                )
+        check_positions(mask, self.max_source_len, "luong_location scores at most")
         return {"memory": memory, "mask": mask}
 
     shares_cache = True

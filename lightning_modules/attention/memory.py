@@ -54,7 +54,7 @@ from torch import nn
 from datamodules.ranges import check_ranges
 
 from .base import Attention, beam_groups, register_attention
-from .functional import masked_softmax, sentence_position_encoding
+from .functional import check_positions, masked_softmax, sentence_position_encoding
 from .functional import position_encoding as position_encoding_matrix  # the option shadows the name
 
 SCORINGS = ("softmax", "sigmoid")
@@ -176,15 +176,9 @@ class MemoryAttention(Attention):
         pre = self.W_alpha(memory)  # (B, S, K)
         if self.use_position_encoding:
             pe = self.pe[:, :S].to(pre.dtype)  # (K, S)
-            if S > self.max_source_len:  # padded wider than L covers: fine while no sentence is
-                longest = int(mask.sum(1).max())
-                if longest > self.max_source_len:
-                    raise ValueError(
-                        f"memory attention: the position encodings cover max_source_len="
-                        f"{self.max_source_len} positions, but a source has {longest}; build it "
-                        "with a larger max_source_len, or filter longer sentences out of the data"
-                    )
-                pe = nn.functional.pad(pe, (0, S - self.max_source_len))  # masked columns
+            check_positions(mask, self.max_source_len, "memory attention: the encodings cover")
+            if S > self.max_source_len:  # padded wider than L covers: masked columns
+                pe = nn.functional.pad(pe, (0, S - self.max_source_len))
             if self.position_encoding_normalization == "sentence":
                 pre = pre * sentence_position_encoding(
                     pe, mask
