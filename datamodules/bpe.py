@@ -98,15 +98,39 @@ def iter_lines(path: str) -> Iterator[str]:
     """Stream the lines of a UTF-8 file without the line ending.
 
     Splits on ``\\n`` only (so a stray ``\\r`` or U+2028 inside a sentence cannot shift the
-    alignment of a parallel corpus); strips one trailing ``\\r``. Undecodable bytes become U+FFFD.
+    alignment of a parallel corpus); strips one trailing ``\\r``. Bytes that are not UTF-8 raise a
+    ValueError naming the file, the line and the conversion (the start of a corpus file is checked
+    before anything is trained: :func:`datamodules.wmt_checks.not_text`; this finds the rest).
     """
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-            yield line
+    with open(path, encoding="utf-8", newline="\n") as fh:
+        try:
+            for line in fh:
+                if line.endswith("\n"):
+                    line = line[:-1]
+                if line.endswith("\r"):
+                    line = line[:-1]
+                yield line
+        except UnicodeDecodeError:
+            raise ValueError(not_utf8(path)) from None
+
+
+def not_utf8(path: str) -> str:
+    """The line of the first bytes of ``path`` that are not UTF-8, said with the conversion (the
+    file is read again, line by line: only where reading it as UTF-8 failed)."""
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                where = f"byte 0x{raw[exc.start]:02x} on line {n}"
+                break
+        else:
+            where = "a character cut at its end"
+    return (
+        f"{path} is not UTF-8 text: {where} is not UTF-8 (Latin-1 or Windows-1252?), and would "
+        f"be read as U+FFFD; convert it, e.g. `iconv -f latin1 -t utf-8 {path} > {path}.utf8 "
+        f"&& mv {path}.utf8 {path}`"
+    )
 
 
 def read_lines(path: str) -> list[str]:

@@ -601,10 +601,16 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         """Moses-style detokenization of tokenized target text (identity for raw text)."""
         return self._detok(text)
 
+    @property
+    def bleu_tokenize(self) -> str:
+        """The sacreBLEU tokenizer of ``val/bleu``: none on Moses-tokenized text (multi-bleu's
+        figure), ``13a`` on untokenized text (words would keep their punctuation)."""
+        return "none" if self.moses_tokenized else "13a"
+
     def bleu(self, hyps: Sequence[str], refs: Sequence[str]) -> dict:
         """:func:`~datamodules.wmt_text.bleu_scores` with this datamodule's detokenizer (text that
         is not Moses-tokenized is scored with sacreBLEU's tokenizer both ways)."""
-        return bleu_scores(hyps, refs, self.detokenize, tokenized=self.moses_tokenized)
+        return bleu_scores(hyps, refs, self.detokenize, tokenized=self.bleu_tokenize == "none")
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

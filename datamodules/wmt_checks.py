@@ -11,7 +11,7 @@ import codecs
 import os
 from collections.abc import Sequence
 
-from .bpe import count_lines
+from .bpe import count_lines, not_utf8
 from .wmt17_fetch import PAIR_DEFAULTS
 
 #: leading bytes of compressed files -> (the format, the command that unpacks it, its suffix)
@@ -137,13 +137,8 @@ def not_text(path: str) -> str | None:
         )
     try:  # (a character cut by the end of the head is not an error: final=False)
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError as exc:
-        line = head[: exc.start].count(b"\n") + 1
-        return (
-            f"{path} is not UTF-8 text: byte 0x{head[exc.start]:02x} on line {line} is not UTF-8 "
-            "(Latin-1 or Windows-1252?), and would be read as U+FFFD; convert it, e.g. "
-            f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8 && mv {path}.utf8 {path}`"
-        )
+    except UnicodeDecodeError:
+        return not_utf8(path)  # (the rest of the file is checked as it is read: iter_lines)
     return None
 
 

@@ -239,6 +239,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         self._teacher: Teacher | None = None
         # whether the weights are the module's own (loaded, or copied from the teacher already)
         self._own_weights = False
+        self._loaded_weights = False  # trained weights loaded (not a teacher's encoder copied in)
         #: the vocabulary of the data the weights were trained on (sizes, and the datamodule's
         #: ``vocabulary_id`` where it has one), recorded at the first fit with a datamodule and
         #: saved in checkpoints; None before (and for checkpoints written before the record)
@@ -317,7 +318,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         built = self.model.attention.longest_source
         if data_max is None or built is None:
             return
-        if self._own_weights and data_max > built:  # trained weights: their positions are fixed
+        if self._loaded_weights and data_max > built:  # trained weights: positions fixed
             raise ValueError(
                 f"the datamodule's sources are up to {data_max} tokens (incl. EOS) but these "
                 f"weights of {self.hparams.attention!r} attention were trained for "
@@ -327,7 +328,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
             )
         if (
             data_max < built
-            and not self._own_weights  # a trained model's positions are what they were trained as
+            and not self._loaded_weights  # a trained model's positions are as trained
             and getattr(self.model.attention, "use_position_encoding", False)
         ):
             warnings.warn(
@@ -467,7 +468,7 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
                 f"Seq2SeqModule.load_from_checkpoint(path, attention_kwargs={stored!r})"
             )
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
-        self._own_weights = True
+        self._own_weights = self._loaded_weights = True
         return result
 
     def start_from_teacher(self, teacher: Teacher) -> None:
@@ -638,7 +639,10 @@ class Seq2SeqModule(LoadsCheckpointFiles, pl.LightningModule):
         hyps, refs, seconds = buffer.hyps, buffer.refs, buffer.seconds
         names = METRICS[stage]
         self.last_decoded[stage] = (list(hyps), list(refs))
-        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score if hyps else 0.0
+        # tokenized text is scored as it is (multi-bleu's figure); a datamodule of untokenized
+        # text (WMT17DataModule(moses_tokenized=False)) names sacreBLEU's tokenizer instead
+        tokenize = getattr(self._datamodule(), "bleu_tokenize", "none")
+        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score if hyps else 0.0
         self.log(names["bleu"], float(bleu), prog_bar=True)
         self.log(names["decode_seconds"], float(seconds))
         detokenize = getattr(self._datamodule(), "detokenize", None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sweeps.plan.arrangement import seed_groups
 from sweeps.plan.fusion import FusionPlan, Group
 from sweeps.plan.mps import per_gpu as shares_per_gpu
 from sweeps.report.ledger import hours_figure
@@ -278,8 +279,8 @@ def trial_table(plan: Any) -> str:
     a = plan.arrangement
     # (groups the arrangement dissolved are no longer named: their trials train alone)
     grouped = {s.unit for g in plan.fusion.groups if g.name is not None for s in g.slots}
-    if plan.fusion.seed_chunks and plan.fusion.active:  # every configuration's seeds fused
-        grouped = set(range(len(sweep.plans)))
+    if plan.fusion.seed_chunks:  # the seeds in a configuration's fused chunks
+        grouped = {s.unit for g in seed_groups(sweep, plan.fusion)[0] for s in g.slots}
     samples = sweep.spec.num_samples if sweep.has_search else 1
     rows = [("#", "cell", "seed", "samples", "resources")]
     rows += [

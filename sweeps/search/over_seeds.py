@@ -84,7 +84,9 @@ class OverSeeds:
         return [(self.cell_study(c), name) for c, name in enumerate(self.names)]
 
     def drawn(self, cell: int) -> int:
-        return sum(1 for c, _ in self.configurations if c == cell)
+        """The configurations of ``cell`` drawn (a retry's Optuna trial is not another one)."""
+        retries = {(c, again) for (c, _), (again, _) in self.retries.items()}
+        return sum(1 for c, n in self.configurations if c == cell and (c, n) not in retries)
 
     # -- drawing and handing out ---------------------------------------------------------------
 
@@ -163,8 +165,13 @@ class OverSeeds:
         again = self.retries.get(key)
         if again is None:
             old = self.journal.trial(storage_id)
-            if old.state != optuna.trial.TrialState.FAIL:
-                return ticket  # not told yet
+            if old.state != optuna.trial.TrialState.FAIL:  # not told yet: the retry's to come
+                self.configurations[key]["outcomes"].pop(seed, None)
+                fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
+                self.journal.set_attr(
+                    storage_id, f"seed={seed}", {"ray_trial_id": trial_id, **fused}
+                )
+                return ticket
             study = self.cell_study(cell)
             study.enqueue_trial(old.params, user_attrs={"retry_of": old.number})
             trial = self.objective.ask(study, self.space, cell)

@@ -251,7 +251,12 @@ def record_trial_attrs(
     for name in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
         found = {}
-        for t in study.get_trials(deepcopy=False):
+        trials = study.get_trials(deepcopy=False)
+        # a failed trial a resume retried holds the same Ray trial ids as its retry: the retry's
+        retried = {t.user_attrs.get("retry_of") for t in trials}
+        for t in trials:
+            if t.number in retried:
+                continue
             # a configuration judged over seeds (sweeps.search.over_seeds) holds one Ray trial per seed
             ids = {"": t.user_attrs.get("ray_trial_id")} | {
                 k: v.get("ray_trial_id")

@@ -345,6 +345,28 @@ def test_untokenized_text_is_scored_by_sacrebleus_tokenizer_both_ways(tmp_path):
     assert scores["bleu"] == pytest.approx(raw["bleu"]) and "tok:13a" in scores["bleu_signature"]
 
 
+def test_the_logged_val_bleu_of_untokenized_text_is_sacrebleus(dm, tmp_path, quiet_trainer):
+    """The module logs val/bleu itself: with untokenized text it scores as the datamodule says
+    (sacreBLEU's 13a), with Moses-tokenized text as the text is."""
+    import sacrebleu
+
+    from lightning_modules import Seq2SeqModule
+
+    for tokenized in (False, True):
+        d = make_dm(dm.cache_dir, moses_tokenized=tokenized, test_prefix="")
+        d.prepare_data()
+        d.setup("fit")
+        torch.manual_seed(0)
+        model = Seq2SeqModule(
+            d.src_vocab_size, d.tgt_vocab_size, attention="bahdanau", max_decode_len=5
+        )
+        trainer = quiet_trainer(use_distributed_sampler=False, limit_val_batches=2)
+        logged = trainer.validate(model, datamodule=d, verbose=False)[0]["val/bleu"]
+        hyps, refs = model.last_decoded["val"]
+        tokenize = "none" if tokenized else "13a"
+        assert logged == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score)
+
+
 def test_bleu_of_references_against_themselves_is_100(dm):
     refs = read_lines(str(TINY / "valid.de"))
     scores = bleu_scores(refs, refs)
@@ -885,6 +907,24 @@ def test_a_latin_1_file_is_refused_naming_the_conversion(tmp_path):
     assert f"on line {first} is not UTF-8 (Latin-1 or Windows-1252?)" in message
     assert f"`iconv -f latin1 -t utf-8 {path} > {path}.utf8 && mv {path}.utf8 {path}`" in message
     assert not list((tmp_path / "cache").glob("bpe-*"))
+
+
+def test_a_latin_1_line_past_the_checked_start_is_refused_when_read(tmp_path):
+    """The start of each file is checked before the BPE is trained; a Latin-1 line further on was
+    read with U+FFFD without a word. Reading it raises, naming the line."""
+    data = copy_tiny(tmp_path / "data", ALL_TINY)
+    pad = [f"line {i} " + "x" * 90 for i in range(800)]  # past the 64 KiB checked first
+    for lang, last in (("en", "Cafe"), ("de", "Caf\u00e9")):
+        path = data / f"train.{lang}"
+        text = path.read_text(encoding="utf-8") + "\n".join(pad) + "\n"
+        path.write_bytes(text.encode("utf-8") + last.encode("latin-1") + b"\n")
+    line = 1000 + len(pad) + 1
+    with pytest.raises(ValueError) as err:
+        d = make_dm(tmp_path / "cache", data_dir=data)
+        d.prepare_data()
+        d.setup("fit")
+    path = data / "train.de"
+    assert f"{path} is not UTF-8 text: byte 0xe9 on line {line} is not UTF-8" in str(err.value)
 
 
 def test_a_unigram_model_is_the_same_whatever_the_threads_asked_for(tmp_path):

@@ -267,3 +267,22 @@ def test_configuration_errors_name_the_fix(teacher_ckpt):
         ValueError, match="memory vectors have D=32 but the teacher's contexts have D=128"
     ):
         small.setup("fit")
+
+
+def test_a_fresh_student_given_longer_sources_is_told_to_build_for_them(
+    teacher_ckpt, quiet_trainer
+):
+    """A student that starts from its teacher's encoder has no positions trained yet: the advice
+    for longer data is a larger max_source_len, not the one for trained weights (filter)."""
+    dm = small_copy()
+    fresh = Seq2SeqModule(
+        dm.src_vocab_size,
+        dm.tgt_vocab_size,
+        attention="memory",
+        attention_kwargs={"K": 4, "position_encoding": True},
+        max_source_len=3,
+        teacher_checkpoint=teacher_ckpt,
+        init_from_teacher="encoder",
+    )
+    with pytest.raises(ValueError, match=f"pass max_source_len={dm.max_source_len} "):
+        quiet_trainer(max_steps=1, limit_val_batches=0).fit(fresh, datamodule=dm)

@@ -319,6 +319,30 @@ def test_test_figures_of_a_trial_no_longer_chosen_leave_its_run_and_its_study(ma
     assert held == {"1": {"test/bleu": 44.0}}
 
 
+def test_figures_go_on_a_retry_not_on_the_failed_trial_it_retried(tmp_path):
+    """A failed trial a resume ran again is a new Optuna trial (retry_of) with the same Ray trial
+    id: the figures measured after the run went on both, counted twice."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweeps.stages.publish import record_trial_attrs
+
+    journal = tmp_path / "optuna.journal"
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    study = optuna.create_study(study_name="s/c", storage=storage, direction="maximize")
+    failed = study.ask()
+    failed.set_user_attr("ray_trial_id", "t1")
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    study.enqueue_trial(failed.params, user_attrs={"retry_of": failed.number})
+    retry = study.ask()
+    retry.set_user_attr("ray_trial_id", "t1")
+    study.tell(retry, 40.0)
+    assert record_trial_attrs(str(journal), "heldout", {"t1": {"test/bleu": 41.0}}) == 1
+    held = optuna.load_study(study_name="s/c", storage=storage).user_attrs["heldout"]
+    assert held == {"1": {"test/bleu": 41.0}}
+
+
 @pytest.mark.train
 def test_run_folders_with_nothing_logged_are_left_out_quietly(made, tmp_path):
     """Folders of trials stopped before W&B wrote a record (no log while W&B was starting, or a

@@ -123,14 +123,34 @@ def test_a_configuration_told_fail_whose_seed_a_resume_finishes_is_told_as_a_ret
     assert retry.user_attrs["seed=1"]["state"] == "COMPLETE"
     assert retry.intermediate_values == {10: 5.0, 30: 12.0}
     assert retry.user_attrs["seed_values"] == [10.0, 14.0]
-    # a configuration not yet told keeps its trial: a seed's retry replaces its failed outcome
-    (tmp_path / "again").mkdir()
-    again = _searcher(tmp_path / "again")
+    # the retry is no new configuration: the cell still draws its second one
+    assert resumed.scope.drawn(0) == 1
+    assert {resumed.suggest(f"n{k}")["cell"] for k in range(4)} == {"c0", "c1"}
+
+
+def test_a_seed_retried_before_its_configuration_is_told_replaces_its_failed_outcome(tmp_path):
+    """A seed failed while its sibling still ran; on --resume the sibling ended first: the
+    configuration was told FAIL from the failed seed's old outcome while its retry still ran,
+    and the retry's finish was then lost."""
+    import pickle
+
+    import optuna
+
+    searcher = _searcher(tmp_path)
     for trial_id in ("u1", "u2"):
-        again.suggest(trial_id)
-    again.on_trial_complete("u1", None, error=True)  # u2 still running
-    ticket = again.live.get("u1") or again.errored["u1"][0]
-    assert again.scope.retried(again, "u1", ticket, {}) == ticket
+        searcher.suggest(trial_id)
+    searcher.on_trial_complete("u1", None, error=True)  # u2 still running
+    saved = str(tmp_path / "searcher.pkl")
+    searcher.save(saved)
+    resumed = pickle.loads(pickle.dumps(searcher))
+    resumed.restore(saved)
+    resumed.on_trial_complete("u2", {"val/bleu": 14.0, "step": 30})  # the sibling ends first
+    (trial,) = resumed.scope.cell_study(0).trials
+    assert trial.state == optuna.trial.TrialState.RUNNING  # u1's retry still runs
+    resumed.on_trial_complete("u1", {"val/bleu": 10.0, "step": 30})
+    (trial,) = resumed.scope.cell_study(0).trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 12.0
+    assert trial.user_attrs["seed=0"]["state"] == "COMPLETE"
 
 
 def test_paused_seeds_hold_no_slot_of_the_searchers_limit(tmp_path):
