@@ -28,8 +28,6 @@ the page's text (:mod:`sweeps.report.markdown`), the figures (:mod:`sweeps.repor
 from __future__ import annotations
 
 import argparse
-import errno
-import math
 import re
 import sys
 from collections.abc import Sequence
@@ -40,17 +38,15 @@ from typing import Any
 from lightning_modules.metric_names import DECODE_SECONDS, VAL_BLEU
 from sweeps.layout import (
     HELDOUT_FILE,
-    OPTUNA_JOURNAL,
     RESULTS_CSV,
     RESULTS_MD,
     TIMING_FILE,
-    lock_holder,
-    missing_in_sweep_folder,
 )
 from sweeps.report.distill import distill_plots
 from sweeps.report.figures import pareto_figure, save_figure
 from sweeps.report.heldout import split_confirm
-from sweeps.report.moo import journal_problem, report_sections, section_with_plots, with_section
+from sweeps.report.inputs import UNWRITABLE, input_problem
+from sweeps.report.moo import report_sections, section_with_plots, with_section
 from sweeps.report.page import page_sections, recorded_metric, sweep_description
 from sweeps.report.plots import UNTIMED_NOTE, plot_results
 from sweeps.report.results import read_results
@@ -123,14 +119,6 @@ def linked_figures(page: Path) -> set[str]:
     return {n for n in names if (page.parent / n).is_file()}
 
 
-#: how a damaged results.csv is made again (every refusal of one says it)
-REWRITES = "A launch's --resume writes it again from the sweep's trials"
-#: the errors of a report that cannot be written where it goes (not a fault of the sweep's files)
-UNWRITABLE = frozenset(
-    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOSPC, errno.EDQUOT}
-)
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     p = argparse.ArgumentParser(
         prog="python -m sweeps.report",
@@ -157,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     recorded = recorded_metric(args.sweep_dir)
     given = args.metric is not None
     args.metric = args.metric or recorded.get("name") or VAL_BLEU
-    problem = _input_problem(args.sweep_dir, args.metric)
+    problem = input_problem(args.sweep_dir, args.metric)
     if problem and not given and problem.startswith(f"--metric {args.metric}:"):
         # not passed: say where the metric came from, and the option that chooses another
         source = "the sweep's metric (its launch.json)" if recorded.get("name") else "the default"
@@ -271,134 +259,6 @@ def lost_columns(sweep_dir: Path) -> list[str]:
                 "records"
             )
     return notes
-
-
-#: the columns every results.csv holds (:data:`~sweeps.report.columns.FIRST_COLUMNS`): which trial,
-#: which cell and seed, how it ended
-REQUIRED = ("trial_id", "cell", "model", "length", "seed", "status")
-
-
-def _input_problem(sweep_dir: Path, metric: str) -> str | None:
-    """What is wrong with the command's folder, its results.csv or ``--metric``, with the fix;
-    None when nothing. A results.csv that is cut short, holds no trial, lacks a column every
-    results.csv has (or val/bleu, which every table shows), or has no finite value of the metric
-    is refused: the rebuild would replace the
-    report already there with one of nothing."""
-    if sweep_dir.name == RESULTS_CSV and sweep_dir.is_file():
-        return f"{sweep_dir}: give the sweep's folder, {sweep_dir.parent}, not its {RESULTS_CSV}"
-    missing = missing_in_sweep_folder(sweep_dir, RESULTS_CSV)
-    if missing:
-        return missing
-    csv = sweep_dir / RESULTS_CSV
-    kept = "; results.md and the plots are left as they are"
-    holder = lock_holder(sweep_dir)
-    if holder is not None:
-        return (
-            f"{sweep_dir}: a launch is running this sweep ({holder}); its results.csv is an "
-            f"earlier run's until the launch writes it at its end, so a report now would show "
-            f"the unfinished sweep as it was{kept}. Run this again when the launch has ended"
-        )
-    try:
-        with csv.open(newline="", encoding="utf-8") as f:
-            rows = list(reader(f))
-    except UnicodeDecodeError as exc:
-        return (
-            f"{csv}: not UTF-8 text (byte {exc.start}): not a results.csv the launch wrote{kept}. "
-            f"{REWRITES}"
-        )
-    columns, rows = (rows[0], rows[1:]) if rows else ([], [])
-    if not rows:
-        return (
-            f"{csv}: no trial rows ({'only a header' if columns else 'empty'}): nothing to build "
-            f"a report from{kept}. {REWRITES}"
-        )
-    short = [n + 2 for n, row in enumerate(rows) if len(row) != len(columns)]
-    if short:
-        return (
-            f"{csv}: line {short[0]} has {len(rows[short[0] - 2])} fields where the header has "
-            f"{len(columns)}: the file is cut short or edited{kept}. {REWRITES}"
-        )
-    lacking = [c for c in REQUIRED if c not in columns]
-    if lacking:
-        return (
-            f"{csv}: no {', '.join(lacking)} column: not a results.csv the launch wrote{kept}. "
-            f"{REWRITES}"
-        )
-    for k, column in enumerate(columns):
-        if not _numeric_column(column):
-            continue
-        bad = next(
-            ((n + 2, row[k]) for n, row in enumerate(rows) if row[k] and _float(row[k]) is None),
-            None,
-        )
-        if bad is not None:
-            line, text = bad
-            return (
-                f"{csv}: line {line}, column {column}: {text!r} is not a number (edited by hand? "
-                f"a launch's --resume writes it again from the sweep's trials){kept}"
-            )
-    bleu = columns.index(VAL_BLEU) if VAL_BLEU in columns else None
-    if bleu is None or not any(_number(row[bleu]) for row in rows):
-        # whatever --metric chooses by, every table shows BLEU: another --metric is no way out
-        return (
-            f"{csv}: "
-            + (f"no {VAL_BLEU} column" if bleu is None else f"no finite {VAL_BLEU} in any trial")
-            + f": the report's tables, findings and figures show each chosen trial's {VAL_BLEU}, "
-            "whatever --metric chooses by, so none can be built (edited by hand? a launch's "
-            f"--resume writes it again from the sweep's trials){kept}"
-        )
-    if metric not in columns:
-        metrics = [c for c in columns if "/" in c or c.endswith("_seconds")] or columns
-        return f"--metric {metric}: not a column of {csv}; its metrics: {', '.join(metrics)}"
-    journal = sweep_dir / OPTUNA_JOURNAL
-    if journal.is_file() and (damaged := journal_problem(journal)):
-        return damaged
-    at = columns.index(metric)
-    values = [row[at] for row in rows if row[at] != ""]
-    numbers = [v for v in values if _number(v)]
-    if not numbers:
-        filled = [
-            c for k, c in enumerate(columns)
-            if ("/" in c or c.endswith("_seconds")) and any(_number(r[k]) for r in rows)
-        ]  # fmt: skip
-        return (
-            f"--metric {metric}: "
-            + (
-                "no trial has a value of it"
-                if not values
-                else "not a finite number in any trial (nan, inf or text)"
-            )
-            + f" in {csv}; the metrics with values: {', '.join(filled) or 'none'}"
-        )
-    return None
-
-
-#: results.csv's columns of numbers besides the metrics (``val/bleu``) and the ``_seconds`` ones
-NUMBER_COLUMNS = frozenset(
-    {"length", "seed", "K", "step", "retries", "train_time_s", "train_peak_mb", "decode_peak_mb"}
-    | {"decode_repeats", "decode_passes_per_repeat", "decode_precision", "decode_processes"}
-    | {"decode_interrupted"}
-)
-
-
-def _numeric_column(column: str) -> bool:
-    """Whether the report reads ``column`` as numbers: text there stops it half-way."""
-    return "/" in column or "_seconds" in column or column in NUMBER_COLUMNS
-
-
-def _float(text: str) -> float | None:
-    """``text`` as a number (NaN and the infinities too: a trial without the figure); None for
-    text that is none."""
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _number(text: str) -> bool:
-    """Whether ``text`` is a finite number: a NaN or an infinity chooses no trial."""
-    value = _float(text)
-    return value is not None and math.isfinite(value)
 
 
 if __name__ == "__main__":

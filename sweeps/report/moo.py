@@ -13,14 +13,15 @@ close the probe came to the timing stage. The sweeps are read by :mod:`sweeps.re
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_MD, missing_in_sweep_folder
+from lightning_modules.metric_names import VAL_BLEU
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, RESULTS_MD, missing_in_sweep_folder
+from sweeps.report.inputs import UNWRITABLE, input_problem, journal_problem
 from sweeps.report.moo_plots import plot_moo
 from sweeps.report.moo_views import (
     Point,
@@ -348,7 +349,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     damaged = journal_problem(sweep_dir / OPTUNA_JOURNAL)
     if damaged:
         p.error(damaged)
-    written = write_section(sweep_dir)
+    # the checks python -m sweeps.report makes of a results.csv: cut short, without its columns,
+    # a launch still running (without one, the section is the journal's alone)
+    if (sweep_dir / RESULTS_CSV).is_file() and (problem := input_problem(sweep_dir, VAL_BLEU)):
+        p.error(problem)
+    try:
+        written = write_section(sweep_dir)
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise
+        p.exit(
+            1,
+            f"error: cannot write {exc.filename or sweep_dir} ({exc.strerror}): the section is "
+            "written beside results.csv; run it where that folder can be written, or on a copy "
+            "of the sweep's folder\n",
+        )
     print(
         "wrote " + ", ".join(str(x) for x in written.values())
         if written
@@ -364,28 +379,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         group=args.group,
         extra=report_sections(sweep_dir),
     )
-
-
-def journal_problem(journal: Path) -> str | None:
-    """What makes ``journal`` (Optuna's JournalFileBackend: one JSON record a line) unfit to
-    rebuild a report from, with what is kept; None when every line is whole. A journal cut short
-    (a copy stopped midway, a full disk) would give a section of part of its studies."""
-    kept = "; results.md is left as it is"
-    try:
-        text = journal.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"{journal}: not UTF-8 text (byte {exc.start}): not a journal Optuna wrote{kept}"
-    if text and not text.endswith("\n"):
-        lines = text.count("\n") + 1
-        return f"{journal}: its last line ({lines}) is cut short: the journal is incomplete{kept}"
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            json.loads(line)
-        except json.JSONDecodeError:
-            return f"{journal}: line {n} is not one of Optuna's records (garbled){kept}"
-    return None
 
 
 def _ties(views: Sequence[StudyView]) -> str:

@@ -167,9 +167,10 @@ def _timed_by_trial(csv: Path, column: str = "decode_seconds") -> dict[str, floa
     import pandas as pd
 
     df = pd.read_csv(csv, dtype={"trial_id": str})
-    if column not in df:
+    if column not in df or "trial_id" not in df:
         return {}
-    return {t: float(v) for t, v in zip(df["trial_id"], df[column]) if v == v}
+    values = pd.to_numeric(df[column], errors="coerce")  # text (a hand edit): not timed
+    return {t: float(v) for t, v in zip(df["trial_id"], values) if v == v}
 
 
 def _last_intermediate(t: Any) -> list[float]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sweeps.report import local
+from sweeps.report import inputs, local
 from sweeps.report.figures import pareto_figure
 from sweeps.report.findings import BEST_K_NOTE, position_findings, seed_sections
 from sweeps.report.heldout import heldout_sections
@@ -154,7 +154,7 @@ def test_the_findings_say_the_best_k_is_picked_on_the_seeds_it_is_judged_on():
 def test_an_all_nan_metric_is_refused_and_a_nan_trial_is_named(tmp_path):
     nan = lambda df: df.assign(**{"val/bleu": float("nan")})  # noqa: E731
     _, folder = _run(tmp_path, nan)
-    problem = local._input_problem(folder, "val/bleu")
+    problem = inputs.input_problem(folder, "val/bleu")
     assert problem is not None and "no finite val/bleu in any trial" in problem
     df = read_results(RUN / "results.csv")
     lost = df.index[(df["length"] == 40) & (df["model"] == "bahdanau") & (df["seed"] == 0)]

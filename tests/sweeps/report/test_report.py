@@ -707,14 +707,27 @@ def test_the_multi_objective_command_says_which_folder_holds_a_journal(tmp_path,
     for broken, said in [
         (journal[: len(journal) // 2 + 7], "is cut short: the journal is incomplete"),
         (journal.replace(b"\n", b"\n{garbled\n", 1), "line 2 is not one of Optuna's records"),
+        # JSON, but no record of Optuna's: both commands crashed after the plots were redrawn
+        (journal.replace(b"\n", b'\n{"foo": 1}\n', 1), "line 2 is not one of Optuna's records"),
     ]:
         (run / "optuna.journal").write_bytes(broken)
+        plots = {q.name: q.stat().st_mtime_ns for q in run.glob("*.png")}
         for command in (moo.main, report.main):
             with pytest.raises(SystemExit):
                 command([str(run)])
             assert said in capsys.readouterr().err
             assert (run / "results.md").read_text() == report_before
+            assert {q.name: q.stat().st_mtime_ns for q in run.glob("*.png")} == plots
     assert lines > 100
+    # a results.csv cut short: refused as python -m sweeps.report refuses it (it wrote a section
+    # with the timed column blank, exit 0)
+    (run / "optuna.journal").write_bytes(journal)
+    csv = (run / "results.csv").read_bytes()
+    (run / "results.csv").write_bytes(csv[:3000])
+    with pytest.raises(SystemExit):
+        moo.main([str(run)])
+    assert "is cut short or edited" in capsys.readouterr().err
+    assert (run / "results.md").read_text() == report_before
 
 
 def test_the_fused_line_says_steps_were_timed_once_per_cell_of_a_group():
