@@ -119,12 +119,21 @@ class OverSeeds:
         )
 
     def issued(self, searcher: Any, trial_id: str, draw: Draw, config: dict[str, Any]) -> None:
+        self._seed_started(draw.storage_id, self.units[draw.unit].seed, trial_id, config)
+
+    def _seed_started(self, storage_id: int, seed: Any, trial_id: str, config: dict) -> None:
+        """The ``seed=<s>`` attribute of a seed that starts (or starts again): its Ray trial."""
         fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
-        self.journal.set_attr(
-            draw.storage_id,
-            f"seed={self.units[draw.unit].seed}",
-            {"ray_trial_id": trial_id, **fused},
-        )
+        self.journal.set_attr(storage_id, f"seed={seed}", {"ray_trial_id": trial_id, **fused})
+
+    def _full_curve(self, cell: int, entry: dict[str, Any]) -> dict[str, Any]:
+        """The configuration's aggregate at each step every one of its seeds has reported."""
+        n = len(self.seeds_of[cell])
+        return {
+            step: self.objective.aggregate(list(at.values()), self.how)
+            for step, at in sorted(entry["curve"].items(), key=lambda kv: int(kv[0]))
+            if len(at) == n
+        }
 
     # -- what Tune tells -----------------------------------------------------------------------
 
@@ -139,12 +148,7 @@ class OverSeeds:
         entry = self.configurations[(cell, number)]
         step = int(result.get("step", result.get("training_iteration", 0)))
         entry["curve"].setdefault(str(step), {})[str(self.units[i].seed)] = value
-        n = len(self.seeds_of[cell])
-        full = {
-            s: self.objective.aggregate(list(at.values()), self.how)
-            for s, at in entry["curve"].items()
-            if len(at) == n
-        }
+        full = self._full_curve(cell, entry)
         if str(step) in full:
             self.objective.report(self.journal, storage_id, step, full[str(step)], full)
 
@@ -167,10 +171,7 @@ class OverSeeds:
             old = self.journal.trial(storage_id)
             if old.state != optuna.trial.TrialState.FAIL:  # not told yet: the retry's to come
                 self.configurations[key]["outcomes"].pop(seed, None)
-                fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
-                self.journal.set_attr(
-                    storage_id, f"seed={seed}", {"ray_trial_id": trial_id, **fused}
-                )
+                self._seed_started(storage_id, seed, trial_id, config)
                 return ticket
             study = self.cell_study(cell)
             study.enqueue_trial(old.params, user_attrs={"retry_of": old.number})
@@ -188,18 +189,12 @@ class OverSeeds:
             for s, outcome in entry["outcomes"].items():
                 shown = {k: v for k, v in outcome.items() if k != "violations"}
                 self.journal.set_attr(trial._trial_id, f"seed={s}", shown)
-            n = len(self.seeds_of[cell])
-            full = {
-                step: self.objective.aggregate(list(at.values()), self.how)
-                for step, at in sorted(entry["curve"].items(), key=lambda kv: int(kv[0]))
-                if len(at) == n
-            }
+            full = self._full_curve(cell, entry)
             for step, value in full.items():
                 self.objective.report(self.journal, trial._trial_id, int(step), value, full)
         number, new_id = again
         self.configurations[(cell, number)]["outcomes"].pop(seed, None)  # its retry's is to come
-        fused = {"fused_with": config["fused_with"]} if "fused_with" in config else {}
-        self.journal.set_attr(new_id, f"seed={seed}", {"ray_trial_id": trial_id, **fused})
+        self._seed_started(new_id, seed, trial_id, config)
         return Ticket(i, number, new_id)
 
     def ended(
