@@ -480,8 +480,10 @@ def seed_spread(frame: pd.DataFrame, column: str):
     return frame[name].astype(float).to_numpy() if name in frame else None
 
 
-def save_figure(fig, path: Path, dpi: int | None = DPI) -> Path:
+def save_figure(
+    fig, path: Path, dpi: int | None = DPI, metadata: dict[str, str] | None = None
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, metadata=metadata)
     plt.close(fig)
     return path

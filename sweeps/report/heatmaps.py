@@ -4,8 +4,10 @@
     python -m sweeps.heatmaps --attention memory --K 16 --output heatmaps     # untrained, copy task
 
 Writes ``DIR/<attention>_<i>.png`` (``memory_K16_0.png`` for memory attention), one per validation
-sentence (the first ``--n``): the alignment
-for every mechanism, and for memory attention the paper's Fig. 6-8 panels (alpha, beta, the
+sentence (the first ``--n``), each recording what it was drawn from (PNG text ``Source``): drawn
+again from the same checkpoint, the folder's earlier files of it are replaced (those past the new
+``--n`` removed); a folder holding the same names drawn from another checkpoint is refused, so one
+checkpoint's heatmaps never overwrite another's. The alignment for every mechanism, and for memory attention the paper's Fig. 6-8 panels (alpha, beta, the
 combined alignment and the per-vector alignments; see :func:`sweeps.report.figures.heatmap_figure`),
 every panel on one colour scale of attention weights, 0 to 1.
 
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 
 from datamodules import CopyTaskDataModule
 from datamodules.vocab import FIRST_SYMBOL
@@ -132,11 +135,49 @@ def build_datamodule(
     return dm
 
 
-def write_heatmaps(
-    module: Seq2SeqModule, batch: dict[str, Any], out_dir: Path, n: int, prefix: str
-) -> list[Path]:
-    """One PNG per sentence of ``batch`` (the first ``n``); returns the paths."""
+#: the PNG text field naming what a heatmap was drawn from (a checkpoint, or an untrained model)
+SOURCE_KEY = "Source"
 
+
+def drawn_before(out_dir: Path, prefix: str) -> dict[Path, str | None]:
+    """The heatmaps already in ``out_dir`` under ``prefix`` (``<prefix>_<i>.png``), each with the
+    source it records (None: a PNG that records none)."""
+    found: dict[Path, str | None] = {}
+    for path in sorted(out_dir.glob(f"{prefix}_*.png")):
+        if not path.stem[len(prefix) + 1 :].isdigit():
+            continue
+        try:
+            with Image.open(path) as image:
+                found[path] = image.info.get(SOURCE_KEY)
+        except (OSError, SyntaxError):  # not an image PIL reads: not one of these heatmaps
+            found[path] = None
+    return found
+
+
+def other_source(out_dir: Path, prefix: str, source: str) -> str | None:
+    """Why the heatmaps of ``source`` may not be written into ``out_dir`` (None: they may): the
+    folder holds files of the same names drawn from something else, which they would replace."""
+    others = {s for s in drawn_before(out_dir, prefix).values() if s not in (None, source)}
+    if not others:
+        return None
+    return (
+        f"{out_dir} already holds {prefix}_<i>.png drawn from {sorted(others)[0]}, which these "
+        f"heatmaps of {source} would overwrite: give another --output (or remove those files)"
+    )
+
+
+def write_heatmaps(
+    module: Seq2SeqModule,
+    batch: dict[str, Any],
+    out_dir: Path,
+    n: int,
+    prefix: str,
+    source: str | None = None,
+) -> list[Path]:
+    """One PNG per sentence of ``batch`` (the first ``n``), each recording ``source``; returns the
+    paths. Heatmaps of an earlier drawing of the same source past the last one written go: the
+    folder holds this drawing's sentences only."""
+    earlier = drawn_before(out_dir, prefix)
     items = module.attention_heatmaps(batch, max_items=n)
     if items and not any(item["weights"].any() for item in items):
         print(  # (no attention at all, or one that gave every position 0)
@@ -144,10 +185,14 @@ def write_heatmaps(
             "sentence: the panels show the sentences and an empty alignment",
             flush=True,
         )
+    metadata = {SOURCE_KEY: source} if source else None
     paths = []
     for i, item in enumerate(items):
         fig = heatmap_figure(item, title=f"{prefix} #{i}")
-        paths.append(save_figure(fig, out_dir / f"{prefix}_{i}.png"))
+        paths.append(save_figure(fig, out_dir / f"{prefix}_{i}.png", metadata=metadata))
+    for path, drawn_from in earlier.items():
+        if path not in paths and drawn_from is not None and drawn_from == source:
+            path.unlink(missing_ok=True)
     return paths
 
 
@@ -268,7 +313,15 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     name = module.hparams.attention
     kwargs = module.hparams.attention_kwargs or {}
     prefix = name + (f"_K{kwargs['K']}" if "K" in kwargs else "")
-    paths = write_heatmaps(module, batch, args.output, args.n, prefix)
+    if args.checkpoint is not None:
+        source = str(args.checkpoint.resolve())
+    else:
+        source = (
+            f"an untrained model (--attention {name} --preset {args.preset} --seed {args.seed})"
+        )
+    if problem := other_source(args.output, prefix, source):
+        p.error(problem)
+    paths = write_heatmaps(module, batch, args.output, args.n, prefix, source)
     for path in paths:
         print(path)
     return paths

@@ -92,7 +92,43 @@ def test_heatmap_command_reads_a_checkpoint(tmp_path):
         {**saved, "state_dict": other.state_dict()}, trial / "checkpoint_000009" / "checkpoint.ckpt"
     )
     last = heatmaps.main([str(trial), "--output", str(tmp_path / "last"), "--n", "2"])
-    assert [p.read_bytes() for p in last] == [p.read_bytes() for p in paths]
+    # the same pixels (the file records another path as its source)
+    assert all(np.array_equal(mpimg.imread(a), mpimg.imread(b)) for a, b in zip(last, paths))
+
+
+@pytest.mark.train
+def test_heatmaps_of_another_checkpoint_do_not_overwrite(tmp_path, capsys):
+    """One checkpoint's heatmaps never replace another's of the same mechanism in one folder;
+    drawn again with a smaller --n, a checkpoint's folder holds the new drawing only."""
+    ckpts = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        module = Seq2SeqModule(24, 24, attention="bahdanau", max_source_len=9)
+        ckpt = tmp_path / f"seed{seed}.ckpt"
+        torch.save(
+            {
+                "state_dict": module.state_dict(),
+                "hyper_parameters": dict(module.hparams),
+                "pytorch-lightning_version": pl.__version__,
+            },
+            ckpt,
+        )
+        ckpts.append(ckpt)
+    out = tmp_path / "png"
+    first = heatmaps.main([str(ckpts[0]), "--output", str(out), "--n", "3"])
+    assert [p.name for p in first] == ["bahdanau_0.png", "bahdanau_1.png", "bahdanau_2.png"]
+    kept = [p.read_bytes() for p in first]
+    with pytest.raises(SystemExit):
+        heatmaps.main([str(ckpts[1]), "--output", str(out), "--n", "3"])
+    said = capsys.readouterr().err
+    assert f"drawn from {ckpts[0].resolve()}" in said and "give another --output" in said
+    assert [p.read_bytes() for p in first] == kept  # the first checkpoint's files are untouched
+    # an untrained model is another source too
+    with pytest.raises(SystemExit):
+        heatmaps.main(["--attention", "bahdanau", "--output", str(out), "--max-length", "8"])
+    again = heatmaps.main([str(ckpts[0]), "--output", str(out), "--n", "1"])
+    assert sorted(p.name for p in out.iterdir()) == ["bahdanau_0.png"] == [p.name for p in again]
+    assert heatmaps.main([str(ckpts[1]), "--output", str(tmp_path / "other"), "--n", "1"])
 
 
 def test_heatmap_command_says_when_a_path_holds_no_checkpoint(tmp_path, capsys):
