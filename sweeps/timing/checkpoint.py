@@ -123,6 +123,10 @@ def infer_task(settings: Mapping[str, Any]) -> str:
     return fits[0]
 
 
+#: the data settings the timing command also takes as flags of their own
+FLAG_OPTIONS = ("data_dir", "cache_dir")
+
+
 def data_task(
     settings: Mapping[str, Any],
     task: str | None = None,
@@ -146,8 +150,12 @@ def data_task(
     valid = datamodule_param_types(name)
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
+        # --data-dir and --cache-dir arrive here as data_dir and cache_dir: the flag is named
+        given = ", ".join(
+            f"{k} (--{k.replace('_', '-')})" if k in FLAG_OPTIONS else k for k in unknown
+        )
         raise TimingError(
-            f"unknown data option(s) {', '.join(unknown)} for task {name}; valid: {', '.join(valid)}"
+            f"unknown data option(s) {given} for task {name}; drop them (valid: {', '.join(valid)})"
         )
     merged = {**settings, **overrides}
     saved_cache = settings.get("cache_dir")

@@ -190,6 +190,16 @@ def _data_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def data_seed(task: Mapping[str, Any]) -> int:
+    """The data's seed, which also seeds the timed model's copy: a whole number from 0."""
+    seed = task.get("seed") or 0
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TimingError(
+            f"--data seed={seed}: the data's seed must be a whole number from 0, e.g. --data seed=1"
+        )
+    return seed
+
+
 def describe(task: Mapping[str, Any]) -> str:
     if task["name"] == "wmt17":
         return f"wmt17 {task.get('pair', 'en-de')} ({task.get('data_dir')})"
@@ -268,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cost = measure_checkpoint(
             ckpt,
             task,
-            int(task.get("seed") or 0),
+            data_seed(task),
             args.split,
             measure=measure,
             train_steps=args.train_steps,

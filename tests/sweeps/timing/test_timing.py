@@ -333,6 +333,11 @@ def test_command_errors_are_one_line(wmt_ckpt, copy_ckpts, tmp_path, capsys):
     assert "no datamodule settings" in one_line_error(capsys)
     assert main([str(bare), "--task", "copy", "--data", "max_lenght=6"]) == 2
     assert "unknown data option(s) max_lenght" in one_line_error(capsys)
+    # a flag's setting is named by its flag; a seed that is no whole number says so, not int()'s words
+    assert main([str(copy_ckpts["bahdanau"]), "--data-dir", str(tmp_path)]) == 2
+    assert "unknown data option(s) data_dir (--data-dir) for task copy" in one_line_error(capsys)
+    assert main([str(copy_ckpts["bahdanau"]), "--data", "seed=x"]) == 2
+    assert "--data seed=x: the data's seed must be a whole number from 0" in one_line_error(capsys)
     # told the data, the same checkpoint times
     assert (
         main(
