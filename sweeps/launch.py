@@ -74,7 +74,11 @@ from sweeps.spec import (  # noqa: E402
     resume_launch,
 )
 from sweeps.spec.gpu import float16_precisions  # noqa: E402
-from sweeps.spec.launch_record import read_launch, recorded_gpu_name  # noqa: E402
+from sweeps.spec.launch_record import (  # noqa: E402
+    read_launch,
+    recorded_gpu_name,
+    recorded_warm_start,
+)
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -210,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile = "smoke" if args.smoke else args.profile
     try:
-        sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
+        # a resume keeps its first launch's warm start: the earlier folder may have moved since
+        resumed = Path(args.output).resolve() if args.resume else None
+        sweep = load_spec(args.spec, overrides=args.overrides, profile=profile, resumed=resumed)
         folder = Path(args.output).resolve() / sweep.name
         # a launch refused before Tune started left only its own files (launch.json, the budget
         # ledger, the lock): no trial was planned from its overrides, so none are held to
@@ -232,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                     + (" ".join(kept) or "none")
                     + (f"; and this command's: {' '.join(now)}" if now else "")
                 )
-                sweep = load_spec(args.spec, overrides=args.overrides, profile=profile)
+                sweep = load_spec(
+                    args.spec, overrides=args.overrides, profile=profile, resumed=resumed
+                )
             # the file plans the trials as at the first run: read with that run's profile and
             # overrides, as its plan was recorded
             check_resumed_plan(folder, sweep.planned, args.spec)
@@ -244,10 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         print(profile_line(profile, sweep.profile_settings, sweep.set_overrides))
     try:
         # a resume plans the GPU arrangement for the GPU its first launch planned for
-        first_gpu = (
-            recorded_gpu_name(Path(args.output).resolve() / sweep.name) if args.resume else None
-        )
-        plan = build_plan(sweep, Path(args.output), first_gpu)
+        first = Path(args.output).resolve() / sweep.name
+        first_gpu = recorded_gpu_name(first) if args.resume else None
+        # and keeps the trials its first launch's warm start reused
+        first_warm = recorded_warm_start(first) if args.resume else None
+        plan = build_plan(sweep, Path(args.output), first_gpu, first_warm)
         for line in describe(plan):
             print(line)
         check_folders(plan.folders)  # every folder a trial writes, before anything starts

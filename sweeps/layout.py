@@ -80,6 +80,18 @@ def finished_report(last: Mapping[str, Any], max_steps: int | None) -> bool:
     return bool(last.get("done") or last.get("converged") or reached)
 
 
+def recorded(out_dir: Path) -> dict[str, Any]:
+    """The sweep's launch.json as it stands, or {} where there is none or it cannot be read: for
+    what only describes the sweep (a report's notes, the W&B runs' id) or what a resume keeps of
+    its first launch where that launch recorded it (:mod:`sweeps.spec.launch_record`, whose
+    ``read_launch`` says a damaged record)."""
+    try:
+        record = json.loads((Path(out_dir) / LAUNCH_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def only_launch_files(folder: Path) -> bool:
     """Whether ``folder`` holds nothing but what the launcher writes before Tune starts: its
     record of the run's overrides, the budget ledger (saved while a slow data or Ray stage runs)

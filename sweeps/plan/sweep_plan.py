@@ -118,14 +118,20 @@ class SweepPlan:
         return self.fusion.cap if self.fusion.active else 1
 
 
-def build_plan(sweep: Sweep, output: Path, gpu_name: str | None = None) -> SweepPlan:
+def build_plan(
+    sweep: Sweep,
+    output: Path,
+    gpu_name: str | None = None,
+    first_warm: dict[str, Any] | None = None,
+) -> SweepPlan:
     """The plan of a launch of ``sweep`` writing under ``output`` (made once per launch).
     ``gpu_name``: the GPU to cost the arrangement for where ``resources.gpu_kind`` names none ("":
     none), a resume's first launch's (:func:`~sweeps.spec.launch_record.recorded_gpu_name`); by
-    default this machine's."""
+    default this machine's. ``first_warm``: a resume's first launch's warm start, which it keeps
+    (:func:`~sweeps.spec.launch_record.recorded_warm_start`)."""
     output = Path(output).resolve()
     spec = sweep.spec
-    warm = plan_warm_start(sweep)
+    warm = plan_warm_start(sweep, first_warm)
     units = sweep_units(sweep, lambda p: estimated_cost(p.task, p.model, p.trainer))
     if not spec.resources.gpu:
         gpu_name = None

@@ -217,6 +217,35 @@ class WarmStart:
                 out[r["trial_id"]] = (same, str(out_dir / "heldout" / r["trial_id"]))
         return out
 
+    def to_record(self) -> dict[str, Any]:
+        """What a resume needs of this warm start, for launch.json (:func:`from_record`): the
+        reused rows by unit, the configurations reused whole and the counts the summary says.
+        The told trials are not kept: they are in the sweep's own Optuna studies."""
+        return _plain(
+            {
+                "folder": str(self.folder),
+                "reused": {str(i): rows for i, rows in self.reused.items()},
+                "configurations": [[c, n, rows] for c, n, rows in self.configurations],
+                "counts": {
+                    k: getattr(self, k) for k in ("unchecked", "earlier", "lost", "damaged")
+                },
+            }
+        )
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> WarmStart:
+        """The warm start a sweep's first launch recorded (:meth:`to_record`)."""
+        counts = record.get("counts") or {}
+        return cls(
+            Path(record["folder"]),
+            reused={int(i): list(rows) for i, rows in (record.get("reused") or {}).items()},
+            configurations=[
+                (int(c), int(n), {int(seed): row for seed, row in rows.items()})
+                for c, n, rows in record.get("configurations") or []
+            ],
+            **{k: int(counts.get(k) or 0) for k in ("unchecked", "earlier", "lost", "damaged")},
+        )
+
     def summary(self) -> str:
         told = sum(len(t) for t in self.told.values())
         line = (
@@ -243,17 +272,24 @@ class WarmStart:
         return line
 
 
-def plan_warm_start(sweep: Any) -> WarmStart | None:
+def plan_warm_start(sweep: Any, first: dict[str, Any] | None = None) -> WarmStart | None:
     """The warm start of ``sweep`` (None without ``warm_start``): which planned trials the earlier
-    results hold already, and the earlier Optuna trials of each study."""
+    results hold already, and the earlier Optuna trials of each study. ``first``: what a resumed
+    sweep's first launch reused (:meth:`WarmStart.to_record`), which the resume keeps: the trials
+    it left to train are those Tune's saved searcher counts, whatever the earlier folder (moved,
+    its trial folders deleted) or the code (edited) says now."""
     spec = sweep.spec
     if not spec.warm_start:
         return None
-    folder = earlier_folder(spec.warm_start).resolve()
-    warm = WarmStart(folder)
-    journal = folder / OPTUNA_JOURNAL
+    if first is not None:
+        warm = WarmStart.from_record(first)
+    else:
+        warm = WarmStart(earlier_folder(spec.warm_start).resolve())
+    journal = warm.folder / OPTUNA_JOURNAL
     if spec.parameters and journal.is_file():
         warm.told, warm.names = _earlier_trials(journal)
+    if first is not None:
+        return warm
     records = _finished_records(warm)
     warm.earlier = len(records)
     if spec.per_configuration:
@@ -411,6 +447,17 @@ def fits(trial: Any, space: dict[str, Any]) -> bool:
         )
     except (ValueError, TypeError):
         return False
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy's scalars as Python's (JSON writes them as they read back)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value
 
 
 def _missing(v: Any) -> bool:

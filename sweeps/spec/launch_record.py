@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sweeps.layout import LAUNCH_FILE, write_atomic
+from sweeps.layout import LAUNCH_FILE, recorded, write_atomic
 from sweeps.spec.dotted import UNSET, dotted_differences, get_dotted, holding_key
 from sweeps.spec.load import PLAN_KEYS, parse_overrides, profile_line, profile_overrides, read_yaml
 from sweeps.spec.schema import SpecError
@@ -31,6 +31,7 @@ def save_launch(
     code: str | None = None,
     description: str | None = None,
     gpu_name: str | None = None,
+    warm: dict[str, Any] | None = None,
 ) -> Path:
     """Record how a sweep was started, so ``--resume`` continues it with the same settings: the
     overrides, the profile and the sweep file's settings that plan its trials (``planned``:
@@ -40,7 +41,10 @@ def save_launch(
     versions of the trials' code its runs trained with (``codes``: :func:`code_versions`; ``code``,
     this run's, is added where it differs from the last); the sweep file's ``description``, which
     results.md shows under its title; and the GPU the first launch's plan costed its arrangement
-    from (``gpu_name``, "" for none: :func:`recorded_gpu_name`), kept by every resume."""
+    from (``gpu_name``, "" for none: :func:`recorded_gpu_name`), kept by every resume; and what
+    the first launch's warm start reused (``warm_start``: :meth:`~sweeps.plan.warm_start.WarmStart.
+    to_record`), which every resume keeps: the trials it trains are those the first launch
+    planned, whatever the earlier folder or the code holds now."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / LAUNCH_FILE
     record: dict[str, Any] = {"overrides": list(overrides), "profile": profile}
@@ -62,22 +66,14 @@ def save_launch(
     first_gpu = recorded_gpu_name(out_dir) if resume else None
     if first_gpu is not None or gpu_name is not None:
         record["gpu_name"] = first_gpu if first_gpu is not None else gpu_name
+    first_warm = recorded_warm_start(out_dir) if resume else None
+    if first_warm is not None or warm is not None:
+        record["warm_start"] = first_warm if first_warm is not None else warm
     if profile_settings or overrides:
         record["profile_sets"] = profile_line(profile, profile_settings or {}, overrides)
     # in one step: a launch killed while writing leaves the old record whole, never half of one
     write_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
     return path
-
-
-def recorded(out_dir: Path) -> dict[str, Any]:
-    """The sweep's launch.json as it stands, or {} where there is none or it cannot be read: for
-    what only describes the sweep (a report's notes, the W&B runs' id), never to resume it
-    (:func:`read_launch` says a damaged record)."""
-    try:
-        record = json.loads((Path(out_dir) / LAUNCH_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def recorded_gpu_name(out_dir: Path) -> str | None:
@@ -87,6 +83,13 @@ def recorded_gpu_name(out_dir: Path) -> str | None:
     refuses a resume whose trainable changed. None without a record of it."""
     found = recorded(out_dir).get("gpu_name")
     return found if isinstance(found, str) else None
+
+
+def recorded_warm_start(out_dir: Path) -> dict[str, Any] | None:
+    """What the sweep's first launch's warm start reused, as launch.json records it (None without a
+    record of it: a sweep without ``warm_start``, or of an older version)."""
+    found = recorded(out_dir).get("warm_start")
+    return found if isinstance(found, dict) else None
 
 
 def sweep_id(out_dir: Path) -> str | None:

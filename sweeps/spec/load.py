@@ -45,10 +45,15 @@ from sweeps.spec.yaml_read import KeyGivenTwice, read_yaml
 
 
 def load_spec(
-    path: str | Path, overrides: list[str] | None = None, profile: str | None = None
+    path: str | Path,
+    overrides: list[str] | None = None,
+    profile: str | None = None,
+    resumed: Path | None = None,
 ) -> Sweep:
     """Read, override (a named profile, then ``--set`` overrides), validate and expand a sweep
-    file. Raises SpecError with the key path."""
+    file. Raises SpecError with the key path. ``resumed``: the ``--output`` of a resume, whose
+    sweep's first launch may have recorded its warm start (then the earlier folder need not be
+    where it was)."""
     path = Path(path)
     source = str(path)
     if not path.exists():
@@ -77,7 +82,7 @@ def load_spec(
         ) from None
     if not isinstance(raw, dict):
         raise SpecError("", "the file must be a mapping (name:, task:, model:, grid:, ...)", source)
-    return build_sweep(raw, source=source, overrides=overrides, profile=profile)
+    return build_sweep(raw, source=source, overrides=overrides, profile=profile, resumed=resumed)
 
 
 def build_sweep(
@@ -85,9 +90,10 @@ def build_sweep(
     source: str = "<spec>",
     overrides: list[str] | None = None,
     profile: str | None = None,
+    resumed: Path | None = None,
 ) -> Sweep:
     """The sweep of ``raw`` with ``profile`` and the ``--set`` ``overrides`` applied, validated
-    and expanded. Every profile the file declares is checked too, each applied alone to the
+    and expanded (``resumed``: :func:`load_spec`'s). Every profile the file declares is checked too, each applied alone to the
     file, so a mistake in one fails whichever profile (or none) the launch uses; an error that
     comes with a profile names it (``profiles.fast: trainer.max_stepz: unknown key; ...``)."""
     if "smoke" in raw:
@@ -98,7 +104,7 @@ def build_sweep(
             source,
         )
     try:
-        sweep = _build(raw, source, overrides, profile)
+        sweep = _build(raw, source, overrides, profile, resumed=resumed)
     except SpecError as exc:
         raise _from_profile(exc, raw, source, overrides, profile) from None
     declared = raw.get("profiles")
@@ -148,6 +154,7 @@ def _build(
     overrides: list[str] | None,
     profile: str | None,
     used: bool = True,
+    resumed: Path | None = None,
 ) -> Sweep:
     """:func:`build_sweep` of one profile (``used``: the one the launch runs with)."""
     raw = copy.deepcopy(raw)
@@ -164,7 +171,7 @@ def _build(
     # what the profile set and a --set then replaced is not what the run used: not said as its
     profiled = {k: v for k, v in profiled.items() if holding_key(k, set_keys) is None}
     try:
-        return _checked(raw, source, overrides, set_keys, profiled, planned, used)
+        return _checked(raw, source, overrides, set_keys, profiled, planned, used, resumed)
     except SpecError as exc:
         raise said_as_set(exc, set_keys) from None
 
@@ -177,6 +184,7 @@ def _checked(
     profiled: dict[str, tuple[Any, str]],
     planned: dict[str, Any],
     used: bool,
+    resumed: Path | None = None,
 ) -> Sweep:
     """The rest of :func:`_build`: ``raw`` (the profile and the ``--set`` overrides applied)
     validated, its grid expanded and every cell checked."""
@@ -210,7 +218,7 @@ def _checked(
     check_objectives(spec, source)  # objectives/constraints
     check_seeds(spec, source)  # seeds: {per_configuration: true}
     if used:
-        check_warm_start(spec, source)
+        check_warm_start(spec, source, resumed)
     check_gpu_settings(spec, source, _cpu_profile(spec, profiled, set_keys))
     cells = expand_grid(spec.grid, source)
     _check_grid_and_search_apart(spec, cells, source)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.errors import SpecError
-from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV
+from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, recorded
 
 
 def earlier_folder(path: str | Path) -> Path:
@@ -17,10 +17,13 @@ def earlier_folder(path: str | Path) -> Path:
     return p.parent if p.is_file() else p
 
 
-def check_warm_start(spec: Any, source: str | None = None) -> None:
+def check_warm_start(spec: Any, source: str | None = None, resumed: Path | None = None) -> None:
     """``warm_start`` must name an earlier sweep's output folder (holding ``results.csv`` or
-    ``optuna.journal``) or its journal; said at ``--dry-run``."""
+    ``optuna.journal``) or its journal; said at ``--dry-run``. A resume (``resumed``: its
+    ``--output``) whose first launch recorded its warm start keeps that one and needs no folder."""
     if not spec.warm_start:
+        return
+    if resumed is not None and isinstance(recorded(resumed / spec.name).get("warm_start"), dict):
         return
     folder = earlier_folder(spec.warm_start)
     if not ((folder / RESULTS_CSV).is_file() or (folder / OPTUNA_JOURNAL).is_file()):

@@ -93,6 +93,7 @@ def check_output(launch: Launch) -> None:
             code=code,
             description=launch.sweep.spec.description,
             gpu_name=launch.plan.gpu_name or "",
+            warm=launch.warm.to_record() if launch.warm is not None else None,
         )
 
 

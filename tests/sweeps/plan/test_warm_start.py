@@ -323,6 +323,31 @@ def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerpr
     assert sorted(plan_warm_start(again).reused) == [0]
 
 
+def test_a_resume_keeps_the_warm_start_its_first_launch_recorded(tmp_path):
+    """launch.json keeps what the first launch reused (its rows and counts, as they read back);
+    a resume plans with it, and its spec loads though the earlier folder is gone."""
+    from sweeps.spec.launch_record import recorded_warm_start, save_launch
+
+    grid = {"task.max_length": [4, 6], "model": [{"attention": "none"}]}
+    folder = _earlier(tmp_path, load_spec(write_spec(tmp_path, tiny_spec("w", grid=grid))), keep=2)
+    path = write_spec(tmp_path, tiny_spec("w", grid=grid, warm_start=str(folder)))
+    sweep = load_spec(path)
+    warm = plan_warm_start(sweep)
+    out = tmp_path / "o" / "w"
+    save_launch(out, [], None, warm=warm.to_record())
+    # a resume records it again as it was, whatever it is given
+    save_launch(out, [], None, resume=True, warm={"folder": "elsewhere"})
+    first = recorded_warm_start(out)
+    assert first == warm.to_record()
+    shutil.rmtree(folder)
+    with pytest.raises(SpecError, match="is not an earlier sweep's output"):
+        load_spec(path)
+    resumed = load_spec(path, resumed=tmp_path / "o")
+    kept = plan_warm_start(resumed, first)
+    assert kept.reused == warm.reused and kept.reused_count == 2
+    assert kept.rows() == warm.rows() and kept.summary() == warm.summary()
+
+
 def test_a_warm_start_that_is_no_sweep_output_fails_at_load(tmp_path):
     with pytest.raises(SpecError, match="warm_start: .* is not an earlier sweep's output"):
         load_spec(write_spec(tmp_path, tiny_spec("w", warm_start=str(tmp_path / "nothing"))))
@@ -374,6 +399,20 @@ def test_one_more_length_trains_only_the_new_cells(local_ray, tmp_path, capsys):
     assert sorted(t.user_attrs["ray_trial_id"] for t in old.trials) == sorted(
         df[df["length"] == 4]["trial_id"]
     )
+    # a resume keeps the trials the first launch reused, whatever the earlier folder holds now:
+    # one of their checkpoints deleted (the resume wanted to train it, Tune's searcher would not:
+    # every resume ended "interrupted"), then the folder moved (the resume was refused at load)
+    from sweeps.launch import main
+
+    spec = next(p for p in tmp_path.glob("*.yaml"))
+    again = [str(spec), "--output", str(tmp_path / "o2"), "--resume", "--verbose", "0"]
+    Path(df[df["length"] == 4]["checkpoint"].iloc[0]).unlink()
+    assert main(again) == 0
+    (tmp_path / "o1" / "w").rename(tmp_path / "o1" / "moved")
+    assert main(again) == 0
+    kept = pd.read_csv(out / "results.csv", dtype={"trial_id": str})
+    assert sorted(kept["trial_id"]) == sorted(df["trial_id"])
+    assert (kept["status"] == "done").all() and kept["reused"].notna().sum() == 2
 
 
 @pytest.mark.slow
