@@ -29,10 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweeps.errors import LaunchError
 from sweeps.layout import OPTUNA_JOURNAL, RESULTS_CSV, checkpoint_damaged, checkpoint_here
 from sweeps.report.columns import FINISHED, REUSED
+from sweeps.report.inputs import journal_problem
 from sweeps.spec.teachers import best_scored
 from sweeps.spec.warm_start import check_warm_start, earlier_folder  # noqa: F401 (importable here too)
+
+#: what mends an earlier sweep's results.csv a warm start cannot read
+REBUILD = (
+    "nothing was started: a --resume of that sweep writes it again from its trials (or point "
+    "warm_start at another sweep)"
+)
 
 #: the results.csv columns a warm start reads and writes
 PLAN_HASH = "plan_hash"
@@ -287,6 +295,12 @@ def plan_warm_start(sweep: Any, first: dict[str, Any] | None = None) -> WarmStar
         warm = WarmStart(earlier_folder(spec.warm_start).resolve())
     journal = warm.folder / OPTUNA_JOURNAL
     if spec.parameters and journal.is_file():
+        fix = (
+            f"; nothing was started: a --resume of that sweep mends its journal, or move "
+            f"{OPTUNA_JOURNAL} aside to reuse its trials without telling Optuna"
+        )
+        if damaged := journal_problem(journal, fix):
+            raise LaunchError(f"warm_start: {damaged}")
         warm.told, warm.names = _earlier_trials(journal)
     if first is not None:
         return warm
@@ -307,9 +321,15 @@ def _finished_records(warm: WarmStart) -> list[dict[str, Any]]:
     csv = warm.folder / RESULTS_CSV
     if not csv.is_file():
         return []
-    df = read_results(csv)
+    try:
+        df = read_results(csv)
+    except (OSError, ValueError) as exc:  # cut short, emptied, not a CSV
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LaunchError(f"warm_start: {csv} cannot be read ({why}); {REBUILD}") from None
     if df.empty:
         return []
+    if "status" not in df:
+        raise LaunchError(f"warm_start: {csv} has no status column; {REBUILD}")
     done = df[df["status"].isin(FINISHED)]
     if "role" in done:  # a confirm trial (sweeps.stages.confirm) was retrained after a choice
         done = done[done["role"].astype(str) != "confirm"]

@@ -150,11 +150,11 @@ def _number(text: str) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def journal_problem(journal: Path) -> str | None:
+def journal_problem(journal: Path, kept: str = "; results.md is left as it is") -> str | None:
     """What makes ``journal`` (Optuna's JournalFileBackend: one JSON record a line) unfit to
-    rebuild a report from, with what is kept; None when every line is whole. A journal cut short
-    (a copy stopped midway, a full disk) would give a section of part of its studies."""
-    kept = "; results.md is left as it is"
+    rebuild a report from, with what is kept (``kept``: said after it); None when every line is
+    whole. A journal cut short (a copy stopped midway, a full disk) would give a section of part
+    of its studies."""
     try:
         text = journal.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

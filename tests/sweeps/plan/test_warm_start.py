@@ -348,6 +348,36 @@ def test_a_resume_keeps_the_warm_start_its_first_launch_recorded(tmp_path):
     assert kept.rows() == warm.rows() and kept.summary() == warm.summary()
 
 
+def test_an_earlier_sweep_whose_files_are_damaged_is_said_not_a_traceback(tmp_path, capsys):
+    """An earlier results.csv emptied, garbled or without its columns, or a journal with a broken
+    line (a killed run), stops the dry run with the file and the fix; it crashed in pandas or
+    Optuna."""
+    from sweeps.errors import LaunchError
+    from sweeps.launch import main
+
+    folder = tmp_path / "earlier" / "w"
+    folder.mkdir(parents=True)
+    spec = tiny_spec("w", warm_start=str(folder))
+    for text, said in [
+        ("", "cannot be read (No columns to parse from file)"),
+        ('trial_id,cell\nx,"y\n', "cannot be read ("),
+        ("trial_id,cell\nx,y\n", "has no status column"),
+    ]:
+        (folder / "results.csv").write_text(text)
+        with pytest.raises(LaunchError, match="a --resume of that sweep writes it again") as exc:
+            plan_warm_start(load_spec(write_spec(tmp_path, spec)))
+        assert said in str(exc.value) and str(folder / "results.csv") in str(exc.value)
+    (folder / "results.csv").unlink()
+    (folder / "optuna.journal").write_text('{"op_code": 0}\nnot json\n')
+    with_lr = tiny_spec(
+        "w", warm_start=str(folder), **{k: ONE_CELL[k] for k in ("parameters", "num_samples")}
+    )
+    path = write_spec(tmp_path, with_lr)
+    assert main([str(path), "--dry-run", "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "line 2 is not one of Optuna's records" in err and "mends its journal" in err
+
+
 def test_a_warm_start_that_is_no_sweep_output_fails_at_load(tmp_path):
     with pytest.raises(SpecError, match="warm_start: .* is not an earlier sweep's output"):
         load_spec(write_spec(tmp_path, tiny_spec("w", warm_start=str(tmp_path / "nothing"))))
