@@ -203,13 +203,18 @@ def inside_a_sweep(output: str, spec: str | None = None) -> str | None:
     )
 
 
-def results_statuses(out_dir: Path) -> Counter[str]:
-    """How many rows of each status the sweep's results.csv holds (empty without one)."""
+def results_statuses(out_dir: Path, having: str | None = None) -> Counter[str]:
+    """How many rows of each status the sweep's results.csv holds (empty without one); ``having``:
+    only the rows with a value in that column."""
     path = Path(out_dir) / RESULTS_CSV
     if not path.is_file():
         return Counter()
     with path.open(newline="") as f:
-        return Counter(row.get("status") or "?" for row in csv.DictReader(f))
+        return Counter(
+            row.get("status") or "?"
+            for row in csv.DictReader(f)
+            if having is None or row.get(having)
+        )
 
 
 def launched(folder: Path) -> bool:

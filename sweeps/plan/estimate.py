@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.layout import results_statuses
-from sweeps.report.columns import FINISHED
+from sweeps.report.columns import FINISHED, REUSED
 from sweeps.report.ledger import KEYS, UNITS, Ledger, hours_figure
 
 #: seconds a fresh timing process takes to start (torch and Lightning imported, the model and
@@ -26,15 +26,17 @@ def _needs(charged: dict[str, float], scale: float) -> str:
     )
 
 
-def estimate(ledger: Ledger, finished: int, total: int) -> str | None:
+def estimate(ledger: Ledger, finished: int, total: int, reused: int = 0) -> str | None:
     """What the rest of the sweep's training needs at the rate of its runs so far (trials
     finished per hour charged to training), or None where no estimate can be made (no run yet,
-    nothing finished)."""
+    nothing finished). ``finished`` and ``total`` count the trials the sweep trains; ``reused``,
+    those a warm start brought, which took none of its time."""
     if finished <= 0 or not ledger.runs or finished >= total:
         return None
     charged = ledger.stages.get("training") or ledger.charged  # (a ledger without stages)
+    besides = f" ({reused} more reused from the warm start)" if reused else ""
     return (
-        f"{finished} of {total} trials finished in {ledger.charged_text()}: the other "
+        f"{finished} of {total} trials finished{besides} in {ledger.charged_text()}: the other "
         f"{total - finished} need about {_needs(charged, (total - finished) / finished)} more "
         "of training at that rate"
     )
@@ -94,10 +96,11 @@ def stage_lines(ledger: Ledger, spec: Any, trials: int, evaluations: int) -> lis
 
 
 def budget_lines(
-    ledger: Ledger, finished: int, total: int, after: list[str] | None = None
+    ledger: Ledger, finished: int, total: int, after: list[str] | None = None, reused: int = 0
 ) -> list[str]:
     """What ``--dry-run`` and the start of a run print about the budget (nothing when the sweep
-    has no budget and no charged time); ``after``: the lines of the stages after training."""
+    has no budget and no charged time); ``after``: the lines of the stages after training;
+    ``reused``: :func:`estimate`'s."""
     has_limit = any(ledger.limits.get(k) is not None for k in KEYS)
     if not has_limit and not ledger.runs:
         return []
@@ -113,7 +116,7 @@ def budget_lines(
             f"3) unless it brings a larger budget: --set budget.{key}=N, N above "
             f"{hours_figure(ledger.charged[key])}"
         )
-    guess = estimate(ledger, finished, total)
+    guess = estimate(ledger, finished, total, reused)
     if guess:
         lines.append(f"  estimate: {guess}")
     elif has_limit and not ledger.runs:
@@ -121,9 +124,12 @@ def budget_lines(
     return lines + list(after or [])
 
 
-def finished_trials(out_dir: Path) -> int:
-    """How many trials an earlier run's results.csv has finished (0 without one)."""
-    return sum(n for status, n in results_statuses(out_dir).items() if status in FINISHED)
+def finished_trials(out_dir: Path) -> tuple[int, int]:
+    """How many trials an earlier run's results.csv has finished, trained by the sweep's runs and
+    reused from a warm start (which took none of their time): (0, 0) without one."""
+    trained = sum(n for status, n in results_statuses(out_dir).items() if status in FINISHED)
+    reused = sum(n for status, n in results_statuses(out_dir, REUSED).items() if status in FINISHED)
+    return trained - reused, reused
 
 
 def launch_lines(out_dir: Path, sweep: Any) -> list[str]:
@@ -135,4 +141,5 @@ def launch_lines(out_dir: Path, sweep: Any) -> list[str]:
     chosen = sweep.num_trials if spec.heldout.trials == "all" else len(sweep.plans)
     confirm = len(sweep.cells) * len(spec.confirm_seeds or [])
     after = stage_lines(ledger, spec, sweep.num_trials, chosen + confirm)
-    return budget_lines(ledger, finished_trials(out_dir), sweep.num_trials, after)
+    trained, reused = finished_trials(out_dir)  # the reused are no part of the rate or the rest
+    return budget_lines(ledger, trained, sweep.num_trials - reused, after, reused)

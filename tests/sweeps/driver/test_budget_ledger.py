@@ -11,7 +11,7 @@ import pytest
 from sweep_helpers import tiny_spec, write_spec
 
 from sweeps.driver.budget import Meter, trial_rates
-from sweeps.plan.estimate import budget_lines
+from sweeps.plan.estimate import budget_lines, finished_trials
 from sweeps.report.ledger import Ledger
 from sweeps.spec import load_spec, resume_launch, save_launch
 from sweeps.spec.schema import BudgetSpec, ResourcesSpec
@@ -55,6 +55,20 @@ def test_dry_run_lines_show_the_budget_and_an_estimate_from_an_earlier_run(tmp_p
     lines = budget_lines(ledger, 1, 4)
     assert lines[0].startswith("budget: hours 2 (0.5 charged)")
     assert "the other 3 need about 1.5 hours more of training" in lines[2]
+    # a warm start's reused trials took none of the time: 2 trained in 1 hour, 30 reused, 8 left
+    # (it said the other 8 need 0.25 hours: 32 finished in the hour)
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    rows = [("done", "earlier")] * 30 + [("done", "")] * 2 + [("pending", "")] * 8
+    (warm / "results.csv").write_text(
+        "trial_id,status,reused\n" + "".join(f"t{i},{s},{r}\n" for i, (s, r) in enumerate(rows))
+    )
+    ledger.charged["hours"], ledger.runs = 1.0, [{"hours": 1.0}]
+    trained, reused = finished_trials(warm)
+    assert (trained, reused) == (2, 30)
+    said = budget_lines(ledger, trained, 40 - reused, reused=reused)[2]
+    assert "2 of 10 trials finished (30 more reused from the warm start)" in said
+    assert "the other 8 need about 4 hours more of training" in said
     assert budget_lines(Ledger.load(tmp_path / "none"), 0, 4) == []  # no budget, no runs: silent
     assert not any("spent:" in line for line in lines)
     # a budget already spent: the dry run says what a --resume would meet (it stops, exit 3)
