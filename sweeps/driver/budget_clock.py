@@ -36,7 +36,7 @@ class BudgetClock(Callback):
         print(
             f"\nbudget: {meter.ledger.ran_out_line()}; no trial starts, the running ones stop at "
             "their last checkpoint (status budget). A larger budget continues them: "
-            "--resume --set budget.hours=...",
+            f"--resume --set budget.{ran_out}=...",
             file=sys.stderr,
             flush=True,
         )

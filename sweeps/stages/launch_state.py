@@ -209,7 +209,7 @@ class Launch:
         if key is not None and self.meter is not None:
             print(
                 f"\nbudget: {self.meter.ledger.ran_out_line()}; the running stage stops (its "
-                "unfinished work is left for a larger budget: --resume --set budget.hours=...)",
+                f"unfinished work is left for a larger budget: --resume --set budget.{key}=...)",
                 file=sys.stderr,
                 flush=True,
             )

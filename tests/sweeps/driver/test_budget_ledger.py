@@ -164,6 +164,18 @@ def test_a_budget_must_be_positive(tmp_path):
         load_spec(path)
 
 
+def test_a_gpu_budget_of_a_sweep_that_holds_no_gpu_is_refused(tmp_path):
+    """No stage charges a GPU-hour where the trials and the timing run on the CPU: such a budget
+    stopped nothing, without a word."""
+    from sweeps.spec import SpecError
+
+    path = write_spec(tmp_path, tiny_spec("cpu", budget={"gpu_hours": 2}))
+    with pytest.raises(SpecError, match="budget.gpu_hours: no stage of this sweep holds a GPU"):
+        load_spec(path)
+    on_gpu = tiny_spec("gpu", budget={"gpu_hours": 2}, resources={"cpu": 1, "gpu": 1})
+    assert load_spec(write_spec(tmp_path, on_gpu)).spec.budget.gpu_hours == 2
+
+
 def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_path):
     """Tune ends the running trials of a stopped sweep as TERMINATED; the console's last table and
     line call those `budget` while a budget stop is in progress, `unfinished` after a Ctrl-C (the
