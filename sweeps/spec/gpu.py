@@ -66,14 +66,6 @@ def check_gpu_settings(spec: SweepSpec, source: str, cpu_profile: str | None = N
             "0); set resources.gpu (e.g. 0.5), or resources.mps: auto",
             source,
         )
-    if spec.budget.gpu_hours is not None and r.gpu == 0 and spec.timing.device != "cuda":
-        raise SpecError(
-            "budget.gpu_hours",
-            "no stage of this sweep holds a GPU (resources.gpu: 0, the timing on the CPU), so no "
-            "GPU-hour is ever charged and this budget would stop nothing; use budget.hours or "
-            "budget.cpu_hours, or set resources.gpu (e.g. 1 or 0.5)",
-            source,
-        )
     float16 = float16_precisions(spec)
     if float16 and r.gpu == 0:
         raise SpecError(

@@ -164,16 +164,23 @@ def test_a_budget_must_be_positive(tmp_path):
         load_spec(path)
 
 
-def test_a_gpu_budget_of_a_sweep_that_holds_no_gpu_is_refused(tmp_path):
-    """No stage charges a GPU-hour where the trials and the timing run on the CPU: such a budget
-    stopped nothing, without a word."""
-    from sweeps.spec import SpecError
+def test_a_stage_stopped_by_a_resource_budget_names_that_budget(tmp_path, capsys):
+    """The stop line named budget.hours whatever ran out; a resume raising it is refused again
+    while the CPU-hours budget stays spent."""
+    from sweeps.stages.launch_state import Launch
 
-    path = write_spec(tmp_path, tiny_spec("cpu", budget={"gpu_hours": 2}))
-    with pytest.raises(SpecError, match="budget.gpu_hours: no stage of this sweep holds a GPU"):
-        load_spec(path)
-    on_gpu = tiny_spec("gpu", budget={"gpu_hours": 2}, resources={"cpu": 1, "gpu": 1})
-    assert load_spec(write_spec(tmp_path, on_gpu)).spec.budget.gpu_hours == 2
+    ledger = Ledger.load(tmp_path)
+    ledger.set_limits(BudgetSpec(hours=5, cpu_hours=1e-9))
+    meter = Meter(ledger, trial_rates(ResourcesSpec(cpu=1)))
+    meter.start()
+    stop = SimpleNamespace(signal=None, interrupted=False)
+    launch = Launch(plan=None, args=None, profile=None, stop=stop, listeners=[], meter=meter)
+    assert launch.poll(2.0, 0.0) is False  # nothing held before: nothing charged yet
+    time.sleep(0.01)
+    assert launch.poll(2.0, 0.0) is True
+    meter.stop()
+    err = capsys.readouterr().err
+    assert "--resume --set budget.cpu_hours=..." in err and "budget.hours=" not in err
 
 
 def test_the_console_calls_trials_a_stop_ended_by_its_name_not_terminated(tmp_path):
