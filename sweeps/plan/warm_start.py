@@ -299,9 +299,11 @@ def plan_warm_start(sweep: Any, first: dict[str, Any] | None = None) -> WarmStar
             f"; nothing was started: a --resume of that sweep mends its journal, or move "
             f"{OPTUNA_JOURNAL} aside to reuse its trials without telling Optuna"
         )
-        if damaged := journal_problem(journal, fix):
+        damaged = journal_problem(journal, fix, cut_ok=True)
+        if damaged and first is None:
             raise LaunchError(f"warm_start: {damaged}")
-        warm.told, warm.names = _earlier_trials(journal)
+        if not damaged:  # (a resume's studies hold what its first launch told them)
+            warm.told, warm.names = _earlier_trials(journal)
     if first is not None:
         return warm
     records = _finished_records(warm)

@@ -150,18 +150,25 @@ def _number(text: str) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def journal_problem(journal: Path, kept: str = "; results.md is left as it is") -> str | None:
+def journal_problem(
+    journal: Path, kept: str = "; results.md is left as it is", cut_ok: bool = False
+) -> str | None:
     """What makes ``journal`` (Optuna's JournalFileBackend: one JSON record a line) unfit to
     rebuild a report from, with what is kept (``kept``: said after it); None when every line is
     whole. A journal cut short (a copy stopped midway, a full disk) would give a section of part
-    of its studies."""
+    of its studies. ``cut_ok``: a last line cut short is not a problem (Optuna reads the journal
+    without it, as it does a record still being written), only a garbled whole line is."""
     try:
         text = journal.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"{journal}: not UTF-8 text (byte {exc.start}): not a journal Optuna wrote{kept}"
     if text and not text.endswith("\n"):
-        lines = text.count("\n") + 1
-        return f"{journal}: its last line ({lines}) is cut short: the journal is incomplete{kept}"
+        if not cut_ok:
+            lines = text.count("\n") + 1
+            return (
+                f"{journal}: its last line ({lines}) is cut short: the journal is incomplete{kept}"
+            )
+        text = text[: text.rfind("\n") + 1]
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

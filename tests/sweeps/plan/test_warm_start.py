@@ -376,6 +376,19 @@ def test_an_earlier_sweep_whose_files_are_damaged_is_said_not_a_traceback(tmp_pa
     assert main([str(path), "--dry-run", "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "line 2 is not one of Optuna's records" in err and "mends its journal" in err
+    # a last record cut short (the earlier run killed while writing it) is one Optuna reads past
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    (folder / "optuna.journal").unlink()
+    storage = JournalStorage(JournalFileBackend(str(folder / "optuna.journal")))
+    study = optuna.create_study(study_name="w/any", storage=storage)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    whole = (folder / "optuna.journal").read_bytes()
+    (folder / "optuna.journal").write_bytes(whole[:-10])
+    warm = plan_warm_start(load_spec(path))
+    assert [len(t) for t in warm.told.values()] == [2]
 
 
 def test_a_warm_start_that_is_no_sweep_output_fails_at_load(tmp_path):
