@@ -197,7 +197,9 @@ def stored_elsewhere(folder: Path, spec: str) -> bool:
     if not record.exists():
         return False
     first = read_launch(record, spec)
-    then = load_spec(spec, overrides=first["overrides"], profile=first.get("profile"))
+    then = load_spec(
+        spec, overrides=first["overrides"], profile=first.get("profile"), resumed=folder.parent
+    )
     storage = then.spec.storage.path
     if storage is None:
         return False

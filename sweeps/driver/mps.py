@@ -337,18 +337,23 @@ def _plan_command(spec: str, options: Sequence[str]) -> int:
     from sweeps.layout import holds_local_sweep
     from sweeps.plan.sweep_plan import build_plan
     from sweeps.spec import SpecError, load_spec
-    from sweeps.spec.launch_record import resume_launch
+    from sweeps.spec.launch_record import recorded_gpu_name, recorded_warm_start, resume_launch
 
     try:
-        sweep = load_spec(spec, overrides=args.overrides, profile=profile)
+        # a resume keeps its first launch's warm start, as the launcher does
+        resumed = Path(args.output).resolve() if args.resume else None
+        sweep = load_spec(spec, overrides=args.overrides, profile=profile, resumed=resumed)
         folder = Path(args.output).resolve() / sweep.name
         if args.resume and (sweep.spec.storage.path is not None or holds_local_sweep(folder)):
             # a resubmission may give only --resume and a budget: the first run's --set and
             # profile plan the trials (and so whether they share GPUs), as the launcher reads them
             overrides, profile = resume_launch(folder, args.overrides, profile, spec)
-            sweep = load_spec(spec, overrides=overrides, profile=profile)
+            sweep = load_spec(spec, overrides=overrides, profile=profile, resumed=resumed)
         # the launch's own decision: with resources.gpu auto, the GPU arrangement it chooses
-        plan = build_plan(sweep, Path(args.output)).mps
+        first = Path(args.output).resolve() / sweep.name
+        first_gpu = recorded_gpu_name(first) if args.resume else None
+        first_warm = recorded_warm_start(first) if args.resume else None
+        plan = build_plan(sweep, Path(args.output), first_gpu, first_warm).mps
     except (SpecError, LaunchError) as exc:  # the launcher says it again, and stops the job
         print(f"no (the sweep file did not load: {str(exc).splitlines()[0]})")
         return 0

@@ -323,7 +323,7 @@ def test_a_student_is_reused_with_its_teacher_and_named_by_its_teachers_fingerpr
     assert sorted(plan_warm_start(again).reused) == [0]
 
 
-def test_a_resume_keeps_the_warm_start_its_first_launch_recorded(tmp_path):
+def test_a_resume_keeps_the_warm_start_its_first_launch_recorded(tmp_path, capsys):
     """launch.json keeps what the first launch reused (its rows and counts, as they read back);
     a resume plans with it, and its spec loads though the earlier folder is gone."""
     from sweeps.spec.launch_record import recorded_warm_start, save_launch
@@ -346,6 +346,13 @@ def test_a_resume_keeps_the_warm_start_its_first_launch_recorded(tmp_path):
     kept = plan_warm_start(resumed, first)
     assert kept.reused == warm.reused and kept.reused_count == 2
     assert kept.rows() == warm.rows() and kept.summary() == warm.summary()
+    # so do the launcher's look for trials stored elsewhere and the cluster job's MPS decision
+    from sweeps.driver.mps import main as mps_main
+    from sweeps.launch import stored_elsewhere
+
+    assert stored_elsewhere(out, str(path)) is False
+    assert mps_main(["plan", str(path), "--resume", "--output", str(tmp_path / "o")]) == 0
+    assert "did not load" not in capsys.readouterr().out
 
 
 def test_an_earlier_sweep_whose_files_are_damaged_is_said_not_a_traceback(tmp_path, capsys):
