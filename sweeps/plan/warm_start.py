@@ -290,7 +290,14 @@ def plan_warm_start(sweep: Any, first: dict[str, Any] | None = None) -> WarmStar
     if not spec.warm_start:
         return None
     if first is not None:
-        warm = WarmStart.from_record(first)
+        try:
+            warm = WarmStart.from_record(first)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # edited by hand, say
+            raise LaunchError(
+                f"warm_start: launch.json's record of what the first launch reused is damaged "
+                f'({type(exc).__name__}: {exc}); nothing was started: remove its "warm_start" '
+                "entry to plan the warm start again from the earlier folder"
+            ) from None
     else:
         warm = WarmStart(earlier_folder(spec.warm_start).resolve())
     journal = warm.folder / OPTUNA_JOURNAL

@@ -66,9 +66,10 @@ def save_launch(
     first_gpu = recorded_gpu_name(out_dir) if resume else None
     if first_gpu is not None or gpu_name is not None:
         record["gpu_name"] = first_gpu if first_gpu is not None else gpu_name
-    first_warm = recorded_warm_start(out_dir) if resume else None
-    if first_warm is not None or warm is not None:
-        record["warm_start"] = first_warm if first_warm is not None else warm
+    if resume and path.exists():  # a resume keeps the first launch's, and none where none was
+        warm = recorded_warm_start(out_dir)
+    if warm is not None:
+        record["warm_start"] = warm
     if profile_settings or overrides:
         record["profile_sets"] = profile_line(profile, profile_settings or {}, overrides)
     # in one step: a launch killed while writing leaves the old record whole, never half of one

@@ -353,6 +353,16 @@ def test_a_resume_keeps_the_warm_start_its_first_launch_recorded(tmp_path, capsy
     assert stored_elsewhere(out, str(path)) is False
     assert mps_main(["plan", str(path), "--resume", "--output", str(tmp_path / "o")]) == 0
     assert "did not load" not in capsys.readouterr().out
+    # a record edited out of shape is said, not a traceback
+    from sweeps.errors import LaunchError
+
+    for damaged in ({"reused": {}}, {**first, "reused": {"x": []}}, {**first, "configurations": 3}):
+        with pytest.raises(LaunchError, match='remove its "warm_start" entry'):
+            plan_warm_start(resumed, damaged)
+    # a sweep of a version that recorded none keeps none: each resume plans it as before
+    (out / "launch.json").write_text('{"overrides": [], "profile": null}')
+    save_launch(out, [], None, resume=True, warm=warm.to_record())
+    assert recorded_warm_start(out) is None
 
 
 def test_an_earlier_sweep_whose_files_are_damaged_is_said_not_a_traceback(tmp_path, capsys):
