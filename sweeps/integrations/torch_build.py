@@ -41,6 +41,6 @@ def gpu_torch_problem(where: str) -> str | None:
         )
     return (
         f"{where}: {torch_build()} would train on the CPU while Ray holds a GPU; install a CUDA "
-        f"build of torch on every node, then `make venv TORCH_CONSTRAINTS=` (cluster/README.md, "
-        f'"A CUDA build of torch"), or --set resources.gpu=0'
+        f"build of torch on every node (where nvidia-smi lists a GPU: `rm -rf .venv && make venv`; "
+        f'cluster/README.md, "A CUDA build of torch"), or --set resources.gpu=0'
     )
