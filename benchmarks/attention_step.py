@@ -25,8 +25,9 @@ The summary prints, besides the grids, one "S = T" table (milliseconds and softm
 mechanism time side by side) for the cells with S = T: ``--square`` runs only those.
 
 Writes ``DIR/attention_step.csv`` (``mechanism``, ``S``, ``T``, ``seconds``, ``speedup_vs_softmax``,
-``batch``, ``dim``, ``device``, ``threads``), ``DIR/attention_step.md`` (speed-up grids, rows S,
-columns T, the machine named) and ``DIR/attention_step.png`` (speed-up heatmaps).
+``batch``, ``dim``, ``K`` (memory's rows), ``device``, ``threads``), ``DIR/attention_step.md``
+(speed-up grids, rows S, columns T, the machine named; with ``--square`` the S = T table alone)
+and ``DIR/attention_step.png`` (speed-up heatmaps).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ from sweeps.layout import output_folder  # noqa: E402
 TARGET_HV, TARGET_COMPUTE = 0.98, 0.40
 
 
-def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
+def study(quick: bool, reduction_factor: float = 3, promotion: str = "wait") -> dict[str, Any]:
     """The search study; the grid study is derived from it (:func:`grid_sweep`)."""
     # K up to 256: below K=64 the tiny model's decode time hardly moves with K (the per-step overhead
     # dominates), above it the memory's cost shows (about 2.5x at K=256, L=8). A space where K only
@@ -91,6 +91,7 @@ def study(quick: bool, reduction_factor: float = 3) -> dict[str, Any]:
             "type": "pareto",
             "grace_period": 3,
             "reduction_factor": reduction_factor,
+            "promotion": promotion,
         },
         "trainer": {
             "max_steps": 450 if quick else 900,
@@ -256,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the rung rule's rf (3; Ray's ASHA and Optuna's successive halving default to 4)",
     )
     p.add_argument(
+        "--promotion",
+        choices=("wait", "immediate"),
+        default="wait",
+        help="the rung rule's early_terminate.promotion: wait (the default: judged once rf trials "
+        "reached the rung, or it is complete) or immediate (judged on arrival)",
+    )
+    p.add_argument(
         "--output",
         type=output_folder,
         default="bench-out",
@@ -275,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.spec import build_sweep
     from sweeps.timing.probe import PROBE_FILE, build_estimates
 
-    search = study(args.quick, args.reduction_factor)
+    search = study(args.quick, args.reduction_factor, args.promotion)
     sweep = build_sweep(search, source="moo_search")
     probe_dir = out / "probe"
     table = build_estimates(sweep, probe_dir, say=lambda m: print(m, file=sys.stderr))
@@ -312,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "seeds": list(range(args.seeds)),
         "reduction_factor": args.reduction_factor,
+        "promotion": args.promotion,
         "stopping_fraction": {
             "mean": round(statistics.mean(s["stopping_fraction"] for s in per_seed), 4)
         },

@@ -25,6 +25,7 @@ after). Both modes train the same number of trials (``--samples`` x 2 seeds).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import positive_int  # noqa: E402
 
 from sweeps.layout import nonnegative_int  # noqa: E402
+from sweeps.timing.devices import cpu_model  # noqa: E402
 
 
 def study(name: str, search_seed: int, samples: int, per_configuration: bool) -> dict[str, Any]:
@@ -107,7 +109,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 path.write_text(
                     yaml.safe_dump(study(name, s, args.samples, mode == "per_configuration"))
                 )
-                code = launch([str(path), "--output", str(Path(tmp) / "out"), "--verbose", "0"])
+                # the launcher's own lines go to stderr: stdout holds the one JSON line alone
+                with contextlib.redirect_stdout(sys.stderr):
+                    code = launch([str(path), "--output", str(Path(tmp) / "out"), "--verbose", "0"])
                 if code != 0:
                     raise SystemExit(f"the sweep {name} failed (exit {code})")
                 out[mode]["runs"].append(
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         **out,
         "gap_shrinks": abs(out["per_configuration"]["gap"]) < abs(out["per_unit"]["gap"]),
         "seconds": round(time.time() - started, 1),
+        "machine": cpu_model(),
         "cores": os.cpu_count(),
         "load_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }

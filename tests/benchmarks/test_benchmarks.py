@@ -427,3 +427,14 @@ def test_sweep_scale_turns_a_finished_study_into_its_row_and_results_csv(tmp_pat
     assert row["cluster"] == "4 nodes (simulated)" and row["seconds_per_trial"] > 0
     written = read_csv(tmp_path / "n10" / "scale10" / "results.csv")
     assert len(written) == 10 and {r["status"] for r in written} == {"done"}
+
+
+def test_moo_search_judges_on_arrival_when_asked():
+    """The README's figures judged on arrival come from `--promotion immediate`: the study the
+    script launches must carry it (it had no way to set it)."""
+    from sweeps.spec import build_sweep
+
+    moo = load("moo_search")
+    for promotion in ("wait", "immediate"):
+        sweep = build_sweep(moo.study(True, 3, promotion), source="moo_search")
+        assert sweep.spec.early_terminate.promotion == promotion
