@@ -12,7 +12,7 @@ runs it on a ``ray.cluster_utils.Cluster`` of 4 simulated nodes (logical CPUs, f
 stand-in trainable that rebuilds its plan from its config exactly as a real trial does, reports
 once (a real trial's metric keys, a tiny checkpoint) and returns. It prints per trial:
 
-- orchestration seconds: wall time of ``run_tune`` / N;
+- orchestration seconds: wall time of ``run_tune``, ``result_rows`` and writing results.csv / N;
 - storage bytes: the experiment folder (trial folders, experiment state, results.csv), checkpoint
   folders excluded, / N;
 - driver memory: growth of the driver's peak RSS over the run / N (and the peak itself);
