@@ -11,7 +11,8 @@ and Lightning; nothing here needs Ray, Optuna or W&B):
     python benchmarks/gpu_benchmarks.py --device cpu --out /tmp/s          # the plumbing, on a CPU
 
 Prints one JSON line per phase as it ends (``phase``, ``rc``, ``seconds``, ``timed_out``,
-``skipped`` with the reason, ``summary``: the phase's figures in short), the phase's whole output
+``summary``: the phase's figures in short; a phase skipped, or every phase of a dry run: ``phase``,
+``limit_s``, ``cmd``, and ``skipped`` with the reason), the phase's whole output
 in ``OUT/<phase>.out`` and ``.err`` (a benchmark's full JSON line is the last JSON line of its ``.out``),
 and a last line ``{"phase": "all", ...}``. A phase that runs past its limit is stopped
 (SIGTERM, then SIGKILL) and the next one starts; a phase whose limit no longer fits the budget is
