@@ -358,6 +358,23 @@ def test_every_journal_line_is_a_json_record_with_an_op_code(journal_study):
     assert lines and all("op_code" in json.loads(line) for line in lines)
 
 
+@internal("optuna-journal-cut-line", "optuna", "sweeps/plan/warm_start.py (plan_warm_start)")
+def test_a_journal_whose_last_line_is_cut_short_is_read_without_it(journal_study):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study, _, path = journal_study
+    for value in (1.0, 2.0):
+        study.tell(study.ask({}), value)
+    path.write_bytes(path.read_bytes()[:-10])  # the last record (the second tell) cut short
+    again = optuna.load_study(
+        study_name="s/u", storage=JournalStorage(JournalFileBackend(str(path)))
+    )
+    states = [t.state for t in again.trials]
+    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING], states
+
+
 # ---- sacrebleu ----------------------------------------------------------------------------------
 
 
