@@ -74,11 +74,7 @@ from sweeps.spec import (  # noqa: E402
     resume_launch,
 )
 from sweeps.spec.gpu import float16_precisions  # noqa: E402
-from sweeps.spec.launch_record import (  # noqa: E402
-    read_launch,
-    recorded_gpu_name,
-    recorded_warm_start,
-)
+from sweeps.spec.launch_record import first_launch_plan, read_launch  # noqa: E402
 from sweeps.stages.pipeline import run_sweep  # noqa: E402
 
 
@@ -253,12 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     if sweep.profile_settings or sweep.set_overrides:
         print(profile_line(profile, sweep.profile_settings, sweep.set_overrides))
     try:
-        # a resume plans the GPU arrangement for the GPU its first launch planned for
-        first = Path(args.output).resolve() / sweep.name
-        first_gpu = recorded_gpu_name(first) if args.resume else None
-        # and keeps the trials its first launch's warm start reused
-        first_warm = recorded_warm_start(first) if args.resume else None
-        plan = build_plan(sweep, Path(args.output), first_gpu, first_warm)
+        # a resume plans the GPU arrangement for the GPU its first launch planned for, and keeps
+        # the trials its first launch's warm start reused
+        first = first_launch_plan(Path(args.output).resolve() / sweep.name, args.resume)
+        plan = build_plan(sweep, Path(args.output), *first)
         for line in describe(plan):
             print(line)
         check_folders(plan.folders)  # every folder a trial writes, before anything starts

@@ -337,7 +337,7 @@ def _plan_command(spec: str, options: Sequence[str]) -> int:
     from sweeps.layout import holds_local_sweep
     from sweeps.plan.sweep_plan import build_plan
     from sweeps.spec import SpecError, load_spec
-    from sweeps.spec.launch_record import recorded_gpu_name, recorded_warm_start, resume_launch
+    from sweeps.spec.launch_record import first_launch_plan, resume_launch
 
     try:
         # a resume keeps its first launch's warm start, as the launcher does
@@ -350,10 +350,8 @@ def _plan_command(spec: str, options: Sequence[str]) -> int:
             overrides, profile = resume_launch(folder, args.overrides, profile, spec)
             sweep = load_spec(spec, overrides=overrides, profile=profile, resumed=resumed)
         # the launch's own decision: with resources.gpu auto, the GPU arrangement it chooses
-        first = Path(args.output).resolve() / sweep.name
-        first_gpu = recorded_gpu_name(first) if args.resume else None
-        first_warm = recorded_warm_start(first) if args.resume else None
-        plan = build_plan(sweep, Path(args.output), first_gpu, first_warm).mps
+        first = first_launch_plan(Path(args.output).resolve() / sweep.name, args.resume)
+        plan = build_plan(sweep, Path(args.output), *first).mps
     except (SpecError, LaunchError) as exc:  # the launcher says it again, and stops the job
         print(f"no (the sweep file did not load: {str(exc).splitlines()[0]})")
         return 0

@@ -86,6 +86,15 @@ def recorded_gpu_name(out_dir: Path) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def first_launch_plan(out_dir: Path, resume: bool) -> tuple[str | None, dict[str, Any] | None]:
+    """What a resume plans as its first launch did (:func:`sweeps.plan.sweep_plan.build_plan`'s
+    ``gpu_name`` and ``first_warm``): the GPU it costed its arrangement for, and what its warm
+    start reused; (None, None) for a launch that is no resume."""
+    if not resume:
+        return None, None
+    return recorded_gpu_name(out_dir), recorded_warm_start(out_dir)
+
+
 def recorded_warm_start(out_dir: Path) -> dict[str, Any] | None:
     """What the sweep's first launch's warm start reused, as launch.json records it (None without a
     record of it: a sweep without ``warm_start``, or of an older version)."""
