@@ -465,6 +465,10 @@ def timing_text(df: pd.DataFrame) -> str:
     return "BLEU: sacrebleu corpus BLEU (tokenize=none) on the validation set; " + timing
 
 
+#: the heading of results.md's list of failed trials, each with its error
+FAILED_TRIALS = "Failed trials"
+
+
 def results_sections(
     df: pd.DataFrame,
     metric: str = VAL_BLEU,
@@ -489,7 +493,7 @@ def results_sections(
     errors = df[df["status"] == "error"] if "status" in df else df.iloc[0:0]
     failed = [
         (
-            "Failed trials",
+            FAILED_TRIALS,
             "\n".join(f"- {r.cell} seed={r.seed}: {r.error}" for r in errors.itertuples()),
         )
     ]

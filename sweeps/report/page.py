@@ -16,7 +16,7 @@ import pandas as pd
 from sweeps.report.findings import seed_sections, smoke_caveat
 from sweeps.report.heldout import heldout_sections
 from sweeps.report.ledger import report_section
-from sweeps.report.markdown import results_sections
+from sweeps.report.markdown import FAILED_TRIALS, results_sections
 from sweeps.spec.launch_record import recorded
 
 
@@ -37,12 +37,35 @@ def page_sections(
         sections.append((heading, text))
         if not heading:  # after the preamble: the budget, the trials that lost their node
             sections += run_notes(df, sweep_dir)
+    sections = _with_failed_confirm(sections, confirm)
     smoke = launch_profile(sweep_dir) == "smoke"
     for heading, text in seed_sections(df, metric, mode, sweep_dir) + heldout_sections(
         df, metric, mode, confirm, launch_choice(sweep_dir)
     ):  # intervals, findings, paired bootstrap; test
         sections.append((heading, smoke_caveat(heading, text, smoke)))
     return sections
+
+
+def _with_failed_confirm(
+    sections: list[tuple[str, str]], confirm: pd.DataFrame | None
+) -> list[tuple[str, str]]:
+    """``sections`` with the confirm trials that failed added to its failed trials (a section
+    made here when the selection's trials all finished): each with its error, as the launch's
+    console line about failed trials promises."""
+    if confirm is None or "status" not in confirm:
+        return sections
+    errors = confirm[confirm["status"] == "error"]
+    if errors.empty:
+        return sections
+    said = errors["error"] if "error" in errors else pd.Series("", index=errors.index)
+    lines = "\n".join(
+        f"- {cell} seed={seed} (confirm): {error}"
+        for cell, seed, error in zip(errors["cell"], errors["seed"], said, strict=True)
+    )
+    for i, (heading, text) in enumerate(sections):
+        if heading == FAILED_TRIALS:
+            return [*sections[:i], (heading, text + "\n" + lines), *sections[i + 1 :]]
+    return [*sections, (FAILED_TRIALS, lines)]
 
 
 def run_notes(df: pd.DataFrame, sweep_dir: Path) -> list[tuple[str, str]]:

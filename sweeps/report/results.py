@@ -226,8 +226,9 @@ def missing_rows(
     """A row for every planned trial that has none (Tune never created it, e.g. a sweep stopped
     before Optuna sampled it): ``samples`` trials per plan (cell and seed), and the plan's
     baseline trial where the sweep has one (``baseline``: its model settings, dotted;
-    :mod:`sweeps.search.baselines`), marked ``status``. A searched setting's column is empty in a
-    sample's row: no value was drawn."""
+    :mod:`sweeps.search.baselines`), marked ``status``. A searched setting's ``param:`` column
+    (and its plan column, where the model's label names it) is empty in a sample's row: no value
+    was drawn."""
     seen: dict[tuple[str, int], int] = {}
     based = set()
     for row in rows:
@@ -236,9 +237,13 @@ def missing_rows(
             based.add(unit)
         else:
             seen[unit] = seen.get(unit, 0) + 1
-    undrawn = {column_name(k): None for k in search_keys}
+    search_keys = list(search_keys)
     out = []
     for plan in plans:
+        planned = plan_columns(plan)
+        # a searched key's param: column, and a plan column naming it (K, memory's default)
+        undrawn = {f"param:{k}": None for k in search_keys}
+        undrawn.update({c: None for k in search_keys if (c := column_name(k)) in planned})
         never = {"trial_id": None, "status": status}
         never["error"] = "never started" if status == "error" else None
         unit = (plan.cell.name, plan.seed)
@@ -247,7 +252,7 @@ def missing_rows(
             of = plan.with_values(plan.seed, dict(baseline), {}, config)
             out.append({**plan_columns(of), BASELINE: True, **never})
         for _ in range(samples - seen.get(unit, 0)):
-            out.append({**plan_columns(plan), **undrawn, **never})
+            out.append({**planned, **undrawn, **never})
     return out
 
 

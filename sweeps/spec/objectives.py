@@ -16,7 +16,9 @@ search: {sampler: tpe}                         # or nsga2
 
 :func:`check_objectives` runs at ``--dry-run`` (from :func:`sweeps.spec.load.build_sweep`) and
 raises :class:`SpecError` with one line for each of these mistakes: ``metric`` and
-``objectives`` together, an unknown objective, a constraint on a metric the sweep never produces.
+``objectives`` together, an unknown objective, a constraint on a metric the sweep never produces,
+and the search settings a single-metric sweep would not use (``search.sampler: nsga2``;
+``num_samples`` above 1 with no ``parameters:``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,22 @@ def check_objectives(spec: Any, source: str) -> None:
             source,
         )
     if not spec.objectives:
+        if spec.num_samples > 1 and not spec.parameters:
+            raise SpecError(
+                "num_samples",
+                f"{spec.num_samples} is Optuna's budget of trials per cell and seed, and this "
+                "sweep has no `parameters:` to search, so each cell trains once per seed: "
+                "remove num_samples, or add parameters (e.g. model.lr: {min: 1.0e-4, max: "
+                "1.0e-2, distribution: log_uniform_values}); for repeats, give more seeds",
+                source,
+            )
+        if spec.search.sampler == "nsga2":
+            raise SpecError(
+                "search.sampler",
+                "nsga2 (Optuna's NSGAIISampler) ranks trials on several objectives; this sweep "
+                "has one metric: use tpe or random, or declare `objectives:`",
+                source,
+            )
         if spec.constraints:
             raise SpecError(
                 "constraints",

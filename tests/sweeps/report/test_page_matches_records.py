@@ -315,3 +315,26 @@ def test_a_training_cost_or_front_figure_over_fewer_seeds_says_so(tmp_path):
     # the committed run: every figure over all 3 seeds, none marked
     whole, _ = _run(tmp_path / "whole")
     assert "seeds)" not in "".join(text for _, text in results_sections(whole))
+
+
+# -- failed confirm trials -------------------------------------------------------------------------
+
+
+def test_a_failed_confirm_trial_is_listed_with_its_error_beside_the_selections(tmp_path):
+    from sweeps.report.page import page_sections
+
+    df, folder = _run(tmp_path)
+    confirm = df[df["status"] == "done"].head(2).copy()
+    confirm["role"], confirm["seed"] = "confirm", 99
+    confirm.iloc[1, confirm.columns.get_loc("status")] = "error"
+    confirm.iloc[1, confirm.columns.get_loc("error")] = "RuntimeError: CUDA out of memory"
+    cell = confirm.iloc[1]["cell"]
+    sections = dict(page_sections(df, confirm, folder, "val/bleu", "max"))
+    assert (
+        sections["Failed trials"] == f"- {cell} seed=99 (confirm): RuntimeError: CUDA out of memory"
+    )
+    # beside a selection trial that failed too, in the one list
+    df, folder = _run(tmp_path / "both", _failed_bahdanau_40)
+    listed = dict(page_sections(df, confirm, folder, "val/bleu", "max"))["Failed trials"]
+    assert listed.splitlines()[-1].endswith("(confirm): RuntimeError: CUDA out of memory")
+    assert len(listed.splitlines()) == 1 + int((df["status"] == "error").sum())

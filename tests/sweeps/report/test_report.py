@@ -1038,7 +1038,8 @@ def test_a_stopped_searchs_unstarted_trials_each_have_their_row():
         ],
         constraints=[{"name": "val/bleu", "within": 1.0, "of": {"attention": "bahdanau"}}],
     )
-    sweep = build_sweep(spec, source="test")
+    raw = spec
+    sweep = build_sweep(raw, source="test")
     spec = sweep.spec
     of = baseline_of(spec)
 
@@ -1052,6 +1053,12 @@ def test_a_stopped_searchs_unstarted_trials_each_have_their_row():
     samples = [r for r in rows if r.get("baseline") is not True]
     assert {r["attention"] for r in samples} == {"memory"}
     assert all(r["K"] is None and r["status"] == "unfinished" for r in samples)
+    # the searched key's column is the one a started trial's row has: param:model.K (a column
+    # named after the key alone, lr for model.lr, was added where the plan had none)
+    assert all("param:model.K" in r and r["param:model.K"] is None for r in samples)
+    lr = build_sweep({**raw, "parameters": {"model.lr": {"min": 1e-4, "max": 1e-2}}}, source="t")
+    unstarted = missing_rows(lr.plans, [], 2, "unfinished", lr.spec.parameters)
+    assert all(r["param:model.lr"] is None and "lr" not in r for r in unstarted), unstarted[0]
     # stopped after length 4's baseline and three samples had started
     cell = sweep.plans[0].cell.name
     started = [{"cell": cell, "seed": 0, "baseline": True}] + [{"cell": cell, "seed": 0}] * 3

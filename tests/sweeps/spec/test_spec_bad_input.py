@@ -345,3 +345,35 @@ def test_a_folder_as_the_spec_lists_all_its_sweep_files(tmp_path, capsys):
     assert launch_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"({', '.join(names)})" in err, err
+
+
+# ---- search settings a single-metric sweep would not use: they loaded, and the launch counted
+# num_samples trials per cell (its budget, its completeness check) where one per seed trained, or
+# sampled at random where NSGA-II was asked for
+
+
+def test_num_samples_without_parameters_is_refused_naming_both_ways_out():
+    said = error_of(base_spec(num_samples=8))
+    assert said.startswith("x.yaml: num_samples: 8 is Optuna's budget of trials per cell and seed")
+    assert "remove num_samples, or add parameters" in said
+    searched = base_spec(num_samples=8, parameters={"model.lr": {"min": 1e-4, "max": 1e-2}})
+    assert build_sweep(searched, source="x.yaml").num_trials == 3 * 8
+    assert build_sweep(base_spec(num_samples=1), source="x.yaml").num_trials == 3
+
+
+def test_nsga2_on_one_metric_is_refused_and_taken_with_objectives():
+    said = error_of(base_spec(), overrides=["search.sampler=nsga2"])
+    assert said == (
+        "x.yaml: --set search.sampler: nsga2 (Optuna's NSGAIISampler) ranks trials on several "
+        "objectives; this sweep has one metric: use tpe or random, or declare `objectives:`"
+    )
+    two = base_spec(
+        objectives=[
+            {"name": "val/bleu", "goal": "maximize"},
+            {"name": "decode_seconds", "goal": "minimize"},
+        ],
+        parameters={"model.lr": {"min": 1e-4, "max": 1e-2}},
+        num_samples=4,
+        search={"sampler": "nsga2"},
+    )
+    assert build_sweep(two, source="x.yaml").spec.search.sampler == "nsga2"
