@@ -301,7 +301,7 @@ def plan_fusion(
         device,
         tuple(named),
         alone=tuple(dict.fromkeys(alone)),
-        kinds=_differences(list(keys.values())),
+        kinds=_differences(list(keys.values())) + _role_difference({r for r, _ in pools}),
         apart=tuple(apart),
         costs=costs,
     )
@@ -317,6 +317,14 @@ def _differences(pools: list[dict[str, dict[str, Any]]]) -> tuple[str, ...]:
             if len(values) > 1:
                 differing.append(f"{section}.{name}")
     return tuple(differing)
+
+
+def _role_difference(roles: set[str]) -> tuple[str, ...]:
+    """What keeps units of different roles (:func:`_roles`) apart, in the words of
+    :func:`_differences`' list; nothing where the pools share one role."""
+    if len(roles) < 2:
+        return ()
+    return ("their role (a teacher's, a student's, or neither: each trains in groups of its own)",)
 
 
 def _sampled_axes(sweep: Any) -> dict[str, Any]:

@@ -114,11 +114,17 @@ class DeviceCosts:
         nearest = min(measured, key=lambda p: abs(PRESETS[p]["hidden_size"] - hidden))
         return nearest, measured[nearest]
 
-    def _at_length(self, preset: str, field: str, length: float) -> Any:
+    def _at_length(self, preset: str, field: str, length: float, hold: bool = False) -> Any:
         """``field`` of the measured lengths, at ``length``: numbers interpolated over the
-        lengths, per-member tables interpolated point by point."""
+        lengths, per-member tables interpolated point by point. ``hold``: beyond the measured
+        lengths, the nearest one's value (a ratio, which a line through two noisy measurements
+        would carry anywhere: the CPU's fused speedups of 1.10 and 1.03 at lengths 10 and 40 went
+        below 1 past length 90, and kept a cell's seeds apart there)."""
         lengths = self.preset_entry(preset, field)[1]["lengths"]
         values = {L: v[field] for L, v in lengths.items() if field in v}
+        if hold:
+            measured = [float(L) for L in values]
+            length = min(max(length, min(measured)), max(measured))
         first = next(iter(values.values()))
         if isinstance(first, dict):
             keys = first.keys()
@@ -150,7 +156,7 @@ class DeviceCosts:
             return max(fused_envelope(self._proportional(preset, "fused_s", length), M), 1e-6)
         base = self.unfused_seconds(preset, length)
         if M > 1:
-            base *= M / cpu_speedup(self._at_length(preset, "fused_speedup", length), M)
+            base *= M / cpu_speedup(self._at_length(preset, "fused_speedup", length, hold=True), M)
         padded = [m.padded for m in members if m.padded is not None]
         if padded:  # every member computes at the group's largest K (a trial alone at its own)
             alpha = self.entry["k_padding_per_slot"]

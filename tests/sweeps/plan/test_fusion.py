@@ -309,3 +309,20 @@ def test_the_dry_runs_counts_take_in_the_baselines_and_say_what_the_gpu_time_lea
     confirm = ["--set", "seeds={values: [0, 1, 2], confirm: [7]}"]
     assert main([str(sweeps / "k_vs_length.yaml"), *out, *confirm]) == 0
     assert "nor the confirm stage's 28 full-length trial(s))" in capsys.readouterr().out
+
+
+def test_the_dry_run_says_teachers_students_and_the_rest_are_never_fused_with_each_other():
+    """memory_distill's students and its cells that teach nobody share a fuse key, yet train in
+    groups of their own (a student's only once its teachers ended); the dry run's list of what
+    keeps kinds apart named the attention alone."""
+    from sweeps.spec import load_spec
+
+    root = Path(__file__).resolve().parents[3]
+    sweep = load_spec(str(root / "sweeps" / "memory_distill.yaml"), overrides=["resources.gpu=1"])
+    plan = plan_fusion(sweep)
+    (line,) = [s for s in fusion_lines(sweep, plan) if "never fused with each other" in s]
+    assert "model.attention" in line and "their role (a teacher's, a student's, or neither" in line
+    # a sweep without teachers says nothing of roles
+    plain = load_spec(str(root / "sweeps" / "k_vs_length.yaml"), overrides=["resources.gpu=0"])
+    said = "\n".join(fusion_lines(plain, plan_fusion(plain)))
+    assert "their role" not in said

@@ -175,6 +175,27 @@ def test_on_a_cpu_cells_far_apart_in_k_are_kept_apart_and_the_dry_run_says_why()
     assert "K=1  |  K=64: one group's step would cost" in said.replace("attention=memory ", "")
 
 
+def test_past_the_measured_lengths_a_cpu_holds_the_nearest_fused_speedup_and_seeds_still_fuse():
+    """The CPU's speedups are measured at lengths 10 and 40; carried on along their line, a
+    paper_copy group of a cell's 3 seeds cost more than the 3 alone from length ~90, and
+    k_vs_length on a CPU trained every trial of lengths 100 and 200 alone."""
+    cpu = device_costs("cpu")
+    for length in (100, 200):
+        seeds = [Member(length)] * 3
+        alone = 3 * cpu.group_seconds("paper_copy", [Member(length)])
+        assert cpu.group_seconds("paper_copy", seeds) < alone
+        ratio = alone / cpu.group_seconds("paper_copy", seeds)
+        at_40 = (
+            3
+            * cpu.group_seconds("paper_copy", [Member(40)])
+            / cpu.group_seconds("paper_copy", [Member(40)] * 3)
+        )
+        assert ratio == pytest.approx(at_40), "the speedup measured at 40, the nearest length"
+    sweep = load_spec(str(ROOT / "sweeps" / "k_vs_length.yaml"), overrides=["resources.gpu=0"])
+    plan = plan_fusion(sweep)
+    assert not [g for g in plan.groups if len(g.slots) == 1], "every cell's seeds fuse"
+
+
 def test_a_pair_of_cells_kept_apart_is_said_once_however_often_the_order_meets_it():
     """With Optuna's samples the group order meets the same two cells once per sample: the dry
     run said each such line 8 times (docs/sweep-file.md's example)."""
