@@ -141,5 +141,12 @@ def launch_lines(out_dir: Path, sweep: Any) -> list[str]:
     chosen = sweep.num_trials if spec.heldout.trials == "all" else len(sweep.plans)
     confirm = len(sweep.cells) * len(spec.confirm_seeds or [])
     after = stage_lines(ledger, spec, sweep.num_trials, chosen + confirm)
+    if spec.budget.gpu_hours is not None and spec.resources.gpu == 0:
+        after.insert(
+            0,
+            "  gpu_hours: the trials hold no GPU (resources.gpu 0), so training charges none of "
+            "it (a timing or held-out stage run on a GPU would); hours or cpu_hours bound a CPU "
+            "sweep",
+        )
     trained, reused = finished_trials(out_dir)  # the reused are no part of the rate or the rest
     return budget_lines(ledger, trained, sweep.num_trials - reused, after, reused)

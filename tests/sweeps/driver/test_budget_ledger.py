@@ -259,3 +259,21 @@ def test_hours_never_print_in_exponent_form_and_the_larger_budget_reads_back_as_
     assert "the gpu_hours budget ran out: 1,200 of 1,000 GPU-hours charged" in hint
     value = hint.rpartition("--set budget.gpu_hours=")[2]
     assert value == "2000" and yaml.safe_load(value) == 2000
+
+
+def test_a_gpu_hours_budget_on_trials_that_hold_no_gpu_is_said_to_bound_no_training(tmp_path):
+    """budget.gpu_hours on a CPU sweep: training charges none, so the budget never stops it; the
+    dry run said only the budget."""
+    from sweep_helpers import base_spec
+
+    from sweeps.plan.estimate import launch_lines
+    from sweeps.spec import build_sweep
+
+    def said(**budget):
+        raw = base_spec(budget=budget, resources={"cpu": 1, "gpu": 0})
+        return launch_lines(tmp_path, build_sweep(raw, source="x.yaml"))
+
+    lines = said(gpu_hours=5)
+    assert lines[0].startswith("budget: ") and "gpu_hours 5" in lines[0]
+    assert any(line.startswith("  gpu_hours: the trials hold no GPU") for line in lines), lines
+    assert not any("hold no GPU" in line for line in said(hours=5))
