@@ -255,6 +255,12 @@ def plan_arrangement(
                 f"measured on the {costs.name}: costed as one alone (no gain from sharing)"
             )
             per_gpu = 1  # not measured: the shared GPU is taken to give no more than one alone
+        if groups and shares_per_gpu(r.gpu) > 1:  # never measured: each group as on a GPU alone
+            notes.append(
+                f"{shares_per_gpu(r.gpu)} fused groups to a GPU {'under MPS' if mps else 'time-sliced'}"
+                f" is not measured on the {costs.name}: each costed as a group alone on its GPU "
+                "(no gain from sharing)"
+            )
         seconds = lone_seconds(lone, per_gpu, False, mps) + group_seconds(False)
         arrangement = dict(
             fused=bool(groups),

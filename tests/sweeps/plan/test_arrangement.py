@@ -172,6 +172,24 @@ def test_trials_to_a_gpu_are_counted_as_ray_places_them_and_never_more_than_ther
     assert three.lone == 3 and three.lone_gpu == 1 / 2 and three.speedup < 17
 
 
+def test_fused_groups_sharing_a_gpu_are_said_to_be_costed_as_each_alone():
+    """``resources.gpu: 0.2`` on a fused sweep: 5 groups to a GPU, which no benchmark measured,
+    were costed as each group on a GPU of its own, and only trials alone got the ``costed:``
+    line that says so."""
+    from sweeps.plan.describe import arrangement_lines
+
+    sweep, a = arranged("resources.gpu=0.2", "resources.cpu=1")
+    assert a.fused
+    lines = arrangement_lines(sweep, a)
+    assert any(
+        "5 fused groups to a GPU under MPS is not measured on the NVIDIA H100 80GB HBM3: each "
+        "costed as a group alone on its GPU" in line
+        for line in lines
+    ), lines
+    sweep, whole = arranged("resources.gpu=1", "resources.cpu=1")
+    assert not any("fused groups to a GPU" in line for line in arrangement_lines(sweep, whole))
+
+
 def test_the_gpu_kind_is_named_by_the_sweep_where_the_plan_is_made_off_the_gpus(tmp_path):
     """A plan made where no GPU is visible (a login node joining a cluster) was always costed on
     the H100, whose arrangement for k_vs_length differs from the H200's; resources.gpu_kind names
