@@ -16,7 +16,8 @@ see :mod:`lightning_modules.precision`) trains and decodes under bf16 autocast.
 Metrics (names defined once below, see docs/CONTRACTS.md): ``train/loss``; ``val/loss`` and
 ``val/token_acc`` (teacher-forced cross-entropy and argmax accuracy, each the mean over every
 non-pad target token of the split, whatever its batching), ``val/bleu``
-(sacreBLEU ``tokenize="none"`` on ``ids_to_text`` output), each counting every sentence once,
+(sacreBLEU on ``ids_to_text`` output, with the datamodule's ``bleu_tokenize``: ``"none"``, the
+default, for tokenized text; ``"13a"`` for untokenized WMT text), each counting every sentence once,
 also under DDP, where the samplers repeat some: batches with ``indices`` keep one sentence per
 index (:func:`first_per_index`); ``val/decode_seconds`` (time spent in
 decoding over the whole validation set, data loading excluded), ``val/sacrebleu`` when the

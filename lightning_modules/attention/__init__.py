@@ -1,8 +1,8 @@
 """Attention mechanisms behind one registry: ``build_attention(name, query_dim=, memory_dim=, **options)``.
 
-One file per mechanism: every module of this package is imported here, and importing it
-registers its mechanism(s) (``@register_attention``), so a new file needs no import line. A file
-that fails to import raises an ImportError naming it.
+One file per mechanism or per family (``luong.py``, ``local.py``): every module of this package is
+imported here, and importing it registers its mechanism(s) (``@register_attention``), so a new
+file needs no import line. A file that fails to import raises an ImportError naming it.
 """
 
 import importlib
