@@ -62,15 +62,30 @@ GAP_DIGITS = {DECODE_SECONDS: SECONDS_DIGITS, TRAIN_STEP_SECONDS: SECONDS_DIGITS
 ONCE_PER_GROUP = (TRAIN_STEP_SECONDS, TRAIN_PEAK_MB, "train_tokens_per_second", "decode_peak_mb")
 
 
-def measurements(best: pd.DataFrame, length: Any, model: str, column: str) -> int:
-    """How many separate measurements of ``column`` the seeds of ``model`` at ``length`` hold: one
-    per fused group (results.csv's ``fused_with``) for a figure measured once per group, else one
-    per seed."""
-    at = best[(best[axis_of(best)] == length) & (best["model"] == model)].dropna(subset=[column])
-    if "fused_with" not in at or column not in ONCE_PER_GROUP:
-        return len(at)
-    grouped = at["fused_with"].notna()
-    return int((~grouped).sum()) + at.loc[grouped, "fused_with"].nunique()
+def distinct(
+    diffs: pd.Series, best: pd.DataFrame, lengths: tuple, models: tuple, column: str
+) -> pd.Series:
+    """``diffs`` (one value per seed, indexed by seed) keeping one seed of each set whose values
+    of ``column`` come from the same measurements: for a figure measured once per fused group
+    (:data:`ONCE_PER_GROUP`), two seeds that were fused in the same group in every cell of
+    ``lengths`` × ``models`` hold copies of one figure, and an interval over the copies would be
+    narrower than the measurements allow."""
+    if "fused_with" not in best or column not in ONCE_PER_GROUP:
+        return diffs
+    axis = axis_of(best)
+    source = {}
+    for (length, model, seed), group in best.set_index([axis, "model", "seed"])[
+        "fused_with"
+    ].items():
+        source[length, model, seed] = group if pd.notna(group) else ("alone", seed)
+    keys = pd.Series(
+        [
+            tuple(source.get((at, m, seed)) for at in lengths for m in models)
+            for seed in diffs.index
+        ],
+        index=diffs.index,
+    )
+    return diffs[~keys.duplicated()]
 
 
 INTERVAL_RULE = (
@@ -267,14 +282,12 @@ def _judged(best: pd.DataFrame) -> list[dict[str, Any]]:
                     at[at["model"] == "bahdanau"].set_index("seed")[column]
                     - at[at["model"] == mem].set_index("seed")[column]
                 )
-            m, _, ci, n = interval((gaps[lengths[-1]] - gaps[lengths[0]]).dropna())
-            if column in ONCE_PER_GROUP:
-                # a fused group's step and peaks are one measurement, copied to each member: the
-                # seeds' differences repeat one figure, and their interval (± 0) is no interval
-                n = min(n, *(measurements(best, length, model, column)
-                             for length in (lengths[0], lengths[-1])
-                             for model in ("bahdanau", mem)))  # fmt: skip
-                ci = ci if n >= 2 else float("nan")
+            diffs = (gaps[lengths[-1]] - gaps[lengths[0]]).dropna()
+            # a fused group's step and peaks are one measurement, copied to each member: seeds
+            # that read the same groups repeat one figure, which the interval counts once
+            m, _, ci, n = interval(
+                distinct(diffs, best, (lengths[0], lengths[-1]), ("bahdanau", mem), column)
+            )
             ends = (lengths[0], lengths[-1])
             used = best[best["length"].isin(ends) & best["model"].isin(["bahdanau", mem])]
             flag = {DECODE_SECONDS: CONTENDED, TRAIN_STEP_SECONDS: TRAIN_CONTENDED}.get(column)

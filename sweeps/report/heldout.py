@@ -13,15 +13,21 @@ import pandas as pd
 from lightning_modules.metric_names import TEST_BLEU, TEST_SACREBLEU, VAL_BLEU, VAL_SACREBLEU
 from sweeps.report.markdown import to_markdown
 from sweeps.report.results import natural_order, param_labels, param_text
+from sweeps.report.selection import seed_objective
 from sweeps.report.stats import interval
 
 HELDOUT_RULE = (
     "Chosen on validation, reported on test: per cell the trial (for each seed) or the configuration "
-    "(judged on its mean over seeds) that the sweep's metric ({metric}, {mode}) chose on the validation "
+    "(judged on {judged_on}) that the sweep's metric ({metric}, {mode}) chose on the validation "
     "split, then its final checkpoint evaluated once on the test split ({splits}). Each figure: mean ± "
     "std over seeds, as in the tables above. {valid_is}, so it is biased upward (the "
     "best of several noisy draws); the test column is not."
 )
+#: what HELDOUT_RULE says a configuration was judged on, by results.csv's ``seed_objective``
+JUDGED_ON = {
+    "mean": "its mean over seeds",
+    "lcb": "the worse end of its 95% t-interval over seeds: seeds.objective: lcb",
+}
 
 
 def valid_column_note(valid_col: str, metric: str) -> str:
@@ -233,7 +239,11 @@ def heldout_sections(
         f"Split of each column: `valid` = validation split ({valid_col}), `test` = held-out test split "
         f"({test_col}; {splits}).",
         HELDOUT_RULE.format(
-            metric=metric, mode=mode, splits=splits, valid_is=valid_column_note(valid_col, metric)
+            metric=metric,
+            mode=mode,
+            splits=splits,
+            valid_is=valid_column_note(valid_col, metric),
+            judged_on=JUDGED_ON.get(objective := seed_objective(df), f"its {objective} over seeds"),
         ),
     ]
     if CHOSEN_VALUES in frame and CHOSEN_VALUES not in table:

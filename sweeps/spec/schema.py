@@ -411,7 +411,7 @@ class TimingSpec(_Strict):
     enabled: bool = True
     # timed passes at least (exactly, with precision: null)
     repeats: int = Field(5, ge=1)
-    # adaptive repeats (the default): go on until the median's 95% interval is within `precision`
+    # adaptive repeats (the default): go on until the median's notch (~95%) is within `precision`
     # of it, or `max_seconds` per trial and measure have passed (timed passes and the waits for a
     # slow machine, shared among the `processes` on CPU); `precision: null`: exactly `repeats`
     precision: float | None = Field(0.02, gt=0, lt=1)

@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--precision",
         type=_at_least(0.0),
         default=0.02,
-        help="repeat until the median's 95%% interval is within this fraction of it (default 0.02); "
+        help="repeat until the median's notch (about a 95%% interval) is within this fraction of it (default 0.02); "
         "0: exactly --repeats passes",
     )
     p.add_argument(

@@ -69,8 +69,9 @@ def kept_runs(
 
 
 def median_precision(runs: Sequence[float]) -> float:
-    """Half-width of the median's 95% confidence interval relative to the median (McGill et al.'s
-    notch, 1.57 x IQR / sqrt(n)); inf with fewer than 3 runs."""
+    """Half-width of the median's notch relative to the median (McGill et al.'s 1.57 x IQR /
+    sqrt(n), an approximate 95% interval that covers less than that at a handful of runs); inf
+    with fewer than 3 runs."""
     if len(runs) < 3:
         return float("inf")
     q1, median, q3 = statistics.quantiles(runs, n=4, method="inclusive")
@@ -162,7 +163,7 @@ def measure_decode_time(
         precision: None: exactly ``repeats`` clean repeats of one pass each. A fraction (0.02):
             adaptive -- each repeat decodes the split as many times as it takes to last
             ``MIN_REPEAT_S`` (seconds are per pass), and repeats go on past ``repeats`` until the
-            median's 95% interval is within ``precision`` of it (:func:`median_precision`) or
+            median's notch is within ``precision`` of it (:func:`median_precision`) or
             ``max_seconds`` have passed (timed decoding and the waits for a slow machine to
             recover); the precision reached is recorded.
         machine_speed: the fastest :func:`machine_probe` this process has already seen (a caller

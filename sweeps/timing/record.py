@@ -68,7 +68,7 @@ class DecodeTiming:
         1  # decodes of the split in one timed repeat (short splits: see measure_decode_time)
     )
     precision: float | None = (
-        None  # the median's 95% interval half-width / median reached (adaptive repeats)
+        None  # the median's notch half-width / median reached (adaptive repeats)
     )
     stopped_by: str | None = (
         None  # what ended adaptive repeats: "precision" (reached), "time cap", "repeat cap"

@@ -18,8 +18,8 @@ from sweeps.report.distill import distill_findings
 from sweeps.report.figures import pareto_figure
 from sweeps.report.findings import (
     ONCE_PER_GROUP,
+    distinct,
     findings,
-    measurements,
     scoring_findings,
     seed_sections,
 )
@@ -321,7 +321,9 @@ def test_a_fused_groups_decode_peak_counts_once_per_group():
             "fused_with": ["g"] * 3,
         }
     )
-    assert measurements(best, 10, "bahdanau", "decode_peak_mb") == 1
+    diffs = pd.Series([1.0] * 3, index=[0, 1, 2])
+    assert distinct(diffs, best, (10,), ("bahdanau",), "decode_peak_mb").tolist() == [1.0]
+    assert len(distinct(diffs, best, (10,), ("bahdanau",), "decode_seconds")) == 3
 
 
 def test_configurations_judged_by_their_lower_bound_are_the_tables_configurations_too():
@@ -358,3 +360,13 @@ def test_configurations_judged_by_their_lower_bound_are_the_tables_configuration
     mean_rows = [{k: v for k, v in r.items() if k != "seed_objective"} for r in rows]
     assert mark_chosen(mean_rows, VAL_BLEU, "max") == {"c1s0", "c1s1", "c1s2"}
     assert cell_summary(pd.DataFrame(mean_rows))[VAL_BLEU].tolist() == [60.0]
+    # the held-out section's rule named the mean whatever chose the configuration
+    from sweeps.report.heldout import heldout_sections
+
+    for frame, picked, judged in (
+        (df, chosen, "the worse end of its 95% t-interval over seeds: seeds.objective: lcb"),
+        (pd.DataFrame(mean_rows), {"c1s0", "c1s1", "c1s2"}, "its mean over seeds"),
+    ):
+        frame["chosen"], frame["test/bleu"] = frame["trial_id"].isin(picked), frame[VAL_BLEU] - 1
+        [(_, text)] = heldout_sections(frame)
+        assert f"(judged on {judged})" in text

@@ -153,6 +153,26 @@ def test_a_fused_group_s_one_step_measurement_counts_once_not_once_per_seed():
     assert (decode["seeds"], decode["verdict"]) == (3, "held")
 
 
+def test_seeds_fused_in_two_groups_give_the_interval_of_two_measurements():
+    """Five seeds of each cell fused in two groups (seeds 0-2, seeds 3-4): the training-step gap's
+    interval was taken over the five copied figures and only its count lowered to 2, an interval
+    about nine times narrower than two measurements allow, judged held."""
+    lengths = (10, 40)
+    df = _frame(
+        {(length, m): [90.0] * 5 for length in lengths for m in ("memory K=16", "bahdanau")}
+    )
+    grows = {(10, 0): 0.0, (10, 1): 0.0, (40, 0): 0.02, (40, 1): 0.04}  # by (length, group)
+    group = (df["seed"] >= 3).astype(int)
+    bahdanau = (df["model"] == "bahdanau").astype(float)
+    df["train_step_seconds"] = 0.05 + bahdanau * [grows[k] for k in zip(df["length"], group)]
+    df["fused_with"] = df["length"].astype(str) + df["model"] + group.astype(str)
+    gap = "the training-step gap (Bahdanau − memory K=16, seconds per step) grows with length"
+    row = {f["finding"]: f for f in findings(df)}[gap]
+    mean, _, half, n = interval([0.02, 0.04])
+    assert (row["seeds"], row["verdict"]) == (2, "not shown")
+    assert row["estimate"] == f"{mean:+.4f} ± {half:.4f}" and n == 2  # +0.0300 ± 0.1271
+
+
 def test_a_finding_in_seconds_keeps_the_digits_the_tables_print():
     """A decode-time gap of +0.0049 s read "+0.00" and a training-step gap of -0.0152 s "-0.02":
     an estimate in seconds has the tables' 4 decimals; BLEU's and MiB's keep 2."""
