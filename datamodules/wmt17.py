@@ -99,6 +99,7 @@ from .wmt_checks import (
     layout,
     missing_line,
     no_test_split,
+    settings_problem,
     unfetched_line,
 )
 from .wmt_text import bleu_scores, make_detokenizer, moses_detokenize, unescape
@@ -160,7 +161,8 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
             not WMT's raw references (docs/running.md). Used only with ``moses_tokenized`` text.
         shuffle, seed: training batch order, deterministic per (seed, epoch).
         num_workers: DataLoader workers (token caches are memory-mapped, not copied).
-        encode_threads: sentencepiece threads for encoding/training (default: all cores, <= 16).
+        encode_threads: sentencepiece threads for encoding and for training a BPE model (default:
+            all cores, <= 16); a unigram model always trains on 16, which its pieces depend on.
         download: let :meth:`prepare_data` fetch the WMT'17 preprocessed release into ``data_dir``
             when files are missing (``source="files"``, default prefixes; see
             :mod:`datamodules.wmt17_fetch`). Off by default: nothing downloads by surprise.
@@ -214,8 +216,8 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         _check_choices(bpe_model_type, detokenizer, moses_tokenized)
         if source not in ("files", "hf"):
             raise ValueError(f"source must be 'files' or 'hf', got {source!r}")
-        if batch_size is None and batch_tokens is None:
-            raise ValueError("give batch_tokens or batch_size")
+        if problem := settings_problem(dict(locals())):
+            raise ValueError(f"WMT17DataModule: {problem[0]} {problem[1]}")
         self.pair = pair
         self.src_lang, self.tgt_lang = langs
         self.data_dir = data_dir
@@ -242,8 +244,6 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
             valid=defaults["valid"] if valid_prefix is None else valid_prefix,
             test=defaults["test"] if test_prefix is None else test_prefix,
         )
-        if not self.prefixes["train"] or not self.prefixes["valid"]:
-            raise ValueError("train_prefix and valid_prefix cannot be empty")
         self.cache_dir = cache_dir or os.path.join(data_dir, ".cache")
         self.bpe_model_type = bpe_model_type
         self.character_coverage = character_coverage
@@ -461,11 +461,12 @@ class WMT17DataModule(LoadsCheckpointFiles, pl.LightningDataModule):
         level = logging.WARNING if split != "train" and len(keep) < len(ls) else logging.INFO
         log.log(
             level,
-            "dropped %d empty and %d over-long pairs of %d in %s (max_length=%s)",
+            "dropped %d empty and %d over-long pairs of %d in %s (%s=%s)",
             stats["empty"],
             stats["too_long"],
             stats["total"],
             split,
+            "max_length" if split == "train" else "eval_max_length",
             limit,
         )
         return keep

@@ -44,6 +44,27 @@ def check_pair(pair: str) -> tuple[str, str]:
     return langs[0], langs[1]
 
 
+def settings_problem(values: dict, searched: Sequence[str] = ()) -> tuple[str, str] | None:
+    """(the setting, what is wrong and how to fix it) of a WMT17DataModule's ``values`` whose
+    combination no batch or no file could come from, or None; a setting in ``searched`` (a sweep's
+    searched ones) is taken as given."""
+    if "batch_tokens" in values and values["batch_tokens"] is None:
+        if values.get("batch_size") is None and "batch_size" not in searched:
+            return (
+                "batch_tokens",
+                "is null and batch_size is not given, so a batch has no size: give batch_size "
+                "(sentences a batch) or batch_tokens (tokens a batch; 4096 when left out)",
+            )
+    for key in ("train_prefix", "valid_prefix"):
+        if values.get(key) == "" and key not in searched:
+            return (
+                key,
+                f"is empty, so no file is named: give the files' prefix ({key.split('_')[0]} "
+                f"for {key.split('_')[0]}.en), or leave it out for the release's",
+            )
+    return None
+
+
 def in_release(src_lang: str, tgt_lang: str) -> bool:
     """Whether the WMT'17 preprocessed release has the pair (English with cs, de, fi or tr)."""
     other = tgt_lang if src_lang == "en" else src_lang

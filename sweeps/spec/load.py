@@ -39,7 +39,7 @@ from sweeps.spec.schema import SpecError, SweepSpec
 from sweeps.spec.selection_schema import check_seeds
 from sweeps.spec.signatures import save as save_signatures
 from sweeps.spec.teachers import resolve_teachers
-from sweeps.spec.validate import check_sections, validate_cell
+from sweeps.spec.validate import check_sections, check_task_combination, validate_cell
 from sweeps.spec.warm_start import check_warm_start
 from sweeps.spec.yaml_read import KeyGivenTwice, read_yaml
 
@@ -229,6 +229,7 @@ def _checked(
         for cell in cells:
             task, model, trainer = resolve_sections(base, cell.values)
             validate_cell(task, model, trainer, cell, source)
+            check_task_combination(task, cell, spec.parameters, source)
             _validate_search_bounds(spec, task, model, trainer, cell, source)
             for seed in spec.seed_values:
                 plans.append(TrialPlan(cell, seed, task, model, trainer))

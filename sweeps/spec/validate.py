@@ -241,6 +241,20 @@ def _type_problem(annotation: Any, kind: type, value: Any) -> str | None:
     return None
 
 
+def check_task_combination(task: dict, cell: Cell, searched: Any, source: str) -> None:
+    """A WMT task whose settings together leave a batch without a size or a split without files
+    (``batch_tokens: null`` without ``batch_size``, an empty ``train_prefix``), which the
+    datamodule would refuse only when the plan builds it; a searched setting counts as given."""
+    if task.get("name") != "wmt17":
+        return
+    from datamodules.wmt_checks import settings_problem  # no torch
+
+    names = [key[len("task.") :] for key in searched if key.startswith("task.")]
+    if problem := settings_problem(task, names):
+        key, said = problem
+        raise SpecError(_origin(cell, f"task.{key}", f"task.{key}"), said, source)
+
+
 def _check_placeholders(task: dict, dm_params: dict, where_of: Any, source: str) -> None:
     """A ``{...}`` field left in a resolved ``*_dir`` path (:func:`~sweeps.spec.grid.resolve_sections`
     fills in ``{pair}`` from the task's settings): a misspelt one (``{pari}``), or one naming a

@@ -452,6 +452,26 @@ def test_a_metric_the_task_never_reports_is_refused_for_selection_and_stopping()
     assert build_sweep(wmt).spec.metric.name == "val/sacrebleu"
 
 
+def test_wmt_settings_that_leave_a_batch_unsized_or_a_split_unnamed_are_refused_at_the_check():
+    """batch_tokens: null without batch_size, or an empty train/valid prefix, passed the sweep
+    check and stopped the launch with a bare ValueError traceback when the plan built the data."""
+
+    def wmt(**task):
+        raw = base_spec()
+        raw["task"] = {"name": "wmt17", "pair": "de-en", **task}
+        return raw
+
+    msg = error_of(wmt(batch_tokens=None))
+    assert msg.startswith("x.yaml: task.batch_tokens: is null and batch_size is not given"), msg
+    assert "give batch_size (sentences a batch)" in msg
+    msg = error_of(wmt(valid_prefix=""))
+    assert msg.startswith("x.yaml: task.valid_prefix: is empty, so no file is named"), msg
+    assert build_sweep(wmt(batch_tokens=None, batch_size=32)).plans  # a size given another way
+    searched = wmt(batch_tokens=None)
+    searched["parameters"] = {"task.batch_size": {"values": [16, 32]}}
+    assert build_sweep(searched).plans  # searched: each sample gives it
+
+
 # ---- GPU shares a trial cannot use
 
 
