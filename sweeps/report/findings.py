@@ -72,20 +72,12 @@ def distinct(
     narrower than the measurements allow."""
     if "fused_with" not in best or column not in ONCE_PER_GROUP:
         return diffs
-    axis = axis_of(best)
-    source = {}
-    for (length, model, seed), group in best.set_index([axis, "model", "seed"])[
-        "fused_with"
-    ].items():
-        source[length, model, seed] = group if pd.notna(group) else ("alone", seed)
-    keys = pd.Series(
-        [
-            tuple(source.get((at, m, seed)) for at in lengths for m in models)
-            for seed in diffs.index
-        ],
-        index=diffs.index,
-    )
-    return diffs[~keys.duplicated()]
+    source = {
+        key: group if pd.notna(group) else ("alone", key[2])
+        for key, group in best.set_index([axis_of(best), "model", "seed"])["fused_with"].items()
+    }
+    keys = [tuple(source.get((at, m, s)) for at in lengths for m in models) for s in diffs.index]
+    return diffs[~pd.Series(keys, index=diffs.index).duplicated()]
 
 
 INTERVAL_RULE = (
